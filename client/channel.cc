@@ -1,0 +1,23 @@
+#include "client/channel.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include "common/streaming.h"
+
+namespace dtrain {
+
+std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Each ProcessGroup gets its own connection, as separate processes would.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace dtrain

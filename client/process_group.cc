@@ -1,0 +1,361 @@
+#include "client/process_group.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "common/streaming.h"
+
+namespace dtrain {
+namespace {
+
+// The server answers a collective's own deadline; the transport deadline only catches a
+// coordinator that stopped answering, so it is later by this much plus transfer time.
+constexpr absl::Duration kTransportGrace = absl::Seconds(10);
+constexpr double kSlowestBytesPerSecond = 50e6;
+
+uint64_t RandomIncarnation() {
+  std::random_device device;
+  std::mt19937_64 rng((static_cast<uint64_t>(device()) << 32) ^ device() ^
+                      static_cast<uint64_t>(getpid()) ^
+                      static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
+  uint64_t id = 0;
+  while (id == 0) id = rng();
+  return id;
+}
+
+std::string HostName() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+absl::StatusOr<std::vector<HostTensor>> Split(const std::vector<v1::TensorMeta>& parts,
+                                              const std::string& bytes) {
+  std::vector<HostTensor> out;
+  out.reserve(parts.size());
+  size_t offset = 0;
+  for (const v1::TensorMeta& meta : parts) {
+    DTRAIN_ASSIGN_OR_RETURN(int64_t size, ValidateMeta(meta));
+    if (offset + static_cast<size_t>(size) > bytes.size()) {
+      return absl::InternalError("the coordinator's result stream is shorter than its header");
+    }
+    HostTensor t;
+    t.dtype = meta.dtype();
+    t.shape = ShapeOf(meta);
+    t.data.assign(bytes, offset, static_cast<size_t>(size));
+    offset += static_cast<size_t>(size);
+    out.push_back(std::move(t));
+  }
+  if (offset != bytes.size()) {
+    return absl::InternalError("the coordinator's result stream is longer than its header");
+  }
+  return out;
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(std::shared_ptr<grpc::Channel> channel, ProcessGroupOptions options)
+    : channel_(std::move(channel)),
+      stub_(v1::Coordinator::NewStub(channel_)),
+      options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(
+    std::shared_ptr<grpc::Channel> channel, ProcessGroupOptions options) {
+  std::unique_ptr<ProcessGroup> pg(new ProcessGroup(std::move(channel), std::move(options)));
+  ProcessGroupOptions& o = pg->options_;
+  if (o.host.empty()) o.host = HostName();
+  if (o.incarnation == 0) o.incarnation = RandomIncarnation();
+
+  v1::RegisterRequest request;
+  request.set_group(o.group);
+  request.set_host(o.host);
+  request.set_local_devices(o.local_devices);
+  request.set_incarnation(o.incarnation);
+  request.set_world_size(o.world_size);
+  request.set_min_world_size(o.min_world_size);
+  request.set_settle_timeout_ms(absl::ToInt64Milliseconds(o.settle_timeout));
+  request.set_generation(o.generation);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(o.register_timeout));
+  request.set_collective_timeout_ms(absl::ToInt64Milliseconds(o.collective_timeout));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + o.register_timeout + kTransportGrace));
+  grpc::Status status = pg->stub_->Register(&context, request, &pg->assignment_);
+  if (!status.ok()) return FromGrpcStatus(status);
+
+  pg->store_ = std::make_unique<KeyValueClient>(pg->channel_, o.group);
+  if (o.send_heartbeats) {
+    pg->heartbeat_thread_ = std::thread([p = pg.get()] { p->HeartbeatLoop(); });
+  }
+  return pg;
+}
+
+ProcessGroup::~ProcessGroup() {
+  Leave().IgnoreError();
+  stop_heartbeats_.Notify();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+void ProcessGroup::HeartbeatLoop() {
+  const absl::Duration interval =
+      absl::Milliseconds(std::max<int64_t>(assignment_.heartbeat_interval_ms(), 10));
+  v1::HeartbeatRequest request;
+  *request.mutable_member() = assignment_.member();
+  while (!stop_heartbeats_.WaitForNotificationWithTimeout(interval)) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + interval * 2));
+    v1::HeartbeatResponse response;
+    absl::Status status = FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
+    absl::MutexLock lock(&health_mu_);
+    health_ = status;
+    // A failed or finished group never recovers; stop talking to it.
+    if (status.code() == absl::StatusCode::kAborted ||
+        status.code() == absl::StatusCode::kFailedPrecondition ||
+        status.code() == absl::StatusCode::kNotFound) {
+      return;
+    }
+  }
+}
+
+absl::Status ProcessGroup::health() const {
+  absl::MutexLock lock(&health_mu_);
+  return health_;
+}
+
+absl::Status ProcessGroup::Leave() {
+  absl::MutexLock lock(&call_mu_);
+  if (left_) return absl::OkStatus();
+  left_ = true;
+  stop_heartbeats_.Notify();
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kTransportGrace));
+  v1::LeaveRequest request;
+  *request.mutable_member() = assignment_.member();
+  v1::LeaveResponse response;
+  return FromGrpcStatus(stub_->Leave(&context, request, &response));
+}
+
+absl::Time ProcessGroup::NextContext(const CallOptions& options, int64_t payload_bytes,
+                                     v1::CollectiveContext* context) {
+  *context->mutable_member() = assignment_.member();
+  context->set_sequence(next_sequence_++);
+  context->set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
+  const absl::Duration timeout = options.timeout > absl::ZeroDuration()
+                                     ? options.timeout
+                                     : absl::Milliseconds(assignment_.collective_timeout_ms());
+  return absl::Now() + timeout + kTransportGrace +
+         absl::Seconds(static_cast<double>(payload_bytes) / kSlowestBytesPerSecond);
+}
+
+absl::Status ProcessGroup::Barrier(const std::string& name, CallOptions options) {
+  absl::MutexLock lock(&call_mu_);
+  v1::BarrierRequest request;
+  const absl::Time deadline = NextContext(options, 0, request.mutable_context());
+  request.set_name(name);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  v1::BarrierResponse response;
+  return FromGrpcStatus(stub_->Barrier(&context, request, &response));
+}
+
+absl::StatusOr<bool> ProcessGroup::ReduceBooleanDecision(bool decision, bool all,
+                                                         CallOptions options) {
+  absl::MutexLock lock(&call_mu_);
+  v1::ReduceBooleanDecisionRequest request;
+  const absl::Time deadline = NextContext(options, 0, request.mutable_context());
+  request.set_decision(decision);
+  request.set_all(all);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  v1::ReduceBooleanDecisionResponse response;
+  grpc::Status status = stub_->ReduceBooleanDecision(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response.decision();
+}
+
+template <typename Request, typename Response, typename Header, typename Open>
+absl::StatusOr<ProcessGroup::Streamed> ProcessGroup::RunStream(Open open, const Header& header,
+                                                               const std::string* payload,
+                                                               absl::Time deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  std::unique_ptr<grpc::ClientReaderWriter<Request, Response>> stream = open(&context);
+
+  // The header travels with the first chunk, so a small tensor costs one message each way.
+  const size_t total = payload == nullptr ? 0 : payload->size();
+  size_t offset = 0;
+  Request request;
+  *request.mutable_header() = header;
+  bool writing = true;
+  do {
+    const size_t take = std::min<size_t>(total - offset, kStreamChunkBytes);
+    if (take > 0) request.set_chunk(payload->data() + offset, take);
+    offset += take;
+    const bool last = offset == total;
+    writing = last ? stream->Write(request, grpc::WriteOptions().set_last_message())
+                   : stream->Write(request);
+    request.Clear();
+  } while (writing && offset < total);
+  // A failed write means the server already answered (an error); Finish below tells which.
+
+  Streamed out;
+  Response response;
+  bool first = true;
+  while (stream->Read(&response)) {
+    if (first) {
+      first = false;
+      int64_t expected = 0;
+      for (const v1::TensorMeta& meta : response.header().parts()) {
+        out.parts.push_back(meta);
+        absl::StatusOr<int64_t> size = ValidateMeta(meta);
+        if (size.ok()) expected += *size;
+      }
+      out.bytes.reserve(static_cast<size_t>(expected));
+    }
+    out.bytes.append(response.chunk());
+  }
+  grpc::Status status = stream->Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  if (first) return absl::InternalError("the coordinator answered OK without a result header");
+  return out;
+}
+
+absl::StatusOr<HostTensor> ProcessGroup::Broadcast(int src, const HostTensor* tensor,
+                                                   CallOptions options) {
+  absl::MutexLock lock(&call_mu_);
+  v1::BroadcastHeader header;
+  const absl::Time deadline = NextContext(
+      options, tensor ? static_cast<int64_t>(tensor->data.size()) : 0, header.mutable_context());
+  header.set_src(src);
+  header.set_kind(v1::PAYLOAD_KIND_TENSOR);
+  if (tensor != nullptr) *header.mutable_meta() = MetaOf(*tensor);
+  DTRAIN_ASSIGN_OR_RETURN(
+      Streamed result,
+      (RunStream<v1::BroadcastRequest, v1::BroadcastResponse>(
+          [this](grpc::ClientContext* c) { return stub_->Broadcast(c); }, header,
+          tensor ? &tensor->data : nullptr, deadline)));
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<HostTensor> parts, Split(result.parts, result.bytes));
+  if (parts.size() != 1) return absl::InternalError("broadcast answered with no tensor");
+  return std::move(parts[0]);
+}
+
+absl::StatusOr<std::string> ProcessGroup::BroadcastBytes(int src, const std::string* bytes,
+                                                         CallOptions options) {
+  absl::MutexLock lock(&call_mu_);
+  v1::BroadcastHeader header;
+  const absl::Time deadline = NextContext(
+      options, bytes ? static_cast<int64_t>(bytes->size()) : 0, header.mutable_context());
+  header.set_src(src);
+  header.set_kind(v1::PAYLOAD_KIND_BYTES);
+  if (bytes != nullptr) {
+    header.mutable_meta()->set_dtype(v1::DTYPE_UINT8);
+    header.mutable_meta()->add_shape(static_cast<int64_t>(bytes->size()));
+  }
+  DTRAIN_ASSIGN_OR_RETURN(
+      Streamed result,
+      (RunStream<v1::BroadcastRequest, v1::BroadcastResponse>(
+          [this](grpc::ClientContext* c) { return stub_->Broadcast(c); }, header, bytes,
+          deadline)));
+  return std::move(result.bytes);
+}
+
+absl::StatusOr<std::vector<HostTensor>> ProcessGroup::AllGather(const HostTensor& tensor,
+                                                                CallOptions options) {
+  absl::MutexLock lock(&call_mu_);
+  v1::AllGatherHeader header;
+  const absl::Time deadline =
+      NextContext(options, static_cast<int64_t>(tensor.data.size()) * world_size(),
+                  header.mutable_context());
+  *header.mutable_meta() = MetaOf(tensor);
+  DTRAIN_ASSIGN_OR_RETURN(
+      Streamed result,
+      (RunStream<v1::AllGatherRequest, v1::AllGatherResponse>(
+          [this](grpc::ClientContext* c) { return stub_->AllGather(c); }, header, &tensor.data,
+          deadline)));
+  return Split(result.parts, result.bytes);
+}
+
+absl::StatusOr<HostTensor> ProcessGroup::AllReduce(const HostTensor& tensor, v1::ReduceOp op,
+                                                   CallOptions options) {
+  absl::MutexLock lock(&call_mu_);
+  v1::AllReduceHeader header;
+  const absl::Time deadline = NextContext(options, static_cast<int64_t>(tensor.data.size()) * 2,
+                                          header.mutable_context());
+  header.set_op(op);
+  *header.mutable_meta() = MetaOf(tensor);
+  DTRAIN_ASSIGN_OR_RETURN(
+      Streamed result,
+      (RunStream<v1::AllReduceRequest, v1::AllReduceResponse>(
+          [this](grpc::ClientContext* c) { return stub_->AllReduce(c); }, header, &tensor.data,
+          deadline)));
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<HostTensor> parts, Split(result.parts, result.bytes));
+  if (parts.size() != 1) return absl::InternalError("all_reduce answered with no tensor");
+  return std::move(parts[0]);
+}
+
+absl::StatusOr<std::optional<HostTensor>> ProcessGroup::Reduce(const HostTensor& tensor,
+                                                               v1::ReduceOp op, int dst,
+                                                               CallOptions options) {
+  absl::MutexLock lock(&call_mu_);
+  v1::ReduceHeader header;
+  const absl::Time deadline = NextContext(options, static_cast<int64_t>(tensor.data.size()) * 2,
+                                          header.mutable_context());
+  header.set_op(op);
+  header.set_dst(dst);
+  *header.mutable_meta() = MetaOf(tensor);
+  DTRAIN_ASSIGN_OR_RETURN(
+      Streamed result,
+      (RunStream<v1::ReduceRequest, v1::ReduceResponse>(
+          [this](grpc::ClientContext* c) { return stub_->Reduce(c); }, header, &tensor.data,
+          deadline)));
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<HostTensor> parts, Split(result.parts, result.bytes));
+  if (parts.empty()) return std::optional<HostTensor>();
+  return std::optional<HostTensor>(std::move(parts[0]));
+}
+
+absl::StatusOr<HostTensor> ProcessGroup::Stack(const std::vector<HostTensor>& parts) {
+  if (parts.empty()) return absl::InvalidArgumentError("stack of no tensors");
+  HostTensor out;
+  out.dtype = parts[0].dtype;
+  out.shape.push_back(static_cast<int64_t>(parts.size()));
+  out.shape.insert(out.shape.end(), parts[0].shape.begin(), parts[0].shape.end());
+  for (size_t r = 0; r < parts.size(); ++r) {
+    if (parts[r].shape != parts[0].shape || parts[r].dtype != parts[0].dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot stack: part ", r, " is ", DescribeMeta(MetaOf(parts[r])), " but part 0 is ",
+          DescribeMeta(MetaOf(parts[0])), "; use Concat for uneven first dimensions"));
+    }
+    out.data += parts[r].data;
+  }
+  return out;
+}
+
+absl::StatusOr<HostTensor> ProcessGroup::Concat(const std::vector<HostTensor>& parts) {
+  if (parts.empty()) return absl::InvalidArgumentError("concat of no tensors");
+  if (parts[0].shape.empty()) return absl::InvalidArgumentError("cannot concat scalars");
+  HostTensor out;
+  out.dtype = parts[0].dtype;
+  out.shape = parts[0].shape;
+  out.shape[0] = 0;
+  for (size_t r = 0; r < parts.size(); ++r) {
+    const auto& s = parts[r].shape;
+    if (parts[r].dtype != out.dtype || s.size() != out.shape.size() ||
+        !std::equal(s.begin() + 1, s.end(), out.shape.begin() + 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot concat: part ", r, " is ", DescribeMeta(MetaOf(parts[r])),
+          ", which differs from part 0 beyond dimension 0"));
+    }
+    out.shape[0] += s[0];
+    out.data += parts[r].data;
+  }
+  return out;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,144 @@
+// ProcessGroup: one rank's handle on a coordinator group, the C++ client library of dtrain's
+// collectives (a c10d ProcessGroup-like API over gRPC). Workers use it; so can users' programs.
+//
+// Join() registers and blocks until the group forms; from then on a background thread sends
+// heartbeats. Every collective has a deadline (the group's default or CallOptions::timeout);
+// every failure comes back as a status whose message names the ranks involved:
+//   FAILED_PRECONDITION  ranks disagree about this call (the message lists what each called)
+//   DEADLINE_EXCEEDED    some ranks did not arrive in time (named)
+//   ABORTED              a member died (named with its host); the group is unusable
+//   INVALID_ARGUMENT     this call's own input is malformed
+//   UNAVAILABLE          the coordinator is unreachable or shutting down
+//
+// Thread-safety: collectives are serialized by an internal lock and numbered in the order they
+// take it; every rank must issue the same collectives in the same order (as with c10d).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "client/kv_client.h"
+#include "common/tensor.h"
+#include "dtrain/v1/coordinator.grpc.pb.h"
+
+namespace dtrain {
+
+struct ProcessGroupOptions {
+  std::string group;            // the group (job) id
+  int world_size = 1;
+  int min_world_size = 0;       // < world_size: elastic, formed after settle_timeout
+  absl::Duration settle_timeout = absl::ZeroDuration();
+  std::string host;             // empty: this machine's host name
+  int local_devices = 1;
+  int64_t generation = 0;       // 0: whichever generation is forming
+  absl::Duration register_timeout = absl::Minutes(5);
+  // Default deadline for this group's collectives; zero: the coordinator's default.
+  absl::Duration collective_timeout = absl::ZeroDuration();
+  // Tests turn this off to play a process that hangs without dying.
+  bool send_heartbeats = true;
+  uint64_t incarnation = 0;     // 0: random
+};
+
+// Per-call settings of a collective.
+struct CollectiveOptions {
+  absl::Duration timeout = absl::ZeroDuration();  // zero: the group's default
+};
+
+class ProcessGroup {
+ public:
+  using CallOptions = CollectiveOptions;
+
+  static absl::StatusOr<std::unique_ptr<ProcessGroup>> Join(
+      std::shared_ptr<grpc::Channel> channel, ProcessGroupOptions options);
+
+  // Leaves the group (if not yet left) and stops heartbeats.
+  ~ProcessGroup();
+
+  int rank() const { return assignment_.rank(); }
+  int world_size() const { return assignment_.world_size(); }
+  int local_rank() const { return assignment_.local_rank(); }
+  int local_world_size() const { return assignment_.local_world_size(); }
+  int node_rank() const { return assignment_.node_rank(); }
+  int num_nodes() const { return assignment_.num_nodes(); }
+  int64_t generation() const { return assignment_.generation(); }
+  uint64_t incarnation() const { return assignment_.member().incarnation(); }
+  const v1::RegisterResponse& assignment() const { return assignment_; }
+
+  absl::Status Barrier(const std::string& name = "barrier", CallOptions options = CallOptions());
+
+  // src passes its tensor; the other ranks pass nullptr. Everyone receives src's tensor.
+  absl::StatusOr<HostTensor> Broadcast(int src, const HostTensor* tensor,
+                                       CallOptions options = CallOptions());
+  absl::StatusOr<std::string> BroadcastBytes(int src, const std::string* bytes,
+                                             CallOptions options = CallOptions());
+
+  // Every rank's tensor, in rank order. Dimension 0 may differ between ranks.
+  absl::StatusOr<std::vector<HostTensor>> AllGather(const HostTensor& tensor,
+                                                    CallOptions options = CallOptions());
+
+  absl::StatusOr<HostTensor> AllReduce(const HostTensor& tensor, v1::ReduceOp op,
+                                       CallOptions options = CallOptions());
+
+  // The reduction on dst; std::nullopt on the other ranks.
+  absl::StatusOr<std::optional<HostTensor>> Reduce(const HostTensor& tensor, v1::ReduceOp op,
+                                                   int dst, CallOptions options = CallOptions());
+
+  // all: true iff every rank decided true; otherwise true iff any did.
+  absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all = true,
+                                             CallOptions options = CallOptions());
+
+  // The group's key-value scope (deleted when the group ends).
+  KeyValueClient& store() { return *store_; }
+
+  // Leaves cleanly; later calls answer FAILED_PRECONDITION.
+  absl::Status Leave();
+
+  // OK, or the error the last heartbeat got (e.g. ABORTED: a member died).
+  absl::Status health() const;
+
+  // (world_size, *shape) when every part has the same shape; INVALID_ARGUMENT otherwise.
+  static absl::StatusOr<HostTensor> Stack(const std::vector<HostTensor>& parts);
+  // Concatenation along dimension 0, for parts whose first dimension differs.
+  static absl::StatusOr<HostTensor> Concat(const std::vector<HostTensor>& parts);
+
+ private:
+  struct Streamed {
+    std::vector<v1::TensorMeta> parts;
+    std::string bytes;
+  };
+
+  ProcessGroup(std::shared_ptr<grpc::Channel> channel, ProcessGroupOptions options);
+  void HeartbeatLoop();
+  // Fills a CollectiveContext for the next collective and returns the transport deadline.
+  absl::Time NextContext(const CallOptions& options, int64_t payload_bytes,
+                         v1::CollectiveContext* context) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
+  template <typename Request, typename Response, typename Header, typename Open>
+  absl::StatusOr<Streamed> RunStream(Open open, const Header& header, const std::string* payload,
+                                     absl::Time deadline);
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  ProcessGroupOptions options_;
+  v1::RegisterResponse assignment_;
+  std::unique_ptr<KeyValueClient> store_;
+
+  absl::Mutex call_mu_;
+  int64_t next_sequence_ ABSL_GUARDED_BY(call_mu_) = 0;
+  bool left_ ABSL_GUARDED_BY(call_mu_) = false;
+
+  mutable absl::Mutex health_mu_;
+  absl::Status health_ ABSL_GUARDED_BY(health_mu_);
+  absl::Notification stop_heartbeats_;
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace dtrain

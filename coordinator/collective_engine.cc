@@ -1,0 +1,476 @@
+#include "coordinator/collective_engine.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/tensor.h"
+#include "coordinator/reduction.h"
+
+namespace dtrain {
+namespace {
+
+constexpr size_t kMaxBarrierName = 256;
+constexpr size_t kMaxNamedRanks = 16;
+
+const std::shared_ptr<const CollectiveResult>& EmptyResult() {
+  static const auto* empty =
+      new std::shared_ptr<const CollectiveResult>(std::make_shared<CollectiveResult>());
+  return *empty;
+}
+
+std::string BoolName(bool b) { return b ? "true" : "false"; }
+
+// "rank 2 (host a), rank 5 (host b) and 3 more"
+std::string NameRanks(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < ranks.size() && i < kMaxNamedRanks; ++i) {
+    const int r = ranks[i];
+    names.push_back(absl::StrCat("rank ", r, " (host ",
+                                 r < static_cast<int>(hosts.size()) ? hosts[r] : "?", ")"));
+  }
+  std::string out = absl::StrJoin(names, ", ");
+  if (ranks.size() > kMaxNamedRanks) {
+    absl::StrAppend(&out, " and ", ranks.size() - kMaxNamedRanks, " more");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string CollectiveKindName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kBarrier: return "barrier";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kReduce: return "reduce";
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kReduceBooleanDecision: return "reduce_boolean_decision";
+  }
+  return "unknown";
+}
+
+CollectiveEngine::CollectiveEngine(const GroupTable* groups) : groups_(groups) {}
+
+absl::Status CollectiveEngine::ValidateCall(const CollectiveCall& call, const MemberView& view) {
+  const std::string what = CollectiveKindName(call.kind);
+  if (call.sequence < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": sequence must not be negative, got ", call.sequence));
+  }
+  if (call.timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": timeout must not be negative"));
+  }
+  const bool rooted = call.kind == CollectiveKind::kBroadcast || call.kind == CollectiveKind::kReduce;
+  if (rooted && (call.root < 0 || call.root >= view.world_size)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", call.kind == CollectiveKind::kBroadcast ? "src" : "dst", " rank ", call.root,
+        " is out of range for world size ", view.world_size));
+  }
+  bool needs_tensor = call.kind == CollectiveKind::kAllGather ||
+                      call.kind == CollectiveKind::kReduce ||
+                      call.kind == CollectiveKind::kAllReduce;
+  switch (call.kind) {
+    case CollectiveKind::kBarrier:
+      if (call.barrier_name.empty()) {
+        return absl::InvalidArgumentError("barrier: name is empty; give every barrier a name");
+      }
+      if (call.barrier_name.size() > kMaxBarrierName) {
+        return absl::InvalidArgumentError("barrier: name is longer than 256 bytes");
+      }
+      break;
+    case CollectiveKind::kBroadcast:
+      if (call.payload_kind != v1::PAYLOAD_KIND_TENSOR &&
+          call.payload_kind != v1::PAYLOAD_KIND_BYTES) {
+        return absl::InvalidArgumentError(
+            "broadcast: payload kind must be PAYLOAD_KIND_TENSOR or PAYLOAD_KIND_BYTES");
+      }
+      if (view.rank == call.root) {
+        needs_tensor = true;
+        if (call.payload_kind == v1::PAYLOAD_KIND_BYTES &&
+            (call.meta.dtype() != v1::DTYPE_UINT8 || call.meta.shape_size() != 1)) {
+          return absl::InvalidArgumentError(
+              "broadcast: opaque bytes must be described as uint8[n]");
+        }
+      } else if (call.has_tensor) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "broadcast: rank ", view.rank, " is not src (", call.root,
+            ") and must not send a payload"));
+      }
+      break;
+    case CollectiveKind::kReduce:
+    case CollectiveKind::kAllReduce:
+      if (absl::Status s = CheckReducible(call.meta.dtype(), call.reduce_op); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
+      }
+      break;
+    default:
+      break;
+  }
+  if (needs_tensor) {
+    if (!call.has_tensor || call.payload == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": the call carries no tensor"));
+    }
+    if (absl::Status s = ValidatePayload(call.meta, static_cast<int64_t>(call.payload->size()));
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
+    }
+  }
+  if (call.kind == CollectiveKind::kAllGather && call.meta.shape_size() == 0) {
+    // Scalars gather fine; nothing to check beyond the dtype.
+  }
+  return absl::OkStatus();
+}
+
+std::string CollectiveEngine::Signature(const CollectiveCall& call) {
+  const std::string name = CollectiveKindName(call.kind);
+  switch (call.kind) {
+    case CollectiveKind::kBarrier:
+      return absl::StrCat(name, "('", call.barrier_name, "')");
+    case CollectiveKind::kBroadcast:
+      return absl::StrCat(name, "(src=", call.root, ", ",
+                          call.payload_kind == v1::PAYLOAD_KIND_BYTES ? "bytes" : "tensor", ")");
+    case CollectiveKind::kAllGather: {
+      // Dimension 0 may differ between ranks; everything else must agree.
+      std::vector<std::string> dims;
+      for (int i = 0; i < call.meta.shape_size(); ++i) {
+        dims.push_back(i == 0 ? "?" : absl::StrCat(call.meta.shape(i)));
+      }
+      return absl::StrCat(name, "(", DTypeName(call.meta.dtype()), "[",
+                          absl::StrJoin(dims, ", "), "])");
+    }
+    case CollectiveKind::kReduce:
+      return absl::StrCat(name, "(", DescribeMeta(call.meta), ", ", ReduceOpName(call.reduce_op),
+                          ", dst=", call.root, ")");
+    case CollectiveKind::kAllReduce:
+      return absl::StrCat(name, "(", DescribeMeta(call.meta), ", ",
+                          ReduceOpName(call.reduce_op), ")");
+    case CollectiveKind::kReduceBooleanDecision:
+      return absl::StrCat(name, "(all=", BoolName(call.all), ")");
+  }
+  return name;
+}
+
+std::string CollectiveEngine::Describe(const CollectiveCall& call) {
+  if (call.kind == CollectiveKind::kAllGather) {
+    return absl::StrCat(CollectiveKindName(call.kind), "(", DescribeMeta(call.meta), ")");
+  }
+  return Signature(call);
+}
+
+std::string CollectiveEngine::Label(const Key& key, const Instance& instance) const {
+  return absl::StrCat("collective #", instance.sequence, " (", instance.signature,
+                      ") of group '", key.first, "' generation ", key.second);
+}
+
+void CollectiveEngine::FailInstance(GroupState& group, Instance& instance,
+                                    const absl::Status& status,
+                                    std::vector<Completion>& completions) {
+  instance.failure = status;
+  for (auto& [rank, arrival] : instance.arrivals) {
+    completions.push_back([done = std::move(arrival.done), status] { done(status, nullptr); });
+    instance.answered.insert(rank);
+  }
+  instance.arrivals.clear();
+}
+
+void CollectiveEngine::Collect(GroupState& group) {
+  for (auto it = group.instances.begin(); it != group.instances.end();) {
+    if (it->second.failure.has_value() &&
+        static_cast<int>(it->second.answered.size()) >= group.world_size) {
+      it = group.instances.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void CollectiveEngine::Submit(CollectiveCall call, CollectiveDone done) {
+  absl::StatusOr<MemberView> view = groups_->CheckMember(call.member);
+  if (!view.ok()) return done(view.status(), nullptr);
+  if (absl::Status s = ValidateCall(call, *view); !s.ok()) return done(s, nullptr);
+
+  const absl::Time now = absl::Now();
+  const Key key{view->group, view->generation};
+  const int rank = view->rank;
+  std::vector<Completion> completions;
+  std::optional<Instance> ready;
+  int world_size = view->world_size;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) {
+      completions.push_back([done] {
+        done(absl::UnavailableError("the coordinator is shutting down"), nullptr);
+      });
+    } else {
+      GroupState& group = states_[key];
+      if (group.world_size == 0) {
+        group.world_size = view->world_size;
+        group.hosts = view->hosts;
+        group.next_sequence.assign(view->world_size, 0);
+      }
+      if (group.failure.has_value()) {
+        completions.push_back([done, status = *group.failure] { done(status, nullptr); });
+      } else if (call.sequence != group.next_sequence[rank]) {
+        completions.push_back([done, msg = absl::StrCat(
+                                         "rank ", rank, " of group '", key.first, "' sent ",
+                                         Describe(call), " as collective #", call.sequence,
+                                         ", but its next collective is #",
+                                         group.next_sequence[rank],
+                                         ". Each rank must issue its collectives one at a "
+                                         "time, in program order")] {
+          done(absl::FailedPreconditionError(msg), nullptr);
+        });
+      } else {
+        group.next_sequence[rank] += 1;
+        auto [it, created] = group.instances.try_emplace(call.sequence);
+        Instance& inst = it->second;
+        const absl::Duration timeout =
+            call.timeout > absl::ZeroDuration() ? call.timeout : view->collective_timeout;
+        if (created) {
+          inst.sequence = call.sequence;
+          inst.signature = Signature(call);
+          inst.timeout = timeout;
+          // A rank that left before this call can never join it.
+          for (const auto& [left_rank, who] : group.left) {
+            if (group.next_sequence[left_rank] <= call.sequence) {
+              inst.failure = absl::FailedPreconditionError(absl::StrCat(
+                  who, " left group '", key.first, "' before joining ", Label(key, inst)));
+              break;
+            }
+          }
+        }
+        const std::string description = Describe(call);
+        if (inst.failure.has_value()) {
+          inst.answered.insert(rank);
+          absl::Status status = *inst.failure;
+          if (status.code() == absl::StatusCode::kFailedPrecondition && !inst.calls.empty()) {
+            status = absl::Status(status.code(),
+                                  absl::StrCat(status.message(), "; rank ", rank,
+                                               " arrived later with ", description));
+          }
+          completions.push_back([done, status] { done(status, nullptr); });
+          Collect(group);
+        } else {
+          if (now + timeout < inst.deadline) {
+            inst.deadline = now + timeout;
+            inst.timeout = timeout;
+          }
+          inst.calls.push_back(absl::StrCat("rank ", rank, " called ", description));
+          const bool matches = Signature(call) == inst.signature;
+          inst.arrivals.emplace(rank, Arrival{std::move(call), std::move(done), description});
+          if (!matches) {
+            FailInstance(group, inst,
+                         absl::FailedPreconditionError(absl::StrCat(
+                             "collective #", inst.sequence, " of group '", key.first,
+                             "' does not match across ranks: ", absl::StrJoin(inst.calls, "; "),
+                             ". Every rank must make the same collective calls in the same "
+                             "order")),
+                         completions);
+            Collect(group);
+          } else if (static_cast<int>(inst.arrivals.size()) == group.world_size) {
+            ready = std::move(inst);
+            group.instances.erase(it);
+          }
+        }
+      }
+    }
+  }
+  for (Completion& c : completions) c();
+  if (ready.has_value()) Complete(std::move(*ready), world_size);
+}
+
+void CollectiveEngine::Complete(Instance instance, int world_size) {
+  auto& arrivals = instance.arrivals;
+  const CollectiveCall& first = arrivals.begin()->second.call;
+  auto result = std::make_shared<CollectiveResult>();
+  absl::Status status;
+  switch (first.kind) {
+    case CollectiveKind::kBarrier:
+      break;
+    case CollectiveKind::kReduceBooleanDecision: {
+      bool decision = first.all;
+      for (const auto& [rank, a] : arrivals) {
+        decision = first.all ? (decision && a.call.decision) : (decision || a.call.decision);
+      }
+      result->decision = decision;
+      break;
+    }
+    case CollectiveKind::kBroadcast: {
+      const CollectiveCall& src = arrivals.at(first.root).call;
+      result->parts.push_back(src.meta);
+      result->buffers.push_back(src.payload);
+      break;
+    }
+    case CollectiveKind::kAllGather:
+      for (const auto& [rank, a] : arrivals) {
+        result->parts.push_back(a.call.meta);
+        result->buffers.push_back(a.call.payload);
+      }
+      break;
+    case CollectiveKind::kReduce:
+    case CollectiveKind::kAllReduce: {
+      std::vector<const char*> inputs;
+      inputs.reserve(arrivals.size());
+      for (const auto& [rank, a] : arrivals) inputs.push_back(a.call.payload->data());
+      auto out = std::make_shared<std::string>();
+      out->resize(first.payload->size());
+      int64_t numel = 1;
+      for (int64_t d : first.meta.shape()) numel *= d;
+      status = ReduceBuffers(first.meta.dtype(), first.reduce_op, inputs, numel, out->data());
+      result->parts.push_back(first.meta);
+      result->buffers.push_back(std::move(out));
+      break;
+    }
+  }
+  // Inputs are no longer needed; release them before the (possibly slow) streaming back.
+  const bool rooted_reduce = first.kind == CollectiveKind::kReduce;
+  const int root = first.root;
+  std::vector<std::pair<int, CollectiveDone>> dones;
+  for (auto& [rank, a] : arrivals) dones.emplace_back(rank, std::move(a.done));
+  if (first.kind == CollectiveKind::kReduce || first.kind == CollectiveKind::kAllReduce) {
+    arrivals.clear();
+  }
+  std::shared_ptr<const CollectiveResult> shared = std::move(result);
+  for (auto& [rank, done] : dones) {
+    if (!status.ok()) {
+      done(status, nullptr);
+    } else if (rooted_reduce && rank != root) {
+      done(absl::OkStatus(), EmptyResult());
+    } else {
+      done(absl::OkStatus(), shared);
+    }
+  }
+}
+
+void CollectiveEngine::Abandon(const v1::MemberRef& member, int64_t sequence) {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    auto state = states_.find(Key{member.group(), member.generation()});
+    if (state == states_.end()) return;
+    GroupState& group = state->second;
+    auto it = group.instances.find(sequence);
+    if (it == group.instances.end()) return;
+    Instance& inst = it->second;
+    auto arrival = inst.arrivals.find(member.rank());
+    if (arrival == inst.arrivals.end() ||
+        arrival->second.call.member.incarnation() != member.incarnation()) {
+      return;
+    }
+    const std::string who = NameRanks({member.rank()}, group.hosts);
+    FailInstance(group, inst,
+                 absl::AbortedError(absl::StrCat(
+                     who, " abandoned ", Label(Key{member.group(), member.generation()}, inst),
+                     ": its call was cancelled (its process died or its client gave up)")),
+                 completions);
+    Collect(group);
+  }
+  for (Completion& c : completions) c();
+}
+
+void CollectiveEngine::FailGroup(const std::string& group_id, int64_t generation,
+                                 const absl::Status& reason) {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    GroupState& group = states_[Key{group_id, generation}];
+    group.failure = reason;
+    for (auto& [seq, inst] : group.instances) FailInstance(group, inst, reason, completions);
+    group.instances.clear();
+  }
+  for (Completion& c : completions) c();
+}
+
+void CollectiveEngine::MemberLeft(const std::string& group_id, int64_t generation, int rank,
+                                  const std::string& who) {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    auto state = states_.find(Key{group_id, generation});
+    if (state == states_.end()) {
+      // No collective yet: remember the departure for the first one.
+      state = states_.emplace(Key{group_id, generation}, GroupState{}).first;
+    }
+    GroupState& group = state->second;
+    group.left[rank] = who;
+    for (auto& [seq, inst] : group.instances) {
+      if (inst.failure.has_value() || inst.arrivals.count(rank) || inst.answered.count(rank)) {
+        continue;
+      }
+      FailInstance(group, inst,
+                   absl::FailedPreconditionError(absl::StrCat(
+                       who, " left group '", group_id, "' before joining ",
+                       Label(Key{group_id, generation}, inst))),
+                   completions);
+    }
+  }
+  for (Completion& c : completions) c();
+}
+
+void CollectiveEngine::DropGroup(const std::string& group_id, int64_t generation) {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    auto state = states_.find(Key{group_id, generation});
+    if (state == states_.end()) return;
+    for (auto& [seq, inst] : state->second.instances) {
+      FailInstance(state->second, inst,
+                   absl::FailedPreconditionError(absl::StrCat(
+                       "group '", group_id, "' generation ", generation, " ended")),
+                   completions);
+    }
+    states_.erase(state);
+  }
+  for (Completion& c : completions) c();
+}
+
+void CollectiveEngine::Tick(absl::Time now) {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, group] : states_) {
+      for (auto& [seq, inst] : group.instances) {
+        if (inst.failure.has_value() || inst.arrivals.empty() || now < inst.deadline) continue;
+        std::vector<int> missing;
+        for (int r = 0; r < group.world_size; ++r) {
+          if (!inst.arrivals.count(r) && !inst.answered.count(r)) missing.push_back(r);
+        }
+        FailInstance(group, inst,
+                     absl::DeadlineExceededError(absl::StrCat(
+                         Label(key, inst), " timed out after ", absl::FormatDuration(inst.timeout),
+                         ": ", group.world_size - static_cast<int>(missing.size()), " of ",
+                         group.world_size, " ranks arrived; missing: ",
+                         NameRanks(missing, group.hosts))),
+                     completions);
+      }
+      Collect(group);
+    }
+  }
+  for (Completion& c : completions) c();
+}
+
+void CollectiveEngine::Stop() {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    for (auto& [key, group] : states_) {
+      for (auto& [seq, inst] : group.instances) {
+        FailInstance(group, inst, absl::UnavailableError("the coordinator is shutting down"),
+                     completions);
+      }
+      group.instances.clear();
+    }
+  }
+  for (Completion& c : completions) c();
+}
+
+int CollectiveEngine::PendingCount() const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& [key, group] : states_) n += static_cast<int>(group.instances.size());
+  return n;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,86 @@
+#include "coordinator/coordinator_server.h"
+
+#include <malloc.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/streaming.h"
+
+namespace dtrain {
+
+CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std::move(options)) {
+  kv_ = std::make_unique<KeyValueStore>();
+  GroupEvents events;
+  events.failed = [this](const std::string& group, int64_t generation,
+                         const absl::Status& reason) {
+    engine_->FailGroup(group, generation, reason);
+  };
+  events.member_left = [this](const std::string& group, int64_t generation, int rank,
+                              const std::string& who) {
+    engine_->MemberLeft(group, generation, rank, who);
+  };
+  events.ended = [this](const std::string& group, int64_t generation) {
+    engine_->DropGroup(group, generation);
+    kv_->DeleteScope(group);
+    // Large payload buffers of the finished group go back to the system, not to a cache.
+    malloc_trim(0);
+  };
+  groups_ = std::make_unique<GroupTable>(options_.groups, std::move(events));
+  engine_ = std::make_unique<CollectiveEngine>(groups_.get());
+  service_ = std::make_unique<CoordinatorService>(groups_.get(), engine_.get(), kv_.get());
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    CoordinatorOptions options) {
+  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(std::move(options)));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(server->options_.listen_address, grpc::InsecureServerCredentials(),
+                           &server->port_);
+  builder.RegisterService(server->service_.get());
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ",
+                                               server->options_.listen_address,
+                                               ": the address is invalid or already in use"));
+  }
+  const std::string& address = server->options_.listen_address;
+  server->host_ = address.substr(0, address.rfind(':'));
+  server->monitor_ = std::thread([s = server.get()] { s->MonitorLoop(); });
+  return server;
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+std::string CoordinatorServer::address() const { return absl::StrCat(host_, ":", port_); }
+
+void CoordinatorServer::MonitorLoop() {
+  while (!stop_monitor_.WaitForNotificationWithTimeout(options_.tick)) {
+    const absl::Time now = absl::Now();
+    groups_->Tick(now);
+    engine_->Tick(now);
+    kv_->Tick(now);
+  }
+}
+
+void CoordinatorServer::Shutdown() {
+  {
+    absl::MutexLock lock(&shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  stop_monitor_.Notify();
+  if (monitor_.joinable()) monitor_.join();
+  // Answer every waiting call before the server stops accepting, so nothing hangs.
+  groups_->Stop();
+  engine_->Stop();
+  kv_->Stop();
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_->Wait();
+  }
+}
+
+}  // namespace dtrain

@@ -1,0 +1,69 @@
+// CoordinatorServer: owns one running coordinator (group table, collective engine, key-value
+// store, gRPC server) and the single background thread that drives deadlines and liveness.
+// Used by dtrain-coordinator's main and by tests that run a coordinator in-process.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "coordinator/collective_engine.h"
+#include "coordinator/coordinator_service.h"
+#include "coordinator/group_table.h"
+#include "coordinator/kv_store.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace dtrain {
+
+inline constexpr int kDefaultCoordinatorPort = 29610;
+
+struct CoordinatorOptions {
+  // host:port; port 0 picks a free one (read it back with port()).
+  std::string listen_address = "127.0.0.1:29610";
+  GroupTableOptions groups;
+  // How often deadlines and heartbeats are checked: the precision of every timeout.
+  absl::Duration tick = absl::Milliseconds(20);
+};
+
+class CoordinatorServer {
+ public:
+  // UNAVAILABLE if the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(CoordinatorOptions options);
+
+  ~CoordinatorServer();
+
+  int port() const { return port_; }
+  // "127.0.0.1:<port>"
+  std::string address() const;
+
+  // Fails every pending call with UNAVAILABLE, then stops the server. Idempotent.
+  void Shutdown();
+
+  const CollectiveEngine& engine() const { return *engine_; }
+
+ private:
+  explicit CoordinatorServer(CoordinatorOptions options);
+  void MonitorLoop();
+
+  const CoordinatorOptions options_;
+  std::unique_ptr<KeyValueStore> kv_;
+  std::unique_ptr<GroupTable> groups_;
+  std::unique_ptr<CollectiveEngine> engine_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string host_;
+  absl::Notification stop_monitor_;
+  std::thread monitor_;
+  absl::Mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+};
+
+}  // namespace dtrain

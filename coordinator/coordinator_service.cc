@@ -1,0 +1,394 @@
+#include "coordinator/coordinator_service.h"
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/streaming.h"
+#include "common/tensor.h"
+
+namespace dtrain {
+namespace {
+
+// A unary reactor finished later by whoever completes the call; OnCancel lets the waiting
+// side learn that the client went away (its process died, or it gave up).
+class WaitingReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit WaitingReactor(std::function<void()> on_cancel) : on_cancel_(std::move(on_cancel)) {}
+  void OnCancel() override {
+    if (on_cancel_) on_cancel_();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  std::function<void()> on_cancel_;
+};
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+void FillContext(const v1::CollectiveContext& context, CollectiveCall* call) {
+  call->member = context.member();
+  call->sequence = context.sequence();
+  call->timeout = absl::Milliseconds(context.timeout_ms());
+}
+
+absl::Status RequireHeader(bool has_header, const char* rpc) {
+  if (has_header) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(rpc, ": the first stream message must carry the header"));
+}
+
+// How each streamed collective's first message maps onto a CollectiveCall.
+struct BroadcastTraits {
+  using Request = v1::BroadcastRequest;
+  using Response = v1::BroadcastResponse;
+  static absl::Status Parse(const Request& r, CollectiveCall* call) {
+    if (absl::Status s = RequireHeader(r.has_header(), "broadcast"); !s.ok()) return s;
+    call->kind = CollectiveKind::kBroadcast;
+    FillContext(r.header().context(), call);
+    call->root = r.header().src();
+    call->payload_kind = r.header().kind();
+    call->has_tensor = r.header().has_meta();
+    call->meta = r.header().meta();
+    return absl::OkStatus();
+  }
+};
+struct AllGatherTraits {
+  using Request = v1::AllGatherRequest;
+  using Response = v1::AllGatherResponse;
+  static absl::Status Parse(const Request& r, CollectiveCall* call) {
+    if (absl::Status s = RequireHeader(r.has_header(), "all_gather"); !s.ok()) return s;
+    call->kind = CollectiveKind::kAllGather;
+    FillContext(r.header().context(), call);
+    call->has_tensor = true;
+    call->meta = r.header().meta();
+    return absl::OkStatus();
+  }
+};
+struct ReduceTraits {
+  using Request = v1::ReduceRequest;
+  using Response = v1::ReduceResponse;
+  static absl::Status Parse(const Request& r, CollectiveCall* call) {
+    if (absl::Status s = RequireHeader(r.has_header(), "reduce"); !s.ok()) return s;
+    call->kind = CollectiveKind::kReduce;
+    FillContext(r.header().context(), call);
+    call->root = r.header().dst();
+    call->reduce_op = r.header().op();
+    call->has_tensor = true;
+    call->meta = r.header().meta();
+    return absl::OkStatus();
+  }
+};
+struct AllReduceTraits {
+  using Request = v1::AllReduceRequest;
+  using Response = v1::AllReduceResponse;
+  static absl::Status Parse(const Request& r, CollectiveCall* call) {
+    if (absl::Status s = RequireHeader(r.has_header(), "all_reduce"); !s.ok()) return s;
+    call->kind = CollectiveKind::kAllReduce;
+    FillContext(r.header().context(), call);
+    call->reduce_op = r.header().op();
+    call->has_tensor = true;
+    call->meta = r.header().meta();
+    return absl::OkStatus();
+  }
+};
+
+// One streamed tensor collective: receive header and chunks, submit, stream the result back.
+// Lifetime: deletes itself in OnDone, which gRPC calls only after Finish; Finish is called
+// exactly once, by the read path before submission or by the result path after it.
+template <typename Traits>
+class TensorCollectiveReactor final
+    : public grpc::ServerBidiReactor<typename Traits::Request, typename Traits::Response> {
+ public:
+  explicit TensorCollectiveReactor(CollectiveEngine* engine) : engine_(engine) {
+    this->StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      if (!header_seen_) return Finish(absl::InvalidArgumentError("stream closed before its header"));
+      return Finish(absl::InvalidArgumentError(absl::StrCat(
+          "stream closed after ", buffer_->size(), " of the ", expected_, " payload bytes of ",
+          DescribeMeta(call_.meta))));
+    }
+    if (!header_seen_) {
+      header_seen_ = true;
+      if (absl::Status s = Traits::Parse(request_, &call_); !s.ok()) return Finish(s);
+      member_ = call_.member;
+      sequence_ = call_.sequence;
+      if (call_.has_tensor) {
+        absl::StatusOr<int64_t> bytes = ValidateMeta(call_.meta);
+        if (!bytes.ok()) return Finish(bytes.status());
+        expected_ = *bytes;
+      }
+      buffer_ = std::make_shared<std::string>();
+      // Reserve only what a client can prove it sends soon; a header alone claims nothing.
+      buffer_->reserve(static_cast<size_t>(std::min<int64_t>(expected_, int64_t{256} << 20)));
+    } else if (request_.has_header()) {
+      return Finish(absl::InvalidArgumentError("the header was sent twice in one stream"));
+    }
+    const std::string& chunk = request_.chunk();
+    if (static_cast<int64_t>(buffer_->size() + chunk.size()) > expected_) {
+      return Finish(absl::InvalidArgumentError(absl::StrCat(
+          "stream carries more than the ", expected_, " payload bytes of ",
+          call_.has_tensor ? DescribeMeta(call_.meta) : std::string("a call without tensor"))));
+    }
+    buffer_->append(chunk);
+    if (static_cast<int64_t>(buffer_->size()) < expected_) {
+      this->StartRead(&request_);
+      return;
+    }
+    call_.payload = std::move(buffer_);
+    submitted_.store(true);
+    engine_->Submit(std::move(call_),
+                    [this](const absl::Status& status,
+                           std::shared_ptr<const CollectiveResult> result) {
+                      OnResult(status, std::move(result));
+                    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (finished_) return;
+    if (!ok) return Finish(absl::CancelledError("the client stopped reading the result"));
+    WriteNext();
+  }
+
+  void OnCancel() override {
+    if (submitted_.load() && !answered_.load()) engine_->Abandon(member_, sequence_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void OnResult(const absl::Status& status, std::shared_ptr<const CollectiveResult> result) {
+    answered_.store(true);
+    if (!status.ok()) return Finish(status);
+    result_ = std::move(result);
+    for (const auto& buffer : result_->buffers) remaining_ += buffer->size();
+    WriteNext();
+  }
+
+  // Writes the next message: the header first, then up to one chunk of payload, possibly
+  // spanning several parts (an all_gather of small tensors travels in one message).
+  void WriteNext() {
+    response_.Clear();
+    if (!header_sent_) {
+      header_sent_ = true;
+      for (const auto& meta : result_->parts) *response_.mutable_header()->add_parts() = meta;
+    }
+    std::string* chunk = response_.mutable_chunk();
+    const size_t budget = static_cast<size_t>(std::min<uint64_t>(remaining_, kStreamChunkBytes));
+    chunk->reserve(budget);
+    while (chunk->size() < budget) {
+      const std::string& part = *result_->buffers[part_];
+      const size_t take = std::min(budget - chunk->size(), part.size() - offset_);
+      chunk->append(part, offset_, take);
+      offset_ += take;
+      if (offset_ == part.size()) {
+        ++part_;
+        offset_ = 0;
+      }
+    }
+    remaining_ -= budget;
+    if (remaining_ == 0) {
+      finished_ = true;
+      this->StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+    } else {
+      this->StartWrite(&response_);
+    }
+  }
+
+  void Finish(const absl::Status& status) {
+    finished_ = true;
+    grpc::ServerBidiReactor<typename Traits::Request, typename Traits::Response>::Finish(
+        ToGrpcStatus(status));
+  }
+
+  CollectiveEngine* const engine_;
+  typename Traits::Request request_;
+  typename Traits::Response response_;
+  CollectiveCall call_;
+  v1::MemberRef member_;
+  int64_t sequence_ = 0;
+  bool header_seen_ = false;
+  int64_t expected_ = 0;
+  std::shared_ptr<std::string> buffer_;
+  std::atomic<bool> submitted_{false};
+  std::atomic<bool> answered_{false};
+  std::shared_ptr<const CollectiveResult> result_;
+  uint64_t remaining_ = 0;
+  size_t part_ = 0;
+  size_t offset_ = 0;
+  bool header_sent_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+CoordinatorService::CoordinatorService(GroupTable* groups, CollectiveEngine* engine,
+                                       KeyValueStore* kv)
+    : groups_(groups), engine_(engine), kv_(kv) {}
+
+grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerContext* context,
+                                                       const v1::RegisterRequest* request,
+                                                       v1::RegisterResponse* response) {
+  auto* reactor = new WaitingReactor(
+      [groups = groups_, group = request->group(), incarnation = request->incarnation()] {
+        groups->CancelRegistration(group, incarnation);
+      });
+  groups_->Register(*request, [reactor, response](absl::StatusOr<v1::RegisterResponse> r) {
+    if (r.ok()) *response = std::move(*r);
+    reactor->Finish(ToGrpcStatus(r.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
+                                                        const v1::HeartbeatRequest* request,
+                                                        v1::HeartbeatResponse* response) {
+  return FinishNow(context, groups_->Heartbeat(request->member()));
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,
+                                                    const v1::LeaveRequest* request,
+                                                    v1::LeaveResponse* response) {
+  return FinishNow(context, groups_->Leave(request->member()));
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::SubmitUnary(
+    CollectiveCall call, std::function<void(const CollectiveResult&)> fill) {
+  auto* reactor = new WaitingReactor(
+      [engine = engine_, member = call.member, sequence = call.sequence] {
+        engine->Abandon(member, sequence);
+      });
+  engine_->Submit(std::move(call), [reactor, fill = std::move(fill)](
+                                       const absl::Status& status,
+                                       std::shared_ptr<const CollectiveResult> result) {
+    if (status.ok() && fill) fill(*result);
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Barrier(grpc::CallbackServerContext* context,
+                                                      const v1::BarrierRequest* request,
+                                                      v1::BarrierResponse* response) {
+  CollectiveCall call;
+  call.kind = CollectiveKind::kBarrier;
+  FillContext(request->context(), &call);
+  call.barrier_name = request->name();
+  return SubmitUnary(std::move(call), nullptr);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ReduceBooleanDecision(
+    grpc::CallbackServerContext* context, const v1::ReduceBooleanDecisionRequest* request,
+    v1::ReduceBooleanDecisionResponse* response) {
+  CollectiveCall call;
+  call.kind = CollectiveKind::kReduceBooleanDecision;
+  FillContext(request->context(), &call);
+  call.decision = request->decision();
+  call.all = request->all();
+  return SubmitUnary(std::move(call), [response](const CollectiveResult& result) {
+    response->set_decision(result.decision);
+  });
+}
+
+grpc::ServerBidiReactor<v1::BroadcastRequest, v1::BroadcastResponse>*
+CoordinatorService::Broadcast(grpc::CallbackServerContext* context) {
+  return new TensorCollectiveReactor<BroadcastTraits>(engine_);
+}
+
+grpc::ServerBidiReactor<v1::AllGatherRequest, v1::AllGatherResponse>*
+CoordinatorService::AllGather(grpc::CallbackServerContext* context) {
+  return new TensorCollectiveReactor<AllGatherTraits>(engine_);
+}
+
+grpc::ServerBidiReactor<v1::ReduceRequest, v1::ReduceResponse>* CoordinatorService::Reduce(
+    grpc::CallbackServerContext* context) {
+  return new TensorCollectiveReactor<ReduceTraits>(engine_);
+}
+
+grpc::ServerBidiReactor<v1::AllReduceRequest, v1::AllReduceResponse>*
+CoordinatorService::AllReduce(grpc::CallbackServerContext* context) {
+  return new TensorCollectiveReactor<AllReduceTraits>(engine_);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KeyValueSet(grpc::CallbackServerContext* context,
+                                                          const v1::KeyValueSetRequest* request,
+                                                          v1::KeyValueSetResponse* response) {
+  return FinishNow(context, kv_->Set(request->scope(), request->key(), request->value()));
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KeyValueGet(grpc::CallbackServerContext* context,
+                                                          const v1::KeyValueGetRequest* request,
+                                                          v1::KeyValueGetResponse* response) {
+  // Nothing to undo on cancel: the waiter times out on its own and Finish after a cancel is
+  // harmless.
+  auto* reactor = new WaitingReactor(nullptr);
+  kv_->Get(request->scope(), request->key(), absl::Milliseconds(request->wait_timeout_ms()),
+           [reactor, response](absl::StatusOr<std::string> value) {
+             if (value.ok()) response->set_value(std::move(*value));
+             reactor->Finish(ToGrpcStatus(value.status()));
+           });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KeyValueAdd(grpc::CallbackServerContext* context,
+                                                          const v1::KeyValueAddRequest* request,
+                                                          v1::KeyValueAddResponse* response) {
+  absl::StatusOr<int64_t> value = kv_->Add(request->scope(), request->key(), request->delta());
+  if (value.ok()) response->set_value(*value);
+  return FinishNow(context, value.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KeyValueCompareAndSet(
+    grpc::CallbackServerContext* context, const v1::KeyValueCompareAndSetRequest* request,
+    v1::KeyValueCompareAndSetResponse* response) {
+  absl::StatusOr<KeyValueStore::CasResult> result = kv_->CompareAndSet(
+      request->scope(), request->key(), request->expected(), request->desired());
+  if (result.ok()) {
+    response->set_swapped(result->swapped);
+    response->set_present(result->present);
+    response->set_value(std::move(result->value));
+  }
+  return FinishNow(context, result.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KeyValueDelete(
+    grpc::CallbackServerContext* context, const v1::KeyValueDeleteRequest* request,
+    v1::KeyValueDeleteResponse* response) {
+  absl::StatusOr<bool> deleted = kv_->Delete(request->scope(), request->key());
+  if (deleted.ok()) response->set_deleted(*deleted);
+  return FinishNow(context, deleted.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KeyValueList(grpc::CallbackServerContext* context,
+                                                           const v1::KeyValueListRequest* request,
+                                                           v1::KeyValueListResponse* response) {
+  auto entries = kv_->List(request->scope(), request->prefix());
+  if (entries.ok()) {
+    for (auto& [key, value] : *entries) {
+      v1::KeyValueEntry* e = response->add_entries();
+      e->set_key(key);
+      e->set_value(std::move(value));
+    }
+  }
+  return FinishNow(context, entries.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListGroups(grpc::CallbackServerContext* context,
+                                                         const v1::ListGroupsRequest* request,
+                                                         v1::ListGroupsResponse* response) {
+  for (v1::GroupInfo& info : groups_->List()) *response->add_groups() = std::move(info);
+  return FinishNow(context, absl::OkStatus());
+}
+
+}  // namespace dtrain

@@ -1,0 +1,74 @@
+// CoordinatorService: the gRPC edge of the coordinator. Translates dtrain.v1.Coordinator RPCs
+// into GroupTable / CollectiveEngine / KeyValueStore calls and their absl::Status answers into
+// grpc::Status. Uses the callback API throughout: a rank waiting in a barrier or collective
+// holds a reactor, never a thread.
+#pragma once
+
+#include "coordinator/collective_engine.h"
+#include "coordinator/group_table.h"
+#include "coordinator/kv_store.h"
+#include "dtrain/v1/coordinator.grpc.pb.h"
+
+namespace dtrain {
+
+class CoordinatorService final : public v1::Coordinator::CallbackService {
+ public:
+  // The pointees must outlive the service.
+  CoordinatorService(GroupTable* groups, CollectiveEngine* engine, KeyValueStore* kv);
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const v1::RegisterRequest* request,
+                                     v1::RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
+                                  const v1::LeaveRequest* request,
+                                  v1::LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* context,
+                                    const v1::BarrierRequest* request,
+                                    v1::BarrierResponse* response) override;
+  grpc::ServerBidiReactor<v1::BroadcastRequest, v1::BroadcastResponse>* Broadcast(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<v1::AllGatherRequest, v1::AllGatherResponse>* AllGather(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<v1::ReduceRequest, v1::ReduceResponse>* Reduce(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<v1::AllReduceRequest, v1::AllReduceResponse>* AllReduce(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ReduceBooleanDecision(
+      grpc::CallbackServerContext* context, const v1::ReduceBooleanDecisionRequest* request,
+      v1::ReduceBooleanDecisionResponse* response) override;
+  grpc::ServerUnaryReactor* KeyValueSet(grpc::CallbackServerContext* context,
+                                        const v1::KeyValueSetRequest* request,
+                                        v1::KeyValueSetResponse* response) override;
+  grpc::ServerUnaryReactor* KeyValueGet(grpc::CallbackServerContext* context,
+                                        const v1::KeyValueGetRequest* request,
+                                        v1::KeyValueGetResponse* response) override;
+  grpc::ServerUnaryReactor* KeyValueAdd(grpc::CallbackServerContext* context,
+                                        const v1::KeyValueAddRequest* request,
+                                        v1::KeyValueAddResponse* response) override;
+  grpc::ServerUnaryReactor* KeyValueCompareAndSet(
+      grpc::CallbackServerContext* context, const v1::KeyValueCompareAndSetRequest* request,
+      v1::KeyValueCompareAndSetResponse* response) override;
+  grpc::ServerUnaryReactor* KeyValueDelete(grpc::CallbackServerContext* context,
+                                           const v1::KeyValueDeleteRequest* request,
+                                           v1::KeyValueDeleteResponse* response) override;
+  grpc::ServerUnaryReactor* KeyValueList(grpc::CallbackServerContext* context,
+                                         const v1::KeyValueListRequest* request,
+                                         v1::KeyValueListResponse* response) override;
+  grpc::ServerUnaryReactor* ListGroups(grpc::CallbackServerContext* context,
+                                       const v1::ListGroupsRequest* request,
+                                       v1::ListGroupsResponse* response) override;
+
+ private:
+  // Submits a unary collective and finishes its reactor when the engine answers.
+  grpc::ServerUnaryReactor* SubmitUnary(CollectiveCall call,
+                                        std::function<void(const CollectiveResult&)> fill);
+
+  GroupTable* const groups_;
+  CollectiveEngine* const engine_;
+  KeyValueStore* const kv_;
+};
+
+}  // namespace dtrain

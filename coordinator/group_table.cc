@@ -1,0 +1,439 @@
+#include "coordinator/group_table.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dtrain {
+namespace {
+
+constexpr int kMaxWorldSize = 1 << 16;
+constexpr size_t kMaxNameBytes = 256;
+
+int64_t Millis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
+
+std::string StateName(v1::GroupState state) {
+  switch (state) {
+    case v1::GROUP_STATE_FORMING: return "forming";
+    case v1::GROUP_STATE_ACTIVE: return "active";
+    case v1::GROUP_STATE_FAILED: return "failed";
+    case v1::GROUP_STATE_ENDED: return "ended";
+    default: return "unknown";
+  }
+}
+
+}  // namespace
+
+GroupTable::GroupTable(GroupTableOptions options, GroupEvents events)
+    : options_(std::move(options)), events_(std::move(events)) {}
+
+void GroupTable::Run(std::vector<Completion>& completions) {
+  for (Completion& c : completions) c();
+  completions.clear();
+}
+
+std::string GroupTable::Describe(const Member& member) {
+  return absl::StrCat("rank ", member.info.rank(), " (host ", member.info.host(), ")");
+}
+
+absl::Status GroupTable::ValidateRegister(const v1::RegisterRequest& r) const {
+  if (r.group().empty()) return absl::InvalidArgumentError("register: group id is empty");
+  if (r.group().size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register: group id is ", r.group().size(), " bytes; at most ",
+                     kMaxNameBytes));
+  }
+  if (r.host().empty()) return absl::InvalidArgumentError("register: host name is empty");
+  if (r.host().size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError("register: host name is longer than 256 bytes");
+  }
+  if (r.local_devices() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "register: local_devices must be at least 1, got ", r.local_devices()));
+  }
+  if (r.incarnation() == 0) {
+    return absl::InvalidArgumentError("register: incarnation must be a non-zero random id");
+  }
+  if (r.world_size() < 1 || r.world_size() > kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "register: world_size must be in [1, ", kMaxWorldSize, "], got ", r.world_size()));
+  }
+  if (r.min_world_size() < 0 || r.min_world_size() > r.world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register: min_world_size must be in [0, world_size=", r.world_size(),
+                     "], got ", r.min_world_size()));
+  }
+  if (r.settle_timeout_ms() < 0 || r.timeout_ms() < 0 || r.collective_timeout_ms() < 0 ||
+      r.generation() < 0) {
+    return absl::InvalidArgumentError(
+        "register: timeouts and generation must not be negative");
+  }
+  return absl::OkStatus();
+}
+
+void GroupTable::Register(const v1::RegisterRequest& request, RegisterDone done) {
+  if (absl::Status s = ValidateRegister(request); !s.ok()) return done(s);
+  const absl::Time now = absl::Now();
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) {
+      completions.push_back([done] {
+        done(absl::UnavailableError("the coordinator is shutting down"));
+      });
+    } else {
+      auto [it, inserted] = groups_.try_emplace(request.group());
+      Group& g = it->second;
+      const int min_size = request.min_world_size() == 0 ? request.world_size()
+                                                         : request.min_world_size();
+      const absl::Duration settle = absl::Milliseconds(request.settle_timeout_ms());
+      absl::Status error;
+      if (!inserted && request.generation() != 0 && request.generation() < g.generation) {
+        error = absl::FailedPreconditionError(absl::StrCat(
+            "group '", g.id, "' is at generation ", g.generation, "; generation ",
+            request.generation(), " is over. Register with generation 0 to join the current one"));
+      } else if (!inserted && (g.state == v1::GROUP_STATE_ACTIVE ||
+                               g.state == v1::GROUP_STATE_FORMING) &&
+                 request.generation() > g.generation) {
+        error = absl::FailedPreconditionError(absl::StrCat(
+            "group '", g.id, "' is at generation ", g.generation, "; generation ",
+            request.generation(), " does not exist yet"));
+      } else if (!inserted && g.state == v1::GROUP_STATE_ACTIVE) {
+        for (const Member& m : g.members) {
+          if (m.info.incarnation() == request.incarnation()) {
+            error = absl::AlreadyExistsError(
+                absl::StrCat("this process (incarnation ", request.incarnation(),
+                             ") is already ", Describe(m), " of group '", g.id,
+                             "' generation ", g.generation));
+          }
+        }
+        if (error.ok()) {
+          error = absl::FailedPreconditionError(absl::StrCat(
+              "group '", g.id, "' generation ", g.generation, " is full: all ",
+              g.members.size(), " ranks are registered and running. Use another group id, or "
+              "wait until its members leave"));
+        }
+      }
+      if (error.ok()) {
+        if (inserted || g.state == v1::GROUP_STATE_FAILED || g.state == v1::GROUP_STATE_ENDED) {
+          // A new generation starts; the old one's members hear "superseded" from now on.
+          g.id = request.group();
+          g.generation += 1;
+          g.state = v1::GROUP_STATE_FORMING;
+          g.world_size = request.world_size();
+          g.min_world_size = min_size;
+          g.settle_timeout = settle;
+          g.collective_timeout = request.collective_timeout_ms() > 0
+                                     ? absl::Milliseconds(request.collective_timeout_ms())
+                                     : options_.default_collective_timeout;
+          g.pending.clear();
+          g.members.clear();
+          g.failure.clear();
+        } else if (g.world_size != request.world_size() || g.min_world_size != min_size ||
+                   g.settle_timeout != settle) {
+          error = absl::FailedPreconditionError(absl::StrCat(
+              "group '", g.id, "' is forming with world_size ", g.world_size,
+              ", min_world_size ", g.min_world_size, ", settle_timeout_ms ",
+              Millis(g.settle_timeout), "; this registration asks for ", request.world_size(),
+              ", ", min_size, ", ", request.settle_timeout_ms(),
+              ". Every member must ask for the same sizes"));
+        } else {
+          for (const Pending& p : g.pending) {
+            if (p.incarnation == request.incarnation()) {
+              error = absl::AlreadyExistsError(absl::StrCat(
+                  "this process (incarnation ", request.incarnation(), ", host ", p.host,
+                  ") already registered into group '", g.id, "' and is waiting for it to form"));
+            }
+          }
+        }
+      }
+      if (!error.ok()) {
+        completions.push_back([done, error] { done(error); });
+      } else {
+        const absl::Duration timeout = request.timeout_ms() > 0
+                                           ? absl::Milliseconds(request.timeout_ms())
+                                           : options_.default_register_timeout;
+        g.pending.push_back(Pending{request.host(), request.local_devices(),
+                                    request.incarnation(), now + timeout, std::move(done)});
+        g.last_join = now;
+        if (static_cast<int>(g.pending.size()) == g.world_size) Form(g, now, completions);
+      }
+    }
+  }
+  Run(completions);
+}
+
+void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& completions) {
+  // Node ranks order hosts by name; ranks are contiguous per host, in arrival order within it,
+  // so that local ranks are dense and a host's ranks are neighbours (as torchrun does).
+  std::vector<size_t> order(g.pending.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return g.pending[a].host < g.pending[b].host;
+  });
+  g.members.assign(order.size(), Member{});
+  std::vector<int> local_world(order.size());
+  int node_rank = -1;
+  int local_rank = 0;
+  std::string previous_host;
+  for (size_t rank = 0; rank < order.size(); ++rank) {
+    const Pending& p = g.pending[order[rank]];
+    if (rank == 0 || p.host != previous_host) {
+      ++node_rank;
+      local_rank = 0;
+      previous_host = p.host;
+    }
+    Member& m = g.members[rank];
+    m.info.set_rank(static_cast<int>(rank));
+    m.info.set_local_rank(local_rank++);
+    m.info.set_node_rank(node_rank);
+    m.info.set_host(p.host);
+    m.info.set_local_devices(p.local_devices);
+    m.info.set_incarnation(p.incarnation);
+    m.last_heartbeat = now;
+  }
+  const int num_nodes = node_rank + 1;
+  g.state = v1::GROUP_STATE_ACTIVE;
+  g.world_size = static_cast<int>(g.members.size());
+  for (size_t rank = 0; rank < order.size(); ++rank) {
+    Pending& p = g.pending[order[rank]];
+    const Member& m = g.members[rank];
+    v1::RegisterResponse response;
+    response.mutable_member()->set_group(g.id);
+    response.mutable_member()->set_generation(g.generation);
+    response.mutable_member()->set_rank(m.info.rank());
+    response.mutable_member()->set_incarnation(m.info.incarnation());
+    response.set_rank(m.info.rank());
+    response.set_local_rank(m.info.local_rank());
+    response.set_node_rank(m.info.node_rank());
+    response.set_world_size(g.world_size);
+    int local_world_size = 0;
+    for (const Member& other : g.members) local_world_size += other.info.host() == m.info.host();
+    response.set_local_world_size(local_world_size);
+    response.set_num_nodes(num_nodes);
+    response.set_generation(g.generation);
+    response.set_heartbeat_interval_ms(Millis(options_.heartbeat_interval));
+    response.set_heartbeat_timeout_ms(Millis(options_.heartbeat_timeout));
+    response.set_collective_timeout_ms(Millis(g.collective_timeout));
+    for (const Member& other : g.members) *response.add_members() = other.info;
+    completions.push_back(
+        [done = std::move(p.done), response = std::move(response)] { done(response); });
+  }
+  g.pending.clear();
+}
+
+void GroupTable::CancelRegistration(const std::string& group, uint64_t incarnation) {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = groups_.find(group);
+    if (it == groups_.end() || it->second.state != v1::GROUP_STATE_FORMING) return;
+    auto& pending = it->second.pending;
+    for (auto p = pending.begin(); p != pending.end(); ++p) {
+      if (p->incarnation == incarnation) {
+        completions.push_back([done = std::move(p->done)] {
+          done(absl::CancelledError("registration cancelled by the client"));
+        });
+        pending.erase(p);
+        break;
+      }
+    }
+  }
+  Run(completions);
+}
+
+absl::StatusOr<const GroupTable::Member*> GroupTable::FindMember(const v1::MemberRef& ref,
+                                                                 bool allow_failed) const {
+  auto it = groups_.find(ref.group());
+  if (ref.group().empty()) return absl::InvalidArgumentError("member ref has an empty group id");
+  if (it == groups_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no group '", ref.group(), "' on this coordinator; register first"));
+  }
+  const Group& g = it->second;
+  if (ref.generation() != g.generation) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group '", g.id, "' is at generation ", g.generation, " (", StateName(g.state),
+        "); this member belongs to generation ", ref.generation(),
+        ", which is over. Register again"));
+  }
+  if (g.state == v1::GROUP_STATE_FORMING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group '", g.id, "' generation ", g.generation, " has not formed yet"));
+  }
+  if (ref.rank() < 0 || ref.rank() >= static_cast<int>(g.members.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", ref.rank(),
+                                                   " is out of range for group '", g.id,
+                                                   "' of world size ", g.members.size()));
+  }
+  const Member& m = g.members[ref.rank()];
+  if (m.info.incarnation() != ref.incarnation()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(m), " of group '", g.id, "' is held by incarnation ", m.info.incarnation(),
+        ", not by the caller's ", ref.incarnation()));
+  }
+  if (g.state == v1::GROUP_STATE_FAILED && !allow_failed) return absl::AbortedError(g.failure);
+  if (g.state == v1::GROUP_STATE_ENDED || m.left) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Describe(m), " has left group '", g.id, "'"));
+  }
+  return &m;
+}
+
+absl::StatusOr<MemberView> GroupTable::CheckMember(const v1::MemberRef& member) const {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<const Member*> found = FindMember(member, /*allow_failed=*/false);
+  if (!found.ok()) return found.status();
+  const Group& g = groups_.at(member.group());
+  MemberView view;
+  view.group = g.id;
+  view.generation = g.generation;
+  view.rank = member.rank();
+  view.world_size = g.world_size;
+  view.collective_timeout = g.collective_timeout;
+  view.hosts.reserve(g.members.size());
+  for (const Member& m : g.members) view.hosts.push_back(m.info.host());
+  return view;
+}
+
+absl::Status GroupTable::Heartbeat(const v1::MemberRef& member) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<const Member*> found = FindMember(member, /*allow_failed=*/false);
+  if (!found.ok()) return found.status();
+  const_cast<Member*>(*found)->last_heartbeat = absl::Now();
+  return absl::OkStatus();
+}
+
+absl::Status GroupTable::Leave(const v1::MemberRef& member) {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<const Member*> found = FindMember(member, /*allow_failed=*/true);
+    if (!found.ok()) return found.status();
+    Member* m = const_cast<Member*>(*found);
+    Group& g = groups_.at(member.group());
+    m->left = true;
+    if (g.state == v1::GROUP_STATE_ACTIVE && events_.member_left) {
+      completions.push_back([this, id = g.id, gen = g.generation, rank = m->info.rank(),
+                             who = Describe(*m)] { events_.member_left(id, gen, rank, who); });
+    }
+    MaybeEnd(g, completions);
+  }
+  Run(completions);
+  return absl::OkStatus();
+}
+
+void GroupTable::MaybeEnd(Group& g, std::vector<Completion>& completions) {
+  for (const Member& m : g.members) {
+    if (!m.left && !m.dead) return;
+  }
+  if (g.state == v1::GROUP_STATE_ACTIVE) g.state = v1::GROUP_STATE_ENDED;
+  if (events_.ended) {
+    completions.push_back([this, id = g.id, gen = g.generation] { events_.ended(id, gen); });
+  }
+}
+
+void GroupTable::Fail(Group& g, const std::string& reason,
+                      std::vector<Completion>& completions) {
+  g.state = v1::GROUP_STATE_FAILED;
+  g.failure = reason;
+  if (events_.failed) {
+    completions.push_back([this, id = g.id, gen = g.generation, reason] {
+      events_.failed(id, gen, absl::AbortedError(reason));
+    });
+  }
+  MaybeEnd(g, completions);
+}
+
+void GroupTable::Tick(absl::Time now) {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, g] : groups_) {
+      if (g.state == v1::GROUP_STATE_FORMING) {
+        for (auto p = g.pending.begin(); p != g.pending.end();) {
+          if (now < p->deadline) {
+            ++p;
+            continue;
+          }
+          std::vector<std::string> hosts;
+          for (const Pending& q : g.pending) hosts.push_back(q.host);
+          completions.push_back(
+              [done = std::move(p->done),
+               message = absl::StrCat("group '", g.id, "' did not form in time: ",
+                                      g.pending.size(), " of ", g.world_size,
+                                      " members registered (hosts: ", absl::StrJoin(hosts, ", "),
+                                      "); start the missing workers or lower world_size")] {
+                done(absl::DeadlineExceededError(message));
+              });
+          p = g.pending.erase(p);
+        }
+        const bool elastic = g.min_world_size < g.world_size;
+        if (elastic && static_cast<int>(g.pending.size()) >= g.min_world_size &&
+            now - g.last_join >= g.settle_timeout) {
+          Form(g, now, completions);
+        }
+      } else if (g.state == v1::GROUP_STATE_ACTIVE) {
+        for (Member& m : g.members) {
+          if (m.left || now - m.last_heartbeat <= options_.heartbeat_timeout) continue;
+          m.dead = true;
+          Fail(g,
+               absl::StrCat(Describe(m), " of group '", g.id, "' generation ", g.generation,
+                            " is dead: no heartbeat for ",
+                            absl::FormatDuration(absl::Trunc(now - m.last_heartbeat,
+                                                             absl::Milliseconds(1))),
+                            " (timeout ", absl::FormatDuration(options_.heartbeat_timeout),
+                            "); every collective of this group now fails"),
+               completions);
+          break;
+        }
+      }
+    }
+  }
+  Run(completions);
+}
+
+void GroupTable::Stop() {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    for (auto& [id, g] : groups_) {
+      for (Pending& p : g.pending) {
+        completions.push_back([done = std::move(p.done)] {
+          done(absl::UnavailableError("the coordinator is shutting down"));
+        });
+      }
+      g.pending.clear();
+    }
+  }
+  Run(completions);
+}
+
+std::vector<v1::GroupInfo> GroupTable::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::GroupInfo> out;
+  for (const auto& [id, g] : groups_) {
+    v1::GroupInfo info;
+    info.set_group(g.id);
+    info.set_generation(g.generation);
+    info.set_state(g.state);
+    info.set_world_size(g.world_size);
+    info.set_failure(g.failure);
+    for (const Pending& p : g.pending) {
+      v1::MemberInfo* m = info.add_members();
+      m->set_rank(-1);
+      m->set_host(p.host);
+      m->set_local_devices(p.local_devices);
+      m->set_incarnation(p.incarnation);
+    }
+    for (const Member& m : g.members) *info.add_members() = m.info;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,138 @@
+// GroupTable: rendezvous, membership, generations and liveness of every group the coordinator
+// knows. It knows nothing of gRPC and nothing of collectives; what other parts must learn
+// (a group failed, a member left, a generation ended) it reports through GroupEvents, always
+// outside its lock.
+//
+// Thread-safety: every method may be called from any thread. Completion callbacks run on the
+// calling thread of whichever method completed them, never under the table's lock.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "dtrain/v1/coordinator.pb.h"
+
+namespace dtrain {
+
+struct GroupTableOptions {
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // A member silent for this long is declared dead and its group fails.
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  absl::Duration default_collective_timeout = absl::Minutes(10);
+  absl::Duration default_register_timeout = absl::Minutes(5);
+};
+
+// Callbacks to the rest of the coordinator. Each is optional.
+struct GroupEvents {
+  // The generation failed (a member died); `reason` is ABORTED and names the member.
+  std::function<void(const std::string& group, int64_t generation, const absl::Status& reason)>
+      failed;
+  // `rank` left cleanly; `who` describes it ("rank 2 (host h)").
+  std::function<void(const std::string& group, int64_t generation, int rank,
+                     const std::string& who)>
+      member_left;
+  // No live member of the generation remains: its state may be dropped.
+  std::function<void(const std::string& group, int64_t generation)> ended;
+};
+
+// What a collective needs to know about the caller's group.
+struct MemberView {
+  std::string group;
+  int64_t generation = 0;
+  int rank = 0;
+  int world_size = 0;
+  std::vector<std::string> hosts;  // by rank
+  absl::Duration collective_timeout;
+};
+
+class GroupTable {
+ public:
+  using RegisterDone = std::function<void(absl::StatusOr<v1::RegisterResponse>)>;
+
+  GroupTable(GroupTableOptions options, GroupEvents events);
+
+  // Joins a group; `done` runs once, when the group forms or the registration fails.
+  // Error codes: see Register in coordinator.proto.
+  void Register(const v1::RegisterRequest& request, RegisterDone done);
+
+  // The registering process went away (its call was cancelled): forget its registration.
+  void CancelRegistration(const std::string& group, uint64_t incarnation);
+
+  // NOT_FOUND, FAILED_PRECONDITION (other generation or incarnation, left), ABORTED (failed).
+  absl::StatusOr<MemberView> CheckMember(const v1::MemberRef& member) const;
+
+  // Same errors as CheckMember; records the member as alive.
+  absl::Status Heartbeat(const v1::MemberRef& member);
+
+  // Same errors as CheckMember, except that leaving a failed group is allowed.
+  absl::Status Leave(const v1::MemberRef& member);
+
+  // Expires registrations, forms settled elastic groups, declares silent members dead.
+  void Tick(absl::Time now);
+
+  // Fails every pending registration with UNAVAILABLE.
+  void Stop();
+
+  std::vector<v1::GroupInfo> List() const;
+
+  const GroupTableOptions& options() const { return options_; }
+
+ private:
+  struct Pending {
+    std::string host;
+    int local_devices = 0;
+    uint64_t incarnation = 0;
+    absl::Time deadline;
+    RegisterDone done;
+  };
+  struct Member {
+    v1::MemberInfo info;
+    absl::Time last_heartbeat;
+    bool left = false;
+    bool dead = false;
+  };
+  struct Group {
+    std::string id;
+    int64_t generation = 0;
+    v1::GroupState state = v1::GROUP_STATE_FORMING;
+    int world_size = 0;
+    int min_world_size = 0;
+    absl::Duration settle_timeout;
+    absl::Duration collective_timeout;
+    absl::Time last_join;
+    std::vector<Pending> pending;  // while forming, in arrival order
+    std::vector<Member> members;   // once formed, by rank
+    std::string failure;
+  };
+  using Completion = std::function<void()>;
+
+  absl::Status ValidateRegister(const v1::RegisterRequest& request) const;
+  // Assigns ranks to the pending members and activates the group.
+  void Form(Group& group, absl::Time now, std::vector<Completion>& completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Fail(Group& group, const std::string& reason, std::vector<Completion>& completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the generation's engine state when no live member remains.
+  void MaybeEnd(Group& group, std::vector<Completion>& completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<const Member*> FindMember(const v1::MemberRef& ref, bool allow_failed) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  static std::string Describe(const Member& member);
+  static void Run(std::vector<Completion>& completions);
+
+  const GroupTableOptions options_;
+  const GroupEvents events_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace dtrain

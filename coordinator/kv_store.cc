@@ -1,0 +1,208 @@
+#include "coordinator/kv_store.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+
+namespace dtrain {
+namespace {
+
+constexpr size_t kMaxScope = 256;
+constexpr size_t kMaxKey = 4096;
+constexpr size_t kMaxValue = size_t{64} << 20;
+
+absl::Status ValidateKey(const std::string& scope, const std::string& key) {
+  if (scope.empty()) return absl::InvalidArgumentError("key-value: scope is empty");
+  if (scope.size() > kMaxScope) {
+    return absl::InvalidArgumentError("key-value: scope is longer than 256 bytes");
+  }
+  if (key.empty()) return absl::InvalidArgumentError("key-value: key is empty");
+  if (key.size() > kMaxKey) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key-value: key is ", key.size(), " bytes; at most ", kMaxKey));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateValue(const std::string& value) {
+  if (value.size() > kMaxValue) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key-value: value is ", value.size(), " bytes; at most ", kMaxValue));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void KeyValueStore::Wake(const std::string& scope, const std::string& key,
+                         const std::string& value, std::vector<Completion>& completions) {
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->scope == scope && it->key == key) {
+      completions.push_back([done = std::move(it->done), value] { done(value); });
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::Status KeyValueStore::Set(const std::string& scope, const std::string& key,
+                                std::string value) {
+  if (absl::Status s = ValidateKey(scope, key); !s.ok()) return s;
+  if (absl::Status s = ValidateValue(value); !s.ok()) return s;
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    std::string& slot = scopes_[scope][key];
+    slot = std::move(value);
+    Wake(scope, key, slot, completions);
+  }
+  for (Completion& c : completions) c();
+  return absl::OkStatus();
+}
+
+void KeyValueStore::Get(const std::string& scope, const std::string& key, absl::Duration wait,
+                        GetDone done) {
+  if (absl::Status s = ValidateKey(scope, key); !s.ok()) return done(s);
+  if (wait < absl::ZeroDuration()) {
+    return done(absl::InvalidArgumentError("key-value: wait timeout must not be negative"));
+  }
+  absl::StatusOr<std::string> answer;
+  {
+    absl::MutexLock lock(&mu_);
+    auto sc = scopes_.find(scope);
+    if (sc != scopes_.end()) {
+      auto it = sc->second.find(key);
+      if (it != sc->second.end()) answer = it->second;
+    }
+    if (!answer.ok()) {
+      if (stopped_) {
+        answer = absl::UnavailableError("the coordinator is shutting down");
+      } else if (wait == absl::ZeroDuration()) {
+        answer = absl::NotFoundError(
+            absl::StrCat("key-value: no key '", key, "' in scope '", scope, "'"));
+      } else {
+        waiters_.push_back(Waiter{scope, key, absl::Now() + wait, wait, std::move(done)});
+        return;
+      }
+    }
+  }
+  done(std::move(answer));
+}
+
+absl::StatusOr<int64_t> KeyValueStore::Add(const std::string& scope, const std::string& key,
+                                           int64_t delta) {
+  if (absl::Status s = ValidateKey(scope, key); !s.ok()) return s;
+  std::vector<Completion> completions;
+  int64_t result = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto& entries = scopes_[scope];
+    auto it = entries.find(key);
+    int64_t current = 0;
+    if (it != entries.end() && !absl::SimpleAtoi(it->second, &current)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "key-value: key '", key, "' in scope '", scope,
+          "' holds a value that is not a decimal integer; add works only on counters"));
+    }
+    // Wrapping, like the int64 counters of torch's stores.
+    result = static_cast<int64_t>(static_cast<uint64_t>(current) + static_cast<uint64_t>(delta));
+    std::string& slot = entries[key];
+    slot = absl::StrCat(result);
+    Wake(scope, key, slot, completions);
+  }
+  for (Completion& c : completions) c();
+  return result;
+}
+
+absl::StatusOr<KeyValueStore::CasResult> KeyValueStore::CompareAndSet(
+    const std::string& scope, const std::string& key, const std::string& expected,
+    std::string desired) {
+  if (absl::Status s = ValidateKey(scope, key); !s.ok()) return s;
+  if (absl::Status s = ValidateValue(desired); !s.ok()) return s;
+  std::vector<Completion> completions;
+  CasResult result;
+  {
+    absl::MutexLock lock(&mu_);
+    auto& entries = scopes_[scope];
+    auto it = entries.find(key);
+    const bool present = it != entries.end();
+    if ((present && it->second == expected) || (!present && expected.empty())) {
+      std::string& slot = entries[key];
+      slot = std::move(desired);
+      result = CasResult{true, true, slot};
+      Wake(scope, key, slot, completions);
+    } else {
+      result = CasResult{false, present, present ? it->second : std::string()};
+    }
+  }
+  for (Completion& c : completions) c();
+  return result;
+}
+
+absl::StatusOr<bool> KeyValueStore::Delete(const std::string& scope, const std::string& key) {
+  if (absl::Status s = ValidateKey(scope, key); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  auto sc = scopes_.find(scope);
+  if (sc == scopes_.end()) return false;
+  const bool deleted = sc->second.erase(key) > 0;
+  if (sc->second.empty()) scopes_.erase(sc);
+  return deleted;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> KeyValueStore::List(
+    const std::string& scope, const std::string& prefix) const {
+  if (scope.empty()) return absl::InvalidArgumentError("key-value: scope is empty");
+  std::vector<std::pair<std::string, std::string>> out;
+  absl::MutexLock lock(&mu_);
+  auto sc = scopes_.find(scope);
+  if (sc == scopes_.end()) return out;
+  for (auto it = sc->second.lower_bound(prefix);
+       it != sc->second.end() && absl::StartsWith(it->first, prefix); ++it) {
+    out.emplace_back(it->first, it->second);
+  }
+  return out;
+}
+
+void KeyValueStore::DeleteScope(const std::string& scope) {
+  absl::MutexLock lock(&mu_);
+  scopes_.erase(scope);
+}
+
+void KeyValueStore::Tick(absl::Time now) {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (now < it->deadline) {
+        ++it;
+        continue;
+      }
+      completions.push_back([done = std::move(it->done),
+                             msg = absl::StrCat("key-value: key '", it->key, "' in scope '",
+                                                it->scope, "' was not set within ",
+                                                absl::FormatDuration(it->wait))] {
+        done(absl::DeadlineExceededError(msg));
+      });
+      it = waiters_.erase(it);
+    }
+  }
+  for (Completion& c : completions) c();
+}
+
+void KeyValueStore::Stop() {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    for (Waiter& w : waiters_) {
+      completions.push_back([done = std::move(w.done)] {
+        done(absl::UnavailableError("the coordinator is shutting down"));
+      });
+    }
+    waiters_.clear();
+  }
+  for (Completion& c : completions) c();
+}
+
+}  // namespace dtrain

@@ -1,0 +1,102 @@
+// dtrain-coordinator: runs the coordinator service until SIGTERM or SIGINT.
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "coordinator/coordinator_server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:29610",
+          "host:port to serve on; port 0 picks a free port (see --port_file)");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
+          "a member silent this long is declared dead and its group fails");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
+          "how often members are told to send heartbeats");
+ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(10),
+          "default deadline of a collective, counted from its first rank's arrival");
+ABSL_FLAG(absl::Duration, register_timeout, absl::Minutes(5),
+          "default time a registration waits for its group to form");
+ABSL_FLAG(std::string, port_file, "",
+          "if set, the bound port is written to this file once serving");
+
+namespace {
+
+// absl flags are identifiers; accept the --heartbeat-timeout spelling users expect too.
+std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& store) {
+  store.assign(argv, argv + argc);
+  for (size_t i = 1; i < store.size(); ++i) {
+    std::string& arg = store[i];
+    if (arg.rfind("--", 0) != 0) continue;
+    const size_t end = arg.find('=') == std::string::npos ? arg.size() : arg.find('=');
+    for (size_t j = 2; j < end; ++j) {
+      if (arg[j] == '-') arg[j] = '_';
+    }
+  }
+  std::vector<char*> out;
+  for (std::string& s : store) out.push_back(s.data());
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "dtrain-coordinator: rendezvous, collectives and key-value store over gRPC.\n"
+      "Usage: dtrain-coordinator [--listen=127.0.0.1:29610] [--heartbeat-timeout=10s] "
+      "[--collective-timeout=10m]");
+  std::vector<std::string> store;
+  std::vector<char*> args = NormalizeFlagNames(argc, argv, store);
+  absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+
+  // Big tensor buffers are mmapped and given back when freed, so memory returns to its level
+  // after a load instead of staying in malloc's caches.
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+
+  // Signals are taken synchronously by this thread; every other thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  dtrain::CoordinatorOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.groups.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  options.groups.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.groups.default_collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  options.groups.default_register_timeout = absl::GetFlag(FLAGS_register_timeout);
+  if (options.groups.heartbeat_timeout <= options.groups.heartbeat_interval) {
+    std::fprintf(stderr, "dtrain-coordinator: --heartbeat-timeout (%s) must exceed "
+                 "--heartbeat-interval (%s)\n",
+                 absl::FormatDuration(options.groups.heartbeat_timeout).c_str(),
+                 absl::FormatDuration(options.groups.heartbeat_interval).c_str());
+    return 2;
+  }
+  auto server = dtrain::CoordinatorServer::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "dtrain-coordinator: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "dtrain-coordinator: serving on %s (heartbeat timeout %s)\n",
+               (*server)->address().c_str(),
+               absl::FormatDuration(options.groups.heartbeat_timeout).c_str());
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << (*server)->port() << "\n";
+    std::rename(tmp.c_str(), port_file.c_str());
+  }
+  int received = 0;
+  sigwait(&signals, &received);
+  std::fprintf(stderr, "dtrain-coordinator: signal %d, shutting down\n", received);
+  (*server)->Shutdown();
+  return 0;
+}
