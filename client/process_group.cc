@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/channel.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/streaming.h"
@@ -38,8 +39,20 @@ std::string HostName() {
 }
 
 absl::StatusOr<std::vector<HostTensor>> Split(const std::vector<v1::TensorMeta>& parts,
-                                              const std::string& bytes) {
+                                              std::string& bytes) {
   std::vector<HostTensor> out;
+  if (parts.size() == 1) {  // the common case: hand the buffer over instead of copying it
+    DTRAIN_ASSIGN_OR_RETURN(int64_t size, ValidateMeta(parts[0]));
+    if (static_cast<size_t>(size) != bytes.size()) {
+      return absl::InternalError("the coordinator's result stream does not match its header");
+    }
+    HostTensor t;
+    t.dtype = parts[0].dtype();
+    t.shape = ShapeOf(parts[0]);
+    t.data = std::move(bytes);
+    out.push_back(std::move(t));
+    return out;
+  }
   out.reserve(parts.size());
   size_t offset = 0;
   for (const v1::TensorMeta& meta : parts) {
@@ -62,14 +75,15 @@ absl::StatusOr<std::vector<HostTensor>> Split(const std::vector<v1::TensorMeta>&
 
 }  // namespace
 
-ProcessGroup::ProcessGroup(std::shared_ptr<grpc::Channel> channel, ProcessGroupOptions options)
-    : channel_(std::move(channel)),
+ProcessGroup::ProcessGroup(const std::string& address, ProcessGroupOptions options)
+    : channel_(ConnectToCoordinator(address)),
       stub_(v1::Coordinator::NewStub(channel_)),
+      control_(v1::Coordinator::NewStub(ConnectToCoordinator(address))),
       options_(std::move(options)) {}
 
-absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(
-    std::shared_ptr<grpc::Channel> channel, ProcessGroupOptions options) {
-  std::unique_ptr<ProcessGroup> pg(new ProcessGroup(std::move(channel), std::move(options)));
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const std::string& address,
+                                                                 ProcessGroupOptions options) {
+  std::unique_ptr<ProcessGroup> pg(new ProcessGroup(address, std::move(options)));
   ProcessGroupOptions& o = pg->options_;
   if (o.host.empty()) o.host = HostName();
   if (o.incarnation == 0) o.incarnation = RandomIncarnation();
@@ -99,7 +113,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(
 
 ProcessGroup::~ProcessGroup() {
   Leave().IgnoreError();
-  stop_heartbeats_.Notify();
+  if (!stop_heartbeats_.HasBeenNotified()) stop_heartbeats_.Notify();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
@@ -112,7 +126,7 @@ void ProcessGroup::HeartbeatLoop() {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + interval * 2));
     v1::HeartbeatResponse response;
-    absl::Status status = FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
+    absl::Status status = FromGrpcStatus(control_->Heartbeat(&context, request, &response));
     absl::MutexLock lock(&health_mu_);
     health_ = status;
     // A failed or finished group never recovers; stop talking to it.
@@ -133,7 +147,7 @@ absl::Status ProcessGroup::Leave() {
   absl::MutexLock lock(&call_mu_);
   if (left_) return absl::OkStatus();
   left_ = true;
-  stop_heartbeats_.Notify();
+  if (!stop_heartbeats_.HasBeenNotified()) stop_heartbeats_.Notify();
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + kTransportGrace));
   v1::LeaveRequest request;
@@ -162,7 +176,14 @@ absl::Status ProcessGroup::Barrier(const std::string& name, CallOptions options)
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
   v1::BarrierResponse response;
-  return FromGrpcStatus(stub_->Barrier(&context, request, &response));
+  return Settle(FromGrpcStatus(stub_->Barrier(&context, request, &response)));
+}
+
+absl::Status ProcessGroup::Settle(absl::Status status) {
+  // The coordinator checks a call's input before numbering it, so a rejected call never took
+  // its sequence number: give it back, or every later call of this rank would be out of step.
+  if (status.code() == absl::StatusCode::kInvalidArgument) --next_sequence_;
+  return status;
 }
 
 absl::StatusOr<bool> ProcessGroup::ReduceBooleanDecision(bool decision, bool all,
@@ -176,7 +197,7 @@ absl::StatusOr<bool> ProcessGroup::ReduceBooleanDecision(bool decision, bool all
   context.set_deadline(absl::ToChronoTime(deadline));
   v1::ReduceBooleanDecisionResponse response;
   grpc::Status status = stub_->ReduceBooleanDecision(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return Settle(FromGrpcStatus(status));
   return response.decision();
 }
 
@@ -222,7 +243,7 @@ absl::StatusOr<ProcessGroup::Streamed> ProcessGroup::RunStream(Open open, const 
     out.bytes.append(response.chunk());
   }
   grpc::Status status = stream->Finish();
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return Settle(FromGrpcStatus(status));
   if (first) return absl::InternalError("the coordinator answered OK without a result header");
   return out;
 }

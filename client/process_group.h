@@ -57,8 +57,10 @@ class ProcessGroup {
  public:
   using CallOptions = CollectiveOptions;
 
-  static absl::StatusOr<std::unique_ptr<ProcessGroup>> Join(
-      std::shared_ptr<grpc::Channel> channel, ProcessGroupOptions options);
+  // `address` is the coordinator's host:port. Collectives and heartbeats travel on separate
+  // connections, so a multi-GiB transfer never delays the proof that this rank is alive.
+  static absl::StatusOr<std::unique_ptr<ProcessGroup>> Join(const std::string& address,
+                                                            ProcessGroupOptions options);
 
   // Leaves the group (if not yet left) and stops heartbeats.
   ~ProcessGroup();
@@ -116,8 +118,9 @@ class ProcessGroup {
     std::string bytes;
   };
 
-  ProcessGroup(std::shared_ptr<grpc::Channel> channel, ProcessGroupOptions options);
+  ProcessGroup(const std::string& address, ProcessGroupOptions options);
   void HeartbeatLoop();
+  absl::Status Settle(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
   // Fills a CollectiveContext for the next collective and returns the transport deadline.
   absl::Time NextContext(const CallOptions& options, int64_t payload_bytes,
                          v1::CollectiveContext* context) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
@@ -125,8 +128,9 @@ class ProcessGroup {
   absl::StatusOr<Streamed> RunStream(Open open, const Header& header, const std::string* payload,
                                      absl::Time deadline);
 
-  std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<grpc::Channel> channel_;          // collectives and key-value
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<v1::Coordinator::Stub> control_;  // heartbeats, on their own connection
   ProcessGroupOptions options_;
   v1::RegisterResponse assignment_;
   std::unique_ptr<KeyValueClient> store_;

@@ -116,9 +116,6 @@ absl::Status CollectiveEngine::ValidateCall(const CollectiveCall& call, const Me
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
     }
   }
-  if (call.kind == CollectiveKind::kAllGather && call.meta.shape_size() == 0) {
-    // Scalars gather fine; nothing to check beyond the dtype.
-  }
   return absl::OkStatus();
 }
 
@@ -186,6 +183,7 @@ void CollectiveEngine::Collect(GroupState& group) {
 }
 
 void CollectiveEngine::Submit(CollectiveCall call, CollectiveDone done) {
+  submitted_.fetch_add(1, std::memory_order_relaxed);
   absl::StatusOr<MemberView> view = groups_->CheckMember(call.member);
   if (!view.ok()) return done(view.status(), nullptr);
   if (absl::Status s = ValidateCall(call, *view); !s.ok()) return done(s, nullptr);
@@ -470,6 +468,16 @@ int CollectiveEngine::PendingCount() const {
   absl::MutexLock lock(&mu_);
   int n = 0;
   for (const auto& [key, group] : states_) n += static_cast<int>(group.instances.size());
+  return n;
+}
+
+int CollectiveEngine::WaitingRanks(const std::string& group_id) const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& [key, group] : states_) {
+    if (key.first != group_id) continue;
+    for (const auto& [seq, inst] : group.instances) n += static_cast<int>(inst.arrivals.size());
+  }
   return n;
 }
 

@@ -16,6 +16,7 @@
 // engine's lock, on the thread of whichever call completed them, exactly once per Submit.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -97,6 +98,11 @@ class CollectiveEngine {
 
   // Pending collective instances across groups (for tests and metrics).
   int PendingCount() const;
+  // Calls submitted since start; a cheap activity signal for housekeeping.
+  uint64_t SubmittedCount() const { return submitted_.load(std::memory_order_relaxed); }
+
+  // Ranks of `group` (any generation) currently waiting inside a collective.
+  int WaitingRanks(const std::string& group) const;
 
  private:
   struct Arrival {
@@ -137,6 +143,7 @@ class CollectiveEngine {
   static void Complete(Instance instance, int world_size);
 
   const GroupTable* const groups_;
+  std::atomic<uint64_t> submitted_{0};
   mutable absl::Mutex mu_;
   std::map<Key, GroupState> states_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

@@ -9,7 +9,8 @@ namespace {
 
 constexpr size_t kMaxScope = 256;
 constexpr size_t kMaxKey = 4096;
-constexpr size_t kMaxValue = size_t{64} << 20;
+// Below the transport's 64 MiB message limit, so the store, not gRPC, explains a refusal.
+constexpr size_t kMaxValue = size_t{32} << 20;
 
 absl::Status ValidateKey(const std::string& scope, const std::string& key) {
   if (scope.empty()) return absl::InvalidArgumentError("key-value: scope is empty");

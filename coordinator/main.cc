@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   // Big tensor buffers are mmapped and given back when freed, so memory returns to its level
   // after a load instead of staying in malloc's caches.
   mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  mallopt(M_ARENA_MAX, 2);
 
   // Signals are taken synchronously by this thread; every other thread inherits the mask.
   sigset_t signals;

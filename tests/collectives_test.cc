@@ -1,0 +1,196 @@
+// Every collective x every dtype x world sizes 1, 2, 3, 4, 8 through a real coordinator on
+// 127.0.0.1, ranks as threads with their own connections, against a reference computed here.
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "coordinator/reduction.h"
+#include "tests/reference_data.h"
+#include "tests/test_support.h"
+
+namespace dtrain::testing {
+namespace {
+
+// Crosses the reducer's 1024-element blocks and is not a multiple of them.
+const std::vector<int64_t> kShape = {3, 701};
+
+absl::Status Expect(bool ok, const std::string& what) {
+  return ok ? absl::OkStatus() : absl::InternalError(what);
+}
+
+#define RETURN_IF_ERROR(expr)                  \
+  do {                                         \
+    absl::Status s_ = (expr);                  \
+    if (!s_.ok()) return s_;                   \
+  } while (0)
+
+class CollectivesTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    coordinator_ = StartCoordinator();
+    ASSERT_NE(coordinator_, nullptr);
+  }
+  std::unique_ptr<CoordinatorServer> coordinator_;
+};
+
+TEST_P(CollectivesTest, AllOpsAllDTypes_MatchReference) {
+  const int world = GetParam();
+  auto body = [world](ProcessGroup& pg) -> absl::Status {
+    const int rank = pg.rank();
+    RETURN_IF_ERROR(Expect(pg.world_size() == world, "world size"));
+    uint64_t seed = 0;
+    for (v1::DType dtype : AllDTypes()) {
+      const std::string dt = DTypeName(dtype);
+      for (v1::ReduceOp op : AllReduceOps()) {
+        ++seed;
+        std::vector<HostTensor> inputs;
+        for (int r = 0; r < world; ++r) inputs.push_back(MakeInput(dtype, kShape, r, seed));
+        const std::string what = absl::StrCat(dt, " ", ReduceOpName(op), " rank ", rank);
+        if (dtype == v1::DTYPE_BOOL && op == v1::REDUCE_OP_MEAN) {
+          auto bad = pg.AllReduce(inputs[rank], op);
+          RETURN_IF_ERROR(Expect(bad.status().code() == absl::StatusCode::kInvalidArgument,
+                                 "bool mean must be refused: " + bad.status().ToString()));
+          continue;
+        }
+        const HostTensor expected = ReferenceReduce(inputs, op);
+        auto all = pg.AllReduce(inputs[rank], op);
+        RETURN_IF_ERROR(all.status());
+        RETURN_IF_ERROR(Expect(*all == expected, "all_reduce " + what));
+        const int dst = static_cast<int>(seed % world);
+        auto reduced = pg.Reduce(inputs[rank], op, dst);
+        RETURN_IF_ERROR(reduced.status());
+        if (rank == dst) {
+          RETURN_IF_ERROR(Expect(reduced->has_value() && **reduced == expected, "reduce " + what));
+        } else {
+          RETURN_IF_ERROR(Expect(!reduced->has_value(), "reduce result on non-dst " + what));
+        }
+      }
+      ++seed;
+      const HostTensor mine = MakeInput(dtype, kShape, rank, seed);
+      const int src = static_cast<int>(seed % world);
+      auto got = pg.Broadcast(src, rank == src ? &mine : nullptr);
+      RETURN_IF_ERROR(got.status());
+      RETURN_IF_ERROR(Expect(*got == MakeInput(dtype, kShape, src, seed), "broadcast " + dt));
+
+      auto gathered = pg.AllGather(mine);
+      RETURN_IF_ERROR(gathered.status());
+      RETURN_IF_ERROR(Expect(static_cast<int>(gathered->size()) == world, "gather count"));
+      for (int r = 0; r < world; ++r) {
+        RETURN_IF_ERROR(Expect((*gathered)[r] == MakeInput(dtype, kShape, r, seed),
+                               absl::StrCat("all_gather ", dt, " part ", r)));
+      }
+      auto stacked = ProcessGroup::Stack(*gathered);
+      RETURN_IF_ERROR(stacked.status());
+      RETURN_IF_ERROR(Expect(stacked->shape == std::vector<int64_t>{world, 3, 701}, "stack"));
+    }
+    RETURN_IF_ERROR(pg.Barrier("end-of-ops"));
+    auto all_true = pg.ReduceBooleanDecision(true, /*all=*/true);
+    RETURN_IF_ERROR(all_true.status());
+    RETURN_IF_ERROR(Expect(*all_true, "all of trues"));
+    auto all_mixed = pg.ReduceBooleanDecision(rank != world - 1, /*all=*/true);
+    RETURN_IF_ERROR(all_mixed.status());
+    RETURN_IF_ERROR(Expect(!*all_mixed, "all with one false"));
+    auto any_one = pg.ReduceBooleanDecision(rank == world - 1, /*all=*/false);
+    RETURN_IF_ERROR(any_one.status());
+    RETURN_IF_ERROR(Expect(*any_one, "any with one true"));
+    auto any_none = pg.ReduceBooleanDecision(false, /*all=*/false);
+    RETURN_IF_ERROR(any_none.status());
+    RETURN_IF_ERROR(Expect(!*any_none, "any of falses"));
+    std::string blob = absl::StrCat("opaque-bytes-from-", 0, std::string(3000, '\x7f'));
+    auto bytes = pg.BroadcastBytes(0, rank == 0 ? &blob : nullptr);
+    RETURN_IF_ERROR(bytes.status());
+    return Expect(*bytes == blob, "broadcast bytes");
+  };
+  const auto statuses =
+      RunRanks(coordinator_->address(), absl::StrCat("all-ops-", world), world, body);
+  for (int r = 0; r < world; ++r) EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+  EXPECT_EQ(coordinator_->engine().PendingCount(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest, ::testing::Values(1, 2, 3, 4, 8),
+                         [](const auto& info) { return absl::StrCat("World", info.param); });
+
+TEST(Collectives, AllGather_UnevenFirstDimension_EveryRankGetsEveryTensor) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const int world = 4;
+  auto statuses = RunRanks(coordinator->address(), "uneven", world, [&](ProcessGroup& pg) {
+    // Rank r sends r rows (rank 0 sends an empty tensor) of 3 int32 each.
+    HostTensor mine = MakeInput(v1::DTYPE_INT32, {pg.rank(), 3}, pg.rank(), 42);
+    auto parts = pg.AllGather(mine);
+    if (!parts.ok()) return parts.status();
+    HostTensor expected_concat;
+    for (int r = 0; r < world; ++r) {
+      HostTensor theirs = MakeInput(v1::DTYPE_INT32, {r, 3}, r, 42);
+      if (!((*parts)[r] == theirs)) return absl::InternalError(absl::StrCat("part ", r));
+      expected_concat.data += theirs.data;
+    }
+    auto concat = ProcessGroup::Concat(*parts);
+    if (!concat.ok()) return concat.status();
+    if (concat->shape != std::vector<int64_t>{0 + 1 + 2 + 3, 3} ||
+        concat->data != expected_concat.data) {
+      return absl::InternalError("concat");
+    }
+    if (ProcessGroup::Stack(*parts).ok()) return absl::InternalError("stack of uneven parts");
+    // Trailing dimensions must agree: a [1, 4] tensor on rank 1 only is a mismatch.
+    HostTensor odd = MakeInput(v1::DTYPE_INT32, {1, pg.rank() == 1 ? 4 : 3}, 0, 1);
+    auto mismatch = pg.AllGather(odd);
+    if (mismatch.status().code() != absl::StatusCode::kFailedPrecondition) {
+      return absl::InternalError("trailing mismatch not caught: " + mismatch.status().ToString());
+    }
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < world; ++r) EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+}
+
+TEST(Collectives, AllReduce_SameInputsTwice_BitwiseIdenticalResults) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const int world = 3;
+  std::vector<std::string> first(world), second(world);
+  absl::Mutex mu;
+  auto statuses = RunRanks(coordinator->address(), "repro", world, [&](ProcessGroup& pg) {
+    const HostTensor in = MakeInput(v1::DTYPE_FLOAT32, {100000}, pg.rank(), 9);
+    auto a = pg.AllReduce(in, v1::REDUCE_OP_SUM);
+    auto b = pg.AllReduce(in, v1::REDUCE_OP_SUM);
+    if (!a.ok()) return a.status();
+    if (!b.ok()) return b.status();
+    absl::MutexLock lock(&mu);
+    first[pg.rank()] = a->data;
+    second[pg.rank()] = b->data;
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(first[r], first[0]) << "rank " << r << " differs from rank 0";
+    EXPECT_EQ(second[r], first[0]) << "second run on rank " << r << " differs";
+  }
+}
+
+TEST(Collectives, AllReduce_OneGiBTensor_StreamsAndIsCorrect) {
+  // Production-like liveness settings: this test is about size, not about heartbeats.
+  CoordinatorOptions options = FastOptions();
+  options.groups.heartbeat_timeout = absl::Seconds(10);
+  auto coordinator = StartCoordinator(options);
+  ASSERT_NE(coordinator, nullptr);
+  const int64_t elements = (int64_t{1} << 30) / 4 + 3;  // just over 1 GiB of float32
+  auto statuses = RunRanks(coordinator->address(), "one-gib", 2, [&](ProcessGroup& pg) {
+    HostTensor in = HostTensor::Zeros(v1::DTYPE_FLOAT32, {elements}).value();
+    float* p = reinterpret_cast<float*>(in.data.data());
+    for (int64_t i = 0; i < elements; ++i) p[i] = static_cast<float>((i % 1000) * (pg.rank() + 1));
+    auto out = pg.AllReduce(in, v1::REDUCE_OP_SUM);
+    if (!out.ok()) return out.status();
+    if (out->shape != std::vector<int64_t>{elements}) return absl::InternalError("shape");
+    const float* q = reinterpret_cast<const float*>(out->data.data());
+    for (int64_t i = 0; i < elements; ++i) {
+      if (q[i] != static_cast<float>((i % 1000) * 3)) {
+        return absl::InternalError(absl::StrCat("element ", i, " is ", q[i]));
+      }
+    }
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s;
+}
+
+}  // namespace
+}  // namespace dtrain::testing

@@ -1,0 +1,249 @@
+// Rendezvous (ranks, local ranks, node ranks, generations, elastic groups, errors) and the
+// key-value store, through a real coordinator on 127.0.0.1.
+#include <set>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/channel.h"
+#include "common/grpc_status.h"
+#include "tests/test_support.h"
+
+namespace dtrain::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Seen {
+  int rank, local_rank, node_rank, local_world_size, num_nodes, world_size;
+  int64_t generation;
+  std::string host;
+};
+
+TEST(Rendezvous, MixedHosts_DenseRanksLocalRanksAndNodeRanks) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const std::vector<std::string> hosts = {"b", "a", "b", "c", "a"};
+  std::vector<Seen> seen(5);
+  absl::Mutex mu;
+  auto statuses = RunRanks(
+      coordinator->address(), "mixed", 5,
+      [&](ProcessGroup& pg) {
+        absl::MutexLock lock(&mu);
+        seen[pg.rank()] = Seen{pg.rank(), pg.local_rank(), pg.node_rank(), pg.local_world_size(),
+                               pg.num_nodes(), pg.world_size(), pg.generation(),
+                               pg.assignment().members(pg.rank()).host()};
+        return absl::OkStatus();
+      },
+      [&](ProcessGroupOptions& o, int i) { o.host = hosts[i]; });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  // Hosts in name order a, a, b, b, c: ranks are contiguous per host.
+  const std::vector<std::string> host_of = {"a", "a", "b", "b", "c"};
+  const std::vector<int> local = {0, 1, 0, 1, 0}, node = {0, 0, 1, 1, 2}, local_world = {2, 2, 2, 2, 1};
+  for (int r = 0; r < 5; ++r) {
+    EXPECT_EQ(seen[r].rank, r);
+    EXPECT_EQ(seen[r].host, host_of[r]);
+    EXPECT_EQ(seen[r].local_rank, local[r]);
+    EXPECT_EQ(seen[r].node_rank, node[r]);
+    EXPECT_EQ(seen[r].local_world_size, local_world[r]);
+    EXPECT_EQ(seen[r].num_nodes, 3);
+    EXPECT_EQ(seen[r].world_size, 5);
+    EXPECT_EQ(seen[r].generation, 1);
+  }
+}
+
+absl::Status RegisterRaw(v1::Coordinator::Stub& stub, const std::string& group, int world,
+                         uint64_t incarnation, int64_t generation = 0, int timeout_ms = 300) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::RegisterRequest request;
+  request.set_group(group);
+  request.set_host("raw");
+  request.set_local_devices(1);
+  request.set_world_size(world);
+  request.set_incarnation(incarnation);
+  request.set_generation(generation);
+  request.set_timeout_ms(timeout_ms);
+  v1::RegisterResponse response;
+  return FromGrpcStatus(stub.Register(&context, request, &response));
+}
+
+TEST(Rendezvous, FullGroupTwiceAndWrongSize_ClearErrors) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  auto channel = ConnectToCoordinator(coordinator->address());
+  auto stub = v1::Coordinator::NewStub(channel);
+  auto options = GroupOptions("full", 1, "h");
+  options.incarnation = 99;
+  auto pg = ProcessGroup::Join(coordinator->address(), options);
+  ASSERT_TRUE(pg.ok()) << pg.status();
+
+  absl::Status twice = RegisterRaw(*stub, "full", 1, 99);
+  EXPECT_EQ(twice.code(), absl::StatusCode::kAlreadyExists) << twice;
+  EXPECT_THAT(std::string(twice.message()), HasSubstr("already rank 0 (host h)"));
+
+  absl::Status full = RegisterRaw(*stub, "full", 1, 100);
+  EXPECT_EQ(full.code(), absl::StatusCode::kFailedPrecondition) << full;
+  EXPECT_THAT(std::string(full.message()), HasSubstr("is full"));
+
+  // A forming group refuses members that ask for another size, and a second registration.
+  std::thread first([&] { RegisterRaw(*stub, "forming", 3, 1, 0, 2000).IgnoreError(); });
+  ASSERT_TRUE(WaitFor([&] {
+    grpc::ClientContext c;
+    v1::ListGroupsResponse groups;
+    stub->ListGroups(&c, v1::ListGroupsRequest(), &groups);
+    for (const auto& g : groups.groups()) {
+      if (g.group() == "forming" && g.members_size() == 1) return true;
+    }
+    return false;
+  }, absl::Seconds(5)));
+  absl::Status size = RegisterRaw(*stub, "forming", 4, 2);
+  EXPECT_EQ(size.code(), absl::StatusCode::kFailedPrecondition) << size;
+  EXPECT_THAT(std::string(size.message()), HasSubstr("forming with world_size 3"));
+  absl::Status again = RegisterRaw(*stub, "forming", 3, 1);
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists) << again;
+  first.join();
+}
+
+TEST(Rendezvous, GroupNeverForms_DeadlineExceededNamesWhoCame) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  auto options = GroupOptions("lonely", 3, "only-host");
+  options.register_timeout = absl::Milliseconds(300);
+  auto pg = ProcessGroup::Join(coordinator->address(), options);
+  EXPECT_EQ(pg.status().code(), absl::StatusCode::kDeadlineExceeded) << pg.status();
+  EXPECT_THAT(std::string(pg.status().message()), HasSubstr("1 of 3 members registered (hosts: only-host)"));
+}
+
+TEST(Rendezvous, NewGenerationAfterGroupEnds_OldGenerationRefused) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  auto channel = ConnectToCoordinator(coordinator->address());
+  auto stub = v1::Coordinator::NewStub(channel);
+  v1::MemberRef old_member;
+  {
+    auto pg = ProcessGroup::Join(coordinator->address(), GroupOptions("gens", 1, "h"));
+    ASSERT_TRUE(pg.ok()) << pg.status();
+    EXPECT_EQ((*pg)->generation(), 1);
+    old_member = (*pg)->assignment().member();
+  }  // leaves: generation 1 ends
+  auto pg2 = ProcessGroup::Join(coordinator->address(), GroupOptions("gens", 1, "h"));
+  ASSERT_TRUE(pg2.ok()) << pg2.status();
+  EXPECT_EQ((*pg2)->generation(), 2);
+
+  absl::Status old_gen = RegisterRaw(*stub, "gens", 1, 555, /*generation=*/1);
+  EXPECT_EQ(old_gen.code(), absl::StatusCode::kFailedPrecondition) << old_gen;
+  EXPECT_THAT(std::string(old_gen.message()), HasSubstr("generation 1 is over"));
+
+  grpc::ClientContext context;
+  v1::HeartbeatRequest heartbeat;
+  *heartbeat.mutable_member() = old_member;
+  v1::HeartbeatResponse response;
+  absl::Status stale = FromGrpcStatus(stub->Heartbeat(&context, heartbeat, &response));
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition) << stale;
+  EXPECT_THAT(std::string(stale.message()), HasSubstr("belongs to generation 1"));
+}
+
+TEST(Rendezvous, ElasticGroup_FormsWithMinimumAfterSettle) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  std::vector<int> sizes(3, 0);
+  absl::Mutex mu;
+  auto statuses = RunRanks(
+      coordinator->address(), "elastic", 3,
+      [&](ProcessGroup& pg) {
+        {
+          absl::MutexLock lock(&mu);
+          sizes[pg.rank()] = pg.world_size();
+        }
+        return pg.Barrier("elastic-ok");
+      },
+      [](ProcessGroupOptions& o, int) {
+        o.world_size = 5;
+        o.min_world_size = 2;
+        o.settle_timeout = absl::Milliseconds(300);
+      });
+  for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(sizes, (std::vector<int>{3, 3, 3}));
+}
+
+TEST(KeyValue, SetGetAddCasDeleteList_Semantics) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  KeyValueClient kv(ConnectToCoordinator(coordinator->address()), "scope-a");
+  KeyValueClient other(ConnectToCoordinator(coordinator->address()), "scope-b");
+  ASSERT_TRUE(kv.Set("k1", std::string("v\0x", 3)).ok());
+  EXPECT_EQ(kv.Get("k1").value(), std::string("v\0x", 3));
+  EXPECT_EQ(other.Get("k1").status().code(), absl::StatusCode::kNotFound);
+
+  EXPECT_EQ(kv.Add("counter", 5).value(), 5);
+  EXPECT_EQ(kv.Add("counter", -7).value(), -2);
+  EXPECT_EQ(kv.Get("counter").value(), "-2");
+  EXPECT_EQ(kv.Add("k1", 1).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  auto cas = kv.CompareAndSet("lock", "", "owner-1");
+  ASSERT_TRUE(cas.ok());
+  EXPECT_TRUE(cas->swapped);
+  cas = kv.CompareAndSet("lock", "", "owner-2");
+  EXPECT_FALSE(cas->swapped);
+  EXPECT_EQ(cas->value, "owner-1");
+  cas = kv.CompareAndSet("lock", "owner-1", "owner-2");
+  EXPECT_TRUE(cas->swapped);
+  EXPECT_EQ(kv.Get("lock").value(), "owner-2");
+
+  auto listed = kv.List("");
+  ASSERT_TRUE(listed.ok());
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : *listed) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"counter", "k1", "lock"}));
+  EXPECT_EQ(kv.List("lo")->size(), 1u);
+
+  EXPECT_TRUE(kv.Delete("k1").value());
+  EXPECT_FALSE(kv.Delete("k1").value());
+  EXPECT_EQ(kv.Get("k1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(kv.Set("big", std::string((32 << 20) + 1, 'x')).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(KeyValue, GetWithWait_WokenByWriterOrTimesOut) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  KeyValueClient reader(ConnectToCoordinator(coordinator->address()), "s");
+  KeyValueClient writer(ConnectToCoordinator(coordinator->address()), "s");
+  std::thread t([&] {
+    // Ordering, not settling: were the write first, Get would answer at once and still pass.
+    absl::SleepFor(absl::Milliseconds(100));
+    ASSERT_TRUE(writer.Set("late", "here").ok());
+  });
+  const absl::Time start = absl::Now();
+  auto value = reader.Get("late", absl::Seconds(10));
+  t.join();
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, "here");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+
+  auto missing = reader.Get("never", absl::Milliseconds(200));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("'never' in scope 's' was not set"));
+}
+
+TEST(KeyValue, GroupScope_DeletedWhenGroupEnds) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  auto channel = ConnectToCoordinator(coordinator->address());
+  {
+    auto pg = ProcessGroup::Join(coordinator->address(), GroupOptions("scoped", 1, "h"));
+    ASSERT_TRUE(pg.ok());
+    ASSERT_TRUE((*pg)->store().Set("addr", "1.2.3.4").ok());
+    EXPECT_EQ((*pg)->store().Get("addr").value(), "1.2.3.4");
+  }
+  KeyValueClient kv(channel, "scoped");
+  EXPECT_EQ(kv.Get("addr").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace dtrain::testing

@@ -1,0 +1,168 @@
+#include "tests/test_support.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/channel.h"
+
+namespace dtrain::testing {
+
+CoordinatorOptions FastOptions() {
+  CoordinatorOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.tick = absl::Milliseconds(10);
+  options.groups.heartbeat_interval = absl::Milliseconds(100);
+  options.groups.heartbeat_timeout = absl::Milliseconds(1000);
+  options.groups.default_collective_timeout = absl::Seconds(60);
+  options.groups.default_register_timeout = absl::Seconds(30);
+  return options;
+}
+
+std::unique_ptr<CoordinatorServer> StartCoordinator(CoordinatorOptions options) {
+  auto server = CoordinatorServer::Start(std::move(options));
+  if (!server.ok()) return nullptr;
+  return std::move(*server);
+}
+
+ProcessGroupOptions GroupOptions(const std::string& group, int world_size,
+                                 const std::string& host) {
+  ProcessGroupOptions options;
+  options.group = group;
+  options.world_size = world_size;
+  options.host = host;
+  options.register_timeout = absl::Seconds(30);
+  return options;
+}
+
+std::vector<absl::Status> RunRanks(
+    const std::string& address, const std::string& group, int world_size,
+    const std::function<absl::Status(ProcessGroup&)>& body,
+    const std::function<void(ProcessGroupOptions&, int index)>& customize, int thread_count) {
+  std::vector<absl::Status> statuses(world_size);
+  std::vector<std::thread> threads;
+  absl::Mutex mu;
+  if (thread_count < 0) thread_count = world_size;
+  for (int i = 0; i < thread_count; ++i) {
+    threads.emplace_back([&, i] {
+      ProcessGroupOptions options = GroupOptions(group, world_size, absl::StrCat("host-", i));
+      if (customize) customize(options, i);
+      absl::Status status;
+      int rank = i;
+      auto pg = ProcessGroup::Join(address, options);
+      if (!pg.ok()) {
+        status = pg.status();
+      } else {
+        rank = (*pg)->rank();
+        status = body(**pg);
+      }
+      absl::MutexLock lock(&mu);
+      if (!statuses[rank].ok()) return;  // keep the first report for this slot
+      statuses[rank] = status;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return statuses;
+}
+
+bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return condition();
+}
+
+std::unique_ptr<Subprocess> Subprocess::Start(const std::vector<std::string>& argv) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return nullptr;
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls until exec. The child dies with the test process.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    dup2(fds[1], STDOUT_FILENO);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  if (pid < 0) {
+    close(fds[0]);
+    return nullptr;
+  }
+  auto p = std::unique_ptr<Subprocess>(new Subprocess());
+  p->pid_ = pid;
+  p->stdout_fd_ = fds[0];
+  return p;
+}
+
+Subprocess::~Subprocess() {
+  if (!reaped_ && pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  if (stdout_fd_ >= 0) close(stdout_fd_);
+}
+
+std::string Subprocess::ReadLine(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    const size_t newline = buffered_.find('\n');
+    if (newline != std::string::npos) {
+      std::string line = buffered_.substr(0, newline);
+      buffered_.erase(0, newline + 1);
+      return line;
+    }
+    const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left <= 0) return "";
+    pollfd pfd{stdout_fd_, POLLIN, 0};
+    if (poll(&pfd, 1, static_cast<int>(left)) <= 0) return "";
+    char buf[4096];
+    const ssize_t n = read(stdout_fd_, buf, sizeof buf);
+    if (n <= 0) return "";
+    buffered_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+void Subprocess::Kill(int signal) {
+  if (!reaped_) kill(pid_, signal);
+}
+
+int Subprocess::Wait(absl::Duration timeout) {
+  if (reaped_) return wait_status_;
+  const absl::Time deadline = absl::Now() + timeout;
+  int status = 0;
+  while (absl::Now() < deadline) {
+    const pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      wait_status_ = status;
+      return status;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return -1;
+}
+
+long ResidentKiB(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+}  // namespace dtrain::testing

@@ -1,0 +1,66 @@
+// Helpers shared by dtrain's tests: an in-process coordinator on 127.0.0.1:0, ranks run as
+// threads, child processes that are always reaped, and condition polling with a deadline.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/process_group.h"
+#include "coordinator/coordinator_server.h"
+
+namespace dtrain::testing {
+
+// Timeouts in milliseconds so that failure tests finish quickly.
+CoordinatorOptions FastOptions();
+
+// A coordinator serving on 127.0.0.1 with an ephemeral port.
+std::unique_ptr<CoordinatorServer> StartCoordinator(CoordinatorOptions options = FastOptions());
+
+ProcessGroupOptions GroupOptions(const std::string& group, int world_size,
+                                 const std::string& host = "");
+
+// Joins `threads` ranks (default: all `world_size`) of a group in threads, host "host-<i>"
+// unless `customize` says otherwise, and runs `body` on each with the rank's group. Returns
+// the statuses by rank (world_size slots); a join failure is reported in thread i's slot.
+std::vector<absl::Status> RunRanks(
+    const std::string& address, const std::string& group, int world_size,
+    const std::function<absl::Status(ProcessGroup&)>& body,
+    const std::function<void(ProcessGroupOptions&, int index)>& customize = nullptr,
+    int threads = -1);
+
+// Polls `condition` until it holds or `timeout` passes; returns whether it held.
+bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
+
+// A child process, started with fork+exec; killed and reaped on destruction.
+class Subprocess {
+ public:
+  // Starts argv[0] with the arguments; stdout goes to a pipe readable with ReadLine.
+  static std::unique_ptr<Subprocess> Start(const std::vector<std::string>& argv);
+  ~Subprocess();
+
+  pid_t pid() const { return pid_; }
+  // The next line of the child's stdout, or "" at EOF or after `timeout`.
+  std::string ReadLine(absl::Duration timeout);
+  void Kill(int signal);
+  // Waits for exit; returns the raw wait status, or -1 after `timeout`.
+  int Wait(absl::Duration timeout);
+
+ private:
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  bool reaped_ = false;
+  int wait_status_ = 0;
+  std::string buffered_;
+};
+
+// VmRSS of a process, in KiB.
+long ResidentKiB(pid_t pid);
+
+}  // namespace dtrain::testing
