@@ -238,9 +238,13 @@ absl::StatusOr<ProcessGroup::Streamed> ProcessGroup::RunStream(Open open, const 
         absl::StatusOr<int64_t> size = ValidateMeta(meta);
         if (size.ok()) expected += *size;
       }
-      out.bytes.reserve(static_cast<size_t>(expected));
+      if (expected > kStreamChunkBytes) out.bytes.reserve(static_cast<size_t>(expected));
     }
-    out.bytes.append(response.chunk());
+    if (out.bytes.empty()) {
+      out.bytes.swap(*response.mutable_chunk());  // one-message results are moved
+    } else {
+      out.bytes.append(response.chunk());
+    }
   }
   grpc::Status status = stream->Finish();
   if (!status.ok()) return Settle(FromGrpcStatus(status));

@@ -130,18 +130,20 @@ class TensorCollectiveReactor final
         expected_ = *bytes;
       }
       buffer_ = std::make_shared<std::string>();
-      // Reserve only what a client can prove it sends soon; a header alone claims nothing.
-      buffer_->reserve(static_cast<size_t>(std::min<int64_t>(expected_, int64_t{256} << 20)));
     } else if (request_.has_header()) {
       return Finish(absl::InvalidArgumentError("the header was sent twice in one stream"));
     }
-    const std::string& chunk = request_.chunk();
-    if (static_cast<int64_t>(buffer_->size() + chunk.size()) > expected_) {
+    std::string* chunk = request_.mutable_chunk();
+    if (static_cast<int64_t>(buffer_->size() + chunk->size()) > expected_) {
       return Finish(absl::InvalidArgumentError(absl::StrCat(
           "stream carries more than the ", expected_, " payload bytes of ",
           call_.has_tensor ? DescribeMeta(call_.meta) : std::string("a call without tensor"))));
     }
-    buffer_->append(chunk);
+    if (buffer_->empty()) {
+      buffer_->swap(*chunk);  // a payload in one message is taken over, not copied
+    } else {
+      buffer_->append(*chunk);
+    }
     if (static_cast<int64_t>(buffer_->size()) < expected_) {
       this->StartRead(&request_);
       return;

@@ -1,5 +1,4 @@
 // dtrain-coordinator: runs the coordinator service until SIGTERM or SIGINT.
-#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -12,6 +11,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "common/malloc_tuning.h"
 #include "coordinator/coordinator_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:29610",
@@ -56,10 +56,7 @@ int main(int argc, char** argv) {
   std::vector<char*> args = NormalizeFlagNames(argc, argv, store);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
 
-  // Big tensor buffers are mmapped and given back when freed, so memory returns to its level
-  // after a load instead of staying in malloc's caches.
-  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
-  mallopt(M_ARENA_MAX, 2);
+  dtrain::TuneMallocForPayloads();
 
   // Signals are taken synchronously by this thread; every other thread inherits the mask.
   sigset_t signals;

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what dtrain needs from Debian's packages; idempotent and non-interactive.
+#   deploy/install-deps.sh          build + test dependencies
+#   deploy/install-deps.sh --bench  also the benchmark peer (python3-torch)
+set -euo pipefail
+packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
+          protobuf-compiler libabsl-dev libgtest-dev libgmock-dev)
+if [ "${1:-}" = "--bench" ]; then packages+=(python3 python3-torch); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+echo "installing: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The test command: installs dependencies (idempotent), configures, builds and runs ctest.
+# The 64-rank load test runs alone after the others, so its CPU load cannot starve their
+# timing-sensitive liveness checks on a 2-core machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+deploy/install-deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build -j"$(nproc)"
+cd build
+ctest --output-on-failure -LE load -j2
+ctest --output-on-failure -L load
