@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/channel.h"
+#include "client/tensor_stream.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/streaming.h"
@@ -78,6 +79,7 @@ absl::StatusOr<std::vector<HostTensor>> Split(const std::vector<v1::TensorMeta>&
 ProcessGroup::ProcessGroup(const std::string& address, ProcessGroupOptions options)
     : channel_(ConnectToCoordinator(address)),
       stub_(v1::Coordinator::NewStub(channel_)),
+      generic_(std::make_unique<grpc::GenericStub>(channel_)),
       control_(v1::Coordinator::NewStub(ConnectToCoordinator(address))),
       options_(std::move(options)) {}
 
@@ -179,6 +181,16 @@ absl::Status ProcessGroup::Barrier(const std::string& name, CallOptions options)
   return Settle(FromGrpcStatus(stub_->Barrier(&context, request, &response)));
 }
 
+absl::StatusOr<TensorStreamResult> ProcessGroup::Stream(const std::string& method,
+                                                        const google::protobuf::MessageLite& header,
+                                                        const std::string* payload,
+                                                        absl::Time deadline) {
+  absl::StatusOr<TensorStreamResult> result = RunTensorStream(
+      generic_.get(), absl::StrCat("/dtrain.v1.Coordinator/", method), header, payload, deadline);
+  if (!result.ok()) return Settle(result.status());
+  return result;
+}
+
 absl::Status ProcessGroup::Settle(absl::Status status) {
   // The coordinator checks a call's input before numbering it, so a rejected call never took
   // its sequence number: give it back, or every later call of this rank would be out of step.
@@ -201,57 +213,6 @@ absl::StatusOr<bool> ProcessGroup::ReduceBooleanDecision(bool decision, bool all
   return response.decision();
 }
 
-template <typename Request, typename Response, typename Header, typename Open>
-absl::StatusOr<ProcessGroup::Streamed> ProcessGroup::RunStream(Open open, const Header& header,
-                                                               const std::string* payload,
-                                                               absl::Time deadline) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(deadline));
-  std::unique_ptr<grpc::ClientReaderWriter<Request, Response>> stream = open(&context);
-
-  // The header travels with the first chunk, so a small tensor costs one message each way.
-  const size_t total = payload == nullptr ? 0 : payload->size();
-  size_t offset = 0;
-  Request request;
-  *request.mutable_header() = header;
-  bool writing = true;
-  do {
-    const size_t take = std::min<size_t>(total - offset, kStreamChunkBytes);
-    if (take > 0) request.set_chunk(payload->data() + offset, take);
-    offset += take;
-    const bool last = offset == total;
-    writing = last ? stream->Write(request, grpc::WriteOptions().set_last_message())
-                   : stream->Write(request);
-    request.Clear();
-  } while (writing && offset < total);
-  // A failed write means the server already answered (an error); Finish below tells which.
-
-  Streamed out;
-  Response response;
-  bool first = true;
-  while (stream->Read(&response)) {
-    if (first) {
-      first = false;
-      int64_t expected = 0;
-      for (const v1::TensorMeta& meta : response.header().parts()) {
-        out.parts.push_back(meta);
-        absl::StatusOr<int64_t> size = ValidateMeta(meta);
-        if (size.ok()) expected += *size;
-      }
-      if (expected > kStreamChunkBytes) out.bytes.reserve(static_cast<size_t>(expected));
-    }
-    if (out.bytes.empty()) {
-      out.bytes.swap(*response.mutable_chunk());  // one-message results are moved
-    } else {
-      out.bytes.append(response.chunk());
-    }
-  }
-  grpc::Status status = stream->Finish();
-  if (!status.ok()) return Settle(FromGrpcStatus(status));
-  if (first) return absl::InternalError("the coordinator answered OK without a result header");
-  return out;
-}
-
 absl::StatusOr<HostTensor> ProcessGroup::Broadcast(int src, const HostTensor* tensor,
                                                    CallOptions options) {
   absl::MutexLock lock(&call_mu_);
@@ -262,10 +223,8 @@ absl::StatusOr<HostTensor> ProcessGroup::Broadcast(int src, const HostTensor* te
   header.set_kind(v1::PAYLOAD_KIND_TENSOR);
   if (tensor != nullptr) *header.mutable_meta() = MetaOf(*tensor);
   DTRAIN_ASSIGN_OR_RETURN(
-      Streamed result,
-      (RunStream<v1::BroadcastRequest, v1::BroadcastResponse>(
-          [this](grpc::ClientContext* c) { return stub_->Broadcast(c); }, header,
-          tensor ? &tensor->data : nullptr, deadline)));
+      TensorStreamResult result,
+      Stream("Broadcast", header, tensor ? &tensor->data : nullptr, deadline));
   DTRAIN_ASSIGN_OR_RETURN(std::vector<HostTensor> parts, Split(result.parts, result.bytes));
   if (parts.size() != 1) return absl::InternalError("broadcast answered with no tensor");
   return std::move(parts[0]);
@@ -284,10 +243,8 @@ absl::StatusOr<std::string> ProcessGroup::BroadcastBytes(int src, const std::str
     header.mutable_meta()->add_shape(static_cast<int64_t>(bytes->size()));
   }
   DTRAIN_ASSIGN_OR_RETURN(
-      Streamed result,
-      (RunStream<v1::BroadcastRequest, v1::BroadcastResponse>(
-          [this](grpc::ClientContext* c) { return stub_->Broadcast(c); }, header, bytes,
-          deadline)));
+      TensorStreamResult result,
+      Stream("Broadcast", header, bytes, deadline));
   return std::move(result.bytes);
 }
 
@@ -300,10 +257,8 @@ absl::StatusOr<std::vector<HostTensor>> ProcessGroup::AllGather(const HostTensor
                   header.mutable_context());
   *header.mutable_meta() = MetaOf(tensor);
   DTRAIN_ASSIGN_OR_RETURN(
-      Streamed result,
-      (RunStream<v1::AllGatherRequest, v1::AllGatherResponse>(
-          [this](grpc::ClientContext* c) { return stub_->AllGather(c); }, header, &tensor.data,
-          deadline)));
+      TensorStreamResult result,
+      Stream("AllGather", header, &tensor.data, deadline));
   return Split(result.parts, result.bytes);
 }
 
@@ -316,10 +271,8 @@ absl::StatusOr<HostTensor> ProcessGroup::AllReduce(const HostTensor& tensor, v1:
   header.set_op(op);
   *header.mutable_meta() = MetaOf(tensor);
   DTRAIN_ASSIGN_OR_RETURN(
-      Streamed result,
-      (RunStream<v1::AllReduceRequest, v1::AllReduceResponse>(
-          [this](grpc::ClientContext* c) { return stub_->AllReduce(c); }, header, &tensor.data,
-          deadline)));
+      TensorStreamResult result,
+      Stream("AllReduce", header, &tensor.data, deadline));
   DTRAIN_ASSIGN_OR_RETURN(std::vector<HostTensor> parts, Split(result.parts, result.bytes));
   if (parts.size() != 1) return absl::InternalError("all_reduce answered with no tensor");
   return std::move(parts[0]);
@@ -336,10 +289,8 @@ absl::StatusOr<std::optional<HostTensor>> ProcessGroup::Reduce(const HostTensor&
   header.set_dst(dst);
   *header.mutable_meta() = MetaOf(tensor);
   DTRAIN_ASSIGN_OR_RETURN(
-      Streamed result,
-      (RunStream<v1::ReduceRequest, v1::ReduceResponse>(
-          [this](grpc::ClientContext* c) { return stub_->Reduce(c); }, header, &tensor.data,
-          deadline)));
+      TensorStreamResult result,
+      Stream("Reduce", header, &tensor.data, deadline));
   DTRAIN_ASSIGN_OR_RETURN(std::vector<HostTensor> parts, Split(result.parts, result.bytes));
   if (parts.empty()) return std::optional<HostTensor>();
   return std::optional<HostTensor>(std::move(parts[0]));

@@ -21,12 +21,15 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/kv_client.h"
+#include "client/tensor_stream.h"
 #include "common/tensor.h"
 #include "dtrain/v1/coordinator.grpc.pb.h"
 
@@ -113,23 +116,21 @@ class ProcessGroup {
   static absl::StatusOr<HostTensor> Concat(const std::vector<HostTensor>& parts);
 
  private:
-  struct Streamed {
-    std::vector<v1::TensorMeta> parts;
-    std::string bytes;
-  };
-
   ProcessGroup(const std::string& address, ProcessGroupOptions options);
   void HeartbeatLoop();
   absl::Status Settle(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
+  // One tensor-collective stream (method "AllReduce", ...), with Settle applied on failure.
+  absl::StatusOr<TensorStreamResult> Stream(const std::string& method,
+                                            const google::protobuf::MessageLite& header,
+                                            const std::string* payload, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
   // Fills a CollectiveContext for the next collective and returns the transport deadline.
   absl::Time NextContext(const CallOptions& options, int64_t payload_bytes,
                          v1::CollectiveContext* context) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
-  template <typename Request, typename Response, typename Header, typename Open>
-  absl::StatusOr<Streamed> RunStream(Open open, const Header& header, const std::string* payload,
-                                     absl::Time deadline);
 
   std::shared_ptr<grpc::Channel> channel_;          // collectives and key-value
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<grpc::GenericStub> generic_;      // tensor streams, zero-copy framing
   std::unique_ptr<v1::Coordinator::Stub> control_;  // heartbeats, on their own connection
   ProcessGroupOptions options_;
   v1::RegisterResponse assignment_;

@@ -311,8 +311,7 @@ void CollectiveEngine::Complete(Instance instance, int world_size) {
       std::vector<const char*> inputs;
       inputs.reserve(arrivals.size());
       for (const auto& [rank, a] : arrivals) inputs.push_back(a.call.payload->data());
-      auto out = std::make_shared<std::string>();
-      out->resize(first.payload->size());
+      auto out = std::make_shared<Bytes>(first.payload->size());
       int64_t numel = 1;
       for (int64_t d : first.meta.shape()) numel *= d;
       status = ReduceBuffers(first.meta.dtype(), first.reduce_op, inputs, numel, out->data());

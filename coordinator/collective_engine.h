@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/bytes.h"
 #include "coordinator/group_table.h"
 #include "dtrain/v1/coordinator.pb.h"
 
@@ -60,13 +61,13 @@ struct CollectiveCall {
   bool all = true;
   bool has_tensor = false;
   v1::TensorMeta meta;
-  std::shared_ptr<const std::string> payload;
+  std::shared_ptr<const Bytes> payload;
 };
 
 // What one rank receives. Tensor parts are shared between ranks, never copied per rank.
 struct CollectiveResult {
   std::vector<v1::TensorMeta> parts;
-  std::vector<std::shared_ptr<const std::string>> buffers;  // parallel to parts
+  std::vector<std::shared_ptr<const Bytes>> buffers;  // parallel to parts
   bool decision = false;
 };
 

@@ -9,6 +9,7 @@
 #include "common/grpc_status.h"
 #include "common/streaming.h"
 #include "common/tensor.h"
+#include "common/tensor_frames.h"
 
 namespace dtrain {
 namespace {
@@ -40,64 +41,46 @@ void FillContext(const v1::CollectiveContext& context, CollectiveCall* call) {
   call->timeout = absl::Milliseconds(context.timeout_ms());
 }
 
-absl::Status RequireHeader(bool has_header, const char* rpc) {
-  if (has_header) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(rpc, ": the first stream message must carry the header"));
-}
-
 // How each streamed collective's first message maps onto a CollectiveCall.
 struct BroadcastTraits {
-  using Request = v1::BroadcastRequest;
-  using Response = v1::BroadcastResponse;
-  static absl::Status Parse(const Request& r, CollectiveCall* call) {
-    if (absl::Status s = RequireHeader(r.has_header(), "broadcast"); !s.ok()) return s;
+  using Header = v1::BroadcastHeader;
+  static void Parse(const Header& h, CollectiveCall* call) {
     call->kind = CollectiveKind::kBroadcast;
-    FillContext(r.header().context(), call);
-    call->root = r.header().src();
-    call->payload_kind = r.header().kind();
-    call->has_tensor = r.header().has_meta();
-    call->meta = r.header().meta();
-    return absl::OkStatus();
+    FillContext(h.context(), call);
+    call->root = h.src();
+    call->payload_kind = h.kind();
+    call->has_tensor = h.has_meta();
+    call->meta = h.meta();
   }
 };
 struct AllGatherTraits {
-  using Request = v1::AllGatherRequest;
-  using Response = v1::AllGatherResponse;
-  static absl::Status Parse(const Request& r, CollectiveCall* call) {
-    if (absl::Status s = RequireHeader(r.has_header(), "all_gather"); !s.ok()) return s;
+  using Header = v1::AllGatherHeader;
+  static void Parse(const Header& h, CollectiveCall* call) {
     call->kind = CollectiveKind::kAllGather;
-    FillContext(r.header().context(), call);
+    FillContext(h.context(), call);
     call->has_tensor = true;
-    call->meta = r.header().meta();
-    return absl::OkStatus();
+    call->meta = h.meta();
   }
 };
 struct ReduceTraits {
-  using Request = v1::ReduceRequest;
-  using Response = v1::ReduceResponse;
-  static absl::Status Parse(const Request& r, CollectiveCall* call) {
-    if (absl::Status s = RequireHeader(r.has_header(), "reduce"); !s.ok()) return s;
+  using Header = v1::ReduceHeader;
+  static void Parse(const Header& h, CollectiveCall* call) {
     call->kind = CollectiveKind::kReduce;
-    FillContext(r.header().context(), call);
-    call->root = r.header().dst();
-    call->reduce_op = r.header().op();
+    FillContext(h.context(), call);
+    call->root = h.dst();
+    call->reduce_op = h.op();
     call->has_tensor = true;
-    call->meta = r.header().meta();
-    return absl::OkStatus();
+    call->meta = h.meta();
   }
 };
 struct AllReduceTraits {
-  using Request = v1::AllReduceRequest;
-  using Response = v1::AllReduceResponse;
-  static absl::Status Parse(const Request& r, CollectiveCall* call) {
-    if (absl::Status s = RequireHeader(r.has_header(), "all_reduce"); !s.ok()) return s;
+  using Header = v1::AllReduceHeader;
+  static void Parse(const Header& h, CollectiveCall* call) {
     call->kind = CollectiveKind::kAllReduce;
-    FillContext(r.header().context(), call);
-    call->reduce_op = r.header().op();
+    FillContext(h.context(), call);
+    call->reduce_op = h.op();
     call->has_tensor = true;
-    call->meta = r.header().meta();
-    return absl::OkStatus();
+    call->meta = h.meta();
   }
 };
 
@@ -106,46 +89,26 @@ struct AllReduceTraits {
 // exactly once, by the read path before submission or by the result path after it.
 template <typename Traits>
 class TensorCollectiveReactor final
-    : public grpc::ServerBidiReactor<typename Traits::Request, typename Traits::Response> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      private FrameSink {
  public:
   explicit TensorCollectiveReactor(CollectiveEngine* engine) : engine_(engine) {
-    this->StartRead(&request_);
+    StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       if (!header_seen_) return Finish(absl::InvalidArgumentError("stream closed before its header"));
       return Finish(absl::InvalidArgumentError(absl::StrCat(
-          "stream closed after ", buffer_->size(), " of the ", expected_, " payload bytes of ",
+          "stream closed after ", received_, " of the ", expected_, " payload bytes of ",
           DescribeMeta(call_.meta))));
     }
-    if (!header_seen_) {
-      header_seen_ = true;
-      if (absl::Status s = Traits::Parse(request_, &call_); !s.ok()) return Finish(s);
-      member_ = call_.member;
-      sequence_ = call_.sequence;
-      if (call_.has_tensor) {
-        absl::StatusOr<int64_t> bytes = ValidateMeta(call_.meta);
-        if (!bytes.ok()) return Finish(bytes.status());
-        expected_ = *bytes;
-      }
-      buffer_ = std::make_shared<std::string>();
-    } else if (request_.has_header()) {
-      return Finish(absl::InvalidArgumentError("the header was sent twice in one stream"));
+    if (absl::Status s = ReadFrame(&request_, header_seen_, &header_, this); !s.ok()) {
+      return Finish(s);
     }
-    std::string* chunk = request_.mutable_chunk();
-    if (static_cast<int64_t>(buffer_->size() + chunk->size()) > expected_) {
-      return Finish(absl::InvalidArgumentError(absl::StrCat(
-          "stream carries more than the ", expected_, " payload bytes of ",
-          call_.has_tensor ? DescribeMeta(call_.meta) : std::string("a call without tensor"))));
-    }
-    if (buffer_->empty()) {
-      buffer_->swap(*chunk);  // a payload in one message is taken over, not copied
-    } else {
-      buffer_->append(*chunk);
-    }
-    if (static_cast<int64_t>(buffer_->size()) < expected_) {
-      this->StartRead(&request_);
+    request_.Clear();
+    if (received_ < expected_) {
+      StartRead(&request_);
       return;
     }
     call_.payload = std::move(buffer_);
@@ -170,6 +133,33 @@ class TensorCollectiveReactor final
   void OnDone() override { delete this; }
 
  private:
+  absl::Status OnHeader() override {
+    header_seen_ = true;
+    Traits::Parse(header_, &call_);
+    member_ = call_.member;
+    sequence_ = call_.sequence;
+    if (call_.has_tensor) {
+      absl::StatusOr<int64_t> bytes = ValidateMeta(call_.meta);
+      if (!bytes.ok()) return bytes.status();
+      expected_ = *bytes;
+    }
+    // Uninitialized: for a large claim the pages are committed only as payload arrives, so a
+    // header alone that claims gigabytes costs address space, not memory.
+    buffer_ = std::make_shared<Bytes>(static_cast<size_t>(expected_));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<char*> Reserve(int64_t bytes) override {
+    if (received_ + bytes > expected_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stream carries more than the ", expected_, " payload bytes of ",
+          call_.has_tensor ? DescribeMeta(call_.meta) : std::string("a call without tensor")));
+    }
+    char* room = buffer_->data() + received_;
+    received_ += bytes;
+    return room;
+  }
+
   void OnResult(const absl::Status& status, std::shared_ptr<const CollectiveResult> result) {
     answered_.store(true);
     if (!status.ok()) return Finish(status);
@@ -179,50 +169,55 @@ class TensorCollectiveReactor final
   }
 
   // Writes the next message: the header first, then up to one chunk of payload, possibly
-  // spanning several parts (an all_gather of small tensors travels in one message).
+  // spanning several parts (an all_gather of small tensors travels in one message). The
+  // payload is referenced, not copied.
   void WriteNext() {
-    response_.Clear();
-    if (!header_sent_) {
+    v1::ResultHeader header;
+    const bool first = !header_sent_;
+    if (first) {
       header_sent_ = true;
-      for (const auto& meta : result_->parts) *response_.mutable_header()->add_parts() = meta;
+      for (const auto& meta : result_->parts) *header.add_parts() = meta;
     }
-    std::string* chunk = response_.mutable_chunk();
+    std::vector<PayloadRange> ranges;
     const size_t budget = static_cast<size_t>(std::min<uint64_t>(remaining_, kStreamChunkBytes));
-    chunk->reserve(budget);
-    while (chunk->size() < budget) {
-      const std::string& part = *result_->buffers[part_];
-      const size_t take = std::min(budget - chunk->size(), part.size() - offset_);
-      chunk->append(part, offset_, take);
+    size_t taken = 0;
+    while (taken < budget) {
+      const auto& part = result_->buffers[part_];
+      const size_t take = std::min(budget - taken, part->size() - offset_);
+      if (take > 0) ranges.push_back(PayloadRange{part->data() + offset_, take, part});
+      taken += take;
       offset_ += take;
-      if (offset_ == part.size()) {
+      if (offset_ == part->size()) {
         ++part_;
         offset_ = 0;
       }
     }
     remaining_ -= budget;
+    response_ = MakeFrame(first ? &header : nullptr, ranges);
     if (remaining_ == 0) {
       finished_ = true;
-      this->StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
     } else {
-      this->StartWrite(&response_);
+      StartWrite(&response_);
     }
   }
 
   void Finish(const absl::Status& status) {
     finished_ = true;
-    grpc::ServerBidiReactor<typename Traits::Request, typename Traits::Response>::Finish(
-        ToGrpcStatus(status));
+    grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>::Finish(ToGrpcStatus(status));
   }
 
   CollectiveEngine* const engine_;
-  typename Traits::Request request_;
-  typename Traits::Response response_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer response_;
+  typename Traits::Header header_;
   CollectiveCall call_;
   v1::MemberRef member_;
   int64_t sequence_ = 0;
   bool header_seen_ = false;
   int64_t expected_ = 0;
-  std::shared_ptr<std::string> buffer_;
+  std::shared_ptr<Bytes> buffer_;
+  int64_t received_ = 0;
   std::atomic<bool> submitted_{false};
   std::atomic<bool> answered_{false};
   std::shared_ptr<const CollectiveResult> result_;
@@ -303,22 +298,22 @@ grpc::ServerUnaryReactor* CoordinatorService::ReduceBooleanDecision(
   });
 }
 
-grpc::ServerBidiReactor<v1::BroadcastRequest, v1::BroadcastResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 CoordinatorService::Broadcast(grpc::CallbackServerContext* context) {
   return new TensorCollectiveReactor<BroadcastTraits>(engine_);
 }
 
-grpc::ServerBidiReactor<v1::AllGatherRequest, v1::AllGatherResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 CoordinatorService::AllGather(grpc::CallbackServerContext* context) {
   return new TensorCollectiveReactor<AllGatherTraits>(engine_);
 }
 
-grpc::ServerBidiReactor<v1::ReduceRequest, v1::ReduceResponse>* CoordinatorService::Reduce(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::Reduce(
     grpc::CallbackServerContext* context) {
   return new TensorCollectiveReactor<ReduceTraits>(engine_);
 }
 
-grpc::ServerBidiReactor<v1::AllReduceRequest, v1::AllReduceResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 CoordinatorService::AllReduce(grpc::CallbackServerContext* context) {
   return new TensorCollectiveReactor<AllReduceTraits>(engine_);
 }

@@ -11,7 +11,12 @@
 
 namespace dtrain {
 
-class CoordinatorService final : public v1::Coordinator::CallbackService {
+// The four tensor collectives are served raw (zero-copy framing, see tensor_frames.h); their
+// messages on the wire are still exactly those of coordinator.proto.
+using CoordinatorServiceBase =
+    v1::Coordinator::WithCallbackMethod_Register<v1::Coordinator::WithCallbackMethod_Heartbeat<v1::Coordinator::WithCallbackMethod_Leave<v1::Coordinator::WithCallbackMethod_Barrier<v1::Coordinator::WithRawCallbackMethod_Broadcast<v1::Coordinator::WithRawCallbackMethod_AllGather<v1::Coordinator::WithRawCallbackMethod_Reduce<v1::Coordinator::WithRawCallbackMethod_AllReduce<v1::Coordinator::WithCallbackMethod_ReduceBooleanDecision<v1::Coordinator::WithCallbackMethod_KeyValueSet<v1::Coordinator::WithCallbackMethod_KeyValueGet<v1::Coordinator::WithCallbackMethod_KeyValueAdd<v1::Coordinator::WithCallbackMethod_KeyValueCompareAndSet<v1::Coordinator::WithCallbackMethod_KeyValueDelete<v1::Coordinator::WithCallbackMethod_KeyValueList<v1::Coordinator::WithCallbackMethod_ListGroups<v1::Coordinator::Service>>>>>>>>>>>>>>>>;
+
+class CoordinatorService final : public CoordinatorServiceBase {
  public:
   // The pointees must outlive the service.
   CoordinatorService(GroupTable* groups, CollectiveEngine* engine, KeyValueStore* kv);
@@ -28,13 +33,13 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* context,
                                     const v1::BarrierRequest* request,
                                     v1::BarrierResponse* response) override;
-  grpc::ServerBidiReactor<v1::BroadcastRequest, v1::BroadcastResponse>* Broadcast(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Broadcast(
       grpc::CallbackServerContext* context) override;
-  grpc::ServerBidiReactor<v1::AllGatherRequest, v1::AllGatherResponse>* AllGather(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AllGather(
       grpc::CallbackServerContext* context) override;
-  grpc::ServerBidiReactor<v1::ReduceRequest, v1::ReduceResponse>* Reduce(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Reduce(
       grpc::CallbackServerContext* context) override;
-  grpc::ServerBidiReactor<v1::AllReduceRequest, v1::AllReduceResponse>* AllReduce(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AllReduce(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ReduceBooleanDecision(
       grpc::CallbackServerContext* context, const v1::ReduceBooleanDecisionRequest* request,

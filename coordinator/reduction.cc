@@ -64,23 +64,22 @@ template <typename Traits, typename Op, bool kMean>
 void ReduceTyped(const std::vector<const char*>& inputs, int64_t numel, char* out) {
   using S = typename Traits::Storage;
   using A = typename Traits::Acc;
+  // Buffers are read in place as S (this file is built with -fno-strict-aliasing).
   const int64_t ranks = static_cast<int64_t>(inputs.size());
-  S staged[kBlock];
+  S* dst = reinterpret_cast<S*>(out);
   A acc[kBlock];
   for (int64_t start = 0; start < numel; start += kBlock) {
     const int64_t n = std::min(kBlock, numel - start);
-    const size_t bytes = static_cast<size_t>(n) * sizeof(S);
-    std::memcpy(staged, inputs[0] + start * sizeof(S), bytes);
-    for (int64_t i = 0; i < n; ++i) acc[i] = Traits::Load(staged[i]);
+    const S* first = reinterpret_cast<const S*>(inputs[0]) + start;
+    for (int64_t i = 0; i < n; ++i) acc[i] = Traits::Load(first[i]);
     for (int64_t r = 1; r < ranks; ++r) {
-      std::memcpy(staged, inputs[r] + start * sizeof(S), bytes);
-      for (int64_t i = 0; i < n; ++i) acc[i] = Op::Apply(acc[i], Traits::Load(staged[i]));
+      const S* in = reinterpret_cast<const S*>(inputs[r]) + start;
+      for (int64_t i = 0; i < n; ++i) acc[i] = Op::Apply(acc[i], Traits::Load(in[i]));
     }
     if constexpr (kMean) {
       for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] / static_cast<A>(ranks);
     }
-    for (int64_t i = 0; i < n; ++i) staged[i] = Traits::Store(acc[i]);
-    std::memcpy(out + start * sizeof(S), staged, bytes);
+    for (int64_t i = 0; i < n; ++i) dst[start + i] = Traits::Store(acc[i]);
   }
 }
 

@@ -1,0 +1,133 @@
+#include "client/tensor_stream.h"
+
+#include <algorithm>
+
+#include <grpcpp/client_context.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/grpc_status.h"
+#include "common/streaming.h"
+#include "common/tensor.h"
+#include "common/tensor_frames.h"
+
+namespace dtrain {
+namespace {
+
+// Reactor of one call. Lives on the caller's stack: Run() returns only after OnDone, after
+// which gRPC touches it no more.
+class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                               private FrameSink {
+ public:
+  TensorStreamCall(const google::protobuf::MessageLite& header, const std::string* payload)
+      : header_(header), payload_(payload), total_(payload ? payload->size() : 0) {}
+
+  absl::StatusOr<TensorStreamResult> Run(grpc::GenericStub* stub, const std::string& method,
+                                         absl::Time deadline) {
+    context_.set_deadline(absl::ToChronoTime(deadline));
+    stub->PrepareBidiStreamingCall(&context_, method, grpc::StubOptions(), this);
+    WriteNext();
+    StartRead(&incoming_);
+    StartCall();
+    done_.WaitForNotification();
+    if (!parse_error_.ok()) return parse_error_;
+    if (!status_.ok()) return status_;
+    if (!header_seen_) {
+      return absl::InternalError("the coordinator answered OK without a result header");
+    }
+    if (result_.bytes.size() != expected_) {
+      return absl::InternalError(absl::StrCat("the coordinator's result has ",
+                                              result_.bytes.size(), " bytes; its header says ",
+                                              expected_));
+    }
+    return std::move(result_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    // Not ok: the server has already ended the call; OnDone brings its status.
+    if (ok && offset_ < total_) WriteNext();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    absl::Status s = ReadFrame(&incoming_, header_seen_, &result_header_, this);
+    incoming_.Clear();
+    if (!s.ok()) {
+      parse_error_ = absl::InternalError(
+          absl::StrCat("the coordinator's answer does not parse: ", s.message()));
+      context_.TryCancel();
+      return;
+    }
+    StartRead(&incoming_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    status_ = FromGrpcStatus(status);
+    done_.Notify();
+  }
+
+ private:
+  // The header travels with the first chunk, so a small tensor costs one message each way.
+  void WriteNext() {
+    const size_t take = std::min<size_t>(total_ - offset_, kStreamChunkBytes);
+    std::vector<PayloadRange> ranges;
+    if (take > 0) ranges.push_back(PayloadRange{payload_->data() + offset_, take, nullptr});
+    outgoing_ = MakeFrame(offset_ == 0 ? &header_ : nullptr, ranges);
+    offset_ += take;
+    if (offset_ == total_) {
+      StartWriteLast(&outgoing_, grpc::WriteOptions());
+    } else {
+      StartWrite(&outgoing_);
+    }
+  }
+
+  absl::Status OnHeader() override {
+    header_seen_ = true;
+    for (const v1::TensorMeta& meta : result_header_.parts()) {
+      absl::StatusOr<int64_t> size = ValidateMeta(meta);
+      if (!size.ok()) return size.status();
+      expected_ += static_cast<size_t>(*size);
+      result_.parts.push_back(meta);
+    }
+    result_.bytes.reserve(expected_);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<char*> Reserve(int64_t bytes) override {
+    const size_t have = result_.bytes.size();
+    if (have + static_cast<size_t>(bytes) > expected_) {
+      return absl::InvalidArgumentError("more result bytes than the result header announced");
+    }
+    result_.bytes.resize(have + static_cast<size_t>(bytes));
+    return result_.bytes.data() + have;
+  }
+
+  grpc::ClientContext context_;
+  const google::protobuf::MessageLite& header_;
+  const std::string* payload_;
+  const size_t total_;
+  size_t offset_ = 0;
+  grpc::ByteBuffer outgoing_;
+  grpc::ByteBuffer incoming_;
+  v1::ResultHeader result_header_;
+  bool header_seen_ = false;
+  size_t expected_ = 0;
+  TensorStreamResult result_;
+  absl::Status parse_error_;
+  absl::Status status_;
+  absl::Notification done_;
+};
+
+}  // namespace
+
+absl::StatusOr<TensorStreamResult> RunTensorStream(grpc::GenericStub* stub,
+                                                   const std::string& method,
+                                                   const google::protobuf::MessageLite& header,
+                                                   const std::string* payload,
+                                                   absl::Time deadline) {
+  TensorStreamCall call(header, payload);
+  return call.Run(stub, method, deadline);
+}
+
+}  // namespace dtrain
