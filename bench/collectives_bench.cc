@@ -11,7 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/process_group.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:29610", "coordinator host:port");
 ABSL_FLAG(std::string, group, "bench", "group id");
@@ -38,7 +38,7 @@ double Percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  dtrain::TuneMallocForPayloads();
+  dtrain::TuneProcessForDtrain();
   dtrain::ProcessGroupOptions options;
   options.group = absl::GetFlag(FLAGS_group);
   options.world_size = absl::GetFlag(FLAGS_world_size);

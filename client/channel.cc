@@ -17,6 +17,9 @@ std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address) 
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // Each ProcessGroup gets its own connection, as separate processes would.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // dtrain never retries a collective transparently (a retried call would be a second
+  // arrival); without the retry machinery every call is also cheaper.
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 

@@ -8,6 +8,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_join.h"
 #include "client/process_group.h"
+#include "common/process_tuning.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:29610", "coordinator host:port");
 ABSL_FLAG(std::string, group, "demo", "group (job) id");
@@ -15,6 +16,7 @@ ABSL_FLAG(int, world_size, 2, "number of ranks");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  dtrain::TuneProcessForDtrain();
   dtrain::ProcessGroupOptions options;
   options.group = absl::GetFlag(FLAGS_group);
   options.world_size = absl::GetFlag(FLAGS_world_size);

@@ -22,7 +22,10 @@ const std::shared_ptr<const CollectiveResult>& EmptyResult() {
 std::string BoolName(bool b) { return b ? "true" : "false"; }
 
 // "rank 2 (host a), rank 5 (host b) and 3 more"
-std::string NameRanks(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
+std::string NameRanks(const std::vector<int>& ranks,
+                      const std::shared_ptr<const std::vector<std::string>>& host_list) {
+  static const std::vector<std::string> kNone;
+  const std::vector<std::string>& hosts = host_list ? *host_list : kNone;
   std::vector<std::string> names;
   for (size_t i = 0; i < ranks.size() && i < kMaxNamedRanks; ++i) {
     const int r = ranks[i];
@@ -156,8 +159,50 @@ std::string CollectiveEngine::Describe(const CollectiveCall& call) {
 }
 
 std::string CollectiveEngine::Label(const Key& key, const Instance& instance) const {
-  return absl::StrCat("collective #", instance.sequence, " (", instance.signature,
+  return absl::StrCat("collective #", instance.sequence, " (",
+                      instance.first.has_value() ? Signature(*instance.first) : "no call yet",
                       ") of group '", key.first, "' generation ", key.second);
+}
+
+bool CollectiveEngine::Matches(const CollectiveCall& a, const CollectiveCall& b) {
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case CollectiveKind::kBarrier:
+      return a.barrier_name == b.barrier_name;
+    case CollectiveKind::kBroadcast:
+      return a.root == b.root && a.payload_kind == b.payload_kind;
+    case CollectiveKind::kReduceBooleanDecision:
+      return a.all == b.all;
+    case CollectiveKind::kAllGather:
+      // Dimension 0 may differ; dtype and the other dimensions must agree.
+      if (a.meta.dtype() != b.meta.dtype() || a.meta.shape_size() != b.meta.shape_size()) {
+        return false;
+      }
+      for (int i = 1; i < a.meta.shape_size(); ++i) {
+        if (a.meta.shape(i) != b.meta.shape(i)) return false;
+      }
+      return true;
+    case CollectiveKind::kReduce:
+    case CollectiveKind::kAllReduce:
+      if (a.root != b.root && a.kind == CollectiveKind::kReduce) return false;
+      if (a.reduce_op != b.reduce_op || a.meta.dtype() != b.meta.dtype() ||
+          a.meta.shape_size() != b.meta.shape_size()) {
+        return false;
+      }
+      for (int i = 0; i < a.meta.shape_size(); ++i) {
+        if (a.meta.shape(i) != b.meta.shape(i)) return false;
+      }
+      return true;
+  }
+  return false;
+}
+
+std::string CollectiveEngine::DescribeCalls(const Instance& instance) {
+  std::vector<std::string> calls;
+  for (const auto& [rank, arrival] : instance.arrivals) {
+    calls.push_back(absl::StrCat("rank ", rank, " called ", Describe(arrival.call)));
+  }
+  return absl::StrJoin(calls, "; ");
 }
 
 void CollectiveEngine::FailInstance(GroupState& group, Instance& instance,
@@ -227,7 +272,6 @@ void CollectiveEngine::Submit(CollectiveCall call, CollectiveDone done) {
             call.timeout > absl::ZeroDuration() ? call.timeout : view->collective_timeout;
         if (created) {
           inst.sequence = call.sequence;
-          inst.signature = Signature(call);
           inst.timeout = timeout;
           // A rank that left before this call can never join it.
           for (const auto& [left_rank, who] : group.left) {
@@ -238,14 +282,13 @@ void CollectiveEngine::Submit(CollectiveCall call, CollectiveDone done) {
             }
           }
         }
-        const std::string description = Describe(call);
         if (inst.failure.has_value()) {
           inst.answered.insert(rank);
           absl::Status status = *inst.failure;
-          if (status.code() == absl::StatusCode::kFailedPrecondition && !inst.calls.empty()) {
+          if (status.code() == absl::StatusCode::kFailedPrecondition && inst.first.has_value()) {
             status = absl::Status(status.code(),
                                   absl::StrCat(status.message(), "; rank ", rank,
-                                               " arrived later with ", description));
+                                               " arrived later with ", Describe(call)));
           }
           completions.push_back([done, status] { done(status, nullptr); });
           Collect(group);
@@ -254,14 +297,17 @@ void CollectiveEngine::Submit(CollectiveCall call, CollectiveDone done) {
             inst.deadline = now + timeout;
             inst.timeout = timeout;
           }
-          inst.calls.push_back(absl::StrCat("rank ", rank, " called ", description));
-          const bool matches = Signature(call) == inst.signature;
-          inst.arrivals.emplace(rank, Arrival{std::move(call), std::move(done), description});
+          if (!inst.first.has_value()) {
+            inst.first = call;
+            inst.first->payload = nullptr;
+          }
+          const bool matches = Matches(*inst.first, call);
+          inst.arrivals.emplace(rank, Arrival{std::move(call), std::move(done)});
           if (!matches) {
             FailInstance(group, inst,
                          absl::FailedPreconditionError(absl::StrCat(
                              "collective #", inst.sequence, " of group '", key.first,
-                             "' does not match across ranks: ", absl::StrJoin(inst.calls, "; "),
+                             "' does not match across ranks: ", DescribeCalls(inst),
                              ". Every rank must make the same collective calls in the same "
                              "order")),
                          completions);

@@ -109,21 +109,19 @@ class CollectiveEngine {
   struct Arrival {
     CollectiveCall call;
     CollectiveDone done;
-    std::string description;
   };
   struct Instance {
     int64_t sequence = 0;
-    std::string signature;  // what every rank must agree on
+    std::optional<CollectiveCall> first;  // the first arrival, without payload: the reference
     std::map<int, Arrival> arrivals;  // by rank, still waiting
     std::set<int> answered;           // ranks that already got an outcome
     absl::Time deadline = absl::InfiniteFuture();
     absl::Duration timeout;
     std::optional<absl::Status> failure;
-    std::vector<std::string> calls;  // "rank r called X", for mismatch messages
   };
   struct GroupState {
     int world_size = 0;
-    std::vector<std::string> hosts;
+    std::shared_ptr<const std::vector<std::string>> hosts;
     std::vector<int64_t> next_sequence;  // by rank
     std::map<int64_t, Instance> instances;
     std::optional<absl::Status> failure;
@@ -134,6 +132,10 @@ class CollectiveEngine {
 
   static absl::Status ValidateCall(const CollectiveCall& call, const MemberView& view);
   static std::string Signature(const CollectiveCall& call);
+  // Whether two calls may meet (what Signature prints, compared without formatting).
+  static bool Matches(const CollectiveCall& a, const CollectiveCall& b);
+  // "rank 0 called X; rank 1 called Y" over the instance's arrivals, for error messages.
+  static std::string DescribeCalls(const Instance& instance);
   static std::string Describe(const CollectiveCall& call);
   std::string Label(const Key& key, const Instance& instance) const;
   // Answers every waiting rank of `instance` with `status`; keeps the failure for later ones.

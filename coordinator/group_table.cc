@@ -196,6 +196,9 @@ void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& complet
     m.last_heartbeat = now;
   }
   const int num_nodes = node_rank + 1;
+  auto hosts = std::make_shared<std::vector<std::string>>();
+  for (const Member& m : g.members) hosts->push_back(m.info.host());
+  g.hosts = std::move(hosts);
   g.state = v1::GROUP_STATE_ACTIVE;
   g.world_size = static_cast<int>(g.members.size());
   for (size_t rank = 0; rank < order.size(); ++rank) {
@@ -294,8 +297,7 @@ absl::StatusOr<MemberView> GroupTable::CheckMember(const v1::MemberRef& member) 
   view.rank = member.rank();
   view.world_size = g.world_size;
   view.collective_timeout = g.collective_timeout;
-  view.hosts.reserve(g.members.size());
-  for (const Member& m : g.members) view.hosts.push_back(m.info.host());
+  view.hosts = g.hosts;
   return view;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,8 @@ struct MemberView {
   int64_t generation = 0;
   int rank = 0;
   int world_size = 0;
-  std::vector<std::string> hosts;  // by rank
+  // By rank; fixed once the group forms and shared, so a check costs no copies.
+  std::shared_ptr<const std::vector<std::string>> hosts;
   absl::Duration collective_timeout;
 };
 
@@ -110,6 +112,7 @@ class GroupTable {
     absl::Time last_join;
     std::vector<Pending> pending;  // while forming, in arrival order
     std::vector<Member> members;   // once formed, by rank
+    std::shared_ptr<const std::vector<std::string>> hosts;  // once formed, by rank
     std::string failure;
   };
   using Completion = std::function<void()>;

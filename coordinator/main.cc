@@ -11,7 +11,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
-#include "common/malloc_tuning.h"
+#include "common/process_tuning.h"
 #include "coordinator/coordinator_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:29610",
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   std::vector<char*> args = NormalizeFlagNames(argc, argv, store);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
 
-  dtrain::TuneMallocForPayloads();
+  dtrain::TuneProcessForDtrain();
 
   // Signals are taken synchronously by this thread; every other thread inherits the mask.
   sigset_t signals;

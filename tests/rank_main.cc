@@ -9,6 +9,7 @@
 #include "absl/flags/parse.h"
 #include "client/channel.h"
 #include "client/process_group.h"
+#include "common/process_tuning.h"
 
 ABSL_FLAG(std::string, coordinator, "", "host:port");
 ABSL_FLAG(std::string, group, "", "group id");
@@ -19,6 +20,7 @@ ABSL_FLAG(std::string, action, "idle",
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  dtrain::TuneProcessForDtrain();
   dtrain::ProcessGroupOptions options;
   options.group = absl::GetFlag(FLAGS_group);
   options.world_size = absl::GetFlag(FLAGS_world_size);
