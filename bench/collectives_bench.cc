@@ -70,10 +70,11 @@ int main(int argc, char** argv) {
     const int64_t bytes = std::stoll(std::string(size_text));
     dtrain::HostTensor t =
         dtrain::HostTensor::Zeros(dtrain::v1::DTYPE_FLOAT32, {bytes / 4}).value();
-    if (auto r = pg.AllReduce(t, dtrain::v1::REDUCE_OP_SUM); !r.ok()) return fail(r.status());
+    // In place, as torch.distributed.all_reduce (the peer) is.
+    if (absl::Status s = pg.AllReduceInPlace(&t, dtrain::v1::REDUCE_OP_SUM); !s.ok()) return fail(s);
     // Every rank runs the same number of iterations: rank 0 decides from its warm-up time.
     const absl::Time probe = absl::Now();
-    if (auto r = pg.AllReduce(t, dtrain::v1::REDUCE_OP_SUM); !r.ok()) return fail(r.status());
+    if (absl::Status s = pg.AllReduceInPlace(&t, dtrain::v1::REDUCE_OP_SUM); !s.ok()) return fail(s);
     const double once = std::max(1e-6, absl::ToDoubleSeconds(absl::Now() - probe));
     std::string iters_text = std::to_string(std::clamp(
         static_cast<int>(absl::GetFlag(FLAGS_seconds_per_size) / once), 5, 2000));
@@ -83,8 +84,9 @@ int main(int argc, char** argv) {
     Row row{"all_reduce", bytes, {}};
     for (int i = 0; i < iters; ++i) {
       const absl::Time start = absl::Now();
-      auto r = pg.AllReduce(t, dtrain::v1::REDUCE_OP_SUM);
-      if (!r.ok()) return fail(r.status());
+      if (absl::Status s = pg.AllReduceInPlace(&t, dtrain::v1::REDUCE_OP_SUM); !s.ok()) {
+        return fail(s);
+      }
       row.us.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
     }
     rows.push_back(std::move(row));

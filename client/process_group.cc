@@ -184,9 +184,10 @@ absl::Status ProcessGroup::Barrier(const std::string& name, CallOptions options)
 absl::StatusOr<TensorStreamResult> ProcessGroup::Stream(const std::string& method,
                                                         const google::protobuf::MessageLite& header,
                                                         const std::string* payload,
-                                                        absl::Time deadline) {
-  absl::StatusOr<TensorStreamResult> result = RunTensorStream(
-      generic_.get(), absl::StrCat("/dtrain.v1.Coordinator/", method), header, payload, deadline);
+                                                        absl::Time deadline, std::string* into) {
+  absl::StatusOr<TensorStreamResult> result =
+      RunTensorStream(generic_.get(), absl::StrCat("/dtrain.v1.Coordinator/", method), header,
+                      payload, deadline, into);
   if (!result.ok()) return Settle(result.status());
   return result;
 }
@@ -276,6 +277,19 @@ absl::StatusOr<HostTensor> ProcessGroup::AllReduce(const HostTensor& tensor, v1:
   DTRAIN_ASSIGN_OR_RETURN(std::vector<HostTensor> parts, Split(result.parts, result.bytes));
   if (parts.size() != 1) return absl::InternalError("all_reduce answered with no tensor");
   return std::move(parts[0]);
+}
+
+absl::Status ProcessGroup::AllReduceInPlace(HostTensor* tensor, v1::ReduceOp op,
+                                           CallOptions options) {
+  absl::MutexLock lock(&call_mu_);
+  v1::AllReduceHeader header;
+  const absl::Time deadline = NextContext(options, static_cast<int64_t>(tensor->data.size()) * 2,
+                                          header.mutable_context());
+  header.set_op(op);
+  *header.mutable_meta() = MetaOf(*tensor);
+  // The payload is sent from the same buffer the result lands in: the coordinator answers
+  // only after every rank's input has fully arrived, so the two never overlap in time.
+  return Stream("AllReduce", header, &tensor->data, deadline, &tensor->data).status();
 }
 
 absl::StatusOr<std::optional<HostTensor>> ProcessGroup::Reduce(const HostTensor& tensor,

@@ -93,6 +93,11 @@ class ProcessGroup {
   absl::StatusOr<HostTensor> AllReduce(const HostTensor& tensor, v1::ReduceOp op,
                                        CallOptions options = CallOptions());
 
+  // As torch.distributed.all_reduce: the result replaces *tensor's data, received straight
+  // into its buffer (no allocation, no extra copy). On error *tensor is unspecified.
+  absl::Status AllReduceInPlace(HostTensor* tensor, v1::ReduceOp op,
+                                CallOptions options = CallOptions());
+
   // The reduction on dst; std::nullopt on the other ranks.
   absl::StatusOr<std::optional<HostTensor>> Reduce(const HostTensor& tensor, v1::ReduceOp op,
                                                    int dst, CallOptions options = CallOptions());
@@ -122,7 +127,8 @@ class ProcessGroup {
   // One tensor-collective stream (method "AllReduce", ...), with Settle applied on failure.
   absl::StatusOr<TensorStreamResult> Stream(const std::string& method,
                                             const google::protobuf::MessageLite& header,
-                                            const std::string* payload, absl::Time deadline)
+                                            const std::string* payload, absl::Time deadline,
+                                            std::string* into = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
   // Fills a CollectiveContext for the next collective and returns the transport deadline.
   absl::Time NextContext(const CallOptions& options, int64_t payload_bytes,

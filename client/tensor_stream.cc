@@ -20,8 +20,9 @@ namespace {
 class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                                private FrameSink {
  public:
-  TensorStreamCall(const google::protobuf::MessageLite& header, const std::string* payload)
-      : header_(header), payload_(payload), total_(payload ? payload->size() : 0) {}
+  TensorStreamCall(const google::protobuf::MessageLite& header, const std::string* payload,
+                   std::string* into)
+      : header_(header), payload_(payload), total_(payload ? payload->size() : 0), into_(into) {}
 
   absl::StatusOr<TensorStreamResult> Run(grpc::GenericStub* stub, const std::string& method,
                                          absl::Time deadline) {
@@ -36,10 +37,9 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
     if (!header_seen_) {
       return absl::InternalError("the coordinator answered OK without a result header");
     }
-    if (result_.bytes.size() != expected_) {
-      return absl::InternalError(absl::StrCat("the coordinator's result has ",
-                                              result_.bytes.size(), " bytes; its header says ",
-                                              expected_));
+    if (received_ != expected_) {
+      return absl::InternalError(absl::StrCat("the coordinator's result has ", received_,
+                                              " bytes; its header says ", expected_));
     }
     return std::move(result_);
   }
@@ -90,17 +90,27 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
       expected_ += static_cast<size_t>(*size);
       result_.parts.push_back(meta);
     }
-    result_.bytes.reserve(expected_);
+    if (into_ != nullptr) {
+      if (into_->size() != expected_) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the result has ", expected_, " bytes but the in-place tensor has ", into_->size()));
+      }
+      destination_ = into_->data();
+    } else {
+      // Sized up front; the zero fill is the price of returning a std::string-backed tensor.
+      result_.bytes.resize(expected_);
+      destination_ = result_.bytes.data();
+    }
     return absl::OkStatus();
   }
 
   absl::StatusOr<char*> Reserve(int64_t bytes) override {
-    const size_t have = result_.bytes.size();
-    if (have + static_cast<size_t>(bytes) > expected_) {
+    if (received_ + static_cast<size_t>(bytes) > expected_) {
       return absl::InvalidArgumentError("more result bytes than the result header announced");
     }
-    result_.bytes.resize(have + static_cast<size_t>(bytes));
-    return result_.bytes.data() + have;
+    char* room = destination_ + received_;
+    received_ += static_cast<size_t>(bytes);
+    return room;
   }
 
   grpc::ClientContext context_;
@@ -112,7 +122,10 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
   grpc::ByteBuffer incoming_;
   v1::ResultHeader result_header_;
   bool header_seen_ = false;
+  std::string* const into_;
+  char* destination_ = nullptr;
   size_t expected_ = 0;
+  size_t received_ = 0;
   TensorStreamResult result_;
   absl::Status parse_error_;
   absl::Status status_;
@@ -125,8 +138,8 @@ absl::StatusOr<TensorStreamResult> RunTensorStream(grpc::GenericStub* stub,
                                                    const std::string& method,
                                                    const google::protobuf::MessageLite& header,
                                                    const std::string* payload,
-                                                   absl::Time deadline) {
-  TensorStreamCall call(header, payload);
+                                                   absl::Time deadline, std::string* into) {
+  TensorStreamCall call(header, payload, into);
   return call.Run(stub, method, deadline);
 }
 

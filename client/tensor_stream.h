@@ -22,10 +22,13 @@ struct TensorStreamResult {
 
 // Blocks until the call ends; the transport deadline bounds the wait. `payload` may be null.
 // `method` is the full gRPC method name, e.g. "/dtrain.v1.Coordinator/AllReduce".
+// With `into` set, the result bytes are written straight into *into, which must already have
+// exactly the result's size (the result's `bytes` is then left empty).
 absl::StatusOr<TensorStreamResult> RunTensorStream(grpc::GenericStub* stub,
                                                    const std::string& method,
                                                    const google::protobuf::MessageLite& header,
                                                    const std::string* payload,
-                                                   absl::Time deadline);
+                                                   absl::Time deadline,
+                                                   std::string* into = nullptr);
 
 }  // namespace dtrain

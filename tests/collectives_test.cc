@@ -56,6 +56,9 @@ TEST_P(CollectivesTest, AllOpsAllDTypes_MatchReference) {
         auto all = pg.AllReduce(inputs[rank], op);
         RETURN_IF_ERROR(all.status());
         RETURN_IF_ERROR(Expect(*all == expected, "all_reduce " + what));
+        HostTensor in_place = inputs[rank];
+        RETURN_IF_ERROR(pg.AllReduceInPlace(&in_place, op));
+        RETURN_IF_ERROR(Expect(in_place == expected, "all_reduce in place " + what));
         const int dst = static_cast<int>(seed % world);
         auto reduced = pg.Reduce(inputs[rank], op, dst);
         RETURN_IF_ERROR(reduced.status());
