@@ -265,31 +265,75 @@ absl::StatusOr<std::vector<HostTensor>> ProcessGroup::AllGather(const HostTensor
 
 absl::StatusOr<HostTensor> ProcessGroup::AllReduce(const HostTensor& tensor, v1::ReduceOp op,
                                                    CallOptions options) {
-  absl::MutexLock lock(&call_mu_);
-  v1::AllReduceHeader header;
-  const absl::Time deadline = NextContext(options, static_cast<int64_t>(tensor.data.size()) * 2,
-                                          header.mutable_context());
-  header.set_op(op);
-  *header.mutable_meta() = MetaOf(tensor);
-  DTRAIN_ASSIGN_OR_RETURN(
-      TensorStreamResult result,
-      Stream("AllReduce", header, &tensor.data, deadline));
-  DTRAIN_ASSIGN_OR_RETURN(std::vector<HostTensor> parts, Split(result.parts, result.bytes));
-  if (parts.size() != 1) return absl::InternalError("all_reduce answered with no tensor");
-  return std::move(parts[0]);
+  HostTensor out;
+  out.dtype = tensor.dtype;
+  out.shape = tensor.shape;
+  out.data.resize(tensor.data.size());
+  DTRAIN_RETURN_IF_ERROR(AllReduceInto(tensor, op, out.data.data(), options));
+  return out;
 }
 
 absl::Status ProcessGroup::AllReduceInPlace(HostTensor* tensor, v1::ReduceOp op,
                                            CallOptions options) {
+  // The payload is sent from the buffer the result lands in: the coordinator answers a
+  // segment only after every rank's input for it has fully arrived, so the two never overlap.
+  return AllReduceInto(*tensor, op, tensor->data.data(), options);
+}
+
+absl::Status ProcessGroup::AllReduceInto(const HostTensor& tensor, v1::ReduceOp op, char* out,
+                                        CallOptions options) {
   absl::MutexLock lock(&call_mu_);
-  v1::AllReduceHeader header;
-  const absl::Time deadline = NextContext(options, static_cast<int64_t>(tensor->data.size()) * 2,
-                                          header.mutable_context());
-  header.set_op(op);
-  *header.mutable_meta() = MetaOf(*tensor);
-  // The payload is sent from the same buffer the result lands in: the coordinator answers
-  // only after every rank's input has fully arrived, so the two never overlap in time.
-  return Stream("AllReduce", header, &tensor->data, deadline, &tensor->data).status();
+  const v1::TensorMeta meta = MetaOf(tensor);
+  const absl::StatusOr<int64_t> element = DTypeSize(tensor.dtype);
+  const size_t bytes = tensor.data.size();
+  // Large tensors go as segments in flight together, so that the coordinator reduces and
+  // returns one segment while the next arrives. Segment boundaries fall on elements.
+  size_t segment_bytes = bytes;
+  if (element.ok() && bytes > static_cast<size_t>(kSegmentBytes)) {
+    segment_bytes = static_cast<size_t>(kSegmentBytes / *element * *element);
+  }
+  const size_t count = bytes == 0 ? 1 : (bytes + segment_bytes - 1) / segment_bytes;
+  if (count > static_cast<size_t>(kMaxSegmentsInFlight)) {
+    segment_bytes = static_cast<size_t>(
+        (bytes / kMaxSegmentsInFlight + *element) / *element * *element);
+  }
+  const size_t segments = bytes == 0 ? 1 : (bytes + segment_bytes - 1) / segment_bytes;
+  std::vector<v1::AllReduceHeader> headers(segments);
+  std::vector<TensorStreamSpec> specs(segments);
+  absl::Time deadline;
+  for (size_t i = 0; i < segments; ++i) {
+    v1::AllReduceHeader& header = headers[i];
+    const size_t offset = i * segment_bytes;
+    const size_t size = std::min(segment_bytes, bytes - std::min(bytes, offset));
+    deadline = NextContext(options, static_cast<int64_t>(bytes) * 2, header.mutable_context());
+    header.set_op(op);
+    if (segments == 1) {
+      *header.mutable_meta() = meta;
+    } else {
+      header.mutable_meta()->set_dtype(tensor.dtype);
+      header.mutable_meta()->add_shape(static_cast<int64_t>(size / *element));
+      header.mutable_segment()->set_index(static_cast<int32_t>(i));
+      header.mutable_segment()->set_count(static_cast<int32_t>(segments));
+      *header.mutable_segment()->mutable_whole() = meta;
+    }
+    TensorStreamSpec& spec = specs[i];
+    spec.method = "/dtrain.v1.Coordinator/AllReduce";
+    spec.header = &header;
+    spec.payload = tensor.data.data() + offset;
+    spec.payload_size = size;
+    spec.into = out + offset;
+    spec.into_size = size;
+  }
+  absl::Status first_error;
+  int refused = 0;
+  for (auto& result : RunTensorStreams(generic_.get(), specs, deadline)) {
+    if (result.ok()) continue;
+    if (result.status().code() == absl::StatusCode::kInvalidArgument) ++refused;
+    if (first_error.ok()) first_error = result.status();
+  }
+  // Refused segments were not counted by the coordinator (see Settle).
+  next_sequence_ -= refused;
+  return first_error;
 }
 
 absl::StatusOr<std::optional<HostTensor>> ProcessGroup::Reduce(const HostTensor& tensor,

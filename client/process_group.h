@@ -51,6 +51,11 @@ struct ProcessGroupOptions {
   uint64_t incarnation = 0;     // 0: random
 };
 
+// All-reduces above this size travel as segments in flight together (see Segment in
+// coordinator.proto); never more than kMaxSegmentsInFlight of them.
+inline constexpr int64_t kSegmentBytes = int64_t{4} << 20;
+inline constexpr int64_t kMaxSegmentsInFlight = 32;
+
 // Per-call settings of a collective.
 struct CollectiveOptions {
   absl::Duration timeout = absl::ZeroDuration();  // zero: the group's default
@@ -124,6 +129,8 @@ class ProcessGroup {
   ProcessGroup(const std::string& address, ProcessGroupOptions options);
   void HeartbeatLoop();
   absl::Status Settle(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
+  absl::Status AllReduceInto(const HostTensor& tensor, v1::ReduceOp op, char* out,
+                             CallOptions options) ABSL_LOCKS_EXCLUDED(call_mu_);
   // One tensor-collective stream (method "AllReduce", ...), with Settle applied on failure.
   absl::StatusOr<TensorStreamResult> Stream(const std::string& method,
                                             const google::protobuf::MessageLite& header,

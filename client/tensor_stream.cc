@@ -1,6 +1,7 @@
 #include "client/tensor_stream.h"
 
 #include <algorithm>
+#include <memory>
 
 #include <grpcpp/client_context.h>
 
@@ -20,17 +21,22 @@ namespace {
 class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                                private FrameSink {
  public:
-  TensorStreamCall(const google::protobuf::MessageLite& header, const std::string* payload,
-                   std::string* into)
-      : header_(header), payload_(payload), total_(payload ? payload->size() : 0), into_(into) {}
+  explicit TensorStreamCall(const TensorStreamSpec& spec)
+      : header_(*spec.header),
+        payload_(spec.payload),
+        total_(spec.payload_size),
+        into_(spec.into),
+        into_size_(spec.into_size) {}
 
-  absl::StatusOr<TensorStreamResult> Run(grpc::GenericStub* stub, const std::string& method,
-                                         absl::Time deadline) {
+  void Start(grpc::GenericStub* stub, const std::string& method, absl::Time deadline) {
     context_.set_deadline(absl::ToChronoTime(deadline));
     stub->PrepareBidiStreamingCall(&context_, method, grpc::StubOptions(), this);
     WriteNext();
     StartRead(&incoming_);
     StartCall();
+  }
+
+  absl::StatusOr<TensorStreamResult> Wait() {
     done_.WaitForNotification();
     if (!parse_error_.ok()) return parse_error_;
     if (!status_.ok()) return status_;
@@ -72,7 +78,7 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
   void WriteNext() {
     const size_t take = std::min<size_t>(total_ - offset_, kStreamChunkBytes);
     std::vector<PayloadRange> ranges;
-    if (take > 0) ranges.push_back(PayloadRange{payload_->data() + offset_, take, nullptr});
+    if (take > 0) ranges.push_back(PayloadRange{payload_ + offset_, take, nullptr});
     outgoing_ = MakeFrame(offset_ == 0 ? &header_ : nullptr, ranges);
     offset_ += take;
     if (offset_ == total_) {
@@ -91,11 +97,11 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
       result_.parts.push_back(meta);
     }
     if (into_ != nullptr) {
-      if (into_->size() != expected_) {
+      if (into_size_ != expected_) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "the result has ", expected_, " bytes but the in-place tensor has ", into_->size()));
+            "the result has ", expected_, " bytes but its destination has ", into_size_));
       }
-      destination_ = into_->data();
+      destination_ = into_;
     } else {
       // Sized up front; the zero fill is the price of returning a std::string-backed tensor.
       result_.bytes.resize(expected_);
@@ -115,14 +121,15 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
 
   grpc::ClientContext context_;
   const google::protobuf::MessageLite& header_;
-  const std::string* payload_;
+  const char* payload_;
   const size_t total_;
   size_t offset_ = 0;
   grpc::ByteBuffer outgoing_;
   grpc::ByteBuffer incoming_;
   v1::ResultHeader result_header_;
   bool header_seen_ = false;
-  std::string* const into_;
+  char* const into_;
+  const size_t into_size_;
   char* destination_ = nullptr;
   size_t expected_ = 0;
   size_t received_ = 0;
@@ -134,13 +141,37 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
 
 }  // namespace
 
+std::vector<absl::StatusOr<TensorStreamResult>> RunTensorStreams(
+    grpc::GenericStub* stub, const std::vector<TensorStreamSpec>& specs, absl::Time deadline) {
+  std::vector<std::unique_ptr<TensorStreamCall>> calls;
+  calls.reserve(specs.size());
+  for (const TensorStreamSpec& spec : specs) {
+    calls.push_back(std::make_unique<TensorStreamCall>(spec));
+    calls.back()->Start(stub, spec.method, deadline);
+  }
+  std::vector<absl::StatusOr<TensorStreamResult>> results;
+  results.reserve(calls.size());
+  for (auto& call : calls) results.push_back(call->Wait());
+  return results;
+}
+
 absl::StatusOr<TensorStreamResult> RunTensorStream(grpc::GenericStub* stub,
                                                    const std::string& method,
                                                    const google::protobuf::MessageLite& header,
                                                    const std::string* payload,
                                                    absl::Time deadline, std::string* into) {
-  TensorStreamCall call(header, payload, into);
-  return call.Run(stub, method, deadline);
+  TensorStreamSpec spec;
+  spec.method = method;
+  spec.header = &header;
+  if (payload != nullptr) {
+    spec.payload = payload->data();
+    spec.payload_size = payload->size();
+  }
+  if (into != nullptr) {
+    spec.into = into->data();
+    spec.into_size = into->size();
+  }
+  return std::move(RunTensorStreams(stub, {spec}, deadline)[0]);
 }
 
 }  // namespace dtrain

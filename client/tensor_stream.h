@@ -20,6 +20,21 @@ struct TensorStreamResult {
   std::string bytes;  // the parts' payloads, concatenated in order
 };
 
+// One call of RunTensorStreams: its method, header, the bytes to send (may be empty) and,
+// optionally, where the result's bytes must go (exactly `into_size` of them).
+struct TensorStreamSpec {
+  std::string method;
+  const google::protobuf::MessageLite* header = nullptr;
+  const char* payload = nullptr;
+  size_t payload_size = 0;
+  char* into = nullptr;
+  size_t into_size = 0;
+};
+
+// Runs the calls concurrently on `stub` and waits for all of them; results in spec order.
+std::vector<absl::StatusOr<TensorStreamResult>> RunTensorStreams(
+    grpc::GenericStub* stub, const std::vector<TensorStreamSpec>& specs, absl::Time deadline);
+
 // Blocks until the call ends; the transport deadline bounds the wait. `payload` may be null.
 // `method` is the full gRPC method name, e.g. "/dtrain.v1.Coordinator/AllReduce".
 // With `into` set, the result bytes are written straight into *into, which must already have

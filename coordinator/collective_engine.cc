@@ -12,6 +12,9 @@ namespace {
 
 constexpr size_t kMaxBarrierName = 256;
 constexpr size_t kMaxNamedRanks = 16;
+constexpr int kMaxSegments = 1 << 16;
+// Collectives one rank may have in flight at once (segments of one large all_reduce).
+constexpr int64_t kSequenceWindow = 64;
 
 const std::shared_ptr<const CollectiveResult>& EmptyResult() {
   static const auto* empty =
@@ -110,6 +113,26 @@ absl::Status CollectiveEngine::ValidateCall(const CollectiveCall& call, const Me
     default:
       break;
   }
+  if (call.segmented) {
+    const v1::Segment& seg = call.segment;
+    if (call.kind != CollectiveKind::kAllReduce) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": only all_reduce takes segments"));
+    }
+    if (seg.count() < 1 || seg.count() > kMaxSegments || seg.index() < 0 ||
+        seg.index() >= seg.count()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": segment ", seg.index(), " of ", seg.count(), " is out of range (at most ",
+          kMaxSegments, " segments)"));
+    }
+    if (absl::Status s = ValidateMeta(seg.whole()).status(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": segment's whole tensor: ", s.message()));
+    }
+    if (seg.whole().dtype() != call.meta.dtype() || call.meta.shape_size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": a segment must be a 1-d range of its whole tensor's dtype, got ",
+          DescribeMeta(call.meta), " of ", DescribeMeta(seg.whole())));
+    }
+  }
   if (needs_tensor) {
     if (!call.has_tensor || call.payload == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": the call carries no tensor"));
@@ -143,6 +166,11 @@ std::string CollectiveEngine::Signature(const CollectiveCall& call) {
       return absl::StrCat(name, "(", DescribeMeta(call.meta), ", ", ReduceOpName(call.reduce_op),
                           ", dst=", call.root, ")");
     case CollectiveKind::kAllReduce:
+      if (call.segmented) {
+        return absl::StrCat(name, "(", DescribeMeta(call.segment.whole()), ", ",
+                            ReduceOpName(call.reduce_op), ", segment ", call.segment.index() + 1,
+                            " of ", call.segment.count(), ")");
+      }
       return absl::StrCat(name, "(", DescribeMeta(call.meta), ", ",
                           ReduceOpName(call.reduce_op), ")");
     case CollectiveKind::kReduceBooleanDecision:
@@ -185,6 +213,18 @@ bool CollectiveEngine::Matches(const CollectiveCall& a, const CollectiveCall& b)
     case CollectiveKind::kReduce:
     case CollectiveKind::kAllReduce:
       if (a.root != b.root && a.kind == CollectiveKind::kReduce) return false;
+      if (a.segmented != b.segmented) return false;
+      if (a.segmented) {
+        const v1::TensorMeta& wa = a.segment.whole();
+        const v1::TensorMeta& wb = b.segment.whole();
+        if (a.segment.index() != b.segment.index() || a.segment.count() != b.segment.count() ||
+            wa.shape_size() != wb.shape_size()) {
+          return false;
+        }
+        for (int i = 0; i < wa.shape_size(); ++i) {
+          if (wa.shape(i) != wb.shape(i)) return false;
+        }
+      }
       if (a.reduce_op != b.reduce_op || a.meta.dtype() != b.meta.dtype() ||
           a.meta.shape_size() != b.meta.shape_size()) {
         return false;
@@ -251,21 +291,31 @@ void CollectiveEngine::Submit(CollectiveCall call, CollectiveDone done) {
         group.world_size = view->world_size;
         group.hosts = view->hosts;
         group.next_sequence.assign(view->world_size, 0);
+        group.ahead.assign(view->world_size, {});
       }
+      const int64_t next = group.next_sequence[rank];
       if (group.failure.has_value()) {
         completions.push_back([done, status = *group.failure] { done(status, nullptr); });
-      } else if (call.sequence != group.next_sequence[rank]) {
+      } else if (call.sequence < next || call.sequence >= next + kSequenceWindow ||
+                 group.ahead[rank].count(call.sequence)) {
         completions.push_back([done, msg = absl::StrCat(
                                          "rank ", rank, " of group '", key.first, "' sent ",
                                          Describe(call), " as collective #", call.sequence,
-                                         ", but its next collective is #",
-                                         group.next_sequence[rank],
-                                         ". Each rank must issue its collectives one at a "
-                                         "time, in program order")] {
+                                         ", but its next collective is #", next,
+                                         " (at most ", kSequenceWindow,
+                                         " in flight). Each rank must number its collectives "
+                                         "in program order, each number once")] {
           done(absl::FailedPreconditionError(msg), nullptr);
         });
       } else {
-        group.next_sequence[rank] += 1;
+        // Numbers may arrive slightly out of order (segments in flight at once); the window
+        // advances over every number used.
+        std::set<int64_t>& ahead = group.ahead[rank];
+        ahead.insert(call.sequence);
+        while (!ahead.empty() && *ahead.begin() == group.next_sequence[rank]) {
+          ahead.erase(ahead.begin());
+          group.next_sequence[rank] += 1;
+        }
         auto [it, created] = group.instances.try_emplace(call.sequence);
         Instance& inst = it->second;
         const absl::Duration timeout =

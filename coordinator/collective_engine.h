@@ -61,6 +61,8 @@ struct CollectiveCall {
   bool all = true;
   bool has_tensor = false;
   v1::TensorMeta meta;
+  bool segmented = false;  // all_reduce of one segment of a larger tensor
+  v1::Segment segment;
   std::shared_ptr<const Bytes> payload;
 };
 
@@ -122,7 +124,8 @@ class CollectiveEngine {
   struct GroupState {
     int world_size = 0;
     std::shared_ptr<const std::vector<std::string>> hosts;
-    std::vector<int64_t> next_sequence;  // by rank
+    std::vector<int64_t> next_sequence;  // by rank: lowest number not yet used
+    std::vector<std::set<int64_t>> ahead;  // by rank: numbers used above next_sequence
     std::map<int64_t, Instance> instances;
     std::optional<absl::Status> failure;
     std::map<int, std::string> left;  // rank -> who

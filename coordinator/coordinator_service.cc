@@ -79,6 +79,8 @@ struct AllReduceTraits {
     call->kind = CollectiveKind::kAllReduce;
     FillContext(h.context(), call);
     call->reduce_op = h.op();
+    call->segmented = h.has_segment();
+    call->segment = h.segment();
     call->has_tensor = true;
     call->meta = h.meta();
   }

@@ -2,6 +2,7 @@
 // 127.0.0.1, ranks as threads with their own connections, against a reference computed here.
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "coordinator/reduction.h"
@@ -168,6 +169,39 @@ TEST(Collectives, AllReduce_SameInputsTwice_BitwiseIdenticalResults) {
     EXPECT_EQ(first[r], first[0]) << "rank " << r << " differs from rank 0";
     EXPECT_EQ(second[r], first[0]) << "second run on rank " << r << " differs";
   }
+}
+
+TEST(Collectives, AllReduce_LargeTensorInSegments_MatchesReference) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const int world = 3;
+  // 9 MiB + 3 elements of float64: three segments, the last one short and odd-sized.
+  const std::vector<int64_t> shape = {(9 << 20) / 8 + 3};
+  std::vector<HostTensor> inputs;
+  for (int r = 0; r < world; ++r) inputs.push_back(MakeInput(v1::DTYPE_FLOAT64, shape, r, 77));
+  const HostTensor expected = ReferenceReduce(inputs, v1::REDUCE_OP_MEAN);
+  auto statuses = RunRanks(coordinator->address(), "segments", world, [&](ProcessGroup& pg) {
+    HostTensor mine = inputs[pg.rank()];
+    if (absl::Status s = pg.AllReduceInPlace(&mine, v1::REDUCE_OP_MEAN); !s.ok()) return s;
+    if (!(mine == expected)) return absl::InternalError("segmented in-place result differs");
+    auto copy = pg.AllReduce(inputs[pg.rank()], v1::REDUCE_OP_MEAN);
+    if (!copy.ok()) return copy.status();
+    if (!(*copy == expected)) return absl::InternalError("segmented result differs");
+    // Same element count, different shapes: still a mismatch, segment by segment.
+    HostTensor odd = HostTensor::Zeros(v1::DTYPE_FLOAT32,
+                                       pg.rank() == 0 ? std::vector<int64_t>{4096, 1024}
+                                                      : std::vector<int64_t>{1024, 4096})
+                         .value();
+    absl::Status mismatch = pg.AllReduceInPlace(&odd, v1::REDUCE_OP_SUM);
+    if (mismatch.code() != absl::StatusCode::kFailedPrecondition ||
+        !absl::StrContains(mismatch.message(), "float32[4096, 1024]") ||
+        !absl::StrContains(mismatch.message(), "float32[1024, 4096]")) {
+      return absl::InternalError("segment mismatch not reported: " + mismatch.ToString());
+    }
+    return pg.Barrier("after-segments");  // the group is still in step
+  });
+  for (int r = 0; r < world; ++r) EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+  EXPECT_EQ(coordinator->engine().PendingCount(), 0);
 }
 
 TEST(Collectives, AllReduce_OneGiBTensor_StreamsAndIsCorrect) {
