@@ -149,6 +149,7 @@ absl::Status ProcessGroup::Leave() {
   absl::MutexLock lock(&call_mu_);
   if (left_) return absl::OkStatus();
   left_ = true;
+  session_.reset();
   if (!stop_heartbeats_.HasBeenNotified()) stop_heartbeats_.Notify();
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + kTransportGrace));
@@ -175,10 +176,17 @@ absl::Status ProcessGroup::Barrier(const std::string& name, CallOptions options)
   v1::BarrierRequest request;
   const absl::Time deadline = NextContext(options, 0, request.mutable_context());
   request.set_name(name);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(deadline));
-  v1::BarrierResponse response;
-  return Settle(FromGrpcStatus(stub_->Barrier(&context, request, &response)));
+  v1::SessionRequest call;
+  *call.mutable_barrier() = std::move(request);
+  return SessionCall(call, deadline).status();
+}
+
+absl::StatusOr<v1::SessionResponse> ProcessGroup::SessionCall(const v1::SessionRequest& request,
+                                                              absl::Time deadline) {
+  if (session_ == nullptr || !session_->alive()) session_ = std::make_unique<Session>(stub_.get());
+  absl::StatusOr<v1::SessionResponse> response = session_->Call(request, deadline);
+  if (!response.ok()) return Settle(response.status());
+  return response;
 }
 
 absl::StatusOr<TensorStreamResult> ProcessGroup::Stream(const std::string& method,
@@ -206,12 +214,10 @@ absl::StatusOr<bool> ProcessGroup::ReduceBooleanDecision(bool decision, bool all
   const absl::Time deadline = NextContext(options, 0, request.mutable_context());
   request.set_decision(decision);
   request.set_all(all);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(deadline));
-  v1::ReduceBooleanDecisionResponse response;
-  grpc::Status status = stub_->ReduceBooleanDecision(&context, request, &response);
-  if (!status.ok()) return Settle(FromGrpcStatus(status));
-  return response.decision();
+  v1::SessionRequest call;
+  *call.mutable_decision() = std::move(request);
+  DTRAIN_ASSIGN_OR_RETURN(v1::SessionResponse response, SessionCall(call, deadline));
+  return response.decision().decision();
 }
 
 absl::StatusOr<HostTensor> ProcessGroup::Broadcast(int src, const HostTensor* tensor,

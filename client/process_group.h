@@ -29,6 +29,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/kv_client.h"
+#include "client/session.h"
 #include "client/tensor_stream.h"
 #include "common/tensor.h"
 #include "dtrain/v1/coordinator.grpc.pb.h"
@@ -129,6 +130,10 @@ class ProcessGroup {
   ProcessGroup(const std::string& address, ProcessGroupOptions options);
   void HeartbeatLoop();
   absl::Status Settle(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
+  // A barrier or decision on the member's session stream (opened again after an error).
+  absl::StatusOr<v1::SessionResponse> SessionCall(const v1::SessionRequest& request,
+                                                  absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
   absl::Status AllReduceInto(const HostTensor& tensor, v1::ReduceOp op, char* out,
                              CallOptions options) ABSL_LOCKS_EXCLUDED(call_mu_);
   // One tensor-collective stream (method "AllReduce", ...), with Settle applied on failure.
@@ -152,6 +157,7 @@ class ProcessGroup {
   absl::Mutex call_mu_;
   int64_t next_sequence_ ABSL_GUARDED_BY(call_mu_) = 0;
   bool left_ ABSL_GUARDED_BY(call_mu_) = false;
+  std::unique_ptr<Session> session_ ABSL_GUARDED_BY(call_mu_);
 
   mutable absl::Mutex health_mu_;
   absl::Status health_ ABSL_GUARDED_BY(health_mu_);

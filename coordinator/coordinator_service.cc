@@ -230,7 +230,93 @@ class TensorCollectiveReactor final
   bool finished_ = false;
 };
 
+// A member's session: one barrier or decision at a time on a long-lived stream. At most one
+// operation is in flight: read a request, submit it, write its answer (or Finish with its
+// error), then read the next.
+class SessionReactor final
+    : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse> {
+ public:
+  explicit SessionReactor(CollectiveEngine* engine) : engine_(engine) { StartRead(&request_); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return Finish(grpc::Status::OK);  // the client closed its session
+    CollectiveCall call;
+    switch (request_.call_case()) {
+      case v1::SessionRequest::kBarrier:
+        call.kind = CollectiveKind::kBarrier;
+        FillContext(request_.barrier().context(), &call);
+        call.barrier_name = request_.barrier().name();
+        break;
+      case v1::SessionRequest::kDecision:
+        call.kind = CollectiveKind::kReduceBooleanDecision;
+        FillContext(request_.decision().context(), &call);
+        call.decision = request_.decision().decision();
+        call.all = request_.decision().all();
+        break;
+      default:
+        return Finish(ToGrpcStatus(absl::InvalidArgumentError(
+            "session: the request carries neither a barrier nor a decision")));
+    }
+    const bool is_decision = call.kind == CollectiveKind::kReduceBooleanDecision;
+    {
+      absl::MutexLock lock(&mu_);
+      member_ = call.member;
+      sequence_ = call.sequence;
+      pending_ = true;
+    }
+    engine_->Submit(std::move(call), [this, is_decision](
+                                         const absl::Status& status,
+                                         std::shared_ptr<const CollectiveResult> result) {
+      {
+        absl::MutexLock lock(&mu_);
+        pending_ = false;
+      }
+      if (!status.ok()) return Finish(ToGrpcStatus(status));
+      response_.Clear();
+      if (is_decision) {
+        response_.mutable_decision()->set_decision(result->decision);
+      } else {
+        response_.mutable_barrier();
+      }
+      StartWrite(&response_);
+    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+    StartRead(&request_);
+  }
+
+  void OnCancel() override {
+    v1::MemberRef member;
+    int64_t sequence = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!pending_) return;
+      member = member_;
+      sequence = sequence_;
+    }
+    engine_->Abandon(member, sequence);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  CollectiveEngine* const engine_;
+  v1::SessionRequest request_;
+  v1::SessionResponse response_;
+  absl::Mutex mu_;
+  v1::MemberRef member_ ABSL_GUARDED_BY(mu_);
+  int64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  bool pending_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 }  // namespace
+
+grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* CoordinatorService::Session(
+    grpc::CallbackServerContext* context) {
+  return new SessionReactor(engine_);
+}
 
 CoordinatorService::CoordinatorService(GroupTable* groups, CollectiveEngine* engine,
                                        KeyValueStore* kv)
