@@ -44,8 +44,20 @@ absl::StatusOr<v1::SessionResponse> Session::Call(const v1::SessionRequest& requ
                                                   absl::Time deadline) {
   {
     absl::MutexLock lock(&mu_);
+    auto writable = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return write_done_ || done_; };
+    mu_.AwaitWithDeadline(absl::Condition(&writable), deadline);
     if (done_) return status_.ok() ? absl::UnavailableError("the session has ended") : status_;
+    if (!write_done_) {
+      mu_.Unlock();
+      context_.TryCancel();
+      ReleaseHold();
+      mu_.Lock();
+      mu_.Await(absl::Condition(&done_));
+      return absl::DeadlineExceededError(
+          "the session's previous message was not sent in time; the connection is stuck");
+    }
     read_done_ = false;
+    write_done_ = false;
   }
   request_ = request;
   StartWrite(&request_);
@@ -80,6 +92,8 @@ void Session::OnReadDone(bool ok) {
 
 void Session::OnWriteDone(bool ok) {
   // A failed write means the stream is ending; OnDone brings the status.
+  absl::MutexLock lock(&mu_);
+  write_done_ = true;
 }
 
 void Session::OnDone(const grpc::Status& status) {

@@ -44,6 +44,9 @@ class Session final : public grpc::ClientBidiReactor<v1::SessionRequest, v1::Ses
   v1::SessionResponse response_;
   mutable absl::Mutex mu_;
   bool read_done_ ABSL_GUARDED_BY(mu_) = false;
+  // gRPC allows one write in flight; the answer to a call can arrive before its write's
+  // completion, so the next call waits for it.
+  bool write_done_ ABSL_GUARDED_BY(mu_) = true;
   bool read_ok_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);

@@ -147,6 +147,25 @@ TEST(Collectives, AllGather_UnevenFirstDimension_EveryRankGetsEveryTensor) {
   for (int r = 0; r < world; ++r) EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
 }
 
+TEST(Collectives, SessionCalls_ThousandsBackToBack_AllSucceed) {
+  // Regression: an answer can arrive before the completion of the write that asked for it;
+  // the next call must not start a second write while that one is in flight.
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  std::vector<int> trues(2, 0);
+  auto statuses = RunRanks(coordinator->address(), "back-to-back", 2, [&](ProcessGroup& pg) {
+    for (int i = 0; i < 3000; ++i) {
+      if (absl::Status s = pg.Barrier("b"); !s.ok()) return s;
+      auto d = pg.ReduceBooleanDecision(i % 2 == 0, /*all=*/true);
+      if (!d.ok()) return d.status();
+      trues[pg.rank()] += *d;
+    }
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(trues, (std::vector<int>{1500, 1500}));
+}
+
 TEST(Collectives, AllReduce_SameInputsTwice_BitwiseIdenticalResults) {
   auto coordinator = StartCoordinator();
   ASSERT_NE(coordinator, nullptr);
