@@ -154,6 +154,11 @@ TEST_P(MemberDiesTest, SurvivorsGetNamedErrorWithinHeartbeatTimeout) {
   kill_time = absl::Now();
   victim->Kill(SIGKILL);
   ASSERT_NE(victim->Wait(absl::Seconds(5)), -1);
+  // Rank 1 joins the collective only once the coordinator has acted on the death (the waiting
+  // ranks were answered): had it arrived first, all three ranks would have entered and the
+  // collective would rightly have completed.
+  ASSERT_TRUE(WaitFor([&] { return coordinator->engine().WaitingRanks(group) == 0; },
+                      absl::Seconds(10)));
   killed.Notify();
   std::move(cleanup).Invoke();
   for (int r = 0; r < 2; ++r) {
