@@ -20,7 +20,7 @@ done
 
 deploy/install-deps.sh --bench >&2
 build="$root/build"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_BUILD_TESTS=OFF >&2
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_BUILD_TESTS=OFF -DDTRAIN_BUILD_WORKER=OFF >&2
 cmake --build "$build" --target dtrain-coordinator dtrain-bench-collectives >&2
 
 barriers=2000; seconds=3; sizes="4096,1048576,16777216,67108864"

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ranks=${DTRAIN_DEMO_RANKS:-4}
 deploy/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_BUILD_WORKER=OFF >/dev/null
 cmake --build build --target dtrain-coordinator dtrain-collectives-demo
 export DTRAIN_LOCAL_DIR=${DTRAIN_LOCAL_DIR:-$PWD/build/local-cluster}
 deploy/local/cluster.sh stop >/dev/null || true

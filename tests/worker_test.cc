@@ -1,0 +1,237 @@
+// The worker's torch-side building blocks: tensor conversion, the model zoo, loading users'
+// TorchScript LightningModules (and refusing bad ones clearly), optimizers and schedules.
+#include <cmath>
+#include <cstdio>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "tests/reference_data.h"
+#include "worker/lightning_module.h"
+#include "worker/model_zoo.h"
+#include "worker/optimizers.h"
+#include "worker/tensor_convert.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(TensorConvert, EveryWireDType_RoundTripsBitExactly) {
+  for (v1::DType dtype : testing::AllDTypes()) {
+    const HostTensor host = testing::MakeInput(dtype, {3, 5}, 1, 7);
+    auto t = ToTorch(host);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->sizes(), (std::vector<int64_t>{3, 5}));
+    auto back = FromTorch(*t);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, host) << DTypeName(dtype);
+  }
+  // Values, not just bytes: float32 [1.5, -2] arrives as a torch float tensor.
+  auto t = ToTorch(HostTensor::FromVector<float>(v1::DTYPE_FLOAT32, {2}, {1.5f, -2.0f}));
+  EXPECT_EQ(t->sum().item<float>(), -0.5f);
+  // Non-contiguous views are made contiguous.
+  auto transposed = FromTorch(torch::arange(6, torch::kInt64).reshape({2, 3}).t());
+  EXPECT_EQ(transposed->ToVector<int64_t>(), (std::vector<int64_t>{0, 3, 1, 4, 2, 5}));
+}
+
+TEST(TensorConvert, BadInput_InvalidArgument) {
+  HostTensor short_data = HostTensor::FromVector<float>(v1::DTYPE_FLOAT32, {3}, {1.0f});
+  EXPECT_EQ(ToTorch(short_data).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FromTorch(torch::zeros({2}, torch::kComplexFloat)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Ten classes of 28x28 "images": class c lights up rows 2c..2c+2, plus noise. Learnable, fast.
+std::pair<torch::Tensor, torch::Tensor> SyntheticBatch(int64_t n, uint64_t seed) {
+  torch::manual_seed(seed);
+  torch::Tensor y = torch::randint(0, 10, {n}, torch::kInt64);
+  torch::Tensor x = torch::randn({n, 1, 28, 28}) * 0.3;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = y[i].item<int64_t>();
+    x.index({i, 0, torch::indexing::Slice(2 * c, 2 * c + 3)}) += 1.0;
+  }
+  return {x, y};
+}
+
+class ZooTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ZooTest, TrainsOnLearnableData_LossFallsAndAccuracyRises) {
+  auto model = BuiltinModel(GetParam(), /*seed=*/3);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->origin(), "builtin:" + GetParam());
+  auto optimizer = MakeOptimizer(model->Parameters(), {.name = "sgd", .lr = 0.05, .momentum = 0.9});
+  ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+  const auto [vx, vy] = SyntheticBatch(256, 99);
+  const c10::IValue val = c10::ivalue::Tuple::create({vx, vy});
+  auto before = model->ValidationStep(val, 0);
+  ASSERT_TRUE(before.ok()) << before.status();
+  model->Train(true);
+  for (int step = 0; step < 40; ++step) {
+    const auto [x, y] = SyntheticBatch(32, step);
+    (*optimizer)->zero_grad();
+    auto loss = model->TrainingStep(c10::ivalue::Tuple::create({x, y}), step);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    loss->backward();
+    (*optimizer)->step();
+  }
+  model->Train(false);
+  auto after = model->ValidationStep(val, 0);
+  ASSERT_TRUE(after.ok()) << after.status();
+  const float loss_before = before->at("loss").item<float>();
+  const float loss_after = after->at("loss").item<float>();
+  EXPECT_LT(loss_after, loss_before * 0.5f) << "before " << loss_before << " after " << loss_after;
+  EXPECT_GT(after->at("acc").item<float>(), 0.9f);
+  auto predicted = model->PredictStep(val, 0);
+  ASSERT_TRUE(predicted.ok());
+  EXPECT_EQ(predicted->at("label").sizes(), (std::vector<int64_t>{256}));
+  EXPECT_EQ(predicted->at("logits").sizes(), (std::vector<int64_t>{256, 10}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Builtin, ZooTest, ::testing::Values("mlp", "cnn"));
+
+TEST(Zoo, UnknownName_ListsTheZoo) {
+  auto model = BuiltinModel("resnet", 1);
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("mlp, cnn"));
+}
+
+TEST(Zoo, SameSeed_SameParameters) {
+  auto a = BuiltinModel("mlp", 11), b = BuiltinModel("mlp", 11), c = BuiltinModel("mlp", 12);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_TRUE(torch::equal(a->Parameters()[0], b->Parameters()[0]));
+  EXPECT_FALSE(torch::equal(a->Parameters()[0], c->Parameters()[0]));
+}
+
+std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
+TEST(LightningModuleFile, SavedAndLoaded_SameOutputs) {
+  auto model = BuiltinModel("cnn", 5);
+  ASSERT_TRUE(model.ok());
+  const std::string path = TempPath("cnn.pt");
+  ASSERT_TRUE(model->Save(path).ok());
+  auto loaded = LightningModule::Load(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const torch::Tensor x = torch::randn({4, 1, 28, 28});
+  EXPECT_TRUE(torch::equal(*model->Forward(x), *loaded->Forward(x)));
+  EXPECT_TRUE(loaded->HasMethod("validation_step"));
+}
+
+TEST(LightningModuleFile, MissingFile_NotFound) {
+  auto loaded = LightningModule::Load(TempPath("no-such-model.pt"));
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("no-such-model.pt"));
+}
+
+TEST(LightningModuleFile, NotTorchScript_InvalidArgumentWithHint) {
+  const std::string path = TempPath("garbage.pt");
+  FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("not a model", f);
+  std::fclose(f);
+  auto loaded = LightningModule::Load(path);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("torch.jit.save"));
+}
+
+TEST(LightningModuleFile, NoTrainingStep_InvalidArgument) {
+  torch::jit::Module m("Plain");
+  m.define("def forward(self, x: Tensor) -> Tensor:\n    return x * 2\n");
+  const std::string path = TempPath("plain.pt");
+  m.save(path);
+  auto loaded = LightningModule::Load(path);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("no training_step"));
+}
+
+TEST(LightningModuleCalls, WrongBatchShape_InvalidArgumentWithLibtorchMessage) {
+  auto model = BuiltinModel("mlp", 1);
+  ASSERT_TRUE(model.ok());
+  const c10::IValue bad = c10::ivalue::Tuple::create(
+      {torch::randn({4, 100}), torch::zeros({4}, torch::kInt64)});
+  auto loss = model->TrainingStep(bad, 0);
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loss.status().message()), HasSubstr("training_step of model 'builtin:mlp' failed"));
+  EXPECT_THAT(std::string(loss.status().message()), HasSubstr("shapes cannot be multiplied"));
+  // The module is still usable afterwards.
+  const auto [x, y] = SyntheticBatch(4, 1);
+  EXPECT_TRUE(model->TrainingStep(c10::ivalue::Tuple::create({x, y}), 1).ok());
+}
+
+TEST(LightningModuleCalls, MissingOptionalStep_FailedPrecondition) {
+  torch::jit::Module m("OnlyTrain");
+  m.register_parameter("w", torch::ones({1}), false);
+  m.define(R"(
+def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    return (self.w * batch[0]).sum()
+)");
+  auto model = LightningModule::Wrap(m, "only-train");
+  ASSERT_TRUE(model.ok());
+  auto out = model->TestStep(c10::ivalue::Tuple::create({torch::ones({2}), torch::ones({2})}), 0);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("does not define test_step"));
+}
+
+// One parameter p = 1 with loss p^2 / 2 has gradient p: every update is computable by hand.
+double OneStep(const OptimizerConfig& config, int steps) {
+  torch::Tensor p = torch::ones({1}, torch::kFloat64).requires_grad_(true);
+  auto optimizer = MakeOptimizer({p}, config);
+  EXPECT_TRUE(optimizer.ok()) << optimizer.status();
+  for (int i = 0; i < steps; ++i) {
+    (*optimizer)->zero_grad();
+    (p * p / 2).sum().backward();
+    (*optimizer)->step();
+  }
+  return p.item<double>();
+}
+
+TEST(Optimizers, UpdatesMatchHandComputation) {
+  // sgd: p - lr * (g + wd * p) = 1 - 0.1 * (1 + 0.5) = 0.85
+  EXPECT_DOUBLE_EQ(OneStep({.name = "sgd", .lr = 0.1, .weight_decay = 0.5}, 1), 0.85);
+  // momentum 0.9, two steps: p1 = 0.9 (buf 1); g = 0.9, buf = 0.9 + 0.9 = 1.8, p2 = 0.72
+  EXPECT_NEAR(OneStep({.name = "sgd", .lr = 0.1, .momentum = 0.9}, 2), 0.72, 1e-12);
+  // nesterov: step 1 uses g + m * buf = 1 + 0.9 = 1.9 -> p = 1 - 0.19 = 0.81
+  EXPECT_NEAR(OneStep({.name = "sgd", .lr = 0.1, .momentum = 0.9, .nesterov = true}, 1), 0.81, 1e-12);
+  // adam's first step moves by lr * g / (|g| + eps) ~ lr
+  EXPECT_NEAR(OneStep({.name = "adam", .lr = 0.01}, 1), 0.99, 1e-7);
+  // adamw: decoupled decay first, p * (1 - lr * wd), then the adam step
+  EXPECT_NEAR(OneStep({.name = "adamw", .lr = 0.01, .weight_decay = 0.1}, 1), 1 - 0.001 - 0.01, 1e-7);
+}
+
+TEST(Optimizers, BadConfig_InvalidArgumentNamingTheProblem) {
+  torch::Tensor p = torch::ones({1}).requires_grad_(true);
+  auto unknown = MakeOptimizer({p}, {.name = "lamb"});
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("unknown optimizer 'lamb'"));
+  EXPECT_EQ(MakeOptimizer({p}, {.name = "sgd", .lr = -1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto nesterov = MakeOptimizer({p}, {.name = "sgd", .nesterov = true});
+  EXPECT_THAT(std::string(nesterov.status().message()), HasSubstr("nesterov needs momentum"));
+}
+
+TEST(LrSchedules, StepAndCosineValues) {
+  auto step = LrSchedule::Make({.name = "step", .step_size = 10, .gamma = 0.5}, 0.2);
+  ASSERT_TRUE(step.ok());
+  EXPECT_DOUBLE_EQ(step->LrAt(0), 0.2);
+  EXPECT_DOUBLE_EQ(step->LrAt(9), 0.2);
+  EXPECT_DOUBLE_EQ(step->LrAt(10), 0.1);
+  EXPECT_DOUBLE_EQ(step->LrAt(25), 0.05);
+  auto cosine = LrSchedule::Make({.name = "cosine", .total_steps = 100, .min_lr = 0.01}, 0.11);
+  ASSERT_TRUE(cosine.ok());
+  EXPECT_DOUBLE_EQ(cosine->LrAt(0), 0.11);
+  EXPECT_NEAR(cosine->LrAt(50), 0.06, 1e-12);
+  EXPECT_NEAR(cosine->LrAt(100), 0.01, 1e-12);
+  EXPECT_NEAR(cosine->LrAt(500), 0.01, 1e-12);
+  // Apply sets every parameter group.
+  torch::Tensor p = torch::ones({1}).requires_grad_(true);
+  auto optimizer = MakeOptimizer({p}, {.name = "sgd", .lr = 0.11});
+  cosine->Apply(**optimizer, 50);
+  EXPECT_NEAR((*optimizer)->param_groups()[0].options().get_lr(), 0.06, 1e-12);
+  EXPECT_EQ(LrSchedule::Make({.name = "cyclic"}, 0.1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LrSchedule::Make({.name = "cosine", .total_steps = 0}, 0.1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dtrain

@@ -1,0 +1,59 @@
+// LightningModule: a TorchScript module that follows Lightning's method names
+// (training_step(batch, batch_idx) -> loss; optional validation_step / test_step /
+// predict_step returning a tensor or a dict of tensors; forward), loaded from a file saved with
+// torch.jit.save or built from the zoo. Every call turns libtorch's exceptions into statuses
+// carrying libtorch's message, so a bad model or batch never takes the worker down.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+
+#include "absl/status/statusor.h"
+
+namespace dtrain {
+
+// A step's result as named tensors: a dict as returned, a lone tensor under "output".
+using StepOutput = std::map<std::string, torch::Tensor>;
+
+class LightningModule {
+ public:
+  // NOT_FOUND: no such file. INVALID_ARGUMENT: not a TorchScript module, or one without
+  // training_step (the message says how to export one).
+  static absl::StatusOr<LightningModule> Load(const std::string& path);
+  // INVALID_ARGUMENT when `module` has no training_step.
+  static absl::StatusOr<LightningModule> Wrap(torch::jit::Module module, std::string origin);
+
+  // The scalar loss: training_step's tensor, or its dict's "loss". INVALID_ARGUMENT with
+  // libtorch's message when the batch does not fit the model.
+  absl::StatusOr<torch::Tensor> TrainingStep(const c10::IValue& batch, int64_t batch_idx);
+  // FAILED_PRECONDITION when the module does not define the method.
+  absl::StatusOr<StepOutput> ValidationStep(const c10::IValue& batch, int64_t batch_idx);
+  absl::StatusOr<StepOutput> TestStep(const c10::IValue& batch, int64_t batch_idx);
+  absl::StatusOr<StepOutput> PredictStep(const c10::IValue& batch, int64_t batch_idx);
+  absl::StatusOr<torch::Tensor> Forward(const torch::Tensor& input);
+
+  bool HasMethod(const std::string& name) const;
+  std::vector<torch::Tensor> Parameters() const;
+  std::vector<std::pair<std::string, torch::Tensor>> NamedParameters() const;
+  void Train(bool on);
+  // INVALID_ARGUMENT when the file cannot be written.
+  absl::Status Save(const std::string& path) const;
+
+  torch::jit::Module& module() { return module_; }
+  const std::string& origin() const { return origin_; }
+
+ private:
+  LightningModule(torch::jit::Module module, std::string origin)
+      : module_(std::move(module)), origin_(std::move(origin)) {}
+  absl::StatusOr<c10::IValue> Call(const std::string& method, std::vector<c10::IValue> args);
+  absl::StatusOr<StepOutput> Step(const std::string& method, const c10::IValue& batch,
+                                  int64_t batch_idx);
+
+  torch::jit::Module module_;
+  std::string origin_;  // file path or "builtin:<name>", for messages
+};
+
+}  // namespace dtrain
