@@ -5,12 +5,16 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
+
+#include <limits>
 
 #include "tests/reference_data.h"
 #include "worker/lightning_module.h"
 #include "worker/model_zoo.h"
 #include "worker/optimizers.h"
+#include "worker/precision.h"
 #include "worker/tensor_convert.h"
 
 namespace dtrain {
@@ -231,6 +235,101 @@ TEST(LrSchedules, StepAndCosineValues) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(LrSchedule::Make({.name = "cosine", .total_steps = 0}, 0.1).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+
+TEST(Precision, NamesAndAliases) {
+  EXPECT_EQ(*ParsePrecision("32"), Precision::k32True);
+  EXPECT_EQ(*ParsePrecision("64-true"), Precision::k64True);
+  EXPECT_EQ(*ParsePrecision("bf16"), Precision::kBf16Mixed);
+  EXPECT_EQ(*ParsePrecision("bf16-true"), Precision::kBf16True);
+  EXPECT_EQ(*ParsePrecision("16"), Precision::k16Mixed);
+  auto bad = ParsePrecision("8-true");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("bf16-mixed"));
+  EXPECT_EQ(PrecisionName(Precision::kBf16Mixed), "bf16-mixed");
+}
+
+TEST(Precision, Fp16MixedOnCpu_FailedPreconditionSuggestingBf16) {
+  auto plugin = PrecisionPlugin::Make(Precision::k16Mixed, torch::kCPU);
+  EXPECT_EQ(plugin.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(plugin.status().message()), HasSubstr("Use bf16-mixed"));
+}
+
+// The loss of one step of the mlp on a fixed batch under `precision`, and the dtypes seen.
+struct StepSeen {
+  float loss;
+  torch::ScalarType parameter, loss_dtype, logits;
+};
+StepSeen StepUnder(Precision precision) {
+  auto model = BuiltinModel("mlp", 21);
+  EXPECT_TRUE(model.ok());
+  auto plugin = PrecisionPlugin::Make(precision, torch::kCPU);
+  EXPECT_TRUE(plugin.ok()) << plugin.status();
+  (*plugin)->ConnectModule(*model);
+  const auto [x, y] = SyntheticBatch(64, 4);
+  const c10::IValue batch = (*plugin)->ConvertInput(c10::ivalue::Tuple::create({x, y}));
+  EXPECT_EQ(batch.toTupleRef().elements()[1].toTensor().scalar_type(), torch::kInt64);
+  auto loss = (*plugin)->Run([&] { return model->TrainingStep(batch, 0); });
+  EXPECT_TRUE(loss.ok()) << loss.status();
+  auto logits = (*plugin)->Run([&] {
+    return model->Forward(batch.toTupleRef().elements()[0].toTensor());
+  });
+  return StepSeen{loss->to(torch::kFloat32).item<float>(), model->Parameters()[0].scalar_type(),
+                  loss->scalar_type(), logits->scalar_type()};
+}
+
+TEST(Precision, DTypesAsDocumented_AndLossesAgree) {
+  const StepSeen fp32 = StepUnder(Precision::k32True);
+  EXPECT_EQ(fp32.parameter, torch::kFloat32);
+  EXPECT_EQ(fp32.logits, torch::kFloat32);
+
+  const StepSeen fp64 = StepUnder(Precision::k64True);
+  EXPECT_EQ(fp64.parameter, torch::kFloat64);
+  EXPECT_EQ(fp64.loss_dtype, torch::kFloat64);
+  EXPECT_NEAR(fp64.loss, fp32.loss, 1e-4);
+
+  const StepSeen mixed = StepUnder(Precision::kBf16Mixed);
+  EXPECT_EQ(mixed.parameter, torch::kFloat32);   // weights stay float32
+  EXPECT_EQ(mixed.logits, torch::kBFloat16);     // matmuls run in bfloat16 under autocast
+  EXPECT_NEAR(mixed.loss, fp32.loss, 0.02 * fp32.loss);
+
+  const StepSeen bf16 = StepUnder(Precision::kBf16True);
+  EXPECT_EQ(bf16.parameter, torch::kBFloat16);
+  EXPECT_EQ(bf16.logits, torch::kBFloat16);
+  EXPECT_NEAR(bf16.loss, fp32.loss, 0.05 * fp32.loss);
+
+  // Autocast ends with the step: outside Run, the same float32 model computes in float32.
+  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+}
+
+TEST(LossScaler, ScalesUnscalesSkipsBacksOffAndGrows) {
+  LossScaler scaler({.initial_scale = 1024, .growth_factor = 2, .backoff_factor = 0.5,
+                     .growth_interval = 3});
+  torch::Tensor p = torch::ones({2}).requires_grad_(true);
+  auto optimizer = MakeOptimizer({p}, {.name = "sgd", .lr = 0.1});
+  // A clean step: the scaled loss's gradient, unscaled, is the true gradient.
+  scaler.Scale((p * 3).sum()).backward();
+  EXPECT_EQ(p.grad()[0].item<float>(), 3 * 1024);
+  EXPECT_FALSE(scaler.Unscale({p}));
+  EXPECT_EQ(p.grad()[0].item<float>(), 3);
+  (*optimizer)->step();
+  scaler.Update(false);
+  EXPECT_NEAR(p[0].item<float>(), 0.7, 1e-6);
+  // An overflowing step: found, skipped (the caller does not step), scale halves.
+  (*optimizer)->zero_grad();
+  scaler.Scale((p * std::numeric_limits<float>::infinity()).sum()).backward();
+  EXPECT_TRUE(scaler.Unscale({p}));
+  scaler.Update(true);
+  EXPECT_EQ(scaler.scale(), 512);
+  EXPECT_EQ(scaler.growth_tracker(), 0);
+  EXPECT_NEAR(p[0].item<float>(), 0.7, 1e-6);
+  // Three clean steps grow it back.
+  for (int i = 0; i < 3; ++i) scaler.Update(false);
+  EXPECT_EQ(scaler.scale(), 1024);
+  scaler.Restore(64, 2);
+  scaler.Update(false);
+  EXPECT_EQ(scaler.scale(), 128);
 }
 
 }  // namespace

@@ -1,0 +1,136 @@
+#include "worker/precision.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace dtrain {
+
+absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
+  if (name == "32-true" || name == "32") return Precision::k32True;
+  if (name == "64-true" || name == "64") return Precision::k64True;
+  if (name == "bf16-mixed" || name == "bf16") return Precision::kBf16Mixed;
+  if (name == "bf16-true") return Precision::kBf16True;
+  if (name == "16-mixed" || name == "16") return Precision::k16Mixed;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown precision '", name,
+      "'; use 32-true, 64-true, bf16-mixed, bf16-true or 16-mixed (aliases 32, 64, bf16, 16)"));
+}
+
+std::string PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::k32True: return "32-true";
+    case Precision::k64True: return "64-true";
+    case Precision::kBf16Mixed: return "bf16-mixed";
+    case Precision::kBf16True: return "bf16-true";
+    case Precision::k16Mixed: return "16-mixed";
+  }
+  return "unknown";
+}
+
+LossScaler::LossScaler(Options options) : options_(options), scale_(options.initial_scale) {}
+
+torch::Tensor LossScaler::Scale(const torch::Tensor& loss) const { return loss * scale_; }
+
+bool LossScaler::Unscale(const std::vector<torch::Tensor>& parameters) {
+  torch::NoGradGuard no_grad;
+  bool found_inf = false;
+  const double inverse = 1.0 / scale_;
+  for (const torch::Tensor& p : parameters) {
+    torch::Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    grad.mul_(inverse);
+    if (!torch::isfinite(grad).all().item<bool>()) found_inf = true;
+  }
+  return found_inf;
+}
+
+void LossScaler::Update(bool found_inf) {
+  if (found_inf) {
+    scale_ *= options_.backoff_factor;
+    growth_tracker_ = 0;
+    return;
+  }
+  if (++growth_tracker_ >= options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    growth_tracker_ = 0;
+  }
+}
+
+void LossScaler::Restore(double scale, int64_t growth_tracker) {
+  scale_ = scale;
+  growth_tracker_ = growth_tracker;
+}
+
+PrecisionPlugin::PrecisionPlugin(Precision precision) : precision_(precision) {
+  if (precision == Precision::k16Mixed) scaler_ = std::make_unique<LossScaler>();
+}
+
+absl::StatusOr<std::unique_ptr<PrecisionPlugin>> PrecisionPlugin::Make(Precision precision,
+                                                                       torch::Device device) {
+  if (precision == Precision::k16Mixed && device.is_cpu()) {
+    return absl::FailedPreconditionError(
+        "precision 16-mixed needs a CUDA device: libtorch 1.13 has no float16 autocast on CPU. "
+        "Use bf16-mixed on CPU");
+  }
+  return std::unique_ptr<PrecisionPlugin>(new PrecisionPlugin(precision));
+}
+
+torch::ScalarType PrecisionPlugin::ParameterDType() const {
+  switch (precision_) {
+    case Precision::k64True: return torch::kFloat64;
+    case Precision::kBf16True: return torch::kBFloat16;
+    default: return torch::kFloat32;
+  }
+}
+
+void PrecisionPlugin::ConnectModule(LightningModule& module) const {
+  if (precision_ == Precision::k64True || precision_ == Precision::kBf16True) {
+    module.module().to(ParameterDType());
+  }
+}
+
+c10::IValue PrecisionPlugin::ConvertInput(const c10::IValue& batch) const {
+  if (precision_ != Precision::k64True && precision_ != Precision::kBf16True) return batch;
+  if (batch.isTensor()) {
+    const torch::Tensor& t = batch.toTensor();
+    return t.is_floating_point() ? c10::IValue(t.to(ParameterDType())) : batch;
+  }
+  if (batch.isTuple()) {
+    std::vector<c10::IValue> items;
+    for (const c10::IValue& item : batch.toTupleRef().elements()) items.push_back(ConvertInput(item));
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  if (batch.isList()) {
+    c10::impl::GenericList out(batch.toList().elementType());
+    for (const c10::IValue& item : batch.toList()) out.push_back(ConvertInput(item));
+    return out;
+  }
+  if (batch.isGenericDict()) {
+    c10::impl::GenericDict in = batch.toGenericDict();
+    c10::impl::GenericDict out(in.keyType(), in.valueType());
+    for (const auto& entry : in) out.insert(entry.key(), ConvertInput(entry.value()));
+    return out;
+  }
+  return batch;
+}
+
+PrecisionPlugin::AutocastScope::AutocastScope(Precision precision) {
+  if (precision != Precision::kBf16Mixed) return;
+  active_ = true;
+  previous_enabled_ = at::autocast::is_cpu_enabled();
+  previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
+  at::autocast::set_autocast_cpu_dtype(torch::kBFloat16);
+  at::autocast::set_cpu_enabled(true);
+  at::autocast::increment_nesting();
+}
+
+PrecisionPlugin::AutocastScope::~AutocastScope() {
+  if (!active_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_cpu_enabled(previous_enabled_);
+  at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+}
+
+}  // namespace dtrain
