@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "tests/reference_data.h"
+#include "worker/gradient_clipping.h"
 #include "worker/lightning_module.h"
 #include "worker/model_zoo.h"
 #include "worker/optimizers.h"
@@ -330,6 +331,48 @@ TEST(LossScaler, ScalesUnscalesSkipsBacksOffAndGrows) {
   scaler.Restore(64, 2);
   scaler.Update(false);
   EXPECT_EQ(scaler.scale(), 128);
+}
+
+// Gradients [3, -4] and [12]: total norm sqrt(9 + 16 + 144) = 13.
+std::vector<torch::Tensor> ParamsWithGrads() {
+  torch::Tensor a = torch::zeros({2}).requires_grad_(true);
+  torch::Tensor b = torch::zeros({1}).requires_grad_(true);
+  a.mutable_grad() = torch::tensor({3.0f, -4.0f});
+  b.mutable_grad() = torch::tensor({12.0f});
+  return {a, b};
+}
+
+TEST(ClipGradients, ByNorm_ScalesToTheLimit) {
+  auto params = ParamsWithGrads();
+  auto norm = ClipGradients(params, 6.5, ClipAlgorithm::kNorm);
+  ASSERT_TRUE(norm.ok());
+  EXPECT_NEAR(*norm, 13.0, 1e-5);
+  // Scaled by 6.5 / 13 = 0.5 (torch adds 1e-6 to the norm).
+  EXPECT_NEAR(params[0].grad()[0].item<float>(), 1.5, 1e-5);
+  EXPECT_NEAR(params[0].grad()[1].item<float>(), -2.0, 1e-5);
+  EXPECT_NEAR(params[1].grad()[0].item<float>(), 6.0, 1e-5);
+  // Under the limit: untouched.
+  auto small = ParamsWithGrads();
+  ClipGradients(small, 100, ClipAlgorithm::kNorm).IgnoreError();
+  EXPECT_EQ(small[1].grad()[0].item<float>(), 12.0f);
+}
+
+TEST(ClipGradients, ByValue_ClampsEachElement) {
+  auto params = ParamsWithGrads();
+  auto norm = ClipGradients(params, 3.5, ClipAlgorithm::kValue);
+  ASSERT_TRUE(norm.ok());
+  EXPECT_NEAR(*norm, 13.0, 1e-9);
+  EXPECT_EQ(params[0].grad()[0].item<float>(), 3.0f);
+  EXPECT_EQ(params[0].grad()[1].item<float>(), -3.5f);
+  EXPECT_EQ(params[1].grad()[0].item<float>(), 3.5f);
+}
+
+TEST(ClipGradients, BadInput_InvalidArgument) {
+  auto params = ParamsWithGrads();
+  EXPECT_EQ(ClipGradients(params, 0, ClipAlgorithm::kNorm).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseClipAlgorithm("l1").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseClipAlgorithm("value"), ClipAlgorithm::kValue);
 }
 
 }  // namespace
