@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
@@ -48,16 +49,17 @@ def forward(self, x: Tensor) -> Tensor:
 )";
 
 // As torch.nn.Linear / Conv2d's default init: weights and biases uniform in +-1/sqrt(fan_in).
-void AddLayer(torch::jit::Module& m, const std::string& name, std::vector<int64_t> weight_shape) {
+void AddLayer(torch::jit::Module& m, const std::string& name, std::vector<int64_t> weight_shape,
+              at::Generator& gen) {
   int64_t fan_in = 1;
   for (size_t i = 1; i < weight_shape.size(); ++i) fan_in *= weight_shape[i];
   const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
   torch::NoGradGuard no_grad;
   m.register_parameter(name + "_weight",
-                       torch::empty(weight_shape).uniform_(-bound, bound).requires_grad_(true),
+                       torch::empty(weight_shape).uniform_(-bound, bound, gen).requires_grad_(true),
                        false);
   m.register_parameter(name + "_bias",
-                       torch::empty({weight_shape[0]}).uniform_(-bound, bound).requires_grad_(true),
+                       torch::empty({weight_shape[0]}).uniform_(-bound, bound, gen).requires_grad_(true),
                        false);
 }
 
@@ -66,18 +68,20 @@ void AddLayer(torch::jit::Module& m, const std::string& name, std::vector<int64_
 std::vector<std::string> BuiltinModelNames() { return {"mlp", "cnn"}; }
 
 absl::StatusOr<LightningModule> BuiltinModel(const std::string& name, uint64_t seed) {
-  torch::manual_seed(seed);
+  // A generator of its own: the same seed gives the same model whichever thread builds it,
+  // and torch's global generator is left alone.
+  at::Generator gen = at::detail::createCPUGenerator(seed);
   torch::jit::Module m(name);
   std::string source;
   if (name == "mlp") {
-    AddLayer(m, "fc1", {256, 784});
-    AddLayer(m, "fc2", {10, 256});
+    AddLayer(m, "fc1", {256, 784}, gen);
+    AddLayer(m, "fc2", {10, 256}, gen);
     source = kMlpForward;
   } else if (name == "cnn") {
-    AddLayer(m, "conv1", {32, 1, 3, 3});
-    AddLayer(m, "conv2", {64, 32, 3, 3});
-    AddLayer(m, "fc1", {128, 64 * 7 * 7});
-    AddLayer(m, "fc2", {10, 128});
+    AddLayer(m, "conv1", {32, 1, 3, 3}, gen);
+    AddLayer(m, "conv2", {64, 32, 3, 3}, gen);
+    AddLayer(m, "fc1", {128, 64 * 7 * 7}, gen);
+    AddLayer(m, "fc2", {10, 128}, gen);
     source = kCnnForward;
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown builtin model '", name,
