@@ -35,6 +35,14 @@ void Session::ReleaseHold() {
   RemoveHold();
 }
 
+void Session::EndStream(bool cancel) {
+  mu_.Unlock();  // gRPC may run OnDone inline; it takes mu_
+  if (cancel) context_.TryCancel();
+  ReleaseHold();
+  mu_.Lock();
+  mu_.Await(absl::Condition(&done_));  // bounded: the stream is ending or cancelled locally
+}
+
 bool Session::alive() const {
   absl::MutexLock lock(&mu_);
   return !done_;
@@ -48,11 +56,7 @@ absl::StatusOr<v1::SessionResponse> Session::Call(const v1::SessionRequest& requ
     mu_.AwaitWithDeadline(absl::Condition(&writable), deadline);
     if (done_) return status_.ok() ? absl::UnavailableError("the session has ended") : status_;
     if (!write_done_) {
-      mu_.Unlock();
-      context_.TryCancel();
-      ReleaseHold();
-      mu_.Lock();
-      mu_.Await(absl::Condition(&done_));
+      EndStream(/*cancel=*/true);
       return absl::DeadlineExceededError(
           "the session's previous message was not sent in time; the connection is stuck");
     }
@@ -66,21 +70,14 @@ absl::StatusOr<v1::SessionResponse> Session::Call(const v1::SessionRequest& requ
   // A response, or the end of the stream (its read fails first; OnDone waits for the hold).
   auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return read_done_ || done_; };
   if (!mu_.AwaitWithDeadline(absl::Condition(&answered), deadline)) {
-    mu_.Unlock();
-    context_.TryCancel();
-    ReleaseHold();
-    mu_.Lock();
-    mu_.Await(absl::Condition(&done_));
+    EndStream(/*cancel=*/true);
     return absl::DeadlineExceededError(
         "the coordinator did not answer in time (transport deadline); it may be overloaded or "
         "hung");
   }
   if (read_done_ && read_ok_) return response_;
   // The stream ended: its status is this call's error (OK would mean the server hung up).
-  mu_.Unlock();
-  ReleaseHold();
-  mu_.Lock();
-  mu_.Await(absl::Condition(&done_));
+  EndStream(/*cancel=*/false);
   return status_.ok() ? absl::UnavailableError("the coordinator closed the session") : status_;
 }
 

@@ -37,6 +37,8 @@ class Session final : public grpc::ClientBidiReactor<v1::SessionRequest, v1::Ses
   // The hold keeps the stream open between calls; OnDone cannot run until it is released,
   // so every path that ends the stream releases it first. Touched by the caller's thread only.
   void ReleaseHold();
+  // With mu_ held: lets the stream end (cancelling it first if asked) and waits for OnDone.
+  void EndStream(bool cancel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   grpc::ClientContext context_;
   bool hold_released_ = false;
