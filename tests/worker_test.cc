@@ -1,7 +1,11 @@
 // The worker's torch-side building blocks: tensor conversion, the model zoo, loading users'
 // TorchScript LightningModules (and refusing bad ones clearly), optimizers and schedules.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,6 +17,7 @@
 
 #include "tests/reference_data.h"
 #include "tests/test_support.h"
+#include "worker/checkpoint.h"
 #include "worker/gradient_clipping.h"
 #include "worker/gradient_sync.h"
 #include "worker/lightning_module.h"
@@ -485,6 +490,67 @@ TEST(GradientAccumulation, WithDdp_SyncOnlyAfterTheLastMicroBatch_EqualsSingleRa
   auto single = BuiltinModel("mlp", 7);
   ASSERT_TRUE(TrainSlice(*single, nullptr, 0, 1, 32, 20).ok());
   EXPECT_LE(MaxDiff(trained[0], single->Parameters()), 1e-5);
+}
+
+// One SGD+momentum step on batch `k`; returns the loss before the step.
+float StepOn(LightningModule& model, torch::optim::Optimizer& optimizer, int k) {
+  const auto [x, y] = SyntheticBatch(16, 500 + k);
+  optimizer.zero_grad();
+  auto loss = model.TrainingStep(c10::ivalue::Tuple::create({x, y}), k);
+  EXPECT_TRUE(loss.ok()) << loss.status();
+  loss->backward();
+  optimizer.step();
+  return loss->item<float>();
+}
+
+TEST(Checkpoint, RoundTrip_NextStepsIdentical) {
+  const std::string path = TempPath("round-trip.ckpt");
+  auto original = BuiltinModel("mlp", 31);
+  ASSERT_TRUE(original.ok());
+  auto opt_a = MakeOptimizer(original->Parameters(), {.name = "sgd", .lr = 0.05, .momentum = 0.9});
+  for (int k = 0; k < 5; ++k) StepOn(*original, **opt_a, k);
+  LossScaler scaler;
+  scaler.Restore(512, 3);
+  ASSERT_TRUE(SaveCheckpoint(path, *original, opt_a->get(), &scaler, {.global_step = 5, .epoch = 1}).ok());
+  const float next_a = StepOn(*original, **opt_a, 5);
+  const float after_a = StepOn(*original, **opt_a, 6);  // depends on the momentum buffers
+
+  auto restored = BuiltinModel("mlp", 99);  // other initial weights, fresh optimizer
+  ASSERT_TRUE(restored.ok());
+  auto opt_b = MakeOptimizer(restored->Parameters(), {.name = "sgd", .lr = 0.05, .momentum = 0.9});
+  LossScaler restored_scaler;
+  auto progress = LoadCheckpoint(path, *restored, opt_b->get(), &restored_scaler);
+  ASSERT_TRUE(progress.ok()) << progress.status();
+  EXPECT_EQ(progress->global_step, 5);
+  EXPECT_EQ(progress->epoch, 1);
+  EXPECT_EQ(restored_scaler.scale(), 512);
+  EXPECT_EQ(restored_scaler.growth_tracker(), 3);
+  EXPECT_EQ(StepOn(*restored, **opt_b, 5), next_a);
+  EXPECT_EQ(StepOn(*restored, **opt_b, 6), after_a);
+  // Atomic write: nothing left beside the checkpoint.
+  EXPECT_FALSE(std::ifstream(path + ".tmp-" + std::to_string(getpid())).good());
+}
+
+TEST(Checkpoint, BadFiles_ClearErrors) {
+  auto model = BuiltinModel("cnn", 1);
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(LoadCheckpoint(TempPath("absent.ckpt"), *model, nullptr, nullptr).status().code(),
+            absl::StatusCode::kNotFound);
+  // A checkpoint of another architecture names the first parameter it cannot restore.
+  auto mlp = BuiltinModel("mlp", 1);
+  const std::string path = TempPath("mlp.ckpt");
+  ASSERT_TRUE(SaveCheckpoint(path, *mlp, nullptr, nullptr, {}).ok());
+  auto wrong = LoadCheckpoint(path, *model, nullptr, nullptr);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("conv1_weight"));
+  // A TorchScript model file is not a checkpoint.
+  const std::string model_path = TempPath("model-not-ckpt.pt");
+  ASSERT_TRUE(mlp->Save(model_path).ok());
+  auto not_ckpt = LoadCheckpoint(model_path, *mlp, nullptr, nullptr);
+  EXPECT_EQ(not_ckpt.status().code(), absl::StatusCode::kInvalidArgument);
+  // An unwritable place.
+  EXPECT_EQ(SaveCheckpoint("/nonexistent-dir/x.ckpt", *mlp, nullptr, nullptr, {}).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
