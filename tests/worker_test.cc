@@ -24,6 +24,7 @@
 #include "worker/model_zoo.h"
 #include "worker/optimizers.h"
 #include "worker/precision.h"
+#include "worker/sharded_optimizer.h"
 #include "worker/tensor_convert.h"
 
 namespace dtrain {
@@ -551,6 +552,61 @@ TEST(Checkpoint, BadFiles_ClearErrors) {
   // An unwritable place.
   EXPECT_EQ(SaveCheckpoint("/nonexistent-dir/x.ckpt", *mlp, nullptr, nullptr, {}).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Sharded, ZeroStage1_EqualsDdpAndPartitionsOptimizerState) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  constexpr int kSteps = 20;
+  const OptimizerConfig config{.name = "sgd", .lr = 0.1, .momentum = 0.9};
+  std::vector<std::vector<torch::Tensor>> sharded_params(2), ddp_params(2);
+  std::vector<size_t> local_counts(2);
+  for (const bool sharded : {true, false}) {
+    auto statuses = testing::RunRanks(
+        coordinator->address(), sharded ? "zero1" : "ddp-ref", 2, [&](ProcessGroup& pg) -> absl::Status {
+          auto model = BuiltinModel("mlp", 100 + pg.rank());
+          if (!model.ok()) return model.status();
+          GradientSync sync(&pg, model->Parameters());
+          if (absl::Status s = sync.BroadcastParameters(0); !s.ok()) return s;
+          std::unique_ptr<ShardedOptimizer> zero;
+          std::unique_ptr<torch::optim::Optimizer> plain;
+          if (sharded) {
+            auto made = ShardedOptimizer::Make(&pg, model->Parameters(), config);
+            if (!made.ok()) return made.status();
+            zero = std::move(*made);
+            local_counts[pg.rank()] = zero->local_parameter_count();
+          } else {
+            auto made = MakeOptimizer(model->Parameters(), config);
+            if (!made.ok()) return made.status();
+            plain = std::move(*made);
+          }
+          for (int step = 0; step < kSteps; ++step) {
+            const auto [x, y] = SyntheticBatch(32, 1000 + step);
+            const auto slice = torch::indexing::Slice(pg.rank() * 16, (pg.rank() + 1) * 16);
+            sharded ? zero->ZeroGrad() : plain->zero_grad();
+            auto loss = model->TrainingStep(c10::ivalue::Tuple::create({x.index({slice}), y.index({slice})}), step);
+            if (!loss.ok()) return loss.status();
+            loss->backward();
+            if (absl::Status s = sync.AverageGradients(); !s.ok()) return s;
+            if (sharded) {
+              if (absl::Status s = zero->Step(); !s.ok()) return s;
+            } else {
+              plain->step();
+            }
+          }
+          (sharded ? sharded_params : ddp_params)[pg.rank()] = model->Parameters();
+          return absl::OkStatus();
+        });
+    for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  }
+  // Optimizer state is split: the mlp's 4 parameters, each rank holding some and not all.
+  EXPECT_EQ(local_counts[0] + local_counts[1], 4u);
+  EXPECT_GT(local_counts[0], 0u);
+  EXPECT_GT(local_counts[1], 0u);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_LE(MaxDiff(sharded_params[r], ddp_params[0]), 1e-5) << "rank " << r;
+  }
+  EXPECT_EQ(MaxDiff(sharded_params[0], sharded_params[1]), 0.0);
 }
 
 }  // namespace
