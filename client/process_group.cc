@@ -103,6 +103,10 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const std::stri
   request.set_collective_timeout_ms(absl::ToInt64Milliseconds(o.collective_timeout));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + o.register_timeout + kTransportGrace));
+  // A worker may start before its coordinator, or hit a transient connect failure: joining
+  // waits for the connection (bounded by the deadline) instead of failing at once. Later calls
+  // do not, so that a coordinator that went away is reported at once.
+  context.set_wait_for_ready(true);
   grpc::Status status = pg->stub_->Register(&context, request, &pg->assignment_);
   if (!status.ok()) return FromGrpcStatus(status);
 
