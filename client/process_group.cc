@@ -298,14 +298,12 @@ absl::Status ProcessGroup::AllReduceInto(const HostTensor& tensor, v1::ReduceOp 
   const size_t bytes = tensor.data.size();
   // Large tensors go as segments in flight together, so that the coordinator reduces and
   // returns one segment while the next arrives. Segment boundaries fall on elements.
+  // At least kSegmentBytes each, at most kMaxSegmentsInFlight of them.
   size_t segment_bytes = bytes;
   if (element.ok() && bytes > static_cast<size_t>(kSegmentBytes)) {
-    segment_bytes = static_cast<size_t>(kSegmentBytes / *element * *element);
-  }
-  const size_t count = bytes == 0 ? 1 : (bytes + segment_bytes - 1) / segment_bytes;
-  if (count > static_cast<size_t>(kMaxSegmentsInFlight)) {
-    segment_bytes = static_cast<size_t>(
-        (bytes / kMaxSegmentsInFlight + *element) / *element * *element);
+    const size_t wanted = std::max<size_t>(
+        kSegmentBytes, (bytes + kMaxSegmentsInFlight - 1) / kMaxSegmentsInFlight);
+    segment_bytes = (wanted + *element - 1) / *element * *element;
   }
   const size_t segments = bytes == 0 ? 1 : (bytes + segment_bytes - 1) / segment_bytes;
   std::vector<v1::AllReduceHeader> headers(segments);

@@ -11,6 +11,8 @@ constexpr size_t kMaxScope = 256;
 constexpr size_t kMaxKey = 4096;
 // Below the transport's 64 MiB message limit, so the store, not gRPC, explains a refusal.
 constexpr size_t kMaxValue = size_t{32} << 20;
+// A waiter stays on the server until its wait ends, even when its client is gone: bound it.
+constexpr absl::Duration kMaxWait = absl::Hours(1);
 
 absl::Status ValidateKey(const std::string& scope, const std::string& key) {
   if (scope.empty()) return absl::InvalidArgumentError("key-value: scope is empty");
@@ -65,8 +67,10 @@ absl::Status KeyValueStore::Set(const std::string& scope, const std::string& key
 void KeyValueStore::Get(const std::string& scope, const std::string& key, absl::Duration wait,
                         GetDone done) {
   if (absl::Status s = ValidateKey(scope, key); !s.ok()) return done(s);
-  if (wait < absl::ZeroDuration()) {
-    return done(absl::InvalidArgumentError("key-value: wait timeout must not be negative"));
+  if (wait < absl::ZeroDuration() || wait > kMaxWait) {
+    return done(absl::InvalidArgumentError(absl::StrCat(
+        "key-value: wait timeout must be between 0 and ", absl::FormatDuration(kMaxWait),
+        ", got ", absl::FormatDuration(wait))));
   }
   absl::StatusOr<std::string> answer;
   {

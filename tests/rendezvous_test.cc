@@ -230,6 +230,10 @@ TEST(KeyValue, GetWithWait_WokenByWriterOrTimesOut) {
   auto missing = reader.Get("never", absl::Milliseconds(200));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("'never' in scope 's' was not set"));
+  // A wait is bounded: its waiter outlives a vanished client only that long.
+  auto too_long = reader.Get("never", absl::Hours(2));
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(too_long.status().message()), HasSubstr("between 0 and 1h"));
 }
 
 TEST(KeyValue, GroupScope_DeletedWhenGroupEnds) {

@@ -11,22 +11,12 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "worker/torch_status.h"
 
 namespace dtrain {
 namespace {
 
 constexpr int64_t kVersion = 1;
-
-template <typename F>
-absl::Status Guard(const std::string& what, F&& body) {
-  try {
-    return body();
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", e.what()));
-  }
-}
 
 int64_t ReadInt(torch::serialize::InputArchive& archive, const std::string& key) {
   torch::Tensor t;
@@ -40,7 +30,7 @@ absl::Status SaveCheckpoint(const std::string& path, const LightningModule& mode
                             torch::optim::Optimizer* optimizer, const LossScaler* scaler,
                             const TrainingProgress& progress) {
   const std::string temporary = absl::StrCat(path, ".tmp-", getpid());
-  absl::Status status = Guard(absl::StrCat("cannot write checkpoint '", path, "'"), [&] {
+  absl::Status status = GuardTorch(absl::StrCat("cannot write checkpoint '", path, "'"), [&]() -> absl::Status {
     torch::serialize::OutputArchive archive;
     archive.write("dtrain_checkpoint_version", torch::tensor(kVersion));
     torch::jit::Module& module = const_cast<LightningModule&>(model).module();
@@ -87,7 +77,7 @@ absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path, Lightni
     return absl::NotFoundError(absl::StrCat("checkpoint '", path, "' does not exist or cannot be read"));
   }
   TrainingProgress progress;
-  absl::Status status = Guard(absl::StrCat("cannot load checkpoint '", path, "'"), [&]() -> absl::Status {
+  absl::Status status = GuardTorch(absl::StrCat("cannot load checkpoint '", path, "'"), [&]() -> absl::Status {
     torch::serialize::InputArchive archive;
     archive.load_from(path);
     torch::Tensor version;

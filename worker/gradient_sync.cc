@@ -31,6 +31,16 @@ absl::Status OverFlat(const std::vector<torch::Tensor>& tensors, Collective coll
 
 }  // namespace
 
+absl::Status BroadcastTensors(ProcessGroup* group, const std::vector<torch::Tensor>& tensors,
+                              int src) {
+  return OverFlat(tensors, [&](HostTensor& wire) -> absl::Status {
+    DTRAIN_ASSIGN_OR_RETURN(HostTensor got,
+                            group->Broadcast(src, group->rank() == src ? &wire : nullptr));
+    wire = std::move(got);
+    return absl::OkStatus();
+  });
+}
+
 GradientSync::GradientSync(ProcessGroup* group, std::vector<torch::Tensor> parameters,
                            int64_t bucket_bytes)
     : group_(group), parameters_(std::move(parameters)) {
@@ -55,12 +65,7 @@ absl::Status GradientSync::BroadcastParameters(int src) {
   for (const std::vector<size_t>& bucket : buckets_) {
     std::vector<torch::Tensor> tensors;
     for (size_t i : bucket) tensors.push_back(parameters_[i]);
-    DTRAIN_RETURN_IF_ERROR(OverFlat(tensors, [&](HostTensor& wire) -> absl::Status {
-      DTRAIN_ASSIGN_OR_RETURN(HostTensor got,
-                              group_->Broadcast(src, group_->rank() == src ? &wire : nullptr));
-      wire = std::move(got);
-      return absl::OkStatus();
-    }));
+    DTRAIN_RETURN_IF_ERROR(BroadcastTensors(group_, tensors, src));
   }
   return absl::OkStatus();
 }

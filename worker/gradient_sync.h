@@ -18,6 +18,10 @@ namespace dtrain {
 
 inline constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;  // as torch DDP
 
+// Overwrites `tensors` with rank `src`'s values, packed into one broadcast.
+absl::Status BroadcastTensors(ProcessGroup* group, const std::vector<torch::Tensor>& tensors,
+                              int src);
+
 class GradientSync {
  public:
   // `parameters` are taken in order; all ranks must pass the same list (names, shapes, dtypes).

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "worker/torch_status.h"
 
 namespace dtrain {
 namespace {
@@ -12,18 +13,6 @@ constexpr char kExportHint[] =
     "step methods) and save it with torch.jit.save(torch.jit.script(model), path); see "
     "docs/models.md";
 
-// libtorch reports with exceptions; the worker reports with statuses.
-template <typename F>
-auto Guard(const std::string& what, F&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", e.what()));
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<LightningModule> LightningModule::Load(const std::string& path) {
@@ -31,7 +20,7 @@ absl::StatusOr<LightningModule> LightningModule::Load(const std::string& path) {
     return absl::NotFoundError(absl::StrCat("model file '", path, "' does not exist or cannot be read"));
   }
   absl::StatusOr<torch::jit::Module> module =
-      Guard(absl::StrCat("cannot load '", path, "' as a TorchScript module"),
+      GuardTorch(absl::StrCat("cannot load '", path, "' as a TorchScript module"),
             [&]() -> absl::StatusOr<torch::jit::Module> { return torch::jit::load(path); });
   if (!module.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(module.status().message(), kExportHint));
@@ -58,7 +47,7 @@ absl::StatusOr<c10::IValue> LightningModule::Call(const std::string& method,
     return absl::FailedPreconditionError(
         absl::StrCat("model '", origin_, "' does not define ", method));
   }
-  return Guard(absl::StrCat(method, " of model '", origin_, "' failed"),
+  return GuardTorch(absl::StrCat(method, " of model '", origin_, "' failed"),
                [&]() -> absl::StatusOr<c10::IValue> {
                  return module_.get_method(method)(std::move(args));
                });
@@ -147,7 +136,7 @@ std::vector<std::pair<std::string, torch::Tensor>> LightningModule::NamedParamet
 void LightningModule::Train(bool on) { module_.train(on); }
 
 absl::Status LightningModule::Save(const std::string& path) const {
-  return Guard(absl::StrCat("cannot save model to '", path, "'"), [&]() -> absl::Status {
+  return GuardTorch(absl::StrCat("cannot save model to '", path, "'"), [&]() -> absl::Status {
     module_.save(path);
     return absl::OkStatus();
   });

@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "common/status_macros.h"
-#include "worker/tensor_convert.h"
+#include "worker/gradient_sync.h"
 
 namespace dtrain {
 
@@ -50,25 +50,13 @@ void ShardedOptimizer::ZeroGrad() {
 
 absl::Status ShardedOptimizer::Step() {
   if (optimizer_ != nullptr) optimizer_->step();
-  // Each owner shares its updated parameters: one broadcast per owner, its parameters packed.
-  torch::NoGradGuard no_grad;
+  // Each owner shares its updated parameters: one packed broadcast per owner.
   for (int owner = 0; owner < group_->world_size(); ++owner) {
     std::vector<torch::Tensor> owned;
     for (size_t i = 0; i < parameters_.size(); ++i) {
       if (owners_[i] == owner) owned.push_back(parameters_[i]);
     }
-    if (owned.empty()) continue;
-    std::vector<torch::Tensor> flat_parts;
-    for (const torch::Tensor& t : owned) flat_parts.push_back(t.reshape({-1}));
-    DTRAIN_ASSIGN_OR_RETURN(HostTensor wire, FromTorch(torch::cat(flat_parts)));
-    DTRAIN_ASSIGN_OR_RETURN(HostTensor got,
-                            group_->Broadcast(owner, group_->rank() == owner ? &wire : nullptr));
-    DTRAIN_ASSIGN_OR_RETURN(torch::Tensor flat, ToTorch(got));
-    int64_t offset = 0;
-    for (torch::Tensor& t : owned) {
-      t.copy_(flat.slice(0, offset, offset + t.numel()).view(t.sizes()));
-      offset += t.numel();
-    }
+    if (!owned.empty()) DTRAIN_RETURN_IF_ERROR(BroadcastTensors(group_, owned, owner));
   }
   return absl::OkStatus();
 }
