@@ -42,6 +42,7 @@ struct ProcessGroupOptions {
   int min_world_size = 0;       // < world_size: elastic, formed after settle_timeout
   absl::Duration settle_timeout = absl::ZeroDuration();
   std::string host;             // empty: this machine's host name
+  std::string order_key;        // orders ranks within a host (then arrival order)
   int local_devices = 1;
   int64_t generation = 0;       // 0: whichever generation is forming
   absl::Duration register_timeout = absl::Minutes(5);

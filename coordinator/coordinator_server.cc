@@ -28,7 +28,9 @@ CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std:
   };
   groups_ = std::make_unique<GroupTable>(options_.groups, std::move(events));
   engine_ = std::make_unique<CollectiveEngine>(groups_.get());
-  service_ = std::make_unique<CoordinatorService>(groups_.get(), engine_.get(), kv_.get());
+  workers_ = std::make_unique<WorkerRegistry>(options_.groups.heartbeat_timeout);
+  service_ = std::make_unique<CoordinatorService>(groups_.get(), engine_.get(), kv_.get(),
+                                                  workers_.get());
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
@@ -71,6 +73,7 @@ void CoordinatorServer::MonitorLoop() {
     groups_->Tick(now);
     engine_->Tick(now);
     kv_->Tick(now);
+    workers_->Tick(now);
     const uint64_t calls = engine_->SubmittedCount();
     if (calls != seen_calls) {
       seen_calls = calls;

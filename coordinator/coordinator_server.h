@@ -15,6 +15,7 @@
 #include "coordinator/coordinator_service.h"
 #include "coordinator/group_table.h"
 #include "coordinator/kv_store.h"
+#include "coordinator/worker_registry.h"
 
 namespace grpc {
 class Server;
@@ -56,6 +57,7 @@ class CoordinatorServer {
   std::unique_ptr<KeyValueStore> kv_;
   std::unique_ptr<GroupTable> groups_;
   std::unique_ptr<CollectiveEngine> engine_;
+  std::unique_ptr<WorkerRegistry> workers_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

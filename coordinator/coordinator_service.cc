@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/callback_reactors.h"
 #include "common/grpc_status.h"
 #include "common/streaming.h"
 #include "common/tensor.h"
@@ -16,24 +17,6 @@ namespace {
 
 // A unary reactor finished later by whoever completes the call; OnCancel lets the waiting
 // side learn that the client went away (its process died, or it gave up).
-class WaitingReactor final : public grpc::ServerUnaryReactor {
- public:
-  explicit WaitingReactor(std::function<void()> on_cancel) : on_cancel_(std::move(on_cancel)) {}
-  void OnCancel() override {
-    if (on_cancel_) on_cancel_();
-  }
-  void OnDone() override { delete this; }
-
- private:
-  std::function<void()> on_cancel_;
-};
-
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
-                                    const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
 
 void FillContext(const v1::CollectiveContext& context, CollectiveCall* call) {
   call->member = context.member();
@@ -319,13 +302,13 @@ grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* CoordinatorSer
 }
 
 CoordinatorService::CoordinatorService(GroupTable* groups, CollectiveEngine* engine,
-                                       KeyValueStore* kv)
-    : groups_(groups), engine_(engine), kv_(kv) {}
+                                       KeyValueStore* kv, WorkerRegistry* workers)
+    : groups_(groups), engine_(engine), kv_(kv), workers_(workers) {}
 
 grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerContext* context,
                                                        const v1::RegisterRequest* request,
                                                        v1::RegisterResponse* response) {
-  auto* reactor = new WaitingReactor(
+  auto* reactor = new CancellableReactor(
       [groups = groups_, group = request->group(), incarnation = request->incarnation()] {
         groups->CancelRegistration(group, incarnation);
       });
@@ -350,7 +333,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* CoordinatorService::SubmitUnary(
     CollectiveCall call, std::function<void(const CollectiveResult&)> fill) {
-  auto* reactor = new WaitingReactor(
+  auto* reactor = new CancellableReactor(
       [engine = engine_, member = call.member, sequence = call.sequence] {
         engine->Abandon(member, sequence);
       });
@@ -417,7 +400,7 @@ grpc::ServerUnaryReactor* CoordinatorService::KeyValueGet(grpc::CallbackServerCo
                                                           v1::KeyValueGetResponse* response) {
   // Nothing to undo on cancel: the waiter times out on its own and Finish after a cancel is
   // harmless.
-  auto* reactor = new WaitingReactor(nullptr);
+  auto* reactor = new CancellableReactor(nullptr);
   kv_->Get(request->scope(), request->key(), absl::Milliseconds(request->wait_timeout_ms()),
            [reactor, response](absl::StatusOr<std::string> value) {
              if (value.ok()) response->set_value(std::move(*value));
@@ -473,6 +456,35 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(grpc::CallbackServerCon
                                                          const v1::ListGroupsRequest* request,
                                                          v1::ListGroupsResponse* response) {
   for (v1::GroupInfo& info : groups_->List()) *response->add_groups() = std::move(info);
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
+    grpc::CallbackServerContext* context, const v1::RegisterWorkerRequest* request,
+    v1::RegisterWorkerResponse* response) {
+  absl::Status status = workers_->Register(request->worker(), absl::Now());
+  const GroupTableOptions& options = groups_->options();
+  response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options.heartbeat_interval));
+  response->set_heartbeat_timeout_ms(absl::ToInt64Milliseconds(options.heartbeat_timeout));
+  return FinishNow(context, status);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::WorkerHeartbeat(
+    grpc::CallbackServerContext* context, const v1::WorkerHeartbeatRequest* request,
+    v1::WorkerHeartbeatResponse* response) {
+  return FinishNow(context, workers_->Heartbeat(*request, absl::Now()));
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::UnregisterWorker(
+    grpc::CallbackServerContext* context, const v1::UnregisterWorkerRequest* request,
+    v1::UnregisterWorkerResponse* response) {
+  return FinishNow(context, workers_->Unregister(*request));
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* context,
+                                                          const v1::ListWorkersRequest* request,
+                                                          v1::ListWorkersResponse* response) {
+  for (v1::WorkerInfo& info : workers_->List(absl::Now())) *response->add_workers() = std::move(info);
   return FinishNow(context, absl::OkStatus());
 }
 

@@ -7,6 +7,7 @@
 #include "coordinator/collective_engine.h"
 #include "coordinator/group_table.h"
 #include "coordinator/kv_store.h"
+#include "coordinator/worker_registry.h"
 #include "dtrain/v1/coordinator.grpc.pb.h"
 
 namespace dtrain {
@@ -31,12 +32,17 @@ using CoordinatorServiceBase =
     v1::Coordinator::WithCallbackMethod_KeyValueDelete<
     v1::Coordinator::WithCallbackMethod_KeyValueList<
     v1::Coordinator::WithCallbackMethod_ListGroups<
-    v1::Coordinator::Service>>>>>>>>>>>>>>>>>;
+    v1::Coordinator::WithCallbackMethod_RegisterWorker<
+    v1::Coordinator::WithCallbackMethod_WorkerHeartbeat<
+    v1::Coordinator::WithCallbackMethod_UnregisterWorker<
+    v1::Coordinator::WithCallbackMethod_ListWorkers<
+    v1::Coordinator::Service>>>>>>>>>>>>>>>>>>>>>;
 
 class CoordinatorService final : public CoordinatorServiceBase {
  public:
   // The pointees must outlive the service.
-  CoordinatorService(GroupTable* groups, CollectiveEngine* engine, KeyValueStore* kv);
+  CoordinatorService(GroupTable* groups, CollectiveEngine* engine, KeyValueStore* kv,
+                     WorkerRegistry* workers);
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -84,6 +90,18 @@ class CoordinatorService final : public CoordinatorServiceBase {
   grpc::ServerUnaryReactor* ListGroups(grpc::CallbackServerContext* context,
                                        const v1::ListGroupsRequest* request,
                                        v1::ListGroupsResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
+                                           const v1::RegisterWorkerRequest* request,
+                                           v1::RegisterWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* WorkerHeartbeat(grpc::CallbackServerContext* context,
+                                            const v1::WorkerHeartbeatRequest* request,
+                                            v1::WorkerHeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* UnregisterWorker(grpc::CallbackServerContext* context,
+                                             const v1::UnregisterWorkerRequest* request,
+                                             v1::UnregisterWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
+                                        const v1::ListWorkersRequest* request,
+                                        v1::ListWorkersResponse* response) override;
 
  private:
   // Submits a unary collective and finishes its reactor when the engine answers.
@@ -93,6 +111,7 @@ class CoordinatorService final : public CoordinatorServiceBase {
   GroupTable* const groups_;
   CollectiveEngine* const engine_;
   KeyValueStore* const kv_;
+  WorkerRegistry* const workers_;
 };
 
 }  // namespace dtrain

@@ -50,6 +50,9 @@ absl::Status GroupTable::ValidateRegister(const v1::RegisterRequest& r) const {
   if (r.host().size() > kMaxNameBytes) {
     return absl::InvalidArgumentError("register: host name is longer than 256 bytes");
   }
+  if (r.order_key().size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError("register: order_key is longer than 256 bytes");
+  }
   if (r.local_devices() < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "register: local_devices must be at least 1, got ", r.local_devices()));
@@ -156,7 +159,7 @@ void GroupTable::Register(const v1::RegisterRequest& request, RegisterDone done)
         const absl::Duration timeout = request.timeout_ms() > 0
                                            ? absl::Milliseconds(request.timeout_ms())
                                            : options_.default_register_timeout;
-        g.pending.push_back(Pending{request.host(), request.local_devices(),
+        g.pending.push_back(Pending{request.host(), request.order_key(), request.local_devices(),
                                     request.incarnation(), now + timeout, std::move(done)});
         g.last_join = now;
         if (static_cast<int>(g.pending.size()) == g.world_size) Form(g, now, completions);
@@ -167,12 +170,15 @@ void GroupTable::Register(const v1::RegisterRequest& request, RegisterDone done)
 }
 
 void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& completions) {
-  // Node ranks order hosts by name; ranks are contiguous per host, in arrival order within it,
-  // so that local ranks are dense and a host's ranks are neighbours (as torchrun does).
+  // Node ranks order hosts by name; ranks are contiguous per host, ordered within it by the
+  // members' order keys and then by arrival, so that local ranks are dense, a host's ranks
+  // are neighbours (as torchrun does), and a worker's spawned ranks follow their indices.
   std::vector<size_t> order(g.pending.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return g.pending[a].host < g.pending[b].host;
+    const Pending& x = g.pending[a];
+    const Pending& y = g.pending[b];
+    return x.host != y.host ? x.host < y.host : x.order_key < y.order_key;
   });
   g.members.assign(order.size(), Member{});
   std::vector<int> local_world(order.size());

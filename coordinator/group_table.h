@@ -90,6 +90,7 @@ class GroupTable {
  private:
   struct Pending {
     std::string host;
+    std::string order_key;
     int local_devices = 0;
     uint64_t incarnation = 0;
     absl::Time deadline;

@@ -11,7 +11,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "common/flag_names.h"
 #include "common/process_tuning.h"
+#include "common/termination_signals.h"
 #include "coordinator/coordinator_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:29610",
@@ -27,43 +29,18 @@ ABSL_FLAG(absl::Duration, register_timeout, absl::Minutes(5),
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written to this file once serving");
 
-namespace {
-
-// absl flags are identifiers; accept the --heartbeat-timeout spelling users expect too.
-std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& store) {
-  store.assign(argv, argv + argc);
-  for (size_t i = 1; i < store.size(); ++i) {
-    std::string& arg = store[i];
-    if (arg.rfind("--", 0) != 0) continue;
-    const size_t end = arg.find('=') == std::string::npos ? arg.size() : arg.find('=');
-    for (size_t j = 2; j < end; ++j) {
-      if (arg[j] == '-') arg[j] = '_';
-    }
-  }
-  std::vector<char*> out;
-  for (std::string& s : store) out.push_back(s.data());
-  return out;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "dtrain-coordinator: rendezvous, collectives and key-value store over gRPC.\n"
       "Usage: dtrain-coordinator [--listen=127.0.0.1:29610] [--heartbeat-timeout=10s] "
       "[--collective-timeout=10m]");
   std::vector<std::string> store;
-  std::vector<char*> args = NormalizeFlagNames(argc, argv, store);
+  std::vector<char*> args = dtrain::NormalizeFlagNames(argc, argv, store);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
 
   dtrain::TuneProcessForDtrain();
 
-  // Signals are taken synchronously by this thread; every other thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = dtrain::BlockTerminationSignals();
 
   dtrain::CoordinatorOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
@@ -92,8 +69,7 @@ int main(int argc, char** argv) {
     std::ofstream(tmp) << (*server)->port() << "\n";
     std::rename(tmp.c_str(), port_file.c_str());
   }
-  int received = 0;
-  sigwait(&signals, &received);
+  const int received = dtrain::WaitForTerminationSignal(signals);
   std::fprintf(stderr, "dtrain-coordinator: signal %d, shutting down\n", received);
   (*server)->Shutdown();
   return 0;

@@ -1,0 +1,97 @@
+#include "coordinator/worker_registry.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace dtrain {
+namespace {
+
+constexpr size_t kMaxFieldBytes = 256;
+
+absl::Status CheckField(const std::string& field, const std::string& value) {
+  if (value.empty()) return absl::InvalidArgumentError(absl::StrCat("worker ", field, " is empty"));
+  if (value.size() > kMaxFieldBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", field, " is ", value.size(), " bytes; at most 256"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time now) {
+  for (const auto& [field, value] : {std::pair<std::string, const std::string*>{"name", &worker.name()},
+                                     {"address", &worker.address()},
+                                     {"host", &worker.host()}}) {
+    if (absl::Status s = CheckField(field, *value); !s.ok()) return s;
+  }
+  if (worker.devices() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker devices must be at least 1, got ", worker.devices()));
+  }
+  if (worker.incarnation() == 0) {
+    return absl::InvalidArgumentError("worker incarnation must be a non-zero random id");
+  }
+  absl::MutexLock lock(&mu_);
+  Entry& e = workers_[worker.name()];
+  e.info.set_name(worker.name());
+  e.info.set_address(worker.address());
+  e.info.set_host(worker.host());
+  e.info.set_devices(worker.devices());
+  e.info.set_incarnation(worker.incarnation());
+  e.info.set_state(v1::WorkerInfo::ALIVE);
+  e.info.clear_job_id();
+  e.info.set_registered_unix_ms(absl::ToUnixMillis(now));
+  e.last_seen = now;
+  return absl::OkStatus();
+}
+
+absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request,
+                                       absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(request.name());
+  if (it == workers_.end() || it->second.info.incarnation() != request.incarnation()) {
+    return absl::NotFoundError(absl::StrCat("worker '", request.name(),
+                                            "' (this incarnation) is not registered; register again"));
+  }
+  it->second.last_seen = now;
+  it->second.info.set_state(v1::WorkerInfo::ALIVE);
+  it->second.info.set_job_id(request.job_id());
+  return absl::OkStatus();
+}
+
+absl::Status WorkerRegistry::Unregister(const v1::UnregisterWorkerRequest& request) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(request.name());
+  if (it == workers_.end()) return absl::OkStatus();
+  if (it->second.info.incarnation() != request.incarnation()) {
+    return absl::NotFoundError(absl::StrCat("worker '", request.name(),
+                                            "' is registered by another incarnation"));
+  }
+  workers_.erase(it);
+  return absl::OkStatus();
+}
+
+std::vector<v1::WorkerInfo> WorkerRegistry::List(absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::WorkerInfo> out;
+  for (const auto& [name, e] : workers_) {
+    out.push_back(e.info);
+    out.back().set_last_seen_ms_ago(absl::ToInt64Milliseconds(now - e.last_seen));
+  }
+  return out;
+}
+
+void WorkerRegistry::Tick(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const absl::Duration silent = now - it->second.last_seen;
+    if (silent > 10 * heartbeat_timeout_) {
+      it = workers_.erase(it);
+      continue;
+    }
+    if (silent > heartbeat_timeout_) it->second.info.set_state(v1::WorkerInfo::LOST);
+    ++it;
+  }
+}
+
+}  // namespace dtrain

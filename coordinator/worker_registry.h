@@ -1,0 +1,43 @@
+// WorkerRegistry: the worker daemons the coordinator knows, their addresses and devices, and
+// whether their heartbeats still arrive. Jobs are placed on ALIVE workers; a worker silent for
+// longer than the heartbeat timeout is LOST, and forgotten after ten timeouts.
+//
+// Thread-safety: all methods may be called from any thread.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "dtrain/v1/coordinator.pb.h"
+
+namespace dtrain {
+
+class WorkerRegistry {
+ public:
+  explicit WorkerRegistry(absl::Duration heartbeat_timeout)
+      : heartbeat_timeout_(heartbeat_timeout) {}
+
+  absl::Status Register(const v1::WorkerInfo& worker, absl::Time now);
+  absl::Status Heartbeat(const v1::WorkerHeartbeatRequest& request, absl::Time now);
+  absl::Status Unregister(const v1::UnregisterWorkerRequest& request);
+  // By name, with state and last_seen_ms_ago as of `now`.
+  std::vector<v1::WorkerInfo> List(absl::Time now) const;
+  // Marks silent workers LOST and forgets long-lost ones.
+  void Tick(absl::Time now);
+
+ private:
+  struct Entry {
+    v1::WorkerInfo info;
+    absl::Time last_seen;
+  };
+  const absl::Duration heartbeat_timeout_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Entry> workers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dtrain
