@@ -17,7 +17,10 @@
 
 #include "tests/reference_data.h"
 #include "tests/test_support.h"
+#include "worker/accelerator.h"
+#include "worker/batch_tree.h"
 #include "worker/checkpoint.h"
+#include "worker/collective_backend.h"
 #include "worker/gradient_clipping.h"
 #include "worker/gradient_sync.h"
 #include "worker/lightning_module.h"
@@ -426,7 +429,8 @@ TEST(DataParallel, TwoRanksOfBatchB_EqualOneRankOfBatch2B) {
     auto model = BuiltinModel("mlp", 100 + pg.rank());
     if (!model.ok()) return model.status();
     // A small bucket size, so that several buckets (not one per parameter) are exercised.
-    GradientSync sync(&pg, model->Parameters(), /*bucket_bytes=*/256 * 1024);
+    GrpcCollectiveBackend backend(&pg);
+    GradientSync sync(&backend, model->Parameters(), /*bucket_bytes=*/256 * 1024);
     if (absl::Status s = sync.BroadcastParameters(0); !s.ok()) return s;
     if (absl::Status s = TrainSlice(*model, &sync, pg.rank(), 2, kGlobalBatch, kSteps); !s.ok()) {
       return s;
@@ -478,7 +482,8 @@ TEST(GradientAccumulation, WithDdp_SyncOnlyAfterTheLastMicroBatch_EqualsSingleRa
   auto statuses = testing::RunRanks(coordinator->address(), "ddp-accumulate", 2, [&](ProcessGroup& pg) {
     auto model = BuiltinModel("mlp", 7);
     if (!model.ok()) return model.status();
-    GradientSync sync(&pg, model->Parameters());
+    GrpcCollectiveBackend backend(&pg);
+    GradientSync sync(&backend, model->Parameters());
     if (absl::Status s = TrainSlice(*model, &sync, pg.rank(), 2, 32, 20, /*accumulate=*/2); !s.ok()) {
       return s;
     }
@@ -566,12 +571,13 @@ TEST(Sharded, ZeroStage1_EqualsDdpAndPartitionsOptimizerState) {
         coordinator->address(), sharded ? "zero1" : "ddp-ref", 2, [&](ProcessGroup& pg) -> absl::Status {
           auto model = BuiltinModel("mlp", 100 + pg.rank());
           if (!model.ok()) return model.status();
-          GradientSync sync(&pg, model->Parameters());
+          GrpcCollectiveBackend backend(&pg);
+          GradientSync sync(&backend, model->Parameters());
           if (absl::Status s = sync.BroadcastParameters(0); !s.ok()) return s;
           std::unique_ptr<ShardedOptimizer> zero;
           std::unique_ptr<torch::optim::Optimizer> plain;
           if (sharded) {
-            auto made = ShardedOptimizer::Make(&pg, model->Parameters(), config);
+            auto made = ShardedOptimizer::Make(&backend, model->Parameters(), config);
             if (!made.ok()) return made.status();
             zero = std::move(*made);
             local_counts[pg.rank()] = zero->local_parameter_count();
@@ -607,6 +613,134 @@ TEST(Sharded, ZeroStage1_EqualsDdpAndPartitionsOptimizerState) {
     EXPECT_LE(MaxDiff(sharded_params[r], ddp_params[0]), 1e-5) << "rank " << r;
   }
   EXPECT_EQ(MaxDiff(sharded_params[0], sharded_params[1]), 0.0);
+}
+
+TEST(Accelerator, EveryPrecision_StepsWithTheDocumentedDTypes) {
+  const auto [x, y] = SyntheticBatch(32, 21);
+  const c10::IValue batch = c10::ivalue::Tuple::create({x, y});
+  std::map<Precision, float> losses;
+  for (Precision p : {Precision::k32True, Precision::k64True, Precision::kBf16Mixed,
+                      Precision::kBf16True}) {
+    SCOPED_TRACE(PrecisionName(p));
+    auto accelerator = Accelerator::Make("cpu", p, StrategyOptions(), nullptr);
+    ASSERT_TRUE(accelerator.ok()) << accelerator.status();
+    Accelerator& a = **accelerator;
+    EXPECT_EQ(a.name(), "cpu");
+    EXPECT_EQ(a.root_device(), torch::Device(torch::kCPU));
+    EXPECT_EQ(a.strategy().name(), "single_device");
+    auto model = BuiltinModel("mlp", 3);
+    ASSERT_TRUE(model.ok());
+    ASSERT_TRUE(a.Setup(std::move(*model), {.name = "sgd", .lr = 0.1}, {}).ok());
+    a.OnTrainStart();
+    auto out = a.TrainingStep(batch, 0);
+    ASSERT_TRUE(out.ok()) << out.status();
+    torch::Tensor loss = a.TrainingStepEnd(*out);
+    EXPECT_TRUE(a.results().count("loss"));
+    ASSERT_TRUE(a.Backward(loss, /*should_accumulate=*/false).ok());
+    const torch::Tensor w = a.model().Parameters()[0];
+    EXPECT_EQ(w.scalar_type(), p == Precision::k64True    ? torch::kFloat64
+                               : p == Precision::kBf16True ? torch::kBFloat16
+                                                           : torch::kFloat32);
+    EXPECT_EQ(w.grad().scalar_type(), w.scalar_type());
+    const torch::Tensor before = w.detach().clone();
+    auto stepped = a.OptimizerStep();
+    ASSERT_TRUE(stepped.ok() && *stepped);
+    a.UpdateGlobalStep();
+    EXPECT_EQ(a.progress().global_step, 1);
+    EXPECT_FALSE(torch::equal(before, w.detach())) << "the step moved the weights";
+    a.OptimizerZeroGrad();
+    EXPECT_EQ(w.grad().abs().sum().item<double>(), 0.0);
+    losses[p] = loss.to(torch::kFloat32).item<float>();
+  }
+  EXPECT_NEAR(losses[Precision::k64True], losses[Precision::k32True], 1e-4);
+  EXPECT_NEAR(losses[Precision::kBf16Mixed], losses[Precision::k32True],
+              0.02 * losses[Precision::k32True]);
+}
+
+TEST(Accelerator, UnavailableHardwareAndStrategies_ClearErrors) {
+  auto gpu = ResolveAccelerator("gpu");
+  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(gpu.status().message()), HasSubstr("no CUDA support"));
+  EXPECT_EQ(*ResolveAccelerator("auto"), DeviceKind::kCpu);
+  EXPECT_EQ(ResolveAccelerator("quantum").status().code(), absl::StatusCode::kInvalidArgument);
+  auto fp16 = Accelerator::Make("cpu", Precision::k16Mixed, StrategyOptions(), nullptr);
+  EXPECT_EQ(fp16.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto tpu = ParseStrategy("tpu_spawn");
+  EXPECT_EQ(tpu.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(tpu.status().message()), HasSubstr("XLA runtime"));
+  EXPECT_EQ(*ParseStrategy("ddp_sharded"), StrategyKind::kSharded);
+  EXPECT_EQ(*ParseStrategy(""), StrategyKind::kSingleDevice);
+  EXPECT_EQ(ParseStrategy("horovod").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Accelerator, ClipGradients_ReturnsTheNormBeforeClipping) {
+  auto accelerator = Accelerator::Make("cpu", Precision::k32True, StrategyOptions(), nullptr);
+  ASSERT_TRUE(accelerator.ok());
+  auto model = BuiltinModel("mlp", 3);
+  ASSERT_TRUE((*accelerator)->Setup(std::move(*model), {}, {}).ok());
+  std::vector<torch::Tensor> params = (*accelerator)->model().Parameters();
+  double expected_sq = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].mutable_grad() = torch::full_like(params[i], 0.01 * (i + 1));
+    expected_sq += params[i].numel() * std::pow(0.01 * (i + 1), 2);
+  }
+  auto norm = (*accelerator)->ClipGradients(0.5, ClipAlgorithm::kNorm);
+  ASSERT_TRUE(norm.ok());
+  EXPECT_NEAR(*norm, std::sqrt(expected_sq), 1e-4 * std::sqrt(expected_sq));  // float32 sums
+  double after_sq = 0;
+  for (const torch::Tensor& p : params) after_sq += p.grad().pow(2).sum().item<double>();
+  EXPECT_NEAR(std::sqrt(after_sq), 0.5, 1e-4);
+}
+
+TEST(BatchTree, NestedBatchesMappedSizedAndSplit) {
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
+  dict.insert("x", torch::ones({5, 3}));
+  c10::impl::GenericList list(c10::TensorType::get());
+  list.push_back(torch::arange(5));
+  const c10::IValue batch = c10::ivalue::Tuple::create({dict, list});
+  EXPECT_EQ(BatchSize(batch), 5);
+  auto precision = PrecisionPlugin::Make(Precision::k64True, torch::kCPU);
+  const c10::IValue cast = (*precision)->ConvertInput(batch);
+  const auto& items = cast.toTupleRef().elements();
+  EXPECT_EQ(items[0].toGenericDict().at("x").toTensor().scalar_type(), torch::kFloat64);
+  EXPECT_EQ(items[1].toList().get(0).toTensor().scalar_type(), torch::kInt64);
+  auto parts = SplitBatch(batch, 2);
+  ASSERT_TRUE(parts.ok());
+  ASSERT_EQ(parts->size(), 2u);
+  EXPECT_EQ(BatchSize((*parts)[0]), 3);
+  EXPECT_EQ(BatchSize((*parts)[1]), 2);
+  EXPECT_EQ((*parts)[1].toTupleRef().elements()[1].toList().get(0).toTensor()[0].item<int64_t>(), 3);
+  // Tensors that disagree on dimension 0 cannot be scattered.
+  const c10::IValue ragged = c10::ivalue::Tuple::create({torch::ones({4}), torch::ones({3})});
+  EXPECT_EQ(SplitBatch(ragged, 2).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// all_gather(sync_grads=True): rank k's loss is sum_j (k+1)(j+1) * gathered[j], so the gradient
+// reaching rank r's input is the sum over k of (k+1)(r+1) = 3(r+1) for two ranks.
+TEST(Strategy, AllGatherWithSyncGrads_GradientsFlowBackAcrossRanks) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  std::vector<torch::Tensor> grads(2), gathered(2);
+  auto statuses = testing::RunRanks(coordinator->address(), "gather-grad", 2, [&](ProcessGroup& pg) -> absl::Status {
+    StrategyOptions options;
+    options.kind = StrategyKind::kDdp;
+    auto strategy = Strategy::Make(options, std::make_unique<GrpcCollectiveBackend>(&pg));
+    if (!strategy.ok()) return strategy.status();
+    const int r = pg.rank();
+    torch::Tensor x = torch::full({3}, static_cast<float>(r + 10)).requires_grad_();
+    auto all = (*strategy)->AllGather(x, /*sync_grads=*/true);
+    if (!all.ok()) return all.status();
+    gathered[r] = all->detach().clone();
+    torch::Tensor weights = torch::tensor({1.0f, 2.0f}).view({2, 1}) * (r + 1);
+    (*all * weights).sum().backward();
+    grads[r] = x.grad().clone();
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(torch::equal(gathered[r], torch::tensor({{10.0f, 10.0f, 10.0f}, {11.0f, 11.0f, 11.0f}})));
+    EXPECT_TRUE(torch::allclose(grads[r], torch::full({3}, 3.0f * (r + 1)))) << grads[r];
+  }
 }
 
 }  // namespace

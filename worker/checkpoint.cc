@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/serialize.h>
@@ -70,16 +71,34 @@ absl::Status SaveCheckpoint(const std::string& path, const LightningModule& mode
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.good()) {
+    return absl::NotFoundError(absl::StrCat("checkpoint '", path, "' does not exist or cannot be read"));
+  }
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("cannot read checkpoint '", path, "'"));
+  return bytes.str();
+}
+
 absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path, LightningModule& model,
                                                 torch::optim::Optimizer* optimizer,
                                                 LossScaler* scaler) {
-  if (!std::ifstream(path).good()) {
-    return absl::NotFoundError(absl::StrCat("checkpoint '", path, "' does not exist or cannot be read"));
-  }
+  absl::StatusOr<std::string> bytes = ReadCheckpointFile(path);
+  if (!bytes.ok()) return bytes.status();
+  return RestoreCheckpoint(*bytes, path, model, optimizer, scaler);
+}
+
+absl::StatusOr<TrainingProgress> RestoreCheckpoint(const std::string& bytes,
+                                                   const std::string& path,
+                                                   LightningModule& model,
+                                                   torch::optim::Optimizer* optimizer,
+                                                   LossScaler* scaler) {
   TrainingProgress progress;
   absl::Status status = GuardTorch(absl::StrCat("cannot load checkpoint '", path, "'"), [&]() -> absl::Status {
     torch::serialize::InputArchive archive;
-    archive.load_from(path);
+    archive.load_from(bytes.data(), bytes.size());
     torch::Tensor version;
     if (!archive.try_read("dtrain_checkpoint_version", version)) {
       return absl::InvalidArgumentError(

@@ -38,4 +38,14 @@ absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path, Lightni
                                                 torch::optim::Optimizer* optimizer,
                                                 LossScaler* scaler);
 
+// The two halves of LoadCheckpoint, for a checkpoint read on one rank and broadcast to the
+// others: the file's bytes (NOT_FOUND: no file), and a restore from such bytes (`origin`
+// names the file in messages).
+absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path);
+absl::StatusOr<TrainingProgress> RestoreCheckpoint(const std::string& bytes,
+                                                   const std::string& origin,
+                                                   LightningModule& model,
+                                                   torch::optim::Optimizer* optimizer,
+                                                   LossScaler* scaler);
+
 }  // namespace dtrain

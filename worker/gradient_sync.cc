@@ -3,23 +3,21 @@
 #include <torch/torch.h>
 
 #include "common/status_macros.h"
-#include "worker/tensor_convert.h"
 
 namespace dtrain {
 namespace {
 
-// Flattens `tensors` into one contiguous buffer, all-reduces or broadcasts it as one wire
-// tensor, and writes the result back into `tensors`.
+// Flattens `tensors` into one contiguous buffer, runs one collective on it, and writes the
+// result back into `tensors`.
 template <typename Collective>
 absl::Status OverFlat(const std::vector<torch::Tensor>& tensors, Collective collective) {
+  if (tensors.empty()) return absl::OkStatus();
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> flat_parts;
   flat_parts.reserve(tensors.size());
   for (const torch::Tensor& t : tensors) flat_parts.push_back(t.reshape({-1}));
-  torch::Tensor flat = torch::cat(flat_parts);
-  DTRAIN_ASSIGN_OR_RETURN(HostTensor wire, FromTorch(flat));
-  DTRAIN_RETURN_IF_ERROR(collective(wire));
-  DTRAIN_ASSIGN_OR_RETURN(torch::Tensor result, ToTorch(wire));
+  torch::Tensor result = torch::cat(flat_parts);
+  DTRAIN_RETURN_IF_ERROR(collective(result));
   int64_t offset = 0;
   for (const torch::Tensor& t : tensors) {
     const int64_t n = t.numel();
@@ -31,19 +29,29 @@ absl::Status OverFlat(const std::vector<torch::Tensor>& tensors, Collective coll
 
 }  // namespace
 
-absl::Status BroadcastTensors(ProcessGroup* group, const std::vector<torch::Tensor>& tensors,
-                              int src) {
-  return OverFlat(tensors, [&](HostTensor& wire) -> absl::Status {
-    DTRAIN_ASSIGN_OR_RETURN(HostTensor got,
-                            group->Broadcast(src, group->rank() == src ? &wire : nullptr));
-    wire = std::move(got);
-    return absl::OkStatus();
-  });
+absl::Status BroadcastTensors(CollectiveBackend* backend,
+                              const std::vector<torch::Tensor>& tensors, int src) {
+  // Tensors of different dtypes cannot share one flat buffer: one broadcast per dtype run.
+  std::vector<torch::Tensor> run;
+  auto flush = [&]() -> absl::Status {
+    absl::Status status = OverFlat(run, [&](torch::Tensor& flat) {
+      return backend->Broadcast(flat, src);
+    });
+    run.clear();
+    return status;
+  };
+  for (const torch::Tensor& t : tensors) {
+    if (!run.empty() && run.back().scalar_type() != t.scalar_type()) {
+      DTRAIN_RETURN_IF_ERROR(flush());
+    }
+    run.push_back(t);
+  }
+  return flush();
 }
 
-GradientSync::GradientSync(ProcessGroup* group, std::vector<torch::Tensor> parameters,
+GradientSync::GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor> parameters,
                            int64_t bucket_bytes)
-    : group_(group), parameters_(std::move(parameters)) {
+    : backend_(backend), parameters_(std::move(parameters)) {
   // Consecutive parameters of one dtype share a bucket until it would exceed bucket_bytes.
   int64_t filled = 0;
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -65,7 +73,7 @@ absl::Status GradientSync::BroadcastParameters(int src) {
   for (const std::vector<size_t>& bucket : buckets_) {
     std::vector<torch::Tensor> tensors;
     for (size_t i : bucket) tensors.push_back(parameters_[i]);
-    DTRAIN_RETURN_IF_ERROR(BroadcastTensors(group_, tensors, src));
+    DTRAIN_RETURN_IF_ERROR(BroadcastTensors(backend_, tensors, src));
   }
   return absl::OkStatus();
 }
@@ -78,8 +86,8 @@ absl::Status GradientSync::AverageGradients() {
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
       grads.push_back(p.grad());
     }
-    DTRAIN_RETURN_IF_ERROR(OverFlat(grads, [&](HostTensor& wire) {
-      return group_->AllReduceInPlace(&wire, v1::REDUCE_OP_MEAN);
+    DTRAIN_RETURN_IF_ERROR(OverFlat(grads, [&](torch::Tensor& flat) {
+      return backend_->AllReduce(flat, v1::REDUCE_OP_MEAN);
     }));
   }
   return absl::OkStatus();

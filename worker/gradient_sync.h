@@ -3,7 +3,7 @@
 // buckets (parameters packed, in order and by dtype, into flat buffers of at most
 // bucket_bytes), never one collective per parameter.
 //
-// Thread-safety: one thread at a time (it issues collectives on a ProcessGroup in order).
+// Thread-safety: one thread at a time (it issues collectives in order).
 #pragma once
 
 #include <cstdint>
@@ -12,20 +12,20 @@
 #include <torch/types.h>
 
 #include "absl/status/status.h"
-#include "client/process_group.h"
+#include "worker/collective_backend.h"
 
 namespace dtrain {
 
 inline constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;  // as torch DDP
 
 // Overwrites `tensors` with rank `src`'s values, packed into one broadcast.
-absl::Status BroadcastTensors(ProcessGroup* group, const std::vector<torch::Tensor>& tensors,
+absl::Status BroadcastTensors(CollectiveBackend* backend, const std::vector<torch::Tensor>& tensors,
                               int src);
 
 class GradientSync {
  public:
   // `parameters` are taken in order; all ranks must pass the same list (names, shapes, dtypes).
-  GradientSync(ProcessGroup* group, std::vector<torch::Tensor> parameters,
+  GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor> parameters,
                int64_t bucket_bytes = kDefaultBucketBytes);
 
   // Overwrites every parameter with rank `src`'s values.
@@ -38,7 +38,7 @@ class GradientSync {
   size_t bucket_count() const { return buckets_.size(); }
 
  private:
-  ProcessGroup* const group_;
+  CollectiveBackend* const backend_;
   std::vector<torch::Tensor> parameters_;
   std::vector<std::vector<size_t>> buckets_;  // indices into parameters_
 };

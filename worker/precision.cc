@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "worker/batch_tree.h"
 
 namespace dtrain {
 
@@ -93,27 +94,9 @@ void PrecisionPlugin::ConnectModule(LightningModule& module) const {
 
 c10::IValue PrecisionPlugin::ConvertInput(const c10::IValue& batch) const {
   if (precision_ != Precision::k64True && precision_ != Precision::kBf16True) return batch;
-  if (batch.isTensor()) {
-    const torch::Tensor& t = batch.toTensor();
-    return t.is_floating_point() ? c10::IValue(t.to(ParameterDType())) : batch;
-  }
-  if (batch.isTuple()) {
-    std::vector<c10::IValue> items;
-    for (const c10::IValue& item : batch.toTupleRef().elements()) items.push_back(ConvertInput(item));
-    return c10::ivalue::Tuple::create(std::move(items));
-  }
-  if (batch.isList()) {
-    c10::impl::GenericList out(batch.toList().elementType());
-    for (const c10::IValue& item : batch.toList()) out.push_back(ConvertInput(item));
-    return out;
-  }
-  if (batch.isGenericDict()) {
-    c10::impl::GenericDict in = batch.toGenericDict();
-    c10::impl::GenericDict out(in.keyType(), in.valueType());
-    for (const auto& entry : in) out.insert(entry.key(), ConvertInput(entry.value()));
-    return out;
-  }
-  return batch;
+  return MapTensors(batch, [&](const at::Tensor& t) {
+    return t.is_floating_point() ? t.to(ParameterDType()) : t;
+  });
 }
 
 PrecisionPlugin::AutocastScope::AutocastScope(Precision precision) {

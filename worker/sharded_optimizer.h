@@ -12,7 +12,7 @@
 #include <torch/types.h>
 
 #include "absl/status/statusor.h"
-#include "client/process_group.h"
+#include "worker/collective_backend.h"
 #include "worker/optimizers.h"
 
 namespace dtrain {
@@ -21,11 +21,23 @@ class ShardedOptimizer {
  public:
   // Every rank must pass the same parameter list and config.
   static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Make(
-      ProcessGroup* group, std::vector<torch::Tensor> parameters, const OptimizerConfig& config);
+      CollectiveBackend* backend, std::vector<torch::Tensor> parameters, const OptimizerConfig& config);
 
   void ZeroGrad();
   // Steps this rank's partition, then shares every partition from its owner.
   absl::Status Step();
+
+  // Sets the learning rate of every parameter group (each rank's partition).
+  void SetLearningRate(double lr);
+
+  // optimizer_state for checkpoints: gathers every partition's state to rank dst, which gets
+  // an optimizer over all parameters holding it (in the plain optimizer's archive format, so
+  // the checkpoint loads into any strategy and world size); the other ranks get null.
+  // A collective: every rank must call it.
+  absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> Consolidate(int dst);
+  // Keeps, from an optimizer over all parameters (a restored checkpoint), the state of the
+  // parameters this rank owns.
+  absl::Status AdoptState(torch::optim::Optimizer& full);
 
   // Owner rank of each parameter, in parameter order.
   const std::vector<int>& owners() const { return owners_; }
@@ -35,7 +47,8 @@ class ShardedOptimizer {
  private:
   ShardedOptimizer() = default;
 
-  ProcessGroup* group_ = nullptr;
+  CollectiveBackend* backend_ = nullptr;
+  OptimizerConfig config_;
   std::vector<torch::Tensor> parameters_;
   std::vector<int> owners_;
   std::vector<torch::Tensor> local_;

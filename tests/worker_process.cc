@@ -1,0 +1,51 @@
+#include "tests/worker_process.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+
+#include <grpcpp/create_channel.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace dtrain::testing {
+
+std::unique_ptr<WorkerProcess> WorkerProcess::Start(const std::string& coordinator,
+                                                    std::vector<std::string> extra_flags) {
+  static std::atomic<int> counter{0};
+  const std::string port_file =
+      absl::StrCat("/tmp/dtrain-test-worker-", getpid(), "-", counter++, ".port");
+  std::remove(port_file.c_str());
+  std::vector<std::string> argv = {DTRAIN_WORKER_BIN, "--coordinator=" + coordinator,
+                                   "--listen=127.0.0.1:0", "--port_file=" + port_file};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  auto worker = std::unique_ptr<WorkerProcess>(new WorkerProcess());
+  worker->process_ = Subprocess::Start(argv);
+  if (worker->process_ == nullptr) return nullptr;
+  const bool serving = WaitFor(
+      [&] {
+        std::ifstream in(port_file);
+        return static_cast<bool>(in >> worker->port_) && worker->port_ > 0;
+      },
+      absl::Seconds(30));
+  std::remove(port_file.c_str());
+  if (!serving) return nullptr;
+  worker->stub_ = v1::Worker::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", worker->port_), grpc::InsecureChannelCredentials()));
+  return worker;
+}
+
+int WorkerProcess::Stop(absl::Duration timeout) {
+  stopped_ = true;
+  process_->Kill(SIGTERM);
+  return process_->Wait(timeout);
+}
+
+WorkerProcess::~WorkerProcess() {
+  if (!stopped_ && process_ != nullptr && Stop() == -1) process_->Kill(SIGKILL);
+}
+
+}  // namespace dtrain::testing

@@ -1,0 +1,568 @@
+// The worker daemon end to end: real dtrain-worker processes on 127.0.0.1 driven through the
+// Worker gRPC service, with a real coordinator for their groups. Strategies (single_device,
+// ddp, ddp_spawn, dp, sharded) against each other, checkpoints across world sizes, bad input,
+// a crashed ddp_spawn child, registration and a clean leave on SIGTERM.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+#include <torch/script.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/channel.h"
+#include "common/grpc_status.h"
+#include "common/tensor.h"
+#include "tests/test_support.h"
+#include "tests/worker_process.h"
+
+namespace dtrain::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kTrainSize = 1024;
+
+std::string TempPath(const std::string& name) {
+  return absl::StrCat(::testing::TempDir(), "/", getpid(), "-", name);
+}
+
+v1::SetupRequest MakeSetup(const std::string& job, const std::string& strategy, int world,
+                           const std::string& coordinator) {
+  v1::SetupRequest r;
+  r.set_job_id(job);
+  r.mutable_model()->set_builtin("mlp");
+  r.mutable_optimizer()->set_name("sgd");
+  r.mutable_optimizer()->set_lr(0.1);
+  r.mutable_optimizer()->set_momentum(0.9);
+  r.set_strategy(strategy);
+  r.set_seed(1);
+  r.mutable_group()->set_coordinator(coordinator);
+  r.mutable_group()->set_world_size(world);
+  r.mutable_group()->set_collective_timeout_ms(20000);
+  v1::SyntheticDataSpec* data = r.mutable_data()->mutable_synthetic();
+  data->set_train_size(kTrainSize);
+  data->set_val_size(256);
+  data->set_test_size(256);
+  data->set_seed(7);
+  return r;
+}
+
+// Rank `rank` of `world` at step `step`: the rank's slice of the step's global batch of
+// world * per_rank samples, so that ranks together see what one rank with the whole batch sees.
+v1::LocalWork Slice(int step, int rank, int world, int per_rank, int steps = 1) {
+  v1::LocalWork work;
+  work.set_first_batch_idx(step);
+  for (int s = step; s < step + steps; ++s) {
+    v1::IndexBatch* b = work.add_index_batches();
+    b->set_split("train");
+    const int global = s * world * per_rank;
+    for (int i = 0; i < per_rank; ++i) b->add_indices((global + rank * per_rank + i) % kTrainSize);
+  }
+  return work;
+}
+
+// Runs fn(i) for i in [0, n) on threads: Setup and collective steps block until every rank
+// has called.
+template <typename F>
+void Parallel(int n, F fn) {
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { fn(i); });
+  for (std::thread& t : threads) t.join();
+}
+
+absl::Status Call(const std::function<grpc::Status(grpc::ClientContext*)>& rpc,
+                  absl::Duration timeout = absl::Seconds(60)) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return FromGrpcStatus(rpc(&context));
+}
+
+std::map<std::string, std::vector<float>> Parameters(WorkerProcess& w, const std::string& job) {
+  v1::StateDictRequest request;
+  request.set_job_id(job);
+  v1::StateDictResponse response;
+  absl::Status s = Call([&](auto* c) { return w.stub().StateDict(c, request, &response); });
+  EXPECT_TRUE(s.ok()) << s;
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, proto] : response.tensors()) {
+    absl::StatusOr<HostTensor> t = FromProto(proto);
+    EXPECT_TRUE(t.ok());
+    if (t.ok() && t->dtype == v1::DTYPE_FLOAT32) out[name] = t->ToVector<float>();
+  }
+  return out;
+}
+
+double MaxDiff(const std::map<std::string, std::vector<float>>& a,
+               const std::map<std::string, std::vector<float>>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  EXPECT_FALSE(a.empty());
+  double worst = 0;
+  for (const auto& [name, values] : a) {
+    auto it = b.find(name);
+    if (it == b.end() || it->second.size() != values.size()) return INFINITY;
+    for (size_t i = 0; i < values.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(values[i]) - it->second[i]));
+    }
+  }
+  return worst;
+}
+
+absl::StatusOr<v1::StepResponse> Train(WorkerProcess& w, const std::string& job,
+                                       std::vector<v1::LocalWork> work) {
+  v1::StepRequest request;
+  request.set_job_id(job);
+  for (v1::LocalWork& l : work) *request.add_work() = std::move(l);
+  v1::StepResponse response;
+  absl::Status s = Call([&](auto* c) { return w.stub().TrainingStep(c, request, &response); });
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::Status Teardown(WorkerProcess& w, const std::string& job = "") {
+  v1::TeardownRequest request;
+  request.set_job_id(job);
+  v1::TeardownResponse response;
+  return Call([&](auto* c) { return w.stub().Teardown(c, request, &response); });
+}
+
+v1::HealthResponse Health(WorkerProcess& w) {
+  v1::HealthResponse response;
+  absl::Status s = Call([&](auto* c) { return w.stub().Health(c, v1::HealthRequest(), &response); },
+                        absl::Seconds(5));
+  EXPECT_TRUE(s.ok()) << s;
+  return response;
+}
+
+class WorkerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator_ = StartCoordinator();
+    ASSERT_NE(coordinator_, nullptr);
+  }
+  std::unique_ptr<WorkerProcess> StartWorker(std::vector<std::string> flags = {}) {
+    auto w = WorkerProcess::Start(coordinator_->address(), std::move(flags));
+    EXPECT_NE(w, nullptr);
+    return w;
+  }
+  absl::Status Setup(WorkerProcess& w, const v1::SetupRequest& request,
+                     v1::SetupResponse* response = nullptr) {
+    v1::SetupResponse ignored;
+    return Call([&](auto* c) { return w.stub().Setup(c, request, response ? response : &ignored); });
+  }
+  std::string address() const { return coordinator_->address(); }
+
+  std::unique_ptr<CoordinatorServer> coordinator_;
+};
+
+TEST_F(WorkerServiceTest, SingleDevice_TrainsEvaluatesAndTearsDown) {
+  auto w = StartWorker();
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(Health(*w).state(), v1::HealthResponse::IDLE);
+  v1::SetupResponse setup;
+  ASSERT_TRUE(Setup(*w, MakeSetup("single", "single_device", 1, address()), &setup).ok());
+  ASSERT_EQ(setup.ranks_size(), 1);
+  EXPECT_EQ(setup.ranks(0).world_size(), 1);
+  EXPECT_EQ(setup.parameter_count(), 784 * 256 + 256 + 256 * 10 + 10);
+  EXPECT_EQ(setup.root_device(), "cpu");
+  ASSERT_EQ(setup.splits_size(), 3);
+  EXPECT_EQ(setup.splits(0).size(), kTrainSize);
+  EXPECT_EQ(Health(*w).state(), v1::HealthResponse::READY);
+  EXPECT_EQ(Health(*w).job_id(), "single");
+
+  // Eight batches of 32 in one RPC: the round trip is amortized over them.
+  auto first = Train(*w, "single", {Slice(0, 0, 1, 32, 8)});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->results(0).batches_size(), 8);
+  EXPECT_EQ(first->results(0).global_step(), 8);
+  EXPECT_EQ(first->results(0).batches(0).size(), 32);
+  for (int round = 1; round < 4; ++round) {
+    ASSERT_TRUE(Train(*w, "single", {Slice(8 * round, 0, 1, 32, 8)}).ok());
+  }
+  v1::StepRequest validate;
+  validate.set_job_id("single");
+  v1::LocalWork* work = validate.add_work();
+  v1::IndexBatch* batch = work->add_index_batches();
+  batch->set_split("val");
+  for (int i = 0; i < 256; ++i) batch->add_indices(i);
+  v1::StepResponse val;
+  ASSERT_TRUE(Call([&](auto* c) { return w->stub().ValidationStep(c, validate, &val); }).ok());
+  const double first_loss = first->results(0).batches(0).scalars().at("loss");
+  EXPECT_LT(val.results(0).batches(0).scalars().at("loss"), first_loss * 0.5);
+  EXPECT_GT(val.results(0).batches(0).scalars().at("acc"), 0.9);
+
+  v1::StepResponse predicted;
+  ASSERT_TRUE(Call([&](auto* c) { return w->stub().PredictStep(c, validate, &predicted); }).ok());
+  const auto& labels = predicted.results(0).batches(0).tensors().at("label");
+  EXPECT_EQ(labels.meta().shape(0), 256);
+
+  ASSERT_TRUE(Teardown(*w, "single").ok());
+  EXPECT_EQ(Health(*w).state(), v1::HealthResponse::IDLE);
+  EXPECT_TRUE(Teardown(*w).ok()) << "teardown is idempotent";
+}
+
+// 2 ranks with per-rank batch B for 20 steps end where 1 rank with batch 2B does.
+TEST_F(WorkerServiceTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) {
+  auto a = StartWorker(), b = StartWorker(), single = StartWorker();
+  ASSERT_TRUE(a && b && single);
+  std::vector<WorkerProcess*> ranks = {a.get(), b.get()};
+  std::vector<v1::SetupResponse> setups(2);
+  std::vector<absl::Status> statuses(2);
+  Parallel(2, [&](int i) {
+    statuses[i] = Setup(*ranks[i], MakeSetup("ddp-eq", "ddp", 2, address()), &setups[i]);
+  });
+  ASSERT_TRUE(statuses[0].ok()) << statuses[0];
+  ASSERT_TRUE(statuses[1].ok()) << statuses[1];
+  // Which worker got which rank is the rendezvous' choice; map them back.
+  if (setups[0].ranks(0).rank() == 1) std::swap(ranks[0], ranks[1]);
+  ASSERT_TRUE(Setup(*single, MakeSetup("ddp-ref", "single_device", 1, address())).ok());
+
+  constexpr int kSteps = 20, kB = 16;
+  for (int step = 0; step < kSteps; step += 5) {
+    Parallel(2, [&](int r) {
+      auto out = Train(*ranks[r], "ddp-eq", {Slice(step, r, 2, kB, 5)});
+      statuses[r] = out.status();
+    });
+    ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
+    // The single rank's batch s is both ranks' batches s together.
+    v1::LocalWork whole;
+    whole.set_first_batch_idx(step);
+    for (int s = step; s < step + 5; ++s) *whole.add_index_batches() = Slice(s, 0, 1, 2 * kB).index_batches(0);
+    ASSERT_TRUE(Train(*single, "ddp-ref", {whole}).ok());
+  }
+  const auto pa = Parameters(*ranks[0], "ddp-eq");
+  const auto pb = Parameters(*ranks[1], "ddp-eq");
+  const auto ps = Parameters(*single, "ddp-ref");
+  EXPECT_EQ(MaxDiff(pa, pb), 0.0) << "ranks must hold identical parameters";
+  EXPECT_LE(MaxDiff(pa, ps), 1e-5);
+  // Training moved the parameters (the comparison is not between two untouched models).
+  ASSERT_TRUE(Teardown(*single).ok());
+  ASSERT_TRUE(Setup(*single, MakeSetup("ddp-fresh", "single_device", 1, address())).ok());
+  EXPECT_GT(MaxDiff(Parameters(*single, "ddp-fresh"), ps), 1e-3);
+}
+
+TEST_F(WorkerServiceTest, DdpSpawn_ChildrenAreRanksInIndexOrderAndEqualDdp) {
+  auto spawner = StartWorker({"--devices=2", "--name=spawner"});
+  auto single = StartWorker();
+  ASSERT_TRUE(spawner && single);
+  v1::SetupResponse setup;
+  v1::SetupRequest request = MakeSetup("spawn", "ddp_spawn", 2, address());
+  ASSERT_TRUE(Setup(*spawner, request, &setup).ok());
+  ASSERT_EQ(setup.ranks_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(setup.ranks(i).rank(), i);
+    EXPECT_EQ(setup.ranks(i).local_rank(), i);
+    EXPECT_EQ(setup.ranks(i).world_size(), 2);
+    EXPECT_NE(setup.ranks(i).pid(), spawner->pid());
+  }
+  EXPECT_EQ(Health(*spawner).local_processes(), 2);
+  ASSERT_TRUE(Setup(*single, MakeSetup("spawn-ref", "single_device", 1, address())).ok());
+  for (int step = 0; step < 10; ++step) {
+    auto out = Train(*spawner, "spawn", {Slice(step, 0, 2, 16), Slice(step, 1, 2, 16)});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->results_size(), 2);
+    ASSERT_TRUE(Train(*single, "spawn-ref", {Slice(step, 0, 1, 32)}).ok());
+  }
+  EXPECT_LE(MaxDiff(Parameters(*spawner, "spawn"), Parameters(*single, "spawn-ref")), 1e-5);
+
+  // Work for one rank only is refused: the worker hosts two.
+  auto wrong = Train(*spawner, "spawn", {Slice(0, 0, 2, 16)});
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("hosts 2 ranks"));
+
+  // Teardown reaps both children.
+  const pid_t child = setup.ranks(1).pid();
+  ASSERT_TRUE(Teardown(*spawner).ok());
+  EXPECT_TRUE(WaitFor([&] { return kill(child, 0) != 0; }, absl::Seconds(5)));
+  EXPECT_EQ(Health(*spawner).state(), v1::HealthResponse::IDLE);
+}
+
+TEST_F(WorkerServiceTest, DdpSpawn_CrashedChildFailsTheJobWithItsExitStatus) {
+  auto spawner = StartWorker({"--devices=2"});
+  ASSERT_NE(spawner, nullptr);
+  v1::SetupResponse setup;
+  ASSERT_TRUE(Setup(*spawner, MakeSetup("crash", "ddp_spawn", 2, address()), &setup).ok());
+  ASSERT_TRUE(Train(*spawner, "crash", {Slice(0, 0, 2, 8), Slice(0, 1, 2, 8)}).ok());
+  const pid_t victim = setup.ranks(1).pid();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const absl::Time start = absl::Now();
+  auto out = Train(*spawner, "crash", {Slice(1, 0, 2, 8), Slice(1, 1, 2, 8)});
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kAborted) << out.status();
+  EXPECT_THAT(std::string(out.status().message()),
+              HasSubstr(absl::StrCat("local rank 1 (pid ", victim, ") was killed by signal 9")));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  // The daemon stays up: the job is torn down (its other child reaped) and a new one runs.
+  const pid_t survivor = setup.ranks(0).pid();
+  ASSERT_TRUE(Teardown(*spawner).ok());
+  EXPECT_TRUE(WaitFor([&] { return kill(survivor, 0) != 0; }, absl::Seconds(5)));
+  ASSERT_TRUE(Setup(*spawner, MakeSetup("after-crash", "single_device", 1, address())).ok());
+  EXPECT_TRUE(Train(*spawner, "after-crash", {Slice(0, 0, 1, 8)}).ok());
+}
+
+// dp splits each batch across the worker's devices and averages the replicas' losses: with
+// equal halves, exactly single_device's mean loss and update.
+TEST_F(WorkerServiceTest, Dp_SplitsTheBatchAndEqualsSingleDevice) {
+  auto dp = StartWorker({"--devices=2"});
+  auto single = StartWorker();
+  ASSERT_TRUE(dp && single);
+  ASSERT_TRUE(Setup(*dp, MakeSetup("dp", "dp", 1, address())).ok());
+  ASSERT_TRUE(Setup(*single, MakeSetup("dp-ref", "single_device", 1, address())).ok());
+  for (int step = 0; step < 5; ++step) {
+    auto a = Train(*dp, "dp", {Slice(step, 0, 1, 32)});
+    auto b = Train(*single, "dp-ref", {Slice(step, 0, 1, 32)});
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    EXPECT_NEAR(a->results(0).batches(0).scalars().at("loss"),
+                b->results(0).batches(0).scalars().at("loss"), 1e-5);
+  }
+  EXPECT_LE(MaxDiff(Parameters(*dp, "dp"), Parameters(*single, "dp-ref")), 1e-5);
+}
+
+// accumulate_grad_batches = 2 with batches of B steps exactly as batches of 2B do.
+TEST_F(WorkerServiceTest, GradientAccumulation_TwoBatchesOfBEqualOneOf2B) {
+  auto acc = StartWorker(), whole = StartWorker();
+  ASSERT_TRUE(acc && whole);
+  v1::SetupRequest request = MakeSetup("acc", "single_device", 1, address());
+  request.set_accumulate_grad_batches(2);
+  ASSERT_TRUE(Setup(*acc, request).ok());
+  ASSERT_TRUE(Setup(*whole, MakeSetup("acc-ref", "single_device", 1, address())).ok());
+  for (int step = 0; step < 5; ++step) {
+    auto a = Train(*acc, "acc", {Slice(2 * step, 0, 1, 16, 2)});
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_FALSE(a->results(0).batches(0).optimizer_stepped());
+    EXPECT_TRUE(a->results(0).batches(1).optimizer_stepped());
+    EXPECT_EQ(a->results(0).global_step(), step + 1);
+    ASSERT_TRUE(Train(*whole, "acc-ref", {Slice(step, 0, 1, 32)}).ok());
+  }
+  EXPECT_LE(MaxDiff(Parameters(*acc, "acc"), Parameters(*whole, "acc-ref")), 1e-5);
+}
+
+// A sharded (ZeRO-1, Adam) job's checkpoint: only rank 0 writes, the optimizer state is
+// consolidated, and it loads into one rank (another world size) which then takes the same
+// next step as the two ranks.
+TEST_F(WorkerServiceTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoOtherWorldSize) {
+  auto a = StartWorker(), b = StartWorker(), single = StartWorker();
+  ASSERT_TRUE(a && b && single);
+  std::vector<WorkerProcess*> ranks = {a.get(), b.get()};
+  v1::SetupRequest request = MakeSetup("zero", "sharded", 2, address());
+  request.mutable_optimizer()->set_name("adam");
+  request.mutable_optimizer()->set_lr(0.01);
+  std::vector<v1::SetupResponse> setups(2);
+  std::vector<absl::Status> statuses(2);
+  Parallel(2, [&](int i) { statuses[i] = Setup(*ranks[i], request, &setups[i]); });
+  ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
+  if (setups[0].ranks(0).rank() == 1) std::swap(ranks[0], ranks[1]);
+  for (int step = 0; step < 6; ++step) {
+    Parallel(2, [&](int r) { statuses[r] = Train(*ranks[r], "zero", {Slice(step, r, 2, 16)}).status(); });
+    ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
+  }
+  const std::string path = TempPath("zero.ckpt");
+  std::remove(path.c_str());
+  std::vector<v1::SaveCheckpointResponse> saved(2);
+  Parallel(2, [&](int r) {
+    v1::SaveCheckpointRequest save;
+    save.set_job_id("zero");
+    save.set_path(path);
+    save.set_epoch(3);
+    statuses[r] = Call([&](auto* c) { return ranks[r]->stub().SaveCheckpoint(c, save, &saved[r]); });
+  });
+  ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
+  EXPECT_TRUE(saved[0].written(0));
+  EXPECT_FALSE(saved[1].written(0));
+  ASSERT_TRUE(std::ifstream(path).good());
+
+  // Load into a world of one, with plain Adam.
+  v1::SetupRequest one = MakeSetup("zero-1", "single_device", 1, address());
+  *one.mutable_optimizer() = request.optimizer();
+  one.set_seed(99);  // different initial parameters: the checkpoint must overwrite them
+  ASSERT_TRUE(Setup(*single, one).ok());
+  v1::LoadCheckpointRequest load;
+  load.set_job_id("zero-1");
+  load.set_path(path);
+  v1::LoadCheckpointResponse loaded;
+  ASSERT_TRUE(Call([&](auto* c) { return single->stub().LoadCheckpoint(c, load, &loaded); }).ok());
+  EXPECT_EQ(loaded.global_step(), 6);
+  EXPECT_EQ(loaded.epoch(), 3);
+  EXPECT_EQ(MaxDiff(Parameters(*single, "zero-1"), Parameters(*ranks[0], "zero")), 0.0);
+
+  // The next step: the single rank's loss on the whole batch is the mean of the two ranks'
+  // losses on its halves, and the Adam update (which needs the consolidated moments) agrees.
+  std::vector<double> losses(2);
+  Parallel(2, [&](int r) {
+    auto out = Train(*ranks[r], "zero", {Slice(6, r, 2, 16)});
+    statuses[r] = out.status();
+    if (out.ok()) losses[r] = out->results(0).batches(0).scalars().at("loss");
+  });
+  ASSERT_TRUE(statuses[0].ok() && statuses[1].ok());
+  auto next = Train(*single, "zero-1", {Slice(6, 0, 1, 32)});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_NEAR(next->results(0).batches(0).scalars().at("loss"), (losses[0] + losses[1]) / 2, 1e-5);
+  EXPECT_LE(MaxDiff(Parameters(*single, "zero-1"), Parameters(*ranks[0], "zero")), 1e-5);
+
+  // A checkpoint that is not there fails every rank with rank 0's message.
+  load.set_job_id("zero");
+  load.set_path(TempPath("no-such.ckpt"));
+  Parallel(2, [&](int r) {
+    v1::LoadCheckpointResponse ignored;
+    statuses[r] = Call([&](auto* c) { return ranks[r]->stub().LoadCheckpoint(c, load, &ignored); });
+  });
+  for (const absl::Status& s : statuses) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("no-such.ckpt"));
+  }
+}
+
+// Writes a TorchScript module with forward but no training_step.
+std::string ModelWithoutTrainingStep() {
+  torch::jit::Module m("NoSteps");
+  m.define("def forward(self, x):\n  return x * 2\n");
+  const std::string path = TempPath("no-steps.pt");
+  m.save(path);
+  return path;
+}
+
+TEST_F(WorkerServiceTest, BadInput_ClearErrorsAndTheWorkerKeepsServing) {
+  auto w = StartWorker();
+  ASSERT_NE(w, nullptr);
+  struct Case {
+    std::string name;
+    std::function<void(v1::SetupRequest&)> edit;
+    absl::StatusCode code;
+    std::string message;
+  };
+  const std::string no_steps = ModelWithoutTrainingStep();
+  const std::vector<Case> cases = {
+      {"missing model file", [](auto& r) { r.mutable_model()->set_torchscript("/nonexistent/m.pt"); },
+       absl::StatusCode::kNotFound, "/nonexistent/m.pt"},
+      {"no training_step", [&](auto& r) { r.mutable_model()->set_torchscript(no_steps); },
+       absl::StatusCode::kInvalidArgument, "has no training_step"},
+      {"unknown builtin", [](auto& r) { r.mutable_model()->set_builtin("resnet"); },
+       absl::StatusCode::kInvalidArgument, "mlp, cnn"},
+      {"unknown optimizer", [](auto& r) { r.mutable_optimizer()->set_name("lion"); },
+       absl::StatusCode::kInvalidArgument, "unknown optimizer 'lion'"},
+      {"unknown precision", [](auto& r) { r.set_precision("8-true"); },
+       absl::StatusCode::kInvalidArgument, "8-true"},
+      {"unknown strategy", [](auto& r) { r.set_strategy("fsdp9"); },
+       absl::StatusCode::kInvalidArgument, "unknown strategy 'fsdp9'"},
+      {"tpu_spawn", [](auto& r) { r.set_strategy("tpu_spawn"); },
+       absl::StatusCode::kFailedPrecondition, "XLA runtime"},
+      {"gpu without CUDA", [](auto& r) { r.set_accelerator("gpu"); },
+       absl::StatusCode::kFailedPrecondition, "no CUDA support"},
+      {"16-mixed on CPU", [](auto& r) { r.set_precision("16-mixed"); },
+       absl::StatusCode::kFailedPrecondition, "bf16-mixed"},
+      {"bad job id", [](auto& r) { r.set_job_id("a/b"); },
+       absl::StatusCode::kInvalidArgument, "job_id"},
+      {"negative clip", [](auto& r) { r.set_gradient_clip_val(-1); },
+       absl::StatusCode::kInvalidArgument, "gradient_clip_val"},
+      {"bad scheduler", [](auto& r) { r.mutable_lr_scheduler()->set_name("cyclic"); },
+       absl::StatusCode::kInvalidArgument, "lr_scheduler"},
+      {"missing dataset dir", [](auto& r) {
+         r.mutable_data()->set_builtin("fashion-mnist");
+         r.mutable_data()->set_data_dir("/nonexistent");
+       }, absl::StatusCode::kNotFound, "dataset-fashion-mnist"},
+  };
+  for (const Case& c : cases) {
+    v1::SetupRequest r = MakeSetup("bad", "single_device", 1, address());
+    c.edit(r);
+    absl::Status s = Setup(*w, r);
+    EXPECT_EQ(s.code(), c.code) << c.name << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.name;
+    EXPECT_EQ(Health(*w).state(), v1::HealthResponse::IDLE) << c.name;
+  }
+
+  // Steps without a job.
+  auto orphan = Train(*w, "nobody", {Slice(0, 0, 1, 4)});
+  EXPECT_EQ(orphan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(orphan.status().message()), HasSubstr("call Setup first"));
+
+  ASSERT_TRUE(Setup(*w, MakeSetup("good", "single_device", 1, address())).ok());
+  EXPECT_EQ(Setup(*w, MakeSetup("second", "single_device", 1, address())).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Train(*w, "other", {Slice(0, 0, 1, 4)}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // A batch of the wrong shape: libtorch's message, and the job goes on.
+  v1::LocalWork bad;
+  v1::Batch* batch = bad.add_batches();
+  ToProto(HostTensor::FromVector<float>(v1::DTYPE_FLOAT32, {2, 5}, std::vector<float>(10, 1.0f)),
+          batch->add_tensors());
+  ToProto(HostTensor::FromVector<int64_t>(v1::DTYPE_INT64, {2}, {1, 2}), batch->add_tensors());
+  auto shape = Train(*w, "good", {bad});
+  EXPECT_EQ(shape.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(shape.status().message()), HasSubstr("training_step of model 'builtin:mlp' failed"));
+  EXPECT_THAT(std::string(shape.status().message()), HasSubstr("784"));
+  // A malformed wire tensor and an index out of range.
+  v1::LocalWork malformed;
+  v1::Tensor* t = malformed.add_batches()->add_tensors();
+  t->mutable_meta()->set_dtype(v1::DTYPE_FLOAT32);
+  t->mutable_meta()->add_shape(4);
+  t->set_data("abc");
+  EXPECT_EQ(Train(*w, "good", {malformed}).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::LocalWork out_of_range;
+  out_of_range.add_index_batches()->set_split("train");
+  out_of_range.mutable_index_batches(0)->add_indices(kTrainSize);
+  auto range = Train(*w, "good", {out_of_range});
+  EXPECT_EQ(range.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(range.status().message()), HasSubstr("outside split 'train'"));
+  EXPECT_EQ(Train(*w, "good", {}).status().code(), absl::StatusCode::kInvalidArgument);
+
+  auto ok = Train(*w, "good", {Slice(0, 0, 1, 8)});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->results(0).global_step(), 1);
+  EXPECT_EQ(Health(*w).state(), v1::HealthResponse::READY);
+}
+
+TEST_F(WorkerServiceTest, Registration_ListedWhileServing_GoneAfterSigterm) {
+  auto w = StartWorker({"--name=reg-worker", "--devices=3"});
+  ASSERT_NE(w, nullptr);
+  auto stub = v1::Coordinator::NewStub(ConnectToCoordinator(address()));
+  auto list = [&] {
+    v1::ListWorkersResponse response;
+    grpc::ClientContext context;
+    stub->ListWorkers(&context, v1::ListWorkersRequest(), &response);
+    return response;
+  };
+  ASSERT_TRUE(WaitFor([&] { return list().workers_size() == 1; }, absl::Seconds(10)));
+  const v1::WorkerInfo info = list().workers(0);
+  EXPECT_EQ(info.name(), "reg-worker");
+  EXPECT_EQ(info.address(), absl::StrCat("127.0.0.1:", w->port()));
+  EXPECT_EQ(info.devices(), 3);
+  EXPECT_EQ(info.state(), v1::WorkerInfo::ALIVE);
+  ASSERT_TRUE(Setup(*w, MakeSetup("listed", "single_device", 1, address())).ok());
+  EXPECT_TRUE(WaitFor([&] { return list().workers(0).job_id() == "listed"; }, absl::Seconds(5)));
+  const int status = w->Stop();
+  ASSERT_NE(status, -1);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(list().workers_size(), 0);
+}
+
+// SIGTERM during a ddp job: the worker leaves its group cleanly, so its peer's next step fails
+// at once naming it (rather than waiting out a deadline).
+TEST_F(WorkerServiceTest, Sigterm_LeavesTheGroupCleanly_PeerIsToldWho) {
+  auto a = StartWorker(), b = StartWorker();
+  ASSERT_TRUE(a && b);
+  std::vector<WorkerProcess*> ranks = {a.get(), b.get()};
+  std::vector<v1::SetupResponse> setups(2);
+  std::vector<absl::Status> statuses(2);
+  Parallel(2, [&](int i) { statuses[i] = Setup(*ranks[i], MakeSetup("leave", "ddp", 2, address()), &setups[i]); });
+  ASSERT_TRUE(statuses[0].ok() && statuses[1].ok());
+  if (setups[0].ranks(0).rank() == 1) std::swap(ranks[0], ranks[1]);
+  const int status = ranks[1]->Stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const absl::Time start = absl::Now();
+  auto out = Train(*ranks[0], "leave", {Slice(0, 0, 2, 8)});
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition) << out.status();
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("rank 1"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace dtrain::testing

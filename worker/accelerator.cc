@@ -1,0 +1,213 @@
+#include "worker/accelerator.h"
+
+#include <ATen/Context.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/batch_tree.h"
+#include "worker/torch_status.h"
+
+namespace dtrain {
+namespace {
+
+absl::Status CudaUsable() {
+  // hasCUDART: libtorch was built with CUDA (Debian's libtorch-dev is not); is_available: a
+  // driver and a device are present.
+  if (!at::globalContext().hasCUDART() && !torch::cuda::is_available()) {
+    return absl::FailedPreconditionError(
+        "accelerator 'gpu' requested, but this libtorch build has no CUDA support (Debian's "
+        "libtorch-dev is a CPU build); use accelerator 'cpu' or a CUDA build of libtorch");
+  }
+  if (!torch::cuda::is_available() || torch::cuda::device_count() == 0) {
+    return absl::FailedPreconditionError(
+        "accelerator 'gpu' requested, but libtorch finds no CUDA device on this machine "
+        "(no driver or no GPU); use accelerator 'cpu'");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceKind> ResolveAccelerator(const std::string& name) {
+  if (name.empty() || name == "cpu") return DeviceKind::kCpu;
+  if (name == "gpu" || name == "cuda") {
+    DTRAIN_RETURN_IF_ERROR(CudaUsable());
+    return DeviceKind::kGpu;
+  }
+  if (name == "auto") return CudaUsable().ok() ? DeviceKind::kGpu : DeviceKind::kCpu;
+  if (name == "tpu" || name == "ipu" || name == "hpu" || name == "mps") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "accelerator '", name, "' is not supported by dtrain's libtorch C++ runtime; use cpu or gpu"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown accelerator '", name, "'; use cpu, gpu or auto"));
+}
+
+absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Make(
+    const std::string& accelerator, Precision precision, StrategyOptions strategy,
+    std::unique_ptr<CollectiveBackend> backend) {
+  DTRAIN_ASSIGN_OR_RETURN(DeviceKind kind, ResolveAccelerator(accelerator));
+  std::unique_ptr<Accelerator> made;
+  if (kind == DeviceKind::kGpu) {
+    const int local = backend == nullptr ? 0 : backend->local_rank();
+    made = std::make_unique<GPUAccelerator>(
+        local % std::max<int>(1, static_cast<int>(torch::cuda::device_count())));
+  } else {
+    made = std::make_unique<CPUAccelerator>();
+  }
+  DTRAIN_ASSIGN_OR_RETURN(made->precision_, PrecisionPlugin::Make(precision, made->device_));
+  strategy.device = made->device_;
+  DTRAIN_ASSIGN_OR_RETURN(made->strategy_, Strategy::Make(strategy, std::move(backend)));
+  return made;
+}
+
+absl::Status Accelerator::Setup(LightningModule model, const OptimizerConfig& optimizer,
+                                const SchedulerConfig& schedule) {
+  model_ = std::make_unique<LightningModule>(std::move(model));
+  DTRAIN_ASSIGN_OR_RETURN(LrSchedule made, LrSchedule::Make(schedule, optimizer.lr));
+  schedule_ = made;
+  DTRAIN_RETURN_IF_ERROR(ModelToDevice());
+  precision_->ConnectModule(*model_);
+  return strategy_->Setup(model_.get(), optimizer);
+}
+
+absl::Status Accelerator::ModelToDevice() {
+  return GuardTorch("cannot move the model to " + device_.str(), [&]() -> absl::Status {
+    model_->module().to(device_);
+    return absl::OkStatus();
+  });
+}
+
+c10::IValue Accelerator::BatchToDevice(const c10::IValue& batch) const {
+  c10::IValue moved = MapTensors(batch, [&](const at::Tensor& t) {
+    return t.device() == device_ ? t : t.to(device_);
+  });
+  return precision_->ConvertInput(moved);
+}
+
+absl::StatusOr<torch::Tensor> Accelerator::TrainingStep(const c10::IValue& batch,
+                                                        int64_t batch_idx) {
+  const c10::IValue on_device = BatchToDevice(batch);
+  return precision_->Run([&] { return strategy_->TrainingStep(on_device, batch_idx); });
+}
+
+torch::Tensor Accelerator::TrainingStepEnd(torch::Tensor output) {
+  torch::Tensor loss = strategy_->TrainingStepEnd(std::move(output));
+  results_ = {{"loss", loss.detach()}};
+  return loss;
+}
+
+absl::StatusOr<StepOutput> Accelerator::EvalStep(const std::string& method,
+                                                 const c10::IValue& batch, int64_t batch_idx) {
+  torch::NoGradGuard no_grad;
+  const c10::IValue on_device = BatchToDevice(batch);
+  return precision_->Run([&] { return strategy_->EvalStep(method, on_device, batch_idx); });
+}
+
+absl::StatusOr<StepOutput> Accelerator::ValidationStep(const c10::IValue& batch, int64_t i) {
+  return EvalStep("validation_step", batch, i);
+}
+absl::StatusOr<StepOutput> Accelerator::TestStep(const c10::IValue& batch, int64_t i) {
+  return EvalStep("test_step", batch, i);
+}
+absl::StatusOr<StepOutput> Accelerator::PredictStep(const c10::IValue& batch, int64_t i) {
+  DTRAIN_ASSIGN_OR_RETURN(StepOutput out, EvalStep("predict_step", batch, i));
+  results_ = out;
+  return out;
+}
+StepOutput Accelerator::ValidationStepEnd(StepOutput output) {
+  results_ = strategy_->EvalStepEnd(std::move(output));
+  return results_;
+}
+StepOutput Accelerator::TestStepEnd(StepOutput output) {
+  results_ = strategy_->EvalStepEnd(std::move(output));
+  return results_;
+}
+
+absl::Status Accelerator::Backward(const torch::Tensor& closure_loss, bool should_accumulate) {
+  DTRAIN_RETURN_IF_ERROR(GuardTorch("backward failed", [&]() -> absl::Status {
+    LossScaler* scaler = precision_->scaler();
+    torch::Tensor loss = scaler != nullptr ? scaler->Scale(closure_loss) : closure_loss;
+    loss.backward();
+    return absl::OkStatus();
+  }));
+  return strategy_->PostBackward(should_accumulate);
+}
+
+absl::StatusOr<double> Accelerator::ClipGradients(double clip_val, ClipAlgorithm algorithm) {
+  LossScaler* scaler = precision_->scaler();
+  if (scaler != nullptr && !unscaled_) {
+    found_inf_ = scaler->Unscale(model_->Parameters());
+    unscaled_ = true;
+  }
+  return dtrain::ClipGradients(model_->Parameters(), clip_val, algorithm);
+}
+
+absl::StatusOr<bool> Accelerator::OptimizerStep() {
+  LossScaler* scaler = precision_->scaler();
+  bool skip = false;
+  if (scaler != nullptr) {
+    if (!unscaled_) found_inf_ = scaler->Unscale(model_->Parameters());
+    skip = found_inf_;
+    scaler->Update(found_inf_);
+    unscaled_ = false;
+    found_inf_ = false;
+  }
+  if (skip) return false;
+  strategy_->SetLearningRate(schedule_->LrAt(progress_.global_step));
+  DTRAIN_RETURN_IF_ERROR(strategy_->OptimizerStep());
+  return true;
+}
+
+void Accelerator::OptimizerZeroGrad() { strategy_->OptimizerZeroGrad(); }
+
+std::map<std::string, torch::Tensor> Accelerator::LightningModuleStateDict() {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : model_->module().named_parameters()) out[p.name] = p.value.detach();
+  for (const auto& b : model_->module().named_buffers()) out[b.name] = b.value.detach();
+  return out;
+}
+
+absl::StatusOr<bool> Accelerator::SaveCheckpoint(const std::string& path) {
+  DTRAIN_ASSIGN_OR_RETURN(torch::optim::Optimizer * optimizer, strategy_->OptimizerState());
+  if (!strategy_->should_rank_save_checkpoint()) return false;
+  DTRAIN_RETURN_IF_ERROR(dtrain::SaveCheckpoint(path, *model_, optimizer, precision_->scaler(),
+                                                progress_));
+  return true;
+}
+
+absl::StatusOr<TrainingProgress> Accelerator::LoadCheckpoint(const std::string& path) {
+  // Rank 0 sends either "1" + the file's bytes or "0" + its error, so a missing or unreadable
+  // file fails every rank with rank 0's message instead of leaving them waiting.
+  std::string message;
+  if (strategy_->is_global_zero()) {
+    absl::StatusOr<std::string> bytes = ReadCheckpointFile(path);
+    message = bytes.ok() ? "1" + *bytes
+                         : absl::StrCat("0", static_cast<int>(bytes.status().code()), ":",
+                                        bytes.status().message());
+  }
+  DTRAIN_ASSIGN_OR_RETURN(std::string received, strategy_->backend().BroadcastBytes(message, 0));
+  if (received.empty() || received[0] != '1') {
+    const size_t colon = received.find(':');
+    const int code = colon == std::string::npos ? 3 : std::atoi(received.c_str() + 1);
+    return absl::Status(static_cast<absl::StatusCode>(code),
+                        colon == std::string::npos ? "rank 0 could not read the checkpoint"
+                                                   : received.substr(colon + 1));
+  }
+  received.erase(0, 1);
+  DTRAIN_ASSIGN_OR_RETURN(
+      TrainingProgress progress,
+      RestoreCheckpoint(received, path, *model_, strategy_->RestoreTarget(), precision_->scaler()));
+  DTRAIN_RETURN_IF_ERROR(strategy_->FinishRestore());
+  progress_ = progress;
+  return progress;
+}
+
+absl::Status Accelerator::Teardown() { return strategy_->Teardown(); }
+
+void Accelerator::OnTrainStart() { model_->Train(true); }
+void Accelerator::OnTrainEnd() { model_->Train(false); }
+
+}  // namespace dtrain

@@ -1,0 +1,149 @@
+// The Accelerator, as in Lightning: one device plugin (CPUAccelerator, GPUAccelerator), one
+// precision plugin and one strategy, and the per-step operations a training loop calls on
+// them. Every method that touches libtorch returns a status; libtorch's exceptions never leave.
+//
+// Thread-safety: one thread at a time (a job's steps are sequential).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <torch/types.h>
+
+#include "absl/status/statusor.h"
+#include "worker/checkpoint.h"
+#include "worker/gradient_clipping.h"
+#include "worker/lightning_module.h"
+#include "worker/optimizers.h"
+#include "worker/precision.h"
+#include "worker/strategy.h"
+
+namespace dtrain {
+
+enum class DeviceKind { kCpu, kGpu };
+
+// "cpu" | "gpu" (or "cuda") | "auto" (gpu when CUDA is usable, else cpu). FAILED_PRECONDITION
+// for gpu without CUDA, saying whether libtorch lacks CUDA support or the machine lacks a
+// device; INVALID_ARGUMENT for other names.
+absl::StatusOr<DeviceKind> ResolveAccelerator(const std::string& name);
+
+class Accelerator {
+ public:
+  // Builds the device plugin, then the precision plugin and the strategy on its root device.
+  static absl::StatusOr<std::unique_ptr<Accelerator>> Make(
+      const std::string& accelerator, Precision precision, StrategyOptions strategy,
+      std::unique_ptr<CollectiveBackend> backend);
+  virtual ~Accelerator() = default;
+
+  virtual std::string name() const = 0;
+  torch::Device root_device() const { return device_; }
+  Strategy& strategy() { return *strategy_; }
+  PrecisionPlugin& precision() { return *precision_; }
+
+  // setup(model): moves the model to the device, lets the precision plugin cast it, and lets the
+  // strategy connect it and make its optimizer. `schedule` sets the learning rate per step.
+  absl::Status Setup(LightningModule model, const OptimizerConfig& optimizer,
+                     const SchedulerConfig& schedule);
+  absl::Status ModelToDevice();
+  // Moves every tensor of a nested batch to the root device and applies the precision's input
+  // cast (64-true, bf16-true).
+  c10::IValue BatchToDevice(const c10::IValue& batch) const;
+
+  // The step methods run on the device under the precision plugin (autocast for -mixed).
+  absl::StatusOr<torch::Tensor> TrainingStep(const c10::IValue& batch, int64_t batch_idx);
+  torch::Tensor TrainingStepEnd(torch::Tensor output);
+  absl::StatusOr<StepOutput> ValidationStep(const c10::IValue& batch, int64_t batch_idx);
+  StepOutput ValidationStepEnd(StepOutput output);
+  absl::StatusOr<StepOutput> TestStep(const c10::IValue& batch, int64_t batch_idx);
+  StepOutput TestStepEnd(StepOutput output);
+  absl::StatusOr<StepOutput> PredictStep(const c10::IValue& batch, int64_t batch_idx);
+
+  // backward(closure_loss, optimizer, should_accumulate): scales the loss under 16-mixed,
+  // runs autograd, and lets the strategy sync gradients unless accumulating.
+  absl::Status Backward(const torch::Tensor& closure_loss, bool should_accumulate);
+  // Sets the scheduled learning rate and steps. Under 16-mixed, unscales first (unless
+  // clipping already did), skips the step on inf/nan and updates the scale. Returns whether
+  // the optimizer stepped.
+  absl::StatusOr<bool> OptimizerStep();
+  void OptimizerZeroGrad();
+  // Unscales first under 16-mixed. Returns the gradients' total norm before clipping.
+  absl::StatusOr<double> ClipGradients(double clip_val, ClipAlgorithm algorithm);
+
+  // Collectives, through the strategy.
+  absl::Status Barrier(const std::string& name) { return strategy_->Barrier(name); }
+  absl::Status Broadcast(torch::Tensor& tensor, int src = 0) {
+    return strategy_->Broadcast(tensor, src);
+  }
+  absl::StatusOr<torch::Tensor> AllGather(const torch::Tensor& tensor, bool sync_grads = false) {
+    return strategy_->AllGather(tensor, sync_grads);
+  }
+  absl::Status Reduce(torch::Tensor& tensor, v1::ReduceOp op) {
+    return strategy_->Reduce(tensor, op);
+  }
+  absl::StatusOr<bool> ReduceBooleanDecision(bool decision) {
+    return strategy_->ReduceBooleanDecision(decision);
+  }
+
+  // Parameters and buffers by name (detached; CPU tensors stay shared with the model).
+  std::map<std::string, torch::Tensor> LightningModuleStateDict();
+  // Every parameter's optimizer state, valid on global rank 0 (a collective under sharded).
+  absl::StatusOr<torch::optim::Optimizer*> OptimizerState() {
+    return strategy_->OptimizerState();
+  }
+  // Every rank must call it; only the rank whose should_rank_save_checkpoint is true writes.
+  // Returns whether this rank wrote.
+  absl::StatusOr<bool> SaveCheckpoint(const std::string& path);
+  // Every rank must call it: rank 0 reads the file and broadcasts its bytes (an error on rank 0
+  // reaches every rank). Restores model, optimizer, loss scale, progress and RNG.
+  absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path);
+
+  // Leaves the strategy's group cleanly.
+  absl::Status Teardown();
+
+  // The last step's outputs (what *_step_end returned).
+  const StepOutput& results() const { return results_; }
+  const TrainingProgress& progress() const { return progress_; }
+  // After an optimizer step: the global step advances (Lightning's update_global_step).
+  void UpdateGlobalStep() { ++progress_.global_step; }
+  void OnTrainStart();
+  void OnTrainEnd();
+  void OnTrainEpochEnd() { ++progress_.epoch; }
+  void SetEpoch(int64_t epoch) { progress_.epoch = epoch; }
+  LightningModule& model() { return *model_; }
+
+ protected:
+  explicit Accelerator(torch::Device device) : device_(device) {}
+
+ private:
+  absl::StatusOr<StepOutput> EvalStep(const std::string& method, const c10::IValue& batch,
+                                      int64_t batch_idx);
+
+  torch::Device device_;
+  std::unique_ptr<PrecisionPlugin> precision_;
+  std::unique_ptr<Strategy> strategy_;
+  std::unique_ptr<LightningModule> model_;
+  std::optional<LrSchedule> schedule_;
+  TrainingProgress progress_;
+  StepOutput results_;
+  // 16-mixed: whether this step's gradients are already unscaled, and what that found.
+  bool unscaled_ = false;
+  bool found_inf_ = false;
+};
+
+class CPUAccelerator : public Accelerator {
+ public:
+  CPUAccelerator() : Accelerator(torch::kCPU) {}
+  std::string name() const override { return "cpu"; }
+};
+
+// CUDA device `index`. Always compiled; Make refuses it where CUDA is missing.
+class GPUAccelerator : public Accelerator {
+ public:
+  explicit GPUAccelerator(int index) : Accelerator(torch::Device(torch::kCUDA, index)) {}
+  std::string name() const override { return "gpu"; }
+};
+
+}  // namespace dtrain

@@ -1,0 +1,29 @@
+// Batches as Lightning passes them: a tensor, or tuples / lists / dicts of them, nested. These
+// helpers walk such a tree: batch_to_device, the precision plugins' input casts, and dp's
+// scatter all reduce to them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+
+#include "absl/status/statusor.h"
+
+namespace dtrain {
+
+// A batch of the same structure with every tensor replaced by fn(tensor); other leaves
+// (numbers, strings) are kept.
+c10::IValue MapTensors(const c10::IValue& batch,
+                       const std::function<at::Tensor(const at::Tensor&)>& fn);
+
+// Dimension 0 of the first tensor in the tree (depth first); 0 when there is none.
+int64_t BatchSize(const c10::IValue& batch);
+
+// Splits every tensor along dimension 0 into at most n nearly equal parts (as torch's
+// scatter does: fewer parts when the batch is smaller than n); other leaves are replicated.
+// INVALID_ARGUMENT when the tensors disagree on dimension 0.
+absl::StatusOr<std::vector<c10::IValue>> SplitBatch(const c10::IValue& batch, int n);
+
+}  // namespace dtrain

@@ -1,0 +1,98 @@
+// CollectiveBackend: the collectives a strategy needs (ddp, ddp_spawn, sharded), on torch
+// tensors, behind one interface so that another engine (Gloo, issue 5) can plug in beside the
+// coordinator's gRPC collectives. Every call has the ProcessGroup's deadline semantics: it
+// fails loudly (a status naming the ranks involved) rather than hang.
+//
+// Thread-safety: as ProcessGroup; every rank issues the same calls in the same order.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "absl/status/statusor.h"
+#include "client/process_group.h"
+
+namespace dtrain {
+
+class CollectiveBackend {
+ public:
+  virtual ~CollectiveBackend() = default;
+
+  virtual std::string name() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual int local_rank() const = 0;
+  virtual int node_rank() const = 0;
+
+  virtual absl::Status Barrier(const std::string& name) = 0;
+  // Overwrites `tensor` (same shape and dtype on every rank) with rank src's values.
+  virtual absl::Status Broadcast(torch::Tensor& tensor, int src) = 0;
+  virtual absl::StatusOr<std::string> BroadcastBytes(const std::string& bytes, int src) = 0;
+  // Replaces `tensor` by the reduction over ranks.
+  virtual absl::Status AllReduce(torch::Tensor& tensor, v1::ReduceOp op) = 0;
+  // Every rank's tensor, in rank order (dimension 0 may differ).
+  virtual absl::StatusOr<std::vector<torch::Tensor>> AllGather(const torch::Tensor& tensor) = 0;
+  // The reduction lands in `tensor` on dst; other ranks' tensors are left alone.
+  virtual absl::Status Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) = 0;
+  virtual absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all) = 0;
+  // Leaves the group cleanly, so the others see a departure rather than a death.
+  virtual absl::Status Leave() = 0;
+};
+
+// The coordinator's gRPC collectives (client/ProcessGroup).
+class GrpcCollectiveBackend : public CollectiveBackend {
+ public:
+  explicit GrpcCollectiveBackend(std::unique_ptr<ProcessGroup> group)
+      : owned_(std::move(group)), group_(owned_.get()) {}
+  // Borrows a group the caller keeps alive.
+  explicit GrpcCollectiveBackend(ProcessGroup* group) : group_(group) {}
+
+  std::string name() const override { return "grpc"; }
+  int rank() const override { return group_->rank(); }
+  int world_size() const override { return group_->world_size(); }
+  int local_rank() const override { return group_->local_rank(); }
+  int node_rank() const override { return group_->node_rank(); }
+
+  absl::Status Barrier(const std::string& name) override { return group_->Barrier(name); }
+  absl::Status Broadcast(torch::Tensor& tensor, int src) override;
+  absl::StatusOr<std::string> BroadcastBytes(const std::string& bytes, int src) override;
+  absl::Status AllReduce(torch::Tensor& tensor, v1::ReduceOp op) override;
+  absl::StatusOr<std::vector<torch::Tensor>> AllGather(const torch::Tensor& tensor) override;
+  absl::Status Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) override;
+  absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all) override {
+    return group_->ReduceBooleanDecision(decision, all);
+  }
+  absl::Status Leave() override { return group_->Leave(); }
+
+  ProcessGroup& group() { return *group_; }
+
+ private:
+  std::unique_ptr<ProcessGroup> owned_;
+  ProcessGroup* group_;
+};
+
+// A world of one: every collective is the identity. single_device and dp use it, so a
+// strategy never needs a special case for "no group".
+class LocalCollectiveBackend : public CollectiveBackend {
+ public:
+  std::string name() const override { return "local"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int node_rank() const override { return 0; }
+  absl::Status Barrier(const std::string&) override { return absl::OkStatus(); }
+  absl::Status Broadcast(torch::Tensor&, int src) override;
+  absl::StatusOr<std::string> BroadcastBytes(const std::string& bytes, int src) override;
+  absl::Status AllReduce(torch::Tensor& tensor, v1::ReduceOp op) override;
+  absl::StatusOr<std::vector<torch::Tensor>> AllGather(const torch::Tensor& tensor) override {
+    return std::vector<torch::Tensor>{tensor.clone()};
+  }
+  absl::Status Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) override;
+  absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool) override { return decision; }
+  absl::Status Leave() override { return absl::OkStatus(); }
+};
+
+}  // namespace dtrain

@@ -1,0 +1,40 @@
+// dp (Lightning's DataParallelStrategy): one process; the batch is split across the worker's
+// devices, each part runs through a replica of the model, the outputs are gathered, and
+// *_step_end reduces them as a mean.
+//
+// On CPU every "device" is the same CPU, so the replicas are the one model (sharing its
+// parameters, as torch's replicas share their source's) and the parts run one after another:
+// the semantics of dp (a per-replica loss, then their mean) without a speedup, since libtorch's
+// intra-op threads already use every core. CUDA replicas would need a CUDA build of libtorch,
+// which this machine does not have; the gpu accelerator is refused before dp is built
+// (docs/DECISIONS.md).
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "worker/strategy.h"
+
+namespace dtrain {
+
+class DataParallelStrategy : public Strategy {
+ public:
+  static absl::StatusOr<std::unique_ptr<Strategy>> Make(
+      const StrategyOptions& options, std::unique_ptr<CollectiveBackend> backend);
+
+  std::string name() const override { return "dp"; }
+  // A 1-D tensor: one loss per replica.
+  absl::StatusOr<torch::Tensor> TrainingStep(const c10::IValue& batch, int64_t idx) override;
+  // Scalar outputs become one value per replica; other outputs are concatenated along dim 0.
+  absl::StatusOr<StepOutput> EvalStep(const std::string& method, const c10::IValue& batch,
+                                      int64_t idx) override;
+  torch::Tensor TrainingStepEnd(torch::Tensor output) override;
+  StepOutput EvalStepEnd(StepOutput output) override;
+
+ private:
+  using Strategy::Strategy;
+  std::set<std::string> per_replica_keys_;  // outputs EvalStepEnd averages
+};
+
+}  // namespace dtrain

@@ -1,0 +1,81 @@
+#include "worker/hosted_job.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/job.h"
+
+namespace dtrain {
+namespace {
+
+class LocalJob : public HostedJob {
+ public:
+  explicit LocalJob(std::unique_ptr<Job> job) : job_(std::move(job)) {}
+
+  const std::string& id() const override { return job_->id(); }
+  int local_processes() const override { return 1; }
+
+  absl::Status Step(StepKind kind, const v1::StepRequest& request,
+                    v1::StepResponse* response) override {
+    if (request.work_size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "this worker hosts 1 rank; the step carries work for ", request.work_size()));
+    }
+    const v1::LocalWork& work = request.work(0);
+    absl::StatusOr<v1::LocalResult> result;
+    switch (kind) {
+      case StepKind::kTraining: result = job_->Train(work, request.epoch()); break;
+      case StepKind::kValidation:
+        result = job_->Evaluate("validation_step", work, request.return_outputs());
+        break;
+      case StepKind::kTest:
+        result = job_->Evaluate("test_step", work, request.return_outputs());
+        break;
+      case StepKind::kPredict:
+        result = job_->Evaluate("predict_step", work, request.return_outputs());
+        break;
+    }
+    if (!result.ok()) return result.status();
+    *response->add_results() = std::move(*result);
+    return absl::OkStatus();
+  }
+
+  absl::Status SaveCheckpoint(const v1::SaveCheckpointRequest& request,
+                              v1::SaveCheckpointResponse* response) override {
+    DTRAIN_ASSIGN_OR_RETURN(bool written, job_->SaveCheckpoint(request.path(), request.epoch()));
+    response->add_written(written);
+    return absl::OkStatus();
+  }
+
+  absl::Status LoadCheckpoint(const v1::LoadCheckpointRequest& request,
+                              v1::LoadCheckpointResponse* response) override {
+    DTRAIN_ASSIGN_OR_RETURN(TrainingProgress progress, job_->LoadCheckpoint(request.path()));
+    response->set_global_step(progress.global_step);
+    response->set_epoch(progress.epoch);
+    return absl::OkStatus();
+  }
+
+  absl::Status StateDict(v1::StateDictResponse* response) override {
+    return job_->StateDict(response);
+  }
+
+  absl::Status Teardown() override {
+    return job_->Teardown();
+  }
+
+  void Cancel() override { job_->Cancel(); }
+
+ private:
+  std::unique_ptr<Job> job_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HostedJob>> SetupLocalJob(const v1::SetupRequest& request,
+                                                         const WorkerIdentity& identity,
+                                                         v1::SetupResponse* response) {
+  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Job::Setup(request, identity));
+  job->Describe(response);
+  return std::unique_ptr<HostedJob>(new LocalJob(std::move(job)));
+}
+
+}  // namespace dtrain

@@ -1,0 +1,44 @@
+// The job a worker daemon hosts, at the level of the Worker service's messages: either one rank
+// in this process (LocalJob, over worker/job.h) or several ranks in spawned child processes
+// (SpawnedJob, worker/spawned_job.h, for ddp_spawn). The service talks to this interface only.
+//
+// Thread-safety: one call at a time, except Cancel.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "dtrain/v1/worker.pb.h"
+
+namespace dtrain {
+
+class Job;
+struct WorkerIdentity;
+
+enum class StepKind { kTraining, kValidation, kTest, kPredict };
+
+class HostedJob {
+ public:
+  virtual ~HostedJob() = default;
+  virtual const std::string& id() const = 0;
+  virtual int local_processes() const = 0;
+  virtual absl::Status Step(StepKind kind, const v1::StepRequest& request,
+                            v1::StepResponse* response) = 0;
+  virtual absl::Status SaveCheckpoint(const v1::SaveCheckpointRequest& request,
+                                      v1::SaveCheckpointResponse* response) = 0;
+  virtual absl::Status LoadCheckpoint(const v1::LoadCheckpointRequest& request,
+                                      v1::LoadCheckpointResponse* response) = 0;
+  virtual absl::Status StateDict(v1::StateDictResponse* response) = 0;
+  // Leaves the group and releases everything; the object is done afterwards.
+  virtual absl::Status Teardown() = 0;
+  // Asks a running step to stop before its next batch.
+  virtual void Cancel() = 0;
+};
+
+// Sets up one rank in this process; fills `response`.
+absl::StatusOr<std::unique_ptr<HostedJob>> SetupLocalJob(const v1::SetupRequest& request,
+                                                         const WorkerIdentity& identity,
+                                                         v1::SetupResponse* response);
+
+}  // namespace dtrain

@@ -1,0 +1,345 @@
+#include "worker/job.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+
+#include <torch/types.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/tensor.h"
+#include "worker/batch_tree.h"
+#include "worker/model_zoo.h"
+#include "worker/tensor_convert.h"
+#include "worker/torch_status.h"
+
+namespace dtrain {
+namespace {
+
+constexpr size_t kMaxJobIdBytes = 128;
+constexpr int kMaxAccumulate = 1 << 16;
+
+absl::Status CheckJobId(const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  if (id.size() > kMaxJobIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("job_id is ", id.size(), " bytes; at most 128"));
+  }
+  for (char c : id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job_id '", id, "' may hold only letters, digits, '-', '_' and '.'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+OptimizerConfig ToConfig(const v1::OptimizerSpec& spec) {
+  OptimizerConfig c;
+  if (!spec.name().empty()) c.name = spec.name();
+  if (spec.lr() != 0) c.lr = spec.lr();
+  c.momentum = spec.momentum();
+  c.nesterov = spec.nesterov();
+  c.weight_decay = spec.weight_decay();
+  if (spec.beta1() != 0) c.beta1 = spec.beta1();
+  if (spec.beta2() != 0) c.beta2 = spec.beta2();
+  if (spec.eps() != 0) c.eps = spec.eps();
+  return c;
+}
+
+SchedulerConfig ToConfig(const v1::SchedulerSpec& spec) {
+  SchedulerConfig c;
+  if (!spec.name().empty()) c.name = spec.name();
+  if (spec.step_size() != 0) c.step_size = spec.step_size();
+  if (spec.gamma() != 0) c.gamma = spec.gamma();
+  c.total_steps = spec.total_steps();
+  c.min_lr = spec.min_lr();
+  return c;
+}
+
+absl::StatusOr<LightningModule> LoadModel(const v1::ModelSpec& spec, uint64_t seed) {
+  switch (spec.source_case()) {
+    case v1::ModelSpec::kBuiltin: return BuiltinModel(spec.builtin(), seed);
+    case v1::ModelSpec::kTorchscript: return LightningModule::Load(spec.torchscript());
+    default:
+      return absl::InvalidArgumentError(
+          "model: give builtin (mlp, cnn) or torchscript (a file saved with torch.jit.save)");
+  }
+}
+
+// Prefixes a status's message with the request field it concerns.
+absl::Status InField(const std::string& field, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));
+}
+
+void AddOutputs(const StepOutput& out, bool with_tensors, v1::BatchResult* result) {
+  for (const auto& [key, value] : out) {
+    if (value.numel() == 1 && (value.is_floating_point() || value.dim() == 0)) {
+      (*result->mutable_scalars())[key] = value.to(torch::kFloat64).item<double>();
+    } else if (with_tensors) {
+      absl::StatusOr<HostTensor> host = FromTorch(value.detach());
+      if (host.ok()) ToProto(*host, &(*result->mutable_tensors())[key]);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
+                                                const WorkerIdentity& identity) {
+  // Everything is checked before joining the group, so a bad request never leaves the other
+  // ranks waiting for a member that will not come.
+  DTRAIN_RETURN_IF_ERROR(CheckJobId(request.job_id()));
+  DTRAIN_ASSIGN_OR_RETURN(Precision precision, ParsePrecision(request.precision().empty()
+                                                                  ? "32-true"
+                                                                  : request.precision()));
+  absl::StatusOr<StrategyKind> kind = ParseStrategy(request.strategy());
+  if (!kind.ok()) return InField("strategy", kind.status());
+  DTRAIN_RETURN_IF_ERROR(InField("accelerator", ResolveAccelerator(request.accelerator()).status()));
+  if (request.devices() < 0 || request.devices() > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("devices must be in [0, 1024], got ", request.devices()));
+  }
+  if (request.accumulate_grad_batches() < 0 || request.accumulate_grad_batches() > kMaxAccumulate) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "accumulate_grad_batches must be in [1, 65536], got ", request.accumulate_grad_batches()));
+  }
+  if (request.gradient_clip_val() < 0 || !std::isfinite(request.gradient_clip_val())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradient_clip_val must be >= 0 (0: no clipping), got ", request.gradient_clip_val()));
+  }
+  ClipAlgorithm clip = ClipAlgorithm::kNorm;
+  if (!request.gradient_clip_algorithm().empty()) {
+    absl::StatusOr<ClipAlgorithm> parsed = ParseClipAlgorithm(request.gradient_clip_algorithm());
+    if (!parsed.ok()) return InField("gradient_clip_algorithm", parsed.status());
+    clip = *parsed;
+  }
+  if (request.bucket_bytes() < 0) {
+    return absl::InvalidArgumentError("bucket_bytes must be >= 0 (0: 25 MiB)");
+  }
+  const OptimizerConfig optimizer = ToConfig(request.optimizer());
+  // The optimizer and schedule are validated on a throwaway parameter.
+  DTRAIN_RETURN_IF_ERROR(InField("optimizer", MakeOptimizer({torch::zeros({1})}, optimizer).status()));
+  const SchedulerConfig schedule = ToConfig(request.lr_scheduler());
+  DTRAIN_RETURN_IF_ERROR(InField("lr_scheduler", LrSchedule::Make(schedule, optimizer.lr).status()));
+
+  std::unique_ptr<Job> job(new Job());
+  job->id_ = request.job_id();
+  job->accumulate_ = std::max(1, request.accumulate_grad_batches());
+  job->clip_val_ = request.gradient_clip_val();
+  job->clip_algorithm_ = clip;
+  if (request.has_data()) {
+    absl::StatusOr<std::unique_ptr<Dataset>> data = Dataset::Load(request.data());
+    if (!data.ok()) return InField("data", data.status());
+    job->data_ = std::move(*data);
+  }
+  absl::StatusOr<LightningModule> model = LoadModel(request.model(), request.seed());
+  if (!model.ok()) return InField("model", model.status());
+  torch::manual_seed(request.seed());
+
+  std::unique_ptr<CollectiveBackend> backend;
+  if (IsDistributed(*kind)) {
+    const v1::GroupSpec& g = request.group();
+    if (g.world_size() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "strategy ", StrategyName(*kind), " needs group.world_size >= 1 (the job's ranks)"));
+    }
+    if (!g.backend().empty() && g.backend() != "grpc") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group.backend '", g.backend(), "' is not available; use grpc"));
+    }
+    ProcessGroupOptions options;
+    options.group = g.group().empty() ? request.job_id() : g.group();
+    options.world_size = g.world_size();
+    options.host = identity.host;
+    options.order_key = absl::StrCat(
+        request.worker_name().empty() ? identity.name : request.worker_name(), "/",
+        absl::Dec(request.spawn_index(), absl::kZeroPad4));
+    if (g.register_timeout_ms() > 0) options.register_timeout = absl::Milliseconds(g.register_timeout_ms());
+    if (g.collective_timeout_ms() > 0) {
+      options.collective_timeout = absl::Milliseconds(g.collective_timeout_ms());
+    }
+    const std::string address = g.coordinator().empty() ? identity.coordinator : g.coordinator();
+    if (address.empty()) {
+      return absl::InvalidArgumentError("group.coordinator is empty and the worker has no --coordinator");
+    }
+    DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> group,
+                            ProcessGroup::Join(address, options));
+    backend = std::make_unique<GrpcCollectiveBackend>(std::move(group));
+  } else if (request.group().world_size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "strategy ", StrategyName(*kind), " runs in one process; group.world_size must be 1"));
+  }
+  StrategyOptions strategy;
+  strategy.kind = *kind;
+  strategy.devices = request.devices() > 0 ? request.devices() : identity.devices;
+  if (request.bucket_bytes() > 0) strategy.bucket_bytes = request.bucket_bytes();
+  DTRAIN_ASSIGN_OR_RETURN(job->accelerator_,
+                          Accelerator::Make(request.accelerator(), precision, strategy,
+                                            std::move(backend)));
+  DTRAIN_RETURN_IF_ERROR(job->accelerator_->Setup(std::move(*model), optimizer, schedule));
+  return job;
+}
+
+v1::RankInfo Job::rank_info() const {
+  v1::RankInfo info;
+  Strategy& s = accelerator_->strategy();
+  info.set_rank(s.global_rank());
+  info.set_local_rank(s.local_rank());
+  info.set_node_rank(s.node_rank());
+  info.set_world_size(s.world_size());
+  info.set_pid(getpid());
+  return info;
+}
+
+void Job::Describe(v1::SetupResponse* response) const {
+  *response->add_ranks() = rank_info();
+  if (data_ != nullptr) {
+    for (const auto& [name, size] : data_->Splits()) {
+      v1::SplitInfo* split = response->add_splits();
+      split->set_name(name);
+      split->set_size(size);
+    }
+  }
+  int64_t count = 0;
+  for (const torch::Tensor& p : accelerator_->model().Parameters()) count += p.numel();
+  response->set_parameter_count(count);
+  response->set_root_device(accelerator_->root_device().str());
+  response->set_parameter_dtype(
+      c10::toString(accelerator_->precision().ParameterDType()));
+}
+
+int Job::BatchCount(const v1::LocalWork& work) {
+  return work.batches_size() > 0 ? work.batches_size() : work.index_batches_size();
+}
+
+absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i) const {
+  if (work.batches_size() > 0) {
+    std::vector<c10::IValue> items;
+    for (int t = 0; t < work.batches(i).tensors_size(); ++t) {
+      absl::StatusOr<HostTensor> host = FromProto(work.batches(i).tensors(t));
+      if (!host.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batch ", i, " tensor ", t, ": ", host.status().message()));
+      }
+      DTRAIN_ASSIGN_OR_RETURN(torch::Tensor tensor, ToTorch(*host));
+      items.emplace_back(std::move(tensor));
+    }
+    if (items.empty()) return absl::InvalidArgumentError(absl::StrCat("batch ", i, " has no tensors"));
+    if (items.size() == 1) return items.front();
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  if (data_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "index batches need a dataset: give data in Setup, or send tensors");
+  }
+  const v1::IndexBatch& b = work.index_batches(i);
+  return data_->Batch(b.split(), {b.indices().begin(), b.indices().end()});
+}
+
+absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t epoch) {
+  if (BatchCount(work) == 0) return absl::InvalidArgumentError("the step carries no batches");
+  cancelled_ = false;  // a cancel stops the step it interrupts, not the job
+  Accelerator& a = *accelerator_;
+  a.SetEpoch(epoch);
+  if (!training_) {
+    a.OnTrainStart();
+    training_ = true;
+  }
+  v1::LocalResult result;
+  result.set_rank(a.strategy().global_rank());
+  for (int i = 0; i < BatchCount(work); ++i) {
+    if (cancelled_) return absl::CancelledError(absl::StrCat("job ", id_, " was cancelled"));
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i));
+    const int64_t batch_idx = work.first_batch_idx() + i;
+    DTRAIN_ASSIGN_OR_RETURN(torch::Tensor out, a.TrainingStep(batch, batch_idx));
+    torch::Tensor loss = a.TrainingStepEnd(out);
+    const bool should_accumulate = (accumulated_ + 1) % accumulate_ != 0;
+    // As Lightning: each loss of an accumulation window counts 1/accumulate, so the window's
+    // gradient is the mean over its batches.
+    DTRAIN_RETURN_IF_ERROR(
+        a.Backward(accumulate_ > 1 ? loss / accumulate_ : loss, should_accumulate));
+    ++accumulated_;
+    v1::BatchResult* r = result.add_batches();
+    r->set_batch_idx(batch_idx);
+    r->set_size(BatchSize(batch));
+    (*r->mutable_scalars())["loss"] = loss.detach().to(torch::kFloat64).item<double>();
+    if (should_accumulate) continue;
+    if (clip_val_ > 0) {
+      DTRAIN_ASSIGN_OR_RETURN(double norm, a.ClipGradients(clip_val_, clip_algorithm_));
+      (*r->mutable_scalars())["grad_norm"] = norm;
+    }
+    DTRAIN_ASSIGN_OR_RETURN(bool stepped, a.OptimizerStep());
+    a.OptimizerZeroGrad();
+    a.UpdateGlobalStep();
+    accumulated_ = 0;
+    r->set_optimizer_stepped(true);
+    r->set_step_skipped(!stepped);
+  }
+  result.set_global_step(a.progress().global_step);
+  result.set_lr(a.strategy().learning_rate());
+  if (a.precision().scaler() != nullptr) result.set_loss_scale(a.precision().scaler()->scale());
+  return result;
+}
+
+absl::StatusOr<v1::LocalResult> Job::Evaluate(const std::string& method,
+                                              const v1::LocalWork& work, bool return_outputs) {
+  if (BatchCount(work) == 0) return absl::InvalidArgumentError("the step carries no batches");
+  cancelled_ = false;
+  Accelerator& a = *accelerator_;
+  if (training_) {
+    a.OnTrainEnd();
+    training_ = false;
+  }
+  const bool with_tensors = return_outputs || method == "predict_step";
+  v1::LocalResult result;
+  result.set_rank(a.strategy().global_rank());
+  for (int i = 0; i < BatchCount(work); ++i) {
+    if (cancelled_) return absl::CancelledError(absl::StrCat("job ", id_, " was cancelled"));
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i));
+    const int64_t batch_idx = work.first_batch_idx() + i;
+    StepOutput out;
+    if (method == "validation_step") {
+      DTRAIN_ASSIGN_OR_RETURN(out, a.ValidationStep(batch, batch_idx));
+      out = a.ValidationStepEnd(std::move(out));
+    } else if (method == "test_step") {
+      DTRAIN_ASSIGN_OR_RETURN(out, a.TestStep(batch, batch_idx));
+      out = a.TestStepEnd(std::move(out));
+    } else {
+      DTRAIN_ASSIGN_OR_RETURN(out, a.PredictStep(batch, batch_idx));
+    }
+    v1::BatchResult* r = result.add_batches();
+    r->set_batch_idx(batch_idx);
+    r->set_size(BatchSize(batch));
+    DTRAIN_RETURN_IF_ERROR(GuardTorch("cannot read the step's outputs", [&]() -> absl::Status {
+      AddOutputs(out, with_tensors, r);
+      return absl::OkStatus();
+    }));
+  }
+  result.set_global_step(a.progress().global_step);
+  return result;
+}
+
+absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch) {
+  if (path.empty()) return absl::InvalidArgumentError("checkpoint path is empty");
+  accelerator_->SetEpoch(epoch);
+  return accelerator_->SaveCheckpoint(path);
+}
+
+absl::StatusOr<TrainingProgress> Job::LoadCheckpoint(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("checkpoint path is empty");
+  return accelerator_->LoadCheckpoint(path);
+}
+
+absl::Status Job::StateDict(v1::StateDictResponse* response) {
+  for (const auto& [name, tensor] : accelerator_->LightningModuleStateDict()) {
+    DTRAIN_ASSIGN_OR_RETURN(HostTensor host, FromTorch(tensor));
+    ToProto(host, &(*response->mutable_tensors())[name]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Job::Teardown() { return accelerator_->Teardown(); }
+
+}  // namespace dtrain

@@ -1,0 +1,73 @@
+// One job on one rank: what a worker process builds from a SetupRequest (model, data,
+// accelerator with its precision plugin and strategy, and the job's group) and the step loops
+// that run the step RPCs' batches through it. The service (worker/worker_service.h) turns
+// requests into calls here and statuses into gRPC codes.
+//
+// Thread-safety: one RPC at a time, except Cancel, which any thread may call.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "dtrain/v1/worker.pb.h"
+#include "worker/accelerator.h"
+#include "worker/dataset.h"
+
+namespace dtrain {
+
+// What the daemon knows about itself, used to join the job's group.
+struct WorkerIdentity {
+  std::string name;        // the worker's name (order key of its ranks on the host)
+  std::string host;        // the host name reported to the rendezvous
+  std::string coordinator; // default coordinator address when the request names none
+  int devices = 1;         // --devices
+};
+
+class Job {
+ public:
+  // Validates the request (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION naming the
+  // field), then joins the group (blocking until every rank has joined) and sets up.
+  static absl::StatusOr<std::unique_ptr<Job>> Setup(const v1::SetupRequest& request,
+                                                    const WorkerIdentity& identity);
+
+  const std::string& id() const { return id_; }
+  v1::RankInfo rank_info() const;
+  void Describe(v1::SetupResponse* response) const;
+
+  // Trains on the work's batches: per batch, training_step, backward, and (at the end of
+  // each accumulation window) clipping, the optimizer step and the global step.
+  absl::StatusOr<v1::LocalResult> Train(const v1::LocalWork& work, int64_t epoch);
+  // method: validation_step | test_step | predict_step; eval mode, no grad.
+  absl::StatusOr<v1::LocalResult> Evaluate(const std::string& method, const v1::LocalWork& work,
+                                           bool return_outputs);
+  absl::StatusOr<bool> SaveCheckpoint(const std::string& path, int64_t epoch);
+  absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path);
+  absl::Status StateDict(v1::StateDictResponse* response);
+  absl::Status Teardown();
+
+  // Makes the running loop stop before its next batch (CANCELLED).
+  void Cancel() { cancelled_ = true; }
+
+  Accelerator& accelerator() { return *accelerator_; }
+
+ private:
+  Job() = default;
+  // The i-th batch of `work` (tensors or indices), on the CPU.
+  absl::StatusOr<c10::IValue> BatchAt(const v1::LocalWork& work, int i) const;
+  static int BatchCount(const v1::LocalWork& work);
+
+  std::string id_;
+  std::unique_ptr<Dataset> data_;
+  std::unique_ptr<Accelerator> accelerator_;
+  int accumulate_ = 1;
+  double clip_val_ = 0;
+  ClipAlgorithm clip_algorithm_ = ClipAlgorithm::kNorm;
+  int64_t accumulated_ = 0;  // batches in the current accumulation window
+  bool training_ = false;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace dtrain

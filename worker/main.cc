@@ -1,0 +1,158 @@
+// dtrain-worker: the worker daemon. Serves the Worker service (one job at a time), registers
+// with the coordinator and heartbeats, and on SIGTERM or SIGINT stops its running step, leaves
+// its job's group cleanly, unregisters and exits.
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/flag_names.h"
+#include "common/process_tuning.h"
+#include "common/termination_signals.h"
+#include "common/streaming.h"
+#include "worker/worker_registration.h"
+#include "worker/worker_service.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:29610", "the coordinator's host:port");
+ABSL_FLAG(std::string, listen, "127.0.0.1:29611",
+          "host:port to serve the Worker service on; port 0 picks a free port (--port_file)");
+ABSL_FLAG(std::string, devices, "1",
+          "local devices (ranks under ddp_spawn, replicas under dp): a number, or auto (the "
+          "CUDA devices, else 1 on a CPU)");
+ABSL_FLAG(std::string, name, "",
+          "the worker's unique name; default <host>:<port>, or <host>-<pid> for port 0");
+ABSL_FLAG(std::string, advertise, "",
+          "host:port the coordinator should use to reach this worker; default: --listen, with "
+          "this host's name for a wildcard host");
+ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written here once serving");
+ABSL_FLAG(bool, child, false, "internal: a ddp_spawn child (no registration, no ddp_spawn)");
+
+namespace {
+
+std::string HostName() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof(name)) != 0) return "localhost";
+  return name;
+}
+
+std::string SelfBinary() {
+  char path[PATH_MAX + 1] = {};
+  const ssize_t n = readlink("/proc/self/exe", path, PATH_MAX);
+  return n > 0 ? std::string(path, n) : "";
+}
+
+int ParseDevices(const std::string& flag) {
+  if (flag == "auto") return 1;  // CPU: one device; the gpu accelerator is refused here
+  int n = 0;
+  if (!absl::SimpleAtoi(flag, &n) || n < 1 || n > 1024) return -1;
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "dtrain-worker: hosts an Accelerator and runs a job's steps for the coordinator.\n"
+      "Usage: dtrain-worker [--coordinator=127.0.0.1:29610] [--listen=127.0.0.1:29611] "
+      "[--devices=N|auto] [--name=NAME]");
+  std::vector<std::string> store;
+  std::vector<char*> args = dtrain::NormalizeFlagNames(argc, argv, store);
+  absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  dtrain::TuneProcessForDtrain();
+
+  const sigset_t signals = dtrain::BlockTerminationSignals();
+
+  const int devices = ParseDevices(absl::GetFlag(FLAGS_devices));
+  if (devices < 0) {
+    std::fprintf(stderr, "dtrain-worker: --devices must be a number in [1, 1024] or auto, got '%s'\n",
+                 absl::GetFlag(FLAGS_devices).c_str());
+    return 2;
+  }
+  const bool child = absl::GetFlag(FLAGS_child);
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string host = HostName();
+
+  dtrain::WorkerServiceOptions options;
+  options.identity.host = host;
+  options.identity.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.identity.devices = devices;
+  options.spawn_binary = child ? "" : SelfBinary();
+  const size_t colon = listen.rfind(':');
+  const std::string listen_port = colon == std::string::npos ? "" : listen.substr(colon + 1);
+  options.identity.name = absl::GetFlag(FLAGS_name);
+  if (options.identity.name.empty()) {
+    options.identity.name = listen_port == "0" || listen_port.empty()
+                                ? absl::StrCat(host, "-", getpid())
+                                : absl::StrCat(host, ":", listen_port);
+  }
+  auto service = std::make_unique<dtrain::WorkerService>(options);
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(dtrain::kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(dtrain::kMaxMessageBytes);
+  builder.RegisterService(service.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "dtrain-worker: cannot listen on %s (in use, or not an address here)\n",
+                 listen.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "dtrain-worker: '%s' serving on port %d with %d device(s)%s\n",
+               options.identity.name.c_str(), port, devices, child ? " (ddp_spawn child)" : "");
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), port_file.c_str());
+  }
+
+  std::unique_ptr<dtrain::WorkerRegistration> registration;
+  if (!child) {
+    std::string advertise = absl::GetFlag(FLAGS_advertise);
+    if (advertise.empty()) {
+      std::string listen_host = colon == std::string::npos ? "" : listen.substr(0, colon);
+      if (listen_host.empty() || listen_host == "0.0.0.0" || listen_host == "[::]") {
+        listen_host = host;
+      }
+      advertise = absl::StrCat(listen_host, ":", port);
+    }
+    dtrain::v1::WorkerInfo self;
+    self.set_name(options.identity.name);
+    self.set_address(advertise);
+    self.set_host(host);
+    self.set_devices(devices);
+    std::random_device random;
+    uint64_t incarnation = 0;
+    while (incarnation == 0) incarnation = (uint64_t{random()} << 32) | random();
+    self.set_incarnation(incarnation);
+    registration = std::make_unique<dtrain::WorkerRegistration>(
+        options.identity.coordinator, self, [s = service.get()] { return s->current_job(); });
+  }
+
+  const int received = dtrain::WaitForTerminationSignal(signals);
+  std::fprintf(stderr, "dtrain-worker: signal %d, leaving the job's group and shutting down\n",
+               received);
+  service->Drain();
+  registration.reset();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  server.reset();
+  service.reset();
+  return 0;
+}

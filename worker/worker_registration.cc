@@ -1,0 +1,102 @@
+#include "worker/worker_registration.h"
+
+#include <cstdio>
+
+#include "client/channel.h"
+
+namespace dtrain {
+namespace {
+
+constexpr absl::Duration kCallTimeout = absl::Seconds(5);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(10);
+
+void SetDeadline(grpc::ClientContext* context) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
+}
+
+}  // namespace
+
+WorkerRegistration::WorkerRegistration(const std::string& coordinator, v1::WorkerInfo self,
+                                       std::function<std::string()> current_job)
+    : self_(std::move(self)),
+      coordinator_(coordinator),
+      current_job_(std::move(current_job)),
+      stub_(v1::Coordinator::NewStub(ConnectToCoordinator(coordinator))) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+WorkerRegistration::~WorkerRegistration() {
+  stop_.Notify();
+  thread_.join();
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::UnregisterWorkerRequest request;
+  request.set_name(self_.name());
+  request.set_incarnation(self_.incarnation());
+  v1::UnregisterWorkerResponse response;
+  stub_->UnregisterWorker(&context, request, &response);
+}
+
+bool WorkerRegistration::Register() {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::RegisterWorkerRequest request;
+  *request.mutable_worker() = self_;
+  v1::RegisterWorkerResponse response;
+  grpc::Status status = stub_->RegisterWorker(&context, request, &response);
+  if (!status.ok()) {
+    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      std::fprintf(stderr, "dtrain-worker: the coordinator refused the registration: %s\n",
+                   status.error_message().c_str());
+    }
+    return false;
+  }
+  if (response.heartbeat_interval_ms() > 0) {
+    interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
+  }
+  std::fprintf(stderr, "dtrain-worker: registered as '%s' (%s) with the coordinator at %s\n",
+               self_.name().c_str(), self_.address().c_str(), coordinator_.c_str());
+  return true;
+}
+
+void WorkerRegistration::Loop() {
+  bool registered = false;
+  bool reported_outage = false;
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (!stop_.HasBeenNotified()) {
+    bool ok = false;
+    if (!registered) {
+      ok = registered = Register();
+    } else {
+      grpc::ClientContext context;
+      SetDeadline(&context);
+      v1::WorkerHeartbeatRequest request;
+      request.set_name(self_.name());
+      request.set_incarnation(self_.incarnation());
+      request.set_job_id(current_job_());
+      v1::WorkerHeartbeatResponse response;
+      grpc::Status status = stub_->WorkerHeartbeat(&context, request, &response);
+      ok = status.ok();
+      if (status.error_code() == grpc::StatusCode::NOT_FOUND) registered = false;
+    }
+    if (ok) {
+      if (reported_outage) {
+        std::fprintf(stderr, "dtrain-worker: the coordinator at %s is reachable again\n",
+                     coordinator_.c_str());
+      }
+      reported_outage = false;
+      backoff = absl::Milliseconds(100);
+      stop_.WaitForNotificationWithTimeout(interval_);
+      continue;
+    }
+    if (!reported_outage && !registered) {
+      std::fprintf(stderr, "dtrain-worker: cannot register with the coordinator at %s; "
+                   "retrying with backoff\n", coordinator_.c_str());
+      reported_outage = true;
+    }
+    stop_.WaitForNotificationWithTimeout(registered ? interval_ : backoff);
+    backoff = std::min(kMaxBackoff, backoff * 2);
+  }
+}
+
+}  // namespace dtrain

@@ -1,0 +1,43 @@
+// A worker daemon's presence at the coordinator: registers (name, address, devices), sends
+// heartbeats carrying its current job, registers again when the coordinator has forgotten it
+// (restarted, or the worker was silent too long), and unregisters on shutdown. A coordinator
+// that cannot be reached is retried with backoff and reported once per outage, never fatal:
+// the daemon keeps serving.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "dtrain/v1/coordinator.grpc.pb.h"
+
+namespace dtrain {
+
+class WorkerRegistration {
+ public:
+  // `current_job` is asked at each heartbeat.
+  WorkerRegistration(const std::string& coordinator, v1::WorkerInfo self,
+                     std::function<std::string()> current_job);
+  // Stops heartbeats and unregisters (bounded by a short deadline).
+  ~WorkerRegistration();
+
+  uint64_t incarnation() const { return self_.incarnation(); }
+
+ private:
+  void Loop();
+  bool Register();
+
+  v1::WorkerInfo self_;
+  std::string coordinator_;
+  std::function<std::string()> current_job_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  absl::Duration interval_ = absl::Seconds(1);
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace dtrain

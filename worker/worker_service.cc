@@ -1,0 +1,287 @@
+#include "worker/worker_service.h"
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "common/callback_reactors.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "worker/spawned_job.h"
+#include "worker/strategy.h"
+
+namespace dtrain {
+
+struct WorkerService::Task {
+  std::function<absl::Status()> body;
+  grpc::ServerUnaryReactor* reactor = nullptr;
+  std::atomic<bool> cancelled{false};
+};
+
+namespace {
+
+// Errors after which the job's group is gone: a rank died, hung or the coordinator left.
+bool EndsTheJob(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kAborted ||
+         status.code() == absl::StatusCode::kDeadlineExceeded ||
+         status.code() == absl::StatusCode::kUnavailable;
+}
+
+}  // namespace
+
+WorkerService::WorkerService(WorkerServiceOptions options)
+    : options_(std::move(options)), executor_([this] { ExecutorLoop(); }) {}
+
+WorkerService::~WorkerService() {
+  Drain();
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  executor_.join();
+}
+
+grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* context,
+                                                 std::function<absl::Status()> body) {
+  auto task = std::make_shared<Task>();
+  task->body = std::move(body);
+  std::weak_ptr<Task> weak = task;
+  task->reactor = new CancellableReactor([this, weak] {
+    std::shared_ptr<Task> t = weak.lock();
+    if (t == nullptr) return;
+    t->cancelled = true;
+    absl::MutexLock lock(&mu_);
+    if (running_ == t && job_ != nullptr) job_->Cancel();
+  });
+  grpc::ServerUnaryReactor* reactor = task->reactor;
+  absl::MutexLock lock(&mu_);
+  if (draining_) {
+    reactor->Finish(ToGrpcStatus(absl::UnavailableError("the worker is shutting down")));
+    return reactor;
+  }
+  queue_.push_back(std::move(task));
+  return reactor;
+}
+
+void WorkerService::ExecutorLoop() {
+  while (true) {
+    std::shared_ptr<Task> task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+            return s->stop_ || !s->queue_.empty();
+          },
+          this));
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = task;
+    }
+    absl::Status status = task->cancelled
+                              ? absl::CancelledError("the call was cancelled before it ran")
+                              : task->body();
+    {
+      absl::MutexLock lock(&mu_);
+      running_.reset();
+    }
+    task->reactor->Finish(ToGrpcStatus(status));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<HostedJob>> WorkerService::JobFor(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  if (job_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no job is set up on worker '", options_.identity.name, "'; call Setup first"));
+  }
+  if (job_->id() != job_id) {
+    return absl::FailedPreconditionError(absl::StrCat("worker '", options_.identity.name,
+                                                      "' is set up for job '", job_->id(),
+                                                      "', not '", job_id, "'"));
+  }
+  if (failed_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", job_id, "' failed on this worker (", last_error_, "); call Teardown"));
+  }
+  return job_;
+}
+
+absl::Status WorkerService::Note(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (!status.ok()) last_error_ = std::string(status.message());
+  if (EndsTheJob(status)) failed_ = true;
+  return status;
+}
+
+grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* context,
+                                               const v1::SetupRequest* request,
+                                               v1::SetupResponse* response) {
+  return Enqueue(context, [this, request, response]() -> absl::Status {
+    {
+      absl::MutexLock lock(&mu_);
+      if (job_ != nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "worker '", options_.identity.name, "' already runs job '", job_->id(),
+            "'; call Teardown first"));
+      }
+    }
+    absl::StatusOr<StrategyKind> kind = ParseStrategy(request->strategy());
+    absl::StatusOr<std::unique_ptr<HostedJob>> job;
+    if (kind.ok() && *kind == StrategyKind::kDdpSpawn) {
+      if (options_.spawn_binary.empty()) {
+        return absl::FailedPreconditionError(
+            "ddp_spawn is not available in a spawned child; use ddp");
+      }
+      job = SpawnedJob::Setup(*request, options_.identity, options_.spawn_binary, response);
+    } else {
+      job = SetupLocalJob(*request, options_.identity, response);
+    }
+    if (!job.ok()) return Note(job.status());
+    absl::MutexLock lock(&mu_);
+    job_ = std::move(*job);
+    failed_ = false;
+    last_error_.clear();
+    return absl::OkStatus();
+  });
+}
+
+absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& request,
+                                    v1::StepResponse* response) {
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request.job_id()));
+  return Note(job->Step(kind, request, response));
+}
+
+grpc::ServerUnaryReactor* WorkerService::TrainingStep(grpc::CallbackServerContext* context,
+                                                      const v1::StepRequest* request,
+                                                      v1::StepResponse* response) {
+  return Enqueue(context, [=] { return RunStep(StepKind::kTraining, *request, response); });
+}
+grpc::ServerUnaryReactor* WorkerService::ValidationStep(grpc::CallbackServerContext* context,
+                                                        const v1::StepRequest* request,
+                                                        v1::StepResponse* response) {
+  return Enqueue(context, [=] { return RunStep(StepKind::kValidation, *request, response); });
+}
+grpc::ServerUnaryReactor* WorkerService::TestStep(grpc::CallbackServerContext* context,
+                                                  const v1::StepRequest* request,
+                                                  v1::StepResponse* response) {
+  return Enqueue(context, [=] { return RunStep(StepKind::kTest, *request, response); });
+}
+grpc::ServerUnaryReactor* WorkerService::PredictStep(grpc::CallbackServerContext* context,
+                                                     const v1::StepRequest* request,
+                                                     v1::StepResponse* response) {
+  return Enqueue(context, [=] { return RunStep(StepKind::kPredict, *request, response); });
+}
+
+grpc::ServerUnaryReactor* WorkerService::SaveCheckpoint(grpc::CallbackServerContext* context,
+                                                        const v1::SaveCheckpointRequest* request,
+                                                        v1::SaveCheckpointResponse* response) {
+  return Enqueue(context, [=]() -> absl::Status {
+    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
+    return Note(job->SaveCheckpoint(*request, response));
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerService::LoadCheckpoint(grpc::CallbackServerContext* context,
+                                                        const v1::LoadCheckpointRequest* request,
+                                                        v1::LoadCheckpointResponse* response) {
+  return Enqueue(context, [=]() -> absl::Status {
+    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
+    return Note(job->LoadCheckpoint(*request, response));
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerService::StateDict(grpc::CallbackServerContext* context,
+                                                   const v1::StateDictRequest* request,
+                                                   v1::StateDictResponse* response) {
+  return Enqueue(context, [=]() -> absl::Status {
+    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
+    return job->StateDict(response);
+  });
+}
+
+absl::Status WorkerService::TeardownJob() {
+  std::shared_ptr<HostedJob> job;
+  {
+    absl::MutexLock lock(&mu_);
+    job = job_;
+  }
+  if (job == nullptr) return absl::OkStatus();
+  // Leaving may fail when the group is already gone; the job is released either way.
+  absl::Status status = job->Teardown();
+  absl::MutexLock lock(&mu_);
+  job_.reset();
+  failed_ = false;
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* WorkerService::Teardown(grpc::CallbackServerContext* context,
+                                                  const v1::TeardownRequest* request,
+                                                  v1::TeardownResponse* response) {
+  {
+    // Stop a running step now rather than after its last batch.
+    absl::MutexLock lock(&mu_);
+    if (job_ != nullptr && (request->job_id().empty() || request->job_id() == job_->id())) {
+      job_->Cancel();
+    }
+  }
+  return Enqueue(context, [=]() -> absl::Status {
+    {
+      absl::MutexLock lock(&mu_);
+      if (job_ == nullptr) return absl::OkStatus();  // idempotent
+      if (!request->job_id().empty() && request->job_id() != job_->id()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "worker '", options_.identity.name, "' runs job '", job_->id(), "', not '",
+            request->job_id(), "'"));
+      }
+    }
+    return TeardownJob();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* context,
+                                                const v1::HealthRequest* request,
+                                                v1::HealthResponse* response) {
+  absl::MutexLock lock(&mu_);
+  response->set_worker_name(options_.identity.name);
+  response->set_devices(options_.identity.devices);
+  response->set_last_error(last_error_);
+  if (job_ == nullptr) {
+    response->set_state(v1::HealthResponse::IDLE);
+  } else {
+    response->set_job_id(job_->id());
+    response->set_local_processes(job_->local_processes());
+    response->set_state(failed_ ? v1::HealthResponse::FAILED
+                        : running_ != nullptr ? v1::HealthResponse::BUSY
+                                              : v1::HealthResponse::READY);
+  }
+  return FinishNow(context, absl::OkStatus());
+}
+
+void WorkerService::Drain() {
+  std::shared_ptr<Task> teardown;
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_) return;
+    draining_ = true;
+    if (job_ != nullptr) job_->Cancel();
+    // Queued calls will not run: answer them now.
+    for (std::shared_ptr<Task>& t : queue_) t->cancelled = true;
+  }
+  // Wait for the executor to go idle, then tear down on this thread.
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+          return s->queue_.empty() && s->running_ == nullptr;
+        },
+        this));
+  }
+  TeardownJob().IgnoreError();
+}
+
+std::string WorkerService::current_job() const {
+  absl::MutexLock lock(&mu_);
+  return job_ == nullptr ? "" : job_->id();
+}
+
+}  // namespace dtrain

@@ -1,0 +1,98 @@
+// The Worker gRPC service (proto/dtrain/v1/worker.proto) on the callback API. Job RPCs run one
+// at a time on one executor thread, in arrival order, so a step never races a teardown and the
+// gRPC threads never block on libtorch; Health answers at once. A cancelled step RPC stops its
+// step before the next batch. libtorch's errors come back as statuses and the service keeps
+// serving: whatever a request does, the next Setup starts afresh.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "dtrain/v1/worker.grpc.pb.h"
+#include "worker/hosted_job.h"
+#include "worker/job.h"
+
+namespace dtrain {
+
+struct WorkerServiceOptions {
+  WorkerIdentity identity;
+  // This program, run with --child by ddp_spawn; empty disables ddp_spawn.
+  std::string spawn_binary;
+};
+
+class WorkerService final : public v1::Worker::CallbackService {
+ public:
+  explicit WorkerService(WorkerServiceOptions options);
+  // Drains (see Drain) and stops the executor.
+  ~WorkerService() override;
+
+  grpc::ServerUnaryReactor* Setup(grpc::CallbackServerContext* context,
+                                  const v1::SetupRequest* request,
+                                  v1::SetupResponse* response) override;
+  grpc::ServerUnaryReactor* TrainingStep(grpc::CallbackServerContext* context,
+                                         const v1::StepRequest* request,
+                                         v1::StepResponse* response) override;
+  grpc::ServerUnaryReactor* ValidationStep(grpc::CallbackServerContext* context,
+                                           const v1::StepRequest* request,
+                                           v1::StepResponse* response) override;
+  grpc::ServerUnaryReactor* TestStep(grpc::CallbackServerContext* context,
+                                     const v1::StepRequest* request,
+                                     v1::StepResponse* response) override;
+  grpc::ServerUnaryReactor* PredictStep(grpc::CallbackServerContext* context,
+                                        const v1::StepRequest* request,
+                                        v1::StepResponse* response) override;
+  grpc::ServerUnaryReactor* SaveCheckpoint(grpc::CallbackServerContext* context,
+                                           const v1::SaveCheckpointRequest* request,
+                                           v1::SaveCheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* LoadCheckpoint(grpc::CallbackServerContext* context,
+                                           const v1::LoadCheckpointRequest* request,
+                                           v1::LoadCheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* StateDict(grpc::CallbackServerContext* context,
+                                      const v1::StateDictRequest* request,
+                                      v1::StateDictResponse* response) override;
+  grpc::ServerUnaryReactor* Teardown(grpc::CallbackServerContext* context,
+                                     const v1::TeardownRequest* request,
+                                     v1::TeardownResponse* response) override;
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
+                                   const v1::HealthRequest* request,
+                                   v1::HealthResponse* response) override;
+
+  // For SIGTERM: refuses new job RPCs (UNAVAILABLE), stops the running step, and tears the job
+  // down so that it leaves its group cleanly. Returns once done. Idempotent.
+  void Drain();
+  // The job set up now, or "".
+  std::string current_job() const;
+
+ private:
+  struct Task;
+  // Queues `body` on the executor; the RPC finishes with its status. A step's cancellation
+  // stops it (before its next batch) or, if it has not started, skips it.
+  grpc::ServerUnaryReactor* Enqueue(grpc::CallbackServerContext* context,
+                                    std::function<absl::Status()> body);
+  void ExecutorLoop();
+  // Runs on the executor: the job named `job_id` or FAILED_PRECONDITION.
+  absl::StatusOr<std::shared_ptr<HostedJob>> JobFor(const std::string& job_id);
+  absl::Status RunStep(StepKind kind, const v1::StepRequest& request, v1::StepResponse* response);
+  // Records a collective failure: the job is over until it is torn down.
+  absl::Status Note(absl::Status status);
+  absl::Status TeardownJob();
+
+  const WorkerServiceOptions options_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<HostedJob> job_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<Task>> queue_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Task> running_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  std::thread executor_;
+};
+
+}  // namespace dtrain
