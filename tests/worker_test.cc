@@ -14,12 +14,15 @@
 #include <torch/torch.h>
 
 #include <limits>
+#include <numeric>
 
 #include "tests/reference_data.h"
 #include "tests/test_support.h"
 #include "worker/accelerator.h"
 #include "worker/batch_tree.h"
 #include "worker/checkpoint.h"
+#include "worker/dataset.h"
+#include "worker/idx_file.h"
 #include "worker/collective_backend.h"
 #include "worker/gradient_clipping.h"
 #include "worker/gradient_sync.h"
@@ -741,6 +744,54 @@ TEST(Strategy, AllGatherWithSyncGrads_GradientsFlowBackAcrossRanks) {
     EXPECT_TRUE(torch::equal(gathered[r], torch::tensor({{10.0f, 10.0f, 10.0f}, {11.0f, 11.0f, 11.0f}})));
     EXPECT_TRUE(torch::allclose(grads[r], torch::full({3}, 3.0f * (r + 1)))) << grads[r];
   }
+}
+
+// The real Fashion-MNIST files (Debian's dataset-fashion-mnist, installed by install-deps.sh).
+TEST(Dataset, FashionMnist_SplitsShapesAndNormalization) {
+  v1::DataSpec spec;
+  spec.set_builtin("fashion-mnist");
+  auto data = Dataset::Load(spec);
+  ASSERT_TRUE(data.ok()) << data.status();
+  const auto splits = (*data)->Splits();
+  ASSERT_EQ(splits.size(), 3u);
+  EXPECT_EQ(splits[0], std::make_pair(std::string("train"), int64_t{55000}));
+  EXPECT_EQ(splits[1], std::make_pair(std::string("val"), int64_t{5000}));
+  EXPECT_EQ(splits[2], std::make_pair(std::string("test"), int64_t{10000}));
+  std::vector<int64_t> all(2000);
+  std::iota(all.begin(), all.end(), 0);
+  auto batch = (*data)->Batch("train", all);
+  ASSERT_TRUE(batch.ok());
+  const torch::Tensor x = batch->toTupleRef().elements()[0].toTensor();
+  const torch::Tensor y = batch->toTupleRef().elements()[1].toTensor();
+  EXPECT_EQ(x.sizes(), (std::vector<int64_t>{2000, 1, 28, 28}));
+  EXPECT_EQ(x.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(y.scalar_type(), torch::kInt64);
+  // Normalized with the training set's statistics: mean near 0, std near 1.
+  EXPECT_NEAR(x.mean().item<float>(), 0.0, 0.05);
+  EXPECT_NEAR(x.std().item<float>(), 1.0, 0.05);
+  EXPECT_EQ(y.min().item<int64_t>(), 0);
+  EXPECT_EQ(y.max().item<int64_t>(), 9);
+  // Labels are balanced across the ten classes (6,000 each in the full set).
+  EXPECT_GT(torch::bincount(y).min().item<int64_t>(), 150);
+  EXPECT_EQ((*data)->Batch("train", {55000}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*data)->Batch("holdout", {0}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Dataset, CorruptIdxFiles_ClearErrors) {
+  const std::string plain = TempPath("not-gzip.gz");
+  std::ofstream(plain) << "hello";
+  // zlib reads a non-gzip file as raw bytes: the IDX check refuses it.
+  auto text = ReadIdxGz(plain);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(text.status().message()), HasSubstr("not an IDX file"));
+  EXPECT_EQ(ReadIdxGz(TempPath("absent.gz")).status().code(), absl::StatusCode::kNotFound);
+  // An IDX header promising more values than the file holds.
+  const std::string truncated = TempPath("truncated.idx");
+  std::ofstream(truncated, std::ios::binary)
+      << std::string("\x00\x00\x08\x01\x00\x00\x00\x10", 8) << "abc";
+  auto short_file = ReadIdxGz(truncated);
+  EXPECT_EQ(short_file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(short_file.status().message()), HasSubstr("should hold 16 values"));
 }
 
 }  // namespace
