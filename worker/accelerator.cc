@@ -1,6 +1,8 @@
 #include "worker/accelerator.h"
+#include "worker/compute_threads.h"
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <torch/cuda.h>
 #include <torch/types.h>
 
@@ -29,6 +31,10 @@ absl::Status CudaUsable() {
 }
 
 }  // namespace
+
+void SetComputeThreads(int threads) {
+  if (threads > 0) at::set_num_threads(threads);
+}
 
 absl::StatusOr<DeviceKind> ResolveAccelerator(const std::string& name) {
   if (name.empty() || name == "cpu") return DeviceKind::kCpu;

@@ -58,6 +58,18 @@ class LocalJob : public HostedJob {
     return job_->StateDict(response);
   }
 
+  absl::Status ReduceBooleanDecision(const v1::DecisionRequest& request,
+                                     v1::DecisionResponse* response) override {
+    if (request.decisions_size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "this worker hosts 1 rank; the request carries ", request.decisions_size(), " decisions"));
+    }
+    DTRAIN_ASSIGN_OR_RETURN(bool decision, job_->accelerator().strategy().ReduceBooleanDecision(
+                                               request.decisions(0), request.all()));
+    response->set_decision(decision);
+    return absl::OkStatus();
+  }
+
   absl::Status Teardown() override {
     return job_->Teardown();
   }

@@ -30,6 +30,8 @@ class HostedJob {
   virtual absl::Status LoadCheckpoint(const v1::LoadCheckpointRequest& request,
                                       v1::LoadCheckpointResponse* response) = 0;
   virtual absl::Status StateDict(v1::StateDictResponse* response) = 0;
+  virtual absl::Status ReduceBooleanDecision(const v1::DecisionRequest& request,
+                                             v1::DecisionResponse* response) = 0;
   // Leaves the group and releases everything; the object is done afterwards.
   virtual absl::Status Teardown() = 0;
   // Asks a running step to stop before its next batch.

@@ -24,6 +24,7 @@ struct WorkerIdentity {
   std::string host;        // the host name reported to the rendezvous
   std::string coordinator; // default coordinator address when the request names none
   int devices = 1;         // --devices
+  int threads = 0;         // --threads, passed on to ddp_spawn children
 };
 
 class Job {

@@ -25,6 +25,7 @@
 #include "common/process_tuning.h"
 #include "common/termination_signals.h"
 #include "common/streaming.h"
+#include "worker/compute_threads.h"
 #include "worker/worker_registration.h"
 #include "worker/worker_service.h"
 
@@ -40,6 +41,9 @@ ABSL_FLAG(std::string, advertise, "",
           "host:port the coordinator should use to reach this worker; default: --listen, with "
           "this host's name for a wildcard host");
 ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written here once serving");
+ABSL_FLAG(int, threads, 0,
+          "libtorch compute threads (0: one per core); with several workers on one machine, "
+          "give each its share of the cores");
 ABSL_FLAG(bool, child, false, "internal: a ddp_spawn child (no registration, no ddp_spawn)");
 
 namespace {
@@ -84,6 +88,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool child = absl::GetFlag(FLAGS_child);
+  if (absl::GetFlag(FLAGS_threads) < 0) {
+    std::fprintf(stderr, "dtrain-worker: --threads must be >= 0\n");
+    return 2;
+  }
+  dtrain::SetComputeThreads(absl::GetFlag(FLAGS_threads));
   const std::string listen = absl::GetFlag(FLAGS_listen);
   const std::string host = HostName();
 
@@ -91,6 +100,7 @@ int main(int argc, char** argv) {
   options.identity.host = host;
   options.identity.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.identity.devices = devices;
+  options.identity.threads = absl::GetFlag(FLAGS_threads);
   options.spawn_binary = child ? "" : SelfBinary();
   const size_t colon = listen.rfind(':');
   const std::string listen_port = colon == std::string::npos ? "" : listen.substr(colon + 1);

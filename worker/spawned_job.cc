@@ -6,9 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <fstream>
 
 #include <grpcpp/create_channel.h>
@@ -77,7 +75,8 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
     absl::StatusOr<pid_t> pid = Spawn({binary, "--child", "--listen=127.0.0.1:0",
                                        "--port_file=" + port_file,
                                        absl::StrCat("--name=", identity.name, "/", i),
-                                       "--coordinator=" + identity.coordinator, "--devices=1"});
+                                       "--coordinator=" + identity.coordinator, "--devices=1",
+                                       absl::StrCat("--threads=", identity.threads)});
     if (!pid.ok()) return pid.status();
     auto child = std::make_unique<Child>();
     child->pid = *pid;
@@ -146,48 +145,9 @@ std::string SpawnedJob::ExitDescription(int i) {
 absl::Status SpawnedJob::ForEachChild(
     const std::function<grpc::Status(int, grpc::ClientContext*)>& call) {
   const int n = static_cast<int>(children_.size());
-  std::vector<grpc::Status> results(n);
-  std::vector<bool> finished(n, false);
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
-  {
-    absl::MutexLock lock(&mu_);
-    for (int i = 0; i < n; ++i) {
-      contexts[i] = std::make_unique<grpc::ClientContext>();
-      running_.push_back(contexts[i].get());
-    }
-  }
-  std::mutex m;
-  std::condition_variable cv;
-  int done = 0;
-  bool failed = false;
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      grpc::Status status = call(i, contexts[i].get());
-      std::lock_guard<std::mutex> lock(m);
-      results[i] = status;
-      finished[i] = true;
-      ++done;
-      if (!status.ok()) failed = true;
-      cv.notify_all();
-    });
-  }
-  {
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return done == n || failed; });
-    if (done < n &&
-        !cv.wait_for(lock, absl::ToChronoSeconds(kFailureGrace), [&] { return done == n; })) {
-      for (int i = 0; i < n; ++i) {
-        if (!finished[i]) contexts[i]->TryCancel();
-      }
-    }
-    cv.wait(lock, [&] { return done == n; });
-  }
-  for (std::thread& t : threads) t.join();
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& c : contexts) running_.erase(std::find(running_.begin(), running_.end(), c.get()));
-  }
+  const std::vector<grpc::Status> results = calls_.Run(n, call, kFailureGrace);
+  const bool failed =
+      std::any_of(results.begin(), results.end(), [](const grpc::Status& s) { return !s.ok(); });
   if (!failed) return absl::OkStatus();
   // A dead child explains the others' failures: report it first, with its exit status. A
   // broken connection may be seen before the reaper records the exit, so give it a moment.
@@ -277,6 +237,26 @@ absl::Status SpawnedJob::StateDict(v1::StateDictResponse* response) {
   return FromGrpcStatus(children_[0]->stub->StateDict(&context, request, response));
 }
 
+absl::Status SpawnedJob::ReduceBooleanDecision(const v1::DecisionRequest& request,
+                                               v1::DecisionResponse* response) {
+  const int n = static_cast<int>(children_.size());
+  if (request.decisions_size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this worker hosts ", n, " ranks; the request carries ", request.decisions_size(),
+        " decisions"));
+  }
+  std::vector<v1::DecisionResponse> responses(n);
+  DTRAIN_RETURN_IF_ERROR(ForEachChild([&](int i, grpc::ClientContext* context) {
+    v1::DecisionRequest child;
+    child.set_job_id(request.job_id());
+    child.set_all(request.all());
+    child.add_decisions(request.decisions(i));
+    return children_[i]->stub->ReduceBooleanDecision(context, child, &responses[i]);
+  }));
+  response->set_decision(responses[0].decision());
+  return absl::OkStatus();
+}
+
 absl::Status SpawnedJob::Teardown() {
   absl::Status status = ForEachChild([&](int i, grpc::ClientContext* context) {
     context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -291,8 +271,7 @@ absl::Status SpawnedJob::Teardown() {
 
 void SpawnedJob::Cancel() {
   // A child's service cancels its running step when the RPC is cancelled.
-  absl::MutexLock lock(&mu_);
-  for (grpc::ClientContext* context : running_) context->TryCancel();
+  calls_.CancelAll();
 }
 
 void SpawnedJob::StopChildren() {

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/parallel_calls.h"
 #include "dtrain/v1/worker.grpc.pb.h"
 #include "worker/hosted_job.h"
 #include "worker/job.h"
@@ -41,6 +42,8 @@ class SpawnedJob : public HostedJob {
   absl::Status LoadCheckpoint(const v1::LoadCheckpointRequest& request,
                               v1::LoadCheckpointResponse* response) override;
   absl::Status StateDict(v1::StateDictResponse* response) override;
+  absl::Status ReduceBooleanDecision(const v1::DecisionRequest& request,
+                                     v1::DecisionResponse* response) override;
   absl::Status Teardown() override;
   void Cancel() override;
 
@@ -54,9 +57,8 @@ class SpawnedJob : public HostedJob {
   };
   SpawnedJob() = default;
 
-  // Runs call(i, context) for every child at once; once one fails, the others get a grace
-  // period and are then cancelled, so a hung child cannot hold the job. The first failure
-  // (a dead child's exit status preferred) is returned.
+  // Runs call(i, context) for every child at once (ParallelCalls: a hung child cannot hold
+  // the job). The first failure is returned, a dead child's exit status preferred.
   absl::Status ForEachChild(
       const std::function<grpc::Status(int, grpc::ClientContext*)>& call);
   // "local rank i (pid p) exited with ...", or empty while it runs.
@@ -66,7 +68,7 @@ class SpawnedJob : public HostedJob {
   std::string id_;
   std::vector<std::unique_ptr<Child>> children_;
   absl::Mutex mu_;
-  std::vector<grpc::ClientContext*> running_ ABSL_GUARDED_BY(mu_);
+  ParallelCalls calls_;
   bool stopped_ = false;
 };
 

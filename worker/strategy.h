@@ -101,8 +101,8 @@ class Strategy {
   absl::Status Reduce(torch::Tensor& tensor, v1::ReduceOp op) {
     return backend_->AllReduce(tensor, op);
   }
-  absl::StatusOr<bool> ReduceBooleanDecision(bool decision) {
-    return backend_->ReduceBooleanDecision(decision, /*all=*/true);
+  absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all = true) {
+    return backend_->ReduceBooleanDecision(decision, all);
   }
 
   // model_sharded_context: the scope in which a model would be built sharded. ZeRO stage 1

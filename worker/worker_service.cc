@@ -199,6 +199,15 @@ grpc::ServerUnaryReactor* WorkerService::StateDict(grpc::CallbackServerContext* 
   });
 }
 
+grpc::ServerUnaryReactor* WorkerService::ReduceBooleanDecision(
+    grpc::CallbackServerContext* context, const v1::DecisionRequest* request,
+    v1::DecisionResponse* response) {
+  return Enqueue(context, [=]() -> absl::Status {
+    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
+    return Note(job->ReduceBooleanDecision(*request, response));
+  });
+}
+
 absl::Status WorkerService::TeardownJob() {
   std::shared_ptr<HostedJob> job;
   {

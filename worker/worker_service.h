@@ -56,6 +56,9 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* StateDict(grpc::CallbackServerContext* context,
                                       const v1::StateDictRequest* request,
                                       v1::StateDictResponse* response) override;
+  grpc::ServerUnaryReactor* ReduceBooleanDecision(grpc::CallbackServerContext* context,
+                                                  const v1::DecisionRequest* request,
+                                                  v1::DecisionResponse* response) override;
   grpc::ServerUnaryReactor* Teardown(grpc::CallbackServerContext* context,
                                      const v1::TeardownRequest* request,
                                      v1::TeardownResponse* response) override;

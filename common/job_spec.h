@@ -1,0 +1,27 @@
+// The job spec's rules, shared by the dtrain client (which checks a file before sending it) and
+// the coordinator (which checks every SubmitJob, since the proto is public API): defaults filled
+// in, and every bad value refused with INVALID_ARGUMENT naming the field's path, e.g.
+// "trainer.strategy: unknown strategy 'fsdp9'; use ddp, ddp_spawn, sharded, dp or single_device".
+// Whether a model file loads is the worker's to say; a job whose model fails ends FAILED with
+// the worker's message.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "dtrain/v1/jobs.pb.h"
+
+namespace dtrain {
+
+// Validates `spec` and fills in its defaults (documented in jobs.proto).
+absl::Status NormalizeJobSpec(v1::JobSpec* spec);
+
+// Ranks one worker contributes under the spec's strategy (devices for ddp_spawn, else 1).
+int RanksPerWorker(const v1::JobSpec& spec);
+
+// max for metrics named like accuracies, min otherwise (Lightning's users set it; this is the
+// default when they do not).
+std::string DefaultMode(const std::string& monitor);
+
+}  // namespace dtrain
