@@ -1,6 +1,7 @@
 #include "coordinator/coordinator_server.h"
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
 
@@ -8,6 +9,14 @@
 #include "common/streaming.h"
 
 namespace dtrain {
+namespace {
+
+std::string HostName() {
+  char name[256] = {};
+  return gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+}
+
+}  // namespace
 
 CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std::move(options)) {
   kv_ = std::make_unique<KeyValueStore>();
@@ -31,6 +40,13 @@ CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std:
   workers_ = std::make_unique<WorkerRegistry>(options_.groups.heartbeat_timeout);
   service_ = std::make_unique<CoordinatorService>(groups_.get(), engine_.get(), kv_.get(),
                                                   workers_.get());
+  JobManagerOptions jobs;
+  jobs.state_dir = options_.state_dir;
+  jobs.host = HostName();
+  jobs.setup_timeout = options_.job_setup_timeout;
+  jobs.step_timeout = options_.job_step_timeout;
+  jobs_ = std::make_unique<JobManager>(jobs, workers_.get());
+  jobs_service_ = std::make_unique<JobsService>(jobs_.get());
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
@@ -40,6 +56,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddListeningPort(server->options_.listen_address, grpc::InsecureServerCredentials(),
                            &server->port_);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->jobs_service_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // Each connection keeps a read buffer sized to its traffic; uncapped, 64 idle ranks that
@@ -53,6 +70,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   const std::string& address = server->options_.listen_address;
   server->host_ = address.substr(0, address.rfind(':'));
+  std::string advertise = server->options_.advertise_address;
+  if (advertise.empty()) {
+    std::string host = server->host_;
+    if (host.empty() || host == "0.0.0.0" || host == "[::]") host = HostName();
+    advertise = absl::StrCat(host, ":", server->port_);
+  }
+  server->jobs_->SetCoordinatorAddress(advertise);
   server->monitor_ = std::thread([s = server.get()] { s->MonitorLoop(); });
   return server;
 }
@@ -74,6 +98,7 @@ void CoordinatorServer::MonitorLoop() {
     engine_->Tick(now);
     kv_->Tick(now);
     workers_->Tick(now);
+    jobs_->Schedule();
     const uint64_t calls = engine_->SubmittedCount();
     if (calls != seen_calls) {
       seen_calls = calls;
@@ -94,6 +119,8 @@ void CoordinatorServer::Shutdown() {
   }
   stop_monitor_.Notify();
   if (monitor_.joinable()) monitor_.join();
+  // Running jobs are cancelled first: their workers are torn down while the groups still work.
+  jobs_->Shutdown();
   // Answer every waiting call before the server stops accepting, so nothing hangs.
   groups_->Stop();
   engine_->Stop();

@@ -14,6 +14,8 @@
 #include "coordinator/collective_engine.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/group_table.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/jobs_service.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/worker_registry.h"
 
@@ -31,6 +33,14 @@ struct CoordinatorOptions {
   GroupTableOptions groups;
   // How often deadlines and heartbeats are checked: the precision of every timeout.
   absl::Duration tick = absl::Milliseconds(20);
+  // Jobs' logs, metrics and checkpoints go under <state_dir>/jobs/<id>/.
+  std::string state_dir = "/tmp/dtrain-state";
+  // The host:port workers use to reach this coordinator; empty: the listen address (with
+  // this machine's name for a wildcard host).
+  std::string advertise_address;
+  // Deadlines of a job's worker RPCs.
+  absl::Duration job_setup_timeout = absl::Minutes(5);
+  absl::Duration job_step_timeout = absl::Minutes(30);
 };
 
 class CoordinatorServer {
@@ -48,6 +58,7 @@ class CoordinatorServer {
   void Shutdown();
 
   const CollectiveEngine& engine() const { return *engine_; }
+  JobManager& jobs() { return *jobs_; }
 
  private:
   explicit CoordinatorServer(CoordinatorOptions options);
@@ -59,6 +70,8 @@ class CoordinatorServer {
   std::unique_ptr<CollectiveEngine> engine_;
   std::unique_ptr<WorkerRegistry> workers_;
   std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<JobsService> jobs_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string host_;

@@ -1,0 +1,43 @@
+#include "coordinator/distributed_sampler.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+namespace dtrain {
+
+std::vector<int64_t> TrainShard(int64_t n, int world, int rank, bool shuffle, uint64_t seed,
+                                int64_t epoch) {
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  if (shuffle) {
+    // One generator seeded by seed and epoch: every rank's shard comes from the same
+    // permutation, and each epoch has its own.
+    std::mt19937_64 generator(seed * 1000003u + static_cast<uint64_t>(epoch));
+    std::shuffle(order.begin(), order.end(), generator);
+  }
+  const int64_t per_rank = (n + world - 1) / world;
+  const int64_t total = per_rank * world;
+  for (int64_t i = n; i < total; ++i) order.push_back(order[(i - n) % n]);
+  std::vector<int64_t> mine;
+  mine.reserve(per_rank);
+  for (int64_t i = rank; i < total; i += world) mine.push_back(order[i]);
+  return mine;
+}
+
+std::vector<int64_t> EvalShard(int64_t n, int world, int rank) {
+  std::vector<int64_t> mine;
+  for (int64_t i = rank; i < n; i += world) mine.push_back(i);
+  return mine;
+}
+
+std::vector<std::vector<int64_t>> Batches(const std::vector<int64_t>& indices, int batch_size) {
+  std::vector<std::vector<int64_t>> out;
+  for (size_t i = 0; i < indices.size(); i += batch_size) {
+    out.emplace_back(indices.begin() + i,
+                     indices.begin() + std::min(indices.size(), i + batch_size));
+  }
+  return out;
+}
+
+}  // namespace dtrain

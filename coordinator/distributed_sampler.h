@@ -1,0 +1,23 @@
+// Which samples each rank sees, as torch's DistributedSampler decides it: the split's indices,
+// shuffled by seed + epoch when training, padded by repeating the first ones so that every rank
+// gets exactly ceil(n / world) samples (hence the same number of batches: no rank waits in a
+// collective for a batch another rank never has), and dealt round-robin. Evaluation shards are
+// not padded (their steps have no collectives), so every sample counts exactly once.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dtrain {
+
+// Rank `rank`'s training indices for `epoch`.
+std::vector<int64_t> TrainShard(int64_t n, int world, int rank, bool shuffle, uint64_t seed,
+                                int64_t epoch);
+
+// Rank `rank`'s evaluation indices: i = rank, rank + world, ... < n.
+std::vector<int64_t> EvalShard(int64_t n, int world, int rank);
+
+// Splits indices into batches of `batch_size` (the last one smaller).
+std::vector<std::vector<int64_t>> Batches(const std::vector<int64_t>& indices, int batch_size);
+
+}  // namespace dtrain

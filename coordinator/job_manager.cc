@@ -1,0 +1,411 @@
+#include "coordinator/job_manager.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/job_spec.h"
+#include "coordinator/metrics_log.h"
+#include "coordinator/trainer.h"
+
+namespace dtrain {
+
+bool IsTerminal(v1::JobState state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
+// One job: its status, log, metrics and watchers; the Trainer reports into it.
+class JobManager::Job : public TrainerReporter {
+ public:
+  Job(std::string id, v1::JobSpec spec, std::string dir) : dir_(std::move(dir)) {
+    status_.set_id(std::move(id));
+    status_.set_name(spec.name());
+    status_.set_state(v1::QUEUED);
+    status_.set_submitted_unix_ms(absl::ToUnixMillis(absl::Now()));
+    status_.set_log_dir(dir_);
+    status_.mutable_progress()->set_phase("waiting");
+    *status_.mutable_spec() = std::move(spec);
+  }
+
+  const std::string& id() const { return status_.id(); }
+  const std::string& dir() const { return dir_; }
+
+  v1::JobStatus Status(bool with_spec) const {
+    absl::MutexLock lock(&mu_);
+    v1::JobStatus copy = status_;
+    if (!with_spec) copy.clear_spec();
+    return copy;
+  }
+  v1::JobSpec spec() const {
+    absl::MutexLock lock(&mu_);
+    return status_.spec();
+  }
+
+  void Log(const std::string& line) override {
+    const std::string stamped =
+        absl::StrCat(absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::Now(), absl::LocalTimeZone()),
+                     " ", line);
+    {
+      absl::MutexLock lock(&mu_);
+      lines_.push_back(stamped);
+      if (log_file_.is_open()) log_file_ << stamped << "\n" << std::flush;
+    }
+    Notify();
+  }
+
+  void Progress(const v1::JobProgress& progress) override {
+    {
+      absl::MutexLock lock(&mu_);
+      *status_.mutable_progress() = progress;
+    }
+    Notify();
+  }
+
+  void Metric(const std::string& name, double value, int64_t step, int64_t epoch) override {
+    {
+      absl::MutexLock lock(&mu_);
+      const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+      v1::MetricPoint& p = points_.emplace_back();
+      p.set_name(name);
+      p.set_value(value);
+      p.set_step(step);
+      p.set_epoch(epoch);
+      p.set_wall_unix_ms(static_cast<int64_t>(now * 1000));
+      (*status_.mutable_metrics())[name] = value;
+      if (metrics_ != nullptr) {
+        metrics_->Add(name, value, step, epoch, now);
+        metrics_->Flush();
+      }
+    }
+    Notify();
+  }
+
+  void Checkpoint(const std::string& last, const std::string& best) override {
+    {
+      absl::MutexLock lock(&mu_);
+      status_.set_checkpoint(last);
+      status_.set_best_checkpoint(best);
+    }
+    Notify();
+  }
+
+  // Opens the job's files; a failure is the job's (FAILED), not the coordinator's.
+  absl::Status OpenFiles(const std::string& host) {
+    if (absl::Status s = MakeDirectories(dir_ + "/checkpoints"); !s.ok()) return s;
+    absl::StatusOr<std::unique_ptr<MetricsLog>> metrics = MetricsLog::Create(dir_, host);
+    if (!metrics.ok()) return metrics.status();
+    absl::MutexLock lock(&mu_);
+    metrics_ = std::move(*metrics);
+    log_file_.open(dir_ + "/job.log", std::ios::app);
+    for (const std::string& line : lines_) log_file_ << line << "\n";
+    log_file_.flush();
+    return absl::OkStatus();
+  }
+
+  void SetRunning(const std::vector<v1::WorkerInfo>& workers) {
+    {
+      absl::MutexLock lock(&mu_);
+      status_.set_state(v1::RUNNING);
+      status_.set_started_unix_ms(absl::ToUnixMillis(absl::Now()));
+      for (const v1::WorkerInfo& w : workers) status_.add_workers(w.name());
+    }
+    Notify();
+  }
+
+  // Ends the job once; later calls keep the first ending.
+  void Finish(v1::JobState state, const std::string& reason) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (IsTerminal(status_.state())) return;
+      status_.set_state(state);
+      status_.set_reason(reason);
+      status_.set_finished_unix_ms(absl::ToUnixMillis(absl::Now()));
+      if (status_.progress().phase() != "done") status_.mutable_progress()->set_phase("done");
+    }
+    Log(absl::StrCat("job ", v1::JobState_Name(state), reason.empty() ? "" : ": ", reason));
+  }
+
+  bool terminal() const {
+    absl::MutexLock lock(&mu_);
+    return IsTerminal(status_.state());
+  }
+  v1::JobState state() const {
+    absl::MutexLock lock(&mu_);
+    return status_.state();
+  }
+
+  std::vector<std::string> Lines(int64_t from, int64_t* next) const {
+    absl::MutexLock lock(&mu_);
+    from = std::clamp<int64_t>(from, 0, static_cast<int64_t>(lines_.size()));
+    *next = static_cast<int64_t>(lines_.size());
+    return std::vector<std::string>(lines_.begin() + from, lines_.end());
+  }
+  std::vector<v1::MetricPoint> Points() const {
+    absl::MutexLock lock(&mu_);
+    return points_;
+  }
+
+  int64_t AddWatcher(Watcher watcher) {
+    absl::MutexLock lock(&watch_mu_);
+    const int64_t handle = ++next_watcher_;
+    watchers_[handle] = std::move(watcher);
+    watchers_[handle](Status(false));
+    return handle;
+  }
+  void RemoveWatcher(int64_t handle) {
+    absl::MutexLock lock(&watch_mu_);
+    watchers_.erase(handle);
+  }
+
+  // Cancel: a running trainer is asked to stop; whoever holds it finishes the job.
+  void RequestCancel() {
+    absl::MutexLock lock(&mu_);
+    cancel_requested_ = true;
+    if (trainer_ != nullptr) trainer_->Cancel();
+  }
+  bool cancel_requested() const {
+    absl::MutexLock lock(&mu_);
+    return cancel_requested_;
+  }
+  void SetTrainer(Trainer* trainer) {
+    absl::MutexLock lock(&mu_);
+    trainer_ = trainer;
+    if (trainer_ != nullptr && cancel_requested_) trainer_->Cancel();
+  }
+
+ private:
+  void Notify() {
+    const v1::JobStatus now = Status(false);
+    absl::MutexLock lock(&watch_mu_);
+    for (auto& [handle, watcher] : watchers_) watcher(now);
+  }
+
+  const std::string dir_;
+  mutable absl::Mutex mu_;
+  v1::JobStatus status_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::MetricPoint> points_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<MetricsLog> metrics_ ABSL_GUARDED_BY(mu_);
+  std::ofstream log_file_ ABSL_GUARDED_BY(mu_);
+  Trainer* trainer_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;
+  // Watchers are called outside mu_ (they take their own locks) but one at a time.
+  absl::Mutex watch_mu_;
+  std::map<int64_t, Watcher> watchers_ ABSL_GUARDED_BY(watch_mu_);
+  int64_t next_watcher_ ABSL_GUARDED_BY(watch_mu_) = 0;
+};
+
+JobManager::JobManager(JobManagerOptions options, WorkerRegistry* workers)
+    : options_(std::move(options)), workers_(workers) {}
+
+JobManager::~JobManager() { Shutdown(); }
+
+absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate_only) {
+  if (absl::Status s = NormalizeJobSpec(&spec); !s.ok()) return s;
+  if (validate_only) {
+    v1::JobStatus status;
+    status.set_name(spec.name());
+    *status.mutable_spec() = std::move(spec);
+    return status;
+  }
+  std::shared_ptr<Job> job;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return absl::UnavailableError("the coordinator is shutting down");
+    // Ids read well in a terminal (fashion-cnn-3) and never reuse a directory on disk.
+    std::string id;
+    do {
+      id = absl::StrCat(spec.name(), "-", ++name_counters_[spec.name()]);
+    } while (jobs_.count(id) > 0 ||
+             std::filesystem::exists(absl::StrCat(options_.state_dir, "/jobs/", id)));
+    job = std::make_shared<Job>(id, spec, absl::StrCat(options_.state_dir, "/jobs/", id));
+    jobs_[id] = job;
+    order_.push_back(id);
+    queue_.push_back(id);
+  }
+  job->Log(absl::StrCat("submitted: ", spec.trainer().num_workers(), " worker(s), strategy ",
+                        spec.trainer().strategy(), ", model ",
+                        spec.model().has_builtin() ? spec.model().builtin() : spec.model().torchscript()));
+  if (absl::Status s = job->OpenFiles(options_.host); !s.ok()) {
+    job->Finish(v1::FAILED, std::string(s.message()));
+  }
+  Schedule();
+  return job->Status(false);
+}
+
+std::shared_ptr<JobManager::Job> JobManager::Find(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<v1::JobStatus> JobManager::Get(const std::string& id, bool with_spec) const {
+  std::shared_ptr<Job> job = Find(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'; see dtrain list"));
+  return job->Status(with_spec);
+}
+
+std::vector<v1::JobStatus> JobManager::List() const {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : order_) jobs.push_back(jobs_.at(id));
+  }
+  std::vector<v1::JobStatus> out;
+  for (const auto& job : jobs) out.push_back(job->Status(false));
+  return out;
+}
+
+absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& id) {
+  std::shared_ptr<Job> job = Find(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  if (job->terminal()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", id, "' already ended (", v1::JobState_Name(job->state()), ")"));
+  }
+  job->RequestCancel();
+  bool was_queued = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find(queue_.begin(), queue_.end(), id);
+    if (it != queue_.end()) {
+      queue_.erase(it);
+      was_queued = true;
+    }
+  }
+  if (was_queued) job->Finish(v1::CANCELLED, "cancelled by request before it started");
+  return job->Status(false);
+}
+
+absl::StatusOr<std::vector<std::string>> JobManager::Logs(const std::string& id,
+                                                          int64_t from_line,
+                                                          int64_t* next_line) const {
+  std::shared_ptr<Job> job = Find(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  return job->Lines(from_line, next_line);
+}
+
+absl::StatusOr<std::vector<v1::MetricPoint>> JobManager::Metrics(const std::string& id) const {
+  std::shared_ptr<Job> job = Find(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  return job->Points();
+}
+
+absl::StatusOr<int64_t> JobManager::Watch(const std::string& id, Watcher watcher) {
+  std::shared_ptr<Job> job = Find(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  return job->AddWatcher(std::move(watcher));
+}
+
+void JobManager::Unwatch(const std::string& id, int64_t handle) {
+  if (std::shared_ptr<Job> job = Find(id)) job->RemoveWatcher(handle);
+}
+
+void JobManager::SetCoordinatorAddress(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  coordinator_address_ = address;
+}
+
+void JobManager::Schedule() {
+  // Jobs start in submission order: the head waits for its workers, and later jobs wait
+  // behind it, so a large job is not starved by a stream of small ones.
+  std::vector<std::thread> done;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : finished_) {
+      done.push_back(std::move(threads_[id]));
+      threads_.erase(id);
+    }
+    finished_.clear();
+  }
+  for (std::thread& t : done) t.join();
+  while (true) {
+    std::shared_ptr<Job> job;
+    std::vector<v1::WorkerInfo> chosen;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!queue_.empty() && jobs_.at(queue_.front())->terminal()) queue_.pop_front();
+      if (shut_down_ || queue_.empty()) return;
+      job = jobs_.at(queue_.front());
+      const int needed = job->spec().trainer().num_workers();
+      for (const v1::WorkerInfo& w : workers_->List(absl::Now())) {
+        if (w.state() == v1::WorkerInfo::ALIVE && w.job_id().empty() &&
+            busy_workers_.count(w.name()) == 0) {
+          chosen.push_back(w);
+        }
+      }
+      if (static_cast<int>(chosen.size()) < needed) return;
+      chosen.resize(needed);
+      for (const v1::WorkerInfo& w : chosen) busy_workers_.insert(w.name());
+      queue_.pop_front();
+    }
+    Start(job, std::move(chosen));
+  }
+}
+
+void JobManager::Start(const std::shared_ptr<Job>& job, std::vector<v1::WorkerInfo> workers) {
+  std::vector<std::string> names;
+  for (const v1::WorkerInfo& w : workers) names.push_back(w.name());
+  job->SetRunning(workers);
+  job->Log(absl::StrCat("placed on ", absl::StrJoin(names, ", ")));
+  TrainerOptions options;
+  options.job_id = job->id();
+  options.spec = job->spec();
+  options.workers = workers;
+  {
+    absl::MutexLock lock(&mu_);
+    options.coordinator = coordinator_address_;
+  }
+  options.checkpoint_dir = options.spec.checkpoint().dirpath().empty()
+                               ? job->dir() + "/checkpoints"
+                               : options.spec.checkpoint().dirpath();
+  options.setup_timeout = options_.setup_timeout;
+  options.step_timeout = options_.step_timeout;
+  absl::MutexLock lock(&mu_);
+  threads_[job->id()] = std::thread([this, job, options, names]() mutable {
+    Trainer trainer(std::move(options), job.get());
+    job->SetTrainer(&trainer);
+    const absl::Status status = trainer.Run();
+    job->SetTrainer(nullptr);
+    if (status.ok()) {
+      job->Finish(v1::SUCCEEDED, "");
+    } else if (job->cancel_requested()) {
+      job->Finish(v1::CANCELLED, "cancelled by request");
+    } else {
+      job->Finish(v1::FAILED, std::string(status.message()));
+    }
+    // The workers are free again; the next Schedule (each monitor tick) may place a job on
+    // them, and joins this thread.
+    absl::MutexLock lock(&mu_);
+    for (const std::string& name : names) busy_workers_.erase(name);
+    finished_.push_back(job->id());
+  });
+}
+
+void JobManager::Shutdown() {
+  std::vector<std::thread> threads;
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_ && threads_.empty()) return;
+    shut_down_ = true;
+    for (auto& [id, thread] : threads_) threads.push_back(std::move(thread));
+    threads_.clear();
+    finished_.clear();
+    for (auto& [id, job] : jobs_) jobs.push_back(job);
+    queue_.clear();
+  }
+  for (const auto& job : jobs) {
+    if (!job->terminal()) {
+      job->RequestCancel();
+      if (job->state() == v1::QUEUED) job->Finish(v1::CANCELLED, "the coordinator shut down");
+    }
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace dtrain

@@ -1,0 +1,85 @@
+// JobManager: the coordinator's jobs. Queues submitted jobs (first in, first out), places each
+// on enough idle registered workers when they are there, runs its Trainer on a thread of its
+// own, and keeps every job's status, log, metrics (memory, metrics.csv and TensorBoard events
+// under <state_dir>/jobs/<id>/) and watchers. States: QUEUED -> RUNNING -> SUCCEEDED | FAILED
+// (with the reason) | CANCELLED.
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "coordinator/worker_registry.h"
+#include "dtrain/v1/jobs.pb.h"
+
+namespace dtrain {
+
+struct JobManagerOptions {
+  std::string state_dir = "/tmp/dtrain-state";
+  std::string host;                  // for event file names
+  absl::Duration setup_timeout = absl::Minutes(5);
+  absl::Duration step_timeout = absl::Minutes(30);
+};
+
+class JobManager {
+ public:
+  using Watcher = std::function<void(const v1::JobStatus& status)>;
+
+  JobManager(JobManagerOptions options, WorkerRegistry* workers);
+  // Cancels running jobs and waits for their threads.
+  ~JobManager();
+
+  // INVALID_ARGUMENT naming the spec's field. validate_only: nothing is queued.
+  absl::StatusOr<v1::JobStatus> Submit(v1::JobSpec spec, bool validate_only);
+  absl::StatusOr<v1::JobStatus> Get(const std::string& id, bool with_spec) const;
+  std::vector<v1::JobStatus> List() const;
+  // FAILED_PRECONDITION when the job already ended.
+  absl::StatusOr<v1::JobStatus> Cancel(const std::string& id);
+  absl::StatusOr<std::vector<std::string>> Logs(const std::string& id, int64_t from_line,
+                                                int64_t* next_line) const;
+  absl::StatusOr<std::vector<v1::MetricPoint>> Metrics(const std::string& id) const;
+  // Calls `watcher` with the status now and after every change (from the job's thread, one
+  // call at a time), the last call with a terminal state. Returns a handle for Unwatch.
+  absl::StatusOr<int64_t> Watch(const std::string& id, Watcher watcher);
+  void Unwatch(const std::string& id, int64_t handle);
+
+  // The address workers reach the coordinator at (for their groups); set once serving.
+  void SetCoordinatorAddress(const std::string& address);
+
+  // Places queued jobs on idle workers; the coordinator's monitor thread calls it each tick.
+  void Schedule();
+  // Cancels everything (the coordinator is stopping).
+  void Shutdown();
+
+ private:
+  class Job;
+  std::shared_ptr<Job> Find(const std::string& id) const;
+  void Start(const std::shared_ptr<Job>& job, std::vector<v1::WorkerInfo> workers);
+
+  const JobManagerOptions options_;
+  WorkerRegistry* const workers_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);     // submission order
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> busy_workers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> name_counters_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::thread> threads_ ABSL_GUARDED_BY(mu_);  // running trainers
+  std::vector<std::string> finished_ ABSL_GUARDED_BY(mu_);           // threads to join
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::string coordinator_address_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dtrain

@@ -1,0 +1,35 @@
+// A job's metrics on disk: metrics.csv (wall_time,step,epoch,name,value; one row per value)
+// and a TensorBoard event file beside it, so `tensorboard --logdir <state-dir>/jobs` shows
+// every job's curves.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/tfevents_writer.h"
+
+namespace dtrain {
+
+class MetricsLog {
+ public:
+  // Creates `dir` (and parents) and both files in it.
+  static absl::StatusOr<std::unique_ptr<MetricsLog>> Create(const std::string& dir,
+                                                            const std::string& host);
+  void Add(const std::string& name, double value, int64_t step, int64_t epoch, double wall_time);
+  void Flush();
+  std::string csv_path() const { return csv_path_; }
+  std::string events_path() const { return events_->path(); }
+
+ private:
+  std::string csv_path_;
+  std::ofstream csv_;
+  std::unique_ptr<TfEventsWriter> events_;
+};
+
+// mkdir -p; FAILED_PRECONDITION naming the directory when it cannot be made.
+absl::Status MakeDirectories(const std::string& path);
+
+}  // namespace dtrain

@@ -1,0 +1,107 @@
+// The Trainer: runs one job's fit / validate / test on the workers placed for it, through their
+// step RPCs (as Lightning's Trainer runs its loops on an Accelerator). It sets up every worker
+// (they form the job's group), shards the data with a DistributedSampler, sends each worker
+// several batches per step RPC, validates at val_check_interval, stops early through the
+// ranks' reduce_boolean_decision, keeps the top-k checkpoints, tests, and tears down. It never
+// waits without a deadline: every RPC has one, and one failed worker cancels the others' calls
+// after a grace period.
+//
+// Thread-safety: Run on one thread; Cancel from any.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/parallel_calls.h"
+#include "dtrain/v1/coordinator.pb.h"
+#include "dtrain/v1/jobs.pb.h"
+#include "dtrain/v1/worker.grpc.pb.h"
+
+namespace dtrain {
+
+// Where the trainer reports what happens; implemented by the job manager's record of the job.
+class TrainerReporter {
+ public:
+  virtual ~TrainerReporter() = default;
+  virtual void Log(const std::string& line) = 0;
+  virtual void Progress(const v1::JobProgress& progress) = 0;
+  virtual void Metric(const std::string& name, double value, int64_t step, int64_t epoch) = 0;
+  virtual void Checkpoint(const std::string& last, const std::string& best) = 0;
+};
+
+struct TrainerOptions {
+  std::string job_id;
+  v1::JobSpec spec;                       // normalized
+  std::vector<v1::WorkerInfo> workers;    // placed for this job, in placement order
+  std::string coordinator;                // the address workers reach the coordinator at
+  std::string checkpoint_dir;             // where checkpoints go (rank 0's file system)
+  // Deadline of Setup (the group forms within it) and of each step RPC.
+  absl::Duration setup_timeout = absl::Minutes(5);
+  absl::Duration step_timeout = absl::Minutes(30);
+};
+
+class Trainer {
+ public:
+  Trainer(TrainerOptions options, TrainerReporter* reporter);
+
+  // OK when the job succeeded; CANCELLED after Cancel; otherwise the failure, naming the
+  // worker and rank where it happened.
+  absl::Status Run();
+  // Stops Run: running RPCs are cancelled (each worker stops before its next batch).
+  void Cancel();
+
+ private:
+  struct Placement {
+    int worker = 0;      // index into options_.workers
+    int local = 0;       // local rank within the worker
+  };
+  struct EarlyStopState {
+    double best = 0;
+    bool has_best = false;
+    int wait = 0;
+  };
+  // One RPC per worker at once; the first failure, naming worker and ranks, or OK.
+  absl::Status OnEveryWorker(const std::string& what,
+                             const std::function<grpc::Status(int, grpc::ClientContext*)>& call,
+                             absl::Duration timeout);
+  absl::Status Setup();
+  absl::Status TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop);
+  // Runs validation (or test) over the split; fills per-rank and overall metric means.
+  absl::Status Evaluate(const std::string& split, int64_t limit_samples, bool test,
+                        std::map<std::string, double>* overall,
+                        std::vector<std::map<std::string, double>>* per_rank);
+  absl::Status ValidateAndMaybeStop(int64_t epoch, bool* stop);
+  absl::Status SaveCheckpoint(const std::string& path, int64_t epoch);
+  void TeardownAll();
+  std::string DescribeWorker(int worker) const;
+  void Report();
+
+  TrainerOptions options_;
+  TrainerReporter* reporter_;
+  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
+  std::vector<std::vector<int>> ranks_of_worker_;   // global ranks, by local rank
+  std::vector<Placement> placement_;                // by global rank
+  int world_ = 0;
+  std::map<std::string, int64_t> split_sizes_;
+  ParallelCalls calls_;
+  std::atomic<bool> cancelled_{false};
+
+  v1::JobProgress progress_;
+  int64_t global_step_ = 0;
+  int64_t batches_per_epoch_ = 0;
+  int64_t total_steps_ = 0;
+  int64_t samples_done_ = 0;
+  absl::Time fit_start_;
+  double last_loss_ = 0;
+  std::vector<EarlyStopState> early_stop_;
+  // Checkpoints kept by monitor value: (value, path), best first.
+  std::vector<std::pair<double, std::string>> top_k_;
+  std::string last_checkpoint_;
+};
+
+}  // namespace dtrain
