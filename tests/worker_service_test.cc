@@ -513,6 +513,7 @@ TEST_F(WorkerServiceTest, BadInput_ClearErrorsAndTheWorkerKeepsServing) {
   EXPECT_EQ(range.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(range.status().message()), HasSubstr("outside split 'train'"));
   EXPECT_EQ(Train(*w, "good", {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Train(*w, "good", {v1::LocalWork()}).status().code(), absl::StatusCode::kInvalidArgument);
 
   auto ok = Train(*w, "good", {Slice(0, 0, 1, 8)});
   ASSERT_TRUE(ok.ok()) << ok.status();

@@ -1,47 +1,93 @@
 #!/usr/bin/env bash
 # A local dtrain cluster on 127.0.0.1, in the background:
-#   deploy/local/cluster.sh start [--port N]   starts dtrain-coordinator (default port 29610)
-#   deploy/local/cluster.sh stop                stops it cleanly (SIGTERM, then waits)
+#   deploy/local/cluster.sh start [--port N] [--workers N]   a coordinator and N workers (default 2)
+#   deploy/local/cluster.sh stop                              stops them cleanly (SIGTERM, then waits)
 #   deploy/local/cluster.sh status
-# State (pid, port, log) lives in $DTRAIN_LOCAL_DIR (default: build/local-cluster).
-# Workers join this script once dtrain-worker exists (see docs/DECISIONS.md).
+# Port 0 picks a free coordinator port. Workers listen on free ports and register themselves;
+# each gets an equal share of this machine's cores (--threads). State (pids, port, logs, jobs)
+# lives in $DTRAIN_LOCAL_DIR (default: build/local-cluster).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 state=${DTRAIN_LOCAL_DIR:-$root/build/local-cluster}
 bin=${DTRAIN_BIN_DIR:-$root/build}
 mkdir -p "$state"
 
-running() { [ -f "$state/coordinator.pid" ] && kill -0 "$(cat "$state/coordinator.pid")" 2>/dev/null; }
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# SIGTERM, up to 10 s for a clean exit, then SIGKILL.
+stop_one() {
+  local pidfile=$1 name=$2
+  if alive "$pidfile"; then
+    local pid; pid=$(cat "$pidfile")
+    kill -TERM "$pid"
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; echo "$name killed"; else echo "$name stopped"; fi
+  fi
+  rm -f "$pidfile"
+}
 
 case "${1:-}" in
   start)
-    port=29610
-    [ "${2:-}" = "--port" ] && port="$3"
-    if running; then echo "coordinator already running on 127.0.0.1:$(cat "$state/port")"; exit 0; fi
+    shift
+    port=29610 workers=2
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --port) port=$2; shift 2 ;;
+        --workers) workers=$2; shift 2 ;;
+        *) echo "unknown option $1" >&2; exit 2 ;;
+      esac
+    done
+    if alive "$state/coordinator.pid"; then
+      echo "already running: coordinator on 127.0.0.1:$(cat "$state/port")"; exit 0
+    fi
     rm -f "$state/port"
     "$bin/coordinator/dtrain-coordinator" --listen="127.0.0.1:$port" --port_file="$state/port" \
-      >"$state/coordinator.log" 2>&1 &
+      --state-dir="$state/state" >"$state/coordinator.log" 2>&1 &
     echo $! > "$state/coordinator.pid"
     for _ in $(seq 100); do [ -s "$state/port" ] && break; sleep 0.1; done
     if ! [ -s "$state/port" ]; then
       echo "coordinator did not start; its log:" >&2; cat "$state/coordinator.log" >&2; exit 1
     fi
-    echo "coordinator serving on 127.0.0.1:$(cat "$state/port") (log: $state/coordinator.log)"
+    address="127.0.0.1:$(cat "$state/port")"
+    echo "coordinator serving on $address (log: $state/coordinator.log)"
+    cores=$(nproc)
+    threads=$(( cores / workers )); [ "$threads" -ge 1 ] || threads=1
+    for i in $(seq 0 $((workers - 1))); do
+      rm -f "$state/worker-$i.port"
+      "$bin/worker/dtrain-worker" --coordinator="$address" --listen=127.0.0.1:0 \
+        --port_file="$state/worker-$i.port" --name="local-$i" --threads="$threads" \
+        >"$state/worker-$i.log" 2>&1 &
+      echo $! > "$state/worker-$i.pid"
+    done
+    for i in $(seq 0 $((workers - 1))); do
+      for _ in $(seq 300); do [ -s "$state/worker-$i.port" ] && break; sleep 0.1; done
+      if ! [ -s "$state/worker-$i.port" ]; then
+        echo "worker $i did not start; its log:" >&2; cat "$state/worker-$i.log" >&2; exit 1
+      fi
+    done
+    echo "$workers worker(s) serving, $threads compute thread(s) each (logs: $state/worker-*.log)"
+    echo "use it with: export DTRAIN_COORDINATOR=$address"
     ;;
   stop)
-    if running; then
-      pid=$(cat "$state/coordinator.pid")
-      kill -TERM "$pid"
-      for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; echo "coordinator killed"; else echo "coordinator stopped"; fi
-    else
-      echo "coordinator not running"
-    fi
-    rm -f "$state/coordinator.pid" "$state/port"
+    # Workers first: each leaves its job's group cleanly while the coordinator still serves.
+    for pidfile in "$state"/worker-*.pid; do
+      [ -e "$pidfile" ] || continue
+      stop_one "$pidfile" "$(basename "$pidfile" .pid)"
+    done
+    stop_one "$state/coordinator.pid" coordinator
+    rm -f "$state/port" "$state"/worker-*.port
     ;;
   status)
-    if running; then echo "coordinator running on 127.0.0.1:$(cat "$state/port")"; else echo "coordinator not running"; exit 1; fi
+    if alive "$state/coordinator.pid"; then
+      echo "coordinator running on 127.0.0.1:$(cat "$state/port")"
+    else
+      echo "coordinator not running"; exit 1
+    fi
+    for pidfile in "$state"/worker-*.pid; do
+      [ -e "$pidfile" ] || continue
+      if alive "$pidfile"; then echo "$(basename "$pidfile" .pid) running"; else echo "$(basename "$pidfile" .pid) not running"; fi
+    done
     ;;
   *)
-    echo "usage: deploy/local/cluster.sh start [--port N] | stop | status" >&2; exit 2 ;;
+    echo "usage: deploy/local/cluster.sh start [--port N] [--workers N] | stop | status" >&2; exit 2 ;;
 esac

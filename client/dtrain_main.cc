@@ -1,0 +1,378 @@
+// dtrain: the command line for submitting and watching training jobs.
+//   dtrain submit JOBFILE [--wait]   dtrain status JOB   dtrain list   dtrain watch JOB
+//   dtrain logs JOB [--follow]       dtrain cancel JOB   dtrain workers
+//   dtrain results JOB [--plot FILE.svg]
+// --coordinator host:port (or DTRAIN_COORDINATOR); --output json on every command. The exit
+// status is 0 on success, 1 when a job failed or was cancelled (the reason is printed), 2 for a
+// usage error, 3 when the coordinator refused or could not be reached.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/channel.h"
+#include "client/job_spec_file.h"
+#include "client/metrics_plot.h"
+#include "client/progress_view.h"
+#include "common/flag_names.h"
+#include "common/grpc_status.h"
+#include "common/job_spec.h"
+#include "dtrain/v1/coordinator.grpc.pb.h"
+#include "dtrain/v1/jobs.grpc.pb.h"
+
+ABSL_FLAG(std::string, coordinator, "",
+          "the coordinator's host:port; default $DTRAIN_COORDINATOR or 127.0.0.1:29610");
+ABSL_FLAG(std::string, output, "text", "text or json");
+ABSL_FLAG(bool, wait, false, "submit: watch the job until it ends; exit as it ended");
+ABSL_FLAG(bool, follow, false, "logs: keep printing new lines until the job ends");
+ABSL_FLAG(std::string, plot, "", "results: also draw the loss and accuracy curves to this .svg");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "deadline of each request");
+
+namespace dtrain {
+namespace {
+
+constexpr int kOk = 0, kJobFailed = 1, kUsage = 2, kRefused = 3;
+
+bool Json() { return absl::GetFlag(FLAGS_output) == "json"; }
+
+std::string Address() {
+  std::string address = absl::GetFlag(FLAGS_coordinator);
+  if (address.empty() && std::getenv("DTRAIN_COORDINATOR") != nullptr) {
+    address = std::getenv("DTRAIN_COORDINATOR");
+  }
+  return address.empty() ? "127.0.0.1:29610" : address;
+}
+
+void SetDeadline(grpc::ClientContext* context) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::GetFlag(FLAGS_timeout)));
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+int Refused(const grpc::Status& status) {
+  const absl::Status s = FromGrpcStatus(status);
+  if (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded) {
+    std::fprintf(stderr, "dtrain: cannot reach the coordinator at %s (%s); start one with "
+                 "deploy/local/cluster.sh start, or set --coordinator / DTRAIN_COORDINATOR\n",
+                 Address().c_str(), std::string(s.message()).c_str());
+  } else {
+    std::fprintf(stderr, "dtrain: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
+                 std::string(s.message()).c_str());
+  }
+  return kRefused;
+}
+
+int ExitFor(const v1::JobStatus& status) {
+  if (status.state() == v1::SUCCEEDED) return kOk;
+  std::fprintf(stderr, "dtrain: job %s %s%s%s\n", status.id().c_str(),
+               v1::JobState_Name(status.state()).c_str(), status.reason().empty() ? "" : ": ",
+               status.reason().c_str());
+  return kJobFailed;
+}
+
+class Client {
+ public:
+  Client()
+      : channel_(ConnectToCoordinator(Address())),
+        jobs_(v1::Jobs::NewStub(channel_)),
+        coordinator_(v1::Coordinator::NewStub(channel_)) {}
+
+  int Submit(const std::string& file) {
+    absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(file);
+    if (spec.ok()) {
+      v1::JobSpec normalized = *spec;
+      absl::Status valid = NormalizeJobSpec(&normalized);
+      if (!valid.ok()) spec = absl::Status(valid.code(), absl::StrCat(file, ": ", valid.message()));
+    }
+    if (!spec.ok()) {
+      std::fprintf(stderr, "dtrain: %s\n", std::string(spec.status().message()).c_str());
+      return kUsage;
+    }
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = *spec;
+    v1::SubmitJobResponse response;
+    grpc::Status status = jobs_->SubmitJob(&context, request, &response);
+    if (!status.ok()) return Refused(status);
+    if (Json() && !absl::GetFlag(FLAGS_wait)) {
+      std::printf("%s\n", ToJson(response.job()).c_str());
+      return kOk;
+    }
+    if (!Json()) std::printf("submitted %s\n", response.job().id().c_str());
+    if (!absl::GetFlag(FLAGS_wait)) return kOk;
+    return Watch(response.job().id());
+  }
+
+  int Watch(const std::string& id) {
+    grpc::ClientContext context;  // no deadline: a watch lasts as long as the job
+    v1::WatchJobRequest request;
+    request.set_id(id);
+    auto reader = jobs_->WatchJob(&context, request);
+    ProgressView view(isatty(STDOUT_FILENO) && !Json());
+    v1::JobStatus status, last;
+    bool any = false;
+    while (reader->Read(&status)) {
+      last = status;
+      any = true;
+      if (!Json()) view.Show(status);
+    }
+    view.Done();
+    grpc::Status end = reader->Finish();
+    if (!end.ok()) return Refused(end);
+    if (!any) return kRefused;
+    if (Json()) {
+      std::printf("%s\n", ToJson(last).c_str());
+    } else if (last.state() == v1::SUCCEEDED) {
+      PrintMetrics(last);
+    }
+    return ExitFor(last);
+  }
+
+  int Status(const std::string& id) {
+    absl::StatusOr<v1::JobStatus> job = Get(id);
+    if (!job.ok()) return kRefused;
+    if (Json()) {
+      std::printf("%s\n", ToJson(*job).c_str());
+      return kOk;
+    }
+    std::printf("%s\n", ProgressLine(*job).c_str());
+    if (!job->workers().empty()) std::printf("workers: %s\n", absl::StrJoin(job->workers(), ", ").c_str());
+    PrintMetrics(*job);
+    if (!job->checkpoint().empty()) std::printf("checkpoint: %s\n", job->checkpoint().c_str());
+    std::printf("logs: %s\n", job->log_dir().c_str());
+    return kOk;
+  }
+
+  int List() {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::ListJobsResponse response;
+    grpc::Status status = jobs_->ListJobs(&context, v1::ListJobsRequest(), &response);
+    if (!status.ok()) return Refused(status);
+    if (Json()) {
+      std::printf("%s\n", ToJson(response).c_str());
+      return kOk;
+    }
+    std::printf("%-28s %-10s %-10s %-14s %s\n", "JOB", "STATE", "PHASE", "STEP", "METRICS");
+    for (const v1::JobStatus& job : response.jobs()) {
+      std::string metrics;
+      for (const char* key : {"test_acc", "val_acc", "train_loss"}) {
+        auto it = job.metrics().find(key);
+        if (it != job.metrics().end()) absl::StrAppend(&metrics, key, "=", absl::StrFormat("%.4f", it->second), " ");
+      }
+      std::printf("%-28s %-10s %-10s %-14s %s\n", job.id().c_str(),
+                  v1::JobState_Name(job.state()).c_str(), job.progress().phase().c_str(),
+                  absl::StrCat(job.progress().global_step(), "/", job.progress().total_steps()).c_str(),
+                  metrics.c_str());
+    }
+    return kOk;
+  }
+
+  int Logs(const std::string& id) {
+    int64_t from = 0;
+    while (true) {
+      grpc::ClientContext context;
+      SetDeadline(&context);
+      v1::GetJobLogsRequest request;
+      request.set_id(id);
+      request.set_from_line(from);
+      v1::GetJobLogsResponse response;
+      grpc::Status status = jobs_->GetJobLogs(&context, request, &response);
+      if (!status.ok()) return Refused(status);
+      if (Json()) {
+        std::printf("%s\n", ToJson(response).c_str());
+      } else {
+        for (const std::string& line : response.lines()) std::printf("%s\n", line.c_str());
+      }
+      std::fflush(stdout);
+      from = response.next_line();
+      if (!absl::GetFlag(FLAGS_follow)) return kOk;
+      absl::StatusOr<v1::JobStatus> job = Get(id);
+      if (!job.ok()) return kRefused;
+      const bool ended = job->state() == v1::SUCCEEDED || job->state() == v1::FAILED ||
+                         job->state() == v1::CANCELLED;
+      if (ended && response.lines_size() == 0) return kOk;
+      if (!ended) absl::SleepFor(absl::Milliseconds(500));
+    }
+  }
+
+  int Cancel(const std::string& id) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::CancelJobRequest request;
+    request.set_id(id);
+    v1::JobStatus response;
+    grpc::Status status = jobs_->CancelJob(&context, request, &response);
+    if (!status.ok()) return Refused(status);
+    if (Json()) {
+      std::printf("%s\n", ToJson(response).c_str());
+    } else {
+      std::printf("cancelling %s\n", id.c_str());
+    }
+    return kOk;
+  }
+
+  int Workers() {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::ListWorkersResponse response;
+    grpc::Status status = coordinator_->ListWorkers(&context, v1::ListWorkersRequest(), &response);
+    if (!status.ok()) return Refused(status);
+    if (Json()) {
+      std::printf("%s\n", ToJson(response).c_str());
+      return kOk;
+    }
+    std::printf("%-24s %-22s %-7s %-7s %-10s %s\n", "WORKER", "ADDRESS", "DEVICES", "STATE",
+                "SEEN", "JOB");
+    for (const v1::WorkerInfo& w : response.workers()) {
+      std::printf("%-24s %-22s %-7d %-7s %-10s %s\n", w.name().c_str(), w.address().c_str(),
+                  w.devices(), v1::WorkerInfo::State_Name(w.state()).c_str(),
+                  absl::StrCat(w.last_seen_ms_ago() / 1000.0, "s ago").c_str(),
+                  w.job_id().empty() ? "-" : w.job_id().c_str());
+    }
+    return kOk;
+  }
+
+  int Results(const std::string& id) {
+    absl::StatusOr<v1::JobStatus> job = Get(id);
+    if (!job.ok()) return kRefused;
+    if (!absl::GetFlag(FLAGS_plot).empty()) {
+      grpc::ClientContext context;
+      SetDeadline(&context);
+      v1::GetJobMetricsRequest request;
+      request.set_id(id);
+      v1::GetJobMetricsResponse response;
+      grpc::Status status = jobs_->GetJobMetrics(&context, request, &response);
+      if (!status.ok()) return Refused(status);
+      std::vector<v1::MetricPoint> points(response.points().begin(), response.points().end());
+      absl::Status written = WriteMetricsPlot(absl::GetFlag(FLAGS_plot), id, points);
+      if (!written.ok()) {
+        std::fprintf(stderr, "dtrain: %s\n", std::string(written.message()).c_str());
+        return kUsage;
+      }
+      if (!Json()) std::printf("plot: %s\n", absl::GetFlag(FLAGS_plot).c_str());
+    }
+    if (Json()) {
+      // {"job", "state", "reason", "metrics": {...}, "checkpoint", "best_checkpoint", "log_dir"}
+      google::protobuf::Struct out;
+      auto& fields = *out.mutable_fields();
+      fields["job"].set_string_value(job->id());
+      fields["state"].set_string_value(v1::JobState_Name(job->state()));
+      fields["reason"].set_string_value(job->reason());
+      auto& metrics = *fields["metrics"].mutable_struct_value()->mutable_fields();
+      for (const auto& [name, value] : job->metrics()) metrics[name].set_number_value(value);
+      fields["checkpoint"].set_string_value(job->checkpoint());
+      fields["best_checkpoint"].set_string_value(job->best_checkpoint());
+      fields["log_dir"].set_string_value(job->log_dir());
+      fields["wall_seconds"].set_number_value(
+          job->finished_unix_ms() > 0 ? (job->finished_unix_ms() - job->started_unix_ms()) / 1000.0 : 0);
+      std::printf("%s\n", ToJson(out).c_str());
+    } else {
+      std::printf("%s %s%s%s\n", job->id().c_str(), v1::JobState_Name(job->state()).c_str(),
+                  job->reason().empty() ? "" : ": ", job->reason().c_str());
+      PrintMetrics(*job);
+      if (!job->checkpoint().empty()) std::printf("checkpoint: %s\n", job->checkpoint().c_str());
+      if (!job->best_checkpoint().empty()) std::printf("best checkpoint: %s\n", job->best_checkpoint().c_str());
+      std::printf("metrics.csv and TensorBoard events: %s\n", job->log_dir().c_str());
+    }
+    return job->state() == v1::SUCCEEDED || job->state() == v1::RUNNING ||
+                   job->state() == v1::QUEUED
+               ? kOk
+               : ExitFor(*job);
+  }
+
+ private:
+  absl::StatusOr<v1::JobStatus> Get(const std::string& id) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::GetJobRequest request;
+    request.set_id(id);
+    v1::JobStatus response;
+    grpc::Status status = jobs_->GetJob(&context, request, &response);
+    if (!status.ok()) {
+      Refused(status);
+      return FromGrpcStatus(status);
+    }
+    return response;
+  }
+
+  static void PrintMetrics(const v1::JobStatus& job) {
+    for (const auto& [name, value] : job.metrics()) std::printf("  %-12s %.4f\n", name.c_str(), value);
+  }
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Jobs::Stub> jobs_;
+  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+};
+
+constexpr char kUsageText[] =
+    "dtrain: submit and watch training jobs on a dtrain cluster.\n"
+    "  dtrain submit JOBFILE [--wait]     queue a job (YAML or JSON spec); --wait watches it\n"
+    "  dtrain status JOB                  state, progress, metrics\n"
+    "  dtrain list                        every job\n"
+    "  dtrain watch JOB                   a live progress bar until the job ends\n"
+    "  dtrain logs JOB [--follow]         the job's log\n"
+    "  dtrain cancel JOB                  stop a job on every worker\n"
+    "  dtrain workers                     registered workers\n"
+    "  dtrain results JOB [--plot F.svg]  final metrics and checkpoint; curves to an SVG\n"
+    "Flags: --coordinator host:port (or DTRAIN_COORDINATOR), --output text|json";
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsageText);
+  std::vector<std::string> store;
+  std::vector<char*> args = NormalizeFlagNames(argc, argv, store);
+  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (output != "text" && output != "json") {
+    std::fprintf(stderr, "dtrain: --output is text or json, got '%s'\n", output.c_str());
+    return kUsage;
+  }
+  if (positional.size() < 2) {
+    std::fprintf(stderr, "%s\n", kUsageText);
+    return kUsage;
+  }
+  const std::string command = positional[1];
+  const std::string arg = positional.size() > 2 ? positional[2] : "";
+  auto need_arg = [&](const char* what) {
+    if (!arg.empty()) return true;
+    std::fprintf(stderr, "dtrain %s: give %s\n", command.c_str(), what);
+    return false;
+  };
+  Client client;
+  if (command == "submit") return need_arg("a job file") ? client.Submit(arg) : kUsage;
+  if (command == "status") return need_arg("a job id") ? client.Status(arg) : kUsage;
+  if (command == "watch") return need_arg("a job id") ? client.Watch(arg) : kUsage;
+  if (command == "logs") return need_arg("a job id") ? client.Logs(arg) : kUsage;
+  if (command == "cancel") return need_arg("a job id") ? client.Cancel(arg) : kUsage;
+  if (command == "results") return need_arg("a job id") ? client.Results(arg) : kUsage;
+  if (command == "list") return client.List();
+  if (command == "workers") return client.Workers();
+  std::fprintf(stderr, "dtrain: unknown command '%s'\n%s\n", command.c_str(), kUsageText);
+  return kUsage;
+}
+
+}  // namespace
+}  // namespace dtrain
+
+int main(int argc, char** argv) { return dtrain::Main(argc, argv); }

@@ -1,0 +1,232 @@
+// The pieces of jobs that need no cluster: the spec file reader and its rules, the distributed
+// sampler, TensorBoard's record framing and the SVG plot.
+#include <fstream>
+#include <set>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "client/job_spec_file.h"
+#include "client/metrics_plot.h"
+#include "client/progress_view.h"
+#include "common/job_spec.h"
+#include "common/tfevents_writer.h"
+#include "coordinator/distributed_sampler.h"
+#include "dtrain/v1/tfevents.pb.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kIssueExample[] = R"(
+name: fashion-cnn
+model: {builtin: cnn}                 # or {torchscript: path/to/model.pt}
+data: {builtin: fashion-mnist, batch_size: 64}
+trainer:
+  max_epochs: 2
+  strategy: ddp
+  precision: 32-true
+  accelerator: cpu
+  devices: 1
+  num_workers: 2
+  seed: 1
+optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
+lr_scheduler: {name: cosine}
+checkpoint: {every_n_steps: 500, monitor: val_acc, save_top_k: 1}
+)";
+
+TEST(JobSpecFile, TheIssueExample_ParsesIntoTheMessage) {
+  auto spec = ParseJobSpec(kIssueExample);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "fashion-cnn");
+  EXPECT_EQ(spec->model().builtin(), "cnn");
+  EXPECT_EQ(spec->data().builtin(), "fashion-mnist");
+  EXPECT_EQ(spec->data().batch_size(), 64);
+  EXPECT_EQ(spec->trainer().max_epochs(), 2);
+  EXPECT_EQ(spec->trainer().num_workers(), 2);
+  EXPECT_EQ(spec->trainer().precision(), "32-true");
+  EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 0.05);
+  EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.9);
+  EXPECT_EQ(spec->lr_scheduler().name(), "cosine");
+  EXPECT_EQ(spec->checkpoint().every_n_steps(), 500);
+  EXPECT_EQ(spec->checkpoint().monitor(), "val_acc");
+  ASSERT_TRUE(NormalizeJobSpec(&*spec).ok());
+  EXPECT_EQ(spec->checkpoint().mode(), "max");       // an accuracy is maximized
+  EXPECT_EQ(spec->data().eval_batch_size(), 256);    // default: 4 x batch_size
+  EXPECT_TRUE(spec->data().shuffle());
+  EXPECT_EQ(spec->trainer().batches_per_call(), 16);
+}
+
+TEST(JobSpecFile, JsonIsAcceptedToo) {
+  auto spec = ParseJobSpec(R"({"name": "j", "model": {"builtin": "mlp"},
+                               "data": {"synthetic": {"train_size": 64}},
+                               "trainer": {"precision": 16, "max_steps": 5}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->trainer().precision(), "16");  // a YAML number, kept as the field's text
+  EXPECT_EQ(spec->trainer().max_steps(), 5);
+}
+
+TEST(JobSpecFile, BadKeysAndValues_NamedByPath) {
+  struct Case {
+    std::string text;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"trainer: {max_epoch: 2}", "trainer.max_epoch: unknown key; trainer has max_epochs"},
+      {"colour: red", "colour: unknown key; a job spec has name, model"},
+      {"trainer: {max_epochs: two}", "trainer.max_epochs: expected an integer, got 'two'"},
+      {"optimizer: {lr: fast}", "optimizer.lr: expected a number, got 'fast'"},
+      {"data: {shuffle: maybe}", "data.shuffle: expected true or false"},
+      {"model: {builtin: cnn, torchscript: m.pt}", "model: give only one of builtin and torchscript"},
+      {"trainer: 3", "trainer: expected a mapping"},
+      {"trainer: {max_epochs: [1, 2]}", "trainer.max_epochs: expected a single value"},
+      {"trainer: {seed:}", "trainer.seed: has no value"},
+      {"trainer: {max_epochs: 2", "syntax error at line 1"},
+  };
+  for (const Case& c : cases) {
+    auto spec = ParseJobSpec(c.text);
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr(c.message)) << c.text;
+  }
+  EXPECT_EQ(ReadJobSpecFile("/nonexistent/job.yaml").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(JobSpecRules, BadValues_NamedByPath) {
+  struct Case {
+    std::string text;
+    std::string message;
+  };
+  const std::string base = "model: {builtin: mlp}\ndata: {synthetic: {train_size: 10}}\n";
+  const std::vector<Case> cases = {
+      {"data: {synthetic: {train_size: 10}}", "model: give builtin"},
+      {"model: {builtin: mlp}", "data: give builtin"},
+      {base + "trainer: {max_epochs: -1}", "trainer.max_epochs: must be >= 0, got -1"},
+      {base + "trainer: {strategy: fsdp9}", "trainer.strategy: unknown strategy 'fsdp9'"},
+      {base + "trainer: {precision: 8-true}", "trainer.precision: unknown precision '8-true'"},
+      {base + "trainer: {strategy: dp, num_workers: 2}", "trainer.num_workers: strategy dp runs in one process"},
+      {base + "trainer: {val_check_interval: 2.5}", "trainer.val_check_interval: above 1 it counts batches"},
+      {base + "optimizer: {name: lion}", "optimizer.name: unknown optimizer 'lion'; use sgd, adam, adamw"},
+      {base + "optimizer: {lr: -1}", "optimizer.lr: must be in"},
+      {base + "optimizer: {nesterov: true}", "optimizer.nesterov: needs momentum > 0"},
+      {base + "lr_scheduler: {name: cyclic}", "lr_scheduler.name: unknown lr scheduler 'cyclic'"},
+      {base + "checkpoint: {mode: biggest}", "checkpoint.mode: use min or max"},
+      {base + "name: 'a b'", "name: 'a b' may hold only letters"},
+      {"model: {builtin: resnet}\ndata: {synthetic: {train_size: 10}}", "model.builtin: unknown model 'resnet'"},
+  };
+  for (const Case& c : cases) {
+    auto spec = ParseJobSpec(c.text);
+    ASSERT_TRUE(spec.ok()) << c.text << ": " << spec.status();
+    absl::Status s = NormalizeJobSpec(&*spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.text;
+  }
+  auto tpu = ParseJobSpec(base + "trainer: {strategy: tpu_spawn}");
+  absl::Status s = NormalizeJobSpec(&*tpu);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("XLA runtime"));
+}
+
+TEST(DistributedSampler, EqualShardsCoverEverySampleAndShufflePerEpoch) {
+  constexpr int64_t n = 103;
+  constexpr int world = 4;
+  std::multiset<int64_t> seen;
+  for (int r = 0; r < world; ++r) {
+    const auto shard = TrainShard(n, world, r, true, 7, 0);
+    EXPECT_EQ(shard.size(), 26u) << "ceil(103 / 4): every rank the same, so no rank waits";
+    seen.insert(shard.begin(), shard.end());
+  }
+  EXPECT_EQ(seen.size(), 104u);  // one sample repeated as padding
+  for (int64_t i = 0; i < n; ++i) EXPECT_GE(seen.count(i), 1u) << i;
+  EXPECT_EQ(TrainShard(n, world, 1, true, 7, 0), TrainShard(n, world, 1, true, 7, 0));
+  EXPECT_NE(TrainShard(n, world, 1, true, 7, 0), TrainShard(n, world, 1, true, 7, 1));
+  EXPECT_EQ(TrainShard(8, 2, 1, false, 7, 3), (std::vector<int64_t>{1, 3, 5, 7}));
+  // Evaluation: not padded, every sample exactly once.
+  size_t total = 0;
+  for (int r = 0; r < world; ++r) total += EvalShard(n, world, r).size();
+  EXPECT_EQ(total, 103u);
+  const auto batches = Batches(EvalShard(10, 1, 0), 4);
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[2], (std::vector<int64_t>{8, 9}));
+}
+
+TEST(TfEvents, Crc32cAndRecordsReadBack) {
+  // The standard CRC-32C check value.
+  EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);
+  const std::string dir = ::testing::TempDir();
+  auto writer = TfEventsWriter::Create(dir, "testhost");
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->AddScalar("val_acc", 0.875, 42, 1000.5).ok());
+  ASSERT_TRUE((*writer)->Flush().ok());
+  std::ifstream in((*writer)->path(), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Walk the records as TensorBoard's reader does, checking both CRCs.
+  std::vector<v1::TfEvent> events;
+  size_t at = 0;
+  while (at < bytes.size()) {
+    ASSERT_LE(at + 12, bytes.size());
+    uint64_t length = 0;
+    for (int i = 0; i < 8; ++i) length |= uint64_t{static_cast<uint8_t>(bytes[at + i])} << (8 * i);
+    auto u32 = [&](size_t p) {
+      uint32_t v = 0;
+      for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<uint8_t>(bytes[p + i])} << (8 * i);
+      return v;
+    };
+    EXPECT_EQ(u32(at + 8), MaskedCrc32c(bytes.data() + at, 8));
+    ASSERT_LE(at + 12 + length + 4, bytes.size());
+    EXPECT_EQ(u32(at + 12 + length), MaskedCrc32c(bytes.data() + at + 12, length));
+    v1::TfEvent event;
+    ASSERT_TRUE(event.ParseFromArray(bytes.data() + at + 12, static_cast<int>(length)));
+    events.push_back(event);
+    at += 12 + length + 4;
+  }
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].file_version(), "brain.Event:2");
+  EXPECT_EQ(events[1].step(), 42);
+  EXPECT_EQ(events[1].summary().value(0).tag(), "val_acc");
+  EXPECT_FLOAT_EQ(events[1].summary().value(0).simple_value(), 0.875f);
+}
+
+TEST(MetricsPlot, SvgHasBothPanelsAndEverySeries) {
+  std::vector<v1::MetricPoint> points;
+  for (int step = 0; step < 5; ++step) {
+    v1::MetricPoint p;
+    p.set_name("train_loss");
+    p.set_step(step * 10);
+    p.set_value(2.0 / (step + 1));
+    points.push_back(p);
+    p.set_name("val_acc");
+    p.set_value(0.5 + step * 0.1);
+    points.push_back(p);
+  }
+  const std::string svg = MetricsSvg("job-1", points);
+  EXPECT_THAT(svg, HasSubstr("<svg"));
+  EXPECT_THAT(svg, HasSubstr(">loss<"));
+  EXPECT_THAT(svg, HasSubstr(">accuracy<"));
+  EXPECT_THAT(svg, HasSubstr("train_loss (last 0.4)"));
+  EXPECT_THAT(svg, HasSubstr("val_acc (last 0.9)"));
+  EXPECT_EQ(WriteMetricsPlot("/tmp/x.png", "j", points).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ProgressView, LineShowsEpochBarStepLossRateAndEta) {
+  v1::JobStatus s;
+  s.set_id("fashion-cnn-1");
+  s.set_state(v1::RUNNING);
+  v1::JobProgress* p = s.mutable_progress();
+  p->set_phase("train");
+  p->set_epoch(0);
+  p->set_max_epochs(2);
+  p->set_global_step(50);
+  p->set_total_steps(100);
+  p->set_train_loss(0.41234);
+  p->set_samples_per_second(1234);
+  p->set_eta_seconds(83);
+  EXPECT_EQ(ProgressLine(s, 10), "fashion-cnn-1 RUNNING train epoch 1/2 [#####.....] step 50/100 "
+                                 "loss 0.4123 1234 samples/s ETA 1m23s");
+  s.set_state(v1::FAILED);
+  s.set_reason("worker 'w' (rank 1): boom");
+  EXPECT_EQ(ProgressLine(s), "fashion-cnn-1 FAILED: worker 'w' (rank 1): boom");
+}
+
+}  // namespace
+}  // namespace dtrain

@@ -1,0 +1,294 @@
+// Jobs end to end against a real local cluster: a dtrain-coordinator and two dtrain-worker
+// processes on 127.0.0.1, driven by the dtrain command line as a user would (submit, watch,
+// results, logs, list, cancel), on small synthetic data.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "client/channel.h"
+#include "dtrain/v1/coordinator.grpc.pb.h"
+#include "dtrain/v1/jobs.grpc.pb.h"
+#include "tests/test_support.h"
+#include "tests/worker_process.h"
+
+namespace dtrain::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+class JobsE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/jobs-e2e-", getpid(), "-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    const std::string port_file = dir_ + "/coordinator.port";
+    coordinator_ = Subprocess::Start({DTRAIN_COORDINATOR_BIN, "--listen=127.0.0.1:0",
+                                      "--port_file=" + port_file, "--state-dir=" + dir_ + "/state",
+                                      "--heartbeat-timeout=5s"});
+    ASSERT_NE(coordinator_, nullptr);
+    int port = 0;
+    ASSERT_TRUE(WaitFor([&] {
+      std::ifstream in(port_file);
+      return static_cast<bool>(in >> port) && port > 0;
+    }, absl::Seconds(20)));
+    address_ = absl::StrCat("127.0.0.1:", port);
+    for (int i = 0; i < 2; ++i) {
+      workers_.push_back(WorkerProcess::Start(address_, {absl::StrCat("--name=w", i), "--threads=1"}));
+      ASSERT_NE(workers_.back(), nullptr);
+    }
+    coordinator_stub_ = v1::Coordinator::NewStub(ConnectToCoordinator(address_));
+    jobs_stub_ = v1::Jobs::NewStub(ConnectToCoordinator(address_));
+    ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(10)));
+  }
+
+  void TearDown() override {
+    workers_.clear();
+    if (coordinator_ != nullptr) {
+      coordinator_->Kill(SIGTERM);
+      EXPECT_NE(coordinator_->Wait(absl::Seconds(15)), -1) << "the coordinator did not stop";
+    }
+  }
+
+  int IdleWorkers() {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::ListWorkersResponse response;
+    if (!coordinator_stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response).ok()) return -1;
+    int idle = 0;
+    for (const v1::WorkerInfo& w : response.workers()) {
+      if (w.state() == v1::WorkerInfo::ALIVE && w.job_id().empty()) ++idle;
+    }
+    return idle;
+  }
+
+  // Runs the dtrain command line against this cluster.
+  CommandResult Dtrain(const std::string& args) {
+    const std::string command =
+        absl::StrCat("DTRAIN_COORDINATOR=", address_, " ", DTRAIN_CLI_BIN, " ", args, " 2>&1");
+    CommandResult result;
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return result;
+    char buffer[4096];
+    size_t n = 0;
+    while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+    const int status = pclose(pipe);
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return result;
+  }
+
+  std::string WriteJob(const std::string& name, const std::string& text) {
+    const std::string path = absl::StrCat(dir_, "/", name, ".yaml");
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  static google::protobuf::Struct ParseJson(const std::string& text) {
+    google::protobuf::Struct out;
+    // The JSON object is the output's last top-level {...}.
+    const size_t start = text.find("{\n");
+    EXPECT_NE(start, std::string::npos) << text;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(text.substr(start), &out).ok()) << text;
+    return out;
+  }
+
+  v1::JobStatus GetJob(const std::string& id) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::GetJobRequest request;
+    request.set_id(id);
+    v1::JobStatus status;
+    EXPECT_TRUE(jobs_stub_->GetJob(&context, request, &status).ok());
+    return status;
+  }
+
+  std::string dir_;
+  std::string address_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::unique_ptr<WorkerProcess>> workers_;
+  std::unique_ptr<v1::Coordinator::Stub> coordinator_stub_;
+  std::unique_ptr<v1::Jobs::Stub> jobs_stub_;
+};
+
+std::string SyntheticJob(const std::string& name, int epochs, int train_size = 2048) {
+  return absl::StrCat(R"(name: )", name, R"(
+model: {builtin: mlp}
+data:
+  synthetic: {train_size: )", train_size, R"(, val_size: 256, test_size: 512, seed: 3}
+  batch_size: 32
+trainer:
+  max_epochs: )", epochs, R"(
+  strategy: ddp
+  num_workers: 2
+  seed: 1
+  val_check_interval: 0.5
+optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
+lr_scheduler: {name: cosine}
+checkpoint: {monitor: val_acc, save_top_k: 1}
+)");
+}
+
+TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
+  const std::string job = WriteJob("synth", SyntheticJob("synth", 2));
+  CommandResult submitted = Dtrain(absl::StrCat("submit --wait ", job));
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  EXPECT_THAT(submitted.output, HasSubstr("submitted synth-1\n"));
+  const std::string id = "synth-1";
+  // Not a terminal: plain progress lines, then the outcome and the final metrics.
+  // (A watcher gets the newest status when it is ready for one, so which phases show varies.)
+  EXPECT_THAT(submitted.output, HasSubstr("synth-1 RUNNING "));
+  EXPECT_THAT(submitted.output, HasSubstr(" epoch 2/2 [########################] step 64/64 loss "));
+  EXPECT_THAT(submitted.output, HasSubstr("synth-1 SUCCEEDED"));
+  EXPECT_THAT(submitted.output, HasSubstr("test_acc"));
+  // Watching a job that ended shows its end at once.
+  CommandResult watched = Dtrain("watch " + id);
+  EXPECT_EQ(watched.exit_code, 0) << watched.output;
+  EXPECT_THAT(watched.output, HasSubstr("synth-1 SUCCEEDED"));
+
+  const std::string plot = dir_ + "/curves.svg";
+  CommandResult results = Dtrain(absl::StrCat("results ", id, " --output json --plot ", plot));
+  ASSERT_EQ(results.exit_code, 0) << results.output;
+  const google::protobuf::Struct json = ParseJson(results.output);
+  EXPECT_EQ(json.fields().at("state").string_value(), "SUCCEEDED");
+  const auto& metrics = json.fields().at("metrics").struct_value().fields();
+  for (const char* key : {"test_acc", "test_loss", "val_acc", "train_loss"}) {
+    ASSERT_TRUE(metrics.count(key)) << key << " missing in " << results.output;
+  }
+  EXPECT_GT(metrics.at("test_acc").number_value(), 0.9);
+  EXPECT_LT(metrics.at("test_loss").number_value(), 0.5);
+  const std::string checkpoint = json.fields().at("checkpoint").string_value();
+  EXPECT_TRUE(std::filesystem::exists(checkpoint)) << checkpoint;
+  EXPECT_GT(std::filesystem::file_size(checkpoint), 100000u);  // the mlp's 200k parameters
+
+  // Logs and pictures.
+  std::ifstream svg(plot);
+  std::string svg_text((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(svg_text, HasSubstr("train_loss"));
+  EXPECT_THAT(svg_text, HasSubstr("val_acc"));
+  const std::string log_dir = json.fields().at("log_dir").string_value();
+  std::ifstream csv(log_dir + "/metrics.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "wall_time,step,epoch,name,value");
+  int rows = 0, val_rows = 0;
+  for (std::string line; std::getline(csv, line); ++rows) {
+    if (absl::StrContains(line, ",val_acc,")) ++val_rows;
+  }
+  EXPECT_GE(rows, 10);
+  EXPECT_EQ(val_rows, 4) << "val_check_interval 0.5 over 2 epochs";
+  bool events = false;
+  for (const auto& entry : std::filesystem::directory_iterator(log_dir)) {
+    if (absl::StartsWith(entry.path().filename().string(), "events.out.tfevents.")) {
+      events = entry.file_size() > 100;
+    }
+  }
+  EXPECT_TRUE(events) << "no TensorBoard event file in " << log_dir;
+  CommandResult logs = Dtrain("logs " + id);
+  EXPECT_THAT(logs.output, HasSubstr("group formed: worker 'w0' (rank 0), worker 'w1' (rank 1)"));
+  EXPECT_THAT(logs.output, HasSubstr("job SUCCEEDED"));
+  CommandResult list = Dtrain("list");
+  EXPECT_THAT(list.output, HasSubstr("synth-1"));
+  EXPECT_THAT(list.output, HasSubstr("SUCCEEDED"));
+  CommandResult workers = Dtrain("workers");
+  EXPECT_THAT(workers.output, HasSubstr("w0"));
+  EXPECT_THAT(workers.output, HasSubstr("ALIVE"));
+}
+
+TEST_F(JobsE2eTest, InvalidSpec_RejectedAtSubmitWithItsPath) {
+  CommandResult unknown = Dtrain("submit " + WriteJob("bad1", "trainer: {max_epoch: 2}\n"));
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.output, HasSubstr("trainer.max_epoch: unknown key"));
+  CommandResult value = Dtrain("submit " + WriteJob("bad2", SyntheticJob("b", 1) + "early_stopping: {patience: -2}\n"));
+  EXPECT_EQ(value.exit_code, 2);
+  EXPECT_THAT(value.output, HasSubstr("early_stopping.patience: must be >= 1"));
+  CommandResult missing = Dtrain("submit " + dir_ + "/nope.yaml");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.output, HasSubstr("does not exist"));
+  // The coordinator checks too: the proto is public API.
+  grpc::ClientContext context;
+  v1::SubmitJobRequest request;
+  request.mutable_spec()->mutable_model()->set_builtin("mlp");
+  request.mutable_spec()->mutable_data()->mutable_synthetic()->set_train_size(10);
+  request.mutable_spec()->mutable_trainer()->set_strategy("fsdp9");
+  v1::SubmitJobResponse response;
+  grpc::Status status = jobs_stub_->SubmitJob(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("trainer.strategy: unknown strategy 'fsdp9'"));
+  CommandResult list = Dtrain("list --output json");
+  EXPECT_THAT(list.output, Not(HasSubstr("\"id\""))) << "nothing was queued";
+  CommandResult unknown_job = Dtrain("status no-such-job");
+  EXPECT_EQ(unknown_job.exit_code, 3);
+  EXPECT_THAT(unknown_job.output, HasSubstr("NOT_FOUND"));
+}
+
+TEST_F(JobsE2eTest, ModelFailsOnWorker_JobFailedWithTheWorkersMessage_WorkersFreed) {
+  const std::string job = WriteJob("broken", R"(name: broken
+model: {torchscript: /nonexistent/model.pt}
+data: {synthetic: {train_size: 64}}
+trainer: {num_workers: 2}
+)");
+  CommandResult failed = Dtrain("submit --wait " + job);
+  EXPECT_EQ(failed.exit_code, 1) << failed.output;
+  EXPECT_THAT(failed.output, HasSubstr("job broken-1 FAILED: setup failed on worker 'w"));
+  EXPECT_THAT(failed.output, HasSubstr("model: model file '/nonexistent/model.pt' does not exist"));
+  // The workers are free for the next job.
+  CommandResult next = Dtrain("submit --wait " + WriteJob("after", SyntheticJob("after", 1)));
+  EXPECT_EQ(next.exit_code, 0) << next.output;
+}
+
+TEST_F(JobsE2eTest, Cancel_StopsEveryWorkerWithinFiveSeconds_AndTheQueuedJobRuns) {
+  // Long enough never to finish by itself; a second job waits behind it for the workers.
+  CommandResult first = Dtrain("submit --output json " + WriteJob("long", SyntheticJob("long", 1000, 8192)));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string id = ParseJson(first.output).fields().at("id").string_value();
+  CommandResult second = Dtrain("submit --output json " + WriteJob("next", SyntheticJob("next", 1)));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const std::string next_id = ParseJson(second.output).fields().at("id").string_value();
+  ASSERT_TRUE(WaitFor([&] { return GetJob(id).progress().global_step() > 20; }, absl::Seconds(30)));
+  EXPECT_EQ(GetJob(next_id).state(), v1::QUEUED);
+
+  const absl::Time start = absl::Now();
+  CommandResult cancelled = Dtrain("cancel " + id);
+  ASSERT_EQ(cancelled.exit_code, 0) << cancelled.output;
+  ASSERT_TRUE(WaitFor([&] { return GetJob(id).state() == v1::CANCELLED; }, absl::Seconds(5)));
+  // Every worker's step stopped and its job was torn down: Health says so at once.
+  for (auto& w : workers_) {
+    ASSERT_TRUE(WaitFor([&] {
+      grpc::ClientContext context;
+      v1::HealthResponse health;
+      w->stub().Health(&context, v1::HealthRequest(), &health);
+      return health.state() == v1::HealthResponse::IDLE || health.job_id() == next_id;
+    }, absl::Seconds(5) - (absl::Now() - start)));
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_THAT(GetJob(id).reason(), HasSubstr("cancelled"));
+  // The freed workers take the queued job.
+  ASSERT_TRUE(WaitFor([&] { return GetJob(next_id).state() == v1::SUCCEEDED; }, absl::Seconds(60)))
+      << v1::JobState_Name(GetJob(next_id).state()) << " " << GetJob(next_id).reason();
+  CommandResult again = Dtrain("cancel " + id);
+  EXPECT_EQ(again.exit_code, 3);
+  EXPECT_THAT(again.output, HasSubstr("already ended"));
+}
+
+}  // namespace
+}  // namespace dtrain::testing
