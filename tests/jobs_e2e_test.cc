@@ -214,6 +214,34 @@ TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
   EXPECT_THAT(workers.output, HasSubstr("ALIVE"));
 }
 
+// Early stopping: a min_delta no improvement can meet stops the run after `patience`
+// validations; then a new job resumes from its last checkpoint exactly after its last step.
+TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
+  const std::string stopping = SyntheticJob("stop", 10) +
+                               "early_stopping: {monitor: val_loss, min_delta: 100, patience: 2}\n";
+  CommandResult stopped = Dtrain("submit --wait " + WriteJob("stop", stopping));
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  const v1::JobStatus first = GetJob("stop-1");
+  // Validations at steps 16 (the first sets the best), 32 (1 without improvement), 48 (2): stop.
+  EXPECT_EQ(first.progress().global_step(), 48);
+  EXPECT_EQ(first.progress().total_steps(), 320);
+  CommandResult logs = Dtrain("logs stop-1");
+  EXPECT_THAT(logs.output, HasSubstr("early stopping: val_loss did not improve by 100 for 2 validations"));
+  EXPECT_THAT(logs.output, HasSubstr("test: test_acc="));
+
+  CommandResult status = Dtrain("status stop-1");
+  EXPECT_THAT(status.output, HasSubstr("checkpoint: "));
+  const std::string checkpoint = first.checkpoint();
+  ASSERT_TRUE(absl::EndsWith(checkpoint, "/last.ckpt")) << checkpoint;
+  const std::string resumed = SyntheticJob("resumed", 2) + "resume_from: " + checkpoint + "\n";
+  CommandResult second = Dtrain("submit --wait " + WriteJob("resumed", resumed));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  CommandResult resumed_logs = Dtrain("logs resumed-1");
+  EXPECT_THAT(resumed_logs.output, HasSubstr("at step 48 (epoch 1, batch 16)"));
+  EXPECT_EQ(GetJob("resumed-1").progress().global_step(), 64) << "2 epochs of 32 steps, 48 done";
+  EXPECT_GT(GetJob("resumed-1").metrics().at("test_acc"), 0.9);
+}
+
 TEST_F(JobsE2eTest, InvalidSpec_RejectedAtSubmitWithItsPath) {
   CommandResult unknown = Dtrain("submit " + WriteJob("bad1", "trainer: {max_epoch: 2}\n"));
   EXPECT_EQ(unknown.exit_code, 2);
