@@ -4,7 +4,7 @@
 #   deploy/install-deps.sh --bench  also the benchmark peer (python3-torch)
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
-          protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libtorch-dev zlib1g-dev libyaml-cpp-dev
+          protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libtorch-dev libgloo-dev zlib1g-dev libyaml-cpp-dev
           dataset-fashion-mnist)
 if [ "${1:-}" = "--bench" ]; then packages+=(python3 python3-torch); fi
 

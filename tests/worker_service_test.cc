@@ -37,8 +37,9 @@ std::string TempPath(const std::string& name) {
 }
 
 v1::SetupRequest MakeSetup(const std::string& job, const std::string& strategy, int world,
-                           const std::string& coordinator) {
+                           const std::string& coordinator, const std::string& backend = "grpc") {
   v1::SetupRequest r;
+  r.mutable_group()->set_backend(backend);
   r.set_job_id(job);
   r.mutable_model()->set_builtin("mlp");
   r.mutable_optimizer()->set_name("sgd");
@@ -164,6 +165,15 @@ class WorkerServiceTest : public ::testing::Test {
   std::unique_ptr<CoordinatorServer> coordinator_;
 };
 
+// The distributed strategies, over each collective backend.
+class WorkerServiceBackendTest : public WorkerServiceTest,
+                                 public ::testing::WithParamInterface<std::string> {
+ protected:
+  v1::SetupRequest Distributed(const std::string& job, const std::string& strategy, int world) {
+    return MakeSetup(job, strategy, world, address(), GetParam());
+  }
+};
+
 TEST_F(WorkerServiceTest, SingleDevice_TrainsEvaluatesAndTearsDown) {
   auto w = StartWorker();
   ASSERT_NE(w, nullptr);
@@ -211,14 +221,14 @@ TEST_F(WorkerServiceTest, SingleDevice_TrainsEvaluatesAndTearsDown) {
 }
 
 // 2 ranks with per-rank batch B for 20 steps end where 1 rank with batch 2B does.
-TEST_F(WorkerServiceTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) {
+TEST_P(WorkerServiceBackendTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) {
   auto a = StartWorker(), b = StartWorker(), single = StartWorker();
   ASSERT_TRUE(a && b && single);
   std::vector<WorkerProcess*> ranks = {a.get(), b.get()};
   std::vector<v1::SetupResponse> setups(2);
   std::vector<absl::Status> statuses(2);
   Parallel(2, [&](int i) {
-    statuses[i] = Setup(*ranks[i], MakeSetup("ddp-eq", "ddp", 2, address()), &setups[i]);
+    statuses[i] = Setup(*ranks[i], Distributed("ddp-eq", "ddp", 2), &setups[i]);
   });
   ASSERT_TRUE(statuses[0].ok()) << statuses[0];
   ASSERT_TRUE(statuses[1].ok()) << statuses[1];
@@ -250,12 +260,12 @@ TEST_F(WorkerServiceTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) {
   EXPECT_GT(MaxDiff(Parameters(*single, "ddp-fresh"), ps), 1e-3);
 }
 
-TEST_F(WorkerServiceTest, DdpSpawn_ChildrenAreRanksInIndexOrderAndEqualDdp) {
+TEST_P(WorkerServiceBackendTest, DdpSpawn_ChildrenAreRanksInIndexOrderAndEqualDdp) {
   auto spawner = StartWorker({"--devices=2", "--name=spawner"});
   auto single = StartWorker();
   ASSERT_TRUE(spawner && single);
   v1::SetupResponse setup;
-  v1::SetupRequest request = MakeSetup("spawn", "ddp_spawn", 2, address());
+  v1::SetupRequest request = Distributed("spawn", "ddp_spawn", 2);
   ASSERT_TRUE(Setup(*spawner, request, &setup).ok());
   ASSERT_EQ(setup.ranks_size(), 2);
   for (int i = 0; i < 2; ++i) {
@@ -348,11 +358,11 @@ TEST_F(WorkerServiceTest, GradientAccumulation_TwoBatchesOfBEqualOneOf2B) {
 // A sharded (ZeRO-1, Adam) job's checkpoint: only rank 0 writes, the optimizer state is
 // consolidated, and it loads into one rank (another world size) which then takes the same
 // next step as the two ranks.
-TEST_F(WorkerServiceTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoOtherWorldSize) {
+TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoOtherWorldSize) {
   auto a = StartWorker(), b = StartWorker(), single = StartWorker();
   ASSERT_TRUE(a && b && single);
   std::vector<WorkerProcess*> ranks = {a.get(), b.get()};
-  v1::SetupRequest request = MakeSetup("zero", "sharded", 2, address());
+  v1::SetupRequest request = Distributed("zero", "sharded", 2);
   request.mutable_optimizer()->set_name("adam");
   request.mutable_optimizer()->set_lr(0.01);
   std::vector<v1::SetupResponse> setups(2);
@@ -364,7 +374,7 @@ TEST_F(WorkerServiceTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoOtherWor
     Parallel(2, [&](int r) { statuses[r] = Train(*ranks[r], "zero", {Slice(step, r, 2, 16)}).status(); });
     ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
   }
-  const std::string path = TempPath("zero.ckpt");
+  const std::string path = TempPath("zero-" + GetParam() + ".ckpt");
   std::remove(path.c_str());
   std::vector<v1::SaveCheckpointResponse> saved(2);
   Parallel(2, [&](int r) {
@@ -419,6 +429,34 @@ TEST_F(WorkerServiceTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoOtherWor
     EXPECT_THAT(std::string(s.message()), HasSubstr("no-such.ckpt"));
   }
 }
+
+// A worker killed mid-job: its peer's next step fails, naming the dead rank, within the
+// heartbeat timeout (1 s here), over either backend.
+TEST_P(WorkerServiceBackendTest, DeadPeer_NamedToTheSurvivor) {
+  auto a = StartWorker(), b = StartWorker();
+  ASSERT_TRUE(a && b);
+  std::vector<WorkerProcess*> ranks = {a.get(), b.get()};
+  std::vector<v1::SetupResponse> setups(2);
+  std::vector<absl::Status> statuses(2);
+  Parallel(2, [&](int i) { statuses[i] = Setup(*ranks[i], Distributed("dead", "ddp", 2), &setups[i]); });
+  ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
+  if (setups[0].ranks(0).rank() == 1) std::swap(ranks[0], ranks[1]);
+  Parallel(2, [&](int r) { statuses[r] = Train(*ranks[r], "dead", {Slice(0, r, 2, 8)}).status(); });
+  ASSERT_TRUE(statuses[0].ok() && statuses[1].ok());
+  ranks[1]->process().Kill(SIGKILL);
+  ranks[1]->process().Wait(absl::Seconds(5));
+  const absl::Time start = absl::Now();
+  auto out = Train(*ranks[0], "dead", {Slice(1, 0, 2, 8)});
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kAborted) << out.status();
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("rank 1"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  // The survivor's job is marked failed until torn down; then it serves again.
+  EXPECT_EQ(Health(*ranks[0]).state(), v1::HealthResponse::FAILED);
+  ASSERT_TRUE(Teardown(*ranks[0]).ok());
+  EXPECT_EQ(Health(*ranks[0]).state(), v1::HealthResponse::IDLE);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, WorkerServiceBackendTest, ::testing::Values("grpc", "gloo"));
 
 // Writes a TorchScript module with forward but no training_step.
 std::string ModelWithoutTrainingStep() {

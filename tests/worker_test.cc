@@ -22,6 +22,7 @@
 #include "worker/batch_tree.h"
 #include "worker/checkpoint.h"
 #include "worker/dataset.h"
+#include "worker/gloo_collective_backend.h"
 #include "worker/idx_file.h"
 #include "worker/collective_backend.h"
 #include "worker/gradient_clipping.h"
@@ -793,6 +794,96 @@ TEST(Dataset, CorruptIdxFiles_ClearErrors) {
   EXPECT_EQ(short_file.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(short_file.status().message()), HasSubstr("should hold 16 values"));
 }
+
+// The same semantics from every collective backend: the coordinator's gRPC collectives and
+// Gloo peer to peer.
+class BackendConformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Runs `body` on 2 ranks, each with this test's backend over its group.
+  void RunOnBackends(const std::function<absl::Status(CollectiveBackend&)>& body) {
+    auto coordinator = testing::StartCoordinator();
+    ASSERT_NE(coordinator, nullptr);
+    const std::string address = coordinator->address();
+    auto statuses = testing::RunRanks(address, "conformance-" + GetParam(), 2,
+                                      [&](ProcessGroup& pg) -> absl::Status {
+      std::unique_ptr<CollectiveBackend> backend;
+      if (GetParam() == "gloo") {
+        auto gloo = GlooCollectiveBackend::Make(address, &pg, absl::Seconds(30));
+        if (!gloo.ok()) return gloo.status();
+        backend = std::move(*gloo);
+      } else {
+        backend = std::make_unique<GrpcCollectiveBackend>(&pg);
+      }
+      return body(*backend);
+    });
+    for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  }
+};
+
+TEST_P(BackendConformance, EveryCollectiveAsDocumented) {
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    const int r = b.rank();
+    auto expect = [&](bool ok, const std::string& what) {
+      return ok ? absl::OkStatus() : absl::InternalError(absl::StrCat("rank ", r, ": ", what));
+    };
+    EXPECT_EQ(b.name(), GetParam());
+    if (auto s = b.Barrier("start"); !s.ok()) return s;
+    torch::Tensor sum = torch::tensor({1.5f, -2.0f}) * (r + 1);
+    if (auto s = b.AllReduce(sum, v1::REDUCE_OP_SUM); !s.ok()) return s;
+    if (auto s = expect(torch::equal(sum, torch::tensor({4.5f, -6.0f})), "sum"); !s.ok()) return s;
+    torch::Tensor mean = torch::tensor({3, -3}, torch::kInt64) + r;  // {3,-3} and {4,-2}
+    if (auto s = b.AllReduce(mean, v1::REDUCE_OP_MEAN); !s.ok()) return s;
+    // 7 / 2 and -5 / 2 round toward zero.
+    if (auto s = expect(torch::equal(mean, torch::tensor({3, -2}, torch::kInt64)), "int mean"); !s.ok()) return s;
+    torch::Tensor max = torch::tensor({static_cast<double>(r), -static_cast<double>(r)});
+    if (auto s = b.AllReduce(max, v1::REDUCE_OP_MAX); !s.ok()) return s;
+    if (auto s = expect(torch::equal(max, torch::tensor({1.0, 0.0})), "max"); !s.ok()) return s;
+    torch::Tensor flags = torch::tensor({true, false});
+    EXPECT_EQ(b.AllReduce(flags, v1::REDUCE_OP_MEAN).code(), absl::StatusCode::kInvalidArgument);
+    torch::Tensor from_one = torch::full({3}, static_cast<float>(10 * r));
+    if (auto s = b.Broadcast(from_one, 1); !s.ok()) return s;
+    if (auto s = expect(torch::equal(from_one, torch::full({3}, 10.0f)), "broadcast"); !s.ok()) return s;
+    auto bytes = b.BroadcastBytes(r == 0 ? std::string("checkpoint\0bytes", 16) : "", 0);
+    if (!bytes.ok()) return bytes.status();
+    if (auto s = expect(*bytes == std::string("checkpoint\0bytes", 16), "bytes"); !s.ok()) return s;
+    // Different first dimensions: rank r gives r + 1 rows.
+    auto gathered = b.AllGather(torch::full({r + 1, 2}, static_cast<int32_t>(r), torch::kInt32));
+    if (!gathered.ok()) return gathered.status();
+    if (auto s = expect(gathered->size() == 2 && (*gathered)[0].size(0) == 1 &&
+                            (*gathered)[1].size(0) == 2 && (*gathered)[1].sum().item<int>() == 4,
+                        "all_gather"); !s.ok()) return s;
+    torch::Tensor reduced = torch::tensor({r + 1.0f});
+    if (auto s = b.Reduce(reduced, 1, v1::REDUCE_OP_SUM); !s.ok()) return s;
+    if (auto s = expect(reduced.item<float>() == (r == 1 ? 3.0f : 1.0f), "reduce"); !s.ok()) return s;
+    auto all = b.ReduceBooleanDecision(r == 0, /*all=*/true);
+    auto any = b.ReduceBooleanDecision(r == 0, /*all=*/false);
+    if (!all.ok() || !any.ok()) return all.ok() ? any.status() : all.status();
+    return expect(!*all && *any, "reduce_boolean_decision");
+  });
+}
+
+// DDP's gradient averaging gives the same result over either backend.
+TEST_P(BackendConformance, GradientSyncAveragesAcrossRanks) {
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    auto model = BuiltinModel("mlp", 100 + b.rank());
+    if (!model.ok()) return model.status();
+    GradientSync sync(&b, model->Parameters(), /*bucket_bytes=*/256 * 1024);
+    if (auto s = sync.BroadcastParameters(0); !s.ok()) return s;
+    for (torch::Tensor& p : model->Parameters()) p.mutable_grad() = torch::full_like(p, b.rank() + 1.0f);
+    if (auto s = sync.AverageGradients(); !s.ok()) return s;
+    for (const torch::Tensor& p : model->Parameters()) {
+      if (!torch::allclose(p.grad(), torch::full_like(p, 1.5f))) {
+        return absl::InternalError("gradients are not the mean over ranks");
+      }
+    }
+    auto reference = BuiltinModel("mlp", 100);
+    return torch::equal(model->Parameters()[0], reference->Parameters()[0])
+               ? absl::OkStatus()
+               : absl::InternalError("parameters are not rank 0's after the broadcast");
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::Values("grpc", "gloo"));
 
 }  // namespace
 }  // namespace dtrain

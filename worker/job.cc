@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "common/tensor.h"
 #include "worker/batch_tree.h"
+#include "worker/gloo_collective_backend.h"
 #include "worker/model_zoo.h"
 #include "worker/tensor_convert.h"
 #include "worker/torch_status.h"
@@ -145,9 +146,9 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
       return absl::InvalidArgumentError(absl::StrCat(
           "strategy ", StrategyName(*kind), " needs group.world_size >= 1 (the job's ranks)"));
     }
-    if (!g.backend().empty() && g.backend() != "grpc") {
+    if (!g.backend().empty() && g.backend() != "grpc" && g.backend() != "gloo") {
       return absl::InvalidArgumentError(absl::StrCat(
-          "group.backend '", g.backend(), "' is not available; use grpc"));
+          "group.backend '", g.backend(), "' is not available; use grpc or gloo"));
     }
     ProcessGroupOptions options;
     options.group = g.group().empty() ? request.job_id() : g.group();
@@ -166,7 +167,15 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     }
     DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> group,
                             ProcessGroup::Join(address, options));
-    backend = std::make_unique<GrpcCollectiveBackend>(std::move(group));
+    if (g.backend() == "gloo") {
+      const absl::Duration timeout = g.collective_timeout_ms() > 0
+                                         ? absl::Milliseconds(g.collective_timeout_ms())
+                                         : absl::Minutes(10);
+      DTRAIN_ASSIGN_OR_RETURN(backend,
+                              GlooCollectiveBackend::Make(address, std::move(group), timeout));
+    } else {
+      backend = std::make_unique<GrpcCollectiveBackend>(std::move(group));
+    }
   } else if (request.group().world_size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "strategy ", StrategyName(*kind), " runs in one process; group.world_size must be 1"));

@@ -1,0 +1,214 @@
+#include "worker/gloo_collective_backend.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/types.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/channel.h"
+#include "common/status_macros.h"
+#include "worker/coordinator_store.h"
+
+namespace dtrain {
+namespace {
+
+absl::StatusOr<c10d::ReduceOp> ToGloo(v1::ReduceOp op) {
+  switch (op) {
+    case v1::REDUCE_OP_SUM:
+    case v1::REDUCE_OP_MEAN:  // summed, then divided: Gloo has no average
+      return c10d::ReduceOp(c10d::ReduceOp::SUM);
+    case v1::REDUCE_OP_MAX: return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    case v1::REDUCE_OP_MIN: return c10d::ReduceOp(c10d::ReduceOp::MIN);
+    case v1::REDUCE_OP_PRODUCT: return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
+    default: return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", static_cast<int>(op)));
+  }
+}
+
+// Mean from a sum, as the coordinator computes it: floating types divide, integers divide
+// rounding toward zero, booleans have no mean.
+absl::Status DivideForMean(torch::Tensor& tensor, int world) {
+  if (tensor.scalar_type() == torch::kBool) {
+    return absl::InvalidArgumentError("the mean of booleans is undefined; use sum, max or min");
+  }
+  torch::NoGradGuard no_grad;
+  if (tensor.is_floating_point()) {
+    tensor.div_(world);
+  } else {
+    tensor.copy_(tensor.div(world, "trunc"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+template <typename F>
+absl::Status GlooCollectiveBackend::Run(const std::string& what, F&& body) {
+  try {
+    body();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    // A peer that died closed its connections at once; the coordinator names it once its
+    // heartbeats stop (or its own calls dropped).
+    const absl::Time deadline =
+        absl::Now() + absl::Milliseconds(group_->assignment().heartbeat_timeout_ms()) +
+        absl::Seconds(2);
+    absl::Status health = group_->health();
+    while (health.ok() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(50));
+      health = group_->health();
+    }
+    if (!health.ok()) {
+      return absl::Status(health.code(), absl::StrCat("gloo ", what, ": ", health.message()));
+    }
+    const std::string message =
+        dynamic_cast<const c10::Error*>(&e) != nullptr
+            ? static_cast<const c10::Error&>(e).what_without_backtrace()
+            : e.what();
+    return absl::AbortedError(absl::StrCat("gloo ", what, " failed on rank ", rank(), ": ", message));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Make(
+    const std::string& coordinator, std::unique_ptr<ProcessGroup> group, absl::Duration timeout) {
+  ProcessGroup* borrowed = group.get();
+  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GlooCollectiveBackend> backend,
+                          Make(coordinator, borrowed, timeout));
+  backend->owned_ = std::move(group);
+  return backend;
+}
+
+absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Make(
+    const std::string& coordinator, ProcessGroup* group, absl::Duration timeout) {
+  std::unique_ptr<GlooCollectiveBackend> backend(new GlooCollectiveBackend());
+  backend->group_ = group;
+  ProcessGroup& g = *backend->group_;
+  const auto chrono_timeout = absl::ToChronoMilliseconds(timeout);
+  DTRAIN_RETURN_IF_ERROR(backend->Run("rendezvous", [&] {
+    auto kv = std::make_shared<KeyValueClient>(ConnectToCoordinator(coordinator),
+                                               g.assignment().member().group());
+    // Keys are per generation: a re-formed group never meets its predecessor's keys.
+    auto store = c10::make_intrusive<c10d::PrefixStore>(
+        absl::StrCat("gloo/", g.generation()),
+        c10::make_intrusive<CoordinatorStore>(kv, chrono_timeout));
+    auto options = c10d::ProcessGroupGloo::Options::create(chrono_timeout);
+    options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    options->threads = 2;
+    backend->gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, g.rank(), g.world_size(),
+                                                                 options);
+  }));
+  return backend;
+}
+
+GlooCollectiveBackend::~GlooCollectiveBackend() = default;
+
+absl::Status GlooCollectiveBackend::Barrier(const std::string& name) {
+  return Run("barrier", [&] { gloo_->barrier()->wait(); });
+}
+
+absl::Status GlooCollectiveBackend::Broadcast(torch::Tensor& tensor, int src) {
+  if (src < 0 || src >= world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("broadcast src ", src, " outside world of ", world_size()));
+  }
+  return Run("broadcast", [&] {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> tensors = {tensor.is_contiguous() ? tensor : tensor.contiguous()};
+    c10d::BroadcastOptions options;
+    options.rootRank = src;
+    gloo_->broadcast(tensors, options)->wait();
+    if (!tensors[0].is_same(tensor)) tensor.copy_(tensors[0]);
+  });
+}
+
+absl::StatusOr<std::string> GlooCollectiveBackend::BroadcastBytes(const std::string& bytes,
+                                                                  int src) {
+  torch::Tensor size = torch::tensor({static_cast<int64_t>(rank() == src ? bytes.size() : 0)});
+  DTRAIN_RETURN_IF_ERROR(Broadcast(size, src));
+  torch::Tensor data = torch::empty({size.item<int64_t>()}, torch::kUInt8);
+  if (rank() == src && !bytes.empty()) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+  if (data.numel() > 0) DTRAIN_RETURN_IF_ERROR(Broadcast(data, src));
+  return std::string(static_cast<const char*>(data.data_ptr()), data.numel());
+}
+
+absl::Status GlooCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceOp op) {
+  DTRAIN_ASSIGN_OR_RETURN(c10d::ReduceOp gloo_op, ToGloo(op));
+  if (op == v1::REDUCE_OP_MEAN && tensor.scalar_type() == torch::kBool) {
+    return DivideForMean(tensor, world_size());
+  }
+  DTRAIN_RETURN_IF_ERROR(Run("all_reduce", [&] {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> tensors = {tensor.is_contiguous() ? tensor : tensor.contiguous()};
+    c10d::AllreduceOptions options;
+    options.reduceOp = gloo_op;
+    gloo_->allreduce(tensors, options)->wait();
+    if (!tensors[0].is_same(tensor)) tensor.copy_(tensors[0]);
+  }));
+  return op == v1::REDUCE_OP_MEAN ? DivideForMean(tensor, world_size()) : absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<torch::Tensor>> GlooCollectiveBackend::AllGather(
+    const torch::Tensor& tensor) {
+  // Gloo gathers equal shapes: first the first dimensions, then every tensor padded to the
+  // largest, then each cut back to its own size.
+  const torch::Tensor input = tensor.dim() == 0 ? tensor.reshape({1}) : tensor.contiguous();
+  std::vector<torch::Tensor> sizes(world_size());
+  for (auto& s : sizes) s = torch::zeros({1}, torch::kInt64);
+  torch::Tensor my_size = torch::tensor({input.size(0)});
+  DTRAIN_RETURN_IF_ERROR(Run("all_gather", [&] {
+    std::vector<std::vector<torch::Tensor>> out = {sizes};
+    std::vector<torch::Tensor> in = {my_size};
+    gloo_->allgather(out, in)->wait();
+    sizes = out[0];
+  }));
+  int64_t largest = 0;
+  for (const auto& s : sizes) largest = std::max(largest, s.item<int64_t>());
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape[0] = largest;
+  torch::Tensor padded = torch::zeros(shape, input.options());
+  padded.slice(0, 0, input.size(0)).copy_(input);
+  std::vector<torch::Tensor> parts(world_size());
+  for (auto& p : parts) p = torch::empty(shape, input.options());
+  DTRAIN_RETURN_IF_ERROR(Run("all_gather", [&] {
+    std::vector<std::vector<torch::Tensor>> out = {parts};
+    std::vector<torch::Tensor> in = {padded};
+    gloo_->allgather(out, in)->wait();
+    parts = out[0];
+  }));
+  for (int r = 0; r < world_size(); ++r) {
+    parts[r] = parts[r].slice(0, 0, sizes[r].item<int64_t>()).clone();
+    if (tensor.dim() == 0) parts[r] = parts[r].reshape({});
+  }
+  return parts;
+}
+
+absl::Status GlooCollectiveBackend::Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) {
+  if (dst < 0 || dst >= world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("reduce dst ", dst, " outside world of ", world_size()));
+  }
+  DTRAIN_ASSIGN_OR_RETURN(c10d::ReduceOp gloo_op, ToGloo(op));
+  torch::Tensor work = tensor.contiguous().clone();
+  DTRAIN_RETURN_IF_ERROR(Run("reduce", [&] {
+    std::vector<torch::Tensor> tensors = {work};
+    c10d::ReduceOptions options;
+    options.rootRank = dst;
+    options.reduceOp = gloo_op;
+    gloo_->reduce(tensors, options)->wait();
+  }));
+  if (rank() != dst) return absl::OkStatus();
+  if (op == v1::REDUCE_OP_MEAN) DTRAIN_RETURN_IF_ERROR(DivideForMean(work, world_size()));
+  torch::NoGradGuard no_grad;
+  tensor.copy_(work);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> GlooCollectiveBackend::ReduceBooleanDecision(bool decision, bool all) {
+  torch::Tensor t = torch::tensor({decision ? int64_t{1} : int64_t{0}});
+  DTRAIN_RETURN_IF_ERROR(AllReduce(t, all ? v1::REDUCE_OP_MIN : v1::REDUCE_OP_MAX));
+  return t.item<int64_t>() == 1;
+}
+
+absl::Status GlooCollectiveBackend::Leave() {
+  gloo_.reset();
+  return group_->Leave();
+}
+
+}  // namespace dtrain
