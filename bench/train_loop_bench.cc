@@ -1,0 +1,60 @@
+// The compute limit for bench/training.sh: a plain single-process libtorch training loop over
+// the same TorchScript zoo model, data and optimizer as a dtrain job, with no service around
+// it. Prints one JSON row: {"system", "model", "ranks", "batch", "threads", "samples_per_s"}.
+#include <cstdio>
+#include <numeric>
+
+#include <torch/torch.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/time/clock.h"
+#include "worker/compute_threads.h"
+#include "worker/dataset.h"
+#include "worker/model_zoo.h"
+#include "worker/optimizers.h"
+
+ABSL_FLAG(std::string, model, "cnn", "mlp or cnn");
+ABSL_FLAG(int, batch, 128, "samples per step");
+ABSL_FLAG(int, steps, 100, "timed steps");
+ABSL_FLAG(int, warmup, 10, "untimed steps first");
+ABSL_FLAG(int, threads, 0, "libtorch threads (0: one per core)");
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  dtrain::SetComputeThreads(absl::GetFlag(FLAGS_threads));
+  dtrain::v1::DataSpec spec;
+  spec.set_builtin("fashion-mnist");
+  auto data = dtrain::Dataset::Load(spec);
+  auto model = dtrain::BuiltinModel(absl::GetFlag(FLAGS_model), 1);
+  if (!data.ok() || !model.ok()) {
+    std::fprintf(stderr, "%s\n", (!data.ok() ? data.status() : model.status()).ToString().c_str());
+    return 1;
+  }
+  auto optimizer = dtrain::MakeOptimizer(model->Parameters(), {.name = "sgd", .lr = 0.05, .momentum = 0.9});
+  model->Train(true);
+  const int batch = absl::GetFlag(FLAGS_batch);
+  const int64_t n = (*data)->Splits()[0].second;
+  absl::Time start;
+  const int total = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_steps);
+  for (int step = 0; step < total; ++step) {
+    if (step == absl::GetFlag(FLAGS_warmup)) start = absl::Now();
+    std::vector<int64_t> indices(batch);
+    std::iota(indices.begin(), indices.end(), (int64_t{step} * batch) % (n - batch));
+    auto b = (*data)->Batch("train", indices);
+    (*optimizer)->zero_grad();
+    auto loss = model->TrainingStep(*b, step);
+    if (!loss.ok()) {
+      std::fprintf(stderr, "%s\n", loss.status().ToString().c_str());
+      return 1;
+    }
+    loss->backward();
+    (*optimizer)->step();
+  }
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::printf("{\"system\": \"libtorch-loop\", \"model\": \"%s\", \"ranks\": 1, \"batch\": %d, "
+              "\"threads\": %d, \"samples_per_s\": %.1f}\n",
+              absl::GetFlag(FLAGS_model).c_str(), batch, at::get_num_threads(),
+              absl::GetFlag(FLAGS_steps) * batch / seconds);
+  return 0;
+}
