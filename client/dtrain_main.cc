@@ -160,6 +160,7 @@ class Client {
     if (!job->workers().empty()) std::printf("workers: %s\n", absl::StrJoin(job->workers(), ", ").c_str());
     PrintMetrics(*job);
     if (!job->checkpoint().empty()) std::printf("checkpoint: %s\n", job->checkpoint().c_str());
+    if (!job->predictions().empty()) std::printf("predictions: %s\n", job->predictions().c_str());
     std::printf("logs: %s\n", job->log_dir().c_str());
     return kOk;
   }
@@ -285,6 +286,7 @@ class Client {
       fields["checkpoint"].set_string_value(job->checkpoint());
       fields["best_checkpoint"].set_string_value(job->best_checkpoint());
       fields["log_dir"].set_string_value(job->log_dir());
+      fields["predictions"].set_string_value(job->predictions());
       fields["wall_seconds"].set_number_value(
           job->finished_unix_ms() > 0 ? (job->finished_unix_ms() - job->started_unix_ms()) / 1000.0 : 0);
       std::printf("%s\n", ToJson(out).c_str());

@@ -62,6 +62,9 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (spec->name().empty()) spec->set_name("job");
   if (absl::Status s = CheckName(spec->name()); !s.ok()) return s;
 
+  if (absl::Status s = OneOf("stage", spec->mutable_stage(), {"fit", "validate", "test", "predict"},
+                             "fit", "stage"); !s.ok()) return s;
+
   v1::ModelSpec* model = spec->mutable_model();
   switch (model->source_case()) {
     case v1::ModelSpec::kBuiltin:

@@ -93,6 +93,14 @@ class JobManager::Job : public TrainerReporter {
     Notify();
   }
 
+  void Predictions(const std::string& path) override {
+    {
+      absl::MutexLock lock(&mu_);
+      status_.set_predictions(path);
+    }
+    Notify();
+  }
+
   // Opens the job's files; a failure is the job's (FAILED), not the coordinator's.
   absl::Status OpenFiles(const std::string& host) {
     if (absl::Status s = MakeDirectories(dir_ + "/checkpoints"); !s.ok()) return s;
@@ -363,6 +371,7 @@ void JobManager::Start(const std::shared_ptr<Job>& job, std::vector<v1::WorkerIn
   options.checkpoint_dir = options.spec.checkpoint().dirpath().empty()
                                ? job->dir() + "/checkpoints"
                                : options.spec.checkpoint().dirpath();
+  options.output_dir = job->dir();
   options.setup_timeout = options_.setup_timeout;
   options.step_timeout = options_.step_timeout;
   absl::MutexLock lock(&mu_);

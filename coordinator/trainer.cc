@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -10,6 +12,7 @@
 #include "client/channel.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
+#include "common/tensor.h"
 #include "common/status_macros.h"
 #include "coordinator/distributed_sampler.h"
 
@@ -458,6 +461,105 @@ absl::Status Trainer::ValidateAndMaybeStop(int64_t epoch, bool* stop) {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::EvaluateAndReport(const std::string& split, bool test) {
+  if (split_sizes_[split] <= 0) {
+    if (options_.spec.stage() == "fit") return absl::OkStatus();  // no test split: nothing to do
+    return absl::FailedPreconditionError(absl::StrCat("data: the dataset has no ", split, " split"));
+  }
+  progress_.set_phase(test ? "test" : "validate");
+  Report();
+  std::map<std::string, double> overall;
+  std::vector<std::map<std::string, double>> per_rank;
+  const v1::DataConfig& d = options_.spec.data();
+  DTRAIN_RETURN_IF_ERROR(Evaluate(split, test ? d.limit_test_samples() : d.limit_val_samples(),
+                                  test, &overall, &per_rank));
+  std::vector<std::string> parts;
+  for (const auto& [name, value] : overall) {
+    reporter_->Metric(name, value, global_step_, progress_.epoch());
+    parts.push_back(absl::StrCat(name, "=", absl::SixDigits(value)));
+  }
+  reporter_->Log(absl::StrCat(test ? "test: " : "validation: ", absl::StrJoin(parts, " ")));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Predict() {
+  const v1::JobSpec& spec = options_.spec;
+  if (split_sizes_["test"] <= 0) {
+    return absl::FailedPreconditionError("data: predict runs over the test split, which is empty");
+  }
+  progress_.set_phase("predict");
+  Report();
+  int64_t size = split_sizes_["test"];
+  if (spec.data().limit_test_samples() > 0) size = std::min(size, spec.data().limit_test_samples());
+  const int n = static_cast<int>(stubs_.size());
+  std::vector<v1::StepRequest> requests(n);
+  std::vector<v1::StepResponse> responses(n);
+  std::vector<std::vector<std::vector<int64_t>>> shards(world_);
+  for (int i = 0; i < n; ++i) {
+    requests[i].set_job_id(options_.job_id);
+    requests[i].set_return_outputs(true);
+    for (int rank : ranks_of_worker_[i]) {
+      shards[rank] = Batches(EvalShard(size, world_, rank), spec.data().eval_batch_size());
+      v1::LocalWork* work = requests[i].add_work();
+      for (const std::vector<int64_t>& indices : shards[rank]) {
+        v1::IndexBatch* batch = work->add_index_batches();
+        batch->set_split("test");
+        batch->mutable_indices()->Add(indices.begin(), indices.end());
+      }
+    }
+  }
+  DTRAIN_RETURN_IF_ERROR(OnEveryWorker(
+      "predict_step",
+      [&](int i, grpc::ClientContext* context) {
+        return stubs_[i]->PredictStep(context, requests[i], &responses[i]);
+      },
+      options_.step_timeout));
+  // One row per sample, in sample order; the columns are the outputs with one value per sample
+  // (the zoo's "label"; a [batch, classes] "logits" has no single value and is left out).
+  std::map<int64_t, std::map<std::string, std::string>> rows;
+  std::set<std::string> columns;
+  for (int i = 0; i < n; ++i) {
+    for (int local = 0; local < responses[i].results_size(); ++local) {
+      const int rank = ranks_of_worker_[i][local];
+      const v1::LocalResult& result = responses[i].results(local);
+      for (int b = 0; b < result.batches_size() && b < static_cast<int>(shards[rank].size()); ++b) {
+        const std::vector<int64_t>& indices = shards[rank][b];
+        for (const auto& [name, proto] : result.batches(b).tensors()) {
+          absl::StatusOr<HostTensor> t = FromProto(proto);
+          if (!t.ok() || t->shape.size() != 1 || t->shape[0] != static_cast<int64_t>(indices.size())) continue;
+          if (t->dtype != v1::DTYPE_INT64 && t->dtype != v1::DTYPE_FLOAT32) continue;
+          columns.insert(name);
+          const std::vector<int64_t> ints =
+              t->dtype == v1::DTYPE_INT64 ? t->ToVector<int64_t>() : std::vector<int64_t>();
+          const std::vector<float> floats =
+              t->dtype == v1::DTYPE_FLOAT32 ? t->ToVector<float>() : std::vector<float>();
+          for (size_t k = 0; k < indices.size(); ++k) {
+            rows[indices[k]][name] =
+                ints.empty() ? absl::StrCat(floats[k]) : absl::StrCat(ints[k]);
+          }
+        }
+      }
+    }
+  }
+  const std::string path = options_.output_dir + "/predictions.csv";
+  std::ofstream out(path, std::ios::trunc);
+  out << "index";
+  for (const std::string& c : columns) out << "," << c;
+  out << "\n";
+  for (const auto& [index, values] : rows) {
+    out << index;
+    for (const std::string& c : columns) {
+      auto it = values.find(c);
+      out << "," << (it == values.end() ? "" : it->second);
+    }
+    out << "\n";
+  }
+  if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write '", path, "'"));
+  reporter_->Log(absl::StrCat("predictions for ", rows.size(), " samples written to ", path));
+  reporter_->Predictions(path);
+  return absl::OkStatus();
+}
+
 void Trainer::TeardownAll() {
   if (stubs_.empty()) return;
   // Not through calls_: a cancelled job still tears down.
@@ -503,29 +605,23 @@ absl::Status Trainer::Run() {
                                   " (epoch ", start_epoch, ", batch ", start_batch, ")"));
     }
     fit_start_ = absl::Now();
-    bool stop = false;
-    for (int64_t epoch = start_epoch; epoch < spec.trainer().max_epochs() && !stop; ++epoch) {
-      DTRAIN_RETURN_IF_ERROR(TrainEpoch(epoch, epoch == start_epoch ? start_batch : 0, &stop));
-      reporter_->Log(absl::StrCat("epoch ", epoch, " done: step ", global_step_, ", train_loss ",
-                                  absl::SixDigits(last_loss_), ", ",
-                                  absl::SixDigits(progress_.samples_per_second()), " samples/s"));
-    }
-    DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(options_.checkpoint_dir + "/last.ckpt",
-                                          progress_.epoch()));
-    if (!spec.trainer().skip_test() && split_sizes_["test"] > 0) {
-      progress_.set_phase("test");
-      Report();
-      std::map<std::string, double> overall;
-      std::vector<std::map<std::string, double>> per_rank;
-      DTRAIN_RETURN_IF_ERROR(Evaluate("test", spec.data().limit_test_samples(), /*test=*/true,
-                                      &overall, &per_rank));
-      std::vector<std::string> parts;
-      for (const auto& [name, value] : overall) {
-        reporter_->Metric(name, value, global_step_, progress_.epoch());
-        parts.push_back(absl::StrCat(name, "=", absl::SixDigits(value)));
+    const std::string& stage = spec.stage();
+    if (stage == "fit" || stage.empty()) {
+      bool stop = false;
+      for (int64_t epoch = start_epoch; epoch < spec.trainer().max_epochs() && !stop; ++epoch) {
+        DTRAIN_RETURN_IF_ERROR(TrainEpoch(epoch, epoch == start_epoch ? start_batch : 0, &stop));
+        reporter_->Log(absl::StrCat("epoch ", epoch, " done: step ", global_step_, ", train_loss ",
+                                    absl::SixDigits(last_loss_), ", ",
+                                    absl::SixDigits(progress_.samples_per_second()), " samples/s"));
       }
-      reporter_->Log(absl::StrCat("test: ", absl::StrJoin(parts, " ")));
+      DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(options_.checkpoint_dir + "/last.ckpt",
+                                            progress_.epoch()));
     }
+    if (stage == "validate") DTRAIN_RETURN_IF_ERROR(EvaluateAndReport("val", /*test=*/false));
+    if ((stage == "fit" && !spec.trainer().skip_test()) || stage == "test") {
+      DTRAIN_RETURN_IF_ERROR(EvaluateAndReport("test", /*test=*/true));
+    }
+    if (stage == "predict") DTRAIN_RETURN_IF_ERROR(Predict());
     progress_.set_phase("done");
     Report();
     return absl::OkStatus();

@@ -32,6 +32,7 @@ class TrainerReporter {
   virtual void Progress(const v1::JobProgress& progress) = 0;
   virtual void Metric(const std::string& name, double value, int64_t step, int64_t epoch) = 0;
   virtual void Checkpoint(const std::string& last, const std::string& best) = 0;
+  virtual void Predictions(const std::string& path) = 0;
 };
 
 struct TrainerOptions {
@@ -40,6 +41,7 @@ struct TrainerOptions {
   std::vector<v1::WorkerInfo> workers;    // placed for this job, in placement order
   std::string coordinator;                // the address workers reach the coordinator at
   std::string checkpoint_dir;             // where checkpoints go (rank 0's file system)
+  std::string output_dir;                 // the job's directory (predictions)
   // Deadline of Setup (the group forms within it) and of each step RPC.
   absl::Duration setup_timeout = absl::Minutes(5);
   absl::Duration step_timeout = absl::Minutes(30);
@@ -76,6 +78,10 @@ class Trainer {
                         std::map<std::string, double>* overall,
                         std::vector<std::map<std::string, double>>* per_rank);
   absl::Status ValidateAndMaybeStop(int64_t epoch, bool* stop);
+  // Runs `split` through the model's test_step (or validation_step) and reports its metrics.
+  absl::Status EvaluateAndReport(const std::string& split, bool test);
+  // predict_step over the test split; writes <output_dir>/predictions.csv.
+  absl::Status Predict();
   absl::Status SaveCheckpoint(const std::string& path, int64_t epoch);
   void TeardownAll();
   std::string DescribeWorker(int worker) const;

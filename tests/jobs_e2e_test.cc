@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "client/channel.h"
 #include "dtrain/v1/coordinator.grpc.pb.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
@@ -240,6 +241,32 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   EXPECT_THAT(resumed_logs.output, HasSubstr("at step 48 (epoch 1, batch 16)"));
   EXPECT_EQ(GetJob("resumed-1").progress().global_step(), 64) << "2 epochs of 32 steps, 48 done";
   EXPECT_GT(GetJob("resumed-1").metrics().at("test_acc"), 0.9);
+
+  // trainer.validate and trainer.predict from that checkpoint: no training steps.
+  const std::string validate = SyntheticJob("check", 1) + "stage: validate\nresume_from: " +
+                               checkpoint + "\n";
+  CommandResult validated = Dtrain("submit --wait " + WriteJob("check", validate));
+  ASSERT_EQ(validated.exit_code, 0) << validated.output;
+  EXPECT_EQ(GetJob("check-1").progress().global_step(), 48);
+  EXPECT_GT(GetJob("check-1").metrics().at("val_acc"), 0.9);
+  EXPECT_EQ(GetJob("check-1").metrics().count("train_loss"), 0u);
+  const std::string predict = SyntheticJob("guess", 1) + "stage: predict\nresume_from: " +
+                              checkpoint + "\n";
+  CommandResult predicted = Dtrain("submit --wait " + WriteJob("guess", predict));
+  ASSERT_EQ(predicted.exit_code, 0) << predicted.output;
+  const std::string csv_path = GetJob("guess-1").predictions();
+  std::ifstream csv(csv_path);
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "index,label") << csv_path;
+  int rows = 0;
+  for (std::string line; std::getline(csv, line); ++rows) {
+    const std::vector<std::string> cells = absl::StrSplit(line, ',');
+    ASSERT_EQ(cells.size(), 2u) << line;
+    EXPECT_EQ(cells[0], std::to_string(rows)) << "one row per test sample, in order";
+    EXPECT_TRUE(cells[1].size() == 1 && cells[1][0] >= '0' && cells[1][0] <= '9') << line;
+  }
+  EXPECT_EQ(rows, 512);
 }
 
 TEST_F(JobsE2eTest, InvalidSpec_RejectedAtSubmitWithItsPath) {
