@@ -211,8 +211,7 @@ class Client {
       if (!absl::GetFlag(FLAGS_follow)) return kOk;
       absl::StatusOr<v1::JobStatus> job = Get(id);
       if (!job.ok()) return kRefused;
-      const bool ended = job->state() == v1::SUCCEEDED || job->state() == v1::FAILED ||
-                         job->state() == v1::CANCELLED;
+      const bool ended = IsTerminal(job->state());
       if (ended && response.lines_size() == 0) return kOk;
       if (!ended) absl::SleepFor(absl::Milliseconds(500));
     }
@@ -298,10 +297,7 @@ class Client {
       if (!job->best_checkpoint().empty()) std::printf("best checkpoint: %s\n", job->best_checkpoint().c_str());
       std::printf("metrics.csv and TensorBoard events: %s\n", job->log_dir().c_str());
     }
-    return job->state() == v1::SUCCEEDED || job->state() == v1::RUNNING ||
-                   job->state() == v1::QUEUED
-               ? kOk
-               : ExitFor(*job);
+    return job->state() == v1::SUCCEEDED || !IsTerminal(job->state()) ? kOk : ExitFor(*job);
   }
 
  private:

@@ -50,6 +50,10 @@ absl::Status CheckMode(const std::string& path, std::string* mode, const std::st
 
 }  // namespace
 
+bool IsTerminal(v1::JobState state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
 std::string DefaultMode(const std::string& monitor) {
   return absl::StrContains(monitor, "acc") ? "max" : "min";
 }

@@ -20,6 +20,9 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec);
 // Ranks one worker contributes under the spec's strategy (devices for ddp_spawn, else 1).
 int RanksPerWorker(const v1::JobSpec& spec);
 
+// SUCCEEDED, FAILED or CANCELLED: the job will not change again.
+bool IsTerminal(v1::JobState state);
+
 // max for metrics named like accuracies, min otherwise (Lightning's users set it; this is the
 // default when they do not).
 std::string DefaultMode(const std::string& monitor);

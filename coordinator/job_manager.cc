@@ -14,10 +14,6 @@
 
 namespace dtrain {
 
-bool IsTerminal(v1::JobState state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
-}
-
 // One job: its status, log, metrics and watchers; the Trainer reports into it.
 class JobManager::Job : public TrainerReporter {
  public:

@@ -5,13 +5,10 @@
 #include "absl/synchronization/mutex.h"
 #include "common/callback_reactors.h"
 #include "common/grpc_status.h"
+#include "common/job_spec.h"
 
 namespace dtrain {
 namespace {
-
-bool Terminal(v1::JobState state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
-}
 
 // Writes the newest status whenever the previous write is done; ends after the terminal one.
 class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus> {
@@ -35,7 +32,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus> {
       EndLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the watcher went away"));
       return;
     }
-    if (Terminal(current_.state())) {
+    if (IsTerminal(current_.state())) {
       EndLocked(grpc::Status::OK);
       return;
     }

@@ -270,7 +270,7 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
     if (ckpt_every > 0 && global_step_ / ckpt_every != step_before / ckpt_every) {
       DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(options_.checkpoint_dir + "/last.ckpt", epoch));
     }
-    if (b == next_val || (vci > 1 && b % interval == 0)) {
+    if (b == next_val) {
       DTRAIN_RETURN_IF_ERROR(ValidateAndMaybeStop(epoch, stop));
       if (*stop) return absl::OkStatus();
       progress_.set_phase("train");

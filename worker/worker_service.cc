@@ -216,7 +216,7 @@ absl::Status WorkerService::TeardownJob() {
   }
   if (job == nullptr) return absl::OkStatus();
   // Leaving may fail when the group is already gone; the job is released either way.
-  absl::Status status = job->Teardown();
+  job->Teardown().IgnoreError();
   absl::MutexLock lock(&mu_);
   job_.reset();
   failed_ = false;
