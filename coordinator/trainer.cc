@@ -121,7 +121,7 @@ absl::Status Trainer::Setup() {
   const int64_t known = KnownTrainSize(spec);
   if (known >= 0) {
     batches_per_epoch_ = CeilDiv(CeilDiv(known, world_), d.batch_size());
-    total_steps_ = CeilDiv(batches_per_epoch_ * t.max_epochs(), t.accumulate_grad_batches());
+    total_steps_ = CeilDiv(batches_per_epoch_, t.accumulate_grad_batches()) * t.max_epochs();
     if (t.max_steps() > 0) total_steps_ = std::min(total_steps_, t.max_steps());
   }
   if (spec.lr_scheduler().name() == "cosine" && spec.lr_scheduler().total_steps() == 0) {
@@ -164,7 +164,8 @@ absl::Status Trainer::Setup() {
   if (d.limit_train_samples() > 0) n_train = std::min(n_train, d.limit_train_samples());
   split_sizes_["train"] = n_train;
   batches_per_epoch_ = CeilDiv(CeilDiv(n_train, world_), d.batch_size());
-  total_steps_ = CeilDiv(batches_per_epoch_ * t.max_epochs(), t.accumulate_grad_batches());
+  // Each epoch's last batch closes its accumulation window (as Lightning steps at epoch end).
+  total_steps_ = CeilDiv(batches_per_epoch_, t.accumulate_grad_batches()) * t.max_epochs();
   if (t.max_steps() > 0) total_steps_ = std::min(total_steps_, t.max_steps());
   early_stop_.assign(world_, EarlyStopState{});
   std::vector<std::string> names;
@@ -215,8 +216,9 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
     if (vci <= 1) next_val = std::min(next_val, nb);
     int64_t chunk = std::min<int64_t>({t.batches_per_call(), nb - b, next_val - b});
     if (t.max_steps() > 0) {
-      const int64_t left = t.max_steps() * t.accumulate_grad_batches() -
-                           (epoch * nb + b);
+      // Batches until the max_steps-th optimizer step; windows restart at each epoch.
+      const int64_t left = (t.max_steps() - global_step_) * t.accumulate_grad_batches() -
+                           b % t.accumulate_grad_batches();
       if (left <= 0) {
         *stop = true;
         return absl::OkStatus();
@@ -229,6 +231,7 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
     for (int i = 0; i < n; ++i) {
       requests[i].set_job_id(options_.job_id);
       requests[i].set_epoch(epoch);
+      requests[i].set_end_of_epoch(b + chunk == nb);
       for (int rank : ranks_of_worker_[i]) {
         v1::LocalWork* work = requests[i].add_work();
         work->set_first_batch_idx(b);
@@ -598,9 +601,10 @@ absl::Status Trainer::Run() {
       global_step_ = loaded[0].global_step();
       // Resume exactly after the last step taken: the same epoch's order (seeded by epoch)
       // minus the batches already done.
-      const int64_t batches_done = global_step_ * spec.trainer().accumulate_grad_batches();
-      start_epoch = batches_done / batches_per_epoch_;
-      start_batch = batches_done % batches_per_epoch_;
+      const int64_t accumulate = spec.trainer().accumulate_grad_batches();
+      const int64_t steps_per_epoch = CeilDiv(batches_per_epoch_, accumulate);
+      start_epoch = global_step_ / steps_per_epoch;
+      start_batch = (global_step_ % steps_per_epoch) * accumulate;
       reporter_->Log(absl::StrCat("resumed from ", spec.resume_from(), " at step ", global_step_,
                                   " (epoch ", start_epoch, ", batch ", start_batch, ")"));
     }

@@ -269,6 +269,19 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   EXPECT_EQ(rows, 512);
 }
 
+// accumulate_grad_batches 3 over 32 batches per epoch: each epoch's last, partial window still
+// steps (as Lightning's), so 11 optimizer steps per epoch.
+TEST_F(JobsE2eTest, AccumulationWindowsCloseAtEachEpochsEnd) {
+  std::string spec = SyntheticJob("acc", 2);
+  spec.replace(spec.find("  seed: 1\n"), 10, "  seed: 1\n  accumulate_grad_batches: 3\n");
+  CommandResult run = Dtrain("submit --wait " + WriteJob("acc", spec));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const v1::JobStatus job = GetJob("acc-1");
+  EXPECT_EQ(job.progress().total_steps(), 22);
+  EXPECT_EQ(job.progress().global_step(), 22);
+  EXPECT_GT(job.metrics().at("test_acc"), 0.9);
+}
+
 TEST_F(JobsE2eTest, InvalidSpec_RejectedAtSubmitWithItsPath) {
   CommandResult unknown = Dtrain("submit " + WriteJob("bad1", "trainer: {max_epoch: 2}\n"));
   EXPECT_EQ(unknown.exit_code, 2);

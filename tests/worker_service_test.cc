@@ -353,6 +353,21 @@ TEST_F(WorkerServiceTest, GradientAccumulation_TwoBatchesOfBEqualOneOf2B) {
     ASSERT_TRUE(Train(*whole, "acc-ref", {Slice(step, 0, 1, 32)}).ok());
   }
   EXPECT_LE(MaxDiff(Parameters(*acc, "acc"), Parameters(*whole, "acc-ref")), 1e-5);
+
+  // An epoch's last batch closes the window even when it is not full, and the next epoch
+  // starts a fresh one.
+  v1::StepRequest odd;
+  odd.set_job_id("acc");
+  odd.set_end_of_epoch(true);
+  *odd.add_work() = Slice(10, 0, 1, 16, 3);
+  v1::StepResponse closed;
+  ASSERT_TRUE(Call([&](auto* c) { return acc->stub().TrainingStep(c, odd, &closed); }).ok());
+  EXPECT_TRUE(closed.results(0).batches(1).optimizer_stepped());
+  EXPECT_TRUE(closed.results(0).batches(2).optimizer_stepped()) << "closed by the epoch's end";
+  EXPECT_EQ(closed.results(0).global_step(), 7);
+  auto fresh = Train(*acc, "acc", {Slice(13, 0, 1, 16, 1)});
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_FALSE(fresh->results(0).batches(0).optimizer_stepped());
 }
 
 // A sharded (ZeRO-1, Adam) job's checkpoint: only rank 0 writes, the optimizer state is

@@ -23,7 +23,7 @@ class LocalJob : public HostedJob {
     const v1::LocalWork& work = request.work(0);
     absl::StatusOr<v1::LocalResult> result;
     switch (kind) {
-      case StepKind::kTraining: result = job_->Train(work, request.epoch()); break;
+      case StepKind::kTraining: result = job_->Train(work, request.epoch(), request.end_of_epoch()); break;
       case StepKind::kValidation:
         result = job_->Evaluate("validation_step", work, request.return_outputs());
         break;

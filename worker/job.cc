@@ -247,7 +247,8 @@ absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i) const
   return data_->Batch(b.split(), {b.indices().begin(), b.indices().end()});
 }
 
-absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t epoch) {
+absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t epoch,
+                                           bool end_of_epoch) {
   if (BatchCount(work) == 0) return absl::InvalidArgumentError("the step carries no batches");
   cancelled_ = false;  // a cancel stops the step it interrupts, not the job
   Accelerator& a = *accelerator_;
@@ -264,7 +265,8 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     const int64_t batch_idx = work.first_batch_idx() + i;
     DTRAIN_ASSIGN_OR_RETURN(torch::Tensor out, a.TrainingStep(batch, batch_idx));
     torch::Tensor loss = a.TrainingStepEnd(out);
-    const bool should_accumulate = (accumulated_ + 1) % accumulate_ != 0;
+    const bool closes_epoch = end_of_epoch && i + 1 == BatchCount(work);
+    const bool should_accumulate = (accumulated_ + 1) % accumulate_ != 0 && !closes_epoch;
     // As Lightning: each loss of an accumulation window counts 1/accumulate, so the window's
     // gradient is the mean over its batches.
     DTRAIN_RETURN_IF_ERROR(

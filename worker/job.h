@@ -40,7 +40,9 @@ class Job {
 
   // Trains on the work's batches: per batch, training_step, backward, and (at the end of
   // each accumulation window) clipping, the optimizer step and the global step.
-  absl::StatusOr<v1::LocalResult> Train(const v1::LocalWork& work, int64_t epoch);
+  // end_of_epoch: the last batch closes the accumulation window.
+  absl::StatusOr<v1::LocalResult> Train(const v1::LocalWork& work, int64_t epoch,
+                                        bool end_of_epoch = false);
   // method: validation_step | test_step | predict_step; eval mode, no grad.
   absl::StatusOr<v1::LocalResult> Evaluate(const std::string& method, const v1::LocalWork& work,
                                            bool return_outputs);
