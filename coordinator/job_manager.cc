@@ -17,29 +17,27 @@ namespace dtrain {
 // One job: its status, log, metrics and watchers; the Trainer reports into it.
 class JobManager::Job : public TrainerReporter {
  public:
-  Job(std::string id, v1::JobSpec spec, std::string dir) : dir_(std::move(dir)) {
+  Job(std::string id, v1::JobSpec spec, std::string dir)
+      : dir_(std::move(dir)), spec_(std::move(spec)) {
     status_.set_id(std::move(id));
-    status_.set_name(spec.name());
+    status_.set_name(spec_.name());
     status_.set_state(v1::QUEUED);
     status_.set_submitted_unix_ms(absl::ToUnixMillis(absl::Now()));
     status_.set_log_dir(dir_);
     status_.mutable_progress()->set_phase("waiting");
-    *status_.mutable_spec() = std::move(spec);
   }
 
   const std::string& id() const { return status_.id(); }
   const std::string& dir() const { return dir_; }
 
+  // The spec is attached only when asked: watchers get a status at every step, without it.
   v1::JobStatus Status(bool with_spec) const {
     absl::MutexLock lock(&mu_);
     v1::JobStatus copy = status_;
-    if (!with_spec) copy.clear_spec();
+    if (with_spec) *copy.mutable_spec() = spec_;
     return copy;
   }
-  v1::JobSpec spec() const {
-    absl::MutexLock lock(&mu_);
-    return status_.spec();
-  }
+  const v1::JobSpec& spec() const { return spec_; }
 
   void Log(const std::string& line) override {
     const std::string stamped =
@@ -189,6 +187,7 @@ class JobManager::Job : public TrainerReporter {
   }
 
   const std::string dir_;
+  const v1::JobSpec spec_;  // immutable once submitted
   mutable absl::Mutex mu_;
   v1::JobStatus status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);

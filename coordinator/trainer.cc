@@ -286,31 +286,39 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Evaluate(const std::string& split, int64_t limit_samples, bool test,
-                               std::map<std::string, double>* overall,
-                               std::vector<std::map<std::string, double>>* per_rank) {
-  const v1::JobSpec& spec = options_.spec;
-  int64_t size = split_sizes_[split];
+void Trainer::EvalRequests(const std::string& split, int64_t limit_samples, int64_t limit_batches,
+                           std::vector<v1::StepRequest>* requests,
+                           std::vector<std::vector<std::vector<int64_t>>>* shards) const {
+  int64_t size = split_sizes_.at(split);
   if (limit_samples > 0) size = std::min(size, limit_samples);
-  const int n = static_cast<int>(stubs_.size());
-  std::vector<v1::StepRequest> requests(n);
-  std::vector<v1::StepResponse> responses(n);
-  for (int i = 0; i < n; ++i) {
-    requests[i].set_job_id(options_.job_id);
+  requests->assign(stubs_.size(), v1::StepRequest());
+  if (shards != nullptr) shards->assign(world_, {});
+  for (size_t i = 0; i < stubs_.size(); ++i) {
+    (*requests)[i].set_job_id(options_.job_id);
     for (int rank : ranks_of_worker_[i]) {
-      v1::LocalWork* work = requests[i].add_work();
-      auto shard = Batches(EvalShard(size, world_, rank), spec.data().eval_batch_size());
-      if (!test && spec.trainer().limit_val_batches() > 0 &&
-          static_cast<int64_t>(shard.size()) > spec.trainer().limit_val_batches()) {
-        shard.resize(spec.trainer().limit_val_batches());
+      v1::LocalWork* work = (*requests)[i].add_work();
+      auto shard = Batches(EvalShard(size, world_, rank), options_.spec.data().eval_batch_size());
+      if (limit_batches > 0 && static_cast<int64_t>(shard.size()) > limit_batches) {
+        shard.resize(limit_batches);
       }
       for (const std::vector<int64_t>& indices : shard) {
         v1::IndexBatch* batch = work->add_index_batches();
         batch->set_split(split);
         batch->mutable_indices()->Add(indices.begin(), indices.end());
       }
+      if (shards != nullptr) (*shards)[rank] = std::move(shard);
     }
   }
+}
+
+absl::Status Trainer::Evaluate(const std::string& split, int64_t limit_samples, bool test,
+                               std::map<std::string, double>* overall,
+                               std::vector<std::map<std::string, double>>* per_rank) {
+  const int n = static_cast<int>(stubs_.size());
+  std::vector<v1::StepRequest> requests;
+  std::vector<v1::StepResponse> responses(n);
+  EvalRequests(split, limit_samples, test ? 0 : options_.spec.trainer().limit_val_batches(),
+               &requests, nullptr);
   DTRAIN_RETURN_IF_ERROR(OnEveryWorker(
       test ? "test_step" : "validation_step",
       [&](int i, grpc::ClientContext* context) {
@@ -368,19 +376,9 @@ absl::Status Trainer::SaveCheckpoint(const std::string& path, int64_t epoch) {
 absl::Status Trainer::ValidateAndMaybeStop(int64_t epoch, bool* stop) {
   const v1::JobSpec& spec = options_.spec;
   if (split_sizes_.count("val") == 0 || split_sizes_["val"] == 0) return absl::OkStatus();
-  progress_.set_phase("validate");
-  Report();
   std::map<std::string, double> overall;
   std::vector<std::map<std::string, double>> per_rank;
-  DTRAIN_RETURN_IF_ERROR(
-      Evaluate("val", spec.data().limit_val_samples(), /*test=*/false, &overall, &per_rank));
-  std::vector<std::string> parts;
-  for (const auto& [name, value] : overall) {
-    reporter_->Metric(name, value, global_step_, epoch);
-    parts.push_back(absl::StrCat(name, "=", absl::SixDigits(value)));
-  }
-  reporter_->Log(absl::StrCat("validation at epoch ", epoch, " step ", global_step_, ": ",
-                              absl::StrJoin(parts, " ")));
+  DTRAIN_RETURN_IF_ERROR(EvaluateAndReport("val", /*test=*/false, &overall, &per_rank));
   auto metric = [&](const std::string& monitor, const std::string& section) -> absl::StatusOr<double> {
     auto it = overall.find(monitor);
     if (it == overall.end()) {
@@ -464,24 +462,26 @@ absl::Status Trainer::ValidateAndMaybeStop(int64_t epoch, bool* stop) {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::EvaluateAndReport(const std::string& split, bool test) {
+absl::Status Trainer::EvaluateAndReport(const std::string& split, bool test,
+                                        std::map<std::string, double>* overall,
+                                        std::vector<std::map<std::string, double>>* per_rank) {
   if (split_sizes_[split] <= 0) {
-    if (options_.spec.stage() == "fit") return absl::OkStatus();  // no test split: nothing to do
+    if (options_.spec.stage() == "fit") return absl::OkStatus();  // nothing to evaluate
     return absl::FailedPreconditionError(absl::StrCat("data: the dataset has no ", split, " split"));
   }
   progress_.set_phase(test ? "test" : "validate");
   Report();
-  std::map<std::string, double> overall;
-  std::vector<std::map<std::string, double>> per_rank;
   const v1::DataConfig& d = options_.spec.data();
   DTRAIN_RETURN_IF_ERROR(Evaluate(split, test ? d.limit_test_samples() : d.limit_val_samples(),
-                                  test, &overall, &per_rank));
+                                  test, overall, per_rank));
   std::vector<std::string> parts;
-  for (const auto& [name, value] : overall) {
+  for (const auto& [name, value] : *overall) {
     reporter_->Metric(name, value, global_step_, progress_.epoch());
     parts.push_back(absl::StrCat(name, "=", absl::SixDigits(value)));
   }
-  reporter_->Log(absl::StrCat(test ? "test: " : "validation: ", absl::StrJoin(parts, " ")));
+  reporter_->Log(test ? absl::StrCat("test: ", absl::StrJoin(parts, " "))
+                      : absl::StrCat("validation at epoch ", progress_.epoch(), " step ",
+                                     global_step_, ": ", absl::StrJoin(parts, " ")));
   return absl::OkStatus();
 }
 
@@ -492,25 +492,12 @@ absl::Status Trainer::Predict() {
   }
   progress_.set_phase("predict");
   Report();
-  int64_t size = split_sizes_["test"];
-  if (spec.data().limit_test_samples() > 0) size = std::min(size, spec.data().limit_test_samples());
   const int n = static_cast<int>(stubs_.size());
-  std::vector<v1::StepRequest> requests(n);
+  std::vector<v1::StepRequest> requests;
   std::vector<v1::StepResponse> responses(n);
-  std::vector<std::vector<std::vector<int64_t>>> shards(world_);
-  for (int i = 0; i < n; ++i) {
-    requests[i].set_job_id(options_.job_id);
-    requests[i].set_return_outputs(true);
-    for (int rank : ranks_of_worker_[i]) {
-      shards[rank] = Batches(EvalShard(size, world_, rank), spec.data().eval_batch_size());
-      v1::LocalWork* work = requests[i].add_work();
-      for (const std::vector<int64_t>& indices : shards[rank]) {
-        v1::IndexBatch* batch = work->add_index_batches();
-        batch->set_split("test");
-        batch->mutable_indices()->Add(indices.begin(), indices.end());
-      }
-    }
-  }
+  std::vector<std::vector<std::vector<int64_t>>> shards;
+  EvalRequests("test", spec.data().limit_test_samples(), 0, &requests, &shards);
+  for (v1::StepRequest& request : requests) request.set_return_outputs(true);
   DTRAIN_RETURN_IF_ERROR(OnEveryWorker(
       "predict_step",
       [&](int i, grpc::ClientContext* context) {
@@ -621,9 +608,13 @@ absl::Status Trainer::Run() {
       DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(options_.checkpoint_dir + "/last.ckpt",
                                             progress_.epoch()));
     }
-    if (stage == "validate") DTRAIN_RETURN_IF_ERROR(EvaluateAndReport("val", /*test=*/false));
+    std::map<std::string, double> overall;
+    std::vector<std::map<std::string, double>> per_rank;
+    if (stage == "validate") {
+      DTRAIN_RETURN_IF_ERROR(EvaluateAndReport("val", /*test=*/false, &overall, &per_rank));
+    }
     if ((stage == "fit" && !spec.trainer().skip_test()) || stage == "test") {
-      DTRAIN_RETURN_IF_ERROR(EvaluateAndReport("test", /*test=*/true));
+      DTRAIN_RETURN_IF_ERROR(EvaluateAndReport("test", /*test=*/true, &overall, &per_rank));
     }
     if (stage == "predict") DTRAIN_RETURN_IF_ERROR(Predict());
     progress_.set_phase("done");

@@ -78,8 +78,15 @@ class Trainer {
                         std::map<std::string, double>* overall,
                         std::vector<std::map<std::string, double>>* per_rank);
   absl::Status ValidateAndMaybeStop(int64_t epoch, bool* stop);
-  // Runs `split` through the model's test_step (or validation_step) and reports its metrics.
-  absl::Status EvaluateAndReport(const std::string& split, bool test);
+  // Evaluate, then reports the metrics and logs them (validation during fit and the stages).
+  absl::Status EvaluateAndReport(const std::string& split, bool test,
+                                 std::map<std::string, double>* overall,
+                                 std::vector<std::map<std::string, double>>* per_rank);
+  // One evaluation request per worker: each rank's unpadded shard of `split` in batches (at
+  // most limit_batches, 0: all); `shards` (optional) receives each rank's batches' indices.
+  void EvalRequests(const std::string& split, int64_t limit_samples, int64_t limit_batches,
+                    std::vector<v1::StepRequest>* requests,
+                    std::vector<std::vector<std::vector<int64_t>>>* shards) const;
   // predict_step over the test split; writes <output_dir>/predictions.csv.
   absl::Status Predict();
   absl::Status SaveCheckpoint(const std::string& path, int64_t epoch);
