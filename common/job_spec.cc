@@ -159,6 +159,8 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (t->log_every_n_steps() == 0) t->set_log_every_n_steps(10);
   if (t->log_every_n_steps() < 0) return Bad("trainer.log_every_n_steps", "must be > 0");
   if (t->limit_val_batches() < 0) return Bad("trainer.limit_val_batches", "must be >= 0");
+  if (t->bucket_cap_mb() == 0) t->set_bucket_cap_mb(25);
+  if (absl::Status s = Range("trainer.bucket_cap_mb", t->bucket_cap_mb(), 0.001, 4096); !s.ok()) return s;
 
   v1::OptimizerSpec* o = spec->mutable_optimizer();
   if (absl::Status s = OneOf("optimizer.name", o->mutable_name(), {"sgd", "adam", "adamw"}, "sgd", "optimizer");

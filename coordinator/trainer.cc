@@ -102,6 +102,7 @@ absl::Status Trainer::Setup() {
   request.set_accumulate_grad_batches(t.accumulate_grad_batches());
   request.set_gradient_clip_val(t.gradient_clip_val());
   request.set_gradient_clip_algorithm(t.gradient_clip_algorithm());
+  request.set_bucket_bytes(static_cast<int64_t>(t.bucket_cap_mb() * (1 << 20)));
   v1::GroupSpec* group = request.mutable_group();
   group->set_coordinator(options_.coordinator);
   group->set_group(options_.job_id);

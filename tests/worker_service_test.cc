@@ -228,7 +228,10 @@ TEST_P(WorkerServiceBackendTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) 
   std::vector<v1::SetupResponse> setups(2);
   std::vector<absl::Status> statuses(2);
   Parallel(2, [&](int i) {
-    statuses[i] = Setup(*ranks[i], Distributed("ddp-eq", "ddp", 2), &setups[i]);
+    v1::SetupRequest request = Distributed("ddp-eq", "ddp", 2);
+    // Small buckets, so that several all_reduces overlap with backward.
+    request.set_bucket_bytes(64 * 1024);
+    statuses[i] = Setup(*ranks[i], request, &setups[i]);
   });
   ASSERT_TRUE(statuses[0].ok()) << statuses[0];
   ASSERT_TRUE(statuses[1].ok()) << statuses[1];

@@ -411,6 +411,7 @@ absl::Status TrainSlice(LightningModule& model, GradientSync* sync, int rank, in
       auto loss = model.TrainingStep(
           c10::ivalue::Tuple::create({x.index({slice}), y.index({slice})}), step);
       if (!loss.ok()) return loss.status();
+      if (sync != nullptr && m == accumulate - 1) sync->ExpectSync();
       (*loss / accumulate).backward();
     }
     if (sync != nullptr) {
@@ -427,7 +428,7 @@ TEST(DataParallel, TwoRanksOfBatchB_EqualOneRankOfBatch2B) {
   constexpr int kSteps = 20;
   constexpr int64_t kGlobalBatch = 32;
   std::vector<std::vector<torch::Tensor>> trained(2);
-  std::vector<size_t> buckets(2);
+  std::vector<size_t> buckets(2), overlapped(2);
   auto statuses = testing::RunRanks(coordinator->address(), "ddp", 2, [&](ProcessGroup& pg) {
     // Different seeds on purpose: the broadcast from rank 0 must make them identical.
     auto model = BuiltinModel("mlp", 100 + pg.rank());
@@ -441,11 +442,15 @@ TEST(DataParallel, TwoRanksOfBatchB_EqualOneRankOfBatch2B) {
     }
     trained[pg.rank()] = model->Parameters();
     buckets[pg.rank()] = sync.bucket_count();
+    overlapped[pg.rank()] = sync.started_during_backward();
     return absl::OkStatus();
   });
   for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
-  // mlp: fc1 weight 784 KiB alone, then fc1 bias + fc2 (~11 KiB): 2 buckets for 4 parameters.
+  // mlp, packed in reverse: fc2 + fc1 bias (~11 KiB), then fc1 weight (784 KiB) alone: 2
+  // buckets for 4 parameters. Both started from the autograd hooks, during backward.
   EXPECT_EQ(buckets[0], 2u);
+  EXPECT_EQ(overlapped[0], 2u);
+  EXPECT_EQ(overlapped[1], 2u);
 
   auto single = BuiltinModel("mlp", 100);
   ASSERT_TRUE(single.ok());
@@ -880,6 +885,36 @@ TEST_P(BackendConformance, GradientSyncAveragesAcrossRanks) {
     return torch::equal(model->Parameters()[0], reference->Parameters()[0])
                ? absl::OkStatus()
                : absl::InternalError("parameters are not rank 0's after the broadcast");
+  });
+}
+
+// Overlap with backward when ranks produce gradients in different orders: rank 0's backward
+// touches only bucket 0 (fc2 and fc1's bias), rank 1's only bucket 1 (fc1's weight). Rank 0
+// starts bucket 0 from its hook; rank 1 may not start bucket 1 before bucket 0, so both of its
+// buckets start when the round closes. The collectives still match, and a gradient that never
+// came counts as zeros.
+TEST_P(BackendConformance, OverlappedBucketsMatchAcrossRanksWhateverTheReadinessOrder) {
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    auto model = BuiltinModel("mlp", 100);
+    if (!model.ok()) return model.status();
+    std::vector<torch::Tensor> p = model->Parameters();  // fc1.w, fc1.b, fc2.w, fc2.b
+    GradientSync sync(&b, p, /*bucket_bytes=*/256 * 1024);
+    if (sync.bucket_count() != 2) return absl::InternalError("expected 2 buckets");
+    sync.ExpectSync();
+    torch::Tensor loss = b.rank() == 0 ? (2 * (p[1].sum() + p[2].sum() + p[3].sum()))
+                                       : 4 * p[0].sum();
+    loss.backward();
+    const size_t started = sync.started_during_backward();
+    if (auto s = sync.AverageGradients(); !s.ok()) return s;
+    if (started != (b.rank() == 0 ? 1u : 0u)) {
+      return absl::InternalError(absl::StrCat("rank ", b.rank(), " started ", started,
+                                              " buckets during backward"));
+    }
+    const bool means = torch::allclose(p[0].grad(), torch::full_like(p[0], 2.0f)) &&
+                       torch::allclose(p[1].grad(), torch::full_like(p[1], 1.0f)) &&
+                       torch::allclose(p[2].grad(), torch::full_like(p[2], 1.0f)) &&
+                       torch::allclose(p[3].grad(), torch::full_like(p[3], 1.0f));
+    return means ? absl::OkStatus() : absl::InternalError("gradients are not the mean over ranks");
   });
 }
 

@@ -136,6 +136,7 @@ absl::Status Accelerator::Backward(const torch::Tensor& closure_loss, bool shoul
   DTRAIN_RETURN_IF_ERROR(GuardTorch("backward failed", [&]() -> absl::Status {
     LossScaler* scaler = precision_->scaler();
     torch::Tensor loss = scaler != nullptr ? scaler->Scale(closure_loss) : closure_loss;
+    strategy_->PreBackward(should_accumulate);
     loss.backward();
     return absl::OkStatus();
   }));

@@ -19,6 +19,10 @@ absl::Status DdpStrategy::Setup(LightningModule* model, const OptimizerConfig& o
   return SyncModel(model);
 }
 
+void DdpStrategy::PreBackward(bool should_accumulate) {
+  if (!should_accumulate) sync_->ExpectSync();
+}
+
 absl::Status DdpStrategy::PostBackward(bool should_accumulate) {
   // While accumulating, gradients stay local (as under DDP's no_sync); the window's last
   // backward averages the sum of the window's gradients.

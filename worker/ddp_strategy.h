@@ -19,6 +19,7 @@ class DdpStrategy : public Strategy {
 
   std::string name() const override { return StrategyName(options_.kind); }
   absl::Status Setup(LightningModule* model, const OptimizerConfig& optimizer) override;
+  void PreBackward(bool should_accumulate) override;
   absl::Status PostBackward(bool should_accumulate) override;
 
   const GradientSync& gradient_sync() const { return *sync_; }

@@ -49,48 +49,181 @@ absl::Status BroadcastTensors(CollectiveBackend* backend,
   return flush();
 }
 
+class GradientSync::ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(GradientSync* sync, size_t parameter) : sync_(sync), parameter_(parameter) {}
+  // Runs after the accumulator has added this backward's gradient into .grad.
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    sync_->MarkReady(parameter_);
+    return outputs;
+  }
+
+ private:
+  GradientSync* const sync_;
+  const size_t parameter_;
+};
+
 GradientSync::GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor> parameters,
                            int64_t bucket_bytes)
     : backend_(backend), parameters_(std::move(parameters)) {
-  // Consecutive parameters of one dtype share a bucket until it would exceed bucket_bytes.
+  // Consecutive parameters (in reverse: the order backward produces their gradients) of one
+  // dtype share a bucket until it would exceed its cap.
+  bucket_of_.resize(parameters_.size());
   int64_t filled = 0;
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    const torch::Tensor& p = parameters_[i];
+  for (size_t k = parameters_.size(); k-- > 0;) {
+    const torch::Tensor& p = parameters_[k];
     const int64_t bytes = p.numel() * p.element_size();
+    const int64_t cap =
+        buckets_.size() == 1 ? std::min(bucket_bytes, kDefaultFirstBucketBytes) : bucket_bytes;
     const bool new_bucket =
-        buckets_.empty() || filled + bytes > bucket_bytes ||
-        parameters_[buckets_.back().back()].scalar_type() != p.scalar_type();
+        buckets_.empty() || filled + bytes > cap ||
+        parameters_[buckets_.back().parameters.back()].scalar_type() != p.scalar_type();
     if (new_bucket) {
       buckets_.emplace_back();
       filled = 0;
     }
-    buckets_.back().push_back(i);
+    buckets_.back().parameters.push_back(k);
+    bucket_of_[k] = buckets_.size() - 1;
     filled += bytes;
   }
+  for (Bucket& bucket : buckets_) {
+    int64_t numel = 0;
+    for (size_t i : bucket.parameters) numel += parameters_[i].numel();
+    const torch::Tensor& first = parameters_[bucket.parameters.front()];
+    bucket.flat = torch::empty({numel}, first.options().requires_grad(false));
+  }
+  ready_.assign(parameters_.size(), false);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!parameters_[i].requires_grad()) continue;
+    std::shared_ptr<torch::autograd::Node> accumulator =
+        torch::autograd::impl::grad_accumulator(parameters_[i]);
+    if (accumulator == nullptr) continue;
+    const uintptr_t key = accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i));
+    hooks_.emplace_back(std::move(accumulator), key);
+  }
+  communication_ = std::thread([this] { CommunicationLoop(); });
+}
+
+GradientSync::~GradientSync() {
+  for (auto& [accumulator, key] : hooks_) accumulator->del_post_hook(key);
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  communication_.join();
 }
 
 absl::Status GradientSync::BroadcastParameters(int src) {
-  for (const std::vector<size_t>& bucket : buckets_) {
+  for (const Bucket& bucket : buckets_) {
     std::vector<torch::Tensor> tensors;
-    for (size_t i : bucket) tensors.push_back(parameters_[i]);
+    for (size_t i : bucket.parameters) tensors.push_back(parameters_[i]);
     DTRAIN_RETURN_IF_ERROR(BroadcastTensors(backend_, tensors, src));
   }
   return absl::OkStatus();
 }
 
+void GradientSync::ExpectSync() {
+  absl::MutexLock lock(&mu_);
+  BeginRound();
+  armed_ = true;
+}
+
+void GradientSync::BeginRound() {
+  // A round abandoned mid-way (backward threw) may still have buckets in flight.
+  mu_.Await(absl::Condition(
+      +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->queued_; },
+      this));
+  ready_.assign(parameters_.size(), false);
+  for (Bucket& bucket : buckets_) bucket.pending = bucket.parameters.size();
+  next_start_ = queued_ = finished_ = started_in_hooks_ = 0;
+  round_status_ = absl::OkStatus();
+}
+
+void GradientSync::MarkReady(size_t parameter) {
+  absl::MutexLock lock(&mu_);
+  if (!armed_ || ready_[parameter]) return;
+  ready_[parameter] = true;
+  --buckets_[bucket_of_[parameter]].pending;
+  StartReadyBuckets(/*from_hook=*/true);
+}
+
+void GradientSync::StartReadyBuckets(bool from_hook) {
+  torch::NoGradGuard no_grad;
+  while (next_start_ < buckets_.size() && buckets_[next_start_].pending == 0) {
+    Bucket& bucket = buckets_[next_start_];
+    int64_t offset = 0;
+    for (size_t i : bucket.parameters) {
+      const torch::Tensor& p = parameters_[i];
+      torch::Tensor slice = bucket.flat.slice(0, offset, offset + p.numel());
+      if (p.grad().defined()) {
+        slice.copy_(p.grad().reshape({-1}));
+      } else {
+        slice.zero_();
+      }
+      offset += p.numel();
+    }
+    ++next_start_;
+    ++queued_;
+    if (from_hook) ++started_in_hooks_;
+  }
+}
+
+void GradientSync::CommunicationLoop() {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    mu_.Await(absl::Condition(
+        +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return s->stopping_ || s->queued_ > s->finished_;
+        },
+        this));
+    if (queued_ == finished_) return;  // stopping, nothing in flight
+    Bucket& bucket = buckets_[finished_];
+    if (round_status_.ok()) {
+      // After a failure the remaining buckets are skipped: the group is broken anyway, and
+      // the first error is the one worth reporting.
+      mu_.Unlock();
+      absl::Status status = backend_->AllReduce(bucket.flat, v1::REDUCE_OP_MEAN);
+      mu_.Lock();
+      if (!status.ok()) round_status_ = std::move(status);
+    }
+    ++finished_;
+  }
+}
+
 absl::Status GradientSync::AverageGradients() {
-  for (const std::vector<size_t>& bucket : buckets_) {
-    std::vector<torch::Tensor> grads;
-    for (size_t i : bucket) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!armed_) BeginRound();
+    armed_ = false;
+    // Parameters whose gradient never came (unused in this forward) close their buckets now.
+    for (Bucket& bucket : buckets_) bucket.pending = 0;
+    StartReadyBuckets(/*from_hook=*/false);
+    mu_.Await(absl::Condition(
+        +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return s->finished_ == s->buckets_.size();
+        },
+        this));
+    status = round_status_;
+  }
+  if (!status.ok()) return status;
+  torch::NoGradGuard no_grad;
+  for (const Bucket& bucket : buckets_) {
+    int64_t offset = 0;
+    for (size_t i : bucket.parameters) {
       torch::Tensor& p = parameters_[i];
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      grads.push_back(p.grad());
+      p.mutable_grad().copy_(bucket.flat.slice(0, offset, offset + p.numel()).view(p.sizes()));
+      offset += p.numel();
     }
-    DTRAIN_RETURN_IF_ERROR(OverFlat(grads, [&](torch::Tensor& flat) {
-      return backend_->AllReduce(flat, v1::REDUCE_OP_MEAN);
-    }));
   }
   return absl::OkStatus();
+}
+
+size_t GradientSync::started_during_backward() const {
+  absl::MutexLock lock(&mu_);
+  return started_in_hooks_;
 }
 
 }  // namespace dtrain

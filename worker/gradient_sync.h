@@ -1,22 +1,42 @@
-// DDP's data-parallel glue over the coordinator's collectives: parameters broadcast from one
-// rank so every rank starts identical, and gradients averaged across ranks after backward, in
-// buckets (parameters packed, in order and by dtype, into flat buffers of at most
-// bucket_bytes), never one collective per parameter.
+// DDP's data-parallel glue over a CollectiveBackend: parameters broadcast from one rank so every
+// rank starts identical, and gradients averaged across ranks in buckets (parameters packed, in
+// reverse order and by dtype, into flat buffers of at most bucket_bytes), never one collective
+// per parameter.
 //
-// Thread-safety: one thread at a time (it issues collectives in order).
+// Overlap with backward (as torch's c10d::Reducer): after ExpectSync(), an autograd post-hook on
+// each parameter's gradient accumulator marks it ready; when a bucket's last gradient is ready,
+// its values are copied into the bucket's flat buffer and its all_reduce starts on a
+// communication thread while backward computes the gradients of earlier layers. Buckets start
+// strictly in index order on every rank, so the collectives match across ranks even when
+// gradients become ready in a different order (or not at all: an unused parameter contributes
+// zeros when AverageGradients() closes the round). Reverse parameter order makes the first
+// bucket the one backward finishes first; it is capped at 1 MiB as in torch so that
+// communication starts early.
+//
+// Thread-safety: one caller thread (the one that runs backward); the communication thread is
+// internal.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include <torch/types.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "worker/collective_backend.h"
+
+namespace torch::autograd {
+struct Node;
+}
 
 namespace dtrain {
 
-inline constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;  // as torch DDP
+inline constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;     // as torch DDP
+inline constexpr int64_t kDefaultFirstBucketBytes = int64_t{1} << 20;  // as torch DDP
 
 // Overwrites `tensors` with rank `src`'s values, packed into one broadcast.
 absl::Status BroadcastTensors(CollectiveBackend* backend, const std::vector<torch::Tensor>& tensors,
@@ -27,20 +47,57 @@ class GradientSync {
   // `parameters` are taken in order; all ranks must pass the same list (names, shapes, dtypes).
   GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor> parameters,
                int64_t bucket_bytes = kDefaultBucketBytes);
+  ~GradientSync();
+  GradientSync(const GradientSync&) = delete;
+  GradientSync& operator=(const GradientSync&) = delete;
 
   // Overwrites every parameter with rank `src`'s values.
   absl::Status BroadcastParameters(int src = 0);
 
-  // Replaces each gradient by its mean over ranks (a missing gradient counts as zeros).
+  // Announces that the next backward ends an optimizer step: its buckets are all-reduced as
+  // they become ready. Without it, AverageGradients() does all the work after backward.
+  void ExpectSync();
+
+  // Replaces each gradient by its mean over ranks (a missing gradient counts as zeros): starts
+  // the buckets not yet started, waits for all of them and writes the means back.
   absl::Status AverageGradients();
 
   // How the parameters were packed: number of buckets (one collective each).
   size_t bucket_count() const { return buckets_.size(); }
+  // How many buckets of the last AverageGradients() round were started from the autograd
+  // hooks, i.e. while backward was still running.
+  size_t started_during_backward() const;
 
  private:
+  class ReadyHook;
+  struct Bucket {
+    std::vector<size_t> parameters;  // indices into parameters_
+    torch::Tensor flat;              // the collective's buffer, allocated once
+    size_t pending = 0;              // gradients not yet ready in this round
+  };
+
+  void BeginRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkReady(size_t parameter);
+  // Copies each startable bucket's gradients into its flat buffer and queues its all_reduce.
+  void StartReadyBuckets(bool from_hook) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CommunicationLoop();
+
   CollectiveBackend* const backend_;
   std::vector<torch::Tensor> parameters_;
-  std::vector<std::vector<size_t>> buckets_;  // indices into parameters_
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;  // parameter index -> bucket index
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+
+  mutable absl::Mutex mu_;
+  bool armed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<bool> ready_ ABSL_GUARDED_BY(mu_);  // per parameter, this round
+  size_t next_start_ ABSL_GUARDED_BY(mu_) = 0;     // buckets start in index order
+  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;         // buckets handed to the thread
+  size_t finished_ ABSL_GUARDED_BY(mu_) = 0;       // buckets the thread is done with
+  size_t started_in_hooks_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status round_status_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread communication_;
 };
 
 }  // namespace dtrain

@@ -76,7 +76,9 @@ class Strategy {
   virtual torch::Tensor TrainingStepEnd(torch::Tensor output) { return output; }
   virtual StepOutput EvalStepEnd(StepOutput output) { return output; }
 
-  // After loss.backward(): ddp averages gradients across ranks unless accumulating.
+  // Around loss.backward(): ddp averages gradients across ranks unless accumulating, starting
+  // each bucket's all_reduce during backward as soon as its gradients are ready.
+  virtual void PreBackward(bool should_accumulate) {}
   virtual absl::Status PostBackward(bool should_accumulate) { return absl::OkStatus(); }
   virtual absl::Status OptimizerStep();
   virtual void OptimizerZeroGrad();
