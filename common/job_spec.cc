@@ -152,7 +152,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
                                                    " runs in one process; use 1 worker or strategy ddp"));
   }
   if (t->collective_timeout_ms() < 0) return Bad("trainer.collective_timeout_ms", "must be >= 0");
-  if (absl::Status s = OneOf("trainer.collective_backend", t->mutable_collective_backend(), {"grpc", "gloo"}, "grpc",
+  if (absl::Status s = OneOf("trainer.collective_backend", t->mutable_collective_backend(), {"grpc", "gloo", "shm"}, "grpc",
                              "collective backend"); !s.ok()) return s;
   if (t->batches_per_call() == 0) t->set_batches_per_call(16);
   if (absl::Status s = Range("trainer.batches_per_call", t->batches_per_call(), 1, 4096); !s.ok()) return s;

@@ -449,7 +449,7 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
 }
 
 // A worker killed mid-job: its peer's next step fails, naming the dead rank, within the
-// heartbeat timeout (1 s here), over either backend.
+// heartbeat timeout (1 s here), over every backend.
 TEST_P(WorkerServiceBackendTest, DeadPeer_NamedToTheSurvivor) {
   auto a = StartWorker(), b = StartWorker();
   ASSERT_TRUE(a && b);
@@ -474,7 +474,7 @@ TEST_P(WorkerServiceBackendTest, DeadPeer_NamedToTheSurvivor) {
   EXPECT_EQ(Health(*ranks[0]).state(), v1::HealthResponse::IDLE);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, WorkerServiceBackendTest, ::testing::Values("grpc", "gloo"));
+INSTANTIATE_TEST_SUITE_P(Backends, WorkerServiceBackendTest, ::testing::Values("grpc", "gloo", "shm"));
 
 // Writes a TorchScript module with forward but no training_step.
 std::string ModelWithoutTrainingStep() {

@@ -31,6 +31,7 @@
 #include "worker/model_zoo.h"
 #include "worker/optimizers.h"
 #include "worker/precision.h"
+#include "worker/shared_memory_collective_backend.h"
 #include "worker/sharded_optimizer.h"
 #include "worker/tensor_convert.h"
 
@@ -800,26 +801,35 @@ TEST(Dataset, CorruptIdxFiles_ClearErrors) {
   EXPECT_THAT(std::string(short_file.status().message()), HasSubstr("should hold 16 values"));
 }
 
-// The same semantics from every collective backend: the coordinator's gRPC collectives and
-// Gloo peer to peer.
+// Makes the named backend ("grpc", "gloo" or "shm") over a joined group.
+absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeBackend(const std::string& kind,
+                                                               const std::string& address,
+                                                               ProcessGroup* pg,
+                                                               absl::Duration timeout) {
+  if (kind == "grpc") return std::unique_ptr<CollectiveBackend>(new GrpcCollectiveBackend(pg));
+  auto gloo = GlooCollectiveBackend::Make(address, pg, timeout);
+  if (!gloo.ok() || kind == "gloo") return gloo;
+  auto shm = SharedMemoryCollectiveBackend::Make(std::move(*gloo), timeout);
+  if (!shm.ok()) return shm.status();
+  // On one machine the shared-memory path must be the one under test.
+  if (!(*shm)->active()) return absl::InternalError("shm inactive: " + (*shm)->fallback_reason());
+  return shm;
+}
+
+// The same semantics from every collective backend: the coordinator's gRPC collectives, Gloo
+// peer to peer, and shared memory between same-host ranks.
 class BackendConformance : public ::testing::TestWithParam<std::string> {
  protected:
-  // Runs `body` on 2 ranks, each with this test's backend over its group.
-  void RunOnBackends(const std::function<absl::Status(CollectiveBackend&)>& body) {
+  // Runs `body` on `world` ranks, each with this test's backend over its group.
+  void RunOnBackends(const std::function<absl::Status(CollectiveBackend&)>& body, int world = 2) {
     auto coordinator = testing::StartCoordinator();
     ASSERT_NE(coordinator, nullptr);
     const std::string address = coordinator->address();
-    auto statuses = testing::RunRanks(address, "conformance-" + GetParam(), 2,
+    auto statuses = testing::RunRanks(address, "conformance-" + GetParam(), world,
                                       [&](ProcessGroup& pg) -> absl::Status {
-      std::unique_ptr<CollectiveBackend> backend;
-      if (GetParam() == "gloo") {
-        auto gloo = GlooCollectiveBackend::Make(address, &pg, absl::Seconds(30));
-        if (!gloo.ok()) return gloo.status();
-        backend = std::move(*gloo);
-      } else {
-        backend = std::make_unique<GrpcCollectiveBackend>(&pg);
-      }
-      return body(*backend);
+      auto backend = MakeBackend(GetParam(), address, &pg, absl::Seconds(30));
+      if (!backend.ok()) return backend.status();
+      return body(**backend);
     });
     for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
   }
@@ -918,7 +928,80 @@ TEST_P(BackendConformance, OverlappedBucketsMatchAcrossRanksWhateverTheReadiness
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::Values("grpc", "gloo"));
+// Tensors larger than one shared-memory slot (4 MiB) go in several chunks, on 3 ranks so that
+// partitions are uneven; values are integers so that float sums are exact.
+TEST_P(BackendConformance, LargeAllReducesAcrossChunks_ExactOnEveryRank) {
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    const int64_t n = 3'000'001;  // 12 MB of float32, an odd count
+    const torch::Tensor index = torch::arange(n, torch::kFloat32).remainder(1000);
+    const double r = b.rank();
+    torch::Tensor sum = index + r;
+    if (auto s = b.AllReduce(sum, v1::REDUCE_OP_SUM); !s.ok()) return s;
+    torch::Tensor mean = (index * (r + 1)).to(torch::kFloat64);
+    if (auto s = b.AllReduce(mean, v1::REDUCE_OP_MEAN); !s.ok()) return s;
+    torch::Tensor max = index * (r - 1);  // ranks 0..2: -index, 0, index
+    if (auto s = b.AllReduce(max, v1::REDUCE_OP_MAX); !s.ok()) return s;
+    torch::Tensor min = index * (r - 1);
+    if (auto s = b.AllReduce(min, v1::REDUCE_OP_MIN); !s.ok()) return s;
+    // A non-contiguous tensor is reduced in place too.
+    torch::Tensor strided = torch::full({4, 6}, static_cast<float>(r + 1)).t();
+    if (auto s = b.AllReduce(strided, v1::REDUCE_OP_SUM); !s.ok()) return s;
+    const bool ok = torch::equal(sum, index * 3 + 3) &&
+                    torch::equal(mean, (index * 2).to(torch::kFloat64)) &&
+                    torch::equal(max, index) && torch::equal(min, -index) &&
+                    torch::equal(strided, torch::full({6, 4}, 6.0f));
+    return ok ? absl::OkStatus()
+              : absl::InternalError(absl::StrCat("rank ", b.rank(), ": wrong reduction"));
+  }, /*world=*/3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::Values("grpc", "gloo", "shm"));
+
+// Shared memory is loud on misuse: ranks whose calls differ all get FAILED_PRECONDITION
+// naming both calls, later calls fail at once, and a rank that never comes is named at the
+// deadline.
+TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const std::string address = coordinator->address();
+  std::vector<absl::Status> mismatch(2), after(2);
+  auto statuses = testing::RunRanks(address, "shm-mismatch", 2, [&](ProcessGroup& pg) -> absl::Status {
+    auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));
+    if (!backend.ok()) return backend.status();
+    torch::Tensor t = torch::ones({pg.rank() == 0 ? 100 : 200});
+    mismatch[pg.rank()] = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
+    after[pg.rank()] = (*backend)->Barrier("after");
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(mismatch[r].code(), absl::StatusCode::kFailedPrecondition) << mismatch[r];
+    EXPECT_THAT(std::string(mismatch[r].message()), HasSubstr("all_reduce of 100 Float REDUCE_OP_SUM"));
+    EXPECT_THAT(std::string(mismatch[r].message()), HasSubstr("all_reduce of 200 Float REDUCE_OP_SUM"));
+    EXPECT_EQ(after[r].code(), absl::StatusCode::kFailedPrecondition) << after[r];
+  }
+
+  absl::Status waited;
+  absl::Duration took;
+  statuses = testing::RunRanks(address, "shm-missing", 2, [&](ProcessGroup& pg) -> absl::Status {
+    auto backend = MakeBackend("shm", address, &pg, absl::Seconds(2));
+    if (!backend.ok()) return backend.status();
+    if (pg.rank() == 1) {
+      absl::SleepFor(absl::Seconds(4));  // alive (heartbeating) but never calls
+      return absl::OkStatus();
+    }
+    torch::Tensor t = torch::ones({1000});
+    const absl::Time start = absl::Now();
+    waited = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
+    took = absl::Now() - start;
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
+  EXPECT_THAT(std::string(waited.message()), HasSubstr("rank(s) 1 did not arrive within 2s"));
+  EXPECT_GE(took, absl::Seconds(2));
+  EXPECT_LT(took, absl::Seconds(4));
+}
 
 }  // namespace
 }  // namespace dtrain

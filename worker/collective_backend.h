@@ -26,6 +26,8 @@ class CollectiveBackend {
   virtual int world_size() const = 0;
   virtual int local_rank() const = 0;
   virtual int node_rank() const = 0;
+  // The coordinator's verdict on the group: not OK once a member died or left (named).
+  virtual absl::Status health() const = 0;
 
   virtual absl::Status Barrier(const std::string& name) = 0;
   // Overwrites `tensor` (same shape and dtype on every rank) with rank src's values.
@@ -55,6 +57,7 @@ class GrpcCollectiveBackend : public CollectiveBackend {
   int world_size() const override { return group_->world_size(); }
   int local_rank() const override { return group_->local_rank(); }
   int node_rank() const override { return group_->node_rank(); }
+  absl::Status health() const override { return group_->health(); }
 
   absl::Status Barrier(const std::string& name) override { return group_->Barrier(name); }
   absl::Status Broadcast(torch::Tensor& tensor, int src) override;
@@ -83,6 +86,7 @@ class LocalCollectiveBackend : public CollectiveBackend {
   int world_size() const override { return 1; }
   int local_rank() const override { return 0; }
   int node_rank() const override { return 0; }
+  absl::Status health() const override { return absl::OkStatus(); }
   absl::Status Barrier(const std::string&) override { return absl::OkStatus(); }
   absl::Status Broadcast(torch::Tensor&, int src) override;
   absl::StatusOr<std::string> BroadcastBytes(const std::string& bytes, int src) override;

@@ -36,6 +36,7 @@ class GlooCollectiveBackend : public CollectiveBackend {
   int world_size() const override { return group_->world_size(); }
   int local_rank() const override { return group_->local_rank(); }
   int node_rank() const override { return group_->node_rank(); }
+  absl::Status health() const override { return group_->health(); }
 
   absl::Status Barrier(const std::string& name) override;
   absl::Status Broadcast(torch::Tensor& tensor, int src) override;

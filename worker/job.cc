@@ -12,6 +12,7 @@
 #include "common/tensor.h"
 #include "worker/batch_tree.h"
 #include "worker/gloo_collective_backend.h"
+#include "worker/shared_memory_collective_backend.h"
 #include "worker/model_zoo.h"
 #include "worker/tensor_convert.h"
 #include "worker/torch_status.h"
@@ -146,9 +147,10 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
       return absl::InvalidArgumentError(absl::StrCat(
           "strategy ", StrategyName(*kind), " needs group.world_size >= 1 (the job's ranks)"));
     }
-    if (!g.backend().empty() && g.backend() != "grpc" && g.backend() != "gloo") {
+    if (!g.backend().empty() && g.backend() != "grpc" && g.backend() != "gloo" &&
+        g.backend() != "shm") {
       return absl::InvalidArgumentError(absl::StrCat(
-          "group.backend '", g.backend(), "' is not available; use grpc or gloo"));
+          "group.backend '", g.backend(), "' is not available; use grpc, gloo or shm"));
     }
     ProcessGroupOptions options;
     options.group = g.group().empty() ? request.job_id() : g.group();
@@ -167,12 +169,16 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     }
     DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> group,
                             ProcessGroup::Join(address, options));
-    if (g.backend() == "gloo") {
+    if (g.backend() == "gloo" || g.backend() == "shm") {
       const absl::Duration timeout = g.collective_timeout_ms() > 0
                                          ? absl::Milliseconds(g.collective_timeout_ms())
                                          : absl::Minutes(10);
       DTRAIN_ASSIGN_OR_RETURN(backend,
                               GlooCollectiveBackend::Make(address, std::move(group), timeout));
+      if (g.backend() == "shm") {
+        DTRAIN_ASSIGN_OR_RETURN(backend,
+                                SharedMemoryCollectiveBackend::Make(std::move(backend), timeout));
+      }
     } else {
       backend = std::make_unique<GrpcCollectiveBackend>(std::move(group));
     }

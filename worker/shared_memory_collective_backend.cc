@@ -1,0 +1,378 @@
+#include "worker/shared_memory_collective_backend.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include <torch/types.h>
+#include <torch/utils.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace dtrain {
+namespace {
+
+constexpr uint64_t kMagic = 0x6474726169E5E301ULL;  // "dtrain" shm, layout version 1
+constexpr size_t kLine = 64;
+constexpr size_t kReasonBytes = 512;
+// Room for all slots of a world within this much /dev/shm (containers often give 64 MiB).
+constexpr int64_t kSegmentBudget = int64_t{64} << 20;
+constexpr int64_t kMaxSlotBytes = int64_t{4} << 20;
+constexpr int64_t kMinSlotBytes = int64_t{64} << 10;
+
+enum class CallKind : int32_t { kBarrier = 1, kAllReduce = 2 };
+
+// What a rank is doing in its current call; every rank checks every other's after the first
+// wait of a call. Two of them per rank, by call parity: a rank cannot start call k + 2 before
+// every rank has arrived in call k + 1, i.e. finished reading call k's.
+struct Descriptor {
+  uint64_t call;
+  int64_t numel;
+  int32_t kind;
+  int32_t dtype;
+  int32_t op;
+  int32_t reserved;
+};
+
+struct alignas(kLine) Arrival {
+  std::atomic<uint64_t> count;
+  Descriptor descriptors[2];
+};
+static_assert(sizeof(Arrival) % kLine == 0);  // no two ranks share a cache line
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
+
+size_t AlignUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+std::string HostIdentity() {
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, "/", boot_id);
+}
+
+std::string DescribeCall(const Descriptor& d) {
+  if (d.kind == static_cast<int32_t>(CallKind::kBarrier)) return "barrier";
+  return absl::StrCat("all_reduce of ", d.numel, " ",
+                      c10::toString(static_cast<c10::ScalarType>(d.dtype)), " ",
+                      v1::ReduceOp_Name(static_cast<v1::ReduceOp>(d.op)));
+}
+
+}  // namespace
+
+// The header at offset 0; then one Arrival line per rank; then, page-aligned, the data:
+// buffer set b (0, 1) x slot s (0..world-1: ranks' inputs, world: the result), slot_bytes each.
+struct SharedMemoryCollectiveBackend::Segment {
+  uint64_t magic;
+  uint32_t world;
+  uint32_t reserved;
+  int64_t slot_bytes;
+  std::atomic<uint32_t> poisoned;  // 0 fine, 2 being written, 1 reason readable
+  char reason[kReasonBytes];
+
+  static size_t ArrivalsOffset() { return AlignUp(sizeof(Segment), kLine); }
+  static size_t DataOffset(int world) {
+    return AlignUp(ArrivalsOffset() + world * sizeof(Arrival), 4096);
+  }
+  static size_t Bytes(int world, int64_t slot) {
+    return DataOffset(world) + 2 * static_cast<size_t>(world + 1) * slot;
+  }
+  Arrival& arrival(int r) {
+    return reinterpret_cast<Arrival*>(reinterpret_cast<char*>(this) + ArrivalsOffset())[r];
+  }
+  char* slot(int buffer, int s) {
+    return reinterpret_cast<char*>(this) + DataOffset(world) +
+           (static_cast<size_t>(buffer) * (world + 1) + s) * slot_bytes;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<SharedMemoryCollectiveBackend>> SharedMemoryCollectiveBackend::Make(
+    std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout) {
+  std::unique_ptr<SharedMemoryCollectiveBackend> backend(
+      new SharedMemoryCollectiveBackend(std::move(inner), timeout));
+  DTRAIN_RETURN_IF_ERROR(backend->Attach());
+  if (!backend->active()) {
+    std::fprintf(stderr, "dtrain-worker: shm backend: using gloo for every collective: %s\n",
+                 backend->fallback_reason_.c_str());
+  }
+  return backend;
+}
+
+absl::Status SharedMemoryCollectiveBackend::Attach() {
+  const int world = world_size(), me = rank();
+  // 1. Are all ranks on this machine (same host name and boot)?
+  const std::string identity = HostIdentity();
+  torch::Tensor mine = torch::from_blob(const_cast<char*>(identity.data()),
+                                        {static_cast<int64_t>(identity.size())}, torch::kUInt8)
+                           .clone();
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> identities, inner_->AllGather(mine));
+  for (int r = 0; r < world; ++r) {
+    const torch::Tensor& t = identities[r];
+    const std::string other(reinterpret_cast<const char*>(t.data_ptr()), t.numel());
+    if (other != identity) {
+      fallback_reason_ = absl::StrCat("rank ", r, " runs on another host (", other, ", not ",
+                                      identity, ")");
+      return absl::OkStatus();
+    }
+  }
+  // 2. Rank 0 makes the segment and reserves its memory (so that a full /dev/shm is an error
+  // here, not a SIGBUS later); the others map it by name.
+  slot_bytes_ = std::clamp<int64_t>(kSegmentBudget / (2 * (world + 1)) / 4096 * 4096,
+                                    kMinSlotBytes, kMaxSlotBytes);
+  const size_t bytes = Segment::Bytes(world, slot_bytes_);
+  std::string name, error;
+  int fd = -1;
+  if (me == 0) {
+    std::random_device random;
+    name = absl::StrCat("/dtrain-", getpid(), "-", absl::Hex(random(), absl::kZeroPad8),
+                        absl::Hex(random(), absl::kZeroPad8));
+    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      error = absl::StrCat("shm_open ", name, ": ", std::strerror(errno));
+    } else if (int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0) {
+      error = absl::StrCat("reserving ", bytes, " bytes of /dev/shm: ", std::strerror(e));
+    }
+  }
+  DTRAIN_ASSIGN_OR_RETURN(std::string shared, inner_->BroadcastBytes(error.empty() ? name : "!" + error, 0));
+  if (!shared.empty() && shared[0] == '!') {
+    fallback_reason_ = shared.substr(1);
+  } else {
+    if (me != 0) {
+      name = shared;
+      fd = shm_open(name.c_str(), O_RDWR, 0);
+      if (fd < 0) error = absl::StrCat("shm_open ", name, ": ", std::strerror(errno));
+    }
+    if (fd >= 0) {
+      struct stat st {};
+      if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
+        error = absl::StrCat("segment ", name, " is smaller than ", bytes, " bytes");
+      } else {
+        void* at = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (at == MAP_FAILED) {
+          error = absl::StrCat("mmap ", name, ": ", std::strerror(errno));
+        } else {
+          segment_ = static_cast<Segment*>(at);
+          mapped_bytes_ = bytes;
+        }
+      }
+    }
+  }
+  if (fd >= 0) close(fd);
+  if (me == 0 && segment_ != nullptr) {
+    segment_->magic = kMagic;
+    segment_->world = static_cast<uint32_t>(world);
+    segment_->slot_bytes = slot_bytes_;
+    new (&segment_->poisoned) std::atomic<uint32_t>(0);
+    for (int r = 0; r < world; ++r) new (&segment_->arrival(r).count) std::atomic<uint64_t>(0);
+  }
+  // 3. Everyone mapped it, or nobody uses it. After this, the name can go: the mappings keep
+  // the memory, and a crash cannot leak it.
+  torch::Tensor ok = torch::tensor({segment_ != nullptr && error.empty() ? 1 : 0}, torch::kInt32);
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> oks, inner_->AllGather(ok));
+  if (me == 0 && !name.empty()) shm_unlink(name.c_str());
+  std::vector<int> failed;
+  for (int r = 0; r < world; ++r) {
+    if (oks[r].item<int>() == 0) failed.push_back(r);
+  }
+  if (!failed.empty() && fallback_reason_.empty()) {
+    fallback_reason_ = absl::StrCat("rank(s) ", absl::StrJoin(failed, ", "),
+                                    " could not map the shared-memory segment",
+                                    error.empty() ? "" : absl::StrCat(" (here: ", error, ")"));
+  }
+  if (!failed.empty() && segment_ != nullptr) {
+    munmap(segment_, mapped_bytes_);
+    segment_ = nullptr;
+  }
+  if (segment_ != nullptr && (segment_->magic != kMagic || segment_->world != static_cast<uint32_t>(world) ||
+                              segment_->slot_bytes != slot_bytes_)) {
+    return absl::InternalError("shared-memory segment layout differs between ranks");
+  }
+  return absl::OkStatus();
+}
+
+SharedMemoryCollectiveBackend::~SharedMemoryCollectiveBackend() {
+  if (segment_ != nullptr) munmap(segment_, mapped_bytes_);
+}
+
+absl::Status SharedMemoryCollectiveBackend::Poison(absl::Status status) {
+  uint32_t expected = 0;
+  if (segment_->poisoned.compare_exchange_strong(expected, 2)) {
+    const std::string reason = absl::StrCat("rank ", rank(), ": ", status.message());
+    std::strncpy(segment_->reason, reason.c_str(), kReasonBytes - 1);
+    segment_->poisoned.store(1, std::memory_order_release);
+  }
+  broken_ = status;
+  return status;
+}
+
+absl::Status SharedMemoryCollectiveBackend::ArriveAndWait(const char* what) {
+  if (!broken_.ok()) return broken_;
+  ++arrivals_;
+  segment_->arrival(rank()).count.store(arrivals_, std::memory_order_release);
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout_;
+  absl::Time next_health = start + absl::Milliseconds(50);
+  for (int spins = 0;; ++spins) {
+    bool all = true;
+    for (int r = 0; r < world_size() && all; ++r) {
+      all = segment_->arrival(r).count.load(std::memory_order_acquire) >= arrivals_;
+    }
+    if (all) return absl::OkStatus();
+    // Spin briefly (a peer on the other core is microseconds away), then yield the core, then
+    // sleep: a long wait (a peer writing a checkpoint) must not burn a core.
+    if (spins < 64) continue;
+    if (spins < 4096) {
+      sched_yield();
+      continue;
+    }
+    const absl::Time now = absl::Now();
+    absl::SleepFor(now - start < absl::Milliseconds(20) ? absl::Microseconds(50)
+                                                       : absl::Milliseconds(1));
+    if (uint32_t p = segment_->poisoned.load(std::memory_order_acquire); p != 0) {
+      if (p == 2) absl::SleepFor(absl::Milliseconds(1));
+      broken_ = absl::AbortedError(absl::StrCat("shm ", what, " on rank ", rank(),
+                                                ": another rank failed: ", segment_->reason));
+      return broken_;
+    }
+    if (now >= next_health) {
+      next_health = now + absl::Milliseconds(50);
+      if (absl::Status h = inner_->health(); !h.ok()) {
+        return Poison(absl::Status(h.code(), absl::StrCat("shm ", what, ": ", h.message())));
+      }
+    }
+    if (now >= deadline) {
+      std::vector<int> missing;
+      for (int r = 0; r < world_size(); ++r) {
+        if (segment_->arrival(r).count.load(std::memory_order_acquire) < arrivals_) {
+          missing.push_back(r);
+        }
+      }
+      return Poison(absl::DeadlineExceededError(absl::StrCat(
+          "shm ", what, " on rank ", rank(), ": rank(s) ", absl::StrJoin(missing, ", "),
+          " did not arrive within ", absl::FormatDuration(timeout_),
+          " (stuck, or running a different collective)")));
+    }
+  }
+}
+
+namespace {
+
+// Writes this rank's descriptor of its next call.
+void Describe(Arrival& mine, uint64_t call, CallKind kind, int64_t numel, int32_t dtype,
+              int32_t op) {
+  mine.descriptors[call % 2] = {call, numel, static_cast<int32_t>(kind), dtype, op, 0};
+}
+
+}  // namespace
+
+absl::Status SharedMemoryCollectiveBackend::Barrier(const std::string& name) {
+  if (segment_ == nullptr) return inner_->Barrier(name);
+  if (!broken_.ok()) return broken_;
+  const uint64_t call = ++calls_;
+  Describe(segment_->arrival(rank()), call, CallKind::kBarrier, 0, 0, 0);
+  DTRAIN_RETURN_IF_ERROR(ArriveAndWait("barrier"));
+  const Descriptor& mine = segment_->arrival(rank()).descriptors[call % 2];
+  for (int r = 0; r < world_size(); ++r) {
+    const Descriptor& d = segment_->arrival(r).descriptors[call % 2];
+    if (d.kind != mine.kind || d.call != call) {
+      return Poison(absl::FailedPreconditionError(absl::StrCat(
+          "mismatched collective #", call, ": rank ", rank(), " is in a barrier, rank ", r,
+          " in an ", DescribeCall(d))));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceOp op) {
+  const bool supported =
+      (tensor.scalar_type() == torch::kFloat32 || tensor.scalar_type() == torch::kFloat64) &&
+      (op == v1::REDUCE_OP_SUM || op == v1::REDUCE_OP_MEAN || op == v1::REDUCE_OP_MAX ||
+       op == v1::REDUCE_OP_MIN) &&
+      tensor.device().is_cpu();
+  if (segment_ == nullptr || !supported) return inner_->AllReduce(tensor, op);
+  if (!broken_.ok()) return broken_;
+  torch::NoGradGuard no_grad;
+  torch::Tensor flat = tensor.is_contiguous() ? tensor.view({-1}) : tensor.contiguous().view({-1});
+  DTRAIN_RETURN_IF_ERROR(ReduceChunks(flat, op));
+  if (op == v1::REDUCE_OP_MEAN) flat.div_(world_size());
+  if (!flat.is_same(tensor) && flat.data_ptr() != tensor.data_ptr()) {
+    tensor.copy_(flat.view(tensor.sizes()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1::ReduceOp op) {
+  const int world = world_size(), me = rank();
+  const uint64_t call = ++calls_;
+  const int64_t n = flat.numel();
+  Describe(segment_->arrival(me), call, CallKind::kAllReduce, n,
+           static_cast<int32_t>(flat.scalar_type()), op);
+  const int64_t per_chunk = slot_bytes_ / flat.element_size();
+  const auto options = torch::TensorOptions().dtype(flat.scalar_type());
+  auto view = [&](int buffer, int s, int64_t begin, int64_t count) {
+    return torch::from_blob(segment_->slot(buffer, s) + begin * flat.element_size(), {count},
+                            options);
+  };
+  // A chunk loop of at least one round, so that the descriptors are compared even for an
+  // empty tensor.
+  int chunk = 0;
+  for (int64_t offset = 0; chunk == 0 || offset < n; offset += per_chunk, ++chunk) {
+    const int b = chunk % 2;
+    const int64_t count = std::min(per_chunk, n - offset);
+    if (count > 0) view(b, me, 0, count).copy_(flat.slice(0, offset, offset + count));
+    DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
+    if (chunk == 0) {
+      const Descriptor& mine = segment_->arrival(me).descriptors[call % 2];
+      for (int r = 0; r < world; ++r) {
+        const Descriptor& d = segment_->arrival(r).descriptors[call % 2];
+        if (d.call != call || d.kind != mine.kind || d.numel != mine.numel ||
+            d.dtype != mine.dtype || d.op != mine.op) {
+          return Poison(absl::FailedPreconditionError(absl::StrCat(
+              "mismatched collective #", call, ": rank ", me, " is in an ", DescribeCall(mine),
+              ", rank ", r, " in a", d.kind == static_cast<int32_t>(CallKind::kBarrier) ? " " : "n ",
+              DescribeCall(d))));
+        }
+      }
+    }
+    if (count <= 0) break;
+    // This rank's partition, reduced over the ranks in rank order.
+    const int64_t begin = count * me / world, end = count * (me + 1) / world;
+    if (end > begin) {
+      torch::Tensor out = view(b, world, begin, end - begin);
+      if (world == 1) {
+        out.copy_(view(b, 0, begin, end - begin));
+      }
+      for (int r = 1; r < world; ++r) {
+        const torch::Tensor acc = r == 1 ? view(b, 0, begin, end - begin) : out;
+        const torch::Tensor in = view(b, r, begin, end - begin);
+        if (op == v1::REDUCE_OP_MAX) {
+          torch::maximum_out(out, acc, in);
+        } else if (op == v1::REDUCE_OP_MIN) {
+          torch::minimum_out(out, acc, in);
+        } else {
+          torch::add_out(out, acc, in);
+        }
+      }
+    }
+    DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
+    flat.slice(0, offset, offset + count).copy_(view(b, world, 0, count));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryCollectiveBackend::Leave() { return inner_->Leave(); }
+
+}  // namespace dtrain
