@@ -75,6 +75,7 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   absl::Status Attach();
   // Announces this rank's arrival and waits for every rank's (or fails, naming who is missing).
   absl::Status ArriveAndWait(const char* what);
+  void WakeSleepers();
   absl::Status Poison(absl::Status status);
   absl::Status ReduceChunks(torch::Tensor& flat, v1::ReduceOp op);
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A local dtrain cluster on 127.0.0.1, in the background:
-#   deploy/local/cluster.sh start [--port N] [--workers N]   a coordinator and N workers (default 2)
+#   deploy/local/cluster.sh start [--port N] [--workers N] [--threads N]   a coordinator and N workers (default 2)
 #   deploy/local/cluster.sh stop                              stops them cleanly (SIGTERM, then waits)
 #   deploy/local/cluster.sh status
 # Port 0 picks a free coordinator port. Workers listen on free ports and register themselves;
@@ -29,11 +29,12 @@ stop_one() {
 case "${1:-}" in
   start)
     shift
-    port=29610 workers=2
+    port=29610 workers=2 threads=0
     while [ $# -gt 0 ]; do
       case "$1" in
         --port) port=$2; shift 2 ;;
         --workers) workers=$2; shift 2 ;;
+        --threads) threads=$2; shift 2 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
       esac
     done
@@ -51,7 +52,7 @@ case "${1:-}" in
     address="127.0.0.1:$(cat "$state/port")"
     echo "coordinator serving on $address (log: $state/coordinator.log)"
     cores=$(nproc)
-    threads=$(( cores / workers )); [ "$threads" -ge 1 ] || threads=1
+    if [ "$threads" -le 0 ]; then threads=$(( cores / workers )); [ "$threads" -ge 1 ] || threads=1; fi
     for i in $(seq 0 $((workers - 1))); do
       rm -f "$state/worker-$i.port"
       "$bin/worker/dtrain-worker" --coordinator="$address" --listen=127.0.0.1:0 \
@@ -89,5 +90,5 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: deploy/local/cluster.sh start [--port N] [--workers N] | stop | status" >&2; exit 2 ;;
+    echo "usage: deploy/local/cluster.sh start [--port N] [--workers N] [--threads N] | stop | status" >&2; exit 2 ;;
 esac
