@@ -1,5 +1,7 @@
 #include "worker/ddp_strategy.h"
 
+#include <cstdio>
+
 #include "common/status_macros.h"
 #include "worker/torch_status.h"
 
@@ -28,6 +30,23 @@ absl::Status DdpStrategy::PostBackward(bool should_accumulate) {
   // backward averages the sum of the window's gradients.
   if (should_accumulate) return absl::OkStatus();
   return sync_->AverageGradients();
+}
+
+absl::Status DdpStrategy::Teardown() {
+  if (sync_ != nullptr && sync_->rounds() > 0) {
+    const int64_t rounds = sync_->rounds();
+    std::fprintf(stderr,
+                 "dtrain-worker: rank %d %s gradient sync over %s: %lld rounds x %zu buckets, "
+                 "%.0f%% started during backward, %.1f ms exposed after backward (%.3f ms per "
+                 "round)\n",
+                 backend_->rank(), name().c_str(), backend_->name().c_str(),
+                 static_cast<long long>(rounds), sync_->bucket_count(),
+                 100.0 * sync_->buckets_started_during_backward_total() /
+                     (rounds * static_cast<double>(sync_->bucket_count())),
+                 absl::ToDoubleMilliseconds(sync_->exposed_wait()),
+                 absl::ToDoubleMilliseconds(sync_->exposed_wait()) / rounds);
+  }
+  return Strategy::Teardown();
 }
 
 absl::Status ShardedStrategy::Setup(LightningModule* model, const OptimizerConfig& optimizer) {

@@ -21,6 +21,8 @@ class DdpStrategy : public Strategy {
   absl::Status Setup(LightningModule* model, const OptimizerConfig& optimizer) override;
   void PreBackward(bool should_accumulate) override;
   absl::Status PostBackward(bool should_accumulate) override;
+  // Logs how much of the gradient communication backward hid, then leaves the group.
+  absl::Status Teardown() override;
 
   const GradientSync& gradient_sync() const { return *sync_; }
 

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 
 namespace dtrain {
@@ -193,6 +194,7 @@ void GradientSync::CommunicationLoop() {
 
 absl::Status GradientSync::AverageGradients() {
   absl::Status status;
+  const absl::Time start = absl::Now();
   {
     absl::MutexLock lock(&mu_);
     if (!armed_) BeginRound();
@@ -206,7 +208,10 @@ absl::Status GradientSync::AverageGradients() {
         },
         this));
     status = round_status_;
+    ++rounds_;
+    overlapped_total_ += started_in_hooks_;
   }
+  exposed_wait_ += absl::Now() - start;
   if (!status.ok()) return status;
   torch::NoGradGuard no_grad;
   for (const Bucket& bucket : buckets_) {

@@ -27,6 +27,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "worker/collective_backend.h"
 
 namespace torch::autograd {
@@ -67,6 +68,11 @@ class GradientSync {
   // How many buckets of the last AverageGradients() round were started from the autograd
   // hooks, i.e. while backward was still running.
   size_t started_during_backward() const;
+  // Totals over all rounds, for the worker's log: how long AverageGradients() waited for the
+  // collectives after backward (the communication not hidden behind compute).
+  int64_t rounds() const { return rounds_; }
+  absl::Duration exposed_wait() const { return exposed_wait_; }
+  int64_t buckets_started_during_backward_total() const { return overlapped_total_; }
 
  private:
   class ReadyHook;
@@ -98,6 +104,9 @@ class GradientSync {
   absl::Status round_status_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread communication_;
+  int64_t rounds_ = 0;
+  int64_t overlapped_total_ = 0;
+  absl::Duration exposed_wait_;
 };
 
 }  // namespace dtrain

@@ -114,7 +114,7 @@ class Strategy {
   ShardedContext ModelShardedContext() const { return {}; }
 
   // Leaves the group cleanly; the strategy is unusable afterwards.
-  absl::Status Teardown();
+  virtual absl::Status Teardown();
 
   LightningModule& model() { return *model_; }
   torch::optim::Optimizer* optimizer() { return optimizer_.get(); }
