@@ -2,11 +2,13 @@
 # Installs what dtrain needs from Debian's packages; idempotent and non-interactive.
 #   deploy/install-deps.sh          build + test dependencies
 #   deploy/install-deps.sh --bench  also the benchmark peer (python3-torch)
+#   deploy/install-deps.sh --fuzz   also clang with libFuzzer (tests/fuzz/run.sh)
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
           protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libtorch-dev libgloo-dev zlib1g-dev libyaml-cpp-dev
           dataset-fashion-mnist)
 if [ "${1:-}" = "--bench" ]; then packages+=(python3 python3-torch); fi
+if [ "${1:-}" = "--fuzz" ]; then packages+=(clang); fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -159,7 +159,9 @@ TEST_P(MemberDiesTest, SurvivorsGetNamedErrorWithinHeartbeatTimeout) {
   // Rank 1 joins the collective only once the coordinator has acted on the death (rank 0 got
   // its answer): had it arrived first, all three ranks would have entered and the collective
   // would rightly have completed.
-  if (action != "idle") ASSERT_TRUE(first_answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  if (action != "idle") {
+    ASSERT_TRUE(first_answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  }
   killed.Notify();
   std::move(cleanup).Invoke();
   for (int r = 0; r < 2; ++r) {
