@@ -5,6 +5,7 @@
 #include <grpcpp/support/channel_arguments.h>
 
 #include "common/streaming.h"
+#include "common/tls_credentials.h"
 
 namespace dtrain {
 
@@ -20,7 +21,7 @@ std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address) 
   // dtrain never retries a collective transparently (a retried call would be a second
   // arrival); without the retry machinery every call is also cheaper.
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, ClientCredentials(), args);
 }
 
 }  // namespace dtrain

@@ -8,8 +8,9 @@
 
 namespace dtrain {
 
-// An insecure channel to `address` (host:port) with dtrain's message limits and keepalive,
-// so a dead coordinator is noticed even by a call that is only waiting.
+// A channel to `address` (host:port) with dtrain's message limits and keepalive, so a dead
+// coordinator is noticed even by a call that is only waiting; TLS when the process's client
+// TLS is configured (common/tls_credentials.h), plaintext otherwise. Also used for workers.
 std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address);
 
 }  // namespace dtrain

@@ -16,6 +16,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/match.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -27,6 +28,7 @@
 #include "client/job_spec_file.h"
 #include "client/metrics_plot.h"
 #include "client/progress_view.h"
+#include "common/tls_flags.h"
 #include "common/flag_names.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
@@ -72,9 +74,18 @@ std::string ToJson(const google::protobuf::Message& message) {
 int Refused(const grpc::Status& status) {
   const absl::Status s = FromGrpcStatus(status);
   if (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded) {
-    std::fprintf(stderr, "dtrain: cannot reach the coordinator at %s (%s); start one with "
-                 "deploy/local/cluster.sh start, or set --coordinator / DTRAIN_COORDINATOR\n",
-                 Address().c_str(), std::string(s.message()).c_str());
+    // A TLS server closes a plaintext or unverifiable connection at once: say so, since
+    // "start a coordinator" would send the user the wrong way.
+    const bool maybe_tls = absl::StrContains(s.message(), "Socket closed") ||
+                           absl::StrContains(s.message(), "SSL") ||
+                           absl::StrContains(s.message(), "handshake");
+    std::fprintf(stderr, "dtrain: cannot reach the coordinator at %s (%s); %s\n", Address().c_str(),
+                 std::string(s.message()).c_str(),
+                 maybe_tls ? "if it uses TLS, set --tls_ca / DTRAIN_TLS_CA to its CA (and "
+                             "--tls_cert/--tls_key or DTRAIN_TLS_CERT/DTRAIN_TLS_KEY if it "
+                             "requires client certificates)"
+                           : "start one with deploy/local/cluster.sh start, or set "
+                             "--coordinator / DTRAIN_COORDINATOR");
   } else {
     std::fprintf(stderr, "dtrain: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
                  std::string(s.message()).c_str());
@@ -334,7 +345,8 @@ constexpr char kUsageText[] =
     "  dtrain cancel JOB                  stop a job on every worker\n"
     "  dtrain workers                     registered workers\n"
     "  dtrain results JOB [--plot F.svg]  final metrics and checkpoint; curves to an SVG\n"
-    "Flags: --coordinator host:port (or DTRAIN_COORDINATOR), --output text|json";
+    "Flags: --coordinator host:port (or DTRAIN_COORDINATOR), --output text|json,\n"
+    "       --tls_ca F [--tls_cert F --tls_key F] (or DTRAIN_TLS_CA, DTRAIN_TLS_CERT, DTRAIN_TLS_KEY)";
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsageText);
@@ -348,6 +360,10 @@ int Main(int argc, char** argv) {
   }
   if (positional.size() < 2) {
     std::fprintf(stderr, "%s\n", kUsageText);
+    return kUsage;
+  }
+  if (absl::Status s = ConfigureClientTlsFromFlags(); !s.ok()) {
+    std::fprintf(stderr, "dtrain: %s\n", std::string(s.message()).c_str());
     return kUsage;
   }
   const std::string command = positional[1];

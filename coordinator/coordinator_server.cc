@@ -53,7 +53,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     CoordinatorOptions options) {
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(std::move(options)));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(server->options_.listen_address, grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(server->options_.listen_address,
+                           server->options_.credentials != nullptr
+                               ? server->options_.credentials
+                               : grpc::InsecureServerCredentials(),
                            &server->port_);
   builder.RegisterService(server->service_.get());
   builder.RegisterService(server->jobs_service_.get());

@@ -41,6 +41,8 @@ struct CoordinatorOptions {
   // Deadlines of a job's worker RPCs.
   absl::Duration job_setup_timeout = absl::Minutes(5);
   absl::Duration job_step_timeout = absl::Minutes(30);
+  // TLS for the listening port (common/tls_credentials.h); null = plaintext.
+  std::shared_ptr<grpc::ServerCredentials> credentials;
 };
 
 class CoordinatorServer {

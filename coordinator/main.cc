@@ -14,6 +14,7 @@
 #include "common/flag_names.h"
 #include "common/process_tuning.h"
 #include "common/termination_signals.h"
+#include "common/tls_flags.h"
 #include "coordinator/coordinator_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:29610",
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "dtrain-coordinator: rendezvous, collectives and key-value store over gRPC.\n"
       "Usage: dtrain-coordinator [--listen=127.0.0.1:29610] [--heartbeat-timeout=10s] "
-      "[--collective-timeout=10m]");
+      "[--collective-timeout=10m] [--tls_cert=F --tls_key=F [--tls_ca=F] "
+      "[--tls_require_client_cert]] [--insecure]");
   std::vector<std::string> store;
   std::vector<char*> args = dtrain::NormalizeFlagNames(argc, argv, store);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
@@ -59,6 +61,19 @@ int main(int argc, char** argv) {
                  "--heartbeat-interval (%s)\n",
                  absl::FormatDuration(options.groups.heartbeat_timeout).c_str(),
                  absl::FormatDuration(options.groups.heartbeat_interval).c_str());
+    return 2;
+  }
+  auto credentials = dtrain::ServerCredentialsFor(options.listen_address, dtrain::TlsFilesFromFlags(),
+                                                  dtrain::RequireClientCertFromFlags(),
+                                                  dtrain::InsecureFromFlags());
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "dtrain-coordinator: %s\n", std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  options.credentials = *credentials;
+  // The coordinator is also a client, of its workers: same CA, same certificate.
+  if (absl::Status s = dtrain::ConfigureClientTlsFromFlags(); !s.ok()) {
+    std::fprintf(stderr, "dtrain-coordinator: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   auto server = dtrain::CoordinatorServer::Start(options);

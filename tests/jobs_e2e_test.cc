@@ -31,11 +31,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
 class JobsE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -85,17 +80,7 @@ class JobsE2eTest : public ::testing::Test {
 
   // Runs the dtrain command line against this cluster.
   CommandResult Dtrain(const std::string& args) {
-    const std::string command =
-        absl::StrCat("DTRAIN_COORDINATOR=", address_, " ", DTRAIN_CLI_BIN, " ", args, " 2>&1");
-    CommandResult result;
-    FILE* pipe = popen(command.c_str(), "r");
-    if (pipe == nullptr) return result;
-    char buffer[4096];
-    size_t n = 0;
-    while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-    const int status = pclose(pipe);
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return result;
+    return RunShell(absl::StrCat("DTRAIN_COORDINATOR=", address_, " ", DTRAIN_CLI_BIN, " ", args));
   }
 
   std::string WriteJob(const std::string& name, const std::string& text) {

@@ -60,6 +60,13 @@ class Subprocess {
   std::string buffered_;
 };
 
+// A shell command's exit code and its stdout and stderr together.
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+CommandResult RunShell(const std::string& command);
+
 // VmRSS of a process, in KiB.
 long ResidentKiB(pid_t pid);
 

@@ -1,3 +1,4 @@
+#include "client/channel.h"
 #include "tests/worker_process.h"
 
 #include <signal.h>
@@ -33,8 +34,8 @@ std::unique_ptr<WorkerProcess> WorkerProcess::Start(const std::string& coordinat
       absl::Seconds(30));
   std::remove(port_file.c_str());
   if (!serving) return nullptr;
-  worker->stub_ = v1::Worker::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", worker->port_), grpc::InsecureChannelCredentials()));
+  // As the coordinator reaches workers: TLS when this process's client TLS is configured.
+  worker->stub_ = v1::Worker::NewStub(ConnectToCoordinator(absl::StrCat("127.0.0.1:", worker->port_)));
   return worker;
 }
 

@@ -24,6 +24,7 @@
 #include "common/flag_names.h"
 #include "common/process_tuning.h"
 #include "common/termination_signals.h"
+#include "common/tls_flags.h"
 #include "common/streaming.h"
 #include "worker/compute_threads.h"
 #include "worker/worker_registration.h"
@@ -73,7 +74,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "dtrain-worker: hosts an Accelerator and runs a job's steps for the coordinator.\n"
       "Usage: dtrain-worker [--coordinator=127.0.0.1:29610] [--listen=127.0.0.1:29611] "
-      "[--devices=N|auto] [--name=NAME]");
+      "[--devices=N|auto] [--name=NAME] [--tls_cert=F --tls_key=F] [--tls_ca=F] "
+      "[--tls_require_client_cert] [--insecure]");
   std::vector<std::string> store;
   std::vector<char*> args = dtrain::NormalizeFlagNames(argc, argv, store);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
@@ -112,9 +114,23 @@ int main(int argc, char** argv) {
   }
   auto service = std::make_unique<dtrain::WorkerService>(options);
 
+  // ddp_spawn children listen on 127.0.0.1 only and are reached by their parent alone.
+  auto credentials = dtrain::ServerCredentialsFor(listen, dtrain::TlsFilesFromFlags(),
+                                                  !child && dtrain::RequireClientCertFromFlags(),
+                                                  dtrain::InsecureFromFlags());
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "dtrain-worker: %s\n", std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  if (child) credentials = grpc::InsecureServerCredentials();
+  // The worker is a client of its coordinator (and a ddp_spawn parent's children inherit it).
+  if (absl::Status s = dtrain::ConfigureClientTlsFromFlags(); !s.ok()) {
+    std::fprintf(stderr, "dtrain-worker: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, *credentials, &port);
   builder.SetMaxReceiveMessageSize(dtrain::kMaxMessageBytes);
   builder.SetMaxSendMessageSize(dtrain::kMaxMessageBytes);
   builder.RegisterService(service.get());
