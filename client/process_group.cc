@@ -95,6 +95,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const std::stri
   request.set_host(o.host);
   request.set_local_devices(o.local_devices);
   request.set_order_key(o.order_key);
+  request.set_name(o.name);
   request.set_incarnation(o.incarnation);
   request.set_world_size(o.world_size);
   request.set_min_world_size(o.min_world_size);

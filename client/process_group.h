@@ -43,6 +43,7 @@ struct ProcessGroupOptions {
   absl::Duration settle_timeout = absl::ZeroDuration();
   std::string host;             // empty: this machine's host name
   std::string order_key;        // orders ranks within a host (then arrival order)
+  std::string name;             // how errors name this member (a worker's name); may be empty
   int local_devices = 1;
   int64_t generation = 0;       // 0: whichever generation is forming
   absl::Duration register_timeout = absl::Minutes(5);

@@ -24,7 +24,7 @@ const std::shared_ptr<const CollectiveResult>& EmptyResult() {
 
 std::string BoolName(bool b) { return b ? "true" : "false"; }
 
-// "rank 2 (host a), rank 5 (host b) and 3 more"
+// "rank 2 (worker 'w2' on host a), rank 5 (host b) and 3 more"
 std::string NameRanks(const std::vector<int>& ranks,
                       const std::shared_ptr<const std::vector<std::string>>& host_list) {
   static const std::vector<std::string> kNone;
@@ -32,8 +32,8 @@ std::string NameRanks(const std::vector<int>& ranks,
   std::vector<std::string> names;
   for (size_t i = 0; i < ranks.size() && i < kMaxNamedRanks; ++i) {
     const int r = ranks[i];
-    names.push_back(absl::StrCat("rank ", r, " (host ",
-                                 r < static_cast<int>(hosts.size()) ? hosts[r] : "?", ")"));
+    names.push_back(absl::StrCat("rank ", r, " (",
+                                 r < static_cast<int>(hosts.size()) ? hosts[r] : "host ?", ")"));
   }
   std::string out = absl::StrJoin(names, ", ");
   if (ranks.size() > kMaxNamedRanks) {

@@ -472,7 +472,7 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
 grpc::ServerUnaryReactor* CoordinatorService::WorkerHeartbeat(
     grpc::CallbackServerContext* context, const v1::WorkerHeartbeatRequest* request,
     v1::WorkerHeartbeatResponse* response) {
-  return FinishNow(context, workers_->Heartbeat(*request, absl::Now()));
+  return FinishNow(context, workers_->Heartbeat(*request, absl::Now(), response));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::UnregisterWorker(

@@ -27,6 +27,11 @@ std::string StateName(v1::GroupState state) {
 
 }  // namespace
 
+std::string MemberLabel(const v1::MemberInfo& info) {
+  if (info.name().empty()) return absl::StrCat("host ", info.host());
+  return absl::StrCat("worker '", info.name(), "' on host ", info.host());
+}
+
 GroupTable::GroupTable(GroupTableOptions options, GroupEvents events)
     : options_(std::move(options)), events_(std::move(events)) {}
 
@@ -36,7 +41,7 @@ void GroupTable::Run(std::vector<Completion>& completions) {
 }
 
 std::string GroupTable::Describe(const Member& member) {
-  return absl::StrCat("rank ", member.info.rank(), " (host ", member.info.host(), ")");
+  return absl::StrCat("rank ", member.info.rank(), " (", MemberLabel(member.info), ")");
 }
 
 absl::Status GroupTable::ValidateRegister(const v1::RegisterRequest& r) const {
@@ -49,6 +54,9 @@ absl::Status GroupTable::ValidateRegister(const v1::RegisterRequest& r) const {
   if (r.host().empty()) return absl::InvalidArgumentError("register: host name is empty");
   if (r.host().size() > kMaxNameBytes) {
     return absl::InvalidArgumentError("register: host name is longer than 256 bytes");
+  }
+  if (r.name().size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError("register: name is longer than 256 bytes");
   }
   if (r.order_key().size() > kMaxNameBytes) {
     return absl::InvalidArgumentError("register: order_key is longer than 256 bytes");
@@ -159,8 +167,9 @@ void GroupTable::Register(const v1::RegisterRequest& request, RegisterDone done)
         const absl::Duration timeout = request.timeout_ms() > 0
                                            ? absl::Milliseconds(request.timeout_ms())
                                            : options_.default_register_timeout;
-        g.pending.push_back(Pending{request.host(), request.order_key(), request.local_devices(),
-                                    request.incarnation(), now + timeout, std::move(done)});
+        g.pending.push_back(Pending{request.host(), request.order_key(), request.name(),
+                                    request.local_devices(), request.incarnation(),
+                                    now + timeout, std::move(done)});
         g.last_join = now;
         if (static_cast<int>(g.pending.size()) == g.world_size) Form(g, now, completions);
       }
@@ -197,13 +206,14 @@ void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& complet
     m.info.set_local_rank(local_rank++);
     m.info.set_node_rank(node_rank);
     m.info.set_host(p.host);
+    m.info.set_name(p.name);
     m.info.set_local_devices(p.local_devices);
     m.info.set_incarnation(p.incarnation);
     m.last_heartbeat = now;
   }
   const int num_nodes = node_rank + 1;
   auto hosts = std::make_shared<std::vector<std::string>>();
-  for (const Member& m : g.members) hosts->push_back(m.info.host());
+  for (const Member& m : g.members) hosts->push_back(MemberLabel(m.info));
   g.hosts = std::move(hosts);
   g.state = v1::GROUP_STATE_ACTIVE;
   g.world_size = static_cast<int>(g.members.size());

@@ -55,6 +55,9 @@ struct MemberView {
   absl::Duration collective_timeout;
 };
 
+// "worker 'w1' on host a" (or "host a" for a member without a name): how errors name a member.
+std::string MemberLabel(const v1::MemberInfo& info);
+
 class GroupTable {
  public:
   using RegisterDone = std::function<void(absl::StatusOr<v1::RegisterResponse>)>;
@@ -91,6 +94,7 @@ class GroupTable {
   struct Pending {
     std::string host;
     std::string order_key;
+    std::string name;
     int local_devices = 0;
     uint64_t incarnation = 0;
     absl::Time deadline;

@@ -343,7 +343,10 @@ void JobManager::Schedule() {
       }
       if (static_cast<int>(chosen.size()) < needed) return;
       chosen.resize(needed);
-      for (const v1::WorkerInfo& w : chosen) busy_workers_.insert(w.name());
+      for (const v1::WorkerInfo& w : chosen) {
+        busy_workers_.insert(w.name());
+        workers_->Assign(w.name(), job->id());
+      }
       queue_.pop_front();
     }
     Start(job, std::move(chosen));
@@ -374,7 +377,7 @@ void JobManager::Start(const std::shared_ptr<Job>& job, std::vector<v1::WorkerIn
     Trainer trainer(std::move(options), job.get());
     job->SetTrainer(&trainer);
     const absl::Status status = trainer.Run();
-    job->SetTrainer(nullptr);
+    // The outcome is known: users see it now, not after a stopped worker's teardown deadline.
     if (status.ok()) {
       job->Finish(v1::SUCCEEDED, "");
     } else if (job->cancel_requested()) {
@@ -382,10 +385,20 @@ void JobManager::Start(const std::shared_ptr<Job>& job, std::vector<v1::WorkerIn
     } else {
       job->Finish(v1::FAILED, std::string(status.message()));
     }
+    trainer.Teardown();
+    job->SetTrainer(nullptr);
+    for (const std::string& name : trainer.unreachable_workers()) {
+      workers_->MarkUnreachable(name);
+      job->Log(absl::StrCat("worker '", name, "' was unreachable; it is not placed again until it "
+                            "heartbeats"));
+    }
     // The workers are free again; the next Schedule (each monitor tick) may place a job on
     // them, and joins this thread.
     absl::MutexLock lock(&mu_);
-    for (const std::string& name : names) busy_workers_.erase(name);
+    for (const std::string& name : names) {
+      busy_workers_.erase(name);
+      workers_->Assign(name, "");
+    }
     finished_.push_back(job->id());
   });
 }

@@ -63,12 +63,25 @@ std::string Trainer::DescribeWorker(int worker) const {
   return absl::StrCat("worker '", options_.workers[worker].name(), "'", ranks);
 }
 
+void Trainer::NoteUnreachable(const std::vector<grpc::Status>& results) {
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].error_code() == grpc::StatusCode::UNAVAILABLE) unreachable_.insert(static_cast<int>(i));
+  }
+}
+
+std::vector<std::string> Trainer::unreachable_workers() const {
+  std::vector<std::string> names;
+  for (int i : unreachable_) names.push_back(options_.workers[i].name());
+  return names;
+}
+
 absl::Status Trainer::OnEveryWorker(
     const std::string& what, const std::function<grpc::Status(int, grpc::ClientContext*)>& call,
     absl::Duration timeout) {
   if (cancelled_) return absl::CancelledError("the job was cancelled");
   const std::vector<grpc::Status> results =
-      calls_.Run(static_cast<int>(stubs_.size()), call, absl::Seconds(5), absl::Now() + timeout);
+      calls_.Run(static_cast<int>(stubs_.size()), call, kFailureGrace, absl::Now() + timeout);
+  NoteUnreachable(results);
   if (cancelled_) return absl::CancelledError("the job was cancelled");
   // The root cause first: a call the trainer cancelled after another failed is secondary.
   for (const bool skip_cancelled : {true, false}) {
@@ -76,6 +89,11 @@ absl::Status Trainer::OnEveryWorker(
       if (results[i].ok()) continue;
       if (skip_cancelled && results[i].error_code() == grpc::StatusCode::CANCELLED) continue;
       absl::Status s = FromGrpcStatus(results[i]);
+      if (s.code() == absl::StatusCode::kUnavailable) {
+        return absl::UnavailableError(absl::StrCat(
+            what, " lost ", DescribeWorker(i), " (", s.message(),
+            "): its process died or its host became unreachable; see that worker's log"));
+      }
       return absl::Status(s.code(), absl::StrCat(what, " failed on ", DescribeWorker(i), ": ",
                                                  s.message()));
     }
@@ -551,11 +569,11 @@ absl::Status Trainer::Predict() {
   return absl::OkStatus();
 }
 
-void Trainer::TeardownAll() {
+void Trainer::Teardown() {
   if (stubs_.empty()) return;
   // Not through calls_: a cancelled job still tears down.
   ParallelCalls teardown;
-  teardown.Run(
+  const std::vector<grpc::Status> results = teardown.Run(
       static_cast<int>(stubs_.size()),
       [&](int i, grpc::ClientContext* context) {
         v1::TeardownRequest request;
@@ -563,7 +581,8 @@ void Trainer::TeardownAll() {
         v1::TeardownResponse response;
         return stubs_[i]->Teardown(context, request, &response);
       },
-      absl::Seconds(5), absl::Now() + absl::Seconds(30));
+      kFailureGrace, absl::Now() + kTeardownTimeout);
+  NoteUnreachable(results);
 }
 
 absl::Status Trainer::Run() {
@@ -623,7 +642,6 @@ absl::Status Trainer::Run() {
     return absl::OkStatus();
   }();
   if (cancelled_) status = absl::CancelledError("cancelled by request");
-  TeardownAll();
   return status;
 }
 

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,11 @@ class TrainerReporter {
   virtual void Predictions(const std::string& path) = 0;
 };
 
+// After one worker's call fails, how long the others get to report their own error before
+// their calls are cancelled (they usually fail within milliseconds: the group fails them all).
+inline constexpr absl::Duration kFailureGrace = absl::Seconds(2);
+inline constexpr absl::Duration kTeardownTimeout = absl::Seconds(10);
+
 struct TrainerOptions {
   std::string job_id;
   v1::JobSpec spec;                       // normalized
@@ -52,8 +58,14 @@ class Trainer {
   Trainer(TrainerOptions options, TrainerReporter* reporter);
 
   // OK when the job succeeded; CANCELLED after Cancel; otherwise the failure, naming the
-  // worker and rank where it happened.
+  // worker and rank where it happened. The outcome is final when Run returns; the workers are
+  // still the job's until Teardown.
   absl::Status Run();
+  // Tears the job down on every worker, bounded by kTeardownTimeout: a stopped or unreachable
+  // worker does not hold the others (or the job's outcome) hostage.
+  void Teardown();
+  // Workers a call could not reach (UNAVAILABLE): likely dead, not to be placed blindly again.
+  std::vector<std::string> unreachable_workers() const;
   // Stops Run: running RPCs are cancelled (each worker stops before its next batch).
   void Cancel();
 
@@ -90,7 +102,7 @@ class Trainer {
   // predict_step over the test split; writes <output_dir>/predictions.csv.
   absl::Status Predict();
   absl::Status SaveCheckpoint(const std::string& path, int64_t epoch);
-  void TeardownAll();
+
   std::string DescribeWorker(int worker) const;
   void Report();
 
@@ -102,6 +114,10 @@ class Trainer {
   int world_ = 0;
   std::map<std::string, int64_t> split_sizes_;
   ParallelCalls calls_;
+  // Indices of workers whose calls ended UNAVAILABLE (the trainer's thread only).
+  std::set<int> unreachable_;
+  // Notes which of `results` (one per worker) could not reach their worker.
+  void NoteUnreachable(const std::vector<grpc::Status>& results);
   std::atomic<bool> cancelled_{false};
 
   v1::JobProgress progress_;

@@ -45,8 +45,33 @@ absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time n
   return absl::OkStatus();
 }
 
-absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request,
-                                       absl::Time now) {
+void WorkerRegistry::MarkUnreachable(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(name);
+  if (it != workers_.end() && it->second.info.state() == v1::WorkerInfo::ALIVE) {
+    it->second.info.set_state(v1::WorkerInfo::UNREACHABLE);
+  }
+}
+
+void WorkerRegistry::Assign(const std::string& name, const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = assigned_.find(name);
+  if (it != assigned_.end() && it->second != job_id && ended_.insert(it->second).second) {
+    ended_order_.push_back(it->second);
+    if (ended_order_.size() > kRememberedJobs) {
+      ended_.erase(ended_order_.front());
+      ended_order_.pop_front();
+    }
+  }
+  if (job_id.empty()) {
+    assigned_.erase(name);
+  } else {
+    assigned_[name] = job_id;
+  }
+}
+
+absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request, absl::Time now,
+                                       v1::WorkerHeartbeatResponse* response) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request.name());
   if (it == workers_.end() || it->second.info.incarnation() != request.incarnation()) {
@@ -56,6 +81,14 @@ absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request
   it->second.last_seen = now;
   it->second.info.set_state(v1::WorkerInfo::ALIVE);
   it->second.info.set_job_id(request.job_id());
+  // Only jobs this coordinator ran and released: a job a client set up on the worker directly
+  // (the Worker API is public) is not the coordinator's to end.
+  if (!request.job_id().empty() && ended_.count(request.job_id()) > 0) {
+    auto assigned = assigned_.find(request.name());
+    if (assigned == assigned_.end() || assigned->second != request.job_id()) {
+      response->set_abandoned_job(request.job_id());
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -5,7 +5,9 @@
 // Thread-safety: all methods may be called from any thread.
 #pragma once
 
+#include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,7 +25,15 @@ class WorkerRegistry {
       : heartbeat_timeout_(heartbeat_timeout) {}
 
   absl::Status Register(const v1::WorkerInfo& worker, absl::Time now);
-  absl::Status Heartbeat(const v1::WorkerHeartbeatRequest& request, absl::Time now);
+  // Also tells a worker that reports a job which is not (or no longer) assigned to it to drop
+  // it (response->abandoned_job).
+  absl::Status Heartbeat(const v1::WorkerHeartbeatRequest& request, absl::Time now,
+                         v1::WorkerHeartbeatResponse* response);
+  // A call to the worker could not connect (it died, or its port is gone): it is not placed
+  // again until it heartbeats after this.
+  void MarkUnreachable(const std::string& name);
+  // The job a worker is placed on, from placement until its teardown; "" clears it.
+  void Assign(const std::string& name, const std::string& job_id);
   absl::Status Unregister(const v1::UnregisterWorkerRequest& request);
   // By name, with state and last_seen_ms_ago as of `now`.
   std::vector<v1::WorkerInfo> List(absl::Time now) const;
@@ -38,6 +48,11 @@ class WorkerRegistry {
   const absl::Duration heartbeat_timeout_;
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> workers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> assigned_ ABSL_GUARDED_BY(mu_);  // worker -> job
+  // Jobs released from their workers (the newest kRememberedJobs), for abandoned_job.
+  static constexpr size_t kRememberedJobs = 4096;
+  std::set<std::string> ended_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> ended_order_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dtrain

@@ -309,6 +309,51 @@ trainer: {num_workers: 2}
   EXPECT_EQ(next.exit_code, 0) << next.output;
 }
 
+// Fault injection: a worker SIGKILLed mid-epoch (dead), or SIGSTOPped (alive to the kernel,
+// silent to everyone: a straggler). Either way the job fails within the heartbeat timeout (5 s
+// here) naming the worker, the surviving worker is freed for the next job, and a stopped worker
+// that comes back (SIGCONT) registers again and serves.
+class JobsFaultTest : public JobsE2eTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(JobsFaultTest, WorkerLostMidEpoch_JobFailsNamingIt_SurvivorServesTheNextJob) {
+  const int signal = GetParam();
+  CommandResult first = Dtrain("submit --output json " + WriteJob("victim", SyntheticJob("victim", 1000, 8192)));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string id = ParseJson(first.output).fields().at("id").string_value();
+  ASSERT_TRUE(WaitFor([&] { return GetJob(id).progress().global_step() > 20; }, absl::Seconds(30)));
+  const int64_t step_before = GetJob(id).progress().global_step();
+
+  const absl::Time start = absl::Now();
+  workers_[1]->process().Kill(signal);
+  ASSERT_TRUE(WaitFor([&] { return GetJob(id).state() == v1::FAILED; }, absl::Seconds(15)));
+  const absl::Duration took = absl::Now() - start;
+  const v1::JobStatus failed = GetJob(id);
+  std::printf("%s: FAILED after %s at step %lld (was %lld): %s\n", strsignal(signal),
+              absl::FormatDuration(took).c_str(), static_cast<long long>(failed.progress().global_step()),
+              static_cast<long long>(step_before), failed.reason().c_str());
+  EXPECT_LT(took, absl::Seconds(5 + 4));  // heartbeat timeout + detection and teardown slack
+  EXPECT_THAT(failed.reason(), HasSubstr("w1"));
+  // No silent progress after the loss: the job did not report steps it could not have made.
+  EXPECT_LT(failed.progress().global_step(), step_before + 200);
+
+  // The survivor takes the next job (num_workers 1) at once.
+  std::string one = SyntheticJob("survivor", 1, 512);
+  one.replace(one.find("num_workers: 2"), 14, "num_workers: 1");
+  CommandResult next = Dtrain("submit --wait " + WriteJob("survivor", one));
+  EXPECT_EQ(next.exit_code, 0) << next.output;
+
+  if (signal == SIGSTOP) {
+    // Back from the dead: it re-registers and is listed ALIVE and idle again.
+    workers_[1]->process().Kill(SIGCONT);
+    EXPECT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(20)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, JobsFaultTest, ::testing::Values(SIGKILL, SIGSTOP),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(info.param == SIGKILL ? "Sigkill" : "Sigstop");
+                         });
+
 TEST_F(JobsE2eTest, Cancel_StopsEveryWorkerWithinFiveSeconds_AndTheQueuedJobRuns) {
   // Long enough never to finish by itself; a second job waits behind it for the workers.
   CommandResult first = Dtrain("submit --output json " + WriteJob("long", SyntheticJob("long", 1000, 8192)));

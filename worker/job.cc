@@ -156,9 +156,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     options.group = g.group().empty() ? request.job_id() : g.group();
     options.world_size = g.world_size();
     options.host = identity.host;
-    options.order_key = absl::StrCat(
-        request.worker_name().empty() ? identity.name : request.worker_name(), "/",
-        absl::Dec(request.spawn_index(), absl::kZeroPad4));
+    options.name = request.worker_name().empty() ? identity.name : request.worker_name();
+    options.order_key = absl::StrCat(options.name, "/", absl::Dec(request.spawn_index(), absl::kZeroPad4));
     if (g.register_timeout_ms() > 0) options.register_timeout = absl::Milliseconds(g.register_timeout_ms());
     if (g.collective_timeout_ms() > 0) {
       options.collective_timeout = absl::Milliseconds(g.collective_timeout_ms());

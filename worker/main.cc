@@ -169,7 +169,8 @@ int main(int argc, char** argv) {
     while (incarnation == 0) incarnation = (uint64_t{random()} << 32) | random();
     self.set_incarnation(incarnation);
     registration = std::make_unique<dtrain::WorkerRegistration>(
-        options.identity.coordinator, self, [s = service.get()] { return s->current_job(); });
+        options.identity.coordinator, self, [s = service.get()] { return s->current_job(); },
+        [s = service.get()](const std::string& job) { s->AbandonJob(job); });
   }
 
   const int received = dtrain::WaitForTerminationSignal(signals);

@@ -17,10 +17,12 @@ void SetDeadline(grpc::ClientContext* context) {
 }  // namespace
 
 WorkerRegistration::WorkerRegistration(const std::string& coordinator, v1::WorkerInfo self,
-                                       std::function<std::string()> current_job)
+                                       std::function<std::string()> current_job,
+                                       std::function<void(const std::string&)> abandon_job)
     : self_(std::move(self)),
       coordinator_(coordinator),
       current_job_(std::move(current_job)),
+      abandon_job_(std::move(abandon_job)),
       stub_(v1::Coordinator::NewStub(ConnectToCoordinator(coordinator))) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -78,6 +80,9 @@ void WorkerRegistration::Loop() {
       grpc::Status status = stub_->WorkerHeartbeat(&context, request, &response);
       ok = status.ok();
       if (status.error_code() == grpc::StatusCode::NOT_FOUND) registered = false;
+      if (ok && !response.abandoned_job().empty() && abandon_job_) {
+        abandon_job_(response.abandoned_job());
+      }
     }
     if (ok) {
       if (reported_outage) {

@@ -19,9 +19,11 @@ namespace dtrain {
 
 class WorkerRegistration {
  public:
-  // `current_job` is asked at each heartbeat.
+  // `current_job` is asked at each heartbeat; `abandon_job` is called (on the heartbeat
+  // thread; it must not block) when the coordinator says that job is no longer this worker's.
   WorkerRegistration(const std::string& coordinator, v1::WorkerInfo self,
-                     std::function<std::string()> current_job);
+                     std::function<std::string()> current_job,
+                     std::function<void(const std::string&)> abandon_job);
   // Stops heartbeats and unregisters (bounded by a short deadline).
   ~WorkerRegistration();
 
@@ -34,6 +36,7 @@ class WorkerRegistration {
   v1::WorkerInfo self_;
   std::string coordinator_;
   std::function<std::string()> current_job_;
+  std::function<void(const std::string&)> abandon_job_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   absl::Duration interval_ = absl::Seconds(1);
   absl::Notification stop_;

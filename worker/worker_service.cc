@@ -1,5 +1,7 @@
 #include "worker/worker_service.h"
 
+#include <cstdio>
+
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
@@ -84,7 +86,8 @@ void WorkerService::ExecutorLoop() {
       absl::MutexLock lock(&mu_);
       running_.reset();
     }
-    task->reactor->Finish(ToGrpcStatus(status));
+    // Internal tasks (AbandonJob) have no RPC to answer.
+    if (task->reactor != nullptr) task->reactor->Finish(ToGrpcStatus(status));
   }
 }
 
@@ -286,6 +289,23 @@ void WorkerService::Drain() {
         this));
   }
   TeardownJob().IgnoreError();
+}
+
+void WorkerService::AbandonJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  if (job_ == nullptr || job_->id() != job_id || draining_) return;
+  job_->Cancel();
+  auto task = std::make_shared<Task>();
+  task->body = [this, job_id]() -> absl::Status {
+    {
+      absl::MutexLock lock(&mu_);
+      if (job_ == nullptr || job_->id() != job_id) return absl::OkStatus();
+    }
+    std::fprintf(stderr, "dtrain-worker: job '%s' ended while this worker was unreachable; "
+                 "tearing it down\n", job_id.c_str());
+    return TeardownJob();
+  };
+  queue_.push_back(std::move(task));
 }
 
 std::string WorkerService::current_job() const {

@@ -71,6 +71,9 @@ class WorkerService final : public v1::Worker::CallbackService {
   void Drain();
   // The job set up now, or "".
   std::string current_job() const;
+  // The coordinator no longer counts `job_id` as this worker's (it ended while this worker was
+  // unreachable or stopped): stops it and tears it down on the executor. Does not block.
+  void AbandonJob(const std::string& job_id);
 
  private:
   struct Task;
