@@ -1,6 +1,10 @@
 #include "coordinator/trainer.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <functional>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -61,6 +65,22 @@ std::string Trainer::DescribeWorker(int worker) const {
                          absl::StrJoin(ranks_of_worker_[worker], ", "), ")");
   }
   return absl::StrCat("worker '", options_.workers[worker].name(), "'", ranks);
+}
+
+std::vector<std::string> Trainer::OtherCheckpoints(const std::string& path) {
+  // The coordinator sees the directory on the local cluster's shared file system; elsewhere
+  // the list is empty and the original error stands.
+  std::vector<std::pair<std::filesystem::file_time_type, std::string>> found;
+  std::error_code error;
+  const std::filesystem::path target(path);
+  for (const auto& entry : std::filesystem::directory_iterator(target.parent_path(), error)) {
+    if (entry.path().extension() != ".ckpt" || entry.path() == target) continue;
+    found.emplace_back(entry.last_write_time(error), entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), std::greater<>());
+  std::vector<std::string> out;
+  for (auto& [time, name] : found) out.push_back(std::move(name));
+  return out;
 }
 
 void Trainer::NoteUnreachable(const std::vector<grpc::Status>& results) {
@@ -594,17 +614,39 @@ absl::Status Trainer::Run() {
     int64_t start_epoch = 0;
     int64_t start_batch = 0;
     if (!spec.resume_from().empty()) {
-      v1::LoadCheckpointRequest load;
-      load.set_job_id(options_.job_id);
-      load.set_path(spec.resume_from());
       const int n = static_cast<int>(stubs_.size());
       std::vector<v1::LoadCheckpointResponse> loaded(n);
-      DTRAIN_RETURN_IF_ERROR(OnEveryWorker(
-          "load_checkpoint",
-          [&](int i, grpc::ClientContext* context) {
-            return stubs_[i]->LoadCheckpoint(context, load, &loaded[i]);
-          },
-          options_.step_timeout));
+      auto load_from = [&](const std::string& path) {
+        v1::LoadCheckpointRequest load;
+        load.set_job_id(options_.job_id);
+        load.set_path(path);
+        return OnEveryWorker(
+            "load_checkpoint",
+            [&](int i, grpc::ClientContext* context) {
+              return stubs_[i]->LoadCheckpoint(context, load, &loaded[i]);
+            },
+            options_.step_timeout);
+      };
+      std::string resumed_from = spec.resume_from();
+      absl::Status load_status = load_from(resumed_from);
+      if (load_status.code() == absl::StatusCode::kInvalidArgument ||
+          load_status.code() == absl::StatusCode::kDataLoss) {
+        // Unreadable (truncated by a crash mid-write, corrupted): the newest other checkpoint
+        // of the same directory that loads, saying so. Every rank read the same error (rank 0
+        // reads and broadcasts), so they retry together.
+        for (const std::string& candidate : OtherCheckpoints(resumed_from)) {
+          reporter_->Log(absl::StrCat("checkpoint ", resumed_from, " is unreadable (",
+                                      load_status.message(), "); trying ", candidate));
+          if (load_from(candidate).ok()) {
+            resumed_from = candidate;
+            load_status = absl::OkStatus();
+            reporter_->Log(absl::StrCat("resuming from ", candidate, " instead of ",
+                                        spec.resume_from()));
+            break;
+          }
+        }
+      }
+      DTRAIN_RETURN_IF_ERROR(load_status);
       global_step_ = loaded[0].global_step();
       // Resume exactly after the last step taken: the same epoch's order (seeded by epoch)
       // minus the batches already done.
@@ -612,7 +654,7 @@ absl::Status Trainer::Run() {
       const int64_t steps_per_epoch = CeilDiv(batches_per_epoch_, accumulate);
       start_epoch = global_step_ / steps_per_epoch;
       start_batch = (global_step_ % steps_per_epoch) * accumulate;
-      reporter_->Log(absl::StrCat("resumed from ", spec.resume_from(), " at step ", global_step_,
+      reporter_->Log(absl::StrCat("resumed from ", resumed_from, " at step ", global_step_,
                                   " (epoch ", start_epoch, ", batch ", start_batch, ")"));
     }
     fit_start_ = absl::Now();

@@ -118,6 +118,8 @@ class Trainer {
   std::set<int> unreachable_;
   // Notes which of `results` (one per worker) could not reach their worker.
   void NoteUnreachable(const std::vector<grpc::Status>& results);
+  // The other *.ckpt files in `path`'s directory, newest first.
+  static std::vector<std::string> OtherCheckpoints(const std::string& path);
   std::atomic<bool> cancelled_{false};
 
   v1::JobProgress progress_;

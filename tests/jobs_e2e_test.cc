@@ -227,6 +227,22 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   EXPECT_EQ(GetJob("resumed-1").progress().global_step(), 64) << "2 epochs of 32 steps, 48 done";
   EXPECT_GT(GetJob("resumed-1").metrics().at("test_acc"), 0.9);
 
+  // A truncated checkpoint (a crash mid-write): the resume says so and falls back to the newest
+  // other checkpoint of the directory (the top-1 by val_acc), which loads. A copy is truncated,
+  // so the stages below still have last.ckpt.
+  const std::string truncated = checkpoint.substr(0, checkpoint.rfind('/')) + "/truncated.ckpt";
+  std::filesystem::copy_file(checkpoint, truncated);
+  std::filesystem::resize_file(truncated, std::filesystem::file_size(truncated) / 2);
+  std::filesystem::last_write_time(truncated, std::filesystem::file_time_type::clock::now());
+  CommandResult fallback = Dtrain("submit --wait " + WriteJob(
+      "fallback", SyntheticJob("fallback", 2) + "resume_from: " + truncated + "\n"));
+  ASSERT_EQ(fallback.exit_code, 0) << fallback.output;
+  CommandResult fallback_logs = Dtrain("logs fallback-1");
+  EXPECT_THAT(fallback_logs.output, HasSubstr("checkpoint " + truncated + " is unreadable ("));
+  EXPECT_THAT(fallback_logs.output, HasSubstr(" instead of " + truncated));
+  EXPECT_EQ(GetJob("fallback-1").progress().global_step(), 64);
+  std::filesystem::remove(truncated);
+
   // trainer.validate and trainer.predict from that checkpoint: no training steps.
   const std::string validate = SyntheticJob("check", 1) + "stage: validate\nresume_from: " +
                                checkpoint + "\n";
