@@ -248,9 +248,9 @@ absl::Status SharedMemoryCollectiveBackend::ArriveAndWait(const char* what) {
     return true;
   };
   // Spin for a few microseconds (a peer on another core arrives that fast), then sleep on a
-  // futex in the segment until the next arrival. Spinning longer, or yielding in a loop, was
-  // measured to steal the core from this rank's own backward pass (DDP overlap runs this on
-  // the communication thread).
+  // futex in the segment until the next arrival. Spinning longer, or yielding in a loop, burns
+  // the core this rank's own backward pass needs (DDP overlap waits on the communication
+  // thread while backward runs).
   const absl::Time start = absl::Now();
   for (int spins = 0; spins < 2000; ++spins) {
     if (all_arrived()) return absl::OkStatus();
