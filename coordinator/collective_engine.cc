@@ -26,14 +26,14 @@ std::string BoolName(bool b) { return b ? "true" : "false"; }
 
 // "rank 2 (worker 'w2' on host a), rank 5 (host b) and 3 more"
 std::string NameRanks(const std::vector<int>& ranks,
-                      const std::shared_ptr<const std::vector<std::string>>& host_list) {
+                      const std::shared_ptr<const std::vector<std::string>>& label_list) {
   static const std::vector<std::string> kNone;
-  const std::vector<std::string>& hosts = host_list ? *host_list : kNone;
+  const std::vector<std::string>& labels = label_list ? *label_list : kNone;
   std::vector<std::string> names;
   for (size_t i = 0; i < ranks.size() && i < kMaxNamedRanks; ++i) {
     const int r = ranks[i];
     names.push_back(absl::StrCat("rank ", r, " (",
-                                 r < static_cast<int>(hosts.size()) ? hosts[r] : "host ?", ")"));
+                                 r < static_cast<int>(labels.size()) ? labels[r] : "host ?", ")"));
   }
   std::string out = absl::StrJoin(names, ", ");
   if (ranks.size() > kMaxNamedRanks) {
@@ -289,7 +289,7 @@ void CollectiveEngine::Submit(CollectiveCall call, CollectiveDone done) {
       GroupState& group = states_[key];
       if (group.world_size == 0) {
         group.world_size = view->world_size;
-        group.hosts = view->hosts;
+        group.member_labels = view->member_labels;
         group.next_sequence.assign(view->world_size, 0);
         group.ahead.assign(view->world_size, {});
       }
@@ -451,7 +451,7 @@ void CollectiveEngine::Abandon(const v1::MemberRef& member, int64_t sequence) {
         arrival->second.call.member.incarnation() != member.incarnation()) {
       return;
     }
-    const std::string who = NameRanks({member.rank()}, group.hosts);
+    const std::string who = NameRanks({member.rank()}, group.member_labels);
     FailInstance(group, inst,
                  absl::AbortedError(absl::StrCat(
                      who, " abandoned ", Label(Key{member.group(), member.generation()}, inst),
@@ -534,7 +534,7 @@ void CollectiveEngine::Tick(absl::Time now) {
                          Label(key, inst), " timed out after ", absl::FormatDuration(inst.timeout),
                          ": ", group.world_size - static_cast<int>(missing.size()), " of ",
                          group.world_size, " ranks arrived; missing: ",
-                         NameRanks(missing, group.hosts))),
+                         NameRanks(missing, group.member_labels))),
                      completions);
       }
       Collect(group);

@@ -123,7 +123,7 @@ class CollectiveEngine {
   };
   struct GroupState {
     int world_size = 0;
-    std::shared_ptr<const std::vector<std::string>> hosts;
+    std::shared_ptr<const std::vector<std::string>> member_labels;
     std::vector<int64_t> next_sequence;  // by rank: lowest number not yet used
     std::vector<std::set<int64_t>> ahead;  // by rank: numbers used above next_sequence
     std::map<int64_t, Instance> instances;

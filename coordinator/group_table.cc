@@ -212,9 +212,9 @@ void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& complet
     m.last_heartbeat = now;
   }
   const int num_nodes = node_rank + 1;
-  auto hosts = std::make_shared<std::vector<std::string>>();
-  for (const Member& m : g.members) hosts->push_back(MemberLabel(m.info));
-  g.hosts = std::move(hosts);
+  auto labels = std::make_shared<std::vector<std::string>>();
+  for (const Member& m : g.members) labels->push_back(MemberLabel(m.info));
+  g.member_labels = std::move(labels);
   g.state = v1::GROUP_STATE_ACTIVE;
   g.world_size = static_cast<int>(g.members.size());
   for (size_t rank = 0; rank < order.size(); ++rank) {
@@ -313,7 +313,7 @@ absl::StatusOr<MemberView> GroupTable::CheckMember(const v1::MemberRef& member) 
   view.rank = member.rank();
   view.world_size = g.world_size;
   view.collective_timeout = g.collective_timeout;
-  view.hosts = g.hosts;
+  view.member_labels = g.member_labels;
   return view;
 }
 

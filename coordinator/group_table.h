@@ -51,7 +51,7 @@ struct MemberView {
   int rank = 0;
   int world_size = 0;
   // By rank; fixed once the group forms and shared, so a check costs no copies.
-  std::shared_ptr<const std::vector<std::string>> hosts;
+  std::shared_ptr<const std::vector<std::string>> member_labels;
   absl::Duration collective_timeout;
 };
 
@@ -117,7 +117,7 @@ class GroupTable {
     absl::Time last_join;
     std::vector<Pending> pending;  // while forming, in arrival order
     std::vector<Member> members;   // once formed, by rank
-    std::shared_ptr<const std::vector<std::string>> hosts;  // once formed, by rank
+    std::shared_ptr<const std::vector<std::string>> member_labels;  // once formed, by rank
     std::string failure;
   };
   using Completion = std::function<void()>;
