@@ -4,12 +4,18 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include "common/bearer_token.h"
 #include "common/streaming.h"
 #include "common/tls_credentials.h"
 
 namespace dtrain {
 
 std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address) {
+  return ConnectToCoordinator(address, ClientToken());
+}
+
+std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address,
+                                                   const std::string& token) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -21,7 +27,8 @@ std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address) 
   // dtrain never retries a collective transparently (a retried call would be a second
   // arrival); without the retry machinery every call is also cheaper.
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
-  return grpc::CreateCustomChannel(address, ClientCredentials(), args);
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, ClientCredentials(), args, BearerTokenInterceptors(token));
 }
 
 }  // namespace dtrain

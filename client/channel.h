@@ -10,7 +10,12 @@ namespace dtrain {
 
 // A channel to `address` (host:port) with dtrain's message limits and keepalive, so a dead
 // coordinator is noticed even by a call that is only waiting; TLS when the process's client
-// TLS is configured (common/tls_credentials.h), plaintext otherwise. Also used for workers.
+// TLS is configured (common/tls_credentials.h), plaintext otherwise; every call carries the
+// process's bearer token (common/bearer_token.h). Also used for workers.
 std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address);
+
+// The same with `token` as the bearer token (empty: none), e.g. a job's own.
+std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address,
+                                                   const std::string& token);
 
 }  // namespace dtrain

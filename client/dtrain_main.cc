@@ -2,7 +2,8 @@
 //   dtrain submit JOBFILE [--wait]   dtrain status JOB   dtrain list   dtrain watch JOB
 //   dtrain logs JOB [--follow]       dtrain cancel JOB   dtrain workers
 //   dtrain results JOB [--plot FILE.svg]
-// --coordinator host:port (or DTRAIN_COORDINATOR); --output json on every command. The exit
+// --coordinator host:port (or DTRAIN_COORDINATOR); --token / --token_file (or DTRAIN_TOKEN) when
+// the coordinator requires one; --output json on every command. The exit
 // status is 0 on success, 1 when a job failed or was cancelled (the reason is printed), 2 for a
 // usage error, 3 when the coordinator refused or could not be reached.
 #include <unistd.h>
@@ -29,6 +30,7 @@
 #include "client/metrics_plot.h"
 #include "client/progress_view.h"
 #include "common/tls_flags.h"
+#include "common/token_flags.h"
 #include "common/flag_names.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
@@ -364,6 +366,10 @@ int Main(int argc, char** argv) {
   }
   if (absl::Status s = ConfigureClientTlsFromFlags(); !s.ok()) {
     std::fprintf(stderr, "dtrain: %s\n", std::string(s.message()).c_str());
+    return kUsage;
+  }
+  if (absl::StatusOr<std::string> token = ConfigureClientTokenFromFlags(); !token.ok()) {
+    std::fprintf(stderr, "dtrain: %s\n", std::string(token.status().message()).c_str());
     return kUsage;
   }
   const std::string command = positional[1];

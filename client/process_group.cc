@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/channel.h"
 #include "client/tensor_stream.h"
+#include "common/bearer_token.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/streaming.h"
@@ -74,14 +75,20 @@ absl::StatusOr<std::vector<HostTensor>> Split(const std::vector<v1::TensorMeta>&
   return out;
 }
 
+std::string TokenOf(const ProcessGroupOptions& options) {
+  return options.token.empty() ? ClientToken() : options.token;
+}
+
 }  // namespace
 
 ProcessGroup::ProcessGroup(const std::string& address, ProcessGroupOptions options)
-    : channel_(ConnectToCoordinator(address)),
+    : channel_(ConnectToCoordinator(address, TokenOf(options))),
       stub_(v1::Coordinator::NewStub(channel_)),
       generic_(std::make_unique<grpc::GenericStub>(channel_)),
-      control_(v1::Coordinator::NewStub(ConnectToCoordinator(address))),
-      options_(std::move(options)) {}
+      control_(v1::Coordinator::NewStub(ConnectToCoordinator(address, TokenOf(options)))),
+      options_(std::move(options)) {
+  options_.token = TokenOf(options_);
+}
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const std::string& address,
                                                                  ProcessGroupOptions options) {

@@ -52,6 +52,8 @@ struct ProcessGroupOptions {
   // Tests turn this off to play a process that hangs without dying.
   bool send_heartbeats = true;
   uint64_t incarnation = 0;     // 0: random
+  // Bearer token for this group's calls (a job's own, see jobs.proto); empty: the process's.
+  std::string token;
 };
 
 // All-reduces above this size travel as segments in flight together (see Segment in
@@ -77,6 +79,8 @@ class ProcessGroup {
   ~ProcessGroup();
 
   int rank() const { return assignment_.rank(); }
+  // The bearer token this group's calls carry (for more channels in the same group).
+  const std::string& token() const { return options_.token; }
   int world_size() const { return assignment_.world_size(); }
   int local_rank() const { return assignment_.local_rank(); }
   int local_world_size() const { return assignment_.local_world_size(); }

@@ -19,6 +19,7 @@ std::string HostName() {
 }  // namespace
 
 CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std::move(options)) {
+  access_ = std::make_unique<AccessControl>(options_.admin_token);
   kv_ = std::make_unique<KeyValueStore>();
   GroupEvents events;
   events.failed = [this](const std::string& group, int64_t generation,
@@ -39,14 +40,14 @@ CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std:
   engine_ = std::make_unique<CollectiveEngine>(groups_.get());
   workers_ = std::make_unique<WorkerRegistry>(options_.groups.heartbeat_timeout);
   service_ = std::make_unique<CoordinatorService>(groups_.get(), engine_.get(), kv_.get(),
-                                                  workers_.get());
+                                                  workers_.get(), access_.get());
   JobManagerOptions jobs;
   jobs.state_dir = options_.state_dir;
   jobs.host = HostName();
   jobs.setup_timeout = options_.job_setup_timeout;
   jobs.step_timeout = options_.job_step_timeout;
-  jobs_ = std::make_unique<JobManager>(jobs, workers_.get());
-  jobs_service_ = std::make_unique<JobsService>(jobs_.get());
+  jobs_ = std::make_unique<JobManager>(jobs, workers_.get(), access_.get());
+  jobs_service_ = std::make_unique<JobsService>(jobs_.get(), access_.get());
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(

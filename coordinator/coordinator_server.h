@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "coordinator/access_control.h"
 #include "coordinator/collective_engine.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/group_table.h"
@@ -43,6 +44,9 @@ struct CoordinatorOptions {
   absl::Duration job_step_timeout = absl::Minutes(30);
   // TLS for the listening port (common/tls_credentials.h); null = plaintext.
   std::shared_ptr<grpc::ServerCredentials> credentials;
+  // The cluster's admin token (coordinator/access_control.h); empty: access control off. The
+  // coordinator also presents it to its workers, so it must be the process's client token too.
+  std::string admin_token;
 };
 
 class CoordinatorServer {
@@ -61,12 +65,14 @@ class CoordinatorServer {
 
   const CollectiveEngine& engine() const { return *engine_; }
   JobManager& jobs() { return *jobs_; }
+  AccessControl& access() { return *access_; }
 
  private:
   explicit CoordinatorServer(CoordinatorOptions options);
   void MonitorLoop();
 
   const CoordinatorOptions options_;
+  std::unique_ptr<AccessControl> access_;
   std::unique_ptr<KeyValueStore> kv_;
   std::unique_ptr<GroupTable> groups_;
   std::unique_ptr<CollectiveEngine> engine_;

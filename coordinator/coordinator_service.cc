@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/callback_reactors.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "common/streaming.h"
 #include "common/tensor.h"
 #include "common/tensor_frames.h"
@@ -26,6 +27,7 @@ void FillContext(const v1::CollectiveContext& context, CollectiveCall* call) {
 
 // How each streamed collective's first message maps onto a CollectiveCall.
 struct BroadcastTraits {
+  static constexpr char kName[] = "broadcast";
   using Header = v1::BroadcastHeader;
   static void Parse(const Header& h, CollectiveCall* call) {
     call->kind = CollectiveKind::kBroadcast;
@@ -37,6 +39,7 @@ struct BroadcastTraits {
   }
 };
 struct AllGatherTraits {
+  static constexpr char kName[] = "all_gather";
   using Header = v1::AllGatherHeader;
   static void Parse(const Header& h, CollectiveCall* call) {
     call->kind = CollectiveKind::kAllGather;
@@ -46,6 +49,7 @@ struct AllGatherTraits {
   }
 };
 struct ReduceTraits {
+  static constexpr char kName[] = "reduce";
   using Header = v1::ReduceHeader;
   static void Parse(const Header& h, CollectiveCall* call) {
     call->kind = CollectiveKind::kReduce;
@@ -57,6 +61,7 @@ struct ReduceTraits {
   }
 };
 struct AllReduceTraits {
+  static constexpr char kName[] = "all_reduce";
   using Header = v1::AllReduceHeader;
   static void Parse(const Header& h, CollectiveCall* call) {
     call->kind = CollectiveKind::kAllReduce;
@@ -77,7 +82,12 @@ class TensorCollectiveReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       private FrameSink {
  public:
-  explicit TensorCollectiveReactor(CollectiveEngine* engine) : engine_(engine) {
+  TensorCollectiveReactor(CollectiveEngine* engine, absl::StatusOr<Caller> caller)
+      : engine_(engine), caller_(std::move(caller)) {
+    if (!caller_.ok()) {
+      Finish(caller_.status());
+      return;
+    }
     StartRead(&request_);
   }
 
@@ -121,6 +131,7 @@ class TensorCollectiveReactor final
   absl::Status OnHeader() override {
     header_seen_ = true;
     Traits::Parse(header_, &call_);
+    DTRAIN_RETURN_IF_ERROR(caller_->MayUseGroup(call_.member.group(), Traits::kName));
     member_ = call_.member;
     sequence_ = call_.sequence;
     if (call_.has_tensor) {
@@ -193,6 +204,7 @@ class TensorCollectiveReactor final
   }
 
   CollectiveEngine* const engine_;
+  const absl::StatusOr<Caller> caller_;
   grpc::ByteBuffer request_;
   grpc::ByteBuffer response_;
   typename Traits::Header header_;
@@ -219,7 +231,14 @@ class TensorCollectiveReactor final
 class SessionReactor final
     : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse> {
  public:
-  explicit SessionReactor(CollectiveEngine* engine) : engine_(engine) { StartRead(&request_); }
+  SessionReactor(CollectiveEngine* engine, absl::StatusOr<Caller> caller)
+      : engine_(engine), caller_(std::move(caller)) {
+    if (!caller_.ok()) {
+      Finish(ToGrpcStatus(caller_.status()));
+      return;
+    }
+    StartRead(&request_);
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) return Finish(grpc::Status::OK);  // the client closed its session
@@ -241,6 +260,10 @@ class SessionReactor final
             "session: the request carries neither a barrier nor a decision")));
     }
     const bool is_decision = call.kind == CollectiveKind::kReduceBooleanDecision;
+    const char* what = is_decision ? "reduce_boolean_decision" : "barrier";
+    if (absl::Status allowed = caller_->MayUseGroup(call.member.group(), what); !allowed.ok()) {
+      return Finish(ToGrpcStatus(allowed));
+    }
     {
       absl::MutexLock lock(&mu_);
       member_ = call.member;
@@ -286,6 +309,7 @@ class SessionReactor final
 
  private:
   CollectiveEngine* const engine_;
+  const absl::StatusOr<Caller> caller_;
   v1::SessionRequest request_;
   v1::SessionResponse response_;
   absl::Mutex mu_;
@@ -298,16 +322,27 @@ class SessionReactor final
 
 grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* CoordinatorService::Session(
     grpc::CallbackServerContext* context) {
-  return new SessionReactor(engine_);
+  return new SessionReactor(engine_, access_->Authenticate(*context));
 }
 
 CoordinatorService::CoordinatorService(GroupTable* groups, CollectiveEngine* engine,
-                                       KeyValueStore* kv, WorkerRegistry* workers)
-    : groups_(groups), engine_(engine), kv_(kv), workers_(workers) {}
+                                       KeyValueStore* kv, WorkerRegistry* workers,
+                                       const AccessControl* access)
+    : groups_(groups), engine_(engine), kv_(kv), workers_(workers), access_(access) {}
+
+absl::Status CoordinatorService::Authorize(const grpc::CallbackServerContext& context,
+                                           const std::string* group,
+                                           absl::string_view what) const {
+  DTRAIN_ASSIGN_OR_RETURN(Caller caller, access_->Authenticate(context));
+  return group == nullptr ? caller.MayAdminister(what) : caller.MayUseGroup(*group, what);
+}
 
 grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerContext* context,
                                                        const v1::RegisterRequest* request,
                                                        v1::RegisterResponse* response) {
+  if (absl::Status s = Authorize(*context, &request->group(), "register"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   auto* reactor = new CancellableReactor(
       [groups = groups_, group = request->group(), incarnation = request->incarnation()] {
         groups->CancelRegistration(group, incarnation);
@@ -322,12 +357,18 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
                                                         const v1::HeartbeatRequest* request,
                                                         v1::HeartbeatResponse* response) {
+  if (absl::Status s = Authorize(*context, &request->member().group(), "heartbeat"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   return FinishNow(context, groups_->Heartbeat(request->member()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext* context,
                                                     const v1::LeaveRequest* request,
                                                     v1::LeaveResponse* response) {
+  if (absl::Status s = Authorize(*context, &request->member().group(), "leave"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   return FinishNow(context, groups_->Leave(request->member()));
 }
 
@@ -349,6 +390,9 @@ grpc::ServerUnaryReactor* CoordinatorService::SubmitUnary(
 grpc::ServerUnaryReactor* CoordinatorService::Barrier(grpc::CallbackServerContext* context,
                                                       const v1::BarrierRequest* request,
                                                       v1::BarrierResponse* response) {
+  if (absl::Status s = Authorize(*context, &request->context().member().group(), "barrier"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   CollectiveCall call;
   call.kind = CollectiveKind::kBarrier;
   FillContext(request->context(), &call);
@@ -359,6 +403,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Barrier(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* CoordinatorService::ReduceBooleanDecision(
     grpc::CallbackServerContext* context, const v1::ReduceBooleanDecisionRequest* request,
     v1::ReduceBooleanDecisionResponse* response) {
+  if (absl::Status s = Authorize(*context, &request->context().member().group(), "reduce_boolean_decision"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   CollectiveCall call;
   call.kind = CollectiveKind::kReduceBooleanDecision;
   FillContext(request->context(), &call);
@@ -371,33 +418,39 @@ grpc::ServerUnaryReactor* CoordinatorService::ReduceBooleanDecision(
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 CoordinatorService::Broadcast(grpc::CallbackServerContext* context) {
-  return new TensorCollectiveReactor<BroadcastTraits>(engine_);
+  return new TensorCollectiveReactor<BroadcastTraits>(engine_, access_->Authenticate(*context));
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 CoordinatorService::AllGather(grpc::CallbackServerContext* context) {
-  return new TensorCollectiveReactor<AllGatherTraits>(engine_);
+  return new TensorCollectiveReactor<AllGatherTraits>(engine_, access_->Authenticate(*context));
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::Reduce(
     grpc::CallbackServerContext* context) {
-  return new TensorCollectiveReactor<ReduceTraits>(engine_);
+  return new TensorCollectiveReactor<ReduceTraits>(engine_, access_->Authenticate(*context));
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 CoordinatorService::AllReduce(grpc::CallbackServerContext* context) {
-  return new TensorCollectiveReactor<AllReduceTraits>(engine_);
+  return new TensorCollectiveReactor<AllReduceTraits>(engine_, access_->Authenticate(*context));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::KeyValueSet(grpc::CallbackServerContext* context,
                                                           const v1::KeyValueSetRequest* request,
                                                           v1::KeyValueSetResponse* response) {
+  if (absl::Status s = Authorize(*context, &request->scope(), "key-value access"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   return FinishNow(context, kv_->Set(request->scope(), request->key(), request->value()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::KeyValueGet(grpc::CallbackServerContext* context,
                                                           const v1::KeyValueGetRequest* request,
                                                           v1::KeyValueGetResponse* response) {
+  if (absl::Status s = Authorize(*context, &request->scope(), "key-value access"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   // Nothing to undo on cancel: the waiter times out on its own and Finish after a cancel is
   // harmless.
   auto* reactor = new CancellableReactor(nullptr);
@@ -412,6 +465,9 @@ grpc::ServerUnaryReactor* CoordinatorService::KeyValueGet(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* CoordinatorService::KeyValueAdd(grpc::CallbackServerContext* context,
                                                           const v1::KeyValueAddRequest* request,
                                                           v1::KeyValueAddResponse* response) {
+  if (absl::Status s = Authorize(*context, &request->scope(), "key-value access"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   absl::StatusOr<int64_t> value = kv_->Add(request->scope(), request->key(), request->delta());
   if (value.ok()) response->set_value(*value);
   return FinishNow(context, value.status());
@@ -420,6 +476,9 @@ grpc::ServerUnaryReactor* CoordinatorService::KeyValueAdd(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* CoordinatorService::KeyValueCompareAndSet(
     grpc::CallbackServerContext* context, const v1::KeyValueCompareAndSetRequest* request,
     v1::KeyValueCompareAndSetResponse* response) {
+  if (absl::Status s = Authorize(*context, &request->scope(), "key-value access"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   absl::StatusOr<KeyValueStore::CasResult> result = kv_->CompareAndSet(
       request->scope(), request->key(), request->expected(), request->desired());
   if (result.ok()) {
@@ -433,6 +492,9 @@ grpc::ServerUnaryReactor* CoordinatorService::KeyValueCompareAndSet(
 grpc::ServerUnaryReactor* CoordinatorService::KeyValueDelete(
     grpc::CallbackServerContext* context, const v1::KeyValueDeleteRequest* request,
     v1::KeyValueDeleteResponse* response) {
+  if (absl::Status s = Authorize(*context, &request->scope(), "key-value access"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   absl::StatusOr<bool> deleted = kv_->Delete(request->scope(), request->key());
   if (deleted.ok()) response->set_deleted(*deleted);
   return FinishNow(context, deleted.status());
@@ -441,6 +503,9 @@ grpc::ServerUnaryReactor* CoordinatorService::KeyValueDelete(
 grpc::ServerUnaryReactor* CoordinatorService::KeyValueList(grpc::CallbackServerContext* context,
                                                            const v1::KeyValueListRequest* request,
                                                            v1::KeyValueListResponse* response) {
+  if (absl::Status s = Authorize(*context, &request->scope(), "key-value access"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   auto entries = kv_->List(request->scope(), request->prefix());
   if (entries.ok()) {
     for (auto& [key, value] : *entries) {
@@ -455,6 +520,9 @@ grpc::ServerUnaryReactor* CoordinatorService::KeyValueList(grpc::CallbackServerC
 grpc::ServerUnaryReactor* CoordinatorService::ListGroups(grpc::CallbackServerContext* context,
                                                          const v1::ListGroupsRequest* request,
                                                          v1::ListGroupsResponse* response) {
+  if (absl::Status s = Authorize(*context, nullptr, "ListGroups"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   for (v1::GroupInfo& info : groups_->List()) *response->add_groups() = std::move(info);
   return FinishNow(context, absl::OkStatus());
 }
@@ -462,6 +530,9 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
     grpc::CallbackServerContext* context, const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
+  if (absl::Status s = Authorize(*context, nullptr, "RegisterWorker"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   absl::Status status = workers_->Register(request->worker(), absl::Now());
   const GroupTableOptions& options = groups_->options();
   response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options.heartbeat_interval));
@@ -472,18 +543,27 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
 grpc::ServerUnaryReactor* CoordinatorService::WorkerHeartbeat(
     grpc::CallbackServerContext* context, const v1::WorkerHeartbeatRequest* request,
     v1::WorkerHeartbeatResponse* response) {
+  if (absl::Status s = Authorize(*context, nullptr, "WorkerHeartbeat"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   return FinishNow(context, workers_->Heartbeat(*request, absl::Now(), response));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::UnregisterWorker(
     grpc::CallbackServerContext* context, const v1::UnregisterWorkerRequest* request,
     v1::UnregisterWorkerResponse* response) {
+  if (absl::Status s = Authorize(*context, nullptr, "UnregisterWorker"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   return FinishNow(context, workers_->Unregister(*request));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* context,
                                                           const v1::ListWorkersRequest* request,
                                                           v1::ListWorkersResponse* response) {
+  if (absl::Status s = Authorize(*context, nullptr, "ListWorkers"); !s.ok()) {
+    return FinishNow(context, s);
+  }
   for (v1::WorkerInfo& info : workers_->List(absl::Now())) *response->add_workers() = std::move(info);
   return FinishNow(context, absl::OkStatus());
 }

@@ -4,6 +4,7 @@
 // holds a reactor, never a thread.
 #pragma once
 
+#include "coordinator/access_control.h"
 #include "coordinator/collective_engine.h"
 #include "coordinator/group_table.h"
 #include "coordinator/kv_store.h"
@@ -42,7 +43,7 @@ class CoordinatorService final : public CoordinatorServiceBase {
  public:
   // The pointees must outlive the service.
   CoordinatorService(GroupTable* groups, CollectiveEngine* engine, KeyValueStore* kv,
-                     WorkerRegistry* workers);
+                     WorkerRegistry* workers, const AccessControl* access);
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -104,6 +105,9 @@ class CoordinatorService final : public CoordinatorServiceBase {
                                         v1::ListWorkersResponse* response) override;
 
  private:
+  // OK if the caller may make call `what`: in `group`, or (null `group`) as an admin.
+  absl::Status Authorize(const grpc::CallbackServerContext& context, const std::string* group,
+                         absl::string_view what) const;
   // Submits a unary collective and finishes its reactor when the engine answers.
   grpc::ServerUnaryReactor* SubmitUnary(CollectiveCall call,
                                         std::function<void(const CollectiveResult&)> fill);
@@ -112,6 +116,7 @@ class CoordinatorService final : public CoordinatorServiceBase {
   CollectiveEngine* const engine_;
   KeyValueStore* const kv_;
   WorkerRegistry* const workers_;
+  const AccessControl* const access_;
 };
 
 }  // namespace dtrain

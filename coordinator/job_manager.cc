@@ -202,8 +202,8 @@ class JobManager::Job : public TrainerReporter {
   int64_t next_watcher_ ABSL_GUARDED_BY(watch_mu_) = 0;
 };
 
-JobManager::JobManager(JobManagerOptions options, WorkerRegistry* workers)
-    : options_(std::move(options)), workers_(workers) {}
+JobManager::JobManager(JobManagerOptions options, WorkerRegistry* workers, AccessControl* access)
+    : options_(std::move(options)), workers_(workers), access_(access) {}
 
 JobManager::~JobManager() { Shutdown(); }
 
@@ -372,8 +372,11 @@ void JobManager::Start(const std::shared_ptr<Job>& job, std::vector<v1::WorkerIn
   options.output_dir = job->dir();
   options.setup_timeout = options_.setup_timeout;
   options.step_timeout = options_.step_timeout;
+  // The job's group is named after the job (trainer.cc); its token works there and nowhere else.
+  if (access_ != nullptr) options.job_token = access_->IssueJobToken(job->id());
   absl::MutexLock lock(&mu_);
   threads_[job->id()] = std::thread([this, job, options, names]() mutable {
+    const std::string token = options.job_token;
     Trainer trainer(std::move(options), job.get());
     job->SetTrainer(&trainer);
     const absl::Status status = trainer.Run();
@@ -387,6 +390,9 @@ void JobManager::Start(const std::shared_ptr<Job>& job, std::vector<v1::WorkerIn
     }
     trainer.Teardown();
     job->SetTrainer(nullptr);
+    // After teardown: the workers leave the group with it. A worker that did not (unreachable)
+    // is refused from now on.
+    if (access_ != nullptr) access_->RevokeJobToken(token);
     for (const std::string& name : trainer.unreachable_workers()) {
       workers_->MarkUnreachable(name);
       job->Log(absl::StrCat("worker '", name, "' was unreachable; it is not placed again until it "

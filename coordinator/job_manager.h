@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "coordinator/access_control.h"
 #include "coordinator/worker_registry.h"
 #include "dtrain/v1/jobs.pb.h"
 
@@ -37,7 +38,8 @@ class JobManager {
  public:
   using Watcher = std::function<void(const v1::JobStatus& status)>;
 
-  JobManager(JobManagerOptions options, WorkerRegistry* workers);
+  // `access` issues each job's token (null: no tokens).
+  JobManager(JobManagerOptions options, WorkerRegistry* workers, AccessControl* access = nullptr);
   // Cancels running jobs and waits for their threads.
   ~JobManager();
 
@@ -70,6 +72,7 @@ class JobManager {
 
   const JobManagerOptions options_;
   WorkerRegistry* const workers_;
+  AccessControl* const access_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);     // submission order

@@ -6,6 +6,7 @@
 #include "common/callback_reactors.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
+#include "common/status_macros.h"
 
 namespace dtrain {
 namespace {
@@ -13,7 +14,14 @@ namespace {
 // Writes the newest status whenever the previous write is done; ends after the terminal one.
 class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus> {
  public:
-  WatchReactor(JobManager* jobs, std::string id) : jobs_(jobs), id_(std::move(id)) {
+  WatchReactor(JobManager* jobs, std::string id, const absl::Status& allowed)
+      : jobs_(jobs), id_(std::move(id)) {
+    if (!allowed.ok()) {
+      absl::MutexLock lock(&mu_);
+      finished_ = true;
+      Finish(ToGrpcStatus(allowed));
+      return;
+    }
     absl::StatusOr<int64_t> handle =
         jobs_->Watch(id_, [this](const v1::JobStatus& status) { Offer(status); });
     absl::MutexLock lock(&mu_);
@@ -84,9 +92,16 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus> {
 
 }  // namespace
 
+absl::Status JobsService::Authorize(const grpc::CallbackServerContext& context,
+                                    absl::string_view what) const {
+  DTRAIN_ASSIGN_OR_RETURN(Caller caller, access_->Authenticate(context));
+  return caller.MayAdminister(what);
+}
+
 grpc::ServerUnaryReactor* JobsService::SubmitJob(grpc::CallbackServerContext* context,
                                                  const v1::SubmitJobRequest* request,
                                                  v1::SubmitJobResponse* response) {
+  if (absl::Status s = Authorize(*context, "SubmitJob"); !s.ok()) return FinishNow(context, s);
   absl::StatusOr<v1::JobStatus> job = jobs_->Submit(request->spec(), request->validate_only());
   if (job.ok()) *response->mutable_job() = std::move(*job);
   return FinishNow(context, job.status());
@@ -95,6 +110,7 @@ grpc::ServerUnaryReactor* JobsService::SubmitJob(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* JobsService::GetJob(grpc::CallbackServerContext* context,
                                               const v1::GetJobRequest* request,
                                               v1::JobStatus* response) {
+  if (absl::Status s = Authorize(*context, "GetJob"); !s.ok()) return FinishNow(context, s);
   absl::StatusOr<v1::JobStatus> job = jobs_->Get(request->id(), /*with_spec=*/true);
   if (job.ok()) *response = std::move(*job);
   return FinishNow(context, job.status());
@@ -103,18 +119,20 @@ grpc::ServerUnaryReactor* JobsService::GetJob(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* context,
                                                 const v1::ListJobsRequest* request,
                                                 v1::ListJobsResponse* response) {
+  if (absl::Status s = Authorize(*context, "ListJobs"); !s.ok()) return FinishNow(context, s);
   for (v1::JobStatus& job : jobs_->List()) *response->add_jobs() = std::move(job);
   return FinishNow(context, absl::OkStatus());
 }
 
 grpc::ServerWriteReactor<v1::JobStatus>* JobsService::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
-  return new WatchReactor(jobs_, request->id());
+  return new WatchReactor(jobs_, request->id(), Authorize(*context, "WatchJob"));
 }
 
 grpc::ServerUnaryReactor* JobsService::CancelJob(grpc::CallbackServerContext* context,
                                                  const v1::CancelJobRequest* request,
                                                  v1::JobStatus* response) {
+  if (absl::Status s = Authorize(*context, "CancelJob"); !s.ok()) return FinishNow(context, s);
   absl::StatusOr<v1::JobStatus> job = jobs_->Cancel(request->id());
   if (job.ok()) *response = std::move(*job);
   return FinishNow(context, job.status());
@@ -123,6 +141,7 @@ grpc::ServerUnaryReactor* JobsService::CancelJob(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* JobsService::GetJobLogs(grpc::CallbackServerContext* context,
                                                   const v1::GetJobLogsRequest* request,
                                                   v1::GetJobLogsResponse* response) {
+  if (absl::Status s = Authorize(*context, "GetJobLogs"); !s.ok()) return FinishNow(context, s);
   int64_t next = 0;
   absl::StatusOr<std::vector<std::string>> lines =
       jobs_->Logs(request->id(), request->from_line(), &next);
@@ -136,6 +155,7 @@ grpc::ServerUnaryReactor* JobsService::GetJobLogs(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* JobsService::GetJobMetrics(grpc::CallbackServerContext* context,
                                                      const v1::GetJobMetricsRequest* request,
                                                      v1::GetJobMetricsResponse* response) {
+  if (absl::Status s = Authorize(*context, "GetJobMetrics"); !s.ok()) return FinishNow(context, s);
   absl::StatusOr<std::vector<v1::MetricPoint>> points = jobs_->Metrics(request->id());
   if (points.ok()) {
     for (v1::MetricPoint& p : *points) *response->add_points() = std::move(p);

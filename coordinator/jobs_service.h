@@ -3,6 +3,7 @@
 // taken yet (it always gets the latest, and the terminal one last).
 #pragma once
 
+#include "coordinator/access_control.h"
 #include "coordinator/job_manager.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
 
@@ -10,7 +11,8 @@ namespace dtrain {
 
 class JobsService final : public v1::Jobs::CallbackService {
  public:
-  explicit JobsService(JobManager* jobs) : jobs_(jobs) {}
+  // Every call needs the admin token when `access` is enabled.
+  JobsService(JobManager* jobs, const AccessControl* access) : jobs_(jobs), access_(access) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -34,7 +36,11 @@ class JobsService final : public v1::Jobs::CallbackService {
                                           v1::GetJobMetricsResponse* response) override;
 
  private:
+  // OK if the caller is an admin (the Jobs API is the cluster's control plane).
+  absl::Status Authorize(const grpc::CallbackServerContext& context, absl::string_view what) const;
+
   JobManager* const jobs_;
+  const AccessControl* const access_;
 };
 
 }  // namespace dtrain

@@ -14,7 +14,9 @@
 #include "common/flag_names.h"
 #include "common/process_tuning.h"
 #include "common/termination_signals.h"
+#include "common/bearer_token.h"
 #include "common/tls_flags.h"
+#include "common/token_flags.h"
 #include "coordinator/coordinator_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:29610",
@@ -39,7 +41,7 @@ int main(int argc, char** argv) {
       "dtrain-coordinator: rendezvous, collectives and key-value store over gRPC.\n"
       "Usage: dtrain-coordinator [--listen=127.0.0.1:29610] [--heartbeat-timeout=10s] "
       "[--collective-timeout=10m] [--tls_cert=F --tls_key=F [--tls_ca=F] "
-      "[--tls_require_client_cert]] [--insecure]");
+      "[--tls_require_client_cert]] [--token_file=F] [--insecure]");
   std::vector<std::string> store;
   std::vector<char*> args = dtrain::NormalizeFlagNames(argc, argv, store);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
@@ -76,14 +78,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dtrain-coordinator: %s\n", std::string(s.message()).c_str());
     return 2;
   }
+  // The same token is required of callers and presented to the workers.
+  absl::StatusOr<std::string> token = dtrain::ConfigureClientTokenFromFlags();
+  if (!token.ok()) {
+    std::fprintf(stderr, "dtrain-coordinator: %s\n", std::string(token.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = dtrain::RequireAuthenticationBeyondLoopback(
+          options.listen_address, !token->empty(), dtrain::RequireClientCertFromFlags(),
+          dtrain::InsecureFromFlags());
+      !s.ok()) {
+    std::fprintf(stderr, "dtrain-coordinator: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  options.admin_token = *token;
   auto server = dtrain::CoordinatorServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "dtrain-coordinator: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  std::fprintf(stderr, "dtrain-coordinator: serving on %s (heartbeat timeout %s)\n",
+  std::fprintf(stderr, "dtrain-coordinator: serving on %s (heartbeat timeout %s, %s)\n",
                (*server)->address().c_str(),
-               absl::FormatDuration(options.groups.heartbeat_timeout).c_str());
+               absl::FormatDuration(options.groups.heartbeat_timeout).c_str(),
+               token->empty() ? "no token: every caller is an admin" : "bearer tokens required");
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     const std::string tmp = port_file + ".tmp";

@@ -144,6 +144,7 @@ absl::Status Trainer::Setup() {
   v1::GroupSpec* group = request.mutable_group();
   group->set_coordinator(options_.coordinator);
   group->set_group(options_.job_id);
+  group->set_token(options_.job_token);
   group->set_world_size(world_);
   group->set_collective_timeout_ms(t.collective_timeout_ms());
   group->set_register_timeout_ms(absl::ToInt64Milliseconds(options_.setup_timeout));

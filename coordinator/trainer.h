@@ -48,6 +48,7 @@ struct TrainerOptions {
   std::string coordinator;                // the address workers reach the coordinator at
   std::string checkpoint_dir;             // where checkpoints go (rank 0's file system)
   std::string output_dir;                 // the job's directory (predictions)
+  std::string job_token;                  // the workers' bearer token in the job's group
   // Deadline of Setup (the group forms within it) and of each step RPC.
   absl::Duration setup_timeout = absl::Minutes(5);
   absl::Duration step_timeout = absl::Minutes(30);

@@ -43,11 +43,8 @@ class JobsE2eTest : public ::testing::Test {
                                       "--port_file=" + port_file, "--state-dir=" + dir_ + "/state",
                                       "--heartbeat-timeout=5s"});
     ASSERT_NE(coordinator_, nullptr);
-    int port = 0;
-    ASSERT_TRUE(WaitFor([&] {
-      std::ifstream in(port_file);
-      return static_cast<bool>(in >> port) && port > 0;
-    }, absl::Seconds(20)));
+    const int port = WaitForPortFile(port_file, absl::Seconds(20));
+    ASSERT_GT(port, 0);
     address_ = absl::StrCat("127.0.0.1:", port);
     for (int i = 0; i < 2; ++i) {
       workers_.push_back(WorkerProcess::Start(address_, {absl::StrCat("--name=w", i), "--threads=1"}));

@@ -81,6 +81,15 @@ bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
   return condition();
 }
 
+int WaitForPortFile(const std::string& path, absl::Duration timeout) {
+  int port = 0;
+  WaitFor([&] {
+    std::ifstream in(path);
+    return static_cast<bool>(in >> port) && port > 0;
+  }, timeout);
+  return port;
+}
+
 std::unique_ptr<Subprocess> Subprocess::Start(const std::vector<std::string>& argv) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return nullptr;

@@ -38,6 +38,9 @@ std::vector<absl::Status> RunRanks(
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
 
+// The port a server wrote to `path` (its --port_file) once serving; 0 after `timeout`.
+int WaitForPortFile(const std::string& path, absl::Duration timeout);
+
 // A child process, started with fork+exec; killed and reaped on destruction.
 class Subprocess {
  public:

@@ -47,12 +47,7 @@ class TlsTest : public ::testing::Test {
     argv.insert(argv.end(), flags.begin(), flags.end());
     coordinator_ = Subprocess::Start(argv);
     if (coordinator_ == nullptr) return 0;
-    int port = 0;
-    WaitFor([&] {
-      std::ifstream in(port_file);
-      return static_cast<bool>(in >> port) && port > 0;
-    }, absl::Seconds(20));
-    return port;
+    return WaitForPortFile(port_file, absl::Seconds(20));
   }
 
   std::string Cli(const std::string& env, const std::string& args) const {

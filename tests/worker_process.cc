@@ -26,14 +26,9 @@ std::unique_ptr<WorkerProcess> WorkerProcess::Start(const std::string& coordinat
   auto worker = std::unique_ptr<WorkerProcess>(new WorkerProcess());
   worker->process_ = Subprocess::Start(argv);
   if (worker->process_ == nullptr) return nullptr;
-  const bool serving = WaitFor(
-      [&] {
-        std::ifstream in(port_file);
-        return static_cast<bool>(in >> worker->port_) && worker->port_ > 0;
-      },
-      absl::Seconds(30));
+  worker->port_ = WaitForPortFile(port_file, absl::Seconds(30));
   std::remove(port_file.c_str());
-  if (!serving) return nullptr;
+  if (worker->port_ == 0) return nullptr;
   // As the coordinator reaches workers: TLS when this process's client TLS is configured.
   worker->stub_ = v1::Worker::NewStub(ConnectToCoordinator(absl::StrCat("127.0.0.1:", worker->port_)));
   return worker;

@@ -84,7 +84,7 @@ absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Ma
   ProcessGroup& g = *backend->group_;
   const auto chrono_timeout = absl::ToChronoMilliseconds(timeout);
   DTRAIN_RETURN_IF_ERROR(backend->Run("rendezvous", [&] {
-    auto kv = std::make_shared<KeyValueClient>(ConnectToCoordinator(coordinator),
+    auto kv = std::make_shared<KeyValueClient>(ConnectToCoordinator(coordinator, g.token()),
                                                g.assignment().member().group());
     // Keys are per generation: a re-formed group never meets its predecessor's keys.
     auto store = c10::make_intrusive<c10d::PrefixStore>(

@@ -155,6 +155,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     ProcessGroupOptions options;
     options.group = g.group().empty() ? request.job_id() : g.group();
     options.world_size = g.world_size();
+    options.token = g.token();
     options.host = identity.host;
     options.name = request.worker_name().empty() ? identity.name : request.worker_name();
     options.order_key = absl::StrCat(options.name, "/", absl::Dec(request.spawn_index(), absl::kZeroPad4));

@@ -24,7 +24,9 @@
 #include "common/flag_names.h"
 #include "common/process_tuning.h"
 #include "common/termination_signals.h"
+#include "common/bearer_token.h"
 #include "common/tls_flags.h"
+#include "common/token_flags.h"
 #include "common/streaming.h"
 #include "worker/compute_threads.h"
 #include "worker/worker_registration.h"
@@ -75,7 +77,7 @@ int main(int argc, char** argv) {
       "dtrain-worker: hosts an Accelerator and runs a job's steps for the coordinator.\n"
       "Usage: dtrain-worker [--coordinator=127.0.0.1:29610] [--listen=127.0.0.1:29611] "
       "[--devices=N|auto] [--name=NAME] [--tls_cert=F --tls_key=F] [--tls_ca=F] "
-      "[--tls_require_client_cert] [--insecure]");
+      "[--tls_require_client_cert] [--token_file=F] [--insecure]");
   std::vector<std::string> store;
   std::vector<char*> args = dtrain::NormalizeFlagNames(argc, argv, store);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
@@ -112,7 +114,6 @@ int main(int argc, char** argv) {
                                 ? absl::StrCat(host, "-", getpid())
                                 : absl::StrCat(host, ":", listen_port);
   }
-  auto service = std::make_unique<dtrain::WorkerService>(options);
 
   // ddp_spawn children listen on 127.0.0.1 only and are reached by their parent alone.
   auto credentials = dtrain::ServerCredentialsFor(listen, dtrain::TlsFilesFromFlags(),
@@ -128,6 +129,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dtrain-worker: %s\n", std::string(s.message()).c_str());
     return 2;
   }
+  // One token both ways: presented to the coordinator, and required of whoever calls this
+  // worker (the coordinator; a ddp_spawn child's parent, whose token it inherited).
+  absl::StatusOr<std::string> token = dtrain::ConfigureClientTokenFromFlags();
+  if (!token.ok()) {
+    std::fprintf(stderr, "dtrain-worker: %s\n", std::string(token.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = dtrain::RequireAuthenticationBeyondLoopback(
+          listen, !token->empty(), dtrain::RequireClientCertFromFlags(), dtrain::InsecureFromFlags());
+      !s.ok()) {
+    std::fprintf(stderr, "dtrain-worker: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  options.token = *token;
+  auto service = std::make_unique<dtrain::WorkerService>(options);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, *credentials, &port);

@@ -12,6 +12,7 @@
 #include <grpcpp/create_channel.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/bearer_token.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
@@ -112,8 +113,10 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
       absl::SleepFor(absl::Milliseconds(20));
     }
     std::remove(port_file.c_str());
-    job->children_[i]->stub = v1::Worker::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    // The children inherited this daemon's token (DTRAIN_TOKEN) and expect it on every call.
+    job->children_[i]->stub = v1::Worker::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
+        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(),
+        grpc::ChannelArguments(), BearerTokenInterceptors(ClientToken())));
   }
   rmdir(dir.c_str());
   std::vector<v1::SetupResponse> responses(n);

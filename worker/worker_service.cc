@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
+#include "common/bearer_token.h"
 #include "common/callback_reactors.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
@@ -55,6 +56,10 @@ grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* co
     if (running_ == t && job_ != nullptr) job_->Cancel();
   });
   grpc::ServerUnaryReactor* reactor = task->reactor;
+  if (absl::Status s = CheckBearerToken(*context, options_.token); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
   absl::MutexLock lock(&mu_);
   if (draining_) {
     reactor->Finish(ToGrpcStatus(absl::UnavailableError("the worker is shutting down")));
@@ -229,6 +234,9 @@ absl::Status WorkerService::TeardownJob() {
 grpc::ServerUnaryReactor* WorkerService::Teardown(grpc::CallbackServerContext* context,
                                                   const v1::TeardownRequest* request,
                                                   v1::TeardownResponse* response) {
+  if (absl::Status s = CheckBearerToken(*context, options_.token); !s.ok()) {
+    return FinishNow(context, s);
+  }
   {
     // Stop a running step now rather than after its last batch.
     absl::MutexLock lock(&mu_);
@@ -253,6 +261,9 @@ grpc::ServerUnaryReactor* WorkerService::Teardown(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* context,
                                                 const v1::HealthRequest* request,
                                                 v1::HealthResponse* response) {
+  if (absl::Status s = CheckBearerToken(*context, options_.token); !s.ok()) {
+    return FinishNow(context, s);
+  }
   absl::MutexLock lock(&mu_);
   response->set_worker_name(options_.identity.name);
   response->set_devices(options_.identity.devices);

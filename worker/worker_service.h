@@ -24,6 +24,8 @@ struct WorkerServiceOptions {
   WorkerIdentity identity;
   // This program, run with --child by ddp_spawn; empty disables ddp_spawn.
   std::string spawn_binary;
+  // The bearer token every call must present; empty: none required.
+  std::string token;
 };
 
 class WorkerService final : public v1::Worker::CallbackService {

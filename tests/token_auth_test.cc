@@ -1,0 +1,335 @@
+// Bearer-token authentication: the admin token on every RPC of the coordinator and the workers,
+// and job tokens that work only inside their own job's group. In-process coordinator for the
+// scoping rules (every kind of call: join, heartbeat, unary and streamed collectives, session,
+// key-value, control plane); real processes and the CLI for the cluster end to end, where the
+// tokens must also never reach a log.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/channel.h"
+#include "client/kv_client.h"
+#include "common/bearer_token.h"
+#include "common/grpc_status.h"
+#include "dtrain/v1/jobs.grpc.pb.h"
+#include "tests/test_support.h"
+#include "tests/worker_process.h"
+
+namespace dtrain::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kAdmin[] = "admin-secret-0123456789abcdef";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class TokenScopeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CoordinatorOptions options = FastOptions();
+    options.admin_token = kAdmin;
+    coordinator_ = StartCoordinator(options);
+    ASSERT_NE(coordinator_, nullptr);
+    token_a_ = coordinator_->access().IssueJobToken("job-a");
+    token_b_ = coordinator_->access().IssueJobToken("job-b");
+    ASSERT_EQ(token_a_.size(), 64u);
+    ASSERT_NE(token_a_, token_b_);
+  }
+
+  std::unique_ptr<v1::Coordinator::Stub> Stub(const std::string& token) {
+    return v1::Coordinator::NewStub(ConnectToCoordinator(coordinator_->address(), token));
+  }
+
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> Join(const std::string& group,
+                                                     const std::string& token) {
+    ProcessGroupOptions options = GroupOptions(group, 1, "h");
+    options.token = token;
+    options.register_timeout = absl::Seconds(5);
+    return ProcessGroup::Join(coordinator_->address(), options);
+  }
+
+  // One AllReduce stream of a 1-element float tensor as `member`, with `token`.
+  absl::Status AllReduceAs(const std::string& token, const v1::MemberRef& member, int64_t sequence) {
+    auto stub = Stub(token);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto stream = stub->AllReduce(&context);
+    v1::AllReduceRequest request;
+    v1::AllReduceHeader* header = request.mutable_header();
+    *header->mutable_context()->mutable_member() = member;
+    header->mutable_context()->set_sequence(sequence);
+    header->set_op(v1::REDUCE_OP_SUM);
+    header->mutable_meta()->set_dtype(v1::DTYPE_FLOAT32);
+    header->mutable_meta()->add_shape(1);
+    const float one = 1.0f;
+    request.set_chunk(std::string(reinterpret_cast<const char*>(&one), sizeof(one)));
+    stream->Write(request);
+    stream->WritesDone();
+    v1::AllReduceResponse response;
+    while (stream->Read(&response)) {
+    }
+    return FromGrpcStatus(stream->Finish());
+  }
+
+  std::unique_ptr<CoordinatorServer> coordinator_;
+  std::string token_a_, token_b_;
+};
+
+TEST_F(TokenScopeTest, JobTokenWorksInItsGroupOnly) {
+  auto a = Join("job-a", token_a_);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = Join("job-b", token_b_);
+  ASSERT_TRUE(b.ok()) << b.status();
+  // In its own group every kind of call works.
+  auto sum = (*a)->AllReduce(HostTensor::FromVector<float>(v1::DTYPE_FLOAT32, {2}, {1.5f, 2.0f}),
+                             v1::REDUCE_OP_SUM);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(sum->ToVector<float>(), (std::vector<float>{1.5f, 2.0f}));
+  EXPECT_TRUE((*a)->Barrier("in-a").ok());
+  EXPECT_TRUE((*a)->store().Set("k", "v").ok());
+
+  // Joining job B with job A's token.
+  auto intruder = Join("job-b", token_a_);
+  ASSERT_EQ(intruder.status().code(), absl::StatusCode::kPermissionDenied) << intruder.status();
+  EXPECT_THAT(intruder.status().message(),
+              HasSubstr("register in group 'job-b' refused: the token presented was issued for "
+                        "job group 'job-a'"));
+
+  // Job B's key-value scope, read and written with job A's token.
+  KeyValueClient kv(ConnectToCoordinator(coordinator_->address(), token_a_), "job-b");
+  ASSERT_TRUE((*b)->store().Set("secret", "b-only").ok());
+  absl::StatusOr<std::string> read = kv.Get("secret", absl::Seconds(1));
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kPermissionDenied) << read.status();
+  EXPECT_EQ(kv.Set("secret", "overwritten").code(), absl::StatusCode::kPermissionDenied);
+  auto still = (*b)->store().Get("secret", absl::Seconds(1));
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ(*still, "b-only");
+
+  // A collective, a barrier and a heartbeat in B as B's member, with A's token: each refused
+  // before it reaches the group, so B's sequence and health are untouched.
+  const v1::MemberRef b_member = (*b)->assignment().member();
+  absl::Status streamed = AllReduceAs(token_a_, b_member, 0);
+  EXPECT_EQ(streamed.code(), absl::StatusCode::kPermissionDenied) << streamed;
+  EXPECT_THAT(streamed.message(), HasSubstr("all_reduce in group 'job-b' refused"));
+  {
+    v1::BarrierRequest request;
+    *request.mutable_context()->mutable_member() = b_member;
+    request.mutable_context()->set_sequence(0);
+    v1::BarrierResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    absl::Status barrier = FromGrpcStatus(Stub(token_a_)->Barrier(&context, request, &response));
+    EXPECT_EQ(barrier.code(), absl::StatusCode::kPermissionDenied) << barrier;
+  }
+  {
+    v1::HeartbeatRequest request;
+    *request.mutable_member() = b_member;
+    v1::HeartbeatResponse response;
+    grpc::ClientContext context;
+    absl::Status hb = FromGrpcStatus(Stub(token_a_)->Heartbeat(&context, request, &response));
+    EXPECT_EQ(hb.code(), absl::StatusCode::kPermissionDenied) << hb;
+  }
+  {
+    grpc::ClientContext context;
+    auto session = Stub(token_a_)->Session(&context);
+    v1::SessionRequest request;
+    *request.mutable_barrier()->mutable_context()->mutable_member() = b_member;
+    session->Write(request);
+    session->WritesDone();
+    v1::SessionResponse response;
+    EXPECT_FALSE(session->Read(&response));
+    absl::Status s = FromGrpcStatus(session->Finish());
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    EXPECT_THAT(s.message(), HasSubstr("barrier in group 'job-b' refused"));
+  }
+  auto b_sum = (*b)->AllReduce(HostTensor::FromVector<float>(v1::DTYPE_FLOAT32, {1}, {4.0f}),
+                               v1::REDUCE_OP_SUM);
+  ASSERT_TRUE(b_sum.ok()) << b_sum.status();
+  EXPECT_EQ(b_sum->ToVector<float>(), (std::vector<float>{4.0f}));
+  EXPECT_TRUE((*b)->health().ok()) << (*b)->health();
+
+  // The control plane needs the admin token.
+  {
+    v1::ListWorkersResponse response;
+    grpc::ClientContext context;
+    absl::Status s = FromGrpcStatus(Stub(token_a_)->ListWorkers(&context, {}, &response));
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    EXPECT_THAT(s.message(), HasSubstr("ListWorkers needs the cluster's admin token"));
+  }
+  {
+    auto jobs = v1::Jobs::NewStub(ConnectToCoordinator(coordinator_->address(), token_a_));
+    v1::ListJobsResponse response;
+    grpc::ClientContext context;
+    absl::Status s = FromGrpcStatus(jobs->ListJobs(&context, {}, &response));
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  }
+  {
+    v1::ListGroupsResponse response;
+    grpc::ClientContext context;
+    absl::Status s = FromGrpcStatus(Stub(kAdmin)->ListGroups(&context, {}, &response));
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_EQ(response.groups_size(), 2);
+  }
+}
+
+TEST_F(TokenScopeTest, MissingWrongAndRevokedTokensAreUnauthenticated) {
+  for (const std::string& token : {std::string(), std::string("not-the-token")}) {
+    auto pg = Join("job-a", token);
+    ASSERT_EQ(pg.status().code(), absl::StatusCode::kUnauthenticated) << token << pg.status();
+    EXPECT_THAT(pg.status().message(),
+                HasSubstr(token.empty() ? "requires a bearer token: give --token, --token_file "
+                                          "or set DTRAIN_TOKEN"
+                                        : "not valid on this coordinator"));
+    absl::Status streamed = AllReduceAs(token, v1::MemberRef(), 0);
+    EXPECT_EQ(streamed.code(), absl::StatusCode::kUnauthenticated) << streamed;
+  }
+  // A malformed header is named as such.
+  {
+    auto stub = Stub("");
+    v1::ListGroupsResponse response;
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", std::string("Basic ") + kAdmin);
+    absl::Status s = FromGrpcStatus(stub->ListGroups(&context, {}, &response));
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_THAT(s.message(), HasSubstr("not of the form 'Bearer <token>'"));
+  }
+  // A member whose job ended: its token stops working at once.
+  auto a = Join("job-a", token_a_);
+  ASSERT_TRUE(a.ok()) << a.status();
+  coordinator_->access().RevokeJobToken(token_a_);
+  absl::Status after = (*a)->Barrier("after-revoke");
+  EXPECT_EQ(after.code(), absl::StatusCode::kUnauthenticated) << after;
+  EXPECT_THAT(after.message(), HasSubstr("the token of a job that has ended"));
+  EXPECT_EQ(coordinator_->access().job_tokens(), 1u);
+}
+
+TEST(BearerTokenTest, ComparisonAndValidation) {
+  EXPECT_TRUE(SameToken("abc", "abc"));
+  EXPECT_FALSE(SameToken("abc", "abd"));
+  EXPECT_FALSE(SameToken("abc", "abcd"));
+  EXPECT_FALSE(SameToken("", "a"));
+  const std::string t1 = NewRandomToken(), t2 = NewRandomToken();
+  EXPECT_EQ(t1.size(), 64u);
+  EXPECT_NE(t1, t2);
+  EXPECT_TRUE(std::regex_match(t1, std::regex("[0-9a-f]{64}")));
+  EXPECT_TRUE(ValidateToken("s3cr3t-token_~", "--token").ok());
+  absl::Status spaced = ValidateToken("two words", "--token_file 'f'");
+  EXPECT_EQ(spaced.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spaced.message(), HasSubstr("--token_file 'f' holds a character"));
+  EXPECT_EQ(ValidateToken("", "DTRAIN_TOKEN").code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The cluster end to end: a coordinator and a worker that require the admin token, the CLI
+// with and without it, a ddp_spawn job (whose children inherit the worker's token and join
+// with the job's), and logs that hold no token.
+class TokenClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/token-e2e-", getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ + "/token") << kAdmin << "\n";
+  }
+  void TearDown() override { SetClientToken(""); }
+
+  std::string Cli(const std::string& env, const std::string& args) const {
+    return absl::StrCat("DTRAIN_COORDINATOR=", address_, " ", env, " " DTRAIN_CLI_BIN " --timeout=5s ",
+                        args, " 2>&1");
+  }
+
+  std::string dir_, address_;
+};
+
+TEST_F(TokenClusterTest, AdminTokenRequired_JobRuns_NoTokenInLogs) {
+  const std::string port_file = dir_ + "/coordinator.port";
+  auto coordinator = Subprocess::Start(
+      {"/bin/sh", "-c",
+       absl::StrCat("exec " DTRAIN_COORDINATOR_BIN " --listen=127.0.0.1:0 --port_file=", port_file,
+                    " --state-dir=", dir_, "/state --heartbeat-timeout=5s --token_file=", dir_,
+                    "/token 2> ", dir_, "/coordinator.log")});
+  ASSERT_NE(coordinator, nullptr);
+  const int port = WaitForPortFile(port_file, absl::Seconds(20));
+  ASSERT_GT(port, 0);
+  address_ = absl::StrCat("127.0.0.1:", port);
+
+  // This process calls the worker too (WorkerProcess checks it serves): with the admin token.
+  SetClientToken(kAdmin);
+  auto worker = WorkerProcess::Start(address_, {"--name=tok-w0", "--threads=1",
+                                                "--token_file=" + dir_ + "/token"});
+  ASSERT_NE(worker, nullptr);
+  {
+    // The worker refuses callers without its token.
+    auto anonymous = v1::Worker::NewStub(
+        ConnectToCoordinator(absl::StrCat("127.0.0.1:", worker->port()), ""));
+    grpc::ClientContext context;
+    v1::HealthResponse health;
+    absl::Status s = FromGrpcStatus(anonymous->Health(&context, {}, &health));
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+    EXPECT_TRUE(health.worker_name().empty());
+    grpc::ClientContext teardown_context;
+    v1::TeardownResponse torn;
+    EXPECT_EQ(FromGrpcStatus(anonymous->Teardown(&teardown_context, {}, &torn)).code(),
+              absl::StatusCode::kUnauthenticated);
+  }
+  const std::string with_token = absl::StrCat("DTRAIN_TOKEN=", kAdmin);
+  ASSERT_TRUE(WaitFor([&] { return RunShell(Cli(with_token, "workers")).output.find("tok-w0") != std::string::npos; },
+                      absl::Seconds(15)));
+
+  CommandResult anonymous = RunShell(Cli("DTRAIN_TOKEN=", "list"));
+  EXPECT_EQ(anonymous.exit_code, 3) << anonymous.output;
+  EXPECT_THAT(anonymous.output, HasSubstr("UNAUTHENTICATED: this service requires a bearer token"));
+  CommandResult wrong = RunShell(Cli("DTRAIN_TOKEN=guess", "list"));
+  EXPECT_EQ(wrong.exit_code, 3) << wrong.output;
+  EXPECT_THAT(wrong.output, HasSubstr("not valid on this coordinator"));
+  CommandResult spaced = RunShell(Cli("", "--token='a b' list"));
+  EXPECT_EQ(spaced.exit_code, 2) << spaced.output;
+
+  const std::string job = dir_ + "/job.yaml";
+  std::ofstream(job) << R"(name: tok
+model: {builtin: mlp}
+data:
+  synthetic: {train_size: 256, val_size: 64, test_size: 64, seed: 3}
+  batch_size: 32
+trainer: {max_epochs: 1, strategy: ddp_spawn, devices: 2, num_workers: 1, seed: 1}
+optimizer: {name: sgd, lr: 0.05}
+)";
+  CommandResult submitted = RunShell(Cli(with_token, "submit --wait " + job));
+  EXPECT_EQ(submitted.exit_code, 0) << submitted.output;
+  EXPECT_THAT(submitted.output, HasSubstr("SUCCEEDED"));
+  CommandResult by_flag = RunShell(Cli("", absl::StrCat("--token=", kAdmin, " list")));
+  EXPECT_EQ(by_flag.exit_code, 0) << by_flag.output;
+  EXPECT_THAT(by_flag.output, HasSubstr("tok-1"));
+
+  worker.reset();
+  coordinator->Kill(SIGTERM);
+  ASSERT_NE(coordinator->Wait(absl::Seconds(15)), -1);
+  // Neither the admin token nor any job token (64 hex digits) is in any log.
+  std::string logs = ReadFile(dir_ + "/coordinator.log");
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_ + "/state")) {
+    if (entry.is_regular_file() && entry.path().extension() != ".ckpt") logs += ReadFile(entry.path());
+  }
+  ASSERT_THAT(logs, HasSubstr("group formed"));
+  EXPECT_THAT(logs, Not(HasSubstr(kAdmin)));
+  EXPECT_FALSE(std::regex_search(logs, std::regex("[0-9a-f]{64}")));
+}
+
+}  // namespace
+}  // namespace dtrain::testing
