@@ -40,7 +40,7 @@ cleanup() {
 trap cleanup EXIT
 
 "$build/coordinator/dtrain-coordinator" --listen=127.0.0.1:0 --port_file="$work/port" \
-  2>"$work/coordinator.log" &
+  --state-dir="$work/state" 2>"$work/coordinator.log" &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
 port=$(cat "$work/port")

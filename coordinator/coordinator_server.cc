@@ -53,6 +53,9 @@ CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std:
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     CoordinatorOptions options) {
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(std::move(options)));
+  if (!server->options_.database.empty()) {
+    if (absl::Status s = server->jobs_->Restore(server->options_.database); !s.ok()) return s;
+  }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(server->options_.listen_address,
                            server->options_.credentials != nullptr

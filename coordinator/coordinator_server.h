@@ -36,6 +36,9 @@ struct CoordinatorOptions {
   absl::Duration tick = absl::Milliseconds(20);
   // Jobs' logs, metrics and checkpoints go under <state_dir>/jobs/<id>/.
   std::string state_dir = "/tmp/dtrain-state";
+  // The SQLite job database (job_store.h), usually <state_dir>/coordinator.db; empty: jobs are
+  // kept in memory only (in-process tests).
+  std::string database;
   // The host:port workers use to reach this coordinator; empty: the listen address (with
   // this machine's name for a wildcard host).
   std::string advertise_address;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/job_spec.h"
+#include "common/status_macros.h"
 #include "coordinator/metrics_log.h"
 #include "coordinator/trainer.h"
 
@@ -27,8 +29,57 @@ class JobManager::Job : public TrainerReporter {
     status_.mutable_progress()->set_phase("waiting");
   }
 
+  // A job read back from the database; its log lines come from its job.log.
+  Job(JobStore::StoredJob stored, std::string dir)
+      : dir_(std::move(dir)), spec_(std::move(stored.spec)), restored_(true) {
+    status_ = std::move(stored.status);
+    points_ = std::move(stored.points);
+    std::ifstream log(dir_ + "/job.log");
+    for (std::string line; std::getline(log, line);) lines_.push_back(std::move(line));
+  }
+
   const std::string& id() const { return status_.id(); }
   const std::string& dir() const { return dir_; }
+
+  // From now on every change is written to `store` (null: none). The first write of a new job
+  // inserts it.
+  void SetStore(JobStore* store, bool insert) {
+    absl::MutexLock lock(&mu_);
+    store_ = store;
+    if (store_ == nullptr) return;
+    if (insert) {
+      Report(store_->Insert(spec_, status_));
+    } else {
+      PersistLocked(/*force=*/true);
+    }
+  }
+  // A job that was running when the coordinator stopped waits to run again: from `checkpoint`
+  // when there is one.
+  void PrepareResume(const std::string& checkpoint) {
+    {
+      absl::MutexLock lock(&mu_);
+      resume_from_ = checkpoint;
+      status_.set_state(v1::QUEUED);
+      status_.clear_workers();
+      status_.set_started_unix_ms(0);
+      status_.mutable_progress()->set_phase("waiting to resume");
+      resuming_ = true;
+      PersistLocked(/*force=*/true);
+    }
+    Notify();
+  }
+  bool resuming() const {
+    absl::MutexLock lock(&mu_);
+    return resuming_;
+  }
+  std::string resume_from() const {
+    absl::MutexLock lock(&mu_);
+    return resume_from_;
+  }
+  std::string checkpoint() const {
+    absl::MutexLock lock(&mu_);
+    return status_.checkpoint();
+  }
 
   // The spec is attached only when asked: watchers get a status at every step, without it.
   v1::JobStatus Status(bool with_spec) const {
@@ -55,6 +106,7 @@ class JobManager::Job : public TrainerReporter {
     {
       absl::MutexLock lock(&mu_);
       *status_.mutable_progress() = progress;
+      PersistLocked(/*force=*/false);
     }
     Notify();
   }
@@ -70,6 +122,8 @@ class JobManager::Job : public TrainerReporter {
       p.set_epoch(epoch);
       p.set_wall_unix_ms(static_cast<int64_t>(now * 1000));
       (*status_.mutable_metrics())[name] = value;
+      if (store_ != nullptr) Report(store_->AddMetric(status_.id(), p));
+      PersistLocked(/*force=*/false);
       if (metrics_ != nullptr) {
         metrics_->Add(name, value, step, epoch, now);
         metrics_->Flush();
@@ -83,6 +137,7 @@ class JobManager::Job : public TrainerReporter {
       absl::MutexLock lock(&mu_);
       status_.set_checkpoint(last);
       status_.set_best_checkpoint(best);
+      PersistLocked(/*force=*/true);
     }
     Notify();
   }
@@ -91,6 +146,7 @@ class JobManager::Job : public TrainerReporter {
     {
       absl::MutexLock lock(&mu_);
       status_.set_predictions(path);
+      PersistLocked(/*force=*/true);
     }
     Notify();
   }
@@ -98,12 +154,15 @@ class JobManager::Job : public TrainerReporter {
   // Opens the job's files; a failure is the job's (FAILED), not the coordinator's.
   absl::Status OpenFiles(const std::string& host) {
     if (absl::Status s = MakeDirectories(dir_ + "/checkpoints"); !s.ok()) return s;
-    absl::StatusOr<std::unique_ptr<MetricsLog>> metrics = MetricsLog::Create(dir_, host);
+    // A restored job goes on writing its files where they ended.
+    absl::StatusOr<std::unique_ptr<MetricsLog>> metrics = MetricsLog::Create(dir_, host, restored_);
     if (!metrics.ok()) return metrics.status();
     absl::MutexLock lock(&mu_);
     metrics_ = std::move(*metrics);
     log_file_.open(dir_ + "/job.log", std::ios::app);
-    for (const std::string& line : lines_) log_file_ << line << "\n";
+    if (!restored_) {
+      for (const std::string& line : lines_) log_file_ << line << "\n";
+    }
     log_file_.flush();
     return absl::OkStatus();
   }
@@ -114,6 +173,7 @@ class JobManager::Job : public TrainerReporter {
       status_.set_state(v1::RUNNING);
       status_.set_started_unix_ms(absl::ToUnixMillis(absl::Now()));
       for (const v1::WorkerInfo& w : workers) status_.add_workers(w.name());
+      PersistLocked(/*force=*/true);
     }
     Notify();
   }
@@ -127,6 +187,7 @@ class JobManager::Job : public TrainerReporter {
       status_.set_reason(reason);
       status_.set_finished_unix_ms(absl::ToUnixMillis(absl::Now()));
       if (status_.progress().phase() != "done") status_.mutable_progress()->set_phase("done");
+      PersistLocked(/*force=*/true);
     }
     Log(absl::StrCat("job ", v1::JobState_Name(state), reason.empty() ? "" : ": ", reason));
   }
@@ -180,6 +241,23 @@ class JobManager::Job : public TrainerReporter {
   }
 
  private:
+  // Writes the status to the store: always when `force` (state, checkpoints), else at most once
+  // a second (progress and metric summaries change at every step).
+  void PersistLocked(bool force) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (store_ == nullptr) return;
+    const absl::Time now = absl::Now();
+    if (!force && now - last_persist_ < absl::Seconds(1)) return;
+    last_persist_ = now;
+    Report(store_->Update(status_));
+  }
+  // A failed write costs durability, not the job: say so on the coordinator's stderr, once.
+  void Report(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (status.ok() || store_error_reported_) return;
+    store_error_reported_ = true;
+    std::fprintf(stderr, "dtrain-coordinator: job %s: %s (later changes may not survive a "
+                 "restart)\n", status_.id().c_str(), std::string(status.message()).c_str());
+  }
+
   void Notify() {
     const v1::JobStatus now = Status(false);
     absl::MutexLock lock(&watch_mu_);
@@ -196,6 +274,12 @@ class JobManager::Job : public TrainerReporter {
   std::ofstream log_file_ ABSL_GUARDED_BY(mu_);
   Trainer* trainer_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;
+  const bool restored_ = false;
+  JobStore* store_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Time last_persist_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool store_error_reported_ ABSL_GUARDED_BY(mu_) = false;
+  std::string resume_from_ ABSL_GUARDED_BY(mu_);
+  bool resuming_ ABSL_GUARDED_BY(mu_) = false;
   // Watchers are called outside mu_ (they take their own locks) but one at a time.
   absl::Mutex watch_mu_;
   std::map<int64_t, Watcher> watchers_ ABSL_GUARDED_BY(watch_mu_);
@@ -230,6 +314,7 @@ absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate
     order_.push_back(id);
     queue_.push_back(id);
   }
+  job->SetStore(store_.get(), /*insert=*/true);
   job->Log(absl::StrCat("submitted: ", spec.trainer().num_workers(), " worker(s), strategy ",
                         spec.trainer().strategy(), ", model ",
                         spec.model().has_builtin() ? spec.model().builtin() : spec.model().torchscript()));
@@ -308,6 +393,46 @@ void JobManager::Unwatch(const std::string& id, int64_t handle) {
   if (std::shared_ptr<Job> job = Find(id)) job->RemoveWatcher(handle);
 }
 
+absl::Status JobManager::Restore(const std::string& path) {
+  if (absl::Status s = MakeDirectories(options_.state_dir); !s.ok()) return s;
+  DTRAIN_ASSIGN_OR_RETURN(store_, JobStore::Open(path));
+  std::vector<std::string> skipped;
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<JobStore::StoredJob> stored, store_->LoadAll(&skipped));
+  for (const std::string& id : skipped) {
+    std::fprintf(stderr, "dtrain-coordinator: job %s in %s does not parse; skipped\n", id.c_str(),
+                 path.c_str());
+  }
+  for (JobStore::StoredJob& record : stored) {
+    const std::string id = record.status.id();
+    auto job = std::make_shared<Job>(std::move(record), absl::StrCat(options_.state_dir, "/jobs/", id));
+    const v1::JobState state = job->state();
+    job->SetStore(store_.get(), /*insert=*/false);
+    if (!IsTerminal(state)) {
+      if (absl::Status s = job->OpenFiles(options_.host); !s.ok()) {
+        job->Finish(v1::FAILED, std::string(s.message()));
+      }
+    }
+    if (!job->terminal() && state == v1::RUNNING) {
+      // Workers still holding the old run are told to drop it (heartbeat's abandoned_job).
+      workers_->MarkEnded(id);
+      const std::string checkpoint = job->checkpoint();
+      job->Log(checkpoint.empty()
+                   ? "the coordinator restarted while this job ran, before its first checkpoint; "
+                     "it starts over once its workers are back"
+                   : absl::StrCat("the coordinator restarted while this job ran; it resumes from "
+                                  "its last checkpoint ", checkpoint, " once its workers are back"));
+      job->PrepareResume(checkpoint);
+    } else if (!job->terminal()) {
+      job->Log("the coordinator restarted; the job is queued again");
+    }
+    absl::MutexLock lock(&mu_);
+    jobs_[id] = job;
+    order_.push_back(id);
+    if (!job->terminal()) queue_.push_back(id);
+  }
+  return absl::OkStatus();
+}
+
 void JobManager::SetCoordinatorAddress(const std::string& address) {
   absl::MutexLock lock(&mu_);
   coordinator_address_ = address;
@@ -361,6 +486,10 @@ void JobManager::Start(const std::shared_ptr<Job>& job, std::vector<v1::WorkerIn
   TrainerOptions options;
   options.job_id = job->id();
   options.spec = job->spec();
+  if (job->resuming()) {
+    options.clear_stale_runs = true;
+    options.spec.set_resume_from(job->resume_from());
+  }
   options.workers = workers;
   {
     absl::MutexLock lock(&mu_);
@@ -424,6 +553,9 @@ void JobManager::Shutdown() {
   }
   for (const auto& job : jobs) {
     if (!job->terminal()) {
+      // Interrupted, not cancelled: the database keeps it queued or running, so the next
+      // coordinator on this state directory resumes it.
+      job->SetStore(nullptr, /*insert=*/false);
       job->RequestCancel();
       if (job->state() == v1::QUEUED) job->Finish(v1::CANCELLED, "the coordinator shut down");
     }

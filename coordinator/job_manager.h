@@ -4,6 +4,12 @@
 // under <state_dir>/jobs/<id>/) and watchers. States: QUEUED -> RUNNING -> SUCCEEDED | FAILED
 // (with the reason) | CANCELLED.
 //
+// With a database (Restore), every job's spec, status and metric points are also kept in SQLite
+// (job_store.h). A restarted coordinator lists them as before; jobs that were queued are queued
+// again, and jobs that were running are queued to resume from their last checkpoint (or from the
+// start when they had none). Stopping the coordinator (Shutdown) interrupts running jobs without
+// recording them as cancelled, so an orderly restart resumes them too.
+//
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
@@ -22,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "coordinator/access_control.h"
+#include "coordinator/job_store.h"
 #include "coordinator/worker_registry.h"
 #include "dtrain/v1/jobs.pb.h"
 
@@ -57,6 +64,10 @@ class JobManager {
   absl::StatusOr<int64_t> Watch(const std::string& id, Watcher watcher);
   void Unwatch(const std::string& id, int64_t handle);
 
+  // Opens the job database at `path` (created if missing), loads its jobs and requeues the
+  // unfinished ones; from then on every change is written there. Call once, before serving.
+  absl::Status Restore(const std::string& path);
+
   // The address workers reach the coordinator at (for their groups); set once serving.
   void SetCoordinatorAddress(const std::string& address);
 
@@ -73,6 +84,7 @@ class JobManager {
   const JobManagerOptions options_;
   WorkerRegistry* const workers_;
   AccessControl* const access_;
+  std::unique_ptr<JobStore> store_;  // set by Restore, before any job exists
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);     // submission order

@@ -30,7 +30,8 @@ ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(10),
 ABSL_FLAG(absl::Duration, register_timeout, absl::Minutes(5),
           "default time a registration waits for its group to form");
 ABSL_FLAG(std::string, state_dir, "/tmp/dtrain-state",
-          "jobs' logs, metrics (CSV, TensorBoard) and checkpoints go under <state_dir>/jobs/");
+          "the job database (<state_dir>/coordinator.db) and jobs' logs, metrics (CSV, "
+          "TensorBoard) and checkpoints (<state_dir>/jobs/); a restart resumes from it");
 ABSL_FLAG(std::string, advertise, "",
           "host:port workers use to reach this coordinator; default: --listen");
 ABSL_FLAG(std::string, port_file, "",
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   options.groups.default_collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   options.groups.default_register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.database = options.state_dir + "/coordinator.db";
   options.advertise_address = absl::GetFlag(FLAGS_advertise);
   if (options.groups.heartbeat_timeout <= options.groups.heartbeat_interval) {
     std::fprintf(stderr, "dtrain-coordinator: --heartbeat-timeout (%s) must exceed "

@@ -18,15 +18,17 @@ absl::Status MakeDirectories(const std::string& path) {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Create(const std::string& dir,
-                                                               const std::string& host) {
+                                                               const std::string& host,
+                                                               bool append) {
   if (absl::Status s = MakeDirectories(dir); !s.ok()) return s;
   auto log = std::unique_ptr<MetricsLog>(new MetricsLog());
   log->csv_path_ = dir + "/metrics.csv";
-  log->csv_.open(log->csv_path_, std::ios::trunc);
+  const bool existed = append && std::ifstream(log->csv_path_).good();
+  log->csv_.open(log->csv_path_, existed ? std::ios::app : std::ios::trunc);
   if (!log->csv_) {
     return absl::FailedPreconditionError(absl::StrCat("cannot create '", log->csv_path_, "'"));
   }
-  log->csv_ << "wall_time,step,epoch,name,value\n";
+  if (!existed) log->csv_ << "wall_time,step,epoch,name,value\n";
   absl::StatusOr<std::unique_ptr<TfEventsWriter>> events = TfEventsWriter::Create(dir, host);
   if (!events.ok()) return events.status();
   log->events_ = std::move(*events);

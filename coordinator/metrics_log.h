@@ -15,9 +15,11 @@ namespace dtrain {
 
 class MetricsLog {
  public:
-  // Creates `dir` (and parents) and both files in it.
+  // Creates `dir` (and parents) and both files in it; with `append`, an existing metrics.csv
+  // goes on where it ended (a job resumed after a coordinator restart).
   static absl::StatusOr<std::unique_ptr<MetricsLog>> Create(const std::string& dir,
-                                                            const std::string& host);
+                                                            const std::string& host,
+                                                            bool append = false);
   void Add(const std::string& name, double value, int64_t step, int64_t epoch, double wall_time);
   void Flush();
   std::string csv_path() const { return csv_path_; }

@@ -173,6 +173,18 @@ absl::Status Trainer::Setup() {
   }
 
   const int n = static_cast<int>(stubs_.size());
+  if (options_.clear_stale_runs) {
+    // Teardown of this job id is a no-op on a worker that does not hold it.
+    DTRAIN_RETURN_IF_ERROR(OnEveryWorker(
+        "teardown of the run before the coordinator restarted",
+        [&](int i, grpc::ClientContext* context) {
+          v1::TeardownRequest stale;
+          stale.set_job_id(options_.job_id);
+          v1::TeardownResponse response;
+          return stubs_[i]->Teardown(context, stale, &response);
+        },
+        kTeardownTimeout));
+  }
   std::vector<v1::SetupResponse> responses(n);
   reporter_->Log(absl::StrCat("setting up ", n, " worker(s) for ", world_, " rank(s), strategy ",
                               t.strategy()));

@@ -49,6 +49,9 @@ struct TrainerOptions {
   std::string checkpoint_dir;             // where checkpoints go (rank 0's file system)
   std::string output_dir;                 // the job's directory (predictions)
   std::string job_token;                  // the workers' bearer token in the job's group
+  // The job ran before under a coordinator that stopped: its workers may still hold that run,
+  // which Setup first tears down.
+  bool clear_stale_runs = false;
   // Deadline of Setup (the group forms within it) and of each step RPC.
   absl::Duration setup_timeout = absl::Minutes(5);
   absl::Duration step_timeout = absl::Minutes(30);

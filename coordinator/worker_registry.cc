@@ -53,16 +53,24 @@ void WorkerRegistry::MarkUnreachable(const std::string& name) {
   }
 }
 
+void WorkerRegistry::RememberEndedLocked(const std::string& job_id) {
+  if (!ended_.insert(job_id).second) return;
+  ended_order_.push_back(job_id);
+  if (ended_order_.size() > kRememberedJobs) {
+    ended_.erase(ended_order_.front());
+    ended_order_.pop_front();
+  }
+}
+
+void WorkerRegistry::MarkEnded(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  RememberEndedLocked(job_id);
+}
+
 void WorkerRegistry::Assign(const std::string& name, const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   auto it = assigned_.find(name);
-  if (it != assigned_.end() && it->second != job_id && ended_.insert(it->second).second) {
-    ended_order_.push_back(it->second);
-    if (ended_order_.size() > kRememberedJobs) {
-      ended_.erase(ended_order_.front());
-      ended_order_.pop_front();
-    }
-  }
+  if (it != assigned_.end() && it->second != job_id) RememberEndedLocked(it->second);
   if (job_id.empty()) {
     assigned_.erase(name);
   } else {

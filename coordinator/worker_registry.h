@@ -32,6 +32,9 @@ class WorkerRegistry {
   // A call to the worker could not connect (it died, or its port is gone): it is not placed
   // again until it heartbeats after this.
   void MarkUnreachable(const std::string& name);
+  // `job_id` ran under a coordinator before this one (restored from its database): a worker
+  // that still reports it is told to drop it, unless the job is placed on it again.
+  void MarkEnded(const std::string& job_id);
   // The job a worker is placed on, from placement until its teardown; "" clears it.
   void Assign(const std::string& name, const std::string& job_id);
   absl::Status Unregister(const v1::UnregisterWorkerRequest& request);
@@ -41,6 +44,8 @@ class WorkerRegistry {
   void Tick(absl::Time now);
 
  private:
+  void RememberEndedLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   struct Entry {
     v1::WorkerInfo info;
     absl::Time last_seen;

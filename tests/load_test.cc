@@ -1,6 +1,8 @@
 // Scale on a small machine: 64 ranks (threads, one connection each) in one group run 1,000
 // barriers and 100 all_reduce of 1 MiB through a dtrain-coordinator process; nothing fails and
 // the coordinator's resident memory afterwards is within 10% of its level before.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
@@ -27,8 +29,10 @@ long QuietResidentKiB(pid_t pid, long at_most = 0) {
 TEST(Load, SixtyFourRanks_ThousandBarriersHundredAllReduces_MemoryReturns) {
   const std::string port_file = ::testing::TempDir() + "/dtrain_load_port";
   std::remove(port_file.c_str());
-  auto coordinator = Subprocess::Start({DTRAIN_COORDINATOR_BIN, "--listen=127.0.0.1:0",
-                                        "--port_file=" + port_file, "--heartbeat-timeout=30s"});
+  auto coordinator = Subprocess::Start(
+      {DTRAIN_COORDINATOR_BIN, "--listen=127.0.0.1:0", "--port_file=" + port_file,
+       "--heartbeat-timeout=30s",
+       absl::StrCat("--state-dir=", ::testing::TempDir(), "/dtrain-load-state-", getpid())});
   ASSERT_NE(coordinator, nullptr);
   std::string port;
   ASSERT_TRUE(WaitFor([&] {
