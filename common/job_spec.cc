@@ -151,6 +151,12 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
     return Bad("trainer.num_workers", absl::StrCat("strategy ", t->strategy(),
                                                    " runs in one process; use 1 worker or strategy ddp"));
   }
+  if (t->min_workers() == 0) t->set_min_workers(t->num_workers());
+  if (absl::Status s = Range("trainer.min_workers", t->min_workers(), 1, t->num_workers()); !s.ok()) {
+    return s;
+  }
+  if (t->max_restarts() == 0) t->set_max_restarts(3);
+  if (absl::Status s = Range("trainer.max_restarts", t->max_restarts(), 1, 1000); !s.ok()) return s;
   if (t->collective_timeout_ms() < 0) return Bad("trainer.collective_timeout_ms", "must be >= 0");
   if (absl::Status s = OneOf("trainer.collective_backend", t->mutable_collective_backend(), {"grpc", "gloo", "shm"}, "grpc",
                              "collective backend"); !s.ok()) return s;

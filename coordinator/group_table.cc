@@ -96,6 +96,7 @@ void GroupTable::Register(const v1::RegisterRequest& request, RegisterDone done)
         done(absl::UnavailableError("the coordinator is shutting down"));
       });
     } else {
+      EvictEndedLocked();
       auto [it, inserted] = groups_.try_emplace(request.group());
       Group& g = it->second;
       const int min_size = request.min_world_size() == 0 ? request.world_size()
@@ -344,11 +345,27 @@ absl::Status GroupTable::Leave(const v1::MemberRef& member) {
   return absl::OkStatus();
 }
 
+void GroupTable::EvictEndedLocked() {
+  while (ended_.size() > kRetainedEndedGroups) {
+    auto it = groups_.find(ended_.front());
+    ended_.pop_front();
+    if (it == groups_.end()) continue;
+    const Group& g = it->second;
+    // Only if it is still over: the id may have started a new generation since.
+    const bool over = (g.state == v1::GROUP_STATE_ENDED || g.state == v1::GROUP_STATE_FAILED) &&
+                      g.pending.empty() &&
+                      std::all_of(g.members.begin(), g.members.end(),
+                                  [](const Member& m) { return m.left || m.dead; });
+    if (over) groups_.erase(it);
+  }
+}
+
 void GroupTable::MaybeEnd(Group& g, std::vector<Completion>& completions) {
   for (const Member& m : g.members) {
     if (!m.left && !m.dead) return;
   }
   if (g.state == v1::GROUP_STATE_ACTIVE) g.state = v1::GROUP_STATE_ENDED;
+  ended_.push_back(g.id);
   if (events_.ended) {
     completions.push_back([this, id = g.id, gen = g.generation] { events_.ended(id, gen); });
   }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,6 +23,8 @@
 #include "dtrain/v1/coordinator.pb.h"
 
 namespace dtrain {
+
+inline constexpr size_t kRetainedEndedGroups = 256;
 
 struct GroupTableOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
@@ -131,6 +134,9 @@ class GroupTable {
   // Ends the generation's engine state when no live member remains.
   void MaybeEnd(Group& group, std::vector<Completion>& completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the oldest over-retained ended groups (called where groups are added, never while
+  // a Group reference is held).
+  void EvictEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<const Member*> FindMember(const v1::MemberRef& ref, bool allow_failed) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static std::string Describe(const Member& member);
@@ -140,6 +146,10 @@ class GroupTable {
   const GroupEvents events_;
   mutable absl::Mutex mu_;
   std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
+  // Groups in the order their generations ended; the table keeps the newest
+  // kRetainedEndedGroups of them (for ListGroups and for "generation N is over" answers), so a
+  // long-lived coordinator's memory does not grow with every job it ever ran.
+  std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -29,13 +29,22 @@ class JobManager::Job : public TrainerReporter {
     status_.mutable_progress()->set_phase("waiting");
   }
 
-  // A job read back from the database; its log lines come from its job.log.
-  Job(JobStore::StoredJob stored, std::string dir)
+  // A job read back from `store`. A finished one keeps its log and metric points on disk only;
+  // an unfinished one gets them back in memory, since it goes on adding to them.
+  Job(JobStore::StoredJob stored, std::string dir, JobStore* store)
       : dir_(std::move(dir)), spec_(std::move(stored.spec)), restored_(true) {
+    absl::MutexLock lock(&mu_);
     status_ = std::move(stored.status);
-    points_ = std::move(stored.points);
-    std::ifstream log(dir_ + "/job.log");
-    for (std::string line; std::getline(log, line);) lines_.push_back(std::move(line));
+    store_ = store;
+    if (IsTerminal(status_.state())) {
+      lines_on_disk_ = true;
+      points_in_store_ = true;
+      return;
+    }
+    lines_ = ReadLogFile();
+    absl::StatusOr<std::vector<v1::MetricPoint>> points = store_->Points(status_.id());
+    Report(points.status());
+    if (points.ok()) points_ = std::move(*points);
   }
 
   const std::string& id() const { return status_.id(); }
@@ -96,8 +105,12 @@ class JobManager::Job : public TrainerReporter {
                      " ", line);
     {
       absl::MutexLock lock(&mu_);
-      lines_.push_back(stamped);
-      if (log_file_.is_open()) log_file_ << stamped << "\n" << std::flush;
+      if (lines_on_disk_) {
+        std::ofstream(dir_ + "/job.log", std::ios::app) << stamped << "\n";
+      } else {
+        lines_.push_back(stamped);
+        if (log_file_.is_open()) log_file_ << stamped << "\n" << std::flush;
+      }
     }
     Notify();
   }
@@ -115,7 +128,7 @@ class JobManager::Job : public TrainerReporter {
     {
       absl::MutexLock lock(&mu_);
       const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-      v1::MetricPoint& p = points_.emplace_back();
+      v1::MetricPoint p;
       p.set_name(name);
       p.set_value(value);
       p.set_step(step);
@@ -123,6 +136,7 @@ class JobManager::Job : public TrainerReporter {
       p.set_wall_unix_ms(static_cast<int64_t>(now * 1000));
       (*status_.mutable_metrics())[name] = value;
       if (store_ != nullptr) Report(store_->AddMetric(status_.id(), p));
+      if (!points_in_store_) points_.push_back(std::move(p));
       PersistLocked(/*force=*/false);
       if (metrics_ != nullptr) {
         metrics_->Add(name, value, step, epoch, now);
@@ -178,6 +192,35 @@ class JobManager::Job : public TrainerReporter {
     Notify();
   }
 
+  // Once a job is over and its thread done: its files are closed, and its log lines (and its
+  // metric points, when the store has them) leave memory for the disk, so a long-lived
+  // coordinator's memory and open files do not grow with every job it ran.
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    if (!IsTerminal(status_.state())) return;
+    metrics_.reset();
+    if (log_file_.is_open()) {
+      log_file_.close();
+      lines_on_disk_ = true;
+      std::vector<std::string>().swap(lines_);
+    }
+    if (store_ != nullptr) {
+      points_in_store_ = true;
+      std::vector<v1::MetricPoint>().swap(points_);
+    }
+  }
+
+  // The workers of a re-formed run, in placement order.
+  void SetWorkers(const std::vector<v1::WorkerInfo>& workers) {
+    {
+      absl::MutexLock lock(&mu_);
+      status_.clear_workers();
+      for (const v1::WorkerInfo& w : workers) status_.add_workers(w.name());
+      PersistLocked(/*force=*/true);
+    }
+    Notify();
+  }
+
   // Ends the job once; later calls keep the first ending.
   void Finish(v1::JobState state, const std::string& reason) {
     {
@@ -203,13 +246,18 @@ class JobManager::Job : public TrainerReporter {
 
   std::vector<std::string> Lines(int64_t from, int64_t* next) const {
     absl::MutexLock lock(&mu_);
-    from = std::clamp<int64_t>(from, 0, static_cast<int64_t>(lines_.size()));
-    *next = static_cast<int64_t>(lines_.size());
-    return std::vector<std::string>(lines_.begin() + from, lines_.end());
+    std::vector<std::string> on_disk;
+    const std::vector<std::string>& lines = lines_on_disk_ ? (on_disk = ReadLogFile()) : lines_;
+    from = std::clamp<int64_t>(from, 0, static_cast<int64_t>(lines.size()));
+    *next = static_cast<int64_t>(lines.size());
+    return std::vector<std::string>(lines.begin() + from, lines.end());
   }
   std::vector<v1::MetricPoint> Points() const {
     absl::MutexLock lock(&mu_);
-    return points_;
+    if (!points_in_store_) return points_;
+    if (store_ == nullptr) return {};
+    absl::StatusOr<std::vector<v1::MetricPoint>> points = store_->Points(status_.id());
+    return points.ok() ? std::move(*points) : std::vector<v1::MetricPoint>();
   }
 
   int64_t AddWatcher(Watcher watcher) {
@@ -241,6 +289,13 @@ class JobManager::Job : public TrainerReporter {
   }
 
  private:
+  std::vector<std::string> ReadLogFile() const {
+    std::vector<std::string> lines;
+    std::ifstream log(dir_ + "/job.log");
+    for (std::string line; std::getline(log, line);) lines.push_back(std::move(line));
+    return lines;
+  }
+
   // Writes the status to the store: always when `force` (state, checkpoints), else at most once
   // a second (progress and metric summaries change at every step).
   void PersistLocked(bool force) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -279,6 +334,8 @@ class JobManager::Job : public TrainerReporter {
   absl::Time last_persist_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool store_error_reported_ ABSL_GUARDED_BY(mu_) = false;
   std::string resume_from_ ABSL_GUARDED_BY(mu_);
+  bool lines_on_disk_ ABSL_GUARDED_BY(mu_) = false;    // lines_ released: read job.log
+  bool points_in_store_ ABSL_GUARDED_BY(mu_) = false;  // points_ released: ask store_
   bool resuming_ ABSL_GUARDED_BY(mu_) = false;
   // Watchers are called outside mu_ (they take their own locks) but one at a time.
   absl::Mutex watch_mu_;
@@ -320,6 +377,7 @@ absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate
                         spec.model().has_builtin() ? spec.model().builtin() : spec.model().torchscript()));
   if (absl::Status s = job->OpenFiles(options_.host); !s.ok()) {
     job->Finish(v1::FAILED, std::string(s.message()));
+    job->Release();
   }
   Schedule();
   return job->Status(false);
@@ -365,7 +423,10 @@ absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& id) {
       was_queued = true;
     }
   }
-  if (was_queued) job->Finish(v1::CANCELLED, "cancelled by request before it started");
+  if (was_queued) {
+    job->Finish(v1::CANCELLED, "cancelled by request before it started");
+    job->Release();
+  }
   return job->Status(false);
 }
 
@@ -404,12 +465,13 @@ absl::Status JobManager::Restore(const std::string& path) {
   }
   for (JobStore::StoredJob& record : stored) {
     const std::string id = record.status.id();
-    auto job = std::make_shared<Job>(std::move(record), absl::StrCat(options_.state_dir, "/jobs/", id));
+    auto job = std::make_shared<Job>(std::move(record), absl::StrCat(options_.state_dir, "/jobs/", id),
+                                     store_.get());
     const v1::JobState state = job->state();
-    job->SetStore(store_.get(), /*insert=*/false);
     if (!IsTerminal(state)) {
       if (absl::Status s = job->OpenFiles(options_.host); !s.ok()) {
         job->Finish(v1::FAILED, std::string(s.message()));
+        job->Release();
       }
     }
     if (!job->terminal() && state == v1::RUNNING) {
@@ -501,41 +563,126 @@ void JobManager::Start(const std::shared_ptr<Job>& job, std::vector<v1::WorkerIn
   options.output_dir = job->dir();
   options.setup_timeout = options_.setup_timeout;
   options.step_timeout = options_.step_timeout;
-  // The job's group is named after the job (trainer.cc); its token works there and nowhere else.
-  if (access_ != nullptr) options.job_token = access_->IssueJobToken(job->id());
   absl::MutexLock lock(&mu_);
-  threads_[job->id()] = std::thread([this, job, options, names]() mutable {
-    const std::string token = options.job_token;
-    Trainer trainer(std::move(options), job.get());
+  threads_[job->id()] = std::thread(
+      [this, job, options = std::move(options)]() mutable { RunJob(job, std::move(options)); });
+}
+
+namespace {
+
+// Failures a lost worker causes (its calls unreachable, its group aborted or timed out), as
+// opposed to the job's own errors, which would recur on any workers.
+bool MayBeALostWorker(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kAborted ||
+         status.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+std::string Names(const std::vector<v1::WorkerInfo>& workers) {
+  std::vector<std::string> names;
+  for (const v1::WorkerInfo& w : workers) names.push_back(absl::StrCat("'", w.name(), "'"));
+  return absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+void JobManager::RunJob(const std::shared_ptr<Job>& job, TrainerOptions options) {
+  const int num_workers = options.spec.trainer().num_workers();
+  const int min_workers = options.spec.trainer().min_workers();
+  const int max_restarts = options.spec.trainer().max_restarts();
+  const std::string first_resume_from = options.spec.resume_from();
+  std::set<std::string> held;  // the workers this job keeps busy
+  for (const v1::WorkerInfo& w : options.workers) held.insert(w.name());
+  int restarts = 0;
+  while (true) {
+    // Each run's group is new (named after the job, then job.1, job.2, ...): a re-formed job
+    // need not wait for the old group to notice its dead member. Its token works there only.
+    options.group = restarts == 0 ? job->id() : absl::StrCat(job->id(), ".", restarts);
+    options.job_token = access_ != nullptr ? access_->IssueJobToken(options.group) : "";
+    Trainer trainer(options, job.get());
     job->SetTrainer(&trainer);
     const absl::Status status = trainer.Run();
+    const bool may_reform = !status.ok() && !job->cancel_requested() &&
+                            min_workers < num_workers && restarts < max_restarts &&
+                            MayBeALostWorker(status);
     // The outcome is known: users see it now, not after a stopped worker's teardown deadline.
-    if (status.ok()) {
-      job->Finish(v1::SUCCEEDED, "");
-    } else if (job->cancel_requested()) {
-      job->Finish(v1::CANCELLED, "cancelled by request");
-    } else {
-      job->Finish(v1::FAILED, std::string(status.message()));
-    }
+    if (!may_reform) PublishOutcome(*job, status);
     trainer.Teardown();
     job->SetTrainer(nullptr);
-    // After teardown: the workers leave the group with it. A worker that did not (unreachable)
-    // is refused from now on.
-    if (access_ != nullptr) access_->RevokeJobToken(token);
+    // After teardown: the workers left the group. One that did not (unreachable) is refused.
+    if (access_ != nullptr) access_->RevokeJobToken(options.job_token);
     for (const std::string& name : trainer.unreachable_workers()) {
       workers_->MarkUnreachable(name);
       job->Log(absl::StrCat("worker '", name, "' was unreachable; it is not placed again until it "
                             "heartbeats"));
     }
-    // The workers are free again; the next Schedule (each monitor tick) may place a job on
-    // them, and joins this thread.
-    absl::MutexLock lock(&mu_);
-    for (const std::string& name : names) {
-      busy_workers_.erase(name);
-      workers_->Assign(name, "");
+    if (!may_reform) break;
+    const std::vector<std::string> lost = trainer.lost_workers();
+    if (lost.empty()) {  // every worker is fine: the failure is the job's own
+      PublishOutcome(*job, status);
+      break;
     }
-    finished_.push_back(job->id());
-  });
+    std::vector<v1::WorkerInfo> next;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const std::string& name : lost) {
+        busy_workers_.erase(name);
+        workers_->Assign(name, "");
+        held.erase(name);
+      }
+      for (const v1::WorkerInfo& w : options.workers) {
+        if (held.count(w.name()) > 0) next.push_back(w);
+      }
+      for (const v1::WorkerInfo& w : workers_->List(absl::Now())) {
+        if (static_cast<int>(next.size()) >= num_workers) break;
+        if (w.state() == v1::WorkerInfo::ALIVE && w.job_id().empty() &&
+            busy_workers_.count(w.name()) == 0 &&
+            std::find(lost.begin(), lost.end(), w.name()) == lost.end()) {
+          next.push_back(w);
+          busy_workers_.insert(w.name());
+          workers_->Assign(w.name(), job->id());
+          held.insert(w.name());
+        }
+      }
+    }
+    std::vector<std::string> lost_quoted;
+    for (const std::string& name : lost) lost_quoted.push_back(absl::StrCat("'", name, "'"));
+    if (static_cast<int>(next.size()) < min_workers) {
+      job->Finish(v1::FAILED, absl::StrCat(status.message(), "; the job cannot re-form: ",
+                                           next.size(), " worker(s) left, min_workers is ",
+                                           min_workers));
+      break;
+    }
+    ++restarts;
+    const std::string checkpoint = job->checkpoint();
+    options.spec.set_resume_from(checkpoint.empty() ? first_resume_from : checkpoint);
+    options.workers = next;
+    options.clear_stale_runs = true;
+    job->Log(absl::StrCat("lost worker(s) ", absl::StrJoin(lost_quoted, ", "), " (", status.message(),
+                          "); re-forming on ", Names(next), " (restart ", restarts, " of ",
+                          max_restarts, "), resuming from ",
+                          checkpoint.empty() ? "the start (no checkpoint yet)" : checkpoint));
+    job->SetWorkers(next);
+  }
+  job->Release();
+  // The workers are free again; the next Schedule (each monitor tick) may place a job on them,
+  // and joins this thread.
+  absl::MutexLock lock(&mu_);
+  for (const std::string& name : held) {
+    busy_workers_.erase(name);
+    workers_->Assign(name, "");
+  }
+  finished_.push_back(job->id());
+}
+
+void JobManager::PublishOutcome(Job& job, const absl::Status& status) {
+  if (status.ok()) {
+    job.Finish(v1::SUCCEEDED, "");
+  } else if (job.cancel_requested()) {
+    job.Finish(v1::CANCELLED, "cancelled by request");
+  } else {
+    job.Finish(v1::FAILED, std::string(status.message()));
+  }
 }
 
 void JobManager::Shutdown() {

@@ -29,6 +29,7 @@
 #include "absl/synchronization/notification.h"
 #include "coordinator/access_control.h"
 #include "coordinator/job_store.h"
+#include "coordinator/trainer.h"
 #include "coordinator/worker_registry.h"
 #include "dtrain/v1/jobs.pb.h"
 
@@ -80,6 +81,10 @@ class JobManager {
   class Job;
   std::shared_ptr<Job> Find(const std::string& id) const;
   void Start(const std::shared_ptr<Job>& job, std::vector<v1::WorkerInfo> workers);
+  // The job's thread: runs its Trainer, re-forming an elastic job that lost workers, then
+  // frees its workers.
+  void RunJob(const std::shared_ptr<Job>& job, TrainerOptions options);
+  static void PublishOutcome(Job& job, const absl::Status& status);
 
   const JobManagerOptions options_;
   WorkerRegistry* const workers_;

@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -153,7 +152,6 @@ absl::Status JobStore::Exec(const char* sql, const char* what) {
 absl::StatusOr<std::vector<JobStore::StoredJob>> JobStore::LoadAll(std::vector<std::string>* skipped) {
   absl::MutexLock lock(&mu_);
   std::vector<StoredJob> jobs;
-  std::map<std::string, size_t> index;
   {
     Statement rows(db_, "SELECT id, spec, status FROM jobs ORDER BY seq");
     if (!rows.ok()) return Error("read jobs");
@@ -166,26 +164,31 @@ absl::StatusOr<std::vector<JobStore::StoredJob>> JobStore::LoadAll(std::vector<s
         skipped->push_back(id);
         continue;
       }
-      index[id] = jobs.size();
       jobs.push_back(std::move(job));
     }
     if (rc != SQLITE_DONE) return Error("read jobs");
   }
-  Statement points(db_, "SELECT job_id, name, step, epoch, value, wall_unix_ms FROM metrics ORDER BY rowid");
-  if (!points.ok()) return Error("read metrics");
+  return jobs;
+}
+
+absl::StatusOr<std::vector<v1::MetricPoint>> JobStore::Points(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Statement rows(db_, "SELECT name, step, epoch, value, wall_unix_ms FROM metrics "
+                      "WHERE job_id = ? ORDER BY rowid");
+  if (!rows.ok()) return Error("read metrics");
+  rows.Text(1, job_id);
+  std::vector<v1::MetricPoint> points;
   int rc;
-  while ((rc = sqlite3_step(points.get())) == SQLITE_ROW) {
-    auto it = index.find(points.ColumnBytes(0));
-    if (it == index.end()) continue;
-    v1::MetricPoint& p = jobs[it->second].points.emplace_back();
-    p.set_name(points.ColumnBytes(1));
-    p.set_step(sqlite3_column_int64(points.get(), 2));
-    p.set_epoch(sqlite3_column_int64(points.get(), 3));
-    p.set_value(sqlite3_column_double(points.get(), 4));
-    p.set_wall_unix_ms(sqlite3_column_int64(points.get(), 5));
+  while ((rc = sqlite3_step(rows.get())) == SQLITE_ROW) {
+    v1::MetricPoint& p = points.emplace_back();
+    p.set_name(rows.ColumnBytes(0));
+    p.set_step(sqlite3_column_int64(rows.get(), 1));
+    p.set_epoch(sqlite3_column_int64(rows.get(), 2));
+    p.set_value(sqlite3_column_double(rows.get(), 3));
+    p.set_wall_unix_ms(sqlite3_column_int64(rows.get(), 4));
   }
   if (rc != SQLITE_DONE) return Error("read metrics");
-  return jobs;
+  return points;
 }
 
 absl::Status JobStore::Insert(const v1::JobSpec& spec, const v1::JobStatus& status) {

@@ -28,7 +28,6 @@ class JobStore {
   struct StoredJob {
     v1::JobSpec spec;
     v1::JobStatus status;  // without spec
-    std::vector<v1::MetricPoint> points;
   };
 
   // Opens (creating if needed) the database at `path`, locked for this process (`path`.lock).
@@ -40,6 +39,9 @@ class JobStore {
   // Every job, in submission order. Rows that no longer parse are skipped and named in
   // `skipped` (a damaged row must not keep the coordinator from starting).
   absl::StatusOr<std::vector<StoredJob>> LoadAll(std::vector<std::string>* skipped);
+
+  // A job's metric points, in the order they were added.
+  absl::StatusOr<std::vector<v1::MetricPoint>> Points(const std::string& job_id);
 
   // Inserts a job at submission (its spec is stored once, here).
   absl::Status Insert(const v1::JobSpec& spec, const v1::JobStatus& status);

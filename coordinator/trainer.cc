@@ -143,7 +143,7 @@ absl::Status Trainer::Setup() {
   request.set_bucket_bytes(static_cast<int64_t>(t.bucket_cap_mb() * (1 << 20)));
   v1::GroupSpec* group = request.mutable_group();
   group->set_coordinator(options_.coordinator);
-  group->set_group(options_.job_id);
+  group->set_group(options_.group.empty() ? options_.job_id : options_.group);
   group->set_token(options_.job_token);
   group->set_world_size(world_);
   group->set_collective_timeout_ms(t.collective_timeout_ms());
@@ -614,8 +614,21 @@ void Trainer::Teardown() {
         v1::TeardownResponse response;
         return stubs_[i]->Teardown(context, request, &response);
       },
-      kFailureGrace, absl::Now() + kTeardownTimeout);
+      // No early cancellation: one worker's teardown failing says nothing about the others',
+      // and an elastic job keeps exactly the workers whose teardown succeeded.
+      kTeardownTimeout, absl::Now() + kTeardownTimeout);
   NoteUnreachable(results);
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok()) teardown_failed_.insert(static_cast<int>(i));
+  }
+}
+
+std::vector<std::string> Trainer::lost_workers() const {
+  std::set<int> lost = unreachable_;
+  lost.insert(teardown_failed_.begin(), teardown_failed_.end());
+  std::vector<std::string> names;
+  for (int i : lost) names.push_back(options_.workers[i].name());
+  return names;
 }
 
 absl::Status Trainer::Run() {

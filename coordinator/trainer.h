@@ -48,6 +48,7 @@ struct TrainerOptions {
   std::string coordinator;                // the address workers reach the coordinator at
   std::string checkpoint_dir;             // where checkpoints go (rank 0's file system)
   std::string output_dir;                 // the job's directory (predictions)
+  std::string group;                      // the job's group id; "": job_id
   std::string job_token;                  // the workers' bearer token in the job's group
   // The job ran before under a coordinator that stopped: its workers may still hold that run,
   // which Setup first tears down.
@@ -70,6 +71,8 @@ class Trainer {
   void Teardown();
   // Workers a call could not reach (UNAVAILABLE): likely dead, not to be placed blindly again.
   std::vector<std::string> unreachable_workers() const;
+  // After Teardown: the unreachable workers and those whose teardown failed (stopped, hung).
+  std::vector<std::string> lost_workers() const;
   // Stops Run: running RPCs are cancelled (each worker stops before its next batch).
   void Cancel();
 
@@ -120,6 +123,7 @@ class Trainer {
   ParallelCalls calls_;
   // Indices of workers whose calls ended UNAVAILABLE (the trainer's thread only).
   std::set<int> unreachable_;
+  std::set<int> teardown_failed_;
   // Notes which of `results` (one per worker) could not reach their worker.
   void NoteUnreachable(const std::vector<grpc::Status>& results);
   // The other *.ckpt files in `path`'s directory, newest first.

@@ -81,14 +81,19 @@ TEST_F(JobStoreTest, RoundTripInSubmissionOrder) {
   EXPECT_EQ(zeta.status.progress().global_step(), 42);
   EXPECT_EQ(zeta.spec.name(), "zeta");
   EXPECT_EQ(zeta.spec.trainer().max_epochs(), 7);
-  ASSERT_EQ(zeta.points.size(), 2u);
-  EXPECT_EQ(zeta.points[0].step(), 3);
-  EXPECT_EQ(zeta.points[1].step(), 4);
-  EXPECT_EQ(zeta.points[1].value(), 0.25);
-  EXPECT_EQ(zeta.points[1].wall_unix_ms(), 1234);
+  auto points = (*store)->Points("zeta-1");
+  ASSERT_TRUE(points.ok()) << points.status();
+  ASSERT_EQ(points->size(), 2u);
+  EXPECT_EQ((*points)[0].step(), 3);
+  EXPECT_EQ((*points)[1].step(), 4);
+  EXPECT_EQ((*points)[1].name(), "train_loss");
+  EXPECT_EQ((*points)[1].value(), 0.25);
+  EXPECT_EQ((*points)[1].wall_unix_ms(), 1234);
   EXPECT_EQ((*jobs)[1].status.id(), "alpha-1");
   EXPECT_EQ((*jobs)[1].status.state(), v1::QUEUED);
-  EXPECT_TRUE((*jobs)[1].points.empty());
+  auto none = (*store)->Points("alpha-1");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
 }
 
 TEST_F(JobStoreTest, SecondCoordinatorRefused_UntilTheFirstCloses) {

@@ -252,3 +252,38 @@ TEST(KeyValue, GroupScope_DeletedWhenGroupEnds) {
 
 }  // namespace
 }  // namespace dtrain::testing
+
+namespace dtrain::testing {
+namespace {
+
+// A long-lived coordinator forgets the oldest ended groups beyond kRetainedEndedGroups, so its
+// table does not grow with every job it ever ran; a live group is never forgotten.
+TEST(Rendezvous, EndedGroupsBeyondTheRetentionAreForgotten_LiveOnesKept) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  auto live = ProcessGroup::Join(coordinator->address(), GroupOptions("live", 1, "h"));
+  ASSERT_TRUE(live.ok()) << live.status();
+  const int total = static_cast<int>(kRetainedEndedGroups) + 40;
+  for (int i = 0; i < total; ++i) {
+    auto pg = ProcessGroup::Join(coordinator->address(), GroupOptions(absl::StrCat("g", i), 1, "h"));
+    ASSERT_TRUE(pg.ok()) << pg.status();
+  }  // each leaves as it goes out of scope
+  // One more registration evicts.
+  auto last = ProcessGroup::Join(coordinator->address(), GroupOptions("last", 1, "h"));
+  ASSERT_TRUE(last.ok()) << last.status();
+  auto stub = v1::Coordinator::NewStub(ConnectToCoordinator(coordinator->address()));
+  grpc::ClientContext context;
+  v1::ListGroupsResponse groups;
+  ASSERT_TRUE(stub->ListGroups(&context, {}, &groups).ok());
+  std::set<std::string> ids;
+  for (const auto& g : groups.groups()) ids.insert(g.group());
+  EXPECT_EQ(ids.size(), kRetainedEndedGroups + 2);  // the retained ended ones, live and last
+  EXPECT_EQ(ids.count("live"), 1u);
+  EXPECT_EQ(ids.count("last"), 1u);
+  EXPECT_EQ(ids.count("g0"), 0u);                            // the oldest: forgotten
+  EXPECT_EQ(ids.count(absl::StrCat("g", total - 1)), 1u);    // the newest: kept
+  EXPECT_TRUE((*live)->Barrier("still").ok());
+}
+
+}  // namespace
+}  // namespace dtrain::testing

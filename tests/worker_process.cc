@@ -15,7 +15,8 @@
 namespace dtrain::testing {
 
 std::unique_ptr<WorkerProcess> WorkerProcess::Start(const std::string& coordinator,
-                                                    std::vector<std::string> extra_flags) {
+                                                    std::vector<std::string> extra_flags,
+                                                    const std::vector<std::string>& launcher) {
   static std::atomic<int> counter{0};
   const std::string port_file =
       absl::StrCat("/tmp/dtrain-test-worker-", getpid(), "-", counter++, ".port");
@@ -23,6 +24,7 @@ std::unique_ptr<WorkerProcess> WorkerProcess::Start(const std::string& coordinat
   std::vector<std::string> argv = {DTRAIN_WORKER_BIN, "--coordinator=" + coordinator,
                                    "--listen=127.0.0.1:0", "--port_file=" + port_file};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  argv.insert(argv.begin(), launcher.begin(), launcher.end());
   auto worker = std::unique_ptr<WorkerProcess>(new WorkerProcess());
   worker->process_ = Subprocess::Start(argv);
   if (worker->process_ == nullptr) return nullptr;

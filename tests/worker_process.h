@@ -15,8 +15,11 @@ namespace dtrain::testing {
 class WorkerProcess {
  public:
   // nullptr when the worker did not serve within 30 s.
+  // `launcher` runs before the binary (e.g. {"ip", "netns", "exec", "ns1"}); later flags in
+  // `extra_flags` override the defaults (--listen=127.0.0.1:0).
   static std::unique_ptr<WorkerProcess> Start(const std::string& coordinator,
-                                              std::vector<std::string> extra_flags = {});
+                                              std::vector<std::string> extra_flags = {},
+                                              const std::vector<std::string>& launcher = {});
   // SIGTERM, up to 15 s for a clean exit, then SIGKILL.
   ~WorkerProcess();
 

@@ -1,0 +1,118 @@
+#include "tests/local_cluster.h"
+
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/channel.h"
+
+namespace dtrain::testing {
+
+std::string SyntheticDdpJob(const std::string& name, int epochs, int train_size,
+                            const std::string& trainer_extra, const std::string& extra) {
+  return absl::StrCat("name: ", name, R"(
+model: {builtin: mlp}
+data:
+  synthetic: {train_size: )", train_size, R"(, val_size: 256, test_size: 256, seed: 3}
+  batch_size: 32
+trainer: {max_epochs: )", epochs, ", strategy: ddp, num_workers: 2, seed: 1", trainer_extra, R"(}
+optimizer: {name: sgd, lr: 0.05}
+)", extra, "\n");
+}
+
+LocalCluster::LocalCluster(std::string dir) : dir_(std::move(dir)) {
+  std::filesystem::remove_all(dir_);
+  std::filesystem::create_directories(dir_);
+}
+
+LocalCluster::~LocalCluster() {
+  workers_.clear();
+  if (coordinator_ != nullptr) StopCoordinator(SIGTERM);
+}
+
+bool LocalCluster::StartCoordinator(const std::string& listen, const std::vector<std::string>& flags) {
+  const std::string port_file = dir_ + "/coordinator.port";
+  std::filesystem::remove(port_file);
+  std::vector<std::string> argv = {DTRAIN_COORDINATOR_BIN, "--listen=" + listen,
+                                   "--port_file=" + port_file, "--state-dir=" + dir_ + "/state",
+                                   "--heartbeat-timeout=5s"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  coordinator_ = Subprocess::Start(argv);
+  if (coordinator_ == nullptr) return false;
+  const int port = WaitForPortFile(port_file, absl::Seconds(20));
+  if (port == 0) return false;
+  address_ = absl::StrCat("127.0.0.1:", port);
+  coordinator_stub_ = v1::Coordinator::NewStub(ConnectToCoordinator(address_));
+  jobs_ = v1::Jobs::NewStub(ConnectToCoordinator(address_));
+  return true;
+}
+
+void LocalCluster::StopCoordinator(int signal) {
+  coordinator_->Kill(signal);
+  if (coordinator_->Wait(absl::Seconds(15)) == -1) {
+    coordinator_->Kill(SIGKILL);
+    coordinator_->Wait(absl::Seconds(5));
+  }
+  coordinator_.reset();
+}
+
+bool LocalCluster::AddWorker(const std::string& name, const std::vector<std::string>& flags,
+                             const std::vector<std::string>& launcher) {
+  std::vector<std::string> all = {"--name=" + name, "--threads=1"};
+  all.insert(all.end(), flags.begin(), flags.end());
+  auto worker = WorkerProcess::Start(address_, all, launcher);
+  if (worker == nullptr) return false;
+  workers_[name] = std::move(worker);
+  return true;
+}
+
+int LocalCluster::AliveWorkers(bool idle_only) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  v1::ListWorkersResponse response;
+  if (!coordinator_stub_->ListWorkers(&context, {}, &response).ok()) return -1;
+  int alive = 0;
+  for (const v1::WorkerInfo& w : response.workers()) {
+    alive += w.state() == v1::WorkerInfo::ALIVE && (!idle_only || w.job_id().empty());
+  }
+  return alive;
+}
+
+std::vector<v1::GroupInfo> LocalCluster::Groups() {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  v1::ListGroupsResponse response;
+  if (!coordinator_stub_->ListGroups(&context, {}, &response).ok()) return {};
+  return {response.groups().begin(), response.groups().end()};
+}
+
+v1::JobStatus LocalCluster::GetJob(const std::string& id) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  v1::GetJobRequest request;
+  request.set_id(id);
+  v1::JobStatus status;
+  if (!jobs_->GetJob(&context, request, &status).ok()) return v1::JobStatus();
+  return status;
+}
+
+CommandResult LocalCluster::Dtrain(const std::string& args) {
+  return RunShell(absl::StrCat("DTRAIN_COORDINATOR=", address_, " " DTRAIN_CLI_BIN " ", args));
+}
+
+std::string LocalCluster::Submit(const std::string& name, const std::string& yaml) {
+  const std::string path = absl::StrCat(dir_, "/", name, ".yaml");
+  std::ofstream(path) << yaml;
+  CommandResult submitted = Dtrain("submit --output json " + path);
+  // {"id": "<name>-<n>", ...}
+  const size_t at = submitted.output.find("\"id\": \"");
+  if (submitted.exit_code != 0 || at == std::string::npos) return "";
+  const size_t start = at + 7;
+  return submitted.output.substr(start, submitted.output.find('"', start) - start);
+}
+
+}  // namespace dtrain::testing

@@ -1,0 +1,163 @@
+// Network faults between "hosts" made of network namespaces: the coordinator in this test's
+// namespace, each worker in a namespace of its own joined to it by a veth pair (addresses only
+// inside those). A partition (the worker's link down mid-epoch) fails the job within the
+// heartbeat timeout, naming the worker, and the worker is idle again once the link is back.
+// Delay and loss run through tc netem where the kernel has it. Where the machine denies
+// namespaces or netem, the test says so and skips.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "tests/local_cluster.h"
+
+namespace dtrain::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// One namespace with a veth pair to this test's namespace: <prefix>.<index>.1 here,
+// <prefix>.<index>.2 there, routed both ways. Removed on destruction.
+class NetworkNamespace {
+ public:
+  static std::unique_ptr<NetworkNamespace> Make(int index, std::string* error) {
+    auto ns = std::unique_ptr<NetworkNamespace>(new NetworkNamespace(index));
+    const std::string& n = ns->name_;
+    CommandResult made = RunShell(absl::StrCat(
+        "set -e; ip netns add ", n, "; ip link add ", ns->here_, " type veth peer name ",
+        ns->there_, "; ip link set ", ns->there_, " netns ", n, "; ip addr add ", ns->gateway(),
+        "/24 dev ", ns->here_, "; ip link set ", ns->here_, " up; ip netns exec ", n,
+        " ip addr add ", ns->address(), "/24 dev ", ns->there_, "; ip netns exec ", n,
+        " ip link set ", ns->there_, " up; ip netns exec ", n, " ip link set lo up; ip netns exec ",
+        n, " ip route add default via ", ns->gateway()));
+    if (made.exit_code != 0) {
+      *error = made.output;
+      return nullptr;
+    }
+    return ns;
+  }
+  ~NetworkNamespace() {
+    RunShell(absl::StrCat("ip link del ", here_, " 2>/dev/null; ip netns del ", name_,
+                          " 2>/dev/null"));
+  }
+
+  std::string address() const { return absl::StrCat(Prefix(), ".", index_, ".2"); }
+  std::string gateway() const { return absl::StrCat(Prefix(), ".", index_, ".1"); }
+  // env finds ip on the PATH (Subprocess execs a path, not a name).
+  std::vector<std::string> launcher() const { return {"/usr/bin/env", "ip", "netns", "exec", name_}; }
+  bool SetLink(bool up) {
+    return RunShell(absl::StrCat("ip link set ", here_, up ? " up" : " down")).exit_code == 0;
+  }
+  // Adds a netem qdisc with `args` on both ends of the pair.
+  CommandResult Netem(const std::string& args) {
+    return RunShell(absl::StrCat("tc qdisc add dev ", here_, " root netem ", args,
+                                 " 2>&1 && ip netns exec ", name_, " tc qdisc add dev ", there_,
+                                 " root netem ", args, " 2>&1"));
+  }
+
+ private:
+  explicit NetworkNamespace(int index)
+      : index_(index),
+        name_(absl::StrCat("dtrain", getpid(), "-", index)),
+        here_(absl::StrCat("dt", getpid() % 100000, "h", index)),
+        there_(absl::StrCat("dt", getpid() % 100000, "t", index)) {}
+  // 10.<200..249>: one subnet per test process, so parallel runs do not collide.
+  static std::string Prefix() { return absl::StrCat("10.", 200 + getpid() % 50); }
+
+  const int index_;
+  const std::string name_, here_, there_;
+};
+
+// A port free on all addresses now (the coordinator must advertise it before it starts).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+class NetworkFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root; this run is not";
+    for (int i = 1; i <= 2; ++i) {
+      std::string error;
+      hosts_.push_back(NetworkNamespace::Make(i, &error));
+      if (hosts_.back() == nullptr) {
+        GTEST_SKIP() << "this machine does not allow network namespaces with veth: " << error;
+      }
+    }
+    cluster_ = std::make_unique<LocalCluster>(absl::StrCat(
+        ::testing::TempDir(), "/netfault-", getpid(), "-",
+        ::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    const int port = FreePort();
+    ASSERT_GT(port, 0);
+    // Every namespace reaches this one's side of its own link, and through it the others'.
+    coordinator_ = absl::StrCat(hosts_[0]->gateway(), ":", port);
+    ASSERT_TRUE(cluster_->StartCoordinator(absl::StrCat("0.0.0.0:", port),
+                                           {"--insecure", "--advertise=" + coordinator_}));
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(cluster_->AddWorker(
+          absl::StrCat("w", i),
+          {"--coordinator=" + coordinator_, "--listen=" + hosts_[i]->address() + ":0", "--insecure"},
+          hosts_[i]->launcher()));
+    }
+    ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(15)));
+  }
+
+  std::string SubmitJob(int epochs) {
+    return cluster_->Submit("net", SyntheticDdpJob("net", epochs));
+  }
+
+  std::vector<std::unique_ptr<NetworkNamespace>> hosts_;
+  std::unique_ptr<LocalCluster> cluster_;
+  std::string coordinator_;
+};
+
+TEST_F(NetworkFaultTest, PartitionedWorker_JobFailsNamingIt_WorkerBackAfterHealing) {
+  const std::string id = SubmitJob(20);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor([&] { return cluster_->GetJob(id).progress().global_step() > 0; },
+                      absl::Seconds(60)));
+  const absl::Time cut = absl::Now();
+  ASSERT_TRUE(hosts_[1]->SetLink(false));
+  ASSERT_TRUE(WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(30)));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - cut);
+  const v1::JobStatus status = cluster_->GetJob(id);
+  EXPECT_EQ(status.state(), v1::FAILED);
+  EXPECT_THAT(status.reason(), HasSubstr("'w1'"));
+  EXPECT_LT(seconds, 15.0) << "heartbeat timeout 5 s + 2 s grace, with room";
+  std::printf("partition of w1: job FAILED after %.1f s: %s\n", seconds, status.reason().c_str());
+  ASSERT_TRUE(hosts_[1]->SetLink(true));
+  EXPECT_TRUE(WaitFor([&] { return cluster_->AliveWorkers(/*idle_only=*/true) == 2; },
+                      absl::Seconds(30)))
+      << "w1 did not come back idle after the link healed";
+}
+
+TEST_F(NetworkFaultTest, DelayAndLoss_JobStillSucceeds) {
+  CommandResult probe = hosts_[1]->Netem("delay 10ms 2ms loss 1%");
+  if (probe.exit_code != 0) {
+    GTEST_SKIP() << "tc netem is not available on this machine's kernel: " << probe.output;
+  }
+  const std::string id = SubmitJob(1);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(240)));
+  const v1::JobStatus status = cluster_->GetJob(id);
+  EXPECT_EQ(status.state(), v1::SUCCEEDED) << status.reason();
+  EXPECT_EQ(status.progress().global_step(), 64);
+}
+
+}  // namespace
+}  // namespace dtrain::testing
