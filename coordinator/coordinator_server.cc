@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/standard_services.h"
 #include "common/streaming.h"
 
 namespace dtrain {
@@ -14,6 +15,10 @@ namespace {
 std::string HostName() {
   char name[256] = {};
   return gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+}
+
+std::vector<std::string> Services() {
+  return {v1::Coordinator::service_full_name(), v1::Jobs::service_full_name()};
 }
 
 }  // namespace
@@ -56,6 +61,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   if (!server->options_.database.empty()) {
     if (absl::Status s = server->jobs_->Restore(server->options_.database); !s.ok()) return s;
   }
+  EnableStandardServices();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(server->options_.listen_address,
                            server->options_.credentials != nullptr
@@ -75,6 +81,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                                                server->options_.listen_address,
                                                ": the address is invalid or already in use"));
   }
+  SetServing(server->server_.get(), Services(), true);
   const std::string& address = server->options_.listen_address;
   server->host_ = address.substr(0, address.rfind(':'));
   std::string advertise = server->options_.advertise_address;
@@ -124,6 +131,8 @@ void CoordinatorServer::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  // Load balancers and probes stop sending new work first.
+  if (server_ != nullptr) SetServing(server_.get(), Services(), false);
   stop_monitor_.Notify();
   if (monitor_.joinable()) monitor_.join();
   // Running jobs are cancelled first: their workers are torn down while the groups still work.

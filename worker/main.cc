@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "common/flag_names.h"
 #include "common/process_tuning.h"
+#include "common/standard_services.h"
 #include "common/termination_signals.h"
 #include "common/bearer_token.h"
 #include "common/tls_flags.h"
@@ -144,6 +145,7 @@ int main(int argc, char** argv) {
   }
   options.token = *token;
   auto service = std::make_unique<dtrain::WorkerService>(options);
+  dtrain::EnableStandardServices();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, *credentials, &port);
@@ -156,6 +158,8 @@ int main(int argc, char** argv) {
                  listen.c_str());
     return 1;
   }
+  const std::vector<std::string> services = {dtrain::v1::Worker::service_full_name()};
+  dtrain::SetServing(server.get(), services, true);
   std::fprintf(stderr, "dtrain-worker: '%s' serving on port %d with %d device(s)%s\n",
                options.identity.name.c_str(), port, devices, child ? " (ddp_spawn child)" : "");
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
@@ -192,6 +196,7 @@ int main(int argc, char** argv) {
   const int received = dtrain::WaitForTerminationSignal(signals);
   std::fprintf(stderr, "dtrain-worker: signal %d, leaving the job's group and shutting down\n",
                received);
+  dtrain::SetServing(server.get(), services, false);
   service->Drain();
   registration.reset();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));

@@ -1,0 +1,130 @@
+// Every dtrain server answers the standard gRPC health protocol (grpc.health.v1) for itself and
+// for each of its services, reports NOT_SERVING as soon as it starts draining, and lists its API
+// through server reflection, so generic tools and Kubernetes' probes need no dtrain files.
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include "client/channel.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/test_support.h"
+#include "tests/worker_process.h"
+
+namespace dtrain::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using HealthStatus = grpc::health::v1::HealthCheckResponse;
+
+absl::StatusOr<HealthStatus::ServingStatus> Check(const std::string& address,
+                                                  const std::string& service) {
+  auto stub = grpc::health::v1::Health::NewStub(ConnectToCoordinator(address, ""));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  HealthStatus response;
+  grpc::Status status = stub->Check(&context, request, &response);
+  if (!status.ok()) return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                                        status.error_message());
+  return response.status();
+}
+
+// The server's reflection answer to list_services, as raw bytes (the service names are in it).
+std::string ListServicesByReflection(const std::string& address) {
+  grpc::CompletionQueue cq;
+  grpc::GenericStub stub(ConnectToCoordinator(address, ""));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  auto call = stub.PrepareCall(&context,
+                               "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  call->StartCall(reinterpret_cast<void*>(1));
+  cq.Next(&tag, &ok);
+  // ServerReflectionRequest{list_services: ""}: field 7, length-delimited, empty.
+  grpc::Slice request_slice(std::string("\x3a\x00", 2));
+  grpc::ByteBuffer request(&request_slice, 1);
+  call->Write(request, reinterpret_cast<void*>(2));
+  cq.Next(&tag, &ok);
+  call->WritesDone(reinterpret_cast<void*>(3));
+  cq.Next(&tag, &ok);
+  grpc::ByteBuffer response;
+  call->Read(&response, reinterpret_cast<void*>(4));
+  cq.Next(&tag, &ok);
+  std::string bytes;
+  if (ok) {
+    std::vector<grpc::Slice> slices;
+    (void)response.Dump(&slices);
+    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return bytes;
+}
+
+TEST(StandardServices, CoordinatorHealthAndReflection_NotServingWhenItDrains) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const std::string address = coordinator->address();
+  for (const std::string service : {"", "dtrain.v1.Coordinator", "dtrain.v1.Jobs"}) {
+    auto status = Check(address, service);
+    ASSERT_TRUE(status.ok()) << service << ": " << status.status();
+    EXPECT_EQ(*status, HealthStatus::SERVING) << service;
+  }
+  auto unknown = Check(address, "dtrain.v1.NoSuchService");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+
+  const std::string listed = ListServicesByReflection(address);
+  EXPECT_THAT(listed, HasSubstr("dtrain.v1.Coordinator"));
+  EXPECT_THAT(listed, HasSubstr("dtrain.v1.Jobs"));
+  EXPECT_THAT(listed, HasSubstr("grpc.health.v1.Health"));
+
+  // A watcher sees SERVING, then NOT_SERVING once shutdown begins.
+  auto stub = grpc::health::v1::Health::NewStub(ConnectToCoordinator(address, ""));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("dtrain.v1.Jobs");
+  auto watch = stub->Watch(&context, request);
+  HealthStatus first;
+  ASSERT_TRUE(watch->Read(&first));
+  EXPECT_EQ(first.status(), HealthStatus::SERVING);
+  std::thread stopper([&] { coordinator->Shutdown(); });
+  HealthStatus next;
+  bool saw_not_serving = false;
+  while (watch->Read(&next)) {
+    if (next.status() == HealthStatus::NOT_SERVING) {
+      saw_not_serving = true;
+      break;
+    }
+  }
+  context.TryCancel();
+  stopper.join();
+  EXPECT_TRUE(saw_not_serving);
+}
+
+TEST(StandardServices, WorkerHealthAndReflection) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  auto worker = WorkerProcess::Start(coordinator->address(), {"--name=health-w"});
+  ASSERT_NE(worker, nullptr);
+  const std::string address = absl::StrCat("127.0.0.1:", worker->port());
+  for (const std::string service : {"", "dtrain.v1.Worker"}) {
+    auto status = Check(address, service);
+    ASSERT_TRUE(status.ok()) << service << ": " << status.status();
+    EXPECT_EQ(*status, HealthStatus::SERVING) << service;
+  }
+  EXPECT_THAT(ListServicesByReflection(address), HasSubstr("dtrain.v1.Worker"));
+}
+
+}  // namespace
+}  // namespace dtrain::testing
