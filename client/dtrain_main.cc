@@ -30,6 +30,7 @@
 #include "client/metrics_plot.h"
 #include "client/progress_view.h"
 #include "common/tls_flags.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "common/token_flags.h"
 #include "common/flag_names.h"
 #include "common/grpc_status.h"
@@ -44,6 +45,9 @@ ABSL_FLAG(bool, wait, false, "submit: watch the job until it ends; exit as it en
 ABSL_FLAG(bool, follow, false, "logs: keep printing new lines until the job ends");
 ABSL_FLAG(std::string, plot, "", "results: also draw the loss and accuracy curves to this .svg");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "deadline of each request");
+ABSL_FLAG(std::string, service, "",
+          "health: the service to check (dtrain.v1.Coordinator, dtrain.v1.Jobs, dtrain.v1.Worker); "
+          "\"\": the server as a whole");
 
 namespace dtrain {
 namespace {
@@ -73,7 +77,7 @@ std::string ToJson(const google::protobuf::Message& message) {
   return out;
 }
 
-int Refused(const grpc::Status& status) {
+int Refused(const grpc::Status& status, const std::string& address = Address()) {
   const absl::Status s = FromGrpcStatus(status);
   if (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded) {
     // A TLS server closes a plaintext or unverifiable connection at once: say so, since
@@ -81,7 +85,7 @@ int Refused(const grpc::Status& status) {
     const bool maybe_tls = absl::StrContains(s.message(), "Socket closed") ||
                            absl::StrContains(s.message(), "SSL") ||
                            absl::StrContains(s.message(), "handshake");
-    std::fprintf(stderr, "dtrain: cannot reach the coordinator at %s (%s); %s\n", Address().c_str(),
+    std::fprintf(stderr, "dtrain: cannot reach %s (%s); %s\n", address.c_str(),
                  std::string(s.message()).c_str(),
                  maybe_tls ? "if it uses TLS, set --tls_ca / DTRAIN_TLS_CA to its CA (and "
                              "--tls_cert/--tls_key or DTRAIN_TLS_CERT/DTRAIN_TLS_KEY if it "
@@ -267,6 +271,27 @@ class Client {
     return kOk;
   }
 
+  // Exit 0 when the server at `address` (default: the coordinator) reports `service` SERVING;
+  // for probes (a Kubernetes exec probe through TLS, a systemd or Slurm readiness wait).
+  static int Health(const std::string& address) {
+    const std::string target = address.empty() ? Address() : address;
+    auto stub = grpc::health::v1::Health::NewStub(ConnectToCoordinator(target));
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(absl::GetFlag(FLAGS_service));
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::Status status = stub->Check(&context, request, &response);
+    if (!status.ok()) return Refused(status, target);
+    const std::string state = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+    if (Json()) {
+      std::printf("{\n \"status\": \"%s\"\n}\n", state.c_str());
+    } else {
+      std::printf("%s\n", state.c_str());
+    }
+    return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? kOk : kJobFailed;
+  }
+
   int Results(const std::string& id) {
     absl::StatusOr<v1::JobStatus> job = Get(id);
     if (!job.ok()) return kRefused;
@@ -347,6 +372,7 @@ constexpr char kUsageText[] =
     "  dtrain cancel JOB                  stop a job on every worker\n"
     "  dtrain workers                     registered workers\n"
     "  dtrain results JOB [--plot F.svg]  final metrics and checkpoint; curves to an SVG\n"
+    "  dtrain health [HOST:PORT] [--service S]  SERVING (exit 0) or not (exit 1), any dtrain server\n"
     "Flags: --coordinator host:port (or DTRAIN_COORDINATOR), --output text|json,\n"
     "       --tls_ca F [--tls_cert F --tls_key F] (or DTRAIN_TLS_CA, DTRAIN_TLS_CERT, DTRAIN_TLS_KEY)";
 
@@ -388,6 +414,7 @@ int Main(int argc, char** argv) {
   if (command == "results") return need_arg("a job id") ? client.Results(arg) : kUsage;
   if (command == "list") return client.List();
   if (command == "workers") return client.Workers();
+  if (command == "health") return Client::Health(arg);
   std::fprintf(stderr, "dtrain: unknown command '%s'\n%s\n", command.c_str(), kUsageText);
   return kUsage;
 }

@@ -124,6 +124,15 @@ TEST(StandardServices, WorkerHealthAndReflection) {
     EXPECT_EQ(*status, HealthStatus::SERVING) << service;
   }
   EXPECT_THAT(ListServicesByReflection(address), HasSubstr("dtrain.v1.Worker"));
+  // The CLI's probe: exit 0 and SERVING; a service the worker does not have is refused (3).
+  CommandResult probe = RunShell(absl::StrCat(DTRAIN_CLI_BIN " health ", address,
+                                              " --service=dtrain.v1.Worker 2>&1"));
+  EXPECT_EQ(probe.exit_code, 0) << probe.output;
+  EXPECT_THAT(probe.output, HasSubstr("SERVING"));
+  CommandResult unknown = RunShell(absl::StrCat(DTRAIN_CLI_BIN " health ", address,
+                                                " --service=dtrain.v1.Jobs 2>&1"));
+  EXPECT_EQ(unknown.exit_code, 3) << unknown.output;
+  EXPECT_THAT(unknown.output, HasSubstr("NOT_FOUND"));
 }
 
 }  // namespace
