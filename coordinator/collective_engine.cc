@@ -350,6 +350,7 @@ void CollectiveEngine::Submit(CollectiveCall call, CollectiveDone done) {
           if (!inst.first.has_value()) {
             inst.first = call;
             inst.first->payload = nullptr;
+            inst.started = now;
           }
           const bool matches = Matches(*inst.first, call);
           inst.arrivals.emplace(rank, Arrival{std::move(call), std::move(done)});
@@ -415,6 +416,11 @@ void CollectiveEngine::Complete(Instance instance, int world_size) {
       result->buffers.push_back(std::move(out));
       break;
     }
+  }
+  if (observer_) {
+    int64_t bytes = 0;
+    for (const auto& [rank, a] : arrivals) bytes += a.call.payload != nullptr ? a.call.payload->size() : 0;
+    observer_(first.kind, bytes, absl::Now() - instance.started, status);
   }
   // Inputs are no longer needed; release them before the (possibly slow) streaming back.
   const bool rooted_reduce = first.kind == CollectiveKind::kReduce;

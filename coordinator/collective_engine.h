@@ -80,6 +80,12 @@ class CollectiveEngine {
  public:
   explicit CollectiveEngine(const GroupTable* groups);
 
+  // Told of every completed collective (kind, payload bytes in, time since its first rank
+  // arrived, outcome); for metrics. Set before the first Submit.
+  using Observer = std::function<void(CollectiveKind, int64_t bytes, absl::Duration latency,
+                                      const absl::Status& outcome)>;
+  void SetObserver(Observer observer) { observer_ = std::move(observer); }
+
   // Validates `call` against its group and joins it into collective #sequence. `done` runs
   // once, with the result or one of the errors listed above.
   void Submit(CollectiveCall call, CollectiveDone done);
@@ -119,6 +125,7 @@ class CollectiveEngine {
     std::set<int> answered;           // ranks that already got an outcome
     absl::Time deadline = absl::InfiniteFuture();
     absl::Duration timeout;
+    absl::Time started;  // the first rank's arrival
     std::optional<absl::Status> failure;
   };
   struct GroupState {
@@ -146,10 +153,11 @@ class CollectiveEngine {
                     std::vector<Completion>& completions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops instances every rank has heard from.
   void Collect(GroupState& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static void Complete(Instance instance, int world_size);
+  void Complete(Instance instance, int world_size);
 
   const GroupTable* const groups_;
   std::atomic<uint64_t> submitted_{0};
+  Observer observer_;
   mutable absl::Mutex mu_;
   std::map<Key, GroupState> states_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

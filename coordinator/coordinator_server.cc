@@ -53,6 +53,48 @@ CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std:
   jobs.step_timeout = options_.job_step_timeout;
   jobs_ = std::make_unique<JobManager>(jobs, workers_.get(), access_.get());
   jobs_service_ = std::make_unique<JobsService>(jobs_.get(), access_.get());
+  DescribeMetrics();
+}
+
+void CoordinatorServer::DescribeMetrics() {
+  metrics_ = std::make_unique<MetricsRegistry>();
+  MetricsRegistry* m = metrics_.get();
+  m->DescribeCounter("dtrain_collectives_total", "Collectives completed, by kind and outcome.");
+  m->DescribeCounter("dtrain_collective_bytes_total",
+                     "Payload bytes the ranks sent into completed collectives, by kind.");
+  m->DescribeHistogram("dtrain_collective_latency_seconds",
+                       "From a collective's first rank arriving to its result, by kind.",
+                       LatencyBuckets());
+  engine_->SetObserver([m](CollectiveKind kind, int64_t bytes, absl::Duration latency,
+                           const absl::Status& outcome) {
+    const std::string name = CollectiveKindName(kind);
+    m->Increment("dtrain_collectives_total", {{"kind", name}, {"outcome", outcome.ok() ? "ok" : "error"}});
+    m->Increment("dtrain_collective_bytes_total", {{"kind", name}}, static_cast<double>(bytes));
+    m->Observe("dtrain_collective_latency_seconds", {{"kind", name}}, absl::ToDoubleSeconds(latency));
+  });
+  m->AddGauge("dtrain_jobs", "Jobs the coordinator knows, by state.", [this](const auto& emit) {
+    std::map<v1::JobState, int> count;
+    for (const v1::JobStatus& job : jobs_->List()) ++count[job.state()];
+    for (v1::JobState s : {v1::QUEUED, v1::RUNNING, v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
+      emit({{"state", v1::JobState_Name(s)}}, count[s]);
+    }
+  });
+  m->AddGauge("dtrain_workers", "Registered workers, by state.", [this](const auto& emit) {
+    std::map<std::string, int> count;
+    for (const v1::WorkerInfo& w : workers_->List(absl::Now())) {
+      ++count[v1::WorkerInfo::State_Name(w.state())];
+    }
+    for (const auto& [state, n] : count) emit({{"state", state}}, n);
+  });
+  m->AddGauge("dtrain_groups", "Process groups in the table, by state.", [this](const auto& emit) {
+    std::map<std::string, int> count;
+    for (const v1::GroupInfo& g : groups_->List()) ++count[v1::GroupState_Name(g.state())];
+    for (const auto& [state, n] : count) emit({{"state", state}}, n);
+  });
+  m->AddGauge("dtrain_heartbeat_deaths_total",
+              "Group members declared dead for missing heartbeats.",
+              [this](const auto& emit) { emit({}, static_cast<double>(groups_->heartbeat_deaths())); },
+              "counter");
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
@@ -80,6 +122,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::UnavailableError(absl::StrCat("cannot listen on ",
                                                server->options_.listen_address,
                                                ": the address is invalid or already in use"));
+  }
+  if (!server->options_.metrics_listen.empty()) {
+    auto http = MetricsHttpServer::Start(server->options_.metrics_listen, server->metrics_.get());
+    if (!http.ok()) return http.status();
+    server->metrics_http_ = std::move(*http);
   }
   SetServing(server->server_.get(), Services(), true);
   const std::string& address = server->options_.listen_address;

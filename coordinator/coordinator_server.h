@@ -11,6 +11,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/metrics_http_server.h"
+#include "common/metrics_registry.h"
 #include "coordinator/access_control.h"
 #include "coordinator/collective_engine.h"
 #include "coordinator/coordinator_service.h"
@@ -50,6 +52,8 @@ struct CoordinatorOptions {
   // The cluster's admin token (coordinator/access_control.h); empty: access control off. The
   // coordinator also presents it to its workers, so it must be the process's client token too.
   std::string admin_token;
+  // host:port of the Prometheus /metrics endpoint (plain HTTP); empty: none.
+  std::string metrics_listen;
 };
 
 class CoordinatorServer {
@@ -69,13 +73,20 @@ class CoordinatorServer {
   const CollectiveEngine& engine() const { return *engine_; }
   JobManager& jobs() { return *jobs_; }
   AccessControl& access() { return *access_; }
+  const MetricsRegistry& metrics() const { return *metrics_; }
+  // The /metrics port, 0 without --metrics_listen.
+  int metrics_port() const { return metrics_http_ != nullptr ? metrics_http_->port() : 0; }
 
  private:
   explicit CoordinatorServer(CoordinatorOptions options);
   void MonitorLoop();
 
   const CoordinatorOptions options_;
+  void DescribeMetrics();
+
   std::unique_ptr<AccessControl> access_;
+  std::unique_ptr<MetricsRegistry> metrics_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::unique_ptr<KeyValueStore> kv_;
   std::unique_ptr<GroupTable> groups_;
   std::unique_ptr<CollectiveEngine> engine_;

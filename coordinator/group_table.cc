@@ -415,6 +415,7 @@ void GroupTable::Tick(absl::Time now) {
         for (Member& m : g.members) {
           if (m.left || now - m.last_heartbeat <= options_.heartbeat_timeout) continue;
           m.dead = true;
+          ++heartbeat_deaths_;
           Fail(g,
                absl::StrCat(Describe(m), " of group '", g.id, "' generation ", g.generation,
                             " is dead: no heartbeat for ",
@@ -469,6 +470,11 @@ std::vector<v1::GroupInfo> GroupTable::List() const {
     out.push_back(std::move(info));
   }
   return out;
+}
+
+int64_t GroupTable::heartbeat_deaths() const {
+  absl::MutexLock lock(&mu_);
+  return heartbeat_deaths_;
 }
 
 }  // namespace dtrain

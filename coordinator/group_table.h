@@ -90,6 +90,8 @@ class GroupTable {
   void Stop();
 
   std::vector<v1::GroupInfo> List() const;
+  // Members declared dead for missing heartbeats since start.
+  int64_t heartbeat_deaths() const;
 
   const GroupTableOptions& options() const { return options_; }
 
@@ -146,6 +148,7 @@ class GroupTable {
   const GroupEvents events_;
   mutable absl::Mutex mu_;
   std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
+  int64_t heartbeat_deaths_ ABSL_GUARDED_BY(mu_) = 0;
   // Groups in the order their generations ended; the table keeps the newest
   // kRetainedEndedGroups of them (for ListGroups and for "generation N is over" answers), so a
   // long-lived coordinator's memory does not grow with every job it ever ran.

@@ -34,6 +34,8 @@ ABSL_FLAG(std::string, state_dir, "/tmp/dtrain-state",
           "TensorBoard) and checkpoints (<state_dir>/jobs/); a restart resumes from it");
 ABSL_FLAG(std::string, advertise, "",
           "host:port workers use to reach this coordinator; default: --listen");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port for Prometheus metrics over HTTP (/metrics); empty: none");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written to this file once serving");
 
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
   options.database = options.state_dir + "/coordinator.db";
   options.advertise_address = absl::GetFlag(FLAGS_advertise);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   if (options.groups.heartbeat_timeout <= options.groups.heartbeat_interval) {
     std::fprintf(stderr, "dtrain-coordinator: --heartbeat-timeout (%s) must exceed "
                  "--heartbeat-interval (%s)\n",
@@ -103,6 +106,11 @@ int main(int argc, char** argv) {
                (*server)->address().c_str(),
                absl::FormatDuration(options.groups.heartbeat_timeout).c_str(),
                token->empty() ? "no token: every caller is an admin" : "bearer tokens required");
+  if ((*server)->metrics_port() > 0) {
+    std::fprintf(stderr, "dtrain-coordinator: metrics on http://%s:%d/metrics\n",
+                 options.metrics_listen.substr(0, options.metrics_listen.rfind(':')).c_str(),
+                 (*server)->metrics_port());
+  }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     const std::string tmp = port_file + ".tmp";

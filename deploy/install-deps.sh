@@ -6,7 +6,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
           protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libtorch-dev libgloo-dev zlib1g-dev libyaml-cpp-dev
-          libsqlite3-dev
+          libsqlite3-dev libcpp-httplib-dev
           dataset-fashion-mnist)
 if [ "${1:-}" = "--bench" ]; then packages+=(python3 python3-torch); fi
 if [ "${1:-}" = "--fuzz" ]; then packages+=(clang); fi

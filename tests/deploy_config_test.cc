@@ -116,6 +116,13 @@ void CheckPodTemplate(const YAML::Node& workload, const std::string& where,
     ASSERT_FALSE(listen.empty()) << where << ": no --listen";
     EXPECT_EQ(ports.count("grpc"), 1u) << where;
     EXPECT_EQ(PortOf(listen), std::to_string(ports["grpc"])) << where << ": --listen vs containerPort";
+    const std::string metrics = ValueOf(args, "metrics_listen");
+    if (!metrics.empty()) {
+      EXPECT_EQ(ports.count("metrics"), 1u) << where << ": --metrics_listen without a metrics port";
+      EXPECT_EQ(PortOf(metrics), std::to_string(ports["metrics"])) << where;
+      const YAML::Node annotations = workload["spec"]["template"]["metadata"]["annotations"];
+      EXPECT_EQ(annotations["prometheus.io/port"].as<std::string>(), PortOf(metrics)) << where;
+    }
     // Files named by flags sit under a mounted volume.
     std::vector<std::string> mounts;
     for (const YAML::Node& m : c["volumeMounts"]) {

@@ -4,9 +4,6 @@
 // heartbeat timeout, naming the worker, and the worker is idle again once the link is back.
 // Delay and loss run through tc netem where the kernel has it. Where the machine denies
 // namespaces or netem, the test says so and skips.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
@@ -73,21 +70,6 @@ class NetworkNamespace {
   const std::string name_, here_, there_;
 };
 
-// A port free on all addresses now (the coordinator must advertise it before it starts).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 class NetworkFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -102,7 +84,7 @@ class NetworkFaultTest : public ::testing::Test {
     cluster_ = std::make_unique<LocalCluster>(absl::StrCat(
         ::testing::TempDir(), "/netfault-", getpid(), "-",
         ::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    const int port = FreePort();
+    const int port = FreeTcpPort();
     ASSERT_GT(port, 0);
     // Every namespace reaches this one's side of its own link, and through it the others'.
     coordinator_ = absl::StrCat(hosts_[0]->gateway(), ":", port);

@@ -23,6 +23,8 @@
 #include "absl/time/clock.h"
 #include "common/flag_names.h"
 #include "common/process_tuning.h"
+#include "common/metrics_http_server.h"
+#include "common/metrics_registry.h"
 #include "common/standard_services.h"
 #include "common/termination_signals.h"
 #include "common/bearer_token.h"
@@ -33,6 +35,8 @@
 #include "worker/worker_registration.h"
 #include "worker/worker_service.h"
 
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port for Prometheus metrics over HTTP (/metrics); empty: none");
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:29610", "the coordinator's host:port");
 ABSL_FLAG(std::string, listen, "127.0.0.1:29611",
           "host:port to serve the Worker service on; port 0 picks a free port (--port_file)");
@@ -144,7 +148,28 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.token = *token;
+  dtrain::MetricsRegistry metrics;
+  metrics.DescribeCounter("dtrain_worker_step_calls_total", "Step RPCs run, by kind and outcome.");
+  metrics.DescribeCounter("dtrain_worker_batches_total", "Batches those step RPCs carried, by kind.");
+  metrics.DescribeHistogram("dtrain_worker_step_call_seconds", "Time of one step RPC, by kind.",
+                            dtrain::LatencyBuckets());
+  options.metrics = &metrics;
   auto service = std::make_unique<dtrain::WorkerService>(options);
+  metrics.AddGauge("dtrain_worker_job", "1 while a job is set up on this worker.",
+                   [s = service.get()](const auto& emit) {
+                     const std::string job = s->current_job();
+                     emit({{"job", job}}, job.empty() ? 0 : 1);
+                   });
+  std::unique_ptr<dtrain::MetricsHttpServer> metrics_http;
+  if (const std::string listen_metrics = absl::GetFlag(FLAGS_metrics_listen); !listen_metrics.empty()) {
+    auto http = dtrain::MetricsHttpServer::Start(listen_metrics, &metrics);
+    if (!http.ok()) {
+      std::fprintf(stderr, "dtrain-worker: %s\n", std::string(http.status().message()).c_str());
+      return 2;
+    }
+    metrics_http = std::move(*http);
+    std::fprintf(stderr, "dtrain-worker: metrics on port %d (/metrics)\n", metrics_http->port());
+  }
   dtrain::EnableStandardServices();
   grpc::ServerBuilder builder;
   int port = 0;
@@ -200,6 +225,7 @@ int main(int argc, char** argv) {
   service->Drain();
   registration.reset();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  metrics_http.reset();  // its collector reads the service
   server.reset();
   service.reset();
   return 0;

@@ -156,7 +156,21 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
 absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& request,
                                     v1::StepResponse* response) {
   DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request.job_id()));
-  return Note(job->Step(kind, request, response));
+  const absl::Time start = absl::Now();
+  absl::Status status = job->Step(kind, request, response);
+  if (options_.metrics != nullptr) {
+    static constexpr const char* kNames[] = {"training", "validation", "test", "predict"};
+    const std::string name = kNames[static_cast<int>(kind)];
+    int64_t batches = 0;
+    for (const v1::LocalWork& work : request.work()) batches += work.index_batches_size() + work.batches_size();
+    options_.metrics->Increment("dtrain_worker_step_calls_total",
+                                {{"kind", name}, {"outcome", status.ok() ? "ok" : "error"}});
+    options_.metrics->Increment("dtrain_worker_batches_total", {{"kind", name}},
+                                static_cast<double>(batches));
+    options_.metrics->Observe("dtrain_worker_step_call_seconds", {{"kind", name}},
+                              absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return Note(status);
 }
 
 grpc::ServerUnaryReactor* WorkerService::TrainingStep(grpc::CallbackServerContext* context,

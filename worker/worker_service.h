@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "dtrain/v1/worker.grpc.pb.h"
+#include "common/metrics_registry.h"
 #include "worker/hosted_job.h"
 #include "worker/job.h"
 
@@ -26,6 +27,8 @@ struct WorkerServiceOptions {
   std::string spawn_binary;
   // The bearer token every call must present; empty: none required.
   std::string token;
+  // Where step counts and latencies go (must outlive the service); null: nowhere.
+  MetricsRegistry* metrics = nullptr;
 };
 
 class WorkerService final : public v1::Worker::CallbackService {

@@ -1,0 +1,97 @@
+// Prometheus metrics over HTTP: the registry's text format, and the coordinator's and a
+// worker's /metrics after a real job, whose counts must match what the job did.
+#include <unistd.h>
+
+#include <map>
+#include <regex>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/metrics_registry.h"
+#include "tests/local_cluster.h"
+
+namespace dtrain::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// "name{labels} value" lines -> value; HELP/TYPE lines are skipped.
+std::map<std::string, double> Samples(const std::string& text) {
+  std::map<std::string, double> out;
+  static const std::regex line(R"(^([a-z_]+(\{[^}]*\})?) (\S+)$)");
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    std::smatch m;
+    if (std::regex_match(l, m, line)) out[m[1]] = std::stod(m[3]);
+  }
+  return out;
+}
+
+std::string Scrape(int port) {
+  httplib::Client client("127.0.0.1", port);
+  auto response = client.Get("/metrics");
+  if (!response || response->status != 200) return "";
+  EXPECT_THAT(response->get_header_value("Content-Type"), HasSubstr("text/plain; version=0.0.4"));
+  return response->body;
+}
+
+TEST(MetricsRegistry, TextFormat_CountersHistogramsGauges) {
+  MetricsRegistry r;
+  r.DescribeCounter("c_total", "A counter.");
+  r.DescribeHistogram("h_seconds", "A histogram.", {0.1, 1});
+  r.AddGauge("g", "A gauge.", [](const auto& emit) { emit({{"state", "A\"B"}}, 2); });
+  r.Increment("c_total", {{"kind", "x"}}, 3);
+  r.Increment("c_total", {{"kind", "x"}});
+  r.Observe("h_seconds", {}, 0.05);
+  r.Observe("h_seconds", {}, 0.5);
+  r.Observe("h_seconds", {}, 7);
+  const std::string text = r.Render();
+  EXPECT_THAT(text, HasSubstr("# HELP c_total A counter.\n# TYPE c_total counter\n"
+                              "c_total{kind=\"x\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE h_seconds histogram\nh_seconds_bucket{le=\"0.1\"} 1\n"
+                              "h_seconds_bucket{le=\"1\"} 2\nh_seconds_bucket{le=\"+Inf\"} 3\n"
+                              "h_seconds_sum 7.55\nh_seconds_count 3\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE g gauge\ng{state=\"A\\\"B\"} 2\n"));
+}
+
+TEST(MetricsEndpoint, CoordinatorAndWorker_CountWhatAJobDid) {
+  LocalCluster cluster(absl::StrCat(::testing::TempDir(), "/metrics-", getpid()));
+  const int coordinator_port = FreeTcpPort(), worker_port = FreeTcpPort();
+  ASSERT_TRUE(cluster.StartCoordinator(
+      "127.0.0.1:0", {absl::StrCat("--metrics_listen=127.0.0.1:", coordinator_port)}));
+  ASSERT_TRUE(cluster.AddWorker("w0", {absl::StrCat("--metrics_listen=127.0.0.1:", worker_port)}));
+  ASSERT_TRUE(cluster.AddWorker("w1"));
+  ASSERT_TRUE(WaitFor([&] { return cluster.AliveWorkers() == 2; }, absl::Seconds(10)));
+  // 1024 samples over 2 ranks in batches of 32: 16 training batches per rank.
+  const std::string id = cluster.Submit("m", SyntheticDdpJob("m", 1, 1024));
+  ASSERT_TRUE(WaitFor([&] { return IsTerminal(cluster.GetJob(id).state()); }, absl::Seconds(120)));
+  ASSERT_EQ(cluster.GetJob(id).state(), v1::SUCCEEDED);
+
+  const std::map<std::string, double> c = Samples(Scrape(coordinator_port));
+  ASSERT_FALSE(c.empty()) << "no coordinator /metrics";
+  EXPECT_EQ(c.at("dtrain_jobs{state=\"SUCCEEDED\"}"), 1);
+  EXPECT_EQ(c.at("dtrain_jobs{state=\"RUNNING\"}"), 0);
+  EXPECT_EQ(c.at("dtrain_workers{state=\"ALIVE\"}"), 2);
+  EXPECT_EQ(c.at("dtrain_heartbeat_deaths_total"), 0);
+  const double all_reduces = c.at("dtrain_collectives_total{kind=\"all_reduce\",outcome=\"ok\"}");
+  EXPECT_GE(all_reduces, 16) << "one gradient all_reduce per training step at least";
+  EXPECT_EQ(c.at("dtrain_collective_latency_seconds_count{kind=\"all_reduce\"}"), all_reduces);
+  EXPECT_EQ(c.at("dtrain_collective_latency_seconds_bucket{kind=\"all_reduce\",le=\"+Inf\"}"),
+            all_reduces);
+  EXPECT_GT(c.at("dtrain_collective_bytes_total{kind=\"all_reduce\"}"), 0);
+
+  const std::map<std::string, double> w = Samples(Scrape(worker_port));
+  ASSERT_FALSE(w.empty()) << "no worker /metrics";
+  EXPECT_EQ(w.at("dtrain_worker_batches_total{kind=\"training\"}"), 16);
+  EXPECT_GE(w.at("dtrain_worker_step_calls_total{kind=\"training\",outcome=\"ok\"}"), 1);
+  EXPECT_EQ(w.at("dtrain_worker_step_call_seconds_count{kind=\"training\"}"),
+            w.at("dtrain_worker_step_calls_total{kind=\"training\",outcome=\"ok\"}"));
+  EXPECT_EQ(w.at("dtrain_worker_job{job=\"\"}"), 0) << "torn down after the job";
+}
+
+}  // namespace
+}  // namespace dtrain::testing
