@@ -196,6 +196,7 @@ absl::Status Trainer::Setup() {
       options_.setup_timeout + absl::Seconds(30)));
   ranks_of_worker_.assign(n, {});
   placement_.assign(world_, Placement{});
+  std::vector<std::string> where(world_);  // by rank, for the log
   std::vector<bool> seen(world_, false);
   for (int i = 0; i < n; ++i) {
     for (int local = 0; local < responses[i].ranks_size(); ++local) {
@@ -208,6 +209,8 @@ absl::Status Trainer::Setup() {
       seen[r.rank()] = true;
       ranks_of_worker_[i].push_back(r.rank());
       placement_[r.rank()] = Placement{i, local};
+      where[r.rank()] = absl::StrCat("rank ", r.rank(), " on '", options_.workers[i].name(),
+                                     "' (node ", r.node_rank(), ", local ", r.local_rank(), ")");
     }
   }
   for (const v1::SplitInfo& s : responses[0].splits()) split_sizes_[s.name()] = s.size();
@@ -225,6 +228,13 @@ absl::Status Trainer::Setup() {
   reporter_->Log(absl::StrCat("group formed: ", absl::StrJoin(names, ", "), "; ",
                               n_train, " training samples, ", batches_per_epoch_,
                               " batches per rank per epoch, ", total_steps_, " optimizer steps"));
+  constexpr int kLoggedRanks = 64;
+  if (static_cast<int>(where.size()) > kLoggedRanks) {
+    const size_t more = where.size() - kLoggedRanks;
+    where.resize(kLoggedRanks);
+    where.push_back(absl::StrCat("and ", more, " more"));
+  }
+  reporter_->Log(absl::StrCat("ranks: ", absl::StrJoin(where, ", ")));
   return absl::OkStatus();
 }
 

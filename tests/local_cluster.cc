@@ -34,18 +34,21 @@ LocalCluster::~LocalCluster() {
   if (coordinator_ != nullptr) StopCoordinator(SIGTERM);
 }
 
-bool LocalCluster::StartCoordinator(const std::string& listen, const std::vector<std::string>& flags) {
+bool LocalCluster::StartCoordinator(const std::string& listen, const std::vector<std::string>& flags,
+                                    const std::vector<std::string>& launcher) {
   const std::string port_file = dir_ + "/coordinator.port";
   std::filesystem::remove(port_file);
   std::vector<std::string> argv = {DTRAIN_COORDINATOR_BIN, "--listen=" + listen,
                                    "--port_file=" + port_file, "--state-dir=" + dir_ + "/state",
                                    "--heartbeat-timeout=5s"};
   argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.begin(), launcher.begin(), launcher.end());
   coordinator_ = Subprocess::Start(argv);
   if (coordinator_ == nullptr) return false;
   const int port = WaitForPortFile(port_file, absl::Seconds(20));
   if (port == 0) return false;
-  address_ = absl::StrCat("127.0.0.1:", port);
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  address_ = absl::StrCat(host.empty() || host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
   coordinator_stub_ = v1::Coordinator::NewStub(ConnectToCoordinator(address_));
   jobs_ = v1::Jobs::NewStub(ConnectToCoordinator(address_));
   return true;

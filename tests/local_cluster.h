@@ -29,9 +29,11 @@ class LocalCluster {
   ~LocalCluster();
 
   // Starts the coordinator on `listen` ("127.0.0.1:0" picks a port; a restart passes
-  // address()); false when it did not serve within 20 s.
+  // address()), through `launcher` if given (e.g. into a network namespace); false when it did
+  // not serve within 20 s. The cluster reaches it at listen's host, or 127.0.0.1 for 0.0.0.0.
   bool StartCoordinator(const std::string& listen = "127.0.0.1:0",
-                        const std::vector<std::string>& flags = {});
+                        const std::vector<std::string>& flags = {},
+                        const std::vector<std::string>& launcher = {});
   // Sends `signal` to the coordinator and reaps it.
   void StopCoordinator(int signal);
   // Starts a worker named `name` (one compute thread) and waits until it serves; `flags` and

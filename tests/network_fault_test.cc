@@ -12,63 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "tests/local_cluster.h"
+#include "tests/network_namespaces.h"
 
 namespace dtrain::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-// One namespace with a veth pair to this test's namespace: <prefix>.<index>.1 here,
-// <prefix>.<index>.2 there, routed both ways. Removed on destruction.
-class NetworkNamespace {
- public:
-  static std::unique_ptr<NetworkNamespace> Make(int index, std::string* error) {
-    auto ns = std::unique_ptr<NetworkNamespace>(new NetworkNamespace(index));
-    const std::string& n = ns->name_;
-    CommandResult made = RunShell(absl::StrCat(
-        "set -e; ip netns add ", n, "; ip link add ", ns->here_, " type veth peer name ",
-        ns->there_, "; ip link set ", ns->there_, " netns ", n, "; ip addr add ", ns->gateway(),
-        "/24 dev ", ns->here_, "; ip link set ", ns->here_, " up; ip netns exec ", n,
-        " ip addr add ", ns->address(), "/24 dev ", ns->there_, "; ip netns exec ", n,
-        " ip link set ", ns->there_, " up; ip netns exec ", n, " ip link set lo up; ip netns exec ",
-        n, " ip route add default via ", ns->gateway()));
-    if (made.exit_code != 0) {
-      *error = made.output;
-      return nullptr;
-    }
-    return ns;
-  }
-  ~NetworkNamespace() {
-    RunShell(absl::StrCat("ip link del ", here_, " 2>/dev/null; ip netns del ", name_,
-                          " 2>/dev/null"));
-  }
-
-  std::string address() const { return absl::StrCat(Prefix(), ".", index_, ".2"); }
-  std::string gateway() const { return absl::StrCat(Prefix(), ".", index_, ".1"); }
-  // env finds ip on the PATH (Subprocess execs a path, not a name).
-  std::vector<std::string> launcher() const { return {"/usr/bin/env", "ip", "netns", "exec", name_}; }
-  bool SetLink(bool up) {
-    return RunShell(absl::StrCat("ip link set ", here_, up ? " up" : " down")).exit_code == 0;
-  }
-  // Adds a netem qdisc with `args` on both ends of the pair.
-  CommandResult Netem(const std::string& args) {
-    return RunShell(absl::StrCat("tc qdisc add dev ", here_, " root netem ", args,
-                                 " 2>&1 && ip netns exec ", name_, " tc qdisc add dev ", there_,
-                                 " root netem ", args, " 2>&1"));
-  }
-
- private:
-  explicit NetworkNamespace(int index)
-      : index_(index),
-        name_(absl::StrCat("dtrain", getpid(), "-", index)),
-        here_(absl::StrCat("dt", getpid() % 100000, "h", index)),
-        there_(absl::StrCat("dt", getpid() % 100000, "t", index)) {}
-  // 10.<200..249>: one subnet per test process, so parallel runs do not collide.
-  static std::string Prefix() { return absl::StrCat("10.", 200 + getpid() % 50); }
-
-  const int index_;
-  const std::string name_, here_, there_;
-};
 
 class NetworkFaultTest : public ::testing::Test {
  protected:

@@ -1,0 +1,104 @@
+#include "tests/network_namespaces.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace dtrain::testing {
+namespace {
+
+// 10.<200..249>: one range per test process, so parallel tests do not collide.
+std::string Prefix() { return absl::StrCat("10.", 200 + getpid() % 50); }
+std::string Tag() { return absl::StrCat(getpid() % 100000); }
+
+}  // namespace
+
+NetworkNamespace::NetworkNamespace(int index)
+    : index_(index),
+      name_(absl::StrCat("dtrain", getpid(), "-", index)),
+      here_(absl::StrCat("dt", Tag(), "h", index)),
+      there_(absl::StrCat("dt", Tag(), "t", index)) {}
+
+std::unique_ptr<NetworkNamespace> NetworkNamespace::Make(int index, std::string* error) {
+  auto ns = std::unique_ptr<NetworkNamespace>(new NetworkNamespace(index));
+  const std::string& n = ns->name_;
+  CommandResult made = RunShell(absl::StrCat(
+      "set -e; ip netns add ", n, "; ip link add ", ns->here_, " type veth peer name ", ns->there_,
+      "; ip link set ", ns->there_, " netns ", n, "; ip addr add ", ns->gateway(), "/24 dev ",
+      ns->here_, "; ip link set ", ns->here_, " up; ip netns exec ", n, " ip addr add ",
+      ns->address(), "/24 dev ", ns->there_, "; ip netns exec ", n, " ip link set ", ns->there_,
+      " up; ip netns exec ", n, " ip link set lo up; ip netns exec ", n,
+      " ip route add default via ", ns->gateway(), " 2>&1"));
+  if (made.exit_code != 0) {
+    *error = made.output;
+    return nullptr;
+  }
+  return ns;
+}
+
+NetworkNamespace::~NetworkNamespace() {
+  RunShell(absl::StrCat("ip link del ", here_, " 2>/dev/null; ip netns del ", name_, " 2>/dev/null"));
+}
+
+std::string NetworkNamespace::address() const { return absl::StrCat(Prefix(), ".", index_, ".2"); }
+std::string NetworkNamespace::gateway() const { return absl::StrCat(Prefix(), ".", index_, ".1"); }
+
+std::vector<std::string> NetworkNamespace::launcher() const {
+  // env finds ip on the PATH (Subprocess execs a path, not a name).
+  return {"/usr/bin/env", "ip", "netns", "exec", name_};
+}
+
+bool NetworkNamespace::SetLink(bool up) {
+  return RunShell(absl::StrCat("ip link set ", here_, up ? " up" : " down")).exit_code == 0;
+}
+
+CommandResult NetworkNamespace::Netem(const std::string& args) {
+  return RunShell(absl::StrCat("tc qdisc add dev ", here_, " root netem ", args,
+                               " 2>&1 && ip netns exec ", name_, " tc qdisc add dev ", there_,
+                               " root netem ", args, " 2>&1"));
+}
+
+std::unique_ptr<BridgedHosts> BridgedHosts::Make(int count, std::string* error) {
+  auto hosts = std::unique_ptr<BridgedHosts>(new BridgedHosts());
+  hosts->bridge_ = absl::StrCat("dtbr", Tag());
+  std::string script = absl::StrCat("set -e; ip link add ", hosts->bridge_, " type bridge; ip addr add ",
+                                    Prefix(), ".100.254/24 dev ", hosts->bridge_, "; ip link set ",
+                                    hosts->bridge_, " up");
+  for (int i = 0; i < count; ++i) {
+    const std::string ns = absl::StrCat("dtrain", getpid(), "-host", i);
+    const std::string here = absl::StrCat("dt", Tag(), "b", i), there = absl::StrCat("dt", Tag(), "n", i);
+    absl::StrAppend(&script, "; ip netns add ", ns, "; ip link add ", here, " type veth peer name ",
+                    there, "; ip link set ", here, " master ", hosts->bridge_, "; ip link set ", here,
+                    " up; ip link set ", there, " netns ", ns, "; ip netns exec ", ns, " ip addr add ",
+                    hosts->address(i), "/24 dev ", there, "; ip netns exec ", ns, " ip link set ",
+                    there, " up; ip netns exec ", ns, " ip link set lo up");
+    hosts->count_ = i + 1;  // what the destructor removes, even if a later step fails
+  }
+  CommandResult made = RunShell(script + " 2>&1");
+  if (made.exit_code != 0) {
+    *error = made.output;
+    return nullptr;
+  }
+  return hosts;
+}
+
+BridgedHosts::~BridgedHosts() {
+  std::string script;
+  for (int i = 0; i < count_; ++i) {
+    absl::StrAppend(&script, "ip link del dt", Tag(), "b", i, " 2>/dev/null; ip netns del dtrain",
+                    getpid(), "-host", i, " 2>/dev/null; ");
+  }
+  RunShell(absl::StrCat(script, "ip link del ", bridge_, " 2>/dev/null; true"));
+}
+
+std::string BridgedHosts::address(int host) const {
+  return absl::StrCat(Prefix(), ".100.", host + 1);
+}
+
+std::vector<std::string> BridgedHosts::launcher(int host, const std::string& hostname) const {
+  // sh sets the host name in a fresh UTS namespace, then becomes the program ("$0" "$@").
+  return {"/usr/bin/env", "ip", "netns", "exec", absl::StrCat("dtrain", getpid(), "-host", host),
+          "unshare", "--uts", "sh", "-c", absl::StrCat("hostname ", hostname, " && exec \"$0\" \"$@\"")};
+}
+
+}  // namespace dtrain::testing
