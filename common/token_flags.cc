@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/bearer_token.h"
+#include "common/tls_flags.h"
 
 ABSL_FLAG(std::string, token, "",
           "bearer token: the cluster's admin token (coordinator: the one it accepts; workers "
@@ -44,6 +45,17 @@ absl::StatusOr<std::string> TokenFromFlags() {
 absl::StatusOr<std::string> ConfigureClientTokenFromFlags() {
   absl::StatusOr<std::string> token = TokenFromFlags();
   if (token.ok()) SetClientToken(*token);
+  return token;
+}
+
+absl::StatusOr<std::string> ConfigureServerTokenFromFlags(const std::string& listen) {
+  absl::StatusOr<std::string> token = ConfigureClientTokenFromFlags();
+  if (!token.ok()) return token;
+  if (absl::Status s = RequireAuthenticationBeyondLoopback(
+          listen, !token->empty(), RequireClientCertFromFlags(), InsecureFromFlags());
+      !s.ok()) {
+    return s;
+  }
   return token;
 }
 

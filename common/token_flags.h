@@ -16,4 +16,9 @@ absl::StatusOr<std::string> TokenFromFlags();
 // TokenFromFlags, made this process's default client token (and exported to its children).
 absl::StatusOr<std::string> ConfigureClientTokenFromFlags();
 
+// For a server listening on `listen`: ConfigureClientTokenFromFlags (a daemon presents the
+// token it requires), and FAILED_PRECONDITION when the address is beyond loopback with neither
+// a token nor client certificates and without --insecure.
+absl::StatusOr<std::string> ConfigureServerTokenFromFlags(const std::string& listen);
+
 }  // namespace dtrain

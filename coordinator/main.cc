@@ -14,7 +14,6 @@
 #include "common/flag_names.h"
 #include "common/process_tuning.h"
 #include "common/termination_signals.h"
-#include "common/bearer_token.h"
 #include "common/tls_flags.h"
 #include "common/token_flags.h"
 #include "coordinator/coordinator_server.h"
@@ -84,16 +83,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   // The same token is required of callers and presented to the workers.
-  absl::StatusOr<std::string> token = dtrain::ConfigureClientTokenFromFlags();
+  absl::StatusOr<std::string> token = dtrain::ConfigureServerTokenFromFlags(options.listen_address);
   if (!token.ok()) {
     std::fprintf(stderr, "dtrain-coordinator: %s\n", std::string(token.status().message()).c_str());
-    return 2;
-  }
-  if (absl::Status s = dtrain::RequireAuthenticationBeyondLoopback(
-          options.listen_address, !token->empty(), dtrain::RequireClientCertFromFlags(),
-          dtrain::InsecureFromFlags());
-      !s.ok()) {
-    std::fprintf(stderr, "dtrain-coordinator: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   options.admin_token = *token;

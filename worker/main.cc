@@ -27,7 +27,6 @@
 #include "common/metrics_registry.h"
 #include "common/standard_services.h"
 #include "common/termination_signals.h"
-#include "common/bearer_token.h"
 #include "common/tls_flags.h"
 #include "common/token_flags.h"
 #include "common/streaming.h"
@@ -136,15 +135,9 @@ int main(int argc, char** argv) {
   }
   // One token both ways: presented to the coordinator, and required of whoever calls this
   // worker (the coordinator; a ddp_spawn child's parent, whose token it inherited).
-  absl::StatusOr<std::string> token = dtrain::ConfigureClientTokenFromFlags();
+  absl::StatusOr<std::string> token = dtrain::ConfigureServerTokenFromFlags(listen);
   if (!token.ok()) {
     std::fprintf(stderr, "dtrain-worker: %s\n", std::string(token.status().message()).c_str());
-    return 2;
-  }
-  if (absl::Status s = dtrain::RequireAuthenticationBeyondLoopback(
-          listen, !token->empty(), dtrain::RequireClientCertFromFlags(), dtrain::InsecureFromFlags());
-      !s.ok()) {
-    std::fprintf(stderr, "dtrain-worker: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   options.token = *token;
