@@ -36,6 +36,15 @@ class JobStoreTest : public ::testing::Test {
     return s;
   }
 
+  // Edits the database behind the store's back, as a damaged or newer file would be.
+  void ExecSql(const char* sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    const int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+    sqlite3_close(db);
+    ASSERT_EQ(rc, SQLITE_OK) << sql;
+  }
+
   std::string dir_, path_;
 };
 
@@ -114,11 +123,7 @@ TEST_F(JobStoreTest, DamagedRowSkipped_OthersLoad) {
     ASSERT_TRUE((*store)->Insert(v1::JobSpec(), Status("good-1", v1::SUCCEEDED)).ok());
     ASSERT_TRUE((*store)->Insert(v1::JobSpec(), Status("bad-1", v1::RUNNING)).ok());
   }
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE jobs SET status = x'ffffffff' WHERE id = 'bad-1'", nullptr,
-                         nullptr, nullptr), SQLITE_OK);
-  sqlite3_close(db);
+  ASSERT_NO_FATAL_FAILURE(ExecSql("UPDATE jobs SET status = x'ffffffff' WHERE id = 'bad-1'"));
   auto store = JobStore::Open(path_);
   ASSERT_TRUE(store.ok());
   std::vector<std::string> skipped;
@@ -138,11 +143,7 @@ TEST_F(JobStoreTest, NotADatabaseOrNewerSchema_ClearError) {
   {
     ASSERT_TRUE(JobStore::Open(path_).ok());
   }
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '99' WHERE key = 'schema_version'", nullptr,
-                         nullptr, nullptr), SQLITE_OK);
-  sqlite3_close(db);
+  ASSERT_NO_FATAL_FAILURE(ExecSql("UPDATE meta SET value = '99' WHERE key = 'schema_version'"));
   auto newer = JobStore::Open(path_);
   ASSERT_EQ(newer.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(newer.status().message(), HasSubstr("has schema version 99; this coordinator reads 1"));
