@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -181,6 +182,13 @@ int Subprocess::Wait(absl::Duration timeout) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   return -1;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 CommandResult RunShell(const std::string& command) {

@@ -74,6 +74,9 @@ struct CommandResult {
 };
 CommandResult RunShell(const std::string& command);
 
+// A file's whole contents; "" when it cannot be read.
+std::string ReadFile(const std::string& path);
+
 // VmRSS of a process, in KiB.
 long ResidentKiB(pid_t pid);
 

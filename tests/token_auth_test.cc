@@ -34,13 +34,6 @@ using ::testing::Not;
 
 constexpr char kAdmin[] = "admin-secret-0123456789abcdef";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 class TokenScopeTest : public ::testing::Test {
  protected:
   void SetUp() override {
