@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 
 namespace dtrain {
 namespace {
@@ -243,6 +244,9 @@ void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& complet
         [done = std::move(p.done), response = std::move(response)] { done(response); });
   }
   g.pending.clear();
+  LogInfo(absl::StrCat("group '", g.id, "' formed"),
+          {{"group", g.id}, {"generation", g.generation}, {"world_size", g.world_size},
+           {"num_nodes", num_nodes}});
 }
 
 void GroupTable::CancelRegistration(const std::string& group, uint64_t incarnation) {
@@ -364,7 +368,11 @@ void GroupTable::MaybeEnd(Group& g, std::vector<Completion>& completions) {
   for (const Member& m : g.members) {
     if (!m.left && !m.dead) return;
   }
-  if (g.state == v1::GROUP_STATE_ACTIVE) g.state = v1::GROUP_STATE_ENDED;
+  if (g.state == v1::GROUP_STATE_ACTIVE) {
+    g.state = v1::GROUP_STATE_ENDED;
+    LogDebug(absl::StrCat("group '", g.id, "' ended: every member left"),
+             {{"group", g.id}, {"generation", g.generation}});
+  }
   ended_.push_back(g.id);
   if (events_.ended) {
     completions.push_back([this, id = g.id, gen = g.generation] { events_.ended(id, gen); });
@@ -375,6 +383,7 @@ void GroupTable::Fail(Group& g, const std::string& reason,
                       std::vector<Completion>& completions) {
   g.state = v1::GROUP_STATE_FAILED;
   g.failure = reason;
+  LogWarning(reason, {{"group", g.id}, {"generation", g.generation}});
   if (events_.failed) {
     completions.push_back([this, id = g.id, gen = g.generation, reason] {
       events_.failed(id, gen, absl::AbortedError(reason));
@@ -396,14 +405,14 @@ void GroupTable::Tick(absl::Time now) {
           }
           std::vector<std::string> hosts;
           for (const Pending& q : g.pending) hosts.push_back(q.host);
-          completions.push_back(
-              [done = std::move(p->done),
-               message = absl::StrCat("group '", g.id, "' did not form in time: ",
-                                      g.pending.size(), " of ", g.world_size,
-                                      " members registered (hosts: ", absl::StrJoin(hosts, ", "),
-                                      "); start the missing workers or lower world_size")] {
-                done(absl::DeadlineExceededError(message));
-              });
+          std::string message = absl::StrCat(
+              "group '", g.id, "' did not form in time: ", g.pending.size(), " of ", g.world_size,
+              " members registered (hosts: ", absl::StrJoin(hosts, ", "),
+              "); start the missing workers or lower world_size");
+          LogWarning(message, {{"group", g.id}});
+          completions.push_back([done = std::move(p->done), message = std::move(message)] {
+            done(absl::DeadlineExceededError(message));
+          });
           p = g.pending.erase(p);
         }
         const bool elastic = g.min_world_size < g.world_size;

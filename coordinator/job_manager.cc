@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/job_spec.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/metrics_log.h"
 #include "coordinator/trainer.h"
@@ -21,6 +22,7 @@ class JobManager::Job : public TrainerReporter {
  public:
   Job(std::string id, v1::JobSpec spec, std::string dir)
       : dir_(std::move(dir)), spec_(std::move(spec)) {
+    status_id_ = id;
     status_.set_id(std::move(id));
     status_.set_name(spec_.name());
     status_.set_state(v1::QUEUED);
@@ -35,6 +37,7 @@ class JobManager::Job : public TrainerReporter {
       : dir_(std::move(dir)), spec_(std::move(stored.spec)), restored_(true) {
     absl::MutexLock lock(&mu_);
     status_ = std::move(stored.status);
+    status_id_ = status_.id();
     store_ = store;
     if (IsTerminal(status_.state())) {
       lines_on_disk_ = true;
@@ -77,6 +80,12 @@ class JobManager::Job : public TrainerReporter {
     }
     Notify();
   }
+  // 0 for the job's first run, then 1, 2, ... for each re-formed or resumed run (its group's
+  // suffix: a run's group is never an earlier run's).
+  int NextRun() {
+    absl::MutexLock lock(&mu_);
+    return runs_++;
+  }
   bool resuming() const {
     absl::MutexLock lock(&mu_);
     return resuming_;
@@ -99,7 +108,10 @@ class JobManager::Job : public TrainerReporter {
   }
   const v1::JobSpec& spec() const { return spec_; }
 
-  void Log(const std::string& line) override {
+  void Log(const std::string& line) override { LogAt(LogLevel::kInfo, line); }
+  // To the job's log (dtrain logs) and, with the job's id, to the coordinator's.
+  void LogAt(LogLevel level, const std::string& line) {
+    ::dtrain::Log(level, line, {{"job", status_id_}});
     const std::string stamped =
         absl::StrCat(absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::Now(), absl::LocalTimeZone()),
                      " ", line);
@@ -232,7 +244,8 @@ class JobManager::Job : public TrainerReporter {
       if (status_.progress().phase() != "done") status_.mutable_progress()->set_phase("done");
       PersistLocked(/*force=*/true);
     }
-    Log(absl::StrCat("job ", v1::JobState_Name(state), reason.empty() ? "" : ": ", reason));
+    LogAt(state == v1::FAILED ? LogLevel::kWarning : LogLevel::kInfo,
+          absl::StrCat("job ", v1::JobState_Name(state), reason.empty() ? "" : ": ", reason));
   }
 
   bool terminal() const {
@@ -309,8 +322,9 @@ class JobManager::Job : public TrainerReporter {
   void Report(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (status.ok() || store_error_reported_) return;
     store_error_reported_ = true;
-    std::fprintf(stderr, "dtrain-coordinator: job %s: %s (later changes may not survive a "
-                 "restart)\n", status_.id().c_str(), std::string(status.message()).c_str());
+    LogError(absl::StrCat("job ", status_.id(), ": ", status.message(),
+                          " (later changes may not survive a restart)"),
+             {{"job", status_.id()}});
   }
 
   void Notify() {
@@ -321,6 +335,7 @@ class JobManager::Job : public TrainerReporter {
 
   const std::string dir_;
   const v1::JobSpec spec_;  // immutable once submitted
+  std::string status_id_;   // status_.id(), readable without the lock
   mutable absl::Mutex mu_;
   v1::JobStatus status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
@@ -337,6 +352,7 @@ class JobManager::Job : public TrainerReporter {
   bool lines_on_disk_ ABSL_GUARDED_BY(mu_) = false;    // lines_ released: read job.log
   bool points_in_store_ ABSL_GUARDED_BY(mu_) = false;  // points_ released: ask store_
   bool resuming_ ABSL_GUARDED_BY(mu_) = false;
+  int runs_ ABSL_GUARDED_BY(mu_) = 0;
   // Watchers are called outside mu_ (they take their own locks) but one at a time.
   absl::Mutex watch_mu_;
   std::map<int64_t, Watcher> watchers_ ABSL_GUARDED_BY(watch_mu_);
@@ -460,8 +476,7 @@ absl::Status JobManager::Restore(const std::string& path) {
   std::vector<std::string> skipped;
   DTRAIN_ASSIGN_OR_RETURN(std::vector<JobStore::StoredJob> stored, store_->LoadAll(&skipped));
   for (const std::string& id : skipped) {
-    std::fprintf(stderr, "dtrain-coordinator: job %s in %s does not parse; skipped\n", id.c_str(),
-                 path.c_str());
+    LogWarning(absl::StrCat("job ", id, " in ", path, " does not parse; skipped"), {{"job", id}});
   }
   for (JobStore::StoredJob& record : stored) {
     const std::string id = record.status.id();
@@ -513,6 +528,12 @@ void JobManager::Schedule() {
     finished_.clear();
   }
   for (std::thread& t : done) t.join();
+  {
+    // Only now that their old thread is joined may Start give them a new one.
+    absl::MutexLock lock(&mu_);
+    for (auto it = requeued_.rbegin(); it != requeued_.rend(); ++it) queue_.push_front(*it);
+    requeued_.clear();
+  }
   while (true) {
     std::shared_ptr<Job> job;
     std::vector<v1::WorkerInfo> chosen;
@@ -593,18 +614,27 @@ void JobManager::RunJob(const std::shared_ptr<Job>& job, TrainerOptions options)
   const std::string first_resume_from = options.spec.resume_from();
   std::set<std::string> held;  // the workers this job keeps busy
   for (const v1::WorkerInfo& w : options.workers) held.insert(w.name());
-  int restarts = 0;
+  int restarts = 0;  // re-formations after lost workers; drains do not count
+  bool requeue = false;
   while (true) {
     // Each run's group is new (named after the job, then job.1, job.2, ...): a re-formed job
     // need not wait for the old group to notice its dead member. Its token works there only.
-    options.group = restarts == 0 ? job->id() : absl::StrCat(job->id(), ".", restarts);
+    const int run = job->NextRun();
+    options.group = run == 0 ? job->id() : absl::StrCat(job->id(), ".", run);
     options.job_token = access_ != nullptr ? access_->IssueJobToken(options.group) : "";
+    std::vector<std::string> names;
+    for (const v1::WorkerInfo& w : options.workers) names.push_back(w.name());
+    options.draining_workers = [this, names] { return workers_->Draining(names); };
     Trainer trainer(options, job.get());
     job->SetTrainer(&trainer);
     const absl::Status status = trainer.Run();
-    const bool may_reform = !status.ok() && !job->cancel_requested() &&
-                            min_workers < num_workers && restarts < max_restarts &&
-                            MayBeALostWorker(status);
+    // Stopping workers were let go after a checkpoint: the job goes on without them, now or
+    // once enough workers are idle; a planned stop is not a failure and uses no restart.
+    const bool drained = !status.ok() && !trainer.drained_workers().empty() &&
+                         !job->cancel_requested();
+    const bool may_reform = drained || (!status.ok() && !job->cancel_requested() &&
+                                        min_workers < num_workers && restarts < max_restarts &&
+                                        MayBeALostWorker(status));
     // The outcome is known: users see it now, not after a stopped worker's teardown deadline.
     if (!may_reform) PublishOutcome(*job, status);
     trainer.Teardown();
@@ -647,22 +677,35 @@ void JobManager::RunJob(const std::shared_ptr<Job>& job, TrainerOptions options)
     }
     std::vector<std::string> lost_quoted;
     for (const std::string& name : lost) lost_quoted.push_back(absl::StrCat("'", name, "'"));
+    const std::string checkpoint = job->checkpoint();
     if (static_cast<int>(next.size()) < min_workers) {
+      if (drained) {
+        job->Log(absl::StrCat(status.message(), "; ", next.size(), " worker(s) left of the ",
+                              min_workers, " needed: the job waits in the queue and resumes from ",
+                              checkpoint, " when enough workers are idle"));
+        job->PrepareResume(checkpoint);
+        requeue = true;
+        break;
+      }
       job->Finish(v1::FAILED, absl::StrCat(status.message(), "; the job cannot re-form: ",
                                            next.size(), " worker(s) left, min_workers is ",
                                            min_workers));
       break;
     }
-    ++restarts;
-    const std::string checkpoint = job->checkpoint();
     options.spec.set_resume_from(checkpoint.empty() ? first_resume_from : checkpoint);
     options.workers = next;
     options.clear_stale_runs = true;
+    job->SetWorkers(next);
+    if (drained) {
+      job->Log(absl::StrCat(status.message(), "; re-forming on ", Names(next),
+                            ", resuming from ", checkpoint));
+      continue;
+    }
+    ++restarts;
     job->Log(absl::StrCat("lost worker(s) ", absl::StrJoin(lost_quoted, ", "), " (", status.message(),
                           "); re-forming on ", Names(next), " (restart ", restarts, " of ",
                           max_restarts, "), resuming from ",
                           checkpoint.empty() ? "the start (no checkpoint yet)" : checkpoint));
-    job->SetWorkers(next);
   }
   job->Release();
   // The workers are free again; the next Schedule (each monitor tick) may place a job on them,
@@ -673,6 +716,7 @@ void JobManager::RunJob(const std::shared_ptr<Job>& job, TrainerOptions options)
     workers_->Assign(name, "");
   }
   finished_.push_back(job->id());
+  if (requeue && !shut_down_) requeued_.push_back(job->id());
 }
 
 void JobManager::PublishOutcome(Job& job, const absl::Status& status) {

@@ -98,6 +98,9 @@ class JobManager {
   std::map<std::string, int64_t> name_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::thread> threads_ ABSL_GUARDED_BY(mu_);  // running trainers
   std::vector<std::string> finished_ ABSL_GUARDED_BY(mu_);           // threads to join
+  // Jobs whose run ended to let stopping workers go, too few workers being left: once their
+  // thread is joined they return to the head of the queue and resume from their checkpoint.
+  std::vector<std::string> requeued_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::string coordinator_address_ ABSL_GUARDED_BY(mu_);
 };

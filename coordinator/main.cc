@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -10,8 +11,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/flag_names.h"
+#include "common/log.h"
+#include "common/log_flags.h"
 #include "common/process_tuning.h"
 #include "common/termination_signals.h"
 #include "common/tls_flags.h"
@@ -49,6 +53,10 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
 
   dtrain::TuneProcessForDtrain();
+  if (absl::Status s = dtrain::ConfigureLoggingFromFlags("dtrain-coordinator"); !s.ok()) {
+    dtrain::LogError(s.message());
+    return 2;
+  }
 
   const sigset_t signals = dtrain::BlockTerminationSignals();
 
@@ -63,45 +71,45 @@ int main(int argc, char** argv) {
   options.advertise_address = absl::GetFlag(FLAGS_advertise);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   if (options.groups.heartbeat_timeout <= options.groups.heartbeat_interval) {
-    std::fprintf(stderr, "dtrain-coordinator: --heartbeat-timeout (%s) must exceed "
-                 "--heartbeat-interval (%s)\n",
-                 absl::FormatDuration(options.groups.heartbeat_timeout).c_str(),
-                 absl::FormatDuration(options.groups.heartbeat_interval).c_str());
+    dtrain::LogError(absl::StrCat("--heartbeat-timeout (",
+                                  absl::FormatDuration(options.groups.heartbeat_timeout),
+                                  ") must exceed --heartbeat-interval (",
+                                  absl::FormatDuration(options.groups.heartbeat_interval), ")"));
     return 2;
   }
   auto credentials = dtrain::ServerCredentialsFor(options.listen_address, dtrain::TlsFilesFromFlags(),
                                                   dtrain::RequireClientCertFromFlags(),
                                                   dtrain::InsecureFromFlags());
   if (!credentials.ok()) {
-    std::fprintf(stderr, "dtrain-coordinator: %s\n", std::string(credentials.status().message()).c_str());
+    dtrain::LogError(credentials.status().message());
     return 2;
   }
   options.credentials = *credentials;
   // The coordinator is also a client, of its workers: same CA, same certificate.
   if (absl::Status s = dtrain::ConfigureClientTlsFromFlags(); !s.ok()) {
-    std::fprintf(stderr, "dtrain-coordinator: %s\n", std::string(s.message()).c_str());
+    dtrain::LogError(s.message());
     return 2;
   }
   // The same token is required of callers and presented to the workers.
   absl::StatusOr<std::string> token = dtrain::ConfigureServerTokenFromFlags(options.listen_address);
   if (!token.ok()) {
-    std::fprintf(stderr, "dtrain-coordinator: %s\n", std::string(token.status().message()).c_str());
+    dtrain::LogError(token.status().message());
     return 2;
   }
   options.admin_token = *token;
   auto server = dtrain::CoordinatorServer::Start(options);
   if (!server.ok()) {
-    std::fprintf(stderr, "dtrain-coordinator: %s\n", server.status().ToString().c_str());
+    dtrain::LogError(server.status().ToString());
     return 1;
   }
-  std::fprintf(stderr, "dtrain-coordinator: serving on %s (heartbeat timeout %s, %s)\n",
-               (*server)->address().c_str(),
-               absl::FormatDuration(options.groups.heartbeat_timeout).c_str(),
-               token->empty() ? "no token: every caller is an admin" : "bearer tokens required");
+  dtrain::LogInfo("serving", {{"address", (*server)->address()},
+                              {"heartbeat_timeout", absl::FormatDuration(options.groups.heartbeat_timeout)},
+                              {"auth", token->empty() ? "none (every caller is an admin)" : "bearer tokens"},
+                              {"state_dir", options.state_dir}});
   if ((*server)->metrics_port() > 0) {
-    std::fprintf(stderr, "dtrain-coordinator: metrics on http://%s:%d/metrics\n",
-                 options.metrics_listen.substr(0, options.metrics_listen.rfind(':')).c_str(),
-                 (*server)->metrics_port());
+    dtrain::LogInfo("metrics served", {{"url", absl::StrCat("http://", options.metrics_listen.substr(
+                                                                0, options.metrics_listen.rfind(':')),
+                                                            ":", (*server)->metrics_port(), "/metrics")}});
   }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
@@ -110,7 +118,8 @@ int main(int argc, char** argv) {
     std::rename(tmp.c_str(), port_file.c_str());
   }
   const int received = dtrain::WaitForTerminationSignal(signals);
-  std::fprintf(stderr, "dtrain-coordinator: signal %d, shutting down\n", received);
+  dtrain::LogInfo("shutting down: running jobs are interrupted and resume at the next start",
+                  {{"signal", strsignal(received)}});
   (*server)->Shutdown();
   return 0;
 }

@@ -274,6 +274,12 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
   int64_t b = start_batch;
   while (b < nb) {
     if (cancelled_) return absl::CancelledError("the job was cancelled");
+    // A stopping worker is let go at an optimizer-step boundary (no half-accumulated
+    // gradients are lost), after a checkpoint every rank writes, so the job resumes exactly here.
+    if (b % t.accumulate_grad_batches() == 0 && options_.draining_workers) {
+      std::vector<std::string> draining = options_.draining_workers();
+      if (!draining.empty()) return LetDrainingWorkersGo(std::move(draining), epoch);
+    }
     int64_t next_val = (b / interval + 1) * interval;
     if (vci <= 1) next_val = std::min(next_val, nb);
     int64_t chunk = std::min<int64_t>({t.batches_per_call(), nb - b, next_val - b});
@@ -433,6 +439,19 @@ absl::Status Trainer::SaveCheckpoint(const std::string& path, int64_t epoch) {
   reporter_->Log(absl::StrCat("checkpoint written: ", path, " (step ", global_step_, ")"));
   reporter_->Checkpoint(last_checkpoint_, top_k_.empty() ? "" : top_k_.front().second);
   return absl::OkStatus();
+}
+
+absl::Status Trainer::LetDrainingWorkersGo(std::vector<std::string> names, int64_t epoch) {
+  std::vector<std::string> quoted;
+  for (const std::string& name : names) quoted.push_back(absl::StrCat("'", name, "'"));
+  reporter_->Log(absl::StrCat("worker(s) ", absl::StrJoin(quoted, ", "),
+                              " are stopping: checkpointing at step ", global_step_,
+                              " to let them go"));
+  DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(options_.checkpoint_dir + "/last.ckpt", epoch));
+  drained_ = std::move(names);
+  return absl::UnavailableError(absl::StrCat("worker(s) ", absl::StrJoin(quoted, ", "),
+                                             " stopped (drained); checkpointed at step ",
+                                             global_step_));
 }
 
 absl::Status Trainer::ValidateAndMaybeStop(int64_t epoch, bool* stop) {
@@ -636,9 +655,9 @@ void Trainer::Teardown() {
 std::vector<std::string> Trainer::lost_workers() const {
   std::set<int> lost = unreachable_;
   lost.insert(teardown_failed_.begin(), teardown_failed_.end());
-  std::vector<std::string> names;
-  for (int i : lost) names.push_back(options_.workers[i].name());
-  return names;
+  std::set<std::string> names(drained_.begin(), drained_.end());
+  for (int i : lost) names.insert(options_.workers[i].name());
+  return std::vector<std::string>(names.begin(), names.end());
 }
 
 absl::Status Trainer::Run() {

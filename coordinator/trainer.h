@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
@@ -56,6 +57,8 @@ struct TrainerOptions {
   // Deadline of Setup (the group forms within it) and of each step RPC.
   absl::Duration setup_timeout = absl::Minutes(5);
   absl::Duration step_timeout = absl::Minutes(30);
+  // Which of `workers` are stopping (DRAINING); asked before each optimizer step. Null: none.
+  std::function<std::vector<std::string>()> draining_workers;
 };
 
 class Trainer {
@@ -73,6 +76,9 @@ class Trainer {
   std::vector<std::string> unreachable_workers() const;
   // After Teardown: the unreachable workers and those whose teardown failed (stopped, hung).
   std::vector<std::string> lost_workers() const;
+  // Workers that were stopping, let go after a checkpoint (Run then returned UNAVAILABLE);
+  // they are also in lost_workers.
+  const std::vector<std::string>& drained_workers() const { return drained_; }
   // Stops Run: running RPCs are cancelled (each worker stops before its next batch).
   void Cancel();
 
@@ -109,6 +115,8 @@ class Trainer {
   // predict_step over the test split; writes <output_dir>/predictions.csv.
   absl::Status Predict();
   absl::Status SaveCheckpoint(const std::string& path, int64_t epoch);
+  // Checkpoints and ends the run so that `names` (stopping) can leave; see drained_workers.
+  absl::Status LetDrainingWorkersGo(std::vector<std::string> names, int64_t epoch);
 
   std::string DescribeWorker(int worker) const;
   void Report();
@@ -124,6 +132,7 @@ class Trainer {
   // Indices of workers whose calls ended UNAVAILABLE (the trainer's thread only).
   std::set<int> unreachable_;
   std::set<int> teardown_failed_;
+  std::vector<std::string> drained_;
   // Notes which of `results` (one per worker) could not reach their worker.
   void NoteUnreachable(const std::vector<grpc::Status>& results);
   // The other *.ckpt files in `path`'s directory, newest first.

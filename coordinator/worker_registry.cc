@@ -1,6 +1,7 @@
 #include "coordinator/worker_registry.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 
 namespace dtrain {
 namespace {
@@ -32,6 +33,13 @@ absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time n
     return absl::InvalidArgumentError("worker incarnation must be a non-zero random id");
   }
   absl::MutexLock lock(&mu_);
+  auto known = workers_.find(worker.name());
+  const bool again = known != workers_.end() &&
+                     known->second.info.incarnation() == worker.incarnation();
+  LogInfo(absl::StrCat("worker '", worker.name(), "' registered",
+                       again ? " again" : known != workers_.end() ? " (a new process)" : ""),
+          {{"worker", worker.name()}, {"address", worker.address()}, {"host", worker.host()},
+           {"devices", worker.devices()}});
   Entry& e = workers_[worker.name()];
   e.info.set_name(worker.name());
   e.info.set_address(worker.address());
@@ -39,6 +47,7 @@ absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time n
   e.info.set_devices(worker.devices());
   e.info.set_incarnation(worker.incarnation());
   e.info.set_state(v1::WorkerInfo::ALIVE);
+  e.draining = false;
   e.info.clear_job_id();
   e.info.set_registered_unix_ms(absl::ToUnixMillis(now));
   e.last_seen = now;
@@ -86,9 +95,25 @@ absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request
     return absl::NotFoundError(absl::StrCat("worker '", request.name(),
                                             "' (this incarnation) is not registered; register again"));
   }
-  it->second.last_seen = now;
-  it->second.info.set_state(v1::WorkerInfo::ALIVE);
-  it->second.info.set_job_id(request.job_id());
+  Entry& e = it->second;
+  e.last_seen = now;
+  if (request.draining() && !e.draining) {
+    LogInfo(absl::StrCat("worker '", request.name(), "' is stopping (draining): it gets no new "
+                         "job, and its job lets it go after a checkpoint"),
+            {{"worker", request.name()}, {"job", request.job_id()}});
+  }
+  if (e.info.state() == v1::WorkerInfo::LOST) {
+    LogInfo(absl::StrCat("worker '", request.name(), "' heartbeats again"),
+            {{"worker", request.name()}});
+  }
+  e.draining = e.draining || request.draining();
+  e.info.set_state(e.draining ? v1::WorkerInfo::DRAINING : v1::WorkerInfo::ALIVE);
+  e.info.set_job_id(request.job_id());
+  if (e.draining && !request.job_id().empty()) {
+    auto assigned = assigned_.find(request.name());
+    response->set_release_pending(assigned != assigned_.end() &&
+                                  assigned->second == request.job_id());
+  }
   // Only jobs this coordinator ran and released: a job a client set up on the worker directly
   // (the Worker API is public) is not the coordinator's to end.
   if (!request.job_id().empty() && ended_.count(request.job_id()) > 0) {
@@ -100,6 +125,16 @@ absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request
   return absl::OkStatus();
 }
 
+std::vector<std::string> WorkerRegistry::Draining(const std::vector<std::string>& names) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> draining;
+  for (const std::string& name : names) {
+    auto it = workers_.find(name);
+    if (it != workers_.end() && it->second.draining) draining.push_back(name);
+  }
+  return draining;
+}
+
 absl::Status WorkerRegistry::Unregister(const v1::UnregisterWorkerRequest& request) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request.name());
@@ -108,6 +143,8 @@ absl::Status WorkerRegistry::Unregister(const v1::UnregisterWorkerRequest& reque
     return absl::NotFoundError(absl::StrCat("worker '", request.name(),
                                             "' is registered by another incarnation"));
   }
+  LogInfo(absl::StrCat("worker '", request.name(), "' unregistered (it stopped)"),
+          {{"worker", request.name()}});
   workers_.erase(it);
   return absl::OkStatus();
 }
@@ -126,11 +163,22 @@ void WorkerRegistry::Tick(absl::Time now) {
   absl::MutexLock lock(&mu_);
   for (auto it = workers_.begin(); it != workers_.end();) {
     const absl::Duration silent = now - it->second.last_seen;
+    const std::string& name = it->first;
     if (silent > 10 * heartbeat_timeout_) {
+      LogInfo(absl::StrCat("worker '", name, "' forgotten: silent for ",
+                           absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1)))),
+              {{"worker", name}});
       it = workers_.erase(it);
       continue;
     }
-    if (silent > heartbeat_timeout_) it->second.info.set_state(v1::WorkerInfo::LOST);
+    if (silent > heartbeat_timeout_ && it->second.info.state() != v1::WorkerInfo::LOST) {
+      LogWarning(absl::StrCat("worker '", name, "' lost: no heartbeat for ",
+                              absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(1))),
+                              " (timeout ", absl::FormatDuration(heartbeat_timeout_),
+                              "); no job is placed on it until it heartbeats again"),
+                 {{"worker", name}, {"job", it->second.info.job_id()}});
+      it->second.info.set_state(v1::WorkerInfo::LOST);
+    }
     ++it;
   }
 }

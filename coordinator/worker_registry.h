@@ -1,6 +1,7 @@
 // WorkerRegistry: the worker daemons the coordinator knows, their addresses and devices, and
 // whether their heartbeats still arrive. Jobs are placed on ALIVE workers; a worker silent for
-// longer than the heartbeat timeout is LOST, and forgotten after ten timeouts.
+// longer than the heartbeat timeout is LOST, and forgotten after ten timeouts. A worker that
+// is stopping says so (DRAINING): it is placed on nothing, and its job lets it go.
 //
 // Thread-safety: all methods may be called from any thread.
 #pragma once
@@ -38,6 +39,8 @@ class WorkerRegistry {
   // The job a worker is placed on, from placement until its teardown; "" clears it.
   void Assign(const std::string& name, const std::string& job_id);
   absl::Status Unregister(const v1::UnregisterWorkerRequest& request);
+  // Those of `names` that said they are stopping (DRAINING), in the order given.
+  std::vector<std::string> Draining(const std::vector<std::string>& names) const;
   // By name, with state and last_seen_ms_ago as of `now`.
   std::vector<v1::WorkerInfo> List(absl::Time now) const;
   // Marks silent workers LOST and forgets long-lost ones.
@@ -49,6 +52,7 @@ class WorkerRegistry {
   struct Entry {
     v1::WorkerInfo info;
     absl::Time last_seen;
+    bool draining = false;  // for the rest of this incarnation, LOST or not
   };
   const absl::Duration heartbeat_timeout_;
   mutable absl::Mutex mu_;

@@ -1,7 +1,7 @@
 #include "worker/ddp_strategy.h"
 
-#include <cstdio>
-
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/torch_status.h"
 
@@ -35,16 +35,19 @@ absl::Status DdpStrategy::PostBackward(bool should_accumulate) {
 absl::Status DdpStrategy::Teardown() {
   if (sync_ != nullptr && sync_->rounds() > 0) {
     const int64_t rounds = sync_->rounds();
-    std::fprintf(stderr,
-                 "dtrain-worker: rank %d %s gradient sync over %s: %lld rounds x %zu buckets, "
-                 "%.0f%% started during backward, %.1f ms exposed after backward (%.3f ms per "
-                 "round)\n",
-                 backend_->rank(), name().c_str(), backend_->name().c_str(),
-                 static_cast<long long>(rounds), sync_->bucket_count(),
-                 100.0 * sync_->buckets_started_during_backward_total() /
-                     (rounds * static_cast<double>(sync_->bucket_count())),
-                 absl::ToDoubleMilliseconds(sync_->exposed_wait()),
-                 absl::ToDoubleMilliseconds(sync_->exposed_wait()) / rounds);
+    const double exposed_ms = absl::ToDoubleMilliseconds(sync_->exposed_wait());
+    LogInfo(absl::StrCat("rank ", backend_->rank(), " gradient sync: ", rounds, " rounds x ",
+                         sync_->bucket_count(), " buckets"),
+            {{"rank", backend_->rank()},
+             {"strategy", name()},
+             {"backend", backend_->name()},
+             {"rounds", rounds},
+             {"buckets", static_cast<int64_t>(sync_->bucket_count())},
+             {"started_during_backward_pct",
+              100.0 * sync_->buckets_started_during_backward_total() /
+                  (rounds * static_cast<double>(sync_->bucket_count()))},
+             {"exposed_wait_ms", exposed_ms},
+             {"exposed_wait_ms_per_round", exposed_ms / rounds}});
   }
   return Strategy::Teardown();
 }

@@ -1,12 +1,14 @@
 // dtrain-worker: the worker daemon. Serves the Worker service (one job at a time), registers
-// with the coordinator and heartbeats, and on SIGTERM or SIGINT stops its running step, leaves
-// its job's group cleanly, unregisters and exits.
+// with the coordinator and heartbeats, and on SIGTERM or SIGINT drains: takes no new job, lets
+// the running step finish (or its coordinator checkpoint the job), leaves the job's group
+// cleanly, unregisters and exits.
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
@@ -21,7 +23,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/flag_names.h"
+#include "common/log.h"
+#include "common/log_flags.h"
 #include "common/process_tuning.h"
 #include "common/metrics_http_server.h"
 #include "common/metrics_registry.h"
@@ -51,6 +56,9 @@ ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written here on
 ABSL_FLAG(int, threads, 0,
           "libtorch compute threads (0: one per core); with several workers on one machine, "
           "give each its share of the cores");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(60),
+          "on SIGTERM, how long the running step may finish, or the coordinator may checkpoint "
+          "the job, before the step is stopped; a second SIGTERM stops it at once");
 ABSL_FLAG(bool, child, false, "internal: a ddp_spawn child (no registration, no ddp_spawn)");
 
 namespace {
@@ -74,6 +82,44 @@ int ParseDevices(const std::string& flag) {
   return n;
 }
 
+// SIGTERM's graceful part: no new job; the running step finishes; a job the coordinator runs
+// is checkpointed and lets this worker go (it resumes elsewhere). Bounded by `timeout`; a
+// second signal cuts it short. The hard part (stop the step, leave the group) is Drain's.
+void StopGracefully(dtrain::WorkerService& service, dtrain::WorkerRegistration* registration,
+                    const sigset_t& signals, int received, absl::Duration timeout) {
+  service.BeginDrain();
+  const std::string job = service.current_job();
+  const absl::Time deadline = absl::Now() + timeout;
+  bool hold = false;
+  if (registration != nullptr) hold = registration->ReportDraining();
+  if (job.empty()) {
+    dtrain::LogInfo("stopping: no job here", {{"signal", strsignal(received)}});
+  } else {
+    dtrain::LogInfo(hold ? "stopping: waiting for the coordinator to checkpoint the job and let "
+                           "this worker go"
+                         : "stopping: finishing the current step, then leaving the job's group",
+                    {{"signal", strsignal(received)}, {"job", job},
+                     {"drain_timeout", absl::FormatDuration(timeout)}});
+  }
+  // Polled, so that a second signal or the coordinator changing its answer is seen at once.
+  while (!job.empty()) {
+    const bool done = hold && registration->release_pending()
+                          ? service.current_job().empty()
+                          : service.WaitUntilIdle(absl::Now());
+    if (done) break;
+    if (absl::Now() >= deadline) {
+      dtrain::LogWarning("drain timeout: stopping the job's step now", {{"job", job}});
+      break;
+    }
+    const timespec poll = {0, 100 * 1000 * 1000};
+    if (sigtimedwait(&signals, nullptr, &poll) > 0) {
+      dtrain::LogWarning("second signal: stopping the job's step now", {{"job", job}});
+      break;
+    }
+  }
+  service.Drain();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,18 +132,22 @@ int main(int argc, char** argv) {
   std::vector<char*> args = dtrain::NormalizeFlagNames(argc, argv, store);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
   dtrain::TuneProcessForDtrain();
+  if (absl::Status s = dtrain::ConfigureLoggingFromFlags("dtrain-worker"); !s.ok()) {
+    dtrain::LogError(s.message());
+    return 2;
+  }
 
   const sigset_t signals = dtrain::BlockTerminationSignals();
 
   const int devices = ParseDevices(absl::GetFlag(FLAGS_devices));
   if (devices < 0) {
-    std::fprintf(stderr, "dtrain-worker: --devices must be a number in [1, 1024] or auto, got '%s'\n",
-                 absl::GetFlag(FLAGS_devices).c_str());
+    dtrain::LogError(absl::StrCat("--devices must be a number in [1, 1024] or auto, got '",
+                                  absl::GetFlag(FLAGS_devices), "'"));
     return 2;
   }
   const bool child = absl::GetFlag(FLAGS_child);
   if (absl::GetFlag(FLAGS_threads) < 0) {
-    std::fprintf(stderr, "dtrain-worker: --threads must be >= 0\n");
+    dtrain::LogError("--threads must be >= 0");
     return 2;
   }
   dtrain::SetComputeThreads(absl::GetFlag(FLAGS_threads));
@@ -124,20 +174,20 @@ int main(int argc, char** argv) {
                                                   !child && dtrain::RequireClientCertFromFlags(),
                                                   dtrain::InsecureFromFlags());
   if (!credentials.ok()) {
-    std::fprintf(stderr, "dtrain-worker: %s\n", std::string(credentials.status().message()).c_str());
+    dtrain::LogError(credentials.status().message());
     return 2;
   }
   if (child) credentials = grpc::InsecureServerCredentials();
   // The worker is a client of its coordinator (and a ddp_spawn parent's children inherit it).
   if (absl::Status s = dtrain::ConfigureClientTlsFromFlags(); !s.ok()) {
-    std::fprintf(stderr, "dtrain-worker: %s\n", std::string(s.message()).c_str());
+    dtrain::LogError(s.message());
     return 2;
   }
   // One token both ways: presented to the coordinator, and required of whoever calls this
   // worker (the coordinator; a ddp_spawn child's parent, whose token it inherited).
   absl::StatusOr<std::string> token = dtrain::ConfigureServerTokenFromFlags(listen);
   if (!token.ok()) {
-    std::fprintf(stderr, "dtrain-worker: %s\n", std::string(token.status().message()).c_str());
+    dtrain::LogError(token.status().message());
     return 2;
   }
   options.token = *token;
@@ -157,11 +207,11 @@ int main(int argc, char** argv) {
   if (const std::string listen_metrics = absl::GetFlag(FLAGS_metrics_listen); !listen_metrics.empty()) {
     auto http = dtrain::MetricsHttpServer::Start(listen_metrics, &metrics);
     if (!http.ok()) {
-      std::fprintf(stderr, "dtrain-worker: %s\n", std::string(http.status().message()).c_str());
+      dtrain::LogError(http.status().message());
       return 2;
     }
     metrics_http = std::move(*http);
-    std::fprintf(stderr, "dtrain-worker: metrics on port %d (/metrics)\n", metrics_http->port());
+    dtrain::LogInfo("metrics served", {{"port", metrics_http->port()}, {"path", "/metrics"}});
   }
   dtrain::EnableStandardServices();
   grpc::ServerBuilder builder;
@@ -172,14 +222,13 @@ int main(int argc, char** argv) {
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::fprintf(stderr, "dtrain-worker: cannot listen on %s (in use, or not an address here)\n",
-                 listen.c_str());
+    dtrain::LogError(absl::StrCat("cannot listen on ", listen, " (in use, or not an address here)"));
     return 1;
   }
   const std::vector<std::string> services = {dtrain::v1::Worker::service_full_name()};
   dtrain::SetServing(server.get(), services, true);
-  std::fprintf(stderr, "dtrain-worker: '%s' serving on port %d with %d device(s)%s\n",
-               options.identity.name.c_str(), port, devices, child ? " (ddp_spawn child)" : "");
+  dtrain::LogInfo(child ? "serving (ddp_spawn child)" : "serving",
+                  {{"worker", options.identity.name}, {"port", port}, {"devices", devices}});
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     const std::string tmp = port_file + ".tmp";
@@ -212,10 +261,8 @@ int main(int argc, char** argv) {
   }
 
   const int received = dtrain::WaitForTerminationSignal(signals);
-  std::fprintf(stderr, "dtrain-worker: signal %d, leaving the job's group and shutting down\n",
-               received);
   dtrain::SetServing(server.get(), services, false);
-  service->Drain();
+  StopGracefully(*service, registration.get(), signals, received, absl::GetFlag(FLAGS_drain_timeout));
   registration.reset();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   metrics_http.reset();  // its collector reads the service

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 
 namespace dtrain {
@@ -111,8 +112,9 @@ absl::StatusOr<std::unique_ptr<SharedMemoryCollectiveBackend>> SharedMemoryColle
       new SharedMemoryCollectiveBackend(std::move(inner), timeout));
   DTRAIN_RETURN_IF_ERROR(backend->Attach());
   if (!backend->active()) {
-    std::fprintf(stderr, "dtrain-worker: shm backend: using gloo for every collective: %s\n",
-                 backend->fallback_reason_.c_str());
+    LogWarning(absl::StrCat("shm backend: using gloo for every collective: ",
+                            backend->fallback_reason_),
+               {{"rank", backend->rank()}});
   }
   return backend;
 }

@@ -15,6 +15,7 @@
 #include "common/bearer_token.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 
 namespace dtrain {
@@ -43,6 +44,9 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args) {
   const pid_t pid = fork();
   if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("fork failed: ", strerror(errno)));
   if (pid == 0) {
+    // Out of the daemon's process group: a terminal's Ctrl-C or a group-wide SIGTERM reaches
+    // the daemon alone, which drains and then stops its children itself.
+    setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(125);  // the parent died before prctl took effect
     sigset_t none;
@@ -71,13 +75,17 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
     return absl::InternalError(absl::StrCat("cannot make a temporary directory: ", strerror(errno)));
   }
   const std::string dir = dir_template;
+  const LogOptions log = CurrentLogOptions();  // children log as their daemon does
   for (int i = 0; i < n; ++i) {
     const std::string port_file = absl::StrCat(dir, "/child-", i, ".port");
     absl::StatusOr<pid_t> pid = Spawn({binary, "--child", "--listen=127.0.0.1:0",
                                        "--port_file=" + port_file,
                                        absl::StrCat("--name=", identity.name, "/", i),
                                        "--coordinator=" + identity.coordinator, "--devices=1",
-                                       absl::StrCat("--threads=", identity.threads)});
+                                       absl::StrCat("--threads=", identity.threads),
+                                       absl::StrCat("--log_level=", LogLevelName(log.min_level)),
+                                       absl::StrCat("--log_format=", log.format == LogFormat::kJson
+                                                                         ? "json" : "text")});
     if (!pid.ok()) return pid.status();
     auto child = std::make_unique<Child>();
     child->pid = *pid;

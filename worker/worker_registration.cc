@@ -2,7 +2,9 @@
 
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "client/channel.h"
+#include "common/log.h"
 
 namespace dtrain {
 namespace {
@@ -48,17 +50,36 @@ bool WorkerRegistration::Register() {
   grpc::Status status = stub_->RegisterWorker(&context, request, &response);
   if (!status.ok()) {
     if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      std::fprintf(stderr, "dtrain-worker: the coordinator refused the registration: %s\n",
-                   status.error_message().c_str());
+      LogError(absl::StrCat("the coordinator refused the registration: ", status.error_message()),
+               {{"coordinator", coordinator_}});
     }
     return false;
   }
   if (response.heartbeat_interval_ms() > 0) {
     interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
   }
-  std::fprintf(stderr, "dtrain-worker: registered as '%s' (%s) with the coordinator at %s\n",
-               self_.name().c_str(), self_.address().c_str(), coordinator_.c_str());
+  LogInfo(absl::StrCat("registered as '", self_.name(), "' with the coordinator"),
+          {{"worker", self_.name()}, {"address", self_.address()}, {"coordinator", coordinator_}});
   return true;
+}
+
+grpc::Status WorkerRegistration::Heartbeat(v1::WorkerHeartbeatResponse* response) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::WorkerHeartbeatRequest request;
+  request.set_name(self_.name());
+  request.set_incarnation(self_.incarnation());
+  request.set_job_id(current_job_());
+  request.set_draining(draining_);
+  grpc::Status status = stub_->WorkerHeartbeat(&context, request, response);
+  if (draining_) release_pending_ = status.ok() && response->release_pending();
+  return status;
+}
+
+bool WorkerRegistration::ReportDraining() {
+  draining_ = true;
+  v1::WorkerHeartbeatResponse response;
+  return Heartbeat(&response).ok() && response.release_pending();
 }
 
 void WorkerRegistration::Loop() {
@@ -70,14 +91,8 @@ void WorkerRegistration::Loop() {
     if (!registered) {
       ok = registered = Register();
     } else {
-      grpc::ClientContext context;
-      SetDeadline(&context);
-      v1::WorkerHeartbeatRequest request;
-      request.set_name(self_.name());
-      request.set_incarnation(self_.incarnation());
-      request.set_job_id(current_job_());
       v1::WorkerHeartbeatResponse response;
-      grpc::Status status = stub_->WorkerHeartbeat(&context, request, &response);
+      grpc::Status status = Heartbeat(&response);
       ok = status.ok();
       if (status.error_code() == grpc::StatusCode::NOT_FOUND) registered = false;
       if (ok && !response.abandoned_job().empty() && abandon_job_) {
@@ -86,8 +101,7 @@ void WorkerRegistration::Loop() {
     }
     if (ok) {
       if (reported_outage) {
-        std::fprintf(stderr, "dtrain-worker: the coordinator at %s is reachable again\n",
-                     coordinator_.c_str());
+        LogInfo("the coordinator is reachable again", {{"coordinator", coordinator_}});
       }
       reported_outage = false;
       backoff = absl::Milliseconds(100);
@@ -95,8 +109,8 @@ void WorkerRegistration::Loop() {
       continue;
     }
     if (!reported_outage && !registered) {
-      std::fprintf(stderr, "dtrain-worker: cannot register with the coordinator at %s; "
-                   "retrying with backoff\n", coordinator_.c_str());
+      LogWarning("cannot register with the coordinator; retrying with backoff",
+                 {{"coordinator", coordinator_}});
       reported_outage = true;
     }
     stop_.WaitForNotificationWithTimeout(registered ? interval_ : backoff);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,6 +30,13 @@ class WorkerRegistration {
 
   uint64_t incarnation() const { return self_.incarnation(); }
 
+  // Tells the coordinator, now and in every later heartbeat, that this worker is stopping, so
+  // it is placed on no job. Returns whether the coordinator runs this worker's current job and
+  // will checkpoint it and release the worker (false also when it could not be reached).
+  bool ReportDraining();
+  // While draining: the coordinator's latest answer to that question (see ReportDraining).
+  bool release_pending() const { return release_pending_; }
+
  private:
   void Loop();
   bool Register();
@@ -39,6 +47,11 @@ class WorkerRegistration {
   std::function<void(const std::string&)> abandon_job_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   absl::Duration interval_ = absl::Seconds(1);
+  // Sends one heartbeat; NOT_FOUND means register again.
+  grpc::Status Heartbeat(v1::WorkerHeartbeatResponse* response);
+
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> release_pending_{false};
   absl::Notification stop_;
   std::thread thread_;
 };

@@ -8,6 +8,7 @@
 #include "common/bearer_token.h"
 #include "common/callback_reactors.h"
 #include "common/grpc_status.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/spawned_job.h"
 #include "worker/strategy.h"
@@ -127,6 +128,11 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
   return Enqueue(context, [this, request, response]() -> absl::Status {
     {
       absl::MutexLock lock(&mu_);
+      if (leaving_) {
+        return absl::UnavailableError(absl::StrCat(
+            "worker '", options_.identity.name, "' is stopping (draining) and takes no new job; "
+            "place the job on another worker"));
+      }
       if (job_ != nullptr) {
         return absl::FailedPreconditionError(absl::StrCat(
             "worker '", options_.identity.name, "' already runs job '", job_->id(),
@@ -294,12 +300,28 @@ grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* con
   return FinishNow(context, absl::OkStatus());
 }
 
+void WorkerService::BeginDrain() {
+  absl::MutexLock lock(&mu_);
+  leaving_ = true;
+}
+
+bool WorkerService::WaitUntilIdle(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithDeadline(
+      absl::Condition(
+          +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+            return s->queue_.empty() && s->running_ == nullptr;
+          },
+          this),
+      deadline);
+}
+
 void WorkerService::Drain() {
   std::shared_ptr<Task> teardown;
   {
     absl::MutexLock lock(&mu_);
     if (draining_) return;
-    draining_ = true;
+    draining_ = leaving_ = true;
     if (job_ != nullptr) job_->Cancel();
     // Queued calls will not run: answer them now.
     for (std::shared_ptr<Task>& t : queue_) t->cancelled = true;
@@ -326,8 +348,9 @@ void WorkerService::AbandonJob(const std::string& job_id) {
       absl::MutexLock lock(&mu_);
       if (job_ == nullptr || job_->id() != job_id) return absl::OkStatus();
     }
-    std::fprintf(stderr, "dtrain-worker: job '%s' ended while this worker was unreachable; "
-                 "tearing it down\n", job_id.c_str());
+    LogWarning(absl::StrCat("job '", job_id, "' ended while this worker was unreachable; "
+                            "tearing it down"),
+               {{"job", job_id}});
     return TeardownJob();
   };
   queue_.push_back(std::move(task));

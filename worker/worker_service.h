@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "dtrain/v1/worker.grpc.pb.h"
 #include "common/metrics_registry.h"
 #include "worker/hosted_job.h"
@@ -71,8 +72,14 @@ class WorkerService final : public v1::Worker::CallbackService {
                                    const v1::HealthRequest* request,
                                    v1::HealthResponse* response) override;
 
-  // For SIGTERM: refuses new job RPCs (UNAVAILABLE), stops the running step, and tears the job
-  // down so that it leaves its group cleanly. Returns once done. Idempotent.
+  // The start of a graceful stop: Setup is refused (UNAVAILABLE) from now on, while the job set
+  // up keeps running, so its step finishes and its coordinator can checkpoint and release it.
+  void BeginDrain();
+  // Blocks until no call runs or waits (the current step is done), or `deadline`; true if idle.
+  bool WaitUntilIdle(absl::Time deadline);
+  // The hard stop, after BeginDrain's grace (or at once): refuses every job RPC (UNAVAILABLE),
+  // stops the running step before its next batch, and tears the job down so that it leaves its
+  // group cleanly. Returns once done. Idempotent.
   void Drain();
   // The job set up now, or "".
   std::string current_job() const;
@@ -99,7 +106,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   std::shared_ptr<HostedJob> job_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<Task>> queue_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Task> running_ ABSL_GUARDED_BY(mu_);
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;   // BeginDrain: no new job
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;  // Drain: no call at all
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   std::string last_error_ ABSL_GUARDED_BY(mu_);

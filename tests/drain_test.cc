@@ -1,0 +1,177 @@
+// Graceful drain: a worker sent SIGTERM mid-job takes no new job, lets its step finish, and
+// waits while the coordinator checkpoints the job at the next optimizer step and lets it go.
+// The job then re-forms on an idle worker (a planned stop uses none of max_restarts), or, with
+// none idle, waits in the queue and resumes when one joins. Either way it ends at exactly the
+// step count of an uninterrupted run, and the stopped worker exits 0 well before its timeout.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "tests/local_cluster.h"
+
+namespace dtrain::testing {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// 4096 samples over 2 ranks in batches of 32: 64 optimizer steps per epoch, 3 epochs.
+constexpr int kEpochs = 3;
+constexpr int64_t kStepsPerEpoch = 64;
+
+// The step number in "...<prefix><N>..." of `text`; -1 if absent.
+int64_t StepAfter(const std::string& text, const std::string& prefix) {
+  const size_t at = text.find(prefix);
+  if (at == std::string::npos) return -1;
+  size_t end = at + prefix.size();
+  while (end < text.size() && isdigit(static_cast<unsigned char>(text[end]))) ++end;
+  int64_t step = -1;
+  if (!absl::SimpleAtoi(text.substr(at + prefix.size(), end - at - prefix.size()), &step)) return -1;
+  return step;
+}
+
+class DrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = std::make_unique<LocalCluster>(
+        absl::StrCat(::testing::TempDir(), "/drain-", getpid(), "-",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    ASSERT_TRUE(cluster_->StartCoordinator());
+  }
+
+  // A worker whose stderr goes to <dir>/<name>.stderr.
+  void AddWorker(const std::string& name) {
+    const std::string log = StderrOf(name);
+    ASSERT_TRUE(cluster_->AddWorker(name, {"--drain_timeout=60s"},
+                                    {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>" + log}));
+  }
+  std::string StderrOf(const std::string& name) const {
+    return absl::StrCat(cluster_->dir(), "/", name, ".stderr");
+  }
+
+  // Submits the (not elastic, no restarts allowed) job and, some steps into its first epoch
+  // (before any epoch-end checkpoint), sends SIGTERM to its second worker; that worker's name.
+  std::string SubmitAndStopAWorker(std::string* id) {
+    *id = cluster_->Submit("drain", SyntheticDdpJob("drain", kEpochs, 4096, ", max_restarts: 0"));
+    EXPECT_FALSE(id->empty());
+    EXPECT_TRUE(WaitFor([&] {
+      const v1::JobStatus s = cluster_->GetJob(*id);
+      return s.progress().global_step() >= 8 || IsTerminal(s.state());
+    }, absl::Seconds(120)));
+    const v1::JobStatus before = cluster_->GetJob(*id);
+    EXPECT_EQ(before.state(), v1::RUNNING) << before.reason();
+    EXPECT_TRUE(before.checkpoint().empty()) << "a checkpoint before the drain proves nothing";
+    if (before.workers_size() != 2) return "";
+    const std::string victim = before.workers(1);
+    stop_sent_ = absl::Now();
+    cluster_->worker(victim).process().Kill(SIGTERM);
+    return victim;
+  }
+
+  // The stopped worker exits 0, within `within` of its SIGTERM.
+  void ExpectCleanExit(const std::string& victim, absl::Duration within) {
+    const int status = cluster_->worker(victim).process().Wait(absl::Seconds(90));
+    const absl::Duration took = absl::Now() - stop_sent_;
+    ASSERT_NE(status, -1) << victim << " did not exit";
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_LT(took, within);
+    std::printf("worker %s exited %.2f s after SIGTERM\n", victim.c_str(),
+                absl::ToDoubleSeconds(took));
+  }
+
+  v1::JobStatus WaitForEnd(const std::string& id) {
+    EXPECT_TRUE(WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); },
+                        absl::Seconds(180)));
+    return cluster_->GetJob(id);
+  }
+
+  // The job checkpointed at a step inside the first epoch, resumed there, and ended at the
+  // uninterrupted step count.
+  void ExpectResumedAtTheDrainCheckpoint(const v1::JobStatus& done, const std::string& victim) {
+    const std::string log = cluster_->Dtrain("logs " + done.id()).output;
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("worker(s) '", victim, "' are stopping")));
+    const int64_t at = StepAfter(log, "are stopping: checkpointing at step ");
+    EXPECT_GT(at, 0);
+    EXPECT_LT(at, kStepsPerEpoch);
+    EXPECT_EQ(StepAfter(log, "stopped (drained); checkpointed at step "), at);
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("resumed from ", done.checkpoint(), " at step ", at,
+                                            " (epoch 0, batch ", at, ")")));
+    EXPECT_THAT(log, Not(HasSubstr("lost worker")));
+    EXPECT_EQ(done.progress().global_step(), kEpochs * kStepsPerEpoch);
+    EXPECT_GT(done.metrics().at("test_acc"), 0.5);
+    // The worker waited for the checkpoint rather than stopping its step.
+    const std::string stderr_text = ReadFile(StderrOf(victim));
+    EXPECT_THAT(stderr_text, HasSubstr("waiting for the coordinator to checkpoint the job"));
+    EXPECT_THAT(stderr_text, Not(HasSubstr("drain timeout")));
+    std::printf("drained at step %lld; the job ended at step %lld\n", static_cast<long long>(at),
+                static_cast<long long>(done.progress().global_step()));
+  }
+
+  std::unique_ptr<LocalCluster> cluster_;
+  absl::Time stop_sent_;
+};
+
+TEST_F(DrainTest, StoppedWorkerReplacedByAnIdleOne_NoRestartUsed_ExactStepCount) {
+  for (const char* name : {"w0", "w1", "w2"}) AddWorker(name);
+  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 3; }, absl::Seconds(10)));
+  std::string id;
+  const std::string victim = SubmitAndStopAWorker(&id);
+  ASSERT_FALSE(victim.empty());
+  ExpectCleanExit(victim, absl::Seconds(20));
+  const v1::JobStatus done = WaitForEnd(id);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.workers_size(), 2);
+  EXPECT_THAT(done.workers(), Not(Contains(victim)));
+  EXPECT_THAT(cluster_->Dtrain("logs " + id).output, HasSubstr("re-forming on"));
+  ExpectResumedAtTheDrainCheckpoint(done, victim);
+}
+
+TEST_F(DrainTest, NoIdleWorker_JobWaitsQueued_ResumesWhenOneJoins) {
+  for (const char* name : {"w0", "w1"}) AddWorker(name);
+  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(10)));
+  std::string id;
+  const std::string victim = SubmitAndStopAWorker(&id);
+  ASSERT_FALSE(victim.empty());
+  ExpectCleanExit(victim, absl::Seconds(20));
+  ASSERT_TRUE(WaitFor([&] { return cluster_->GetJob(id).state() == v1::QUEUED; },
+                      absl::Seconds(20)));
+  const v1::JobStatus waiting = cluster_->GetJob(id);
+  EXPECT_EQ(waiting.progress().phase(), "waiting to resume");
+  EXPECT_THAT(waiting.checkpoint(), HasSubstr("last.ckpt"));
+  EXPECT_THAT(cluster_->Dtrain("logs " + id).output,
+              HasSubstr("the job waits in the queue and resumes from " + waiting.checkpoint()));
+  // It stays queued while one worker is idle, and takes the next one that joins.
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_EQ(cluster_->GetJob(id).state(), v1::QUEUED);
+  AddWorker("w2");
+  const v1::JobStatus done = WaitForEnd(id);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  EXPECT_THAT(done.workers(), Contains("w2"));
+  EXPECT_THAT(done.workers(), Not(Contains(victim)));
+  ExpectResumedAtTheDrainCheckpoint(done, victim);
+}
+
+// A worker without a job has nothing to drain: it exits at once and leaves the list.
+TEST_F(DrainTest, IdleWorker_ExitsAtOnce_AndIsUnregistered) {
+  for (const char* name : {"w0", "w1"}) AddWorker(name);
+  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(10)));
+  stop_sent_ = absl::Now();
+  cluster_->worker("w1").process().Kill(SIGTERM);
+  ExpectCleanExit("w1", absl::Seconds(5));
+  EXPECT_THAT(ReadFile(StderrOf("w1")), HasSubstr("stopping: no job here"));
+  EXPECT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 1; }, absl::Seconds(5)));
+}
+
+}  // namespace
+}  // namespace dtrain::testing

@@ -1,0 +1,76 @@
+// The structured log's records: text and JSON formats, escaping, levels.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/log.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const absl::Time kTime = absl::FromUnixMillis(1795000000123);  // 2026-11-18T11:06:40.123Z
+
+LogOptions Options(LogFormat format) {
+  LogOptions options;
+  options.program = "dtrain-worker";
+  options.format = format;
+  return options;
+}
+
+TEST(LogTest, Text_TimestampLevelProgramMessageAndFields) {
+  EXPECT_EQ(FormatLogRecord(Options(LogFormat::kText), kTime, LogLevel::kWarning,
+                            "worker 'w1' lost", {{"worker", "w1"}, {"devices", 2}}),
+            "2026-11-18T11:06:40.123Z WARNING dtrain-worker: worker 'w1' lost worker=w1 devices=2");
+}
+
+TEST(LogTest, Text_ValuesWithSpacesOrQuotesAreQuoted_NewlinesEscaped) {
+  EXPECT_EQ(FormatLogRecord(Options(LogFormat::kText), kTime, LogLevel::kInfo, "two\nlines",
+                            {{"reason", "a \"b\" = c"}, {"empty", ""}}),
+            "2026-11-18T11:06:40.123Z INFO    dtrain-worker: two\\nlines reason=\"a \\\"b\\\" = c\" "
+            "empty=\"\"");
+}
+
+TEST(LogTest, Json_NumbersUnquoted_StringsEscaped) {
+  EXPECT_EQ(FormatLogRecord(Options(LogFormat::kJson), kTime, LogLevel::kInfo, "group formed",
+                            {{"group", "job-1"}, {"world_size", 2}, {"loss", 0.5}}),
+            "{\"ts\":\"2026-11-18T11:06:40.123Z\",\"level\":\"info\",\"program\":\"dtrain-worker\","
+            "\"msg\":\"group formed\",\"group\":\"job-1\",\"world_size\":2,\"loss\":0.5}");
+}
+
+TEST(LogTest, Json_ControlCharactersAndBadUtf8StayValidJson) {
+  const std::string message = std::string("tab\there \"q\" back\\slash bell\a bad\xff ok\xc3\xa9");
+  EXPECT_EQ(FormatLogRecord(Options(LogFormat::kJson), kTime, LogLevel::kError, message, {}),
+            "{\"ts\":\"2026-11-18T11:06:40.123Z\",\"level\":\"error\",\"program\":\"dtrain-worker\","
+            "\"msg\":\"tab\\there \\\"q\\\" back\\\\slash bell\\u0007 bad\\ufffd ok\xc3\xa9\"}");
+}
+
+TEST(LogTest, ParseLevelAndFormat_RejectUnknownNamingTheFlag) {
+  EXPECT_EQ(*ParseLogLevel("WARNING"), LogLevel::kWarning);
+  EXPECT_EQ(*ParseLogLevel("warn"), LogLevel::kWarning);
+  EXPECT_EQ(*ParseLogLevel("debug"), LogLevel::kDebug);
+  EXPECT_THAT(std::string(ParseLogLevel("verbose").status().message()),
+              HasSubstr("--log_level: 'verbose' is not one of debug, info, warning, error"));
+  EXPECT_EQ(*ParseLogFormat("json"), LogFormat::kJson);
+  EXPECT_THAT(std::string(ParseLogFormat("xml").status().message()), HasSubstr("--log_format"));
+}
+
+TEST(LogTest, LevelsBelowTheMinimumAreDropped) {
+  LogOptions options = Options(LogFormat::kText);
+  options.min_level = LogLevel::kWarning;
+  ConfigureLogging(options);
+  EXPECT_FALSE(LogEnabled(LogLevel::kInfo));
+  EXPECT_TRUE(LogEnabled(LogLevel::kWarning));
+  EXPECT_TRUE(LogEnabled(LogLevel::kError));
+  ::testing::internal::CaptureStderr();
+  LogInfo("dropped");
+  LogError("kept", {{"job", "j"}});
+  const std::string out = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(out, Not(HasSubstr("dropped")));
+  EXPECT_THAT(out, HasSubstr("ERROR   dtrain-worker: kept job=j\n"));
+  ConfigureLogging(LogOptions());
+}
+
+}  // namespace
+}  // namespace dtrain

@@ -1,0 +1,178 @@
+// Structured logs from real daemons: with --log_format=json every stderr line of the
+// coordinator and of the workers is one JSON object with ts, level, program and msg, and the
+// events operators search for (worker registered, group formed, job ended, worker lost, drain)
+// carry their worker, group and job as fields; --log_level drops records below it; a bad value
+// is refused at start-up naming the flag.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "tests/local_cluster.h"
+
+namespace dtrain::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Every line of `path`, each parsed as JSON (yaml-cpp reads JSON, a subset of YAML 1.2); a
+// line that is not a JSON object with the four fixed keys fails the test, naming it.
+std::vector<YAML::Node> Records(const std::string& path, const std::string& program) {
+  static const std::regex kTimestamp(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)");
+  static const std::set<std::string> kLevels = {"debug", "info", "warning", "error"};
+  std::vector<YAML::Node> records;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    YAML::Node record;
+    try {
+      EXPECT_EQ(line.front(), '{') << path << ": " << line;
+      record = YAML::Load(line);
+    } catch (const YAML::Exception& e) {
+      ADD_FAILURE() << path << ": not JSON (" << e.what() << "): " << line;
+      continue;
+    }
+    if (!record.IsMap() || !record["ts"] || !record["level"] || !record["program"] ||
+        !record["msg"]) {
+      ADD_FAILURE() << path << ": missing ts, level, program or msg: " << line;
+      continue;
+    }
+    EXPECT_TRUE(std::regex_match(record["ts"].as<std::string>(), kTimestamp)) << line;
+    EXPECT_EQ(kLevels.count(record["level"].as<std::string>()), 1u) << line;
+    EXPECT_EQ(record["program"].as<std::string>(), program) << line;
+    records.push_back(record);
+  }
+  return records;
+}
+
+// The first record whose msg contains `text`; a null node if none.
+YAML::Node Find(const std::vector<YAML::Node>& records, const std::string& text) {
+  for (const YAML::Node& r : records) {
+    if (absl::StrContains(r["msg"].as<std::string>(), text)) return r;
+  }
+  return YAML::Node();
+}
+
+class StructuredLogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = std::make_unique<LocalCluster>(
+        absl::StrCat(::testing::TempDir(), "/logs-", getpid(), "-",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name()));
+  }
+  std::vector<std::string> To(const std::string& name) const {
+    return {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>" + Path(name)};
+  }
+  std::string Path(const std::string& name) const {
+    return absl::StrCat(cluster_->dir(), "/", name, ".stderr");
+  }
+  std::string RunJob() {
+    const std::string id = cluster_->Submit("logs", SyntheticDdpJob("logs", 1, 1024));
+    EXPECT_TRUE(WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); },
+                        absl::Seconds(120)));
+    EXPECT_EQ(cluster_->GetJob(id).state(), v1::SUCCEEDED) << cluster_->GetJob(id).reason();
+    // The outcome is published before the teardown: wait for the workers to be idle again.
+    EXPECT_TRUE(WaitFor([&] { return cluster_->AliveWorkers(/*idle_only=*/true) == 2; },
+                        absl::Seconds(10)));
+    return id;
+  }
+
+  std::unique_ptr<LocalCluster> cluster_;
+};
+
+TEST_F(StructuredLogTest, Json_EveryLineParses_EventsCarryTheirFields) {
+  ASSERT_TRUE(cluster_->StartCoordinator("127.0.0.1:0", {"--log_format=json"}, To("coordinator")));
+  for (const char* w : {"w0", "w1"}) {
+    ASSERT_TRUE(cluster_->AddWorker(w, {"--log_format=json"}, To(w)));
+  }
+  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(10)));
+  const std::string id = RunJob();
+  // w1 stops: the coordinator logs its leaving, w1 its drain.
+  ASSERT_EQ(cluster_->worker("w1").Stop(), 0);
+  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 1; }, absl::Seconds(10)));
+
+  const std::vector<YAML::Node> coordinator = Records(Path("coordinator"), "dtrain-coordinator");
+  const YAML::Node serving = Find(coordinator, "serving");
+  ASSERT_TRUE(serving) << "no 'serving' record";
+  EXPECT_EQ(serving["address"].as<std::string>(), cluster_->address());
+  const YAML::Node registered = Find(coordinator, "worker 'w0' registered");
+  ASSERT_TRUE(registered);
+  EXPECT_EQ(registered["worker"].as<std::string>(), "w0");
+  EXPECT_EQ(registered["devices"].as<int>(), 1);
+  EXPECT_EQ(registered["level"].as<std::string>(), "info");
+  const YAML::Node formed = Find(coordinator, absl::StrCat("group '", id, "' formed"));
+  ASSERT_TRUE(formed);
+  EXPECT_EQ(formed["group"].as<std::string>(), id);
+  EXPECT_EQ(formed["world_size"].as<int>(), 2);
+  EXPECT_EQ(formed["num_nodes"].as<int>(), 1);
+  EXPECT_TRUE(formed["world_size"].Tag() == "?") << "a number, not a quoted string";
+  const YAML::Node succeeded = Find(coordinator, "job SUCCEEDED");
+  ASSERT_TRUE(succeeded);
+  EXPECT_EQ(succeeded["job"].as<std::string>(), id);
+  // The job's own log lines reach the coordinator's log with the job's id.
+  const YAML::Node epoch = Find(coordinator, "epoch 0 done");
+  ASSERT_TRUE(epoch);
+  EXPECT_EQ(epoch["job"].as<std::string>(), id);
+  EXPECT_TRUE(Find(coordinator, "worker 'w1' unregistered"));
+
+  const std::vector<YAML::Node> w0 = Records(Path("w0"), "dtrain-worker");
+  const YAML::Node sync = Find(w0, "gradient sync");
+  ASSERT_TRUE(sync) << "no gradient sync record from w0";
+  EXPECT_EQ(sync["strategy"].as<std::string>(), "ddp");
+  EXPECT_GE(sync["rank"].as<int>(), 0);
+  EXPECT_LE(sync["rank"].as<int>(), 1);
+  EXPECT_EQ(sync["rounds"].as<int>(), 16);  // 1024 samples / (2 ranks x 32)
+  EXPECT_TRUE(Find(w0, "registered as 'w0'"));
+  const std::vector<YAML::Node> w1 = Records(Path("w1"), "dtrain-worker");
+  const YAML::Node stopping = Find(w1, "stopping: no job here");
+  ASSERT_TRUE(stopping);
+  EXPECT_EQ(stopping["signal"].as<std::string>(), "Terminated");
+}
+
+TEST_F(StructuredLogTest, WarningLevel_DropsInfo_KeepsALostWorker) {
+  ASSERT_TRUE(cluster_->StartCoordinator(
+      "127.0.0.1:0", {"--log_level=warning", "--heartbeat-interval=500ms", "--heartbeat-timeout=2s"},
+      To("coordinator")));
+  for (const char* w : {"w0", "w1"}) ASSERT_TRUE(cluster_->AddWorker(w));
+  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(10)));
+  RunJob();
+  cluster_->worker("w1").process().Kill(SIGKILL);
+  std::vector<std::string> lines;
+  EXPECT_TRUE(WaitFor([&] {
+    lines.clear();
+    std::ifstream in(Path("coordinator"));
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return !lines.empty() && absl::StrContains(lines.back(), "lost");
+  }, absl::Seconds(10)));
+  for (const std::string& line : lines) {
+    EXPECT_THAT(line, ::testing::AnyOf(HasSubstr(" WARNING "), HasSubstr(" ERROR "))) << line;
+  }
+  ASSERT_FALSE(lines.empty());
+  EXPECT_THAT(lines.back(), HasSubstr("dtrain-coordinator: worker 'w1' lost: no heartbeat for"));
+  EXPECT_THAT(lines.back(), HasSubstr("worker=w1"));
+}
+
+TEST_F(StructuredLogTest, BadLevel_RefusedAtStartNamingTheFlag) {
+  const CommandResult result =
+      RunShell(absl::StrCat(DTRAIN_COORDINATOR_BIN, " --listen=127.0.0.1:0 --state-dir=",
+                            cluster_->dir(), "/state --log_level=verbose 2>&1"));
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.output,
+              HasSubstr("--log_level: 'verbose' is not one of debug, info, warning, error"));
+  const CommandResult worker = RunShell(
+      absl::StrCat(DTRAIN_WORKER_BIN, " --listen=127.0.0.1:0 --log_format=xml 2>&1"));
+  EXPECT_EQ(worker.exit_code, 2);
+  EXPECT_THAT(worker.output, HasSubstr("--log_format: 'xml' is not one of text, json"));
+}
+
+}  // namespace
+}  // namespace dtrain::testing

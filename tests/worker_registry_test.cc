@@ -1,0 +1,75 @@
+// WorkerRegistry: states as heartbeats arrive, stop and say they are draining.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "coordinator/worker_registry.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+v1::WorkerInfo Worker(const std::string& name, uint64_t incarnation) {
+  v1::WorkerInfo w;
+  w.set_name(name);
+  w.set_address(name + ":1");
+  w.set_host("h");
+  w.set_devices(1);
+  w.set_incarnation(incarnation);
+  return w;
+}
+
+v1::WorkerHeartbeatRequest Beat(const std::string& name, uint64_t incarnation,
+                                const std::string& job, bool draining) {
+  v1::WorkerHeartbeatRequest r;
+  r.set_name(name);
+  r.set_incarnation(incarnation);
+  r.set_job_id(job);
+  r.set_draining(draining);
+  return r;
+}
+
+v1::WorkerInfo::State StateOf(const WorkerRegistry& registry, const std::string& name,
+                              absl::Time now) {
+  for (const v1::WorkerInfo& w : registry.List(now)) {
+    if (w.name() == name) return w.state();
+  }
+  return v1::WorkerInfo::STATE_UNSPECIFIED;
+}
+
+TEST(WorkerRegistryTest, Draining_StaysDrainingThroughLossAndBack_UntilANewIncarnation) {
+  WorkerRegistry registry(absl::Seconds(5));
+  absl::Time now = absl::UnixEpoch() + absl::Hours(1);
+  ASSERT_TRUE(registry.Register(Worker("a", 1), now).ok());
+  ASSERT_TRUE(registry.Register(Worker("b", 2), now).ok());
+  registry.Assign("a", "job-1");
+  v1::WorkerHeartbeatResponse response;
+  ASSERT_TRUE(registry.Heartbeat(Beat("a", 1, "job-1", true), now, &response).ok());
+  EXPECT_TRUE(response.release_pending());  // the coordinator runs job-1 on a
+  EXPECT_EQ(StateOf(registry, "a", now), v1::WorkerInfo::DRAINING);
+  EXPECT_THAT(registry.Draining({"b", "a"}), ElementsAre("a"));
+
+  // Later heartbeats need not repeat it; silence makes it LOST, a heartbeat DRAINING again.
+  response.Clear();
+  ASSERT_TRUE(registry.Heartbeat(Beat("a", 1, "job-1", false), now, &response).ok());
+  EXPECT_EQ(StateOf(registry, "a", now), v1::WorkerInfo::DRAINING);
+  now += absl::Seconds(6);
+  registry.Tick(now);
+  EXPECT_EQ(StateOf(registry, "a", now), v1::WorkerInfo::LOST);
+  ASSERT_TRUE(registry.Heartbeat(Beat("a", 1, "job-1", false), now, &response).ok());
+  EXPECT_EQ(StateOf(registry, "a", now), v1::WorkerInfo::DRAINING);
+
+  // A job the coordinator did not place there is not its to checkpoint.
+  response.Clear();
+  ASSERT_TRUE(registry.Heartbeat(Beat("a", 1, "someone-elses", true), now, &response).ok());
+  EXPECT_FALSE(response.release_pending());
+
+  // A restarted worker (new incarnation) is ALIVE again.
+  ASSERT_TRUE(registry.Register(Worker("a", 3), now).ok());
+  EXPECT_EQ(StateOf(registry, "a", now), v1::WorkerInfo::ALIVE);
+  EXPECT_THAT(registry.Draining({"a", "b"}), IsEmpty());
+}
+
+}  // namespace
+}  // namespace dtrain
