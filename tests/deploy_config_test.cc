@@ -18,19 +18,13 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 #include "tests/test_support.h"
 
 namespace dtrain::testing {
 namespace {
 
 const std::string kDeploy = DTRAIN_SOURCE_DIR "/deploy";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // The flags a binary accepts, from its --helpfull ("--name (help)...").
 std::set<std::string> FlagsOf(const std::string& binary) {
@@ -193,6 +187,13 @@ TEST(DeployConfig, KubernetesManifests_FlagsPortsProbesVolumesAgree) {
   EXPECT_EQ(ValueOf(coordinator_args, "advertise"), service_address);
   EXPECT_EQ(ValueOf(worker_args, "advertise"),
             absl::StrCat("$(POD_NAME).dtrain-workers:", worker_ports.at("grpc")));
+  // A drained worker must be done before the kubelet's SIGKILL.
+  absl::Duration drain;
+  ASSERT_TRUE(absl::ParseDuration(ValueOf(worker_args, "drain_timeout"), &drain))
+      << "workers.yaml: --drain_timeout missing or not a duration";
+  EXPECT_LT(drain, absl::Seconds(workers["spec"]["template"]["spec"]
+                                     ["terminationGracePeriodSeconds"].as<int>()))
+      << "workers.yaml: --drain_timeout must be below terminationGracePeriodSeconds";
   const YAML::Node claim = by_kind_name["PersistentVolumeClaim/dtrain-coordinator-state"];
   ASSERT_TRUE(claim.IsDefined());
 }
@@ -222,6 +223,16 @@ TEST(DeployConfig, SystemdUnits_ExecStartAndFlagFilesAccepted) {
   // The worker's coordinator is where the coordinator listens and advertises.
   const std::string coordinator = ReadFile(kDeploy + "/systemd/coordinator.flags");
   const std::string worker = ReadFile(kDeploy + "/systemd/worker.flags");
+  // SIGTERM to the daemon alone, and its drain done before systemd's SIGKILL.
+  const std::string unit = ReadFile(kDeploy + "/systemd/dtrain-worker.service");
+  EXPECT_THAT(unit, ::testing::HasSubstr("\nKillMode=mixed\n"));
+  std::smatch stop, drain;
+  ASSERT_TRUE(std::regex_search(unit, stop, std::regex(R"(\nTimeoutStopSec=(\S+))")));
+  ASSERT_TRUE(std::regex_search(worker, drain, std::regex(R"(--drain_timeout=(\S+))")));
+  absl::Duration stop_timeout, drain_timeout;
+  ASSERT_TRUE(absl::ParseDuration(stop[1].str(), &stop_timeout));
+  ASSERT_TRUE(absl::ParseDuration(drain[1].str(), &drain_timeout));
+  EXPECT_LT(drain_timeout, stop_timeout) << "--drain_timeout must be below TimeoutStopSec";
   std::smatch advertise;
   ASSERT_TRUE(std::regex_search(coordinator, advertise, std::regex(R"(--advertise=(\S+))")));
   EXPECT_THAT(worker, ::testing::HasSubstr("--coordinator=" + advertise[1].str()));
