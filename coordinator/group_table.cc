@@ -145,6 +145,7 @@ void GroupTable::Register(const v1::RegisterRequest& request, RegisterDone done)
           g.pending.clear();
           g.members.clear();
           g.failure.clear();
+          g.timeout_logged = false;
         } else if (g.world_size != request.world_size() || g.min_world_size != min_size ||
                    g.settle_timeout != settle) {
           error = absl::FailedPreconditionError(absl::StrCat(
@@ -409,12 +410,15 @@ void GroupTable::Tick(absl::Time now) {
               "group '", g.id, "' did not form in time: ", g.pending.size(), " of ", g.world_size,
               " members registered (hosts: ", absl::StrJoin(hosts, ", "),
               "); start the missing workers or lower world_size");
-          LogWarning(message, {{"group", g.id}});
+          Log(g.timeout_logged ? LogLevel::kDebug : LogLevel::kWarning, message,
+              {{"group", g.id}});
+          g.timeout_logged = true;
           completions.push_back([done = std::move(p->done), message = std::move(message)] {
             done(absl::DeadlineExceededError(message));
           });
           p = g.pending.erase(p);
         }
+        if (g.pending.empty()) g.timeout_logged = false;
         const bool elastic = g.min_world_size < g.world_size;
         if (elastic && static_cast<int>(g.pending.size()) >= g.min_world_size &&
             now - g.last_join >= g.settle_timeout) {

@@ -124,6 +124,9 @@ class GroupTable {
     std::vector<Member> members;   // once formed, by rank
     std::shared_ptr<const std::vector<std::string>> member_labels;  // once formed, by rank
     std::string failure;
+    // A forming group's members that time out together are one event: one warning, the rest
+    // at debug, until the group has no member waiting again.
+    bool timeout_logged = false;
   };
   using Completion = std::function<void()>;
 

@@ -65,12 +65,14 @@ class JobManager::Job : public TrainerReporter {
       PersistLocked(/*force=*/true);
     }
   }
-  // A job that was running when the coordinator stopped waits to run again: from `checkpoint`
-  // when there is one.
-  void PrepareResume(const std::string& checkpoint) {
+  // A job that was running when the coordinator stopped, or whose workers were drained, waits
+  // to run again: from `checkpoint` when there is one. `why` ("after ...") goes into the
+  // reason if that checkpoint cannot be loaded.
+  void PrepareResume(const std::string& checkpoint, const std::string& why) {
     {
       absl::MutexLock lock(&mu_);
       resume_from_ = checkpoint;
+      resume_why_ = why;
       status_.set_state(v1::QUEUED);
       status_.clear_workers();
       status_.set_started_unix_ms(0);
@@ -93,6 +95,10 @@ class JobManager::Job : public TrainerReporter {
   std::string resume_from() const {
     absl::MutexLock lock(&mu_);
     return resume_from_;
+  }
+  std::string resume_why() const {
+    absl::MutexLock lock(&mu_);
+    return resume_why_;
   }
   std::string checkpoint() const {
     absl::MutexLock lock(&mu_);
@@ -349,6 +355,7 @@ class JobManager::Job : public TrainerReporter {
   absl::Time last_persist_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool store_error_reported_ ABSL_GUARDED_BY(mu_) = false;
   std::string resume_from_ ABSL_GUARDED_BY(mu_);
+  std::string resume_why_ ABSL_GUARDED_BY(mu_);
   bool lines_on_disk_ ABSL_GUARDED_BY(mu_) = false;    // lines_ released: read job.log
   bool points_in_store_ ABSL_GUARDED_BY(mu_) = false;  // points_ released: ask store_
   bool resuming_ ABSL_GUARDED_BY(mu_) = false;
@@ -498,7 +505,7 @@ absl::Status JobManager::Restore(const std::string& path) {
                      "it starts over once its workers are back"
                    : absl::StrCat("the coordinator restarted while this job ran; it resumes from "
                                   "its last checkpoint ", checkpoint, " once its workers are back"));
-      job->PrepareResume(checkpoint);
+      job->PrepareResume(checkpoint, "after the coordinator restarted");
     } else if (!job->terminal()) {
       job->Log("the coordinator restarted; the job is queued again");
     }
@@ -572,6 +579,7 @@ void JobManager::Start(const std::shared_ptr<Job>& job, std::vector<v1::WorkerIn
   if (job->resuming()) {
     options.clear_stale_runs = true;
     options.spec.set_resume_from(job->resume_from());
+    options.resume_why = job->resume_why();
   }
   options.workers = workers;
   {
@@ -683,7 +691,7 @@ void JobManager::RunJob(const std::shared_ptr<Job>& job, TrainerOptions options)
         job->Log(absl::StrCat(status.message(), "; ", next.size(), " worker(s) left of the ",
                               min_workers, " needed: the job waits in the queue and resumes from ",
                               checkpoint, " when enough workers are idle"));
-        job->PrepareResume(checkpoint);
+        job->PrepareResume(checkpoint, "after its workers were drained");
         requeue = true;
         break;
       }
@@ -693,6 +701,9 @@ void JobManager::RunJob(const std::shared_ptr<Job>& job, TrainerOptions options)
       break;
     }
     options.spec.set_resume_from(checkpoint.empty() ? first_resume_from : checkpoint);
+    options.resume_why = drained ? "after its workers were drained"
+                                 : absl::StrCat("after losing worker(s) ",
+                                                absl::StrJoin(lost_quoted, ", "));
     options.workers = next;
     options.clear_stale_runs = true;
     job->SetWorkers(next);

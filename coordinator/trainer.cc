@@ -701,6 +701,11 @@ absl::Status Trainer::Run() {
           }
         }
       }
+      if (!load_status.ok() && !options_.resume_why.empty()) {
+        return absl::Status(load_status.code(),
+                            absl::StrCat("cannot resume ", options_.resume_why, " from ",
+                                         spec.resume_from(), ": ", load_status.message()));
+      }
       DTRAIN_RETURN_IF_ERROR(load_status);
       global_step_ = loaded[0].global_step();
       // Resume exactly after the last step taken: the same epoch's order (seeded by epoch)

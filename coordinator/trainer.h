@@ -54,6 +54,9 @@ struct TrainerOptions {
   // The job ran before under a coordinator that stopped: its workers may still hold that run,
   // which Setup first tears down.
   bool clear_stale_runs = false;
+  // Why the job resumes from spec.resume_from ("after the coordinator restarted"), when the
+  // coordinator chose that checkpoint rather than the user: said if it cannot be loaded.
+  std::string resume_why;
   // Deadline of Setup (the group forms within it) and of each step RPC.
   absl::Duration setup_timeout = absl::Minutes(5);
   absl::Duration step_timeout = absl::Minutes(30);

@@ -121,6 +121,7 @@ TEST_F(CoordinatorRestartTest, CheckpointGoneAfterRestart_JobFailsSayingSo) {
   const v1::JobStatus status = cluster_->GetJob(id);
   EXPECT_EQ(status.state(), v1::FAILED);
   EXPECT_THAT(status.reason(), HasSubstr(std::filesystem::path(checkpoint).filename().string()));
+  EXPECT_THAT(status.reason(), HasSubstr("cannot resume after the coordinator restarted from "));
   std::printf("FAILED: %s\n", status.reason().c_str());
   // The workers are free for the next job.
   ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(15)));

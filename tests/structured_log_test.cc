@@ -1,8 +1,9 @@
 // Structured logs from real daemons: with --log_format=json every stderr line of the
 // coordinator and of the workers is one JSON object with ts, level, program and msg, and the
 // events operators search for (worker registered, group formed, job ended, worker lost, drain)
-// carry their worker, group and job as fields; --log_level drops records below it; a bad value
-// is refused at start-up naming the flag.
+// carry their worker, group and job as fields; a group that does not form is one warning, not
+// one per waiting member; --log_level drops records below it; a bad value is refused at
+// start-up naming the flag.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,9 +11,11 @@
 #include <fstream>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/match.h"
@@ -159,6 +162,47 @@ TEST_F(StructuredLogTest, WarningLevel_DropsInfo_KeepsALostWorker) {
   ASSERT_FALSE(lines.empty());
   EXPECT_THAT(lines.back(), HasSubstr("dtrain-coordinator: worker 'w1' lost: no heartbeat for"));
   EXPECT_THAT(lines.back(), HasSubstr("worker=w1"));
+}
+
+TEST_F(StructuredLogTest, GroupThatDoesNotForm_OneWarningForItsWaitingMembers) {
+  ASSERT_TRUE(cluster_->StartCoordinator("127.0.0.1:0", {}, To("coordinator")));
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(cluster_->address(), grpc::InsecureChannelCredentials()));
+  // Two of three members come, with one deadline: both hear why, the log says it once.
+  std::vector<grpc::Status> statuses(2);
+  std::vector<std::thread> members;
+  for (int i = 0; i < 2; ++i) {
+    members.emplace_back([&, i] {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      v1::RegisterRequest request;
+      request.set_group("partial");
+      request.set_host(absl::StrCat("h", i));
+      request.set_local_devices(1);
+      request.set_world_size(3);
+      request.set_incarnation(100 + i);
+      request.set_timeout_ms(500);
+      v1::RegisterResponse response;
+      statuses[i] = stub->Register(&context, request, &response);
+    });
+  }
+  for (std::thread& t : members) t.join();
+  for (const grpc::Status& status : statuses) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_THAT(status.error_message(), HasSubstr("group 'partial' did not form in time"));
+  }
+  int warnings = 0;
+  std::ifstream in(Path("coordinator"));
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StrContains(line, "did not form in time")) {
+      ++warnings;
+      EXPECT_THAT(line, HasSubstr(" WARNING "));
+      EXPECT_THAT(line, HasSubstr("2 of 3 members registered (hosts: "));
+      EXPECT_THAT(line, HasSubstr("h0"));
+      EXPECT_THAT(line, HasSubstr("h1"));
+    }
+  }
+  EXPECT_EQ(warnings, 1);
 }
 
 TEST_F(StructuredLogTest, BadLevel_RefusedAtStartNamingTheFlag) {
