@@ -112,7 +112,8 @@ absl::Status Trainer::OnEveryWorker(
       if (s.code() == absl::StatusCode::kUnavailable) {
         return absl::UnavailableError(absl::StrCat(
             what, " lost ", DescribeWorker(i), " (", s.message(),
-            "): its process died or its host became unreachable; see that worker's log"));
+            "): it was stopped, its process died or its host became unreachable; see that "
+            "worker's log"));
       }
       return absl::Status(s.code(), absl::StrCat(what, " failed on ", DescribeWorker(i), ": ",
                                                  s.message()));

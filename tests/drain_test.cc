@@ -3,6 +3,9 @@
 // The job then re-forms on an idle worker (a planned stop uses none of max_restarts), or, with
 // none idle, waits in the queue and resumes when one joins. Either way it ends at exactly the
 // step count of an uninterrupted run, and the stopped worker exits 0 well before its timeout.
+// A worker stopped while its job is still being set up is let go the same way. Where there is
+// no checkpoint to take (a validate-only job), the drain timeout or a second signal ends the
+// wait: the step stops, the worker leaves, and the job fails naming it.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/job_spec.h"
 #include "tests/local_cluster.h"
 
@@ -51,10 +55,17 @@ class DrainTest : public ::testing::Test {
   }
 
   // A worker whose stderr goes to <dir>/<name>.stderr.
-  void AddWorker(const std::string& name) {
+  void AddWorker(const std::string& name, const std::string& drain_timeout = "60s") {
     const std::string log = StderrOf(name);
-    ASSERT_TRUE(cluster_->AddWorker(name, {"--drain_timeout=60s"},
+    ASSERT_TRUE(cluster_->AddWorker(name, {"--drain_timeout=" + drain_timeout},
                                     {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>" + log}));
+  }
+  // Workers `names`, all registered and alive.
+  void StartWorkers(const std::vector<std::string>& names,
+                    const std::string& drain_timeout = "60s") {
+    for (const std::string& name : names) AddWorker(name, drain_timeout);
+    const int n = static_cast<int>(names.size());
+    ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == n; }, absl::Seconds(10)));
   }
   std::string StderrOf(const std::string& name) const {
     return absl::StrCat(cluster_->dir(), "/", name, ".stderr");
@@ -79,15 +90,52 @@ class DrainTest : public ::testing::Test {
     return victim;
   }
 
-  // The stopped worker exits 0, within `within` of its SIGTERM.
-  void ExpectCleanExit(const std::string& victim, absl::Duration within) {
+  // The stopped worker exits 0, within `within` of its SIGTERM; how long it took.
+  absl::Duration ExpectCleanExit(const std::string& victim, absl::Duration within) {
     const int status = cluster_->worker(victim).process().Wait(absl::Seconds(90));
     const absl::Duration took = absl::Now() - stop_sent_;
-    ASSERT_NE(status, -1) << victim << " did not exit";
+    EXPECT_NE(status, -1) << victim << " did not exit";
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
     EXPECT_LT(took, within);
     std::printf("worker %s exited %.2f s after SIGTERM\n", victim.c_str(),
                 absl::ToDoubleSeconds(took));
+    return took;
+  }
+
+  // A validate-only job over 200,000 samples (tens of seconds here): nothing to checkpoint, so
+  // a drain cannot be taken early. Some of it validated, SIGTERM goes to its second worker;
+  // that worker's name.
+  std::string SubmitValidationAndStopAWorker(std::string* id) {
+    *id = cluster_->Submit("validate-only", R"(name: validate-only
+model: {builtin: mlp}
+data:
+  synthetic: {train_size: 256, val_size: 200000, test_size: 256, seed: 3}
+  batch_size: 32
+stage: validate
+trainer: {strategy: ddp, num_workers: 2, seed: 1}
+)");
+    EXPECT_FALSE(id->empty());
+    EXPECT_TRUE(WaitFor([&] {
+      const v1::JobStatus s = cluster_->GetJob(*id);
+      return s.progress().phase() == "validate" || IsTerminal(s.state());
+    }, absl::Seconds(60)));
+    const v1::JobStatus before = cluster_->GetJob(*id);
+    EXPECT_EQ(before.state(), v1::RUNNING) << before.reason();
+    if (before.workers_size() != 2) return "";
+    const std::string victim = before.workers(1);
+    stop_sent_ = absl::Now();
+    cluster_->worker(victim).process().Kill(SIGTERM);
+    return victim;
+  }
+
+  // The job the stopped worker left ends FAILED naming it, and the other worker is free again.
+  void ExpectFailedNaming(const std::string& id, const std::string& victim) {
+    const v1::JobStatus done = WaitForEnd(id);
+    EXPECT_EQ(done.state(), v1::FAILED);
+    EXPECT_THAT(done.reason(), HasSubstr(absl::StrCat("worker '", victim, "'")));
+    EXPECT_THAT(done.reason(), HasSubstr("shutting down"));
+    EXPECT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 1; }, absl::Seconds(20)));
+    std::printf("FAILED: %s\n", done.reason().c_str());
   }
 
   v1::JobStatus WaitForEnd(const std::string& id) {
@@ -123,8 +171,7 @@ class DrainTest : public ::testing::Test {
 };
 
 TEST_F(DrainTest, StoppedWorkerReplacedByAnIdleOne_NoRestartUsed_ExactStepCount) {
-  for (const char* name : {"w0", "w1", "w2"}) AddWorker(name);
-  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 3; }, absl::Seconds(10)));
+  ASSERT_NO_FATAL_FAILURE(StartWorkers({"w0", "w1", "w2"}));
   std::string id;
   const std::string victim = SubmitAndStopAWorker(&id);
   ASSERT_FALSE(victim.empty());
@@ -138,8 +185,7 @@ TEST_F(DrainTest, StoppedWorkerReplacedByAnIdleOne_NoRestartUsed_ExactStepCount)
 }
 
 TEST_F(DrainTest, NoIdleWorker_JobWaitsQueued_ResumesWhenOneJoins) {
-  for (const char* name : {"w0", "w1"}) AddWorker(name);
-  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(10)));
+  ASSERT_NO_FATAL_FAILURE(StartWorkers({"w0", "w1"}));
   std::string id;
   const std::string victim = SubmitAndStopAWorker(&id);
   ASSERT_FALSE(victim.empty());
@@ -162,10 +208,69 @@ TEST_F(DrainTest, NoIdleWorker_JobWaitsQueued_ResumesWhenOneJoins) {
   ExpectResumedAtTheDrainCheckpoint(done, victim);
 }
 
+// SIGTERM while the job is still being set up (its group not yet formed): the Setup runs, the
+// job counts as the worker's, and the trainer lets it go at step 0 onto the idle worker.
+TEST_F(DrainTest, StoppedDuringSetup_LetGoAtStepZero_ExactStepCount) {
+  ASSERT_NO_FATAL_FAILURE(StartWorkers({"w0", "w1", "w2"}));
+  // 400,000 validation samples to generate make Setup take seconds; two batches are validated.
+  const std::string id = cluster_->Submit(
+      "slow-setup",
+      absl::StrReplaceAll(SyntheticDdpJob("slow-setup", 2, 4096, ", limit_val_batches: 2"),
+                          {{"val_size: 256", "val_size: 400000"}}));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor([&] { return cluster_->GetJob(id).workers_size() == 2; },
+                      absl::Seconds(20)));
+  const std::string victim = cluster_->GetJob(id).workers(1);
+  ASSERT_THAT(cluster_->Dtrain("logs " + id).output, Not(HasSubstr("group formed")))
+      << "the group formed before the signal: this machine set the job up too fast";
+  stop_sent_ = absl::Now();
+  cluster_->worker(victim).process().Kill(SIGTERM);
+  ExpectCleanExit(victim, absl::Seconds(40));
+  const v1::JobStatus done = WaitForEnd(id);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  EXPECT_THAT(done.workers(), Not(Contains(victim)));
+  const std::string log = cluster_->Dtrain("logs " + id).output;
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("worker(s) '", victim,
+                                          "' are stopping: checkpointing at step 0")));
+  EXPECT_THAT(log, HasSubstr("re-forming on"));
+  EXPECT_EQ(done.progress().global_step(), 2 * kStepsPerEpoch);
+  EXPECT_THAT(ReadFile(StderrOf(victim)),
+              HasSubstr("waiting for the coordinator to checkpoint the job"));
+}
+
+// Nothing to checkpoint: the worker waits out --drain_timeout, then stops its step and leaves.
+TEST_F(DrainTest, ValidationOnly_DrainTimeoutStopsTheStep_JobFailsNamingTheWorker) {
+  ASSERT_NO_FATAL_FAILURE(StartWorkers({"w0", "w1"}, "1s"));
+  std::string id;
+  const std::string victim = SubmitValidationAndStopAWorker(&id);
+  ASSERT_FALSE(victim.empty());
+  const absl::Duration took = ExpectCleanExit(victim, absl::Seconds(10));
+  EXPECT_GE(took, absl::Seconds(1));
+  EXPECT_THAT(ReadFile(StderrOf(victim)), HasSubstr("drain timeout: stopping the job's step now"));
+  ExpectFailedNaming(id, victim);
+}
+
+// A second SIGTERM cuts the 60 s drain wait short.
+TEST_F(DrainTest, ValidationOnly_SecondSignalStopsAtOnce_JobFailsNamingTheWorker) {
+  ASSERT_NO_FATAL_FAILURE(StartWorkers({"w0", "w1"}));
+  std::string id;
+  const std::string victim = SubmitValidationAndStopAWorker(&id);
+  ASSERT_FALSE(victim.empty());
+  ASSERT_TRUE(WaitFor([&] {
+    return absl::StrContains(ReadFile(StderrOf(victim)), "waiting for the coordinator");
+  }, absl::Seconds(10)));
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(cluster_->GetJob(id).state(), v1::RUNNING) << "the first signal alone ended the job";
+  stop_sent_ = absl::Now();
+  cluster_->worker(victim).process().Kill(SIGTERM);
+  ExpectCleanExit(victim, absl::Seconds(10));
+  EXPECT_THAT(ReadFile(StderrOf(victim)), HasSubstr("second signal: stopping the job's step now"));
+  ExpectFailedNaming(id, victim);
+}
+
 // A worker without a job has nothing to drain: it exits at once and leaves the list.
 TEST_F(DrainTest, IdleWorker_ExitsAtOnce_AndIsUnregistered) {
-  for (const char* name : {"w0", "w1"}) AddWorker(name);
-  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(10)));
+  ASSERT_NO_FATAL_FAILURE(StartWorkers({"w0", "w1"}));
   stop_sent_ = absl::Now();
   cluster_->worker("w1").process().Kill(SIGTERM);
   ExpectCleanExit("w1", absl::Seconds(5));

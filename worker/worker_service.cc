@@ -19,6 +19,7 @@ struct WorkerService::Task {
   std::function<absl::Status()> body;
   grpc::ServerUnaryReactor* reactor = nullptr;
   std::atomic<bool> cancelled{false};
+  std::string setup_job;  // a Setup's job id
 };
 
 namespace {
@@ -45,9 +46,11 @@ WorkerService::~WorkerService() {
 }
 
 grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* context,
-                                                 std::function<absl::Status()> body) {
+                                                 std::function<absl::Status()> body,
+                                                 std::string setup_job) {
   auto task = std::make_shared<Task>();
   task->body = std::move(body);
+  task->setup_job = std::move(setup_job);
   std::weak_ptr<Task> weak = task;
   task->reactor = new CancellableReactor([this, weak] {
     std::shared_ptr<Task> t = weak.lock();
@@ -64,6 +67,14 @@ grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* co
   absl::MutexLock lock(&mu_);
   if (draining_) {
     reactor->Finish(ToGrpcStatus(absl::UnavailableError("the worker is shutting down")));
+    return reactor;
+  }
+  // Decided here, with the queueing: a Setup taken before a drain began runs, so its job counts
+  // as this worker's and its coordinator checkpoints it and lets the worker go.
+  if (leaving_ && !task->setup_job.empty()) {
+    reactor->Finish(ToGrpcStatus(absl::UnavailableError(absl::StrCat(
+        "worker '", options_.identity.name, "' is stopping (draining) and takes no new job; "
+        "place the job on another worker"))));
     return reactor;
   }
   queue_.push_back(std::move(task));
@@ -91,6 +102,12 @@ void WorkerService::ExecutorLoop() {
     {
       absl::MutexLock lock(&mu_);
       running_.reset();
+      // A call the hard stop cut short is this worker leaving, not a client's cancellation: the
+      // coordinator must name this worker as the one its job lost.
+      if (draining_ && status.code() == absl::StatusCode::kCancelled) {
+        status = absl::UnavailableError(
+            "the worker is shutting down and stopped this call before it finished");
+      }
     }
     // Internal tasks (AbandonJob) have no RPC to answer.
     if (task->reactor != nullptr) task->reactor->Finish(ToGrpcStatus(status));
@@ -128,11 +145,6 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
   return Enqueue(context, [this, request, response]() -> absl::Status {
     {
       absl::MutexLock lock(&mu_);
-      if (leaving_) {
-        return absl::UnavailableError(absl::StrCat(
-            "worker '", options_.identity.name, "' is stopping (draining) and takes no new job; "
-            "place the job on another worker"));
-      }
       if (job_ != nullptr) {
         return absl::FailedPreconditionError(absl::StrCat(
             "worker '", options_.identity.name, "' already runs job '", job_->id(),
@@ -156,7 +168,7 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
     failed_ = false;
     last_error_.clear();
     return absl::OkStatus();
-  });
+  }, request->job_id().empty() ? "(unnamed)" : request->job_id());
 }
 
 absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& request,
@@ -358,7 +370,12 @@ void WorkerService::AbandonJob(const std::string& job_id) {
 
 std::string WorkerService::current_job() const {
   absl::MutexLock lock(&mu_);
-  return job_ == nullptr ? "" : job_->id();
+  if (job_ != nullptr) return job_->id();
+  if (running_ != nullptr && !running_->setup_job.empty()) return running_->setup_job;
+  for (const std::shared_ptr<Task>& t : queue_) {
+    if (!t->setup_job.empty() && !t->cancelled) return t->setup_job;
+  }
+  return "";
 }
 
 }  // namespace dtrain

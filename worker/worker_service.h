@@ -81,7 +81,7 @@ class WorkerService final : public v1::Worker::CallbackService {
   // stops the running step before its next batch, and tears the job down so that it leaves its
   // group cleanly. Returns once done. Idempotent.
   void Drain();
-  // The job set up now, or "".
+  // The job set up now, or whose Setup was taken and has not ended; or "".
   std::string current_job() const;
   // The coordinator no longer counts `job_id` as this worker's (it ended while this worker was
   // unreachable or stopped): stops it and tears it down on the executor. Does not block.
@@ -91,8 +91,10 @@ class WorkerService final : public v1::Worker::CallbackService {
   struct Task;
   // Queues `body` on the executor; the RPC finishes with its status. A step's cancellation
   // stops it (before its next batch) or, if it has not started, skips it.
+  // `setup_job` marks a Setup: refused once draining, and its job counts as this worker's.
   grpc::ServerUnaryReactor* Enqueue(grpc::CallbackServerContext* context,
-                                    std::function<absl::Status()> body);
+                                    std::function<absl::Status()> body,
+                                    std::string setup_job = "");
   void ExecutorLoop();
   // Runs on the executor: the job named `job_id` or FAILED_PRECONDITION.
   absl::StatusOr<std::shared_ptr<HostedJob>> JobFor(const std::string& job_id);
