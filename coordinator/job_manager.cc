@@ -686,12 +686,15 @@ void JobManager::RunJob(const std::shared_ptr<Job>& job, TrainerOptions options)
     std::vector<std::string> lost_quoted;
     for (const std::string& name : lost) lost_quoted.push_back(absl::StrCat("'", name, "'"));
     const std::string checkpoint = job->checkpoint();
+    const std::string resume_why =
+        drained ? "after its workers were drained"
+                : absl::StrCat("after losing worker(s) ", absl::StrJoin(lost_quoted, ", "));
     if (static_cast<int>(next.size()) < min_workers) {
       if (drained) {
         job->Log(absl::StrCat(status.message(), "; ", next.size(), " worker(s) left of the ",
                               min_workers, " needed: the job waits in the queue and resumes from ",
                               checkpoint, " when enough workers are idle"));
-        job->PrepareResume(checkpoint, "after its workers were drained");
+        job->PrepareResume(checkpoint, resume_why);
         requeue = true;
         break;
       }
@@ -701,9 +704,7 @@ void JobManager::RunJob(const std::shared_ptr<Job>& job, TrainerOptions options)
       break;
     }
     options.spec.set_resume_from(checkpoint.empty() ? first_resume_from : checkpoint);
-    options.resume_why = drained ? "after its workers were drained"
-                                 : absl::StrCat("after losing worker(s) ",
-                                                absl::StrJoin(lost_quoted, ", "));
+    options.resume_why = resume_why;
     options.workers = next;
     options.clear_stale_runs = true;
     job->SetWorkers(next);

@@ -516,6 +516,12 @@ TEST_F(WorkerServiceTest, BadInput_ClearErrorsAndTheWorkerKeepsServing) {
        absl::StatusCode::kFailedPrecondition, "bf16-mixed"},
       {"bad job id", [](auto& r) { r.set_job_id("a/b"); },
        absl::StatusCode::kInvalidArgument, "job_id"},
+      {"empty job id", [](auto& r) { r.set_job_id(""); },
+       absl::StatusCode::kInvalidArgument, "job_id is empty"},
+      {"bad job id for ddp_spawn", [](auto& r) {
+         r.set_strategy("ddp_spawn");
+         r.set_job_id("../x");
+       }, absl::StatusCode::kInvalidArgument, "job_id '../x' may hold only"},
       {"negative clip", [](auto& r) { r.set_gradient_clip_val(-1); },
        absl::StatusCode::kInvalidArgument, "gradient_clip_val"},
       {"bad scheduler", [](auto& r) { r.mutable_lr_scheduler()->set_name("cyclic"); },

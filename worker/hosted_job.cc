@@ -1,5 +1,7 @@
 #include "worker/hosted_job.h"
 
+#include <cctype>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/job.h"
@@ -80,7 +82,23 @@ class LocalJob : public HostedJob {
   std::unique_ptr<Job> job_;
 };
 
+constexpr size_t kMaxJobIdBytes = 128;
+
 }  // namespace
+
+absl::Status CheckJobId(const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError("job_id is empty");
+  if (id.size() > kMaxJobIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("job_id is ", id.size(), " bytes; at most 128"));
+  }
+  for (char c : id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job_id '", id, "' may hold only letters, digits, '-', '_' and '.'"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<HostedJob>> SetupLocalJob(const v1::SetupRequest& request,
                                                          const WorkerIdentity& identity,

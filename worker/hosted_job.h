@@ -38,6 +38,10 @@ class HostedJob {
   virtual void Cancel() = 0;
 };
 
+// A job id a Setup may carry: 1-128 letters, digits, '-', '_' or '.' (it names files and
+// directories on the worker). Checked before the Setup is queued.
+absl::Status CheckJobId(const std::string& id);
+
 // Sets up one rank in this process; fills `response`.
 absl::StatusOr<std::unique_ptr<HostedJob>> SetupLocalJob(const v1::SetupRequest& request,
                                                          const WorkerIdentity& identity,

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cctype>
 #include <cmath>
 
 #include <torch/types.h>
@@ -20,22 +19,7 @@
 namespace dtrain {
 namespace {
 
-constexpr size_t kMaxJobIdBytes = 128;
 constexpr int kMaxAccumulate = 1 << 16;
-
-absl::Status CheckJobId(const std::string& id) {
-  if (id.empty()) return absl::InvalidArgumentError("job_id is empty");
-  if (id.size() > kMaxJobIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("job_id is ", id.size(), " bytes; at most 128"));
-  }
-  for (char c : id) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job_id '", id, "' may hold only letters, digits, '-', '_' and '.'"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 OptimizerConfig ToConfig(const v1::OptimizerSpec& spec) {
   OptimizerConfig c;
@@ -93,7 +77,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
                                                 const WorkerIdentity& identity) {
   // Everything is checked before joining the group, so a bad request never leaves the other
   // ranks waiting for a member that will not come.
-  DTRAIN_RETURN_IF_ERROR(CheckJobId(request.job_id()));
+  // The job id was checked by the service (CheckJobId) before the request was queued.
   DTRAIN_ASSIGN_OR_RETURN(Precision precision, ParsePrecision(request.precision().empty()
                                                                   ? "32-true"
                                                                   : request.precision()));

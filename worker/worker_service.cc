@@ -142,6 +142,11 @@ absl::Status WorkerService::Note(absl::Status status) {
 grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* context,
                                                const v1::SetupRequest* request,
                                                v1::SetupResponse* response) {
+  // The id is checked before queueing: while the Setup waits, heartbeats report it.
+  if (absl::Status s = CheckBearerToken(*context, options_.token); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  if (absl::Status s = CheckJobId(request->job_id()); !s.ok()) return FinishNow(context, s);
   return Enqueue(context, [this, request, response]() -> absl::Status {
     {
       absl::MutexLock lock(&mu_);
@@ -168,7 +173,7 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
     failed_ = false;
     last_error_.clear();
     return absl::OkStatus();
-  }, request->job_id().empty() ? "(unnamed)" : request->job_id());
+  }, request->job_id());
 }
 
 absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& request,
