@@ -266,7 +266,9 @@ class Client {
       std::printf("%-24s %-22s %-7d %-7s %-10s %s\n", w.name().c_str(), w.address().c_str(),
                   w.devices(), v1::WorkerInfo::State_Name(w.state()).c_str(),
                   absl::StrCat(w.last_seen_ms_ago() / 1000.0, "s ago").c_str(),
-                  w.job_id().empty() ? "-" : w.job_id().c_str());
+                  !w.job_id().empty()            ? w.job_id().c_str()
+                  : !w.assigned_job_id().empty() ? w.assigned_job_id().c_str()
+                                                 : "-");
     }
     return kOk;
   }

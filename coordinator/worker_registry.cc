@@ -155,6 +155,9 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List(absl::Time now) const {
   for (const auto& [name, e] : workers_) {
     out.push_back(e.info);
     out.back().set_last_seen_ms_ago(absl::ToInt64Milliseconds(now - e.last_seen));
+    if (auto assigned = assigned_.find(name); assigned != assigned_.end()) {
+      out.back().set_assigned_job_id(assigned->second);
+    }
   }
   return out;
 }

@@ -80,7 +80,8 @@ int LocalCluster::AliveWorkers(bool idle_only) {
   if (!coordinator_stub_->ListWorkers(&context, {}, &response).ok()) return -1;
   int alive = 0;
   for (const v1::WorkerInfo& w : response.workers()) {
-    alive += w.state() == v1::WorkerInfo::ALIVE && (!idle_only || w.job_id().empty());
+    alive += w.state() == v1::WorkerInfo::ALIVE &&
+             (!idle_only || (w.job_id().empty() && w.assigned_job_id().empty()));
   }
   return alive;
 }

@@ -42,7 +42,8 @@ class LocalCluster {
                  const std::vector<std::string>& launcher = {});
   WorkerProcess& worker(const std::string& name) { return *workers_.at(name); }
 
-  // Workers the coordinator lists as ALIVE (and, with idle_only, without a job); -1 when it
+  // Workers the coordinator lists as ALIVE (and, with idle_only, with no job: none reported in
+  // their heartbeats, none placed on them and not yet let go); -1 when it
   // does not answer.
   int AliveWorkers(bool idle_only = false);
   // The coordinator's groups (empty when it does not answer).

@@ -1,4 +1,5 @@
-// WorkerRegistry: states as heartbeats arrive, stop and say they are draining.
+// WorkerRegistry: states as heartbeats arrive, stop and say they are draining; the job placed
+// on a worker is listed from placement until it lets the worker go, whatever heartbeats say.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -69,6 +70,32 @@ TEST(WorkerRegistryTest, Draining_StaysDrainingThroughLossAndBack_UntilANewIncar
   ASSERT_TRUE(registry.Register(Worker("a", 3), now).ok());
   EXPECT_EQ(StateOf(registry, "a", now), v1::WorkerInfo::ALIVE);
   EXPECT_THAT(registry.Draining({"a", "b"}), IsEmpty());
+}
+
+v1::WorkerInfo Listed(const WorkerRegistry& registry, const std::string& name, absl::Time now) {
+  for (const v1::WorkerInfo& w : registry.List(now)) {
+    if (w.name() == name) return w;
+  }
+  return v1::WorkerInfo();
+}
+
+// A job shorter than a heartbeat interval is never reported by the worker: the assignment is
+// what says the worker is not free until the job has let it go.
+TEST(WorkerRegistryTest, AssignedJob_ListedFromPlacementUntilLetGo) {
+  WorkerRegistry registry(absl::Seconds(5));
+  const absl::Time now = absl::UnixEpoch() + absl::Hours(1);
+  ASSERT_TRUE(registry.Register(Worker("a", 1), now).ok());
+  ASSERT_TRUE(registry.Register(Worker("b", 2), now).ok());
+  registry.Assign("a", "job-1");
+  EXPECT_EQ(Listed(registry, "a", now).assigned_job_id(), "job-1");
+  EXPECT_EQ(Listed(registry, "a", now).job_id(), "");  // no heartbeat since
+  EXPECT_EQ(Listed(registry, "b", now).assigned_job_id(), "");
+  v1::WorkerHeartbeatResponse response;
+  ASSERT_TRUE(registry.Heartbeat(Beat("a", 1, "", false), now, &response).ok());
+  EXPECT_EQ(Listed(registry, "a", now).assigned_job_id(), "job-1");
+  registry.Assign("a", "");
+  EXPECT_EQ(Listed(registry, "a", now).assigned_job_id(), "");
+  EXPECT_EQ(Listed(registry, "a", now).name(), "a");
 }
 
 }  // namespace
