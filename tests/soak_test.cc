@@ -35,8 +35,9 @@ TEST(Soak, ManyShortJobsBackToBack_AllAccountedForMemoryStable) {
   ASSERT_TRUE(WaitFor([&] { return cluster.AliveWorkers() == 2; }, absl::Seconds(10)));
   const std::string yaml = SyntheticDdpJob("soak", 1, 256);
   std::vector<std::string> ids;
-  // Sampled after every 10 jobs: one sample is noisy (malloc's high-water marks move by +-10%
-  // from job to job), so the halves' means are compared, and open files exactly.
+  // Sampled after every 10 jobs, once the last has let its workers go (its teardown done, its
+  // files closed): one sample is still noisy (malloc's high-water marks move by +-10% from job
+  // to job), so the halves' means are compared, and open files exactly.
   struct Sample {
     long coordinator, w0, w1;
     int files;
@@ -51,6 +52,8 @@ TEST(Soak, ManyShortJobsBackToBack_AllAccountedForMemoryStable) {
       ASSERT_TRUE(WaitFor([&] { return IsTerminal(cluster.GetJob(ids.back()).state()); },
                           absl::Seconds(180)))
           << "job " << ids.back() << " did not end";
+      ASSERT_TRUE(WaitFor([&] { return cluster.AliveWorkers(/*idle_only=*/true) == 2; },
+                          absl::Seconds(10)));
       samples.push_back({ResidentKiB(cluster.coordinator_pid()),
                          ResidentKiB(cluster.worker("w0").pid()),
                          ResidentKiB(cluster.worker("w1").pid()),
@@ -76,8 +79,6 @@ TEST(Soak, ManyShortJobsBackToBack_AllAccountedForMemoryStable) {
     EXPECT_NE(g.state(), v1::GROUP_STATE_FORMING) << g.group();
     EXPECT_NE(g.state(), v1::GROUP_STATE_ACTIVE) << g.group();
   }
-  EXPECT_TRUE(WaitFor([&] { return cluster.AliveWorkers(/*idle_only=*/true) == 2; },
-                      absl::Seconds(10)));
   auto mean = [&](long Sample::*field, size_t from, size_t to) {
     double sum = 0;
     for (size_t k = from; k < to; ++k) sum += samples[k].*field;
