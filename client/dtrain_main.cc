@@ -25,8 +25,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "client/channel.h"
+#include "common/channel.h"
 #include "client/job_spec_file.h"
+#include "client/jobs_client.h"
 #include "client/metrics_plot.h"
 #include "client/progress_view.h"
 #include "common/tls_flags.h"
@@ -77,8 +78,7 @@ std::string ToJson(const google::protobuf::Message& message) {
   return out;
 }
 
-int Refused(const grpc::Status& status, const std::string& address = Address()) {
-  const absl::Status s = FromGrpcStatus(status);
+int Refused(const absl::Status& s, const std::string& address = Address()) {
   if (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded) {
     // A TLS server closes a plaintext or unverifiable connection at once: say so, since
     // "start a coordinator" would send the user the wrong way.
@@ -109,10 +109,7 @@ int ExitFor(const v1::JobStatus& status) {
 
 class Client {
  public:
-  Client()
-      : channel_(ConnectToCoordinator(Address())),
-        jobs_(v1::Jobs::NewStub(channel_)),
-        coordinator_(v1::Coordinator::NewStub(channel_)) {}
+  Client() : jobs_(Address(), absl::GetFlag(FLAGS_timeout)) {}
 
   int Submit(const std::string& file) {
     absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(file);
@@ -125,39 +122,25 @@ class Client {
       std::fprintf(stderr, "dtrain: %s\n", std::string(spec.status().message()).c_str());
       return kUsage;
     }
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    v1::SubmitJobRequest request;
-    *request.mutable_spec() = *spec;
-    v1::SubmitJobResponse response;
-    grpc::Status status = jobs_->SubmitJob(&context, request, &response);
-    if (!status.ok()) return Refused(status);
+    absl::StatusOr<v1::JobStatus> job = jobs_.Submit(*spec);
+    if (!job.ok()) return Refused(job.status());
     if (Json() && !absl::GetFlag(FLAGS_wait)) {
-      std::printf("%s\n", ToJson(response.job()).c_str());
+      std::printf("%s\n", ToJson(*job).c_str());
       return kOk;
     }
-    if (!Json()) std::printf("submitted %s\n", response.job().id().c_str());
+    if (!Json()) std::printf("submitted %s\n", job->id().c_str());
     if (!absl::GetFlag(FLAGS_wait)) return kOk;
-    return Watch(response.job().id());
+    return Watch(job->id());
   }
 
   int Watch(const std::string& id) {
-    grpc::ClientContext context;  // no deadline: a watch lasts as long as the job
-    v1::WatchJobRequest request;
-    request.set_id(id);
-    auto reader = jobs_->WatchJob(&context, request);
     ProgressView view(isatty(STDOUT_FILENO) && !Json());
-    v1::JobStatus status, last;
-    bool any = false;
-    while (reader->Read(&status)) {
-      last = status;
-      any = true;
+    absl::StatusOr<v1::JobStatus> ended = jobs_.Watch(id, [&](const v1::JobStatus& status) {
       if (!Json()) view.Show(status);
-    }
+    });
     view.Done();
-    grpc::Status end = reader->Finish();
-    if (!end.ok()) return Refused(end);
-    if (!any) return kRefused;
+    if (!ended.ok()) return Refused(ended.status());
+    const v1::JobStatus& last = *ended;
     if (Json()) {
       std::printf("%s\n", ToJson(last).c_str());
     } else if (last.state() == v1::SUCCEEDED) {
@@ -183,17 +166,16 @@ class Client {
   }
 
   int List() {
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    v1::ListJobsResponse response;
-    grpc::Status status = jobs_->ListJobs(&context, v1::ListJobsRequest(), &response);
-    if (!status.ok()) return Refused(status);
+    absl::StatusOr<std::vector<v1::JobStatus>> jobs = jobs_.List();
+    if (!jobs.ok()) return Refused(jobs.status());
     if (Json()) {
+      v1::ListJobsResponse response;
+      for (const v1::JobStatus& job : *jobs) *response.add_jobs() = job;
       std::printf("%s\n", ToJson(response).c_str());
       return kOk;
     }
     std::printf("%-28s %-10s %-10s %-14s %s\n", "JOB", "STATE", "PHASE", "STEP", "METRICS");
-    for (const v1::JobStatus& job : response.jobs()) {
+    for (const v1::JobStatus& job : *jobs) {
       std::string metrics;
       for (const char* key : {"test_acc", "val_acc", "train_loss"}) {
         auto it = job.metrics().find(key);
@@ -210,14 +192,9 @@ class Client {
   int Logs(const std::string& id) {
     int64_t from = 0;
     while (true) {
-      grpc::ClientContext context;
-      SetDeadline(&context);
-      v1::GetJobLogsRequest request;
-      request.set_id(id);
-      request.set_from_line(from);
-      v1::GetJobLogsResponse response;
-      grpc::Status status = jobs_->GetJobLogs(&context, request, &response);
-      if (!status.ok()) return Refused(status);
+      absl::StatusOr<v1::GetJobLogsResponse> logs = jobs_.Logs(id, from);
+      if (!logs.ok()) return Refused(logs.status());
+      const v1::GetJobLogsResponse& response = *logs;
       if (Json()) {
         std::printf("%s\n", ToJson(response).c_str());
       } else {
@@ -235,15 +212,10 @@ class Client {
   }
 
   int Cancel(const std::string& id) {
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    v1::CancelJobRequest request;
-    request.set_id(id);
-    v1::JobStatus response;
-    grpc::Status status = jobs_->CancelJob(&context, request, &response);
-    if (!status.ok()) return Refused(status);
+    absl::StatusOr<v1::JobStatus> job = jobs_.Cancel(id);
+    if (!job.ok()) return Refused(job.status());
     if (Json()) {
-      std::printf("%s\n", ToJson(response).c_str());
+      std::printf("%s\n", ToJson(*job).c_str());
     } else {
       std::printf("cancelling %s\n", id.c_str());
     }
@@ -251,18 +223,17 @@ class Client {
   }
 
   int Workers() {
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    v1::ListWorkersResponse response;
-    grpc::Status status = coordinator_->ListWorkers(&context, v1::ListWorkersRequest(), &response);
-    if (!status.ok()) return Refused(status);
+    absl::StatusOr<std::vector<v1::WorkerInfo>> workers = jobs_.Workers();
+    if (!workers.ok()) return Refused(workers.status());
     if (Json()) {
+      v1::ListWorkersResponse response;
+      for (const v1::WorkerInfo& w : *workers) *response.add_workers() = w;
       std::printf("%s\n", ToJson(response).c_str());
       return kOk;
     }
     std::printf("%-24s %-22s %-7s %-7s %-10s %s\n", "WORKER", "ADDRESS", "DEVICES", "STATE",
                 "SEEN", "JOB");
-    for (const v1::WorkerInfo& w : response.workers()) {
+    for (const v1::WorkerInfo& w : *workers) {
       std::printf("%-24s %-22s %-7d %-7s %-10s %s\n", w.name().c_str(), w.address().c_str(),
                   w.devices(), v1::WorkerInfo::State_Name(w.state()).c_str(),
                   absl::StrCat(w.last_seen_ms_ago() / 1000.0, "s ago").c_str(),
@@ -284,7 +255,7 @@ class Client {
     request.set_service(absl::GetFlag(FLAGS_service));
     grpc::health::v1::HealthCheckResponse response;
     grpc::Status status = stub->Check(&context, request, &response);
-    if (!status.ok()) return Refused(status, target);
+    if (!status.ok()) return Refused(FromGrpcStatus(status), target);
     const std::string state = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
     if (Json()) {
       std::printf("{\n \"status\": \"%s\"\n}\n", state.c_str());
@@ -298,15 +269,9 @@ class Client {
     absl::StatusOr<v1::JobStatus> job = Get(id);
     if (!job.ok()) return kRefused;
     if (!absl::GetFlag(FLAGS_plot).empty()) {
-      grpc::ClientContext context;
-      SetDeadline(&context);
-      v1::GetJobMetricsRequest request;
-      request.set_id(id);
-      v1::GetJobMetricsResponse response;
-      grpc::Status status = jobs_->GetJobMetrics(&context, request, &response);
-      if (!status.ok()) return Refused(status);
-      std::vector<v1::MetricPoint> points(response.points().begin(), response.points().end());
-      absl::Status written = WriteMetricsPlot(absl::GetFlag(FLAGS_plot), id, points);
+      absl::StatusOr<std::vector<v1::MetricPoint>> points = jobs_.Metrics(id);
+      if (!points.ok()) return Refused(points.status());
+      absl::Status written = WriteMetricsPlot(absl::GetFlag(FLAGS_plot), id, *points);
       if (!written.ok()) {
         std::fprintf(stderr, "dtrain: %s\n", std::string(written.message()).c_str());
         return kUsage;
@@ -342,26 +307,16 @@ class Client {
 
  private:
   absl::StatusOr<v1::JobStatus> Get(const std::string& id) {
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    v1::GetJobRequest request;
-    request.set_id(id);
-    v1::JobStatus response;
-    grpc::Status status = jobs_->GetJob(&context, request, &response);
-    if (!status.ok()) {
-      Refused(status);
-      return FromGrpcStatus(status);
-    }
-    return response;
+    absl::StatusOr<v1::JobStatus> job = jobs_.Get(id);
+    if (!job.ok()) Refused(job.status());
+    return job;
   }
 
   static void PrintMetrics(const v1::JobStatus& job) {
     for (const auto& [name, value] : job.metrics()) std::printf("  %-12s %.4f\n", name.c_str(), value);
   }
 
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Jobs::Stub> jobs_;
-  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  JobsClient jobs_;
 };
 
 constexpr char kUsageText[] =

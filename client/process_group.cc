@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/channel.h"
+#include "common/channel.h"
 #include "client/tensor_stream.h"
 #include "common/bearer_token.h"
 #include "common/grpc_status.h"

@@ -16,4 +16,10 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
                       status.error_message());
 }
 
+bool IsLostPeerError(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kAborted ||
+         status.code() == absl::StatusCode::kDeadlineExceeded ||
+         status.code() == absl::StatusCode::kUnavailable;
+}
+
 }  // namespace dtrain

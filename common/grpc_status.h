@@ -11,4 +11,9 @@ namespace dtrain {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// The codes a lost peer causes, as opposed to a job's own errors (which would recur anywhere):
+// ABORTED (its group failed), DEADLINE_EXCEEDED (a rank hung or never came), UNAVAILABLE (a
+// process or host could not be reached).
+bool IsLostPeerError(const absl::Status& status);
+
 }  // namespace dtrain

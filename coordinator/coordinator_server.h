@@ -13,14 +13,14 @@
 #include "absl/time/time.h"
 #include "common/metrics_http_server.h"
 #include "common/metrics_registry.h"
-#include "coordinator/access_control.h"
-#include "coordinator/collective_engine.h"
-#include "coordinator/coordinator_service.h"
-#include "coordinator/group_table.h"
-#include "coordinator/job_manager.h"
-#include "coordinator/jobs_service.h"
-#include "coordinator/kv_store.h"
-#include "coordinator/worker_registry.h"
+#include "coordinator/collectives/access_control.h"
+#include "coordinator/collectives/collective_engine.h"
+#include "coordinator/collectives/coordinator_service.h"
+#include "coordinator/collectives/group_table.h"
+#include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/jobs_service.h"
+#include "coordinator/collectives/kv_store.h"
+#include "coordinator/jobs/worker_registry.h"
 
 namespace grpc {
 class Server;
@@ -49,7 +49,7 @@ struct CoordinatorOptions {
   absl::Duration job_step_timeout = absl::Minutes(30);
   // TLS for the listening port (common/tls_credentials.h); null = plaintext.
   std::shared_ptr<grpc::ServerCredentials> credentials;
-  // The cluster's admin token (coordinator/access_control.h); empty: access control off. The
+  // The cluster's admin token (coordinator/collectives/access_control.h); empty: access control off. The
   // coordinator also presents it to its workers, so it must be the process's client token too.
   std::string admin_token;
   // host:port of the Prometheus /metrics endpoint (plain HTTP); empty: none.

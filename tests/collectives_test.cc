@@ -5,7 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
-#include "coordinator/reduction.h"
+#include "coordinator/collectives/reduction.h"
 #include "tests/reference_data.h"
 #include "tests/test_support.h"
 

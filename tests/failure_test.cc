@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "client/channel.h"
+#include "common/channel.h"
 #include "tests/test_support.h"
 
 namespace dtrain::testing {

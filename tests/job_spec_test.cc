@@ -11,7 +11,7 @@
 #include "client/progress_view.h"
 #include "common/job_spec.h"
 #include "common/tfevents_writer.h"
-#include "coordinator/distributed_sampler.h"
+#include "coordinator/jobs/distributed_sampler.h"
 #include "dtrain/v1/tfevents.pb.h"
 
 namespace dtrain {

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/job_store.h"
+#include "coordinator/jobs/job_store.h"
 
 namespace dtrain::testing {
 namespace {

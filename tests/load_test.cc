@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "client/channel.h"
+#include "common/channel.h"
 #include "tests/test_support.h"
 
 namespace dtrain::testing {

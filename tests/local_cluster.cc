@@ -8,7 +8,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "client/channel.h"
+#include "common/channel.h"
 
 namespace dtrain::testing {
 

@@ -7,7 +7,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "client/channel.h"
+#include "common/channel.h"
 #include "client/process_group.h"
 #include "common/process_tuning.h"
 

@@ -7,7 +7,7 @@
 
 #include "common/half.h"
 #include "common/tensor.h"
-#include "coordinator/reduction.h"
+#include "coordinator/collectives/reduction.h"
 
 namespace dtrain {
 namespace {

@@ -9,7 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "client/channel.h"
+#include "common/channel.h"
 #include "common/grpc_status.h"
 #include "tests/test_support.h"
 

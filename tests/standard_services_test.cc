@@ -9,7 +9,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
-#include "client/channel.h"
+#include "common/channel.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/test_support.h"
 #include "tests/worker_process.h"

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "client/channel.h"
+#include "common/channel.h"
 
 namespace dtrain::testing {
 

@@ -18,7 +18,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "client/channel.h"
+#include "common/channel.h"
 #include "client/kv_client.h"
 #include "common/bearer_token.h"
 #include "common/grpc_status.h"

@@ -1,4 +1,4 @@
-#include "client/channel.h"
+#include "common/channel.h"
 #include "tests/worker_process.h"
 
 #include <signal.h>

@@ -3,7 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "coordinator/worker_registry.h"
+#include "coordinator/jobs/worker_registry.h"
 
 namespace dtrain {
 namespace {
@@ -44,7 +44,7 @@ TEST(WorkerRegistryTest, Draining_StaysDrainingThroughLossAndBack_UntilANewIncar
   absl::Time now = absl::UnixEpoch() + absl::Hours(1);
   ASSERT_TRUE(registry.Register(Worker("a", 1), now).ok());
   ASSERT_TRUE(registry.Register(Worker("b", 2), now).ok());
-  registry.Assign("a", "job-1");
+  ASSERT_EQ(registry.Reserve("job-1", 1, 1, {"b"}, now).size(), 1u);
   v1::WorkerHeartbeatResponse response;
   ASSERT_TRUE(registry.Heartbeat(Beat("a", 1, "job-1", true), now, &response).ok());
   EXPECT_TRUE(response.release_pending());  // the coordinator runs job-1 on a
@@ -86,16 +86,54 @@ TEST(WorkerRegistryTest, AssignedJob_ListedFromPlacementUntilLetGo) {
   const absl::Time now = absl::UnixEpoch() + absl::Hours(1);
   ASSERT_TRUE(registry.Register(Worker("a", 1), now).ok());
   ASSERT_TRUE(registry.Register(Worker("b", 2), now).ok());
-  registry.Assign("a", "job-1");
+  ASSERT_EQ(registry.Reserve("job-1", 1, 1, {}, now).size(), 1u);  // "a": name order
   EXPECT_EQ(Listed(registry, "a", now).assigned_job_id(), "job-1");
   EXPECT_EQ(Listed(registry, "a", now).job_id(), "");  // no heartbeat since
   EXPECT_EQ(Listed(registry, "b", now).assigned_job_id(), "");
   v1::WorkerHeartbeatResponse response;
   ASSERT_TRUE(registry.Heartbeat(Beat("a", 1, "", false), now, &response).ok());
   EXPECT_EQ(Listed(registry, "a", now).assigned_job_id(), "job-1");
-  registry.Assign("a", "");
+  registry.Release("a");
   EXPECT_EQ(Listed(registry, "a", now).assigned_job_id(), "");
   EXPECT_EQ(Listed(registry, "a", now).name(), "a");
+}
+
+std::vector<std::string> Names(const std::vector<v1::WorkerInfo>& workers) {
+  std::vector<std::string> names;
+  for (const v1::WorkerInfo& w : workers) names.push_back(w.name());
+  return names;
+}
+
+// The registry alone says who is free: a reserved worker, one running a job by its heartbeat,
+// a draining, lost or unreachable one, and an excluded one are never reserved again.
+TEST(WorkerRegistryTest, Reserve_OnlyFreeWorkers_AllOrNothingBelowMin) {
+  WorkerRegistry registry(absl::Seconds(5));
+  absl::Time now = absl::UnixEpoch() + absl::Hours(1);
+  for (const char* name : {"a", "b", "c", "d", "e", "f"}) {
+    ASSERT_TRUE(registry.Register(Worker(name, 7), now).ok());
+  }
+  v1::WorkerHeartbeatResponse response;
+  ASSERT_TRUE(registry.Heartbeat(Beat("b", 7, "direct-job", false), now, &response).ok());
+  ASSERT_TRUE(registry.Heartbeat(Beat("c", 7, "", true), now, &response).ok());
+  registry.MarkUnreachable("d");
+
+  EXPECT_THAT(Names(registry.Reserve("j1", 1, 1, {}, now)), ElementsAre("a"));
+  // Free now: e and f. Three wanted at least: nothing is reserved.
+  EXPECT_THAT(registry.Reserve("j2", 3, 3, {}, now), IsEmpty());
+  EXPECT_EQ(Listed(registry, "e", now).assigned_job_id(), "");
+  // Up to three, excluding e: only f.
+  EXPECT_THAT(Names(registry.Reserve("j2", 0, 3, {"e"}, now)), ElementsAre("f"));
+  EXPECT_EQ(Listed(registry, "f", now).assigned_job_id(), "j2");
+
+  // Released, a worker is free again; its old job is one to drop if it still reports it.
+  registry.Release("a");
+  EXPECT_THAT(Names(registry.Reserve("j3", 2, 2, {}, now)), ElementsAre("a", "e"));
+  ASSERT_TRUE(registry.Heartbeat(Beat("f", 7, "j1", false), now, &response).ok());
+  EXPECT_EQ(response.abandoned_job(), "j1");
+  // A lost worker is not free until it heartbeats.
+  now += absl::Seconds(6);
+  registry.Tick(now);
+  EXPECT_THAT(registry.Reserve("j4", 1, 1, {}, now), IsEmpty());
 }
 
 }  // namespace

@@ -19,7 +19,7 @@
 #include <torch/script.h>
 
 #include "absl/strings/str_cat.h"
-#include "client/channel.h"
+#include "common/channel.h"
 #include "common/grpc_status.h"
 #include "common/tensor.h"
 #include "tests/test_support.h"

@@ -105,21 +105,21 @@ torch::Tensor Accelerator::TrainingStepEnd(torch::Tensor output) {
   return loss;
 }
 
-absl::StatusOr<StepOutput> Accelerator::EvalStep(const std::string& method,
+absl::StatusOr<StepOutput> Accelerator::EvalStep(StepKind kind,
                                                  const c10::IValue& batch, int64_t batch_idx) {
   torch::NoGradGuard no_grad;
   const c10::IValue on_device = BatchToDevice(batch);
-  return precision_->Run([&] { return strategy_->EvalStep(method, on_device, batch_idx); });
+  return precision_->Run([&] { return strategy_->EvalStep(kind, on_device, batch_idx); });
 }
 
 absl::StatusOr<StepOutput> Accelerator::ValidationStep(const c10::IValue& batch, int64_t i) {
-  return EvalStep("validation_step", batch, i);
+  return EvalStep(StepKind::kValidation, batch, i);
 }
 absl::StatusOr<StepOutput> Accelerator::TestStep(const c10::IValue& batch, int64_t i) {
-  return EvalStep("test_step", batch, i);
+  return EvalStep(StepKind::kTest, batch, i);
 }
 absl::StatusOr<StepOutput> Accelerator::PredictStep(const c10::IValue& batch, int64_t i) {
-  DTRAIN_ASSIGN_OR_RETURN(StepOutput out, EvalStep("predict_step", batch, i));
+  DTRAIN_ASSIGN_OR_RETURN(StepOutput out, EvalStep(StepKind::kPredict, batch, i));
   results_ = out;
   return out;
 }

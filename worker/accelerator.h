@@ -110,7 +110,6 @@ class Accelerator {
   void UpdateGlobalStep() { ++progress_.global_step; }
   void OnTrainStart();
   void OnTrainEnd();
-  void OnTrainEpochEnd() { ++progress_.epoch; }
   void SetEpoch(int64_t epoch) { progress_.epoch = epoch; }
   LightningModule& model() { return *model_; }
 
@@ -118,7 +117,7 @@ class Accelerator {
   explicit Accelerator(torch::Device device) : device_(device) {}
 
  private:
-  absl::StatusOr<StepOutput> EvalStep(const std::string& method, const c10::IValue& batch,
+  absl::StatusOr<StepOutput> EvalStep(StepKind kind, const c10::IValue& batch,
                                       int64_t batch_idx);
 
   torch::Device device_;

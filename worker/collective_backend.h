@@ -1,5 +1,5 @@
 // CollectiveBackend: the collectives a strategy needs (ddp, ddp_spawn, sharded), on torch
-// tensors, behind one interface so that another engine (Gloo, issue 5) can plug in beside the
+// tensors, behind one interface so that another engine (Gloo, shared memory) can plug in beside the
 // coordinator's gRPC collectives. Every call has the ProcessGroup's deadline semantics: it
 // fails loudly (a status naming the ranks involved) rather than hang.
 //

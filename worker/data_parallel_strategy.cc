@@ -31,13 +31,13 @@ absl::StatusOr<torch::Tensor> DataParallelStrategy::TrainingStep(const c10::IVal
   });
 }
 
-absl::StatusOr<StepOutput> DataParallelStrategy::EvalStep(const std::string& method,
+absl::StatusOr<StepOutput> DataParallelStrategy::EvalStep(StepKind kind,
                                                           const c10::IValue& batch,
                                                           int64_t idx) {
   DTRAIN_ASSIGN_OR_RETURN(std::vector<c10::IValue> parts, SplitBatch(batch, options_.devices));
   std::map<std::string, std::vector<torch::Tensor>> gathered;
   for (const c10::IValue& part : parts) {
-    DTRAIN_ASSIGN_OR_RETURN(StepOutput out, Strategy::EvalStep(method, part, idx));
+    DTRAIN_ASSIGN_OR_RETURN(StepOutput out, Strategy::EvalStep(kind, part, idx));
     for (auto& [key, value] : out) gathered[key].push_back(value);
   }
   per_replica_keys_.clear();

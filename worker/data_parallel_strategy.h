@@ -27,7 +27,7 @@ class DataParallelStrategy : public Strategy {
   // A 1-D tensor: one loss per replica.
   absl::StatusOr<torch::Tensor> TrainingStep(const c10::IValue& batch, int64_t idx) override;
   // Scalar outputs become one value per replica; other outputs are concatenated along dim 0.
-  absl::StatusOr<StepOutput> EvalStep(const std::string& method, const c10::IValue& batch,
+  absl::StatusOr<StepOutput> EvalStep(StepKind kind, const c10::IValue& batch,
                                       int64_t idx) override;
   torch::Tensor TrainingStepEnd(torch::Tensor output) override;
   StepOutput EvalStepEnd(StepOutput output) override;

@@ -5,7 +5,7 @@
 #include <torch/types.h>
 
 #include "absl/strings/str_cat.h"
-#include "client/channel.h"
+#include "common/channel.h"
 #include "common/status_macros.h"
 #include "worker/coordinator_store.h"
 

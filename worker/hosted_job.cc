@@ -27,13 +27,9 @@ class LocalJob : public HostedJob {
     switch (kind) {
       case StepKind::kTraining: result = job_->Train(work, request.epoch(), request.end_of_epoch()); break;
       case StepKind::kValidation:
-        result = job_->Evaluate("validation_step", work, request.return_outputs());
-        break;
       case StepKind::kTest:
-        result = job_->Evaluate("test_step", work, request.return_outputs());
-        break;
       case StepKind::kPredict:
-        result = job_->Evaluate("predict_step", work, request.return_outputs());
+        result = job_->Evaluate(kind, work, request.return_outputs());
         break;
     }
     if (!result.ok()) return result.status();

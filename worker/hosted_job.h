@@ -10,13 +10,12 @@
 
 #include "absl/status/statusor.h"
 #include "dtrain/v1/worker.pb.h"
+#include "worker/step_kind.h"
 
 namespace dtrain {
 
 class Job;
 struct WorkerIdentity;
-
-enum class StepKind { kTraining, kValidation, kTest, kPredict };
 
 class HostedJob {
  public:

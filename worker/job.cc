@@ -284,7 +284,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   return result;
 }
 
-absl::StatusOr<v1::LocalResult> Job::Evaluate(const std::string& method,
+absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind,
                                               const v1::LocalWork& work, bool return_outputs) {
   // No batches is fine here: evaluation shards are not padded, so with fewer samples than
   // ranks some ranks have nothing to evaluate.
@@ -294,7 +294,10 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(const std::string& method,
     a.OnTrainEnd();
     training_ = false;
   }
-  const bool with_tensors = return_outputs || method == "predict_step";
+  if (kind == StepKind::kTraining) {
+    return absl::InvalidArgumentError("Evaluate runs validation, test or predict steps");
+  }
+  const bool with_tensors = return_outputs || kind == StepKind::kPredict;
   v1::LocalResult result;
   result.set_rank(a.strategy().global_rank());
   for (int i = 0; i < BatchCount(work); ++i) {
@@ -302,10 +305,10 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(const std::string& method,
     DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i));
     const int64_t batch_idx = work.first_batch_idx() + i;
     StepOutput out;
-    if (method == "validation_step") {
+    if (kind == StepKind::kValidation) {
       DTRAIN_ASSIGN_OR_RETURN(out, a.ValidationStep(batch, batch_idx));
       out = a.ValidationStepEnd(std::move(out));
-    } else if (method == "test_step") {
+    } else if (kind == StepKind::kTest) {
       DTRAIN_ASSIGN_OR_RETURN(out, a.TestStep(batch, batch_idx));
       out = a.TestStepEnd(std::move(out));
     } else {

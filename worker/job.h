@@ -15,6 +15,7 @@
 #include "dtrain/v1/worker.pb.h"
 #include "worker/accelerator.h"
 #include "worker/dataset.h"
+#include "worker/step_kind.h"
 
 namespace dtrain {
 
@@ -43,8 +44,8 @@ class Job {
   // end_of_epoch: the last batch closes the accumulation window.
   absl::StatusOr<v1::LocalResult> Train(const v1::LocalWork& work, int64_t epoch,
                                         bool end_of_epoch = false);
-  // method: validation_step | test_step | predict_step; eval mode, no grad.
-  absl::StatusOr<v1::LocalResult> Evaluate(const std::string& method, const v1::LocalWork& work,
+  // kind: validation, test or predict; eval mode, no grad.
+  absl::StatusOr<v1::LocalResult> Evaluate(StepKind kind, const v1::LocalWork& work,
                                            bool return_outputs);
   absl::StatusOr<bool> SaveCheckpoint(const std::string& path, int64_t epoch);
   absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path);

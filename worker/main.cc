@@ -84,10 +84,10 @@ int ParseDevices(const std::string& flag) {
 
 // SIGTERM's graceful part: no new job; the running step finishes; a job the coordinator runs
 // is checkpointed and lets this worker go (it resumes elsewhere). Bounded by `timeout`; a
-// second signal cuts it short. The hard part (stop the step, leave the group) is Drain's.
+// second signal cuts it short. The hard part (stop the step, leave the group) is StopNow's.
 void StopGracefully(dtrain::WorkerService& service, dtrain::WorkerRegistration* registration,
                     const sigset_t& signals, int received, absl::Duration timeout) {
-  service.BeginDrain();
+  service.Drain();
   const std::string job = service.current_job();
   const absl::Time deadline = absl::Now() + timeout;
   bool hold = false;
@@ -117,7 +117,7 @@ void StopGracefully(dtrain::WorkerService& service, dtrain::WorkerRegistration* 
       break;
     }
   }
-  service.Drain();
+  service.StopNow();
 }
 
 }  // namespace

@@ -104,12 +104,20 @@ absl::StatusOr<torch::Tensor> Strategy::TrainingStep(const c10::IValue& batch, i
   return model_->TrainingStep(batch, idx);
 }
 
-absl::StatusOr<StepOutput> Strategy::EvalStep(const std::string& method,
+absl::StatusOr<StepOutput> Strategy::EvalStep(StepKind kind,
                                               const c10::IValue& batch, int64_t idx) {
-  if (method == "validation_step") return model_->ValidationStep(batch, idx);
-  if (method == "test_step") return model_->TestStep(batch, idx);
-  if (method == "predict_step") return model_->PredictStep(batch, idx);
-  return absl::InvalidArgumentError(absl::StrCat("no step method '", method, "'"));
+  switch (kind) {
+    case StepKind::kValidation:
+      return model_->ValidationStep(batch, idx);
+    case StepKind::kTest:
+      return model_->TestStep(batch, idx);
+    case StepKind::kPredict:
+      return model_->PredictStep(batch, idx);
+    case StepKind::kTraining:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(StepMethodName(kind), " is not an evaluation step"));
 }
 
 absl::Status Strategy::OptimizerStep() {

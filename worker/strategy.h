@@ -4,7 +4,7 @@
 //   ddp            one rank per process; parameters and buffers broadcast from rank 0 at
 //                  setup; gradients averaged in buckets after backward, not while accumulating
 //   ddp_spawn      ddp, with one child process per local device spawned by the worker daemon
-//                  (worker/spawned_ranks.h); each child runs this ddp strategy
+//                  (worker/spawned_job.h); each child runs this ddp strategy
 //   sharded        ddp plus ZeRO stage 1 (worker/sharded_optimizer.h)
 //   dp             one process; the batch split across the worker's devices, outputs gathered,
 //                  *_step_end reduces them as a mean (worker/data_parallel_strategy.h)
@@ -26,6 +26,7 @@
 #include "worker/collective_backend.h"
 #include "worker/lightning_module.h"
 #include "worker/optimizers.h"
+#include "worker/step_kind.h"
 
 namespace dtrain {
 
@@ -70,7 +71,7 @@ class Strategy {
 
   // The step methods run the model's; dp scatters the batch across replicas first.
   virtual absl::StatusOr<torch::Tensor> TrainingStep(const c10::IValue& batch, int64_t idx);
-  virtual absl::StatusOr<StepOutput> EvalStep(const std::string& method, const c10::IValue& batch,
+  virtual absl::StatusOr<StepOutput> EvalStep(StepKind kind, const c10::IValue& batch,
                                               int64_t idx);
   // *_step_end: reduce what the replicas returned (dp: a mean); the identity otherwise.
   virtual torch::Tensor TrainingStepEnd(torch::Tensor output) { return output; }
@@ -106,12 +107,6 @@ class Strategy {
   absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all = true) {
     return backend_->ReduceBooleanDecision(decision, all);
   }
-
-  // model_sharded_context: the scope in which a model would be built sharded. ZeRO stage 1
-  // shards optimizer state, not parameters, so for every strategy here the scope does nothing;
-  // it exists so that code written against Lightning's API keeps its shape.
-  struct ShardedContext {};
-  ShardedContext ModelShardedContext() const { return {}; }
 
   // Leaves the group cleanly; the strategy is unusable afterwards.
   virtual absl::Status Teardown();

@@ -22,22 +22,11 @@ struct WorkerService::Task {
   std::string setup_job;  // a Setup's job id
 };
 
-namespace {
-
-// Errors after which the job's group is gone: a rank died, hung or the coordinator left.
-bool EndsTheJob(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kAborted ||
-         status.code() == absl::StatusCode::kDeadlineExceeded ||
-         status.code() == absl::StatusCode::kUnavailable;
-}
-
-}  // namespace
-
 WorkerService::WorkerService(WorkerServiceOptions options)
     : options_(std::move(options)), executor_([this] { ExecutorLoop(); }) {}
 
 WorkerService::~WorkerService() {
-  Drain();
+  StopNow();
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -65,7 +54,7 @@ grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* co
     return reactor;
   }
   absl::MutexLock lock(&mu_);
-  if (draining_) {
+  if (stopping_) {
     reactor->Finish(ToGrpcStatus(absl::UnavailableError("the worker is shutting down")));
     return reactor;
   }
@@ -104,7 +93,7 @@ void WorkerService::ExecutorLoop() {
       running_.reset();
       // A call the hard stop cut short is this worker leaving, not a client's cancellation: the
       // coordinator must name this worker as the one its job lost.
-      if (draining_ && status.code() == absl::StatusCode::kCancelled) {
+      if (stopping_ && status.code() == absl::StatusCode::kCancelled) {
         status = absl::UnavailableError(
             "the worker is shutting down and stopped this call before it finished");
       }
@@ -135,7 +124,8 @@ absl::StatusOr<std::shared_ptr<HostedJob>> WorkerService::JobFor(const std::stri
 absl::Status WorkerService::Note(absl::Status status) {
   absl::MutexLock lock(&mu_);
   if (!status.ok()) last_error_ = std::string(status.message());
-  if (EndsTheJob(status)) failed_ = true;
+  // After such an error the job's group is gone: a rank died, hung or the coordinator left.
+  if (IsLostPeerError(status)) failed_ = true;
   return status;
 }
 
@@ -317,7 +307,7 @@ grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* con
   return FinishNow(context, absl::OkStatus());
 }
 
-void WorkerService::BeginDrain() {
+void WorkerService::Drain() {
   absl::MutexLock lock(&mu_);
   leaving_ = true;
 }
@@ -333,12 +323,12 @@ bool WorkerService::WaitUntilIdle(absl::Time deadline) {
       deadline);
 }
 
-void WorkerService::Drain() {
+void WorkerService::StopNow() {
   std::shared_ptr<Task> teardown;
   {
     absl::MutexLock lock(&mu_);
-    if (draining_) return;
-    draining_ = leaving_ = true;
+    if (stopping_) return;
+    stopping_ = leaving_ = true;
     if (job_ != nullptr) job_->Cancel();
     // Queued calls will not run: answer them now.
     for (std::shared_ptr<Task>& t : queue_) t->cancelled = true;
@@ -357,7 +347,7 @@ void WorkerService::Drain() {
 
 void WorkerService::AbandonJob(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  if (job_ == nullptr || job_->id() != job_id || draining_) return;
+  if (job_ == nullptr || job_->id() != job_id || stopping_) return;
   job_->Cancel();
   auto task = std::make_shared<Task>();
   task->body = [this, job_id]() -> absl::Status {

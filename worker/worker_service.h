@@ -35,7 +35,7 @@ struct WorkerServiceOptions {
 class WorkerService final : public v1::Worker::CallbackService {
  public:
   explicit WorkerService(WorkerServiceOptions options);
-  // Drains (see Drain) and stops the executor.
+  // Stops (see StopNow) and stops the executor.
   ~WorkerService() override;
 
   grpc::ServerUnaryReactor* Setup(grpc::CallbackServerContext* context,
@@ -74,13 +74,13 @@ class WorkerService final : public v1::Worker::CallbackService {
 
   // The start of a graceful stop: Setup is refused (UNAVAILABLE) from now on, while the job set
   // up keeps running, so its step finishes and its coordinator can checkpoint and release it.
-  void BeginDrain();
+  void Drain();
   // Blocks until no call runs or waits (the current step is done), or `deadline`; true if idle.
   bool WaitUntilIdle(absl::Time deadline);
-  // The hard stop, after BeginDrain's grace (or at once): refuses every job RPC (UNAVAILABLE),
+  // The hard stop, after Drain's grace (or at once): refuses every job RPC (UNAVAILABLE),
   // stops the running step before its next batch, and tears the job down so that it leaves its
   // group cleanly. Returns once done. Idempotent.
-  void Drain();
+  void StopNow();
   // The job set up now, or whose Setup was taken and has not ended; or "".
   std::string current_job() const;
   // The coordinator no longer counts `job_id` as this worker's (it ended while this worker was
@@ -108,8 +108,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   std::shared_ptr<HostedJob> job_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<Task>> queue_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Task> running_ ABSL_GUARDED_BY(mu_);
-  bool leaving_ ABSL_GUARDED_BY(mu_) = false;   // BeginDrain: no new job
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;  // Drain: no call at all
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;   // Drain: no new job
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // StopNow: no call at all
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   std::string last_error_ ABSL_GUARDED_BY(mu_);

@@ -1,4 +1,4 @@
-#include "coordinator/jobs_service.h"
+#include "coordinator/jobs/jobs_service.h"
 
 #include <optional>
 

@@ -1,4 +1,4 @@
-#include "coordinator/trainer.h"
+#include "coordinator/jobs/trainer.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -13,12 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "client/channel.h"
+#include "common/channel.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/tensor.h"
 #include "common/status_macros.h"
-#include "coordinator/distributed_sampler.h"
+#include "coordinator/jobs/distributed_sampler.h"
 
 namespace dtrain {
 namespace {

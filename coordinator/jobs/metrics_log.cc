@@ -1,4 +1,4 @@
-#include "coordinator/metrics_log.h"
+#include "coordinator/jobs/metrics_log.h"
 
 #include <filesystem>
 

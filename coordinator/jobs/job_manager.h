@@ -27,10 +27,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "coordinator/access_control.h"
-#include "coordinator/job_store.h"
-#include "coordinator/trainer.h"
-#include "coordinator/worker_registry.h"
+#include "coordinator/collectives/access_control.h"
+#include "coordinator/jobs/job_record.h"
+#include "coordinator/jobs/job_store.h"
+#include "coordinator/jobs/trainer.h"
+#include "coordinator/jobs/worker_registry.h"
 #include "dtrain/v1/jobs.pb.h"
 
 namespace dtrain {
@@ -44,7 +45,7 @@ struct JobManagerOptions {
 
 class JobManager {
  public:
-  using Watcher = std::function<void(const v1::JobStatus& status)>;
+  using Watcher = JobWatcher;
 
   // `access` issues each job's token (null: no tokens).
   JobManager(JobManagerOptions options, WorkerRegistry* workers, AccessControl* access = nullptr);
@@ -78,23 +79,21 @@ class JobManager {
   void Shutdown();
 
  private:
-  class Job;
-  std::shared_ptr<Job> Find(const std::string& id) const;
-  void Start(const std::shared_ptr<Job>& job, std::vector<v1::WorkerInfo> workers);
+  std::shared_ptr<JobRecord> Find(const std::string& id) const;
+  void Start(const std::shared_ptr<JobRecord>& job, std::vector<v1::WorkerInfo> workers);
   // The job's thread: runs its Trainer, re-forming an elastic job that lost workers, then
   // frees its workers.
-  void RunJob(const std::shared_ptr<Job>& job, TrainerOptions options);
-  static void PublishOutcome(Job& job, const absl::Status& status);
+  void RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions options);
+  static void PublishOutcome(JobRecord& job, const absl::Status& status);
 
   const JobManagerOptions options_;
   WorkerRegistry* const workers_;
   AccessControl* const access_;
   std::unique_ptr<JobStore> store_;  // set by Restore, before any job exists
   mutable absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<JobRecord>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);     // submission order
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> busy_workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> name_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::thread> threads_ ABSL_GUARDED_BY(mu_);  // running trainers
   std::vector<std::string> finished_ ABSL_GUARDED_BY(mu_);           // threads to join

@@ -1,4 +1,4 @@
-#include "coordinator/access_control.h"
+#include "coordinator/collectives/access_control.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/bearer_token.h"

@@ -1,4 +1,4 @@
-#include "coordinator/distributed_sampler.h"
+#include "coordinator/jobs/distributed_sampler.h"
 
 #include <algorithm>
 #include <numeric>

@@ -3,8 +3,8 @@
 // taken yet (it always gets the latest, and the terminal one last).
 #pragma once
 
-#include "coordinator/access_control.h"
-#include "coordinator/job_manager.h"
+#include "coordinator/collectives/access_control.h"
+#include "coordinator/jobs/job_manager.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
 
 namespace dtrain {

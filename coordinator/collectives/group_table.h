@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "dtrain/v1/coordinator.pb.h"
 
 namespace dtrain {
@@ -32,6 +33,8 @@ struct GroupTableOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration default_collective_timeout = absl::Minutes(10);
   absl::Duration default_register_timeout = absl::Minutes(5);
+  // The time registrations and heartbeats are stamped with (deadlines are checked by Tick).
+  Clock clock = absl::Now;
 };
 
 // Callbacks to the rest of the coordinator. Each is optional.

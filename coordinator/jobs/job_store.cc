@@ -1,4 +1,4 @@
-#include "coordinator/job_store.h"
+#include "coordinator/jobs/job_store.h"
 
 #include <fcntl.h>
 #include <sqlite3.h>

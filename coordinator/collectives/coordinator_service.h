@@ -4,11 +4,11 @@
 // holds a reactor, never a thread.
 #pragma once
 
-#include "coordinator/access_control.h"
-#include "coordinator/collective_engine.h"
-#include "coordinator/group_table.h"
-#include "coordinator/kv_store.h"
-#include "coordinator/worker_registry.h"
+#include "coordinator/collectives/access_control.h"
+#include "coordinator/collectives/collective_engine.h"
+#include "coordinator/collectives/group_table.h"
+#include "coordinator/collectives/kv_store.h"
+#include "coordinator/collectives/worker_directory.h"
 #include "dtrain/v1/coordinator.grpc.pb.h"
 
 namespace dtrain {
@@ -41,9 +41,10 @@ using CoordinatorServiceBase =
 
 class CoordinatorService final : public CoordinatorServiceBase {
  public:
-  // The pointees must outlive the service.
+  // The pointees must outlive the service; `workers` may be null (no job side: the worker
+  // RPCs answer UNIMPLEMENTED).
   CoordinatorService(GroupTable* groups, CollectiveEngine* engine, KeyValueStore* kv,
-                     WorkerRegistry* workers, const AccessControl* access);
+                     WorkerDirectory* workers, const AccessControl* access);
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -115,7 +116,7 @@ class CoordinatorService final : public CoordinatorServiceBase {
   GroupTable* const groups_;
   CollectiveEngine* const engine_;
   KeyValueStore* const kv_;
-  WorkerRegistry* const workers_;
+  WorkerDirectory* const workers_;
   const AccessControl* const access_;
 };
 

@@ -1,4 +1,4 @@
-#include "coordinator/coordinator_service.h"
+#include "coordinator/collectives/coordinator_service.h"
 
 #include <algorithm>
 #include <atomic>
@@ -326,9 +326,19 @@ grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* CoordinatorSer
 }
 
 CoordinatorService::CoordinatorService(GroupTable* groups, CollectiveEngine* engine,
-                                       KeyValueStore* kv, WorkerRegistry* workers,
+                                       KeyValueStore* kv, WorkerDirectory* workers,
                                        const AccessControl* access)
     : groups_(groups), engine_(engine), kv_(kv), workers_(workers), access_(access) {}
+
+namespace {
+
+absl::Status NoJobSide() {
+  return absl::UnimplementedError(
+      "this coordinator serves process groups only and keeps no worker registry; run "
+      "dtrain-coordinator to register workers");
+}
+
+}  // namespace
 
 absl::Status CoordinatorService::Authorize(const grpc::CallbackServerContext& context,
                                            const std::string* group,
@@ -533,6 +543,7 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
   if (absl::Status s = Authorize(*context, nullptr, "RegisterWorker"); !s.ok()) {
     return FinishNow(context, s);
   }
+  if (workers_ == nullptr) return FinishNow(context, NoJobSide());
   absl::Status status = workers_->Register(request->worker(), absl::Now());
   const GroupTableOptions& options = groups_->options();
   response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options.heartbeat_interval));
@@ -546,6 +557,7 @@ grpc::ServerUnaryReactor* CoordinatorService::WorkerHeartbeat(
   if (absl::Status s = Authorize(*context, nullptr, "WorkerHeartbeat"); !s.ok()) {
     return FinishNow(context, s);
   }
+  if (workers_ == nullptr) return FinishNow(context, NoJobSide());
   return FinishNow(context, workers_->Heartbeat(*request, absl::Now(), response));
 }
 
@@ -555,6 +567,7 @@ grpc::ServerUnaryReactor* CoordinatorService::UnregisterWorker(
   if (absl::Status s = Authorize(*context, nullptr, "UnregisterWorker"); !s.ok()) {
     return FinishNow(context, s);
   }
+  if (workers_ == nullptr) return FinishNow(context, NoJobSide());
   return FinishNow(context, workers_->Unregister(*request));
 }
 
@@ -564,6 +577,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerCo
   if (absl::Status s = Authorize(*context, nullptr, "ListWorkers"); !s.ok()) {
     return FinishNow(context, s);
   }
+  if (workers_ == nullptr) return FinishNow(context, NoJobSide());
   for (v1::WorkerInfo& info : workers_->List(absl::Now())) *response->add_workers() = std::move(info);
   return FinishNow(context, absl::OkStatus());
 }

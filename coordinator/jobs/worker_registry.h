@@ -16,33 +16,41 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/collectives/worker_directory.h"
 #include "dtrain/v1/coordinator.pb.h"
 
 namespace dtrain {
 
-class WorkerRegistry {
+class WorkerRegistry final : public WorkerDirectory {
  public:
   explicit WorkerRegistry(absl::Duration heartbeat_timeout)
       : heartbeat_timeout_(heartbeat_timeout) {}
 
-  absl::Status Register(const v1::WorkerInfo& worker, absl::Time now);
+  absl::Status Register(const v1::WorkerInfo& worker, absl::Time now) override;
   // Also tells a worker that reports a job which is not (or no longer) assigned to it to drop
   // it (response->abandoned_job).
   absl::Status Heartbeat(const v1::WorkerHeartbeatRequest& request, absl::Time now,
-                         v1::WorkerHeartbeatResponse* response);
+                         v1::WorkerHeartbeatResponse* response) override;
   // A call to the worker could not connect (it died, or its port is gone): it is not placed
   // again until it heartbeats after this.
   void MarkUnreachable(const std::string& name);
   // `job_id` ran under a coordinator before this one (restored from its database): a worker
   // that still reports it is told to drop it, unless the job is placed on it again.
   void MarkEnded(const std::string& job_id);
-  // The job a worker is placed on, from placement until its teardown; "" clears it.
-  void Assign(const std::string& name, const std::string& job_id);
-  absl::Status Unregister(const v1::UnregisterWorkerRequest& request);
+  // Reserves free workers for `job_id`: ALIVE, running nothing by their last heartbeat and
+  // placed on no job, in name order, skipping `exclude`; at most `max_count`, and none when
+  // fewer than `min_count` are free. Choosing and reserving happen under one lock, so two jobs
+  // never get one worker. A worker stays the job's (ListWorkers' assigned_job_id) until Release.
+  std::vector<v1::WorkerInfo> Reserve(const std::string& job_id, int min_count, int max_count,
+                                      const std::set<std::string>& exclude, absl::Time now);
+  // `name` is no longer the job's (its job ended, or went on without it); a heartbeat that
+  // still reports the job is told to drop it.
+  void Release(const std::string& name);
+  absl::Status Unregister(const v1::UnregisterWorkerRequest& request) override;
   // Those of `names` that said they are stopping (DRAINING), in the order given.
   std::vector<std::string> Draining(const std::vector<std::string>& names) const;
   // By name, with state and last_seen_ms_ago as of `now`.
-  std::vector<v1::WorkerInfo> List(absl::Time now) const;
+  std::vector<v1::WorkerInfo> List(absl::Time now) const override;
   // Marks silent workers LOST and forgets long-lost ones.
   void Tick(absl::Time now);
 

@@ -1,4 +1,4 @@
-#include "coordinator/worker_registry.h"
+#include "coordinator/jobs/worker_registry.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -76,15 +76,35 @@ void WorkerRegistry::MarkEnded(const std::string& job_id) {
   RememberEndedLocked(job_id);
 }
 
-void WorkerRegistry::Assign(const std::string& name, const std::string& job_id) {
+std::vector<v1::WorkerInfo> WorkerRegistry::Reserve(const std::string& job_id, int min_count,
+                                                    int max_count,
+                                                    const std::set<std::string>& exclude,
+                                                    absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::WorkerInfo> chosen;
+  for (const auto& [name, e] : workers_) {
+    if (static_cast<int>(chosen.size()) >= max_count) break;
+    if (e.info.state() != v1::WorkerInfo::ALIVE || !e.info.job_id().empty() ||
+        assigned_.count(name) > 0 || exclude.count(name) > 0) {
+      continue;
+    }
+    chosen.push_back(e.info);
+    chosen.back().set_last_seen_ms_ago(absl::ToInt64Milliseconds(now - e.last_seen));
+  }
+  if (static_cast<int>(chosen.size()) < min_count) return {};
+  for (v1::WorkerInfo& w : chosen) {
+    assigned_[w.name()] = job_id;
+    w.set_assigned_job_id(job_id);
+  }
+  return chosen;
+}
+
+void WorkerRegistry::Release(const std::string& name) {
   absl::MutexLock lock(&mu_);
   auto it = assigned_.find(name);
-  if (it != assigned_.end() && it->second != job_id) RememberEndedLocked(it->second);
-  if (job_id.empty()) {
-    assigned_.erase(name);
-  } else {
-    assigned_[name] = job_id;
-  }
+  if (it == assigned_.end()) return;
+  RememberEndedLocked(it->second);
+  assigned_.erase(it);
 }
 
 absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request, absl::Time now,

@@ -1,4 +1,4 @@
-#include "coordinator/reduction.h"
+#include "coordinator/collectives/reduction.h"
 
 #include <cstring>
 #include <type_traits>

@@ -1,4 +1,4 @@
-#include "coordinator/kv_store.h"
+#include "coordinator/collectives/kv_store.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -87,7 +87,7 @@ void KeyValueStore::Get(const std::string& scope, const std::string& key, absl::
         answer = absl::NotFoundError(
             absl::StrCat("key-value: no key '", key, "' in scope '", scope, "'"));
       } else {
-        waiters_.push_back(Waiter{scope, key, absl::Now() + wait, wait, std::move(done)});
+        waiters_.push_back(Waiter{scope, key, clock_() + wait, wait, std::move(done)});
         return;
       }
     }

@@ -1,4 +1,4 @@
-#include "coordinator/group_table.h"
+#include "coordinator/collectives/group_table.h"
 
 #include <algorithm>
 #include <set>
@@ -88,7 +88,7 @@ absl::Status GroupTable::ValidateRegister(const v1::RegisterRequest& r) const {
 
 void GroupTable::Register(const v1::RegisterRequest& request, RegisterDone done) {
   if (absl::Status s = ValidateRegister(request); !s.ok()) return done(s);
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock();
   std::vector<Completion> completions;
   {
     absl::MutexLock lock(&mu_);
@@ -327,7 +327,7 @@ absl::Status GroupTable::Heartbeat(const v1::MemberRef& member) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<const Member*> found = FindMember(member, /*allow_failed=*/false);
   if (!found.ok()) return found.status();
-  const_cast<Member*>(*found)->last_heartbeat = absl::Now();
+  const_cast<Member*>(*found)->last_heartbeat = options_.clock();
   return absl::OkStatus();
 }
 

@@ -1,11 +1,11 @@
-#include "coordinator/collective_engine.h"
+#include "coordinator/collectives/collective_engine.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/tensor.h"
-#include "coordinator/reduction.h"
+#include "coordinator/collectives/reduction.h"
 
 namespace dtrain {
 namespace {
@@ -273,7 +273,7 @@ void CollectiveEngine::Submit(CollectiveCall call, CollectiveDone done) {
   if (!view.ok()) return done(view.status(), nullptr);
   if (absl::Status s = ValidateCall(call, *view); !s.ok()) return done(s, nullptr);
 
-  const absl::Time now = absl::Now();
+  const absl::Time now = groups_->options().clock();
   const Key key{view->group, view->generation};
   const int rank = view->rank;
   std::vector<Completion> completions;
@@ -420,7 +420,7 @@ void CollectiveEngine::Complete(Instance instance, int world_size) {
   if (observer_) {
     int64_t bytes = 0;
     for (const auto& [rank, a] : arrivals) bytes += a.call.payload != nullptr ? a.call.payload->size() : 0;
-    observer_(first.kind, bytes, absl::Now() - instance.started, status);
+    observer_(first.kind, bytes, groups_->options().clock() - instance.started, status);
   }
   // Inputs are no longer needed; release them before the (possibly slow) streaming back.
   const bool rooted_reduce = first.kind == CollectiveKind::kReduce;

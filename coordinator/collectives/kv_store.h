@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace dtrain {
 
@@ -28,6 +29,9 @@ class KeyValueStore {
     bool present = false;
     std::string value;
   };
+
+  // `clock` stamps waits' deadlines (Tick expires them).
+  explicit KeyValueStore(Clock clock = absl::Now) : clock_(std::move(clock)) {}
 
   // INVALID_ARGUMENT on an empty or oversized scope, key or value.
   absl::Status Set(const std::string& scope, const std::string& key, std::string value);
@@ -56,6 +60,7 @@ class KeyValueStore {
   void Stop();
 
  private:
+  const Clock clock_;
   struct Waiter {
     std::string scope;
     std::string key;

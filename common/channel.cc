@@ -1,4 +1,4 @@
-#include "client/channel.h"
+#include "common/channel.h"
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>

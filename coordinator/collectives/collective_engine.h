@@ -31,7 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/bytes.h"
-#include "coordinator/group_table.h"
+#include "coordinator/collectives/group_table.h"
 #include "dtrain/v1/coordinator.pb.h"
 
 namespace dtrain {

@@ -1,0 +1,129 @@
+#include "client/jobs_client.h"
+
+#include <grpcpp/client_context.h>
+
+#include "absl/time/clock.h"
+#include "common/channel.h"
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+
+namespace dtrain {
+namespace {
+
+// One unary call with a deadline; its grpc::Status as an absl::Status.
+template <typename Call>
+absl::Status Unary(absl::Duration timeout, Call call) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return FromGrpcStatus(call(&context));
+}
+
+}  // namespace
+
+JobsClient::JobsClient(const std::string& address, absl::Duration timeout)
+    : JobsClient(ConnectToCoordinator(address), timeout) {}
+
+JobsClient::JobsClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout)
+    : channel_(std::move(channel)),
+      jobs_(v1::Jobs::NewStub(channel_)),
+      coordinator_(v1::Coordinator::NewStub(channel_)),
+      timeout_(timeout) {}
+
+absl::StatusOr<v1::JobStatus> JobsClient::Submit(const v1::JobSpec& spec, bool validate_only) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  request.set_validate_only(validate_only);
+  v1::SubmitJobResponse response;
+  absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
+    return jobs_->SubmitJob(context, request, &response);
+  });
+  if (!status.ok()) return status;
+  return std::move(*response.mutable_job());
+}
+
+absl::StatusOr<v1::JobStatus> JobsClient::Get(const std::string& id) {
+  v1::GetJobRequest request;
+  request.set_id(id);
+  v1::JobStatus response;
+  absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
+    return jobs_->GetJob(context, request, &response);
+  });
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::JobStatus>> JobsClient::List() {
+  v1::ListJobsResponse response;
+  absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
+    return jobs_->ListJobs(context, v1::ListJobsRequest(), &response);
+  });
+  if (!status.ok()) return status;
+  return std::vector<v1::JobStatus>(response.jobs().begin(), response.jobs().end());
+}
+
+absl::StatusOr<v1::JobStatus> JobsClient::Cancel(const std::string& id) {
+  v1::CancelJobRequest request;
+  request.set_id(id);
+  v1::JobStatus response;
+  absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
+    return jobs_->CancelJob(context, request, &response);
+  });
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::GetJobLogsResponse> JobsClient::Logs(const std::string& id,
+                                                        int64_t from_line) {
+  v1::GetJobLogsRequest request;
+  request.set_id(id);
+  request.set_from_line(from_line);
+  v1::GetJobLogsResponse response;
+  absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
+    return jobs_->GetJobLogs(context, request, &response);
+  });
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::MetricPoint>> JobsClient::Metrics(const std::string& id) {
+  v1::GetJobMetricsRequest request;
+  request.set_id(id);
+  v1::GetJobMetricsResponse response;
+  absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
+    return jobs_->GetJobMetrics(context, request, &response);
+  });
+  if (!status.ok()) return status;
+  return std::vector<v1::MetricPoint>(response.points().begin(), response.points().end());
+}
+
+absl::StatusOr<v1::JobStatus> JobsClient::Watch(
+    const std::string& id, const std::function<void(const v1::JobStatus&)>& on_update) {
+  grpc::ClientContext context;
+  v1::WatchJobRequest request;
+  request.set_id(id);
+  auto reader = jobs_->WatchJob(&context, request);
+  v1::JobStatus status, last;
+  bool any = false;
+  while (reader->Read(&status)) {
+    last = status;
+    any = true;
+    if (on_update) on_update(status);
+  }
+  if (absl::Status end = FromGrpcStatus(reader->Finish()); !end.ok()) return end;
+  if (!any) {
+    return absl::UnavailableError(
+        absl::StrCat("the coordinator closed the watch of job '", id, "' without a status"));
+  }
+  return last;
+}
+
+absl::StatusOr<std::vector<v1::WorkerInfo>> JobsClient::Workers() {
+  v1::ListWorkersResponse response;
+  absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
+    return coordinator_->ListWorkers(context, v1::ListWorkersRequest(), &response);
+  });
+  if (!status.ok()) return status;
+  return std::vector<v1::WorkerInfo>(response.workers().begin(), response.workers().end());
+}
+
+}  // namespace dtrain

@@ -1,0 +1,57 @@
+// JobsClient: the Jobs service (submit, get, list, watch, cancel, logs, metrics) and the
+// coordinator's worker list as plain C++ calls with deadlines and absl::Status errors. The dtrain
+// command line is built on it, so programs and tests make exactly the CLI's calls.
+//
+// Thread-safety: one JobsClient may be used from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/channel.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dtrain/v1/coordinator.grpc.pb.h"
+#include "dtrain/v1/jobs.grpc.pb.h"
+
+namespace dtrain {
+
+class JobsClient {
+ public:
+  // A channel to `address` (host:port) through ConnectToCoordinator (TLS and the process's
+  // token when configured); every call but Watch has `timeout` as its deadline.
+  explicit JobsClient(const std::string& address, absl::Duration timeout = absl::Seconds(10));
+  JobsClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout);
+
+  // INVALID_ARGUMENT naming the spec's field; validate_only: the normalized spec, nothing queued.
+  absl::StatusOr<v1::JobStatus> Submit(const v1::JobSpec& spec, bool validate_only = false);
+  absl::StatusOr<v1::JobStatus> Get(const std::string& id);
+  // Every job, by submission time, without specs.
+  absl::StatusOr<std::vector<v1::JobStatus>> List();
+  // FAILED_PRECONDITION when the job already ended.
+  absl::StatusOr<v1::JobStatus> Cancel(const std::string& id);
+  // The job's log from line `from_line`; `next_line` is where the next read starts.
+  absl::StatusOr<v1::GetJobLogsResponse> Logs(const std::string& id, int64_t from_line = 0);
+  absl::StatusOr<std::vector<v1::MetricPoint>> Metrics(const std::string& id);
+  // Calls `on_update` with the status now and after every change until the job ends, and
+  // returns the last one. No deadline: a watch lasts as long as the job (a dead coordinator is
+  // still noticed through the channel's keepalive). UNAVAILABLE when the stream closed early.
+  absl::StatusOr<v1::JobStatus> Watch(const std::string& id,
+                                      const std::function<void(const v1::JobStatus&)>& on_update);
+  // The registered workers, by name.
+  absl::StatusOr<std::vector<v1::WorkerInfo>> Workers();
+
+  const v1::Jobs::StubInterface& stub() const { return *jobs_; }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Jobs::Stub> jobs_;
+  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  const absl::Duration timeout_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,397 @@
+#include "coordinator/jobs/job_manager.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/job_spec.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "coordinator/jobs/job_record.h"
+#include "coordinator/jobs/run_policy.h"
+#include "coordinator/jobs/trainer.h"
+
+namespace dtrain {
+
+JobManager::JobManager(JobManagerOptions options, WorkerRegistry* workers, AccessControl* access)
+    : options_(std::move(options)), workers_(workers), access_(access) {}
+
+JobManager::~JobManager() { Shutdown(); }
+
+absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate_only) {
+  if (absl::Status s = NormalizeJobSpec(&spec); !s.ok()) return s;
+  if (validate_only) {
+    v1::JobStatus status;
+    status.set_name(spec.name());
+    *status.mutable_spec() = std::move(spec);
+    return status;
+  }
+  std::shared_ptr<JobRecord> job;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return absl::UnavailableError("the coordinator is shutting down");
+    // Ids read well in a terminal (fashion-cnn-3) and never reuse a directory on disk.
+    std::string id;
+    do {
+      id = absl::StrCat(spec.name(), "-", ++name_counters_[spec.name()]);
+    } while (jobs_.count(id) > 0 ||
+             std::filesystem::exists(absl::StrCat(options_.state_dir, "/jobs/", id)));
+    job = std::make_shared<JobRecord>(id, spec, absl::StrCat(options_.state_dir, "/jobs/", id));
+    jobs_[id] = job;
+    order_.push_back(id);
+    queue_.push_back(id);
+  }
+  job->SetStore(store_.get(), /*insert=*/true);
+  job->Log(absl::StrCat("submitted: ", spec.trainer().num_workers(), " worker(s), strategy ",
+                        spec.trainer().strategy(), ", model ",
+                        spec.model().has_builtin() ? spec.model().builtin() : spec.model().torchscript()));
+  if (absl::Status s = job->OpenFiles(options_.host); !s.ok()) {
+    job->Finish(v1::FAILED, std::string(s.message()));
+    job->Release();
+  }
+  Schedule();
+  return job->Status(false);
+}
+
+std::shared_ptr<JobRecord> JobManager::Find(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<v1::JobStatus> JobManager::Get(const std::string& id, bool with_spec) const {
+  std::shared_ptr<JobRecord> job = Find(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'; see dtrain list"));
+  return job->Status(with_spec);
+}
+
+std::vector<v1::JobStatus> JobManager::List() const {
+  std::vector<std::shared_ptr<JobRecord>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : order_) jobs.push_back(jobs_.at(id));
+  }
+  std::vector<v1::JobStatus> out;
+  for (const auto& job : jobs) out.push_back(job->Status(false));
+  return out;
+}
+
+absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& id) {
+  std::shared_ptr<JobRecord> job = Find(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  if (job->terminal()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", id, "' already ended (", v1::JobState_Name(job->state()), ")"));
+  }
+  job->RequestCancel();
+  bool was_queued = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find(queue_.begin(), queue_.end(), id);
+    if (it != queue_.end()) {
+      queue_.erase(it);
+      was_queued = true;
+    }
+  }
+  if (was_queued) {
+    job->Finish(v1::CANCELLED, "cancelled by request before it started");
+    job->Release();
+  }
+  return job->Status(false);
+}
+
+absl::StatusOr<std::vector<std::string>> JobManager::Logs(const std::string& id,
+                                                          int64_t from_line,
+                                                          int64_t* next_line) const {
+  std::shared_ptr<JobRecord> job = Find(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  return job->Lines(from_line, next_line);
+}
+
+absl::StatusOr<std::vector<v1::MetricPoint>> JobManager::Metrics(const std::string& id) const {
+  std::shared_ptr<JobRecord> job = Find(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  return job->Points();
+}
+
+absl::StatusOr<int64_t> JobManager::Watch(const std::string& id, Watcher watcher) {
+  std::shared_ptr<JobRecord> job = Find(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  return job->AddWatcher(std::move(watcher));
+}
+
+void JobManager::Unwatch(const std::string& id, int64_t handle) {
+  if (std::shared_ptr<JobRecord> job = Find(id)) job->RemoveWatcher(handle);
+}
+
+absl::Status JobManager::Restore(const std::string& path) {
+  if (absl::Status s = MakeDirectories(options_.state_dir); !s.ok()) return s;
+  DTRAIN_ASSIGN_OR_RETURN(store_, JobStore::Open(path));
+  std::vector<std::string> skipped;
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<JobStore::StoredJob> stored, store_->LoadAll(&skipped));
+  for (const std::string& id : skipped) {
+    LogWarning(absl::StrCat("job ", id, " in ", path, " does not parse; skipped"), {{"job", id}});
+  }
+  for (JobStore::StoredJob& record : stored) {
+    const std::string id = record.status.id();
+    auto job = std::make_shared<JobRecord>(std::move(record), absl::StrCat(options_.state_dir, "/jobs/", id),
+                                     store_.get());
+    const v1::JobState state = job->state();
+    if (!IsTerminal(state)) {
+      if (absl::Status s = job->OpenFiles(options_.host); !s.ok()) {
+        job->Finish(v1::FAILED, std::string(s.message()));
+        job->Release();
+      }
+    }
+    if (!job->terminal() && state == v1::RUNNING) {
+      // Workers still holding the old run are told to drop it (heartbeat's abandoned_job).
+      workers_->MarkEnded(id);
+      const std::string checkpoint = job->checkpoint();
+      job->Log(checkpoint.empty()
+                   ? "the coordinator restarted while this job ran, before its first checkpoint; "
+                     "it starts over once its workers are back"
+                   : absl::StrCat("the coordinator restarted while this job ran; it resumes from "
+                                  "its last checkpoint ", checkpoint, " once its workers are back"));
+      job->PrepareResume(checkpoint, "after the coordinator restarted");
+    } else if (!job->terminal()) {
+      job->Log("the coordinator restarted; the job is queued again");
+    }
+    absl::MutexLock lock(&mu_);
+    jobs_[id] = job;
+    order_.push_back(id);
+    if (!job->terminal()) queue_.push_back(id);
+  }
+  return absl::OkStatus();
+}
+
+void JobManager::SetCoordinatorAddress(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  coordinator_address_ = address;
+}
+
+void JobManager::Schedule() {
+  // Jobs start in submission order: the head waits for its workers, and later jobs wait
+  // behind it, so a large job is not starved by a stream of small ones.
+  std::vector<std::thread> done;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : finished_) {
+      done.push_back(std::move(threads_[id]));
+      threads_.erase(id);
+    }
+    finished_.clear();
+  }
+  for (std::thread& t : done) t.join();
+  {
+    // Only now that their old thread is joined may Start give them a new one.
+    absl::MutexLock lock(&mu_);
+    for (auto it = requeued_.rbegin(); it != requeued_.rend(); ++it) queue_.push_front(*it);
+    requeued_.clear();
+  }
+  while (true) {
+    std::shared_ptr<JobRecord> job;
+    std::vector<v1::WorkerInfo> chosen;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!queue_.empty() && jobs_.at(queue_.front())->terminal()) queue_.pop_front();
+      if (shut_down_ || queue_.empty()) return;
+      job = jobs_.at(queue_.front());
+      const int needed = job->spec().trainer().num_workers();
+      chosen = workers_->Reserve(job->id(), needed, needed, {}, absl::Now());
+      if (chosen.empty()) return;
+      queue_.pop_front();
+    }
+    Start(job, std::move(chosen));
+  }
+}
+
+void JobManager::Start(const std::shared_ptr<JobRecord>& job, std::vector<v1::WorkerInfo> workers) {
+  std::vector<std::string> names;
+  for (const v1::WorkerInfo& w : workers) names.push_back(w.name());
+  job->SetRunning(workers);
+  job->Log(absl::StrCat("placed on ", absl::StrJoin(names, ", ")));
+  TrainerOptions options;
+  options.job_id = job->id();
+  options.spec = job->spec();
+  if (job->resuming()) {
+    options.clear_stale_runs = true;
+    options.spec.set_resume_from(job->resume_from());
+    options.resume_why = job->resume_why();
+  }
+  options.workers = workers;
+  {
+    absl::MutexLock lock(&mu_);
+    options.coordinator = coordinator_address_;
+  }
+  options.checkpoint_dir = options.spec.checkpoint().dirpath().empty()
+                               ? job->dir() + "/checkpoints"
+                               : options.spec.checkpoint().dirpath();
+  options.output_dir = job->dir();
+  options.setup_timeout = options_.setup_timeout;
+  options.step_timeout = options_.step_timeout;
+  absl::MutexLock lock(&mu_);
+  threads_[job->id()] = std::thread(
+      [this, job, options = std::move(options)]() mutable { RunJob(job, std::move(options)); });
+}
+
+namespace {
+
+std::string Names(const std::vector<v1::WorkerInfo>& workers) {
+  std::vector<std::string> names;
+  for (const v1::WorkerInfo& w : workers) names.push_back(absl::StrCat("'", w.name(), "'"));
+  return absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions options) {
+  const int num_workers = options.spec.trainer().num_workers();
+  const int min_workers = options.spec.trainer().min_workers();
+  const int max_restarts = options.spec.trainer().max_restarts();
+  const std::string first_resume_from = options.spec.resume_from();
+  std::set<std::string> held;  // the workers this job keeps busy
+  for (const v1::WorkerInfo& w : options.workers) held.insert(w.name());
+  int restarts = 0;  // re-formations after lost workers; drains do not count
+  bool requeue = false;
+  while (true) {
+    // Each run's group is new (named after the job, then job.1, job.2, ...): a re-formed job
+    // need not wait for the old group to notice its dead member. Its token works there only.
+    const int run = job->NextRun();
+    options.group = run == 0 ? job->id() : absl::StrCat(job->id(), ".", run);
+    options.job_token = access_ != nullptr ? access_->IssueJobToken(options.group) : "";
+    std::vector<std::string> names;
+    for (const v1::WorkerInfo& w : options.workers) names.push_back(w.name());
+    options.draining_workers = [this, names] { return workers_->Draining(names); };
+    Trainer trainer(options, job.get());
+    job->SetTrainer(&trainer);
+    RunEnding ending;
+    ending.status = trainer.Run();
+    ending.cancel_requested = job->cancel_requested();
+    // Stopping workers were let go after a checkpoint: the job goes on without them, now or
+    // once enough workers are idle; a planned stop is not a failure and uses no restart.
+    ending.drained = !trainer.drained_workers().empty();
+    ending.num_workers = num_workers;
+    ending.min_workers = min_workers;
+    ending.max_restarts = max_restarts;
+    ending.restarts = restarts;
+    const absl::Status& status = ending.status;
+    const bool drained = ending.drained;
+    const bool may_reform = MayRunAgain(ending);
+    // The outcome is known: users see it now, not after a stopped worker's teardown deadline.
+    if (!may_reform) PublishOutcome(*job, status);
+    trainer.Teardown();
+    job->SetTrainer(nullptr);
+    // After teardown: the workers left the group. One that did not (unreachable) is refused.
+    if (access_ != nullptr) access_->RevokeJobToken(options.job_token);
+    for (const std::string& name : trainer.unreachable_workers()) {
+      workers_->MarkUnreachable(name);
+      job->Log(absl::StrCat("worker '", name, "' was unreachable; it is not placed again until it "
+                            "heartbeats"));
+    }
+    if (!may_reform) break;
+    const std::vector<std::string> lost = trainer.lost_workers();
+    // Survivors, then idle replacements (never a worker this run lost), up to num_workers.
+    std::vector<v1::WorkerInfo> next;
+    if (!lost.empty()) {
+      for (const std::string& name : lost) {
+        workers_->Release(name);
+        held.erase(name);
+      }
+      for (const v1::WorkerInfo& w : options.workers) {
+        if (held.count(w.name()) > 0) next.push_back(w);
+      }
+      const std::set<std::string> exclude(lost.begin(), lost.end());
+      for (v1::WorkerInfo& w :
+           workers_->Reserve(job->id(), 0, num_workers - static_cast<int>(next.size()), exclude,
+                             absl::Now())) {
+        held.insert(w.name());
+        next.push_back(std::move(w));
+      }
+    }
+    const RunDecision decision =
+        DecideNextRun(ending, static_cast<int>(lost.size()), static_cast<int>(next.size()));
+    if (decision.next == NextRun::kEnd) {  // every worker is fine: the failure is the job's own
+      PublishOutcome(*job, status);
+      break;
+    }
+    std::vector<std::string> lost_quoted;
+    for (const std::string& name : lost) lost_quoted.push_back(absl::StrCat("'", name, "'"));
+    const std::string checkpoint = job->checkpoint();
+    const std::string resume_why =
+        drained ? "after its workers were drained"
+                : absl::StrCat("after losing worker(s) ", absl::StrJoin(lost_quoted, ", "));
+    if (decision.next != NextRun::kReform) {
+      if (decision.next == NextRun::kRequeue) {
+        job->Log(absl::StrCat(status.message(), "; ", next.size(), " worker(s) left of the ",
+                              min_workers, " needed: the job waits in the queue and resumes from ",
+                              checkpoint, " when enough workers are idle"));
+        job->PrepareResume(checkpoint, resume_why);
+        requeue = true;
+        break;
+      }
+      job->Finish(v1::FAILED, absl::StrCat(status.message(), "; the job cannot re-form: ",
+                                           next.size(), " worker(s) left, min_workers is ",
+                                           min_workers));
+      break;
+    }
+    options.spec.set_resume_from(checkpoint.empty() ? first_resume_from : checkpoint);
+    options.resume_why = resume_why;
+    options.workers = next;
+    options.clear_stale_runs = true;
+    job->SetWorkers(next);
+    if (!decision.uses_restart) {
+      job->Log(absl::StrCat(status.message(), "; re-forming on ", Names(next),
+                            ", resuming from ", checkpoint));
+      continue;
+    }
+    ++restarts;
+    job->Log(absl::StrCat("lost worker(s) ", absl::StrJoin(lost_quoted, ", "), " (", status.message(),
+                          "); re-forming on ", Names(next), " (restart ", restarts, " of ",
+                          max_restarts, "), resuming from ",
+                          checkpoint.empty() ? "the start (no checkpoint yet)" : checkpoint));
+  }
+  job->Release();
+  // The workers are free again; the next Schedule (each monitor tick) may place a job on them,
+  // and joins this thread.
+  for (const std::string& name : held) workers_->Release(name);
+  absl::MutexLock lock(&mu_);
+  finished_.push_back(job->id());
+  if (requeue && !shut_down_) requeued_.push_back(job->id());
+}
+
+void JobManager::PublishOutcome(JobRecord& job, const absl::Status& status) {
+  const Outcome outcome = OutcomeOf(status, job.cancel_requested());
+  job.Finish(outcome.state, outcome.reason);
+}
+
+void JobManager::Shutdown() {
+  std::vector<std::thread> threads;
+  std::vector<std::shared_ptr<JobRecord>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_ && threads_.empty()) return;
+    shut_down_ = true;
+    for (auto& [id, thread] : threads_) threads.push_back(std::move(thread));
+    threads_.clear();
+    finished_.clear();
+    for (auto& [id, job] : jobs_) jobs.push_back(job);
+    queue_.clear();
+  }
+  for (const auto& job : jobs) {
+    if (!job->terminal()) {
+      // Interrupted, not cancelled: the database keeps it queued or running, so the next
+      // coordinator on this state directory resumes it.
+      job->SetStore(nullptr, /*insert=*/false);
+      job->RequestCancel();
+      if (job->state() == v1::QUEUED) job->Finish(v1::CANCELLED, "the coordinator shut down");
+    }
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace dtrain

@@ -1,0 +1,315 @@
+#include "coordinator/jobs/job_record.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/job_spec.h"
+
+namespace dtrain {
+
+JobRecord::JobRecord(std::string id, v1::JobSpec spec, std::string dir)
+      : dir_(std::move(dir)), spec_(std::move(spec)) {
+  status_id_ = id;
+  status_.set_id(std::move(id));
+  status_.set_name(spec_.name());
+  status_.set_state(v1::QUEUED);
+  status_.set_submitted_unix_ms(absl::ToUnixMillis(absl::Now()));
+  status_.set_log_dir(dir_);
+  status_.mutable_progress()->set_phase("waiting");
+}
+
+JobRecord::JobRecord(JobStore::StoredJob stored, std::string dir, JobStore* store)
+      : dir_(std::move(dir)), spec_(std::move(stored.spec)), restored_(true) {
+  absl::MutexLock lock(&mu_);
+  status_ = std::move(stored.status);
+  status_id_ = status_.id();
+  store_ = store;
+  if (IsTerminal(status_.state())) {
+    lines_on_disk_ = true;
+    points_in_store_ = true;
+    return;
+  }
+  lines_ = ReadLogFile();
+  absl::StatusOr<std::vector<v1::MetricPoint>> points = store_->Points(status_.id());
+  Report(points.status());
+  if (points.ok()) points_ = std::move(*points);
+}
+
+void JobRecord::SetStore(JobStore* store, bool insert) {
+  absl::MutexLock lock(&mu_);
+  store_ = store;
+  if (store_ == nullptr) return;
+  if (insert) {
+    Report(store_->Insert(spec_, status_));
+  } else {
+    PersistLocked(/*force=*/true);
+  }
+}
+
+void JobRecord::PrepareResume(const std::string& checkpoint, const std::string& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    resume_from_ = checkpoint;
+    resume_why_ = why;
+    status_.set_state(v1::QUEUED);
+    status_.clear_workers();
+    status_.set_started_unix_ms(0);
+    status_.mutable_progress()->set_phase("waiting to resume");
+    resuming_ = true;
+    PersistLocked(/*force=*/true);
+  }
+  Notify();
+}
+
+int JobRecord::NextRun() {
+  absl::MutexLock lock(&mu_);
+  return runs_++;
+}
+
+bool JobRecord::resuming() const {
+  absl::MutexLock lock(&mu_);
+  return resuming_;
+}
+
+std::string JobRecord::resume_from() const {
+  absl::MutexLock lock(&mu_);
+  return resume_from_;
+}
+
+std::string JobRecord::resume_why() const {
+  absl::MutexLock lock(&mu_);
+  return resume_why_;
+}
+
+std::string JobRecord::checkpoint() const {
+  absl::MutexLock lock(&mu_);
+  return status_.checkpoint();
+}
+
+v1::JobStatus JobRecord::Status(bool with_spec) const {
+  absl::MutexLock lock(&mu_);
+  v1::JobStatus copy = status_;
+  if (with_spec) *copy.mutable_spec() = spec_;
+  return copy;
+}
+
+void JobRecord::LogAt(LogLevel level, const std::string& line) {
+  ::dtrain::Log(level, line, {{"job", status_id_}});
+  const std::string stamped =
+      absl::StrCat(absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::Now(), absl::LocalTimeZone()),
+                   " ", line);
+  {
+    absl::MutexLock lock(&mu_);
+    if (lines_on_disk_) {
+      std::ofstream(dir_ + "/job.log", std::ios::app) << stamped << "\n";
+    } else {
+      lines_.push_back(stamped);
+      if (log_file_.is_open()) log_file_ << stamped << "\n" << std::flush;
+    }
+  }
+  Notify();
+}
+
+void JobRecord::Progress(const v1::JobProgress& progress) {
+  {
+    absl::MutexLock lock(&mu_);
+    *status_.mutable_progress() = progress;
+    PersistLocked(/*force=*/false);
+  }
+  Notify();
+}
+
+void JobRecord::Metric(const std::string& name, double value, int64_t step, int64_t epoch) {
+  {
+    absl::MutexLock lock(&mu_);
+    const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+    v1::MetricPoint p;
+    p.set_name(name);
+    p.set_value(value);
+    p.set_step(step);
+    p.set_epoch(epoch);
+    p.set_wall_unix_ms(static_cast<int64_t>(now * 1000));
+    (*status_.mutable_metrics())[name] = value;
+    if (store_ != nullptr) Report(store_->AddMetric(status_.id(), p));
+    if (!points_in_store_) points_.push_back(std::move(p));
+    PersistLocked(/*force=*/false);
+    if (metrics_ != nullptr) {
+      metrics_->Add(name, value, step, epoch, now);
+      metrics_->Flush();
+    }
+  }
+  Notify();
+}
+
+void JobRecord::Checkpoint(const std::string& last, const std::string& best) {
+  {
+    absl::MutexLock lock(&mu_);
+    status_.set_checkpoint(last);
+    status_.set_best_checkpoint(best);
+    PersistLocked(/*force=*/true);
+  }
+  Notify();
+}
+
+void JobRecord::Predictions(const std::string& path) {
+  {
+    absl::MutexLock lock(&mu_);
+    status_.set_predictions(path);
+    PersistLocked(/*force=*/true);
+  }
+  Notify();
+}
+
+absl::Status JobRecord::OpenFiles(const std::string& host) {
+  if (absl::Status s = MakeDirectories(dir_ + "/checkpoints"); !s.ok()) return s;
+  // A restored job goes on writing its files where they ended.
+  absl::StatusOr<std::unique_ptr<MetricsLog>> metrics = MetricsLog::Create(dir_, host, restored_);
+  if (!metrics.ok()) return metrics.status();
+  absl::MutexLock lock(&mu_);
+  metrics_ = std::move(*metrics);
+  log_file_.open(dir_ + "/job.log", std::ios::app);
+  if (!restored_) {
+    for (const std::string& line : lines_) log_file_ << line << "\n";
+  }
+  log_file_.flush();
+  return absl::OkStatus();
+}
+
+void JobRecord::SetRunning(const std::vector<v1::WorkerInfo>& workers) {
+  {
+    absl::MutexLock lock(&mu_);
+    status_.set_state(v1::RUNNING);
+    status_.set_started_unix_ms(absl::ToUnixMillis(absl::Now()));
+    for (const v1::WorkerInfo& w : workers) status_.add_workers(w.name());
+    PersistLocked(/*force=*/true);
+  }
+  Notify();
+}
+
+void JobRecord::Release() {
+  absl::MutexLock lock(&mu_);
+  if (!IsTerminal(status_.state())) return;
+  metrics_.reset();
+  if (log_file_.is_open()) {
+    log_file_.close();
+    lines_on_disk_ = true;
+    std::vector<std::string>().swap(lines_);
+  }
+  if (store_ != nullptr) {
+    points_in_store_ = true;
+    std::vector<v1::MetricPoint>().swap(points_);
+  }
+}
+
+void JobRecord::SetWorkers(const std::vector<v1::WorkerInfo>& workers) {
+  {
+    absl::MutexLock lock(&mu_);
+    status_.clear_workers();
+    for (const v1::WorkerInfo& w : workers) status_.add_workers(w.name());
+    PersistLocked(/*force=*/true);
+  }
+  Notify();
+}
+
+void JobRecord::Finish(v1::JobState state, const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (IsTerminal(status_.state())) return;
+    status_.set_state(state);
+    status_.set_reason(reason);
+    status_.set_finished_unix_ms(absl::ToUnixMillis(absl::Now()));
+    if (status_.progress().phase() != "done") status_.mutable_progress()->set_phase("done");
+    PersistLocked(/*force=*/true);
+  }
+  LogAt(state == v1::FAILED ? LogLevel::kWarning : LogLevel::kInfo,
+        absl::StrCat("job ", v1::JobState_Name(state), reason.empty() ? "" : ": ", reason));
+}
+
+bool JobRecord::terminal() const {
+  absl::MutexLock lock(&mu_);
+  return IsTerminal(status_.state());
+}
+
+v1::JobState JobRecord::state() const {
+  absl::MutexLock lock(&mu_);
+  return status_.state();
+}
+
+std::vector<std::string> JobRecord::Lines(int64_t from, int64_t* next) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> on_disk;
+  const std::vector<std::string>& lines = lines_on_disk_ ? (on_disk = ReadLogFile()) : lines_;
+  from = std::clamp<int64_t>(from, 0, static_cast<int64_t>(lines.size()));
+  *next = static_cast<int64_t>(lines.size());
+  return std::vector<std::string>(lines.begin() + from, lines.end());
+}
+
+std::vector<v1::MetricPoint> JobRecord::Points() const {
+  absl::MutexLock lock(&mu_);
+  if (!points_in_store_) return points_;
+  if (store_ == nullptr) return {};
+  absl::StatusOr<std::vector<v1::MetricPoint>> points = store_->Points(status_.id());
+  return points.ok() ? std::move(*points) : std::vector<v1::MetricPoint>();
+}
+
+int64_t JobRecord::AddWatcher(JobWatcher watcher) {
+  absl::MutexLock lock(&watch_mu_);
+  const int64_t handle = ++next_watcher_;
+  watchers_[handle] = std::move(watcher);
+  watchers_[handle](Status(false));
+  return handle;
+}
+
+void JobRecord::RemoveWatcher(int64_t handle) {
+  absl::MutexLock lock(&watch_mu_);
+  watchers_.erase(handle);
+}
+
+void JobRecord::RequestCancel() {
+  absl::MutexLock lock(&mu_);
+  cancel_requested_ = true;
+  if (trainer_ != nullptr) trainer_->Cancel();
+}
+
+bool JobRecord::cancel_requested() const {
+  absl::MutexLock lock(&mu_);
+  return cancel_requested_;
+}
+
+void JobRecord::SetTrainer(Trainer* trainer) {
+  absl::MutexLock lock(&mu_);
+  trainer_ = trainer;
+  if (trainer_ != nullptr && cancel_requested_) trainer_->Cancel();
+}
+
+std::vector<std::string> JobRecord::ReadLogFile() const {
+  std::vector<std::string> lines;
+  std::ifstream log(dir_ + "/job.log");
+  for (std::string line; std::getline(log, line);) lines.push_back(std::move(line));
+  return lines;
+}
+
+void JobRecord::PersistLocked(bool force) {
+  if (store_ == nullptr) return;
+  const absl::Time now = absl::Now();
+  if (!force && now - last_persist_ < absl::Seconds(1)) return;
+  last_persist_ = now;
+  Report(store_->Update(status_));
+}
+
+void JobRecord::Report(const absl::Status& status) {
+  if (status.ok() || store_error_reported_) return;
+  store_error_reported_ = true;
+  LogError(absl::StrCat("job ", status_.id(), ": ", status.message(),
+                        " (later changes may not survive a restart)"),
+           {{"job", status_.id()}});
+}
+
+void JobRecord::Notify() {
+  const v1::JobStatus now = Status(false);
+  absl::MutexLock lock(&watch_mu_);
+  for (auto& [handle, watcher] : watchers_) watcher(now);
+}
+
+}  // namespace dtrain
