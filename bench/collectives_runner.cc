@@ -96,8 +96,8 @@ int RunCollectivesBench(const CollectiveOps& ops, const CollectivesPlan& plan) {
     absl::StatusOr<double> once = Timed(ops.all_reduce);  // warm-up (connections, buffers)
     if (once.ok()) once = Timed(ops.all_reduce);
     if (!once.ok()) return fail(once.status());
-    absl::StatusOr<int> iters = ops.agree(
-        std::clamp(static_cast<int>(plan.seconds_per_size / std::max(1e-6, *once * 1e-6)), 5, 2000));
+    absl::StatusOr<int> iters = ops.agree(std::clamp(
+        static_cast<int>(plan.seconds_per_size / std::max(1e-6, *once * 1e-6)), 5, 2000));
     if (!iters.ok()) return fail(iters.status());
     Row row{"all_reduce", bytes, {}};
     for (int i = 0; i < *iters; ++i) {
@@ -111,10 +111,11 @@ int RunCollectivesBench(const CollectiveOps& ops, const CollectivesPlan& plan) {
     for (const Row& row : rows) {
       const double p50 = Percentile(row.us, 0.5);
       const double algbw = row.bytes > 0 ? row.bytes / (p50 * 1e-6) / 1e9 : 0.0;
-      std::printf("{\"system\": \"%s\", \"op\": \"%s\", \"ranks\": %d, \"bytes\": %lld, "
-                  "\"p50_us\": %.1f, \"p99_us\": %.1f, \"algbw_gbps\": %.4f}\n",
-                  ops.system.c_str(), row.op.c_str(), ops.world_size,
-                  static_cast<long long>(row.bytes), p50, Percentile(row.us, 0.99), algbw);
+      std::printf(
+          "{\"system\": \"%s\", \"op\": \"%s\", \"ranks\": %d, \"bytes\": %lld, "
+          "\"p50_us\": %.1f, \"p99_us\": %.1f, \"algbw_gbps\": %.4f}\n",
+          ops.system.c_str(), row.op.c_str(), ops.world_size, static_cast<long long>(row.bytes),
+          p50, Percentile(row.us, 0.99), algbw);
     }
     std::fflush(stdout);
   }

@@ -28,8 +28,8 @@ int main(int argc, char** argv) {
   if (kind == "shm") {
     auto shm = dtrain::SharedMemoryCollectiveBackend::Make(std::move(backend), absl::Seconds(60));
     if (!shm.ok() || !(*shm)->active()) {
-      std::fprintf(stderr, "shm: %s\n", shm.ok() ? (*shm)->fallback_reason().c_str()
-                                                  : shm.status().ToString().c_str());
+      std::fprintf(stderr, "shm: %s\n",
+                   shm.ok() ? (*shm)->fallback_reason().c_str() : shm.status().ToString().c_str());
       return 1;
     }
     backend = std::move(*shm);

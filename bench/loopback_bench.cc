@@ -89,9 +89,10 @@ int main() {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     close(tx);
     close(rx);
-    std::printf("{\"system\": \"loopback-tcp\", \"op\": \"stream\", \"ranks\": 2, \"bytes\": %zu, "
-                "\"p50_us\": 0, \"p99_us\": 0, \"algbw_gbps\": %.4f}\n",
-                total, total / seconds / 1e9);
+    std::printf(
+        "{\"system\": \"loopback-tcp\", \"op\": \"stream\", \"ranks\": 2, \"bytes\": %zu, "
+        "\"p50_us\": 0, \"p99_us\": 0, \"algbw_gbps\": %.4f}\n",
+        total, total / seconds / 1e9);
   }
   // Round trip: 1 byte there and back, 200 warm-up + 5000 timed.
   {
@@ -109,15 +110,17 @@ int main() {
       const auto start = Clock::now();
       WriteAll(a, &c, 1);
       ReadAll(a, &c, 1);
-      if (i >= 200) us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+      if (i >= 200)
+        us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
     }
     echo.join();
     close(a);
     close(b);
     std::sort(us.begin(), us.end());
-    std::printf("{\"system\": \"loopback-tcp\", \"op\": \"round_trip\", \"ranks\": 2, \"bytes\": 1, "
-                "\"p50_us\": %.1f, \"p99_us\": %.1f, \"algbw_gbps\": 0}\n",
-                us[us.size() / 2], us[us.size() * 99 / 100]);
+    std::printf(
+        "{\"system\": \"loopback-tcp\", \"op\": \"round_trip\", \"ranks\": 2, \"bytes\": 1, "
+        "\"p50_us\": %.1f, \"p99_us\": %.1f, \"algbw_gbps\": 0}\n",
+        us[us.size() / 2], us[us.size() * 99 / 100]);
   }
   return 0;
 }

@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", (!data.ok() ? data.status() : model.status()).ToString().c_str());
     return 1;
   }
-  auto optimizer = dtrain::MakeOptimizer(model->Parameters(), {.name = "sgd", .lr = 0.05, .momentum = 0.9});
+  auto optimizer =
+      dtrain::MakeOptimizer(model->Parameters(), {.name = "sgd", .lr = 0.05, .momentum = 0.9});
   model->Train(true);
   const int batch = absl::GetFlag(FLAGS_batch);
   const int64_t n = (*data)->Splits()[0].second;
@@ -52,9 +53,10 @@ int main(int argc, char** argv) {
     (*optimizer)->step();
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  std::printf("{\"system\": \"libtorch-loop\", \"model\": \"%s\", \"ranks\": 1, \"batch\": %d, "
-              "\"threads\": %d, \"samples_per_s\": %.1f}\n",
-              absl::GetFlag(FLAGS_model).c_str(), batch, at::get_num_threads(),
-              absl::GetFlag(FLAGS_steps) * batch / seconds);
+  std::printf(
+      "{\"system\": \"libtorch-loop\", \"model\": \"%s\", \"ranks\": 1, \"batch\": %d, "
+      "\"threads\": %d, \"samples_per_s\": %.1f}\n",
+      absl::GetFlag(FLAGS_model).c_str(), batch, at::get_num_threads(),
+      absl::GetFlag(FLAGS_steps) * batch / seconds);
   return 0;
 }

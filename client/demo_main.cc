@@ -40,8 +40,8 @@ int main(int argc, char** argv) {
 
   // Each rank contributes [rank, rank + 1, rank + 2]; the sum over ranks is exact in float32.
   const float r = static_cast<float>(pg.rank());
-  auto mine = dtrain::HostTensor::FromVector<float>(dtrain::v1::DTYPE_FLOAT32, {3},
-                                                    {r, r + 1, r + 2});
+  auto mine =
+      dtrain::HostTensor::FromVector<float>(dtrain::v1::DTYPE_FLOAT32, {3}, {r, r + 1, r + 2});
   auto sum = pg.AllReduce(mine, dtrain::v1::REDUCE_OP_SUM);
   if (!check(sum.status(), "all_reduce")) return 1;
   auto gathered = pg.AllGather(mine);
@@ -50,10 +50,11 @@ int main(int argc, char** argv) {
   if (!check(stop.status(), "reduce_boolean_decision")) return 1;
 
   std::vector<float> s = sum->ToVector<float>();
-  std::printf("rank %d/%d (local rank %d, node %d, generation %lld): broadcast '%s', "
-              "all_reduce sum [%s], all_gather %zu parts, any-stop %s\n",
-              pg.rank(), pg.world_size(), pg.local_rank(), pg.node_rank(),
-              static_cast<long long>(pg.generation()), bytes->c_str(),
-              absl::StrJoin(s, ", ").c_str(), gathered->size(), *stop ? "true" : "false");
+  std::printf(
+      "rank %d/%d (local rank %d, node %d, generation %lld): broadcast '%s', "
+      "all_reduce sum [%s], all_gather %zu parts, any-stop %s\n",
+      pg.rank(), pg.world_size(), pg.local_rank(), pg.node_rank(),
+      static_cast<long long>(pg.generation()), bytes->c_str(), absl::StrJoin(s, ", ").c_str(),
+      gathered->size(), *stop ? "true" : "false");
   return check(pg.Barrier("end"), "barrier") ? 0 : 1;
 }

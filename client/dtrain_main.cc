@@ -17,27 +17,27 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
-#include "absl/strings/match.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/channel.h"
 #include "client/job_spec_file.h"
 #include "client/jobs_client.h"
 #include "client/metrics_plot.h"
 #include "client/progress_view.h"
-#include "common/tls_flags.h"
-#include "grpc/health/v1/health.grpc.pb.h"
-#include "common/token_flags.h"
+#include "common/channel.h"
 #include "common/flag_names.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
+#include "common/tls_flags.h"
+#include "common/token_flags.h"
 #include "dtrain/v1/coordinator.grpc.pb.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "the coordinator's host:port; default $DTRAIN_COORDINATOR or 127.0.0.1:29610");
@@ -79,7 +79,8 @@ std::string ToJson(const google::protobuf::Message& message) {
 }
 
 int Refused(const absl::Status& s, const std::string& address = Address()) {
-  if (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded) {
+  if (s.code() == absl::StatusCode::kUnavailable ||
+      s.code() == absl::StatusCode::kDeadlineExceeded) {
     // A TLS server closes a plaintext or unverifiable connection at once: say so, since
     // "start a coordinator" would send the user the wrong way.
     const bool maybe_tls = absl::StrContains(s.message(), "Socket closed") ||
@@ -157,7 +158,8 @@ class Client {
       return kOk;
     }
     std::printf("%s\n", ProgressLine(*job).c_str());
-    if (!job->workers().empty()) std::printf("workers: %s\n", absl::StrJoin(job->workers(), ", ").c_str());
+    if (!job->workers().empty())
+      std::printf("workers: %s\n", absl::StrJoin(job->workers(), ", ").c_str());
     PrintMetrics(*job);
     if (!job->checkpoint().empty()) std::printf("checkpoint: %s\n", job->checkpoint().c_str());
     if (!job->predictions().empty()) std::printf("predictions: %s\n", job->predictions().c_str());
@@ -179,12 +181,14 @@ class Client {
       std::string metrics;
       for (const char* key : {"test_acc", "val_acc", "train_loss"}) {
         auto it = job.metrics().find(key);
-        if (it != job.metrics().end()) absl::StrAppend(&metrics, key, "=", absl::StrFormat("%.4f", it->second), " ");
+        if (it != job.metrics().end())
+          absl::StrAppend(&metrics, key, "=", absl::StrFormat("%.4f", it->second), " ");
       }
-      std::printf("%-28s %-10s %-10s %-14s %s\n", job.id().c_str(),
-                  v1::JobState_Name(job.state()).c_str(), job.progress().phase().c_str(),
-                  absl::StrCat(job.progress().global_step(), "/", job.progress().total_steps()).c_str(),
-                  metrics.c_str());
+      std::printf(
+          "%-28s %-10s %-10s %-14s %s\n", job.id().c_str(), v1::JobState_Name(job.state()).c_str(),
+          job.progress().phase().c_str(),
+          absl::StrCat(job.progress().global_step(), "/", job.progress().total_steps()).c_str(),
+          metrics.c_str());
     }
     return kOk;
   }
@@ -231,8 +235,8 @@ class Client {
       std::printf("%s\n", ToJson(response).c_str());
       return kOk;
     }
-    std::printf("%-24s %-22s %-7s %-7s %-10s %s\n", "WORKER", "ADDRESS", "DEVICES", "STATE",
-                "SEEN", "JOB");
+    std::printf("%-24s %-22s %-7s %-7s %-10s %s\n", "WORKER", "ADDRESS", "DEVICES", "STATE", "SEEN",
+                "JOB");
     for (const v1::WorkerInfo& w : *workers) {
       std::printf("%-24s %-22s %-7d %-7s %-10s %s\n", w.name().c_str(), w.address().c_str(),
                   w.devices(), v1::WorkerInfo::State_Name(w.state()).c_str(),
@@ -256,7 +260,8 @@ class Client {
     grpc::health::v1::HealthCheckResponse response;
     grpc::Status status = stub->Check(&context, request, &response);
     if (!status.ok()) return Refused(FromGrpcStatus(status), target);
-    const std::string state = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+    const std::string state =
+        grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
     if (Json()) {
       std::printf("{\n \"status\": \"%s\"\n}\n", state.c_str());
     } else {
@@ -292,14 +297,16 @@ class Client {
       fields["log_dir"].set_string_value(job->log_dir());
       fields["predictions"].set_string_value(job->predictions());
       fields["wall_seconds"].set_number_value(
-          job->finished_unix_ms() > 0 ? (job->finished_unix_ms() - job->started_unix_ms()) / 1000.0 : 0);
+          job->finished_unix_ms() > 0 ? (job->finished_unix_ms() - job->started_unix_ms()) / 1000.0
+                                      : 0);
       std::printf("%s\n", ToJson(out).c_str());
     } else {
       std::printf("%s %s%s%s\n", job->id().c_str(), v1::JobState_Name(job->state()).c_str(),
                   job->reason().empty() ? "" : ": ", job->reason().c_str());
       PrintMetrics(*job);
       if (!job->checkpoint().empty()) std::printf("checkpoint: %s\n", job->checkpoint().c_str());
-      if (!job->best_checkpoint().empty()) std::printf("best checkpoint: %s\n", job->best_checkpoint().c_str());
+      if (!job->best_checkpoint().empty())
+        std::printf("best checkpoint: %s\n", job->best_checkpoint().c_str());
       std::printf("metrics.csv and TensorBoard events: %s\n", job->log_dir().c_str());
     }
     return job->state() == v1::SUCCEEDED || !IsTerminal(job->state()) ? kOk : ExitFor(*job);
@@ -313,7 +320,8 @@ class Client {
   }
 
   static void PrintMetrics(const v1::JobStatus& job) {
-    for (const auto& [name, value] : job.metrics()) std::printf("  %-12s %.4f\n", name.c_str(), value);
+    for (const auto& [name, value] : job.metrics())
+      std::printf("  %-12s %.4f\n", name.c_str(), value);
   }
 
   JobsClient jobs_;
@@ -329,15 +337,18 @@ constexpr char kUsageText[] =
     "  dtrain cancel JOB                  stop a job on every worker\n"
     "  dtrain workers                     registered workers\n"
     "  dtrain results JOB [--plot F.svg]  final metrics and checkpoint; curves to an SVG\n"
-    "  dtrain health [HOST:PORT] [--service S]  SERVING (exit 0) or not (exit 1), any dtrain server\n"
+    "  dtrain health [HOST:PORT] [--service S]  SERVING (exit 0) or not (exit 1), any dtrain "
+    "server\n"
     "Flags: --coordinator host:port (or DTRAIN_COORDINATOR), --output text|json,\n"
-    "       --tls_ca F [--tls_cert F --tls_key F] (or DTRAIN_TLS_CA, DTRAIN_TLS_CERT, DTRAIN_TLS_KEY)";
+    "       --tls_ca F [--tls_cert F --tls_key F] (or DTRAIN_TLS_CA, DTRAIN_TLS_CERT, "
+    "DTRAIN_TLS_KEY)";
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsageText);
   std::vector<std::string> store;
   std::vector<char*> args = NormalizeFlagNames(argc, argv, store);
-  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
   const std::string output = absl::GetFlag(FLAGS_output);
   if (output != "text" && output != "json") {
     std::fprintf(stderr, "dtrain: --output is text or json, got '%s'\n", output.c_str());

@@ -103,7 +103,8 @@ absl::Status Fill(const YAML::Node& node, Message* message, const std::string& p
                                      absl::StrJoin(known, ", ")));
     }
     if (const google::protobuf::OneofDescriptor* oneof = field->real_containing_oneof()) {
-      const FieldDescriptor* set = message->GetReflection()->GetOneofFieldDescriptor(*message, oneof);
+      const FieldDescriptor* set =
+          message->GetReflection()->GetOneofFieldDescriptor(*message, oneof);
       if (set != nullptr && set != field) {
         return Bad(path, absl::StrCat("give only one of ", set->name(), " and ", field->name()));
       }

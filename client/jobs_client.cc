@@ -2,9 +2,9 @@
 
 #include <grpcpp/client_context.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/channel.h"
-#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 
 namespace dtrain {
@@ -72,8 +72,7 @@ absl::StatusOr<v1::JobStatus> JobsClient::Cancel(const std::string& id) {
   return response;
 }
 
-absl::StatusOr<v1::GetJobLogsResponse> JobsClient::Logs(const std::string& id,
-                                                        int64_t from_line) {
+absl::StatusOr<v1::GetJobLogsResponse> JobsClient::Logs(const std::string& id, int64_t from_line) {
   v1::GetJobLogsRequest request;
   request.set_id(id);
   request.set_from_line(from_line);

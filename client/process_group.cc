@@ -9,9 +9,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/channel.h"
 #include "client/tensor_stream.h"
 #include "common/bearer_token.h"
+#include "common/channel.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/streaming.h"
@@ -242,9 +242,8 @@ absl::StatusOr<HostTensor> ProcessGroup::Broadcast(int src, const HostTensor* te
   header.set_src(src);
   header.set_kind(v1::PAYLOAD_KIND_TENSOR);
   if (tensor != nullptr) *header.mutable_meta() = MetaOf(*tensor);
-  DTRAIN_ASSIGN_OR_RETURN(
-      TensorStreamResult result,
-      Stream("Broadcast", header, tensor ? &tensor->data : nullptr, deadline));
+  DTRAIN_ASSIGN_OR_RETURN(TensorStreamResult result,
+                          Stream("Broadcast", header, tensor ? &tensor->data : nullptr, deadline));
   DTRAIN_ASSIGN_OR_RETURN(std::vector<HostTensor> parts, Split(result.parts, result.bytes));
   if (parts.size() != 1) return absl::InternalError("broadcast answered with no tensor");
   return std::move(parts[0]);
@@ -254,17 +253,15 @@ absl::StatusOr<std::string> ProcessGroup::BroadcastBytes(int src, const std::str
                                                          CallOptions options) {
   absl::MutexLock lock(&call_mu_);
   v1::BroadcastHeader header;
-  const absl::Time deadline = NextContext(
-      options, bytes ? static_cast<int64_t>(bytes->size()) : 0, header.mutable_context());
+  const absl::Time deadline = NextContext(options, bytes ? static_cast<int64_t>(bytes->size()) : 0,
+                                          header.mutable_context());
   header.set_src(src);
   header.set_kind(v1::PAYLOAD_KIND_BYTES);
   if (bytes != nullptr) {
     header.mutable_meta()->set_dtype(v1::DTYPE_UINT8);
     header.mutable_meta()->add_shape(static_cast<int64_t>(bytes->size()));
   }
-  DTRAIN_ASSIGN_OR_RETURN(
-      TensorStreamResult result,
-      Stream("Broadcast", header, bytes, deadline));
+  DTRAIN_ASSIGN_OR_RETURN(TensorStreamResult result, Stream("Broadcast", header, bytes, deadline));
   return std::move(result.bytes);
 }
 
@@ -272,13 +269,11 @@ absl::StatusOr<std::vector<HostTensor>> ProcessGroup::AllGather(const HostTensor
                                                                 CallOptions options) {
   absl::MutexLock lock(&call_mu_);
   v1::AllGatherHeader header;
-  const absl::Time deadline =
-      NextContext(options, static_cast<int64_t>(tensor.data.size()) * world_size(),
-                  header.mutable_context());
+  const absl::Time deadline = NextContext(
+      options, static_cast<int64_t>(tensor.data.size()) * world_size(), header.mutable_context());
   *header.mutable_meta() = MetaOf(tensor);
-  DTRAIN_ASSIGN_OR_RETURN(
-      TensorStreamResult result,
-      Stream("AllGather", header, &tensor.data, deadline));
+  DTRAIN_ASSIGN_OR_RETURN(TensorStreamResult result,
+                          Stream("AllGather", header, &tensor.data, deadline));
   return Split(result.parts, result.bytes);
 }
 
@@ -293,14 +288,14 @@ absl::StatusOr<HostTensor> ProcessGroup::AllReduce(const HostTensor& tensor, v1:
 }
 
 absl::Status ProcessGroup::AllReduceInPlace(HostTensor* tensor, v1::ReduceOp op,
-                                           CallOptions options) {
+                                            CallOptions options) {
   // The payload is sent from the buffer the result lands in: the coordinator answers a
   // segment only after every rank's input for it has fully arrived, so the two never overlap.
   return AllReduceInto(*tensor, op, tensor->data.data(), options);
 }
 
 absl::Status ProcessGroup::AllReduceInto(const HostTensor& tensor, v1::ReduceOp op, char* out,
-                                        CallOptions options) {
+                                         CallOptions options) {
   absl::MutexLock lock(&call_mu_);
   const v1::TensorMeta meta = MetaOf(tensor);
   const absl::StatusOr<int64_t> element = DTypeSize(tensor.dtype);
@@ -310,8 +305,8 @@ absl::Status ProcessGroup::AllReduceInto(const HostTensor& tensor, v1::ReduceOp 
   // At least kSegmentBytes each, at most kMaxSegmentsInFlight of them.
   size_t segment_bytes = bytes;
   if (element.ok() && bytes > static_cast<size_t>(kSegmentBytes)) {
-    const size_t wanted = std::max<size_t>(
-        kSegmentBytes, (bytes + kMaxSegmentsInFlight - 1) / kMaxSegmentsInFlight);
+    const size_t wanted =
+        std::max<size_t>(kSegmentBytes, (bytes + kMaxSegmentsInFlight - 1) / kMaxSegmentsInFlight);
     segment_bytes = (wanted + *element - 1) / *element * *element;
   }
   const size_t segments = bytes == 0 ? 1 : (bytes + segment_bytes - 1) / segment_bytes;
@@ -358,14 +353,13 @@ absl::StatusOr<std::optional<HostTensor>> ProcessGroup::Reduce(const HostTensor&
                                                                CallOptions options) {
   absl::MutexLock lock(&call_mu_);
   v1::ReduceHeader header;
-  const absl::Time deadline = NextContext(options, static_cast<int64_t>(tensor.data.size()) * 2,
-                                          header.mutable_context());
+  const absl::Time deadline =
+      NextContext(options, static_cast<int64_t>(tensor.data.size()) * 2, header.mutable_context());
   header.set_op(op);
   header.set_dst(dst);
   *header.mutable_meta() = MetaOf(tensor);
-  DTRAIN_ASSIGN_OR_RETURN(
-      TensorStreamResult result,
-      Stream("Reduce", header, &tensor.data, deadline));
+  DTRAIN_ASSIGN_OR_RETURN(TensorStreamResult result,
+                          Stream("Reduce", header, &tensor.data, deadline));
   DTRAIN_ASSIGN_OR_RETURN(std::vector<HostTensor> parts, Split(result.parts, result.bytes));
   if (parts.empty()) return std::optional<HostTensor>();
   return std::optional<HostTensor>(std::move(parts[0]));
@@ -399,9 +393,9 @@ absl::StatusOr<HostTensor> ProcessGroup::Concat(const std::vector<HostTensor>& p
     const auto& s = parts[r].shape;
     if (parts[r].dtype != out.dtype || s.size() != out.shape.size() ||
         !std::equal(s.begin() + 1, s.end(), out.shape.begin() + 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot concat: part ", r, " is ", DescribeMeta(MetaOf(parts[r])),
-          ", which differs from part 0 beyond dimension 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot concat: part ", r, " is ", DescribeMeta(MetaOf(parts[r])),
+                       ", which differs from part 0 beyond dimension 0"));
     }
     out.shape[0] += s[0];
     out.data += parts[r].data;

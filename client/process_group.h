@@ -37,21 +37,21 @@
 namespace dtrain {
 
 struct ProcessGroupOptions {
-  std::string group;            // the group (job) id
+  std::string group;  // the group (job) id
   int world_size = 1;
-  int min_world_size = 0;       // < world_size: elastic, formed after settle_timeout
+  int min_world_size = 0;  // < world_size: elastic, formed after settle_timeout
   absl::Duration settle_timeout = absl::ZeroDuration();
-  std::string host;             // empty: this machine's host name
-  std::string order_key;        // orders ranks within a host (then arrival order)
-  std::string name;             // how errors name this member (a worker's name); may be empty
+  std::string host;       // empty: this machine's host name
+  std::string order_key;  // orders ranks within a host (then arrival order)
+  std::string name;       // how errors name this member (a worker's name); may be empty
   int local_devices = 1;
-  int64_t generation = 0;       // 0: whichever generation is forming
+  int64_t generation = 0;  // 0: whichever generation is forming
   absl::Duration register_timeout = absl::Minutes(5);
   // Default deadline for this group's collectives; zero: the coordinator's default.
   absl::Duration collective_timeout = absl::ZeroDuration();
   // Tests turn this off to play a process that hangs without dying.
   bool send_heartbeats = true;
-  uint64_t incarnation = 0;     // 0: random
+  uint64_t incarnation = 0;  // 0: random
   // Bearer token for this group's calls (a job's own, see jobs.proto); empty: the process's.
   std::string token;
 };
@@ -152,7 +152,7 @@ class ProcessGroup {
   absl::Time NextContext(const CallOptions& options, int64_t payload_bytes,
                          v1::CollectiveContext* context) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
 
-  std::shared_ptr<grpc::Channel> channel_;          // collectives and key-value
+  std::shared_ptr<grpc::Channel> channel_;  // collectives and key-value
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::unique_ptr<grpc::GenericStub> generic_;      // tensor streams, zero-copy framing
   std::unique_ptr<v1::Coordinator::Stub> control_;  // heartbeats, on their own connection

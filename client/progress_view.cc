@@ -52,8 +52,8 @@ void ProgressView::Show(const v1::JobStatus& status) {
   const int64_t now = absl::ToUnixMillis(absl::Now());
   const int64_t total = status.progress().total_steps();
   const int64_t step = status.progress().global_step();
-  const bool changed = status.progress().phase() != last_phase_ ||
-                       static_cast<int>(status.state()) != last_state_;
+  const bool changed =
+      status.progress().phase() != last_phase_ || static_cast<int>(status.state()) != last_state_;
   const bool advanced = total > 0 && last_step_ >= 0 && (step - last_step_) * 10 >= total;
   if (!changed && !advanced && now - last_time_ms_ < 10000) return;
   std::printf("%s\n", line.c_str());

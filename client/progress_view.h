@@ -10,7 +10,8 @@
 
 namespace dtrain {
 
-// "fashion-cnn-1 RUNNING train epoch 1/2 [#####.....] step 500/1718 loss 0.4123 1234 samples/s ETA 1m23s"
+// "fashion-cnn-1 RUNNING train epoch 1/2 [#####.....] step 500/1718 loss 0.4123 1234 samples/s ETA
+// 1m23s"
 std::string ProgressLine(const v1::JobStatus& status, int bar_width = 24);
 
 // "1m23s", "2h05m", "12s".

@@ -23,8 +23,7 @@ class Session final : public grpc::ClientBidiReactor<v1::SessionRequest, v1::Ses
   ~Session() override;
 
   // Sends one request and waits for its response, or the stream's end, or the deadline.
-  absl::StatusOr<v1::SessionResponse> Call(const v1::SessionRequest& request,
-                                           absl::Time deadline);
+  absl::StatusOr<v1::SessionResponse> Call(const v1::SessionRequest& request, absl::Time deadline);
 
   // False once the stream has ended (after an error); the owner then opens a new session.
   bool alive() const;

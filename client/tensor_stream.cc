@@ -158,8 +158,8 @@ std::vector<absl::StatusOr<TensorStreamResult>> RunTensorStreams(
 absl::StatusOr<TensorStreamResult> RunTensorStream(grpc::GenericStub* stub,
                                                    const std::string& method,
                                                    const google::protobuf::MessageLite& header,
-                                                   const std::string* payload,
-                                                   absl::Time deadline, std::string* into) {
+                                                   const std::string* payload, absl::Time deadline,
+                                                   std::string* into) {
   TensorStreamSpec spec;
   spec.method = method;
   spec.header = &header;

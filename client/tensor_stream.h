@@ -42,8 +42,7 @@ std::vector<absl::StatusOr<TensorStreamResult>> RunTensorStreams(
 absl::StatusOr<TensorStreamResult> RunTensorStream(grpc::GenericStub* stub,
                                                    const std::string& method,
                                                    const google::protobuf::MessageLite& header,
-                                                   const std::string* payload,
-                                                   absl::Time deadline,
+                                                   const std::string* payload, absl::Time deadline,
                                                    std::string* into = nullptr);
 
 }  // namespace dtrain

@@ -44,8 +44,7 @@ class TokenInterceptor final : public grpc::experimental::Interceptor {
   const std::string* const header_;  // owned by the factory, which outlives the channel's calls
 };
 
-class TokenInterceptorFactory final
-    : public grpc::experimental::ClientInterceptorFactoryInterface {
+class TokenInterceptorFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
   explicit TokenInterceptorFactory(const std::string& token) : header_(kScheme + token) {}
 
@@ -111,7 +110,8 @@ absl::StatusOr<absl::string_view> RequireBearerToken(const grpc::ServerContextBa
         "this service requires a bearer token: give --token, --token_file or set DTRAIN_TOKEN");
   }
   if (presented->empty()) {
-    return absl::UnauthenticatedError("the authorization header is not of the form 'Bearer <token>'");
+    return absl::UnauthenticatedError(
+        "the authorization header is not of the form 'Bearer <token>'");
   }
   return *presented;
 }
@@ -121,18 +121,20 @@ absl::Status CheckBearerToken(const grpc::ServerContextBase& context, absl::stri
   absl::StatusOr<absl::string_view> presented = RequireBearerToken(context);
   if (!presented.ok()) return presented.status();
   if (!SameToken(*presented, expected)) {
-    return absl::UnauthenticatedError("the bearer token presented is not the one this service accepts");
+    return absl::UnauthenticatedError(
+        "the bearer token presented is not the one this service accepts");
   }
   return absl::OkStatus();
 }
 
-absl::Status RequireAuthenticationBeyondLoopback(const std::string& listen_address,
-                                                 bool has_token, bool mutual_tls, bool insecure) {
+absl::Status RequireAuthenticationBeyondLoopback(const std::string& listen_address, bool has_token,
+                                                 bool mutual_tls, bool insecure) {
   if (has_token || mutual_tls || insecure || IsLoopbackAddress(listen_address)) {
     return absl::OkStatus();
   }
   return absl::FailedPreconditionError(absl::StrCat(
-      "refusing to serve ", listen_address, " without authentication: anyone who reaches it "
+      "refusing to serve ", listen_address,
+      " without authentication: anyone who reaches it "
       "could run code on this cluster. Give a token (--token_file, --token or DTRAIN_TOKEN), or "
       "require client certificates (--tls_require_client_cert), or pass --insecure"));
 }
@@ -155,9 +157,10 @@ absl::Status ValidateToken(absl::string_view token, absl::string_view source) {
   if (token.empty()) return absl::InvalidArgumentError(absl::StrCat(source, " is empty"));
   for (char c : token) {
     if (c <= ' ' || c > '~') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, " holds a character that cannot travel in a header (space, control or "
-                  "non-ASCII); a token is printable ASCII, e.g. from `openssl rand -hex 32`"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source,
+                       " holds a character that cannot travel in a header (space, control or "
+                       "non-ASCII); a token is printable ASCII, e.g. from `openssl rand -hex 32`"));
     }
   }
   return absl::OkStatus();

@@ -54,8 +54,8 @@ absl::Status CheckBearerToken(const grpc::ServerContextBase& context, absl::stri
 
 // Servers: listening beyond loopback needs a way to tell callers apart, a token or client
 // certificates, unless `insecure`. FAILED_PRECONDITION saying how otherwise.
-absl::Status RequireAuthenticationBeyondLoopback(const std::string& listen_address,
-                                                 bool has_token, bool mutual_tls, bool insecure);
+absl::Status RequireAuthenticationBeyondLoopback(const std::string& listen_address, bool has_token,
+                                                 bool mutual_tls, bool insecure);
 
 // 32 random bytes from the kernel, hex-encoded.
 std::string NewRandomToken();

@@ -4,8 +4,8 @@
 #include <functional>
 #include <utility>
 
-#include <grpcpp/support/server_callback.h>
 #include <grpcpp/server_context.h>
+#include <grpcpp/support/server_callback.h>
 
 #include "absl/status/status.h"
 #include "common/grpc_status.h"
@@ -16,8 +16,7 @@ namespace dtrain {
 // `on_cancel` so the waiting work can be withdrawn. Deletes itself when done.
 class CancellableReactor final : public grpc::ServerUnaryReactor {
  public:
-  explicit CancellableReactor(std::function<void()> on_cancel)
-      : on_cancel_(std::move(on_cancel)) {}
+  explicit CancellableReactor(std::function<void()> on_cancel) : on_cancel_(std::move(on_cancel)) {}
   void OnCancel() override {
     if (on_cancel_) on_cancel_();
   }

@@ -15,7 +15,7 @@ std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address) 
 }
 
 std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address,
-                                                   const std::string& token) {
+                                                    const std::string& token) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -27,8 +27,8 @@ std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address,
   // dtrain never retries a collective transparently (a retried call would be a second
   // arrival); without the retry machinery every call is also cheaper.
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
-  return grpc::experimental::CreateCustomChannelWithInterceptors(
-      address, ClientCredentials(), args, BearerTokenInterceptors(token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, ClientCredentials(), args,
+                                                                 BearerTokenInterceptors(token));
 }
 
 }  // namespace dtrain

@@ -16,6 +16,6 @@ std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address);
 
 // The same with `token` as the bearer token (empty: none), e.g. a job's own.
 std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address,
-                                                   const std::string& token);
+                                                    const std::string& token);
 
 }  // namespace dtrain

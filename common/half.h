@@ -9,14 +9,22 @@
 
 namespace dtrain {
 
+// Clang before 15 has no _Float16 on x86-64, but converts its __fp16 storage type the same way
+// (used by the clang thread-safety and sanitizer builds).
+#if defined(__clang__) && __clang_major__ < 15
+using Float16 = __fp16;
+#else
+using Float16 = _Float16;
+#endif
+
 inline float HalfToFloat(uint16_t bits) {
-  _Float16 h;
+  Float16 h;
   std::memcpy(&h, &bits, sizeof bits);
   return static_cast<float>(h);
 }
 
 inline uint16_t FloatToHalf(float value) {
-  _Float16 h = static_cast<_Float16>(value);
+  Float16 h = static_cast<Float16>(value);
   uint16_t bits;
   std::memcpy(&bits, &h, sizeof bits);
   return bits;

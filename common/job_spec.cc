@@ -21,8 +21,8 @@ absl::Status OneOf(const std::string& path, std::string* value,
   for (const std::string& a : allowed) {
     if (*value == a) return absl::OkStatus();
   }
-  return Bad(path, absl::StrCat("unknown ", what, " '", *value, "'; use ",
-                                absl::StrJoin(allowed, ", ")));
+  return Bad(path,
+             absl::StrCat("unknown ", what, " '", *value, "'; use ", absl::StrJoin(allowed, ", ")));
 }
 
 absl::Status Range(const std::string& path, double value, double low, double high) {
@@ -36,7 +36,8 @@ absl::Status CheckName(const std::string& name) {
   if (name.size() > 128) return Bad("name", "at most 128 characters");
   for (char c : name) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
-      return Bad("name", absl::StrCat("'", name, "' may hold only letters, digits, '-', '_' and '.'"));
+      return Bad("name",
+                 absl::StrCat("'", name, "' may hold only letters, digits, '-', '_' and '.'"));
     }
   }
   return absl::OkStatus();
@@ -44,7 +45,8 @@ absl::Status CheckName(const std::string& name) {
 
 absl::Status CheckMode(const std::string& path, std::string* mode, const std::string& monitor) {
   if (mode->empty()) *mode = DefaultMode(monitor);
-  if (*mode != "min" && *mode != "max") return Bad(path, absl::StrCat("use min or max, got '", *mode, "'"));
+  if (*mode != "min" && *mode != "max")
+    return Bad(path, absl::StrCat("use min or max, got '", *mode, "'"));
   return absl::OkStatus();
 }
 
@@ -67,31 +69,37 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (absl::Status s = CheckName(spec->name()); !s.ok()) return s;
 
   if (absl::Status s = OneOf("stage", spec->mutable_stage(), {"fit", "validate", "test", "predict"},
-                             "fit", "stage"); !s.ok()) return s;
+                             "fit", "stage");
+      !s.ok())
+    return s;
 
   v1::ModelSpec* model = spec->mutable_model();
   switch (model->source_case()) {
     case v1::ModelSpec::kBuiltin:
       if (model->builtin() != "mlp" && model->builtin() != "cnn") {
-        return Bad("model.builtin", absl::StrCat("unknown model '", model->builtin(), "'; the zoo has mlp, cnn"));
+        return Bad("model.builtin",
+                   absl::StrCat("unknown model '", model->builtin(), "'; the zoo has mlp, cnn"));
       }
       break;
     case v1::ModelSpec::kTorchscript:
       if (model->torchscript().empty()) return Bad("model.torchscript", "empty path");
       break;
     default:
-      return Bad("model", "give builtin (mlp, cnn) or torchscript (a file saved with torch.jit.save)");
+      return Bad("model",
+                 "give builtin (mlp, cnn) or torchscript (a file saved with torch.jit.save)");
   }
 
   v1::DataConfig* data = spec->mutable_data();
   switch (data->source_case()) {
     case v1::DataConfig::kBuiltin:
       if (data->builtin() != "fashion-mnist") {
-        return Bad("data.builtin", absl::StrCat("unknown dataset '", data->builtin(), "'; the builtin is fashion-mnist"));
+        return Bad("data.builtin", absl::StrCat("unknown dataset '", data->builtin(),
+                                                "'; the builtin is fashion-mnist"));
       }
       break;
     case v1::DataConfig::kSynthetic:
-      if (data->synthetic().train_size() <= 0) return Bad("data.synthetic.train_size", "must be > 0");
+      if (data->synthetic().train_size() <= 0)
+        return Bad("data.synthetic.train_size", "must be > 0");
       if (data->synthetic().val_size() < 0) return Bad("data.synthetic.val_size", "must be >= 0");
       if (data->synthetic().test_size() < 0) return Bad("data.synthetic.test_size", "must be >= 0");
       break;
@@ -103,88 +111,123 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   }
   if (data->batch_size() == 0) data->set_batch_size(32);
   if (absl::Status s = Range("data.batch_size", data->batch_size(), 1, 1 << 20); !s.ok()) return s;
-  if (data->eval_batch_size() == 0) data->set_eval_batch_size(std::min(4 * data->batch_size(), 1 << 20));
-  if (absl::Status s = Range("data.eval_batch_size", data->eval_batch_size(), 1, 1 << 20); !s.ok()) return s;
+  if (data->eval_batch_size() == 0)
+    data->set_eval_batch_size(std::min(4 * data->batch_size(), 1 << 20));
+  if (absl::Status s = Range("data.eval_batch_size", data->eval_batch_size(), 1, 1 << 20); !s.ok())
+    return s;
   if (!data->has_shuffle()) data->set_shuffle(true);
-  for (const auto& [path, value] : {std::pair<std::string, int64_t>{"data.limit_train_samples", data->limit_train_samples()},
-                                    {"data.limit_val_samples", data->limit_val_samples()},
-                                    {"data.limit_test_samples", data->limit_test_samples()},
-                                    {"data.val_size", data->val_size()}}) {
+  for (const auto& [path, value] :
+       {std::pair<std::string, int64_t>{"data.limit_train_samples", data->limit_train_samples()},
+        {"data.limit_val_samples", data->limit_val_samples()},
+        {"data.limit_test_samples", data->limit_test_samples()},
+        {"data.val_size", data->val_size()}}) {
     if (value < 0) return Bad(path, absl::StrCat("must be >= 0, got ", value));
   }
 
   v1::TrainerConfig* t = spec->mutable_trainer();
-  if (t->max_epochs() < 0) return Bad("trainer.max_epochs", absl::StrCat("must be >= 0, got ", t->max_epochs()));
-  if (t->max_steps() < 0) return Bad("trainer.max_steps", absl::StrCat("must be >= 0, got ", t->max_steps()));
+  if (t->max_epochs() < 0)
+    return Bad("trainer.max_epochs", absl::StrCat("must be >= 0, got ", t->max_epochs()));
+  if (t->max_steps() < 0)
+    return Bad("trainer.max_steps", absl::StrCat("must be >= 0, got ", t->max_steps()));
   if (t->max_epochs() == 0 && t->max_steps() == 0) t->set_max_epochs(1);
   if (t->max_epochs() == 0) t->set_max_epochs(1 << 20);  // bounded by max_steps
   if (t->val_check_interval() == 0) t->set_val_check_interval(1.0);
-  if (absl::Status s = Range("trainer.val_check_interval", t->val_check_interval(), 1e-6, 1e9); !s.ok()) return s;
-  if (t->val_check_interval() > 1 && std::floor(t->val_check_interval()) != t->val_check_interval()) {
-    return Bad("trainer.val_check_interval", "above 1 it counts batches and must be a whole number");
+  if (absl::Status s = Range("trainer.val_check_interval", t->val_check_interval(), 1e-6, 1e9);
+      !s.ok())
+    return s;
+  if (t->val_check_interval() > 1 &&
+      std::floor(t->val_check_interval()) != t->val_check_interval()) {
+    return Bad("trainer.val_check_interval",
+               "above 1 it counts batches and must be a whole number");
   }
   if (t->accumulate_grad_batches() == 0) t->set_accumulate_grad_batches(1);
-  if (absl::Status s = Range("trainer.accumulate_grad_batches", t->accumulate_grad_batches(), 1, 65536); !s.ok()) return s;
-  if (absl::Status s = Range("trainer.gradient_clip_val", t->gradient_clip_val(), 0, 1e12); !s.ok()) return s;
-  if (absl::Status s = OneOf("trainer.gradient_clip_algorithm", t->mutable_gradient_clip_algorithm(),
-                             {"norm", "value"}, "norm", "clip algorithm"); !s.ok()) return s;
+  if (absl::Status s =
+          Range("trainer.accumulate_grad_batches", t->accumulate_grad_batches(), 1, 65536);
+      !s.ok())
+    return s;
+  if (absl::Status s = Range("trainer.gradient_clip_val", t->gradient_clip_val(), 0, 1e12); !s.ok())
+    return s;
+  if (absl::Status s =
+          OneOf("trainer.gradient_clip_algorithm", t->mutable_gradient_clip_algorithm(),
+                {"norm", "value"}, "norm", "clip algorithm");
+      !s.ok())
+    return s;
   if (t->strategy() == "ddp_sharded") t->set_strategy("sharded");
   if (t->strategy() == "tpu_spawn" || t->strategy() == "xla") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "trainer.strategy: '", t->strategy(), "' needs an XLA runtime, which libtorch's C++ API does "
-        "not have here; use ddp or ddp_spawn"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("trainer.strategy: '", t->strategy(),
+                     "' needs an XLA runtime, which libtorch's C++ API does "
+                     "not have here; use ddp or ddp_spawn"));
   }
-  if (absl::Status s = OneOf("trainer.strategy", t->mutable_strategy(),
-                             {"ddp", "ddp_spawn", "sharded", "dp", "single_device"}, "ddp", "strategy");
-      !s.ok()) return s;
-  static const std::vector<std::string> kPrecisions = {"32-true", "64-true", "bf16-mixed", "bf16-true", "16-mixed",
-                                                       "32", "64", "bf16", "16"};
-  if (absl::Status s = OneOf("trainer.precision", t->mutable_precision(), kPrecisions, "32-true", "precision");
-      !s.ok()) return s;
-  if (absl::Status s = OneOf("trainer.accelerator", t->mutable_accelerator(), {"cpu", "gpu", "cuda", "auto"},
-                             "cpu", "accelerator"); !s.ok()) return s;
+  if (absl::Status s =
+          OneOf("trainer.strategy", t->mutable_strategy(),
+                {"ddp", "ddp_spawn", "sharded", "dp", "single_device"}, "ddp", "strategy");
+      !s.ok())
+    return s;
+  static const std::vector<std::string> kPrecisions = {
+      "32-true", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "32", "64", "bf16", "16"};
+  if (absl::Status s =
+          OneOf("trainer.precision", t->mutable_precision(), kPrecisions, "32-true", "precision");
+      !s.ok())
+    return s;
+  if (absl::Status s = OneOf("trainer.accelerator", t->mutable_accelerator(),
+                             {"cpu", "gpu", "cuda", "auto"}, "cpu", "accelerator");
+      !s.ok())
+    return s;
   if (t->devices() == 0) t->set_devices(1);
   if (absl::Status s = Range("trainer.devices", t->devices(), 1, 256); !s.ok()) return s;
   if (t->num_workers() == 0) t->set_num_workers(1);
   if (absl::Status s = Range("trainer.num_workers", t->num_workers(), 1, 4096); !s.ok()) return s;
   if ((t->strategy() == "dp" || t->strategy() == "single_device") && t->num_workers() != 1) {
-    return Bad("trainer.num_workers", absl::StrCat("strategy ", t->strategy(),
-                                                   " runs in one process; use 1 worker or strategy ddp"));
+    return Bad("trainer.num_workers",
+               absl::StrCat("strategy ", t->strategy(),
+                            " runs in one process; use 1 worker or strategy ddp"));
   }
   if (t->min_workers() == 0) t->set_min_workers(t->num_workers());
-  if (absl::Status s = Range("trainer.min_workers", t->min_workers(), 1, t->num_workers()); !s.ok()) {
+  if (absl::Status s = Range("trainer.min_workers", t->min_workers(), 1, t->num_workers());
+      !s.ok()) {
     return s;
   }
   if (t->max_restarts() == 0) t->set_max_restarts(3);
   if (absl::Status s = Range("trainer.max_restarts", t->max_restarts(), 1, 1000); !s.ok()) return s;
   if (t->collective_timeout_ms() < 0) return Bad("trainer.collective_timeout_ms", "must be >= 0");
-  if (absl::Status s = OneOf("trainer.collective_backend", t->mutable_collective_backend(), {"grpc", "gloo", "shm"}, "grpc",
-                             "collective backend"); !s.ok()) return s;
+  if (absl::Status s = OneOf("trainer.collective_backend", t->mutable_collective_backend(),
+                             {"grpc", "gloo", "shm"}, "grpc", "collective backend");
+      !s.ok())
+    return s;
   if (t->batches_per_call() == 0) t->set_batches_per_call(16);
-  if (absl::Status s = Range("trainer.batches_per_call", t->batches_per_call(), 1, 4096); !s.ok()) return s;
+  if (absl::Status s = Range("trainer.batches_per_call", t->batches_per_call(), 1, 4096); !s.ok())
+    return s;
   if (t->log_every_n_steps() == 0) t->set_log_every_n_steps(10);
   if (t->log_every_n_steps() < 0) return Bad("trainer.log_every_n_steps", "must be > 0");
   if (t->limit_val_batches() < 0) return Bad("trainer.limit_val_batches", "must be >= 0");
   if (t->bucket_cap_mb() == 0) t->set_bucket_cap_mb(25);
-  if (absl::Status s = Range("trainer.bucket_cap_mb", t->bucket_cap_mb(), 0.001, 4096); !s.ok()) return s;
+  if (absl::Status s = Range("trainer.bucket_cap_mb", t->bucket_cap_mb(), 0.001, 4096); !s.ok())
+    return s;
 
   v1::OptimizerSpec* o = spec->mutable_optimizer();
-  if (absl::Status s = OneOf("optimizer.name", o->mutable_name(), {"sgd", "adam", "adamw"}, "sgd", "optimizer");
-      !s.ok()) return s;
+  if (absl::Status s =
+          OneOf("optimizer.name", o->mutable_name(), {"sgd", "adam", "adamw"}, "sgd", "optimizer");
+      !s.ok())
+    return s;
   if (o->lr() == 0) o->set_lr(0.01);
   if (absl::Status s = Range("optimizer.lr", o->lr(), 1e-12, 1e6); !s.ok()) return s;
   if (absl::Status s = Range("optimizer.momentum", o->momentum(), 0, 0.999999); !s.ok()) return s;
-  if (absl::Status s = Range("optimizer.weight_decay", o->weight_decay(), 0, 1e6); !s.ok()) return s;
+  if (absl::Status s = Range("optimizer.weight_decay", o->weight_decay(), 0, 1e6); !s.ok())
+    return s;
   if (o->nesterov() && o->momentum() <= 0) return Bad("optimizer.nesterov", "needs momentum > 0");
   if (absl::Status s = Range("optimizer.beta1", o->beta1(), 0, 0.999999); !s.ok()) return s;
   if (absl::Status s = Range("optimizer.beta2", o->beta2(), 0, 0.999999); !s.ok()) return s;
   if (absl::Status s = Range("optimizer.eps", o->eps(), 0, 1); !s.ok()) return s;
 
   v1::SchedulerSpec* l = spec->mutable_lr_scheduler();
-  if (absl::Status s = OneOf("lr_scheduler.name", l->mutable_name(), {"none", "step", "cosine"}, "none",
-                             "lr scheduler"); !s.ok()) return s;
+  if (absl::Status s = OneOf("lr_scheduler.name", l->mutable_name(), {"none", "step", "cosine"},
+                             "none", "lr scheduler");
+      !s.ok())
+    return s;
   if (l->step_size() < 0) return Bad("lr_scheduler.step_size", "must be > 0");
-  if (l->total_steps() < 0) return Bad("lr_scheduler.total_steps", "must be >= 0 (0: the whole run)");
+  if (l->total_steps() < 0)
+    return Bad("lr_scheduler.total_steps", "must be >= 0 (0: the whole run)");
   if (absl::Status s = Range("lr_scheduler.gamma", l->gamma(), 0, 1e6); !s.ok()) return s;
   if (l->min_lr() < 0) return Bad("lr_scheduler.min_lr", "must be >= 0");
 
@@ -192,13 +235,15 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (c->every_n_steps() < 0) return Bad("checkpoint.every_n_steps", "must be >= 0");
   if (c->save_top_k() == 0) c->set_save_top_k(1);
   if (c->save_top_k() < 0) return Bad("checkpoint.save_top_k", "must be >= 1");
-  if (absl::Status s = CheckMode("checkpoint.mode", c->mutable_mode(), c->monitor()); !s.ok()) return s;
+  if (absl::Status s = CheckMode("checkpoint.mode", c->mutable_mode(), c->monitor()); !s.ok())
+    return s;
 
   v1::EarlyStoppingConfig* e = spec->mutable_early_stopping();
   if (e->patience() == 0) e->set_patience(3);
   if (e->patience() < 0) return Bad("early_stopping.patience", "must be >= 1");
   if (e->min_delta() < 0) return Bad("early_stopping.min_delta", "must be >= 0");
-  if (absl::Status s = CheckMode("early_stopping.mode", e->mutable_mode(), e->monitor()); !s.ok()) return s;
+  if (absl::Status s = CheckMode("early_stopping.mode", e->mutable_mode(), e->monitor()); !s.ok())
+    return s;
   return absl::OkStatus();
 }
 

@@ -37,12 +37,28 @@ void AppendJsonEscaped(std::string* out, absl::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const unsigned char c = s[i];
     switch (c) {
-      case '"': out->append("\\\""); ++i; continue;
-      case '\\': out->append("\\\\"); ++i; continue;
-      case '\n': out->append("\\n"); ++i; continue;
-      case '\r': out->append("\\r"); ++i; continue;
-      case '\t': out->append("\\t"); ++i; continue;
-      default: break;
+      case '"':
+        out->append("\\\"");
+        ++i;
+        continue;
+      case '\\':
+        out->append("\\\\");
+        ++i;
+        continue;
+      case '\n':
+        out->append("\\n");
+        ++i;
+        continue;
+      case '\r':
+        out->append("\\r");
+        ++i;
+        continue;
+      case '\t':
+        out->append("\\t");
+        ++i;
+        continue;
+      default:
+        break;
     }
     if (c < 0x20 || c == 0x7F) {
       char buf[8];
@@ -108,10 +124,14 @@ bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= min_level.lo
 
 absl::string_view LogLevelName(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kWarning: return "warning";
-    case LogLevel::kError: return "error";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarning:
+      return "warning";
+    case LogLevel::kError:
+      return "error";
   }
   return "info";
 }
@@ -122,8 +142,8 @@ absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view text) {
     if (lower == LogLevelName(level)) return level;
   }
   if (lower == "warn") return LogLevel::kWarning;
-  return absl::InvalidArgumentError(absl::StrCat("--log_level: '", text,
-                                                 "' is not one of debug, info, warning, error"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--log_level: '", text, "' is not one of debug, info, warning, error"));
 }
 
 absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view text) {

@@ -13,14 +13,16 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
       port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--metrics_listen '", listen, "' is not host:port"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_listen '", listen, "' is not host:port"));
   }
   const std::string host = listen.substr(0, colon);
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   server->server_ = std::make_unique<httplib::Server>();
-  server->server_->Get("/metrics", [registry](const httplib::Request&, httplib::Response& response) {
-    response.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
+  server->server_->Get(
+      "/metrics", [registry](const httplib::Request&, httplib::Response& response) {
+        response.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");
+      });
   server->port_ = port == 0 ? server->server_->bind_to_any_port(host.c_str())
                             : (server->server_->bind_to_port(host.c_str(), port) ? port : -1);
   if (server->port_ <= 0) {

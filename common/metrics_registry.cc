@@ -15,7 +15,8 @@ std::string Escape(const std::string& value) {
 std::string Labels(const MetricLabels& labels, const std::string& extra_name = "",
                    const std::string& extra_value = "") {
   std::vector<std::string> parts;
-  for (const auto& [name, value] : labels) parts.push_back(absl::StrCat(name, "=\"", Escape(value), "\""));
+  for (const auto& [name, value] : labels)
+    parts.push_back(absl::StrCat(name, "=\"", Escape(value), "\""));
   if (!extra_name.empty()) parts.push_back(absl::StrCat(extra_name, "=\"", extra_value, "\""));
   if (parts.empty()) return "";
   std::string out = "{";
@@ -116,7 +117,9 @@ std::string MetricsRegistry::Render() const {
       }
     }
   }
-  for (const auto& [name, read] : gauges) {
+  for (const auto& [gauge, read] : gauges) {
+    // A structured binding cannot be captured in C++17: name the gauge for the lambda.
+    const std::string& name = gauge;
     absl::StrAppend(&out, "# HELP ", name, " ", read.help, "\n# TYPE ", name, " ", read.type, "\n");
     read.collector([&](const MetricLabels& labels, double value) {
       absl::StrAppend(&out, name, Labels(labels), " ", Number(value), "\n");

@@ -47,8 +47,8 @@ class MetricsRegistry {
   };
   struct Family {
     std::string help;
-    std::string type;             // counter | histogram | gauge
-    std::vector<double> bounds;   // histograms
+    std::string type;                              // counter | histogram | gauge
+    std::vector<double> bounds;                    // histograms
     std::map<MetricLabels, double> values;         // counters
     std::map<MetricLabels, Histogram> histograms;  // histograms
     GaugeCollector collector;                      // read at scrape time

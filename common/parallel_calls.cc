@@ -38,7 +38,8 @@ std::vector<grpc::Status> ParallelCalls::Run(int n, const Call& call, absl::Dura
   }
   {
     absl::MutexLock lock(&done_mu);
-    auto all_or_failed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(done_mu) { return done == n || failed; };
+    auto all_or_failed = [&]()
+                             ABSL_EXCLUSIVE_LOCKS_REQUIRED(done_mu) { return done == n || failed; };
     done_mu.Await(absl::Condition(&all_or_failed));
     auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(done_mu) { return done == n; };
     if (done < n && !done_mu.AwaitWithTimeout(absl::Condition(&all), grace)) {

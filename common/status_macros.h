@@ -9,9 +9,9 @@
 #define DTRAIN_CONCAT_(a, b) DTRAIN_CONCAT_INNER_(a, b)
 
 // Returns the status from the enclosing function when `expr` is not OK.
-#define DTRAIN_RETURN_IF_ERROR(expr)                \
-  do {                                              \
-    ::absl::Status dtrain_status_ = (expr);         \
+#define DTRAIN_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status dtrain_status_ = (expr);          \
     if (!dtrain_status_.ok()) return dtrain_status_; \
   } while (0)
 

@@ -29,31 +29,29 @@ absl::StatusOr<int64_t> ValidateMeta(const v1::TensorMeta& meta, int64_t max_byt
   for (int i = 0; i < meta.shape_size(); ++i) {
     const int64_t d = meta.shape(i);
     if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor shape ", DescribeMeta(meta),
-                                                     " has a negative dimension ", d,
-                                                     " at index ", i));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor shape ", DescribeMeta(meta), " has a negative dimension ", d, " at index ", i));
     }
     if (d != 0 && numel > std::numeric_limits<int64_t>::max() / element_size / d) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor shape ", DescribeMeta(meta), " has more elements than 64 bits can count"));
+      return absl::InvalidArgumentError(absl::StrCat("tensor shape ", DescribeMeta(meta),
+                                                     " has more elements than 64 bits can count"));
     }
     numel *= d;
   }
   const int64_t bytes = numel * element_size;
   if (bytes > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", DescribeMeta(meta), " needs ",
-                                                   bytes, " bytes; the limit is ", max_bytes));
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", DescribeMeta(meta), " needs ", bytes,
+                                                   " bytes; the limit is ", max_bytes));
   }
   return bytes;
 }
 
-absl::Status ValidatePayload(const v1::TensorMeta& meta, int64_t data_bytes,
-                             int64_t max_bytes) {
+absl::Status ValidatePayload(const v1::TensorMeta& meta, int64_t data_bytes, int64_t max_bytes) {
   DTRAIN_ASSIGN_OR_RETURN(int64_t expected, ValidateMeta(meta, max_bytes));
   if (expected != data_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor ", DescribeMeta(meta), " needs ", expected, " bytes of data but ",
-                     data_bytes, " were sent"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", DescribeMeta(meta), " needs ",
+                                                   expected, " bytes of data but ", data_bytes,
+                                                   " were sent"));
   }
   return absl::OkStatus();
 }
@@ -74,8 +72,7 @@ std::vector<int64_t> ShapeOf(const v1::TensorMeta& meta) {
 }
 
 absl::StatusOr<HostTensor> FromProto(const v1::Tensor& proto) {
-  DTRAIN_RETURN_IF_ERROR(
-      ValidatePayload(proto.meta(), static_cast<int64_t>(proto.data().size())));
+  DTRAIN_RETURN_IF_ERROR(ValidatePayload(proto.meta(), static_cast<int64_t>(proto.data().size())));
   HostTensor t;
   t.dtype = proto.meta().dtype();
   t.shape = ShapeOf(proto.meta());

@@ -35,7 +35,7 @@ void NoRelease(void*) {}
 }  // namespace
 
 absl::Status ReadFrame(grpc::ByteBuffer* frame, bool header_seen,
-                              google::protobuf::MessageLite* header, FrameSink* sink) {
+                       google::protobuf::MessageLite* header, FrameSink* sink) {
   grpc::ProtoBufferReader reader(frame);
   google::protobuf::io::CodedInputStream input(&reader);
   bool chunk_seen = false;
@@ -84,12 +84,12 @@ absl::Status ReadFrame(grpc::ByteBuffer* frame, bool header_seen,
 }
 
 grpc::ByteBuffer MakeFrame(const google::protobuf::MessageLite* header,
-                                   const std::vector<PayloadRange>& payload) {
+                           const std::vector<PayloadRange>& payload) {
   std::string prefix;
   if (header != nullptr) {
     const std::string encoded = header->SerializeAsString();
-    prefix.push_back(static_cast<char>(WireFormatLite::MakeTag(
-        kHeaderField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)));
+    prefix.push_back(static_cast<char>(
+        WireFormatLite::MakeTag(kHeaderField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)));
     AppendVarint(&prefix, encoded.size());
     prefix += encoded;
   }

@@ -28,11 +28,11 @@ class FrameSink {
   virtual absl::StatusOr<char*> Reserve(int64_t bytes) = 0;
 };
 
-// Parses one stream message (request or response). `header_seen` says whether an earlier message carried the
-// header; a header in a later message, or payload before any header, is INVALID_ARGUMENT.
-// Unknown fields are skipped, as protobuf would.
+// Parses one stream message (request or response). `header_seen` says whether an earlier message
+// carried the header; a header in a later message, or payload before any header, is
+// INVALID_ARGUMENT. Unknown fields are skipped, as protobuf would.
 absl::Status ReadFrame(grpc::ByteBuffer* frame, bool header_seen,
-                              google::protobuf::MessageLite* header, FrameSink* sink);
+                       google::protobuf::MessageLite* header, FrameSink* sink);
 
 // Bytes to send. With `keep_alive` set, the frame holds it until gRPC has sent the bytes;
 // without, the caller guarantees the bytes outlive the call (a blocking call's own input).

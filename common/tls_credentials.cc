@@ -14,12 +14,14 @@ namespace {
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read the TLS ", what, " file '", path, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the TLS ", what, " file '", path, "'"));
   }
   std::stringstream text;
   text << in.rdbuf();
   if (!absl::StrContains(text.str(), "-----BEGIN ")) {
-    return absl::InvalidArgumentError(absl::StrCat("the TLS ", what, " file '", path, "' is not PEM"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the TLS ", what, " file '", path, "' is not PEM"));
   }
   return text.str();
 }
@@ -40,10 +42,13 @@ std::string Env(const char* name) {
   return value == nullptr ? "" : value;
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeClientCredentials(const TlsFiles& tls) {
-  if (tls.ca.empty() && tls.cert.empty() && tls.key.empty()) return grpc::InsecureChannelCredentials();
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeClientCredentials(
+    const TlsFiles& tls) {
+  if (tls.ca.empty() && tls.cert.empty() && tls.key.empty())
+    return grpc::InsecureChannelCredentials();
   if (tls.cert.empty() != tls.key.empty()) {
-    return absl::InvalidArgumentError("a TLS client certificate needs both --tls_cert and --tls_key");
+    return absl::InvalidArgumentError(
+        "a TLS client certificate needs both --tls_cert and --tls_key");
   }
   grpc::SslCredentialsOptions options;
   if (!tls.ca.empty()) {
@@ -67,7 +72,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeClientCredentials(
 bool IsLoopbackAddress(const std::string& address) {
   const size_t colon = address.rfind(':');
   std::string host = colon == std::string::npos ? address : address.substr(0, colon);
-  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) host = host.substr(1, host.size() - 2);
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]"))
+    host = host.substr(1, host.size() - 2);
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
@@ -108,7 +114,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
 }
 
 absl::Status ConfigureClientTls(const TlsFiles& tls) {
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = MakeClientCredentials(tls);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeClientCredentials(tls);
   if (!credentials.ok()) return credentials.status();
   ClientState& state = Client();
   absl::MutexLock lock(&state.mu);
@@ -133,8 +140,8 @@ std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() {
     // TLS handshake with the reason in the server's log rather than silently going plaintext.
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
         MakeClientCredentials(ClientTlsFromEnvironment());
-    state.credentials = credentials.ok() ? *credentials
-                                         : grpc::SslCredentials(grpc::SslCredentialsOptions());
+    state.credentials =
+        credentials.ok() ? *credentials : grpc::SslCredentials(grpc::SslCredentialsOptions());
     state.configured = true;
   }
   return state.credentials;

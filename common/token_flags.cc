@@ -24,7 +24,8 @@ absl::StatusOr<std::string> TokenFromFlags() {
   std::string source;
   if (!file.empty()) {
     std::ifstream in(file, std::ios::binary);
-    if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read --token_file '", file, "'"));
+    if (!in)
+      return absl::InvalidArgumentError(absl::StrCat("cannot read --token_file '", file, "'"));
     std::stringstream text;
     text << in.rdbuf();
     token = std::string(absl::StripTrailingAsciiWhitespace(text.str()));

@@ -27,8 +27,7 @@ CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std:
   access_ = std::make_unique<AccessControl>(options_.admin_token);
   kv_ = std::make_unique<KeyValueStore>();
   GroupEvents events;
-  events.failed = [this](const std::string& group, int64_t generation,
-                         const absl::Status& reason) {
+  events.failed = [this](const std::string& group, int64_t generation, const absl::Status& reason) {
     engine_->FailGroup(group, generation, reason);
   };
   events.member_left = [this](const std::string& group, int64_t generation, int rank,
@@ -65,13 +64,15 @@ void CoordinatorServer::DescribeMetrics() {
   m->DescribeHistogram("dtrain_collective_latency_seconds",
                        "From a collective's first rank arriving to its result, by kind.",
                        LatencyBuckets());
-  engine_->SetObserver([m](CollectiveKind kind, int64_t bytes, absl::Duration latency,
-                           const absl::Status& outcome) {
-    const std::string name = CollectiveKindName(kind);
-    m->Increment("dtrain_collectives_total", {{"kind", name}, {"outcome", outcome.ok() ? "ok" : "error"}});
-    m->Increment("dtrain_collective_bytes_total", {{"kind", name}}, static_cast<double>(bytes));
-    m->Observe("dtrain_collective_latency_seconds", {{"kind", name}}, absl::ToDoubleSeconds(latency));
-  });
+  engine_->SetObserver(
+      [m](CollectiveKind kind, int64_t bytes, absl::Duration latency, const absl::Status& outcome) {
+        const std::string name = CollectiveKindName(kind);
+        m->Increment("dtrain_collectives_total",
+                     {{"kind", name}, {"outcome", outcome.ok() ? "ok" : "error"}});
+        m->Increment("dtrain_collective_bytes_total", {{"kind", name}}, static_cast<double>(bytes));
+        m->Observe("dtrain_collective_latency_seconds", {{"kind", name}},
+                   absl::ToDoubleSeconds(latency));
+      });
   m->AddGauge("dtrain_jobs", "Jobs the coordinator knows, by state.", [this](const auto& emit) {
     std::map<v1::JobState, int> count;
     for (const v1::JobStatus& job : jobs_->List()) ++count[job.state()];
@@ -91,10 +92,10 @@ void CoordinatorServer::DescribeMetrics() {
     for (const v1::GroupInfo& g : groups_->List()) ++count[v1::GroupState_Name(g.state())];
     for (const auto& [state, n] : count) emit({{"state", state}}, n);
   });
-  m->AddGauge("dtrain_heartbeat_deaths_total",
-              "Group members declared dead for missing heartbeats.",
-              [this](const auto& emit) { emit({}, static_cast<double>(groups_->heartbeat_deaths())); },
-              "counter");
+  m->AddGauge(
+      "dtrain_heartbeat_deaths_total", "Group members declared dead for missing heartbeats.",
+      [this](const auto& emit) { emit({}, static_cast<double>(groups_->heartbeat_deaths())); },
+      "counter");
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
@@ -119,8 +120,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 256 * 1024);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ",
-                                               server->options_.listen_address,
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", server->options_.listen_address,
                                                ": the address is invalid or already in use"));
   }
   if (!server->options_.metrics_listen.empty()) {

@@ -17,9 +17,9 @@
 #include "coordinator/collectives/collective_engine.h"
 #include "coordinator/collectives/coordinator_service.h"
 #include "coordinator/collectives/group_table.h"
+#include "coordinator/collectives/kv_store.h"
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/jobs/jobs_service.h"
-#include "coordinator/collectives/kv_store.h"
 #include "coordinator/jobs/worker_registry.h"
 
 namespace grpc {
@@ -49,8 +49,9 @@ struct CoordinatorOptions {
   absl::Duration job_step_timeout = absl::Minutes(30);
   // TLS for the listening port (common/tls_credentials.h); null = plaintext.
   std::shared_ptr<grpc::ServerCredentials> credentials;
-  // The cluster's admin token (coordinator/collectives/access_control.h); empty: access control off. The
-  // coordinator also presents it to its workers, so it must be the process's client token too.
+  // The cluster's admin token (coordinator/collectives/access_control.h); empty: access control
+  // off. The coordinator also presents it to its workers, so it must be the process's client token
+  // too.
   std::string admin_token;
   // host:port of the Prometheus /metrics endpoint (plain HTTP); empty: none.
   std::string metrics_listen;

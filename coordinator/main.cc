@@ -77,9 +77,9 @@ int main(int argc, char** argv) {
                                   absl::FormatDuration(options.groups.heartbeat_interval), ")"));
     return 2;
   }
-  auto credentials = dtrain::ServerCredentialsFor(options.listen_address, dtrain::TlsFilesFromFlags(),
-                                                  dtrain::RequireClientCertFromFlags(),
-                                                  dtrain::InsecureFromFlags());
+  auto credentials = dtrain::ServerCredentialsFor(
+      options.listen_address, dtrain::TlsFilesFromFlags(), dtrain::RequireClientCertFromFlags(),
+      dtrain::InsecureFromFlags());
   if (!credentials.ok()) {
     dtrain::LogError(credentials.status().message());
     return 2;
@@ -102,14 +102,17 @@ int main(int argc, char** argv) {
     dtrain::LogError(server.status().ToString());
     return 1;
   }
-  dtrain::LogInfo("serving", {{"address", (*server)->address()},
-                              {"heartbeat_timeout", absl::FormatDuration(options.groups.heartbeat_timeout)},
-                              {"auth", token->empty() ? "none (every caller is an admin)" : "bearer tokens"},
-                              {"state_dir", options.state_dir}});
+  dtrain::LogInfo("serving",
+                  {{"address", (*server)->address()},
+                   {"heartbeat_timeout", absl::FormatDuration(options.groups.heartbeat_timeout)},
+                   {"auth", token->empty() ? "none (every caller is an admin)" : "bearer tokens"},
+                   {"state_dir", options.state_dir}});
   if ((*server)->metrics_port() > 0) {
-    dtrain::LogInfo("metrics served", {{"url", absl::StrCat("http://", options.metrics_listen.substr(
-                                                                0, options.metrics_listen.rfind(':')),
-                                                            ":", (*server)->metrics_port(), "/metrics")}});
+    dtrain::LogInfo(
+        "metrics served",
+        {{"url", absl::StrCat("http://",
+                              options.metrics_listen.substr(0, options.metrics_listen.rfind(':')),
+                              ":", (*server)->metrics_port(), "/metrics")}});
   }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {

@@ -86,8 +86,8 @@ void ExpectError(const absl::Status& s, absl::StatusCode code, const std::string
 }
 
 TEST_F(BadInputTest, PayloadShorterThanShape_InvalidArgument) {
-  ExpectError(AllReduce(GoodHeader(), {std::string(15, 'x')}),
-              absl::StatusCode::kInvalidArgument, "after 15 of the 16 payload bytes");
+  ExpectError(AllReduce(GoodHeader(), {std::string(15, 'x')}), absl::StatusCode::kInvalidArgument,
+              "after 15 of the 16 payload bytes");
   ExpectGroupsUnharmed();
 }
 
@@ -202,12 +202,12 @@ TEST_F(BadInputTest, BadRegistrations_InvalidArgument) {
               "host name is empty");
   ExpectError(attempt([](auto& r) { r.set_world_size(0); }), absl::StatusCode::kInvalidArgument,
               "world_size must be in [1, 65536], got 0");
-  ExpectError(attempt([](auto& r) { r.set_min_world_size(3); }),
-              absl::StatusCode::kInvalidArgument, "min_world_size must be in [0, world_size=2]");
-  ExpectError(attempt([](auto& r) { r.set_local_devices(0); }),
-              absl::StatusCode::kInvalidArgument, "local_devices must be at least 1");
-  ExpectError(attempt([](auto& r) { r.set_incarnation(0); }),
-              absl::StatusCode::kInvalidArgument, "incarnation must be a non-zero");
+  ExpectError(attempt([](auto& r) { r.set_min_world_size(3); }), absl::StatusCode::kInvalidArgument,
+              "min_world_size must be in [0, world_size=2]");
+  ExpectError(attempt([](auto& r) { r.set_local_devices(0); }), absl::StatusCode::kInvalidArgument,
+              "local_devices must be at least 1");
+  ExpectError(attempt([](auto& r) { r.set_incarnation(0); }), absl::StatusCode::kInvalidArgument,
+              "incarnation must be a non-zero");
   ExpectGroupsUnharmed();
 }
 

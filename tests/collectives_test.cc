@@ -19,10 +19,10 @@ absl::Status Expect(bool ok, const std::string& what) {
   return ok ? absl::OkStatus() : absl::InternalError(what);
 }
 
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    absl::Status s_ = (expr);                  \
-    if (!s_.ok()) return s_;                   \
+#define RETURN_IF_ERROR(expr) \
+  do {                        \
+    absl::Status s_ = (expr); \
+    if (!s_.ok()) return s_;  \
   } while (0)
 
 class CollectivesTest : public ::testing::TestWithParam<int> {
@@ -107,7 +107,8 @@ TEST_P(CollectivesTest, AllOpsAllDTypes_MatchReference) {
   };
   const auto statuses =
       RunRanks(coordinator_->address(), absl::StrCat("all-ops-", world), world, body);
-  for (int r = 0; r < world; ++r) EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+  for (int r = 0; r < world; ++r)
+    EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
   EXPECT_EQ(coordinator_->engine().PendingCount(), 0);
 }
 
@@ -144,7 +145,8 @@ TEST(Collectives, AllGather_UnevenFirstDimension_EveryRankGetsEveryTensor) {
     }
     return absl::OkStatus();
   });
-  for (int r = 0; r < world; ++r) EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+  for (int r = 0; r < world; ++r)
+    EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
 }
 
 TEST(Collectives, SessionCalls_ThousandsBackToBack_AllSucceed) {
@@ -207,10 +209,10 @@ TEST(Collectives, AllReduce_LargeTensorInSegments_MatchesReference) {
     if (!copy.ok()) return copy.status();
     if (!(*copy == expected)) return absl::InternalError("segmented result differs");
     // Same element count, different shapes: still a mismatch, segment by segment.
-    HostTensor odd = HostTensor::Zeros(v1::DTYPE_FLOAT32,
-                                       pg.rank() == 0 ? std::vector<int64_t>{4096, 1024}
-                                                      : std::vector<int64_t>{1024, 4096})
-                         .value();
+    HostTensor odd =
+        HostTensor::Zeros(v1::DTYPE_FLOAT32, pg.rank() == 0 ? std::vector<int64_t>{4096, 1024}
+                                                            : std::vector<int64_t>{1024, 4096})
+            .value();
     absl::Status mismatch = pg.AllReduceInPlace(&odd, v1::REDUCE_OP_SUM);
     if (mismatch.code() != absl::StatusCode::kFailedPrecondition ||
         !absl::StrContains(mismatch.message(), "float32[4096, 1024]") ||
@@ -219,7 +221,8 @@ TEST(Collectives, AllReduce_LargeTensorInSegments_MatchesReference) {
     }
     return pg.Barrier("after-segments");  // the group is still in step
   });
-  for (int r = 0; r < world; ++r) EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+  for (int r = 0; r < world; ++r)
+    EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
   EXPECT_EQ(coordinator->engine().PendingCount(), 0);
 }
 

@@ -65,7 +65,8 @@ TEST(Half, KnownBitPatterns) {
   EXPECT_EQ(FloatToBFloat16(1.00390625f), 0x3F80);
   // 1 + 3 * 2^-8 lies between 1+2^-7 (odd) and 1+2^-6 (even): rounds up to even.
   EXPECT_EQ(FloatToBFloat16(1.01171875f), 0x3F82);
-  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(
+      std::isnan(BFloat16ToFloat(FloatToBFloat16(std::numeric_limits<float>::quiet_NaN()))));
 }
 
 TEST(GrpcStatus, ConversionKeepsCodeAndMessage) {

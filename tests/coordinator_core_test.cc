@@ -186,8 +186,7 @@ class CollectiveEngineTest : public GroupTableTest {
   void Form(int world) {
     std::vector<Registration> regs(world);
     for (int i = 0; i < world; ++i) {
-      table_.Register(Request("g", world, "h", 100 + i, "w" + std::to_string(i)),
-                      regs[i].Done());
+      table_.Register(Request("g", world, "h", 100 + i, "w" + std::to_string(i)), regs[i].Done());
     }
     for (Registration& r : regs) {
       ASSERT_TRUE(r.result && r.result->ok());

@@ -43,18 +43,20 @@ class CoordinatorRestartTest : public ::testing::Test {
   }
 
   std::string Submit(const std::string& name, int epochs) {
-    return cluster_->Submit(
-        name, SyntheticDdpJob(name, epochs, 4096, "", "checkpoint: {save_top_k: 1}"));
+    return cluster_->Submit(name,
+                            SyntheticDdpJob(name, epochs, 4096, "", "checkpoint: {save_top_k: 1}"));
   }
 
   // Waits until `id` has written a checkpoint and is still running; returns that checkpoint.
   std::string WaitForFirstCheckpoint(const std::string& id) {
     std::string checkpoint;
-    EXPECT_TRUE(WaitFor([&] {
-      v1::JobStatus s = cluster_->GetJob(id);
-      checkpoint = s.checkpoint();
-      return !checkpoint.empty() || IsTerminal(s.state());
-    }, absl::Seconds(120)));
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          v1::JobStatus s = cluster_->GetJob(id);
+          checkpoint = s.checkpoint();
+          return !checkpoint.empty() || IsTerminal(s.state());
+        },
+        absl::Seconds(120)));
     EXPECT_EQ(cluster_->GetJob(id).state(), v1::RUNNING) << "the job ended before the crash";
     return checkpoint;
   }
@@ -64,8 +66,8 @@ class CoordinatorRestartTest : public ::testing::Test {
 
 TEST_F(CoordinatorRestartTest, SigkillMidJob_JobsListedAgain_RunningJobResumesFromCheckpoint) {
   const std::string done = Submit("before", 1);
-  ASSERT_TRUE(WaitFor([&] { return cluster_->GetJob(done).state() == v1::SUCCEEDED; },
-                      absl::Seconds(120)));
+  ASSERT_TRUE(
+      WaitFor([&] { return cluster_->GetJob(done).state() == v1::SUCCEEDED; }, absl::Seconds(120)));
   const v1::JobStatus done_before = cluster_->GetJob(done);
   const std::string id = Submit("long", kEpochs);
   const std::string checkpoint = WaitForFirstCheckpoint(id);
@@ -89,8 +91,8 @@ TEST_F(CoordinatorRestartTest, SigkillMidJob_JobsListedAgain_RunningJobResumesFr
   EXPECT_THAT(results.output, HasSubstr("train_loss"));
 
   // The workers come back by themselves and the job resumes and finishes.
-  ASSERT_TRUE(WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); },
-                      absl::Seconds(180)));
+  ASSERT_TRUE(
+      WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(180)));
   const v1::JobStatus resumed = cluster_->GetJob(id);
   ASSERT_EQ(resumed.state(), v1::SUCCEEDED) << resumed.reason();
   // Exactly the steps of an uninterrupted run: none lost, none applied twice.
@@ -98,7 +100,8 @@ TEST_F(CoordinatorRestartTest, SigkillMidJob_JobsListedAgain_RunningJobResumesFr
   EXPECT_GT(resumed.metrics().at("test_acc"), 0.5);
   CommandResult logs = cluster_->Dtrain("logs " + id);
   EXPECT_THAT(logs.output, HasSubstr("the coordinator restarted while this job ran; it resumes "
-                                     "from its last checkpoint " + checkpoint));
+                                     "from its last checkpoint " +
+                                     checkpoint));
   EXPECT_THAT(logs.output, HasSubstr("resumed from "));
   // Lines from before the crash are still there.
   EXPECT_THAT(logs.output, HasSubstr("group formed"));
@@ -116,8 +119,8 @@ TEST_F(CoordinatorRestartTest, CheckpointGoneAfterRestart_JobFailsSayingSo) {
   // further checkpoint: remove every one there is.
   std::filesystem::remove_all(std::filesystem::path(checkpoint).parent_path());
   ASSERT_TRUE(cluster_->StartCoordinator(cluster_->address()));
-  ASSERT_TRUE(WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); },
-                      absl::Seconds(120)));
+  ASSERT_TRUE(
+      WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(120)));
   const v1::JobStatus status = cluster_->GetJob(id);
   EXPECT_EQ(status.state(), v1::FAILED);
   EXPECT_THAT(status.reason(), HasSubstr(std::filesystem::path(checkpoint).filename().string()));

@@ -50,8 +50,8 @@ std::string BinaryPath(const std::string& name) {
 // "--state-dir=x" -> "state_dir"; "" for a non-flag.
 std::string FlagName(const std::string& arg) {
   if (!absl::StartsWith(arg, "--")) return "";
-  std::string name = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos
-                                                                       : arg.find('=') - 2);
+  std::string name =
+      arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
   return absl::StrReplaceAll(name, {{"-", "_"}});
 }
 
@@ -70,7 +70,8 @@ void ExpectAccepted(const std::string& binary_name, const std::vector<std::strin
 
 std::string ValueOf(const std::vector<std::string>& args, const std::string& flag) {
   for (const std::string& arg : args) {
-    if (FlagName(arg) == flag && arg.find('=') != std::string::npos) return arg.substr(arg.find('=') + 1);
+    if (FlagName(arg) == flag && arg.find('=') != std::string::npos)
+      return arg.substr(arg.find('=') + 1);
   }
   return "";
 }
@@ -105,11 +106,13 @@ void CheckPodTemplate(const YAML::Node& workload, const std::string& where,
     const std::vector<std::string> args = Strings(c["args"]);
     const std::string binary = std::filesystem::path(command.at(0)).filename();
     ExpectAccepted(binary, args, where + " container " + name);
-    for (const YAML::Node& p : c["ports"]) ports[p["name"].as<std::string>()] = p["containerPort"].as<int>();
+    for (const YAML::Node& p : c["ports"])
+      ports[p["name"].as<std::string>()] = p["containerPort"].as<int>();
     const std::string listen = ValueOf(args, "listen");
     ASSERT_FALSE(listen.empty()) << where << ": no --listen";
     EXPECT_EQ(ports.count("grpc"), 1u) << where;
-    EXPECT_EQ(PortOf(listen), std::to_string(ports["grpc"])) << where << ": --listen vs containerPort";
+    EXPECT_EQ(PortOf(listen), std::to_string(ports["grpc"]))
+        << where << ": --listen vs containerPort";
     const std::string metrics = ValueOf(args, "metrics_listen");
     if (!metrics.empty()) {
       EXPECT_EQ(ports.count("metrics"), 1u) << where << ": --metrics_listen without a metrics port";
@@ -121,7 +124,8 @@ void CheckPodTemplate(const YAML::Node& workload, const std::string& where,
     std::vector<std::string> mounts;
     for (const YAML::Node& m : c["volumeMounts"]) {
       mounts.push_back(m["mountPath"].as<std::string>());
-      EXPECT_EQ(volumes.count(m["name"].as<std::string>()), 1u) << where << ": mount of an undeclared volume";
+      EXPECT_EQ(volumes.count(m["name"].as<std::string>()), 1u)
+          << where << ": mount of an undeclared volume";
     }
     for (const std::string flag : {"tls_cert", "tls_key", "tls_ca", "token_file", "state_dir"}) {
       const std::string path = ValueOf(args, flag);
@@ -141,8 +145,9 @@ void CheckPodTemplate(const YAML::Node& workload, const std::string& where,
       ExpectAccepted("dtrain", probe_command, where + " " + probe);
       const std::string service = ValueOf(probe_command, "service");
       if (!service.empty()) {
-        EXPECT_THAT(service, ::testing::AnyOf("dtrain.v1.Coordinator", "dtrain.v1.Jobs",
-                                              "dtrain.v1.Worker")) << where;
+        EXPECT_THAT(service,
+                    ::testing::AnyOf("dtrain.v1.Coordinator", "dtrain.v1.Jobs", "dtrain.v1.Worker"))
+            << where;
       }
     }
   }
@@ -152,7 +157,8 @@ TEST(DeployConfig, KubernetesManifests_FlagsPortsProbesVolumesAgree) {
   std::map<std::string, YAML::Node> by_kind_name;
   for (const std::string file : {"coordinator.yaml", "workers.yaml"}) {
     for (const YAML::Node& doc : Documents(file)) {
-      by_kind_name[doc["kind"].as<std::string>() + "/" + doc["metadata"]["name"].as<std::string>()] = doc;
+      by_kind_name[doc["kind"].as<std::string>() + "/" +
+                   doc["metadata"]["name"].as<std::string>()] = doc;
     }
   }
   ASSERT_EQ(by_kind_name.count("Deployment/dtrain-coordinator"), 1u);
@@ -161,7 +167,8 @@ TEST(DeployConfig, KubernetesManifests_FlagsPortsProbesVolumesAgree) {
   const YAML::Node coordinator = by_kind_name["Deployment/dtrain-coordinator"];
   const YAML::Node workers = by_kind_name["StatefulSet/dtrain-worker"];
   std::map<std::string, int> coordinator_ports, worker_ports;
-  ASSERT_NO_FATAL_FAILURE(CheckPodTemplate(coordinator, "coordinator.yaml", &secrets, &coordinator_ports));
+  ASSERT_NO_FATAL_FAILURE(
+      CheckPodTemplate(coordinator, "coordinator.yaml", &secrets, &coordinator_ports));
   ASSERT_NO_FATAL_FAILURE(CheckPodTemplate(workers, "workers.yaml", &secrets, &worker_ports));
   EXPECT_EQ(secrets, (std::set<std::string>{"dtrain-tls", "dtrain-token"}));
   EXPECT_EQ(coordinator["spec"]["replicas"].as<int>(), 1) << "one writer per job database";
@@ -182,7 +189,8 @@ TEST(DeployConfig, KubernetesManifests_FlagsPortsProbesVolumesAgree) {
       Strings(workers["spec"]["template"]["spec"]["containers"][0]["args"]);
   const std::vector<std::string> coordinator_args =
       Strings(coordinator["spec"]["template"]["spec"]["containers"][0]["args"]);
-  const std::string service_address = absl::StrCat("dtrain-coordinator:", service["spec"]["ports"][0]["port"].as<int>());
+  const std::string service_address =
+      absl::StrCat("dtrain-coordinator:", service["spec"]["ports"][0]["port"].as<int>());
   EXPECT_EQ(ValueOf(worker_args, "coordinator"), service_address);
   EXPECT_EQ(ValueOf(coordinator_args, "advertise"), service_address);
   EXPECT_EQ(ValueOf(worker_args, "advertise"),
@@ -191,23 +199,25 @@ TEST(DeployConfig, KubernetesManifests_FlagsPortsProbesVolumesAgree) {
   absl::Duration drain;
   ASSERT_TRUE(absl::ParseDuration(ValueOf(worker_args, "drain_timeout"), &drain))
       << "workers.yaml: --drain_timeout missing or not a duration";
-  EXPECT_LT(drain, absl::Seconds(workers["spec"]["template"]["spec"]
-                                     ["terminationGracePeriodSeconds"].as<int>()))
+  EXPECT_LT(
+      drain,
+      absl::Seconds(workers["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as<int>()))
       << "workers.yaml: --drain_timeout must be below terminationGracePeriodSeconds";
   const YAML::Node claim = by_kind_name["PersistentVolumeClaim/dtrain-coordinator-state"];
   ASSERT_TRUE(claim.IsDefined());
 }
 
 TEST(DeployConfig, SystemdUnits_ExecStartAndFlagFilesAccepted) {
-  for (const auto& [unit, binary] : std::map<std::string, std::string>{
-           {"dtrain-coordinator.service", "dtrain-coordinator"},
-           {"dtrain-worker.service", "dtrain-worker"}}) {
+  for (const auto& [unit, binary] :
+       std::map<std::string, std::string>{{"dtrain-coordinator.service", "dtrain-coordinator"},
+                                          {"dtrain-worker.service", "dtrain-worker"}}) {
     const std::string text = ReadFile(kDeploy + "/systemd/" + unit);
     for (const std::string section : {"[Unit]", "[Service]", "[Install]"}) {
       EXPECT_THAT(text, ::testing::HasSubstr(section)) << unit;
     }
     std::smatch exec;
-    ASSERT_TRUE(std::regex_search(text, exec, std::regex(R"(\nExecStart=(\S+) --flagfile=/etc/dtrain/(\S+))")))
+    ASSERT_TRUE(std::regex_search(text, exec,
+                                  std::regex(R"(\nExecStart=(\S+) --flagfile=/etc/dtrain/(\S+))")))
         << unit;
     EXPECT_EQ(std::filesystem::path(exec[1].str()).filename(), binary) << unit;
     const std::string flags_file = kDeploy + "/systemd/" + exec[2].str();

@@ -41,7 +41,8 @@ int64_t StepAfter(const std::string& text, const std::string& prefix) {
   size_t end = at + prefix.size();
   while (end < text.size() && isdigit(static_cast<unsigned char>(text[end]))) ++end;
   int64_t step = -1;
-  if (!absl::SimpleAtoi(text.substr(at + prefix.size(), end - at - prefix.size()), &step)) return -1;
+  if (!absl::SimpleAtoi(text.substr(at + prefix.size(), end - at - prefix.size()), &step))
+    return -1;
   return step;
 }
 
@@ -76,10 +77,12 @@ class DrainTest : public ::testing::Test {
   std::string SubmitAndStopAWorker(std::string* id) {
     *id = cluster_->Submit("drain", SyntheticDdpJob("drain", kEpochs, 4096, ", max_restarts: 0"));
     EXPECT_FALSE(id->empty());
-    EXPECT_TRUE(WaitFor([&] {
-      const v1::JobStatus s = cluster_->GetJob(*id);
-      return s.progress().global_step() >= 8 || IsTerminal(s.state());
-    }, absl::Seconds(120)));
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          const v1::JobStatus s = cluster_->GetJob(*id);
+          return s.progress().global_step() >= 8 || IsTerminal(s.state());
+        },
+        absl::Seconds(120)));
     const v1::JobStatus before = cluster_->GetJob(*id);
     EXPECT_EQ(before.state(), v1::RUNNING) << before.reason();
     EXPECT_TRUE(before.checkpoint().empty()) << "a checkpoint before the drain proves nothing";
@@ -115,10 +118,12 @@ stage: validate
 trainer: {strategy: ddp, num_workers: 2, seed: 1}
 )");
     EXPECT_FALSE(id->empty());
-    EXPECT_TRUE(WaitFor([&] {
-      const v1::JobStatus s = cluster_->GetJob(*id);
-      return s.progress().phase() == "validate" || IsTerminal(s.state());
-    }, absl::Seconds(60)));
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          const v1::JobStatus s = cluster_->GetJob(*id);
+          return s.progress().phase() == "validate" || IsTerminal(s.state());
+        },
+        absl::Seconds(60)));
     const v1::JobStatus before = cluster_->GetJob(*id);
     EXPECT_EQ(before.state(), v1::RUNNING) << before.reason();
     if (before.workers_size() != 2) return "";
@@ -139,8 +144,8 @@ trainer: {strategy: ddp, num_workers: 2, seed: 1}
   }
 
   v1::JobStatus WaitForEnd(const std::string& id) {
-    EXPECT_TRUE(WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); },
-                        absl::Seconds(180)));
+    EXPECT_TRUE(
+        WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(180)));
     return cluster_->GetJob(id);
   }
 
@@ -190,8 +195,8 @@ TEST_F(DrainTest, NoIdleWorker_JobWaitsQueued_ResumesWhenOneJoins) {
   const std::string victim = SubmitAndStopAWorker(&id);
   ASSERT_FALSE(victim.empty());
   ExpectCleanExit(victim, absl::Seconds(20));
-  ASSERT_TRUE(WaitFor([&] { return cluster_->GetJob(id).state() == v1::QUEUED; },
-                      absl::Seconds(20)));
+  ASSERT_TRUE(
+      WaitFor([&] { return cluster_->GetJob(id).state() == v1::QUEUED; }, absl::Seconds(20)));
   const v1::JobStatus waiting = cluster_->GetJob(id);
   EXPECT_EQ(waiting.progress().phase(), "waiting to resume");
   EXPECT_THAT(waiting.checkpoint(), HasSubstr("last.ckpt"));
@@ -218,8 +223,7 @@ TEST_F(DrainTest, StoppedDuringSetup_LetGoAtStepZero_ExactStepCount) {
       absl::StrReplaceAll(SyntheticDdpJob("slow-setup", 2, 4096, ", limit_val_batches: 2"),
                           {{"val_size: 256", "val_size: 400000"}}));
   ASSERT_FALSE(id.empty());
-  ASSERT_TRUE(WaitFor([&] { return cluster_->GetJob(id).workers_size() == 2; },
-                      absl::Seconds(20)));
+  ASSERT_TRUE(WaitFor([&] { return cluster_->GetJob(id).workers_size() == 2; }, absl::Seconds(20)));
   const std::string victim = cluster_->GetJob(id).workers(1);
   ASSERT_THAT(cluster_->Dtrain("logs " + id).output, Not(HasSubstr("group formed")))
       << "the group formed before the signal: this machine set the job up too fast";
@@ -256,9 +260,9 @@ TEST_F(DrainTest, ValidationOnly_SecondSignalStopsAtOnce_JobFailsNamingTheWorker
   std::string id;
   const std::string victim = SubmitValidationAndStopAWorker(&id);
   ASSERT_FALSE(victim.empty());
-  ASSERT_TRUE(WaitFor([&] {
-    return absl::StrContains(ReadFile(StderrOf(victim)), "waiting for the coordinator");
-  }, absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor(
+      [&] { return absl::StrContains(ReadFile(StderrOf(victim)), "waiting for the coordinator"); },
+      absl::Seconds(10)));
   absl::SleepFor(absl::Milliseconds(500));
   EXPECT_EQ(cluster_->GetJob(id).state(), v1::RUNNING) << "the first signal alone ended the job";
   stop_sent_ = absl::Now();

@@ -46,10 +46,12 @@ class ElasticJobTest : public ::testing::Test {
 
   // After the job's first checkpoint, SIGKILLs its second worker; returns that worker's name.
   std::string KillASecondWorkerAfterACheckpoint(const std::string& id) {
-    EXPECT_TRUE(WaitFor([&] {
-      v1::JobStatus s = cluster_->GetJob(id);
-      return !s.checkpoint().empty() || IsTerminal(s.state());
-    }, absl::Seconds(120)));
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          v1::JobStatus s = cluster_->GetJob(id);
+          return !s.checkpoint().empty() || IsTerminal(s.state());
+        },
+        absl::Seconds(120)));
     const v1::JobStatus before = cluster_->GetJob(id);
     EXPECT_EQ(before.state(), v1::RUNNING) << "the job ended before the fault";
     if (before.workers_size() != 2) return "";
@@ -69,8 +71,8 @@ class ElasticJobTest : public ::testing::Test {
   }
 
   v1::JobStatus WaitForEnd(const std::string& id) {
-    EXPECT_TRUE(WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); },
-                        absl::Seconds(180)));
+    EXPECT_TRUE(
+        WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(180)));
     return cluster_->GetJob(id);
   }
 

@@ -69,8 +69,8 @@ TEST(Mismatch, DifferentOpsSrcAndReduceOp_AreAllDetected) {
         !absl::StrContains(c.message(), "max") || !absl::StrContains(d.message(), "dst=1") ||
         !absl::StrContains(e.message(), "barrier('left')") ||
         !absl::StrContains(f.message(), "all=false")) {
-      return absl::InternalError(absl::StrCat("message lacks the other call: ", a.message(),
-                                              " | ", b.message(), " | ", c.message()));
+      return absl::InternalError(absl::StrCat("message lacks the other call: ", a.message(), " | ",
+                                              b.message(), " | ", c.message()));
     }
     return pg.Barrier("still-works");
   });
@@ -123,22 +123,26 @@ TEST_P(MemberDiesTest, SurvivorsGetNamedErrorWithinHeartbeatTimeout) {
   std::vector<absl::Time> when(2);
   absl::Mutex mu;
   std::thread survivors([&] {
-    RunRanks(coordinator->address(), group, 3, [&](ProcessGroup& pg) {
-      // hosts host-0 < host-1 < zz-victim: the victim is rank 2.
-      auto call = [&]() -> absl::Status {
-        if (action == "all_reduce") return pg.AllReduce(Floats(1 << 20), v1::REDUCE_OP_SUM).status();
-        return pg.Barrier("doomed");
-      };
-      if (pg.rank() == 1 || action == "idle") killed.WaitForNotification();
-      absl::Status a = call();
-      if (pg.rank() == 0) first_answered.Notify();
-      absl::Status b = pg.Barrier("after");
-      absl::MutexLock lock(&mu);
-      first[pg.rank()] = a;
-      second[pg.rank()] = b;
-      when[pg.rank()] = absl::Now();
-      return absl::OkStatus();
-    }, nullptr, /*threads=*/2);
+    RunRanks(
+        coordinator->address(), group, 3,
+        [&](ProcessGroup& pg) {
+          // hosts host-0 < host-1 < zz-victim: the victim is rank 2.
+          auto call = [&]() -> absl::Status {
+            if (action == "all_reduce")
+              return pg.AllReduce(Floats(1 << 20), v1::REDUCE_OP_SUM).status();
+            return pg.Barrier("doomed");
+          };
+          if (pg.rank() == 1 || action == "idle") killed.WaitForNotification();
+          absl::Status a = call();
+          if (pg.rank() == 0) first_answered.Notify();
+          absl::Status b = pg.Barrier("after");
+          absl::MutexLock lock(&mu);
+          first[pg.rank()] = a;
+          second[pg.rank()] = b;
+          when[pg.rank()] = absl::Now();
+          return absl::OkStatus();
+        },
+        nullptr, /*threads=*/2);
   });
   // Whatever happens below, the victim is killed and reaped and the survivors are joined.
   auto cleanup = absl::MakeCleanup([&] {
@@ -150,8 +154,8 @@ TEST_P(MemberDiesTest, SurvivorsGetNamedErrorWithinHeartbeatTimeout) {
   ASSERT_EQ(victim->ReadLine(absl::Seconds(20)), "rank 2");
   if (action != "idle") {
     // Rank 0 and the victim are both inside the collective when the victim dies.
-    ASSERT_TRUE(WaitFor([&] { return coordinator->engine().WaitingRanks(group) == 2; },
-                        absl::Seconds(20)));
+    ASSERT_TRUE(
+        WaitFor([&] { return coordinator->engine().WaitingRanks(group) == 2; }, absl::Seconds(20)));
   }
   kill_time = absl::Now();
   victim->Kill(SIGKILL);
@@ -195,7 +199,8 @@ TEST(Liveness, HungMemberWithoutHeartbeats_DeclaredDeadByName) {
         if (pg.rank() == 1) {
           // Alive but silent: makes no call and sends no heartbeat until the others are done.
           absl::MutexLock lock(&mu);
-          mu.AwaitWithTimeout(absl::Condition(+[](int* n) { return *n == 2; }, &answered),
+          mu.AwaitWithTimeout(absl::Condition(
+                                  +[](int* n) { return *n == 2; }, &answered),
                               absl::Seconds(20));
           return absl::OkStatus();
         }

@@ -52,8 +52,8 @@ TEST(JobSpecFile, TheIssueExample_ParsesIntoTheMessage) {
   EXPECT_EQ(spec->checkpoint().every_n_steps(), 500);
   EXPECT_EQ(spec->checkpoint().monitor(), "val_acc");
   ASSERT_TRUE(NormalizeJobSpec(&*spec).ok());
-  EXPECT_EQ(spec->checkpoint().mode(), "max");       // an accuracy is maximized
-  EXPECT_EQ(spec->data().eval_batch_size(), 256);    // default: 4 x batch_size
+  EXPECT_EQ(spec->checkpoint().mode(), "max");     // an accuracy is maximized
+  EXPECT_EQ(spec->data().eval_batch_size(), 256);  // default: 4 x batch_size
   EXPECT_TRUE(spec->data().shuffle());
   EXPECT_EQ(spec->trainer().batches_per_call(), 16);
 }
@@ -78,7 +78,8 @@ TEST(JobSpecFile, BadKeysAndValues_NamedByPath) {
       {"trainer: {max_epochs: two}", "trainer.max_epochs: expected an integer, got 'two'"},
       {"optimizer: {lr: fast}", "optimizer.lr: expected a number, got 'fast'"},
       {"data: {shuffle: maybe}", "data.shuffle: expected true or false"},
-      {"model: {builtin: cnn, torchscript: m.pt}", "model: give only one of builtin and torchscript"},
+      {"model: {builtin: cnn, torchscript: m.pt}",
+       "model: give only one of builtin and torchscript"},
       {"trainer: 3", "trainer: expected a mapping"},
       {"trainer: {max_epochs: [1, 2]}", "trainer.max_epochs: expected a single value"},
       {"trainer: {seed:}", "trainer.seed: has no value"},
@@ -104,15 +105,19 @@ TEST(JobSpecRules, BadValues_NamedByPath) {
       {base + "trainer: {max_epochs: -1}", "trainer.max_epochs: must be >= 0, got -1"},
       {base + "trainer: {strategy: fsdp9}", "trainer.strategy: unknown strategy 'fsdp9'"},
       {base + "trainer: {precision: 8-true}", "trainer.precision: unknown precision '8-true'"},
-      {base + "trainer: {strategy: dp, num_workers: 2}", "trainer.num_workers: strategy dp runs in one process"},
-      {base + "trainer: {val_check_interval: 2.5}", "trainer.val_check_interval: above 1 it counts batches"},
-      {base + "optimizer: {name: lion}", "optimizer.name: unknown optimizer 'lion'; use sgd, adam, adamw"},
+      {base + "trainer: {strategy: dp, num_workers: 2}",
+       "trainer.num_workers: strategy dp runs in one process"},
+      {base + "trainer: {val_check_interval: 2.5}",
+       "trainer.val_check_interval: above 1 it counts batches"},
+      {base + "optimizer: {name: lion}",
+       "optimizer.name: unknown optimizer 'lion'; use sgd, adam, adamw"},
       {base + "optimizer: {lr: -1}", "optimizer.lr: must be in"},
       {base + "optimizer: {nesterov: true}", "optimizer.nesterov: needs momentum > 0"},
       {base + "lr_scheduler: {name: cyclic}", "lr_scheduler.name: unknown lr scheduler 'cyclic'"},
       {base + "checkpoint: {mode: biggest}", "checkpoint.mode: use min or max"},
       {base + "name: 'a b'", "name: 'a b' may hold only letters"},
-      {"model: {builtin: resnet}\ndata: {synthetic: {train_size: 10}}", "model.builtin: unknown model 'resnet'"},
+      {"model: {builtin: resnet}\ndata: {synthetic: {train_size: 10}}",
+       "model.builtin: unknown model 'resnet'"},
   };
   for (const Case& c : cases) {
     auto spec = ParseJobSpec(c.text);
@@ -221,8 +226,9 @@ TEST(ProgressView, LineShowsEpochBarStepLossRateAndEta) {
   p->set_train_loss(0.41234);
   p->set_samples_per_second(1234);
   p->set_eta_seconds(83);
-  EXPECT_EQ(ProgressLine(s, 10), "fashion-cnn-1 RUNNING train epoch 1/2 [#####.....] step 50/100 "
-                                 "loss 0.4123 1234 samples/s ETA 1m23s");
+  EXPECT_EQ(ProgressLine(s, 10),
+            "fashion-cnn-1 RUNNING train epoch 1/2 [#####.....] step 50/100 "
+            "loss 0.4123 1234 samples/s ETA 1m23s");
   s.set_state(v1::FAILED);
   s.set_reason("worker 'w' (rank 1): boom");
   EXPECT_EQ(ProgressLine(s), "fashion-cnn-1 FAILED: worker 'w' (rank 1): boom");

@@ -110,8 +110,9 @@ TEST_F(JobStoreTest, SecondCoordinatorRefused_UntilTheFirstCloses) {
   ASSERT_TRUE(first.ok()) << first.status();
   auto second = JobStore::Open(path_);
   ASSERT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(second.status().message(),
-              HasSubstr(absl::StrCat("another coordinator (pid ", getpid(), ") uses the job database")));
+  EXPECT_THAT(
+      second.status().message(),
+      HasSubstr(absl::StrCat("another coordinator (pid ", getpid(), ") uses the job database")));
   first->reset();
   EXPECT_TRUE(JobStore::Open(path_).ok());
 }
@@ -140,13 +141,12 @@ TEST_F(JobStoreTest, NotADatabaseOrNewerSchema_ClearError) {
   ASSERT_FALSE(garbage.ok());
   EXPECT_THAT(garbage.status().message(), HasSubstr(path_));
   std::filesystem::remove(path_);
-  {
-    ASSERT_TRUE(JobStore::Open(path_).ok());
-  }
+  { ASSERT_TRUE(JobStore::Open(path_).ok()); }
   ASSERT_NO_FATAL_FAILURE(ExecSql("UPDATE meta SET value = '99' WHERE key = 'schema_version'"));
   auto newer = JobStore::Open(path_);
   ASSERT_EQ(newer.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(newer.status().message(), HasSubstr("has schema version 99; this coordinator reads 1"));
+  EXPECT_THAT(newer.status().message(),
+              HasSubstr("has schema version 99; this coordinator reads 1"));
 }
 
 }  // namespace

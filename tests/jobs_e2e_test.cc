@@ -13,11 +13,11 @@
 #include <gmock/gmock.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/channel.h"
 #include "dtrain/v1/coordinator.grpc.pb.h"
@@ -47,7 +47,8 @@ class JobsE2eTest : public ::testing::Test {
     ASSERT_GT(port, 0);
     address_ = absl::StrCat("127.0.0.1:", port);
     for (int i = 0; i < 2; ++i) {
-      workers_.push_back(WorkerProcess::Start(address_, {absl::StrCat("--name=w", i), "--threads=1"}));
+      workers_.push_back(
+          WorkerProcess::Start(address_, {absl::StrCat("--name=w", i), "--threads=1"}));
       ASSERT_NE(workers_.back(), nullptr);
     }
     coordinator_stub_ = v1::Coordinator::NewStub(ConnectToCoordinator(address_));
@@ -67,7 +68,8 @@ class JobsE2eTest : public ::testing::Test {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
     v1::ListWorkersResponse response;
-    if (!coordinator_stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response).ok()) return -1;
+    if (!coordinator_stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response).ok())
+      return -1;
     int idle = 0;
     for (const v1::WorkerInfo& w : response.workers()) {
       if (w.state() == v1::WorkerInfo::ALIVE && w.job_id().empty()) ++idle;
@@ -117,10 +119,12 @@ std::string SyntheticJob(const std::string& name, int epochs, int train_size = 2
   return absl::StrCat(R"(name: )", name, R"(
 model: {builtin: mlp}
 data:
-  synthetic: {train_size: )", train_size, R"(, val_size: 256, test_size: 512, seed: 3}
+  synthetic: {train_size: )",
+                      train_size, R"(, val_size: 256, test_size: 512, seed: 3}
   batch_size: 32
 trainer:
-  max_epochs: )", epochs, R"(
+  max_epochs: )",
+                      epochs, R"(
   strategy: ddp
   num_workers: 2
   seed: 1
@@ -140,7 +144,8 @@ TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
   // Not a terminal: plain progress lines, then the outcome and the final metrics.
   // (A watcher gets the newest status when it is ready for one, so which phases show varies.)
   EXPECT_THAT(submitted.output, HasSubstr("synth-1 RUNNING "));
-  EXPECT_THAT(submitted.output, HasSubstr(" epoch 2/2 [########################] step 64/64 loss "));
+  EXPECT_THAT(submitted.output,
+              HasSubstr(" epoch 2/2 [########################] step 64/64 loss "));
   EXPECT_THAT(submitted.output, HasSubstr("synth-1 SUCCEEDED"));
   EXPECT_THAT(submitted.output, HasSubstr("test_acc"));
   // Watching a job that ended shows its end at once.
@@ -209,7 +214,8 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   EXPECT_EQ(first.progress().global_step(), 48);
   EXPECT_EQ(first.progress().total_steps(), 320);
   CommandResult logs = Dtrain("logs stop-1");
-  EXPECT_THAT(logs.output, HasSubstr("early stopping: val_loss did not improve by 100 for 2 validations"));
+  EXPECT_THAT(logs.output,
+              HasSubstr("early stopping: val_loss did not improve by 100 for 2 validations"));
   EXPECT_THAT(logs.output, HasSubstr("test: test_acc="));
 
   CommandResult status = Dtrain("status stop-1");
@@ -231,8 +237,9 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   std::filesystem::copy_file(checkpoint, truncated);
   std::filesystem::resize_file(truncated, std::filesystem::file_size(truncated) / 2);
   std::filesystem::last_write_time(truncated, std::filesystem::file_time_type::clock::now());
-  CommandResult fallback = Dtrain("submit --wait " + WriteJob(
-      "fallback", SyntheticJob("fallback", 2) + "resume_from: " + truncated + "\n"));
+  CommandResult fallback =
+      Dtrain("submit --wait " + WriteJob("fallback", SyntheticJob("fallback", 2) +
+                                                         "resume_from: " + truncated + "\n"));
   ASSERT_EQ(fallback.exit_code, 0) << fallback.output;
   CommandResult fallback_logs = Dtrain("logs fallback-1");
   EXPECT_THAT(fallback_logs.output, HasSubstr("checkpoint " + truncated + " is unreadable ("));
@@ -241,15 +248,15 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   std::filesystem::remove(truncated);
 
   // trainer.validate and trainer.predict from that checkpoint: no training steps.
-  const std::string validate = SyntheticJob("check", 1) + "stage: validate\nresume_from: " +
-                               checkpoint + "\n";
+  const std::string validate =
+      SyntheticJob("check", 1) + "stage: validate\nresume_from: " + checkpoint + "\n";
   CommandResult validated = Dtrain("submit --wait " + WriteJob("check", validate));
   ASSERT_EQ(validated.exit_code, 0) << validated.output;
   EXPECT_EQ(GetJob("check-1").progress().global_step(), 48);
   EXPECT_GT(GetJob("check-1").metrics().at("val_acc"), 0.9);
   EXPECT_EQ(GetJob("check-1").metrics().count("train_loss"), 0u);
-  const std::string predict = SyntheticJob("guess", 1) + "stage: predict\nresume_from: " +
-                              checkpoint + "\n";
+  const std::string predict =
+      SyntheticJob("guess", 1) + "stage: predict\nresume_from: " + checkpoint + "\n";
   CommandResult predicted = Dtrain("submit --wait " + WriteJob("guess", predict));
   ASSERT_EQ(predicted.exit_code, 0) << predicted.output;
   const std::string csv_path = GetJob("guess-1").predictions();
@@ -284,7 +291,8 @@ TEST_F(JobsE2eTest, InvalidSpec_RejectedAtSubmitWithItsPath) {
   CommandResult unknown = Dtrain("submit " + WriteJob("bad1", "trainer: {max_epoch: 2}\n"));
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_THAT(unknown.output, HasSubstr("trainer.max_epoch: unknown key"));
-  CommandResult value = Dtrain("submit " + WriteJob("bad2", SyntheticJob("b", 1) + "early_stopping: {patience: -2}\n"));
+  CommandResult value = Dtrain(
+      "submit " + WriteJob("bad2", SyntheticJob("b", 1) + "early_stopping: {patience: -2}\n"));
   EXPECT_EQ(value.exit_code, 2);
   EXPECT_THAT(value.output, HasSubstr("early_stopping.patience: must be >= 1"));
   CommandResult missing = Dtrain("submit " + dir_ + "/nope.yaml");
@@ -330,7 +338,8 @@ class JobsFaultTest : public JobsE2eTest, public ::testing::WithParamInterface<i
 
 TEST_P(JobsFaultTest, WorkerLostMidEpoch_JobFailsNamingIt_SurvivorServesTheNextJob) {
   const int signal = GetParam();
-  CommandResult first = Dtrain("submit --output json " + WriteJob("victim", SyntheticJob("victim", 1000, 8192)));
+  CommandResult first =
+      Dtrain("submit --output json " + WriteJob("victim", SyntheticJob("victim", 1000, 8192)));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const std::string id = ParseJson(first.output).fields().at("id").string_value();
   ASSERT_TRUE(WaitFor([&] { return GetJob(id).progress().global_step() > 20; }, absl::Seconds(30)));
@@ -342,7 +351,8 @@ TEST_P(JobsFaultTest, WorkerLostMidEpoch_JobFailsNamingIt_SurvivorServesTheNextJ
   const absl::Duration took = absl::Now() - start;
   const v1::JobStatus failed = GetJob(id);
   std::printf("%s: FAILED after %s at step %lld (was %lld): %s\n", strsignal(signal),
-              absl::FormatDuration(took).c_str(), static_cast<long long>(failed.progress().global_step()),
+              absl::FormatDuration(took).c_str(),
+              static_cast<long long>(failed.progress().global_step()),
               static_cast<long long>(step_before), failed.reason().c_str());
   EXPECT_LT(took, absl::Seconds(5 + 4));  // heartbeat timeout + detection and teardown slack
   EXPECT_THAT(failed.reason(), HasSubstr("w1"));
@@ -369,10 +379,12 @@ INSTANTIATE_TEST_SUITE_P(Signals, JobsFaultTest, ::testing::Values(SIGKILL, SIGS
 
 TEST_F(JobsE2eTest, Cancel_StopsEveryWorkerWithinFiveSeconds_AndTheQueuedJobRuns) {
   // Long enough never to finish by itself; a second job waits behind it for the workers.
-  CommandResult first = Dtrain("submit --output json " + WriteJob("long", SyntheticJob("long", 1000, 8192)));
+  CommandResult first =
+      Dtrain("submit --output json " + WriteJob("long", SyntheticJob("long", 1000, 8192)));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const std::string id = ParseJson(first.output).fields().at("id").string_value();
-  CommandResult second = Dtrain("submit --output json " + WriteJob("next", SyntheticJob("next", 1)));
+  CommandResult second =
+      Dtrain("submit --output json " + WriteJob("next", SyntheticJob("next", 1)));
   ASSERT_EQ(second.exit_code, 0) << second.output;
   const std::string next_id = ParseJson(second.output).fields().at("id").string_value();
   ASSERT_TRUE(WaitFor([&] { return GetJob(id).progress().global_step() > 20; }, absl::Seconds(30)));
@@ -384,12 +396,14 @@ TEST_F(JobsE2eTest, Cancel_StopsEveryWorkerWithinFiveSeconds_AndTheQueuedJobRuns
   ASSERT_TRUE(WaitFor([&] { return GetJob(id).state() == v1::CANCELLED; }, absl::Seconds(5)));
   // Every worker's step stopped and its job was torn down: Health says so at once.
   for (auto& w : workers_) {
-    ASSERT_TRUE(WaitFor([&] {
-      grpc::ClientContext context;
-      v1::HealthResponse health;
-      w->stub().Health(&context, v1::HealthRequest(), &health);
-      return health.state() == v1::HealthResponse::IDLE || health.job_id() == next_id;
-    }, absl::Seconds(5) - (absl::Now() - start)));
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          grpc::ClientContext context;
+          v1::HealthResponse health;
+          w->stub().Health(&context, v1::HealthRequest(), &health);
+          return health.state() == v1::HealthResponse::IDLE || health.job_id() == next_id;
+        },
+        absl::Seconds(5) - (absl::Now() - start)));
   }
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_THAT(GetJob(id).reason(), HasSubstr("cancelled"));

@@ -35,16 +35,18 @@ TEST(Load, SixtyFourRanks_ThousandBarriersHundredAllReduces_MemoryReturns) {
        absl::StrCat("--state-dir=", ::testing::TempDir(), "/dtrain-load-state-", getpid())});
   ASSERT_NE(coordinator, nullptr);
   std::string port;
-  ASSERT_TRUE(WaitFor([&] {
-    FILE* f = std::fopen(port_file.c_str(), "r");
-    if (f == nullptr) return false;
-    char buf[32] = {0};
-    const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
-    std::fclose(f);
-    port = std::string(buf);
-    while (!port.empty() && (port.back() == '\n')) port.pop_back();
-    return ok && !port.empty();
-  }, absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        FILE* f = std::fopen(port_file.c_str(), "r");
+        if (f == nullptr) return false;
+        char buf[32] = {0};
+        const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
+        std::fclose(f);
+        port = std::string(buf);
+        while (!port.empty() && (port.back() == '\n')) port.pop_back();
+        return ok && !port.empty();
+      },
+      absl::Seconds(10)));
   const std::string address = "127.0.0.1:" + port;
 
   constexpr int kRanks = 64;
@@ -88,12 +90,14 @@ TEST(Load, SixtyFourRanks_ThousandBarriersHundredAllReduces_MemoryReturns) {
     ++arrived;
     return absl::OkStatus();
   });
-  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+  for (int r = 0; r < kRanks; ++r)
+    ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
   EXPECT_EQ(arrived, kRanks);
   ASSERT_GT(rss_before, 0);
-  std::printf("coordinator RSS idle %ld KiB, after warm-up %ld KiB, after the load %ld KiB "
-              "(%+.1f%%)\n", rss_idle, rss_before, rss_after,
-              100.0 * (rss_after - rss_before) / rss_before);
+  std::printf(
+      "coordinator RSS idle %ld KiB, after warm-up %ld KiB, after the load %ld KiB "
+      "(%+.1f%%)\n",
+      rss_idle, rss_before, rss_after, 100.0 * (rss_after - rss_before) / rss_before);
   EXPECT_LE(rss_after, rss_before * 11 / 10);
   // Stronger than the promise: with all 64 connections still open, what stays above the level
   // of a coordinator that never saw a rank is less than two 1 MiB payloads per rank, the input

@@ -17,11 +17,14 @@ std::string SyntheticDdpJob(const std::string& name, int epochs, int train_size,
   return absl::StrCat("name: ", name, R"(
 model: {builtin: mlp}
 data:
-  synthetic: {train_size: )", train_size, R"(, val_size: 256, test_size: 256, seed: 3}
+  synthetic: {train_size: )",
+                      train_size, R"(, val_size: 256, test_size: 256, seed: 3}
   batch_size: 32
-trainer: {max_epochs: )", epochs, ", strategy: ddp, num_workers: 2, seed: 1", trainer_extra, R"(}
+trainer: {max_epochs: )",
+                      epochs, ", strategy: ddp, num_workers: 2, seed: 1", trainer_extra, R"(}
 optimizer: {name: sgd, lr: 0.05}
-)", extra, "\n");
+)",
+                      extra, "\n");
 }
 
 LocalCluster::LocalCluster(std::string dir) : dir_(std::move(dir)) {
@@ -34,7 +37,8 @@ LocalCluster::~LocalCluster() {
   if (coordinator_ != nullptr) StopCoordinator(SIGTERM);
 }
 
-bool LocalCluster::StartCoordinator(const std::string& listen, const std::vector<std::string>& flags,
+bool LocalCluster::StartCoordinator(const std::string& listen,
+                                    const std::vector<std::string>& flags,
                                     const std::vector<std::string>& launcher) {
   const std::string port_file = dir_ + "/coordinator.port";
   std::filesystem::remove(port_file);

@@ -26,10 +26,11 @@ TEST(LogTest, Text_TimestampLevelProgramMessageAndFields) {
 }
 
 TEST(LogTest, Text_ValuesWithSpacesOrQuotesAreQuoted_NewlinesEscaped) {
-  EXPECT_EQ(FormatLogRecord(Options(LogFormat::kText), kTime, LogLevel::kInfo, "two\nlines",
-                            {{"reason", "a \"b\" = c"}, {"empty", ""}}),
-            "2026-11-18T11:06:40.123Z INFO    dtrain-worker: two\\nlines reason=\"a \\\"b\\\" = c\" "
-            "empty=\"\"");
+  EXPECT_EQ(
+      FormatLogRecord(Options(LogFormat::kText), kTime, LogLevel::kInfo, "two\nlines",
+                      {{"reason", "a \"b\" = c"}, {"empty", ""}}),
+      "2026-11-18T11:06:40.123Z INFO    dtrain-worker: two\\nlines reason=\"a \\\"b\\\" = c\" "
+      "empty=\"\"");
 }
 
 TEST(LogTest, Json_NumbersUnquoted_StringsEscaped) {
@@ -41,9 +42,10 @@ TEST(LogTest, Json_NumbersUnquoted_StringsEscaped) {
 
 TEST(LogTest, Json_ControlCharactersAndBadUtf8StayValidJson) {
   const std::string message = std::string("tab\there \"q\" back\\slash bell\a bad\xff ok\xc3\xa9");
-  EXPECT_EQ(FormatLogRecord(Options(LogFormat::kJson), kTime, LogLevel::kError, message, {}),
-            "{\"ts\":\"2026-11-18T11:06:40.123Z\",\"level\":\"error\",\"program\":\"dtrain-worker\","
-            "\"msg\":\"tab\\there \\\"q\\\" back\\\\slash bell\\u0007 bad\\ufffd ok\xc3\xa9\"}");
+  EXPECT_EQ(
+      FormatLogRecord(Options(LogFormat::kJson), kTime, LogLevel::kError, message, {}),
+      "{\"ts\":\"2026-11-18T11:06:40.123Z\",\"level\":\"error\",\"program\":\"dtrain-worker\","
+      "\"msg\":\"tab\\there \\\"q\\\" back\\\\slash bell\\u0007 bad\\ufffd ok\xc3\xa9\"}");
 }
 
 TEST(LogTest, ParseLevelAndFormat_RejectUnknownNamingTheFlag) {

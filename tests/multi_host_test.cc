@@ -22,18 +22,18 @@ TEST(MultiHost, CoordinatorAndThreeWorkersOnTheirOwnHosts_RanksFollowHosts) {
   if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root; this run is not";
   std::string error;
   auto hosts = BridgedHosts::Make(4, &error);
-  if (hosts == nullptr) GTEST_SKIP() << "this machine does not allow namespaces and a bridge: " << error;
+  if (hosts == nullptr)
+    GTEST_SKIP() << "this machine does not allow namespaces and a bridge: " << error;
   LocalCluster cluster(absl::StrCat(::testing::TempDir(), "/multi-host-", getpid()));
   const std::string coordinator = hosts->address(0) + ":29610";
   ASSERT_TRUE(cluster.StartCoordinator(coordinator, {"--insecure"}, hosts->launcher(0, "coord")));
   // Worker w<i> on host "node-<2-i>": host names sort the other way from worker names, so node
   // ranks visibly follow the hosts.
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(cluster.AddWorker(
-        absl::StrCat("w", i),
-        {"--coordinator=" + coordinator, "--listen=" + hosts->address(i + 1) + ":29611",
-         "--insecure"},
-        hosts->launcher(i + 1, absl::StrCat("node-", 2 - i))));
+    ASSERT_TRUE(cluster.AddWorker(absl::StrCat("w", i),
+                                  {"--coordinator=" + coordinator,
+                                   "--listen=" + hosts->address(i + 1) + ":29611", "--insecure"},
+                                  hosts->launcher(i + 1, absl::StrCat("node-", 2 - i))));
   }
   ASSERT_TRUE(WaitFor([&] { return cluster.AliveWorkers() == 3; }, absl::Seconds(20)));
   const std::string id = cluster.Submit("hosts", R"(name: hosts
@@ -51,10 +51,10 @@ optimizer: {name: sgd, lr: 0.05}
   // 1536 samples over 6 ranks in batches of 32: 8 steps.
   EXPECT_EQ(done.progress().global_step(), 8);
   const std::string log = cluster.Dtrain("logs " + id).output;
-  EXPECT_THAT(log, HasSubstr(
-      "ranks: rank 0 on 'w2' (node 0, local 0), rank 1 on 'w2' (node 0, local 1), "
-      "rank 2 on 'w1' (node 1, local 0), rank 3 on 'w1' (node 1, local 1), "
-      "rank 4 on 'w0' (node 2, local 0), rank 5 on 'w0' (node 2, local 1)"));
+  EXPECT_THAT(
+      log, HasSubstr("ranks: rank 0 on 'w2' (node 0, local 0), rank 1 on 'w2' (node 0, local 1), "
+                     "rank 2 on 'w1' (node 1, local 0), rank 3 on 'w1' (node 1, local 1), "
+                     "rank 4 on 'w0' (node 2, local 0), rank 5 on 'w0' (node 2, local 1)"));
   CommandResult workers = cluster.Dtrain("workers");
   EXPECT_THAT(workers.output, HasSubstr(hosts->address(1) + ":29611"));
 }

@@ -30,9 +30,9 @@ class NetworkFaultTest : public ::testing::Test {
         GTEST_SKIP() << "this machine does not allow network namespaces with veth: " << error;
       }
     }
-    cluster_ = std::make_unique<LocalCluster>(absl::StrCat(
-        ::testing::TempDir(), "/netfault-", getpid(), "-",
-        ::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    cluster_ = std::make_unique<LocalCluster>(
+        absl::StrCat(::testing::TempDir(), "/netfault-", getpid(), "-",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name()));
     const int port = FreeTcpPort();
     ASSERT_GT(port, 0);
     // Every namespace reaches this one's side of its own link, and through it the others'.
@@ -40,10 +40,10 @@ class NetworkFaultTest : public ::testing::Test {
     ASSERT_TRUE(cluster_->StartCoordinator(absl::StrCat("0.0.0.0:", port),
                                            {"--insecure", "--advertise=" + coordinator_}));
     for (int i = 0; i < 2; ++i) {
-      ASSERT_TRUE(cluster_->AddWorker(
-          absl::StrCat("w", i),
-          {"--coordinator=" + coordinator_, "--listen=" + hosts_[i]->address() + ":0", "--insecure"},
-          hosts_[i]->launcher()));
+      ASSERT_TRUE(cluster_->AddWorker(absl::StrCat("w", i),
+                                      {"--coordinator=" + coordinator_,
+                                       "--listen=" + hosts_[i]->address() + ":0", "--insecure"},
+                                      hosts_[i]->launcher()));
     }
     ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(15)));
   }
@@ -72,8 +72,8 @@ TEST_F(NetworkFaultTest, PartitionedWorker_JobFailsNamingIt_WorkerBackAfterHeali
   EXPECT_LT(seconds, 15.0) << "heartbeat timeout 5 s + 2 s grace, with room";
   std::printf("partition of w1: job FAILED after %.1f s: %s\n", seconds, status.reason().c_str());
   ASSERT_TRUE(hosts_[1]->SetLink(true));
-  EXPECT_TRUE(WaitFor([&] { return cluster_->AliveWorkers(/*idle_only=*/true) == 2; },
-                      absl::Seconds(30)))
+  EXPECT_TRUE(
+      WaitFor([&] { return cluster_->AliveWorkers(/*idle_only=*/true) == 2; }, absl::Seconds(30)))
       << "w1 did not come back idle after the link healed";
 }
 
@@ -84,7 +84,8 @@ TEST_F(NetworkFaultTest, DelayAndLoss_JobStillSucceeds) {
   }
   const std::string id = SubmitJob(1);
   ASSERT_FALSE(id.empty());
-  ASSERT_TRUE(WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(240)));
+  ASSERT_TRUE(
+      WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(240)));
   const v1::JobStatus status = cluster_->GetJob(id);
   EXPECT_EQ(status.state(), v1::SUCCEEDED) << status.reason();
   EXPECT_EQ(status.progress().global_step(), 64);

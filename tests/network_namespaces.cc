@@ -37,7 +37,8 @@ std::unique_ptr<NetworkNamespace> NetworkNamespace::Make(int index, std::string*
 }
 
 NetworkNamespace::~NetworkNamespace() {
-  RunShell(absl::StrCat("ip link del ", here_, " 2>/dev/null; ip netns del ", name_, " 2>/dev/null"));
+  RunShell(
+      absl::StrCat("ip link del ", here_, " 2>/dev/null; ip netns del ", name_, " 2>/dev/null"));
 }
 
 std::string NetworkNamespace::address() const { return absl::StrCat(Prefix(), ".", index_, ".2"); }
@@ -61,17 +62,18 @@ CommandResult NetworkNamespace::Netem(const std::string& args) {
 std::unique_ptr<BridgedHosts> BridgedHosts::Make(int count, std::string* error) {
   auto hosts = std::unique_ptr<BridgedHosts>(new BridgedHosts());
   hosts->bridge_ = absl::StrCat("dtbr", Tag());
-  std::string script = absl::StrCat("set -e; ip link add ", hosts->bridge_, " type bridge; ip addr add ",
-                                    Prefix(), ".100.254/24 dev ", hosts->bridge_, "; ip link set ",
-                                    hosts->bridge_, " up");
+  std::string script =
+      absl::StrCat("set -e; ip link add ", hosts->bridge_, " type bridge; ip addr add ", Prefix(),
+                   ".100.254/24 dev ", hosts->bridge_, "; ip link set ", hosts->bridge_, " up");
   for (int i = 0; i < count; ++i) {
     const std::string ns = absl::StrCat("dtrain", getpid(), "-host", i);
-    const std::string here = absl::StrCat("dt", Tag(), "b", i), there = absl::StrCat("dt", Tag(), "n", i);
+    const std::string here = absl::StrCat("dt", Tag(), "b", i),
+                      there = absl::StrCat("dt", Tag(), "n", i);
     absl::StrAppend(&script, "; ip netns add ", ns, "; ip link add ", here, " type veth peer name ",
-                    there, "; ip link set ", here, " master ", hosts->bridge_, "; ip link set ", here,
-                    " up; ip link set ", there, " netns ", ns, "; ip netns exec ", ns, " ip addr add ",
-                    hosts->address(i), "/24 dev ", there, "; ip netns exec ", ns, " ip link set ",
-                    there, " up; ip netns exec ", ns, " ip link set lo up");
+                    there, "; ip link set ", here, " master ", hosts->bridge_, "; ip link set ",
+                    here, " up; ip link set ", there, " netns ", ns, "; ip netns exec ", ns,
+                    " ip addr add ", hosts->address(i), "/24 dev ", there, "; ip netns exec ", ns,
+                    " ip link set ", there, " up; ip netns exec ", ns, " ip link set lo up");
     hosts->count_ = i + 1;  // what the destructor removes, even if a later step fails
   }
   CommandResult made = RunShell(script + " 2>&1");
@@ -97,8 +99,16 @@ std::string BridgedHosts::address(int host) const {
 
 std::vector<std::string> BridgedHosts::launcher(int host, const std::string& hostname) const {
   // sh sets the host name in a fresh UTS namespace, then becomes the program ("$0" "$@").
-  return {"/usr/bin/env", "ip", "netns", "exec", absl::StrCat("dtrain", getpid(), "-host", host),
-          "unshare", "--uts", "sh", "-c", absl::StrCat("hostname ", hostname, " && exec \"$0\" \"$@\"")};
+  return {"/usr/bin/env",
+          "ip",
+          "netns",
+          "exec",
+          absl::StrCat("dtrain", getpid(), "-host", host),
+          "unshare",
+          "--uts",
+          "sh",
+          "-c",
+          absl::StrCat("hostname ", hostname, " && exec \"$0\" \"$@\"")};
 }
 
 }  // namespace dtrain::testing

@@ -7,16 +7,15 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "common/channel.h"
 #include "client/process_group.h"
+#include "common/channel.h"
 #include "common/process_tuning.h"
 
 ABSL_FLAG(std::string, coordinator, "", "host:port");
 ABSL_FLAG(std::string, group, "", "group id");
 ABSL_FLAG(int, world_size, 1, "world size");
 ABSL_FLAG(std::string, host, "victim", "host name to register with");
-ABSL_FLAG(std::string, action, "idle",
-          "idle | barrier | all_reduce: what to be doing when killed");
+ABSL_FLAG(std::string, action, "idle", "idle | barrier | all_reduce: what to be doing when killed");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);

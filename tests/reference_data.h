@@ -12,9 +12,8 @@ namespace dtrain::testing {
 
 inline const std::vector<v1::DType>& AllDTypes() {
   static const std::vector<v1::DType> kAll = {
-      v1::DTYPE_FLOAT32, v1::DTYPE_FLOAT64, v1::DTYPE_FLOAT16, v1::DTYPE_BFLOAT16,
-      v1::DTYPE_INT8,    v1::DTYPE_UINT8,   v1::DTYPE_INT32,   v1::DTYPE_INT64,
-      v1::DTYPE_BOOL};
+      v1::DTYPE_FLOAT32, v1::DTYPE_FLOAT64, v1::DTYPE_FLOAT16, v1::DTYPE_BFLOAT16, v1::DTYPE_INT8,
+      v1::DTYPE_UINT8,   v1::DTYPE_INT32,   v1::DTYPE_INT64,   v1::DTYPE_BOOL};
   return kAll;
 }
 
@@ -26,8 +25,7 @@ inline const std::vector<v1::ReduceOp>& AllReduceOps() {
 }
 
 // Deterministic per (seed, rank) data of `shape`: floats in [-2, 2], small integers, 0/1 bools.
-HostTensor MakeInput(v1::DType dtype, const std::vector<int64_t>& shape, int rank,
-                     uint64_t seed);
+HostTensor MakeInput(v1::DType dtype, const std::vector<int64_t>& shape, int rank, uint64_t seed);
 
 // The reduction of `inputs` (rank order) as dtrain defines it, computed one element at a time.
 HostTensor ReferenceReduce(const std::vector<HostTensor>& inputs, v1::ReduceOp op);

@@ -34,16 +34,18 @@ TEST(Rendezvous, MixedHosts_DenseRanksLocalRanksAndNodeRanks) {
       coordinator->address(), "mixed", 5,
       [&](ProcessGroup& pg) {
         absl::MutexLock lock(&mu);
-        seen[pg.rank()] = Seen{pg.rank(), pg.local_rank(), pg.node_rank(), pg.local_world_size(),
-                               pg.num_nodes(), pg.world_size(), pg.generation(),
-                               pg.assignment().members(pg.rank()).host()};
+        seen[pg.rank()] = Seen{pg.rank(),       pg.local_rank(),
+                               pg.node_rank(),  pg.local_world_size(),
+                               pg.num_nodes(),  pg.world_size(),
+                               pg.generation(), pg.assignment().members(pg.rank()).host()};
         return absl::OkStatus();
       },
       [&](ProcessGroupOptions& o, int i) { o.host = hosts[i]; });
   for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
   // Hosts in name order a, a, b, b, c: ranks are contiguous per host.
   const std::vector<std::string> host_of = {"a", "a", "b", "b", "c"};
-  const std::vector<int> local = {0, 1, 0, 1, 0}, node = {0, 0, 1, 1, 2}, local_world = {2, 2, 2, 2, 1};
+  const std::vector<int> local = {0, 1, 0, 1, 0}, node = {0, 0, 1, 1, 2},
+                         local_world = {2, 2, 2, 2, 1};
   for (int r = 0; r < 5; ++r) {
     EXPECT_EQ(seen[r].rank, r);
     EXPECT_EQ(seen[r].host, host_of[r]);
@@ -92,15 +94,17 @@ TEST(Rendezvous, FullGroupTwiceAndWrongSize_ClearErrors) {
 
   // A forming group refuses members that ask for another size, and a second registration.
   std::thread first([&] { RegisterRaw(*stub, "forming", 3, 1, 0, 2000).IgnoreError(); });
-  ASSERT_TRUE(WaitFor([&] {
-    grpc::ClientContext c;
-    v1::ListGroupsResponse groups;
-    stub->ListGroups(&c, v1::ListGroupsRequest(), &groups);
-    for (const auto& g : groups.groups()) {
-      if (g.group() == "forming" && g.members_size() == 1) return true;
-    }
-    return false;
-  }, absl::Seconds(5)));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        grpc::ClientContext c;
+        v1::ListGroupsResponse groups;
+        stub->ListGroups(&c, v1::ListGroupsRequest(), &groups);
+        for (const auto& g : groups.groups()) {
+          if (g.group() == "forming" && g.members_size() == 1) return true;
+        }
+        return false;
+      },
+      absl::Seconds(5)));
   absl::Status size = RegisterRaw(*stub, "forming", 4, 2);
   EXPECT_EQ(size.code(), absl::StatusCode::kFailedPrecondition) << size;
   EXPECT_THAT(std::string(size.message()), HasSubstr("forming with world_size 3"));
@@ -116,7 +120,8 @@ TEST(Rendezvous, GroupNeverForms_DeadlineExceededNamesWhoCame) {
   options.register_timeout = absl::Milliseconds(300);
   auto pg = ProcessGroup::Join(coordinator->address(), options);
   EXPECT_EQ(pg.status().code(), absl::StatusCode::kDeadlineExceeded) << pg.status();
-  EXPECT_THAT(std::string(pg.status().message()), HasSubstr("1 of 3 members registered (hosts: only-host)"));
+  EXPECT_THAT(std::string(pg.status().message()),
+              HasSubstr("1 of 3 members registered (hosts: only-host)"));
 }
 
 TEST(Rendezvous, NewGenerationAfterGroupEnds_OldGenerationRefused) {
@@ -229,7 +234,8 @@ TEST(KeyValue, GetWithWait_WokenByWriterOrTimesOut) {
 
   auto missing = reader.Get("never", absl::Milliseconds(200));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("'never' in scope 's' was not set"));
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr("'never' in scope 's' was not set"));
   // A wait is bounded: its waiter outlives a vanished client only that long.
   auto too_long = reader.Get("never", absl::Hours(2));
   EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
@@ -265,7 +271,8 @@ TEST(Rendezvous, EndedGroupsBeyondTheRetentionAreForgotten_LiveOnesKept) {
   ASSERT_TRUE(live.ok()) << live.status();
   const int total = static_cast<int>(kRetainedEndedGroups) + 40;
   for (int i = 0; i < total; ++i) {
-    auto pg = ProcessGroup::Join(coordinator->address(), GroupOptions(absl::StrCat("g", i), 1, "h"));
+    auto pg =
+        ProcessGroup::Join(coordinator->address(), GroupOptions(absl::StrCat("g", i), 1, "h"));
     ASSERT_TRUE(pg.ok()) << pg.status();
   }  // each leaves as it goes out of scope
   // One more registration evicts.
@@ -280,8 +287,8 @@ TEST(Rendezvous, EndedGroupsBeyondTheRetentionAreForgotten_LiveOnesKept) {
   EXPECT_EQ(ids.size(), kRetainedEndedGroups + 2);  // the retained ended ones, live and last
   EXPECT_EQ(ids.count("live"), 1u);
   EXPECT_EQ(ids.count("last"), 1u);
-  EXPECT_EQ(ids.count("g0"), 0u);                            // the oldest: forgotten
-  EXPECT_EQ(ids.count(absl::StrCat("g", total - 1)), 1u);    // the newest: kept
+  EXPECT_EQ(ids.count("g0"), 0u);                          // the oldest: forgotten
+  EXPECT_EQ(ids.count(absl::StrCat("g", total - 1)), 1u);  // the newest: kept
   EXPECT_TRUE((*live)->Barrier("still").ok());
 }
 

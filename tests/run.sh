@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The test command: installs dependencies (idempotent), configures, builds and runs ctest.
+# The test command: installs dependencies (idempotent), checks formatting, builds with -Werror,
+# runs clang's thread-safety analysis over common/, coordinator/ and client/, and runs ctest.
 # The 64-rank load test runs alone after the others, so its CPU load cannot starve their
 # timing-sensitive liveness checks on a 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-deploy/install-deps.sh
+deploy/install-deps.sh --test
+tests/check_format.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_BUILD_TESTS=ON \
-  -DDTRAIN_BUILD_WORKER=ON
+  -DDTRAIN_BUILD_WORKER=ON -DDTRAIN_WERROR=ON
 cmake --build build -j"$(nproc)"
+tests/run_clang_checks.sh build
 cd build
 ctest --output-on-failure -LE load -j2
 ctest --output-on-failure -L load

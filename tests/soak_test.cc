@@ -54,10 +54,9 @@ TEST(Soak, ManyShortJobsBackToBack_AllAccountedForMemoryStable) {
           << "job " << ids.back() << " did not end";
       ASSERT_TRUE(WaitFor([&] { return cluster.AliveWorkers(/*idle_only=*/true) == 2; },
                           absl::Seconds(10)));
-      samples.push_back({ResidentKiB(cluster.coordinator_pid()),
-                         ResidentKiB(cluster.worker("w0").pid()),
-                         ResidentKiB(cluster.worker("w1").pid()),
-                         OpenFiles(cluster.coordinator_pid())});
+      samples.push_back(
+          {ResidentKiB(cluster.coordinator_pid()), ResidentKiB(cluster.worker("w0").pid()),
+           ResidentKiB(cluster.worker("w1").pid()), OpenFiles(cluster.coordinator_pid())});
     }
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);

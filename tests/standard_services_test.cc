@@ -29,8 +29,8 @@ absl::StatusOr<HealthStatus::ServingStatus> Check(const std::string& address,
   request.set_service(service);
   HealthStatus response;
   grpc::Status status = stub->Check(&context, request, &response);
-  if (!status.ok()) return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                                        status.error_message());
+  if (!status.ok())
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
   return response.status();
 }
 
@@ -40,8 +40,8 @@ std::string ListServicesByReflection(const std::string& address) {
   grpc::GenericStub stub(ConnectToCoordinator(address, ""));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  auto call = stub.PrepareCall(&context,
-                               "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto call = stub.PrepareCall(
+      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   void* tag = nullptr;
   bool ok = false;
   call->StartCall(reinterpret_cast<void*>(1));
@@ -60,7 +60,8 @@ std::string ListServicesByReflection(const std::string& address) {
   if (ok) {
     std::vector<grpc::Slice> slices;
     (void)response.Dump(&slices);
-    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    for (const grpc::Slice& s : slices)
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   grpc::Status status;
   call->Finish(&status, reinterpret_cast<void*>(5));
@@ -125,12 +126,12 @@ TEST(StandardServices, WorkerHealthAndReflection) {
   }
   EXPECT_THAT(ListServicesByReflection(address), HasSubstr("dtrain.v1.Worker"));
   // The CLI's probe: exit 0 and SERVING; a service the worker does not have is refused (3).
-  CommandResult probe = RunShell(absl::StrCat(DTRAIN_CLI_BIN " health ", address,
-                                              " --service=dtrain.v1.Worker 2>&1"));
+  CommandResult probe = RunShell(
+      absl::StrCat(DTRAIN_CLI_BIN " health ", address, " --service=dtrain.v1.Worker 2>&1"));
   EXPECT_EQ(probe.exit_code, 0) << probe.output;
   EXPECT_THAT(probe.output, HasSubstr("SERVING"));
-  CommandResult unknown = RunShell(absl::StrCat(DTRAIN_CLI_BIN " health ", address,
-                                                " --service=dtrain.v1.Jobs 2>&1"));
+  CommandResult unknown =
+      RunShell(absl::StrCat(DTRAIN_CLI_BIN " health ", address, " --service=dtrain.v1.Jobs 2>&1"));
   EXPECT_EQ(unknown.exit_code, 3) << unknown.output;
   EXPECT_THAT(unknown.output, HasSubstr("NOT_FOUND"));
 }

@@ -14,8 +14,8 @@
 #include <thread>
 
 #include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/match.h"
@@ -80,8 +80,8 @@ class StructuredLogTest : public ::testing::Test {
   }
   std::string RunJob() {
     const std::string id = cluster_->Submit("logs", SyntheticDdpJob("logs", 1, 1024));
-    EXPECT_TRUE(WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); },
-                        absl::Seconds(120)));
+    EXPECT_TRUE(
+        WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(120)));
     EXPECT_EQ(cluster_->GetJob(id).state(), v1::SUCCEEDED) << cluster_->GetJob(id).reason();
     // The outcome is published before the teardown: wait for the workers to be idle again.
     EXPECT_TRUE(WaitFor([&] { return cluster_->AliveWorkers(/*idle_only=*/true) == 2; },
@@ -143,19 +143,22 @@ TEST_F(StructuredLogTest, Json_EveryLineParses_EventsCarryTheirFields) {
 
 TEST_F(StructuredLogTest, WarningLevel_DropsInfo_KeepsALostWorker) {
   ASSERT_TRUE(cluster_->StartCoordinator(
-      "127.0.0.1:0", {"--log_level=warning", "--heartbeat-interval=500ms", "--heartbeat-timeout=2s"},
+      "127.0.0.1:0",
+      {"--log_level=warning", "--heartbeat-interval=500ms", "--heartbeat-timeout=2s"},
       To("coordinator")));
   for (const char* w : {"w0", "w1"}) ASSERT_TRUE(cluster_->AddWorker(w));
   ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(10)));
   RunJob();
   cluster_->worker("w1").process().Kill(SIGKILL);
   std::vector<std::string> lines;
-  EXPECT_TRUE(WaitFor([&] {
-    lines.clear();
-    std::ifstream in(Path("coordinator"));
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    return !lines.empty() && absl::StrContains(lines.back(), "lost");
-  }, absl::Seconds(10)));
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        lines.clear();
+        std::ifstream in(Path("coordinator"));
+        for (std::string line; std::getline(in, line);) lines.push_back(line);
+        return !lines.empty() && absl::StrContains(lines.back(), "lost");
+      },
+      absl::Seconds(10)));
   for (const std::string& line : lines) {
     EXPECT_THAT(line, ::testing::AnyOf(HasSubstr(" WARNING "), HasSubstr(" ERROR "))) << line;
   }
@@ -206,14 +209,14 @@ TEST_F(StructuredLogTest, GroupThatDoesNotForm_OneWarningForItsWaitingMembers) {
 }
 
 TEST_F(StructuredLogTest, BadLevel_RefusedAtStartNamingTheFlag) {
-  const CommandResult result =
-      RunShell(absl::StrCat(DTRAIN_COORDINATOR_BIN, " --listen=127.0.0.1:0 --state-dir=",
-                            cluster_->dir(), "/state --log_level=verbose 2>&1"));
+  const CommandResult result = RunShell(
+      absl::StrCat(DTRAIN_COORDINATOR_BIN, " --listen=127.0.0.1:0 --state-dir=", cluster_->dir(),
+                   "/state --log_level=verbose 2>&1"));
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.output,
               HasSubstr("--log_level: 'verbose' is not one of debug, info, warning, error"));
-  const CommandResult worker = RunShell(
-      absl::StrCat(DTRAIN_WORKER_BIN, " --listen=127.0.0.1:0 --log_format=xml 2>&1"));
+  const CommandResult worker =
+      RunShell(absl::StrCat(DTRAIN_WORKER_BIN, " --listen=127.0.0.1:0 --log_format=xml 2>&1"));
   EXPECT_EQ(worker.exit_code, 2);
   EXPECT_THAT(worker.output, HasSubstr("--log_format: 'xml' is not one of text, json"));
 }

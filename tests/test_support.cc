@@ -102,10 +102,12 @@ int FreeTcpPort() {
 
 int WaitForPortFile(const std::string& path, absl::Duration timeout) {
   int port = 0;
-  WaitFor([&] {
-    std::ifstream in(path);
-    return static_cast<bool>(in >> port) && port > 0;
-  }, timeout);
+  WaitFor(
+      [&] {
+        std::ifstream in(path);
+        return static_cast<bool>(in >> port) && port > 0;
+      },
+      timeout);
   return port;
 }
 

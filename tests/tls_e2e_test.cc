@@ -30,7 +30,8 @@ class TlsTest : public ::testing::Test {
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    CommandResult made = RunShell(absl::StrCat("bash " DTRAIN_SOURCE_DIR "/deploy/tls/make-test-certs.sh ", dir_));
+    CommandResult made =
+        RunShell(absl::StrCat("bash " DTRAIN_SOURCE_DIR "/deploy/tls/make-test-certs.sh ", dir_));
     ASSERT_EQ(made.exit_code, 0) << made.output;
   }
 
@@ -51,7 +52,8 @@ class TlsTest : public ::testing::Test {
   }
 
   std::string Cli(const std::string& env, const std::string& args) const {
-    return absl::StrCat("DTRAIN_COORDINATOR=", address_, " ", env, " " DTRAIN_CLI_BIN " --timeout=5s ", args);
+    return absl::StrCat("DTRAIN_COORDINATOR=", address_, " ", env,
+                        " " DTRAIN_CLI_BIN " --timeout=5s ", args);
   }
 
   std::string dir_, address_;
@@ -66,16 +68,20 @@ TEST_F(TlsTest, MutualTlsCluster_RunsAJob_RefusesClientsWithoutCaOrCertificate) 
   address_ = absl::StrCat("127.0.0.1:", port);
   // This test process talks to the worker too (WorkerProcess checks it serves): as a client
   // with the client certificate.
-  ASSERT_TRUE(ConfigureClientTls({dir_ + "/client.pem", dir_ + "/client.key", dir_ + "/ca.pem"}).ok());
-  auto worker = WorkerProcess::Start(address_, {"--name=tls-w0", "--threads=1",
-                                                ServerTls()[0], ServerTls()[1], ServerTls()[2],
-                                                ServerTls()[3]});
+  ASSERT_TRUE(
+      ConfigureClientTls({dir_ + "/client.pem", dir_ + "/client.key", dir_ + "/ca.pem"}).ok());
+  auto worker = WorkerProcess::Start(address_, {"--name=tls-w0", "--threads=1", ServerTls()[0],
+                                                ServerTls()[1], ServerTls()[2], ServerTls()[3]});
   ASSERT_NE(worker, nullptr);
 
-  const std::string with_cert = absl::StrCat("DTRAIN_TLS_CA=", dir_, "/ca.pem DTRAIN_TLS_CERT=", dir_,
-                                             "/client.pem DTRAIN_TLS_KEY=", dir_, "/client.key");
-  ASSERT_TRUE(WaitFor([&] { return RunShell(Cli(with_cert, "workers")).output.find("tls-w0") != std::string::npos; },
-                      absl::Seconds(15)));
+  const std::string with_cert =
+      absl::StrCat("DTRAIN_TLS_CA=", dir_, "/ca.pem DTRAIN_TLS_CERT=", dir_,
+                   "/client.pem DTRAIN_TLS_KEY=", dir_, "/client.key");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return RunShell(Cli(with_cert, "workers")).output.find("tls-w0") != std::string::npos;
+      },
+      absl::Seconds(15)));
   const std::string job = dir_ + "/job.yaml";
   std::ofstream(job) << R"(name: tls
 model: {builtin: mlp}
@@ -107,14 +113,16 @@ optimizer: {name: sgd, lr: 0.05}
 
 TEST_F(TlsTest, PlaintextBeyondLoopback_RefusedUnlessInsecure) {
   for (const std::string& binary :
-       {std::string(DTRAIN_COORDINATOR_BIN), std::string(DTRAIN_WORKER_BIN) + " --coordinator=127.0.0.1:1"}) {
+       {std::string(DTRAIN_COORDINATOR_BIN),
+        std::string(DTRAIN_WORKER_BIN) + " --coordinator=127.0.0.1:1"}) {
     CommandResult refused = RunShell(absl::StrCat(binary, " --listen=0.0.0.0:0"));
     EXPECT_EQ(refused.exit_code, 2) << binary << "\n" << refused.output;
     EXPECT_THAT(refused.output, HasSubstr("refusing to listen on 0.0.0.0:0 without TLS"));
     EXPECT_THAT(refused.output, HasSubstr("--insecure"));
   }
-  CommandResult bad = RunShell(absl::StrCat(DTRAIN_COORDINATOR_BIN, " --listen=127.0.0.1:0 --tls_cert=",
-                                       dir_, "/nothing.pem --tls_key=", dir_, "/server.key"));
+  CommandResult bad =
+      RunShell(absl::StrCat(DTRAIN_COORDINATOR_BIN, " --listen=127.0.0.1:0 --tls_cert=", dir_,
+                            "/nothing.pem --tls_key=", dir_, "/server.key"));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr("cannot read the TLS certificate file"));
   // With --insecure it serves.

@@ -18,9 +18,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/channel.h"
 #include "client/kv_client.h"
 #include "common/bearer_token.h"
+#include "common/channel.h"
 #include "common/grpc_status.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
 #include "tests/test_support.h"
@@ -60,7 +60,8 @@ class TokenScopeTest : public ::testing::Test {
   }
 
   // One AllReduce stream of a 1-element float tensor as `member`, with `token`.
-  absl::Status AllReduceAs(const std::string& token, const v1::MemberRef& member, int64_t sequence) {
+  absl::Status AllReduceAs(const std::string& token, const v1::MemberRef& member,
+                           int64_t sequence) {
     auto stub = Stub(token);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -244,8 +245,8 @@ class TokenClusterTest : public ::testing::Test {
   void TearDown() override { SetClientToken(""); }
 
   std::string Cli(const std::string& env, const std::string& args) const {
-    return absl::StrCat("DTRAIN_COORDINATOR=", address_, " ", env, " " DTRAIN_CLI_BIN " --timeout=5s ",
-                        args, " 2>&1");
+    return absl::StrCat("DTRAIN_COORDINATOR=", address_, " ", env,
+                        " " DTRAIN_CLI_BIN " --timeout=5s ", args, " 2>&1");
   }
 
   std::string dir_, address_;
@@ -265,13 +266,13 @@ TEST_F(TokenClusterTest, AdminTokenRequired_JobRuns_NoTokenInLogs) {
 
   // This process calls the worker too (WorkerProcess checks it serves): with the admin token.
   SetClientToken(kAdmin);
-  auto worker = WorkerProcess::Start(address_, {"--name=tok-w0", "--threads=1",
-                                                "--token_file=" + dir_ + "/token"});
+  auto worker = WorkerProcess::Start(
+      address_, {"--name=tok-w0", "--threads=1", "--token_file=" + dir_ + "/token"});
   ASSERT_NE(worker, nullptr);
   {
     // The worker refuses callers without its token.
-    auto anonymous = v1::Worker::NewStub(
-        ConnectToCoordinator(absl::StrCat("127.0.0.1:", worker->port()), ""));
+    auto anonymous =
+        v1::Worker::NewStub(ConnectToCoordinator(absl::StrCat("127.0.0.1:", worker->port()), ""));
     grpc::ClientContext context;
     v1::HealthResponse health;
     absl::Status s = FromGrpcStatus(anonymous->Health(&context, {}, &health));
@@ -283,8 +284,11 @@ TEST_F(TokenClusterTest, AdminTokenRequired_JobRuns_NoTokenInLogs) {
               absl::StatusCode::kUnauthenticated);
   }
   const std::string with_token = absl::StrCat("DTRAIN_TOKEN=", kAdmin);
-  ASSERT_TRUE(WaitFor([&] { return RunShell(Cli(with_token, "workers")).output.find("tok-w0") != std::string::npos; },
-                      absl::Seconds(15)));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return RunShell(Cli(with_token, "workers")).output.find("tok-w0") != std::string::npos;
+      },
+      absl::Seconds(15)));
 
   CommandResult anonymous = RunShell(Cli("DTRAIN_TOKEN=", "list"));
   EXPECT_EQ(anonymous.exit_code, 3) << anonymous.output;
@@ -317,7 +321,8 @@ optimizer: {name: sgd, lr: 0.05}
   // Neither the admin token nor any job token (64 hex digits) is in any log.
   std::string logs = ReadFile(dir_ + "/coordinator.log");
   for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_ + "/state")) {
-    if (entry.is_regular_file() && entry.path().extension() != ".ckpt") logs += ReadFile(entry.path());
+    if (entry.is_regular_file() && entry.path().extension() != ".ckpt")
+      logs += ReadFile(entry.path());
   }
   ASSERT_THAT(logs, HasSubstr("group formed"));
   EXPECT_THAT(logs, Not(HasSubstr(kAdmin)));

@@ -1,5 +1,5 @@
-#include "common/channel.h"
 #include "tests/worker_process.h"
+#include "common/channel.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -32,7 +32,8 @@ std::unique_ptr<WorkerProcess> WorkerProcess::Start(const std::string& coordinat
   std::remove(port_file.c_str());
   if (worker->port_ == 0) return nullptr;
   // As the coordinator reaches workers: TLS when this process's client TLS is configured.
-  worker->stub_ = v1::Worker::NewStub(ConnectToCoordinator(absl::StrCat("127.0.0.1:", worker->port_)));
+  worker->stub_ =
+      v1::Worker::NewStub(ConnectToCoordinator(absl::StrCat("127.0.0.1:", worker->port_)));
   return worker;
 }
 

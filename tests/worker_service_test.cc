@@ -14,8 +14,8 @@
 #include <thread>
 
 #include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <torch/script.h>
 
 #include "absl/strings/str_cat.h"
@@ -158,7 +158,8 @@ class WorkerServiceTest : public ::testing::Test {
   absl::Status Setup(WorkerProcess& w, const v1::SetupRequest& request,
                      v1::SetupResponse* response = nullptr) {
     v1::SetupResponse ignored;
-    return Call([&](auto* c) { return w.stub().Setup(c, request, response ? response : &ignored); });
+    return Call(
+        [&](auto* c) { return w.stub().Setup(c, request, response ? response : &ignored); });
   }
   std::string address() const { return coordinator_->address(); }
 
@@ -249,7 +250,8 @@ TEST_P(WorkerServiceBackendTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) 
     // The single rank's batch s is both ranks' batches s together.
     v1::LocalWork whole;
     whole.set_first_batch_idx(step);
-    for (int s = step; s < step + 5; ++s) *whole.add_index_batches() = Slice(s, 0, 1, 2 * kB).index_batches(0);
+    for (int s = step; s < step + 5; ++s)
+      *whole.add_index_batches() = Slice(s, 0, 1, 2 * kB).index_batches(0);
     ASSERT_TRUE(Train(*single, "ddp-ref", {whole}).ok());
   }
   const auto pa = Parameters(*ranks[0], "ddp-eq");
@@ -389,7 +391,9 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
   ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
   if (setups[0].ranks(0).rank() == 1) std::swap(ranks[0], ranks[1]);
   for (int step = 0; step < 6; ++step) {
-    Parallel(2, [&](int r) { statuses[r] = Train(*ranks[r], "zero", {Slice(step, r, 2, 16)}).status(); });
+    Parallel(2, [&](int r) {
+      statuses[r] = Train(*ranks[r], "zero", {Slice(step, r, 2, 16)}).status();
+    });
     ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
   }
   const std::string path = TempPath("zero-" + GetParam() + ".ckpt");
@@ -400,7 +404,8 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
     save.set_job_id("zero");
     save.set_path(path);
     save.set_epoch(3);
-    statuses[r] = Call([&](auto* c) { return ranks[r]->stub().SaveCheckpoint(c, save, &saved[r]); });
+    statuses[r] =
+        Call([&](auto* c) { return ranks[r]->stub().SaveCheckpoint(c, save, &saved[r]); });
   });
   ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
   EXPECT_TRUE(saved[0].written(0));
@@ -456,7 +461,8 @@ TEST_P(WorkerServiceBackendTest, DeadPeer_NamedToTheSurvivor) {
   std::vector<WorkerProcess*> ranks = {a.get(), b.get()};
   std::vector<v1::SetupResponse> setups(2);
   std::vector<absl::Status> statuses(2);
-  Parallel(2, [&](int i) { statuses[i] = Setup(*ranks[i], Distributed("dead", "ddp", 2), &setups[i]); });
+  Parallel(
+      2, [&](int i) { statuses[i] = Setup(*ranks[i], Distributed("dead", "ddp", 2), &setups[i]); });
   ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
   if (setups[0].ranks(0).rank() == 1) std::swap(ranks[0], ranks[1]);
   Parallel(2, [&](int r) { statuses[r] = Train(*ranks[r], "dead", {Slice(0, r, 2, 8)}).status(); });
@@ -474,7 +480,8 @@ TEST_P(WorkerServiceBackendTest, DeadPeer_NamedToTheSurvivor) {
   EXPECT_EQ(Health(*ranks[0]).state(), v1::HealthResponse::IDLE);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, WorkerServiceBackendTest, ::testing::Values("grpc", "gloo", "shm"));
+INSTANTIATE_TEST_SUITE_P(Backends, WorkerServiceBackendTest,
+                         ::testing::Values("grpc", "gloo", "shm"));
 
 // Writes a TorchScript module with forward but no training_step.
 std::string ModelWithoutTrainingStep() {
@@ -496,7 +503,8 @@ TEST_F(WorkerServiceTest, BadInput_ClearErrorsAndTheWorkerKeepsServing) {
   };
   const std::string no_steps = ModelWithoutTrainingStep();
   const std::vector<Case> cases = {
-      {"missing model file", [](auto& r) { r.mutable_model()->set_torchscript("/nonexistent/m.pt"); },
+      {"missing model file",
+       [](auto& r) { r.mutable_model()->set_torchscript("/nonexistent/m.pt"); },
        absl::StatusCode::kNotFound, "/nonexistent/m.pt"},
       {"no training_step", [&](auto& r) { r.mutable_model()->set_torchscript(no_steps); },
        absl::StatusCode::kInvalidArgument, "has no training_step"},
@@ -514,22 +522,26 @@ TEST_F(WorkerServiceTest, BadInput_ClearErrorsAndTheWorkerKeepsServing) {
        absl::StatusCode::kFailedPrecondition, "no CUDA support"},
       {"16-mixed on CPU", [](auto& r) { r.set_precision("16-mixed"); },
        absl::StatusCode::kFailedPrecondition, "bf16-mixed"},
-      {"bad job id", [](auto& r) { r.set_job_id("a/b"); },
-       absl::StatusCode::kInvalidArgument, "job_id"},
-      {"empty job id", [](auto& r) { r.set_job_id(""); },
-       absl::StatusCode::kInvalidArgument, "job_id is empty"},
-      {"bad job id for ddp_spawn", [](auto& r) {
+      {"bad job id", [](auto& r) { r.set_job_id("a/b"); }, absl::StatusCode::kInvalidArgument,
+       "job_id"},
+      {"empty job id", [](auto& r) { r.set_job_id(""); }, absl::StatusCode::kInvalidArgument,
+       "job_id is empty"},
+      {"bad job id for ddp_spawn",
+       [](auto& r) {
          r.set_strategy("ddp_spawn");
          r.set_job_id("../x");
-       }, absl::StatusCode::kInvalidArgument, "job_id '../x' may hold only"},
+       },
+       absl::StatusCode::kInvalidArgument, "job_id '../x' may hold only"},
       {"negative clip", [](auto& r) { r.set_gradient_clip_val(-1); },
        absl::StatusCode::kInvalidArgument, "gradient_clip_val"},
       {"bad scheduler", [](auto& r) { r.mutable_lr_scheduler()->set_name("cyclic"); },
        absl::StatusCode::kInvalidArgument, "lr_scheduler"},
-      {"missing dataset dir", [](auto& r) {
+      {"missing dataset dir",
+       [](auto& r) {
          r.mutable_data()->set_builtin("fashion-mnist");
          r.mutable_data()->set_data_dir("/nonexistent");
-       }, absl::StatusCode::kNotFound, "dataset-fashion-mnist"},
+       },
+       absl::StatusCode::kNotFound, "dataset-fashion-mnist"},
   };
   for (const Case& c : cases) {
     v1::SetupRequest r = MakeSetup("bad", "single_device", 1, address());
@@ -559,7 +571,8 @@ TEST_F(WorkerServiceTest, BadInput_ClearErrorsAndTheWorkerKeepsServing) {
   ToProto(HostTensor::FromVector<int64_t>(v1::DTYPE_INT64, {2}, {1, 2}), batch->add_tensors());
   auto shape = Train(*w, "good", {bad});
   EXPECT_EQ(shape.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(shape.status().message()), HasSubstr("training_step of model 'builtin:mlp' failed"));
+  EXPECT_THAT(std::string(shape.status().message()),
+              HasSubstr("training_step of model 'builtin:mlp' failed"));
   EXPECT_THAT(std::string(shape.status().message()), HasSubstr("784"));
   // A malformed wire tensor and an index out of range.
   v1::LocalWork malformed;
@@ -575,7 +588,8 @@ TEST_F(WorkerServiceTest, BadInput_ClearErrorsAndTheWorkerKeepsServing) {
   EXPECT_EQ(range.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(range.status().message()), HasSubstr("outside split 'train'"));
   EXPECT_EQ(Train(*w, "good", {}).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Train(*w, "good", {v1::LocalWork()}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Train(*w, "good", {v1::LocalWork()}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 
   auto ok = Train(*w, "good", {Slice(0, 0, 1, 8)});
   ASSERT_TRUE(ok.ok()) << ok.status();
@@ -615,7 +629,9 @@ TEST_F(WorkerServiceTest, Sigterm_LeavesTheGroupCleanly_PeerIsToldWho) {
   std::vector<WorkerProcess*> ranks = {a.get(), b.get()};
   std::vector<v1::SetupResponse> setups(2);
   std::vector<absl::Status> statuses(2);
-  Parallel(2, [&](int i) { statuses[i] = Setup(*ranks[i], MakeSetup("leave", "ddp", 2, address()), &setups[i]); });
+  Parallel(2, [&](int i) {
+    statuses[i] = Setup(*ranks[i], MakeSetup("leave", "ddp", 2, address()), &setups[i]);
+  });
   ASSERT_TRUE(statuses[0].ok() && statuses[1].ok());
   if (setups[0].ranks(0).rank() == 1) std::swap(ranks[0], ranks[1]);
   const int status = ranks[1]->Stop();

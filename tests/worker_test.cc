@@ -7,10 +7,10 @@
 #include <fstream>
 #include <string>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <limits>
@@ -21,18 +21,18 @@
 #include "worker/accelerator.h"
 #include "worker/batch_tree.h"
 #include "worker/checkpoint.h"
+#include "worker/collective_backend.h"
 #include "worker/dataset.h"
 #include "worker/gloo_collective_backend.h"
-#include "worker/idx_file.h"
-#include "worker/collective_backend.h"
 #include "worker/gradient_clipping.h"
 #include "worker/gradient_sync.h"
+#include "worker/idx_file.h"
 #include "worker/lightning_module.h"
 #include "worker/model_zoo.h"
 #include "worker/optimizers.h"
 #include "worker/precision.h"
-#include "worker/shared_memory_collective_backend.h"
 #include "worker/sharded_optimizer.h"
+#include "worker/shared_memory_collective_backend.h"
 #include "worker/tensor_convert.h"
 
 namespace dtrain {
@@ -170,11 +170,12 @@ TEST(LightningModuleFile, NoTrainingStep_InvalidArgument) {
 TEST(LightningModuleCalls, WrongBatchShape_InvalidArgumentWithLibtorchMessage) {
   auto model = BuiltinModel("mlp", 1);
   ASSERT_TRUE(model.ok());
-  const c10::IValue bad = c10::ivalue::Tuple::create(
-      {torch::randn({4, 100}), torch::zeros({4}, torch::kInt64)});
+  const c10::IValue bad =
+      c10::ivalue::Tuple::create({torch::randn({4, 100}), torch::zeros({4}, torch::kInt64)});
   auto loss = model->TrainingStep(bad, 0);
   EXPECT_EQ(loss.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(loss.status().message()), HasSubstr("training_step of model 'builtin:mlp' failed"));
+  EXPECT_THAT(std::string(loss.status().message()),
+              HasSubstr("training_step of model 'builtin:mlp' failed"));
   EXPECT_THAT(std::string(loss.status().message()), HasSubstr("shapes cannot be multiplied"));
   // The module is still usable afterwards.
   const auto [x, y] = SyntheticBatch(4, 1);
@@ -214,11 +215,13 @@ TEST(Optimizers, UpdatesMatchHandComputation) {
   // momentum 0.9, two steps: p1 = 0.9 (buf 1); g = 0.9, buf = 0.9 + 0.9 = 1.8, p2 = 0.72
   EXPECT_NEAR(OneStep({.name = "sgd", .lr = 0.1, .momentum = 0.9}, 2), 0.72, 1e-12);
   // nesterov: step 1 uses g + m * buf = 1 + 0.9 = 1.9 -> p = 1 - 0.19 = 0.81
-  EXPECT_NEAR(OneStep({.name = "sgd", .lr = 0.1, .momentum = 0.9, .nesterov = true}, 1), 0.81, 1e-12);
+  EXPECT_NEAR(OneStep({.name = "sgd", .lr = 0.1, .momentum = 0.9, .nesterov = true}, 1), 0.81,
+              1e-12);
   // adam's first step moves by lr * g / (|g| + eps) ~ lr
   EXPECT_NEAR(OneStep({.name = "adam", .lr = 0.01}, 1), 0.99, 1e-7);
   // adamw: decoupled decay first, p * (1 - lr * wd), then the adam step
-  EXPECT_NEAR(OneStep({.name = "adamw", .lr = 0.01, .weight_decay = 0.1}, 1), 1 - 0.001 - 0.01, 1e-7);
+  EXPECT_NEAR(OneStep({.name = "adamw", .lr = 0.01, .weight_decay = 0.1}, 1), 1 - 0.001 - 0.01,
+              1e-7);
 }
 
 TEST(Optimizers, BadConfig_InvalidArgumentNamingTheProblem) {
@@ -256,7 +259,6 @@ TEST(LrSchedules, StepAndCosineValues) {
             absl::StatusCode::kInvalidArgument);
 }
 
-
 TEST(Precision, NamesAndAliases) {
   EXPECT_EQ(*ParsePrecision("32"), Precision::k32True);
   EXPECT_EQ(*ParsePrecision("64-true"), Precision::k64True);
@@ -291,9 +293,8 @@ StepSeen StepUnder(Precision precision) {
   EXPECT_EQ(batch.toTupleRef().elements()[1].toTensor().scalar_type(), torch::kInt64);
   auto loss = (*plugin)->Run([&] { return model->TrainingStep(batch, 0); });
   EXPECT_TRUE(loss.ok()) << loss.status();
-  auto logits = (*plugin)->Run([&] {
-    return model->Forward(batch.toTupleRef().elements()[0].toTensor());
-  });
+  auto logits =
+      (*plugin)->Run([&] { return model->Forward(batch.toTupleRef().elements()[0].toTensor()); });
   return StepSeen{loss->to(torch::kFloat32).item<float>(), model->Parameters()[0].scalar_type(),
                   loss->scalar_type(), logits->scalar_type()};
 }
@@ -309,8 +310,8 @@ TEST(Precision, DTypesAsDocumented_AndLossesAgree) {
   EXPECT_NEAR(fp64.loss, fp32.loss, 1e-4);
 
   const StepSeen mixed = StepUnder(Precision::kBf16Mixed);
-  EXPECT_EQ(mixed.parameter, torch::kFloat32);   // weights stay float32
-  EXPECT_EQ(mixed.logits, torch::kBFloat16);     // matmuls run in bfloat16 under autocast
+  EXPECT_EQ(mixed.parameter, torch::kFloat32);  // weights stay float32
+  EXPECT_EQ(mixed.logits, torch::kBFloat16);    // matmuls run in bfloat16 under autocast
   EXPECT_NEAR(mixed.loss, fp32.loss, 0.02 * fp32.loss);
 
   const StepSeen bf16 = StepUnder(Precision::kBf16True);
@@ -323,8 +324,8 @@ TEST(Precision, DTypesAsDocumented_AndLossesAgree) {
 }
 
 TEST(LossScaler, ScalesUnscalesSkipsBacksOffAndGrows) {
-  LossScaler scaler({.initial_scale = 1024, .growth_factor = 2, .backoff_factor = 0.5,
-                     .growth_interval = 3});
+  LossScaler scaler(
+      {.initial_scale = 1024, .growth_factor = 2, .backoff_factor = 0.5, .growth_interval = 3});
   torch::Tensor p = torch::ones({2}).requires_grad_(true);
   auto optimizer = MakeOptimizer({p}, {.name = "sgd", .lr = 0.1});
   // A clean step: the scaled loss's gradient, unscaled, is the true gradient.
@@ -463,8 +464,8 @@ TEST(DataParallel, TwoRanksOfBatchB_EqualOneRankOfBatch2B) {
     max_diff = std::max(max_diff, (trained[0][i] - reference[i]).abs().max().item<double>());
   }
   std::printf("2 ranks x batch %lld vs 1 rank x batch %lld, %d steps: max abs diff %.3g\n",
-              static_cast<long long>(kGlobalBatch / 2), static_cast<long long>(kGlobalBatch), kSteps,
-              max_diff);
+              static_cast<long long>(kGlobalBatch / 2), static_cast<long long>(kGlobalBatch),
+              kSteps, max_diff);
   EXPECT_LE(max_diff, 1e-5);
   // And training did move the parameters (the comparison is not vacuous).
   auto untrained = BuiltinModel("mlp", 100);
@@ -473,7 +474,8 @@ TEST(DataParallel, TwoRanksOfBatchB_EqualOneRankOfBatch2B) {
 
 double MaxDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   double diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, (a[i] - b[i]).abs().max().item<double>());
+  for (size_t i = 0; i < a.size(); ++i)
+    diff = std::max(diff, (a[i] - b[i]).abs().max().item<double>());
   return diff;
 }
 
@@ -489,17 +491,19 @@ TEST(GradientAccumulation, WithDdp_SyncOnlyAfterTheLastMicroBatch_EqualsSingleRa
   auto coordinator = testing::StartCoordinator();
   ASSERT_NE(coordinator, nullptr);
   std::vector<std::vector<torch::Tensor>> trained(2);
-  auto statuses = testing::RunRanks(coordinator->address(), "ddp-accumulate", 2, [&](ProcessGroup& pg) {
-    auto model = BuiltinModel("mlp", 7);
-    if (!model.ok()) return model.status();
-    GrpcCollectiveBackend backend(&pg);
-    GradientSync sync(&backend, model->Parameters());
-    if (absl::Status s = TrainSlice(*model, &sync, pg.rank(), 2, 32, 20, /*accumulate=*/2); !s.ok()) {
-      return s;
-    }
-    trained[pg.rank()] = model->Parameters();
-    return absl::OkStatus();
-  });
+  auto statuses =
+      testing::RunRanks(coordinator->address(), "ddp-accumulate", 2, [&](ProcessGroup& pg) {
+        auto model = BuiltinModel("mlp", 7);
+        if (!model.ok()) return model.status();
+        GrpcCollectiveBackend backend(&pg);
+        GradientSync sync(&backend, model->Parameters());
+        if (absl::Status s = TrainSlice(*model, &sync, pg.rank(), 2, 32, 20, /*accumulate=*/2);
+            !s.ok()) {
+          return s;
+        }
+        trained[pg.rank()] = model->Parameters();
+        return absl::OkStatus();
+      });
   for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
   // One all_reduce per step per rank (default bucket: the whole mlp), none while accumulating.
   EXPECT_EQ(coordinator->engine().SubmittedCount(), 2u * 20u);
@@ -527,7 +531,8 @@ TEST(Checkpoint, RoundTrip_NextStepsIdentical) {
   for (int k = 0; k < 5; ++k) StepOn(*original, **opt_a, k);
   LossScaler scaler;
   scaler.Restore(512, 3);
-  ASSERT_TRUE(SaveCheckpoint(path, *original, opt_a->get(), &scaler, {.global_step = 5, .epoch = 1}).ok());
+  ASSERT_TRUE(
+      SaveCheckpoint(path, *original, opt_a->get(), &scaler, {.global_step = 5, .epoch = 1}).ok());
   const float next_a = StepOn(*original, **opt_a, 5);
   const float after_a = StepOn(*original, **opt_a, 6);  // depends on the momentum buffers
 
@@ -578,7 +583,8 @@ TEST(Sharded, ZeroStage1_EqualsDdpAndPartitionsOptimizerState) {
   std::vector<size_t> local_counts(2);
   for (const bool sharded : {true, false}) {
     auto statuses = testing::RunRanks(
-        coordinator->address(), sharded ? "zero1" : "ddp-ref", 2, [&](ProcessGroup& pg) -> absl::Status {
+        coordinator->address(), sharded ? "zero1" : "ddp-ref", 2,
+        [&](ProcessGroup& pg) -> absl::Status {
           auto model = BuiltinModel("mlp", 100 + pg.rank());
           if (!model.ok()) return model.status();
           GrpcCollectiveBackend backend(&pg);
@@ -600,7 +606,8 @@ TEST(Sharded, ZeroStage1_EqualsDdpAndPartitionsOptimizerState) {
             const auto [x, y] = SyntheticBatch(32, 1000 + step);
             const auto slice = torch::indexing::Slice(pg.rank() * 16, (pg.rank() + 1) * 16);
             sharded ? zero->ZeroGrad() : plain->zero_grad();
-            auto loss = model->TrainingStep(c10::ivalue::Tuple::create({x.index({slice}), y.index({slice})}), step);
+            auto loss = model->TrainingStep(
+                c10::ivalue::Tuple::create({x.index({slice}), y.index({slice})}), step);
             if (!loss.ok()) return loss.status();
             loss->backward();
             if (absl::Status s = sync.AverageGradients(); !s.ok()) return s;
@@ -629,8 +636,8 @@ TEST(Accelerator, EveryPrecision_StepsWithTheDocumentedDTypes) {
   const auto [x, y] = SyntheticBatch(32, 21);
   const c10::IValue batch = c10::ivalue::Tuple::create({x, y});
   std::map<Precision, float> losses;
-  for (Precision p : {Precision::k32True, Precision::k64True, Precision::kBf16Mixed,
-                      Precision::kBf16True}) {
+  for (Precision p :
+       {Precision::k32True, Precision::k64True, Precision::kBf16Mixed, Precision::kBf16True}) {
     SCOPED_TRACE(PrecisionName(p));
     auto accelerator = Accelerator::Make("cpu", p, StrategyOptions(), nullptr);
     ASSERT_TRUE(accelerator.ok()) << accelerator.status();
@@ -648,7 +655,7 @@ TEST(Accelerator, EveryPrecision_StepsWithTheDocumentedDTypes) {
     EXPECT_TRUE(a.results().count("loss"));
     ASSERT_TRUE(a.Backward(loss, /*should_accumulate=*/false).ok());
     const torch::Tensor w = a.model().Parameters()[0];
-    EXPECT_EQ(w.scalar_type(), p == Precision::k64True    ? torch::kFloat64
+    EXPECT_EQ(w.scalar_type(), p == Precision::k64True     ? torch::kFloat64
                                : p == Precision::kBf16True ? torch::kBFloat16
                                                            : torch::kFloat32);
     EXPECT_EQ(w.grad().scalar_type(), w.scalar_type());
@@ -719,7 +726,8 @@ TEST(BatchTree, NestedBatchesMappedSizedAndSplit) {
   ASSERT_EQ(parts->size(), 2u);
   EXPECT_EQ(BatchSize((*parts)[0]), 3);
   EXPECT_EQ(BatchSize((*parts)[1]), 2);
-  EXPECT_EQ((*parts)[1].toTupleRef().elements()[1].toList().get(0).toTensor()[0].item<int64_t>(), 3);
+  EXPECT_EQ((*parts)[1].toTupleRef().elements()[1].toList().get(0).toTensor()[0].item<int64_t>(),
+            3);
   // Tensors that disagree on dimension 0 cannot be scattered.
   const c10::IValue ragged = c10::ivalue::Tuple::create({torch::ones({4}), torch::ones({3})});
   EXPECT_EQ(SplitBatch(ragged, 2).status().code(), absl::StatusCode::kInvalidArgument);
@@ -731,24 +739,26 @@ TEST(Strategy, AllGatherWithSyncGrads_GradientsFlowBackAcrossRanks) {
   auto coordinator = testing::StartCoordinator();
   ASSERT_NE(coordinator, nullptr);
   std::vector<torch::Tensor> grads(2), gathered(2);
-  auto statuses = testing::RunRanks(coordinator->address(), "gather-grad", 2, [&](ProcessGroup& pg) -> absl::Status {
-    StrategyOptions options;
-    options.kind = StrategyKind::kDdp;
-    auto strategy = Strategy::Make(options, std::make_unique<GrpcCollectiveBackend>(&pg));
-    if (!strategy.ok()) return strategy.status();
-    const int r = pg.rank();
-    torch::Tensor x = torch::full({3}, static_cast<float>(r + 10)).requires_grad_();
-    auto all = (*strategy)->AllGather(x, /*sync_grads=*/true);
-    if (!all.ok()) return all.status();
-    gathered[r] = all->detach().clone();
-    torch::Tensor weights = torch::tensor({1.0f, 2.0f}).view({2, 1}) * (r + 1);
-    (*all * weights).sum().backward();
-    grads[r] = x.grad().clone();
-    return absl::OkStatus();
-  });
+  auto statuses = testing::RunRanks(
+      coordinator->address(), "gather-grad", 2, [&](ProcessGroup& pg) -> absl::Status {
+        StrategyOptions options;
+        options.kind = StrategyKind::kDdp;
+        auto strategy = Strategy::Make(options, std::make_unique<GrpcCollectiveBackend>(&pg));
+        if (!strategy.ok()) return strategy.status();
+        const int r = pg.rank();
+        torch::Tensor x = torch::full({3}, static_cast<float>(r + 10)).requires_grad_();
+        auto all = (*strategy)->AllGather(x, /*sync_grads=*/true);
+        if (!all.ok()) return all.status();
+        gathered[r] = all->detach().clone();
+        torch::Tensor weights = torch::tensor({1.0f, 2.0f}).view({2, 1}) * (r + 1);
+        (*all * weights).sum().backward();
+        grads[r] = x.grad().clone();
+        return absl::OkStatus();
+      });
   for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
   for (int r = 0; r < 2; ++r) {
-    EXPECT_TRUE(torch::equal(gathered[r], torch::tensor({{10.0f, 10.0f, 10.0f}, {11.0f, 11.0f, 11.0f}})));
+    EXPECT_TRUE(
+        torch::equal(gathered[r], torch::tensor({{10.0f, 10.0f, 10.0f}, {11.0f, 11.0f, 11.0f}})));
     EXPECT_TRUE(torch::allclose(grads[r], torch::full({3}, 3.0f * (r + 1)))) << grads[r];
   }
 }
@@ -825,12 +835,12 @@ class BackendConformance : public ::testing::TestWithParam<std::string> {
     auto coordinator = testing::StartCoordinator();
     ASSERT_NE(coordinator, nullptr);
     const std::string address = coordinator->address();
-    auto statuses = testing::RunRanks(address, "conformance-" + GetParam(), world,
-                                      [&](ProcessGroup& pg) -> absl::Status {
-      auto backend = MakeBackend(GetParam(), address, &pg, absl::Seconds(30));
-      if (!backend.ok()) return backend.status();
-      return body(**backend);
-    });
+    auto statuses = testing::RunRanks(
+        address, "conformance-" + GetParam(), world, [&](ProcessGroup& pg) -> absl::Status {
+          auto backend = MakeBackend(GetParam(), address, &pg, absl::Seconds(30));
+          if (!backend.ok()) return backend.status();
+          return body(**backend);
+        });
     for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
   }
 };
@@ -849,7 +859,9 @@ TEST_P(BackendConformance, EveryCollectiveAsDocumented) {
     torch::Tensor mean = torch::tensor({3, -3}, torch::kInt64) + r;  // {3,-3} and {4,-2}
     if (auto s = b.AllReduce(mean, v1::REDUCE_OP_MEAN); !s.ok()) return s;
     // 7 / 2 and -5 / 2 round toward zero.
-    if (auto s = expect(torch::equal(mean, torch::tensor({3, -2}, torch::kInt64)), "int mean"); !s.ok()) return s;
+    if (auto s = expect(torch::equal(mean, torch::tensor({3, -2}, torch::kInt64)), "int mean");
+        !s.ok())
+      return s;
     torch::Tensor max = torch::tensor({static_cast<double>(r), -static_cast<double>(r)});
     if (auto s = b.AllReduce(max, v1::REDUCE_OP_MAX); !s.ok()) return s;
     if (auto s = expect(torch::equal(max, torch::tensor({1.0, 0.0})), "max"); !s.ok()) return s;
@@ -857,7 +869,8 @@ TEST_P(BackendConformance, EveryCollectiveAsDocumented) {
     EXPECT_EQ(b.AllReduce(flags, v1::REDUCE_OP_MEAN).code(), absl::StatusCode::kInvalidArgument);
     torch::Tensor from_one = torch::full({3}, static_cast<float>(10 * r));
     if (auto s = b.Broadcast(from_one, 1); !s.ok()) return s;
-    if (auto s = expect(torch::equal(from_one, torch::full({3}, 10.0f)), "broadcast"); !s.ok()) return s;
+    if (auto s = expect(torch::equal(from_one, torch::full({3}, 10.0f)), "broadcast"); !s.ok())
+      return s;
     auto bytes = b.BroadcastBytes(r == 0 ? std::string("checkpoint\0bytes", 16) : "", 0);
     if (!bytes.ok()) return bytes.status();
     if (auto s = expect(*bytes == std::string("checkpoint\0bytes", 16), "bytes"); !s.ok()) return s;
@@ -866,10 +879,13 @@ TEST_P(BackendConformance, EveryCollectiveAsDocumented) {
     if (!gathered.ok()) return gathered.status();
     if (auto s = expect(gathered->size() == 2 && (*gathered)[0].size(0) == 1 &&
                             (*gathered)[1].size(0) == 2 && (*gathered)[1].sum().item<int>() == 4,
-                        "all_gather"); !s.ok()) return s;
+                        "all_gather");
+        !s.ok())
+      return s;
     torch::Tensor reduced = torch::tensor({r + 1.0f});
     if (auto s = b.Reduce(reduced, 1, v1::REDUCE_OP_SUM); !s.ok()) return s;
-    if (auto s = expect(reduced.item<float>() == (r == 1 ? 3.0f : 1.0f), "reduce"); !s.ok()) return s;
+    if (auto s = expect(reduced.item<float>() == (r == 1 ? 3.0f : 1.0f), "reduce"); !s.ok())
+      return s;
     auto all = b.ReduceBooleanDecision(r == 0, /*all=*/true);
     auto any = b.ReduceBooleanDecision(r == 0, /*all=*/false);
     if (!all.ok() || !any.ok()) return all.ok() ? any.status() : all.status();
@@ -884,7 +900,8 @@ TEST_P(BackendConformance, GradientSyncAveragesAcrossRanks) {
     if (!model.ok()) return model.status();
     GradientSync sync(&b, model->Parameters(), /*bucket_bytes=*/256 * 1024);
     if (auto s = sync.BroadcastParameters(0); !s.ok()) return s;
-    for (torch::Tensor& p : model->Parameters()) p.mutable_grad() = torch::full_like(p, b.rank() + 1.0f);
+    for (torch::Tensor& p : model->Parameters())
+      p.mutable_grad() = torch::full_like(p, b.rank() + 1.0f);
     if (auto s = sync.AverageGradients(); !s.ok()) return s;
     for (const torch::Tensor& p : model->Parameters()) {
       if (!torch::allclose(p.grad(), torch::full_like(p, 1.5f))) {
@@ -911,14 +928,14 @@ TEST_P(BackendConformance, OverlappedBucketsMatchAcrossRanksWhateverTheReadiness
     GradientSync sync(&b, p, /*bucket_bytes=*/256 * 1024);
     if (sync.bucket_count() != 2) return absl::InternalError("expected 2 buckets");
     sync.ExpectSync();
-    torch::Tensor loss = b.rank() == 0 ? (2 * (p[1].sum() + p[2].sum() + p[3].sum()))
-                                       : 4 * p[0].sum();
+    torch::Tensor loss =
+        b.rank() == 0 ? (2 * (p[1].sum() + p[2].sum() + p[3].sum())) : 4 * p[0].sum();
     loss.backward();
     const size_t started = sync.started_during_backward();
     if (auto s = sync.AverageGradients(); !s.ok()) return s;
     if (started != (b.rank() == 0 ? 1u : 0u)) {
-      return absl::InternalError(absl::StrCat("rank ", b.rank(), " started ", started,
-                                              " buckets during backward"));
+      return absl::InternalError(
+          absl::StrCat("rank ", b.rank(), " started ", started, " buckets during backward"));
     }
     const bool means = torch::allclose(p[0].grad(), torch::full_like(p[0], 2.0f)) &&
                        torch::allclose(p[1].grad(), torch::full_like(p[1], 1.0f)) &&
@@ -931,28 +948,30 @@ TEST_P(BackendConformance, OverlappedBucketsMatchAcrossRanksWhateverTheReadiness
 // Tensors larger than one shared-memory slot (4 MiB) go in several chunks, on 3 ranks so that
 // partitions are uneven; values are integers so that float sums are exact.
 TEST_P(BackendConformance, LargeAllReducesAcrossChunks_ExactOnEveryRank) {
-  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
-    const int64_t n = 3'000'001;  // 12 MB of float32, an odd count
-    const torch::Tensor index = torch::arange(n, torch::kFloat32).remainder(1000);
-    const double r = b.rank();
-    torch::Tensor sum = index + r;
-    if (auto s = b.AllReduce(sum, v1::REDUCE_OP_SUM); !s.ok()) return s;
-    torch::Tensor mean = (index * (r + 1)).to(torch::kFloat64);
-    if (auto s = b.AllReduce(mean, v1::REDUCE_OP_MEAN); !s.ok()) return s;
-    torch::Tensor max = index * (r - 1);  // ranks 0..2: -index, 0, index
-    if (auto s = b.AllReduce(max, v1::REDUCE_OP_MAX); !s.ok()) return s;
-    torch::Tensor min = index * (r - 1);
-    if (auto s = b.AllReduce(min, v1::REDUCE_OP_MIN); !s.ok()) return s;
-    // A non-contiguous tensor is reduced in place too.
-    torch::Tensor strided = torch::full({4, 6}, static_cast<float>(r + 1)).t();
-    if (auto s = b.AllReduce(strided, v1::REDUCE_OP_SUM); !s.ok()) return s;
-    const bool ok = torch::equal(sum, index * 3 + 3) &&
-                    torch::equal(mean, (index * 2).to(torch::kFloat64)) &&
-                    torch::equal(max, index) && torch::equal(min, -index) &&
-                    torch::equal(strided, torch::full({6, 4}, 6.0f));
-    return ok ? absl::OkStatus()
-              : absl::InternalError(absl::StrCat("rank ", b.rank(), ": wrong reduction"));
-  }, /*world=*/3);
+  RunOnBackends(
+      [&](CollectiveBackend& b) -> absl::Status {
+        const int64_t n = 3'000'001;  // 12 MB of float32, an odd count
+        const torch::Tensor index = torch::arange(n, torch::kFloat32).remainder(1000);
+        const double r = b.rank();
+        torch::Tensor sum = index + r;
+        if (auto s = b.AllReduce(sum, v1::REDUCE_OP_SUM); !s.ok()) return s;
+        torch::Tensor mean = (index * (r + 1)).to(torch::kFloat64);
+        if (auto s = b.AllReduce(mean, v1::REDUCE_OP_MEAN); !s.ok()) return s;
+        torch::Tensor max = index * (r - 1);  // ranks 0..2: -index, 0, index
+        if (auto s = b.AllReduce(max, v1::REDUCE_OP_MAX); !s.ok()) return s;
+        torch::Tensor min = index * (r - 1);
+        if (auto s = b.AllReduce(min, v1::REDUCE_OP_MIN); !s.ok()) return s;
+        // A non-contiguous tensor is reduced in place too.
+        torch::Tensor strided = torch::full({4, 6}, static_cast<float>(r + 1)).t();
+        if (auto s = b.AllReduce(strided, v1::REDUCE_OP_SUM); !s.ok()) return s;
+        const bool ok = torch::equal(sum, index * 3 + 3) &&
+                        torch::equal(mean, (index * 2).to(torch::kFloat64)) &&
+                        torch::equal(max, index) && torch::equal(min, -index) &&
+                        torch::equal(strided, torch::full({6, 4}, 6.0f));
+        return ok ? absl::OkStatus()
+                  : absl::InternalError(absl::StrCat("rank ", b.rank(), ": wrong reduction"));
+      },
+      /*world=*/3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::Values("grpc", "gloo", "shm"));
@@ -965,19 +984,22 @@ TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
   ASSERT_NE(coordinator, nullptr);
   const std::string address = coordinator->address();
   std::vector<absl::Status> mismatch(2), after(2);
-  auto statuses = testing::RunRanks(address, "shm-mismatch", 2, [&](ProcessGroup& pg) -> absl::Status {
-    auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));
-    if (!backend.ok()) return backend.status();
-    torch::Tensor t = torch::ones({pg.rank() == 0 ? 100 : 200});
-    mismatch[pg.rank()] = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
-    after[pg.rank()] = (*backend)->Barrier("after");
-    return absl::OkStatus();
-  });
+  auto statuses =
+      testing::RunRanks(address, "shm-mismatch", 2, [&](ProcessGroup& pg) -> absl::Status {
+        auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));
+        if (!backend.ok()) return backend.status();
+        torch::Tensor t = torch::ones({pg.rank() == 0 ? 100 : 200});
+        mismatch[pg.rank()] = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
+        after[pg.rank()] = (*backend)->Barrier("after");
+        return absl::OkStatus();
+      });
   for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(mismatch[r].code(), absl::StatusCode::kFailedPrecondition) << mismatch[r];
-    EXPECT_THAT(std::string(mismatch[r].message()), HasSubstr("all_reduce of 100 Float REDUCE_OP_SUM"));
-    EXPECT_THAT(std::string(mismatch[r].message()), HasSubstr("all_reduce of 200 Float REDUCE_OP_SUM"));
+    EXPECT_THAT(std::string(mismatch[r].message()),
+                HasSubstr("all_reduce of 100 Float REDUCE_OP_SUM"));
+    EXPECT_THAT(std::string(mismatch[r].message()),
+                HasSubstr("all_reduce of 200 Float REDUCE_OP_SUM"));
     EXPECT_EQ(after[r].code(), absl::StatusCode::kFailedPrecondition) << after[r];
   }
 

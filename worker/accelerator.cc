@@ -44,8 +44,9 @@ absl::StatusOr<DeviceKind> ResolveAccelerator(const std::string& name) {
   }
   if (name == "auto") return CudaUsable().ok() ? DeviceKind::kGpu : DeviceKind::kCpu;
   if (name == "tpu" || name == "ipu" || name == "hpu" || name == "mps") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "accelerator '", name, "' is not supported by dtrain's libtorch C++ runtime; use cpu or gpu"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("accelerator '", name,
+                     "' is not supported by dtrain's libtorch C++ runtime; use cpu or gpu"));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown accelerator '", name, "'; use cpu, gpu or auto"));
@@ -87,9 +88,8 @@ absl::Status Accelerator::ModelToDevice() {
 }
 
 c10::IValue Accelerator::BatchToDevice(const c10::IValue& batch) const {
-  c10::IValue moved = MapTensors(batch, [&](const at::Tensor& t) {
-    return t.device() == device_ ? t : t.to(device_);
-  });
+  c10::IValue moved = MapTensors(
+      batch, [&](const at::Tensor& t) { return t.device() == device_ ? t : t.to(device_); });
   return precision_->ConvertInput(moved);
 }
 
@@ -105,8 +105,8 @@ torch::Tensor Accelerator::TrainingStepEnd(torch::Tensor output) {
   return loss;
 }
 
-absl::StatusOr<StepOutput> Accelerator::EvalStep(StepKind kind,
-                                                 const c10::IValue& batch, int64_t batch_idx) {
+absl::StatusOr<StepOutput> Accelerator::EvalStep(StepKind kind, const c10::IValue& batch,
+                                                 int64_t batch_idx) {
   torch::NoGradGuard no_grad;
   const c10::IValue on_device = BatchToDevice(batch);
   return precision_->Run([&] { return strategy_->EvalStep(kind, on_device, batch_idx); });
@@ -180,8 +180,8 @@ std::map<std::string, torch::Tensor> Accelerator::LightningModuleStateDict() {
 absl::StatusOr<bool> Accelerator::SaveCheckpoint(const std::string& path) {
   DTRAIN_ASSIGN_OR_RETURN(torch::optim::Optimizer * optimizer, strategy_->OptimizerState());
   if (!strategy_->should_rank_save_checkpoint()) return false;
-  DTRAIN_RETURN_IF_ERROR(dtrain::SaveCheckpoint(path, *model_, optimizer, precision_->scaler(),
-                                                progress_));
+  DTRAIN_RETURN_IF_ERROR(
+      dtrain::SaveCheckpoint(path, *model_, optimizer, precision_->scaler(), progress_));
   return true;
 }
 

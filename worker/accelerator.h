@@ -90,9 +90,7 @@ class Accelerator {
   // Parameters and buffers by name (detached; CPU tensors stay shared with the model).
   std::map<std::string, torch::Tensor> LightningModuleStateDict();
   // Every parameter's optimizer state, valid on global rank 0 (a collective under sharded).
-  absl::StatusOr<torch::optim::Optimizer*> OptimizerState() {
-    return strategy_->OptimizerState();
-  }
+  absl::StatusOr<torch::optim::Optimizer*> OptimizerState() { return strategy_->OptimizerState(); }
   // Every rank must call it; only the rank whose should_rank_save_checkpoint is true writes.
   // Returns whether this rank wrote.
   absl::StatusOr<bool> SaveCheckpoint(const std::string& path);
@@ -117,8 +115,7 @@ class Accelerator {
   explicit Accelerator(torch::Device device) : device_(device) {}
 
  private:
-  absl::StatusOr<StepOutput> EvalStep(StepKind kind, const c10::IValue& batch,
-                                      int64_t batch_idx);
+  absl::StatusOr<StepOutput> EvalStep(StepKind kind, const c10::IValue& batch, int64_t batch_idx);
 
   torch::Device device_;
   std::unique_ptr<PrecisionPlugin> precision_;

@@ -97,8 +97,8 @@ void CoordinatorStore::wait(const std::vector<std::string>& keys,
         continue;
       }
       TORCH_CHECK(value.status().code() != absl::StatusCode::kDeadlineExceeded,
-                  "coordinator store: timed out after ", timeout.count(),
-                  " ms waiting for key '", key, "'");
+                  "coordinator store: timed out after ", timeout.count(), " ms waiting for key '",
+                  key, "'");
       Check(value.status(), absl::StrCat("wait for '", key, "'"));
     }
   }

@@ -26,13 +26,11 @@ absl::StatusOr<torch::Tensor> DataParallelStrategy::TrainingStep(const c10::IVal
     DTRAIN_ASSIGN_OR_RETURN(torch::Tensor loss, model_->TrainingStep(part, idx));
     losses.push_back(loss.reshape({}));
   }
-  return GuardTorch("dp gather", [&]() -> absl::StatusOr<torch::Tensor> {
-    return at::stack(losses);
-  });
+  return GuardTorch("dp gather",
+                    [&]() -> absl::StatusOr<torch::Tensor> { return at::stack(losses); });
 }
 
-absl::StatusOr<StepOutput> DataParallelStrategy::EvalStep(StepKind kind,
-                                                          const c10::IValue& batch,
+absl::StatusOr<StepOutput> DataParallelStrategy::EvalStep(StepKind kind, const c10::IValue& batch,
                                                           int64_t idx) {
   DTRAIN_ASSIGN_OR_RETURN(std::vector<c10::IValue> parts, SplitBatch(batch, options_.devices));
   std::map<std::string, std::vector<torch::Tensor>> gathered;

@@ -20,8 +20,8 @@ namespace dtrain {
 
 class DataParallelStrategy : public Strategy {
  public:
-  static absl::StatusOr<std::unique_ptr<Strategy>> Make(
-      const StrategyOptions& options, std::unique_ptr<CollectiveBackend> backend);
+  static absl::StatusOr<std::unique_ptr<Strategy>> Make(const StrategyOptions& options,
+                                                        std::unique_ptr<CollectiveBackend> backend);
 
   std::string name() const override { return "dp"; }
   // A 1-D tensor: one loss per replica.

@@ -44,16 +44,17 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataSpec& spec)
   switch (spec.source_case()) {
     case v1::DataSpec::kBuiltin: {
       if (spec.builtin() != "fashion-mnist") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "unknown builtin dataset '", spec.builtin(), "'; the builtin is fashion-mnist"));
+        return absl::InvalidArgumentError(absl::StrCat("unknown builtin dataset '", spec.builtin(),
+                                                       "'; the builtin is fashion-mnist"));
       }
       const std::string dir = spec.data_dir().empty() ? kFashionMnistDir : spec.data_dir();
       auto read = [&](const std::string& name) -> absl::StatusOr<at::Tensor> {
         absl::StatusOr<at::Tensor> t = ReadIdxTensor(dir + "/" + name);
         if (t.status().code() == absl::StatusCode::kNotFound) {
-          return absl::NotFoundError(absl::StrCat(
-              t.status().message(), "; install Debian's dataset-fashion-mnist "
-              "(apt-get install dataset-fashion-mnist) or set data_dir"));
+          return absl::NotFoundError(
+              absl::StrCat(t.status().message(),
+                           "; install Debian's dataset-fashion-mnist "
+                           "(apt-get install dataset-fashion-mnist) or set data_dir"));
         }
         return t;
       };
@@ -63,8 +64,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataSpec& spec)
       DTRAIN_ASSIGN_OR_RETURN(at::Tensor test_y, read("t10k-labels-idx1-ubyte.gz"));
       if (train_x.dim() != 3 || train_x.size(0) != train_y.size(0) ||
           test_x.size(0) != test_y.size(0)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the Fashion-MNIST files in '", dir, "' disagree on their sample counts"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("the Fashion-MNIST files in '", dir, "' disagree on their sample counts"));
       }
       const int64_t val = spec.val_size() > 0 ? spec.val_size() : kDefaultValSize;
       const int64_t n = train_x.size(0);
@@ -106,33 +107,32 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataSpec& spec)
       if (!std::ifstream(path).good()) {
         return absl::NotFoundError(absl::StrCat("tensors file '", path, "' does not exist"));
       }
-      DTRAIN_RETURN_IF_ERROR(GuardTorch(absl::StrCat("cannot read tensors file '", path, "'"),
-                                        [&]() -> absl::Status {
-        torch::serialize::InputArchive archive;
-        archive.load_from(path);
-        for (const char* name : {"train", "val", "test"}) {
-          at::Tensor x, y;
-          const bool has_x = archive.try_read(absl::StrCat(name, "/x"), x);
-          const bool has_y = archive.try_read(absl::StrCat(name, "/y"), y);
-          if (!has_x && !has_y) continue;
-          if (!has_x || !has_y || x.dim() == 0 || y.dim() == 0 || x.size(0) != y.size(0)) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "tensors file '", path, "': split ", name,
-                " needs x and y with the same size in dimension 0"));
-          }
-          data->splits_[name] = {x, y};
-        }
-        if (data->splits_.count("train") == 0) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("tensors file '", path, "' has no train/x and train/y"));
-        }
-        return absl::OkStatus();
-      }));
+      DTRAIN_RETURN_IF_ERROR(
+          GuardTorch(absl::StrCat("cannot read tensors file '", path, "'"), [&]() -> absl::Status {
+            torch::serialize::InputArchive archive;
+            archive.load_from(path);
+            for (const char* name : {"train", "val", "test"}) {
+              at::Tensor x, y;
+              const bool has_x = archive.try_read(absl::StrCat(name, "/x"), x);
+              const bool has_y = archive.try_read(absl::StrCat(name, "/y"), y);
+              if (!has_x && !has_y) continue;
+              if (!has_x || !has_y || x.dim() == 0 || y.dim() == 0 || x.size(0) != y.size(0)) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("tensors file '", path, "': split ", name,
+                                 " needs x and y with the same size in dimension 0"));
+              }
+              data->splits_[name] = {x, y};
+            }
+            if (data->splits_.count("train") == 0) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("tensors file '", path, "' has no train/x and train/y"));
+            }
+            return absl::OkStatus();
+          }));
       break;
     }
     default:
-      return absl::InvalidArgumentError(
-          "data needs one of builtin, synthetic or tensors_file");
+      return absl::InvalidArgumentError("data needs one of builtin, synthetic or tensors_file");
   }
   return data;
 }

@@ -8,8 +8,8 @@
 namespace dtrain {
 
 absl::Status DdpStrategy::SyncModel(LightningModule* model) {
-  sync_ = std::make_unique<GradientSync>(backend_.get(), model->Parameters(),
-                                         options_.bucket_bytes);
+  sync_ =
+      std::make_unique<GradientSync>(backend_.get(), model->Parameters(), options_.bucket_bytes);
   DTRAIN_RETURN_IF_ERROR(sync_->BroadcastParameters(0));
   std::vector<torch::Tensor> buffers;
   for (const auto& b : model->module().named_buffers()) buffers.push_back(b.value);
@@ -36,18 +36,18 @@ absl::Status DdpStrategy::Teardown() {
   if (sync_ != nullptr && sync_->rounds() > 0) {
     const int64_t rounds = sync_->rounds();
     const double exposed_ms = absl::ToDoubleMilliseconds(sync_->exposed_wait());
-    LogInfo(absl::StrCat("rank ", backend_->rank(), " gradient sync: ", rounds, " rounds x ",
-                         sync_->bucket_count(), " buckets"),
-            {{"rank", backend_->rank()},
-             {"strategy", name()},
-             {"backend", backend_->name()},
-             {"rounds", rounds},
-             {"buckets", static_cast<int64_t>(sync_->bucket_count())},
-             {"started_during_backward_pct",
-              100.0 * sync_->buckets_started_during_backward_total() /
-                  (rounds * static_cast<double>(sync_->bucket_count()))},
-             {"exposed_wait_ms", exposed_ms},
-             {"exposed_wait_ms_per_round", exposed_ms / rounds}});
+    LogInfo(
+        absl::StrCat("rank ", backend_->rank(), " gradient sync: ", rounds, " rounds x ",
+                     sync_->bucket_count(), " buckets"),
+        {{"rank", backend_->rank()},
+         {"strategy", name()},
+         {"backend", backend_->name()},
+         {"rounds", rounds},
+         {"buckets", static_cast<int64_t>(sync_->bucket_count())},
+         {"started_during_backward_pct", 100.0 * sync_->buckets_started_during_backward_total() /
+                                             (rounds * static_cast<double>(sync_->bucket_count()))},
+         {"exposed_wait_ms", exposed_ms},
+         {"exposed_wait_ms_per_round", exposed_ms / rounds}});
   }
   return Strategy::Teardown();
 }

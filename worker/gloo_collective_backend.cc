@@ -1,8 +1,8 @@
 #include "worker/gloo_collective_backend.h"
 
+#include <torch/types.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/types.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
@@ -17,10 +17,14 @@ absl::StatusOr<c10d::ReduceOp> ToGloo(v1::ReduceOp op) {
     case v1::REDUCE_OP_SUM:
     case v1::REDUCE_OP_MEAN:  // summed, then divided: Gloo has no average
       return c10d::ReduceOp(c10d::ReduceOp::SUM);
-    case v1::REDUCE_OP_MAX: return c10d::ReduceOp(c10d::ReduceOp::MAX);
-    case v1::REDUCE_OP_MIN: return c10d::ReduceOp(c10d::ReduceOp::MIN);
-    case v1::REDUCE_OP_PRODUCT: return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
-    default: return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", static_cast<int>(op)));
+    case v1::REDUCE_OP_MAX:
+      return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    case v1::REDUCE_OP_MIN:
+      return c10d::ReduceOp(c10d::ReduceOp::MIN);
+    case v1::REDUCE_OP_PRODUCT:
+      return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", static_cast<int>(op)));
   }
 }
 
@@ -49,9 +53,9 @@ absl::Status GlooCollectiveBackend::Run(const std::string& what, F&& body) {
   } catch (const std::exception& e) {
     // A peer that died closed its connections at once; the coordinator names it once its
     // heartbeats stop (or its own calls dropped).
-    const absl::Time deadline =
-        absl::Now() + absl::Milliseconds(group_->assignment().heartbeat_timeout_ms()) +
-        absl::Seconds(2);
+    const absl::Time deadline = absl::Now() +
+                                absl::Milliseconds(group_->assignment().heartbeat_timeout_ms()) +
+                                absl::Seconds(2);
     absl::Status health = group_->health();
     while (health.ok() && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(50));
@@ -60,11 +64,11 @@ absl::Status GlooCollectiveBackend::Run(const std::string& what, F&& body) {
     if (!health.ok()) {
       return absl::Status(health.code(), absl::StrCat("gloo ", what, ": ", health.message()));
     }
-    const std::string message =
-        dynamic_cast<const c10::Error*>(&e) != nullptr
-            ? static_cast<const c10::Error&>(e).what_without_backtrace()
-            : e.what();
-    return absl::AbortedError(absl::StrCat("gloo ", what, " failed on rank ", rank(), ": ", message));
+    const std::string message = dynamic_cast<const c10::Error*>(&e) != nullptr
+                                    ? static_cast<const c10::Error&>(e).what_without_backtrace()
+                                    : e.what();
+    return absl::AbortedError(
+        absl::StrCat("gloo ", what, " failed on rank ", rank(), ": ", message));
   }
 }
 
@@ -93,8 +97,8 @@ absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Ma
     auto options = c10d::ProcessGroupGloo::Options::create(chrono_timeout);
     options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     options->threads = 2;
-    backend->gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, g.rank(), g.world_size(),
-                                                                 options);
+    backend->gloo_ =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(store, g.rank(), g.world_size(), options);
   }));
   return backend;
 }
@@ -107,7 +111,8 @@ absl::Status GlooCollectiveBackend::Barrier(const std::string& name) {
 
 absl::Status GlooCollectiveBackend::Broadcast(torch::Tensor& tensor, int src) {
   if (src < 0 || src >= world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("broadcast src ", src, " outside world of ", world_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("broadcast src ", src, " outside world of ", world_size()));
   }
   return Run("broadcast", [&] {
     torch::NoGradGuard no_grad;
@@ -182,7 +187,8 @@ absl::StatusOr<std::vector<torch::Tensor>> GlooCollectiveBackend::AllGather(
 
 absl::Status GlooCollectiveBackend::Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) {
   if (dst < 0 || dst >= world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("reduce dst ", dst, " outside world of ", world_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce dst ", dst, " outside world of ", world_size()));
   }
   DTRAIN_ASSIGN_OR_RETURN(c10d::ReduceOp gloo_op, ToGloo(op));
   torch::Tensor work = tensor.contiguous().clone();

@@ -27,8 +27,9 @@ class GlooCollectiveBackend : public CollectiveBackend {
   static absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> Make(
       const std::string& coordinator, std::unique_ptr<ProcessGroup> group, absl::Duration timeout);
   // Borrows a group the caller keeps alive.
-  static absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> Make(
-      const std::string& coordinator, ProcessGroup* group, absl::Duration timeout);
+  static absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> Make(const std::string& coordinator,
+                                                                     ProcessGroup* group,
+                                                                     absl::Duration timeout);
   ~GlooCollectiveBackend() override;
 
   std::string name() const override { return "gloo"; }

@@ -15,8 +15,8 @@ absl::StatusOr<ClipAlgorithm> ParseClipAlgorithm(const std::string& name) {
       absl::StrCat("unknown gradient_clip_algorithm '", name, "'; use norm or value"));
 }
 
-absl::StatusOr<double> ClipGradients(const std::vector<torch::Tensor>& parameters,
-                                     double clip_val, ClipAlgorithm algorithm) {
+absl::StatusOr<double> ClipGradients(const std::vector<torch::Tensor>& parameters, double clip_val,
+                                     ClipAlgorithm algorithm) {
   if (!(clip_val > 0) || !std::isfinite(clip_val)) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient_clip_val must be a positive number, got ", clip_val));

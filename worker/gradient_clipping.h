@@ -18,7 +18,7 @@ absl::StatusOr<ClipAlgorithm> ParseClipAlgorithm(const std::string& name);
 
 // Clips the gradients of `parameters` in place. Returns the total 2-norm of the gradients
 // before clipping (for both algorithms, for logging). INVALID_ARGUMENT when clip_val <= 0.
-absl::StatusOr<double> ClipGradients(const std::vector<torch::Tensor>& parameters,
-                                     double clip_val, ClipAlgorithm algorithm);
+absl::StatusOr<double> ClipGradients(const std::vector<torch::Tensor>& parameters, double clip_val,
+                                     ClipAlgorithm algorithm);
 
 }  // namespace dtrain

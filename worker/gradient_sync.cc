@@ -30,14 +30,13 @@ absl::Status OverFlat(const std::vector<torch::Tensor>& tensors, Collective coll
 
 }  // namespace
 
-absl::Status BroadcastTensors(CollectiveBackend* backend,
-                              const std::vector<torch::Tensor>& tensors, int src) {
+absl::Status BroadcastTensors(CollectiveBackend* backend, const std::vector<torch::Tensor>& tensors,
+                              int src) {
   // Tensors of different dtypes cannot share one flat buffer: one broadcast per dtype run.
   std::vector<torch::Tensor> run;
   auto flush = [&]() -> absl::Status {
-    absl::Status status = OverFlat(run, [&](torch::Tensor& flat) {
-      return backend->Broadcast(flat, src);
-    });
+    absl::Status status =
+        OverFlat(run, [&](torch::Tensor& flat) { return backend->Broadcast(flat, src); });
     run.clear();
     return status;
   };
@@ -174,9 +173,8 @@ void GradientSync::CommunicationLoop() {
   absl::MutexLock lock(&mu_);
   while (true) {
     mu_.Await(absl::Condition(
-        +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return s->stopping_ || s->queued_ > s->finished_;
-        },
+        +[](GradientSync* s)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->stopping_ || s->queued_ > s->finished_; },
         this));
     if (queued_ == finished_) return;  // stopping, nothing in flight
     Bucket& bucket = buckets_[finished_];
@@ -203,9 +201,8 @@ absl::Status GradientSync::AverageGradients() {
     for (Bucket& bucket : buckets_) bucket.pending = 0;
     StartReadyBuckets(/*from_hook=*/false);
     mu_.Await(absl::Condition(
-        +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return s->finished_ == s->buckets_.size();
-        },
+        +[](GradientSync* s)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->buckets_.size(); },
         this));
     status = round_status_;
     ++rounds_;

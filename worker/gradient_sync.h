@@ -36,7 +36,7 @@ struct Node;
 
 namespace dtrain {
 
-inline constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;     // as torch DDP
+inline constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;      // as torch DDP
 inline constexpr int64_t kDefaultFirstBucketBytes = int64_t{1} << 20;  // as torch DDP
 
 // Overwrites `tensors` with rank `src`'s values, packed into one broadcast.
@@ -97,9 +97,9 @@ class GradientSync {
   mutable absl::Mutex mu_;
   bool armed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<bool> ready_ ABSL_GUARDED_BY(mu_);  // per parameter, this round
-  size_t next_start_ ABSL_GUARDED_BY(mu_) = 0;     // buckets start in index order
-  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;         // buckets handed to the thread
-  size_t finished_ ABSL_GUARDED_BY(mu_) = 0;       // buckets the thread is done with
+  size_t next_start_ ABSL_GUARDED_BY(mu_) = 0;    // buckets start in index order
+  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;        // buckets handed to the thread
+  size_t finished_ ABSL_GUARDED_BY(mu_) = 0;      // buckets the thread is done with
   size_t started_in_hooks_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status round_status_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

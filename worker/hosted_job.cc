@@ -25,7 +25,9 @@ class LocalJob : public HostedJob {
     const v1::LocalWork& work = request.work(0);
     absl::StatusOr<v1::LocalResult> result;
     switch (kind) {
-      case StepKind::kTraining: result = job_->Train(work, request.epoch(), request.end_of_epoch()); break;
+      case StepKind::kTraining:
+        result = job_->Train(work, request.epoch(), request.end_of_epoch());
+        break;
       case StepKind::kValidation:
       case StepKind::kTest:
       case StepKind::kPredict:
@@ -59,8 +61,9 @@ class LocalJob : public HostedJob {
   absl::Status ReduceBooleanDecision(const v1::DecisionRequest& request,
                                      v1::DecisionResponse* response) override {
     if (request.decisions_size() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "this worker hosts 1 rank; the request carries ", request.decisions_size(), " decisions"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("this worker hosts 1 rank; the request carries ", request.decisions_size(),
+                       " decisions"));
     }
     DTRAIN_ASSIGN_OR_RETURN(bool decision, job_->accelerator().strategy().ReduceBooleanDecision(
                                                request.decisions(0), request.all()));
@@ -68,9 +71,7 @@ class LocalJob : public HostedJob {
     return absl::OkStatus();
   }
 
-  absl::Status Teardown() override {
-    return job_->Teardown();
-  }
+  absl::Status Teardown() override { return job_->Teardown(); }
 
   void Cancel() override { job_->Cancel(); }
 
@@ -89,8 +90,8 @@ absl::Status CheckJobId(const std::string& id) {
   }
   for (char c : id) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job_id '", id, "' may hold only letters, digits, '-', '_' and '.'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("job_id '", id, "' may hold only letters, digits, '-', '_' and '.'"));
     }
   }
   return absl::OkStatus();

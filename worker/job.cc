@@ -11,8 +11,8 @@
 #include "common/tensor.h"
 #include "worker/batch_tree.h"
 #include "worker/gloo_collective_backend.h"
-#include "worker/shared_memory_collective_backend.h"
 #include "worker/model_zoo.h"
+#include "worker/shared_memory_collective_backend.h"
 #include "worker/tensor_convert.h"
 #include "worker/torch_status.h"
 
@@ -46,8 +46,10 @@ SchedulerConfig ToConfig(const v1::SchedulerSpec& spec) {
 
 absl::StatusOr<LightningModule> LoadModel(const v1::ModelSpec& spec, uint64_t seed) {
   switch (spec.source_case()) {
-    case v1::ModelSpec::kBuiltin: return BuiltinModel(spec.builtin(), seed);
-    case v1::ModelSpec::kTorchscript: return LightningModule::Load(spec.torchscript());
+    case v1::ModelSpec::kBuiltin:
+      return BuiltinModel(spec.builtin(), seed);
+    case v1::ModelSpec::kTorchscript:
+      return LightningModule::Load(spec.torchscript());
     default:
       return absl::InvalidArgumentError(
           "model: give builtin (mlp, cnn) or torchscript (a file saved with torch.jit.save)");
@@ -78,14 +80,16 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   // Everything is checked before joining the group, so a bad request never leaves the other
   // ranks waiting for a member that will not come.
   // The job id was checked by the service (CheckJobId) before the request was queued.
-  DTRAIN_ASSIGN_OR_RETURN(Precision precision, ParsePrecision(request.precision().empty()
-                                                                  ? "32-true"
-                                                                  : request.precision()));
+  DTRAIN_ASSIGN_OR_RETURN(
+      Precision precision,
+      ParsePrecision(request.precision().empty() ? "32-true" : request.precision()));
   absl::StatusOr<StrategyKind> kind = ParseStrategy(request.strategy());
   if (!kind.ok()) return InField("strategy", kind.status());
-  DTRAIN_RETURN_IF_ERROR(InField("accelerator", ResolveAccelerator(request.accelerator()).status()));
+  DTRAIN_RETURN_IF_ERROR(
+      InField("accelerator", ResolveAccelerator(request.accelerator()).status()));
   if (request.devices() < 0 || request.devices() > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat("devices must be in [0, 1024], got ", request.devices()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("devices must be in [0, 1024], got ", request.devices()));
   }
   if (request.accumulate_grad_batches() < 0 || request.accumulate_grad_batches() > kMaxAccumulate) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -106,9 +110,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   }
   const OptimizerConfig optimizer = ToConfig(request.optimizer());
   // The optimizer and schedule are validated on a throwaway parameter.
-  DTRAIN_RETURN_IF_ERROR(InField("optimizer", MakeOptimizer({torch::zeros({1})}, optimizer).status()));
+  DTRAIN_RETURN_IF_ERROR(
+      InField("optimizer", MakeOptimizer({torch::zeros({1})}, optimizer).status()));
   const SchedulerConfig schedule = ToConfig(request.lr_scheduler());
-  DTRAIN_RETURN_IF_ERROR(InField("lr_scheduler", LrSchedule::Make(schedule, optimizer.lr).status()));
+  DTRAIN_RETURN_IF_ERROR(
+      InField("lr_scheduler", LrSchedule::Make(schedule, optimizer.lr).status()));
 
   std::unique_ptr<Job> job(new Job());
   job->id_ = request.job_id();
@@ -133,8 +139,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     }
     if (!g.backend().empty() && g.backend() != "grpc" && g.backend() != "gloo" &&
         g.backend() != "shm") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "group.backend '", g.backend(), "' is not available; use grpc, gloo or shm"));
+      return absl::InvalidArgumentError(absl::StrCat("group.backend '", g.backend(),
+                                                     "' is not available; use grpc, gloo or shm"));
     }
     ProcessGroupOptions options;
     options.group = g.group().empty() ? request.job_id() : g.group();
@@ -142,14 +148,17 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     options.token = g.token();
     options.host = identity.host;
     options.name = request.worker_name().empty() ? identity.name : request.worker_name();
-    options.order_key = absl::StrCat(options.name, "/", absl::Dec(request.spawn_index(), absl::kZeroPad4));
-    if (g.register_timeout_ms() > 0) options.register_timeout = absl::Milliseconds(g.register_timeout_ms());
+    options.order_key =
+        absl::StrCat(options.name, "/", absl::Dec(request.spawn_index(), absl::kZeroPad4));
+    if (g.register_timeout_ms() > 0)
+      options.register_timeout = absl::Milliseconds(g.register_timeout_ms());
     if (g.collective_timeout_ms() > 0) {
       options.collective_timeout = absl::Milliseconds(g.collective_timeout_ms());
     }
     const std::string address = g.coordinator().empty() ? identity.coordinator : g.coordinator();
     if (address.empty()) {
-      return absl::InvalidArgumentError("group.coordinator is empty and the worker has no --coordinator");
+      return absl::InvalidArgumentError(
+          "group.coordinator is empty and the worker has no --coordinator");
     }
     DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> group,
                             ProcessGroup::Join(address, options));
@@ -174,9 +183,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   strategy.kind = *kind;
   strategy.devices = request.devices() > 0 ? request.devices() : identity.devices;
   if (request.bucket_bytes() > 0) strategy.bucket_bytes = request.bucket_bytes();
-  DTRAIN_ASSIGN_OR_RETURN(job->accelerator_,
-                          Accelerator::Make(request.accelerator(), precision, strategy,
-                                            std::move(backend)));
+  DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(request.accelerator(), precision,
+                                                               strategy, std::move(backend)));
   DTRAIN_RETURN_IF_ERROR(job->accelerator_->Setup(std::move(*model), optimizer, schedule));
   return job;
 }
@@ -205,8 +213,7 @@ void Job::Describe(v1::SetupResponse* response) const {
   for (const torch::Tensor& p : accelerator_->model().Parameters()) count += p.numel();
   response->set_parameter_count(count);
   response->set_root_device(accelerator_->root_device().str());
-  response->set_parameter_dtype(
-      c10::toString(accelerator_->precision().ParameterDType()));
+  response->set_parameter_dtype(c10::toString(accelerator_->precision().ParameterDType()));
 }
 
 int Job::BatchCount(const v1::LocalWork& work) {
@@ -225,7 +232,8 @@ absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i) const
       DTRAIN_ASSIGN_OR_RETURN(torch::Tensor tensor, ToTorch(*host));
       items.emplace_back(std::move(tensor));
     }
-    if (items.empty()) return absl::InvalidArgumentError(absl::StrCat("batch ", i, " has no tensors"));
+    if (items.empty())
+      return absl::InvalidArgumentError(absl::StrCat("batch ", i, " has no tensors"));
     if (items.size() == 1) return items.front();
     return c10::ivalue::Tuple::create(std::move(items));
   }
@@ -284,8 +292,8 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   return result;
 }
 
-absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind,
-                                              const v1::LocalWork& work, bool return_outputs) {
+absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork& work,
+                                              bool return_outputs) {
   // No batches is fine here: evaluation shards are not padded, so with fewer samples than
   // ranks some ranks have nothing to evaluate.
   cancelled_ = false;

@@ -17,11 +17,12 @@ constexpr char kExportHint[] =
 
 absl::StatusOr<LightningModule> LightningModule::Load(const std::string& path) {
   if (!std::ifstream(path).good()) {
-    return absl::NotFoundError(absl::StrCat("model file '", path, "' does not exist or cannot be read"));
+    return absl::NotFoundError(
+        absl::StrCat("model file '", path, "' does not exist or cannot be read"));
   }
   absl::StatusOr<torch::jit::Module> module =
       GuardTorch(absl::StrCat("cannot load '", path, "' as a TorchScript module"),
-            [&]() -> absl::StatusOr<torch::jit::Module> { return torch::jit::load(path); });
+                 [&]() -> absl::StatusOr<torch::jit::Module> { return torch::jit::load(path); });
   if (!module.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(module.status().message(), kExportHint));
   }
@@ -47,10 +48,9 @@ absl::StatusOr<c10::IValue> LightningModule::Call(const std::string& method,
     return absl::FailedPreconditionError(
         absl::StrCat("model '", origin_, "' does not define ", method));
   }
-  return GuardTorch(absl::StrCat(method, " of model '", origin_, "' failed"),
-               [&]() -> absl::StatusOr<c10::IValue> {
-                 return module_.get_method(method)(std::move(args));
-               });
+  return GuardTorch(
+      absl::StrCat(method, " of model '", origin_, "' failed"),
+      [&]() -> absl::StatusOr<c10::IValue> { return module_.get_method(method)(std::move(args)); });
 }
 
 absl::StatusOr<torch::Tensor> LightningModule::TrainingStep(const c10::IValue& batch,
@@ -85,15 +85,15 @@ absl::StatusOr<StepOutput> LightningModule::Step(const std::string& method,
   } else if (out->isGenericDict()) {
     for (const auto& entry : out->toGenericDict()) {
       if (!entry.key().isString() || !entry.value().isTensor()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            method, " of model '", origin_, "' must return a dict of str to tensor"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(method, " of model '", origin_, "' must return a dict of str to tensor"));
       }
       result[entry.key().toStringRef()] = entry.value().toTensor();
     }
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        method, " of model '", origin_, "' must return a tensor or a dict of tensors, got ",
-        out->tagKind()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(method, " of model '", origin_,
+                     "' must return a tensor or a dict of tensors, got ", out->tagKind()));
   }
   return result;
 }
@@ -102,8 +102,7 @@ absl::StatusOr<StepOutput> LightningModule::ValidationStep(const c10::IValue& ba
                                                            int64_t batch_idx) {
   return Step("validation_step", batch, batch_idx);
 }
-absl::StatusOr<StepOutput> LightningModule::TestStep(const c10::IValue& batch,
-                                                     int64_t batch_idx) {
+absl::StatusOr<StepOutput> LightningModule::TestStep(const c10::IValue& batch, int64_t batch_idx) {
   return Step("test_step", batch, batch_idx);
 }
 absl::StatusOr<StepOutput> LightningModule::PredictStep(const c10::IValue& batch,
@@ -115,8 +114,8 @@ absl::StatusOr<torch::Tensor> LightningModule::Forward(const torch::Tensor& inpu
   absl::StatusOr<c10::IValue> out = Call("forward", {input});
   if (!out.ok()) return out.status();
   if (!out->isTensor()) {
-    return absl::InvalidArgumentError(absl::StrCat("forward of model '", origin_,
-                                                   "' must return a tensor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("forward of model '", origin_, "' must return a tensor"));
   }
   return out->toTensor();
 }

@@ -27,14 +27,14 @@
 #include "common/flag_names.h"
 #include "common/log.h"
 #include "common/log_flags.h"
-#include "common/process_tuning.h"
 #include "common/metrics_http_server.h"
 #include "common/metrics_registry.h"
+#include "common/process_tuning.h"
 #include "common/standard_services.h"
+#include "common/streaming.h"
 #include "common/termination_signals.h"
 #include "common/tls_flags.h"
 #include "common/token_flags.h"
-#include "common/streaming.h"
 #include "worker/compute_threads.h"
 #include "worker/worker_registration.h"
 #include "worker/worker_service.h"
@@ -98,14 +98,14 @@ void StopGracefully(dtrain::WorkerService& service, dtrain::WorkerRegistration* 
     dtrain::LogInfo(hold ? "stopping: waiting for the coordinator to checkpoint the job and let "
                            "this worker go"
                          : "stopping: finishing the current step, then leaving the job's group",
-                    {{"signal", strsignal(received)}, {"job", job},
+                    {{"signal", strsignal(received)},
+                     {"job", job},
                      {"drain_timeout", absl::FormatDuration(timeout)}});
   }
   // Polled, so that a second signal or the coordinator changing its answer is seen at once.
   while (!job.empty()) {
-    const bool done = hold && registration->release_pending()
-                          ? service.current_job().empty()
-                          : service.WaitUntilIdle(absl::Now());
+    const bool done = hold && registration->release_pending() ? service.current_job().empty()
+                                                              : service.WaitUntilIdle(absl::Now());
     if (done) break;
     if (absl::Now() >= deadline) {
       dtrain::LogWarning("drain timeout: stopping the job's step now", {{"job", job}});
@@ -193,7 +193,8 @@ int main(int argc, char** argv) {
   options.token = *token;
   dtrain::MetricsRegistry metrics;
   metrics.DescribeCounter("dtrain_worker_step_calls_total", "Step RPCs run, by kind and outcome.");
-  metrics.DescribeCounter("dtrain_worker_batches_total", "Batches those step RPCs carried, by kind.");
+  metrics.DescribeCounter("dtrain_worker_batches_total",
+                          "Batches those step RPCs carried, by kind.");
   metrics.DescribeHistogram("dtrain_worker_step_call_seconds", "Time of one step RPC, by kind.",
                             dtrain::LatencyBuckets());
   options.metrics = &metrics;
@@ -204,7 +205,8 @@ int main(int argc, char** argv) {
                      emit({{"job", job}}, job.empty() ? 0 : 1);
                    });
   std::unique_ptr<dtrain::MetricsHttpServer> metrics_http;
-  if (const std::string listen_metrics = absl::GetFlag(FLAGS_metrics_listen); !listen_metrics.empty()) {
+  if (const std::string listen_metrics = absl::GetFlag(FLAGS_metrics_listen);
+      !listen_metrics.empty()) {
     auto http = dtrain::MetricsHttpServer::Start(listen_metrics, &metrics);
     if (!http.ok()) {
       dtrain::LogError(http.status().message());
@@ -222,7 +224,8 @@ int main(int argc, char** argv) {
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    dtrain::LogError(absl::StrCat("cannot listen on ", listen, " (in use, or not an address here)"));
+    dtrain::LogError(
+        absl::StrCat("cannot listen on ", listen, " (in use, or not an address here)"));
     return 1;
   }
   const std::vector<std::string> services = {dtrain::v1::Worker::service_full_name()};
@@ -262,7 +265,8 @@ int main(int argc, char** argv) {
 
   const int received = dtrain::WaitForTerminationSignal(signals);
   dtrain::SetServing(server.get(), services, false);
-  StopGracefully(*service, registration.get(), signals, received, absl::GetFlag(FLAGS_drain_timeout));
+  StopGracefully(*service, registration.get(), signals, received,
+                 absl::GetFlag(FLAGS_drain_timeout));
   registration.reset();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   metrics_http.reset();  // its collector reads the service

@@ -58,9 +58,9 @@ void AddLayer(torch::jit::Module& m, const std::string& name, std::vector<int64_
   m.register_parameter(name + "_weight",
                        torch::empty(weight_shape).uniform_(-bound, bound, gen).requires_grad_(true),
                        false);
-  m.register_parameter(name + "_bias",
-                       torch::empty({weight_shape[0]}).uniform_(-bound, bound, gen).requires_grad_(true),
-                       false);
+  m.register_parameter(
+      name + "_bias",
+      torch::empty({weight_shape[0]}).uniform_(-bound, bound, gen).requires_grad_(true), false);
 }
 
 }  // namespace
@@ -84,15 +84,15 @@ absl::StatusOr<LightningModule> BuiltinModel(const std::string& name, uint64_t s
     AddLayer(m, "fc2", {10, 128}, gen);
     source = kCnnForward;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown builtin model '", name,
-                                                   "'; the zoo has: ",
-                                                   absl::StrJoin(BuiltinModelNames(), ", ")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown builtin model '", name,
+                     "'; the zoo has: ", absl::StrJoin(BuiltinModelNames(), ", ")));
   }
   try {
     m.define(source + kSteps);
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("builtin model '", name, "' does not compile: ",
-                                            e.what()));
+    return absl::InternalError(
+        absl::StrCat("builtin model '", name, "' does not compile: ", e.what()));
   }
   return LightningModule::Wrap(std::move(m), "builtin:" + name);
 }

@@ -20,7 +20,8 @@ absl::Status Check(bool ok, const std::string& what) {
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
     std::vector<torch::Tensor> parameters, const OptimizerConfig& c) {
   for (const absl::Status& s : {
-           Check(c.lr > 0 && std::isfinite(c.lr), absl::StrCat("optimizer lr must be > 0, got ", c.lr)),
+           Check(c.lr > 0 && std::isfinite(c.lr),
+                 absl::StrCat("optimizer lr must be > 0, got ", c.lr)),
            Check(c.momentum >= 0 && c.momentum < 1,
                  absl::StrCat("optimizer momentum must be in [0, 1), got ", c.momentum)),
            Check(c.weight_decay >= 0,
@@ -35,25 +36,25 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
     if (c.nesterov && c.momentum <= 0) {
       return absl::InvalidArgumentError("sgd: nesterov needs momentum > 0 (as in torch)");
     }
-    return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::SGD(
-        std::move(parameters), torch::optim::SGDOptions(c.lr)
-                                   .momentum(c.momentum)
-                                   .nesterov(c.nesterov)
-                                   .weight_decay(c.weight_decay)));
+    return std::unique_ptr<torch::optim::Optimizer>(
+        new torch::optim::SGD(std::move(parameters), torch::optim::SGDOptions(c.lr)
+                                                         .momentum(c.momentum)
+                                                         .nesterov(c.nesterov)
+                                                         .weight_decay(c.weight_decay)));
   }
   if (c.name == "adam") {
-    return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::Adam(
-        std::move(parameters), torch::optim::AdamOptions(c.lr)
-                                   .betas({c.beta1, c.beta2})
-                                   .eps(c.eps)
-                                   .weight_decay(c.weight_decay)));
+    return std::unique_ptr<torch::optim::Optimizer>(
+        new torch::optim::Adam(std::move(parameters), torch::optim::AdamOptions(c.lr)
+                                                          .betas({c.beta1, c.beta2})
+                                                          .eps(c.eps)
+                                                          .weight_decay(c.weight_decay)));
   }
   if (c.name == "adamw") {
-    return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::AdamW(
-        std::move(parameters), torch::optim::AdamWOptions(c.lr)
-                                   .betas({c.beta1, c.beta2})
-                                   .eps(c.eps)
-                                   .weight_decay(c.weight_decay)));
+    return std::unique_ptr<torch::optim::Optimizer>(
+        new torch::optim::AdamW(std::move(parameters), torch::optim::AdamWOptions(c.lr)
+                                                           .betas({c.beta1, c.beta2})
+                                                           .eps(c.eps)
+                                                           .weight_decay(c.weight_decay)));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown optimizer '", c.name, "'; use sgd, adam or adamw"));
@@ -70,9 +71,9 @@ absl::StatusOr<LrSchedule> LrSchedule::Make(const SchedulerConfig& c, double bas
   }
   if (c.name == "cosine") {
     if (c.total_steps < 1 || c.min_lr < 0 || c.min_lr > base_lr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cosine schedule needs total_steps >= 1 and 0 <= min_lr <= lr, got ", c.total_steps,
-          ", ", c.min_lr));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cosine schedule needs total_steps >= 1 and 0 <= min_lr <= lr, got ",
+                       c.total_steps, ", ", c.min_lr));
     }
     return LrSchedule(c, base_lr);
   }
@@ -87,8 +88,8 @@ double LrSchedule::LrAt(int64_t step) const {
   if (config_.name == "cosine") {
     // As torch's CosineAnnealingLR with T_max = total_steps, held at min_lr afterwards.
     const double t = std::min<double>(static_cast<double>(step), config_.total_steps);
-    return config_.min_lr + (base_lr_ - config_.min_lr) *
-                                (1 + std::cos(M_PI * t / config_.total_steps)) / 2;
+    return config_.min_lr +
+           (base_lr_ - config_.min_lr) * (1 + std::cos(M_PI * t / config_.total_steps)) / 2;
   }
   return base_lr_;
 }

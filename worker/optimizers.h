@@ -19,10 +19,10 @@ namespace dtrain {
 struct OptimizerConfig {
   std::string name = "sgd";  // sgd | adam | adamw
   double lr = 0.01;
-  double momentum = 0.0;     // sgd
-  bool nesterov = false;     // sgd; needs momentum > 0
-  double weight_decay = 0.0; // adamw: decoupled
-  double beta1 = 0.9;        // adam, adamw
+  double momentum = 0.0;      // sgd
+  bool nesterov = false;      // sgd; needs momentum > 0
+  double weight_decay = 0.0;  // adamw: decoupled
+  double beta1 = 0.9;         // adam, adamw
   double beta2 = 0.999;
   double eps = 1e-8;
 };
@@ -35,7 +35,7 @@ struct SchedulerConfig {
   std::string name = "none";  // none | step | cosine
   int64_t step_size = 1;      // step: multiply by gamma every step_size steps
   double gamma = 0.1;
-  int64_t total_steps = 0;    // cosine: steps from base lr down to min_lr
+  int64_t total_steps = 0;  // cosine: steps from base lr down to min_lr
   double min_lr = 0.0;
 };
 
@@ -50,7 +50,8 @@ class LrSchedule {
   void Apply(torch::optim::Optimizer& optimizer, int64_t step) const;
 
  private:
-  LrSchedule(SchedulerConfig config, double base_lr) : config_(std::move(config)), base_lr_(base_lr) {}
+  LrSchedule(SchedulerConfig config, double base_lr)
+      : config_(std::move(config)), base_lr_(base_lr) {}
   SchedulerConfig config_;
   double base_lr_;
 };

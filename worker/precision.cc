@@ -21,11 +21,16 @@ absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
 
 std::string PrecisionName(Precision precision) {
   switch (precision) {
-    case Precision::k32True: return "32-true";
-    case Precision::k64True: return "64-true";
-    case Precision::kBf16Mixed: return "bf16-mixed";
-    case Precision::kBf16True: return "bf16-true";
-    case Precision::k16Mixed: return "16-mixed";
+    case Precision::k32True:
+      return "32-true";
+    case Precision::k64True:
+      return "64-true";
+    case Precision::kBf16Mixed:
+      return "bf16-mixed";
+    case Precision::kBf16True:
+      return "bf16-true";
+    case Precision::k16Mixed:
+      return "16-mixed";
   }
   return "unknown";
 }
@@ -80,9 +85,12 @@ absl::StatusOr<std::unique_ptr<PrecisionPlugin>> PrecisionPlugin::Make(Precision
 
 torch::ScalarType PrecisionPlugin::ParameterDType() const {
   switch (precision_) {
-    case Precision::k64True: return torch::kFloat64;
-    case Precision::kBf16True: return torch::kBFloat16;
-    default: return torch::kFloat32;
+    case Precision::k64True:
+      return torch::kFloat64;
+    case Precision::kBf16True:
+      return torch::kBFloat16;
+    default:
+      return torch::kFloat32;
   }
 }
 

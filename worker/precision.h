@@ -63,7 +63,7 @@ class PrecisionPlugin {
  public:
   // FAILED_PRECONDITION when the device cannot run the precision (16-mixed on CPU).
   static absl::StatusOr<std::unique_ptr<PrecisionPlugin>> Make(Precision precision,
-                                                                torch::Device device);
+                                                               torch::Device device);
 
   Precision precision() const { return precision_; }
   // The dtype parameters have under this precision.

@@ -13,7 +13,8 @@
 namespace dtrain {
 
 absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Make(
-    CollectiveBackend* backend, std::vector<torch::Tensor> parameters, const OptimizerConfig& config) {
+    CollectiveBackend* backend, std::vector<torch::Tensor> parameters,
+    const OptimizerConfig& config) {
   std::unique_ptr<ShardedOptimizer> sharded(new ShardedOptimizer());
   sharded->backend_ = backend;
   sharded->config_ = config;
@@ -99,8 +100,7 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> ShardedOptimizer::Conso
                           MakeOptimizer(parameters_, config_));
   if (optimizer_ != nullptr) {
     // Learning rates and other group options as this rank's optimizer has them now.
-    full->param_groups().front().set_options(
-        optimizer_->param_groups().front().options().clone());
+    full->param_groups().front().set_options(optimizer_->param_groups().front().options().clone());
   }
   for (int rank = 0; rank < static_cast<int>(parts.size()); ++rank) {
     if (parts[rank].numel() == 0) continue;
@@ -134,8 +134,7 @@ absl::Status ShardedOptimizer::AdoptState(torch::optim::Optimizer& full) {
     if (it != full.state().end()) optimizer_->state()[StateKey(p)] = it->second->clone();
   }
   if (!full.param_groups().empty()) {
-    optimizer_->param_groups().front().set_options(
-        full.param_groups().front().options().clone());
+    optimizer_->param_groups().front().set_options(full.param_groups().front().options().clone());
   }
   return absl::OkStatus();
 }

@@ -21,7 +21,8 @@ class ShardedOptimizer {
  public:
   // Every rank must pass the same parameter list and config.
   static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Make(
-      CollectiveBackend* backend, std::vector<torch::Tensor> parameters, const OptimizerConfig& config);
+      CollectiveBackend* backend, std::vector<torch::Tensor> parameters,
+      const OptimizerConfig& config);
 
   void ZeroGrad();
   // Steps this rank's partition, then shares every partition from its owner.

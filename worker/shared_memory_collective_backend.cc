@@ -2,15 +2,15 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -55,7 +55,8 @@ struct alignas(kLine) Arrival {
   Descriptor descriptors[2];
 };
 static_assert(sizeof(Arrival) % kLine == 0);  // no two ranks share a cache line
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "shared-memory atomics must be lock-free");
 
 size_t AlignUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -112,9 +113,9 @@ absl::StatusOr<std::unique_ptr<SharedMemoryCollectiveBackend>> SharedMemoryColle
       new SharedMemoryCollectiveBackend(std::move(inner), timeout));
   DTRAIN_RETURN_IF_ERROR(backend->Attach());
   if (!backend->active()) {
-    LogWarning(absl::StrCat("shm backend: using gloo for every collective: ",
-                            backend->fallback_reason_),
-               {{"rank", backend->rank()}});
+    LogWarning(
+        absl::StrCat("shm backend: using gloo for every collective: ", backend->fallback_reason_),
+        {{"rank", backend->rank()}});
   }
   return backend;
 }
@@ -131,15 +132,15 @@ absl::Status SharedMemoryCollectiveBackend::Attach() {
     const torch::Tensor& t = identities[r];
     const std::string other(reinterpret_cast<const char*>(t.data_ptr()), t.numel());
     if (other != identity) {
-      fallback_reason_ = absl::StrCat("rank ", r, " runs on another host (", other, ", not ",
-                                      identity, ")");
+      fallback_reason_ =
+          absl::StrCat("rank ", r, " runs on another host (", other, ", not ", identity, ")");
       return absl::OkStatus();
     }
   }
   // 2. Rank 0 makes the segment and reserves its memory (so that a full /dev/shm is an error
   // here, not a SIGBUS later); the others map it by name.
-  slot_bytes_ = std::clamp<int64_t>(kSegmentBudget / (2 * (world + 1)) / 4096 * 4096,
-                                    kMinSlotBytes, kMaxSlotBytes);
+  slot_bytes_ = std::clamp<int64_t>(kSegmentBudget / (2 * (world + 1)) / 4096 * 4096, kMinSlotBytes,
+                                    kMaxSlotBytes);
   const size_t bytes = Segment::Bytes(world, slot_bytes_);
   std::string name, error;
   int fd = -1;
@@ -154,7 +155,8 @@ absl::Status SharedMemoryCollectiveBackend::Attach() {
       error = absl::StrCat("reserving ", bytes, " bytes of /dev/shm: ", std::strerror(e));
     }
   }
-  DTRAIN_ASSIGN_OR_RETURN(std::string shared, inner_->BroadcastBytes(error.empty() ? name : "!" + error, 0));
+  DTRAIN_ASSIGN_OR_RETURN(std::string shared,
+                          inner_->BroadcastBytes(error.empty() ? name : "!" + error, 0));
   if (!shared.empty() && shared[0] == '!') {
     fallback_reason_ = shared.substr(1);
   } else {
@@ -206,8 +208,9 @@ absl::Status SharedMemoryCollectiveBackend::Attach() {
     munmap(segment_, mapped_bytes_);
     segment_ = nullptr;
   }
-  if (segment_ != nullptr && (segment_->magic != kMagic || segment_->world != static_cast<uint32_t>(world) ||
-                              segment_->slot_bytes != slot_bytes_)) {
+  if (segment_ != nullptr &&
+      (segment_->magic != kMagic || segment_->world != static_cast<uint32_t>(world) ||
+       segment_->slot_bytes != slot_bytes_)) {
     return absl::InternalError("shared-memory segment layout differs between ranks");
   }
   return absl::OkStatus();
@@ -265,8 +268,8 @@ absl::Status SharedMemoryCollectiveBackend::ArriveAndWait(const char* what) {
     const uint32_t seen = segment_->wakeups.load();
     if (!all_arrived() && segment_->poisoned.load() == 0) {
       const timespec nap{0, 20'000'000};  // 20 ms: then check the group's health and the deadline
-      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&segment_->wakeups), FUTEX_WAIT, seen,
-              &nap, nullptr, 0);
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&segment_->wakeups), FUTEX_WAIT, seen, &nap,
+              nullptr, 0);
     }
     segment_->sleepers.fetch_sub(1);
     if (all_arrived()) return absl::OkStatus();
@@ -318,9 +321,9 @@ absl::Status SharedMemoryCollectiveBackend::Barrier(const std::string& name) {
   for (int r = 0; r < world_size(); ++r) {
     const Descriptor& d = segment_->arrival(r).descriptors[call % 2];
     if (d.kind != mine.kind || d.call != call) {
-      return Poison(absl::FailedPreconditionError(absl::StrCat(
-          "mismatched collective #", call, ": rank ", rank(), " is in a barrier, rank ", r,
-          " in an ", DescribeCall(d))));
+      return Poison(absl::FailedPreconditionError(
+          absl::StrCat("mismatched collective #", call, ": rank ", rank(),
+                       " is in a barrier, rank ", r, " in an ", DescribeCall(d))));
     }
   }
   return absl::OkStatus();
@@ -372,8 +375,8 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
             d.dtype != mine.dtype || d.op != mine.op) {
           return Poison(absl::FailedPreconditionError(absl::StrCat(
               "mismatched collective #", call, ": rank ", me, " is in an ", DescribeCall(mine),
-              ", rank ", r, " in a", d.kind == static_cast<int32_t>(CallKind::kBarrier) ? " " : "n ",
-              DescribeCall(d))));
+              ", rank ", r, " in a",
+              d.kind == static_cast<int32_t>(CallKind::kBarrier) ? " " : "n ", DescribeCall(d))));
         }
       }
     }

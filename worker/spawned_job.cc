@@ -12,8 +12,8 @@
 #include <grpcpp/create_channel.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/bearer_token.h"
 #include "absl/time/clock.h"
+#include "common/bearer_token.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -72,20 +72,19 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
   job->id_ = request.job_id();
   char dir_template[] = "/tmp/dtrain-spawn-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
-    return absl::InternalError(absl::StrCat("cannot make a temporary directory: ", strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot make a temporary directory: ", strerror(errno)));
   }
   const std::string dir = dir_template;
   const LogOptions log = CurrentLogOptions();  // children log as their daemon does
   for (int i = 0; i < n; ++i) {
     const std::string port_file = absl::StrCat(dir, "/child-", i, ".port");
-    absl::StatusOr<pid_t> pid = Spawn({binary, "--child", "--listen=127.0.0.1:0",
-                                       "--port_file=" + port_file,
-                                       absl::StrCat("--name=", identity.name, "/", i),
-                                       "--coordinator=" + identity.coordinator, "--devices=1",
-                                       absl::StrCat("--threads=", identity.threads),
-                                       absl::StrCat("--log_level=", LogLevelName(log.min_level)),
-                                       absl::StrCat("--log_format=", log.format == LogFormat::kJson
-                                                                         ? "json" : "text")});
+    absl::StatusOr<pid_t> pid = Spawn(
+        {binary, "--child", "--listen=127.0.0.1:0", "--port_file=" + port_file,
+         absl::StrCat("--name=", identity.name, "/", i), "--coordinator=" + identity.coordinator,
+         "--devices=1", absl::StrCat("--threads=", identity.threads),
+         absl::StrCat("--log_level=", LogLevelName(log.min_level)),
+         absl::StrCat("--log_format=", log.format == LogFormat::kJson ? "json" : "text")});
     if (!pid.ok()) return pid.status();
     auto child = std::make_unique<Child>();
     child->pid = *pid;
@@ -114,17 +113,18 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
         return absl::AbortedError(absl::StrCat("ddp_spawn: ", exited, " before serving"));
       }
       if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "ddp_spawn: local rank ", i, " (pid ", job->children_[i]->pid,
-            ") did not start serving within 60 s"));
+        return absl::DeadlineExceededError(absl::StrCat("ddp_spawn: local rank ", i, " (pid ",
+                                                        job->children_[i]->pid,
+                                                        ") did not start serving within 60 s"));
       }
       absl::SleepFor(absl::Milliseconds(20));
     }
     std::remove(port_file.c_str());
     // The children inherited this daemon's token (DTRAIN_TOKEN) and expect it on every call.
-    job->children_[i]->stub = v1::Worker::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
-        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(),
-        grpc::ChannelArguments(), BearerTokenInterceptors(ClientToken())));
+    job->children_[i]->stub =
+        v1::Worker::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
+            absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(),
+            grpc::ChannelArguments(), BearerTokenInterceptors(ClientToken())));
   }
   rmdir(dir.c_str());
   std::vector<v1::SetupResponse> responses(n);
@@ -180,9 +180,8 @@ absl::Status SpawnedJob::ForEachChild(
       if (results[i].ok()) continue;
       if (skip_cancelled && results[i].error_code() == grpc::StatusCode::CANCELLED) continue;
       absl::Status status = FromGrpcStatus(results[i]);
-      return absl::Status(status.code(),
-                          absl::StrCat("local rank ", i, " (pid ", children_[i]->pid, "): ",
-                                       status.message()));
+      return absl::Status(status.code(), absl::StrCat("local rank ", i, " (pid ", children_[i]->pid,
+                                                      "): ", status.message()));
     }
   }
   return absl::InternalError("ddp_spawn: a child failed");
@@ -192,9 +191,9 @@ absl::Status SpawnedJob::Step(StepKind kind, const v1::StepRequest& request,
                               v1::StepResponse* response) {
   const int n = static_cast<int>(children_.size());
   if (request.work_size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "this worker hosts ", n, " ranks (ddp_spawn); the step carries work for ",
-        request.work_size()));
+    return absl::InvalidArgumentError(absl::StrCat("this worker hosts ", n,
+                                                   " ranks (ddp_spawn); the step carries work for ",
+                                                   request.work_size()));
   }
   std::vector<v1::StepResponse> responses(n);
   DTRAIN_RETURN_IF_ERROR(ForEachChild([&](int i, grpc::ClientContext* context) {
@@ -206,15 +205,20 @@ absl::Status SpawnedJob::Step(StepKind kind, const v1::StepRequest& request,
     *child.add_work() = request.work(i);
     v1::Worker::Stub& stub = *children_[i]->stub;
     switch (kind) {
-      case StepKind::kTraining: return stub.TrainingStep(context, child, &responses[i]);
-      case StepKind::kValidation: return stub.ValidationStep(context, child, &responses[i]);
-      case StepKind::kTest: return stub.TestStep(context, child, &responses[i]);
-      case StepKind::kPredict: return stub.PredictStep(context, child, &responses[i]);
+      case StepKind::kTraining:
+        return stub.TrainingStep(context, child, &responses[i]);
+      case StepKind::kValidation:
+        return stub.ValidationStep(context, child, &responses[i]);
+      case StepKind::kTest:
+        return stub.TestStep(context, child, &responses[i]);
+      case StepKind::kPredict:
+        return stub.PredictStep(context, child, &responses[i]);
     }
     return grpc::Status(grpc::StatusCode::INTERNAL, "unknown step kind");
   }));
   for (v1::StepResponse& r : responses) {
-    for (v1::LocalResult& result : *r.mutable_results()) *response->add_results() = std::move(result);
+    for (v1::LocalResult& result : *r.mutable_results())
+      *response->add_results() = std::move(result);
   }
   return absl::OkStatus();
 }
@@ -253,9 +257,9 @@ absl::Status SpawnedJob::ReduceBooleanDecision(const v1::DecisionRequest& reques
                                                v1::DecisionResponse* response) {
   const int n = static_cast<int>(children_.size());
   if (request.decisions_size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "this worker hosts ", n, " ranks; the request carries ", request.decisions_size(),
-        " decisions"));
+    return absl::InvalidArgumentError(absl::StrCat("this worker hosts ", n,
+                                                   " ranks; the request carries ",
+                                                   request.decisions_size(), " decisions"));
   }
   std::vector<v1::DecisionResponse> responses(n);
   DTRAIN_RETURN_IF_ERROR(ForEachChild([&](int i, grpc::ClientContext* context) {

@@ -59,8 +59,7 @@ class SpawnedJob : public HostedJob {
 
   // Runs call(i, context) for every child at once (ParallelCalls: a hung child cannot hold
   // the job). The first failure is returned, a dead child's exit status preferred.
-  absl::Status ForEachChild(
-      const std::function<grpc::Status(int, grpc::ClientContext*)>& call);
+  absl::Status ForEachChild(const std::function<grpc::Status(int, grpc::ClientContext*)>& call);
   // "local rank i (pid p) exited with ...", or empty while it runs.
   std::string ExitDescription(int i);
   void StopChildren();

@@ -47,7 +47,8 @@ absl::StatusOr<StrategyKind> ParseStrategy(const std::string& name) {
   if (name == "dp") return StrategyKind::kDp;
   if (name == "tpu_spawn" || name == "xla") {
     return absl::FailedPreconditionError(absl::StrCat(
-        "strategy '", name, "' needs an XLA runtime (torch_xla / PJRT) and TPU devices; no XLA "
+        "strategy '", name,
+        "' needs an XLA runtime (torch_xla / PJRT) and TPU devices; no XLA "
         "runtime exists for libtorch's C++ API on this machine. Use ddp or ddp_spawn"));
   }
   return absl::InvalidArgumentError(absl::StrCat(
@@ -56,11 +57,16 @@ absl::StatusOr<StrategyKind> ParseStrategy(const std::string& name) {
 
 std::string StrategyName(StrategyKind kind) {
   switch (kind) {
-    case StrategyKind::kSingleDevice: return "single_device";
-    case StrategyKind::kDdp: return "ddp";
-    case StrategyKind::kDdpSpawn: return "ddp_spawn";
-    case StrategyKind::kSharded: return "sharded";
-    case StrategyKind::kDp: return "dp";
+    case StrategyKind::kSingleDevice:
+      return "single_device";
+    case StrategyKind::kDdp:
+      return "ddp";
+    case StrategyKind::kDdpSpawn:
+      return "ddp_spawn";
+    case StrategyKind::kSharded:
+      return "sharded";
+    case StrategyKind::kDp:
+      return "dp";
   }
   return "unknown";
 }
@@ -104,8 +110,8 @@ absl::StatusOr<torch::Tensor> Strategy::TrainingStep(const c10::IValue& batch, i
   return model_->TrainingStep(batch, idx);
 }
 
-absl::StatusOr<StepOutput> Strategy::EvalStep(StepKind kind,
-                                              const c10::IValue& batch, int64_t idx) {
+absl::StatusOr<StepOutput> Strategy::EvalStep(StepKind kind, const c10::IValue& batch,
+                                              int64_t idx) {
   switch (kind) {
     case StepKind::kValidation:
       return model_->ValidationStep(batch, idx);
@@ -147,13 +153,11 @@ void Strategy::SetLearningRate(double lr) {
 absl::StatusOr<torch::optim::Optimizer*> Strategy::OptimizerState() { return optimizer_.get(); }
 
 absl::StatusOr<torch::Tensor> Strategy::AllGather(const torch::Tensor& tensor, bool sync_grads) {
-  DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> parts,
-                          backend_->AllGather(tensor.detach()));
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> parts, backend_->AllGather(tensor.detach()));
   return GuardTorch("all_gather", [&]() -> absl::StatusOr<torch::Tensor> {
     torch::Tensor gathered = torch::stack(parts);
     if (!sync_grads || !tensor.requires_grad()) return gathered;
-    return AllGatherGrad::apply(tensor, gathered,
-                                reinterpret_cast<int64_t>(backend_.get()));
+    return AllGatherGrad::apply(tensor, gathered, reinterpret_cast<int64_t>(backend_.get()));
   });
 }
 

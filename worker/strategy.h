@@ -42,7 +42,7 @@ bool IsDistributed(StrategyKind kind);
 struct StrategyOptions {
   StrategyKind kind = StrategyKind::kSingleDevice;
   torch::Device device = torch::kCPU;
-  int devices = 1;                      // dp: replicas
+  int devices = 1;  // dp: replicas
   int64_t bucket_bytes = int64_t{25} << 20;
 };
 
@@ -50,8 +50,8 @@ struct StrategyOptions {
 class Strategy {
  public:
   // `backend` is the job's group (distributed strategies) or a LocalCollectiveBackend.
-  static absl::StatusOr<std::unique_ptr<Strategy>> Make(
-      const StrategyOptions& options, std::unique_ptr<CollectiveBackend> backend);
+  static absl::StatusOr<std::unique_ptr<Strategy>> Make(const StrategyOptions& options,
+                                                        std::unique_ptr<CollectiveBackend> backend);
   virtual ~Strategy() = default;
 
   virtual std::string name() const = 0;
@@ -71,8 +71,7 @@ class Strategy {
 
   // The step methods run the model's; dp scatters the batch across replicas first.
   virtual absl::StatusOr<torch::Tensor> TrainingStep(const c10::IValue& batch, int64_t idx);
-  virtual absl::StatusOr<StepOutput> EvalStep(StepKind kind, const c10::IValue& batch,
-                                              int64_t idx);
+  virtual absl::StatusOr<StepOutput> EvalStep(StepKind kind, const c10::IValue& batch, int64_t idx);
   // *_step_end: reduce what the replicas returned (dp: a mean); the identity otherwise.
   virtual torch::Tensor TrainingStepEnd(torch::Tensor output) { return output; }
   virtual StepOutput EvalStepEnd(StepOutput output) { return output; }
@@ -96,7 +95,9 @@ class Strategy {
 
   // Collectives, as Lightning's strategy exposes them (identity in a world of one).
   absl::Status Barrier(const std::string& name) { return backend_->Barrier(name); }
-  absl::Status Broadcast(torch::Tensor& tensor, int src) { return backend_->Broadcast(tensor, src); }
+  absl::Status Broadcast(torch::Tensor& tensor, int src) {
+    return backend_->Broadcast(tensor, src);
+  }
   // (world_size, *shape). With sync_grads, gradients flow back through the gather: the
   // gradient of this rank's input is the sum over ranks of the gradient of its slice.
   absl::StatusOr<torch::Tensor> AllGather(const torch::Tensor& tensor, bool sync_grads);

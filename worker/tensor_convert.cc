@@ -8,15 +8,24 @@ namespace dtrain {
 
 absl::StatusOr<torch::ScalarType> ToScalarType(v1::DType dtype) {
   switch (dtype) {
-    case v1::DTYPE_FLOAT32: return torch::kFloat32;
-    case v1::DTYPE_FLOAT64: return torch::kFloat64;
-    case v1::DTYPE_FLOAT16: return torch::kFloat16;
-    case v1::DTYPE_BFLOAT16: return torch::kBFloat16;
-    case v1::DTYPE_INT8: return torch::kInt8;
-    case v1::DTYPE_UINT8: return torch::kUInt8;
-    case v1::DTYPE_INT32: return torch::kInt32;
-    case v1::DTYPE_INT64: return torch::kInt64;
-    case v1::DTYPE_BOOL: return torch::kBool;
+    case v1::DTYPE_FLOAT32:
+      return torch::kFloat32;
+    case v1::DTYPE_FLOAT64:
+      return torch::kFloat64;
+    case v1::DTYPE_FLOAT16:
+      return torch::kFloat16;
+    case v1::DTYPE_BFLOAT16:
+      return torch::kBFloat16;
+    case v1::DTYPE_INT8:
+      return torch::kInt8;
+    case v1::DTYPE_UINT8:
+      return torch::kUInt8;
+    case v1::DTYPE_INT32:
+      return torch::kInt32;
+    case v1::DTYPE_INT64:
+      return torch::kInt64;
+    case v1::DTYPE_BOOL:
+      return torch::kBool;
     default:
       return absl::InvalidArgumentError(absl::StrCat("no torch dtype for ", DTypeName(dtype)));
   }
@@ -24,15 +33,24 @@ absl::StatusOr<torch::ScalarType> ToScalarType(v1::DType dtype) {
 
 absl::StatusOr<v1::DType> ToWireDType(torch::ScalarType type) {
   switch (type) {
-    case torch::kFloat32: return v1::DTYPE_FLOAT32;
-    case torch::kFloat64: return v1::DTYPE_FLOAT64;
-    case torch::kFloat16: return v1::DTYPE_FLOAT16;
-    case torch::kBFloat16: return v1::DTYPE_BFLOAT16;
-    case torch::kInt8: return v1::DTYPE_INT8;
-    case torch::kUInt8: return v1::DTYPE_UINT8;
-    case torch::kInt32: return v1::DTYPE_INT32;
-    case torch::kInt64: return v1::DTYPE_INT64;
-    case torch::kBool: return v1::DTYPE_BOOL;
+    case torch::kFloat32:
+      return v1::DTYPE_FLOAT32;
+    case torch::kFloat64:
+      return v1::DTYPE_FLOAT64;
+    case torch::kFloat16:
+      return v1::DTYPE_FLOAT16;
+    case torch::kBFloat16:
+      return v1::DTYPE_BFLOAT16;
+    case torch::kInt8:
+      return v1::DTYPE_INT8;
+    case torch::kUInt8:
+      return v1::DTYPE_UINT8;
+    case torch::kInt32:
+      return v1::DTYPE_INT32;
+    case torch::kInt64:
+      return v1::DTYPE_INT64;
+    case torch::kBool:
+      return v1::DTYPE_BOOL;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("torch dtype ", c10::toString(type), " has no dtrain wire dtype"));

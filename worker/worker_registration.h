@@ -5,8 +5,8 @@
 // the daemon keeps serving.
 #pragma once
 
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>

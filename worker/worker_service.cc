@@ -61,9 +61,10 @@ grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* co
   // Decided here, with the queueing: a Setup taken before a drain began runs, so its job counts
   // as this worker's and its coordinator checkpoints it and lets the worker go.
   if (leaving_ && !task->setup_job.empty()) {
-    reactor->Finish(ToGrpcStatus(absl::UnavailableError(absl::StrCat(
-        "worker '", options_.identity.name, "' is stopping (draining) and takes no new job; "
-        "place the job on another worker"))));
+    reactor->Finish(ToGrpcStatus(
+        absl::UnavailableError(absl::StrCat("worker '", options_.identity.name,
+                                            "' is stopping (draining) and takes no new job; "
+                                            "place the job on another worker"))));
     return reactor;
   }
   queue_.push_back(std::move(task));
@@ -76,9 +77,8 @@ void WorkerService::ExecutorLoop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-            return s->stop_ || !s->queue_.empty();
-          },
+          +[](WorkerService* s)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->stop_ || !s->queue_.empty(); },
           this));
       if (queue_.empty()) return;
       task = std::move(queue_.front());
@@ -115,8 +115,8 @@ absl::StatusOr<std::shared_ptr<HostedJob>> WorkerService::JobFor(const std::stri
                                                       "', not '", job_id, "'"));
   }
   if (failed_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job '", job_id, "' failed on this worker (", last_error_, "); call Teardown"));
+    return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' failed on this worker (",
+                                                      last_error_, "); call Teardown"));
   }
   return job_;
 }
@@ -137,33 +137,36 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
     return FinishNow(context, s);
   }
   if (absl::Status s = CheckJobId(request->job_id()); !s.ok()) return FinishNow(context, s);
-  return Enqueue(context, [this, request, response]() -> absl::Status {
-    {
-      absl::MutexLock lock(&mu_);
-      if (job_ != nullptr) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "worker '", options_.identity.name, "' already runs job '", job_->id(),
-            "'; call Teardown first"));
-      }
-    }
-    absl::StatusOr<StrategyKind> kind = ParseStrategy(request->strategy());
-    absl::StatusOr<std::unique_ptr<HostedJob>> job;
-    if (kind.ok() && *kind == StrategyKind::kDdpSpawn) {
-      if (options_.spawn_binary.empty()) {
-        return absl::FailedPreconditionError(
-            "ddp_spawn is not available in a spawned child; use ddp");
-      }
-      job = SpawnedJob::Setup(*request, options_.identity, options_.spawn_binary, response);
-    } else {
-      job = SetupLocalJob(*request, options_.identity, response);
-    }
-    if (!job.ok()) return Note(job.status());
-    absl::MutexLock lock(&mu_);
-    job_ = std::move(*job);
-    failed_ = false;
-    last_error_.clear();
-    return absl::OkStatus();
-  }, request->job_id());
+  return Enqueue(
+      context,
+      [this, request, response]() -> absl::Status {
+        {
+          absl::MutexLock lock(&mu_);
+          if (job_ != nullptr) {
+            return absl::FailedPreconditionError(absl::StrCat("worker '", options_.identity.name,
+                                                              "' already runs job '", job_->id(),
+                                                              "'; call Teardown first"));
+          }
+        }
+        absl::StatusOr<StrategyKind> kind = ParseStrategy(request->strategy());
+        absl::StatusOr<std::unique_ptr<HostedJob>> job;
+        if (kind.ok() && *kind == StrategyKind::kDdpSpawn) {
+          if (options_.spawn_binary.empty()) {
+            return absl::FailedPreconditionError(
+                "ddp_spawn is not available in a spawned child; use ddp");
+          }
+          job = SpawnedJob::Setup(*request, options_.identity, options_.spawn_binary, response);
+        } else {
+          job = SetupLocalJob(*request, options_.identity, response);
+        }
+        if (!job.ok()) return Note(job.status());
+        absl::MutexLock lock(&mu_);
+        job_ = std::move(*job);
+        failed_ = false;
+        last_error_.clear();
+        return absl::OkStatus();
+      },
+      request->job_id());
 }
 
 absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& request,
@@ -175,7 +178,8 @@ absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& reques
     static constexpr const char* kNames[] = {"training", "validation", "test", "predict"};
     const std::string name = kNames[static_cast<int>(kind)];
     int64_t batches = 0;
-    for (const v1::LocalWork& work : request.work()) batches += work.index_batches_size() + work.batches_size();
+    for (const v1::LocalWork& work : request.work())
+      batches += work.index_batches_size() + work.batches_size();
     options_.metrics->Increment("dtrain_worker_step_calls_total",
                                 {{"kind", name}, {"outcome", status.ok() ? "ok" : "error"}});
     options_.metrics->Increment("dtrain_worker_batches_total", {{"kind", name}},
@@ -234,9 +238,9 @@ grpc::ServerUnaryReactor* WorkerService::StateDict(grpc::CallbackServerContext* 
   });
 }
 
-grpc::ServerUnaryReactor* WorkerService::ReduceBooleanDecision(
-    grpc::CallbackServerContext* context, const v1::DecisionRequest* request,
-    v1::DecisionResponse* response) {
+grpc::ServerUnaryReactor* WorkerService::ReduceBooleanDecision(grpc::CallbackServerContext* context,
+                                                               const v1::DecisionRequest* request,
+                                                               v1::DecisionResponse* response) {
   return Enqueue(context, [=]() -> absl::Status {
     DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
     return Note(job->ReduceBooleanDecision(*request, response));
@@ -276,9 +280,9 @@ grpc::ServerUnaryReactor* WorkerService::Teardown(grpc::CallbackServerContext* c
       absl::MutexLock lock(&mu_);
       if (job_ == nullptr) return absl::OkStatus();  // idempotent
       if (!request->job_id().empty() && request->job_id() != job_->id()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "worker '", options_.identity.name, "' runs job '", job_->id(), "', not '",
-            request->job_id(), "'"));
+        return absl::FailedPreconditionError(absl::StrCat("worker '", options_.identity.name,
+                                                          "' runs job '", job_->id(), "', not '",
+                                                          request->job_id(), "'"));
       }
     }
     return TeardownJob();
@@ -300,7 +304,7 @@ grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* con
   } else {
     response->set_job_id(job_->id());
     response->set_local_processes(job_->local_processes());
-    response->set_state(failed_ ? v1::HealthResponse::FAILED
+    response->set_state(failed_               ? v1::HealthResponse::FAILED
                         : running_ != nullptr ? v1::HealthResponse::BUSY
                                               : v1::HealthResponse::READY);
   }
@@ -314,13 +318,12 @@ void WorkerService::Drain() {
 
 bool WorkerService::WaitUntilIdle(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  return mu_.AwaitWithDeadline(
-      absl::Condition(
-          +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-            return s->queue_.empty() && s->running_ == nullptr;
-          },
-          this),
-      deadline);
+  return mu_.AwaitWithDeadline(absl::Condition(
+                                   +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+                                     return s->queue_.empty() && s->running_ == nullptr;
+                                   },
+                                   this),
+                               deadline);
 }
 
 void WorkerService::StopNow() {
@@ -355,7 +358,8 @@ void WorkerService::AbandonJob(const std::string& job_id) {
       absl::MutexLock lock(&mu_);
       if (job_ == nullptr || job_->id() != job_id) return absl::OkStatus();
     }
-    LogWarning(absl::StrCat("job '", job_id, "' ended while this worker was unreachable; "
+    LogWarning(absl::StrCat("job '", job_id,
+                            "' ended while this worker was unreachable; "
                             "tearing it down"),
                {{"job", job_id}});
     return TeardownJob();

@@ -46,12 +46,18 @@ std::string NameRanks(const std::vector<int>& ranks,
 
 std::string CollectiveKindName(CollectiveKind kind) {
   switch (kind) {
-    case CollectiveKind::kBarrier: return "barrier";
-    case CollectiveKind::kBroadcast: return "broadcast";
-    case CollectiveKind::kAllGather: return "all_gather";
-    case CollectiveKind::kReduce: return "reduce";
-    case CollectiveKind::kAllReduce: return "all_reduce";
-    case CollectiveKind::kReduceBooleanDecision: return "reduce_boolean_decision";
+    case CollectiveKind::kBarrier:
+      return "barrier";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kAllGather:
+      return "all_gather";
+    case CollectiveKind::kReduce:
+      return "reduce";
+    case CollectiveKind::kAllReduce:
+      return "all_reduce";
+    case CollectiveKind::kReduceBooleanDecision:
+      return "reduce_boolean_decision";
   }
   return "unknown";
 }
@@ -67,11 +73,12 @@ absl::Status CollectiveEngine::ValidateCall(const CollectiveCall& call, const Me
   if (call.timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": timeout must not be negative"));
   }
-  const bool rooted = call.kind == CollectiveKind::kBroadcast || call.kind == CollectiveKind::kReduce;
+  const bool rooted =
+      call.kind == CollectiveKind::kBroadcast || call.kind == CollectiveKind::kReduce;
   if (rooted && (call.root < 0 || call.root >= view.world_size)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": ", call.kind == CollectiveKind::kBroadcast ? "src" : "dst", " rank ", call.root,
-        " is out of range for world size ", view.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", call.kind == CollectiveKind::kBroadcast ? "src" : "dst", " rank ",
+                     call.root, " is out of range for world size ", view.world_size));
   }
   bool needs_tensor = call.kind == CollectiveKind::kAllGather ||
                       call.kind == CollectiveKind::kReduce ||
@@ -99,9 +106,9 @@ absl::Status CollectiveEngine::ValidateCall(const CollectiveCall& call, const Me
               "broadcast: opaque bytes must be described as uint8[n]");
         }
       } else if (call.has_tensor) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "broadcast: rank ", view.rank, " is not src (", call.root,
-            ") and must not send a payload"));
+        return absl::InvalidArgumentError(absl::StrCat("broadcast: rank ", view.rank,
+                                                       " is not src (", call.root,
+                                                       ") and must not send a payload"));
       }
       break;
     case CollectiveKind::kReduce:
@@ -120,17 +127,18 @@ absl::Status CollectiveEngine::ValidateCall(const CollectiveCall& call, const Me
     }
     if (seg.count() < 1 || seg.count() > kMaxSegments || seg.index() < 0 ||
         seg.index() >= seg.count()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": segment ", seg.index(), " of ", seg.count(), " is out of range (at most ",
-          kMaxSegments, " segments)"));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": segment ", seg.index(), " of ",
+                                                     seg.count(), " is out of range (at most ",
+                                                     kMaxSegments, " segments)"));
     }
     if (absl::Status s = ValidateMeta(seg.whole()).status(); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": segment's whole tensor: ", s.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": segment's whole tensor: ", s.message()));
     }
     if (seg.whole().dtype() != call.meta.dtype() || call.meta.shape_size() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": a segment must be a 1-d range of its whole tensor's dtype, got ",
-          DescribeMeta(call.meta), " of ", DescribeMeta(seg.whole())));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": a segment must be a 1-d range of its whole tensor's dtype, got ",
+                       DescribeMeta(call.meta), " of ", DescribeMeta(seg.whole())));
     }
   }
   if (needs_tensor) {
@@ -159,8 +167,8 @@ std::string CollectiveEngine::Signature(const CollectiveCall& call) {
       for (int i = 0; i < call.meta.shape_size(); ++i) {
         dims.push_back(i == 0 ? "?" : absl::StrCat(call.meta.shape(i)));
       }
-      return absl::StrCat(name, "(", DTypeName(call.meta.dtype()), "[",
-                          absl::StrJoin(dims, ", "), "])");
+      return absl::StrCat(name, "(", DTypeName(call.meta.dtype()), "[", absl::StrJoin(dims, ", "),
+                          "])");
     }
     case CollectiveKind::kReduce:
       return absl::StrCat(name, "(", DescribeMeta(call.meta), ", ", ReduceOpName(call.reduce_op),
@@ -171,8 +179,8 @@ std::string CollectiveEngine::Signature(const CollectiveCall& call) {
                             ReduceOpName(call.reduce_op), ", segment ", call.segment.index() + 1,
                             " of ", call.segment.count(), ")");
       }
-      return absl::StrCat(name, "(", DescribeMeta(call.meta), ", ",
-                          ReduceOpName(call.reduce_op), ")");
+      return absl::StrCat(name, "(", DescribeMeta(call.meta), ", ", ReduceOpName(call.reduce_op),
+                          ")");
     case CollectiveKind::kReduceBooleanDecision:
       return absl::StrCat(name, "(all=", BoolName(call.all), ")");
   }
@@ -282,9 +290,8 @@ void CollectiveEngine::Submit(CollectiveCall call, CollectiveDone done) {
   {
     absl::MutexLock lock(&mu_);
     if (stopped_) {
-      completions.push_back([done] {
-        done(absl::UnavailableError("the coordinator is shutting down"), nullptr);
-      });
+      completions.push_back(
+          [done] { done(absl::UnavailableError("the coordinator is shutting down"), nullptr); });
     } else {
       GroupState& group = states_[key];
       if (group.world_size == 0) {
@@ -298,15 +305,15 @@ void CollectiveEngine::Submit(CollectiveCall call, CollectiveDone done) {
         completions.push_back([done, status = *group.failure] { done(status, nullptr); });
       } else if (call.sequence < next || call.sequence >= next + kSequenceWindow ||
                  group.ahead[rank].count(call.sequence)) {
-        completions.push_back([done, msg = absl::StrCat(
-                                         "rank ", rank, " of group '", key.first, "' sent ",
-                                         Describe(call), " as collective #", call.sequence,
-                                         ", but its next collective is #", next,
-                                         " (at most ", kSequenceWindow,
-                                         " in flight). Each rank must number its collectives "
-                                         "in program order, each number once")] {
-          done(absl::FailedPreconditionError(msg), nullptr);
-        });
+        completions.push_back(
+            [done,
+             msg = absl::StrCat("rank ", rank, " of group '", key.first, "' sent ", Describe(call),
+                                " as collective #", call.sequence, ", but its next collective is #",
+                                next, " (at most ", kSequenceWindow,
+                                " in flight). Each rank must number its collectives "
+                                "in program order, each number once")] {
+              done(absl::FailedPreconditionError(msg), nullptr);
+            });
       } else {
         // Numbers may arrive slightly out of order (segments in flight at once); the window
         // advances over every number used.
@@ -336,9 +343,9 @@ void CollectiveEngine::Submit(CollectiveCall call, CollectiveDone done) {
           inst.answered.insert(rank);
           absl::Status status = *inst.failure;
           if (status.code() == absl::StatusCode::kFailedPrecondition && inst.first.has_value()) {
-            status = absl::Status(status.code(),
-                                  absl::StrCat(status.message(), "; rank ", rank,
-                                               " arrived later with ", Describe(call)));
+            status =
+                absl::Status(status.code(), absl::StrCat(status.message(), "; rank ", rank,
+                                                         " arrived later with ", Describe(call)));
           }
           completions.push_back([done, status] { done(status, nullptr); });
           Collect(group);
@@ -419,7 +426,8 @@ void CollectiveEngine::Complete(Instance instance, int world_size) {
   }
   if (observer_) {
     int64_t bytes = 0;
-    for (const auto& [rank, a] : arrivals) bytes += a.call.payload != nullptr ? a.call.payload->size() : 0;
+    for (const auto& [rank, a] : arrivals)
+      bytes += a.call.payload != nullptr ? a.call.payload->size() : 0;
     observer_(first.kind, bytes, groups_->options().clock() - instance.started, status);
   }
   // Inputs are no longer needed; release them before the (possibly slow) streaming back.
@@ -498,9 +506,9 @@ void CollectiveEngine::MemberLeft(const std::string& group_id, int64_t generatio
         continue;
       }
       FailInstance(group, inst,
-                   absl::FailedPreconditionError(absl::StrCat(
-                       who, " left group '", group_id, "' before joining ",
-                       Label(Key{group_id, generation}, inst))),
+                   absl::FailedPreconditionError(
+                       absl::StrCat(who, " left group '", group_id, "' before joining ",
+                                    Label(Key{group_id, generation}, inst))),
                    completions);
     }
   }
@@ -515,8 +523,8 @@ void CollectiveEngine::DropGroup(const std::string& group_id, int64_t generation
     if (state == states_.end()) return;
     for (auto& [seq, inst] : state->second.instances) {
       FailInstance(state->second, inst,
-                   absl::FailedPreconditionError(absl::StrCat(
-                       "group '", group_id, "' generation ", generation, " ended")),
+                   absl::FailedPreconditionError(
+                       absl::StrCat("group '", group_id, "' generation ", generation, " ended")),
                    completions);
     }
     states_.erase(state);
@@ -535,13 +543,13 @@ void CollectiveEngine::Tick(absl::Time now) {
         for (int r = 0; r < group.world_size; ++r) {
           if (!inst.arrivals.count(r) && !inst.answered.count(r)) missing.push_back(r);
         }
-        FailInstance(group, inst,
-                     absl::DeadlineExceededError(absl::StrCat(
-                         Label(key, inst), " timed out after ", absl::FormatDuration(inst.timeout),
-                         ": ", group.world_size - static_cast<int>(missing.size()), " of ",
-                         group.world_size, " ranks arrived; missing: ",
-                         NameRanks(missing, group.member_labels))),
-                     completions);
+        FailInstance(
+            group, inst,
+            absl::DeadlineExceededError(absl::StrCat(
+                Label(key, inst), " timed out after ", absl::FormatDuration(inst.timeout), ": ",
+                group.world_size - static_cast<int>(missing.size()), " of ", group.world_size,
+                " ranks arrived; missing: ", NameRanks(missing, group.member_labels))),
+            completions);
       }
       Collect(group);
     }

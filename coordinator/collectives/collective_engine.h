@@ -95,8 +95,7 @@ class CollectiveEngine {
 
   // GroupEvents handlers.
   void FailGroup(const std::string& group, int64_t generation, const absl::Status& reason);
-  void MemberLeft(const std::string& group, int64_t generation, int rank,
-                  const std::string& who);
+  void MemberLeft(const std::string& group, int64_t generation, int rank, const std::string& who);
   void DropGroup(const std::string& group, int64_t generation);
 
   // Fails calls whose deadline passed.
@@ -121,8 +120,8 @@ class CollectiveEngine {
   struct Instance {
     int64_t sequence = 0;
     std::optional<CollectiveCall> first;  // the first arrival, without payload: the reference
-    std::map<int, Arrival> arrivals;  // by rank, still waiting
-    std::set<int> answered;           // ranks that already got an outcome
+    std::map<int, Arrival> arrivals;      // by rank, still waiting
+    std::set<int> answered;               // ranks that already got an outcome
     absl::Time deadline = absl::InfiniteFuture();
     absl::Duration timeout;
     absl::Time started;  // the first rank's arrival
@@ -131,7 +130,7 @@ class CollectiveEngine {
   struct GroupState {
     int world_size = 0;
     std::shared_ptr<const std::vector<std::string>> member_labels;
-    std::vector<int64_t> next_sequence;  // by rank: lowest number not yet used
+    std::vector<int64_t> next_sequence;    // by rank: lowest number not yet used
     std::vector<std::set<int64_t>> ahead;  // by rank: numbers used above next_sequence
     std::map<int64_t, Instance> instances;
     std::optional<absl::Status> failure;

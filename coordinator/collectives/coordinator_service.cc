@@ -93,10 +93,11 @@ class TensorCollectiveReactor final
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      if (!header_seen_) return Finish(absl::InvalidArgumentError("stream closed before its header"));
-      return Finish(absl::InvalidArgumentError(absl::StrCat(
-          "stream closed after ", received_, " of the ", expected_, " payload bytes of ",
-          DescribeMeta(call_.meta))));
+      if (!header_seen_)
+        return Finish(absl::InvalidArgumentError("stream closed before its header"));
+      return Finish(absl::InvalidArgumentError(
+          absl::StrCat("stream closed after ", received_, " of the ", expected_,
+                       " payload bytes of ", DescribeMeta(call_.meta))));
     }
     if (absl::Status s = ReadFrame(&request_, header_seen_, &header_, this); !s.ok()) {
       return Finish(s);
@@ -108,11 +109,10 @@ class TensorCollectiveReactor final
     }
     call_.payload = std::move(buffer_);
     submitted_.store(true);
-    engine_->Submit(std::move(call_),
-                    [this](const absl::Status& status,
-                           std::shared_ptr<const CollectiveResult> result) {
-                      OnResult(status, std::move(result));
-                    });
+    engine_->Submit(std::move(call_), [this](const absl::Status& status,
+                                             std::shared_ptr<const CollectiveResult> result) {
+      OnResult(status, std::move(result));
+    });
   }
 
   void OnWriteDone(bool ok) override {
@@ -270,22 +270,22 @@ class SessionReactor final
       sequence_ = call.sequence;
       pending_ = true;
     }
-    engine_->Submit(std::move(call), [this, is_decision](
-                                         const absl::Status& status,
-                                         std::shared_ptr<const CollectiveResult> result) {
-      {
-        absl::MutexLock lock(&mu_);
-        pending_ = false;
-      }
-      if (!status.ok()) return Finish(ToGrpcStatus(status));
-      response_.Clear();
-      if (is_decision) {
-        response_.mutable_decision()->set_decision(result->decision);
-      } else {
-        response_.mutable_barrier();
-      }
-      StartWrite(&response_);
-    });
+    engine_->Submit(std::move(call),
+                    [this, is_decision](const absl::Status& status,
+                                        std::shared_ptr<const CollectiveResult> result) {
+                      {
+                        absl::MutexLock lock(&mu_);
+                        pending_ = false;
+                      }
+                      if (!status.ok()) return Finish(ToGrpcStatus(status));
+                      response_.Clear();
+                      if (is_decision) {
+                        response_.mutable_decision()->set_decision(result->decision);
+                      } else {
+                        response_.mutable_barrier();
+                      }
+                      StartWrite(&response_);
+                    });
   }
 
   void OnWriteDone(bool ok) override {
@@ -341,8 +341,7 @@ absl::Status NoJobSide() {
 }  // namespace
 
 absl::Status CoordinatorService::Authorize(const grpc::CallbackServerContext& context,
-                                           const std::string* group,
-                                           absl::string_view what) const {
+                                           const std::string* group, absl::string_view what) const {
   DTRAIN_ASSIGN_OR_RETURN(Caller caller, access_->Authenticate(context));
   return group == nullptr ? caller.MayAdminister(what) : caller.MayUseGroup(*group, what);
 }
@@ -384,23 +383,24 @@ grpc::ServerUnaryReactor* CoordinatorService::Leave(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* CoordinatorService::SubmitUnary(
     CollectiveCall call, std::function<void(const CollectiveResult&)> fill) {
-  auto* reactor = new CancellableReactor(
-      [engine = engine_, member = call.member, sequence = call.sequence] {
+  auto* reactor =
+      new CancellableReactor([engine = engine_, member = call.member, sequence = call.sequence] {
         engine->Abandon(member, sequence);
       });
-  engine_->Submit(std::move(call), [reactor, fill = std::move(fill)](
-                                       const absl::Status& status,
-                                       std::shared_ptr<const CollectiveResult> result) {
-    if (status.ok() && fill) fill(*result);
-    reactor->Finish(ToGrpcStatus(status));
-  });
+  engine_->Submit(std::move(call),
+                  [reactor, fill = std::move(fill)](
+                      const absl::Status& status, std::shared_ptr<const CollectiveResult> result) {
+                    if (status.ok() && fill) fill(*result);
+                    reactor->Finish(ToGrpcStatus(status));
+                  });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Barrier(grpc::CallbackServerContext* context,
                                                       const v1::BarrierRequest* request,
                                                       v1::BarrierResponse* response) {
-  if (absl::Status s = Authorize(*context, &request->context().member().group(), "barrier"); !s.ok()) {
+  if (absl::Status s = Authorize(*context, &request->context().member().group(), "barrier");
+      !s.ok()) {
     return FinishNow(context, s);
   }
   CollectiveCall call;
@@ -413,7 +413,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Barrier(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* CoordinatorService::ReduceBooleanDecision(
     grpc::CallbackServerContext* context, const v1::ReduceBooleanDecisionRequest* request,
     v1::ReduceBooleanDecisionResponse* response) {
-  if (absl::Status s = Authorize(*context, &request->context().member().group(), "reduce_boolean_decision"); !s.ok()) {
+  if (absl::Status s =
+          Authorize(*context, &request->context().member().group(), "reduce_boolean_decision");
+      !s.ok()) {
     return FinishNow(context, s);
   }
   CollectiveCall call;
@@ -426,13 +428,13 @@ grpc::ServerUnaryReactor* CoordinatorService::ReduceBooleanDecision(
   });
 }
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-CoordinatorService::Broadcast(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::Broadcast(
+    grpc::CallbackServerContext* context) {
   return new TensorCollectiveReactor<BroadcastTraits>(engine_, access_->Authenticate(*context));
 }
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-CoordinatorService::AllGather(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::AllGather(
+    grpc::CallbackServerContext* context) {
   return new TensorCollectiveReactor<AllGatherTraits>(engine_, access_->Authenticate(*context));
 }
 
@@ -441,8 +443,8 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService:
   return new TensorCollectiveReactor<ReduceTraits>(engine_, access_->Authenticate(*context));
 }
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-CoordinatorService::AllReduce(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::AllReduce(
+    grpc::CallbackServerContext* context) {
   return new TensorCollectiveReactor<AllReduceTraits>(engine_, access_->Authenticate(*context));
 }
 
@@ -489,8 +491,8 @@ grpc::ServerUnaryReactor* CoordinatorService::KeyValueCompareAndSet(
   if (absl::Status s = Authorize(*context, &request->scope(), "key-value access"); !s.ok()) {
     return FinishNow(context, s);
   }
-  absl::StatusOr<KeyValueStore::CasResult> result = kv_->CompareAndSet(
-      request->scope(), request->key(), request->expected(), request->desired());
+  absl::StatusOr<KeyValueStore::CasResult> result =
+      kv_->CompareAndSet(request->scope(), request->key(), request->expected(), request->desired());
   if (result.ok()) {
     response->set_swapped(result->swapped);
     response->set_present(result->present);
@@ -578,7 +580,8 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerCo
     return FinishNow(context, s);
   }
   if (workers_ == nullptr) return FinishNow(context, NoJobSide());
-  for (v1::WorkerInfo& info : workers_->List(absl::Now())) *response->add_workers() = std::move(info);
+  for (v1::WorkerInfo& info : workers_->List(absl::Now()))
+    *response->add_workers() = std::move(info);
   return FinishNow(context, absl::OkStatus());
 }
 

@@ -15,29 +15,26 @@ namespace dtrain {
 
 // The four tensor collectives are served raw (zero-copy framing, see tensor_frames.h); their
 // messages on the wire are still exactly those of coordinator.proto.
-using CoordinatorServiceBase =
-    v1::Coordinator::WithCallbackMethod_Register<
-    v1::Coordinator::WithCallbackMethod_Heartbeat<
-    v1::Coordinator::WithCallbackMethod_Leave<
-    v1::Coordinator::WithCallbackMethod_Barrier<
-    v1::Coordinator::WithRawCallbackMethod_Broadcast<
-    v1::Coordinator::WithRawCallbackMethod_AllGather<
-    v1::Coordinator::WithRawCallbackMethod_Reduce<
-    v1::Coordinator::WithRawCallbackMethod_AllReduce<
-    v1::Coordinator::WithCallbackMethod_ReduceBooleanDecision<
-    v1::Coordinator::WithCallbackMethod_Session<
-    v1::Coordinator::WithCallbackMethod_KeyValueSet<
-    v1::Coordinator::WithCallbackMethod_KeyValueGet<
-    v1::Coordinator::WithCallbackMethod_KeyValueAdd<
-    v1::Coordinator::WithCallbackMethod_KeyValueCompareAndSet<
-    v1::Coordinator::WithCallbackMethod_KeyValueDelete<
-    v1::Coordinator::WithCallbackMethod_KeyValueList<
-    v1::Coordinator::WithCallbackMethod_ListGroups<
-    v1::Coordinator::WithCallbackMethod_RegisterWorker<
-    v1::Coordinator::WithCallbackMethod_WorkerHeartbeat<
-    v1::Coordinator::WithCallbackMethod_UnregisterWorker<
-    v1::Coordinator::WithCallbackMethod_ListWorkers<
-    v1::Coordinator::Service>>>>>>>>>>>>>>>>>>>>>;
+using CoordinatorServiceBase = v1::Coordinator::WithCallbackMethod_Register<
+    v1::Coordinator::WithCallbackMethod_Heartbeat<v1::Coordinator::WithCallbackMethod_Leave<
+        v1::Coordinator::WithCallbackMethod_Barrier<v1::Coordinator::WithRawCallbackMethod_Broadcast<
+            v1::Coordinator::WithRawCallbackMethod_AllGather<v1::Coordinator::WithRawCallbackMethod_Reduce<
+                v1::Coordinator::WithRawCallbackMethod_AllReduce<v1::Coordinator::WithCallbackMethod_ReduceBooleanDecision<
+                    v1::Coordinator::WithCallbackMethod_Session<v1::Coordinator::WithCallbackMethod_KeyValueSet<
+                        v1::Coordinator::WithCallbackMethod_KeyValueGet<
+                            v1::Coordinator::WithCallbackMethod_KeyValueAdd<
+                                v1::Coordinator::WithCallbackMethod_KeyValueCompareAndSet<
+                                    v1::Coordinator::WithCallbackMethod_KeyValueDelete<
+                                        v1::Coordinator::WithCallbackMethod_KeyValueList<
+                                            v1::Coordinator::WithCallbackMethod_ListGroups<
+                                                v1::Coordinator::WithCallbackMethod_RegisterWorker<
+                                                    v1::Coordinator::WithCallbackMethod_WorkerHeartbeat<
+                                                        v1::Coordinator::
+                                                            WithCallbackMethod_UnregisterWorker<
+                                                                v1::Coordinator::
+                                                                    WithCallbackMethod_ListWorkers<
+                                                                        v1::Coordinator::
+                                                                            Service>>>>>>>>>>>>>>>>>>>>>;
 
 class CoordinatorService final : public CoordinatorServiceBase {
  public:

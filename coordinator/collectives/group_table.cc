@@ -18,11 +18,16 @@ int64_t Millis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
 
 std::string StateName(v1::GroupState state) {
   switch (state) {
-    case v1::GROUP_STATE_FORMING: return "forming";
-    case v1::GROUP_STATE_ACTIVE: return "active";
-    case v1::GROUP_STATE_FAILED: return "failed";
-    case v1::GROUP_STATE_ENDED: return "ended";
-    default: return "unknown";
+    case v1::GROUP_STATE_FORMING:
+      return "forming";
+    case v1::GROUP_STATE_ACTIVE:
+      return "active";
+    case v1::GROUP_STATE_FAILED:
+      return "failed";
+    case v1::GROUP_STATE_ENDED:
+      return "ended";
+    default:
+      return "unknown";
   }
 }
 
@@ -48,9 +53,8 @@ std::string GroupTable::Describe(const Member& member) {
 absl::Status GroupTable::ValidateRegister(const v1::RegisterRequest& r) const {
   if (r.group().empty()) return absl::InvalidArgumentError("register: group id is empty");
   if (r.group().size() > kMaxNameBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("register: group id is ", r.group().size(), " bytes; at most ",
-                     kMaxNameBytes));
+    return absl::InvalidArgumentError(absl::StrCat("register: group id is ", r.group().size(),
+                                                   " bytes; at most ", kMaxNameBytes));
   }
   if (r.host().empty()) return absl::InvalidArgumentError("register: host name is empty");
   if (r.host().size() > kMaxNameBytes) {
@@ -63,15 +67,15 @@ absl::Status GroupTable::ValidateRegister(const v1::RegisterRequest& r) const {
     return absl::InvalidArgumentError("register: order_key is longer than 256 bytes");
   }
   if (r.local_devices() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "register: local_devices must be at least 1, got ", r.local_devices()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("register: local_devices must be at least 1, got ", r.local_devices()));
   }
   if (r.incarnation() == 0) {
     return absl::InvalidArgumentError("register: incarnation must be a non-zero random id");
   }
   if (r.world_size() < 1 || r.world_size() > kMaxWorldSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "register: world_size must be in [1, ", kMaxWorldSize, "], got ", r.world_size()));
+    return absl::InvalidArgumentError(absl::StrCat("register: world_size must be in [1, ",
+                                                   kMaxWorldSize, "], got ", r.world_size()));
   }
   if (r.min_world_size() < 0 || r.min_world_size() > r.world_size()) {
     return absl::InvalidArgumentError(
@@ -80,8 +84,7 @@ absl::Status GroupTable::ValidateRegister(const v1::RegisterRequest& r) const {
   }
   if (r.settle_timeout_ms() < 0 || r.timeout_ms() < 0 || r.collective_timeout_ms() < 0 ||
       r.generation() < 0) {
-    return absl::InvalidArgumentError(
-        "register: timeouts and generation must not be negative");
+    return absl::InvalidArgumentError("register: timeouts and generation must not be negative");
   }
   return absl::OkStatus();
 }
@@ -93,40 +96,38 @@ void GroupTable::Register(const v1::RegisterRequest& request, RegisterDone done)
   {
     absl::MutexLock lock(&mu_);
     if (stopped_) {
-      completions.push_back([done] {
-        done(absl::UnavailableError("the coordinator is shutting down"));
-      });
+      completions.push_back(
+          [done] { done(absl::UnavailableError("the coordinator is shutting down")); });
     } else {
       EvictEndedLocked();
       auto [it, inserted] = groups_.try_emplace(request.group());
       Group& g = it->second;
-      const int min_size = request.min_world_size() == 0 ? request.world_size()
-                                                         : request.min_world_size();
+      const int min_size =
+          request.min_world_size() == 0 ? request.world_size() : request.min_world_size();
       const absl::Duration settle = absl::Milliseconds(request.settle_timeout_ms());
       absl::Status error;
       if (!inserted && request.generation() != 0 && request.generation() < g.generation) {
         error = absl::FailedPreconditionError(absl::StrCat(
             "group '", g.id, "' is at generation ", g.generation, "; generation ",
             request.generation(), " is over. Register with generation 0 to join the current one"));
-      } else if (!inserted && (g.state == v1::GROUP_STATE_ACTIVE ||
-                               g.state == v1::GROUP_STATE_FORMING) &&
+      } else if (!inserted &&
+                 (g.state == v1::GROUP_STATE_ACTIVE || g.state == v1::GROUP_STATE_FORMING) &&
                  request.generation() > g.generation) {
-        error = absl::FailedPreconditionError(absl::StrCat(
-            "group '", g.id, "' is at generation ", g.generation, "; generation ",
-            request.generation(), " does not exist yet"));
+        error = absl::FailedPreconditionError(
+            absl::StrCat("group '", g.id, "' is at generation ", g.generation, "; generation ",
+                         request.generation(), " does not exist yet"));
       } else if (!inserted && g.state == v1::GROUP_STATE_ACTIVE) {
         for (const Member& m : g.members) {
           if (m.info.incarnation() == request.incarnation()) {
             error = absl::AlreadyExistsError(
-                absl::StrCat("this process (incarnation ", request.incarnation(),
-                             ") is already ", Describe(m), " of group '", g.id,
-                             "' generation ", g.generation));
+                absl::StrCat("this process (incarnation ", request.incarnation(), ") is already ",
+                             Describe(m), " of group '", g.id, "' generation ", g.generation));
           }
         }
         if (error.ok()) {
           error = absl::FailedPreconditionError(absl::StrCat(
-              "group '", g.id, "' generation ", g.generation, " is full: all ",
-              g.members.size(), " ranks are registered and running. Use another group id, or "
+              "group '", g.id, "' generation ", g.generation, " is full: all ", g.members.size(),
+              " ranks are registered and running. Use another group id, or "
               "wait until its members leave"));
         }
       }
@@ -149,11 +150,10 @@ void GroupTable::Register(const v1::RegisterRequest& request, RegisterDone done)
         } else if (g.world_size != request.world_size() || g.min_world_size != min_size ||
                    g.settle_timeout != settle) {
           error = absl::FailedPreconditionError(absl::StrCat(
-              "group '", g.id, "' is forming with world_size ", g.world_size,
-              ", min_world_size ", g.min_world_size, ", settle_timeout_ms ",
-              Millis(g.settle_timeout), "; this registration asks for ", request.world_size(),
-              ", ", min_size, ", ", request.settle_timeout_ms(),
-              ". Every member must ask for the same sizes"));
+              "group '", g.id, "' is forming with world_size ", g.world_size, ", min_world_size ",
+              g.min_world_size, ", settle_timeout_ms ", Millis(g.settle_timeout),
+              "; this registration asks for ", request.world_size(), ", ", min_size, ", ",
+              request.settle_timeout_ms(), ". Every member must ask for the same sizes"));
         } else {
           for (const Pending& p : g.pending) {
             if (p.incarnation == request.incarnation()) {
@@ -171,8 +171,8 @@ void GroupTable::Register(const v1::RegisterRequest& request, RegisterDone done)
                                            ? absl::Milliseconds(request.timeout_ms())
                                            : options_.default_register_timeout;
         g.pending.push_back(Pending{request.host(), request.order_key(), request.name(),
-                                    request.local_devices(), request.incarnation(),
-                                    now + timeout, std::move(done)});
+                                    request.local_devices(), request.incarnation(), now + timeout,
+                                    std::move(done)});
         g.last_join = now;
         if (static_cast<int>(g.pending.size()) == g.world_size) Form(g, now, completions);
       }
@@ -245,9 +245,10 @@ void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& complet
         [done = std::move(p.done), response = std::move(response)] { done(response); });
   }
   g.pending.clear();
-  LogInfo(absl::StrCat("group '", g.id, "' formed"),
-          {{"group", g.id}, {"generation", g.generation}, {"world_size", g.world_size},
-           {"num_nodes", num_nodes}});
+  LogInfo(absl::StrCat("group '", g.id, "' formed"), {{"group", g.id},
+                                                      {"generation", g.generation},
+                                                      {"world_size", g.world_size},
+                                                      {"num_nodes", num_nodes}});
 }
 
 void GroupTable::CancelRegistration(const std::string& group, uint64_t incarnation) {
@@ -280,10 +281,10 @@ absl::StatusOr<const GroupTable::Member*> GroupTable::FindMember(const v1::Membe
   }
   const Group& g = it->second;
   if (ref.generation() != g.generation) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "group '", g.id, "' is at generation ", g.generation, " (", StateName(g.state),
-        "); this member belongs to generation ", ref.generation(),
-        ", which is over. Register again"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("group '", g.id, "' is at generation ", g.generation, " (", StateName(g.state),
+                     "); this member belongs to generation ", ref.generation(),
+                     ", which is over. Register again"));
   }
   if (g.state == v1::GROUP_STATE_FORMING) {
     return absl::FailedPreconditionError(
@@ -296,14 +297,13 @@ absl::StatusOr<const GroupTable::Member*> GroupTable::FindMember(const v1::Membe
   }
   const Member& m = g.members[ref.rank()];
   if (m.info.incarnation() != ref.incarnation()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Describe(m), " of group '", g.id, "' is held by incarnation ", m.info.incarnation(),
-        ", not by the caller's ", ref.incarnation()));
+    return absl::FailedPreconditionError(
+        absl::StrCat(Describe(m), " of group '", g.id, "' is held by incarnation ",
+                     m.info.incarnation(), ", not by the caller's ", ref.incarnation()));
   }
   if (g.state == v1::GROUP_STATE_FAILED && !allow_failed) return absl::AbortedError(g.failure);
   if (g.state == v1::GROUP_STATE_ENDED || m.left) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Describe(m), " has left group '", g.id, "'"));
+    return absl::FailedPreconditionError(absl::StrCat(Describe(m), " has left group '", g.id, "'"));
   }
   return &m;
 }
@@ -380,8 +380,7 @@ void GroupTable::MaybeEnd(Group& g, std::vector<Completion>& completions) {
   }
 }
 
-void GroupTable::Fail(Group& g, const std::string& reason,
-                      std::vector<Completion>& completions) {
+void GroupTable::Fail(Group& g, const std::string& reason, std::vector<Completion>& completions) {
   g.state = v1::GROUP_STATE_FAILED;
   g.failure = reason;
   LogWarning(reason, {{"group", g.id}, {"generation", g.generation}});
@@ -406,12 +405,11 @@ void GroupTable::Tick(absl::Time now) {
           }
           std::vector<std::string> hosts;
           for (const Pending& q : g.pending) hosts.push_back(q.host);
-          std::string message = absl::StrCat(
-              "group '", g.id, "' did not form in time: ", g.pending.size(), " of ", g.world_size,
-              " members registered (hosts: ", absl::StrJoin(hosts, ", "),
-              "); start the missing workers or lower world_size");
-          Log(g.timeout_logged ? LogLevel::kDebug : LogLevel::kWarning, message,
-              {{"group", g.id}});
+          std::string message =
+              absl::StrCat("group '", g.id, "' did not form in time: ", g.pending.size(), " of ",
+                           g.world_size, " members registered (hosts: ", absl::StrJoin(hosts, ", "),
+                           "); start the missing workers or lower world_size");
+          Log(g.timeout_logged ? LogLevel::kDebug : LogLevel::kWarning, message, {{"group", g.id}});
           g.timeout_logged = true;
           completions.push_back([done = std::move(p->done), message = std::move(message)] {
             done(absl::DeadlineExceededError(message));
@@ -430,12 +428,12 @@ void GroupTable::Tick(absl::Time now) {
           m.dead = true;
           ++heartbeat_deaths_;
           Fail(g,
-               absl::StrCat(Describe(m), " of group '", g.id, "' generation ", g.generation,
-                            " is dead: no heartbeat for ",
-                            absl::FormatDuration(absl::Trunc(now - m.last_heartbeat,
-                                                             absl::Milliseconds(1))),
-                            " (timeout ", absl::FormatDuration(options_.heartbeat_timeout),
-                            "); every collective of this group now fails"),
+               absl::StrCat(
+                   Describe(m), " of group '", g.id, "' generation ", g.generation,
+                   " is dead: no heartbeat for ",
+                   absl::FormatDuration(absl::Trunc(now - m.last_heartbeat, absl::Milliseconds(1))),
+                   " (timeout ", absl::FormatDuration(options_.heartbeat_timeout),
+                   "); every collective of this group now fails"),
                completions);
           break;
         }

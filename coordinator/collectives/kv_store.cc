@@ -1,8 +1,8 @@
 #include "coordinator/collectives/kv_store.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 
 namespace dtrain {
 namespace {
@@ -37,8 +37,8 @@ absl::Status ValidateValue(const std::string& value) {
 
 }  // namespace
 
-void KeyValueStore::Wake(const std::string& scope, const std::string& key,
-                         const std::string& value, std::vector<Completion>& completions) {
+void KeyValueStore::Wake(const std::string& scope, const std::string& key, const std::string& value,
+                         std::vector<Completion>& completions) {
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (it->scope == scope && it->key == key) {
       completions.push_back([done = std::move(it->done), value] { done(value); });
@@ -68,9 +68,9 @@ void KeyValueStore::Get(const std::string& scope, const std::string& key, absl::
                         GetDone done) {
   if (absl::Status s = ValidateKey(scope, key); !s.ok()) return done(s);
   if (wait < absl::ZeroDuration() || wait > kMaxWait) {
-    return done(absl::InvalidArgumentError(absl::StrCat(
-        "key-value: wait timeout must be between 0 and ", absl::FormatDuration(kMaxWait),
-        ", got ", absl::FormatDuration(wait))));
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("key-value: wait timeout must be between 0 and ",
+                     absl::FormatDuration(kMaxWait), ", got ", absl::FormatDuration(wait))));
   }
   absl::StatusOr<std::string> answer;
   {
@@ -120,9 +120,10 @@ absl::StatusOr<int64_t> KeyValueStore::Add(const std::string& scope, const std::
   return result;
 }
 
-absl::StatusOr<KeyValueStore::CasResult> KeyValueStore::CompareAndSet(
-    const std::string& scope, const std::string& key, const std::string& expected,
-    std::string desired) {
+absl::StatusOr<KeyValueStore::CasResult> KeyValueStore::CompareAndSet(const std::string& scope,
+                                                                      const std::string& key,
+                                                                      const std::string& expected,
+                                                                      std::string desired) {
   if (absl::Status s = ValidateKey(scope, key); !s.ok()) return s;
   if (absl::Status s = ValidateValue(desired); !s.ok()) return s;
   std::vector<Completion> completions;
@@ -183,12 +184,12 @@ void KeyValueStore::Tick(absl::Time now) {
         ++it;
         continue;
       }
-      completions.push_back([done = std::move(it->done),
-                             msg = absl::StrCat("key-value: key '", it->key, "' in scope '",
-                                                it->scope, "' was not set within ",
-                                                absl::FormatDuration(it->wait))] {
-        done(absl::DeadlineExceededError(msg));
-      });
+      completions.push_back(
+          [done = std::move(it->done),
+           msg = absl::StrCat("key-value: key '", it->key, "' in scope '", it->scope,
+                              "' was not set within ", absl::FormatDuration(it->wait))] {
+            done(absl::DeadlineExceededError(msg));
+          });
       it = waiters_.erase(it);
     }
   }

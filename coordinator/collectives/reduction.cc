@@ -54,11 +54,31 @@ T WrapMul(T a, T b) {
   }
 }
 
-struct SumOp { template <typename T> static T Apply(T a, T b) { return WrapAdd(a, b); } };
-struct ProdOp { template <typename T> static T Apply(T a, T b) { return WrapMul(a, b); } };
+struct SumOp {
+  template <typename T>
+  static T Apply(T a, T b) {
+    return WrapAdd(a, b);
+  }
+};
+struct ProdOp {
+  template <typename T>
+  static T Apply(T a, T b) {
+    return WrapMul(a, b);
+  }
+};
 // b != b is true only for NaN, which must win as it does in torch.
-struct MaxOp { template <typename T> static T Apply(T a, T b) { return (b > a || b != b) ? b : a; } };
-struct MinOp { template <typename T> static T Apply(T a, T b) { return (b < a || b != b) ? b : a; } };
+struct MaxOp {
+  template <typename T>
+  static T Apply(T a, T b) {
+    return (b > a || b != b) ? b : a;
+  }
+};
+struct MinOp {
+  template <typename T>
+  static T Apply(T a, T b) {
+    return (b < a || b != b) ? b : a;
+  }
+};
 
 template <typename Traits, typename Op, bool kMean>
 void ReduceTyped(const std::vector<const char*>& inputs, int64_t numel, char* out) {
@@ -86,12 +106,18 @@ void ReduceTyped(const std::vector<const char*>& inputs, int64_t numel, char* ou
 template <typename Traits>
 void ReduceWithOp(v1::ReduceOp op, const std::vector<const char*>& in, int64_t numel, char* out) {
   switch (op) {
-    case v1::REDUCE_OP_SUM: return ReduceTyped<Traits, SumOp, false>(in, numel, out);
-    case v1::REDUCE_OP_MEAN: return ReduceTyped<Traits, SumOp, true>(in, numel, out);
-    case v1::REDUCE_OP_MAX: return ReduceTyped<Traits, MaxOp, false>(in, numel, out);
-    case v1::REDUCE_OP_MIN: return ReduceTyped<Traits, MinOp, false>(in, numel, out);
-    case v1::REDUCE_OP_PRODUCT: return ReduceTyped<Traits, ProdOp, false>(in, numel, out);
-    default: return;  // excluded by CheckReducible
+    case v1::REDUCE_OP_SUM:
+      return ReduceTyped<Traits, SumOp, false>(in, numel, out);
+    case v1::REDUCE_OP_MEAN:
+      return ReduceTyped<Traits, SumOp, true>(in, numel, out);
+    case v1::REDUCE_OP_MAX:
+      return ReduceTyped<Traits, MaxOp, false>(in, numel, out);
+    case v1::REDUCE_OP_MIN:
+      return ReduceTyped<Traits, MinOp, false>(in, numel, out);
+    case v1::REDUCE_OP_PRODUCT:
+      return ReduceTyped<Traits, ProdOp, false>(in, numel, out);
+    default:
+      return;  // excluded by CheckReducible
   }
 }
 
@@ -121,19 +147,25 @@ void ReduceBool(v1::ReduceOp op, const std::vector<const char*>& in, int64_t num
 
 std::string ReduceOpName(v1::ReduceOp op) {
   switch (op) {
-    case v1::REDUCE_OP_SUM: return "sum";
-    case v1::REDUCE_OP_MEAN: return "mean";
-    case v1::REDUCE_OP_MAX: return "max";
-    case v1::REDUCE_OP_MIN: return "min";
-    case v1::REDUCE_OP_PRODUCT: return "product";
-    default: return absl::StrCat("reduce_op(", static_cast<int>(op), ")");
+    case v1::REDUCE_OP_SUM:
+      return "sum";
+    case v1::REDUCE_OP_MEAN:
+      return "mean";
+    case v1::REDUCE_OP_MAX:
+      return "max";
+    case v1::REDUCE_OP_MIN:
+      return "min";
+    case v1::REDUCE_OP_PRODUCT:
+      return "product";
+    default:
+      return absl::StrCat("reduce_op(", static_cast<int>(op), ")");
   }
 }
 
 absl::Status CheckReducible(v1::DType dtype, v1::ReduceOp op) {
   if (op < v1::REDUCE_OP_SUM || op > v1::REDUCE_OP_PRODUCT) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown reduce op ", static_cast<int>(op), "; use sum, mean, max, min or product"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", static_cast<int>(op),
+                                                   "; use sum, mean, max, min or product"));
   }
   if (dtype == v1::DTYPE_BOOL && op == v1::REDUCE_OP_MEAN) {
     return absl::InvalidArgumentError(
@@ -142,16 +174,24 @@ absl::Status CheckReducible(v1::DType dtype, v1::ReduceOp op) {
   return DTypeSize(dtype).status();
 }
 
-absl::Status ReduceBuffers(v1::DType dtype, v1::ReduceOp op,
-                           const std::vector<const char*>& inputs, int64_t numel, char* out) {
+absl::Status ReduceBuffers(v1::DType dtype, v1::ReduceOp op, const std::vector<const char*>& inputs,
+                           int64_t numel, char* out) {
   if (absl::Status s = CheckReducible(dtype, op); !s.ok()) return s;
   if (inputs.empty()) return absl::InvalidArgumentError("reduction of zero inputs");
   const bool mean = op == v1::REDUCE_OP_MEAN;
   switch (dtype) {
-    case v1::DTYPE_FLOAT32: ReduceWithOp<Plain<float, float>>(op, inputs, numel, out); break;
-    case v1::DTYPE_FLOAT64: ReduceWithOp<Plain<double, double>>(op, inputs, numel, out); break;
-    case v1::DTYPE_FLOAT16: ReduceWithOp<Half>(op, inputs, numel, out); break;
-    case v1::DTYPE_BFLOAT16: ReduceWithOp<BFloat>(op, inputs, numel, out); break;
+    case v1::DTYPE_FLOAT32:
+      ReduceWithOp<Plain<float, float>>(op, inputs, numel, out);
+      break;
+    case v1::DTYPE_FLOAT64:
+      ReduceWithOp<Plain<double, double>>(op, inputs, numel, out);
+      break;
+    case v1::DTYPE_FLOAT16:
+      ReduceWithOp<Half>(op, inputs, numel, out);
+      break;
+    case v1::DTYPE_BFLOAT16:
+      ReduceWithOp<BFloat>(op, inputs, numel, out);
+      break;
     case v1::DTYPE_INT8:
       mean ? ReduceIntegerMean<int8_t>(inputs, numel, out)
            : ReduceWithOp<Plain<int8_t, int8_t>>(op, inputs, numel, out);
@@ -168,8 +208,11 @@ absl::Status ReduceBuffers(v1::DType dtype, v1::ReduceOp op,
       mean ? ReduceIntegerMean<int64_t>(inputs, numel, out)
            : ReduceWithOp<Plain<int64_t, int64_t>>(op, inputs, numel, out);
       break;
-    case v1::DTYPE_BOOL: ReduceBool(op, inputs, numel, out); break;
-    default: return absl::InvalidArgumentError("unknown dtype");
+    case v1::DTYPE_BOOL:
+      ReduceBool(op, inputs, numel, out);
+      break;
+    default:
+      return absl::InvalidArgumentError("unknown dtype");
   }
   return absl::OkStatus();
 }

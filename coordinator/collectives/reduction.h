@@ -22,8 +22,8 @@ absl::Status CheckReducible(v1::DType dtype, v1::ReduceOp op);
 
 // Reduces inputs[0..n) (each `numel` elements of `dtype`) into `out`, which may alias none of
 // them. `out` must hold numel elements.
-absl::Status ReduceBuffers(v1::DType dtype, v1::ReduceOp op,
-                           const std::vector<const char*>& inputs, int64_t numel, char* out);
+absl::Status ReduceBuffers(v1::DType dtype, v1::ReduceOp op, const std::vector<const char*>& inputs,
+                           int64_t numel, char* out);
 
 std::string ReduceOpName(v1::ReduceOp op);
 

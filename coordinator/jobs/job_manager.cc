@@ -1,8 +1,8 @@
 #include "coordinator/jobs/job_manager.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -47,9 +47,10 @@ absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate
     queue_.push_back(id);
   }
   job->SetStore(store_.get(), /*insert=*/true);
-  job->Log(absl::StrCat("submitted: ", spec.trainer().num_workers(), " worker(s), strategy ",
-                        spec.trainer().strategy(), ", model ",
-                        spec.model().has_builtin() ? spec.model().builtin() : spec.model().torchscript()));
+  job->Log(absl::StrCat(
+      "submitted: ", spec.trainer().num_workers(), " worker(s), strategy ",
+      spec.trainer().strategy(), ", model ",
+      spec.model().has_builtin() ? spec.model().builtin() : spec.model().torchscript()));
   if (absl::Status s = job->OpenFiles(options_.host); !s.ok()) {
     job->Finish(v1::FAILED, std::string(s.message()));
     job->Release();
@@ -66,7 +67,8 @@ std::shared_ptr<JobRecord> JobManager::Find(const std::string& id) const {
 
 absl::StatusOr<v1::JobStatus> JobManager::Get(const std::string& id, bool with_spec) const {
   std::shared_ptr<JobRecord> job = Find(id);
-  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'; see dtrain list"));
+  if (job == nullptr)
+    return absl::NotFoundError(absl::StrCat("no job '", id, "'; see dtrain list"));
   return job->Status(with_spec);
 }
 
@@ -85,8 +87,8 @@ absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& id) {
   std::shared_ptr<JobRecord> job = Find(id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
   if (job->terminal()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job '", id, "' already ended (", v1::JobState_Name(job->state()), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", id, "' already ended (", v1::JobState_Name(job->state()), ")"));
   }
   job->RequestCancel();
   bool was_queued = false;
@@ -105,8 +107,7 @@ absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& id) {
   return job->Status(false);
 }
 
-absl::StatusOr<std::vector<std::string>> JobManager::Logs(const std::string& id,
-                                                          int64_t from_line,
+absl::StatusOr<std::vector<std::string>> JobManager::Logs(const std::string& id, int64_t from_line,
                                                           int64_t* next_line) const {
   std::shared_ptr<JobRecord> job = Find(id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
@@ -139,8 +140,8 @@ absl::Status JobManager::Restore(const std::string& path) {
   }
   for (JobStore::StoredJob& record : stored) {
     const std::string id = record.status.id();
-    auto job = std::make_shared<JobRecord>(std::move(record), absl::StrCat(options_.state_dir, "/jobs/", id),
-                                     store_.get());
+    auto job = std::make_shared<JobRecord>(
+        std::move(record), absl::StrCat(options_.state_dir, "/jobs/", id), store_.get());
     const v1::JobState state = job->state();
     if (!IsTerminal(state)) {
       if (absl::Status s = job->OpenFiles(options_.host); !s.ok()) {
@@ -156,7 +157,8 @@ absl::Status JobManager::Restore(const std::string& path) {
                    ? "the coordinator restarted while this job ran, before its first checkpoint; "
                      "it starts over once its workers are back"
                    : absl::StrCat("the coordinator restarted while this job ran; it resumes from "
-                                  "its last checkpoint ", checkpoint, " once its workers are back"));
+                                  "its last checkpoint ",
+                                  checkpoint, " once its workers are back"));
       job->PrepareResume(checkpoint, "after the coordinator restarted");
     } else if (!job->terminal()) {
       job->Log("the coordinator restarted; the job is queued again");
@@ -290,7 +292,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
     if (access_ != nullptr) access_->RevokeJobToken(options.job_token);
     for (const std::string& name : trainer.unreachable_workers()) {
       workers_->MarkUnreachable(name);
-      job->Log(absl::StrCat("worker '", name, "' was unreachable; it is not placed again until it "
+      job->Log(absl::StrCat("worker '", name,
+                            "' was unreachable; it is not placed again until it "
                             "heartbeats"));
     }
     if (!may_reform) break;
@@ -306,9 +309,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
         if (held.count(w.name()) > 0) next.push_back(w);
       }
       const std::set<std::string> exclude(lost.begin(), lost.end());
-      for (v1::WorkerInfo& w :
-           workers_->Reserve(job->id(), 0, num_workers - static_cast<int>(next.size()), exclude,
-                             absl::Now())) {
+      for (v1::WorkerInfo& w : workers_->Reserve(
+               job->id(), 0, num_workers - static_cast<int>(next.size()), exclude, absl::Now())) {
         held.insert(w.name());
         next.push_back(std::move(w));
       }
@@ -334,9 +336,9 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
         requeue = true;
         break;
       }
-      job->Finish(v1::FAILED, absl::StrCat(status.message(), "; the job cannot re-form: ",
-                                           next.size(), " worker(s) left, min_workers is ",
-                                           min_workers));
+      job->Finish(v1::FAILED,
+                  absl::StrCat(status.message(), "; the job cannot re-form: ", next.size(),
+                               " worker(s) left, min_workers is ", min_workers));
       break;
     }
     options.spec.set_resume_from(checkpoint.empty() ? first_resume_from : checkpoint);
@@ -345,14 +347,14 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
     options.clear_stale_runs = true;
     job->SetWorkers(next);
     if (!decision.uses_restart) {
-      job->Log(absl::StrCat(status.message(), "; re-forming on ", Names(next),
-                            ", resuming from ", checkpoint));
+      job->Log(absl::StrCat(status.message(), "; re-forming on ", Names(next), ", resuming from ",
+                            checkpoint));
       continue;
     }
     ++restarts;
-    job->Log(absl::StrCat("lost worker(s) ", absl::StrJoin(lost_quoted, ", "), " (", status.message(),
-                          "); re-forming on ", Names(next), " (restart ", restarts, " of ",
-                          max_restarts, "), resuming from ",
+    job->Log(absl::StrCat("lost worker(s) ", absl::StrJoin(lost_quoted, ", "), " (",
+                          status.message(), "); re-forming on ", Names(next), " (restart ",
+                          restarts, " of ", max_restarts, "), resuming from ",
                           checkpoint.empty() ? "the start (no checkpoint yet)" : checkpoint));
   }
   job->Release();

@@ -38,7 +38,7 @@ namespace dtrain {
 
 struct JobManagerOptions {
   std::string state_dir = "/tmp/dtrain-state";
-  std::string host;                  // for event file names
+  std::string host;  // for event file names
   absl::Duration setup_timeout = absl::Minutes(5);
   absl::Duration step_timeout = absl::Minutes(30);
 };
@@ -92,7 +92,7 @@ class JobManager {
   std::unique_ptr<JobStore> store_;  // set by Restore, before any job exists
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<JobRecord>> jobs_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);     // submission order
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> name_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::thread> threads_ ABSL_GUARDED_BY(mu_);  // running trainers

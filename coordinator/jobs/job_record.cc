@@ -9,7 +9,7 @@
 namespace dtrain {
 
 JobRecord::JobRecord(std::string id, v1::JobSpec spec, std::string dir)
-      : dir_(std::move(dir)), spec_(std::move(spec)) {
+    : dir_(std::move(dir)), spec_(std::move(spec)) {
   status_id_ = id;
   status_.set_id(std::move(id));
   status_.set_name(spec_.name());
@@ -20,7 +20,7 @@ JobRecord::JobRecord(std::string id, v1::JobSpec spec, std::string dir)
 }
 
 JobRecord::JobRecord(JobStore::StoredJob stored, std::string dir, JobStore* store)
-      : dir_(std::move(dir)), spec_(std::move(stored.spec)), restored_(true) {
+    : dir_(std::move(dir)), spec_(std::move(stored.spec)), restored_(true) {
   absl::MutexLock lock(&mu_);
   status_ = std::move(stored.status);
   status_id_ = status_.id();
@@ -96,9 +96,8 @@ v1::JobStatus JobRecord::Status(bool with_spec) const {
 
 void JobRecord::LogAt(LogLevel level, const std::string& line) {
   ::dtrain::Log(level, line, {{"job", status_id_}});
-  const std::string stamped =
-      absl::StrCat(absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::Now(), absl::LocalTimeZone()),
-                   " ", line);
+  const std::string stamped = absl::StrCat(
+      absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::Now(), absl::LocalTimeZone()), " ", line);
   {
     absl::MutexLock lock(&mu_);
     if (lines_on_disk_) {

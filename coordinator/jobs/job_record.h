@@ -37,7 +37,7 @@ class JobRecord : public TrainerReporter {
   // an unfinished one gets them back in memory, since it goes on adding to them.
   JobRecord(JobStore::StoredJob stored, std::string dir, JobStore* store);
 
-  const std::string& id() const { return status_.id(); }
+  const std::string& id() const { return status_id_; }
   const std::string& dir() const { return dir_; }
 
   // From now on every change is written to `store` (null: none). The first write of a new job
@@ -114,7 +114,7 @@ class JobRecord : public TrainerReporter {
 
   const std::string dir_;
   const v1::JobSpec spec_;  // immutable once submitted
-  std::string status_id_;   // status_.id(), readable without the lock
+  std::string status_id_;   // status_.id(), set once at construction: read without the lock
   mutable absl::Mutex mu_;
   v1::JobStatus status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);

@@ -41,7 +41,9 @@ CREATE INDEX IF NOT EXISTS metrics_by_job ON metrics (job_id);
 // A prepared statement, finalized on scope exit.
 class Statement {
  public:
-  Statement(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  Statement(sqlite3* db, const char* sql) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
   ~Statement() { sqlite3_finalize(stmt_); }
   Statement(const Statement&) = delete;
   Statement& operator=(const Statement&) = delete;
@@ -84,16 +86,16 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
     char holder[32] = {};
     (void)!pread(lock_fd, holder, sizeof(holder) - 1, 0);
     close(lock_fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "another coordinator (pid ", absl::StripAsciiWhitespace(holder), ") uses the job database '",
-        path, "'; give this one its own --state-dir"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("another coordinator (pid ", absl::StripAsciiWhitespace(holder),
+                     ") uses the job database '", path, "'; give this one its own --state-dir"));
   }
   const std::string pid = std::to_string(getpid()) + "\n";
   // The pid only serves the message above: failing to write it costs nothing else.
   if (ftruncate(lock_fd, 0) == 0) (void)!pwrite(lock_fd, pid.data(), pid.size(), 0);
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                                        SQLITE_OPEN_NOMUTEX, nullptr);
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);
@@ -106,7 +108,8 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   // A second coordinator on the same state directory would wait here instead of failing at once.
   sqlite3_busy_timeout(db, 5000);
   if (absl::Status s = store->Exec("PRAGMA journal_mode=WAL", "set WAL mode"); !s.ok()) return s;
-  if (absl::Status s = store->Exec("PRAGMA synchronous=NORMAL", "set synchronous"); !s.ok()) return s;
+  if (absl::Status s = store->Exec("PRAGMA synchronous=NORMAL", "set synchronous"); !s.ok())
+    return s;
   if (absl::Status s = store->Exec(kSchema, "create the schema"); !s.ok()) return s;
   Statement version(db, "SELECT value FROM meta WHERE key = 'schema_version'");
   if (!version.ok()) return store->Error("read the schema version");
@@ -120,7 +123,8 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   } else {
     Statement set(db, "INSERT INTO meta (key, value) VALUES ('schema_version', ?)");
     set.Text(1, std::to_string(kSchemaVersion));
-    if (!set.ok() || sqlite3_step(set.get()) != SQLITE_DONE) return store->Error("write the schema version");
+    if (!set.ok() || sqlite3_step(set.get()) != SQLITE_DONE)
+      return store->Error("write the schema version");
   }
   return store;
 }
@@ -134,8 +138,8 @@ JobStore::~JobStore() {
 }
 
 absl::Status JobStore::Error(const char* what) const {
-  return absl::InternalError(absl::StrCat("job database '", path_, "': cannot ", what, ": ",
-                                          sqlite3_errmsg(db_)));
+  return absl::InternalError(
+      absl::StrCat("job database '", path_, "': cannot ", what, ": ", sqlite3_errmsg(db_)));
 }
 
 absl::Status JobStore::Exec(const char* sql, const char* what) {
@@ -149,7 +153,8 @@ absl::Status JobStore::Exec(const char* sql, const char* what) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<JobStore::StoredJob>> JobStore::LoadAll(std::vector<std::string>* skipped) {
+absl::StatusOr<std::vector<JobStore::StoredJob>> JobStore::LoadAll(
+    std::vector<std::string>* skipped) {
   absl::MutexLock lock(&mu_);
   std::vector<StoredJob> jobs;
   {
@@ -173,8 +178,9 @@ absl::StatusOr<std::vector<JobStore::StoredJob>> JobStore::LoadAll(std::vector<s
 
 absl::StatusOr<std::vector<v1::MetricPoint>> JobStore::Points(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  Statement rows(db_, "SELECT name, step, epoch, value, wall_unix_ms FROM metrics "
-                      "WHERE job_id = ? ORDER BY rowid");
+  Statement rows(db_,
+                 "SELECT name, step, epoch, value, wall_unix_ms FROM metrics "
+                 "WHERE job_id = ? ORDER BY rowid");
   if (!rows.ok()) return Error("read metrics");
   rows.Text(1, job_id);
   std::vector<v1::MetricPoint> points;
@@ -193,8 +199,9 @@ absl::StatusOr<std::vector<v1::MetricPoint>> JobStore::Points(const std::string&
 
 absl::Status JobStore::Insert(const v1::JobSpec& spec, const v1::JobStatus& status) {
   absl::MutexLock lock(&mu_);
-  Statement insert(db_, "INSERT INTO jobs (id, state, spec, status, updated_unix_ms) "
-                        "VALUES (?, ?, ?, ?, ?)");
+  Statement insert(db_,
+                   "INSERT INTO jobs (id, state, spec, status, updated_unix_ms) "
+                   "VALUES (?, ?, ?, ?, ?)");
   if (!insert.ok()) return Error("insert a job");
   insert.Text(1, status.id());
   insert.Text(2, v1::JobState_Name(status.state()));
@@ -219,8 +226,9 @@ absl::Status JobStore::Update(const v1::JobStatus& status) {
 
 absl::Status JobStore::AddMetric(const std::string& job_id, const v1::MetricPoint& point) {
   absl::MutexLock lock(&mu_);
-  Statement insert(db_, "INSERT INTO metrics (job_id, name, step, epoch, value, wall_unix_ms) "
-                        "VALUES (?, ?, ?, ?, ?, ?)");
+  Statement insert(db_,
+                   "INSERT INTO metrics (job_id, name, step, epoch, value, wall_unix_ms) "
+                   "VALUES (?, ?, ?, ?, ?, ?)");
   if (!insert.ok()) return Error("insert a metric");
   insert.Text(1, job_id);
   insert.Text(2, point.name());

@@ -124,8 +124,8 @@ grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* con
   return FinishNow(context, absl::OkStatus());
 }
 
-grpc::ServerWriteReactor<v1::JobStatus>* JobsService::WatchJob(
-    grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
+grpc::ServerWriteReactor<v1::JobStatus>* JobsService::WatchJob(grpc::CallbackServerContext* context,
+                                                               const v1::WatchJobRequest* request) {
   return new WatchReactor(jobs_, request->id(), Authorize(*context, "WatchJob"));
 }
 

@@ -24,7 +24,7 @@ class JobsService final : public v1::Jobs::CallbackService {
                                      const v1::ListJobsRequest* request,
                                      v1::ListJobsResponse* response) override;
   grpc::ServerWriteReactor<v1::JobStatus>* WatchJob(grpc::CallbackServerContext* context,
-                                                     const v1::WatchJobRequest* request) override;
+                                                    const v1::WatchJobRequest* request) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const v1::CancelJobRequest* request,
                                       v1::JobStatus* response) override;

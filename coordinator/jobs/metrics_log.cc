@@ -37,8 +37,7 @@ absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Create(const std::string
 
 void MetricsLog::Add(const std::string& name, double value, int64_t step, int64_t epoch,
                      double wall_time) {
-  csv_ << absl::StrFormat("%.3f,%d,%d,%s,%.9g", wall_time, step, epoch, name, value)
-       << "\n";
+  csv_ << absl::StrFormat("%.3f,%d,%d,%s,%.9g", wall_time, step, epoch, name, value) << "\n";
   events_->AddScalar(name, value, step, wall_time).IgnoreError();
 }
 

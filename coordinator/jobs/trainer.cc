@@ -16,8 +16,8 @@
 #include "common/channel.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
-#include "common/tensor.h"
 #include "common/status_macros.h"
+#include "common/tensor.h"
 #include "coordinator/jobs/distributed_sampler.h"
 
 namespace dtrain {
@@ -85,7 +85,8 @@ std::vector<std::string> Trainer::OtherCheckpoints(const std::string& path) {
 
 void Trainer::NoteUnreachable(const std::vector<grpc::Status>& results) {
   for (size_t i = 0; i < results.size(); ++i) {
-    if (results[i].error_code() == grpc::StatusCode::UNAVAILABLE) unreachable_.insert(static_cast<int>(i));
+    if (results[i].error_code() == grpc::StatusCode::UNAVAILABLE)
+      unreachable_.insert(static_cast<int>(i));
   }
 }
 
@@ -115,8 +116,8 @@ absl::Status Trainer::OnEveryWorker(
             "): it was stopped, its process died or its host became unreachable; see that "
             "worker's log"));
       }
-      return absl::Status(s.code(), absl::StrCat(what, " failed on ", DescribeWorker(i), ": ",
-                                                 s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat(what, " failed on ", DescribeWorker(i), ": ", s.message()));
     }
   }
   return absl::OkStatus();
@@ -215,7 +216,8 @@ absl::Status Trainer::Setup() {
     }
   }
   for (const v1::SplitInfo& s : responses[0].splits()) split_sizes_[s.name()] = s.size();
-  if (split_sizes_["train"] <= 0) return absl::InvalidArgumentError("data: the train split is empty");
+  if (split_sizes_["train"] <= 0)
+    return absl::InvalidArgumentError("data: the train split is empty");
   int64_t n_train = split_sizes_["train"];
   if (d.limit_train_samples() > 0) n_train = std::min(n_train, d.limit_train_samples());
   split_sizes_["train"] = n_train;
@@ -226,8 +228,8 @@ absl::Status Trainer::Setup() {
   early_stop_.assign(world_, EarlyStopState{});
   std::vector<std::string> names;
   for (int i = 0; i < n; ++i) names.push_back(DescribeWorker(i));
-  reporter_->Log(absl::StrCat("group formed: ", absl::StrJoin(names, ", "), "; ",
-                              n_train, " training samples, ", batches_per_epoch_,
+  reporter_->Log(absl::StrCat("group formed: ", absl::StrJoin(names, ", "), "; ", n_train,
+                              " training samples, ", batches_per_epoch_,
                               " batches per rank per epoch, ", total_steps_, " optimizer steps"));
   constexpr int kLoggedRanks = 64;
   if (static_cast<int>(where.size()) > kLoggedRanks) {
@@ -262,14 +264,14 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
   const v1::TrainerConfig& t = spec.trainer();
   std::vector<std::vector<std::vector<int64_t>>> batches(world_);
   for (int r = 0; r < world_; ++r) {
-    batches[r] = Batches(TrainShard(split_sizes_["train"], world_, r, spec.data().shuffle(),
-                                    t.seed(), epoch),
-                         spec.data().batch_size());
+    batches[r] = Batches(
+        TrainShard(split_sizes_["train"], world_, r, spec.data().shuffle(), t.seed(), epoch),
+        spec.data().batch_size());
   }
   const int64_t nb = batches_per_epoch_;
   const double vci = t.val_check_interval();
-  const int64_t interval = vci <= 1 ? std::max<int64_t>(1, std::llround(vci * nb))
-                                    : static_cast<int64_t>(vci);
+  const int64_t interval =
+      vci <= 1 ? std::max<int64_t>(1, std::llround(vci * nb)) : static_cast<int64_t>(vci);
   progress_.set_epoch(epoch);
   progress_.set_phase("train");
   int64_t b = start_batch;
@@ -461,7 +463,8 @@ absl::Status Trainer::ValidateAndMaybeStop(int64_t epoch, bool* stop) {
   std::map<std::string, double> overall;
   std::vector<std::map<std::string, double>> per_rank;
   DTRAIN_RETURN_IF_ERROR(EvaluateAndReport("val", /*test=*/false, &overall, &per_rank));
-  auto metric = [&](const std::string& monitor, const std::string& section) -> absl::StatusOr<double> {
+  auto metric = [&](const std::string& monitor,
+                    const std::string& section) -> absl::StatusOr<double> {
     auto it = overall.find(monitor);
     if (it == overall.end()) {
       std::vector<std::string> have;
@@ -481,11 +484,11 @@ absl::Status Trainer::ValidateAndMaybeStop(int64_t epoch, bool* stop) {
     DTRAIN_ASSIGN_OR_RETURN(double value, metric(c.monitor(), "checkpoint"));
     const bool higher = c.mode() == "max";
     auto better = [&](double a, double b) { return higher ? a > b : a < b; };
-    const bool qualifies = static_cast<int>(top_k_.size()) < c.save_top_k() ||
-                           better(value, top_k_.back().first);
+    const bool qualifies =
+        static_cast<int>(top_k_.size()) < c.save_top_k() || better(value, top_k_.back().first);
     if (qualifies) {
-      const std::string path = absl::StrCat(options_.checkpoint_dir, "/epoch=", epoch,
-                                            "-step=", global_step_, ".ckpt");
+      const std::string path =
+          absl::StrCat(options_.checkpoint_dir, "/epoch=", epoch, "-step=", global_step_, ".ckpt");
       top_k_.emplace_back(value, path);
       std::stable_sort(top_k_.begin(), top_k_.end(),
                        [&](const auto& a, const auto& b) { return better(a.first, b.first); });
@@ -494,8 +497,8 @@ absl::Status Trainer::ValidateAndMaybeStop(int64_t epoch, bool* stop) {
         // Rank 0 wrote it; the coordinator shares its file system in the local cluster and
         // removes it (elsewhere the stale file stays, named in the log).
         if (std::remove(top_k_.back().second.c_str()) != 0) {
-          reporter_->Log(absl::StrCat("could not remove ", top_k_.back().second,
-                                      " (not on this machine?)"));
+          reporter_->Log(
+              absl::StrCat("could not remove ", top_k_.back().second, " (not on this machine?)"));
         }
         top_k_.pop_back();
       }
@@ -549,7 +552,8 @@ absl::Status Trainer::EvaluateAndReport(const std::string& split, bool test,
                                         std::vector<std::map<std::string, double>>* per_rank) {
   if (split_sizes_[split] <= 0) {
     if (options_.spec.stage() == "fit") return absl::OkStatus();  // nothing to evaluate
-    return absl::FailedPreconditionError(absl::StrCat("data: the dataset has no ", split, " split"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("data: the dataset has no ", split, " split"));
   }
   progress_.set_phase(test ? "test" : "validate");
   Report();
@@ -598,7 +602,9 @@ absl::Status Trainer::Predict() {
         const std::vector<int64_t>& indices = shards[rank][b];
         for (const auto& [name, proto] : result.batches(b).tensors()) {
           absl::StatusOr<HostTensor> t = FromProto(proto);
-          if (!t.ok() || t->shape.size() != 1 || t->shape[0] != static_cast<int64_t>(indices.size())) continue;
+          if (!t.ok() || t->shape.size() != 1 ||
+              t->shape[0] != static_cast<int64_t>(indices.size()))
+            continue;
           if (t->dtype != v1::DTYPE_INT64 && t->dtype != v1::DTYPE_FLOAT32) continue;
           columns.insert(name);
           const std::vector<int64_t> ints =
@@ -606,8 +612,7 @@ absl::Status Trainer::Predict() {
           const std::vector<float> floats =
               t->dtype == v1::DTYPE_FLOAT32 ? t->ToVector<float>() : std::vector<float>();
           for (size_t k = 0; k < indices.size(); ++k) {
-            rows[indices[k]][name] =
-                ints.empty() ? absl::StrCat(floats[k]) : absl::StrCat(ints[k]);
+            rows[indices[k]][name] = ints.empty() ? absl::StrCat(floats[k]) : absl::StrCat(ints[k]);
           }
         }
       }
@@ -696,8 +701,8 @@ absl::Status Trainer::Run() {
           if (load_from(candidate).ok()) {
             resumed_from = candidate;
             load_status = absl::OkStatus();
-            reporter_->Log(absl::StrCat("resuming from ", candidate, " instead of ",
-                                        spec.resume_from()));
+            reporter_->Log(
+                absl::StrCat("resuming from ", candidate, " instead of ", spec.resume_from()));
             break;
           }
         }
@@ -728,8 +733,8 @@ absl::Status Trainer::Run() {
                                     absl::SixDigits(last_loss_), ", ",
                                     absl::SixDigits(progress_.samples_per_second()), " samples/s"));
       }
-      DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(options_.checkpoint_dir + "/last.ckpt",
-                                            progress_.epoch()));
+      DTRAIN_RETURN_IF_ERROR(
+          SaveCheckpoint(options_.checkpoint_dir + "/last.ckpt", progress_.epoch()));
     }
     std::map<std::string, double> overall;
     std::vector<std::map<std::string, double>> per_rank;

@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,13 +44,13 @@ inline constexpr absl::Duration kTeardownTimeout = absl::Seconds(10);
 
 struct TrainerOptions {
   std::string job_id;
-  v1::JobSpec spec;                       // normalized
-  std::vector<v1::WorkerInfo> workers;    // placed for this job, in placement order
-  std::string coordinator;                // the address workers reach the coordinator at
-  std::string checkpoint_dir;             // where checkpoints go (rank 0's file system)
-  std::string output_dir;                 // the job's directory (predictions)
-  std::string group;                      // the job's group id; "": job_id
-  std::string job_token;                  // the workers' bearer token in the job's group
+  v1::JobSpec spec;                     // normalized
+  std::vector<v1::WorkerInfo> workers;  // placed for this job, in placement order
+  std::string coordinator;              // the address workers reach the coordinator at
+  std::string checkpoint_dir;           // where checkpoints go (rank 0's file system)
+  std::string output_dir;               // the job's directory (predictions)
+  std::string group;                    // the job's group id; "": job_id
+  std::string job_token;                // the workers' bearer token in the job's group
   // The job ran before under a coordinator that stopped: its workers may still hold that run,
   // which Setup first tears down.
   bool clear_stale_runs = false;
@@ -87,8 +87,8 @@ class Trainer {
 
  private:
   struct Placement {
-    int worker = 0;      // index into options_.workers
-    int local = 0;       // local rank within the worker
+    int worker = 0;  // index into options_.workers
+    int local = 0;   // local rank within the worker
   };
   struct EarlyStopState {
     double best = 0;
@@ -127,8 +127,8 @@ class Trainer {
   TrainerOptions options_;
   TrainerReporter* reporter_;
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
-  std::vector<std::vector<int>> ranks_of_worker_;   // global ranks, by local rank
-  std::vector<Placement> placement_;                // by global rank
+  std::vector<std::vector<int>> ranks_of_worker_;  // global ranks, by local rank
+  std::vector<Placement> placement_;               // by global rank
   int world_ = 0;
   std::map<std::string, int64_t> split_sizes_;
   ParallelCalls calls_;

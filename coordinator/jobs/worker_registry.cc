@@ -20,9 +20,10 @@ absl::Status CheckField(const std::string& field, const std::string& value) {
 }  // namespace
 
 absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time now) {
-  for (const auto& [field, value] : {std::pair<std::string, const std::string*>{"name", &worker.name()},
-                                     {"address", &worker.address()},
-                                     {"host", &worker.host()}}) {
+  for (const auto& [field, value] :
+       {std::pair<std::string, const std::string*>{"name", &worker.name()},
+        {"address", &worker.address()},
+        {"host", &worker.host()}}) {
     if (absl::Status s = CheckField(field, *value); !s.ok()) return s;
   }
   if (worker.devices() < 1) {
@@ -34,11 +35,15 @@ absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time n
   }
   absl::MutexLock lock(&mu_);
   auto known = workers_.find(worker.name());
-  const bool again = known != workers_.end() &&
-                     known->second.info.incarnation() == worker.incarnation();
+  const bool again =
+      known != workers_.end() && known->second.info.incarnation() == worker.incarnation();
   LogInfo(absl::StrCat("worker '", worker.name(), "' registered",
-                       again ? " again" : known != workers_.end() ? " (a new process)" : ""),
-          {{"worker", worker.name()}, {"address", worker.address()}, {"host", worker.host()},
+                       again                     ? " again"
+                       : known != workers_.end() ? " (a new process)"
+                                                 : ""),
+          {{"worker", worker.name()},
+           {"address", worker.address()},
+           {"host", worker.host()},
            {"devices", worker.devices()}});
   Entry& e = workers_[worker.name()];
   e.info.set_name(worker.name());
@@ -112,13 +117,14 @@ absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request.name());
   if (it == workers_.end() || it->second.info.incarnation() != request.incarnation()) {
-    return absl::NotFoundError(absl::StrCat("worker '", request.name(),
-                                            "' (this incarnation) is not registered; register again"));
+    return absl::NotFoundError(absl::StrCat(
+        "worker '", request.name(), "' (this incarnation) is not registered; register again"));
   }
   Entry& e = it->second;
   e.last_seen = now;
   if (request.draining() && !e.draining) {
-    LogInfo(absl::StrCat("worker '", request.name(), "' is stopping (draining): it gets no new "
+    LogInfo(absl::StrCat("worker '", request.name(),
+                         "' is stopping (draining): it gets no new "
                          "job, and its job lets it go after a checkpoint"),
             {{"worker", request.name()}, {"job", request.job_id()}});
   }
@@ -160,8 +166,8 @@ absl::Status WorkerRegistry::Unregister(const v1::UnregisterWorkerRequest& reque
   auto it = workers_.find(request.name());
   if (it == workers_.end()) return absl::OkStatus();
   if (it->second.info.incarnation() != request.incarnation()) {
-    return absl::NotFoundError(absl::StrCat("worker '", request.name(),
-                                            "' is registered by another incarnation"));
+    return absl::NotFoundError(
+        absl::StrCat("worker '", request.name(), "' is registered by another incarnation"));
   }
   LogInfo(absl::StrCat("worker '", request.name(), "' unregistered (it stopped)"),
           {{"worker", request.name()}});

@@ -61,7 +61,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     BoundedSink sink(&header);
     size_t offset = 0;
     while (offset < size) {
-      const size_t length = std::min(size - offset, static_cast<size_t>(1 + (mode / 2) * 7 + offset % 97));
+      const size_t length =
+          std::min(size - offset, static_cast<size_t>(1 + (mode / 2) * 7 + offset % 97));
       const char* at = reinterpret_cast<const char*>(data + offset);
       std::vector<grpc::Slice> slices;
       const size_t first = std::min(length, cut);
