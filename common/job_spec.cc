@@ -3,9 +3,11 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_settings.h"
 
 namespace dtrain {
 namespace {
@@ -68,15 +70,15 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (spec->name().empty()) spec->set_name("job");
   if (absl::Status s = CheckName(spec->name()); !s.ok()) return s;
 
-  if (absl::Status s = OneOf("stage", spec->mutable_stage(), {"fit", "validate", "test", "predict"},
-                             "fit", "stage");
+  if (absl::Status s =
+          OneOf("stage", spec->mutable_stage(), StageNames(), StageNames()[0], "stage");
       !s.ok())
     return s;
 
   v1::ModelSpec* model = spec->mutable_model();
   switch (model->source_case()) {
     case v1::ModelSpec::kBuiltin:
-      if (model->builtin() != "mlp" && model->builtin() != "cnn") {
+      if (!absl::c_linear_search(BuiltinModelNames(), model->builtin())) {
         return Bad("model.builtin",
                    absl::StrCat("unknown model '", model->builtin(), "'; the zoo has mlp, cnn"));
       }
@@ -92,7 +94,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   v1::DataConfig* data = spec->mutable_data();
   switch (data->source_case()) {
     case v1::DataConfig::kBuiltin:
-      if (data->builtin() != "fashion-mnist") {
+      if (!absl::c_linear_search(BuiltinDatasetNames(), data->builtin())) {
         return Bad("data.builtin", absl::StrCat("unknown dataset '", data->builtin(),
                                                 "'; the builtin is fashion-mnist"));
       }
@@ -109,11 +111,17 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
     default:
       return Bad("data", "give builtin (fashion-mnist), synthetic or tensors_file");
   }
-  if (data->batch_size() == 0) data->set_batch_size(32);
-  if (absl::Status s = Range("data.batch_size", data->batch_size(), 1, 1 << 20); !s.ok()) return s;
+  if (data->batch_size() == 0) data->set_batch_size(kDefaultBatchSize);
+  if (absl::Status s =
+          Range("data.batch_size", data->batch_size(), kBatchSizeRange.low, kBatchSizeRange.high);
+      !s.ok())
+    return s;
   if (data->eval_batch_size() == 0)
-    data->set_eval_batch_size(std::min(4 * data->batch_size(), 1 << 20));
-  if (absl::Status s = Range("data.eval_batch_size", data->eval_batch_size(), 1, 1 << 20); !s.ok())
+    data->set_eval_batch_size(
+        static_cast<int32_t>(std::min<int64_t>(4 * data->batch_size(), kBatchSizeRange.high)));
+  if (absl::Status s = Range("data.eval_batch_size", data->eval_batch_size(), kBatchSizeRange.low,
+                             kBatchSizeRange.high);
+      !s.ok())
     return s;
   if (!data->has_shuffle()) data->set_shuffle(true);
   for (const auto& [path, value] :
@@ -141,15 +149,17 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
                "above 1 it counts batches and must be a whole number");
   }
   if (t->accumulate_grad_batches() == 0) t->set_accumulate_grad_batches(1);
-  if (absl::Status s =
-          Range("trainer.accumulate_grad_batches", t->accumulate_grad_batches(), 1, 65536);
+  if (absl::Status s = Range("trainer.accumulate_grad_batches", t->accumulate_grad_batches(),
+                             kAccumulateGradBatchesRange.low, kAccumulateGradBatchesRange.high);
       !s.ok())
     return s;
-  if (absl::Status s = Range("trainer.gradient_clip_val", t->gradient_clip_val(), 0, 1e12); !s.ok())
+  if (absl::Status s = Range("trainer.gradient_clip_val", t->gradient_clip_val(),
+                             kGradientClipValRange.low, kGradientClipValRange.high);
+      !s.ok())
     return s;
   if (absl::Status s =
           OneOf("trainer.gradient_clip_algorithm", t->mutable_gradient_clip_algorithm(),
-                {"norm", "value"}, "norm", "clip algorithm");
+                ClipAlgorithmNames(), ClipAlgorithmNames()[0], "clip algorithm");
       !s.ok())
     return s;
   if (t->strategy() == "ddp_sharded") t->set_strategy("sharded");
@@ -159,25 +169,28 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
                      "' needs an XLA runtime, which libtorch's C++ API does "
                      "not have here; use ddp or ddp_spawn"));
   }
-  if (absl::Status s =
-          OneOf("trainer.strategy", t->mutable_strategy(),
-                {"ddp", "ddp_spawn", "sharded", "dp", "single_device"}, "ddp", "strategy");
+  if (absl::Status s = OneOf("trainer.strategy", t->mutable_strategy(), StrategyNames(),
+                             StrategyNames()[0], "strategy");
       !s.ok())
     return s;
-  static const std::vector<std::string> kPrecisions = {
-      "32-true", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "32", "64", "bf16", "16"};
-  if (absl::Status s =
-          OneOf("trainer.precision", t->mutable_precision(), kPrecisions, "32-true", "precision");
+  if (absl::Status s = OneOf("trainer.precision", t->mutable_precision(), PrecisionNames(),
+                             PrecisionNames()[0], "precision");
       !s.ok())
     return s;
-  if (absl::Status s = OneOf("trainer.accelerator", t->mutable_accelerator(),
-                             {"cpu", "gpu", "cuda", "auto"}, "cpu", "accelerator");
+  if (absl::Status s = OneOf("trainer.accelerator", t->mutable_accelerator(), AcceleratorNames(),
+                             AcceleratorNames()[0], "accelerator");
       !s.ok())
     return s;
   if (t->devices() == 0) t->set_devices(1);
-  if (absl::Status s = Range("trainer.devices", t->devices(), 1, 256); !s.ok()) return s;
+  if (absl::Status s =
+          Range("trainer.devices", t->devices(), kDevicesRange.low, kDevicesRange.high);
+      !s.ok())
+    return s;
   if (t->num_workers() == 0) t->set_num_workers(1);
-  if (absl::Status s = Range("trainer.num_workers", t->num_workers(), 1, 4096); !s.ok()) return s;
+  if (absl::Status s = Range("trainer.num_workers", t->num_workers(), kNumWorkersRange.low,
+                             kNumWorkersRange.high);
+      !s.ok())
+    return s;
   if ((t->strategy() == "dp" || t->strategy() == "single_device") && t->num_workers() != 1) {
     return Bad("trainer.num_workers",
                absl::StrCat("strategy ", t->strategy(),
@@ -188,26 +201,34 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
       !s.ok()) {
     return s;
   }
-  if (t->max_restarts() == 0) t->set_max_restarts(3);
-  if (absl::Status s = Range("trainer.max_restarts", t->max_restarts(), 1, 1000); !s.ok()) return s;
-  if (t->collective_timeout_ms() < 0) return Bad("trainer.collective_timeout_ms", "must be >= 0");
-  if (absl::Status s = OneOf("trainer.collective_backend", t->mutable_collective_backend(),
-                             {"grpc", "gloo", "shm"}, "grpc", "collective backend");
+  if (t->max_restarts() == 0) t->set_max_restarts(kDefaultMaxRestarts);
+  if (absl::Status s = Range("trainer.max_restarts", t->max_restarts(), kMaxRestartsRange.low,
+                             kMaxRestartsRange.high);
       !s.ok())
     return s;
-  if (t->batches_per_call() == 0) t->set_batches_per_call(16);
-  if (absl::Status s = Range("trainer.batches_per_call", t->batches_per_call(), 1, 4096); !s.ok())
+  if (t->collective_timeout_ms() < 0) return Bad("trainer.collective_timeout_ms", "must be >= 0");
+  if (absl::Status s =
+          OneOf("trainer.collective_backend", t->mutable_collective_backend(),
+                CollectiveBackendNames(), CollectiveBackendNames()[0], "collective backend");
+      !s.ok())
+    return s;
+  if (t->batches_per_call() == 0) t->set_batches_per_call(kDefaultBatchesPerCall);
+  if (absl::Status s = Range("trainer.batches_per_call", t->batches_per_call(),
+                             kBatchesPerCallRange.low, kBatchesPerCallRange.high);
+      !s.ok())
     return s;
   if (t->log_every_n_steps() == 0) t->set_log_every_n_steps(10);
   if (t->log_every_n_steps() < 0) return Bad("trainer.log_every_n_steps", "must be > 0");
   if (t->limit_val_batches() < 0) return Bad("trainer.limit_val_batches", "must be >= 0");
-  if (t->bucket_cap_mb() == 0) t->set_bucket_cap_mb(25);
-  if (absl::Status s = Range("trainer.bucket_cap_mb", t->bucket_cap_mb(), 0.001, 4096); !s.ok())
+  if (t->bucket_cap_mb() == 0) t->set_bucket_cap_mb(kDefaultBucketCapMb);
+  if (absl::Status s = Range("trainer.bucket_cap_mb", t->bucket_cap_mb(), kBucketCapMbRange.low,
+                             kBucketCapMbRange.high);
+      !s.ok())
     return s;
 
   v1::OptimizerSpec* o = spec->mutable_optimizer();
-  if (absl::Status s =
-          OneOf("optimizer.name", o->mutable_name(), {"sgd", "adam", "adamw"}, "sgd", "optimizer");
+  if (absl::Status s = OneOf("optimizer.name", o->mutable_name(), OptimizerNames(),
+                             OptimizerNames()[0], "optimizer");
       !s.ok())
     return s;
   if (o->lr() == 0) o->set_lr(0.01);
@@ -221,8 +242,8 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (absl::Status s = Range("optimizer.eps", o->eps(), 0, 1); !s.ok()) return s;
 
   v1::SchedulerSpec* l = spec->mutable_lr_scheduler();
-  if (absl::Status s = OneOf("lr_scheduler.name", l->mutable_name(), {"none", "step", "cosine"},
-                             "none", "lr scheduler");
+  if (absl::Status s = OneOf("lr_scheduler.name", l->mutable_name(), SchedulerNames(),
+                             SchedulerNames()[0], "lr scheduler");
       !s.ok())
     return s;
   if (l->step_size() < 0) return Bad("lr_scheduler.step_size", "must be > 0");

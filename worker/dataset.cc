@@ -7,6 +7,7 @@
 #include <torch/serialize/input-archive.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_settings.h"
 #include "common/status_macros.h"
 #include "worker/idx_file.h"
 #include "worker/torch_status.h"
@@ -16,7 +17,6 @@ namespace {
 
 constexpr double kFashionMean = 0.2860;
 constexpr double kFashionStd = 0.3530;
-constexpr int64_t kDefaultValSize = 5000;
 
 absl::StatusOr<at::Tensor> ReadIdxTensor(const std::string& path) {
   DTRAIN_ASSIGN_OR_RETURN(IdxArray array, ReadIdxGz(path));

@@ -7,6 +7,7 @@
 #include <torch/types.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_settings.h"
 #include "common/status_macros.h"
 #include "common/tensor.h"
 #include "worker/batch_tree.h"
@@ -18,8 +19,6 @@
 
 namespace dtrain {
 namespace {
-
-constexpr int kMaxAccumulate = 1 << 16;
 
 OptimizerConfig ToConfig(const v1::OptimizerSpec& spec) {
   OptimizerConfig c;
@@ -79,34 +78,21 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
                                                 const WorkerIdentity& identity) {
   // Everything is checked before joining the group, so a bad request never leaves the other
   // ranks waiting for a member that will not come.
-  // The job id was checked by the service (CheckJobId) before the request was queued.
-  DTRAIN_ASSIGN_OR_RETURN(
-      Precision precision,
-      ParsePrecision(request.precision().empty() ? "32-true" : request.precision()));
+  // The job id was checked by the service (CheckJobId) before the request was queued; the
+  // ranges and names are the spec's (common/job_settings.h).
+  DTRAIN_RETURN_IF_ERROR(CheckSetupRequest(request));
+  absl::StatusOr<Precision> precision =
+      ParsePrecision(request.precision().empty() ? PrecisionNames()[0] : request.precision());
+  if (!precision.ok()) return InField("precision", precision.status());
   absl::StatusOr<StrategyKind> kind = ParseStrategy(request.strategy());
   if (!kind.ok()) return InField("strategy", kind.status());
   DTRAIN_RETURN_IF_ERROR(
       InField("accelerator", ResolveAccelerator(request.accelerator()).status()));
-  if (request.devices() < 0 || request.devices() > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("devices must be in [0, 1024], got ", request.devices()));
-  }
-  if (request.accumulate_grad_batches() < 0 || request.accumulate_grad_batches() > kMaxAccumulate) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "accumulate_grad_batches must be in [1, 65536], got ", request.accumulate_grad_batches()));
-  }
-  if (request.gradient_clip_val() < 0 || !std::isfinite(request.gradient_clip_val())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gradient_clip_val must be >= 0 (0: no clipping), got ", request.gradient_clip_val()));
-  }
   ClipAlgorithm clip = ClipAlgorithm::kNorm;
   if (!request.gradient_clip_algorithm().empty()) {
     absl::StatusOr<ClipAlgorithm> parsed = ParseClipAlgorithm(request.gradient_clip_algorithm());
     if (!parsed.ok()) return InField("gradient_clip_algorithm", parsed.status());
     clip = *parsed;
-  }
-  if (request.bucket_bytes() < 0) {
-    return absl::InvalidArgumentError("bucket_bytes must be >= 0 (0: 25 MiB)");
   }
   const OptimizerConfig optimizer = ToConfig(request.optimizer());
   // The optimizer and schedule are validated on a throwaway parameter.
@@ -136,11 +122,6 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     if (g.world_size() < 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "strategy ", StrategyName(*kind), " needs group.world_size >= 1 (the job's ranks)"));
-    }
-    if (!g.backend().empty() && g.backend() != "grpc" && g.backend() != "gloo" &&
-        g.backend() != "shm") {
-      return absl::InvalidArgumentError(absl::StrCat("group.backend '", g.backend(),
-                                                     "' is not available; use grpc, gloo or shm"));
     }
     ProcessGroupOptions options;
     options.group = g.group().empty() ? request.job_id() : g.group();
@@ -183,7 +164,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   strategy.kind = *kind;
   strategy.devices = request.devices() > 0 ? request.devices() : identity.devices;
   if (request.bucket_bytes() > 0) strategy.bucket_bytes = request.bucket_bytes();
-  DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(request.accelerator(), precision,
+  DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(request.accelerator(), *precision,
                                                                strategy, std::move(backend)));
   DTRAIN_RETURN_IF_ERROR(job->accelerator_->Setup(std::move(*model), optimizer, schedule));
   return job;

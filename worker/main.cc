@@ -25,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/flag_names.h"
+#include "common/job_settings.h"
 #include "common/log.h"
 #include "common/log_flags.h"
 #include "common/metrics_http_server.h"
@@ -78,7 +79,7 @@ std::string SelfBinary() {
 int ParseDevices(const std::string& flag) {
   if (flag == "auto") return 1;  // CPU: one device; the gpu accelerator is refused here
   int n = 0;
-  if (!absl::SimpleAtoi(flag, &n) || n < 1 || n > 1024) return -1;
+  if (!absl::SimpleAtoi(flag, &n) || !dtrain::kDevicesRange.Contains(n)) return -1;
   return n;
 }
 
@@ -141,7 +142,8 @@ int main(int argc, char** argv) {
 
   const int devices = ParseDevices(absl::GetFlag(FLAGS_devices));
   if (devices < 0) {
-    dtrain::LogError(absl::StrCat("--devices must be a number in [1, 1024] or auto, got '",
+    dtrain::LogError(absl::StrCat("--devices must be a number in [", dtrain::kDevicesRange.low,
+                                  ", ", dtrain::kDevicesRange.high, "] or auto, got '",
                                   absl::GetFlag(FLAGS_devices), "'"));
     return 2;
   }

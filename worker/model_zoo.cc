@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_settings.h"
 
 namespace dtrain {
 namespace {
@@ -64,8 +65,6 @@ void AddLayer(torch::jit::Module& m, const std::string& name, std::vector<int64_
 }
 
 }  // namespace
-
-std::vector<std::string> BuiltinModelNames() { return {"mlp", "cnn"}; }
 
 absl::StatusOr<LightningModule> BuiltinModel(const std::string& name, uint64_t seed) {
   // A generator of its own: the same seed gives the same model whichever thread builds it,

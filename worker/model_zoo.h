@@ -18,9 +18,8 @@
 
 namespace dtrain {
 
-// INVALID_ARGUMENT for an unknown name (the message lists the zoo).
+// INVALID_ARGUMENT for an unknown name (the message lists the zoo: BuiltinModelNames() in
+// common/job_settings.h).
 absl::StatusOr<LightningModule> BuiltinModel(const std::string& name, uint64_t seed);
-
-std::vector<std::string> BuiltinModelNames();
 
 }  // namespace dtrain

@@ -4,6 +4,7 @@
 #include <torch/types.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_settings.h"
 #include "common/status_macros.h"
 #include "worker/data_parallel_strategy.h"
 #include "worker/ddp_strategy.h"
@@ -71,10 +72,7 @@ std::string StrategyName(StrategyKind kind) {
   return "unknown";
 }
 
-bool IsDistributed(StrategyKind kind) {
-  return kind == StrategyKind::kDdp || kind == StrategyKind::kDdpSpawn ||
-         kind == StrategyKind::kSharded;
-}
+bool IsDistributed(StrategyKind kind) { return IsDistributedStrategy(StrategyName(kind)); }
 
 absl::StatusOr<std::unique_ptr<Strategy>> Strategy::Make(
     const StrategyOptions& options, std::unique_ptr<CollectiveBackend> backend) {
