@@ -1,0 +1,84 @@
+#include "coordinator/jobs/model_checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace dtrain {
+
+absl::StatusOr<double> MonitoredValue(const ValidationMetrics& metrics, const std::string& monitor,
+                                      const std::string& section) {
+  auto it = metrics.overall.find(monitor);
+  if (it == metrics.overall.end()) {
+    std::vector<std::string> have;
+    for (const auto& [name, value] : metrics.overall) have.push_back(name);
+    return absl::FailedPreconditionError(absl::StrCat(
+        section, ".monitor: '", monitor, "' is not a validation metric; the model reports ",
+        absl::StrJoin(have, ", ")));
+  }
+  return it->second;
+}
+
+ModelCheckpoint::ModelCheckpoint(v1::CheckpointConfig config, std::string dir)
+    : config_(std::move(config)), dir_(std::move(dir)) {}
+
+absl::Status ModelCheckpoint::OnTrainBatchesEnd(TrainerControl& trainer, int64_t step_before) {
+  const int64_t every = config_.every_n_steps();
+  if (every > 0 && trainer.global_step() / every != step_before / every) {
+    return trainer.SaveCheckpoint(last_path());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelCheckpoint::OnValidationEnd(TrainerControl& trainer,
+                                              const ValidationMetrics& metrics, bool* stop) {
+  if (config_.monitor().empty()) return trainer.SaveCheckpoint(last_path());
+  DTRAIN_ASSIGN_OR_RETURN(double value, MonitoredValue(metrics, config_.monitor(), "checkpoint"));
+  const bool higher = config_.mode() == "max";
+  auto better = [&](double a, double b) { return higher ? a > b : a < b; };
+  const bool qualifies =
+      static_cast<int>(top_k_.size()) < config_.save_top_k() || better(value, top_k_.back().first);
+  if (!qualifies) return absl::OkStatus();
+  const std::string path =
+      absl::StrCat(dir_, "/epoch=", trainer.epoch(), "-step=", trainer.global_step(), ".ckpt");
+  top_k_.emplace_back(value, path);
+  std::stable_sort(top_k_.begin(), top_k_.end(),
+                   [&](const auto& a, const auto& b) { return better(a.first, b.first); });
+  trainer.SetBestCheckpoint(top_k_.front().second);
+  DTRAIN_RETURN_IF_ERROR(trainer.SaveCheckpoint(path));
+  while (static_cast<int>(top_k_.size()) > config_.save_top_k()) {
+    // Rank 0 wrote it; the coordinator shares its file system in the local cluster and removes
+    // it (elsewhere the stale file stays, named in the log).
+    if (std::remove(top_k_.back().second.c_str()) != 0) {
+      trainer.Log(
+          absl::StrCat("could not remove ", top_k_.back().second, " (not on this machine?)"));
+    }
+    top_k_.pop_back();
+  }
+  trainer.SetBestCheckpoint(top_k_.front().second);
+  return absl::OkStatus();
+}
+
+absl::Status ModelCheckpoint::OnTrainEnd(TrainerControl& trainer) {
+  return trainer.SaveCheckpoint(last_path());
+}
+
+std::vector<std::string> ModelCheckpoint::Siblings(const std::string& path) {
+  std::vector<std::pair<std::filesystem::file_time_type, std::string>> found;
+  std::error_code error;
+  const std::filesystem::path target(path);
+  for (const auto& entry : std::filesystem::directory_iterator(target.parent_path(), error)) {
+    if (entry.path().extension() != ".ckpt" || entry.path() == target) continue;
+    found.emplace_back(entry.last_write_time(error), entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), std::greater<>());
+  std::vector<std::string> out;
+  for (auto& [time, name] : found) out.push_back(std::move(name));
+  return out;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,107 @@
+#include "coordinator/jobs/run_workers.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/channel.h"
+#include "common/grpc_status.h"
+
+namespace dtrain {
+
+RunWorkers::RunWorkers(std::string job_id, std::vector<v1::WorkerInfo> workers)
+    : job_id_(std::move(job_id)), workers_(std::move(workers)) {
+  for (const v1::WorkerInfo& w : workers_) {
+    stubs_.push_back(v1::Worker::NewStub(ConnectToCoordinator(w.address())));
+  }
+  ranks_of_worker_.assign(workers_.size(), {});
+}
+
+void RunWorkers::SetRanks(std::vector<std::vector<int>> ranks_of_worker) {
+  ranks_of_worker_ = std::move(ranks_of_worker);
+  ranks_of_worker_.resize(workers_.size());
+}
+
+std::string RunWorkers::Describe(int worker) const {
+  std::string ranks;
+  if (!ranks_of_worker_[worker].empty()) {
+    ranks = absl::StrCat(ranks_of_worker_[worker].size() == 1 ? " (rank " : " (ranks ",
+                         absl::StrJoin(ranks_of_worker_[worker], ", "), ")");
+  }
+  return absl::StrCat("worker '", workers_[worker].name(), "'", ranks);
+}
+
+void RunWorkers::Cancel() {
+  cancelled_ = true;
+  calls_.CancelAll();
+}
+
+void RunWorkers::NoteUnreachable(const std::vector<grpc::Status>& results) {
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].error_code() == grpc::StatusCode::UNAVAILABLE) {
+      unreachable_.insert(static_cast<int>(i));
+    }
+  }
+}
+
+absl::Status RunWorkers::OnEvery(const std::string& what, const Call& call,
+                                 absl::Duration timeout) {
+  if (cancelled_) return absl::CancelledError("the job was cancelled");
+  const std::vector<grpc::Status> results =
+      calls_.Run(size(), call, kFailureGrace, absl::Now() + timeout);
+  NoteUnreachable(results);
+  if (cancelled_) return absl::CancelledError("the job was cancelled");
+  // The root cause first: a call cancelled after another failed is secondary.
+  for (const bool skip_cancelled : {true, false}) {
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (results[i].ok()) continue;
+      if (skip_cancelled && results[i].error_code() == grpc::StatusCode::CANCELLED) continue;
+      absl::Status s = FromGrpcStatus(results[i]);
+      if (s.code() == absl::StatusCode::kUnavailable) {
+        return absl::UnavailableError(
+            absl::StrCat(what, " lost ", Describe(i), " (", s.message(),
+                         "): it was stopped, its process died or its host became unreachable; "
+                         "see that worker's log"));
+      }
+      return absl::Status(s.code(),
+                          absl::StrCat(what, " failed on ", Describe(i), ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void RunWorkers::Teardown() {
+  if (stubs_.empty()) return;
+  // Not through calls_: a cancelled job still tears down.
+  ParallelCalls teardown;
+  const std::vector<grpc::Status> results = teardown.Run(
+      size(),
+      [&](int i, grpc::ClientContext* context) {
+        v1::TeardownRequest request;
+        request.set_job_id(job_id_);
+        v1::TeardownResponse response;
+        return stubs_[i]->Teardown(context, request, &response);
+      },
+      // No early cancellation: one worker's teardown failing says nothing about the others',
+      // and an elastic job keeps exactly the workers whose teardown succeeded.
+      kTeardownTimeout, absl::Now() + kTeardownTimeout);
+  NoteUnreachable(results);
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok()) teardown_failed_.insert(static_cast<int>(i));
+  }
+}
+
+std::vector<std::string> RunWorkers::Names(const std::set<int>& workers) const {
+  std::vector<std::string> names;
+  for (int i : workers) names.push_back(workers_[i].name());
+  return names;
+}
+
+std::vector<std::string> RunWorkers::unreachable() const { return Names(unreachable_); }
+
+std::vector<std::string> RunWorkers::lost() const {
+  std::set<int> lost = unreachable_;
+  lost.insert(teardown_failed_.begin(), teardown_failed_.end());
+  return Names(lost);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,78 @@
+// RunWorkers: the workers of one run of a job, owned in one place: their stubs, which global
+// ranks each hosts, and the fan-out of one RPC per worker with a deadline, where the first
+// failure names the worker and its ranks and cancels the others' calls after a grace period.
+// It also remembers which workers could not be reached or torn down, which is what the job
+// manager's re-form decision needs.
+//
+// Thread-safety: used from the trainer's thread; Cancel may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/parallel_calls.h"
+#include "dtrain/v1/coordinator.pb.h"
+#include "dtrain/v1/worker.grpc.pb.h"
+
+namespace dtrain {
+
+// After one worker's call fails, how long the others get to report their own error before
+// their calls are cancelled (they usually fail within milliseconds: the group fails them all).
+inline constexpr absl::Duration kFailureGrace = absl::Seconds(2);
+inline constexpr absl::Duration kTeardownTimeout = absl::Seconds(10);
+
+class RunWorkers {
+ public:
+  using Call = std::function<grpc::Status(int worker, grpc::ClientContext* context)>;
+
+  RunWorkers(std::string job_id, std::vector<v1::WorkerInfo> workers);
+
+  int size() const { return static_cast<int>(workers_.size()); }
+  v1::Worker::Stub& stub(int worker) { return *stubs_[worker]; }
+  const v1::WorkerInfo& info(int worker) const { return workers_[worker]; }
+
+  // The global ranks each worker hosts, by local rank (known once Setup answered).
+  void SetRanks(std::vector<std::vector<int>> ranks_of_worker);
+  const std::vector<int>& ranks(int worker) const { return ranks_of_worker_[worker]; }
+  // "worker 'w1' (rank 1)": how errors and logs name a worker.
+  std::string Describe(int worker) const;
+
+  // `call` on every worker at once, each with `timeout`. OK, or the root-cause failure naming
+  // the worker: UNAVAILABLE as "lost" (stopped, died, unreachable), others with their code.
+  // CANCELLED once Cancel was called.
+  absl::Status OnEvery(const std::string& what, const Call& call, absl::Duration timeout);
+
+  // Stops the calls under way (each worker stops before its next batch) and every later one.
+  void Cancel();
+  bool cancelled() const { return cancelled_; }
+
+  // Tears the job down on every worker, bounded by kTeardownTimeout, cancelled or not: a
+  // stopped or unreachable worker does not hold the others (or the job's outcome) hostage.
+  void Teardown();
+
+  // Workers a call could not reach (UNAVAILABLE): likely dead, not to be placed blindly again.
+  std::vector<std::string> unreachable() const;
+  // After Teardown: the unreachable workers and those whose teardown failed (stopped, hung).
+  std::vector<std::string> lost() const;
+
+ private:
+  void NoteUnreachable(const std::vector<grpc::Status>& results);
+  std::vector<std::string> Names(const std::set<int>& workers) const;
+
+  const std::string job_id_;
+  const std::vector<v1::WorkerInfo> workers_;
+  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
+  std::vector<std::vector<int>> ranks_of_worker_;
+  ParallelCalls calls_;
+  std::atomic<bool> cancelled_{false};
+  std::set<int> unreachable_;
+  std::set<int> teardown_failed_;
+};
+
+}  // namespace dtrain
