@@ -25,7 +25,7 @@ done
 
 deploy/install-deps.sh --bench >&2
 build="$root/build"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_BUILD_TESTS=OFF \
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON -DDTRAIN_BUILD_TESTS=OFF \
   -DDTRAIN_BUILD_WORKER=ON >&2
 cmake --build "$build" --target dtrain-coordinator dtrain-worker dtrain dtrain-bench-train-loop >&2
 

@@ -7,8 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh --test
 tests/check_format.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_BUILD_TESTS=ON \
-  -DDTRAIN_BUILD_WORKER=ON -DDTRAIN_WERROR=ON
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
+  -DDTRAIN_BUILD_WORKER=ON -DDTRAIN_BUILD_TESTS=ON
 cmake --build build -j"$(nproc)"
 tests/run_clang_checks.sh build
 cd build

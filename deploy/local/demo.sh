@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 deploy/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_BUILD_WORKER=ON \
-  -DDTRAIN_BUILD_TESTS=OFF >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
+  -DDTRAIN_BUILD_WORKER=ON -DDTRAIN_BUILD_TESTS=OFF >/dev/null
 cmake --build build --target dtrain-coordinator dtrain-worker dtrain
 export DTRAIN_LOCAL_DIR=${DTRAIN_LOCAL_DIR:-$PWD/build/local-cluster}
 deploy/local/cluster.sh stop >/dev/null || true
