@@ -136,5 +136,25 @@ TEST(WorkerRegistryTest, Reserve_OnlyFreeWorkers_AllOrNothingBelowMin) {
   EXPECT_THAT(registry.Reserve("j4", 1, 1, {}, now), IsEmpty());
 }
 
+// A worker that stops so quickly that its job never saw it drain (it unregistered while placed)
+// counts as draining for that job until the job lets it go.
+TEST(WorkerRegistryTest, UnregisteredWhilePlaced_CountsAsDrainingUntilReleased) {
+  WorkerRegistry registry(absl::Seconds(5));
+  const absl::Time now = absl::UnixEpoch() + absl::Hours(1);
+  ASSERT_TRUE(registry.Register(Worker("a", 1), now).ok());
+  ASSERT_TRUE(registry.Register(Worker("b", 2), now).ok());
+  ASSERT_EQ(registry.Reserve("job-1", 1, 1, {"b"}, now).size(), 1u);
+  v1::UnregisterWorkerRequest stop;
+  stop.set_name("a");
+  stop.set_incarnation(1);
+  ASSERT_TRUE(registry.Unregister(stop).ok());
+  stop.set_name("b");
+  stop.set_incarnation(2);
+  ASSERT_TRUE(registry.Unregister(stop).ok());  // b ran nothing: not a drain of anyone's
+  EXPECT_THAT(registry.Draining({"a", "b"}), ElementsAre("a"));
+  registry.Release("a");
+  EXPECT_THAT(registry.Draining({"a", "b"}), IsEmpty());
+}
+
 }  // namespace
 }  // namespace dtrain

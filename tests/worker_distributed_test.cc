@@ -1,0 +1,465 @@
+// Training across ranks: ddp and dp equal one process on the doubled batch, gradient
+// accumulation, ZeRO-1, all_gather with gradients, and every collective backend (the
+// coordinator's gRPC, Gloo, shared memory) held to the same semantics.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <limits>
+#include <numeric>
+
+#include "tests/reference_data.h"
+#include "tests/test_support.h"
+#include "tests/worker_test_helpers.h"
+#include "worker/accelerator.h"
+#include "worker/batch_tree.h"
+#include "worker/checkpoint.h"
+#include "worker/collective_backend.h"
+#include "worker/dataset.h"
+#include "worker/gloo_collective_backend.h"
+#include "worker/gradient_clipping.h"
+#include "worker/gradient_sync.h"
+#include "worker/idx_file.h"
+#include "worker/lightning_module.h"
+#include "worker/model_zoo.h"
+#include "worker/optimizers.h"
+#include "worker/precision.h"
+#include "worker/sharded_optimizer.h"
+#include "worker/shared_memory_collective_backend.h"
+#include "worker/tensor_convert.h"
+namespace dtrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Trains `model` for `steps` SGD steps; on step k, `rank` of `world` takes its slice of the
+// global batch k. With `sync`, gradients are averaged across ranks after backward.
+// With `accumulate` > 1, the rank's slice is split into that many micro-batches whose scaled
+// losses accumulate gradients, synchronized only after the last (no sync while accumulating).
+absl::Status TrainSlice(LightningModule& model, GradientSync* sync, int rank, int world,
+                        int64_t global_batch, int steps, int accumulate = 1) {
+  auto optimizer = MakeOptimizer(model.Parameters(), {.name = "sgd", .lr = 0.1, .momentum = 0.9});
+  if (!optimizer.ok()) return optimizer.status();
+  const int64_t per_rank = global_batch / world;
+  for (int step = 0; step < steps; ++step) {
+    const auto [x, y] = SyntheticBatch(global_batch, 1000 + step);
+    (*optimizer)->zero_grad();
+    const int64_t micro = per_rank / accumulate;
+    for (int m = 0; m < accumulate; ++m) {
+      const int64_t begin = rank * per_rank + m * micro;
+      const auto slice = torch::indexing::Slice(begin, begin + micro);
+      auto loss = model.TrainingStep(
+          c10::ivalue::Tuple::create({x.index({slice}), y.index({slice})}), step);
+      if (!loss.ok()) return loss.status();
+      if (sync != nullptr && m == accumulate - 1) sync->ExpectSync();
+      (*loss / accumulate).backward();
+    }
+    if (sync != nullptr) {
+      if (absl::Status s = sync->AverageGradients(); !s.ok()) return s;
+    }
+    (*optimizer)->step();
+  }
+  return absl::OkStatus();
+}
+
+TEST(DataParallel, TwoRanksOfBatchB_EqualOneRankOfBatch2B) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  constexpr int kSteps = 20;
+  constexpr int64_t kGlobalBatch = 32;
+  std::vector<std::vector<torch::Tensor>> trained(2);
+  std::vector<size_t> buckets(2), overlapped(2);
+  auto statuses = testing::RunRanks(coordinator->address(), "ddp", 2, [&](ProcessGroup& pg) {
+    // Different seeds on purpose: the broadcast from rank 0 must make them identical.
+    auto model = BuiltinModel("mlp", 100 + pg.rank());
+    if (!model.ok()) return model.status();
+    // A small bucket size, so that several buckets (not one per parameter) are exercised.
+    GrpcCollectiveBackend backend(&pg);
+    GradientSync sync(&backend, model->Parameters(), /*bucket_bytes=*/256 * 1024);
+    if (absl::Status s = sync.BroadcastParameters(0); !s.ok()) return s;
+    if (absl::Status s = TrainSlice(*model, &sync, pg.rank(), 2, kGlobalBatch, kSteps); !s.ok()) {
+      return s;
+    }
+    trained[pg.rank()] = model->Parameters();
+    buckets[pg.rank()] = sync.bucket_count();
+    overlapped[pg.rank()] = sync.started_during_backward();
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  // mlp, packed in reverse: fc2 + fc1 bias (~11 KiB), then fc1 weight (784 KiB) alone: 2
+  // buckets for 4 parameters. Both started from the autograd hooks, during backward.
+  EXPECT_EQ(buckets[0], 2u);
+  EXPECT_EQ(overlapped[0], 2u);
+  EXPECT_EQ(overlapped[1], 2u);
+
+  auto single = BuiltinModel("mlp", 100);
+  ASSERT_TRUE(single.ok());
+  ASSERT_TRUE(TrainSlice(*single, nullptr, 0, 1, kGlobalBatch, kSteps).ok());
+  const std::vector<torch::Tensor> reference = single->Parameters();
+  double max_diff = 0;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    EXPECT_TRUE(torch::equal(trained[0][i], trained[1][i])) << "ranks differ in parameter " << i;
+    max_diff = std::max(max_diff, (trained[0][i] - reference[i]).abs().max().item<double>());
+  }
+  std::printf("2 ranks x batch %lld vs 1 rank x batch %lld, %d steps: max abs diff %.3g\n",
+              static_cast<long long>(kGlobalBatch / 2), static_cast<long long>(kGlobalBatch),
+              kSteps, max_diff);
+  EXPECT_LE(max_diff, 1e-5);
+  // And training did move the parameters (the comparison is not vacuous).
+  auto untrained = BuiltinModel("mlp", 100);
+  EXPECT_GT((untrained->Parameters()[0] - reference[0]).abs().max().item<double>(), 1e-3);
+}
+
+double MaxDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff = std::max(diff, (a[i] - b[i]).abs().max().item<double>());
+  return diff;
+}
+
+TEST(GradientAccumulation, TwoMicroBatchesOfB_EqualOneStepOf2B) {
+  auto accumulated = BuiltinModel("mlp", 7), whole = BuiltinModel("mlp", 7);
+  ASSERT_TRUE(accumulated.ok() && whole.ok());
+  ASSERT_TRUE(TrainSlice(*accumulated, nullptr, 0, 1, 32, 20, /*accumulate=*/2).ok());
+  ASSERT_TRUE(TrainSlice(*whole, nullptr, 0, 1, 32, 20).ok());
+  EXPECT_LE(MaxDiff(accumulated->Parameters(), whole->Parameters()), 1e-5);
+}
+
+TEST(GradientAccumulation, WithDdp_SyncOnlyAfterTheLastMicroBatch_EqualsSingleRank) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  std::vector<std::vector<torch::Tensor>> trained(2);
+  auto statuses =
+      testing::RunRanks(coordinator->address(), "ddp-accumulate", 2, [&](ProcessGroup& pg) {
+        auto model = BuiltinModel("mlp", 7);
+        if (!model.ok()) return model.status();
+        GrpcCollectiveBackend backend(&pg);
+        GradientSync sync(&backend, model->Parameters());
+        if (absl::Status s = TrainSlice(*model, &sync, pg.rank(), 2, 32, 20, /*accumulate=*/2);
+            !s.ok()) {
+          return s;
+        }
+        trained[pg.rank()] = model->Parameters();
+        return absl::OkStatus();
+      });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  // One all_reduce per step per rank (default bucket: the whole mlp), none while accumulating.
+  EXPECT_EQ(coordinator->engine().SubmittedCount(), 2u * 20u);
+  auto single = BuiltinModel("mlp", 7);
+  ASSERT_TRUE(TrainSlice(*single, nullptr, 0, 1, 32, 20).ok());
+  EXPECT_LE(MaxDiff(trained[0], single->Parameters()), 1e-5);
+}
+
+TEST(Sharded, ZeroStage1_EqualsDdpAndPartitionsOptimizerState) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  constexpr int kSteps = 20;
+  const OptimizerConfig config{.name = "sgd", .lr = 0.1, .momentum = 0.9};
+  std::vector<std::vector<torch::Tensor>> sharded_params(2), ddp_params(2);
+  std::vector<size_t> local_counts(2);
+  for (const bool sharded : {true, false}) {
+    auto statuses = testing::RunRanks(
+        coordinator->address(), sharded ? "zero1" : "ddp-ref", 2,
+        [&](ProcessGroup& pg) -> absl::Status {
+          auto model = BuiltinModel("mlp", 100 + pg.rank());
+          if (!model.ok()) return model.status();
+          GrpcCollectiveBackend backend(&pg);
+          GradientSync sync(&backend, model->Parameters());
+          if (absl::Status s = sync.BroadcastParameters(0); !s.ok()) return s;
+          std::unique_ptr<ShardedOptimizer> zero;
+          std::unique_ptr<torch::optim::Optimizer> plain;
+          if (sharded) {
+            auto made = ShardedOptimizer::Make(&backend, model->Parameters(), config);
+            if (!made.ok()) return made.status();
+            zero = std::move(*made);
+            local_counts[pg.rank()] = zero->local_parameter_count();
+          } else {
+            auto made = MakeOptimizer(model->Parameters(), config);
+            if (!made.ok()) return made.status();
+            plain = std::move(*made);
+          }
+          for (int step = 0; step < kSteps; ++step) {
+            const auto [x, y] = SyntheticBatch(32, 1000 + step);
+            const auto slice = torch::indexing::Slice(pg.rank() * 16, (pg.rank() + 1) * 16);
+            sharded ? zero->ZeroGrad() : plain->zero_grad();
+            auto loss = model->TrainingStep(
+                c10::ivalue::Tuple::create({x.index({slice}), y.index({slice})}), step);
+            if (!loss.ok()) return loss.status();
+            loss->backward();
+            if (absl::Status s = sync.AverageGradients(); !s.ok()) return s;
+            if (sharded) {
+              if (absl::Status s = zero->Step(); !s.ok()) return s;
+            } else {
+              plain->step();
+            }
+          }
+          (sharded ? sharded_params : ddp_params)[pg.rank()] = model->Parameters();
+          return absl::OkStatus();
+        });
+    for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  }
+  // Optimizer state is split: the mlp's 4 parameters, each rank holding some and not all.
+  EXPECT_EQ(local_counts[0] + local_counts[1], 4u);
+  EXPECT_GT(local_counts[0], 0u);
+  EXPECT_GT(local_counts[1], 0u);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_LE(MaxDiff(sharded_params[r], ddp_params[0]), 1e-5) << "rank " << r;
+  }
+  EXPECT_EQ(MaxDiff(sharded_params[0], sharded_params[1]), 0.0);
+}
+
+// all_gather(sync_grads=True): rank k's loss is sum_j (k+1)(j+1) * gathered[j], so the gradient
+// reaching rank r's input is the sum over k of (k+1)(r+1) = 3(r+1) for two ranks.
+TEST(Strategy, AllGatherWithSyncGrads_GradientsFlowBackAcrossRanks) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  std::vector<torch::Tensor> grads(2), gathered(2);
+  auto statuses = testing::RunRanks(
+      coordinator->address(), "gather-grad", 2, [&](ProcessGroup& pg) -> absl::Status {
+        StrategyOptions options;
+        options.kind = StrategyKind::kDdp;
+        auto strategy = Strategy::Make(options, std::make_unique<GrpcCollectiveBackend>(&pg));
+        if (!strategy.ok()) return strategy.status();
+        const int r = pg.rank();
+        torch::Tensor x = torch::full({3}, static_cast<float>(r + 10)).requires_grad_();
+        auto all = (*strategy)->AllGather(x, /*sync_grads=*/true);
+        if (!all.ok()) return all.status();
+        gathered[r] = all->detach().clone();
+        torch::Tensor weights = torch::tensor({1.0f, 2.0f}).view({2, 1}) * (r + 1);
+        (*all * weights).sum().backward();
+        grads[r] = x.grad().clone();
+        return absl::OkStatus();
+      });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(
+        torch::equal(gathered[r], torch::tensor({{10.0f, 10.0f, 10.0f}, {11.0f, 11.0f, 11.0f}})));
+    EXPECT_TRUE(torch::allclose(grads[r], torch::full({3}, 3.0f * (r + 1)))) << grads[r];
+  }
+}
+
+// Makes the named backend ("grpc", "gloo" or "shm") over a joined group.
+absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeBackend(const std::string& kind,
+                                                               const std::string& address,
+                                                               ProcessGroup* pg,
+                                                               absl::Duration timeout) {
+  if (kind == "grpc") return std::unique_ptr<CollectiveBackend>(new GrpcCollectiveBackend(pg));
+  auto gloo = GlooCollectiveBackend::Make(address, pg, timeout);
+  if (!gloo.ok() || kind == "gloo") return gloo;
+  auto shm = SharedMemoryCollectiveBackend::Make(std::move(*gloo), timeout);
+  if (!shm.ok()) return shm.status();
+  // On one machine the shared-memory path must be the one under test.
+  if (!(*shm)->active()) return absl::InternalError("shm inactive: " + (*shm)->fallback_reason());
+  return shm;
+}
+
+// The same semantics from every collective backend: the coordinator's gRPC collectives, Gloo
+// peer to peer, and shared memory between same-host ranks.
+class BackendConformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Runs `body` on `world` ranks, each with this test's backend over its group.
+  void RunOnBackends(const std::function<absl::Status(CollectiveBackend&)>& body, int world = 2) {
+    auto coordinator = testing::StartCoordinator();
+    ASSERT_NE(coordinator, nullptr);
+    const std::string address = coordinator->address();
+    auto statuses = testing::RunRanks(
+        address, "conformance-" + GetParam(), world, [&](ProcessGroup& pg) -> absl::Status {
+          auto backend = MakeBackend(GetParam(), address, &pg, absl::Seconds(30));
+          if (!backend.ok()) return backend.status();
+          return body(**backend);
+        });
+    for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  }
+};
+
+TEST_P(BackendConformance, EveryCollectiveAsDocumented) {
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    const int r = b.rank();
+    auto expect = [&](bool ok, const std::string& what) {
+      return ok ? absl::OkStatus() : absl::InternalError(absl::StrCat("rank ", r, ": ", what));
+    };
+    EXPECT_EQ(b.name(), GetParam());
+    if (auto s = b.Barrier("start"); !s.ok()) return s;
+    torch::Tensor sum = torch::tensor({1.5f, -2.0f}) * (r + 1);
+    if (auto s = b.AllReduce(sum, v1::REDUCE_OP_SUM); !s.ok()) return s;
+    if (auto s = expect(torch::equal(sum, torch::tensor({4.5f, -6.0f})), "sum"); !s.ok()) return s;
+    torch::Tensor mean = torch::tensor({3, -3}, torch::kInt64) + r;  // {3,-3} and {4,-2}
+    if (auto s = b.AllReduce(mean, v1::REDUCE_OP_MEAN); !s.ok()) return s;
+    // 7 / 2 and -5 / 2 round toward zero.
+    if (auto s = expect(torch::equal(mean, torch::tensor({3, -2}, torch::kInt64)), "int mean");
+        !s.ok())
+      return s;
+    torch::Tensor max = torch::tensor({static_cast<double>(r), -static_cast<double>(r)});
+    if (auto s = b.AllReduce(max, v1::REDUCE_OP_MAX); !s.ok()) return s;
+    if (auto s = expect(torch::equal(max, torch::tensor({1.0, 0.0})), "max"); !s.ok()) return s;
+    torch::Tensor flags = torch::tensor({true, false});
+    EXPECT_EQ(b.AllReduce(flags, v1::REDUCE_OP_MEAN).code(), absl::StatusCode::kInvalidArgument);
+    torch::Tensor from_one = torch::full({3}, static_cast<float>(10 * r));
+    if (auto s = b.Broadcast(from_one, 1); !s.ok()) return s;
+    if (auto s = expect(torch::equal(from_one, torch::full({3}, 10.0f)), "broadcast"); !s.ok())
+      return s;
+    auto bytes = b.BroadcastBytes(r == 0 ? std::string("checkpoint\0bytes", 16) : "", 0);
+    if (!bytes.ok()) return bytes.status();
+    if (auto s = expect(*bytes == std::string("checkpoint\0bytes", 16), "bytes"); !s.ok()) return s;
+    // Different first dimensions: rank r gives r + 1 rows.
+    auto gathered = b.AllGather(torch::full({r + 1, 2}, static_cast<int32_t>(r), torch::kInt32));
+    if (!gathered.ok()) return gathered.status();
+    if (auto s = expect(gathered->size() == 2 && (*gathered)[0].size(0) == 1 &&
+                            (*gathered)[1].size(0) == 2 && (*gathered)[1].sum().item<int>() == 4,
+                        "all_gather");
+        !s.ok())
+      return s;
+    torch::Tensor reduced = torch::tensor({r + 1.0f});
+    if (auto s = b.Reduce(reduced, 1, v1::REDUCE_OP_SUM); !s.ok()) return s;
+    if (auto s = expect(reduced.item<float>() == (r == 1 ? 3.0f : 1.0f), "reduce"); !s.ok())
+      return s;
+    auto all = b.ReduceBooleanDecision(r == 0, /*all=*/true);
+    auto any = b.ReduceBooleanDecision(r == 0, /*all=*/false);
+    if (!all.ok() || !any.ok()) return all.ok() ? any.status() : all.status();
+    return expect(!*all && *any, "reduce_boolean_decision");
+  });
+}
+
+// DDP's gradient averaging gives the same result over either backend.
+TEST_P(BackendConformance, GradientSyncAveragesAcrossRanks) {
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    auto model = BuiltinModel("mlp", 100 + b.rank());
+    if (!model.ok()) return model.status();
+    GradientSync sync(&b, model->Parameters(), /*bucket_bytes=*/256 * 1024);
+    if (auto s = sync.BroadcastParameters(0); !s.ok()) return s;
+    for (torch::Tensor& p : model->Parameters())
+      p.mutable_grad() = torch::full_like(p, b.rank() + 1.0f);
+    if (auto s = sync.AverageGradients(); !s.ok()) return s;
+    for (const torch::Tensor& p : model->Parameters()) {
+      if (!torch::allclose(p.grad(), torch::full_like(p, 1.5f))) {
+        return absl::InternalError("gradients are not the mean over ranks");
+      }
+    }
+    auto reference = BuiltinModel("mlp", 100);
+    return torch::equal(model->Parameters()[0], reference->Parameters()[0])
+               ? absl::OkStatus()
+               : absl::InternalError("parameters are not rank 0's after the broadcast");
+  });
+}
+
+// Overlap with backward when ranks produce gradients in different orders: rank 0's backward
+// touches only bucket 0 (fc2 and fc1's bias), rank 1's only bucket 1 (fc1's weight). Rank 0
+// starts bucket 0 from its hook; rank 1 may not start bucket 1 before bucket 0, so both of its
+// buckets start when the round closes. The collectives still match, and a gradient that never
+// came counts as zeros.
+TEST_P(BackendConformance, OverlappedBucketsMatchAcrossRanksWhateverTheReadinessOrder) {
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    auto model = BuiltinModel("mlp", 100);
+    if (!model.ok()) return model.status();
+    std::vector<torch::Tensor> p = model->Parameters();  // fc1.w, fc1.b, fc2.w, fc2.b
+    GradientSync sync(&b, p, /*bucket_bytes=*/256 * 1024);
+    if (sync.bucket_count() != 2) return absl::InternalError("expected 2 buckets");
+    sync.ExpectSync();
+    torch::Tensor loss =
+        b.rank() == 0 ? (2 * (p[1].sum() + p[2].sum() + p[3].sum())) : 4 * p[0].sum();
+    loss.backward();
+    const size_t started = sync.started_during_backward();
+    if (auto s = sync.AverageGradients(); !s.ok()) return s;
+    if (started != (b.rank() == 0 ? 1u : 0u)) {
+      return absl::InternalError(
+          absl::StrCat("rank ", b.rank(), " started ", started, " buckets during backward"));
+    }
+    const bool means = torch::allclose(p[0].grad(), torch::full_like(p[0], 2.0f)) &&
+                       torch::allclose(p[1].grad(), torch::full_like(p[1], 1.0f)) &&
+                       torch::allclose(p[2].grad(), torch::full_like(p[2], 1.0f)) &&
+                       torch::allclose(p[3].grad(), torch::full_like(p[3], 1.0f));
+    return means ? absl::OkStatus() : absl::InternalError("gradients are not the mean over ranks");
+  });
+}
+
+// Tensors larger than one shared-memory slot (4 MiB) go in several chunks, on 3 ranks so that
+// partitions are uneven; values are integers so that float sums are exact.
+TEST_P(BackendConformance, LargeAllReducesAcrossChunks_ExactOnEveryRank) {
+  RunOnBackends(
+      [&](CollectiveBackend& b) -> absl::Status {
+        const int64_t n = 3'000'001;  // 12 MB of float32, an odd count
+        const torch::Tensor index = torch::arange(n, torch::kFloat32).remainder(1000);
+        const double r = b.rank();
+        torch::Tensor sum = index + r;
+        if (auto s = b.AllReduce(sum, v1::REDUCE_OP_SUM); !s.ok()) return s;
+        torch::Tensor mean = (index * (r + 1)).to(torch::kFloat64);
+        if (auto s = b.AllReduce(mean, v1::REDUCE_OP_MEAN); !s.ok()) return s;
+        torch::Tensor max = index * (r - 1);  // ranks 0..2: -index, 0, index
+        if (auto s = b.AllReduce(max, v1::REDUCE_OP_MAX); !s.ok()) return s;
+        torch::Tensor min = index * (r - 1);
+        if (auto s = b.AllReduce(min, v1::REDUCE_OP_MIN); !s.ok()) return s;
+        // A non-contiguous tensor is reduced in place too.
+        torch::Tensor strided = torch::full({4, 6}, static_cast<float>(r + 1)).t();
+        if (auto s = b.AllReduce(strided, v1::REDUCE_OP_SUM); !s.ok()) return s;
+        const bool ok = torch::equal(sum, index * 3 + 3) &&
+                        torch::equal(mean, (index * 2).to(torch::kFloat64)) &&
+                        torch::equal(max, index) && torch::equal(min, -index) &&
+                        torch::equal(strided, torch::full({6, 4}, 6.0f));
+        return ok ? absl::OkStatus()
+                  : absl::InternalError(absl::StrCat("rank ", b.rank(), ": wrong reduction"));
+      },
+      /*world=*/3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::Values("grpc", "gloo", "shm"));
+
+// Shared memory is loud on misuse: ranks whose calls differ all get FAILED_PRECONDITION
+// naming both calls, later calls fail at once, and a rank that never comes is named at the
+// deadline.
+TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const std::string address = coordinator->address();
+  std::vector<absl::Status> mismatch(2), after(2);
+  auto statuses =
+      testing::RunRanks(address, "shm-mismatch", 2, [&](ProcessGroup& pg) -> absl::Status {
+        auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));
+        if (!backend.ok()) return backend.status();
+        torch::Tensor t = torch::ones({pg.rank() == 0 ? 100 : 200});
+        mismatch[pg.rank()] = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
+        after[pg.rank()] = (*backend)->Barrier("after");
+        return absl::OkStatus();
+      });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(mismatch[r].code(), absl::StatusCode::kFailedPrecondition) << mismatch[r];
+    EXPECT_THAT(std::string(mismatch[r].message()),
+                HasSubstr("all_reduce of 100 Float REDUCE_OP_SUM"));
+    EXPECT_THAT(std::string(mismatch[r].message()),
+                HasSubstr("all_reduce of 200 Float REDUCE_OP_SUM"));
+    EXPECT_EQ(after[r].code(), absl::StatusCode::kFailedPrecondition) << after[r];
+  }
+
+  absl::Status waited;
+  absl::Duration took;
+  statuses = testing::RunRanks(address, "shm-missing", 2, [&](ProcessGroup& pg) -> absl::Status {
+    auto backend = MakeBackend("shm", address, &pg, absl::Seconds(2));
+    if (!backend.ok()) return backend.status();
+    if (pg.rank() == 1) {
+      absl::SleepFor(absl::Seconds(4));  // alive (heartbeating) but never calls
+      return absl::OkStatus();
+    }
+    torch::Tensor t = torch::ones({1000});
+    const absl::Time start = absl::Now();
+    waited = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
+    took = absl::Now() - start;
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
+  EXPECT_THAT(std::string(waited.message()), HasSubstr("rank(s) 1 did not arrive within 2s"));
+  EXPECT_GE(took, absl::Seconds(2));
+  EXPECT_LT(took, absl::Seconds(4));
+}
+
+}  // namespace
+}  // namespace dtrain

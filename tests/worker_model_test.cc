@@ -1,0 +1,385 @@
+// The worker's model side: tensor conversion, the model zoo, loading users' TorchScript
+// LightningModules (and refusing bad ones clearly), optimizers and schedules, checkpoints,
+// batch trees and datasets.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <limits>
+#include <numeric>
+
+#include "tests/reference_data.h"
+#include "tests/test_support.h"
+#include "tests/worker_test_helpers.h"
+#include "worker/accelerator.h"
+#include "worker/batch_tree.h"
+#include "worker/checkpoint.h"
+#include "worker/collective_backend.h"
+#include "worker/dataset.h"
+#include "worker/gloo_collective_backend.h"
+#include "worker/gradient_clipping.h"
+#include "worker/gradient_sync.h"
+#include "worker/idx_file.h"
+#include "worker/lightning_module.h"
+#include "worker/model_zoo.h"
+#include "worker/optimizers.h"
+#include "worker/precision.h"
+#include "worker/sharded_optimizer.h"
+#include "worker/shared_memory_collective_backend.h"
+#include "worker/tensor_convert.h"
+namespace dtrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(TensorConvert, EveryWireDType_RoundTripsBitExactly) {
+  for (v1::DType dtype : testing::AllDTypes()) {
+    const HostTensor host = testing::MakeInput(dtype, {3, 5}, 1, 7);
+    auto t = ToTorch(host);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->sizes(), (std::vector<int64_t>{3, 5}));
+    auto back = FromTorch(*t);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, host) << DTypeName(dtype);
+  }
+  // Values, not just bytes: float32 [1.5, -2] arrives as a torch float tensor.
+  auto t = ToTorch(HostTensor::FromVector<float>(v1::DTYPE_FLOAT32, {2}, {1.5f, -2.0f}));
+  EXPECT_EQ(t->sum().item<float>(), -0.5f);
+  // Non-contiguous views are made contiguous.
+  auto transposed = FromTorch(torch::arange(6, torch::kInt64).reshape({2, 3}).t());
+  EXPECT_EQ(transposed->ToVector<int64_t>(), (std::vector<int64_t>{0, 3, 1, 4, 2, 5}));
+}
+
+TEST(TensorConvert, BadInput_InvalidArgument) {
+  HostTensor short_data = HostTensor::FromVector<float>(v1::DTYPE_FLOAT32, {3}, {1.0f});
+  EXPECT_EQ(ToTorch(short_data).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FromTorch(torch::zeros({2}, torch::kComplexFloat)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+class ZooTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ZooTest, TrainsOnLearnableData_LossFallsAndAccuracyRises) {
+  auto model = BuiltinModel(GetParam(), /*seed=*/3);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->origin(), "builtin:" + GetParam());
+  auto optimizer = MakeOptimizer(model->Parameters(), {.name = "sgd", .lr = 0.05, .momentum = 0.9});
+  ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+  const auto [vx, vy] = SyntheticBatch(256, 99);
+  const c10::IValue val = c10::ivalue::Tuple::create({vx, vy});
+  auto before = model->ValidationStep(val, 0);
+  ASSERT_TRUE(before.ok()) << before.status();
+  model->Train(true);
+  for (int step = 0; step < 40; ++step) {
+    const auto [x, y] = SyntheticBatch(32, step);
+    (*optimizer)->zero_grad();
+    auto loss = model->TrainingStep(c10::ivalue::Tuple::create({x, y}), step);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    loss->backward();
+    (*optimizer)->step();
+  }
+  model->Train(false);
+  auto after = model->ValidationStep(val, 0);
+  ASSERT_TRUE(after.ok()) << after.status();
+  const float loss_before = before->at("loss").item<float>();
+  const float loss_after = after->at("loss").item<float>();
+  EXPECT_LT(loss_after, loss_before * 0.5f) << "before " << loss_before << " after " << loss_after;
+  EXPECT_GT(after->at("acc").item<float>(), 0.9f);
+  auto predicted = model->PredictStep(val, 0);
+  ASSERT_TRUE(predicted.ok());
+  EXPECT_EQ(predicted->at("label").sizes(), (std::vector<int64_t>{256}));
+  EXPECT_EQ(predicted->at("logits").sizes(), (std::vector<int64_t>{256, 10}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Builtin, ZooTest, ::testing::Values("mlp", "cnn"));
+
+TEST(Zoo, UnknownName_ListsTheZoo) {
+  auto model = BuiltinModel("resnet", 1);
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("mlp, cnn"));
+}
+
+TEST(Zoo, SameSeed_SameParameters) {
+  auto a = BuiltinModel("mlp", 11), b = BuiltinModel("mlp", 11), c = BuiltinModel("mlp", 12);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_TRUE(torch::equal(a->Parameters()[0], b->Parameters()[0]));
+  EXPECT_FALSE(torch::equal(a->Parameters()[0], c->Parameters()[0]));
+}
+
+std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
+TEST(LightningModuleFile, SavedAndLoaded_SameOutputs) {
+  auto model = BuiltinModel("cnn", 5);
+  ASSERT_TRUE(model.ok());
+  const std::string path = TempPath("cnn.pt");
+  ASSERT_TRUE(model->Save(path).ok());
+  auto loaded = LightningModule::Load(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const torch::Tensor x = torch::randn({4, 1, 28, 28});
+  EXPECT_TRUE(torch::equal(*model->Forward(x), *loaded->Forward(x)));
+  EXPECT_TRUE(loaded->HasMethod("validation_step"));
+}
+
+TEST(LightningModuleFile, MissingFile_NotFound) {
+  auto loaded = LightningModule::Load(TempPath("no-such-model.pt"));
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("no-such-model.pt"));
+}
+
+TEST(LightningModuleFile, NotTorchScript_InvalidArgumentWithHint) {
+  const std::string path = TempPath("garbage.pt");
+  FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("not a model", f);
+  std::fclose(f);
+  auto loaded = LightningModule::Load(path);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("torch.jit.save"));
+}
+
+TEST(LightningModuleFile, NoTrainingStep_InvalidArgument) {
+  torch::jit::Module m("Plain");
+  m.define("def forward(self, x: Tensor) -> Tensor:\n    return x * 2\n");
+  const std::string path = TempPath("plain.pt");
+  m.save(path);
+  auto loaded = LightningModule::Load(path);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("no training_step"));
+}
+
+TEST(LightningModuleCalls, WrongBatchShape_InvalidArgumentWithLibtorchMessage) {
+  auto model = BuiltinModel("mlp", 1);
+  ASSERT_TRUE(model.ok());
+  const c10::IValue bad =
+      c10::ivalue::Tuple::create({torch::randn({4, 100}), torch::zeros({4}, torch::kInt64)});
+  auto loss = model->TrainingStep(bad, 0);
+  EXPECT_EQ(loss.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(loss.status().message()),
+              HasSubstr("training_step of model 'builtin:mlp' failed"));
+  EXPECT_THAT(std::string(loss.status().message()), HasSubstr("shapes cannot be multiplied"));
+  // The module is still usable afterwards.
+  const auto [x, y] = SyntheticBatch(4, 1);
+  EXPECT_TRUE(model->TrainingStep(c10::ivalue::Tuple::create({x, y}), 1).ok());
+}
+
+TEST(LightningModuleCalls, MissingOptionalStep_FailedPrecondition) {
+  torch::jit::Module m("OnlyTrain");
+  m.register_parameter("w", torch::ones({1}), false);
+  m.define(R"(
+def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    return (self.w * batch[0]).sum()
+)");
+  auto model = LightningModule::Wrap(m, "only-train");
+  ASSERT_TRUE(model.ok());
+  auto out = model->TestStep(c10::ivalue::Tuple::create({torch::ones({2}), torch::ones({2})}), 0);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("does not define test_step"));
+}
+
+// One parameter p = 1 with loss p^2 / 2 has gradient p: every update is computable by hand.
+double OneStep(const OptimizerConfig& config, int steps) {
+  torch::Tensor p = torch::ones({1}, torch::kFloat64).requires_grad_(true);
+  auto optimizer = MakeOptimizer({p}, config);
+  EXPECT_TRUE(optimizer.ok()) << optimizer.status();
+  for (int i = 0; i < steps; ++i) {
+    (*optimizer)->zero_grad();
+    (p * p / 2).sum().backward();
+    (*optimizer)->step();
+  }
+  return p.item<double>();
+}
+
+TEST(Optimizers, UpdatesMatchHandComputation) {
+  // sgd: p - lr * (g + wd * p) = 1 - 0.1 * (1 + 0.5) = 0.85
+  EXPECT_DOUBLE_EQ(OneStep({.name = "sgd", .lr = 0.1, .weight_decay = 0.5}, 1), 0.85);
+  // momentum 0.9, two steps: p1 = 0.9 (buf 1); g = 0.9, buf = 0.9 + 0.9 = 1.8, p2 = 0.72
+  EXPECT_NEAR(OneStep({.name = "sgd", .lr = 0.1, .momentum = 0.9}, 2), 0.72, 1e-12);
+  // nesterov: step 1 uses g + m * buf = 1 + 0.9 = 1.9 -> p = 1 - 0.19 = 0.81
+  EXPECT_NEAR(OneStep({.name = "sgd", .lr = 0.1, .momentum = 0.9, .nesterov = true}, 1), 0.81,
+              1e-12);
+  // adam's first step moves by lr * g / (|g| + eps) ~ lr
+  EXPECT_NEAR(OneStep({.name = "adam", .lr = 0.01}, 1), 0.99, 1e-7);
+  // adamw: decoupled decay first, p * (1 - lr * wd), then the adam step
+  EXPECT_NEAR(OneStep({.name = "adamw", .lr = 0.01, .weight_decay = 0.1}, 1), 1 - 0.001 - 0.01,
+              1e-7);
+}
+
+TEST(Optimizers, BadConfig_InvalidArgumentNamingTheProblem) {
+  torch::Tensor p = torch::ones({1}).requires_grad_(true);
+  auto unknown = MakeOptimizer({p}, {.name = "lamb"});
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("unknown optimizer 'lamb'"));
+  EXPECT_EQ(MakeOptimizer({p}, {.name = "sgd", .lr = -1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto nesterov = MakeOptimizer({p}, {.name = "sgd", .nesterov = true});
+  EXPECT_THAT(std::string(nesterov.status().message()), HasSubstr("nesterov needs momentum"));
+}
+
+TEST(LrSchedules, StepAndCosineValues) {
+  auto step = LrSchedule::Make({.name = "step", .step_size = 10, .gamma = 0.5}, 0.2);
+  ASSERT_TRUE(step.ok());
+  EXPECT_DOUBLE_EQ(step->LrAt(0), 0.2);
+  EXPECT_DOUBLE_EQ(step->LrAt(9), 0.2);
+  EXPECT_DOUBLE_EQ(step->LrAt(10), 0.1);
+  EXPECT_DOUBLE_EQ(step->LrAt(25), 0.05);
+  auto cosine = LrSchedule::Make({.name = "cosine", .total_steps = 100, .min_lr = 0.01}, 0.11);
+  ASSERT_TRUE(cosine.ok());
+  EXPECT_DOUBLE_EQ(cosine->LrAt(0), 0.11);
+  EXPECT_NEAR(cosine->LrAt(50), 0.06, 1e-12);
+  EXPECT_NEAR(cosine->LrAt(100), 0.01, 1e-12);
+  EXPECT_NEAR(cosine->LrAt(500), 0.01, 1e-12);
+  // Apply sets every parameter group.
+  torch::Tensor p = torch::ones({1}).requires_grad_(true);
+  auto optimizer = MakeOptimizer({p}, {.name = "sgd", .lr = 0.11});
+  cosine->Apply(**optimizer, 50);
+  EXPECT_NEAR((*optimizer)->param_groups()[0].options().get_lr(), 0.06, 1e-12);
+  EXPECT_EQ(LrSchedule::Make({.name = "cyclic"}, 0.1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LrSchedule::Make({.name = "cosine", .total_steps = 0}, 0.1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// One SGD+momentum step on batch `k`; returns the loss before the step.
+float StepOn(LightningModule& model, torch::optim::Optimizer& optimizer, int k) {
+  const auto [x, y] = SyntheticBatch(16, 500 + k);
+  optimizer.zero_grad();
+  auto loss = model.TrainingStep(c10::ivalue::Tuple::create({x, y}), k);
+  EXPECT_TRUE(loss.ok()) << loss.status();
+  loss->backward();
+  optimizer.step();
+  return loss->item<float>();
+}
+
+TEST(Checkpoint, RoundTrip_NextStepsIdentical) {
+  const std::string path = TempPath("round-trip.ckpt");
+  auto original = BuiltinModel("mlp", 31);
+  ASSERT_TRUE(original.ok());
+  auto opt_a = MakeOptimizer(original->Parameters(), {.name = "sgd", .lr = 0.05, .momentum = 0.9});
+  for (int k = 0; k < 5; ++k) StepOn(*original, **opt_a, k);
+  LossScaler scaler;
+  scaler.Restore(512, 3);
+  ASSERT_TRUE(
+      SaveCheckpoint(path, *original, opt_a->get(), &scaler, {.global_step = 5, .epoch = 1}).ok());
+  const float next_a = StepOn(*original, **opt_a, 5);
+  const float after_a = StepOn(*original, **opt_a, 6);  // depends on the momentum buffers
+
+  auto restored = BuiltinModel("mlp", 99);  // other initial weights, fresh optimizer
+  ASSERT_TRUE(restored.ok());
+  auto opt_b = MakeOptimizer(restored->Parameters(), {.name = "sgd", .lr = 0.05, .momentum = 0.9});
+  LossScaler restored_scaler;
+  auto progress = LoadCheckpoint(path, *restored, opt_b->get(), &restored_scaler);
+  ASSERT_TRUE(progress.ok()) << progress.status();
+  EXPECT_EQ(progress->global_step, 5);
+  EXPECT_EQ(progress->epoch, 1);
+  EXPECT_EQ(restored_scaler.scale(), 512);
+  EXPECT_EQ(restored_scaler.growth_tracker(), 3);
+  EXPECT_EQ(StepOn(*restored, **opt_b, 5), next_a);
+  EXPECT_EQ(StepOn(*restored, **opt_b, 6), after_a);
+  // Atomic write: nothing left beside the checkpoint.
+  EXPECT_FALSE(std::ifstream(path + ".tmp-" + std::to_string(getpid())).good());
+}
+
+TEST(Checkpoint, BadFiles_ClearErrors) {
+  auto model = BuiltinModel("cnn", 1);
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(LoadCheckpoint(TempPath("absent.ckpt"), *model, nullptr, nullptr).status().code(),
+            absl::StatusCode::kNotFound);
+  // A checkpoint of another architecture names the first parameter it cannot restore.
+  auto mlp = BuiltinModel("mlp", 1);
+  const std::string path = TempPath("mlp.ckpt");
+  ASSERT_TRUE(SaveCheckpoint(path, *mlp, nullptr, nullptr, {}).ok());
+  auto wrong = LoadCheckpoint(path, *model, nullptr, nullptr);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("conv1_weight"));
+  // A TorchScript model file is not a checkpoint.
+  const std::string model_path = TempPath("model-not-ckpt.pt");
+  ASSERT_TRUE(mlp->Save(model_path).ok());
+  auto not_ckpt = LoadCheckpoint(model_path, *mlp, nullptr, nullptr);
+  EXPECT_EQ(not_ckpt.status().code(), absl::StatusCode::kInvalidArgument);
+  // An unwritable place.
+  EXPECT_EQ(SaveCheckpoint("/nonexistent-dir/x.ckpt", *mlp, nullptr, nullptr, {}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BatchTree, NestedBatchesMappedSizedAndSplit) {
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
+  dict.insert("x", torch::ones({5, 3}));
+  c10::impl::GenericList list(c10::TensorType::get());
+  list.push_back(torch::arange(5));
+  const c10::IValue batch = c10::ivalue::Tuple::create({dict, list});
+  EXPECT_EQ(BatchSize(batch), 5);
+  auto precision = PrecisionPlugin::Make(Precision::k64True, torch::kCPU);
+  const c10::IValue cast = (*precision)->ConvertInput(batch);
+  const auto& items = cast.toTupleRef().elements();
+  EXPECT_EQ(items[0].toGenericDict().at("x").toTensor().scalar_type(), torch::kFloat64);
+  EXPECT_EQ(items[1].toList().get(0).toTensor().scalar_type(), torch::kInt64);
+  auto parts = SplitBatch(batch, 2);
+  ASSERT_TRUE(parts.ok());
+  ASSERT_EQ(parts->size(), 2u);
+  EXPECT_EQ(BatchSize((*parts)[0]), 3);
+  EXPECT_EQ(BatchSize((*parts)[1]), 2);
+  EXPECT_EQ((*parts)[1].toTupleRef().elements()[1].toList().get(0).toTensor()[0].item<int64_t>(),
+            3);
+  // Tensors that disagree on dimension 0 cannot be scattered.
+  const c10::IValue ragged = c10::ivalue::Tuple::create({torch::ones({4}), torch::ones({3})});
+  EXPECT_EQ(SplitBatch(ragged, 2).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The real Fashion-MNIST files (Debian's dataset-fashion-mnist, installed by install-deps.sh).
+TEST(Dataset, FashionMnist_SplitsShapesAndNormalization) {
+  v1::DataSpec spec;
+  spec.set_builtin("fashion-mnist");
+  auto data = Dataset::Load(spec);
+  ASSERT_TRUE(data.ok()) << data.status();
+  const auto splits = (*data)->Splits();
+  ASSERT_EQ(splits.size(), 3u);
+  EXPECT_EQ(splits[0], std::make_pair(std::string("train"), int64_t{55000}));
+  EXPECT_EQ(splits[1], std::make_pair(std::string("val"), int64_t{5000}));
+  EXPECT_EQ(splits[2], std::make_pair(std::string("test"), int64_t{10000}));
+  std::vector<int64_t> all(2000);
+  std::iota(all.begin(), all.end(), 0);
+  auto batch = (*data)->Batch("train", all);
+  ASSERT_TRUE(batch.ok());
+  const torch::Tensor x = batch->toTupleRef().elements()[0].toTensor();
+  const torch::Tensor y = batch->toTupleRef().elements()[1].toTensor();
+  EXPECT_EQ(x.sizes(), (std::vector<int64_t>{2000, 1, 28, 28}));
+  EXPECT_EQ(x.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(y.scalar_type(), torch::kInt64);
+  // Normalized with the training set's statistics: mean near 0, std near 1.
+  EXPECT_NEAR(x.mean().item<float>(), 0.0, 0.05);
+  EXPECT_NEAR(x.std().item<float>(), 1.0, 0.05);
+  EXPECT_EQ(y.min().item<int64_t>(), 0);
+  EXPECT_EQ(y.max().item<int64_t>(), 9);
+  // Labels are balanced across the ten classes (6,000 each in the full set).
+  EXPECT_GT(torch::bincount(y).min().item<int64_t>(), 150);
+  EXPECT_EQ((*data)->Batch("train", {55000}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*data)->Batch("holdout", {0}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Dataset, CorruptIdxFiles_ClearErrors) {
+  const std::string plain = TempPath("not-gzip.gz");
+  std::ofstream(plain) << "hello";
+  // zlib reads a non-gzip file as raw bytes: the IDX check refuses it.
+  auto text = ReadIdxGz(plain);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(text.status().message()), HasSubstr("not an IDX file"));
+  EXPECT_EQ(ReadIdxGz(TempPath("absent.gz")).status().code(), absl::StatusCode::kNotFound);
+  // An IDX header promising more values than the file holds.
+  const std::string truncated = TempPath("truncated.idx");
+  std::ofstream(truncated, std::ios::binary)
+      << std::string("\x00\x00\x08\x01\x00\x00\x00\x10", 8) << "abc";
+  auto short_file = ReadIdxGz(truncated);
+  EXPECT_EQ(short_file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(short_file.status().message()), HasSubstr("should hold 16 values"));
+}
+
+}  // namespace
+}  // namespace dtrain

@@ -1,0 +1,26 @@
+// Helpers shared by the worker's libtorch tests (worker_*_test.cc).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cstdint>
+#include <utility>
+
+namespace dtrain {
+
+// Ten classes of 28x28 "images": class c lights up rows 2c..2c+2, plus noise. Learnable, fast.
+// A generator of its own per batch: ranks in threads must not share torch's global one.
+inline std::pair<torch::Tensor, torch::Tensor> SyntheticBatch(int64_t n, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  torch::Tensor y = torch::randint(0, 10, {n}, gen, torch::kInt64);
+  torch::Tensor x = torch::randn({n, 1, 28, 28}, gen) * 0.3;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = y[i].item<int64_t>();
+    x.index({i, 0, torch::indexing::Slice(2 * c, 2 * c + 3)}) += 1.0;
+  }
+  return {x, y};
+}
+
+}  // namespace dtrain
