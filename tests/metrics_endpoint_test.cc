@@ -70,6 +70,9 @@ TEST(MetricsEndpoint, CoordinatorAndWorker_CountWhatAJobDid) {
   const std::string id = cluster.Submit("m", SyntheticDdpJob("m", 1, 1024));
   ASSERT_TRUE(WaitFor([&] { return IsTerminal(cluster.GetJob(id).state()); }, absl::Seconds(120)));
   ASSERT_EQ(cluster.GetJob(id).state(), v1::SUCCEEDED);
+  // The outcome is published before the teardown: scrape once both workers are let go.
+  ASSERT_TRUE(
+      WaitFor([&] { return cluster.AliveWorkers(/*idle_only=*/true) == 2; }, absl::Seconds(30)));
 
   const std::map<std::string, double> c = Samples(Scrape(coordinator_port));
   ASSERT_FALSE(c.empty()) << "no coordinator /metrics";

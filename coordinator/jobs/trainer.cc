@@ -92,12 +92,24 @@ absl::Status Trainer::Setup() {
   std::vector<v1::SetupResponse> responses(n);
   reporter_->Log(absl::StrCat("setting up ", n, " worker(s) for ", world_, " rank(s), strategy ",
                               t.strategy()));
-  DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
+  const absl::Status setup = workers_.OnEvery(
       "setup",
       [&](int i, grpc::ClientContext* context) {
         return workers_.stub(i).Setup(context, request, &responses[i]);
       },
-      options_.setup_timeout + absl::Seconds(30)));
+      options_.setup_timeout + absl::Seconds(30));
+  if (setup.code() == absl::StatusCode::kUnavailable && options_.draining_workers) {
+    // A worker stopped before its Setup arrived, so it refused it: a planned stop, as if it had
+    // drained at step 0. Nothing was trained, so the job re-forms from where it started.
+    std::vector<std::string> draining = options_.draining_workers();
+    if (!draining.empty()) {
+      reporter_->Log(absl::StrCat("worker(s) ", absl::StrJoin(draining, ", "),
+                                  " stopped before the job was set up (", setup.message(), ")"));
+      drained_ = std::move(draining);
+      return setup;
+    }
+  }
+  DTRAIN_RETURN_IF_ERROR(setup);
   std::vector<std::vector<int>> ranks_of_worker(n);
   std::vector<std::string> where(world_);  // by rank, for the log
   std::vector<bool> seen(world_, false);

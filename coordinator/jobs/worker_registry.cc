@@ -45,6 +45,7 @@ absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time n
            {"address", worker.address()},
            {"host", worker.host()},
            {"devices", worker.devices()}});
+  stopped_while_placed_.erase(worker.name());
   Entry& e = workers_[worker.name()];
   e.info.set_name(worker.name());
   e.info.set_address(worker.address());
@@ -106,6 +107,7 @@ std::vector<v1::WorkerInfo> WorkerRegistry::Reserve(const std::string& job_id, i
 
 void WorkerRegistry::Release(const std::string& name) {
   absl::MutexLock lock(&mu_);
+  stopped_while_placed_.erase(name);
   auto it = assigned_.find(name);
   if (it == assigned_.end()) return;
   RememberEndedLocked(it->second);
@@ -156,7 +158,9 @@ std::vector<std::string> WorkerRegistry::Draining(const std::vector<std::string>
   std::vector<std::string> draining;
   for (const std::string& name : names) {
     auto it = workers_.find(name);
-    if (it != workers_.end() && it->second.draining) draining.push_back(name);
+    if ((it != workers_.end() && it->second.draining) || stopped_while_placed_.count(name) > 0) {
+      draining.push_back(name);
+    }
   }
   return draining;
 }
@@ -171,6 +175,7 @@ absl::Status WorkerRegistry::Unregister(const v1::UnregisterWorkerRequest& reque
   }
   LogInfo(absl::StrCat("worker '", request.name(), "' unregistered (it stopped)"),
           {{"worker", request.name()}});
+  if (assigned_.count(request.name()) > 0) stopped_while_placed_.insert(request.name());
   workers_.erase(it);
   return absl::OkStatus();
 }

@@ -47,7 +47,8 @@ class WorkerRegistry final : public WorkerDirectory {
   // still reports the job is told to drop it.
   void Release(const std::string& name);
   absl::Status Unregister(const v1::UnregisterWorkerRequest& request) override;
-  // Those of `names` that said they are stopping (DRAINING), in the order given.
+  // Those of `names` that said they are stopping (DRAINING), or that stopped cleanly
+  // (unregistered) while a job was placed on them, in the order given.
   std::vector<std::string> Draining(const std::vector<std::string>& names) const;
   // By name, with state and last_seen_ms_ago as of `now`.
   std::vector<v1::WorkerInfo> List(absl::Time now) const override;
@@ -69,6 +70,9 @@ class WorkerRegistry final : public WorkerDirectory {
   // Jobs released from their workers (the newest kRememberedJobs), for abandoned_job.
   static constexpr size_t kRememberedJobs = 4096;
   std::set<std::string> ended_ ABSL_GUARDED_BY(mu_);
+  // Workers that unregistered while placed on a job, until the job lets them go: a stop so
+  // quick that the job never saw the worker drain is still a drain, not a lost worker.
+  std::set<std::string> stopped_while_placed_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> ended_order_ ABSL_GUARDED_BY(mu_);
 };
 
