@@ -1,7 +1,8 @@
 // Prometheus metrics for dtrain's daemons: counters and histograms updated where things happen,
 // gauges read at scrape time from collectors, rendered in the Prometheus text exposition
-// format (0.0.4). Hand-written: Debian 12 packages no Prometheus client library for C++, and
-// the format is a few lines of text.
+// format (0.0.4). Hand-written rather than Debian's prometheus-cpp: gauges here are read from
+// their owners at scrape time, which prometheus-cpp would need a custom Collectable for, and
+// the format is a few lines of text (docs/DECISIONS.md).
 //
 // Thread-safety: all methods are safe to call concurrently.
 #pragma once
