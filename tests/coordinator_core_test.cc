@@ -315,6 +315,38 @@ TEST_F(CollectiveEngineTest, AbandonedCall_AbortsTheOthersNamingIt) {
   EXPECT_THAT(a0.status->message(), HasSubstr("w1"));
 }
 
+// One large all_reduce travels as segments, each its own numbered call: segments of one whole
+// tensor meet segment by segment, and a rank whose segment disagrees is refused naming both.
+TEST_F(CollectiveEngineTest, Segments_ReducedPerSegment_MismatchedSegmentNamed) {
+  Form(2);
+  auto segment = [&](int rank, int64_t sequence, int index, std::vector<float> values) {
+    CollectiveCall call = AllReduce(rank, sequence, std::move(values));
+    call.segmented = true;
+    call.segment.set_index(index);
+    call.segment.set_count(2);
+    call.segment.mutable_whole()->set_dtype(v1::DTYPE_FLOAT32);
+    call.segment.mutable_whole()->add_shape(4);
+    return call;
+  };
+  Answer a0, a1, b0, b1;
+  // Both segments in flight at once on rank 0, arriving in the other order on rank 1.
+  engine_.Submit(segment(0, 1, 0, {1, 2}), Into(a0));
+  engine_.Submit(segment(0, 2, 1, {3, 4}), Into(b0));
+  engine_.Submit(segment(1, 2, 1, {30, 40}), Into(b1));
+  engine_.Submit(segment(1, 1, 0, {10, 20}), Into(a1));
+  for (Answer* a : {&a0, &a1, &b0, &b1}) ASSERT_TRUE(a->status && a->status->ok()) << *a->status;
+  EXPECT_THAT(Floats(*a0.result), ElementsAre(11.0f, 22.0f));
+  EXPECT_THAT(Floats(*b1.result), ElementsAre(33.0f, 44.0f));
+
+  Answer c0, c1;
+  engine_.Submit(segment(0, 3, 0, {1, 2}), Into(c0));
+  engine_.Submit(segment(1, 3, 1, {1, 2}), Into(c1));  // a different segment of call 3
+  ASSERT_TRUE(c0.status && c1.status);
+  EXPECT_EQ(c1.status->code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(c1.status->message(), HasSubstr("segment 1 of 2"));
+  EXPECT_THAT(c1.status->message(), HasSubstr("segment 2 of 2"));
+}
+
 TEST(KeyValueStoreTest, SetGetAddCas) {
   FakeClock clock;
   KeyValueStore kv(clock.AsClock());

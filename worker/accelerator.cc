@@ -100,9 +100,7 @@ absl::StatusOr<torch::Tensor> Accelerator::TrainingStep(const c10::IValue& batch
 }
 
 torch::Tensor Accelerator::TrainingStepEnd(torch::Tensor output) {
-  torch::Tensor loss = strategy_->TrainingStepEnd(std::move(output));
-  results_ = {{"loss", loss.detach()}};
-  return loss;
+  return strategy_->TrainingStepEnd(std::move(output));
 }
 
 absl::StatusOr<StepOutput> Accelerator::EvalStep(StepKind kind, const c10::IValue& batch,
@@ -119,17 +117,13 @@ absl::StatusOr<StepOutput> Accelerator::TestStep(const c10::IValue& batch, int64
   return EvalStep(StepKind::kTest, batch, i);
 }
 absl::StatusOr<StepOutput> Accelerator::PredictStep(const c10::IValue& batch, int64_t i) {
-  DTRAIN_ASSIGN_OR_RETURN(StepOutput out, EvalStep(StepKind::kPredict, batch, i));
-  results_ = out;
-  return out;
+  return EvalStep(StepKind::kPredict, batch, i);
 }
 StepOutput Accelerator::ValidationStepEnd(StepOutput output) {
-  results_ = strategy_->EvalStepEnd(std::move(output));
-  return results_;
+  return strategy_->EvalStepEnd(std::move(output));
 }
 StepOutput Accelerator::TestStepEnd(StepOutput output) {
-  results_ = strategy_->EvalStepEnd(std::move(output));
-  return results_;
+  return strategy_->EvalStepEnd(std::move(output));
 }
 
 absl::Status Accelerator::Backward(const torch::Tensor& closure_loss, bool should_accumulate) {

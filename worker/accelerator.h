@@ -101,8 +101,6 @@ class Accelerator {
   // Leaves the strategy's group cleanly.
   absl::Status Teardown();
 
-  // The last step's outputs (what *_step_end returned).
-  const StepOutput& results() const { return results_; }
   const TrainingProgress& progress() const { return progress_; }
   // After an optimizer step: the global step advances (Lightning's update_global_step).
   void UpdateGlobalStep() { ++progress_.global_step; }
@@ -123,7 +121,6 @@ class Accelerator {
   std::unique_ptr<LightningModule> model_;
   std::optional<LrSchedule> schedule_;
   TrainingProgress progress_;
-  StepOutput results_;
   // 16-mixed: whether this step's gradients are already unscaled, and what that found.
   bool unscaled_ = false;
   bool found_inf_ = false;
