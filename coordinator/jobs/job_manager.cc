@@ -269,8 +269,11 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
     std::vector<std::string> names;
     for (const v1::WorkerInfo& w : options.workers) names.push_back(w.name());
     options.draining_workers = [this, names] { return workers_->Draining(names); };
-    Trainer trainer(options, job.get());
-    job->SetTrainer(&trainer);
+    std::unique_ptr<JobRun> made = options_.make_run
+                                       ? options_.make_run(options, job.get())
+                                       : std::make_unique<Trainer>(options, job.get());
+    JobRun& trainer = *made;
+    job->SetRun(&trainer);
     RunEnding ending;
     ending.status = trainer.Run();
     ending.cancel_requested = job->cancel_requested();
@@ -287,7 +290,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
     // The outcome is known: users see it now, not after a stopped worker's teardown deadline.
     if (!may_reform) PublishOutcome(*job, status);
     trainer.Teardown();
-    job->SetTrainer(nullptr);
+    job->SetRun(nullptr);
     // After teardown: the workers left the group. One that did not (unreachable) is refused.
     if (access_ != nullptr) access_->RevokeJobToken(options.job_token);
     for (const std::string& name : trainer.unreachable_workers()) {

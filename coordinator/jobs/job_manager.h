@@ -29,6 +29,7 @@
 #include "absl/synchronization/notification.h"
 #include "coordinator/collectives/access_control.h"
 #include "coordinator/jobs/job_record.h"
+#include "coordinator/jobs/job_run.h"
 #include "coordinator/jobs/job_store.h"
 #include "coordinator/jobs/trainer.h"
 #include "coordinator/jobs/worker_registry.h"
@@ -41,6 +42,8 @@ struct JobManagerOptions {
   std::string host;  // for event file names
   absl::Duration setup_timeout = absl::Minutes(5);
   absl::Duration step_timeout = absl::Minutes(30);
+  // Makes each run of a job; null: a Trainer on the placed workers (tests pass a stand-in).
+  JobRunFactory make_run;
 };
 
 class JobManager {

@@ -268,7 +268,7 @@ void JobRecord::RemoveWatcher(int64_t handle) {
 void JobRecord::RequestCancel() {
   absl::MutexLock lock(&mu_);
   cancel_requested_ = true;
-  if (trainer_ != nullptr) trainer_->Cancel();
+  if (run_ != nullptr) run_->Cancel();
 }
 
 bool JobRecord::cancel_requested() const {
@@ -276,10 +276,10 @@ bool JobRecord::cancel_requested() const {
   return cancel_requested_;
 }
 
-void JobRecord::SetTrainer(Trainer* trainer) {
+void JobRecord::SetRun(JobRun* run) {
   absl::MutexLock lock(&mu_);
-  trainer_ = trainer;
-  if (trainer_ != nullptr && cancel_requested_) trainer_->Cancel();
+  run_ = run;
+  if (run_ != nullptr && cancel_requested_) run_->Cancel();
 }
 
 std::vector<std::string> JobRecord::ReadLogFile() const {

@@ -99,7 +99,7 @@ class JobRecord : public TrainerReporter {
   // Cancel: a running trainer is asked to stop; whoever holds it finishes the job.
   void RequestCancel();
   bool cancel_requested() const;
-  void SetTrainer(Trainer* trainer);
+  void SetRun(JobRun* run);
 
  private:
   std::vector<std::string> ReadLogFile() const;
@@ -121,7 +121,7 @@ class JobRecord : public TrainerReporter {
   std::vector<v1::MetricPoint> points_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<MetricsLog> metrics_ ABSL_GUARDED_BY(mu_);
   std::ofstream log_file_ ABSL_GUARDED_BY(mu_);
-  Trainer* trainer_ ABSL_GUARDED_BY(mu_) = nullptr;
+  JobRun* run_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;
   const bool restored_ = false;
   JobStore* store_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/jobs/job_run.h"
 #include "coordinator/jobs/run_workers.h"
 #include "coordinator/jobs/trainer_callback.h"
 #include "dtrain/v1/coordinator.pb.h"
@@ -59,26 +60,26 @@ struct TrainerOptions {
   std::function<std::vector<std::string>()> draining_workers;
 };
 
-class Trainer final : public TrainerControl {
+class Trainer final : public TrainerControl, public JobRun {
  public:
   Trainer(TrainerOptions options, TrainerReporter* reporter);
 
   // OK when the job succeeded; CANCELLED after Cancel; otherwise the failure, naming the
   // worker and rank where it happened. The outcome is final when Run returns; the workers are
   // still the job's until Teardown.
-  absl::Status Run();
+  absl::Status Run() override;
   // Tears the job down on every worker (RunWorkers::Teardown).
-  void Teardown() { workers_.Teardown(); }
+  void Teardown() override { workers_.Teardown(); }
   // Workers a call could not reach (UNAVAILABLE): likely dead, not to be placed blindly again.
-  std::vector<std::string> unreachable_workers() const { return workers_.unreachable(); }
+  std::vector<std::string> unreachable_workers() const override { return workers_.unreachable(); }
   // After Teardown: the unreachable workers, those whose teardown failed (stopped, hung) and
   // the drained ones.
-  std::vector<std::string> lost_workers() const;
+  std::vector<std::string> lost_workers() const override;
   // Workers that were stopping, let go after a checkpoint (Run then returned UNAVAILABLE);
   // they are also in lost_workers.
-  const std::vector<std::string>& drained_workers() const { return drained_; }
+  const std::vector<std::string>& drained_workers() const override { return drained_; }
   // Stops Run: running RPCs are cancelled (each worker stops before its next batch).
-  void Cancel() { workers_.Cancel(); }
+  void Cancel() override { workers_.Cancel(); }
 
   // TrainerControl, for the callbacks.
   int64_t global_step() const override { return global_step_; }

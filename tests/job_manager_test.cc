@@ -1,0 +1,306 @@
+// The job manager's queue and its re-form decisions, with an in-process stand-in for the
+// trainer (JobRun) whose outcome each test scripts: FIFO placement where the head waits for its
+// workers, re-forming an elastic job on survivors plus an idle worker, re-queueing a drained job
+// until workers are back, cancelling a running job, and a job's own failure. No gRPC, no worker
+// processes; the real trainer is tested end to end in jobs_e2e_test, elastic_job_test and
+// drain_test.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/worker_registry.h"
+#include "tests/test_support.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::WaitFor;
+
+// How one stand-in run ends.
+struct Script {
+  absl::Status status;
+  std::vector<std::string> lost;     // besides the drained ones
+  std::vector<std::string> drained;  // let go after a checkpoint
+  bool hold = false;                 // Run waits until Release (or Cancel)
+};
+
+// One placement, as the manager made it.
+struct Placement {
+  std::string job_id;
+  std::string group;
+  std::vector<std::string> workers;
+};
+
+class FakeRuns;
+
+class FakeRun final : public JobRun {
+ public:
+  FakeRun(Script script, FakeRuns* runs) : script_(std::move(script)), runs_(runs) {}
+  absl::Status Run() override;
+  void Teardown() override {}
+  void Cancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
+  std::vector<std::string> unreachable_workers() const override { return {}; }
+  std::vector<std::string> lost_workers() const override {
+    std::vector<std::string> lost = script_.lost;
+    lost.insert(lost.end(), script_.drained.begin(), script_.drained.end());
+    return lost;
+  }
+  const std::vector<std::string>& drained_workers() const override { return script_.drained; }
+
+ private:
+  const Script script_;
+  FakeRuns* const runs_;
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  friend class FakeRuns;
+};
+
+// The runs the manager makes, in order; each takes the next script (default: succeed).
+class FakeRuns {
+ public:
+  void Push(Script script) {
+    absl::MutexLock lock(&mu_);
+    scripts_.push_back(std::move(script));
+  }
+  // Lets held runs finish.
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
+  }
+  std::vector<Placement> placements() const {
+    absl::MutexLock lock(&mu_);
+    return placements_;
+  }
+  JobRunFactory Factory() {
+    return [this](const TrainerOptions& options, TrainerReporter*) -> std::unique_ptr<JobRun> {
+      absl::MutexLock lock(&mu_);
+      Placement p{options.job_id, options.group, {}};
+      for (const v1::WorkerInfo& w : options.workers) p.workers.push_back(w.name());
+      placements_.push_back(std::move(p));
+      Script script;
+      if (!scripts_.empty()) {
+        script = std::move(scripts_.front());
+        scripts_.pop_front();
+      }
+      return std::make_unique<FakeRun>(std::move(script), this);
+    };
+  }
+  // Blocks a held run until Release or its Cancel, at most 30 s (no wait is unbounded).
+  void WaitForRelease(FakeRun& run) {
+    auto done = [&] {
+      absl::MutexLock lock(&run.mu_);
+      return run.cancelled_;
+    };
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < deadline && !done()) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (released_) return;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::deque<Script> scripts_ ABSL_GUARDED_BY(mu_);
+  std::vector<Placement> placements_ ABSL_GUARDED_BY(mu_);
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+absl::Status FakeRun::Run() {
+  if (script_.hold) runs_->WaitForRelease(*this);
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) return absl::CancelledError("the job was cancelled");
+  return script_.status;
+}
+
+v1::WorkerInfo Worker(const std::string& name) {
+  v1::WorkerInfo w;
+  w.set_name(name);
+  w.set_address(name + ":1");
+  w.set_host("h");
+  w.set_devices(1);
+  w.set_incarnation(7);
+  return w;
+}
+
+v1::JobSpec Spec(const std::string& name, int workers, int min_workers = 0) {
+  v1::JobSpec spec;
+  spec.set_name(name);
+  spec.mutable_model()->set_builtin("mlp");
+  spec.mutable_data()->mutable_synthetic()->set_train_size(64);
+  spec.mutable_trainer()->set_num_workers(workers);
+  spec.mutable_trainer()->set_min_workers(min_workers);
+  return spec;
+}
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  JobManagerTest() : registry_(absl::Seconds(5)) {
+    JobManagerOptions options;
+    options.state_dir = absl::StrCat(::testing::TempDir(), "/job-manager-", getpid(), "-",
+                                     ::testing::UnitTest::GetInstance()->random_seed(), "-",
+                                     absl::ToUnixNanos(absl::Now()));
+    options.make_run = runs_.Factory();
+    manager_ = std::make_unique<JobManager>(options, &registry_);
+  }
+  ~JobManagerTest() override {
+    runs_.Release();
+    manager_->Shutdown();
+  }
+
+  void AddWorkers(const std::vector<std::string>& names) {
+    for (const std::string& name : names) {
+      ASSERT_TRUE(registry_.Register(Worker(name), absl::Now()).ok());
+    }
+  }
+  std::string Submit(const v1::JobSpec& spec) {
+    absl::StatusOr<v1::JobStatus> status = manager_->Submit(spec, /*validate_only=*/false);
+    EXPECT_TRUE(status.ok()) << status.status();
+    return status.ok() ? status->id() : "";
+  }
+  v1::JobStatus Get(const std::string& id) { return *manager_->Get(id, false); }
+  // Schedules (as the coordinator's monitor does each tick) until `state`, at most 30 s.
+  bool WaitForState(const std::string& id, v1::JobState state) {
+    return WaitFor(
+        [&] {
+          manager_->Schedule();
+          return Get(id).state() == state;
+        },
+        absl::Seconds(30));
+  }
+  std::string Log(const std::string& id) {
+    int64_t next = 0;
+    return absl::StrJoin(*manager_->Logs(id, 0, &next), "\n");
+  }
+  std::string AssignedTo(const std::string& worker) {
+    for (const v1::WorkerInfo& w : registry_.List(absl::Now())) {
+      if (w.name() == worker) return w.assigned_job_id();
+    }
+    return "(no such worker)";
+  }
+
+  WorkerRegistry registry_;
+  FakeRuns runs_;
+  std::unique_ptr<JobManager> manager_;
+};
+
+TEST_F(JobManagerTest, Fifo_TheHeadWaitsForItsWorkers_AndLaterJobsWaitBehindIt) {
+  AddWorkers({"w0", "w1", "w2"});
+  runs_.Push({absl::OkStatus(), {}, {}, /*hold=*/true});
+  const std::string a = Submit(Spec("a", 2));
+  ASSERT_TRUE(WaitForState(a, v1::RUNNING));
+  const std::string b = Submit(Spec("b", 2));  // one worker free: b waits
+  const std::string c = Submit(Spec("c", 1));  // fits, but waits behind b
+  manager_->Schedule();
+  EXPECT_EQ(Get(b).state(), v1::QUEUED);
+  EXPECT_EQ(Get(c).state(), v1::QUEUED);
+  EXPECT_EQ(AssignedTo("w2"), "");
+
+  runs_.Release();
+  ASSERT_TRUE(WaitForState(a, v1::SUCCEEDED));
+  ASSERT_TRUE(WaitForState(b, v1::SUCCEEDED));
+  ASSERT_TRUE(WaitForState(c, v1::SUCCEEDED));
+  // b and c are placed in one pass, each on its own thread: look them up by job.
+  std::map<std::string, std::vector<std::string>> workers_of;
+  for (const Placement& p : runs_.placements()) workers_of[p.job_id] = p.workers;
+  ASSERT_EQ(workers_of.size(), 3u);
+  EXPECT_THAT(workers_of[a], ElementsAre("w0", "w1"));
+  EXPECT_EQ(workers_of[b].size(), 2u);
+  EXPECT_EQ(workers_of[c].size(), 1u);
+  ASSERT_TRUE(WaitFor([&] { return AssignedTo("w0").empty() && AssignedTo("w2").empty(); },
+                      absl::Seconds(10)));
+}
+
+TEST_F(JobManagerTest, LostWorker_ElasticJob_ReformsOnTheSurvivorAndAnIdleWorker) {
+  AddWorkers({"w0", "w1", "w2"});
+  runs_.Push({absl::UnavailableError("training_step lost worker 'w1'"), {"w1"}, {}});
+  const std::string id = Submit(Spec("elastic", 2, /*min_workers=*/1));
+  ASSERT_TRUE(WaitForState(id, v1::SUCCEEDED));
+  const std::vector<Placement> placed = runs_.placements();
+  ASSERT_EQ(placed.size(), 2u);
+  EXPECT_THAT(placed[0].workers, ElementsAre("w0", "w1"));
+  EXPECT_THAT(placed[1].workers, ElementsAre("w0", "w2")) << "never the lost worker";
+  EXPECT_EQ(placed[1].group, id + ".1") << "each run has a group of its own";
+  EXPECT_THAT(Log(id), HasSubstr("lost worker(s) 'w1'"));
+  EXPECT_THAT(Log(id), HasSubstr("(restart 1 of 3)"));
+  EXPECT_THAT(Get(id).workers(), ElementsAre("w0", "w2"));
+}
+
+TEST_F(JobManagerTest, Drained_TooFewWorkersLeft_RequeuedThenResumesWhenOneJoins) {
+  AddWorkers({"w0", "w1"});
+  runs_.Push({absl::UnavailableError("worker(s) 'w1' stopped (drained)"),
+              {},
+              {"w1"},
+              /*hold=*/true});
+  const std::string id = Submit(Spec("drained", 2));  // not elastic: needs both
+  ASSERT_TRUE(WaitForState(id, v1::RUNNING));
+  // w1 says it is stopping (its heartbeat), then the run lets it go.
+  v1::WorkerHeartbeatRequest beat;
+  beat.set_name("w1");
+  beat.set_incarnation(7);
+  beat.set_job_id(id);
+  beat.set_draining(true);
+  v1::WorkerHeartbeatResponse response;
+  ASSERT_TRUE(registry_.Heartbeat(beat, absl::Now(), &response).ok());
+  EXPECT_TRUE(response.release_pending());
+  runs_.Release();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        manager_->Schedule();
+        const v1::JobStatus s = Get(id);
+        return s.state() == v1::QUEUED && s.progress().phase() == "waiting to resume";
+      },
+      absl::Seconds(30)));
+  EXPECT_THAT(Log(id), HasSubstr("1 worker(s) left of the 2 needed"));
+  manager_->Schedule();
+  EXPECT_EQ(runs_.placements().size(), 1u) << "one free worker is not enough";
+
+  AddWorkers({"w2"});
+  ASSERT_TRUE(WaitForState(id, v1::SUCCEEDED));
+  const std::vector<Placement> placed = runs_.placements();
+  ASSERT_EQ(placed.size(), 2u);
+  EXPECT_THAT(placed[1].workers, ElementsAre("w0", "w2"));
+}
+
+TEST_F(JobManagerTest, Cancel_RunningJob_CancelledAndItsWorkersFreed) {
+  AddWorkers({"w0", "w1"});
+  runs_.Push({absl::OkStatus(), {}, {}, /*hold=*/true});
+  const std::string id = Submit(Spec("long", 2));
+  ASSERT_TRUE(WaitForState(id, v1::RUNNING));
+  EXPECT_EQ(AssignedTo("w0"), id);
+  ASSERT_TRUE(manager_->Cancel(id).ok());
+  ASSERT_TRUE(WaitForState(id, v1::CANCELLED));
+  EXPECT_EQ(Get(id).reason(), "cancelled by request");
+  EXPECT_EQ(manager_->Cancel(id).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(WaitFor([&] { return AssignedTo("w0").empty() && AssignedTo("w1").empty(); },
+                      absl::Seconds(10)));
+}
+
+TEST_F(JobManagerTest, JobsOwnFailure_FailedWithItsMessage_NoRestart) {
+  AddWorkers({"w0", "w1", "w2"});
+  runs_.Push({absl::InvalidArgumentError("model: training_step returned a string"), {}, {}});
+  const std::string id = Submit(Spec("broken", 2, /*min_workers=*/1));
+  ASSERT_TRUE(WaitForState(id, v1::FAILED));
+  EXPECT_EQ(Get(id).reason(), "model: training_step returned a string");
+  EXPECT_EQ(runs_.placements().size(), 1u);
+}
+
+}  // namespace
+}  // namespace dtrain
