@@ -41,6 +41,7 @@ struct Placement {
   std::string job_id;
   std::string group;
   std::vector<std::string> workers;
+  std::string resume_from;
 };
 
 class FakeRuns;
@@ -89,7 +90,7 @@ class FakeRuns {
   JobRunFactory Factory() {
     return [this](const TrainerOptions& options, TrainerReporter*) -> std::unique_ptr<JobRun> {
       absl::MutexLock lock(&mu_);
-      Placement p{options.job_id, options.group, {}};
+      Placement p{options.job_id, options.group, {}, options.spec.resume_from()};
       for (const v1::WorkerInfo& w : options.workers) p.workers.push_back(w.name());
       placements_.push_back(std::move(p));
       Script script;
@@ -249,7 +250,9 @@ TEST_F(JobManagerTest, Drained_TooFewWorkersLeft_RequeuedThenResumesWhenOneJoins
               {},
               {"w1"},
               /*hold=*/true});
-  const std::string id = Submit(Spec("drained", 2));  // not elastic: needs both
+  v1::JobSpec spec = Spec("drained", 2);  // not elastic: needs both
+  spec.set_resume_from("/data/user.ckpt");
+  const std::string id = Submit(spec);
   ASSERT_TRUE(WaitForState(id, v1::RUNNING));
   // w1 says it is stopping (its heartbeat), then the run lets it go.
   v1::WorkerHeartbeatRequest beat;
@@ -268,7 +271,9 @@ TEST_F(JobManagerTest, Drained_TooFewWorkersLeft_RequeuedThenResumesWhenOneJoins
         return s.state() == v1::QUEUED && s.progress().phase() == "waiting to resume";
       },
       absl::Seconds(30)));
-  EXPECT_THAT(Log(id), HasSubstr("1 worker(s) left of the 2 needed"));
+  // No checkpoint was written: it resumes from where it started, the user's checkpoint.
+  EXPECT_THAT(Log(id), HasSubstr("1 worker(s) left of the 2 needed: the job waits in the queue "
+                                 "and resumes from /data/user.ckpt"));
   manager_->Schedule();
   EXPECT_EQ(runs_.placements().size(), 1u) << "one free worker is not enough";
 
@@ -277,6 +282,7 @@ TEST_F(JobManagerTest, Drained_TooFewWorkersLeft_RequeuedThenResumesWhenOneJoins
   const std::vector<Placement> placed = runs_.placements();
   ASSERT_EQ(placed.size(), 2u);
   EXPECT_THAT(placed[1].workers, ElementsAre("w0", "w2"));
+  EXPECT_EQ(placed[1].resume_from, "/data/user.ckpt");
 }
 
 TEST_F(JobManagerTest, Cancel_RunningJob_CancelledAndItsWorkersFreed) {

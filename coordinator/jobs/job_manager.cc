@@ -272,35 +272,34 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
     std::unique_ptr<JobRun> made = options_.make_run
                                        ? options_.make_run(options, job.get())
                                        : std::make_unique<Trainer>(options, job.get());
-    JobRun& trainer = *made;
-    job->SetRun(&trainer);
+    JobRun& current = *made;
+    job->SetRun(&current);
     RunEnding ending;
-    ending.status = trainer.Run();
+    ending.status = current.Run();
     ending.cancel_requested = job->cancel_requested();
     // Stopping workers were let go after a checkpoint: the job goes on without them, now or
     // once enough workers are idle; a planned stop is not a failure and uses no restart.
-    ending.drained = !trainer.drained_workers().empty();
+    ending.drained = !current.drained_workers().empty();
     ending.num_workers = num_workers;
     ending.min_workers = min_workers;
     ending.max_restarts = max_restarts;
     ending.restarts = restarts;
     const absl::Status& status = ending.status;
-    const bool drained = ending.drained;
     const bool may_reform = MayRunAgain(ending);
     // The outcome is known: users see it now, not after a stopped worker's teardown deadline.
     if (!may_reform) PublishOutcome(*job, status);
-    trainer.Teardown();
+    current.Teardown();
     job->SetRun(nullptr);
     // After teardown: the workers left the group. One that did not (unreachable) is refused.
     if (access_ != nullptr) access_->RevokeJobToken(options.job_token);
-    for (const std::string& name : trainer.unreachable_workers()) {
+    for (const std::string& name : current.unreachable_workers()) {
       workers_->MarkUnreachable(name);
       job->Log(absl::StrCat("worker '", name,
                             "' was unreachable; it is not placed again until it "
                             "heartbeats"));
     }
     if (!may_reform) break;
-    const std::vector<std::string> lost = trainer.lost_workers();
+    const std::vector<std::string> lost = current.lost_workers();
     // Survivors, then idle replacements (never a worker this run lost), up to num_workers.
     std::vector<v1::WorkerInfo> next;
     if (!lost.empty()) {
@@ -326,16 +325,21 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
     }
     std::vector<std::string> lost_quoted;
     for (const std::string& name : lost) lost_quoted.push_back(absl::StrCat("'", name, "'"));
+    // The next run starts from the last checkpoint, or where this one started when it wrote
+    // none (a worker that stopped before its Setup: nothing was trained).
     const std::string checkpoint = job->checkpoint();
+    const std::string resume_from = checkpoint.empty() ? first_resume_from : checkpoint;
+    const std::string resume_text =
+        resume_from.empty() ? "the start (no checkpoint yet)" : resume_from;
     const std::string resume_why =
-        drained ? "after its workers were drained"
-                : absl::StrCat("after losing worker(s) ", absl::StrJoin(lost_quoted, ", "));
+        ending.drained ? "after its workers were drained"
+                       : absl::StrCat("after losing worker(s) ", absl::StrJoin(lost_quoted, ", "));
     if (decision.next != NextRun::kReform) {
       if (decision.next == NextRun::kRequeue) {
         job->Log(absl::StrCat(status.message(), "; ", next.size(), " worker(s) left of the ",
                               min_workers, " needed: the job waits in the queue and resumes from ",
-                              checkpoint, " when enough workers are idle"));
-        job->PrepareResume(checkpoint, resume_why);
+                              resume_text, " when enough workers are idle"));
+        job->PrepareResume(resume_from, resume_why);
         requeue = true;
         break;
       }
@@ -344,21 +348,20 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
                                " worker(s) left, min_workers is ", min_workers));
       break;
     }
-    options.spec.set_resume_from(checkpoint.empty() ? first_resume_from : checkpoint);
+    options.spec.set_resume_from(resume_from);
     options.resume_why = resume_why;
     options.workers = next;
     options.clear_stale_runs = true;
     job->SetWorkers(next);
     if (!decision.uses_restart) {
       job->Log(absl::StrCat(status.message(), "; re-forming on ", Names(next), ", resuming from ",
-                            checkpoint));
+                            resume_text));
       continue;
     }
     ++restarts;
     job->Log(absl::StrCat("lost worker(s) ", absl::StrJoin(lost_quoted, ", "), " (",
                           status.message(), "); re-forming on ", Names(next), " (restart ",
-                          restarts, " of ", max_restarts, "), resuming from ",
-                          checkpoint.empty() ? "the start (no checkpoint yet)" : checkpoint));
+                          restarts, " of ", max_restarts, "), resuming from ", resume_text));
   }
   job->Release();
   // The workers are free again; the next Schedule (each monitor tick) may place a job on them,
