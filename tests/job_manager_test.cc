@@ -153,13 +153,18 @@ v1::JobSpec Spec(const std::string& name, int workers, int min_workers = 0) {
 
 class JobManagerTest : public ::testing::Test {
  protected:
-  JobManagerTest() : registry_(absl::Seconds(5)) {
+  JobManagerTest()
+      : registry_(absl::Seconds(5)),
+        state_dir_(absl::StrCat(::testing::TempDir(), "/job-manager-", getpid(), "-",
+                                ::testing::UnitTest::GetInstance()->random_seed(), "-",
+                                absl::ToUnixNanos(absl::Now()))) {
+    manager_ = MakeManager();
+  }
+  std::unique_ptr<JobManager> MakeManager() {
     JobManagerOptions options;
-    options.state_dir = absl::StrCat(::testing::TempDir(), "/job-manager-", getpid(), "-",
-                                     ::testing::UnitTest::GetInstance()->random_seed(), "-",
-                                     absl::ToUnixNanos(absl::Now()));
+    options.state_dir = state_dir_;
     options.make_run = runs_.Factory();
-    manager_ = std::make_unique<JobManager>(options, &registry_);
+    return std::make_unique<JobManager>(options, &registry_);
   }
   ~JobManagerTest() override {
     runs_.Release();
@@ -198,6 +203,7 @@ class JobManagerTest : public ::testing::Test {
   }
 
   WorkerRegistry registry_;
+  const std::string state_dir_;
   FakeRuns runs_;
   std::unique_ptr<JobManager> manager_;
 };
@@ -306,6 +312,33 @@ TEST_F(JobManagerTest, JobsOwnFailure_FailedWithItsMessage_NoRestart) {
   ASSERT_TRUE(WaitForState(id, v1::FAILED));
   EXPECT_EQ(Get(id).reason(), "model: training_step returned a string");
   EXPECT_EQ(runs_.placements().size(), 1u);
+}
+
+// A coordinator that stops while a job runs, before the job's first checkpoint: the next one on
+// the same database starts it again from where the user asked it to start, not from scratch.
+TEST_F(JobManagerTest, Restore_RunningBeforeFirstCheckpoint_StartsAgainFromTheSpecsResumeFrom) {
+  const std::string database = state_dir_ + "/coordinator.db";
+  ASSERT_TRUE(manager_->Restore(database).ok());
+  AddWorkers({"w0", "w1"});
+  runs_.Push({absl::OkStatus(), {}, {}, /*hold=*/true});
+  v1::JobSpec spec = Spec("interrupted", 2);
+  spec.set_resume_from("/data/user.ckpt");
+  const std::string id = Submit(spec);
+  ASSERT_TRUE(WaitForState(id, v1::RUNNING));
+  manager_->Shutdown();  // cancels the held run; the database keeps the job RUNNING
+  manager_.reset();      // lets go of the database's lock
+
+  manager_ = MakeManager();
+  ASSERT_TRUE(manager_->Restore(database).ok());
+  EXPECT_THAT(Log(id), HasSubstr("before its first checkpoint; it starts again from "
+                                 "/data/user.ckpt once its workers are back"));
+  ASSERT_TRUE(WaitFor([&] { return AssignedTo("w0").empty() && AssignedTo("w1").empty(); },
+                      absl::Seconds(10)));
+  ASSERT_TRUE(WaitForState(id, v1::SUCCEEDED));
+  const std::vector<Placement> placed = runs_.placements();
+  ASSERT_EQ(placed.size(), 2u);
+  EXPECT_EQ(placed[1].job_id, id);
+  EXPECT_EQ(placed[1].resume_from, "/data/user.ckpt");
 }
 
 }  // namespace

@@ -153,13 +153,18 @@ absl::Status JobManager::Restore(const std::string& path) {
       // Workers still holding the old run are told to drop it (heartbeat's abandoned_job).
       workers_->MarkEnded(id);
       const std::string checkpoint = job->checkpoint();
-      job->Log(checkpoint.empty()
-                   ? "the coordinator restarted while this job ran, before its first checkpoint; "
-                     "it starts over once its workers are back"
-                   : absl::StrCat("the coordinator restarted while this job ran; it resumes from "
+      // Before its first checkpoint the run starts where the user asked it to, not from scratch.
+      const std::string& start = job->spec().resume_from();
+      job->Log(!checkpoint.empty()
+                   ? absl::StrCat("the coordinator restarted while this job ran; it resumes from "
                                   "its last checkpoint ",
-                                  checkpoint, " once its workers are back"));
-      job->PrepareResume(checkpoint, "after the coordinator restarted");
+                                  checkpoint, " once its workers are back")
+                   : absl::StrCat("the coordinator restarted while this job ran, before its first "
+                                  "checkpoint; it starts again from ",
+                                  start.empty() ? "the beginning" : start,
+                                  " once its workers are back"));
+      job->PrepareResume(checkpoint.empty() ? start : checkpoint,
+                         "after the coordinator restarted");
     } else if (!job->terminal()) {
       job->Log("the coordinator restarted; the job is queued again");
     }
