@@ -19,11 +19,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/channel.h"
-#include "dtrain/v1/coordinator.grpc.pb.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
-#include "tests/test_support.h"
-#include "tests/worker_process.h"
+#include "tests/local_cluster.h"
 
 namespace dtrain::testing {
 namespace {
@@ -34,59 +31,25 @@ using ::testing::Not;
 class JobsE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = absl::StrCat(::testing::TempDir(), "/jobs-e2e-", getpid(), "-",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    const std::string port_file = dir_ + "/coordinator.port";
-    coordinator_ = Subprocess::Start({DTRAIN_COORDINATOR_BIN, "--listen=127.0.0.1:0",
-                                      "--port_file=" + port_file, "--state-dir=" + dir_ + "/state",
-                                      "--heartbeat-timeout=5s"});
-    ASSERT_NE(coordinator_, nullptr);
-    const int port = WaitForPortFile(port_file, absl::Seconds(20));
-    ASSERT_GT(port, 0);
-    address_ = absl::StrCat("127.0.0.1:", port);
-    for (int i = 0; i < 2; ++i) {
-      workers_.push_back(
-          WorkerProcess::Start(address_, {absl::StrCat("--name=w", i), "--threads=1"}));
-      ASSERT_NE(workers_.back(), nullptr);
-    }
-    coordinator_stub_ = v1::Coordinator::NewStub(ConnectToCoordinator(address_));
-    jobs_stub_ = v1::Jobs::NewStub(ConnectToCoordinator(address_));
+    cluster_ = std::make_unique<LocalCluster>(
+        absl::StrCat(::testing::TempDir(), "/jobs-e2e-", getpid(), "-",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    ASSERT_TRUE(cluster_->StartCoordinator());
+    ASSERT_TRUE(cluster_->AddWorker("w0"));
+    ASSERT_TRUE(cluster_->AddWorker("w1"));
     ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(10)));
   }
 
   void TearDown() override {
-    workers_.clear();
-    if (coordinator_ != nullptr) {
-      coordinator_->Kill(SIGTERM);
-      EXPECT_NE(coordinator_->Wait(absl::Seconds(15)), -1) << "the coordinator did not stop";
-    }
+    EXPECT_TRUE(cluster_->Shutdown()) << "the coordinator did not stop on SIGTERM within 15 s";
   }
 
-  int IdleWorkers() {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-    v1::ListWorkersResponse response;
-    if (!coordinator_stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response).ok())
-      return -1;
-    int idle = 0;
-    for (const v1::WorkerInfo& w : response.workers()) {
-      if (w.state() == v1::WorkerInfo::ALIVE && w.job_id().empty()) ++idle;
-    }
-    return idle;
-  }
-
-  // Runs the dtrain command line against this cluster.
-  CommandResult Dtrain(const std::string& args) {
-    return RunShell(absl::StrCat("DTRAIN_COORDINATOR=", address_, " ", DTRAIN_CLI_BIN, " ", args));
-  }
-
+  int IdleWorkers() { return cluster_->AliveWorkers(/*idle_only=*/true); }
+  CommandResult Dtrain(const std::string& args) { return cluster_->Dtrain(args); }
   std::string WriteJob(const std::string& name, const std::string& text) {
-    const std::string path = absl::StrCat(dir_, "/", name, ".yaml");
-    std::ofstream(path) << text;
-    return path;
+    return cluster_->WriteSpec(name, text);
   }
+  const std::string& dir() const { return cluster_->dir(); }
 
   static google::protobuf::Struct ParseJson(const std::string& text) {
     google::protobuf::Struct out;
@@ -98,21 +61,12 @@ class JobsE2eTest : public ::testing::Test {
   }
 
   v1::JobStatus GetJob(const std::string& id) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-    v1::GetJobRequest request;
-    request.set_id(id);
-    v1::JobStatus status;
-    EXPECT_TRUE(jobs_stub_->GetJob(&context, request, &status).ok());
+    const v1::JobStatus status = cluster_->GetJob(id);
+    EXPECT_EQ(status.id(), id) << "the coordinator did not answer GetJob";
     return status;
   }
 
-  std::string dir_;
-  std::string address_;
-  std::unique_ptr<Subprocess> coordinator_;
-  std::vector<std::unique_ptr<WorkerProcess>> workers_;
-  std::unique_ptr<v1::Coordinator::Stub> coordinator_stub_;
-  std::unique_ptr<v1::Jobs::Stub> jobs_stub_;
+  std::unique_ptr<LocalCluster> cluster_;
 };
 
 std::string SyntheticJob(const std::string& name, int epochs, int train_size = 2048) {
@@ -153,7 +107,7 @@ TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
   EXPECT_EQ(watched.exit_code, 0) << watched.output;
   EXPECT_THAT(watched.output, HasSubstr("synth-1 SUCCEEDED"));
 
-  const std::string plot = dir_ + "/curves.svg";
+  const std::string plot = dir() + "/curves.svg";
   CommandResult results = Dtrain(absl::StrCat("results ", id, " --output json --plot ", plot));
   ASSERT_EQ(results.exit_code, 0) << results.output;
   const google::protobuf::Struct json = ParseJson(results.output);
@@ -295,7 +249,7 @@ TEST_F(JobsE2eTest, InvalidSpec_RejectedAtSubmitWithItsPath) {
       "submit " + WriteJob("bad2", SyntheticJob("b", 1) + "early_stopping: {patience: -2}\n"));
   EXPECT_EQ(value.exit_code, 2);
   EXPECT_THAT(value.output, HasSubstr("early_stopping.patience: must be >= 1"));
-  CommandResult missing = Dtrain("submit " + dir_ + "/nope.yaml");
+  CommandResult missing = Dtrain("submit " + dir() + "/nope.yaml");
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.output, HasSubstr("does not exist"));
   // The coordinator checks too: the proto is public API.
@@ -305,7 +259,7 @@ TEST_F(JobsE2eTest, InvalidSpec_RejectedAtSubmitWithItsPath) {
   request.mutable_spec()->mutable_data()->mutable_synthetic()->set_train_size(10);
   request.mutable_spec()->mutable_trainer()->set_strategy("fsdp9");
   v1::SubmitJobResponse response;
-  grpc::Status status = jobs_stub_->SubmitJob(&context, request, &response);
+  grpc::Status status = cluster_->jobs().SubmitJob(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("trainer.strategy: unknown strategy 'fsdp9'"));
   CommandResult list = Dtrain("list --output json");
@@ -346,7 +300,7 @@ TEST_P(JobsFaultTest, WorkerLostMidEpoch_JobFailsNamingIt_SurvivorServesTheNextJ
   const int64_t step_before = GetJob(id).progress().global_step();
 
   const absl::Time start = absl::Now();
-  workers_[1]->process().Kill(signal);
+  cluster_->worker("w1").process().Kill(signal);
   ASSERT_TRUE(WaitFor([&] { return GetJob(id).state() == v1::FAILED; }, absl::Seconds(15)));
   const absl::Duration took = absl::Now() - start;
   const v1::JobStatus failed = GetJob(id);
@@ -367,7 +321,7 @@ TEST_P(JobsFaultTest, WorkerLostMidEpoch_JobFailsNamingIt_SurvivorServesTheNextJ
 
   if (signal == SIGSTOP) {
     // Back from the dead: it re-registers and is listed ALIVE and idle again.
-    workers_[1]->process().Kill(SIGCONT);
+    cluster_->worker("w1").process().Kill(SIGCONT);
     EXPECT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(20)));
   }
 }
@@ -395,12 +349,12 @@ TEST_F(JobsE2eTest, Cancel_StopsEveryWorkerWithinFiveSeconds_AndTheQueuedJobRuns
   ASSERT_EQ(cancelled.exit_code, 0) << cancelled.output;
   ASSERT_TRUE(WaitFor([&] { return GetJob(id).state() == v1::CANCELLED; }, absl::Seconds(5)));
   // Every worker's step stopped and its job was torn down: Health says so at once.
-  for (auto& w : workers_) {
+  for (const char* name : {"w0", "w1"}) {
     ASSERT_TRUE(WaitFor(
         [&] {
           grpc::ClientContext context;
           v1::HealthResponse health;
-          w->stub().Health(&context, v1::HealthRequest(), &health);
+          cluster_->worker(name).stub().Health(&context, v1::HealthRequest(), &health);
           return health.state() == v1::HealthResponse::IDLE || health.job_id() == next_id;
         },
         absl::Seconds(5) - (absl::Now() - start)));

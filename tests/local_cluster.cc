@@ -32,10 +32,7 @@ LocalCluster::LocalCluster(std::string dir) : dir_(std::move(dir)) {
   std::filesystem::create_directories(dir_);
 }
 
-LocalCluster::~LocalCluster() {
-  workers_.clear();
-  if (coordinator_ != nullptr) StopCoordinator(SIGTERM);
-}
+LocalCluster::~LocalCluster() { Shutdown(); }
 
 bool LocalCluster::StartCoordinator(const std::string& listen,
                                     const std::vector<std::string>& flags,
@@ -58,13 +55,20 @@ bool LocalCluster::StartCoordinator(const std::string& listen,
   return true;
 }
 
-void LocalCluster::StopCoordinator(int signal) {
+bool LocalCluster::StopCoordinator(int signal) {
   coordinator_->Kill(signal);
-  if (coordinator_->Wait(absl::Seconds(15)) == -1) {
+  const bool stopped = coordinator_->Wait(absl::Seconds(15)) != -1;
+  if (!stopped) {
     coordinator_->Kill(SIGKILL);
     coordinator_->Wait(absl::Seconds(5));
   }
   coordinator_.reset();
+  return stopped;
+}
+
+bool LocalCluster::Shutdown() {
+  workers_.clear();
+  return coordinator_ == nullptr || StopCoordinator(SIGTERM);
 }
 
 bool LocalCluster::AddWorker(const std::string& name, const std::vector<std::string>& flags,
@@ -108,14 +112,19 @@ v1::JobStatus LocalCluster::GetJob(const std::string& id) {
   return status;
 }
 
-CommandResult LocalCluster::Dtrain(const std::string& args) {
-  return RunShell(absl::StrCat("DTRAIN_COORDINATOR=", address_, " " DTRAIN_CLI_BIN " ", args));
+CommandResult LocalCluster::Dtrain(const std::string& args, const std::string& env) {
+  return RunShell(
+      absl::StrCat("DTRAIN_COORDINATOR=", address_, " ", env, " " DTRAIN_CLI_BIN " ", args));
+}
+
+std::string LocalCluster::WriteSpec(const std::string& name, const std::string& yaml) {
+  const std::string path = absl::StrCat(dir_, "/", name, ".yaml");
+  std::ofstream(path) << yaml;
+  return path;
 }
 
 std::string LocalCluster::Submit(const std::string& name, const std::string& yaml) {
-  const std::string path = absl::StrCat(dir_, "/", name, ".yaml");
-  std::ofstream(path) << yaml;
-  CommandResult submitted = Dtrain("submit --output json " + path);
+  CommandResult submitted = Dtrain("submit --output json " + WriteSpec(name, yaml));
   // {"id": "<name>-<n>", ...}
   const size_t at = submitted.output.find("\"id\": \"");
   if (submitted.exit_code != 0 || at == std::string::npos) return "";

@@ -34,8 +34,12 @@ class LocalCluster {
   bool StartCoordinator(const std::string& listen = "127.0.0.1:0",
                         const std::vector<std::string>& flags = {},
                         const std::vector<std::string>& launcher = {});
-  // Sends `signal` to the coordinator and reaps it.
-  void StopCoordinator(int signal);
+  // Sends `signal` to the coordinator and reaps it (SIGKILL after 15 s); false when it had to be
+  // killed.
+  bool StopCoordinator(int signal);
+  // Stops every worker, then the coordinator with SIGTERM; false when the coordinator did not
+  // stop by itself within 15 s.
+  bool Shutdown();
   // Starts a worker named `name` (one compute thread) and waits until it serves; `flags` and
   // `launcher` as WorkerProcess::Start's.
   bool AddWorker(const std::string& name, const std::vector<std::string>& flags = {},
@@ -50,10 +54,16 @@ class LocalCluster {
   std::vector<v1::GroupInfo> Groups();
   // The job's status; a default one (empty id) while the coordinator does not answer.
   v1::JobStatus GetJob(const std::string& id);
-  // Runs the dtrain CLI against this cluster (stdout and stderr together).
-  CommandResult Dtrain(const std::string& args);
-  // Writes `yaml` to <dir>/<name>.yaml and submits it; the job's id ("<name>-1" for the first).
+  // Runs the dtrain CLI against this cluster (stdout and stderr together); `env` prefixes the
+  // command with VAR=value settings (e.g. the client's TLS files).
+  CommandResult Dtrain(const std::string& args, const std::string& env = "");
+  // Writes `yaml` to <dir>/<name>.yaml; its path.
+  std::string WriteSpec(const std::string& name, const std::string& yaml);
+  // Writes `yaml` as WriteSpec does and submits it; the job's id ("<name>-1" for the first).
   std::string Submit(const std::string& name, const std::string& yaml);
+  // The coordinator's services, for calls the CLI does not make.
+  v1::Jobs::Stub& jobs() { return *jobs_; }
+  v1::Coordinator::Stub& coordinator() { return *coordinator_stub_; }
 
   const std::string& dir() const { return dir_; }
   pid_t coordinator_pid() const { return coordinator_->pid(); }

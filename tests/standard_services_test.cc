@@ -1,6 +1,9 @@
 // Every dtrain server answers the standard gRPC health protocol (grpc.health.v1) for itself and
 // for each of its services, reports NOT_SERVING as soon as it starts draining, and lists its API
 // through server reflection, so generic tools and Kubernetes' probes need no dtrain files.
+#include <signal.h>
+#include <unistd.h>
+
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -9,10 +12,10 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "tests/test_support.h"
-#include "tests/worker_process.h"
+#include "tests/local_cluster.h"
 
 namespace dtrain::testing {
 namespace {
@@ -72,10 +75,17 @@ std::string ListServicesByReflection(const std::string& address) {
   return bytes;
 }
 
+// A cluster of its own per test: a coordinator process and, for the worker's test, one worker.
+std::unique_ptr<LocalCluster> NewCluster() {
+  return std::make_unique<LocalCluster>(
+      absl::StrCat(::testing::TempDir(), "/standard-services-", getpid(), "-",
+                   ::testing::UnitTest::GetInstance()->current_test_info()->name()));
+}
+
 TEST(StandardServices, CoordinatorHealthAndReflection_NotServingWhenItDrains) {
-  auto coordinator = StartCoordinator();
-  ASSERT_NE(coordinator, nullptr);
-  const std::string address = coordinator->address();
+  auto cluster = NewCluster();
+  ASSERT_TRUE(cluster->StartCoordinator());
+  const std::string address = cluster->address();
   for (const std::string service : {"", "dtrain.v1.Coordinator", "dtrain.v1.Jobs"}) {
     auto status = Check(address, service);
     ASSERT_TRUE(status.ok()) << service << ": " << status.status();
@@ -89,7 +99,7 @@ TEST(StandardServices, CoordinatorHealthAndReflection_NotServingWhenItDrains) {
   EXPECT_THAT(listed, HasSubstr("dtrain.v1.Jobs"));
   EXPECT_THAT(listed, HasSubstr("grpc.health.v1.Health"));
 
-  // A watcher sees SERVING, then NOT_SERVING once shutdown begins.
+  // A watcher sees SERVING, then NOT_SERVING once SIGTERM's shutdown begins.
   auto stub = grpc::health::v1::Health::NewStub(ConnectToCoordinator(address, ""));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -99,7 +109,8 @@ TEST(StandardServices, CoordinatorHealthAndReflection_NotServingWhenItDrains) {
   HealthStatus first;
   ASSERT_TRUE(watch->Read(&first));
   EXPECT_EQ(first.status(), HealthStatus::SERVING);
-  std::thread stopper([&] { coordinator->Shutdown(); });
+  bool stopped = false;
+  std::thread stopper([&] { stopped = cluster->StopCoordinator(SIGTERM); });
   HealthStatus next;
   bool saw_not_serving = false;
   while (watch->Read(&next)) {
@@ -111,14 +122,14 @@ TEST(StandardServices, CoordinatorHealthAndReflection_NotServingWhenItDrains) {
   context.TryCancel();
   stopper.join();
   EXPECT_TRUE(saw_not_serving);
+  EXPECT_TRUE(stopped) << "the coordinator did not stop on SIGTERM within 15 s";
 }
 
 TEST(StandardServices, WorkerHealthAndReflection) {
-  auto coordinator = StartCoordinator();
-  ASSERT_NE(coordinator, nullptr);
-  auto worker = WorkerProcess::Start(coordinator->address(), {"--name=health-w"});
-  ASSERT_NE(worker, nullptr);
-  const std::string address = absl::StrCat("127.0.0.1:", worker->port());
+  auto cluster = NewCluster();
+  ASSERT_TRUE(cluster->StartCoordinator());
+  ASSERT_TRUE(cluster->AddWorker("health-w"));
+  const std::string address = absl::StrCat("127.0.0.1:", cluster->worker("health-w").port());
   for (const std::string service : {"", "dtrain.v1.Worker"}) {
     auto status = Check(address, service);
     ASSERT_TRUE(status.ok()) << service << ": " << status.status();

@@ -14,8 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/tls_credentials.h"
-#include "tests/test_support.h"
-#include "tests/worker_process.h"
+#include "tests/local_cluster.h"
 
 namespace dtrain::testing {
 namespace {
@@ -26,87 +25,63 @@ using ::testing::Not;
 class TlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = absl::StrCat(::testing::TempDir(), "/tls-e2e-", getpid(), "-",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    cluster_ = std::make_unique<LocalCluster>(
+        absl::StrCat(::testing::TempDir(), "/tls-e2e-", getpid(), "-",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name()));
     CommandResult made =
-        RunShell(absl::StrCat("bash " DTRAIN_SOURCE_DIR "/deploy/tls/make-test-certs.sh ", dir_));
+        RunShell(absl::StrCat("bash " DTRAIN_SOURCE_DIR "/deploy/tls/make-test-certs.sh ", dir()));
     ASSERT_EQ(made.exit_code, 0) << made.output;
   }
 
+  const std::string& dir() const { return cluster_->dir(); }
   std::vector<std::string> ServerTls() const {
-    return {"--tls_cert=" + dir_ + "/server.pem", "--tls_key=" + dir_ + "/server.key",
-            "--tls_ca=" + dir_ + "/ca.pem", "--tls_require_client_cert"};
+    return {"--tls_cert=" + dir() + "/server.pem", "--tls_key=" + dir() + "/server.key",
+            "--tls_ca=" + dir() + "/ca.pem", "--tls_require_client_cert"};
+  }
+  CommandResult Cli(const std::string& env, const std::string& args) {
+    return cluster_->Dtrain("--timeout=5s " + args, env);
   }
 
-  // Starts a coordinator with `flags`; its port, or 0 when it did not serve within 20 s.
-  int StartCoordinator(const std::vector<std::string>& flags) {
-    const std::string port_file = dir_ + "/coordinator.port";
-    std::vector<std::string> argv = {DTRAIN_COORDINATOR_BIN, "--port_file=" + port_file,
-                                     "--state-dir=" + dir_ + "/state", "--heartbeat-timeout=5s"};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    coordinator_ = Subprocess::Start(argv);
-    if (coordinator_ == nullptr) return 0;
-    return WaitForPortFile(port_file, absl::Seconds(20));
-  }
-
-  std::string Cli(const std::string& env, const std::string& args) const {
-    return absl::StrCat("DTRAIN_COORDINATOR=", address_, " ", env,
-                        " " DTRAIN_CLI_BIN " --timeout=5s ", args);
-  }
-
-  std::string dir_, address_;
-  std::unique_ptr<Subprocess> coordinator_;
+  std::unique_ptr<LocalCluster> cluster_;
 };
 
 TEST_F(TlsTest, MutualTlsCluster_RunsAJob_RefusesClientsWithoutCaOrCertificate) {
-  std::vector<std::string> flags = ServerTls();
-  flags.push_back("--listen=127.0.0.1:0");
-  const int port = StartCoordinator(flags);
-  ASSERT_GT(port, 0);
-  address_ = absl::StrCat("127.0.0.1:", port);
-  // This test process talks to the worker too (WorkerProcess checks it serves): as a client
-  // with the client certificate.
+  // This test process talks to the coordinator and the worker too (LocalCluster's stubs,
+  // WorkerProcess checking that it serves): as a client with the client certificate.
   ASSERT_TRUE(
-      ConfigureClientTls({dir_ + "/client.pem", dir_ + "/client.key", dir_ + "/ca.pem"}).ok());
-  auto worker = WorkerProcess::Start(address_, {"--name=tls-w0", "--threads=1", ServerTls()[0],
-                                                ServerTls()[1], ServerTls()[2], ServerTls()[3]});
-  ASSERT_NE(worker, nullptr);
+      ConfigureClientTls({dir() + "/client.pem", dir() + "/client.key", dir() + "/ca.pem"}).ok());
+  ASSERT_TRUE(cluster_->StartCoordinator("127.0.0.1:0", ServerTls()));
+  ASSERT_TRUE(cluster_->AddWorker("tls-w0", ServerTls()));
+  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 1; }, absl::Seconds(15)));
 
   const std::string with_cert =
-      absl::StrCat("DTRAIN_TLS_CA=", dir_, "/ca.pem DTRAIN_TLS_CERT=", dir_,
-                   "/client.pem DTRAIN_TLS_KEY=", dir_, "/client.key");
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return RunShell(Cli(with_cert, "workers")).output.find("tls-w0") != std::string::npos;
-      },
-      absl::Seconds(15)));
-  const std::string job = dir_ + "/job.yaml";
-  std::ofstream(job) << R"(name: tls
+      absl::StrCat("DTRAIN_TLS_CA=", dir(), "/ca.pem DTRAIN_TLS_CERT=", dir(),
+                   "/client.pem DTRAIN_TLS_KEY=", dir(), "/client.key");
+  EXPECT_THAT(Cli(with_cert, "workers").output, HasSubstr("tls-w0"));
+  const std::string job = cluster_->WriteSpec("job", R"(name: tls
 model: {builtin: mlp}
 data:
   synthetic: {train_size: 256, val_size: 64, test_size: 64, seed: 3}
   batch_size: 32
 trainer: {max_epochs: 1, strategy: ddp, num_workers: 1, seed: 1}
 optimizer: {name: sgd, lr: 0.05}
-)";
-  CommandResult submitted = RunShell(Cli(with_cert, "submit --wait " + job));
+)");
+  CommandResult submitted = Cli(with_cert, "submit --wait " + job);
   EXPECT_EQ(submitted.exit_code, 0) << submitted.output;
   EXPECT_THAT(submitted.output, HasSubstr("SUCCEEDED"));
 
   // Plaintext to a TLS port, a client that cannot verify the server, and a client without a
   // certificate: each refused as unreachable (exit 3), never served.
   for (const std::string& env :
-       {std::string(""), absl::StrCat("DTRAIN_TLS_CA=", dir_, "/client.pem"),
-        absl::StrCat("DTRAIN_TLS_CA=", dir_, "/ca.pem")}) {
-    CommandResult refused = RunShell(Cli(env, "list"));
+       {std::string(""), absl::StrCat("DTRAIN_TLS_CA=", dir(), "/client.pem"),
+        absl::StrCat("DTRAIN_TLS_CA=", dir(), "/ca.pem")}) {
+    CommandResult refused = Cli(env, "list");
     EXPECT_EQ(refused.exit_code, 3) << env << "\n" << refused.output;
     EXPECT_THAT(refused.output, Not(HasSubstr("tls-1"))) << env;
     EXPECT_THAT(refused.output, HasSubstr("if it uses TLS, set --tls_ca / DTRAIN_TLS_CA")) << env;
   }
   // A missing CA file is a usage error naming the file.
-  CommandResult missing = RunShell(Cli("DTRAIN_TLS_CA=/no/such/ca.pem", "list"));
+  CommandResult missing = Cli("DTRAIN_TLS_CA=/no/such/ca.pem", "list");
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
   EXPECT_THAT(missing.output, HasSubstr("cannot read the TLS CA file '/no/such/ca.pem'"));
 }
@@ -121,12 +96,12 @@ TEST_F(TlsTest, PlaintextBeyondLoopback_RefusedUnlessInsecure) {
     EXPECT_THAT(refused.output, HasSubstr("--insecure"));
   }
   CommandResult bad =
-      RunShell(absl::StrCat(DTRAIN_COORDINATOR_BIN, " --listen=127.0.0.1:0 --tls_cert=", dir_,
-                            "/nothing.pem --tls_key=", dir_, "/server.key"));
+      RunShell(absl::StrCat(DTRAIN_COORDINATOR_BIN, " --listen=127.0.0.1:0 --tls_cert=", dir(),
+                            "/nothing.pem --tls_key=", dir(), "/server.key"));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr("cannot read the TLS certificate file"));
   // With --insecure it serves.
-  EXPECT_GT(StartCoordinator({"--listen=0.0.0.0:0", "--insecure"}), 0);
+  EXPECT_TRUE(cluster_->StartCoordinator("0.0.0.0:0", {"--insecure"}));
 }
 
 }  // namespace

@@ -23,8 +23,7 @@
 #include "common/channel.h"
 #include "common/grpc_status.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
-#include "tests/test_support.h"
-#include "tests/worker_process.h"
+#include "tests/local_cluster.h"
 
 namespace dtrain::testing {
 namespace {
@@ -237,42 +236,33 @@ TEST(BearerTokenTest, ComparisonAndValidation) {
 class TokenClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = absl::StrCat(::testing::TempDir(), "/token-e2e-", getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    std::ofstream(dir_ + "/token") << kAdmin << "\n";
+    cluster_ =
+        std::make_unique<LocalCluster>(absl::StrCat(::testing::TempDir(), "/token-e2e-", getpid()));
+    std::ofstream(cluster_->dir() + "/token") << kAdmin << "\n";
   }
   void TearDown() override { SetClientToken(""); }
 
-  std::string Cli(const std::string& env, const std::string& args) const {
-    return absl::StrCat("DTRAIN_COORDINATOR=", address_, " ", env,
-                        " " DTRAIN_CLI_BIN " --timeout=5s ", args, " 2>&1");
+  CommandResult Cli(const std::string& env, const std::string& args) {
+    return cluster_->Dtrain("--timeout=5s " + args, env);
   }
 
-  std::string dir_, address_;
+  std::unique_ptr<LocalCluster> cluster_;
 };
 
 TEST_F(TokenClusterTest, AdminTokenRequired_JobRuns_NoTokenInLogs) {
-  const std::string port_file = dir_ + "/coordinator.port";
-  auto coordinator = Subprocess::Start(
-      {"/bin/sh", "-c",
-       absl::StrCat("exec " DTRAIN_COORDINATOR_BIN " --listen=127.0.0.1:0 --port_file=", port_file,
-                    " --state-dir=", dir_, "/state --heartbeat-timeout=5s --token_file=", dir_,
-                    "/token 2> ", dir_, "/coordinator.log")});
-  ASSERT_NE(coordinator, nullptr);
-  const int port = WaitForPortFile(port_file, absl::Seconds(20));
-  ASSERT_GT(port, 0);
-  address_ = absl::StrCat("127.0.0.1:", port);
-
-  // This process calls the worker too (WorkerProcess checks it serves): with the admin token.
+  const std::string& dir = cluster_->dir();
+  // This process calls the coordinator and the worker too (LocalCluster's stubs, WorkerProcess
+  // checking that it serves): with the admin token.
   SetClientToken(kAdmin);
-  auto worker = WorkerProcess::Start(
-      address_, {"--name=tok-w0", "--threads=1", "--token_file=" + dir_ + "/token"});
-  ASSERT_NE(worker, nullptr);
+  // The coordinator's own log (stderr) goes to a file, to be searched for tokens.
+  ASSERT_TRUE(cluster_->StartCoordinator(
+      "127.0.0.1:0", {"--token_file=" + dir + "/token"},
+      {"/bin/sh", "-c", absl::StrCat("exec \"$@\" 2> ", dir, "/coordinator.log"), "sh"}));
+  ASSERT_TRUE(cluster_->AddWorker("tok-w0", {"--token_file=" + dir + "/token"}));
   {
     // The worker refuses callers without its token.
-    auto anonymous =
-        v1::Worker::NewStub(ConnectToCoordinator(absl::StrCat("127.0.0.1:", worker->port()), ""));
+    auto anonymous = v1::Worker::NewStub(
+        ConnectToCoordinator(absl::StrCat("127.0.0.1:", cluster_->worker("tok-w0").port()), ""));
     grpc::ClientContext context;
     v1::HealthResponse health;
     absl::Status s = FromGrpcStatus(anonymous->Health(&context, {}, &health));
@@ -284,43 +274,38 @@ TEST_F(TokenClusterTest, AdminTokenRequired_JobRuns_NoTokenInLogs) {
               absl::StatusCode::kUnauthenticated);
   }
   const std::string with_token = absl::StrCat("DTRAIN_TOKEN=", kAdmin);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return RunShell(Cli(with_token, "workers")).output.find("tok-w0") != std::string::npos;
-      },
-      absl::Seconds(15)));
+  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 1; }, absl::Seconds(15)));
+  EXPECT_THAT(Cli(with_token, "workers").output, HasSubstr("tok-w0"));
 
-  CommandResult anonymous = RunShell(Cli("DTRAIN_TOKEN=", "list"));
+  CommandResult anonymous = Cli("DTRAIN_TOKEN=", "list");
   EXPECT_EQ(anonymous.exit_code, 3) << anonymous.output;
   EXPECT_THAT(anonymous.output, HasSubstr("UNAUTHENTICATED: this service requires a bearer token"));
-  CommandResult wrong = RunShell(Cli("DTRAIN_TOKEN=guess", "list"));
+  CommandResult wrong = Cli("DTRAIN_TOKEN=guess", "list");
   EXPECT_EQ(wrong.exit_code, 3) << wrong.output;
   EXPECT_THAT(wrong.output, HasSubstr("not valid on this coordinator"));
-  CommandResult spaced = RunShell(Cli("", "--token='a b' list"));
+  CommandResult spaced = Cli("", "--token='a b' list");
   EXPECT_EQ(spaced.exit_code, 2) << spaced.output;
 
-  const std::string job = dir_ + "/job.yaml";
-  std::ofstream(job) << R"(name: tok
+  const std::string job = cluster_->WriteSpec("job", R"(name: tok
 model: {builtin: mlp}
 data:
   synthetic: {train_size: 256, val_size: 64, test_size: 64, seed: 3}
   batch_size: 32
 trainer: {max_epochs: 1, strategy: ddp_spawn, devices: 2, num_workers: 1, seed: 1}
 optimizer: {name: sgd, lr: 0.05}
-)";
-  CommandResult submitted = RunShell(Cli(with_token, "submit --wait " + job));
+)");
+  CommandResult submitted = Cli(with_token, "submit --wait " + job);
   EXPECT_EQ(submitted.exit_code, 0) << submitted.output;
   EXPECT_THAT(submitted.output, HasSubstr("SUCCEEDED"));
-  CommandResult by_flag = RunShell(Cli("", absl::StrCat("--token=", kAdmin, " list")));
+  CommandResult by_flag = Cli("", absl::StrCat("--token=", kAdmin, " list"));
   EXPECT_EQ(by_flag.exit_code, 0) << by_flag.output;
   EXPECT_THAT(by_flag.output, HasSubstr("tok-1"));
 
-  worker.reset();
-  coordinator->Kill(SIGTERM);
-  ASSERT_NE(coordinator->Wait(absl::Seconds(15)), -1);
+  ASSERT_TRUE(cluster_->Shutdown()) << "the coordinator did not stop on SIGTERM";
   // Neither the admin token nor any job token (64 hex digits) is in any log.
-  std::string logs = ReadFile(dir_ + "/coordinator.log");
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_ + "/state")) {
+  std::string logs = ReadFile(dir + "/coordinator.log");
+  ASSERT_THAT(logs, HasSubstr("dtrain-coordinator: serving")) << "its stderr was not captured";
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir + "/state")) {
     if (entry.is_regular_file() && entry.path().extension() != ".ckpt")
       logs += ReadFile(entry.path());
   }
