@@ -69,17 +69,6 @@ const std::vector<std::string>& BuiltinDatasetNames() {
   return *names;
 }
 
-int64_t KnownTrainSamples(const v1::JobSpec& spec) {
-  const v1::DataConfig& d = spec.data();
-  int64_t n = -1;
-  if (d.has_synthetic()) n = d.synthetic().train_size();
-  if (d.source_case() == v1::DataConfig::kBuiltin) {
-    n = kFashionMnistTrainImages - (d.val_size() > 0 ? d.val_size() : kDefaultValSize);
-  }
-  if (n >= 0 && d.limit_train_samples() > 0) n = std::min(n, d.limit_train_samples());
-  return n;
-}
-
 bool IsDistributedStrategy(absl::string_view strategy) {
   return strategy == "ddp" || strategy == "ddp_spawn" || strategy == "sharded";
 }
@@ -96,6 +85,7 @@ v1::SetupRequest MakeSetupRequest(const v1::JobSpec& spec, const SetupContext& c
   request.set_accelerator(t.accelerator());
   request.set_devices(t.devices());
   request.set_seed(t.seed());
+  request.set_checkpoint_dir(context.checkpoint_dir);
   request.set_accumulate_grad_batches(t.accumulate_grad_batches());
   request.set_gradient_clip_val(t.gradient_clip_val());
   request.set_gradient_clip_algorithm(t.gradient_clip_algorithm());

@@ -48,16 +48,11 @@ inline constexpr double kDefaultBucketCapMb = 25;  // torch's
 inline constexpr int64_t kDefaultBatchSize = 32;
 inline constexpr SettingRange<int64_t> kBatchSizeRange{1, 1 << 20};
 inline constexpr int64_t kDefaultValSize = 5000;  // Fashion-MNIST training images held out
-inline constexpr int64_t kFashionMnistTrainImages = 60000;
 inline constexpr int64_t kDefaultBatchesPerCall = 16;
 inline constexpr SettingRange<int64_t> kBatchesPerCallRange{1, 4096};
 inline constexpr SettingRange<int64_t> kNumWorkersRange{1, 4096};
 inline constexpr int64_t kDefaultMaxRestarts = 3;
 inline constexpr SettingRange<int64_t> kMaxRestartsRange{1, 1000};
-
-// Training samples a normalized spec implies when that is known before a worker loads the data
-// (builtin and synthetic datasets); -1 for a tensors file.
-int64_t KnownTrainSamples(const v1::JobSpec& spec);
 
 // Strategies with more than one rank, which join a group on the coordinator.
 bool IsDistributedStrategy(absl::string_view strategy);
@@ -70,6 +65,7 @@ struct SetupContext {
   std::string token;        // the job's token in that group ("": none)
   int world_size = 1;
   absl::Duration register_timeout = absl::Minutes(5);
+  std::string checkpoint_dir;  // where rank 0 writes checkpoints ("": the job writes none)
 };
 
 // The Setup a worker receives for a normalized `spec`.

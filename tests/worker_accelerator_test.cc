@@ -193,7 +193,7 @@ TEST(Accelerator, EveryPrecision_StepsWithTheDocumentedDTypes) {
     auto model = BuiltinModel("mlp", 3);
     ASSERT_TRUE(model.ok());
     ASSERT_TRUE(a.Setup(std::move(*model), {.name = "sgd", .lr = 0.1}, {}).ok());
-    a.OnTrainStart();
+    a.SetTrainingMode(true);
     auto out = a.TrainingStep(batch, 0);
     ASSERT_TRUE(out.ok()) << out.status();
     torch::Tensor loss = a.TrainingStepEnd(*out);

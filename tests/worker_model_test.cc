@@ -243,8 +243,16 @@ TEST(LrSchedules, StepAndCosineValues) {
   EXPECT_NEAR((*optimizer)->param_groups()[0].options().get_lr(), 0.06, 1e-12);
   EXPECT_EQ(LrSchedule::Make({.name = "cyclic"}, 0.1).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(LrSchedule::Make({.name = "cosine", .total_steps = 0}, 0.1).status().code(),
+  EXPECT_EQ(LrSchedule::Make({.name = "cosine", .total_steps = -1}, 0.1).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // total_steps 0: the run's length, given once the data is known.
+  auto by_run = LrSchedule::Make({.name = "cosine", .total_steps = 0, .min_lr = 0.01}, 0.11);
+  ASSERT_TRUE(by_run.ok()) << by_run.status();
+  EXPECT_TRUE(by_run->NeedsRunLength());
+  EXPECT_EQ(by_run->SetRunLength(0).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(by_run->SetRunLength(100).ok());
+  EXPECT_FALSE(by_run->NeedsRunLength());
+  EXPECT_NEAR(by_run->LrAt(50), 0.06, 1e-12);
 }
 
 // One SGD+momentum step on batch `k`; returns the loss before the step.

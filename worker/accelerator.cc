@@ -157,9 +157,19 @@ absl::StatusOr<bool> Accelerator::OptimizerStep() {
     found_inf_ = false;
   }
   if (skip) return false;
+  if (schedule_->NeedsRunLength()) {
+    return absl::FailedPreconditionError(
+        "the cosine schedule has no length: give lr_scheduler.total_steps, or send the run's "
+        "length in StepRequest.total_steps");
+  }
   strategy_->SetLearningRate(schedule_->LrAt(progress_.global_step));
   DTRAIN_RETURN_IF_ERROR(strategy_->OptimizerStep());
   return true;
+}
+
+absl::Status Accelerator::SetRunLength(int64_t total_steps) {
+  if (!schedule_.has_value() || !schedule_->NeedsRunLength()) return absl::OkStatus();
+  return schedule_->SetRunLength(total_steps);
 }
 
 void Accelerator::OptimizerZeroGrad() { strategy_->OptimizerZeroGrad(); }
@@ -208,7 +218,10 @@ absl::StatusOr<TrainingProgress> Accelerator::LoadCheckpoint(const std::string& 
 
 absl::Status Accelerator::Teardown() { return strategy_->Teardown(); }
 
-void Accelerator::OnTrainStart() { model_->Train(true); }
-void Accelerator::OnTrainEnd() { model_->Train(false); }
+void Accelerator::SetTrainingMode(bool on) {
+  if (training_mode_ == on) return;
+  model_->Train(on);
+  training_mode_ = on;
+}
 
 }  // namespace dtrain

@@ -69,6 +69,10 @@ class Accelerator {
   // the optimizer stepped.
   absl::StatusOr<bool> OptimizerStep();
   void OptimizerZeroGrad();
+  // The run's optimizer steps, for a schedule that takes its length from the run (cosine
+  // without total_steps); ignored by other schedules. FAILED_PRECONDITION from OptimizerStep
+  // when such a schedule never got it.
+  absl::Status SetRunLength(int64_t total_steps);
   // Unscales first under 16-mixed. Returns the gradients' total norm before clipping.
   absl::StatusOr<double> ClipGradients(double clip_val, ClipAlgorithm algorithm);
 
@@ -104,8 +108,10 @@ class Accelerator {
   const TrainingProgress& progress() const { return progress_; }
   // After an optimizer step: the global step advances (Lightning's update_global_step).
   void UpdateGlobalStep() { ++progress_.global_step; }
-  void OnTrainStart();
-  void OnTrainEnd();
+  // model.train() / model.eval(): training steps run in train mode, validation, test and
+  // predict in eval mode (Dropout off, BatchNorm on its running statistics), whatever mode the
+  // module was exported in. Cheap when the mode does not change.
+  void SetTrainingMode(bool on);
   void SetEpoch(int64_t epoch) { progress_.epoch = epoch; }
   LightningModule& model() { return *model_; }
 
@@ -121,6 +127,7 @@ class Accelerator {
   std::unique_ptr<LightningModule> model_;
   std::optional<LrSchedule> schedule_;
   TrainingProgress progress_;
+  std::optional<bool> training_mode_;  // unset until the first step: the export's own mode
   // 16-mixed: whether this step's gradients are already unscaled, and what that found.
   bool unscaled_ = false;
   bool found_inf_ = false;

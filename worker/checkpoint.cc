@@ -1,8 +1,12 @@
 #include "worker/checkpoint.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -26,6 +30,28 @@ int64_t ReadInt(torch::serialize::InputArchive& archive, const std::string& key)
 }
 
 }  // namespace
+
+absl::Status PrepareCheckpointDirectory(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create the checkpoint directory '", dir, "': ", error.message()));
+  }
+  if (!std::filesystem::is_directory(dir, error)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the checkpoint directory '", dir, "' is not a directory"));
+  }
+  const std::string probe = absl::StrCat(dir, "/.dtrain-write-check-", getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot write in the checkpoint directory '",
+                                                      dir, "': ", std::strerror(errno)));
+  }
+  ::close(fd);
+  std::remove(probe.c_str());
+  return absl::OkStatus();
+}
 
 absl::Status SaveCheckpoint(const std::string& path, const LightningModule& model,
                             torch::optim::Optimizer* optimizer, const LossScaler* scaler,

@@ -26,6 +26,11 @@ struct TrainingProgress {
   int64_t epoch = 0;
 };
 
+// mkdir -p `dir` and checks that a file can be created in it, so that a job learns at setup,
+// not at its first save, that its checkpoints have nowhere to go. FAILED_PRECONDITION naming the
+// directory and the system's reason.
+absl::Status PrepareCheckpointDirectory(const std::string& dir);
+
 // `optimizer` and `scaler` may be null. INVALID_ARGUMENT when the file cannot be written.
 absl::Status SaveCheckpoint(const std::string& path, const LightningModule& model,
                             torch::optim::Optimizer* optimizer, const LossScaler* scaler,

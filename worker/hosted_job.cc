@@ -26,7 +26,7 @@ class LocalJob : public HostedJob {
     absl::StatusOr<v1::LocalResult> result;
     switch (kind) {
       case StepKind::kTraining:
-        result = job_->Train(work, request.epoch(), request.end_of_epoch());
+        result = job_->Train(work, request.epoch(), request.end_of_epoch(), request.total_steps());
         break;
       case StepKind::kValidation:
       case StepKind::kTest:

@@ -167,6 +167,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(request.accelerator(), *precision,
                                                                strategy, std::move(backend)));
   DTRAIN_RETURN_IF_ERROR(job->accelerator_->Setup(std::move(*model), optimizer, schedule));
+  if (!request.checkpoint_dir().empty() &&
+      job->accelerator_->strategy().should_rank_save_checkpoint()) {
+    DTRAIN_RETURN_IF_ERROR(
+        InField("checkpoint_dir", PrepareCheckpointDirectory(request.checkpoint_dir())));
+  }
   return job;
 }
 
@@ -227,15 +232,17 @@ absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i) const
 }
 
 absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t epoch,
-                                           bool end_of_epoch) {
+                                           bool end_of_epoch, int64_t total_steps) {
   if (BatchCount(work) == 0) return absl::InvalidArgumentError("the step carries no batches");
+  if (total_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("total_steps must be >= 0 (0: not known), got ", total_steps));
+  }
   cancelled_ = false;  // a cancel stops the step it interrupts, not the job
   Accelerator& a = *accelerator_;
+  if (total_steps > 0) DTRAIN_RETURN_IF_ERROR(a.SetRunLength(total_steps));
   a.SetEpoch(epoch);
-  if (!training_) {
-    a.OnTrainStart();
-    training_ = true;
-  }
+  a.SetTrainingMode(true);
   v1::LocalResult result;
   result.set_rank(a.strategy().global_rank());
   for (int i = 0; i < BatchCount(work); ++i) {
@@ -279,13 +286,10 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
   // ranks some ranks have nothing to evaluate.
   cancelled_ = false;
   Accelerator& a = *accelerator_;
-  if (training_) {
-    a.OnTrainEnd();
-    training_ = false;
-  }
   if (kind == StepKind::kTraining) {
     return absl::InvalidArgumentError("Evaluate runs validation, test or predict steps");
   }
+  a.SetTrainingMode(false);
   const bool with_tensors = return_outputs || kind == StepKind::kPredict;
   v1::LocalResult result;
   result.set_rank(a.strategy().global_rank());

@@ -41,9 +41,10 @@ class Job {
 
   // Trains on the work's batches: per batch, training_step, backward, and (at the end of
   // each accumulation window) clipping, the optimizer step and the global step.
-  // end_of_epoch: the last batch closes the accumulation window.
+  // end_of_epoch: the last batch closes the accumulation window. total_steps: the run's
+  // optimizer steps (0: not known), for a schedule whose length is the run's.
   absl::StatusOr<v1::LocalResult> Train(const v1::LocalWork& work, int64_t epoch,
-                                        bool end_of_epoch = false);
+                                        bool end_of_epoch = false, int64_t total_steps = 0);
   // kind: validation, test or predict; eval mode, no grad.
   absl::StatusOr<v1::LocalResult> Evaluate(StepKind kind, const v1::LocalWork& work,
                                            bool return_outputs);
@@ -70,7 +71,6 @@ class Job {
   double clip_val_ = 0;
   ClipAlgorithm clip_algorithm_ = ClipAlgorithm::kNorm;
   int64_t accumulated_ = 0;  // batches in the current accumulation window
-  bool training_ = false;
   std::atomic<bool> cancelled_{false};
 };
 

@@ -70,9 +70,11 @@ absl::StatusOr<LrSchedule> LrSchedule::Make(const SchedulerConfig& c, double bas
     return LrSchedule(c, base_lr);
   }
   if (c.name == "cosine") {
-    if (c.total_steps < 1 || c.min_lr < 0 || c.min_lr > base_lr) {
+    // total_steps 0 is the run's length, known once the data is loaded (SetRunLength).
+    if (c.total_steps < 0 || c.min_lr < 0 || c.min_lr > base_lr) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cosine schedule needs total_steps >= 1 and 0 <= min_lr <= lr, got ",
+          absl::StrCat("cosine schedule needs total_steps >= 0 (0: the run's length) and 0 <= "
+                       "min_lr <= lr, got ",
                        c.total_steps, ", ", c.min_lr));
     }
     return LrSchedule(c, base_lr);
@@ -92,6 +94,15 @@ double LrSchedule::LrAt(int64_t step) const {
            (base_lr_ - config_.min_lr) * (1 + std::cos(M_PI * t / config_.total_steps)) / 2;
   }
   return base_lr_;
+}
+
+absl::Status LrSchedule::SetRunLength(int64_t total_steps) {
+  if (total_steps < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the run's length must be at least 1 optimizer step, got ", total_steps));
+  }
+  config_.total_steps = total_steps;
+  return absl::OkStatus();
 }
 
 void LrSchedule::Apply(torch::optim::Optimizer& optimizer, int64_t step) const {

@@ -35,7 +35,7 @@ struct SchedulerConfig {
   std::string name = "none";  // none | step | cosine
   int64_t step_size = 1;      // step: multiply by gamma every step_size steps
   double gamma = 0.1;
-  int64_t total_steps = 0;  // cosine: steps from base lr down to min_lr
+  int64_t total_steps = 0;  // cosine: steps from base lr down to min_lr; 0: the run's length
   double min_lr = 0.0;
 };
 
@@ -46,6 +46,11 @@ class LrSchedule {
 
   // The learning rate for optimizer step `step` (counting from 0).
   double LrAt(int64_t step) const;
+  // Whether the schedule still needs the run's length (cosine without total_steps).
+  bool NeedsRunLength() const { return config_.name == "cosine" && config_.total_steps < 1; }
+  // The run's optimizer steps, for a schedule whose config left its length to the run.
+  // INVALID_ARGUMENT when `total_steps` < 1.
+  absl::Status SetRunLength(int64_t total_steps);
   // Sets every parameter group of `optimizer` to LrAt(step).
   void Apply(torch::optim::Optimizer& optimizer, int64_t step) const;
 

@@ -202,6 +202,7 @@ absl::Status SpawnedJob::Step(StepKind kind, const v1::StepRequest& request,
     child.set_epoch(request.epoch());
     child.set_return_outputs(request.return_outputs());
     child.set_end_of_epoch(request.end_of_epoch());
+    child.set_total_steps(request.total_steps());
     *child.add_work() = request.work(i);
     v1::Worker::Stub& stub = *children_[i]->stub;
     switch (kind) {

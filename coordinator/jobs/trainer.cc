@@ -58,23 +58,11 @@ absl::Status Trainer::Setup() {
   context.token = options_.job_token;
   context.world_size = world_;
   context.register_timeout = options_.setup_timeout;
+  // Only fit writes checkpoints; its rank 0 makes sure it can before any training.
+  if (spec.stage() == "fit" || spec.stage().empty())
+    context.checkpoint_dir = options_.checkpoint_dir;
   v1::SetupRequest request = MakeSetupRequest(spec, context);
   const v1::DataConfig& d = spec.data();
-
-  // The schedule's length is the run's, unless the spec says otherwise.
-  const int64_t known = KnownTrainSamples(spec);
-  if (known >= 0) {
-    batches_per_epoch_ = CeilDiv(CeilDiv(known, world_), d.batch_size());
-    total_steps_ = CeilDiv(batches_per_epoch_, t.accumulate_grad_batches()) * t.max_epochs();
-    if (t.max_steps() > 0) total_steps_ = std::min(total_steps_, t.max_steps());
-  }
-  if (spec.lr_scheduler().name() == "cosine" && spec.lr_scheduler().total_steps() == 0) {
-    if (total_steps_ <= 0) {
-      return absl::InvalidArgumentError(
-          "lr_scheduler.total_steps: a cosine schedule over a tensors_file dataset needs it");
-    }
-    request.mutable_lr_scheduler()->set_total_steps(total_steps_);
-  }
 
   const int n = workers_.size();
   if (options_.clear_stale_runs) {
@@ -215,6 +203,7 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
       requests[i].set_job_id(options_.job_id);
       requests[i].set_epoch(epoch);
       requests[i].set_end_of_epoch(b + chunk == nb);
+      requests[i].set_total_steps(total_steps_);
       for (int rank : workers_.ranks(i)) {
         v1::LocalWork* work = requests[i].add_work();
         work->set_first_batch_idx(b);
