@@ -36,10 +36,49 @@ absl::StatusOr<T> Scalar(const YAML::Node& node, const std::string& path, const 
 
 absl::Status Fill(const YAML::Node& node, Message* message, const std::string& path);
 
+// A list of numbers or strings (`mean: [0.5, 0.4]`), or one value for a list of one.
+absl::Status SetRepeated(const YAML::Node& value, Message* message, const FieldDescriptor* field,
+                         const std::string& path) {
+  const google::protobuf::Reflection* r = message->GetReflection();
+  std::vector<YAML::Node> items;
+  if (value.IsSequence()) {
+    for (const YAML::Node& item : value) items.push_back(item);
+  } else if (value.IsScalar()) {
+    items.push_back(value);
+  } else {
+    return Bad(path, "expected a list");
+  }
+  r->ClearField(message, field);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string where = absl::StrCat(path, "[", i, "]");
+    if (!items[i].IsScalar()) return Bad(where, "expected a single value");
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_DOUBLE: {
+        auto v = Scalar<double>(items[i], where, "a number");
+        if (!v.ok()) return v.status();
+        r->AddDouble(message, field, *v);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_INT64: {
+        auto v = Scalar<int64_t>(items[i], where, "an integer");
+        if (!v.ok()) return v.status();
+        r->AddInt64(message, field, *v);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_STRING:
+        r->AddString(message, field, items[i].Scalar());
+        break;
+      default:
+        return Bad(path, "this list cannot be set from a file");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SetField(const YAML::Node& value, Message* message, const FieldDescriptor* field,
                       const std::string& path) {
   const google::protobuf::Reflection* r = message->GetReflection();
-  if (field->is_repeated()) return Bad(path, "lists are not supported here");
+  if (field->is_repeated()) return SetRepeated(value, message, field, path);
   if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
     return Fill(value, r->MutableMessage(message, field), path);
   }

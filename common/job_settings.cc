@@ -114,6 +114,7 @@ v1::SetupRequest MakeSetupRequest(const v1::JobSpec& spec, const SetupContext& c
       break;
   }
   data->set_data_dir(d.data_dir());
+  if (d.has_normalize()) *data->mutable_normalize() = d.normalize();
   data->set_val_size(d.val_size());
   return request;
 }
@@ -191,6 +192,9 @@ const std::vector<JobSpecField>& JobSpecFields() {
       {"data.limit_train_samples", ""},
       {"data.limit_val_samples", ""},
       {"data.limit_test_samples", ""},
+      {"data.normalize.key", "data.normalize.key"},
+      {"data.normalize.mean", "data.normalize.mean"},
+      {"data.normalize.std", "data.normalize.std"},
       {"trainer.max_epochs", ""},
       {"trainer.max_steps", ""},
       {"trainer.val_check_interval", ""},

@@ -124,6 +124,22 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
       !s.ok())
     return s;
   if (!data->has_shuffle()) data->set_shuffle(true);
+  if (data->has_normalize()) {
+    if (data->source_case() != v1::DataConfig::kTensorsFile) {
+      return Bad("data.normalize",
+                 "applies to a tensors_file (the builtin dataset has its own normalization)");
+    }
+    v1::Normalize* n = data->mutable_normalize();
+    if (n->key().empty()) n->set_key("0");
+    if (n->mean_size() == 0 || n->mean_size() != n->std_size()) {
+      return Bad("data.normalize", "give mean and std, as one value each or one per channel");
+    }
+    for (int i = 0; i < n->std_size(); ++i) {
+      if (!(n->std(i) > 0) || !std::isfinite(n->std(i)) || !std::isfinite(n->mean(i))) {
+        return Bad(absl::StrCat("data.normalize.std[", i, "]"), "must be finite and > 0");
+      }
+    }
+  }
   for (const auto& [path, value] :
        {std::pair<std::string, int64_t>{"data.limit_train_samples", data->limit_train_samples()},
         {"data.limit_val_samples", data->limit_val_samples()},

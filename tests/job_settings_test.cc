@@ -57,6 +57,14 @@ std::pair<Message*, const FieldDescriptor*> Resolve(Message* root, const std::st
 std::string SetDistinct(Message* root, const std::string& path) {
   auto [m, f] = Resolve(root, path);
   const google::protobuf::Reflection* r = m->GetReflection();
+  if (f->is_repeated()) {
+    if (f->cpp_type() != FieldDescriptor::CPPTYPE_DOUBLE) {
+      ADD_FAILURE() << path << " is a list of a type this test does not set";
+      return "";
+    }
+    r->AddDouble(m, f, 0.5);
+    return "0.5";
+  }
   switch (f->cpp_type()) {
     case FieldDescriptor::CPPTYPE_STRING:
       r->SetString(m, f, "distinct-" + path);
@@ -85,6 +93,13 @@ std::string SetDistinct(Message* root, const std::string& path) {
 std::string Get(Message* root, const std::string& path) {
   auto [m, f] = Resolve(root, path);
   const google::protobuf::Reflection* r = m->GetReflection();
+  if (f->is_repeated()) {
+    std::ostringstream out;
+    for (int i = 0; i < r->FieldSize(*m, f); ++i) {
+      if (f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) out << r->GetRepeatedDouble(*m, f, i);
+    }
+    return out.str();
+  }
   switch (f->cpp_type()) {
     case FieldDescriptor::CPPTYPE_STRING:
       return r->GetString(*m, f);

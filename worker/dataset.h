@@ -1,18 +1,23 @@
 // Datasets a worker loads itself, so that a step RPC can carry sample indices instead of
-// tensors (a few bytes per sample instead of 3 KiB). Each has splits "train", "val" (optional)
-// and "test" (optional), whose samples are (x, y) pairs; a batch is the tuple (x[idx], y[idx]).
-//   builtin "fashion-mnist"  the gzip IDX files of Debian's dataset-fashion-mnist; x is
-//                            [N, 1, 28, 28] float32 normalized with the training set's mean
-//                            and std (0.2860, 0.3530), y int64; "val" is the last val_size
+// tensors (a few bytes per sample instead of 3 KiB). Each has a split "train" and optionally
+// "val", "test" and "predict"; a batch has its split's structure with the selected rows.
+//   builtin "fashion-mnist"  the gzip IDX files of Debian's dataset-fashion-mnist; batches are
+//                            (x, y): x [N, 1, 28, 28] float32 normalized with the training set's
+//                            mean and std (0.2860, 0.3530), y int64; "val" is the last val_size
 //                            training images (default 5,000), "train" the rest
 //   synthetic                learnable 28x28 images (class c brightens rows 2c..2c+2) plus noise,
-//                            generated from a seed: every worker makes the same data
-//   tensors_file             a torch archive with "<split>/x" and "<split>/y"
+//                            generated from a seed: every worker makes the same data; (x, y)
+//   tensors_file             a file written by Python's torch.save: {"train": (x, y), ...}, each
+//                            split a tuple or list of tensors, a dict of named tensors, or one
+//                            tensor, all with the same length in dimension 0. Normalized only
+//                            when DataSpec.normalize says so. The older libtorch archive with
+//                            "<split>/x" and "<split>/y" is still read (as (x, y)).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,11 +33,17 @@ inline constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 
 class Dataset {
  public:
+  struct Split {
+    // A tuple, List[Tensor] or Dict[str, Tensor] of tensors with `size` rows, or one tensor.
+    c10::IValue columns;
+    int64_t size = 0;
+  };
+
   // NOT_FOUND: a file is missing (the message names the Debian package for the builtin).
   // INVALID_ARGUMENT: a malformed file or spec.
   static absl::StatusOr<std::unique_ptr<Dataset>> Load(const v1::DataSpec& spec);
 
-  // (name, size) of each split, in the order train, val, test.
+  // (name, size) of each split, in the order train, val, test, predict.
   std::vector<std::pair<std::string, int64_t>> Splits() const;
   // INVALID_ARGUMENT: unknown split, no indices, or an index out of range (named).
   absl::StatusOr<c10::IValue> Batch(const std::string& split,
@@ -42,11 +53,13 @@ class Dataset {
   static std::pair<at::Tensor, at::Tensor> Synthetic(int64_t n, uint64_t seed);
 
  private:
-  struct Split {
-    at::Tensor x;  // uint8 images are normalized when a batch is made
-    at::Tensor y;
-  };
+  static absl::StatusOr<Split> CheckSplit(const std::string& path, const std::string& name,
+                                          const c10::IValue& value);
+  absl::Status LoadTensorsFile(const std::string& path);
+
   std::map<std::string, Split> splits_;
+  bool fashion_normalize_ = false;  // builtin: uint8 x scaled with Fashion-MNIST's statistics
+  std::optional<v1::Normalize> normalize_;
 };
 
 }  // namespace dtrain

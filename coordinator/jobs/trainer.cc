@@ -117,8 +117,8 @@ absl::Status Trainer::Setup() {
   }
   workers_.SetRanks(std::move(ranks_of_worker));
   for (const v1::SplitInfo& s : responses[0].splits()) split_sizes_[s.name()] = s.size();
-  if (split_sizes_["train"] <= 0)
-    return absl::InvalidArgumentError("data: the train split is empty");
+  if (split_sizes_["train"] <= 0 && (spec.stage() == "fit" || spec.stage().empty()))
+    return absl::InvalidArgumentError("data: fit needs a train split, and it is empty or missing");
   int64_t n_train = split_sizes_["train"];
   if (d.limit_train_samples() > 0) n_train = std::min(n_train, d.limit_train_samples());
   split_sizes_["train"] = n_train;
@@ -411,8 +411,11 @@ absl::Status Trainer::EvaluateAndReport(const std::string& split, bool test,
 
 absl::Status Trainer::Predict() {
   const v1::JobSpec& spec = options_.spec;
-  if (split_sizes_["test"] <= 0) {
-    return absl::FailedPreconditionError("data: predict runs over the test split, which is empty");
+  // Over the data's own predict split when it has one (a tensors file may), else the test split.
+  const std::string split = split_sizes_["predict"] > 0 ? "predict" : "test";
+  if (split_sizes_[split] <= 0) {
+    return absl::FailedPreconditionError(
+        "data: predict runs over the predict split, or the test split, and both are empty");
   }
   progress_.set_phase("predict");
   Report();
@@ -420,7 +423,7 @@ absl::Status Trainer::Predict() {
   std::vector<v1::StepRequest> requests;
   std::vector<v1::StepResponse> responses(n);
   std::vector<std::vector<std::vector<int64_t>>> shards;
-  EvalRequests("test", spec.data().limit_test_samples(), 0, &requests, &shards);
+  EvalRequests(split, spec.data().limit_test_samples(), 0, &requests, &shards);
   for (v1::StepRequest& request : requests) request.set_return_outputs(true);
   DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
       "predict_step",
