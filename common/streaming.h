@@ -5,10 +5,15 @@
 
 namespace dtrain {
 
-// Payload bytes per stream message. Large enough that per-message overhead is small, small
-// enough that a message never nears gRPC's limits and memory grows in steps.
-// A tensor up to this size travels in one message and is moved, never re-assembled.
-inline constexpr int64_t kStreamChunkBytes = int64_t{4} << 20;
+// The largest message a gRPC client accepts by default (grpc.max_receive_message_length), in
+// every language: each message the services send fits it, header and framing included, so a
+// generated client with default settings reads every result.
+inline constexpr int64_t kDefaultClientMaxMessageBytes = int64_t{4} << 20;
+
+// Payload bytes per stream message: the default limit less room for a header and the framing.
+// Large enough that per-message overhead is small; memory grows in steps. A tensor up to this
+// size travels in one message and is moved, never re-assembled.
+inline constexpr int64_t kStreamChunkBytes = kDefaultClientMaxMessageBytes - (64 << 10);
 
 // Largest single message either end accepts (a chunk plus its header).
 inline constexpr int kMaxMessageBytes = 64 << 20;

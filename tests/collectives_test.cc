@@ -2,10 +2,16 @@
 // 127.0.0.1, ranks as threads with their own connections, against a reference computed here.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "coordinator/collectives/reduction.h"
+#include "dtrain/v1/coordinator.grpc.pb.h"
 #include "tests/reference_data.h"
 #include "tests/test_support.h"
 
@@ -249,6 +255,131 @@ TEST(Collectives, AllReduce_OneGiBTensor_StreamsAndIsCorrect) {
     return absl::OkStatus();
   });
   for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s;
+}
+
+// A client in another language with gRPC's defaults (4 MiB per received message) reads results
+// over 4 MiB and over 64 MiB: every response message, header included, fits that default.
+class DefaultLimitsClient {
+ public:
+  explicit DefaultLimitsClient(const std::string& address)
+      : stub_(v1::Coordinator::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+
+  absl::StatusOr<v1::MemberRef> Register(const std::string& group, int world) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::RegisterRequest request;
+    request.set_group(group);
+    request.set_host("h");
+    request.set_local_devices(1);
+    request.set_incarnation(reinterpret_cast<uintptr_t>(this) | 1);
+    request.set_world_size(world);
+    v1::RegisterResponse response;
+    grpc::Status s = stub_->Register(&context, request, &response);
+    if (!s.ok()) return absl::UnknownError(s.error_message());
+    rank_ = response.rank();
+    return response.member();
+  }
+
+  // An all_gather (or all_reduce) of `floats` float32 values 0, 1, 2, ... scaled by `scale`;
+  // the result's payload bytes and how many messages carried it.
+  template <typename Request, typename Response, typename Call>
+  absl::StatusOr<std::pair<std::string, int>> Stream(Call call, const v1::MemberRef& member,
+                                                     int64_t sequence, int64_t floats,
+                                                     float scale) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    auto stream = (stub_.get()->*call)(&context);
+    std::vector<float> values(floats);
+    for (int64_t i = 0; i < floats; ++i) values[i] = static_cast<float>(i % 1000) * scale;
+    const char* bytes = reinterpret_cast<const char*>(values.data());
+    const size_t total = values.size() * sizeof(float);
+    constexpr size_t kChunk = 1 << 20;
+    for (size_t offset = 0; offset < total; offset += kChunk) {
+      Request request;
+      if (offset == 0) {
+        auto* header = request.mutable_header();
+        *header->mutable_context()->mutable_member() = member;
+        header->mutable_context()->set_sequence(sequence);
+        if constexpr (std::is_same_v<Request, v1::AllReduceRequest>) {
+          header->set_op(v1::REDUCE_OP_SUM);
+        }
+        header->mutable_meta()->set_dtype(v1::DTYPE_FLOAT32);
+        header->mutable_meta()->add_shape(floats);
+      }
+      request.set_chunk(std::string(bytes + offset, std::min(kChunk, total - offset)));
+      if (!stream->Write(request)) break;
+    }
+    stream->WritesDone();
+    std::string result;
+    int messages = 0;
+    Response response;
+    while (stream->Read(&response)) {
+      result += response.chunk();
+      ++messages;
+    }
+    grpc::Status s = stream->Finish();
+    if (!s.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    }
+    return std::make_pair(std::move(result), messages);
+  }
+
+  int rank() const { return rank_; }
+
+ private:
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  int rank_ = -1;
+};
+
+TEST(Collectives, ResultsOver4And64MiB_ReadByAClientWithGrpcDefaultLimits) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  constexpr int kWorld = 2;
+  std::vector<std::unique_ptr<DefaultLimitsClient>> clients;
+  std::vector<v1::MemberRef> members(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    clients.push_back(std::make_unique<DefaultLimitsClient>(coordinator->address()));
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      auto member = clients[r]->Register("default-limits", kWorld);
+      ASSERT_TRUE(member.ok()) << member.status();
+      members[r] = *member;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  threads.clear();
+
+  // all_reduce of 5 MiB per rank, then all_gather of 33 MiB per rank (a 66 MiB result).
+  const int64_t reduce_floats = (5 << 20) / 4, gather_floats = (33 << 20) / 4;
+  std::vector<absl::StatusOr<std::pair<std::string, int>>> reduced(kWorld), gathered(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      reduced[r] = clients[r]->Stream<v1::AllReduceRequest, v1::AllReduceResponse>(
+          &v1::Coordinator::Stub::AllReduce, members[r], 0, reduce_floats, 1.0f + r);
+      gathered[r] = clients[r]->Stream<v1::AllGatherRequest, v1::AllGatherResponse>(
+          &v1::Coordinator::Stub::AllGather, members[r], 1, gather_floats, 1.0f + r);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(reduced[r].ok()) << "rank " << r << ": " << reduced[r].status();
+    ASSERT_TRUE(gathered[r].ok()) << "rank " << r << ": " << gathered[r].status();
+    const std::string& sum = reduced[r]->first;
+    ASSERT_EQ(sum.size(), static_cast<size_t>(reduce_floats) * 4);
+    float value = 0;
+    std::memcpy(&value, sum.data() + 4 * 999, 4);
+    EXPECT_EQ(value, 999.0f * (1 + 2)) << "rank 0 sent i, rank 1 sent 2i";
+    EXPECT_GE(reduced[r]->second, 2) << "5 MiB cannot travel in one default-sized message";
+    const std::string& all = gathered[r]->first;
+    ASSERT_EQ(all.size(), static_cast<size_t>(gather_floats) * 4 * kWorld);
+    std::memcpy(&value, all.data() + static_cast<size_t>(gather_floats) * 4 + 4 * 998, 4);
+    const float rank1_scale = clients[0]->rank() == 1 ? 1.0f : 2.0f;
+    EXPECT_EQ(value, 998.0f * rank1_scale) << "rank 1's part follows rank 0's";
+    EXPECT_GE(gathered[r]->second, 17);
+  }
 }
 
 }  // namespace

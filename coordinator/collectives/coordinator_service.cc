@@ -175,7 +175,14 @@ class TensorCollectiveReactor final
       for (const auto& meta : result_->parts) *header.add_parts() = meta;
     }
     std::vector<PayloadRange> ranges;
-    const size_t budget = static_cast<size_t>(std::min<uint64_t>(remaining_, kStreamChunkBytes));
+    // Header, payload and framing (two tags, two varints) stay within a default client's limit;
+    // a header too large to share a message with payload goes alone.
+    constexpr int64_t kFraming = 16;
+    const int64_t room = first ? kDefaultClientMaxMessageBytes -
+                                     static_cast<int64_t>(header.ByteSizeLong()) - kFraming
+                               : kStreamChunkBytes;
+    const size_t budget = static_cast<size_t>(std::min<uint64_t>(
+        remaining_, static_cast<uint64_t>(std::clamp<int64_t>(room, 0, kStreamChunkBytes))));
     size_t taken = 0;
     while (taken < budget) {
       const auto& part = result_->buffers[part_];
