@@ -322,6 +322,157 @@ def validation_step(self, batch: List[Tensor], batch_idx: int) -> Dict[str, Tens
   EXPECT_EQ(validated->batches(0).scalars().count("acc"), 1u);
 }
 
+// Checkpoints in Lightning's layout, both ways against python3-torch: a module exported from
+// Python trains 4 steps in dtrain, Python continues from dtrain's checkpoint for 4 more (and
+// the other way round), and both end where an uninterrupted run ends.
+class CheckpointInteropTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    model_ = TempPath(GetParam() + "-interop-model.pt");
+    data_ = TempPath(GetParam() + "-interop-data.pt");
+    Python(absl::StrCat(Head(), kPythonCommon, R"(
+torch.manual_seed(0)
+torch.jit.script(Net()).save(MODEL)
+g = torch.Generator().manual_seed(1)
+torch.save({"train": (torch.randn(64, 8, generator=g), torch.randint(0, 3, (64,), generator=g))},
+           DATA)
+)"));
+  }
+
+  // The common head of every script: paths, the module, the optimizer and the batches.
+  std::string Head() const {
+    return absl::StrCat("MODEL = '", model_, "'\nDATA = '", data_, "'\nOPT = '", GetParam(), "'\n");
+  }
+  static constexpr char kPythonCommon[] = R"(
+from typing import Tuple
+from torch import Tensor, nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+    @torch.jit.export
+    def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        x, y = batch
+        return nn.functional.cross_entropy(self.forward(x), y)
+
+def make_optimizer(params):
+    if OPT == "sgd":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    if OPT == "adam":
+        return torch.optim.Adam(params, lr=0.01)
+    return torch.optim.AdamW(params, lr=0.01, weight_decay=0.01)
+
+def train(m, opt, steps):
+    x, y = torch.load(DATA)["train"]
+    for s in steps:
+        idx = torch.arange(16 * s, 16 * s + 16) % 64
+        loss = m.training_step((x[idx], y[idx]), s)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+)";
+
+  std::unique_ptr<Job> NewJob() {
+    v1::SetupRequest request = Request("interop-" + GetParam(), model_);
+    request.mutable_data()->set_tensors_file(data_);
+    v1::OptimizerSpec* o = request.mutable_optimizer();
+    o->set_name(GetParam());
+    o->set_lr(GetParam() == "sgd" ? 0.05 : 0.01);
+    if (GetParam() == "sgd") o->set_momentum(0.9);
+    if (GetParam() == "adamw") o->set_weight_decay(0.01);
+    return SetupOrDie(request);
+  }
+
+  static void Train(Job& job, int first, int last) {
+    for (int s = first; s < last; ++s) {
+      v1::LocalWork work;
+      work.set_first_batch_idx(s);
+      v1::IndexBatch* b = work.add_index_batches();
+      b->set_split("train");
+      for (int i = 0; i < 16; ++i) b->add_indices((16 * s + i) % 64);
+      absl::StatusOr<v1::LocalResult> r = job.Train(work, 0);
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+  }
+
+  // The largest difference between the job's parameters and those Python saved at `path`.
+  static double MaxDiff(Job& job, const std::string& path) {
+    absl::StatusOr<c10::IValue> saved = ReadTorchSaveFile(path);
+    EXPECT_TRUE(saved.ok()) << saved.status();
+    if (!saved.ok()) return INFINITY;
+    double worst = 0;
+    int compared = 0;
+    for (const auto& [name, tensor] : job.accelerator().LightningModuleStateDict()) {
+      auto it = saved->toGenericDict().find(c10::IValue(name));
+      EXPECT_NE(it, saved->toGenericDict().end()) << name;
+      if (it == saved->toGenericDict().end()) return INFINITY;
+      worst = std::max(worst, (tensor - it->value().toTensor()).abs().max().item<double>());
+      ++compared;
+    }
+    EXPECT_EQ(compared, 4);
+    return worst;
+  }
+
+  std::string model_, data_;
+};
+
+TEST_P(CheckpointInteropTest, DtrainCheckpoint_PythonContinues_SameAsUninterrupted) {
+  std::unique_ptr<Job> job = NewJob();
+  ASSERT_NE(job, nullptr);
+  Train(*job, 0, 4);
+  const std::string checkpoint = TempPath(GetParam() + "-dtrain.ckpt");
+  ASSERT_TRUE(job->SaveCheckpoint(checkpoint, 0, "{\"name\": \"interop\"}").ok());
+  Train(*job, 4, 8);
+  const std::string out = TempPath(GetParam() + "-python-continued.pt");
+  Python(absl::StrCat(Head(), kPythonCommon, R"(
+ckpt = torch.load(')",
+                      checkpoint, R"(')
+assert ckpt["global_step"] == 4 and ckpt["epoch"] == 0, ckpt["global_step"]
+assert ckpt["dtrain"]["format_version"] == 2 and ckpt["dtrain"]["strategy"] == "single_device"
+assert ckpt["dtrain"]["job_spec"] == '{"name": "interop"}'
+assert sorted(ckpt["state_dict"]) == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]
+m = torch.jit.load(MODEL)
+m.load_state_dict(ckpt["state_dict"])
+opt = make_optimizer(m.parameters())
+opt.load_state_dict(ckpt["optimizer_states"][0])
+train(m, opt, range(4, 8))
+torch.save(dict(m.state_dict()), ')",
+                      out, "')\n"));
+  EXPECT_LT(MaxDiff(*job, out), 1e-5);
+}
+
+TEST_P(CheckpointInteropTest, PythonCheckpoint_DtrainResumes_SameAsUninterrupted) {
+  const std::string checkpoint = TempPath(GetParam() + "-python.ckpt");
+  const std::string out = TempPath(GetParam() + "-python-uninterrupted.pt");
+  Python(absl::StrCat(Head(), kPythonCommon, R"(
+m = torch.jit.load(MODEL)
+opt = make_optimizer(m.parameters())
+train(m, opt, range(0, 4))
+torch.save({"state_dict": m.state_dict(), "optimizer_states": [opt.state_dict()],
+            "lr_schedulers": [], "epoch": 0, "global_step": 4,
+            "pytorch-lightning_version": "1.9.0"}, ')",
+                      checkpoint, R"(')
+train(m, opt, range(4, 8))
+torch.save(dict(m.state_dict()), ')",
+                      out, "')\n"));
+  std::unique_ptr<Job> job = NewJob();
+  ASSERT_NE(job, nullptr);
+  absl::StatusOr<TrainingProgress> progress = job->LoadCheckpoint(checkpoint);
+  ASSERT_TRUE(progress.ok()) << progress.status();
+  EXPECT_EQ(progress->global_step, 4);
+  Train(*job, 4, 8);
+  EXPECT_LT(MaxDiff(*job, out), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointInteropTest,
+                         ::testing::Values("sgd", "adam", "adamw"));
+
 // One-item dicts and lists as Python pickles them: `key value SETITEM` reads as
 // `MARK key value SETITEMS`, `item APPEND` as `MARK item APPENDS`.
 TEST(TorchSaveData, WithoutSingleItemOpcodes_RewritesOneItemDictsAndLists) {

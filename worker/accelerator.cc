@@ -181,11 +181,18 @@ std::map<std::string, torch::Tensor> Accelerator::LightningModuleStateDict() {
   return out;
 }
 
-absl::StatusOr<bool> Accelerator::SaveCheckpoint(const std::string& path) {
+absl::StatusOr<bool> Accelerator::SaveCheckpoint(const std::string& path,
+                                                 const std::string& job_spec_json) {
   DTRAIN_ASSIGN_OR_RETURN(torch::optim::Optimizer * optimizer, strategy_->OptimizerState());
   if (!strategy_->should_rank_save_checkpoint()) return false;
+  CheckpointMetadata metadata;
+  metadata.world_size = strategy_->world_size();
+  metadata.strategy = strategy_->name();
+  metadata.precision = PrecisionName(precision_->precision());
+  metadata.job_spec_json = job_spec_json;
+  if (schedule_.has_value()) metadata.schedule = &*schedule_;
   DTRAIN_RETURN_IF_ERROR(
-      dtrain::SaveCheckpoint(path, *model_, optimizer, precision_->scaler(), progress_));
+      dtrain::SaveCheckpoint(path, *model_, optimizer, precision_->scaler(), progress_, metadata));
   return true;
 }
 

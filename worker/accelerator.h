@@ -97,7 +97,9 @@ class Accelerator {
   absl::StatusOr<torch::optim::Optimizer*> OptimizerState() { return strategy_->OptimizerState(); }
   // Every rank must call it; only the rank whose should_rank_save_checkpoint is true writes.
   // Returns whether this rank wrote.
-  absl::StatusOr<bool> SaveCheckpoint(const std::string& path);
+  // `job_spec_json` (the resolved spec) goes into the checkpoint's metadata.
+  absl::StatusOr<bool> SaveCheckpoint(const std::string& path,
+                                      const std::string& job_spec_json = "");
   // Every rank must call it: rank 0 reads the file and broadcasts its bytes (an error on rank 0
   // reaches every rank). Restores model, optimizer, loss scale, progress and RNG.
   absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path);

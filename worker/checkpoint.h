@@ -1,11 +1,15 @@
-// dtrain's checkpoint file: one torch::serialize archive (the format torch::save writes)
-// holding, under these keys:
-//   "dtrain_checkpoint_version"   int64 tensor, 1
-//   "model/<parameter or buffer>" every named parameter and buffer of the module
-//   "optimizer"                   the optimizer's own archive (state such as momentum buffers)
-//   "global_step", "epoch"        int64 tensors
-//   "loss_scale", "scale_growth"  the 16-mixed LossScaler's state (when there is one)
-//   "rng_cpu"                     the default CPU generator's state
+// dtrain's checkpoint file, in PyTorch Lightning's layout and Python's torch.save format, so
+// that `torch.load(path)` gives a dict a Lightning user already knows:
+//   "state_dict"               {name: tensor}: the module's own parameter and buffer names
+//   "optimizer_states"         [torch.optim's optimizer.state_dict()] (sgd, adam, adamw)
+//   "lr_schedulers"            [torch.optim.lr_scheduler's state_dict()] (empty without one)
+//   "epoch", "global_step"     ints
+//   "native_amp_scaling_state" torch.cuda.amp.GradScaler's state_dict() (16-mixed only)
+//   "pytorch-lightning_version" the Lightning layout this follows
+//   "dtrain"                   {"format_version": 2, "world_size", "strategy", "precision",
+//                               "job_spec" (the resolved spec as JSON), "rng_cpu"}
+// A checkpoint Python wrote in that layout (a Lightning .ckpt, or a dict made by hand with at
+// least "state_dict") loads too; so do dtrain's older libtorch-archive checkpoints (version 1).
 // See docs/checkpoints.md. Writes are atomic: a temporary file in the same directory, then
 // rename, so a crash never leaves a half-written checkpoint under the final name.
 #pragma once
@@ -17,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/lightning_module.h"
+#include "worker/optimizers.h"
 #include "worker/precision.h"
 
 namespace dtrain {
@@ -31,14 +36,24 @@ struct TrainingProgress {
 // directory and the system's reason.
 absl::Status PrepareCheckpointDirectory(const std::string& dir);
 
+// What a checkpoint records about the run that wrote it.
+struct CheckpointMetadata {
+  int world_size = 1;
+  std::string strategy;
+  std::string precision;
+  std::string job_spec_json;             // the resolved job spec; "" when not known
+  const LrSchedule* schedule = nullptr;  // for "lr_schedulers"; none when null
+};
+
 // `optimizer` and `scaler` may be null. INVALID_ARGUMENT when the file cannot be written.
 absl::Status SaveCheckpoint(const std::string& path, const LightningModule& model,
                             torch::optim::Optimizer* optimizer, const LossScaler* scaler,
-                            const TrainingProgress& progress);
+                            const TrainingProgress& progress,
+                            const CheckpointMetadata& metadata = {});
 
 // Restores into existing objects of the same architecture. NOT_FOUND: no file.
-// INVALID_ARGUMENT: not a dtrain checkpoint, or a parameter missing or of another shape (the
-// message names it).
+// INVALID_ARGUMENT: not a checkpoint, a parameter missing, unexpected or of another shape, or
+// optimizer state that does not fit the optimizer (the message names it).
 absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path, LightningModule& model,
                                                 torch::optim::Optimizer* optimizer,
                                                 LossScaler* scaler);

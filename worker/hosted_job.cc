@@ -41,7 +41,8 @@ class LocalJob : public HostedJob {
 
   absl::Status SaveCheckpoint(const v1::SaveCheckpointRequest& request,
                               v1::SaveCheckpointResponse* response) override {
-    DTRAIN_ASSIGN_OR_RETURN(bool written, job_->SaveCheckpoint(request.path(), request.epoch()));
+    DTRAIN_ASSIGN_OR_RETURN(bool written, job_->SaveCheckpoint(request.path(), request.epoch(),
+                                                               request.job_spec_json()));
     response->add_written(written);
     return absl::OkStatus();
   }

@@ -319,10 +319,11 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
   return result;
 }
 
-absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch) {
+absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch,
+                                         const std::string& job_spec_json) {
   if (path.empty()) return absl::InvalidArgumentError("checkpoint path is empty");
   accelerator_->SetEpoch(epoch);
-  return accelerator_->SaveCheckpoint(path);
+  return accelerator_->SaveCheckpoint(path, job_spec_json);
 }
 
 absl::StatusOr<TrainingProgress> Job::LoadCheckpoint(const std::string& path) {

@@ -48,7 +48,8 @@ class Job {
   // kind: validation, test or predict; eval mode, no grad.
   absl::StatusOr<v1::LocalResult> Evaluate(StepKind kind, const v1::LocalWork& work,
                                            bool return_outputs);
-  absl::StatusOr<bool> SaveCheckpoint(const std::string& path, int64_t epoch);
+  absl::StatusOr<bool> SaveCheckpoint(const std::string& path, int64_t epoch,
+                                      const std::string& job_spec_json = "");
   absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path);
   absl::Status StateDict(v1::StateDictResponse* response);
   absl::Status Teardown();

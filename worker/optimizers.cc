@@ -105,6 +105,29 @@ absl::Status LrSchedule::SetRunLength(int64_t total_steps) {
   return absl::OkStatus();
 }
 
+c10::IValue LrSchedule::StateDict(int64_t step) const {
+  if (config_.name != "step" && config_.name != "cosine") return c10::IValue();
+  c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+  if (config_.name == "step") {
+    d.insert("step_size", config_.step_size);
+    d.insert("gamma", config_.gamma);
+  } else {
+    d.insert("T_max", config_.total_steps);
+    d.insert("eta_min", config_.min_lr);
+  }
+  c10::impl::GenericList base(c10::FloatType::get());
+  base.push_back(base_lr_);
+  c10::impl::GenericList last(c10::FloatType::get());
+  last.push_back(LrAt(step));
+  d.insert("base_lrs", base);
+  d.insert("last_epoch", step);
+  d.insert("_step_count", step + 1);
+  d.insert("verbose", false);
+  d.insert("_get_lr_called_within_step", false);
+  d.insert("_last_lr", last);
+  return d;
+}
+
 void LrSchedule::Apply(torch::optim::Optimizer& optimizer, int64_t step) const {
   const double lr = LrAt(step);
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);

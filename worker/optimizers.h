@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/ivalue.h>
 #include <torch/optim/optimizer.h>
 
 #include "absl/status/statusor.h"
@@ -51,6 +52,10 @@ class LrSchedule {
   // The run's optimizer steps, for a schedule whose config left its length to the run.
   // INVALID_ARGUMENT when `total_steps` < 1.
   absl::Status SetRunLength(int64_t total_steps);
+  // torch.optim.lr_scheduler's state_dict() for this schedule after `step` optimizer steps
+  // (StepLR, CosineAnnealingLR; None for "none"), as a Lightning checkpoint's lr_schedulers
+  // entry holds it.
+  c10::IValue StateDict(int64_t step) const;
   // Sets every parameter group of `optimizer` to LrAt(step).
   void Apply(torch::optim::Optimizer& optimizer, int64_t step) const;
 

@@ -50,6 +50,7 @@ class LossScaler {
 
   double scale() const { return scale_; }
   int64_t growth_tracker() const { return growth_tracker_; }
+  const Options& options() const { return options_; }
   // For checkpoints: the whole state is (scale, growth_tracker).
   void Restore(double scale, int64_t growth_tracker);
 

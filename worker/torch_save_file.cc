@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <vector>
@@ -43,6 +44,30 @@ class StringAdapter : public caffe2::serialize::ReadAdapterInterface {
   const std::string& bytes_;
 };
 
+// Keys of the entries the rewrite adds to stand in for what libtorch cannot unpickle; removed
+// from every dict after unpickling (RemoveJunk).
+constexpr const char* kJunkKeys[] = {"\x01dtrain-pickle-class", "\x01dtrain-pickle-args",
+                                     "\x01dtrain-pickle-state"};
+
+// BINUNICODE of `s`.
+std::string PickledString(const std::string& s) {
+  std::string out = "X";
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((s.size() >> (8 * i)) & 0xff));
+  return out + s;
+}
+
+void RemoveJunk(const c10::IValue& value) {
+  if (value.isGenericDict()) {
+    c10::impl::GenericDict dict = value.toGenericDict();
+    for (const char* key : kJunkKeys) (void)dict.erase(c10::IValue(std::string(key)));
+    for (const auto& entry : dict) RemoveJunk(entry.value());
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toList()) RemoveJunk(item);
+  } else if (value.isTuple()) {
+    for (const c10::IValue& item : value.toTupleRef().elements()) RemoveJunk(item);
+  }
+}
+
 }  // namespace
 
 std::string WithoutSingleItemOpcodes(const std::string& p) {
@@ -50,13 +75,19 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
   // Walks the opcodes keeping, for each stack item, the offset where the opcodes that made it
   // begin; a MARK is an item of its own. Only SETITEM's key offset matters in the end.
   constexpr int64_t kMark = -1;
+  constexpr int64_t kOrderedDictClass = 1;  // GLOBAL collections.OrderedDict
+  constexpr int64_t kOrderedDict = 2;       // an instance: REDUCE of that class
+  std::map<uint64_t, int64_t> memo_kind;    // what BINPUT stored, for BINGET
   struct Item {
     size_t start;
     int64_t kind;  // kMark or 0
   };
   std::vector<Item> stack;
-  std::vector<size_t> insert_mark_at;               // before these offsets
-  std::vector<std::pair<size_t, char>> replace_at;  // opcode offset, its MARK-taking form
+  // Bytes inserted before an offset (in the order recorded: inner constructs first), and
+  // opcodes replaced by another of one byte.
+  std::vector<std::pair<size_t, std::string>> inserts;
+  std::vector<std::pair<size_t, char>> replace_at;
+  auto insert_mark_at = [&](size_t offset) { inserts.emplace_back(offset, "("); };
   auto pop_to_mark = [&]() -> std::optional<size_t> {
     while (!stack.empty() && stack.back().kind != kMark) stack.pop_back();
     if (stack.empty()) return std::nullopt;
@@ -97,18 +128,27 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         push(at);
         break;
       case 'K':  // BININT1
-      case 'h':  // BINGET
         if (!need(1)) return p;
         i += 1;
         push(at);
         break;
+      case 'h':    // BINGET
+      case 'j': {  // LONG_BINGET
+        const int n = op == 'h' ? 1 : 4;
+        if (!need(n)) return p;
+        const uint64_t index = LittleEndian(p, i, n);
+        i += n;
+        push(at);
+        auto it = memo_kind.find(index);
+        if (it != memo_kind.end()) stack.back().kind = it->second;
+        break;
+      }
       case 'M':  // BININT2
         if (!need(2)) return p;
         i += 2;
         push(at);
         break;
       case 'J':  // BININT
-      case 'j':  // LONG_BINGET
         if (!need(4)) return p;
         i += 4;
         push(at);
@@ -135,20 +175,22 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         if (i > p.size()) return p;
         push(at);
         break;
-      case 'q':  // BINPUT
-        if (!need(1)) return p;
-        i += 1;
+      case 'q':    // BINPUT
+      case 'r': {  // LONG_BINPUT
+        const int n = op == 'q' ? 1 : 4;
+        if (!need(n) || stack.empty()) return p;
+        memo_kind[LittleEndian(p, i, n)] = stack.back().kind;
+        i += n;
         break;
-      case 'r':  // LONG_BINPUT
-        if (!need(4)) return p;
-        i += 4;
-        break;
+      }
       case 'c': {  // GLOBAL module\nname\n
         const size_t first = p.find('\n', i);
         const size_t second = first == std::string::npos ? first : p.find('\n', first + 1);
         if (second == std::string::npos) return p;
+        const bool ordered_dict = p.compare(i, second - i, "collections\nOrderedDict") == 0;
         i = second + 1;
         push(at);
+        if (ordered_dict) stack.back().kind = kOrderedDictClass;
         break;
       }
       case 0x85:    // TUPLE1
@@ -158,9 +200,21 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
       case 'R':     // REDUCE
       case 0x81: {  // NEWOBJ
         const size_t n = op == 0x87 ? 3 : (op == 0x85 || op == 'Q') ? 1 : 2;
+        const bool makes_ordered_dict =
+            op == 'R' && stack.size() >= 2 && stack[stack.size() - 2].kind == kOrderedDictClass;
+        if (makes_ordered_dict) {
+          // libtorch turns OrderedDict() into None. `class args REDUCE` becomes
+          // `EMPTY_DICT MARK junk1 class junk2 args SETITEMS`: a dict, whose two entries that
+          // hold the class and its arguments are removed after unpickling.
+          inserts.emplace_back(stack[stack.size() - 2].start,
+                               absl::StrCat("}(", PickledString(kJunkKeys[0])));
+          inserts.emplace_back(stack.back().start, PickledString(kJunkKeys[1]));
+          replace_at.push_back({at, 'u'});
+        }
         std::optional<size_t> start = pop_n(n);
         if (!start) return p;
         push(*start);
+        if (makes_ordered_dict) stack.back().kind = kOrderedDict;
         break;
       }
       case 't':    // TUPLE
@@ -172,11 +226,18 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         break;
       }
       case 'b':  // BUILD: the state goes into the object below it
+        // An OrderedDict's state is its attributes (a module state_dict's _metadata), which
+        // libtorch cannot set on a dict (and it has no POP): `state BUILD` becomes
+        // `MARK junk3 state SETITEMS`, an entry removed after unpickling.
+        if (stack.size() >= 2 && stack[stack.size() - 2].kind == kOrderedDict) {
+          inserts.emplace_back(stack.back().start, absl::StrCat("(", PickledString(kJunkKeys[2])));
+          replace_at.push_back({at, 'u'});
+        }
         if (!pop_n(1)) return p;
         break;
       case 'a': {  // APPEND: the item goes into the list below it
         if (stack.size() < 2) return p;
-        insert_mark_at.push_back(stack.back().start);
+        insert_mark_at(stack.back().start);
         replace_at.push_back({at, 'e'});
         stack.pop_back();
         break;
@@ -187,7 +248,7 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         break;
       case 's': {  // SETITEM: key and value go into the dict below them
         if (stack.size() < 3) return p;
-        insert_mark_at.push_back(stack[stack.size() - 2].start);
+        insert_mark_at(stack[stack.size() - 2].start);
         replace_at.push_back({at, 'u'});
         stack.resize(stack.size() - 2);
         break;
@@ -196,25 +257,26 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         return p;  // an opcode torch.save's protocol 2 does not use
     }
   }
-  if (replace_at.empty()) return p;
-  std::vector<size_t> marks = insert_mark_at;
-  std::sort(marks.begin(), marks.end());
+  if (replace_at.empty() && inserts.empty()) return p;
+  // At one offset, constructs recorded later enclose earlier ones, so their bytes go first.
+  std::stable_sort(inserts.begin(), inserts.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   std::string out;
-  out.reserve(p.size() + marks.size());
-  size_t next_mark = 0;
+  out.reserve(p.size() + 64 * inserts.size());
+  std::vector<size_t> shift_before(p.size() + 1, 0);  // bytes inserted before offset k
+  size_t next = 0, inserted = 0;
   for (size_t k = 0; k < p.size(); ++k) {
-    while (next_mark < marks.size() && marks[next_mark] == k) {
-      out.push_back('(');
-      ++next_mark;
+    size_t end = next;
+    while (end < inserts.size() && inserts[end].first == k) ++end;
+    for (size_t e = end; e > next; --e) {
+      out += inserts[e - 1].second;
+      inserted += inserts[e - 1].second.size();
     }
+    next = end;
+    shift_before[k] = inserted;
     out.push_back(p[k]);
   }
-  // SETITEM -> SETITEMS, APPEND -> APPENDS at the shifted offsets: each mark inserted at or
-  // before an offset moves it by one.
-  for (const auto& [at, op] : replace_at) {
-    const size_t shift = std::upper_bound(marks.begin(), marks.end(), at) - marks.begin();
-    out[at + shift] = op;
-  }
+  for (const auto& [at, op] : replace_at) out[at + shift_before[at]] = op;
   return out;
 }
 
@@ -246,7 +308,9 @@ absl::StatusOr<c10::IValue> ParseTorchSave(const std::string& bytes, const std::
         };
         torch::jit::Unpickler unpickler(read, nullptr, nullptr, read_record, c10::nullopt);
         unpickler.set_version(reader.version());
-        return unpickler.parse_ivalue();
+        c10::IValue value = unpickler.parse_ivalue();
+        RemoveJunk(value);
+        return value;
       });
 }
 

@@ -6,7 +6,9 @@
 // for every dict or list of exactly one item (a dataset with only a train split, an optimizer
 // with one parameter), so such files fail with "Unknown opcode for unpickling at 0x73". The
 // pickle is rewritten first: `key value SETITEM` becomes `MARK key value SETITEMS` and
-// `item APPEND` becomes `MARK item APPENDS`, which mean the same and which libtorch reads. This is
+// `item APPEND` becomes `MARK item APPENDS`, which mean the same and which libtorch reads.
+// A module's state_dict() is an OrderedDict carrying a `_metadata` attribute (set by BUILD),
+// which libtorch cannot give a dict: that BUILD becomes POP, dropping only the attribute. This is
 // the one piece of pickle handling written here; nothing in Debian reads torch.save files from C++
 // otherwise.
 #pragma once

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <set>
 
+#include <google/protobuf/util/json_util.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -329,6 +331,9 @@ absl::Status Trainer::SaveCheckpoint(const std::string& path) {
   request.set_job_id(options_.job_id);
   request.set_path(path);
   request.set_epoch(progress_.epoch());
+  std::string spec_json;
+  (void)google::protobuf::util::MessageToJsonString(options_.spec, &spec_json);
+  request.set_job_spec_json(spec_json);
   const int n = workers_.size();
   std::vector<v1::SaveCheckpointResponse> responses(n);
   DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
