@@ -1,5 +1,6 @@
 #include "client/job_spec_file.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -180,7 +181,22 @@ absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path) {
   if (!spec.ok()) {
     return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
   }
+  ResolvePaths(std::filesystem::absolute(path).parent_path().string(), &*spec);
   return spec;
+}
+
+void ResolvePaths(const std::string& base, v1::JobSpec* spec) {
+  auto resolve = [&](std::string* p) {
+    if (p->empty() || std::filesystem::path(*p).is_absolute()) return;
+    *p = (std::filesystem::path(base) / *p).lexically_normal().string();
+  };
+  if (spec->model().has_torchscript()) resolve(spec->mutable_model()->mutable_torchscript());
+  if (spec->data().has_tensors_file()) resolve(spec->mutable_data()->mutable_tensors_file());
+  if (!spec->data().data_dir().empty()) resolve(spec->mutable_data()->mutable_data_dir());
+  if (!spec->resume_from().empty()) resolve(spec->mutable_resume_from());
+  if (!spec->checkpoint().dirpath().empty()) {
+    resolve(spec->mutable_checkpoint()->mutable_dirpath());
+  }
 }
 
 }  // namespace dtrain

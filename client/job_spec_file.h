@@ -15,7 +15,12 @@ namespace dtrain {
 // NOT_FOUND: no file. INVALID_ARGUMENT: a syntax error (with line and column), an unknown
 // key, a value of the wrong type, or two choices of one oneof (e.g. model.builtin and
 // model.torchscript).
+// Relative paths in the file (model.torchscript, data.tensors_file, data.data_dir,
+// resume_from, checkpoint.dirpath) are made absolute against the file's own directory, as a
+// compose file's are: the workers do not share the client's working directory.
 absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path);
+// The same resolution against `base`.
+void ResolvePaths(const std::string& base, v1::JobSpec* spec);
 absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text);
 
 }  // namespace dtrain

@@ -1,5 +1,8 @@
 // The pieces of jobs that need no cluster: the spec file reader and its rules, the distributed
 // sampler, TensorBoard's record framing and the SVG plot.
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -91,6 +94,30 @@ TEST(JobSpecFile, BadKeysAndValues_NamedByPath) {
     EXPECT_THAT(std::string(spec.status().message()), HasSubstr(c.message)) << c.text;
   }
   EXPECT_EQ(ReadJobSpecFile("/nonexistent/job.yaml").status().code(), absl::StatusCode::kNotFound);
+}
+
+// The workers do not share the client's working directory: relative paths in a spec file are
+// resolved against the file's own directory; absolute ones and lists stay as written.
+TEST(JobSpecFile, RelativePaths_ResolvedAgainstTheFilesDirectory) {
+  const std::string dir =
+      std::filesystem::path(::testing::TempDir() + "/spec-paths-" + std::to_string(getpid()))
+          .lexically_normal()
+          .string();
+  std::filesystem::create_directories(dir + "/jobs");
+  std::ofstream(dir + "/jobs/job.yaml") << R"(model: {torchscript: ../models/m.pt}
+data: {tensors_file: data.pt, normalize: {mean: [0.5, 0.25], std: [1, 2]}}
+resume_from: /abs/start.ckpt
+checkpoint: {dirpath: ckpts}
+)";
+  auto spec = ReadJobSpecFile(dir + "/jobs/job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().torchscript(), dir + "/models/m.pt");
+  EXPECT_EQ(spec->data().tensors_file(), dir + "/jobs/data.pt");
+  EXPECT_EQ(spec->resume_from(), "/abs/start.ckpt");
+  EXPECT_EQ(spec->checkpoint().dirpath(), dir + "/jobs/ckpts");
+  ASSERT_EQ(spec->data().normalize().mean_size(), 2);
+  EXPECT_EQ(spec->data().normalize().mean(1), 0.25);
+  EXPECT_EQ(spec->data().normalize().std(1), 2);
 }
 
 TEST(JobSpecRules, BadValues_NamedByPath) {

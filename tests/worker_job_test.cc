@@ -302,7 +302,9 @@ torch.save({"train": {"features": torch.randn(64, 8, generator=g),
   m.define(R"(
 def training_step(self, batch: Dict[str, Tensor], batch_idx: int) -> Dict[str, Tensor]:
     logits = torch.linear(batch["features"], self.w)
-    return {"loss": torch.nll_loss(torch.log_softmax(logits, 1), batch["target"])}
+    acc = (logits.argmax(1) == batch["target"]).float().mean()
+    return {"loss": torch.nll_loss(torch.log_softmax(logits, 1), batch["target"]), "acc": acc,
+            "logits": logits}
 
 def validation_step(self, batch: List[Tensor], batch_idx: int) -> Dict[str, Tensor]:
     logits = torch.linear(batch[0], self.w)
@@ -316,6 +318,11 @@ def validation_step(self, batch: List[Tensor], batch_idx: int) -> Dict[str, Tens
   absl::StatusOr<v1::LocalResult> trained = job->Train(Work("train", 0, 16), 0);
   ASSERT_TRUE(trained.ok()) << trained.status();
   EXPECT_GT(trained->batches(0).scalars().at("loss"), 0);
+  // Every scalar training_step returns travels with the loss; a non-scalar one does not.
+  ASSERT_EQ(trained->batches(0).scalars().count("acc"), 1u);
+  const double acc = trained->batches(0).scalars().at("acc");
+  EXPECT_TRUE(acc >= 0 && acc <= 1) << acc;
+  EXPECT_EQ(trained->batches(0).scalars().count("logits"), 0u);
   absl::StatusOr<v1::LocalResult> validated =
       job->Evaluate(StepKind::kValidation, Work("val", 0, 16), false);
   ASSERT_TRUE(validated.ok()) << validated.status();

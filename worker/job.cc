@@ -262,6 +262,9 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     r->set_batch_idx(batch_idx);
     r->set_size(BatchSize(batch));
     (*r->mutable_scalars())["loss"] = loss.detach().to(torch::kFloat64).item<double>();
+    for (const auto& [name, value] : a.model().TakeTrainingExtras()) {
+      (*r->mutable_scalars())[name] = value;
+    }
     if (should_accumulate) continue;
     if (clip_val_ > 0) {
       DTRAIN_ASSIGN_OR_RETURN(double norm, a.ClipGradients(clip_val_, clip_algorithm_));

@@ -61,6 +61,13 @@ absl::StatusOr<torch::Tensor> LightningModule::TrainingStep(const c10::IValue& b
   if (out->isTensor()) {
     loss = out->toTensor();
   } else if (out->isGenericDict() && out->toGenericDict().contains("loss")) {
+    for (const auto& entry : out->toGenericDict()) {
+      if (!entry.key().isString() || entry.key().toStringRef() == "loss") continue;
+      if (!entry.value().isTensor() || entry.value().toTensor().numel() != 1) continue;
+      auto& [sum, count] = training_extras_[entry.key().toStringRef()];
+      sum += entry.value().toTensor().detach().to(torch::kFloat64).item<double>();
+      ++count;
+    }
     loss = out->toGenericDict().at("loss").toTensor();
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -73,6 +80,15 @@ absl::StatusOr<torch::Tensor> LightningModule::TrainingStep(const c10::IValue& b
         c10::toString(loss.scalar_type()), c10::str(loss.sizes())));
   }
   return loss;
+}
+
+std::map<std::string, double> LightningModule::TakeTrainingExtras() {
+  std::map<std::string, double> out;
+  for (const auto& [name, sum_count] : training_extras_) {
+    out[name] = sum_count.first / sum_count.second;
+  }
+  training_extras_.clear();
+  return out;
 }
 
 absl::StatusOr<StepOutput> LightningModule::Step(const std::string& method,

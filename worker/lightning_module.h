@@ -27,8 +27,12 @@ class LightningModule {
   static absl::StatusOr<LightningModule> Wrap(torch::jit::Module module, std::string origin);
 
   // The scalar loss: training_step's tensor, or its dict's "loss". INVALID_ARGUMENT with
-  // libtorch's message when the batch does not fit the model.
+  // libtorch's message when the batch does not fit the model. The dict's other one-element
+  // tensors are kept for TakeTrainingExtras.
   absl::StatusOr<torch::Tensor> TrainingStep(const c10::IValue& batch, int64_t batch_idx);
+  // The scalars training_step returned besides its loss (e.g. "acc"), each the mean over the
+  // calls since the last take (dp calls once per replica); then forgets them.
+  std::map<std::string, double> TakeTrainingExtras();
   // FAILED_PRECONDITION when the module does not define the method.
   absl::StatusOr<StepOutput> ValidationStep(const c10::IValue& batch, int64_t batch_idx);
   absl::StatusOr<StepOutput> TestStep(const c10::IValue& batch, int64_t batch_idx);
@@ -54,6 +58,7 @@ class LightningModule {
 
   torch::jit::Module module_;
   std::string origin_;  // file path or "builtin:<name>", for messages
+  std::map<std::string, std::pair<double, int>> training_extras_;  // sum, count
 };
 
 }  // namespace dtrain

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
+#include "coordinator/jobs/hparams_file.h"
 
 namespace dtrain {
 
@@ -165,6 +166,7 @@ absl::Status JobRecord::OpenFiles(const std::string& host) {
   // A restored job goes on writing its files where they ended.
   absl::StatusOr<std::unique_ptr<MetricsLog>> metrics = MetricsLog::Create(dir_, host, restored_);
   if (!metrics.ok()) return metrics.status();
+  if (absl::Status s = WriteHparamsFile(dir_ + "/hparams.yaml", spec_); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   metrics_ = std::move(*metrics);
   log_file_.open(dir_ + "/job.log", std::ios::app);

@@ -22,13 +22,10 @@ absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Create(const std::string
                                                                bool append) {
   if (absl::Status s = MakeDirectories(dir); !s.ok()) return s;
   auto log = std::unique_ptr<MetricsLog>(new MetricsLog());
-  log->csv_path_ = dir + "/metrics.csv";
-  const bool existed = append && std::ifstream(log->csv_path_).good();
-  log->csv_.open(log->csv_path_, existed ? std::ios::app : std::ios::trunc);
-  if (!log->csv_) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot create '", log->csv_path_, "'"));
-  }
-  if (!existed) log->csv_ << "wall_time,step,epoch,name,value\n";
+  absl::StatusOr<std::unique_ptr<CsvMetricsFile>> csv =
+      CsvMetricsFile::Open(dir + "/metrics.csv", append);
+  if (!csv.ok()) return csv.status();
+  log->csv_ = std::move(*csv);
   absl::StatusOr<std::unique_ptr<TfEventsWriter>> events = TfEventsWriter::Create(dir, host);
   if (!events.ok()) return events.status();
   log->events_ = std::move(*events);
@@ -37,13 +34,11 @@ absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Create(const std::string
 
 void MetricsLog::Add(const std::string& name, double value, int64_t step, int64_t epoch,
                      double wall_time) {
-  csv_ << absl::StrFormat("%.3f,%d,%d,%s,%.9g", wall_time, step, epoch, name, value) << "\n";
+  // A metrics file that cannot be written does not stop training; the store keeps the points.
+  csv_->Add(name, value, step, epoch).IgnoreError();
   events_->AddScalar(name, value, step, wall_time).IgnoreError();
 }
 
-void MetricsLog::Flush() {
-  csv_.flush();
-  events_->Flush().IgnoreError();
-}
+void MetricsLog::Flush() { events_->Flush().IgnoreError(); }
 
 }  // namespace dtrain

@@ -1,6 +1,6 @@
-// A job's metrics on disk: metrics.csv (wall_time,step,epoch,name,value; one row per value)
-// and a TensorBoard event file beside it, so `tensorboard --logdir <state-dir>/jobs` shows
-// every job's curves.
+// A job's metrics on disk: metrics.csv in Lightning's CSVLogger shape (csv_metrics_file.h) and a
+// TensorBoard event file beside it, so `tensorboard --logdir <state-dir>/jobs` shows every
+// job's curves; hparams.yaml (the resolved spec) is written beside them by the job record.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/tfevents_writer.h"
+#include "coordinator/jobs/csv_metrics_file.h"
 
 namespace dtrain {
 
@@ -22,12 +23,11 @@ class MetricsLog {
                                                             bool append = false);
   void Add(const std::string& name, double value, int64_t step, int64_t epoch, double wall_time);
   void Flush();
-  std::string csv_path() const { return csv_path_; }
+  std::string csv_path() const { return csv_->path(); }
   std::string events_path() const { return events_->path(); }
 
  private:
-  std::string csv_path_;
-  std::ofstream csv_;
+  std::unique_ptr<CsvMetricsFile> csv_;
   std::unique_ptr<TfEventsWriter> events_;
 };
 

@@ -1,12 +1,11 @@
 #include "coordinator/jobs/trainer.h"
 
 #include <algorithm>
-#include <functional>
-
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <set>
 
 #include <google/protobuf/util/json_util.h>
@@ -222,25 +221,38 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
           return workers_.stub(i).TrainingStep(context, requests[i], &responses[i]);
         },
         options_.step_timeout));
-    double loss_sum = 0;
-    int64_t loss_count = 0;
+    // Every scalar the steps returned, averaged over the chunk's batches on every rank: the
+    // loss, training_step's other keys (logged as train_<key>) and grad_norm when clipping.
+    std::map<std::string, std::pair<double, int64_t>> scalars;
     const int64_t step_before = global_step_;
     for (const v1::StepResponse& response : responses) {
       for (const v1::LocalResult& result : response.results()) {
         global_step_ = result.global_step();
         for (const v1::BatchResult& batch : result.batches()) {
-          loss_sum += batch.scalars().at("loss");
-          ++loss_count;
+          for (const auto& [name, value] : batch.scalars()) {
+            auto& [sum, count] = scalars[name];
+            sum += value;
+            ++count;
+          }
           samples_done_ += batch.size();
         }
       }
     }
-    last_loss_ = loss_count > 0 ? loss_sum / loss_count : 0;
+    auto mean = [&](const std::string& name) {
+      const auto& [sum, count] = scalars[name];
+      return count > 0 ? sum / count : 0.0;
+    };
+    last_loss_ = mean("loss");
     b += chunk;
     progress_.set_batch_in_epoch(b);
     const int64_t every = t.log_every_n_steps();
     if (global_step_ / every != step_before / every || b == nb) {
       reporter_->Metric("train_loss", last_loss_, global_step_, epoch);
+      for (const auto& [name, sum_count] : scalars) {
+        if (name == "loss" || sum_count.second == 0) continue;
+        reporter_->Metric(name == "grad_norm" ? name : "train_" + name, mean(name), global_step_,
+                          epoch);
+      }
     }
     Report();
     for (const auto& callback : callbacks_) {

@@ -1,0 +1,104 @@
+// A job's metric files on disk: metrics.csv in Lightning's CSVLogger shape (one column per
+// metric, a row per step, a new metric rewriting the header, a file from before a coordinator
+// restart continued, the older long format converted) and hparams.yaml (the resolved spec, read
+// back with a YAML parser).
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "coordinator/jobs/csv_metrics_file.h"
+#include "coordinator/jobs/hparams_file.h"
+
+namespace dtrain {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  return absl::StrCat(::testing::TempDir(), "/metrics-files-", getpid(), "-", name);
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(CsvMetricsFile, OneColumnPerMetric_OneRowPerStep_SortedLikeLightning) {
+  const std::string path = TempPath("wide.csv");
+  auto file = CsvMetricsFile::Open(path, /*append=*/false);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(Read(path), "epoch,step\n");
+  ASSERT_TRUE((*file)->Add("train_loss", 2.5, 10, 0).ok());
+  ASSERT_TRUE((*file)->Add("train_acc", 0.25, 10, 0).ok());  // joins step 10's row
+  ASSERT_TRUE((*file)->Add("train_loss", 1.5, 20, 0).ok());
+  ASSERT_TRUE((*file)->Add("val_acc", 0.5, 20, 0).ok());      // a new column: header rewritten
+  ASSERT_TRUE((*file)->Add("train_loss", 1.25, 20, 1).ok());  // step 20 has one: a new row
+  EXPECT_EQ(Read(path),
+            "epoch,step,train_acc,train_loss,val_acc\n"
+            "0,10,0.25,2.5,\n"
+            "0,20,,1.5,0.5\n"
+            "1,20,,1.25,\n");
+  file->reset();
+
+  // A restarted coordinator goes on with the same file.
+  auto again = CsvMetricsFile::Open(path, /*append=*/true);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE((*again)->Add("train_loss", 1.0, 30, 1).ok());
+  EXPECT_EQ(Read(path),
+            "epoch,step,train_acc,train_loss,val_acc\n"
+            "0,10,0.25,2.5,\n"
+            "0,20,,1.5,0.5\n"
+            "1,20,,1.25,\n"
+            "1,30,,1,\n");
+}
+
+TEST(CsvMetricsFile, OlderLongFormat_ConvertedWhenContinued) {
+  const std::string path = TempPath("long.csv");
+  std::ofstream(path) << "wall_time,step,epoch,name,value\n"
+                         "1.0,5,0,train_loss,2\n"
+                         "1.1,5,0,val_acc,0.5\n"
+                         "1.2,9,1,train_loss,1\n"
+                         "1.3,9";  // cut short by a crash
+  auto file = CsvMetricsFile::Open(path, /*append=*/true);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(Read(path),
+            "epoch,step,train_loss,val_acc\n"
+            "0,5,2,0.5\n"
+            "1,9,1,\n");
+}
+
+TEST(HparamsFile, ResolvedSpec_AsBlockYamlThatParsesBack) {
+  v1::JobSpec spec;
+  spec.set_name("hp");
+  spec.mutable_model()->set_builtin("mlp");
+  spec.mutable_data()->set_tensors_file("/data/x.pt");
+  spec.mutable_data()->mutable_normalize()->add_mean(0.5);
+  spec.mutable_data()->mutable_normalize()->add_mean(0.25);
+  spec.mutable_data()->mutable_normalize()->add_std(0.125);
+  spec.mutable_data()->mutable_normalize()->add_std(0.5);
+  spec.mutable_trainer()->set_precision("32");
+  ASSERT_TRUE(NormalizeJobSpec(&spec).ok());
+  const std::string path = TempPath("hparams.yaml");
+  ASSERT_TRUE(WriteHparamsFile(path, spec).ok());
+  const YAML::Node yaml = YAML::LoadFile(path);
+  EXPECT_EQ(yaml["name"].as<std::string>(), "hp");
+  EXPECT_EQ(yaml["trainer"]["max_epochs"].as<int>(), spec.trainer().max_epochs());
+  EXPECT_EQ(yaml["trainer"]["precision"].as<std::string>(), spec.trainer().precision());
+  EXPECT_EQ(yaml["data"]["batch_size"].as<int>(), 32) << "the defaults are filled in";
+  EXPECT_EQ(yaml["data"]["normalize"]["mean"][1].as<double>(), 0.25);
+  EXPECT_EQ(yaml["optimizer"]["lr"].as<double>(), spec.optimizer().lr());
+  EXPECT_THAT(Read(path), ::testing::HasSubstr("trainer:\n  "))
+      << "block style, as a person would write it";
+}
+
+}  // namespace
+}  // namespace dtrain
