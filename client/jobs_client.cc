@@ -53,12 +53,18 @@ absl::StatusOr<v1::JobStatus> JobsClient::Get(const std::string& id) {
 }
 
 absl::StatusOr<std::vector<v1::JobStatus>> JobsClient::List() {
-  v1::ListJobsResponse response;
-  absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
-    return jobs_->ListJobs(context, v1::ListJobsRequest(), &response);
-  });
-  if (!status.ok()) return status;
-  return std::vector<v1::JobStatus>(response.jobs().begin(), response.jobs().end());
+  std::vector<v1::JobStatus> jobs;
+  v1::ListJobsRequest request;
+  do {
+    v1::ListJobsResponse response;
+    absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
+      return jobs_->ListJobs(context, request, &response);
+    });
+    if (!status.ok()) return status;
+    jobs.insert(jobs.end(), response.jobs().begin(), response.jobs().end());
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
+  return jobs;
 }
 
 absl::StatusOr<v1::JobStatus> JobsClient::Cancel(const std::string& id) {
@@ -76,23 +82,34 @@ absl::StatusOr<v1::GetJobLogsResponse> JobsClient::Logs(const std::string& id, i
   v1::GetJobLogsRequest request;
   request.set_id(id);
   request.set_from_line(from_line);
-  v1::GetJobLogsResponse response;
-  absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
-    return jobs_->GetJobLogs(context, request, &response);
-  });
-  if (!status.ok()) return status;
-  return response;
+  v1::GetJobLogsResponse all;
+  while (true) {
+    v1::GetJobLogsResponse response;
+    absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
+      return jobs_->GetJobLogs(context, request, &response);
+    });
+    if (!status.ok()) return status;
+    for (std::string& line : *response.mutable_lines()) all.add_lines(std::move(line));
+    all.set_next_line(response.next_line());
+    if (!response.truncated()) return all;
+    request.set_from_line(response.next_line());
+  }
 }
 
 absl::StatusOr<std::vector<v1::MetricPoint>> JobsClient::Metrics(const std::string& id) {
   v1::GetJobMetricsRequest request;
   request.set_id(id);
-  v1::GetJobMetricsResponse response;
-  absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
-    return jobs_->GetJobMetrics(context, request, &response);
-  });
-  if (!status.ok()) return status;
-  return std::vector<v1::MetricPoint>(response.points().begin(), response.points().end());
+  std::vector<v1::MetricPoint> points;
+  while (true) {
+    v1::GetJobMetricsResponse response;
+    absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
+      return jobs_->GetJobMetrics(context, request, &response);
+    });
+    if (!status.ok()) return status;
+    points.insert(points.end(), response.points().begin(), response.points().end());
+    if (!response.truncated()) return points;
+    request.set_from_point(response.next_point());
+  }
 }
 
 absl::StatusOr<v1::JobStatus> JobsClient::Watch(

@@ -1,15 +1,22 @@
 #include "coordinator/jobs/jobs_service.h"
 
+#include <algorithm>
 #include <optional>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/callback_reactors.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "common/streaming.h"
 
 namespace dtrain {
 namespace {
+
+// Payload per response, well inside a default client's 4 MiB with the message's own framing.
+constexpr size_t kResponseBudget = static_cast<size_t>(kStreamChunkBytes);
 
 // Writes the newest status whenever the previous write is done; ends after the terminal one.
 class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus> {
@@ -120,7 +127,27 @@ grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* con
                                                 const v1::ListJobsRequest* request,
                                                 v1::ListJobsResponse* response) {
   if (absl::Status s = Authorize(*context, "ListJobs"); !s.ok()) return FinishNow(context, s);
-  for (v1::JobStatus& job : jobs_->List()) *response->add_jobs() = std::move(job);
+  if (request->page_size() < 0) {
+    return FinishNow(
+        context, absl::InvalidArgumentError(absl::StrCat(
+                     "page_size must be >= 0 (0: as many as fit), got ", request->page_size())));
+  }
+  size_t first = 0;
+  if (!request->page_token().empty() && !absl::SimpleAtoi(request->page_token(), &first)) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                  "page_token '", request->page_token(),
+                                  "' is not one this service gave; pass next_page_token as is")));
+  }
+  std::vector<v1::JobStatus> jobs = jobs_->List();
+  size_t bytes = 0, i = first;
+  for (; i < jobs.size(); ++i) {
+    if (request->page_size() > 0 && response->jobs_size() == request->page_size()) break;
+    const size_t size = jobs[i].ByteSizeLong() + 8;
+    if (response->jobs_size() > 0 && bytes + size > kResponseBudget) break;
+    bytes += size;
+    *response->add_jobs() = std::move(jobs[i]);
+  }
+  if (i < jobs.size()) response->set_next_page_token(absl::StrCat(i));
   return FinishNow(context, absl::OkStatus());
 }
 
@@ -146,8 +173,17 @@ grpc::ServerUnaryReactor* JobsService::GetJobLogs(grpc::CallbackServerContext* c
   absl::StatusOr<std::vector<std::string>> lines =
       jobs_->Logs(request->id(), request->from_line(), &next);
   if (lines.ok()) {
-    for (std::string& line : *lines) response->add_lines(std::move(line));
-    response->set_next_line(next);
+    size_t bytes = 0, taken = 0;
+    for (std::string& line : *lines) {
+      if (line.size() > kResponseBudget / 2) line.resize(kResponseBudget / 2);  // never in practice
+      if (bytes + line.size() + 8 > kResponseBudget) break;
+      bytes += line.size() + 8;
+      response->add_lines(std::move(line));
+      ++taken;
+    }
+    const bool truncated = taken < lines->size();
+    response->set_truncated(truncated);
+    response->set_next_line(truncated ? std::max<int64_t>(request->from_line(), 0) + taken : next);
   }
   return FinishNow(context, lines.status());
 }
@@ -156,9 +192,22 @@ grpc::ServerUnaryReactor* JobsService::GetJobMetrics(grpc::CallbackServerContext
                                                      const v1::GetJobMetricsRequest* request,
                                                      v1::GetJobMetricsResponse* response) {
   if (absl::Status s = Authorize(*context, "GetJobMetrics"); !s.ok()) return FinishNow(context, s);
+  if (request->from_point() < 0) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                  "from_point must be >= 0, got ", request->from_point())));
+  }
   absl::StatusOr<std::vector<v1::MetricPoint>> points = jobs_->Metrics(request->id());
   if (points.ok()) {
-    for (v1::MetricPoint& p : *points) *response->add_points() = std::move(p);
+    size_t bytes = 0;
+    size_t i = std::min<size_t>(request->from_point(), points->size());
+    for (; i < points->size(); ++i) {
+      const size_t size = (*points)[i].ByteSizeLong() + 8;
+      if (bytes + size > kResponseBudget) break;
+      bytes += size;
+      *response->add_points() = std::move((*points)[i]);
+    }
+    response->set_next_point(static_cast<int64_t>(i));
+    response->set_truncated(i < points->size());
   }
   return FinishNow(context, points.status());
 }
