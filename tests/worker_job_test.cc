@@ -480,6 +480,76 @@ torch.save(dict(m.state_dict()), ')",
 INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointInteropTest,
                          ::testing::Values("sgd", "adam", "adamw"));
 
+// Lightning's hooks at Lightning's moments, counted by the module into a buffer that the
+// checkpoint then holds: calls[i] counts on_train_start, on_train_epoch_start,
+// on_train_epoch_end, on_validation_epoch_start, on_validation_epoch_end, on_train_end,
+// training_step_end, validation_step_end.
+TEST(JobHooks, CalledAtLightningsMoments_CountsTravelInTheCheckpoint) {
+  const std::string path = TempPath("hooks.pt");
+  torch::jit::Module m("Hooks");
+  m.register_parameter("w", (torch::randn({10, 784}) * 0.01).requires_grad_(true), false);
+  m.register_buffer("calls", torch::zeros({8}, torch::kLong));
+  m.define(R"(
+def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    x, y = batch
+    return torch.nll_loss(torch.log_softmax(torch.linear(x.flatten(1), self.w), 1), y)
+
+def validation_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Dict[str, Tensor]:
+    return {"loss": self.training_step(batch, batch_idx)}
+
+def test_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Dict[str, Tensor]:
+    return {"loss": self.training_step(batch, batch_idx)}
+
+def training_step_end(self, out: Tensor) -> Tensor:
+    self.calls[6] += 1
+    return out * 1.0
+
+def validation_step_end(self, out: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    self.calls[7] += 1
+    return out
+
+def on_train_start(self):
+    self.calls[0] += 1
+
+def on_train_epoch_start(self):
+    self.calls[1] += 1
+
+def on_train_epoch_end(self):
+    self.calls[2] += 1
+
+def on_validation_epoch_start(self):
+    self.calls[3] += 1
+
+def on_validation_epoch_end(self):
+    self.calls[4] += 1
+
+def on_train_end(self):
+    self.calls[5] += 1
+)");
+  m.save(path);
+  v1::SetupRequest request = Request("hooks", path);
+  request.mutable_data()->mutable_synthetic()->set_test_size(16);
+  std::unique_ptr<Job> job = SetupOrDie(request);
+  ASSERT_NE(job, nullptr);
+  // Epoch 0 in two calls, a validation of 2 batches, epoch 1 in one call.
+  ASSERT_TRUE(job->Train(Work("train", 0, 8), 0).ok());
+  ASSERT_TRUE(job->Train(Work("train", 8, 8), 0, /*end_of_epoch=*/true).ok());
+  v1::LocalWork val = Work("val", 0, 8);
+  *val.add_index_batches() = Work("val", 8, 8).index_batches(0);
+  ASSERT_TRUE(job->Evaluate(StepKind::kValidation, val, false).ok());
+  ASSERT_TRUE(job->Train(Work("train", 16, 8), 1, /*end_of_epoch=*/true).ok());
+  const std::string checkpoint = TempPath("hooks.ckpt");
+  ASSERT_TRUE(job->SaveCheckpoint(checkpoint, 1).ok());
+  absl::StatusOr<c10::IValue> saved = ReadTorchSaveFile(checkpoint);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  const at::Tensor calls =
+      saved->toGenericDict().at("state_dict").toGenericDict().at("calls").toTensor();
+  EXPECT_TRUE(torch::equal(calls, torch::tensor({1, 2, 2, 1, 1, 0, 3, 2}, torch::kLong))) << calls;
+  // Testing begins: fit is over.
+  ASSERT_TRUE(job->Evaluate(StepKind::kTest, Work("test", 0, 8), false).ok());
+  EXPECT_EQ(job->accelerator().LightningModuleStateDict().at("calls")[5].item<int64_t>(), 1);
+}
+
 // One-item dicts and lists as Python pickles them: `key value SETITEM` reads as
 // `MARK key value SETITEMS`, `item APPEND` as `MARK item APPENDS`.
 TEST(TorchSaveData, WithoutSingleItemOpcodes_RewritesOneItemDictsAndLists) {

@@ -241,6 +241,18 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   cancelled_ = false;  // a cancel stops the step it interrupts, not the job
   Accelerator& a = *accelerator_;
   if (total_steps > 0) DTRAIN_RETURN_IF_ERROR(a.SetRunLength(total_steps));
+  LightningModule& model = a.model();
+  if (!train_started_) {
+    a.SetTrainingMode(true);
+    DTRAIN_RETURN_IF_ERROR(model.CallHook("on_train_start"));
+    train_started_ = true;
+    train_ended_ = false;
+  }
+  if (epoch != train_epoch_) {
+    a.SetTrainingMode(true);
+    DTRAIN_RETURN_IF_ERROR(model.CallHook("on_train_epoch_start"));
+    train_epoch_ = epoch;
+  }
   a.SetEpoch(epoch);
   a.SetTrainingMode(true);
   v1::LocalResult result;
@@ -277,6 +289,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     r->set_optimizer_stepped(true);
     r->set_step_skipped(!stepped);
   }
+  if (end_of_epoch) DTRAIN_RETURN_IF_ERROR(model.CallHook("on_train_epoch_end"));
   result.set_global_step(a.progress().global_step);
   result.set_lr(a.strategy().learning_rate());
   if (a.precision().scaler() != nullptr) result.set_loss_scale(a.precision().scaler()->scale());
@@ -292,7 +305,17 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
   if (kind == StepKind::kTraining) {
     return absl::InvalidArgumentError("Evaluate runs validation, test or predict steps");
   }
+  LightningModule& model = a.model();
+  // Fit is over when testing or predicting begins: Lightning's on_train_end comes first.
+  if (kind != StepKind::kValidation && train_started_ && !train_ended_) {
+    DTRAIN_RETURN_IF_ERROR(model.CallHook("on_train_end"));
+    train_ended_ = true;
+  }
   a.SetTrainingMode(false);
+  const std::string hook_stage = kind == StepKind::kValidation ? "validation"
+                                 : kind == StepKind::kTest     ? "test"
+                                                               : "predict";
+  DTRAIN_RETURN_IF_ERROR(model.CallHook(absl::StrCat("on_", hook_stage, "_epoch_start")));
   const bool with_tensors = return_outputs || kind == StepKind::kPredict;
   v1::LocalResult result;
   result.set_rank(a.strategy().global_rank());
@@ -318,6 +341,7 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
       return absl::OkStatus();
     }));
   }
+  DTRAIN_RETURN_IF_ERROR(model.CallHook(absl::StrCat("on_", hook_stage, "_epoch_end")));
   result.set_global_step(a.progress().global_step);
   return result;
 }
@@ -342,6 +366,15 @@ absl::Status Job::StateDict(v1::StateDictResponse* response) {
   return absl::OkStatus();
 }
 
-absl::Status Job::Teardown() { return accelerator_->Teardown(); }
+absl::Status Job::Teardown() {
+  // A fit that ended without a test or predict: on_train_end before the group goes.
+  absl::Status hook = absl::OkStatus();
+  if (train_started_ && !train_ended_) {
+    hook = accelerator_->model().CallHook("on_train_end");
+    train_ended_ = true;
+  }
+  absl::Status torn = accelerator_->Teardown();
+  return hook.ok() ? torn : hook;
+}
 
 }  // namespace dtrain

@@ -72,6 +72,10 @@ class Job {
   double clip_val_ = 0;
   ClipAlgorithm clip_algorithm_ = ClipAlgorithm::kNorm;
   int64_t accumulated_ = 0;  // batches in the current accumulation window
+  // Lightning's hooks: which have been called in this run.
+  bool train_started_ = false;
+  bool train_ended_ = false;
+  int64_t train_epoch_ = -1;  // the epoch on_train_epoch_start was last called for
   std::atomic<bool> cancelled_{false};
 };
 

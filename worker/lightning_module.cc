@@ -53,9 +53,18 @@ absl::StatusOr<c10::IValue> LightningModule::Call(const std::string& method,
       [&]() -> absl::StatusOr<c10::IValue> { return module_.get_method(method)(std::move(args)); });
 }
 
+absl::Status LightningModule::CallHook(const std::string& name) {
+  if (!HasMethod(name)) return absl::OkStatus();
+  absl::StatusOr<c10::IValue> out = Call(name, {});
+  if (!out.ok()) return absl::InvalidArgumentError(out.status().message());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<torch::Tensor> LightningModule::TrainingStep(const c10::IValue& batch,
                                                             int64_t batch_idx) {
   absl::StatusOr<c10::IValue> out = Call("training_step", {batch, batch_idx});
+  // Lightning's training_step_end(step_output): its result is the step's output.
+  if (out.ok() && HasMethod("training_step_end")) out = Call("training_step_end", {*out});
   if (!out.ok()) return out.status();
   torch::Tensor loss;
   if (out->isTensor()) {
@@ -94,6 +103,9 @@ std::map<std::string, double> LightningModule::TakeTrainingExtras() {
 absl::StatusOr<StepOutput> LightningModule::Step(const std::string& method,
                                                  const c10::IValue& batch, int64_t batch_idx) {
   absl::StatusOr<c10::IValue> out = Call(method, {batch, batch_idx});
+  // validation_step_end / test_step_end, as training_step_end (predict has none in Lightning).
+  const std::string end = method + "_end";
+  if (out.ok() && method != "predict_step" && HasMethod(end)) out = Call(end, {*out});
   if (!out.ok()) return out.status();
   StepOutput result;
   if (out->isTensor()) {

@@ -1,7 +1,9 @@
 // LightningModule: a TorchScript module that follows Lightning's method names
 // (training_step(batch, batch_idx) -> loss; optional validation_step / test_step /
-// predict_step returning a tensor or a dict of tensors; forward), loaded from a file saved with
-// torch.jit.save or built from the zoo. Every call turns libtorch's exceptions into statuses
+// predict_step returning a tensor or a dict of tensors; forward; optional training_step_end /
+// validation_step_end / test_step_end applied to a step's output, and the on_* hooks the job
+// calls at Lightning's moments), loaded from a file saved with torch.jit.save or built from the
+// zoo. Every call turns libtorch's exceptions into statuses
 // carrying libtorch's message, so a bad model or batch never takes the worker down.
 #pragma once
 
@@ -40,6 +42,9 @@ class LightningModule {
   absl::StatusOr<torch::Tensor> Forward(const torch::Tensor& input);
 
   bool HasMethod(const std::string& name) const;
+  // Calls Lightning hook `name` (e.g. "on_train_epoch_start") with no arguments when the module
+  // defines it; OK when it does not. INVALID_ARGUMENT with libtorch's message when it fails.
+  absl::Status CallHook(const std::string& name);
   std::vector<torch::Tensor> Parameters() const;
   std::vector<std::pair<std::string, torch::Tensor>> NamedParameters() const;
   void Train(bool on);
