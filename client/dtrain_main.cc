@@ -43,6 +43,9 @@ ABSL_FLAG(std::string, coordinator, "",
           "the coordinator's host:port; default $DTRAIN_COORDINATOR or 127.0.0.1:29610");
 ABSL_FLAG(std::string, output, "text", "text or json");
 ABSL_FLAG(bool, wait, false, "submit: watch the job until it ends; exit as it ended");
+ABSL_FLAG(bool, dry_run, false,
+          "submit: have an idle worker load the model and data and run one training_step and "
+          "one validation_step, report what it found, and queue nothing");
 ABSL_FLAG(bool, follow, false, "logs: keep printing new lines until the job ends");
 ABSL_FLAG(std::string, plot, "", "results: also draw the loss and accuracy curves to this .svg");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "deadline of each request");
@@ -123,6 +126,7 @@ class Client {
       std::fprintf(stderr, "dtrain: %s\n", std::string(spec.status().message()).c_str());
       return kUsage;
     }
+    if (absl::GetFlag(FLAGS_dry_run)) return DryRun(*spec);
     absl::StatusOr<v1::JobStatus> job = jobs_.Submit(*spec);
     if (!job.ok()) return Refused(job.status());
     if (Json() && !absl::GetFlag(FLAGS_wait)) {
@@ -132,6 +136,33 @@ class Client {
     if (!Json()) std::printf("submitted %s\n", job->id().c_str());
     if (!absl::GetFlag(FLAGS_wait)) return kOk;
     return Watch(job->id());
+  }
+
+  // submit --dry-run: what an idle worker found running one training and one validation step.
+  int DryRun(const v1::JobSpec& spec) {
+    absl::StatusOr<v1::DryRunResponse> report = jobs_.DryRun(spec);
+    if (!report.ok()) return Refused(report.status());
+    if (Json()) {
+      std::printf("%s\n", ToJson(*report).c_str());
+      return kOk;
+    }
+    std::printf("dry run on worker '%s': the job would run (nothing was queued)\n",
+                report->worker().c_str());
+    for (const v1::SplitInfo& split : report->splits()) {
+      std::printf("  split %-8s %lld samples\n", split.name().c_str(),
+                  static_cast<long long>(split.size()));
+    }
+    std::printf("  parameters      %lld\n", static_cast<long long>(report->parameter_count()));
+    std::printf("  batch           %s\n", report->batch().c_str());
+    if (report->training_step_keys_size() > 0) {
+      std::printf("  training_step   returns %s; loss %.4f\n",
+                  absl::StrJoin(report->training_step_keys(), ", ").c_str(), report->loss());
+    }
+    if (report->validation_step_keys_size() > 0) {
+      std::printf("  validation_step returns %s\n",
+                  absl::StrJoin(report->validation_step_keys(), ", ").c_str());
+    }
+    return kOk;
   }
 
   int Watch(const std::string& id) {
@@ -330,6 +361,8 @@ class Client {
 constexpr char kUsageText[] =
     "dtrain: submit and watch training jobs on a dtrain cluster.\n"
     "  dtrain submit JOBFILE [--wait]     queue a job (YAML or JSON spec); --wait watches it\n"
+    "  dtrain submit JOBFILE --dry-run    check it on an idle worker (one training and one\n"
+    "                                     validation step); queue nothing\n"
     "  dtrain status JOB                  state, progress, metrics\n"
     "  dtrain list                        every job\n"
     "  dtrain watch JOB                   a live progress bar until the job ends\n"

@@ -41,6 +41,19 @@ absl::StatusOr<v1::JobStatus> JobsClient::Submit(const v1::JobSpec& spec, bool v
   return std::move(*response.mutable_job());
 }
 
+absl::StatusOr<v1::DryRunResponse> JobsClient::DryRun(const v1::JobSpec& spec,
+                                                      absl::Duration timeout) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  request.set_dry_run(true);
+  v1::SubmitJobResponse response;
+  absl::Status status = Unary(timeout, [&](grpc::ClientContext* context) {
+    return jobs_->SubmitJob(context, request, &response);
+  });
+  if (!status.ok()) return status;
+  return std::move(*response.mutable_dry_run());
+}
+
 absl::StatusOr<v1::JobStatus> JobsClient::Get(const std::string& id) {
   v1::GetJobRequest request;
   request.set_id(id);

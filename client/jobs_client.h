@@ -29,6 +29,10 @@ class JobsClient {
 
   // INVALID_ARGUMENT naming the spec's field; validate_only: the normalized spec, nothing queued.
   absl::StatusOr<v1::JobStatus> Submit(const v1::JobSpec& spec, bool validate_only = false);
+  // SubmitJob with dry_run: an idle worker loads the model and data and runs one training and
+  // one validation step; nothing is queued. Its own deadline: loading may take a while.
+  absl::StatusOr<v1::DryRunResponse> DryRun(const v1::JobSpec& spec,
+                                            absl::Duration timeout = absl::Minutes(5));
   absl::StatusOr<v1::JobStatus> Get(const std::string& id);
   // Every job, by submission time, without specs.
   absl::StatusOr<std::vector<v1::JobStatus>> List();

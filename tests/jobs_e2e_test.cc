@@ -276,6 +276,47 @@ TEST_F(JobsE2eTest, InvalidSpec_RejectedAtSubmitWithItsPath) {
   EXPECT_THAT(unknown_job.output, HasSubstr("NOT_FOUND"));
 }
 
+// submit --dry-run: an idle worker loads the model and data and runs one training_step and
+// one validation_step; it reports the batch and the returned keys, or libtorch's error naming
+// the worker, and nothing is queued.
+TEST_F(JobsE2eTest, DryRun_ReportsBatchAndKeys_OrTheModelsError_QueuesNothing) {
+  CommandResult ok = Dtrain("submit --dry-run " + WriteJob("dry", SyntheticJob("dry", 1)));
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_THAT(ok.output, HasSubstr("dry run on worker 'w"));
+  EXPECT_THAT(ok.output, HasSubstr("batch           tuple(float32[32, 1, 28, 28], int64[32])"));
+  EXPECT_THAT(ok.output, HasSubstr("training_step   returns loss; loss "));
+  EXPECT_THAT(ok.output, HasSubstr("validation_step returns acc, loss"));
+  EXPECT_THAT(ok.output, HasSubstr("split train    2048 samples"));
+
+  // Data the model cannot take: libtorch's message, naming the worker, before any queueing.
+  const std::string data = dir() + "/narrow.pt";
+  CommandResult made = RunShell(
+      absl::StrCat("/usr/bin/python3 -c 'import torch; torch.save({\"train\": (torch.zeros(64, 5), "
+                   "torch.zeros(64, dtype=torch.long))}, \"",
+                   data, "\")'"));
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  std::string narrow = SyntheticJob("narrow", 1);
+  narrow.replace(narrow.find("  synthetic: {"),
+                 narrow.find("\n", narrow.find("  synthetic: {")) - narrow.find("  synthetic: {"),
+                 "  tensors_file: " + data);
+  CommandResult bad = Dtrain("submit --dry-run " + WriteJob("narrow", narrow));
+  EXPECT_EQ(bad.exit_code, 3) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("dry run on worker 'w"));
+  EXPECT_THAT(bad.output, HasSubstr("training_step of model 'builtin:mlp' failed"));
+  CommandResult list = Dtrain("list --output json");
+  EXPECT_THAT(list.output, Not(HasSubstr("\"id\""))) << "a dry run queues nothing";
+
+  // Every worker busy: refused, saying why.
+  CommandResult busy =
+      Dtrain("submit --output json " + WriteJob("busy", SyntheticJob("busy", 1000, 8192)));
+  ASSERT_EQ(busy.exit_code, 0) << busy.output;
+  ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 0; }, absl::Seconds(30)));
+  CommandResult none = Dtrain("submit --dry-run " + WriteJob("dry2", SyntheticJob("dry2", 1)));
+  EXPECT_EQ(none.exit_code, 3) << none.output;
+  EXPECT_THAT(none.output, HasSubstr("a dry run needs an idle worker"));
+  EXPECT_EQ(Dtrain("cancel busy-1").exit_code, 0);
+}
+
 TEST_F(JobsE2eTest, ModelFailsOnWorker_JobFailedWithTheWorkersMessage_WorkersFreed) {
   const std::string job = WriteJob("broken", R"(name: broken
 model: {torchscript: /nonexistent/model.pt}

@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
+#include <map>
 
 #include <torch/types.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/job_settings.h"
 #include "common/status_macros.h"
 #include "common/tensor.h"
@@ -173,6 +176,97 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
         InField("checkpoint_dir", PrepareCheckpointDirectory(request.checkpoint_dir())));
   }
   return job;
+}
+
+namespace {
+
+// "tuple(float32[32, 1, 28, 28], int64[32])": what a step receives, for a dry run's report.
+std::string DescribeBatch(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const torch::Tensor& t = v.toTensor();
+    std::string dtype = c10::toString(t.scalar_type());
+    for (char& c : dtype) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    static const std::map<std::string, std::string> kPython = {
+        {"float", "float32"}, {"double", "float64"}, {"long", "int64"},   {"int", "int32"},
+        {"byte", "uint8"},    {"char", "int8"},      {"half", "float16"}, {"short", "int16"}};
+    auto it = kPython.find(dtype);
+    if (it != kPython.end()) dtype = it->second;
+    std::vector<std::string> dims;
+    for (int64_t d : t.sizes()) dims.push_back(std::to_string(d));
+    return absl::StrCat(dtype, "[", absl::StrJoin(dims, ", "), "]");
+  }
+  std::vector<std::string> parts;
+  if (v.isTuple() || v.isList()) {
+    for (const c10::IValue& item :
+         v.isTuple() ? v.toTupleRef().elements().vec() : v.toList().vec()) {
+      parts.push_back(DescribeBatch(item));
+    }
+    return absl::StrCat(v.isTuple() ? "tuple(" : "list(", absl::StrJoin(parts, ", "), ")");
+  }
+  if (v.isGenericDict()) {
+    for (const auto& entry : v.toGenericDict()) {
+      parts.push_back(absl::StrCat(entry.key().isString() ? entry.key().toStringRef() : "?", ": ",
+                                   DescribeBatch(entry.value())));
+    }
+    return absl::StrCat("dict(", absl::StrJoin(parts, ", "), ")");
+  }
+  return v.tagKind();
+}
+
+std::vector<int64_t> FirstIndices(int64_t size, int batch) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < std::min<int64_t>(size, batch); ++i) out.push_back(i);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::DryRunResponse> Job::DryRun(const v1::DryRunRequest& request,
+                                               const WorkerIdentity& identity) {
+  v1::SetupRequest setup = request.setup();
+  setup.set_job_id("dry-run");
+  setup.set_strategy("single_device");
+  setup.set_devices(1);
+  setup.clear_group();
+  setup.clear_checkpoint_dir();
+  if (!setup.has_data()) return absl::InvalidArgumentError("a dry run needs the job's data");
+  if (request.batch_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size must be >= 0 (0: 32), got ", request.batch_size()));
+  }
+  const int batch_size = request.batch_size() > 0 ? request.batch_size() : 32;
+  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Setup(setup, identity));
+  v1::DryRunResponse report;
+  report.set_worker(identity.name);
+  v1::SetupResponse described;
+  job->Describe(&described);
+  *report.mutable_splits() = described.splits();
+  report.set_parameter_count(described.parameter_count());
+  Accelerator& a = *job->accelerator_;
+  torch::NoGradGuard no_grad;
+  std::map<std::string, int64_t> sizes;
+  for (const v1::SplitInfo& split : described.splits()) sizes[split.name()] = split.size();
+  if (sizes.count("train") > 0) {
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch,
+                            job->data_->Batch("train", FirstIndices(sizes["train"], batch_size)));
+    report.set_batch(DescribeBatch(batch));
+    a.SetTrainingMode(true);
+    DTRAIN_ASSIGN_OR_RETURN(torch::Tensor loss, a.TrainingStep(batch, 0));
+    report.set_loss(a.TrainingStepEnd(loss).to(torch::kFloat64).item<double>());
+    for (const std::string& key : a.model().last_training_keys()) {
+      report.add_training_step_keys(key);
+    }
+  }
+  if (sizes.count("val") > 0 && a.model().HasMethod("validation_step")) {
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch,
+                            job->data_->Batch("val", FirstIndices(sizes["val"], batch_size)));
+    if (report.batch().empty()) report.set_batch(DescribeBatch(batch));
+    a.SetTrainingMode(false);
+    DTRAIN_ASSIGN_OR_RETURN(StepOutput out, a.ValidationStep(batch, 0));
+    for (const auto& [key, value] : out) report.add_validation_step_keys(key);
+  }
+  (void)job->accelerator_->Teardown();
+  return report;
 }
 
 v1::RankInfo Job::rank_info() const {

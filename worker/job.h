@@ -35,6 +35,12 @@ class Job {
   static absl::StatusOr<std::unique_ptr<Job>> Setup(const v1::SetupRequest& request,
                                                     const WorkerIdentity& identity);
 
+  // Worker.DryRun: the model and data of request.setup() alone on this process (single_device,
+  // no group), one training_step on the first training batch and one validation_step on the
+  // first validation batch, in no_grad; the optimizer is never stepped.
+  static absl::StatusOr<v1::DryRunResponse> DryRun(const v1::DryRunRequest& request,
+                                                   const WorkerIdentity& identity);
+
   const std::string& id() const { return id_; }
   v1::RankInfo rank_info() const;
   void Describe(v1::SetupResponse* response) const;

@@ -67,10 +67,13 @@ absl::StatusOr<torch::Tensor> LightningModule::TrainingStep(const c10::IValue& b
   if (out.ok() && HasMethod("training_step_end")) out = Call("training_step_end", {*out});
   if (!out.ok()) return out.status();
   torch::Tensor loss;
+  last_training_keys_.clear();
   if (out->isTensor()) {
     loss = out->toTensor();
+    last_training_keys_.push_back("loss");
   } else if (out->isGenericDict() && out->toGenericDict().contains("loss")) {
     for (const auto& entry : out->toGenericDict()) {
+      if (entry.key().isString()) last_training_keys_.push_back(entry.key().toStringRef());
       if (!entry.key().isString() || entry.key().toStringRef() == "loss") continue;
       if (!entry.value().isTensor() || entry.value().toTensor().numel() != 1) continue;
       auto& [sum, count] = training_extras_[entry.key().toStringRef()];

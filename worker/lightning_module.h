@@ -35,6 +35,8 @@ class LightningModule {
   // The scalars training_step returned besides its loss (e.g. "acc"), each the mean over the
   // calls since the last take (dp calls once per replica); then forgets them.
   std::map<std::string, double> TakeTrainingExtras();
+  // The keys of training_step's last output ("loss" alone for a lone tensor), for dry runs.
+  const std::vector<std::string>& last_training_keys() const { return last_training_keys_; }
   // FAILED_PRECONDITION when the module does not define the method.
   absl::StatusOr<StepOutput> ValidationStep(const c10::IValue& batch, int64_t batch_idx);
   absl::StatusOr<StepOutput> TestStep(const c10::IValue& batch, int64_t batch_idx);
@@ -64,6 +66,7 @@ class LightningModule {
   torch::jit::Module module_;
   std::string origin_;  // file path or "builtin:<name>", for messages
   std::map<std::string, std::pair<double, int>> training_extras_;  // sum, count
+  std::vector<std::string> last_training_keys_;
 };
 
 }  // namespace dtrain

@@ -289,6 +289,18 @@ grpc::ServerUnaryReactor* WorkerService::Teardown(grpc::CallbackServerContext* c
   });
 }
 
+grpc::ServerUnaryReactor* WorkerService::DryRun(grpc::CallbackServerContext* context,
+                                                const v1::DryRunRequest* request,
+                                                v1::DryRunResponse* response) {
+  // Queued like a step, so it never runs beside this worker's job.
+  return Enqueue(context, [this, request, response]() -> absl::Status {
+    absl::StatusOr<v1::DryRunResponse> report = Job::DryRun(*request, options_.identity);
+    if (!report.ok()) return report.status();
+    *response = std::move(*report);
+    return absl::OkStatus();
+  });
+}
+
 grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* context,
                                                 const v1::HealthRequest* request,
                                                 v1::HealthResponse* response) {

@@ -71,6 +71,9 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
                                    const v1::HealthRequest* request,
                                    v1::HealthResponse* response) override;
+  grpc::ServerUnaryReactor* DryRun(grpc::CallbackServerContext* context,
+                                   const v1::DryRunRequest* request,
+                                   v1::DryRunResponse* response) override;
 
   // The start of a graceful stop: Setup is refused (UNAVAILABLE) from now on, while the job set
   // up keeps running, so its step finishes and its coordinator can checkpoint and release it.

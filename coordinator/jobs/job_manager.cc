@@ -9,6 +9,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/channel.h"
+#include "common/job_settings.h"
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -63,6 +65,58 @@ std::shared_ptr<JobRecord> JobManager::Find(const std::string& id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   return it == jobs_.end() ? nullptr : it->second;
+}
+
+void JobManager::DryRun(v1::JobSpec spec,
+                        std::function<void(absl::StatusOr<v1::DryRunResponse>)> done) {
+  if (absl::Status s = NormalizeJobSpec(&spec); !s.ok()) return done(s);
+  struct Call {
+    std::unique_ptr<v1::Worker::Stub> stub;
+    grpc::ClientContext context;
+    v1::DryRunRequest request;
+    v1::DryRunResponse response;
+  };
+  auto call = std::make_shared<Call>();
+  std::string reservation, coordinator;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return done(absl::UnavailableError("the coordinator is shutting down"));
+    reservation = absl::StrCat("dry-run-", ++dry_run_counter_);
+    coordinator = coordinator_address_;
+  }
+  // Reserved like a job's, so no job is placed on it while it checks this one.
+  std::vector<v1::WorkerInfo> picked = workers_->Reserve(reservation, 1, 1, {}, absl::Now());
+  if (picked.empty()) {
+    return done(absl::FailedPreconditionError(
+        "a dry run needs an idle worker and none is idle now; try again when one is (dtrain "
+        "workers lists them)"));
+  }
+  const std::string name = picked[0].name();
+  SetupContext context;
+  context.job_id = reservation;
+  context.coordinator = coordinator;
+  *call->request.mutable_setup() = MakeSetupRequest(spec, context);
+  call->request.set_batch_size(spec.data().batch_size());
+  call->stub = v1::Worker::NewStub(ConnectToCoordinator(picked[0].address()));
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + options_.setup_timeout));
+  {
+    absl::MutexLock lock(&mu_);
+    dry_runs_.insert(&call->context);
+  }
+  call->stub->async()->DryRun(
+      &call->context, &call->request, &call->response,
+      [this, call, name, done = std::move(done)](grpc::Status status) {
+        workers_->Release(name);
+        if (status.ok()) {
+          done(std::move(call->response));
+        } else {
+          done(absl::Status(
+              static_cast<absl::StatusCode>(status.error_code()),
+              absl::StrCat("dry run on worker '", name, "': ", status.error_message())));
+        }
+        absl::MutexLock lock(&mu_);
+        dry_runs_.erase(&call->context);
+      });
 }
 
 absl::StatusOr<v1::JobStatus> JobManager::Get(const std::string& id, bool with_spec) const {
@@ -394,6 +448,15 @@ void JobManager::Shutdown() {
     finished_.clear();
     for (auto& [id, job] : jobs_) jobs.push_back(job);
     queue_.clear();
+    for (grpc::ClientContext* context : dry_runs_) context->TryCancel();
+  }
+  {
+    // Their callbacks use this manager: wait for them (cancelled, they come at once).
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](std::set<grpc::ClientContext*>* runs) { return runs->empty(); }, &dry_runs_),
+        absl::Seconds(30));
   }
   for (const auto& job : jobs) {
     if (!job->terminal()) {

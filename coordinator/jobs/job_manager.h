@@ -34,6 +34,7 @@
 #include "coordinator/jobs/trainer.h"
 #include "coordinator/jobs/worker_registry.h"
 #include "dtrain/v1/jobs.pb.h"
+#include "dtrain/v1/worker.grpc.pb.h"
 
 namespace dtrain {
 
@@ -57,6 +58,11 @@ class JobManager {
 
   // INVALID_ARGUMENT naming the spec's field. validate_only: nothing is queued.
   absl::StatusOr<v1::JobStatus> Submit(v1::JobSpec spec, bool validate_only);
+  // Checks `spec`, reserves one idle worker and has it run Worker.DryRun (model and data
+  // loaded, one training_step and one validation_step); `done` gets its report, or the error
+  // naming the worker, from gRPC's callback thread. Nothing is queued. FAILED_PRECONDITION
+  // when no worker is idle. Never blocks.
+  void DryRun(v1::JobSpec spec, std::function<void(absl::StatusOr<v1::DryRunResponse>)> done);
   absl::StatusOr<v1::JobStatus> Get(const std::string& id, bool with_spec) const;
   std::vector<v1::JobStatus> List() const;
   // FAILED_PRECONDITION when the job already ended.
@@ -105,6 +111,9 @@ class JobManager {
   std::vector<std::string> requeued_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::string coordinator_address_ ABSL_GUARDED_BY(mu_);
+  // Dry runs in flight (their calls, to cancel at shutdown, which waits for their callbacks).
+  int64_t dry_run_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<grpc::ClientContext*> dry_runs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dtrain

@@ -109,6 +109,20 @@ grpc::ServerUnaryReactor* JobsService::SubmitJob(grpc::CallbackServerContext* co
                                                  const v1::SubmitJobRequest* request,
                                                  v1::SubmitJobResponse* response) {
   if (absl::Status s = Authorize(*context, "SubmitJob"); !s.ok()) return FinishNow(context, s);
+  if (request->dry_run()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    absl::StatusOr<v1::JobStatus> checked = jobs_->Submit(request->spec(), /*validate_only=*/true);
+    if (!checked.ok()) {
+      reactor->Finish(ToGrpcStatus(checked.status()));
+      return reactor;
+    }
+    *response->mutable_job() = std::move(*checked);
+    jobs_->DryRun(request->spec(), [reactor, response](absl::StatusOr<v1::DryRunResponse> report) {
+      if (report.ok()) *response->mutable_dry_run() = std::move(*report);
+      reactor->Finish(ToGrpcStatus(report.status()));
+    });
+    return reactor;
+  }
   absl::StatusOr<v1::JobStatus> job = jobs_->Submit(request->spec(), request->validate_only());
   if (job.ok()) *response->mutable_job() = std::move(*job);
   return FinishNow(context, job.status());
