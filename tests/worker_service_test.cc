@@ -411,6 +411,18 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
   EXPECT_TRUE(saved[0].written(0));
   EXPECT_FALSE(saved[1].written(0));
   ASSERT_TRUE(std::ifstream(path).good());
+  // The same Lightning-layout file a single rank writes, read by Python's torch: the whole
+  // Adam state (consolidated from both partitions) under every parameter's number.
+  CommandResult python = RunShell(
+      absl::StrCat("/usr/bin/python3 -c 'import torch; c = torch.load(\"", path,
+                   "\"); s = c[\"optimizer_states\"][0][\"state\"]; "
+                   "assert c[\"dtrain\"][\"strategy\"] == \"sharded\", c[\"dtrain\"]; "
+                   "assert c[\"dtrain\"][\"world_size\"] == 2 and c[\"global_step\"] == 6; "
+                   "assert sorted(s) == [0, 1, 2, 3], sorted(s); "
+                   "assert all(int(v[\"step\"]) == 6 and \"exp_avg_sq\" in v for v in s.values()); "
+                   "print(\"python read\", sorted(c[\"state_dict\"]))'"));
+  EXPECT_EQ(python.exit_code, 0) << python.output;
+  EXPECT_THAT(python.output, HasSubstr("python read ['fc1_bias', 'fc1_weight', 'fc2_bias'"));
 
   // Load into a world of one, with plain Adam.
   v1::SetupRequest one = MakeSetup("zero-1", "single_device", 1, address());
