@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -325,6 +326,58 @@ TEST_F(WorkerServiceTest, DdpSpawn_CrashedChildFailsTheJobWithItsExitStatus) {
 
 // dp splits each batch across the worker's devices and averages the replicas' losses: with
 // equal halves, exactly single_device's mean loss and update.
+// A model over 4 MiB through a client with gRPC's default limits: the one-message StateDict
+// says to stream, and StreamStateDict delivers every tensor in messages that fit.
+TEST_F(WorkerServiceTest, StateDictOver4MiB_RefusedWhole_StreamedInChunks) {
+  const std::string path = TempPath("wide.pt");
+  torch::jit::Module m("Wide");
+  m.register_parameter("embedding", torch::arange(1500000, torch::kFloat).reshape({1500, 1000}),
+                       false);
+  m.register_parameter("bias", torch::ones({7}), false);
+  m.define(R"(
+def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    return self.embedding.sum() * 0.0 + self.bias.sum()
+)");
+  m.save(path);
+  auto w = StartWorker();
+  ASSERT_NE(w, nullptr);
+  v1::SetupRequest request = MakeSetup("wide", "single_device", 1, address());
+  request.mutable_model()->set_torchscript(path);
+  ASSERT_TRUE(Setup(*w, request).ok());
+
+  auto stub = v1::Worker::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", w->port()),
+                                                      grpc::InsecureChannelCredentials()));
+  v1::StateDictRequest dict_request;
+  dict_request.set_job_id("wide");
+  v1::StateDictResponse whole;
+  absl::Status refused = Call([&](auto* c) { return stub->StateDict(c, dict_request, &whole); });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("read it with StreamStateDict"));
+
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  auto reader = stub->StreamStateDict(&context, dict_request);
+  std::map<std::string, std::string> bytes;
+  std::map<std::string, v1::TensorMeta> metas;
+  int messages = 0;
+  v1::StateDictChunk chunk;
+  while (reader->Read(&chunk)) {
+    ++messages;
+    if (chunk.has_meta()) metas[chunk.name()] = chunk.meta();
+    bytes[chunk.name()] += chunk.data();
+  }
+  grpc::Status finished = reader->Finish();
+  ASSERT_TRUE(finished.ok()) << finished.error_message();
+  ASSERT_EQ(bytes.size(), 2u);
+  EXPECT_EQ(bytes["embedding"].size(), 1500000u * 4);
+  EXPECT_GE(messages, 3) << "6 MiB in messages of at most 4 MiB";
+  EXPECT_EQ(metas["embedding"].shape_size(), 2);
+  float last = 0;
+  std::memcpy(&last, bytes["embedding"].data() + bytes["embedding"].size() - 4, 4);
+  EXPECT_EQ(last, 1499999.0f);
+  EXPECT_EQ(bytes["bias"].size(), 7u * 4);
+}
+
 TEST_F(WorkerServiceTest, Dp_SplitsTheBatchAndEqualsSingleDevice) {
   auto dp = StartWorker({"--devices=2"});
   auto single = StartWorker();

@@ -248,10 +248,18 @@ absl::Status SpawnedJob::LoadCheckpoint(const v1::LoadCheckpointRequest& request
 }
 
 absl::Status SpawnedJob::StateDict(v1::StateDictResponse* response) {
+  // Streamed from the child: a state dict may be larger than one message.
   grpc::ClientContext context;
   v1::StateDictRequest request;
   request.set_job_id(id_);
-  return FromGrpcStatus(children_[0]->stub->StateDict(&context, request, response));
+  auto reader = children_[0]->stub->StreamStateDict(&context, request);
+  v1::StateDictChunk chunk;
+  while (reader->Read(&chunk)) {
+    v1::Tensor& tensor = (*response->mutable_tensors())[chunk.name()];
+    if (chunk.has_meta()) *tensor.mutable_meta() = chunk.meta();
+    tensor.mutable_data()->append(chunk.data());
+  }
+  return FromGrpcStatus(reader->Finish());
 }
 
 absl::Status SpawnedJob::ReduceBooleanDecision(const v1::DecisionRequest& request,

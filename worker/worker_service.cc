@@ -10,6 +10,7 @@
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "common/streaming.h"
 #include "worker/spawned_job.h"
 #include "worker/strategy.h"
 
@@ -20,6 +21,9 @@ struct WorkerService::Task {
   grpc::ServerUnaryReactor* reactor = nullptr;
   std::atomic<bool> cancelled{false};
   std::string setup_job;  // a Setup's job id
+  // For a call answered by other means than `reactor` (a stream): gets the outcome when the
+  // body failed or never ran.
+  std::function<void(const absl::Status&)> answer;
 };
 
 WorkerService::WorkerService(WorkerServiceOptions options)
@@ -100,6 +104,7 @@ void WorkerService::ExecutorLoop() {
     }
     // Internal tasks (AbandonJob) have no RPC to answer.
     if (task->reactor != nullptr) task->reactor->Finish(ToGrpcStatus(status));
+    if (task->answer) task->answer(status);
   }
 }
 
@@ -234,8 +239,96 @@ grpc::ServerUnaryReactor* WorkerService::StateDict(grpc::CallbackServerContext* 
                                                    v1::StateDictResponse* response) {
   return Enqueue(context, [=]() -> absl::Status {
     DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
-    return job->StateDict(response);
+    DTRAIN_RETURN_IF_ERROR(job->StateDict(response));
+    const size_t bytes = response->ByteSizeLong();
+    if (bytes > static_cast<size_t>(kDefaultClientMaxMessageBytes)) {
+      response->Clear();
+      return absl::FailedPreconditionError(
+          absl::StrCat("the state dict is ", bytes,
+                       " bytes, more than one 4 MiB message a default client "
+                       "accepts; read it with StreamStateDict"));
+    }
+    return absl::OkStatus();
   });
+}
+
+namespace {
+
+// StreamStateDict's writer: the chunks are made on the executor (in turn with the job's other
+// calls), then written one at a time from gRPC's callbacks.
+class StateDictWriter final : public grpc::ServerWriteReactor<v1::StateDictChunk> {
+ public:
+  void Start(std::vector<v1::StateDictChunk> chunks) {
+    chunks_ = std::move(chunks);
+    WriteNext();
+  }
+  void Fail(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  void OnWriteDone(bool ok) override {
+    if (!ok) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away"));
+    WriteNext();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNext() {
+    if (next_ == chunks_.size()) return Finish(grpc::Status::OK);
+    StartWrite(&chunks_[next_++]);
+  }
+  std::vector<v1::StateDictChunk> chunks_;
+  size_t next_ = 0;
+};
+
+// Each tensor of `dict` as messages of at most kStreamChunkBytes of data, names in order.
+std::vector<v1::StateDictChunk> StateDictChunks(v1::StateDictResponse& dict) {
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : dict.tensors()) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  std::vector<v1::StateDictChunk> chunks;
+  for (const std::string& name : names) {
+    v1::Tensor& tensor = (*dict.mutable_tensors())[name];
+    const std::string& data = tensor.data();
+    size_t offset = 0;
+    do {
+      v1::StateDictChunk chunk;
+      chunk.set_name(name);
+      if (offset == 0) *chunk.mutable_meta() = tensor.meta();
+      const size_t take = std::min<size_t>(data.size() - offset, kStreamChunkBytes);
+      chunk.set_data(data.substr(offset, take));
+      offset += take;
+      chunks.push_back(std::move(chunk));
+    } while (offset < data.size());
+  }
+  return chunks;
+}
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::StateDictChunk>* WorkerService::StreamStateDict(
+    grpc::CallbackServerContext* context, const v1::StateDictRequest* request) {
+  auto* writer = new StateDictWriter();
+  if (absl::Status s = CheckBearerToken(*context, options_.token); !s.ok()) {
+    writer->Fail(s);
+    return writer;
+  }
+  auto task = std::make_shared<Task>();
+  task->body = [this, writer, job_id = request->job_id()]() -> absl::Status {
+    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(job_id));
+    v1::StateDictResponse dict;
+    DTRAIN_RETURN_IF_ERROR(job->StateDict(&dict));
+    writer->Start(StateDictChunks(dict));
+    return absl::OkStatus();
+  };
+  // A body that failed, or was cancelled before it ran, answers here.
+  task->answer = [writer](const absl::Status& status) {
+    if (!status.ok()) writer->Fail(status);
+  };
+  absl::MutexLock lock(&mu_);
+  if (stopping_) {
+    writer->Fail(absl::UnavailableError("the worker is shutting down"));
+    return writer;
+  }
+  queue_.push_back(std::move(task));
+  return writer;
 }
 
 grpc::ServerUnaryReactor* WorkerService::ReduceBooleanDecision(grpc::CallbackServerContext* context,

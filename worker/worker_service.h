@@ -71,6 +71,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
                                    const v1::HealthRequest* request,
                                    v1::HealthResponse* response) override;
+  grpc::ServerWriteReactor<v1::StateDictChunk>* StreamStateDict(
+      grpc::CallbackServerContext* context, const v1::StateDictRequest* request) override;
   grpc::ServerUnaryReactor* DryRun(grpc::CallbackServerContext* context,
                                    const v1::DryRunRequest* request,
                                    v1::DryRunResponse* response) override;
