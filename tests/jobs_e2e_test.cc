@@ -216,8 +216,10 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   EXPECT_EQ(GetJob("check-1").progress().global_step(), 48);
   EXPECT_GT(GetJob("check-1").metrics().at("val_acc"), 0.9);
   EXPECT_EQ(GetJob("check-1").metrics().count("train_loss"), 0u);
-  const std::string predict =
+  // One batch per call: predict's outputs come back over several calls, still in order.
+  std::string predict =
       SyntheticJob("guess", 1) + "stage: predict\nresume_from: " + checkpoint + "\n";
+  predict.replace(predict.find("  seed: 1\n"), 10, "  seed: 1\n  batches_per_call: 1\n");
   CommandResult predicted = Dtrain("submit --wait " + WriteJob("guess", predict));
   ASSERT_EQ(predicted.exit_code, 0) << predicted.output;
   const std::string csv_path = GetJob("guess-1").predictions();

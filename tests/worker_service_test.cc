@@ -337,6 +337,9 @@ TEST_F(WorkerServiceTest, StateDictOver4MiB_RefusedWhole_StreamedInChunks) {
   m.define(R"(
 def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
     return self.embedding.sum() * 0.0 + self.bias.sum()
+
+def predict_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Dict[str, Tensor]:
+    return {"everything": self.embedding}
 )");
   m.save(path);
   auto w = StartWorker();
@@ -376,6 +379,18 @@ def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
   std::memcpy(&last, bytes["embedding"].data() + bytes["embedding"].size() - 4, 4);
   EXPECT_EQ(last, 1499999.0f);
   EXPECT_EQ(bytes["bias"].size(), 7u * 4);
+
+  // A step whose outputs would not fit one response fails, saying what to change.
+  v1::StepRequest predict;
+  predict.set_job_id("wide");
+  predict.set_return_outputs(true);
+  v1::IndexBatch* batch = predict.add_work()->add_index_batches();
+  batch->set_split("train");
+  batch->add_indices(0);
+  v1::StepResponse predicted;
+  absl::Status too_big = Call([&](auto* c) { return stub->PredictStep(c, predict, &predicted); });
+  EXPECT_EQ(too_big.code(), absl::StatusCode::kFailedPrecondition) << too_big;
+  EXPECT_THAT(std::string(too_big.message()), HasSubstr("trainer.batches_per_call"));
 }
 
 TEST_F(WorkerServiceTest, Dp_SplitsTheBatchAndEqualsSingleDevice) {

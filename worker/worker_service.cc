@@ -179,6 +179,15 @@ absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& reques
   DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request.job_id()));
   const absl::Time start = absl::Now();
   absl::Status status = job->Step(kind, request, response);
+  if (status.ok() &&
+      response->ByteSizeLong() > static_cast<size_t>(kDefaultClientMaxMessageBytes)) {
+    // Loud, not a message some clients cannot read: fewer batches per call make it smaller.
+    status = absl::FailedPreconditionError(absl::StrCat(
+        "the step's outputs are ", response->ByteSizeLong(),
+        " bytes, more than one 4 MiB response; send fewer batches per call (the job spec's "
+        "trainer.batches_per_call, or a smaller data.eval_batch_size)"));
+    response->Clear();
+  }
   if (options_.metrics != nullptr) {
     static constexpr const char* kNames[] = {"training", "validation", "test", "predict"};
     const std::string name = kNames[static_cast<int>(kind)];

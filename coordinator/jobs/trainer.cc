@@ -438,40 +438,60 @@ absl::Status Trainer::Predict() {
   Report();
   const int n = workers_.size();
   std::vector<v1::StepRequest> requests;
-  std::vector<v1::StepResponse> responses(n);
   std::vector<std::vector<std::vector<int64_t>>> shards;
   EvalRequests(split, spec.data().limit_test_samples(), 0, &requests, &shards);
-  for (v1::StepRequest& request : requests) request.set_return_outputs(true);
-  DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
-      "predict_step",
-      [&](int i, grpc::ClientContext* context) {
-        return workers_.stub(i).PredictStep(context, requests[i], &responses[i]);
-      },
-      options_.step_timeout));
+  size_t most_batches = 0;
+  for (const auto& shard : shards) most_batches = std::max(most_batches, shard.size());
   // One row per sample, in sample order; the columns are the outputs with one value per sample
   // (the zoo's "label"; a [batch, classes] "logits" has no single value and is left out).
   PredictionRows predictions;
   std::map<int64_t, std::map<std::string, std::string>>& rows = predictions.rows;
   std::set<std::string>& columns = predictions.columns;
-  for (int i = 0; i < n; ++i) {
-    for (int local = 0; local < responses[i].results_size(); ++local) {
-      const int rank = workers_.ranks(i)[local];
-      const v1::LocalResult& result = responses[i].results(local);
-      for (int b = 0; b < result.batches_size() && b < static_cast<int>(shards[rank].size()); ++b) {
-        const std::vector<int64_t>& indices = shards[rank][b];
-        for (const auto& [name, proto] : result.batches(b).tensors()) {
-          absl::StatusOr<HostTensor> t = FromProto(proto);
-          if (!t.ok() || t->shape.size() != 1 ||
-              t->shape[0] != static_cast<int64_t>(indices.size()))
-            continue;
-          if (t->dtype != v1::DTYPE_INT64 && t->dtype != v1::DTYPE_FLOAT32) continue;
-          columns.insert(name);
-          const std::vector<int64_t> ints =
-              t->dtype == v1::DTYPE_INT64 ? t->ToVector<int64_t>() : std::vector<int64_t>();
-          const std::vector<float> floats =
-              t->dtype == v1::DTYPE_FLOAT32 ? t->ToVector<float>() : std::vector<float>();
-          for (size_t k = 0; k < indices.size(); ++k) {
-            rows[indices[k]][name] = ints.empty() ? absl::StrCat(floats[k]) : absl::StrCat(ints[k]);
+  // batches_per_call batches per call, as training: each response holds that many batches'
+  // outputs, which keeps it small (and within one message of a default client).
+  const size_t per_call = static_cast<size_t>(spec.trainer().batches_per_call());
+  for (size_t first = 0; first < std::max<size_t>(most_batches, 1); first += per_call) {
+    std::vector<v1::StepRequest> chunk = requests;
+    for (v1::StepRequest& request : chunk) {
+      request.set_return_outputs(true);
+      for (v1::LocalWork& work : *request.mutable_work()) {
+        v1::LocalWork all = work;
+        work.clear_index_batches();
+        work.set_first_batch_idx(static_cast<int64_t>(first));
+        for (size_t b = first;
+             b < first + per_call && b < static_cast<size_t>(all.index_batches_size()); ++b) {
+          *work.add_index_batches() = all.index_batches(static_cast<int>(b));
+        }
+      }
+    }
+    std::vector<v1::StepResponse> responses(n);
+    DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
+        "predict_step",
+        [&](int i, grpc::ClientContext* context) {
+          return workers_.stub(i).PredictStep(context, chunk[i], &responses[i]);
+        },
+        options_.step_timeout));
+    for (int i = 0; i < n; ++i) {
+      for (int local = 0; local < responses[i].results_size(); ++local) {
+        const int rank = workers_.ranks(i)[local];
+        const v1::LocalResult& result = responses[i].results(local);
+        for (int b = 0; b < result.batches_size() && first + b < shards[rank].size(); ++b) {
+          const std::vector<int64_t>& indices = shards[rank][first + b];
+          for (const auto& [name, proto] : result.batches(b).tensors()) {
+            absl::StatusOr<HostTensor> t = FromProto(proto);
+            if (!t.ok() || t->shape.size() != 1 ||
+                t->shape[0] != static_cast<int64_t>(indices.size()))
+              continue;
+            if (t->dtype != v1::DTYPE_INT64 && t->dtype != v1::DTYPE_FLOAT32) continue;
+            columns.insert(name);
+            const std::vector<int64_t> ints =
+                t->dtype == v1::DTYPE_INT64 ? t->ToVector<int64_t>() : std::vector<int64_t>();
+            const std::vector<float> floats =
+                t->dtype == v1::DTYPE_FLOAT32 ? t->ToVector<float>() : std::vector<float>();
+            for (size_t k = 0; k < indices.size(); ++k) {
+              rows[indices[k]][name] =
+                  ints.empty() ? absl::StrCat(floats[k]) : absl::StrCat(ints[k]);
+            }
           }
         }
       }
