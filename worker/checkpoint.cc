@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/directories.h"
 #include "common/status_macros.h"
 #include "worker/torch_save_file.h"
 #include "worker/torch_status.h"
@@ -308,12 +309,8 @@ int64_t ReadInt(torch::serialize::InputArchive& archive, const std::string& key)
 }  // namespace
 
 absl::Status PrepareCheckpointDirectory(const std::string& dir) {
+  DTRAIN_RETURN_IF_ERROR(MakeDirectories(dir, "the checkpoint directory"));
   std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create the checkpoint directory '", dir, "': ", error.message()));
-  }
   if (!std::filesystem::is_directory(dir, error)) {
     return absl::FailedPreconditionError(
         absl::StrCat("the checkpoint directory '", dir, "' is not a directory"));

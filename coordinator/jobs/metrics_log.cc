@@ -7,16 +7,6 @@
 
 namespace dtrain {
 
-absl::Status MakeDirectories(const std::string& path) {
-  std::error_code error;
-  std::filesystem::create_directories(path, error);
-  if (error) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create directory '", path, "': ", error.message()));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Create(const std::string& dir,
                                                                const std::string& host,
                                                                bool append) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/directories.h"
 #include "common/tfevents_writer.h"
 #include "coordinator/jobs/csv_metrics_file.h"
 
@@ -30,8 +31,5 @@ class MetricsLog {
   std::unique_ptr<CsvMetricsFile> csv_;
   std::unique_ptr<TfEventsWriter> events_;
 };
-
-// mkdir -p; FAILED_PRECONDITION naming the directory when it cannot be made.
-absl::Status MakeDirectories(const std::string& path);
 
 }  // namespace dtrain

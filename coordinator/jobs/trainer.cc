@@ -451,16 +451,17 @@ absl::Status Trainer::Predict() {
   // outputs, which keeps it small (and within one message of a default client).
   const size_t per_call = static_cast<size_t>(spec.trainer().batches_per_call());
   for (size_t first = 0; first < std::max<size_t>(most_batches, 1); first += per_call) {
-    std::vector<v1::StepRequest> chunk = requests;
-    for (v1::StepRequest& request : chunk) {
-      request.set_return_outputs(true);
-      for (v1::LocalWork& work : *request.mutable_work()) {
-        v1::LocalWork all = work;
-        work.clear_index_batches();
-        work.set_first_batch_idx(static_cast<int64_t>(first));
+    // Only this call's batches are copied out of each rank's shard.
+    std::vector<v1::StepRequest> chunk(n);
+    for (int i = 0; i < n; ++i) {
+      chunk[i].set_job_id(requests[i].job_id());
+      chunk[i].set_return_outputs(true);
+      for (const v1::LocalWork& all : requests[i].work()) {
+        v1::LocalWork* work = chunk[i].add_work();
+        work->set_first_batch_idx(static_cast<int64_t>(first));
         for (size_t b = first;
              b < first + per_call && b < static_cast<size_t>(all.index_batches_size()); ++b) {
-          *work.add_index_batches() = all.index_batches(static_cast<int>(b));
+          *work->add_index_batches() = all.index_batches(static_cast<int>(b));
         }
       }
     }
