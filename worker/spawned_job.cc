@@ -250,6 +250,7 @@ absl::Status SpawnedJob::LoadCheckpoint(const v1::LoadCheckpointRequest& request
 absl::Status SpawnedJob::StateDict(v1::StateDictResponse* response) {
   // Streamed from the child: a state dict may be larger than one message.
   grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kChildStartTimeout));
   v1::StateDictRequest request;
   request.set_job_id(id_);
   auto reader = children_[0]->stub->StreamStateDict(&context, request);
