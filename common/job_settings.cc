@@ -216,6 +216,7 @@ const std::vector<JobSpecField>& JobSpecFields() {
       {"trainer.bucket_cap_mb", "bucket_bytes"},  // MiB to bytes
       {"trainer.min_workers", ""},
       {"trainer.max_restarts", ""},
+      {"trainer.test_ckpt_path", ""},
       {"optimizer.name", "optimizer.name"},
       {"optimizer.lr", "optimizer.lr"},
       {"optimizer.momentum", "optimizer.momentum"},

@@ -189,6 +189,10 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
                              StrategyNames()[0], "strategy");
       !s.ok())
     return s;
+  if (absl::Status s = OneOf("trainer.test_ckpt_path", t->mutable_test_ckpt_path(),
+                             {"last", "best"}, "last", "test checkpoint");
+      !s.ok())
+    return s;
   if (absl::Status s = OneOf("trainer.precision", t->mutable_precision(), PrecisionNames(),
                              PrecisionNames()[0], "precision");
       !s.ok())

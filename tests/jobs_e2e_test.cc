@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -235,6 +236,46 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
     EXPECT_TRUE(cells[1].size() == 1 && cells[1][0] >= '0' && cells[1][0] <= '9') << line;
   }
   EXPECT_EQ(rows, 512);
+}
+
+// trainer.test_ckpt_path: best tests the best checkpoint, not the weights fit ended with. The
+// monitor is made to prefer the first validation (the highest val_loss), so best and last differ;
+// a test stage from that checkpoint gives the same test metrics.
+TEST_F(JobsE2eTest, TestCkptPathBest_TestsTheBestCheckpoint) {
+  std::string spec = SyntheticJob("pick", 1);
+  spec.replace(spec.find("  seed: 1\n"), 10, "  seed: 1\n  test_ckpt_path: best\n");
+  const std::string monitor = "checkpoint: {monitor: val_acc,";
+  spec.replace(spec.find(monitor), monitor.size(), "checkpoint: {monitor: val_loss, mode: max,");
+  CommandResult run = Dtrain("submit --wait " + WriteJob("pick", spec));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const v1::JobStatus job = GetJob("pick-1");
+  ASSERT_TRUE(absl::EndsWith(job.best_checkpoint(), "/epoch=0-step=16.ckpt"))
+      << job.best_checkpoint();
+  EXPECT_THAT(Dtrain("logs pick-1").output,
+              HasSubstr("testing the best checkpoint " + job.best_checkpoint()));
+
+  const std::string test =
+      SyntheticJob("retest", 1) + "stage: test\nresume_from: " + job.best_checkpoint() + "\n";
+  CommandResult tested = Dtrain("submit --wait " + WriteJob("retest", test));
+  ASSERT_EQ(tested.exit_code, 0) << tested.output;
+  const v1::JobStatus retest = GetJob("retest-1");
+  EXPECT_NEAR(job.metrics().at("test_loss"), retest.metrics().at("test_loss"), 1e-6);
+  EXPECT_DOUBLE_EQ(job.metrics().at("test_acc"), retest.metrics().at("test_acc"));
+
+  // The weights fit ended with test differently: the best really was loaded.
+  const std::string last =
+      SyntheticJob("final", 1) + "stage: test\nresume_from: " + job.checkpoint() + "\n";
+  CommandResult final_run = Dtrain("submit --wait " + WriteJob("final", last));
+  ASSERT_EQ(final_run.exit_code, 0) << final_run.output;
+  EXPECT_GT(std::abs(GetJob("final-1").metrics().at("test_loss") - job.metrics().at("test_loss")),
+            1e-4);
+
+  // An unknown choice is refused at submit with the field's path.
+  std::string bad = SyntheticJob("bad", 1);
+  bad.replace(bad.find("  seed: 1\n"), 10, "  seed: 1\n  test_ckpt_path: worst\n");
+  CommandResult refused = Dtrain("submit " + WriteJob("bad", bad));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.output, HasSubstr("trainer.test_ckpt_path: unknown test checkpoint 'worst'"));
 }
 
 // accumulate_grad_batches 3 over 32 batches per epoch: each epoch's last, partial window still

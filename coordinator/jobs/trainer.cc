@@ -511,20 +511,44 @@ std::vector<std::string> Trainer::lost_workers() const {
   return std::vector<std::string>(names.begin(), names.end());
 }
 
+absl::Status Trainer::LoadCheckpoint(const std::string& path,
+                                     std::vector<v1::LoadCheckpointResponse>* loaded) {
+  std::vector<v1::LoadCheckpointResponse> answers(workers_.size());
+  v1::LoadCheckpointRequest load;
+  load.set_job_id(options_.job_id);
+  load.set_path(path);
+  absl::Status status = workers_.OnEvery(
+      "load_checkpoint",
+      [&](int i, grpc::ClientContext* context) {
+        return workers_.stub(i).LoadCheckpoint(context, load, &answers[i]);
+      },
+      options_.step_timeout);
+  if (loaded != nullptr) *loaded = std::move(answers);
+  return status;
+}
+
+absl::Status Trainer::LoadTestWeights() {
+  if (options_.spec.trainer().test_ckpt_path() != "best") return absl::OkStatus();
+  // Without a monitor the best is the last save, which holds the weights fit ended with.
+  if (best_checkpoint_.empty() || best_checkpoint_ == last_checkpoint_) {
+    reporter_->Log("testing the weights fit ended with (no better checkpoint by monitor)");
+    return absl::OkStatus();
+  }
+  absl::Status status = LoadCheckpoint(best_checkpoint_, nullptr);
+  if (!status.ok()) {
+    return absl::Status(
+        status.code(),
+        absl::StrCat("cannot load the best checkpoint ", best_checkpoint_, " for the test (",
+                     "trainer.test_ckpt_path: best): ", status.message()));
+  }
+  reporter_->Log(absl::StrCat("testing the best checkpoint ", best_checkpoint_));
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
   const v1::JobSpec& spec = options_.spec;
   std::vector<v1::LoadCheckpointResponse> loaded(workers_.size());
-  auto load_from = [&](const std::string& path) {
-    v1::LoadCheckpointRequest load;
-    load.set_job_id(options_.job_id);
-    load.set_path(path);
-    return workers_.OnEvery(
-        "load_checkpoint",
-        [&](int i, grpc::ClientContext* context) {
-          return workers_.stub(i).LoadCheckpoint(context, load, &loaded[i]);
-        },
-        options_.step_timeout);
-  };
+  auto load_from = [&](const std::string& path) { return LoadCheckpoint(path, &loaded); };
   std::string resumed_from = spec.resume_from();
   absl::Status load_status = load_from(resumed_from);
   if (load_status.code() == absl::StatusCode::kInvalidArgument ||
@@ -587,6 +611,7 @@ absl::Status Trainer::Run() {
     if (stage == "validate") {
       DTRAIN_RETURN_IF_ERROR(EvaluateAndReport("val", /*test=*/false, &metrics));
     }
+    if (stage == "fit" && !spec.trainer().skip_test()) DTRAIN_RETURN_IF_ERROR(LoadTestWeights());
     if ((stage == "fit" && !spec.trainer().skip_test()) || stage == "test") {
       DTRAIN_RETURN_IF_ERROR(EvaluateAndReport("test", /*test=*/true, &metrics));
     }

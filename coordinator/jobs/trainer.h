@@ -96,6 +96,11 @@ class Trainer final : public TrainerControl, public JobRun {
   // Loads spec.resume_from (or, when it is unreadable, the newest other checkpoint beside it);
   // sets where training resumes.
   absl::Status Resume(int64_t* start_epoch, int64_t* start_batch);
+  // Every worker loads `path`; `loaded` (optional) receives their answers.
+  absl::Status LoadCheckpoint(const std::string& path,
+                              std::vector<v1::LoadCheckpointResponse>* loaded);
+  // Before the test after fit: the weights trainer.test_ckpt_path names.
+  absl::Status LoadTestWeights();
   absl::Status TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop);
   // Runs validation (or test) over the split: sample-weighted means overall and per rank.
   absl::Status Evaluate(const std::string& split, int64_t limit_samples, bool test,
