@@ -22,7 +22,7 @@ done
 
 deploy/install-deps.sh --bench >&2
 build="$root/build"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON -DDTRAIN_BUILD_TESTS=OFF \
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
   -DDTRAIN_BUILD_WORKER=ON >&2
 cmake --build "$build" --target dtrain-coordinator dtrain-bench-collectives \
   dtrain-bench-collectives-gloo dtrain-bench-loopback >&2

@@ -25,7 +25,7 @@ done
 
 deploy/install-deps.sh --bench >&2
 build="$root/build"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON -DDTRAIN_BUILD_TESTS=OFF \
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
   -DDTRAIN_BUILD_WORKER=ON >&2
 cmake --build "$build" --target dtrain-coordinator dtrain-worker dtrain dtrain-bench-train-loop >&2
 
@@ -56,12 +56,13 @@ dtrain_job() {  # model backend strategy workers
 name: bench-$model-$backend
 model: {builtin: $model}
 data: {builtin: fashion-mnist, batch_size: $batch, shuffle: false}
-trainer: {max_steps: ${steps[$model]}, strategy: $strategy, num_workers: $workers,
-          collective_backend: $backend, val_check_interval: 1000000000, skip_test: true, seed: 1}
+trainer: {max_steps: ${steps[$model]}, strategy: $strategy, num_nodes: $workers,
+          collective_backend: $backend, val_check_interval: 1000000000, skip_test: true}
+seed_everything: 1
 optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
 JOB
   local id
-  id=$("$build/client/dtrain" submit --output json "$work/job.yaml" | sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1)
+  id=$("$build/client/dtrain" fit --output json --config "$work/job.yaml" | sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1)
   "$build/client/dtrain" watch "$id" >/dev/null
   "$build/client/dtrain" status "$id" --output json |
     /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); print(json.dumps({'system': 'dtrain-$backend' if $workers > 1 else 'dtrain-single', 'model': '$model', 'ranks': $workers, 'batch': $batch, 'samples_per_s': round(s['progress']['samples_per_second'], 1)}))"

@@ -1,15 +1,18 @@
-// dtrain: the command line for submitting and watching training jobs.
-//   dtrain submit JOBFILE [--wait]   dtrain status JOB   dtrain list   dtrain watch JOB
-//   dtrain logs JOB [--follow]       dtrain cancel JOB   dtrain workers
-//   dtrain results JOB [--plot FILE.svg]
+// dtrain: the command line for submitting and watching training jobs, shaped like LightningCLI:
+//   dtrain fit|validate|test|predict --config job.yaml [--config more.yaml]
+//          [--trainer.max_epochs=5 ...] [--print_config] [--wait] [--dry_run]
+//   dtrain status JOB   dtrain list   dtrain watch JOB   dtrain logs JOB [--follow]
+//   dtrain cancel JOB   dtrain workers   dtrain results JOB [--plot FILE.svg]   dtrain health
 // --coordinator host:port (or DTRAIN_COORDINATOR); --token / --token_file (or DTRAIN_TOKEN) when
-// the coordinator requires one; --output json on every command. The exit
-// status is 0 on success, 1 when a job failed or was cancelled (the reason is printed), 2 for a
-// usage error, 3 when the coordinator refused or could not be reached.
+// the coordinator requires one; --output json on every command (errors too). The exit status
+// is 0 on success (and for --help), 1 when a job failed or was cancelled (the reason is
+// printed), 2 for a usage error or a spec the client refuses, 3 when the coordinator refused
+// or could not be reached.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,7 +21,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -30,7 +32,7 @@
 #include "client/metrics_plot.h"
 #include "client/progress_view.h"
 #include "common/channel.h"
-#include "common/flag_names.h"
+#include "common/command_line.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
 #include "common/tls_flags.h"
@@ -42,10 +44,14 @@
 ABSL_FLAG(std::string, coordinator, "",
           "the coordinator's host:port; default $DTRAIN_COORDINATOR or 127.0.0.1:29610");
 ABSL_FLAG(std::string, output, "text", "text or json");
-ABSL_FLAG(bool, wait, false, "submit: watch the job until it ends; exit as it ended");
+ABSL_FLAG(bool, wait, false,
+          "fit/validate/test/predict: watch the job until it ends; exit as it ended");
 ABSL_FLAG(bool, dry_run, false,
-          "submit: have an idle worker load the model and data and run one training_step and "
-          "one validation_step, report what it found, and queue nothing");
+          "fit/validate/test/predict: have an idle worker load the model and data and run one "
+          "training_step and one validation_step, report what it found, and queue nothing");
+ABSL_FLAG(bool, print_config, false,
+          "fit/validate/test/predict: print the resolved job spec as YAML (defaults filled in) "
+          "and submit nothing");
 ABSL_FLAG(bool, follow, false, "logs: keep printing new lines until the job ends");
 ABSL_FLAG(std::string, plot, "", "results: also draw the loss and accuracy curves to this .svg");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "deadline of each request");
@@ -81,6 +87,35 @@ std::string ToJson(const google::protobuf::Message& message) {
   return out;
 }
 
+std::string ToJsonLine(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+// An error for the user: `dtrain: message` on stderr, or with --output json
+// {"error": {"code": "INVALID_ARGUMENT", "message": "..."}, "exit_code": 2} on stdout, where a
+// script reading the output finds it.
+int Fail(int exit_code, absl::StatusCode code, const std::string& message) {
+  if (Json()) {
+    google::protobuf::Struct out;
+    auto& error = *(*out.mutable_fields())["error"].mutable_struct_value()->mutable_fields();
+    error["code"].set_string_value(absl::StatusCodeToString(code));
+    error["message"].set_string_value(message);
+    (*out.mutable_fields())["exit_code"].set_number_value(exit_code);
+    std::printf("%s\n", ToJsonLine(out).c_str());
+  } else {
+    std::fprintf(stderr, "dtrain: %s\n", message.c_str());
+  }
+  return exit_code;
+}
+
+int UsageError(const std::string& message) {
+  return Fail(2, absl::StatusCode::kInvalidArgument, message);
+}
+
 int Refused(const absl::Status& s, const std::string& address = Address()) {
   if (s.code() == absl::StatusCode::kUnavailable ||
       s.code() == absl::StatusCode::kDeadlineExceeded) {
@@ -89,22 +124,23 @@ int Refused(const absl::Status& s, const std::string& address = Address()) {
     const bool maybe_tls = absl::StrContains(s.message(), "Socket closed") ||
                            absl::StrContains(s.message(), "SSL") ||
                            absl::StrContains(s.message(), "handshake");
-    std::fprintf(stderr, "dtrain: cannot reach %s (%s); %s\n", address.c_str(),
-                 std::string(s.message()).c_str(),
-                 maybe_tls ? "if it uses TLS, set --tls_ca / DTRAIN_TLS_CA to its CA (and "
-                             "--tls_cert/--tls_key or DTRAIN_TLS_CERT/DTRAIN_TLS_KEY if it "
-                             "requires client certificates)"
-                           : "start one with deploy/local/cluster.sh start, or set "
-                             "--coordinator / DTRAIN_COORDINATOR");
-  } else {
-    std::fprintf(stderr, "dtrain: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
-                 std::string(s.message()).c_str());
+    return Fail(kRefused, s.code(),
+                absl::StrCat("cannot reach ", address, " (", s.message(), "); ",
+                             maybe_tls ? "if it uses TLS, set --tls_ca / DTRAIN_TLS_CA to its CA "
+                                         "(and --tls_cert/--tls_key or DTRAIN_TLS_CERT/"
+                                         "DTRAIN_TLS_KEY if it requires client certificates)"
+                                       : "start one with deploy/local/cluster.sh start, or set "
+                                         "--coordinator / DTRAIN_COORDINATOR"));
   }
+  if (Json()) return Fail(kRefused, s.code(), std::string(s.message()));
+  std::fprintf(stderr, "dtrain: %s: %s\n", absl::StatusCodeToString(s.code()).c_str(),
+               std::string(s.message()).c_str());
   return kRefused;
 }
 
 int ExitFor(const v1::JobStatus& status) {
   if (status.state() == v1::SUCCEEDED) return kOk;
+  if (Json()) return kJobFailed;  // the printed status holds the state and reason
   std::fprintf(stderr, "dtrain: job %s %s%s%s\n", status.id().c_str(),
                v1::JobState_Name(status.state()).c_str(), status.reason().empty() ? "" : ": ",
                status.reason().c_str());
@@ -115,16 +151,26 @@ class Client {
  public:
   Client() : jobs_(Address(), absl::GetFlag(FLAGS_timeout)) {}
 
-  int Submit(const std::string& file) {
-    absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(file);
+  // fit / validate / test / predict: the configs and overrides make one spec, checked here
+  // before anything is sent.
+  int Submit(const std::string& stage, const std::vector<std::string>& configs,
+             const std::vector<std::pair<std::string, std::string>>& overrides) {
+    absl::StatusOr<v1::JobSpec> spec = ReadJobConfig(configs, overrides);
+    v1::JobSpec normalized;
     if (spec.ok()) {
-      v1::JobSpec normalized = *spec;
+      spec->set_stage(stage);
+      normalized = *spec;
       absl::Status valid = NormalizeJobSpec(&normalized);
-      if (!valid.ok()) spec = absl::Status(valid.code(), absl::StrCat(file, ": ", valid.message()));
+      if (!valid.ok()) spec = valid;
     }
-    if (!spec.ok()) {
-      std::fprintf(stderr, "dtrain: %s\n", std::string(spec.status().message()).c_str());
-      return kUsage;
+    if (!spec.ok()) return UsageError(std::string(spec.status().message()));
+    if (absl::GetFlag(FLAGS_print_config)) {
+      if (Json()) {
+        std::printf("%s\n", ToJson(normalized).c_str());
+      } else {
+        std::printf("%s", JobSpecToYaml(normalized).c_str());
+      }
+      return kOk;
     }
     if (absl::GetFlag(FLAGS_dry_run)) return DryRun(*spec);
     absl::StatusOr<v1::JobStatus> job = jobs_.Submit(*spec);
@@ -133,7 +179,12 @@ class Client {
       std::printf("%s\n", ToJson(*job).c_str());
       return kOk;
     }
-    if (!Json()) std::printf("submitted %s\n", job->id().c_str());
+    if (Json()) {
+      std::printf("%s\n", ToJsonLine(*job).c_str());
+    } else {
+      std::printf("submitted %s\n", job->id().c_str());
+    }
+    std::fflush(stdout);
     if (!absl::GetFlag(FLAGS_wait)) return kOk;
     return Watch(job->id());
   }
@@ -167,17 +218,19 @@ class Client {
 
   int Watch(const std::string& id) {
     ProgressView view(isatty(STDOUT_FILENO) && !Json());
+    // --output json: one JSON object per line per update (JSON Lines), the last one terminal.
     absl::StatusOr<v1::JobStatus> ended = jobs_.Watch(id, [&](const v1::JobStatus& status) {
-      if (!Json()) view.Show(status);
+      if (Json()) {
+        std::printf("%s\n", ToJsonLine(status).c_str());
+        std::fflush(stdout);
+      } else {
+        view.Show(status);
+      }
     });
     view.Done();
     if (!ended.ok()) return Refused(ended.status());
     const v1::JobStatus& last = *ended;
-    if (Json()) {
-      std::printf("%s\n", ToJson(last).c_str());
-    } else if (last.state() == v1::SUCCEEDED) {
-      PrintMetrics(last);
-    }
+    if (!Json() && last.state() == v1::SUCCEEDED) PrintMetrics(last);
     return ExitFor(last);
   }
 
@@ -231,7 +284,9 @@ class Client {
       if (!logs.ok()) return Refused(logs.status());
       const v1::GetJobLogsResponse& response = *logs;
       if (Json()) {
-        std::printf("%s\n", ToJson(response).c_str());
+        // Followed, one object per line (JSON Lines) as watch prints.
+        std::printf("%s\n", absl::GetFlag(FLAGS_follow) ? ToJsonLine(response).c_str()
+                                                        : ToJson(response).c_str());
       } else {
         for (const std::string& line : response.lines()) std::printf("%s\n", line.c_str());
       }
@@ -308,10 +363,7 @@ class Client {
       absl::StatusOr<std::vector<v1::MetricPoint>> points = jobs_.Metrics(id);
       if (!points.ok()) return Refused(points.status());
       absl::Status written = WriteMetricsPlot(absl::GetFlag(FLAGS_plot), id, *points);
-      if (!written.ok()) {
-        std::fprintf(stderr, "dtrain: %s\n", std::string(written.message()).c_str());
-        return kUsage;
-      }
+      if (!written.ok()) return Fail(kUsage, written.code(), std::string(written.message()));
       if (!Json()) std::printf("plot: %s\n", absl::GetFlag(FLAGS_plot).c_str());
     }
     if (Json()) {
@@ -359,9 +411,13 @@ class Client {
 };
 
 constexpr char kUsageText[] =
-    "dtrain: submit and watch training jobs on a dtrain cluster.\n"
-    "  dtrain submit JOBFILE [--wait]     queue a job (YAML or JSON spec); --wait watches it\n"
-    "  dtrain submit JOBFILE --dry-run    check it on an idle worker (one training and one\n"
+    "dtrain: submit and watch training jobs on a dtrain cluster, as LightningCLI runs them.\n"
+    "  dtrain fit --config job.yaml [--config more.yaml] [--trainer.max_epochs=5 ...]\n"
+    "                                     queue a job; later configs and the dotted overrides\n"
+    "                                     win; --wait watches it to its end\n"
+    "  dtrain validate|test|predict --config job.yaml [--ckpt_path=F]   the other stages\n"
+    "         ... --print_config          print the resolved spec as YAML; queue nothing\n"
+    "         ... --dry_run               check it on an idle worker (one training and one\n"
     "                                     validation step); queue nothing\n"
     "  dtrain status JOB                  state, progress, metrics\n"
     "  dtrain list                        every job\n"
@@ -372,42 +428,103 @@ constexpr char kUsageText[] =
     "  dtrain results JOB [--plot F.svg]  final metrics and checkpoint; curves to an SVG\n"
     "  dtrain health [HOST:PORT] [--service S]  SERVING (exit 0) or not (exit 1), any dtrain "
     "server\n"
-    "Flags: --coordinator host:port (or DTRAIN_COORDINATOR), --output text|json,\n"
-    "       --tls_ca F [--tls_cert F --tls_key F] (or DTRAIN_TLS_CA, DTRAIN_TLS_CERT, "
-    "DTRAIN_TLS_KEY)";
+    "Exit status: 0 success, 1 the job failed or was cancelled, 2 usage error or refused spec,\n"
+    "3 the coordinator refused the request or could not be reached.";
+
+bool IsStage(const std::string& command) {
+  return command == "fit" || command == "validate" || command == "test" || command == "predict";
+}
+
+// --output json, read from argv before the flags are parsed, so that a usage error in the
+// flags themselves is JSON too.
+bool AskedForJson(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--output=json") return true;
+    if (arg == "--output" && i + 1 < argc && std::string(argv[i + 1]) == "json") return true;
+  }
+  return false;
+}
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsageText);
-  std::vector<std::string> store;
-  std::vector<char*> args = NormalizeFlagNames(argc, argv, store);
-  std::vector<char*> positional =
-      absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  // Top-level spec keys are overrides too (--ckpt_path=F, --seed_everything=3), as are the
+  // renamed ones, so that they get their hint rather than "unknown flag".
+  std::set<std::string> options = {"config", "resume_from"};
+  const google::protobuf::Descriptor* spec = v1::JobSpec::descriptor();
+  for (int i = 0; i < spec->field_count(); ++i) options.insert(spec->field(i)->name());
+  const CommandLine line = ParseFlags(argc, argv, /*dotted=*/true, options);
+  if (line.outcome == CommandLine::Outcome::kHelp) {
+    std::fputs(FlagsHelp({{"config",
+                           "fit/validate/test/predict: a job spec file (YAML or JSON); "
+                           "repeat it to layer several, later wins"},
+                          {"SECTION.KEY",
+                           "fit/validate/test/predict: set one spec key, e.g. "
+                           "--trainer.max_epochs=5 (YAML value); top-level keys "
+                           "too: --ckpt_path=F, --seed_everything=1"}})
+                   .c_str(),
+               stdout);
+    return kOk;
+  }
+  if (line.outcome == CommandLine::Outcome::kUsageError) {
+    if (AskedForJson(argc, argv)) absl::SetFlag(&FLAGS_output, "json");
+    return UsageError(line.error);
+  }
   const std::string output = absl::GetFlag(FLAGS_output);
   if (output != "text" && output != "json") {
-    std::fprintf(stderr, "dtrain: --output is text or json, got '%s'\n", output.c_str());
-    return kUsage;
+    absl::SetFlag(&FLAGS_output, "text");
+    return UsageError(absl::StrCat("--output is text or json, got '", output, "'"));
   }
-  if (positional.size() < 2) {
-    std::fprintf(stderr, "%s\n", kUsageText);
-    return kUsage;
-  }
+  const std::vector<std::string>& positional = line.positional;
+  if (positional.empty()) return UsageError(absl::StrCat("give a command\n", kUsageText));
   if (absl::Status s = ConfigureClientTlsFromFlags(); !s.ok()) {
-    std::fprintf(stderr, "dtrain: %s\n", std::string(s.message()).c_str());
-    return kUsage;
+    return UsageError(std::string(s.message()));
   }
   if (absl::StatusOr<std::string> token = ConfigureClientTokenFromFlags(); !token.ok()) {
-    std::fprintf(stderr, "dtrain: %s\n", std::string(token.status().message()).c_str());
-    return kUsage;
+    return UsageError(std::string(token.status().message()));
   }
-  const std::string command = positional[1];
-  const std::string arg = positional.size() > 2 ? positional[2] : "";
+  const std::string command = positional[0];
+  std::vector<std::string> configs;
+  std::vector<std::pair<std::string, std::string>> overrides;
+  for (const auto& [name, value] : line.options) {
+    if (name == "config") {
+      configs.push_back(value);
+    } else {
+      overrides.emplace_back(name, value);
+    }
+  }
+  if (!IsStage(command) && (!configs.empty() || !overrides.empty())) {
+    return UsageError(absl::StrCat("dtrain ", command, " takes no --config or --",
+                                   overrides.empty() ? "config" : overrides[0].first,
+                                   "; those belong to fit, validate, test and predict"));
+  }
+  if (command == "submit") {
+    return UsageError(absl::StrCat(
+        "'submit' is now the stage's subcommand, as LightningCLI's: dtrain fit --config ",
+        positional.size() > 1 ? positional[1] : "JOB.yaml", " (or validate, test, predict)"));
+  }
+  if (IsStage(command)) {
+    if (positional.size() > 1) {
+      return UsageError(
+          absl::StrCat("dtrain ", command, ": give the spec as --config ", positional[1]));
+    }
+    if (configs.empty() && overrides.empty()) {
+      return UsageError(absl::StrCat("dtrain ", command, ": give --config FILE (YAML or JSON)"));
+    }
+    Client client;
+    return client.Submit(command, configs, overrides);
+  }
+  const std::string arg = positional.size() > 1 ? positional[1] : "";
+  if (positional.size() > 2) {
+    return UsageError(
+        absl::StrCat("dtrain ", command, ": unexpected argument '", positional[2], "'"));
+  }
   auto need_arg = [&](const char* what) {
     if (!arg.empty()) return true;
-    std::fprintf(stderr, "dtrain %s: give %s\n", command.c_str(), what);
+    UsageError(absl::StrCat("dtrain ", command, ": give ", what));
     return false;
   };
   Client client;
-  if (command == "submit") return need_arg("a job file") ? client.Submit(arg) : kUsage;
   if (command == "status") return need_arg("a job id") ? client.Status(arg) : kUsage;
   if (command == "watch") return need_arg("a job id") ? client.Watch(arg) : kUsage;
   if (command == "logs") return need_arg("a job id") ? client.Logs(arg) : kUsage;
@@ -416,8 +533,7 @@ int Main(int argc, char** argv) {
   if (command == "list") return client.List();
   if (command == "workers") return client.Workers();
   if (command == "health") return Client::Health(arg);
-  std::fprintf(stderr, "dtrain: unknown command '%s'\n%s\n", command.c_str(), kUsageText);
-  return kUsage;
+  return UsageError(absl::StrCat("unknown command '", command, "'; --help lists them"));
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
 #include "client/job_spec_file.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include <google/protobuf/descriptor.h>
@@ -11,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace dtrain {
 namespace {
@@ -36,6 +41,21 @@ absl::StatusOr<T> Scalar(const YAML::Node& node, const std::string& path, const 
 }
 
 absl::Status Fill(const YAML::Node& node, Message* message, const std::string& path);
+
+// Keys dtrain once spelled differently from Lightning: one spelling per concept, and the old
+// one points at the new.
+const char* RenamedKeyHint(const std::string& path) {
+  static const auto* const kRenamed = new std::map<std::string, const char*>{
+      {"trainer.num_workers",
+       "renamed to trainer.num_nodes (the worker machines a job needs, Lightning's num_nodes; "
+       "num_workers is a DataLoader argument)"},
+      {"trainer.min_workers", "renamed to trainer.min_nodes (the fewest an elastic job runs on)"},
+      {"resume_from", "renamed to ckpt_path (Lightning's name for the checkpoint to start from)"},
+      {"trainer.seed", "moved to seed_everything, at the top level as LightningCLI has it"},
+  };
+  auto it = kRenamed->find(path);
+  return it == kRenamed->end() ? nullptr : it->second;
+}
 
 // A list of numbers or strings (`mean: [0.5, 0.4]`), or one value for a list of one.
 absl::Status SetRepeated(const YAML::Node& value, Message* message, const FieldDescriptor* field,
@@ -137,6 +157,7 @@ absl::Status Fill(const YAML::Node& node, Message* message, const std::string& p
     const FieldDescriptor* field = d->FindFieldByName(key);
     if (field == nullptr) field = d->FindFieldByCamelcaseName(key);
     if (field == nullptr) {
+      if (const char* hint = RenamedKeyHint(where); hint != nullptr) return Bad(where, hint);
       std::vector<std::string> known;
       for (int i = 0; i < d->field_count(); ++i) known.push_back(d->field(i)->name());
       return Bad(where, absl::StrCat("unknown key; ", path.empty() ? "a job spec" : path, " has ",
@@ -193,10 +214,190 @@ void ResolvePaths(const std::string& base, v1::JobSpec* spec) {
   if (spec->model().has_torchscript()) resolve(spec->mutable_model()->mutable_torchscript());
   if (spec->data().has_tensors_file()) resolve(spec->mutable_data()->mutable_tensors_file());
   if (!spec->data().data_dir().empty()) resolve(spec->mutable_data()->mutable_data_dir());
-  if (!spec->resume_from().empty()) resolve(spec->mutable_resume_from());
+  if (!spec->ckpt_path().empty()) resolve(spec->mutable_ckpt_path());
   if (!spec->checkpoint().dirpath().empty()) {
     resolve(spec->mutable_checkpoint()->mutable_dirpath());
   }
+}
+
+namespace {
+
+// The spec's path fields by name, for resolving those a file or an override set.
+std::vector<std::pair<std::string, std::string*>> PathFields(v1::JobSpec* spec) {
+  std::vector<std::pair<std::string, std::string*>> out;
+  if (spec->model().has_torchscript()) {
+    out.emplace_back("model.torchscript", spec->mutable_model()->mutable_torchscript());
+  }
+  if (spec->data().has_tensors_file()) {
+    out.emplace_back("data.tensors_file", spec->mutable_data()->mutable_tensors_file());
+  }
+  out.emplace_back("data.data_dir", spec->mutable_data()->mutable_data_dir());
+  out.emplace_back("ckpt_path", spec->mutable_ckpt_path());
+  out.emplace_back("checkpoint.dirpath", spec->mutable_checkpoint()->mutable_dirpath());
+  return out;
+}
+
+// Makes absolute, against `base`, the relative paths that differ from `before`'s.
+void ResolveChangedPaths(const v1::JobSpec& before, const std::string& base, v1::JobSpec* spec) {
+  v1::JobSpec copy = before;
+  std::map<std::string, std::string> old;
+  for (auto& [name, value] : PathFields(&copy)) old[name] = *value;
+  for (auto& [name, value] : PathFields(spec)) {
+    if (value->empty() || std::filesystem::path(*value).is_absolute()) continue;
+    auto it = old.find(name);
+    if (it != old.end() && it->second == *value) continue;
+    *value = (std::filesystem::path(base) / *value).lexically_normal().string();
+  }
+}
+
+absl::StatusOr<YAML::Node> LoadYaml(const std::string& text) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    return absl::InvalidArgumentError(absl::StrCat("syntax error at line ", e.mark.line + 1,
+                                                   ", column ", e.mark.column + 1, ": ", e.msg));
+  }
+}
+
+// The shortest decimal that reads back as exactly `value`.
+std::string ShortestDouble(double value) {
+  char buffer[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buffer, sizeof(buffer), "%.*g", digits, value);
+    if (std::strtod(buffer, nullptr) == value) break;
+  }
+  std::string out = buffer;
+  // YAML reads "1e-05" as a string; "1.0e-05" as a number.
+  if (out.find('e') != std::string::npos && out.find('.') == std::string::npos) {
+    out.insert(out.find('e'), ".0");
+  }
+  return out;
+}
+
+void Emit(const Message& message, YAML::Emitter& out, bool top) {
+  const google::protobuf::Descriptor* d = message.GetDescriptor();
+  const google::protobuf::Reflection* r = message.GetReflection();
+  out << YAML::BeginMap;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* field = d->field(i);
+    // The stage is the subcommand, never a key of a config.
+    if (top && field->name() == "stage") continue;
+    if ((field->real_containing_oneof() != nullptr || field->has_presence()) &&
+        !field->is_repeated() && !r->HasField(message, field)) {
+      continue;
+    }
+    out << YAML::Key << field->name() << YAML::Value;
+    if (field->is_repeated()) {
+      out << YAML::Flow << YAML::BeginSeq;
+      for (int k = 0; k < r->FieldSize(message, field); ++k) {
+        switch (field->cpp_type()) {
+          case FieldDescriptor::CPPTYPE_DOUBLE:
+            out << ShortestDouble(r->GetRepeatedDouble(message, field, k));
+            break;
+          case FieldDescriptor::CPPTYPE_INT64:
+            out << r->GetRepeatedInt64(message, field, k);
+            break;
+          default:
+            out << r->GetRepeatedString(message, field, k);
+        }
+      }
+      out << YAML::EndSeq;
+      continue;
+    }
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_MESSAGE:
+        Emit(r->GetMessage(message, field), out, false);
+        break;
+      case FieldDescriptor::CPPTYPE_INT32:
+        out << r->GetInt32(message, field);
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        out << r->GetInt64(message, field);
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        out << r->GetUInt64(message, field);
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        out << ShortestDouble(r->GetDouble(message, field));
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        out << (r->GetBool(message, field) ? "true" : "false");
+        break;
+      default:
+        // Quoted, so that "32" stays text and "" is a value, not a missing one.
+        out << YAML::DoubleQuoted << r->GetString(message, field);
+    }
+  }
+  out << YAML::EndMap;
+}
+
+}  // namespace
+
+absl::Status ApplyOverride(const std::string& dotted, const std::string& value, v1::JobSpec* spec) {
+  const std::vector<std::string> keys = absl::StrSplit(dotted, '.');
+  for (const std::string& key : keys) {
+    if (key.empty()) return Bad(dotted, "an override is --section.key=value");
+  }
+  // The value is YAML, so --data.normalize.mean=[0.5,0.4] is a list and 5 is a number; text
+  // that is not YAML (a stray ':' or '[') is taken as it is.
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(value);
+  } catch (const YAML::Exception&) {
+    parsed = YAML::Node(value);
+  }
+  if (parsed.IsNull() && !value.empty()) parsed = YAML::Node(value);
+  if (value.empty()) return Bad(dotted, "has no value");
+  // Nested maps from the leaf up. (A yaml-cpp Node is a reference: `=` would write into the
+  // node it refers to, so each level is a node of its own.)
+  YAML::Node root = parsed;
+  for (size_t i = keys.size(); i-- > 0;) {
+    YAML::Node level(YAML::NodeType::Map);
+    level[keys[i]] = root;
+    root.reset(level);
+  }
+  const v1::JobSpec before = *spec;
+  if (absl::Status s = Fill(root, spec, ""); !s.ok()) return s;
+  ResolveChangedPaths(before, std::filesystem::current_path().string(), spec);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobSpec> ReadJobConfig(
+    const std::vector<std::string>& files,
+    const std::vector<std::pair<std::string, std::string>>& overrides) {
+  v1::JobSpec spec;
+  for (const std::string& path : files) {
+    std::ifstream in(path);
+    if (!in.good()) {
+      return absl::NotFoundError(absl::StrCat("config file '", path, "' does not exist"));
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<YAML::Node> root = LoadYaml(text.str());
+    const v1::JobSpec before = spec;
+    absl::Status filled = root.ok() ? Fill(*root, &spec, "") : root.status();
+    if (!filled.ok()) {
+      return absl::Status(filled.code(), absl::StrCat(path, ": ", filled.message()));
+    }
+    ResolveChangedPaths(before, std::filesystem::absolute(path).parent_path().string(), &spec);
+  }
+  for (const auto& [key, value] : overrides) {
+    if (absl::Status s = ApplyOverride(key, value, &spec); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--", key, ": ", s.message()));
+    }
+  }
+  if (!spec.stage().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage: '", spec.stage(), "' is chosen by the subcommand, as LightningCLI's: ", "dtrain ",
+        spec.stage(), " --config FILE; remove the key"));
+  }
+  return spec;
+}
+
+std::string JobSpecToYaml(const v1::JobSpec& spec) {
+  YAML::Emitter out;
+  Emit(spec, out, true);
+  return std::string(out.c_str()) + "\n";
 }
 
 }  // namespace dtrain

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "dtrain/v1/jobs.pb.h"
@@ -16,11 +18,25 @@ namespace dtrain {
 // key, a value of the wrong type, or two choices of one oneof (e.g. model.builtin and
 // model.torchscript).
 // Relative paths in the file (model.torchscript, data.tensors_file, data.data_dir,
-// resume_from, checkpoint.dirpath) are made absolute against the file's own directory, as a
+// ckpt_path, checkpoint.dirpath) are made absolute against the file's own directory, as a
 // compose file's are: the workers do not share the client's working directory.
 absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path);
 // The same resolution against `base`.
 void ResolvePaths(const std::string& base, v1::JobSpec* spec);
 absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text);
+
+// LightningCLI's way: each --config file in order, then each --section.key=value override,
+// onto one spec; later values win (a list is replaced whole). A file's relative paths resolve
+// against its own directory, an override's against the working directory. Errors name the
+// file or the override and the key's path. The stage is the subcommand: a `stage` key is
+// refused with that hint.
+absl::StatusOr<v1::JobSpec> ReadJobConfig(
+    const std::vector<std::string>& files,
+    const std::vector<std::pair<std::string, std::string>>& overrides);
+// Sets one dotted key from YAML text: ApplyOverride("trainer.max_epochs", "5", &spec).
+absl::Status ApplyOverride(const std::string& dotted, const std::string& value, v1::JobSpec* spec);
+// The spec as a config file that ReadJobConfig reads back to the same spec (--print_config);
+// without `stage`.
+std::string JobSpecToYaml(const v1::JobSpec& spec);
 
 }  // namespace dtrain

@@ -84,7 +84,7 @@ v1::SetupRequest MakeSetupRequest(const v1::JobSpec& spec, const SetupContext& c
   request.set_strategy(t.strategy());
   request.set_accelerator(t.accelerator());
   request.set_devices(t.devices());
-  request.set_seed(t.seed());
+  request.set_seed(spec.seed_everything());
   request.set_checkpoint_dir(context.checkpoint_dir);
   request.set_accumulate_grad_batches(t.accumulate_grad_batches());
   request.set_gradient_clip_val(t.gradient_clip_val());
@@ -205,8 +205,7 @@ const std::vector<JobSpecField>& JobSpecFields() {
       {"trainer.precision", "precision"},
       {"trainer.accelerator", "accelerator"},
       {"trainer.devices", "devices"},
-      {"trainer.num_workers", ""},
-      {"trainer.seed", "seed"},
+      {"trainer.num_nodes", ""},
       {"trainer.collective_timeout_ms", "group.collective_timeout_ms"},
       {"trainer.collective_backend", "group.backend"},
       {"trainer.batches_per_call", ""},
@@ -214,7 +213,7 @@ const std::vector<JobSpecField>& JobSpecFields() {
       {"trainer.log_every_n_steps", ""},
       {"trainer.limit_val_batches", ""},
       {"trainer.bucket_cap_mb", "bucket_bytes"},  // MiB to bytes
-      {"trainer.min_workers", ""},
+      {"trainer.min_nodes", ""},
       {"trainer.max_restarts", ""},
       {"trainer.test_ckpt_path", ""},
       {"optimizer.name", "optimizer.name"},
@@ -240,8 +239,9 @@ const std::vector<JobSpecField>& JobSpecFields() {
       {"early_stopping.mode", ""},
       {"early_stopping.min_delta", ""},
       {"early_stopping.patience", ""},
-      {"resume_from", ""},  // through a LoadCheckpoint call
+      {"ckpt_path", ""},  // through a LoadCheckpoint call
       {"stage", ""},
+      {"seed_everything", "seed"},
   };
   return *fields;
 }

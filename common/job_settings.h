@@ -50,7 +50,7 @@ inline constexpr SettingRange<int64_t> kBatchSizeRange{1, 1 << 20};
 inline constexpr int64_t kDefaultValSize = 5000;  // Fashion-MNIST training images held out
 inline constexpr int64_t kDefaultBatchesPerCall = 16;
 inline constexpr SettingRange<int64_t> kBatchesPerCallRange{1, 4096};
-inline constexpr SettingRange<int64_t> kNumWorkersRange{1, 4096};
+inline constexpr SettingRange<int64_t> kNumNodesRange{1, 4096};
 inline constexpr int64_t kDefaultMaxRestarts = 3;
 inline constexpr SettingRange<int64_t> kMaxRestartsRange{1, 1000};
 

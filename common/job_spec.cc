@@ -206,19 +206,18 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
           Range("trainer.devices", t->devices(), kDevicesRange.low, kDevicesRange.high);
       !s.ok())
     return s;
-  if (t->num_workers() == 0) t->set_num_workers(1);
-  if (absl::Status s = Range("trainer.num_workers", t->num_workers(), kNumWorkersRange.low,
-                             kNumWorkersRange.high);
+  if (t->num_nodes() == 0) t->set_num_nodes(1);
+  if (absl::Status s =
+          Range("trainer.num_nodes", t->num_nodes(), kNumNodesRange.low, kNumNodesRange.high);
       !s.ok())
     return s;
-  if ((t->strategy() == "dp" || t->strategy() == "single_device") && t->num_workers() != 1) {
-    return Bad("trainer.num_workers",
+  if ((t->strategy() == "dp" || t->strategy() == "single_device") && t->num_nodes() != 1) {
+    return Bad("trainer.num_nodes",
                absl::StrCat("strategy ", t->strategy(),
                             " runs in one process; use 1 worker or strategy ddp"));
   }
-  if (t->min_workers() == 0) t->set_min_workers(t->num_workers());
-  if (absl::Status s = Range("trainer.min_workers", t->min_workers(), 1, t->num_workers());
-      !s.ok()) {
+  if (t->min_nodes() == 0) t->set_min_nodes(t->num_nodes());
+  if (absl::Status s = Range("trainer.min_nodes", t->min_nodes(), 1, t->num_nodes()); !s.ok()) {
     return s;
   }
   if (t->max_restarts() == 0) t->set_max_restarts(kDefaultMaxRestarts);

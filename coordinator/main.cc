@@ -9,11 +9,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/flag_names.h"
+#include "common/command_line.h"
 #include "common/log.h"
 #include "common/log_flags.h"
 #include "common/process_tuning.h"
@@ -48,9 +47,13 @@ int main(int argc, char** argv) {
       "Usage: dtrain-coordinator [--listen=127.0.0.1:29610] [--heartbeat-timeout=10s] "
       "[--collective-timeout=10m] [--tls_cert=F --tls_key=F [--tls_ca=F] "
       "[--tls_require_client_cert]] [--token_file=F] [--insecure]");
-  std::vector<std::string> store;
-  std::vector<char*> args = dtrain::NormalizeFlagNames(argc, argv, store);
-  absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  const dtrain::CommandLine command_line =
+      dtrain::ParseFlagsOrExit(argc, argv, "dtrain-coordinator");
+  if (!command_line.positional.empty()) {
+    std::fprintf(stderr, "dtrain-coordinator: unexpected argument '%s'; --help lists every flag\n",
+                 command_line.positional[0].c_str());
+    return 2;
+  }
 
   dtrain::TuneProcessForDtrain();
   if (absl::Status s = dtrain::ConfigureLoggingFromFlags("dtrain-coordinator"); !s.ok()) {

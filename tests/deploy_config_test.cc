@@ -26,13 +26,13 @@ namespace {
 
 const std::string kDeploy = DTRAIN_SOURCE_DIR "/deploy";
 
-// The flags a binary accepts, from its --helpfull ("--name (help)...").
+// The flags a binary accepts, from its --help ("  --name  help (default: ...)").
 std::set<std::string> FlagsOf(const std::string& binary) {
   static std::map<std::string, std::set<std::string>> cache;
   auto [it, inserted] = cache.try_emplace(binary);
   if (inserted) {
-    const std::string help = RunShell(binary + " --helpfull 2>&1").output;
-    static const std::regex flag(R"(\n\s+--([a-z_0-9]+) \()");
+    const std::string help = RunShell(binary + " --help 2>&1").output;
+    static const std::regex flag(R"(\n  --([a-z_0-9]+)  )");
     for (std::sregex_iterator m(help.begin(), help.end(), flag), end; m != end; ++m) {
       it->second.insert((*m)[1]);
     }
@@ -60,7 +60,7 @@ void ExpectAccepted(const std::string& binary_name, const std::vector<std::strin
   const std::string binary = BinaryPath(binary_name);
   ASSERT_FALSE(binary.empty()) << where << ": unknown binary " << binary_name;
   const std::set<std::string> flags = FlagsOf(binary);
-  ASSERT_GT(flags.size(), 5u) << binary << " --helpfull listed no flags";
+  ASSERT_GT(flags.size(), 5u) << binary << " --help listed no flags";
   for (const std::string& arg : args) {
     const std::string name = FlagName(arg);
     if (name.empty()) continue;

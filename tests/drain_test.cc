@@ -115,9 +115,10 @@ model: {builtin: mlp}
 data:
   synthetic: {train_size: 256, val_size: 200000, test_size: 256, seed: 3}
   batch_size: 32
-stage: validate
-trainer: {strategy: ddp, num_workers: 2, seed: 1}
-)");
+trainer: {strategy: ddp, num_nodes: 2}
+seed_everything: 1
+)",
+                           "validate");
     EXPECT_FALSE(id->empty());
     EXPECT_TRUE(WaitFor(
         [&] {

@@ -1,6 +1,6 @@
-// Elastic jobs (trainer.min_workers < num_workers): a worker SIGKILLed mid-epoch does not end
+// Elastic jobs (trainer.min_nodes < num_nodes): a worker SIGKILLed mid-epoch does not end
 // the job. The group re-forms in a new generation with the survivors plus an idle replacement
-// when there is one (or fewer workers, down to min_workers), resumes from the last checkpoint,
+// when there is one (or fewer workers, down to min_nodes), resumes from the last checkpoint,
 // and ends SUCCEEDED; with a replacement the world is unchanged and the job ends at exactly the
 // step count of an uninterrupted run.
 #include <signal.h>
@@ -40,7 +40,7 @@ class ElasticJobTest : public ::testing::Test {
   }
 
   std::string SubmitElastic() {
-    return cluster_->Submit("elastic", SyntheticDdpJob("elastic", kEpochs, 4096, ", min_workers: 1",
+    return cluster_->Submit("elastic", SyntheticDdpJob("elastic", kEpochs, 4096, ", min_nodes: 1",
                                                        "checkpoint: {save_top_k: 1}"));
   }
 

@@ -41,7 +41,7 @@ struct Placement {
   std::string job_id;
   std::string group;
   std::vector<std::string> workers;
-  std::string resume_from;
+  std::string ckpt_path;
 };
 
 class FakeRuns;
@@ -90,7 +90,7 @@ class FakeRuns {
   JobRunFactory Factory() {
     return [this](const TrainerOptions& options, TrainerReporter*) -> std::unique_ptr<JobRun> {
       absl::MutexLock lock(&mu_);
-      Placement p{options.job_id, options.group, {}, options.spec.resume_from()};
+      Placement p{options.job_id, options.group, {}, options.spec.ckpt_path()};
       for (const v1::WorkerInfo& w : options.workers) p.workers.push_back(w.name());
       placements_.push_back(std::move(p));
       Script script;
@@ -141,13 +141,13 @@ v1::WorkerInfo Worker(const std::string& name) {
   return w;
 }
 
-v1::JobSpec Spec(const std::string& name, int workers, int min_workers = 0) {
+v1::JobSpec Spec(const std::string& name, int workers, int min_nodes = 0) {
   v1::JobSpec spec;
   spec.set_name(name);
   spec.mutable_model()->set_builtin("mlp");
   spec.mutable_data()->mutable_synthetic()->set_train_size(64);
-  spec.mutable_trainer()->set_num_workers(workers);
-  spec.mutable_trainer()->set_min_workers(min_workers);
+  spec.mutable_trainer()->set_num_nodes(workers);
+  spec.mutable_trainer()->set_min_nodes(min_nodes);
   return spec;
 }
 
@@ -238,7 +238,7 @@ TEST_F(JobManagerTest, Fifo_TheHeadWaitsForItsWorkers_AndLaterJobsWaitBehindIt) 
 TEST_F(JobManagerTest, LostWorker_ElasticJob_ReformsOnTheSurvivorAndAnIdleWorker) {
   AddWorkers({"w0", "w1", "w2"});
   runs_.Push({absl::UnavailableError("training_step lost worker 'w1'"), {"w1"}, {}});
-  const std::string id = Submit(Spec("elastic", 2, /*min_workers=*/1));
+  const std::string id = Submit(Spec("elastic", 2, /*min_nodes=*/1));
   ASSERT_TRUE(WaitForState(id, v1::SUCCEEDED));
   const std::vector<Placement> placed = runs_.placements();
   ASSERT_EQ(placed.size(), 2u);
@@ -257,7 +257,7 @@ TEST_F(JobManagerTest, Drained_TooFewWorkersLeft_RequeuedThenResumesWhenOneJoins
               {"w1"},
               /*hold=*/true});
   v1::JobSpec spec = Spec("drained", 2);  // not elastic: needs both
-  spec.set_resume_from("/data/user.ckpt");
+  spec.set_ckpt_path("/data/user.ckpt");
   const std::string id = Submit(spec);
   ASSERT_TRUE(WaitForState(id, v1::RUNNING));
   // w1 says it is stopping (its heartbeat), then the run lets it go.
@@ -288,7 +288,7 @@ TEST_F(JobManagerTest, Drained_TooFewWorkersLeft_RequeuedThenResumesWhenOneJoins
   const std::vector<Placement> placed = runs_.placements();
   ASSERT_EQ(placed.size(), 2u);
   EXPECT_THAT(placed[1].workers, ElementsAre("w0", "w2"));
-  EXPECT_EQ(placed[1].resume_from, "/data/user.ckpt");
+  EXPECT_EQ(placed[1].ckpt_path, "/data/user.ckpt");
 }
 
 TEST_F(JobManagerTest, Cancel_RunningJob_CancelledAndItsWorkersFreed) {
@@ -308,7 +308,7 @@ TEST_F(JobManagerTest, Cancel_RunningJob_CancelledAndItsWorkersFreed) {
 TEST_F(JobManagerTest, JobsOwnFailure_FailedWithItsMessage_NoRestart) {
   AddWorkers({"w0", "w1", "w2"});
   runs_.Push({absl::InvalidArgumentError("model: training_step returned a string"), {}, {}});
-  const std::string id = Submit(Spec("broken", 2, /*min_workers=*/1));
+  const std::string id = Submit(Spec("broken", 2, /*min_nodes=*/1));
   ASSERT_TRUE(WaitForState(id, v1::FAILED));
   EXPECT_EQ(Get(id).reason(), "model: training_step returned a string");
   EXPECT_EQ(runs_.placements().size(), 1u);
@@ -316,13 +316,13 @@ TEST_F(JobManagerTest, JobsOwnFailure_FailedWithItsMessage_NoRestart) {
 
 // A coordinator that stops while a job runs, before the job's first checkpoint: the next one on
 // the same database starts it again from where the user asked it to start, not from scratch.
-TEST_F(JobManagerTest, Restore_RunningBeforeFirstCheckpoint_StartsAgainFromTheSpecsResumeFrom) {
+TEST_F(JobManagerTest, Restore_RunningBeforeFirstCheckpoint_StartsAgainFromTheSpecsCkptPath) {
   const std::string database = state_dir_ + "/coordinator.db";
   ASSERT_TRUE(manager_->Restore(database).ok());
   AddWorkers({"w0", "w1"});
   runs_.Push({absl::OkStatus(), {}, {}, /*hold=*/true});
   v1::JobSpec spec = Spec("interrupted", 2);
-  spec.set_resume_from("/data/user.ckpt");
+  spec.set_ckpt_path("/data/user.ckpt");
   const std::string id = Submit(spec);
   ASSERT_TRUE(WaitForState(id, v1::RUNNING));
   manager_->Shutdown();  // cancels the held run; the database keeps the job RUNNING
@@ -338,7 +338,7 @@ TEST_F(JobManagerTest, Restore_RunningBeforeFirstCheckpoint_StartsAgainFromTheSp
   const std::vector<Placement> placed = runs_.placements();
   ASSERT_EQ(placed.size(), 2u);
   EXPECT_EQ(placed[1].job_id, id);
-  EXPECT_EQ(placed[1].resume_from, "/data/user.ckpt");
+  EXPECT_EQ(placed[1].ckpt_path, "/data/user.ckpt");
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ namespace dtrain {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kIssueExample[] = R"(
 name: fashion-cnn
@@ -32,8 +33,8 @@ trainer:
   precision: 32-true
   accelerator: cpu
   devices: 1
-  num_workers: 2
-  seed: 1
+  num_nodes: 2
+seed_everything: 1
 optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
 lr_scheduler: {name: cosine}
 checkpoint: {every_n_steps: 500, monitor: val_acc, save_top_k: 1}
@@ -47,7 +48,7 @@ TEST(JobSpecFile, TheIssueExample_ParsesIntoTheMessage) {
   EXPECT_EQ(spec->data().builtin(), "fashion-mnist");
   EXPECT_EQ(spec->data().batch_size(), 64);
   EXPECT_EQ(spec->trainer().max_epochs(), 2);
-  EXPECT_EQ(spec->trainer().num_workers(), 2);
+  EXPECT_EQ(spec->trainer().num_nodes(), 2);
   EXPECT_EQ(spec->trainer().precision(), "32-true");
   EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 0.05);
   EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.9);
@@ -85,7 +86,12 @@ TEST(JobSpecFile, BadKeysAndValues_NamedByPath) {
        "model: give only one of builtin and torchscript"},
       {"trainer: 3", "trainer: expected a mapping"},
       {"trainer: {max_epochs: [1, 2]}", "trainer.max_epochs: expected a single value"},
-      {"trainer: {seed:}", "trainer.seed: has no value"},
+      {"trainer: {max_epochs:}", "trainer.max_epochs: has no value"},
+      // Lightning's spellings only; the old keys name the new ones.
+      {"trainer: {num_workers: 2}", "trainer.num_workers: renamed to trainer.num_nodes"},
+      {"trainer: {min_workers: 1}", "trainer.min_workers: renamed to trainer.min_nodes"},
+      {"resume_from: a.ckpt", "resume_from: renamed to ckpt_path"},
+      {"trainer: {seed: 1}", "trainer.seed: moved to seed_everything"},
       {"trainer: {max_epochs: 2", "syntax error at line 1"},
   };
   for (const Case& c : cases) {
@@ -106,18 +112,113 @@ TEST(JobSpecFile, RelativePaths_ResolvedAgainstTheFilesDirectory) {
   std::filesystem::create_directories(dir + "/jobs");
   std::ofstream(dir + "/jobs/job.yaml") << R"(model: {torchscript: ../models/m.pt}
 data: {tensors_file: data.pt, normalize: {mean: [0.5, 0.25], std: [1, 2]}}
-resume_from: /abs/start.ckpt
+ckpt_path: /abs/start.ckpt
 checkpoint: {dirpath: ckpts}
 )";
   auto spec = ReadJobSpecFile(dir + "/jobs/job.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->model().torchscript(), dir + "/models/m.pt");
   EXPECT_EQ(spec->data().tensors_file(), dir + "/jobs/data.pt");
-  EXPECT_EQ(spec->resume_from(), "/abs/start.ckpt");
+  EXPECT_EQ(spec->ckpt_path(), "/abs/start.ckpt");
   EXPECT_EQ(spec->checkpoint().dirpath(), dir + "/jobs/ckpts");
   ASSERT_EQ(spec->data().normalize().mean_size(), 2);
   EXPECT_EQ(spec->data().normalize().mean(1), 0.25);
   EXPECT_EQ(spec->data().normalize().std(1), 2);
+}
+
+// LightningCLI's layering: configs in order, then dotted overrides; later wins, lists are
+// replaced whole, paths resolve against the file (or, for an override, the working directory)
+// that set them.
+TEST(JobConfig, ConfigsThenOverrides_LaterWins_PathsFromWhereTheyWereSet) {
+  const std::string dir =
+      std::filesystem::path(::testing::TempDir() + "/config-layers-" + std::to_string(getpid()))
+          .lexically_normal()
+          .string();
+  std::filesystem::create_directories(dir + "/a");
+  std::filesystem::create_directories(dir + "/b");
+  std::ofstream(dir + "/a/base.yaml") << R"(name: base
+model: {torchscript: model.pt}
+data: {tensors_file: data.pt, batch_size: 32, normalize: {mean: [0.1, 0.2], std: [1, 1]}}
+trainer: {max_epochs: 3, strategy: ddp, num_nodes: 2}
+seed_everything: 7
+)";
+  std::ofstream(dir + "/b/more.yaml") << R"(data: {tensors_file: other.pt, normalize: {mean: [0.5]}}
+trainer: {max_epochs: 5}
+)";
+  auto spec = ReadJobConfig({dir + "/a/base.yaml", dir + "/b/more.yaml"},
+                            {{"trainer.max_epochs", "9"},
+                             {"data.batch_size", "128"},
+                             {"optimizer.lr", "0.002"},
+                             {"ckpt_path", "runs/last.ckpt"},
+                             {"trainer.precision", "16-mixed"}});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "base");
+  EXPECT_EQ(spec->model().torchscript(), dir + "/a/model.pt");
+  EXPECT_EQ(spec->data().tensors_file(), dir + "/b/other.pt");
+  ASSERT_EQ(spec->data().normalize().mean_size(), 1) << "a list is replaced, not appended to";
+  EXPECT_EQ(spec->data().normalize().mean(0), 0.5);
+  EXPECT_EQ(spec->data().normalize().std_size(), 2);
+  EXPECT_EQ(spec->trainer().max_epochs(), 9);
+  EXPECT_EQ(spec->trainer().num_nodes(), 2);
+  EXPECT_EQ(spec->trainer().precision(), "16-mixed");
+  EXPECT_EQ(spec->data().batch_size(), 128);
+  EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 0.002);
+  EXPECT_EQ(spec->seed_everything(), 7u);
+  EXPECT_EQ(spec->ckpt_path(),
+            (std::filesystem::current_path() / "runs/last.ckpt").lexically_normal().string());
+
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> overrides;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{{"trainer.max_epochs", "five"}},
+       "--trainer.max_epochs: trainer.max_epochs: expected an integer, got 'five'"},
+      {{{"trainer.max_epoch", "5"}},
+       "--trainer.max_epoch: trainer.max_epoch: unknown key; trainer has"},
+      {{{"trainer.num_workers", "2"}}, "renamed to trainer.num_nodes"},
+      {{{"trainer", "5"}}, "--trainer: trainer: expected a mapping"},
+      {{{"trainer..max_epochs", "5"}}, "an override is --section.key=value"},
+      {{{"stage", "test"}}, "stage: 'test' is chosen by the subcommand"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ReadJobConfig({dir + "/a/base.yaml"}, c.overrides);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(c.message));
+  }
+  auto missing = ReadJobConfig({dir + "/nope.yaml"}, {});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr(dir + "/nope.yaml"));
+}
+
+// --print_config prints a config that reads back to the same normalized spec.
+TEST(JobConfig, PrintedConfig_ReadsBackToTheSameSpec) {
+  auto spec = ParseJobSpec(R"(name: round
+model: {builtin: cnn}
+data: {tensors_file: /d/data.pt, batch_size: 64, shuffle: false,
+       normalize: {key: x, mean: [0.2860, 1.0e-05], std: [0.353, 2]}}
+trainer: {max_epochs: 2, precision: 16-mixed, gradient_clip_val: 0.5, num_nodes: 2}
+optimizer: {name: adamw, lr: 0.001, eps: 1.0e-08}
+lr_scheduler: {name: cosine}
+checkpoint: {monitor: val_acc}
+early_stopping: {monitor: val_loss, min_delta: 0.001}
+seed_everything: 42
+ckpt_path: /c/last.ckpt
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec normalized = *spec;
+  ASSERT_EQ(NormalizeJobSpec(&normalized), absl::OkStatus());
+  const std::string yaml = JobSpecToYaml(normalized);
+  EXPECT_THAT(yaml, HasSubstr("seed_everything: 42"));
+  EXPECT_THAT(yaml, HasSubstr("max_epochs: 2"));
+  EXPECT_THAT(yaml, Not(HasSubstr("stage")));
+  const std::string path = ::testing::TempDir() + "/printed-" + std::to_string(getpid()) + ".yaml";
+  std::ofstream(path) << yaml;
+  auto back = ReadJobConfig({path}, {});
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  v1::JobSpec again = *back;
+  ASSERT_EQ(NormalizeJobSpec(&again), absl::OkStatus());
+  EXPECT_EQ(again.SerializeAsString(), normalized.SerializeAsString()) << yaml;
 }
 
 TEST(JobSpecRules, BadValues_NamedByPath) {
@@ -132,8 +233,8 @@ TEST(JobSpecRules, BadValues_NamedByPath) {
       {base + "trainer: {max_epochs: -1}", "trainer.max_epochs: must be >= 0, got -1"},
       {base + "trainer: {strategy: fsdp9}", "trainer.strategy: unknown strategy 'fsdp9'"},
       {base + "trainer: {precision: 8-true}", "trainer.precision: unknown precision '8-true'"},
-      {base + "trainer: {strategy: dp, num_workers: 2}",
-       "trainer.num_workers: strategy dp runs in one process"},
+      {base + "trainer: {strategy: dp, num_nodes: 2}",
+       "trainer.num_nodes: strategy dp runs in one process"},
       {base + "trainer: {val_check_interval: 2.5}",
        "trainer.val_check_interval: above 1 it counts batches"},
       {base + "optimizer: {name: lion}",

@@ -61,6 +61,14 @@ class JobsE2eTest : public ::testing::Test {
     return out;
   }
 
+  // One compact JSON object (a line of --output json's streams or errors).
+  static google::protobuf::Struct ParseJsonLine(const std::string& text) {
+    google::protobuf::Struct out;
+    const std::string line = text.substr(0, text.find('\n'));
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(line, &out).ok()) << text;
+    return out;
+  }
+
   v1::JobStatus GetJob(const std::string& id) {
     const v1::JobStatus status = cluster_->GetJob(id);
     EXPECT_EQ(status.id(), id) << "the coordinator did not answer GetJob";
@@ -81,9 +89,9 @@ trainer:
   max_epochs: )",
                       epochs, R"(
   strategy: ddp
-  num_workers: 2
-  seed: 1
+  num_nodes: 2
   val_check_interval: 0.5
+seed_everything: 1
 optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
 lr_scheduler: {name: cosine}
 checkpoint: {monitor: val_acc, save_top_k: 1}
@@ -92,7 +100,7 @@ checkpoint: {monitor: val_acc, save_top_k: 1}
 
 TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
   const std::string job = WriteJob("synth", SyntheticJob("synth", 2));
-  CommandResult submitted = Dtrain(absl::StrCat("submit --wait ", job));
+  CommandResult submitted = Dtrain(absl::StrCat("fit --wait --config ", job));
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
   EXPECT_THAT(submitted.output, HasSubstr("submitted synth-1\n"));
   const std::string id = "synth-1";
@@ -169,7 +177,7 @@ TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
 TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   const std::string stopping = SyntheticJob("stop", 10) +
                                "early_stopping: {monitor: val_loss, min_delta: 100, patience: 2}\n";
-  CommandResult stopped = Dtrain("submit --wait " + WriteJob("stop", stopping));
+  CommandResult stopped = Dtrain("fit --wait --config " + WriteJob("stop", stopping));
   ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
   const v1::JobStatus first = GetJob("stop-1");
   // Validations at steps 16 (the first sets the best), 32 (1 without improvement), 48 (2): stop.
@@ -184,8 +192,8 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   EXPECT_THAT(status.output, HasSubstr("checkpoint: "));
   const std::string checkpoint = first.checkpoint();
   ASSERT_TRUE(absl::EndsWith(checkpoint, "/last.ckpt")) << checkpoint;
-  const std::string resumed = SyntheticJob("resumed", 2) + "resume_from: " + checkpoint + "\n";
-  CommandResult second = Dtrain("submit --wait " + WriteJob("resumed", resumed));
+  const std::string resumed = SyntheticJob("resumed", 2) + "ckpt_path: " + checkpoint + "\n";
+  CommandResult second = Dtrain("fit --wait --config " + WriteJob("resumed", resumed));
   ASSERT_EQ(second.exit_code, 0) << second.output;
   CommandResult resumed_logs = Dtrain("logs resumed-1");
   EXPECT_THAT(resumed_logs.output, HasSubstr("at step 48 (epoch 1, batch 16)"));
@@ -200,8 +208,8 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   std::filesystem::resize_file(truncated, std::filesystem::file_size(truncated) / 2);
   std::filesystem::last_write_time(truncated, std::filesystem::file_time_type::clock::now());
   CommandResult fallback =
-      Dtrain("submit --wait " + WriteJob("fallback", SyntheticJob("fallback", 2) +
-                                                         "resume_from: " + truncated + "\n"));
+      Dtrain("fit --wait --config " +
+             WriteJob("fallback", SyntheticJob("fallback", 2) + "ckpt_path: " + truncated + "\n"));
   ASSERT_EQ(fallback.exit_code, 0) << fallback.output;
   CommandResult fallback_logs = Dtrain("logs fallback-1");
   EXPECT_THAT(fallback_logs.output, HasSubstr("checkpoint " + truncated + " is unreadable ("));
@@ -210,18 +218,16 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   std::filesystem::remove(truncated);
 
   // trainer.validate and trainer.predict from that checkpoint: no training steps.
-  const std::string validate =
-      SyntheticJob("check", 1) + "stage: validate\nresume_from: " + checkpoint + "\n";
-  CommandResult validated = Dtrain("submit --wait " + WriteJob("check", validate));
+  const std::string validate = SyntheticJob("check", 1) + "ckpt_path: " + checkpoint + "\n";
+  CommandResult validated = Dtrain("validate --wait --config " + WriteJob("check", validate));
   ASSERT_EQ(validated.exit_code, 0) << validated.output;
   EXPECT_EQ(GetJob("check-1").progress().global_step(), 48);
   EXPECT_GT(GetJob("check-1").metrics().at("val_acc"), 0.9);
   EXPECT_EQ(GetJob("check-1").metrics().count("train_loss"), 0u);
   // One batch per call: predict's outputs come back over several calls, still in order.
-  std::string predict =
-      SyntheticJob("guess", 1) + "stage: predict\nresume_from: " + checkpoint + "\n";
-  predict.replace(predict.find("  seed: 1\n"), 10, "  seed: 1\n  batches_per_call: 1\n");
-  CommandResult predicted = Dtrain("submit --wait " + WriteJob("guess", predict));
+  std::string predict = SyntheticJob("guess", 1) + "ckpt_path: " + checkpoint + "\n";
+  predict.replace(predict.find("  num_nodes: 2\n"), 15, "  num_nodes: 2\n  batches_per_call: 1\n");
+  CommandResult predicted = Dtrain("predict --wait --config " + WriteJob("guess", predict));
   ASSERT_EQ(predicted.exit_code, 0) << predicted.output;
   const std::string csv_path = GetJob("guess-1").predictions();
   std::ifstream csv(csv_path);
@@ -238,15 +244,87 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   EXPECT_EQ(rows, 512);
 }
 
+// The contract scripts rely on (docs/jobs.md's table): --help exits 0 on all three binaries
+// and lists every flag; usage errors exit 2; with --output json errors are JSON on stdout and
+// watch streams one object per line; the coordinator's refusals exit 3.
+TEST_F(JobsE2eTest, CommandLine_ExitCodesHelpAndJsonLines) {
+  CommandResult help = Dtrain("--help");
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  for (const char* flag : {"--coordinator", "--token", "--token_file", "--timeout", "--output",
+                           "--tls_ca", "--print_config", "--dry_run", "--wait", "--follow"}) {
+    EXPECT_THAT(help.output, HasSubstr(absl::StrCat("  ", flag, "  "))) << flag;
+  }
+  for (const char* binary : {DTRAIN_COORDINATOR_BIN, DTRAIN_WORKER_BIN}) {
+    CommandResult daemon_help = RunShell(absl::StrCat(binary, " --help"));
+    EXPECT_EQ(daemon_help.exit_code, 0) << binary;
+    EXPECT_THAT(daemon_help.output, HasSubstr("  --token_file  ")) << binary;
+    EXPECT_EQ(RunShell(absl::StrCat(binary, " --no_such_flag")).exit_code, 2) << binary;
+  }
+
+  EXPECT_EQ(Dtrain("list --bogus").exit_code, 2);
+  CommandResult json_usage = Dtrain("list --output json --bogus");
+  EXPECT_EQ(json_usage.exit_code, 2);
+  EXPECT_EQ(json_usage.output.find("{\"e"), 0u) << json_usage.output;
+  const google::protobuf::Struct usage = ParseJsonLine(json_usage.output);
+  EXPECT_EQ(usage.fields().at("error").struct_value().fields().at("code").string_value(),
+            "INVALID_ARGUMENT");
+  EXPECT_THAT(usage.fields().at("error").struct_value().fields().at("message").string_value(),
+              HasSubstr("unknown flag --bogus"));
+  EXPECT_EQ(usage.fields().at("exit_code").number_value(), 2);
+  CommandResult old = Dtrain("submit job.yaml");
+  EXPECT_EQ(old.exit_code, 2);
+  EXPECT_THAT(old.output, HasSubstr("dtrain fit --config job.yaml"));
+  CommandResult no_config = Dtrain("fit");
+  EXPECT_EQ(no_config.exit_code, 2);
+  EXPECT_THAT(no_config.output, HasSubstr("give --config FILE"));
+
+  CommandResult missing = Dtrain("status nope-1 --output json");
+  EXPECT_EQ(missing.exit_code, 3);
+  EXPECT_EQ(ParseJsonLine(missing.output)
+                .fields()
+                .at("error")
+                .struct_value()
+                .fields()
+                .at("code")
+                .string_value(),
+            "NOT_FOUND");
+
+  // A spec refused by the client: exit 2 and the override's path.
+  const std::string job = WriteJob("lines", SyntheticJob("lines", 3));
+  CommandResult typo = Dtrain("fit --output json --config " + job + " --trainer.max_epochs=two");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_THAT(typo.output, HasSubstr("--trainer.max_epochs: trainer.max_epochs: expected an "
+                                     "integer, got 'two'"));
+
+  // Overrides reach the job: 1 epoch instead of the file's 3; the stream is JSON Lines.
+  CommandResult run =
+      Dtrain("fit --wait --output json --config " + job + " --trainer.max_epochs 1 --name=lines");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::vector<std::string> lines = absl::StrSplit(run.output, '\n', absl::SkipEmpty());
+  ASSERT_GE(lines.size(), 3u) << run.output;
+  int updates = 0;
+  for (const std::string& line : lines) {
+    if (line.rfind("{", 0) != 0) continue;  // the cluster's own log lines share the output
+    const google::protobuf::Struct update = ParseJsonLine(line);
+    EXPECT_EQ(update.fields().at("id").string_value(), "lines-1") << line;
+    ++updates;
+  }
+  EXPECT_GE(updates, 3) << "the submission, progress, the end";
+  const v1::JobStatus done = GetJob("lines-1");
+  EXPECT_EQ(done.state(), v1::SUCCEEDED);
+  EXPECT_EQ(done.progress().max_epochs(), 1);
+  EXPECT_EQ(done.progress().global_step(), 32);
+}
+
 // trainer.test_ckpt_path: best tests the best checkpoint, not the weights fit ended with. The
 // monitor is made to prefer the first validation (the highest val_loss), so best and last differ;
 // a test stage from that checkpoint gives the same test metrics.
 TEST_F(JobsE2eTest, TestCkptPathBest_TestsTheBestCheckpoint) {
   std::string spec = SyntheticJob("pick", 1);
-  spec.replace(spec.find("  seed: 1\n"), 10, "  seed: 1\n  test_ckpt_path: best\n");
+  spec.replace(spec.find("  num_nodes: 2\n"), 15, "  num_nodes: 2\n  test_ckpt_path: best\n");
   const std::string monitor = "checkpoint: {monitor: val_acc,";
   spec.replace(spec.find(monitor), monitor.size(), "checkpoint: {monitor: val_loss, mode: max,");
-  CommandResult run = Dtrain("submit --wait " + WriteJob("pick", spec));
+  CommandResult run = Dtrain("fit --wait --config " + WriteJob("pick", spec));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const v1::JobStatus job = GetJob("pick-1");
   ASSERT_TRUE(absl::EndsWith(job.best_checkpoint(), "/epoch=0-step=16.ckpt"))
@@ -254,26 +332,24 @@ TEST_F(JobsE2eTest, TestCkptPathBest_TestsTheBestCheckpoint) {
   EXPECT_THAT(Dtrain("logs pick-1").output,
               HasSubstr("testing the best checkpoint " + job.best_checkpoint()));
 
-  const std::string test =
-      SyntheticJob("retest", 1) + "stage: test\nresume_from: " + job.best_checkpoint() + "\n";
-  CommandResult tested = Dtrain("submit --wait " + WriteJob("retest", test));
+  const std::string test = SyntheticJob("retest", 1) + "ckpt_path: " + job.best_checkpoint() + "\n";
+  CommandResult tested = Dtrain("test --wait --config " + WriteJob("retest", test));
   ASSERT_EQ(tested.exit_code, 0) << tested.output;
   const v1::JobStatus retest = GetJob("retest-1");
   EXPECT_NEAR(job.metrics().at("test_loss"), retest.metrics().at("test_loss"), 1e-6);
   EXPECT_DOUBLE_EQ(job.metrics().at("test_acc"), retest.metrics().at("test_acc"));
 
   // The weights fit ended with test differently: the best really was loaded.
-  const std::string last =
-      SyntheticJob("final", 1) + "stage: test\nresume_from: " + job.checkpoint() + "\n";
-  CommandResult final_run = Dtrain("submit --wait " + WriteJob("final", last));
+  const std::string last = SyntheticJob("final", 1) + "ckpt_path: " + job.checkpoint() + "\n";
+  CommandResult final_run = Dtrain("test --wait --config " + WriteJob("final", last));
   ASSERT_EQ(final_run.exit_code, 0) << final_run.output;
   EXPECT_GT(std::abs(GetJob("final-1").metrics().at("test_loss") - job.metrics().at("test_loss")),
             1e-4);
 
   // An unknown choice is refused at submit with the field's path.
   std::string bad = SyntheticJob("bad", 1);
-  bad.replace(bad.find("  seed: 1\n"), 10, "  seed: 1\n  test_ckpt_path: worst\n");
-  CommandResult refused = Dtrain("submit " + WriteJob("bad", bad));
+  bad.replace(bad.find("  num_nodes: 2\n"), 15, "  num_nodes: 2\n  test_ckpt_path: worst\n");
+  CommandResult refused = Dtrain("fit --config " + WriteJob("bad", bad));
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_THAT(refused.output, HasSubstr("trainer.test_ckpt_path: unknown test checkpoint 'worst'"));
 }
@@ -282,8 +358,8 @@ TEST_F(JobsE2eTest, TestCkptPathBest_TestsTheBestCheckpoint) {
 // steps (as Lightning's), so 11 optimizer steps per epoch.
 TEST_F(JobsE2eTest, AccumulationWindowsCloseAtEachEpochsEnd) {
   std::string spec = SyntheticJob("acc", 2);
-  spec.replace(spec.find("  seed: 1\n"), 10, "  seed: 1\n  accumulate_grad_batches: 3\n");
-  CommandResult run = Dtrain("submit --wait " + WriteJob("acc", spec));
+  spec.replace(spec.find("  num_nodes: 2\n"), 15, "  num_nodes: 2\n  accumulate_grad_batches: 3\n");
+  CommandResult run = Dtrain("fit --wait --config " + WriteJob("acc", spec));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const v1::JobStatus job = GetJob("acc-1");
   EXPECT_EQ(job.progress().total_steps(), 22);
@@ -292,14 +368,15 @@ TEST_F(JobsE2eTest, AccumulationWindowsCloseAtEachEpochsEnd) {
 }
 
 TEST_F(JobsE2eTest, InvalidSpec_RejectedAtSubmitWithItsPath) {
-  CommandResult unknown = Dtrain("submit " + WriteJob("bad1", "trainer: {max_epoch: 2}\n"));
+  CommandResult unknown = Dtrain("fit --config " + WriteJob("bad1", "trainer: {max_epoch: 2}\n"));
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_THAT(unknown.output, HasSubstr("trainer.max_epoch: unknown key"));
-  CommandResult value = Dtrain(
-      "submit " + WriteJob("bad2", SyntheticJob("b", 1) + "early_stopping: {patience: -2}\n"));
+  CommandResult value =
+      Dtrain("fit --config " +
+             WriteJob("bad2", SyntheticJob("b", 1) + "early_stopping: {patience: -2}\n"));
   EXPECT_EQ(value.exit_code, 2);
   EXPECT_THAT(value.output, HasSubstr("early_stopping.patience: must be >= 1"));
-  CommandResult missing = Dtrain("submit " + dir() + "/nope.yaml");
+  CommandResult missing = Dtrain("fit --config " + dir() + "/nope.yaml");
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.output, HasSubstr("does not exist"));
   // The coordinator checks too: the proto is public API.
@@ -323,7 +400,7 @@ TEST_F(JobsE2eTest, InvalidSpec_RejectedAtSubmitWithItsPath) {
 // one validation_step; it reports the batch and the returned keys, or libtorch's error naming
 // the worker, and nothing is queued.
 TEST_F(JobsE2eTest, DryRun_ReportsBatchAndKeys_OrTheModelsError_QueuesNothing) {
-  CommandResult ok = Dtrain("submit --dry-run " + WriteJob("dry", SyntheticJob("dry", 1)));
+  CommandResult ok = Dtrain("fit --dry-run --config " + WriteJob("dry", SyntheticJob("dry", 1)));
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_THAT(ok.output, HasSubstr("dry run on worker 'w"));
   EXPECT_THAT(ok.output, HasSubstr("batch           tuple(float32[32, 1, 28, 28], int64[32])"));
@@ -342,7 +419,7 @@ TEST_F(JobsE2eTest, DryRun_ReportsBatchAndKeys_OrTheModelsError_QueuesNothing) {
   narrow.replace(narrow.find("  synthetic: {"),
                  narrow.find("\n", narrow.find("  synthetic: {")) - narrow.find("  synthetic: {"),
                  "  tensors_file: " + data);
-  CommandResult bad = Dtrain("submit --dry-run " + WriteJob("narrow", narrow));
+  CommandResult bad = Dtrain("fit --dry-run --config " + WriteJob("narrow", narrow));
   EXPECT_EQ(bad.exit_code, 3) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr("dry run on worker 'w"));
   EXPECT_THAT(bad.output, HasSubstr("training_step of model 'builtin:mlp' failed"));
@@ -351,10 +428,11 @@ TEST_F(JobsE2eTest, DryRun_ReportsBatchAndKeys_OrTheModelsError_QueuesNothing) {
 
   // Every worker busy: refused, saying why.
   CommandResult busy =
-      Dtrain("submit --output json " + WriteJob("busy", SyntheticJob("busy", 1000, 8192)));
+      Dtrain("fit --output json --config " + WriteJob("busy", SyntheticJob("busy", 1000, 8192)));
   ASSERT_EQ(busy.exit_code, 0) << busy.output;
   ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 0; }, absl::Seconds(30)));
-  CommandResult none = Dtrain("submit --dry-run " + WriteJob("dry2", SyntheticJob("dry2", 1)));
+  CommandResult none =
+      Dtrain("fit --dry-run --config " + WriteJob("dry2", SyntheticJob("dry2", 1)));
   EXPECT_EQ(none.exit_code, 3) << none.output;
   EXPECT_THAT(none.output, HasSubstr("a dry run needs an idle worker"));
   EXPECT_EQ(Dtrain("cancel busy-1").exit_code, 0);
@@ -364,14 +442,14 @@ TEST_F(JobsE2eTest, ModelFailsOnWorker_JobFailedWithTheWorkersMessage_WorkersFre
   const std::string job = WriteJob("broken", R"(name: broken
 model: {torchscript: /nonexistent/model.pt}
 data: {synthetic: {train_size: 64}}
-trainer: {num_workers: 2}
+trainer: {num_nodes: 2}
 )");
-  CommandResult failed = Dtrain("submit --wait " + job);
+  CommandResult failed = Dtrain("fit --wait --config " + job);
   EXPECT_EQ(failed.exit_code, 1) << failed.output;
   EXPECT_THAT(failed.output, HasSubstr("job broken-1 FAILED: setup failed on worker 'w"));
   EXPECT_THAT(failed.output, HasSubstr("model: model file '/nonexistent/model.pt' does not exist"));
   // The workers are free for the next job.
-  CommandResult next = Dtrain("submit --wait " + WriteJob("after", SyntheticJob("after", 1)));
+  CommandResult next = Dtrain("fit --wait --config " + WriteJob("after", SyntheticJob("after", 1)));
   EXPECT_EQ(next.exit_code, 0) << next.output;
 }
 
@@ -383,8 +461,8 @@ class JobsFaultTest : public JobsE2eTest, public ::testing::WithParamInterface<i
 
 TEST_P(JobsFaultTest, WorkerLostMidEpoch_JobFailsNamingIt_SurvivorServesTheNextJob) {
   const int signal = GetParam();
-  CommandResult first =
-      Dtrain("submit --output json " + WriteJob("victim", SyntheticJob("victim", 1000, 8192)));
+  CommandResult first = Dtrain("fit --output json --config " +
+                               WriteJob("victim", SyntheticJob("victim", 1000, 8192)));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const std::string id = ParseJson(first.output).fields().at("id").string_value();
   ASSERT_TRUE(WaitFor([&] { return GetJob(id).progress().global_step() > 20; }, absl::Seconds(30)));
@@ -404,10 +482,10 @@ TEST_P(JobsFaultTest, WorkerLostMidEpoch_JobFailsNamingIt_SurvivorServesTheNextJ
   // No silent progress after the loss: the job did not report steps it could not have made.
   EXPECT_LT(failed.progress().global_step(), step_before + 200);
 
-  // The survivor takes the next job (num_workers 1) at once.
+  // The survivor takes the next job (num_nodes 1) at once.
   std::string one = SyntheticJob("survivor", 1, 512);
-  one.replace(one.find("num_workers: 2"), 14, "num_workers: 1");
-  CommandResult next = Dtrain("submit --wait " + WriteJob("survivor", one));
+  one.replace(one.find("num_nodes: 2"), 12, "num_nodes: 1");
+  CommandResult next = Dtrain("fit --wait --config " + WriteJob("survivor", one));
   EXPECT_EQ(next.exit_code, 0) << next.output;
 
   if (signal == SIGSTOP) {
@@ -425,11 +503,11 @@ INSTANTIATE_TEST_SUITE_P(Signals, JobsFaultTest, ::testing::Values(SIGKILL, SIGS
 TEST_F(JobsE2eTest, Cancel_StopsEveryWorkerWithinFiveSeconds_AndTheQueuedJobRuns) {
   // Long enough never to finish by itself; a second job waits behind it for the workers.
   CommandResult first =
-      Dtrain("submit --output json " + WriteJob("long", SyntheticJob("long", 1000, 8192)));
+      Dtrain("fit --output json --config " + WriteJob("long", SyntheticJob("long", 1000, 8192)));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const std::string id = ParseJson(first.output).fields().at("id").string_value();
   CommandResult second =
-      Dtrain("submit --output json " + WriteJob("next", SyntheticJob("next", 1)));
+      Dtrain("fit --output json --config " + WriteJob("next", SyntheticJob("next", 1)));
   ASSERT_EQ(second.exit_code, 0) << second.output;
   const std::string next_id = ParseJson(second.output).fields().at("id").string_value();
   ASSERT_TRUE(WaitFor([&] { return GetJob(id).progress().global_step() > 20; }, absl::Seconds(30)));

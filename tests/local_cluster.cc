@@ -21,7 +21,8 @@ data:
                       train_size, R"(, val_size: 256, test_size: 256, seed: 3}
   batch_size: 32
 trainer: {max_epochs: )",
-                      epochs, ", strategy: ddp, num_workers: 2, seed: 1", trainer_extra, R"(}
+                      epochs, ", strategy: ddp, num_nodes: 2", trainer_extra, R"(}
+seed_everything: 1
 optimizer: {name: sgd, lr: 0.05}
 )",
                       extra, "\n");
@@ -123,8 +124,10 @@ std::string LocalCluster::WriteSpec(const std::string& name, const std::string& 
   return path;
 }
 
-std::string LocalCluster::Submit(const std::string& name, const std::string& yaml) {
-  CommandResult submitted = Dtrain("submit --output json " + WriteSpec(name, yaml));
+std::string LocalCluster::Submit(const std::string& name, const std::string& yaml,
+                                 const std::string& stage) {
+  CommandResult submitted =
+      Dtrain(absl::StrCat(stage, " --output json --config ", WriteSpec(name, yaml)));
   // {"id": "<name>-<n>", ...}
   const size_t at = submitted.output.find("\"id\": \"");
   if (submitted.exit_code != 0 || at == std::string::npos) return "";

@@ -60,7 +60,8 @@ class LocalCluster {
   // Writes `yaml` to <dir>/<name>.yaml; its path.
   std::string WriteSpec(const std::string& name, const std::string& yaml);
   // Writes `yaml` as WriteSpec does and submits it; the job's id ("<name>-1" for the first).
-  std::string Submit(const std::string& name, const std::string& yaml);
+  std::string Submit(const std::string& name, const std::string& yaml,
+                     const std::string& stage = "fit");
   // The coordinator's services, for calls the CLI does not make.
   v1::Jobs::Stub& jobs() { return *jobs_; }
   v1::Coordinator::Stub& coordinator() { return *coordinator_stub_; }

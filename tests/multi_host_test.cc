@@ -41,7 +41,8 @@ model: {builtin: mlp}
 data:
   synthetic: {train_size: 1536, val_size: 96, test_size: 96, seed: 3}
   batch_size: 32
-trainer: {max_epochs: 1, strategy: ddp_spawn, devices: 2, num_workers: 3, seed: 1}
+trainer: {max_epochs: 1, strategy: ddp_spawn, devices: 2, num_nodes: 3}
+seed_everything: 1
 optimizer: {name: sgd, lr: 0.05}
 )");
   ASSERT_FALSE(id.empty());

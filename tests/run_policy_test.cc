@@ -11,8 +11,8 @@ namespace {
 RunEnding Elastic(absl::Status status) {
   RunEnding e;
   e.status = std::move(status);
-  e.num_workers = 3;
-  e.min_workers = 1;
+  e.num_nodes = 3;
+  e.min_nodes = 1;
   e.max_restarts = 2;
   return e;
 }
@@ -67,14 +67,14 @@ TEST(RunPolicyTest, LostWorkerCodeButNoWorkerLost_IsTheJobsOwnFailure) {
 
 TEST(RunPolicyTest, LostWorker_TooFewLeft_Fails) {
   RunEnding e = Elastic(absl::UnavailableError("lost"));
-  e.min_workers = 2;
+  e.min_nodes = 2;
   EXPECT_EQ(DecideNextRun(e, 2, 1).next, NextRun::kFail);
   EXPECT_EQ(DecideNextRun(e, 1, 2).next, NextRun::kReform);
 }
 
 TEST(RunPolicyTest, LostWorker_NotElasticOrRestartsUsedUp_Ends) {
   RunEnding fixed = Elastic(absl::UnavailableError("lost"));
-  fixed.min_workers = fixed.num_workers;
+  fixed.min_nodes = fixed.num_nodes;
   EXPECT_FALSE(MayRunAgain(fixed));
   EXPECT_EQ(DecideNextRun(fixed, 1, 3).next, NextRun::kEnd);
 
@@ -87,8 +87,8 @@ TEST(RunPolicyTest, LostWorker_NotElasticOrRestartsUsedUp_Ends) {
 TEST(RunPolicyTest, Drained_ReformsWithoutARestart_EvenWhenNotElastic) {
   RunEnding e = Elastic(absl::UnavailableError("let 'w1' go"));
   e.drained = true;
-  e.min_workers = e.num_workers;  // not elastic
-  e.restarts = e.max_restarts;    // and no restart left
+  e.min_nodes = e.num_nodes;    // not elastic
+  e.restarts = e.max_restarts;  // and no restart left
   EXPECT_TRUE(MayRunAgain(e));
   const RunDecision d = DecideNextRun(e, 1, 3);
   EXPECT_EQ(d.next, NextRun::kReform);
@@ -98,7 +98,7 @@ TEST(RunPolicyTest, Drained_ReformsWithoutARestart_EvenWhenNotElastic) {
 TEST(RunPolicyTest, Drained_TooFewLeft_RequeuesRatherThanFails) {
   RunEnding e = Elastic(absl::UnavailableError("let 'w1' go"));
   e.drained = true;
-  e.min_workers = 3;
+  e.min_nodes = 3;
   EXPECT_EQ(DecideNextRun(e, 1, 2).next, NextRun::kRequeue);
 }
 

@@ -291,10 +291,11 @@ model: {builtin: mlp}
 data:
   synthetic: {train_size: 256, val_size: 64, test_size: 64, seed: 3}
   batch_size: 32
-trainer: {max_epochs: 1, strategy: ddp_spawn, devices: 2, num_workers: 1, seed: 1}
+trainer: {max_epochs: 1, strategy: ddp_spawn, devices: 2, num_nodes: 1}
+seed_everything: 1
 optimizer: {name: sgd, lr: 0.05}
 )");
-  CommandResult submitted = Cli(with_token, "submit --wait " + job);
+  CommandResult submitted = Cli(with_token, "fit --wait --config " + job);
   EXPECT_EQ(submitted.exit_code, 0) << submitted.output;
   EXPECT_THAT(submitted.output, HasSubstr("SUCCEEDED"));
   CommandResult by_flag = Cli("", absl::StrCat("--token=", kAdmin, " list"));

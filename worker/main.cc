@@ -18,13 +18,12 @@
 #include <grpcpp/server_builder.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/flag_names.h"
+#include "common/command_line.h"
 #include "common/job_settings.h"
 #include "common/log.h"
 #include "common/log_flags.h"
@@ -129,9 +128,12 @@ int main(int argc, char** argv) {
       "Usage: dtrain-worker [--coordinator=127.0.0.1:29610] [--listen=127.0.0.1:29611] "
       "[--devices=N|auto] [--name=NAME] [--tls_cert=F --tls_key=F] [--tls_ca=F] "
       "[--tls_require_client_cert] [--token_file=F] [--insecure]");
-  std::vector<std::string> store;
-  std::vector<char*> args = dtrain::NormalizeFlagNames(argc, argv, store);
-  absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  const dtrain::CommandLine command_line = dtrain::ParseFlagsOrExit(argc, argv, "dtrain-worker");
+  if (!command_line.positional.empty()) {
+    std::fprintf(stderr, "dtrain-worker: unexpected argument '%s'; --help lists every flag\n",
+                 command_line.positional[0].c_str());
+    return 2;
+  }
   dtrain::TuneProcessForDtrain();
   if (absl::Status s = dtrain::ConfigureLoggingFromFlags("dtrain-worker"); !s.ok()) {
     dtrain::LogError(s.message());

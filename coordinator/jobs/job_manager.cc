@@ -50,8 +50,8 @@ absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate
   }
   job->SetStore(store_.get(), /*insert=*/true);
   job->Log(absl::StrCat(
-      "submitted: ", spec.trainer().num_workers(), " worker(s), strategy ",
-      spec.trainer().strategy(), ", model ",
+      "submitted: ", spec.trainer().num_nodes(), " worker(s), strategy ", spec.trainer().strategy(),
+      ", model ",
       spec.model().has_builtin() ? spec.model().builtin() : spec.model().torchscript()));
   if (absl::Status s = job->OpenFiles(options_.host); !s.ok()) {
     job->Finish(v1::FAILED, std::string(s.message()));
@@ -208,7 +208,7 @@ absl::Status JobManager::Restore(const std::string& path) {
       workers_->MarkEnded(id);
       const std::string checkpoint = job->checkpoint();
       // Before its first checkpoint the run starts where the user asked it to, not from scratch.
-      const std::string& start = job->spec().resume_from();
+      const std::string& start = job->spec().ckpt_path();
       job->Log(!checkpoint.empty()
                    ? absl::StrCat("the coordinator restarted while this job ran; it resumes from "
                                   "its last checkpoint ",
@@ -262,7 +262,7 @@ void JobManager::Schedule() {
       while (!queue_.empty() && jobs_.at(queue_.front())->terminal()) queue_.pop_front();
       if (shut_down_ || queue_.empty()) return;
       job = jobs_.at(queue_.front());
-      const int needed = job->spec().trainer().num_workers();
+      const int needed = job->spec().trainer().num_nodes();
       chosen = workers_->Reserve(job->id(), needed, needed, {}, absl::Now());
       if (chosen.empty()) return;
       queue_.pop_front();
@@ -281,7 +281,7 @@ void JobManager::Start(const std::shared_ptr<JobRecord>& job, std::vector<v1::Wo
   options.spec = job->spec();
   if (job->resuming()) {
     options.clear_stale_runs = true;
-    options.spec.set_resume_from(job->resume_from());
+    options.spec.set_ckpt_path(job->ckpt_path());
     options.resume_why = job->resume_why();
   }
   options.workers = workers;
@@ -311,10 +311,10 @@ std::string Names(const std::vector<v1::WorkerInfo>& workers) {
 }  // namespace
 
 void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions options) {
-  const int num_workers = options.spec.trainer().num_workers();
-  const int min_workers = options.spec.trainer().min_workers();
+  const int num_nodes = options.spec.trainer().num_nodes();
+  const int min_nodes = options.spec.trainer().min_nodes();
   const int max_restarts = options.spec.trainer().max_restarts();
-  const std::string first_resume_from = options.spec.resume_from();
+  const std::string first_ckpt_path = options.spec.ckpt_path();
   std::set<std::string> held;  // the workers this job keeps busy
   for (const v1::WorkerInfo& w : options.workers) held.insert(w.name());
   int restarts = 0;  // re-formations after lost workers; drains do not count
@@ -339,8 +339,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
     // Stopping workers were let go after a checkpoint: the job goes on without them, now or
     // once enough workers are idle; a planned stop is not a failure and uses no restart.
     ending.drained = !current.drained_workers().empty();
-    ending.num_workers = num_workers;
-    ending.min_workers = min_workers;
+    ending.num_nodes = num_nodes;
+    ending.min_nodes = min_nodes;
     ending.max_restarts = max_restarts;
     ending.restarts = restarts;
     const absl::Status& status = ending.status;
@@ -359,7 +359,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
     }
     if (!may_reform) break;
     const std::vector<std::string> lost = current.lost_workers();
-    // Survivors, then idle replacements (never a worker this run lost), up to num_workers.
+    // Survivors, then idle replacements (never a worker this run lost), up to num_nodes.
     std::vector<v1::WorkerInfo> next;
     if (!lost.empty()) {
       for (const std::string& name : lost) {
@@ -371,7 +371,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
       }
       const std::set<std::string> exclude(lost.begin(), lost.end());
       for (v1::WorkerInfo& w : workers_->Reserve(
-               job->id(), 0, num_workers - static_cast<int>(next.size()), exclude, absl::Now())) {
+               job->id(), 0, num_nodes - static_cast<int>(next.size()), exclude, absl::Now())) {
         held.insert(w.name());
         next.push_back(std::move(w));
       }
@@ -387,27 +387,26 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
     // The next run starts from the last checkpoint, or where this one started when it wrote
     // none (a worker that stopped before its Setup: nothing was trained).
     const std::string checkpoint = job->checkpoint();
-    const std::string resume_from = checkpoint.empty() ? first_resume_from : checkpoint;
-    const std::string resume_text =
-        resume_from.empty() ? "the start (no checkpoint yet)" : resume_from;
+    const std::string ckpt_path = checkpoint.empty() ? first_ckpt_path : checkpoint;
+    const std::string resume_text = ckpt_path.empty() ? "the start (no checkpoint yet)" : ckpt_path;
     const std::string resume_why =
         ending.drained ? "after its workers were drained"
                        : absl::StrCat("after losing worker(s) ", absl::StrJoin(lost_quoted, ", "));
     if (decision.next != NextRun::kReform) {
       if (decision.next == NextRun::kRequeue) {
         job->Log(absl::StrCat(status.message(), "; ", next.size(), " worker(s) left of the ",
-                              min_workers, " needed: the job waits in the queue and resumes from ",
+                              min_nodes, " needed: the job waits in the queue and resumes from ",
                               resume_text, " when enough workers are idle"));
-        job->PrepareResume(resume_from, resume_why);
+        job->PrepareResume(ckpt_path, resume_why);
         requeue = true;
         break;
       }
       job->Finish(v1::FAILED,
                   absl::StrCat(status.message(), "; the job cannot re-form: ", next.size(),
-                               " worker(s) left, min_workers is ", min_workers));
+                               " worker(s) left, min_nodes is ", min_nodes));
       break;
     }
-    options.spec.set_resume_from(resume_from);
+    options.spec.set_ckpt_path(ckpt_path);
     options.resume_why = resume_why;
     options.workers = next;
     options.clear_stale_runs = true;

@@ -51,7 +51,7 @@ void JobRecord::SetStore(JobStore* store, bool insert) {
 void JobRecord::PrepareResume(const std::string& checkpoint, const std::string& why) {
   {
     absl::MutexLock lock(&mu_);
-    resume_from_ = checkpoint;
+    ckpt_path_ = checkpoint;
     resume_why_ = why;
     status_.set_state(v1::QUEUED);
     status_.clear_workers();
@@ -73,9 +73,9 @@ bool JobRecord::resuming() const {
   return resuming_;
 }
 
-std::string JobRecord::resume_from() const {
+std::string JobRecord::ckpt_path() const {
   absl::MutexLock lock(&mu_);
-  return resume_from_;
+  return ckpt_path_;
 }
 
 std::string JobRecord::resume_why() const {

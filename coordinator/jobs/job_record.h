@@ -51,7 +51,7 @@ class JobRecord : public TrainerReporter {
   // suffix: a run's group is never an earlier run's).
   int NextRun();
   bool resuming() const;
-  std::string resume_from() const;
+  std::string ckpt_path() const;
   std::string resume_why() const;
   std::string checkpoint() const;
 
@@ -127,7 +127,7 @@ class JobRecord : public TrainerReporter {
   JobStore* store_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Time last_persist_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool store_error_reported_ ABSL_GUARDED_BY(mu_) = false;
-  std::string resume_from_ ABSL_GUARDED_BY(mu_);
+  std::string ckpt_path_ ABSL_GUARDED_BY(mu_);
   std::string resume_why_ ABSL_GUARDED_BY(mu_);
   bool lines_on_disk_ ABSL_GUARDED_BY(mu_) = false;    // lines_ released: read job.log
   bool points_in_store_ ABSL_GUARDED_BY(mu_) = false;  // points_ released: ask store_

@@ -6,7 +6,7 @@ namespace dtrain {
 bool MayRunAgain(const RunEnding& ending) {
   if (ending.status.ok() || ending.cancel_requested) return false;
   if (ending.drained) return true;
-  return ending.min_workers < ending.num_workers && ending.restarts < ending.max_restarts &&
+  return ending.min_nodes < ending.num_nodes && ending.restarts < ending.max_restarts &&
          IsLostPeerError(ending.status);
 }
 
@@ -14,7 +14,7 @@ RunDecision DecideNextRun(const RunEnding& ending, int lost_workers, int availab
   if (!MayRunAgain(ending)) return {NextRun::kEnd, false};
   // Every worker is fine: the failure is the job's own and would recur.
   if (lost_workers == 0) return {NextRun::kEnd, false};
-  if (available_workers < ending.min_workers) {
+  if (available_workers < ending.min_nodes) {
     return {ending.drained ? NextRun::kRequeue : NextRun::kFail, false};
   }
   return {NextRun::kReform, !ending.drained};

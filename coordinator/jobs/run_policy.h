@@ -16,8 +16,8 @@ struct RunEnding {
   bool cancel_requested = false;  // the user cancelled the job
   // Stopping (DRAINING) workers were let go after a checkpoint: a planned stop, not a failure.
   bool drained = false;
-  int num_workers = 1;   // the spec's trainer.num_workers
-  int min_workers = 1;   // trainer.min_workers (== num_workers: not elastic)
+  int num_nodes = 1;     // the spec's trainer.num_nodes
+  int min_nodes = 1;     // trainer.min_nodes (== num_nodes: not elastic)
   int max_restarts = 0;  // trainer.max_restarts
   int restarts = 0;      // re-formations after lost workers so far (drains do not count)
 };
@@ -40,7 +40,7 @@ struct RunDecision {
 
 // After teardown, once it is known how many workers were lost (unreachable, or their teardown
 // failed) and how many a new run would have (survivors plus idle replacements, at most
-// num_workers).
+// num_nodes).
 RunDecision DecideNextRun(const RunEnding& ending, int lost_workers, int available_workers);
 
 // The terminal state and reason a run's status gives a job.

@@ -165,9 +165,9 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
   const v1::TrainerConfig& t = spec.trainer();
   std::vector<std::vector<std::vector<int64_t>>> batches(world_);
   for (int r = 0; r < world_; ++r) {
-    batches[r] = Batches(
-        TrainShard(split_sizes_["train"], world_, r, spec.data().shuffle(), t.seed(), epoch),
-        spec.data().batch_size());
+    batches[r] = Batches(TrainShard(split_sizes_["train"], world_, r, spec.data().shuffle(),
+                                    spec.seed_everything(), epoch),
+                         spec.data().batch_size());
   }
   const int64_t nb = batches_per_epoch_;
   const double vci = t.val_check_interval();
@@ -549,7 +549,7 @@ absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
   const v1::JobSpec& spec = options_.spec;
   std::vector<v1::LoadCheckpointResponse> loaded(workers_.size());
   auto load_from = [&](const std::string& path) { return LoadCheckpoint(path, &loaded); };
-  std::string resumed_from = spec.resume_from();
+  std::string resumed_from = spec.ckpt_path();
   absl::Status load_status = load_from(resumed_from);
   if (load_status.code() == absl::StatusCode::kInvalidArgument ||
       load_status.code() == absl::StatusCode::kDataLoss) {
@@ -562,8 +562,7 @@ absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
       if (load_from(candidate).ok()) {
         resumed_from = candidate;
         load_status = absl::OkStatus();
-        reporter_->Log(
-            absl::StrCat("resuming from ", candidate, " instead of ", spec.resume_from()));
+        reporter_->Log(absl::StrCat("resuming from ", candidate, " instead of ", spec.ckpt_path()));
         break;
       }
     }
@@ -571,7 +570,7 @@ absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
   if (!load_status.ok() && !options_.resume_why.empty()) {
     return absl::Status(load_status.code(),
                         absl::StrCat("cannot resume ", options_.resume_why, " from ",
-                                     spec.resume_from(), ": ", load_status.message()));
+                                     spec.ckpt_path(), ": ", load_status.message()));
   }
   DTRAIN_RETURN_IF_ERROR(load_status);
   global_step_ = loaded[0].global_step();
@@ -594,7 +593,7 @@ absl::Status Trainer::Run() {
     DTRAIN_RETURN_IF_ERROR(Setup());
     int64_t start_epoch = 0;
     int64_t start_batch = 0;
-    if (!spec.resume_from().empty()) DTRAIN_RETURN_IF_ERROR(Resume(&start_epoch, &start_batch));
+    if (!spec.ckpt_path().empty()) DTRAIN_RETURN_IF_ERROR(Resume(&start_epoch, &start_batch));
     fit_start_ = absl::Now();
     const std::string& stage = spec.stage();
     if (stage == "fit" || stage.empty()) {

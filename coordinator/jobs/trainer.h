@@ -50,7 +50,7 @@ struct TrainerOptions {
   // The job ran before under a coordinator that stopped: its workers may still hold that run,
   // which Setup first tears down.
   bool clear_stale_runs = false;
-  // Why the job resumes from spec.resume_from ("after the coordinator restarted"), when the
+  // Why the job resumes from spec.ckpt_path ("after the coordinator restarted"), when the
   // coordinator chose that checkpoint rather than the user: said if it cannot be loaded.
   std::string resume_why;
   // Deadline of Setup (the group forms within it) and of each step RPC.
@@ -93,7 +93,7 @@ class Trainer final : public TrainerControl, public JobRun {
 
  private:
   absl::Status Setup();
-  // Loads spec.resume_from (or, when it is unreadable, the newest other checkpoint beside it);
+  // Loads spec.ckpt_path (or, when it is unreadable, the newest other checkpoint beside it);
   // sets where training resumes.
   absl::Status Resume(int64_t* start_epoch, int64_t* start_batch);
   // Every worker loads `path`; `loaded` (optional) receives their answers.

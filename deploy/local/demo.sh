@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 deploy/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
-  -DDTRAIN_BUILD_WORKER=ON -DDTRAIN_BUILD_TESTS=OFF >/dev/null
+  -DDTRAIN_BUILD_WORKER=ON >/dev/null
 cmake --build build --target dtrain-coordinator dtrain-worker dtrain
 export DTRAIN_LOCAL_DIR=${DTRAIN_LOCAL_DIR:-$PWD/build/local-cluster}
 deploy/local/cluster.sh stop >/dev/null || true
@@ -16,7 +16,7 @@ deploy/local/cluster.sh start --port 0 --workers 2
 trap 'deploy/local/cluster.sh stop' EXIT
 export DTRAIN_COORDINATOR="127.0.0.1:$(cat "$DTRAIN_LOCAL_DIR/port")"
 start=$(date +%s)
-job=$(build/client/dtrain submit --output json "${DTRAIN_DEMO_JOB:-deploy/local/fashion-cnn.yaml}" |
+job=$(build/client/dtrain fit --output json --config "${DTRAIN_DEMO_JOB:-deploy/local/fashion-cnn.yaml}" |
       sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1)
 echo "submitted $job; watching it (Ctrl-C stops watching, not the job)"
 build/client/dtrain watch "$job"
