@@ -10,6 +10,7 @@ tests/check_format.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
   -DDTRAIN_BUILD_WORKER=ON -DDTRAIN_BUILD_TESTS=ON
 cmake --build build -j"$(nproc)"
+deploy/install-python-package.sh
 tests/run_clang_checks.sh build
 cd build
 ctest --output-on-failure -LE load -j2

@@ -9,7 +9,8 @@ cd "$(dirname "$0")/../.."
 deploy/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
   -DDTRAIN_BUILD_WORKER=ON >/dev/null
-cmake --build build --target dtrain-coordinator dtrain-worker dtrain
+cmake --build build --target dtrain-coordinator dtrain-worker dtrain dtrain_python
+deploy/install-python-package.sh
 export DTRAIN_LOCAL_DIR=${DTRAIN_LOCAL_DIR:-$PWD/build/local-cluster}
 deploy/local/cluster.sh stop >/dev/null || true
 deploy/local/cluster.sh start --port 0 --workers 2

@@ -1,0 +1,193 @@
+"""Client and Job: submitting and watching jobs from Python, the calls `dtrain` makes.
+
+    import dtrain
+    client = dtrain.Client()                       # DTRAIN_COORDINATOR, DTRAIN_TOKEN
+    job = client.submit("job.yaml", overrides={"trainer.max_epochs": 2})
+    for status in job.watch():
+        print(status.progress.epoch, status.progress.global_step)
+    print(job.results()["metrics"]["test_acc"])
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Iterator, List, Mapping, Optional
+
+import grpc
+
+from dtrain._connection import Connection, TLSArg
+from dtrain.errors import DeadlineExceeded, JobFailed, from_rpc_error
+from dtrain.spec import SpecLike, load_spec
+from dtrain.v1 import coordinator_pb2, coordinator_pb2_grpc, jobs_pb2, jobs_pb2_grpc, worker_pb2
+
+TERMINAL = (jobs_pb2.SUCCEEDED, jobs_pb2.FAILED, jobs_pb2.CANCELLED)
+
+
+def is_terminal(status: jobs_pb2.JobStatus) -> bool:
+    """True when the job has ended (SUCCEEDED, FAILED or CANCELLED)."""
+    return status.state in TERMINAL
+
+
+class Job:
+    """One job of the coordinator, by id. Every method asks the coordinator afresh."""
+
+    def __init__(self, client: "Client", job_id: str):
+        self._client = client
+        self.id = job_id
+
+    def __repr__(self) -> str:
+        return f"Job({self.id!r})"
+
+    def status(self) -> jobs_pb2.JobStatus:
+        """The job's JobStatus now: state, progress, metrics, checkpoints, reason."""
+        return self._client._call(self._client._jobs.GetJob, jobs_pb2.GetJobRequest(id=self.id))
+
+    def watch(self, timeout: Optional[float] = None) -> Iterator[jobs_pb2.JobStatus]:
+        """Yields the job's status at each update; the last one is terminal. ``timeout`` bounds
+        the whole watch (DeadlineExceeded after it)."""
+        conn = self._client._conn
+        try:
+            stream = self._client._jobs.WatchJob(
+                jobs_pb2.WatchJobRequest(id=self.id), timeout=timeout, metadata=conn.metadata)
+            for status in stream:
+                yield status
+                if is_terminal(status):
+                    stream.cancel()
+                    return
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, conn.address) from None
+
+    def wait(self, timeout: Optional[float] = None) -> jobs_pb2.JobStatus:
+        """Blocks until the job ends. Returns its final status when it SUCCEEDED; raises
+        JobFailed (with the reason and that status) when it FAILED or was CANCELLED, and
+        DeadlineExceeded when ``timeout`` seconds pass first."""
+        last = None
+        for last in self.watch(timeout=timeout):
+            pass
+        if last is None or not is_terminal(last):
+            raise DeadlineExceeded(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                   f"job {self.id} did not end within {timeout} s")
+        if last.state != jobs_pb2.SUCCEEDED:
+            raise JobFailed(last)
+        return last
+
+    def logs(self, follow: bool = False, poll_interval: float = 0.5) -> Iterator[str]:
+        """The job's log lines. ``follow``: keep yielding new lines until the job ends."""
+        next_line = 0
+        while True:
+            page = self._client._call(self._client._jobs.GetJobLogs,
+                                      jobs_pb2.GetJobLogsRequest(id=self.id, from_line=next_line))
+            yield from page.lines
+            next_line = page.next_line
+            if page.truncated:
+                continue
+            if not follow:
+                return
+            if is_terminal(self.status()):
+                if not page.lines:
+                    return
+                continue
+            time.sleep(poll_interval)
+
+    def metrics(self) -> List[Dict[str, Any]]:
+        """Every logged metric point, in order, as dicts: name, step, epoch, value,
+        wall_unix_ms."""
+        rows: List[Dict[str, Any]] = []
+        start = 0
+        while True:
+            page = self._client._call(self._client._jobs.GetJobMetrics,
+                                      jobs_pb2.GetJobMetricsRequest(id=self.id, from_point=start))
+            for p in page.points:
+                rows.append({"name": p.name, "step": p.step, "epoch": p.epoch, "value": p.value,
+                             "wall_unix_ms": p.wall_unix_ms})
+            start = page.next_point
+            if not page.truncated:
+                return rows
+
+    def results(self) -> Dict[str, Any]:
+        """What `dtrain results --output json` prints: job, state, reason, metrics,
+        checkpoint, best_checkpoint, log_dir, predictions, wall_seconds."""
+        s = self.status()
+        return {
+            "job": s.id,
+            "state": jobs_pb2.JobState.Name(s.state),
+            "reason": s.reason,
+            "metrics": dict(s.metrics),
+            "checkpoint": s.checkpoint,
+            "best_checkpoint": s.best_checkpoint,
+            "log_dir": s.log_dir,
+            "predictions": s.predictions,
+            "wall_seconds": (s.finished_unix_ms - s.started_unix_ms) / 1000.0
+            if s.finished_unix_ms > 0 else 0.0,
+        }
+
+    def cancel(self) -> jobs_pb2.JobStatus:
+        """Cancels the job on every worker; its status (CANCELLED once the workers stopped)."""
+        return self._client._call(self._client._jobs.CancelJob,
+                                  jobs_pb2.CancelJobRequest(id=self.id))
+
+
+class Client:
+    """The coordinator's Jobs service. ``address`` defaults to DTRAIN_COORDINATOR (then
+    127.0.0.1:29610), ``token`` to DTRAIN_TOKEN; ``tls`` is None (plaintext unless
+    DTRAIN_TLS_CA is set), True (the system's roots) or a TLS(ca, cert, key)."""
+
+    def __init__(self, address: Optional[str] = None, token: Optional[str] = None,
+                 tls: TLSArg = None, timeout: float = 10.0):
+        self._conn = Connection(address, token, tls)
+        self._jobs = jobs_pb2_grpc.JobsStub(self._conn.channel)
+        self._coordinator = coordinator_pb2_grpc.CoordinatorStub(self._conn.channel)
+        self.timeout = timeout
+
+    @property
+    def address(self) -> str:
+        return self._conn.address
+
+    def _call(self, method, request):
+        return self._conn.call(method, request, timeout=self.timeout)
+
+    def submit(self, spec: SpecLike, stage: str = "fit",
+               overrides: Optional[Mapping[str, Any]] = None) -> Job:
+        """Queues a job: ``spec`` is a dict, a YAML/JSON file path or a JobSpec; ``stage`` is
+        fit, validate, test or predict (LightningCLI's subcommand); ``overrides`` maps dotted
+        keys to values ({"trainer.max_epochs": 5}). Raises InvalidArgument naming the key."""
+        request = jobs_pb2.SubmitJobRequest(spec=load_spec(spec, stage, overrides))
+        return Job(self, self._call(self._jobs.SubmitJob, request).job.id)
+
+    def dry_run(self, spec: SpecLike, stage: str = "fit",
+                overrides: Optional[Mapping[str, Any]] = None) -> worker_pb2.DryRunResponse:
+        """Has an idle worker load the model and data and run one training_step and one
+        validation_step; queues nothing. The report: batch structure, returned keys, loss."""
+        request = jobs_pb2.SubmitJobRequest(spec=load_spec(spec, stage, overrides), dry_run=True)
+        return self._call(self._jobs.SubmitJob, request).dry_run
+
+    def get(self, job_id: str) -> Job:
+        """The job with this id (NotFound if there is none)."""
+        job = Job(self, job_id)
+        job.status()
+        return job
+
+    def list(self) -> List[jobs_pb2.JobStatus]:
+        """Every job, by submission time (following the coordinator's pages)."""
+        out: List[jobs_pb2.JobStatus] = []
+        token = ""
+        while True:
+            page = self._call(self._jobs.ListJobs, jobs_pb2.ListJobsRequest(page_token=token))
+            out.extend(page.jobs)
+            token = page.next_page_token
+            if not token:
+                return out
+
+    def workers(self) -> List[coordinator_pb2.WorkerInfo]:
+        """The registered workers: name, address, devices, state, job."""
+        return list(self._call(self._coordinator.ListWorkers,
+                               coordinator_pb2.ListWorkersRequest()).workers)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

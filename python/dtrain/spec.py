@@ -1,0 +1,173 @@
+"""Job specs from Python: a dict, a YAML or JSON file, or a JobSpec message, read with the same
+rules as the dtrain command line (client/job_spec_file.cc): keys map onto JobSpec's fields, an
+unknown key or a wrong type is refused naming its path, Lightning's spellings only (the old keys
+name the new ones), relative paths in a file resolve against the file's directory, and the stage
+is chosen by the call (Lightning's subcommand), never by a ``stage`` key."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Mapping, Optional, Union
+
+import grpc
+import yaml
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from dtrain.errors import InvalidArgument, NotFound
+from dtrain.v1 import jobs_pb2
+
+SpecLike = Union[Mapping[str, Any], str, os.PathLike, jobs_pb2.JobSpec]
+STAGES = ("fit", "validate", "test", "predict")
+
+_RENAMED = {
+    "trainer.num_workers": "renamed to trainer.num_nodes (the worker machines a job needs, "
+    "Lightning's num_nodes; num_workers is a DataLoader argument)",
+    "trainer.min_workers": "renamed to trainer.min_nodes (the fewest an elastic job runs on)",
+    "resume_from": "renamed to ckpt_path (Lightning's name for the checkpoint to start from)",
+    "trainer.seed": "moved to seed_everything, at the top level as LightningCLI has it",
+}
+
+
+def _bad(path: str, message: str) -> InvalidArgument:
+    return InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT, f"{path}: {message}")
+
+
+def _scalar(field: FieldDescriptor, value: Any, path: str) -> Any:
+    if isinstance(value, (dict, list)):
+        raise _bad(path, "expected a single value")
+    if value is None:
+        raise _bad(path, "has no value")
+    t = field.cpp_type
+    if t == FieldDescriptor.CPPTYPE_STRING:
+        # YAML reads `precision: 32` as a number; the field wants its text.
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+    if t == FieldDescriptor.CPPTYPE_BOOL:
+        if not isinstance(value, bool):
+            raise _bad(path, f"expected true or false, got '{value}'")
+        return value
+    if t in (FieldDescriptor.CPPTYPE_INT32, FieldDescriptor.CPPTYPE_INT64,
+             FieldDescriptor.CPPTYPE_UINT32, FieldDescriptor.CPPTYPE_UINT64):
+        if isinstance(value, bool) or not isinstance(value, int):
+            what = "a non-negative integer" if t in (FieldDescriptor.CPPTYPE_UINT32,
+                                                      FieldDescriptor.CPPTYPE_UINT64) else "an integer"
+            raise _bad(path, f"expected {what}, got '{value}'")
+        if value < 0 and t in (FieldDescriptor.CPPTYPE_UINT32, FieldDescriptor.CPPTYPE_UINT64):
+            raise _bad(path, f"expected a non-negative integer, got '{value}'")
+        return value
+    if t in (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _bad(path, f"expected a number, got '{value}'")
+        return float(value)
+    raise _bad(path, "this field cannot be set from a file")
+
+
+def _fill(message: Message, values: Any, path: str) -> None:
+    if values is None:
+        return
+    if not isinstance(values, Mapping):
+        raise _bad(path or "spec", "expected a mapping of keys to values")
+    descriptor = message.DESCRIPTOR
+    for key, value in values.items():
+        key = str(key)
+        where = f"{path}.{key}" if path else key
+        field = descriptor.fields_by_name.get(key)
+        if field is None:
+            field = next((f for f in descriptor.fields if f.camelcase_name == key), None)
+        if field is None:
+            if where in _RENAMED:
+                raise _bad(where, _RENAMED[where])
+            known = ", ".join(f.name for f in descriptor.fields)
+            raise _bad(where, f"unknown key; {path or 'a job spec'} has {known}")
+        oneof = field.containing_oneof
+        if oneof is not None and not field.name.startswith("_"):
+            current = message.WhichOneof(oneof.name)
+            if current is not None and current != field.name and len(oneof.fields) > 1:
+                raise _bad(path, f"give only one of {current} and {field.name}")
+        if field.label == FieldDescriptor.LABEL_REPEATED:
+            items = value if isinstance(value, list) else [value]
+            container = getattr(message, field.name)
+            del container[:]
+            for i, item in enumerate(items):
+                container.append(_scalar(field, item, f"{where}[{i}]"))
+        elif field.cpp_type == FieldDescriptor.CPPTYPE_MESSAGE:
+            sub = getattr(message, field.name)
+            sub.SetInParent()
+            _fill(sub, value, where)
+        else:
+            setattr(message, field.name, _scalar(field, value, where))
+
+
+def _resolve(spec: jobs_pb2.JobSpec, base: str) -> None:
+    def absolute(p: str) -> str:
+        return p if not p or os.path.isabs(p) else os.path.normpath(os.path.join(base, p))
+
+    if spec.model.WhichOneof("source") == "torchscript":
+        spec.model.torchscript = absolute(spec.model.torchscript)
+    if spec.data.WhichOneof("source") == "tensors_file":
+        spec.data.tensors_file = absolute(spec.data.tensors_file)
+    spec.data.data_dir = absolute(spec.data.data_dir)
+    spec.ckpt_path = absolute(spec.ckpt_path)
+    spec.checkpoint.dirpath = absolute(spec.checkpoint.dirpath)
+
+
+def _nested(dotted: str, value: Any) -> Dict[str, Any]:
+    keys = dotted.split(".")
+    if any(not k for k in keys):
+        raise _bad(dotted, "an override is section.key")
+    out: Dict[str, Any] = {keys[-1]: value}
+    for key in reversed(keys[:-1]):
+        out = {key: out}
+    return out
+
+
+def load_spec(spec: SpecLike, stage: Optional[str] = None,
+              overrides: Optional[Mapping[str, Any]] = None) -> jobs_pb2.JobSpec:
+    """The JobSpec for ``spec`` (a dict, a YAML/JSON path, or a JobSpec), with ``overrides``
+    (dotted keys, as the CLI's ``--trainer.max_epochs=5``) applied and ``stage`` set.
+
+    Raises InvalidArgument naming the key's path, or NotFound for a missing file."""
+    if stage is not None and stage not in STAGES:
+        raise _bad("stage", f"unknown stage '{stage}'; use {', '.join(STAGES)}")
+    if isinstance(spec, jobs_pb2.JobSpec):
+        out = jobs_pb2.JobSpec()
+        out.CopyFrom(spec)
+    elif isinstance(spec, (str, os.PathLike)):
+        path = os.fspath(spec)
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            raise NotFound(grpc.StatusCode.NOT_FOUND, f"config file '{path}' does not exist") from None
+        try:
+            values = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise _bad(path, f"syntax error: {e}") from None
+        out = jobs_pb2.JobSpec()
+        try:
+            _fill(out, values, "")
+        except InvalidArgument as e:
+            raise InvalidArgument(e.code, f"{path}: {e.message}") from None
+        if out.stage:
+            raise _bad("stage", f"'{out.stage}' is chosen by the call (stage=), as LightningCLI's "
+                                "subcommand; remove the key")
+        _resolve(out, os.path.dirname(os.path.abspath(path)))
+    elif isinstance(spec, Mapping):
+        out = jobs_pb2.JobSpec()
+        _fill(out, spec, "")
+        if out.stage:
+            raise _bad("stage", f"'{out.stage}' is chosen by the call (stage=), as LightningCLI's "
+                                "subcommand; remove the key")
+    else:
+        raise InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"spec: give a dict, a YAML/JSON path or a JobSpec, not {type(spec).__name__}")
+    for key, value in (overrides or {}).items():
+        try:
+            _fill(out, _nested(key, value), "")
+        except InvalidArgument as e:
+            raise InvalidArgument(e.code, f"override {key}: {e.message}") from None
+    if stage is not None:
+        out.stage = stage
+    return out

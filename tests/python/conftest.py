@@ -1,0 +1,103 @@
+"""A real local cluster for the Python package's tests: a dtrain-coordinator and two
+dtrain-worker processes on 127.0.0.1 (ephemeral ports), always reaped. The binaries come from
+the environment ctest sets (DTRAIN_COORDINATOR_BIN, DTRAIN_WORKER_BIN, DTRAIN_DEMO_BIN)."""
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+
+def _binary(name):
+    path = os.environ.get(name)
+    if not path or not os.path.exists(path):
+        pytest.fail(f"{name} is not set to a built binary (run the tests through ctest)")
+    return path
+
+
+def _wait_for_port(port_file, process, seconds=20.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args[0]} exited with {process.returncode}")
+        try:
+            with open(port_file) as f:
+                text = f.read().strip()
+            if text:
+                return int(text)
+        except FileNotFoundError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{process.args[0]} wrote no port within {seconds} s")
+
+
+class Cluster:
+    def __init__(self, directory, workers=2, coordinator_flags=()):
+        self.dir = directory
+        self.processes = []
+        port_file = os.path.join(directory, "coordinator.port")
+        self.coordinator = self._start([
+            _binary("DTRAIN_COORDINATOR_BIN"), "--listen=127.0.0.1:0", f"--port_file={port_file}",
+            f"--state_dir={directory}/state", "--heartbeat_timeout=3s", *coordinator_flags],
+            "coordinator")
+        self.address = f"127.0.0.1:{_wait_for_port(port_file, self.coordinator)}"
+        for i in range(workers):
+            self.add_worker(f"w{i}")
+
+    def _start(self, argv, log_name):
+        log = open(os.path.join(self.dir, f"{log_name}.log"), "w")
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.processes.append(process)
+        return process
+
+    def add_worker(self, name, flags=()):
+        port_file = os.path.join(self.dir, f"{name}.port")
+        worker = self._start([
+            _binary("DTRAIN_WORKER_BIN"), f"--coordinator={self.address}", "--listen=127.0.0.1:0",
+            f"--port_file={port_file}", f"--name={name}", "--threads=1", *flags], name)
+        _wait_for_port(port_file, worker)
+        return worker
+
+    def stop(self):
+        # Workers first (they leave cleanly), then the coordinator; SIGKILL if one hangs.
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with tempfile.TemporaryDirectory(prefix="dtrain-py-") as directory:
+        c = Cluster(directory)
+        try:
+            import dtrain
+
+            client = dtrain.Client(c.address)
+            deadline = time.monotonic() + 20
+            while len([w for w in client.workers() if not w.job_id]) < 2:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the workers did not register")
+                time.sleep(0.1)
+            client.close()
+            yield c
+        finally:
+            c.stop()
+
+
+@pytest.fixture
+def bare_coordinator():
+    """A coordinator of its own (no workers), for groups and errors."""
+    with tempfile.TemporaryDirectory(prefix="dtrain-py-") as directory:
+        c = Cluster(directory, workers=0)
+        try:
+            yield c
+        finally:
+            c.stop()
