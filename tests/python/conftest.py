@@ -61,6 +61,14 @@ class Cluster:
         _wait_for_port(port_file, worker)
         return worker
 
+    def print_logs(self, lines=80):
+        """The end of every process's log, for a failure's post-mortem in the test output."""
+        for name in sorted(os.listdir(self.dir)):
+            if name.endswith(".log"):
+                with open(os.path.join(self.dir, name), errors="replace") as f:
+                    tail = f.readlines()[-lines:]
+                print(f"----- {name} (last {len(tail)} lines) -----\n{''.join(tail)}")
+
     def stop(self):
         # Workers first (they leave cleanly), then the coordinator; SIGKILL if one hangs.
         for process in reversed(self.processes):
@@ -74,8 +82,13 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with tempfile.TemporaryDirectory(prefix="dtrain-py-") as directory:
+def cluster(request):
+    # DTRAIN_TEST_KEEP=1 keeps the cluster's logs (printed path) for a failure's post-mortem.
+    keep = os.environ.get("DTRAIN_TEST_KEEP") == "1"
+    with tempfile.TemporaryDirectory(prefix="dtrain-py-") as temporary:
+        directory = tempfile.mkdtemp(prefix="dtrain-py-kept-") if keep else temporary
+        if keep:
+            print(f"cluster logs: {directory}")
         c = Cluster(directory)
         try:
             import dtrain
@@ -87,7 +100,10 @@ def cluster():
                     raise RuntimeError("the workers did not register")
                 time.sleep(0.1)
             client.close()
+            failed_before = request.session.testsfailed
             yield c
+            if request.session.testsfailed > failed_before:
+                c.print_logs()
         finally:
             c.stop()
 

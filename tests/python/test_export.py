@@ -111,7 +111,7 @@ def test_exported_module_trains_in_a_job(cluster, tmp_path):
         "optimizer": {"name": "adam", "lr": 0.01},
         "seed_everything": 1,
     })
-    status = job.wait(timeout=120)
+    status = job.wait(timeout=300)
     assert status.state == jobs_pb2.SUCCEEDED
     assert status.metrics["val_acc"] > 0.5
     assert "train_acc" in status.metrics
