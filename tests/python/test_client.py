@@ -5,6 +5,7 @@ import os
 import time
 
 import grpc
+import numpy as np
 import pytest
 import yaml
 
@@ -154,5 +155,32 @@ def test_token_required(tmp_path):
             dtrain.Client(c.address, token="").list()
         assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
         assert dtrain.Client(c.address, token="s3cret-token-for-tests").list() == []
+    finally:
+        c.stop()
+
+
+def test_mutual_tls(tmp_path):
+    """A coordinator requiring mutual TLS: the Client and a ProcessGroup connect with
+    dtrain.TLS(ca, cert, key) (or DTRAIN_TLS_*); without a client certificate they are refused."""
+    import subprocess
+
+    from conftest import Cluster
+
+    source = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    certs = tmp_path / "certs"
+    subprocess.run(["bash", os.path.join(source, "deploy/tls/make-test-certs.sh"), str(certs)],
+                   check=True, capture_output=True)
+    c = Cluster(str(tmp_path), workers=0, coordinator_flags=[
+        f"--tls_cert={certs}/server.pem", f"--tls_key={certs}/server.key",
+        f"--tls_ca={certs}/ca.pem", "--tls_require_client_cert"])
+    try:
+        tls = dtrain.TLS(ca=f"{certs}/ca.pem", cert=f"{certs}/client.pem", key=f"{certs}/client.key")
+        assert dtrain.Client(c.address, tls=tls).list() == []
+        with dtrain.ProcessGroup("tls-group", 1, c.address, tls=tls) as pg:
+            assert pg.all_reduce(np.arange(3, dtype=np.int64)).tolist() == [0, 1, 2]
+        with pytest.raises(dtrain.Unavailable):
+            dtrain.Client(c.address, tls=dtrain.TLS(ca=f"{certs}/ca.pem"), timeout=5).list()
+        with pytest.raises(dtrain.InvalidArgument, match="tls ca"):
+            dtrain.Client(c.address, tls=dtrain.TLS(ca=str(tmp_path / "missing.pem")))
     finally:
         c.stop()
