@@ -116,6 +116,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const std::stri
   // waits for the connection (bounded by the deadline) instead of failing at once. Later calls
   // do not, so that a coordinator that went away is reported at once.
   context.set_wait_for_ready(true);
+  CallCanceller::Registration cancellable(o.cancel, &context);
   grpc::Status status = pg->stub_->Register(&context, request, &pg->assignment_);
   if (!status.ok()) return FromGrpcStatus(status);
 

@@ -31,6 +31,7 @@
 #include "client/kv_client.h"
 #include "client/session.h"
 #include "client/tensor_stream.h"
+#include "common/call_canceller.h"
 #include "common/tensor.h"
 #include "dtrain/v1/coordinator.grpc.pb.h"
 
@@ -54,6 +55,9 @@ struct ProcessGroupOptions {
   uint64_t incarnation = 0;  // 0: random
   // Bearer token for this group's calls (a job's own, see jobs.proto); empty: the process's.
   std::string token;
+  // Cancels Join's wait for the group when its owner gives up (a worker whose Setup call was
+  // cancelled); the join then fails CANCELLED. Null: only the deadline ends the wait.
+  CallCanceller* cancel = nullptr;
 };
 
 // All-reduces above this size travel as segments in flight together (see Segment in

@@ -222,6 +222,43 @@ TEST_F(WorkerServiceTest, SingleDevice_TrainsEvaluatesAndTearsDown) {
   EXPECT_TRUE(Teardown(*w).ok()) << "teardown is idempotent";
 }
 
+// A Setup waits for its group; when the caller gives up (the coordinator cancelled the job
+// while another rank never came) or tears the job down, the wait ends at once and the worker
+// is free for the next job, rather than held until the rendezvous deadline (5 minutes).
+TEST_F(WorkerServiceTest, SetupWaitingForItsGroup_EndsWhenCancelledOrTornDown) {
+  auto w = StartWorker();
+  ASSERT_NE(w, nullptr);
+  v1::SetupRequest lonely = MakeSetup("lonely", "ddp", 2, address());  // the other rank never comes
+  {
+    grpc::ClientContext context;
+    v1::SetupResponse response;
+    std::thread cancel([&] {
+      absl::SleepFor(absl::Milliseconds(500));
+      context.TryCancel();
+    });
+    w->stub().Setup(&context, lonely, &response);
+    cancel.join();
+  }
+  // The worker went on: a new job sets up within seconds (the Setup queue is one at a time).
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(Setup(*w, MakeSetup("next", "single_device", 1, address())).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(Health(*w).job_id(), "next");
+  ASSERT_TRUE(Teardown(*w, "next").ok());
+
+  // A Teardown of the job whose Setup waits ends that wait too; the Setup answers CANCELLED.
+  lonely.set_job_id("lonely2");
+  absl::Status waited;
+  std::thread setup([&] { waited = Setup(*w, lonely); });
+  absl::SleepFor(absl::Milliseconds(500));
+  const absl::Time teardown_start = absl::Now();
+  EXPECT_TRUE(Teardown(*w, "lonely2").ok());
+  setup.join();
+  EXPECT_LT(absl::Now() - teardown_start, absl::Seconds(10));
+  EXPECT_EQ(waited.code(), absl::StatusCode::kCancelled) << waited;
+  EXPECT_EQ(Health(*w).state(), v1::HealthResponse::IDLE);
+}
+
 // 2 ranks with per-rank batch B for 20 steps end where 1 rank with batch 2B does.
 TEST_P(WorkerServiceBackendTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) {
   auto a = StartWorker(), b = StartWorker(), single = StartWorker();

@@ -100,8 +100,9 @@ absl::Status CheckJobId(const std::string& id) {
 
 absl::StatusOr<std::unique_ptr<HostedJob>> SetupLocalJob(const v1::SetupRequest& request,
                                                          const WorkerIdentity& identity,
-                                                         v1::SetupResponse* response) {
-  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Job::Setup(request, identity));
+                                                         v1::SetupResponse* response,
+                                                         CallCanceller* cancel) {
+  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Job::Setup(request, identity, cancel));
   job->Describe(response);
   return std::unique_ptr<HostedJob>(new LocalJob(std::move(job)));
 }

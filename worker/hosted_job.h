@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/call_canceller.h"
 #include "dtrain/v1/worker.pb.h"
 #include "worker/step_kind.h"
 
@@ -42,8 +43,10 @@ class HostedJob {
 absl::Status CheckJobId(const std::string& id);
 
 // Sets up one rank in this process; fills `response`.
+// `cancel` (optional) ends its wait for the group (Job::Setup).
 absl::StatusOr<std::unique_ptr<HostedJob>> SetupLocalJob(const v1::SetupRequest& request,
                                                          const WorkerIdentity& identity,
-                                                         v1::SetupResponse* response);
+                                                         v1::SetupResponse* response,
+                                                         CallCanceller* cancel = nullptr);
 
 }  // namespace dtrain

@@ -78,7 +78,8 @@ void AddOutputs(const StepOutput& out, bool with_tensors, v1::BatchResult* resul
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
-                                                const WorkerIdentity& identity) {
+                                                const WorkerIdentity& identity,
+                                                CallCanceller* cancel) {
   // Everything is checked before joining the group, so a bad request never leaves the other
   // ranks waiting for a member that will not come.
   // The job id was checked by the service (CheckJobId) before the request was queued; the
@@ -127,6 +128,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
           "strategy ", StrategyName(*kind), " needs group.world_size >= 1 (the job's ranks)"));
     }
     ProcessGroupOptions options;
+    options.cancel = cancel;
     options.group = g.group().empty() ? request.job_id() : g.group();
     options.world_size = g.world_size();
     options.token = g.token();

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/call_canceller.h"
 #include "dtrain/v1/worker.pb.h"
 #include "worker/accelerator.h"
 #include "worker/dataset.h"
@@ -32,8 +33,10 @@ class Job {
  public:
   // Validates the request (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION naming the
   // field), then joins the group (blocking until every rank has joined) and sets up.
+  // `cancel` (optional) ends the wait for the group: the caller gave up.
   static absl::StatusOr<std::unique_ptr<Job>> Setup(const v1::SetupRequest& request,
-                                                    const WorkerIdentity& identity);
+                                                    const WorkerIdentity& identity,
+                                                    CallCanceller* cancel = nullptr);
 
   // Worker.DryRun: the model and data of request.setup() alone on this process (single_device,
   // no group), one training_step on the first training batch and one validation_step on the

@@ -21,6 +21,8 @@ struct WorkerService::Task {
   grpc::ServerUnaryReactor* reactor = nullptr;
   std::atomic<bool> cancelled{false};
   std::string setup_job;  // a Setup's job id
+  // Cancels a Setup's wait for its group when the call is cancelled or its job torn down.
+  std::shared_ptr<CallCanceller> canceller = std::make_shared<CallCanceller>();
   // For a call answered by other means than `reactor` (a stream): gets the outcome when the
   // body failed or never ran.
   std::function<void(const absl::Status&)> answer;
@@ -40,8 +42,10 @@ WorkerService::~WorkerService() {
 
 grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* context,
                                                  std::function<absl::Status()> body,
-                                                 std::string setup_job) {
+                                                 std::string setup_job,
+                                                 std::shared_ptr<CallCanceller> canceller) {
   auto task = std::make_shared<Task>();
+  if (canceller != nullptr) task->canceller = std::move(canceller);
   task->body = std::move(body);
   task->setup_job = std::move(setup_job);
   std::weak_ptr<Task> weak = task;
@@ -49,6 +53,7 @@ grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* co
     std::shared_ptr<Task> t = weak.lock();
     if (t == nullptr) return;
     t->cancelled = true;
+    t->canceller->Cancel();
     absl::MutexLock lock(&mu_);
     if (running_ == t && job_ != nullptr) job_->Cancel();
   });
@@ -142,9 +147,12 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
     return FinishNow(context, s);
   }
   if (absl::Status s = CheckJobId(request->job_id()); !s.ok()) return FinishNow(context, s);
+  // A Setup waits for its group; the coordinator cancelling the call (the job was cancelled,
+  // another rank failed) or tearing the job down ends that wait instead of holding this worker.
+  auto canceller = std::make_shared<CallCanceller>();
   return Enqueue(
       context,
-      [this, request, response]() -> absl::Status {
+      [this, request, response, canceller]() -> absl::Status {
         {
           absl::MutexLock lock(&mu_);
           if (job_ != nullptr) {
@@ -162,7 +170,7 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
           }
           job = SpawnedJob::Setup(*request, options_.identity, options_.spawn_binary, response);
         } else {
-          job = SetupLocalJob(*request, options_.identity, response);
+          job = SetupLocalJob(*request, options_.identity, response, canceller.get());
         }
         if (!job.ok()) return Note(job.status());
         absl::MutexLock lock(&mu_);
@@ -171,7 +179,7 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
         last_error_.clear();
         return absl::OkStatus();
       },
-      request->job_id());
+      request->job_id(), canceller);
 }
 
 absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& request,
@@ -376,6 +384,11 @@ grpc::ServerUnaryReactor* WorkerService::Teardown(grpc::CallbackServerContext* c
     if (job_ != nullptr && (request->job_id().empty() || request->job_id() == job_->id())) {
       job_->Cancel();
     }
+    // A Setup of this job still waiting for its group: it will not form now.
+    if (running_ != nullptr && !running_->setup_job.empty() &&
+        (request->job_id().empty() || request->job_id() == running_->setup_job)) {
+      running_->canceller->Cancel();
+    }
   }
   return Enqueue(context, [=]() -> absl::Status {
     {
@@ -447,6 +460,7 @@ void WorkerService::StopNow() {
     if (stopping_) return;
     stopping_ = leaving_ = true;
     if (job_ != nullptr) job_->Cancel();
+    if (running_ != nullptr) running_->canceller->Cancel();
     // Queued calls will not run: answer them now.
     for (std::shared_ptr<Task>& t : queue_) t->cancelled = true;
   }
@@ -464,6 +478,8 @@ void WorkerService::StopNow() {
 
 void WorkerService::AbandonJob(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
+  // A Setup of the ended job still waiting for its group.
+  if (running_ != nullptr && running_->setup_job == job_id) running_->canceller->Cancel();
   if (job_ == nullptr || job_->id() != job_id || stopping_) return;
   job_->Cancel();
   auto task = std::make_shared<Task>();

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/call_canceller.h"
 #include "common/metrics_registry.h"
 #include "dtrain/v1/worker.grpc.pb.h"
 #include "worker/hosted_job.h"
@@ -98,7 +99,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   // stops it (before its next batch) or, if it has not started, skips it.
   // `setup_job` marks a Setup: refused once draining, and its job counts as this worker's.
   grpc::ServerUnaryReactor* Enqueue(grpc::CallbackServerContext* context,
-                                    std::function<absl::Status()> body, std::string setup_job = "");
+                                    std::function<absl::Status()> body, std::string setup_job = "",
+                                    std::shared_ptr<CallCanceller> canceller = nullptr);
   void ExecutorLoop();
   // Runs on the executor: the job named `job_id` or FAILED_PRECONDITION.
   absl::StatusOr<std::shared_ptr<HostedJob>> JobFor(const std::string& job_id);

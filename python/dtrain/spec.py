@@ -126,7 +126,9 @@ def _nested(dotted: str, value: Any) -> Dict[str, Any]:
 def load_spec(spec: SpecLike, stage: Optional[str] = None,
               overrides: Optional[Mapping[str, Any]] = None) -> jobs_pb2.JobSpec:
     """The JobSpec for ``spec`` (a dict, a YAML/JSON path, or a JobSpec), with ``overrides``
-    (dotted keys, as the CLI's ``--trainer.max_epochs=5``) applied and ``stage`` set.
+    (dotted keys, as the CLI's ``--trainer.max_epochs=5``) applied and ``stage`` set. Relative
+    paths become absolute: a file's against its directory, a dict's and an override's against
+    the working directory (the workers do not share it); a JobSpec's are left as they are.
 
     Raises InvalidArgument naming the key's path, or NotFound for a missing file."""
     if stage is not None and stage not in STAGES:
@@ -160,6 +162,8 @@ def load_spec(spec: SpecLike, stage: Optional[str] = None,
         if out.stage:
             raise _bad("stage", f"'{out.stage}' is chosen by the call (stage=), as LightningCLI's "
                                 "subcommand; remove the key")
+        # The workers do not share this process's working directory.
+        _resolve(out, os.getcwd())
     else:
         raise InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT,
                               f"spec: give a dict, a YAML/JSON path or a JobSpec, not {type(spec).__name__}")
@@ -168,6 +172,8 @@ def load_spec(spec: SpecLike, stage: Optional[str] = None,
             _fill(out, _nested(key, value), "")
         except InvalidArgument as e:
             raise InvalidArgument(e.code, f"override {key}: {e.message}") from None
+    if overrides:
+        _resolve(out, os.getcwd())  # an override's relative path, as the CLI's, from here
     if stage is not None:
         out.stage = stage
     return out

@@ -184,3 +184,21 @@ def test_mutual_tls(tmp_path):
             dtrain.Client(c.address, tls=dtrain.TLS(ca=str(tmp_path / "missing.pem")))
     finally:
         c.stop()
+
+
+def test_spec_paths_resolve_where_they_were_written(tmp_path, monkeypatch):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "job.yaml").write_text(
+        "model: {torchscript: ../models/m.pt}\ndata: {tensors_file: data.pt}\n")
+    spec = dtrain.load_spec(str(tmp_path / "jobs" / "job.yaml"), "fit",
+                            {"ckpt_path": "runs/last.ckpt"})
+    monkeypatch.chdir(tmp_path)
+    assert spec.model.torchscript == str(tmp_path / "models" / "m.pt")
+    assert spec.data.tensors_file == str(tmp_path / "jobs" / "data.pt")
+    from_dict = dtrain.load_spec({"model": {"torchscript": "m.pt"}, "ckpt_path": "/abs/x.ckpt"})
+    assert from_dict.model.torchscript == str(tmp_path / "m.pt")
+    assert from_dict.ckpt_path == "/abs/x.ckpt"
+    message = jobs_pb2.JobSpec()
+    message.model.torchscript = "relative.pt"
+    assert dtrain.load_spec(message, "test").model.torchscript == "relative.pt"
+    assert dtrain.load_spec(message, "test").stage == "test"
