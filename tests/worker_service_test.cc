@@ -257,6 +257,20 @@ TEST_F(WorkerServiceTest, SetupWaitingForItsGroup_EndsWhenCancelledOrTornDown) {
   EXPECT_LT(absl::Now() - teardown_start, absl::Seconds(10));
   EXPECT_EQ(waited.code(), absl::StatusCode::kCancelled) << waited;
   EXPECT_EQ(Health(*w).state(), v1::HealthResponse::IDLE);
+
+  // ddp_spawn: the daemon's cancelled Setup cancels its children's waits in turn.
+  auto spawner = StartWorker({"--devices=2"});
+  ASSERT_NE(spawner, nullptr);
+  v1::SetupRequest spawned = MakeSetup("lonely3", "ddp_spawn", 4, address());
+  absl::Status spawn_waited;
+  std::thread spawn_setup([&] { spawn_waited = Setup(*spawner, spawned); });
+  absl::SleepFor(absl::Seconds(2));  // the children started and wait in the rendezvous
+  const absl::Time spawn_teardown = absl::Now();
+  EXPECT_TRUE(Teardown(*spawner, "lonely3").ok());
+  spawn_setup.join();
+  EXPECT_LT(absl::Now() - spawn_teardown, absl::Seconds(15));
+  EXPECT_FALSE(spawn_waited.ok());
+  EXPECT_EQ(Health(*spawner).state(), v1::HealthResponse::IDLE);
 }
 
 // 2 ranks with per-rank batch B for 20 steps end where 1 rank with batch 2B does.

@@ -63,7 +63,8 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args) {
 absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequest& request,
                                                              const WorkerIdentity& identity,
                                                              const std::string& binary,
-                                                             v1::SetupResponse* response) {
+                                                             v1::SetupResponse* response,
+                                                             CallCanceller* cancel) {
   const int n = request.devices() > 0 ? request.devices() : identity.devices;
   if (n < 1 || n > 256) {
     return absl::InvalidArgumentError(absl::StrCat("ddp_spawn needs 1..256 devices, got ", n));
@@ -134,6 +135,8 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
     child.set_devices(1);
     child.set_spawn_index(i);
     child.set_worker_name(identity.name);
+    // Cancelling this call cancels the child's wait for the group in turn.
+    CallCanceller::Registration cancellable(cancel, context);
     return job->children_[i]->stub->Setup(context, child, &responses[i]);
   }));
   *response = responses[0];

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/call_canceller.h"
 #include "common/parallel_calls.h"
 #include "dtrain/v1/worker.grpc.pb.h"
 #include "worker/hosted_job.h"
@@ -30,7 +31,8 @@ class SpawnedJob : public HostedJob {
   static absl::StatusOr<std::unique_ptr<HostedJob>> Setup(const v1::SetupRequest& request,
                                                           const WorkerIdentity& identity,
                                                           const std::string& binary,
-                                                          v1::SetupResponse* response);
+                                                          v1::SetupResponse* response,
+                                                          CallCanceller* cancel = nullptr);
   ~SpawnedJob() override;
 
   const std::string& id() const override { return id_; }

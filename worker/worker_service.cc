@@ -168,7 +168,8 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
             return absl::FailedPreconditionError(
                 "ddp_spawn is not available in a spawned child; use ddp");
           }
-          job = SpawnedJob::Setup(*request, options_.identity, options_.spawn_binary, response);
+          job = SpawnedJob::Setup(*request, options_.identity, options_.spawn_binary, response,
+                                  canceller.get());
         } else {
           job = SetupLocalJob(*request, options_.identity, response, canceller.get());
         }
