@@ -104,6 +104,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   if (!server->options_.database.empty()) {
     if (absl::Status s = server->jobs_->Restore(server->options_.database); !s.ok()) return s;
   }
+  auto artifacts = ArtifactStore::Open({server->options_.state_dir + "/artifacts",
+                                        server->options_.max_artifact_bytes,
+                                        server->options_.artifact_quota_bytes});
+  if (!artifacts.ok()) return artifacts.status();
+  server->artifacts_ = std::move(*artifacts);
+  server->artifacts_service_ =
+      std::make_unique<ArtifactsService>(server->artifacts_.get(), server->access_.get());
   EnableStandardServices();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(server->options_.listen_address,
@@ -113,6 +120,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                            &server->port_);
   builder.RegisterService(server->service_.get());
   builder.RegisterService(server->jobs_service_.get());
+  builder.RegisterService(server->artifacts_service_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // Each connection keeps a read buffer sized to its traffic; uncapped, 64 idle ranks that

@@ -13,6 +13,8 @@
 #include "absl/time/time.h"
 #include "common/metrics_http_server.h"
 #include "common/metrics_registry.h"
+#include "coordinator/artifacts/artifact_store.h"
+#include "coordinator/artifacts/artifacts_service.h"
 #include "coordinator/collectives/access_control.h"
 #include "coordinator/collectives/collective_engine.h"
 #include "coordinator/collectives/coordinator_service.h"
@@ -55,6 +57,10 @@ struct CoordinatorOptions {
   std::string admin_token;
   // host:port of the Prometheus /metrics endpoint (plain HTTP); empty: none.
   std::string metrics_listen;
+  // Uploaded files (<state_dir>/artifacts): the largest one accepted and the total kept;
+  // 0: no limit.
+  int64_t max_artifact_bytes = int64_t{64} << 30;
+  int64_t artifact_quota_bytes = 0;
 };
 
 class CoordinatorServer {
@@ -95,6 +101,8 @@ class CoordinatorServer {
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<JobsService> jobs_service_;
+  std::unique_ptr<ArtifactStore> artifacts_;
+  std::unique_ptr<ArtifactsService> artifacts_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string host_;

@@ -38,6 +38,10 @@ ABSL_FLAG(std::string, advertise, "",
           "host:port workers use to reach this coordinator; default: --listen");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for Prometheus metrics over HTTP (/metrics); empty: none");
+ABSL_FLAG(int64_t, max_artifact_bytes, int64_t{64} << 30,
+          "the largest file a client may upload (a model, a dataset, a checkpoint); 0: no limit");
+ABSL_FLAG(int64_t, artifact_quota_bytes, 0,
+          "the total bytes of uploaded files kept under <state_dir>/artifacts; 0: no limit");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written to this file once serving");
 
@@ -70,6 +74,8 @@ int main(int argc, char** argv) {
   options.groups.default_collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   options.groups.default_register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.max_artifact_bytes = absl::GetFlag(FLAGS_max_artifact_bytes);
+  options.artifact_quota_bytes = absl::GetFlag(FLAGS_artifact_quota_bytes);
   options.database = options.state_dir + "/coordinator.db";
   options.advertise_address = absl::GetFlag(FLAGS_advertise);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);

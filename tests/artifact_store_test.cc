@@ -4,6 +4,7 @@
 // there and drops interrupted uploads.
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -122,6 +123,9 @@ TEST(ArtifactStore, VerifiedUploads_OneCopyPerContent_LimitsAndReopen) {
 
   // Reopened: the stored bytes are counted again, an interrupted upload is gone.
   std::ofstream(dir + "/incoming/stale") << "partial";
+  std::filesystem::last_write_time(
+      dir + "/incoming/stale",
+      std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
   store->reset();
   auto reopened = ArtifactStore::Open({dir, 0, 0});
   ASSERT_TRUE(reopened.ok());

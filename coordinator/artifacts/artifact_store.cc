@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -20,10 +21,15 @@ absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::Open(ArtifactStore
   if (absl::Status s = MakeDirectories(options.dir + "/objects", "the artifact store"); !s.ok()) {
     return s;
   }
-  std::error_code error;
-  fs::remove_all(options.dir + "/incoming", error);  // uploads a stop interrupted
   if (absl::Status s = MakeDirectories(options.dir + "/incoming", "the artifact store"); !s.ok()) {
     return s;
+  }
+  // Uploads a stop interrupted: untouched for a while (another coordinator sharing the
+  // directory may be writing the recent ones).
+  std::error_code error;
+  const auto now = fs::file_time_type::clock::now();
+  for (const auto& entry : fs::directory_iterator(options.dir + "/incoming", error)) {
+    if (now - entry.last_write_time(error) > std::chrono::minutes(10)) fs::remove(entry, error);
   }
   std::unique_ptr<ArtifactStore> store(new ArtifactStore(std::move(options)));
   int64_t total = 0;

@@ -27,7 +27,8 @@ struct ArtifactStoreOptions {
 
 class ArtifactStore {
  public:
-  // Creates the directories, drops interrupted uploads and counts what is stored.
+  // Creates the directories, drops interrupted uploads (untouched for 10 minutes) and counts
+  // what is stored.
   static absl::StatusOr<std::unique_ptr<ArtifactStore>> Open(ArtifactStoreOptions options);
 
   // One upload in progress. Destroying it before Commit discards it and frees its reservation.

@@ -1,0 +1,133 @@
+#include "client/artifacts_client.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/sha256.h"
+#include "common/streaming.h"
+
+namespace dtrain {
+
+ArtifactsClient::ArtifactsClient(std::shared_ptr<grpc::Channel> channel,
+                                 absl::Duration base_timeout)
+    : stub_(v1::Artifacts::NewStub(std::move(channel))), base_timeout_(base_timeout) {}
+
+absl::Time ArtifactsClient::Deadline(int64_t bytes) const {
+  return absl::Now() + base_timeout_ + absl::Seconds(static_cast<double>(bytes) / 50e6);
+}
+
+absl::StatusOr<int64_t> ArtifactsClient::Stat(const std::string& digest) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(Deadline(0)));
+  v1::StatRequest request;
+  request.set_digest(digest);
+  v1::StatResponse response;
+  grpc::Status status = stub_->Stat(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response.size();
+}
+
+absl::StatusOr<UploadResult> ArtifactsClient::Upload(const std::string& path) {
+  std::error_code error;
+  const auto size = std::filesystem::file_size(path, error);
+  if (error) return absl::NotFoundError(absl::StrCat("cannot upload '", path, "': no such file"));
+  absl::StatusOr<std::string> digest = Sha256OfFile(path);
+  if (!digest.ok()) return digest.status();
+  UploadResult result;
+  result.digest = *digest;
+  result.size = static_cast<int64_t>(size);
+  absl::StatusOr<int64_t> stored = Stat(*digest);
+  if (stored.ok() && *stored == result.size) return result;
+  if (!stored.ok() && stored.status().code() != absl::StatusCode::kNotFound) {
+    return stored.status();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in.good()) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(Deadline(result.size)));
+  v1::UploadResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer =
+      stub_->Upload(&context, &response);
+  v1::UploadRequest request;
+  request.mutable_header()->set_digest(result.digest);
+  request.mutable_header()->set_size(result.size);
+  request.mutable_header()->set_name(std::filesystem::path(path).filename().string());
+  std::string* chunk = request.mutable_chunk();
+  int64_t sent = 0;
+  bool open = true;
+  do {
+    chunk->resize(static_cast<size_t>(kStreamChunkBytes));
+    in.read(chunk->data(), static_cast<std::streamsize>(chunk->size()));
+    chunk->resize(static_cast<size_t>(in.gcount()));
+    sent += static_cast<int64_t>(chunk->size());
+    open = writer->Write(request);  // false: the server ended the call (its status says why)
+    request.clear_header();
+  } while (open && sent < result.size && in);
+  writer->WritesDone();
+  grpc::Status status = writer->Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  result.sent = !response.already_stored();
+  return result;
+}
+
+absl::Status ArtifactsClient::Fetch(const std::string& digest, const std::string& path) {
+  const std::string temp = absl::StrCat(path, ".part-", getpid());
+  std::FILE* out = std::fopen(temp.c_str(), "wb");
+  if (out == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write '", temp, "': ", std::strerror(errno)));
+  }
+  grpc::ClientContext context;
+  // The size is known only from the first message: a deadline for the largest accepted file
+  // would be hours, so each fetch gets the base timeout plus 50 MB/s of a generous 64 GiB.
+  context.set_deadline(absl::ToChronoTime(Deadline(int64_t{64} << 30)));
+  v1::FetchRequest request;
+  request.set_digest(digest);
+  std::unique_ptr<grpc::ClientReader<v1::FetchResponse>> reader = stub_->Fetch(&context, request);
+  v1::FetchResponse response;
+  Sha256 hash;
+  int64_t size = -1, received = 0;
+  absl::Status failure;
+  while (reader->Read(&response)) {
+    if (size < 0) size = response.size();
+    hash.Update(response.chunk());
+    received += static_cast<int64_t>(response.chunk().size());
+    if (failure.ok() && std::fwrite(response.chunk().data(), 1, response.chunk().size(), out) !=
+                            response.chunk().size()) {
+      failure = absl::ResourceExhaustedError(
+          absl::StrCat("cannot write '", temp, "': ", std::strerror(errno)));
+      context.TryCancel();
+    }
+  }
+  grpc::Status status = reader->Finish();
+  const bool flushed = std::fclose(out) == 0;
+  if (failure.ok() && !status.ok()) failure = FromGrpcStatus(status);
+  if (failure.ok() && !flushed) failure = absl::ResourceExhaustedError("cannot flush " + temp);
+  if (failure.ok() && received != size) {
+    failure = absl::DataLossError(
+        absl::StrCat("fetched ", received, " of the ", size, " bytes of ", digest));
+  }
+  if (failure.ok()) {
+    const std::string actual = hash.Finish();
+    if (actual != digest) {
+      failure = absl::DataLossError(absl::StrCat("the fetched bytes hash to ", actual, ", not ",
+                                                 digest, ": corrupted in transit"));
+    }
+  }
+  if (failure.ok() && std::rename(temp.c_str(), path.c_str()) != 0) {
+    failure = absl::InternalError(
+        absl::StrCat("cannot move the fetched file to '", path, "': ", std::strerror(errno)));
+  }
+  if (!failure.ok()) std::remove(temp.c_str());
+  return failure;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,182 @@
+#include "coordinator/artifacts/artifacts_service.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "common/callback_reactors.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "common/streaming.h"
+
+namespace dtrain {
+namespace {
+
+// Reads messages until the client half-closes; the first must hold the header.
+class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
+ public:
+  UploadReactor(ArtifactStore* store, v1::UploadResponse* response, const absl::Status& allowed)
+      : store_(store), response_(response) {
+    if (!allowed.ok()) {
+      Finish(ToGrpcStatus(allowed));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client sent everything
+      if (writer_ == nullptr) {
+        Finish(ToGrpcStatus(absl::InvalidArgumentError("the upload sent no header")));
+        return;
+      }
+      if (absl::Status s = writer_->Commit(); !s.ok()) {
+        Finish(ToGrpcStatus(s));
+        return;
+      }
+      Finish(grpc::Status::OK);
+      return;
+    }
+    if (writer_ == nullptr && !already_stored_) {
+      if (!request_.has_header()) {
+        Finish(ToGrpcStatus(absl::InvalidArgumentError(
+            "the first message of an upload carries its header (digest, size)")));
+        return;
+      }
+      const v1::UploadHeader& h = request_.header();
+      response_->set_digest(h.digest());
+      response_->set_size(h.size());
+      absl::StatusOr<int64_t> stored = store_->Size(h.digest());
+      if (stored.ok() && *stored == h.size()) {
+        // Already here: read the rest and drop it (a client that did not Stat first).
+        already_stored_ = true;
+        response_->set_already_stored(true);
+      } else {
+        absl::StatusOr<std::unique_ptr<ArtifactStore::Writer>> writer =
+            store_->NewWriter(h.digest(), h.size());
+        if (!writer.ok()) {
+          Finish(ToGrpcStatus(writer.status()));
+          return;
+        }
+        writer_ = std::move(*writer);
+      }
+    } else if (request_.has_header()) {
+      Finish(ToGrpcStatus(absl::InvalidArgumentError("an upload carries one header, first")));
+      return;
+    }
+    if (writer_ != nullptr && !request_.chunk().empty()) {
+      if (absl::Status s = writer_->Append(request_.chunk()); !s.ok()) {
+        Finish(ToGrpcStatus(s));
+        return;
+      }
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  ArtifactStore* const store_;
+  v1::UploadResponse* const response_;
+  v1::UploadRequest request_;
+  std::unique_ptr<ArtifactStore::Writer> writer_;  // discarded unless committed
+  bool already_stored_ = false;
+};
+
+// Writes the file chunk by chunk, each after the previous was sent.
+class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchResponse> {
+ public:
+  FetchReactor(const ArtifactStore* store, const v1::FetchRequest& request,
+               const absl::Status& allowed) {
+    absl::Status status = allowed;
+    absl::StatusOr<int64_t> size = status.ok() ? store->Size(request.digest()) : status;
+    if (size.ok() && (request.offset() < 0 || request.offset() > *size)) {
+      size = absl::InvalidArgumentError(
+          absl::StrCat("offset ", request.offset(), " is outside the file's ", *size, " bytes"));
+    }
+    if (size.ok()) {
+      file_ = std::fopen(store->PathOf(request.digest())->c_str(), "rb");
+      if (file_ == nullptr || std::fseek(file_, request.offset(), SEEK_SET) != 0) {
+        size = absl::InternalError(
+            absl::StrCat("cannot read ", request.digest(), ": ", std::strerror(errno)));
+      }
+    }
+    if (!size.ok()) {
+      Finish(ToGrpcStatus(size.status()));
+      return;
+    }
+    response_.set_size(*size);
+    remaining_ = *size - request.offset();
+    Next();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the reader went away"));
+      return;
+    }
+    response_.Clear();
+    Next();
+  }
+
+  void OnDone() override {
+    if (file_ != nullptr) std::fclose(file_);
+    delete this;
+  }
+
+ private:
+  void Next() {
+    if (remaining_ == 0 && sent_any_) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const int64_t n = std::min<int64_t>(remaining_, kStreamChunkBytes);
+    std::string* chunk = response_.mutable_chunk();
+    chunk->resize(static_cast<size_t>(n));
+    if (n > 0 && std::fread(chunk->data(), 1, chunk->size(), file_) != chunk->size()) {
+      Finish(grpc::Status(grpc::StatusCode::DATA_LOSS, "the stored file ended early"));
+      return;
+    }
+    remaining_ -= n;
+    sent_any_ = true;
+    StartWrite(&response_);
+  }
+
+  std::FILE* file_ = nullptr;
+  v1::FetchResponse response_;
+  int64_t remaining_ = 0;
+  bool sent_any_ = false;
+};
+
+}  // namespace
+
+absl::Status ArtifactsService::Authorize(const grpc::CallbackServerContext& context,
+                                         absl::string_view what) const {
+  DTRAIN_ASSIGN_OR_RETURN(Caller caller, access_->Authenticate(context));
+  return caller.MayAdminister(what);
+}
+
+grpc::ServerReadReactor<v1::UploadRequest>* ArtifactsService::Upload(
+    grpc::CallbackServerContext* context, v1::UploadResponse* response) {
+  return new UploadReactor(store_, response, Authorize(*context, "Upload"));
+}
+
+grpc::ServerUnaryReactor* ArtifactsService::Stat(grpc::CallbackServerContext* context,
+                                                 const v1::StatRequest* request,
+                                                 v1::StatResponse* response) {
+  if (absl::Status s = Authorize(*context, "Stat"); !s.ok()) return FinishNow(context, s);
+  absl::StatusOr<int64_t> size = store_->Size(request->digest());
+  if (!size.ok()) return FinishNow(context, size.status());
+  response->set_digest(request->digest());
+  response->set_size(*size);
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerWriteReactor<v1::FetchResponse>* ArtifactsService::Fetch(
+    grpc::CallbackServerContext* context, const v1::FetchRequest* request) {
+  return new FetchReactor(store_, *request, Authorize(*context, "Fetch"));
+}
+
+}  // namespace dtrain
