@@ -27,10 +27,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/artifacts_client.h"
 #include "client/job_spec_file.h"
 #include "client/jobs_client.h"
 #include "client/metrics_plot.h"
 #include "client/progress_view.h"
+#include "client/spec_uploads.h"
 #include "common/channel.h"
 #include "common/command_line.h"
 #include "common/grpc_status.h"
@@ -171,6 +173,18 @@ class Client {
         std::printf("%s", JobSpecToYaml(normalized).c_str());
       }
       return kOk;
+    }
+    // The local files the spec names go to the coordinator; the spec names them by content.
+    ArtifactsClient artifacts(ConnectToCoordinator(Address()));
+    std::vector<std::string> uploaded;
+    if (absl::Status s = UploadSpecFiles(artifacts, &*spec, &uploaded); !s.ok()) {
+      return s.code() == absl::StatusCode::kInvalidArgument ||
+                     s.code() == absl::StatusCode::kNotFound
+                 ? UsageError(std::string(s.message()))
+                 : Refused(s);
+    }
+    if (!Json()) {
+      for (const std::string& line : uploaded) std::printf("%s\n", line.c_str());
     }
     if (absl::GetFlag(FLAGS_dry_run)) return DryRun(*spec);
     absl::StatusOr<v1::JobStatus> job = jobs_.Submit(*spec);

@@ -42,6 +42,12 @@ absl::StatusOr<T> Scalar(const YAML::Node& node, const std::string& path, const 
 
 absl::Status Fill(const YAML::Node& node, Message* message, const std::string& path);
 
+// "worker:/path" (a file on the workers) and "artifact:sha256:..." (an uploaded file) are not
+// the client's paths and are never resolved against its directories.
+bool IsMarkedPath(const std::string& path) {
+  return path.rfind("worker:", 0) == 0 || path.rfind("artifact:", 0) == 0;
+}
+
 // Keys dtrain once spelled differently from Lightning: one spelling per concept, and the old
 // one points at the new.
 const char* RenamedKeyHint(const std::string& path) {
@@ -208,7 +214,7 @@ absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path) {
 
 void ResolvePaths(const std::string& base, v1::JobSpec* spec) {
   auto resolve = [&](std::string* p) {
-    if (p->empty() || std::filesystem::path(*p).is_absolute()) return;
+    if (p->empty() || std::filesystem::path(*p).is_absolute() || IsMarkedPath(*p)) return;
     *p = (std::filesystem::path(base) / *p).lexically_normal().string();
   };
   if (spec->model().has_torchscript()) resolve(spec->mutable_model()->mutable_torchscript());
@@ -243,7 +249,9 @@ void ResolveChangedPaths(const v1::JobSpec& before, const std::string& base, v1:
   std::map<std::string, std::string> old;
   for (auto& [name, value] : PathFields(&copy)) old[name] = *value;
   for (auto& [name, value] : PathFields(spec)) {
-    if (value->empty() || std::filesystem::path(*value).is_absolute()) continue;
+    if (value->empty() || std::filesystem::path(*value).is_absolute() || IsMarkedPath(*value)) {
+      continue;
+    }
     auto it = old.find(name);
     if (it != old.end() && it->second == *value) continue;
     *value = (std::filesystem::path(base) / *value).lexically_normal().string();

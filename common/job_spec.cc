@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_settings.h"
+#include "common/sha256.h"
 
 namespace dtrain {
 namespace {
@@ -45,6 +46,14 @@ absl::Status CheckName(const std::string& name) {
   return absl::OkStatus();
 }
 
+// A file named by content must name it well: the digest becomes a file name on the workers.
+absl::Status CheckFileReference(const std::string& path, const std::string& value) {
+  if (value.rfind("artifact:", 0) != 0) return absl::OkStatus();
+  if (absl::Status s = CheckDigest(value.substr(9)); !s.ok())
+    return Bad(path, std::string(s.message()));
+  return absl::OkStatus();
+}
+
 absl::Status CheckMode(const std::string& path, std::string* mode, const std::string& monitor) {
   if (mode->empty()) *mode = DefaultMode(monitor);
   if (*mode != "min" && *mode != "max")
@@ -75,6 +84,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
       !s.ok())
     return s;
 
+  if (absl::Status s = CheckFileReference("ckpt_path", spec->ckpt_path()); !s.ok()) return s;
   v1::ModelSpec* model = spec->mutable_model();
   switch (model->source_case()) {
     case v1::ModelSpec::kBuiltin:
@@ -85,6 +95,8 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
       break;
     case v1::ModelSpec::kTorchscript:
       if (model->torchscript().empty()) return Bad("model.torchscript", "empty path");
+      if (absl::Status s = CheckFileReference("model.torchscript", model->torchscript()); !s.ok())
+        return s;
       break;
     default:
       return Bad("model",
@@ -107,6 +119,8 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
       break;
     case v1::DataConfig::kTensorsFile:
       if (data->tensors_file().empty()) return Bad("data.tensors_file", "empty path");
+      if (absl::Status s = CheckFileReference("data.tensors_file", data->tensors_file()); !s.ok())
+        return s;
       break;
     default:
       return Bad("data", "give builtin (fashion-mnist), synthetic or tensors_file");

@@ -200,21 +200,32 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   EXPECT_EQ(GetJob("resumed-1").progress().global_step(), 64) << "2 epochs of 32 steps, 48 done";
   EXPECT_GT(GetJob("resumed-1").metrics().at("test_acc"), 0.9);
 
-  // A truncated checkpoint (a crash mid-write): the resume says so and falls back to the newest
-  // other checkpoint of the directory (the top-1 by val_acc), which loads. A copy is truncated,
-  // so the stages below still have last.ckpt.
+  // A truncated checkpoint (a crash mid-write) in a directory the workers share: the resume says
+  // so and falls back to the newest other checkpoint of the directory (the top-1 by val_acc),
+  // which loads. A copy is truncated, so the stages below still have last.ckpt.
   const std::string truncated = checkpoint.substr(0, checkpoint.rfind('/')) + "/truncated.ckpt";
   std::filesystem::copy_file(checkpoint, truncated);
   std::filesystem::resize_file(truncated, std::filesystem::file_size(truncated) / 2);
   std::filesystem::last_write_time(truncated, std::filesystem::file_time_type::clock::now());
-  CommandResult fallback =
-      Dtrain("fit --wait --config " +
-             WriteJob("fallback", SyntheticJob("fallback", 2) + "ckpt_path: " + truncated + "\n"));
+  CommandResult fallback = Dtrain(
+      "fit --wait --config " +
+      WriteJob("fallback", SyntheticJob("fallback", 2) + "ckpt_path: worker:" + truncated + "\n"));
   ASSERT_EQ(fallback.exit_code, 0) << fallback.output;
   CommandResult fallback_logs = Dtrain("logs fallback-1");
-  EXPECT_THAT(fallback_logs.output, HasSubstr("checkpoint " + truncated + " is unreadable ("));
-  EXPECT_THAT(fallback_logs.output, HasSubstr(" instead of " + truncated));
+  EXPECT_THAT(fallback_logs.output,
+              HasSubstr("checkpoint worker:" + truncated + " is unreadable ("));
+  EXPECT_THAT(fallback_logs.output, HasSubstr(" instead of worker:" + truncated));
   EXPECT_EQ(GetJob("fallback-1").progress().global_step(), 64);
+  // Sent with the job instead, the truncated file has no directory to fall back in: the job
+  // fails naming it as the spec does.
+  CommandResult sent =
+      Dtrain("fit --wait --config " +
+             WriteJob("sent", SyntheticJob("sent", 2) + "ckpt_path: " + truncated + "\n"));
+  EXPECT_EQ(sent.exit_code, 1) << sent.output;
+  EXPECT_THAT(sent.output, HasSubstr("ckpt_path: truncated.ckpt ("));
+  EXPECT_THAT(sent.output, HasSubstr("FAILED: load_checkpoint failed on worker 'w"));
+  EXPECT_THAT(sent.output, HasSubstr("artifact:sha256:"));
+  EXPECT_THAT(sent.output, HasSubstr("is not a checkpoint"));
   std::filesystem::remove(truncated);
 
   // trainer.validate and trainer.predict from that checkpoint: no training steps.
@@ -242,6 +253,91 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
     EXPECT_TRUE(cells[1].size() == 1 && cells[1][0] >= '0' && cells[1][0] <= '9') << line;
   }
   EXPECT_EQ(rows, 512);
+}
+
+// Files travel with the job: a data file that exists only in the client's directory is
+// uploaded at submit, the spec names it by content, each worker fetches it once into its own
+// cache, and a later job naming the same content runs from those caches even after the client
+// and the coordinator no longer have it. Content nobody has fails the job naming it.
+TEST_F(JobsE2eTest, FilesTravelWithTheJob_FetchedOnceIntoEachWorkersCache) {
+  const std::string data = dir() + "/client/data.pt";
+  std::filesystem::create_directories(dir() + "/client");
+  CommandResult made = RunShell(
+      "/usr/bin/python3 -c 'import torch; g = torch.Generator().manual_seed(0); "
+      "x = torch.randn(384, 784, generator=g); y = (x[:, :10].argmax(1)); "
+      "torch.save({\"train\": (x[:256], y[:256]), \"val\": (x[256:], y[256:]), "
+      "\"test\": (x[256:], y[256:])}, \"" +
+      data + "\")'");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string spec = R"(name: carried
+model: {builtin: mlp}
+data: {tensors_file: client/data.pt, batch_size: 32}
+trainer: {max_epochs: 2, num_nodes: 2}
+seed_everything: 1
+optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
+)";
+  CommandResult run = Dtrain("fit --wait --config " + WriteJob("carried", spec));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("data.tensors_file: data.pt ("));
+  EXPECT_THAT(run.output, HasSubstr(") sent as sha256:"));
+  v1::GetJobRequest get;
+  get.set_id("carried-1");
+  v1::JobStatus first;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(cluster_->jobs().GetJob(&context, get, &first).ok());
+  }
+  const std::string reference = first.spec().data().tensors_file();
+  ASSERT_EQ(reference.rfind("artifact:sha256:", 0), 0u) << reference;
+  const std::string hex = reference.substr(std::string("artifact:sha256:").size());
+  for (const char* worker : {"w0", "w1"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir() + "/cache-" + worker + "/" + hex)) << worker;
+  }
+  // Submitting it again sends nothing: the coordinator has it.
+  CommandResult again = Dtrain("fit --config " + WriteJob("carried", spec));
+  EXPECT_THAT(again.output, HasSubstr("already on the coordinator as sha256:" + hex));
+  ASSERT_EQ(Dtrain("cancel carried-2").exit_code, 0);
+  ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(20)));
+
+  // Gone from the client and from the coordinator: the workers' copies serve the next job.
+  std::filesystem::remove(data);
+  std::filesystem::remove(dir() + "/state/artifacts/objects/" + hex.substr(0, 2) + "/" +
+                          hex.substr(2));
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = first.spec();
+  submit.mutable_spec()->set_name("cached");
+  submit.mutable_spec()->clear_ckpt_path();
+  v1::SubmitJobResponse submitted;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(cluster_->jobs().SubmitJob(&context, submit, &submitted).ok());
+  }
+  CommandResult cached = Dtrain("watch " + submitted.job().id());
+  EXPECT_EQ(cached.exit_code, 0) << cached.output;
+  // The same content, seed and spec: the same run, metric for metric.
+  const v1::JobStatus rerun = GetJob(submitted.job().id());
+  EXPECT_NEAR(rerun.metrics().at("val_loss"), first.metrics().at("val_loss"), 1e-6);
+  EXPECT_DOUBLE_EQ(rerun.metrics().at("test_acc"), first.metrics().at("test_acc"));
+
+  // Content nobody has: the job fails naming the digest and the coordinator's answer.
+  submit.mutable_spec()->set_name("missing");
+  submit.mutable_spec()->mutable_data()->set_tensors_file("artifact:sha256:" +
+                                                          std::string(64, 'a'));
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(cluster_->jobs().SubmitJob(&context, submit, &submitted).ok());
+  }
+  CommandResult missing = Dtrain("watch " + submitted.job().id());
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.output, HasSubstr("data.tensors_file: cannot fetch sha256:" +
+                                        std::string(64, 'a') + " from the coordinator"));
+  // A malformed reference never becomes a file name: refused at submit.
+  submit.mutable_spec()->mutable_data()->set_tensors_file("artifact:sha256:../../etc/passwd");
+  grpc::ClientContext context;
+  const grpc::Status malformed = cluster_->jobs().SubmitJob(&context, submit, &submitted);
+  EXPECT_EQ(malformed.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(malformed.error_message(), HasSubstr("data.tensors_file: "));
+  EXPECT_THAT(malformed.error_message(), HasSubstr("is not a digest"));
 }
 
 // The contract scripts rely on (docs/jobs.md's table): --help exits 0 on all three binaries
@@ -439,8 +535,17 @@ TEST_F(JobsE2eTest, DryRun_ReportsBatchAndKeys_OrTheModelsError_QueuesNothing) {
 }
 
 TEST_F(JobsE2eTest, ModelFailsOnWorker_JobFailedWithTheWorkersMessage_WorkersFreed) {
-  const std::string job = WriteJob("broken", R"(name: broken
+  // A path that is not a file here is refused at submit, unless marked as the workers' own.
+  CommandResult local = Dtrain("fit --config " + WriteJob("unsent", R"(name: unsent
 model: {torchscript: /nonexistent/model.pt}
+data: {synthetic: {train_size: 64}}
+)"));
+  EXPECT_EQ(local.exit_code, 2) << local.output;
+  EXPECT_THAT(local.output, HasSubstr("model.torchscript: '/nonexistent/model.pt' is not a file "
+                                      "here, so it cannot be sent with the job; if it is already "
+                                      "on every worker, write worker:/nonexistent/model.pt"));
+  const std::string job = WriteJob("broken", R"(name: broken
+model: {torchscript: "worker:/nonexistent/model.pt"}
 data: {synthetic: {train_size: 64}}
 trainer: {num_nodes: 2}
 )");

@@ -74,7 +74,9 @@ bool LocalCluster::Shutdown() {
 
 bool LocalCluster::AddWorker(const std::string& name, const std::vector<std::string>& flags,
                              const std::vector<std::string>& launcher) {
-  std::vector<std::string> all = {"--name=" + name, "--threads=1"};
+  // Each worker its own artifact cache inside the cluster's directory: tests stay hermetic.
+  std::vector<std::string> all = {"--name=" + name, "--threads=1",
+                                  absl::StrCat("--cache_dir=", dir_, "/cache-", name)};
   all.insert(all.end(), flags.begin(), flags.end());
   auto worker = WorkerProcess::Start(address_, all, launcher);
   if (worker == nullptr) return false;

@@ -21,8 +21,11 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/artifacts_client.h"
+#include "common/channel.h"
 #include "common/command_line.h"
 #include "common/job_settings.h"
 #include "common/log.h"
@@ -35,6 +38,7 @@
 #include "common/termination_signals.h"
 #include "common/tls_flags.h"
 #include "common/token_flags.h"
+#include "worker/artifact_cache.h"
 #include "worker/compute_threads.h"
 #include "worker/worker_registration.h"
 #include "worker/worker_service.h"
@@ -59,6 +63,11 @@ ABSL_FLAG(int, threads, 0,
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(60),
           "on SIGTERM, how long the running step may finish, or the coordinator may checkpoint "
           "the job, before the step is stopped; a second SIGTERM stops it at once");
+ABSL_FLAG(std::string, cache_dir, "",
+          "where files jobs name by content (uploaded with their spec) are kept between jobs; "
+          "default /tmp/dtrain-worker-cache/<name>");
+ABSL_FLAG(int64_t, cache_bytes, int64_t{20} << 30,
+          "the cache's size bound; the least recently used files go first; 0: no bound");
 ABSL_FLAG(bool, child, false, "internal: a ddp_spawn child (no registration, no ddp_spawn)");
 
 namespace {
@@ -202,6 +211,24 @@ int main(int argc, char** argv) {
   metrics.DescribeHistogram("dtrain_worker_step_call_seconds", "Time of one step RPC, by kind.",
                             dtrain::LatencyBuckets());
   options.metrics = &metrics;
+  // ddp_spawn children read the files their daemon resolved; only the daemon fetches.
+  std::unique_ptr<dtrain::ArtifactsClient> artifacts_client;
+  std::unique_ptr<dtrain::ArtifactCache> artifacts;
+  if (!child) {
+    artifacts_client = std::make_unique<dtrain::ArtifactsClient>(
+        dtrain::ConnectToCoordinator(options.identity.coordinator));
+    std::string cache_dir = absl::GetFlag(FLAGS_cache_dir);
+    if (cache_dir.empty()) {
+      cache_dir = absl::StrCat("/tmp/dtrain-worker-cache/",
+                               absl::StrReplaceAll(options.identity.name, {{"/", "_"}}));
+    }
+    artifacts = std::make_unique<dtrain::ArtifactCache>(
+        cache_dir, absl::GetFlag(FLAGS_cache_bytes),
+        [client = artifacts_client.get()](const std::string& digest, const std::string& path) {
+          return client->Fetch(digest, path);
+        });
+    options.artifacts = artifacts.get();
+  }
   auto service = std::make_unique<dtrain::WorkerService>(options);
   metrics.AddGauge("dtrain_worker_job", "1 while a job is set up on this worker.",
                    [s = service.get()](const auto& emit) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/bearer_token.h"
 #include "common/callback_reactors.h"
@@ -139,6 +140,26 @@ absl::Status WorkerService::Note(absl::Status status) {
   return status;
 }
 
+absl::StatusOr<std::string> WorkerService::LocalPath(const std::string& spec_path,
+                                                     const std::string& field) {
+  if (options_.artifacts != nullptr) {
+    absl::StatusOr<std::string> local = options_.artifacts->Resolve(spec_path);
+    if (!local.ok()) {
+      return absl::Status(local.status().code(),
+                          absl::StrCat(field, ": ", local.status().message()));
+    }
+    return local;
+  }
+  if (absl::StartsWith(spec_path, kArtifactPrefix)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ": '", spec_path, "' names an uploaded file and this worker has no cache for them"));
+  }
+  if (absl::StartsWith(spec_path, kWorkerPathPrefix)) {
+    return spec_path.substr(sizeof(kWorkerPathPrefix) - 1);
+  }
+  return spec_path;
+}
+
 grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* context,
                                                const v1::SetupRequest* request,
                                                v1::SetupResponse* response) {
@@ -161,6 +182,22 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
                                                               "'; call Teardown first"));
           }
         }
+        // Files the job names by content come from the coordinator (or this worker's cache);
+        // the ranks, ddp_spawn children included, read the local copy.
+        v1::SetupRequest local = *request;
+        if (local.model().has_torchscript()) {
+          DTRAIN_ASSIGN_OR_RETURN(*local.mutable_model()->mutable_torchscript(),
+                                  LocalPath(local.model().torchscript(), "model.torchscript"));
+        }
+        if (local.data().has_tensors_file()) {
+          DTRAIN_ASSIGN_OR_RETURN(*local.mutable_data()->mutable_tensors_file(),
+                                  LocalPath(local.data().tensors_file(), "data.tensors_file"));
+        }
+        if (!local.data().data_dir().empty()) {
+          DTRAIN_ASSIGN_OR_RETURN(*local.mutable_data()->mutable_data_dir(),
+                                  LocalPath(local.data().data_dir(), "data.data_dir"));
+        }
+        const v1::SetupRequest* request = &local;
         absl::StatusOr<StrategyKind> kind = ParseStrategy(request->strategy());
         absl::StatusOr<std::unique_ptr<HostedJob>> job;
         if (kind.ok() && *kind == StrategyKind::kDdpSpawn) {
@@ -248,7 +285,15 @@ grpc::ServerUnaryReactor* WorkerService::LoadCheckpoint(grpc::CallbackServerCont
                                                         v1::LoadCheckpointResponse* response) {
   return Enqueue(context, [=]() -> absl::Status {
     DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
-    return Note(job->LoadCheckpoint(*request, response));
+    v1::LoadCheckpointRequest local = *request;
+    DTRAIN_ASSIGN_OR_RETURN(*local.mutable_path(), LocalPath(request->path(), "ckpt_path"));
+    absl::Status loaded = job->LoadCheckpoint(local, response);
+    if (!loaded.ok() && local.path() != request->path()) {
+      // Name the file as the spec did, not by this worker's cache path.
+      loaded = absl::Status(loaded.code(), absl::StrCat(request->path(), " (this worker's copy ",
+                                                        local.path(), "): ", loaded.message()));
+    }
+    return Note(loaded);
   });
 }
 
@@ -410,7 +455,17 @@ grpc::ServerUnaryReactor* WorkerService::DryRun(grpc::CallbackServerContext* con
                                                 v1::DryRunResponse* response) {
   // Queued like a step, so it never runs beside this worker's job.
   return Enqueue(context, [this, request, response]() -> absl::Status {
-    absl::StatusOr<v1::DryRunResponse> report = Job::DryRun(*request, options_.identity);
+    v1::DryRunRequest local = *request;
+    v1::SetupRequest* setup = local.mutable_setup();
+    if (setup->model().has_torchscript()) {
+      DTRAIN_ASSIGN_OR_RETURN(*setup->mutable_model()->mutable_torchscript(),
+                              LocalPath(setup->model().torchscript(), "model.torchscript"));
+    }
+    if (setup->data().has_tensors_file()) {
+      DTRAIN_ASSIGN_OR_RETURN(*setup->mutable_data()->mutable_tensors_file(),
+                              LocalPath(setup->data().tensors_file(), "data.tensors_file"));
+    }
+    absl::StatusOr<v1::DryRunResponse> report = Job::DryRun(local, options_.identity);
     if (!report.ok()) return report.status();
     *response = std::move(*report);
     return absl::OkStatus();

@@ -18,6 +18,7 @@
 #include "common/call_canceller.h"
 #include "common/metrics_registry.h"
 #include "dtrain/v1/worker.grpc.pb.h"
+#include "worker/artifact_cache.h"
 #include "worker/hosted_job.h"
 #include "worker/job.h"
 
@@ -31,6 +32,9 @@ struct WorkerServiceOptions {
   std::string token;
   // Where step counts and latencies go (must outlive the service); null: nowhere.
   MetricsRegistry* metrics = nullptr;
+  // Resolves the spec's "artifact:" and "worker:" paths (must outlive the service); null:
+  // paths are used as written and an "artifact:" path is refused.
+  ArtifactCache* artifacts = nullptr;
 };
 
 class WorkerService final : public v1::Worker::CallbackService {
@@ -89,6 +93,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   void StopNow();
   // The job set up now, or whose Setup was taken and has not ended; or "".
   std::string current_job() const;
+  // The local file a spec path names (artifact_cache.h); errors name `field`.
+  absl::StatusOr<std::string> LocalPath(const std::string& spec_path, const std::string& field);
   // The coordinator no longer counts `job_id` as this worker's (it ended while this worker was
   // unreachable or stopped): stops it and tears it down on the executor. Does not block.
   void AbandonJob(const std::string& job_id);

@@ -68,6 +68,10 @@ absl::Status ModelCheckpoint::OnTrainEnd(TrainerControl& trainer) {
 }
 
 std::vector<std::string> ModelCheckpoint::Siblings(const std::string& path) {
+  // An uploaded checkpoint has no directory; a worker path's is seen here only on a shared
+  // filesystem (then its siblings are worker paths too, written plainly).
+  if (path.rfind("artifact:", 0) == 0) return {};
+  if (path.rfind("worker:", 0) == 0) return Siblings(path.substr(7));
   std::vector<std::pair<std::filesystem::file_time_type, std::string>> found;
   std::error_code error;
   const std::filesystem::path target(path);

@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional
 import grpc
 
 from dtrain._connection import Connection, TLSArg
+from dtrain.artifacts import upload_spec_files
 from dtrain.errors import DeadlineExceeded, JobFailed, from_rpc_error
 from dtrain.spec import SpecLike, load_spec
 from dtrain.v1 import coordinator_pb2, coordinator_pb2_grpc, jobs_pb2, jobs_pb2_grpc, worker_pb2
@@ -138,6 +139,7 @@ class Client:
         self._jobs = jobs_pb2_grpc.JobsStub(self._conn.channel)
         self._coordinator = coordinator_pb2_grpc.CoordinatorStub(self._conn.channel)
         self.timeout = timeout
+        self.uploaded: List[str] = []  # what the last submit sent (or found already there)
 
     @property
     def address(self) -> str:
@@ -150,15 +152,23 @@ class Client:
                overrides: Optional[Mapping[str, Any]] = None) -> Job:
         """Queues a job: ``spec`` is a dict, a YAML/JSON file path or a JobSpec; ``stage`` is
         fit, validate, test or predict (LightningCLI's subcommand); ``overrides`` maps dotted
-        keys to values ({"trainer.max_epochs": 5}). Raises InvalidArgument naming the key."""
-        request = jobs_pb2.SubmitJobRequest(spec=load_spec(spec, stage, overrides))
+        keys to values ({"trainer.max_epochs": 5}). The local files the spec names are uploaded
+        to the coordinator first (``client.uploaded`` says which); a file already on every
+        worker is written "worker:/path". Raises InvalidArgument naming the key."""
+        request = jobs_pb2.SubmitJobRequest(spec=self._with_uploads(load_spec(spec, stage, overrides)))
         return Job(self, self._call(self._jobs.SubmitJob, request).job.id)
+
+    def _with_uploads(self, spec: jobs_pb2.JobSpec) -> jobs_pb2.JobSpec:
+        # The local files the spec names travel with it (dtrain.artifacts).
+        self.uploaded = upload_spec_files(self._conn, spec)
+        return spec
 
     def dry_run(self, spec: SpecLike, stage: str = "fit",
                 overrides: Optional[Mapping[str, Any]] = None) -> worker_pb2.DryRunResponse:
         """Has an idle worker load the model and data and run one training_step and one
         validation_step; queues nothing. The report: batch structure, returned keys, loss."""
-        request = jobs_pb2.SubmitJobRequest(spec=load_spec(spec, stage, overrides), dry_run=True)
+        request = jobs_pb2.SubmitJobRequest(spec=self._with_uploads(load_spec(spec, stage, overrides)),
+                                            dry_run=True)
         return self._call(self._jobs.SubmitJob, request).dry_run
 
     def get(self, job_id: str) -> Job:

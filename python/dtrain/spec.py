@@ -102,7 +102,9 @@ def _fill(message: Message, values: Any, path: str) -> None:
 
 def _resolve(spec: jobs_pb2.JobSpec, base: str) -> None:
     def absolute(p: str) -> str:
-        return p if not p or os.path.isabs(p) else os.path.normpath(os.path.join(base, p))
+        if not p or os.path.isabs(p) or p.startswith(("worker:", "artifact:")):
+            return p
+        return os.path.normpath(os.path.join(base, p))
 
     if spec.model.WhichOneof("source") == "torchscript":
         spec.model.torchscript = absolute(spec.model.torchscript)

@@ -99,7 +99,7 @@ def test_cancel_and_job_failed(cluster):
     assert "long-1 CANCELLED" in failed.value.message
 
     broken = synthetic_spec("broken")
-    broken["model"] = {"torchscript": "/nonexistent/model.pt"}
+    broken["model"] = {"torchscript": "worker:/nonexistent/model.pt"}
     with pytest.raises(dtrain.JobFailed) as failed:
         client.submit(broken).wait(timeout=180)
     assert failed.value.status.state == jobs_pb2.FAILED
@@ -125,6 +125,11 @@ def test_errors_are_dtrain_errors_with_code_and_message(cluster, tmp_path):
     spec["early_stopping"] = {"monitor": "val_loss", "patience": -2}
     with pytest.raises(dtrain.InvalidArgument, match="early_stopping.patience"):
         client.submit(spec)
+    unsent = synthetic_spec("unsent")
+    unsent["model"] = {"torchscript": "/nonexistent/model.pt"}
+    with pytest.raises(dtrain.InvalidArgument, match="model.torchscript: '/nonexistent/model.pt' "
+                                                     "is not a file here.*worker:/nonexistent"):
+        client.submit(unsent)
     with pytest.raises(dtrain.NotFound) as missing:
         client.get("nope-1")
     assert missing.value.code == grpc.StatusCode.NOT_FOUND

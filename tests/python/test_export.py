@@ -113,5 +113,9 @@ def test_exported_module_trains_in_a_job(cluster, tmp_path):
     })
     status = job.wait(timeout=300)
     assert status.state == jobs_pb2.SUCCEEDED
+    # Both files travelled with the job, by content.
+    assert [line.split(":")[0] for line in client.uploaded] == ["model.torchscript",
+                                                                 "data.tensors_file"]
+    assert job.status().spec.model.torchscript.startswith("artifact:sha256:")
     assert status.metrics["val_acc"] > 0.5
     assert "train_acc" in status.metrics

@@ -1,0 +1,81 @@
+"""Files travel with the job, from Python as from the command line (client/spec_uploads.h):
+the local files a spec names (model.torchscript, data.tensors_file, ckpt_path) are uploaded to
+the coordinator's content-addressed store and the spec names them "artifact:sha256:<hex>".
+"worker:/path" marks a file already on every worker (left alone); any other path must be a file
+here, or the submit is refused naming the field."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Iterator, List, Optional, Tuple
+
+import grpc
+
+from dtrain._connection import Connection
+from dtrain.errors import InvalidArgument, NotFound, from_rpc_error
+from dtrain.v1 import artifacts_pb2, artifacts_pb2_grpc, jobs_pb2
+
+CHUNK_BYTES = (4 << 20) - (64 << 10)
+
+
+def digest_of(path: str) -> str:
+    """"sha256:<hex>" of a file, read in blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def upload(conn: Connection, path: str, timeout: float = 60.0) -> Tuple[str, int, bool]:
+    """Uploads ``path`` unless the coordinator has it: (digest, size, sent)."""
+    stub = artifacts_pb2_grpc.ArtifactsStub(conn.channel)
+    size = os.path.getsize(path)
+    digest = digest_of(path)
+    try:
+        stored = conn.call(stub.Stat, artifacts_pb2.StatRequest(digest=digest), timeout=timeout)
+        if stored.size == size:
+            return digest, size, False
+    except NotFound:
+        pass
+
+    def requests() -> Iterator[artifacts_pb2.UploadRequest]:
+        header = artifacts_pb2.UploadHeader(digest=digest, size=size, name=os.path.basename(path))
+        with open(path, "rb") as f:
+            first = f.read(CHUNK_BYTES)
+            yield artifacts_pb2.UploadRequest(header=header, chunk=first)
+            for chunk in iter(lambda: f.read(CHUNK_BYTES), b""):
+                yield artifacts_pb2.UploadRequest(chunk=chunk)
+
+    try:
+        response = stub.Upload(requests(), timeout=timeout + size / 50e6, metadata=conn.metadata)
+    except grpc.RpcError as e:
+        raise from_rpc_error(e, conn.address) from None
+    return digest, size, not response.already_stored
+
+
+def upload_spec_files(conn: Connection, spec: jobs_pb2.JobSpec) -> List[str]:
+    """Uploads the spec's local files and rewrites their paths; one line per file."""
+    fields = []
+    if spec.model.WhichOneof("source") == "torchscript":
+        fields.append(("model.torchscript", spec.model, "torchscript"))
+    if spec.data.WhichOneof("source") == "tensors_file":
+        fields.append(("data.tensors_file", spec.data, "tensors_file"))
+    if spec.ckpt_path:
+        fields.append(("ckpt_path", spec, "ckpt_path"))
+    lines = []
+    for field, message, attribute in fields:
+        path = getattr(message, attribute)
+        if path.startswith(("worker:", "artifact:")):
+            continue
+        if not os.path.isfile(path):
+            raise InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT,
+                                  f"{field}: '{path}' is not a file here, so it cannot be sent "
+                                  f"with the job; if it is already on every worker, write "
+                                  f"worker:{path}")
+        digest, size, sent = upload(conn, path)
+        lines.append(f"{field}: {os.path.basename(path)} ({size / 1e6:.1f} MB) "
+                     f"{'sent as' if sent else 'already on the coordinator as'} {digest}")
+        setattr(message, attribute, f"artifact:{digest}")
+    return lines

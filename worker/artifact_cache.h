@@ -1,0 +1,64 @@
+// ArtifactCache: the worker's local copies of files its jobs name by content
+// ("artifact:sha256:<hex>" in a spec), fetched from the coordinator's Artifacts service once,
+// verified by digest, and kept under a size bound with the least recently used evicted. A
+// second job with the same model or data starts without a transfer; ddp_spawn children use
+// their daemon's copy. Plain C++ (no libtorch).
+//
+// Spec paths: "artifact:sha256:<hex>" is fetched here; "worker:/path" is a file already on
+// every worker (the prefix is dropped); anything else is used as written.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace dtrain {
+
+inline constexpr char kArtifactPrefix[] = "artifact:";
+inline constexpr char kWorkerPathPrefix[] = "worker:";
+
+class ArtifactCache {
+ public:
+  // Fetches `digest` into `path` (verified, atomic); ArtifactsClient::Fetch in production.
+  using Fetcher = std::function<absl::Status(const std::string& digest, const std::string& path)>;
+
+  ArtifactCache(std::string dir, int64_t max_bytes, Fetcher fetch);
+
+  // The local path a spec path means (see above). Fetches a missing artifact; evicts the least
+  // recently used others to stay within max_bytes (a file larger than the bound is still
+  // fetched and kept until the next one needs the room). INVALID_ARGUMENT for a malformed
+  // digest; the fetch's error, naming the digest, otherwise.
+  absl::StatusOr<std::string> Resolve(const std::string& spec_path);
+
+  int64_t hits() const;
+  int64_t misses() const;
+  int64_t bytes() const;
+
+ private:
+  absl::StatusOr<std::string> Get(const std::string& digest);
+  void EvictLocked(int64_t keep_free) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string dir_;
+  const int64_t max_bytes_;
+  const Fetcher fetch_;
+  // One fetch at a time: two jobs asking for the same file fetch it once.
+  absl::Mutex fetch_mu_;
+  mutable absl::Mutex mu_;
+  struct Entry {
+    int64_t size = 0;
+    int64_t last_use = 0;
+  };
+  std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);  // by digest
+  int64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace dtrain
