@@ -92,6 +92,11 @@ void CoordinatorServer::DescribeMetrics() {
     for (const v1::GroupInfo& g : groups_->List()) ++count[v1::GroupState_Name(g.state())];
     for (const auto& [state, n] : count) emit({{"state", state}}, n);
   });
+  m->AddGauge("dtrain_artifact_bytes", "Bytes of uploaded files the coordinator stores.",
+              [this](const auto& emit) {
+                if (artifacts_ != nullptr)
+                  emit({}, static_cast<double>(artifacts_->stored_bytes()));
+              });
   m->AddGauge(
       "dtrain_heartbeat_deaths_total", "Group members declared dead for missing heartbeats.",
       [this](const auto& emit) { emit({}, static_cast<double>(groups_->heartbeat_deaths())); },

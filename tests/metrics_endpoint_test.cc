@@ -2,6 +2,7 @@
 // worker's /metrics after a real job, whose counts must match what the job did.
 #include <unistd.h>
 
+#include <filesystem>
 #include <map>
 #include <regex>
 
@@ -94,6 +95,37 @@ TEST(MetricsEndpoint, CoordinatorAndWorker_CountWhatAJobDid) {
   EXPECT_EQ(w.at("dtrain_worker_step_call_seconds_count{kind=\"training\"}"),
             w.at("dtrain_worker_step_calls_total{kind=\"training\",outcome=\"ok\"}"));
   EXPECT_EQ(w.at("dtrain_worker_job{job=\"\"}"), 0) << "torn down after the job";
+  EXPECT_EQ(c.at("dtrain_artifact_bytes"), 0);
+  EXPECT_EQ(w.at("dtrain_worker_artifact_cache_misses_total"), 0);
+
+  // A data file sent with two jobs: stored once on the coordinator, fetched once by each
+  // worker, a cache hit the second time.
+  const std::string data = cluster.dir() + "/data.pt";
+  CommandResult made = RunShell(
+      "/usr/bin/python3 -c 'import torch; x = torch.randn(128, 784); "
+      "y = torch.randint(0, 10, (128,)); torch.save({\"train\": (x, y), \"val\": (x, y)}, \"" +
+      data + "\")'");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  for (const char* name : {"d1", "d2"}) {
+    const std::string job = cluster.Submit(name, absl::StrCat("name: ", name, R"(
+model: {builtin: mlp}
+data: {tensors_file: data.pt, batch_size: 32}
+trainer: {max_epochs: 1, num_nodes: 2, skip_test: true}
+)"));
+    ASSERT_FALSE(job.empty());
+    ASSERT_TRUE(
+        WaitFor([&] { return IsTerminal(cluster.GetJob(job).state()); }, absl::Seconds(120)));
+    ASSERT_EQ(cluster.GetJob(job).state(), v1::SUCCEEDED) << cluster.GetJob(job).reason();
+    ASSERT_TRUE(
+        WaitFor([&] { return cluster.AliveWorkers(/*idle_only=*/true) == 2; }, absl::Seconds(30)));
+  }
+  const std::map<std::string, double> c2 = Samples(Scrape(coordinator_port));
+  EXPECT_EQ(c2.at("dtrain_artifact_bytes"), static_cast<double>(std::filesystem::file_size(data)));
+  const std::map<std::string, double> w2 = Samples(Scrape(worker_port));
+  EXPECT_EQ(w2.at("dtrain_worker_artifact_cache_misses_total"), 1);
+  EXPECT_EQ(w2.at("dtrain_worker_artifact_cache_hits_total"), 1);
+  EXPECT_EQ(w2.at("dtrain_worker_artifact_cache_bytes"),
+            static_cast<double>(std::filesystem::file_size(data)));
 }
 
 }  // namespace

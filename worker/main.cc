@@ -235,6 +235,19 @@ int main(int argc, char** argv) {
                      const std::string job = s->current_job();
                      emit({{"job", job}}, job.empty() ? 0 : 1);
                    });
+  if (artifacts != nullptr) {
+    dtrain::ArtifactCache* cache = artifacts.get();
+    metrics.AddGauge(
+        "dtrain_worker_artifact_cache_hits_total",
+        "Uploaded files a job named that this worker already had.",
+        [cache](const auto& emit) { emit({}, static_cast<double>(cache->hits())); }, "counter");
+    metrics.AddGauge(
+        "dtrain_worker_artifact_cache_misses_total",
+        "Uploaded files this worker fetched from the coordinator.",
+        [cache](const auto& emit) { emit({}, static_cast<double>(cache->misses())); }, "counter");
+    metrics.AddGauge("dtrain_worker_artifact_cache_bytes", "Bytes in this worker's file cache.",
+                     [cache](const auto& emit) { emit({}, static_cast<double>(cache->bytes())); });
+  }
   std::unique_ptr<dtrain::MetricsHttpServer> metrics_http;
   if (const std::string listen_metrics = absl::GetFlag(FLAGS_metrics_listen);
       !listen_metrics.empty()) {
