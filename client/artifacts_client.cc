@@ -79,6 +79,9 @@ absl::StatusOr<UploadResult> ArtifactsClient::Upload(const std::string& path) {
 }
 
 absl::Status ArtifactsClient::Fetch(const std::string& digest, const std::string& path) {
+  // The size first: the fetch's deadline grows with it.
+  absl::StatusOr<int64_t> expected = Stat(digest);
+  if (!expected.ok()) return expected.status();
   const std::string temp = absl::StrCat(path, ".part-", getpid());
   std::FILE* out = std::fopen(temp.c_str(), "wb");
   if (out == nullptr) {
@@ -86,9 +89,7 @@ absl::Status ArtifactsClient::Fetch(const std::string& digest, const std::string
         absl::StrCat("cannot write '", temp, "': ", std::strerror(errno)));
   }
   grpc::ClientContext context;
-  // The size is known only from the first message: a deadline for the largest accepted file
-  // would be hours, so each fetch gets the base timeout plus 50 MB/s of a generous 64 GiB.
-  context.set_deadline(absl::ToChronoTime(Deadline(int64_t{64} << 30)));
+  context.set_deadline(absl::ToChronoTime(Deadline(*expected)));
   v1::FetchRequest request;
   request.set_digest(digest);
   std::unique_ptr<grpc::ClientReader<v1::FetchResponse>> reader = stub_->Fetch(&context, request);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_reference.h"
 
 namespace dtrain {
 namespace {
@@ -41,12 +42,6 @@ absl::StatusOr<T> Scalar(const YAML::Node& node, const std::string& path, const 
 }
 
 absl::Status Fill(const YAML::Node& node, Message* message, const std::string& path);
-
-// "worker:/path" (a file on the workers) and "artifact:sha256:..." (an uploaded file) are not
-// the client's paths and are never resolved against its directories.
-bool IsMarkedPath(const std::string& path) {
-  return path.rfind("worker:", 0) == 0 || path.rfind("artifact:", 0) == 0;
-}
 
 // Keys dtrain once spelled differently from Lightning: one spelling per concept, and the old
 // one points at the new.
@@ -184,46 +179,23 @@ absl::Status Fill(const YAML::Node& node, Message* message, const std::string& p
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text) {
-  YAML::Node root;
+absl::StatusOr<YAML::Node> LoadYaml(const std::string& text) {
   try {
-    root = YAML::Load(text);
+    return YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     return absl::InvalidArgumentError(absl::StrCat("syntax error at line ", e.mark.line + 1,
                                                    ", column ", e.mark.column + 1, ": ", e.msg));
   }
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text) {
+  absl::StatusOr<YAML::Node> root = LoadYaml(text);
+  if (!root.ok()) return root.status();
   v1::JobSpec spec;
-  if (absl::Status s = Fill(root, &spec, ""); !s.ok()) return s;
+  if (absl::Status s = Fill(*root, &spec, ""); !s.ok()) return s;
   return spec;
-}
-
-absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in.good()) return absl::NotFoundError(absl::StrCat("job file '", path, "' does not exist"));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text.str());
-  if (!spec.ok()) {
-    return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
-  }
-  ResolvePaths(std::filesystem::absolute(path).parent_path().string(), &*spec);
-  return spec;
-}
-
-void ResolvePaths(const std::string& base, v1::JobSpec* spec) {
-  auto resolve = [&](std::string* p) {
-    if (p->empty() || std::filesystem::path(*p).is_absolute() || IsMarkedPath(*p)) return;
-    *p = (std::filesystem::path(base) / *p).lexically_normal().string();
-  };
-  if (spec->model().has_torchscript()) resolve(spec->mutable_model()->mutable_torchscript());
-  if (spec->data().has_tensors_file()) resolve(spec->mutable_data()->mutable_tensors_file());
-  if (!spec->data().data_dir().empty()) resolve(spec->mutable_data()->mutable_data_dir());
-  if (!spec->ckpt_path().empty()) resolve(spec->mutable_ckpt_path());
-  if (!spec->checkpoint().dirpath().empty()) {
-    resolve(spec->mutable_checkpoint()->mutable_dirpath());
-  }
 }
 
 namespace {
@@ -255,15 +227,6 @@ void ResolveChangedPaths(const v1::JobSpec& before, const std::string& base, v1:
     auto it = old.find(name);
     if (it != old.end() && it->second == *value) continue;
     *value = (std::filesystem::path(base) / *value).lexically_normal().string();
-  }
-}
-
-absl::StatusOr<YAML::Node> LoadYaml(const std::string& text) {
-  try {
-    return YAML::Load(text);
-  } catch (const YAML::ParserException& e) {
-    return absl::InvalidArgumentError(absl::StrCat("syntax error at line ", e.mark.line + 1,
-                                                   ", column ", e.mark.column + 1, ": ", e.msg));
   }
 }
 

@@ -14,21 +14,17 @@
 
 namespace dtrain {
 
-// NOT_FOUND: no file. INVALID_ARGUMENT: a syntax error (with line and column), an unknown
-// key, a value of the wrong type, or two choices of one oneof (e.g. model.builtin and
-// model.torchscript).
-// Relative paths in the file (model.torchscript, data.tensors_file, data.data_dir,
-// ckpt_path, checkpoint.dirpath) are made absolute against the file's own directory, as a
-// compose file's are: the workers do not share the client's working directory.
-absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path);
-// The same resolution against `base`.
-void ResolvePaths(const std::string& base, v1::JobSpec* spec);
+// One spec's text. INVALID_ARGUMENT: a syntax error (with line and column), an unknown key, a
+// value of the wrong type, or two choices of one oneof (e.g. model.builtin and
+// model.torchscript). Paths are left as written.
 absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text);
 
 // LightningCLI's way: each --config file in order, then each --section.key=value override,
-// onto one spec; later values win (a list is replaced whole). A file's relative paths resolve
-// against its own directory, an override's against the working directory. Errors name the
-// file or the override and the key's path. The stage is the subcommand: a `stage` key is
+// onto one spec; later values win (a list is replaced whole). NOT_FOUND: no such file. A
+// file's relative paths (model.torchscript, data.tensors_file, data.data_dir, ckpt_path,
+// checkpoint.dirpath) resolve against its own directory, as a compose file's do, an
+// override's against the working directory; marked paths (common/file_reference.h) stay. Errors
+// name the file or the override and the key's path. The stage is the subcommand: a `stage` key is
 // refused with that hint.
 absl::StatusOr<v1::JobSpec> ReadJobConfig(
     const std::vector<std::string>& files,

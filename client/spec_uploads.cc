@@ -3,9 +3,9 @@
 #include <filesystem>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_reference.h"
 
 namespace dtrain {
 
@@ -20,7 +20,7 @@ absl::Status UploadSpecFiles(ArtifactsClient& client, v1::JobSpec* spec,
   }
   if (!spec->ckpt_path().empty()) fields.emplace_back("ckpt_path", spec->mutable_ckpt_path());
   for (auto& [field, path] : fields) {
-    if (absl::StartsWith(*path, "worker:") || absl::StartsWith(*path, "artifact:")) continue;
+    if (IsMarkedPath(*path)) continue;
     std::error_code error;
     if (!std::filesystem::is_regular_file(*path, error)) {
       return absl::InvalidArgumentError(
@@ -40,7 +40,7 @@ absl::Status UploadSpecFiles(ArtifactsClient& client, v1::JobSpec* spec,
           static_cast<double>(result->size) / 1e6,
           result->sent ? "sent as" : "already on the coordinator as", result->digest));
     }
-    *path = absl::StrCat("artifact:", result->digest);
+    *path = ArtifactReference(result->digest);
   }
   return absl::OkStatus();
 }

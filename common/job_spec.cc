@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_reference.h"
 #include "common/job_settings.h"
 #include "common/sha256.h"
 
@@ -48,8 +49,8 @@ absl::Status CheckName(const std::string& name) {
 
 // A file named by content must name it well: the digest becomes a file name on the workers.
 absl::Status CheckFileReference(const std::string& path, const std::string& value) {
-  if (value.rfind("artifact:", 0) != 0) return absl::OkStatus();
-  if (absl::Status s = CheckDigest(value.substr(9)); !s.ok())
+  if (!IsArtifactReference(value)) return absl::OkStatus();
+  if (absl::Status s = CheckDigest(ArtifactDigest(value)); !s.ok())
     return Bad(path, std::string(s.message()));
   return absl::OkStatus();
 }

@@ -1,4 +1,4 @@
-// The worker's artifact cache on its own: spec paths resolved (artifact:, worker:, plain),
+// The worker's artifact cache on its own, and how a spec names files (common/file_reference):
 // each digest fetched once, the least recently used evicted at the size bound, files kept
 // across a restart, malformed digests refused. The fetch here writes known bytes; the real
 // fetch from a coordinator is tested end to end (jobs_e2e_test FilesTravelWithTheJob).
@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/file_reference.h"
 #include "common/sha256.h"
 #include "worker/artifact_cache.h"
 
@@ -22,6 +23,14 @@ std::string DigestOf(const std::string& bytes) {
   Sha256 hash;
   hash.Update(bytes);
   return hash.Finish();
+}
+
+TEST(FileReference, WorkerPathsLoseTheirMark_ArtifactsNameTheirDigest) {
+  EXPECT_EQ(WithoutWorkerMark("worker:/data/x.pt"), "/data/x.pt");
+  EXPECT_EQ(WithoutWorkerMark("/data/x.pt"), "/data/x.pt");
+  EXPECT_TRUE(IsArtifactReference("artifact:sha256:00"));
+  EXPECT_EQ(ArtifactDigest(ArtifactReference("sha256:ab")), "sha256:ab");
+  EXPECT_TRUE(IsMarkedPath("worker:x") && IsMarkedPath("artifact:x") && !IsMarkedPath("x.pt"));
 }
 
 TEST(ArtifactCache, FetchOnce_LeastRecentlyUsedEvicted_KeptAcrossRestarts) {
@@ -45,35 +54,32 @@ TEST(ArtifactCache, FetchOnce_LeastRecentlyUsedEvicted_KeptAcrossRestarts) {
   const std::string c = DigestOf(std::string(1000, 'c'));
   {
     ArtifactCache cache(dir, /*max_bytes=*/2500, fetch);
-    EXPECT_EQ(*cache.Resolve("worker:/data/x.pt"), "/data/x.pt");
-    EXPECT_EQ(*cache.Resolve("/data/x.pt"), "/data/x.pt");
-    absl::StatusOr<std::string> path_a = cache.Resolve("artifact:" + a);
+    absl::StatusOr<std::string> path_a = cache.Get(a);
     ASSERT_TRUE(path_a.ok()) << path_a.status();
     std::ifstream in(*path_a);
     EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), std::string(1000, 'a'));
-    ASSERT_TRUE(cache.Resolve("artifact:" + a).ok());
+    ASSERT_TRUE(cache.Get(a).ok());
     EXPECT_EQ(fetches, 1) << "the second job reads the cached copy";
     EXPECT_EQ(cache.hits(), 1);
-    ASSERT_TRUE(cache.Resolve("artifact:" + b).ok());
-    ASSERT_TRUE(cache.Resolve("artifact:" + a).ok());  // a is now more recent than b
-    ASSERT_TRUE(cache.Resolve("artifact:" + c).ok());  // 3000 > 2500: b goes
+    ASSERT_TRUE(cache.Get(b).ok());
+    ASSERT_TRUE(cache.Get(a).ok());  // a is now more recent than b
+    ASSERT_TRUE(cache.Get(c).ok());  // 3000 > 2500: b goes
     EXPECT_EQ(fetches, 3);
     EXPECT_EQ(cache.bytes(), 2000);
     EXPECT_TRUE(std::filesystem::exists(dir + "/" + a.substr(7)));
     EXPECT_FALSE(std::filesystem::exists(dir + "/" + b.substr(7)));
 
-    absl::StatusOr<std::string> missing = cache.Resolve("artifact:" + DigestOf("nobody"));
+    absl::StatusOr<std::string> missing = cache.Get(DigestOf("nobody"));
     EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
     EXPECT_THAT(std::string(missing.status().message()),
                 ::testing::HasSubstr("cannot fetch " + DigestOf("nobody")));
-    EXPECT_EQ(cache.Resolve("artifact:sha256:../../x").status().code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(cache.Get("sha256:../../x").status().code(), absl::StatusCode::kInvalidArgument);
   }
   // A restarted worker keeps what it had; a partial fetch is dropped.
   std::ofstream(dir + "/partial.part-1") << "x";
   ArtifactCache again(dir, 2500, fetch);
   EXPECT_EQ(again.bytes(), 2000);
-  ASSERT_TRUE(again.Resolve("artifact:" + c).ok());
+  ASSERT_TRUE(again.Get(c).ok());
   EXPECT_EQ(fetches, 4) << "c came from the kept copy, not a fetch";
   EXPECT_FALSE(std::filesystem::exists(dir + "/partial.part-1"));
 }

@@ -99,7 +99,8 @@ TEST(JobSpecFile, BadKeysAndValues_NamedByPath) {
     EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
     EXPECT_THAT(std::string(spec.status().message()), HasSubstr(c.message)) << c.text;
   }
-  EXPECT_EQ(ReadJobSpecFile("/nonexistent/job.yaml").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadJobConfig({"/nonexistent/job.yaml"}, {}).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 // The workers do not share the client's working directory: relative paths in a spec file are
@@ -115,7 +116,7 @@ data: {tensors_file: data.pt, normalize: {mean: [0.5, 0.25], std: [1, 2]}}
 ckpt_path: /abs/start.ckpt
 checkpoint: {dirpath: ckpts}
 )";
-  auto spec = ReadJobSpecFile(dir + "/jobs/job.yaml");
+  auto spec = ReadJobConfig({dir + "/jobs/job.yaml"}, {});
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->model().torchscript(), dir + "/models/m.pt");
   EXPECT_EQ(spec->data().tensors_file(), dir + "/jobs/data.pt");

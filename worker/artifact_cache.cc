@@ -2,7 +2,6 @@
 
 #include <filesystem>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/directories.h"
 #include "common/sha256.h"
@@ -32,14 +31,6 @@ ArtifactCache::ArtifactCache(std::string dir, int64_t max_bytes, Fetcher fetch)
       fs::remove(entry.path(), error);
     }
   }
-}
-
-absl::StatusOr<std::string> ArtifactCache::Resolve(const std::string& spec_path) {
-  if (absl::StartsWith(spec_path, kWorkerPathPrefix)) {
-    return spec_path.substr(sizeof(kWorkerPathPrefix) - 1);
-  }
-  if (!absl::StartsWith(spec_path, kArtifactPrefix)) return spec_path;
-  return Get(spec_path.substr(sizeof(kArtifactPrefix) - 1));
 }
 
 absl::StatusOr<std::string> ArtifactCache::Get(const std::string& digest) {

@@ -3,9 +3,7 @@
 // verified by digest, and kept under a size bound with the least recently used evicted. A
 // second job with the same model or data starts without a transfer; ddp_spawn children use
 // their daemon's copy. Plain C++ (no libtorch).
-//
-// Spec paths: "artifact:sha256:<hex>" is fetched here; "worker:/path" is a file already on
-// every worker (the prefix is dropped); anything else is used as written.
+// How a spec names such a file is common/file_reference.h.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +18,6 @@
 
 namespace dtrain {
 
-inline constexpr char kArtifactPrefix[] = "artifact:";
-inline constexpr char kWorkerPathPrefix[] = "worker:";
-
 class ArtifactCache {
  public:
   // Fetches `digest` into `path` (verified, atomic); ArtifactsClient::Fetch in production.
@@ -30,18 +25,17 @@ class ArtifactCache {
 
   ArtifactCache(std::string dir, int64_t max_bytes, Fetcher fetch);
 
-  // The local path a spec path means (see above). Fetches a missing artifact; evicts the least
+  // The local copy of `digest` ("sha256:<hex>"). Fetches a missing one; evicts the least
   // recently used others to stay within max_bytes (a file larger than the bound is still
   // fetched and kept until the next one needs the room). INVALID_ARGUMENT for a malformed
   // digest; the fetch's error, naming the digest, otherwise.
-  absl::StatusOr<std::string> Resolve(const std::string& spec_path);
+  absl::StatusOr<std::string> Get(const std::string& digest);
 
   int64_t hits() const;
   int64_t misses() const;
   int64_t bytes() const;
 
  private:
-  absl::StatusOr<std::string> Get(const std::string& digest);
   void EvictLocked(int64_t keep_free) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string dir_;

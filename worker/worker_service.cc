@@ -4,10 +4,10 @@
 
 #include <atomic>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/bearer_token.h"
 #include "common/callback_reactors.h"
+#include "common/file_reference.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -142,22 +142,32 @@ absl::Status WorkerService::Note(absl::Status status) {
 
 absl::StatusOr<std::string> WorkerService::LocalPath(const std::string& spec_path,
                                                      const std::string& field) {
-  if (options_.artifacts != nullptr) {
-    absl::StatusOr<std::string> local = options_.artifacts->Resolve(spec_path);
-    if (!local.ok()) {
-      return absl::Status(local.status().code(),
-                          absl::StrCat(field, ": ", local.status().message()));
-    }
-    return local;
-  }
-  if (absl::StartsWith(spec_path, kArtifactPrefix)) {
+  if (!IsArtifactReference(spec_path)) return WithoutWorkerMark(spec_path);
+  if (options_.artifacts == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         field, ": '", spec_path, "' names an uploaded file and this worker has no cache for them"));
   }
-  if (absl::StartsWith(spec_path, kWorkerPathPrefix)) {
-    return spec_path.substr(sizeof(kWorkerPathPrefix) - 1);
+  absl::StatusOr<std::string> local = options_.artifacts->Get(ArtifactDigest(spec_path));
+  if (!local.ok()) {
+    return absl::Status(local.status().code(), absl::StrCat(field, ": ", local.status().message()));
   }
-  return spec_path;
+  return local;
+}
+
+absl::Status WorkerService::LocalizeFiles(v1::SetupRequest* setup) {
+  if (setup->model().has_torchscript()) {
+    DTRAIN_ASSIGN_OR_RETURN(*setup->mutable_model()->mutable_torchscript(),
+                            LocalPath(setup->model().torchscript(), "model.torchscript"));
+  }
+  if (setup->data().has_tensors_file()) {
+    DTRAIN_ASSIGN_OR_RETURN(*setup->mutable_data()->mutable_tensors_file(),
+                            LocalPath(setup->data().tensors_file(), "data.tensors_file"));
+  }
+  if (!setup->data().data_dir().empty()) {
+    DTRAIN_ASSIGN_OR_RETURN(*setup->mutable_data()->mutable_data_dir(),
+                            LocalPath(setup->data().data_dir(), "data.data_dir"));
+  }
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* context,
@@ -185,18 +195,7 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
         // Files the job names by content come from the coordinator (or this worker's cache);
         // the ranks, ddp_spawn children included, read the local copy.
         v1::SetupRequest local = *request;
-        if (local.model().has_torchscript()) {
-          DTRAIN_ASSIGN_OR_RETURN(*local.mutable_model()->mutable_torchscript(),
-                                  LocalPath(local.model().torchscript(), "model.torchscript"));
-        }
-        if (local.data().has_tensors_file()) {
-          DTRAIN_ASSIGN_OR_RETURN(*local.mutable_data()->mutable_tensors_file(),
-                                  LocalPath(local.data().tensors_file(), "data.tensors_file"));
-        }
-        if (!local.data().data_dir().empty()) {
-          DTRAIN_ASSIGN_OR_RETURN(*local.mutable_data()->mutable_data_dir(),
-                                  LocalPath(local.data().data_dir(), "data.data_dir"));
-        }
+        DTRAIN_RETURN_IF_ERROR(LocalizeFiles(&local));
         const v1::SetupRequest* request = &local;
         absl::StatusOr<StrategyKind> kind = ParseStrategy(request->strategy());
         absl::StatusOr<std::unique_ptr<HostedJob>> job;
@@ -456,15 +455,7 @@ grpc::ServerUnaryReactor* WorkerService::DryRun(grpc::CallbackServerContext* con
   // Queued like a step, so it never runs beside this worker's job.
   return Enqueue(context, [this, request, response]() -> absl::Status {
     v1::DryRunRequest local = *request;
-    v1::SetupRequest* setup = local.mutable_setup();
-    if (setup->model().has_torchscript()) {
-      DTRAIN_ASSIGN_OR_RETURN(*setup->mutable_model()->mutable_torchscript(),
-                              LocalPath(setup->model().torchscript(), "model.torchscript"));
-    }
-    if (setup->data().has_tensors_file()) {
-      DTRAIN_ASSIGN_OR_RETURN(*setup->mutable_data()->mutable_tensors_file(),
-                              LocalPath(setup->data().tensors_file(), "data.tensors_file"));
-    }
+    DTRAIN_RETURN_IF_ERROR(LocalizeFiles(local.mutable_setup()));
     absl::StatusOr<v1::DryRunResponse> report = Job::DryRun(local, options_.identity);
     if (!report.ok()) return report.status();
     *response = std::move(*report);

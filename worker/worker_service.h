@@ -93,14 +93,18 @@ class WorkerService final : public v1::Worker::CallbackService {
   void StopNow();
   // The job set up now, or whose Setup was taken and has not ended; or "".
   std::string current_job() const;
-  // The local file a spec path names (artifact_cache.h); errors name `field`.
-  absl::StatusOr<std::string> LocalPath(const std::string& spec_path, const std::string& field);
   // The coordinator no longer counts `job_id` as this worker's (it ended while this worker was
   // unreachable or stopped): stops it and tears it down on the executor. Does not block.
   void AbandonJob(const std::string& job_id);
 
  private:
   struct Task;
+  // The local file a spec path names (common/file_reference.h): an uploaded file through the
+  // cache, a worker path without its mark. Errors name `field`.
+  absl::StatusOr<std::string> LocalPath(const std::string& spec_path, const std::string& field);
+  // The Setup's model and data paths made local (the ranks, ddp_spawn children included, read
+  // these copies).
+  absl::Status LocalizeFiles(v1::SetupRequest* setup);
   // Queues `body` on the executor; the RPC finishes with its status. A step's cancellation
   // stops it (before its next batch) or, if it has not started, skips it.
   // `setup_job` marks a Setup: refused once draining, and its job counts as this worker's.

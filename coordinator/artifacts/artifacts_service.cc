@@ -1,5 +1,7 @@
 #include "coordinator/artifacts/artifacts_service.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -8,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/callback_reactors.h"
 #include "common/grpc_status.h"
-#include "common/status_macros.h"
 #include "common/streaming.h"
 
 namespace dtrain {
@@ -90,19 +91,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchResponse> {
  public:
   FetchReactor(const ArtifactStore* store, const v1::FetchRequest& request,
                const absl::Status& allowed) {
-    absl::Status status = allowed;
-    absl::StatusOr<int64_t> size = status.ok() ? store->Size(request.digest()) : status;
-    if (size.ok() && (request.offset() < 0 || request.offset() > *size)) {
-      size = absl::InvalidArgumentError(
-          absl::StrCat("offset ", request.offset(), " is outside the file's ", *size, " bytes"));
-    }
-    if (size.ok()) {
-      file_ = std::fopen(store->PathOf(request.digest())->c_str(), "rb");
-      if (file_ == nullptr || std::fseek(file_, request.offset(), SEEK_SET) != 0) {
-        size = absl::InternalError(
-            absl::StrCat("cannot read ", request.digest(), ": ", std::strerror(errno)));
-      }
-    }
+    absl::StatusOr<int64_t> size = Open(store, request, allowed);
     if (!size.ok()) {
       Finish(ToGrpcStatus(size.status()));
       return;
@@ -127,6 +116,30 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchResponse> {
   }
 
  private:
+  // Opens the stored file at the request's offset; its size.
+  absl::StatusOr<int64_t> Open(const ArtifactStore* store, const v1::FetchRequest& request,
+                               const absl::Status& allowed) {
+    if (!allowed.ok()) return allowed;
+    absl::StatusOr<std::string> path = store->PathOf(request.digest());
+    if (!path.ok()) return path.status();
+    struct stat info;
+    file_ = std::fopen(path->c_str(), "rb");
+    if (file_ == nullptr || fstat(fileno(file_), &info) != 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot read ", request.digest(), ": ", std::strerror(errno)));
+    }
+    const int64_t size = static_cast<int64_t>(info.st_size);
+    if (request.offset() < 0 || request.offset() > size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("offset ", request.offset(), " is outside the file's ", size, " bytes"));
+    }
+    if (std::fseek(file_, request.offset(), SEEK_SET) != 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot read ", request.digest(), ": ", std::strerror(errno)));
+    }
+    return size;
+  }
+
   void Next() {
     if (remaining_ == 0 && sent_any_) {
       Finish(grpc::Status::OK);
@@ -152,21 +165,16 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchResponse> {
 
 }  // namespace
 
-absl::Status ArtifactsService::Authorize(const grpc::CallbackServerContext& context,
-                                         absl::string_view what) const {
-  DTRAIN_ASSIGN_OR_RETURN(Caller caller, access_->Authenticate(context));
-  return caller.MayAdminister(what);
-}
-
 grpc::ServerReadReactor<v1::UploadRequest>* ArtifactsService::Upload(
     grpc::CallbackServerContext* context, v1::UploadResponse* response) {
-  return new UploadReactor(store_, response, Authorize(*context, "Upload"));
+  return new UploadReactor(store_, response, access_->RequireAdmin(*context, "Upload"));
 }
 
 grpc::ServerUnaryReactor* ArtifactsService::Stat(grpc::CallbackServerContext* context,
                                                  const v1::StatRequest* request,
                                                  v1::StatResponse* response) {
-  if (absl::Status s = Authorize(*context, "Stat"); !s.ok()) return FinishNow(context, s);
+  if (absl::Status s = access_->RequireAdmin(*context, "Stat"); !s.ok())
+    return FinishNow(context, s);
   absl::StatusOr<int64_t> size = store_->Size(request->digest());
   if (!size.ok()) return FinishNow(context, size.status());
   response->set_digest(request->digest());
@@ -176,7 +184,7 @@ grpc::ServerUnaryReactor* ArtifactsService::Stat(grpc::CallbackServerContext* co
 
 grpc::ServerWriteReactor<v1::FetchResponse>* ArtifactsService::Fetch(
     grpc::CallbackServerContext* context, const v1::FetchRequest* request) {
-  return new FetchReactor(store_, *request, Authorize(*context, "Fetch"));
+  return new FetchReactor(store_, *request, access_->RequireAdmin(*context, "Fetch"));
 }
 
 }  // namespace dtrain

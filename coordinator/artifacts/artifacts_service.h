@@ -25,8 +25,6 @@ class ArtifactsService final : public v1::Artifacts::CallbackService {
                                                      const v1::FetchRequest* request) override;
 
  private:
-  absl::Status Authorize(const grpc::CallbackServerContext& context, absl::string_view what) const;
-
   ArtifactStore* const store_;
   const AccessControl* const access_;
 };

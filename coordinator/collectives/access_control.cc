@@ -57,4 +57,11 @@ size_t AccessControl::job_tokens() const {
   return job_groups_.size();
 }
 
+absl::Status AccessControl::RequireAdmin(const grpc::ServerContextBase& context,
+                                         absl::string_view what) const {
+  absl::StatusOr<Caller> caller = Authenticate(context);
+  if (!caller.ok()) return caller.status();
+  return caller->MayAdminister(what);
+}
+
 }  // namespace dtrain

@@ -53,6 +53,9 @@ class AccessControl {
 
   // Who presents the call's token; UNAUTHENTICATED if nobody we know.
   absl::StatusOr<Caller> Authenticate(const grpc::ServerContextBase& context) const;
+  // OK when the call presents the admin token (or access control is off); UNAUTHENTICATED or
+  // PERMISSION_DENIED naming `what` otherwise.
+  absl::Status RequireAdmin(const grpc::ServerContextBase& context, absl::string_view what) const;
 
   // A new token for `group`'s members (empty when access control is off). The caller keeps it
   // secret and revokes it when the job ends.

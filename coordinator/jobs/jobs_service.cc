@@ -9,7 +9,6 @@
 #include "common/callback_reactors.h"
 #include "common/grpc_status.h"
 #include "common/job_spec.h"
-#include "common/status_macros.h"
 #include "common/streaming.h"
 
 namespace dtrain {
@@ -99,16 +98,11 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus> {
 
 }  // namespace
 
-absl::Status JobsService::Authorize(const grpc::CallbackServerContext& context,
-                                    absl::string_view what) const {
-  DTRAIN_ASSIGN_OR_RETURN(Caller caller, access_->Authenticate(context));
-  return caller.MayAdminister(what);
-}
-
 grpc::ServerUnaryReactor* JobsService::SubmitJob(grpc::CallbackServerContext* context,
                                                  const v1::SubmitJobRequest* request,
                                                  v1::SubmitJobResponse* response) {
-  if (absl::Status s = Authorize(*context, "SubmitJob"); !s.ok()) return FinishNow(context, s);
+  if (absl::Status s = access_->RequireAdmin(*context, "SubmitJob"); !s.ok())
+    return FinishNow(context, s);
   if (request->dry_run()) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     absl::StatusOr<v1::JobStatus> checked = jobs_->Submit(request->spec(), /*validate_only=*/true);
@@ -131,7 +125,8 @@ grpc::ServerUnaryReactor* JobsService::SubmitJob(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* JobsService::GetJob(grpc::CallbackServerContext* context,
                                               const v1::GetJobRequest* request,
                                               v1::JobStatus* response) {
-  if (absl::Status s = Authorize(*context, "GetJob"); !s.ok()) return FinishNow(context, s);
+  if (absl::Status s = access_->RequireAdmin(*context, "GetJob"); !s.ok())
+    return FinishNow(context, s);
   absl::StatusOr<v1::JobStatus> job = jobs_->Get(request->id(), /*with_spec=*/true);
   if (job.ok()) *response = std::move(*job);
   return FinishNow(context, job.status());
@@ -140,7 +135,8 @@ grpc::ServerUnaryReactor* JobsService::GetJob(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* context,
                                                 const v1::ListJobsRequest* request,
                                                 v1::ListJobsResponse* response) {
-  if (absl::Status s = Authorize(*context, "ListJobs"); !s.ok()) return FinishNow(context, s);
+  if (absl::Status s = access_->RequireAdmin(*context, "ListJobs"); !s.ok())
+    return FinishNow(context, s);
   if (request->page_size() < 0) {
     return FinishNow(
         context, absl::InvalidArgumentError(absl::StrCat(
@@ -167,13 +163,14 @@ grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* con
 
 grpc::ServerWriteReactor<v1::JobStatus>* JobsService::WatchJob(grpc::CallbackServerContext* context,
                                                                const v1::WatchJobRequest* request) {
-  return new WatchReactor(jobs_, request->id(), Authorize(*context, "WatchJob"));
+  return new WatchReactor(jobs_, request->id(), access_->RequireAdmin(*context, "WatchJob"));
 }
 
 grpc::ServerUnaryReactor* JobsService::CancelJob(grpc::CallbackServerContext* context,
                                                  const v1::CancelJobRequest* request,
                                                  v1::JobStatus* response) {
-  if (absl::Status s = Authorize(*context, "CancelJob"); !s.ok()) return FinishNow(context, s);
+  if (absl::Status s = access_->RequireAdmin(*context, "CancelJob"); !s.ok())
+    return FinishNow(context, s);
   absl::StatusOr<v1::JobStatus> job = jobs_->Cancel(request->id());
   if (job.ok()) *response = std::move(*job);
   return FinishNow(context, job.status());
@@ -182,7 +179,8 @@ grpc::ServerUnaryReactor* JobsService::CancelJob(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* JobsService::GetJobLogs(grpc::CallbackServerContext* context,
                                                   const v1::GetJobLogsRequest* request,
                                                   v1::GetJobLogsResponse* response) {
-  if (absl::Status s = Authorize(*context, "GetJobLogs"); !s.ok()) return FinishNow(context, s);
+  if (absl::Status s = access_->RequireAdmin(*context, "GetJobLogs"); !s.ok())
+    return FinishNow(context, s);
   int64_t next = 0;
   absl::StatusOr<std::vector<std::string>> lines =
       jobs_->Logs(request->id(), request->from_line(), &next);
@@ -205,7 +203,8 @@ grpc::ServerUnaryReactor* JobsService::GetJobLogs(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* JobsService::GetJobMetrics(grpc::CallbackServerContext* context,
                                                      const v1::GetJobMetricsRequest* request,
                                                      v1::GetJobMetricsResponse* response) {
-  if (absl::Status s = Authorize(*context, "GetJobMetrics"); !s.ok()) return FinishNow(context, s);
+  if (absl::Status s = access_->RequireAdmin(*context, "GetJobMetrics"); !s.ok())
+    return FinishNow(context, s);
   if (request->from_point() < 0) {
     return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
                                   "from_point must be >= 0, got ", request->from_point())));

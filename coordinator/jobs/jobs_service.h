@@ -1,6 +1,7 @@
 // JobsService: the gRPC edge of the JobManager (proto/dtrain/v1/jobs.proto), on the callback
 // API. WatchJob streams a job's status as it changes, coalescing updates a slow reader has not
-// taken yet (it always gets the latest, and the terminal one last).
+// taken yet (it always gets the latest, and the terminal one last). Every call needs the admin
+// token: the Jobs API is the cluster's control plane.
 #pragma once
 
 #include "coordinator/collectives/access_control.h"
@@ -36,9 +37,6 @@ class JobsService final : public v1::Jobs::CallbackService {
                                           v1::GetJobMetricsResponse* response) override;
 
  private:
-  // OK if the caller is an admin (the Jobs API is the cluster's control plane).
-  absl::Status Authorize(const grpc::CallbackServerContext& context, absl::string_view what) const;
-
   JobManager* const jobs_;
   const AccessControl* const access_;
 };

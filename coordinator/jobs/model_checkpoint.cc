@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_reference.h"
 #include "common/status_macros.h"
 
 namespace dtrain {
@@ -70,8 +71,8 @@ absl::Status ModelCheckpoint::OnTrainEnd(TrainerControl& trainer) {
 std::vector<std::string> ModelCheckpoint::Siblings(const std::string& path) {
   // An uploaded checkpoint has no directory; a worker path's is seen here only on a shared
   // filesystem (then its siblings are worker paths too, written plainly).
-  if (path.rfind("artifact:", 0) == 0) return {};
-  if (path.rfind("worker:", 0) == 0) return Siblings(path.substr(7));
+  if (IsArtifactReference(path)) return {};
+  if (IsWorkerPath(path)) return Siblings(WithoutWorkerMark(path));
   std::vector<std::pair<std::filesystem::file_time_type, std::string>> found;
   std::error_code error;
   const std::filesystem::path target(path);

@@ -79,7 +79,7 @@ def _encode(value: Array) -> Tuple[tensor_pb2.TensorMeta, bytes]:
             return meta, t.view(torch.int16).numpy().tobytes()
         value = t.numpy()
     array = np.ascontiguousarray(value)
-    dtype = _NUMPY_DTYPES.get(array.dtype.newbyteorder("=") if array.dtype.byteorder == ">" else array.dtype)
+    dtype = _NUMPY_DTYPES.get(array.dtype.newbyteorder("="))  # any byte order: same element type
     if dtype is None:
         raise InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT,
                               f"dtype {array.dtype} is not one dtrain carries; use float32, float64, "
@@ -102,6 +102,10 @@ def _decode(meta: tensor_pb2.TensorMeta, data: bytes, like_torch: bool) -> Array
 
         return torch.from_numpy(array)
     return array
+
+
+def _itemsize(dtype: int) -> int:
+    return 2 if dtype == tensor_pb2.DTYPE_BFLOAT16 else _FROM_DTYPE[dtype].itemsize
 
 
 def _op(op: ReduceOpArg) -> int:
@@ -299,7 +303,7 @@ class ProcessGroup:
         travel as segments, as the C++ library sends them, so mixed groups agree."""
         like_torch = _is_torch(tensor)
         meta, data = _encode(tensor)
-        element = np.dtype(_FROM_DTYPE[meta.dtype]).itemsize if meta.dtype in _FROM_DTYPE else 2
+        element = _itemsize(meta.dtype)
         size = len(data)
         segment = size
         if size > SEGMENT_BYTES:
@@ -367,7 +371,10 @@ class ProcessGroup:
                 raise
 
     def __del__(self) -> None:
-        self._stop.set() if hasattr(self, "_stop") else None
+        # Heartbeats stop with the object; leaving cleanly is leave()'s (or `with`'s) job.
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
 
     # -- internals ---------------------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
@@ -435,8 +442,7 @@ class ProcessGroup:
         out: List[Tuple[tensor_pb2.TensorMeta, bytes]] = []
         offset = 0
         for meta in parts_meta:
-            n = int(np.prod(meta.shape, dtype=np.int64)) if len(meta.shape) else 1
-            size = n * (np.dtype(_FROM_DTYPE[meta.dtype]).itemsize if meta.dtype in _FROM_DTYPE else 2)
+            size = int(np.prod(meta.shape, dtype=np.int64)) * _itemsize(meta.dtype)
             out.append((meta, bytes(received[offset:offset + size])))
             offset += size
         if offset != len(received):

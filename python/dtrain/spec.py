@@ -81,10 +81,10 @@ def _fill(message: Message, values: Any, path: str) -> None:
                 raise _bad(where, _RENAMED[where])
             known = ", ".join(f.name for f in descriptor.fields)
             raise _bad(where, f"unknown key; {path or 'a job spec'} has {known}")
-        oneof = field.containing_oneof
-        if oneof is not None and not field.name.startswith("_"):
+        oneof = field.containing_oneof  # proto3 `optional` fields are oneofs of one
+        if oneof is not None and len(oneof.fields) > 1:
             current = message.WhichOneof(oneof.name)
-            if current is not None and current != field.name and len(oneof.fields) > 1:
+            if current is not None and current != field.name:
                 raise _bad(path, f"give only one of {current} and {field.name}")
         if field.label == FieldDescriptor.LABEL_REPEATED:
             items = value if isinstance(value, list) else [value]
