@@ -17,8 +17,10 @@
 namespace dtrain {
 
 ArtifactsClient::ArtifactsClient(std::shared_ptr<grpc::Channel> channel,
-                                 absl::Duration base_timeout)
-    : stub_(v1::Artifacts::NewStub(std::move(channel))), base_timeout_(base_timeout) {}
+                                 absl::Duration base_timeout, bool wait_for_ready)
+    : stub_(v1::Artifacts::NewStub(std::move(channel))),
+      base_timeout_(base_timeout),
+      wait_for_ready_(wait_for_ready) {}
 
 absl::Time ArtifactsClient::Deadline(int64_t bytes) const {
   return absl::Now() + base_timeout_ + absl::Seconds(static_cast<double>(bytes) / 50e6);
@@ -26,6 +28,7 @@ absl::Time ArtifactsClient::Deadline(int64_t bytes) const {
 
 absl::StatusOr<int64_t> ArtifactsClient::Stat(const std::string& digest) {
   grpc::ClientContext context;
+  context.set_wait_for_ready(wait_for_ready_);
   context.set_deadline(absl::ToChronoTime(Deadline(0)));
   v1::StatRequest request;
   request.set_digest(digest);
@@ -49,16 +52,35 @@ absl::StatusOr<UploadResult> ArtifactsClient::Upload(const std::string& path) {
   if (!stored.ok() && stored.status().code() != absl::StatusCode::kNotFound) {
     return stored.status();
   }
+  // A transfer cut short or corrupted on the way is refused by the coordinator's hash check
+  // (DATA_LOSS) and sent again; a file that changes while it is read fails every attempt.
+  absl::Status sent;
+  int attempt = 0;
+  do {
+    sent = Send(path, &result);
+  } while (++attempt < kAttempts && (sent.code() == absl::StatusCode::kDataLoss ||
+                                     sent.code() == absl::StatusCode::kUnavailable));
+  if (!sent.ok()) {
+    return absl::Status(sent.code(),
+                        absl::StrCat("cannot upload '", path, "'",
+                                     attempt > 1 ? absl::StrCat(" (", attempt, " attempts)") : "",
+                                     ": ", sent.message()));
+  }
+  return result;
+}
+
+absl::Status ArtifactsClient::Send(const std::string& path, UploadResult* result) {
   std::ifstream in(path, std::ios::binary);
   if (!in.good()) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(Deadline(result.size)));
+  context.set_wait_for_ready(wait_for_ready_);
+  context.set_deadline(absl::ToChronoTime(Deadline(result->size)));
   v1::UploadResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer =
       stub_->Upload(&context, &response);
   v1::UploadRequest request;
-  request.mutable_header()->set_digest(result.digest);
-  request.mutable_header()->set_size(result.size);
+  request.mutable_header()->set_digest(result->digest);
+  request.mutable_header()->set_size(result->size);
   request.mutable_header()->set_name(std::filesystem::path(path).filename().string());
   std::string* chunk = request.mutable_chunk();
   int64_t sent = 0;
@@ -70,12 +92,12 @@ absl::StatusOr<UploadResult> ArtifactsClient::Upload(const std::string& path) {
     sent += static_cast<int64_t>(chunk->size());
     open = writer->Write(request);  // false: the server ended the call (its status says why)
     request.clear_header();
-  } while (open && sent < result.size && in);
+  } while (open && sent < result->size && in);
   writer->WritesDone();
   grpc::Status status = writer->Finish();
   if (!status.ok()) return FromGrpcStatus(status);
-  result.sent = !response.already_stored();
-  return result;
+  result->sent = !response.already_stored();
+  return absl::OkStatus();
 }
 
 absl::Status ArtifactsClient::Fetch(const std::string& digest, const std::string& path) {
@@ -89,6 +111,7 @@ absl::Status ArtifactsClient::Fetch(const std::string& digest, const std::string
         absl::StrCat("cannot write '", temp, "': ", std::strerror(errno)));
   }
   grpc::ClientContext context;
+  context.set_wait_for_ready(wait_for_ready_);
   context.set_deadline(absl::ToChronoTime(Deadline(*expected)));
   v1::FetchRequest request;
   request.set_digest(digest);

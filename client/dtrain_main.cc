@@ -3,6 +3,7 @@
 //          [--trainer.max_epochs=5 ...] [--print_config] [--wait] [--dry_run]
 //   dtrain status JOB   dtrain list   dtrain watch JOB   dtrain logs JOB [--follow]
 //   dtrain cancel JOB   dtrain workers   dtrain results JOB [--plot FILE.svg]   dtrain health
+//   dtrain download JOB [best|last|NAME|predictions] [-o DIR]   dtrain delete JOB
 // --coordinator host:port (or DTRAIN_COORDINATOR); --token / --token_file (or DTRAIN_TOKEN) when
 // the coordinator requires one; --output json on every command (errors too). The exit status
 // is 0 on success (and for --help), 1 when a job failed or was cancelled (the reason is
@@ -28,6 +29,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/artifacts_client.h"
+#include "client/job_files.h"
 #include "client/job_spec_file.h"
 #include "client/jobs_client.h"
 #include "client/metrics_plot.h"
@@ -56,6 +58,7 @@ ABSL_FLAG(bool, print_config, false,
           "and submit nothing");
 ABSL_FLAG(bool, follow, false, "logs: keep printing new lines until the job ends");
 ABSL_FLAG(std::string, plot, "", "results: also draw the loss and accuracy curves to this .svg");
+ABSL_FLAG(std::string, o, ".", "download: the directory the files go to");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "deadline of each request");
 ABSL_FLAG(std::string, service, "",
           "health: the service to check (dtrain.v1.Coordinator, dtrain.v1.Jobs, dtrain.v1.Worker); "
@@ -147,6 +150,14 @@ int ExitFor(const v1::JobStatus& status) {
                v1::JobState_Name(status.state()).c_str(), status.reason().empty() ? "" : ": ",
                status.reason().c_str());
   return kJobFailed;
+}
+
+// 1.5 MB, 312 kB, 17 B: sizes as a person reads them.
+std::string HumanBytes(int64_t bytes) {
+  if (bytes >= 1000 * 1000 * 1000) return absl::StrFormat("%.2f GB", bytes / 1e9);
+  if (bytes >= 1000 * 1000) return absl::StrFormat("%.1f MB", bytes / 1e6);
+  if (bytes >= 1000) return absl::StrFormat("%.0f kB", bytes / 1e3);
+  return absl::StrCat(bytes, " B");
 }
 
 class Client {
@@ -262,6 +273,50 @@ class Client {
     if (!job->checkpoint().empty()) std::printf("checkpoint: %s\n", job->checkpoint().c_str());
     if (!job->predictions().empty()) std::printf("predictions: %s\n", job->predictions().c_str());
     std::printf("logs: %s\n", job->log_dir().c_str());
+    return kOk;
+  }
+
+  // The job's kept files to `-o DIR`, each verified by its digest.
+  int Download(const std::string& id, const std::string& which) {
+    absl::StatusOr<v1::JobStatus> job = Get(id);
+    if (!job.ok()) return kRefused;
+    absl::StatusOr<std::vector<v1::JobFile>> files = SelectJobFiles(*job, which);
+    if (!files.ok())
+      return Fail(kUsage, files.status().code(), std::string(files.status().message()));
+    ArtifactsClient artifacts(ConnectToCoordinator(Address()));
+    google::protobuf::Struct out;
+    auto& list = *(*out.mutable_fields())["files"].mutable_list_value();
+    for (const v1::JobFile& file : *files) {
+      absl::StatusOr<std::string> path = DownloadJobFile(artifacts, file, absl::GetFlag(FLAGS_o));
+      if (!path.ok()) {
+        return path.status().code() == absl::StatusCode::kFailedPrecondition
+                   ? Fail(kUsage, path.status().code(), std::string(path.status().message()))
+                   : Refused(path.status());
+      }
+      if (Json()) {
+        auto& entry = *list.add_values()->mutable_struct_value()->mutable_fields();
+        entry["name"].set_string_value(file.name());
+        entry["path"].set_string_value(*path);
+        entry["size_bytes"].set_number_value(static_cast<double>(file.size_bytes()));
+        entry["digest"].set_string_value(file.digest());
+      } else {
+        std::printf("%s (%s, %s)\n", path->c_str(), HumanBytes(file.size_bytes()).c_str(),
+                    file.digest().c_str());
+      }
+    }
+    if (Json()) std::printf("%s\n", ToJson(out).c_str());
+    return kOk;
+  }
+
+  int Delete(const std::string& id) {
+    absl::StatusOr<v1::DeleteJobResponse> deleted = jobs_.Delete(id);
+    if (!deleted.ok()) return Refused(deleted.status());
+    if (Json()) {
+      std::printf("%s\n", ToJson(*deleted).c_str());
+    } else {
+      std::printf("deleted %s: %d stored file(s) no other job names, %s freed\n", id.c_str(),
+                  deleted->files_removed(), HumanBytes(deleted->freed_bytes()).c_str());
+    }
     return kOk;
   }
 
@@ -393,6 +448,15 @@ class Client {
       fields["best_checkpoint"].set_string_value(job->best_checkpoint());
       fields["log_dir"].set_string_value(job->log_dir());
       fields["predictions"].set_string_value(job->predictions());
+      auto& files = *fields["files"].mutable_list_value();
+      for (const v1::JobFile& file : job->files()) {
+        std::string json;
+        google::protobuf::util::JsonPrintOptions options;
+        options.preserve_proto_field_names = true;
+        (void)google::protobuf::util::MessageToJsonString(file, &json, options);
+        (void)google::protobuf::util::JsonStringToMessage(
+            json, files.add_values()->mutable_struct_value());
+      }
       fields["wall_seconds"].set_number_value(
           job->finished_unix_ms() > 0 ? (job->finished_unix_ms() - job->started_unix_ms()) / 1000.0
                                       : 0);
@@ -404,6 +468,28 @@ class Client {
       if (!job->checkpoint().empty()) std::printf("checkpoint: %s\n", job->checkpoint().c_str());
       if (!job->best_checkpoint().empty())
         std::printf("best checkpoint: %s\n", job->best_checkpoint().c_str());
+      if (!job->files().empty()) {
+        std::printf("files (dtrain download %s [best|last|NAME|predictions] [-o DIR]):\n",
+                    job->id().c_str());
+        for (const v1::JobFile& file : job->files()) {
+          std::string note;
+          if (file.location() == job->best_checkpoint()) note = " best";
+          if (file.location() == job->checkpoint()) absl::StrAppend(&note, " last");
+          if (file.has_monitored()) {
+            absl::StrAppend(&note, " ",
+                            job->spec().checkpoint().monitor().empty()
+                                ? "monitored"
+                                : job->spec().checkpoint().monitor(),
+                            "=", absl::StrFormat("%.4f", file.monitored()));
+          }
+          std::printf("  %-28s %10s  step %-6lld%s%s\n", file.name().c_str(),
+                      HumanBytes(file.size_bytes()).c_str(), static_cast<long long>(file.step()),
+                      file.digest().empty()
+                          ? absl::StrCat(" on the workers: ", file.location()).c_str()
+                          : "",
+                      note.c_str());
+        }
+      }
       std::printf("metrics.csv and TensorBoard events: %s\n", job->log_dir().c_str());
     }
     return job->state() == v1::SUCCEEDED || !IsTerminal(job->state()) ? kOk : ExitFor(*job);
@@ -439,7 +525,11 @@ constexpr char kUsageText[] =
     "  dtrain logs JOB [--follow]         the job's log\n"
     "  dtrain cancel JOB                  stop a job on every worker\n"
     "  dtrain workers                     registered workers\n"
-    "  dtrain results JOB [--plot F.svg]  final metrics and checkpoint; curves to an SVG\n"
+    "  dtrain results JOB [--plot F.svg]  final metrics and the files it keeps, with sizes;\n"
+    "                                     curves to an SVG\n"
+    "  dtrain download JOB [best|last|NAME|predictions] [-o DIR]\n"
+    "                                     bring the job's files here (default: all, to .)\n"
+    "  dtrain delete JOB                  forget an ended job and free its stored files\n"
     "  dtrain health [HOST:PORT] [--service S]  SERVING (exit 0) or not (exit 1), any dtrain "
     "server\n"
     "Exit status: 0 success, 1 the job failed or was cancelled, 2 usage error or refused spec,\n"
@@ -529,6 +619,14 @@ int Main(int argc, char** argv) {
     return client.Submit(command, configs, overrides);
   }
   const std::string arg = positional.size() > 1 ? positional[1] : "";
+  if (command == "download") {
+    if (positional.size() < 2) return UsageError("dtrain download: give a job id");
+    if (positional.size() > 3) {
+      return UsageError(absl::StrCat("dtrain download: unexpected argument '", positional[3], "'"));
+    }
+    Client client;
+    return client.Download(arg, positional.size() > 2 ? positional[2] : "");
+  }
   if (positional.size() > 2) {
     return UsageError(
         absl::StrCat("dtrain ", command, ": unexpected argument '", positional[2], "'"));
@@ -544,6 +642,7 @@ int Main(int argc, char** argv) {
   if (command == "logs") return need_arg("a job id") ? client.Logs(arg) : kUsage;
   if (command == "cancel") return need_arg("a job id") ? client.Cancel(arg) : kUsage;
   if (command == "results") return need_arg("a job id") ? client.Results(arg) : kUsage;
+  if (command == "delete") return need_arg("a job id") ? client.Delete(arg) : kUsage;
   if (command == "list") return client.List();
   if (command == "workers") return client.Workers();
   if (command == "health") return Client::Health(arg);

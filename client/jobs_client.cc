@@ -1,5 +1,7 @@
 #include "client/jobs_client.h"
 
+#include <algorithm>
+
 #include <grpcpp/client_context.h>
 
 #include "absl/strings/str_cat.h"
@@ -87,6 +89,18 @@ absl::StatusOr<v1::JobStatus> JobsClient::Cancel(const std::string& id) {
   absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
     return jobs_->CancelJob(context, request, &response);
   });
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::DeleteJobResponse> JobsClient::Delete(const std::string& id) {
+  v1::DeleteJobRequest request;
+  request.set_id(id);
+  v1::DeleteJobResponse response;
+  // The coordinator may first wait for the ended job's teardown (up to a minute).
+  absl::Status status = Unary(
+      std::max(timeout_, absl::Seconds(90)),
+      [&](grpc::ClientContext* context) { return jobs_->DeleteJob(context, request, &response); });
   if (!status.ok()) return status;
   return response;
 }

@@ -38,6 +38,8 @@ class JobsClient {
   absl::StatusOr<std::vector<v1::JobStatus>> List();
   // FAILED_PRECONDITION when the job already ended.
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& id);
+  // FAILED_PRECONDITION while the job is queued or running.
+  absl::StatusOr<v1::DeleteJobResponse> Delete(const std::string& id);
   // The job's log from line `from_line`; `next_line` is where the next read starts.
   absl::StatusOr<v1::GetJobLogsResponse> Logs(const std::string& id, int64_t from_line = 0);
   absl::StatusOr<std::vector<v1::MetricPoint>> Metrics(const std::string& id);

@@ -86,6 +86,7 @@ v1::SetupRequest MakeSetupRequest(const v1::JobSpec& spec, const SetupContext& c
   request.set_devices(t.devices());
   request.set_seed(spec.seed_everything());
   request.set_checkpoint_dir(context.checkpoint_dir);
+  request.set_store_checkpoints(context.store_checkpoints);
   request.set_accumulate_grad_batches(t.accumulate_grad_batches());
   request.set_gradient_clip_val(t.gradient_clip_val());
   request.set_gradient_clip_algorithm(t.gradient_clip_algorithm());

@@ -65,7 +65,10 @@ struct SetupContext {
   std::string token;        // the job's token in that group ("": none)
   int world_size = 1;
   absl::Duration register_timeout = absl::Minutes(5);
-  std::string checkpoint_dir;  // where rank 0 writes checkpoints ("": the job writes none)
+  // Where rank 0 writes checkpoints: a shared "worker:/dir", or (store_checkpoints) its own
+  // directory, sending each file to the coordinator. Neither: the job writes none.
+  std::string checkpoint_dir;
+  bool store_checkpoints = false;
 };
 
 // The Setup a worker receives for a normalized `spec`.

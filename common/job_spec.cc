@@ -49,6 +49,16 @@ absl::Status CheckName(const std::string& name) {
 
 // A file named by content must name it well: the digest becomes a file name on the workers.
 absl::Status CheckFileReference(const std::string& path, const std::string& value) {
+  if (IsJobFileReference(value)) {
+    std::string job, name;
+    if (path != "ckpt_path") return Bad(path, "only ckpt_path may name another job's file");
+    if (!SplitJobFileReference(value, &job, &name)) {
+      return Bad(path, absl::StrCat("'", value,
+                                    "' is not a job file; write job:<job id>/<file name>, e.g. "
+                                    "job:fashion-cnn-1/last.ckpt (dtrain results JOB lists them)"));
+    }
+    return absl::OkStatus();
+  }
   if (!IsArtifactReference(value)) return absl::OkStatus();
   if (absl::Status s = CheckDigest(ArtifactDigest(value)); !s.ok())
     return Bad(path, std::string(s.message()));
@@ -292,6 +302,22 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (c->save_top_k() < 0) return Bad("checkpoint.save_top_k", "must be >= 1");
   if (absl::Status s = CheckMode("checkpoint.mode", c->mutable_mode(), c->monitor()); !s.ok())
     return s;
+  // A directory the workers share: marked, so every reader knows it is not the client's.
+  if (!c->dirpath().empty()) {
+    if (IsArtifactReference(c->dirpath()) || IsJobFileReference(c->dirpath())) {
+      return Bad("checkpoint.dirpath",
+                 "names a file; give a directory the workers share (worker:/path), or leave it "
+                 "out to keep checkpoints on the coordinator");
+    }
+    const std::string dir = WithoutWorkerMark(c->dirpath());
+    if (dir.empty() || dir[0] != '/') {
+      return Bad("checkpoint.dirpath",
+                 absl::StrCat("'", c->dirpath(),
+                              "' is not an absolute path on the workers; give worker:/path, or "
+                              "leave it out to keep checkpoints on the coordinator"));
+    }
+    c->set_dirpath(absl::StrCat(kWorkerPathPrefix, dir));
+  }
 
   v1::EarlyStoppingConfig* e = spec->mutable_early_stopping();
   if (e->patience() == 0) e->set_patience(3);

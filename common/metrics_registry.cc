@@ -1,8 +1,10 @@
 #include "common/metrics_registry.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 
 namespace dtrain {
@@ -27,7 +29,14 @@ std::string Labels(const MetricLabels& labels, const std::string& extra_name = "
 std::string Number(double v) {
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   if (std::isnan(v)) return "NaN";
-  return absl::StrCat(v);
+  // Counts and byte totals exactly (StrCat's 6 significant digits would print 2869683 bytes as
+  // 2.86968e+06); other values to full precision, which Prometheus parses alike.
+  if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
+    return absl::StrCat(static_cast<int64_t>(v));
+  }
+  // The shortest of 15 or 17 digits that reads back as `v` (0.1 stays "0.1").
+  std::string shorter = absl::StrFormat("%.15g", v);
+  return std::strtod(shorter.c_str(), nullptr) == v ? shorter : absl::StrFormat("%.17g", v);
 }
 
 }  // namespace

@@ -106,16 +106,21 @@ void CoordinatorServer::DescribeMetrics() {
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     CoordinatorOptions options) {
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(std::move(options)));
-  if (!server->options_.database.empty()) {
-    if (absl::Status s = server->jobs_->Restore(server->options_.database); !s.ok()) return s;
-  }
   auto artifacts = ArtifactStore::Open({server->options_.state_dir + "/artifacts",
                                         server->options_.max_artifact_bytes,
                                         server->options_.artifact_quota_bytes});
   if (!artifacts.ok()) return artifacts.status();
   server->artifacts_ = std::move(*artifacts);
-  server->artifacts_service_ =
-      std::make_unique<ArtifactsService>(server->artifacts_.get(), server->access_.get());
+  server->jobs_->SetArtifactStore(server->artifacts_.get());
+  if (!server->options_.database.empty()) {
+    if (absl::Status s = server->jobs_->Restore(server->options_.database); !s.ok()) return s;
+  }
+  JobManager* jobs = server->jobs_.get();
+  server->artifacts_service_ = std::make_unique<ArtifactsService>(
+      server->artifacts_.get(), server->access_.get(),
+      [jobs](const std::string& group, const std::string& digest) {
+        return jobs->GroupMayRead(group, digest);
+      });
   EnableStandardServices();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(server->options_.listen_address,

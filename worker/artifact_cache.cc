@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/directories.h"
 #include "common/sha256.h"
 
@@ -52,9 +53,17 @@ absl::StatusOr<std::string> ArtifactCache::Get(const std::string& digest) {
     ++misses_;
   }
   if (absl::Status s = MakeDirectories(dir_, "the worker's artifact cache"); !s.ok()) return s;
-  if (absl::Status s = fetch_(digest, path); !s.ok()) {
-    return absl::Status(
-        s.code(), absl::StrCat("cannot fetch ", digest, " from the coordinator: ", s.message()));
+  absl::Status fetched;
+  int attempt = 0;
+  do {
+    fetched = fetch_(digest, path);
+  } while (++attempt < kFetchAttempts && (fetched.code() == absl::StatusCode::kDataLoss ||
+                                          fetched.code() == absl::StatusCode::kUnavailable));
+  if (!fetched.ok()) {
+    return absl::Status(fetched.code(),
+                        absl::StrCat("cannot fetch ", digest, " from the coordinator",
+                                     attempt > 1 ? absl::StrCat(" (", attempt, " attempts)") : "",
+                                     ": ", fetched.message()));
   }
   std::error_code error;
   const int64_t size = static_cast<int64_t>(fs::file_size(path, error));
@@ -63,6 +72,31 @@ absl::StatusOr<std::string> ArtifactCache::Get(const std::string& digest) {
   entries_[digest] = Entry{size, clock_++};
   bytes_ += size;
   return path;
+}
+
+absl::Status ArtifactCache::Adopt(const std::string& path, const std::string& digest) {
+  if (absl::Status s = CheckDigest(digest); !s.ok()) return s;
+  if (absl::Status s = MakeDirectories(dir_, "the worker's artifact cache"); !s.ok()) return s;
+  std::error_code error;
+  const int64_t size = static_cast<int64_t>(fs::file_size(path, error));
+  if (error) return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", error.message()));
+  absl::MutexLock fetching(&fetch_mu_);
+  absl::MutexLock lock(&mu_);
+  const std::string target = absl::StrCat(dir_, "/", FileName(digest));
+  fs::rename(path, target, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot move ", path, " into the cache ", dir_, ": ", error.message()));
+  }
+  auto it = entries_.find(digest);
+  if (it != entries_.end()) {
+    bytes_ -= it->second.size;
+    entries_.erase(it);
+  }
+  EvictLocked(size);
+  entries_[digest] = Entry{size, clock_++};
+  bytes_ += size;
+  return absl::OkStatus();
 }
 
 void ArtifactCache::EvictLocked(int64_t keep_free) {

@@ -29,7 +29,15 @@ class ArtifactCache {
   // recently used others to stay within max_bytes (a file larger than the bound is still
   // fetched and kept until the next one needs the room). INVALID_ARGUMENT for a malformed
   // digest; the fetch's error, naming the digest, otherwise.
+  // A corrupted or interrupted transfer (DATA_LOSS, UNAVAILABLE) is tried again, up to
+  // kFetchAttempts in all; a copy that does not hash to `digest` is never kept.
   absl::StatusOr<std::string> Get(const std::string& digest);
+  static constexpr int kFetchAttempts = 3;
+
+  // Takes `path`, a file this worker wrote whose content is `digest` (a checkpoint it sent to
+  // the coordinator), into the cache by renaming it, so a resume here needs no transfer. On
+  // failure (another filesystem) the file is left where it is.
+  absl::Status Adopt(const std::string& path, const std::string& digest);
 
   int64_t hits() const;
   int64_t misses() const;

@@ -39,10 +39,10 @@ class LocalJob : public HostedJob {
     return absl::OkStatus();
   }
 
-  absl::Status SaveCheckpoint(const v1::SaveCheckpointRequest& request,
+  absl::Status SaveCheckpoint(const std::string& path, const v1::SaveCheckpointRequest& request,
                               v1::SaveCheckpointResponse* response) override {
-    DTRAIN_ASSIGN_OR_RETURN(bool written, job_->SaveCheckpoint(request.path(), request.epoch(),
-                                                               request.job_spec_json()));
+    DTRAIN_ASSIGN_OR_RETURN(bool written,
+                            job_->SaveCheckpoint(path, request.epoch(), request.job_spec_json()));
     response->add_written(written);
     return absl::OkStatus();
   }

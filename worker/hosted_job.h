@@ -25,7 +25,10 @@ class HostedJob {
   virtual int local_processes() const = 0;
   virtual absl::Status Step(StepKind kind, const v1::StepRequest& request,
                             v1::StepResponse* response) = 0;
-  virtual absl::Status SaveCheckpoint(const v1::SaveCheckpointRequest& request,
+  // Writes the checkpoint `request` names at `path` (the service resolved the name in the
+  // job's directory); ranks in other processes resolve it themselves.
+  virtual absl::Status SaveCheckpoint(const std::string& path,
+                                      const v1::SaveCheckpointRequest& request,
                                       v1::SaveCheckpointResponse* response) = 0;
   virtual absl::Status LoadCheckpoint(const v1::LoadCheckpointRequest& request,
                                       v1::LoadCheckpointResponse* response) = 0;

@@ -68,6 +68,9 @@ ABSL_FLAG(std::string, cache_dir, "",
           "default /tmp/dtrain-worker-cache/<name>");
 ABSL_FLAG(int64_t, cache_bytes, int64_t{20} << 30,
           "the cache's size bound; the least recently used files go first; 0: no bound");
+ABSL_FLAG(std::string, jobs_dir, "",
+          "where this worker writes a job's checkpoints before sending them to the coordinator "
+          "(removed when the job leaves); default /tmp/dtrain-worker-jobs/<name>");
 ABSL_FLAG(bool, child, false, "internal: a ddp_spawn child (no registration, no ddp_spawn)");
 
 namespace {
@@ -215,8 +218,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<dtrain::ArtifactsClient> artifacts_client;
   std::unique_ptr<dtrain::ArtifactCache> artifacts;
   if (!child) {
+    // A coordinator that restarts is waited for, within each call's deadline.
     artifacts_client = std::make_unique<dtrain::ArtifactsClient>(
-        dtrain::ConnectToCoordinator(options.identity.coordinator));
+        dtrain::ConnectToCoordinator(options.identity.coordinator), absl::Seconds(60),
+        /*wait_for_ready=*/true);
     std::string cache_dir = absl::GetFlag(FLAGS_cache_dir);
     if (cache_dir.empty()) {
       cache_dir = absl::StrCat("/tmp/dtrain-worker-cache/",
@@ -228,6 +233,15 @@ int main(int argc, char** argv) {
           return client->Fetch(digest, path);
         });
     options.artifacts = artifacts.get();
+    const std::string safe_name = absl::StrReplaceAll(options.identity.name, {{"/", "_"}});
+    options.jobs_dir = absl::GetFlag(FLAGS_jobs_dir);
+    if (options.jobs_dir.empty()) options.jobs_dir = "/tmp/dtrain-worker-jobs/" + safe_name;
+    options.store_file =
+        [client = artifacts_client.get()](const std::string& path) -> absl::StatusOr<std::string> {
+      absl::StatusOr<dtrain::UploadResult> sent = client->Upload(path);
+      if (!sent.ok()) return sent.status();
+      return sent->digest;
+    };
   }
   auto service = std::make_unique<dtrain::WorkerService>(options);
   metrics.AddGauge("dtrain_worker_job", "1 while a job is set up on this worker.",

@@ -227,8 +227,10 @@ absl::Status SpawnedJob::Step(StepKind kind, const v1::StepRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status SpawnedJob::SaveCheckpoint(const v1::SaveCheckpointRequest& request,
+absl::Status SpawnedJob::SaveCheckpoint(const std::string& /*path*/,
+                                        const v1::SaveCheckpointRequest& request,
                                         v1::SaveCheckpointResponse* response) {
+  // Each child resolves the name in the same directory (its Setup named it).
   std::vector<v1::SaveCheckpointResponse> responses(children_.size());
   DTRAIN_RETURN_IF_ERROR(ForEachChild([&](int i, grpc::ClientContext* context) {
     return children_[i]->stub->SaveCheckpoint(context, request, &responses[i]);

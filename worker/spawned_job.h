@@ -39,7 +39,7 @@ class SpawnedJob : public HostedJob {
   int local_processes() const override { return static_cast<int>(children_.size()); }
   absl::Status Step(StepKind kind, const v1::StepRequest& request,
                     v1::StepResponse* response) override;
-  absl::Status SaveCheckpoint(const v1::SaveCheckpointRequest& request,
+  absl::Status SaveCheckpoint(const std::string& path, const v1::SaveCheckpointRequest& request,
                               v1::SaveCheckpointResponse* response) override;
   absl::Status LoadCheckpoint(const v1::LoadCheckpointRequest& request,
                               v1::LoadCheckpointResponse* response) override;

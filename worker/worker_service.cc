@@ -3,7 +3,9 @@
 #include <cstdio>
 
 #include <atomic>
+#include <filesystem>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "common/bearer_token.h"
 #include "common/callback_reactors.h"
@@ -170,6 +172,40 @@ absl::Status WorkerService::LocalizeFiles(v1::SetupRequest* setup) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> WorkerService::CheckpointDirectory(v1::SetupRequest* setup) {
+  if (setup->store_checkpoints()) {
+    if (options_.jobs_dir.empty() || !options_.store_file) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker '", options_.identity.name,
+          "' cannot send checkpoints to the coordinator (it has no directory for jobs); name a "
+          "checkpoint.dirpath the workers share instead"));
+    }
+    // Its ranks (ddp_spawn children too) see a plain directory; only this daemon sends files.
+    setup->set_store_checkpoints(false);
+    setup->set_checkpoint_dir(
+        absl::StrCat(options_.jobs_dir, "/", setup->job_id(), "/checkpoints"));
+  } else if (IsArtifactReference(setup->checkpoint_dir()) ||
+             IsJobFileReference(setup->checkpoint_dir())) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint_dir: '", setup->checkpoint_dir(),
+                                                   "' names a file, not a directory"));
+  } else {
+    setup->set_checkpoint_dir(WithoutWorkerMark(setup->checkpoint_dir()));
+  }
+  return setup->checkpoint_dir();
+}
+
+absl::StatusOr<std::string> WorkerService::CheckpointPath(const std::string& name,
+                                                          const std::string& field) {
+  DTRAIN_RETURN_IF_ERROR(CheckFileName(name, field));
+  absl::MutexLock lock(&mu_);
+  if (checkpoint_dir_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(field, " '", name, "': the job set up on worker '", options_.identity.name,
+                     "' has no checkpoint directory (only fit writes checkpoints)"));
+  }
+  return absl::StrCat(checkpoint_dir_, "/", name);
+}
+
 grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* context,
                                                const v1::SetupRequest* request,
                                                v1::SetupResponse* response) {
@@ -196,6 +232,8 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
         // the ranks, ddp_spawn children included, read the local copy.
         v1::SetupRequest local = *request;
         DTRAIN_RETURN_IF_ERROR(LocalizeFiles(&local));
+        const bool store = local.store_checkpoints();
+        DTRAIN_ASSIGN_OR_RETURN(std::string checkpoint_dir, CheckpointDirectory(&local));
         const v1::SetupRequest* request = &local;
         absl::StatusOr<StrategyKind> kind = ParseStrategy(request->strategy());
         absl::StatusOr<std::unique_ptr<HostedJob>> job;
@@ -214,6 +252,8 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
         job_ = std::move(*job);
         failed_ = false;
         last_error_.clear();
+        checkpoint_dir_ = std::move(checkpoint_dir);
+        store_checkpoints_ = store;
         return absl::OkStatus();
       },
       request->job_id(), canceller);
@@ -275,7 +315,37 @@ grpc::ServerUnaryReactor* WorkerService::SaveCheckpoint(grpc::CallbackServerCont
                                                         v1::SaveCheckpointResponse* response) {
   return Enqueue(context, [=]() -> absl::Status {
     DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
-    return Note(job->SaveCheckpoint(*request, response));
+    DTRAIN_ASSIGN_OR_RETURN(const std::string path, CheckpointPath(request->name(), "checkpoint"));
+    std::vector<std::string> evicted;
+    for (const std::string& name : request->remove()) {
+      DTRAIN_ASSIGN_OR_RETURN(evicted.emplace_back(), CheckpointPath(name, "remove"));
+    }
+    DTRAIN_RETURN_IF_ERROR(Note(job->SaveCheckpoint(path, *request, response)));
+    if (!absl::c_linear_search(response->written(), true)) return absl::OkStatus();
+    // The rank that wrote it is in this worker: the file is here.
+    std::error_code error;
+    response->set_bytes(static_cast<int64_t>(std::filesystem::file_size(path, error)));
+    for (const std::string& old : evicted) std::filesystem::remove(old, error);
+    bool store = false;
+    {
+      absl::MutexLock lock(&mu_);
+      store = store_checkpoints_;
+    }
+    if (!store) return absl::OkStatus();
+    absl::StatusOr<std::string> digest = options_.store_file(path);
+    if (!digest.ok()) {
+      return absl::Status(
+          digest.status().code(),
+          absl::StrCat("checkpoint ", request->name(), " was written on worker '",
+                       options_.identity.name,
+                       "' but not sent to the coordinator: ", digest.status().message()));
+    }
+    response->set_digest(*digest);
+    // Kept by content: a resume on this worker reads it without a transfer.
+    if (options_.artifacts == nullptr || !options_.artifacts->Adopt(path, *digest).ok()) {
+      std::filesystem::remove(path, error);
+    }
+    return absl::OkStatus();
   });
 }
 
@@ -285,7 +355,13 @@ grpc::ServerUnaryReactor* WorkerService::LoadCheckpoint(grpc::CallbackServerCont
   return Enqueue(context, [=]() -> absl::Status {
     DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
     v1::LoadCheckpointRequest local = *request;
-    DTRAIN_ASSIGN_OR_RETURN(*local.mutable_path(), LocalPath(request->path(), "ckpt_path"));
+    // A bare name is a checkpoint of this job's own directory.
+    if (!request->path().empty() && !IsMarkedPath(request->path()) &&
+        request->path().find('/') == std::string::npos) {
+      DTRAIN_ASSIGN_OR_RETURN(*local.mutable_path(), CheckpointPath(request->path(), "ckpt_path"));
+    } else {
+      DTRAIN_ASSIGN_OR_RETURN(*local.mutable_path(), LocalPath(request->path(), "ckpt_path"));
+    }
     absl::Status loaded = job->LoadCheckpoint(local, response);
     if (!loaded.ok() && local.path() != request->path()) {
       // Name the file as the spec did, not by this worker's cache path.
@@ -412,8 +488,15 @@ absl::Status WorkerService::TeardownJob() {
   // Leaving may fail when the group is already gone; the job is released either way.
   job->Teardown().IgnoreError();
   absl::MutexLock lock(&mu_);
+  // This worker's own files of the job went to the coordinator; what is left is scratch.
+  if (store_checkpoints_) {
+    std::error_code error;
+    std::filesystem::remove_all(absl::StrCat(options_.jobs_dir, "/", job->id()), error);
+  }
   job_.reset();
   failed_ = false;
+  checkpoint_dir_.clear();
+  store_checkpoints_ = false;
   return absl::OkStatus();
 }
 

@@ -35,6 +35,12 @@ struct WorkerServiceOptions {
   // Resolves the spec's "artifact:" and "worker:" paths (must outlive the service); null:
   // paths are used as written and an "artifact:" path is refused.
   ArtifactCache* artifacts = nullptr;
+  // Where this worker keeps each job's own files (<jobs_dir>/<job id>/checkpoints), removed at
+  // Teardown; empty: jobs that ask to store their checkpoints on the coordinator are refused.
+  std::string jobs_dir;
+  // Sends a file to the coordinator's store and returns its digest ("sha256:<hex>");
+  // ArtifactsClient::Upload in production. Null: as an empty jobs_dir.
+  std::function<absl::StatusOr<std::string>(const std::string& path)> store_file;
 };
 
 class WorkerService final : public v1::Worker::CallbackService {
@@ -105,6 +111,11 @@ class WorkerService final : public v1::Worker::CallbackService {
   // The Setup's model and data paths made local (the ranks, ddp_spawn children included, read
   // these copies).
   absl::Status LocalizeFiles(v1::SetupRequest* setup);
+  // Where the Setup's job writes checkpoints on this worker ("" for none); sets
+  // setup->checkpoint_dir to it.
+  absl::StatusOr<std::string> CheckpointDirectory(v1::SetupRequest* setup);
+  // The Setup's checkpoint directory: where SaveCheckpoint writes and a bare name loads from.
+  absl::StatusOr<std::string> CheckpointPath(const std::string& name, const std::string& field);
   // Queues `body` on the executor; the RPC finishes with its status. A step's cancellation
   // stops it (before its next batch) or, if it has not started, skips it.
   // `setup_job` marks a Setup: refused once draining, and its job counts as this worker's.
@@ -129,6 +140,10 @@ class WorkerService final : public v1::Worker::CallbackService {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
+  // The job's checkpoint directory on this worker, and whether its checkpoints go to the
+  // coordinator's store (then the directory is this worker's own, under jobs_dir).
+  std::string checkpoint_dir_ ABSL_GUARDED_BY(mu_);
+  bool store_checkpoints_ ABSL_GUARDED_BY(mu_) = false;
   std::thread executor_;
 };
 

@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/directories.h"
+#include "common/status_macros.h"
 
 namespace dtrain {
 namespace {
@@ -141,6 +143,23 @@ void ArtifactStore::Release(int64_t reserved, int64_t stored) {
   absl::MutexLock lock(&mu_);
   reserved_bytes_ -= reserved;
   stored_bytes_ += stored;
+}
+
+absl::StatusOr<std::string> ArtifactStore::ImportFile(const std::string& path) {
+  DTRAIN_ASSIGN_OR_RETURN(std::string digest, Sha256OfFile(path));
+  std::error_code error;
+  const int64_t size = static_cast<int64_t>(fs::file_size(path, error));
+  if (error) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Writer> writer, NewWriter(digest, size));
+  std::ifstream in(path, std::ios::binary);
+  std::string chunk(1 << 20, '\0');
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    DTRAIN_RETURN_IF_ERROR(
+        writer->Append(absl::string_view(chunk.data(), static_cast<size_t>(in.gcount()))));
+  }
+  DTRAIN_RETURN_IF_ERROR(writer->Commit());
+  return digest;
 }
 
 absl::StatusOr<int64_t> ArtifactStore::Size(const std::string& digest) const {

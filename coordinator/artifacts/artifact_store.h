@@ -59,6 +59,10 @@ class ArtifactStore {
   // message says which flag sets it).
   absl::StatusOr<std::unique_ptr<Writer>> NewWriter(const std::string& digest, int64_t size);
 
+  // Stores a file the coordinator itself wrote (a job's predictions.csv), under the same
+  // limits as an upload; returns its digest.
+  absl::StatusOr<std::string> ImportFile(const std::string& path);
+
   // The stored file's size; NOT_FOUND when it is not stored (INVALID_ARGUMENT if malformed).
   absl::StatusOr<int64_t> Size(const std::string& digest) const;
   // Where the stored file is, for reading.

@@ -165,6 +165,17 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::FetchResponse> {
 
 }  // namespace
 
+absl::Status ArtifactsService::MayRead(const grpc::ServerContextBase& context,
+                                       const std::string& digest, const char* what) const {
+  absl::StatusOr<Caller> caller = access_->Authenticate(context);
+  if (!caller.ok()) return caller.status();
+  if (caller->admin()) return absl::OkStatus();
+  if (group_may_read_ && group_may_read_(caller->group(), digest)) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(what, ": a job token reads only its own job's files, and ", digest,
+                   " is not one of job group '", caller->group(), "'s"));
+}
+
 grpc::ServerReadReactor<v1::UploadRequest>* ArtifactsService::Upload(
     grpc::CallbackServerContext* context, v1::UploadResponse* response) {
   return new UploadReactor(store_, response, access_->RequireAdmin(*context, "Upload"));
@@ -173,7 +184,7 @@ grpc::ServerReadReactor<v1::UploadRequest>* ArtifactsService::Upload(
 grpc::ServerUnaryReactor* ArtifactsService::Stat(grpc::CallbackServerContext* context,
                                                  const v1::StatRequest* request,
                                                  v1::StatResponse* response) {
-  if (absl::Status s = access_->RequireAdmin(*context, "Stat"); !s.ok())
+  if (absl::Status s = MayRead(*context, request->digest(), "Stat"); !s.ok())
     return FinishNow(context, s);
   absl::StatusOr<int64_t> size = store_->Size(request->digest());
   if (!size.ok()) return FinishNow(context, size.status());
@@ -184,7 +195,7 @@ grpc::ServerUnaryReactor* ArtifactsService::Stat(grpc::CallbackServerContext* co
 
 grpc::ServerWriteReactor<v1::FetchResponse>* ArtifactsService::Fetch(
     grpc::CallbackServerContext* context, const v1::FetchRequest* request) {
-  return new FetchReactor(store_, *request, access_->RequireAdmin(*context, "Fetch"));
+  return new FetchReactor(store_, *request, MayRead(*context, request->digest(), "Fetch"));
 }
 
 }  // namespace dtrain

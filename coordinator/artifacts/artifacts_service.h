@@ -1,9 +1,12 @@
 // The Artifacts gRPC edge (proto/dtrain/v1/artifacts.proto) over an ArtifactStore: uploads
 // stream into a verifying writer, fetches stream a stored file out in 4 MiB - 64 KiB chunks.
 // Callback reactors, so a slow client holds no server thread. Uploads need the cluster's admin
-// token; so do Stat and Fetch for now (job tokens reading their own job's files come with the
-// jobs that name them).
+// token. Stat and Fetch take the admin token, or a job token for the files of that token's job
+// only (its uploaded model and data, its checkpoints and predictions).
 #pragma once
+
+#include <functional>
+#include <string>
 
 #include "coordinator/artifacts/artifact_store.h"
 #include "coordinator/collectives/access_control.h"
@@ -13,8 +16,12 @@ namespace dtrain {
 
 class ArtifactsService final : public v1::Artifacts::CallbackService {
  public:
-  ArtifactsService(ArtifactStore* store, const AccessControl* access)
-      : store_(store), access_(access) {}
+  // Whether a job token of `group` may read `digest` (JobManager::GroupMayRead).
+  using GroupMayRead = std::function<bool(const std::string& group, const std::string& digest)>;
+
+  ArtifactsService(ArtifactStore* store, const AccessControl* access,
+                   GroupMayRead group_may_read = nullptr)
+      : store_(store), access_(access), group_may_read_(std::move(group_may_read)) {}
 
   grpc::ServerReadReactor<v1::UploadRequest>* Upload(grpc::CallbackServerContext* context,
                                                      v1::UploadResponse* response) override;
@@ -25,8 +32,12 @@ class ArtifactsService final : public v1::Artifacts::CallbackService {
                                                      const v1::FetchRequest* request) override;
 
  private:
+  absl::Status MayRead(const grpc::ServerContextBase& context, const std::string& digest,
+                       const char* what) const;
+
   ArtifactStore* const store_;
   const AccessControl* const access_;
+  const GroupMayRead group_may_read_;
 };
 
 }  // namespace dtrain

@@ -32,6 +32,8 @@ class Caller {
   static Caller OfJob(std::string group) { return Caller(std::move(group)); }
 
   bool admin() const { return group_.empty(); }
+  // A job token's group; "" for an admin.
+  const std::string& group() const { return group_; }
 
   // OK for an admin or for a job token of `group`; PERMISSION_DENIED naming both groups
   // otherwise. `what` names the call, e.g. "all_reduce".

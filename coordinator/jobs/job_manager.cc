@@ -5,16 +5,19 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/channel.h"
+#include "common/file_reference.h"
 #include "common/job_settings.h"
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/jobs/job_record.h"
+#include "coordinator/jobs/model_checkpoint.h"
 #include "coordinator/jobs/run_policy.h"
 #include "coordinator/jobs/trainer.h"
 
@@ -25,8 +28,190 @@ JobManager::JobManager(JobManagerOptions options, WorkerRegistry* workers, Acces
 
 JobManager::~JobManager() { Shutdown(); }
 
+namespace {
+
+// The files a spec names by content, with the field naming each.
+std::vector<std::pair<std::string, std::string>> SpecArtifacts(const v1::JobSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto add = [&](const char* field, const std::string& value) {
+    if (IsArtifactReference(value)) out.emplace_back(field, ArtifactDigest(value));
+  };
+  add("model.torchscript", spec.model().torchscript());
+  add("data.tensors_file", spec.data().tensors_file());
+  add("data.data_dir", spec.data().data_dir());
+  add("ckpt_path", spec.ckpt_path());
+  return out;
+}
+
+}  // namespace
+
+void JobManager::SetArtifactStore(ArtifactStore* artifacts) { artifacts_ = artifacts; }
+
+void JobManager::Track(const std::shared_ptr<JobRecord>& job) {
+  job->SetFilesDropped([this](std::vector<std::string> digests) {
+    int removed = 0;
+    FreeUnused(digests, &removed);
+  });
+}
+
+std::set<std::string> JobManager::NamedDigests() const {
+  std::vector<std::shared_ptr<JobRecord>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  std::set<std::string> named;
+  for (const auto& job : jobs) {
+    for (const auto& [field, digest] : SpecArtifacts(job->spec())) named.insert(digest);
+    const std::string resume = job->ckpt_path();
+    if (IsArtifactReference(resume)) named.insert(ArtifactDigest(resume));
+    for (const v1::JobFile& file : job->Files()) {
+      if (!file.digest().empty()) named.insert(file.digest());
+    }
+  }
+  return named;
+}
+
+int64_t JobManager::FreeUnused(const std::vector<std::string>& digests, int* removed) {
+  if (artifacts_ == nullptr || digests.empty()) return 0;
+  absl::MutexLock freeing(&free_mu_);
+  const std::set<std::string> named = NamedDigests();
+  int64_t freed = 0;
+  for (const std::string& digest : digests) {
+    if (named.count(digest) > 0) continue;
+    absl::StatusOr<int64_t> size = artifacts_->Size(digest);
+    if (!size.ok()) continue;
+    if (artifacts_->Delete(digest).ok()) {
+      freed += *size;
+      ++*removed;
+    }
+  }
+  return freed;
+}
+
+absl::StatusOr<std::string> JobManager::ResolveFile(const std::string& reference) const {
+  if (!IsJobFileReference(reference)) return reference;
+  std::string job_id, name;
+  if (!SplitJobFileReference(reference, &job_id, &name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", reference,
+                     "' is not a job file reference; write job:<job id>/<file name>, e.g. "
+                     "job:fashion-cnn-1/last.ckpt (dtrain results JOB lists its files)"));
+  }
+  std::shared_ptr<JobRecord> job = Find(job_id);
+  if (job == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("'", reference, "': no job '", job_id, "' (deleted?); see dtrain list"));
+  }
+  std::vector<std::string> names;
+  for (const v1::JobFile& file : job->Files()) {
+    if (file.name() == name) {
+      return file.digest().empty() ? file.location() : ArtifactReference(file.digest());
+    }
+    names.push_back(file.name());
+  }
+  return absl::NotFoundError(absl::StrCat("'", reference, "': job '", job_id, "' keeps no file '",
+                                          name, "'; it keeps ",
+                                          names.empty() ? "none" : absl::StrJoin(names, ", ")));
+}
+
+bool JobManager::GroupMayRead(const std::string& group, const std::string& digest) const {
+  // A run's group is the job's id, or "<id>.<run>" for a later run.
+  std::shared_ptr<JobRecord> job = Find(group);
+  if (job == nullptr && group.rfind('.') != std::string::npos) {
+    job = Find(group.substr(0, group.rfind('.')));
+  }
+  if (job == nullptr) return false;
+  for (const auto& [field, named] : SpecArtifacts(job->spec())) {
+    if (named == digest) return true;
+  }
+  const std::string resume = job->ckpt_path();
+  if (IsArtifactReference(resume) && ArtifactDigest(resume) == digest) return true;
+  for (const v1::JobFile& file : job->Files()) {
+    if (file.digest() == digest) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<v1::DeleteJobResponse> JobManager::Delete(const std::string& id) {
+  std::shared_ptr<JobRecord> job = Find(id);
+  if (job == nullptr)
+    return absl::NotFoundError(absl::StrCat("no job '", id, "'; see dtrain list"));
+  if (!job->terminal()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", id, "' is ", v1::JobState_Name(job->state()),
+                     "; cancel it first (dtrain cancel ", id, "), then delete it"));
+  }
+  std::vector<std::string> candidates;
+  for (const auto& [field, digest] : SpecArtifacts(job->spec())) candidates.push_back(digest);
+  for (const v1::JobFile& file : job->Files()) {
+    if (!file.digest().empty()) candidates.push_back(file.digest());
+  }
+  // An ended job's thread may still be tearing it down on its workers (the outcome is published
+  // first): wait for it, within the teardown's own deadline.
+  std::thread thread;
+  {
+    absl::MutexLock lock(&mu_);
+    auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return threads_.count(id) == 0 || absl::c_linear_search(finished_, id);
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(60))) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "job '", id, "' is still releasing its workers after 60 s; try again later"));
+    }
+    if (auto it = threads_.find(id); it != threads_.end()) {
+      thread = std::move(it->second);
+      threads_.erase(it);
+      finished_.erase(std::remove(finished_.begin(), finished_.end(), id), finished_.end());
+    }
+    jobs_.erase(id);
+    order_.erase(std::remove(order_.begin(), order_.end(), id), order_.end());
+  }
+  if (thread.joinable()) thread.join();
+  if (store_ != nullptr) DTRAIN_RETURN_IF_ERROR(store_->Delete(id));
+  v1::DeleteJobResponse response;
+  response.set_id(id);
+  int64_t freed = 0;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(job->dir(), error)) {
+    if (entry.is_regular_file(error)) freed += static_cast<int64_t>(entry.file_size(error));
+  }
+  std::filesystem::remove_all(job->dir(), error);
+  int removed = 0;
+  freed += FreeUnused(candidates, &removed);
+  response.set_files_removed(removed);
+  response.set_freed_bytes(freed);
+  LogInfo(
+      absl::StrCat("job ", id, " deleted: ", removed, " stored file(s), ", freed, " bytes freed"),
+      {{"job", id}});
+  return response;
+}
+
 absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate_only) {
   if (absl::Status s = NormalizeJobSpec(&spec); !s.ok()) return s;
+  // Another job's checkpoint is named by its content from here on: deleting that job later
+  // does not take it from this one.
+  if (IsJobFileReference(spec.ckpt_path())) {
+    absl::StatusOr<std::string> resolved = ResolveFile(spec.ckpt_path());
+    if (!resolved.ok()) {
+      return absl::Status(resolved.status().code(),
+                          absl::StrCat("ckpt_path: ", resolved.status().message()));
+    }
+    spec.set_ckpt_path(*resolved);
+  }
+  // Checked and queued under the freeing lock: a file found here is not freed before the job
+  // names it.
+  absl::ReleasableMutexLock freeing(&free_mu_);
+  if (artifacts_ != nullptr) {
+    for (const auto& [field, digest] : SpecArtifacts(spec)) {
+      if (!artifacts_->Size(digest).ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            field, ": ", digest,
+            " is not stored on the coordinator; upload it first (dtrain fit and the Python "
+            "client do so for a local path)"));
+      }
+    }
+  }
   if (validate_only) {
     v1::JobStatus status;
     status.set_name(spec.name());
@@ -48,6 +233,8 @@ absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate
     order_.push_back(id);
     queue_.push_back(id);
   }
+  freeing.Release();
+  Track(job);
   job->SetStore(store_.get(), /*insert=*/true);
   job->Log(absl::StrCat(
       "submitted: ", spec.trainer().num_nodes(), " worker(s), strategy ", spec.trainer().strategy(),
@@ -222,6 +409,7 @@ absl::Status JobManager::Restore(const std::string& path) {
     } else if (!job->terminal()) {
       job->Log("the coordinator restarted; the job is queued again");
     }
+    Track(job);
     absl::MutexLock lock(&mu_);
     jobs_[id] = job;
     order_.push_back(id);
@@ -289,9 +477,26 @@ void JobManager::Start(const std::shared_ptr<JobRecord>& job, std::vector<v1::Wo
     absl::MutexLock lock(&mu_);
     options.coordinator = coordinator_address_;
   }
-  options.checkpoint_dir = options.spec.checkpoint().dirpath().empty()
-                               ? job->dir() + "/checkpoints"
-                               : options.spec.checkpoint().dirpath();
+  // Checkpoints come to the coordinator's store unless the job names a directory the workers
+  // share (normalized to "worker:/path").
+  options.checkpoint_dir = options.spec.checkpoint().dirpath();
+  options.resolve_file = [this](const std::string& reference) { return ResolveFile(reference); };
+  options.sibling_checkpoints = [this, job](const std::string& reference) {
+    std::vector<std::string> out;
+    if (!IsJobFileReference(reference)) return ModelCheckpoint::Siblings(reference);
+    std::vector<v1::JobFile> files = job->Files();
+    std::sort(files.begin(), files.end(), [](const v1::JobFile& a, const v1::JobFile& b) {
+      return a.created_unix_ms() > b.created_unix_ms();
+    });
+    for (const v1::JobFile& file : files) {
+      if (file.kind() == "checkpoint" && file.location() != reference)
+        out.push_back(file.location());
+    }
+    return out;
+  };
+  if (artifacts_ != nullptr) {
+    options.store_file = [this](const std::string& path) { return artifacts_->ImportFile(path); };
+  }
   options.output_dir = job->dir();
   options.setup_timeout = options_.setup_timeout;
   options.step_timeout = options_.step_timeout;
@@ -328,6 +533,8 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
     std::vector<std::string> names;
     for (const v1::WorkerInfo& w : options.workers) names.push_back(w.name());
     options.draining_workers = [this, names] { return workers_->Draining(names); };
+    // The files earlier runs kept: the top-k checkpoints carry on from them.
+    options.files = job->Files();
     std::unique_ptr<JobRun> made = options_.make_run
                                        ? options_.make_run(options, job.get())
                                        : std::make_unique<Trainer>(options, job.get());

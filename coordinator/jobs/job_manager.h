@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "coordinator/artifacts/artifact_store.h"
 #include "coordinator/collectives/access_control.h"
 #include "coordinator/jobs/job_record.h"
 #include "coordinator/jobs/job_run.h"
@@ -79,6 +80,24 @@ class JobManager {
   // unfinished ones; from then on every change is written there. Call once, before serving.
   absl::Status Restore(const std::string& path);
 
+  // Where jobs keep their files (checkpoints, predictions) and whose unused files Delete and
+  // top-k eviction free. Null: checkpoints go only to a shared checkpoint.dirpath. Set once,
+  // before Restore.
+  void SetArtifactStore(ArtifactStore* artifacts);
+
+  // Forgets an ended job (status, log, metrics, directory) and frees the stored files no other
+  // job names. FAILED_PRECONDITION while it is queued or running; NOT_FOUND for an unknown id.
+  absl::StatusOr<v1::DeleteJobResponse> Delete(const std::string& id);
+
+  // "job:<id>/<name>" as a worker loads it: the file's artifact reference (or its worker path
+  // when it is on a shared dirpath). Any other reference comes back as it is. NOT_FOUND naming
+  // the job or the file (and the files it has) otherwise.
+  absl::StatusOr<std::string> ResolveFile(const std::string& reference) const;
+
+  // Whether a job token of `group` may read `digest`: a file that group's job names (its spec's
+  // uploads, its checkpoints and predictions).
+  bool GroupMayRead(const std::string& group, const std::string& digest) const;
+
   // The address workers reach the coordinator at (for their groups); set once serving.
   void SetCoordinatorAddress(const std::string& address);
 
@@ -94,11 +113,21 @@ class JobManager {
   // frees its workers.
   void RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions options);
   static void PublishOutcome(JobRecord& job, const absl::Status& status);
+  // Gives the record its files-dropped callback (FreeUnused).
+  void Track(const std::shared_ptr<JobRecord>& job);
+  // Every digest some job names (specs and kept files).
+  std::set<std::string> NamedDigests() const;
+  // Deletes those of `digests` nobody names any more; their bytes.
+  int64_t FreeUnused(const std::vector<std::string>& digests, int* removed);
 
   const JobManagerOptions options_;
   WorkerRegistry* const workers_;
   AccessControl* const access_;
-  std::unique_ptr<JobStore> store_;  // set by Restore, before any job exists
+  std::unique_ptr<JobStore> store_;     // set by Restore, before any job exists
+  ArtifactStore* artifacts_ = nullptr;  // set before any job exists
+  // One freeing at a time: a digest checked unused is not named by a job submitted meanwhile
+  // (Submit takes it too).
+  mutable absl::Mutex free_mu_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<JobRecord>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
@@ -152,6 +153,43 @@ void JobRecord::Checkpoint(const std::string& last, const std::string& best) {
   Notify();
 }
 
+void JobRecord::KeepFile(const v1::JobFile& file, const std::vector<std::string>& dropped) {
+  std::vector<std::string> freed;
+  std::function<void(std::vector<std::string>)> callback;
+  {
+    absl::MutexLock lock(&mu_);
+    auto* files = status_.mutable_files();
+    std::vector<std::string> candidates;
+    for (int i = files->size() - 1; i >= 0; --i) {
+      const v1::JobFile& old = files->Get(i);
+      if (old.name() == file.name() || absl::c_linear_search(dropped, old.name())) {
+        if (!old.digest().empty()) candidates.push_back(old.digest());
+        files->DeleteSubrange(i, 1);
+      }
+    }
+    *files->Add() = file;
+    for (const std::string& digest : candidates) {
+      const bool still =
+          absl::c_any_of(*files, [&](const v1::JobFile& f) { return f.digest() == digest; });
+      if (!still && !absl::c_linear_search(freed, digest)) freed.push_back(digest);
+    }
+    PersistLocked(/*force=*/true);
+    callback = files_dropped_;
+  }
+  if (!freed.empty() && callback) callback(std::move(freed));
+  Notify();
+}
+
+std::vector<v1::JobFile> JobRecord::Files() const {
+  absl::MutexLock lock(&mu_);
+  return {status_.files().begin(), status_.files().end()};
+}
+
+void JobRecord::SetFilesDropped(std::function<void(std::vector<std::string>)> callback) {
+  absl::MutexLock lock(&mu_);
+  files_dropped_ = std::move(callback);
+}
+
 void JobRecord::Predictions(const std::string& path) {
   {
     absl::MutexLock lock(&mu_);
@@ -162,7 +200,7 @@ void JobRecord::Predictions(const std::string& path) {
 }
 
 absl::Status JobRecord::OpenFiles(const std::string& host) {
-  if (absl::Status s = MakeDirectories(dir_ + "/checkpoints"); !s.ok()) return s;
+  if (absl::Status s = MakeDirectories(dir_); !s.ok()) return s;
   // A restored job goes on writing its files where they ended.
   absl::StatusOr<std::unique_ptr<MetricsLog>> metrics = MetricsLog::Create(dir_, host, restored_);
   if (!metrics.ok()) return metrics.status();

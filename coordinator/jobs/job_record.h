@@ -69,6 +69,13 @@ class JobRecord : public TrainerReporter {
 
   void Checkpoint(const std::string& last, const std::string& best) override;
 
+  // Replaces the file of the same name; forgets `dropped`. Digests the job no longer names are
+  // handed to the files-dropped callback (outside the lock), which frees them if nothing else
+  // names them either.
+  void KeepFile(const v1::JobFile& file, const std::vector<std::string>& dropped) override;
+  std::vector<v1::JobFile> Files() const;
+  void SetFilesDropped(std::function<void(std::vector<std::string> digests)> callback);
+
   void Predictions(const std::string& path) override;
 
   // Opens the job's files; a failure is the job's (FAILED), not the coordinator's.
@@ -133,6 +140,7 @@ class JobRecord : public TrainerReporter {
   bool points_in_store_ ABSL_GUARDED_BY(mu_) = false;  // points_ released: ask store_
   bool resuming_ ABSL_GUARDED_BY(mu_) = false;
   int runs_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void(std::vector<std::string>)> files_dropped_ ABSL_GUARDED_BY(mu_);
   // Watchers are called outside mu_ (they take their own locks) but one at a time.
   absl::Mutex watch_mu_;
   std::map<int64_t, JobWatcher> watchers_ ABSL_GUARDED_BY(watch_mu_);

@@ -240,4 +240,25 @@ absl::Status JobStore::AddMetric(const std::string& job_id, const v1::MetricPoin
   return absl::OkStatus();
 }
 
+absl::Status JobStore::Delete(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  // One transaction: a job is never left half forgotten.
+  if (absl::Status s = Exec("BEGIN IMMEDIATE", "delete a job"); !s.ok()) return s;
+  for (const char* sql :
+       {"DELETE FROM metrics WHERE job_id = ?", "DELETE FROM jobs WHERE id = ?"}) {
+    Statement remove(db_, sql);
+    if (!remove.ok()) {
+      Exec("ROLLBACK", "delete a job").IgnoreError();
+      return Error("delete a job");
+    }
+    remove.Text(1, job_id);
+    if (sqlite3_step(remove.get()) != SQLITE_DONE) {
+      absl::Status error = Error("delete a job");
+      Exec("ROLLBACK", "delete a job").IgnoreError();
+      return error;
+    }
+  }
+  return Exec("COMMIT", "delete a job");
+}
+
 }  // namespace dtrain

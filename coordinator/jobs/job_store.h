@@ -48,6 +48,8 @@ class JobStore {
   // Replaces a job's status.
   absl::Status Update(const v1::JobStatus& status);
   absl::Status AddMetric(const std::string& job_id, const v1::MetricPoint& point);
+  // Removes a job and its metric points.
+  absl::Status Delete(const std::string& job_id);
 
   const std::string& path() const { return path_; }
 

@@ -29,6 +29,9 @@ class JobsService final : public v1::Jobs::CallbackService {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const v1::CancelJobRequest* request,
                                       v1::JobStatus* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
+                                      const v1::DeleteJobRequest* request,
+                                      v1::DeleteJobResponse* response) override;
   grpc::ServerUnaryReactor* GetJobLogs(grpc::CallbackServerContext* context,
                                        const v1::GetJobLogsRequest* request,
                                        v1::GetJobLogsResponse* response) override;

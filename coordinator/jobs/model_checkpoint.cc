@@ -24,48 +24,60 @@ absl::StatusOr<double> MonitoredValue(const ValidationMetrics& metrics, const st
   return it->second;
 }
 
-ModelCheckpoint::ModelCheckpoint(v1::CheckpointConfig config, std::string dir)
-    : config_(std::move(config)), dir_(std::move(dir)) {}
+ModelCheckpoint::ModelCheckpoint(v1::CheckpointConfig config, const std::vector<v1::JobFile>& kept)
+    : config_(std::move(config)) {
+  if (config_.monitor().empty()) return;
+  for (const v1::JobFile& file : kept) {
+    if (file.kind() == "checkpoint" && file.has_monitored()) {
+      top_k_.emplace_back(file.monitored(), file.name());
+    }
+  }
+  std::stable_sort(top_k_.begin(), top_k_.end(),
+                   [&](const auto& a, const auto& b) { return Better(a.first, b.first); });
+}
+
+bool ModelCheckpoint::Better(double a, double b) const {
+  return config_.mode() == "max" ? a > b : a < b;
+}
 
 absl::Status ModelCheckpoint::OnTrainBatchesEnd(TrainerControl& trainer, int64_t step_before) {
   const int64_t every = config_.every_n_steps();
   if (every > 0 && trainer.global_step() / every != step_before / every) {
-    return trainer.SaveCheckpoint(last_path());
+    return trainer.SaveCheckpoint({kLastName, {}, std::nullopt});
   }
   return absl::OkStatus();
 }
 
 absl::Status ModelCheckpoint::OnValidationEnd(TrainerControl& trainer,
                                               const ValidationMetrics& metrics, bool* stop) {
-  if (config_.monitor().empty()) return trainer.SaveCheckpoint(last_path());
+  if (config_.monitor().empty()) return trainer.SaveCheckpoint({kLastName, {}, std::nullopt});
   DTRAIN_ASSIGN_OR_RETURN(double value, MonitoredValue(metrics, config_.monitor(), "checkpoint"));
-  const bool higher = config_.mode() == "max";
-  auto better = [&](double a, double b) { return higher ? a > b : a < b; };
   const bool qualifies =
-      static_cast<int>(top_k_.size()) < config_.save_top_k() || better(value, top_k_.back().first);
+      static_cast<int>(top_k_.size()) < config_.save_top_k() || Better(value, top_k_.back().first);
   if (!qualifies) return absl::OkStatus();
-  const std::string path =
-      absl::StrCat(dir_, "/epoch=", trainer.epoch(), "-step=", trainer.global_step(), ".ckpt");
-  top_k_.emplace_back(value, path);
-  std::stable_sort(top_k_.begin(), top_k_.end(),
-                   [&](const auto& a, const auto& b) { return better(a.first, b.first); });
-  trainer.SetBestCheckpoint(top_k_.front().second);
-  DTRAIN_RETURN_IF_ERROR(trainer.SaveCheckpoint(path));
-  while (static_cast<int>(top_k_.size()) > config_.save_top_k()) {
-    // Rank 0 wrote it; the coordinator shares its file system in the local cluster and removes
-    // it (elsewhere the stale file stays, named in the log).
-    if (std::remove(top_k_.back().second.c_str()) != 0) {
-      trainer.Log(
-          absl::StrCat("could not remove ", top_k_.back().second, " (not on this machine?)"));
-    }
-    top_k_.pop_back();
+  const std::string name =
+      absl::StrCat("epoch=", trainer.epoch(), "-step=", trainer.global_step(), ".ckpt");
+  std::vector<std::pair<double, std::string>> next = top_k_;
+  // The same step again (a resumed run validating where it stopped) replaces its file.
+  next.erase(
+      std::remove_if(next.begin(), next.end(), [&](const auto& e) { return e.second == name; }),
+      next.end());
+  next.emplace_back(value, name);
+  std::stable_sort(next.begin(), next.end(),
+                   [&](const auto& a, const auto& b) { return Better(a.first, b.first); });
+  std::vector<std::string> evict;
+  while (static_cast<int>(next.size()) > config_.save_top_k()) {
+    evict.push_back(next.back().second);
+    next.pop_back();
   }
+  DTRAIN_RETURN_IF_ERROR(trainer.SaveCheckpoint({name, evict, value}));
+  top_k_ = std::move(next);
   trainer.SetBestCheckpoint(top_k_.front().second);
   return absl::OkStatus();
 }
 
 absl::Status ModelCheckpoint::OnTrainEnd(TrainerControl& trainer) {
-  return trainer.SaveCheckpoint(last_path());
+  return trainer.SaveCheckpoint({kLastName, {}, std::nullopt});
 }
 
 std::vector<std::string> ModelCheckpoint::Siblings(const std::string& path) {

@@ -1,6 +1,8 @@
 // ModelCheckpoint, as Lightning's callback: a checkpoint every `every_n_steps` optimizer steps
 // and at the end of fit (last.ckpt), and at each validation either the top k by a monitored
 // metric (epoch=E-step=S.ckpt; evicted files are deleted) or, with no monitor, last.ckpt.
+// The top k survive a new run of the job (re-formed, resumed after a coordinator restart): it
+// starts from the files the job kept, with their monitored values.
 #pragma once
 
 #include <string>
@@ -14,23 +16,27 @@ namespace dtrain {
 
 class ModelCheckpoint final : public TrainerCallback {
  public:
-  ModelCheckpoint(v1::CheckpointConfig config, std::string dir);
+  // `kept`: the job's files so far (JobStatus.files).
+  ModelCheckpoint(v1::CheckpointConfig config, const std::vector<v1::JobFile>& kept);
 
   absl::Status OnTrainBatchesEnd(TrainerControl& trainer, int64_t step_before) override;
   absl::Status OnValidationEnd(TrainerControl& trainer, const ValidationMetrics& metrics,
                                bool* stop) override;
   absl::Status OnTrainEnd(TrainerControl& trainer) override;
 
-  std::string last_path() const { return dir_ + "/last.ckpt"; }
+  static constexpr char kLastName[] = "last.ckpt";
+  // The best kept checkpoint's name; "" before the first.
+  std::string best_name() const { return top_k_.empty() ? "" : top_k_.front().second; }
 
-  // The other *.ckpt files in `path`'s directory, newest first: where a resume looks when
-  // `path` is unreadable. Empty when the coordinator does not see that directory.
+  // The other *.ckpt files in a shared directory's `path`, newest first: where a resume looks
+  // when `path` is unreadable. Empty when the coordinator does not see that directory.
   static std::vector<std::string> Siblings(const std::string& path);
 
  private:
+  bool Better(double a, double b) const;
+
   const v1::CheckpointConfig config_;
-  const std::string dir_;
-  // Kept checkpoints by monitored value: (value, path), best first.
+  // Kept checkpoints by monitored value: (value, name), best first.
   std::vector<std::pair<double, std::string>> top_k_;
 };
 

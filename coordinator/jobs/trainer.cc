@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -10,10 +11,12 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/channel.h"
+#include "common/file_reference.h"
 #include "common/grpc_status.h"
 #include "common/job_settings.h"
 #include "common/job_spec.h"
@@ -36,15 +39,50 @@ Trainer::Trainer(TrainerOptions options, TrainerReporter* reporter)
       reporter_(reporter),
       workers_(options_.job_id, options_.workers) {
   // In Lightning's order: checkpoint on the validation's metrics before early stopping ends fit.
-  callbacks_.push_back(
-      std::make_unique<ModelCheckpoint>(options_.spec.checkpoint(), options_.checkpoint_dir));
+  auto checkpoints = std::make_unique<ModelCheckpoint>(options_.spec.checkpoint(), options_.files);
+  if (!checkpoints->best_name().empty()) {
+    best_checkpoint_ = CheckpointReference(checkpoints->best_name());
+  }
+  callbacks_.push_back(std::move(checkpoints));
   callbacks_.push_back(std::make_unique<EarlyStopping>(options_.spec.early_stopping()));
   callbacks_.push_back(std::make_unique<PredictionWriter>(options_.output_dir));
 }
 
 void Trainer::Log(const std::string& line) { reporter_->Log(line); }
 
-void Trainer::ReportPredictions(const std::string& path) { reporter_->Predictions(path); }
+void Trainer::ReportPredictions(const std::string& path) {
+  reporter_->Predictions(path);
+  if (!options_.store_file) return;
+  // Kept by the coordinator's store too, so it downloads like a checkpoint.
+  absl::StatusOr<std::string> digest = options_.store_file(path);
+  if (!digest.ok()) {
+    reporter_->Log(
+        absl::StrCat("predictions are in ", path,
+                     " but could not be stored for download: ", digest.status().message()));
+    return;
+  }
+  v1::JobFile file;
+  file.set_name(std::filesystem::path(path).filename().string());
+  file.set_kind("predictions");
+  file.set_digest(*digest);
+  file.set_location(JobFileReference(options_.job_id, file.name()));
+  std::error_code error;
+  file.set_size_bytes(static_cast<int64_t>(std::filesystem::file_size(path, error)));
+  file.set_step(global_step_);
+  file.set_epoch(progress_.epoch());
+  file.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+  reporter_->KeepFile(file, {});
+}
+
+std::string Trainer::CheckpointReference(const std::string& name) const {
+  return options_.checkpoint_dir.empty() ? JobFileReference(options_.job_id, name)
+                                         : absl::StrCat(options_.checkpoint_dir, "/", name);
+}
+
+void Trainer::SetBestCheckpoint(const std::string& name) {
+  best_checkpoint_ = CheckpointReference(name);
+  reporter_->Checkpoint(last_checkpoint_, best_checkpoint_);
+}
 
 absl::Status Trainer::Setup() {
   const v1::JobSpec& spec = options_.spec;
@@ -60,8 +98,10 @@ absl::Status Trainer::Setup() {
   context.world_size = world_;
   context.register_timeout = options_.setup_timeout;
   // Only fit writes checkpoints; its rank 0 makes sure it can before any training.
-  if (spec.stage() == "fit" || spec.stage().empty())
+  if (spec.stage() == "fit" || spec.stage().empty()) {
     context.checkpoint_dir = options_.checkpoint_dir;
+    context.store_checkpoints = options_.checkpoint_dir.empty();
+  }
   v1::SetupRequest request = MakeSetupRequest(spec, context);
   const v1::DataConfig& d = spec.data();
 
@@ -335,14 +375,15 @@ absl::Status Trainer::Evaluate(const std::string& split, int64_t limit_samples, 
   return absl::OkStatus();
 }
 
-absl::Status Trainer::SaveCheckpoint(const std::string& path) {
+absl::Status Trainer::SaveCheckpoint(const Save& save) {
   const std::string previous_phase = progress_.phase();
   progress_.set_phase("checkpoint");
   Report();
   v1::SaveCheckpointRequest request;
   request.set_job_id(options_.job_id);
-  request.set_path(path);
+  request.set_name(save.name);
   request.set_epoch(progress_.epoch());
+  for (const std::string& name : save.evict) request.add_remove(name);
   std::string spec_json;
   (void)google::protobuf::util::MessageToJsonString(options_.spec, &spec_json);
   request.set_job_spec_json(spec_json);
@@ -354,9 +395,29 @@ absl::Status Trainer::SaveCheckpoint(const std::string& path) {
         return workers_.stub(i).SaveCheckpoint(context, request, &responses[i]);
       },
       options_.step_timeout));
-  last_checkpoint_ = path;
+  v1::JobFile file;
+  file.set_name(save.name);
+  file.set_kind("checkpoint");
+  file.set_location(CheckpointReference(save.name));
+  file.set_step(global_step_);
+  file.set_epoch(progress_.epoch());
+  file.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+  if (save.monitored.has_value()) file.set_monitored(*save.monitored);
+  for (const v1::SaveCheckpointResponse& r : responses) {
+    if (!absl::c_linear_search(r.written(), true)) continue;
+    file.set_digest(r.digest());
+    file.set_size_bytes(r.bytes());
+  }
+  if (options_.checkpoint_dir.empty() && file.digest().empty()) {
+    return absl::InternalError(absl::StrCat("checkpoint ", save.name,
+                                            ": no worker reports sending it to the coordinator"));
+  }
+  reporter_->KeepFile(file, save.evict);
+  last_checkpoint_ = file.location();
   progress_.set_phase(previous_phase);
-  reporter_->Log(absl::StrCat("checkpoint written: ", path, " (step ", global_step_, ")"));
+  reporter_->Log(absl::StrCat("checkpoint written: ", file.location(), " (step ", global_step_,
+                              ", ", file.size_bytes(), " bytes",
+                              file.digest().empty() ? "" : absl::StrCat(", ", file.digest()), ")"));
   reporter_->Checkpoint(last_checkpoint_, best_checkpoint_);
   return absl::OkStatus();
 }
@@ -368,7 +429,7 @@ absl::Status Trainer::LetDrainingWorkersGo(std::vector<std::string> names) {
                               " are stopping: checkpointing at step ", global_step_,
                               " to let them go"));
   // Every rank writes where the job resumes: last.ckpt, as ModelCheckpoint names it.
-  DTRAIN_RETURN_IF_ERROR(SaveCheckpoint(options_.checkpoint_dir + "/last.ckpt"));
+  DTRAIN_RETURN_IF_ERROR(SaveCheckpoint({ModelCheckpoint::kLastName, {}, std::nullopt}));
   drained_ = std::move(names);
   return absl::UnavailableError(absl::StrCat("worker(s) ", absl::StrJoin(quoted, ", "),
                                              " stopped (drained); checkpointed at step ",
@@ -516,7 +577,11 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path,
   std::vector<v1::LoadCheckpointResponse> answers(workers_.size());
   v1::LoadCheckpointRequest load;
   load.set_job_id(options_.job_id);
-  load.set_path(path);
+  if (options_.resolve_file) {
+    DTRAIN_ASSIGN_OR_RETURN(*load.mutable_path(), options_.resolve_file(path));
+  } else {
+    load.set_path(path);
+  }
   absl::Status status = workers_.OnEvery(
       "load_checkpoint",
       [&](int i, grpc::ClientContext* context) {
@@ -556,7 +621,10 @@ absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
     // Unreadable (truncated by a crash mid-write, corrupted): the newest other checkpoint of the
     // same directory that loads, saying so. Every rank read the same error (rank 0 reads and
     // broadcasts), so they retry together.
-    for (const std::string& candidate : ModelCheckpoint::Siblings(resumed_from)) {
+    const std::vector<std::string> siblings = options_.sibling_checkpoints
+                                                  ? options_.sibling_checkpoints(resumed_from)
+                                                  : ModelCheckpoint::Siblings(resumed_from);
+    for (const std::string& candidate : siblings) {
       reporter_->Log(absl::StrCat("checkpoint ", resumed_from, " is unreadable (",
                                   load_status.message(), "); trying ", candidate));
       if (load_from(candidate).ok()) {

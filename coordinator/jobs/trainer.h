@@ -34,7 +34,12 @@ class TrainerReporter {
   virtual void Log(const std::string& line) = 0;
   virtual void Progress(const v1::JobProgress& progress) = 0;
   virtual void Metric(const std::string& name, double value, int64_t step, int64_t epoch) = 0;
+  // The job's last and best checkpoints, as a spec names them (job:<id>/<name> or a worker
+  // path).
   virtual void Checkpoint(const std::string& last, const std::string& best) = 0;
+  // A file the job keeps (replacing one of the same name), and those of its files it no longer
+  // keeps (top-k eviction).
+  virtual void KeepFile(const v1::JobFile& file, const std::vector<std::string>& dropped) = 0;
   virtual void Predictions(const std::string& path) = 0;
 };
 
@@ -43,10 +48,21 @@ struct TrainerOptions {
   v1::JobSpec spec;                     // normalized
   std::vector<v1::WorkerInfo> workers;  // placed for this job, in placement order
   std::string coordinator;              // the address workers reach the coordinator at
-  std::string checkpoint_dir;           // where checkpoints go (rank 0's file system)
-  std::string output_dir;               // the job's directory (predictions)
-  std::string group;                    // the job's group id; "": job_id
-  std::string job_token;                // the workers' bearer token in the job's group
+  // Where checkpoints go: "" (rank 0 sends them to the coordinator's store) or a directory the
+  // workers share ("worker:/path").
+  std::string checkpoint_dir;
+  std::string output_dir;  // the job's directory (predictions)
+  // The files the job kept in earlier runs (its top-k checkpoints carry on from them).
+  std::vector<v1::JobFile> files;
+  // Resolves a spec's "job:<id>/<name>" to what a worker loads (an artifact reference or a
+  // worker path); null: references are sent as they are.
+  std::function<absl::StatusOr<std::string>(const std::string&)> resolve_file;
+  // The job's other checkpoints, newest first, to try when `reference` cannot be read.
+  std::function<std::vector<std::string>(const std::string& reference)> sibling_checkpoints;
+  // Keeps a file the coordinator wrote (predictions.csv) in its store: its digest.
+  std::function<absl::StatusOr<std::string>(const std::string& path)> store_file;
+  std::string group;      // the job's group id; "": job_id
+  std::string job_token;  // the workers' bearer token in the job's group
   // The job ran before under a coordinator that stopped: its workers may still hold that run,
   // which Setup first tears down.
   bool clear_stale_runs = false;
@@ -85,8 +101,8 @@ class Trainer final : public TrainerControl, public JobRun {
   int64_t global_step() const override { return global_step_; }
   int64_t epoch() const override { return progress_.epoch(); }
   int world_size() const override { return world_; }
-  absl::Status SaveCheckpoint(const std::string& path) override;
-  void SetBestCheckpoint(const std::string& path) override { best_checkpoint_ = path; }
+  absl::Status SaveCheckpoint(const Save& save) override;
+  void SetBestCheckpoint(const std::string& name) override;
   absl::StatusOr<bool> AnyRankDecides(const std::vector<bool>& by_rank) override;
   void Log(const std::string& line) override;
   void ReportPredictions(const std::string& path) override;
@@ -118,6 +134,8 @@ class Trainer final : public TrainerControl, public JobRun {
   // Checkpoints and ends the run so that `names` (stopping) can leave; see drained_workers.
   absl::Status LetDrainingWorkersGo(std::vector<std::string> names);
   void Report();
+  // How a spec names the checkpoint `name` of this job.
+  std::string CheckpointReference(const std::string& name) const;
 
   TrainerOptions options_;
   TrainerReporter* reporter_;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,11 +22,18 @@ class TrainerControl {
   virtual int64_t global_step() const = 0;
   virtual int64_t epoch() const = 0;
   virtual int world_size() const = 0;
-  // Every rank saves; rank 0 writes `path` (on its worker's file system). It becomes the job's
-  // last checkpoint.
-  virtual absl::Status SaveCheckpoint(const std::string& path) = 0;
-  // The job's best checkpoint by the monitored metric, for its status.
-  virtual void SetBestCheckpoint(const std::string& path) = 0;
+  // Every rank saves; rank 0 writes the file `name` in the job's checkpoint directory (its
+  // own, whose files go to the coordinator's store, or the workers' shared dirpath), then
+  // removes `evict` there. It becomes the job's last checkpoint; `monitored` is kept with it
+  // (top-k across a restart of the coordinator).
+  struct Save {
+    std::string name;
+    std::vector<std::string> evict;
+    std::optional<double> monitored;
+  };
+  virtual absl::Status SaveCheckpoint(const Save& save) = 0;
+  // The job's best checkpoint by the monitored metric (a name given to SaveCheckpoint).
+  virtual void SetBestCheckpoint(const std::string& name) = 0;
   // Whether any rank decided true, agreed by the ranks themselves (reduce_boolean_decision with
   // all=false on the workers), so a stop is the group's decision as in Lightning.
   virtual absl::StatusOr<bool> AnyRankDecides(const std::vector<bool>& by_rank) = 0;

@@ -10,12 +10,14 @@ collectives beside C++ ranks (ProcessGroup), and export a LightningModule-style 
 from dtrain.client import Client, Job, is_terminal
 from dtrain.errors import (
     Aborted,
+    DataLoss,
     DeadlineExceeded,
     DtrainError,
     FailedPrecondition,
     InvalidArgument,
     JobFailed,
     NotFound,
+    PermissionDenied,
     Unauthenticated,
     Unavailable,
 )
@@ -27,5 +29,5 @@ from dtrain._connection import TLS
 __all__ = [
     "Client", "Job", "is_terminal", "ProcessGroup", "KeyValueStore", "export", "load_spec", "TLS",
     "DtrainError", "InvalidArgument", "NotFound", "FailedPrecondition", "DeadlineExceeded",
-    "Aborted", "Unavailable", "Unauthenticated", "JobFailed",
+    "Aborted", "Unavailable", "Unauthenticated", "JobFailed", "DataLoss", "PermissionDenied",
 ]

@@ -1,8 +1,9 @@
 """Files travel with the job, from Python as from the command line (client/spec_uploads.h):
 the local files a spec names (model.torchscript, data.tensors_file, ckpt_path) are uploaded to
 the coordinator's content-addressed store and the spec names them "artifact:sha256:<hex>".
-"worker:/path" marks a file already on every worker (left alone); any other path must be a file
-here, or the submit is refused naming the field."""
+"worker:/path" marks a file already on every worker and "job:<id>/<name>" a file another job
+kept (both left alone); any other path must be a file here, or the submit is refused naming the
+field. ``fetch`` brings a stored file back (a job's checkpoint), verified by its digest."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Iterator, List, Optional, Tuple
 import grpc
 
 from dtrain._connection import Connection
-from dtrain.errors import InvalidArgument, NotFound, from_rpc_error
+from dtrain.errors import DataLoss, InvalidArgument, NotFound, Unavailable, from_rpc_error
 from dtrain.v1 import artifacts_pb2, artifacts_pb2_grpc, jobs_pb2
 
 CHUNK_BYTES = (4 << 20) - (64 << 10)
@@ -67,7 +68,7 @@ def upload_spec_files(conn: Connection, spec: jobs_pb2.JobSpec) -> List[str]:
     lines = []
     for field, message, attribute in fields:
         path = getattr(message, attribute)
-        if path.startswith(("worker:", "artifact:")):
+        if path.startswith(("worker:", "artifact:", "job:")):
             continue
         if not os.path.isfile(path):
             raise InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT,
@@ -79,3 +80,35 @@ def upload_spec_files(conn: Connection, spec: jobs_pb2.JobSpec) -> List[str]:
                      f"{'sent as' if sent else 'already on the coordinator as'} {digest}")
         setattr(message, attribute, f"artifact:{digest}")
     return lines
+
+
+def fetch(conn: Connection, digest: str, path: str, timeout: float = 60.0,
+          attempts: int = 3) -> str:
+    """Streams the stored file ``digest`` to ``path`` (written atomically) and keeps it only if
+    its bytes hash to ``digest``; a corrupted or broken transfer is tried again, ``attempts``
+    in all, then raises DataLoss (or the transfer's error). Returns ``path``."""
+    stub = artifacts_pb2_grpc.ArtifactsStub(conn.channel)
+    size = conn.call(stub.Stat, artifacts_pb2.StatRequest(digest=digest), timeout=timeout).size
+    temp = f"{path}.part-{os.getpid()}"
+    for attempt in range(1, attempts + 1):
+        h = hashlib.sha256()
+        try:
+            with open(temp, "wb") as out:
+                for response in stub.Fetch(artifacts_pb2.FetchRequest(digest=digest),
+                                           timeout=timeout + size / 50e6,
+                                           metadata=conn.metadata):
+                    h.update(response.chunk)
+                    out.write(response.chunk)
+            if "sha256:" + h.hexdigest() == digest:
+                os.replace(temp, path)
+                return path
+            error: Exception = DataLoss(grpc.StatusCode.DATA_LOSS,
+                                        f"the fetched bytes of {digest} hash to "
+                                        f"sha256:{h.hexdigest()}; nothing was kept")
+        except grpc.RpcError as e:
+            error = from_rpc_error(e, conn.address)
+        if os.path.exists(temp):
+            os.remove(temp)
+        if not isinstance(error, (DataLoss, Unavailable)) or attempt == attempts:
+            raise error
+    raise AssertionError("unreachable")

@@ -6,18 +6,21 @@
     for status in job.watch():
         print(status.progress.epoch, status.progress.global_step)
     print(job.results()["metrics"]["test_acc"])
+    job.download("best", "ckpts/")                 # the best checkpoint, verified
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 import grpc
 
 from dtrain._connection import Connection, TLSArg
-from dtrain.artifacts import upload_spec_files
-from dtrain.errors import DeadlineExceeded, JobFailed, from_rpc_error
+from dtrain.artifacts import fetch, upload_spec_files
+from dtrain.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument, JobFailed,
+                           NotFound, from_rpc_error)
 from dtrain.spec import SpecLike, load_spec
 from dtrain.v1 import coordinator_pb2, coordinator_pb2_grpc, jobs_pb2, jobs_pb2_grpc, worker_pb2
 
@@ -118,9 +121,49 @@ class Job:
             "best_checkpoint": s.best_checkpoint,
             "log_dir": s.log_dir,
             "predictions": s.predictions,
+            "files": [{"name": f.name, "kind": f.kind, "size_bytes": f.size_bytes,
+                       "step": f.step, "location": f.location, "digest": f.digest}
+                      for f in s.files],
             "wall_seconds": (s.finished_unix_ms - s.started_unix_ms) / 1000.0
             if s.finished_unix_ms > 0 else 0.0,
         }
+
+    def files(self) -> List[jobs_pb2.JobFile]:
+        """The files the job keeps: checkpoints (top k, last) and predictions.csv."""
+        return list(self.status().files)
+
+    def download(self, which: str = "best", directory: str = ".") -> List[str]:
+        """Brings the job's files to ``directory``, as `dtrain download`: ``which`` is best
+        (by checkpoint.monitor, else the last), last, predictions, a file name, or all. Each is
+        verified by its digest. Returns the local paths. NotFound naming what the job keeps;
+        FailedPrecondition for a file on the workers' shared dirpath."""
+        s = self.status()
+        files = list(s.files)
+        if which == "all":
+            chosen = files
+        elif which in ("best", "last"):
+            want = s.best_checkpoint or s.checkpoint if which == "best" else s.checkpoint
+            chosen = [f for f in files if f.location == want]
+        elif which == "predictions":
+            chosen = [f for f in files if f.kind == "predictions"][:1]
+        else:
+            chosen = [f for f in files if f.name == which]
+        if not chosen:
+            raise NotFound(grpc.StatusCode.NOT_FOUND,
+                           f"job '{self.id}' has no {which!r}; it keeps "
+                           f"{', '.join(f.name for f in files) or 'none'}")
+        os.makedirs(directory, exist_ok=True)
+        paths = []
+        for f in chosen:
+            if not f.digest:
+                raise FailedPrecondition(grpc.StatusCode.FAILED_PRECONDITION,
+                                         f"{f.name} is on the workers' shared directory: "
+                                         f"{f.location}")
+            if "/" in f.name or f.name.startswith("."):
+                raise InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT,
+                                      f"{f.name!r} is not a plain file name")
+            paths.append(fetch(self._client._conn, f.digest, os.path.join(directory, f.name)))
+        return paths
 
     def cancel(self) -> jobs_pb2.JobStatus:
         """Cancels the job on every worker; its status (CANCELLED once the workers stopped)."""
@@ -187,6 +230,12 @@ class Client:
             token = page.next_page_token
             if not token:
                 return out
+
+    def delete(self, job_id: str) -> jobs_pb2.DeleteJobResponse:
+        """Forgets an ended job and frees the stored files no other job names, as
+        `dtrain delete`. FailedPrecondition while it is queued or running."""
+        return self._conn.call(self._jobs.DeleteJob, jobs_pb2.DeleteJobRequest(id=job_id),
+                               timeout=max(self.timeout, 90.0))
 
     def workers(self) -> List[coordinator_pb2.WorkerInfo]:
         """The registered workers: name, address, devices, state, job."""

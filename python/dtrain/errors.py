@@ -26,6 +26,8 @@ __all__ = [
     "Unauthenticated",
     "JobFailed",
     "from_rpc_error",
+    "DataLoss",
+    "PermissionDenied",
 ]
 
 
@@ -63,6 +65,14 @@ class Unavailable(DtrainError):
     """The coordinator cannot be reached or is shutting down."""
 
 
+class DataLoss(DtrainError):
+    """A file's bytes did not hash to its digest (corrupted or cut short); nothing was kept."""
+
+
+class PermissionDenied(DtrainError):
+    """The token is valid but not for this: a job token outside its own job."""
+
+
 class Unauthenticated(DtrainError):
     """The coordinator requires a token (DTRAIN_TOKEN, or token=) that this call lacks or got
     wrong."""
@@ -91,6 +101,8 @@ _BY_CODE: Dict[grpc.StatusCode, Type[DtrainError]] = {
     grpc.StatusCode.ABORTED: Aborted,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.DATA_LOSS: DataLoss,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
 }
 
 

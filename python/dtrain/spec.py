@@ -102,7 +102,7 @@ def _fill(message: Message, values: Any, path: str) -> None:
 
 def _resolve(spec: jobs_pb2.JobSpec, base: str) -> None:
     def absolute(p: str) -> str:
-        if not p or os.path.isabs(p) or p.startswith(("worker:", "artifact:")):
+        if not p or os.path.isabs(p) or p.startswith(("worker:", "artifact:", "job:")):
             return p
         return os.path.normpath(os.path.join(base, p))
 
