@@ -31,6 +31,67 @@ TEST(FileReference, WorkerPathsLoseTheirMark_ArtifactsNameTheirDigest) {
   EXPECT_TRUE(IsArtifactReference("artifact:sha256:00"));
   EXPECT_EQ(ArtifactDigest(ArtifactReference("sha256:ab")), "sha256:ab");
   EXPECT_TRUE(IsMarkedPath("worker:x") && IsMarkedPath("artifact:x") && !IsMarkedPath("x.pt"));
+  EXPECT_TRUE(IsMarkedPath("job:a-1/last.ckpt"));
+  std::string job, name;
+  EXPECT_TRUE(SplitJobFileReference(JobFileReference("a-1", "epoch=0-step=16.ckpt"), &job, &name));
+  EXPECT_EQ(job, "a-1");
+  EXPECT_EQ(name, "epoch=0-step=16.ckpt");
+  for (const char* bad : {"job:a-1/../x", "job:/last.ckpt", "job:a-1", "job:a-1/sub/x.ckpt"}) {
+    EXPECT_FALSE(SplitJobFileReference(bad, &job, &name)) << bad;
+  }
+  // What a job's file may be called on a worker and on the coordinator.
+  EXPECT_TRUE(CheckFileName("epoch=3-step=900.ckpt", "checkpoint").ok());
+  EXPECT_TRUE(CheckFileName("predictions.csv", "checkpoint").ok());
+  for (const char* bad : {"", ".", "..", "../x", "/etc/passwd", "a/b", ".hidden", "a b", "x\n"}) {
+    absl::Status s = CheckFileName(bad, "checkpoint");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("checkpoint '"));
+  }
+  EXPECT_FALSE(CheckFileName(std::string(201, 'a'), "checkpoint").ok());
+}
+
+// A corrupted or broken transfer is fetched again; one that keeps failing fails by name, never
+// leaving a file. A checkpoint this worker wrote joins the cache without a transfer.
+TEST(ArtifactCache, CorruptedTransfersTriedAgain_ThenFailedByName_AdoptedFilesNeedNoFetch) {
+  const std::string dir =
+      ::testing::TempDir() + "/artifact-cache-retry-" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  int calls = 0, failures = 0;
+  const std::string bytes(300, 'r');
+  const std::string digest = DigestOf(bytes);
+  ArtifactCache::Fetcher flaky = [&](const std::string& d, const std::string& path) {
+    ++calls;
+    if (failures-- > 0) return absl::DataLossError("the fetched bytes hash to another digest");
+    std::ofstream(path, std::ios::binary) << bytes;
+    return absl::OkStatus();
+  };
+  ArtifactCache cache(dir, 0, flaky);
+  failures = 2;
+  absl::StatusOr<std::string> got = cache.Get(digest);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(calls, 3) << "two corrupted transfers, then a good one";
+  const std::string other = DigestOf("other");
+  failures = 100;
+  calls = 0;
+  absl::StatusOr<std::string> bad = cache.Get(other);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(calls, ArtifactCache::kFetchAttempts);
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::HasSubstr("cannot fetch " + other + " from the coordinator (3 attempts)"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/" + other.substr(7)));
+
+  const std::string written = dir + "-job/last.ckpt";
+  std::filesystem::create_directories(dir + "-job");
+  std::ofstream(written, std::ios::binary) << "checkpoint bytes";
+  const std::string ckpt = DigestOf("checkpoint bytes");
+  ASSERT_TRUE(cache.Adopt(written, ckpt).ok());
+  EXPECT_FALSE(std::filesystem::exists(written)) << "moved, not copied";
+  calls = 0;
+  const int64_t hits = cache.hits();
+  absl::StatusOr<std::string> adopted = cache.Get(ckpt);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(cache.hits(), hits + 1);
 }
 
 TEST(ArtifactCache, FetchOnce_LeastRecentlyUsedEvicted_KeptAcrossRestarts) {

@@ -173,5 +173,85 @@ TEST_F(ArtifactsServiceTest, AdminTokenRequired) {
   EXPECT_EQ(Read(dir_ + "/out"), "payload");
 }
 
+// A job token reads only the files its job names (here its uploaded model), in any run's group
+// of that job; never another job's, and it uploads nothing. The job's spec is checked at
+// submission: a file not stored, another job that does not exist or keeps no such file.
+TEST_F(ArtifactsServiceTest, JobTokenReadsOnlyItsOwnJobsFiles_SubmitChecksWhatTheSpecNames) {
+  Start(0, "artifact-admin-token");
+  ArtifactsClient admin(ConnectToCoordinator(coordinator_->address(), "artifact-admin-token"));
+  absl::StatusOr<UploadResult> mine = admin.Upload(WriteFile("mine.pt", "the job's model"));
+  absl::StatusOr<UploadResult> theirs = admin.Upload(WriteFile("theirs.pt", "another model"));
+  ASSERT_TRUE(mine.ok() && theirs.ok());
+  v1::JobSpec spec;
+  spec.set_name("tok");
+  spec.mutable_model()->set_torchscript("artifact:" + mine->digest);
+  spec.mutable_data()->mutable_synthetic()->set_train_size(64);
+  spec.mutable_trainer()->set_num_nodes(1);
+  absl::StatusOr<v1::JobStatus> job = coordinator_->jobs().Submit(spec, false);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->id(), "tok-1");
+  EXPECT_EQ(job->state(), v1::QUEUED) << "no workers: it waits";
+
+  for (const std::string group : {"tok-1", "tok-1.2"}) {
+    const std::string token = coordinator_->access().IssueJobToken(group);
+    ArtifactsClient ranks(ConnectToCoordinator(coordinator_->address(), token));
+    ASSERT_TRUE(ranks.Fetch(mine->digest, dir_ + "/fetched").ok()) << group;
+    EXPECT_EQ(Read(dir_ + "/fetched"), "the job's model");
+    absl::Status other = ranks.Fetch(theirs->digest, dir_ + "/stolen");
+    EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied) << other;
+    EXPECT_THAT(std::string(other.message()), HasSubstr("reads only its own job's files"));
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/stolen"));
+    EXPECT_EQ(ranks.Stat(theirs->digest).status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_EQ(ranks.Upload(WriteFile("new.bin", "x")).status().code(),
+              absl::StatusCode::kPermissionDenied);
+  }
+  const std::string stranger = coordinator_->access().IssueJobToken("other-1");
+  ArtifactsClient outsider(ConnectToCoordinator(coordinator_->address(), stranger));
+  EXPECT_EQ(outsider.Stat(mine->digest).status().code(), absl::StatusCode::kPermissionDenied);
+
+  v1::JobSpec unstored = spec;
+  unstored.mutable_model()->set_torchscript("artifact:sha256:" + std::string(64, 'a'));
+  absl::StatusOr<v1::JobStatus> refused = coordinator_->jobs().Submit(unstored, false);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("model.torchscript: sha256:aaaa"));
+  v1::JobSpec from_job = spec;
+  from_job.set_ckpt_path("job:nosuch-1/last.ckpt");
+  refused = coordinator_->jobs().Submit(from_job, false);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kNotFound) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("no job 'nosuch-1'"));
+  from_job.set_ckpt_path("job:tok-1/last.ckpt");
+  refused = coordinator_->jobs().Submit(from_job, false);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kNotFound) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("job 'tok-1' keeps no file 'last.ckpt'; it keeps none"));
+  from_job.set_ckpt_path("job:tok-1/../../etc/passwd");
+  refused = coordinator_->jobs().Submit(from_job, false);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+}
+
+// A stored file whose bytes rotted on the coordinator's disk: the fetch's hash check refuses it
+// by name and keeps nothing.
+TEST_F(ArtifactsServiceTest, CorruptedStoredFile_FetchRefusedByName_NothingKept) {
+  Start();
+  ArtifactsClient client(DefaultChannel());
+  absl::StatusOr<UploadResult> up = client.Upload(WriteFile("f", Random(100000, 5)));
+  ASSERT_TRUE(up.ok()) << up.status();
+  const std::string hex = up->digest.substr(7);
+  const std::string object =
+      dir_ + "/state/artifacts/objects/" + hex.substr(0, 2) + "/" + hex.substr(2);
+  ASSERT_TRUE(std::filesystem::exists(object));
+  {
+    std::fstream f(object, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(5000);
+    const char byte = static_cast<char>(f.get() ^ 1);
+    f.seekp(5000);
+    f.put(byte);
+  }
+  absl::Status fetched = client.Fetch(up->digest, dir_ + "/out");
+  EXPECT_EQ(fetched.code(), absl::StatusCode::kDataLoss) << fetched;
+  EXPECT_THAT(std::string(fetched.message()), HasSubstr(up->digest));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/out"));
+}
+
 }  // namespace
 }  // namespace dtrain::testing

@@ -115,9 +115,13 @@ TEST_F(CoordinatorRestartTest, CheckpointGoneAfterRestart_JobFailsSayingSo) {
   const std::string checkpoint = WaitForFirstCheckpoint(id);
   ASSERT_FALSE(checkpoint.empty());
   cluster_->StopCoordinator(SIGKILL);
-  // The workers still run the job's step that fails without the coordinator, and may write no
-  // further checkpoint: remove every one there is.
-  std::filesystem::remove_all(std::filesystem::path(checkpoint).parent_path());
+  // The workers still run the job's step that fails without the coordinator, and can send no
+  // further checkpoint: remove every copy there is, on the coordinator and in the workers'
+  // caches.
+  std::filesystem::remove_all(cluster_->dir() + "/state/artifacts/objects");
+  for (const char* worker : {"w0", "w1"}) {
+    std::filesystem::remove_all(absl::StrCat(cluster_->dir(), "/cache-", worker));
+  }
   ASSERT_TRUE(cluster_->StartCoordinator(cluster_->address()));
   ASSERT_TRUE(
       WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(120)));

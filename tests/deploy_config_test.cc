@@ -127,7 +127,8 @@ void CheckPodTemplate(const YAML::Node& workload, const std::string& where,
       EXPECT_EQ(volumes.count(m["name"].as<std::string>()), 1u)
           << where << ": mount of an undeclared volume";
     }
-    for (const std::string flag : {"tls_cert", "tls_key", "tls_ca", "token_file", "state_dir"}) {
+    for (const std::string flag :
+         {"tls_cert", "tls_key", "tls_ca", "token_file", "state_dir", "cache_dir", "jobs_dir"}) {
       const std::string path = ValueOf(args, flag);
       if (path.empty()) continue;
       bool mounted = false;
@@ -192,6 +193,10 @@ TEST(DeployConfig, KubernetesManifests_FlagsPortsProbesVolumesAgree) {
   const std::string service_address =
       absl::StrCat("dtrain-coordinator:", service["spec"]["ports"][0]["port"].as<int>());
   EXPECT_EQ(ValueOf(worker_args, "coordinator"), service_address);
+  // No shared paths: the worker's cache and job files are on its pod's own volume (checked to
+  // be mounted above), not the container's /tmp.
+  EXPECT_FALSE(ValueOf(worker_args, "cache_dir").empty()) << "workers.yaml: no --cache_dir";
+  EXPECT_FALSE(ValueOf(worker_args, "jobs_dir").empty()) << "workers.yaml: no --jobs_dir";
   EXPECT_EQ(ValueOf(coordinator_args, "advertise"), service_address);
   EXPECT_EQ(ValueOf(worker_args, "advertise"),
             absl::StrCat("$(POD_NAME).dtrain-workers:", worker_ports.at("grpc")));
@@ -233,6 +238,14 @@ TEST(DeployConfig, SystemdUnits_ExecStartAndFlagFilesAccepted) {
   // The worker's coordinator is where the coordinator listens and advertises.
   const std::string coordinator = ReadFile(kDeploy + "/systemd/coordinator.flags");
   const std::string worker = ReadFile(kDeploy + "/systemd/worker.flags");
+  // No shared paths: the worker's files are in its own StateDirectory, which PrivateTmp and
+  // ProtectHome leave writable (a default under /tmp would vanish with the unit's private tmp).
+  for (const std::string flag : {"cache_dir", "jobs_dir"}) {
+    EXPECT_THAT(worker, ::testing::HasSubstr("--" + flag + "=/var/lib/dtrain-worker/"))
+        << "worker.flags: --" << flag;
+  }
+  EXPECT_THAT(ReadFile(kDeploy + "/systemd/dtrain-worker.service"),
+              ::testing::HasSubstr("\nStateDirectory=dtrain-worker\n"));
   // SIGTERM to the daemon alone, and its drain done before systemd's SIGKILL.
   const std::string unit = ReadFile(kDeploy + "/systemd/dtrain-worker.service");
   EXPECT_THAT(unit, ::testing::HasSubstr("\nKillMode=mixed\n"));

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <gmock/gmock.h>
@@ -127,9 +128,16 @@ TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
   }
   EXPECT_GT(metrics.at("test_acc").number_value(), 0.9);
   EXPECT_LT(metrics.at("test_loss").number_value(), 0.5);
-  const std::string checkpoint = json.fields().at("checkpoint").string_value();
-  EXPECT_TRUE(std::filesystem::exists(checkpoint)) << checkpoint;
-  EXPECT_GT(std::filesystem::file_size(checkpoint), 100000u);  // the mlp's 200k parameters
+  EXPECT_EQ(json.fields().at("checkpoint").string_value(), "job:" + id + "/last.ckpt");
+  bool listed = false;
+  for (const auto& file : json.fields().at("files").list_value().values()) {
+    const auto& f = file.struct_value().fields();
+    if (f.at("name").string_value() != "last.ckpt") continue;
+    listed = true;
+    // The mlp's 200k parameters; int64 is a string in proto3's JSON.
+    EXPECT_GT(std::stoll(f.at("size_bytes").string_value()), 100000) << results.output;
+  }
+  EXPECT_TRUE(listed) << results.output;
 
   // Logs and pictures.
   std::ifstream svg(plot);
@@ -201,10 +209,13 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   EXPECT_GT(GetJob("resumed-1").metrics().at("test_acc"), 0.9);
 
   // A truncated checkpoint (a crash mid-write) in a directory the workers share: the resume says
-  // so and falls back to the newest other checkpoint of the directory (the top-1 by val_acc),
-  // which loads. A copy is truncated, so the stages below still have last.ckpt.
-  const std::string truncated = checkpoint.substr(0, checkpoint.rfind('/')) + "/truncated.ckpt";
-  std::filesystem::copy_file(checkpoint, truncated);
+  // so and falls back to the newest other checkpoint of the directory, which loads. The
+  // directory holds the job's files as `dtrain download` brings them back.
+  const std::string shared = dir() + "/shared-ckpts";
+  CommandResult downloaded = Dtrain("download stop-1 -o " + shared);
+  ASSERT_EQ(downloaded.exit_code, 0) << downloaded.output;
+  const std::string truncated = shared + "/truncated.ckpt";
+  std::filesystem::copy_file(shared + "/last.ckpt", truncated);
   std::filesystem::resize_file(truncated, std::filesystem::file_size(truncated) / 2);
   std::filesystem::last_write_time(truncated, std::filesystem::file_time_type::clock::now());
   CommandResult fallback = Dtrain(
@@ -214,7 +225,8 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
   CommandResult fallback_logs = Dtrain("logs fallback-1");
   EXPECT_THAT(fallback_logs.output,
               HasSubstr("checkpoint worker:" + truncated + " is unreadable ("));
-  EXPECT_THAT(fallback_logs.output, HasSubstr(" instead of worker:" + truncated));
+  EXPECT_THAT(fallback_logs.output, HasSubstr("resuming from " + shared + "/"));
+  EXPECT_THAT(fallback_logs.output, HasSubstr(".ckpt instead of worker:" + truncated));
   EXPECT_EQ(GetJob("fallback-1").progress().global_step(), 64);
   // Sent with the job instead, the truncated file has no directory to fall back in: the job
   // fails naming it as the spec does.
@@ -253,6 +265,94 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
     EXPECT_TRUE(cells[1].size() == 1 && cells[1][0] >= '0' && cells[1][0] <= '9') << line;
   }
   EXPECT_EQ(rows, 512);
+}
+
+// Checkpoints come home: rank 0 sends each checkpoint to the coordinator, which keeps the top k
+// (evicted ones leave its store) and last.ckpt with the job; `dtrain results` lists them with
+// sizes, `dtrain download` brings the best back verified and Python's torch loads it, and
+// `dtrain delete` gives the space back, refusing a job that has not ended.
+TEST_F(JobsE2eTest, CheckpointsComeHome_TopKOnTheCoordinator_DownloadedAndDeleted) {
+  std::string spec = SyntheticJob("home", 2);
+  spec.replace(spec.find("save_top_k: 1"), 13, "save_top_k: 2");
+  CommandResult fit = Dtrain("fit --wait --config " + WriteJob("home", spec));
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const v1::JobStatus job = GetJob("home-1");
+  const std::string objects = dir() + "/state/artifacts/objects";
+  auto stored = [&] {
+    int n = 0;
+    std::error_code error;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(objects, error)) {
+      n += e.is_regular_file();
+    }
+    return n;
+  };
+  int checkpoints = 0, monitored = 0;
+  std::set<std::string> digests;
+  const v1::JobFile* best = nullptr;
+  for (const v1::JobFile& file : job.files()) {
+    EXPECT_EQ(file.kind(), "checkpoint") << file.name();
+    EXPECT_TRUE(absl::StartsWith(file.digest(), "sha256:")) << file.name();
+    EXPECT_GT(file.size_bytes(), 10000) << file.name();
+    EXPECT_EQ(file.location(), "job:home-1/" + file.name());
+    ++checkpoints;
+    digests.insert(file.digest());
+    if (file.has_monitored()) {
+      ++monitored;
+      if (best == nullptr || file.monitored() > best->monitored()) best = &file;
+    }
+  }
+  // Four validations, the top 2 by val_acc kept (the others evicted from the store), and last.
+  EXPECT_EQ(checkpoints, 3);
+  EXPECT_EQ(monitored, 2);
+  ASSERT_NE(best, nullptr);
+  EXPECT_EQ(job.best_checkpoint(), best->location());
+  EXPECT_EQ(job.checkpoint(), "job:home-1/last.ckpt");
+  EXPECT_EQ(stored(), static_cast<int>(digests.size())) << "an evicted checkpoint stayed stored";
+  CommandResult logs = Dtrain("logs home-1");
+  EXPECT_THAT(logs.output, HasSubstr("checkpoint written: job:home-1/epoch=0-step=16.ckpt"));
+
+  CommandResult results = Dtrain("results home-1");
+  EXPECT_THAT(results.output, HasSubstr("dtrain download home-1"));
+  EXPECT_THAT(results.output, HasSubstr(best->name()));
+  EXPECT_THAT(results.output, HasSubstr(" MB  step "));
+  EXPECT_THAT(results.output, HasSubstr("val_acc="));
+
+  // The best, fetched and verified, is the checkpoint Python's torch reads.
+  const std::string out = dir() + "/downloads";
+  CommandResult download = Dtrain("download home-1 best -o " + out);
+  ASSERT_EQ(download.exit_code, 0) << download.output;
+  const std::string path = out + "/" + best->name();
+  EXPECT_THAT(download.output, HasSubstr(path));
+  CommandResult python = RunShell(
+      absl::StrCat("/usr/bin/python3 -c 'import torch, hashlib; c = torch.load(\"", path,
+                   "\"); print(\"step\", c[\"global_step\"], \"sha256:\" + hashlib.sha256(open(\"",
+                   path, "\", \"rb\").read()).hexdigest())'"));
+  ASSERT_EQ(python.exit_code, 0) << python.output;
+  EXPECT_THAT(python.output, HasSubstr(absl::StrCat("step ", best->step(), " ", best->digest())));
+  CommandResult missing = Dtrain("download home-1 nosuch.ckpt -o " + out);
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_THAT(missing.output, HasSubstr("it keeps "));
+  EXPECT_THAT(missing.output, HasSubstr("last.ckpt"));
+
+  // A job that has not ended is not deleted; an ended one is, with its stored files.
+  std::string big = SyntheticJob("big", 1);
+  big.replace(big.find("num_nodes: 2"), 12, "num_nodes: 3");
+  CommandResult queued = Dtrain("fit --config " + WriteJob("big", big));
+  ASSERT_EQ(queued.exit_code, 0) << queued.output;
+  CommandResult refused = Dtrain("delete big-1");
+  EXPECT_EQ(refused.exit_code, 3) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(refused.output, HasSubstr("cancel it first"));
+  ASSERT_EQ(Dtrain("cancel big-1").exit_code, 0);
+  CommandResult deleted = Dtrain("delete home-1");
+  ASSERT_EQ(deleted.exit_code, 0) << deleted.output;
+  EXPECT_THAT(deleted.output, HasSubstr("deleted home-1: 3 stored file(s)"));
+  EXPECT_EQ(stored(), 0);
+  EXPECT_FALSE(std::filesystem::exists(dir() + "/state/jobs/home-1"));
+  CommandResult gone = Dtrain("status home-1");
+  EXPECT_EQ(gone.exit_code, 3) << gone.output;
+  EXPECT_THAT(gone.output, HasSubstr("NOT_FOUND"));
+  EXPECT_THAT(Dtrain("list").output, Not(HasSubstr("home-1")));
 }
 
 // Files travel with the job: a data file that exists only in the client's directory is
@@ -299,10 +399,9 @@ optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
   ASSERT_EQ(Dtrain("cancel carried-2").exit_code, 0);
   ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(20)));
 
-  // Gone from the client and from the coordinator: the workers' copies serve the next job.
+  // Gone from the client: the spec names the content, which the workers' caches hold (the
+  // cache hits are counted in metrics_endpoint_test).
   std::filesystem::remove(data);
-  std::filesystem::remove(dir() + "/state/artifacts/objects/" + hex.substr(0, 2) + "/" +
-                          hex.substr(2));
   v1::SubmitJobRequest submit;
   *submit.mutable_spec() = first.spec();
   submit.mutable_spec()->set_name("cached");
@@ -319,18 +418,18 @@ optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
   EXPECT_NEAR(rerun.metrics().at("val_loss"), first.metrics().at("val_loss"), 1e-6);
   EXPECT_DOUBLE_EQ(rerun.metrics().at("test_acc"), first.metrics().at("test_acc"));
 
-  // Content nobody has: the job fails naming the digest and the coordinator's answer.
+  // Content the coordinator does not have: refused at submit, naming the field and digest.
   submit.mutable_spec()->set_name("missing");
   submit.mutable_spec()->mutable_data()->set_tensors_file("artifact:sha256:" +
                                                           std::string(64, 'a'));
   {
     grpc::ClientContext context;
-    ASSERT_TRUE(cluster_->jobs().SubmitJob(&context, submit, &submitted).ok());
+    grpc::Status refused = cluster_->jobs().SubmitJob(&context, submit, &submitted);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(refused.error_message(),
+                HasSubstr("data.tensors_file: sha256:" + std::string(64, 'a') +
+                          " is not stored on the coordinator; upload it first"));
   }
-  CommandResult missing = Dtrain("watch " + submitted.job().id());
-  EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_THAT(missing.output, HasSubstr("data.tensors_file: cannot fetch sha256:" +
-                                        std::string(64, 'a') + " from the coordinator"));
   // A malformed reference never becomes a file name: refused at submit.
   submit.mutable_spec()->mutable_data()->set_tensors_file("artifact:sha256:../../etc/passwd");
   grpc::ClientContext context;

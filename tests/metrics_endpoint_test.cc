@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <set>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -95,7 +96,12 @@ TEST(MetricsEndpoint, CoordinatorAndWorker_CountWhatAJobDid) {
   EXPECT_EQ(w.at("dtrain_worker_step_call_seconds_count{kind=\"training\"}"),
             w.at("dtrain_worker_step_calls_total{kind=\"training\",outcome=\"ok\"}"));
   EXPECT_EQ(w.at("dtrain_worker_job{job=\"\"}"), 0) << "torn down after the job";
-  EXPECT_EQ(c.at("dtrain_artifact_bytes"), 0);
+  // The job's last.ckpt, sent by rank 0 to the coordinator.
+  v1::JobStatus first_job = cluster.GetJob("m-1");
+  ASSERT_EQ(first_job.files_size(), 1);
+  const double checkpoint_bytes = static_cast<double>(first_job.files(0).size_bytes());
+  EXPECT_GT(checkpoint_bytes, 100000);
+  EXPECT_EQ(c.at("dtrain_artifact_bytes"), checkpoint_bytes);
   EXPECT_EQ(w.at("dtrain_worker_artifact_cache_misses_total"), 0);
 
   // A data file sent with two jobs: stored once on the coordinator, fetched once by each
@@ -119,13 +125,24 @@ trainer: {max_epochs: 1, num_nodes: 2, skip_test: true}
     ASSERT_TRUE(
         WaitFor([&] { return cluster.AliveWorkers(/*idle_only=*/true) == 2; }, absl::Seconds(30)));
   }
+  // Stored: the data once, and each job's last.ckpt (the same bytes for both: same seed,
+  // same data, same spec, so one file).
+  double checkpoints = 0;
+  std::set<std::string> digests;
+  for (const char* job : {"d1-1", "d2-1"}) {
+    const v1::JobStatus status = cluster.GetJob(job);
+    for (const v1::JobFile& f : status.files()) {
+      if (digests.insert(f.digest()).second) checkpoints += static_cast<double>(f.size_bytes());
+    }
+  }
+  const double data_bytes = static_cast<double>(std::filesystem::file_size(data));
   const std::map<std::string, double> c2 = Samples(Scrape(coordinator_port));
-  EXPECT_EQ(c2.at("dtrain_artifact_bytes"), static_cast<double>(std::filesystem::file_size(data)));
+  EXPECT_EQ(c2.at("dtrain_artifact_bytes"), checkpoint_bytes + data_bytes + checkpoints);
   const std::map<std::string, double> w2 = Samples(Scrape(worker_port));
   EXPECT_EQ(w2.at("dtrain_worker_artifact_cache_misses_total"), 1);
   EXPECT_EQ(w2.at("dtrain_worker_artifact_cache_hits_total"), 1);
-  EXPECT_EQ(w2.at("dtrain_worker_artifact_cache_bytes"),
-            static_cast<double>(std::filesystem::file_size(data)));
+  // The data, plus the checkpoints this worker wrote as rank 0 (kept without a fetch).
+  EXPECT_GE(w2.at("dtrain_worker_artifact_cache_bytes"), data_bytes);
 }
 
 }  // namespace

@@ -97,18 +97,24 @@ std::string BridgedHosts::address(int host) const {
   return absl::StrCat(Prefix(), ".100.", host + 1);
 }
 
-std::vector<std::string> BridgedHosts::launcher(int host, const std::string& hostname) const {
-  // sh sets the host name in a fresh UTS namespace, then becomes the program ("$0" "$@").
-  return {"/usr/bin/env",
-          "ip",
-          "netns",
-          "exec",
-          absl::StrCat("dtrain", getpid(), "-host", host),
-          "unshare",
-          "--uts",
-          "sh",
-          "-c",
-          absl::StrCat("hostname ", hostname, " && exec \"$0\" \"$@\"")};
+std::vector<std::string> BridgedHosts::launcher(int host, const std::string& hostname,
+                                                const std::vector<std::string>& hidden) const {
+  // sh sets the host name in a fresh UTS namespace, then becomes the program ("$0" "$@"). With
+  // directories to hide, a fresh mount namespace (private: nothing leaks back) gets an empty
+  // tmpfs over each, so the host sees none of their files, as a separate machine would not.
+  std::string script = absl::StrCat("hostname ", hostname);
+  for (const std::string& dir : hidden) {
+    absl::StrAppend(&script, " && mount -t tmpfs dtrain-elsewhere '", dir, "'");
+  }
+  absl::StrAppend(&script, " && exec \"$0\" \"$@\"");
+  std::vector<std::string> argv = {
+      "/usr/bin/env", "ip",   "netns", "exec", absl::StrCat("dtrain", getpid(), "-host", host),
+      "unshare",      "--uts"};
+  if (!hidden.empty()) {
+    argv.insert(argv.end(), {"--mount", "--propagation", "private"});
+  }
+  argv.insert(argv.end(), {"sh", "-c", script});
+  return argv;
 }
 
 }  // namespace dtrain::testing

@@ -41,8 +41,10 @@ class BridgedHosts {
   ~BridgedHosts();
 
   std::string address(int host) const;
-  // Runs a program inside `host`'s namespace with host name `hostname`.
-  std::vector<std::string> launcher(int host, const std::string& hostname) const;
+  // Runs a program inside `host`'s namespace with host name `hostname`; the directories in
+  // `hidden` are empty there (a mount namespace of its own with a tmpfs over each).
+  std::vector<std::string> launcher(int host, const std::string& hostname,
+                                    const std::vector<std::string>& hidden = {}) const;
 
  private:
   BridgedHosts() = default;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -502,6 +503,9 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
   ASSERT_TRUE(a && b && single);
   std::vector<WorkerProcess*> ranks = {a.get(), b.get()};
   v1::SetupRequest request = Distributed("zero", "sharded", 2);
+  const std::string dir = TempPath("zero-dir-" + GetParam());
+  std::filesystem::remove_all(dir);
+  request.set_checkpoint_dir("worker:" + dir);
   request.mutable_optimizer()->set_name("adam");
   request.mutable_optimizer()->set_lr(0.01);
   std::vector<v1::SetupResponse> setups(2);
@@ -515,13 +519,29 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
     });
     ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
   }
-  const std::string path = TempPath("zero-" + GetParam() + ".ckpt");
-  std::remove(path.c_str());
+  // The worker writes only inside the job's checkpoint directory: a path, "..", a hidden or
+  // odd name is refused before anything is written, naming it.
+  for (const std::string bad : {"../escape.ckpt", "/tmp/escape.ckpt", ".hidden", "a b.ckpt", ""}) {
+    v1::SaveCheckpointRequest save;
+    save.set_job_id("zero");
+    save.set_name(bad);
+    v1::SaveCheckpointResponse ignored;
+    absl::Status s =
+        Call([&](auto* c) { return ranks[0]->stub().SaveCheckpoint(c, save, &ignored); });
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("not a file name")) << s;
+  }
+  EXPECT_FALSE(std::filesystem::exists(TempPath("escape.ckpt")));
+  const std::string path = dir + "/zero.ckpt";
+  {  // an older checkpoint the save evicts (top-k)
+    std::ofstream(dir + "/old.ckpt") << "old";
+  }
   std::vector<v1::SaveCheckpointResponse> saved(2);
   Parallel(2, [&](int r) {
     v1::SaveCheckpointRequest save;
     save.set_job_id("zero");
-    save.set_path(path);
+    save.set_name("zero.ckpt");
+    save.add_remove("old.ckpt");
     save.set_epoch(3);
     statuses[r] =
         Call([&](auto* c) { return ranks[r]->stub().SaveCheckpoint(c, save, &saved[r]); });
@@ -530,6 +550,8 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
   EXPECT_TRUE(saved[0].written(0));
   EXPECT_FALSE(saved[1].written(0));
   ASSERT_TRUE(std::ifstream(path).good());
+  EXPECT_EQ(saved[0].bytes(), static_cast<int64_t>(std::filesystem::file_size(path)));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/old.ckpt"));
   // The same Lightning-layout file a single rank writes, read by Python's torch: the whole
   // Adam state (consolidated from both partitions) under every parameter's number.
   CommandResult python = RunShell(

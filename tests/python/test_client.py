@@ -50,8 +50,18 @@ def test_submit_watch_and_read_a_job(cluster, tmp_path):
     results = job.results()
     assert results["state"] == "SUCCEEDED"
     assert results["metrics"]["test_acc"] > 0.8
-    assert results["checkpoint"].endswith("/last.ckpt")
-    assert os.path.exists(results["checkpoint"])
+    assert results["checkpoint"] == "job:py-1/last.ckpt"
+    # The checkpoints came to the coordinator: downloaded, verified, and read by torch.
+    names = sorted(f["name"] for f in results["files"])
+    assert names == ["epoch=0-step=16.ckpt", "last.ckpt"], names
+    [last] = job.download("last", str(tmp_path / "ckpts"))
+    assert last == str(tmp_path / "ckpts" / "last.ckpt")
+    import torch
+    assert torch.load(last)["global_step"] == 32
+    assert [os.path.basename(p) for p in job.download("all", str(tmp_path / "all"))] == \
+        [f.name for f in job.files()]
+    with pytest.raises(dtrain.NotFound, match="it keeps"):
+        job.download("nosuch.ckpt", str(tmp_path))
     rows = job.metrics()
     names = {r["name"] for r in rows}
     assert {"train_loss", "val_loss", "val_acc", "test_acc"} <= names
@@ -91,12 +101,17 @@ def test_cancel_and_job_failed(cluster):
     while job.status().state != jobs_pb2.RUNNING:
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    with pytest.raises(dtrain.FailedPrecondition, match="cancel it first"):
+        client.delete(job.id)
     job.cancel()
     with pytest.raises(dtrain.JobFailed) as failed:
         job.wait(timeout=120)
     assert failed.value.status.state == jobs_pb2.CANCELLED
     assert failed.value.code == grpc.StatusCode.CANCELLED
     assert "long-1 CANCELLED" in failed.value.message
+    assert client.delete(job.id).id == "long-1"
+    with pytest.raises(dtrain.NotFound):
+        job.status()
 
     broken = synthetic_spec("broken")
     broken["model"] = {"torchscript": "worker:/nonexistent/model.pt"}
