@@ -2,8 +2,9 @@
 # The main demo on a fresh Debian machine: installs dependencies (Fashion-MNIST included),
 # builds, starts a local cluster (a coordinator and 2 workers on 127.0.0.1), submits the CNN on
 # Fashion-MNIST with ddp, watches it, and prints the test accuracy. Exits non-zero if the job
-# fails. The cluster is stopped at the end; its logs, metrics (CSV, TensorBoard) and checkpoints
-# stay under build/local-cluster/state/jobs/.
+# fails. The best checkpoint is downloaded to build/local-cluster/<job>/ (as from any remote
+# cluster). The cluster is stopped at the end; its logs and metrics (CSV, TensorBoard) stay under
+# build/local-cluster/state/jobs/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 deploy/install-deps.sh
@@ -24,3 +25,4 @@ build/client/dtrain watch "$job"
 build/client/dtrain results "$job" --plot "$DTRAIN_LOCAL_DIR/$job.svg"
 echo "test accuracy: $(build/client/dtrain results "$job" --output json | sed -n 's/.*"test_acc": \([0-9.]*\).*/\1/p')"
 echo "wall time: $(( $(date +%s) - start )) s (job $job; curves in $DTRAIN_LOCAL_DIR/$job.svg)"
+build/client/dtrain download "$job" best -o "$DTRAIN_LOCAL_DIR/$job"
