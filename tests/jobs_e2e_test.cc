@@ -265,6 +265,10 @@ TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {
     EXPECT_TRUE(cells[1].size() == 1 && cells[1][0] >= '0' && cells[1][0] <= '9') << line;
   }
   EXPECT_EQ(rows, 512);
+  // The predictions came home too: the same bytes, downloaded and verified.
+  CommandResult fetched = Dtrain("download guess-1 predictions -o " + dir() + "/preds");
+  ASSERT_EQ(fetched.exit_code, 0) << fetched.output;
+  EXPECT_EQ(ReadFile(dir() + "/preds/predictions.csv"), ReadFile(csv_path));
 }
 
 // Checkpoints come home: rank 0 sends each checkpoint to the coordinator, which keeps the top k
@@ -551,6 +555,27 @@ TEST_F(JobsE2eTest, TestCkptPathBest_TestsTheBestCheckpoint) {
 
 // accumulate_grad_batches 3 over 32 batches per epoch: each epoch's last, partial window still
 // steps (as Lightning's), so 11 optimizer steps per epoch.
+// The coordinator's storage quota holds for checkpoints too: a job whose checkpoint does not fit
+// fails saying which flag sets the quota and what frees space, and nothing partial is kept.
+TEST_F(JobsE2eTest, StorageQuota_CheckpointAboveIt_JobFailsNamingTheFlag) {
+  ASSERT_TRUE(cluster_->StopCoordinator(SIGTERM));
+  ASSERT_TRUE(cluster_->StartCoordinator(cluster_->address(), {"--artifact_quota_bytes=100000"}));
+  ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(20)));
+  CommandResult run = Dtrain("fit --wait --config " + WriteJob("full", SyntheticJob("full", 1)));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("was written on worker 'w"));
+  EXPECT_THAT(run.output, HasSubstr("but not sent to the coordinator"));
+  EXPECT_THAT(run.output, HasSubstr("--artifact_quota_bytes"));
+  EXPECT_THAT(run.output, HasSubstr("dtrain delete"));
+  int stored = 0;
+  std::error_code error;
+  for (const auto& e :
+       std::filesystem::recursive_directory_iterator(dir() + "/state/artifacts", error)) {
+    stored += e.is_regular_file();
+  }
+  EXPECT_EQ(stored, 0);
+}
+
 TEST_F(JobsE2eTest, AccumulationWindowsCloseAtEachEpochsEnd) {
   std::string spec = SyntheticJob("acc", 2);
   spec.replace(spec.find("  num_nodes: 2\n"), 15, "  num_nodes: 2\n  accumulate_grad_batches: 3\n");

@@ -481,7 +481,7 @@ void JobManager::Start(const std::shared_ptr<JobRecord>& job, std::vector<v1::Wo
   // share (normalized to "worker:/path").
   options.checkpoint_dir = options.spec.checkpoint().dirpath();
   options.resolve_file = [this](const std::string& reference) { return ResolveFile(reference); };
-  options.sibling_checkpoints = [this, job](const std::string& reference) {
+  options.sibling_checkpoints = [job](const std::string& reference) {
     std::vector<std::string> out;
     if (!IsJobFileReference(reference)) return ModelCheckpoint::Siblings(reference);
     std::vector<v1::JobFile> files = job->Files();

@@ -20,6 +20,7 @@ absl::Status PredictionWriter::OnPredictEnd(TrainerControl& trainer,
     }
     out << "\n";
   }
+  out.close();  // complete on disk before it is reported (and stored for download)
   if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write '", path_, "'"));
   trainer.Log(
       absl::StrCat("predictions for ", predictions.rows.size(), " samples written to ", path_));
