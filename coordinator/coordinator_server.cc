@@ -146,6 +146,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     if (!http.ok()) return http.status();
     server->metrics_http_ = std::move(*http);
   }
+  if (!server->options_.http_listen.empty()) {
+    WebServerOptions web;
+    web.listen = server->options_.http_listen;
+    web.admin_token = server->options_.admin_token;
+    web.insecure = server->options_.http_insecure;
+    web.tls = server->options_.http_tls;
+    auto started = WebServer::Start(web, {server->jobs_.get(), server->workers_.get(),
+                                          server->groups_.get(), server->artifacts_.get()});
+    if (!started.ok()) return started.status();
+    server->web_ = std::move(*started);
+  }
   SetServing(server->server_.get(), Services(), true);
   const std::string& address = server->options_.listen_address;
   server->host_ = address.substr(0, address.rfind(':'));
@@ -196,8 +207,9 @@ void CoordinatorServer::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  // Load balancers and probes stop sending new work first.
+  // Load balancers and probes stop sending new work first; the dashboard's streams end.
   if (server_ != nullptr) SetServing(server_.get(), Services(), false);
+  web_.reset();
   stop_monitor_.Notify();
   if (monitor_.joinable()) monitor_.join();
   // Running jobs are cancelled first: their workers are torn down while the groups still work.

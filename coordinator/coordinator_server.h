@@ -23,6 +23,7 @@
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/jobs/jobs_service.h"
 #include "coordinator/jobs/worker_registry.h"
+#include "coordinator/web/web_server.h"
 
 namespace grpc {
 class Server;
@@ -61,6 +62,12 @@ struct CoordinatorOptions {
   // 0: no limit.
   int64_t max_artifact_bytes = int64_t{64} << 30;
   int64_t artifact_quota_bytes = 0;
+  // host:port of the dashboard and HTTP JSON API (coordinator/web); empty: none. Served over
+  // HTTPS with `http_tls` when it names a certificate and key.
+  std::string http_listen;
+  TlsFiles http_tls;
+  // Serve it beyond loopback without a token (as --insecure does for gRPC).
+  bool http_insecure = false;
 };
 
 class CoordinatorServer {
@@ -81,6 +88,9 @@ class CoordinatorServer {
   JobManager& jobs() { return *jobs_; }
   AccessControl& access() { return *access_; }
   const MetricsRegistry& metrics() const { return *metrics_; }
+  // The dashboard's URL, "" without http_listen.
+  std::string web_url() const { return web_ != nullptr ? web_->url() : ""; }
+  int web_port() const { return web_ != nullptr ? web_->port() : 0; }
   // The /metrics port, 0 without --metrics_listen.
   int metrics_port() const { return metrics_http_ != nullptr ? metrics_http_->port() : 0; }
 
@@ -103,6 +113,7 @@ class CoordinatorServer {
   std::unique_ptr<JobsService> jobs_service_;
   std::unique_ptr<ArtifactStore> artifacts_;
   std::unique_ptr<ArtifactsService> artifacts_service_;
+  std::unique_ptr<WebServer> web_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string host_;

@@ -42,6 +42,11 @@ ABSL_FLAG(int64_t, max_artifact_bytes, int64_t{64} << 30,
           "the largest file a client may upload (a model, a dataset, a checkpoint); 0: no limit");
 ABSL_FLAG(int64_t, artifact_quota_bytes, 0,
           "the total bytes of uploaded files kept under <state_dir>/artifacts; 0: no limit");
+ABSL_FLAG(std::string, http_listen, "",
+          "host:port of the dashboard and the HTTP JSON API (/api/v1/); empty: none. HTTPS with "
+          "--tls_cert/--tls_key; beyond loopback it needs --token_file (or --insecure)");
+ABSL_FLAG(std::string, http_port_file, "",
+          "if set, the dashboard's bound port is written to this file once serving");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written to this file once serving");
 
@@ -79,6 +84,9 @@ int main(int argc, char** argv) {
   options.database = options.state_dir + "/coordinator.db";
   options.advertise_address = absl::GetFlag(FLAGS_advertise);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.http_listen = absl::GetFlag(FLAGS_http_listen);
+  options.http_tls = dtrain::TlsFilesFromFlags();
+  options.http_insecure = dtrain::InsecureFromFlags();
   if (options.groups.heartbeat_timeout <= options.groups.heartbeat_interval) {
     dtrain::LogError(absl::StrCat("--heartbeat-timeout (",
                                   absl::FormatDuration(options.groups.heartbeat_timeout),
@@ -123,12 +131,18 @@ int main(int argc, char** argv) {
                               options.metrics_listen.substr(0, options.metrics_listen.rfind(':')),
                               ":", (*server)->metrics_port(), "/metrics")}});
   }
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << (*server)->port() << "\n";
-    std::rename(tmp.c_str(), port_file.c_str());
+  if (!(*server)->web_url().empty()) {
+    dtrain::LogInfo("dashboard served", {{"url", (*server)->web_url()}});
   }
+  auto write_port = [](const std::string& file, int port) {
+    if (file.empty()) return;
+    const std::string tmp = file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), file.c_str());
+  };
+  // The dashboard's first: a reader of the gRPC port file then finds both.
+  write_port(absl::GetFlag(FLAGS_http_port_file), (*server)->web_port());
+  write_port(absl::GetFlag(FLAGS_port_file), (*server)->port());
   const int received = dtrain::WaitForTerminationSignal(signals);
   dtrain::LogInfo("shutting down: running jobs are interrupted and resume at the next start",
                   {{"signal", strsignal(received)}});

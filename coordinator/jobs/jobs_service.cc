@@ -158,6 +158,7 @@ grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* con
     *response->add_jobs() = std::move(jobs[i]);
   }
   if (i < jobs.size()) response->set_next_page_token(absl::StrCat(i));
+  response->set_total_size(static_cast<int32_t>(jobs.size()));
   return FinishNow(context, absl::OkStatus());
 }
 
