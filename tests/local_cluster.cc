@@ -74,9 +74,11 @@ bool LocalCluster::Shutdown() {
 
 bool LocalCluster::AddWorker(const std::string& name, const std::vector<std::string>& flags,
                              const std::vector<std::string>& launcher) {
-  // Each worker its own artifact cache inside the cluster's directory: tests stay hermetic.
+  // Each worker its own artifact cache and job files inside the cluster's directory: tests
+  // running at once with the same worker and job names stay apart.
   std::vector<std::string> all = {"--name=" + name, "--threads=1",
-                                  absl::StrCat("--cache_dir=", dir_, "/cache-", name)};
+                                  absl::StrCat("--cache_dir=", dir_, "/cache-", name),
+                                  absl::StrCat("--jobs_dir=", dir_, "/jobs-", name)};
   all.insert(all.end(), flags.begin(), flags.end());
   auto worker = WorkerProcess::Start(address_, all, launcher);
   if (worker == nullptr) return false;

@@ -39,11 +39,15 @@ class Cluster:
         self.dir = directory
         self.processes = []
         port_file = os.path.join(directory, "coordinator.port")
+        http_port_file = os.path.join(directory, "http.port")
         self.coordinator = self._start([
             _binary("DTRAIN_COORDINATOR_BIN"), "--listen=127.0.0.1:0", f"--port_file={port_file}",
+            "--http_listen=127.0.0.1:0", f"--http_port_file={http_port_file}",
             f"--state_dir={directory}/state", "--heartbeat_timeout=3s", *coordinator_flags],
             "coordinator")
         self.address = f"127.0.0.1:{_wait_for_port(port_file, self.coordinator)}"
+        # The dashboard and HTTP API (its port file is written before the gRPC one).
+        self.url = f"http://127.0.0.1:{_wait_for_port(http_port_file, self.coordinator)}/"
         for i in range(workers):
             self.add_worker(f"w{i}")
 
@@ -57,7 +61,9 @@ class Cluster:
         port_file = os.path.join(self.dir, f"{name}.port")
         worker = self._start([
             _binary("DTRAIN_WORKER_BIN"), f"--coordinator={self.address}", "--listen=127.0.0.1:0",
-            f"--port_file={port_file}", f"--name={name}", "--threads=1", *flags], name)
+            f"--port_file={port_file}", f"--name={name}", "--threads=1",
+            f"--cache_dir={self.dir}/cache-{name}", f"--jobs_dir={self.dir}/jobs-{name}", *flags],
+            name)
         _wait_for_port(port_file, worker)
         return worker
 

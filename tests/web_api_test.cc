@@ -1,0 +1,335 @@
+// The coordinator's HTTP JSON API (/api/v1/) against a real local cluster, read with an HTTP
+// client as curl would: each route's status codes and bodies, parsed back into the protobuf
+// messages the gRPC services answer (proto3 JSON mapping); incremental reads (since, offset);
+// the live stream; downloads; cancel; and the token, session cookie and cross-site rules.
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/sha256.h"
+#include "dtrain/v1/coordinator.pb.h"
+#include "dtrain/v1/jobs.pb.h"
+#include "tests/local_cluster.h"
+
+namespace dtrain::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+template <typename Message>
+Message Parse(const std::string& json) {
+  Message out;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json, &out).ok()) << json;
+  return out;
+}
+
+// {"error": {"code": ..., "message": ...}}: the code.
+std::string ErrorCode(const std::string& json) {
+  google::protobuf::Struct out = Parse<google::protobuf::Struct>(json);
+  if (out.fields().count("error") == 0) return "";
+  return out.fields().at("error").struct_value().fields().at("code").string_value();
+}
+
+class WebApiTest : public ::testing::Test {
+ protected:
+  void Start(const std::vector<std::string>& flags = {}) {
+    cluster_ = std::make_unique<LocalCluster>(
+        absl::StrCat(::testing::TempDir(), "/web-api-", getpid(), "-",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    std::vector<std::string> all = {"--http_listen=127.0.0.1:0",
+                                    "--http_port_file=" + cluster_->dir() + "/http.port"};
+    all.insert(all.end(), flags.begin(), flags.end());
+    ASSERT_TRUE(cluster_->StartCoordinator("127.0.0.1:0", all));
+    port_ = WaitForPortFile(cluster_->dir() + "/http.port", absl::Seconds(5));
+    ASSERT_GT(port_, 0);
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    http_->set_read_timeout(10, 0);
+  }
+
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<httplib::Client> http_;
+  int port_ = 0;
+};
+
+TEST_F(WebApiTest, Routes_StatusCodesAndProtoJson_IncrementalReads_StreamDownloadCancel) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_TRUE(cluster_->AddWorker("w0"));
+  ASSERT_TRUE(cluster_->AddWorker("w1"));
+  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers(true) == 2; }, absl::Seconds(10)));
+
+  auto empty = http_->Get("/api/v1/jobs");
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->status, 200);
+  EXPECT_EQ(empty->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(Parse<v1::ListJobsResponse>(empty->body).total_size(), 0);
+
+  const std::string id = cluster_->Submit("web", SyntheticDdpJob("web", 2, 1024));
+  ASSERT_FALSE(id.empty());
+  // The live stream sees it run and end (read until the terminal event or 60 s).
+  std::string stream;
+  httplib::Client sse("127.0.0.1", port_);
+  sse.set_read_timeout(60, 0);
+  auto streamed = sse.Get(absl::StrCat("/api/v1/events?job=", id), [&](const char* data, size_t n) {
+    stream.append(data, n);
+    return !absl::StrContains(stream, "\"state\":\"SUCCEEDED\"") &&
+           !absl::StrContains(stream, "\"state\":\"FAILED\"");
+  });
+  EXPECT_THAT(stream, HasSubstr("event: job\ndata: {"));
+  EXPECT_THAT(stream, HasSubstr("\"state\":\"RUNNING\""));
+  EXPECT_THAT(stream, HasSubstr("\"state\":\"SUCCEEDED\""));
+  ASSERT_TRUE(
+      WaitFor([&] { return cluster_->GetJob(id).state() == v1::SUCCEEDED; }, absl::Seconds(60)));
+
+  // Jobs, paged and sorted; one job with its spec.
+  auto list = http_->Get("/api/v1/jobs?page_size=1&sort=name&order=asc");
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->status, 200) << list->body;
+  const v1::ListJobsResponse page = Parse<v1::ListJobsResponse>(list->body);
+  ASSERT_EQ(page.jobs_size(), 1);
+  EXPECT_EQ(page.jobs(0).id(), id);
+  EXPECT_EQ(page.total_size(), 1);
+  EXPECT_TRUE(page.next_page_token().empty());
+  auto one = http_->Get("/api/v1/jobs/" + id);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200);
+  const v1::JobStatus job = Parse<v1::JobStatus>(one->body);
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(job.spec().trainer().num_nodes(), 2) << "GetJob's spec comes along";
+  EXPECT_THAT(one->body, HasSubstr("\"globalStep\":\"32\"")) << "proto3 JSON: int64 as a string";
+
+  // Metric points from `since`, then nothing new.
+  auto metrics = http_->Get(absl::StrCat("/api/v1/jobs/", id, "/metrics?since=0"));
+  ASSERT_TRUE(metrics);
+  ASSERT_EQ(metrics->status, 200);
+  const v1::GetJobMetricsResponse points = Parse<v1::GetJobMetricsResponse>(metrics->body);
+  ASSERT_GT(points.points_size(), 4);
+  EXPECT_EQ(points.next_point(), points.points_size());
+  std::set<std::string> names;
+  for (const v1::MetricPoint& p : points.points()) names.insert(p.name());
+  EXPECT_TRUE(names.count("train_loss") && names.count("val_loss") && names.count("test_acc"));
+  auto later =
+      http_->Get(absl::StrCat("/api/v1/jobs/", id, "/metrics?since=", points.next_point() - 1));
+  ASSERT_TRUE(later);
+  EXPECT_EQ(Parse<v1::GetJobMetricsResponse>(later->body).points_size(), 1);
+  for (const char* bad : {"abc", "-1", "1.5"}) {
+    auto refused = http_->Get(absl::StrCat("/api/v1/jobs/", id, "/metrics?since=", bad));
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 400) << bad;
+    EXPECT_EQ(ErrorCode(refused->body), "INVALID_ARGUMENT");
+    EXPECT_THAT(refused->body, HasSubstr("'since' must be a whole number"));
+  }
+
+  // The log from an offset.
+  auto logs = http_->Get(absl::StrCat("/api/v1/jobs/", id, "/logs?offset=0"));
+  ASSERT_TRUE(logs);
+  const v1::GetJobLogsResponse all_lines = Parse<v1::GetJobLogsResponse>(logs->body);
+  ASSERT_GT(all_lines.lines_size(), 3);
+  EXPECT_THAT(all_lines.lines(0), HasSubstr("submitted"));
+  auto tail =
+      http_->Get(absl::StrCat("/api/v1/jobs/", id, "/logs?offset=", all_lines.next_line() - 1));
+  ASSERT_TRUE(tail);
+  const v1::GetJobLogsResponse last_line = Parse<v1::GetJobLogsResponse>(tail->body);
+  ASSERT_EQ(last_line.lines_size(), 1);
+  EXPECT_THAT(last_line.lines(0), HasSubstr("job SUCCEEDED"));
+
+  // Workers, groups, the cluster.
+  auto workers = http_->Get("/api/v1/workers");
+  ASSERT_TRUE(workers);
+  EXPECT_EQ(Parse<v1::ListWorkersResponse>(workers->body).workers_size(), 2);
+  auto groups = http_->Get("/api/v1/groups");
+  ASSERT_TRUE(groups);
+  EXPECT_EQ(groups->status, 200);
+  Parse<v1::ListGroupsResponse>(groups->body);
+  auto cluster = http_->Get("/api/v1/cluster");
+  ASSERT_TRUE(cluster);
+  const v1::ClusterSummary summary = Parse<v1::ClusterSummary>(cluster->body);
+  EXPECT_EQ(summary.workers_size(), 2);
+  EXPECT_EQ(summary.jobs_by_state().at("SUCCEEDED"), 1);
+
+  // The last checkpoint, as the store keeps it.
+  ASSERT_FALSE(job.files().empty());
+  const v1::JobFile& file = job.files(0);
+  auto download = http_->Get(absl::StrCat("/api/v1/jobs/", id, "/files/", file.name()));
+  ASSERT_TRUE(download);
+  ASSERT_EQ(download->status, 200);
+  EXPECT_EQ(static_cast<int64_t>(download->body.size()), file.size_bytes());
+  Sha256 hash;
+  hash.Update(download->body);
+  EXPECT_EQ(hash.Finish(), file.digest());
+  EXPECT_THAT(download->get_header_value("Content-Disposition"), HasSubstr(file.name()));
+
+  // Errors: unknown job, file and route; cancelling an ended job; a cross-site POST.
+  for (const std::string& path : std::vector<std::string>{
+           "/api/v1/jobs/nosuch-1", "/api/v1/jobs/nosuch-1/metrics", "/api/v1/jobs/nosuch-1/logs",
+           "/api/v1/nothing-here", "/api/v1/jobs/" + id + "/files/nosuch.ckpt"}) {
+    auto missing = http_->Get(path);
+    ASSERT_TRUE(missing) << path;
+    EXPECT_EQ(missing->status, 404) << path;
+    EXPECT_EQ(ErrorCode(missing->body), "NOT_FOUND") << path;
+  }
+  auto ended = http_->Post(absl::StrCat("/api/v1/jobs/", id, "/cancel"));
+  ASSERT_TRUE(ended);
+  EXPECT_EQ(ended->status, 409);
+  EXPECT_EQ(ErrorCode(ended->body), "FAILED_PRECONDITION");
+  httplib::Headers foreign = {{"Origin", "http://evil.example"}};
+  auto forged =
+      http_->Post(absl::StrCat("/api/v1/jobs/", id, "/cancel"), foreign, "", "text/plain");
+  ASSERT_TRUE(forged);
+  EXPECT_EQ(forged->status, 403);
+  EXPECT_EQ(ErrorCode(forged->body), "PERMISSION_DENIED");
+  auto bad_sort = http_->Get("/api/v1/jobs?sort=color");
+  ASSERT_TRUE(bad_sort);
+  EXPECT_EQ(bad_sort->status, 400);
+
+  // A running job is cancelled by POST.
+  const std::string long_id = cluster_->Submit("long", SyntheticDdpJob("long", 1000, 4096));
+  ASSERT_TRUE(
+      WaitFor([&] { return cluster_->GetJob(long_id).state() == v1::RUNNING; }, absl::Seconds(30)));
+  httplib::Headers same = {{"Origin", absl::StrCat("http://127.0.0.1:", port_)}};
+  auto cancel =
+      http_->Post(absl::StrCat("/api/v1/jobs/", long_id, "/cancel"), same, "", "text/plain");
+  ASSERT_TRUE(cancel);
+  EXPECT_EQ(cancel->status, 200) << cancel->body;
+  ASSERT_TRUE(WaitFor([&] { return cluster_->GetJob(long_id).state() == v1::CANCELLED; },
+                      absl::Seconds(15)));
+
+  // The page and its files.
+  auto index = http_->Get("/");
+  ASSERT_TRUE(index);
+  EXPECT_EQ(index->status, 200);
+  EXPECT_THAT(index->body, HasSubstr("/static/app.js"));
+  auto chart = http_->Get("/static/chart.js");
+  ASSERT_TRUE(chart);
+  EXPECT_THAT(chart->body, HasSubstr("Chart.js v3")) << "Debian's libjs-chart.js, embedded";
+}
+
+TEST_F(WebApiTest, AdminToken_BearerOrSessionCookie_WrongTokenRefused) {
+  const std::string token_file = ::testing::TempDir() + "/web-token-" + std::to_string(getpid());
+  std::ofstream(token_file) << "web-admin-token-123\n";
+  ASSERT_NO_FATAL_FAILURE(Start({"--token_file=" + token_file}));
+  auto anonymous = http_->Get("/api/v1/jobs");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+  EXPECT_EQ(ErrorCode(anonymous->body), "UNAUTHENTICATED");
+  auto page = http_->Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 401);
+  EXPECT_THAT(page->body, HasSubstr("needs its admin token")) << "the login page";
+  httplib::Headers wrong = {{"Authorization", "Bearer not-the-token"}};
+  auto refused = http_->Get("/api/v1/jobs", wrong);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 401);
+  EXPECT_THAT(refused->body, HasSubstr("wrong token"));
+  httplib::Headers right = {{"Authorization", "Bearer web-admin-token-123"}};
+  auto allowed = http_->Get("/api/v1/jobs", right);
+  ASSERT_TRUE(allowed);
+  EXPECT_EQ(allowed->status, 200);
+
+  auto bad_login = http_->Post("/login", R"({"token": "guess"})", "application/json");
+  ASSERT_TRUE(bad_login);
+  EXPECT_EQ(bad_login->status, 401);
+  EXPECT_FALSE(bad_login->has_header("Set-Cookie"));
+  auto login = http_->Post("/login", R"({"token": "web-admin-token-123"})", "application/json");
+  ASSERT_TRUE(login);
+  ASSERT_EQ(login->status, 200);
+  const std::string cookie = login->get_header_value("Set-Cookie");
+  EXPECT_THAT(cookie, HasSubstr("HttpOnly"));
+  EXPECT_THAT(cookie, HasSubstr("SameSite=Strict"));
+  httplib::Headers session = {{"Cookie", cookie.substr(0, cookie.find(';'))}};
+  auto with_cookie = http_->Get("/api/v1/cluster", session);
+  ASSERT_TRUE(with_cookie);
+  EXPECT_EQ(with_cookie->status, 200);
+  auto logout = http_->Post("/logout", session, "", "text/plain");
+  ASSERT_TRUE(logout);
+  auto after = http_->Get("/api/v1/cluster", session);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 401);
+  std::filesystem::remove(token_file);
+}
+
+// A thousand jobs in the history: every list is a page, the summary counts them all, and the
+// stream starts with what runs only. (Times are printed, not asserted: bench/ measures.)
+TEST_F(WebApiTest, AThousandJobs_PagedNeverWhole) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  v1::SubmitJobRequest submit;
+  submit.mutable_spec()->set_name("bulk");
+  submit.mutable_spec()->mutable_model()->set_builtin("mlp");
+  submit.mutable_spec()->mutable_data()->mutable_synthetic()->set_train_size(64);
+  for (int i = 0; i < 1000; ++i) {
+    grpc::ClientContext context;
+    v1::SubmitJobResponse response;
+    ASSERT_TRUE(cluster_->jobs().SubmitJob(&context, submit, &response).ok()) << i;
+  }
+  const absl::Time start = absl::Now();
+  auto first = http_->Get("/api/v1/jobs");
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(first);
+  const v1::ListJobsResponse page = Parse<v1::ListJobsResponse>(first->body);
+  EXPECT_EQ(page.jobs_size(), 50);
+  EXPECT_EQ(page.total_size(), 1000);
+  EXPECT_EQ(page.next_page_token(), "50");
+  EXPECT_EQ(page.jobs(0).id(), "bulk-1000") << "newest first";
+  auto last = http_->Get("/api/v1/jobs?page_size=500&page_token=500&order=asc");
+  ASSERT_TRUE(last);
+  const v1::ListJobsResponse tail = Parse<v1::ListJobsResponse>(last->body);
+  EXPECT_EQ(tail.jobs_size(), 500);
+  EXPECT_EQ(tail.jobs(499).id(), "bulk-1000");
+  EXPECT_TRUE(tail.next_page_token().empty());
+  auto capped = http_->Get("/api/v1/jobs?page_size=100000");
+  ASSERT_TRUE(capped);
+  EXPECT_EQ(Parse<v1::ListJobsResponse>(capped->body).jobs_size(), 500) << "at most 500 a page";
+  auto summary = http_->Get("/api/v1/cluster");
+  ASSERT_TRUE(summary);
+  EXPECT_EQ(Parse<v1::ClusterSummary>(summary->body).jobs_by_state().at("QUEUED"), 1000);
+  std::printf("GET /api/v1/jobs with 1000 jobs: %.1f ms, %zu bytes\n",
+              absl::ToDoubleMilliseconds(took), first->body.size());
+}
+
+// With the gRPC side on TLS, the dashboard is HTTPS with the same certificate: a client trusting
+// the cluster's CA reads it; plaintext gets nothing.
+TEST_F(WebApiTest, TlsCoordinator_ServesHttpsWithItsCertificate) {
+  const std::string certs = absl::StrCat(::testing::TempDir(), "/web-tls-", getpid());
+  CommandResult made =
+      RunShell(absl::StrCat("bash " DTRAIN_SOURCE_DIR "/deploy/tls/make-test-certs.sh ", certs));
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--tls_cert=" + certs + "/server.pem", "--tls_key=" + certs + "/server.key",
+             "--tls_ca=" + certs + "/ca.pem"}));
+  httplib::SSLClient https("127.0.0.1", port_);
+  https.set_ca_cert_path((certs + "/ca.pem").c_str());
+  https.enable_server_certificate_verification(true);
+  auto secure = https.Get("/api/v1/cluster");
+  ASSERT_TRUE(secure) << httplib::to_string(secure.error());
+  EXPECT_EQ(secure->status, 200);
+  Parse<v1::ClusterSummary>(secure->body);
+  auto plain = http_->Get("/api/v1/cluster");
+  EXPECT_FALSE(plain && plain->status == 200) << "plaintext HTTP answered";
+  std::filesystem::remove_all(certs);
+}
+
+TEST(WebApiStart, BeyondLoopbackWithoutAToken_Refused) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/web-refused-", getpid());
+  CommandResult run = RunShell(absl::StrCat(DTRAIN_COORDINATOR_BIN,
+                                            " --listen=127.0.0.1:0 --http_listen=0.0.0.0:0 "
+                                            "--state_dir=",
+                                            dir, " 2>&1"));
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_THAT(run.output, HasSubstr("is beyond loopback and the coordinator has no admin token"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dtrain::testing
