@@ -6,13 +6,17 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
           protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libtorch-dev libgloo-dev zlib1g-dev libyaml-cpp-dev
-          libsqlite3-dev libcpp-httplib-dev
+          libsqlite3-dev libcpp-httplib-dev libjs-chart.js
           dataset-fashion-mnist
           python3 python3-grpcio python3-protobuf python3-yaml python3-numpy)
 # The Python package's own needs are above (python/dtrain: grpcio, protobuf, PyYAML, numpy).
 # The test command's checks (formatting, clang's thread-safety analysis), pytest, and Python's
-# torch, which writes the data files and checkpoints the interoperability tests read and check.
-if [ "${1:-}" = "--test" ]; then packages+=(clang-format clang python3-pytest python3-torch); fi
+# torch, which writes the data files and checkpoints the interoperability tests read and check;
+# chromium, its driver and selenium for the dashboard's browser test. libjs-chart.js (above) is
+# the dashboard's chart library, embedded in the coordinator at build time.
+if [ "${1:-}" = "--test" ]; then
+  packages+=(clang-format clang python3-pytest python3-torch chromium chromium-driver python3-selenium)
+fi
 if [ "${1:-}" = "--bench" ]; then packages+=(python3 python3-torch); fi
 if [ "${1:-}" = "--fuzz" ]; then packages+=(clang); fi
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A local dtrain cluster on 127.0.0.1, in the background:
-#   deploy/local/cluster.sh start [--port N] [--workers N] [--threads N]   a coordinator and N workers (default 2)
+#   deploy/local/cluster.sh start [--port N] [--http_port N] [--workers N] [--threads N]
+#                                          a coordinator (dashboard on 29612) and N workers (default 2)
 #   deploy/local/cluster.sh stop                              stops them cleanly (SIGTERM, then waits)
 #   deploy/local/cluster.sh status
 # Port 0 picks a free coordinator port. Workers listen on free ports and register themselves;
@@ -29,10 +30,11 @@ stop_one() {
 case "${1:-}" in
   start)
     shift
-    port=29610 workers=2 threads=0
+    port=29610 workers=2 threads=0 http_port=29612
     while [ $# -gt 0 ]; do
       case "$1" in
         --port) port=$2; shift 2 ;;
+        --http_port) http_port=$2; shift 2 ;;
         --workers) workers=$2; shift 2 ;;
         --threads) threads=$2; shift 2 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
@@ -41,8 +43,11 @@ case "${1:-}" in
     if alive "$state/coordinator.pid"; then
       echo "already running: coordinator on 127.0.0.1:$(cat "$state/port")"; exit 0
     fi
-    rm -f "$state/port"
+    rm -f "$state/port" "$state/http_port"
+    # With --port 0 the dashboard takes a free port too.
+    [ "$port" = 0 ] && http_port=0
     "$bin/coordinator/dtrain-coordinator" --listen="127.0.0.1:$port" --port_file="$state/port" \
+      --http_listen="127.0.0.1:$http_port" --http_port_file="$state/http_port" \
       --state-dir="$state/state" >"$state/coordinator.log" 2>&1 &
     echo $! > "$state/coordinator.pid"
     for _ in $(seq 100); do [ -s "$state/port" ] && break; sleep 0.1; done
@@ -51,6 +56,7 @@ case "${1:-}" in
     fi
     address="127.0.0.1:$(cat "$state/port")"
     echo "coordinator serving on $address (log: $state/coordinator.log)"
+    echo "dashboard: http://127.0.0.1:$(cat "$state/http_port")/"
     cores=$(nproc)
     if [ "$threads" -le 0 ]; then threads=$(( cores / workers )); [ "$threads" -ge 1 ] || threads=1; fi
     for i in $(seq 0 $((workers - 1))); do
@@ -76,7 +82,7 @@ case "${1:-}" in
       stop_one "$pidfile" "$(basename "$pidfile" .pid)"
     done
     stop_one "$state/coordinator.pid" coordinator
-    rm -f "$state/port" "$state"/worker-*.port
+    rm -f "$state/port" "$state/http_port" "$state"/worker-*.port
     ;;
   status)
     if alive "$state/coordinator.pid"; then
