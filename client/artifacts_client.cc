@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/sha256.h"
 #include "common/streaming.h"
@@ -47,19 +48,24 @@ absl::StatusOr<UploadResult> ArtifactsClient::Upload(const std::string& path) {
   UploadResult result;
   result.digest = *digest;
   result.size = static_cast<int64_t>(size);
-  absl::StatusOr<int64_t> stored = Stat(*digest);
-  if (stored.ok() && *stored == result.size) return result;
-  if (!stored.ok() && stored.status().code() != absl::StatusCode::kNotFound) {
-    return stored.status();
-  }
   // A transfer cut short or corrupted on the way is refused by the coordinator's hash check
-  // (DATA_LOSS) and sent again; a file that changes while it is read fails every attempt.
+  // (DATA_LOSS) and sent again, as is one whose connection broke (UNAVAILABLE); a file that
+  // changes while it is read fails every attempt.
   absl::Status sent;
   int attempt = 0;
-  do {
-    sent = Send(path, &result);
-  } while (++attempt < kAttempts && (sent.code() == absl::StatusCode::kDataLoss ||
-                                     sent.code() == absl::StatusCode::kUnavailable));
+  while (true) {
+    absl::StatusOr<int64_t> stored = Stat(*digest);
+    if (stored.ok() && *stored == result.size) return result;
+    sent = stored.ok() || stored.status().code() == absl::StatusCode::kNotFound
+               ? Send(path, &result)
+               : stored.status();
+    if (sent.ok() || ++attempt >= kAttempts ||
+        (sent.code() != absl::StatusCode::kDataLoss &&
+         sent.code() != absl::StatusCode::kUnavailable)) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(200) * attempt);
+  }
   if (!sent.ok()) {
     return absl::Status(sent.code(),
                         absl::StrCat("cannot upload '", path, "'",

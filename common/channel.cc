@@ -9,6 +9,18 @@
 #include "common/tls_credentials.h"
 
 namespace dtrain {
+namespace {
+
+constexpr int kKeepaliveTimeMs = 10000;
+
+}  // namespace
+
+void AcceptClientKeepalive(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Half the clients' interval: a ping that arrives a little early is no strike.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             kKeepaliveTimeMs / 2);
+}
 
 std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address) {
   return ConnectToCoordinator(address, ClientToken());
@@ -19,7 +31,7 @@ std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address,
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // Each ProcessGroup gets its own connection, as separate processes would.

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <grpcpp/channel.h>
+#include <grpcpp/server_builder.h>
 
 namespace dtrain {
 
@@ -17,5 +18,12 @@ std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address);
 // The same with `token` as the bearer token (empty: none), e.g. a job's own.
 std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address,
                                                     const std::string& token);
+
+// The server side of that keepalive: dtrain's clients ping every 10 s, also on connections
+// with no call in flight (a worker's channel for files is idle between checkpoints). gRPC's
+// server default treats pings more often than every 5 minutes without data as abuse and closes
+// the connection with GOAWAY "too_many_pings", failing whatever call is on it; every dtrain
+// server accepts its own clients' pings instead.
+void AcceptClientKeepalive(grpc::ServerBuilder& builder);
 
 }  // namespace dtrain

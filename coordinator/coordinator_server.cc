@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/channel.h"
 #include "common/standard_services.h"
 #include "common/streaming.h"
 
@@ -123,6 +124,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       });
   EnableStandardServices();
   grpc::ServerBuilder builder;
+  AcceptClientKeepalive(builder);
   builder.AddListeningPort(server->options_.listen_address,
                            server->options_.credentials != nullptr
                                ? server->options_.credentials
