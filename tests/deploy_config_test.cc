@@ -120,6 +120,14 @@ void CheckPodTemplate(const YAML::Node& workload, const std::string& where,
       const YAML::Node annotations = workload["spec"]["template"]["metadata"]["annotations"];
       EXPECT_EQ(annotations["prometheus.io/port"].as<std::string>(), PortOf(metrics)) << where;
     }
+    // The dashboard: its container port is the one it listens on, and it has the token (or it
+    // would refuse to serve beyond loopback).
+    const std::string http = ValueOf(args, "http_listen");
+    if (!http.empty()) {
+      EXPECT_EQ(ports.count("https"), 1u) << where << ": --http_listen without an https port";
+      EXPECT_EQ(PortOf(http), std::to_string(ports["https"])) << where;
+      EXPECT_FALSE(ValueOf(args, "token_file").empty()) << where << ": a dashboard without a token";
+    }
     // Files named by flags sit under a mounted volume.
     std::vector<std::string> mounts;
     for (const YAML::Node& m : c["volumeMounts"]) {
