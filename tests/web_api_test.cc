@@ -288,6 +288,10 @@ TEST_F(WebApiTest, AThousandJobs_PagedNeverWhole) {
   EXPECT_EQ(tail.jobs_size(), 500);
   EXPECT_EQ(tail.jobs(499).id(), "bulk-1000");
   EXPECT_TRUE(tail.next_page_token().empty());
+  auto beyond = http_->Get("/api/v1/jobs?page_token=9223372036854775807");
+  ASSERT_TRUE(beyond);
+  EXPECT_EQ(beyond->status, 200);
+  EXPECT_EQ(Parse<v1::ListJobsResponse>(beyond->body).jobs_size(), 0) << "past the end: empty";
   auto capped = http_->Get("/api/v1/jobs?page_size=100000");
   ASSERT_TRUE(capped);
   EXPECT_EQ(Parse<v1::ListJobsResponse>(capped->body).jobs_size(), 500) << "at most 500 a page";

@@ -43,6 +43,18 @@ std::vector<std::pair<std::string, std::string>> SpecArtifacts(const v1::JobSpec
   return out;
 }
 
+// Every stored file `job` names: its spec's uploads, where it resumes from, the files it kept.
+std::set<std::string> DigestsNamedBy(const JobRecord& job) {
+  std::set<std::string> named;
+  for (const auto& [field, digest] : SpecArtifacts(job.spec())) named.insert(digest);
+  const std::string resume = job.ckpt_path();
+  if (IsArtifactReference(resume)) named.insert(ArtifactDigest(resume));
+  for (const v1::JobFile& file : job.Files()) {
+    if (!file.digest().empty()) named.insert(file.digest());
+  }
+  return named;
+}
+
 }  // namespace
 
 void JobManager::SetArtifactStore(ArtifactStore* artifacts) { artifacts_ = artifacts; }
@@ -61,14 +73,7 @@ std::set<std::string> JobManager::NamedDigests() const {
     for (const auto& [id, job] : jobs_) jobs.push_back(job);
   }
   std::set<std::string> named;
-  for (const auto& job : jobs) {
-    for (const auto& [field, digest] : SpecArtifacts(job->spec())) named.insert(digest);
-    const std::string resume = job->ckpt_path();
-    if (IsArtifactReference(resume)) named.insert(ArtifactDigest(resume));
-    for (const v1::JobFile& file : job->Files()) {
-      if (!file.digest().empty()) named.insert(file.digest());
-    }
-  }
+  for (const auto& job : jobs) named.merge(DigestsNamedBy(*job));
   return named;
 }
 
@@ -121,16 +126,7 @@ bool JobManager::GroupMayRead(const std::string& group, const std::string& diges
   if (job == nullptr && group.rfind('.') != std::string::npos) {
     job = Find(group.substr(0, group.rfind('.')));
   }
-  if (job == nullptr) return false;
-  for (const auto& [field, named] : SpecArtifacts(job->spec())) {
-    if (named == digest) return true;
-  }
-  const std::string resume = job->ckpt_path();
-  if (IsArtifactReference(resume) && ArtifactDigest(resume) == digest) return true;
-  for (const v1::JobFile& file : job->Files()) {
-    if (file.digest() == digest) return true;
-  }
-  return false;
+  return job != nullptr && DigestsNamedBy(*job).count(digest) > 0;
 }
 
 absl::StatusOr<v1::DeleteJobResponse> JobManager::Delete(const std::string& id) {
@@ -142,11 +138,8 @@ absl::StatusOr<v1::DeleteJobResponse> JobManager::Delete(const std::string& id) 
         absl::StrCat("job '", id, "' is ", v1::JobState_Name(job->state()),
                      "; cancel it first (dtrain cancel ", id, "), then delete it"));
   }
-  std::vector<std::string> candidates;
-  for (const auto& [field, digest] : SpecArtifacts(job->spec())) candidates.push_back(digest);
-  for (const v1::JobFile& file : job->Files()) {
-    if (!file.digest().empty()) candidates.push_back(file.digest());
-  }
+  const std::set<std::string> named = DigestsNamedBy(*job);
+  const std::vector<std::string> candidates(named.begin(), named.end());
   // An ended job's thread may still be tearing it down on its workers (the outcome is published
   // first): wait for it, within the teardown's own deadline.
   std::thread thread;

@@ -61,17 +61,22 @@ void Trainer::ReportPredictions(const std::string& path) {
                      " but could not be stored for download: ", digest.status().message()));
     return;
   }
-  v1::JobFile file;
-  file.set_name(std::filesystem::path(path).filename().string());
-  file.set_kind("predictions");
-  file.set_digest(*digest);
+  v1::JobFile file = NewJobFile(std::filesystem::path(path).filename().string(), "predictions");
   file.set_location(JobFileReference(options_.job_id, file.name()));
+  file.set_digest(*digest);
   std::error_code error;
   file.set_size_bytes(static_cast<int64_t>(std::filesystem::file_size(path, error)));
+  reporter_->KeepFile(file, {});
+}
+
+v1::JobFile Trainer::NewJobFile(const std::string& name, const std::string& kind) const {
+  v1::JobFile file;
+  file.set_name(name);
+  file.set_kind(kind);
   file.set_step(global_step_);
   file.set_epoch(progress_.epoch());
   file.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
-  reporter_->KeepFile(file, {});
+  return file;
 }
 
 std::string Trainer::CheckpointReference(const std::string& name) const {
@@ -395,13 +400,8 @@ absl::Status Trainer::SaveCheckpoint(const Save& save) {
         return workers_.stub(i).SaveCheckpoint(context, request, &responses[i]);
       },
       options_.step_timeout));
-  v1::JobFile file;
-  file.set_name(save.name);
-  file.set_kind("checkpoint");
+  v1::JobFile file = NewJobFile(save.name, "checkpoint");
   file.set_location(CheckpointReference(save.name));
-  file.set_step(global_step_);
-  file.set_epoch(progress_.epoch());
-  file.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   if (save.monitored.has_value()) file.set_monitored(*save.monitored);
   for (const v1::SaveCheckpointResponse& r : responses) {
     if (!absl::c_linear_search(r.written(), true)) continue;

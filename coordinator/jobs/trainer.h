@@ -134,6 +134,8 @@ class Trainer final : public TrainerControl, public JobRun {
   // Checkpoints and ends the run so that `names` (stopping) can leave; see drained_workers.
   absl::Status LetDrainingWorkersGo(std::vector<std::string> names);
   void Report();
+  // A file the job keeps, written now at this step: the fields every kind shares.
+  v1::JobFile NewJobFile(const std::string& name, const std::string& kind) const;
   // How a spec names the checkpoint `name` of this job.
   std::string CheckpointReference(const std::string& name) const;
 

@@ -96,10 +96,13 @@ absl::StatusOr<int64_t> IntParam(const httplib::Request& request, const char* na
 
 // The order of the jobs table: a key of JobStatus and a direction.
 absl::Status SortJobs(std::vector<v1::JobStatus>* jobs, const std::string& by, bool descending) {
+  if (by == "submitted") {
+    // The list is in submission order already (jobs submitted within one millisecond too).
+    if (descending) std::reverse(jobs->begin(), jobs->end());
+    return absl::OkStatus();
+  }
   using Key = std::function<bool(const v1::JobStatus&, const v1::JobStatus&)>;
   static const std::map<std::string, Key> kKeys = {
-      {"submitted",
-       [](const auto& a, const auto& b) { return a.submitted_unix_ms() < b.submitted_unix_ms(); }},
       {"id", [](const auto& a, const auto& b) { return a.id() < b.id(); }},
       {"name", [](const auto& a, const auto& b) { return a.name() < b.name(); }},
       {"state", [](const auto& a, const auto& b) { return a.state() < b.state(); }},
@@ -116,11 +119,6 @@ absl::Status SortJobs(std::vector<v1::JobStatus>* jobs, const std::string& by, b
   if (it == kKeys.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sort '", by, "' is not one of submitted, id, name, state, step, samples_per_second"));
-  }
-  if (by == "submitted") {
-    // The list is in submission order already (jobs submitted within one millisecond too).
-    if (descending) std::reverse(jobs->begin(), jobs->end());
-    return absl::OkStatus();
   }
   const Key& less = it->second;
   std::stable_sort(jobs->begin(), jobs->end(), [&](const auto& a, const auto& b) {
@@ -296,13 +294,13 @@ void WebServer::AddRoutes() {
                  order == "desc");
     if (!sorted.ok()) return Error(response, sorted);
     v1::ListJobsResponse out;
-    out.set_total_size(static_cast<int32_t>(all.size()));
-    for (int64_t i = *first; i < static_cast<int64_t>(all.size()) && i < *first + page; ++i) {
-      *out.add_jobs() = std::move(all[static_cast<size_t>(i)]);
-    }
-    if (*first + page < static_cast<int64_t>(all.size())) {
-      out.set_next_page_token(absl::StrCat(*first + page));
-    }
+    const int64_t total = static_cast<int64_t>(all.size());
+    out.set_total_size(static_cast<int32_t>(total));
+    // A token past the end (any number a client sends) is an empty last page.
+    const int64_t begin = std::min(*first, total);
+    const int64_t end = std::min(total, begin + page);
+    for (int64_t i = begin; i < end; ++i) *out.add_jobs() = std::move(all[static_cast<size_t>(i)]);
+    if (end < total) out.set_next_page_token(absl::StrCat(end));
     Reply(response, out);
   });
 

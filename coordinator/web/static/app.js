@@ -36,6 +36,8 @@ async function api(path, options) {
   return body;
 }
 
+const ended = (state) => ['SUCCEEDED', 'FAILED', 'CANCELLED'].includes(state);
+
 // proto3 JSON writes int64 as strings.
 const num = (v) => (v === undefined || v === null || v === '' ? 0 : Number(v));
 const fmt = (v, digits) => (typeof v === 'number' && isFinite(v) ? v.toFixed(digits) : '-');
@@ -246,7 +248,7 @@ async function renderJob(main, id) {
     el('h2', {}, 'Resolved spec'), spec);
 
   const drawHeader = (job) => {
-    const terminal = ['SUCCEEDED', 'FAILED', 'CANCELLED'].includes(job.state);
+    const terminal = ended(job.state);
     const cancel = el('button', {class: 'danger', id: 'cancel', disabled: terminal, onclick: async () => {
       cancel.disabled = true;
       try {
@@ -327,15 +329,15 @@ async function renderJob(main, id) {
   };
 
   await Promise.all([readPoints(), readLog()]);
-  let ended = ['SUCCEEDED', 'FAILED', 'CANCELLED'].includes(job.state);
+  let over = ended(job.state);
   every(2000, () => {
-    if (ended && !follow.checked) return;
+    if (over && !follow.checked) return;
     Promise.all([readPoints(), follow.checked ? readLog() : null]).then(() => showError(null), showError);
   });
   events('?job=' + encodeURIComponent(id), (update) => {
     drawHeader(update);
-    if (['SUCCEEDED', 'FAILED', 'CANCELLED'].includes(update.state)) {
-      ended = true;
+    if (ended(update.state)) {
+      over = true;
       readPoints().catch(showError);
       readLog().catch(showError);
     }

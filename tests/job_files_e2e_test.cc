@@ -1,0 +1,222 @@
+// The files a job carries and keeps, end to end on a real local cluster driven by the dtrain
+// command line: local files uploaded at submit and fetched once into each worker's cache;
+// checkpoints sent by rank 0 to the coordinator, kept top-k, downloaded and deleted; the
+// coordinator's storage quota.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "dtrain/v1/jobs.grpc.pb.h"
+#include "tests/jobs_e2e_fixture.h"
+
+namespace dtrain::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Checkpoints come home: rank 0 sends each checkpoint to the coordinator, which keeps the top k
+// (evicted ones leave its store) and last.ckpt with the job; `dtrain results` lists them with
+// sizes, `dtrain download` brings the best back verified and Python's torch loads it, and
+// `dtrain delete` gives the space back, refusing a job that has not ended.
+TEST_F(JobsE2eTest, CheckpointsComeHome_TopKOnTheCoordinator_DownloadedAndDeleted) {
+  std::string spec = SyntheticJob("home", 2);
+  spec.replace(spec.find("save_top_k: 1"), 13, "save_top_k: 2");
+  CommandResult fit = Dtrain("fit --wait --config " + WriteJob("home", spec));
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const v1::JobStatus job = GetJob("home-1");
+  const std::string objects = dir() + "/state/artifacts/objects";
+  auto stored = [&] {
+    int n = 0;
+    std::error_code error;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(objects, error)) {
+      n += e.is_regular_file();
+    }
+    return n;
+  };
+  int checkpoints = 0, monitored = 0;
+  std::set<std::string> digests;
+  const v1::JobFile* best = nullptr;
+  for (const v1::JobFile& file : job.files()) {
+    EXPECT_EQ(file.kind(), "checkpoint") << file.name();
+    EXPECT_TRUE(absl::StartsWith(file.digest(), "sha256:")) << file.name();
+    EXPECT_GT(file.size_bytes(), 10000) << file.name();
+    EXPECT_EQ(file.location(), "job:home-1/" + file.name());
+    ++checkpoints;
+    digests.insert(file.digest());
+    if (file.has_monitored()) {
+      ++monitored;
+      if (best == nullptr || file.monitored() > best->monitored()) best = &file;
+    }
+  }
+  // Four validations, the top 2 by val_acc kept (the others evicted from the store), and last.
+  EXPECT_EQ(checkpoints, 3);
+  EXPECT_EQ(monitored, 2);
+  ASSERT_NE(best, nullptr);
+  EXPECT_EQ(job.best_checkpoint(), best->location());
+  EXPECT_EQ(job.checkpoint(), "job:home-1/last.ckpt");
+  EXPECT_EQ(stored(), static_cast<int>(digests.size())) << "an evicted checkpoint stayed stored";
+  CommandResult logs = Dtrain("logs home-1");
+  EXPECT_THAT(logs.output, HasSubstr("checkpoint written: job:home-1/epoch=0-step=16.ckpt"));
+
+  CommandResult results = Dtrain("results home-1");
+  EXPECT_THAT(results.output, HasSubstr("dtrain download home-1"));
+  EXPECT_THAT(results.output, HasSubstr(best->name()));
+  EXPECT_THAT(results.output, HasSubstr(" MB  step "));
+  EXPECT_THAT(results.output, HasSubstr("val_acc="));
+
+  // The best, fetched and verified, is the checkpoint Python's torch reads.
+  const std::string out = dir() + "/downloads";
+  CommandResult download = Dtrain("download home-1 best -o " + out);
+  ASSERT_EQ(download.exit_code, 0) << download.output;
+  const std::string path = out + "/" + best->name();
+  EXPECT_THAT(download.output, HasSubstr(path));
+  CommandResult python = RunShell(
+      absl::StrCat("/usr/bin/python3 -c 'import torch, hashlib; c = torch.load(\"", path,
+                   "\"); print(\"step\", c[\"global_step\"], \"sha256:\" + hashlib.sha256(open(\"",
+                   path, "\", \"rb\").read()).hexdigest())'"));
+  ASSERT_EQ(python.exit_code, 0) << python.output;
+  EXPECT_THAT(python.output, HasSubstr(absl::StrCat("step ", best->step(), " ", best->digest())));
+  CommandResult missing = Dtrain("download home-1 nosuch.ckpt -o " + out);
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_THAT(missing.output, HasSubstr("it keeps "));
+  EXPECT_THAT(missing.output, HasSubstr("last.ckpt"));
+
+  // A job that has not ended is not deleted; an ended one is, with its stored files.
+  std::string big = SyntheticJob("big", 1);
+  big.replace(big.find("num_nodes: 2"), 12, "num_nodes: 3");
+  CommandResult queued = Dtrain("fit --config " + WriteJob("big", big));
+  ASSERT_EQ(queued.exit_code, 0) << queued.output;
+  CommandResult refused = Dtrain("delete big-1");
+  EXPECT_EQ(refused.exit_code, 3) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(refused.output, HasSubstr("cancel it first"));
+  ASSERT_EQ(Dtrain("cancel big-1").exit_code, 0);
+  CommandResult deleted = Dtrain("delete home-1");
+  ASSERT_EQ(deleted.exit_code, 0) << deleted.output;
+  EXPECT_THAT(deleted.output, HasSubstr("deleted home-1: 3 stored file(s)"));
+  EXPECT_EQ(stored(), 0);
+  EXPECT_FALSE(std::filesystem::exists(dir() + "/state/jobs/home-1"));
+  CommandResult gone = Dtrain("status home-1");
+  EXPECT_EQ(gone.exit_code, 3) << gone.output;
+  EXPECT_THAT(gone.output, HasSubstr("NOT_FOUND"));
+  EXPECT_THAT(Dtrain("list").output, Not(HasSubstr("home-1")));
+}
+
+// Files travel with the job: a data file that exists only in the client's directory is
+// uploaded at submit, the spec names it by content, each worker fetches it once into its own
+// cache, and a later job naming the same content runs from those caches even after the client
+// and the coordinator no longer have it. Content nobody has fails the job naming it.
+TEST_F(JobsE2eTest, FilesTravelWithTheJob_FetchedOnceIntoEachWorkersCache) {
+  const std::string data = dir() + "/client/data.pt";
+  std::filesystem::create_directories(dir() + "/client");
+  CommandResult made = RunShell(
+      "/usr/bin/python3 -c 'import torch; g = torch.Generator().manual_seed(0); "
+      "x = torch.randn(384, 784, generator=g); y = (x[:, :10].argmax(1)); "
+      "torch.save({\"train\": (x[:256], y[:256]), \"val\": (x[256:], y[256:]), "
+      "\"test\": (x[256:], y[256:])}, \"" +
+      data + "\")'");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string spec = R"(name: carried
+model: {builtin: mlp}
+data: {tensors_file: client/data.pt, batch_size: 32}
+trainer: {max_epochs: 2, num_nodes: 2}
+seed_everything: 1
+optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
+)";
+  CommandResult run = Dtrain("fit --wait --config " + WriteJob("carried", spec));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("data.tensors_file: data.pt ("));
+  EXPECT_THAT(run.output, HasSubstr(") sent as sha256:"));
+  v1::GetJobRequest get;
+  get.set_id("carried-1");
+  v1::JobStatus first;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(cluster_->jobs().GetJob(&context, get, &first).ok());
+  }
+  const std::string reference = first.spec().data().tensors_file();
+  ASSERT_EQ(reference.rfind("artifact:sha256:", 0), 0u) << reference;
+  const std::string hex = reference.substr(std::string("artifact:sha256:").size());
+  for (const char* worker : {"w0", "w1"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir() + "/cache-" + worker + "/" + hex)) << worker;
+  }
+  // Submitting it again sends nothing: the coordinator has it.
+  CommandResult again = Dtrain("fit --config " + WriteJob("carried", spec));
+  EXPECT_THAT(again.output, HasSubstr("already on the coordinator as sha256:" + hex));
+  ASSERT_EQ(Dtrain("cancel carried-2").exit_code, 0);
+  ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(20)));
+
+  // Gone from the client: the spec names the content, which the workers' caches hold (the
+  // cache hits are counted in metrics_endpoint_test).
+  std::filesystem::remove(data);
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = first.spec();
+  submit.mutable_spec()->set_name("cached");
+  submit.mutable_spec()->clear_ckpt_path();
+  v1::SubmitJobResponse submitted;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(cluster_->jobs().SubmitJob(&context, submit, &submitted).ok());
+  }
+  CommandResult cached = Dtrain("watch " + submitted.job().id());
+  EXPECT_EQ(cached.exit_code, 0) << cached.output;
+  // The same content, seed and spec: the same run, metric for metric.
+  const v1::JobStatus rerun = GetJob(submitted.job().id());
+  EXPECT_NEAR(rerun.metrics().at("val_loss"), first.metrics().at("val_loss"), 1e-6);
+  EXPECT_DOUBLE_EQ(rerun.metrics().at("test_acc"), first.metrics().at("test_acc"));
+
+  // Content the coordinator does not have: refused at submit, naming the field and digest.
+  submit.mutable_spec()->set_name("missing");
+  submit.mutable_spec()->mutable_data()->set_tensors_file("artifact:sha256:" +
+                                                          std::string(64, 'a'));
+  {
+    grpc::ClientContext context;
+    grpc::Status refused = cluster_->jobs().SubmitJob(&context, submit, &submitted);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(refused.error_message(),
+                HasSubstr("data.tensors_file: sha256:" + std::string(64, 'a') +
+                          " is not stored on the coordinator; upload it first"));
+  }
+  // A malformed reference never becomes a file name: refused at submit.
+  submit.mutable_spec()->mutable_data()->set_tensors_file("artifact:sha256:../../etc/passwd");
+  grpc::ClientContext context;
+  const grpc::Status malformed = cluster_->jobs().SubmitJob(&context, submit, &submitted);
+  EXPECT_EQ(malformed.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(malformed.error_message(), HasSubstr("data.tensors_file: "));
+  EXPECT_THAT(malformed.error_message(), HasSubstr("is not a digest"));
+}
+
+// accumulate_grad_batches 3 over 32 batches per epoch: each epoch's last, partial window still
+// steps (as Lightning's), so 11 optimizer steps per epoch.
+// The coordinator's storage quota holds for checkpoints too: a job whose checkpoint does not fit
+// fails saying which flag sets the quota and what frees space, and nothing partial is kept.
+TEST_F(JobsE2eTest, StorageQuota_CheckpointAboveIt_JobFailsNamingTheFlag) {
+  ASSERT_TRUE(cluster_->StopCoordinator(SIGTERM));
+  ASSERT_TRUE(cluster_->StartCoordinator(cluster_->address(), {"--artifact_quota_bytes=100000"}));
+  ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(20)));
+  CommandResult run = Dtrain("fit --wait --config " + WriteJob("full", SyntheticJob("full", 1)));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("was written on worker 'w"));
+  EXPECT_THAT(run.output, HasSubstr("but not sent to the coordinator"));
+  EXPECT_THAT(run.output, HasSubstr("--artifact_quota_bytes"));
+  EXPECT_THAT(run.output, HasSubstr("dtrain delete"));
+  int stored = 0;
+  std::error_code error;
+  for (const auto& e :
+       std::filesystem::recursive_directory_iterator(dir() + "/state/artifacts", error)) {
+    stored += e.is_regular_file();
+  }
+  EXPECT_EQ(stored, 0);
+}
+
+}  // namespace
+}  // namespace dtrain::testing
