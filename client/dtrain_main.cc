@@ -269,6 +269,10 @@ class Client {
     std::printf("%s\n", ProgressLine(*job).c_str());
     if (!job->workers().empty())
       std::printf("workers: %s\n", absl::StrJoin(job->workers(), ", ").c_str());
+    if (!job->progress().collective_plane().empty())
+      std::printf("collective plane: %s\n", job->progress().collective_plane().c_str());
+    if (!job->progress().phase_seconds().empty())
+      std::printf("time by phase: %s\n", PhaseLine(job->progress()).c_str());
     PrintMetrics(*job);
     if (!job->checkpoint().empty()) std::printf("checkpoint: %s\n", job->checkpoint().c_str());
     if (!job->predictions().empty()) std::printf("predictions: %s\n", job->predictions().c_str());

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 
 namespace dtrain {
@@ -38,6 +39,19 @@ std::string ProgressLine(const v1::JobStatus& status, int bar_width) {
     if (p.eta_seconds() > 0) absl::StrAppend(&line, " ETA ", FormatSeconds(p.eta_seconds()));
   }
   return line;
+}
+
+std::string PhaseLine(const v1::JobProgress& progress) {
+  static const char* const kOrder[] = {"placement", "setup",  "group",      "first_step",
+                                       "restore",   "train",  "validation", "checkpoint",
+                                       "test",      "predict"};
+  std::vector<std::string> parts;
+  for (const char* phase : kOrder) {
+    auto it = progress.phase_seconds().find(phase);
+    if (it != progress.phase_seconds().end())
+      parts.push_back(absl::StrFormat("%s %.1fs", phase, it->second));
+  }
+  return absl::StrJoin(parts, ", ");
 }
 
 void ProgressView::Show(const v1::JobStatus& status) {

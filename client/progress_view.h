@@ -14,6 +14,10 @@ namespace dtrain {
 // 1m23s"
 std::string ProgressLine(const v1::JobStatus& status, int bar_width = 24);
 
+// "placement 0.0s, setup 1.9s, group 0.3s, first_step 2.0s, train 41.2s, ...": where the
+// job's seconds went (JobProgress.phase_seconds), in the order of a run.
+std::string PhaseLine(const v1::JobProgress& progress);
+
 // "1m23s", "2h05m", "12s".
 std::string FormatSeconds(double seconds);
 

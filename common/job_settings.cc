@@ -45,7 +45,7 @@ const std::vector<std::string>& AcceleratorNames() {
   return *names;
 }
 const std::vector<std::string>& CollectiveBackendNames() {
-  static const auto* names = new std::vector<std::string>{"grpc", "gloo", "shm"};
+  static const auto* names = new std::vector<std::string>{"auto", "grpc", "gloo", "shm"};
   return *names;
 }
 const std::vector<std::string>& ClipAlgorithmNames() {

@@ -222,6 +222,18 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
                              PrecisionNames()[0], "precision");
       !s.ok())
     return s;
+  // Refused at submit, not on a worker: no worker here can ever run them.
+  if (t->accelerator() == "tpu") {
+    return absl::FailedPreconditionError(
+        "trainer.accelerator: 'tpu' needs an XLA runtime (torch_xla), which dtrain's libtorch "
+        "C++ runtime does not have; use cpu, gpu or auto");
+  }
+  if (t->accelerator() == "ipu" || t->accelerator() == "hpu" || t->accelerator() == "mps") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("trainer.accelerator: '", t->accelerator(),
+                     "' needs a vendor runtime dtrain's libtorch C++ runtime does not have; use "
+                     "cpu, gpu or auto"));
+  }
   if (absl::Status s = OneOf("trainer.accelerator", t->mutable_accelerator(), AcceleratorNames(),
                              AcceleratorNames()[0], "accelerator");
       !s.ok())

@@ -259,6 +259,16 @@ TEST(JobSpecRules, BadValues_NamedByPath) {
   absl::Status s = NormalizeJobSpec(&*tpu);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("XLA runtime"));
+  // accelerator: tpu is refused at submit too, naming the runtime, not as an unknown name.
+  auto tpu_accelerator = ParseJobSpec(base + "trainer: {accelerator: tpu}");
+  s = NormalizeJobSpec(&*tpu_accelerator);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("trainer.accelerator: 'tpu' needs an XLA runtime"));
+  // The collective plane: auto unless asked.
+  auto plain = ParseJobSpec(base);
+  ASSERT_TRUE(NormalizeJobSpec(&*plain).ok());
+  EXPECT_EQ(plain->trainer().collective_backend(), "auto");
 }
 
 TEST(DistributedSampler, EqualShardsCoverEverySampleAndShufflePerEpoch) {

@@ -20,6 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
 #include "tests/jobs_e2e_fixture.h"
@@ -104,12 +105,62 @@ TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
   CommandResult logs = Dtrain("logs " + id);
   EXPECT_THAT(logs.output, HasSubstr("group formed: worker 'w0' (rank 0), worker 'w1' (rank 1)"));
   EXPECT_THAT(logs.output, HasSubstr("job SUCCEEDED"));
+  // The default plane: both ranks on this host, so shared memory; said in the log and status.
+  EXPECT_THAT(logs.output, HasSubstr("collective plane: shm (collective_backend auto)"));
+  EXPECT_THAT(logs.output, HasSubstr("first training step starts "));
+  EXPECT_THAT(logs.output, HasSubstr("time by phase: placement "));
+  const v1::JobStatus status = GetJob(id);
+  EXPECT_EQ(status.progress().collective_plane(), "shm");
+  const auto& phases = status.progress().phase_seconds();
+  for (const char* phase :
+       {"placement", "setup", "group", "first_step", "train", "validation", "checkpoint", "test"}) {
+    EXPECT_TRUE(phases.count(phase)) << phase;
+  }
+  EXPECT_GT(phases.at("train"), 0.0);
+  EXPECT_LE(phases.at("group"), phases.at("setup")) << "group formation is part of setup";
+  EXPECT_GE(phases.at("first_step"), phases.at("setup"));
+  const double wall = (status.finished_unix_ms() - status.submitted_unix_ms()) / 1000.0;
+  EXPECT_LE(phases.at("setup") + phases.at("train") + phases.at("validation") +
+                phases.at("checkpoint") + phases.at("test"),
+            wall + 0.05)
+      << "the phases do not overlap";
+  CommandResult shown = Dtrain("status " + id);
+  EXPECT_THAT(shown.output, HasSubstr("collective plane: shm\n"));
+  EXPECT_THAT(shown.output, HasSubstr("time by phase: placement "));
   CommandResult list = Dtrain("list");
   EXPECT_THAT(list.output, HasSubstr("synth-1"));
   EXPECT_THAT(list.output, HasSubstr("SUCCEEDED"));
   CommandResult workers = Dtrain("workers");
   EXPECT_THAT(workers.output, HasSubstr("w0"));
   EXPECT_THAT(workers.output, HasSubstr("ALIVE"));
+}
+
+// collective_backend auto falls back to the coordinator's collectives when Gloo cannot connect
+// the peers, and says so; here w1's Gloo is given an interface that does not exist (as a
+// GLOO_SOCKET_IFNAME typo would), so its side fails at once and w0's times out connecting.
+TEST_F(JobsE2eTest, AutoPlane_GlooCannotConnect_FallsBackToGrpcAndSaysWhy) {
+  cluster_->worker("w1").Stop();
+  ASSERT_TRUE(cluster_->AddWorker("w2", {}, {"/usr/bin/env", "GLOO_SOCKET_IFNAME=nonexistent0"}));
+  ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(15)));
+  const std::string spec = absl::StrReplaceAll(
+      SyntheticJob("fallback", 1, 512),
+      {{"  strategy: ddp\n", "  strategy: ddp\n  collective_timeout_ms: 5000\n"}});
+  const std::string job = WriteJob("fallback", spec);
+  const absl::Time start = absl::Now();
+  CommandResult submitted = Dtrain(absl::StrCat("fit --wait --config ", job));
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  EXPECT_LT(absl::ToDoubleSeconds(absl::Now() - start), 40.0)
+      << "the fallback waits the connect timeout (5 s here), not the collective timeout";
+  CommandResult logs = Dtrain("logs fallback-1");
+  EXPECT_THAT(logs.output, HasSubstr("peer-to-peer collectives are not possible"));
+  EXPECT_THAT(logs.output, HasSubstr("nonexistent0"));
+  EXPECT_THAT(logs.output, HasSubstr("falling back to the coordinator's grpc collectives"));
+  const v1::JobStatus status = GetJob("fallback-1");
+  EXPECT_EQ(status.state(), v1::SUCCEEDED);
+  // Both ranks are on this host, so all_reduce still goes through shared memory; the rest
+  // (broadcast, gathers) through the coordinator.
+  EXPECT_EQ(status.progress().collective_plane(), "shm");
+  EXPECT_GT(status.metrics().at("test_acc"), 0.5);
 }
 
 // Early stopping: a min_delta no improvement can meet stops the run after `patience`

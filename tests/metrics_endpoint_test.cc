@@ -68,8 +68,10 @@ TEST(MetricsEndpoint, CoordinatorAndWorker_CountWhatAJobDid) {
   ASSERT_TRUE(cluster.AddWorker("w0", {absl::StrCat("--metrics_listen=127.0.0.1:", worker_port)}));
   ASSERT_TRUE(cluster.AddWorker("w1"));
   ASSERT_TRUE(WaitFor([&] { return cluster.AliveWorkers() == 2; }, absl::Seconds(10)));
-  // 1024 samples over 2 ranks in batches of 32: 16 training batches per rank.
-  const std::string id = cluster.Submit("m", SyntheticDdpJob("m", 1, 1024));
+  // 1024 samples over 2 ranks in batches of 32: 16 training batches per rank. On the
+  // coordinator's plane (grpc), so that its collectives are counted here.
+  const std::string id =
+      cluster.Submit("m", SyntheticDdpJob("m", 1, 1024, ", collective_backend: grpc"));
   ASSERT_TRUE(WaitFor([&] { return IsTerminal(cluster.GetJob(id).state()); }, absl::Seconds(120)));
   ASSERT_EQ(cluster.GetJob(id).state(), v1::SUCCEEDED);
   // The outcome is published before the teardown: scrape once both workers are let go.

@@ -48,8 +48,15 @@ class NetworkFaultTest : public ::testing::Test {
     ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(15)));
   }
 
-  std::string SubmitJob(int epochs) {
-    return cluster_->Submit("net", SyntheticDdpJob("net", epochs));
+  // On the coordinator's plane: these namespaces reach the coordinator but not each other
+  // (this namespace does not forward), so Gloo could never connect; AutoPlane below shows
+  // what auto does then.
+  std::string SubmitJob(int epochs, const std::string& backend = "grpc",
+                        int collective_timeout_ms = 10000) {
+    return cluster_->Submit(
+        "net", SyntheticDdpJob("net", epochs, 4096,
+                               absl::StrCat(", collective_backend: ", backend,
+                                            ", collective_timeout_ms: ", collective_timeout_ms)));
   }
 
   std::vector<std::unique_ptr<NetworkNamespace>> hosts_;
@@ -75,6 +82,21 @@ TEST_F(NetworkFaultTest, PartitionedWorker_JobFailsNamingIt_WorkerBackAfterHeali
   EXPECT_TRUE(
       WaitFor([&] { return cluster_->AliveWorkers(/*idle_only=*/true) == 2; }, absl::Seconds(30)))
       << "w1 did not come back idle after the link healed";
+}
+
+// Hosts that reach the coordinator but not each other: auto tries Gloo for its connect timeout
+// (the collective timeout, 4 s here, when shorter than 30 s), then every rank falls back to
+// the coordinator's collectives and the job log says why.
+TEST_F(NetworkFaultTest, AutoPlane_PeersCannotReachEachOther_FallsBackToGrpc) {
+  const std::string id = SubmitJob(1, "auto", 4000);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(90)));
+  const v1::JobStatus status = cluster_->GetJob(id);
+  EXPECT_EQ(status.state(), v1::SUCCEEDED) << status.reason();
+  const CommandResult logs = cluster_->Dtrain("logs " + id);
+  EXPECT_THAT(logs.output, HasSubstr("peer-to-peer collectives are not possible"));
+  EXPECT_THAT(logs.output, HasSubstr("falling back to the coordinator's grpc collectives"));
+  std::printf("%s\n", logs.output.c_str());
 }
 
 TEST_F(NetworkFaultTest, DelayAndLoss_JobStillSucceeds) {

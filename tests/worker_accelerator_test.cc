@@ -26,12 +26,14 @@
 #include "worker/checkpoint.h"
 #include "worker/collective_backend.h"
 #include "worker/dataset.h"
+#include "worker/device_plan.h"
 #include "worker/gloo_collective_backend.h"
 #include "worker/gradient_clipping.h"
 #include "worker/gradient_sync.h"
 #include "worker/idx_file.h"
 #include "worker/lightning_module.h"
 #include "worker/model_zoo.h"
+#include "worker/module_replica.h"
 #include "worker/optimizers.h"
 #include "worker/precision.h"
 #include "worker/sharded_optimizer.h"
@@ -233,6 +235,159 @@ TEST(Accelerator, UnavailableHardwareAndStrategies_ClearErrors) {
   EXPECT_EQ(*ParseStrategy("ddp_sharded"), StrategyKind::kSharded);
   EXPECT_EQ(*ParseStrategy(""), StrategyKind::kSingleDevice);
   EXPECT_EQ(ParseStrategy("horovod").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The device decisions, from a device table: this machine's (no CUDA) and a simulated one of
+// four CUDA devices, which no test machine here has.
+DeviceRequest Request(const std::string& accelerator, Precision precision, bool dp = false,
+                      int devices = 1, int local_rank = 0) {
+  DeviceRequest r;
+  r.accelerator = accelerator;
+  r.precision = precision;
+  r.data_parallel = dp;
+  r.devices = devices;
+  r.local_rank = local_rank;
+  return r;
+}
+
+TEST(DevicePlan, CpuOnlyTable_EveryReplicaOnTheCpu_Bf16AutocastOnCpu_Fp16Refused) {
+  const DeviceTable cpu_only;  // no CUDA build, no device
+  EXPECT_EQ(AutoDeviceCount(cpu_only), 1);
+  for (const char* name : {"", "cpu", "auto"}) {
+    auto plan = PlanDevices(Request(name, Precision::k32True), cpu_only);
+    ASSERT_TRUE(plan.ok()) << name << ": " << plan.status();
+    EXPECT_EQ(plan->kind, DeviceKind::kCpu) << name;
+    EXPECT_EQ(plan->root, torch::Device(torch::kCPU));
+    EXPECT_EQ(plan->replicas.size(), 1u);
+    EXPECT_FALSE(plan->autocast.enabled);
+  }
+  auto dp = PlanDevices(Request("cpu", Precision::k32True, /*dp=*/true, 3), cpu_only);
+  ASSERT_TRUE(dp.ok());
+  EXPECT_EQ(dp->replicas, std::vector<torch::Device>(3, torch::Device(torch::kCPU)));
+
+  auto bf16 = PlanDevices(Request("cpu", Precision::kBf16Mixed), cpu_only);
+  ASSERT_TRUE(bf16.ok());
+  EXPECT_TRUE(bf16->autocast.enabled);
+  EXPECT_EQ(bf16->autocast.device, torch::kCPU);
+  EXPECT_EQ(bf16->autocast.dtype, torch::kBFloat16);
+  EXPECT_FALSE(bf16->autocast.loss_scaling);
+  for (Precision p : {Precision::k64True, Precision::kBf16True}) {
+    EXPECT_FALSE(PlanDevices(Request("cpu", p), cpu_only)->autocast.enabled);
+  }
+  auto fp16 = PlanDevices(Request("cpu", Precision::k16Mixed), cpu_only);
+  EXPECT_EQ(fp16.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(fp16.status().message()), HasSubstr("Use bf16-mixed"));
+
+  auto gpu = PlanDevices(Request("gpu", Precision::k32True), cpu_only);
+  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(gpu.status().message()), HasSubstr("no CUDA support"));
+  DeviceTable built_no_device;
+  built_no_device.cuda_built = true;
+  auto no_device = PlanDevices(Request("cuda", Precision::k32True), built_no_device);
+  EXPECT_EQ(no_device.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(no_device.status().message()), HasSubstr("no CUDA device"));
+  auto tpu = PlanDevices(Request("tpu", Precision::k32True), cpu_only);
+  EXPECT_EQ(tpu.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(tpu.status().message()), HasSubstr("XLA runtime"));
+  EXPECT_EQ(PlanDevices(Request("quantum", Precision::k32True), cpu_only).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // What this machine has: the same as the CPU-only table.
+  EXPECT_EQ(AutoDeviceCount(DeviceTable::Detect()), 1);
+}
+
+TEST(DevicePlan, FourCudaDevices_ReplicaIOnCudaI_AutocastOnCuda_TooManyRefused) {
+  DeviceTable four;
+  four.cuda_built = true;
+  four.cuda_devices = 4;
+  EXPECT_EQ(AutoDeviceCount(four), 4);
+  auto dp = PlanDevices(Request("auto", Precision::k32True, /*dp=*/true, 4), four);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  EXPECT_EQ(dp->kind, DeviceKind::kGpu);
+  ASSERT_EQ(dp->replicas.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(dp->replicas[i], torch::Device(torch::kCUDA, i));
+  EXPECT_EQ(dp->root, torch::Device(torch::kCUDA, 0));
+  auto five = PlanDevices(Request("gpu", Precision::k32True, /*dp=*/true, 5), four);
+  EXPECT_EQ(five.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(five.status().message()), HasSubstr("5 replicas needs 5 CUDA devices"));
+  EXPECT_THAT(std::string(five.status().message()), HasSubstr("this worker has 4"));
+  // One rank per process (ddp, ddp_spawn): its local rank picks its device.
+  for (int local = 0; local < 4; ++local) {
+    auto rank = PlanDevices(Request("gpu", Precision::k32True, false, 1, local), four);
+    ASSERT_TRUE(rank.ok());
+    EXPECT_EQ(rank->root, torch::Device(torch::kCUDA, local));
+    EXPECT_EQ(rank->replicas.size(), 1u);
+  }
+  auto fifth = PlanDevices(Request("gpu", Precision::k32True, false, 1, 4), four);
+  EXPECT_EQ(fifth.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(fifth.status().message()), HasSubstr("this host has 4"));
+
+  auto fp16 = PlanDevices(Request("gpu", Precision::k16Mixed), four);
+  ASSERT_TRUE(fp16.ok()) << fp16.status();
+  EXPECT_TRUE(fp16->autocast.enabled);
+  EXPECT_EQ(fp16->autocast.device, torch::kCUDA);
+  EXPECT_EQ(fp16->autocast.dtype, torch::kHalf);
+  EXPECT_TRUE(fp16->autocast.loss_scaling);
+  auto bf16 = PlanDevices(Request("cuda", Precision::kBf16Mixed, true, 2), four);
+  ASSERT_TRUE(bf16.ok());
+  EXPECT_EQ(bf16->autocast.device, torch::kCUDA);
+  EXPECT_EQ(bf16->autocast.dtype, torch::kBFloat16);
+  EXPECT_FALSE(bf16->autocast.loss_scaling);
+  EXPECT_FALSE(PlanDevices(Request("gpu", Precision::k32True), four)->autocast.enabled);
+  // cpu is still the CPU on a GPU machine, with CPU autocast.
+  auto cpu = PlanDevices(Request("cpu", Precision::kBf16Mixed, true, 2), four);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->replicas, std::vector<torch::Device>(2, torch::Device(torch::kCPU)));
+  EXPECT_EQ(cpu->autocast.device, torch::kCPU);
+}
+
+TEST(Precision, AutocastScope_EnablesThePlannedAutocastAndRestoresIt) {
+  auto plugin = PrecisionPlugin::Make(Precision::kBf16Mixed, torch::kCPU);
+  ASSERT_TRUE(plugin.ok());
+  ASSERT_FALSE(at::autocast::is_cpu_enabled());
+  const bool inside = (*plugin)->Run([] { return at::autocast::is_cpu_enabled(); });
+  const auto dtype = (*plugin)->Run([] { return at::autocast::get_autocast_cpu_dtype(); });
+  EXPECT_TRUE(inside);
+  EXPECT_EQ(dtype, torch::kBFloat16);
+  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_FALSE(at::autocast::is_enabled()) << "CUDA autocast stays off on a CPU device";
+}
+
+// dp's CUDA replicas as torch.nn.DataParallel's replicate: run here on the CPU (a copy on the
+// same device), which takes the same differentiable-copy path a cuda:i replica takes.
+TEST(ModuleReplica, BackwardThroughTheReplica_GradientsLandOnTheSourceParameters) {
+  const auto [x, y] = SyntheticBatch(16, 5);
+  const c10::IValue batch = c10::ivalue::Tuple::create({x, y});
+  auto direct = BuiltinModel("mlp", 7);
+  auto source = BuiltinModel("mlp", 7);
+  ASSERT_TRUE(direct.ok() && source.ok());
+  auto loss = direct->TrainingStep(batch, 0);
+  ASSERT_TRUE(loss.ok());
+  loss->backward();
+
+  auto replica = ModuleReplica::Make(&*source, torch::kCPU);
+  ASSERT_TRUE(replica.ok()) << replica.status();
+  ASSERT_TRUE((*replica)->Bind().ok());
+  const auto source_params = source->Parameters();
+  const auto replica_params = (*replica)->module().Parameters();
+  ASSERT_EQ(source_params.size(), replica_params.size());
+  EXPECT_FALSE(replica_params[0].is_same(source_params[0])) << "a copy, not the same tensor";
+  auto replica_loss = (*replica)->module().TrainingStep(batch, 0);
+  ASSERT_TRUE(replica_loss.ok()) << replica_loss.status();
+  EXPECT_FLOAT_EQ(replica_loss->item<float>(), loss->item<float>());
+  replica_loss->backward();
+  const auto direct_params = direct->Parameters();
+  for (size_t i = 0; i < source_params.size(); ++i) {
+    ASSERT_TRUE(source_params[i].grad().defined()) << "parameter " << i;
+    EXPECT_TRUE(torch::allclose(source_params[i].grad(), direct_params[i].grad(), 1e-6, 1e-7))
+        << "parameter " << i;
+  }
+  // After an optimizer step on the source, Bind brings the new values to the replica.
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : source_params) p.add_(1.0);
+  }
+  ASSERT_TRUE((*replica)->Bind().ok());
+  EXPECT_TRUE(torch::equal((*replica)->module().Parameters()[0], source_params[0]));
 }
 
 TEST(Accelerator, ClipGradients_ReturnsTheNormBeforeClipping) {

@@ -3,7 +3,6 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
-#include <torch/cuda.h>
 #include <torch/types.h>
 
 #include "absl/strings/str_cat.h"
@@ -12,60 +11,30 @@
 #include "worker/torch_status.h"
 
 namespace dtrain {
-namespace {
-
-absl::Status CudaUsable() {
-  // hasCUDART: libtorch was built with CUDA (Debian's libtorch-dev is not); is_available: a
-  // driver and a device are present.
-  if (!at::globalContext().hasCUDART() && !torch::cuda::is_available()) {
-    return absl::FailedPreconditionError(
-        "accelerator 'gpu' requested, but this libtorch build has no CUDA support (Debian's "
-        "libtorch-dev is a CPU build); use accelerator 'cpu' or a CUDA build of libtorch");
-  }
-  if (!torch::cuda::is_available() || torch::cuda::device_count() == 0) {
-    return absl::FailedPreconditionError(
-        "accelerator 'gpu' requested, but libtorch finds no CUDA device on this machine "
-        "(no driver or no GPU); use accelerator 'cpu'");
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 void SetComputeThreads(int threads) {
   if (threads > 0) at::set_num_threads(threads);
 }
 
-absl::StatusOr<DeviceKind> ResolveAccelerator(const std::string& name) {
-  if (name.empty() || name == "cpu") return DeviceKind::kCpu;
-  if (name == "gpu" || name == "cuda") {
-    DTRAIN_RETURN_IF_ERROR(CudaUsable());
-    return DeviceKind::kGpu;
-  }
-  if (name == "auto") return CudaUsable().ok() ? DeviceKind::kGpu : DeviceKind::kCpu;
-  if (name == "tpu" || name == "ipu" || name == "hpu" || name == "mps") {
-    return absl::FailedPreconditionError(
-        absl::StrCat("accelerator '", name,
-                     "' is not supported by dtrain's libtorch C++ runtime; use cpu or gpu"));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown accelerator '", name, "'; use cpu, gpu or auto"));
-}
-
 absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Make(
     const std::string& accelerator, Precision precision, StrategyOptions strategy,
     std::unique_ptr<CollectiveBackend> backend) {
-  DTRAIN_ASSIGN_OR_RETURN(DeviceKind kind, ResolveAccelerator(accelerator));
+  DeviceRequest request;
+  request.accelerator = accelerator;
+  request.precision = precision;
+  request.data_parallel = strategy.kind == StrategyKind::kDp;
+  request.devices = strategy.devices;
+  request.local_rank = backend == nullptr ? 0 : backend->local_rank();
+  DTRAIN_ASSIGN_OR_RETURN(DevicePlan plan, PlanDevices(request, DeviceTable::Detect()));
   std::unique_ptr<Accelerator> made;
-  if (kind == DeviceKind::kGpu) {
-    const int local = backend == nullptr ? 0 : backend->local_rank();
-    made = std::make_unique<GPUAccelerator>(
-        local % std::max<int>(1, static_cast<int>(torch::cuda::device_count())));
+  if (plan.kind == DeviceKind::kGpu) {
+    made = std::make_unique<GPUAccelerator>(plan.root.index());
   } else {
     made = std::make_unique<CPUAccelerator>();
   }
-  DTRAIN_ASSIGN_OR_RETURN(made->precision_, PrecisionPlugin::Make(precision, made->device_));
+  made->precision_ = PrecisionPlugin::Make(precision, plan.autocast);
   strategy.device = made->device_;
+  strategy.replica_devices = plan.replicas;
   DTRAIN_ASSIGN_OR_RETURN(made->strategy_, Strategy::Make(strategy, std::move(backend)));
   return made;
 }

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/checkpoint.h"
+#include "worker/device_plan.h"
 #include "worker/gradient_clipping.h"
 #include "worker/lightning_module.h"
 #include "worker/optimizers.h"
@@ -23,16 +24,10 @@
 
 namespace dtrain {
 
-enum class DeviceKind { kCpu, kGpu };
-
-// "cpu" | "gpu" (or "cuda") | "auto" (gpu when CUDA is usable, else cpu). FAILED_PRECONDITION
-// for gpu without CUDA, saying whether libtorch lacks CUDA support or the machine lacks a
-// device; INVALID_ARGUMENT for other names.
-absl::StatusOr<DeviceKind> ResolveAccelerator(const std::string& name);
-
 class Accelerator {
  public:
-  // Builds the device plugin, then the precision plugin and the strategy on its root device.
+  // Builds the device plugin, then the precision plugin and the strategy on its root device,
+  // as PlanDevices decides from this machine's device table.
   static absl::StatusOr<std::unique_ptr<Accelerator>> Make(
       const std::string& accelerator, Precision precision, StrategyOptions strategy,
       std::unique_ptr<CollectiveBackend> backend);

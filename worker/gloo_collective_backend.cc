@@ -4,6 +4,19 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include <gloo/context.h>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/status_macros.h"
@@ -43,6 +56,71 @@ absl::Status DivideForMean(torch::Tensor& tensor, int world) {
   return absl::OkStatus();
 }
 
+// The address this host reaches `coordinator` ("host:port", "[v6]:port", "ipv4:" / "dns:///"
+// prefixes allowed) from: the interface peers on the coordinator's network can reach, which
+// the host name (Gloo's default) often is not: it may resolve to 127.0.1.1 or to nothing.
+absl::StatusOr<std::string> LocalAddressToward(std::string coordinator) {
+  for (const char* prefix : {"dns:///", "ipv4:", "ipv6:"}) {
+    if (absl::StartsWith(coordinator, prefix)) coordinator = coordinator.substr(strlen(prefix));
+  }
+  const size_t colon = coordinator.rfind(':');
+  if (colon == std::string::npos) return absl::InvalidArgumentError("no port in " + coordinator);
+  std::string host = coordinator.substr(0, colon);
+  const std::string port = coordinator.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (int e = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); e != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot resolve ", host, ": ", gai_strerror(e)));
+  }
+  std::string local;
+  for (addrinfo* a = found; a != nullptr && local.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    // A datagram socket's connect sends nothing: it only picks the route and source address.
+    sockaddr_storage mine{};
+    socklen_t length = sizeof(mine);
+    char text[INET6_ADDRSTRLEN] = {0};
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &length) == 0) {
+      const void* raw =
+          mine.ss_family == AF_INET6
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&mine)->sin6_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&mine)->sin_addr);
+      if (inet_ntop(mine.ss_family, raw, text, sizeof(text)) != nullptr) local = text;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  if (local.empty()) return absl::UnavailableError("no route to " + coordinator);
+  return local;
+}
+
+// Gloo's device: GLOO_SOCKET_IFNAME's interface when set (as torch.distributed honours it),
+// else the address this host reaches the coordinator from, else Gloo's default (host name).
+std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& coordinator) {
+  const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
+  if (interface != nullptr && *interface != '\0') {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+  }
+  absl::StatusOr<std::string> local = LocalAddressToward(coordinator);
+  if (local.ok()) return c10d::ProcessGroupGloo::createDeviceForHostname(*local);
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+// ProcessGroupGloo takes one timeout for connecting and for every operation; its contexts are
+// protected, so a subclass sets the operations' timeout after connecting with a shorter one.
+class ConnectedProcessGroupGloo : public c10d::ProcessGroupGloo {
+ public:
+  using c10d::ProcessGroupGloo::ProcessGroupGloo;
+  void SetOperationTimeout(std::chrono::milliseconds timeout) {
+    for (const auto& context : contexts_) context->setTimeout(timeout);
+  }
+};
+
 }  // namespace
 
 template <typename F>
@@ -73,32 +151,37 @@ absl::Status GlooCollectiveBackend::Run(const std::string& what, F&& body) {
 }
 
 absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Make(
-    const std::string& coordinator, std::unique_ptr<ProcessGroup> group, absl::Duration timeout) {
+    const std::string& coordinator, std::unique_ptr<ProcessGroup> group, absl::Duration timeout,
+    absl::Duration connect_timeout) {
   ProcessGroup* borrowed = group.get();
   DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GlooCollectiveBackend> backend,
-                          Make(coordinator, borrowed, timeout));
+                          Make(coordinator, borrowed, timeout, connect_timeout));
   backend->owned_ = std::move(group);
   return backend;
 }
 
 absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Make(
-    const std::string& coordinator, ProcessGroup* group, absl::Duration timeout) {
+    const std::string& coordinator, ProcessGroup* group, absl::Duration timeout,
+    absl::Duration connect_timeout) {
   std::unique_ptr<GlooCollectiveBackend> backend(new GlooCollectiveBackend());
   backend->group_ = group;
   ProcessGroup& g = *backend->group_;
   const auto chrono_timeout = absl::ToChronoMilliseconds(timeout);
+  const auto chrono_connect = absl::ToChronoMilliseconds(std::min(timeout, connect_timeout));
   DTRAIN_RETURN_IF_ERROR(backend->Run("rendezvous", [&] {
     auto kv = std::make_shared<KeyValueClient>(ConnectToCoordinator(coordinator, g.token()),
                                                g.assignment().member().group());
     // Keys are per generation: a re-formed group never meets its predecessor's keys.
     auto store = c10::make_intrusive<c10d::PrefixStore>(
         absl::StrCat("gloo/", g.generation()),
-        c10::make_intrusive<CoordinatorStore>(kv, chrono_timeout));
-    auto options = c10d::ProcessGroupGloo::Options::create(chrono_timeout);
-    options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+        c10::make_intrusive<CoordinatorStore>(kv, chrono_connect));
+    auto options = c10d::ProcessGroupGloo::Options::create(chrono_connect);
+    options->devices.push_back(GlooDevice(coordinator));
     options->threads = 2;
-    backend->gloo_ =
-        c10::make_intrusive<c10d::ProcessGroupGloo>(store, g.rank(), g.world_size(), options);
+    auto gloo =
+        c10::make_intrusive<ConnectedProcessGroupGloo>(store, g.rank(), g.world_size(), options);
+    gloo->SetOperationTimeout(chrono_timeout);
+    backend->gloo_ = gloo;
   }));
   return backend;
 }

@@ -23,13 +23,18 @@ namespace dtrain {
 class GlooCollectiveBackend : public CollectiveBackend {
  public:
   // Connects Gloo among `group`'s ranks. `coordinator` is the address `group` joined;
-  // `timeout` bounds every Gloo operation (a hung peer fails the call, it does not hang it).
+  // `timeout` bounds every Gloo operation (a hung peer fails the call, it does not hang it);
+  // `connect_timeout` (if shorter) bounds the connections' set-up alone, so that peers that
+  // cannot reach each other are known before a long collective timeout.
   static absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> Make(
-      const std::string& coordinator, std::unique_ptr<ProcessGroup> group, absl::Duration timeout);
-  // Borrows a group the caller keeps alive.
-  static absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> Make(const std::string& coordinator,
-                                                                     ProcessGroup* group,
-                                                                     absl::Duration timeout);
+      const std::string& coordinator, std::unique_ptr<ProcessGroup> group, absl::Duration timeout,
+      absl::Duration connect_timeout = absl::InfiniteDuration());
+  // Borrows a group the caller keeps alive (or hands over later with Adopt).
+  static absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> Make(
+      const std::string& coordinator, ProcessGroup* group, absl::Duration timeout,
+      absl::Duration connect_timeout = absl::InfiniteDuration());
+  // Takes ownership of the group this backend was made over.
+  void Adopt(std::unique_ptr<ProcessGroup> group) { owned_ = std::move(group); }
   ~GlooCollectiveBackend() override;
 
   std::string name() const override { return "gloo"; }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -14,14 +15,18 @@
 #include "common/status_macros.h"
 #include "common/tensor.h"
 #include "worker/batch_tree.h"
-#include "worker/gloo_collective_backend.h"
+#include "worker/collective_plane.h"
 #include "worker/model_zoo.h"
-#include "worker/shared_memory_collective_backend.h"
 #include "worker/tensor_convert.h"
 #include "worker/torch_status.h"
 
 namespace dtrain {
 namespace {
+
+// Under collective_backend auto, how long Gloo may take to connect the peers before the ranks
+// fall back to the coordinator's collectives: on a network where they can reach each other it
+// takes milliseconds.
+constexpr absl::Duration kPeerConnectTimeout = absl::Seconds(30);
 
 OptimizerConfig ToConfig(const v1::OptimizerSpec& spec) {
   OptimizerConfig c;
@@ -146,21 +151,19 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
       return absl::InvalidArgumentError(
           "group.coordinator is empty and the worker has no --coordinator");
     }
+    const absl::Time joining = absl::Now();
     DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> group,
                             ProcessGroup::Join(address, options));
-    if (g.backend() == "gloo" || g.backend() == "shm") {
-      const absl::Duration timeout = g.collective_timeout_ms() > 0
-                                         ? absl::Milliseconds(g.collective_timeout_ms())
-                                         : absl::Minutes(10);
-      DTRAIN_ASSIGN_OR_RETURN(backend,
-                              GlooCollectiveBackend::Make(address, std::move(group), timeout));
-      if (g.backend() == "shm") {
-        DTRAIN_ASSIGN_OR_RETURN(backend,
-                                SharedMemoryCollectiveBackend::Make(std::move(backend), timeout));
-      }
-    } else {
-      backend = std::make_unique<GrpcCollectiveBackend>(std::move(group));
-    }
+    const absl::Duration timeout = g.collective_timeout_ms() > 0
+                                       ? absl::Milliseconds(g.collective_timeout_ms())
+                                       : absl::Minutes(10);
+    DTRAIN_ASSIGN_OR_RETURN(CollectivePlane plane,
+                            ConnectCollectivePlane(g.backend(), address, std::move(group), timeout,
+                                                   std::min(timeout, kPeerConnectTimeout)));
+    backend = std::move(plane.backend);
+    job->plane_ = plane.name;
+    job->plane_note_ = plane.note;
+    job->group_formation_ = absl::Now() - joining;
   } else if (request.group().world_size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "strategy ", StrategyName(*kind), " runs in one process; group.world_size must be 1"));
@@ -296,6 +299,9 @@ void Job::Describe(v1::SetupResponse* response) const {
   response->set_parameter_count(count);
   response->set_root_device(accelerator_->root_device().str());
   response->set_parameter_dtype(c10::toString(accelerator_->precision().ParameterDType()));
+  response->set_collective_plane(plane_);
+  response->set_collective_plane_note(plane_note_);
+  response->set_group_formation_ms(absl::ToInt64Milliseconds(group_formation_));
 }
 
 int Job::BatchCount(const v1::LocalWork& work) {

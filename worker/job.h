@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/call_canceller.h"
 #include "dtrain/v1/worker.pb.h"
 #include "worker/accelerator.h"
@@ -86,6 +87,9 @@ class Job {
   bool train_ended_ = false;
   int64_t train_epoch_ = -1;  // the epoch on_train_epoch_start was last called for
   std::atomic<bool> cancelled_{false};
+  std::string plane_;       // the collectives' data plane (distributed strategies)
+  std::string plane_note_;  // why it is not the fastest one
+  absl::Duration group_formation_;
 };
 
 }  // namespace dtrain

@@ -103,6 +103,14 @@ std::map<std::string, double> LightningModule::TakeTrainingExtras() {
   return out;
 }
 
+void LightningModule::MergeTrainingExtras(LightningModule& other) {
+  for (const auto& [name, sum_count] : other.training_extras_) {
+    training_extras_[name].first += sum_count.first;
+    training_extras_[name].second += sum_count.second;
+  }
+  other.training_extras_.clear();
+}
+
 absl::StatusOr<StepOutput> LightningModule::Step(const std::string& method,
                                                  const c10::IValue& batch, int64_t batch_idx) {
   absl::StatusOr<c10::IValue> out = Call(method, {batch, batch_idx});

@@ -35,6 +35,8 @@ class LightningModule {
   // The scalars training_step returned besides its loss (e.g. "acc"), each the mean over the
   // calls since the last take (dp calls once per replica); then forgets them.
   std::map<std::string, double> TakeTrainingExtras();
+  // Moves another module's pending extras (a dp replica's) into this one's.
+  void MergeTrainingExtras(LightningModule& other);
   // The keys of training_step's last output ("loss" alone for a lone tensor), for dry runs.
   const std::vector<std::string>& last_training_keys() const { return last_training_keys_; }
   // FAILED_PRECONDITION when the module does not define the method.

@@ -40,6 +40,7 @@
 #include "common/token_flags.h"
 #include "worker/artifact_cache.h"
 #include "worker/compute_threads.h"
+#include "worker/device_plan.h"
 #include "worker/worker_registration.h"
 #include "worker/worker_service.h"
 
@@ -88,7 +89,8 @@ std::string SelfBinary() {
 }
 
 int ParseDevices(const std::string& flag) {
-  if (flag == "auto") return 1;  // CPU: one device; the gpu accelerator is refused here
+  // The CUDA devices libtorch sees, else 1 (the CPU).
+  if (flag == "auto") return dtrain::AutoDeviceCount(dtrain::DeviceTable::Detect());
   int n = 0;
   if (!absl::SimpleAtoi(flag, &n) || !dtrain::kDevicesRange.Contains(n)) return -1;
   return n;

@@ -4,7 +4,9 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/batch_tree.h"
+#include "worker/device_plan.h"
 
 namespace dtrain {
 
@@ -69,18 +71,27 @@ void LossScaler::Restore(double scale, int64_t growth_tracker) {
   growth_tracker_ = growth_tracker;
 }
 
-PrecisionPlugin::PrecisionPlugin(Precision precision) : precision_(precision) {
-  if (precision == Precision::k16Mixed) scaler_ = std::make_unique<LossScaler>();
+PrecisionPlugin::PrecisionPlugin(Precision precision, const AutocastPlan& autocast)
+    : precision_(precision), autocast_(autocast) {
+  if (autocast.loss_scaling) scaler_ = std::make_unique<LossScaler>();
 }
 
 absl::StatusOr<std::unique_ptr<PrecisionPlugin>> PrecisionPlugin::Make(Precision precision,
                                                                        torch::Device device) {
-  if (precision == Precision::k16Mixed && device.is_cpu()) {
-    return absl::FailedPreconditionError(
-        "precision 16-mixed needs a CUDA device: libtorch 1.13 has no float16 autocast on CPU. "
-        "Use bf16-mixed on CPU");
-  }
-  return std::unique_ptr<PrecisionPlugin>(new PrecisionPlugin(precision));
+  DeviceTable table;  // the device given is the table: it exists
+  table.cuda_built = device.is_cuda();
+  table.cuda_devices = device.is_cuda() ? device.index() + 1 : 0;
+  DeviceRequest request;
+  request.accelerator = device.is_cuda() ? "gpu" : "cpu";
+  request.precision = precision;
+  request.local_rank = device.is_cuda() ? device.index() : 0;
+  DTRAIN_ASSIGN_OR_RETURN(DevicePlan plan, PlanDevices(request, table));
+  return Make(precision, plan.autocast);
+}
+
+std::unique_ptr<PrecisionPlugin> PrecisionPlugin::Make(Precision precision,
+                                                       const AutocastPlan& autocast) {
+  return std::unique_ptr<PrecisionPlugin>(new PrecisionPlugin(precision, autocast));
 }
 
 torch::ScalarType PrecisionPlugin::ParameterDType() const {
@@ -107,21 +118,34 @@ c10::IValue PrecisionPlugin::ConvertInput(const c10::IValue& batch) const {
   });
 }
 
-PrecisionPlugin::AutocastScope::AutocastScope(Precision precision) {
-  if (precision != Precision::kBf16Mixed) return;
+PrecisionPlugin::AutocastScope::AutocastScope(const AutocastPlan& plan) {
+  if (!plan.enabled) return;
   active_ = true;
-  previous_enabled_ = at::autocast::is_cpu_enabled();
-  previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
-  at::autocast::set_autocast_cpu_dtype(torch::kBFloat16);
-  at::autocast::set_cpu_enabled(true);
+  device_ = plan.device;
+  if (device_ == torch::kCUDA) {
+    previous_enabled_ = at::autocast::is_enabled();
+    previous_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_autocast_gpu_dtype(plan.dtype);
+    at::autocast::set_enabled(true);
+  } else {
+    previous_enabled_ = at::autocast::is_cpu_enabled();
+    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_autocast_cpu_dtype(plan.dtype);
+    at::autocast::set_cpu_enabled(true);
+  }
   at::autocast::increment_nesting();
 }
 
 PrecisionPlugin::AutocastScope::~AutocastScope() {
   if (!active_) return;
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_cpu_enabled(previous_enabled_);
-  at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+  if (device_ == torch::kCUDA) {
+    at::autocast::set_enabled(previous_enabled_);
+    at::autocast::set_autocast_gpu_dtype(previous_dtype_);
+  } else {
+    at::autocast::set_cpu_enabled(previous_enabled_);
+    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+  }
 }
 
 }  // namespace dtrain

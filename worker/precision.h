@@ -1,11 +1,13 @@
 // Precision plugins, as Lightning names them:
 //   "32-true"    float32 parameters and compute (default; alias "32")
 //   "64-true"    float64 parameters and floating inputs (alias "64")
-//   "bf16-mixed" float32 parameters, steps run under CPU autocast to bfloat16 (alias "bf16")
+//   "bf16-mixed" float32 parameters, steps run under autocast to bfloat16 on the device's kind
+//                (CPU or CUDA) (alias "bf16")
 //   "bf16-true"  bfloat16 parameters and floating inputs
-//   "16-mixed"   autocast to float16 plus dynamic loss scaling (alias "16"). libtorch 1.13 has
-//                no float16 autocast on CPU, so on a CPU device it is refused with a clear
+//   "16-mixed"   CUDA autocast to float16 plus dynamic loss scaling (alias "16"). libtorch 1.13
+//                has no float16 autocast on CPU, so on a CPU device it is refused with a clear
 //                error; its LossScaler is complete and tested on its own.
+// Which autocast a precision enables on which device is decided in worker/device_plan.h.
 //
 // Thread-safety: autocast state is thread-local; a plugin is used by one thread at a time.
 #pragma once
@@ -60,11 +62,22 @@ class LossScaler {
   int64_t growth_tracker_ = 0;
 };
 
+// The autocast a step runs under (PlanDevices decides it).
+struct AutocastPlan {
+  bool enabled = false;
+  c10::DeviceType device = torch::kCPU;  // whose autocast: CPU's or CUDA's
+  torch::ScalarType dtype = torch::kFloat;
+  bool loss_scaling = false;  // 16-mixed: a LossScaler
+};
+
 class PrecisionPlugin {
  public:
   // FAILED_PRECONDITION when the device cannot run the precision (16-mixed on CPU).
   static absl::StatusOr<std::unique_ptr<PrecisionPlugin>> Make(Precision precision,
                                                                torch::Device device);
+  // With the autocast PlanDevices chose.
+  static std::unique_ptr<PrecisionPlugin> Make(Precision precision, const AutocastPlan& autocast);
+  const AutocastPlan& autocast() const { return autocast_; }
 
   Precision precision() const { return precision_; }
   // The dtype parameters have under this precision.
@@ -79,7 +92,7 @@ class PrecisionPlugin {
   // Runs a step under this precision (autocast for the mixed ones).
   template <typename F>
   auto Run(F&& step) const -> decltype(step()) {
-    AutocastScope scope(precision_);
+    AutocastScope scope(autocast_);
     return step();
   }
 
@@ -87,20 +100,23 @@ class PrecisionPlugin {
   LossScaler* scaler() { return scaler_.get(); }
 
  private:
-  // Enables CPU autocast for the lifetime of the scope and restores the previous state.
+  // Enables the plan's autocast (CPU's or CUDA's) for the lifetime of the scope and restores
+  // the previous state.
   class AutocastScope {
    public:
-    explicit AutocastScope(Precision precision);
+    explicit AutocastScope(const AutocastPlan& plan);
     ~AutocastScope();
 
    private:
     bool active_ = false;
+    c10::DeviceType device_ = torch::kCPU;
     bool previous_enabled_ = false;
     torch::ScalarType previous_dtype_ = torch::kBFloat16;
   };
 
-  explicit PrecisionPlugin(Precision precision);
+  PrecisionPlugin(Precision precision, const AutocastPlan& autocast);
   Precision precision_;
+  AutocastPlan autocast_;
   std::unique_ptr<LossScaler> scaler_;
 };
 

@@ -113,9 +113,9 @@ absl::StatusOr<std::unique_ptr<SharedMemoryCollectiveBackend>> SharedMemoryColle
       new SharedMemoryCollectiveBackend(std::move(inner), timeout));
   DTRAIN_RETURN_IF_ERROR(backend->Attach());
   if (!backend->active()) {
-    LogWarning(
-        absl::StrCat("shm backend: using gloo for every collective: ", backend->fallback_reason_),
-        {{"rank", backend->rank()}});
+    LogWarning(absl::StrCat("shm backend: using ", backend->inner_->name(),
+                            " for every collective: ", backend->fallback_reason_),
+               {{"rank", backend->rank()}});
   }
   return backend;
 }

@@ -43,6 +43,9 @@ struct StrategyOptions {
   StrategyKind kind = StrategyKind::kSingleDevice;
   torch::Device device = torch::kCPU;
   int devices = 1;  // dp: replicas
+  // dp: each replica's device (PlanDevices: cuda:i, or the CPU for every replica); empty: the
+  // root device for all.
+  std::vector<torch::Device> replica_devices;
   int64_t bucket_bytes = int64_t{25} << 20;
 };
 

@@ -459,6 +459,7 @@ void JobManager::Start(const std::shared_ptr<JobRecord>& job, std::vector<v1::Wo
   job->Log(absl::StrCat("placed on ", absl::StrJoin(names, ", ")));
   TrainerOptions options;
   options.job_id = job->id();
+  options.submitted = absl::FromUnixMillis(job->Status(false).submitted_unix_ms());
   options.spec = job->spec();
   if (job->resuming()) {
     options.clear_stale_runs = true;

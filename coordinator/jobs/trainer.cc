@@ -13,6 +13,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/channel.h"
@@ -144,6 +145,24 @@ absl::Status Trainer::Setup() {
     }
   }
   DTRAIN_RETURN_IF_ERROR(setup);
+  // The collectives' data plane: the ranks choose it together, so every worker names the same.
+  int64_t group_ms = 0;
+  std::map<std::string, std::vector<std::string>> workers_by_note;
+  for (int i = 0; i < n; ++i) {
+    group_ms = std::max(group_ms, responses[i].group_formation_ms());
+    const std::string& note = responses[i].collective_plane_note();
+    if (!note.empty()) workers_by_note[note].push_back(workers_.info(i).name());
+  }
+  std::vector<std::string> notes;
+  for (const auto& [note, names] : workers_by_note)
+    notes.push_back(absl::StrCat(absl::StrJoin(names, ", "), ": ", note));
+  if (!responses.empty() && !responses[0].collective_plane().empty()) {
+    progress_.set_collective_plane(responses[0].collective_plane());
+    phases_.Set("group", absl::Milliseconds(group_ms));
+    reporter_->Log(absl::StrCat("collective plane: ", responses[0].collective_plane(),
+                                " (collective_backend ", t.collective_backend(), ")",
+                                notes.empty() ? "" : "; ", absl::StrJoin(notes, "; ")));
+  }
   std::vector<std::vector<int>> ranks_of_worker(n);
   std::vector<std::string> where(world_);  // by rank, for the log
   std::vector<bool> seen(world_, false);
@@ -188,6 +207,7 @@ absl::Status Trainer::Setup() {
 }
 
 void Trainer::Report() {
+  phases_.Export(progress_.mutable_phase_seconds());
   progress_.set_global_step(global_step_);
   progress_.set_total_steps(total_steps_);
   progress_.set_batches_per_epoch(batches_per_epoch_);
@@ -260,12 +280,22 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
         }
       }
     }
-    DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
-        "training_step",
-        [&](int i, grpc::ClientContext* context) {
-          return workers_.stub(i).TrainingStep(context, requests[i], &responses[i]);
-        },
-        options_.step_timeout));
+    if (!first_step_seen_) {
+      first_step_seen_ = true;
+      const absl::Duration since_submit = absl::Now() - options_.submitted;
+      phases_.Set("first_step", since_submit);
+      reporter_->Log(absl::StrFormat("first training step starts %.2f s after submit",
+                                     absl::ToDoubleSeconds(since_submit)));
+    }
+    {
+      PhaseClock::Span timed = phases_.Time("train");
+      DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
+          "training_step",
+          [&](int i, grpc::ClientContext* context) {
+            return workers_.stub(i).TrainingStep(context, requests[i], &responses[i]);
+          },
+          options_.step_timeout));
+    }
     // Every scalar the steps returned, averaged over the chunk's batches on every rank: the
     // loss, training_step's other keys (logged as train_<key>) and grad_norm when clipping.
     std::map<std::string, std::pair<double, int64_t>> scalars;
@@ -384,6 +414,7 @@ absl::Status Trainer::SaveCheckpoint(const Save& save) {
   const std::string previous_phase = progress_.phase();
   progress_.set_phase("checkpoint");
   Report();
+  PhaseClock::Span timed = phases_.Time("checkpoint");
   v1::SaveCheckpointRequest request;
   request.set_job_id(options_.job_id);
   request.set_name(save.name);
@@ -474,8 +505,11 @@ absl::Status Trainer::EvaluateAndReport(const std::string& split, bool test,
   progress_.set_phase(test ? "test" : "validate");
   Report();
   const v1::DataConfig& d = options_.spec.data();
-  DTRAIN_RETURN_IF_ERROR(
-      Evaluate(split, test ? d.limit_test_samples() : d.limit_val_samples(), test, metrics));
+  {
+    PhaseClock::Span timed = phases_.Time(test ? "test" : "validation");
+    DTRAIN_RETURN_IF_ERROR(
+        Evaluate(split, test ? d.limit_test_samples() : d.limit_val_samples(), test, metrics));
+  }
   std::vector<std::string> parts;
   for (const auto& [name, value] : metrics->overall) {
     reporter_->Metric(name, value, global_step_, progress_.epoch());
@@ -497,6 +531,7 @@ absl::Status Trainer::Predict() {
   }
   progress_.set_phase("predict");
   Report();
+  PhaseClock::Span timed = phases_.Time("predict");
   const int n = workers_.size();
   std::vector<v1::StepRequest> requests;
   std::vector<std::vector<std::vector<int64_t>>> shards;
@@ -655,13 +690,22 @@ absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
 
 absl::Status Trainer::Run() {
   const v1::JobSpec& spec = options_.spec;
+  const absl::Time started = absl::Now();
+  if (options_.submitted == absl::InfinitePast()) options_.submitted = started;
+  phases_.Set("placement", started - options_.submitted);
   progress_.set_phase("setup");
   Report();
   absl::Status status = [&]() -> absl::Status {
-    DTRAIN_RETURN_IF_ERROR(Setup());
+    {
+      PhaseClock::Span timed = phases_.Time("setup");
+      DTRAIN_RETURN_IF_ERROR(Setup());
+    }
     int64_t start_epoch = 0;
     int64_t start_batch = 0;
-    if (!spec.ckpt_path().empty()) DTRAIN_RETURN_IF_ERROR(Resume(&start_epoch, &start_batch));
+    if (!spec.ckpt_path().empty()) {
+      PhaseClock::Span timed = phases_.Time("restore");
+      DTRAIN_RETURN_IF_ERROR(Resume(&start_epoch, &start_batch));
+    }
     fit_start_ = absl::Now();
     const std::string& stage = spec.stage();
     if (stage == "fit" || stage.empty()) {
@@ -688,6 +732,12 @@ absl::Status Trainer::Run() {
     return absl::OkStatus();
   }();
   if (workers_.cancelled()) status = absl::CancelledError("cancelled by request");
+  // Where the run's seconds went, also for a failed run (a slow setup that timed out shows).
+  reporter_->Log(
+      absl::StrCat("time by phase: ", phases_.Summary(absl::Now() - started),
+                   absl::StrFormat("; %.1f s since submit",
+                                   absl::ToDoubleSeconds(absl::Now() - options_.submitted))));
+  Report();
   return status;
 }
 

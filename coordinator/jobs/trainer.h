@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "coordinator/jobs/job_run.h"
+#include "coordinator/jobs/phase_clock.h"
 #include "coordinator/jobs/run_workers.h"
 #include "coordinator/jobs/trainer_callback.h"
 #include "dtrain/v1/coordinator.pb.h"
@@ -74,6 +75,8 @@ struct TrainerOptions {
   absl::Duration step_timeout = absl::Minutes(30);
   // Which of `workers` are stopping (DRAINING); asked before each optimizer step. Null: none.
   std::function<std::vector<std::string>()> draining_workers;
+  // When the job was submitted (placement and first-step latency count from it); unset: now.
+  absl::Time submitted = absl::InfinitePast();
 };
 
 class Trainer final : public TrainerControl, public JobRun {
@@ -153,6 +156,8 @@ class Trainer final : public TrainerControl, public JobRun {
   int64_t total_steps_ = 0;
   int64_t samples_done_ = 0;
   absl::Time fit_start_;
+  PhaseClock phases_;
+  bool first_step_seen_ = false;
   double last_loss_ = 0;
   std::string last_checkpoint_;
   std::string best_checkpoint_;
