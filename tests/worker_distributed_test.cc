@@ -3,10 +3,12 @@
 // coordinator's gRPC, Gloo, shared memory) held to the same semantics.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
@@ -460,6 +462,91 @@ TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
   EXPECT_GE(took, absl::Seconds(2));
   EXPECT_LT(took, absl::Seconds(4));
 }
+
+// Ranks of a cancelled step stop at their own next batch, so one may wait in a collective its
+// peer (alive, heartbeating) never starts: neither the group's health nor a timeout of minutes
+// would end that wait, the cancellation must. On each peer-to-peer plane, and for a collective
+// shm hands to Gloo (int64); the plane is broken afterwards, loudly.
+class InterruptedWait : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(InterruptedWait, ACancelledStepEndsTheWaitForAPeerThatNeverComes) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const std::string address = coordinator->address();
+  const bool through_gloo = GetParam() == "shm-int64";
+  absl::Status waited, later;
+  absl::Duration took, later_took;
+  auto statuses = testing::RunRanks(
+      address, "interrupt-" + GetParam(), 2, [&](ProcessGroup& pg) -> absl::Status {
+        auto backend =
+            MakeBackend(through_gloo ? "shm" : GetParam(), address, &pg, absl::Minutes(5));
+        if (!backend.ok()) return backend.status();
+        if (pg.rank() == 1) {
+          absl::SleepFor(absl::Milliseconds(2500));  // alive, but never calls
+          return absl::OkStatus();
+        }
+        auto make = [&] {
+          return through_gloo ? torch::ones({1000}, torch::kInt64) : torch::ones({1000});
+        };
+        torch::Tensor t = make();
+        std::thread canceller([&] {
+          absl::SleepFor(absl::Milliseconds(300));
+          (*backend)->Interrupt(absl::CancelledError("job j was cancelled"));
+        });
+        const absl::Time start = absl::Now();
+        waited = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
+        took = absl::Now() - start;
+        canceller.join();
+        (*backend)->ClearInterrupt();  // the next step begins
+        torch::Tensor u = make();
+        const absl::Time again = absl::Now();
+        later = (*backend)->AllReduce(u, v1::REDUCE_OP_SUM);
+        later_took = absl::Now() - again;
+        return absl::OkStatus();
+      });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(waited.code(), absl::StatusCode::kCancelled) << waited;
+  EXPECT_THAT(std::string(waited.message()), HasSubstr("all_reduce on rank 0"));
+  EXPECT_THAT(std::string(waited.message()), HasSubstr("job j was cancelled"));
+  EXPECT_GE(took, absl::Milliseconds(300));
+  EXPECT_LT(took, absl::Seconds(2));
+  // The interrupted collective left the plane half-done: later calls fail at once.
+  EXPECT_FALSE(later.ok());
+  EXPECT_LT(later_took, absl::Milliseconds(500));
+}
+
+// Gloo's waits are sliced (to poll the interruption and the group's health): an operation that
+// completes as a slice runs out is a success, never a false "timed out". Rank 1 arrives at
+// about the slice length late, many times over.
+TEST(GlooBackend, OperationsCompletingAtASliceBoundary_Succeed) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const std::string address = coordinator->address();
+  auto statuses =
+      testing::RunRanks(address, "gloo-slices", 2, [&](ProcessGroup& pg) -> absl::Status {
+        auto backend = MakeBackend("gloo", address, &pg, absl::Seconds(30));
+        if (!backend.ok()) return backend.status();
+        for (int i = 0; i < 150; ++i) {
+          if (pg.rank() == 1) absl::SleepFor(absl::Microseconds(19000 + (i * 37) % 2000));
+          torch::Tensor t = torch::full({16}, static_cast<float>(pg.rank() + 1));
+          if (absl::Status s = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM); !s.ok()) {
+            return absl::Status(s.code(), absl::StrCat("operation ", i, ": ", s.message()));
+          }
+          if (!torch::equal(t, torch::full({16}, 3.0f))) {
+            return absl::InternalError(absl::StrCat("operation ", i, ": wrong sum"));
+          }
+        }
+        return absl::OkStatus();
+      });
+  for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Planes, InterruptedWait, ::testing::Values("gloo", "shm", "shm-int64"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace dtrain

@@ -6,6 +6,7 @@
 // Thread-safety: as ProcessGroup; every rank issues the same calls in the same order.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include <torch/types.h>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "client/process_group.h"
 
 namespace dtrain {
@@ -42,6 +44,31 @@ class CollectiveBackend {
   virtual absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all) = 0;
   // Leaves the group cleanly, so the others see a departure rather than a death.
   virtual absl::Status Leave() = 0;
+
+  // Ends this rank's wait in a collective, now or in the next one that has to wait, with `why`
+  // until ClearInterrupt: the step was cancelled, and ranks stop at different batches, so a peer
+  // may never join the collective this rank waits in. A collective cut short leaves the plane
+  // broken (every later call fails); one that completes without waiting is unaffected. Any
+  // thread may call these.
+  virtual void Interrupt(absl::Status why) {
+    absl::MutexLock lock(&interrupt_mu_);
+    interrupt_ = std::move(why);
+    interrupted_.store(true, std::memory_order_release);
+  }
+  virtual void ClearInterrupt() { interrupted_.store(false, std::memory_order_release); }
+
+ protected:
+  // OK unless interrupted.
+  absl::Status interruption() const {
+    if (!interrupted_.load(std::memory_order_acquire)) return absl::OkStatus();
+    absl::MutexLock lock(&interrupt_mu_);
+    return interrupt_;
+  }
+
+ private:
+  std::atomic<bool> interrupted_{false};
+  mutable absl::Mutex interrupt_mu_;
+  absl::Status interrupt_ ABSL_GUARDED_BY(interrupt_mu_);
 };
 
 // The coordinator's gRPC collectives (client/ProcessGroup).

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include <gloo/context.h>
 
@@ -124,7 +125,7 @@ class ConnectedProcessGroupGloo : public c10d::ProcessGroupGloo {
 }  // namespace
 
 template <typename F>
-absl::Status GlooCollectiveBackend::Run(const std::string& what, F&& body) {
+absl::Status GlooCollectiveBackend::Guard(const std::string& what, F&& body) {
   try {
     body();
     return absl::OkStatus();
@@ -135,7 +136,7 @@ absl::Status GlooCollectiveBackend::Run(const std::string& what, F&& body) {
                                 absl::Milliseconds(group_->assignment().heartbeat_timeout_ms()) +
                                 absl::Seconds(2);
     absl::Status health = group_->health();
-    while (health.ok() && absl::Now() < deadline) {
+    while (health.ok() && absl::Now() < deadline && interruption().ok()) {
       absl::SleepFor(absl::Milliseconds(50));
       health = group_->health();
     }
@@ -148,6 +149,52 @@ absl::Status GlooCollectiveBackend::Run(const std::string& what, F&& body) {
     return absl::AbortedError(
         absl::StrCat("gloo ", what, " failed on rank ", rank(), ": ", message));
   }
+}
+
+template <typename F>
+absl::Status GlooCollectiveBackend::Run(const std::string& what, F&& start) {
+  if (!broken_.ok()) return broken_;
+  absl::Status stopped;
+  absl::Status status = Guard(what, [&] {
+    c10::intrusive_ptr<c10d::Work> work = start();
+    // Waited for in slices rather than for Gloo's operation timeout (the collective timeout,
+    // minutes): a cancelled step or a member the coordinator declared gone ends the wait now.
+    absl::Time next_health = absl::Now() + absl::Milliseconds(50);
+    while (true) {
+      try {
+        work->wait(std::chrono::milliseconds(20));
+        return;
+      } catch (const c10::Error&) {
+        // The slice ran out, or the operation failed; it may also have completed since the
+        // slice ran out: wait() again gives its own outcome, at once.
+        if (work->isCompleted()) {
+          work->wait();
+          return;
+        }
+      }
+      stopped = interruption();
+      if (stopped.ok() && absl::Now() >= next_health) {
+        next_health = absl::Now() + absl::Milliseconds(50);
+        stopped = group_->health();
+      }
+      if (!stopped.ok()) return;
+    }
+  });
+  if (!stopped.ok()) {
+    return Abandon(absl::Status(
+        stopped.code(), absl::StrCat("gloo ", what, " on rank ", rank(), ": ", stopped.message())));
+  }
+  if (!status.ok()) broken_ = status;
+  return status;
+}
+
+absl::Status GlooCollectiveBackend::Abandon(absl::Status why) {
+  broken_ = why;
+  // Gloo's worker thread stays blocked in the operation until its peers close their
+  // connections or the operation times out; destroying the process group joins that thread,
+  // so it is destroyed off this thread and the step's teardown does not wait for it.
+  std::thread([gloo = std::move(gloo_)]() mutable { gloo.reset(); }).detach();
+  return why;
 }
 
 absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Make(
@@ -168,7 +215,7 @@ absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Ma
   ProcessGroup& g = *backend->group_;
   const auto chrono_timeout = absl::ToChronoMilliseconds(timeout);
   const auto chrono_connect = absl::ToChronoMilliseconds(std::min(timeout, connect_timeout));
-  DTRAIN_RETURN_IF_ERROR(backend->Run("rendezvous", [&] {
+  DTRAIN_RETURN_IF_ERROR(backend->Guard("rendezvous", [&] {
     auto kv = std::make_shared<KeyValueClient>(ConnectToCoordinator(coordinator, g.token()),
                                                g.assignment().member().group());
     // Keys are per generation: a re-formed group never meets its predecessor's keys.
@@ -189,7 +236,7 @@ absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Ma
 GlooCollectiveBackend::~GlooCollectiveBackend() = default;
 
 absl::Status GlooCollectiveBackend::Barrier(const std::string& name) {
-  return Run("barrier", [&] { gloo_->barrier()->wait(); });
+  return Run("barrier", [&] { return gloo_->barrier(); });
 }
 
 absl::Status GlooCollectiveBackend::Broadcast(torch::Tensor& tensor, int src) {
@@ -197,14 +244,15 @@ absl::Status GlooCollectiveBackend::Broadcast(torch::Tensor& tensor, int src) {
     return absl::InvalidArgumentError(
         absl::StrCat("broadcast src ", src, " outside world of ", world_size()));
   }
-  return Run("broadcast", [&] {
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> tensors = {tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> tensors = {tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  DTRAIN_RETURN_IF_ERROR(Run("broadcast", [&] {
     c10d::BroadcastOptions options;
     options.rootRank = src;
-    gloo_->broadcast(tensors, options)->wait();
-    if (!tensors[0].is_same(tensor)) tensor.copy_(tensors[0]);
-  });
+    return gloo_->broadcast(tensors, options);
+  }));
+  if (!tensors[0].is_same(tensor)) tensor.copy_(tensors[0]);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> GlooCollectiveBackend::BroadcastBytes(const std::string& bytes,
@@ -222,14 +270,14 @@ absl::Status GlooCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceO
   if (op == v1::REDUCE_OP_MEAN && tensor.scalar_type() == torch::kBool) {
     return DivideForMean(tensor, world_size());
   }
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> tensors = {tensor.is_contiguous() ? tensor : tensor.contiguous()};
   DTRAIN_RETURN_IF_ERROR(Run("all_reduce", [&] {
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> tensors = {tensor.is_contiguous() ? tensor : tensor.contiguous()};
     c10d::AllreduceOptions options;
     options.reduceOp = gloo_op;
-    gloo_->allreduce(tensors, options)->wait();
-    if (!tensors[0].is_same(tensor)) tensor.copy_(tensors[0]);
+    return gloo_->allreduce(tensors, options);
   }));
+  if (!tensors[0].is_same(tensor)) tensor.copy_(tensors[0]);
   return op == v1::REDUCE_OP_MEAN ? DivideForMean(tensor, world_size()) : absl::OkStatus();
 }
 
@@ -241,12 +289,10 @@ absl::StatusOr<std::vector<torch::Tensor>> GlooCollectiveBackend::AllGather(
   std::vector<torch::Tensor> sizes(world_size());
   for (auto& s : sizes) s = torch::zeros({1}, torch::kInt64);
   torch::Tensor my_size = torch::tensor({input.size(0)});
-  DTRAIN_RETURN_IF_ERROR(Run("all_gather", [&] {
-    std::vector<std::vector<torch::Tensor>> out = {sizes};
-    std::vector<torch::Tensor> in = {my_size};
-    gloo_->allgather(out, in)->wait();
-    sizes = out[0];
-  }));
+  std::vector<std::vector<torch::Tensor>> size_out = {sizes};
+  std::vector<torch::Tensor> size_in = {my_size};
+  DTRAIN_RETURN_IF_ERROR(Run("all_gather", [&] { return gloo_->allgather(size_out, size_in); }));
+  sizes = size_out[0];
   int64_t largest = 0;
   for (const auto& s : sizes) largest = std::max(largest, s.item<int64_t>());
   std::vector<int64_t> shape = input.sizes().vec();
@@ -255,12 +301,10 @@ absl::StatusOr<std::vector<torch::Tensor>> GlooCollectiveBackend::AllGather(
   padded.slice(0, 0, input.size(0)).copy_(input);
   std::vector<torch::Tensor> parts(world_size());
   for (auto& p : parts) p = torch::empty(shape, input.options());
-  DTRAIN_RETURN_IF_ERROR(Run("all_gather", [&] {
-    std::vector<std::vector<torch::Tensor>> out = {parts};
-    std::vector<torch::Tensor> in = {padded};
-    gloo_->allgather(out, in)->wait();
-    parts = out[0];
-  }));
+  std::vector<std::vector<torch::Tensor>> part_out = {parts};
+  std::vector<torch::Tensor> part_in = {padded};
+  DTRAIN_RETURN_IF_ERROR(Run("all_gather", [&] { return gloo_->allgather(part_out, part_in); }));
+  parts = part_out[0];
   for (int r = 0; r < world_size(); ++r) {
     parts[r] = parts[r].slice(0, 0, sizes[r].item<int64_t>()).clone();
     if (tensor.dim() == 0) parts[r] = parts[r].reshape({});
@@ -275,12 +319,12 @@ absl::Status GlooCollectiveBackend::Reduce(torch::Tensor& tensor, int dst, v1::R
   }
   DTRAIN_ASSIGN_OR_RETURN(c10d::ReduceOp gloo_op, ToGloo(op));
   torch::Tensor work = tensor.contiguous().clone();
+  std::vector<torch::Tensor> tensors = {work};
   DTRAIN_RETURN_IF_ERROR(Run("reduce", [&] {
-    std::vector<torch::Tensor> tensors = {work};
     c10d::ReduceOptions options;
     options.rootRank = dst;
     options.reduceOp = gloo_op;
-    gloo_->reduce(tensors, options)->wait();
+    return gloo_->reduce(tensors, options);
   }));
   if (rank() != dst) return absl::OkStatus();
   if (op == v1::REDUCE_OP_MEAN) DTRAIN_RETURN_IF_ERROR(DivideForMean(work, world_size()));
@@ -296,7 +340,10 @@ absl::StatusOr<bool> GlooCollectiveBackend::ReduceBooleanDecision(bool decision,
 }
 
 absl::Status GlooCollectiveBackend::Leave() {
+  // Nothing is in flight here (an abandoned operation took the process group with it), so
+  // this joins idle threads and closes the connections now.
   gloo_.reset();
+  broken_ = absl::FailedPreconditionError("this rank left the group");
   return group_->Leave();
 }
 

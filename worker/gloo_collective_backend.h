@@ -55,15 +55,22 @@ class GlooCollectiveBackend : public CollectiveBackend {
 
  private:
   GlooCollectiveBackend() = default;
-  // Runs a Gloo call; an exception becomes a status naming the dead member: Gloo itself only
+  // Runs `body`; an exception becomes a status naming the dead member: Gloo itself only
   // sees a closed connection, so the coordinator's verdict is awaited (up to its heartbeat
   // timeout) to say who died.
   template <typename F>
-  absl::Status Run(const std::string& what, F&& body);
+  absl::Status Guard(const std::string& what, F&& body);
+  // Starts a Gloo operation (`start` returns its Work) and waits for it, polling this rank's
+  // interruption and the group's health. Any failure breaks the backend: later calls fail.
+  template <typename F>
+  absl::Status Run(const std::string& what, F&& start);
+  // Gives up on an operation still in flight: breaks the backend with `why` (returned).
+  absl::Status Abandon(absl::Status why);
 
   std::unique_ptr<ProcessGroup> owned_;
   ProcessGroup* group_ = nullptr;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_;
+  absl::Status broken_;
 };
 
 }  // namespace dtrain

@@ -64,8 +64,9 @@ class Job {
   absl::Status StateDict(v1::StateDictResponse* response);
   absl::Status Teardown();
 
-  // Makes the running loop stop before its next batch (CANCELLED).
-  void Cancel() { cancelled_ = true; }
+  // Makes the running loop stop before its next batch (CANCELLED), and a collective it waits
+  // in give up: the peers stop at their own next batch, which may be an earlier one.
+  void Cancel();
 
   Accelerator& accelerator() { return *accelerator_; }
 
@@ -74,6 +75,8 @@ class Job {
   // The i-th batch of `work` (tensors or indices), on the CPU.
   absl::StatusOr<c10::IValue> BatchAt(const v1::LocalWork& work, int i) const;
   static int BatchCount(const v1::LocalWork& work);
+  // A step begins: a cancel stops the step it interrupts, not the job.
+  void ClearCancel();
 
   std::string id_;
   std::unique_ptr<Dataset> data_;

@@ -279,6 +279,10 @@ absl::Status SharedMemoryCollectiveBackend::ArriveAndWait(const char* what) {
                                                 ": another rank failed: ", segment_->reason));
       return broken_;
     }
+    if (absl::Status i = interruption(); !i.ok()) {
+      return Poison(absl::Status(
+          i.code(), absl::StrCat("shm ", what, " on rank ", rank(), ": ", i.message())));
+    }
     const absl::Time now = absl::Now();
     if (now >= next_health) {
       next_health = now + absl::Milliseconds(50);

@@ -12,9 +12,10 @@
 // buffer sets make two barriers per chunk enough.
 //
 // Nothing waits forever: a wait polls the coordinator's verdict on the group (a dead or departed
-// member, by name) and gives up at the collective timeout naming the ranks that did not arrive.
-// Ranks whose calls disagree (shape, dtype, op) all fail with FAILED_PRECONDITION naming them.
-// After any failure the segment is poisoned and every later call fails at once.
+// member, by name) and this rank's interruption (a cancelled step), and gives up at the collective
+// timeout naming the ranks that did not arrive. Ranks whose calls disagree (shape, dtype, op) all
+// fail with FAILED_PRECONDITION naming them. After any failure the segment is poisoned and every
+// later call fails at once.
 //
 // Thread-safety: as CollectiveBackend (one collective at a time per rank).
 #pragma once
@@ -62,6 +63,14 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
     return inner_->ReduceBooleanDecision(decision, all);
   }
   absl::Status Leave() override;
+  void Interrupt(absl::Status why) override {
+    inner_->Interrupt(why);
+    CollectiveBackend::Interrupt(std::move(why));
+  }
+  void ClearInterrupt() override {
+    inner_->ClearInterrupt();
+    CollectiveBackend::ClearInterrupt();
+  }
 
   // Whether the shared-memory path is in use, and if not, why.
   bool active() const { return segment_ != nullptr; }
