@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -119,6 +120,22 @@ TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
   EXPECT_GT(phases.at("train"), 0.0);
   EXPECT_LE(phases.at("group"), phases.at("setup")) << "group formation is part of setup";
   EXPECT_GE(phases.at("first_step"), phases.at("setup"));
+  // Per-rank accounting: each rank's time in steps, within the train phase, and its wait for
+  // gradients within that.
+  {
+    const std::regex rank_line(R"(rank (\d) ([0-9.]+) s in steps, ([0-9.]+) s \([0-9.]+%\) of it)");
+    std::set<int> ranks;
+    for (std::sregex_iterator it(logs.output.begin(), logs.output.end(), rank_line), end; it != end;
+         ++it) {
+      const double in_steps = std::stod((*it)[2]), waiting = std::stod((*it)[3]);
+      ranks.insert(std::stoi((*it)[1]));
+      EXPECT_GT(in_steps, 0.0);
+      EXPECT_LE(in_steps, phases.at("train") + 0.01);
+      EXPECT_LE(waiting, in_steps);
+    }
+    EXPECT_EQ(ranks, (std::set<int>{0, 1})) << logs.output;
+    EXPECT_THAT(logs.output, HasSubstr("between steps (the coordinator) "));
+  }
   const double wall = (status.finished_unix_ms() - status.submitted_unix_ms()) / 1000.0;
   EXPECT_LE(phases.at("setup") + phases.at("train") + phases.at("validation") +
                 phases.at("checkpoint") + phases.at("test"),

@@ -25,6 +25,9 @@ class DdpStrategy : public Strategy {
   absl::Status Teardown() override;
 
   const GradientSync& gradient_sync() const { return *sync_; }
+  absl::Duration gradient_wait() const override {
+    return sync_ != nullptr ? sync_->exposed_wait() : absl::ZeroDuration();
+  }
 
  protected:
   // Makes every rank's parameters and buffers rank 0's.

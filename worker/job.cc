@@ -340,7 +340,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     return absl::InvalidArgumentError(
         absl::StrCat("total_steps must be >= 0 (0: not known), got ", total_steps));
   }
-  cancelled_ = false;  // a cancel stops the step it interrupts, not the job
+  ClearCancel();
   Accelerator& a = *accelerator_;
   if (total_steps > 0) DTRAIN_RETURN_IF_ERROR(a.SetRunLength(total_steps));
   LightningModule& model = a.model();
@@ -359,6 +359,8 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   a.SetTrainingMode(true);
   v1::LocalResult result;
   result.set_rank(a.strategy().global_rank());
+  const absl::Time began = absl::Now();
+  const absl::Duration waited_before = a.strategy().gradient_wait();
   for (int i = 0; i < BatchCount(work); ++i) {
     if (cancelled_) return absl::CancelledError(absl::StrCat("job ", id_, " was cancelled"));
     DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i));
@@ -391,6 +393,9 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     r->set_optimizer_stepped(true);
     r->set_step_skipped(!stepped);
   }
+  result.set_step_seconds(absl::ToDoubleSeconds(absl::Now() - began));
+  result.set_gradient_wait_seconds(
+      absl::ToDoubleSeconds(a.strategy().gradient_wait() - waited_before));
   if (end_of_epoch) DTRAIN_RETURN_IF_ERROR(model.CallHook("on_train_epoch_end"));
   result.set_global_step(a.progress().global_step);
   result.set_lr(a.strategy().learning_rate());
@@ -402,7 +407,7 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
                                               bool return_outputs) {
   // No batches is fine here: evaluation shards are not padded, so with fewer samples than
   // ranks some ranks have nothing to evaluate.
-  cancelled_ = false;
+  ClearCancel();
   Accelerator& a = *accelerator_;
   if (kind == StepKind::kTraining) {
     return absl::InvalidArgumentError("Evaluate runs validation, test or predict steps");
@@ -466,6 +471,19 @@ absl::Status Job::StateDict(v1::StateDictResponse* response) {
     ToProto(host, &(*response->mutable_tensors())[name]);
   }
   return absl::OkStatus();
+}
+
+void Job::Cancel() {
+  cancelled_ = true;
+  if (accelerator_ != nullptr) {
+    accelerator_->strategy().backend().Interrupt(
+        absl::CancelledError(absl::StrCat("job ", id_, " was cancelled")));
+  }
+}
+
+void Job::ClearCancel() {
+  cancelled_ = false;
+  accelerator_->strategy().backend().ClearInterrupt();
 }
 
 absl::Status Job::Teardown() {

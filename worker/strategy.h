@@ -23,6 +23,7 @@
 #include <torch/types.h>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "worker/collective_backend.h"
 #include "worker/lightning_module.h"
 #include "worker/optimizers.h"
@@ -114,6 +115,10 @@ class Strategy {
 
   // Leaves the group cleanly; the strategy is unusable afterwards.
   virtual absl::Status Teardown();
+
+  // How long this rank has waited, in all, for gradients from the other ranks after its own
+  // backward (the communication backward did not hide, plus the slower ranks' lead).
+  virtual absl::Duration gradient_wait() const { return absl::ZeroDuration(); }
 
   LightningModule& model() { return *model_; }
   torch::optim::Optimizer* optimizer() { return optimizer_.get(); }

@@ -40,6 +40,10 @@ class PhaseClock {
   void Add(const std::string& phase, absl::Duration d) { phases_[phase] += d; }
   // Replaces a phase's time (one measured elsewhere, as placement or first_step).
   void Set(const std::string& phase, absl::Duration d) { phases_[phase] = d; }
+  absl::Duration Get(const std::string& phase) const {
+    auto it = phases_.find(phase);
+    return it == phases_.end() ? absl::ZeroDuration() : it->second;
+  }
 
   void Export(google::protobuf::Map<std::string, double>* out) const {
     out->clear();

@@ -206,6 +206,34 @@ absl::Status Trainer::Setup() {
   return absl::OkStatus();
 }
 
+void Trainer::LogRankAccounting() {
+  if (rank_seconds_.empty()) return;
+  // Where training's wall time went on each rank: its own work, and waiting for gradients (the
+  // communication backward did not hide, and the lead of a faster rank over a slower one).
+  // What no rank spent is the coordinator's: driving the steps between the ranks' batches.
+  constexpr int kLoggedRanks = 8;
+  std::vector<std::string> parts;
+  double busiest = 0;
+  for (const auto& [rank, seconds] : rank_seconds_) {
+    const auto& [in_steps, waiting] = seconds;
+    busiest = std::max(busiest, in_steps);
+    if (static_cast<int>(parts.size()) < kLoggedRanks) {
+      parts.push_back(
+          absl::StrFormat("rank %d %.2f s in steps, %.2f s (%.1f%%) of it waiting "
+                          "for gradients",
+                          rank, in_steps, waiting, in_steps > 0 ? 100 * waiting / in_steps : 0.0));
+    }
+  }
+  if (rank_seconds_.size() > kLoggedRanks) {
+    parts.push_back(absl::StrCat("and ", rank_seconds_.size() - kLoggedRanks, " more"));
+  }
+  const double train = absl::ToDoubleSeconds(phases_.Get("train"));
+  reporter_->Log(
+      absl::StrFormat("time by rank: %s; between steps (the coordinator) %.2f s of "
+                      "%.2f s",
+                      absl::StrJoin(parts, "; "), std::max(0.0, train - busiest), train));
+}
+
 void Trainer::Report() {
   phases_.Export(progress_.mutable_phase_seconds());
   progress_.set_global_step(global_step_);
@@ -303,6 +331,9 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
     for (const v1::StepResponse& response : responses) {
       for (const v1::LocalResult& result : response.results()) {
         global_step_ = result.global_step();
+        auto& [in_steps, waiting] = rank_seconds_[result.rank()];
+        in_steps += result.step_seconds();
+        waiting += result.gradient_wait_seconds();
         for (const v1::BatchResult& batch : result.batches()) {
           for (const auto& [name, value] : batch.scalars()) {
             auto& [sum, count] = scalars[name];
@@ -717,6 +748,7 @@ absl::Status Trainer::Run() {
                                     absl::SixDigits(progress_.samples_per_second()), " samples/s"));
       }
       for (const auto& callback : callbacks_) DTRAIN_RETURN_IF_ERROR(callback->OnTrainEnd(*this));
+      LogRankAccounting();
     }
     ValidationMetrics metrics;
     if (stage == "validate") {

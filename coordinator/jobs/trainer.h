@@ -139,6 +139,8 @@ class Trainer final : public TrainerControl, public JobRun {
   void Report();
   // A file the job keeps, written now at this step: the fields every kind shares.
   v1::JobFile NewJobFile(const std::string& name, const std::string& kind) const;
+  // The job log's per-rank accounting of training time.
+  void LogRankAccounting();
   // How a spec names the checkpoint `name` of this job.
   std::string CheckpointReference(const std::string& name) const;
 
@@ -158,6 +160,8 @@ class Trainer final : public TrainerControl, public JobRun {
   absl::Time fit_start_;
   PhaseClock phases_;
   bool first_step_seen_ = false;
+  // Per rank: seconds in training steps, and of those, waiting for the others' gradients.
+  std::map<int, std::pair<double, double>> rank_seconds_;
   double last_loss_ = 0;
   std::string last_checkpoint_;
   std::string best_checkpoint_;
