@@ -6,9 +6,12 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
           protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libtorch-dev libgloo-dev zlib1g-dev libyaml-cpp-dev
-          libsqlite3-dev libcpp-httplib-dev libjs-chart.js
+          libsqlite3-dev libcpp-httplib-dev libjs-chart.js libopenblas0-openmp
           dataset-fashion-mnist
           python3 python3-grpcio python3-protobuf python3-yaml python3-numpy)
+# libopenblas0-openmp: libtorch's linear layers call whichever BLAS Debian's alternatives pick,
+# and without it that is the reference BLAS, which halved the CNN's training speed (the OpenMP
+# build follows libtorch's thread count).
 # The Python package's own needs are above (python/dtrain: grpcio, protobuf, PyYAML, numpy).
 # The test command's checks (formatting, clang's thread-safety analysis), pytest, and Python's
 # torch, which writes the data files and checkpoints the interoperability tests read and check;

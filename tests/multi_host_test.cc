@@ -42,7 +42,7 @@ TEST(MultiHost, CoordinatorAndThreeWorkersOnTheirOwnHosts_RanksFollowHosts) {
                                    "--listen=" + hosts->address(i + 1) + ":29611", "--insecure"},
                                   hosts->launcher(i + 1, absl::StrCat("node-", 2 - i))));
   }
-  ASSERT_TRUE(WaitFor([&] { return cluster.AliveWorkers() == 3; }, absl::Seconds(20)));
+  ASSERT_TRUE(WaitFor([&] { return cluster.AliveWorkers() == 3; }, absl::Seconds(60)));
   const std::string id = cluster.Submit("hosts", R"(name: hosts
 model: {builtin: mlp}
 data:

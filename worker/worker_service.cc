@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/streaming.h"
+#include "worker/compute_threads.h"
 #include "worker/spawned_job.h"
 #include "worker/strategy.h"
 
@@ -84,6 +85,11 @@ grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* co
 }
 
 void WorkerService::ExecutorLoop() {
+  // libtorch's thread count is OpenMP's, which is per thread: the daemon's main set it for
+  // itself, and this thread (where every step runs) starts from OpenMP's default of one per
+  // core. Without this, two workers on a 2-core machine ran 4 compute threads and trained at
+  // half the speed of two 1-thread loops (oneDNN and OpenBLAS both follow OpenMP).
+  SetComputeThreads(options_.identity.threads);
   while (true) {
     std::shared_ptr<Task> task;
     {

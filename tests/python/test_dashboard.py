@@ -130,6 +130,10 @@ def test_cluster_jobs_and_job_pages_live_cancel_and_escaping(cluster, browser):
     assert points(browser, "loss", "train_loss") > 0, "train_loss on the same axes"
     assert "group formed" in text_of(browser, "#log")
     assert '"strategy": "ddp"' in text_of(browser, "#spec")
+    # Which plane the collectives use (auto: both workers here, so shared memory), and where
+    # the seconds went so far.
+    assert text_of(browser, "#plane") == "collectives over shm"
+    assert "train " in text_of(browser, "#phases")
     shoot(browser, "job.png")
     assert console_errors(browser) == []
 

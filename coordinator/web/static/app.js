@@ -106,6 +106,16 @@ function progressText(job) {
 }
 
 const KEY_METRICS = ['val_acc', 'test_acc', 'val_loss', 'train_loss'];
+// "time: setup 0.5 s, train 39.9 s, ...": where the run's seconds went (JobProgress.phaseSeconds).
+function phasesText(p) {
+  const order = ['placement', 'setup', 'first_step', 'restore', 'train', 'validation', 'checkpoint',
+                 'test', 'predict'];
+  const seconds = p.phaseSeconds || {};
+  const parts = order.filter((k) => seconds[k] !== undefined)
+    .map((k) => `${k.replace('_', ' ')} ${fmt(num(seconds[k]), 1)} s`);
+  return parts.length ? 'time: ' + parts.join(', ') : '';
+}
+
 function keyMetrics(job) {
   const m = job.metrics || {};
   return KEY_METRICS.filter((k) => k in m).map((k) => `${k} ${fmt(m[k], 4)}`).join('  ');
@@ -264,8 +274,10 @@ async function renderJob(main, id) {
       el('div', {class: 'row muted'},
         el('span', {}, 'name ', job.name), el('span', {id: 'progress'}, progressText(job)),
         job.state === 'RUNNING' ? el('span', {}, `${fmt(num(p.samplesPerSecond), 0)} samples/s, ETA ${duration(p.etaSeconds)}`) : null,
-        (job.workers || []).length ? el('span', {}, 'workers ' + job.workers.join(', ')) : null),
-      el('div', {class: 'row muted', id: 'metrics'}, keyMetrics(job)));
+        (job.workers || []).length ? el('span', {}, 'workers ' + job.workers.join(', ')) : null,
+        p.collectivePlane ? el('span', {id: 'plane'}, 'collectives over ' + p.collectivePlane) : null),
+      el('div', {class: 'row muted', id: 'metrics'}, keyMetrics(job)),
+      phasesText(p) ? el('div', {class: 'row muted', id: 'phases'}, phasesText(p)) : null);
     reason.replaceChildren(job.reason ? el('div', {class: 'reason', id: 'reason'}, job.reason) : '');
     files.replaceChildren((job.files || []).length === 0
       ? el('p', {class: 'muted'}, 'none yet')
