@@ -59,6 +59,7 @@ ABSL_FLAG(bool, print_config, false,
 ABSL_FLAG(bool, follow, false, "logs: keep printing new lines until the job ends");
 ABSL_FLAG(std::string, plot, "", "results: also draw the loss and accuracy curves to this .svg");
 ABSL_FLAG(std::string, o, ".", "download: the directory the files go to");
+ABSL_FLAG(int, limit, 50, "list: the newest this many jobs (0: all)");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "deadline of each request");
 ABSL_FLAG(std::string, service, "",
           "health: the service to check (dtrain.v1.Coordinator, dtrain.v1.Jobs, dtrain.v1.Worker); "
@@ -325,7 +326,11 @@ class Client {
   }
 
   int List() {
-    absl::StatusOr<std::vector<v1::JobStatus>> jobs = jobs_.List();
+    // A coordinator keeps every job it ever ran: by default the newest page, not the history.
+    const int limit = absl::GetFlag(FLAGS_limit);
+    if (limit < 0) return Fail(kUsage, absl::StatusCode::kInvalidArgument, "--limit must be >= 0");
+    int total = 0;
+    absl::StatusOr<std::vector<v1::JobStatus>> jobs = jobs_.List(limit, &total);
     if (!jobs.ok()) return Refused(jobs.status());
     if (Json()) {
       v1::ListJobsResponse response;
@@ -346,6 +351,9 @@ class Client {
           job.progress().phase().c_str(),
           absl::StrCat(job.progress().global_step(), "/", job.progress().total_steps()).c_str(),
           metrics.c_str());
+    }
+    if (static_cast<int>(jobs->size()) < total) {
+      std::printf("(the newest %zu of %d jobs; --limit 0 lists all)\n", jobs->size(), total);
     }
     return kOk;
   }

@@ -67,18 +67,23 @@ absl::StatusOr<v1::JobStatus> JobsClient::Get(const std::string& id) {
   return response;
 }
 
-absl::StatusOr<std::vector<v1::JobStatus>> JobsClient::List() {
+absl::StatusOr<std::vector<v1::JobStatus>> JobsClient::List(int newest, int* total) {
   std::vector<v1::JobStatus> jobs;
   v1::ListJobsRequest request;
+  request.set_newest_first(newest > 0);
   do {
+    if (newest > 0) request.set_page_size(newest - static_cast<int>(jobs.size()));
     v1::ListJobsResponse response;
     absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
       return jobs_->ListJobs(context, request, &response);
     });
     if (!status.ok()) return status;
     jobs.insert(jobs.end(), response.jobs().begin(), response.jobs().end());
+    if (total != nullptr) *total = response.total_size();
     request.set_page_token(response.next_page_token());
-  } while (!request.page_token().empty());
+  } while (!request.page_token().empty() &&
+           (newest <= 0 || static_cast<int>(jobs.size()) < newest));
+  if (newest > 0) std::reverse(jobs.begin(), jobs.end());
   return jobs;
 }
 

@@ -34,8 +34,9 @@ class JobsClient {
   absl::StatusOr<v1::DryRunResponse> DryRun(const v1::JobSpec& spec,
                                             absl::Duration timeout = absl::Minutes(5));
   absl::StatusOr<v1::JobStatus> Get(const std::string& id);
-  // Every job, by submission time, without specs.
-  absl::StatusOr<std::vector<v1::JobStatus>> List();
+  // Every job (newest > 0: only the newest that many), by submission time, without specs;
+  // `total` (optional) gets how many jobs the coordinator knows.
+  absl::StatusOr<std::vector<v1::JobStatus>> List(int newest = 0, int* total = nullptr);
   // FAILED_PRECONDITION when the job already ended.
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& id);
   // FAILED_PRECONDITION while the job is queued or running.

@@ -21,6 +21,8 @@
 namespace dtrain::testing {
 namespace {
 
+using ::testing::HasSubstr;
+
 constexpr int kJobs = 2500;        // x ~2 KiB of status each: ~5 MiB of list
 constexpr int kLogLines = 700000;  // x ~100 bytes: ~70 MiB of log
 constexpr int kPoints = 160000;    // x ~30 bytes: ~5 MiB of metric points
@@ -83,6 +85,31 @@ TEST(DefaultLimits, JobsService_ListLogsAndMetricsOver4And64MiB_InPages) {
   ASSERT_TRUE(call([&](auto* c) { return jobs->ListJobs(c, small, &seven); }).ok());
   EXPECT_EQ(seven.jobs_size(), 7);
   EXPECT_EQ(seven.next_page_token(), "7");
+  // From the newest back: the last job submitted first, and a token that keeps that order.
+  v1::ListJobsRequest newest;
+  newest.set_page_size(3);
+  newest.set_newest_first(true);
+  v1::ListJobsResponse three, next;
+  ASSERT_TRUE(call([&](auto* c) { return jobs->ListJobs(c, newest, &three); }).ok());
+  ASSERT_EQ(three.jobs_size(), 3);
+  EXPECT_EQ(three.jobs(0).id(), absl::StrCat("other-", kJobs));
+  EXPECT_EQ(three.jobs(2).id(), absl::StrCat("other-", kJobs - 2));
+  EXPECT_EQ(three.total_size(), kJobs);
+  newest.set_page_token(three.next_page_token());
+  ASSERT_TRUE(call([&](auto* c) { return jobs->ListJobs(c, newest, &next); }).ok());
+  ASSERT_EQ(next.jobs_size(), 3);
+  EXPECT_EQ(next.jobs(0).id(), absl::StrCat("other-", kJobs - 3));
+  // The CLI shows the newest page by default, newest last, and says what it left out.
+  CommandResult listed_cli = cluster.Dtrain("list --limit 5");
+  ASSERT_EQ(listed_cli.exit_code, 0) << listed_cli.output;
+  EXPECT_THAT(listed_cli.output, HasSubstr(absl::StrCat("(the newest 5 of ", kJobs, " jobs")));
+  EXPECT_LT(listed_cli.output.find(absl::StrCat("other-", kJobs - 1, " ")),
+            listed_cli.output.find(absl::StrCat("other-", kJobs, " ")));
+  EXPECT_EQ(listed_cli.output.find(absl::StrCat("other-", kJobs - 5, " ")), std::string::npos);
+  CommandResult all_cli = cluster.Dtrain("list --limit 0");
+  ASSERT_EQ(all_cli.exit_code, 0);
+  EXPECT_NE(all_cli.output.find("big-1 "), std::string::npos);
+  EXPECT_EQ(all_cli.output.find("(the newest"), std::string::npos);
   small.set_page_token("not-a-token");
   grpc::Status bad = call([&](auto* c) { return jobs->ListJobs(c, small, &seven); });
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

@@ -317,6 +317,22 @@ std::vector<v1::JobStatus> JobManager::List() const {
   return out;
 }
 
+std::vector<v1::JobStatus> JobManager::List(size_t first, size_t count, bool newest_first,
+                                            size_t* total) const {
+  std::vector<std::shared_ptr<JobRecord>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    *total = order_.size();
+    for (size_t k = first; k < order_.size() && jobs.size() < count; ++k) {
+      jobs.push_back(jobs_.at(order_[newest_first ? order_.size() - 1 - k : k]));
+    }
+  }
+  std::vector<v1::JobStatus> out;
+  out.reserve(jobs.size());
+  for (const auto& job : jobs) out.push_back(job->Status(false));
+  return out;
+}
+
 absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& id) {
   std::shared_ptr<JobRecord> job = Find(id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));

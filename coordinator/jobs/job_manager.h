@@ -66,6 +66,10 @@ class JobManager {
   void DryRun(v1::JobSpec spec, std::function<void(absl::StatusOr<v1::DryRunResponse>)> done);
   absl::StatusOr<v1::JobStatus> Get(const std::string& id, bool with_spec) const;
   std::vector<v1::JobStatus> List() const;
+  // Up to `count` jobs from position `first` in submission order (newest_first: from the
+  // newest back), copying only those; `total` gets how many jobs there are.
+  std::vector<v1::JobStatus> List(size_t first, size_t count, bool newest_first,
+                                  size_t* total) const;
   // FAILED_PRECONDITION when the job already ended.
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& id);
   absl::StatusOr<std::vector<std::string>> Logs(const std::string& id, int64_t from_line,

@@ -148,17 +148,31 @@ grpc::ServerUnaryReactor* JobsService::ListJobs(grpc::CallbackServerContext* con
                                   "page_token '", request->page_token(),
                                   "' is not one this service gave; pass next_page_token as is")));
   }
-  std::vector<v1::JobStatus> jobs = jobs_->List();
-  size_t bytes = 0, i = first;
-  for (; i < jobs.size(); ++i) {
-    if (request->page_size() > 0 && response->jobs_size() == request->page_size()) break;
-    const size_t size = jobs[i].ByteSizeLong() + 8;
-    if (response->jobs_size() > 0 && bytes + size > kResponseBudget) break;
-    bytes += size;
-    *response->add_jobs() = std::move(jobs[i]);
+  // Copied a chunk at a time, so a page costs what it holds, not the whole history.
+  constexpr size_t kChunk = 256;
+  size_t bytes = 0, i = first, total = 0;
+  bool full = false;
+  while (!full) {
+    size_t want = kChunk;
+    if (request->page_size() > 0) {
+      want = std::min(want, static_cast<size_t>(request->page_size() - response->jobs_size()));
+    }
+    std::vector<v1::JobStatus> chunk = jobs_->List(i, want, request->newest_first(), &total);
+    if (chunk.empty()) break;
+    for (v1::JobStatus& job : chunk) {
+      const size_t size = job.ByteSizeLong() + 8;
+      if (response->jobs_size() > 0 && bytes + size > kResponseBudget) {
+        full = true;
+        break;
+      }
+      bytes += size;
+      *response->add_jobs() = std::move(job);
+      ++i;
+    }
+    if (request->page_size() > 0 && response->jobs_size() == request->page_size()) full = true;
   }
-  if (i < jobs.size()) response->set_next_page_token(absl::StrCat(i));
-  response->set_total_size(static_cast<int32_t>(jobs.size()));
+  if (i < total) response->set_next_page_token(absl::StrCat(i));
+  response->set_total_size(static_cast<int32_t>(total));
   return FinishNow(context, absl::OkStatus());
 }
 
