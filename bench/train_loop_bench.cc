@@ -1,6 +1,11 @@
 // The compute limit for bench/training.sh: a plain single-process libtorch training loop over
-// the same TorchScript zoo model, data and optimizer as a dtrain job, with no service around
-// it. Prints one JSON row: {"system", "model", "ranks", "batch", "threads", "samples_per_s"}.
+// the same TorchScript zoo model, data path (Dataset::Batch of the same indices, the same
+// normalization), optimizer and compute threads (SetComputeThreads on the thread that trains)
+// as a dtrain worker's rank, with no service and no communication around it. Prints one JSON
+// row: {"system", "model", "ranks", "batch", "threads", "samples_per_s", "start", "end"}.
+// --rank/--world_size take the rank's slice of each global batch, as ddp does; --start_at
+// (Unix seconds) starts every process of a ceiling at once, and start/end (Unix seconds) let
+// the script compute their joint rate over the same interval dtrain's timer spans.
 #include <cstdio>
 #include <numeric>
 
@@ -19,6 +24,9 @@ ABSL_FLAG(int, batch, 128, "samples per step");
 ABSL_FLAG(int, steps, 100, "timed steps");
 ABSL_FLAG(int, warmup, 10, "untimed steps first");
 ABSL_FLAG(int, threads, 0, "libtorch threads (0: one per core)");
+ABSL_FLAG(int, rank, 0, "this process's slice of each global batch");
+ABSL_FLAG(int, world_size, 1, "processes sharing each global batch");
+ABSL_FLAG(double, start_at, 0, "Unix time to start training at (0: at once)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -36,12 +44,18 @@ int main(int argc, char** argv) {
   model->Train(true);
   const int batch = absl::GetFlag(FLAGS_batch);
   const int64_t n = (*data)->Splits()[0].second;
-  absl::Time start;
+  const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world_size);
+  const double start_at = absl::GetFlag(FLAGS_start_at);
+  if (start_at > 0)
+    absl::SleepFor(absl::FromUnixSeconds(0) + absl::Seconds(start_at) - absl::Now());
+  absl::Time start = absl::Now();
   const int total = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_steps);
   for (int step = 0; step < total; ++step) {
     if (step == absl::GetFlag(FLAGS_warmup)) start = absl::Now();
     std::vector<int64_t> indices(batch);
-    std::iota(indices.begin(), indices.end(), (int64_t{step} * batch) % (n - batch));
+    // A new batch of consecutive samples each step, disjoint across the ranks of a ceiling.
+    std::iota(indices.begin(), indices.end(),
+              (int64_t{step} * batch * world + int64_t{rank} * batch) % (n - batch));
     auto b = (*data)->Batch("train", indices);
     (*optimizer)->zero_grad();
     auto loss = model->TrainingStep(*b, step);
@@ -52,11 +66,15 @@ int main(int argc, char** argv) {
     loss->backward();
     (*optimizer)->step();
   }
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const absl::Time end = absl::Now();
+  const double seconds = absl::ToDoubleSeconds(end - start);
   std::printf(
       "{\"system\": \"libtorch-loop\", \"model\": \"%s\", \"ranks\": 1, \"batch\": %d, "
-      "\"threads\": %d, \"samples_per_s\": %.1f}\n",
+      "\"threads\": %d, \"samples_per_s\": %.1f, \"samples\": %lld, \"start\": %.6f, "
+      "\"end\": %.6f}\n",
       absl::GetFlag(FLAGS_model).c_str(), batch, at::get_num_threads(),
-      absl::GetFlag(FLAGS_steps) * batch / seconds);
+      absl::GetFlag(FLAGS_steps) * batch / seconds,
+      static_cast<long long>(absl::GetFlag(FLAGS_steps)) * batch, absl::ToUnixMicros(start) / 1e6,
+      absl::ToUnixMicros(end) / 1e6);
   return 0;
 }

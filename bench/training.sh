@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
-# Training benchmark: samples/s on Fashion-MNIST for the zoo's CNN and MLP, in one run on this
-# machine, side by side:
-#   dtrain-grpc/-gloo/-shm      a dtrain job, 2 workers (one rank each), ddp, over each backend
+# Training benchmark: samples/s on Fashion-MNIST for the zoo's CNN and MLP, side by side in one
+# run on this machine, each system measured --runs times (default 5, interleaved so that drift
+# of the machine hits every system alike) and reported as the median with the spread:
+#   dtrain-auto                 a dtrain job on the default plane (collective_backend: auto, which
+#                               is shm on one host), 2 workers (one rank and thread each), ddp
+#   dtrain-gloo / dtrain-grpc   the same job with the plane named in the spec
 #   torch-ddp-gloo              the same model in Python torch DistributedDataParallel + gloo
-#   compute-ceiling             two independent plain libtorch loops at once, one thread and the
-#                               per-rank batch each: 2 ranks' compute with no communication
-#   libtorch-loop               one plain single-process loop, two threads, the global batch
-# and dtrain's overhead at world size 1 (single_device on one worker, one thread) against the
-# plain loop with the same batch and thread: samples/s and the CPU time of the whole run.
-#   bench/training.sh [--json] [--quick]
-# --json: one JSON object per row: system, model, ranks, samples_per_s (plus batch).
+#   compute-ceiling             two plain libtorch loops at once, started together, each doing a
+#                               worker rank's per-sample work (same data path and normalization,
+#                               one compute thread set the worker's way) with no communication;
+#                               their joint rate over the same span dtrain's timer covers (first
+#                               step to last, no warm-up excluded): all samples / (last end -
+#                               first start)
+# and, once, dtrain's overhead at world size 1 (single_device on one worker, one thread) against
+# the plain loop with the same batch and thread: samples/s and the CPU time of the whole run.
+#   bench/training.sh [--json] [--quick] [--runs N]
+# --json: one JSON object per measurement: system, model, ranks, run, samples_per_s (plus batch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-json=0; quick=0
+json=0; quick=0; runs=5
 while [ $# -gt 0 ]; do
   case "$1" in
     --json) json=1 ;;
-    --quick) quick=1 ;;
-    *) echo "usage: bench/training.sh [--json] [--quick]" >&2; exit 2 ;;
+    --quick) quick=1; runs=1 ;;
+    --runs) runs=$2; shift ;;
+    *) echo "usage: bench/training.sh [--json] [--quick] [--runs N]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -50,14 +57,15 @@ cpu_ticks() {
 }
 
 # One dtrain job; its samples/s is the trainer's, from the first step to the last (after setup).
-dtrain_job() {  # model backend strategy workers
-  local model=$1 backend=$2 strategy=$3 workers=$4
+dtrain_job() {  # model backend(auto: the default, not named) strategy workers run
+  local model=$1 backend=$2 strategy=$3 workers=$4 run=$5 plane_line=""
+  if [ "$backend" != auto ]; then plane_line="collective_backend: $backend,"; fi
   cat > "$work/job.yaml" <<JOB
 name: bench-$model-$backend
 model: {builtin: $model}
 data: {builtin: fashion-mnist, batch_size: $batch, shuffle: false}
-trainer: {max_steps: ${steps[$model]}, strategy: $strategy, num_nodes: $workers,
-          collective_backend: $backend, val_check_interval: 1000000000, skip_test: true}
+trainer: {max_steps: ${steps[$model]}, strategy: $strategy, num_nodes: $workers, $plane_line
+          val_check_interval: 1000000000, skip_test: true}
 seed_everything: 1
 optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
 JOB
@@ -65,48 +73,59 @@ JOB
   id=$("$build/client/dtrain" fit --output json --config "$work/job.yaml" | sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1)
   "$build/client/dtrain" watch "$id" >/dev/null
   "$build/client/dtrain" status "$id" --output json |
-    /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); print(json.dumps({'system': 'dtrain-$backend' if $workers > 1 else 'dtrain-single', 'model': '$model', 'ranks': $workers, 'batch': $batch, 'samples_per_s': round(s['progress']['samples_per_second'], 1)}))"
+    /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); p=s['progress']; print(json.dumps({'system': 'dtrain-$backend' if $workers > 1 else 'dtrain-single', 'model': '$model', 'ranks': $workers, 'batch': $batch, 'run': $run, 'plane': p.get('collective_plane', ''), 'samples_per_s': round(p['samples_per_second'], 1)}))"
 }
 
-for model in mlp cnn; do
-  echo "$model: dtrain, 2 workers ..." >&2
-  deploy/local/cluster.sh start --port 0 --workers 2 >&2
-  export DTRAIN_COORDINATOR="127.0.0.1:$(cat "$DTRAIN_LOCAL_DIR/port")"
-  dtrain_job "$model" grpc ddp 2 >> "$work/rows.jsonl"
-  dtrain_job "$model" gloo ddp 2 >> "$work/rows.jsonl"
-  dtrain_job "$model" shm ddp 2 >> "$work/rows.jsonl"
-  deploy/local/cluster.sh stop >&2
-
-  echo "$model: torch DDP + gloo, 2 ranks ..." >&2
-  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  /usr/bin/python3 bench/torch_training.py --model "$model" --world_size 2 --batch "$batch" \
-    --steps "${steps[$model]}" --threads $(( cores / 2 > 0 ? cores / 2 : 1 )) --port "$port" >> "$work/rows.jsonl"
-
-  echo "$model: compute ceiling: 2 independent plain loops, 1 thread each ..." >&2
+# The compute ceiling: two plain loops started together; their joint rate over one span.
+ceiling() {  # model run
+  local model=$1 run=$2 at i
+  at=$(/usr/bin/python3 -c 'import time; print(f"{time.time() + 3:.3f}")')  # after data loading
   for i in 0 1; do
     "$build/bench/dtrain-bench-train-loop" --model "$model" --batch "$batch" --threads 1 \
-      --steps "${steps[$model]}" > "$work/ceiling-$i.json" &
+      --warmup 0 --rank $i --world_size 2 --start_at "$at" --steps "${steps[$model]}" \
+      > "$work/ceiling-$i.json" &
   done
   wait
   cat "$work/ceiling-0.json" "$work/ceiling-1.json" | /usr/bin/python3 -c "
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
+span = max(r['end'] for r in rows) - min(r['start'] for r in rows)
 print(json.dumps({'system': 'compute-ceiling', 'model': '$model', 'ranks': 2, 'batch': $batch,
-                  'samples_per_s': round(sum(r['samples_per_s'] for r in rows), 1)}))" >> "$work/rows.jsonl"
+                  'run': $run, 'samples_per_s': round(sum(r['samples'] for r in rows) / span, 1)}))"
+}
 
-  echo "$model: plain libtorch loop, global batch ..." >&2
-  "$build/bench/dtrain-bench-train-loop" --model "$model" --batch $((2 * batch)) \
-    --steps "${steps[$model]}" >> "$work/rows.jsonl"
+for run in $(seq 1 "$runs"); do
+  for model in mlp cnn; do
+    echo "run $run/$runs, $model: dtrain, 2 workers, each plane ..." >&2
+    deploy/local/cluster.sh start --port 0 --workers 2 >&2
+    export DTRAIN_COORDINATOR="127.0.0.1:$(cat "$DTRAIN_LOCAL_DIR/port")"
+    for backend in auto gloo grpc; do
+      dtrain_job "$model" "$backend" ddp 2 "$run" >> "$work/rows.jsonl"
+    done
+    deploy/local/cluster.sh stop >&2
 
-  # World size 1, one compute thread on both sides. Besides samples/s (noisy here), the CPU
-  # time both sides spend for the whole run (data loading and model set-up included on both
-  # sides; dtrain: worker + coordinator), which other tenants of the machine do not inflate.
+    echo "run $run/$runs, $model: torch DDP + gloo, 2 ranks ..." >&2
+    port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    /usr/bin/python3 bench/torch_training.py --model "$model" --world_size 2 --batch "$batch" \
+      --steps "${steps[$model]}" --threads $(( cores / 2 > 0 ? cores / 2 : 1 )) --port "$port" |
+      /usr/bin/python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r['run']=$run; print(json.dumps(r))" \
+      >> "$work/rows.jsonl"
+
+    echo "run $run/$runs, $model: compute ceiling ..." >&2
+    ceiling "$model" "$run" >> "$work/rows.jsonl"
+  done
+done
+
+# World size 1, one compute thread on both sides. Besides samples/s (noisy here), the CPU
+# time both sides spend for the whole run (data loading and model set-up included on both
+# sides; dtrain: worker + coordinator), which other tenants of the machine do not inflate.
+for model in mlp cnn; do
   echo "$model: world size 1, dtrain vs the plain loop ..." >&2
   deploy/local/cluster.sh start --port 0 --workers 1 --threads 1 >&2
   export DTRAIN_COORDINATOR="127.0.0.1:$(cat "$DTRAIN_LOCAL_DIR/port")"
   pids="$(cat "$DTRAIN_LOCAL_DIR/coordinator.pid") $(cat "$DTRAIN_LOCAL_DIR/worker-0.pid")"
   before=$(cpu_ticks $pids)
-  dtrain_job "$model" grpc single_device 1 > "$work/single.json"
+  dtrain_job "$model" grpc single_device 1 1 > "$work/single.json"
   after=$(cpu_ticks $pids)
   deploy/local/cluster.sh stop >&2
   /usr/bin/python3 -c "
@@ -127,22 +146,33 @@ done
 
 if [ "$json" = 1 ]; then cat "$work/rows.jsonl"; exit 0; fi
 /usr/bin/python3 - "$work/rows.jsonl" <<'PY'
-import json, sys
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-by = {(r["system"], r["model"]): r for r in rows}
-print(f"{'model':6} {'system':16} {'ranks':>5} {'batch/rank':>10} {'samples/s':>10}  {'vs torch DDP':>12}  {'of ceiling':>10}")
+def runs(system, model):
+    return {r["run"]: r["samples_per_s"] for r in rows
+            if r["system"] == system and r["model"] == model and "run" in r}
+print(f"{'model':6} {'system':15} {'plane':6} {'samples/s':>9} {'spread (min-max)':>17} "
+      f"{'of ceiling':>10} {'vs torch DDP':>12}")
 for model in ("mlp", "cnn"):
-    peer = by.get(("torch-ddp-gloo", model), {}).get("samples_per_s")
-    ceiling = by.get(("compute-ceiling", model), {}).get("samples_per_s")
-    for system in ("dtrain-grpc", "dtrain-gloo", "dtrain-shm", "torch-ddp-gloo", "compute-ceiling",
-                   "libtorch-loop"):
-        r = by.get((system, model))
-        if r is None:
+    ceiling, peer = runs("compute-ceiling", model), runs("torch-ddp-gloo", model)
+    for system in ("dtrain-auto", "dtrain-gloo", "dtrain-grpc", "torch-ddp-gloo", "compute-ceiling"):
+        mine = runs(system, model)
+        if not mine:
             continue
-        ratio = f"{r['samples_per_s'] / peer:.2f}x" if peer else ""
-        share = f"{100 * r['samples_per_s'] / ceiling:.0f}%" if ceiling else ""
-        batch = r["batch"] if system != "libtorch-loop" else f"{r['batch']} (1 rank)"
-        print(f"{model:6} {system:16} {r['ranks']:>5} {batch:>10} {r['samples_per_s']:>10.0f}  {ratio:>12}  {share:>10}")
+        planes = {r.get("plane", "") for r in rows if r["system"] == system and r["model"] == model}
+        # Ratios per run (the same machine state), then their median.
+        share = [mine[k] / ceiling[k] for k in mine if k in ceiling]
+        ratio = [mine[k] / peer[k] for k in mine if k in peer]
+        print(f"{model:6} {system:15} {'/'.join(sorted(planes - {''})) or '-':6} "
+              f"{statistics.median(mine.values()):>9.0f} "
+              f"{f'{min(mine.values()):.0f}-{max(mine.values()):.0f}':>17} "
+              f"{f'{100 * statistics.median(share):.0f}%' if share else '':>10} "
+              f"{f'{statistics.median(ratio):.2f}x' if ratio else '':>12}")
+    if ceiling:
+        over = {k for k in ceiling for s in ("dtrain-auto", "dtrain-gloo", "dtrain-grpc")
+                if runs(s, model).get(k, 0) > ceiling[k]}
+        print(f"{model:6} runs where a dtrain row exceeded the ceiling: {len(over)} of {len(ceiling)}")
+    by = {(r["system"], r["model"]): r for r in rows}
     single = by.get(("dtrain-single", model)); loop = by.get(("libtorch-loop-1", model))
     if single and loop:
         print(f"{model:6} world size 1, 1 thread: dtrain {single['samples_per_s']:.0f} vs plain loop "
