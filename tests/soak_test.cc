@@ -66,7 +66,7 @@ TEST(Soak, ManyShortJobsBackToBack_AllAccountedForMemoryStable) {
     EXPECT_EQ(s.state(), v1::SUCCEEDED) << id << ": " << s.reason();
     EXPECT_EQ(s.progress().global_step(), 4) << id;  // 256 samples / 2 ranks / 32
   }
-  CommandResult list = cluster.Dtrain("list --output json");
+  CommandResult list = cluster.Dtrain("list --limit 0 --output json");
   EXPECT_EQ(list.exit_code, 0);
   size_t listed = 0;
   for (size_t at = list.output.find("\"soak-"); at != std::string::npos;
