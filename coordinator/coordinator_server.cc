@@ -43,7 +43,9 @@ CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std:
   };
   groups_ = std::make_unique<GroupTable>(options_.groups, std::move(events));
   engine_ = std::make_unique<CollectiveEngine>(groups_.get());
-  workers_ = std::make_unique<WorkerRegistry>(options_.groups.heartbeat_timeout);
+  workers_ = std::make_unique<WorkerRegistry>(options_.groups.heartbeat_timeout,
+                                              options_.groups.heartbeat_interval,
+                                              options_.max_worker_heartbeats_per_second);
   service_ = std::make_unique<CoordinatorService>(groups_.get(), engine_.get(), kv_.get(),
                                                   workers_.get(), access_.get());
   JobManagerOptions jobs;

@@ -47,6 +47,9 @@ struct CoordinatorOptions {
   // The host:port workers use to reach this coordinator; empty: the listen address (with
   // this machine's name for a wildcard host).
   std::string advertise_address;
+  // The workers' heartbeats as a whole, per second (0: no cap): past heartbeat_interval x this
+  // many workers, the interval handed out (and the lost-worker timeout) grows in proportion.
+  double max_worker_heartbeats_per_second = 500;
   // Deadlines of a job's worker RPCs.
   absl::Duration job_setup_timeout = absl::Minutes(5);
   absl::Duration job_step_timeout = absl::Minutes(30);

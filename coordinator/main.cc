@@ -25,6 +25,10 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:29610",
           "host:port to serve on; port 0 picks a free port (see --port_file)");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
           "a member silent this long is declared dead and its group fails");
+ABSL_FLAG(double, max_worker_heartbeats_per_second, 500,
+          "worker daemons' heartbeats per second as a whole (0: no cap); past "
+          "--heartbeat_interval x this many workers, their interval and lost timeout grow in "
+          "proportion");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "how often members are told to send heartbeats");
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(10),
@@ -76,6 +80,7 @@ int main(int argc, char** argv) {
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.groups.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.groups.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.max_worker_heartbeats_per_second = absl::GetFlag(FLAGS_max_worker_heartbeats_per_second);
   options.groups.default_collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   options.groups.default_register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
@@ -87,6 +92,10 @@ int main(int argc, char** argv) {
   options.http_listen = absl::GetFlag(FLAGS_http_listen);
   options.http_tls = dtrain::TlsFilesFromFlags();
   options.http_insecure = dtrain::InsecureFromFlags();
+  if (options.max_worker_heartbeats_per_second < 0) {
+    dtrain::LogError("--max_worker_heartbeats_per_second must be >= 0 (0: no cap)");
+    return 2;
+  }
   if (options.groups.heartbeat_timeout <= options.groups.heartbeat_interval) {
     dtrain::LogError(absl::StrCat("--heartbeat-timeout (",
                                   absl::FormatDuration(options.groups.heartbeat_timeout),

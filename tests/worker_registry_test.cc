@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/jobs/worker_registry.h"
 
 namespace dtrain {
@@ -37,6 +38,39 @@ v1::WorkerInfo::State StateOf(const WorkerRegistry& registry, const std::string&
     if (w.name() == name) return w.state();
   }
   return v1::WorkerInfo::STATE_UNSPECIFIED;
+}
+
+// Past interval x rate workers, the interval handed out grows in proportion and the lost timeout
+// with it: a cluster's heartbeats stay within the coordinator's budget. Heartbeat answers carry
+// the current values, so daemons registered early adapt too.
+TEST(WorkerRegistryTest, HeartbeatInterval_GrowsWithTheCluster_PastTheRateCap) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  WorkerRegistry registry(absl::Seconds(10), absl::Seconds(1), /*max_heartbeats_per_second=*/4);
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(registry.Register(Worker(absl::StrCat("w", i), 1), t0).ok());
+  EXPECT_EQ(registry.heartbeat_interval(), absl::Seconds(1)) << "4 workers x 1/s: within the cap";
+  EXPECT_EQ(registry.heartbeat_timeout(), absl::Seconds(10));
+  for (int i = 4; i < 12; ++i) {
+    ASSERT_TRUE(registry.Register(Worker(absl::StrCat("w", i), 1), t0).ok());
+  }
+  EXPECT_EQ(registry.heartbeat_interval(), absl::Seconds(3)) << "12 workers at 4/s";
+  EXPECT_EQ(registry.heartbeat_timeout(), absl::Seconds(30));
+  v1::WorkerHeartbeatResponse answer;
+  ASSERT_TRUE(registry.Heartbeat(Beat("w0", 1, "", false), t0, &answer).ok());
+  EXPECT_EQ(answer.heartbeat_interval_ms(), 3000);
+  EXPECT_EQ(answer.heartbeat_timeout_ms(), 30000);
+  // Silent for 20 s: lost under the base timeout, alive under the scaled one; lost after 30 s.
+  registry.Tick(t0 + absl::Seconds(20));
+  EXPECT_EQ(StateOf(registry, "w1", t0 + absl::Seconds(20)), v1::WorkerInfo::ALIVE);
+  registry.Tick(t0 + absl::Seconds(31));
+  EXPECT_EQ(StateOf(registry, "w1", t0 + absl::Seconds(31)), v1::WorkerInfo::LOST);
+  // No cap: the configured values whatever the size.
+  WorkerRegistry uncapped(absl::Seconds(10), absl::Seconds(1));
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(uncapped.Register(Worker(absl::StrCat("w", i), 1), t0).ok());
+  }
+  EXPECT_EQ(uncapped.heartbeat_interval(), absl::Seconds(1));
+  EXPECT_EQ(uncapped.heartbeat_timeout(), absl::Seconds(10));
 }
 
 TEST(WorkerRegistryTest, Draining_StaysDrainingThroughLossAndBack_UntilANewIncarnation) {

@@ -95,6 +95,10 @@ void WorkerRegistration::Loop() {
       grpc::Status status = Heartbeat(&response);
       ok = status.ok();
       if (status.error_code() == grpc::StatusCode::NOT_FOUND) registered = false;
+      // The coordinator stretches the interval as the cluster grows.
+      if (ok && response.heartbeat_interval_ms() > 0) {
+        interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
+      }
       if (ok && !response.abandoned_job().empty() && abandon_job_) {
         abandon_job_(response.abandoned_job());
       }

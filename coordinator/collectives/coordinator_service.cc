@@ -554,9 +554,8 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
   }
   if (workers_ == nullptr) return FinishNow(context, NoJobSide());
   absl::Status status = workers_->Register(request->worker(), absl::Now());
-  const GroupTableOptions& options = groups_->options();
-  response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options.heartbeat_interval));
-  response->set_heartbeat_timeout_ms(absl::ToInt64Milliseconds(options.heartbeat_timeout));
+  response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(workers_->heartbeat_interval()));
+  response->set_heartbeat_timeout_ms(absl::ToInt64Milliseconds(workers_->heartbeat_timeout()));
   return FinishNow(context, status);
 }
 

@@ -25,6 +25,10 @@ class WorkerDirectory {
   virtual absl::Status Unregister(const v1::UnregisterWorkerRequest& request) = 0;
   // By name, with state and last_seen_ms_ago as of `now`.
   virtual std::vector<v1::WorkerInfo> List(absl::Time now) const = 0;
+  // How often workers heartbeat now, and how long a silent one stays ALIVE: both may grow with
+  // the number of workers, so that their heartbeats stay within the coordinator's budget.
+  virtual absl::Duration heartbeat_interval() const = 0;
+  virtual absl::Duration heartbeat_timeout() const = 0;
 };
 
 }  // namespace dtrain

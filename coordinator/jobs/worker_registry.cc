@@ -1,5 +1,7 @@
 #include "coordinator/jobs/worker_registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 
@@ -124,6 +126,8 @@ absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request
   }
   Entry& e = it->second;
   e.last_seen = now;
+  response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(IntervalLocked()));
+  response->set_heartbeat_timeout_ms(absl::ToInt64Milliseconds(TimeoutLocked()));
   if (request.draining() && !e.draining) {
     LogInfo(absl::StrCat("worker '", request.name(),
                          "' is stopping (draining): it gets no new "
@@ -193,22 +197,42 @@ std::vector<v1::WorkerInfo> WorkerRegistry::List(absl::Time now) const {
   return out;
 }
 
+absl::Duration WorkerRegistry::IntervalLocked() const {
+  if (max_rate_ <= 0) return base_interval_;
+  return std::max(base_interval_, absl::Seconds(static_cast<double>(workers_.size()) / max_rate_));
+}
+
+absl::Duration WorkerRegistry::TimeoutLocked() const {
+  return base_timeout_ * absl::FDivDuration(IntervalLocked(), base_interval_);
+}
+
+absl::Duration WorkerRegistry::heartbeat_interval() const {
+  absl::MutexLock lock(&mu_);
+  return IntervalLocked();
+}
+
+absl::Duration WorkerRegistry::heartbeat_timeout() const {
+  absl::MutexLock lock(&mu_);
+  return TimeoutLocked();
+}
+
 void WorkerRegistry::Tick(absl::Time now) {
   absl::MutexLock lock(&mu_);
+  const absl::Duration timeout = TimeoutLocked();
   for (auto it = workers_.begin(); it != workers_.end();) {
     const absl::Duration silent = now - it->second.last_seen;
     const std::string& name = it->first;
-    if (silent > 10 * heartbeat_timeout_) {
+    if (silent > 10 * timeout) {
       LogInfo(absl::StrCat("worker '", name, "' forgotten: silent for ",
                            absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1)))),
               {{"worker", name}});
       it = workers_.erase(it);
       continue;
     }
-    if (silent > heartbeat_timeout_ && it->second.info.state() != v1::WorkerInfo::LOST) {
+    if (silent > timeout && it->second.info.state() != v1::WorkerInfo::LOST) {
       LogWarning(absl::StrCat("worker '", name, "' lost: no heartbeat for ",
                               absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(1))),
-                              " (timeout ", absl::FormatDuration(heartbeat_timeout_),
+                              " (timeout ", absl::FormatDuration(timeout),
                               "); no job is placed on it until it heartbeats again"),
                  {{"worker", name}, {"job", it->second.info.job_id()}});
       it->second.info.set_state(v1::WorkerInfo::LOST);

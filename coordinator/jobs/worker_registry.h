@@ -23,8 +23,15 @@ namespace dtrain {
 
 class WorkerRegistry final : public WorkerDirectory {
  public:
-  explicit WorkerRegistry(absl::Duration heartbeat_timeout)
-      : heartbeat_timeout_(heartbeat_timeout) {}
+  // `max_heartbeats_per_second` (0: no limit) caps the workers' heartbeats as a whole: past
+  // interval x rate workers, the interval handed out grows in proportion, and the timeout with
+  // it (as Nomad scales its heartbeat TTLs), so 10,000 idle workers do not take a core.
+  explicit WorkerRegistry(absl::Duration heartbeat_timeout,
+                          absl::Duration heartbeat_interval = absl::Seconds(1),
+                          double max_heartbeats_per_second = 0)
+      : base_timeout_(heartbeat_timeout),
+        base_interval_(heartbeat_interval),
+        max_rate_(max_heartbeats_per_second) {}
 
   absl::Status Register(const v1::WorkerInfo& worker, absl::Time now) override;
   // Also tells a worker that reports a job which is not (or no longer) assigned to it to drop
@@ -54,16 +61,22 @@ class WorkerRegistry final : public WorkerDirectory {
   std::vector<v1::WorkerInfo> List(absl::Time now) const override;
   // Marks silent workers LOST and forgets long-lost ones.
   void Tick(absl::Time now);
+  absl::Duration heartbeat_interval() const override;
+  absl::Duration heartbeat_timeout() const override;
 
  private:
   void RememberEndedLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Duration IntervalLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Duration TimeoutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct Entry {
     v1::WorkerInfo info;
     absl::Time last_seen;
     bool draining = false;  // for the rest of this incarnation, LOST or not
   };
-  const absl::Duration heartbeat_timeout_;
+  const absl::Duration base_timeout_;
+  const absl::Duration base_interval_;
+  const double max_rate_;
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> assigned_ ABSL_GUARDED_BY(mu_);  // worker -> job
