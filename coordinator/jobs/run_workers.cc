@@ -46,8 +46,16 @@ void RunWorkers::NoteUnreachable(const std::vector<grpc::Status>& results) {
 absl::Status RunWorkers::OnEvery(const std::string& what, const Call& call,
                                  absl::Duration timeout) {
   if (cancelled_) return absl::CancelledError("the job was cancelled");
-  const std::vector<grpc::Status> results =
-      calls_.Run(size(), call, kFailureGrace, absl::Now() + timeout);
+  return Judge(what, calls_.Run(size(), call, kFailureGrace, absl::Now() + timeout));
+}
+
+absl::Status RunWorkers::OnEveryAsync(const std::string& what, const AsyncCall& start,
+                                      absl::Duration timeout) {
+  if (cancelled_) return absl::CancelledError("the job was cancelled");
+  return Judge(what, calls_.RunAsync(size(), start, kFailureGrace, absl::Now() + timeout));
+}
+
+absl::Status RunWorkers::Judge(const std::string& what, const std::vector<grpc::Status>& results) {
   NoteUnreachable(results);
   if (cancelled_) return absl::CancelledError("the job was cancelled");
   // The root cause first: a call cancelled after another failed is secondary.

@@ -47,6 +47,10 @@ class RunWorkers {
   // the worker: UNAVAILABLE as "lost" (stopped, died, unreachable), others with their code.
   // CANCELLED once Cancel was called.
   absl::Status OnEvery(const std::string& what, const Call& call, absl::Duration timeout);
+  // The same with the callback API (ParallelCalls::RunAsync): no thread per call, for steps.
+  using AsyncCall = ParallelCalls::AsyncCall;
+  absl::Status OnEveryAsync(const std::string& what, const AsyncCall& start,
+                            absl::Duration timeout);
 
   // Stops the calls under way (each worker stops before its next batch) and every later one.
   void Cancel();
@@ -62,6 +66,8 @@ class RunWorkers {
   std::vector<std::string> lost() const;
 
  private:
+  // The calls' outcome: OK, or the root cause naming its worker.
+  absl::Status Judge(const std::string& what, const std::vector<grpc::Status>& results);
   void NoteUnreachable(const std::vector<grpc::Status>& results);
   std::vector<std::string> Names(const std::set<int>& workers) const;
 

@@ -317,10 +317,11 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
     }
     {
       PhaseClock::Span timed = phases_.Time("train");
-      DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
+      DTRAIN_RETURN_IF_ERROR(workers_.OnEveryAsync(
           "training_step",
-          [&](int i, grpc::ClientContext* context) {
-            return workers_.stub(i).TrainingStep(context, requests[i], &responses[i]);
+          [&](int i, grpc::ClientContext* context, ParallelCalls::Done done) {
+            workers_.stub(i).async()->TrainingStep(context, &requests[i], &responses[i],
+                                                   std::move(done));
           },
           options_.step_timeout));
     }
@@ -409,11 +410,15 @@ absl::Status Trainer::Evaluate(const std::string& split, int64_t limit_samples, 
   std::vector<v1::StepResponse> responses(n);
   EvalRequests(split, limit_samples, test ? 0 : options_.spec.trainer().limit_val_batches(),
                &requests, nullptr);
-  DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
+  DTRAIN_RETURN_IF_ERROR(workers_.OnEveryAsync(
       test ? "test_step" : "validation_step",
-      [&](int i, grpc::ClientContext* context) {
-        return test ? workers_.stub(i).TestStep(context, requests[i], &responses[i])
-                    : workers_.stub(i).ValidationStep(context, requests[i], &responses[i]);
+      [&](int i, grpc::ClientContext* context, ParallelCalls::Done done) {
+        if (test) {
+          workers_.stub(i).async()->TestStep(context, &requests[i], &responses[i], std::move(done));
+        } else {
+          workers_.stub(i).async()->ValidationStep(context, &requests[i], &responses[i],
+                                                   std::move(done));
+        }
       },
       options_.step_timeout));
   // Sample-weighted means: every sample counts once, whichever rank saw it.
@@ -593,10 +598,10 @@ absl::Status Trainer::Predict() {
       }
     }
     std::vector<v1::StepResponse> responses(n);
-    DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
+    DTRAIN_RETURN_IF_ERROR(workers_.OnEveryAsync(
         "predict_step",
-        [&](int i, grpc::ClientContext* context) {
-          return workers_.stub(i).PredictStep(context, chunk[i], &responses[i]);
+        [&](int i, grpc::ClientContext* context, ParallelCalls::Done done) {
+          workers_.stub(i).async()->PredictStep(context, &chunk[i], &responses[i], std::move(done));
         },
         options_.step_timeout));
     for (int i = 0; i < n; ++i) {

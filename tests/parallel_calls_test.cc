@@ -1,0 +1,164 @@
+// ParallelCalls (common/parallel_calls.h): every call of a Run starts at once, even when the
+// calls wait for each other like a collective's ranks; threads are kept between Runs; one
+// failure cancels the rest after the grace period (a real gRPC call to a peer that never
+// answers).
+#include "common/parallel_calls.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <set>
+#include <thread>
+
+#include <grpcpp/create_channel.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "dtrain/v1/coordinator.grpc.pb.h"
+
+namespace dtrain {
+namespace {
+
+// Every call waits until all n of this Run have started (as the ranks of one step do).
+struct Rendezvous {
+  absl::Mutex mu;
+  int arrived = 0;
+  std::set<std::thread::id> threads;
+};
+
+grpc::Status WaitForAll(Rendezvous* r, int n) {
+  absl::MutexLock lock(&r->mu);
+  ++r->arrived;
+  r->threads.insert(std::this_thread::get_id());
+  auto all = [r, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu) { return r->arrived >= n; };
+  if (!r->mu.AwaitWithTimeout(absl::Condition(&all), absl::Seconds(10))) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        absl::StrCat(r->arrived, " of ", n, " calls started"));
+  }
+  return grpc::Status::OK;
+}
+
+TEST(ParallelCalls, CallsThatWaitForEachOther_AllStart_AndThreadsAreKeptBetweenRuns) {
+  ParallelCalls calls;
+  std::set<std::thread::id> seen;
+  // Growing, shrinking and growing again: the pool must never queue a call behind another.
+  for (int n : {4, 2, 6, 6, 1}) {
+    Rendezvous r;
+    const std::vector<grpc::Status> results =
+        calls.Run(n, [&](int, grpc::ClientContext*) { return WaitForAll(&r, n); });
+    ASSERT_EQ(results.size(), static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i)
+      EXPECT_TRUE(results[i].ok()) << i << ": " << results[i].error_message();
+    EXPECT_EQ(r.threads.size(), static_cast<size_t>(n));
+    seen.insert(r.threads.begin(), r.threads.end());
+  }
+  // Kept threads: never more than the largest Run needed.
+  EXPECT_EQ(seen.size(), 6u);
+  EXPECT_EQ(seen.count(std::this_thread::get_id()), 0u);
+}
+
+TEST(ParallelCalls, ResultsAreInCallOrder) {
+  ParallelCalls calls;
+  const std::vector<grpc::Status> results = calls.Run(5, [](int i, grpc::ClientContext*) {
+    absl::SleepFor(absl::Milliseconds(5 * (5 - i)));  // the last finishes first
+    return grpc::Status(i % 2 == 0 ? grpc::StatusCode::OK : grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("call ", i));
+  });
+  ASSERT_EQ(results.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(results[i].ok(), i % 2 == 0) << i;
+    if (i % 2 == 1) {
+      EXPECT_EQ(results[i].error_message(), absl::StrCat("call ", i));
+    }
+  }
+}
+
+TEST(ParallelCalls, OneFailure_CancelsACallToASilentPeerAfterTheGrace) {
+  // A listening socket that never speaks HTTP/2: the call to it waits until cancelled.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)), grpc::InsecureChannelCredentials()));
+
+  ParallelCalls calls;
+  const absl::Time start = absl::Now();
+  const std::vector<grpc::Status> results = calls.Run(
+      2,
+      [&](int i, grpc::ClientContext* context) {
+        if (i == 0) return grpc::Status(grpc::StatusCode::INTERNAL, "rank 0 broke");
+        context->set_wait_for_ready(true);
+        v1::RegisterWorkerRequest request;
+        v1::RegisterWorkerResponse response;
+        return stub->RegisterWorker(context, request, &response);
+      },
+      /*grace=*/absl::Milliseconds(200), absl::Now() + absl::Seconds(60));
+  const absl::Duration took = absl::Now() - start;
+  close(fd);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(results[1].error_code(), grpc::StatusCode::CANCELLED) << results[1].error_message();
+  EXPECT_GE(took, absl::Milliseconds(200));
+  EXPECT_LT(took, absl::Seconds(10));
+
+  // The instance is still usable after a cancelled Run.
+  Rendezvous r;
+  const std::vector<grpc::Status> again =
+      calls.Run(2, [&](int, grpc::ClientContext*) { return WaitForAll(&r, 2); });
+  EXPECT_TRUE(again[0].ok() && again[1].ok());
+}
+
+TEST(ParallelCalls, RunAsync_OneFailure_CancelsACallbackCallToASilentPeer) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)), grpc::InsecureChannelCredentials()));
+
+  ParallelCalls calls;
+  v1::RegisterWorkerRequest request;
+  std::vector<v1::RegisterWorkerResponse> responses(3);
+  const absl::Time start = absl::Now();
+  const std::vector<grpc::Status> results = calls.RunAsync(
+      3,
+      [&](int i, grpc::ClientContext* context, ParallelCalls::Done done) {
+        if (i == 1) {
+          // Completes from another thread, later, as a callback would.
+          std::thread([done] {
+            absl::SleepFor(absl::Milliseconds(50));
+            done(grpc::Status(grpc::StatusCode::UNAVAILABLE, "rank 1 died"));
+          }).detach();
+          return;
+        }
+        context->set_wait_for_ready(true);
+        stub->async()->RegisterWorker(context, &request, &responses[i], std::move(done));
+      },
+      /*grace=*/absl::Milliseconds(200), absl::Now() + absl::Seconds(60));
+  const absl::Duration took = absl::Now() - start;
+  close(fd);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_EQ(results[0].error_code(), grpc::StatusCode::CANCELLED) << results[0].error_message();
+  EXPECT_EQ(results[1].error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(results[1].error_message(), "rank 1 died");
+  EXPECT_EQ(results[2].error_code(), grpc::StatusCode::CANCELLED) << results[2].error_message();
+  EXPECT_GE(took, absl::Milliseconds(250));
+  EXPECT_LT(took, absl::Seconds(10));
+}
+
+}  // namespace
+}  // namespace dtrain
