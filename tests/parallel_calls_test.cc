@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -78,19 +79,37 @@ TEST(ParallelCalls, ResultsAreInCallOrder) {
   }
 }
 
+// A listening socket that never speaks HTTP/2: a call to it waits until cancelled.
+class SilentPeer {
+ public:
+  SilentPeer() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        listen(fd_, 16) == 0 && getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ~SilentPeer() {
+    if (fd_ >= 0) close(fd_);
+  }
+  bool listening() const { return port_ != 0; }
+  std::unique_ptr<v1::Coordinator::Stub> Stub() const {
+    return v1::Coordinator::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
+  }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
+
 TEST(ParallelCalls, OneFailure_CancelsACallToASilentPeerAfterTheGrace) {
-  // A listening socket that never speaks HTTP/2: the call to it waits until cancelled.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 16), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)), grpc::InsecureChannelCredentials()));
+  SilentPeer peer;
+  ASSERT_TRUE(peer.listening());
+  auto stub = peer.Stub();
 
   ParallelCalls calls;
   const absl::Time start = absl::Now();
@@ -105,7 +124,6 @@ TEST(ParallelCalls, OneFailure_CancelsACallToASilentPeerAfterTheGrace) {
       },
       /*grace=*/absl::Milliseconds(200), absl::Now() + absl::Seconds(60));
   const absl::Duration took = absl::Now() - start;
-  close(fd);
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(results[0].error_code(), grpc::StatusCode::INTERNAL);
   EXPECT_EQ(results[1].error_code(), grpc::StatusCode::CANCELLED) << results[1].error_message();
@@ -120,17 +138,9 @@ TEST(ParallelCalls, OneFailure_CancelsACallToASilentPeerAfterTheGrace) {
 }
 
 TEST(ParallelCalls, RunAsync_OneFailure_CancelsACallbackCallToASilentPeer) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 16), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)), grpc::InsecureChannelCredentials()));
+  SilentPeer peer;
+  ASSERT_TRUE(peer.listening());
+  auto stub = peer.Stub();
 
   ParallelCalls calls;
   v1::RegisterWorkerRequest request;
@@ -152,7 +162,6 @@ TEST(ParallelCalls, RunAsync_OneFailure_CancelsACallbackCallToASilentPeer) {
       },
       /*grace=*/absl::Milliseconds(200), absl::Now() + absl::Seconds(60));
   const absl::Duration took = absl::Now() - start;
-  close(fd);
   ASSERT_EQ(results.size(), 3u);
   EXPECT_EQ(results[0].error_code(), grpc::StatusCode::CANCELLED) << results[0].error_message();
   EXPECT_EQ(results[1].error_code(), grpc::StatusCode::UNAVAILABLE);
