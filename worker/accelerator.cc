@@ -36,6 +36,7 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Make(
   strategy.device = made->device_;
   strategy.replica_devices = plan.replicas;
   DTRAIN_ASSIGN_OR_RETURN(made->strategy_, Strategy::Make(strategy, std::move(backend)));
+  made->collectives_ = std::make_unique<StrategyCollectives>(made->strategy_.get());
   return made;
 }
 
@@ -65,7 +66,16 @@ c10::IValue Accelerator::BatchToDevice(const c10::IValue& batch) const {
 absl::StatusOr<torch::Tensor> Accelerator::TrainingStep(const c10::IValue& batch,
                                                         int64_t batch_idx) {
   const c10::IValue on_device = BatchToDevice(batch);
-  return precision_->Run([&] { return strategy_->TrainingStep(on_device, batch_idx); });
+  ScopedModelCollectives scope(collectives_.get());
+  absl::StatusOr<torch::Tensor> loss =
+      precision_->Run([&] { return strategy_->TrainingStep(on_device, batch_idx); });
+  if (!loss.ok()) return collectives_->Explain(loss.status());
+  return loss;
+}
+
+absl::Status Accelerator::CallHook(const std::string& name) {
+  ScopedModelCollectives scope(collectives_.get());
+  return collectives_->Explain(model_->CallHook(name));
 }
 
 torch::Tensor Accelerator::TrainingStepEnd(torch::Tensor output) {
@@ -76,7 +86,11 @@ absl::StatusOr<StepOutput> Accelerator::EvalStep(StepKind kind, const c10::IValu
                                                  int64_t batch_idx) {
   torch::NoGradGuard no_grad;
   const c10::IValue on_device = BatchToDevice(batch);
-  return precision_->Run([&] { return strategy_->EvalStep(kind, on_device, batch_idx); });
+  ScopedModelCollectives scope(collectives_.get());
+  absl::StatusOr<StepOutput> out =
+      precision_->Run([&] { return strategy_->EvalStep(kind, on_device, batch_idx); });
+  if (!out.ok()) return collectives_->Explain(out.status());
+  return out;
 }
 
 absl::StatusOr<StepOutput> Accelerator::ValidationStep(const c10::IValue& batch, int64_t i) {
@@ -96,13 +110,14 @@ StepOutput Accelerator::TestStepEnd(StepOutput output) {
 }
 
 absl::Status Accelerator::Backward(const torch::Tensor& closure_loss, bool should_accumulate) {
-  DTRAIN_RETURN_IF_ERROR(GuardTorch("backward failed", [&]() -> absl::Status {
+  ScopedModelCollectives scope(collectives_.get());
+  DTRAIN_RETURN_IF_ERROR(collectives_->Explain(GuardTorch("backward failed", [&]() -> absl::Status {
     LossScaler* scaler = precision_->scaler();
     torch::Tensor loss = scaler != nullptr ? scaler->Scale(closure_loss) : closure_loss;
     strategy_->PreBackward(should_accumulate);
     loss.backward();
     return absl::OkStatus();
-  }));
+  })));
   return strategy_->PostBackward(should_accumulate);
 }
 

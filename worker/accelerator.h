@@ -21,6 +21,7 @@
 #include "worker/optimizers.h"
 #include "worker/precision.h"
 #include "worker/strategy.h"
+#include "worker/strategy_collectives.h"
 
 namespace dtrain {
 
@@ -70,6 +71,12 @@ class Accelerator {
   absl::Status SetRunLength(int64_t total_steps);
   // Unscales first under 16-mixed. Returns the gradients' total norm before clipping.
   absl::StatusOr<double> ClipGradients(double clip_val, ClipAlgorithm algorithm);
+
+  // Calls the model's Lightning hook `name` (OK when it does not define it), with the job's
+  // collectives in scope for torch.ops.dtrain.
+  absl::Status CallHook(const std::string& name);
+  // What model code logged (torch.ops.dtrain.log) since the last take.
+  std::map<std::string, double> TakeLogged() { return collectives_->TakeLogged(); }
 
   // Collectives, through the strategy.
   absl::Status Barrier(const std::string& name) { return strategy_->Barrier(name); }
@@ -121,6 +128,8 @@ class Accelerator {
   torch::Device device_;
   std::unique_ptr<PrecisionPlugin> precision_;
   std::unique_ptr<Strategy> strategy_;
+  // torch.ops.dtrain's target while model code runs (after strategy_, which it uses).
+  std::unique_ptr<StrategyCollectives> collectives_;
   std::unique_ptr<LightningModule> model_;
   std::optional<LrSchedule> schedule_;
   TrainingProgress progress_;

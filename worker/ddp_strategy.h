@@ -21,6 +21,9 @@ class DdpStrategy : public Strategy {
   absl::Status Setup(LightningModule* model, const OptimizerConfig& optimizer) override;
   void PreBackward(bool should_accumulate) override;
   absl::Status PostBackward(bool should_accumulate) override;
+  void FenceCommunication() override {
+    if (sync_ != nullptr) sync_->WaitForInFlight();
+  }
   // Logs how much of the gradient communication backward hid, then leaves the group.
   absl::Status Teardown() override;
 

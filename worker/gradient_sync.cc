@@ -223,6 +223,13 @@ absl::Status GradientSync::AverageGradients() {
   return absl::OkStatus();
 }
 
+void GradientSync::WaitForInFlight() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->queued_; },
+      this));
+}
+
 size_t GradientSync::started_during_backward() const {
   absl::MutexLock lock(&mu_);
   return started_in_hooks_;

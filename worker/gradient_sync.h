@@ -63,6 +63,11 @@ class GradientSync {
   // the buckets not yet started, waits for all of them and writes the means back.
   absl::Status AverageGradients();
 
+  // Returns once every bucket queued so far has been all-reduced. A collective the caller's
+  // thread issues afterwards (model code's, during backward) then follows them on every rank:
+  // buckets are queued from that same thread, in the same order everywhere.
+  void WaitForInFlight();
+
   // How the parameters were packed: number of buckets (one collective each).
   size_t bucket_count() const { return buckets_.size(); }
   // How many buckets of the last AverageGradients() round were started from the autograd

@@ -80,6 +80,14 @@ void AddOutputs(const StepOutput& out, bool with_tensors, v1::BatchResult* resul
   }
 }
 
+// What an epoch-end hook logged joins the epoch's last batch (dropped when there is none).
+void AddLogged(Accelerator& a, v1::LocalResult* result) {
+  std::map<std::string, double> logged = a.TakeLogged();
+  if (result->batches_size() == 0) return;
+  v1::BatchResult* last = result->mutable_batches(result->batches_size() - 1);
+  for (const auto& [name, value] : logged) (*last->mutable_scalars())[name] = value;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
@@ -343,16 +351,15 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   ClearCancel();
   Accelerator& a = *accelerator_;
   if (total_steps > 0) DTRAIN_RETURN_IF_ERROR(a.SetRunLength(total_steps));
-  LightningModule& model = a.model();
   if (!train_started_) {
     a.SetTrainingMode(true);
-    DTRAIN_RETURN_IF_ERROR(model.CallHook("on_train_start"));
+    DTRAIN_RETURN_IF_ERROR(a.CallHook("on_train_start"));
     train_started_ = true;
     train_ended_ = false;
   }
   if (epoch != train_epoch_) {
     a.SetTrainingMode(true);
-    DTRAIN_RETURN_IF_ERROR(model.CallHook("on_train_epoch_start"));
+    DTRAIN_RETURN_IF_ERROR(a.CallHook("on_train_epoch_start"));
     train_epoch_ = epoch;
   }
   a.SetEpoch(epoch);
@@ -381,6 +388,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     for (const auto& [name, value] : a.model().TakeTrainingExtras()) {
       (*r->mutable_scalars())[name] = value;
     }
+    for (const auto& [name, value] : a.TakeLogged()) (*r->mutable_scalars())[name] = value;
     if (should_accumulate) continue;
     if (clip_val_ > 0) {
       DTRAIN_ASSIGN_OR_RETURN(double norm, a.ClipGradients(clip_val_, clip_algorithm_));
@@ -396,7 +404,10 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   result.set_step_seconds(absl::ToDoubleSeconds(absl::Now() - began));
   result.set_gradient_wait_seconds(
       absl::ToDoubleSeconds(a.strategy().gradient_wait() - waited_before));
-  if (end_of_epoch) DTRAIN_RETURN_IF_ERROR(model.CallHook("on_train_epoch_end"));
+  if (end_of_epoch) {
+    DTRAIN_RETURN_IF_ERROR(a.CallHook("on_train_epoch_end"));
+    AddLogged(a, &result);
+  }
   result.set_global_step(a.progress().global_step);
   result.set_lr(a.strategy().learning_rate());
   if (a.precision().scaler() != nullptr) result.set_loss_scale(a.precision().scaler()->scale());
@@ -412,17 +423,16 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
   if (kind == StepKind::kTraining) {
     return absl::InvalidArgumentError("Evaluate runs validation, test or predict steps");
   }
-  LightningModule& model = a.model();
   // Fit is over when testing or predicting begins: Lightning's on_train_end comes first.
   if (kind != StepKind::kValidation && train_started_ && !train_ended_) {
-    DTRAIN_RETURN_IF_ERROR(model.CallHook("on_train_end"));
+    DTRAIN_RETURN_IF_ERROR(a.CallHook("on_train_end"));
     train_ended_ = true;
   }
   a.SetTrainingMode(false);
   const std::string hook_stage = kind == StepKind::kValidation ? "validation"
                                  : kind == StepKind::kTest     ? "test"
                                                                : "predict";
-  DTRAIN_RETURN_IF_ERROR(model.CallHook(absl::StrCat("on_", hook_stage, "_epoch_start")));
+  DTRAIN_RETURN_IF_ERROR(a.CallHook(absl::StrCat("on_", hook_stage, "_epoch_start")));
   const bool with_tensors = return_outputs || kind == StepKind::kPredict;
   v1::LocalResult result;
   result.set_rank(a.strategy().global_rank());
@@ -447,8 +457,10 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
       AddOutputs(out, with_tensors, r);
       return absl::OkStatus();
     }));
+    for (const auto& [name, value] : a.TakeLogged()) (*r->mutable_scalars())[name] = value;
   }
-  DTRAIN_RETURN_IF_ERROR(model.CallHook(absl::StrCat("on_", hook_stage, "_epoch_end")));
+  DTRAIN_RETURN_IF_ERROR(a.CallHook(absl::StrCat("on_", hook_stage, "_epoch_end")));
+  AddLogged(a, &result);
   result.set_global_step(a.progress().global_step);
   return result;
 }
@@ -490,7 +502,7 @@ absl::Status Job::Teardown() {
   // A fit that ended without a test or predict: on_train_end before the group goes.
   absl::Status hook = absl::OkStatus();
   if (train_started_ && !train_ended_) {
-    hook = accelerator_->model().CallHook("on_train_end");
+    hook = accelerator_->CallHook("on_train_end");
     train_ended_ = true;
   }
   absl::Status torn = accelerator_->Teardown();

@@ -36,7 +36,18 @@ constexpr int64_t kSegmentBudget = int64_t{64} << 20;
 constexpr int64_t kMaxSlotBytes = int64_t{4} << 20;
 constexpr int64_t kMinSlotBytes = int64_t{64} << 10;
 
-enum class CallKind : int32_t { kBarrier = 1, kAllReduce = 2 };
+// The collectives that move data through the segment (barrier, all_reduce), and those that only
+// announce themselves there before the inner plane moves their data, so that a rank in a
+// different collective is named at once instead of at the inner plane's deadline.
+enum class CallKind : int32_t {
+  kBarrier = 1,
+  kAllReduce = 2,
+  kAllGather = 3,
+  kBroadcast = 4,
+  kBroadcastBytes = 5,
+  kReduce = 6,
+  kReduceBooleanDecision = 7,
+};
 
 // What a rank is doing in its current call; every rank checks every other's after the first
 // wait of a call. Two of them per rank, by call parity: a rank cannot start call k + 2 before
@@ -69,10 +80,31 @@ std::string HostIdentity() {
 }
 
 std::string DescribeCall(const Descriptor& d) {
-  if (d.kind == static_cast<int32_t>(CallKind::kBarrier)) return "barrier";
-  return absl::StrCat("all_reduce of ", d.numel, " ",
-                      c10::toString(static_cast<c10::ScalarType>(d.dtype)), " ",
-                      v1::ReduceOp_Name(static_cast<v1::ReduceOp>(d.op)));
+  const std::string dtype = c10::toString(static_cast<c10::ScalarType>(d.dtype));
+  switch (static_cast<CallKind>(d.kind)) {
+    case CallKind::kBarrier:
+      return "barrier";
+    case CallKind::kAllReduce:
+      return absl::StrCat("all_reduce of ", d.numel, " ", dtype, " ",
+                          v1::ReduceOp_Name(static_cast<v1::ReduceOp>(d.op)));
+    case CallKind::kAllGather:
+      return absl::StrCat("all_gather of ", dtype);
+    case CallKind::kBroadcast:
+      return absl::StrCat("broadcast of ", d.numel, " ", dtype, " from rank ", d.op);
+    case CallKind::kBroadcastBytes:
+      return absl::StrCat("broadcast of bytes from rank ", d.op);
+    case CallKind::kReduce:
+      return absl::StrCat("reduce of ", d.numel, " ", dtype, " to rank ", d.op >> 8, " ",
+                          v1::ReduceOp_Name(static_cast<v1::ReduceOp>(d.op & 0xff)));
+    case CallKind::kReduceBooleanDecision:
+      return absl::StrCat("reduce_boolean_decision(all=", d.op ? "true" : "false", ")");
+  }
+  return absl::StrCat("unknown collective ", d.kind);
+}
+
+// "a barrier", "an all_reduce ...".
+std::string WithArticle(const std::string& call) {
+  return absl::StrCat(call[0] == 'a' || call[0] == 'u' ? "an " : "a ", call);
 }
 
 }  // namespace
@@ -317,20 +349,71 @@ void Describe(Arrival& mine, uint64_t call, CallKind kind, int64_t numel, int32_
 
 absl::Status SharedMemoryCollectiveBackend::Barrier(const std::string& name) {
   if (segment_ == nullptr) return inner_->Barrier(name);
+  return Announce(static_cast<int32_t>(CallKind::kBarrier), 0, 0, 0, "barrier");
+}
+
+absl::Status SharedMemoryCollectiveBackend::Announce(int32_t kind, int64_t numel, int32_t dtype,
+                                                     int32_t op, const char* what) {
   if (!broken_.ok()) return broken_;
   const uint64_t call = ++calls_;
-  Describe(segment_->arrival(rank()), call, CallKind::kBarrier, 0, 0, 0);
-  DTRAIN_RETURN_IF_ERROR(ArriveAndWait("barrier"));
+  Describe(segment_->arrival(rank()), call, static_cast<CallKind>(kind), numel, dtype, op);
+  DTRAIN_RETURN_IF_ERROR(ArriveAndWait(what));
   const Descriptor& mine = segment_->arrival(rank()).descriptors[call % 2];
   for (int r = 0; r < world_size(); ++r) {
     const Descriptor& d = segment_->arrival(r).descriptors[call % 2];
-    if (d.kind != mine.kind || d.call != call) {
-      return Poison(absl::FailedPreconditionError(
-          absl::StrCat("mismatched collective #", call, ": rank ", rank(),
-                       " is in a barrier, rank ", r, " in an ", DescribeCall(d))));
+    if (d.kind != mine.kind || d.call != call || d.numel != mine.numel || d.dtype != mine.dtype ||
+        d.op != mine.op) {
+      return Poison(absl::FailedPreconditionError(absl::StrCat(
+          "mismatched collective #", call, ": rank ", rank(), " is in ",
+          WithArticle(DescribeCall(mine)), ", rank ", r, " in ", WithArticle(DescribeCall(d)))));
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status SharedMemoryCollectiveBackend::Broadcast(torch::Tensor& tensor, int src) {
+  if (segment_ != nullptr) {
+    DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kBroadcast), tensor.numel(),
+                                    static_cast<int32_t>(tensor.scalar_type()), src, "broadcast"));
+  }
+  return inner_->Broadcast(tensor, src);
+}
+
+absl::StatusOr<std::string> SharedMemoryCollectiveBackend::BroadcastBytes(const std::string& bytes,
+                                                                          int src) {
+  if (segment_ != nullptr) {
+    DTRAIN_RETURN_IF_ERROR(
+        Announce(static_cast<int32_t>(CallKind::kBroadcastBytes), 0, 0, src, "broadcast"));
+  }
+  return inner_->BroadcastBytes(bytes, src);
+}
+
+absl::StatusOr<std::vector<torch::Tensor>> SharedMemoryCollectiveBackend::AllGather(
+    const torch::Tensor& tensor) {
+  // Dimension 0 may differ between ranks; the dtype may not.
+  if (segment_ != nullptr) {
+    DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kAllGather), 0,
+                                    static_cast<int32_t>(tensor.scalar_type()), 0, "all_gather"));
+  }
+  return inner_->AllGather(tensor);
+}
+
+absl::Status SharedMemoryCollectiveBackend::Reduce(torch::Tensor& tensor, int dst,
+                                                   v1::ReduceOp op) {
+  if (segment_ != nullptr) {
+    DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kReduce), tensor.numel(),
+                                    static_cast<int32_t>(tensor.scalar_type()),
+                                    (dst << 8) | static_cast<int32_t>(op), "reduce"));
+  }
+  return inner_->Reduce(tensor, dst, op);
+}
+
+absl::StatusOr<bool> SharedMemoryCollectiveBackend::ReduceBooleanDecision(bool decision, bool all) {
+  if (segment_ != nullptr) {
+    DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kReduceBooleanDecision), 0, 0,
+                                    all ? 1 : 0, "reduce_boolean_decision"));
+  }
+  return inner_->ReduceBooleanDecision(decision, all);
 }
 
 absl::Status SharedMemoryCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceOp op) {
@@ -339,7 +422,12 @@ absl::Status SharedMemoryCollectiveBackend::AllReduce(torch::Tensor& tensor, v1:
       (op == v1::REDUCE_OP_SUM || op == v1::REDUCE_OP_MEAN || op == v1::REDUCE_OP_MAX ||
        op == v1::REDUCE_OP_MIN) &&
       tensor.device().is_cpu();
-  if (segment_ == nullptr || !supported) return inner_->AllReduce(tensor, op);
+  if (segment_ == nullptr) return inner_->AllReduce(tensor, op);
+  if (!supported) {
+    DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kAllReduce), tensor.numel(),
+                                    static_cast<int32_t>(tensor.scalar_type()), op, "all_reduce"));
+    return inner_->AllReduce(tensor, op);
+  }
   if (!broken_.ok()) return broken_;
   torch::NoGradGuard no_grad;
   torch::Tensor flat = tensor.is_contiguous() ? tensor.view({-1}) : tensor.contiguous().view({-1});
@@ -377,10 +465,10 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
         const Descriptor& d = segment_->arrival(r).descriptors[call % 2];
         if (d.call != call || d.kind != mine.kind || d.numel != mine.numel ||
             d.dtype != mine.dtype || d.op != mine.op) {
-          return Poison(absl::FailedPreconditionError(absl::StrCat(
-              "mismatched collective #", call, ": rank ", me, " is in an ", DescribeCall(mine),
-              ", rank ", r, " in a",
-              d.kind == static_cast<int32_t>(CallKind::kBarrier) ? " " : "n ", DescribeCall(d))));
+          return Poison(absl::FailedPreconditionError(
+              absl::StrCat("mismatched collective #", call, ": rank ", me, " is in ",
+                           WithArticle(DescribeCall(mine)), ", rank ", r, " in ",
+                           WithArticle(DescribeCall(d)))));
         }
       }
     }

@@ -46,22 +46,14 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   absl::Status health() const override { return inner_->health(); }
 
   absl::Status Barrier(const std::string& name) override;
-  absl::Status Broadcast(torch::Tensor& tensor, int src) override {
-    return inner_->Broadcast(tensor, src);
-  }
-  absl::StatusOr<std::string> BroadcastBytes(const std::string& bytes, int src) override {
-    return inner_->BroadcastBytes(bytes, src);
-  }
+  // The collectives whose data goes through the inner plane announce themselves in the segment
+  // first: a rank in another collective is named at once (FAILED_PRECONDITION).
+  absl::Status Broadcast(torch::Tensor& tensor, int src) override;
+  absl::StatusOr<std::string> BroadcastBytes(const std::string& bytes, int src) override;
   absl::Status AllReduce(torch::Tensor& tensor, v1::ReduceOp op) override;
-  absl::StatusOr<std::vector<torch::Tensor>> AllGather(const torch::Tensor& tensor) override {
-    return inner_->AllGather(tensor);
-  }
-  absl::Status Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) override {
-    return inner_->Reduce(tensor, dst, op);
-  }
-  absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all) override {
-    return inner_->ReduceBooleanDecision(decision, all);
-  }
+  absl::StatusOr<std::vector<torch::Tensor>> AllGather(const torch::Tensor& tensor) override;
+  absl::Status Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) override;
+  absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all) override;
   absl::Status Leave() override;
   void Interrupt(absl::Status why) override {
     inner_->Interrupt(why);
@@ -78,6 +70,9 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   int64_t slot_bytes() const { return slot_bytes_; }
 
  private:
+  // A call every rank must make alike: arrives, then compares every rank's descriptor with its
+  // own (kind, call number, numel, dtype, op).
+  absl::Status Announce(int32_t kind, int64_t numel, int32_t dtype, int32_t op, const char* what);
   struct Segment;
   SharedMemoryCollectiveBackend(std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout)
       : inner_(std::move(inner)), timeout_(timeout) {}

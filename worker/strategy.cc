@@ -24,17 +24,19 @@ class SingleDeviceStrategy : public Strategy {
 // keeps this rank's slice, as Lightning's AllGatherGrad does.
 struct AllGatherGrad : public torch::autograd::Function<AllGatherGrad> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor input,
-                               torch::Tensor gathered, int64_t backend_address) {
-    ctx->saved_data["backend"] = backend_address;
+                               torch::Tensor gathered, int64_t strategy_address) {
+    ctx->saved_data["strategy"] = strategy_address;
     return gathered.clone();
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    auto* backend = reinterpret_cast<CollectiveBackend*>(ctx->saved_data["backend"].toInt());
+    auto* strategy = reinterpret_cast<Strategy*>(ctx->saved_data["strategy"].toInt());
     torch::Tensor grad = grads[0].contiguous().clone();
-    absl::Status status = backend->AllReduce(grad, v1::REDUCE_OP_SUM);
+    // After ddp's buckets in flight, so that every rank issues the collectives in one order.
+    strategy->FenceCommunication();
+    absl::Status status = strategy->backend().AllReduce(grad, v1::REDUCE_OP_SUM);
     TORCH_CHECK(status.ok(), "all_gather(sync_grads) backward: ", status.ToString());
-    return {grad[backend->rank()], torch::Tensor(), torch::Tensor()};
+    return {grad[strategy->global_rank()], torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -151,11 +153,12 @@ void Strategy::SetLearningRate(double lr) {
 absl::StatusOr<torch::optim::Optimizer*> Strategy::OptimizerState() { return optimizer_.get(); }
 
 absl::StatusOr<torch::Tensor> Strategy::AllGather(const torch::Tensor& tensor, bool sync_grads) {
+  FenceCommunication();
   DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> parts, backend_->AllGather(tensor.detach()));
   return GuardTorch("all_gather", [&]() -> absl::StatusOr<torch::Tensor> {
     torch::Tensor gathered = torch::stack(parts);
     if (!sync_grads || !tensor.requires_grad()) return gathered;
-    return AllGatherGrad::apply(tensor, gathered, reinterpret_cast<int64_t>(backend_.get()));
+    return AllGatherGrad::apply(tensor, gathered, reinterpret_cast<int64_t>(this));
   });
 }
 

@@ -113,6 +113,10 @@ class Strategy {
     return backend_->ReduceBooleanDecision(decision, all);
   }
 
+  // Waits until the collectives the strategy has in flight on other threads (ddp's gradient
+  // buckets) are done, so that one issued now comes after them on every rank.
+  virtual void FenceCommunication() {}
+
   // Leaves the group cleanly; the strategy is unusable afterwards.
   virtual absl::Status Teardown();
 

@@ -41,7 +41,9 @@ def _check_source(module: Any, steps: List[str]) -> None:
         if re.search(r"\bself\.log(_dict)?\(", source):
             raise _fail(f"{name} calls self.log, which TorchScript cannot compile: return the "
                         f"value in the step's dict instead (return {{'loss': loss, 'acc': acc}}); "
-                        "dtrain logs every scalar a step returns (train_acc, val_acc, ...)")
+                        "dtrain logs every scalar a step returns (train_acc, val_acc, ...). "
+                        "For sync_dist=True, call torch.ops.dtrain.log(name, value, True) "
+                        "(import dtrain.ops)")
         signature = inspect.signature(getattr(type(module), name))
         params = [p for p in signature.parameters.values() if p.name != "self"]
         if params and params[0].annotation is inspect.Parameter.empty:
@@ -62,6 +64,8 @@ def export(module: Any, path: str, example_batch: Any, *, check_steps: bool = Tr
     TorchScript's own compile error with the method it is in."""
     import torch
 
+    from dtrain import ops
+    ops.register()  # torch.ops.dtrain.*, for modules that call dtrain's collectives
     steps = _own_methods(module, STEPS)
     if "training_step" not in steps:
         raise _fail("the module has no training_step(batch, batch_idx: int); dtrain needs it "
