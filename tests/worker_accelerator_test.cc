@@ -25,6 +25,7 @@
 #include "worker/batch_tree.h"
 #include "worker/checkpoint.h"
 #include "worker/collective_backend.h"
+#include "worker/data_parallel_strategy.h"
 #include "worker/dataset.h"
 #include "worker/device_plan.h"
 #include "worker/gloo_collective_backend.h"
@@ -407,6 +408,79 @@ TEST(Accelerator, ClipGradients_ReturnsTheNormBeforeClipping) {
   double after_sq = 0;
   for (const torch::Tensor& p : params) after_sq += p.grad().pow(2).sum().item<double>();
   EXPECT_NEAR(std::sqrt(after_sq), 0.5, 1e-4);
+}
+
+StrategyOptions DpOnTwoReplicas() {
+  StrategyOptions dp;
+  dp.kind = StrategyKind::kDp;
+  dp.devices = 2;
+  return dp;
+}
+
+// dp's reduce as Lightning's DataParallelStrategy.reduce: every tensor of a collection becomes
+// its mean (integers averaged in float and cast back), other values pass through.
+TEST(DataParallel, ReduceIsTheMeanOfEveryTensor_OtherValuesPassThrough) {
+  c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+  d.insert("loss", torch::tensor({1.0f, 2.0f}));
+  d.insert("count", torch::tensor({3, 4}, torch::kInt64));
+  d.insert("name", std::string("replicas"));
+  d.insert("pair", c10::ivalue::Tuple::create({torch::tensor({2.0, 5.0}, torch::kFloat64), 7}));
+  const c10::impl::GenericDict r = DataParallelStrategy::ReduceCollection(d).toGenericDict();
+  EXPECT_EQ(r.at("loss").toTensor().dim(), 0);
+  EXPECT_EQ(r.at("loss").toTensor().item<float>(), 1.5f);
+  EXPECT_EQ(r.at("count").toTensor().scalar_type(), torch::kInt64);
+  EXPECT_EQ(r.at("count").toTensor().item<int64_t>(), 3);  // 3.5 cast back
+  EXPECT_EQ(r.at("name").toStringRef(), "replicas");
+  const auto& pair = r.at("pair").toTupleRef().elements();
+  EXPECT_EQ(pair[0].toTensor().item<double>(), 3.5);
+  EXPECT_EQ(pair[1].toInt(), 7);
+
+  // Strategy::Reduce on one tensor under dp: its mean.
+  auto a = Accelerator::Make("cpu", Precision::k32True, DpOnTwoReplicas(), nullptr);
+  ASSERT_TRUE(a.ok()) << a.status();
+  torch::Tensor t = torch::tensor({1.0f, 2.0f, 6.0f});
+  ASSERT_TRUE((*a)->Reduce(t, v1::REDUCE_OP_SUM).ok());
+  EXPECT_EQ(t.item<float>(), 3.0f);
+}
+
+// Under dp the module's *_step_end receives the replicas' gathered outputs (one value per
+// replica for a one-element output, concatenated otherwise), as in Lightning; without one, dp
+// reduces them to their means; predict's outputs stay gathered.
+TEST(DataParallel, StepEndSeesTheGatheredOutputs_ElseTheMeans) {
+  auto model = BuiltinModel("mlp", 3);
+  ASSERT_TRUE(model.ok());
+  model->module().define(R"(
+def training_step_end(self, loss: Tensor) -> Dict[str, Tensor]:
+    return {"loss": loss.mean(), "replicas": torch.tensor(float(loss.numel()))}
+
+def test_step_end(self, out: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    return {"acc": out["acc"], "replicas": torch.tensor(float(out["acc"].numel()))}
+)");
+  auto a = Accelerator::Make("cpu", Precision::k32True, DpOnTwoReplicas(), nullptr);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE((*a)->Setup(std::move(*model), {}, {}).ok());
+  const auto [x, y] = SyntheticBatch(10, 1);
+  const c10::IValue batch = c10::ivalue::Tuple::create({x, y});
+  auto loss = (*a)->TrainingStep(batch, 0);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_EQ(loss->dim(), 0);
+  const auto extras = (*a)->model().TakeTrainingExtras();
+  EXPECT_EQ(extras.at("replicas"), 2.0);
+
+  // test_step_end: the per-replica accuracies, untouched by dp.
+  auto tested = (*a)->TestStep(batch, 0);
+  ASSERT_TRUE(tested.ok()) << tested.status();
+  EXPECT_EQ(tested->at("replicas").item<float>(), 2.0f);
+  EXPECT_EQ(tested->at("acc").numel(), 2);
+  // No validation_step_end: every output is reduced to its mean over the replicas.
+  auto validated = (*a)->ValidationStep(batch, 0);
+  ASSERT_TRUE(validated.ok()) << validated.status();
+  EXPECT_EQ(validated->at("acc").dim(), 0);
+  EXPECT_NEAR(validated->at("acc").item<float>(), tested->at("acc").mean().item<float>(), 1e-6);
+  // predict: gathered, every row.
+  auto predicted = (*a)->PredictStep(batch, 0);
+  ASSERT_TRUE(predicted.ok()) << predicted.status();
+  EXPECT_EQ(predicted->at("logits").size(0), 10);
 }
 
 TEST(JobSettingNames, EveryNameTheSpecAcceptsIsKnownToTheWorker) {

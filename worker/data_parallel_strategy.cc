@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "worker/batch_tree.h"
 #include "worker/module_replica.h"
+#include "worker/step_kind.h"
 #include "worker/torch_status.h"
 
 namespace dtrain {
@@ -48,62 +49,115 @@ c10::IValue DataParallelStrategy::ToReplica(const c10::IValue& part, int i) cons
                     [&](const at::Tensor& t) { return t.device() == device ? t : t.to(device); });
 }
 
-absl::StatusOr<torch::Tensor> DataParallelStrategy::TrainingStep(const c10::IValue& batch,
-                                                                 int64_t idx) {
+c10::IValue DataParallelStrategy::ReduceCollection(const c10::IValue& collection) {
+  return MapTensors(collection, [](const at::Tensor& t) {
+    // As Lightning's: integer (and half) tensors averaged in float and cast back; float64 keeps
+    // its precision.
+    if (t.scalar_type() == at::kDouble) return t.mean();
+    return t.to(at::kFloat).mean().to(t.scalar_type());
+  });
+}
+
+absl::StatusOr<c10::IValue> DataParallelStrategy::Gather(const std::vector<c10::IValue>& outputs,
+                                                         torch::Device device) {
+  if (outputs.empty()) return absl::InvalidArgumentError("dp gather: no outputs");
+  const c10::IValue& first = outputs.front();
+  if (first.isTensor()) {
+    std::vector<at::Tensor> tensors;
+    bool scalars = true;
+    for (const c10::IValue& out : outputs) {
+      if (!out.isTensor()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("dp gather: one replica returned a tensor, another a ", out.tagKind()));
+      }
+      tensors.push_back(out.toTensor().to(device));
+      scalars = scalars && tensors.back().dim() == 0;
+    }
+    return GuardTorch("dp gather", [&]() -> absl::StatusOr<c10::IValue> {
+      return scalars ? at::stack(tensors) : at::cat(tensors);
+    });
+  }
+  if (first.isGenericDict()) {
+    const c10::impl::GenericDict dict = first.toGenericDict();
+    c10::impl::GenericDict gathered(dict.keyType(), dict.valueType());
+    for (const auto& entry : dict) {
+      std::vector<c10::IValue> values;
+      for (const c10::IValue& out : outputs) {
+        if (!out.isGenericDict() || !out.toGenericDict().contains(entry.key())) {
+          return absl::InvalidArgumentError(
+              "dp gather: the replicas returned dicts with different keys");
+        }
+        values.push_back(out.toGenericDict().at(entry.key()));
+      }
+      DTRAIN_ASSIGN_OR_RETURN(c10::IValue value, Gather(values, device));
+      gathered.insert(entry.key(), std::move(value));
+    }
+    return c10::IValue(gathered);
+  }
+  if (first.isTuple()) {
+    std::vector<c10::IValue> items;
+    const size_t n = first.toTupleRef().elements().size();
+    for (size_t k = 0; k < n; ++k) {
+      std::vector<c10::IValue> values;
+      for (const c10::IValue& out : outputs) {
+        if (!out.isTuple() || out.toTupleRef().elements().size() != n) {
+          return absl::InvalidArgumentError(
+              "dp gather: the replicas returned tuples of different lengths");
+        }
+        values.push_back(out.toTupleRef().elements()[k]);
+      }
+      DTRAIN_ASSIGN_OR_RETURN(c10::IValue item, Gather(values, device));
+      items.push_back(std::move(item));
+    }
+    return c10::IValue(c10::ivalue::Tuple::create(std::move(items)));
+  }
+  return first;  // numbers, strings, None: as replica 0 returned them
+}
+
+absl::StatusOr<c10::IValue> DataParallelStrategy::RunReplicas(const std::string& method,
+                                                              const c10::IValue& batch,
+                                                              int64_t idx) {
   DTRAIN_ASSIGN_OR_RETURN(std::vector<c10::IValue> parts, SplitBatch(batch, options_.devices));
-  std::vector<torch::Tensor> losses;
+  std::vector<c10::IValue> outputs;
   for (int i = 0; i < static_cast<int>(parts.size()); ++i) {
     DTRAIN_ASSIGN_OR_RETURN(LightningModule * replica, Replica(i));
-    DTRAIN_ASSIGN_OR_RETURN(torch::Tensor loss, replica->TrainingStep(ToReplica(parts[i], i), idx));
-    if (replica != model_) model_->MergeTrainingExtras(*replica);
-    // Gathered on the root device, where the optimizer's parameters are.
-    losses.push_back(loss.reshape({}).to(options_.device));
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue out, replica->RawStep(method, ToReplica(parts[i], i), idx));
+    outputs.push_back(std::move(out));
   }
-  return GuardTorch("dp gather",
-                    [&]() -> absl::StatusOr<torch::Tensor> { return at::stack(losses); });
+  // Gathered on the root device, where the optimizer's parameters are.
+  return Gather(outputs, options_.device);
+}
+
+absl::StatusOr<torch::Tensor> DataParallelStrategy::TrainingStep(const c10::IValue& batch,
+                                                                 int64_t idx) {
+  DTRAIN_ASSIGN_OR_RETURN(c10::IValue gathered, RunReplicas("training_step", batch, idx));
+  if (model_->HasMethod("training_step_end")) {
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue out, model_->StepEnd("training_step", gathered));
+    return model_->TrainingLoss(out);
+  }
+  return model_->TrainingLoss(ReduceCollection(gathered));
 }
 
 absl::StatusOr<StepOutput> DataParallelStrategy::EvalStep(StepKind kind, const c10::IValue& batch,
                                                           int64_t idx) {
-  DTRAIN_ASSIGN_OR_RETURN(std::vector<c10::IValue> parts, SplitBatch(batch, options_.devices));
-  std::map<std::string, std::vector<torch::Tensor>> gathered;
-  for (int i = 0; i < static_cast<int>(parts.size()); ++i) {
-    DTRAIN_ASSIGN_OR_RETURN(LightningModule * replica, Replica(i));
-    const c10::IValue part = ToReplica(parts[i], i);
-    absl::StatusOr<StepOutput> out =
-        kind == StepKind::kValidation ? replica->ValidationStep(part, idx)
-        : kind == StepKind::kTest     ? replica->TestStep(part, idx)
-        : kind == StepKind::kPredict  ? replica->PredictStep(part, idx)
-                                      : Strategy::EvalStep(kind, part, idx);
-    if (!out.ok()) return out.status();
-    for (auto& [key, value] : *out) gathered[key].push_back(value.to(options_.device));
-  }
-  per_replica_keys_.clear();
-  StepOutput result;
-  DTRAIN_RETURN_IF_ERROR(GuardTorch("dp gather", [&]() -> absl::Status {
-    for (auto& [key, values] : gathered) {
-      if (values.front().dim() == 0) {
-        result[key] = at::stack(values);
-        per_replica_keys_.insert(key);
-      } else {
-        result[key] = at::cat(values);
-      }
+  if (kind == StepKind::kTraining) return Strategy::EvalStep(kind, batch, idx);
+  const std::string method = StepMethodName(kind);
+  DTRAIN_ASSIGN_OR_RETURN(c10::IValue out, RunReplicas(method, batch, idx));
+  if (kind != StepKind::kPredict) {
+    if (model_->HasMethod(method + "_end")) {
+      DTRAIN_ASSIGN_OR_RETURN(out, model_->StepEnd(method, out));
+    } else {
+      out = ReduceCollection(out);
     }
-    return absl::OkStatus();
-  }));
-  return result;
-}
-
-torch::Tensor DataParallelStrategy::TrainingStepEnd(torch::Tensor output) {
-  return output.dim() == 0 ? output : output.mean();
-}
-
-StepOutput DataParallelStrategy::EvalStepEnd(StepOutput output) {
-  for (const std::string& key : per_replica_keys_) {
-    auto it = output.find(key);
-    if (it != output.end() && it->second.is_floating_point()) it->second = it->second.mean();
   }
-  return output;
+  return model_->ToStepOutput(method, out);
+}
+
+absl::Status DataParallelStrategy::Reduce(torch::Tensor& tensor, v1::ReduceOp op) {
+  return GuardTorch("dp reduce", [&]() -> absl::Status {
+    tensor = ReduceCollection(tensor).toTensor();
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace dtrain

@@ -1,6 +1,10 @@
 // dp (Lightning's DataParallelStrategy): one process; the batch is split across the worker's
-// devices, each part runs through a replica of the model, the outputs are gathered, and
-// *_step_end reduces them as a mean.
+// devices, each part runs through a replica of the model, and the replicas' outputs are gathered
+// as torch.nn.DataParallel gathers them (one-element tensors stacked into one value per replica,
+// others concatenated along dimension 0, per key of a dict). Then, as Lightning: the module's own
+// training_step_end / validation_step_end / test_step_end receives the gathered output when it
+// defines one; otherwise dp's reduce takes the mean of every tensor of it (predict's output stays
+// gathered).
 //
 // On CUDA, replica i runs on cuda:i (PlanDevices, worker/device_plan.h): a ModuleReplica whose
 // parameters are differentiable copies of the model's on cuda:0, so gradients come home, as
@@ -11,7 +15,6 @@
 #pragma once
 
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -25,14 +28,22 @@ class DataParallelStrategy : public Strategy {
   static absl::StatusOr<std::unique_ptr<Strategy>> Make(const StrategyOptions& options,
                                                         std::unique_ptr<CollectiveBackend> backend);
 
+  // Lightning's DataParallelStrategy.reduce: every tensor of `collection` (nested dicts, lists,
+  // tuples) replaced by its mean, computed in float and cast back to the tensor's dtype; other
+  // values pass through.
+  static c10::IValue ReduceCollection(const c10::IValue& collection);
+  // The replicas' outputs as torch.nn.DataParallel gathers them, on `device`. INVALID_ARGUMENT
+  // when they differ in structure.
+  static absl::StatusOr<c10::IValue> Gather(const std::vector<c10::IValue>& outputs,
+                                            torch::Device device);
+
   std::string name() const override { return "dp"; }
-  // A 1-D tensor: one loss per replica.
+  // The loss after training_step_end or the reduce.
   absl::StatusOr<torch::Tensor> TrainingStep(const c10::IValue& batch, int64_t idx) override;
-  // Scalar outputs become one value per replica; other outputs are concatenated along dim 0.
   absl::StatusOr<StepOutput> EvalStep(StepKind kind, const c10::IValue& batch,
                                       int64_t idx) override;
-  torch::Tensor TrainingStepEnd(torch::Tensor output) override;
-  StepOutput EvalStepEnd(StepOutput output) override;
+  // The tensor's mean (dp has one process: nothing to all-reduce).
+  absl::Status Reduce(torch::Tensor& tensor, v1::ReduceOp op) override;
 
  private:
   using Strategy::Strategy;
@@ -42,8 +53,10 @@ class DataParallelStrategy : public Strategy {
   // ModuleReplica, bound to the model's current parameters.
   absl::StatusOr<LightningModule*> Replica(int i);
   c10::IValue ToReplica(const c10::IValue& part, int i) const;
+  // `method` on every replica's part of `batch`, gathered on the root device.
+  absl::StatusOr<c10::IValue> RunReplicas(const std::string& method, const c10::IValue& batch,
+                                          int64_t idx);
 
-  std::set<std::string> per_replica_keys_;                // outputs EvalStepEnd averages
   std::vector<std::unique_ptr<ModuleReplica>> replicas_;  // [0] unused: the model
 };
 

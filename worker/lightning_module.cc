@@ -60,19 +60,36 @@ absl::Status LightningModule::CallHook(const std::string& name) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<c10::IValue> LightningModule::RawStep(const std::string& method,
+                                                     const c10::IValue& batch, int64_t batch_idx) {
+  return Call(method, {batch, batch_idx});
+}
+
+absl::StatusOr<c10::IValue> LightningModule::StepEnd(const std::string& method,
+                                                     c10::IValue output) {
+  // Lightning's <step>_end(step_output): its result is the step's output (predict has none).
+  const std::string end = method + "_end";
+  if (method == "predict_step" || !HasMethod(end)) return output;
+  return Call(end, {std::move(output)});
+}
+
 absl::StatusOr<torch::Tensor> LightningModule::TrainingStep(const c10::IValue& batch,
                                                             int64_t batch_idx) {
-  absl::StatusOr<c10::IValue> out = Call("training_step", {batch, batch_idx});
-  // Lightning's training_step_end(step_output): its result is the step's output.
-  if (out.ok() && HasMethod("training_step_end")) out = Call("training_step_end", {*out});
+  absl::StatusOr<c10::IValue> out = RawStep("training_step", batch, batch_idx);
+  if (out.ok()) out = StepEnd("training_step", *std::move(out));
   if (!out.ok()) return out.status();
+  return TrainingLoss(*out);
+}
+
+absl::StatusOr<torch::Tensor> LightningModule::TrainingLoss(const c10::IValue& out) {
   torch::Tensor loss;
   last_training_keys_.clear();
-  if (out->isTensor()) {
-    loss = out->toTensor();
+  if (out.isTensor()) {
+    loss = out.toTensor();
     last_training_keys_.push_back("loss");
-  } else if (out->isGenericDict() && out->toGenericDict().contains("loss")) {
-    for (const auto& entry : out->toGenericDict()) {
+  } else if (out.isGenericDict() && out.toGenericDict().contains("loss") &&
+             out.toGenericDict().at("loss").isTensor()) {
+    for (const auto& entry : out.toGenericDict()) {
       if (entry.key().isString()) last_training_keys_.push_back(entry.key().toStringRef());
       if (!entry.key().isString() || entry.key().toStringRef() == "loss") continue;
       if (!entry.value().isTensor() || entry.value().toTensor().numel() != 1) continue;
@@ -80,11 +97,11 @@ absl::StatusOr<torch::Tensor> LightningModule::TrainingStep(const c10::IValue& b
       sum += entry.value().toTensor().detach().to(torch::kFloat64).item<double>();
       ++count;
     }
-    loss = out->toGenericDict().at("loss").toTensor();
+    loss = out.toGenericDict().at("loss").toTensor();
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "training_step of model '", origin_,
-        "' must return a loss tensor or a dict with a 'loss' tensor, got ", out->tagKind()));
+        "' must return a loss tensor or a dict with a 'loss' tensor, got ", out.tagKind()));
   }
   if (loss.numel() != 1 || !loss.is_floating_point()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -103,26 +120,21 @@ std::map<std::string, double> LightningModule::TakeTrainingExtras() {
   return out;
 }
 
-void LightningModule::MergeTrainingExtras(LightningModule& other) {
-  for (const auto& [name, sum_count] : other.training_extras_) {
-    training_extras_[name].first += sum_count.first;
-    training_extras_[name].second += sum_count.second;
-  }
-  other.training_extras_.clear();
-}
-
 absl::StatusOr<StepOutput> LightningModule::Step(const std::string& method,
                                                  const c10::IValue& batch, int64_t batch_idx) {
-  absl::StatusOr<c10::IValue> out = Call(method, {batch, batch_idx});
-  // validation_step_end / test_step_end, as training_step_end (predict has none in Lightning).
-  const std::string end = method + "_end";
-  if (out.ok() && method != "predict_step" && HasMethod(end)) out = Call(end, {*out});
+  absl::StatusOr<c10::IValue> out = RawStep(method, batch, batch_idx);
+  if (out.ok()) out = StepEnd(method, *std::move(out));
   if (!out.ok()) return out.status();
+  return ToStepOutput(method, *out);
+}
+
+absl::StatusOr<StepOutput> LightningModule::ToStepOutput(const std::string& method,
+                                                         const c10::IValue& out) const {
   StepOutput result;
-  if (out->isTensor()) {
-    result["output"] = out->toTensor();
-  } else if (out->isGenericDict()) {
-    for (const auto& entry : out->toGenericDict()) {
+  if (out.isTensor()) {
+    result["output"] = out.toTensor();
+  } else if (out.isGenericDict()) {
+    for (const auto& entry : out.toGenericDict()) {
       if (!entry.key().isString() || !entry.value().isTensor()) {
         return absl::InvalidArgumentError(
             absl::StrCat(method, " of model '", origin_, "' must return a dict of str to tensor"));
@@ -132,7 +144,7 @@ absl::StatusOr<StepOutput> LightningModule::Step(const std::string& method,
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat(method, " of model '", origin_,
-                     "' must return a tensor or a dict of tensors, got ", out->tagKind()));
+                     "' must return a tensor or a dict of tensors, got ", out.tagKind()));
   }
   return result;
 }

@@ -35,8 +35,16 @@ class LightningModule {
   // The scalars training_step returned besides its loss (e.g. "acc"), each the mean over the
   // calls since the last take (dp calls once per replica); then forgets them.
   std::map<std::string, double> TakeTrainingExtras();
-  // Moves another module's pending extras (a dp replica's) into this one's.
-  void MergeTrainingExtras(LightningModule& other);
+  // The pieces of a step, for dp (which runs the step on every replica, gathers, and only then
+  // applies <step>_end): the method's raw output; <method>_end applied to an output when the
+  // module defines it (never for predict_step), else the output as it is; a training output's
+  // loss (its extras kept as TrainingStep keeps them); an evaluation output as named tensors.
+  absl::StatusOr<c10::IValue> RawStep(const std::string& method, const c10::IValue& batch,
+                                      int64_t batch_idx);
+  absl::StatusOr<c10::IValue> StepEnd(const std::string& method, c10::IValue output);
+  absl::StatusOr<torch::Tensor> TrainingLoss(const c10::IValue& output);
+  absl::StatusOr<StepOutput> ToStepOutput(const std::string& method,
+                                          const c10::IValue& output) const;
   // The keys of training_step's last output ("loss" alone for a lone tensor), for dry runs.
   const std::vector<std::string>& last_training_keys() const { return last_training_keys_; }
   // FAILED_PRECONDITION when the module does not define the method.

@@ -105,8 +105,9 @@ class Strategy {
   // (world_size, *shape). With sync_grads, gradients flow back through the gather: the
   // gradient of this rank's input is the sum over ranks of the gradient of its slice.
   absl::StatusOr<torch::Tensor> AllGather(const torch::Tensor& tensor, bool sync_grads);
-  // Reduces `tensor` in place on every rank (Lightning's strategy.reduce is an all-reduce).
-  absl::Status Reduce(torch::Tensor& tensor, v1::ReduceOp op) {
+  // Lightning's strategy.reduce on one tensor: an all-reduce over the ranks (in place); dp's is
+  // the tensor's mean.
+  virtual absl::Status Reduce(torch::Tensor& tensor, v1::ReduceOp op) {
     return backend_->AllReduce(tensor, op);
   }
   absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all = true) {
