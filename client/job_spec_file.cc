@@ -97,9 +97,28 @@ absl::Status SetRepeated(const YAML::Node& value, Message* message, const FieldD
   return absl::OkStatus();
 }
 
+// A map<string, string> (`storage_options: {fsync: "true"}`): scalar values, as text.
+absl::Status SetStringMap(const YAML::Node& value, Message* message, const FieldDescriptor* field,
+                          const std::string& path) {
+  if (value.IsNull()) return absl::OkStatus();
+  if (!value.IsMap()) return Bad(path, "expected a mapping of names to values");
+  const google::protobuf::Reflection* r = message->GetReflection();
+  r->ClearField(message, field);
+  for (const auto& entry : value) {
+    const std::string key = entry.first.Scalar();
+    if (!entry.second.IsScalar()) return Bad(Join(path, key), "expected a single value");
+    Message* item = r->AddMessage(message, field);
+    const google::protobuf::Descriptor* d = item->GetDescriptor();
+    item->GetReflection()->SetString(item, d->FindFieldByName("key"), key);
+    item->GetReflection()->SetString(item, d->FindFieldByName("value"), entry.second.Scalar());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SetField(const YAML::Node& value, Message* message, const FieldDescriptor* field,
                       const std::string& path) {
   const google::protobuf::Reflection* r = message->GetReflection();
+  if (field->is_map()) return SetStringMap(value, message, field, path);
   if (field->is_repeated()) return SetRepeated(value, message, field, path);
   if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
     return Fill(value, r->MutableMessage(message, field), path);
@@ -258,6 +277,18 @@ void Emit(const Message& message, YAML::Emitter& out, bool top) {
       continue;
     }
     out << YAML::Key << field->name() << YAML::Value;
+    if (field->is_map()) {  // map<string, string>
+      out << YAML::Flow << YAML::BeginMap;
+      for (int k = 0; k < r->FieldSize(message, field); ++k) {
+        const Message& entry = r->GetRepeatedMessage(message, field, k);
+        const google::protobuf::Descriptor* e = entry.GetDescriptor();
+        out << YAML::Key << entry.GetReflection()->GetString(entry, e->FindFieldByName("key"))
+            << YAML::Value << YAML::DoubleQuoted
+            << entry.GetReflection()->GetString(entry, e->FindFieldByName("value"));
+      }
+      out << YAML::EndMap;
+      continue;
+    }
     if (field->is_repeated()) {
       out << YAML::Flow << YAML::BeginSeq;
       for (int k = 0; k < r->FieldSize(message, field); ++k) {

@@ -1,5 +1,7 @@
 #include "common/job_settings.h"
 
+#include "absl/algorithm/container.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -70,7 +72,10 @@ const std::vector<std::string>& BuiltinDatasetNames() {
 }
 
 bool IsDistributedStrategy(absl::string_view strategy) {
-  return strategy == "ddp" || strategy == "ddp_spawn" || strategy == "sharded";
+  // A plugin strategy (not one of dtrain's own) runs as ddp does: one rank per worker process.
+  return strategy == "ddp" || strategy == "ddp_spawn" || strategy == "sharded" ||
+         strategy == "ddp_sharded" ||
+         (!strategy.empty() && !absl::c_linear_search(StrategyNames(), strategy));
 }
 
 v1::SetupRequest MakeSetupRequest(const v1::JobSpec& spec, const SetupContext& context) {
@@ -87,6 +92,8 @@ v1::SetupRequest MakeSetupRequest(const v1::JobSpec& spec, const SetupContext& c
   request.set_seed(spec.seed_everything());
   request.set_checkpoint_dir(context.checkpoint_dir);
   request.set_store_checkpoints(context.store_checkpoints);
+  request.set_checkpoint_io(spec.checkpoint().checkpoint_io());
+  *request.mutable_storage_options() = spec.checkpoint().storage_options();
   request.set_accumulate_grad_batches(t.accumulate_grad_batches());
   request.set_gradient_clip_val(t.gradient_clip_val());
   request.set_gradient_clip_algorithm(t.gradient_clip_algorithm());
@@ -236,6 +243,8 @@ const std::vector<JobSpecField>& JobSpecFields() {
       {"checkpoint.mode", ""},
       {"checkpoint.save_top_k", ""},
       {"checkpoint.dirpath", ""},
+      {"checkpoint.checkpoint_io", "checkpoint_io"},
+      {"checkpoint.storage_options", "storage_options"},
       {"early_stopping.monitor", ""},
       {"early_stopping.mode", ""},
       {"early_stopping.min_delta", ""},

@@ -54,7 +54,8 @@ inline constexpr SettingRange<int64_t> kNumNodesRange{1, 4096};
 inline constexpr int64_t kDefaultMaxRestarts = 3;
 inline constexpr SettingRange<int64_t> kMaxRestartsRange{1, 1000};
 
-// Strategies with more than one rank, which join a group on the coordinator.
+// Strategies with more than one rank, which join a group on the coordinator: ddp, ddp_spawn,
+// sharded, and any plugin strategy (which runs as ddp does).
 bool IsDistributedStrategy(absl::string_view strategy);
 
 // What the trainer adds to a spec for one run on its workers.

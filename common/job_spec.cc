@@ -29,6 +29,35 @@ absl::Status OneOf(const std::string& path, std::string* value,
              absl::StrCat("unknown ", what, " '", *value, "'; use ", absl::StrJoin(allowed, ", ")));
 }
 
+// A name of dtrain's own, or of a plugin `offered` lists (null: not known here, e.g. in the
+// client; the coordinator checks it against its workers).
+absl::Status OneOfOrPlugin(const std::string& path, std::string* value,
+                           const std::vector<std::string>& allowed, const std::string& fallback,
+                           const std::string& kind, const OfferedPlugins* offered) {
+  if (value->empty()) *value = fallback;
+  if (absl::c_linear_search(allowed, *value)) return absl::OkStatus();
+  bool plausible = !value->empty() && value->size() <= 64;
+  for (char c : *value) {
+    plausible = plausible && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+                              c == '-' || c == '.');
+  }
+  if (offered == nullptr && plausible) return absl::OkStatus();
+  if (offered != nullptr && offered->count({kind, *value}) > 0) return absl::OkStatus();
+  std::vector<std::string> plugins;
+  if (offered != nullptr) {
+    for (const auto& [key, workers] : *offered) {
+      if (key.first == kind) {
+        plugins.push_back(absl::StrCat(key.second, " (", absl::StrJoin(workers, ", "), ")"));
+      }
+    }
+  }
+  return Bad(path, absl::StrCat(
+                       "unknown ", kind, " '", *value, "'; use ", absl::StrJoin(allowed, ", "),
+                       plugins.empty() ? std::string(", or a plugin a worker offers (none do now)")
+                                       : absl::StrCat(", or a plugin a worker offers: ",
+                                                      absl::StrJoin(plugins, ", "))));
+}
+
 absl::Status Range(const std::string& path, double value, double low, double high) {
   if (!std::isfinite(value) || value < low || value > high) {
     return Bad(path, absl::StrCat("must be in [", low, ", ", high, "], got ", value));
@@ -82,11 +111,29 @@ std::string DefaultMode(const std::string& monitor) {
   return absl::StrContains(monitor, "acc") ? "max" : "min";
 }
 
+std::vector<std::pair<std::string, std::string>> PluginsNamedBy(const v1::JobSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> named;
+  const v1::TrainerConfig& t = spec.trainer();
+  if (!t.strategy().empty() && !absl::c_linear_search(StrategyNames(), t.strategy()) &&
+      t.strategy() != "ddp_sharded") {
+    named.push_back({"strategy", t.strategy()});
+  }
+  if (!t.precision().empty() && !absl::c_linear_search(PrecisionNames(), t.precision())) {
+    named.push_back({"precision", t.precision()});
+  }
+  if (!t.accelerator().empty() && !absl::c_linear_search(AcceleratorNames(), t.accelerator())) {
+    named.push_back({"accelerator", t.accelerator()});
+  }
+  const std::string& io = spec.checkpoint().checkpoint_io();
+  if (!io.empty() && io != "torch") named.push_back({"checkpoint_io", io});
+  return named;
+}
+
 int RanksPerWorker(const v1::JobSpec& spec) {
   return spec.trainer().strategy() == "ddp_spawn" ? std::max(1, spec.trainer().devices()) : 1;
 }
 
-absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
+absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) {
   if (spec->name().empty()) spec->set_name("job");
   if (absl::Status s = CheckName(spec->name()); !s.ok()) return s;
 
@@ -210,16 +257,16 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
                      "' needs an XLA runtime, which libtorch's C++ API does "
                      "not have here; use ddp or ddp_spawn"));
   }
-  if (absl::Status s = OneOf("trainer.strategy", t->mutable_strategy(), StrategyNames(),
-                             StrategyNames()[0], "strategy");
+  if (absl::Status s = OneOfOrPlugin("trainer.strategy", t->mutable_strategy(), StrategyNames(),
+                                     StrategyNames()[0], "strategy", offered);
       !s.ok())
     return s;
   if (absl::Status s = OneOf("trainer.test_ckpt_path", t->mutable_test_ckpt_path(),
                              {"last", "best"}, "last", "test checkpoint");
       !s.ok())
     return s;
-  if (absl::Status s = OneOf("trainer.precision", t->mutable_precision(), PrecisionNames(),
-                             PrecisionNames()[0], "precision");
+  if (absl::Status s = OneOfOrPlugin("trainer.precision", t->mutable_precision(), PrecisionNames(),
+                                     PrecisionNames()[0], "precision", offered);
       !s.ok())
     return s;
   // Refused at submit, not on a worker: no worker here can ever run them.
@@ -234,8 +281,9 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
                      "' needs a vendor runtime dtrain's libtorch C++ runtime does not have; use "
                      "cpu, gpu or auto"));
   }
-  if (absl::Status s = OneOf("trainer.accelerator", t->mutable_accelerator(), AcceleratorNames(),
-                             AcceleratorNames()[0], "accelerator");
+  if (absl::Status s =
+          OneOfOrPlugin("trainer.accelerator", t->mutable_accelerator(), AcceleratorNames(),
+                        AcceleratorNames()[0], "accelerator", offered);
       !s.ok())
     return s;
   if (t->devices() == 0) t->set_devices(1);
@@ -315,6 +363,10 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (absl::Status s = CheckMode("checkpoint.mode", c->mutable_mode(), c->monitor()); !s.ok())
     return s;
   // A directory the workers share: marked, so every reader knows it is not the client's.
+  if (absl::Status s = OneOfOrPlugin("checkpoint.checkpoint_io", c->mutable_checkpoint_io(),
+                                     {"torch"}, "torch", "checkpoint_io", offered);
+      !s.ok())
+    return s;
   if (!c->dirpath().empty()) {
     if (IsArtifactReference(c->dirpath()) || IsJobFileReference(c->dirpath())) {
       return Bad("checkpoint.dirpath",

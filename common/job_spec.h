@@ -7,15 +7,28 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "dtrain/v1/jobs.pb.h"
 
 namespace dtrain {
 
-// Validates `spec` and fills in its defaults (documented in jobs.proto).
-absl::Status NormalizeJobSpec(v1::JobSpec* spec);
+// Plugins the cluster's workers offer beyond dtrain's own (their registrations), keyed by
+// (kind, name) with kind one of accelerator, precision, strategy, checkpoint_io; the value is
+// the names of the workers offering it.
+using OfferedPlugins = std::map<std::pair<std::string, std::string>, std::vector<std::string>>;
+
+// Validates `spec` and fills in its defaults (documented in jobs.proto). A strategy, precision,
+// accelerator or checkpoint_io that is not dtrain's own must be one `offered` lists; with
+// `offered` null (the client, which cannot know) any well-formed name passes.
+absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered = nullptr);
+
+// The plugins `spec` names that are not dtrain's own, as (kind, name).
+std::vector<std::pair<std::string, std::string>> PluginsNamedBy(const v1::JobSpec& spec);
 
 // Ranks one worker contributes under the spec's strategy (devices for ddp_spawn, else 1).
 int RanksPerWorker(const v1::JobSpec& spec);

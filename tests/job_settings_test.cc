@@ -34,7 +34,7 @@ void Leaves(const google::protobuf::Descriptor* d, const std::string& prefix,
   for (int i = 0; i < d->field_count(); ++i) {
     const FieldDescriptor* f = d->field(i);
     const std::string path = prefix.empty() ? f->name() : prefix + "." + f->name();
-    if (f->type() == FieldDescriptor::TYPE_MESSAGE) {
+    if (f->type() == FieldDescriptor::TYPE_MESSAGE && !f->is_map()) {
       Leaves(f->message_type(), path, out);
     } else {
       out->push_back(path);
@@ -57,6 +57,13 @@ std::pair<Message*, const FieldDescriptor*> Resolve(Message* root, const std::st
 std::string SetDistinct(Message* root, const std::string& path) {
   auto [m, f] = Resolve(root, path);
   const google::protobuf::Reflection* r = m->GetReflection();
+  if (f->is_map()) {  // map<string, string>: one entry
+    Message* entry = r->AddMessage(m, f);
+    entry->GetReflection()->SetString(entry, entry->GetDescriptor()->FindFieldByName("key"), "k");
+    entry->GetReflection()->SetString(entry, entry->GetDescriptor()->FindFieldByName("value"),
+                                      "distinct-" + path);
+    return "k=distinct-" + path;
+  }
   if (f->is_repeated()) {
     if (f->cpp_type() != FieldDescriptor::CPPTYPE_DOUBLE) {
       ADD_FAILURE() << path << " is a list of a type this test does not set";
@@ -93,6 +100,16 @@ std::string SetDistinct(Message* root, const std::string& path) {
 std::string Get(Message* root, const std::string& path) {
   auto [m, f] = Resolve(root, path);
   const google::protobuf::Reflection* r = m->GetReflection();
+  if (f->is_map()) {
+    std::ostringstream out;
+    for (int i = 0; i < r->FieldSize(*m, f); ++i) {
+      const Message& entry = r->GetRepeatedMessage(*m, f, i);
+      const google::protobuf::Reflection* er = entry.GetReflection();
+      out << er->GetString(entry, entry.GetDescriptor()->FindFieldByName("key")) << "="
+          << er->GetString(entry, entry.GetDescriptor()->FindFieldByName("value"));
+    }
+    return out.str();
+  }
   if (f->is_repeated()) {
     std::ostringstream out;
     for (int i = 0; i < r->FieldSize(*m, f); ++i) {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include <gmock/gmock.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
 #include "client/job_spec_file.h"
@@ -201,7 +202,7 @@ data: {tensors_file: /d/data.pt, batch_size: 64, shuffle: false,
 trainer: {max_epochs: 2, precision: 16-mixed, gradient_clip_val: 0.5, num_nodes: 2}
 optimizer: {name: adamw, lr: 0.001, eps: 1.0e-08}
 lr_scheduler: {name: cosine}
-checkpoint: {monitor: val_acc}
+checkpoint: {monitor: val_acc, storage_options: {fsync: "true", region: eu}}
 early_stopping: {monitor: val_loss, min_delta: 0.001}
 seed_everything: 42
 ckpt_path: /c/last.ckpt
@@ -219,7 +220,9 @@ ckpt_path: /c/last.ckpt
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
   v1::JobSpec again = *back;
   ASSERT_EQ(NormalizeJobSpec(&again), absl::OkStatus());
-  EXPECT_EQ(again.SerializeAsString(), normalized.SerializeAsString()) << yaml;
+  // Not the serialized bytes: a map's entries serialize in no fixed order.
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(again, normalized)) << yaml;
+  EXPECT_EQ(again.checkpoint().storage_options().at("region"), "eu");
 }
 
 TEST(JobSpecRules, BadValues_NamedByPath) {
@@ -248,13 +251,26 @@ TEST(JobSpecRules, BadValues_NamedByPath) {
       {"model: {builtin: resnet}\ndata: {synthetic: {train_size: 10}}",
        "model.builtin: unknown model 'resnet'"},
   };
+  // As the coordinator checks: against what its workers offer (here nothing).
+  const OfferedPlugins none;
   for (const Case& c : cases) {
     auto spec = ParseJobSpec(c.text);
     ASSERT_TRUE(spec.ok()) << c.text << ": " << spec.status();
-    absl::Status s = NormalizeJobSpec(&*spec);
+    absl::Status s = NormalizeJobSpec(&*spec, &none);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
     EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.text;
   }
+  // The client cannot know the cluster's plugins: a well-formed name passes there, a malformed
+  // one does not; the coordinator accepts a name a worker offers.
+  auto plugin = ParseJobSpec(base + "trainer: {strategy: fsdp9}");
+  EXPECT_TRUE(NormalizeJobSpec(&*plugin).ok());
+  auto malformed = ParseJobSpec(base + "trainer: {strategy: 'Not A Name'}");
+  EXPECT_EQ(NormalizeJobSpec(&*malformed).code(), absl::StatusCode::kInvalidArgument);
+  const OfferedPlugins offered = {{{"strategy", "fsdp9"}, {"w0"}}};
+  auto offered_plugin = ParseJobSpec(base + "trainer: {strategy: fsdp9}");
+  EXPECT_TRUE(NormalizeJobSpec(&*offered_plugin, &offered).ok());
+  EXPECT_EQ(PluginsNamedBy(*offered_plugin),
+            (std::vector<std::pair<std::string, std::string>>{{"strategy", "fsdp9"}}));
   auto tpu = ParseJobSpec(base + "trainer: {strategy: tpu_spawn}");
   absl::Status s = NormalizeJobSpec(&*tpu);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);

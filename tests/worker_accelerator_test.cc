@@ -230,12 +230,15 @@ TEST(Accelerator, UnavailableHardwareAndStrategies_ClearErrors) {
   EXPECT_EQ(ResolveAccelerator("quantum").status().code(), absl::StatusCode::kInvalidArgument);
   auto fp16 = Accelerator::Make("cpu", Precision::k16Mixed, StrategyOptions(), nullptr);
   EXPECT_EQ(fp16.status().code(), absl::StatusCode::kFailedPrecondition);
-  auto tpu = ParseStrategy("tpu_spawn");
+  auto tpu = ResolveStrategy("tpu_spawn");
   EXPECT_EQ(tpu.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(tpu.status().message()), HasSubstr("XLA runtime"));
-  EXPECT_EQ(*ParseStrategy("ddp_sharded"), StrategyKind::kSharded);
-  EXPECT_EQ(*ParseStrategy(""), StrategyKind::kSingleDevice);
-  EXPECT_EQ(ParseStrategy("horovod").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ResolveStrategy("ddp_sharded")->traits.distributed);
+  EXPECT_EQ(ResolveStrategy("")->info.name, "single_device");
+  auto horovod = ResolveStrategy("horovod");
+  EXPECT_EQ(horovod.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(horovod.status().message()),
+              HasSubstr("this worker has ddp, ddp_sharded, ddp_spawn, dp, sharded, single_device"));
 }
 
 // The device decisions, from a device table: this machine's (no CUDA) and a simulated one of
@@ -412,7 +415,7 @@ TEST(Accelerator, ClipGradients_ReturnsTheNormBeforeClipping) {
 
 StrategyOptions DpOnTwoReplicas() {
   StrategyOptions dp;
-  dp.kind = StrategyKind::kDp;
+  dp.name = "dp";
   dp.devices = 2;
   return dp;
 }
@@ -485,7 +488,7 @@ def test_step_end(self, out: Dict[str, Tensor]) -> Dict[str, Tensor]:
 
 TEST(JobSettingNames, EveryNameTheSpecAcceptsIsKnownToTheWorker) {
   for (const std::string& name : StrategyNames()) {
-    EXPECT_TRUE(ParseStrategy(name).ok()) << name;
+    EXPECT_TRUE(ResolveStrategy(name).ok()) << name;
   }
   for (const std::string& name : PrecisionNames()) {
     EXPECT_TRUE(ParsePrecision(name).ok()) << name;

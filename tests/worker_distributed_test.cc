@@ -232,7 +232,7 @@ TEST(Strategy, AllGatherWithSyncGrads_GradientsFlowBackAcrossRanks) {
   auto statuses = testing::RunRanks(
       coordinator->address(), "gather-grad", 2, [&](ProcessGroup& pg) -> absl::Status {
         StrategyOptions options;
-        options.kind = StrategyKind::kDdp;
+        options.name = "ddp";
         auto strategy = Strategy::Make(options, std::make_unique<GrpcCollectiveBackend>(&pg));
         if (!strategy.ok()) return strategy.status();
         const int r = pg.rank();
@@ -676,7 +676,7 @@ TEST_P(CollectivesInModelCode, AllGatherWithSyncGradsInTheLoss_TwoRanksEqualOneP
         auto backend = MakeBackend(GetParam(), address, &pg, absl::Seconds(30));
         if (!backend.ok()) return backend.status();
         StrategyOptions ddp;
-        ddp.kind = StrategyKind::kDdp;
+        ddp.name = "ddp";
         ddp.bucket_bytes = 256;  // several buckets, in flight while the gather's backward runs
         auto a = Accelerator::Make("cpu", Precision::k32True, ddp, std::move(*backend));
         if (!a.ok()) return a.status();
@@ -726,7 +726,7 @@ TEST_P(CollectivesInModelCode, ACallOnlyOneRankMakes_IsNamedOnEveryRank) {
         auto backend = MakeBackend(GetParam(), address, &pg, absl::Seconds(10));
         if (!backend.ok()) return backend.status();
         StrategyOptions ddp;
-        ddp.kind = StrategyKind::kDdp;
+        ddp.name = "ddp";
         auto a = Accelerator::Make("cpu", Precision::k32True, ddp, std::move(*backend));
         if (!a.ok()) return a.status();
         auto model = ContrastiveModel(R"(

@@ -4,8 +4,11 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/types.h>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/batch_tree.h"
 #include "worker/torch_status.h"
@@ -16,23 +19,55 @@ void SetComputeThreads(int threads) {
   if (threads > 0) at::set_num_threads(threads);
 }
 
+void RegisterBuiltinAccelerators(PluginRegistry& registry) {
+  // One factory for all four names: PlanDevices has already decided the device kind.
+  const AcceleratorFactory builtin =
+      [](const DevicePlan& plan) -> absl::StatusOr<std::unique_ptr<Accelerator>> {
+    if (plan.kind == DeviceKind::kGpu) return std::make_unique<GPUAccelerator>(plan.root.index());
+    return std::make_unique<CPUAccelerator>();
+  };
+  for (const auto& [name, planned_as, description] :
+       std::vector<std::tuple<const char*, const char*, const char*>>{
+           {"cpu", "cpu", "the CPU"},
+           {"gpu", "gpu", "CUDA devices (a CUDA build of libtorch)"},
+           {"cuda", "gpu", "gpu, by its device's name"},
+           {"auto", "auto", "CUDA devices when the worker has them, else the CPU"}}) {
+    absl::Status s = registry.AddAccelerator(name, planned_as, builtin, description);
+    if (!s.ok()) LogError(absl::StrCat("cannot register accelerator ", name, ": ", s.ToString()));
+  }
+}
+
 absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Make(
     const std::string& accelerator, Precision precision, StrategyOptions strategy,
     std::unique_ptr<CollectiveBackend> backend) {
+  return Make(accelerator, PrecisionName(precision), std::move(strategy), std::move(backend));
+}
+
+absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Make(
+    const std::string& accelerator, const std::string& precision, StrategyOptions strategy,
+    std::unique_ptr<CollectiveBackend> backend) {
+  const PluginRegistry& registry = PluginRegistry::Global();
+  DTRAIN_ASSIGN_OR_RETURN(PluginRegistry::AcceleratorEntry device,
+                          registry.FindAccelerator(accelerator.empty() ? "cpu" : accelerator));
+  DTRAIN_ASSIGN_OR_RETURN(PluginRegistry::PrecisionEntry precision_entry,
+                          registry.FindPrecision(precision));
+  DTRAIN_ASSIGN_OR_RETURN(PluginRegistry::StrategyEntry strategy_entry,
+                          ResolveStrategy(strategy.name));
   DeviceRequest request;
-  request.accelerator = accelerator;
-  request.precision = precision;
-  request.data_parallel = strategy.kind == StrategyKind::kDp;
+  request.accelerator = device.planned_as;
+  request.precision = precision_entry.planned_as;
+  request.data_parallel = strategy_entry.traits.data_parallel;
   request.devices = strategy.devices;
   request.local_rank = backend == nullptr ? 0 : backend->local_rank();
   DTRAIN_ASSIGN_OR_RETURN(DevicePlan plan, PlanDevices(request, DeviceTable::Detect()));
-  std::unique_ptr<Accelerator> made;
-  if (plan.kind == DeviceKind::kGpu) {
-    made = std::make_unique<GPUAccelerator>(plan.root.index());
-  } else {
-    made = std::make_unique<CPUAccelerator>();
+  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Accelerator> made, device.make(plan));
+  if (made == nullptr) {
+    return absl::InternalError(absl::StrCat("accelerator '", accelerator, "' made nothing"));
   }
-  made->precision_ = PrecisionPlugin::Make(precision, plan.autocast);
+  DTRAIN_ASSIGN_OR_RETURN(made->precision_, precision_entry.make(plan.autocast));
+  if (made->precision_ == nullptr) {
+    return absl::InternalError(absl::StrCat("precision '", precision, "' made nothing"));
+  }
   strategy.device = made->device_;
   strategy.replica_devices = plan.replicas;
   DTRAIN_ASSIGN_OR_RETURN(made->strategy_, Strategy::Make(strategy, std::move(backend)));
@@ -166,7 +201,8 @@ std::map<std::string, torch::Tensor> Accelerator::LightningModuleStateDict() {
 }
 
 absl::StatusOr<bool> Accelerator::SaveCheckpoint(const std::string& path,
-                                                 const std::string& job_spec_json) {
+                                                 const std::string& job_spec_json,
+                                                 const StorageOptions& storage_options) {
   DTRAIN_ASSIGN_OR_RETURN(torch::optim::Optimizer * optimizer, strategy_->OptimizerState());
   if (!strategy_->should_rank_save_checkpoint()) return false;
   CheckpointMetadata metadata;
@@ -175,8 +211,9 @@ absl::StatusOr<bool> Accelerator::SaveCheckpoint(const std::string& path,
   metadata.precision = PrecisionName(precision_->precision());
   metadata.job_spec_json = job_spec_json;
   if (schedule_.has_value()) metadata.schedule = &*schedule_;
-  DTRAIN_RETURN_IF_ERROR(
-      dtrain::SaveCheckpoint(path, *model_, optimizer, precision_->scaler(), progress_, metadata));
+  DTRAIN_RETURN_IF_ERROR(dtrain::SaveCheckpoint(path, *model_, optimizer, precision_->scaler(),
+                                                progress_, metadata, &strategy_->checkpoint_io(),
+                                                storage_options));
   return true;
 }
 
@@ -185,7 +222,7 @@ absl::StatusOr<TrainingProgress> Accelerator::LoadCheckpoint(const std::string& 
   // file fails every rank with rank 0's message instead of leaving them waiting.
   std::string message;
   if (strategy_->is_global_zero()) {
-    absl::StatusOr<std::string> bytes = ReadCheckpointFile(path);
+    absl::StatusOr<std::string> bytes = strategy_->checkpoint_io().Load(path);
     message = bytes.ok() ? "1" + *bytes
                          : absl::StrCat("0", static_cast<int>(bytes.status().code()), ":",
                                         bytes.status().message());

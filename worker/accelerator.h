@@ -19,16 +19,22 @@
 #include "worker/gradient_clipping.h"
 #include "worker/lightning_module.h"
 #include "worker/optimizers.h"
+#include "worker/plugin_registry.h"
 #include "worker/precision.h"
 #include "worker/strategy.h"
 #include "worker/strategy_collectives.h"
 
 namespace dtrain {
 
+// Subclassable by a plugin (worker/plugin_registry.h), as Lightning's Accelerator.
 class Accelerator {
  public:
-  // Builds the device plugin, then the precision plugin and the strategy on its root device,
-  // as PlanDevices decides from this machine's device table.
+  // Builds the registered device plugin, then the precision plugin and the strategy on its root
+  // device (all three from PluginRegistry::Global(), by the job spec's names), as PlanDevices
+  // decides from this machine's device table.
+  static absl::StatusOr<std::unique_ptr<Accelerator>> Make(
+      const std::string& accelerator, const std::string& precision, StrategyOptions strategy,
+      std::unique_ptr<CollectiveBackend> backend);
   static absl::StatusOr<std::unique_ptr<Accelerator>> Make(
       const std::string& accelerator, Precision precision, StrategyOptions strategy,
       std::unique_ptr<CollectiveBackend> backend);
@@ -72,6 +78,24 @@ class Accelerator {
   // Unscales first under 16-mixed. Returns the gradients' total norm before clipping.
   absl::StatusOr<double> ClipGradients(double clip_val, ClipAlgorithm algorithm);
 
+  // Lightning's accelerator hooks (see Strategy's): each runs the strategy's by default; a
+  // plugin accelerator overrides the ones it needs and calls these for the strategy's part.
+  virtual absl::Status PreDispatch() { return strategy_->PreDispatch(); }
+  virtual absl::Status Dispatch() { return strategy_->Dispatch(); }
+  virtual absl::Status PostDispatch() { return strategy_->PostDispatch(); }
+  virtual absl::Status OnTrainStart() { return strategy_->OnTrainStart(); }
+  virtual absl::Status OnTrainEnd() { return strategy_->OnTrainEnd(); }
+  virtual absl::Status OnValidationStart() { return strategy_->OnValidationStart(); }
+  virtual absl::Status OnValidationEnd() { return strategy_->OnValidationEnd(); }
+  virtual absl::Status OnTestStart() { return strategy_->OnTestStart(); }
+  virtual absl::Status OnTestEnd() { return strategy_->OnTestEnd(); }
+  virtual absl::Status OnPredictStart() { return strategy_->OnPredictStart(); }
+  virtual absl::Status OnPredictEnd() { return strategy_->OnPredictEnd(); }
+  virtual absl::Status OnTrainBatchStart(int64_t batch_idx) {
+    return strategy_->OnTrainBatchStart(batch_idx);
+  }
+  virtual absl::Status PostOptimizerStep() { return strategy_->PostOptimizerStep(); }
+
   // Calls the model's Lightning hook `name` (OK when it does not define it), with the job's
   // collectives in scope for torch.ops.dtrain.
   absl::Status CallHook(const std::string& name);
@@ -99,15 +123,17 @@ class Accelerator {
   absl::StatusOr<torch::optim::Optimizer*> OptimizerState() { return strategy_->OptimizerState(); }
   // Every rank must call it; only the rank whose should_rank_save_checkpoint is true writes.
   // Returns whether this rank wrote.
-  // `job_spec_json` (the resolved spec) goes into the checkpoint's metadata.
+  // `job_spec_json` (the resolved spec) goes into the checkpoint's metadata; the strategy's
+  // CheckpointIO writes it with `storage_options`.
   absl::StatusOr<bool> SaveCheckpoint(const std::string& path,
-                                      const std::string& job_spec_json = "");
+                                      const std::string& job_spec_json = "",
+                                      const StorageOptions& storage_options = {});
   // Every rank must call it: rank 0 reads the file and broadcasts its bytes (an error on rank 0
   // reaches every rank). Restores model, optimizer, loss scale, progress and RNG.
   absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path);
 
-  // Leaves the strategy's group cleanly.
-  absl::Status Teardown();
+  // The strategy's teardown (a barrier, then leaving the group cleanly).
+  virtual absl::Status Teardown();
 
   const TrainingProgress& progress() const { return progress_; }
   // After an optimizer step: the global step advances (Lightning's update_global_step).

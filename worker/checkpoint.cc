@@ -1,4 +1,5 @@
 #include "worker/checkpoint.h"
+#include "worker/plugin_registry.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/directories.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/torch_save_file.h"
 #include "worker/torch_status.h"
@@ -328,7 +330,8 @@ absl::Status PrepareCheckpointDirectory(const std::string& dir) {
 
 absl::Status SaveCheckpoint(const std::string& path, const LightningModule& model,
                             torch::optim::Optimizer* optimizer, const LossScaler* scaler,
-                            const TrainingProgress& progress, const CheckpointMetadata& metadata) {
+                            const TrainingProgress& progress, const CheckpointMetadata& metadata,
+                            CheckpointIO* io, const StorageOptions& storage_options) {
   absl::StatusOr<c10::IValue> file = GuardTorch(
       absl::StrCat("cannot write checkpoint '", path, "'"), [&]() -> absl::StatusOr<c10::IValue> {
         PyDict top = PyStrDict();
@@ -377,7 +380,27 @@ absl::Status SaveCheckpoint(const std::string& path, const LightningModule& mode
         return c10::IValue(top);
       });
   if (!file.ok()) return file.status();
-  return WriteTorchSaveFile(path, *file);
+  TorchCheckpointIO torch_io;
+  return (io != nullptr ? *io : torch_io).Save(*file, path, storage_options);
+}
+
+absl::Status TorchCheckpointIO::Save(const c10::IValue& checkpoint, const std::string& path,
+                                     const StorageOptions&) {
+  return WriteTorchSaveFile(path, checkpoint);
+}
+
+absl::StatusOr<std::string> TorchCheckpointIO::Load(const std::string& path) {
+  return ReadCheckpointFile(path);
+}
+
+void RegisterBuiltinCheckpointIO(PluginRegistry& registry) {
+  absl::Status s = registry.AddCheckpointIO(
+      "torch",
+      []() -> absl::StatusOr<std::unique_ptr<CheckpointIO>> {
+        return std::make_unique<TorchCheckpointIO>();
+      },
+      "torch.save's format, written to a temporary file and renamed into place");
+  if (!s.ok()) LogError(absl::StrCat("cannot register checkpoint_io torch: ", s.ToString()));
 }
 
 absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path) {

@@ -20,6 +20,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "absl/status/statusor.h"
+#include "worker/checkpoint_io.h"
 #include "worker/lightning_module.h"
 #include "worker/optimizers.h"
 #include "worker/precision.h"
@@ -45,11 +46,13 @@ struct CheckpointMetadata {
   const LrSchedule* schedule = nullptr;  // for "lr_schedulers"; none when null
 };
 
-// `optimizer` and `scaler` may be null. INVALID_ARGUMENT when the file cannot be written.
+// `optimizer` and `scaler` may be null. Written by `io` (null: TorchCheckpointIO) with
+// `storage_options`. INVALID_ARGUMENT when the file cannot be written.
 absl::Status SaveCheckpoint(const std::string& path, const LightningModule& model,
                             torch::optim::Optimizer* optimizer, const LossScaler* scaler,
                             const TrainingProgress& progress,
-                            const CheckpointMetadata& metadata = {});
+                            const CheckpointMetadata& metadata = {}, CheckpointIO* io = nullptr,
+                            const StorageOptions& storage_options = {});
 
 // Restores into existing objects of the same architecture. NOT_FOUND: no file.
 // INVALID_ARGUMENT: not a checkpoint, a parameter missing, unexpected or of another shape, or

@@ -17,7 +17,7 @@ class DdpStrategy : public Strategy {
   DdpStrategy(StrategyOptions options, std::unique_ptr<CollectiveBackend> backend)
       : Strategy(std::move(options), std::move(backend)) {}
 
-  std::string name() const override { return StrategyName(options_.kind); }
+  std::string name() const override { return options_.name; }
   absl::Status Setup(LightningModule* model, const OptimizerConfig& optimizer) override;
   void PreBackward(bool should_accumulate) override;
   absl::Status PostBackward(bool should_accumulate) override;

@@ -72,7 +72,7 @@ class LocalJob : public HostedJob {
     return absl::OkStatus();
   }
 
-  absl::Status Teardown() override { return job_->Teardown(); }
+  absl::Status Teardown(bool all_ranks) override { return job_->Teardown(all_ranks); }
 
   void Cancel() override { job_->Cancel(); }
 

@@ -36,7 +36,8 @@ class HostedJob {
   virtual absl::Status ReduceBooleanDecision(const v1::DecisionRequest& request,
                                              v1::DecisionResponse* response) = 0;
   // Leaves the group and releases everything; the object is done afterwards.
-  virtual absl::Status Teardown() = 0;
+  // `all_ranks`: every rank is torn down at once, so the teardown barrier runs.
+  virtual absl::Status Teardown(bool all_ranks) = 0;
   // Asks a running step to stop before its next batch.
   virtual void Cancel() = 0;
 };

@@ -98,13 +98,31 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   // The job id was checked by the service (CheckJobId) before the request was queued; the
   // ranges and names are the spec's (common/job_settings.h).
   DTRAIN_RETURN_IF_ERROR(CheckSetupRequest(request));
-  absl::StatusOr<Precision> precision =
-      ParsePrecision(request.precision().empty() ? PrecisionNames()[0] : request.precision());
-  if (!precision.ok()) return InField("precision", precision.status());
-  absl::StatusOr<StrategyKind> kind = ParseStrategy(request.strategy());
-  if (!kind.ok()) return InField("strategy", kind.status());
+  const std::string precision_name =
+      request.precision().empty() ? PrecisionNames()[0] : request.precision();
   DTRAIN_RETURN_IF_ERROR(
-      InField("accelerator", ResolveAccelerator(request.accelerator()).status()));
+      InField("precision", PluginRegistry::Global().FindPrecision(precision_name).status()));
+  absl::StatusOr<PluginRegistry::StrategyEntry> strategy_entry =
+      ResolveStrategy(request.strategy());
+  if (!strategy_entry.ok()) return InField("strategy", strategy_entry.status());
+  const std::string strategy_name = strategy_entry->info.name;
+  const std::string accelerator_name =
+      request.accelerator().empty() ? AcceleratorNames()[0] : request.accelerator();
+  absl::StatusOr<PluginRegistry::AcceleratorEntry> accelerator_entry =
+      PluginRegistry::Global().FindAccelerator(accelerator_name);
+  if (!accelerator_entry.ok()) return InField("accelerator", accelerator_entry.status());
+  DTRAIN_RETURN_IF_ERROR(
+      InField("accelerator", ResolveAccelerator(accelerator_entry->planned_as).status()));
+  absl::StatusOr<PluginRegistry::CheckpointIOEntry> io_entry =
+      PluginRegistry::Global().FindCheckpointIO(
+          request.checkpoint_io().empty() ? "torch" : request.checkpoint_io());
+  if (!io_entry.ok()) return InField("checkpoint_io", io_entry.status());
+  absl::StatusOr<std::unique_ptr<CheckpointIO>> checkpoint_io = io_entry->make();
+  if (!checkpoint_io.ok()) return InField("checkpoint_io", checkpoint_io.status());
+  if (*checkpoint_io == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("checkpoint_io '", io_entry->info.name, "' made nothing"));
+  }
   ClipAlgorithm clip = ClipAlgorithm::kNorm;
   if (!request.gradient_clip_algorithm().empty()) {
     absl::StatusOr<ClipAlgorithm> parsed = ParseClipAlgorithm(request.gradient_clip_algorithm());
@@ -134,11 +152,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   torch::manual_seed(request.seed());
 
   std::unique_ptr<CollectiveBackend> backend;
-  if (IsDistributed(*kind)) {
+  if (strategy_entry->traits.distributed) {
     const v1::GroupSpec& g = request.group();
     if (g.world_size() < 1) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "strategy ", StrategyName(*kind), " needs group.world_size >= 1 (the job's ranks)"));
+          "strategy ", strategy_name, " needs group.world_size >= 1 (the job's ranks)"));
     }
     ProcessGroupOptions options;
     options.cancel = cancel;
@@ -174,21 +192,38 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     job->group_formation_ = absl::Now() - joining;
   } else if (request.group().world_size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "strategy ", StrategyName(*kind), " runs in one process; group.world_size must be 1"));
+        "strategy ", strategy_name, " runs in one process; group.world_size must be 1"));
   }
   StrategyOptions strategy;
-  strategy.kind = *kind;
+  strategy.name = strategy_name;
   strategy.devices = request.devices() > 0 ? request.devices() : identity.devices;
   if (request.bucket_bytes() > 0) strategy.bucket_bytes = request.bucket_bytes();
-  DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(request.accelerator(), *precision,
+  DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(accelerator_name, precision_name,
                                                                strategy, std::move(backend)));
   DTRAIN_RETURN_IF_ERROR(job->accelerator_->Setup(std::move(*model), optimizer, schedule));
+  job->accelerator_->strategy().SetCheckpointIO(std::move(*checkpoint_io));
+  job->storage_options_ =
+      StorageOptions(request.storage_options().begin(), request.storage_options().end());
   if (!request.checkpoint_dir().empty() &&
       job->accelerator_->strategy().should_rank_save_checkpoint()) {
     DTRAIN_RETURN_IF_ERROR(
         InField("checkpoint_dir", PrepareCheckpointDirectory(request.checkpoint_dir())));
   }
+  DTRAIN_RETURN_IF_ERROR(job->accelerator_->PreDispatch());
   return job;
+}
+
+absl::Status Job::Dispatch() {
+  if (dispatched_) return absl::OkStatus();
+  dispatched_ = true;
+  return accelerator_->Dispatch();
+}
+
+absl::Status Job::EndTraining() {
+  if (!train_started_ || train_ended_) return absl::OkStatus();
+  train_ended_ = true;
+  DTRAIN_RETURN_IF_ERROR(accelerator_->CallHook("on_train_end"));
+  return accelerator_->OnTrainEnd();
 }
 
 namespace {
@@ -351,9 +386,11 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   ClearCancel();
   Accelerator& a = *accelerator_;
   if (total_steps > 0) DTRAIN_RETURN_IF_ERROR(a.SetRunLength(total_steps));
+  DTRAIN_RETURN_IF_ERROR(Dispatch());
   if (!train_started_) {
     a.SetTrainingMode(true);
     DTRAIN_RETURN_IF_ERROR(a.CallHook("on_train_start"));
+    DTRAIN_RETURN_IF_ERROR(a.OnTrainStart());
     train_started_ = true;
     train_ended_ = false;
   }
@@ -372,6 +409,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     if (cancelled_) return absl::CancelledError(absl::StrCat("job ", id_, " was cancelled"));
     DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i));
     const int64_t batch_idx = work.first_batch_idx() + i;
+    DTRAIN_RETURN_IF_ERROR(a.OnTrainBatchStart(batch_idx));
     DTRAIN_ASSIGN_OR_RETURN(torch::Tensor out, a.TrainingStep(batch, batch_idx));
     torch::Tensor loss = a.TrainingStepEnd(out);
     const bool closes_epoch = end_of_epoch && i + 1 == BatchCount(work);
@@ -395,6 +433,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
       (*r->mutable_scalars())["grad_norm"] = norm;
     }
     DTRAIN_ASSIGN_OR_RETURN(bool stepped, a.OptimizerStep());
+    if (stepped) DTRAIN_RETURN_IF_ERROR(a.PostOptimizerStep());
     a.OptimizerZeroGrad();
     a.UpdateGlobalStep();
     accumulated_ = 0;
@@ -423,15 +462,19 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
   if (kind == StepKind::kTraining) {
     return absl::InvalidArgumentError("Evaluate runs validation, test or predict steps");
   }
+  DTRAIN_RETURN_IF_ERROR(Dispatch());
   // Fit is over when testing or predicting begins: Lightning's on_train_end comes first.
-  if (kind != StepKind::kValidation && train_started_ && !train_ended_) {
-    DTRAIN_RETURN_IF_ERROR(a.CallHook("on_train_end"));
-    train_ended_ = true;
-  }
+  if (kind != StepKind::kValidation) DTRAIN_RETURN_IF_ERROR(EndTraining());
   a.SetTrainingMode(false);
   const std::string hook_stage = kind == StepKind::kValidation ? "validation"
                                  : kind == StepKind::kTest     ? "test"
                                                                : "predict";
+  // Lightning's order: on_<stage>_start, on_<stage>_epoch_start, the steps, on_<stage>_epoch_end,
+  // on_<stage>_end; the model's hook, then the accelerator's (and strategy's).
+  DTRAIN_RETURN_IF_ERROR(a.CallHook(absl::StrCat("on_", hook_stage, "_start")));
+  DTRAIN_RETURN_IF_ERROR(kind == StepKind::kValidation ? a.OnValidationStart()
+                         : kind == StepKind::kTest     ? a.OnTestStart()
+                                                       : a.OnPredictStart());
   DTRAIN_RETURN_IF_ERROR(a.CallHook(absl::StrCat("on_", hook_stage, "_epoch_start")));
   const bool with_tensors = return_outputs || kind == StepKind::kPredict;
   v1::LocalResult result;
@@ -460,6 +503,10 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
     for (const auto& [name, value] : a.TakeLogged()) (*r->mutable_scalars())[name] = value;
   }
   DTRAIN_RETURN_IF_ERROR(a.CallHook(absl::StrCat("on_", hook_stage, "_epoch_end")));
+  DTRAIN_RETURN_IF_ERROR(a.CallHook(absl::StrCat("on_", hook_stage, "_end")));
+  DTRAIN_RETURN_IF_ERROR(kind == StepKind::kValidation ? a.OnValidationEnd()
+                         : kind == StepKind::kTest     ? a.OnTestEnd()
+                                                       : a.OnPredictEnd());
   AddLogged(a, &result);
   result.set_global_step(a.progress().global_step);
   return result;
@@ -469,7 +516,7 @@ absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch,
                                          const std::string& job_spec_json) {
   if (path.empty()) return absl::InvalidArgumentError("checkpoint path is empty");
   accelerator_->SetEpoch(epoch);
-  return accelerator_->SaveCheckpoint(path, job_spec_json);
+  return accelerator_->SaveCheckpoint(path, job_spec_json, storage_options_);
 }
 
 absl::StatusOr<TrainingProgress> Job::LoadCheckpoint(const std::string& path) {
@@ -498,12 +545,16 @@ void Job::ClearCancel() {
   accelerator_->strategy().backend().ClearInterrupt();
 }
 
-absl::Status Job::Teardown() {
-  // A fit that ended without a test or predict: on_train_end before the group goes.
-  absl::Status hook = absl::OkStatus();
-  if (train_started_ && !train_ended_) {
-    hook = accelerator_->CallHook("on_train_end");
-    train_ended_ = true;
+absl::Status Job::Teardown(bool all_ranks) {
+  // A fit that ended without a test or predict: on_train_end before the group goes. The group
+  // is left whatever the hooks say, so the other ranks see a departure.
+  absl::Status hook = EndTraining();
+  absl::Status post = accelerator_->PostDispatch();
+  if (hook.ok()) hook = post;
+  if (all_ranks) {
+    // The Teardown RPC interrupted any step in progress; the barrier is a new collective.
+    accelerator_->strategy().backend().ClearInterrupt();
+    accelerator_->strategy().TeardownBarrier();
   }
   absl::Status torn = accelerator_->Teardown();
   return hook.ok() ? torn : hook;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -23,11 +24,12 @@ namespace dtrain {
 
 // What the daemon knows about itself, used to join the job's group.
 struct WorkerIdentity {
-  std::string name;         // the worker's name (order key of its ranks on the host)
-  std::string host;         // the host name reported to the rendezvous
-  std::string coordinator;  // default coordinator address when the request names none
-  int devices = 1;          // --devices
-  int threads = 0;          // --threads, passed on to ddp_spawn children
+  std::string name;                  // the worker's name (order key of its ranks on the host)
+  std::string host;                  // the host name reported to the rendezvous
+  std::string coordinator;           // default coordinator address when the request names none
+  int devices = 1;                   // --devices
+  int threads = 0;                   // --threads, passed on to ddp_spawn children
+  std::vector<std::string> plugins;  // --plugin libraries, loaded by ddp_spawn children too
 };
 
 class Job {
@@ -62,7 +64,9 @@ class Job {
                                       const std::string& job_spec_json = "");
   absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path);
   absl::Status StateDict(v1::StateDictResponse* response);
-  absl::Status Teardown();
+  // `all_ranks`: every rank is torn down at once (the coordinator's TeardownRequest.all_ranks),
+  // so the strategy's teardown barrier runs before the group is left.
+  absl::Status Teardown(bool all_ranks = false);
 
   // Makes the running loop stop before its next batch (CANCELLED), and a collective it waits
   // in give up: the peers stop at their own next batch, which may be an earlier one.
@@ -77,6 +81,10 @@ class Job {
   static int BatchCount(const v1::LocalWork& work);
   // A step begins: a cancel stops the step it interrupts, not the job.
   void ClearCancel();
+  // Lightning's dispatch, at the run's first step.
+  absl::Status Dispatch();
+  // on_train_end (the model's, then the accelerator's), once, if training started.
+  absl::Status EndTraining();
 
   std::string id_;
   std::unique_ptr<Dataset> data_;
@@ -88,11 +96,13 @@ class Job {
   // Lightning's hooks: which have been called in this run.
   bool train_started_ = false;
   bool train_ended_ = false;
+  bool dispatched_ = false;
   int64_t train_epoch_ = -1;  // the epoch on_train_epoch_start was last called for
   std::atomic<bool> cancelled_{false};
   std::string plane_;       // the collectives' data plane (distributed strategies)
   std::string plane_note_;  // why it is not the fastest one
   absl::Duration group_formation_;
+  StorageOptions storage_options_;  // the spec's checkpoint.storage_options, for every save
 };
 
 }  // namespace dtrain

@@ -41,6 +41,7 @@
 #include "worker/artifact_cache.h"
 #include "worker/compute_threads.h"
 #include "worker/device_plan.h"
+#include "worker/plugin_registry.h"
 #include "worker/worker_registration.h"
 #include "worker/worker_service.h"
 
@@ -73,6 +74,9 @@ ABSL_FLAG(std::string, jobs_dir, "",
           "where this worker writes a job's checkpoints before sending them to the coordinator "
           "(removed when the job leaves); default /tmp/dtrain-worker-jobs/<name>");
 ABSL_FLAG(bool, child, false, "internal: a ddp_spawn child (no registration, no ddp_spawn)");
+ABSL_FLAG(std::vector<std::string>, plugin, {},
+          "shared libraries of plugins (strategies, precision plugins, accelerators, checkpoint "
+          "IO) to load at startup, comma-separated or repeated; see docs/extending.md");
 
 namespace {
 
@@ -164,6 +168,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool child = absl::GetFlag(FLAGS_child);
+  // Plugins first: a library that cannot load stops the daemon before it takes a job.
+  std::vector<std::string> plugins;
+  for (const std::string& path : absl::GetFlag(FLAGS_plugin)) {
+    if (path.empty()) continue;
+    absl::Status loaded = dtrain::PluginRegistry::Global().LoadLibrary(path);
+    if (!loaded.ok()) {
+      dtrain::LogError(std::string(loaded.message()));
+      return 2;
+    }
+    plugins.push_back(path);
+  }
+  for (const dtrain::PluginInfo& p : dtrain::PluginRegistry::Global().List()) {
+    if (p.origin == "builtin") continue;
+    dtrain::LogInfo(
+        "plugin loaded",
+        {{"kind", dtrain::PluginKindName(p.kind)}, {"name", p.name}, {"library", p.origin}});
+  }
   if (absl::GetFlag(FLAGS_threads) < 0) {
     dtrain::LogError("--threads must be >= 0");
     return 2;
@@ -177,6 +198,7 @@ int main(int argc, char** argv) {
   options.identity.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.identity.devices = devices;
   options.identity.threads = absl::GetFlag(FLAGS_threads);
+  options.identity.plugins = plugins;
   options.spawn_binary = child ? "" : SelfBinary();
   const size_t colon = listen.rfind(':');
   const std::string listen_port = colon == std::string::npos ? "" : listen.substr(colon + 1);
@@ -315,6 +337,14 @@ int main(int argc, char** argv) {
     self.set_address(advertise);
     self.set_host(host);
     self.set_devices(devices);
+    // What this worker offers beyond dtrain's own, for the coordinator's checks and placement.
+    for (const dtrain::PluginInfo& p : dtrain::PluginRegistry::Global().List()) {
+      if (p.origin == "builtin") continue;
+      dtrain::v1::Plugin* offered = self.add_plugins();
+      offered->set_kind(dtrain::PluginKindName(p.kind));
+      offered->set_name(p.name);
+      offered->set_description(p.description);
+    }
     std::random_device random;
     uint64_t incarnation = 0;
     while (incarnation == 0) incarnation = (uint64_t{random()} << 32) | random();

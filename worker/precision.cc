@@ -4,9 +4,12 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_settings.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/batch_tree.h"
 #include "worker/device_plan.h"
+#include "worker/plugin_registry.h"
 
 namespace dtrain {
 
@@ -92,6 +95,21 @@ absl::StatusOr<std::unique_ptr<PrecisionPlugin>> PrecisionPlugin::Make(Precision
 std::unique_ptr<PrecisionPlugin> PrecisionPlugin::Make(Precision precision,
                                                        const AutocastPlan& autocast) {
   return std::unique_ptr<PrecisionPlugin>(new PrecisionPlugin(precision, autocast));
+}
+
+void RegisterBuiltinPrecisions(PluginRegistry& registry) {
+  for (const std::string& name : PrecisionNames()) {
+    const absl::StatusOr<Precision> precision = ParsePrecision(name);
+    if (!precision.ok()) continue;
+    const Precision p = *precision;
+    absl::Status s = registry.AddPrecision(
+        name, p,
+        [p](const AutocastPlan& autocast) -> absl::StatusOr<std::unique_ptr<PrecisionPlugin>> {
+          return PrecisionPlugin::Make(p, autocast);
+        },
+        absl::StrCat("Lightning's ", PrecisionName(p)));
+    if (!s.ok()) LogError(absl::StrCat("cannot register precision ", name, ": ", s.ToString()));
+  }
 }
 
 torch::ScalarType PrecisionPlugin::ParameterDType() const {

@@ -70,8 +70,11 @@ struct AutocastPlan {
   bool loss_scaling = false;  // 16-mixed: a LossScaler
 };
 
+// Subclassable by a plugin (worker/plugin_registry.h): ConnectModule and ConvertInput are its
+// hooks; the autocast and loss scaling are the plan's.
 class PrecisionPlugin {
  public:
+  virtual ~PrecisionPlugin() = default;
   // FAILED_PRECONDITION when the device cannot run the precision (16-mixed on CPU).
   static absl::StatusOr<std::unique_ptr<PrecisionPlugin>> Make(Precision precision,
                                                                torch::Device device);
@@ -84,10 +87,10 @@ class PrecisionPlugin {
   torch::ScalarType ParameterDType() const;
 
   // Casts the module's parameters (64-true, bf16-true); a no-op otherwise.
-  void ConnectModule(LightningModule& module) const;
+  virtual void ConnectModule(LightningModule& module) const;
   // Casts floating tensors of a batch (tensors, tuples, lists, dicts, nested) to the
   // parameter dtype for the "-true" precisions; other tensors are left alone.
-  c10::IValue ConvertInput(const c10::IValue& batch) const;
+  virtual c10::IValue ConvertInput(const c10::IValue& batch) const;
 
   // Runs a step under this precision (autocast for the mixed ones).
   template <typename F>
@@ -114,7 +117,10 @@ class PrecisionPlugin {
     torch::ScalarType previous_dtype_ = torch::kBFloat16;
   };
 
+ protected:
   PrecisionPlugin(Precision precision, const AutocastPlan& autocast);
+
+ private:
   Precision precision_;
   AutocastPlan autocast_;
   std::unique_ptr<LossScaler> scaler_;

@@ -80,12 +80,20 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
   const LogOptions log = CurrentLogOptions();  // children log as their daemon does
   for (int i = 0; i < n; ++i) {
     const std::string port_file = absl::StrCat(dir, "/child-", i, ".port");
-    absl::StatusOr<pid_t> pid = Spawn(
-        {binary, "--child", "--listen=127.0.0.1:0", "--port_file=" + port_file,
-         absl::StrCat("--name=", identity.name, "/", i), "--coordinator=" + identity.coordinator,
-         "--devices=1", absl::StrCat("--threads=", identity.threads),
-         absl::StrCat("--log_level=", LogLevelName(log.min_level)),
-         absl::StrCat("--log_format=", log.format == LogFormat::kJson ? "json" : "text")});
+    std::vector<std::string> args = {
+        binary,
+        "--child",
+        "--listen=127.0.0.1:0",
+        "--port_file=" + port_file,
+        absl::StrCat("--name=", identity.name, "/", i),
+        "--coordinator=" + identity.coordinator,
+        "--devices=1",
+        absl::StrCat("--threads=", identity.threads),
+        absl::StrCat("--log_level=", LogLevelName(log.min_level)),
+        absl::StrCat("--log_format=", log.format == LogFormat::kJson ? "json" : "text")};
+    // The children run the job's precision and checkpoint IO too, plugins included.
+    for (const std::string& plugin : identity.plugins) args.push_back("--plugin=" + plugin);
+    absl::StatusOr<pid_t> pid = Spawn(args);
     if (!pid.ok()) return pid.status();
     auto child = std::make_unique<Child>();
     child->pid = *pid;
@@ -288,11 +296,12 @@ absl::Status SpawnedJob::ReduceBooleanDecision(const v1::DecisionRequest& reques
   return absl::OkStatus();
 }
 
-absl::Status SpawnedJob::Teardown() {
+absl::Status SpawnedJob::Teardown(bool all_ranks) {
   absl::Status status = ForEachChild([&](int i, grpc::ClientContext* context) {
     context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::TeardownRequest request;
     request.set_job_id(id_);
+    request.set_all_ranks(all_ranks);
     v1::TeardownResponse response;
     return children_[i]->stub->Teardown(context, request, &response);
   });

@@ -46,7 +46,7 @@ class SpawnedJob : public HostedJob {
   absl::Status StateDict(v1::StateDictResponse* response) override;
   absl::Status ReduceBooleanDecision(const v1::DecisionRequest& request,
                                      v1::DecisionResponse* response) override;
-  absl::Status Teardown() override;
+  absl::Status Teardown(bool all_ranks) override;
   void Cancel() override;
 
  private:

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_settings.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/data_parallel_strategy.h"
 #include "worker/ddp_strategy.h"
@@ -15,7 +16,8 @@ namespace {
 
 class SingleDeviceStrategy : public Strategy {
  public:
-  using Strategy::Strategy;
+  SingleDeviceStrategy(StrategyOptions options, std::unique_ptr<CollectiveBackend> backend)
+      : Strategy(std::move(options), std::move(backend)) {}
   std::string name() const override { return "single_device"; }
 };
 
@@ -42,60 +44,67 @@ struct AllGatherGrad : public torch::autograd::Function<AllGatherGrad> {
 
 }  // namespace
 
-absl::StatusOr<StrategyKind> ParseStrategy(const std::string& name) {
-  if (name.empty() || name == "single_device") return StrategyKind::kSingleDevice;
-  if (name == "ddp") return StrategyKind::kDdp;
-  if (name == "ddp_spawn") return StrategyKind::kDdpSpawn;
-  if (name == "sharded" || name == "ddp_sharded") return StrategyKind::kSharded;
-  if (name == "dp") return StrategyKind::kDp;
+absl::StatusOr<PluginRegistry::StrategyEntry> ResolveStrategy(const std::string& name) {
   if (name == "tpu_spawn" || name == "xla") {
     return absl::FailedPreconditionError(absl::StrCat(
         "strategy '", name,
         "' needs an XLA runtime (torch_xla / PJRT) and TPU devices; no XLA "
         "runtime exists for libtorch's C++ API on this machine. Use ddp or ddp_spawn"));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown strategy '", name, "'; use single_device, ddp, ddp_spawn, dp or sharded"));
+  return PluginRegistry::Global().FindStrategy(name.empty() ? "single_device" : name);
 }
 
-std::string StrategyName(StrategyKind kind) {
-  switch (kind) {
-    case StrategyKind::kSingleDevice:
-      return "single_device";
-    case StrategyKind::kDdp:
-      return "ddp";
-    case StrategyKind::kDdpSpawn:
-      return "ddp_spawn";
-    case StrategyKind::kSharded:
-      return "sharded";
-    case StrategyKind::kDp:
-      return "dp";
-  }
-  return "unknown";
+void RegisterBuiltinStrategies(PluginRegistry& registry) {
+  auto add = [&](const char* name, StrategyTraits traits, StrategyFactory make,
+                 const char* description) {
+    absl::Status s = registry.AddStrategy(name, traits, std::move(make), description);
+    if (!s.ok()) LogError(absl::StrCat("cannot register strategy ", name, ": ", s.ToString()));
+  };
+  auto ddp = [](const StrategyOptions& o,
+                std::unique_ptr<CollectiveBackend> b) -> absl::StatusOr<std::unique_ptr<Strategy>> {
+    return std::unique_ptr<Strategy>(new DdpStrategy(o, std::move(b)));
+  };
+  auto sharded =
+      [](const StrategyOptions& o,
+         std::unique_ptr<CollectiveBackend> b) -> absl::StatusOr<std::unique_ptr<Strategy>> {
+    return std::unique_ptr<Strategy>(new ShardedStrategy(o, std::move(b)));
+  };
+  add(
+      "single_device", {},
+      [](const StrategyOptions& o,
+         std::unique_ptr<CollectiveBackend> b) -> absl::StatusOr<std::unique_ptr<Strategy>> {
+        return std::unique_ptr<Strategy>(new SingleDeviceStrategy(o, std::move(b)));
+      },
+      "one process, one device");
+  add("ddp", {.distributed = true}, ddp,
+      "one rank per process; gradients averaged in buckets during backward");
+  add("ddp_spawn", {.distributed = true, .spawns_per_device = true}, ddp,
+      "ddp with one child process per local device, spawned by the worker daemon");
+  add("sharded", {.distributed = true}, sharded, "ddp plus ZeRO stage 1 (optimizer state sharded)");
+  add("ddp_sharded", {.distributed = true}, sharded, "sharded, by Lightning's older name");
+  add(
+      "dp", {.data_parallel = true},
+      [](const StrategyOptions& o, std::unique_ptr<CollectiveBackend> b) {
+        return DataParallelStrategy::Make(o, std::move(b));
+      },
+      "one process; the batch split across replicas on the local devices");
 }
-
-bool IsDistributed(StrategyKind kind) { return IsDistributedStrategy(StrategyName(kind)); }
 
 absl::StatusOr<std::unique_ptr<Strategy>> Strategy::Make(
-    const StrategyOptions& options, std::unique_ptr<CollectiveBackend> backend) {
+    StrategyOptions options, std::unique_ptr<CollectiveBackend> backend) {
+  DTRAIN_ASSIGN_OR_RETURN(PluginRegistry::StrategyEntry entry, ResolveStrategy(options.name));
+  options.traits = entry.traits;
   if (backend == nullptr) backend = std::make_unique<LocalCollectiveBackend>();
-  if (!IsDistributed(options.kind) && backend->world_size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "strategy ", StrategyName(options.kind), " runs in one process, but its group has ",
-        backend->world_size(), " ranks; use ddp for several"));
+  if (!entry.traits.distributed && backend->world_size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("strategy ", options.name, " runs in one process, but its group has ",
+                     backend->world_size(), " ranks; use ddp for several"));
   }
-  switch (options.kind) {
-    case StrategyKind::kSingleDevice:
-      return std::unique_ptr<Strategy>(new SingleDeviceStrategy(options, std::move(backend)));
-    case StrategyKind::kDdp:
-    case StrategyKind::kDdpSpawn:
-      return std::unique_ptr<Strategy>(new DdpStrategy(options, std::move(backend)));
-    case StrategyKind::kSharded:
-      return std::unique_ptr<Strategy>(new ShardedStrategy(options, std::move(backend)));
-    case StrategyKind::kDp:
-      return DataParallelStrategy::Make(options, std::move(backend));
+  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Strategy> made, entry.make(options, std::move(backend)));
+  if (made == nullptr) {
+    return absl::InternalError(absl::StrCat("strategy '", options.name, "' made nothing"));
   }
-  return absl::InvalidArgumentError("unknown strategy");
+  return made;
 }
 
 absl::Status Strategy::Setup(LightningModule* model, const OptimizerConfig& optimizer) {
@@ -160,6 +169,16 @@ absl::StatusOr<torch::Tensor> Strategy::AllGather(const torch::Tensor& tensor, b
     if (!sync_grads || !tensor.requires_grad()) return gathered;
     return AllGatherGrad::apply(tensor, gathered, reinterpret_cast<int64_t>(this));
   });
+}
+
+void Strategy::TeardownBarrier() {
+  if (backend_->world_size() <= 1 || !backend_->health().ok()) return;
+  absl::Status barrier = backend_->Barrier("teardown");
+  if (!barrier.ok()) {
+    // Leaving still matters more: the others then see a departure, not a death.
+    LogWarning(absl::StrCat("teardown barrier: ", barrier.message()),
+               {{"rank", static_cast<int64_t>(global_rank())}});
+  }
 }
 
 absl::Status Strategy::Teardown() { return backend_->Leave(); }

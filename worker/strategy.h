@@ -1,5 +1,6 @@
 // Strategies (Lightning's training-type plugins): how a model is trained across processes and
-// devices. One interface, built by MakeStrategy from its Lightning name:
+// devices. One interface; dtrain's own register in the PluginRegistry under their Lightning
+// names, beside any a --plugin library adds:
 //   single_device  one process, one device
 //   ddp            one rank per process; parameters and buffers broadcast from rank 0 at
 //                  setup; gradients averaged in buckets after backward, not while accumulating
@@ -24,24 +25,23 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "worker/checkpoint_io.h"
 #include "worker/collective_backend.h"
 #include "worker/lightning_module.h"
 #include "worker/optimizers.h"
+#include "worker/plugin_registry.h"
 #include "worker/step_kind.h"
 
 namespace dtrain {
 
-enum class StrategyKind { kSingleDevice, kDdp, kDdpSpawn, kSharded, kDp };
-
-// Lightning's names (and "ddp_sharded" for sharded); INVALID_ARGUMENT lists them otherwise,
-// FAILED_PRECONDITION for tpu_spawn naming what is missing.
-absl::StatusOr<StrategyKind> ParseStrategy(const std::string& name);
-std::string StrategyName(StrategyKind kind);
-// Whether the strategy runs collectives across processes (needs a group).
-bool IsDistributed(StrategyKind kind);
+// The registered strategy a job spec names (PluginRegistry::Global()): "" is single_device,
+// ddp_sharded is sharded. FAILED_PRECONDITION for tpu_spawn / xla naming what is missing;
+// INVALID_ARGUMENT listing the registered names otherwise.
+absl::StatusOr<PluginRegistry::StrategyEntry> ResolveStrategy(const std::string& name);
 
 struct StrategyOptions {
-  StrategyKind kind = StrategyKind::kSingleDevice;
+  std::string name = "single_device";  // the registered name Strategy::Make builds
+  StrategyTraits traits;               // the registry's, filled in by Strategy::Make
   torch::Device device = torch::kCPU;
   int devices = 1;  // dp: replicas
   // dp: each replica's device (PlanDevices: cuda:i, or the CPU for every replica); empty: the
@@ -53,8 +53,10 @@ struct StrategyOptions {
 // What the optimizer sees during a checkpoint restore, and how it is handed back.
 class Strategy {
  public:
-  // `backend` is the job's group (distributed strategies) or a LocalCollectiveBackend.
-  static absl::StatusOr<std::unique_ptr<Strategy>> Make(const StrategyOptions& options,
+  // The registered strategy `options.name`. `backend` is the job's group (distributed
+  // strategies) or, when null, a LocalCollectiveBackend; a one-process strategy refuses a group
+  // of more than one rank.
+  static absl::StatusOr<std::unique_ptr<Strategy>> Make(StrategyOptions options,
                                                         std::unique_ptr<CollectiveBackend> backend);
   virtual ~Strategy() = default;
 
@@ -72,6 +74,9 @@ class Strategy {
   torch::Device root_device() const { return options_.device; }
   // Only global rank 0 writes checkpoints (every rank holds the same model).
   bool should_rank_save_checkpoint() const { return is_global_zero(); }
+  // Lightning's strategy.checkpoint_io: what writes and reads checkpoints (default "torch").
+  CheckpointIO& checkpoint_io() { return *checkpoint_io_; }
+  void SetCheckpointIO(std::unique_ptr<CheckpointIO> io) { checkpoint_io_ = std::move(io); }
 
   // The step methods run the model's; dp scatters the batch across replicas first.
   virtual absl::StatusOr<torch::Tensor> TrainingStep(const c10::IValue& batch, int64_t idx);
@@ -114,10 +119,35 @@ class Strategy {
     return backend_->ReduceBooleanDecision(decision, all);
   }
 
+  // Lightning's hooks, called by the job at Lightning's moments (worker/job.cc); a plugin
+  // strategy overrides the ones it needs. A failure fails the step (or setup) it belongs to.
+  //   pre_dispatch   after setup (model on its device, optimizer made, ranks in sync)
+  //   dispatch       when the run's first step arrives
+  //   post_dispatch  at teardown, before the group is left
+  virtual absl::Status PreDispatch() { return absl::OkStatus(); }
+  virtual absl::Status Dispatch() { return absl::OkStatus(); }
+  virtual absl::Status PostDispatch() { return absl::OkStatus(); }
+  virtual absl::Status OnTrainStart() { return absl::OkStatus(); }
+  virtual absl::Status OnTrainEnd() { return absl::OkStatus(); }
+  virtual absl::Status OnValidationStart() { return absl::OkStatus(); }
+  virtual absl::Status OnValidationEnd() { return absl::OkStatus(); }
+  virtual absl::Status OnTestStart() { return absl::OkStatus(); }
+  virtual absl::Status OnTestEnd() { return absl::OkStatus(); }
+  virtual absl::Status OnPredictStart() { return absl::OkStatus(); }
+  virtual absl::Status OnPredictEnd() { return absl::OkStatus(); }
+  // Before each training batch's training_step.
+  virtual absl::Status OnTrainBatchStart(int64_t batch_idx) { return absl::OkStatus(); }
+  // After each optimizer step (not after a step 16-mixed skipped on inf/nan).
+  virtual absl::Status PostOptimizerStep() { return absl::OkStatus(); }
+
   // Waits until the collectives the strategy has in flight on other threads (ddp's gradient
   // buckets) are done, so that one issued now comes after them on every rank.
   virtual void FenceCommunication() {}
 
+  // Lightning's teardown barrier, so that no rank leaves while another still works in the group.
+  // The job runs it when every rank is torn down at once; skipped when the group already lost a
+  // member (it would wait for nobody). A failure is logged, not returned: leaving matters more.
+  void TeardownBarrier();
   // Leaves the group cleanly; the strategy is unusable afterwards.
   virtual absl::Status Teardown();
 
@@ -139,6 +169,7 @@ class Strategy {
   OptimizerConfig optimizer_config_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   double lr_ = 0;
+  std::unique_ptr<CheckpointIO> checkpoint_io_ = std::make_unique<TorchCheckpointIO>();
 };
 
 }  // namespace dtrain

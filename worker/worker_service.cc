@@ -241,9 +241,10 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
         const bool store = local.store_checkpoints();
         DTRAIN_ASSIGN_OR_RETURN(std::string checkpoint_dir, CheckpointDirectory(&local));
         const v1::SetupRequest* request = &local;
-        absl::StatusOr<StrategyKind> kind = ParseStrategy(request->strategy());
+        absl::StatusOr<PluginRegistry::StrategyEntry> strategy =
+            ResolveStrategy(request->strategy());
         absl::StatusOr<std::unique_ptr<HostedJob>> job;
-        if (kind.ok() && *kind == StrategyKind::kDdpSpawn) {
+        if (strategy.ok() && strategy->traits.spawns_per_device) {
           if (options_.spawn_binary.empty()) {
             return absl::FailedPreconditionError(
                 "ddp_spawn is not available in a spawned child; use ddp");
@@ -484,7 +485,7 @@ grpc::ServerUnaryReactor* WorkerService::ReduceBooleanDecision(grpc::CallbackSer
   });
 }
 
-absl::Status WorkerService::TeardownJob() {
+absl::Status WorkerService::TeardownJob(bool all_ranks) {
   std::shared_ptr<HostedJob> job;
   {
     absl::MutexLock lock(&mu_);
@@ -492,7 +493,7 @@ absl::Status WorkerService::TeardownJob() {
   }
   if (job == nullptr) return absl::OkStatus();
   // Leaving may fail when the group is already gone; the job is released either way.
-  job->Teardown().IgnoreError();
+  job->Teardown(all_ranks).IgnoreError();
   absl::MutexLock lock(&mu_);
   // This worker's own files of the job went to the coordinator; what is left is scratch.
   if (store_checkpoints_) {
@@ -534,7 +535,7 @@ grpc::ServerUnaryReactor* WorkerService::Teardown(grpc::CallbackServerContext* c
                                                           request->job_id(), "'"));
       }
     }
-    return TeardownJob();
+    return TeardownJob(request->all_ranks());
   });
 }
 

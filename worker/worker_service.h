@@ -128,7 +128,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   absl::Status RunStep(StepKind kind, const v1::StepRequest& request, v1::StepResponse* response);
   // Records a collective failure: the job is over until it is torn down.
   absl::Status Note(absl::Status status);
-  absl::Status TeardownJob();
+  // `all_ranks`: the coordinator tears every rank down at once (TeardownRequest.all_ranks).
+  absl::Status TeardownJob(bool all_ranks = false);
 
   const WorkerServiceOptions options_;
   mutable absl::Mutex mu_;

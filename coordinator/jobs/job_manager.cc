@@ -182,8 +182,18 @@ absl::StatusOr<v1::DeleteJobResponse> JobManager::Delete(const std::string& id) 
   return response;
 }
 
+OfferedPlugins JobManager::Offered() const {
+  OfferedPlugins offered;
+  for (const v1::WorkerInfo& w : workers_->List(absl::Now())) {
+    if (w.state() == v1::WorkerInfo::LOST) continue;
+    for (const v1::Plugin& p : w.plugins()) offered[{p.kind(), p.name()}].push_back(w.name());
+  }
+  return offered;
+}
+
 absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate_only) {
-  if (absl::Status s = NormalizeJobSpec(&spec); !s.ok()) return s;
+  const OfferedPlugins offered = Offered();
+  if (absl::Status s = NormalizeJobSpec(&spec, &offered); !s.ok()) return s;
   // Another job's checkpoint is named by its content from here on: deleting that job later
   // does not take it from this one.
   if (IsJobFileReference(spec.ckpt_path())) {
@@ -251,7 +261,8 @@ std::shared_ptr<JobRecord> JobManager::Find(const std::string& id) const {
 
 void JobManager::DryRun(v1::JobSpec spec,
                         std::function<void(absl::StatusOr<v1::DryRunResponse>)> done) {
-  if (absl::Status s = NormalizeJobSpec(&spec); !s.ok()) return done(s);
+  const OfferedPlugins offered = Offered();
+  if (absl::Status s = NormalizeJobSpec(&spec, &offered); !s.ok()) return done(s);
   struct Call {
     std::unique_ptr<v1::Worker::Stub> stub;
     grpc::ClientContext context;
@@ -267,7 +278,8 @@ void JobManager::DryRun(v1::JobSpec spec,
     coordinator = coordinator_address_;
   }
   // Reserved like a job's, so no job is placed on it while it checks this one.
-  std::vector<v1::WorkerInfo> picked = workers_->Reserve(reservation, 1, 1, {}, absl::Now());
+  std::vector<v1::WorkerInfo> picked =
+      workers_->Reserve(reservation, 1, 1, {}, absl::Now(), PluginsNamedBy(spec));
   if (picked.empty()) {
     return done(absl::FailedPreconditionError(
         "a dry run needs an idle worker and none is idle now; try again when one is (dtrain "
@@ -462,7 +474,8 @@ void JobManager::Schedule() {
       if (shut_down_ || queue_.empty()) return;
       job = jobs_.at(queue_.front());
       const int needed = job->spec().trainer().num_nodes();
-      chosen = workers_->Reserve(job->id(), needed, needed, {}, absl::Now());
+      chosen = workers_->Reserve(job->id(), needed, needed, {}, absl::Now(),
+                                 PluginsNamedBy(job->spec()));
       if (chosen.empty()) return;
       queue_.pop_front();
     }
@@ -592,8 +605,9 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
         if (held.count(w.name()) > 0) next.push_back(w);
       }
       const std::set<std::string> exclude(lost.begin(), lost.end());
-      for (v1::WorkerInfo& w : workers_->Reserve(
-               job->id(), 0, num_nodes - static_cast<int>(next.size()), exclude, absl::Now())) {
+      for (v1::WorkerInfo& w :
+           workers_->Reserve(job->id(), 0, num_nodes - static_cast<int>(next.size()), exclude,
+                             absl::Now(), PluginsNamedBy(job->spec()))) {
         held.insert(w.name());
         next.push_back(std::move(w));
       }

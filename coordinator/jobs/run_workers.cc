@@ -86,6 +86,7 @@ void RunWorkers::Teardown() {
       [&](int i, grpc::ClientContext* context) {
         v1::TeardownRequest request;
         request.set_job_id(job_id_);
+        request.set_all_ranks(true);
         v1::TeardownResponse response;
         return stubs_[i]->Teardown(context, request, &response);
       },

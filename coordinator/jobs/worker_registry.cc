@@ -35,6 +35,19 @@ absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time n
   if (worker.incarnation() == 0) {
     return absl::InvalidArgumentError("worker incarnation must be a non-zero random id");
   }
+  if (worker.plugins_size() > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a worker offers at most 256 plugins, got ", worker.plugins_size()));
+  }
+  for (const v1::Plugin& p : worker.plugins()) {
+    if (p.kind() != "accelerator" && p.kind() != "precision" && p.kind() != "strategy" &&
+        p.kind() != "checkpoint_io") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plugin '", p.name(), "' has kind '", p.kind(),
+                       "'; use accelerator, precision, strategy or checkpoint_io"));
+    }
+    if (absl::Status s = CheckField("plugin name", p.name()); !s.ok()) return s;
+  }
   absl::MutexLock lock(&mu_);
   auto known = workers_.find(worker.name());
   const bool again =
@@ -54,6 +67,7 @@ absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time n
   e.info.set_host(worker.host());
   e.info.set_devices(worker.devices());
   e.info.set_incarnation(worker.incarnation());
+  *e.info.mutable_plugins() = worker.plugins();
   e.info.set_state(v1::WorkerInfo::ALIVE);
   e.draining = false;
   e.info.clear_job_id();
@@ -84,16 +98,24 @@ void WorkerRegistry::MarkEnded(const std::string& job_id) {
   RememberEndedLocked(job_id);
 }
 
-std::vector<v1::WorkerInfo> WorkerRegistry::Reserve(const std::string& job_id, int min_count,
-                                                    int max_count,
-                                                    const std::set<std::string>& exclude,
-                                                    absl::Time now) {
+std::vector<v1::WorkerInfo> WorkerRegistry::Reserve(
+    const std::string& job_id, int min_count, int max_count, const std::set<std::string>& exclude,
+    absl::Time now, const std::vector<std::pair<std::string, std::string>>& plugins) {
+  auto offers_all = [&](const v1::WorkerInfo& info) {
+    for (const auto& [kind, plugin] : plugins) {
+      bool found = false;
+      for (const v1::Plugin& p : info.plugins())
+        found = found || (p.kind() == kind && p.name() == plugin);
+      if (!found) return false;
+    }
+    return true;
+  };
   absl::MutexLock lock(&mu_);
   std::vector<v1::WorkerInfo> chosen;
   for (const auto& [name, e] : workers_) {
     if (static_cast<int>(chosen.size()) >= max_count) break;
     if (e.info.state() != v1::WorkerInfo::ALIVE || !e.info.job_id().empty() ||
-        assigned_.count(name) > 0 || exclude.count(name) > 0) {
+        assigned_.count(name) > 0 || exclude.count(name) > 0 || !offers_all(e.info)) {
       continue;
     }
     chosen.push_back(e.info);

@@ -48,8 +48,10 @@ class WorkerRegistry final : public WorkerDirectory {
   // placed on no job, in name order, skipping `exclude`; at most `max_count`, and none when
   // fewer than `min_count` are free. Choosing and reserving happen under one lock, so two jobs
   // never get one worker. A worker stays the job's (ListWorkers' assigned_job_id) until Release.
-  std::vector<v1::WorkerInfo> Reserve(const std::string& job_id, int min_count, int max_count,
-                                      const std::set<std::string>& exclude, absl::Time now);
+  // Only workers offering every (kind, name) plugin of `plugins` qualify.
+  std::vector<v1::WorkerInfo> Reserve(
+      const std::string& job_id, int min_count, int max_count, const std::set<std::string>& exclude,
+      absl::Time now, const std::vector<std::pair<std::string, std::string>>& plugins = {});
   // `name` is no longer the job's (its job ended, or went on without it); a heartbeat that
   // still reports the job is told to drop it.
   void Release(const std::string& name);

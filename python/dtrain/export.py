@@ -17,7 +17,9 @@ STEPS = ("training_step", "validation_step", "test_step", "predict_step")
 HOOKS = (
     "on_train_start", "on_train_epoch_start", "on_train_epoch_end", "on_validation_epoch_start",
     "on_validation_epoch_end", "on_test_epoch_start", "on_test_epoch_end",
-    "on_predict_epoch_start", "on_predict_epoch_end", "on_train_end", "training_step_end",
+    "on_predict_epoch_start", "on_predict_epoch_end", "on_train_end", "on_validation_start",
+    "on_validation_end", "on_test_start", "on_test_end", "on_predict_start", "on_predict_end",
+    "training_step_end",
     "validation_step_end", "test_step_end",
 )
 

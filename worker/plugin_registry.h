@@ -1,0 +1,158 @@
+// The one registry of the worker's plugins, as Lightning's StrategyRegistry / AcceleratorRegistry:
+// accelerators, precision plugins, strategies and checkpoint IO, keyed by the names a job spec
+// uses. dtrain's own plugins register through it like anyone else's; `dtrain-worker
+// --plugin=lib.so` loads a shared library whose entry point (DTRAIN_PLUGIN below) registers its
+// own. The worker reports the plugins it loaded when it registers with the coordinator, which
+// refuses a job naming a plugin no worker offers and places a job only on workers offering the
+// plugins it names. The interface is docs/extending.md.
+//
+// Thread-safety: thread-safe. Registration happens at startup; lookups at every job's setup.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace dtrain {
+
+class Accelerator;
+class CheckpointIO;
+class CollectiveBackend;
+class PrecisionPlugin;
+class Strategy;
+struct AutocastPlan;
+struct DevicePlan;
+struct StrategyOptions;
+enum class Precision;
+
+// Raised when the plugin interface changes incompatibly; a library built against another
+// version is refused at load, naming both.
+inline constexpr int kPluginAbiVersion = 1;
+
+enum class PluginKind { kAccelerator, kPrecision, kStrategy, kCheckpointIO };
+// "accelerator", "precision", "strategy", "checkpoint_io": the job spec's words.
+const char* PluginKindName(PluginKind kind);
+
+// How a strategy runs, for the worker daemon and the coordinator. Only dtrain's own strategies
+// spawn children or drive replicas; a plugin strategy runs as ddp does (one rank per worker
+// process, in a group of trainer.num_nodes ranks).
+struct StrategyTraits {
+  bool distributed = false;        // joins a group on the coordinator
+  bool spawns_per_device = false;  // the daemon spawns one child rank per local device
+  bool data_parallel = false;      // one process, replicas on the local devices
+};
+
+using StrategyFactory = std::function<absl::StatusOr<std::unique_ptr<Strategy>>(
+    const StrategyOptions& options, std::unique_ptr<CollectiveBackend> backend)>;
+// `autocast` is what PlanDevices chose for the precision the entry is planned as.
+using PrecisionFactory =
+    std::function<absl::StatusOr<std::unique_ptr<PrecisionPlugin>>(const AutocastPlan& autocast)>;
+// `plan` is PlanDevices' decision for the accelerator the entry is planned as.
+using AcceleratorFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Accelerator>>(const DevicePlan& plan)>;
+using CheckpointIOFactory = std::function<absl::StatusOr<std::unique_ptr<CheckpointIO>>()>;
+
+struct PluginInfo {
+  PluginKind kind;
+  std::string name;
+  std::string description;
+  std::string origin;  // "builtin", or the path of the library that registered it
+};
+
+class PluginRegistry {
+ public:
+  struct StrategyEntry {
+    PluginInfo info;
+    StrategyTraits traits;
+    StrategyFactory make;
+  };
+  struct PrecisionEntry {
+    PluginInfo info;
+    Precision planned_as;  // what PlanDevices decides devices and autocast for
+    PrecisionFactory make;
+  };
+  struct AcceleratorEntry {
+    PluginInfo info;
+    std::string planned_as;  // cpu, gpu or auto: what PlanDevices decides devices for
+    AcceleratorFactory make;
+  };
+  struct CheckpointIOEntry {
+    PluginInfo info;
+    CheckpointIOFactory make;
+  };
+
+  // The worker's registry, dtrain's own plugins registered.
+  static PluginRegistry& Global();
+  // An empty registry (tests).
+  PluginRegistry() = default;
+
+  // INVALID_ARGUMENT for a name that is empty or not [a-z0-9_.-]; ALREADY_EXISTS when taken.
+  absl::Status AddStrategy(const std::string& name, StrategyTraits traits, StrategyFactory make,
+                           const std::string& description);
+  absl::Status AddPrecision(const std::string& name, Precision planned_as, PrecisionFactory make,
+                            const std::string& description);
+  absl::Status AddAccelerator(const std::string& name, const std::string& planned_as,
+                              AcceleratorFactory make, const std::string& description);
+  absl::Status AddCheckpointIO(const std::string& name, CheckpointIOFactory make,
+                               const std::string& description);
+
+  // INVALID_ARGUMENT naming what is registered when `name` is not.
+  absl::StatusOr<StrategyEntry> FindStrategy(const std::string& name) const;
+  absl::StatusOr<PrecisionEntry> FindPrecision(const std::string& name) const;
+  absl::StatusOr<AcceleratorEntry> FindAccelerator(const std::string& name) const;
+  absl::StatusOr<CheckpointIOEntry> FindCheckpointIO(const std::string& name) const;
+
+  // Every entry, by kind then name.
+  std::vector<PluginInfo> List() const;
+  // The names of one kind, sorted.
+  std::vector<std::string> Names(PluginKind kind) const;
+
+  // dlopens `path` and calls its dtrain_register_plugins (DTRAIN_PLUGIN). FAILED_PRECONDITION
+  // when the library cannot be loaded, has no entry point, was built for another
+  // kPluginAbiVersion, or one of its registrations failed (the first failure's message).
+  absl::Status LoadLibrary(const std::string& path);
+
+ private:
+  absl::Status Check(PluginKind kind, const std::string& name) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  PluginInfo Info(PluginKind kind, const std::string& name, const std::string& description) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status Added(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status NotFound(PluginKind kind, const std::string& name) const;
+  // The entry `name` of `entries` (one of the maps below, read under mu_), or NotFound.
+  template <typename Entry>
+  absl::StatusOr<Entry> Find(const std::map<std::string, Entry>& entries, PluginKind kind,
+                             const std::string& name) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, StrategyEntry> strategies_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, PrecisionEntry> precisions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, AcceleratorEntry> accelerators_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, CheckpointIOEntry> checkpoint_ios_ ABSL_GUARDED_BY(mu_);
+  // While a library registers: its path (the entries' origin) and its first failure.
+  std::string loading_ ABSL_GUARDED_BY(mu_) = "builtin";
+  absl::Status load_failure_ ABSL_GUARDED_BY(mu_);
+};
+
+// Each part of dtrain registers its own (strategy.cc, precision.cc, accelerator.cc,
+// checkpoint_io.cc); Global() calls them.
+void RegisterBuiltinStrategies(PluginRegistry& registry);
+void RegisterBuiltinPrecisions(PluginRegistry& registry);
+void RegisterBuiltinAccelerators(PluginRegistry& registry);
+void RegisterBuiltinCheckpointIO(PluginRegistry& registry);
+
+}  // namespace dtrain
+
+// A plugin library's entry point:
+//   DTRAIN_PLUGIN(registry) {
+//     registry.AddStrategy("recording_ddp", {.distributed = true}, MakeRecordingDdp, "...");
+//   }
+#define DTRAIN_PLUGIN(registry)                                                      \
+  extern "C" int dtrain_plugin_abi_version() { return ::dtrain::kPluginAbiVersion; } \
+  extern "C" void dtrain_register_plugins(::dtrain::PluginRegistry& registry)
