@@ -71,6 +71,19 @@ const std::vector<std::string>& BuiltinDatasetNames() {
   return *names;
 }
 
+const std::vector<std::string>& PluginKindNames() {
+  static const auto* names =
+      new std::vector<std::string>{"accelerator", "precision", "strategy", "checkpoint_io"};
+  return *names;
+}
+
+bool IsPluginName(absl::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  return absl::c_all_of(name, [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+  });
+}
+
 bool IsDistributedStrategy(absl::string_view strategy) {
   // A plugin strategy (not one of dtrain's own) runs as ddp does: one rank per worker process.
   return strategy == "ddp" || strategy == "ddp_spawn" || strategy == "sharded" ||

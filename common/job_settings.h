@@ -54,6 +54,12 @@ inline constexpr SettingRange<int64_t> kNumNodesRange{1, 4096};
 inline constexpr int64_t kDefaultMaxRestarts = 3;
 inline constexpr SettingRange<int64_t> kMaxRestartsRange{1, 1000};
 
+// The kinds of worker plugins, as a job spec and WorkerInfo.plugins name them: accelerator,
+// precision, strategy, checkpoint_io.
+const std::vector<std::string>& PluginKindNames();
+// Whether `name` can name a plugin: 1 to 64 characters of a-z, 0-9, '_', '-' and '.'.
+bool IsPluginName(absl::string_view name);
+
 // Strategies with more than one rank, which join a group on the coordinator: ddp, ddp_spawn,
 // sharded, and any plugin strategy (which runs as ddp does).
 bool IsDistributedStrategy(absl::string_view strategy);

@@ -36,12 +36,7 @@ absl::Status OneOfOrPlugin(const std::string& path, std::string* value,
                            const std::string& kind, const OfferedPlugins* offered) {
   if (value->empty()) *value = fallback;
   if (absl::c_linear_search(allowed, *value)) return absl::OkStatus();
-  bool plausible = !value->empty() && value->size() <= 64;
-  for (char c : *value) {
-    plausible = plausible && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-                              c == '-' || c == '.');
-  }
-  if (offered == nullptr && plausible) return absl::OkStatus();
+  if (offered == nullptr && IsPluginName(*value)) return absl::OkStatus();
   if (offered != nullptr && offered->count({kind, *value}) > 0) return absl::OkStatus();
   std::vector<std::string> plugins;
   if (offered != nullptr) {
@@ -114,8 +109,7 @@ std::string DefaultMode(const std::string& monitor) {
 std::vector<std::pair<std::string, std::string>> PluginsNamedBy(const v1::JobSpec& spec) {
   std::vector<std::pair<std::string, std::string>> named;
   const v1::TrainerConfig& t = spec.trainer();
-  if (!t.strategy().empty() && !absl::c_linear_search(StrategyNames(), t.strategy()) &&
-      t.strategy() != "ddp_sharded") {
+  if (!t.strategy().empty() && !absl::c_linear_search(StrategyNames(), t.strategy())) {
     named.push_back({"strategy", t.strategy()});
   }
   if (!t.precision().empty() && !absl::c_linear_search(PrecisionNames(), t.precision())) {

@@ -27,7 +27,7 @@ using OfferedPlugins = std::map<std::pair<std::string, std::string>, std::vector
 // `offered` null (the client, which cannot know) any well-formed name passes.
 absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered = nullptr);
 
-// The plugins `spec` names that are not dtrain's own, as (kind, name).
+// The plugins a normalized `spec` names that are not dtrain's own, as (kind, name).
 std::vector<std::pair<std::string, std::string>> PluginsNamedBy(const v1::JobSpec& spec);
 
 // Ranks one worker contributes under the spec's strategy (devices for ddp_spawn, else 1).

@@ -6,7 +6,16 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/process_group.h"
+#include "worker/collective_backend.h"
+#include "worker/gloo_collective_backend.h"
+#include "worker/shared_memory_collective_backend.h"
 
 namespace dtrain {
 
@@ -21,6 +30,21 @@ inline std::pair<torch::Tensor, torch::Tensor> SyntheticBatch(int64_t n, uint64_
     x.index({i, 0, torch::indexing::Slice(2 * c, 2 * c + 3)}) += 1.0;
   }
   return {x, y};
+}
+
+// Makes the named backend ("grpc", "gloo" or "shm") over a joined group.
+inline absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeBackend(const std::string& kind,
+                                                                      const std::string& address,
+                                                                      ProcessGroup* pg,
+                                                                      absl::Duration timeout) {
+  if (kind == "grpc") return std::unique_ptr<CollectiveBackend>(new GrpcCollectiveBackend(pg));
+  auto gloo = GlooCollectiveBackend::Make(address, pg, timeout);
+  if (!gloo.ok() || kind == "gloo") return gloo;
+  auto shm = SharedMemoryCollectiveBackend::Make(std::move(*gloo), timeout);
+  if (!shm.ok()) return shm.status();
+  // On one machine the shared-memory path must be the one under test.
+  if (!(*shm)->active()) return absl::InternalError("shm inactive: " + (*shm)->fallback_reason());
+  return shm;
 }
 
 }  // namespace dtrain

@@ -61,13 +61,7 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Make(
   request.local_rank = backend == nullptr ? 0 : backend->local_rank();
   DTRAIN_ASSIGN_OR_RETURN(DevicePlan plan, PlanDevices(request, DeviceTable::Detect()));
   DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Accelerator> made, device.make(plan));
-  if (made == nullptr) {
-    return absl::InternalError(absl::StrCat("accelerator '", accelerator, "' made nothing"));
-  }
   DTRAIN_ASSIGN_OR_RETURN(made->precision_, precision_entry.make(plan.autocast));
-  if (made->precision_ == nullptr) {
-    return absl::InternalError(absl::StrCat("precision '", precision, "' made nothing"));
-  }
   strategy.device = made->device_;
   strategy.replica_devices = plan.replicas;
   DTRAIN_ASSIGN_OR_RETURN(made->strategy_, Strategy::Make(strategy, std::move(backend)));

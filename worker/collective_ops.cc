@@ -16,7 +16,8 @@ namespace {
 thread_local ModelCollectives* current_target = nullptr;
 
 // TorchScript turns the exception into the model's error; the worker keeps the status itself
-// (worker/model_collectives.h), so its code and named ranks survive.
+// (StrategyCollectives::Explain, worker/strategy_collectives.h), so its code and named ranks
+// survive.
 [[noreturn]] void Raise(const char* op, const absl::Status& status) {
   TORCH_CHECK(false, "torch.ops.dtrain.", op, ": ", std::string(status.message()));
 }
@@ -115,8 +116,6 @@ ScopedModelCollectives::ScopedModelCollectives(ModelCollectives* target)
 }
 
 ScopedModelCollectives::~ScopedModelCollectives() { current_target = previous_; }
-
-ModelCollectives* CurrentModelCollectives() { return current_target; }
 
 absl::Status ValidateReduceOp(const std::string& op) {
   if (op == "sum" || op == "mean" || op == "max" || op == "min" || op == "product") {

@@ -62,9 +62,6 @@ class ScopedModelCollectives {
   ModelCollectives* previous_;
 };
 
-// The calling thread's, or nullptr (a world of one).
-ModelCollectives* CurrentModelCollectives();
-
 // INVALID_ARGUMENT unless `op` names a reduction all_reduce accepts.
 absl::Status ValidateReduceOp(const std::string& op);
 

@@ -119,10 +119,6 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   if (!io_entry.ok()) return InField("checkpoint_io", io_entry.status());
   absl::StatusOr<std::unique_ptr<CheckpointIO>> checkpoint_io = io_entry->make();
   if (!checkpoint_io.ok()) return InField("checkpoint_io", checkpoint_io.status());
-  if (*checkpoint_io == nullptr) {
-    return absl::InternalError(
-        absl::StrCat("checkpoint_io '", io_entry->info.name, "' made nothing"));
-  }
   ClipAlgorithm clip = ClipAlgorithm::kNorm;
   if (!request.gradient_clip_algorithm().empty()) {
     absl::StatusOr<ClipAlgorithm> parsed = ParseClipAlgorithm(request.gradient_clip_algorithm());

@@ -179,8 +179,7 @@ int main(int argc, char** argv) {
     }
     plugins.push_back(path);
   }
-  for (const dtrain::PluginInfo& p : dtrain::PluginRegistry::Global().List()) {
-    if (p.origin == "builtin") continue;
+  for (const dtrain::PluginInfo& p : dtrain::PluginRegistry::Global().Loaded()) {
     dtrain::LogInfo(
         "plugin loaded",
         {{"kind", dtrain::PluginKindName(p.kind)}, {"name", p.name}, {"library", p.origin}});
@@ -338,8 +337,7 @@ int main(int argc, char** argv) {
     self.set_host(host);
     self.set_devices(devices);
     // What this worker offers beyond dtrain's own, for the coordinator's checks and placement.
-    for (const dtrain::PluginInfo& p : dtrain::PluginRegistry::Global().List()) {
-      if (p.origin == "builtin") continue;
+    for (const dtrain::PluginInfo& p : dtrain::PluginRegistry::Global().Loaded()) {
       dtrain::v1::Plugin* offered = self.add_plugins();
       offered->set_kind(dtrain::PluginKindName(p.kind));
       offered->set_name(p.name);

@@ -6,18 +6,28 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_settings.h"
+#include "worker/accelerator.h"
+#include "worker/checkpoint_io.h"
 
 namespace dtrain {
 namespace {
 
-bool ValidName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.')) {
-      return false;
+// A plugin's factory as the registry hands it out: a factory that returns nothing fails with a
+// status naming the plugin, so no caller needs to check.
+template <typename T, typename... Args>
+std::function<absl::StatusOr<std::unique_ptr<T>>(Args...)> NeverNull(
+    std::function<absl::StatusOr<std::unique_ptr<T>>(Args...)> make, PluginKind kind,
+    std::string name) {
+  return [make = std::move(make), kind,
+          name = std::move(name)](Args... args) -> absl::StatusOr<std::unique_ptr<T>> {
+    absl::StatusOr<std::unique_ptr<T>> made = make(std::forward<Args>(args)...);
+    if (made.ok() && *made == nullptr) {
+      return absl::InternalError(
+          absl::StrCat(PluginKindName(kind), " plugin '", name, "' made nothing"));
     }
-  }
-  return true;
+    return made;
+  };
 }
 
 template <typename Map>
@@ -56,7 +66,7 @@ PluginRegistry& PluginRegistry::Global() {
 }
 
 absl::Status PluginRegistry::Check(PluginKind kind, const std::string& name) const {
-  if (!ValidName(name)) {
+  if (!IsPluginName(name)) {
     return absl::InvalidArgumentError(
         absl::StrCat(PluginKindName(kind), " plugin name '", name,
                      "' must be 1 to 64 characters of a-z, 0-9, '_', '-' and '.'"));
@@ -86,7 +96,8 @@ absl::Status PluginRegistry::AddStrategy(const std::string& name, StrategyTraits
                                          StrategyFactory make, const std::string& description) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = Check(PluginKind::kStrategy, name); !s.ok()) return Added(s);
-  strategies_[name] = {Info(PluginKind::kStrategy, name, description), traits, std::move(make)};
+  strategies_[name] = {Info(PluginKind::kStrategy, name, description), traits,
+                       NeverNull(std::move(make), PluginKind::kStrategy, name)};
   return absl::OkStatus();
 }
 
@@ -94,8 +105,9 @@ absl::Status PluginRegistry::AddPrecision(const std::string& name, Precision pla
                                           PrecisionFactory make, const std::string& description) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = Check(PluginKind::kPrecision, name); !s.ok()) return Added(s);
-  precisions_.emplace(name, PrecisionEntry{Info(PluginKind::kPrecision, name, description),
-                                           planned_as, std::move(make)});
+  precisions_.emplace(name,
+                      PrecisionEntry{Info(PluginKind::kPrecision, name, description), planned_as,
+                                     NeverNull(std::move(make), PluginKind::kPrecision, name)});
   return absl::OkStatus();
 }
 
@@ -109,7 +121,7 @@ absl::Status PluginRegistry::AddAccelerator(const std::string& name, const std::
                                                          planned_as, "'; use cpu, gpu or auto")));
   }
   accelerators_[name] = {Info(PluginKind::kAccelerator, name, description), planned_as,
-                         std::move(make)};
+                         NeverNull(std::move(make), PluginKind::kAccelerator, name)};
   return absl::OkStatus();
 }
 
@@ -117,7 +129,8 @@ absl::Status PluginRegistry::AddCheckpointIO(const std::string& name, Checkpoint
                                              const std::string& description) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = Check(PluginKind::kCheckpointIO, name); !s.ok()) return Added(s);
-  checkpoint_ios_[name] = {Info(PluginKind::kCheckpointIO, name, description), std::move(make)};
+  checkpoint_ios_[name] = {Info(PluginKind::kCheckpointIO, name, description),
+                           NeverNull(std::move(make), PluginKind::kCheckpointIO, name)};
   return absl::OkStatus();
 }
 
@@ -166,6 +179,14 @@ std::vector<PluginInfo> PluginRegistry::List() const {
   for (const auto& [name, e] : strategies_) out.push_back(e.info);
   for (const auto& [name, e] : checkpoint_ios_) out.push_back(e.info);
   return out;
+}
+
+std::vector<PluginInfo> PluginRegistry::Loaded() const {
+  std::vector<PluginInfo> loaded;
+  for (PluginInfo& p : List()) {
+    if (p.origin != "builtin") loaded.push_back(std::move(p));
+  }
+  return loaded;
 }
 
 std::vector<std::string> PluginRegistry::Names(PluginKind kind) const {

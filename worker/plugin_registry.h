@@ -102,14 +102,16 @@ class PluginRegistry {
   absl::Status AddCheckpointIO(const std::string& name, CheckpointIOFactory make,
                                const std::string& description);
 
-  // INVALID_ARGUMENT naming what is registered when `name` is not.
+  // INVALID_ARGUMENT naming what is registered when `name` is not. The entries' factories never
+  // return null: one that would fails with INTERNAL naming the plugin.
   absl::StatusOr<StrategyEntry> FindStrategy(const std::string& name) const;
   absl::StatusOr<PrecisionEntry> FindPrecision(const std::string& name) const;
   absl::StatusOr<AcceleratorEntry> FindAccelerator(const std::string& name) const;
   absl::StatusOr<CheckpointIOEntry> FindCheckpointIO(const std::string& name) const;
 
-  // Every entry, by kind then name.
+  // Every entry, by kind then name; Loaded(): those a library registered (not "builtin").
   std::vector<PluginInfo> List() const;
+  std::vector<PluginInfo> Loaded() const;
   // The names of one kind, sorted.
   std::vector<std::string> Names(PluginKind kind) const;
 

@@ -358,6 +358,10 @@ absl::Status SharedMemoryCollectiveBackend::Announce(int32_t kind, int64_t numel
   const uint64_t call = ++calls_;
   Describe(segment_->arrival(rank()), call, static_cast<CallKind>(kind), numel, dtype, op);
   DTRAIN_RETURN_IF_ERROR(ArriveAndWait(what));
+  return MatchCalls(call);
+}
+
+absl::Status SharedMemoryCollectiveBackend::MatchCalls(uint64_t call) {
   const Descriptor& mine = segment_->arrival(rank()).descriptors[call % 2];
   for (int r = 0; r < world_size(); ++r) {
     const Descriptor& d = segment_->arrival(r).descriptors[call % 2];
@@ -459,19 +463,7 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
     const int64_t count = std::min(per_chunk, n - offset);
     if (count > 0) view(b, me, 0, count).copy_(flat.slice(0, offset, offset + count));
     DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
-    if (chunk == 0) {
-      const Descriptor& mine = segment_->arrival(me).descriptors[call % 2];
-      for (int r = 0; r < world; ++r) {
-        const Descriptor& d = segment_->arrival(r).descriptors[call % 2];
-        if (d.call != call || d.kind != mine.kind || d.numel != mine.numel ||
-            d.dtype != mine.dtype || d.op != mine.op) {
-          return Poison(absl::FailedPreconditionError(
-              absl::StrCat("mismatched collective #", call, ": rank ", me, " is in ",
-                           WithArticle(DescribeCall(mine)), ", rank ", r, " in ",
-                           WithArticle(DescribeCall(d)))));
-        }
-      }
-    }
+    if (chunk == 0) DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
     if (count <= 0) break;
     // This rank's partition, reduced over the ranks in rank order.
     const int64_t begin = count * me / world, end = count * (me + 1) / world;

@@ -73,6 +73,9 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   // A call every rank must make alike: arrives, then compares every rank's descriptor with its
   // own (kind, call number, numel, dtype, op).
   absl::Status Announce(int32_t kind, int64_t numel, int32_t dtype, int32_t op, const char* what);
+  // After every rank arrived in `call`: FAILED_PRECONDITION (and the segment poisoned) naming
+  // both calls when a rank's descriptor differs from this one's.
+  absl::Status MatchCalls(uint64_t call);
   struct Segment;
   SharedMemoryCollectiveBackend(std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout)
       : inner_(std::move(inner)), timeout_(timeout) {}

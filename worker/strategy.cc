@@ -100,11 +100,7 @@ absl::StatusOr<std::unique_ptr<Strategy>> Strategy::Make(
         absl::StrCat("strategy ", options.name, " runs in one process, but its group has ",
                      backend->world_size(), " ranks; use ddp for several"));
   }
-  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Strategy> made, entry.make(options, std::move(backend)));
-  if (made == nullptr) {
-    return absl::InternalError(absl::StrCat("strategy '", options.name, "' made nothing"));
-  }
-  return made;
+  return entry.make(options, std::move(backend));
 }
 
 absl::Status Strategy::Setup(LightningModule* model, const OptimizerConfig& optimizer) {

@@ -182,17 +182,8 @@ absl::StatusOr<v1::DeleteJobResponse> JobManager::Delete(const std::string& id) 
   return response;
 }
 
-OfferedPlugins JobManager::Offered() const {
-  OfferedPlugins offered;
-  for (const v1::WorkerInfo& w : workers_->List(absl::Now())) {
-    if (w.state() == v1::WorkerInfo::LOST) continue;
-    for (const v1::Plugin& p : w.plugins()) offered[{p.kind(), p.name()}].push_back(w.name());
-  }
-  return offered;
-}
-
 absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate_only) {
-  const OfferedPlugins offered = Offered();
+  const OfferedPlugins offered = workers_->Offered();
   if (absl::Status s = NormalizeJobSpec(&spec, &offered); !s.ok()) return s;
   // Another job's checkpoint is named by its content from here on: deleting that job later
   // does not take it from this one.
@@ -261,7 +252,7 @@ std::shared_ptr<JobRecord> JobManager::Find(const std::string& id) const {
 
 void JobManager::DryRun(v1::JobSpec spec,
                         std::function<void(absl::StatusOr<v1::DryRunResponse>)> done) {
-  const OfferedPlugins offered = Offered();
+  const OfferedPlugins offered = workers_->Offered();
   if (absl::Status s = NormalizeJobSpec(&spec, &offered); !s.ok()) return done(s);
   struct Call {
     std::unique_ptr<v1::Worker::Stub> stub;

@@ -27,7 +27,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "common/job_spec.h"
 #include "coordinator/artifacts/artifact_store.h"
 #include "coordinator/collectives/access_control.h"
 #include "coordinator/jobs/job_record.h"
@@ -126,9 +125,6 @@ class JobManager {
   int64_t FreeUnused(const std::vector<std::string>& digests, int* removed);
 
   const JobManagerOptions options_;
-  // The plugins the registered (not lost) workers offer, for NormalizeJobSpec.
-  OfferedPlugins Offered() const;
-
   WorkerRegistry* const workers_;
   AccessControl* const access_;
   std::unique_ptr<JobStore> store_;     // set by Restore, before any job exists

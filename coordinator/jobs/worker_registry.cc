@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/job_settings.h"
 #include "common/log.h"
 
 namespace dtrain {
@@ -40,13 +43,15 @@ absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time n
         absl::StrCat("a worker offers at most 256 plugins, got ", worker.plugins_size()));
   }
   for (const v1::Plugin& p : worker.plugins()) {
-    if (p.kind() != "accelerator" && p.kind() != "precision" && p.kind() != "strategy" &&
-        p.kind() != "checkpoint_io") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("plugin '", p.name(), "' has kind '", p.kind(),
-                       "'; use accelerator, precision, strategy or checkpoint_io"));
+    if (!absl::c_linear_search(PluginKindNames(), p.kind())) {
+      return absl::InvalidArgumentError(absl::StrCat("plugin '", p.name(), "' has kind '", p.kind(),
+                                                     "'; use ",
+                                                     absl::StrJoin(PluginKindNames(), ", ")));
     }
-    if (absl::Status s = CheckField("plugin name", p.name()); !s.ok()) return s;
+    if (!IsPluginName(p.name())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plugin name '", p.name(), "' must be 1 to 64 characters of a-z, 0-9, '_', '-', '.'"));
+    }
   }
   absl::MutexLock lock(&mu_);
   auto known = workers_.find(worker.name());
@@ -127,6 +132,16 @@ std::vector<v1::WorkerInfo> WorkerRegistry::Reserve(
     w.set_assigned_job_id(job_id);
   }
   return chosen;
+}
+
+OfferedPlugins WorkerRegistry::Offered() const {
+  absl::MutexLock lock(&mu_);
+  OfferedPlugins offered;
+  for (const auto& [name, e] : workers_) {
+    if (e.info.state() == v1::WorkerInfo::LOST) continue;
+    for (const v1::Plugin& p : e.info.plugins()) offered[{p.kind(), p.name()}].push_back(name);
+  }
+  return offered;
 }
 
 void WorkerRegistry::Release(const std::string& name) {

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/job_spec.h"
 #include "coordinator/collectives/worker_directory.h"
 #include "dtrain/v1/coordinator.pb.h"
 
@@ -52,6 +53,8 @@ class WorkerRegistry final : public WorkerDirectory {
   std::vector<v1::WorkerInfo> Reserve(
       const std::string& job_id, int min_count, int max_count, const std::set<std::string>& exclude,
       absl::Time now, const std::vector<std::pair<std::string, std::string>>& plugins = {});
+  // The plugins the registered workers (but the lost) offer, for NormalizeJobSpec.
+  OfferedPlugins Offered() const;
   // `name` is no longer the job's (its job ended, or went on without it); a heartbeat that
   // still reports the job is told to drop it.
   void Release(const std::string& name);
