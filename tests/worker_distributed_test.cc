@@ -99,10 +99,11 @@ TEST(DataParallel, TwoRanksOfBatchB_EqualOneRankOfBatch2B) {
   });
   for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
   // mlp, packed in reverse: fc2 + fc1 bias (~11 KiB), then fc1 weight (784 KiB) alone: 2
-  // buckets for 4 parameters. Both started from the autograd hooks, during backward.
+  // buckets for 4 parameters. The first started from the autograd hooks, during backward; the
+  // last is all-reduced by the caller when backward ends.
   EXPECT_EQ(buckets[0], 2u);
-  EXPECT_EQ(overlapped[0], 2u);
-  EXPECT_EQ(overlapped[1], 2u);
+  EXPECT_EQ(overlapped[0], 1u);
+  EXPECT_EQ(overlapped[1], 1u);
 
   auto single = BuiltinModel("mlp", 100);
   ASSERT_TRUE(single.ok());
@@ -398,6 +399,112 @@ TEST_P(BackendConformance, LargeAllReducesAcrossChunks_ExactOnEveryRank) {
       /*world=*/3);
 }
 
+// Memory from AllocateForAllReduce reduces as ordinary memory does: the whole buffer and a
+// slice at an offset, sum, mean and max, float32 and float64, on 3 ranks so that partitions are
+// uneven. Random values make the float sums rounding-sensitive: on shm (where that memory is
+// shared and nothing is copied) the result is bitwise the slot path's and the rank-order sum's.
+TEST_P(BackendConformance, MemoryForAllReduce_ReducesAsOrdinaryMemory) {
+  const bool shm = GetParam() == "shm";
+  RunOnBackends(
+      [&](CollectiveBackend& b) -> absl::Status {
+        const int64_t n = 100'003;
+        const int r = b.rank();
+        auto fail = [&](const std::string& what) {
+          return absl::InternalError(absl::StrCat("rank ", r, ": ", what));
+        };
+        for (torch::ScalarType dtype : {torch::kFloat32, torch::kFloat64}) {
+          absl::StatusOr<torch::Tensor> buffer = b.AllocateForAllReduce(n, dtype);
+          if (!buffer.ok()) return buffer.status();
+          if (buffer->numel() != n || buffer->scalar_type() != dtype ||
+              buffer->abs().max().item<double>() != 0) {
+            return fail("not n zeros of the dtype asked for");
+          }
+          std::vector<torch::Tensor> inputs;
+          for (int k = 0; k < 3; ++k) {
+            // A generator of its own: the ranks are threads sharing torch's default one.
+            at::Generator generator = at::detail::createCPUGenerator(7 + k);
+            inputs.push_back(torch::randn({n}, generator, torch::TensorOptions().dtype(dtype)));
+          }
+          buffer->copy_(inputs[r]);
+          torch::Tensor plain = inputs[r].clone();
+          if (auto s = b.AllReduce(*buffer, v1::REDUCE_OP_MEAN); !s.ok()) return s;
+          if (auto s = b.AllReduce(plain, v1::REDUCE_OP_MEAN); !s.ok()) return s;
+          const torch::Tensor mean = (inputs[0] + inputs[1] + inputs[2]) / 3;
+          if (shm ? !(torch::equal(*buffer, plain) && torch::equal(*buffer, mean))
+                  : !torch::allclose(*buffer, mean, 1e-5, 1e-6)) {
+            return fail(absl::StrCat("mean of ", c10::toString(dtype), " differs: shared vs plain ",
+                                     (*buffer - plain).abs().max().item<double>(), ", vs the mean ",
+                                     (*buffer - mean).abs().max().item<double>()));
+          }
+          // A slice at an offset (a bucket's later parameter), then a max and a sum over it.
+          const torch::Tensor before = buffer->slice(0, 0, 5).clone();
+          torch::Tensor slice = buffer->slice(0, 5, 5 + 777);
+          slice.copy_(inputs[r].slice(0, 0, 777) * (r + 1));
+          if (auto s = b.AllReduce(slice, v1::REDUCE_OP_MAX); !s.ok()) return s;
+          const torch::Tensor head = inputs[0].slice(0, 0, 777);
+          const torch::Tensor max = torch::maximum(
+              torch::maximum(head, inputs[1].slice(0, 0, 777) * 2), inputs[2].slice(0, 0, 777) * 3);
+          if (!torch::equal(slice, max)) return fail("max over a slice differs");
+          if (!torch::equal(buffer->slice(0, 0, 5), before)) {
+            return fail("the reduction of a slice wrote outside it");
+          }
+          if (auto s = b.AllReduce(*buffer, v1::REDUCE_OP_SUM); !s.ok()) return s;
+          if (!torch::allclose(buffer->slice(0, 0, 5), before * 3, 1e-5, 1e-6)) {
+            return fail("sum differs");
+          }
+        }
+        return absl::OkStatus();
+      },
+      /*world=*/3);
+}
+
+// Gradients live in their buckets: backward accumulates into the bucket, the mean lands there,
+// and no gradient tensor is replaced. A gradient outlives the GradientSync and the plane.
+TEST_P(BackendConformance, GradientsLiveInTheirBuckets_AndOutliveThePlane) {
+  std::vector<torch::Tensor> kept(2);
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    auto model = BuiltinModel("mlp", 100);
+    if (!model.ok()) return model.status();
+    std::vector<torch::Tensor> p = model->Parameters();
+    auto sync = std::make_unique<GradientSync>(&b, p, /*bucket_bytes=*/256 * 1024);
+    std::vector<void*> where;
+    for (const torch::Tensor& t : p) {
+      if (!t.grad().defined() || t.grad().abs().max().item<float>() != 0) {
+        return absl::InternalError("a gradient is not set to zeros in its bucket");
+      }
+      where.push_back(t.grad().data_ptr());
+    }
+    for (int step = 0; step < 3; ++step) {
+      for (const torch::Tensor& t : p) t.grad().zero_();
+      sync->ExpectSync();
+      // Gradient of parameter k on rank r: (r + 1) * (k + 1) * (step + 1); mean over 2 ranks:
+      // 1.5 * (k + 1) * (step + 1).
+      torch::Tensor loss = torch::zeros({});
+      for (size_t k = 0; k < p.size(); ++k) {
+        loss = loss + p[k].sum() * ((b.rank() + 1.0) * static_cast<double>(k + 1));
+      }
+      (loss * (step + 1)).backward();
+      if (auto s = sync->AverageGradients(); !s.ok()) return s;
+      for (size_t k = 0; k < p.size(); ++k) {
+        if (p[k].grad().data_ptr() != where[k]) {
+          return absl::InternalError(absl::StrCat("parameter ", k, "'s gradient moved"));
+        }
+        if (!torch::equal(p[k].grad(), torch::full_like(p[k], 1.5f * (k + 1) * (step + 1)))) {
+          return absl::InternalError(
+              absl::StrCat("parameter ", k, ": not the mean at step ", step));
+        }
+      }
+    }
+    sync.reset();
+    kept[b.rank()] = p[0].grad();
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(kept[r].defined());
+    EXPECT_TRUE(torch::equal(kept[r], torch::full_like(kept[r], 4.5f))) << "rank " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::Values("grpc", "gloo", "shm"));
 
 // Shared memory is loud on misuse: ranks whose calls differ all get FAILED_PRECONDITION
@@ -425,6 +532,25 @@ TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
     EXPECT_THAT(std::string(mismatch[r].message()),
                 HasSubstr("all_reduce of 200 Float REDUCE_OP_SUM"));
     EXPECT_EQ(after[r].code(), absl::StatusCode::kFailedPrecondition) << after[r];
+  }
+
+  // One rank reduces its shared buffer, the other ordinary memory of the same size: not the
+  // same collective, and said so.
+  statuses = testing::RunRanks(address, "shm-where", 2, [&](ProcessGroup& pg) -> absl::Status {
+    auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));
+    if (!backend.ok()) return backend.status();
+    absl::StatusOr<torch::Tensor> shared = (*backend)->AllocateForAllReduce(64, torch::kFloat32);
+    if (!shared.ok()) return shared.status();
+    torch::Tensor plain = torch::ones({64});
+    mismatch[pg.rank()] =
+        (*backend)->AllReduce(pg.rank() == 0 ? *shared : plain, v1::REDUCE_OP_SUM);
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(mismatch[r].code(), absl::StatusCode::kFailedPrecondition) << mismatch[r];
+    EXPECT_THAT(std::string(mismatch[r].message()),
+                HasSubstr("all_reduce of 64 Float REDUCE_OP_SUM in shared buffer #0 at element 0"));
   }
 
   absl::Status waited;

@@ -30,6 +30,12 @@ absl::Status CheckOp(v1::ReduceOp op) {
 
 }  // namespace
 
+absl::StatusOr<torch::Tensor> CollectiveBackend::AllocateForAllReduce(int64_t numel,
+                                                                      torch::ScalarType dtype) {
+  if (numel < 0) return absl::InvalidArgumentError(absl::StrCat("numel must be >= 0, got ", numel));
+  return at::zeros({numel}, at::TensorOptions().dtype(dtype));
+}
+
 absl::Status GrpcCollectiveBackend::Broadcast(torch::Tensor& tensor, int src) {
   HostTensor wire;
   if (rank() == src) {

@@ -45,6 +45,14 @@ class CollectiveBackend {
   // Leaves the group cleanly, so the others see a departure rather than a death.
   virtual absl::Status Leave() = 0;
 
+  // Zeroed memory for a tensor this rank all-reduces again and again (ddp's gradient buckets).
+  // A plane may place it where its peers read and write it directly, so that AllReduce of a
+  // tensor lying in it copies nothing in or out; the default is ordinary memory. Collective
+  // for planes that share memory: every rank calls it with the same arguments, in the same
+  // order.
+  virtual absl::StatusOr<torch::Tensor> AllocateForAllReduce(int64_t numel,
+                                                             torch::ScalarType dtype);
+
   // Ends this rank's wait in a collective, now or in the next one that has to wait, with `why`
   // until ClearInterrupt: the step was cancelled, and ranks stop at different batches, so a peer
   // may never join the collective this rank waits in. A collective cut short leaves the plane

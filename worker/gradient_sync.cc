@@ -2,7 +2,9 @@
 
 #include <torch/torch.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 
 namespace dtrain {
@@ -26,6 +28,13 @@ absl::Status OverFlat(const std::vector<torch::Tensor>& tensors, Collective coll
     offset += n;
   }
   return absl::OkStatus();
+}
+
+// Whether `grad` is the `numel` elements at element `offset` of `flat` (the bucket it lives in).
+bool LivesIn(const torch::Tensor& grad, const torch::Tensor& flat, int64_t offset, int64_t numel) {
+  return grad.defined() && grad.is_contiguous() && grad.numel() == numel &&
+         grad.scalar_type() == flat.scalar_type() &&
+         grad.data_ptr() == static_cast<char*>(flat.data_ptr()) + offset * flat.element_size();
 }
 
 }  // namespace
@@ -87,11 +96,35 @@ GradientSync::GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor
     bucket_of_[k] = buckets_.size() - 1;
     filled += bytes;
   }
+  torch::NoGradGuard no_grad;
   for (Bucket& bucket : buckets_) {
     int64_t numel = 0;
     for (size_t i : bucket.parameters) numel += parameters_[i].numel();
     const torch::Tensor& first = parameters_[bucket.parameters.front()];
-    bucket.flat = torch::empty({numel}, first.options().requires_grad(false));
+    absl::StatusOr<torch::Tensor> flat =
+        first.device().is_cpu() ? backend_->AllocateForAllReduce(numel, first.scalar_type())
+                                : torch::zeros({numel}, first.options().requires_grad(false));
+    if (!flat.ok()) {
+      // The plane is broken: the next collective reports it; the gradients need memory anyway.
+      LogWarning(absl::StrCat("gradient bucket in ordinary memory: ", flat.status().message()),
+                 {{"rank", static_cast<int64_t>(backend_->rank())}});
+      flat = torch::zeros({numel}, first.options().requires_grad(false));
+    }
+    bucket.flat = *std::move(flat);
+    // Each gradient becomes its slice of the bucket: a tensor of its own over the bucket's
+    // storage (not an autograd view, which zero_grad's detach_ would refuse).
+    int64_t offset = 0;
+    for (size_t i : bucket.parameters) {
+      torch::Tensor& p = parameters_[i];
+      if (p.requires_grad() && p.is_contiguous()) {
+        torch::Tensor slot = torch::empty({0}, bucket.flat.options())
+                                 .set_(bucket.flat.storage(), bucket.flat.storage_offset() + offset,
+                                       p.sizes(), p.strides());
+        if (p.grad().defined()) slot.copy_(p.grad());
+        p.mutable_grad() = slot;
+      }
+      offset += p.numel();
+    }
   }
   ready_.assign(parameters_.size(), false);
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -148,21 +181,27 @@ void GradientSync::MarkReady(size_t parameter) {
   StartReadyBuckets(/*from_hook=*/true);
 }
 
-void GradientSync::StartReadyBuckets(bool from_hook) {
+void GradientSync::PackBucket(Bucket& bucket) {
   torch::NoGradGuard no_grad;
-  while (next_start_ < buckets_.size() && buckets_[next_start_].pending == 0) {
-    Bucket& bucket = buckets_[next_start_];
-    int64_t offset = 0;
-    for (size_t i : bucket.parameters) {
-      const torch::Tensor& p = parameters_[i];
-      torch::Tensor slice = bucket.flat.slice(0, offset, offset + p.numel());
+  int64_t offset = 0;
+  for (size_t i : bucket.parameters) {
+    const torch::Tensor& p = parameters_[i];
+    const int64_t n = p.numel();
+    if (!LivesIn(p.grad(), bucket.flat, offset, n)) {
+      torch::Tensor slice = bucket.flat.slice(0, offset, offset + n);
       if (p.grad().defined()) {
         slice.copy_(p.grad().reshape({-1}));
       } else {
         slice.zero_();
       }
-      offset += p.numel();
     }
+    offset += n;
+  }
+}
+
+void GradientSync::StartReadyBuckets(bool from_hook) {
+  while (next_start_ + 1 < buckets_.size() && buckets_[next_start_].pending == 0) {
+    PackBucket(buckets_[next_start_]);
     ++next_start_;
     ++queued_;
     if (from_hook) ++started_in_hooks_;
@@ -201,10 +240,20 @@ absl::Status GradientSync::AverageGradients() {
     for (Bucket& bucket : buckets_) bucket.pending = 0;
     StartReadyBuckets(/*from_hook=*/false);
     mu_.Await(absl::Condition(
-        +[](GradientSync* s)
-             ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->buckets_.size(); },
+        +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->queued_; },
         this));
     status = round_status_;
+  }
+  // The last bucket, here: the communication thread is idle, so this is still one collective
+  // at a time, in bucket order.
+  if (status.ok() && !buckets_.empty()) {
+    Bucket& last = buckets_.back();
+    PackBucket(last);
+    status = backend_->AllReduce(last.flat, v1::REDUCE_OP_MEAN);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    next_start_ = queued_ = finished_ = buckets_.size();
     ++rounds_;
     overlapped_total_ += started_in_hooks_;
   }
@@ -215,9 +264,12 @@ absl::Status GradientSync::AverageGradients() {
     int64_t offset = 0;
     for (size_t i : bucket.parameters) {
       torch::Tensor& p = parameters_[i];
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      p.mutable_grad().copy_(bucket.flat.slice(0, offset, offset + p.numel()).view(p.sizes()));
-      offset += p.numel();
+      const int64_t n = p.numel();
+      if (!LivesIn(p.grad(), bucket.flat, offset, n)) {
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+        p.mutable_grad().copy_(bucket.flat.slice(0, offset, offset + n).view(p.sizes()));
+      }
+      offset += n;
     }
   }
   return absl::OkStatus();

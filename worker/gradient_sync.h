@@ -11,7 +11,16 @@
 // gradients become ready in a different order (or not at all: an unused parameter contributes
 // zeros when AverageGradients() closes the round). Reverse parameter order makes the first
 // bucket the one backward finishes first; it is capped at 1 MiB as in torch so that
-// communication starts early.
+// communication starts early. The last bucket is all-reduced by the caller's thread when
+// backward ends: nothing is left to overlap with, and a hand-off to the communication thread
+// and back would only add two wake-ups.
+//
+// Gradients live in their buckets (torch DDP's gradient_as_bucket_view): each parameter's
+// .grad is set to its slice of the bucket, autograd accumulates into it in place, and the
+// all_reduce's result is the gradient, so a step copies no gradient in or out. The buckets'
+// memory comes from the plane (CollectiveBackend::AllocateForAllReduce): on shm every rank
+// reads its peers' gradients where backward wrote them. A gradient that something replaced
+// with a tensor of its own is copied in and out as before.
 //
 // Thread-safety: one caller thread (the one that runs backward); the communication thread is
 // internal.
@@ -71,7 +80,7 @@ class GradientSync {
   // How the parameters were packed: number of buckets (one collective each).
   size_t bucket_count() const { return buckets_.size(); }
   // How many buckets of the last AverageGradients() round were started from the autograd
-  // hooks, i.e. while backward was still running.
+  // hooks, i.e. while backward was still running (never the last bucket: see above).
   size_t started_during_backward() const;
   // Totals over all rounds, for the worker's log: how long AverageGradients() waited for the
   // collectives after backward (the communication not hidden behind compute).
@@ -83,14 +92,17 @@ class GradientSync {
   class ReadyHook;
   struct Bucket {
     std::vector<size_t> parameters;  // indices into parameters_
-    torch::Tensor flat;              // the collective's buffer, allocated once
+    torch::Tensor flat;              // the collective's buffer (and the gradients), allocated once
     size_t pending = 0;              // gradients not yet ready in this round
   };
 
   void BeginRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkReady(size_t parameter);
-  // Copies each startable bucket's gradients into its flat buffer and queues its all_reduce.
+  // Queues the all_reduce of each startable bucket but the last (copying in the gradients
+  // that do not live in it).
   void StartReadyBuckets(bool from_hook) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies into the bucket's memory the gradients that do not live there (zeros for none).
+  void PackBucket(Bucket& bucket);
   void CommunicationLoop();
 
   CollectiveBackend* const backend_;

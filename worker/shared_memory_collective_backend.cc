@@ -28,7 +28,7 @@
 namespace dtrain {
 namespace {
 
-constexpr uint64_t kMagic = 0x6474726169E5E301ULL;  // "dtrain" shm, layout version 1
+constexpr uint64_t kMagic = 0x6474726169E5E302ULL;  // "dtrain" shm, layout version 2
 constexpr size_t kLine = 64;
 constexpr size_t kReasonBytes = 512;
 // Room for all slots of a world within this much /dev/shm (containers often give 64 MiB).
@@ -47,6 +47,7 @@ enum class CallKind : int32_t {
   kBroadcastBytes = 5,
   kReduce = 6,
   kReduceBooleanDecision = 7,
+  kAllocate = 8,  // AllocateForAllReduce: every rank maps every other's new buffer
 };
 
 // What a rank is doing in its current call; every rank checks every other's after the first
@@ -55,6 +56,8 @@ enum class CallKind : int32_t {
 struct Descriptor {
   uint64_t call;
   int64_t numel;
+  // An all_reduce in a shared buffer: (buffer index << 40) + element offset; else -1.
+  int64_t where;
   int32_t kind;
   int32_t dtype;
   int32_t op;
@@ -86,7 +89,11 @@ std::string DescribeCall(const Descriptor& d) {
       return "barrier";
     case CallKind::kAllReduce:
       return absl::StrCat("all_reduce of ", d.numel, " ", dtype, " ",
-                          v1::ReduceOp_Name(static_cast<v1::ReduceOp>(d.op)));
+                          v1::ReduceOp_Name(static_cast<v1::ReduceOp>(d.op)),
+                          d.where < 0
+                              ? ""
+                              : absl::StrCat(" in shared buffer #", d.where >> 40, " at element ",
+                                             d.where & ((int64_t{1} << 40) - 1)));
     case CallKind::kAllGather:
       return absl::StrCat("all_gather of ", dtype);
     case CallKind::kBroadcast:
@@ -98,6 +105,8 @@ std::string DescribeCall(const Descriptor& d) {
                           v1::ReduceOp_Name(static_cast<v1::ReduceOp>(d.op & 0xff)));
     case CallKind::kReduceBooleanDecision:
       return absl::StrCat("reduce_boolean_decision(all=", d.op ? "true" : "false", ")");
+    case CallKind::kAllocate:
+      return absl::StrCat("allocation of shared memory for ", d.numel, " ", dtype);
   }
   return absl::StrCat("unknown collective ", d.kind);
 }
@@ -136,6 +145,19 @@ struct SharedMemoryCollectiveBackend::Segment {
   char* slot(int buffer, int s) {
     return reinterpret_cast<char*>(this) + DataOffset(world) +
            (static_cast<size_t>(buffer) * (world + 1) + s) * slot_bytes;
+  }
+};
+
+// One AllocateForAllReduce: every rank's mapping of it, by rank. Tensors over it hold it, so it
+// outlives the backend while a gradient still lives there.
+struct SharedMemoryCollectiveBackend::SharedBuffer {
+  int64_t index = 0;
+  size_t bytes = 0;
+  std::vector<char*> bases;
+  ~SharedBuffer() {
+    for (char* base : bases) {
+      if (base != nullptr) munmap(base, bytes);
+    }
   }
 };
 
@@ -340,9 +362,9 @@ absl::Status SharedMemoryCollectiveBackend::ArriveAndWait(const char* what) {
 namespace {
 
 // Writes this rank's descriptor of its next call.
-void Describe(Arrival& mine, uint64_t call, CallKind kind, int64_t numel, int32_t dtype,
-              int32_t op) {
-  mine.descriptors[call % 2] = {call, numel, static_cast<int32_t>(kind), dtype, op, 0};
+void Describe(Arrival& mine, uint64_t call, CallKind kind, int64_t numel, int32_t dtype, int32_t op,
+              int64_t where = -1) {
+  mine.descriptors[call % 2] = {call, numel, where, static_cast<int32_t>(kind), dtype, op, 0};
 }
 
 }  // namespace
@@ -366,7 +388,7 @@ absl::Status SharedMemoryCollectiveBackend::MatchCalls(uint64_t call) {
   for (int r = 0; r < world_size(); ++r) {
     const Descriptor& d = segment_->arrival(r).descriptors[call % 2];
     if (d.kind != mine.kind || d.call != call || d.numel != mine.numel || d.dtype != mine.dtype ||
-        d.op != mine.op) {
+        d.op != mine.op || d.where != mine.where) {
       return Poison(absl::FailedPreconditionError(absl::StrCat(
           "mismatched collective #", call, ": rank ", rank(), " is in ",
           WithArticle(DescribeCall(mine)), ", rank ", r, " in ", WithArticle(DescribeCall(d)))));
@@ -434,9 +456,13 @@ absl::Status SharedMemoryCollectiveBackend::AllReduce(torch::Tensor& tensor, v1:
   }
   if (!broken_.ok()) return broken_;
   torch::NoGradGuard no_grad;
+  if (const SharedBuffer* shared = FindSharedBuffer(tensor); shared != nullptr) {
+    const int64_t offset =
+        (static_cast<char*>(tensor.data_ptr()) - shared->bases[rank()]) / tensor.element_size();
+    return ReduceInPlace(*shared, offset, tensor.numel(), tensor.scalar_type(), op);
+  }
   torch::Tensor flat = tensor.is_contiguous() ? tensor.view({-1}) : tensor.contiguous().view({-1});
   DTRAIN_RETURN_IF_ERROR(ReduceChunks(flat, op));
-  if (op == v1::REDUCE_OP_MEAN) flat.div_(world_size());
   if (!flat.is_same(tensor) && flat.data_ptr() != tensor.data_ptr()) {
     tensor.copy_(flat.view(tensor.sizes()));
   }
@@ -483,6 +509,8 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
           torch::add_out(out, acc, in);
         }
       }
+      // The mean divides the sum once, here, rather than in a pass over the whole result.
+      if (op == v1::REDUCE_OP_MEAN) out.div_(world);
     }
     DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
     flat.slice(0, offset, offset + count).copy_(view(b, world, 0, count));
@@ -491,5 +519,149 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
 }
 
 absl::Status SharedMemoryCollectiveBackend::Leave() { return inner_->Leave(); }
+
+absl::StatusOr<torch::Tensor> SharedMemoryCollectiveBackend::AllocateForAllReduce(
+    int64_t numel, torch::ScalarType dtype) {
+  const bool supported = dtype == torch::kFloat32 || dtype == torch::kFloat64;
+  if (segment_ == nullptr || !supported || numel <= 0) {
+    return CollectiveBackend::AllocateForAllReduce(numel, dtype);
+  }
+  DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kAllocate), numel,
+                                  static_cast<int32_t>(dtype), 0, "allocate"));
+  const int world = world_, me = rank();
+  auto buffer = std::make_shared<SharedBuffer>();
+  buffer->index = static_cast<int64_t>(shared_buffers_.size());
+  buffer->bytes = AlignUp(static_cast<size_t>(numel) * c10::elementSize(dtype), 4096);
+  buffer->bases.assign(world, nullptr);
+  // Each rank makes its own object (reserved, so that a full /dev/shm is an error now, not a
+  // SIGBUS in backward), then maps everyone's by name.
+  auto map = [&](const std::string& name, int r) -> std::string {
+    const bool create = r == me;
+    const int fd = shm_open(name.c_str(), create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
+    if (fd < 0) return absl::StrCat("shm_open ", name, ": ", std::strerror(errno));
+    std::string error;
+    struct stat st {};
+    if (create) {
+      if (int e = posix_fallocate(fd, 0, static_cast<off_t>(buffer->bytes)); e != 0) {
+        error = absl::StrCat("reserving ", buffer->bytes, " bytes of /dev/shm: ", std::strerror(e));
+      }
+    } else if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < buffer->bytes) {
+      error = absl::StrCat(name, " is smaller than ", buffer->bytes, " bytes");
+    }
+    if (error.empty()) {
+      void* at = mmap(nullptr, buffer->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (at == MAP_FAILED) {
+        error = absl::StrCat("mmap ", name, ": ", std::strerror(errno));
+      } else {
+        buffer->bases[r] = static_cast<char*>(at);
+      }
+    }
+    close(fd);
+    return error;
+  };
+  std::random_device random;
+  const std::string name =
+      absl::StrCat("/dtrain-", getpid(), "-", absl::Hex(random(), absl::kZeroPad8),
+                   absl::Hex(random(), absl::kZeroPad8));
+  std::string error = map(name, me);
+  const std::string mine = error.empty() ? name : "!" + error;
+  torch::Tensor wire = torch::from_blob(const_cast<char*>(mine.data()),
+                                        {static_cast<int64_t>(mine.size())}, torch::kUInt8)
+                           .clone();
+  absl::StatusOr<std::vector<torch::Tensor>> names = inner_->AllGather(wire);
+  if (names.ok()) {
+    for (int r = 0; r < world && error.empty(); ++r) {
+      if (r == me) continue;
+      const std::string other(reinterpret_cast<const char*>((*names)[r].data_ptr()),
+                              (*names)[r].numel());
+      if (!other.empty() && other[0] == '!') {
+        error = absl::StrCat("rank ", r, ": ", other.substr(1));
+        break;
+      }
+      error = map(other, r);
+    }
+  }
+  // Everyone mapped every buffer, or nobody uses them; then the names can go.
+  torch::Tensor ok = torch::tensor({names.ok() && error.empty() ? 1 : 0}, torch::kInt32);
+  absl::StatusOr<std::vector<torch::Tensor>> oks = inner_->AllGather(ok);
+  shm_unlink(name.c_str());
+  if (!names.ok()) return names.status();
+  if (!oks.ok()) return oks.status();
+  for (int r = 0; r < world; ++r) {
+    if ((*oks)[r].item<int>() == 0) {
+      LogWarning(absl::StrCat("shm: ", numel, " ", c10::toString(dtype),
+                              " for all_reduce in ordinary memory (copied in and out): rank ", r,
+                              " could not map the shared buffers",
+                              error.empty() ? "" : absl::StrCat(" (here: ", error, ")")),
+                 {{"rank", static_cast<int64_t>(me)}});
+      return CollectiveBackend::AllocateForAllReduce(numel, dtype);
+    }
+  }
+  shared_buffers_.push_back(buffer);
+  return torch::from_blob(
+      buffer->bases[me], {numel}, [buffer](void*) {}, torch::TensorOptions().dtype(dtype));
+}
+
+const SharedMemoryCollectiveBackend::SharedBuffer* SharedMemoryCollectiveBackend::FindSharedBuffer(
+    const torch::Tensor& tensor) const {
+  if (shared_buffers_.empty() || !tensor.is_contiguous() || !tensor.device().is_cpu()) {
+    return nullptr;
+  }
+  const char* begin = static_cast<const char*>(tensor.data_ptr());
+  const size_t bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
+  for (const auto& buffer : shared_buffers_) {
+    const char* base = buffer->bases[rank()];
+    if (begin >= base && begin + bytes <= base + buffer->bytes &&
+        (begin - base) % tensor.element_size() == 0) {
+      return buffer.get();
+    }
+  }
+  return nullptr;
+}
+
+absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(const SharedBuffer& buffer,
+                                                          int64_t offset, int64_t numel,
+                                                          torch::ScalarType dtype,
+                                                          v1::ReduceOp op) {
+  const int world = world_, me = rank();
+  const uint64_t call = ++calls_;
+  Describe(segment_->arrival(me), call, CallKind::kAllReduce, numel, static_cast<int32_t>(dtype),
+           op, (buffer.index << 40) + offset);
+  DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
+  DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
+  const auto options = torch::TensorOptions().dtype(dtype);
+  const size_t element = c10::elementSize(dtype);
+  auto view = [&](int r, int64_t from, int64_t count) {
+    return torch::from_blob(buffer.bases[r] + (offset + from) * element, {count}, options);
+  };
+  // This rank's partition, in pieces small enough to stay in cache between the reduction
+  // and the writes to every rank's memory; the same operations, in the same rank order, as
+  // the slot path, so the result is bitwise the same.
+  constexpr int64_t kPiece = int64_t{64} << 10;
+  const int64_t begin = numel * me / world, end = numel * (me + 1) / world;
+  if (end > begin && (!scratch_.defined() || scratch_.scalar_type() != dtype)) {
+    scratch_ = torch::empty({kPiece}, options);
+  }
+  for (int64_t from = begin; from < end; from += kPiece) {
+    const int64_t count = std::min(kPiece, end - from);
+    torch::Tensor acc = scratch_.slice(0, 0, count);
+    if (world == 1) acc.copy_(view(0, from, count));
+    for (int r = 1; r < world; ++r) {
+      const torch::Tensor a = r == 1 ? view(0, from, count) : acc;
+      const torch::Tensor in = view(r, from, count);
+      if (op == v1::REDUCE_OP_MAX) {
+        torch::maximum_out(acc, a, in);
+      } else if (op == v1::REDUCE_OP_MIN) {
+        torch::minimum_out(acc, a, in);
+      } else {
+        torch::add_out(acc, a, in);
+      }
+    }
+    if (op == v1::REDUCE_OP_MEAN) acc.div_(world);
+    for (int r = 0; r < world; ++r) view(r, from, count).copy_(acc);
+  }
+  // Nobody reads the result before every rank has written its partition everywhere.
+  return ArriveAndWait("all_reduce");
+}
 
 }  // namespace dtrain

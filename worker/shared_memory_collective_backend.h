@@ -11,6 +11,12 @@
 // rank order by one rank each, so every rank gets bitwise the same result. Two alternating
 // buffer sets make two barriers per chunk enough.
 //
+// Memory handed out by AllocateForAllReduce (ddp's gradient buckets, which the gradients
+// themselves live in) is one shared-memory object per rank that every rank maps: an all_reduce
+// of a tensor lying there copies nothing in or out. After one barrier each rank reduces its
+// partition straight from every rank's memory, in rank order, and writes the result into every
+// rank's memory; a second barrier ends it. Bitwise the same result as the slot path.
+//
 // Nothing waits forever: a wait polls the coordinator's verdict on the group (a dead or departed
 // member, by name) and this rank's interruption (a cancelled step), and gives up at the collective
 // timeout naming the ranks that did not arrive. Ranks whose calls disagree (shape, dtype, op) all
@@ -23,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "worker/collective_backend.h"
@@ -40,7 +47,7 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
 
   std::string name() const override { return "shm"; }
   int rank() const override { return inner_->rank(); }
-  int world_size() const override { return inner_->world_size(); }
+  int world_size() const override { return world_; }
   int local_rank() const override { return inner_->local_rank(); }
   int node_rank() const override { return inner_->node_rank(); }
   absl::Status health() const override { return inner_->health(); }
@@ -55,6 +62,10 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   absl::Status Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) override;
   absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all) override;
   absl::Status Leave() override;
+  // Shared memory for float32/float64 on an active segment; ordinary memory otherwise (and,
+  // with a warning, when /dev/shm cannot hold it).
+  absl::StatusOr<torch::Tensor> AllocateForAllReduce(int64_t numel,
+                                                     torch::ScalarType dtype) override;
   void Interrupt(absl::Status why) override {
     inner_->Interrupt(why);
     CollectiveBackend::Interrupt(std::move(why));
@@ -77,8 +88,14 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   // both calls when a rank's descriptor differs from this one's.
   absl::Status MatchCalls(uint64_t call);
   struct Segment;
+  struct SharedBuffer;
+  // The buffer of AllocateForAllReduce that holds all of `tensor` (contiguous), if any.
+  const SharedBuffer* FindSharedBuffer(const torch::Tensor& tensor) const;
+  // All-reduces `numel` elements at element `offset` of `buffer`, in every rank's memory.
+  absl::Status ReduceInPlace(const SharedBuffer& buffer, int64_t offset, int64_t numel,
+                             torch::ScalarType dtype, v1::ReduceOp op);
   SharedMemoryCollectiveBackend(std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout)
-      : inner_(std::move(inner)), timeout_(timeout) {}
+      : inner_(std::move(inner)), timeout_(timeout), world_(inner_->world_size()) {}
   absl::Status Attach();
   // Announces this rank's arrival and waits for every rank's (or fails, naming who is missing).
   absl::Status ArriveAndWait(const char* what);
@@ -95,6 +112,9 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   uint64_t calls_ = 0;     // this rank's shared-memory collectives so far
   absl::Status broken_;
   std::string fallback_reason_;
+  int world_ = 1;  // asked of the inner plane once: the wait loop checks it per spin
+  std::vector<std::shared_ptr<SharedBuffer>> shared_buffers_;
+  torch::Tensor scratch_;  // one partition piece of ReduceInPlace, reused
 };
 
 }  // namespace dtrain
