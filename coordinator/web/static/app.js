@@ -257,8 +257,13 @@ async function renderJob(main, id) {
     el('div', {class: 'row'}, el('h2', {}, 'Log'), el('label', {}, follow, ' follow')), log,
     el('h2', {}, 'Resolved spec'), spec);
 
+  // A job never leaves an ended state, but answers can arrive out of order: the cancel request's
+  // answer (still RUNNING) may come after the event that says CANCELLED, which is not sent again.
+  let endedShown = false;
   const drawHeader = (job) => {
     const terminal = ended(job.state);
+    if (endedShown && !terminal) return;
+    endedShown = terminal;
     const cancel = el('button', {class: 'danger', id: 'cancel', disabled: terminal, onclick: async () => {
       cancel.disabled = true;
       try {
