@@ -47,6 +47,14 @@ class Cnn(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+def parse_cpus(text):
+    cpus = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
 def run(rank, args, result):
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}",
@@ -54,6 +62,10 @@ def run(rank, args, result):
     torch.manual_seed(1)
     model = nn.parallel.DistributedDataParallel(Mlp() if args.model == "mlp" else Cnn())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    if args.cpus:
+        # Only the training thread, as a dtrain worker pins its step thread (gloo's threads,
+        # started above, stay free): pid 0 is the calling thread.
+        os.sched_setaffinity(0, parse_cpus(args.cpus[rank]))
     x, y = load_images()
     n = x.shape[0]
     start = None
@@ -82,6 +94,9 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--cpus", nargs="*", default=[],
+                        help="each rank's cores (taskset list syntax), one per rank: pins its "
+                             "training thread")
     args = parser.parse_args()
     with mp.Manager() as manager:
         result = manager.dict()

@@ -1,7 +1,8 @@
 // The compute limit for bench/training.sh: a plain single-process libtorch training loop over
 // the same TorchScript zoo model, data path (Dataset::Batch of the same indices, the same
 // normalization), optimizer and compute threads (SetComputeThreads on the thread that trains)
-// as a dtrain worker's rank, with no service and no communication around it. Prints one JSON
+// as a dtrain worker's rank, pinned to the cores the local cluster gives that worker (--cpus),
+// with no service and no communication around it. Prints one JSON
 // row: {"system", "model", "ranks", "batch", "threads", "samples_per_s", "start", "end"}.
 // --rank/--world_size take the rank's slice of each global batch, as ddp does; --start_at
 // (Unix seconds) starts every process of a ceiling at once, and start/end (Unix seconds) let
@@ -15,6 +16,7 @@
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "worker/compute_threads.h"
+#include "worker/cpu_affinity.h"
 #include "worker/dataset.h"
 #include "worker/model_zoo.h"
 #include "worker/optimizers.h"
@@ -26,11 +28,20 @@ ABSL_FLAG(int, warmup, 10, "untimed steps first");
 ABSL_FLAG(int, threads, 0, "libtorch threads (0: one per core)");
 ABSL_FLAG(int, rank, 0, "this process's slice of each global batch");
 ABSL_FLAG(int, world_size, 1, "processes sharing each global batch");
+ABSL_FLAG(std::string, cpus, "", "pin the training thread to these cores, as a worker's --cpus");
 ABSL_FLAG(double, start_at, 0, "Unix time to start training at (0: at once)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   dtrain::SetComputeThreads(absl::GetFlag(FLAGS_threads));
+  if (const std::string list = absl::GetFlag(FLAGS_cpus); !list.empty()) {
+    auto cpus = dtrain::CheckCpuList(list);
+    absl::Status pinned = cpus.ok() ? dtrain::PinCurrentThread(*cpus) : cpus.status();
+    if (!pinned.ok()) {
+      std::fprintf(stderr, "--cpus: %s\n", pinned.ToString().c_str());
+      return 2;
+    }
+  }
   dtrain::v1::DataSpec spec;
   spec.set_builtin("fashion-mnist");
   auto data = dtrain::Dataset::Load(spec);

@@ -3,12 +3,16 @@
 # run on this machine, each system measured --runs times (default 5, interleaved so that drift
 # of the machine hits every system alike) and reported as the median with the spread:
 #   dtrain-auto                 a dtrain job on the default plane (collective_backend: auto, which
-#                               is shm on one host), 2 workers (one rank and thread each), ddp
+#                               is shm on one host), 2 workers (one rank and thread each, each
+#                               worker's step thread pinned to its own core by the local
+#                               cluster), ddp
 #   dtrain-gloo / dtrain-grpc   the same job with the plane named in the spec
-#   torch-ddp-gloo              the same model in Python torch DistributedDataParallel + gloo
+#   torch-ddp-gloo              the same model in Python torch DistributedDataParallel + gloo,
+#                               each rank's training thread pinned to the same core as dtrain's
 #   compute-ceiling             two plain libtorch loops at once, started together, each doing a
 #                               worker rank's per-sample work (same data path and normalization,
-#                               one compute thread set the worker's way) with no communication;
+#                               one compute thread set and pinned the worker's way) with no
+#                               communication;
 #                               their joint rate over the same span dtrain's timer covers (first
 #                               step to last, no warm-up excluded): all samples / (last end -
 #                               first start)
@@ -40,6 +44,10 @@ batch=64                       # per rank
 cores=$(nproc)
 declare -A steps=([mlp]=600 [cnn]=200)
 if [ "$quick" = 1 ]; then steps=([mlp]=100 [cnn]=30); fi
+
+# The cores the local cluster pins its 2 workers' steps to (none when they do not fit); the
+# ceiling's loops and torch's training threads are pinned to the same ones, one per rank.
+mapfile -t pins < <(deploy/local/cluster.sh cpus --workers 2)
 
 work=$(mktemp -d)
 export DTRAIN_LOCAL_DIR="$work/cluster"
@@ -83,7 +91,7 @@ ceiling() {  # model run
   for i in 0 1; do
     "$build/bench/dtrain-bench-train-loop" --model "$model" --batch "$batch" --threads 1 \
       --warmup 0 --rank $i --world_size 2 --start_at "$at" --steps "${steps[$model]}" \
-      > "$work/ceiling-$i.json" &
+      ${pins[$i]:+--cpus="${pins[$i]}"} > "$work/ceiling-$i.json" &
   done
   wait
   cat "$work/ceiling-0.json" "$work/ceiling-1.json" | /usr/bin/python3 -c "
@@ -107,7 +115,8 @@ for run in $(seq 1 "$runs"); do
     echo "run $run/$runs, $model: torch DDP + gloo, 2 ranks ..." >&2
     port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     /usr/bin/python3 bench/torch_training.py --model "$model" --world_size 2 --batch "$batch" \
-      --steps "${steps[$model]}" --threads $(( cores / 2 > 0 ? cores / 2 : 1 )) --port "$port" |
+      --steps "${steps[$model]}" --threads $(( cores / 2 > 0 ? cores / 2 : 1 )) --port "$port" \
+      ${pins[1]:+--cpus "${pins[@]}"} |
       /usr/bin/python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r['run']=$run; print(json.dumps(r))" \
       >> "$work/rows.jsonl"
 
@@ -141,7 +150,8 @@ r = json.loads(out); u = resource.getrusage(resource.RUSAGE_CHILDREN)
 r['system'] = 'libtorch-loop-1'; r['cpu_s'] = round(u.ru_utime + u.ru_stime, 2)
 r['samples'] = ${steps[$model]} * $batch
 print(json.dumps(r))" "$build/bench/dtrain-bench-train-loop" --model "$model" --batch "$batch" \
-    --threads 1 --warmup 0 --steps "${steps[$model]}" >> "$work/rows.jsonl"
+    --threads 1 --warmup 0 --steps "${steps[$model]}" ${pins[0]:+--cpus="${pins[0]}"} \
+    >> "$work/rows.jsonl"
 done
 
 if [ "$json" = 1 ]; then cat "$work/rows.jsonl"; exit 0; fi

@@ -2,6 +2,7 @@
 // Worker gRPC service, with a real coordinator for their groups. Strategies (single_device,
 // ddp, ddp_spawn, dp, sharded) against each other, checkpoints across world sizes, bad input,
 // a crashed ddp_spawn child, registration and a clean leave on SIGTERM.
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "common/tensor.h"
 #include "tests/test_support.h"
 #include "tests/worker_process.h"
+#include "worker/cpu_affinity.h"
 
 namespace dtrain::testing {
 namespace {
@@ -352,6 +354,77 @@ TEST_P(WorkerServiceBackendTest, DdpSpawn_ChildrenAreRanksInIndexOrderAndEqualDd
   ASSERT_TRUE(Teardown(*spawner).ok());
   EXPECT_TRUE(WaitFor([&] { return kill(child, 0) != 0; }, absl::Seconds(5)));
   EXPECT_EQ(Health(*spawner).state(), v1::HealthResponse::IDLE);
+}
+
+// The Cpus_allowed_list of each of `pid`'s threads, by thread id.
+std::map<std::string, std::string> ThreadCpus(pid_t pid) {
+  std::map<std::string, std::string> out;
+  const std::string dir = absl::StrCat("/proc/", pid, "/task");
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator(dir, error)) {
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) {
+        out[task.path().filename()] = line.substr(line.find_first_not_of(" \t", 18));
+      }
+    }
+  }
+  return out;
+}
+
+// How many of `pid`'s threads may run on exactly `cpus`.
+int ThreadsOn(pid_t pid, const std::string& cpus) {
+  int n = 0;
+  for (const auto& [tid, list] : ThreadCpus(pid)) n += list == cpus;
+  return n;
+}
+
+TEST_F(WorkerServiceTest, Cpus_PinTheStepThread_SplitAmongSpawnedChildren_BadListsRefused) {
+  auto allowed = AllowedCpus();
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  const std::string all = FormatCpuList(*allowed), last = absl::StrCat(allowed->back());
+
+  // One core: the step thread (and what it starts) runs there; the rest of the daemon does not.
+  auto pinned = StartWorker({"--cpus=" + last});
+  ASSERT_NE(pinned, nullptr);
+  EXPECT_TRUE(WaitFor([&] { return ThreadsOn(pinned->pid(), last) >= 1; }, absl::Seconds(10)));
+  EXPECT_EQ(ThreadCpus(pinned->pid())[absl::StrCat(pinned->pid())], all)
+      << "the main thread stays free";
+  ASSERT_TRUE(Setup(*pinned, MakeSetup("pinned", "single_device", 1, address())).ok());
+  auto out = Train(*pinned, "pinned", {Slice(0, 0, 1, 16)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(std::isfinite(out->results(0).batches(0).scalars().at("loss")));
+
+  // ddp_spawn: each child gets its slice of the daemon's cores (all of them when fewer cores
+  // than children), passed on as its own --cpus.
+  auto spawner = StartWorker({"--devices=2", "--cpus=" + all});
+  ASSERT_NE(spawner, nullptr);
+  v1::SetupResponse setup;
+  ASSERT_TRUE(Setup(*spawner, MakeSetup("pinned-spawn", "ddp_spawn", 2, address()), &setup).ok());
+  ASSERT_EQ(setup.ranks_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    const std::string expected = FormatCpuList(CpusOfLocalProcess(*allowed, i, 2));
+    const std::string cmdline = ReadFile(absl::StrCat("/proc/", setup.ranks(i).pid(), "/cmdline"));
+    EXPECT_THAT(cmdline, HasSubstr("--cpus=" + expected)) << "child " << i;
+    EXPECT_TRUE(
+        WaitFor([&] { return ThreadsOn(setup.ranks(i).pid(), expected) >= 1; }, absl::Seconds(10)))
+        << "child " << i << " on " << expected;
+  }
+  ASSERT_TRUE(Train(*spawner, "pinned-spawn", {Slice(0, 0, 2, 8), Slice(0, 1, 2, 8)}).ok());
+
+  // Cores it may not use, a list that does not parse, more threads than cores: the daemon
+  // refuses to start and says why.
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--cpus=" + absl::StrCat(CPU_SETSIZE - 1), "may not run on cpu(s)"},
+           {"--cpus=3-1", "runs backwards"},
+           {"--cpus=0,x", "'x' is not a cpu number"},
+           {"--cpus=" + last + " --threads=2", "--threads=2 is more than the 1 core(s)"}}) {
+    CommandResult r =
+        RunShell(absl::StrCat(DTRAIN_WORKER_BIN, " --listen=127.0.0.1:0 ", flags, " 2>&1"));
+    EXPECT_EQ(r.exit_code, 2) << flags << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr(message)) << flags;
+  }
 }
 
 TEST_F(WorkerServiceTest, DdpSpawn_CrashedChildFailsTheJobWithItsExitStatus) {

@@ -29,6 +29,7 @@ struct WorkerIdentity {
   std::string coordinator;           // default coordinator address when the request names none
   int devices = 1;                   // --devices
   int threads = 0;                   // --threads, passed on to ddp_spawn children
+  std::vector<int> cpus;             // --cpus: the step thread's cores (empty: not pinned)
   std::vector<std::string> plugins;  // --plugin libraries, loaded by ddp_spawn children too
 };
 

@@ -40,6 +40,7 @@
 #include "common/token_flags.h"
 #include "worker/artifact_cache.h"
 #include "worker/compute_threads.h"
+#include "worker/cpu_affinity.h"
 #include "worker/device_plan.h"
 #include "worker/plugin_registry.h"
 #include "worker/worker_registration.h"
@@ -62,6 +63,10 @@ ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written here on
 ABSL_FLAG(int, threads, 0,
           "libtorch compute threads (0: one per core); with several workers on one machine, "
           "give each its share of the cores");
+ABSL_FLAG(std::string, cpus, "",
+          "pin the step thread (and its compute threads) to these cores, in taskset's list "
+          "syntax (0-3,6); with several workers on one machine give each its own (empty: not "
+          "pinned; --threads 0 then means one per listed core); ddp_spawn's children split them");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(60),
           "on SIGTERM, how long the running step may finish, or the coordinator may checkpoint "
           "the job, before the step is stopped; a second SIGTERM stops it at once");
@@ -188,7 +193,27 @@ int main(int argc, char** argv) {
     dtrain::LogError("--threads must be >= 0");
     return 2;
   }
-  dtrain::SetComputeThreads(absl::GetFlag(FLAGS_threads));
+  int threads = absl::GetFlag(FLAGS_threads);
+  std::vector<int> cpus;
+  if (const std::string list = absl::GetFlag(FLAGS_cpus); !list.empty()) {
+    absl::StatusOr<std::vector<int>> checked = dtrain::CheckCpuList(list);
+    if (!checked.ok()) {
+      dtrain::LogError(absl::StrCat("--cpus: ", checked.status().message()));
+      return 2;
+    }
+    cpus = *std::move(checked);
+    if (threads == 0) threads = static_cast<int>(cpus.size());
+    if (threads > static_cast<int>(cpus.size())) {
+      dtrain::LogError(absl::StrCat("--threads=", threads, " is more than the ", cpus.size(),
+                                    " core(s) of --cpus=", list,
+                                    "; the threads would share cores: list more cores or "
+                                    "lower --threads"));
+      return 2;
+    }
+    dtrain::LogInfo("steps pinned",
+                    {{"cpus", dtrain::FormatCpuList(cpus)}, {"threads", absl::StrCat(threads)}});
+  }
+  dtrain::SetComputeThreads(threads);
   const std::string listen = absl::GetFlag(FLAGS_listen);
   const std::string host = HostName();
 
@@ -196,7 +221,8 @@ int main(int argc, char** argv) {
   options.identity.host = host;
   options.identity.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.identity.devices = devices;
-  options.identity.threads = absl::GetFlag(FLAGS_threads);
+  options.identity.threads = threads;
+  options.identity.cpus = cpus;
   options.identity.plugins = plugins;
   options.spawn_binary = child ? "" : SelfBinary();
   const size_t colon = listen.rfind(':');

@@ -17,6 +17,7 @@
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "worker/cpu_affinity.h"
 
 namespace dtrain {
 namespace {
@@ -80,6 +81,12 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
   const LogOptions log = CurrentLogOptions();  // children log as their daemon does
   for (int i = 0; i < n; ++i) {
     const std::string port_file = absl::StrCat(dir, "/child-", i, ".port");
+    // Each child's step thread gets its own slice of this worker's cores, and no more compute
+    // threads than the slice has cores.
+    const std::vector<int> cpus = CpusOfLocalProcess(identity.cpus, i, n);
+    const int threads = cpus.empty()
+                            ? identity.threads
+                            : std::min<int>(identity.threads, static_cast<int>(cpus.size()));
     std::vector<std::string> args = {
         binary,
         "--child",
@@ -88,9 +95,10 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
         absl::StrCat("--name=", identity.name, "/", i),
         "--coordinator=" + identity.coordinator,
         "--devices=1",
-        absl::StrCat("--threads=", identity.threads),
+        absl::StrCat("--threads=", threads),
         absl::StrCat("--log_level=", LogLevelName(log.min_level)),
         absl::StrCat("--log_format=", log.format == LogFormat::kJson ? "json" : "text")};
+    if (!cpus.empty()) args.push_back("--cpus=" + FormatCpuList(cpus));
     // The children run the job's precision and checkpoint IO too, plugins included.
     for (const std::string& plugin : identity.plugins) args.push_back("--plugin=" + plugin);
     absl::StatusOr<pid_t> pid = Spawn(args);

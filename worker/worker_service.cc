@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "common/streaming.h"
 #include "worker/compute_threads.h"
+#include "worker/cpu_affinity.h"
 #include "worker/spawned_job.h"
 #include "worker/strategy.h"
 
@@ -90,6 +91,10 @@ void WorkerService::ExecutorLoop() {
   // core. Without this, two workers on a 2-core machine ran 4 compute threads and trained at
   // half the speed of two 1-thread loops (oneDNN and OpenBLAS both follow OpenMP).
   SetComputeThreads(options_.identity.threads);
+  // Before the first step: the OpenMP threads a step starts inherit this mask.
+  if (absl::Status pinned = PinCurrentThread(options_.identity.cpus); !pinned.ok()) {
+    LogWarning(absl::StrCat("steps run unpinned: ", pinned.message()));
+  }
   while (true) {
     std::shared_ptr<Task> task;
     {

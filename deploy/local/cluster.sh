@@ -4,9 +4,11 @@
 #                                          a coordinator (dashboard on 29612) and N workers (default 2)
 #   deploy/local/cluster.sh stop                              stops them cleanly (SIGTERM, then waits)
 #   deploy/local/cluster.sh status
+#   deploy/local/cluster.sh cpus [--workers N] [--threads N]   each worker's cores, one line each
 # Port 0 picks a free coordinator port. Workers listen on free ports and register themselves;
-# each gets an equal share of this machine's cores (--threads). State (pids, port, logs, jobs)
-# lives in $DTRAIN_LOCAL_DIR (default: build/local-cluster).
+# each gets an equal share of this machine's cores (--threads) and, when the shares fit the cores
+# this shell may use, is pinned to its own (--cpus; --no-pin leaves the scheduler to place them).
+# State (pids, port, logs, jobs) lives in $DTRAIN_LOCAL_DIR (default: build/local-cluster).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 state=${DTRAIN_LOCAL_DIR:-$root/build/local-cluster}
@@ -27,19 +29,47 @@ stop_one() {
   rm -f "$pidfile"
 }
 
-case "${1:-}" in
+# The cores this shell may run on (its Cpus_allowed_list, e.g. 0-3,6), one per line.
+allowed_cpus() {
+  local list part
+  list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$$/status)
+  for part in ${list//,/ }; do
+    if [[ $part == *-* ]]; then seq "${part%-*}" "${part#*-}"; else echo "$part"; fi
+  done
+}
+
+# Worker i's cores: the i-th run of $threads allowed cores; nothing when the workers' shares
+# do not fit (they would share cores, which pinning would make worse, not better).
+worker_cpus() {  # i
+  local cpus
+  mapfile -t cpus < <(allowed_cpus)
+  if [ $(( workers * threads )) -le "${#cpus[@]}" ]; then
+    local slice=("${cpus[@]:$(( $1 * threads )):$threads}")
+    (IFS=,; echo "${slice[*]}")
+  fi
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+port=29610 workers=2 threads=0 http_port=29612 pin=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --port) port=$2; shift 2 ;;
+    --http_port) http_port=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --no-pin) pin=0; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+cores=$(nproc)
+if [ "$threads" -le 0 ]; then threads=$(( cores / workers )); [ "$threads" -ge 1 ] || threads=1; fi
+
+case "$cmd" in
+  cpus)
+    for i in $(seq 0 $((workers - 1))); do worker_cpus "$i"; done
+    ;;
   start)
-    shift
-    port=29610 workers=2 threads=0 http_port=29612
-    while [ $# -gt 0 ]; do
-      case "$1" in
-        --port) port=$2; shift 2 ;;
-        --http_port) http_port=$2; shift 2 ;;
-        --workers) workers=$2; shift 2 ;;
-        --threads) threads=$2; shift 2 ;;
-        *) echo "unknown option $1" >&2; exit 2 ;;
-      esac
-    done
     if alive "$state/coordinator.pid"; then
       echo "already running: coordinator on 127.0.0.1:$(cat "$state/port")"; exit 0
     fi
@@ -57,13 +87,14 @@ case "${1:-}" in
     address="127.0.0.1:$(cat "$state/port")"
     echo "coordinator serving on $address (log: $state/coordinator.log)"
     echo "dashboard: http://127.0.0.1:$(cat "$state/http_port")/"
-    cores=$(nproc)
-    if [ "$threads" -le 0 ]; then threads=$(( cores / workers )); [ "$threads" -ge 1 ] || threads=1; fi
+    pinned=""
     for i in $(seq 0 $((workers - 1))); do
       rm -f "$state/worker-$i.port"
+      cpus=""; [ "$pin" = 1 ] && cpus=$(worker_cpus "$i")
+      [ -n "$cpus" ] && pinned="$pinned local-$i:$cpus"
       "$bin/worker/dtrain-worker" --coordinator="$address" --listen=127.0.0.1:0 \
         --port_file="$state/worker-$i.port" --name="local-$i" --threads="$threads" \
-        >"$state/worker-$i.log" 2>&1 &
+        ${cpus:+--cpus="$cpus"} >"$state/worker-$i.log" 2>&1 &
       echo $! > "$state/worker-$i.pid"
     done
     for i in $(seq 0 $((workers - 1))); do
@@ -73,6 +104,7 @@ case "${1:-}" in
       fi
     done
     echo "$workers worker(s) serving, $threads compute thread(s) each (logs: $state/worker-*.log)"
+    [ -n "$pinned" ] && echo "steps pinned to cores:$pinned"
     echo "use it with: export DTRAIN_COORDINATOR=$address"
     ;;
   stop)
@@ -96,5 +128,5 @@ case "${1:-}" in
     done
     ;;
   *)
-    echo "usage: deploy/local/cluster.sh start [--port N] [--workers N] [--threads N] | stop | status" >&2; exit 2 ;;
+    echo "usage: deploy/local/cluster.sh start [--port N] [--http_port N] [--workers N] [--threads N] [--no-pin] | stop | status | cpus [--workers N] [--threads N]" >&2; exit 2 ;;
 esac
