@@ -180,6 +180,31 @@ TEST_F(JobsE2eTest, AutoPlane_GlooCannotConnect_FallsBackToGrpcAndSaysWhy) {
   EXPECT_GT(status.metrics().at("test_acc"), 0.5);
 }
 
+// Workers pinned to cores (--cpus): the job runs, and its log says where each rank's steps run.
+TEST_F(JobsE2eTest, PinnedWorkers_TheJobLogNamesEachRanksCores) {
+  std::string allowed;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Cpus_allowed_list:", 0) == 0)
+      allowed = line.substr(line.find_last_of(" \t") + 1);
+  }
+  // The first core this process may use (the list starts with it: "0-1", "3,5", "2-7,9").
+  const std::string core = allowed.substr(0, allowed.find_first_of(",-"));
+  ASSERT_FALSE(core.empty()) << allowed;
+  cluster_->worker("w0").Stop();
+  cluster_->worker("w1").Stop();
+  ASSERT_TRUE(cluster_->AddWorker("p0", {"--cpus=" + core}));
+  ASSERT_TRUE(cluster_->AddWorker("p1", {"--cpus=" + core}));
+  ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(15)));
+  CommandResult submitted = Dtrain(
+      absl::StrCat("fit --wait --config ", WriteJob("pinned", SyntheticJob("pinned", 1, 256))));
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  CommandResult logs = Dtrain("logs pinned-1");
+  EXPECT_THAT(logs.output, HasSubstr(absl::StrCat("(node 0, local 0, cpus ", core, ")")));
+  EXPECT_THAT(logs.output, HasSubstr(absl::StrCat("(node 0, local 1, cpus ", core, ")")));
+  EXPECT_EQ(GetJob("pinned-1").state(), v1::SUCCEEDED);
+}
+
 // Early stopping: a min_delta no improvement can meet stops the run after `patience`
 // validations; then a new job resumes from its last checkpoint exactly after its last step.
 TEST_F(JobsE2eTest, EarlyStoppingThenResumeFromTheCheckpoint) {

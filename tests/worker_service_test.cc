@@ -391,7 +391,10 @@ TEST_F(WorkerServiceTest, Cpus_PinTheStepThread_SplitAmongSpawnedChildren_BadLis
   EXPECT_TRUE(WaitFor([&] { return ThreadsOn(pinned->pid(), last) >= 1; }, absl::Seconds(10)));
   EXPECT_EQ(ThreadCpus(pinned->pid())[absl::StrCat(pinned->pid())], all)
       << "the main thread stays free";
-  ASSERT_TRUE(Setup(*pinned, MakeSetup("pinned", "single_device", 1, address())).ok());
+  v1::SetupResponse pinned_setup;
+  ASSERT_TRUE(
+      Setup(*pinned, MakeSetup("pinned", "single_device", 1, address()), &pinned_setup).ok());
+  EXPECT_EQ(pinned_setup.ranks(0).cpus(), last) << "RankInfo says where the rank's steps run";
   auto out = Train(*pinned, "pinned", {Slice(0, 0, 1, 16)});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_TRUE(std::isfinite(out->results(0).batches(0).scalars().at("loss")));
@@ -407,6 +410,7 @@ TEST_F(WorkerServiceTest, Cpus_PinTheStepThread_SplitAmongSpawnedChildren_BadLis
     const std::string expected = FormatCpuList(CpusOfLocalProcess(*allowed, i, 2));
     const std::string cmdline = ReadFile(absl::StrCat("/proc/", setup.ranks(i).pid(), "/cmdline"));
     EXPECT_THAT(cmdline, HasSubstr("--cpus=" + expected)) << "child " << i;
+    EXPECT_EQ(setup.ranks(i).cpus(), expected) << "child " << i;
     EXPECT_TRUE(
         WaitFor([&] { return ThreadsOn(setup.ranks(i).pid(), expected) >= 1; }, absl::Seconds(10)))
         << "child " << i << " on " << expected;

@@ -16,6 +16,7 @@
 #include "common/tensor.h"
 #include "worker/batch_tree.h"
 #include "worker/collective_plane.h"
+#include "worker/cpu_affinity.h"
 #include "worker/model_zoo.h"
 #include "worker/tensor_convert.h"
 #include "worker/torch_status.h"
@@ -198,6 +199,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
                                                                strategy, std::move(backend)));
   DTRAIN_RETURN_IF_ERROR(job->accelerator_->Setup(std::move(*model), optimizer, schedule));
   job->accelerator_->strategy().SetCheckpointIO(std::move(*checkpoint_io));
+  job->cpus_ = FormatCpuList(identity.cpus);
   job->storage_options_ =
       StorageOptions(request.storage_options().begin(), request.storage_options().end());
   if (!request.checkpoint_dir().empty() &&
@@ -321,6 +323,7 @@ v1::RankInfo Job::rank_info() const {
   info.set_node_rank(s.node_rank());
   info.set_world_size(s.world_size());
   info.set_pid(getpid());
+  info.set_cpus(cpus_);
   return info;
 }
 

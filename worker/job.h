@@ -88,6 +88,7 @@ class Job {
   absl::Status EndTraining();
 
   std::string id_;
+  std::string cpus_;  // --cpus of this process, for RankInfo
   std::unique_ptr<Dataset> data_;
   std::unique_ptr<Accelerator> accelerator_;
   int accumulate_ = 1;

@@ -177,7 +177,8 @@ absl::Status Trainer::Setup() {
       seen[r.rank()] = true;
       ranks_of_worker[i].push_back(r.rank());
       where[r.rank()] = absl::StrCat("rank ", r.rank(), " on '", workers_.info(i).name(),
-                                     "' (node ", r.node_rank(), ", local ", r.local_rank(), ")");
+                                     "' (node ", r.node_rank(), ", local ", r.local_rank(),
+                                     r.cpus().empty() ? "" : ", cpus ", r.cpus(), ")");
     }
   }
   workers_.SetRanks(std::move(ranks_of_worker));
