@@ -182,12 +182,7 @@ TEST_F(JobsE2eTest, AutoPlane_GlooCannotConnect_FallsBackToGrpcAndSaysWhy) {
 
 // Workers pinned to cores (--cpus): the job runs, and its log says where each rank's steps run.
 TEST_F(JobsE2eTest, PinnedWorkers_TheJobLogNamesEachRanksCores) {
-  std::string allowed;
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("Cpus_allowed_list:", 0) == 0)
-      allowed = line.substr(line.find_last_of(" \t") + 1);
-  }
+  const std::string allowed = CpusAllowedList("/proc/self/status");
   // The first core this process may use (the list starts with it: "0-1", "3,5", "2-7,9").
   const std::string core = allowed.substr(0, allowed.find_first_of(",-"));
   ASSERT_FALSE(core.empty()) << allowed;

@@ -193,6 +193,17 @@ std::string ReadFile(const std::string& path) {
   return text.str();
 }
 
+std::string CpusAllowedList(const std::string& status_file) {
+  std::ifstream status(status_file);
+  constexpr char kKey[] = "Cpus_allowed_list:";
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(kKey, 0) != 0) continue;
+    const size_t value = line.find_first_not_of(" \t", sizeof(kKey) - 1);
+    return value == std::string::npos ? "" : line.substr(value);
+  }
+  return "";
+}
+
 CommandResult RunShell(const std::string& command) {
   CommandResult result;
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");

@@ -77,6 +77,10 @@ CommandResult RunShell(const std::string& command);
 // A file's whole contents; "" when it cannot be read.
 std::string ReadFile(const std::string& path);
 
+// The Cpus_allowed_list of a /proc status file (/proc/self/status, /proc/<pid>/task/<tid>/status):
+// the cores that process or thread may run on, as "0-1,4"; "" when it cannot be read.
+std::string CpusAllowedList(const std::string& status_file);
+
 // VmRSS of a process, in KiB.
 long ResidentKiB(pid_t pid);
 

@@ -362,13 +362,7 @@ std::map<std::string, std::string> ThreadCpus(pid_t pid) {
   const std::string dir = absl::StrCat("/proc/", pid, "/task");
   std::error_code error;
   for (const auto& task : std::filesystem::directory_iterator(dir, error)) {
-    std::ifstream status(task.path() / "status");
-    std::string line;
-    while (std::getline(status, line)) {
-      if (line.rfind("Cpus_allowed_list:", 0) == 0) {
-        out[task.path().filename()] = line.substr(line.find_first_not_of(" \t", 18));
-      }
-    }
+    out[task.path().filename()] = CpusAllowedList(task.path() / "status");
   }
   return out;
 }
@@ -424,8 +418,7 @@ TEST_F(WorkerServiceTest, Cpus_PinTheStepThread_SplitAmongSpawnedChildren_BadLis
            {"--cpus=3-1", "runs backwards"},
            {"--cpus=0,x", "'x' is not a cpu number"},
            {"--cpus=" + last + " --threads=2", "--threads=2 is more than the 1 core(s)"}}) {
-    CommandResult r =
-        RunShell(absl::StrCat(DTRAIN_WORKER_BIN, " --listen=127.0.0.1:0 ", flags, " 2>&1"));
+    CommandResult r = RunShell(absl::StrCat(DTRAIN_WORKER_BIN, " --listen=127.0.0.1:0 ", flags));
     EXPECT_EQ(r.exit_code, 2) << flags << ": " << r.output;
     EXPECT_THAT(r.output, HasSubstr(message)) << flags;
   }
@@ -453,8 +446,6 @@ TEST_F(WorkerServiceTest, DdpSpawn_CrashedChildFailsTheJobWithItsExitStatus) {
   EXPECT_TRUE(Train(*spawner, "after-crash", {Slice(0, 0, 1, 8)}).ok());
 }
 
-// dp splits each batch across the worker's devices and averages the replicas' losses: with
-// equal halves, exactly single_device's mean loss and update.
 // A model over 4 MiB through a client with gRPC's default limits: the one-message StateDict
 // says to stream, and StreamStateDict delivers every tensor in messages that fit.
 TEST_F(WorkerServiceTest, StateDictOver4MiB_RefusedWhole_StreamedInChunks) {
@@ -522,6 +513,8 @@ def predict_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Dict[str
   EXPECT_THAT(std::string(too_big.message()), HasSubstr("trainer.batches_per_call"));
 }
 
+// dp splits each batch across the worker's devices and averages the replicas' losses: with
+// equal halves, exactly single_device's mean loss and update.
 TEST_F(WorkerServiceTest, Dp_TrainValidateTestPredict_EqualSingleDevice) {
   auto dp = StartWorker({"--devices=2"});
   auto single = StartWorker();

@@ -101,16 +101,19 @@ GradientSync::GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor
     int64_t numel = 0;
     for (size_t i : bucket.parameters) numel += parameters_[i].numel();
     const torch::Tensor& first = parameters_[bucket.parameters.front()];
-    absl::StatusOr<torch::Tensor> flat =
-        first.device().is_cpu() ? backend_->AllocateForAllReduce(numel, first.scalar_type())
-                                : torch::zeros({numel}, first.options().requires_grad(false));
-    if (!flat.ok()) {
-      // The plane is broken: the next collective reports it; the gradients need memory anyway.
-      LogWarning(absl::StrCat("gradient bucket in ordinary memory: ", flat.status().message()),
-                 {{"rank", static_cast<int64_t>(backend_->rank())}});
-      flat = torch::zeros({numel}, first.options().requires_grad(false));
+    if (first.device().is_cpu()) {
+      absl::StatusOr<torch::Tensor> flat =
+          backend_->AllocateForAllReduce(numel, first.scalar_type());
+      if (flat.ok()) {
+        bucket.flat = *std::move(flat);
+      } else {
+        // The plane is broken: the next collective reports it; the gradients need memory anyway.
+        LogWarning(absl::StrCat("gradient bucket in ordinary memory: ", flat.status().message()),
+                   {{"rank", static_cast<int64_t>(backend_->rank())}});
+      }
     }
-    bucket.flat = *std::move(flat);
+    if (!bucket.flat.defined())
+      bucket.flat = torch::zeros({numel}, first.options().requires_grad(false));
     // Each gradient becomes its slice of the bucket: a tensor of its own over the bucket's
     // storage (not an autograd view, which zero_grad's detach_ would refuse).
     int64_t offset = 0;

@@ -361,6 +361,25 @@ absl::Status SharedMemoryCollectiveBackend::ArriveAndWait(const char* what) {
 
 namespace {
 
+// out = piece(0) op piece(1) op ... op piece(world - 1), in that order, the mean divided once
+// at the end: both all_reduce paths reduce this way, so their results are bitwise the same.
+template <typename Piece>
+void ReduceInRankOrder(torch::Tensor& out, int world, v1::ReduceOp op, Piece piece) {
+  if (world == 1) out.copy_(piece(0));
+  for (int r = 1; r < world; ++r) {
+    const torch::Tensor acc = r == 1 ? piece(0) : out;
+    const torch::Tensor in = piece(r);
+    if (op == v1::REDUCE_OP_MAX) {
+      torch::maximum_out(out, acc, in);
+    } else if (op == v1::REDUCE_OP_MIN) {
+      torch::minimum_out(out, acc, in);
+    } else {
+      torch::add_out(out, acc, in);
+    }
+  }
+  if (op == v1::REDUCE_OP_MEAN) out.div_(world);
+}
+
 // Writes this rank's descriptor of its next call.
 void Describe(Arrival& mine, uint64_t call, CallKind kind, int64_t numel, int32_t dtype, int32_t op,
               int64_t where = -1) {
@@ -495,22 +514,7 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
     const int64_t begin = count * me / world, end = count * (me + 1) / world;
     if (end > begin) {
       torch::Tensor out = view(b, world, begin, end - begin);
-      if (world == 1) {
-        out.copy_(view(b, 0, begin, end - begin));
-      }
-      for (int r = 1; r < world; ++r) {
-        const torch::Tensor acc = r == 1 ? view(b, 0, begin, end - begin) : out;
-        const torch::Tensor in = view(b, r, begin, end - begin);
-        if (op == v1::REDUCE_OP_MAX) {
-          torch::maximum_out(out, acc, in);
-        } else if (op == v1::REDUCE_OP_MIN) {
-          torch::minimum_out(out, acc, in);
-        } else {
-          torch::add_out(out, acc, in);
-        }
-      }
-      // The mean divides the sum once, here, rather than in a pass over the whole result.
-      if (op == v1::REDUCE_OP_MEAN) out.div_(world);
+      ReduceInRankOrder(out, world, op, [&](int r) { return view(b, r, begin, end - begin); });
     }
     DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
     flat.slice(0, offset, offset + count).copy_(view(b, world, 0, count));
@@ -645,19 +649,7 @@ absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(const SharedBuffer& bu
   for (int64_t from = begin; from < end; from += kPiece) {
     const int64_t count = std::min(kPiece, end - from);
     torch::Tensor acc = scratch_.slice(0, 0, count);
-    if (world == 1) acc.copy_(view(0, from, count));
-    for (int r = 1; r < world; ++r) {
-      const torch::Tensor a = r == 1 ? view(0, from, count) : acc;
-      const torch::Tensor in = view(r, from, count);
-      if (op == v1::REDUCE_OP_MAX) {
-        torch::maximum_out(acc, a, in);
-      } else if (op == v1::REDUCE_OP_MIN) {
-        torch::minimum_out(acc, a, in);
-      } else {
-        torch::add_out(acc, a, in);
-      }
-    }
-    if (op == v1::REDUCE_OP_MEAN) acc.div_(world);
+    ReduceInRankOrder(acc, world, op, [&](int r) { return view(r, from, count); });
     for (int r = 0; r < world; ++r) view(r, from, count).copy_(acc);
   }
   // Nobody reads the result before every rank has written its partition everywhere.

@@ -41,10 +41,8 @@ allowed_cpus() {
 # Worker i's cores: the i-th run of $threads allowed cores; nothing when the workers' shares
 # do not fit (they would share cores, which pinning would make worse, not better).
 worker_cpus() {  # i
-  local cpus
-  mapfile -t cpus < <(allowed_cpus)
-  if [ $(( workers * threads )) -le "${#cpus[@]}" ]; then
-    local slice=("${cpus[@]:$(( $1 * threads )):$threads}")
+  if [ $(( workers * threads )) -le "${#allowed[@]}" ]; then
+    local slice=("${allowed[@]:$(( $1 * threads )):$threads}")
     (IFS=,; echo "${slice[*]}")
   fi
 }
@@ -63,6 +61,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 cores=$(nproc)
+mapfile -t allowed < <(allowed_cpus)
 if [ "$threads" -le 0 ]; then threads=$(( cores / workers )); [ "$threads" -ge 1 ] || threads=1; fi
 
 case "$cmd" in
