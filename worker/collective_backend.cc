@@ -28,7 +28,13 @@ absl::Status CheckOp(v1::ReduceOp op) {
   return absl::OkStatus();
 }
 
+thread_local bool overlapped_waits = false;
+
 }  // namespace
+
+ScopedOverlappedWaits::ScopedOverlappedWaits() : was_(overlapped_waits) { overlapped_waits = true; }
+ScopedOverlappedWaits::~ScopedOverlappedWaits() { overlapped_waits = was_; }
+bool ScopedOverlappedWaits::active() { return overlapped_waits; }
 
 absl::StatusOr<torch::Tensor> CollectiveBackend::AllocateForAllReduce(int64_t numel,
                                                                       torch::ScalarType dtype) {

@@ -79,6 +79,23 @@ class CollectiveBackend {
   absl::Status interrupt_ ABSL_GUARDED_BY(interrupt_mu_);
 };
 
+// Marks the calling thread, while alive, as one that waits in collectives beside compute on its
+// own core (ddp's communication thread during backward): a plane that busy-polls for its peers
+// gives such a thread's core back early. Other threads (the one that runs steps) have nothing
+// else to run while they wait, so they poll longer: waking a sleeping vCPU costs more than the
+// wait itself on a virtual machine.
+class ScopedOverlappedWaits {
+ public:
+  ScopedOverlappedWaits();
+  ~ScopedOverlappedWaits();
+  ScopedOverlappedWaits(const ScopedOverlappedWaits&) = delete;
+  ScopedOverlappedWaits& operator=(const ScopedOverlappedWaits&) = delete;
+  static bool active();
+
+ private:
+  const bool was_;
+};
+
 // The coordinator's gRPC collectives (client/ProcessGroup).
 class GrpcCollectiveBackend : public CollectiveBackend {
  public:

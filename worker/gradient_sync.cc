@@ -212,6 +212,8 @@ void GradientSync::StartReadyBuckets(bool from_hook) {
 }
 
 void GradientSync::CommunicationLoop() {
+  // This thread's waits overlap backward on the same core: they must not hold the core.
+  ScopedOverlappedWaits overlapped;
   absl::MutexLock lock(&mu_);
   while (true) {
     mu_.Await(absl::Condition(

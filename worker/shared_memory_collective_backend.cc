@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -15,6 +16,8 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <type_traits>
+#include <vector>
 
 #include <torch/types.h>
 #include <torch/utils.h>
@@ -24,6 +27,7 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "worker/rank_order_reduction.h"
 
 namespace dtrain {
 namespace {
@@ -160,6 +164,18 @@ struct SharedMemoryCollectiveBackend::SharedBuffer {
     }
   }
 };
+
+SharedMemoryCollectiveBackend::SharedMemoryCollectiveBackend(
+    std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout)
+    : inner_(std::move(inner)), timeout_(timeout), world_(inner_->world_size()) {
+  // The process's cores (its main thread's mask), not this thread's: the thread that forms the
+  // plane may be a step thread pinned to one core.
+  cpu_set_t cores;
+  CPU_ZERO(&cores);
+  if (sched_getaffinity(getpid(), sizeof(cores), &cores) == 0) {
+    ranks_fit_cores_ = world_ <= CPU_COUNT(&cores);
+  }
+}
 
 absl::StatusOr<std::unique_ptr<SharedMemoryCollectiveBackend>> SharedMemoryCollectiveBackend::Make(
     std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout) {
@@ -306,14 +322,24 @@ absl::Status SharedMemoryCollectiveBackend::ArriveAndWait(const char* what) {
     }
     return true;
   };
-  // Spin for a few microseconds (a peer on another core arrives that fast), then sleep on a
-  // futex in the segment until the next arrival. Spinning longer, or yielding in a loop, burns
-  // the core this rank's own backward pass needs (DDP overlap waits on the communication
-  // thread while backward runs).
+  // Poll before sleeping on the futex in the segment: a peer on another core arrives within
+  // microseconds, and a rank woken from a sleep pays its vCPU's wake-up (50-100 us on a VM: 3-4%
+  // of a 1.3 ms MLP step when it was 20 us of polling; 1 ms of polling bought +8.7% samples/s,
+  // docs/BENCHMARKS.md). Only briefly on a thread that overlaps compute on its own core (ddp's
+  // communication thread during backward), or when ranks outnumber the cores, where polling
+  // would take the core the awaited rank needs.
   const absl::Time start = absl::Now();
-  for (int spins = 0; spins < 2000; ++spins) {
+  const absl::Duration poll = ScopedOverlappedWaits::active() || !ranks_fit_cores_
+                                  ? absl::Microseconds(20)
+                                  : absl::Milliseconds(1);
+  for (int spins = 0;; ++spins) {
     if (all_arrived()) return absl::OkStatus();
-    if (spins % 64 == 63 && absl::Now() - start > absl::Microseconds(20)) break;
+    if (spins % 64 == 63) {
+      if (absl::Now() - start > poll || segment_->poisoned.load() != 0) break;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
   }
   const absl::Time deadline = start + timeout_;
   absl::Time next_health = start;
@@ -361,23 +387,29 @@ absl::Status SharedMemoryCollectiveBackend::ArriveAndWait(const char* what) {
 
 namespace {
 
-// out = piece(0) op piece(1) op ... op piece(world - 1), in that order, the mean divided once
-// at the end: both all_reduce paths reduce this way, so their results are bitwise the same.
-template <typename Piece>
-void ReduceInRankOrder(torch::Tensor& out, int world, v1::ReduceOp op, Piece piece) {
-  if (world == 1) out.copy_(piece(0));
-  for (int r = 1; r < world; ++r) {
-    const torch::Tensor acc = r == 1 ? piece(0) : out;
-    const torch::Tensor in = piece(r);
-    if (op == v1::REDUCE_OP_MAX) {
-      torch::maximum_out(out, acc, in);
-    } else if (op == v1::REDUCE_OP_MIN) {
-      torch::minimum_out(out, acc, in);
-    } else {
-      torch::add_out(out, acc, in);
-    }
+// out[k] = in[0] op in[1] op ... for `count` elements of `dtype` (float or double, the kinds
+// AllReduce sends through the segment), in rank order: both all_reduce paths reduce through
+// here, so their results are bitwise the same.
+void ReduceRaw(torch::ScalarType dtype, const std::vector<const char*>& in,
+               const std::vector<char*>& out, int64_t count, v1::ReduceOp op) {
+  const ReductionKind kind = op == v1::REDUCE_OP_MAX    ? ReductionKind::kMax
+                             : op == v1::REDUCE_OP_MIN  ? ReductionKind::kMin
+                             : op == v1::REDUCE_OP_MEAN ? ReductionKind::kMean
+                                                        : ReductionKind::kSum;
+  auto run = [&](auto* type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    std::vector<const T*> ins;
+    std::vector<T*> outs;
+    for (const char* p : in) ins.push_back(reinterpret_cast<const T*>(p));
+    for (char* p : out) outs.push_back(reinterpret_cast<T*>(p));
+    ReduceInRankOrder<T>(ins.data(), static_cast<int>(ins.size()), outs.data(),
+                         static_cast<int>(outs.size()), count, kind);
+  };
+  if (dtype == torch::kFloat64) {
+    run(static_cast<double*>(nullptr));
+  } else {
+    run(static_cast<float*>(nullptr));
   }
-  if (op == v1::REDUCE_OP_MEAN) out.div_(world);
 }
 
 // Writes this rank's descriptor of its next call.
@@ -513,8 +545,11 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
     // This rank's partition, reduced over the ranks in rank order.
     const int64_t begin = count * me / world, end = count * (me + 1) / world;
     if (end > begin) {
-      torch::Tensor out = view(b, world, begin, end - begin);
-      ReduceInRankOrder(out, world, op, [&](int r) { return view(b, r, begin, end - begin); });
+      const size_t element = flat.element_size();
+      std::vector<const char*> in;
+      for (int r = 0; r < world; ++r) in.push_back(segment_->slot(b, r) + begin * element);
+      ReduceRaw(flat.scalar_type(), in, {segment_->slot(b, world) + begin * element}, end - begin,
+                op);
     }
     DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
     flat.slice(0, offset, offset + count).copy_(view(b, world, 0, count));
@@ -633,24 +668,17 @@ absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(const SharedBuffer& bu
            op, (buffer.index << 40) + offset);
   DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
   DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
-  const auto options = torch::TensorOptions().dtype(dtype);
+  // This rank's partition, reduced in one pass from every rank's memory into every rank's.
   const size_t element = c10::elementSize(dtype);
-  auto view = [&](int r, int64_t from, int64_t count) {
-    return torch::from_blob(buffer.bases[r] + (offset + from) * element, {count}, options);
-  };
-  // This rank's partition, in pieces small enough to stay in cache between the reduction
-  // and the writes to every rank's memory; the same operations, in the same rank order, as
-  // the slot path, so the result is bitwise the same.
-  constexpr int64_t kPiece = int64_t{64} << 10;
   const int64_t begin = numel * me / world, end = numel * (me + 1) / world;
-  if (end > begin && (!scratch_.defined() || scratch_.scalar_type() != dtype)) {
-    scratch_ = torch::empty({kPiece}, options);
-  }
-  for (int64_t from = begin; from < end; from += kPiece) {
-    const int64_t count = std::min(kPiece, end - from);
-    torch::Tensor acc = scratch_.slice(0, 0, count);
-    ReduceInRankOrder(acc, world, op, [&](int r) { return view(r, from, count); });
-    for (int r = 0; r < world; ++r) view(r, from, count).copy_(acc);
+  if (end > begin) {
+    std::vector<const char*> in;
+    std::vector<char*> out;
+    for (int r = 0; r < world; ++r) {
+      in.push_back(buffer.bases[r] + (offset + begin) * element);
+      out.push_back(buffer.bases[r] + (offset + begin) * element);
+    }
+    ReduceRaw(dtype, in, out, end - begin, op);
   }
   // Nobody reads the result before every rank has written its partition everywhere.
   return ArriveAndWait("all_reduce");

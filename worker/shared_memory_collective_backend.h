@@ -94,8 +94,7 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   // All-reduces `numel` elements at element `offset` of `buffer`, in every rank's memory.
   absl::Status ReduceInPlace(const SharedBuffer& buffer, int64_t offset, int64_t numel,
                              torch::ScalarType dtype, v1::ReduceOp op);
-  SharedMemoryCollectiveBackend(std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout)
-      : inner_(std::move(inner)), timeout_(timeout), world_(inner_->world_size()) {}
+  SharedMemoryCollectiveBackend(std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout);
   absl::Status Attach();
   // Announces this rank's arrival and waits for every rank's (or fails, naming who is missing).
   absl::Status ArriveAndWait(const char* what);
@@ -113,8 +112,10 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   absl::Status broken_;
   std::string fallback_reason_;
   int world_ = 1;  // asked of the inner plane once: the wait loop checks it per spin
+  // Whether every rank can have a core of this process's to itself: if not, a rank polling
+  // for its peers would hold a core one of them needs, so waits sleep early.
+  bool ranks_fit_cores_ = false;
   std::vector<std::shared_ptr<SharedBuffer>> shared_buffers_;
-  torch::Tensor scratch_;  // one partition piece of ReduceInPlace, reused
 };
 
 }  // namespace dtrain
