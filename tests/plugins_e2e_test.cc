@@ -15,6 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tests/jobs_e2e_fixture.h"
@@ -80,6 +81,16 @@ TEST_F(PluginsTest, PluginStrategyAndCheckpointIO_RunOnTheWorkersOfferingThem) {
               ::testing::ElementsAre("w0", "w1"));
   EXPECT_GT(job.metrics().at("test_acc"), 0.3);
 
+  // The outcome is published before the workers' teardown (users see it at once), so the
+  // teardown hook's record may still be on its way.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return absl::c_linear_search(Record(0), "teardown") &&
+               absl::c_linear_search(Record(1), "teardown");
+      },
+      absl::Seconds(30)))
+      << "no teardown record:\n"
+      << absl::StrJoin(Record(0), "\n");
   // Both ranks' records: Lightning's moments, in Lightning's order. 512 / (32 x 2) = 8 batches.
   for (int rank = 0; rank < 2; ++rank) {
     SCOPED_TRACE(absl::StrCat("rank ", rank));
