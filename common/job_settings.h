@@ -48,7 +48,6 @@ inline constexpr double kDefaultBucketCapMb = 25;  // torch's
 inline constexpr int64_t kDefaultBatchSize = 32;
 inline constexpr SettingRange<int64_t> kBatchSizeRange{1, 1 << 20};
 inline constexpr int64_t kDefaultValSize = 5000;  // Fashion-MNIST training images held out
-inline constexpr int64_t kDefaultBatchesPerCall = 16;
 inline constexpr SettingRange<int64_t> kBatchesPerCallRange{1, 4096};
 inline constexpr SettingRange<int64_t> kNumNodesRange{1, 4096};
 inline constexpr int64_t kDefaultMaxRestarts = 3;

@@ -60,7 +60,7 @@ TEST(JobSpecFile, TheIssueExample_ParsesIntoTheMessage) {
   EXPECT_EQ(spec->checkpoint().mode(), "max");     // an accuracy is maximized
   EXPECT_EQ(spec->data().eval_batch_size(), 256);  // default: 4 x batch_size
   EXPECT_TRUE(spec->data().shuffle());
-  EXPECT_EQ(spec->trainer().batches_per_call(), 16);
+  EXPECT_EQ(spec->trainer().batches_per_call(), 0);  // sized by the trainer from its calls
 }
 
 TEST(JobSpecFile, JsonIsAcceptedToo) {

@@ -412,6 +412,43 @@ TEST_F(JobsE2eTest, AccumulationWindowsCloseAtEachEpochsEnd) {
   EXPECT_GT(job.metrics().at("test_acc"), 0.9);
 }
 
+// Batches per training call: by default sized from the time calls take (a fast model's calls
+// grow past the 16 of the first call, so the job needs far fewer round trips); fixed when the
+// spec names a number. The job log says which, and how many calls the training took.
+TEST_F(JobsE2eTest, BatchesPerCall_AutoGrowsForFastSteps_FixedIsKept) {
+  // 12,800 samples, batch 32, 2 ranks: 200 batches per rank in one epoch, no validation inside.
+  auto job = [](const std::string& name, const std::string& per_call) {
+    std::string spec = SyntheticJob(name, 1, 12800);
+    spec.replace(spec.find("  val_check_interval: 0.5\n"), 26, "  val_check_interval: 1.0\n");
+    if (!per_call.empty()) {
+      spec.replace(spec.find("  num_nodes: 2\n"), 15,
+                   absl::StrCat("  num_nodes: 2\n  batches_per_call: ", per_call, "\n"));
+    }
+    return spec;
+  };
+  const std::regex calls_line(R"(in (\d+) training calls \(batches per call: ([^)]*)\))");
+  std::smatch match;
+
+  ASSERT_EQ(Dtrain("fit --wait --config " + WriteJob("auto", job("auto", ""))).exit_code, 0);
+  const std::string auto_log = Dtrain("logs auto-1").output;
+  ASSERT_TRUE(std::regex_search(auto_log, match, calls_line)) << auto_log;
+  // 16 per call would take 13 calls; sized calls take 16, 64, then the 120 left (the MLP on
+  // synthetic data steps in well under the 4 ms a batch that growing to 64 needs), or a few
+  // more on a machine slowed down.
+  EXPECT_LT(std::stoi(match[1]), 13) << auto_log;
+  const std::string sized = match[2];
+  ASSERT_TRUE(absl::StartsWith(sized, "auto, up to ")) << sized;
+  EXPECT_GT(std::stoi(sized.substr(12)), 16) << sized;
+  EXPECT_EQ(GetJob("auto-1").progress().global_step(), 200);
+
+  ASSERT_EQ(Dtrain("fit --wait --config " + WriteJob("fixed", job("fixed", "8"))).exit_code, 0);
+  const std::string fixed_log = Dtrain("logs fixed-1").output;
+  ASSERT_TRUE(std::regex_search(fixed_log, match, calls_line)) << fixed_log;
+  EXPECT_EQ(std::stoi(match[1]), 25) << "200 batches, 8 per call";
+  EXPECT_EQ(match[2], "8");
+  EXPECT_EQ(GetJob("fixed-1").progress().global_step(), 200);
+}
+
 TEST_F(JobsE2eTest, InvalidSpec_RejectedAtSubmitWithItsPath) {
   CommandResult unknown = Dtrain("fit --config " + WriteJob("bad1", "trainer: {max_epoch: 2}\n"));
   EXPECT_EQ(unknown.exit_code, 2);

@@ -38,7 +38,8 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 Trainer::Trainer(TrainerOptions options, TrainerReporter* reporter)
     : options_(std::move(options)),
       reporter_(reporter),
-      workers_(options_.job_id, options_.workers) {
+      workers_(options_.job_id, options_.workers),
+      call_sizer_(options_.spec.trainer().batches_per_call()) {
   // In Lightning's order: checkpoint on the validation's metrics before early stopping ends fit.
   auto checkpoints = std::make_unique<ModelCheckpoint>(options_.spec.checkpoint(), options_.files);
   if (!checkpoints->best_name().empty()) {
@@ -229,10 +230,13 @@ void Trainer::LogRankAccounting() {
     parts.push_back(absl::StrCat("and ", rank_seconds_.size() - kLoggedRanks, " more"));
   }
   const double train = absl::ToDoubleSeconds(phases_.Get("train"));
-  reporter_->Log(
-      absl::StrFormat("time by rank: %s; between steps (the coordinator) %.2f s of "
-                      "%.2f s",
-                      absl::StrJoin(parts, "; "), std::max(0.0, train - busiest), train));
+  reporter_->Log(absl::StrFormat(
+      "time by rank: %s; between steps (the coordinator) %.2f s of "
+      "%.2f s in %d training calls (batches per call: %s)",
+      absl::StrJoin(parts, "; "), std::max(0.0, train - busiest), train, training_calls_,
+      options_.spec.trainer().batches_per_call() > 0
+          ? absl::StrCat(options_.spec.trainer().batches_per_call())
+          : absl::StrCat("auto, up to ", most_batches_per_call_)));
 }
 
 void Trainer::Report() {
@@ -280,7 +284,7 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
     }
     int64_t next_val = (b / interval + 1) * interval;
     if (vci <= 1) next_val = std::min(next_val, nb);
-    int64_t chunk = std::min<int64_t>({t.batches_per_call(), nb - b, next_val - b});
+    int64_t chunk = std::min<int64_t>({call_sizer_.Next(), nb - b, next_val - b});
     if (t.max_steps() > 0) {
       // Batches until the max_steps-th optimizer step; windows restart at each epoch.
       const int64_t left = (t.max_steps() - global_step_) * t.accumulate_grad_batches() -
@@ -316,6 +320,7 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
       reporter_->Log(absl::StrFormat("first training step starts %.2f s after submit",
                                      absl::ToDoubleSeconds(since_submit)));
     }
+    const absl::Time call_start = absl::Now();
     {
       PhaseClock::Span timed = phases_.Time("train");
       DTRAIN_RETURN_IF_ERROR(workers_.OnEveryAsync(
@@ -326,6 +331,9 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
           },
           options_.step_timeout));
     }
+    call_sizer_.Observe(chunk, absl::Now() - call_start);
+    ++training_calls_;
+    most_batches_per_call_ = std::max(most_batches_per_call_, chunk);
     // Every scalar the steps returned, averaged over the chunk's batches on every rank: the
     // loss, training_step's other keys (logged as train_<key>) and grad_norm when clipping.
     std::map<std::string, std::pair<double, int64_t>> scalars;
@@ -582,7 +590,9 @@ absl::Status Trainer::Predict() {
   std::set<std::string>& columns = predictions.columns;
   // batches_per_call batches per call, as training: each response holds that many batches'
   // outputs, which keeps it small (and within one message of a default client).
-  const size_t per_call = static_cast<size_t>(spec.trainer().batches_per_call());
+  const size_t per_call =
+      static_cast<size_t>(spec.trainer().batches_per_call() > 0 ? spec.trainer().batches_per_call()
+                                                                : StepCallSizer::kFirst);
   for (size_t first = 0; first < std::max<size_t>(most_batches, 1); first += per_call) {
     // Only this call's batches are copied out of each rank's shard.
     std::vector<v1::StepRequest> chunk(n);

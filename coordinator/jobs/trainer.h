@@ -21,6 +21,7 @@
 #include "coordinator/jobs/job_run.h"
 #include "coordinator/jobs/phase_clock.h"
 #include "coordinator/jobs/run_workers.h"
+#include "coordinator/jobs/step_call_sizer.h"
 #include "coordinator/jobs/trainer_callback.h"
 #include "dtrain/v1/coordinator.pb.h"
 #include "dtrain/v1/jobs.pb.h"
@@ -159,6 +160,9 @@ class Trainer final : public TrainerControl, public JobRun {
   int64_t samples_done_ = 0;
   absl::Time fit_start_;
   PhaseClock phases_;
+  StepCallSizer call_sizer_;  // batches per training step RPC
+  int training_calls_ = 0;
+  int64_t most_batches_per_call_ = 0;
   bool first_step_seen_ = false;
   // Per rank: seconds in training steps, and of those, waiting for the others' gradients.
   std::map<int, std::pair<double, double>> rank_seconds_;

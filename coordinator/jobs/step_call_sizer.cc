@@ -1,0 +1,20 @@
+#include "coordinator/jobs/step_call_sizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace dtrain {
+
+void StepCallSizer::Observe(int64_t batches, absl::Duration took) {
+  if (fixed_ > 0 || batches <= 0) return;
+  // A call cut short by a boundary (epoch end, validation) still measures the time per batch.
+  const double per_batch = absl::ToDoubleSeconds(took) / static_cast<double>(batches);
+  int64_t want = kMost;
+  if (per_batch > 0) {
+    want = static_cast<int64_t>(std::llround(absl::ToDoubleSeconds(kTarget) / per_batch));
+  }
+  const int64_t grown = std::max(next_, batches) * kGrowth;
+  next_ = std::clamp<int64_t>(std::min(want, grown), 1, kMost);
+}
+
+}  // namespace dtrain

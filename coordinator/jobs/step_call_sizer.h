@@ -1,0 +1,40 @@
+// How many batches each training step RPC carries. A job's spec can fix the number
+// (trainer.batches_per_call); by default (0) it is sized from the time the job's calls take, so
+// that a call lasts about 0.25 s whatever the model: each call costs the coordinator a round
+// trip and the workers an idle gap (~0.7 ms measured for a 2-worker job on loopback), 4% of a
+// 16-batch call of the 1.1 ms MLP step, 0.2% of a 0.25 s call; and a call of a slow model
+// stays short enough that progress, logged metrics and drain stay responsive. (Cancellation
+// does not wait for a call's end: workers check it between batches.)
+//
+// Thread-safety: none; the trainer's thread owns it.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+
+namespace dtrain {
+
+class StepCallSizer {
+ public:
+  // What an automatic call aims to last, and the bounds of its size.
+  static constexpr absl::Duration kTarget = absl::Milliseconds(250);
+  static constexpr int64_t kFirst = 16;   // before anything was measured (and predict's size)
+  static constexpr int64_t kMost = 1024;  // a request's indices stay well inside 4 MiB
+  static constexpr int64_t kGrowth = 4;   // per call, so a model's warm-up is not extrapolated
+
+  // fixed > 0: every call carries that many batches; 0: sized automatically.
+  explicit StepCallSizer(int64_t fixed) : fixed_(fixed) {}
+
+  // Batches for the next call (the trainer still stops it at epoch, validation and max_steps
+  // boundaries).
+  int64_t Next() const { return fixed_ > 0 ? fixed_ : next_; }
+  // A call of `batches` batches took `took`, from sending it to its last answer.
+  void Observe(int64_t batches, absl::Duration took);
+
+ private:
+  const int64_t fixed_;
+  int64_t next_ = kFirst;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,59 @@
+// How many batches a training step RPC carries: fixed by the spec, or sized from the time calls
+// take (about 0.25 s each, growing at most 4x per call, 1 to 1024 batches).
+#include "coordinator/jobs/step_call_sizer.h"
+
+#include <gtest/gtest.h>
+
+namespace dtrain {
+namespace {
+
+TEST(StepCallSizer, AFixedSizeIsKeptWhateverCallsTake) {
+  StepCallSizer sizer(8);
+  EXPECT_EQ(sizer.Next(), 8);
+  sizer.Observe(8, absl::Microseconds(80));
+  EXPECT_EQ(sizer.Next(), 8);
+  sizer.Observe(8, absl::Seconds(30));
+  EXPECT_EQ(sizer.Next(), 8);
+}
+
+TEST(StepCallSizer, FastStepsGrowFourfoldPerCallUpToTheTargetThenHold) {
+  StepCallSizer sizer(0);
+  EXPECT_EQ(sizer.Next(), 16);
+  // 1 ms a batch: the target is 250 batches, reached through 64 and then held.
+  sizer.Observe(16, absl::Milliseconds(16));
+  EXPECT_EQ(sizer.Next(), 64);
+  sizer.Observe(64, absl::Milliseconds(64));
+  EXPECT_EQ(sizer.Next(), 250);
+  sizer.Observe(250, absl::Milliseconds(250));
+  EXPECT_EQ(sizer.Next(), 250);
+  // Steps twice as fast: twice as many, capped at 1024 for very fast ones.
+  sizer.Observe(250, absl::Milliseconds(125));
+  EXPECT_EQ(sizer.Next(), 500);
+  sizer.Observe(500, absl::Microseconds(500));
+  EXPECT_EQ(sizer.Next(), 1024);
+}
+
+TEST(StepCallSizer, SlowStepsShrinkAtOnceDownToOneBatch) {
+  StepCallSizer sizer(0);
+  sizer.Observe(16, absl::Milliseconds(800));  // 50 ms a batch: 5 make 0.25 s
+  EXPECT_EQ(sizer.Next(), 5);
+  sizer.Observe(5, absl::Seconds(10));  // 2 s a batch
+  EXPECT_EQ(sizer.Next(), 1);
+}
+
+TEST(StepCallSizer, ACallCutShortByABoundaryStillMeasuresPerBatch) {
+  StepCallSizer sizer(0);
+  sizer.Observe(16, absl::Milliseconds(16));
+  ASSERT_EQ(sizer.Next(), 64);
+  // Only 3 batches were left before validation: 1 ms each, so growth continues from 64.
+  sizer.Observe(3, absl::Milliseconds(3));
+  EXPECT_EQ(sizer.Next(), 250);
+  // A call that measured nothing (zero time) grows as far as growth allows.
+  sizer.Observe(250, absl::ZeroDuration());
+  EXPECT_EQ(sizer.Next(), 1000);
+  sizer.Observe(0, absl::Seconds(5));  // no batches: nothing learned
+  EXPECT_EQ(sizer.Next(), 1000);
+}
+
+}  // namespace
+}  // namespace dtrain
