@@ -18,6 +18,18 @@ inline T Min(T a, T b) {
   return (a < b || a != a) ? a : b;
 }
 
+// acc = a op b (a given), or acc = acc op b (a null), element by element.
+template <int64_t N, typename T, typename Op>
+inline void Fold(T* __restrict acc, const T* __restrict a, const T* __restrict b, int64_t n,
+                 Op op) {
+  const int64_t len = N > 0 ? N : n;
+  if (a != nullptr) {
+    for (int64_t i = 0; i < len; ++i) acc[i] = op(a[i], b[i]);
+  } else {
+    for (int64_t i = 0; i < len; ++i) acc[i] = op(acc[i], b[i]);
+  }
+}
+
 // acc = in[0] op ... op in[inputs - 1] over n elements from `at` (divided for the mean).
 template <typename T, int64_t N>
 inline void ReduceBlock(T* __restrict acc, const T* const* in, int inputs, int64_t at, int64_t n,
@@ -29,30 +41,18 @@ inline void ReduceBlock(T* __restrict acc, const T* const* in, int inputs, int64
   }
   for (int r = 1; r < inputs; ++r) {
     // The first pair reads in[0]; later ranks fold into the accumulator in place.
-    const T* __restrict a = r == 1 ? first : nullptr;
-    const T* __restrict b = in[r] + at;
+    const T* a = r == 1 ? first : nullptr;
+    const T* b = in[r] + at;
     switch (kind) {
       case ReductionKind::kSum:
       case ReductionKind::kMean:
-        if (a != nullptr) {
-          for (int64_t i = 0; i < len; ++i) acc[i] = a[i] + b[i];
-        } else {
-          for (int64_t i = 0; i < len; ++i) acc[i] += b[i];
-        }
+        Fold<N>(acc, a, b, n, [](T x, T y) { return x + y; });
         break;
       case ReductionKind::kMax:
-        if (a != nullptr) {
-          for (int64_t i = 0; i < len; ++i) acc[i] = Max(a[i], b[i]);
-        } else {
-          for (int64_t i = 0; i < len; ++i) acc[i] = Max(acc[i], b[i]);
-        }
+        Fold<N>(acc, a, b, n, Max<T>);
         break;
       case ReductionKind::kMin:
-        if (a != nullptr) {
-          for (int64_t i = 0; i < len; ++i) acc[i] = Min(a[i], b[i]);
-        } else {
-          for (int64_t i = 0; i < len; ++i) acc[i] = Min(acc[i], b[i]);
-        }
+        Fold<N>(acc, a, b, n, Min<T>);
         break;
     }
   }
