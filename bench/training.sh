@@ -15,7 +15,8 @@
 #                               communication;
 #                               their joint rate over the same span dtrain's timer covers (first
 #                               step to last, no warm-up excluded): all samples / (last end -
-#                               first start)
+#                               first start); measured before and after the others each run,
+#                               the faster kept
 # and, once, dtrain's overhead at world size 1 (single_device on one worker, one thread) against
 # the plain loop with the same batch and thread: samples/s and the CPU time of the whole run.
 #   bench/training.sh [--json] [--quick] [--runs N]
@@ -42,7 +43,9 @@ cmake --build "$build" --target dtrain-coordinator dtrain-worker dtrain dtrain-b
 
 batch=64                       # per rank
 cores=$(nproc)
-declare -A steps=([mlp]=600 [cnn]=200)
+# The MLP's steps take ~1 ms: 3,000 of them make its jobs last ~3 s, so that a job's fixed costs
+# (its first call, the last answer) and this VM's transient stalls weigh as little as on the CNN.
+declare -A steps=([mlp]=3000 [cnn]=200)
 if [ "$quick" = 1 ]; then steps=([mlp]=100 [cnn]=30); fi
 
 # The cores the local cluster pins its 2 workers' steps to (none when they do not fit); the
@@ -85,7 +88,10 @@ JOB
 }
 
 # The compute ceiling: two plain loops started together; their joint rate over one span.
-ceiling() {  # model run
+# Measured twice a run (before the dtrain jobs and after torch's), the faster kept: this VM
+# slows one core by up to a third for seconds at a time, and an upper bound measured in such a
+# moment would not be one.
+ceiling_once() {  # model run
   local model=$1 run=$2 at i
   at=$(/usr/bin/python3 -c 'import time; print(f"{time.time() + 3:.3f}")')  # after data loading
   for i in 0 1; do
@@ -101,9 +107,20 @@ span = max(r['end'] for r in rows) - min(r['start'] for r in rows)
 print(json.dumps({'system': 'compute-ceiling', 'model': '$model', 'ranks': 2, 'batch': $batch,
                   'run': $run, 'samples_per_s': round(sum(r['samples'] for r in rows) / span, 1)}))"
 }
+ceiling_best() {  # model run: the faster of the measurements in $work/ceilings.jsonl
+  /usr/bin/python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open('$work/ceilings.jsonl') if l.strip()]
+best = max(rows, key=lambda r: r['samples_per_s'])
+best['measured'] = [r['samples_per_s'] for r in rows]
+print(json.dumps(best))"
+}
 
 for run in $(seq 1 "$runs"); do
   for model in mlp cnn; do
+    echo "run $run/$runs, $model: compute ceiling (1 of 2) ..." >&2
+    ceiling_once "$model" "$run" > "$work/ceilings.jsonl"
+
     echo "run $run/$runs, $model: dtrain, 2 workers, each plane ..." >&2
     deploy/local/cluster.sh start --port 0 --workers 2 >&2
     export DTRAIN_COORDINATOR="127.0.0.1:$(cat "$DTRAIN_LOCAL_DIR/port")"
@@ -120,8 +137,9 @@ for run in $(seq 1 "$runs"); do
       /usr/bin/python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r['run']=$run; print(json.dumps(r))" \
       >> "$work/rows.jsonl"
 
-    echo "run $run/$runs, $model: compute ceiling ..." >&2
-    ceiling "$model" "$run" >> "$work/rows.jsonl"
+    echo "run $run/$runs, $model: compute ceiling (2 of 2) ..." >&2
+    ceiling_once "$model" "$run" >> "$work/ceilings.jsonl"
+    ceiling_best >> "$work/rows.jsonl"
   done
 done
 
