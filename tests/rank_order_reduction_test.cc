@@ -19,11 +19,11 @@ T Reference(const std::vector<std::vector<T>>& ranks, size_t i, ReductionKind ki
   for (size_t r = 1; r < ranks.size(); ++r) {
     const T v = ranks[r][i];
     if (kind == ReductionKind::kMax) {
-      acc = std::isnan(acc) || std::isnan(v) ? std::numeric_limits<T>::quiet_NaN()
-                                             : std::max(acc, v);
+      acc =
+          std::isnan(acc) || std::isnan(v) ? std::numeric_limits<T>::quiet_NaN() : std::max(acc, v);
     } else if (kind == ReductionKind::kMin) {
-      acc = std::isnan(acc) || std::isnan(v) ? std::numeric_limits<T>::quiet_NaN()
-                                             : std::min(acc, v);
+      acc =
+          std::isnan(acc) || std::isnan(v) ? std::numeric_limits<T>::quiet_NaN() : std::min(acc, v);
     } else {
       acc = acc + v;
     }
@@ -38,8 +38,8 @@ void CheckAll() {
   std::uniform_real_distribution<T> value(-3, 3);
   for (int world : {1, 2, 3, 4}) {
     for (int64_t count : {0, 1, 7, 511, 512, 513, 1500, 4096}) {
-      for (ReductionKind kind : {ReductionKind::kSum, ReductionKind::kMean, ReductionKind::kMax,
-                                 ReductionKind::kMin}) {
+      for (ReductionKind kind :
+           {ReductionKind::kSum, ReductionKind::kMean, ReductionKind::kMax, ReductionKind::kMin}) {
         std::vector<std::vector<T>> ranks(world, std::vector<T>(count));
         for (auto& rank : ranks)
           for (T& v : rank) v = value(gen);
