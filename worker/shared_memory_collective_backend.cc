@@ -323,9 +323,9 @@ absl::Status SharedMemoryCollectiveBackend::ArriveAndWait(const char* what) {
     return true;
   };
   // Poll before sleeping on the futex in the segment: a peer on another core arrives within
-  // microseconds, and a rank woken from a sleep pays its vCPU's wake-up (50-100 us on a VM: 3-4%
-  // of a 1.3 ms MLP step when it was 20 us of polling; 1 ms of polling bought +8.7% samples/s,
-  // docs/BENCHMARKS.md). Only briefly on a thread that overlaps compute on its own core (ddp's
+  // microseconds, and a rank woken from a sleep pays a wake-up (a halted vCPU's, on a VM) at
+  // every step: 1 ms of polling instead of 20 us bought +8.7% of the MLP's samples/s
+  // (docs/BENCHMARKS.md). Only briefly on a thread that overlaps compute on its own core (ddp's
   // communication thread during backward), or when ranks outnumber the cores, where polling
   // would take the core the awaited rank needs.
   const absl::Time start = absl::Now();
