@@ -115,6 +115,7 @@ model: {builtin: mlp}
 data:
   synthetic: {train_size: 256, val_size: 200000, test_size: 256, seed: 3}
   batch_size: 32
+  eval_batch_size: 16          # 6,250 batches a rank: validation outlasts a 1 s drain timeout
 trainer: {strategy: ddp, num_nodes: 2}
 seed_everything: 1
 )",

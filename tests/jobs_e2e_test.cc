@@ -552,8 +552,11 @@ class JobsFaultTest : public JobsE2eTest, public ::testing::WithParamInterface<i
 
 TEST_P(JobsFaultTest, WorkerLostMidEpoch_JobFailsNamingIt_SurvivorServesTheNextJob) {
   const int signal = GetParam();
-  CommandResult first = Dtrain("fit --output json --config " +
-                               WriteJob("victim", SyntheticJob("victim", 1000, 8192)));
+  // 16 batches a call, so that step 20 is passed in the middle of training calls and the loss
+  // lands in one (sized calls reach step 64, the first validation and checkpoint, in two).
+  std::string victim = SyntheticJob("victim", 1000, 8192);
+  victim.replace(victim.find("  num_nodes: 2\n"), 15, "  num_nodes: 2\n  batches_per_call: 16\n");
+  CommandResult first = Dtrain("fit --output json --config " + WriteJob("victim", victim));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const std::string id = ParseJson(first.output).fields().at("id").string_value();
   ASSERT_TRUE(WaitFor([&] { return GetJob(id).progress().global_step() > 20; }, absl::Seconds(30)));
