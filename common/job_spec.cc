@@ -311,12 +311,12 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
       !s.ok())
     return s;
   // 0 (the default): sized by the trainer from the time its calls take.
-  if (t->batches_per_call() != 0) {
-    if (absl::Status s = Range("trainer.batches_per_call", t->batches_per_call(),
-                               kBatchesPerCallRange.low, kBatchesPerCallRange.high);
-        !s.ok())
-      return s;
-  }
+  if (absl::Status s = t->batches_per_call() == 0
+                           ? absl::OkStatus()
+                           : Range("trainer.batches_per_call", t->batches_per_call(),
+                                   kBatchesPerCallRange.low, kBatchesPerCallRange.high);
+      !s.ok())
+    return s;
   if (t->log_every_n_steps() == 0) t->set_log_every_n_steps(10);
   if (t->log_every_n_steps() < 0) return Bad("trainer.log_every_n_steps", "must be > 0");
   if (t->limit_val_batches() < 0) return Bad("trainer.limit_val_batches", "must be >= 0");

@@ -55,5 +55,19 @@ TEST(StepCallSizer, ACallCutShortByABoundaryStillMeasuresPerBatch) {
   EXPECT_EQ(sizer.Next(), 1000);
 }
 
+TEST(StepCallSizer, SummaryCountsTheCallsAndPredictNeverGrows) {
+  StepCallSizer fixed(8);
+  EXPECT_EQ(fixed.PredictBatches(), 8);
+  for (int i = 0; i < 3; ++i) fixed.Observe(8, absl::Milliseconds(8));
+  EXPECT_EQ(fixed.Summary(), "3 training calls (batches per call: 8)");
+
+  StepCallSizer sized(0);
+  sized.Observe(16, absl::Milliseconds(16));
+  sized.Observe(64, absl::Milliseconds(64));
+  sized.Observe(20, absl::Milliseconds(20));  // cut short by the epoch's end
+  EXPECT_EQ(sized.Summary(), "3 training calls (batches per call: auto, up to 64)");
+  EXPECT_EQ(sized.PredictBatches(), 16) << "predict's answers carry outputs: never grown";
+}
+
 }  // namespace
 }  // namespace dtrain

@@ -16,12 +16,12 @@
 #include <cstring>
 #include <fstream>
 #include <random>
-#include <type_traits>
 #include <vector>
 
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -387,28 +387,34 @@ absl::Status SharedMemoryCollectiveBackend::ArriveAndWait(const char* what) {
 
 namespace {
 
+// Up to this many ranks, a reduction's pointer lists live on the stack: no allocation per call.
+template <typename T>
+using PerRank = absl::InlinedVector<T, 8>;
+
 // out[k] = in[0] op in[1] op ... for `count` elements of `dtype` (float or double, the kinds
-// AllReduce sends through the segment), in rank order: both all_reduce paths reduce through
-// here, so their results are bitwise the same.
-void ReduceRaw(torch::ScalarType dtype, const std::vector<const char*>& in,
-               const std::vector<char*>& out, int64_t count, v1::ReduceOp op) {
+// AllReduce sends through the segment) at `offset` elements into each of `in` and `out`, in rank
+// order: both all_reduce paths reduce through here, so their results are bitwise the same.
+template <typename T>
+void ReduceTyped(const PerRank<char*>& in, const PerRank<char*>& out, int64_t offset, int64_t count,
+                 ReductionKind kind) {
+  PerRank<const T*> ins;
+  PerRank<T*> outs;
+  for (char* p : in) ins.push_back(reinterpret_cast<const T*>(p) + offset);
+  for (char* p : out) outs.push_back(reinterpret_cast<T*>(p) + offset);
+  ReduceInRankOrder<T>(ins.data(), static_cast<int>(ins.size()), outs.data(),
+                       static_cast<int>(outs.size()), count, kind);
+}
+
+void ReduceRaw(torch::ScalarType dtype, const PerRank<char*>& in, const PerRank<char*>& out,
+               int64_t offset, int64_t count, v1::ReduceOp op) {
   const ReductionKind kind = op == v1::REDUCE_OP_MAX    ? ReductionKind::kMax
                              : op == v1::REDUCE_OP_MIN  ? ReductionKind::kMin
                              : op == v1::REDUCE_OP_MEAN ? ReductionKind::kMean
                                                         : ReductionKind::kSum;
-  auto run = [&](auto* type) {
-    using T = std::remove_pointer_t<decltype(type)>;
-    std::vector<const T*> ins;
-    std::vector<T*> outs;
-    for (const char* p : in) ins.push_back(reinterpret_cast<const T*>(p));
-    for (char* p : out) outs.push_back(reinterpret_cast<T*>(p));
-    ReduceInRankOrder<T>(ins.data(), static_cast<int>(ins.size()), outs.data(),
-                         static_cast<int>(outs.size()), count, kind);
-  };
   if (dtype == torch::kFloat64) {
-    run(static_cast<double*>(nullptr));
+    ReduceTyped<double>(in, out, offset, count, kind);
   } else {
-    run(static_cast<float*>(nullptr));
+    ReduceTyped<float>(in, out, offset, count, kind);
   }
 }
 
@@ -545,11 +551,9 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
     // This rank's partition, reduced over the ranks in rank order.
     const int64_t begin = count * me / world, end = count * (me + 1) / world;
     if (end > begin) {
-      const size_t element = flat.element_size();
-      std::vector<const char*> in;
-      for (int r = 0; r < world; ++r) in.push_back(segment_->slot(b, r) + begin * element);
-      ReduceRaw(flat.scalar_type(), in, {segment_->slot(b, world) + begin * element}, end - begin,
-                op);
+      PerRank<char*> in;
+      for (int r = 0; r < world; ++r) in.push_back(segment_->slot(b, r));
+      ReduceRaw(flat.scalar_type(), in, {segment_->slot(b, world)}, begin, end - begin, op);
     }
     DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
     flat.slice(0, offset, offset + count).copy_(view(b, world, 0, count));
@@ -669,16 +673,10 @@ absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(const SharedBuffer& bu
   DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
   DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
   // This rank's partition, reduced in one pass from every rank's memory into every rank's.
-  const size_t element = c10::elementSize(dtype);
   const int64_t begin = numel * me / world, end = numel * (me + 1) / world;
   if (end > begin) {
-    std::vector<const char*> in;
-    std::vector<char*> out;
-    for (int r = 0; r < world; ++r) {
-      in.push_back(buffer.bases[r] + (offset + begin) * element);
-      out.push_back(buffer.bases[r] + (offset + begin) * element);
-    }
-    ReduceRaw(dtype, in, out, end - begin, op);
+    const PerRank<char*> every(buffer.bases.begin(), buffer.bases.end());
+    ReduceRaw(dtype, every, every, offset + begin, end - begin, op);
   }
   // Nobody reads the result before every rank has written its partition everywhere.
   return ArriveAndWait("all_reduce");

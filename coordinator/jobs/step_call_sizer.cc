@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
+
 namespace dtrain {
 
 void StepCallSizer::Observe(int64_t batches, absl::Duration took) {
+  ++calls_;
+  largest_ = std::max(largest_, batches);
   if (fixed_ > 0 || batches <= 0) return;
   // A call cut short by a boundary (epoch end, validation) still measures the time per batch.
   const double per_batch = absl::ToDoubleSeconds(took) / static_cast<double>(batches);
@@ -15,6 +19,12 @@ void StepCallSizer::Observe(int64_t batches, absl::Duration took) {
   }
   const int64_t grown = std::max(next_, batches) * kGrowth;
   next_ = std::clamp<int64_t>(std::min(want, grown), 1, kMost);
+}
+
+std::string StepCallSizer::Summary() const {
+  return absl::StrCat(calls_, " training calls (batches per call: ",
+                      fixed_ > 0 ? absl::StrCat(fixed_) : absl::StrCat("auto, up to ", largest_),
+                      ")");
 }
 
 }  // namespace dtrain

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "absl/time/time.h"
 
@@ -32,9 +33,16 @@ class StepCallSizer {
   // A call of `batches` batches took `took`, from sending it to its last answer.
   void Observe(int64_t batches, absl::Duration took);
 
+  // Batches per predict call: outputs travel back, so the fixed size or kFirst, never grown.
+  int64_t PredictBatches() const { return fixed_ > 0 ? fixed_ : kFirst; }
+  // For the job log: "N training calls (batches per call: 8)" or "(... auto, up to 250)".
+  std::string Summary() const;
+
  private:
   const int64_t fixed_;
   int64_t next_ = kFirst;
+  int calls_ = 0;        // observed
+  int64_t largest_ = 0;  // batches in the largest observed call
 };
 
 }  // namespace dtrain

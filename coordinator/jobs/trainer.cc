@@ -231,12 +231,8 @@ void Trainer::LogRankAccounting() {
   }
   const double train = absl::ToDoubleSeconds(phases_.Get("train"));
   reporter_->Log(absl::StrFormat(
-      "time by rank: %s; between steps (the coordinator) %.2f s of "
-      "%.2f s in %d training calls (batches per call: %s)",
-      absl::StrJoin(parts, "; "), std::max(0.0, train - busiest), train, training_calls_,
-      options_.spec.trainer().batches_per_call() > 0
-          ? absl::StrCat(options_.spec.trainer().batches_per_call())
-          : absl::StrCat("auto, up to ", most_batches_per_call_)));
+      "time by rank: %s; between steps (the coordinator) %.2f s of %.2f s in %s",
+      absl::StrJoin(parts, "; "), std::max(0.0, train - busiest), train, call_sizer_.Summary()));
 }
 
 void Trainer::Report() {
@@ -332,8 +328,6 @@ absl::Status Trainer::TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop)
           options_.step_timeout));
     }
     call_sizer_.Observe(chunk, absl::Now() - call_start);
-    ++training_calls_;
-    most_batches_per_call_ = std::max(most_batches_per_call_, chunk);
     // Every scalar the steps returned, averaged over the chunk's batches on every rank: the
     // loss, training_step's other keys (logged as train_<key>) and grad_norm when clipping.
     std::map<std::string, std::pair<double, int64_t>> scalars;
@@ -588,11 +582,10 @@ absl::Status Trainer::Predict() {
   PredictionRows predictions;
   std::map<int64_t, std::map<std::string, std::string>>& rows = predictions.rows;
   std::set<std::string>& columns = predictions.columns;
-  // batches_per_call batches per call, as training: each response holds that many batches'
-  // outputs, which keeps it small (and within one message of a default client).
-  const size_t per_call =
-      static_cast<size_t>(spec.trainer().batches_per_call() > 0 ? spec.trainer().batches_per_call()
-                                                                : StepCallSizer::kFirst);
+  // A fixed number of batches per call (batches_per_call, or 16 when training's are sized by
+  // time): each response holds that many batches' outputs, which keeps it small (and within one
+  // message of a default client).
+  const size_t per_call = static_cast<size_t>(call_sizer_.PredictBatches());
   for (size_t first = 0; first < std::max<size_t>(most_batches, 1); first += per_call) {
     // Only this call's batches are copied out of each rank's shard.
     std::vector<v1::StepRequest> chunk(n);

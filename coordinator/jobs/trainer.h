@@ -161,8 +161,6 @@ class Trainer final : public TrainerControl, public JobRun {
   absl::Time fit_start_;
   PhaseClock phases_;
   StepCallSizer call_sizer_;  // batches per training step RPC
-  int training_calls_ = 0;
-  int64_t most_batches_per_call_ = 0;
   bool first_step_seen_ = false;
   // Per rank: seconds in training steps, and of those, waiting for the others' gradients.
   std::map<int, std::pair<double, double>> rank_seconds_;
