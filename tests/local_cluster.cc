@@ -21,7 +21,8 @@ data:
                       train_size, R"(, val_size: 256, test_size: 256, seed: 3}
   batch_size: 32
 trainer: {max_epochs: )",
-                      epochs, ", strategy: ddp, num_nodes: 2", trainer_extra, R"(}
+                      epochs, ", strategy: ddp, num_nodes: 2, batches_per_call: 16", trainer_extra,
+                      R"(}
 seed_everything: 1
 optimizer: {name: sgd, lr: 0.05}
 )",

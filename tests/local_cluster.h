@@ -17,7 +17,9 @@
 namespace dtrain::testing {
 
 // A 2-worker ddp job spec on synthetic data (MLP, batch 32, seed 1, SGD): `train_size` samples,
-// so train_size / 64 optimizer steps per epoch; `trainer_extra` adds trainer fields (", k: v")
+// so train_size / 64 optimizer steps per epoch, 16 batches a call (the tests that use it stop,
+// kill or drain workers between calls mid-epoch; calls sized by time would reach this fast
+// model's epoch end in two); `trainer_extra` adds trainer fields (", k: v")
 // and `extra` whole lines (e.g. "checkpoint: {save_top_k: 1}").
 std::string SyntheticDdpJob(const std::string& name, int epochs, int train_size = 4096,
                             const std::string& trainer_extra = "", const std::string& extra = "");
