@@ -191,7 +191,7 @@ void CoordinatorServer::MonitorLoop() {
     groups_->Tick(now);
     engine_->Tick(now);
     kv_->Tick(now);
-    workers_->Tick(now);
+    jobs_->WorkersLost(workers_->Tick(now));
     jobs_->Schedule();
     const uint64_t calls = engine_->SubmittedCount();
     if (calls != seen_calls) {

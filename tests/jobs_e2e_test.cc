@@ -552,10 +552,9 @@ class JobsFaultTest : public JobsE2eTest, public ::testing::WithParamInterface<i
 
 TEST_P(JobsFaultTest, WorkerLostMidEpoch_JobFailsNamingIt_SurvivorServesTheNextJob) {
   const int signal = GetParam();
-  // 16 batches a call, so that step 20 is passed in the middle of training calls and the loss
-  // lands in one (sized calls reach step 64, the first validation and checkpoint, in two).
-  std::string victim = SyntheticJob("victim", 1000, 8192);
-  victim.replace(victim.find("  num_nodes: 2\n"), 15, "  num_nodes: 2\n  batches_per_call: 16\n");
+  // Sized calls pass step 20 in the first call; the loss lands in a training call, or in the
+  // validation or checkpoint at step 64: any call must fail at the heartbeat timeout.
+  const std::string victim = SyntheticJob("victim", 1000, 8192);
   CommandResult first = Dtrain("fit --output json --config " + WriteJob("victim", victim));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const std::string id = ParseJson(first.output).fields().at("id").string_value();
@@ -586,6 +585,43 @@ TEST_P(JobsFaultTest, WorkerLostMidEpoch_JobFailsNamingIt_SurvivorServesTheNextJ
     // Back from the dead: it re-registers and is listed ALIVE and idle again.
     cluster_->worker("w1").process().Kill(SIGCONT);
     EXPECT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(20)));
+  }
+}
+
+// A call that runs no collective (validation here) has no group to notice the silent rank: the
+// registry's LOST transition must stop it, not gRPC's keepalive (~15 s).
+TEST_P(JobsFaultTest, WorkerLostDuringValidation_JobFailsWithinTheHeartbeatTimeout) {
+  const int signal = GetParam();
+  // One short epoch, then a validation of 12,000 samples one at a time (seconds long).
+  std::string job = SyntheticJob("slowval", 1, 256);
+  job.replace(job.find("val_size: 256"), 13, "val_size: 12000");
+  job.replace(job.find("  batch_size: 32\n"), 17, "  batch_size: 32\n  eval_batch_size: 1\n");
+  job.replace(job.find("  val_check_interval: 0.5\n"), 26, "");
+  CommandResult first = Dtrain("fit --output json --config " + WriteJob("slowval", job));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string id = ParseJson(first.output).fields().at("id").string_value();
+  ASSERT_TRUE(WaitFor([&] { return GetJob(id).progress().phase() == "validate"; },
+                      absl::Seconds(30)))
+      << GetJob(id).DebugString();
+  const absl::Time start = absl::Now();
+  cluster_->worker("w1").process().Kill(signal);
+  ASSERT_TRUE(WaitFor([&] { return GetJob(id).state() == v1::FAILED; }, absl::Seconds(15)))
+      << GetJob(id).DebugString();
+  const absl::Duration took = absl::Now() - start;
+  const v1::JobStatus failed = GetJob(id);
+  std::printf("%s during validation: FAILED after %s: %s\n", strsignal(signal),
+              absl::FormatDuration(took).c_str(), failed.reason().c_str());
+  EXPECT_LT(took, absl::Seconds(5 + 3));  // heartbeat timeout + detection slack
+  EXPECT_THAT(failed.reason(), HasSubstr("validation_step lost worker 'w1'"));
+
+  if (signal == SIGSTOP) {
+    EXPECT_THAT(failed.reason(), HasSubstr("no heartbeat for "));
+    // The survivor was freed without waiting on the stopped worker's teardown, and the stopped
+    // worker, continued, drops the job and serves again.
+    cluster_->worker("w1").process().Kill(SIGCONT);
+    EXPECT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(20)));
+    CommandResult next = Dtrain("fit --wait --config " + WriteJob("after", SyntheticJob("after", 1)));
+    EXPECT_EQ(next.exit_code, 0) << next.output;
   }
 }
 

@@ -73,6 +73,31 @@ TEST(WorkerRegistryTest, HeartbeatInterval_GrowsWithTheCluster_PastTheRateCap) {
   EXPECT_EQ(uncapped.heartbeat_timeout(), absl::Seconds(10));
 }
 
+// Tick names the LOST workers still placed on a job, with the job and the silence, on every tick
+// while it lasts (a run told once could miss it), and stops once the job lets the worker go.
+TEST(WorkerRegistryTest, Tick_ReturnsLostPlacedWorkers_WithTheirJob_UntilReleased) {
+  WorkerRegistry registry(absl::Seconds(5));
+  const absl::Time t0 = absl::UnixEpoch() + absl::Hours(1);
+  for (const char* name : {"a", "b", "c"}) ASSERT_TRUE(registry.Register(Worker(name, 1), t0).ok());
+  ASSERT_EQ(registry.Reserve("job-1", 2, 2, {}, t0).size(), 2u);  // a and b
+  v1::WorkerHeartbeatResponse response;
+  ASSERT_TRUE(registry.Heartbeat(Beat("a", 1, "job-1", false), t0 + absl::Seconds(3), &response)
+                  .ok());
+  EXPECT_THAT(registry.Tick(t0 + absl::Seconds(4)), IsEmpty()) << "nobody silent past 5 s yet";
+  // b (placed) and c (idle) are silent past the timeout; only b is a job's concern.
+  for (const absl::Duration later : {absl::Seconds(6), absl::Seconds(7)}) {
+    const std::vector<WorkerRegistry::LostWorker> lost = registry.Tick(t0 + later);
+    ASSERT_EQ(lost.size(), 1u);
+    EXPECT_EQ(lost[0].name, "b");
+    EXPECT_EQ(lost[0].job_id, "job-1");
+    EXPECT_EQ(lost[0].why, absl::StrCat("no heartbeat for ", absl::FormatDuration(later),
+                                        " (timeout 5s)"));
+  }
+  EXPECT_EQ(StateOf(registry, "c", t0 + absl::Seconds(7)), v1::WorkerInfo::LOST);
+  registry.Release("b");
+  EXPECT_THAT(registry.Tick(t0 + absl::Seconds(8)), IsEmpty());
+}
+
 TEST(WorkerRegistryTest, Draining_StaysDrainingThroughLossAndBack_UntilANewIncarnation) {
   WorkerRegistry registry(absl::Seconds(5));
   absl::Time now = absl::UnixEpoch() + absl::Hours(1);

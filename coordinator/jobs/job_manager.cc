@@ -244,6 +244,12 @@ absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate
   return job->Status(false);
 }
 
+void JobManager::WorkersLost(const std::vector<WorkerRegistry::LostWorker>& lost) {
+  for (const WorkerRegistry::LostWorker& worker : lost) {
+    if (std::shared_ptr<JobRecord> job = Find(worker.job_id)) job->WorkerLost(worker.name, worker.why);
+  }
+}
+
 std::shared_ptr<JobRecord> JobManager::Find(const std::string& id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);

@@ -107,6 +107,9 @@ class JobManager {
 
   // Places queued jobs on idle workers; the coordinator's monitor thread calls it each tick.
   void Schedule();
+  // Tells each running job which of its workers the registry holds LOST (WorkerRegistry::Tick),
+  // so a call waiting on a silent worker fails at the heartbeat timeout, whatever the call.
+  void WorkersLost(const std::vector<WorkerRegistry::LostWorker>& lost);
   // Cancels everything (the coordinator is stopping).
   void Shutdown();
 

@@ -316,6 +316,11 @@ bool JobRecord::cancel_requested() const {
   return cancel_requested_;
 }
 
+void JobRecord::WorkerLost(const std::string& worker, const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  if (run_ != nullptr) run_->WorkerLost(worker, why);
+}
+
 void JobRecord::SetRun(JobRun* run) {
   absl::MutexLock lock(&mu_);
   run_ = run;

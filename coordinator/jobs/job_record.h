@@ -106,6 +106,8 @@ class JobRecord : public TrainerReporter {
   // Cancel: a running trainer is asked to stop; whoever holds it finishes the job.
   void RequestCancel();
   bool cancel_requested() const;
+  // The registry holds `worker` LOST (`why`): the running run, if any, stops calling it.
+  void WorkerLost(const std::string& worker, const std::string& why);
   void SetRun(JobRun* run);
 
  private:

@@ -24,6 +24,10 @@ class JobRun {
   virtual void Teardown() = 0;
   // Stops Run from any thread.
   virtual void Cancel() = 0;
+  // From any thread, repeatedly while it lasts: `worker` is silent past the heartbeat timeout
+  // (`why`). Run's calls to it stop and Run answers UNAVAILABLE naming it; a run that calls no
+  // worker has nothing to stop.
+  virtual void WorkerLost(const std::string& worker, const std::string& why) {}
   // Workers a call could not reach.
   virtual std::vector<std::string> unreachable_workers() const = 0;
   // After Teardown: unreachable, failed to tear down, or drained.

@@ -1,10 +1,13 @@
 #include "coordinator/jobs/run_workers.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/channel.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace dtrain {
 
@@ -35,6 +38,27 @@ void RunWorkers::Cancel() {
   calls_.CancelAll();
 }
 
+void RunWorkers::MarkLost(const std::string& name, const std::string& why) {
+  for (int i = 0; i < size(); ++i) {
+    if (workers_[i].name() != name) continue;
+    {
+      absl::MutexLock lock(&lost_mu_);
+      lost_.emplace(i, why);
+    }
+    // Every tick while the loss lasts, so a call started just as it was marked is cancelled too.
+    calls_.CancelAll();
+  }
+}
+
+absl::Status RunWorkers::LostStatus(const std::string& what) const {
+  absl::MutexLock lock(&lost_mu_);
+  if (lost_.empty()) return absl::OkStatus();
+  const auto& [worker, why] = *lost_.begin();
+  return absl::UnavailableError(absl::StrCat(
+      what, " lost ", Describe(worker), " (", why,
+      "): it was stopped, its process died or its host became unreachable; see that worker's log"));
+}
+
 void RunWorkers::NoteUnreachable(const std::vector<grpc::Status>& results) {
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].error_code() == grpc::StatusCode::UNAVAILABLE) {
@@ -46,18 +70,25 @@ void RunWorkers::NoteUnreachable(const std::vector<grpc::Status>& results) {
 absl::Status RunWorkers::OnEvery(const std::string& what, const Call& call,
                                  absl::Duration timeout) {
   if (cancelled_) return absl::CancelledError("the job was cancelled");
+  DTRAIN_RETURN_IF_ERROR(LostStatus(what));
   return Judge(what, calls_.Run(size(), call, kFailureGrace, absl::Now() + timeout));
 }
 
 absl::Status RunWorkers::OnEveryAsync(const std::string& what, const AsyncCall& start,
                                       absl::Duration timeout) {
   if (cancelled_) return absl::CancelledError("the job was cancelled");
+  DTRAIN_RETURN_IF_ERROR(LostStatus(what));
   return Judge(what, calls_.RunAsync(size(), start, kFailureGrace, absl::Now() + timeout));
 }
 
 absl::Status RunWorkers::Judge(const std::string& what, const std::vector<grpc::Status>& results) {
   NoteUnreachable(results);
   if (cancelled_) return absl::CancelledError("the job was cancelled");
+  const bool all_ok =
+      std::all_of(results.begin(), results.end(), [](const grpc::Status& s) { return s.ok(); });
+  // A worker the registry lost is the root cause of whatever failed with it (its peers' group
+  // errors, or calls cancelled because of it).
+  if (!all_ok) DTRAIN_RETURN_IF_ERROR(LostStatus(what));
   // The root cause first: a call cancelled after another failed is secondary.
   for (const bool skip_cancelled : {true, false}) {
     for (size_t i = 0; i < results.size(); ++i) {
@@ -79,11 +110,21 @@ absl::Status RunWorkers::Judge(const std::string& what, const std::vector<grpc::
 
 void RunWorkers::Teardown() {
   if (stubs_.empty()) return;
+  // A lost worker is not waited for (a stopped one would take all of kTeardownTimeout); it drops
+  // the job itself once it heartbeats again (WorkerRegistry's abandoned_job).
+  std::set<int> lost;
+  {
+    absl::MutexLock lock(&lost_mu_);
+    for (const auto& [worker, why] : lost_) lost.insert(worker);
+  }
   // Not through calls_: a cancelled job still tears down.
   ParallelCalls teardown;
   const std::vector<grpc::Status> results = teardown.Run(
       size(),
       [&](int i, grpc::ClientContext* context) {
+        if (lost.count(i) > 0) {
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE, "lost: not torn down");
+        }
         v1::TeardownRequest request;
         request.set_job_id(job_id_);
         request.set_all_ranks(true);
@@ -105,10 +146,19 @@ std::vector<std::string> RunWorkers::Names(const std::set<int>& workers) const {
   return names;
 }
 
-std::vector<std::string> RunWorkers::unreachable() const { return Names(unreachable_); }
+std::vector<std::string> RunWorkers::unreachable() const {
+  std::set<int> unreachable = unreachable_;
+  absl::MutexLock lock(&lost_mu_);
+  for (const auto& [worker, why] : lost_) unreachable.insert(worker);
+  return Names(unreachable);
+}
 
 std::vector<std::string> RunWorkers::lost() const {
   std::set<int> lost = unreachable_;
+  {
+    absl::MutexLock lock(&lost_mu_);
+    for (const auto& [worker, why] : lost_) lost.insert(worker);
+  }
   lost.insert(teardown_failed_.begin(), teardown_failed_.end());
   return Names(lost);
 }

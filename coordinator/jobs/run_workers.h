@@ -9,12 +9,15 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/parallel_calls.h"
 #include "dtrain/v1/coordinator.pb.h"
@@ -54,13 +57,18 @@ class RunWorkers {
 
   // Stops the calls under way (each worker stops before its next batch) and every later one.
   void Cancel();
+  // From any thread: the registry holds `name` LOST (`why`). The calls under way are cancelled
+  // (a silent worker would hold them until gRPC's keepalive gives up, ~15 s) and they, and
+  // every later call, answer UNAVAILABLE naming it. Idempotent; unknown names are ignored.
+  void MarkLost(const std::string& name, const std::string& why);
   bool cancelled() const { return cancelled_; }
 
   // Tears the job down on every worker, bounded by kTeardownTimeout, cancelled or not: a
   // stopped or unreachable worker does not hold the others (or the job's outcome) hostage.
   void Teardown();
 
-  // Workers a call could not reach (UNAVAILABLE): likely dead, not to be placed blindly again.
+  // Workers a call could not reach (UNAVAILABLE) or marked lost: likely dead, not to be placed
+  // blindly again.
   std::vector<std::string> unreachable() const;
   // After Teardown: the unreachable workers and those whose teardown failed (stopped, hung).
   std::vector<std::string> lost() const;
@@ -70,6 +78,8 @@ class RunWorkers {
   absl::Status Judge(const std::string& what, const std::vector<grpc::Status>& results);
   void NoteUnreachable(const std::vector<grpc::Status>& results);
   std::vector<std::string> Names(const std::set<int>& workers) const;
+  // The first worker marked lost, as Judge reports it; OK when none is.
+  absl::Status LostStatus(const std::string& what) const;
 
   const std::string job_id_;
   const std::vector<v1::WorkerInfo> workers_;
@@ -79,6 +89,8 @@ class RunWorkers {
   std::atomic<bool> cancelled_{false};
   std::set<int> unreachable_;
   std::set<int> teardown_failed_;
+  mutable absl::Mutex lost_mu_;  // MarkLost comes from the coordinator's monitor thread
+  std::map<int, std::string> lost_ ABSL_GUARDED_BY(lost_mu_);  // worker -> why
 };
 
 }  // namespace dtrain

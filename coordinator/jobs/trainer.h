@@ -100,6 +100,10 @@ class Trainer final : public TrainerControl, public JobRun {
   const std::vector<std::string>& drained_workers() const override { return drained_; }
   // Stops Run: running RPCs are cancelled (each worker stops before its next batch).
   void Cancel() override { workers_.Cancel(); }
+  // Fails the calls under way and every later one, naming the worker (RunWorkers::MarkLost).
+  void WorkerLost(const std::string& worker, const std::string& why) override {
+    workers_.MarkLost(worker, why);
+  }
 
   // TrainerControl, for the callbacks.
   int64_t global_step() const override { return global_step_; }

@@ -253,9 +253,10 @@ absl::Duration WorkerRegistry::heartbeat_timeout() const {
   return TimeoutLocked();
 }
 
-void WorkerRegistry::Tick(absl::Time now) {
+std::vector<WorkerRegistry::LostWorker> WorkerRegistry::Tick(absl::Time now) {
   absl::MutexLock lock(&mu_);
   const absl::Duration timeout = TimeoutLocked();
+  std::vector<LostWorker> lost_placed;
   for (auto it = workers_.begin(); it != workers_.end();) {
     const absl::Duration silent = now - it->second.last_seen;
     const std::string& name = it->first;
@@ -274,8 +275,19 @@ void WorkerRegistry::Tick(absl::Time now) {
                  {{"worker", name}, {"job", it->second.info.job_id()}});
       it->second.info.set_state(v1::WorkerInfo::LOST);
     }
+    if (it->second.info.state() == v1::WorkerInfo::LOST) {
+      auto placed = assigned_.find(name);
+      if (placed != assigned_.end()) {
+        lost_placed.push_back(
+            {name, placed->second,
+             absl::StrCat("no heartbeat for ",
+                          absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(10))),
+                          " (timeout ", absl::FormatDuration(timeout), ")")});
+      }
+    }
     ++it;
   }
+  return lost_placed;
 }
 
 }  // namespace dtrain

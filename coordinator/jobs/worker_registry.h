@@ -64,8 +64,16 @@ class WorkerRegistry final : public WorkerDirectory {
   std::vector<std::string> Draining(const std::vector<std::string>& names) const;
   // By name, with state and last_seen_ms_ago as of `now`.
   std::vector<v1::WorkerInfo> List(absl::Time now) const override;
-  // Marks silent workers LOST and forgets long-lost ones.
-  void Tick(absl::Time now);
+  // A worker that is LOST while placed on a job, and why, for that job's run to stop calling it.
+  struct LostWorker {
+    std::string name;
+    std::string job_id;
+    std::string why;  // "no heartbeat for 5.02s (timeout 5s)"
+  };
+  // Marks silent workers LOST and forgets long-lost ones. Returns every LOST worker still
+  // placed on a job, on every tick and not only when it goes LOST: a run that starts a call at
+  // the moment it is told still hears of the loss at the next tick.
+  std::vector<LostWorker> Tick(absl::Time now);
   absl::Duration heartbeat_interval() const override;
   absl::Duration heartbeat_timeout() const override;
 
