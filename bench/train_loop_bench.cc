@@ -8,6 +8,7 @@
 // (Unix seconds) starts every process of a ceiling at once, and start/end (Unix seconds) let
 // the script compute their joint rate over the same interval dtrain's timer spans.
 #include <cstdio>
+#include <memory>
 #include <numeric>
 
 #include <torch/torch.h>
@@ -25,6 +26,9 @@ ABSL_FLAG(std::string, model, "cnn", "mlp or cnn");
 ABSL_FLAG(int, batch, 128, "samples per step");
 ABSL_FLAG(int, steps, 100, "timed steps");
 ABSL_FLAG(int, warmup, 10, "untimed steps first");
+ABSL_FLAG(int, warm_process, 0,
+          "steps on a throwaway model before the measured one is made (a worker daemon's "
+          "process is warm from its earlier jobs: libraries initialized, heap grown)");
 ABSL_FLAG(int, threads, 0, "libtorch threads (0: one per core)");
 ABSL_FLAG(int, rank, 0, "this process's slice of each global batch");
 ABSL_FLAG(int, world_size, 1, "processes sharing each global batch");
@@ -45,37 +49,67 @@ int main(int argc, char** argv) {
   dtrain::v1::DataSpec spec;
   spec.set_builtin("fashion-mnist");
   auto data = dtrain::Dataset::Load(spec);
-  auto model = dtrain::BuiltinModel(absl::GetFlag(FLAGS_model), 1);
-  if (!data.ok() || !model.ok()) {
-    std::fprintf(stderr, "%s\n", (!data.ok() ? data.status() : model.status()).ToString().c_str());
+  if (!data.ok()) {
+    std::fprintf(stderr, "%s\n", data.status().ToString().c_str());
     return 1;
   }
-  auto optimizer =
-      dtrain::MakeOptimizer(model->Parameters(), {.name = "sgd", .lr = 0.05, .momentum = 0.9});
-  model->Train(true);
   const int batch = absl::GetFlag(FLAGS_batch);
   const int64_t n = (*data)->Splits()[0].second;
   const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world_size);
-  const double start_at = absl::GetFlag(FLAGS_start_at);
-  if (start_at > 0)
-    absl::SleepFor(absl::FromUnixSeconds(0) + absl::Seconds(start_at) - absl::Now());
-  absl::Time start = absl::Now();
-  const int total = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_steps);
-  for (int step = 0; step < total; ++step) {
-    if (step == absl::GetFlag(FLAGS_warmup)) start = absl::Now();
-    std::vector<int64_t> indices(batch);
-    // A new batch of consecutive samples each step, disjoint across the ranks of a ceiling.
-    std::iota(indices.begin(), indices.end(),
-              (int64_t{step} * batch * world + int64_t{rank} * batch) % (n - batch));
-    auto b = (*data)->Batch("train", indices);
-    (*optimizer)->zero_grad();
-    auto loss = model->TrainingStep(*b, step);
-    if (!loss.ok()) {
-      std::fprintf(stderr, "%s\n", loss.status().ToString().c_str());
-      return 1;
+  struct Trainee {
+    dtrain::LightningModule model;
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+  };
+  auto make = [&]() -> absl::StatusOr<Trainee> {
+    auto model = dtrain::BuiltinModel(absl::GetFlag(FLAGS_model), 1);
+    if (!model.ok()) return model.status();
+    auto optimizer =
+        dtrain::MakeOptimizer(model->Parameters(), {.name = "sgd", .lr = 0.05, .momentum = 0.9});
+    if (!optimizer.ok()) return optimizer.status();
+    model->Train(true);
+    return Trainee{*std::move(model), *std::move(optimizer)};
+  };
+  // `steps` steps of `t`; the clock starts (into `start`) at step `timed_from`.
+  auto train = [&](Trainee& t, int steps, int timed_from, absl::Time& start) -> absl::Status {
+    for (int step = 0; step < steps; ++step) {
+      if (step == timed_from) start = absl::Now();
+      std::vector<int64_t> indices(batch);
+      // A new batch of consecutive samples each step, disjoint across the ranks of a ceiling.
+      std::iota(indices.begin(), indices.end(),
+                (int64_t{step} * batch * world + int64_t{rank} * batch) % (n - batch));
+      auto b = (*data)->Batch("train", indices);
+      t.optimizer->zero_grad();
+      auto loss = t.model.TrainingStep(*b, step);
+      if (!loss.ok()) return loss.status();
+      loss->backward();
+      t.optimizer->step();
     }
-    loss->backward();
-    (*optimizer)->step();
+    return absl::OkStatus();
+  };
+  absl::Time start;
+  absl::Status trained = absl::OkStatus();
+  if (const int warm = absl::GetFlag(FLAGS_warm_process); warm > 0) {
+    auto throwaway = make();
+    trained = throwaway.ok() ? train(*throwaway, warm, -1, start) : throwaway.status();
+  }
+  auto measured = make();
+  if (trained.ok() && !measured.ok()) trained = measured.status();
+  if (trained.ok()) {
+    const double start_at = absl::GetFlag(FLAGS_start_at);
+    if (start_at > 0) {
+      const absl::Duration wait = absl::FromUnixSeconds(0) + absl::Seconds(start_at) - absl::Now();
+      // A late start would leave the ceiling's processes staggered and its joint rate low.
+      if (wait < absl::ZeroDuration())
+        std::fprintf(stderr, "warning: --start_at passed %s ago\n",
+                     absl::FormatDuration(-wait).c_str());
+      absl::SleepFor(wait);
+    }
+    trained = train(*measured, absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_steps),
+                    absl::GetFlag(FLAGS_warmup), start);
+  }
+  if (!trained.ok()) {
+    std::fprintf(stderr, "%s\n", trained.ToString().c_str());
+    return 1;
   }
   const absl::Time end = absl::Now();
   const double seconds = absl::ToDoubleSeconds(end - start);
