@@ -600,8 +600,8 @@ TEST_P(JobsFaultTest, WorkerLostDuringValidation_JobFailsWithinTheHeartbeatTimeo
   CommandResult first = Dtrain("fit --output json --config " + WriteJob("slowval", job));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const std::string id = ParseJson(first.output).fields().at("id").string_value();
-  ASSERT_TRUE(WaitFor([&] { return GetJob(id).progress().phase() == "validate"; },
-                      absl::Seconds(30)))
+  ASSERT_TRUE(
+      WaitFor([&] { return GetJob(id).progress().phase() == "validate"; }, absl::Seconds(30)))
       << GetJob(id).DebugString();
   const absl::Time start = absl::Now();
   cluster_->worker("w1").process().Kill(signal);
@@ -620,7 +620,8 @@ TEST_P(JobsFaultTest, WorkerLostDuringValidation_JobFailsWithinTheHeartbeatTimeo
     // worker, continued, drops the job and serves again.
     cluster_->worker("w1").process().Kill(SIGCONT);
     EXPECT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(20)));
-    CommandResult next = Dtrain("fit --wait --config " + WriteJob("after", SyntheticJob("after", 1)));
+    CommandResult next =
+        Dtrain("fit --wait --config " + WriteJob("after", SyntheticJob("after", 1)));
     EXPECT_EQ(next.exit_code, 0) << next.output;
   }
 }

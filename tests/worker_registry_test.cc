@@ -81,8 +81,8 @@ TEST(WorkerRegistryTest, Tick_ReturnsLostPlacedWorkers_WithTheirJob_UntilRelease
   for (const char* name : {"a", "b", "c"}) ASSERT_TRUE(registry.Register(Worker(name, 1), t0).ok());
   ASSERT_EQ(registry.Reserve("job-1", 2, 2, {}, t0).size(), 2u);  // a and b
   v1::WorkerHeartbeatResponse response;
-  ASSERT_TRUE(registry.Heartbeat(Beat("a", 1, "job-1", false), t0 + absl::Seconds(3), &response)
-                  .ok());
+  ASSERT_TRUE(
+      registry.Heartbeat(Beat("a", 1, "job-1", false), t0 + absl::Seconds(3), &response).ok());
   EXPECT_THAT(registry.Tick(t0 + absl::Seconds(4)), IsEmpty()) << "nobody silent past 5 s yet";
   // b (placed) and c (idle) are silent past the timeout; only b is a job's concern.
   for (const absl::Duration later : {absl::Seconds(6), absl::Seconds(7)}) {
@@ -90,8 +90,8 @@ TEST(WorkerRegistryTest, Tick_ReturnsLostPlacedWorkers_WithTheirJob_UntilRelease
     ASSERT_EQ(lost.size(), 1u);
     EXPECT_EQ(lost[0].name, "b");
     EXPECT_EQ(lost[0].job_id, "job-1");
-    EXPECT_EQ(lost[0].why, absl::StrCat("no heartbeat for ", absl::FormatDuration(later),
-                                        " (timeout 5s)"));
+    EXPECT_EQ(lost[0].why,
+              absl::StrCat("no heartbeat for ", absl::FormatDuration(later), " (timeout 5s)"));
   }
   EXPECT_EQ(StateOf(registry, "c", t0 + absl::Seconds(7)), v1::WorkerInfo::LOST);
   registry.Release("b");

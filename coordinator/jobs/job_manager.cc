@@ -246,7 +246,8 @@ absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate
 
 void JobManager::WorkersLost(const std::vector<WorkerRegistry::LostWorker>& lost) {
   for (const WorkerRegistry::LostWorker& worker : lost) {
-    if (std::shared_ptr<JobRecord> job = Find(worker.job_id)) job->WorkerLost(worker.name, worker.why);
+    if (std::shared_ptr<JobRecord> job = Find(worker.job_id))
+      job->WorkerLost(worker.name, worker.why);
   }
 }
 
