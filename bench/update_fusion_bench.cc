@@ -16,7 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -86,9 +87,9 @@ void Rank(Shared& s, int rank, bool fused) {
   const float lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   const float momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
   float* mine = s.grad[rank].data();
-  auto param = torch::from_blob(s.param[rank].data(), {n});
-  auto grad = torch::from_blob(mine, {n});
-  auto buffer = torch::zeros({n});                   // separate: momentum for every parameter
+  auto param = at::from_blob(s.param[rank].data(), {n});
+  auto grad = at::from_blob(mine, {n});
+  auto buffer = at::zeros({n});                      // separate: momentum for every parameter
   std::vector<float> half_buffer(end - begin, 0.f);  // fused: momentum for this rank's half
   bool sense = false;
   const int steps = absl::GetFlag(FLAGS_steps);
@@ -101,7 +102,7 @@ void Rank(Shared& s, int rank, bool fused) {
       float* out[2] = {s.grad[0].data() + begin, s.grad[1].data() + begin};
       dtrain::ReduceInRankOrder<float>(in, 2, out, 2, end - begin, dtrain::ReductionKind::kMean);
       s.barrier.ArriveAndWait(sense);
-      torch::NoGradGuard no_grad;
+      c10::NoGradGuard no_grad;
       buffer.mul_(momentum).add_(grad);
       param.add_(buffer, -lr);
     } else {
