@@ -1,15 +1,17 @@
 // What fusing a ZeRO-1 optimizer update into the shm reduction could save on a small model: two
 // ranks as two threads pinned to their own cores, a gradient bucket each (the MLP's 203,530
-// floats by default), timed per step from "both buckets written" to "both ranks hold the new
-// parameters":
+// floats by default), each variant's time per step over --steps steps (the slower rank's):
+//   none      the baseline every variant pays: the bucket written (backward's stand-in), a barrier
 //   separate  what a ddp rank does today: the shm plane's reduction of its half of the bucket
-//             into both buckets (ReduceInRankOrder), a barrier, then torch's SGD with momentum
-//             over all its parameters (the ops torch::optim::SGD runs)
+//             into both buckets (ReduceInRankOrder), a barrier, then SGD with momentum over all
+//             its parameters (the ATen ops torch::optim::SGD runs)
 //   fused     each rank reduces its half, applies SGD with momentum to that half while it is in
 //             cache (momentum kept for that half only) and writes the new parameters into both
-//             ranks' copies, then one barrier
-// It measures the memory traffic only: the fused arithmetic is not checked against torch's
-// rounding here, which a real fused update would have to match. Prints one JSON row.
+//             ranks' copies, then a barrier
+//   whole     one barrier a step: each rank reduces every element into its own bucket
+//             (alternating two bucket pairs so a peer may already fill the next), then SGD
+// It measures memory traffic and synchronization only: the fused arithmetic is not checked
+// against torch's rounding, which a real fused update would have to match. Prints one JSON row.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -55,7 +57,7 @@ class SpinBarrier {
 
 struct Shared {
   int64_t n;
-  std::vector<float> grad[2], param[2];
+  std::vector<float> grad[2][2], param[2];  // grad[pair][rank]
   SpinBarrier barrier;
   std::vector<double> micros[2];
 };
@@ -80,62 +82,78 @@ inline void SgdBlock(float* __restrict buf, float* __restrict own, float* __rest
   }
 }
 
-void Rank(Shared& s, int rank, bool fused) {
+enum class Variant { kNone, kSeparate, kFused, kWhole };
+constexpr const char* kNames[] = {"none", "separate", "fused", "whole"};
+
+void Rank(Shared& s, int rank, Variant variant) {
   (void)dtrain::PinCurrentThread({rank});
   dtrain::SetComputeThreads(1);
   const int64_t n = s.n, half = n / 2, begin = rank == 0 ? 0 : half, end = rank == 0 ? half : n;
   const float lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   const float momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
-  float* mine = s.grad[rank].data();
   auto param = at::from_blob(s.param[rank].data(), {n});
-  auto grad = at::from_blob(mine, {n});
-  auto buffer = at::zeros({n});                      // separate: momentum for every parameter
+  auto buffer = at::zeros({n});                      // momentum for every parameter
   std::vector<float> half_buffer(end - begin, 0.f);  // fused: momentum for this rank's half
   bool sense = false;
   const int steps = absl::GetFlag(FLAGS_steps);
+  absl::Time start;
   for (int step = -100; step < steps; ++step) {  // 100 untimed steps first
+    if (step == 0) start = absl::Now();
+    // whole: the buckets alternate by step, so a rank may fill one while its peer still
+    // reads the other; the others use the first pair only.
+    std::vector<float>* grads = s.grad[variant == Variant::kWhole ? (step & 1) : 0];
+    float* mine = grads[rank].data();
     WriteGradients(mine, n, step, rank);
     s.barrier.ArriveAndWait(sense);
-    const absl::Time start = absl::Now();
-    const float* in[2] = {s.grad[0].data() + begin, s.grad[1].data() + begin};
-    if (!fused) {
-      float* out[2] = {s.grad[0].data() + begin, s.grad[1].data() + begin};
-      dtrain::ReduceInRankOrder<float>(in, 2, out, 2, end - begin, dtrain::ReductionKind::kMean);
-      s.barrier.ArriveAndWait(sense);
-      c10::NoGradGuard no_grad;
-      buffer.mul_(momentum).add_(grad);
-      param.add_(buffer, -lr);
-    } else {
-      // 512 floats: the block stays in L1 between the passes, and a fixed trip count lets
-      // the compiler vectorize at -O2 (as ReduceInRankOrder does).
-      constexpr int64_t kBlock = 512;
-      alignas(64) float mean[kBlock];
-      int64_t b = begin;
-      for (; b + kBlock <= end; b += kBlock) {
-        const float* block_in[2] = {s.grad[0].data() + b, s.grad[1].data() + b};
-        float* block_out[1] = {mean};
-        dtrain::ReduceInRankOrder<float>(block_in, 2, block_out, 1, kBlock,
-                                         dtrain::ReductionKind::kMean);
-        SgdBlock<kBlock>(half_buffer.data() + (b - begin), s.param[rank].data() + b,
-                         s.param[1 - rank].data() + b, mean, kBlock, momentum, lr);
+    c10::NoGradGuard no_grad;
+    switch (variant) {
+      case Variant::kNone:
+        s.barrier.ArriveAndWait(sense);
+        break;
+      case Variant::kSeparate: {
+        const float* in[2] = {grads[0].data() + begin, grads[1].data() + begin};
+        float* out[2] = {grads[0].data() + begin, grads[1].data() + begin};
+        dtrain::ReduceInRankOrder<float>(in, 2, out, 2, end - begin, dtrain::ReductionKind::kMean);
+        s.barrier.ArriveAndWait(sense);
+        buffer.mul_(momentum).add_(at::from_blob(mine, {n}));
+        param.add_(buffer, -lr);
+        break;
       }
-      if (b < end) {
-        const float* block_in[2] = {s.grad[0].data() + b, s.grad[1].data() + b};
-        float* block_out[1] = {mean};
-        dtrain::ReduceInRankOrder<float>(block_in, 2, block_out, 1, end - b,
-                                         dtrain::ReductionKind::kMean);
-        SgdBlock<0>(half_buffer.data() + (b - begin), s.param[rank].data() + b,
-                    s.param[1 - rank].data() + b, mean, end - b, momentum, lr);
+      case Variant::kWhole: {
+        const float* in[2] = {grads[0].data(), grads[1].data()};
+        float* out[1] = {mine};
+        dtrain::ReduceInRankOrder<float>(in, 2, out, 1, n, dtrain::ReductionKind::kMean);
+        buffer.mul_(momentum).add_(at::from_blob(mine, {n}));
+        param.add_(buffer, -lr);
+        break;
+      }
+      case Variant::kFused: {
+        // 512 floats: the block stays in L1 between the passes, and a fixed trip count lets
+        // the compiler vectorize at -O2 (as ReduceInRankOrder does).
+        constexpr int64_t kBlock = 512;
+        alignas(64) float mean[kBlock];
+        for (int64_t b = begin; b < end; b += kBlock) {
+          const int64_t count = std::min(kBlock, end - b);
+          const float* block_in[2] = {grads[0].data() + b, grads[1].data() + b};
+          float* block_out[1] = {mean};
+          dtrain::ReduceInRankOrder<float>(block_in, 2, block_out, 1, count,
+                                           dtrain::ReductionKind::kMean);
+          float* buf = half_buffer.data() + (b - begin);
+          float* own = s.param[rank].data() + b;
+          float* other = s.param[1 - rank].data() + b;
+          if (count == kBlock) {
+            SgdBlock<kBlock>(buf, own, other, mean, count, momentum, lr);
+          } else {
+            SgdBlock<0>(buf, own, other, mean, count, momentum, lr);
+          }
+        }
+        // The peer's half of this rank's parameters must be in place before the next forward.
+        s.barrier.ArriveAndWait(sense);
+        break;
       }
     }
-    s.barrier.ArriveAndWait(sense);
-    if (step >= 0) s.micros[rank].push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
   }
-}
-
-double Median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
+  s.micros[rank].push_back(absl::ToDoubleMicroseconds(absl::Now() - start) / steps);
 }
 
 }  // namespace
@@ -143,18 +161,19 @@ double Median(std::vector<double> v) {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   std::printf("{\"elements\": %lld", static_cast<long long>(absl::GetFlag(FLAGS_elements)));
-  for (bool fused : {false, true}) {
+  for (Variant variant : {Variant::kNone, Variant::kSeparate, Variant::kFused, Variant::kWhole}) {
     Shared s;
     s.n = absl::GetFlag(FLAGS_elements);
     for (int r = 0; r < 2; ++r) {
-      s.grad[r].assign(s.n, 0.f);
+      s.grad[0][r].assign(s.n, 0.f);
+      s.grad[1][r].assign(s.n, 0.f);
       s.param[r].assign(s.n, 0.5f);
     }
-    std::thread t0(Rank, std::ref(s), 0, fused), t1(Rank, std::ref(s), 1, fused);
+    std::thread t0(Rank, std::ref(s), 0, variant), t1(Rank, std::ref(s), 1, variant);
     t0.join();
     t1.join();
-    std::printf(", \"%s_us\": [%.1f, %.1f]", fused ? "fused" : "separate", Median(s.micros[0]),
-                Median(s.micros[1]));
+    std::printf(", \"%s_us\": %.1f", kNames[static_cast<int>(variant)],
+                std::max(s.micros[0][0], s.micros[1][0]));
   }
   std::printf("}\n");
   return 0;
