@@ -86,7 +86,9 @@ enum class Variant { kNone, kSeparate, kFused, kWhole };
 constexpr const char* kNames[] = {"none", "separate", "fused", "whole"};
 
 void Rank(Shared& s, int rank, Variant variant) {
-  (void)dtrain::PinCurrentThread({rank});
+  // Unpinned, the two ranks may share a core and the numbers mean nothing: say so.
+  if (absl::Status pinned = dtrain::PinCurrentThread({rank}); !pinned.ok())
+    std::fprintf(stderr, "warning: rank %d not pinned: %s\n", rank, pinned.ToString().c_str());
   dtrain::SetComputeThreads(1);
   const int64_t n = s.n, half = n / 2, begin = rank == 0 ? 0 : half, end = rank == 0 ? half : n;
   const float lr = static_cast<float>(absl::GetFlag(FLAGS_lr));

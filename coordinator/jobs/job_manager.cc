@@ -18,6 +18,7 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "coordinator/jobs/job_artifacts.h"
 #include "coordinator/jobs/job_record.h"
 #include "coordinator/jobs/model_checkpoint.h"
 #include "coordinator/jobs/run_policy.h"
@@ -29,107 +30,6 @@ JobManager::JobManager(JobManagerOptions options, WorkerRegistry* workers, Acces
     : options_(std::move(options)), workers_(workers), access_(access) {}
 
 JobManager::~JobManager() { Shutdown(); }
-
-namespace {
-
-// The files a spec names by content, with the field naming each.
-std::vector<std::pair<std::string, std::string>> SpecArtifacts(const v1::JobSpec& spec) {
-  std::vector<std::pair<std::string, std::string>> out;
-  auto add = [&](const char* field, const std::string& value) {
-    if (IsArtifactReference(value)) out.emplace_back(field, ArtifactDigest(value));
-  };
-  add("model.torchscript", spec.model().torchscript());
-  add("data.tensors_file", spec.data().tensors_file());
-  add("data.data_dir", spec.data().data_dir());
-  add("ckpt_path", spec.ckpt_path());
-  return out;
-}
-
-// Every stored file `job` names: its spec's uploads, where it resumes from, the files it kept.
-std::set<std::string> DigestsNamedBy(const JobRecord& job) {
-  std::set<std::string> named;
-  for (const auto& [field, digest] : SpecArtifacts(job.spec())) named.insert(digest);
-  const std::string resume = job.ckpt_path();
-  if (IsArtifactReference(resume)) named.insert(ArtifactDigest(resume));
-  for (const v1::JobFile& file : job.Files()) {
-    if (!file.digest().empty()) named.insert(file.digest());
-  }
-  return named;
-}
-
-}  // namespace
-
-void JobManager::SetArtifactStore(ArtifactStore* artifacts) { artifacts_ = artifacts; }
-
-void JobManager::Track(const std::shared_ptr<JobRecord>& job) {
-  job->SetFilesDropped([this](std::vector<std::string> digests) {
-    int removed = 0;
-    FreeUnused(digests, &removed);
-  });
-}
-
-std::set<std::string> JobManager::NamedDigests() const {
-  std::vector<std::shared_ptr<JobRecord>> jobs;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, job] : jobs_) jobs.push_back(job);
-  }
-  std::set<std::string> named;
-  for (const auto& job : jobs) named.merge(DigestsNamedBy(*job));
-  return named;
-}
-
-int64_t JobManager::FreeUnused(const std::vector<std::string>& digests, int* removed) {
-  if (artifacts_ == nullptr || digests.empty()) return 0;
-  absl::MutexLock freeing(&free_mu_);
-  const std::set<std::string> named = NamedDigests();
-  int64_t freed = 0;
-  for (const std::string& digest : digests) {
-    if (named.count(digest) > 0) continue;
-    absl::StatusOr<int64_t> size = artifacts_->Size(digest);
-    if (!size.ok()) continue;
-    if (artifacts_->Delete(digest).ok()) {
-      freed += *size;
-      ++*removed;
-    }
-  }
-  return freed;
-}
-
-absl::StatusOr<std::string> JobManager::ResolveFile(const std::string& reference) const {
-  if (!IsJobFileReference(reference)) return reference;
-  std::string job_id, name;
-  if (!SplitJobFileReference(reference, &job_id, &name)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", reference,
-                     "' is not a job file reference; write job:<job id>/<file name>, e.g. "
-                     "job:fashion-cnn-1/last.ckpt (dtrain results JOB lists its files)"));
-  }
-  std::shared_ptr<JobRecord> job = Find(job_id);
-  if (job == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("'", reference, "': no job '", job_id, "' (deleted?); see dtrain list"));
-  }
-  std::vector<std::string> names;
-  for (const v1::JobFile& file : job->Files()) {
-    if (file.name() == name) {
-      return file.digest().empty() ? file.location() : ArtifactReference(file.digest());
-    }
-    names.push_back(file.name());
-  }
-  return absl::NotFoundError(absl::StrCat("'", reference, "': job '", job_id, "' keeps no file '",
-                                          name, "'; it keeps ",
-                                          names.empty() ? "none" : absl::StrJoin(names, ", ")));
-}
-
-bool JobManager::GroupMayRead(const std::string& group, const std::string& digest) const {
-  // A run's group is the job's id, or "<id>.<run>" for a later run.
-  std::shared_ptr<JobRecord> job = Find(group);
-  if (job == nullptr && group.rfind('.') != std::string::npos) {
-    job = Find(group.substr(0, group.rfind('.')));
-  }
-  return job != nullptr && DigestsNamedBy(*job).count(digest) > 0;
-}
 
 absl::StatusOr<v1::DeleteJobResponse> JobManager::Delete(const std::string& id) {
   std::shared_ptr<JobRecord> job = Find(id);

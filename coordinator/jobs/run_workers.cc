@@ -112,11 +112,7 @@ void RunWorkers::Teardown() {
   if (stubs_.empty()) return;
   // A lost worker is not waited for (a stopped one would take all of kTeardownTimeout); it drops
   // the job itself once it heartbeats again (WorkerRegistry's abandoned_job).
-  std::set<int> lost;
-  {
-    absl::MutexLock lock(&lost_mu_);
-    for (const auto& [worker, why] : lost_) lost.insert(worker);
-  }
+  const std::set<int> lost = Lost();
   // Not through calls_: a cancelled job still tears down.
   ParallelCalls teardown;
   const std::vector<grpc::Status> results = teardown.Run(
@@ -146,19 +142,22 @@ std::vector<std::string> RunWorkers::Names(const std::set<int>& workers) const {
   return names;
 }
 
-std::vector<std::string> RunWorkers::unreachable() const {
-  std::set<int> unreachable = unreachable_;
+std::set<int> RunWorkers::Lost() const {
   absl::MutexLock lock(&lost_mu_);
-  for (const auto& [worker, why] : lost_) unreachable.insert(worker);
+  std::set<int> lost;
+  for (const auto& [worker, why] : lost_) lost.insert(worker);
+  return lost;
+}
+
+std::vector<std::string> RunWorkers::unreachable() const {
+  std::set<int> unreachable = Lost();
+  unreachable.insert(unreachable_.begin(), unreachable_.end());
   return Names(unreachable);
 }
 
 std::vector<std::string> RunWorkers::lost() const {
-  std::set<int> lost = unreachable_;
-  {
-    absl::MutexLock lock(&lost_mu_);
-    for (const auto& [worker, why] : lost_) lost.insert(worker);
-  }
+  std::set<int> lost = Lost();
+  lost.insert(unreachable_.begin(), unreachable_.end());
   lost.insert(teardown_failed_.begin(), teardown_failed_.end());
   return Names(lost);
 }

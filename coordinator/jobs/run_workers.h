@@ -80,6 +80,8 @@ class RunWorkers {
   std::vector<std::string> Names(const std::set<int>& workers) const;
   // The first worker marked lost, as Judge reports it; OK when none is.
   absl::Status LostStatus(const std::string& what) const;
+  // The workers marked lost.
+  std::set<int> Lost() const;
 
   const std::string job_id_;
   const std::vector<v1::WorkerInfo> workers_;
