@@ -20,10 +20,18 @@ enum class ReductionKind { kSum, kMean, kMax, kMin };
 // i < count, divided by `inputs` for kMean. Max and min propagate NaN, as torch.maximum and
 // torch.minimum do. An output may be one of the inputs (the reduction reads a block of every
 // input before it writes that block anywhere); otherwise outputs and inputs must not overlap.
-// Defined for float and double.
+// Defined for float and double. Runs the widest build of the kernel this CPU supports.
 template <typename T>
 void ReduceInRankOrder(const T* const* in, int inputs, T* const* out, int outputs, int64_t count,
                        ReductionKind kind);
+
+// The same, always in the build for any CPU: for tests that compare the builds bitwise.
+template <typename T>
+void ReduceInRankOrderGeneric(const T* const* in, int inputs, T* const* out, int outputs,
+                              int64_t count, ReductionKind kind);
+
+// Which build ReduceInRankOrder runs here: "avx2" or "generic".
+const char* ReductionInstructionSet();
 
 }  // namespace dtrain
 
