@@ -421,7 +421,9 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     v1::BatchResult* r = result.add_batches();
     r->set_batch_idx(batch_idx);
     r->set_size(BatchSize(batch));
-    (*r->mutable_scalars())["loss"] = loss.detach().to(torch::kFloat64).item<double>();
+    // item<double> reads the one element and widens it exactly, as .to(kFloat64) would, without
+    // a detached view, a conversion kernel and a tensor per step (~3 us of a 0.9 ms MLP step).
+    (*r->mutable_scalars())["loss"] = loss.item<double>();
     for (const auto& [name, value] : a.model().TakeTrainingExtras()) {
       (*r->mutable_scalars())[name] = value;
     }
