@@ -59,6 +59,34 @@ TEST(TensorConvert, EveryWireDType_RoundTripsBitExactly) {
   EXPECT_EQ(transposed->ToVector<int64_t>(), (std::vector<int64_t>{0, 3, 1, 4, 2, 5}));
 }
 
+TEST(TensorConvert, ReportedScalar_IsTheFloat64ConversionsValue_ForEveryDType) {
+  // Values that a careless read would change: 0.1 in float32 (not 0.1 as a double), a large
+  // int64 that rounds on the way to double, NaN, the reduced-precision float types, a bool, and
+  // a complex value (its real part, as the conversion gives).
+  const std::vector<torch::Tensor> ones = {
+      torch::tensor(0.1f),
+      torch::tensor(int64_t{(1LL << 53) + 1}),
+      torch::tensor(std::numeric_limits<float>::quiet_NaN()),
+      torch::tensor(1.0 / 3.0, torch::kFloat64),
+      torch::tensor(0.3f).to(torch::kBFloat16),
+      torch::tensor(0.3f).to(torch::kHalf),
+      torch::tensor(true),
+      torch::tensor({2.5f}),  // one element, one dimension
+      torch::complex(torch::tensor(1.25f), torch::tensor(-4.0f)),
+  };
+  for (const torch::Tensor& one : ones) {
+    const double want = one.to(torch::kFloat64).item<double>();
+    const double got = ReportedScalar(one);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << one.scalar_type();
+    } else {
+      EXPECT_EQ(got, want) << one.scalar_type();
+    }
+  }
+  EXPECT_EQ(ReportedScalar(torch::tensor(0.1f)), static_cast<double>(0.1f));
+  EXPECT_NE(ReportedScalar(torch::tensor(0.1f)), 0.1);
+}
+
 TEST(TensorConvert, BadInput_InvalidArgument) {
   HostTensor short_data = HostTensor::FromVector<float>(v1::DTYPE_FLOAT32, {3}, {1.0f});
   EXPECT_EQ(ToTorch(short_data).status().code(), absl::StatusCode::kInvalidArgument);

@@ -73,7 +73,7 @@ absl::Status InField(const std::string& field, const absl::Status& status) {
 void AddOutputs(const StepOutput& out, bool with_tensors, v1::BatchResult* result) {
   for (const auto& [key, value] : out) {
     if (value.numel() == 1 && (value.is_floating_point() || value.dim() == 0)) {
-      (*result->mutable_scalars())[key] = value.to(torch::kFloat64).item<double>();
+      (*result->mutable_scalars())[key] = ReportedScalar(value);
     } else if (with_tensors) {
       absl::StatusOr<HostTensor> host = FromTorch(value.detach());
       if (host.ok()) ToProto(*host, &(*result->mutable_tensors())[key]);
@@ -298,7 +298,7 @@ absl::StatusOr<v1::DryRunResponse> Job::DryRun(const v1::DryRunRequest& request,
     report.set_batch(DescribeBatch(batch));
     a.SetTrainingMode(true);
     DTRAIN_ASSIGN_OR_RETURN(torch::Tensor loss, a.TrainingStep(batch, 0));
-    report.set_loss(a.TrainingStepEnd(loss).to(torch::kFloat64).item<double>());
+    report.set_loss(ReportedScalar(a.TrainingStepEnd(loss)));
     for (const std::string& key : a.model().last_training_keys()) {
       report.add_training_step_keys(key);
     }
@@ -421,9 +421,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     v1::BatchResult* r = result.add_batches();
     r->set_batch_idx(batch_idx);
     r->set_size(BatchSize(batch));
-    // item<double> reads the one element and widens it exactly, as .to(kFloat64) would, without
-    // a detached view, a conversion kernel and a tensor per step (~3 us of a 0.9 ms MLP step).
-    (*r->mutable_scalars())["loss"] = loss.item<double>();
+    (*r->mutable_scalars())["loss"] = ReportedScalar(loss);
     for (const auto& [name, value] : a.model().TakeTrainingExtras()) {
       (*r->mutable_scalars())[name] = value;
     }

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "worker/tensor_convert.h"
 #include "worker/torch_status.h"
 
 namespace dtrain {
@@ -94,7 +95,7 @@ absl::StatusOr<torch::Tensor> LightningModule::TrainingLoss(const c10::IValue& o
       if (!entry.key().isString() || entry.key().toStringRef() == "loss") continue;
       if (!entry.value().isTensor() || entry.value().toTensor().numel() != 1) continue;
       auto& [sum, count] = training_extras_[entry.key().toStringRef()];
-      sum += entry.value().toTensor().detach().to(torch::kFloat64).item<double>();
+      sum += ReportedScalar(entry.value().toTensor());
       ++count;
     }
     loss = out.toGenericDict().at("loss").toTensor();

@@ -6,6 +6,10 @@
 
 namespace dtrain {
 
+double ReportedScalar(const torch::Tensor& one) {
+  return one.is_complex() ? one.to(torch::kFloat64).item<double>() : one.item<double>();
+}
+
 absl::StatusOr<torch::ScalarType> ToScalarType(v1::DType dtype) {
   switch (dtype) {
     case v1::DTYPE_FLOAT32:

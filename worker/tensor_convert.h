@@ -17,6 +17,12 @@ absl::StatusOr<torch::Tensor> ToTorch(const HostTensor& tensor);
 // does not carry (complex, quantized, ...).
 absl::StatusOr<HostTensor> FromTorch(const torch::Tensor& tensor);
 
+// A one-element tensor's value as the double a step reports (a loss, a logged scalar): the same
+// value as .to(kFloat64).item<double>(), read from the element itself for real dtypes, without the
+// conversion kernel and the tensor that costs on every training step; complex values keep that
+// path (their real part).
+double ReportedScalar(const torch::Tensor& one);
+
 absl::StatusOr<torch::ScalarType> ToScalarType(v1::DType dtype);
 absl::StatusOr<v1::DType> ToWireDType(torch::ScalarType type);
 
