@@ -1,14 +1,44 @@
 #include "tests/network_namespaces.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace dtrain::testing {
 namespace {
 
-// 10.<200..249>: one range per test process, so parallel tests do not collide.
-std::string Prefix() { return absl::StrCat("10.", 200 + getpid() % 50); }
+// 10.<200..249>: one range per test process, so tests running in parallel never share one:
+// two processes with the same range would each add a route to the same /24 in this namespace,
+// and the replies to one test's hosts would leave through the other test's link (its workers
+// then cannot reach their coordinator). A range is this process's while it holds an flock on
+// the range's lock file (the kernel lets go when the process ends, however it ends), and it
+// must not be on any interface already (a test killed before its clean-up leaves its links).
+// Chosen once, starting from the pid so parallel tests rarely try the same one first.
+std::string Prefix() {
+  static const std::string prefix = [] {
+    const std::string in_use = RunShell("ip -4 -o addr show 2>&1").output;
+    for (int i = 0; i < 50; ++i) {
+      const int second = 200 + (getpid() + i) % 50;
+      const std::string lock = absl::StrCat("/tmp/dtrain-test-net-10.", second, ".lock");
+      const int fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+      if (fd < 0) continue;
+      if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        continue;
+      }
+      if (absl::StrContains(in_use, absl::StrCat(" 10.", second, "."))) {
+        close(fd);
+        continue;
+      }
+      return absl::StrCat("10.", second);  // fd stays open: the lock is held until exit
+    }
+    return absl::StrCat("10.", 200 + getpid() % 50);  // all 50 taken: the old rule
+  }();
+  return prefix;
+}
 std::string Tag() { return absl::StrCat(getpid() % 100000); }
 
 }  // namespace
