@@ -22,6 +22,10 @@ void AcceptClientKeepalive(grpc::ServerBuilder& builder) {
                              kKeepaliveTimeMs / 2);
 }
 
+void ListenExclusively(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+}
+
 std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address) {
   return ConnectToCoordinator(address, ClientToken());
 }

@@ -26,4 +26,11 @@ std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address,
 // server accepts its own clients' pings instead.
 void AcceptClientKeepalive(grpc::ServerBuilder& builder);
 
+// gRPC binds its listening sockets with SO_REUSEPORT on Linux, so a second server started on a
+// port already served (a second coordinator on the same --listen, say) starts without an error
+// and the kernel then splits new connections between the two: workers register with one
+// coordinator or the other, silently. Every dtrain server binds its port alone instead, so the
+// second start fails saying the address is in use.
+void ListenExclusively(grpc::ServerBuilder& builder);
+
 }  // namespace dtrain

@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/http_port_alone.h"
 
 namespace dtrain {
 
@@ -19,6 +20,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   const std::string host = listen.substr(0, colon);
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   server->server_ = std::make_unique<httplib::Server>();
+  BindPortAlone(*server->server_);
   server->server_->Get(
       "/metrics", [registry](const httplib::Request&, httplib::Response& response) {
         response.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");

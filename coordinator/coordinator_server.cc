@@ -127,6 +127,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   EnableStandardServices();
   grpc::ServerBuilder builder;
   AcceptClientKeepalive(builder);
+  ListenExclusively(builder);
   builder.AddListeningPort(server->options_.listen_address,
                            server->options_.credentials != nullptr
                                ? server->options_.credentials

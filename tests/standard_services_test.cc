@@ -11,6 +11,7 @@
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <httplib.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
@@ -145,6 +146,63 @@ TEST(StandardServices, WorkerHealthAndReflection) {
       RunShell(absl::StrCat(DTRAIN_CLI_BIN " health ", address, " --service=dtrain.v1.Jobs 2>&1"));
   EXPECT_EQ(unknown.exit_code, 3) << unknown.output;
   EXPECT_THAT(unknown.output, HasSubstr("NOT_FOUND"));
+}
+
+// gRPC would let a second server bind a port already served (SO_REUSEPORT) and the kernel would
+// split new connections between the two; dtrain's servers refuse to start instead, and the
+// first keeps serving every client.
+TEST(StandardServices, PortAlreadyServed_ASecondServerRefusesToStart_TheFirstServesOn) {
+  auto cluster = NewCluster();
+  const int metrics_port = FreeTcpPort();
+  ASSERT_GT(metrics_port, 0);
+  const std::string http_port_file = cluster->dir() + "/http.port";
+  ASSERT_TRUE(cluster->StartCoordinator(
+      "127.0.0.1:0", {"--http_listen=127.0.0.1:0", "--http_port_file=" + http_port_file,
+                      absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port)}));
+  const int http_port = WaitForPortFile(http_port_file, absl::Seconds(10));
+  ASSERT_GT(http_port, 0);
+  ASSERT_TRUE(cluster->AddWorker("first-w"));
+  const std::string address = cluster->address();
+  // The same gRPC port; then a free one with the dashboard's or the metrics' port taken.
+  const std::string second = absl::StrCat(
+      "timeout 20 " DTRAIN_COORDINATOR_BIN " --state_dir=", cluster->dir(), "/second-state ");
+  const CommandResult coordinator = RunShell(absl::StrCat(second, "--listen=", address, " 2>&1"));
+  EXPECT_EQ(coordinator.exit_code, 1) << coordinator.output;
+  EXPECT_THAT(coordinator.output, HasSubstr("cannot listen on " + address));
+  EXPECT_THAT(coordinator.output, HasSubstr("already in use"));
+  const CommandResult dashboard = RunShell(
+      absl::StrCat(second, "--listen=127.0.0.1:0 --http_listen=127.0.0.1:", http_port, " 2>&1"));
+  EXPECT_EQ(dashboard.exit_code, 1) << dashboard.output;
+  EXPECT_THAT(dashboard.output, HasSubstr(absl::StrCat("cannot listen on 127.0.0.1:", http_port,
+                                                       " for the dashboard")));
+  const CommandResult metrics = RunShell(absl::StrCat(
+      second, "--listen=127.0.0.1:0 --metrics_listen=127.0.0.1:", metrics_port, " 2>&1"));
+  EXPECT_EQ(metrics.exit_code, 1) << metrics.output;
+  EXPECT_THAT(metrics.output, HasSubstr(absl::StrCat("cannot listen on 127.0.0.1:", metrics_port,
+                                                     " for /metrics")));
+  const std::string worker_address = absl::StrCat("127.0.0.1:", cluster->worker("first-w").port());
+  const CommandResult worker = RunShell(
+      absl::StrCat("timeout 20 " DTRAIN_WORKER_BIN " --name=second-w --coordinator=", address,
+                   " --listen=", worker_address, " 2>&1"));
+  EXPECT_EQ(worker.exit_code, 1) << worker.output;
+  EXPECT_THAT(worker.output, HasSubstr("cannot listen on " + worker_address));
+  // New connections all reach the first servers: ten fresh channels, each answered.
+  for (int i = 0; i < 10; ++i) {
+    auto status = Check(address, "dtrain.v1.Coordinator");
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_EQ(*status, HealthStatus::SERVING);
+    auto worker_status = Check(worker_address, "dtrain.v1.Worker");
+    ASSERT_TRUE(worker_status.ok()) << worker_status.status();
+    httplib::Client web("127.0.0.1", http_port);
+    auto page = web.Get("/login");
+    ASSERT_TRUE(page) << "the first coordinator's dashboard did not answer";
+    EXPECT_EQ(page->status, 200);
+    httplib::Client scraper("127.0.0.1", metrics_port);
+    auto scraped = scraper.Get("/metrics");
+    ASSERT_TRUE(scraped) << "the first coordinator's /metrics did not answer";
+    EXPECT_THAT(scraped->body, HasSubstr("dtrain_"));
+  }
+  EXPECT_EQ(cluster->AliveWorkers(), 1);
 }
 
 }  // namespace

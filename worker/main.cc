@@ -325,6 +325,7 @@ int main(int argc, char** argv) {
   dtrain::EnableStandardServices();
   grpc::ServerBuilder builder;
   dtrain::AcceptClientKeepalive(builder);
+  dtrain::ListenExclusively(builder);
   int port = 0;
   builder.AddListeningPort(listen, *credentials, &port);
   builder.SetMaxReceiveMessageSize(dtrain::kMaxMessageBytes);

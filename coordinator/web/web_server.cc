@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/file_reference.h"
+#include "common/http_port_alone.h"
 #include "common/job_spec.h"
 #include "coordinator/web/dashboard_assets.h"
 #include "coordinator/web/web_access.h"
@@ -164,6 +165,7 @@ absl::StatusOr<std::unique_ptr<WebServer>> WebServer::Start(WebServerOptions opt
   } else {
     server->server_ = std::make_unique<httplib::Server>();
   }
+  BindPortAlone(*server->server_);
   // Live streams hold a thread each: room for several open dashboards beside the API calls.
   server->server_->new_task_queue = [] { return new httplib::ThreadPool(32); };
   server->AddRoutes();
