@@ -34,6 +34,9 @@ ABSL_FLAG(int, rank, 0, "this process's slice of each global batch");
 ABSL_FLAG(int, world_size, 1, "processes sharing each global batch");
 ABSL_FLAG(std::string, cpus, "", "pin the training thread to these cores, as a worker's --cpus");
 ABSL_FLAG(double, start_at, 0, "Unix time to start training at (0: at once)");
+ABSL_FLAG(std::string, step_times, "",
+          "if set, each timed step's duration in microseconds is written to this file, one per "
+          "line (bench/sync_bound.sh pairs two ranks' steps)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -70,9 +73,18 @@ int main(int argc, char** argv) {
     return Trainee{*std::move(model), *std::move(optimizer)};
   };
   // `steps` steps of `t`; the clock starts (into `start`) at step `timed_from`.
+  std::vector<double> step_us;
   auto train = [&](Trainee& t, int steps, int timed_from, absl::Time& start) -> absl::Status {
+    absl::Time step_start;
     for (int step = 0; step < steps; ++step) {
       if (step == timed_from) start = absl::Now();
+      if (timed_from >= 0 && step > timed_from) {
+        const absl::Time now = absl::Now();
+        step_us.push_back(absl::ToDoubleMicroseconds(now - step_start));
+        step_start = now;
+      } else if (step == timed_from) {
+        step_start = start;
+      }
       std::vector<int64_t> indices(batch);
       // A new batch of consecutive samples each step, disjoint across the ranks of a ceiling.
       std::iota(indices.begin(), indices.end(),
@@ -83,6 +95,9 @@ int main(int argc, char** argv) {
       if (!loss.ok()) return loss.status();
       loss->backward();
       t.optimizer->step();
+    }
+    if (timed_from >= 0 && steps > timed_from) {
+      step_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - step_start));
     }
     return absl::OkStatus();
   };
@@ -112,6 +127,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   const absl::Time end = absl::Now();
+  if (const std::string path = absl::GetFlag(FLAGS_step_times); !path.empty()) {
+    FILE* out = std::fopen(path.c_str(), "w");
+    if (out == nullptr) {
+      std::fprintf(stderr, "--step_times: cannot write %s\n", path.c_str());
+      return 1;
+    }
+    for (double us : step_us) std::fprintf(out, "%.3f\n", us);
+    std::fclose(out);
+  }
   const double seconds = absl::ToDoubleSeconds(end - start);
   std::printf(
       "{\"system\": \"libtorch-loop\", \"model\": \"%s\", \"ranks\": 1, \"batch\": %d, "

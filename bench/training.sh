@@ -17,7 +17,11 @@
 #                               step to last, no warm-up excluded): all samples / (last end -
 #                               first start); each process warmed first by 5 steps of a
 #                               throwaway model, as a worker daemon is warm from its earlier
-#                               jobs (each pass's cluster runs a short unmeasured job first)
+#                               jobs (each pass's cluster runs a short unmeasured job first);
+#                               with each step's time kept, so that the table also says what a
+#                               synchronous run (ranks waiting for each other every step, as
+#                               ddp's all-reduce makes them) could keep of it with a free,
+#                               instant all-reduce: rank skew's share (bench/sync_bound.sh)
 # Each run measures every system twice (two passes, in the order above), and each system's
 # faster pass counts: this VM only ever slows a measurement (one core loses up to a third for
 # seconds), so the faster pass is the better estimate, and the ceiling and the systems it bounds
@@ -102,16 +106,21 @@ ceiling_once() {  # model run
   for i in 0 1; do
     "$build/bench/dtrain-bench-train-loop" --model "$model" --batch "$batch" --threads 1 \
       --warm_process 5 --warmup 0 --rank $i --world_size 2 --start_at "$at" \
-      --steps "${steps[$model]}" \
+      --steps "${steps[$model]}" --step_times "$work/ceiling-steps-$i.txt" \
       ${pins[$i]:+--cpus="${pins[$i]}"} > "$work/ceiling-$i.json" &
   done
   wait
+  # synchronous_share: what a run whose ranks wait for each other every step (a free, instant
+  # all-reduce) keeps of this ceiling: the two loops' step times paired (bench/sync_bound.sh).
   cat "$work/ceiling-0.json" "$work/ceiling-1.json" | /usr/bin/python3 -c "
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
 span = max(r['end'] for r in rows) - min(r['start'] for r in rows)
+a, b = ([float(l) for l in open(f'$work/ceiling-steps-{i}.txt')] for i in (0, 1))
 print(json.dumps({'system': 'compute-ceiling', 'model': '$model', 'ranks': 2, 'batch': $batch,
-                  'run': $run, 'samples_per_s': round(sum(r['samples'] for r in rows) / span, 1)}))"
+                  'run': $run, 'samples_per_s': round(sum(r['samples'] for r in rows) / span, 1),
+                  'synchronous_share': round(max(sum(a), sum(b)) /
+                                             sum(max(x, y) for x, y in zip(a, b)), 4)}))"
 }
 
 for run in $(seq 1 "$runs"); do
@@ -216,6 +225,12 @@ for model in ("mlp", "cnn"):
         over = {k for k in ceiling for s in ("dtrain-auto", "dtrain-gloo", "dtrain-grpc")
                 if runs(s, model).get(k, 0) > ceiling[k]}
         print(f"{model:6} runs where a dtrain row exceeded the ceiling: {len(over)} of {len(ceiling)}")
+        sync = [r["synchronous_share"] for r in rows if r["system"] == "compute-ceiling"
+                and r["model"] == model and "synchronous_share" in r]
+        if sync:
+            print(f"{model:6} a synchronous run with a free all-reduce (the ceiling's steps paired): "
+                  f"{100 * statistics.median(sync):.1f}% of the ceiling "
+                  f"({100 * min(sync):.1f}-{100 * max(sync):.1f}%)")
     by = {(r["system"], r["model"]): r for r in rows}
     single = by.get(("dtrain-single", model)); loop = by.get(("libtorch-loop-1", model))
     if single and loop:
