@@ -79,8 +79,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 1;
   }
-  auto optimizer = dtrain::MakeOptimizer(
-      model->Parameters(), {.name = "sgd", .lr = kLr, .momentum = kMomentum});
+  auto optimizer =
+      dtrain::MakeOptimizer(model->Parameters(), {.name = "sgd", .lr = kLr, .momentum = kMomentum});
   if (!optimizer.ok()) {
     std::fprintf(stderr, "%s\n", optimizer.status().ToString().c_str());
     return 1;
@@ -183,8 +183,8 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"model\": \"%s\", \"batch\": %d, \"threads\": %d, \"rounds\": %zu, "
         "\"job_over_loop_median\": %.4f, \"min\": %.4f, \"max\": %.4f}\n",
-        model_name.c_str(), batch, at::get_num_threads(), ratios.size(),
-        ratios[ratios.size() / 2], ratios.front(), ratios.back());
+        model_name.c_str(), batch, at::get_num_threads(), ratios.size(), ratios[ratios.size() / 2],
+        ratios.front(), ratios.back());
   }
   return 0;
 }
