@@ -1,11 +1,10 @@
-// What a dtrain rank costs per step beyond the plain libtorch loop, in one process: the loop of
-// dtrain-bench-train-loop (zoo model, Dataset::Batch, SGD with momentum, zero_grad/forward/
-// backward/step) and a Job made by Job::Setup (single_device, the same model, data and
-// optimizer) driven by Job::Train with index batches as the coordinator sends them, both on the
-// same thread and cores, over the same indices, alternating in rounds so drifts of the machine
-// hit both alike. Prints one JSON row per round and a summary row with the median of the
-// job's rate over the loop's. --side=loop or --side=job runs only one of them, e.g. under
-// `valgrind --tool=callgrind` to count the instructions each spends per step.
+// What a dtrain rank costs per step beyond the plain libtorch loop, in one process: the
+// compute ceiling's loop (bench/plain_loop.h) and a Job made by Job::Setup (single_device, the
+// same model, data and optimizer) driven by Job::Train with index batches as the coordinator
+// sends them, both on the same thread and cores, over the same indices, alternating in rounds
+// so drifts of the machine hit both alike. Prints one JSON row per round and a summary row with
+// the median of the job's rate over the loop's. --side=loop or --side=job runs only one of
+// them, e.g. under `valgrind --tool=callgrind` to count the instructions each spends per step.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -18,12 +17,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
-#include "worker/compute_threads.h"
-#include "worker/cpu_affinity.h"
+#include "bench/plain_loop.h"
 #include "worker/dataset.h"
 #include "worker/job.h"
-#include "worker/model_zoo.h"
-#include "worker/optimizers.h"
 
 ABSL_FLAG(std::string, model, "mlp", "mlp or cnn");
 ABSL_FLAG(int, batch, 64, "samples per step");
@@ -39,11 +35,6 @@ namespace {
 
 constexpr double kLr = 0.05, kMomentum = 0.9;
 
-struct Loop {
-  dtrain::LightningModule model;
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,14 +44,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--side: '%s' is not one of both, loop, job\n", side.c_str());
     return 2;
   }
-  dtrain::SetComputeThreads(absl::GetFlag(FLAGS_threads));
-  if (const std::string list = absl::GetFlag(FLAGS_cpus); !list.empty()) {
-    auto cpus = dtrain::CheckCpuList(list);
-    absl::Status pinned = cpus.ok() ? dtrain::PinCurrentThread(*cpus) : cpus.status();
-    if (!pinned.ok()) {
-      std::fprintf(stderr, "--cpus: %s\n", pinned.ToString().c_str());
-      return 2;
-    }
+  if (absl::Status ready = dtrain::bench::PrepareTrainingThread(absl::GetFlag(FLAGS_threads),
+                                                                absl::GetFlag(FLAGS_cpus));
+      !ready.ok()) {
+    std::fprintf(stderr, "--cpus: %s\n", ready.ToString().c_str());
+    return 2;
   }
   const std::string model_name = absl::GetFlag(FLAGS_model);
   const int batch = absl::GetFlag(FLAGS_batch), steps = absl::GetFlag(FLAGS_steps);
@@ -74,19 +62,11 @@ int main(int argc, char** argv) {
   }
   const int64_t n = (*data)->Splits()[0].second;
 
-  auto model = dtrain::BuiltinModel(model_name, 1);
-  if (!model.ok()) {
-    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+  auto loop = dtrain::bench::PlainLoop::Make(model_name, kLr, kMomentum);
+  if (!loop.ok()) {
+    std::fprintf(stderr, "%s\n", loop.status().ToString().c_str());
     return 1;
   }
-  auto optimizer =
-      dtrain::MakeOptimizer(model->Parameters(), {.name = "sgd", .lr = kLr, .momentum = kMomentum});
-  if (!optimizer.ok()) {
-    std::fprintf(stderr, "%s\n", optimizer.status().ToString().c_str());
-    return 1;
-  }
-  model->Train(true);
-  Loop loop{*std::move(model), *std::move(optimizer)};
 
   dtrain::v1::SetupRequest request;
   request.set_job_id("step-overhead");
@@ -128,13 +108,8 @@ int main(int argc, char** argv) {
   auto run_loop = [&](const std::vector<std::vector<int64_t>>& batches) -> absl::StatusOr<double> {
     const absl::Time start = absl::Now();
     for (size_t i = 0; i < batches.size(); ++i) {
-      auto b = (*data)->Batch("train", batches[i]);
-      if (!b.ok()) return b.status();
-      loop.optimizer->zero_grad();
-      auto loss = loop.model.TrainingStep(*b, static_cast<int64_t>(i));
-      if (!loss.ok()) return loss.status();
-      loss->backward();
-      loop.optimizer->step();
+      absl::Status stepped = loop->Step(**data, batches[i], static_cast<int64_t>(i));
+      if (!stepped.ok()) return stepped;
     }
     return absl::ToDoubleSeconds(absl::Now() - start);
   };

@@ -16,11 +16,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
-#include "worker/compute_threads.h"
-#include "worker/cpu_affinity.h"
+#include "bench/plain_loop.h"
 #include "worker/dataset.h"
-#include "worker/model_zoo.h"
-#include "worker/optimizers.h"
 
 ABSL_FLAG(std::string, model, "cnn", "mlp or cnn");
 ABSL_FLAG(int, batch, 128, "samples per step");
@@ -36,18 +33,15 @@ ABSL_FLAG(std::string, cpus, "", "pin the training thread to these cores, as a w
 ABSL_FLAG(double, start_at, 0, "Unix time to start training at (0: at once)");
 ABSL_FLAG(std::string, step_times, "",
           "if set, each timed step's duration in microseconds is written to this file, one per "
-          "line (bench/sync_bound.sh pairs two ranks' steps)");
+          "line (bench/training.sh pairs the ceiling's two ranks' steps)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  dtrain::SetComputeThreads(absl::GetFlag(FLAGS_threads));
-  if (const std::string list = absl::GetFlag(FLAGS_cpus); !list.empty()) {
-    auto cpus = dtrain::CheckCpuList(list);
-    absl::Status pinned = cpus.ok() ? dtrain::PinCurrentThread(*cpus) : cpus.status();
-    if (!pinned.ok()) {
-      std::fprintf(stderr, "--cpus: %s\n", pinned.ToString().c_str());
-      return 2;
-    }
+  if (absl::Status ready = dtrain::bench::PrepareTrainingThread(absl::GetFlag(FLAGS_threads),
+                                                                absl::GetFlag(FLAGS_cpus));
+      !ready.ok()) {
+    std::fprintf(stderr, "--cpus: %s\n", ready.ToString().c_str());
+    return 2;
   }
   dtrain::v1::DataSpec spec;
   spec.set_builtin("fashion-mnist");
@@ -59,45 +53,23 @@ int main(int argc, char** argv) {
   const int batch = absl::GetFlag(FLAGS_batch);
   const int64_t n = (*data)->Splits()[0].second;
   const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world_size);
-  struct Trainee {
-    dtrain::LightningModule model;
-    std::unique_ptr<torch::optim::Optimizer> optimizer;
-  };
-  auto make = [&]() -> absl::StatusOr<Trainee> {
-    auto model = dtrain::BuiltinModel(absl::GetFlag(FLAGS_model), 1);
-    if (!model.ok()) return model.status();
-    auto optimizer =
-        dtrain::MakeOptimizer(model->Parameters(), {.name = "sgd", .lr = 0.05, .momentum = 0.9});
-    if (!optimizer.ok()) return optimizer.status();
-    model->Train(true);
-    return Trainee{*std::move(model), *std::move(optimizer)};
-  };
-  // `steps` steps of `t`; the clock starts (into `start`) at step `timed_from`.
+  auto make = [&] { return dtrain::bench::PlainLoop::Make(absl::GetFlag(FLAGS_model), 0.05, 0.9); };
+  // `steps` steps of `loop`; the clock starts (into `start`) at step `timed_from`, and each
+  // step from there on is timed on its own for --step_times.
   std::vector<double> step_us;
-  auto train = [&](Trainee& t, int steps, int timed_from, absl::Time& start) -> absl::Status {
-    absl::Time step_start;
+  auto train = [&](dtrain::bench::PlainLoop& loop, int steps, int timed_from,
+                   absl::Time& start) -> absl::Status {
     for (int step = 0; step < steps; ++step) {
-      if (step == timed_from) start = absl::Now();
-      if (timed_from >= 0 && step > timed_from) {
-        const absl::Time now = absl::Now();
-        step_us.push_back(absl::ToDoubleMicroseconds(now - step_start));
-        step_start = now;
-      } else if (step == timed_from) {
-        step_start = start;
-      }
+      const absl::Time step_start = absl::Now();
+      if (step == timed_from) start = step_start;
       std::vector<int64_t> indices(batch);
       // A new batch of consecutive samples each step, disjoint across the ranks of a ceiling.
       std::iota(indices.begin(), indices.end(),
                 (int64_t{step} * batch * world + int64_t{rank} * batch) % (n - batch));
-      auto b = (*data)->Batch("train", indices);
-      t.optimizer->zero_grad();
-      auto loss = t.model.TrainingStep(*b, step);
-      if (!loss.ok()) return loss.status();
-      loss->backward();
-      t.optimizer->step();
-    }
-    if (timed_from >= 0 && steps > timed_from) {
-      step_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - step_start));
+      if (absl::Status stepped = loop.Step(**data, indices, step); !stepped.ok()) return stepped;
+      if (timed_from >= 0 && step >= timed_from) {
+        step_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - step_start));
+      }
     }
     return absl::OkStatus();
   };

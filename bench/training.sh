@@ -21,7 +21,7 @@
 #                               with each step's time kept, so that the table also says what a
 #                               synchronous run (ranks waiting for each other every step, as
 #                               ddp's all-reduce makes them) could keep of it with a free,
-#                               instant all-reduce: rank skew's share (bench/sync_bound.sh)
+#                               instant all-reduce: rank skew's share
 # Each run measures every system twice (two passes, in the order above), and each system's
 # faster pass counts: this VM only ever slows a measurement (one core loses up to a third for
 # seconds), so the faster pass is the better estimate, and the ceiling and the systems it bounds
@@ -111,7 +111,7 @@ ceiling_once() {  # model run
   done
   wait
   # synchronous_share: what a run whose ranks wait for each other every step (a free, instant
-  # all-reduce) keeps of this ceiling: the two loops' step times paired (bench/sync_bound.sh).
+  # all-reduce) keeps of this ceiling: the two loops' step times paired, step i with step i.
   cat "$work/ceiling-0.json" "$work/ceiling-1.json" | /usr/bin/python3 -c "
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]

@@ -1,0 +1,40 @@
+#include "bench/plain_loop.h"
+
+#include "worker/compute_threads.h"
+#include "worker/cpu_affinity.h"
+#include "worker/model_zoo.h"
+#include "worker/optimizers.h"
+
+namespace dtrain::bench {
+
+absl::Status PrepareTrainingThread(int threads, const std::string& cpus) {
+  SetComputeThreads(threads);
+  if (cpus.empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<int>> checked = CheckCpuList(cpus);
+  if (!checked.ok()) return checked.status();
+  return PinCurrentThread(*checked);
+}
+
+absl::StatusOr<PlainLoop> PlainLoop::Make(const std::string& model, double lr, double momentum) {
+  absl::StatusOr<LightningModule> module = BuiltinModel(model, 1);
+  if (!module.ok()) return module.status();
+  auto optimizer =
+      MakeOptimizer(module->Parameters(), {.name = "sgd", .lr = lr, .momentum = momentum});
+  if (!optimizer.ok()) return optimizer.status();
+  module->Train(true);
+  return PlainLoop(*std::move(module), *std::move(optimizer));
+}
+
+absl::Status PlainLoop::Step(const Dataset& data, const std::vector<int64_t>& indices,
+                             int64_t batch_idx) {
+  absl::StatusOr<c10::IValue> batch = data.Batch("train", indices);
+  if (!batch.ok()) return batch.status();
+  optimizer_->zero_grad();
+  absl::StatusOr<torch::Tensor> loss = model_.TrainingStep(*batch, batch_idx);
+  if (!loss.ok()) return loss.status();
+  loss->backward();
+  optimizer_->step();
+  return absl::OkStatus();
+}
+
+}  // namespace dtrain::bench

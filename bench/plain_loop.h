@@ -1,0 +1,42 @@
+// The plain libtorch training loop the training benches measure dtrain against: a zoo model
+// (TorchScript, as a worker loads it) and SGD with momentum, one step being zero_grad, the
+// model's training_step on a Dataset::Batch, backward and the optimizer step, with no service
+// and no communication around it. One definition, so that the compute ceiling
+// (train_loop_bench.cc) and the in-process overhead comparison (step_overhead_bench.cc) run
+// exactly the same loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/dataset.h"
+#include "worker/lightning_module.h"
+
+namespace dtrain::bench {
+
+// Sets libtorch's compute threads on the calling thread and pins it to `cpus` (a --cpus list;
+// empty: not pinned), as a worker does for its step thread.
+absl::Status PrepareTrainingThread(int threads, const std::string& cpus);
+
+class PlainLoop {
+ public:
+  // `model`: a zoo name (mlp, cnn), built with seed 1 as a job's is.
+  static absl::StatusOr<PlainLoop> Make(const std::string& model, double lr, double momentum);
+
+  // One optimizer step on the training samples `indices` of `data`.
+  absl::Status Step(const Dataset& data, const std::vector<int64_t>& indices, int64_t batch_idx);
+
+ private:
+  PlainLoop(LightningModule model, std::unique_ptr<torch::optim::Optimizer> optimizer)
+      : model_(std::move(model)), optimizer_(std::move(optimizer)) {}
+  LightningModule model_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+};
+
+}  // namespace dtrain::bench
