@@ -83,15 +83,22 @@ TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
   std::ifstream csv(log_dir + "/metrics.csv");
   std::string header;
   std::getline(csv, header);
-  EXPECT_EQ(header, "epoch,step,test_acc,test_loss,train_loss,val_acc,val_loss");
+  // lr-SGD: the workers' learning rate, as Lightning's LearningRateMonitor names it.
+  EXPECT_EQ(header, "epoch,lr-SGD,step,test_acc,test_loss,train_loss,val_acc,val_loss");
   int rows = 0, val_rows = 0;
+  std::vector<double> lrs;
   for (std::string line; std::getline(csv, line); ++rows) {
     const std::vector<std::string> cells = absl::StrSplit(line, ',');
-    ASSERT_EQ(cells.size(), 7u) << line;
-    if (!cells[5].empty()) ++val_rows;
+    ASSERT_EQ(cells.size(), 8u) << line;
+    if (!cells[6].empty()) ++val_rows;
+    if (!cells[1].empty()) lrs.push_back(std::stod(cells[1]));
   }
   EXPECT_GE(rows, 4);
   EXPECT_EQ(val_rows, 4) << "val_check_interval 0.5 over 2 epochs";
+  // Logged with train_loss, the cosine schedule's lr falls from at most the spec's 0.05.
+  ASSERT_GE(lrs.size(), 2u);
+  EXPECT_LE(lrs.front(), 0.05);
+  EXPECT_LT(lrs.back(), lrs.front());
   // The resolved spec beside it, defaults included.
   const std::string hparams = ReadFile(log_dir + "/hparams.yaml");
   EXPECT_THAT(hparams, HasSubstr("name: \"synth\""));

@@ -6,9 +6,10 @@
 namespace dtrain {
 
 absl::Status EarlyStopping::OnValidationEnd(TrainerControl& trainer,
-                                            const ValidationMetrics& metrics, bool* stop) {
+                                            const ValidationMetrics& metrics) {
   const v1::EarlyStoppingConfig& e = config_;
-  if (e.monitor().empty()) return absl::OkStatus();
+  // Only fit stops early (Lightning's EarlyStopping skips trainer.validate).
+  if (e.monitor().empty() || trainer.state().stage != "fit") return absl::OkStatus();
   DTRAIN_RETURN_IF_ERROR(MonitoredValue(metrics, e.monitor(), "early_stopping").status());
   const int world = trainer.world_size();
   ranks_.resize(world);
@@ -32,7 +33,7 @@ absl::Status EarlyStopping::OnValidationEnd(TrainerControl& trainer,
   if (any) {
     trainer.Log(absl::StrCat("early stopping: ", e.monitor(), " did not improve by ", e.min_delta(),
                              " for ", e.patience(), " validations"));
-    *stop = true;
+    trainer.RequestStop();
   }
   return absl::OkStatus();
 }

@@ -14,8 +14,7 @@ class EarlyStopping final : public TrainerCallback {
  public:
   explicit EarlyStopping(v1::EarlyStoppingConfig config) : config_(std::move(config)) {}
 
-  absl::Status OnValidationEnd(TrainerControl& trainer, const ValidationMetrics& metrics,
-                               bool* stop) override;
+  absl::Status OnValidationEnd(TrainerControl& trainer, const ValidationMetrics& metrics) override;
 
  private:
   struct RankState {

@@ -18,6 +18,7 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "coordinator/jobs/grpc_worker_group.h"
 #include "coordinator/jobs/job_artifacts.h"
 #include "coordinator/jobs/job_record.h"
 #include "coordinator/jobs/model_checkpoint.h"
@@ -400,9 +401,6 @@ void JobManager::Start(const std::shared_ptr<JobRecord>& job, std::vector<v1::Wo
     absl::MutexLock lock(&mu_);
     options.coordinator = coordinator_address_;
   }
-  // Checkpoints come to the coordinator's store unless the job names a directory the workers
-  // share (normalized to "worker:/path").
-  options.checkpoint_dir = options.spec.checkpoint().dirpath();
   options.resolve_file = [this](const std::string& reference) { return ResolveFile(reference); };
   options.sibling_checkpoints = [job](const std::string& reference) {
     std::vector<std::string> out;
@@ -461,9 +459,13 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
     options.draining_workers = [this, names] { return workers_->Draining(names); };
     // The files earlier runs kept: the top-k checkpoints carry on from them.
     options.files = job->Files();
-    std::unique_ptr<JobRun> made = options_.make_run
-                                       ? options_.make_run(options, job.get())
-                                       : std::make_unique<Trainer>(options, job.get());
+    std::unique_ptr<JobRun> made =
+        options_.make_run
+            ? options_.make_run(options, job.get())
+            : std::make_unique<Trainer>(
+                  options, job.get(),
+                  std::make_unique<GrpcWorkerGroup>(options.job_id, options.workers,
+                                                    options.setup_timeout, options.step_timeout));
     JobRun& current = *made;
     job->SetRun(&current);
     RunEnding ending;

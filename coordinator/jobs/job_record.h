@@ -20,9 +20,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/log.h"
+#include "coordinator/jobs/job_run.h"
 #include "coordinator/jobs/job_store.h"
 #include "coordinator/jobs/metrics_log.h"
-#include "coordinator/jobs/trainer.h"
+#include "coordinator/jobs/trainer_reporter.h"
+#include "dtrain/v1/coordinator.pb.h"
 #include "dtrain/v1/jobs.pb.h"
 
 namespace dtrain {

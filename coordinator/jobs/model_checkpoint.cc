@@ -40,16 +40,19 @@ bool ModelCheckpoint::Better(double a, double b) const {
   return config_.mode() == "max" ? a > b : a < b;
 }
 
-absl::Status ModelCheckpoint::OnTrainBatchesEnd(TrainerControl& trainer, int64_t step_before) {
+absl::Status ModelCheckpoint::OnTrainBatchesEnd(TrainerControl& trainer,
+                                                const TrainBatches& batches) {
   const int64_t every = config_.every_n_steps();
-  if (every > 0 && trainer.global_step() / every != step_before / every) {
+  if (every > 0 && trainer.global_step() / every != batches.step_before / every) {
     return trainer.SaveCheckpoint({kLastName, {}, std::nullopt});
   }
   return absl::OkStatus();
 }
 
 absl::Status ModelCheckpoint::OnValidationEnd(TrainerControl& trainer,
-                                              const ValidationMetrics& metrics, bool* stop) {
+                                              const ValidationMetrics& metrics) {
+  // Only fit writes checkpoints (Lightning's ModelCheckpoint skips trainer.validate).
+  if (trainer.state().stage != "fit") return absl::OkStatus();
   if (config_.monitor().empty()) return trainer.SaveCheckpoint({kLastName, {}, std::nullopt});
   DTRAIN_ASSIGN_OR_RETURN(double value, MonitoredValue(metrics, config_.monitor(), "checkpoint"));
   const bool qualifies =

@@ -19,9 +19,8 @@ class ModelCheckpoint final : public TrainerCallback {
   // `kept`: the job's files so far (JobStatus.files).
   ModelCheckpoint(v1::CheckpointConfig config, const std::vector<v1::JobFile>& kept);
 
-  absl::Status OnTrainBatchesEnd(TrainerControl& trainer, int64_t step_before) override;
-  absl::Status OnValidationEnd(TrainerControl& trainer, const ValidationMetrics& metrics,
-                               bool* stop) override;
+  absl::Status OnTrainBatchesEnd(TrainerControl& trainer, const TrainBatches& batches) override;
+  absl::Status OnValidationEnd(TrainerControl& trainer, const ValidationMetrics& metrics) override;
   absl::Status OnTrainEnd(TrainerControl& trainer) override;
 
   static constexpr char kLastName[] = "last.ckpt";

@@ -8,6 +8,7 @@
 #include "common/channel.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "coordinator/jobs/worker_group.h"
 
 namespace dtrain {
 
@@ -54,9 +55,7 @@ absl::Status RunWorkers::LostStatus(const std::string& what) const {
   absl::MutexLock lock(&lost_mu_);
   if (lost_.empty()) return absl::OkStatus();
   const auto& [worker, why] = *lost_.begin();
-  return absl::UnavailableError(absl::StrCat(
-      what, " lost ", Describe(worker), " (", why,
-      "): it was stopped, its process died or its host became unreachable; see that worker's log"));
+  return WorkerLostError(what, Describe(worker), why);
 }
 
 void RunWorkers::NoteUnreachable(const std::vector<grpc::Status>& results) {
@@ -96,10 +95,7 @@ absl::Status RunWorkers::Judge(const std::string& what, const std::vector<grpc::
       if (skip_cancelled && results[i].error_code() == grpc::StatusCode::CANCELLED) continue;
       absl::Status s = FromGrpcStatus(results[i]);
       if (s.code() == absl::StatusCode::kUnavailable) {
-        return absl::UnavailableError(
-            absl::StrCat(what, " lost ", Describe(i), " (", s.message(),
-                         "): it was stopped, its process died or its host became unreachable; "
-                         "see that worker's log"));
+        return WorkerLostError(what, Describe(i), std::string(s.message()));
       }
       return absl::Status(s.code(),
                           absl::StrCat(what, " failed on ", Describe(i), ": ", s.message()));

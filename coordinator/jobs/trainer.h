@@ -1,59 +1,39 @@
-// The Trainer: runs one job's fit / validate / test / predict loops on the workers placed for
-// it, through their step RPCs (as Lightning's Trainer runs its loops on an Accelerator). It sets
-// up every worker (they form the job's group), shards the data with a DistributedSampler, sends
-// each worker several batches per step RPC and validates at val_check_interval. What happens
-// at the loop's boundaries belongs to callbacks (trainer_callback.h): ModelCheckpoint,
-// EarlyStopping, PredictionWriter. The run's workers, and every RPC to them, belong to
-// RunWorkers. Nothing waits without a deadline.
+// The Trainer: one run of a job on its WorkerGroup, as Lightning's Trainer: it sets the group up
+// (the ranks form the job's group), restores ckpt_path, then runs the stage's loops — FitLoop
+// (with validation and the test after it), EvaluationLoop (validate, test) or PredictionLoop —
+// over one TrainingState. What happens at the loops' boundaries belongs to callbacks
+// (trainer_callback.h): logging, progress and the ETA, per-rank timing, the learning rate,
+// checkpoints, early stopping and predictions. The trainer knows no wire format: the group
+// does (grpc_worker_group.h in production, a fake in tests). Time comes from an injected clock.
 //
-// Thread-safety: Run on one thread; Cancel from any.
+// Thread-safety: Run on one thread; Cancel and WorkerLost from any.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "coordinator/jobs/job_run.h"
-#include "coordinator/jobs/phase_clock.h"
-#include "coordinator/jobs/run_workers.h"
-#include "coordinator/jobs/step_call_sizer.h"
 #include "coordinator/jobs/trainer_callback.h"
+#include "coordinator/jobs/trainer_reporter.h"
+#include "coordinator/jobs/training_state.h"
+#include "coordinator/jobs/worker_group.h"
 #include "dtrain/v1/coordinator.pb.h"
 #include "dtrain/v1/jobs.pb.h"
-#include "dtrain/v1/worker.grpc.pb.h"
 
 namespace dtrain {
-
-// Where the trainer reports what happens; implemented by the job manager's record of the job.
-class TrainerReporter {
- public:
-  virtual ~TrainerReporter() = default;
-  virtual void Log(const std::string& line) = 0;
-  virtual void Progress(const v1::JobProgress& progress) = 0;
-  virtual void Metric(const std::string& name, double value, int64_t step, int64_t epoch) = 0;
-  // The job's last and best checkpoints, as a spec names them (job:<id>/<name> or a worker
-  // path).
-  virtual void Checkpoint(const std::string& last, const std::string& best) = 0;
-  // A file the job keeps (replacing one of the same name), and those of its files it no longer
-  // keeps (top-k eviction).
-  virtual void KeepFile(const v1::JobFile& file, const std::vector<std::string>& dropped) = 0;
-  virtual void Predictions(const std::string& path) = 0;
-};
 
 struct TrainerOptions {
   std::string job_id;
   v1::JobSpec spec;                     // normalized
   std::vector<v1::WorkerInfo> workers;  // placed for this job, in placement order
   std::string coordinator;              // the address workers reach the coordinator at
-  // Where checkpoints go: "" (rank 0 sends them to the coordinator's store) or a directory the
-  // workers share ("worker:/path").
-  std::string checkpoint_dir;
-  std::string output_dir;  // the job's directory (predictions)
+  std::string output_dir;               // the job's directory (predictions)
   // The files the job kept in earlier runs (its top-k checkpoints carry on from them).
   std::vector<v1::JobFile> files;
   // Resolves a spec's "job:<id>/<name>" to what a worker loads (an artifact reference or a
@@ -78,99 +58,74 @@ struct TrainerOptions {
   std::function<std::vector<std::string>()> draining_workers;
   // When the job was submitted (placement and first-step latency count from it); unset: now.
   absl::Time submitted = absl::InfinitePast();
+  Clock clock = absl::Now;
 };
 
 class Trainer final : public TrainerControl, public JobRun {
  public:
-  Trainer(TrainerOptions options, TrainerReporter* reporter);
+  Trainer(TrainerOptions options, TrainerReporter* reporter, std::unique_ptr<WorkerGroup> workers);
 
   // OK when the job succeeded; CANCELLED after Cancel; otherwise the failure, naming the
   // worker and rank where it happened. The outcome is final when Run returns; the workers are
   // still the job's until Teardown.
   absl::Status Run() override;
-  // Tears the job down on every worker (RunWorkers::Teardown).
-  void Teardown() override { workers_.Teardown(); }
+  // Tears the job down on every worker, bounded in time.
+  void Teardown() override { workers_->Teardown(); }
   // Workers a call could not reach (UNAVAILABLE): likely dead, not to be placed blindly again.
-  std::vector<std::string> unreachable_workers() const override { return workers_.unreachable(); }
+  std::vector<std::string> unreachable_workers() const override { return workers_->unreachable(); }
   // After Teardown: the unreachable workers, those whose teardown failed (stopped, hung) and
   // the drained ones.
   std::vector<std::string> lost_workers() const override;
   // Workers that were stopping, let go after a checkpoint (Run then returned UNAVAILABLE);
   // they are also in lost_workers.
   const std::vector<std::string>& drained_workers() const override { return drained_; }
-  // Stops Run: running RPCs are cancelled (each worker stops before its next batch).
-  void Cancel() override { workers_.Cancel(); }
-  // Fails the calls under way and every later one, naming the worker (RunWorkers::MarkLost).
+  // Stops Run: running calls are cancelled (each worker stops before its next batch).
+  void Cancel() override { workers_->Cancel(); }
+  // Fails the calls under way and every later one, naming the worker.
   void WorkerLost(const std::string& worker, const std::string& why) override {
-    workers_.MarkLost(worker, why);
+    workers_->MarkLost(worker, why);
   }
 
   // TrainerControl, for the callbacks.
-  int64_t global_step() const override { return global_step_; }
-  int64_t epoch() const override { return progress_.epoch(); }
-  int world_size() const override { return world_; }
+  const TrainingState& state() const override { return state_; }
+  const v1::JobSpec& spec() const override { return options_.spec; }
+  absl::Time Now() const override { return options_.clock(); }
   absl::Status SaveCheckpoint(const Save& save) override;
   void SetBestCheckpoint(const std::string& name) override;
-  absl::StatusOr<bool> AnyRankDecides(const std::vector<bool>& by_rank) override;
-  void Log(const std::string& line) override;
+  absl::StatusOr<bool> AnyRankDecides(const std::vector<bool>& by_rank) override {
+    return workers_->AnyRankDecides(by_rank);
+  }
+  void RequestStop() override { state_.should_stop = true; }
+  void Log(const std::string& line) override { reporter_->Log(line); }
+  void LogMetric(const std::string& name, double value) override {
+    reporter_->Metric(name, value, state_.global_step, state_.epoch);
+  }
+  void ReportProgress(const v1::JobProgress& progress) override { reporter_->Progress(progress); }
   void ReportPredictions(const std::string& path) override;
 
  private:
+  // The stage's loops, after setup and restore.
+  absl::Status RunStages();
   absl::Status Setup();
   // Loads spec.ckpt_path (or, when it is unreadable, the newest other checkpoint beside it);
   // sets where training resumes.
   absl::Status Resume(int64_t* start_epoch, int64_t* start_batch);
-  // Every worker loads `path`; `loaded` (optional) receives their answers.
-  absl::Status LoadCheckpoint(const std::string& path,
-                              std::vector<v1::LoadCheckpointResponse>* loaded);
+  // Every rank loads `path` (a spec's reference, resolved here).
+  absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path);
   // Before the test after fit: the weights trainer.test_ckpt_path names.
   absl::Status LoadTestWeights();
-  absl::Status TrainEpoch(int64_t epoch, int64_t start_batch, bool* stop);
-  // Runs validation (or test) over the split: sample-weighted means overall and per rank.
-  absl::Status Evaluate(const std::string& split, int64_t limit_samples, bool test,
-                        ValidationMetrics* metrics);
-  absl::Status Validate(bool* stop);
-  // Evaluate, then reports the metrics and logs them (validation during fit and the stages).
-  absl::Status EvaluateAndReport(const std::string& split, bool test, ValidationMetrics* metrics);
-  // One evaluation request per worker: each rank's unpadded shard of `split` in batches (at
-  // most limit_batches, 0: all); `shards` (optional) receives each rank's batches' indices.
-  void EvalRequests(const std::string& split, int64_t limit_samples, int64_t limit_batches,
-                    std::vector<v1::StepRequest>* requests,
-                    std::vector<std::vector<std::vector<int64_t>>>* shards) const;
-  // predict_step over the test split, handed to the callbacks as per-sample rows.
-  absl::Status Predict();
-  // Checkpoints and ends the run so that `names` (stopping) can leave; see drained_workers.
-  absl::Status LetDrainingWorkersGo(std::vector<std::string> names);
-  void Report();
   // A file the job keeps, written now at this step: the fields every kind shares.
   v1::JobFile NewJobFile(const std::string& name, const std::string& kind) const;
-  // The job log's per-rank accounting of training time.
-  void LogRankAccounting();
   // How a spec names the checkpoint `name` of this job.
   std::string CheckpointReference(const std::string& name) const;
 
   TrainerOptions options_;
-  TrainerReporter* reporter_;
-  RunWorkers workers_;
-  std::vector<std::unique_ptr<TrainerCallback>> callbacks_;
-  int world_ = 0;
-  std::map<std::string, int64_t> split_sizes_;
+  TrainerReporter* const reporter_;
+  const std::unique_ptr<WorkerGroup> workers_;
+  TrainingState state_;
+  CallbackList callbacks_;
+  std::string spec_json_;  // kept in every checkpoint's metadata
   std::vector<std::string> drained_;
-
-  v1::JobProgress progress_;
-  int64_t global_step_ = 0;
-  int64_t batches_per_epoch_ = 0;
-  int64_t total_steps_ = 0;
-  int64_t samples_done_ = 0;
-  absl::Time fit_start_;
-  PhaseClock phases_;
-  StepCallSizer call_sizer_;  // batches per training step RPC
-  bool first_step_seen_ = false;
-  // Per rank: seconds in training steps, and of those, waiting for the others' gradients.
-  std::map<int, std::pair<double, double>> rank_seconds_;
-  double last_loss_ = 0;
-  std::string last_checkpoint_;
-  std::string best_checkpoint_;
 };
 
 }  // namespace dtrain

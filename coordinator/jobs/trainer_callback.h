@@ -1,10 +1,14 @@
-// Trainer callbacks, as Lightning's: behaviour at the loop's boundaries that is not the loop
-// itself. The trainer calls them in order (ModelCheckpoint, EarlyStopping, PredictionWriter);
-// each sees the run through TrainerControl, never the workers directly.
+// Trainer callbacks, as Lightning's: behaviour at the loops' boundaries that is not the loops
+// themselves. Logging (MetricsLogger), progress and the ETA (ProgressReporter), per-rank timing
+// (RankTiming), the learning rate (LearningRateMonitor), checkpoints (ModelCheckpoint), early
+// stopping (EarlyStopping) and predictions (PredictionWriter) are callbacks; the trainer calls
+// them in the order it lists them (trainer.cc). Each sees the run through TrainerControl,
+// never the workers directly.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -12,6 +16,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/jobs/training_state.h"
+#include "coordinator/jobs/worker_group.h"
+#include "dtrain/v1/jobs.pb.h"
 
 namespace dtrain {
 
@@ -19,9 +27,15 @@ namespace dtrain {
 class TrainerControl {
  public:
   virtual ~TrainerControl() = default;
-  virtual int64_t global_step() const = 0;
-  virtual int64_t epoch() const = 0;
-  virtual int world_size() const = 0;
+  virtual const TrainingState& state() const = 0;
+  virtual const v1::JobSpec& spec() const = 0;  // normalized
+  // The run's clock (injected: tests advance it by hand).
+  virtual absl::Time Now() const = 0;
+
+  int64_t global_step() const { return state().global_step; }
+  int64_t epoch() const { return state().epoch; }
+  int world_size() const { return state().world_size; }
+
   // Every rank saves; rank 0 writes the file `name` in the job's checkpoint directory (its
   // own, whose files go to the coordinator's store, or the workers' shared dirpath), then
   // removes `evict` there. It becomes the job's last checkpoint; `monitored` is kept with it
@@ -37,13 +51,19 @@ class TrainerControl {
   // Whether any rank decided true, agreed by the ranks themselves (reduce_boolean_decision with
   // all=false on the workers), so a stop is the group's decision as in Lightning.
   virtual absl::StatusOr<bool> AnyRankDecides(const std::vector<bool>& by_rank) = 0;
+  // Ends fit at the next boundary (Lightning's trainer.should_stop).
+  virtual void RequestStop() = 0;
+
+  // The job's log, its metric points (at the current step and epoch), its progress, and its
+  // predictions file.
   virtual void Log(const std::string& line) = 0;
-  // The job's predictions file was written.
+  virtual void LogMetric(const std::string& name, double value) = 0;
+  virtual void ReportProgress(const v1::JobProgress& progress) = 0;
   virtual void ReportPredictions(const std::string& path) = 0;
 };
 
-// One validation run's metrics (val_loss, val_acc, ...): sample-weighted over all ranks, and
-// each rank's own.
+// One validation or test run's metrics (val_loss, val_acc, ...): sample-weighted over all ranks,
+// and each rank's own.
 struct ValidationMetrics {
   std::map<std::string, double> overall;
   std::vector<std::map<std::string, double>> by_rank;
@@ -55,24 +75,86 @@ struct PredictionRows {
   std::map<int64_t, std::map<std::string, std::string>> rows;
 };
 
+// One training call, as the fit loop counted it.
+struct TrainBatches {
+  int64_t step_before = 0;  // the global step before the call
+  int64_t batches = 0;      // per rank
+  bool epoch_end = false;   // the call ended the epoch
+  // Every scalar the steps returned, averaged over the call's batches on every rank: "loss",
+  // training_step's other keys, grad_norm when clipping.
+  std::map<std::string, double> means;
+  const TrainResult* result = nullptr;  // per rank: lr, timing, batches
+};
+
 class TrainerCallback {
  public:
   virtual ~TrainerCallback() = default;
-  // After each step RPC of training, once the optimizer steps are counted.
-  virtual absl::Status OnTrainBatchesEnd(TrainerControl& trainer, int64_t step_before) {
+  // The run's progress changed (a phase began, a training call ended).
+  virtual void OnProgress(TrainerControl& trainer) {}
+  // After each training call, once the optimizer steps are counted.
+  virtual absl::Status OnTrainBatchesEnd(TrainerControl& trainer, const TrainBatches& batches) {
     return absl::OkStatus();
   }
-  // After each validation during fit; set *stop to end training after it.
-  virtual absl::Status OnValidationEnd(TrainerControl& trainer, const ValidationMetrics& metrics,
-                                       bool* stop) {
+  virtual absl::Status OnTrainEpochEnd(TrainerControl& trainer) { return absl::OkStatus(); }
+  // After each validation: during fit (then RequestStop ends fit), and in stage validate.
+  virtual absl::Status OnValidationEnd(TrainerControl& trainer, const ValidationMetrics& metrics) {
+    return absl::OkStatus();
+  }
+  virtual absl::Status OnTestEnd(TrainerControl& trainer, const ValidationMetrics& metrics) {
     return absl::OkStatus();
   }
   // Once fit's epochs are over (or it stopped early).
   virtual absl::Status OnTrainEnd(TrainerControl& trainer) { return absl::OkStatus(); }
-  // After predict_step over the test split.
+  // After predict_step over the predict (or test) split.
   virtual absl::Status OnPredictEnd(TrainerControl& trainer, const PredictionRows& predictions) {
     return absl::OkStatus();
   }
+  // The run is over, with `status` (also when it failed or was cancelled).
+  virtual void OnRunEnd(TrainerControl& trainer, const absl::Status& status) {}
+};
+
+// The callbacks in order, each hook called on every one; a failing hook stops the others.
+class CallbackList {
+ public:
+  CallbackList(TrainerControl* trainer, std::vector<std::unique_ptr<TrainerCallback>> callbacks)
+      : trainer_(trainer), callbacks_(std::move(callbacks)) {}
+
+  void Progress() {
+    for (const auto& c : callbacks_) c->OnProgress(*trainer_);
+  }
+  absl::Status TrainBatchesEnd(const TrainBatches& batches) {
+    return Each([&](TrainerCallback& c) { return c.OnTrainBatchesEnd(*trainer_, batches); });
+  }
+  absl::Status TrainEpochEnd() {
+    return Each([&](TrainerCallback& c) { return c.OnTrainEpochEnd(*trainer_); });
+  }
+  absl::Status ValidationEnd(const ValidationMetrics& metrics) {
+    return Each([&](TrainerCallback& c) { return c.OnValidationEnd(*trainer_, metrics); });
+  }
+  absl::Status TestEnd(const ValidationMetrics& metrics) {
+    return Each([&](TrainerCallback& c) { return c.OnTestEnd(*trainer_, metrics); });
+  }
+  absl::Status TrainEnd() {
+    return Each([&](TrainerCallback& c) { return c.OnTrainEnd(*trainer_); });
+  }
+  absl::Status PredictEnd(const PredictionRows& predictions) {
+    return Each([&](TrainerCallback& c) { return c.OnPredictEnd(*trainer_, predictions); });
+  }
+  void RunEnd(const absl::Status& status) {
+    for (const auto& c : callbacks_) c->OnRunEnd(*trainer_, status);
+  }
+
+ private:
+  template <typename F>
+  absl::Status Each(F&& hook) {
+    for (const auto& c : callbacks_) {
+      if (absl::Status s = hook(*c); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  TrainerControl* const trainer_;
+  const std::vector<std::unique_ptr<TrainerCallback>> callbacks_;
 };
 
 // The value of `monitor` in a validation's metrics; FAILED_PRECONDITION naming `section`

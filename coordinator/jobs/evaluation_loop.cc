@@ -1,0 +1,67 @@
+#include "coordinator/jobs/evaluation_loop.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/jobs/distributed_sampler.h"
+
+namespace dtrain {
+
+absl::Status EvaluationLoop::Run(EvalKind kind) {
+  const bool test = kind == EvalKind::kTest;
+  const std::string split = test ? "test" : "val";
+  TrainingState& state = context_.state;
+  int64_t size = state.split_size(split);
+  if (size <= 0) {
+    if (state.stage == "fit") return absl::OkStatus();  // nothing to evaluate
+    return absl::FailedPreconditionError(
+        absl::StrCat("data: the dataset has no ", split, " split"));
+  }
+  context_.SetPhase(test ? "test" : "validate");
+  const v1::DataConfig& d = context_.spec.data();
+  const int64_t limit_samples = test ? d.limit_test_samples() : d.limit_val_samples();
+  if (limit_samples > 0) size = std::min(size, limit_samples);
+  const int64_t limit_batches = test ? 0 : context_.spec.trainer().limit_val_batches();
+  RankBatches batches(state.world_size);
+  for (int rank = 0; rank < state.world_size; ++rank) {
+    batches[rank] = Batches(EvalShard(size, state.world_size, rank), d.eval_batch_size());
+    if (limit_batches > 0 && static_cast<int64_t>(batches[rank].size()) > limit_batches) {
+      batches[rank].resize(limit_batches);
+    }
+  }
+  EvalResult result;
+  {
+    PhaseClock::Span timed = state.phases.Time(test ? "test" : "validation");
+    DTRAIN_ASSIGN_OR_RETURN(result, context_.workers.Evaluate(kind, batches));
+  }
+  // Sample-weighted means: every sample counts once, whichever rank saw it.
+  const std::string prefix = test ? "test_" : "val_";
+  ValidationMetrics metrics;
+  metrics.by_rank.assign(state.world_size, {});
+  std::map<std::string, std::pair<double, int64_t>> sums;
+  for (int rank = 0; rank < state.world_size && rank < static_cast<int>(result.ranks.size());
+       ++rank) {
+    std::map<std::string, std::pair<double, int64_t>> mine;
+    for (const BatchScalars& batch : result.ranks[rank]) {
+      for (const auto& [name, value] : batch.scalars) {
+        for (auto* sum : {&sums[prefix + name], &mine[prefix + name]}) {
+          sum->first += value * static_cast<double>(batch.size);
+          sum->second += batch.size;
+        }
+      }
+    }
+    for (const auto& [name, sum] : mine) {
+      if (sum.second > 0) metrics.by_rank[rank][name] = sum.first / sum.second;
+    }
+  }
+  for (const auto& [name, sum] : sums) {
+    if (sum.second > 0) metrics.overall[name] = sum.first / sum.second;
+  }
+  return test ? context_.callbacks.TestEnd(metrics) : context_.callbacks.ValidationEnd(metrics);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,145 @@
+#include "coordinator/jobs/fit_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "coordinator/jobs/distributed_sampler.h"
+#include "coordinator/jobs/model_checkpoint.h"
+
+namespace dtrain {
+
+absl::Status FitLoop::Run(int64_t start_epoch, int64_t start_batch) {
+  TrainingState& state = context_.state;
+  for (int64_t epoch = start_epoch; epoch < state.max_epochs && !state.should_stop; ++epoch) {
+    DTRAIN_RETURN_IF_ERROR(TrainEpoch(epoch, epoch == start_epoch ? start_batch : 0));
+    DTRAIN_RETURN_IF_ERROR(context_.callbacks.TrainEpochEnd());
+  }
+  return context_.callbacks.TrainEnd();
+}
+
+absl::Status FitLoop::TrainEpoch(int64_t epoch, int64_t start_batch) {
+  const v1::JobSpec& spec = context_.spec;
+  const v1::TrainerConfig& t = spec.trainer();
+  TrainingState& state = context_.state;
+  RankBatches batches(state.world_size);
+  for (int r = 0; r < state.world_size; ++r) {
+    batches[r] = Batches(TrainShard(state.split_size("train"), state.world_size, r,
+                                    spec.data().shuffle(), spec.seed_everything(), epoch),
+                         spec.data().batch_size());
+  }
+  const int64_t nb = state.batches_per_epoch;
+  const double vci = t.val_check_interval();
+  const int64_t interval =
+      vci <= 1 ? std::max<int64_t>(1, std::llround(vci * nb)) : static_cast<int64_t>(vci);
+  const int64_t accumulate = t.accumulate_grad_batches();
+  state.epoch = epoch;
+  state.batch_in_epoch = start_batch;
+  context_.SetPhase("train");
+  int64_t b = start_batch;
+  while (b < nb) {
+    if (context_.workers.cancelled()) return absl::CancelledError("the job was cancelled");
+    // A stopping worker is let go at an optimizer-step boundary (no half-accumulated
+    // gradients are lost), after a checkpoint every rank writes, so the job resumes exactly here.
+    if (b % accumulate == 0 && draining_) {
+      std::vector<std::string> draining = draining_();
+      if (!draining.empty()) return LetDrainingWorkersGo(std::move(draining));
+    }
+    int64_t next_val = (b / interval + 1) * interval;
+    if (vci <= 1) next_val = std::min(next_val, nb);
+    int64_t chunk = std::min<int64_t>({state.calls.Next(), nb - b, next_val - b});
+    if (t.max_steps() > 0) {
+      // Batches until the max_steps-th optimizer step; windows restart at each epoch.
+      const int64_t left = (t.max_steps() - state.global_step) * accumulate - b % accumulate;
+      if (left <= 0) {
+        state.should_stop = true;
+        return absl::OkStatus();
+      }
+      chunk = std::min(chunk, left);
+    }
+    DTRAIN_RETURN_IF_ERROR(TrainingCall(batches, b, chunk));
+    b += chunk;
+    if (b == next_val) {
+      DTRAIN_RETURN_IF_ERROR(validation_.Run(EvalKind::kValidation));
+      if (state.should_stop) return absl::OkStatus();
+      context_.SetPhase("train");
+    }
+    if (t.max_steps() > 0 && state.global_step >= t.max_steps()) {
+      state.should_stop = true;
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FitLoop::TrainingCall(const RankBatches& batches, int64_t first, int64_t count) {
+  TrainingState& state = context_.state;
+  if (!first_step_seen_) {
+    first_step_seen_ = true;
+    const absl::Duration since_submit = context_.clock() - state.submitted;
+    state.phases.Set("first_step", since_submit);
+    context_.trainer.Log(absl::StrFormat("first training step starts %.2f s after submit",
+                                         absl::ToDoubleSeconds(since_submit)));
+  }
+  TrainCall call;
+  call.epoch = state.epoch;
+  call.batches = &batches;
+  call.first = first;
+  call.count = count;
+  call.end_of_epoch = first + count == state.batches_per_epoch;
+  call.total_steps = state.total_steps;
+  const absl::Time call_start = context_.clock();
+  TrainResult result;
+  {
+    PhaseClock::Span timed = state.phases.Time("train");
+    DTRAIN_ASSIGN_OR_RETURN(result, context_.workers.Train(call));
+  }
+  state.calls.Observe(count, context_.clock() - call_start);
+
+  TrainBatches outcome;
+  outcome.step_before = state.global_step;
+  outcome.batches = count;
+  outcome.epoch_end = call.end_of_epoch;
+  outcome.result = &result;
+  std::map<std::string, std::pair<double, int64_t>> sums;
+  for (const RankTrainResult& rank : result.ranks) {
+    state.global_step = rank.global_step;
+    for (const BatchScalars& batch : rank.batches) {
+      for (const auto& [name, value] : batch.scalars) {
+        auto& [sum, n] = sums[name];
+        sum += value;
+        ++n;
+      }
+      state.samples_done += batch.size;
+    }
+  }
+  for (const auto& [name, sum] : sums) {
+    if (sum.second > 0) outcome.means[name] = sum.first / static_cast<double>(sum.second);
+  }
+  auto loss = outcome.means.find("loss");
+  state.train_loss = loss == outcome.means.end() ? 0.0 : loss->second;
+  state.batch_in_epoch = first + count;
+  return context_.callbacks.TrainBatchesEnd(outcome);
+}
+
+absl::Status FitLoop::LetDrainingWorkersGo(std::vector<std::string> names) {
+  std::vector<std::string> quoted;
+  for (const std::string& name : names) quoted.push_back(absl::StrCat("'", name, "'"));
+  const int64_t step = context_.state.global_step;
+  context_.trainer.Log(absl::StrCat("worker(s) ", absl::StrJoin(quoted, ", "),
+                                    " are stopping: checkpointing at step ", step,
+                                    " to let them go"));
+  // Every rank writes where the job resumes: last.ckpt, as ModelCheckpoint names it.
+  DTRAIN_RETURN_IF_ERROR(
+      context_.trainer.SaveCheckpoint({ModelCheckpoint::kLastName, {}, std::nullopt}));
+  drained_ = std::move(names);
+  return absl::UnavailableError(absl::StrCat("worker(s) ", absl::StrJoin(quoted, ", "),
+                                             " stopped (drained); checkpointed at step ", step));
+}
+
+}  // namespace dtrain

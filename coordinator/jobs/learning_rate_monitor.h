@@ -1,0 +1,20 @@
+// LearningRateMonitor, as Lightning's: the learning rate the workers' optimizer uses (after its
+// schedule), logged as lr-<Optimizer> (lr-SGD, lr-Adam, lr-AdamW) at the training metrics'
+// cadence (every trainer.log_every_n_steps optimizer steps and at each epoch's end).
+#pragma once
+
+#include <string>
+
+#include "coordinator/jobs/trainer_callback.h"
+
+namespace dtrain {
+
+class LearningRateMonitor final : public TrainerCallback {
+ public:
+  absl::Status OnTrainBatchesEnd(TrainerControl& trainer, const TrainBatches& batches) override;
+
+  // The metric's name for an optimizer as a spec names it ("sgd" -> "lr-SGD").
+  static std::string MetricName(const std::string& optimizer);
+};
+
+}  // namespace dtrain

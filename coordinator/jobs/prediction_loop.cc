@@ -1,0 +1,71 @@
+#include "coordinator/jobs/prediction_loop.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/jobs/distributed_sampler.h"
+
+namespace dtrain {
+
+absl::Status PredictionLoop::Run() {
+  TrainingState& state = context_.state;
+  const v1::DataConfig& d = context_.spec.data();
+  // Over the data's own predict split when it has one (a tensors file may), else the test split.
+  const std::string split = state.split_size("predict") > 0 ? "predict" : "test";
+  int64_t size = state.split_size(split);
+  if (size <= 0) {
+    return absl::FailedPreconditionError(
+        "data: predict runs over the predict split, or the test split, and both are empty");
+  }
+  context_.SetPhase("predict");
+  PhaseClock::Span timed = state.phases.Time("predict");
+  if (d.limit_test_samples() > 0) size = std::min(size, d.limit_test_samples());
+  RankBatches batches(state.world_size);
+  int64_t most_batches = 0;
+  for (int rank = 0; rank < state.world_size; ++rank) {
+    batches[rank] = Batches(EvalShard(size, state.world_size, rank), d.eval_batch_size());
+    most_batches = std::max<int64_t>(most_batches, batches[rank].size());
+  }
+  // One row per sample, in sample order; the columns are the outputs with one value per sample
+  // (the zoo's "label"; a [batch, classes] "logits" has no single value and is left out).
+  PredictionRows predictions;
+  // A fixed number of batches per call (batches_per_call, or 16 when training's are sized by
+  // time): each response holds that many batches' outputs, which keeps it small (and within one
+  // message of a default client).
+  const int64_t per_call = state.calls.PredictBatches();
+  for (int64_t first = 0; first < std::max<int64_t>(most_batches, 1); first += per_call) {
+    PredictCall call;
+    call.split = split;
+    call.batches = &batches;
+    call.first = first;
+    call.count = per_call;
+    DTRAIN_ASSIGN_OR_RETURN(PredictResult result, context_.workers.Predict(call));
+    for (int rank = 0; rank < state.world_size && rank < static_cast<int>(result.ranks.size());
+         ++rank) {
+      const auto& shard = batches[rank];
+      const auto& outputs = result.ranks[rank];
+      for (size_t b = 0; b < outputs.size() && first + b < shard.size(); ++b) {
+        const std::vector<int64_t>& indices = shard[first + b];
+        for (const auto& [name, t] : outputs[b]) {
+          if (t.shape.size() != 1 || t.shape[0] != static_cast<int64_t>(indices.size())) continue;
+          if (t.dtype != v1::DTYPE_INT64 && t.dtype != v1::DTYPE_FLOAT32) continue;
+          predictions.columns.insert(name);
+          const std::vector<int64_t> ints =
+              t.dtype == v1::DTYPE_INT64 ? t.ToVector<int64_t>() : std::vector<int64_t>();
+          const std::vector<float> floats =
+              t.dtype == v1::DTYPE_FLOAT32 ? t.ToVector<float>() : std::vector<float>();
+          for (size_t k = 0; k < indices.size(); ++k) {
+            predictions.rows[indices[k]][name] =
+                ints.empty() ? absl::StrCat(floats[k]) : absl::StrCat(ints[k]);
+          }
+        }
+      }
+    }
+  }
+  return context_.callbacks.PredictEnd(predictions);
+}
+
+}  // namespace dtrain

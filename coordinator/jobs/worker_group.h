@@ -1,0 +1,157 @@
+// WorkerGroup: the workers of one run of a job, as the trainer's loops see them: set up the job
+// on every rank, train on these batches of sample indices, evaluate, predict, save and load
+// checkpoints, agree on a decision, tear down. The loops speak only this interface, in domain
+// types (no protos, no stubs), so a loop's behaviour is tested in-process against a fake
+// (coordinator/jobs/testing/fake_worker_group.h) and runs in production over gRPC
+// (grpc_worker_group.h), as Lightning's loops run on a Strategy.
+//
+// Batches are addressed by global rank: `batches[rank][b]` is rank `rank`'s b-th batch of sample
+// indices. An implementation maps ranks onto its workers.
+//
+// Errors, for every call: UNAVAILABLE when a worker was lost (stopped, died, unreachable, or
+// marked lost by the registry), naming it; CANCELLED after Cancel; otherwise the failing
+// worker's own status (INVALID_ARGUMENT, FAILED_PRECONDITION, ABORTED for a failed group,
+// DEADLINE_EXCEEDED), naming the worker and its ranks.
+//
+// Thread-safety: one thread (the job's) makes the calls; Cancel and MarkLost may come from any.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/job_settings.h"
+#include "common/tensor.h"
+#include "dtrain/v1/jobs.pb.h"
+
+namespace dtrain {
+
+// [rank][batch] -> sample indices.
+using RankBatches = std::vector<std::vector<std::vector<int64_t>>>;
+
+// What the group reports once every rank is set up.
+struct GroupSetup {
+  int world_size = 1;
+  // The dataset's splits (train, val, test, predict) by name, as rank 0 loaded them.
+  std::map<std::string, int64_t> split_sizes;
+  // The collectives' data plane the ranks chose together ("" for one-process strategies), and
+  // why some worker's plane is not the one asked for ("w1: gloo cannot connect; ...").
+  std::string collective_plane;
+  std::string plane_notes;
+  absl::Duration group_formation;
+  // For the job log: each worker with its ranks ("worker 'w1' (rank 1)"), and each rank's place
+  // by rank ("rank 0 on 'w1' (node 0, local 0, cpus 0-1)").
+  std::vector<std::string> workers;
+  std::vector<std::string> ranks;
+};
+
+// One batch's outcome: its samples and the scalars its step returned (loss, ...).
+struct BatchScalars {
+  int64_t size = 0;
+  std::map<std::string, double> scalars;
+};
+
+// One training call: batches [first, first + count) of every rank's epoch.
+struct TrainCall {
+  int64_t epoch = 0;
+  const RankBatches* batches = nullptr;
+  int64_t first = 0;
+  int64_t count = 0;
+  // The call's last batch ends the epoch (it closes the accumulation window).
+  bool end_of_epoch = false;
+  int64_t total_steps = 0;  // the run's optimizer steps, for schedules of the run's length
+};
+
+struct RankTrainResult {
+  int rank = 0;
+  int64_t global_step = 0;
+  double lr = 0;
+  double step_seconds = 0;           // in the call's batches
+  double gradient_wait_seconds = 0;  // of which waiting for the other ranks' gradients
+  std::vector<BatchScalars> batches;
+};
+struct TrainResult {
+  std::vector<RankTrainResult> ranks;  // each rank that answered, in rank order
+};
+
+enum class EvalKind { kValidation, kTest };
+
+// Per rank, per batch.
+struct EvalResult {
+  std::vector<std::vector<BatchScalars>> ranks;
+};
+
+// Batches [first, first + count) of every rank's `batches`; outputs come back by name.
+struct PredictCall {
+  std::string split;  // predict, or test when the data has no predict split
+  const RankBatches* batches = nullptr;
+  int64_t first = 0;
+  int64_t count = 0;
+};
+struct PredictResult {
+  std::vector<std::vector<std::map<std::string, HostTensor>>> ranks;  // [rank][batch]
+};
+
+struct SaveCall {
+  std::string name;  // a file name in the job's checkpoint directory
+  int64_t epoch = 0;
+  std::vector<std::string> remove;  // older checkpoints to delete once it is written
+  std::string spec_json;            // kept in the checkpoint's metadata
+};
+struct SavedCheckpoint {
+  bool written = false;  // some rank wrote it
+  std::string digest;    // in the coordinator's store, when sent there
+  int64_t bytes = 0;
+};
+
+struct LoadedCheckpoint {
+  int64_t global_step = 0;
+  int64_t epoch = 0;
+};
+
+// How every WorkerGroup reports a lost worker: UNAVAILABLE, naming the call (`what`), the worker
+// with its ranks (`worker`: "worker 'w1' (rank 1)") and why it was lost.
+absl::Status WorkerLostError(const std::string& what, const std::string& worker,
+                             const std::string& why);
+
+class WorkerGroup {
+ public:
+  virtual ~WorkerGroup() = default;
+
+  // Workers (machines) in the group; each hosts one or more ranks.
+  virtual int size() const = 0;
+
+  // Builds the job on every worker; the ranks form the job's group. `clear_stale_runs`: first
+  // tear down a run of this job a previous coordinator left on the workers.
+  virtual absl::StatusOr<GroupSetup> Setup(const v1::JobSpec& spec, const SetupContext& context,
+                                           bool clear_stale_runs) = 0;
+  virtual absl::StatusOr<TrainResult> Train(const TrainCall& call) = 0;
+  virtual absl::StatusOr<EvalResult> Evaluate(EvalKind kind, const RankBatches& batches) = 0;
+  virtual absl::StatusOr<PredictResult> Predict(const PredictCall& call) = 0;
+  // Every rank saves; global rank 0 writes.
+  virtual absl::StatusOr<SavedCheckpoint> Save(const SaveCall& call) = 0;
+  // Every rank loads `path` (as a worker reads it: an artifact reference or a worker path).
+  virtual absl::StatusOr<LoadedCheckpoint> Load(const std::string& path) = 0;
+  // reduce_boolean_decision(any) across the ranks, each giving by_rank[rank].
+  virtual absl::StatusOr<bool> AnyRankDecides(const std::vector<bool>& by_rank) = 0;
+
+  // Releases every worker, bounded in time, cancelled or not.
+  virtual void Teardown() = 0;
+  // Stops the calls under way and every later one (CANCELLED).
+  virtual void Cancel() = 0;
+  virtual bool cancelled() const = 0;
+  // The registry holds `worker` LOST (`why`): calls under way stop, and they and every later
+  // call answer UNAVAILABLE naming it. Unknown names are ignored.
+  virtual void MarkLost(const std::string& worker, const std::string& why) = 0;
+  // Workers a call could not reach, or marked lost.
+  virtual std::vector<std::string> unreachable() const = 0;
+  // After Teardown: the unreachable ones and those whose teardown failed.
+  virtual std::vector<std::string> lost() const = 0;
+};
+
+}  // namespace dtrain
