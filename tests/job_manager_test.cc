@@ -18,6 +18,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/testing/fake_worker_group.h"
+#include "coordinator/jobs/trainer.h"
 #include "coordinator/jobs/worker_registry.h"
 #include "tests/test_support.h"
 
@@ -151,6 +153,46 @@ v1::JobSpec Spec(const std::string& name, int workers, int min_nodes = 0) {
   return spec;
 }
 
+// The real Trainer on in-process fake workers, through the manager's re-form path: an elastic job
+// loses a worker mid-call after its step-6 checkpoint, re-forms on the survivor and an idle
+// worker, resumes from that checkpoint, and ends with exactly the weights of a run that lost
+// nothing (the fake's reduction is deterministic, as the workers' is).
+class TrainerOnFakes {
+ public:
+  // `lose_at`: the training call of the first run during which w1 is lost (-1: never).
+  explicit TrainerOnFakes(int lose_at) : lose_at_(lose_at) {}
+  JobRunFactory Factory() {
+    return [this](const TrainerOptions& options, TrainerReporter* reporter) {
+      testing::FakeWorkerGroupOptions fake;
+      fake.workers.clear();
+      for (const v1::WorkerInfo& w : options.workers) fake.workers.push_back(w.name());
+      fake.store = &store_;
+      // The hook marks w1 lost in its own group, as the registry's monitor would.
+      auto self = std::make_shared<testing::FakeWorkerGroup*>(nullptr);
+      if (runs_++ == 0 && lose_at_ >= 0) {
+        fake.before_call = [self, lose_at = lose_at_](const testing::FakeCall& call) {
+          if (call.what == "training_step" && call.index == lose_at) {
+            (*self)->MarkLost("w1", "no heartbeat for 5.0 s");
+          }
+          return absl::OkStatus();
+        };
+      }
+      auto group = std::make_unique<testing::FakeWorkerGroup>(std::move(fake));
+      *self = group.get();
+      return std::make_unique<Trainer>(options, reporter, std::move(group));
+    };
+  }
+  // The job's last checkpoint, written at the end of fit (the groups went with their runs).
+  double weight() const { return store_.Find("last.ckpt")->weight; }
+  int64_t global_step() const { return store_.Find("last.ckpt")->global_step; }
+  int runs() const { return runs_; }
+
+ private:
+  const int lose_at_;
+  testing::FakeCheckpointStore store_;
+  int runs_ = 0;
+};
+
 class JobManagerTest : public ::testing::Test {
  protected:
   JobManagerTest()
@@ -160,10 +202,10 @@ class JobManagerTest : public ::testing::Test {
                                 absl::ToUnixNanos(absl::Now()))) {
     manager_ = MakeManager();
   }
-  std::unique_ptr<JobManager> MakeManager() {
+  std::unique_ptr<JobManager> MakeManager(JobRunFactory make_run = nullptr) {
     JobManagerOptions options;
     options.state_dir = state_dir_;
-    options.make_run = runs_.Factory();
+    options.make_run = make_run ? std::move(make_run) : runs_.Factory();
     return std::make_unique<JobManager>(options, &registry_);
   }
   ~JobManagerTest() override {
@@ -339,6 +381,39 @@ TEST_F(JobManagerTest, Restore_RunningBeforeFirstCheckpoint_StartsAgainFromTheSp
   ASSERT_EQ(placed.size(), 2u);
   EXPECT_EQ(placed[1].job_id, id);
   EXPECT_EQ(placed[1].ckpt_path, "/data/user.ckpt");
+}
+
+TEST_F(JobManagerTest, LostWorkerMidCall_RealTrainerReforms_FinalWeightsEqualAnUninterruptedRun) {
+  v1::JobSpec spec = Spec("elastic", 2, /*min_nodes=*/1);
+  spec.mutable_data()->set_batch_size(8);
+  spec.mutable_trainer()->set_max_epochs(3);
+  spec.mutable_trainer()->set_batches_per_call(1);
+  spec.mutable_checkpoint()->set_every_n_steps(3);
+  spec.mutable_data()->mutable_synthetic()->set_val_size(16);
+  spec.mutable_data()->mutable_synthetic()->set_test_size(16);
+
+  TrainerOnFakes whole(/*lose_at=*/-1);
+  manager_->Shutdown();
+  manager_ = MakeManager(whole.Factory());
+  AddWorkers({"w0", "w1", "w2"});
+  const std::string first = Submit(spec);
+  ASSERT_TRUE(WaitForState(first, v1::SUCCEEDED)) << Log(first);
+  EXPECT_EQ(whole.runs(), 1);
+  EXPECT_EQ(whole.global_step(), 12);
+
+  TrainerOnFakes interrupted(/*lose_at=*/7);
+  manager_->Shutdown();
+  manager_ = MakeManager(interrupted.Factory());
+  const std::string id = Submit(spec);
+  ASSERT_TRUE(WaitForState(id, v1::SUCCEEDED)) << Log(id);
+  EXPECT_EQ(interrupted.runs(), 2);
+  EXPECT_THAT(Log(id), HasSubstr("training_step lost worker 'w1' (rank 1) (no heartbeat"));
+  EXPECT_THAT(Log(id), HasSubstr("resumed from job:" + id +
+                                 "/last.ckpt at step 6 (epoch 1, "
+                                 "batch 2)"));
+  EXPECT_THAT(Get(id).workers(), ElementsAre("w0", "w2"));
+  EXPECT_EQ(interrupted.global_step(), 12);
+  EXPECT_EQ(interrupted.weight(), whole.weight());
 }
 
 }  // namespace

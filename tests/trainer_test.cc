@@ -1,0 +1,504 @@
+// The trainer's loops and callbacks, driven in-process against FakeWorkerGroup with a clock the
+// test advances: epochs and steps, validation intervals, accumulation, max_steps, early
+// stopping, top-k checkpoints, resume mid-epoch (bit-identical to an uninterrupted run), a
+// worker lost mid-call, drain, cancel, predict, and what the loggers report. No processes, no
+// gRPC, no sleeps: the real workers run the same loops in jobs_e2e_test and its neighbours.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec.h"
+#include "coordinator/jobs/distributed_sampler.h"
+#include "coordinator/jobs/testing/fake_worker_group.h"
+#include "coordinator/jobs/trainer.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::FakeCall;
+using testing::FakeCheckpointStore;
+using testing::FakeWorkerGroup;
+using testing::FakeWorkerGroupOptions;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+struct Point {
+  std::string name;
+  double value;
+  int64_t step;
+  int64_t epoch;
+};
+
+// The job's record, as the trainer reports into it.
+class Record final : public TrainerReporter {
+ public:
+  void Log(const std::string& line) override { lines.push_back(line); }
+  void Progress(const v1::JobProgress& p) override { progress.push_back(p); }
+  void Metric(const std::string& name, double value, int64_t step, int64_t epoch) override {
+    points.push_back({name, value, step, epoch});
+  }
+  void Checkpoint(const std::string& l, const std::string& b) override {
+    last = l;
+    best = b;
+  }
+  void KeepFile(const v1::JobFile& file, const std::vector<std::string>& dropped) override {
+    kept.push_back(file);
+    for (const std::string& d : dropped) this->dropped.push_back(d);
+  }
+  void Predictions(const std::string& path) override { predictions = path; }
+
+  std::vector<Point> Named(const std::string& name) const {
+    std::vector<Point> out;
+    for (const Point& p : points) {
+      if (p.name == name) out.push_back(p);
+    }
+    return out;
+  }
+  int Lines(const std::string& part) const {
+    int n = 0;
+    for (const std::string& line : lines) n += absl::StrContains(line, part) ? 1 : 0;
+    return n;
+  }
+  std::string Line(const std::string& part) const {
+    for (const std::string& line : lines) {
+      if (absl::StrContains(line, part)) return line;
+    }
+    return "";
+  }
+
+  std::vector<std::string> lines;
+  std::vector<v1::JobProgress> progress;
+  std::vector<Point> points;
+  std::string last, best, predictions;
+  std::vector<v1::JobFile> kept;
+  std::vector<std::string> dropped;
+};
+
+// A clock that moves only when the test (or a call hook) says so.
+class ManualClock {
+ public:
+  Clock clock() {
+    return [this] { return now_; };
+  }
+  void Advance(absl::Duration d) { now_ += d; }
+
+ private:
+  absl::Time now_ = absl::FromUnixSeconds(1'000'000);
+};
+
+// 64 training samples over 2 ranks in batches of 8: 4 batches per rank per epoch.
+v1::JobSpec Spec() {
+  v1::JobSpec spec;
+  spec.set_name("loops");
+  spec.mutable_model()->set_builtin("mlp");
+  spec.mutable_data()->mutable_synthetic()->set_train_size(64);
+  spec.mutable_data()->set_batch_size(8);
+  spec.mutable_data()->set_eval_batch_size(8);
+  spec.mutable_trainer()->set_num_nodes(2);
+  spec.mutable_trainer()->set_max_epochs(3);
+  spec.mutable_trainer()->set_batches_per_call(1);
+  spec.mutable_trainer()->set_log_every_n_steps(2);
+  spec.mutable_optimizer()->set_lr(0.1);
+  spec.set_seed_everything(7);
+  return spec;
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  // A run of `spec` on two fake workers sharing `store_`. The group stays readable through
+  // group() after Run.
+  std::unique_ptr<Trainer> Make(v1::JobSpec spec, FakeWorkerGroupOptions fake = {}) {
+    EXPECT_TRUE(NormalizeJobSpec(&spec).ok());
+    fake.store = &store_;
+    if (!fake.before_call) {
+      fake.before_call = [this](const FakeCall& call) {
+        if (call.what == "training_step") clock_.Advance(absl::Seconds(1));
+        return absl::OkStatus();
+      };
+    }
+    auto group = std::make_unique<FakeWorkerGroup>(std::move(fake));
+    group_ = group.get();
+    TrainerOptions options;
+    options.job_id = "job-1";
+    options.spec = std::move(spec);
+    options.output_dir = dir_;
+    options.files = files_;
+    options.clock = clock_.clock();
+    options.submitted = clock_.clock()() - absl::Seconds(2);
+    options.draining_workers = draining_;
+    return std::make_unique<Trainer>(std::move(options), &record_, std::move(group));
+  }
+
+  // Every rank's training batches, epoch by epoch, as DistributedSampler deals them.
+  static std::vector<testing::TrainedBatch> Expected(const v1::JobSpec& spec, int epochs) {
+    std::vector<testing::TrainedBatch> out;
+    for (int epoch = 0; epoch < epochs; ++epoch) {
+      std::vector<std::vector<std::vector<int64_t>>> ranks;
+      for (int r = 0; r < 2; ++r) {
+        ranks.push_back(Batches(TrainShard(64, 2, r, true, spec.seed_everything(), epoch),
+                                spec.data().batch_size()));
+      }
+      for (size_t b = 0; b < ranks[0].size(); ++b) {
+        for (int r = 0; r < 2; ++r) out.push_back({epoch, r, ranks[r][b]});
+      }
+    }
+    return out;
+  }
+
+  FakeWorkerGroup& group() { return *group_; }
+
+  ManualClock clock_;
+  Record record_;
+  FakeCheckpointStore store_;
+  std::vector<v1::JobFile> files_;
+  std::function<std::vector<std::string>()> draining_;
+  std::string dir_ = absl::StrCat(::testing::TempDir(), "/trainer-test-", getpid());
+  FakeWorkerGroup* group_ = nullptr;
+};
+
+bool SameBatches(const std::vector<testing::TrainedBatch>& a,
+                 const std::vector<testing::TrainedBatch>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].epoch != b[i].epoch || a[i].rank != b[i].rank || a[i].indices != b[i].indices) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST_F(TrainerTest, Fit_ThreeEpochs_EveryShardOnceAStepPerBatchAndValidationEachEpoch) {
+  auto trainer = Make(Spec());
+  ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  EXPECT_EQ(group().global_step(), 12);
+  EXPECT_TRUE(SameBatches(group().trained(), Expected(trainer->spec(), 3)));
+  EXPECT_EQ(group().count("validation_step"), 3);
+  EXPECT_EQ(group().count("test_step"), 1);
+  // No monitor: last.ckpt at each validation and at the end of fit.
+  EXPECT_EQ(group().count("save_checkpoint"), 4);
+  EXPECT_THAT(store_.names(), ElementsAre("last.ckpt"));
+  EXPECT_EQ(record_.last, "job:job-1/last.ckpt");
+  EXPECT_EQ(record_.Lines("epoch 2 done: step 12"), 1);
+  EXPECT_EQ(record_.Lines("validation at epoch 1 step 8: val_acc="), 1);
+  EXPECT_EQ(record_.Lines("test: test_acc="), 1);
+  EXPECT_EQ(record_.Lines("group formed: worker 'w0' (rank 0), worker 'w1' (rank 1); 64 training "
+                          "samples, 4 batches per rank per epoch, 12 optimizer steps"),
+            1);
+  const v1::JobProgress& done = record_.progress.back();
+  EXPECT_EQ(done.phase(), "done");
+  EXPECT_EQ(done.global_step(), 12);
+  EXPECT_EQ(done.total_steps(), 12);
+  EXPECT_EQ(done.eta_seconds(), 0);
+  EXPECT_EQ(done.collective_plane(), "fake");
+  EXPECT_TRUE(trainer->lost_workers().empty());
+}
+
+TEST_F(TrainerTest, Metrics_EveryNStepsAndEpochEnds_WithTheLearningRateAndTestAtTheEnd) {
+  auto trainer = Make(Spec());
+  ASSERT_TRUE(trainer->Run().ok());
+  // log_every_n_steps 2: steps 2, 4 (also an epoch end), 6, 8, 10, 12.
+  std::vector<int64_t> steps;
+  for (const Point& p : record_.Named("train_loss")) steps.push_back(p.step);
+  EXPECT_THAT(steps, ElementsAre(2, 4, 6, 8, 10, 12));
+  const std::vector<Point> lr = record_.Named("lr-SGD");
+  ASSERT_EQ(lr.size(), 6u);
+  EXPECT_DOUBLE_EQ(lr[0].value, 0.1);
+  EXPECT_EQ(record_.Named("val_loss").size(), 3u);
+  ASSERT_EQ(record_.Named("test_acc").size(), 1u);
+  EXPECT_EQ(record_.Named("test_acc")[0].step, 12);
+  // The loss the record shows is the mean over the last call's batches on both ranks.
+  EXPECT_GT(record_.Named("train_loss")[0].value, record_.Named("train_loss").back().value);
+}
+
+TEST_F(TrainerTest, Progress_InjectedClock_SamplesPerSecondEtaAndPhasesExact) {
+  auto trainer = Make(Spec());
+  ASSERT_TRUE(trainer->Run().ok());
+  // One second per training call of one batch per rank (16 samples).
+  bool seen_half = false;
+  for (const v1::JobProgress& p : record_.progress) {
+    if (p.phase() == "train" && p.global_step() == 6 && p.batch_in_epoch() == 2) {
+      seen_half = true;
+      EXPECT_DOUBLE_EQ(p.samples_per_second(), 16);
+      EXPECT_DOUBLE_EQ(p.eta_seconds(), 6);
+    }
+  }
+  EXPECT_TRUE(seen_half);
+  const v1::JobProgress& done = record_.progress.back();
+  EXPECT_DOUBLE_EQ(done.phase_seconds().at("train"), 12);
+  EXPECT_DOUBLE_EQ(done.phase_seconds().at("placement"), 2);
+  EXPECT_DOUBLE_EQ(done.phase_seconds().at("first_step"), 2);
+  EXPECT_EQ(record_.Lines("first training step starts 2.00 s after submit"), 1);
+  EXPECT_THAT(record_.Line("time by phase: "), HasSubstr("train 12.0 s"));
+  EXPECT_THAT(record_.Line("time by phase: "), HasSubstr("14.0 s since submit"));
+  // The fake's ranks spend 0.01 s a batch; rank 1 waits 0.001 s of it.
+  EXPECT_THAT(record_.Line("time by rank: "),
+              HasSubstr("rank 1 0.12 s in steps, 0.01 s (10.0%) of it waiting for gradients"));
+  EXPECT_THAT(record_.Line("time by rank: "),
+              HasSubstr("in 12 training calls (batches per call: 1)"));
+}
+
+TEST_F(TrainerTest, ValidationInterval_FractionAndBatchCount_ValidatesWhereLightningDoes) {
+  v1::JobSpec half = Spec();
+  half.mutable_trainer()->set_val_check_interval(0.5);
+  auto trainer = Make(half);
+  ASSERT_TRUE(trainer->Run().ok());
+  EXPECT_EQ(group().count("validation_step"), 6);
+  EXPECT_EQ(record_.Lines("validation at epoch 0 step 2:"), 1);
+  EXPECT_EQ(record_.Lines("validation at epoch 0 step 4:"), 1);
+
+  // Above 1 it counts batches within each epoch: after batch 3 of 4, every epoch.
+  record_ = Record();
+  v1::JobSpec every3 = Spec();
+  every3.mutable_trainer()->set_val_check_interval(3);
+  trainer = Make(every3);
+  ASSERT_TRUE(trainer->Run().ok());
+  EXPECT_EQ(group().count("validation_step"), 3);
+  EXPECT_EQ(record_.Lines("validation at epoch 0 step 3:"), 1);
+  EXPECT_EQ(record_.Lines("validation at epoch 2 step 11:"), 1);
+}
+
+TEST_F(TrainerTest, Accumulation_WindowsAcrossCallsClosedAtEpochEnd) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_accumulate_grad_batches(3);
+  auto trainer = Make(spec);
+  ASSERT_TRUE(trainer->Run().ok());
+  // 4 batches an epoch: a window of 3, then the epoch's last batch alone.
+  EXPECT_EQ(group().global_step(), 6);
+  EXPECT_EQ(record_.Lines("4 batches per rank per epoch, 6 optimizer steps"), 1);
+}
+
+TEST_F(TrainerTest, MaxSteps_MidEpoch_StopsAtExactlyThatStep) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_max_epochs(0);
+  spec.mutable_trainer()->set_max_steps(6);
+  auto trainer = Make(spec);
+  ASSERT_TRUE(trainer->Run().ok());
+  EXPECT_EQ(group().global_step(), 6);
+  EXPECT_EQ(group().trained().size(), 12u);  // 6 batches on each of 2 ranks
+  EXPECT_EQ(record_.progress.back().total_steps(), 6);
+  EXPECT_EQ(record_.Lines("epoch 1 done: step 6"), 1);
+}
+
+TEST_F(TrainerTest, EarlyStopping_NoImprovementForPatience_StopsAfterThatValidation) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_max_epochs(10);
+  spec.mutable_early_stopping()->set_monitor("val_loss");
+  spec.mutable_early_stopping()->set_patience(2);
+  FakeWorkerGroupOptions fake;
+  // Rank 0 stalls from the first validation; rank 1 keeps improving, but one rank's verdict
+  // stops the group (reduce_boolean_decision, any).
+  fake.validation_metrics = [](int validation, int rank) -> std::map<std::string, double> {
+    return {{"loss", rank == 0 ? 1.0 : 1.0 / (validation + 1)}};
+  };
+  auto trainer = Make(spec, fake);
+  ASSERT_TRUE(trainer->Run().ok());
+  EXPECT_EQ(group().count("validation_step"), 3);
+  EXPECT_EQ(group().count("reduce_boolean_decision"), 3);
+  EXPECT_EQ(group().global_step(), 12);
+  EXPECT_EQ(record_.Lines("early stopping: val_loss did not improve by 0 for 2 validations"), 1);
+  EXPECT_EQ(record_.Lines("epoch 2 done"), 1);
+  EXPECT_EQ(record_.Lines("epoch 3 done"), 0);
+  EXPECT_EQ(group().count("test_step"), 1);  // the test still runs after an early stop
+}
+
+TEST_F(TrainerTest, TopK_MonitoredMin_KeepsTheBestTwoEvictsTheRestAndTestsTheBest) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_max_epochs(4);
+  spec.mutable_trainer()->set_test_ckpt_path("best");
+  spec.mutable_checkpoint()->set_monitor("val_loss");
+  spec.mutable_checkpoint()->set_save_top_k(2);
+  FakeWorkerGroupOptions fake;
+  const std::vector<double> losses = {0.5, 0.3, 0.4, 0.2};
+  fake.validation_metrics = [&](int validation, int rank) -> std::map<std::string, double> {
+    return {{"loss", losses[validation]}};
+  };
+  auto trainer = Make(spec, fake);
+  ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  EXPECT_THAT(store_.names(),
+              UnorderedElementsAre("epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt", "last.ckpt"));
+  EXPECT_THAT(record_.dropped, ElementsAre("epoch=0-step=4.ckpt", "epoch=2-step=12.ckpt"));
+  EXPECT_EQ(record_.best, "job:job-1/epoch=3-step=16.ckpt");
+  std::map<std::string, double> monitored;
+  for (const v1::JobFile& f : record_.kept) {
+    if (f.has_monitored()) monitored[f.name()] = f.monitored();
+  }
+  EXPECT_DOUBLE_EQ(monitored.at("epoch=1-step=8.ckpt"), 0.3);
+  EXPECT_DOUBLE_EQ(monitored.at("epoch=3-step=16.ckpt"), 0.2);
+  // The best is not the last save (last.ckpt at the end of fit), so the test loads it.
+  EXPECT_EQ(record_.Lines("testing the best checkpoint job:job-1/epoch=3-step=16.ckpt"), 1);
+  EXPECT_EQ(group().count("load_checkpoint"), 1);
+}
+
+TEST_F(TrainerTest, TopK_NewRun_CarriesOnFromTheFilesTheJobKept) {
+  v1::JobFile kept;
+  kept.set_name("epoch=0-step=4.ckpt");
+  kept.set_kind("checkpoint");
+  kept.set_monitored(0.1);
+  files_ = {kept};
+  v1::JobSpec spec = Spec();
+  spec.mutable_checkpoint()->set_monitor("val_loss");
+  FakeWorkerGroupOptions fake;
+  fake.validation_metrics = [](int, int) -> std::map<std::string, double> {
+    return {{"loss", 0.5}};
+  };
+  auto trainer = Make(spec, fake);
+  ASSERT_TRUE(trainer->Run().ok());
+  // No validation beats 0.1, so nothing new is kept by the monitor.
+  for (const v1::JobFile& f : record_.kept) EXPECT_FALSE(f.has_monitored()) << f.name();
+  EXPECT_EQ(record_.best, "job:job-1/epoch=0-step=4.ckpt");
+}
+
+TEST_F(TrainerTest, ResumeMidEpoch_AfterAFailure_BitIdenticalToAnUninterruptedRun) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_checkpoint()->set_every_n_steps(3);
+  auto whole = Make(spec);
+  ASSERT_TRUE(whole->Run().ok());
+  const double uninterrupted = group().weight();
+  const std::vector<testing::TrainedBatch> all = group().trained();
+
+  // The same job fails before its 8th training call (after the step-6 checkpoint)...
+  FakeCheckpointStore fresh;
+  store_ = fresh;
+  FakeWorkerGroupOptions failing;
+  failing.before_call = [](const FakeCall& call) {
+    return call.what == "training_step" && call.index == 7
+               ? absl::AbortedError("rank 1 died (test)")
+               : absl::OkStatus();
+  };
+  auto first = Make(spec, failing);
+  const absl::Status failed = first->Run();
+  EXPECT_EQ(failed.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(failed.message(), HasSubstr("training_step failed on worker 'w0'"));
+  EXPECT_EQ(record_.last, "job:job-1/last.ckpt");
+  const std::vector<testing::TrainedBatch> before = group().trained();
+
+  // ...and resumes from its last checkpoint: epoch 1, batch 2.
+  spec.set_ckpt_path("job:job-1/last.ckpt");
+  auto second = Make(spec);
+  ASSERT_TRUE(second->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  EXPECT_EQ(record_.Lines("resumed from job:job-1/last.ckpt at step 6 (epoch 1, batch 2)"), 1);
+  EXPECT_EQ(group().weight(), uninterrupted);  // exactly: the same sums in the same order
+  EXPECT_EQ(group().global_step(), 12);
+  // The resumed run trained exactly what the uninterrupted one did after step 6.
+  const std::vector<testing::TrainedBatch> tail(all.begin() + 12, all.end());
+  EXPECT_TRUE(SameBatches(group().trained(), tail));
+  EXPECT_EQ(before.size(), 14u);  // 7 calls of one batch on each rank
+}
+
+TEST_F(TrainerTest, WorkerLostMidCall_RunFailsNamingItAndItIsLost) {
+  FakeWorkerGroupOptions fake;
+  FakeWorkerGroup** group = &group_;
+  fake.before_call = [group](const FakeCall& call) {
+    // The registry's monitor marks the worker lost while the call is under way.
+    if (call.what == "training_step" && call.index == 2) {
+      (*group)->MarkLost("w1", "no heartbeat for 5.0 s");
+    }
+    return absl::OkStatus();
+  };
+  auto trainer = Make(Spec(), fake);
+  const absl::Status status = trainer->Run();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(status.message(),
+              HasSubstr("training_step lost worker 'w1' (rank 1) (no heartbeat for 5.0 s)"));
+  EXPECT_EQ(group_->global_step(), 2);
+  EXPECT_THAT(trainer->lost_workers(), ElementsAre("w1"));
+  EXPECT_THAT(trainer->unreachable_workers(), ElementsAre("w1"));
+  EXPECT_THAT(record_.Line("time by phase: "), HasSubstr("train"));  // said for a failed run too
+}
+
+TEST_F(TrainerTest, Drain_StoppingWorker_CheckpointsThenLetsItGoAtAStepBoundary) {
+  // Asked before every call at a step boundary; the worker is stopping after step 5.
+  int asked = 0;
+  draining_ = [&]() -> std::vector<std::string> {
+    return ++asked > 5 ? std::vector<std::string>{"w1"} : std::vector<std::string>{};
+  };
+  auto trainer = Make(Spec());
+  const absl::Status status = trainer->Run();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(status.message(), HasSubstr("worker(s) 'w1' stopped (drained); checkpointed at "
+                                          "step 5"));
+  EXPECT_EQ(group().global_step(), 5);
+  EXPECT_THAT(trainer->drained_workers(), ElementsAre("w1"));
+  EXPECT_THAT(trainer->lost_workers(), ElementsAre("w1"));
+  EXPECT_EQ(record_.last, "job:job-1/last.ckpt");
+  EXPECT_EQ(store_.Find("last.ckpt")->global_step, 5);
+}
+
+TEST_F(TrainerTest, Cancel_DuringACall_CancelledByRequest) {
+  FakeWorkerGroupOptions fake;
+  FakeWorkerGroup** group = &group_;
+  fake.before_call = [group](const FakeCall& call) {
+    if (call.what == "training_step" && call.index == 3) (*group)->Cancel();
+    return absl::OkStatus();
+  };
+  auto trainer = Make(Spec(), fake);
+  const absl::Status status = trainer->Run();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(status.message(), "cancelled by request");
+  EXPECT_EQ(group_->global_step(), 3);
+}
+
+TEST_F(TrainerTest, Predict_TestSplit_OneRowPerSampleColumnsWithOneValuePerSample) {
+  std::filesystem::create_directories(dir_);
+  v1::JobSpec spec = Spec();
+  spec.set_stage("predict");
+  spec.mutable_data()->set_limit_test_samples(13);
+  auto trainer = Make(spec);
+  ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  EXPECT_EQ(group().count("training_step"), 0);
+  EXPECT_EQ(record_.predictions, dir_ + "/predictions.csv");
+  std::ifstream csv(record_.predictions);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(csv, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 14u);  // a header and 13 samples, in index order
+  EXPECT_EQ(lines[0], "index,label,score");
+  EXPECT_EQ(lines[8], "7,7,-0.7");
+  EXPECT_EQ(record_.Lines("predictions for 13 samples written to"), 1);
+}
+
+TEST_F(TrainerTest, Validate_Stage_NoCheckpointsNoEarlyStop_TestStageWithoutSplitFails) {
+  v1::JobSpec spec = Spec();
+  spec.set_stage("validate");
+  spec.mutable_checkpoint()->set_monitor("val_loss");
+  spec.mutable_early_stopping()->set_monitor("val_loss");
+  auto trainer = Make(spec);
+  ASSERT_TRUE(trainer->Run().ok());
+  EXPECT_EQ(group().count("validation_step"), 1);
+  EXPECT_EQ(group().count("save_checkpoint"), 0);
+  EXPECT_EQ(group().count("reduce_boolean_decision"), 0);
+  EXPECT_EQ(record_.Named("val_loss").size(), 1u);
+
+  v1::JobSpec test = Spec();
+  test.set_stage("test");
+  FakeWorkerGroupOptions no_test;
+  no_test.splits = {{"train", 64}, {"val", 16}};
+  trainer = Make(test, no_test);
+  const absl::Status status = trainer->Run();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(), "data: the dataset has no test split");
+}
+
+TEST_F(TrainerTest, Setup_NoTrainSplit_FitRefusedNamingTheData) {
+  FakeWorkerGroupOptions fake;
+  fake.splits = {{"val", 16}};
+  auto trainer = Make(Spec(), fake);
+  const absl::Status status = trainer->Run();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("fit needs a train split"));
+  EXPECT_THAT(record_.lines, ::testing::Contains(HasSubstr("time by phase: placement 2.0 s")));
+}
+
+}  // namespace
+}  // namespace dtrain
