@@ -2,7 +2,7 @@
 // gauges read at scrape time from collectors, rendered in the Prometheus text exposition
 // format (0.0.4). Hand-written rather than Debian's prometheus-cpp: gauges here are read from
 // their owners at scrape time, which prometheus-cpp would need a custom Collectable for, and
-// the format is a few lines of text (docs/DECISIONS.md).
+// the format is a few lines of text (docs/decisions/operations.md).
 //
 // Thread-safety: all methods are safe to call concurrently.
 #pragma once

@@ -6,7 +6,7 @@
 # TSan sees synchronization only in instrumented code. The in-process (unit) tests run clean; the
 # gRPC tests stop at reports inside Debian's uninstrumented Abseil and gRPC (absl::Mutex's
 # deadlock detector, gRPC's event engine and its buffer hand-offs), which tests/tsan.supp does
-# not fully silence (docs/DECISIONS.md).
+# not fully silence (docs/decisions/build-and-tests.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh --test
