@@ -15,7 +15,7 @@
 #include "common/metrics_registry.h"
 #include "coordinator/artifacts/artifact_store.h"
 #include "coordinator/artifacts/artifacts_service.h"
-#include "coordinator/collectives/access_control.h"
+#include "coordinator/auth/access_control.h"
 #include "coordinator/collectives/collective_engine.h"
 #include "coordinator/collectives/coordinator_service.h"
 #include "coordinator/collectives/group_table.h"
@@ -55,8 +55,8 @@ struct CoordinatorOptions {
   absl::Duration job_step_timeout = absl::Minutes(30);
   // TLS for the listening port (common/tls_credentials.h); null = plaintext.
   std::shared_ptr<grpc::ServerCredentials> credentials;
-  // The cluster's admin token (coordinator/collectives/access_control.h); empty: access control
-  // off. The coordinator also presents it to its workers, so it must be the process's client token
+  // The cluster's admin token (coordinator/auth/access_control.h); empty: access control off.
+  // The coordinator also presents it to its workers, so it must be the process's client token
   // too.
   std::string admin_token;
   // host:port of the Prometheus /metrics endpoint (plain HTTP); empty: none.

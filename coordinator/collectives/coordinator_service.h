@@ -4,7 +4,7 @@
 // holds a reactor, never a thread.
 #pragma once
 
-#include "coordinator/collectives/access_control.h"
+#include "coordinator/auth/access_control.h"
 #include "coordinator/collectives/collective_engine.h"
 #include "coordinator/collectives/group_table.h"
 #include "coordinator/collectives/kv_store.h"
