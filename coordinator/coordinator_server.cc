@@ -19,7 +19,8 @@ std::string HostName() {
 }
 
 std::vector<std::string> Services() {
-  return {v1::Coordinator::service_full_name(), v1::Jobs::service_full_name()};
+  return {v1::Coordinator::service_full_name(), v1::Workers::service_full_name(),
+          v1::Jobs::service_full_name()};
 }
 
 }  // namespace
@@ -46,8 +47,9 @@ CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std:
   workers_ = std::make_unique<WorkerRegistry>(options_.groups.heartbeat_timeout,
                                               options_.groups.heartbeat_interval,
                                               options_.max_worker_heartbeats_per_second);
-  service_ = std::make_unique<CoordinatorService>(groups_.get(), engine_.get(), kv_.get(),
-                                                  workers_.get(), access_.get());
+  service_ =
+      std::make_unique<CoordinatorService>(groups_.get(), engine_.get(), kv_.get(), access_.get());
+  workers_service_ = std::make_unique<WorkersService>(workers_.get(), access_.get());
   JobManagerOptions jobs;
   jobs.state_dir = options_.state_dir;
   jobs.host = HostName();
@@ -134,6 +136,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                                : grpc::InsecureServerCredentials(),
                            &server->port_);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->workers_service_.get());
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->artifacts_service_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);

@@ -1,5 +1,7 @@
 // CoordinatorServer: owns one running coordinator (group table, collective engine, key-value
-// store, gRPC server) and the single background thread that drives deadlines and liveness.
+// store, worker registry, job manager, artifact store, gRPC server with the Coordinator, Workers,
+// Jobs and Artifacts services on one port) and the single background thread that drives
+// deadlines and liveness.
 // Used by dtrain-coordinator's main and by tests that run a coordinator in-process.
 #pragma once
 
@@ -23,6 +25,7 @@
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/jobs/jobs_service.h"
 #include "coordinator/jobs/worker_registry.h"
+#include "coordinator/jobs/workers_service.h"
 #include "coordinator/web/web_server.h"
 
 namespace grpc {
@@ -112,6 +115,7 @@ class CoordinatorServer {
   std::unique_ptr<CollectiveEngine> engine_;
   std::unique_ptr<WorkerRegistry> workers_;
   std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<WorkersService> workers_service_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<JobsService> jobs_service_;
   std::unique_ptr<ArtifactStore> artifacts_;

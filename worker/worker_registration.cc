@@ -25,7 +25,7 @@ WorkerRegistration::WorkerRegistration(const std::string& coordinator, v1::Worke
       coordinator_(coordinator),
       current_job_(std::move(current_job)),
       abandon_job_(std::move(abandon_job)),
-      stub_(v1::Coordinator::NewStub(ConnectToCoordinator(coordinator))) {
+      stub_(v1::Workers::NewStub(ConnectToCoordinator(coordinator))) {
   thread_ = std::thread([this] { Loop(); });
 }
 
