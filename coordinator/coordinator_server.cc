@@ -50,6 +50,7 @@ CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std:
   service_ =
       std::make_unique<CoordinatorService>(groups_.get(), engine_.get(), kv_.get(), access_.get());
   workers_service_ = std::make_unique<WorkersService>(workers_.get(), access_.get());
+  retired_methods_ = std::make_unique<RetiredMethods>(WorkerMethodsMovedToWorkersService());
   JobManagerOptions jobs;
   jobs.state_dir = options_.state_dir;
   jobs.host = HostName();
@@ -139,6 +140,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(server->workers_service_.get());
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->artifacts_service_.get());
+  builder.RegisterCallbackGenericService(server->retired_methods_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // Each connection keeps a read buffer sized to its traffic; uncapped, 64 idle ranks that

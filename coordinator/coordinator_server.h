@@ -26,6 +26,7 @@
 #include "coordinator/jobs/jobs_service.h"
 #include "coordinator/jobs/worker_registry.h"
 #include "coordinator/jobs/workers_service.h"
+#include "coordinator/retired_methods.h"
 #include "coordinator/web/web_server.h"
 
 namespace grpc {
@@ -116,6 +117,7 @@ class CoordinatorServer {
   std::unique_ptr<WorkerRegistry> workers_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<WorkersService> workers_service_;
+  std::unique_ptr<RetiredMethods> retired_methods_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<JobsService> jobs_service_;
   std::unique_ptr<ArtifactStore> artifacts_;

@@ -1,6 +1,8 @@
 // The Workers service (coordinator/jobs/workers_service.h) over real gRPC on 127.0.0.1:0: the
-// registry's calls round trip, bad input answers INVALID_ARGUMENT naming the field, and every
-// call needs the admin token (a job's token may not register or list workers).
+// registry's calls round trip, bad input answers INVALID_ARGUMENT naming the field, every call
+// needs the admin token (a job's token may not register or list workers), and the Coordinator
+// service, which used to carry these calls, answers their old names UNIMPLEMENTED saying where
+// they went.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,9 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/channel.h"
 #include "common/grpc_status.h"
 #include "dtrain/v1/workers.grpc.pb.h"
@@ -41,6 +45,25 @@ absl::Status Unary(Call call) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   return FromGrpcStatus(call(&context));
+}
+
+// A unary call by its full method name, as a client built from an older .proto makes it.
+template <typename Request, typename Response>
+absl::Status CallByName(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                        const Request& request) {
+  grpc::TemplatedGenericStub<Request, Response> stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  Response response;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  // Bounded by the call's deadline.
+  done.WaitForNotification();
+  return FromGrpcStatus(status);
 }
 
 class WorkersServiceTest : public ::testing::Test {
@@ -279,6 +302,36 @@ TEST_F(WorkersServiceTest, EveryCallNeedsTheAdminToken_AJobTokenMayNotPoseAsAWor
   ASSERT_TRUE(listed.ok() && listed->size() == 1u) << listed.status();
   EXPECT_EQ(listed->front().name(), "w1");
   EXPECT_EQ(listed->front().incarnation(), 3u);
+}
+
+TEST_F(WorkersServiceTest, CoordinatorService_OldWorkerRpcNames_UnimplementedNamingTheirNewHome) {
+  auto channel = ConnectToCoordinator(coordinator_->address(), kAdmin);
+  v1::RegisterWorkerRequest registration;
+  *registration.mutable_worker() = Worker("old-client", 4);
+  absl::Status reg = CallByName<v1::RegisterWorkerRequest, v1::RegisterWorkerResponse>(
+      channel, "/dtrain.v1.Coordinator/RegisterWorker", registration);
+  EXPECT_EQ(reg.code(), absl::StatusCode::kUnimplemented) << reg;
+  EXPECT_THAT(reg.message(),
+              HasSubstr("/dtrain.v1.Coordinator/RegisterWorker moved to "
+                        "/dtrain.v1.Workers/RegisterWorker (same messages, same port)"));
+  EXPECT_TRUE(Listed().empty()) << "the old name registered the worker";
+  for (const std::string method : {"WorkerHeartbeat", "UnregisterWorker", "ListWorkers"}) {
+    // An empty message is a valid encoding of each request.
+    absl::Status s = CallByName<v1::ListWorkersRequest, v1::ListWorkersResponse>(
+        channel, "/dtrain.v1.Coordinator/" + method, v1::ListWorkersRequest());
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << method << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr("moved to /dtrain.v1.Workers/" + method)) << method;
+  }
+  absl::Status unknown = CallByName<v1::ListWorkersRequest, v1::ListWorkersResponse>(
+      channel, "/dtrain.v1.Coordinator/NoSuchMethod", v1::ListWorkersRequest());
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kUnimplemented) << unknown;
+  EXPECT_THAT(unknown.message(),
+              HasSubstr("this server has no method /dtrain.v1.Coordinator/NoSuchMethod"));
+  // The new names, on the same channel, work.
+  absl::Status moved = CallByName<v1::RegisterWorkerRequest, v1::RegisterWorkerResponse>(
+      channel, "/dtrain.v1.Workers/RegisterWorker", registration);
+  EXPECT_TRUE(moved.ok()) << moved;
+  EXPECT_EQ(Listed(), std::vector<std::string>{"old-client"});
 }
 
 }  // namespace

@@ -52,6 +52,12 @@ bool WorkerRegistration::Register() {
     if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
       LogError(absl::StrCat("the coordinator refused the registration: ", status.error_message()),
                {{"coordinator", coordinator_}});
+    } else if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      // Retried like an outage: the coordinator may be upgraded under a waiting worker.
+      LogError(
+          absl::StrCat("the coordinator does not serve ", v1::Workers::service_full_name(),
+                       ": it is older than this worker; upgrade it (", status.error_message(), ")"),
+          {{"coordinator", coordinator_}});
     }
     return false;
   }
