@@ -44,9 +44,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "coordinator/jobs/job_store.h"
-#include "dtrain/v1/coordinator.grpc.pb.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
 #include "dtrain/v1/worker.grpc.pb.h"
+#include "dtrain/v1/workers.grpc.pb.h"
 
 ABSL_FLAG(std::string, seed_db, "", "write ended jobs into this coordinator database and exit");
 ABSL_FLAG(int, ended_jobs, 10000, "with --seed_db: finished jobs to write");
@@ -388,7 +388,7 @@ class Daemons {
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
       auto channel =
           grpc::CreateCustomChannel(coordinator, grpc::InsecureChannelCredentials(), args);
-      stubs_.push_back(v1::Coordinator::NewStub(channel));
+      stubs_.push_back(v1::Workers::NewStub(channel));
     }
     port_ = port;
   }
@@ -492,7 +492,7 @@ class Daemons {
   }
 
   SimulatedWorkers* service_;
-  std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs_;
+  std::vector<std::unique_ptr<v1::Workers::Stub>> stubs_;
   int port_ = 0;
   absl::Duration interval_ = absl::Seconds(1);
   std::atomic<bool> stop_{false};

@@ -41,8 +41,8 @@
 #include "common/job_spec.h"
 #include "common/tls_flags.h"
 #include "common/token_flags.h"
-#include "dtrain/v1/coordinator.grpc.pb.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
+#include "dtrain/v1/workers.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "",
@@ -62,8 +62,8 @@ ABSL_FLAG(std::string, o, ".", "download: the directory the files go to");
 ABSL_FLAG(int, limit, 50, "list: the newest this many jobs (0: all)");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "deadline of each request");
 ABSL_FLAG(std::string, service, "",
-          "health: the service to check (dtrain.v1.Coordinator, dtrain.v1.Jobs, dtrain.v1.Worker); "
-          "\"\": the server as a whole");
+          "health: the service to check (dtrain.v1.Coordinator, dtrain.v1.Workers, dtrain.v1.Jobs, "
+          "dtrain.v1.Worker); \"\": the server as a whole");
 
 namespace dtrain {
 namespace {

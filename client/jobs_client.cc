@@ -28,7 +28,7 @@ JobsClient::JobsClient(const std::string& address, absl::Duration timeout)
 JobsClient::JobsClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout)
     : channel_(std::move(channel)),
       jobs_(v1::Jobs::NewStub(channel_)),
-      coordinator_(v1::Coordinator::NewStub(channel_)),
+      workers_(v1::Workers::NewStub(channel_)),
       timeout_(timeout) {}
 
 absl::StatusOr<v1::JobStatus> JobsClient::Submit(const v1::JobSpec& spec, bool validate_only) {
@@ -168,7 +168,7 @@ absl::StatusOr<v1::JobStatus> JobsClient::Watch(
 absl::StatusOr<std::vector<v1::WorkerInfo>> JobsClient::Workers() {
   v1::ListWorkersResponse response;
   absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
-    return coordinator_->ListWorkers(context, v1::ListWorkersRequest(), &response);
+    return workers_->ListWorkers(context, v1::ListWorkersRequest(), &response);
   });
   if (!status.ok()) return status;
   return std::vector<v1::WorkerInfo>(response.workers().begin(), response.workers().end());

@@ -1,5 +1,5 @@
 // JobsClient: the Jobs service (submit, get, list, watch, cancel, logs, metrics) and the
-// coordinator's worker list as plain C++ calls with deadlines and absl::Status errors. The dtrain
+// Workers service's list as plain C++ calls with deadlines and absl::Status errors. The dtrain
 // command line is built on it, so programs and tests make exactly the CLI's calls.
 //
 // Thread-safety: one JobsClient may be used from several threads at once.
@@ -15,8 +15,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "dtrain/v1/coordinator.grpc.pb.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
+#include "dtrain/v1/workers.grpc.pb.h"
 
 namespace dtrain {
 
@@ -49,7 +49,7 @@ class JobsClient {
   // still noticed through the channel's keepalive). UNAVAILABLE when the stream closed early.
   absl::StatusOr<v1::JobStatus> Watch(const std::string& id,
                                       const std::function<void(const v1::JobStatus&)>& on_update);
-  // The registered workers, by name.
+  // The registered workers, by name (Workers.ListWorkers).
   absl::StatusOr<std::vector<v1::WorkerInfo>> Workers();
 
   const v1::Jobs::StubInterface& stub() const { return *jobs_; }
@@ -57,7 +57,7 @@ class JobsClient {
  private:
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Jobs::Stub> jobs_;
-  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  std::unique_ptr<v1::Workers::Stub> workers_;
   const absl::Duration timeout_;
 };
 

@@ -19,7 +19,8 @@ std::string HostName() {
 }
 
 std::vector<std::string> Services() {
-  return {v1::Coordinator::service_full_name(), v1::Jobs::service_full_name()};
+  return {v1::Coordinator::service_full_name(), v1::Workers::service_full_name(),
+          v1::Jobs::service_full_name()};
 }
 
 }  // namespace
@@ -46,8 +47,10 @@ CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std:
   workers_ = std::make_unique<WorkerRegistry>(options_.groups.heartbeat_timeout,
                                               options_.groups.heartbeat_interval,
                                               options_.max_worker_heartbeats_per_second);
-  service_ = std::make_unique<CoordinatorService>(groups_.get(), engine_.get(), kv_.get(),
-                                                  workers_.get(), access_.get());
+  service_ =
+      std::make_unique<CoordinatorService>(groups_.get(), engine_.get(), kv_.get(), access_.get());
+  workers_service_ = std::make_unique<WorkersService>(workers_.get(), access_.get());
+  retired_methods_ = std::make_unique<RetiredMethods>(WorkerMethodsMovedToWorkersService());
   JobManagerOptions jobs;
   jobs.state_dir = options_.state_dir;
   jobs.host = HostName();
@@ -134,8 +137,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                                : grpc::InsecureServerCredentials(),
                            &server->port_);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->workers_service_.get());
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->artifacts_service_.get());
+  builder.RegisterCallbackGenericService(server->retired_methods_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // Each connection keeps a read buffer sized to its traffic; uncapped, 64 idle ranks that

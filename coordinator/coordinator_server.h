@@ -1,5 +1,7 @@
 // CoordinatorServer: owns one running coordinator (group table, collective engine, key-value
-// store, gRPC server) and the single background thread that drives deadlines and liveness.
+// store, worker registry, job manager, artifact store, gRPC server with the Coordinator, Workers,
+// Jobs and Artifacts services on one port) and the single background thread that drives
+// deadlines and liveness.
 // Used by dtrain-coordinator's main and by tests that run a coordinator in-process.
 #pragma once
 
@@ -15,7 +17,7 @@
 #include "common/metrics_registry.h"
 #include "coordinator/artifacts/artifact_store.h"
 #include "coordinator/artifacts/artifacts_service.h"
-#include "coordinator/collectives/access_control.h"
+#include "coordinator/auth/access_control.h"
 #include "coordinator/collectives/collective_engine.h"
 #include "coordinator/collectives/coordinator_service.h"
 #include "coordinator/collectives/group_table.h"
@@ -23,6 +25,8 @@
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/jobs/jobs_service.h"
 #include "coordinator/jobs/worker_registry.h"
+#include "coordinator/jobs/workers_service.h"
+#include "coordinator/retired_methods.h"
 #include "coordinator/web/web_server.h"
 
 namespace grpc {
@@ -55,8 +59,8 @@ struct CoordinatorOptions {
   absl::Duration job_step_timeout = absl::Minutes(30);
   // TLS for the listening port (common/tls_credentials.h); null = plaintext.
   std::shared_ptr<grpc::ServerCredentials> credentials;
-  // The cluster's admin token (coordinator/collectives/access_control.h); empty: access control
-  // off. The coordinator also presents it to its workers, so it must be the process's client token
+  // The cluster's admin token (coordinator/auth/access_control.h); empty: access control off.
+  // The coordinator also presents it to its workers, so it must be the process's client token
   // too.
   std::string admin_token;
   // host:port of the Prometheus /metrics endpoint (plain HTTP); empty: none.
@@ -112,6 +116,8 @@ class CoordinatorServer {
   std::unique_ptr<CollectiveEngine> engine_;
   std::unique_ptr<WorkerRegistry> workers_;
   std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<WorkersService> workers_service_;
+  std::unique_ptr<RetiredMethods> retired_methods_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<JobsService> jobs_service_;
   std::unique_ptr<ArtifactStore> artifacts_;

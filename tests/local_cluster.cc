@@ -53,6 +53,7 @@ bool LocalCluster::StartCoordinator(const std::string& listen,
   const std::string host = listen.substr(0, listen.rfind(':'));
   address_ = absl::StrCat(host.empty() || host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
   coordinator_stub_ = v1::Coordinator::NewStub(ConnectToCoordinator(address_));
+  workers_stub_ = v1::Workers::NewStub(ConnectToCoordinator(address_));
   jobs_ = v1::Jobs::NewStub(ConnectToCoordinator(address_));
   return true;
 }
@@ -91,7 +92,7 @@ int LocalCluster::AliveWorkers(bool idle_only) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   v1::ListWorkersResponse response;
-  if (!coordinator_stub_->ListWorkers(&context, {}, &response).ok()) return -1;
+  if (!workers_stub_->ListWorkers(&context, {}, &response).ok()) return -1;
   int alive = 0;
   for (const v1::WorkerInfo& w : response.workers()) {
     alive += w.state() == v1::WorkerInfo::ALIVE &&

@@ -11,6 +11,7 @@
 
 #include "dtrain/v1/coordinator.grpc.pb.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
+#include "dtrain/v1/workers.grpc.pb.h"
 #include "tests/test_support.h"
 #include "tests/worker_process.h"
 
@@ -78,6 +79,7 @@ class LocalCluster {
   std::unique_ptr<Subprocess> coordinator_;
   std::map<std::string, std::unique_ptr<WorkerProcess>> workers_;
   std::unique_ptr<v1::Coordinator::Stub> coordinator_stub_;
+  std::unique_ptr<v1::Workers::Stub> workers_stub_;
   std::unique_ptr<v1::Jobs::Stub> jobs_;
 };
 

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "dtrain/v1/coordinator.grpc.pb.h"
+#include "dtrain/v1/workers.grpc.pb.h"
 
 namespace dtrain {
 namespace {
@@ -96,8 +96,8 @@ class SilentPeer {
     if (fd_ >= 0) close(fd_);
   }
   bool listening() const { return port_ != 0; }
-  std::unique_ptr<v1::Coordinator::Stub> Stub() const {
-    return v1::Coordinator::NewStub(
+  std::unique_ptr<v1::Workers::Stub> Stub() const {
+    return v1::Workers::NewStub(
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
   }
 

@@ -87,7 +87,8 @@ TEST(StandardServices, CoordinatorHealthAndReflection_NotServingWhenItDrains) {
   auto cluster = NewCluster();
   ASSERT_TRUE(cluster->StartCoordinator());
   const std::string address = cluster->address();
-  for (const std::string service : {"", "dtrain.v1.Coordinator", "dtrain.v1.Jobs"}) {
+  for (const std::string service :
+       {"", "dtrain.v1.Coordinator", "dtrain.v1.Workers", "dtrain.v1.Jobs"}) {
     auto status = Check(address, service);
     ASSERT_TRUE(status.ok()) << service << ": " << status.status();
     EXPECT_EQ(*status, HealthStatus::SERVING) << service;
@@ -97,6 +98,7 @@ TEST(StandardServices, CoordinatorHealthAndReflection_NotServingWhenItDrains) {
 
   const std::string listed = ListServicesByReflection(address);
   EXPECT_THAT(listed, HasSubstr("dtrain.v1.Coordinator"));
+  EXPECT_THAT(listed, HasSubstr("dtrain.v1.Workers"));
   EXPECT_THAT(listed, HasSubstr("dtrain.v1.Jobs"));
   EXPECT_THAT(listed, HasSubstr("grpc.health.v1.Health"));
 

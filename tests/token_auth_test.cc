@@ -23,6 +23,7 @@
 #include "common/channel.h"
 #include "common/grpc_status.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
+#include "dtrain/v1/workers.grpc.pb.h"
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
@@ -161,9 +162,10 @@ TEST_F(TokenScopeTest, JobTokenWorksInItsGroupOnly) {
 
   // The control plane needs the admin token.
   {
+    auto workers = v1::Workers::NewStub(ConnectToCoordinator(coordinator_->address(), token_a_));
     v1::ListWorkersResponse response;
     grpc::ClientContext context;
-    absl::Status s = FromGrpcStatus(Stub(token_a_)->ListWorkers(&context, {}, &response));
+    absl::Status s = FromGrpcStatus(workers->ListWorkers(&context, {}, &response));
     EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
     EXPECT_THAT(s.message(), HasSubstr("ListWorkers needs the cluster's admin token"));
   }

@@ -20,8 +20,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/sha256.h"
+#include "dtrain/v1/cluster.pb.h"
 #include "dtrain/v1/coordinator.pb.h"
 #include "dtrain/v1/jobs.pb.h"
+#include "dtrain/v1/workers.pb.h"
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {

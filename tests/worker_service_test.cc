@@ -25,6 +25,7 @@
 #include "common/channel.h"
 #include "common/grpc_status.h"
 #include "common/tensor.h"
+#include "dtrain/v1/workers.grpc.pb.h"
 #include "tests/test_support.h"
 #include "tests/worker_process.h"
 #include "worker/cpu_affinity.h"
@@ -869,7 +870,7 @@ TEST_F(WorkerServiceTest, BadInput_ClearErrorsAndTheWorkerKeepsServing) {
 TEST_F(WorkerServiceTest, Registration_ListedWhileServing_GoneAfterSigterm) {
   auto w = StartWorker({"--name=reg-worker", "--devices=3"});
   ASSERT_NE(w, nullptr);
-  auto stub = v1::Coordinator::NewStub(ConnectToCoordinator(address()));
+  auto stub = v1::Workers::NewStub(ConnectToCoordinator(address()));
   auto list = [&] {
     v1::ListWorkersResponse response;
     grpc::ClientContext context;

@@ -25,7 +25,7 @@ WorkerRegistration::WorkerRegistration(const std::string& coordinator, v1::Worke
       coordinator_(coordinator),
       current_job_(std::move(current_job)),
       abandon_job_(std::move(abandon_job)),
-      stub_(v1::Coordinator::NewStub(ConnectToCoordinator(coordinator))) {
+      stub_(v1::Workers::NewStub(ConnectToCoordinator(coordinator))) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -52,6 +52,12 @@ bool WorkerRegistration::Register() {
     if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
       LogError(absl::StrCat("the coordinator refused the registration: ", status.error_message()),
                {{"coordinator", coordinator_}});
+    } else if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      // Retried like an outage: the coordinator may be upgraded under a waiting worker.
+      LogError(
+          absl::StrCat("the coordinator does not serve ", v1::Workers::service_full_name(),
+                       ": it is older than this worker; upgrade it (", status.error_message(), ")"),
+          {{"coordinator", coordinator_}});
     }
     return false;
   }

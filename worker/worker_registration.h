@@ -14,7 +14,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "dtrain/v1/coordinator.grpc.pb.h"
+#include "dtrain/v1/workers.grpc.pb.h"
 
 namespace dtrain {
 
@@ -45,7 +45,7 @@ class WorkerRegistration {
   std::string coordinator_;
   std::function<std::string()> current_job_;
   std::function<void(const std::string&)> abandon_job_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<v1::Workers::Stub> stub_;
   absl::Duration interval_ = absl::Seconds(1);
   // Sends one heartbeat; NOT_FOUND means register again.
   grpc::Status Heartbeat(v1::WorkerHeartbeatResponse* response);

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "coordinator/artifacts/artifact_store.h"
-#include "coordinator/collectives/access_control.h"
+#include "coordinator/auth/access_control.h"
 #include "dtrain/v1/artifacts.grpc.pb.h"
 
 namespace dtrain {

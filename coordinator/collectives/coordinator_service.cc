@@ -333,19 +333,8 @@ grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* CoordinatorSer
 }
 
 CoordinatorService::CoordinatorService(GroupTable* groups, CollectiveEngine* engine,
-                                       KeyValueStore* kv, WorkerDirectory* workers,
-                                       const AccessControl* access)
-    : groups_(groups), engine_(engine), kv_(kv), workers_(workers), access_(access) {}
-
-namespace {
-
-absl::Status NoJobSide() {
-  return absl::UnimplementedError(
-      "this coordinator serves process groups only and keeps no worker registry; run "
-      "dtrain-coordinator to register workers");
-}
-
-}  // namespace
+                                       KeyValueStore* kv, const AccessControl* access)
+    : groups_(groups), engine_(engine), kv_(kv), access_(access) {}
 
 absl::Status CoordinatorService::Authorize(const grpc::CallbackServerContext& context,
                                            const std::string* group, absl::string_view what) const {
@@ -543,51 +532,6 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(grpc::CallbackServerCon
     return FinishNow(context, s);
   }
   for (v1::GroupInfo& info : groups_->List()) *response->add_groups() = std::move(info);
-  return FinishNow(context, absl::OkStatus());
-}
-
-grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
-    grpc::CallbackServerContext* context, const v1::RegisterWorkerRequest* request,
-    v1::RegisterWorkerResponse* response) {
-  if (absl::Status s = Authorize(*context, nullptr, "RegisterWorker"); !s.ok()) {
-    return FinishNow(context, s);
-  }
-  if (workers_ == nullptr) return FinishNow(context, NoJobSide());
-  absl::Status status = workers_->Register(request->worker(), absl::Now());
-  response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(workers_->heartbeat_interval()));
-  response->set_heartbeat_timeout_ms(absl::ToInt64Milliseconds(workers_->heartbeat_timeout()));
-  return FinishNow(context, status);
-}
-
-grpc::ServerUnaryReactor* CoordinatorService::WorkerHeartbeat(
-    grpc::CallbackServerContext* context, const v1::WorkerHeartbeatRequest* request,
-    v1::WorkerHeartbeatResponse* response) {
-  if (absl::Status s = Authorize(*context, nullptr, "WorkerHeartbeat"); !s.ok()) {
-    return FinishNow(context, s);
-  }
-  if (workers_ == nullptr) return FinishNow(context, NoJobSide());
-  return FinishNow(context, workers_->Heartbeat(*request, absl::Now(), response));
-}
-
-grpc::ServerUnaryReactor* CoordinatorService::UnregisterWorker(
-    grpc::CallbackServerContext* context, const v1::UnregisterWorkerRequest* request,
-    v1::UnregisterWorkerResponse* response) {
-  if (absl::Status s = Authorize(*context, nullptr, "UnregisterWorker"); !s.ok()) {
-    return FinishNow(context, s);
-  }
-  if (workers_ == nullptr) return FinishNow(context, NoJobSide());
-  return FinishNow(context, workers_->Unregister(*request));
-}
-
-grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* context,
-                                                          const v1::ListWorkersRequest* request,
-                                                          v1::ListWorkersResponse* response) {
-  if (absl::Status s = Authorize(*context, nullptr, "ListWorkers"); !s.ok()) {
-    return FinishNow(context, s);
-  }
-  if (workers_ == nullptr) return FinishNow(context, NoJobSide());
-  for (v1::WorkerInfo& info : workers_->List(absl::Now()))
-    *response->add_workers() = std::move(info);
   return FinishNow(context, absl::OkStatus());
 }
 

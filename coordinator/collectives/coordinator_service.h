@@ -1,14 +1,14 @@
-// CoordinatorService: the gRPC edge of the coordinator. Translates dtrain.v1.Coordinator RPCs
-// into GroupTable / CollectiveEngine / KeyValueStore calls and their absl::Status answers into
-// grpc::Status. Uses the callback API throughout: a rank waiting in a barrier or collective
-// holds a reactor, never a thread.
+// CoordinatorService: the gRPC edge of the process-group server. Translates dtrain.v1.Coordinator
+// RPCs into GroupTable / CollectiveEngine / KeyValueStore calls and their absl::Status answers
+// into grpc::Status. Uses the callback API throughout: a rank waiting in a barrier or collective
+// holds a reactor, never a thread. Workers are not its business: the job side serves them
+// (dtrain.v1.Workers, coordinator/jobs/workers_service.h).
 #pragma once
 
-#include "coordinator/collectives/access_control.h"
+#include "coordinator/auth/access_control.h"
 #include "coordinator/collectives/collective_engine.h"
 #include "coordinator/collectives/group_table.h"
 #include "coordinator/collectives/kv_store.h"
-#include "coordinator/collectives/worker_directory.h"
 #include "dtrain/v1/coordinator.grpc.pb.h"
 
 namespace dtrain {
@@ -18,30 +18,28 @@ namespace dtrain {
 using CoordinatorServiceBase = v1::Coordinator::WithCallbackMethod_Register<
     v1::Coordinator::WithCallbackMethod_Heartbeat<v1::Coordinator::WithCallbackMethod_Leave<
         v1::Coordinator::WithCallbackMethod_Barrier<v1::Coordinator::WithRawCallbackMethod_Broadcast<
-            v1::Coordinator::WithRawCallbackMethod_AllGather<v1::Coordinator::WithRawCallbackMethod_Reduce<
-                v1::Coordinator::WithRawCallbackMethod_AllReduce<v1::Coordinator::WithCallbackMethod_ReduceBooleanDecision<
-                    v1::Coordinator::WithCallbackMethod_Session<v1::Coordinator::WithCallbackMethod_KeyValueSet<
-                        v1::Coordinator::WithCallbackMethod_KeyValueGet<
-                            v1::Coordinator::WithCallbackMethod_KeyValueAdd<
-                                v1::Coordinator::WithCallbackMethod_KeyValueCompareAndSet<
-                                    v1::Coordinator::WithCallbackMethod_KeyValueDelete<
-                                        v1::Coordinator::WithCallbackMethod_KeyValueList<
-                                            v1::Coordinator::WithCallbackMethod_ListGroups<
-                                                v1::Coordinator::WithCallbackMethod_RegisterWorker<
-                                                    v1::Coordinator::WithCallbackMethod_WorkerHeartbeat<
-                                                        v1::Coordinator::
-                                                            WithCallbackMethod_UnregisterWorker<
-                                                                v1::Coordinator::
-                                                                    WithCallbackMethod_ListWorkers<
-                                                                        v1::Coordinator::
-                                                                            Service>>>>>>>>>>>>>>>>>>>>>;
+            v1::Coordinator::WithRawCallbackMethod_AllGather<
+                v1::Coordinator::WithRawCallbackMethod_Reduce<
+                    v1::Coordinator::WithRawCallbackMethod_AllReduce<
+                        v1::Coordinator::WithCallbackMethod_ReduceBooleanDecision<
+                            v1::Coordinator::WithCallbackMethod_Session<
+                                v1::Coordinator::WithCallbackMethod_KeyValueSet<
+                                    v1::Coordinator::WithCallbackMethod_KeyValueGet<
+                                        v1::Coordinator::WithCallbackMethod_KeyValueAdd<
+                                            v1::Coordinator::WithCallbackMethod_KeyValueCompareAndSet<
+                                                v1::Coordinator::WithCallbackMethod_KeyValueDelete<
+                                                    v1::Coordinator::
+                                                        WithCallbackMethod_KeyValueList<
+                                                            v1::Coordinator::
+                                                                WithCallbackMethod_ListGroups<
+                                                                    v1::Coordinator::
+                                                                        Service>>>>>>>>>>>>>>>>>;
 
 class CoordinatorService final : public CoordinatorServiceBase {
  public:
-  // The pointees must outlive the service; `workers` may be null (no job side: the worker
-  // RPCs answer UNIMPLEMENTED).
+  // The pointees must outlive the service.
   CoordinatorService(GroupTable* groups, CollectiveEngine* engine, KeyValueStore* kv,
-                     WorkerDirectory* workers, const AccessControl* access);
+                     const AccessControl* access);
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -89,18 +87,6 @@ class CoordinatorService final : public CoordinatorServiceBase {
   grpc::ServerUnaryReactor* ListGroups(grpc::CallbackServerContext* context,
                                        const v1::ListGroupsRequest* request,
                                        v1::ListGroupsResponse* response) override;
-  grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
-                                           const v1::RegisterWorkerRequest* request,
-                                           v1::RegisterWorkerResponse* response) override;
-  grpc::ServerUnaryReactor* WorkerHeartbeat(grpc::CallbackServerContext* context,
-                                            const v1::WorkerHeartbeatRequest* request,
-                                            v1::WorkerHeartbeatResponse* response) override;
-  grpc::ServerUnaryReactor* UnregisterWorker(grpc::CallbackServerContext* context,
-                                             const v1::UnregisterWorkerRequest* request,
-                                             v1::UnregisterWorkerResponse* response) override;
-  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
-                                        const v1::ListWorkersRequest* request,
-                                        v1::ListWorkersResponse* response) override;
 
  private:
   // OK if the caller may make call `what`: in `group`, or (null `group`) as an admin.
@@ -113,7 +99,6 @@ class CoordinatorService final : public CoordinatorServiceBase {
   GroupTable* const groups_;
   CollectiveEngine* const engine_;
   KeyValueStore* const kv_;
-  WorkerDirectory* const workers_;
   const AccessControl* const access_;
 };
 

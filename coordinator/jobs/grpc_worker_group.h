@@ -12,7 +12,7 @@
 #include "absl/time/time.h"
 #include "coordinator/jobs/run_workers.h"
 #include "coordinator/jobs/worker_group.h"
-#include "dtrain/v1/coordinator.pb.h"
+#include "dtrain/v1/workers.pb.h"
 
 namespace dtrain {
 

@@ -28,7 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "coordinator/artifacts/artifact_store.h"
-#include "coordinator/collectives/access_control.h"
+#include "coordinator/auth/access_control.h"
 #include "coordinator/jobs/job_record.h"
 #include "coordinator/jobs/job_run.h"
 #include "coordinator/jobs/job_store.h"

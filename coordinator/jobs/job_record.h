@@ -24,8 +24,8 @@
 #include "coordinator/jobs/job_store.h"
 #include "coordinator/jobs/metrics_log.h"
 #include "coordinator/jobs/trainer_reporter.h"
-#include "dtrain/v1/coordinator.pb.h"
 #include "dtrain/v1/jobs.pb.h"
+#include "dtrain/v1/workers.pb.h"
 
 namespace dtrain {
 

@@ -4,7 +4,7 @@
 // token: the Jobs API is the cluster's control plane.
 #pragma once
 
-#include "coordinator/collectives/access_control.h"
+#include "coordinator/auth/access_control.h"
 #include "coordinator/jobs/job_manager.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
 

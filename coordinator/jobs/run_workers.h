@@ -20,8 +20,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/parallel_calls.h"
-#include "dtrain/v1/coordinator.pb.h"
 #include "dtrain/v1/worker.grpc.pb.h"
+#include "dtrain/v1/workers.pb.h"
 
 namespace dtrain {
 

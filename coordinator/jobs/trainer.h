@@ -23,8 +23,8 @@
 #include "coordinator/jobs/trainer_reporter.h"
 #include "coordinator/jobs/training_state.h"
 #include "coordinator/jobs/worker_group.h"
-#include "dtrain/v1/coordinator.pb.h"
 #include "dtrain/v1/jobs.pb.h"
+#include "dtrain/v1/workers.pb.h"
 
 namespace dtrain {
 

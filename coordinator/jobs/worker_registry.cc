@@ -22,6 +22,16 @@ absl::Status CheckField(const std::string& field, const std::string& value) {
   return absl::OkStatus();
 }
 
+// A heartbeat's or goodbye's name and incarnation: those a registration was accepted with.
+absl::Status CheckIdentity(const std::string& name, uint64_t incarnation) {
+  if (name.empty()) return absl::InvalidArgumentError("worker name is empty");
+  if (incarnation == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker '", name, "': incarnation must be the non-zero random id it registered with"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time now) {
@@ -155,6 +165,7 @@ void WorkerRegistry::Release(const std::string& name) {
 
 absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request, absl::Time now,
                                        v1::WorkerHeartbeatResponse* response) {
+  if (absl::Status s = CheckIdentity(request.name(), request.incarnation()); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request.name());
   if (it == workers_.end() || it->second.info.incarnation() != request.incarnation()) {
@@ -207,6 +218,7 @@ std::vector<std::string> WorkerRegistry::Draining(const std::vector<std::string>
 }
 
 absl::Status WorkerRegistry::Unregister(const v1::UnregisterWorkerRequest& request) {
+  if (absl::Status s = CheckIdentity(request.name(), request.incarnation()); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request.name());
   if (it == workers_.end()) return absl::OkStatus();

@@ -17,12 +17,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/job_spec.h"
-#include "coordinator/collectives/worker_directory.h"
-#include "dtrain/v1/coordinator.pb.h"
+#include "dtrain/v1/workers.pb.h"
 
 namespace dtrain {
 
-class WorkerRegistry final : public WorkerDirectory {
+class WorkerRegistry final {
  public:
   // `max_heartbeats_per_second` (0: no limit) caps the workers' heartbeats as a whole: past
   // interval x rate workers, the interval handed out grows in proportion, and the timeout with
@@ -34,11 +33,13 @@ class WorkerRegistry final : public WorkerDirectory {
         base_interval_(heartbeat_interval),
         max_rate_(max_heartbeats_per_second) {}
 
-  absl::Status Register(const v1::WorkerInfo& worker, absl::Time now) override;
+  // INVALID_ARGUMENT naming the field (workers.proto lists the checks).
+  absl::Status Register(const v1::WorkerInfo& worker, absl::Time now);
   // Also tells a worker that reports a job which is not (or no longer) assigned to it to drop
-  // it (response->abandoned_job).
+  // it (response->abandoned_job). INVALID_ARGUMENT for an empty name or incarnation 0;
+  // NOT_FOUND when no worker of that name and incarnation is registered.
   absl::Status Heartbeat(const v1::WorkerHeartbeatRequest& request, absl::Time now,
-                         v1::WorkerHeartbeatResponse* response) override;
+                         v1::WorkerHeartbeatResponse* response);
   // A call to the worker could not connect (it died, or its port is gone): it is not placed
   // again until it heartbeats after this.
   void MarkUnreachable(const std::string& name);
@@ -58,12 +59,14 @@ class WorkerRegistry final : public WorkerDirectory {
   // `name` is no longer the job's (its job ended, or went on without it); a heartbeat that
   // still reports the job is told to drop it.
   void Release(const std::string& name);
-  absl::Status Unregister(const v1::UnregisterWorkerRequest& request) override;
+  // OK for an unknown name; INVALID_ARGUMENT for an empty name or incarnation 0; NOT_FOUND when
+  // another incarnation holds the name.
+  absl::Status Unregister(const v1::UnregisterWorkerRequest& request);
   // Those of `names` that said they are stopping (DRAINING), or that stopped cleanly
   // (unregistered) while a job was placed on them, in the order given.
   std::vector<std::string> Draining(const std::vector<std::string>& names) const;
   // By name, with state and last_seen_ms_ago as of `now`.
-  std::vector<v1::WorkerInfo> List(absl::Time now) const override;
+  std::vector<v1::WorkerInfo> List(absl::Time now) const;
   // A worker that is LOST while placed on a job, and why, for that job's run to stop calling it.
   struct LostWorker {
     std::string name;
@@ -74,8 +77,10 @@ class WorkerRegistry final : public WorkerDirectory {
   // placed on a job, on every tick and not only when it goes LOST: a run that starts a call at
   // the moment it is told still hears of the loss at the next tick.
   std::vector<LostWorker> Tick(absl::Time now);
-  absl::Duration heartbeat_interval() const override;
-  absl::Duration heartbeat_timeout() const override;
+  // How often workers heartbeat now, and how long a silent one stays ALIVE: both grow with the
+  // number of workers past max_heartbeats_per_second.
+  absl::Duration heartbeat_interval() const;
+  absl::Duration heartbeat_timeout() const;
 
  private:
   void RememberEndedLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

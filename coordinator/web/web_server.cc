@@ -20,8 +20,10 @@
 #include "common/job_spec.h"
 #include "coordinator/web/dashboard_assets.h"
 #include "coordinator/web/web_access.h"
+#include "dtrain/v1/cluster.pb.h"
 #include "dtrain/v1/coordinator.pb.h"
 #include "dtrain/v1/jobs.pb.h"
+#include "dtrain/v1/workers.pb.h"
 
 namespace dtrain {
 namespace {

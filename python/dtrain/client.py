@@ -22,7 +22,7 @@ from dtrain.artifacts import fetch, upload_spec_files
 from dtrain.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument, JobFailed,
                            NotFound, from_rpc_error)
 from dtrain.spec import SpecLike, load_spec
-from dtrain.v1 import coordinator_pb2, coordinator_pb2_grpc, jobs_pb2, jobs_pb2_grpc, worker_pb2
+from dtrain.v1 import jobs_pb2, jobs_pb2_grpc, worker_pb2, workers_pb2, workers_pb2_grpc
 
 TERMINAL = (jobs_pb2.SUCCEEDED, jobs_pb2.FAILED, jobs_pb2.CANCELLED)
 
@@ -172,7 +172,7 @@ class Job:
 
 
 class Client:
-    """The coordinator's Jobs service. ``address`` defaults to DTRAIN_COORDINATOR (then
+    """The coordinator's Jobs and Workers services. ``address`` defaults to DTRAIN_COORDINATOR (then
     127.0.0.1:29610), ``token`` to DTRAIN_TOKEN; ``tls`` is None (plaintext unless
     DTRAIN_TLS_CA is set), True (the system's roots) or a TLS(ca, cert, key)."""
 
@@ -180,7 +180,7 @@ class Client:
                  tls: TLSArg = None, timeout: float = 10.0):
         self._conn = Connection(address, token, tls)
         self._jobs = jobs_pb2_grpc.JobsStub(self._conn.channel)
-        self._coordinator = coordinator_pb2_grpc.CoordinatorStub(self._conn.channel)
+        self._workers = workers_pb2_grpc.WorkersStub(self._conn.channel)
         self.timeout = timeout
         self.uploaded: List[str] = []  # what the last submit sent (or found already there)
 
@@ -237,10 +237,9 @@ class Client:
         return self._conn.call(self._jobs.DeleteJob, jobs_pb2.DeleteJobRequest(id=job_id),
                                timeout=max(self.timeout, 90.0))
 
-    def workers(self) -> List[coordinator_pb2.WorkerInfo]:
-        """The registered workers: name, address, devices, state, job."""
-        return list(self._call(self._coordinator.ListWorkers,
-                               coordinator_pb2.ListWorkersRequest()).workers)
+    def workers(self) -> List[workers_pb2.WorkerInfo]:
+        """The registered workers (the Workers service): name, address, devices, state, job."""
+        return list(self._call(self._workers.ListWorkers, workers_pb2.ListWorkersRequest()).workers)
 
     def close(self) -> None:
         self._conn.close()

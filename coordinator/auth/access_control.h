@@ -1,4 +1,7 @@
-// AccessControl: who may call what on the coordinator.
+// AccessControl: who may call what on the coordinator. Every gRPC edge of dtrain-coordinator asks
+// it: the process-group server's Coordinator service, the job side's Workers and Jobs services
+// and the artifact store's Artifacts service (the dashboard checks the admin token itself,
+// coordinator/web/web_access.h).
 //
 // Two kinds of bearer token (common/bearer_token.h):
 //   - the cluster's admin token (--token): every RPC, as the CLI, the workers' daemons and

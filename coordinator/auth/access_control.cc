@@ -1,4 +1,4 @@
-#include "coordinator/collectives/access_control.h"
+#include "coordinator/auth/access_control.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/bearer_token.h"
