@@ -14,9 +14,9 @@
 #include "absl/time/time.h"
 #include "common/channel.h"
 #include "common/file_reference.h"
-#include "common/job_settings.h"
 #include "common/job_spec.h"
 #include "common/log.h"
+#include "common/setup_request.h"
 #include "common/status_macros.h"
 #include "coordinator/jobs/job_artifacts.h"
 #include "coordinator/jobs/job_record.h"
@@ -400,9 +400,6 @@ void JobManager::Start(const std::shared_ptr<JobRecord>& job, std::vector<v1::Wo
     absl::MutexLock lock(&mu_);
     options.coordinator = coordinator_address_;
   }
-  // Checkpoints come to the coordinator's store unless the job names a directory the workers
-  // share (normalized to "worker:/path").
-  options.checkpoint_dir = options.spec.checkpoint().dirpath();
   options.resolve_file = [this](const std::string& reference) { return ResolveFile(reference); };
   options.sibling_checkpoints = [job](const std::string& reference) {
     std::vector<std::string> out;

@@ -19,8 +19,8 @@
 #include "common/channel.h"
 #include "common/file_reference.h"
 #include "common/grpc_status.h"
-#include "common/job_settings.h"
 #include "common/job_spec.h"
+#include "common/setup_request.h"
 #include "common/status_macros.h"
 #include "common/tensor.h"
 #include "coordinator/jobs/distributed_sampler.h"
@@ -82,8 +82,9 @@ v1::JobFile Trainer::NewJobFile(const std::string& name, const std::string& kind
 }
 
 std::string Trainer::CheckpointReference(const std::string& name) const {
-  return options_.checkpoint_dir.empty() ? JobFileReference(options_.job_id, name)
-                                         : absl::StrCat(options_.checkpoint_dir, "/", name);
+  const std::string& dirpath = options_.spec.checkpoint().dirpath();
+  return dirpath.empty() ? JobFileReference(options_.job_id, name)
+                         : absl::StrCat(dirpath, "/", name);
 }
 
 void Trainer::SetBestCheckpoint(const std::string& name) {
@@ -104,11 +105,6 @@ absl::Status Trainer::Setup() {
   context.token = options_.job_token;
   context.world_size = world_;
   context.register_timeout = options_.setup_timeout;
-  // Only fit writes checkpoints; its rank 0 makes sure it can before any training.
-  if (spec.stage() == "fit" || spec.stage().empty()) {
-    context.checkpoint_dir = options_.checkpoint_dir;
-    context.store_checkpoints = options_.checkpoint_dir.empty();
-  }
   v1::SetupRequest request = MakeSetupRequest(spec, context);
   const v1::DataConfig& d = spec.data();
 
@@ -478,7 +474,7 @@ absl::Status Trainer::SaveCheckpoint(const Save& save) {
     file.set_digest(r.digest());
     file.set_size_bytes(r.bytes());
   }
-  if (options_.checkpoint_dir.empty() && file.digest().empty()) {
+  if (options_.spec.checkpoint().dirpath().empty() && file.digest().empty()) {
     return absl::InternalError(absl::StrCat("checkpoint ", save.name,
                                             ": no worker reports sending it to the coordinator"));
   }

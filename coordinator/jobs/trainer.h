@@ -47,13 +47,12 @@ class TrainerReporter {
 
 struct TrainerOptions {
   std::string job_id;
-  v1::JobSpec spec;                     // normalized
+  // Normalized. Its checkpoint.dirpath says where checkpoints go: "" (rank 0 sends them to the
+  // coordinator's store) or a directory the workers share ("worker:/path").
+  v1::JobSpec spec;
   std::vector<v1::WorkerInfo> workers;  // placed for this job, in placement order
   std::string coordinator;              // the address workers reach the coordinator at
-  // Where checkpoints go: "" (rank 0 sends them to the coordinator's store) or a directory the
-  // workers share ("worker:/path").
-  std::string checkpoint_dir;
-  std::string output_dir;  // the job's directory (predictions)
+  std::string output_dir;               // the job's directory (predictions)
   // The files the job kept in earlier runs (its top-k checkpoints carry on from them).
   std::vector<v1::JobFile> files;
   // Resolves a spec's "job:<id>/<name>" to what a worker loads (an artifact reference or a
