@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "bench/plain_loop.h"
 #include "worker/dataset.h"
+#include "worker/hosted_job.h"
 #include "worker/job.h"
 
 ABSL_FLAG(std::string, model, "mlp", "mlp or cnn");
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
   const std::string model_name = absl::GetFlag(FLAGS_model);
   const int batch = absl::GetFlag(FLAGS_batch), steps = absl::GetFlag(FLAGS_steps);
 
-  dtrain::v1::DataSpec data_spec;
+  dtrain::v1::DataConfig data_spec;
   data_spec.set_builtin("fashion-mnist");
   auto data = dtrain::Dataset::Load(data_spec);
   if (!data.ok()) {
@@ -70,17 +71,22 @@ int main(int argc, char** argv) {
 
   dtrain::v1::SetupRequest request;
   request.set_job_id("step-overhead");
-  request.mutable_model()->set_builtin(model_name);
-  request.mutable_optimizer()->set_name("sgd");
-  request.mutable_optimizer()->set_lr(kLr);
-  request.mutable_optimizer()->set_momentum(kMomentum);
-  request.set_strategy("single_device");
-  request.set_seed(1);
-  *request.mutable_data() = data_spec;
+  request.mutable_spec()->mutable_model()->set_builtin(model_name);
+  request.mutable_spec()->mutable_optimizer()->set_name("sgd");
+  request.mutable_spec()->mutable_optimizer()->set_lr(kLr);
+  request.mutable_spec()->mutable_optimizer()->set_momentum(kMomentum);
+  request.mutable_spec()->mutable_trainer()->set_strategy("single_device");
+  request.mutable_spec()->set_seed_everything(1);
+  *request.mutable_spec()->mutable_data() = data_spec;
   dtrain::WorkerIdentity identity;
   identity.name = "bench";
   identity.host = "localhost";
   identity.threads = absl::GetFlag(FLAGS_threads);
+  // As the worker's service prepares a Setup: the spec normalized, its paths local.
+  if (absl::Status prepared = dtrain::PrepareSetup(&request, 1, nullptr); !prepared.ok()) {
+    std::fprintf(stderr, "%s\n", prepared.ToString().c_str());
+    return 1;
+  }
   auto job = dtrain::Job::Setup(request, identity);
   if (!job.ok()) {
     std::fprintf(stderr, "%s\n", job.status().ToString().c_str());

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--cpus: %s\n", ready.ToString().c_str());
     return 2;
   }
-  dtrain::v1::DataSpec spec;
+  dtrain::v1::DataConfig spec;
   spec.set_builtin("fashion-mnist");
   auto data = dtrain::Dataset::Load(spec);
   if (!data.ok()) {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file_reference.h"
+#include "common/job_settings.h"
 
 namespace dtrain {
 namespace {
@@ -42,21 +43,6 @@ absl::StatusOr<T> Scalar(const YAML::Node& node, const std::string& path, const 
 }
 
 absl::Status Fill(const YAML::Node& node, Message* message, const std::string& path);
-
-// Keys dtrain once spelled differently from Lightning: one spelling per concept, and the old
-// one points at the new.
-const char* RenamedKeyHint(const std::string& path) {
-  static const auto* const kRenamed = new std::map<std::string, const char*>{
-      {"trainer.num_workers",
-       "renamed to trainer.num_nodes (the worker machines a job needs, Lightning's num_nodes; "
-       "num_workers is a DataLoader argument)"},
-      {"trainer.min_workers", "renamed to trainer.min_nodes (the fewest an elastic job runs on)"},
-      {"resume_from", "renamed to ckpt_path (Lightning's name for the checkpoint to start from)"},
-      {"trainer.seed", "moved to seed_everything, at the top level as LightningCLI has it"},
-  };
-  auto it = kRenamed->find(path);
-  return it == kRenamed->end() ? nullptr : it->second;
-}
 
 // A list of numbers or strings (`mean: [0.5, 0.4]`), or one value for a list of one.
 absl::Status SetRepeated(const YAML::Node& value, Message* message, const FieldDescriptor* field,
@@ -177,7 +163,11 @@ absl::Status Fill(const YAML::Node& node, Message* message, const std::string& p
     const FieldDescriptor* field = d->FindFieldByName(key);
     if (field == nullptr) field = d->FindFieldByCamelcaseName(key);
     if (field == nullptr) {
-      if (const char* hint = RenamedKeyHint(where); hint != nullptr) return Bad(where, hint);
+      // Keys dtrain once spelled differently from Lightning: the old one points at the new
+      // (the Setting options' `replaces`).
+      if (auto renamed = ReplacedKeys().find(where); renamed != ReplacedKeys().end()) {
+        return Bad(where, renamed->second);
+      }
       std::vector<std::string> known;
       for (int i = 0; i < d->field_count(); ++i) known.push_back(d->field(i)->name());
       return Bad(where, absl::StrCat("unknown key; ", path.empty() ? "a job spec" : path, " has ",
@@ -219,34 +209,20 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text) {
 
 namespace {
 
-// The spec's path fields by name, for resolving those a file or an override set.
-std::vector<std::pair<std::string, std::string*>> PathFields(v1::JobSpec* spec) {
-  std::vector<std::pair<std::string, std::string*>> out;
-  if (spec->model().has_torchscript()) {
-    out.emplace_back("model.torchscript", spec->mutable_model()->mutable_torchscript());
-  }
-  if (spec->data().has_tensors_file()) {
-    out.emplace_back("data.tensors_file", spec->mutable_data()->mutable_tensors_file());
-  }
-  out.emplace_back("data.data_dir", spec->mutable_data()->mutable_data_dir());
-  out.emplace_back("ckpt_path", spec->mutable_ckpt_path());
-  out.emplace_back("checkpoint.dirpath", spec->mutable_checkpoint()->mutable_dirpath());
-  return out;
-}
-
-// Makes absolute, against `base`, the relative paths that differ from `before`'s.
+// Makes absolute, against `base`, the relative paths (the fields whose Setting says they are
+// paths) that differ from `before`'s.
 void ResolveChangedPaths(const v1::JobSpec& before, const std::string& base, v1::JobSpec* spec) {
-  v1::JobSpec copy = before;
   std::map<std::string, std::string> old;
-  for (auto& [name, value] : PathFields(&copy)) old[name] = *value;
-  for (auto& [name, value] : PathFields(spec)) {
-    if (value->empty() || std::filesystem::path(*value).is_absolute() || IsMarkedPath(*value)) {
-      continue;
+  for (const SpecPath& p : SpecPaths(before)) old[p.path] = p.value;
+  RewriteSpecPaths(spec, [&](SpecPath* p) {
+    if (std::filesystem::path(p->value).is_absolute() || IsMarkedPath(p->value)) {
+      return absl::OkStatus();
     }
-    auto it = old.find(name);
-    if (it != old.end() && it->second == *value) continue;
-    *value = (std::filesystem::path(base) / *value).lexically_normal().string();
-  }
+    auto it = old.find(p->path);
+    if (it != old.end() && it->second == p->value) return absl::OkStatus();
+    p->value = (std::filesystem::path(base) / p->value).lexically_normal().string();
+    return absl::OkStatus();
+  }).IgnoreError();
 }
 
 // The shortest decimal that reads back as exactly `value`.

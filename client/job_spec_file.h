@@ -1,7 +1,8 @@
 // Reads a job spec file (YAML, or JSON, which is YAML too) into a JobSpec. yaml-cpp parses the
 // file; protobuf's reflection maps its keys onto the message, so the file's layout is the
 // proto's (LightningCLI's sections) and an unknown key or a value of the wrong type is
-// refused with its path: "trainer.max_epoch: unknown key; trainer has max_epochs, max_steps, ...".
+// refused with its path: "trainer.max_epoch: unknown key; trainer has max_epochs, max_steps, ...",
+// and a key a setting replaced with its hint (the Setting options, common/job_settings.h).
 // The spec's values are then checked by NormalizeJobSpec (common/job_spec.h).
 #pragma once
 
@@ -21,8 +22,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text);
 
 // LightningCLI's way: each --config file in order, then each --section.key=value override,
 // onto one spec; later values win (a list is replaced whole). NOT_FOUND: no such file. A
-// file's relative paths (model.torchscript, data.tensors_file, data.data_dir, ckpt_path,
-// checkpoint.dirpath) resolve against its own directory, as a compose file's do, an
+// file's relative paths (the fields whose Setting option says they are paths: model.torchscript,
+// data.tensors_file, ...) resolve against its own directory, as a compose file's do, an
 // override's against the working directory; marked paths (common/file_reference.h) stay. Errors
 // name the file or the override and the key's path. The stage is the subcommand: a `stage` key is
 // refused with that hint.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/job_spec.h"
 
 namespace dtrain {
 
@@ -24,7 +25,7 @@ std::string ProgressLine(const v1::JobStatus& status, int bar_width) {
     return status.reason().empty() ? line : absl::StrCat(line, ": ", status.reason());
   }
   absl::StrAppend(&line, " ", p.phase());
-  if (p.max_epochs() > 0 && p.max_epochs() < (1 << 20)) {
+  if (p.max_epochs() > 0 && p.max_epochs() < kNoEpochLimit) {
     absl::StrAppend(&line, " epoch ", p.epoch() + 1, "/", p.max_epochs());
   }
   if (p.total_steps() > 0) {

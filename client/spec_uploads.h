@@ -1,7 +1,8 @@
-// Files travel with the job: before a spec is submitted, the local files it names (the model,
-// the data file, the checkpoint to start from) are uploaded to the coordinator's content-
-// addressed store and the spec names them by content ("artifact:sha256:<hex>"), so the workers
-// need no filesystem in common with the client. A path written "worker:/path" names a file
+// Files travel with the job: before a spec is submitted, the local files it names (the fields
+// whose Setting option says FILE or CHECKPOINT: the model, the data file, the checkpoint to
+// start from) are uploaded to the coordinator's content-addressed store and the spec names them
+// by content ("artifact:sha256:<hex>"), so the workers need no filesystem in common with the
+// client. A path written "worker:/path" names a file
 // already on every worker and is left alone (nothing is uploaded by surprise); a path that is
 // neither a local file nor marked is refused here, naming the field.
 #pragma once

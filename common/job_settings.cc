@@ -1,272 +1,321 @@
 #include "common/job_settings.h"
 
-#include "absl/algorithm/container.h"
-
-#include <algorithm>
 #include <cmath>
+#include <functional>
 
+#include <google/protobuf/message.h>
+
+#include "absl/algorithm/container.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace dtrain {
 namespace {
 
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
 absl::Status Bad(absl::string_view path, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", message));
 }
 
-bool OneOf(const std::string& value, const std::vector<std::string>& names) {
-  return std::find(names.begin(), names.end(), value) != names.end();
+std::string Join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : absl::StrCat(prefix, ".", name);
 }
 
-// An optional name ("" means the default) from `names`.
-absl::Status CheckName(absl::string_view path, const std::string& value,
-                       const std::vector<std::string>& names) {
-  if (value.empty() || OneOf(value, names)) return absl::OkStatus();
-  return Bad(path, absl::StrCat("unknown value '", value, "'; use ", absl::StrJoin(names, ", ")));
+const v1::Setting& SettingOf(const FieldDescriptor* field) {
+  return field->options().GetExtension(v1::setting);
 }
 
-}  // namespace
-
-const std::vector<std::string>& StageNames() {
-  static const auto* names = new std::vector<std::string>{"fit", "validate", "test", "predict"};
-  return *names;
-}
-const std::vector<std::string>& StrategyNames() {
-  static const auto* names =
-      new std::vector<std::string>{"ddp", "ddp_spawn", "sharded", "dp", "single_device"};
-  return *names;
-}
-const std::vector<std::string>& PrecisionNames() {
-  static const auto* names = new std::vector<std::string>{
-      "32-true", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "32", "64", "bf16", "16"};
-  return *names;
-}
-const std::vector<std::string>& AcceleratorNames() {
-  static const auto* names = new std::vector<std::string>{"cpu", "gpu", "cuda", "auto"};
-  return *names;
-}
-const std::vector<std::string>& CollectiveBackendNames() {
-  static const auto* names = new std::vector<std::string>{"auto", "grpc", "gloo", "shm"};
-  return *names;
-}
-const std::vector<std::string>& ClipAlgorithmNames() {
-  static const auto* names = new std::vector<std::string>{"norm", "value"};
-  return *names;
-}
-const std::vector<std::string>& OptimizerNames() {
-  static const auto* names = new std::vector<std::string>{"sgd", "adam", "adamw"};
-  return *names;
-}
-const std::vector<std::string>& SchedulerNames() {
-  static const auto* names = new std::vector<std::string>{"none", "step", "cosine"};
-  return *names;
-}
-const std::vector<std::string>& BuiltinModelNames() {
-  static const auto* names = new std::vector<std::string>{"mlp", "cnn"};
-  return *names;
-}
-const std::vector<std::string>& BuiltinDatasetNames() {
-  static const auto* names = new std::vector<std::string>{"fashion-mnist"};
-  return *names;
+void CollectLeaves(const Descriptor* d, const std::string& prefix, std::vector<JobSetting>* out) {
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    const std::string path = Join(prefix, f->name());
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !f->is_map()) {
+      CollectLeaves(f->message_type(), path, out);
+    } else {
+      out->push_back({path, f, &SettingOf(f)});
+    }
+  }
 }
 
-const std::vector<std::string>& PluginKindNames() {
-  static const auto* names =
-      new std::vector<std::string>{"accelerator", "precision", "strategy", "checkpoint_io"};
-  return *names;
+bool IsIntegral(const FieldDescriptor* f) {
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+    case FieldDescriptor::CPPTYPE_INT64:
+    case FieldDescriptor::CPPTYPE_UINT32:
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return true;
+    default:
+      return false;
+  }
 }
 
-bool IsPluginName(absl::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  return absl::c_all_of(name, [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
-  });
+bool IsNumber(const FieldDescriptor* f) {
+  return IsIntegral(f) || f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE ||
+         f->cpp_type() == FieldDescriptor::CPPTYPE_FLOAT;
 }
 
-bool IsDistributedStrategy(absl::string_view strategy) {
-  // A plugin strategy (not one of dtrain's own) runs as ddp does: one rank per worker process.
-  return strategy == "ddp" || strategy == "ddp_spawn" || strategy == "sharded" ||
-         strategy == "ddp_sharded" ||
-         (!strategy.empty() && !absl::c_linear_search(StrategyNames(), strategy));
+double NumberOf(const Message& m, const FieldDescriptor* f) {
+  const Reflection* r = m.GetReflection();
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return r->GetInt32(m, f);
+    case FieldDescriptor::CPPTYPE_INT64:
+      return static_cast<double>(r->GetInt64(m, f));
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return r->GetUInt32(m, f);
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return static_cast<double>(r->GetUInt64(m, f));
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return r->GetFloat(m, f);
+    default:
+      return r->GetDouble(m, f);
+  }
 }
 
-v1::SetupRequest MakeSetupRequest(const v1::JobSpec& spec, const SetupContext& context) {
-  const v1::TrainerConfig& t = spec.trainer();
-  v1::SetupRequest request;
-  request.set_job_id(context.job_id);
-  *request.mutable_model() = spec.model();
-  *request.mutable_optimizer() = spec.optimizer();
-  *request.mutable_lr_scheduler() = spec.lr_scheduler();
-  request.set_precision(t.precision());
-  request.set_strategy(t.strategy());
-  request.set_accelerator(t.accelerator());
-  request.set_devices(t.devices());
-  request.set_seed(spec.seed_everything());
-  request.set_checkpoint_dir(context.checkpoint_dir);
-  request.set_store_checkpoints(context.store_checkpoints);
-  request.set_checkpoint_io(spec.checkpoint().checkpoint_io());
-  *request.mutable_storage_options() = spec.checkpoint().storage_options();
-  request.set_accumulate_grad_batches(t.accumulate_grad_batches());
-  request.set_gradient_clip_val(t.gradient_clip_val());
-  request.set_gradient_clip_algorithm(t.gradient_clip_algorithm());
-  request.set_bucket_bytes(static_cast<int64_t>(t.bucket_cap_mb() * (1 << 20)));
-  v1::GroupSpec* group = request.mutable_group();
-  group->set_coordinator(context.coordinator);
-  group->set_group(context.group.empty() ? context.job_id : context.group);
-  group->set_token(context.token);
-  group->set_world_size(context.world_size);
-  group->set_collective_timeout_ms(t.collective_timeout_ms());
-  group->set_register_timeout_ms(absl::ToInt64Milliseconds(context.register_timeout));
-  group->set_backend(t.collective_backend());
-  v1::DataSpec* data = request.mutable_data();
-  const v1::DataConfig& d = spec.data();
-  switch (d.source_case()) {
-    case v1::DataConfig::kBuiltin:
-      data->set_builtin(d.builtin());
-      break;
-    case v1::DataConfig::kSynthetic:
-      *data->mutable_synthetic() = d.synthetic();
-      break;
-    case v1::DataConfig::kTensorsFile:
-      data->set_tensors_file(d.tensors_file());
-      break;
-    case v1::DataConfig::SOURCE_NOT_SET:
-      break;
-  }
-  data->set_data_dir(d.data_dir());
-  if (d.has_normalize()) *data->mutable_normalize() = d.normalize();
-  data->set_val_size(d.val_size());
-  return request;
+// A number as messages print it: a whole number for an integer field.
+std::string NumberText(const FieldDescriptor* f, double value) {
+  if (IsIntegral(f)) return absl::StrCat(static_cast<int64_t>(value));
+  return absl::StrCat(value);
 }
 
-absl::Status CheckSetupRequest(const v1::SetupRequest& request) {
-  // The names the worker maps to its kinds (precision, strategy, accelerator) are checked where
-  // they are parsed, which also says what this build cannot run (tpu_spawn, a GPU without CUDA).
-  if (request.devices() != 0 && !kDevicesRange.Contains(request.devices())) {
-    return Bad("devices", absl::StrCat("must be in [", kDevicesRange.low, ", ", kDevicesRange.high,
-                                       "] (0: the worker's --devices), got ", request.devices()));
+// "unset": not present for a field with presence, else the type's zero.
+bool IsUnset(const Message& m, const FieldDescriptor* f) {
+  const Reflection* r = m.GetReflection();
+  if (f->has_presence()) return !r->HasField(m, f);
+  if (f->cpp_type() == FieldDescriptor::CPPTYPE_STRING) return r->GetString(m, f).empty();
+  if (f->cpp_type() == FieldDescriptor::CPPTYPE_BOOL) return !r->GetBool(m, f);
+  return NumberOf(m, f) == 0;
+}
+
+// Sets `f` from the option's text; false when the text is not a value of the field's type.
+bool SetFromText(Message* m, const FieldDescriptor* f, const std::string& text) {
+  const Reflection* r = m->GetReflection();
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_STRING:
+      r->SetString(m, f, text);
+      return true;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      if (text != "true" && text != "false") return false;
+      r->SetBool(m, f, text == "true");
+      return true;
+    case FieldDescriptor::CPPTYPE_INT32: {
+      int32_t v;
+      if (!absl::SimpleAtoi(text, &v)) return false;
+      r->SetInt32(m, f, v);
+      return true;
+    }
+    case FieldDescriptor::CPPTYPE_INT64: {
+      int64_t v;
+      if (!absl::SimpleAtoi(text, &v)) return false;
+      r->SetInt64(m, f, v);
+      return true;
+    }
+    case FieldDescriptor::CPPTYPE_UINT32: {
+      uint32_t v;
+      if (!absl::SimpleAtoi(text, &v)) return false;
+      r->SetUInt32(m, f, v);
+      return true;
+    }
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t v;
+      if (!absl::SimpleAtoi(text, &v)) return false;
+      r->SetUInt64(m, f, v);
+      return true;
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE: {
+      double v;
+      if (!absl::SimpleAtod(text, &v)) return false;
+      r->SetDouble(m, f, v);
+      return true;
+    }
+    default:
+      return false;
   }
-  if (request.accumulate_grad_batches() != 0 &&
-      !kAccumulateGradBatchesRange.Contains(request.accumulate_grad_batches())) {
-    return Bad("accumulate_grad_batches",
-               absl::StrCat("must be in [", kAccumulateGradBatchesRange.low, ", ",
-                            kAccumulateGradBatchesRange.high, "] (0: 1), got ",
-                            request.accumulate_grad_batches()));
+}
+
+// "must be in [1, 256]", "must be >= 0", with what 0 means when 0 is outside the range.
+std::string RangeText(const FieldDescriptor* f, const v1::Setting& s) {
+  std::string text;
+  if (s.has_min() && s.has_max()) {
+    text = absl::StrCat("must be in [", NumberText(f, s.min()), ", ", NumberText(f, s.max()), "]");
+  } else if (s.has_min()) {
+    text = absl::StrCat("must be >= ", NumberText(f, s.min()));
+  } else {
+    text = absl::StrCat("must be <= ", NumberText(f, s.max()));
   }
-  if (!std::isfinite(request.gradient_clip_val()) ||
-      !kGradientClipValRange.Contains(request.gradient_clip_val())) {
-    return Bad("gradient_clip_val",
-               absl::StrCat("must be in [0, ", kGradientClipValRange.high,
-                            "] (0: no clipping), got ", request.gradient_clip_val()));
+  const bool zero_outside = (s.has_min() && s.min() > 0) || (s.has_max() && s.max() < 0);
+  if (!s.zero_means().empty() && zero_outside) absl::StrAppend(&text, " (0: ", s.zero_means(), ")");
+  return text;
+}
+
+absl::Status ApplyToField(Message* m, const FieldDescriptor* f, const std::string& path,
+                          const OfferedPlugins* offered) {
+  const v1::Setting& s = SettingOf(f);
+  const Reflection* r = m->GetReflection();
+  if (!s.default_value().empty() && IsUnset(*m, f) && !SetFromText(m, f, s.default_value())) {
+    return absl::InternalError(absl::StrCat(path, ": its default '", s.default_value(),
+                                            "' (job_spec.proto) is not a ", f->type_name()));
   }
-  if (absl::Status s = CheckName("gradient_clip_algorithm", request.gradient_clip_algorithm(),
-                                 ClipAlgorithmNames());
-      !s.ok()) {
-    return s;
+  if (IsNumber(f) && (s.has_min() || s.has_max())) {
+    const double value = NumberOf(*m, f);
+    if (value == 0 && !s.zero_means().empty()) return absl::OkStatus();
+    if (!std::isfinite(value) || (s.has_min() && value < s.min()) ||
+        (s.has_max() && value > s.max())) {
+      return Bad(path, absl::StrCat(RangeText(f, s), ", got ", NumberText(f, value)));
+    }
+    return absl::OkStatus();
   }
-  const double max_bucket_bytes = kBucketCapMbRange.high * (1 << 20);
-  if (request.bucket_bytes() < 0 || request.bucket_bytes() > max_bucket_bytes) {
-    return Bad("bucket_bytes",
-               absl::StrCat("must be in [0, ", max_bucket_bytes, "] (0: ", kDefaultBucketCapMb,
-                            " MiB), got ", request.bucket_bytes()));
+  if (f->cpp_type() != FieldDescriptor::CPPTYPE_STRING) return absl::OkStatus();
+  std::string value = r->GetString(*m, f);
+  if (s.path() != v1::Setting::NOT_A_PATH && f->real_containing_oneof() != nullptr &&
+      value.empty()) {
+    return Bad(path, "empty path");
   }
-  if (absl::Status s =
-          CheckName("group.backend", request.group().backend(), CollectiveBackendNames());
-      !s.ok()) {
-    return s;
-  }
-  if (request.group().world_size() < 0) {
-    return Bad("group.world_size",
-               absl::StrCat("must be >= 0, got ", request.group().world_size()));
-  }
-  if (request.group().collective_timeout_ms() < 0) {
-    return Bad("group.collective_timeout_ms", "must be >= 0 (0: the coordinator's default)");
-  }
-  if (request.group().register_timeout_ms() < 0) {
-    return Bad("group.register_timeout_ms", "must be >= 0 (0: 5 minutes)");
-  }
-  if (request.data().val_size() < 0) {
-    return Bad("data.val_size", absl::StrCat("must be >= 0 (0: ", kDefaultValSize, "), got ",
-                                             request.data().val_size()));
+  if (value.empty() && !s.zero_means().empty()) return absl::OkStatus();
+  if (!s.plugin_kind().empty()) {
+    if (absl::Status st = ResolvePluginName(path, s.plugin_kind(), &value, offered); !st.ok()) {
+      return st;
+    }
+    r->SetString(m, f, value);
+  } else if (s.names_size() > 0 && !absl::c_linear_search(s.names(), value)) {
+    return Bad(path, absl::StrCat("unknown ", s.noun().empty() ? "value" : s.noun(), " '", value,
+                                  "'; use ", absl::StrJoin(s.names(), ", ")));
   }
   return absl::OkStatus();
 }
 
-const std::vector<JobSpecField>& JobSpecFields() {
-  static const auto* fields = new std::vector<JobSpecField>{
-      {"name", ""},
-      {"model.builtin", "model.builtin"},
-      {"model.torchscript", "model.torchscript"},
-      {"data.builtin", "data.builtin"},
-      {"data.synthetic.train_size", "data.synthetic.train_size"},
-      {"data.synthetic.val_size", "data.synthetic.val_size"},
-      {"data.synthetic.test_size", "data.synthetic.test_size"},
-      {"data.synthetic.seed", "data.synthetic.seed"},
-      {"data.tensors_file", "data.tensors_file"},
-      {"data.data_dir", "data.data_dir"},
-      {"data.val_size", "data.val_size"},
-      // The coordinator samples batches and sends indices: the workers never see these.
-      {"data.batch_size", ""},
-      {"data.eval_batch_size", ""},
-      {"data.shuffle", ""},
-      {"data.limit_train_samples", ""},
-      {"data.limit_val_samples", ""},
-      {"data.limit_test_samples", ""},
-      {"data.normalize.key", "data.normalize.key"},
-      {"data.normalize.mean", "data.normalize.mean"},
-      {"data.normalize.std", "data.normalize.std"},
-      {"trainer.max_epochs", ""},
-      {"trainer.max_steps", ""},
-      {"trainer.val_check_interval", ""},
-      {"trainer.accumulate_grad_batches", "accumulate_grad_batches"},
-      {"trainer.gradient_clip_val", "gradient_clip_val"},
-      {"trainer.gradient_clip_algorithm", "gradient_clip_algorithm"},
-      {"trainer.strategy", "strategy"},
-      {"trainer.precision", "precision"},
-      {"trainer.accelerator", "accelerator"},
-      {"trainer.devices", "devices"},
-      {"trainer.num_nodes", ""},
-      {"trainer.collective_timeout_ms", "group.collective_timeout_ms"},
-      {"trainer.collective_backend", "group.backend"},
-      {"trainer.batches_per_call", ""},
-      {"trainer.skip_test", ""},
-      {"trainer.log_every_n_steps", ""},
-      {"trainer.limit_val_batches", ""},
-      {"trainer.bucket_cap_mb", "bucket_bytes"},  // MiB to bytes
-      {"trainer.min_nodes", ""},
-      {"trainer.max_restarts", ""},
-      {"trainer.test_ckpt_path", ""},
-      {"optimizer.name", "optimizer.name"},
-      {"optimizer.lr", "optimizer.lr"},
-      {"optimizer.momentum", "optimizer.momentum"},
-      {"optimizer.nesterov", "optimizer.nesterov"},
-      {"optimizer.weight_decay", "optimizer.weight_decay"},
-      {"optimizer.beta1", "optimizer.beta1"},
-      {"optimizer.beta2", "optimizer.beta2"},
-      {"optimizer.eps", "optimizer.eps"},
-      {"lr_scheduler.name", "lr_scheduler.name"},
-      {"lr_scheduler.step_size", "lr_scheduler.step_size"},
-      {"lr_scheduler.gamma", "lr_scheduler.gamma"},
-      {"lr_scheduler.total_steps", "lr_scheduler.total_steps"},
-      {"lr_scheduler.min_lr", "lr_scheduler.min_lr"},
-      // Checkpoint files are written through SaveCheckpoint calls with their paths.
-      {"checkpoint.every_n_steps", ""},
-      {"checkpoint.monitor", ""},
-      {"checkpoint.mode", ""},
-      {"checkpoint.save_top_k", ""},
-      {"checkpoint.dirpath", ""},
-      {"checkpoint.checkpoint_io", "checkpoint_io"},
-      {"checkpoint.storage_options", "storage_options"},
-      {"early_stopping.monitor", ""},
-      {"early_stopping.mode", ""},
-      {"early_stopping.min_delta", ""},
-      {"early_stopping.patience", ""},
-      {"ckpt_path", ""},  // through a LoadCheckpoint call
-      {"stage", ""},
-      {"seed_everything", "seed"},
-  };
-  return *fields;
+// `sections`: make `m`'s message fields present (JobSpec's sections); deeper messages count
+// only when set.
+absl::Status Apply(Message* m, const std::string& prefix, bool sections,
+                   const OfferedPlugins* offered) {
+  const Descriptor* d = m->GetDescriptor();
+  const Reflection* r = m->GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    const std::string path = Join(prefix, f->name());
+    const google::protobuf::OneofDescriptor* oneof = f->real_containing_oneof();
+    if (oneof != nullptr && r->GetOneofFieldDescriptor(*m, oneof) != f) continue;
+    if (f->is_repeated()) continue;  // lists and maps: only rules in code
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (!sections && !r->HasField(*m, f)) continue;
+      if (absl::Status s = Apply(r->MutableMessage(m, f), path, false, offered); !s.ok()) return s;
+      continue;
+    }
+    if (absl::Status s = ApplyToField(m, f, path, offered); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
+
+// Calls `visit` with every set path field under `m` and writes back what it leaves there.
+absl::Status VisitPaths(Message* m, const std::string& prefix,
+                        const std::function<absl::Status(SpecPath*)>& visit) {
+  const Descriptor* d = m->GetDescriptor();
+  const Reflection* r = m->GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    const google::protobuf::OneofDescriptor* oneof = f->real_containing_oneof();
+    if (oneof != nullptr && r->GetOneofFieldDescriptor(*m, oneof) != f) continue;
+    if (f->is_repeated()) continue;
+    const std::string path = Join(prefix, f->name());
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (!r->HasField(*m, f)) continue;
+      if (absl::Status s = VisitPaths(r->MutableMessage(m, f), path, visit); !s.ok()) return s;
+      continue;
+    }
+    const v1::Setting& s = SettingOf(f);
+    if (s.path() == v1::Setting::NOT_A_PATH) continue;
+    SpecPath found{path, s.path(), r->GetString(*m, f)};
+    if (found.value.empty()) continue;
+    const std::string before = found.value;
+    if (absl::Status status = visit(&found); !status.ok()) return status;
+    if (found.value != before) r->SetString(m, f, found.value);
+  }
+  return absl::OkStatus();
+}
+
+void ClearSide(Message* m, v1::Setting::Side side) {
+  const Descriptor* d = m->GetDescriptor();
+  const Reflection* r = m->GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !f->is_map()) {
+      if (!f->is_repeated() && r->HasField(*m, f)) ClearSide(r->MutableMessage(m, f), side);
+      continue;
+    }
+    if (SettingOf(f).side() == side) r->ClearField(m, f);
+  }
+}
+
+}  // namespace
+
+const std::vector<JobSetting>& JobSettings() {
+  static const auto* settings = [] {
+    auto* out = new std::vector<JobSetting>();
+    CollectLeaves(v1::JobSpec::descriptor(), "", out);
+    return out;
+  }();
+  return *settings;
+}
+
+const JobSetting* FindJobSetting(absl::string_view path) {
+  for (const JobSetting& s : JobSettings()) {
+    if (s.path == path) return &s;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> SettingNames(absl::string_view path) {
+  const JobSetting* s = FindJobSetting(path);
+  if (s == nullptr) return {};
+  if (!s->setting->plugin_kind().empty()) return CatalogNames(s->setting->plugin_kind());
+  return {s->setting->names().begin(), s->setting->names().end()};
+}
+
+const std::map<std::string, std::string>& ReplacedKeys() {
+  static const auto* keys = [] {
+    auto* out = new std::map<std::string, std::string>();
+    for (const JobSetting& s : JobSettings()) {
+      for (const v1::Setting::Replaced& r : s.setting->replaces()) (*out)[r.key()] = r.hint();
+    }
+    return out;
+  }();
+  return *keys;
+}
+
+absl::Status ApplySettings(v1::JobSpec* spec, const OfferedPlugins* offered) {
+  return Apply(spec, "", /*sections=*/true, offered);
+}
+
+const v1::JobSpec& JobSpecDefaults() {
+  static const v1::JobSpec* defaults = [] {
+    auto* spec = new v1::JobSpec();
+    // An empty spec passes every option (job_settings_test checks it): nothing to report.
+    ApplySettings(spec).IgnoreError();
+    return spec;
+  }();
+  return *defaults;
+}
+
+std::vector<SpecPath> SpecPaths(const v1::JobSpec& spec) {
+  std::vector<SpecPath> paths;
+  v1::JobSpec copy = spec;
+  RewriteSpecPaths(&copy, [&](SpecPath* p) {
+    paths.push_back(*p);
+    return absl::OkStatus();
+  }).IgnoreError();
+  return paths;
+}
+
+absl::Status RewriteSpecPaths(v1::JobSpec* spec,
+                              const std::function<absl::Status(SpecPath* path)>& rewrite) {
+  return VisitPaths(spec, "", rewrite);
+}
+
+void ClearCoordinatorSettings(v1::JobSpec* spec) { ClearSide(spec, v1::Setting::COORDINATOR); }
 
 }  // namespace dtrain

@@ -1,96 +1,80 @@
-// The one home of every job setting: the names each accepts, its default and its range; the
-// one function from a JobSpec to the SetupRequest a worker receives; and the worker's check of a
-// SetupRequest by the same rules. NormalizeJobSpec (job_spec.h) checks a spec with these
-// constants, the trainer builds SetupRequests with MakeSetupRequest, and worker/job.cc refuses
-// a bad SetupRequest with CheckSetupRequest, so the three cannot drift apart.
+// The reader of every job setting's one home: the Setting option on each field of JobSpec
+// (proto/dtrain/v1/job_spec.proto; the option is setting.proto). It walks the descriptors and
+// applies what the options state (defaults, ranges, names), and answers which fields are paths,
+// which side reads each and which old keys each replaced. NormalizeJobSpec (job_spec.h) runs
+// ApplySettings and adds the rules that relate several fields; the CLI's spec reader, the
+// uploads, the coordinator, the worker and the tests ask here instead of listing fields.
+// python/dtrain/spec.py reads the same options, and tests/python/test_settings.py checks that
+// both read them alike.
 //
-// Every field of JobSpec is listed in JobSpecFields() with where it goes; job_settings_test walks
-// the proto's fields so that a new field cannot be half-added.
+// Thread-safety: everything here is safe from any thread (the tables are immutable).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include <google/protobuf/descriptor.h>
+
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/time.h"
-#include "dtrain/v1/jobs.pb.h"
-#include "dtrain/v1/worker.pb.h"
+#include "common/plugin_catalog.h"
+#include "dtrain/v1/job_spec.pb.h"
+#include "dtrain/v1/setting.pb.h"
 
 namespace dtrain {
 
-template <typename T>
-struct SettingRange {
-  T low;
-  T high;
-  bool Contains(T value) const { return value >= low && value <= high; }
+// A leaf field under JobSpec and its option.
+struct JobSetting {
+  std::string path;  // "trainer.bucket_cap_mb"
+  const google::protobuf::FieldDescriptor* field;
+  const v1::Setting* setting;  // the field's option; an empty Setting when it has none
 };
 
-// Names a string setting accepts. For a JobSpec, the first is the default.
-const std::vector<std::string>& StageNames();              // fit, validate, test, predict
-const std::vector<std::string>& StrategyNames();           // ddp, ddp_spawn, sharded, dp, ...
-const std::vector<std::string>& PrecisionNames();          // 32-true, 64-true, ... and aliases
-const std::vector<std::string>& AcceleratorNames();        // cpu, gpu, cuda, auto
-const std::vector<std::string>& CollectiveBackendNames();  // grpc, gloo, shm
-const std::vector<std::string>& ClipAlgorithmNames();      // norm, value
-const std::vector<std::string>& OptimizerNames();          // sgd, adam, adamw
-const std::vector<std::string>& SchedulerNames();          // none, step, cosine
-const std::vector<std::string>& BuiltinModelNames();       // mlp, cnn
-const std::vector<std::string>& BuiltinDatasetNames();     // fashion-mnist
+// Every leaf field under JobSpec, depth first in declaration order. A field holding a message
+// (a section, data.synthetic, data.normalize) is not a leaf: its fields are. A map is a leaf.
+const std::vector<JobSetting>& JobSettings();
+// The setting at `path`, or null.
+const JobSetting* FindJobSetting(absl::string_view path);
+// The names a text setting accepts: its option's names, or its plugin kind's catalog names
+// (common/plugin_catalog.h). Empty for a setting that names nothing.
+std::vector<std::string> SettingNames(absl::string_view path);
+// The old dotted keys every setting replaced, each with the hint a spec using it gets.
+const std::map<std::string, std::string>& ReplacedKeys();
 
-// Defaults and ranges. A SetupRequest may also carry 0 where it says "the default".
-inline constexpr SettingRange<int64_t> kDevicesRange{1, 256};
-inline constexpr SettingRange<int64_t> kAccumulateGradBatchesRange{1, 65536};
-inline constexpr SettingRange<double> kGradientClipValRange{0, 1e12};
-inline constexpr SettingRange<double> kBucketCapMbRange{0.001, 4096};
-inline constexpr double kDefaultBucketCapMb = 25;  // torch's
-inline constexpr int64_t kDefaultBatchSize = 32;
-inline constexpr SettingRange<int64_t> kBatchSizeRange{1, 1 << 20};
-inline constexpr int64_t kDefaultValSize = 5000;  // Fashion-MNIST training images held out
-inline constexpr SettingRange<int64_t> kBatchesPerCallRange{1, 4096};
-inline constexpr SettingRange<int64_t> kNumNodesRange{1, 4096};
-inline constexpr int64_t kDefaultMaxRestarts = 3;
-inline constexpr SettingRange<int64_t> kMaxRestartsRange{1, 1000};
+// Applies the options to `spec`: an unset field with a default gets it; a number must lie in
+// its range, unless it is 0 and the option says what 0 means; a text with names must be one of
+// them ("" too, unless 0 has a meaning); a plugin name must be dtrain's own (an alias becomes
+// its name) or a plugin `offered` lists (null: any well-formed name, see ResolvePluginName); a
+// chosen path in a oneof must not be empty. JobSpec's sections are made present; a deeper
+// message (data.synthetic, data.normalize) and a oneof's member only count when set.
+// INVALID_ARGUMENT naming the field's path ("trainer.devices: must be in [1, 256], got 300"),
+// or FAILED_PRECONDITION for a plugin name this build refuses.
+absl::Status ApplySettings(v1::JobSpec* spec, const OfferedPlugins* offered = nullptr);
 
-// The kinds of worker plugins, as a job spec and WorkerInfo.plugins name them: accelerator,
-// precision, strategy, checkpoint_io.
-const std::vector<std::string>& PluginKindNames();
-// Whether `name` can name a plugin: 1 to 64 characters of a-z, 0-9, '_', '-' and '.'.
-bool IsPluginName(absl::string_view name);
+// A JobSpec with every default the options give: what the worker's own types start from
+// (e.g. StrategyOptions::bucket_bytes), so that no default is written twice.
+const v1::JobSpec& JobSpecDefaults();
 
-// Strategies with more than one rank, which join a group on the coordinator: ddp, ddp_spawn,
-// sharded, and any plugin strategy (which runs as ddp does).
-bool IsDistributedStrategy(absl::string_view strategy);
-
-// What the trainer adds to a spec for one run on its workers.
-struct SetupContext {
-  std::string job_id;
-  std::string coordinator;  // the address workers reach the coordinator at
-  std::string group;        // the run's group id
-  std::string token;        // the job's token in that group ("": none)
-  int world_size = 1;
-  absl::Duration register_timeout = absl::Minutes(5);
-  // Where rank 0 writes checkpoints: a shared "worker:/dir", or (store_checkpoints) its own
-  // directory, sending each file to the coordinator. Neither: the job writes none.
-  std::string checkpoint_dir;
-  bool store_checkpoints = false;
+// A path field of a spec that holds a path.
+struct SpecPath {
+  std::string path;  // "model.torchscript"
+  v1::Setting::PathKind kind;
+  std::string value;
 };
+// The path fields of `spec` holding a non-empty value (a oneof member only when chosen), in
+// declaration order: what the client resolves and uploads, the coordinator checks and keeps,
+// the worker makes local.
+std::vector<SpecPath> SpecPaths(const v1::JobSpec& spec);
+// Calls `rewrite` with each of them and stores the value it leaves in `path->value`. The first
+// error stops the walk and is returned.
+absl::Status RewriteSpecPaths(v1::JobSpec* spec,
+                              const std::function<absl::Status(SpecPath* path)>& rewrite);
 
-// The Setup a worker receives for a normalized `spec`.
-v1::SetupRequest MakeSetupRequest(const v1::JobSpec& spec, const SetupContext& context);
-
-// The worker's check of a Setup, by the rules NormalizeJobSpec applies to a spec. The message
-// starts with the request's field path ("devices: ..."). Whether the model, data and optimizer
-// load is checked where they are built.
-absl::Status CheckSetupRequest(const v1::SetupRequest& request);
-
-// Where each leaf field of JobSpec goes: the SetupRequest field path that carries it to the
-// workers, or "" when only the coordinator uses it (its loop, checkpoints, scheduling).
-struct JobSpecField {
-  std::string spec_path;   // "trainer.devices"
-  std::string setup_path;  // "devices"; "" for the coordinator only
-};
-const std::vector<JobSpecField>& JobSpecFields();
+// Clears every field only the coordinator reads (Setting.side COORDINATOR): the spec a worker
+// receives holds its settings and nothing else.
+void ClearCoordinatorSettings(v1::JobSpec* spec);
 
 }  // namespace dtrain

@@ -1,30 +1,34 @@
 // The job spec's rules, shared by the dtrain client (which checks a file before sending it) and
 // the coordinator (which checks every SubmitJob, since the proto is public API): defaults filled
 // in, and every bad value refused with INVALID_ARGUMENT naming the field's path, e.g.
-// "trainer.strategy: unknown strategy 'fsdp9'; use ddp, ddp_spawn, sharded, dp or single_device".
+// "trainer.strategy: unknown strategy 'fsdp9'; use ddp, ddp_spawn, sharded, dp, single_device".
 // Whether a model file loads is the worker's to say; a job whose model fails ends FAILED with
 // the worker's message.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/plugin_catalog.h"
 #include "dtrain/v1/jobs.pb.h"
 
 namespace dtrain {
 
-// Plugins the cluster's workers offer beyond dtrain's own (their registrations), keyed by
-// (kind, name) with kind one of accelerator, precision, strategy, checkpoint_io; the value is
-// the names of the workers offering it.
-using OfferedPlugins = std::map<std::pair<std::string, std::string>, std::vector<std::string>>;
+// trainer.max_epochs of a spec that sets only max_steps: no epoch limit (the steps bound the
+// run). Progress views print no epoch total for it.
+inline constexpr int32_t kNoEpochLimit = 1 << 20;
 
-// Validates `spec` and fills in its defaults (documented in jobs.proto). A strategy, precision,
-// accelerator or checkpoint_io that is not dtrain's own must be one `offered` lists; with
-// `offered` null (the client, which cannot know) any well-formed name passes.
+// Validates `spec` and fills in its defaults: first every field's own Setting option
+// (ApplySettings, common/job_settings.h: defaults, ranges, names, plugin names), then the rules
+// that relate several fields (an epoch limit, whole validation intervals above 1, nesterov's
+// momentum, normalize only for a tensors_file, a one-process strategy on one node, elastic
+// bounds, checkpoint modes, file references, an absolute checkpoint.dirpath, marked
+// "worker:"). A strategy, precision, accelerator or checkpoint_io that is not dtrain's own must
+// be one `offered` lists; with `offered` null (the client, which cannot know) any well-formed
+// name passes.
 absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered = nullptr);
 
 // The plugins a normalized `spec` names that are not dtrain's own, as (kind, name).

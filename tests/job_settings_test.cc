@@ -1,7 +1,10 @@
-// The one home of job settings (common/job_settings.h): every field of JobSpec is listed with
-// where it goes, MakeSetupRequest carries exactly the listed fields to the SetupRequest and no
-// other, and CheckSetupRequest accepts what a normalized spec produces and refuses what the spec
-// rules refuse, naming the field. A field added to jobs.proto and not here fails this test.
+// The one home of job settings: the Setting option on every field of JobSpec (job_spec.proto),
+// read by common/job_settings.h. Every leaf field has one, with a side, and its default, range
+// and names agree with each other; NormalizeJobSpec applies them; MakeSetupRequest carries
+// exactly the worker-side fields to the workers and no other; NormalizeSetupRequest, the
+// worker's check, accepts what a normalized spec produces (changing nothing) and refuses what
+// the spec refuses, naming the field. A field added to job_spec.proto without its option fails
+// here.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,30 +20,22 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/job_settings.h"
 #include "common/job_spec.h"
+#include "common/plugin_catalog.h"
+#include "common/setup_request.h"
 
 namespace dtrain {
 namespace {
 
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
+using google::protobuf::util::MessageDifferencer;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-void Leaves(const google::protobuf::Descriptor* d, const std::string& prefix,
-            std::vector<std::string>* out) {
-  for (int i = 0; i < d->field_count(); ++i) {
-    const FieldDescriptor* f = d->field(i);
-    const std::string path = prefix.empty() ? f->name() : prefix + "." + f->name();
-    if (f->type() == FieldDescriptor::TYPE_MESSAGE && !f->is_map()) {
-      Leaves(f->message_type(), path, out);
-    } else {
-      out->push_back(path);
-    }
-  }
-}
 
 // The message holding `path`'s last field, and that field.
 std::pair<Message*, const FieldDescriptor*> Resolve(Message* root, const std::string& path) {
@@ -100,8 +95,8 @@ std::string SetDistinct(Message* root, const std::string& path) {
 std::string Get(Message* root, const std::string& path) {
   auto [m, f] = Resolve(root, path);
   const google::protobuf::Reflection* r = m->GetReflection();
+  std::ostringstream out;
   if (f->is_map()) {
-    std::ostringstream out;
     for (int i = 0; i < r->FieldSize(*m, f); ++i) {
       const Message& entry = r->GetRepeatedMessage(*m, f, i);
       const google::protobuf::Reflection* er = entry.GetReflection();
@@ -111,7 +106,6 @@ std::string Get(Message* root, const std::string& path) {
     return out.str();
   }
   if (f->is_repeated()) {
-    std::ostringstream out;
     for (int i = 0; i < r->FieldSize(*m, f); ++i) {
       if (f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) out << r->GetRepeatedDouble(*m, f, i);
     }
@@ -126,16 +120,40 @@ std::string Get(Message* root, const std::string& path) {
       return std::to_string(r->GetInt64(*m, f));
     case FieldDescriptor::CPPTYPE_UINT64:
       return std::to_string(r->GetUInt64(*m, f));
-    case FieldDescriptor::CPPTYPE_DOUBLE: {
-      std::ostringstream out;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
       out << r->GetDouble(*m, f);
       return out.str();
-    }
     case FieldDescriptor::CPPTYPE_BOOL:
       return r->GetBool(*m, f) ? "true" : "false";
     default:
       return "";
   }
+}
+
+// Sets a number field to `value` (cast to its type).
+void SetNumber(Message* root, const std::string& path, double value) {
+  auto [m, f] = Resolve(root, path);
+  const google::protobuf::Reflection* r = m->GetReflection();
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      r->SetInt32(m, f, static_cast<int32_t>(value));
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      r->SetInt64(m, f, static_cast<int64_t>(value));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      r->SetUInt64(m, f, static_cast<uint64_t>(value));
+      break;
+    default:
+      r->SetDouble(m, f, value);
+  }
+}
+
+bool IsNumber(const FieldDescriptor* f) {
+  return f->cpp_type() == FieldDescriptor::CPPTYPE_INT32 ||
+         f->cpp_type() == FieldDescriptor::CPPTYPE_INT64 ||
+         f->cpp_type() == FieldDescriptor::CPPTYPE_UINT64 ||
+         f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE;
 }
 
 v1::JobSpec Normalized() {
@@ -156,44 +174,138 @@ SetupContext Context() {
   return c;
 }
 
-TEST(JobSettingsTest, EveryJobSpecFieldIsListedOnce_AndNothingElse) {
-  std::vector<std::string> leaves;
-  Leaves(v1::JobSpec::descriptor(), "", &leaves);
-  std::map<std::string, int> listed;
-  for (const JobSpecField& f : JobSpecFields()) ++listed[f.spec_path];
-  for (const std::string& leaf : leaves) {
-    EXPECT_EQ(listed[leaf], 1) << "JobSpec field '" << leaf
-                               << "' must be listed once in JobSpecFields (common/job_settings.cc)";
-  }
-  const std::set<std::string> real(leaves.begin(), leaves.end());
-  for (const JobSpecField& f : JobSpecFields()) {
-    EXPECT_TRUE(real.count(f.spec_path))
-        << "JobSpecFields lists '" << f.spec_path << "', which JobSpec does not have";
+// The guarantee that a setting cannot be half-added: every leaf field under JobSpec states its
+// rules in one Setting option, whose parts agree.
+TEST(JobSettingsTest, EveryLeafField_HasAConsistentSettingOption) {
+  ASSERT_GT(JobSettings().size(), 60u);
+  for (const JobSetting& s : JobSettings()) {
+    const v1::Setting& o = *s.setting;
+    EXPECT_NE(o.side(), v1::Setting::SIDE_UNSPECIFIED)
+        << s.path << ": give it a [(setting) = {side: ...}] option in job_spec.proto";
+    if (o.has_min() && o.has_max()) {
+      EXPECT_LE(o.min(), o.max()) << s.path;
+    }
+    if (o.has_min() || o.has_max()) {
+      EXPECT_TRUE(IsNumber(s.field)) << s.path << ": a range";
+    }
+    if (o.names_size() > 0 || !o.plugin_kind().empty() || o.path() != v1::Setting::NOT_A_PATH) {
+      EXPECT_EQ(s.field->cpp_type(), FieldDescriptor::CPPTYPE_STRING) << s.path;
+    }
+    if (!o.plugin_kind().empty()) {
+      EXPECT_TRUE(absl::c_linear_search(PluginKindNames(), o.plugin_kind())) << s.path;
+      EXPECT_EQ(o.names_size(), 0) << s.path << ": names come from the plugin catalog";
+    }
+    // A text that must be one of some names is never left empty by an empty spec, unless it
+    // belongs to a oneof (only checked when chosen) or says what "" means.
+    if (o.names_size() > 0 || !o.plugin_kind().empty()) {
+      EXPECT_TRUE(!o.default_value().empty() || !o.zero_means().empty() ||
+                  s.field->real_containing_oneof() != nullptr)
+          << s.path;
+    }
+    if (!o.default_value().empty()) {
+      EXPECT_FALSE(s.field->is_repeated()) << s.path << ": a list has no default";
+      // The default is what the defaults spec holds, and it passes the field's own rules.
+      v1::JobSpec spec;
+      spec.mutable_model()->set_builtin("mlp");
+      spec.mutable_data()->mutable_synthetic()->set_train_size(1);
+      ASSERT_TRUE(ApplySettings(&spec).ok()) << s.path;
+      v1::JobSpec defaults = JobSpecDefaults();
+      if (s.field->real_containing_oneof() == nullptr && s.path.rfind("data.normalize.", 0) != 0) {
+        EXPECT_EQ(Get(&spec, s.path), Get(&defaults, s.path)) << s.path;
+      }
+    }
+    for (const v1::Setting::Replaced& r : o.replaces()) {
+      EXPECT_EQ(FindJobSetting(r.key()), nullptr) << r.key() << " is a setting again";
+      EXPECT_THAT(r.hint(), HasSubstr(s.path)) << r.key() << ": the hint names the new key";
+    }
   }
 }
 
-TEST(JobSettingsTest, MakeSetupRequest_CarriesEachListedFieldToItsPath) {
-  for (const JobSpecField& field : JobSpecFields()) {
-    if (field.setup_path.empty()) continue;
-    v1::JobSpec spec = Normalized();
-    const std::string value = SetDistinct(&spec, field.spec_path);
-    v1::SetupRequest request = MakeSetupRequest(spec, Context());
-    std::string expected = value;
-    if (field.spec_path == "trainer.bucket_cap_mb") expected = std::to_string(1 << 19);  // MiB
-    EXPECT_EQ(Get(&request, field.setup_path), expected) << field.spec_path;
+TEST(JobSettingsTest, Defaults_ComeFromTheOptions) {
+  v1::JobSpec spec = Normalized();
+  for (const JobSetting& s : JobSettings()) {
+    if (s.setting->default_value().empty() || s.field->real_containing_oneof() != nullptr ||
+        s.path.rfind("data.normalize.", 0) == 0) {
+      continue;
+    }
+    std::string expected = s.setting->default_value();
+    if (IsNumber(s.field)) {  // "1.0" and "1" both print as 1
+      std::ostringstream out;
+      out << std::stod(expected);
+      expected = out.str();
+    }
+    EXPECT_EQ(Get(&spec, s.path), expected) << s.path;
   }
+  // The examples the issue asks about: one home each.
+  EXPECT_EQ(spec.trainer().bucket_cap_mb(), 25);
+  EXPECT_EQ(spec.trainer().strategy(), "ddp");
+  EXPECT_EQ(spec.data().eval_batch_size(), 4 * spec.data().batch_size());  // a rule in code
 }
 
-TEST(JobSettingsTest, CoordinatorOnlyFields_NeverReachTheWorkers) {
+TEST(JobSettingsTest, PathsAndOldKeys_FromTheOptions) {
+  std::map<std::string, v1::Setting::PathKind> paths;
+  for (const JobSetting& s : JobSettings()) {
+    if (s.setting->path() != v1::Setting::NOT_A_PATH) paths[s.path] = s.setting->path();
+  }
+  EXPECT_EQ(paths, (std::map<std::string, v1::Setting::PathKind>{
+                       {"model.torchscript", v1::Setting::FILE},
+                       {"data.tensors_file", v1::Setting::FILE},
+                       {"data.data_dir", v1::Setting::DIRECTORY},
+                       {"checkpoint.dirpath", v1::Setting::DIRECTORY},
+                       {"ckpt_path", v1::Setting::CHECKPOINT}}));
+  v1::JobSpec spec;
+  spec.mutable_model()->set_torchscript("m.pt");
+  spec.mutable_data()->set_builtin("fashion-mnist");
+  spec.mutable_data()->set_data_dir("worker:/d");
+  spec.set_ckpt_path("job:a/last.ckpt");
+  std::vector<std::string> found;
+  for (const SpecPath& p : SpecPaths(spec)) found.push_back(p.path + "=" + p.value);
+  EXPECT_EQ(found, (std::vector<std::string>{"model.torchscript=m.pt", "data.data_dir=worker:/d",
+                                             "ckpt_path=job:a/last.ckpt"}));
+  ASSERT_TRUE(RewriteSpecPaths(&spec, [](SpecPath* p) {
+                p->value = "/x/" + p->path;
+                return absl::OkStatus();
+              }).ok());
+  EXPECT_EQ(spec.model().torchscript(), "/x/model.torchscript");
+  EXPECT_EQ(spec.ckpt_path(), "/x/ckpt_path");
+  EXPECT_TRUE(spec.data().has_builtin()) << "a oneof's other member is left alone";
+
+  EXPECT_EQ(ReplacedKeys().size(), 4u);
+  EXPECT_THAT(ReplacedKeys().at("trainer.num_workers"), StartsWith("renamed to trainer.num_nodes"));
+  EXPECT_THAT(ReplacedKeys().at("resume_from"), StartsWith("renamed to ckpt_path"));
+}
+
+TEST(JobSettingsTest, MakeSetupRequest_CarriesTheWorkersSettingsAndNoOther) {
   const v1::SetupRequest base = MakeSetupRequest(Normalized(), Context());
-  for (const JobSpecField& field : JobSpecFields()) {
-    if (!field.setup_path.empty()) continue;
+  for (const JobSetting& s : JobSettings()) {
     v1::JobSpec spec = Normalized();
-    SetDistinct(&spec, field.spec_path);
-    EXPECT_TRUE(
-        google::protobuf::util::MessageDifferencer::Equals(MakeSetupRequest(spec, Context()), base))
-        << field.spec_path << " is listed as the coordinator's only, but changes the Setup";
+    const std::string value = SetDistinct(&spec, s.path);
+    v1::SetupRequest request = MakeSetupRequest(spec, Context());
+    if (s.setting->side() == v1::Setting::WORKERS) {
+      EXPECT_EQ(Get(request.mutable_spec(), s.path), value) << s.path;
+    } else {
+      // The stage decides whether the job writes checkpoints (below); nothing else changes.
+      EXPECT_TRUE(MessageDifferencer::Equals(request.spec(), base.spec()))
+          << s.path << " is the coordinator's only, but reached the workers";
+    }
   }
+}
+
+TEST(JobSettingsTest, MakeSetupRequest_OnlyFitWritesCheckpoints) {
+  v1::JobSpec spec = Normalized();
+  v1::SetupRequest fit = MakeSetupRequest(spec, Context());
+  EXPECT_TRUE(fit.store_checkpoints());
+  EXPECT_EQ(fit.spec().checkpoint().dirpath(), "");
+  spec.mutable_checkpoint()->set_dirpath("/shared");
+  ASSERT_TRUE(NormalizeJobSpec(&spec).ok());
+  fit = MakeSetupRequest(spec, Context());
+  EXPECT_FALSE(fit.store_checkpoints());
+  EXPECT_EQ(fit.spec().checkpoint().dirpath(), "worker:/shared");
+  spec.set_stage("test");
+  const v1::SetupRequest test = MakeSetupRequest(spec, Context());
+  EXPECT_FALSE(test.store_checkpoints());
+  EXPECT_EQ(test.spec().checkpoint().dirpath(), "");
+  EXPECT_EQ(test.spec().stage(), "") << "the stage is the coordinator's";
 }
 
 TEST(JobSettingsTest, MakeSetupRequest_GroupFromTheContext) {
@@ -204,72 +316,132 @@ TEST(JobSettingsTest, MakeSetupRequest_GroupFromTheContext) {
   EXPECT_EQ(r.group().token(), "t");
   EXPECT_EQ(r.group().world_size(), 4);
   EXPECT_EQ(r.group().register_timeout_ms(), 300000);
-  EXPECT_EQ(r.data().synthetic().train_size(), 64);
-  EXPECT_EQ(r.bucket_bytes(), 25 << 20);  // the spec's default, in bytes
+  EXPECT_EQ(r.spec().data().synthetic().train_size(), 64);
+  EXPECT_EQ(r.spec().data().batch_size(), 0) << "the coordinator samples the batches";
 }
 
-TEST(JobSettingsTest, CheckSetupRequest_AcceptsWhatSpecsProduce_AtTheirLimits) {
-  v1::JobSpec spec = Normalized();
-  EXPECT_TRUE(CheckSetupRequest(MakeSetupRequest(spec, Context())).ok());
-  spec.mutable_trainer()->set_devices(kDevicesRange.high);
-  spec.mutable_trainer()->set_accumulate_grad_batches(kAccumulateGradBatchesRange.high);
-  spec.mutable_trainer()->set_bucket_cap_mb(kBucketCapMbRange.high);
-  spec.mutable_trainer()->set_gradient_clip_val(kGradientClipValRange.high);
-  for (const std::string& backend : CollectiveBackendNames()) {
+// What the coordinator sends passes the worker's check unchanged, at every range's ends.
+TEST(JobSettingsTest, NormalizeSetupRequest_AcceptsWhatSpecsProduce_AtTheirLimits) {
+  for (const JobSetting& s : JobSettings()) {
+    if (s.setting->side() != v1::Setting::WORKERS || s.field->real_containing_oneof() != nullptr) {
+      continue;
+    }
+    for (bool high : {false, true}) {
+      if (high ? !s.setting->has_max() : !s.setting->has_min()) continue;
+      v1::JobSpec spec = Normalized();
+      SetNumber(&spec, s.path, high ? s.setting->max() : s.setting->min());
+      ASSERT_TRUE(NormalizeJobSpec(&spec).ok()) << s.path;
+      const v1::SetupRequest sent = MakeSetupRequest(spec, Context());
+      v1::SetupRequest checked = sent;
+      const absl::Status status = NormalizeSetupRequest(&checked);
+      EXPECT_TRUE(status.ok()) << s.path << ": " << status;
+      EXPECT_TRUE(MessageDifferencer::Equals(checked, sent)) << s.path;
+    }
+  }
+  for (const std::string& backend : SettingNames("trainer.collective_backend")) {
+    v1::JobSpec spec = Normalized();
     spec.mutable_trainer()->set_collective_backend(backend);
-    ASSERT_TRUE(NormalizeJobSpec(&spec).ok());
-    const absl::Status s = CheckSetupRequest(MakeSetupRequest(spec, Context()));
-    EXPECT_TRUE(s.ok()) << backend << ": " << s;
+    v1::SetupRequest request = MakeSetupRequest(spec, Context());
+    EXPECT_TRUE(NormalizeSetupRequest(&request).ok()) << backend;
   }
-  // A hand-written Setup may leave settings at 0: the worker's defaults.
-  EXPECT_TRUE(CheckSetupRequest(v1::SetupRequest()).ok());
+  // A hand-written Setup may leave settings unset: the spec's defaults.
+  v1::SetupRequest hand;
+  hand.mutable_spec()->mutable_model()->set_builtin("mlp");
+  hand.mutable_spec()->mutable_data()->mutable_synthetic()->set_train_size(8);
+  ASSERT_TRUE(NormalizeSetupRequest(&hand).ok());
+  EXPECT_EQ(hand.spec().trainer().strategy(), "ddp");
+  EXPECT_EQ(hand.spec().trainer().bucket_cap_mb(), 25);
+  EXPECT_EQ(hand.spec().data().batch_size(), 0) << "the coordinator's settings stay cleared";
 }
 
-TEST(JobSettingsTest, CheckSetupRequest_RefusesWhatTheSpecRefuses_NamingTheField) {
-  struct Case {
-    std::function<void(v1::SetupRequest*)> change;
-    std::string field;
-  };
-  const std::vector<Case> cases = {
-      {[](v1::SetupRequest* r) { r->set_devices(kDevicesRange.high + 1); }, "devices"},
-      {[](v1::SetupRequest* r) { r->set_devices(-1); }, "devices"},
-      {[](v1::SetupRequest* r) { r->set_accumulate_grad_batches(-3); }, "accumulate_grad_batches"},
-      {[](v1::SetupRequest* r) { r->set_gradient_clip_val(-1); }, "gradient_clip_val"},
-      {[](v1::SetupRequest* r) { r->set_gradient_clip_val(std::nan("")); }, "gradient_clip_val"},
-      {[](v1::SetupRequest* r) { r->set_gradient_clip_algorithm("l3"); },
-       "gradient_clip_algorithm"},
-      {[](v1::SetupRequest* r) { r->set_bucket_bytes(-1); }, "bucket_bytes"},
-      {[](v1::SetupRequest* r) { r->mutable_group()->set_backend("nccl"); }, "group.backend"},
-      {[](v1::SetupRequest* r) { r->mutable_group()->set_world_size(-2); }, "group.world_size"},
-      {[](v1::SetupRequest* r) { r->mutable_data()->set_val_size(-1); }, "data.val_size"},
-  };
-  for (const Case& c : cases) {
-    v1::SetupRequest request = MakeSetupRequest(Normalized(), Context());
-    c.change(&request);
-    const absl::Status s = CheckSetupRequest(request);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
-    EXPECT_THAT(std::string(s.message()), StartsWith(c.field + ": ")) << s;
+TEST(JobSettingsTest, NormalizeSetupRequest_RefusesWhatTheSpecRefuses_NamingTheField) {
+  int refused = 0;
+  for (const JobSetting& s : JobSettings()) {
+    if (s.setting->side() != v1::Setting::WORKERS || s.field->real_containing_oneof() != nullptr) {
+      continue;
+    }
+    std::vector<std::function<void(v1::JobSpec*)>> bad;
+    if (s.setting->has_min()) {
+      // Below the range, and not 0 (which a default would replace).
+      const double below = s.setting->min() - 1 == 0 ? -1 : s.setting->min() - 1;
+      bad.push_back([&, below](v1::JobSpec* spec) { SetNumber(spec, s.path, below); });
+    }
+    if (s.setting->has_max()) {
+      bad.push_back([&](v1::JobSpec* spec) { SetNumber(spec, s.path, s.setting->max() * 2 + 1); });
+    }
+    if (s.setting->names_size() > 0 || !s.setting->plugin_kind().empty()) {
+      bad.push_back([&](v1::JobSpec* spec) {
+        auto [m, f] = Resolve(spec, s.path);
+        m->GetReflection()->SetString(m, f, "Not A Name");
+      });
+    }
+    for (const auto& change : bad) {
+      v1::SetupRequest request = MakeSetupRequest(Normalized(), Context());
+      change(request.mutable_spec());
+      const absl::Status status = NormalizeSetupRequest(&request);
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << s.path;
+      EXPECT_THAT(std::string(status.message()), StartsWith("spec." + s.path + ": ")) << status;
+      ++refused;
+    }
   }
-  // The spec refuses the same devices with its own path.
+  EXPECT_GT(refused, 20);
+  v1::SetupRequest request = MakeSetupRequest(Normalized(), Context());
+  request.mutable_group()->set_world_size(-2);
+  EXPECT_THAT(std::string(NormalizeSetupRequest(&request).message()),
+              StartsWith("group.world_size: "));
+  // A refused name is FAILED_PRECONDITION there as in a spec.
+  request = MakeSetupRequest(Normalized(), Context());
+  request.mutable_spec()->mutable_trainer()->set_strategy("tpu_spawn");
+  const absl::Status tpu = NormalizeSetupRequest(&request);
+  EXPECT_EQ(tpu.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(tpu.message()), StartsWith("spec.trainer.strategy: 'tpu_spawn' needs"));
+}
+
+TEST(JobSettingsTest, RangeMessages_SayTheRangeAndWhatZeroMeans) {
   v1::JobSpec spec = Normalized();
-  spec.mutable_trainer()->set_devices(kDevicesRange.high + 1);
-  EXPECT_THAT(NormalizeJobSpec(&spec).message(), HasSubstr("trainer.devices"));
+  spec.mutable_trainer()->set_devices(300);
+  EXPECT_EQ(NormalizeJobSpec(&spec).message(), "trainer.devices: must be in [1, 256], got 300");
+  spec = Normalized();
+  spec.mutable_trainer()->set_batches_per_call(5000);
+  EXPECT_EQ(NormalizeJobSpec(&spec).message(),
+            "trainer.batches_per_call: must be in [1, 4096] (0: training calls sized to ~0.25 s "
+            "each (1-1024 batches), predict 16), got 5000");
+  spec = Normalized();
+  spec.mutable_data()->set_batch_size(1 << 21);
+  EXPECT_EQ(NormalizeJobSpec(&spec).message(),
+            "data.batch_size: must be in [1, 1048576], got 2097152");
+  spec = Normalized();
+  spec.mutable_trainer()->set_bucket_cap_mb(std::nan(""));
+  EXPECT_THAT(std::string(NormalizeJobSpec(&spec).message()),
+              StartsWith("trainer.bucket_cap_mb: must be in"));
 }
 
-TEST(JobSettingsTest, DefaultsAreTheFirstNames) {
-  const v1::JobSpec spec = Normalized();
-  EXPECT_EQ(spec.stage(), StageNames()[0]);
-  EXPECT_EQ(spec.trainer().strategy(), StrategyNames()[0]);
-  EXPECT_EQ(spec.trainer().precision(), PrecisionNames()[0]);
-  EXPECT_EQ(spec.trainer().accelerator(), AcceleratorNames()[0]);
-  EXPECT_EQ(spec.trainer().collective_backend(), CollectiveBackendNames()[0]);
-  EXPECT_EQ(spec.trainer().gradient_clip_algorithm(), ClipAlgorithmNames()[0]);
-  EXPECT_EQ(spec.optimizer().name(), OptimizerNames()[0]);
-  EXPECT_EQ(spec.lr_scheduler().name(), SchedulerNames()[0]);
-  EXPECT_EQ(spec.data().batch_size(), kDefaultBatchSize);
-  EXPECT_EQ(spec.trainer().bucket_cap_mb(), kDefaultBucketCapMb);
-  EXPECT_TRUE(IsDistributedStrategy(spec.trainer().strategy()));
+TEST(PluginCatalogTest, StrategyTraits_AliasesAndRefusals) {
+  EXPECT_TRUE(IsDistributedStrategy("ddp"));
+  EXPECT_TRUE(IsDistributedStrategy("ddp_sharded"));
+  EXPECT_TRUE(IsDistributedStrategy("a_plugin")) << "a plugin strategy runs as ddp does";
   EXPECT_FALSE(IsDistributedStrategy("dp"));
+  EXPECT_FALSE(IsDistributedStrategy("single_device"));
+  v1::JobSpec spec = Normalized();
+  spec.mutable_trainer()->set_strategy("ddp_spawn");
+  spec.mutable_trainer()->set_devices(3);
+  EXPECT_EQ(RanksPerWorker(spec), 3);
+  spec.mutable_trainer()->set_strategy("ddp_sharded");
+  ASSERT_TRUE(NormalizeJobSpec(&spec).ok());
+  EXPECT_EQ(spec.trainer().strategy(), "sharded");
+  EXPECT_EQ(RanksPerWorker(spec), 1);
+  spec.mutable_trainer()->set_precision("16");
+  spec.mutable_trainer()->set_accelerator("cuda");
+  ASSERT_TRUE(NormalizeJobSpec(&spec).ok());
+  EXPECT_EQ(spec.trainer().precision(), "16-mixed");
+  EXPECT_EQ(spec.trainer().accelerator(), "gpu");
+  for (const char* refused : {"mps", "hpu", "ipu", "tpu"}) {
+    spec.mutable_trainer()->set_accelerator(refused);
+    EXPECT_EQ(NormalizeJobSpec(&spec).code(), absl::StatusCode::kFailedPrecondition) << refused;
+  }
+  EXPECT_EQ(SettingNames("trainer.strategy"),
+            (std::vector<std::string>{"ddp", "ddp_spawn", "sharded", "dp", "single_device"}));
+  EXPECT_EQ(PluginsNamedBy(Normalized()), (std::vector<std::pair<std::string, std::string>>{}));
 }
 
 }  // namespace

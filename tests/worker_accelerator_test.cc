@@ -18,6 +18,7 @@
 #include <numeric>
 
 #include "common/job_settings.h"
+#include "common/plugin_catalog.h"
 #include "tests/reference_data.h"
 #include "tests/test_support.h"
 #include "tests/worker_test_helpers.h"
@@ -233,12 +234,11 @@ TEST(Accelerator, UnavailableHardwareAndStrategies_ClearErrors) {
   auto tpu = ResolveStrategy("tpu_spawn");
   EXPECT_EQ(tpu.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(tpu.status().message()), HasSubstr("XLA runtime"));
-  EXPECT_TRUE(ResolveStrategy("ddp_sharded")->traits.distributed);
-  EXPECT_EQ(ResolveStrategy("")->info.name, "single_device");
+  EXPECT_EQ(ResolveStrategy("ddp_sharded")->info.name, "sharded");
   auto horovod = ResolveStrategy("horovod");
   EXPECT_EQ(horovod.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(horovod.status().message()),
-              HasSubstr("this worker has ddp, ddp_sharded, ddp_spawn, dp, sharded, single_device"));
+              HasSubstr("this worker has ddp, ddp_spawn, dp, sharded, single_device"));
 }
 
 // The device decisions, from a device table: this machine's (no CUDA) and a simulated one of
@@ -257,7 +257,10 @@ DeviceRequest Request(const std::string& accelerator, Precision precision, bool 
 TEST(DevicePlan, CpuOnlyTable_EveryReplicaOnTheCpu_Bf16AutocastOnCpu_Fp16Refused) {
   const DeviceTable cpu_only;  // no CUDA build, no device
   EXPECT_EQ(AutoDeviceCount(cpu_only), 1);
-  for (const char* name : {"", "cpu", "auto"}) {
+  // No default here: the spec's (cpu) is applied before a plan is asked for.
+  EXPECT_EQ(PlanDevices(Request("", Precision::k32True), cpu_only).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  for (const char* name : {"cpu", "auto"}) {
     auto plan = PlanDevices(Request(name, Precision::k32True), cpu_only);
     ASSERT_TRUE(plan.ok()) << name << ": " << plan.status();
     EXPECT_EQ(plan->kind, DeviceKind::kCpu) << name;
@@ -486,33 +489,67 @@ def test_step_end(self, out: Dict[str, Tensor]) -> Dict[str, Tensor]:
   EXPECT_EQ(predicted->at("logits").size(0), 10);
 }
 
+// The catalog (common/plugin_catalog.h) names dtrain's own plugins and says what each is; the
+// worker attaches a factory to each one this build runs, with the catalog's traits, and refuses
+// the others with the catalog's message.
+TEST(PluginCatalog, EveryCatalogEntryHasAWorkerFactory_WithItsTraits) {
+  const PluginRegistry& registry = PluginRegistry::Global();
+  for (const PluginCatalogEntry& e : PluginCatalog("strategy")) {
+    absl::StatusOr<PluginRegistry::StrategyEntry> found = ResolveStrategy(e.name);
+    if (!e.refusal.empty()) {
+      EXPECT_EQ(found.status().code(), absl::StatusCode::kFailedPrecondition) << e.name;
+      EXPECT_THAT(std::string(found.status().message()), HasSubstr(e.refusal)) << e.name;
+      continue;
+    }
+    ASSERT_TRUE(found.ok()) << e.name << ": " << found.status();
+    EXPECT_EQ(found->info.name, e.name);
+    EXPECT_EQ(found->traits.distributed, e.traits.distributed) << e.name;
+    EXPECT_EQ(found->traits.spawns_per_device, e.traits.spawns_per_device) << e.name;
+    EXPECT_EQ(found->traits.data_parallel, e.traits.data_parallel) << e.name;
+    for (const std::string& alias : e.aliases) {
+      EXPECT_EQ(ResolveStrategy(alias)->info.name, e.name) << alias;
+    }
+  }
+  for (const PluginCatalogEntry& e : PluginCatalog("precision")) {
+    EXPECT_TRUE(registry.FindPrecision(e.name).ok()) << e.name;
+    for (const std::string& alias : e.aliases) EXPECT_TRUE(ParsePrecision(alias).ok()) << alias;
+  }
+  for (const PluginCatalogEntry& e : PluginCatalog("accelerator")) {
+    const absl::StatusCode code = ResolveAccelerator(e.name).status().code();
+    if (!e.refusal.empty()) {
+      EXPECT_EQ(code, absl::StatusCode::kFailedPrecondition) << e.name;
+      continue;
+    }
+    EXPECT_TRUE(registry.FindAccelerator(e.name).ok()) << e.name;
+    // gpu needs CUDA: refused as unavailable here, never as unknown.
+    EXPECT_NE(code, absl::StatusCode::kInvalidArgument) << e.name;
+  }
+  for (const PluginCatalogEntry& e : PluginCatalog("checkpoint_io")) {
+    EXPECT_TRUE(registry.FindCheckpointIO(e.name).ok()) << e.name;
+  }
+  // Nothing the registry holds of dtrain's own is missing from the catalog.
+  for (const PluginInfo& p : registry.List()) {
+    if (p.origin != "builtin") continue;
+    EXPECT_NE(FindInCatalog(PluginKindName(p.kind), p.name), nullptr) << p.name;
+  }
+}
+
 TEST(JobSettingNames, EveryNameTheSpecAcceptsIsKnownToTheWorker) {
-  for (const std::string& name : StrategyNames()) {
-    EXPECT_TRUE(ResolveStrategy(name).ok()) << name;
-  }
-  for (const std::string& name : PrecisionNames()) {
-    EXPECT_TRUE(ParsePrecision(name).ok()) << name;
-  }
-  for (const std::string& name : ClipAlgorithmNames()) {
+  for (const std::string& name : SettingNames("trainer.gradient_clip_algorithm")) {
     EXPECT_TRUE(ParseClipAlgorithm(name).ok()) << name;
   }
-  for (const std::string& name : AcceleratorNames()) {
-    // gpu and cuda need CUDA: refused as unavailable here, never as unknown.
-    const absl::StatusCode code = ResolveAccelerator(name).status().code();
-    EXPECT_NE(code, absl::StatusCode::kInvalidArgument) << name;
-  }
-  for (const std::string& name : OptimizerNames()) {
+  for (const std::string& name : SettingNames("optimizer.name")) {
     OptimizerConfig config;
     config.name = name;
     EXPECT_TRUE(MakeOptimizer({torch::zeros({1}, torch::requires_grad())}, config).ok()) << name;
   }
-  for (const std::string& name : SchedulerNames()) {
+  for (const std::string& name : SettingNames("lr_scheduler.name")) {
     SchedulerConfig config;
     config.name = name;
     config.total_steps = 10;
     EXPECT_TRUE(LrSchedule::Make(config, 0.1).ok()) << name;
   }
-  for (const std::string& name : BuiltinModelNames()) {
+  for (const std::string& name : SettingNames("model.builtin")) {
     EXPECT_TRUE(BuiltinModel(name, 1).ok()) << name;
   }
 }

@@ -38,6 +38,7 @@
 #include "worker/precision.h"
 #include "worker/sharded_optimizer.h"
 #include "worker/shared_memory_collective_backend.h"
+#include "worker/strategy.h"
 #include "worker/tensor_convert.h"
 namespace dtrain {
 namespace {
@@ -147,7 +148,7 @@ TEST(GradientAccumulation, WithDdp_SyncOnlyAfterTheLastMicroBatch_EqualsSingleRa
         auto model = BuiltinModel("mlp", 7);
         if (!model.ok()) return model.status();
         GrpcCollectiveBackend backend(&pg);
-        GradientSync sync(&backend, model->Parameters());
+        GradientSync sync(&backend, model->Parameters(), StrategyOptions().bucket_bytes);
         if (absl::Status s = TrainSlice(*model, &sync, pg.rank(), 2, 32, 20, /*accumulate=*/2);
             !s.ok()) {
           return s;
@@ -177,7 +178,7 @@ TEST(Sharded, ZeroStage1_EqualsDdpAndPartitionsOptimizerState) {
           auto model = BuiltinModel("mlp", 100 + pg.rank());
           if (!model.ok()) return model.status();
           GrpcCollectiveBackend backend(&pg);
-          GradientSync sync(&backend, model->Parameters());
+          GradientSync sync(&backend, model->Parameters(), StrategyOptions().bucket_bytes);
           if (absl::Status s = sync.BroadcastParameters(0); !s.ok()) return s;
           std::unique_ptr<ShardedOptimizer> zero;
           std::unique_ptr<torch::optim::Optimizer> plain;

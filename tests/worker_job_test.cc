@@ -13,8 +13,10 @@
 #include <torch/script.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "tests/test_support.h"
 #include "worker/dataset.h"
+#include "worker/hosted_job.h"
 #include "worker/job.h"
 #include "worker/torch_save_file.h"
 
@@ -64,15 +66,15 @@ v1::SetupRequest Request(const std::string& job_id, const std::string& model_pat
   v1::SetupRequest r;
   r.set_job_id(job_id);
   if (model_path.empty()) {
-    r.mutable_model()->set_builtin("mlp");
+    r.mutable_spec()->mutable_model()->set_builtin("mlp");
   } else {
-    r.mutable_model()->set_torchscript(model_path);
+    r.mutable_spec()->mutable_model()->set_torchscript(model_path);
   }
-  r.mutable_optimizer()->set_name("sgd");
-  r.mutable_optimizer()->set_lr(0.1);
-  r.set_strategy("single_device");
-  r.set_seed(1);
-  v1::SyntheticDataSpec* data = r.mutable_data()->mutable_synthetic();
+  r.mutable_spec()->mutable_optimizer()->set_name("sgd");
+  r.mutable_spec()->mutable_optimizer()->set_lr(0.1);
+  r.mutable_spec()->mutable_trainer()->set_strategy("single_device");
+  r.mutable_spec()->set_seed_everything(1);
+  v1::SyntheticDataSpec* data = r.mutable_spec()->mutable_data()->mutable_synthetic();
   data->set_train_size(256);
   data->set_val_size(64);
   data->set_seed(5);
@@ -86,8 +88,15 @@ WorkerIdentity Identity() {
   return identity;
 }
 
+// As the worker's service sets a job up: the request prepared (its spec normalized, its paths
+// local), then the job.
+absl::StatusOr<std::unique_ptr<Job>> SetupJob(v1::SetupRequest request) {
+  DTRAIN_RETURN_IF_ERROR(PrepareSetup(&request, /*devices=*/1, /*cache=*/nullptr));
+  return Job::Setup(request, Identity());
+}
+
 std::unique_ptr<Job> SetupOrDie(const v1::SetupRequest& request) {
-  absl::StatusOr<std::unique_ptr<Job>> job = Job::Setup(request, Identity());
+  absl::StatusOr<std::unique_ptr<Job>> job = SetupJob(request);
   EXPECT_TRUE(job.ok()) << job.status();
   return job.ok() ? std::move(*job) : nullptr;
 }
@@ -138,7 +147,8 @@ TEST(JobSetup, CheckpointDirectory_CreatedBeforeTraining_OrTheSetupFailsNamingIt
   const std::string dir = TempPath("new/nested/checkpoints");
   std::filesystem::remove_all(TempPath("new"));
   v1::SetupRequest request = Request("dirpath");
-  request.set_checkpoint_dir(dir);
+  // As the spec names it: marked, a directory on every worker.
+  request.mutable_spec()->mutable_checkpoint()->set_dirpath("worker:" + dir);
   ASSERT_NE(SetupOrDie(request), nullptr);
   EXPECT_TRUE(std::filesystem::is_directory(dir));
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the write check left its file behind";
@@ -146,17 +156,17 @@ TEST(JobSetup, CheckpointDirectory_CreatedBeforeTraining_OrTheSetupFailsNamingIt
   // Under a regular file no directory can be made (a permission check would pass as root).
   const std::string file = TempPath("a-file");
   std::ofstream(file) << "x";
-  request.set_checkpoint_dir(file + "/checkpoints");
-  absl::StatusOr<std::unique_ptr<Job>> refused = Job::Setup(request, Identity());
+  request.mutable_spec()->mutable_checkpoint()->set_dirpath(file + "/checkpoints");
+  absl::StatusOr<std::unique_ptr<Job>> refused = SetupJob(request);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
   EXPECT_THAT(refused.status().message(),
-              HasSubstr("checkpoint_dir: cannot create the checkpoint directory '" + file +
+              HasSubstr("spec.checkpoint.dirpath: cannot create the checkpoint directory '" + file +
                         "/checkpoints'"));
 }
 
 TEST(JobSchedules, CosineWithoutTotalSteps_TakesTheRunsLength) {
   v1::SetupRequest request = Request("cosine");
-  request.mutable_lr_scheduler()->set_name("cosine");
+  request.mutable_spec()->mutable_lr_scheduler()->set_name("cosine");
   std::unique_ptr<Job> job = SetupOrDie(request);
   ASSERT_NE(job, nullptr);
   absl::StatusOr<v1::LocalResult> unknown = job->Train(Work("train", 0, 8), 0);
@@ -179,7 +189,7 @@ void Python(const std::string& script) {
 
 absl::StatusOr<std::unique_ptr<Dataset>> LoadFile(const std::string& path,
                                                   const v1::Normalize* normalize = nullptr) {
-  v1::DataSpec spec;
+  v1::DataConfig spec;
   spec.set_tensors_file(path);
   if (normalize != nullptr) *spec.mutable_normalize() = *normalize;
   return Dataset::Load(spec);
@@ -312,7 +322,7 @@ def validation_step(self, batch: List[Tensor], batch_idx: int) -> Dict[str, Tens
 )");
   m.save(model);
   v1::SetupRequest request = Request("dict", model);
-  request.mutable_data()->set_tensors_file(file);
+  request.mutable_spec()->mutable_data()->set_tensors_file(file);
   std::unique_ptr<Job> job = SetupOrDie(request);
   ASSERT_NE(job, nullptr);
   absl::StatusOr<v1::LocalResult> trained = job->Train(Work("train", 0, 16), 0);
@@ -387,8 +397,8 @@ def train(m, opt, steps):
 
   std::unique_ptr<Job> NewJob() {
     v1::SetupRequest request = Request("interop-" + GetParam(), model_);
-    request.mutable_data()->set_tensors_file(data_);
-    v1::OptimizerSpec* o = request.mutable_optimizer();
+    request.mutable_spec()->mutable_data()->set_tensors_file(data_);
+    v1::OptimizerSpec* o = request.mutable_spec()->mutable_optimizer();
     o->set_name(GetParam());
     o->set_lr(GetParam() == "sgd" ? 0.05 : 0.01);
     if (GetParam() == "sgd") o->set_momentum(0.9);
@@ -528,7 +538,7 @@ def on_train_end(self):
 )");
   m.save(path);
   v1::SetupRequest request = Request("hooks", path);
-  request.mutable_data()->mutable_synthetic()->set_test_size(16);
+  request.mutable_spec()->mutable_data()->mutable_synthetic()->set_test_size(16);
   std::unique_ptr<Job> job = SetupOrDie(request);
   ASSERT_NE(job, nullptr);
   // Epoch 0 in two calls, a validation of 2 batches, epoch 1 in one call.

@@ -371,7 +371,7 @@ TEST(BatchTree, NestedBatchesMappedSizedAndSplit) {
 
 // The real Fashion-MNIST files (Debian's dataset-fashion-mnist, installed by install-deps.sh).
 TEST(Dataset, FashionMnist_SplitsShapesAndNormalization) {
-  v1::DataSpec spec;
+  v1::DataConfig spec;
   spec.set_builtin("fashion-mnist");
   auto data = Dataset::Load(spec);
   ASSERT_TRUE(data.ok()) << data.status();

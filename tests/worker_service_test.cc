@@ -44,18 +44,18 @@ std::string TempPath(const std::string& name) {
 v1::SetupRequest MakeSetup(const std::string& job, const std::string& strategy, int world,
                            const std::string& coordinator, const std::string& backend = "grpc") {
   v1::SetupRequest r;
-  r.mutable_group()->set_backend(backend);
+  r.mutable_spec()->mutable_trainer()->set_collective_backend(backend);
   r.set_job_id(job);
-  r.mutable_model()->set_builtin("mlp");
-  r.mutable_optimizer()->set_name("sgd");
-  r.mutable_optimizer()->set_lr(0.1);
-  r.mutable_optimizer()->set_momentum(0.9);
-  r.set_strategy(strategy);
-  r.set_seed(1);
+  r.mutable_spec()->mutable_model()->set_builtin("mlp");
+  r.mutable_spec()->mutable_optimizer()->set_name("sgd");
+  r.mutable_spec()->mutable_optimizer()->set_lr(0.1);
+  r.mutable_spec()->mutable_optimizer()->set_momentum(0.9);
+  r.mutable_spec()->mutable_trainer()->set_strategy(strategy);
+  r.mutable_spec()->set_seed_everything(1);
   r.mutable_group()->set_coordinator(coordinator);
   r.mutable_group()->set_world_size(world);
-  r.mutable_group()->set_collective_timeout_ms(20000);
-  v1::SyntheticDataSpec* data = r.mutable_data()->mutable_synthetic();
+  r.mutable_spec()->mutable_trainer()->set_collective_timeout_ms(20000);
+  v1::SyntheticDataSpec* data = r.mutable_spec()->mutable_data()->mutable_synthetic();
   data->set_train_size(kTrainSize);
   data->set_val_size(256);
   data->set_test_size(256);
@@ -287,7 +287,7 @@ TEST_P(WorkerServiceBackendTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) 
   Parallel(2, [&](int i) {
     v1::SetupRequest request = Distributed("ddp-eq", "ddp", 2);
     // Small buckets, so that several all_reduces overlap with backward.
-    request.set_bucket_bytes(64 * 1024);
+    request.mutable_spec()->mutable_trainer()->set_bucket_cap_mb(1.0 / 16);  // 64 KiB
     statuses[i] = Setup(*ranks[i], request, &setups[i]);
   });
   ASSERT_TRUE(statuses[0].ok()) << statuses[0];
@@ -466,7 +466,7 @@ def predict_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Dict[str
   auto w = StartWorker();
   ASSERT_NE(w, nullptr);
   v1::SetupRequest request = MakeSetup("wide", "single_device", 1, address());
-  request.mutable_model()->set_torchscript(path);
+  request.mutable_spec()->mutable_model()->set_torchscript(path);
   ASSERT_TRUE(Setup(*w, request).ok());
 
   auto stub = v1::Worker::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", w->port()),
@@ -583,7 +583,7 @@ TEST_F(WorkerServiceTest, GradientAccumulation_TwoBatchesOfBEqualOneOf2B) {
   auto acc = StartWorker(), whole = StartWorker();
   ASSERT_TRUE(acc && whole);
   v1::SetupRequest request = MakeSetup("acc", "single_device", 1, address());
-  request.set_accumulate_grad_batches(2);
+  request.mutable_spec()->mutable_trainer()->set_accumulate_grad_batches(2);
   ASSERT_TRUE(Setup(*acc, request).ok());
   ASSERT_TRUE(Setup(*whole, MakeSetup("acc-ref", "single_device", 1, address())).ok());
   for (int step = 0; step < 5; ++step) {
@@ -622,9 +622,9 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
   v1::SetupRequest request = Distributed("zero", "sharded", 2);
   const std::string dir = TempPath("zero-dir-" + GetParam());
   std::filesystem::remove_all(dir);
-  request.set_checkpoint_dir("worker:" + dir);
-  request.mutable_optimizer()->set_name("adam");
-  request.mutable_optimizer()->set_lr(0.01);
+  request.mutable_spec()->mutable_checkpoint()->set_dirpath("worker:" + dir);
+  request.mutable_spec()->mutable_optimizer()->set_name("adam");
+  request.mutable_spec()->mutable_optimizer()->set_lr(0.01);
   std::vector<v1::SetupResponse> setups(2);
   std::vector<absl::Status> statuses(2);
   Parallel(2, [&](int i) { statuses[i] = Setup(*ranks[i], request, &setups[i]); });
@@ -684,8 +684,9 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
 
   // Load into a world of one, with plain Adam.
   v1::SetupRequest one = MakeSetup("zero-1", "single_device", 1, address());
-  *one.mutable_optimizer() = request.optimizer();
-  one.set_seed(99);  // different initial parameters: the checkpoint must overwrite them
+  *one.mutable_spec()->mutable_optimizer() = request.spec().optimizer();
+  one.mutable_spec()->set_seed_everything(
+      99);  // different initial parameters: the checkpoint must overwrite them
   ASSERT_TRUE(Setup(*single, one).ok());
   v1::LoadCheckpointRequest load;
   load.set_job_id("zero-1");
@@ -774,23 +775,29 @@ TEST_F(WorkerServiceTest, BadInput_ClearErrorsAndTheWorkerKeepsServing) {
   const std::string no_steps = ModelWithoutTrainingStep();
   const std::vector<Case> cases = {
       {"missing model file",
-       [](auto& r) { r.mutable_model()->set_torchscript("/nonexistent/m.pt"); },
+       [](auto& r) { r.mutable_spec()->mutable_model()->set_torchscript("/nonexistent/m.pt"); },
        absl::StatusCode::kNotFound, "/nonexistent/m.pt"},
-      {"no training_step", [&](auto& r) { r.mutable_model()->set_torchscript(no_steps); },
+      {"no training_step",
+       [&](auto& r) { r.mutable_spec()->mutable_model()->set_torchscript(no_steps); },
        absl::StatusCode::kInvalidArgument, "has no training_step"},
-      {"unknown builtin", [](auto& r) { r.mutable_model()->set_builtin("resnet"); },
+      {"unknown builtin", [](auto& r) { r.mutable_spec()->mutable_model()->set_builtin("resnet"); },
        absl::StatusCode::kInvalidArgument, "mlp, cnn"},
-      {"unknown optimizer", [](auto& r) { r.mutable_optimizer()->set_name("lion"); },
+      {"unknown optimizer",
+       [](auto& r) { r.mutable_spec()->mutable_optimizer()->set_name("lion"); },
        absl::StatusCode::kInvalidArgument, "unknown optimizer 'lion'"},
-      {"unknown precision", [](auto& r) { r.set_precision("8-true"); },
+      {"unknown precision",
+       [](auto& r) { r.mutable_spec()->mutable_trainer()->set_precision("8-true"); },
        absl::StatusCode::kInvalidArgument, "8-true"},
-      {"unknown strategy", [](auto& r) { r.set_strategy("fsdp9"); },
+      {"unknown strategy",
+       [](auto& r) { r.mutable_spec()->mutable_trainer()->set_strategy("fsdp9"); },
        absl::StatusCode::kInvalidArgument, "unknown strategy 'fsdp9'"},
-      {"tpu_spawn", [](auto& r) { r.set_strategy("tpu_spawn"); },
+      {"tpu_spawn", [](auto& r) { r.mutable_spec()->mutable_trainer()->set_strategy("tpu_spawn"); },
        absl::StatusCode::kFailedPrecondition, "XLA runtime"},
-      {"gpu without CUDA", [](auto& r) { r.set_accelerator("gpu"); },
+      {"gpu without CUDA",
+       [](auto& r) { r.mutable_spec()->mutable_trainer()->set_accelerator("gpu"); },
        absl::StatusCode::kFailedPrecondition, "no CUDA support"},
-      {"16-mixed on CPU", [](auto& r) { r.set_precision("16-mixed"); },
+      {"16-mixed on CPU",
+       [](auto& r) { r.mutable_spec()->mutable_trainer()->set_precision("16-mixed"); },
        absl::StatusCode::kFailedPrecondition, "bf16-mixed"},
       {"bad job id", [](auto& r) { r.set_job_id("a/b"); }, absl::StatusCode::kInvalidArgument,
        "job_id"},
@@ -798,18 +805,20 @@ TEST_F(WorkerServiceTest, BadInput_ClearErrorsAndTheWorkerKeepsServing) {
        "job_id is empty"},
       {"bad job id for ddp_spawn",
        [](auto& r) {
-         r.set_strategy("ddp_spawn");
+         r.mutable_spec()->mutable_trainer()->set_strategy("ddp_spawn");
          r.set_job_id("../x");
        },
        absl::StatusCode::kInvalidArgument, "job_id '../x' may hold only"},
-      {"negative clip", [](auto& r) { r.set_gradient_clip_val(-1); },
+      {"negative clip",
+       [](auto& r) { r.mutable_spec()->mutable_trainer()->set_gradient_clip_val(-1); },
        absl::StatusCode::kInvalidArgument, "gradient_clip_val"},
-      {"bad scheduler", [](auto& r) { r.mutable_lr_scheduler()->set_name("cyclic"); },
+      {"bad scheduler",
+       [](auto& r) { r.mutable_spec()->mutable_lr_scheduler()->set_name("cyclic"); },
        absl::StatusCode::kInvalidArgument, "lr_scheduler"},
       {"missing dataset dir",
        [](auto& r) {
-         r.mutable_data()->set_builtin("fashion-mnist");
-         r.mutable_data()->set_data_dir("/nonexistent");
+         r.mutable_spec()->mutable_data()->set_builtin("fashion-mnist");
+         r.mutable_spec()->mutable_data()->set_data_dir("/nonexistent");
        },
        absl::StatusCode::kNotFound, "dataset-fashion-mnist"},
   };

@@ -20,20 +20,19 @@ void SetComputeThreads(int threads) {
 }
 
 void RegisterBuiltinAccelerators(PluginRegistry& registry) {
-  // One factory for all four names: PlanDevices has already decided the device kind.
+  // One factory for the catalog's accelerators (common/plugin_catalog.h), each planned as its
+  // own name: PlanDevices has already decided the device kind.
   const AcceleratorFactory builtin =
       [](const DevicePlan& plan) -> absl::StatusOr<std::unique_ptr<Accelerator>> {
     if (plan.kind == DeviceKind::kGpu) return std::make_unique<GPUAccelerator>(plan.root.index());
     return std::make_unique<CPUAccelerator>();
   };
-  for (const auto& [name, planned_as, description] :
-       std::vector<std::tuple<const char*, const char*, const char*>>{
-           {"cpu", "cpu", "the CPU"},
-           {"gpu", "gpu", "CUDA devices (a CUDA build of libtorch)"},
-           {"cuda", "gpu", "gpu, by its device's name"},
-           {"auto", "auto", "CUDA devices when the worker has them, else the CPU"}}) {
-    absl::Status s = registry.AddAccelerator(name, planned_as, builtin, description);
-    if (!s.ok()) LogError(absl::StrCat("cannot register accelerator ", name, ": ", s.ToString()));
+  for (const PluginCatalogEntry& entry : PluginCatalog("accelerator")) {
+    if (!entry.refusal.empty()) continue;
+    absl::Status s = registry.AddAccelerator(entry.name, entry.name, builtin, entry.description);
+    if (!s.ok()) {
+      LogError(absl::StrCat("cannot register accelerator ", entry.name, ": ", s.ToString()));
+    }
   }
 }
 
@@ -48,7 +47,7 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Make(
     std::unique_ptr<CollectiveBackend> backend) {
   const PluginRegistry& registry = PluginRegistry::Global();
   DTRAIN_ASSIGN_OR_RETURN(PluginRegistry::AcceleratorEntry device,
-                          registry.FindAccelerator(accelerator.empty() ? "cpu" : accelerator));
+                          registry.FindAccelerator(accelerator));
   DTRAIN_ASSIGN_OR_RETURN(PluginRegistry::PrecisionEntry precision_entry,
                           registry.FindPrecision(precision));
   DTRAIN_ASSIGN_OR_RETURN(PluginRegistry::StrategyEntry strategy_entry,

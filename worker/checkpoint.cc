@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/directories.h"
 #include "common/log.h"
+#include "common/plugin_catalog.h"
 #include "common/status_macros.h"
 #include "worker/torch_save_file.h"
 #include "worker/torch_status.h"
@@ -394,12 +395,14 @@ absl::StatusOr<std::string> TorchCheckpointIO::Load(const std::string& path) {
 }
 
 void RegisterBuiltinCheckpointIO(PluginRegistry& registry) {
+  // The catalog's one (common/plugin_catalog.h).
+  const PluginCatalogEntry* torch_io = FindInCatalog("checkpoint_io", "torch");
   absl::Status s = registry.AddCheckpointIO(
-      "torch",
+      torch_io->name,
       []() -> absl::StatusOr<std::unique_ptr<CheckpointIO>> {
         return std::make_unique<TorchCheckpointIO>();
       },
-      "torch.save's format, written to a temporary file and renamed into place");
+      torch_io->description);
   if (!s.ok()) LogError(absl::StrCat("cannot register checkpoint_io torch: ", s.ToString()));
 }
 

@@ -112,10 +112,10 @@ std::pair<at::Tensor, at::Tensor> Dataset::Synthetic(int64_t n, uint64_t seed) {
   return {x, y};
 }
 
-absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataSpec& spec) {
+absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataConfig& spec) {
   std::unique_ptr<Dataset> data(new Dataset());
   switch (spec.source_case()) {
-    case v1::DataSpec::kBuiltin: {
+    case v1::DataConfig::kBuiltin: {
       if (spec.builtin() != "fashion-mnist") {
         return absl::InvalidArgumentError(absl::StrCat("unknown builtin dataset '", spec.builtin(),
                                                        "'; the builtin is fashion-mnist"));
@@ -140,7 +140,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataSpec& spec)
         return absl::InvalidArgumentError(
             absl::StrCat("the Fashion-MNIST files in '", dir, "' disagree on their sample counts"));
       }
-      const int64_t val = spec.val_size() > 0 ? spec.val_size() : kDefaultValSize;
+      const int64_t val =
+          spec.val_size() > 0 ? spec.val_size() : JobSpecDefaults().data().val_size();
       const int64_t n = train_x.size(0);
       if (val >= n) {
         return absl::InvalidArgumentError(
@@ -155,7 +156,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataSpec& spec)
       data->fashion_normalize_ = true;
       break;
     }
-    case v1::DataSpec::kSynthetic: {
+    case v1::DataConfig::kSynthetic: {
       const v1::SyntheticDataSpec& s = spec.synthetic();
       if (s.train_size() <= 0 || s.val_size() < 0 || s.test_size() < 0) {
         return absl::InvalidArgumentError(
@@ -176,7 +177,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataSpec& spec)
       }
       break;
     }
-    case v1::DataSpec::kTensorsFile:
+    case v1::DataConfig::kTensorsFile:
       DTRAIN_RETURN_IF_ERROR(data->LoadTensorsFile(spec.tensors_file()));
       if (spec.has_normalize()) {
         const v1::Normalize& n = spec.normalize();
@@ -187,7 +188,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataSpec& spec)
         for (double v : n.std()) {
           if (!(v > 0)) return absl::InvalidArgumentError("normalize: every std must be > 0");
         }
-        const std::string key = n.key().empty() ? "0" : n.key();
+        const std::string key = n.key().empty()
+                                    ? FindJobSetting("data.normalize.key")->setting->default_value()
+                                    : n.key();
         for (const auto& [name, split] : data->splits_) {
           if (!SelectTensor(split.columns, key).has_value()) {
             return absl::InvalidArgumentError(

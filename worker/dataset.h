@@ -3,14 +3,14 @@
 // "val", "test" and "predict"; a batch has its split's structure with the selected rows.
 //   builtin "fashion-mnist"  the gzip IDX files of Debian's dataset-fashion-mnist; batches are
 //                            (x, y): x [N, 1, 28, 28] float32 normalized with the training set's
-//                            mean and std (0.2860, 0.3530), y int64; "val" is the last val_size
-//                            training images (default 5,000), "train" the rest
+//                            mean and std (0.2860, 0.3530), y int64; "val" is the last
+//                            data.val_size training images, "train" the rest
 //   synthetic                learnable 28x28 images (class c brightens rows 2c..2c+2) plus noise,
 //                            generated from a seed: every worker makes the same data; (x, y)
 //   tensors_file             a file written by Python's torch.save: {"train": (x, y), ...}, each
 //                            split a tuple or list of tensors, a dict of named tensors, or one
 //                            tensor, all with the same length in dimension 0. Normalized only
-//                            when DataSpec.normalize says so. The older libtorch archive with
+//                            when DataConfig.normalize says so. The older libtorch archive with
 //                            "<split>/x" and "<split>/y" is still read (as (x, y)).
 #pragma once
 
@@ -25,7 +25,7 @@
 #include <ATen/core/ivalue.h>
 
 #include "absl/status/statusor.h"
-#include "dtrain/v1/worker.pb.h"
+#include "dtrain/v1/job_spec.pb.h"
 
 namespace dtrain {
 
@@ -41,7 +41,8 @@ class Dataset {
 
   // NOT_FOUND: a file is missing (the message names the Debian package for the builtin).
   // INVALID_ARGUMENT: a malformed file or spec.
-  static absl::StatusOr<std::unique_ptr<Dataset>> Load(const v1::DataSpec& spec);
+  // `spec` is the job spec's data section (job_spec.proto); a val_size of 0 is its default.
+  static absl::StatusOr<std::unique_ptr<Dataset>> Load(const v1::DataConfig& spec);
 
   // (name, size) of each split, in the order train, val, test, predict.
   std::vector<std::pair<std::string, int64_t>> Splits() const;

@@ -4,6 +4,8 @@
 #include <torch/cuda.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/plugin_catalog.h"
 #include "common/status_macros.h"
 
 namespace dtrain {
@@ -37,25 +39,21 @@ DeviceTable DeviceTable::Detect() {
 }
 
 absl::StatusOr<DeviceKind> ResolveAccelerator(const std::string& name, const DeviceTable& table) {
-  if (name.empty() || name == "cpu") return DeviceKind::kCpu;
-  if (name == "gpu" || name == "cuda") {
+  // The catalog (common/plugin_catalog.h) knows the names, aliases and refusals; the device
+  // kinds are this file's.
+  const PluginCatalogEntry* own = FindInCatalog("accelerator", name);
+  if (own != nullptr && !own->refusal.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("accelerator '", name, "' ", own->refusal));
+  }
+  const std::string planned = own != nullptr ? own->name : name;
+  if (planned == "cpu") return DeviceKind::kCpu;
+  if (planned == "gpu") {
     DTRAIN_RETURN_IF_ERROR(CudaUsable(table));
     return DeviceKind::kGpu;
   }
-  if (name == "auto") return CudaUsable(table).ok() ? DeviceKind::kGpu : DeviceKind::kCpu;
-  if (name == "tpu") {
-    return absl::FailedPreconditionError(
-        "accelerator 'tpu' needs an XLA runtime (torch_xla), which dtrain's libtorch C++ "
-        "runtime does not have; use cpu or gpu");
-  }
-  if (name == "ipu" || name == "hpu" || name == "mps") {
-    return absl::FailedPreconditionError(
-        absl::StrCat("accelerator '", name,
-                     "' needs a vendor runtime dtrain's libtorch C++ runtime does not have; use "
-                     "cpu or gpu"));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown accelerator '", name, "'; use cpu, gpu or auto"));
+  if (planned == "auto") return CudaUsable(table).ok() ? DeviceKind::kGpu : DeviceKind::kCpu;
+  return absl::InvalidArgumentError(absl::StrCat("unknown accelerator '", name, "'; use ",
+                                                 absl::StrJoin(CatalogNames("accelerator"), ", ")));
 }
 
 absl::StatusOr<DeviceKind> ResolveAccelerator(const std::string& name) {

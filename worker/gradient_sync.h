@@ -45,8 +45,9 @@ struct Node;
 
 namespace dtrain {
 
-inline constexpr int64_t kDefaultBucketBytes = int64_t{25} << 20;      // as torch DDP
-inline constexpr int64_t kDefaultFirstBucketBytes = int64_t{1} << 20;  // as torch DDP
+// The first bucket (the last parameters, whose gradients come first) is capped lower, so its
+// all-reduce starts early, as torch DDP does.
+inline constexpr int64_t kDefaultFirstBucketBytes = int64_t{1} << 20;
 
 // Overwrites `tensors` with rank `src`'s values, packed into one broadcast.
 absl::Status BroadcastTensors(CollectiveBackend* backend, const std::vector<torch::Tensor>& tensors,
@@ -55,8 +56,9 @@ absl::Status BroadcastTensors(CollectiveBackend* backend, const std::vector<torc
 class GradientSync {
  public:
   // `parameters` are taken in order; all ranks must pass the same list (names, shapes, dtypes).
+  // `bucket_bytes` caps each bucket (StrategyOptions::bucket_bytes: the spec's bucket_cap_mb).
   GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor> parameters,
-               int64_t bucket_bytes = kDefaultBucketBytes);
+               int64_t bucket_bytes);
   ~GradientSync();
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;

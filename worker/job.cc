@@ -29,24 +29,25 @@ namespace {
 // takes milliseconds.
 constexpr absl::Duration kPeerConnectTimeout = absl::Seconds(30);
 
+// A normalized spec's optimizer and schedule (their defaults are applied).
 OptimizerConfig ToConfig(const v1::OptimizerSpec& spec) {
   OptimizerConfig c;
-  if (!spec.name().empty()) c.name = spec.name();
-  if (spec.lr() != 0) c.lr = spec.lr();
+  c.name = spec.name();
+  c.lr = spec.lr();
   c.momentum = spec.momentum();
   c.nesterov = spec.nesterov();
   c.weight_decay = spec.weight_decay();
-  if (spec.beta1() != 0) c.beta1 = spec.beta1();
-  if (spec.beta2() != 0) c.beta2 = spec.beta2();
-  if (spec.eps() != 0) c.eps = spec.eps();
+  c.beta1 = spec.beta1();
+  c.beta2 = spec.beta2();
+  c.eps = spec.eps();
   return c;
 }
 
 SchedulerConfig ToConfig(const v1::SchedulerSpec& spec) {
   SchedulerConfig c;
-  if (!spec.name().empty()) c.name = spec.name();
-  if (spec.step_size() != 0) c.step_size = spec.step_size();
-  if (spec.gamma() != 0) c.gamma = spec.gamma();
+  c.name = spec.name();
+  c.step_size = spec.step_size();
+  c.gamma = spec.gamma();
   c.total_steps = spec.total_steps();
   c.min_lr = spec.min_lr();
   return c;
@@ -95,58 +96,48 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
                                                 const WorkerIdentity& identity,
                                                 CallCanceller* cancel) {
   // Everything is checked before joining the group, so a bad request never leaves the other
-  // ranks waiting for a member that will not come.
-  // The job id was checked by the service (CheckJobId) before the request was queued; the
-  // ranges and names are the spec's (common/job_settings.h).
-  DTRAIN_RETURN_IF_ERROR(CheckSetupRequest(request));
-  const std::string precision_name =
-      request.precision().empty() ? PrecisionNames()[0] : request.precision();
-  DTRAIN_RETURN_IF_ERROR(
-      InField("precision", PluginRegistry::Global().FindPrecision(precision_name).status()));
-  absl::StatusOr<PluginRegistry::StrategyEntry> strategy_entry =
-      ResolveStrategy(request.strategy());
-  if (!strategy_entry.ok()) return InField("strategy", strategy_entry.status());
+  // ranks waiting for a member that will not come. The spec's own rules were applied by the
+  // service (NormalizeSetupRequest); what is left is whether this worker has what it names.
+  const v1::JobSpec& spec = request.spec();
+  const v1::TrainerConfig& t = spec.trainer();
+  DTRAIN_RETURN_IF_ERROR(InField("spec.trainer.precision",
+                                 PluginRegistry::Global().FindPrecision(t.precision()).status()));
+  absl::StatusOr<PluginRegistry::StrategyEntry> strategy_entry = ResolveStrategy(t.strategy());
+  if (!strategy_entry.ok()) return InField("spec.trainer.strategy", strategy_entry.status());
   const std::string strategy_name = strategy_entry->info.name;
-  const std::string accelerator_name =
-      request.accelerator().empty() ? AcceleratorNames()[0] : request.accelerator();
   absl::StatusOr<PluginRegistry::AcceleratorEntry> accelerator_entry =
-      PluginRegistry::Global().FindAccelerator(accelerator_name);
-  if (!accelerator_entry.ok()) return InField("accelerator", accelerator_entry.status());
-  DTRAIN_RETURN_IF_ERROR(
-      InField("accelerator", ResolveAccelerator(accelerator_entry->planned_as).status()));
-  absl::StatusOr<PluginRegistry::CheckpointIOEntry> io_entry =
-      PluginRegistry::Global().FindCheckpointIO(
-          request.checkpoint_io().empty() ? "torch" : request.checkpoint_io());
-  if (!io_entry.ok()) return InField("checkpoint_io", io_entry.status());
-  absl::StatusOr<std::unique_ptr<CheckpointIO>> checkpoint_io = io_entry->make();
-  if (!checkpoint_io.ok()) return InField("checkpoint_io", checkpoint_io.status());
-  ClipAlgorithm clip = ClipAlgorithm::kNorm;
-  if (!request.gradient_clip_algorithm().empty()) {
-    absl::StatusOr<ClipAlgorithm> parsed = ParseClipAlgorithm(request.gradient_clip_algorithm());
-    if (!parsed.ok()) return InField("gradient_clip_algorithm", parsed.status());
-    clip = *parsed;
+      PluginRegistry::Global().FindAccelerator(t.accelerator());
+  if (!accelerator_entry.ok()) {
+    return InField("spec.trainer.accelerator", accelerator_entry.status());
   }
-  const OptimizerConfig optimizer = ToConfig(request.optimizer());
+  DTRAIN_RETURN_IF_ERROR(InField("spec.trainer.accelerator",
+                                 ResolveAccelerator(accelerator_entry->planned_as).status()));
+  absl::StatusOr<PluginRegistry::CheckpointIOEntry> io_entry =
+      PluginRegistry::Global().FindCheckpointIO(spec.checkpoint().checkpoint_io());
+  if (!io_entry.ok()) return InField("spec.checkpoint.checkpoint_io", io_entry.status());
+  absl::StatusOr<std::unique_ptr<CheckpointIO>> checkpoint_io = io_entry->make();
+  if (!checkpoint_io.ok()) return InField("spec.checkpoint.checkpoint_io", checkpoint_io.status());
+  absl::StatusOr<ClipAlgorithm> clip = ParseClipAlgorithm(t.gradient_clip_algorithm());
+  if (!clip.ok()) return InField("spec.trainer.gradient_clip_algorithm", clip.status());
+  const OptimizerConfig optimizer = ToConfig(spec.optimizer());
   // The optimizer and schedule are validated on a throwaway parameter.
   DTRAIN_RETURN_IF_ERROR(
-      InField("optimizer", MakeOptimizer({torch::zeros({1})}, optimizer).status()));
-  const SchedulerConfig schedule = ToConfig(request.lr_scheduler());
+      InField("spec.optimizer", MakeOptimizer({torch::zeros({1})}, optimizer).status()));
+  const SchedulerConfig schedule = ToConfig(spec.lr_scheduler());
   DTRAIN_RETURN_IF_ERROR(
-      InField("lr_scheduler", LrSchedule::Make(schedule, optimizer.lr).status()));
+      InField("spec.lr_scheduler", LrSchedule::Make(schedule, optimizer.lr).status()));
 
   std::unique_ptr<Job> job(new Job());
   job->id_ = request.job_id();
-  job->accumulate_ = std::max(1, request.accumulate_grad_batches());
-  job->clip_val_ = request.gradient_clip_val();
-  job->clip_algorithm_ = clip;
-  if (request.has_data()) {
-    absl::StatusOr<std::unique_ptr<Dataset>> data = Dataset::Load(request.data());
-    if (!data.ok()) return InField("data", data.status());
-    job->data_ = std::move(*data);
-  }
-  absl::StatusOr<LightningModule> model = LoadModel(request.model(), request.seed());
-  if (!model.ok()) return InField("model", model.status());
-  torch::manual_seed(request.seed());
+  job->accumulate_ = t.accumulate_grad_batches();
+  job->clip_val_ = t.gradient_clip_val();
+  job->clip_algorithm_ = *clip;
+  absl::StatusOr<std::unique_ptr<Dataset>> data = Dataset::Load(spec.data());
+  if (!data.ok()) return InField("spec.data", data.status());
+  job->data_ = std::move(*data);
+  absl::StatusOr<LightningModule> model = LoadModel(spec.model(), spec.seed_everything());
+  if (!model.ok()) return InField("spec.model", model.status());
+  torch::manual_seed(spec.seed_everything());
 
   std::unique_ptr<CollectiveBackend> backend;
   if (strategy_entry->traits.distributed) {
@@ -166,8 +157,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
         absl::StrCat(options.name, "/", absl::Dec(request.spawn_index(), absl::kZeroPad4));
     if (g.register_timeout_ms() > 0)
       options.register_timeout = absl::Milliseconds(g.register_timeout_ms());
-    if (g.collective_timeout_ms() > 0) {
-      options.collective_timeout = absl::Milliseconds(g.collective_timeout_ms());
+    if (t.collective_timeout_ms() > 0) {
+      options.collective_timeout = absl::Milliseconds(t.collective_timeout_ms());
     }
     const std::string address = g.coordinator().empty() ? identity.coordinator : g.coordinator();
     if (address.empty()) {
@@ -177,12 +168,13 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     const absl::Time joining = absl::Now();
     DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> group,
                             ProcessGroup::Join(address, options));
-    const absl::Duration timeout = g.collective_timeout_ms() > 0
-                                       ? absl::Milliseconds(g.collective_timeout_ms())
+    const absl::Duration timeout = t.collective_timeout_ms() > 0
+                                       ? absl::Milliseconds(t.collective_timeout_ms())
                                        : absl::Minutes(10);
-    DTRAIN_ASSIGN_OR_RETURN(CollectivePlane plane,
-                            ConnectCollectivePlane(g.backend(), address, std::move(group), timeout,
-                                                   std::min(timeout, kPeerConnectTimeout)));
+    DTRAIN_ASSIGN_OR_RETURN(
+        CollectivePlane plane,
+        ConnectCollectivePlane(t.collective_backend(), address, std::move(group), timeout,
+                               std::min(timeout, kPeerConnectTimeout)));
     backend = std::move(plane.backend);
     job->plane_ = plane.name;
     job->plane_note_ = plane.note;
@@ -193,19 +185,19 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   }
   StrategyOptions strategy;
   strategy.name = strategy_name;
-  strategy.devices = request.devices() > 0 ? request.devices() : identity.devices;
-  if (request.bucket_bytes() > 0) strategy.bucket_bytes = request.bucket_bytes();
-  DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(accelerator_name, precision_name,
+  strategy.devices = t.devices();
+  strategy.bucket_bytes = BucketBytes(t.bucket_cap_mb());
+  DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(t.accelerator(), t.precision(),
                                                                strategy, std::move(backend)));
   DTRAIN_RETURN_IF_ERROR(job->accelerator_->Setup(std::move(*model), optimizer, schedule));
   job->accelerator_->strategy().SetCheckpointIO(std::move(*checkpoint_io));
   job->cpus_ = FormatCpuList(identity.cpus);
-  job->storage_options_ =
-      StorageOptions(request.storage_options().begin(), request.storage_options().end());
-  if (!request.checkpoint_dir().empty() &&
-      job->accelerator_->strategy().should_rank_save_checkpoint()) {
+  const v1::CheckpointConfig& c = spec.checkpoint();
+  job->storage_options_ = StorageOptions(c.storage_options().begin(), c.storage_options().end());
+  // Local: PrepareSetup (hosted_job.h) took its "worker:" mark off.
+  if (!c.dirpath().empty() && job->accelerator_->strategy().should_rank_save_checkpoint()) {
     DTRAIN_RETURN_IF_ERROR(
-        InField("checkpoint_dir", PrepareCheckpointDirectory(request.checkpoint_dir())));
+        InField("spec.checkpoint.dirpath", PrepareCheckpointDirectory(c.dirpath())));
   }
   DTRAIN_RETURN_IF_ERROR(job->accelerator_->PreDispatch());
   return job;
@@ -271,16 +263,16 @@ absl::StatusOr<v1::DryRunResponse> Job::DryRun(const v1::DryRunRequest& request,
                                                const WorkerIdentity& identity) {
   v1::SetupRequest setup = request.setup();
   setup.set_job_id("dry-run");
-  setup.set_strategy("single_device");
-  setup.set_devices(1);
+  setup.mutable_spec()->mutable_trainer()->set_strategy("single_device");
+  setup.mutable_spec()->mutable_trainer()->set_devices(1);
+  setup.mutable_spec()->mutable_checkpoint()->clear_dirpath();
   setup.clear_group();
-  setup.clear_checkpoint_dir();
-  if (!setup.has_data()) return absl::InvalidArgumentError("a dry run needs the job's data");
+  const int default_batch_size = JobSpecDefaults().data().batch_size();
   if (request.batch_size() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size must be >= 0 (0: 32), got ", request.batch_size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size must be >= 0 (0: ", default_batch_size, "), got ", request.batch_size()));
   }
-  const int batch_size = request.batch_size() > 0 ? request.batch_size() : 32;
+  const int batch_size = request.batch_size() > 0 ? request.batch_size() : default_batch_size;
   DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Setup(setup, identity));
   v1::DryRunResponse report;
   report.set_worker(identity.name);
@@ -366,10 +358,6 @@ absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i) const
       return absl::InvalidArgumentError(absl::StrCat("batch ", i, " has no tensors"));
     if (items.size() == 1) return items.front();
     return c10::ivalue::Tuple::create(std::move(items));
-  }
-  if (data_ == nullptr) {
-    return absl::FailedPreconditionError(
-        "index batches need a dataset: give data in Setup, or send tensors");
   }
   const v1::IndexBatch& b = work.index_batches(i);
   return data_->Batch(b.split(), {b.indices().begin(), b.indices().end()});

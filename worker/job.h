@@ -35,9 +35,12 @@ struct WorkerIdentity {
 
 class Job {
  public:
-  // Validates the request (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION naming the
-  // field), then joins the group (blocking until every rank has joined) and sets up.
-  // `cancel` (optional) ends the wait for the group: the caller gave up.
+  // `request` as PrepareSetup (worker/hosted_job.h) leaves it: its spec normalized
+  // (NormalizeSetupRequest) and its paths local. Checks what the spec names against this worker
+  // (plugins, devices, files, the model's methods: INVALID_ARGUMENT / NOT_FOUND /
+  // FAILED_PRECONDITION naming the field, "spec.model: ..."), then joins the group (blocking
+  // until every rank has joined) and sets up. `cancel` (optional) ends the wait for the group:
+  // the caller gave up.
   static absl::StatusOr<std::unique_ptr<Job>> Setup(const v1::SetupRequest& request,
                                                     const WorkerIdentity& identity,
                                                     CallCanceller* cancel = nullptr);

@@ -100,8 +100,10 @@ std::string SelfBinary() {
 int ParseDevices(const std::string& flag) {
   // The CUDA devices libtorch sees, else 1 (the CPU).
   if (flag == "auto") return dtrain::AutoDeviceCount(dtrain::DeviceTable::Detect());
+  // The range of the spec's trainer.devices (its Setting option).
+  const dtrain::v1::Setting& devices = *dtrain::FindJobSetting("trainer.devices")->setting;
   int n = 0;
-  if (!absl::SimpleAtoi(flag, &n) || !dtrain::kDevicesRange.Contains(n)) return -1;
+  if (!absl::SimpleAtoi(flag, &n) || n < devices.min() || n > devices.max()) return -1;
   return n;
 }
 
@@ -167,9 +169,9 @@ int main(int argc, char** argv) {
 
   const int devices = ParseDevices(absl::GetFlag(FLAGS_devices));
   if (devices < 0) {
-    dtrain::LogError(absl::StrCat("--devices must be a number in [", dtrain::kDevicesRange.low,
-                                  ", ", dtrain::kDevicesRange.high, "] or auto, got '",
-                                  absl::GetFlag(FLAGS_devices), "'"));
+    const dtrain::v1::Setting& range = *dtrain::FindJobSetting("trainer.devices")->setting;
+    dtrain::LogError(absl::StrCat("--devices must be a number in [", range.min(), ", ", range.max(),
+                                  "] or auto, got '", absl::GetFlag(FLAGS_devices), "'"));
     return 2;
   }
   const bool child = absl::GetFlag(FLAGS_child);

@@ -85,7 +85,7 @@ absl::StatusOr<LightningModule> BuiltinModel(const std::string& name, uint64_t s
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown builtin model '", name,
-                     "'; the zoo has: ", absl::StrJoin(BuiltinModelNames(), ", ")));
+                     "'; the zoo has: ", absl::StrJoin(SettingNames("model.builtin"), ", ")));
   }
   try {
     m.define(source + kSteps);

@@ -18,8 +18,8 @@
 
 namespace dtrain {
 
-// INVALID_ARGUMENT for an unknown name (the message lists the zoo: BuiltinModelNames() in
-// common/job_settings.h).
+// INVALID_ARGUMENT for an unknown name (the message lists the zoo: the names model.builtin's
+// Setting option accepts, job_spec.proto).
 absl::StatusOr<LightningModule> BuiltinModel(const std::string& name, uint64_t seed);
 
 }  // namespace dtrain

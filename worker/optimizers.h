@@ -14,18 +14,21 @@
 #include <torch/optim/optimizer.h>
 
 #include "absl/status/statusor.h"
+#include "common/job_settings.h"
 
 namespace dtrain {
 
+// The job spec's optimizer and lr_scheduler (job_spec.proto) as the worker uses them; the
+// defaults are the spec's own (its Setting options), for code that builds a config directly.
 struct OptimizerConfig {
-  std::string name = "sgd";  // sgd | adam | adamw
-  double lr = 0.01;
-  double momentum = 0.0;      // sgd
-  bool nesterov = false;      // sgd; needs momentum > 0
-  double weight_decay = 0.0;  // adamw: decoupled
-  double beta1 = 0.9;         // adam, adamw
-  double beta2 = 0.999;
-  double eps = 1e-8;
+  std::string name = JobSpecDefaults().optimizer().name();  // sgd | adam | adamw
+  double lr = JobSpecDefaults().optimizer().lr();
+  double momentum = JobSpecDefaults().optimizer().momentum();          // sgd
+  bool nesterov = false;                                               // sgd; needs momentum > 0
+  double weight_decay = JobSpecDefaults().optimizer().weight_decay();  // adamw: decoupled
+  double beta1 = JobSpecDefaults().optimizer().beta1();                // adam, adamw
+  double beta2 = JobSpecDefaults().optimizer().beta2();
+  double eps = JobSpecDefaults().optimizer().eps();
 };
 
 // INVALID_ARGUMENT for an unknown name or an out-of-range value (the message names it).
@@ -33,11 +36,13 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
     std::vector<torch::Tensor> parameters, const OptimizerConfig& config);
 
 struct SchedulerConfig {
-  std::string name = "none";  // none | step | cosine
-  int64_t step_size = 1;      // step: multiply by gamma every step_size steps
-  double gamma = 0.1;
-  int64_t total_steps = 0;  // cosine: steps from base lr down to min_lr; 0: the run's length
-  double min_lr = 0.0;
+  std::string name = JobSpecDefaults().lr_scheduler().name();  // none | step | cosine
+  // step: multiply by gamma every step_size steps
+  int64_t step_size = JobSpecDefaults().lr_scheduler().step_size();
+  double gamma = JobSpecDefaults().lr_scheduler().gamma();
+  // cosine: steps from base lr down to min_lr; 0: the run's length
+  int64_t total_steps = JobSpecDefaults().lr_scheduler().total_steps();
+  double min_lr = JobSpecDefaults().lr_scheduler().min_lr();
 };
 
 class LrSchedule {

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/job_settings.h"
+#include "common/plugin_catalog.h"
 #include "worker/accelerator.h"
 #include "worker/checkpoint_io.h"
 

@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/plugin_catalog.h"
 
 namespace dtrain {
 
@@ -38,15 +39,6 @@ inline constexpr int kPluginAbiVersion = 1;
 enum class PluginKind { kAccelerator, kPrecision, kStrategy, kCheckpointIO };
 // "accelerator", "precision", "strategy", "checkpoint_io": the job spec's words.
 const char* PluginKindName(PluginKind kind);
-
-// How a strategy runs, for the worker daemon and the coordinator. Only dtrain's own strategies
-// spawn children or drive replicas; a plugin strategy runs as ddp does (one rank per worker
-// process, in a group of trainer.num_nodes ranks).
-struct StrategyTraits {
-  bool distributed = false;        // joins a group on the coordinator
-  bool spawns_per_device = false;  // the daemon spawns one child rank per local device
-  bool data_parallel = false;      // one process, replicas on the local devices
-};
 
 using StrategyFactory = std::function<absl::StatusOr<std::unique_ptr<Strategy>>(
     const StrategyOptions& options, std::unique_ptr<CollectiveBackend> backend)>;
@@ -143,7 +135,8 @@ class PluginRegistry {
 };
 
 // Each part of dtrain registers its own (strategy.cc, precision.cc, accelerator.cc,
-// checkpoint_io.cc); Global() calls them.
+// checkpoint.cc), one factory for each entry of common/plugin_catalog.h that this build runs,
+// under the catalog's name and with its traits; Global() calls them.
 void RegisterBuiltinStrategies(PluginRegistry& registry);
 void RegisterBuiltinPrecisions(PluginRegistry& registry);
 void RegisterBuiltinAccelerators(PluginRegistry& registry);

@@ -4,8 +4,9 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/job_settings.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
+#include "common/plugin_catalog.h"
 #include "common/status_macros.h"
 #include "worker/batch_tree.h"
 #include "worker/device_plan.h"
@@ -14,14 +15,14 @@
 namespace dtrain {
 
 absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
-  if (name == "32-true" || name == "32") return Precision::k32True;
-  if (name == "64-true" || name == "64") return Precision::k64True;
-  if (name == "bf16-mixed" || name == "bf16") return Precision::kBf16Mixed;
-  if (name == "bf16-true") return Precision::kBf16True;
-  if (name == "16-mixed" || name == "16") return Precision::k16Mixed;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown precision '", name,
-      "'; use 32-true, 64-true, bf16-mixed, bf16-true or 16-mixed (aliases 32, 64, bf16, 16)"));
+  // The catalog's names and aliases (common/plugin_catalog.h); the enum is this file's own.
+  const PluginCatalogEntry* own = FindInCatalog("precision", name);
+  for (Precision p : {Precision::k32True, Precision::k64True, Precision::kBf16Mixed,
+                      Precision::kBf16True, Precision::k16Mixed}) {
+    if (own != nullptr && own->name == PrecisionName(p)) return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown precision '", name, "'; use ",
+                                                 absl::StrJoin(CatalogNames("precision"), ", ")));
 }
 
 std::string PrecisionName(Precision precision) {
@@ -98,17 +99,22 @@ std::unique_ptr<PrecisionPlugin> PrecisionPlugin::Make(Precision precision,
 }
 
 void RegisterBuiltinPrecisions(PluginRegistry& registry) {
-  for (const std::string& name : PrecisionNames()) {
-    const absl::StatusOr<Precision> precision = ParsePrecision(name);
-    if (!precision.ok()) continue;
-    const Precision p = *precision;
-    absl::Status s = registry.AddPrecision(
-        name, p,
-        [p](const AutocastPlan& autocast) -> absl::StatusOr<std::unique_ptr<PrecisionPlugin>> {
-          return PrecisionPlugin::Make(p, autocast);
-        },
-        absl::StrCat("Lightning's ", PrecisionName(p)));
-    if (!s.ok()) LogError(absl::StrCat("cannot register precision ", name, ": ", s.ToString()));
+  for (const PluginCatalogEntry& entry : PluginCatalog("precision")) {
+    if (!entry.refusal.empty()) continue;
+    absl::StatusOr<Precision> precision = ParsePrecision(entry.name);
+    absl::Status s = precision.status();
+    if (s.ok()) {
+      const Precision p = *precision;
+      s = registry.AddPrecision(
+          entry.name, p,
+          [p](const AutocastPlan& autocast) -> absl::StatusOr<std::unique_ptr<PrecisionPlugin>> {
+            return PrecisionPlugin::Make(p, autocast);
+          },
+          entry.description);
+    }
+    if (!s.ok()) {
+      LogError(absl::StrCat("cannot register precision ", entry.name, ": ", s.ToString()));
+    }
   }
 }
 

@@ -66,10 +66,8 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
                                                              const std::string& binary,
                                                              v1::SetupResponse* response,
                                                              CallCanceller* cancel) {
-  const int n = request.devices() > 0 ? request.devices() : identity.devices;
-  if (n < 1 || n > 256) {
-    return absl::InvalidArgumentError(absl::StrCat("ddp_spawn needs 1..256 devices, got ", n));
-  }
+  // One child per device; the range is the spec's, which the service normalized.
+  const int n = request.spec().trainer().devices();
   std::unique_ptr<SpawnedJob> job(new SpawnedJob());
   job->id_ = request.job_id();
   char dir_template[] = "/tmp/dtrain-spawn-XXXXXX";
@@ -146,9 +144,10 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
   rmdir(dir.c_str());
   std::vector<v1::SetupResponse> responses(n);
   DTRAIN_RETURN_IF_ERROR(job->ForEachChild([&](int i, grpc::ClientContext* context) {
+    // The same request, as one ddp rank of one device.
     v1::SetupRequest child = request;
-    child.set_strategy("ddp");
-    child.set_devices(1);
+    child.mutable_spec()->mutable_trainer()->set_strategy("ddp");
+    child.mutable_spec()->mutable_trainer()->set_devices(1);
     child.set_spawn_index(i);
     child.set_worker_name(identity.name);
     // Cancelling this call cancels the child's wait for the group in turn.

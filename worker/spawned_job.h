@@ -26,8 +26,9 @@ namespace dtrain {
 
 class SpawnedJob : public HostedJob {
  public:
-  // Spawns `request.devices` (or identity.devices) children of `binary` and sets each up as
-  // one ddp rank. Fills `response` with every child's ranks.
+  // Spawns spec.trainer.devices children of `binary` (the request as the service prepared it)
+  // and sets each up with the same request as one ddp rank of one device. Fills `response`
+  // with every child's ranks.
   static absl::StatusOr<std::unique_ptr<HostedJob>> Setup(const v1::SetupRequest& request,
                                                           const WorkerIdentity& identity,
                                                           const std::string& binary,

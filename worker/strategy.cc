@@ -1,11 +1,13 @@
 #include "worker/strategy.h"
 
+#include <map>
+
 #include <torch/autograd.h>
 #include <torch/types.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/job_settings.h"
 #include "common/log.h"
+#include "common/plugin_catalog.h"
 #include "common/status_macros.h"
 #include "worker/data_parallel_strategy.h"
 #include "worker/ddp_strategy.h"
@@ -45,49 +47,51 @@ struct AllGatherGrad : public torch::autograd::Function<AllGatherGrad> {
 }  // namespace
 
 absl::StatusOr<PluginRegistry::StrategyEntry> ResolveStrategy(const std::string& name) {
-  if (name == "tpu_spawn" || name == "xla") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "strategy '", name,
-        "' needs an XLA runtime (torch_xla / PJRT) and TPU devices; no XLA "
-        "runtime exists for libtorch's C++ API on this machine. Use ddp or ddp_spawn"));
+  std::string registered = name;
+  if (const PluginCatalogEntry* own = FindInCatalog("strategy", name); own != nullptr) {
+    if (!own->refusal.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("strategy '", name, "' ", own->refusal));
+    }
+    registered = own->name;
   }
-  return PluginRegistry::Global().FindStrategy(name.empty() ? "single_device" : name);
+  return PluginRegistry::Global().FindStrategy(registered);
 }
 
 void RegisterBuiltinStrategies(PluginRegistry& registry) {
-  auto add = [&](const char* name, StrategyTraits traits, StrategyFactory make,
-                 const char* description) {
-    absl::Status s = registry.AddStrategy(name, traits, std::move(make), description);
-    if (!s.ok()) LogError(absl::StrCat("cannot register strategy ", name, ": ", s.ToString()));
-  };
   auto ddp = [](const StrategyOptions& o,
                 std::unique_ptr<CollectiveBackend> b) -> absl::StatusOr<std::unique_ptr<Strategy>> {
     return std::unique_ptr<Strategy>(new DdpStrategy(o, std::move(b)));
   };
-  auto sharded =
-      [](const StrategyOptions& o,
-         std::unique_ptr<CollectiveBackend> b) -> absl::StatusOr<std::unique_ptr<Strategy>> {
-    return std::unique_ptr<Strategy>(new ShardedStrategy(o, std::move(b)));
+  // The factories of the catalog's strategies (common/plugin_catalog.h), which names them and
+  // says what each is; worker_accelerator_test checks that none lacks one.
+  const std::map<std::string, StrategyFactory> factories = {
+      {"single_device",
+       [](const StrategyOptions& o,
+          std::unique_ptr<CollectiveBackend> b) -> absl::StatusOr<std::unique_ptr<Strategy>> {
+         return std::unique_ptr<Strategy>(new SingleDeviceStrategy(o, std::move(b)));
+       }},
+      {"ddp", ddp},
+      {"ddp_spawn", ddp},  // each spawned child runs ddp (worker/spawned_job.h)
+      {"sharded",
+       [](const StrategyOptions& o,
+          std::unique_ptr<CollectiveBackend> b) -> absl::StatusOr<std::unique_ptr<Strategy>> {
+         return std::unique_ptr<Strategy>(new ShardedStrategy(o, std::move(b)));
+       }},
+      {"dp",
+       [](const StrategyOptions& o, std::unique_ptr<CollectiveBackend> b) {
+         return DataParallelStrategy::Make(o, std::move(b));
+       }},
   };
-  add(
-      "single_device", {},
-      [](const StrategyOptions& o,
-         std::unique_ptr<CollectiveBackend> b) -> absl::StatusOr<std::unique_ptr<Strategy>> {
-        return std::unique_ptr<Strategy>(new SingleDeviceStrategy(o, std::move(b)));
-      },
-      "one process, one device");
-  add("ddp", {.distributed = true}, ddp,
-      "one rank per process; gradients averaged in buckets during backward");
-  add("ddp_spawn", {.distributed = true, .spawns_per_device = true}, ddp,
-      "ddp with one child process per local device, spawned by the worker daemon");
-  add("sharded", {.distributed = true}, sharded, "ddp plus ZeRO stage 1 (optimizer state sharded)");
-  add("ddp_sharded", {.distributed = true}, sharded, "sharded, by Lightning's older name");
-  add(
-      "dp", {.data_parallel = true},
-      [](const StrategyOptions& o, std::unique_ptr<CollectiveBackend> b) {
-        return DataParallelStrategy::Make(o, std::move(b));
-      },
-      "one process; the batch split across replicas on the local devices");
+  for (const PluginCatalogEntry& entry : PluginCatalog("strategy")) {
+    if (!entry.refusal.empty()) continue;
+    auto factory = factories.find(entry.name);
+    absl::Status s =
+        factory == factories.end()
+            ? absl::InternalError("the catalog names it, but this build has no factory")
+            : registry.AddStrategy(entry.name, entry.traits, factory->second, entry.description);
+    if (!s.ok())
+      LogError(absl::StrCat("cannot register strategy ", entry.name, ": ", s.ToString()));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Strategy>> Strategy::Make(

@@ -10,6 +10,8 @@
 //   dp             one process; the batch split across the worker's devices, outputs gathered,
 //                  *_step_end reduces them as a mean (worker/data_parallel_strategy.h)
 //   tpu_spawn      refused: there is no XLA runtime for C++ here
+// common/plugin_catalog.h names them and says what each is (its traits); this file attaches
+// the factories.
 // The collectives under ddp, ddp_spawn and sharded go through a CollectiveBackend.
 //
 // Thread-safety: one thread at a time.
@@ -25,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/job_settings.h"
 #include "worker/checkpoint_io.h"
 #include "worker/collective_backend.h"
 #include "worker/lightning_module.h"
@@ -34,10 +37,16 @@
 
 namespace dtrain {
 
-// The registered strategy a job spec names (PluginRegistry::Global()): "" is single_device,
-// ddp_sharded is sharded. FAILED_PRECONDITION for tpu_spawn / xla naming what is missing;
-// INVALID_ARGUMENT listing the registered names otherwise.
+// The registered strategy `name` names (PluginRegistry::Global()), an alias of the catalog
+// (common/plugin_catalog.h) by its name: ddp_sharded is sharded. FAILED_PRECONDITION for a name
+// the catalog refuses (tpu_spawn, xla), with its message; INVALID_ARGUMENT listing the
+// registered names for one nobody registered.
 absl::StatusOr<PluginRegistry::StrategyEntry> ResolveStrategy(const std::string& name);
+
+// A bucket cap in bytes, from the spec's MiB.
+inline int64_t BucketBytes(double mebibytes) {
+  return static_cast<int64_t>(mebibytes * (int64_t{1} << 20));
+}
 
 struct StrategyOptions {
   std::string name = "single_device";  // the registered name Strategy::Make builds
@@ -47,7 +56,9 @@ struct StrategyOptions {
   // dp: each replica's device (PlanDevices: cuda:i, or the CPU for every replica); empty: the
   // root device for all.
   std::vector<torch::Device> replica_devices;
-  int64_t bucket_bytes = int64_t{25} << 20;
+  // ddp, sharded: the gradient buckets' cap; the spec's trainer.bucket_cap_mb, whose default
+  // this starts from.
+  int64_t bucket_bytes = BucketBytes(JobSpecDefaults().trainer().bucket_cap_mb());
 };
 
 // What the optimizer sees during a checkpoint restore, and how it is handed back.

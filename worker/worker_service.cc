@@ -153,36 +153,6 @@ absl::Status WorkerService::Note(absl::Status status) {
   return status;
 }
 
-absl::StatusOr<std::string> WorkerService::LocalPath(const std::string& spec_path,
-                                                     const std::string& field) {
-  if (!IsArtifactReference(spec_path)) return WithoutWorkerMark(spec_path);
-  if (options_.artifacts == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        field, ": '", spec_path, "' names an uploaded file and this worker has no cache for them"));
-  }
-  absl::StatusOr<std::string> local = options_.artifacts->Get(ArtifactDigest(spec_path));
-  if (!local.ok()) {
-    return absl::Status(local.status().code(), absl::StrCat(field, ": ", local.status().message()));
-  }
-  return local;
-}
-
-absl::Status WorkerService::LocalizeFiles(v1::SetupRequest* setup) {
-  if (setup->model().has_torchscript()) {
-    DTRAIN_ASSIGN_OR_RETURN(*setup->mutable_model()->mutable_torchscript(),
-                            LocalPath(setup->model().torchscript(), "model.torchscript"));
-  }
-  if (setup->data().has_tensors_file()) {
-    DTRAIN_ASSIGN_OR_RETURN(*setup->mutable_data()->mutable_tensors_file(),
-                            LocalPath(setup->data().tensors_file(), "data.tensors_file"));
-  }
-  if (!setup->data().data_dir().empty()) {
-    DTRAIN_ASSIGN_OR_RETURN(*setup->mutable_data()->mutable_data_dir(),
-                            LocalPath(setup->data().data_dir(), "data.data_dir"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::string> WorkerService::CheckpointDirectory(v1::SetupRequest* setup) {
   if (setup->store_checkpoints()) {
     if (options_.jobs_dir.empty() || !options_.store_file) {
@@ -193,16 +163,10 @@ absl::StatusOr<std::string> WorkerService::CheckpointDirectory(v1::SetupRequest*
     }
     // Its ranks (ddp_spawn children too) see a plain directory; only this daemon sends files.
     setup->set_store_checkpoints(false);
-    setup->set_checkpoint_dir(
+    setup->mutable_spec()->mutable_checkpoint()->set_dirpath(
         absl::StrCat(options_.jobs_dir, "/", setup->job_id(), "/checkpoints"));
-  } else if (IsArtifactReference(setup->checkpoint_dir()) ||
-             IsJobFileReference(setup->checkpoint_dir())) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint_dir: '", setup->checkpoint_dir(),
-                                                   "' names a file, not a directory"));
-  } else {
-    setup->set_checkpoint_dir(WithoutWorkerMark(setup->checkpoint_dir()));
   }
-  return setup->checkpoint_dir();
+  return setup->spec().checkpoint().dirpath();
 }
 
 absl::StatusOr<std::string> WorkerService::CheckpointPath(const std::string& name,
@@ -242,12 +206,12 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
         // Files the job names by content come from the coordinator (or this worker's cache);
         // the ranks, ddp_spawn children included, read the local copy.
         v1::SetupRequest local = *request;
-        DTRAIN_RETURN_IF_ERROR(LocalizeFiles(&local));
+        DTRAIN_RETURN_IF_ERROR(PrepareSetup(&local, options_.identity.devices, options_.artifacts));
         const bool store = local.store_checkpoints();
         DTRAIN_ASSIGN_OR_RETURN(std::string checkpoint_dir, CheckpointDirectory(&local));
         const v1::SetupRequest* request = &local;
         absl::StatusOr<PluginRegistry::StrategyEntry> strategy =
-            ResolveStrategy(request->strategy());
+            ResolveStrategy(request->spec().trainer().strategy());
         absl::StatusOr<std::unique_ptr<HostedJob>> job;
         if (strategy.ok() && strategy->traits.spawns_per_device) {
           if (options_.spawn_binary.empty()) {
@@ -372,7 +336,8 @@ grpc::ServerUnaryReactor* WorkerService::LoadCheckpoint(grpc::CallbackServerCont
         request->path().find('/') == std::string::npos) {
       DTRAIN_ASSIGN_OR_RETURN(*local.mutable_path(), CheckpointPath(request->path(), "ckpt_path"));
     } else {
-      DTRAIN_ASSIGN_OR_RETURN(*local.mutable_path(), LocalPath(request->path(), "ckpt_path"));
+      DTRAIN_ASSIGN_OR_RETURN(*local.mutable_path(),
+                              LocalPath(request->path(), "ckpt_path", options_.artifacts));
     }
     absl::Status loaded = job->LoadCheckpoint(local, response);
     if (!loaded.ok() && local.path() != request->path()) {
@@ -550,7 +515,8 @@ grpc::ServerUnaryReactor* WorkerService::DryRun(grpc::CallbackServerContext* con
   // Queued like a step, so it never runs beside this worker's job.
   return Enqueue(context, [this, request, response]() -> absl::Status {
     v1::DryRunRequest local = *request;
-    DTRAIN_RETURN_IF_ERROR(LocalizeFiles(local.mutable_setup()));
+    DTRAIN_RETURN_IF_ERROR(
+        PrepareSetup(local.mutable_setup(), options_.identity.devices, options_.artifacts));
     absl::StatusOr<v1::DryRunResponse> report = Job::DryRun(local, options_.identity);
     if (!report.ok()) return report.status();
     *response = std::move(*report);

@@ -105,14 +105,9 @@ class WorkerService final : public v1::Worker::CallbackService {
 
  private:
   struct Task;
-  // The local file a spec path names (common/file_reference.h): an uploaded file through the
-  // cache, a worker path without its mark. Errors name `field`.
-  absl::StatusOr<std::string> LocalPath(const std::string& spec_path, const std::string& field);
-  // The Setup's model and data paths made local (the ranks, ddp_spawn children included, read
-  // these copies).
-  absl::Status LocalizeFiles(v1::SetupRequest* setup);
-  // Where the Setup's job writes checkpoints on this worker ("" for none); sets
-  // setup->checkpoint_dir to it.
+  // Where the Setup's job writes checkpoints on this worker ("" for none): the spec's (local)
+  // checkpoint.dirpath, or, with store_checkpoints, this worker's own directory for the job,
+  // which it sets as the dirpath the ranks see.
   absl::StatusOr<std::string> CheckpointDirectory(v1::SetupRequest* setup);
   // The Setup's checkpoint directory: where SaveCheckpoint writes and a bare name loads from.
   absl::StatusOr<std::string> CheckpointPath(const std::string& name, const std::string& field);

@@ -6,6 +6,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/setup_request.h"
 #include "common/status_macros.h"
 #include "dtrain/v1/worker.grpc.pb.h"
 

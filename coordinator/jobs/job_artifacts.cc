@@ -1,18 +1,15 @@
 #include "coordinator/jobs/job_artifacts.h"
 
 #include "common/file_reference.h"
+#include "common/job_settings.h"
 
 namespace dtrain {
 
 std::vector<std::pair<std::string, std::string>> SpecArtifacts(const v1::JobSpec& spec) {
   std::vector<std::pair<std::string, std::string>> out;
-  auto add = [&](const char* field, const std::string& value) {
-    if (IsArtifactReference(value)) out.emplace_back(field, ArtifactDigest(value));
-  };
-  add("model.torchscript", spec.model().torchscript());
-  add("data.tensors_file", spec.data().tensors_file());
-  add("data.data_dir", spec.data().data_dir());
-  add("ckpt_path", spec.ckpt_path());
+  for (const SpecPath& p : SpecPaths(spec)) {
+    if (IsArtifactReference(p.value)) out.emplace_back(p.path, ArtifactDigest(p.value));
+  }
   return out;
 }
 

@@ -115,11 +115,6 @@ absl::Status Trainer::Setup() {
   context.token = options_.job_token;
   context.world_size = world;
   context.register_timeout = options_.setup_timeout;
-  // Only fit writes checkpoints; its rank 0 makes sure it can before any training.
-  if (Fits(spec)) {
-    context.checkpoint_dir = spec.checkpoint().dirpath();
-    context.store_checkpoints = spec.checkpoint().dirpath().empty();
-  }
   reporter_->Log(absl::StrCat("setting up ", n, " worker(s) for ", world, " rank(s), strategy ",
                               t.strategy()));
   absl::StatusOr<GroupSetup> setup = workers_->Setup(spec, context, options_.clear_stale_runs);

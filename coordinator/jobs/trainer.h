@@ -30,7 +30,9 @@ namespace dtrain {
 
 struct TrainerOptions {
   std::string job_id;
-  v1::JobSpec spec;                     // normalized
+  // Normalized. Its checkpoint.dirpath says where checkpoints go: "" (rank 0 sends them to the
+  // coordinator's store) or a directory the workers share ("worker:/path").
+  v1::JobSpec spec;
   std::vector<v1::WorkerInfo> workers;  // placed for this job, in placement order
   std::string coordinator;              // the address workers reach the coordinator at
   std::string output_dir;               // the job's directory (predictions)

@@ -25,7 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/job_settings.h"
+#include "common/setup_request.h"
 #include "common/tensor.h"
 #include "dtrain/v1/jobs.pb.h"
 

@@ -5,8 +5,8 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/job_settings.h"
 #include "common/log.h"
+#include "common/plugin_catalog.h"
 
 namespace dtrain {
 namespace {

@@ -1,5 +1,6 @@
 """Files travel with the job, from Python as from the command line (client/spec_uploads.h):
-the local files a spec names (model.torchscript, data.tensors_file, ckpt_path) are uploaded to
+the local files a spec names (the fields whose Setting option says FILE or CHECKPOINT:
+model.torchscript, data.tensors_file, ckpt_path) are uploaded to
 the coordinator's content-addressed store and the spec names them "artifact:sha256:<hex>".
 "worker:/path" marks a file already on every worker and "job:<id>/<name>" a file another job
 kept (both left alone); any other path must be a file here, or the submit is refused naming the
@@ -15,7 +16,8 @@ import grpc
 
 from dtrain._connection import Connection
 from dtrain.errors import DataLoss, InvalidArgument, NotFound, Unavailable, from_rpc_error
-from dtrain.v1 import artifacts_pb2, artifacts_pb2_grpc, jobs_pb2
+from dtrain.spec import path_fields
+from dtrain.v1 import artifacts_pb2, artifacts_pb2_grpc, jobs_pb2, setting_pb2
 
 CHUNK_BYTES = (4 << 20) - (64 << 10)
 
@@ -58,13 +60,8 @@ def upload(conn: Connection, path: str, timeout: float = 60.0) -> Tuple[str, int
 
 def upload_spec_files(conn: Connection, spec: jobs_pb2.JobSpec) -> List[str]:
     """Uploads the spec's local files and rewrites their paths; one line per file."""
-    fields = []
-    if spec.model.WhichOneof("source") == "torchscript":
-        fields.append(("model.torchscript", spec.model, "torchscript"))
-    if spec.data.WhichOneof("source") == "tensors_file":
-        fields.append(("data.tensors_file", spec.data, "tensors_file"))
-    if spec.ckpt_path:
-        fields.append(("ckpt_path", spec, "ckpt_path"))
+    fields = [(path, message, name) for path, kind, message, name in path_fields(spec)
+              if kind != setting_pb2.Setting.DIRECTORY]  # a directory is never sent
     lines = []
     for field, message, attribute in fields:
         path = getattr(message, attribute)

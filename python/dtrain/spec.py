@@ -2,12 +2,17 @@
 rules as the dtrain command line (client/job_spec_file.cc): keys map onto JobSpec's fields, an
 unknown key or a wrong type is refused naming its path, Lightning's spellings only (the old keys
 name the new ones), relative paths in a file resolve against the file's directory, and the stage
-is chosen by the call (Lightning's subcommand), never by a ``stage`` key."""
+is chosen by the call (Lightning's subcommand), never by a ``stage`` key.
+
+Which keys were renamed and which fields are paths are not written here: they are the Setting
+option on each field of JobSpec (proto/dtrain/v1/job_spec.proto), read through the descriptors
+as the C++ side reads them (common/job_settings.h). ``settings()`` lists them all; the
+coordinator applies their defaults and ranges when the job is submitted."""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import grpc
 import yaml
@@ -15,18 +20,95 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from dtrain.errors import InvalidArgument, NotFound
-from dtrain.v1 import jobs_pb2
+from dtrain.v1 import jobs_pb2, setting_pb2
 
 SpecLike = Union[Mapping[str, Any], str, os.PathLike, jobs_pb2.JobSpec]
 STAGES = ("fit", "validate", "test", "predict")
 
-_RENAMED = {
-    "trainer.num_workers": "renamed to trainer.num_nodes (the worker machines a job needs, "
-    "Lightning's num_nodes; num_workers is a DataLoader argument)",
-    "trainer.min_workers": "renamed to trainer.min_nodes (the fewest an elastic job runs on)",
-    "resume_from": "renamed to ckpt_path (Lightning's name for the checkpoint to start from)",
-    "trainer.seed": "moved to seed_everything, at the top level as LightningCLI has it",
+_MARKS = ("worker:", "artifact:", "job:")  # common/file_reference.h
+_CPP_TYPES = {
+    FieldDescriptor.CPPTYPE_INT32: "int32", FieldDescriptor.CPPTYPE_INT64: "int64",
+    FieldDescriptor.CPPTYPE_UINT32: "uint32", FieldDescriptor.CPPTYPE_UINT64: "uint64",
+    FieldDescriptor.CPPTYPE_DOUBLE: "double", FieldDescriptor.CPPTYPE_FLOAT: "float",
+    FieldDescriptor.CPPTYPE_BOOL: "bool", FieldDescriptor.CPPTYPE_ENUM: "enum",
+    FieldDescriptor.CPPTYPE_STRING: "string", FieldDescriptor.CPPTYPE_MESSAGE: "message",
 }
+
+
+def _option(field: FieldDescriptor) -> setting_pb2.Setting:
+    return field.GetOptions().Extensions[setting_pb2.setting]
+
+
+def _is_map(field: FieldDescriptor) -> bool:
+    return (field.cpp_type == FieldDescriptor.CPPTYPE_MESSAGE
+            and field.message_type.GetOptions().map_entry)
+
+
+def _in_oneof(field: FieldDescriptor) -> bool:
+    # proto3 `optional` fields are oneofs of one
+    return field.containing_oneof is not None and len(field.containing_oneof.fields) > 1
+
+
+def _leaves(descriptor, prefix: str = "") -> Iterator[Tuple[str, FieldDescriptor]]:
+    for field in descriptor.fields:
+        path = f"{prefix}.{field.name}" if prefix else field.name
+        if field.cpp_type == FieldDescriptor.CPPTYPE_MESSAGE and not _is_map(field):
+            yield from _leaves(field.message_type, path)
+        else:
+            yield path, field
+
+
+def settings() -> List[Dict[str, Any]]:
+    """Every job setting, as its field's Setting option states it: one dict per leaf field under
+    JobSpec, in declaration order (path, type, side, default, min, max, zero_means, names,
+    plugin_kind, path_kind, replaces, unit). The same table as the C++ side's
+    (tests/python/test_settings.py checks it)."""
+    table = []
+    for path, field in _leaves(jobs_pb2.JobSpec.DESCRIPTOR):
+        o = _option(field)
+        table.append({
+            "path": path,
+            "type": _CPP_TYPES[field.cpp_type],
+            "repeated": field.label == FieldDescriptor.LABEL_REPEATED,
+            "in_oneof": _in_oneof(field),
+            "side": setting_pb2.Setting.Side.Name(o.side),
+            "default": o.default_value,
+            "min": o.min if o.HasField("min") else None,
+            "max": o.max if o.HasField("max") else None,
+            "zero_means": o.zero_means,
+            "names": list(o.names),
+            "plugin_kind": o.plugin_kind,
+            "path_kind": setting_pb2.Setting.PathKind.Name(o.path),
+            "replaces": {r.key: r.hint for r in o.replaces},
+            "unit": o.unit,
+        })
+    return table
+
+
+def _replaced_keys() -> Dict[str, str]:
+    return {r.key: r.hint for _, field in _leaves(jobs_pb2.JobSpec.DESCRIPTOR)
+            for r in _option(field).replaces}
+
+
+_RENAMED = _replaced_keys()
+
+
+def path_fields(spec: Message, prefix: str = "") -> Iterator[Tuple[str, int, Message, str]]:
+    """(path, Setting.PathKind, message, field name) of each field of ``spec`` that holds a path
+    (its Setting option says so; a oneof's member only when chosen), in declaration order."""
+    for field in spec.DESCRIPTOR.fields:
+        if _in_oneof(field) and spec.WhichOneof(field.containing_oneof.name) != field.name:
+            continue
+        path = f"{prefix}.{field.name}" if prefix else field.name
+        if field.label == FieldDescriptor.LABEL_REPEATED:
+            continue
+        if field.cpp_type == FieldDescriptor.CPPTYPE_MESSAGE:
+            if spec.HasField(field.name):
+                yield from path_fields(getattr(spec, field.name), path)
+            continue
+        kind = _option(field).path
+        if kind != setting_pb2.Setting.NOT_A_PATH and getattr(spec, field.name):
+            yield path, kind, spec, field.name
 
 
 def _bad(path: str, message: str) -> InvalidArgument:
@@ -101,18 +183,10 @@ def _fill(message: Message, values: Any, path: str) -> None:
 
 
 def _resolve(spec: jobs_pb2.JobSpec, base: str) -> None:
-    def absolute(p: str) -> str:
-        if not p or os.path.isabs(p) or p.startswith(("worker:", "artifact:", "job:")):
-            return p
-        return os.path.normpath(os.path.join(base, p))
-
-    if spec.model.WhichOneof("source") == "torchscript":
-        spec.model.torchscript = absolute(spec.model.torchscript)
-    if spec.data.WhichOneof("source") == "tensors_file":
-        spec.data.tensors_file = absolute(spec.data.tensors_file)
-    spec.data.data_dir = absolute(spec.data.data_dir)
-    spec.ckpt_path = absolute(spec.ckpt_path)
-    spec.checkpoint.dirpath = absolute(spec.checkpoint.dirpath)
+    for _, _, message, name in list(path_fields(spec)):
+        p = getattr(message, name)
+        if not os.path.isabs(p) and not p.startswith(_MARKS):
+            setattr(message, name, os.path.normpath(os.path.join(base, p)))
 
 
 def _nested(dotted: str, value: Any) -> Dict[str, Any]:

@@ -199,7 +199,7 @@ absl::StatusOr<SavedCheckpoint> FakeWorkerGroup::Save(const SaveCall& call) {
   SavedCheckpoint saved;
   saved.written = true;
   // Sent to the coordinator's store unless the job names a shared directory.
-  if (context_.store_checkpoints) saved.digest = digest;
+  if (spec_.checkpoint().dirpath().empty()) saved.digest = digest;
   saved.bytes = 8;
   return saved;
 }

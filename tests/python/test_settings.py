@@ -1,0 +1,203 @@
+"""C++ and Python agree on every job setting. Both read the Setting options of job_spec.proto
+(common/job_settings.h; python/dtrain/spec.py): the settings tables they print must be equal, the
+same spec files and overrides (every renamed key, every path field relative, absolute and
+marked, wrong types) must read to the same JobSpec or the same error, and the C++ normalizer
+(dtrain_spec_tool, tests/spec_tool.cc, on the CLI's reader) must apply exactly the defaults,
+ranges and names Python reads from the options."""
+
+import json
+import os
+import subprocess
+
+import pytest
+import yaml
+from google.protobuf import json_format
+
+from dtrain import spec as dspec
+from dtrain.errors import InvalidArgument
+from dtrain.v1 import jobs_pb2
+
+BASE = {"model": {"builtin": "mlp"}, "data": {"synthetic": {"train_size": 64}}}
+
+
+def _tool():
+    path = os.environ.get("DTRAIN_SPEC_TOOL")
+    if not path or not os.path.exists(path):
+        pytest.fail("DTRAIN_SPEC_TOOL is not set to a built dtrain_spec_tool (run through ctest)")
+    return path
+
+
+def cpp(configs=(), overrides=(), cwd=None):
+    """What the C++ side makes of config files and (key, YAML text) overrides."""
+    args = [_tool()] + [f"--config={c}" for c in configs]
+    args += [f"--set={k}={v}" for k, v in overrides]
+    run = subprocess.run(args, capture_output=True, text=True, cwd=cwd, timeout=30, check=True)
+    out = json.loads(run.stdout)
+    for key in ("parsed", "normalized"):
+        if out.get(key) is not None:
+            out[key] = json_format.ParseDict(out[key], jobs_pb2.JobSpec())
+    return out
+
+
+def python(configs=(), overrides=()):
+    """What spec.py makes of the same (one config file, as load_spec takes)."""
+    assert len(configs) <= 1
+    source = configs[0] if configs else {}
+    try:
+        values = {k: yaml.safe_load(v) for k, v in overrides}
+        return dspec.load_spec(source, overrides=values), None
+    except InvalidArgument as e:
+        return None, e.message
+
+
+def write(directory, name, values):
+    path = os.path.join(directory, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(values if isinstance(values, str) else yaml.safe_dump(values))
+    return path
+
+
+def tail(message):
+    """An error without where it came from ("FILE: ", "--key: ", "override key: ")."""
+    return message[message.index(": ") + 2:] if message.startswith(("/", "--", "override ")) \
+        else message
+
+
+def test_both_sides_read_the_same_settings_table():
+    table = json.loads(subprocess.run([_tool(), "--table"], capture_output=True, text=True,
+                                      check=True, timeout=30).stdout)
+    python_table = dspec.settings()
+    assert [r["path"] for r in table] == [r["path"] for r in python_table]
+    for c, p in zip(table, python_table):
+        assert c == p, c["path"]
+    # Every leaf has a side: the guard against a half-added setting, seen from Python too.
+    assert all(r["side"] in ("COORDINATOR", "WORKERS") for r in python_table)
+
+
+def test_renamed_keys_are_refused_alike_with_their_hints(tmp_path):
+    renamed = {old: hint for r in dspec.settings() for old, hint in r["replaces"].items()}
+    assert set(renamed) == {"trainer.num_workers", "trainer.min_workers", "resume_from",
+                            "trainer.seed"}
+    for old, hint in renamed.items():
+        keys = old.split(".")
+        values = dict(BASE)
+        node = values
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = 1
+        path = write(str(tmp_path), f"{old}.yaml", values)
+        c = cpp([path])
+        p, error = python([path])
+        assert p is None and c["parsed"] is None, old
+        assert c["error"] == f"{path}: {old}: {hint}"
+        assert error == c["error"]
+        # As an override too.
+        c = cpp(overrides=[(old, "1")])
+        p, error = python(overrides=[(old, "1")])
+        assert tail(c["error"]) == tail(error) == f"{old}: {hint}"
+
+
+def test_every_path_field_resolves_alike_relative_absolute_and_marked(tmp_path):
+    paths = [r for r in dspec.settings() if r["path_kind"] != "NOT_A_PATH"]
+    assert {r["path"] for r in paths} == {"model.torchscript", "data.tensors_file",
+                                          "data.data_dir", "checkpoint.dirpath", "ckpt_path"}
+    for value in ("rel/file.pt", "../up.pt", "/abs/file.pt", "worker:/shared/file.pt",
+                  "worker:relative.pt", "artifact:sha256:" + "ab" * 32, "job:j1/last.ckpt"):
+        for r in paths:
+            keys = r["path"].split(".")
+            values = json.loads(json.dumps(BASE))
+            if r["path"] == "model.torchscript":
+                values["model"] = {}
+            if r["path"] == "data.tensors_file":
+                values["data"] = {}
+            node = values
+            for k in keys[:-1]:
+                node = node.setdefault(k, {})
+            node[keys[-1]] = value
+            path = write(str(tmp_path), f"specs/{r['path']}.yaml", values)
+            c = cpp([path])
+            p, error = python([path])
+            assert error is None and c["error"] is None, (r["path"], value, error, c["error"])
+            assert p == c["parsed"], (r["path"], value)
+            # An override resolves against the working directory, on both sides.
+            c = cpp([path], [(r["path"], value)], cwd=str(tmp_path))
+            cwd = os.getcwd()
+            os.chdir(str(tmp_path))
+            try:
+                p, error = python([path], [(r["path"], value)])
+            finally:
+                os.chdir(cwd)
+            assert p == c["parsed"], (r["path"], value, "override")
+
+
+def test_keys_and_types_refused_alike(tmp_path):
+    cases = [
+        "trainer: {max_epoch: 2}", "colour: red", "trainer: {max_epochs: two}",
+        "optimizer: {lr: fast}", "data: {shuffle: maybe}", "trainer: 3",
+        "trainer: {max_epochs: [1, 2]}", "trainer: {max_epochs:}",
+        "model: {builtin: cnn, torchscript: m.pt}", "seed_everything: -1",
+    ]
+    for i, text in enumerate(cases):
+        path = write(str(tmp_path), f"bad-{i}.yaml", text)
+        c = cpp([path])
+        p, error = python([path])
+        assert p is None and c["parsed"] is None, text
+        assert tail(error) == tail(c["error"]), text
+
+
+def _set(values, dotted, value):
+    keys = dotted.split(".")
+    node = values
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+    return values
+
+
+def _typed(row, value):
+    return float(value) if row["type"] in ("double", "float") else int(value)
+
+
+def test_cpp_applies_the_defaults_ranges_and_names_python_reads(tmp_path):
+    rows = [r for r in dspec.settings()
+            if not r["in_oneof"] and not r["repeated"] and not r["path"].startswith(
+                ("data.normalize.", "data.synthetic."))]
+    normalized = cpp([write(str(tmp_path), "base.yaml", BASE)])["normalized"]
+    assert normalized is not None
+    checked = 0
+    for r in rows:
+        message = normalized
+        for key in r["path"].split(".")[:-1]:
+            message = getattr(message, key)
+        actual = getattr(message, r["path"].split(".")[-1])
+        if r["default"]:
+            expected = {"string": str, "bool": lambda t: t == "true"}.get(
+                r["type"], lambda t: _typed(r, t))(r["default"])
+            assert actual == expected, r["path"]
+            checked += 1
+        if r["type"] in ("int32", "int64", "uint64", "double") and r["min"] is not None:
+            below = r["min"] - 1 if r["min"] - 1 != 0 else -1
+            if r["type"] == "uint64":
+                continue
+            c = cpp([write(str(tmp_path), "low.yaml",
+                           _set(json.loads(json.dumps(BASE)), r["path"], _typed(r, below)))])
+            assert c["normalize_code"] == "INVALID_ARGUMENT", r["path"]
+            assert c["normalize_error"].startswith(f"{r['path']}: must be "), c["normalize_error"]
+            checked += 1
+        if r["max"] is not None:
+            c = cpp([write(str(tmp_path), "high.yaml",
+                           _set(json.loads(json.dumps(BASE)), r["path"],
+                                _typed(r, r["max"] * 2 + 1)))])
+            assert c["normalize_error"].startswith(f"{r['path']}: must be "), c["normalize_error"]
+            checked += 1
+        if r["names"] and r["path"] != "stage":  # the stage is the subcommand's, never a key
+            for name in r["names"]:
+                c = cpp([write(str(tmp_path), "name.yaml",
+                               _set(json.loads(json.dumps(BASE)), r["path"], name))])
+                assert c["normalized"] is not None, (r["path"], name, c.get("normalize_error"))
+            c = cpp([write(str(tmp_path), "bad-name.yaml",
+                           _set(json.loads(json.dumps(BASE)), r["path"], "no-such-name"))])
+            assert c["normalize_error"].startswith(f"{r['path']}: unknown "), c["normalize_error"]
+            checked += 1
+    assert checked > 40
