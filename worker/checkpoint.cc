@@ -352,7 +352,9 @@ absl::Status SaveCheckpoint(const std::string& path, const LightningModule& mode
         c10::impl::GenericList optimizers(c10::AnyType::get());
         if (optimizer != nullptr) {
           c10::IValue state = OptimizerStateDict(*optimizer);
-          if (!schedulers.empty()) {
+          // (A cosine whose length this worker never learnt, in a run resumed at its very end
+          // that trained no step, has no next rate: the groups keep the spec's.)
+          if (!schedulers.empty() && !metadata.schedule->NeedsRunLength()) {
             // As torch's scheduler.step() leaves them after each optimizer step: the rate of the
             // next step (the group holds the last step's), and the schedule's base rate beside
             // it; torch's schedulers compute the next rate from the group's.
