@@ -14,6 +14,12 @@ std::string RunToTheEnd(LocalCluster& cluster, const std::string& name, const st
       << id << " did not end within " << timeout;
   const v1::JobStatus done = cluster.GetJob(id);
   EXPECT_EQ(done.state(), v1::SUCCEEDED) << id << ": " << done.reason();
+  // The job's workers are let go just after its end: a test that counts on an idle spare next
+  // must not find one of them still held.
+  EXPECT_TRUE(
+      WaitFor([&] { return cluster.AliveWorkers(/*idle_only=*/true) == cluster.AliveWorkers(); },
+              absl::Seconds(30)))
+      << "the workers of " << id << " were not let go";
   return done.state() == v1::SUCCEEDED ? id : "";
 }
 

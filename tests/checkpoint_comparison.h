@@ -16,8 +16,9 @@
 
 namespace dtrain::testing {
 
-// Submits `yaml` (stage fit) and waits up to `timeout` for its end; the job's id, or "" (with
-// a test failure saying why) when it was refused or did not end SUCCEEDED.
+// Submits `yaml` (stage fit) and waits up to `timeout` for its end, then until every alive
+// worker is idle again; the job's id, or "" (with a test failure saying why) when it was
+// refused or did not end SUCCEEDED.
 std::string RunToTheEnd(LocalCluster& cluster, const std::string& name, const std::string& yaml,
                         absl::Duration timeout = absl::Seconds(180));
 
