@@ -246,9 +246,10 @@ TEST_F(JobsE2eTest, StorageQuota_CheckpointAboveIt_JobFailsNamingTheFlag) {
 TEST_F(JobsE2eTest, CkptPathJobFile_ResolvedAtSubmission_ResumesExactlyAfterTheJobIsDeleted) {
   // The uninterrupted run, every validation's checkpoint kept: val_check_interval 0.5 over two
   // epochs of 32 steps validates at steps 16, 32, 48 and 64.
-  const std::string spec =
-      WithCheckpoint(SyntheticJob("whole", 2), "checkpoint: {monitor: val_loss, save_top_k: 4}");
-  const std::string whole = RunToTheEnd(*cluster_, "whole", spec);
+  auto spec = [](const std::string& name) {
+    return WithCheckpoint(SyntheticJob(name, 2), "checkpoint: {monitor: val_loss, save_top_k: 4}");
+  };
+  const std::string whole = RunToTheEnd(*cluster_, "whole", spec("whole"));
   ASSERT_FALSE(whole.empty());
   std::string digest;
   const v1::JobStatus whole_status = GetJob(whole);
@@ -263,7 +264,7 @@ TEST_F(JobsE2eTest, CkptPathJobFile_ResolvedAtSubmission_ResumesExactlyAfterTheJ
   const std::string hold = cluster_->Submit("hold", SyntheticJob("hold", 1000));
   ASSERT_TRUE(WaitFor([&] { return GetJob(hold).state() == v1::RUNNING; }, absl::Seconds(60)));
   const std::string rest = cluster_->Submit(
-      "rest", absl::StrCat(spec, "ckpt_path: job:", whole, "/epoch=1-step=48.ckpt\n"));
+      "rest", absl::StrCat(spec("rest"), "ckpt_path: job:", whole, "/epoch=1-step=48.ckpt\n"));
   ASSERT_FALSE(rest.empty());
   EXPECT_EQ(GetJob(rest).state(), v1::QUEUED);
   EXPECT_EQ(GetJob(rest).spec().ckpt_path(), "artifact:" + digest);
@@ -272,7 +273,7 @@ TEST_F(JobsE2eTest, CkptPathJobFile_ResolvedAtSubmission_ResumesExactlyAfterTheJ
   ASSERT_EQ(deleted.exit_code, 0) << deleted.output;
   EXPECT_THAT(deleted.output, HasSubstr("deleted " + whole));
   const CommandResult late =
-      Dtrain("fit --config " + WriteJob("late", absl::StrCat(spec, "ckpt_path: job:", whole,
+      Dtrain("fit --config " + WriteJob("late", absl::StrCat(spec("late"), "ckpt_path: job:", whole,
                                                              "/epoch=1-step=48.ckpt\n")));
   EXPECT_EQ(late.exit_code, 3) << late.output;
   EXPECT_THAT(late.output, HasSubstr("'job:" + whole + "/epoch=1-step=48.ckpt': no job '" + whole +
