@@ -55,9 +55,20 @@ absl::StatusOr<std::string> DownloadJobFile(ArtifactsClient& artifacts, const v1
   }
   if (absl::Status s = MakeDirectories(dir, "the download directory"); !s.ok()) return s;
   const std::string path = absl::StrCat(dir, "/", file.name());
-  if (absl::Status s = artifacts.Fetch(file.digest(), path); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("cannot download ", file.name(), " (", file.digest(),
-                                               "): ", s.message()));
+  // Bytes that do not hash to the digest (DATA_LOSS) or a transfer that broke (UNAVAILABLE) are
+  // fetched again, as the workers' cache and the Python client do: kAttempts in all.
+  absl::Status fetched;
+  int attempt = 0;
+  do {
+    fetched = artifacts.Fetch(file.digest(), path);
+  } while (++attempt < ArtifactsClient::kAttempts &&
+           (fetched.code() == absl::StatusCode::kDataLoss ||
+            fetched.code() == absl::StatusCode::kUnavailable));
+  if (!fetched.ok()) {
+    return absl::Status(fetched.code(),
+                        absl::StrCat("cannot download ", file.name(), " (", file.digest(), ")",
+                                     attempt > 1 ? absl::StrCat(" in ", attempt, " attempts") : "",
+                                     ": ", fetched.message()));
   }
   return path;
 }

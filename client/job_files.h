@@ -20,8 +20,9 @@ absl::StatusOr<std::vector<v1::JobFile>> SelectJobFiles(const v1::JobStatus& job
 
 // Writes `file` to `dir`/<its name> (the directory is created). FAILED_PRECONDITION when the
 // file is on the workers' shared dirpath rather than on the coordinator; INVALID_ARGUMENT for
-// a name that is not a plain file name; the fetch's error (DATA_LOSS for corrupted bytes,
-// nothing is kept) otherwise. Returns the local path.
+// a name that is not a plain file name. A fetch whose bytes do not hash to the digest or that
+// broke is tried again, ArtifactsClient::kAttempts in all; then its error (DATA_LOSS for
+// corrupted bytes, nothing is kept). Returns the local path.
 absl::StatusOr<std::string> DownloadJobFile(ArtifactsClient& artifacts, const v1::JobFile& file,
                                             const std::string& dir);
 

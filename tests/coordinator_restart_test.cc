@@ -1,8 +1,9 @@
 // The coordinator SIGKILLed mid-job and restarted on the same state directory and port: its
 // jobs are all listed again from its SQLite database (finished ones with their metrics), the
 // workers reconnect by themselves, and the job that was running resumes from its last
-// checkpoint and ends at exactly the step a run without the crash ends at. When that checkpoint
-// is gone, the job ends FAILED saying so.
+// checkpoint and ends in exactly the state a run without the crash ends in: the same step, and
+// the same weights and optimizer state bit for bit. When that checkpoint is gone, the job ends
+// FAILED saying so.
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "tests/checkpoint_comparison.h"
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
@@ -64,8 +66,10 @@ class CoordinatorRestartTest : public ::testing::Test {
   std::unique_ptr<LocalCluster> cluster_;
 };
 
-TEST_F(CoordinatorRestartTest, SigkillMidJob_JobsListedAgain_RunningJobResumesFromCheckpoint) {
-  const std::string done = Submit("before", 1);
+TEST_F(CoordinatorRestartTest, SigkillMidJob_JobsListedAgain_ResumedJobEndsAsAnUninterruptedRun) {
+  // The same job run without a crash: finished before the crash, it is also the job listed
+  // again afterwards.
+  const std::string done = Submit("before", kEpochs);
   ASSERT_TRUE(
       WaitFor([&] { return cluster_->GetJob(done).state() == v1::SUCCEEDED; }, absl::Seconds(120)));
   const v1::JobStatus done_before = cluster_->GetJob(done);
@@ -84,7 +88,7 @@ TEST_F(CoordinatorRestartTest, SigkillMidJob_JobsListedAgain_RunningJobResumesFr
   ASSERT_TRUE(WaitFor([&] { return !cluster_->GetJob(done).id().empty(); }, absl::Seconds(10)));
   const v1::JobStatus done_after = cluster_->GetJob(done);
   EXPECT_EQ(done_after.state(), v1::SUCCEEDED);
-  EXPECT_EQ(done_after.progress().global_step(), kStepsPerEpoch);
+  EXPECT_EQ(done_after.progress().global_step(), kEpochs * kStepsPerEpoch);
   EXPECT_EQ(done_after.metrics().at("test_acc"), done_before.metrics().at("test_acc"));
   CommandResult results = cluster_->Dtrain("results " + done);
   EXPECT_EQ(results.exit_code, 0) << results.output;
@@ -95,8 +99,10 @@ TEST_F(CoordinatorRestartTest, SigkillMidJob_JobsListedAgain_RunningJobResumesFr
       WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(180)));
   const v1::JobStatus resumed = cluster_->GetJob(id);
   ASSERT_EQ(resumed.state(), v1::SUCCEEDED) << resumed.reason();
-  // Exactly the steps of an uninterrupted run: none lost, none applied twice.
+  // Exactly the steps of an uninterrupted run: none lost, none applied twice; and so exactly its
+  // weights and optimizer state.
   EXPECT_EQ(resumed.progress().global_step(), kEpochs * kStepsPerEpoch);
+  EXPECT_TRUE(SameFinalState(*cluster_, id, done));
   EXPECT_GT(resumed.metrics().at("test_acc"), 0.5);
   CommandResult logs = cluster_->Dtrain("logs " + id);
   EXPECT_THAT(logs.output, HasSubstr("the coordinator restarted while this job ran; it resumes "

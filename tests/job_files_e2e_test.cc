@@ -1,7 +1,8 @@
 // The files a job carries and keeps, end to end on a real local cluster driven by the dtrain
 // command line: local files uploaded at submit and fetched once into each worker's cache;
-// checkpoints sent by rank 0 to the coordinator, kept top-k, downloaded and deleted; the
-// coordinator's storage quota.
+// checkpoints sent by rank 0 to the coordinator, kept top-k, downloaded (and fetched again when
+// their bytes come damaged) and deleted; job:<id>/<name> references resolved at submission;
+// checkpoints on a directory the workers share; the coordinator's storage quota.
 #include <unistd.h>
 
 #include <filesystem>
@@ -12,9 +13,12 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/sha256.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
+#include "tests/checkpoint_comparison.h"
 #include "tests/jobs_e2e_fixture.h"
 
 namespace dtrain::testing {
@@ -22,6 +26,22 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
+
+// The SyntheticJob spec with the checkpoint section `checkpoint` instead of its own.
+std::string WithCheckpoint(std::string spec, const std::string& checkpoint) {
+  const std::string own = "checkpoint: {monitor: val_acc, save_top_k: 1}";
+  return spec.replace(spec.find(own), own.size(), checkpoint);
+}
+
+// The regular files under `dir`, by name relative to it (none when it does not exist).
+std::set<std::string> FilesUnder(const std::string& dir) {
+  std::set<std::string> names;
+  std::error_code error;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, error)) {
+    if (e.is_regular_file()) names.insert(std::filesystem::relative(e.path(), dir).string());
+  }
+  return names;
+}
 
 // Checkpoints come home: rank 0 sends each checkpoint to the coordinator, which keeps the top k
 // (evicted ones leave its store) and last.ckpt with the job; `dtrain results` lists them with
@@ -216,6 +236,187 @@ TEST_F(JobsE2eTest, StorageQuota_CheckpointAboveIt_JobFailsNamingTheFlag) {
     stored += e.is_regular_file();
   }
   EXPECT_EQ(stored, 0);
+}
+
+// ckpt_path: job:<id>/<name> names that file's content at submission (docs/jobs.md), so deleting
+// the other job later takes nothing from this one: a job still queued with such a ckpt_path
+// resumes from it after that job is deleted, exactly after its last step (mid-epoch here), and
+// ends in the state of the uninterrupted run the checkpoint came from, bit for bit. Submitted
+// after the deletion, the same reference is refused naming the job.
+TEST_F(JobsE2eTest, CkptPathJobFile_ResolvedAtSubmission_ResumesExactlyAfterTheJobIsDeleted) {
+  // The uninterrupted run, every validation's checkpoint kept: val_check_interval 0.5 over two
+  // epochs of 32 steps validates at steps 16, 32, 48 and 64.
+  auto spec = [](const std::string& name) {
+    return WithCheckpoint(SyntheticJob(name, 2), "checkpoint: {monitor: val_loss, save_top_k: 4}");
+  };
+  const std::string whole = RunToTheEnd(*cluster_, "whole", spec("whole"));
+  ASSERT_FALSE(whole.empty());
+  std::string digest;
+  const v1::JobStatus whole_status = GetJob(whole);
+  for (const v1::JobFile& file : whole_status.files()) {
+    if (file.name() == "epoch=1-step=48.ckpt") digest = file.digest();
+  }
+  ASSERT_FALSE(digest.empty()) << "no mid-epoch checkpoint kept at step 48";
+  const std::string uninterrupted = DownloadCheckpoint(*cluster_, whole);
+  ASSERT_FALSE(uninterrupted.empty());
+
+  // A long job holds both workers, so the next one waits in the queue.
+  const std::string hold = cluster_->Submit("hold", SyntheticJob("hold", 1000));
+  ASSERT_TRUE(WaitFor([&] { return GetJob(hold).state() == v1::RUNNING; }, absl::Seconds(60)));
+  const std::string rest = cluster_->Submit(
+      "rest", absl::StrCat(spec("rest"), "ckpt_path: job:", whole, "/epoch=1-step=48.ckpt\n"));
+  ASSERT_FALSE(rest.empty());
+  EXPECT_EQ(GetJob(rest).state(), v1::QUEUED);
+  EXPECT_EQ(GetJob(rest).spec().ckpt_path(), "artifact:" + digest);
+
+  const CommandResult deleted = Dtrain("delete " + whole);
+  ASSERT_EQ(deleted.exit_code, 0) << deleted.output;
+  EXPECT_THAT(deleted.output, HasSubstr("deleted " + whole));
+  const CommandResult late =
+      Dtrain("fit --config " + WriteJob("late", absl::StrCat(spec("late"), "ckpt_path: job:", whole,
+                                                             "/epoch=1-step=48.ckpt\n")));
+  EXPECT_EQ(late.exit_code, 3) << late.output;
+  EXPECT_THAT(late.output, HasSubstr("'job:" + whole + "/epoch=1-step=48.ckpt': no job '" + whole +
+                                     "' (deleted?)"));
+
+  ASSERT_EQ(Dtrain("cancel " + hold).exit_code, 0);
+  ASSERT_TRUE(WaitFor([&] { return IsTerminal(GetJob(rest).state()); }, absl::Seconds(180)));
+  const v1::JobStatus done = GetJob(rest);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.progress().global_step(), 64);
+  EXPECT_THAT(Dtrain("logs " + rest).output,
+              HasSubstr("resumed from artifact:" + digest + " at step 48 (epoch 1, batch 16)"));
+  const std::string resumed = DownloadCheckpoint(*cluster_, rest);
+  ASSERT_FALSE(resumed.empty());
+  const ::testing::AssertionResult same = SameTrainingState(resumed, uninterrupted);
+  EXPECT_TRUE(same);
+  std::printf("%s", same.message());
+}
+
+// checkpoint.dirpath naming a directory every worker shares (worker:<dir>): rank 0 writes each
+// checkpoint there and nothing is sent to the coordinator; the job lists them as worker:
+// locations with no digest, `dtrain results` shows those paths and `dtrain download` says where
+// they are instead of fetching. A later job resumes from one by job:<id>/<name>, which names
+// that path, and ends in the state of the run that wrote it, bit for bit.
+TEST_F(JobsE2eTest, SharedDirpath_RankZeroWritesThere_ListedAsWorkerPaths_ResumedExactly) {
+  const std::string shared = dir() + "/shared-ckpts";
+  const std::string id = RunToTheEnd(
+      *cluster_, "shared",
+      WithCheckpoint(
+          SyntheticJob("shared", 2),
+          "checkpoint: {monitor: val_loss, save_top_k: 4, dirpath: \"worker:" + shared + "\"}"));
+  ASSERT_FALSE(id.empty());
+  const v1::JobStatus job = GetJob(id);
+  std::set<std::string> listed;
+  for (const v1::JobFile& file : job.files()) {
+    EXPECT_EQ(file.location(), "worker:" + shared + "/" + file.name());
+    EXPECT_EQ(file.digest(), "") << file.name() << " was sent to the coordinator";
+    listed.insert(file.name());
+  }
+  const std::set<std::string> expected = {"epoch=0-step=16.ckpt", "epoch=0-step=32.ckpt",
+                                          "epoch=1-step=48.ckpt", "epoch=1-step=64.ckpt",
+                                          "last.ckpt"};
+  EXPECT_EQ(listed, expected);
+  // There and nowhere else: no temporary or probe file left, nothing in the coordinator's store
+  // nor in either worker's own directory for the job.
+  EXPECT_EQ(FilesUnder(shared), expected);
+  EXPECT_EQ(FilesUnder(dir() + "/state/artifacts/objects"), std::set<std::string>());
+  for (const char* worker : {"w0", "w1"}) {
+    for (const std::string& name : FilesUnder(dir() + "/jobs-" + worker)) {
+      EXPECT_FALSE(absl::EndsWith(name, ".ckpt")) << worker << " kept " << name;
+    }
+  }
+  EXPECT_EQ(job.checkpoint(), "worker:" + shared + "/last.ckpt");
+  EXPECT_THAT(Dtrain("logs " + id).output,
+              HasSubstr("checkpoint written: worker:" + shared + "/last.ckpt (step 64, "));
+  EXPECT_THAT(Dtrain("results " + id).output, HasSubstr("worker:" + shared + "/last.ckpt"));
+  const std::string out = dir() + "/not-fetched";
+  const CommandResult download = Dtrain("download " + id + " last -o " + out);
+  EXPECT_EQ(download.exit_code, 2) << download.output;
+  EXPECT_THAT(download.output,
+              HasSubstr("last.ckpt is on the workers' shared directory, not on the coordinator: "
+                        "worker:" +
+                        shared + "/last.ckpt (copy it from there)"));
+  EXPECT_EQ(FilesUnder(out), std::set<std::string>());
+
+  // Resumed mid-epoch from the step-48 file, the job ends where the run that wrote it ended.
+  const std::string onward = RunToTheEnd(
+      *cluster_, "onward",
+      absl::StrCat(SyntheticJob("onward", 2), "ckpt_path: job:", id, "/epoch=1-step=48.ckpt\n"));
+  ASSERT_FALSE(onward.empty());
+  EXPECT_EQ(GetJob(onward).spec().ckpt_path(), "worker:" + shared + "/epoch=1-step=48.ckpt");
+  EXPECT_THAT(Dtrain("logs " + onward).output,
+              HasSubstr("resumed from worker:" + shared +
+                        "/epoch=1-step=48.ckpt at step 48 (epoch 1, batch 16)"));
+  EXPECT_EQ(GetJob(onward).progress().global_step(), 64);
+  const std::string resumed = DownloadCheckpoint(*cluster_, onward);
+  ASSERT_FALSE(resumed.empty());
+  const ::testing::AssertionResult same = SameTrainingState(resumed, shared + "/last.ckpt");
+  EXPECT_TRUE(same);
+  std::printf("%s", same.message());
+}
+
+// A downloaded file whose bytes do not hash to its digest is refused with DATA_LOSS and fetched
+// again, three attempts in all, and never kept (docs/jobs.md). Damaged once on the way (a proxy
+// flips a byte of it, as a faulty link would), the second attempt brings it intact; damaged in
+// the coordinator's store, every attempt is refused and the download fails saying so.
+TEST_F(JobsE2eTest, Download_BytesNotMatchingTheDigest_FetchedAgain_ThreeAttemptsAtMost) {
+  const std::string id = RunToTheEnd(*cluster_, "small", SyntheticJob("small", 1, 512));
+  ASSERT_FALSE(id.empty());
+  std::string digest;
+  const v1::JobStatus job = GetJob(id);
+  for (const v1::JobFile& file : job.files()) {
+    if (file.name() == "last.ckpt") digest = file.digest();
+  }
+  ASSERT_EQ(digest.rfind("sha256:", 0), 0u);
+  const std::string stored =
+      absl::StrCat(dir(), "/state/artifacts/objects/", digest.substr(7, 2), "/", digest.substr(9));
+  const std::string bytes = ReadFile(stored);
+  ASSERT_GT(bytes.size(), 100000u) << stored;
+  // Four pieces of the file spread over it, each found once in it: whichever comes first in the
+  // stream is damaged (one could straddle two HTTP/2 frames, not all four).
+  std::vector<std::string> proxy = {"/usr/bin/python3",
+                                    DTRAIN_SOURCE_DIR "/tests/python/corrupting_proxy.py",
+                                    cluster_->address(), "1"};
+  for (int k = 1; k <= 4; ++k) {
+    const std::string piece = bytes.substr(bytes.size() * k / 5, 32);
+    ASSERT_EQ(bytes.find(piece), bytes.rfind(piece)) << "piece " << k << " is not unique";
+    proxy.push_back(absl::BytesToHexString(piece));
+  }
+  std::unique_ptr<Subprocess> faulty = Subprocess::Start(proxy);
+  ASSERT_NE(faulty, nullptr);
+  const std::string listening = faulty->ReadLine(absl::Seconds(30));
+  ASSERT_EQ(listening.rfind("listening ", 0), 0u) << listening;
+  const std::string through = "127.0.0.1:" + listening.substr(10);
+
+  const std::string once = dir() + "/damaged-once";
+  const CommandResult fetched =
+      Dtrain(absl::StrCat("download ", id, " last -o ", once, " --coordinator ", through));
+  ASSERT_EQ(fetched.exit_code, 0) << fetched.output;
+  EXPECT_EQ(faulty->ReadLine(absl::Seconds(5)), "corrupted 1") << "the proxy damaged nothing";
+  EXPECT_EQ(Sha256OfFile(once + "/last.ckpt").value_or(""), digest);
+  EXPECT_EQ(FilesUnder(once), std::set<std::string>{"last.ckpt"});
+  faulty.reset();
+
+  // The stored copy itself damaged: one byte flipped in the middle.
+  {
+    std::fstream file(stored, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(bytes.size() / 2));
+    file.put(static_cast<char>(bytes[bytes.size() / 2] ^ 0xFF));
+  }
+  const std::string never = dir() + "/damaged-always";
+  const CommandResult refused =
+      Dtrain(absl::StrCat("download ", id, " last --output json -o ", never));
+  EXPECT_EQ(refused.exit_code, 3) << refused.output;
+  const google::protobuf::Struct error = ParseJsonLine(refused.output);
+  const auto& fields = error.fields().at("error").struct_value().fields();
+  EXPECT_EQ(fields.at("code").string_value(), "DATA_LOSS");
+  EXPECT_THAT(fields.at("message").string_value(),
+              HasSubstr("cannot download last.ckpt (" + digest +
+                        ") in 3 attempts: the fetched "
+                        "bytes hash to sha256:"));
+  EXPECT_THAT(fields.at("message").string_value(), HasSubstr("corrupted in transit"));
+  EXPECT_EQ(FilesUnder(never), std::set<std::string>()) << "a refused file was kept";
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
+#include "tests/checkpoint_comparison.h"
 #include "tests/local_cluster.h"
 #include "tests/network_namespaces.h"
 
@@ -70,9 +71,10 @@ optimizer: {name: sgd, lr: 0.05}
 // No shared filesystem: a model and a dataset that exist only in the client's directory train
 // with ddp on two workers that cannot see that directory nor the coordinator's state directory.
 // Rank 0's checkpoints go to the coordinator; the coordinator is SIGKILLed mid-training and
-// restarted; the job resumes from its last checkpoint (which the workers fetch), finishes at
-// exactly the uninterrupted step count, and `dtrain download` brings the best checkpoint back
-// to the client, where Python's torch loads it.
+// restarted; the job resumes from its last checkpoint (which the workers fetch), ends in exactly
+// the state of the same job run without the crash (step, weights and momentum, bit for bit,
+// over Gloo), and `dtrain download` brings the best checkpoint back to the client, where
+// Python's torch loads it.
 TEST(MultiHost, NoSharedFilesystem_FilesTravel_CoordinatorKilled_ResumesAndTheBestComesHome) {
   if (geteuid() != 0) GTEST_SKIP() << "network and mount namespaces need root; this run is not";
   std::string error;
@@ -134,7 +136,8 @@ torch.save({"train": (x[:4096], y[:4096]), "val": (x[4096:4352], y[4096:4352]),
   EXPECT_NE(RunShell(absl::StrJoin(probe, " ")).exit_code, 0) << "the worker's host sees the file";
 
   // 4096 samples over 2 ranks in batches of 32: 64 steps per epoch, 768 in all.
-  const std::string id = cluster.Submit("travel", R"(name: travel
+  auto spec = [](const std::string& name) {
+    return absl::StrCat("name: ", name, R"(
 model: {torchscript: client/model.pt}
 data: {tensors_file: client/data.pt, batch_size: 32}
 trainer: {max_epochs: 12, strategy: ddp, num_nodes: 2}
@@ -142,6 +145,11 @@ seed_everything: 1
 optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
 checkpoint: {monitor: val_acc, save_top_k: 1, every_n_steps: 16}
 )");
+  };
+  // The same job without the crash, to its end: what the crashed one must end as.
+  const std::string reference = RunToTheEnd(cluster, "reference", spec("reference"));
+  ASSERT_FALSE(reference.empty());
+  const std::string id = cluster.Submit("travel", spec("travel"));
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -166,6 +174,9 @@ checkpoint: {monitor: val_acc, save_top_k: 1, every_n_steps: 16}
                              id + "/"));
   EXPECT_THAT(log, HasSubstr("resumed from job:" + id + "/"));
   EXPECT_GT(done.metrics().at("test_acc"), 0.8);
+  // The peer-to-peer plane across hosts (gloo) resumes as exactly as shared memory does.
+  EXPECT_THAT(log, HasSubstr("collective plane: gloo"));
+  EXPECT_TRUE(SameFinalState(cluster, id, reference));
 
   const std::string home = dir + "/home";
   CommandResult download = cluster.Dtrain("download " + id + " best -o " + home);

@@ -1,7 +1,7 @@
 // One job on one rank, in process (worker/job.h): what Setup prepares before any training (the
 // checkpoint directory), the module's mode in each kind of step (train for training, eval for
-// validation, test and predict, whatever mode it was exported in), and schedules that take their
-// length from the run.
+// validation, test and predict, whatever mode it was exported in), schedules that take their
+// length from the run, and checkpoints both ways with Python and in dtrain's older format.
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,7 +10,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/optim/sgd.h>
 #include <torch/script.h>
+#include <torch/serialize.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -489,6 +491,105 @@ torch.save(dict(m.state_dict()), ')",
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointInteropTest,
                          ::testing::Values("sgd", "adam", "adamw"));
+
+// dtrain's format-1 checkpoint, written the way dtrain wrote it before format 2 (commit a460554,
+// worker/checkpoint.cc's SaveCheckpoint): a libtorch archive holding `dtrain_checkpoint_version`,
+// "model/<name>" for every parameter and buffer, the optimizer's own archive, global_step,
+// epoch and the CPU generator's state.
+void SaveFormat1Checkpoint(Job& job, const std::string& path, int64_t version = 1) {
+  torch::serialize::OutputArchive archive;
+  archive.write("dtrain_checkpoint_version", torch::tensor(version));
+  torch::jit::Module& module = job.accelerator().model().module();
+  for (const auto& p : module.named_parameters()) {
+    archive.write("model/" + p.name, p.value.detach(), /*is_buffer=*/false);
+  }
+  for (const auto& b : module.named_buffers()) {
+    archive.write("model/" + b.name, b.value, /*is_buffer=*/true);
+  }
+  absl::StatusOr<torch::optim::Optimizer*> optimizer = job.accelerator().OptimizerState();
+  ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+  torch::serialize::OutputArchive optimizer_archive;
+  (*optimizer)->save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  archive.write("global_step", torch::tensor(job.accelerator().progress().global_step));
+  archive.write("epoch", torch::tensor(job.accelerator().progress().epoch));
+  archive.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
+  archive.save_to(path);
+}
+
+// One optimizer step per batch of 8 samples: steps [first, last).
+void TrainSteps(Job& job, int first, int last) {
+  for (int s = first; s < last; ++s) {
+    absl::StatusOr<v1::LocalResult> r = job.Train(Work("train", 8 * s, 8), 0);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+}
+
+// Whether both jobs' parameters, buffers and SGD momentum buffers are the same bit for bit.
+void ExpectSameState(Job& a, Job& b) {
+  const auto state_a = a.accelerator().LightningModuleStateDict();
+  const auto state_b = b.accelerator().LightningModuleStateDict();
+  ASSERT_EQ(state_a.size(), state_b.size());
+  for (const auto& [name, tensor] : state_a) {
+    EXPECT_TRUE(torch::equal(tensor, state_b.at(name))) << name;
+  }
+  torch::optim::Optimizer* opt_a = *a.accelerator().OptimizerState();
+  torch::optim::Optimizer* opt_b = *b.accelerator().OptimizerState();
+  const auto& params_a = opt_a->param_groups().at(0).params();
+  const auto& params_b = opt_b->param_groups().at(0).params();
+  ASSERT_EQ(params_a.size(), params_b.size());
+  int momentum = 0;
+  for (size_t i = 0; i < params_a.size(); ++i) {
+    // libtorch keys an optimizer's state by the parameter's TensorImpl address, as a string.
+    auto sa = opt_a->state().find(c10::guts::to_string(params_a[i].unsafeGetTensorImpl()));
+    auto sb = opt_b->state().find(c10::guts::to_string(params_b[i].unsafeGetTensorImpl()));
+    ASSERT_EQ(sa == opt_a->state().end(), sb == opt_b->state().end()) << "parameter " << i;
+    if (sa == opt_a->state().end()) continue;
+    auto* momentum_a = dynamic_cast<torch::optim::SGDParamState*>(sa->second.get());
+    auto* momentum_b = dynamic_cast<torch::optim::SGDParamState*>(sb->second.get());
+    ASSERT_TRUE(momentum_a != nullptr && momentum_b != nullptr) << "parameter " << i;
+    EXPECT_TRUE(torch::equal(momentum_a->momentum_buffer(), momentum_b->momentum_buffer()))
+        << "momentum of parameter " << i;
+    ++momentum;
+  }
+  EXPECT_EQ(momentum, static_cast<int>(params_a.size())) << "no momentum state to compare";
+}
+
+// docs/checkpoints.md: dtrain's older checkpoints (format 1) still load. One written after 4
+// steps of SGD with momentum loads the way a job's ckpt_path does (Job::LoadCheckpoint, what the
+// worker's LoadCheckpoint RPC runs): the weights, momentum and step are the saved ones, and 4 more
+// steps end exactly where the run that wrote it does. A version this build does not know is
+// refused naming it.
+TEST(CheckpointFormats, Format1Archive_StillLoads_AndGoesOnAsTheRunThatWroteIt) {
+  v1::SetupRequest request = Request("format-1");
+  request.mutable_optimizer()->set_momentum(0.9);
+  std::unique_ptr<Job> writer = SetupOrDie(request);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NO_FATAL_FAILURE(TrainSteps(*writer, 0, 4));
+  const std::string path = TempPath("format-1.ckpt");
+  ASSERT_NO_FATAL_FAILURE(SaveFormat1Checkpoint(*writer, path));
+
+  std::unique_ptr<Job> reader = SetupOrDie(request);
+  ASSERT_NE(reader, nullptr);
+  ASSERT_FALSE(torch::equal(reader->accelerator().LightningModuleStateDict().at("fc1_weight"),
+                            writer->accelerator().LightningModuleStateDict().at("fc1_weight")))
+      << "the reader holds the saved weights already: loading would prove nothing";
+  absl::StatusOr<TrainingProgress> progress = reader->LoadCheckpoint(path);
+  ASSERT_TRUE(progress.ok()) << progress.status();
+  EXPECT_EQ(progress->global_step, 4);
+  EXPECT_EQ(progress->epoch, 0);
+  ASSERT_NO_FATAL_FAILURE(ExpectSameState(*writer, *reader));
+  ASSERT_NO_FATAL_FAILURE(TrainSteps(*writer, 4, 8));
+  ASSERT_NO_FATAL_FAILURE(TrainSteps(*reader, 4, 8));
+  ExpectSameState(*writer, *reader);
+
+  const std::string future = TempPath("format-3.ckpt");
+  ASSERT_NO_FATAL_FAILURE(SaveFormat1Checkpoint(*writer, future, 3));
+  absl::StatusOr<TrainingProgress> refused = reader->LoadCheckpoint(future);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("checkpoint '" + future + "' has version 3; this build reads 1 and 2"));
+}
 
 // Lightning's hooks at Lightning's moments, counted by the module into a buffer that the
 // checkpoint then holds: calls[i] counts on_train_start, on_train_epoch_start,

@@ -345,14 +345,29 @@ absl::Status SaveCheckpoint(const std::string& path, const LightningModule& mode
           state_dict.insert(b.name, b.value.detach());
         }
         top.insert("state_dict", state_dict);
-        c10::impl::GenericList optimizers(c10::AnyType::get());
-        if (optimizer != nullptr) optimizers.push_back(OptimizerStateDict(*optimizer));
-        top.insert("optimizer_states", optimizers);
         c10::impl::GenericList schedulers(c10::AnyType::get());
         if (metadata.schedule != nullptr) {
           c10::IValue state = metadata.schedule->StateDict(progress.global_step);
           if (!state.isNone()) schedulers.push_back(state);
         }
+        c10::impl::GenericList optimizers(c10::AnyType::get());
+        if (optimizer != nullptr) {
+          c10::IValue state = OptimizerStateDict(*optimizer);
+          // (A cosine whose length this worker never learnt, in a run resumed at its very end
+          // that trained no step, has no next rate: the groups keep the spec's.)
+          if (!schedulers.empty() && !metadata.schedule->NeedsRunLength()) {
+            // As torch's scheduler.step() leaves them after each optimizer step: the rate of the
+            // next step (the group holds the last step's), and the schedule's base rate beside
+            // it; torch's schedulers compute the next rate from the group's.
+            for (const c10::IValue& group : state.toGenericDict().at("param_groups").toList()) {
+              PyDict g = group.toGenericDict();
+              g.insert_or_assign("lr", metadata.schedule->LrAt(progress.global_step));
+              g.insert_or_assign("initial_lr", metadata.schedule->LrAt(0));
+            }
+          }
+          optimizers.push_back(state);
+        }
+        top.insert("optimizer_states", optimizers);
         top.insert("lr_schedulers", schedulers);
         top.insert("epoch", progress.epoch);
         top.insert("global_step", progress.global_step);

@@ -101,7 +101,8 @@ def fetch(conn: Connection, digest: str, path: str, timeout: float = 60.0,
                 return path
             error: Exception = DataLoss(grpc.StatusCode.DATA_LOSS,
                                         f"the fetched bytes of {digest} hash to "
-                                        f"sha256:{h.hexdigest()}; nothing was kept")
+                                        f"sha256:{h.hexdigest()}; nothing was kept "
+                                        f"(attempt {attempt} of {attempts})")
         except grpc.RpcError as e:
             error = from_rpc_error(e, conn.address)
         if os.path.exists(temp):

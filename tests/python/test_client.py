@@ -1,6 +1,7 @@
 """The Python Client against a real local cluster: a job submitted, watched and read from
 Python, and the errors a user meets, each as its DtrainError subclass."""
 
+import hashlib
 import os
 import time
 
@@ -57,7 +58,9 @@ def test_submit_watch_and_read_a_job(cluster, tmp_path):
     [last] = job.download("last", str(tmp_path / "ckpts"))
     assert last == str(tmp_path / "ckpts" / "last.ckpt")
     import torch
-    assert torch.load(last)["global_step"] == 32
+    loaded = torch.load(last)
+    assert loaded["global_step"] == 32
+    assert loaded["lr_schedulers"] == [], "no schedule, none in the checkpoint"
     assert [os.path.basename(p) for p in job.download("all", str(tmp_path / "all"))] == \
         [f.name for f in job.files()]
     with pytest.raises(dtrain.NotFound, match="it keeps"):
@@ -90,6 +93,119 @@ def test_submit_watch_and_read_a_job(cluster, tmp_path):
     assert report.worker in ("w0", "w1")
     assert "loss" in report.training_step_keys
     assert "py-1" in [s.id for s in client.list()] and "dry-1" not in [s.id for s in client.list()]
+
+
+def test_checkpoint_lr_schedulers_are_lightnings_and_torch_goes_on_from_them(cluster, tmp_path):
+    """docs/checkpoints.md: lr_schedulers holds [scheduler.state_dict()] of StepLR or
+    CosineAnnealingLR as Lightning saves it, the scheduler stepped after each optimizer step
+    (last_epoch = the global step), with the optimizer's param group at the rate that schedule
+    gives next. Loaded as the docs show (optimizer, then scheduler), torch goes on with the rates
+    of an uninterrupted torch run."""
+    import torch
+
+    client = dtrain.Client(cluster.address)
+    schedules = {"cosine": {"name": "cosine"},
+                 "step": {"name": "step", "step_size": 5, "gamma": 0.5}}
+    jobs = {}
+    for name, schedule in schedules.items():
+        spec = synthetic_spec(f"sched-{name}")
+        # One worker each, so both run at once: 1024 samples in batches of 32, 32 steps (the
+        # cosine's length); validated, so checkpointed, at steps 16 and 32.
+        spec["trainer"].update(num_nodes=1, val_check_interval=0.5)
+        spec["lr_scheduler"] = schedule
+        spec["checkpoint"] = {"monitor": "val_acc", "save_top_k": 2}
+        jobs[name] = client.submit(spec)
+    for name, job in jobs.items():
+        assert job.wait(timeout=300).state == jobs_pb2.SUCCEEDED, name
+
+    def torch_run(name, params, steps):
+        """The job's optimizer and schedule in torch, stepped as Lightning steps them."""
+        optimizer = torch.optim.SGD(params, lr=0.05, momentum=0.9)
+        scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=32)
+                     if name == "cosine" else
+                     torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5))
+        for _ in range(steps):
+            optimizer.step()
+            scheduler.step()
+        return optimizer, scheduler
+
+    for name, job in jobs.items():
+        for which, step in (("epoch=0-step=16.ckpt", 16), ("last", 32)):
+            [path] = job.download(which, str(tmp_path / name))
+            ckpt = torch.load(path)
+            assert ckpt["global_step"] == step
+            [saved] = ckpt["lr_schedulers"]
+            expected_optimizer, expected = torch_run(name, [torch.zeros(1, requires_grad=True)],
+                                                     step)
+            want = expected.state_dict()
+            assert sorted(saved) == sorted(want), (name, step)
+            for key, value in want.items():
+                if key == "_last_lr":  # torch recurses from the last rate; dtrain computes it
+                    assert saved[key] == pytest.approx(value, rel=1e-12, abs=1e-15), (name, key)
+                elif isinstance(value, (bool, int)) and key != "eta_min":  # counts and flags
+                    assert saved[key] == value and type(saved[key]) is type(value), (name, key)
+                else:  # rates (torch keeps eta_min as given, here the int 0)
+                    assert saved[key] == value, (name, key)
+            [group] = ckpt["optimizer_states"][0]["param_groups"]
+            [want_group] = expected_optimizer.state_dict()["param_groups"]
+            for key in ("lr", "initial_lr"):
+                assert group[key] == pytest.approx(want_group[key], rel=1e-12, abs=1e-15), \
+                    (name, step, key)
+            # Loaded as the docs show into the same classes over the model's parameters, torch
+            # goes on with an uninterrupted run's rates.
+            params = [torch.zeros_like(t, requires_grad=True) for t in ckpt["state_dict"].values()]
+            optimizer, resumed = torch_run(name, params, 0)
+            optimizer.load_state_dict(ckpt["optimizer_states"][0])
+            resumed.load_state_dict(saved)
+            _, reference = torch_run(name, [torch.zeros(1, requires_grad=True)], step + 3)
+            for _ in range(3):
+                optimizer.step()
+                resumed.step()
+            assert resumed.last_epoch == step + 3
+            assert resumed.get_last_lr() == pytest.approx(reference.get_last_lr(), rel=1e-9,
+                                                           abs=1e-12), (name, step)
+
+
+def test_download_refuses_bytes_that_do_not_hash_and_fetches_again(cluster, tmp_path):
+    """Job.download keeps a file only when its bytes hash to its digest: damaged once on the way
+    (a proxy flips one of its bytes), it is fetched again and arrives intact; damaged in the
+    coordinator's store, three attempts are refused and DataLoss is raised, nothing kept."""
+    from corrupting_proxy import CorruptingProxy
+
+    client = dtrain.Client(cluster.address)
+    job = client.submit(synthetic_spec("hashed"))
+    assert job.wait(timeout=300).state == jobs_pb2.SUCCEEDED
+    [last] = [f for f in job.files() if f.name == "last.ckpt"]
+    hex_digest = last.digest[len("sha256:"):]
+    stored = os.path.join(cluster.dir, "state", "artifacts", "objects", hex_digest[:2],
+                          hex_digest[2:])
+    with open(stored, "rb") as f:
+        data = f.read()
+    # Four pieces of the file, each found once in it: the first to pass is damaged (one might
+    # straddle two HTTP/2 frames, not all four).
+    pieces = [data[len(data) * k // 5:][:32] for k in range(1, 5)]
+    assert all(data.count(p) == 1 for p in pieces)
+
+    proxy = CorruptingProxy(cluster.address, pieces, times=1)
+    try:
+        through = dtrain.Client(proxy.address)
+        [path] = through.get(job.id).download("last", str(tmp_path / "once"))
+        assert proxy.corrupted == 1, "the proxy damaged nothing"
+        with open(path, "rb") as f:
+            assert "sha256:" + hashlib.sha256(f.read()).hexdigest() == last.digest
+        assert os.listdir(tmp_path / "once") == ["last.ckpt"]
+        through.close()
+    finally:
+        proxy.close()
+
+    middle = len(data) // 2
+    with open(stored, "r+b") as f:
+        f.seek(middle)
+        f.write(bytes([data[middle] ^ 0xFF]))
+    with pytest.raises(dtrain.DataLoss, match=r"hash to sha256:[0-9a-f]{64}; nothing was kept "
+                                              r"\(attempt 3 of 3\)"):
+        job.download("last", str(tmp_path / "never"))
+    assert os.listdir(tmp_path / "never") == []
 
 
 def test_cancel_and_job_failed(cluster):
