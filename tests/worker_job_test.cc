@@ -562,7 +562,7 @@ void ExpectSameState(Job& a, Job& b) {
 // refused naming it.
 TEST(CheckpointFormats, Format1Archive_StillLoads_AndGoesOnAsTheRunThatWroteIt) {
   v1::SetupRequest request = Request("format-1");
-  request.mutable_optimizer()->set_momentum(0.9);
+  request.mutable_spec()->mutable_optimizer()->set_momentum(0.9);
   std::unique_ptr<Job> writer = SetupOrDie(request);
   ASSERT_NE(writer, nullptr);
   ASSERT_NO_FATAL_FAILURE(TrainSteps(*writer, 0, 4));
