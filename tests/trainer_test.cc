@@ -397,6 +397,36 @@ TEST_F(TrainerTest, ResumeMidEpoch_AfterAFailure_BitIdenticalToAnUninterruptedRu
   EXPECT_EQ(before.size(), 14u);  // 7 calls of one batch on each rank
 }
 
+TEST_F(TrainerTest, EveryNSteps_CallsSizedByTime_SavedAtExactlyEachMultiple) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_max_epochs(1);
+  spec.mutable_trainer()->set_batches_per_call(0);  // sized by time: 16, then ~4 a call
+  spec.mutable_checkpoint()->set_every_n_steps(5);
+  FakeWorkerGroupOptions fake;
+  fake.splits = {{"train", 512}, {"val", 16}, {"test", 16}};  // 32 batches per rank
+  auto trainer = Make(spec, fake);
+  ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  std::vector<int64_t> steps;
+  for (const v1::JobFile& f : record_.kept) steps.push_back(f.step());
+  // Every 5 steps, then the epoch's validation and the end of fit at step 32.
+  EXPECT_THAT(steps, ElementsAre(5, 10, 15, 20, 25, 30, 32, 32));
+  EXPECT_EQ(group().global_step(), 32);
+}
+
+TEST_F(TrainerTest, ResumeAtTheEnd_NothingToTrain_LastCheckpointKeepsItsEpochAndStep) {
+  auto whole = Make(Spec());
+  ASSERT_TRUE(whole->Run().ok());
+  ASSERT_EQ(store_.Find("last.ckpt")->epoch, 2);
+  v1::JobSpec again = Spec();
+  again.set_ckpt_path("job:job-1/last.ckpt");
+  auto resumed = Make(again);
+  ASSERT_TRUE(resumed->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  EXPECT_EQ(group().count("training_step"), 0);
+  EXPECT_EQ(store_.Find("last.ckpt")->epoch, 2);
+  EXPECT_EQ(store_.Find("last.ckpt")->global_step, 12);
+  EXPECT_EQ(record_.kept.back().epoch(), 2);
+}
+
 TEST_F(TrainerTest, WorkerLostMidCall_RunFailsNamingItAndItIsLost) {
   FakeWorkerGroupOptions fake;
   FakeWorkerGroup** group = &group_;

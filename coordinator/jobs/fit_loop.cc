@@ -62,6 +62,13 @@ absl::Status FitLoop::TrainEpoch(int64_t epoch, int64_t start_batch) {
       }
       chunk = std::min(chunk, left);
     }
+    if (const int64_t every = spec.checkpoint().every_n_steps(); every > 0) {
+      // A call ends at the next multiple of checkpoint.every_n_steps, so ModelCheckpoint saves
+      // exactly there (as Lightning's every_n_train_steps), not at whichever call passed it.
+      const int64_t next_save = (state.global_step / every + 1) * every;
+      const int64_t left = (next_save - state.global_step) * accumulate - b % accumulate;
+      if (left > 0) chunk = std::min(chunk, left);
+    }
     DTRAIN_RETURN_IF_ERROR(TrainingCall(batches, b, chunk));
     b += chunk;
     if (b == next_val) {

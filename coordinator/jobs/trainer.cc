@@ -265,6 +265,9 @@ absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
   }
   DTRAIN_RETURN_IF_ERROR(loaded.status());
   state_.global_step = loaded->global_step;
+  // The checkpoint's epoch, until an epoch runs: a run resumed at its very end trains none, and
+  // its last checkpoint keeps the epoch it had.
+  state_.epoch = loaded->epoch;
   // Resume exactly after the last step taken: the same epoch's order (seeded by epoch) minus
   // the batches already done.
   const int64_t accumulate = spec.trainer().accumulate_grad_batches();
