@@ -38,10 +38,6 @@ std::vector<absl::Status> RunRanks(
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
 
-// A TCP port free on every address right now (for a server whose address must be known before
-// it starts); 0 if none could be found.
-int FreeTcpPort();
-
 // The port a server wrote to `path` (its --port_file) once serving; 0 after `timeout`.
 int WaitForPortFile(const std::string& path, absl::Duration timeout);
 
