@@ -88,6 +88,7 @@ class CoordinatorServer {
   void Shutdown();
 
   const CollectiveEngine& engine() const { return *engine_; }
+  const KeyValueStore& kv() const { return *kv_; }
   JobManager& jobs() { return *jobs_; }
   AccessControl& access() { return *access_; }
   const MetricsRegistry& metrics() const { return *metrics_; }
