@@ -184,10 +184,10 @@ TEST(Precision, TrainingLossesTrackFloat32WithinTheDTypesPrecision) {
       "loss scaling %.3g, bf16-mixed %.3g, bf16-true %.3g\n",
       kSteps, fp64, scaled, mixed, bf16);
   // Measured (40 steps, lr 0.1): 64-true 2.8e-7 (4.6 float32 roundoffs), loss-scaled float32
-  // exactly 0, bf16-mixed 0.0029 (0.73 bfloat16 roundoffs), bf16-true 0.029 (7.4). Mutations
-  // that each bound fails: bf16-mixed without autocast (0), or with its master weights cast to
-  // bfloat16 (0.03); loss scaling that does not unscale, or unscales a loss it did not scale
-  // (the run diverges or stops learning: deviations of 1 and more).
+  // exactly 0, bf16-mixed 0.0029 (0.73 bfloat16 roundoffs), bf16-true 0.029 (7.4). Scratch
+  // mutations each bound caught: bf16-mixed without autocast (0), or with its master weights
+  // cast to bfloat16 (0.026); loss scaling that never unscales (inf), or unscales a loss it
+  // did not scale (32: the run stops learning).
   constexpr double kFloat32Roundoff = 0x1p-24, kBfloat16Roundoff = 0x1p-8;
   EXPECT_LE(fp64, 64 * kFloat32Roundoff);
   EXPECT_LE(scaled, 64 * kFloat32Roundoff);
