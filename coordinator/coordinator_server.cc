@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/standard_services.h"
@@ -175,6 +176,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     std::string host = server->host_;
     if (host.empty() || host == "0.0.0.0" || host == "[::]") host = HostName();
     advertise = absl::StrCat(host, ":", server->port_);
+  } else if (absl::EndsWith(advertise, ":0")) {
+    // A host with the port this server got (listening on port 0).
+    advertise = absl::StrCat(advertise.substr(0, advertise.size() - 1), server->port_);
   }
   server->jobs_->SetCoordinatorAddress(advertise);
   server->monitor_ = std::thread([s = server.get()] { s->MonitorLoop(); });

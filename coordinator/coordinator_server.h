@@ -48,8 +48,8 @@ struct CoordinatorOptions {
   // The SQLite job database (job_store.h), usually <state_dir>/coordinator.db; empty: jobs are
   // kept in memory only (in-process tests).
   std::string database;
-  // The host:port workers use to reach this coordinator; empty: the listen address (with
-  // this machine's name for a wildcard host).
+  // The host:port workers use to reach this coordinator (port 0: the port it listens on);
+  // empty: the listen address (with this machine's name for a wildcard host).
   std::string advertise_address;
   // The workers' heartbeats as a whole, per second (0: no cap): past heartbeat_interval x this
   // many workers, the interval handed out (and the lost-worker timeout) grows in proportion.
@@ -92,6 +92,7 @@ class CoordinatorServer {
   void Shutdown();
 
   const CollectiveEngine& engine() const { return *engine_; }
+  const KeyValueStore& kv() const { return *kv_; }
   JobManager& jobs() { return *jobs_; }
   AccessControl& access() { return *access_; }
   const MetricsRegistry& metrics() const { return *metrics_; }

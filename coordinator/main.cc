@@ -39,9 +39,12 @@ ABSL_FLAG(std::string, state_dir, "/tmp/dtrain-state",
           "the job database (<state_dir>/coordinator.db) and jobs' logs, metrics (CSV, "
           "TensorBoard) and checkpoints (<state_dir>/jobs/); a restart resumes from it");
 ABSL_FLAG(std::string, advertise, "",
-          "host:port workers use to reach this coordinator; default: --listen");
+          "host:port workers use to reach this coordinator (port 0: the port it listens on); "
+          "default: --listen");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for Prometheus metrics over HTTP (/metrics); empty: none");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "if set, the /metrics port is written to this file once serving");
 ABSL_FLAG(int64_t, max_artifact_bytes, int64_t{64} << 30,
           "the largest file a client may upload (a model, a dataset, a checkpoint); 0: no limit");
 ABSL_FLAG(int64_t, artifact_quota_bytes, 0,
@@ -149,8 +152,9 @@ int main(int argc, char** argv) {
     std::ofstream(tmp) << port << "\n";
     std::rename(tmp.c_str(), file.c_str());
   };
-  // The dashboard's first: a reader of the gRPC port file then finds both.
+  // The dashboard's and the metrics' first: a reader of the gRPC port file then finds them.
   write_port(absl::GetFlag(FLAGS_http_port_file), (*server)->web_port());
+  write_port(absl::GetFlag(FLAGS_metrics_port_file), (*server)->metrics_port());
   write_port(absl::GetFlag(FLAGS_port_file), (*server)->port());
   const int received = dtrain::WaitForTerminationSignal(signals);
   dtrain::LogInfo("shutting down: running jobs are interrupted and resume at the next start",

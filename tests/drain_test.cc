@@ -218,9 +218,14 @@ TEST_F(DrainTest, NoIdleWorker_JobWaitsQueued_ResumesWhenOneJoins) {
   EXPECT_THAT(waiting.checkpoint(), HasSubstr("last.ckpt"));
   EXPECT_THAT(cluster_->Dtrain("logs " + id).output,
               HasSubstr("the job waits in the queue and resumes from " + waiting.checkpoint()));
-  // It stays queued while one worker is idle, and takes the next one that joins.
-  absl::SleepFor(absl::Seconds(2));
-  EXPECT_EQ(cluster_->GetJob(id).state(), v1::QUEUED);
+  // It stays queued while one worker is idle (the scheduler sees that worker at every tick, so
+  // 2 s is a hundred chances to place the job wrongly), and takes the next one that joins.
+  ASSERT_TRUE(
+      WaitFor([&] { return cluster_->AliveWorkers(/*idle_only=*/true) == 1; }, absl::Seconds(20)))
+      << "the remaining worker was not let go";
+  EXPECT_FALSE(
+      WaitFor([&] { return cluster_->GetJob(id).state() != v1::QUEUED; }, absl::Seconds(2)))
+      << v1::JobState_Name(cluster_->GetJob(id).state()) << " with one idle worker of two";
   AddWorker("w2");
   const v1::JobStatus done = WaitForEnd(id);
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
@@ -293,8 +298,21 @@ TEST_F(DrainTest, ValidationOnly_SecondSignalStopsAtOnce_JobFailsNamingTheWorker
   ASSERT_TRUE(WaitFor(
       [&] { return absl::StrContains(ReadFile(StderrOf(victim)), "waiting for the coordinator"); },
       absl::Seconds(10)));
-  absl::SleepFor(absl::Milliseconds(500));
-  EXPECT_EQ(cluster_->GetJob(id).state(), v1::RUNNING) << "the first signal alone ended the job";
+  // The coordinator knows the worker is draining (it lists it so), and the job still runs: the
+  // first signal alone does not end it, for as long as the drain timeout (60 s) lasts; 1 s of
+  // that is watched.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::string listed = cluster_->Dtrain("workers").output;
+        const size_t at = listed.find(victim + " ");
+        return at != std::string::npos &&
+               listed.substr(at, listed.find('\n', at) - at).find("DRAINING") != std::string::npos;
+      },
+      absl::Seconds(10)))
+      << cluster_->Dtrain("workers").output;
+  EXPECT_FALSE(
+      WaitFor([&] { return cluster_->GetJob(id).state() != v1::RUNNING; }, absl::Seconds(1)))
+      << "the first signal alone ended the job: " << cluster_->GetJob(id).reason();
   stop_sent_ = absl::Now();
   cluster_->worker(victim).process().Kill(SIGTERM);
   ExpectCleanExit(victim, absl::Seconds(10));

@@ -223,7 +223,11 @@ TEST(Leave, MemberLeavesCleanly_OthersToldByNameAndGroupNotFailed) {
   absl::Status waiting;
   auto statuses = RunRanks(coordinator->address(), "leave", 2, [&](ProcessGroup& pg) {
     if (pg.rank() == 1) {
-      WaitFor([&] { return coordinator->engine().WaitingRanks("leave") == 1; }, absl::Seconds(10));
+      // Leaves only once rank 0 waits in the barrier: the leave must end a wait under way.
+      if (!WaitFor([&] { return coordinator->engine().WaitingRanks("leave") == 1; },
+                   absl::Seconds(10))) {
+        return absl::DeadlineExceededError("rank 0 never waited in the barrier");
+      }
       return pg.Leave();
     }
     waiting = pg.Barrier("waiting-for-leaver");
@@ -238,8 +242,11 @@ TEST(Shutdown, PendingCallsGetUnavailable) {
   auto coordinator = StartCoordinator();
   ASSERT_NE(coordinator, nullptr);
   absl::Notification stopped;
+  bool waited = false;
   std::thread stopper([&] {
-    WaitFor([&] { return coordinator->engine().WaitingRanks("shutdown") == 1; }, absl::Seconds(10));
+    // Shuts down only once rank 0 waits in the barrier: the shutdown must end a wait under way.
+    waited = WaitFor([&] { return coordinator->engine().WaitingRanks("shutdown") == 1; },
+                     absl::Seconds(10));
     coordinator->Shutdown();
     stopped.Notify();
   });
@@ -251,6 +258,7 @@ TEST(Shutdown, PendingCallsGetUnavailable) {
     return pg.Barrier("never-completes");
   });
   stopper.join();
+  EXPECT_TRUE(waited) << "rank 0 never waited in the barrier";
   EXPECT_EQ(statuses[0].code(), absl::StatusCode::kUnavailable) << statuses[0];
 }
 

@@ -1,7 +1,5 @@
 // The pieces of jobs that need no cluster: the spec file reader and its rules, the distributed
 // sampler, TensorBoard's record framing and the SVG plot.
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -17,6 +15,7 @@
 #include "common/tfevents_writer.h"
 #include "coordinator/jobs/distributed_sampler.h"
 #include "dtrain/v1/tfevents.pb.h"
+#include "tests/test_support.h"
 
 namespace dtrain {
 namespace {
@@ -108,9 +107,7 @@ TEST(JobSpecFile, BadKeysAndValues_NamedByPath) {
 // resolved against the file's own directory; absolute ones and lists stay as written.
 TEST(JobSpecFile, RelativePaths_ResolvedAgainstTheFilesDirectory) {
   const std::string dir =
-      std::filesystem::path(::testing::TempDir() + "/spec-paths-" + std::to_string(getpid()))
-          .lexically_normal()
-          .string();
+      std::filesystem::path(testing::TestTempPath("spec-paths")).lexically_normal().string();
   std::filesystem::create_directories(dir + "/jobs");
   std::ofstream(dir + "/jobs/job.yaml") << R"(model: {torchscript: ../models/m.pt}
 data: {tensors_file: data.pt, normalize: {mean: [0.5, 0.25], std: [1, 2]}}
@@ -133,9 +130,7 @@ checkpoint: {dirpath: ckpts}
 // that set them.
 TEST(JobConfig, ConfigsThenOverrides_LaterWins_PathsFromWhereTheyWereSet) {
   const std::string dir =
-      std::filesystem::path(::testing::TempDir() + "/config-layers-" + std::to_string(getpid()))
-          .lexically_normal()
-          .string();
+      std::filesystem::path(testing::TestTempPath("config-layers")).lexically_normal().string();
   std::filesystem::create_directories(dir + "/a");
   std::filesystem::create_directories(dir + "/b");
   std::ofstream(dir + "/a/base.yaml") << R"(name: base
@@ -214,7 +209,7 @@ ckpt_path: /c/last.ckpt
   EXPECT_THAT(yaml, HasSubstr("seed_everything: 42"));
   EXPECT_THAT(yaml, HasSubstr("max_epochs: 2"));
   EXPECT_THAT(yaml, Not(HasSubstr("stage")));
-  const std::string path = ::testing::TempDir() + "/printed-" + std::to_string(getpid()) + ".yaml";
+  const std::string path = testing::TestTempPath("printed.yaml");
   std::ofstream(path) << yaml;
   auto back = ReadJobConfig({path}, {});
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
@@ -314,7 +309,10 @@ TEST(DistributedSampler, EqualShardsCoverEverySampleAndShufflePerEpoch) {
 TEST(TfEvents, Crc32cAndRecordsReadBack) {
   // The standard CRC-32C check value.
   EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);
-  const std::string dir = ::testing::TempDir();
+  // A directory of its own: the writer names its file by the second and the host, which another
+  // run at the same second would share.
+  const std::string dir = testing::TestTempPath("events");
+  std::filesystem::create_directories(dir);
   auto writer = TfEventsWriter::Create(dir, "testhost");
   ASSERT_TRUE(writer.ok()) << writer.status();
   ASSERT_TRUE((*writer)->AddScalar("val_acc", 0.875, 42, 1000.5).ok());
@@ -366,7 +364,9 @@ TEST(MetricsPlot, SvgHasBothPanelsAndEverySeries) {
   EXPECT_THAT(svg, HasSubstr(">accuracy<"));
   EXPECT_THAT(svg, HasSubstr("train_loss (last 0.4)"));
   EXPECT_THAT(svg, HasSubstr("val_acc (last 0.9)"));
-  EXPECT_EQ(WriteMetricsPlot("/tmp/x.png", "j", points).code(), absl::StatusCode::kInvalidArgument);
+  const std::string png = testing::TestTempPath("x.png");
+  EXPECT_EQ(WriteMetricsPlot(png, "j", points).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(png)) << "a refused plot writes nothing";
 }
 
 TEST(ProgressView, LineShowsEpochBarStepLossRateAndEta) {

@@ -27,27 +27,14 @@ long QuietResidentKiB(pid_t pid, long at_most = 0) {
 }
 
 TEST(Load, SixtyFourRanks_ThousandBarriersHundredAllReduces_MemoryReturns) {
-  const std::string port_file = ::testing::TempDir() + "/dtrain_load_port";
-  std::remove(port_file.c_str());
-  auto coordinator = Subprocess::Start(
-      {DTRAIN_COORDINATOR_BIN, "--listen=127.0.0.1:0", "--port_file=" + port_file,
-       "--heartbeat-timeout=30s",
-       absl::StrCat("--state-dir=", ::testing::TempDir(), "/dtrain-load-state-", getpid())});
+  const std::string port_file = TestTempPath("coordinator.port");
+  auto coordinator =
+      Subprocess::Start({DTRAIN_COORDINATOR_BIN, "--listen=127.0.0.1:0", "--port_file=" + port_file,
+                         "--heartbeat-timeout=30s", "--state-dir=" + TestTempPath("state")});
   ASSERT_NE(coordinator, nullptr);
-  std::string port;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        FILE* f = std::fopen(port_file.c_str(), "r");
-        if (f == nullptr) return false;
-        char buf[32] = {0};
-        const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
-        std::fclose(f);
-        port = std::string(buf);
-        while (!port.empty() && (port.back() == '\n')) port.pop_back();
-        return ok && !port.empty();
-      },
-      absl::Seconds(10)));
-  const std::string address = "127.0.0.1:" + port;
+  const int port = WaitForPortFile(port_file, absl::Seconds(10));
+  ASSERT_GT(port, 0) << "the coordinator wrote no port";
+  const std::string address = absl::StrCat("127.0.0.1:", port);
 
   constexpr int kRanks = 64;
   constexpr int kBarriers = 1000;

@@ -62,10 +62,19 @@ TEST(MetricsRegistry, TextFormat_CountersHistogramsGauges) {
 
 TEST(MetricsEndpoint, CoordinatorAndWorker_CountWhatAJobDid) {
   LocalCluster cluster(absl::StrCat(::testing::TempDir(), "/metrics-", getpid()));
-  const int coordinator_port = FreeTcpPort(), worker_port = FreeTcpPort();
+  // Both /metrics servers bind port 0 and say which port they got; the gRPC port files are
+  // written after them, so they are there once the processes serve.
+  const std::string coordinator_port_file = cluster.dir() + "/coordinator-metrics.port";
+  const std::string worker_port_file = cluster.dir() + "/w0-metrics.port";
   ASSERT_TRUE(cluster.StartCoordinator(
-      "127.0.0.1:0", {absl::StrCat("--metrics_listen=127.0.0.1:", coordinator_port)}));
-  ASSERT_TRUE(cluster.AddWorker("w0", {absl::StrCat("--metrics_listen=127.0.0.1:", worker_port)}));
+      "127.0.0.1:0",
+      {"--metrics_listen=127.0.0.1:0", "--metrics_port_file=" + coordinator_port_file}));
+  ASSERT_TRUE(cluster.AddWorker(
+      "w0", {"--metrics_listen=127.0.0.1:0", "--metrics_port_file=" + worker_port_file}));
+  const int coordinator_port = WaitForPortFile(coordinator_port_file, absl::Seconds(5));
+  const int worker_port = WaitForPortFile(worker_port_file, absl::Seconds(5));
+  ASSERT_GT(coordinator_port, 0);
+  ASSERT_GT(worker_port, 0);
   ASSERT_TRUE(cluster.AddWorker("w1"));
   ASSERT_TRUE(WaitFor([&] { return cluster.AliveWorkers() == 2; }, absl::Seconds(10)));
   // 1024 samples over 2 ranks in batches of 32: 16 training batches per rank. On the

@@ -33,12 +33,12 @@ class NetworkFaultTest : public ::testing::Test {
     cluster_ = std::make_unique<LocalCluster>(
         absl::StrCat(::testing::TempDir(), "/netfault-", getpid(), "-",
                      ::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    const int port = FreeTcpPort();
-    ASSERT_GT(port, 0);
-    // Every namespace reaches this one's side of its own link, and through it the others'.
-    coordinator_ = absl::StrCat(hosts_[0]->gateway(), ":", port);
-    ASSERT_TRUE(cluster_->StartCoordinator(absl::StrCat("0.0.0.0:", port),
-                                           {"--insecure", "--advertise=" + coordinator_}));
+    // Every namespace reaches this one's side of its own link, and through it the others'. The
+    // coordinator binds port 0 and gives its workers the port it got at that address.
+    ASSERT_TRUE(cluster_->StartCoordinator(
+        "0.0.0.0:0", {"--insecure", absl::StrCat("--advertise=", hosts_[0]->gateway(), ":0")}));
+    coordinator_ = absl::StrCat(hosts_[0]->gateway(), ":",
+                                cluster_->address().substr(cluster_->address().rfind(':') + 1));
     for (int i = 0; i < 2; ++i) {
       ASSERT_TRUE(cluster_->AddWorker(absl::StrCat("w", i),
                                       {"--coordinator=" + coordinator_,

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "dtrain/v1/workers.grpc.pb.h"
 
@@ -65,11 +66,21 @@ TEST(ParallelCalls, CallsThatWaitForEachOther_AllStart_AndThreadsAreKeptBetweenR
 
 TEST(ParallelCalls, ResultsAreInCallOrder) {
   ParallelCalls calls;
-  const std::vector<grpc::Status> results = calls.Run(5, [](int i, grpc::ClientContext*) {
-    absl::SleepFor(absl::Milliseconds(5 * (5 - i)));  // the last finishes first
+  // The calls finish in reverse order: each waits for the next one to finish first.
+  absl::Notification finished[5];
+  absl::Mutex mu;
+  std::vector<int> finish_order;
+  const std::vector<grpc::Status> results = calls.Run(5, [&](int i, grpc::ClientContext*) {
+    if (i + 1 < 5) finished[i + 1].WaitForNotificationWithTimeout(absl::Seconds(10));
+    {
+      absl::MutexLock lock(&mu);
+      finish_order.push_back(i);
+    }
+    finished[i].Notify();
     return grpc::Status(i % 2 == 0 ? grpc::StatusCode::OK : grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("call ", i));
   });
+  EXPECT_EQ(finish_order, (std::vector<int>{4, 3, 2, 1, 0})) << "the calls did not run at once";
   ASSERT_EQ(results.size(), 5u);
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(results[i].ok(), i % 2 == 0) << i;

@@ -58,6 +58,64 @@ TEST(Rendezvous, MixedHosts_DenseRanksLocalRanksAndNodeRanks) {
   }
 }
 
+// How many members have registered so far in the forming group `group` (-1: no such group).
+int RegisteredMembers(v1::Coordinator::Stub& stub, const std::string& group) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  v1::ListGroupsResponse groups;
+  if (!stub.ListGroups(&context, v1::ListGroupsRequest(), &groups).ok()) return -1;
+  for (const v1::GroupInfo& g : groups.groups()) {
+    if (g.group() == group) return g.members_size();
+  }
+  return -1;
+}
+
+// Joins members of `group` one at a time, each only once the coordinator lists the one before
+// as registered, so that their arrival order is known; returns each one's rank by arrival.
+std::vector<int> JoinInArrivalOrder(const std::string& address, const std::string& group,
+                                    const std::vector<std::string>& hosts,
+                                    const std::vector<std::string>& order_keys) {
+  auto stub = v1::Coordinator::NewStub(ConnectToCoordinator(address));
+  const int n = static_cast<int>(hosts.size());
+  std::vector<int> ranks(n, -1);
+  std::vector<absl::Status> statuses(n);
+  std::vector<std::thread> members;
+  for (int i = 0; i < n; ++i) {
+    members.emplace_back([&, i] {
+      ProcessGroupOptions options = GroupOptions(group, n, hosts[i]);
+      options.order_key = order_keys[i];
+      auto pg = ProcessGroup::Join(address, options);
+      statuses[i] = pg.status();
+      if (pg.ok()) ranks[i] = (*pg)->rank();
+    });
+    // The last one completes the group (which is then no longer forming).
+    if (i + 1 < n) {
+      EXPECT_TRUE(
+          WaitFor([&] { return RegisteredMembers(*stub, group) == i + 1; }, absl::Seconds(10)))
+          << "member " << i << " did not register";
+    }
+  }
+  for (std::thread& t : members) t.join();
+  for (int i = 0; i < n; ++i)
+    EXPECT_TRUE(statuses[i].ok()) << "member " << i << ": " << statuses[i];
+  return ranks;
+}
+
+// Within a host, ranks follow the members' order keys, then their arrival (group_table.h); hosts
+// by name. Arrivals driven one at a time, so a rule that ignored arrival (or reversed it) fails.
+TEST(Rendezvous, RanksWithinAHost_FollowOrderKeysThenArrival) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  // Arrivals b, a, b, a, b: host a's two (arrivals 1, 3) are ranks 0 and 1 in that order, then
+  // host b's three (arrivals 0, 2, 4) ranks 2, 3 and 4.
+  EXPECT_EQ(JoinInArrivalOrder(coordinator->address(), "arrivals", {"b", "a", "b", "a", "b"},
+                               {"", "", "", "", ""}),
+            (std::vector<int>{2, 0, 3, 1, 4}));
+  // Order keys outrank arrival (ddp_spawn's children rank by their index whenever they come).
+  EXPECT_EQ(JoinInArrivalOrder(coordinator->address(), "keys", {"h", "h", "h"}, {"2", "0", "1"}),
+            (std::vector<int>{2, 0, 1}));
+}
+
 absl::Status RegisterRaw(v1::Coordinator::Stub& stub, const std::string& group, int world,
                          uint64_t incarnation, int64_t generation = 0, int timeout_ms = 300) {
   grpc::ClientContext context;
@@ -220,17 +278,25 @@ TEST(KeyValue, GetWithWait_WokenByWriterOrTimesOut) {
   ASSERT_NE(coordinator, nullptr);
   KeyValueClient reader(ConnectToCoordinator(coordinator->address()), "s");
   KeyValueClient writer(ConnectToCoordinator(coordinator->address()), "s");
+  bool reader_waited = false;
+  absl::Status written;
   std::thread t([&] {
-    // Ordering, not settling: were the write first, Get would answer at once and still pass.
-    absl::SleepFor(absl::Milliseconds(100));
-    ASSERT_TRUE(writer.Set("late", "here").ok());
+    // The write comes once the reader waits at the coordinator, never before: a Get that
+    // answered at once, or whose wait a write does not end, fails below.
+    reader_waited =
+        WaitFor([&] { return coordinator->kv().WaitingGets() == 1; }, absl::Seconds(10));
+    written = writer.Set("late", "here");
   });
   const absl::Time start = absl::Now();
-  auto value = reader.Get("late", absl::Seconds(10));
+  auto value = reader.Get("late", absl::Seconds(20));
+  const absl::Duration took = absl::Now() - start;
   t.join();
+  ASSERT_TRUE(reader_waited) << "the reader's Get never waited at the coordinator";
+  ASSERT_TRUE(written.ok()) << written;
   ASSERT_TRUE(value.ok()) << value.status();
   EXPECT_EQ(*value, "here");
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_LT(took, absl::Seconds(10)) << "woken by the write, not by its deadline";
+  EXPECT_EQ(coordinator->kv().WaitingGets(), 0);
 
   auto missing = reader.Get("never", absl::Milliseconds(200));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);

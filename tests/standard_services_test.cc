@@ -155,14 +155,15 @@ TEST(StandardServices, WorkerHealthAndReflection) {
 // first keeps serving every client.
 TEST(StandardServices, PortAlreadyServed_ASecondServerRefusesToStart_TheFirstServesOn) {
   auto cluster = NewCluster();
-  const int metrics_port = FreeTcpPort();
-  ASSERT_GT(metrics_port, 0);
   const std::string http_port_file = cluster->dir() + "/http.port";
+  const std::string metrics_port_file = cluster->dir() + "/metrics.port";
   ASSERT_TRUE(cluster->StartCoordinator(
       "127.0.0.1:0", {"--http_listen=127.0.0.1:0", "--http_port_file=" + http_port_file,
-                      absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port)}));
+                      "--metrics_listen=127.0.0.1:0", "--metrics_port_file=" + metrics_port_file}));
   const int http_port = WaitForPortFile(http_port_file, absl::Seconds(10));
   ASSERT_GT(http_port, 0);
+  const int metrics_port = WaitForPortFile(metrics_port_file, absl::Seconds(10));
+  ASSERT_GT(metrics_port, 0);
   ASSERT_TRUE(cluster->AddWorker("first-w"));
   const std::string address = cluster->address();
   // The same gRPC port; then a free one with the dashboard's or the metrics' port taken.

@@ -1,18 +1,24 @@
 #include "tests/test_support.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
@@ -85,21 +91,6 @@ bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
   return condition();
 }
 
-int FreeTcpPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 int WaitForPortFile(const std::string& path, absl::Duration timeout) {
   int port = 0;
   WaitFor(
@@ -109,6 +100,46 @@ int WaitForPortFile(const std::string& path, absl::Duration timeout) {
       },
       timeout);
   return port;
+}
+
+namespace {
+
+// Removes its directory when the process exits normally (gtest_main returns from main).
+class ProcessTempDirectory {
+ public:
+  ProcessTempDirectory() {
+    std::string pattern = absl::StrCat(::testing::TempDir(), "/dtrain-", getpid(), "-XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr) {
+      std::fprintf(stderr, "cannot make a scratch directory %s: %s\n", pattern.c_str(),
+                   std::strerror(errno));
+      std::abort();
+    }
+    path_ = pattern;
+  }
+  ~ProcessTempDirectory() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+const std::string& ProcessTempDir() {
+  static const ProcessTempDirectory directory;
+  return directory.path();
+}
+
+std::string TestTempPath(const std::string& name) {
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  // Parameterised names hold '/' (Suite/Name.Case/0): one path component each.
+  std::string who =
+      test == nullptr ? "no-test" : absl::StrCat(test->test_suite_name(), ".", test->name());
+  std::replace(who.begin(), who.end(), '/', '_');
+  return absl::StrCat(ProcessTempDir(), "/", who, "-", name);
 }
 
 std::unique_ptr<Subprocess> Subprocess::Start(const std::vector<std::string>& argv) {

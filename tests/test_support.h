@@ -1,5 +1,6 @@
 // Helpers shared by dtrain's tests: an in-process coordinator on 127.0.0.1:0, ranks run as
-// threads, child processes that are always reaped, and condition polling with a deadline.
+// threads, child processes that are always reaped, condition polling with a deadline, and
+// scratch paths no other test or process uses.
 #pragma once
 
 #include <sys/types.h>
@@ -38,12 +39,16 @@ std::vector<absl::Status> RunRanks(
 // Polls `condition` until it holds or `timeout` passes; returns whether it held.
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
 
-// A TCP port free on every address right now (for a server whose address must be known before
-// it starts); 0 if none could be found.
-int FreeTcpPort();
-
 // The port a server wrote to `path` (its --port_file) once serving; 0 after `timeout`.
 int WaitForPortFile(const std::string& path, absl::Duration timeout);
+
+// A directory this process alone uses, under ::testing::TempDir(): made by mkdtemp
+// (dtrain-<pid>-XXXXXX) on first use and removed, with everything in it, when the process
+// exits. Thread-safe.
+const std::string& ProcessTempDir();
+// <ProcessTempDir()>/<Suite>.<Test>-<name>: a path of the running test's own, so that a file
+// left by another test, another run or another user cannot change what the test sees.
+std::string TestTempPath(const std::string& name);
 
 // A child process, started with fork+exec; killed and reaped on destruction.
 class Subprocess {

@@ -256,11 +256,14 @@ TEST_F(TokenClusterTest, AdminTokenRequired_JobRuns_NoTokenInLogs) {
   // This process calls the coordinator and the worker too (LocalCluster's stubs, WorkerProcess
   // checking that it serves): with the admin token.
   SetClientToken(kAdmin);
-  // The coordinator's own log (stderr) goes to a file, to be searched for tokens.
+  // The coordinator's and the worker's own logs (stderr, the ddp_spawn children's included),
+  // at debug level, go to files, to be searched for tokens.
   ASSERT_TRUE(cluster_->StartCoordinator(
-      "127.0.0.1:0", {"--token_file=" + dir + "/token"},
+      "127.0.0.1:0", {"--token_file=" + dir + "/token", "--log_level=debug"},
       {"/bin/sh", "-c", absl::StrCat("exec \"$@\" 2> ", dir, "/coordinator.log"), "sh"}));
-  ASSERT_TRUE(cluster_->AddWorker("tok-w0", {"--token_file=" + dir + "/token"}));
+  ASSERT_TRUE(cluster_->AddWorker(
+      "tok-w0", {"--token_file=" + dir + "/token", "--log_level=debug"},
+      {"/bin/sh", "-c", absl::StrCat("exec \"$@\" 2> ", dir, "/worker.log"), "sh"}));
   {
     // The worker refuses callers without its token.
     auto anonymous = v1::Worker::NewStub(
@@ -303,10 +306,21 @@ optimizer: {name: sgd, lr: 0.05}
   CommandResult by_flag = Cli("", absl::StrCat("--token=", kAdmin, " list"));
   EXPECT_EQ(by_flag.exit_code, 0) << by_flag.output;
   EXPECT_THAT(by_flag.output, HasSubstr("tok-1"));
+  // What a user reads of the job: its log through the CLI, and its status.
+  CommandResult job_log = Cli(with_token, "logs tok-1");
+  ASSERT_EQ(job_log.exit_code, 0) << job_log.output;
+  CommandResult job_status = Cli(with_token, "status tok-1 --output json");
+  ASSERT_EQ(job_status.exit_code, 0) << job_status.output;
 
   ASSERT_TRUE(cluster_->Shutdown()) << "the coordinator did not stop on SIGTERM";
-  // Neither the admin token nor any job token (64 hex digits) is in any log.
-  std::string logs = ReadFile(dir + "/coordinator.log");
+  // Neither the admin token nor any job token (NewRandomToken's 64 hex digits, as tested above)
+  // is in any log: the daemons' (the worker's ddp_spawn children write to the same stderr),
+  // the job's files, and what the CLI shows.
+  const std::string worker_log = ReadFile(dir + "/worker.log");
+  ASSERT_THAT(worker_log, HasSubstr("serving (ddp_spawn child)")) << "children's stderr missing";
+  ASSERT_THAT(worker_log, HasSubstr("tok-1")) << "the worker's log says nothing of the job";
+  std::string logs =
+      ReadFile(dir + "/coordinator.log") + worker_log + job_log.output + job_status.output;
   ASSERT_THAT(logs, HasSubstr("dtrain-coordinator: serving")) << "its stderr was not captured";
   for (const auto& entry : std::filesystem::recursive_directory_iterator(dir + "/state")) {
     // Stored files (checkpoints) are named by their digest and hold tensors, not logs.

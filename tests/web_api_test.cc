@@ -8,7 +8,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -20,6 +23,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/sha256.h"
+#include "coordinator/jobs/job_store.h"
+#include "coordinator/web/web_access.h"
 #include "dtrain/v1/cluster.pb.h"
 #include "dtrain/v1/coordinator.pb.h"
 #include "dtrain/v1/jobs.pb.h"
@@ -30,6 +35,7 @@ namespace dtrain::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 template <typename Message>
 Message Parse(const std::string& json) {
@@ -47,10 +53,16 @@ std::string ErrorCode(const std::string& json) {
 
 class WebApiTest : public ::testing::Test {
  protected:
-  void Start(const std::vector<std::string>& flags = {}) {
+  // `seed`, when given, writes into the state directory (<dir>/state) before the coordinator
+  // starts on it, as an earlier run of the coordinator would have.
+  void Start(const std::vector<std::string>& flags = {},
+             const std::function<void(const std::string& state_dir)>& seed = nullptr) {
     cluster_ = std::make_unique<LocalCluster>(
         absl::StrCat(::testing::TempDir(), "/web-api-", getpid(), "-",
                      ::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    if (seed) {
+      ASSERT_NO_FATAL_FAILURE(seed(cluster_->dir() + "/state"));
+    }
     std::vector<std::string> all = {"--http_listen=127.0.0.1:0",
                                     "--http_port_file=" + cluster_->dir() + "/http.port"};
     all.insert(all.end(), flags.begin(), flags.end());
@@ -250,6 +262,8 @@ TEST_F(WebApiTest, AdminToken_BearerOrSessionCookie_WrongTokenRefused) {
   const std::string cookie = login->get_header_value("Set-Cookie");
   EXPECT_THAT(cookie, HasSubstr("HttpOnly"));
   EXPECT_THAT(cookie, HasSubstr("SameSite=Strict"));
+  EXPECT_THAT(cookie, HasSubstr("; Max-Age=43200")) << "12 hours";
+  EXPECT_THAT(cookie, Not(HasSubstr("Secure"))) << "a Secure cookie never comes back over HTTP";
   httplib::Headers session = {{"Cookie", cookie.substr(0, cookie.find(';'))}};
   auto with_cookie = http_->Get("/api/v1/cluster", session);
   ASSERT_TRUE(with_cookie);
@@ -335,6 +349,252 @@ TEST(WebApiStart, BeyondLoopbackWithoutAToken_Refused) {
   EXPECT_NE(run.exit_code, 0);
   EXPECT_THAT(run.output, HasSubstr("is beyond loopback and the coordinator has no admin token"));
   std::filesystem::remove_all(dir);
+}
+
+// What docs/dashboard.md promises of the job list, on jobs a coordinator ran before (written to
+// its state as it would have, then restored): every sort key in both directions, each key's
+// values distinct so each order is the one only that key gives, and the state= filter.
+struct SeededJob {
+  std::string id, name;
+  v1::JobState state;
+  int64_t step;
+  double samples_per_second;
+};
+const std::vector<SeededJob>& SeededJobs() {
+  // In submission order. Orders ascending: name 3 5 1 2 4, id 3 5 2 1 4 ("run-2-1" < "run-3"),
+  // state 3 2 {4 5} 1, step 4 1 3 2 5, samples/s 3 1 5 4 2.
+  static const std::vector<SeededJob> jobs = {
+      {"run-3", "run", v1::CANCELLED, 20, 2.5},  {"run-2-1", "run-2", v1::SUCCEEDED, 40, 7.5},
+      {"eval-1", "eval", v1::QUEUED, 30, 1.0},   {"sweep-1", "sweep", v1::FAILED, 10, 5.0},
+      {"probe-1", "probe", v1::FAILED, 50, 3.5},
+  };
+  return jobs;
+}
+
+// The seeded jobs into <state_dir>/coordinator.db; the SUCCEEDED one with `points` metric
+// points and a job.log of `lines` lines.
+void SeedJobs(const std::string& state_dir, int points, int lines) {
+  std::filesystem::create_directories(state_dir);
+  auto store = JobStore::Open(state_dir + "/coordinator.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  int64_t submitted = 1767225600000;  // 2026-01-01
+  for (const SeededJob& j : SeededJobs()) {
+    v1::JobSpec spec;
+    spec.set_name(j.name);
+    spec.mutable_model()->set_builtin("mlp");
+    spec.mutable_data()->mutable_synthetic()->set_train_size(64);
+    v1::JobStatus status;
+    status.set_id(j.id);
+    status.set_name(j.name);
+    status.set_state(j.state);
+    status.set_submitted_unix_ms(submitted += 1000);
+    if (IsTerminal(j.state)) status.set_finished_unix_ms(submitted + 500);
+    status.mutable_progress()->set_global_step(j.step);
+    status.mutable_progress()->set_samples_per_second(j.samples_per_second);
+    ASSERT_TRUE((*store)->Insert(spec, status).ok());
+    if (j.state != v1::SUCCEEDED) continue;
+    for (int i = 0; i < points; ++i) {
+      v1::MetricPoint point;
+      point.set_name("train_loss");
+      point.set_step(i);
+      point.set_value(1.0 / (i + 1));
+      ASSERT_TRUE((*store)->AddMetric(j.id, point).ok());
+    }
+    const std::string dir = absl::StrCat(state_dir, "/jobs/", j.id);
+    std::filesystem::create_directories(dir);
+    std::ofstream log(dir + "/job.log");
+    for (int i = 0; i < lines; ++i) log << "2026-01-01 00:00:00 line " << i << "\n";
+  }
+}
+
+TEST_F(WebApiTest, JobsList_EverySortKeyBothWays_StateFilter) {
+  ASSERT_NO_FATAL_FAILURE(Start({}, [](const std::string& state) { SeedJobs(state, 0, 0); }));
+  const std::vector<SeededJob>& seeded = SeededJobs();
+  // What the coordinator restored, by id: the values the orders must follow.
+  std::map<std::string, v1::JobStatus> restored;
+  for (const SeededJob& j : seeded) {
+    auto got = http_->Get("/api/v1/jobs/" + j.id);
+    ASSERT_TRUE(got && got->status == 200) << j.id;
+    restored[j.id] = Parse<v1::JobStatus>(got->body);
+    EXPECT_EQ(restored[j.id].state(), j.state) << j.id;
+    EXPECT_EQ(restored[j.id].progress().global_step(), j.step) << j.id;
+  }
+  using Less = std::function<bool(const v1::JobStatus&, const v1::JobStatus&)>;
+  const std::vector<std::pair<std::string, Less>> keys = {
+      {"id", [](const auto& a, const auto& b) { return a.id() < b.id(); }},
+      {"name", [](const auto& a, const auto& b) { return a.name() < b.name(); }},
+      {"state", [](const auto& a, const auto& b) { return a.state() < b.state(); }},
+      {"step",
+       [](const auto& a, const auto& b) {
+         return a.progress().global_step() < b.progress().global_step();
+       }},
+      {"samples_per_second",
+       [](const auto& a, const auto& b) {
+         return a.progress().samples_per_second() < b.progress().samples_per_second();
+       }},
+  };
+  auto listed = [&](const std::string& query) {
+    std::vector<std::string> ids;
+    auto got = http_->Get("/api/v1/jobs?" + query);
+    EXPECT_TRUE(got && got->status == 200) << query;
+    if (!got) return ids;
+    const v1::ListJobsResponse page = Parse<v1::ListJobsResponse>(got->body);
+    EXPECT_EQ(page.total_size(), page.jobs_size()) << query;
+    for (const v1::JobStatus& j : page.jobs()) ids.push_back(j.id());
+    return ids;
+  };
+  std::vector<std::string> submitted;
+  for (const SeededJob& j : seeded) submitted.push_back(j.id);
+  EXPECT_EQ(listed("sort=submitted&order=asc"), submitted);
+  EXPECT_EQ(listed(""), std::vector<std::string>(submitted.rbegin(), submitted.rend()))
+      << "newest first by default";
+  std::set<std::vector<std::string>> orders = {submitted};
+  for (const auto& [key, less] : keys) {
+    for (const std::string order : {"asc", "desc"}) {
+      SCOPED_TRACE(key + " " + order);
+      const std::vector<std::string> ids = listed("sort=" + key + "&order=" + order);
+      ASSERT_EQ(ids.size(), seeded.size());
+      // Each neighbouring pair in order, and only ties (two FAILED jobs by state) in either.
+      for (size_t i = 0; i + 1 < ids.size(); ++i) {
+        const v1::JobStatus& a = restored[ids[i]];
+        const v1::JobStatus& b = restored[ids[i + 1]];
+        EXPECT_FALSE(order == "asc" ? less(b, a) : less(a, b))
+            << ids[i] << " before " << ids[i + 1];
+        if (key != "state") {
+          EXPECT_TRUE(less(a, b) || less(b, a)) << "a tie: " << ids[i];
+        }
+      }
+      if (order == "asc") orders.insert(ids);
+    }
+  }
+  // The data tells the keys apart: six different orders (a sort that ignored its key fails).
+  EXPECT_EQ(orders.size(), keys.size() + 1);
+  EXPECT_EQ(listed("sort=step&order=asc"),
+            (std::vector<std::string>{"sweep-1", "run-3", "eval-1", "run-2-1", "probe-1"}));
+
+  // state=: exactly the jobs in that state, sorted as asked.
+  EXPECT_EQ(listed("state=FAILED&sort=step&order=desc"),
+            (std::vector<std::string>{"probe-1", "sweep-1"}));
+  EXPECT_EQ(listed("state=QUEUED"), (std::vector<std::string>{"eval-1"}));
+  EXPECT_EQ(listed("state=RUNNING"), std::vector<std::string>());
+  auto bad = http_->Get("/api/v1/jobs?state=DONE");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_THAT(bad->body, HasSubstr("state 'DONE' is not QUEUED, RUNNING"));
+  auto bad_order = http_->Get("/api/v1/jobs?order=up");
+  ASSERT_TRUE(bad_order);
+  EXPECT_EQ(bad_order->status, 400);
+}
+
+// One answer holds at most 10,000 metric points and 2,000 log lines (docs/dashboard.md); the
+// rest comes from since / offset, and `truncated` says there is more.
+TEST_F(WebApiTest, MetricsAndLogs_CappedPerAnswer_RestFromSinceAndOffset) {
+  ASSERT_NO_FATAL_FAILURE(
+      Start({}, [](const std::string& state) { SeedJobs(state, 10050, 2050); }));
+  auto first = http_->Get("/api/v1/jobs/run-2-1/metrics?since=0");
+  ASSERT_TRUE(first && first->status == 200);
+  const v1::GetJobMetricsResponse points = Parse<v1::GetJobMetricsResponse>(first->body);
+  EXPECT_EQ(points.points_size(), 10000);
+  EXPECT_EQ(points.next_point(), 10000);
+  EXPECT_TRUE(points.truncated());
+  EXPECT_EQ(points.points(9999).step(), 9999);
+  auto rest = http_->Get("/api/v1/jobs/run-2-1/metrics?since=10000");
+  ASSERT_TRUE(rest && rest->status == 200);
+  const v1::GetJobMetricsResponse more = Parse<v1::GetJobMetricsResponse>(rest->body);
+  EXPECT_EQ(more.points_size(), 50);
+  EXPECT_EQ(more.points(0).step(), 10000);
+  EXPECT_EQ(more.next_point(), 10050);
+  EXPECT_FALSE(more.truncated());
+
+  auto head = http_->Get("/api/v1/jobs/run-2-1/logs?offset=0");
+  ASSERT_TRUE(head && head->status == 200);
+  const v1::GetJobLogsResponse lines = Parse<v1::GetJobLogsResponse>(head->body);
+  EXPECT_EQ(lines.lines_size(), 2000);
+  EXPECT_EQ(lines.next_line(), 2000);
+  EXPECT_TRUE(lines.truncated());
+  EXPECT_THAT(lines.lines(1999), HasSubstr(" line 1999"));
+  auto tail = http_->Get("/api/v1/jobs/run-2-1/logs?offset=2000");
+  ASSERT_TRUE(tail && tail->status == 200);
+  const v1::GetJobLogsResponse last = Parse<v1::GetJobLogsResponse>(tail->body);
+  EXPECT_EQ(last.lines_size(), 50);
+  EXPECT_THAT(last.lines(0), HasSubstr(" line 2000"));
+  EXPECT_EQ(last.next_line(), 2050);
+  EXPECT_FALSE(last.truncated());
+}
+
+// Every answer (pages, scripts, the API, errors, the login page) carries the Content-Security-
+// Policy that allows scripts from the coordinator only, and the other headers beside it.
+TEST_F(WebApiTest, EveryAnswer_CarriesTheContentSecurityPolicy) {
+  const std::string token_file = TestTempPath("token");
+  std::ofstream(token_file) << "csp-admin-token\n";
+  ASSERT_NO_FATAL_FAILURE(Start({"--token_file=" + token_file}));
+  const httplib::Headers admin = {{"Authorization", "Bearer csp-admin-token"}};
+  for (const auto& [path, headers, status] :
+       std::vector<std::tuple<std::string, httplib::Headers, int>>{
+           {"/", admin, 200},
+           {"/", {}, 401},  // the login page
+           {"/login", {}, 200},
+           {"/static/app.js", admin, 200},
+           {"/static/login.js", {}, 200},
+           {"/api/v1/jobs", admin, 200},
+           {"/api/v1/jobs", {}, 401},
+           {"/api/v1/jobs/nosuch-1", admin, 404}}) {
+    SCOPED_TRACE(path);
+    auto got = http_->Get(path, headers);
+    ASSERT_TRUE(got);
+    EXPECT_EQ(got->status, status);
+    EXPECT_EQ(got->get_header_value("Content-Security-Policy"),
+              "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+              "frame-ancestors 'none'");
+    EXPECT_EQ(got->get_header_value("X-Content-Type-Options"), "nosniff");
+  }
+}
+
+// Over HTTPS the session cookie is Secure (and still HttpOnly, SameSite=Strict, 12 hours).
+TEST_F(WebApiTest, HttpsLogin_SessionCookieIsSecure) {
+  const std::string certs = TestTempPath("certs");
+  CommandResult made =
+      RunShell(absl::StrCat("bash " DTRAIN_SOURCE_DIR "/deploy/tls/make-test-certs.sh ", certs));
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string token_file = TestTempPath("token");
+  std::ofstream(token_file) << "tls-admin-token\n";
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--tls_cert=" + certs + "/server.pem", "--tls_key=" + certs + "/server.key",
+             "--tls_ca=" + certs + "/ca.pem", "--token_file=" + token_file}));
+  httplib::SSLClient https("127.0.0.1", port_);
+  https.set_ca_cert_path((certs + "/ca.pem").c_str());
+  https.enable_server_certificate_verification(true);
+  auto login = https.Post("/login", R"({"token": "tls-admin-token"})", "application/json");
+  ASSERT_TRUE(login) << httplib::to_string(login.error());
+  ASSERT_EQ(login->status, 200) << login->body;
+  const std::string cookie = login->get_header_value("Set-Cookie");
+  EXPECT_THAT(cookie, HasSubstr("; Secure"));
+  EXPECT_THAT(cookie, HasSubstr("HttpOnly"));
+  EXPECT_THAT(cookie, HasSubstr("SameSite=Strict"));
+  EXPECT_THAT(cookie, HasSubstr("; Max-Age=43200"));
+  auto with_cookie = https.Get("/api/v1/cluster", {{"Cookie", cookie.substr(0, cookie.find(';'))}});
+  ASSERT_TRUE(with_cookie);
+  EXPECT_EQ(with_cookie->status, 200);
+  auto logout =
+      https.Post("/logout", {{"Cookie", cookie.substr(0, cookie.find(';'))}}, "", "text/plain");
+  ASSERT_TRUE(logout);
+  EXPECT_THAT(logout->get_header_value("Set-Cookie"), HasSubstr("Max-Age=0; Secure"));
+}
+
+// The session's 12 hours hold on the server too, not only in the browser's Max-Age.
+TEST(WebAccess, SessionAcceptedForTwelveHours_ThenRefused) {
+  absl::Time now = absl::FromUnixSeconds(1767225600);
+  WebAccess access("admin-token", /*https=*/false, [&] { return now; });
+  auto cookie = access.Login("admin-token");
+  ASSERT_TRUE(cookie.ok()) << cookie.status();
+  const std::string session = cookie->substr(0, cookie->find(';'));
+  now += absl::Hours(12) - absl::Seconds(1);
+  EXPECT_TRUE(access.Check("", session).ok());
+  now += absl::Seconds(1);
+  const absl::Status expired = access.Check("", session);
+  EXPECT_EQ(expired.code(), absl::StatusCode::kUnauthenticated) << expired;
+  EXPECT_THAT(std::string(expired.message()), HasSubstr("expired"));
+  EXPECT_EQ(access.Login("wrong").status().code(), absl::StatusCode::kUnauthenticated);
 }
 
 }  // namespace

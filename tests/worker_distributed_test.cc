@@ -20,6 +20,7 @@
 #include <map>
 #include <numeric>
 
+#include "absl/synchronization/notification.h"
 #include "tests/reference_data.h"
 #include "tests/test_support.h"
 #include "tests/worker_test_helpers.h"
@@ -556,17 +557,20 @@ TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
 
   absl::Status waited;
   absl::Duration took;
+  absl::Notification answered;
   statuses = testing::RunRanks(address, "shm-missing", 2, [&](ProcessGroup& pg) -> absl::Status {
     auto backend = MakeBackend("shm", address, &pg, absl::Seconds(2));
     if (!backend.ok()) return backend.status();
     if (pg.rank() == 1) {
-      absl::SleepFor(absl::Seconds(4));  // alive (heartbeating) but never calls
+      // Alive (heartbeating) but never calls, until rank 0 has its answer.
+      answered.WaitForNotificationWithTimeout(absl::Seconds(30));
       return absl::OkStatus();
     }
     torch::Tensor t = torch::ones({1000});
     const absl::Time start = absl::Now();
     waited = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
     took = absl::Now() - start;
+    answered.Notify();
     return absl::OkStatus();
   });
   for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
@@ -589,24 +593,30 @@ TEST_P(InterruptedWait, ACancelledStepEndsTheWaitForAPeerThatNeverComes) {
   const bool through_gloo = GetParam() == "shm-int64";
   absl::Status waited, later;
   absl::Duration took, later_took;
+  absl::Notification done;
   auto statuses = testing::RunRanks(
       address, "interrupt-" + GetParam(), 2, [&](ProcessGroup& pg) -> absl::Status {
         auto backend =
             MakeBackend(through_gloo ? "shm" : GetParam(), address, &pg, absl::Minutes(5));
         if (!backend.ok()) return backend.status();
         if (pg.rank() == 1) {
-          absl::SleepFor(absl::Milliseconds(2500));  // alive, but never calls
+          // Alive, but never calls until rank 0 is done: only the interruption can end its wait
+          // (leaving would end it too, after 30 s, and fail the time check below).
+          done.WaitForNotificationWithTimeout(absl::Seconds(30));
           return absl::OkStatus();
         }
         auto make = [&] {
           return through_gloo ? torch::ones({1000}, torch::kInt64) : torch::ones({1000});
         };
         torch::Tensor t = make();
+        const absl::Time start = absl::Now();
+        // The interruption comes 300 ms after the call began, while it waits for rank 1: the
+        // delay is the scenario (a wait under way is ended), not settling. A call that ended
+        // before it, or was not ended by it, fails the time checks below.
         std::thread canceller([&] {
           absl::SleepFor(absl::Milliseconds(300));
           (*backend)->Interrupt(absl::CancelledError("job j was cancelled"));
         });
-        const absl::Time start = absl::Now();
         waited = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
         took = absl::Now() - start;
         canceller.join();
@@ -615,6 +625,7 @@ TEST_P(InterruptedWait, ACancelledStepEndsTheWaitForAPeerThatNeverComes) {
         const absl::Time again = absl::Now();
         later = (*backend)->AllReduce(u, v1::REDUCE_OP_SUM);
         later_took = absl::Now() - again;
+        done.Notify();
         return absl::OkStatus();
       });
   for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;

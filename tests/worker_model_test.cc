@@ -143,7 +143,7 @@ TEST(Zoo, SameSeed_SameParameters) {
   EXPECT_FALSE(torch::equal(a->Parameters()[0], c->Parameters()[0]));
 }
 
-std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+std::string TempPath(const std::string& name) { return testing::TestTempPath(name); }
 
 TEST(LightningModuleFile, SavedAndLoaded_SameOutputs) {
   auto model = BuiltinModel("cnn", 5);

@@ -18,8 +18,7 @@ std::unique_ptr<WorkerProcess> WorkerProcess::Start(const std::string& coordinat
                                                     std::vector<std::string> extra_flags,
                                                     const std::vector<std::string>& launcher) {
   static std::atomic<int> counter{0};
-  const std::string port_file =
-      absl::StrCat("/tmp/dtrain-test-worker-", getpid(), "-", counter++, ".port");
+  const std::string port_file = absl::StrCat(ProcessTempDir(), "/worker-", counter++, ".port");
   std::remove(port_file.c_str());
   std::vector<std::string> argv = {DTRAIN_WORKER_BIN, "--coordinator=" + coordinator,
                                    "--listen=127.0.0.1:0", "--port_file=" + port_file};

@@ -167,6 +167,24 @@ class WorkerServiceTest : public ::testing::Test {
         [&](auto* c) { return w.stub().Setup(c, request, response ? response : &ignored); });
   }
   std::string address() const { return coordinator_->address(); }
+  // Whether the group `group` is forming with `members` registered: a Setup waits there.
+  bool WaitForRegistered(const std::string& group, int members) {
+    auto stub = v1::Coordinator::NewStub(ConnectToCoordinator(address()));
+    return WaitFor(
+        [&] {
+          grpc::ClientContext context;
+          v1::ListGroupsResponse groups;
+          if (!stub->ListGroups(&context, v1::ListGroupsRequest(), &groups).ok()) return false;
+          for (const v1::GroupInfo& g : groups.groups()) {
+            if (g.group() == group && g.state() == v1::GROUP_STATE_FORMING &&
+                g.members_size() == members) {
+              return true;
+            }
+          }
+          return false;
+        },
+        absl::Seconds(30));
+  }
 
   std::unique_ptr<CoordinatorServer> coordinator_;
 };
@@ -236,12 +254,16 @@ TEST_F(WorkerServiceTest, SetupWaitingForItsGroup_EndsWhenCancelledOrTornDown) {
   {
     grpc::ClientContext context;
     v1::SetupResponse response;
+    bool waiting = false;
     std::thread cancel([&] {
-      absl::SleepFor(absl::Milliseconds(500));
+      // Gives up once the worker waits in the rendezvous, so that the cancellation ends a wait.
+      waiting = WaitForRegistered("lonely", 1);
       context.TryCancel();
     });
-    w->stub().Setup(&context, lonely, &response);
+    const grpc::Status cancelled = w->stub().Setup(&context, lonely, &response);
     cancel.join();
+    ASSERT_TRUE(waiting) << "the worker's Setup never waited for its group";
+    EXPECT_EQ(cancelled.error_code(), grpc::StatusCode::CANCELLED) << cancelled.error_message();
   }
   // The worker went on: a new job sets up within seconds (the Setup queue is one at a time).
   const absl::Time start = absl::Now();
@@ -254,7 +276,7 @@ TEST_F(WorkerServiceTest, SetupWaitingForItsGroup_EndsWhenCancelledOrTornDown) {
   lonely.set_job_id("lonely2");
   absl::Status waited;
   std::thread setup([&] { waited = Setup(*w, lonely); });
-  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_TRUE(WaitForRegistered("lonely2", 1)) << "the Setup never waited for its group";
   const absl::Time teardown_start = absl::Now();
   EXPECT_TRUE(Teardown(*w, "lonely2").ok());
   setup.join();
@@ -268,7 +290,8 @@ TEST_F(WorkerServiceTest, SetupWaitingForItsGroup_EndsWhenCancelledOrTornDown) {
   v1::SetupRequest spawned = MakeSetup("lonely3", "ddp_spawn", 4, address());
   absl::Status spawn_waited;
   std::thread spawn_setup([&] { spawn_waited = Setup(*spawner, spawned); });
-  absl::SleepFor(absl::Seconds(2));  // the children started and wait in the rendezvous
+  // Both children started and wait in the rendezvous (for 2 more ranks that never come).
+  EXPECT_TRUE(WaitForRegistered("lonely3", 2)) << "the children never waited for their group";
   const absl::Time spawn_teardown = absl::Now();
   EXPECT_TRUE(Teardown(*spawner, "lonely3").ok());
   spawn_setup.join();

@@ -48,6 +48,8 @@
 
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for Prometheus metrics over HTTP (/metrics); empty: none");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "if set, the /metrics port is written here once serving (before --port_file)");
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:29610", "the coordinator's host:port");
 ABSL_FLAG(std::string, listen, "127.0.0.1:29611",
           "host:port to serve the Worker service on; port 0 picks a free port (--port_file)");
@@ -343,12 +345,17 @@ int main(int argc, char** argv) {
   dtrain::SetServing(server.get(), services, true);
   dtrain::LogInfo(child ? "serving (ddp_spawn child)" : "serving",
                   {{"worker", options.identity.name}, {"port", port}, {"devices", devices}});
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    std::rename(tmp.c_str(), port_file.c_str());
+  auto write_port = [](const std::string& file, int bound) {
+    if (file.empty()) return;
+    const std::string tmp = file + ".tmp";
+    std::ofstream(tmp) << bound << "\n";
+    std::rename(tmp.c_str(), file.c_str());
+  };
+  // The metrics' first: a reader of the gRPC port file then finds both.
+  if (metrics_http != nullptr) {
+    write_port(absl::GetFlag(FLAGS_metrics_port_file), metrics_http->port());
   }
+  write_port(absl::GetFlag(FLAGS_port_file), port);
 
   std::unique_ptr<dtrain::WorkerRegistration> registration;
   if (!child) {

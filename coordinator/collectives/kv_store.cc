@@ -211,4 +211,9 @@ void KeyValueStore::Stop() {
   for (Completion& c : completions) c();
 }
 
+int KeyValueStore::WaitingGets() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(waiters_.size());
+}
+
 }  // namespace dtrain

@@ -58,6 +58,8 @@ class KeyValueStore {
   void Tick(absl::Time now);
   // Fails every waiter with UNAVAILABLE.
   void Stop();
+  // Get calls waiting for a writer now (for tests: the moment a reader waits is observable).
+  int WaitingGets() const;
 
  private:
   const Clock clock_;

@@ -40,7 +40,7 @@ absl::Status WebAccess::Check(const std::string& authorization, const std::strin
   if (!session.empty()) {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session);
-    if (it != sessions_.end() && it->second > absl::Now()) return absl::OkStatus();
+    if (it != sessions_.end() && it->second > clock_()) return absl::OkStatus();
     return absl::UnauthenticatedError("the session expired or ended; log in again");
   }
   return absl::UnauthenticatedError(
@@ -69,7 +69,7 @@ absl::StatusOr<std::string> WebAccess::Login(const std::string& token) {
   }
   const std::string session = NewRandomToken();
   absl::MutexLock lock(&mu_);
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock_();
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     it = it->second <= now ? sessions_.erase(it) : std::next(it);
   }

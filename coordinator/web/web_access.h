@@ -16,13 +16,15 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace dtrain {
 
 class WebAccess {
  public:
-  WebAccess(std::string admin_token, bool https)
-      : admin_token_(std::move(admin_token)), https_(https) {}
+  // `clock` stamps sessions and checks their expiry (tests advance one by hand).
+  WebAccess(std::string admin_token, bool https, Clock clock = absl::Now)
+      : admin_token_(std::move(admin_token)), https_(https), clock_(std::move(clock)) {}
 
   bool enabled() const { return !admin_token_.empty(); }
 
@@ -47,6 +49,7 @@ class WebAccess {
 
   const std::string admin_token_;
   const bool https_;
+  const Clock clock_;
   mutable absl::Mutex mu_;
   std::map<std::string, absl::Time> sessions_ ABSL_GUARDED_BY(mu_);  // id -> expiry
 };

@@ -4,7 +4,6 @@ rank (dtrain-collectives-demo, the C++ client library) in one group, and the nam
 import os
 import subprocess
 import threading
-import time
 
 import grpc
 import numpy as np
@@ -148,14 +147,20 @@ def test_named_errors(bare_coordinator):
 
     assert all(v == [2.0, 2.0] for v in run_ranks(2, bad_input, address, "bad-input").values())
 
-    # A rank that never arrives: DeadlineExceeded naming it.
+    # A rank that never arrives: DeadlineExceeded naming it. Rank 1 stays in the group, silent,
+    # until rank 0 has its answer.
+    answered = threading.Event()
+
     def late(pg):
         if pg.rank == 0:
-            with pytest.raises(dtrain.DeadlineExceeded) as missed:
-                pg.barrier("wait", timeout=1.0)
+            try:
+                with pytest.raises(dtrain.DeadlineExceeded) as missed:
+                    pg.barrier("wait", timeout=1.0)
+            finally:
+                answered.set()
             assert "rank 1" in missed.value.message
             return True
-        time.sleep(2.5)
+        assert answered.wait(timeout=30), "rank 0's barrier never ended"
         return True
 
     run_ranks(2, late, address, "late")
