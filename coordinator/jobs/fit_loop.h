@@ -2,7 +2,8 @@
 // trains on its DistributedSampler shard (shuffled by seed_everything and the epoch) in batches
 // of data.batch_size, several batches per training call (StepCallSizer), validating every
 // val_check_interval; fit ends after max_epochs, at max_steps, or when a callback asks to stop
-// (EarlyStopping). Calls end at validation, max_steps and checkpoint.every_n_steps boundaries. A run resumed mid-epoch starts at the batch after the last optimizer step.
+// (EarlyStopping). Calls end at validation, max_steps and checkpoint.every_n_steps boundaries. A
+// run resumed mid-epoch starts at the batch after the last optimizer step.
 //
 // A worker that is stopping (drained) is let go at an optimizer-step boundary, after a
 // checkpoint every rank writes, so the job resumes exactly there: the loop then ends with
