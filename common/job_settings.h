@@ -1,8 +1,8 @@
 // The one home of every job setting: the names each accepts, its default and its range; the
 // one function from a JobSpec to the SetupRequest a worker receives; and the worker's check of a
 // SetupRequest by the same rules. NormalizeJobSpec (job_spec.h) checks a spec with these
-// constants, the trainer builds SetupRequests with MakeSetupRequest, and worker/job.cc refuses
-// a bad SetupRequest with CheckSetupRequest, so the three cannot drift apart.
+// constants, the trainer builds SetupRequests with MakeSetupRequest, and worker/runtime/job.cc
+// refuses a bad SetupRequest with CheckSetupRequest, so the three cannot drift apart.
 //
 // Every field of JobSpec is listed in JobSpecFields() with where it goes; job_settings_test walks
 // the proto's fields so that a new field cannot be half-added.

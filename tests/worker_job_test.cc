@@ -1,5 +1,5 @@
-// One job on one rank, in process (worker/job.h): what Setup prepares before any training (the
-// checkpoint directory), the module's mode in each kind of step (train for training, eval for
+// One job on one rank, in process (worker/runtime/job.h): what Setup prepares before any training
+// (the checkpoint directory), the module's mode in each kind of step (train for training, eval for
 // validation, test and predict, whatever mode it was exported in), and schedules that take their
 // length from the run.
 #include <unistd.h>
@@ -14,9 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/test_support.h"
-#include "worker/dataset.h"
-#include "worker/job.h"
-#include "worker/torch_save_file.h"
+#include "worker/data/dataset.h"
+#include "worker/model/torch_save_file.h"
+#include "worker/runtime/job.h"
 
 namespace dtrain {
 namespace {

@@ -27,7 +27,7 @@
 #include "common/tensor.h"
 #include "tests/test_support.h"
 #include "tests/worker_process.h"
-#include "worker/cpu_affinity.h"
+#include "worker/runtime/cpu_affinity.h"
 
 namespace dtrain::testing {
 namespace {

@@ -38,13 +38,13 @@
 #include "common/termination_signals.h"
 #include "common/tls_flags.h"
 #include "common/token_flags.h"
-#include "worker/artifact_cache.h"
-#include "worker/compute_threads.h"
-#include "worker/cpu_affinity.h"
-#include "worker/device_plan.h"
-#include "worker/plugin_registry.h"
-#include "worker/worker_registration.h"
-#include "worker/worker_service.h"
+#include "worker/plugins/plugin_registry.h"
+#include "worker/precision/device_plan.h"
+#include "worker/runtime/compute_threads.h"
+#include "worker/runtime/cpu_affinity.h"
+#include "worker/service/artifact_cache.h"
+#include "worker/service/worker_registration.h"
+#include "worker/service/worker_service.h"
 
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for Prometheus metrics over HTTP (/metrics); empty: none");
