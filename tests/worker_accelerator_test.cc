@@ -36,6 +36,7 @@
 #include "worker/precision/precision.h"
 #include "worker/runtime/accelerator.h"
 #include "worker/runtime/gradient_clipping.h"
+#include "worker/runtime/registered_plugins.h"
 #include "worker/strategies/data_parallel_strategy.h"
 #include "worker/strategies/gradient_sync.h"
 #include "worker/strategies/module_replica.h"

@@ -37,6 +37,7 @@
 #include "worker/precision/precision.h"
 #include "worker/runtime/accelerator.h"
 #include "worker/runtime/gradient_clipping.h"
+#include "worker/runtime/registered_plugins.h"
 #include "worker/strategies/gradient_sync.h"
 #include "worker/strategies/sharded_optimizer.h"
 namespace dtrain {
@@ -231,7 +232,7 @@ TEST(Strategy, AllGatherWithSyncGrads_GradientsFlowBackAcrossRanks) {
       coordinator->address(), "gather-grad", 2, [&](ProcessGroup& pg) -> absl::Status {
         StrategyOptions options;
         options.name = "ddp";
-        auto strategy = Strategy::Make(options, std::make_unique<GrpcCollectiveBackend>(&pg));
+        auto strategy = MakeStrategy(options, std::make_unique<GrpcCollectiveBackend>(&pg));
         if (!strategy.ok()) return strategy.status();
         const int r = pg.rank();
         torch::Tensor x = torch::full({3}, static_cast<float>(r + 10)).requires_grad_();

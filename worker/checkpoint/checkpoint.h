@@ -27,6 +27,8 @@
 
 namespace dtrain {
 
+class PluginRegistry;
+
 struct TrainingProgress {
   int64_t global_step = 0;
   int64_t epoch = 0;
@@ -70,5 +72,8 @@ absl::StatusOr<TrainingProgress> RestoreCheckpoint(const std::string& bytes,
                                                    LightningModule& model,
                                                    torch::optim::Optimizer* optimizer,
                                                    LossScaler* scaler);
+
+// dtrain's own CheckpointIO ("torch"), added to `registry`.
+void RegisterBuiltinCheckpointIO(PluginRegistry& registry);
 
 }  // namespace dtrain

@@ -7,28 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_settings.h"
-#include "worker/checkpoint/checkpoint_io.h"
-#include "worker/runtime/accelerator.h"
 
 namespace dtrain {
 namespace {
-
-// A plugin's factory as the registry hands it out: a factory that returns nothing fails with a
-// status naming the plugin, so no caller needs to check.
-template <typename T, typename... Args>
-std::function<absl::StatusOr<std::unique_ptr<T>>(Args...)> NeverNull(
-    std::function<absl::StatusOr<std::unique_ptr<T>>(Args...)> make, PluginKind kind,
-    std::string name) {
-  return [make = std::move(make), kind,
-          name = std::move(name)](Args... args) -> absl::StatusOr<std::unique_ptr<T>> {
-    absl::StatusOr<std::unique_ptr<T>> made = make(std::forward<Args>(args)...);
-    if (made.ok() && *made == nullptr) {
-      return absl::InternalError(
-          absl::StrCat(PluginKindName(kind), " plugin '", name, "' made nothing"));
-    }
-    return made;
-  };
-}
 
 template <typename Map>
 std::vector<std::string> KeysOf(const Map& map) {
@@ -51,18 +32,6 @@ const char* PluginKindName(PluginKind kind) {
       return "checkpoint_io";
   }
   return "unknown";
-}
-
-PluginRegistry& PluginRegistry::Global() {
-  static PluginRegistry* registry = [] {
-    auto* made = new PluginRegistry();
-    RegisterBuiltinAccelerators(*made);
-    RegisterBuiltinPrecisions(*made);
-    RegisterBuiltinStrategies(*made);
-    RegisterBuiltinCheckpointIO(*made);
-    return made;
-  }();
-  return *registry;
 }
 
 absl::Status PluginRegistry::Check(PluginKind kind, const std::string& name) const {
@@ -92,28 +61,28 @@ absl::Status PluginRegistry::Added(absl::Status status) {
   return status;
 }
 
-absl::Status PluginRegistry::AddStrategy(const std::string& name, StrategyTraits traits,
-                                         StrategyFactory make, const std::string& description) {
+absl::Status PluginRegistry::InsertStrategy(const std::string& name, StrategyTraits traits,
+                                            StrategyFactory make, const std::string& description) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = Check(PluginKind::kStrategy, name); !s.ok()) return Added(s);
-  strategies_[name] = {Info(PluginKind::kStrategy, name, description), traits,
-                       NeverNull(std::move(make), PluginKind::kStrategy, name)};
+  strategies_[name] = {Info(PluginKind::kStrategy, name, description), traits, std::move(make)};
   return absl::OkStatus();
 }
 
-absl::Status PluginRegistry::AddPrecision(const std::string& name, Precision planned_as,
-                                          PrecisionFactory make, const std::string& description) {
+absl::Status PluginRegistry::InsertPrecision(const std::string& name, Precision planned_as,
+                                             PrecisionFactory make,
+                                             const std::string& description) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = Check(PluginKind::kPrecision, name); !s.ok()) return Added(s);
-  precisions_.emplace(name,
-                      PrecisionEntry{Info(PluginKind::kPrecision, name, description), planned_as,
-                                     NeverNull(std::move(make), PluginKind::kPrecision, name)});
+  precisions_.emplace(name, PrecisionEntry{Info(PluginKind::kPrecision, name, description),
+                                           planned_as, std::move(make)});
   return absl::OkStatus();
 }
 
-absl::Status PluginRegistry::AddAccelerator(const std::string& name, const std::string& planned_as,
-                                            AcceleratorFactory make,
-                                            const std::string& description) {
+absl::Status PluginRegistry::InsertAccelerator(const std::string& name,
+                                               const std::string& planned_as,
+                                               AcceleratorFactory make,
+                                               const std::string& description) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = Check(PluginKind::kAccelerator, name); !s.ok()) return Added(s);
   if (planned_as != "cpu" && planned_as != "gpu" && planned_as != "auto") {
@@ -121,16 +90,15 @@ absl::Status PluginRegistry::AddAccelerator(const std::string& name, const std::
                                                          planned_as, "'; use cpu, gpu or auto")));
   }
   accelerators_[name] = {Info(PluginKind::kAccelerator, name, description), planned_as,
-                         NeverNull(std::move(make), PluginKind::kAccelerator, name)};
+                         std::move(make)};
   return absl::OkStatus();
 }
 
-absl::Status PluginRegistry::AddCheckpointIO(const std::string& name, CheckpointIOFactory make,
-                                             const std::string& description) {
+absl::Status PluginRegistry::InsertCheckpointIO(const std::string& name, CheckpointIOFactory make,
+                                                const std::string& description) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = Check(PluginKind::kCheckpointIO, name); !s.ok()) return Added(s);
-  checkpoint_ios_[name] = {Info(PluginKind::kCheckpointIO, name, description),
-                           NeverNull(std::move(make), PluginKind::kCheckpointIO, name)};
+  checkpoint_ios_[name] = {Info(PluginKind::kCheckpointIO, name, description), std::move(make)};
   return absl::OkStatus();
 }
 

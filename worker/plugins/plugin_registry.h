@@ -6,6 +6,13 @@
 // refuses a job naming a plugin no worker offers and places a job only on workers offering the
 // plugins it names. The interface is docs/extending.md.
 //
+// The registry sits below the four kinds it holds (it knows them by name only), so each part of
+// the worker registers its own into the registry it is given (RegisterBuiltinStrategies in
+// worker/strategies/, ...). The Add methods are templates so that a factory's null check is
+// compiled where the plugin's type is complete. Global(), the registry with every kind's
+// builtins, is defined by the runtime (worker/runtime/registered_plugins.cc), the one part that
+// sees all four; nothing below the runtime calls it (tests/check_layering.py checks this).
+//
 // Thread-safety: thread-safe. Registration happens at startup; lookups at every job's setup.
 #pragma once
 
@@ -17,6 +24,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
 namespace dtrain {
@@ -87,20 +95,42 @@ class PluginRegistry {
     CheckpointIOFactory make;
   };
 
-  // The worker's registry, dtrain's own plugins registered.
+  // The worker's registry, dtrain's own plugins registered. Defined by the runtime library
+  // (worker/runtime/registered_plugins.cc).
   static PluginRegistry& Global();
   // An empty registry (tests).
   PluginRegistry() = default;
 
   // INVALID_ARGUMENT for a name that is empty or not [a-z0-9_.-]; ALREADY_EXISTS when taken.
-  absl::Status AddStrategy(const std::string& name, StrategyTraits traits, StrategyFactory make,
-                           const std::string& description);
-  absl::Status AddPrecision(const std::string& name, Precision planned_as, PrecisionFactory make,
-                            const std::string& description);
-  absl::Status AddAccelerator(const std::string& name, const std::string& planned_as,
-                              AcceleratorFactory make, const std::string& description);
-  absl::Status AddCheckpointIO(const std::string& name, CheckpointIOFactory make,
-                               const std::string& description);
+  // `make` is a StrategyFactory (PrecisionFactory, ...) or anything that converts to one.
+  template <typename Factory>
+  absl::Status AddStrategy(const std::string& name, StrategyTraits traits, Factory make,
+                           const std::string& description) {
+    return InsertStrategy(name, traits,
+                          Checked<StrategyFactory>(std::move(make), PluginKind::kStrategy, name),
+                          description);
+  }
+  template <typename Factory>
+  absl::Status AddPrecision(const std::string& name, Precision planned_as, Factory make,
+                            const std::string& description) {
+    return InsertPrecision(name, planned_as,
+                           Checked<PrecisionFactory>(std::move(make), PluginKind::kPrecision, name),
+                           description);
+  }
+  template <typename Factory>
+  absl::Status AddAccelerator(const std::string& name, const std::string& planned_as, Factory make,
+                              const std::string& description) {
+    return InsertAccelerator(
+        name, planned_as,
+        Checked<AcceleratorFactory>(std::move(make), PluginKind::kAccelerator, name), description);
+  }
+  template <typename Factory>
+  absl::Status AddCheckpointIO(const std::string& name, Factory make,
+                               const std::string& description) {
+    return InsertCheckpointIO(
+        name, Checked<CheckpointIOFactory>(std::move(make), PluginKind::kCheckpointIO, name),
+        description);
+  }
 
   // INVALID_ARGUMENT naming what is registered when `name` is not. The entries' factories never
   // return null: one that would fails with INTERNAL naming the plugin.
@@ -121,6 +151,37 @@ class PluginRegistry {
   absl::Status LoadLibrary(const std::string& path);
 
  private:
+  // A plugin's factory as the registry hands it out: a factory that returns nothing fails with a
+  // status naming the plugin, so no caller needs to check.
+  template <typename T, typename... Args>
+  static std::function<absl::StatusOr<std::unique_ptr<T>>(Args...)> NeverNull(
+      std::function<absl::StatusOr<std::unique_ptr<T>>(Args...)> make, PluginKind kind,
+      std::string name) {
+    return [make = std::move(make), kind,
+            name = std::move(name)](Args... args) -> absl::StatusOr<std::unique_ptr<T>> {
+      absl::StatusOr<std::unique_ptr<T>> made = make(std::forward<Args>(args)...);
+      if (made.ok() && *made == nullptr) {
+        return absl::InternalError(
+            absl::StrCat(PluginKindName(kind), " plugin '", name, "' made nothing"));
+      }
+      return made;
+    };
+  }
+  // `make` as the factory type F, wrapped by NeverNull. A template on `make`'s type, so that it is
+  // compiled only where a plugin registers (where the plugin's type is complete).
+  template <typename F, typename Make>
+  static F Checked(Make make, PluginKind kind, const std::string& name) {
+    return NeverNull(F(std::move(make)), kind, name);
+  }
+  // The Add methods' second half, with the factory already checked.
+  absl::Status InsertStrategy(const std::string& name, StrategyTraits traits, StrategyFactory make,
+                              const std::string& description);
+  absl::Status InsertPrecision(const std::string& name, Precision planned_as, PrecisionFactory make,
+                               const std::string& description);
+  absl::Status InsertAccelerator(const std::string& name, const std::string& planned_as,
+                                 AcceleratorFactory make, const std::string& description);
+  absl::Status InsertCheckpointIO(const std::string& name, CheckpointIOFactory make,
+                                  const std::string& description);
   absl::Status Check(PluginKind kind, const std::string& name) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   PluginInfo Info(PluginKind kind, const std::string& name, const std::string& description) const
@@ -141,13 +202,6 @@ class PluginRegistry {
   std::string loading_ ABSL_GUARDED_BY(mu_) = "builtin";
   absl::Status load_failure_ ABSL_GUARDED_BY(mu_);
 };
-
-// Each part of dtrain registers its own (strategy.cc, precision.cc, accelerator.cc,
-// checkpoint_io.cc); Global() calls them.
-void RegisterBuiltinStrategies(PluginRegistry& registry);
-void RegisterBuiltinPrecisions(PluginRegistry& registry);
-void RegisterBuiltinAccelerators(PluginRegistry& registry);
-void RegisterBuiltinCheckpointIO(PluginRegistry& registry);
 
 }  // namespace dtrain
 

@@ -24,6 +24,8 @@
 
 namespace dtrain {
 
+class PluginRegistry;
+
 enum class Precision { k32True, k64True, kBf16Mixed, kBf16True, k16Mixed };
 
 // Accepts Lightning's names and short aliases; INVALID_ARGUMENT lists them otherwise.
@@ -125,5 +127,8 @@ class PrecisionPlugin {
   AutocastPlan autocast_;
   std::unique_ptr<LossScaler> scaler_;
 };
+
+// dtrain's own precision plugins (32-true, 16-mixed, bf16-mixed, ...), added to `registry`.
+void RegisterBuiltinPrecisions(PluginRegistry& registry);
 
 }  // namespace dtrain

@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "worker/model/batch_tree.h"
 #include "worker/model/torch_status.h"
+#include "worker/runtime/registered_plugins.h"
 
 namespace dtrain {
 
@@ -64,7 +65,7 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Make(
   DTRAIN_ASSIGN_OR_RETURN(made->precision_, precision_entry.make(plan.autocast));
   strategy.device = made->device_;
   strategy.replica_devices = plan.replicas;
-  DTRAIN_ASSIGN_OR_RETURN(made->strategy_, Strategy::Make(strategy, std::move(backend)));
+  DTRAIN_ASSIGN_OR_RETURN(made->strategy_, MakeStrategy(strategy, std::move(backend)));
   made->collectives_ = std::make_unique<StrategyCollectives>(made->strategy_.get());
   return made;
 }

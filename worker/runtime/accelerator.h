@@ -178,4 +178,7 @@ class GPUAccelerator : public Accelerator {
   std::string name() const override { return "gpu"; }
 };
 
+// dtrain's own accelerators (cpu, gpu, cuda, auto), added to `registry`.
+void RegisterBuiltinAccelerators(PluginRegistry& registry);
+
 }  // namespace dtrain

@@ -20,6 +20,7 @@
 #include "worker/model/tensor_convert.h"
 #include "worker/model/torch_status.h"
 #include "worker/runtime/cpu_affinity.h"
+#include "worker/runtime/registered_plugins.h"
 
 namespace dtrain {
 namespace {

@@ -16,8 +16,9 @@
 #include "common/streaming.h"
 #include "worker/runtime/compute_threads.h"
 #include "worker/runtime/cpu_affinity.h"
+#include "worker/runtime/job.h"
+#include "worker/runtime/registered_plugins.h"
 #include "worker/runtime/spawned_job.h"
-#include "worker/strategies/strategy.h"
 
 namespace dtrain {
 

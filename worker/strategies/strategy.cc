@@ -44,16 +44,6 @@ struct AllGatherGrad : public torch::autograd::Function<AllGatherGrad> {
 
 }  // namespace
 
-absl::StatusOr<PluginRegistry::StrategyEntry> ResolveStrategy(const std::string& name) {
-  if (name == "tpu_spawn" || name == "xla") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "strategy '", name,
-        "' needs an XLA runtime (torch_xla / PJRT) and TPU devices; no XLA "
-        "runtime exists for libtorch's C++ API on this machine. Use ddp or ddp_spawn"));
-  }
-  return PluginRegistry::Global().FindStrategy(name.empty() ? "single_device" : name);
-}
-
 void RegisterBuiltinStrategies(PluginRegistry& registry) {
   auto add = [&](const char* name, StrategyTraits traits, StrategyFactory make,
                  const char* description) {
@@ -88,19 +78,6 @@ void RegisterBuiltinStrategies(PluginRegistry& registry) {
         return DataParallelStrategy::Make(o, std::move(b));
       },
       "one process; the batch split across replicas on the local devices");
-}
-
-absl::StatusOr<std::unique_ptr<Strategy>> Strategy::Make(
-    StrategyOptions options, std::unique_ptr<CollectiveBackend> backend) {
-  DTRAIN_ASSIGN_OR_RETURN(PluginRegistry::StrategyEntry entry, ResolveStrategy(options.name));
-  options.traits = entry.traits;
-  if (backend == nullptr) backend = std::make_unique<LocalCollectiveBackend>();
-  if (!entry.traits.distributed && backend->world_size() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("strategy ", options.name, " runs in one process, but its group has ",
-                     backend->world_size(), " ranks; use ddp for several"));
-  }
-  return entry.make(options, std::move(backend));
 }
 
 absl::Status Strategy::Setup(LightningModule* model, const OptimizerConfig& optimizer) {

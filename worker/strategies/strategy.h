@@ -34,14 +34,9 @@
 
 namespace dtrain {
 
-// The registered strategy a job spec names (PluginRegistry::Global()): "" is single_device,
-// ddp_sharded is sharded. FAILED_PRECONDITION for tpu_spawn / xla naming what is missing;
-// INVALID_ARGUMENT listing the registered names otherwise.
-absl::StatusOr<PluginRegistry::StrategyEntry> ResolveStrategy(const std::string& name);
-
 struct StrategyOptions {
-  std::string name = "single_device";  // the registered name Strategy::Make builds
-  StrategyTraits traits;               // the registry's, filled in by Strategy::Make
+  std::string name = "single_device";  // the registered name MakeStrategy builds
+  StrategyTraits traits;               // the registry's, filled in by MakeStrategy
   torch::Device device = torch::kCPU;
   int devices = 1;  // dp: replicas
   // dp: each replica's device (PlanDevices: cuda:i, or the CPU for every replica); empty: the
@@ -51,13 +46,9 @@ struct StrategyOptions {
 };
 
 // What the optimizer sees during a checkpoint restore, and how it is handed back.
+// MakeStrategy (worker/runtime/registered_plugins.h) makes the registered one a job names.
 class Strategy {
  public:
-  // The registered strategy `options.name`. `backend` is the job's group (distributed
-  // strategies) or, when null, a LocalCollectiveBackend; a one-process strategy refuses a group
-  // of more than one rank.
-  static absl::StatusOr<std::unique_ptr<Strategy>> Make(StrategyOptions options,
-                                                        std::unique_ptr<CollectiveBackend> backend);
   virtual ~Strategy() = default;
 
   virtual std::string name() const = 0;
@@ -171,5 +162,8 @@ class Strategy {
   double lr_ = 0;
   std::unique_ptr<CheckpointIO> checkpoint_io_ = std::make_unique<TorchCheckpointIO>();
 };
+
+// dtrain's own strategies (the list above), added to `registry`.
+void RegisterBuiltinStrategies(PluginRegistry& registry);
 
 }  // namespace dtrain
