@@ -19,19 +19,9 @@
 #include "worker/data/dataset.h"
 #include "worker/model/step_kind.h"
 #include "worker/runtime/accelerator.h"
+#include "worker/runtime/worker_identity.h"
 
 namespace dtrain {
-
-// What the daemon knows about itself, used to join the job's group.
-struct WorkerIdentity {
-  std::string name;                  // the worker's name (order key of its ranks on the host)
-  std::string host;                  // the host name reported to the rendezvous
-  std::string coordinator;           // default coordinator address when the request names none
-  int devices = 1;                   // --devices
-  int threads = 0;                   // --threads, passed on to ddp_spawn children
-  std::vector<int> cpus;             // --cpus: the step thread's cores (empty: not pinned)
-  std::vector<std::string> plugins;  // --plugin libraries, loaded by ddp_spawn children too
-};
 
 class Job {
  public:

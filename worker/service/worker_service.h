@@ -19,7 +19,7 @@
 #include "common/metrics_registry.h"
 #include "dtrain/v1/worker.grpc.pb.h"
 #include "worker/runtime/hosted_job.h"
-#include "worker/runtime/job.h"
+#include "worker/runtime/worker_identity.h"
 #include "worker/service/artifact_cache.h"
 
 namespace dtrain {
