@@ -15,8 +15,10 @@
 #include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
 #include <torch/serialize.h>
-#include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/directories.h"

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

@@ -1,7 +1,7 @@
 #include "worker/precision/precision.h"
 
 #include <ATen/autocast_mode.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/job_settings.h"

@@ -1,6 +1,7 @@
 #include "worker/strategies/gradient_sync.h"
 
-#include <torch/torch.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/types.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"

@@ -4,7 +4,8 @@
 #include <numeric>
 #include <sstream>
 
-#include <torch/torch.h>
+#include <torch/serialize/archive.h>
+#include <torch/types.h>
 
 #include "common/status_macros.h"
 #include "worker/model/torch_status.h"
