@@ -5,7 +5,8 @@
 //
 // Otherwise it plays a cluster against a running dtrain-coordinator:
 // - --workers worker daemons, each with its own gRPC connection, registering and heartbeating at
-//   the interval the coordinator hands out (the daemon's loop, worker/worker_registration.cc);
+//   the interval the coordinator hands out (the daemon's loop,
+//   worker/service/worker_registration.cc);
 // - their Worker service: one server answers for all of them, telling them apart by the address
 //   each registered (127.1.x.y, all on this host's loopback), joins each job's ranks in process
 //   and answers steps after --batch_ms per batch, as a model computing would (the dataset it

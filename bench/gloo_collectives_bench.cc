@@ -9,8 +9,8 @@
 
 #include "absl/flags/flag.h"
 #include "bench/collectives_runner.h"
-#include "worker/gloo_collective_backend.h"
-#include "worker/shared_memory_collective_backend.h"
+#include "worker/collectives/gloo_collective_backend.h"
+#include "worker/collectives/shared_memory_collective_backend.h"
 
 ABSL_FLAG(std::string, backend, "gloo", "gloo | shm");
 

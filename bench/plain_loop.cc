@@ -1,9 +1,9 @@
 #include "bench/plain_loop.h"
 
-#include "worker/compute_threads.h"
-#include "worker/cpu_affinity.h"
-#include "worker/model_zoo.h"
-#include "worker/optimizers.h"
+#include "worker/model/model_zoo.h"
+#include "worker/model/optimizers.h"
+#include "worker/runtime/compute_threads.h"
+#include "worker/runtime/cpu_affinity.h"
 
 namespace dtrain::bench {
 

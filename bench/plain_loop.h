@@ -15,8 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/dataset.h"
-#include "worker/lightning_module.h"
+#include "worker/data/dataset.h"
+#include "worker/model/lightning_module.h"
 
 namespace dtrain::bench {
 

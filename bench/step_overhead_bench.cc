@@ -18,9 +18,10 @@
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "bench/plain_loop.h"
-#include "worker/dataset.h"
-#include "worker/hosted_job.h"
-#include "worker/job.h"
+#include "worker/data/dataset.h"
+#include "worker/runtime/hosted_job.h"
+#include "worker/runtime/job.h"
+#include "worker/service/setup_paths.h"
 
 ABSL_FLAG(std::string, model, "mlp", "mlp or cnn");
 ABSL_FLAG(int, batch, 64, "samples per step");

@@ -17,7 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "bench/plain_loop.h"
-#include "worker/dataset.h"
+#include "worker/data/dataset.h"
 
 ABSL_FLAG(std::string, model, "cnn", "mlp or cnn");
 ABSL_FLAG(int, batch, 128, "samples per step");

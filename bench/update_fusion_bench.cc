@@ -24,9 +24,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
-#include "worker/compute_threads.h"
-#include "worker/cpu_affinity.h"
-#include "worker/rank_order_reduction.h"
+#include "worker/collectives/rank_order_reduction.h"
+#include "worker/runtime/compute_threads.h"
+#include "worker/runtime/cpu_affinity.h"
 
 ABSL_FLAG(int64_t, elements, 203530, "parameters (the zoo MLP's count by default)");
 ABSL_FLAG(int, steps, 3000, "timed steps per variant");

@@ -3,7 +3,7 @@
 // spellings), what each strategy is (distributed or one process, one rank per worker or one per
 // device), and the names Lightning knows that this build refuses, with why. The spec's rules
 // (common/job_spec.h) and the coordinator read names and traits here; the worker's registry
-// (worker/plugin_registry.h) attaches a factory to every entry this build runs, and
+// (worker/plugins/plugin_registry.h) attaches a factory to every entry this build runs, and
 // worker_accelerator_test checks that each has one, with the same traits.
 //
 // Thread-safety: immutable; safe from any thread.

@@ -14,7 +14,7 @@
 
 #include "common/file_reference.h"
 #include "common/sha256.h"
-#include "worker/artifact_cache.h"
+#include "worker/service/artifact_cache.h"
 
 namespace dtrain {
 namespace {

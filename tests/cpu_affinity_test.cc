@@ -1,6 +1,6 @@
 // The worker's --cpus: the cpu list syntax both ways, checking against the cores this process
 // may use, pinning a thread, and how ddp_spawn's children split a worker's cores.
-#include "worker/cpu_affinity.h"
+#include "worker/runtime/cpu_affinity.h"
 
 #include <sched.h>
 

@@ -1,7 +1,7 @@
-// Collectives from model code (torch.ops.dtrain, worker/collective_ops.h): a contrastive loss that
-// gathers embeddings with sync_grads trains on 2 ranks to what one process computes on the whole
-// batch, a call only one rank makes is named on every rank, and without a group the operators are
-// a world of one that TorchScript never optimizes away.
+// Collectives from model code (torch.ops.dtrain, worker/collectives/collective_ops.h): a
+// contrastive loss that gathers embeddings with sync_grads trains on 2 ranks to what one process
+// computes on the whole batch, a call only one rank makes is named on every rank, and without a
+// group the operators are a world of one that TorchScript never optimizes away.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -19,8 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "tests/test_support.h"
 #include "tests/worker_test_helpers.h"
-#include "worker/accelerator.h"
-#include "worker/lightning_module.h"
+#include "worker/model/lightning_module.h"
+#include "worker/runtime/accelerator.h"
 
 namespace dtrain {
 namespace {

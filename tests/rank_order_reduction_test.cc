@@ -1,7 +1,7 @@
 // The shm plane's fused reduction: every op and world size against the same arithmetic written
 // the obvious way (rank order, the mean divided once), over lengths that end mid-block, with
 // outputs that are the inputs themselves (the in-place all_reduce) and NaN propagation.
-#include "worker/rank_order_reduction.h"
+#include "worker/collectives/rank_order_reduction.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies (idempotent), checks formatting, that the docs name
-# only what exists and that commit subjects fit 72 characters, builds with -Werror, runs clang's
-# thread-safety analysis over common/, coordinator/ and client/, and runs ctest.
+# only what exists, the worker's layering (tests/check_layering.py) and that commit subjects
+# fit 72 characters, builds with -Werror, runs clang's thread-safety analysis over common/,
+# coordinator/, client/ and worker/, and runs ctest.
 # The 64-rank load test runs alone after the others, so its CPU load cannot starve their
 # timing-sensitive liveness checks on a 2-core machine.
 # A skipped test is a failure unless tests/allowed_skips.txt allows it with its reason
@@ -20,6 +21,7 @@ python3 tests/check_docs.py --self-test
 python3 tests/check_docs.py
 python3 tests/check_skips.py --self-test
 tests/check_commit_subjects.sh
+python3 tests/check_layering.py
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
   -DDTRAIN_BUILD_WORKER=ON -DDTRAIN_BUILD_TESTS=ON
 cmake --build build -j"$(nproc)"

@@ -24,23 +24,24 @@
 #include "tests/reference_data.h"
 #include "tests/test_support.h"
 #include "tests/worker_test_helpers.h"
-#include "worker/accelerator.h"
-#include "worker/batch_tree.h"
-#include "worker/checkpoint.h"
-#include "worker/collective_backend.h"
-#include "worker/dataset.h"
-#include "worker/gloo_collective_backend.h"
-#include "worker/gradient_clipping.h"
-#include "worker/gradient_sync.h"
-#include "worker/idx_file.h"
-#include "worker/lightning_module.h"
-#include "worker/model_zoo.h"
-#include "worker/optimizers.h"
-#include "worker/precision.h"
-#include "worker/sharded_optimizer.h"
-#include "worker/shared_memory_collective_backend.h"
-#include "worker/strategy.h"
-#include "worker/tensor_convert.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/collectives/collective_backend.h"
+#include "worker/collectives/gloo_collective_backend.h"
+#include "worker/collectives/shared_memory_collective_backend.h"
+#include "worker/data/dataset.h"
+#include "worker/data/idx_file.h"
+#include "worker/model/batch_tree.h"
+#include "worker/model/lightning_module.h"
+#include "worker/model/model_zoo.h"
+#include "worker/model/optimizers.h"
+#include "worker/model/tensor_convert.h"
+#include "worker/precision/precision.h"
+#include "worker/runtime/accelerator.h"
+#include "worker/runtime/gradient_clipping.h"
+#include "worker/runtime/registered_plugins.h"
+#include "worker/strategies/gradient_sync.h"
+#include "worker/strategies/sharded_optimizer.h"
+#include "worker/strategies/strategy.h"
 namespace dtrain {
 namespace {
 
@@ -233,7 +234,7 @@ TEST(Strategy, AllGatherWithSyncGrads_GradientsFlowBackAcrossRanks) {
       coordinator->address(), "gather-grad", 2, [&](ProcessGroup& pg) -> absl::Status {
         StrategyOptions options;
         options.name = "ddp";
-        auto strategy = Strategy::Make(options, std::make_unique<GrpcCollectiveBackend>(&pg));
+        auto strategy = MakeStrategy(options, std::make_unique<GrpcCollectiveBackend>(&pg));
         if (!strategy.ok()) return strategy.status();
         const int r = pg.rank();
         torch::Tensor x = torch::full({3}, static_cast<float>(r + 10)).requires_grad_();

@@ -1,5 +1,5 @@
-// One job on one rank, in process (worker/job.h): what Setup prepares before any training (the
-// checkpoint directory), the module's mode in each kind of step (train for training, eval for
+// One job on one rank, in process (worker/runtime/job.h): what Setup prepares before any training
+// (the checkpoint directory), the module's mode in each kind of step (train for training, eval for
 // validation, test and predict, whatever mode it was exported in), schedules that take their
 // length from the run, and checkpoints both ways with Python and in dtrain's older format.
 #include <unistd.h>
@@ -17,10 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "tests/test_support.h"
-#include "worker/dataset.h"
-#include "worker/hosted_job.h"
-#include "worker/job.h"
-#include "worker/torch_save_file.h"
+#include "worker/data/dataset.h"
+#include "worker/model/torch_save_file.h"
+#include "worker/runtime/job.h"
+#include "worker/service/setup_paths.h"
 
 namespace dtrain {
 namespace {
@@ -493,9 +493,9 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointInteropTest,
                          ::testing::Values("sgd", "adam", "adamw"));
 
 // dtrain's format-1 checkpoint, written the way dtrain wrote it before format 2 (commit a460554,
-// worker/checkpoint.cc's SaveCheckpoint): a libtorch archive holding `dtrain_checkpoint_version`,
-// "model/<name>" for every parameter and buffer, the optimizer's own archive, global_step,
-// epoch and the CPU generator's state.
+// worker/checkpoint/checkpoint.cc's SaveCheckpoint): a libtorch archive holding
+// `dtrain_checkpoint_version`, "model/<name>" for every parameter and buffer, the optimizer's own
+// archive, global_step, epoch and the CPU generator's state.
 void SaveFormat1Checkpoint(Job& job, const std::string& path, int64_t version = 1) {
   torch::serialize::OutputArchive archive;
   archive.write("dtrain_checkpoint_version", torch::tensor(version));

@@ -28,7 +28,7 @@
 #include "dtrain/v1/workers.grpc.pb.h"
 #include "tests/test_support.h"
 #include "tests/worker_process.h"
-#include "worker/cpu_affinity.h"
+#include "worker/runtime/cpu_affinity.h"
 
 namespace dtrain::testing {
 namespace {

@@ -13,9 +13,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/process_group.h"
-#include "worker/collective_backend.h"
-#include "worker/gloo_collective_backend.h"
-#include "worker/shared_memory_collective_backend.h"
+#include "worker/collectives/collective_backend.h"
+#include "worker/collectives/gloo_collective_backend.h"
+#include "worker/collectives/shared_memory_collective_backend.h"
 
 namespace dtrain {
 

@@ -1,50 +1,36 @@
 // dtrain-worker: the worker daemon. Serves the Worker service (one job at a time), registers
 // with the coordinator and heartbeats, and on SIGTERM or SIGINT drains: takes no new job, lets
 // the running step finish (or its coordinator checkpoint the job), leaves the job's group
-// cleanly, unregisters and exits.
+// cleanly, unregisters and exits. The flags become WorkerServerOptions; WorkerServer
+// (worker/service/worker_server.h) is the daemon.
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <random>
 #include <string>
 #include <vector>
 
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
+#include <grpcpp/security/server_credentials.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/artifacts_client.h"
-#include "common/channel.h"
 #include "common/command_line.h"
 #include "common/job_settings.h"
 #include "common/log.h"
 #include "common/log_flags.h"
-#include "common/metrics_http_server.h"
-#include "common/metrics_registry.h"
 #include "common/process_tuning.h"
-#include "common/standard_services.h"
-#include "common/streaming.h"
 #include "common/termination_signals.h"
 #include "common/tls_flags.h"
 #include "common/token_flags.h"
-#include "worker/artifact_cache.h"
-#include "worker/compute_threads.h"
-#include "worker/cpu_affinity.h"
-#include "worker/device_plan.h"
-#include "worker/plugin_registry.h"
-#include "worker/worker_registration.h"
-#include "worker/worker_service.h"
+#include "worker/plugins/plugin_registry.h"
+#include "worker/runtime/compute_threads.h"
+#include "worker/runtime/cpu_affinity.h"
+#include "worker/service/worker_server.h"
 
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for Prometheus metrics over HTTP (/metrics); empty: none");
@@ -87,64 +73,20 @@ ABSL_FLAG(std::vector<std::string>, plugin, {},
 
 namespace {
 
-std::string HostName() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (gethostname(name, sizeof(name)) != 0) return "localhost";
-  return name;
-}
-
 std::string SelfBinary() {
   char path[PATH_MAX + 1] = {};
   const ssize_t n = readlink("/proc/self/exe", path, PATH_MAX);
   return n > 0 ? std::string(path, n) : "";
 }
 
+// --devices: a number, or 0 for auto (WorkerServer asks libtorch); -1 when neither.
 int ParseDevices(const std::string& flag) {
-  // The CUDA devices libtorch sees, else 1 (the CPU).
-  if (flag == "auto") return dtrain::AutoDeviceCount(dtrain::DeviceTable::Detect());
+  if (flag == "auto") return 0;
   // The range of the spec's trainer.devices (its Setting option).
   const dtrain::v1::Setting& devices = *dtrain::FindJobSetting("trainer.devices")->setting;
   int n = 0;
   if (!absl::SimpleAtoi(flag, &n) || n < devices.min() || n > devices.max()) return -1;
   return n;
-}
-
-// SIGTERM's graceful part: no new job; the running step finishes; a job the coordinator runs
-// is checkpointed and lets this worker go (it resumes elsewhere). Bounded by `timeout`; a
-// second signal cuts it short. The hard part (stop the step, leave the group) is StopNow's.
-void StopGracefully(dtrain::WorkerService& service, dtrain::WorkerRegistration* registration,
-                    const sigset_t& signals, int received, absl::Duration timeout) {
-  service.Drain();
-  const std::string job = service.current_job();
-  const absl::Time deadline = absl::Now() + timeout;
-  bool hold = false;
-  if (registration != nullptr) hold = registration->ReportDraining();
-  if (job.empty()) {
-    dtrain::LogInfo("stopping: no job here", {{"signal", strsignal(received)}});
-  } else {
-    dtrain::LogInfo(hold ? "stopping: waiting for the coordinator to checkpoint the job and let "
-                           "this worker go"
-                         : "stopping: finishing the current step, then leaving the job's group",
-                    {{"signal", strsignal(received)},
-                     {"job", job},
-                     {"drain_timeout", absl::FormatDuration(timeout)}});
-  }
-  // Polled, so that a second signal or the coordinator changing its answer is seen at once.
-  while (!job.empty()) {
-    const bool done = hold && registration->release_pending() ? service.current_job().empty()
-                                                              : service.WaitUntilIdle(absl::Now());
-    if (done) break;
-    if (absl::Now() >= deadline) {
-      dtrain::LogWarning("drain timeout: stopping the job's step now", {{"job", job}});
-      break;
-    }
-    const timespec poll = {0, 100 * 1000 * 1000};
-    if (sigtimedwait(&signals, nullptr, &poll) > 0) {
-      dtrain::LogWarning("second signal: stopping the job's step now", {{"job", job}});
-      break;
-    }
-  }
-  service.StopNow();
 }
 
 }  // namespace
@@ -169,16 +111,16 @@ int main(int argc, char** argv) {
 
   const sigset_t signals = dtrain::BlockTerminationSignals();
 
-  const int devices = ParseDevices(absl::GetFlag(FLAGS_devices));
-  if (devices < 0) {
+  dtrain::WorkerServerOptions options;
+  options.identity.devices = ParseDevices(absl::GetFlag(FLAGS_devices));
+  if (options.identity.devices < 0) {
     const dtrain::v1::Setting& range = *dtrain::FindJobSetting("trainer.devices")->setting;
     dtrain::LogError(absl::StrCat("--devices must be a number in [", range.min(), ", ", range.max(),
                                   "] or auto, got '", absl::GetFlag(FLAGS_devices), "'"));
     return 2;
   }
-  const bool child = absl::GetFlag(FLAGS_child);
+  options.child = absl::GetFlag(FLAGS_child);
   // Plugins first: a library that cannot load stops the daemon before it takes a job.
-  std::vector<std::string> plugins;
   for (const std::string& path : absl::GetFlag(FLAGS_plugin)) {
     if (path.empty()) continue;
     absl::Status loaded = dtrain::PluginRegistry::Global().LoadLibrary(path);
@@ -186,7 +128,7 @@ int main(int argc, char** argv) {
       dtrain::LogError(std::string(loaded.message()));
       return 2;
     }
-    plugins.push_back(path);
+    options.identity.plugins.push_back(path);
   }
   for (const dtrain::PluginInfo& p : dtrain::PluginRegistry::Global().Loaded()) {
     dtrain::LogInfo(
@@ -198,55 +140,49 @@ int main(int argc, char** argv) {
     return 2;
   }
   int threads = absl::GetFlag(FLAGS_threads);
-  std::vector<int> cpus;
   if (const std::string list = absl::GetFlag(FLAGS_cpus); !list.empty()) {
     absl::StatusOr<std::vector<int>> checked = dtrain::CheckCpuList(list);
     if (!checked.ok()) {
       dtrain::LogError(absl::StrCat("--cpus: ", checked.status().message()));
       return 2;
     }
-    cpus = *std::move(checked);
-    if (threads == 0) threads = static_cast<int>(cpus.size());
-    if (threads > static_cast<int>(cpus.size())) {
-      dtrain::LogError(absl::StrCat("--threads=", threads, " is more than the ", cpus.size(),
+    options.identity.cpus = *std::move(checked);
+    const int cores = static_cast<int>(options.identity.cpus.size());
+    if (threads == 0) threads = cores;
+    if (threads > cores) {
+      dtrain::LogError(absl::StrCat("--threads=", threads, " is more than the ", cores,
                                     " core(s) of --cpus=", list,
                                     "; the threads would share cores: list more cores or "
                                     "lower --threads"));
       return 2;
     }
-    dtrain::LogInfo("steps pinned",
-                    {{"cpus", dtrain::FormatCpuList(cpus)}, {"threads", absl::StrCat(threads)}});
+    dtrain::LogInfo("steps pinned", {{"cpus", dtrain::FormatCpuList(options.identity.cpus)},
+                                     {"threads", absl::StrCat(threads)}});
   }
   dtrain::SetComputeThreads(threads);
-  const std::string listen = absl::GetFlag(FLAGS_listen);
-  const std::string host = HostName();
-
-  dtrain::WorkerServiceOptions options;
-  options.identity.host = host;
-  options.identity.coordinator = absl::GetFlag(FLAGS_coordinator);
-  options.identity.devices = devices;
   options.identity.threads = threads;
-  options.identity.cpus = cpus;
-  options.identity.plugins = plugins;
-  options.spawn_binary = child ? "" : SelfBinary();
-  const size_t colon = listen.rfind(':');
-  const std::string listen_port = colon == std::string::npos ? "" : listen.substr(colon + 1);
+  options.identity.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.identity.name = absl::GetFlag(FLAGS_name);
-  if (options.identity.name.empty()) {
-    options.identity.name = listen_port == "0" || listen_port.empty()
-                                ? absl::StrCat(host, "-", getpid())
-                                : absl::StrCat(host, ":", listen_port);
-  }
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.spawn_binary = options.child ? "" : SelfBinary();
+  options.advertise_address = absl::GetFlag(FLAGS_advertise);
+  options.port_file = absl::GetFlag(FLAGS_port_file);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  options.cache_dir = absl::GetFlag(FLAGS_cache_dir);
+  options.cache_bytes = absl::GetFlag(FLAGS_cache_bytes);
+  options.jobs_dir = absl::GetFlag(FLAGS_jobs_dir);
+  options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
 
   // ddp_spawn children listen on 127.0.0.1 only and are reached by their parent alone.
-  auto credentials = dtrain::ServerCredentialsFor(listen, dtrain::TlsFilesFromFlags(),
-                                                  !child && dtrain::RequireClientCertFromFlags(),
-                                                  dtrain::InsecureFromFlags());
+  auto credentials = dtrain::ServerCredentialsFor(
+      options.listen_address, dtrain::TlsFilesFromFlags(),
+      !options.child && dtrain::RequireClientCertFromFlags(), dtrain::InsecureFromFlags());
   if (!credentials.ok()) {
     dtrain::LogError(credentials.status().message());
     return 2;
   }
-  if (child) credentials = grpc::InsecureServerCredentials();
+  options.credentials = options.child ? grpc::InsecureServerCredentials() : *credentials;
   // The worker is a client of its coordinator (and a ddp_spawn parent's children inherit it).
   if (absl::Status s = dtrain::ConfigureClientTlsFromFlags(); !s.ok()) {
     dtrain::LogError(s.message());
@@ -254,148 +190,24 @@ int main(int argc, char** argv) {
   }
   // One token both ways: presented to the coordinator, and required of whoever calls this
   // worker (the coordinator; a ddp_spawn child's parent, whose token it inherited).
-  absl::StatusOr<std::string> token = dtrain::ConfigureServerTokenFromFlags(listen);
+  absl::StatusOr<std::string> token = dtrain::ConfigureServerTokenFromFlags(options.listen_address);
   if (!token.ok()) {
     dtrain::LogError(token.status().message());
     return 2;
   }
   options.token = *token;
-  dtrain::MetricsRegistry metrics;
-  metrics.DescribeCounter("dtrain_worker_step_calls_total", "Step RPCs run, by kind and outcome.");
-  metrics.DescribeCounter("dtrain_worker_batches_total",
-                          "Batches those step RPCs carried, by kind.");
-  metrics.DescribeHistogram("dtrain_worker_step_call_seconds", "Time of one step RPC, by kind.",
-                            dtrain::LatencyBuckets());
-  options.metrics = &metrics;
-  // ddp_spawn children read the files their daemon resolved; only the daemon fetches.
-  std::unique_ptr<dtrain::ArtifactsClient> artifacts_client;
-  std::unique_ptr<dtrain::ArtifactCache> artifacts;
-  if (!child) {
-    // A coordinator that restarts is waited for, within each call's deadline.
-    artifacts_client = std::make_unique<dtrain::ArtifactsClient>(
-        dtrain::ConnectToCoordinator(options.identity.coordinator), absl::Seconds(60),
-        /*wait_for_ready=*/true);
-    std::string cache_dir = absl::GetFlag(FLAGS_cache_dir);
-    if (cache_dir.empty()) {
-      cache_dir = absl::StrCat("/tmp/dtrain-worker-cache/",
-                               absl::StrReplaceAll(options.identity.name, {{"/", "_"}}));
-    }
-    artifacts = std::make_unique<dtrain::ArtifactCache>(
-        cache_dir, absl::GetFlag(FLAGS_cache_bytes),
-        [client = artifacts_client.get()](const std::string& digest, const std::string& path) {
-          return client->Fetch(digest, path);
-        });
-    options.artifacts = artifacts.get();
-    const std::string safe_name = absl::StrReplaceAll(options.identity.name, {{"/", "_"}});
-    options.jobs_dir = absl::GetFlag(FLAGS_jobs_dir);
-    if (options.jobs_dir.empty()) options.jobs_dir = "/tmp/dtrain-worker-jobs/" + safe_name;
-    options.store_file =
-        [client = artifacts_client.get()](const std::string& path) -> absl::StatusOr<std::string> {
-      absl::StatusOr<dtrain::UploadResult> sent = client->Upload(path);
-      if (!sent.ok()) return sent.status();
-      return sent->digest;
-    };
-  }
-  auto service = std::make_unique<dtrain::WorkerService>(options);
-  metrics.AddGauge("dtrain_worker_job", "1 while a job is set up on this worker.",
-                   [s = service.get()](const auto& emit) {
-                     const std::string job = s->current_job();
-                     emit({{"job", job}}, job.empty() ? 0 : 1);
-                   });
-  if (artifacts != nullptr) {
-    dtrain::ArtifactCache* cache = artifacts.get();
-    metrics.AddGauge(
-        "dtrain_worker_artifact_cache_hits_total",
-        "Uploaded files a job named that this worker already had.",
-        [cache](const auto& emit) { emit({}, static_cast<double>(cache->hits())); }, "counter");
-    metrics.AddGauge(
-        "dtrain_worker_artifact_cache_misses_total",
-        "Uploaded files this worker fetched from the coordinator.",
-        [cache](const auto& emit) { emit({}, static_cast<double>(cache->misses())); }, "counter");
-    metrics.AddGauge("dtrain_worker_artifact_cache_bytes", "Bytes in this worker's file cache.",
-                     [cache](const auto& emit) { emit({}, static_cast<double>(cache->bytes())); });
-  }
-  std::unique_ptr<dtrain::MetricsHttpServer> metrics_http;
-  if (const std::string listen_metrics = absl::GetFlag(FLAGS_metrics_listen);
-      !listen_metrics.empty()) {
-    auto http = dtrain::MetricsHttpServer::Start(listen_metrics, &metrics);
-    if (!http.ok()) {
-      dtrain::LogError(http.status().message());
-      return 2;
-    }
-    metrics_http = std::move(*http);
-    dtrain::LogInfo("metrics served", {{"port", metrics_http->port()}, {"path", "/metrics"}});
-  }
-  dtrain::EnableStandardServices();
-  grpc::ServerBuilder builder;
-  dtrain::AcceptClientKeepalive(builder);
-  dtrain::ListenExclusively(builder);
-  int port = 0;
-  builder.AddListeningPort(listen, *credentials, &port);
-  builder.SetMaxReceiveMessageSize(dtrain::kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(dtrain::kMaxMessageBytes);
-  builder.RegisterService(service.get());
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    dtrain::LogError(
-        absl::StrCat("cannot listen on ", listen, " (in use, or not an address here)"));
-    return 1;
-  }
-  const std::vector<std::string> services = {dtrain::v1::Worker::service_full_name()};
-  dtrain::SetServing(server.get(), services, true);
-  dtrain::LogInfo(child ? "serving (ddp_spawn child)" : "serving",
-                  {{"worker", options.identity.name}, {"port", port}, {"devices", devices}});
-  auto write_port = [](const std::string& file, int bound) {
-    if (file.empty()) return;
-    const std::string tmp = file + ".tmp";
-    std::ofstream(tmp) << bound << "\n";
-    std::rename(tmp.c_str(), file.c_str());
-  };
-  // The metrics' first: a reader of the gRPC port file then finds both.
-  if (metrics_http != nullptr) {
-    write_port(absl::GetFlag(FLAGS_metrics_port_file), metrics_http->port());
-  }
-  write_port(absl::GetFlag(FLAGS_port_file), port);
 
-  std::unique_ptr<dtrain::WorkerRegistration> registration;
-  if (!child) {
-    std::string advertise = absl::GetFlag(FLAGS_advertise);
-    if (advertise.empty()) {
-      std::string listen_host = colon == std::string::npos ? "" : listen.substr(0, colon);
-      if (listen_host.empty() || listen_host == "0.0.0.0" || listen_host == "[::]") {
-        listen_host = host;
-      }
-      advertise = absl::StrCat(listen_host, ":", port);
-    }
-    dtrain::v1::WorkerInfo self;
-    self.set_name(options.identity.name);
-    self.set_address(advertise);
-    self.set_host(host);
-    self.set_devices(devices);
-    // What this worker offers beyond dtrain's own, for the coordinator's checks and placement.
-    for (const dtrain::PluginInfo& p : dtrain::PluginRegistry::Global().Loaded()) {
-      dtrain::v1::Plugin* offered = self.add_plugins();
-      offered->set_kind(dtrain::PluginKindName(p.kind));
-      offered->set_name(p.name);
-      offered->set_description(p.description);
-    }
-    std::random_device random;
-    uint64_t incarnation = 0;
-    while (incarnation == 0) incarnation = (uint64_t{random()} << 32) | random();
-    self.set_incarnation(incarnation);
-    registration = std::make_unique<dtrain::WorkerRegistration>(
-        options.identity.coordinator, self, [s = service.get()] { return s->current_job(); },
-        [s = service.get()](const std::string& job) { s->AbandonJob(job); });
+  absl::StatusOr<std::unique_ptr<dtrain::WorkerServer>> server =
+      dtrain::WorkerServer::Start(std::move(options));
+  if (!server.ok()) {
+    dtrain::LogError(server.status().message());
+    return server.status().code() == absl::StatusCode::kUnavailable ? 1 : 2;
   }
-
   const int received = dtrain::WaitForTerminationSignal(signals);
-  dtrain::SetServing(server.get(), services, false);
-  StopGracefully(*service, registration.get(), signals, received,
-                 absl::GetFlag(FLAGS_drain_timeout));
-  registration.reset();
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  metrics_http.reset();  // its collector reads the service
-  server.reset();
-  service.reset();
+  (*server)->Drain(strsignal(received), [&signals](absl::Duration wait) {
+    const timespec poll = absl::ToTimespec(wait);
+    return sigtimedwait(&signals, nullptr, &poll) > 0;
+  });
+  (*server)->Stop();
   return 0;
 }

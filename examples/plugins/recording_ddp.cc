@@ -20,9 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/sha256.h"
-#include "worker/checkpoint_io.h"
-#include "worker/ddp_strategy.h"
-#include "worker/plugin_registry.h"
+#include "worker/checkpoint/checkpoint_io.h"
+#include "worker/plugins/plugin_registry.h"
+#include "worker/strategies/ddp_strategy.h"
 
 namespace example {
 

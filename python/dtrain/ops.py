@@ -2,7 +2,7 @@
 
 A module that calls them from its steps scripts and runs here exactly as it would on one rank;
 in a dtrain job the worker runs the same calls on the job's collective plane (its C++ operators
-have the same schemas: worker/collective_ops.h)::
+have the same schemas: worker/collectives/collective_ops.h)::
 
     import dtrain.ops  # defines torch.ops.dtrain.* (dtrain.export does it too)
 

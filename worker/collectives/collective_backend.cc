@@ -1,0 +1,108 @@
+#include "worker/collectives/collective_backend.h"
+
+#include <torch/types.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/model/tensor_convert.h"
+
+namespace dtrain {
+namespace {
+
+// Writes a wire tensor's values into an existing torch tensor of the same element count.
+absl::Status CopyInto(const HostTensor& wire, torch::Tensor& tensor) {
+  DTRAIN_ASSIGN_OR_RETURN(torch::Tensor result, ToTorch(wire));
+  if (result.numel() != tensor.numel()) {
+    return absl::InternalError(absl::StrCat("collective returned ", result.numel(),
+                                            " elements for a tensor of ", tensor.numel()));
+  }
+  torch::NoGradGuard no_grad;
+  tensor.copy_(result.view(tensor.sizes()));
+  return absl::OkStatus();
+}
+
+absl::Status CheckOp(v1::ReduceOp op) {
+  if (op == v1::REDUCE_OP_UNSPECIFIED || !v1::ReduceOp_IsValid(op)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", static_cast<int>(op)));
+  }
+  return absl::OkStatus();
+}
+
+thread_local bool overlapped_waits = false;
+
+}  // namespace
+
+ScopedOverlappedWaits::ScopedOverlappedWaits() : was_(overlapped_waits) { overlapped_waits = true; }
+ScopedOverlappedWaits::~ScopedOverlappedWaits() { overlapped_waits = was_; }
+bool ScopedOverlappedWaits::active() { return overlapped_waits; }
+
+absl::StatusOr<torch::Tensor> CollectiveBackend::AllocateForAllReduce(int64_t numel,
+                                                                      torch::ScalarType dtype) {
+  if (numel < 0) return absl::InvalidArgumentError(absl::StrCat("numel must be >= 0, got ", numel));
+  return at::zeros({numel}, at::TensorOptions().dtype(dtype));
+}
+
+absl::Status GrpcCollectiveBackend::Broadcast(torch::Tensor& tensor, int src) {
+  HostTensor wire;
+  if (rank() == src) {
+    DTRAIN_ASSIGN_OR_RETURN(wire, FromTorch(tensor));
+  }
+  DTRAIN_ASSIGN_OR_RETURN(HostTensor got, group_->Broadcast(src, rank() == src ? &wire : nullptr));
+  if (rank() == src) return absl::OkStatus();
+  return CopyInto(got, tensor);
+}
+
+absl::StatusOr<std::string> GrpcCollectiveBackend::BroadcastBytes(const std::string& bytes,
+                                                                  int src) {
+  return group_->BroadcastBytes(src, rank() == src ? &bytes : nullptr);
+}
+
+absl::Status GrpcCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceOp op) {
+  DTRAIN_ASSIGN_OR_RETURN(HostTensor wire, FromTorch(tensor));
+  DTRAIN_RETURN_IF_ERROR(group_->AllReduceInPlace(&wire, op));
+  return CopyInto(wire, tensor);
+}
+
+absl::StatusOr<std::vector<torch::Tensor>> GrpcCollectiveBackend::AllGather(
+    const torch::Tensor& tensor) {
+  DTRAIN_ASSIGN_OR_RETURN(HostTensor wire, FromTorch(tensor));
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<HostTensor> parts, group_->AllGather(wire));
+  std::vector<torch::Tensor> out;
+  out.reserve(parts.size());
+  for (const HostTensor& part : parts) {
+    DTRAIN_ASSIGN_OR_RETURN(torch::Tensor t, ToTorch(part));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+absl::Status GrpcCollectiveBackend::Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) {
+  DTRAIN_ASSIGN_OR_RETURN(HostTensor wire, FromTorch(tensor));
+  DTRAIN_ASSIGN_OR_RETURN(std::optional<HostTensor> got, group_->Reduce(wire, op, dst));
+  if (!got.has_value()) return absl::OkStatus();
+  return CopyInto(*got, tensor);
+}
+
+absl::Status LocalCollectiveBackend::Broadcast(torch::Tensor&, int src) {
+  if (src != 0) return absl::InvalidArgumentError(absl::StrCat("src ", src, " outside world of 1"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> LocalCollectiveBackend::BroadcastBytes(const std::string& bytes,
+                                                                   int src) {
+  if (src != 0) return absl::InvalidArgumentError(absl::StrCat("src ", src, " outside world of 1"));
+  return bytes;
+}
+
+absl::Status LocalCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceOp op) {
+  DTRAIN_RETURN_IF_ERROR(CheckOp(op));
+  // The mean of one integer value is itself, as the coordinator's (truncating) mean gives.
+  return absl::OkStatus();
+}
+
+absl::Status LocalCollectiveBackend::Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) {
+  if (dst != 0) return absl::InvalidArgumentError(absl::StrCat("dst ", dst, " outside world of 1"));
+  return CheckOp(op);
+}
+
+}  // namespace dtrain

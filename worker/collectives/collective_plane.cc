@@ -1,0 +1,70 @@
+#include "worker/collectives/collective_plane.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/collectives/gloo_collective_backend.h"
+#include "worker/collectives/shared_memory_collective_backend.h"
+
+namespace dtrain {
+
+absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& requested,
+                                                       const std::string& coordinator,
+                                                       std::unique_ptr<ProcessGroup> group,
+                                                       absl::Duration timeout,
+                                                       absl::Duration connect_timeout) {
+  CollectivePlane plane;
+  if (requested.empty() || requested == "grpc") {
+    plane.backend = std::make_unique<GrpcCollectiveBackend>(std::move(group));
+    plane.name = "grpc";
+    return plane;
+  }
+  if (requested != "auto" && requested != "gloo" && requested != "shm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown collective backend '", requested, "'; use auto, grpc, gloo or shm"));
+  }
+  const bool fall_back = requested == "auto";
+  absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> gloo = GlooCollectiveBackend::Make(
+      coordinator, group.get(), timeout, fall_back ? connect_timeout : absl::InfiniteDuration());
+  std::unique_ptr<CollectiveBackend> inner;
+  if (fall_back) {
+    // One rank's Gloo may connect while another's fails; the coordinator decides for all. A
+    // rank whose Gloo failed at once waits here for those still trying to connect (up to the
+    // connect timeout, then the wait for the coordinator's verdict on a failed Gloo call).
+    CollectiveOptions decide;
+    decide.timeout = 2 * connect_timeout + absl::Seconds(30);
+    DTRAIN_ASSIGN_OR_RETURN(const bool everyone,
+                            group->ReduceBooleanDecision(gloo.ok(), true, decide));
+    if (!everyone) {
+      plane.note = gloo.ok() ? "another rank's Gloo could not connect to its peers"
+                             : std::string(gloo.status().message());
+      plane.note = absl::StrCat("peer-to-peer collectives are not possible (", plane.note,
+                                "); falling back to the coordinator's grpc collectives");
+      inner = std::make_unique<GrpcCollectiveBackend>(std::move(group));
+    }
+  } else {
+    DTRAIN_RETURN_IF_ERROR(gloo.status());
+  }
+  if (inner == nullptr) {
+    (*gloo)->Adopt(std::move(group));
+    inner = std::move(*gloo);
+  }
+  plane.name = inner->name();
+  if (requested == "gloo") {
+    plane.backend = std::move(inner);
+    return plane;
+  }
+  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<SharedMemoryCollectiveBackend> shm,
+                          SharedMemoryCollectiveBackend::Make(std::move(inner), timeout));
+  if (shm->active()) {
+    plane.name = "shm";
+  } else if (!shm->fallback_reason().empty()) {
+    const std::string why = absl::StrCat("no shared memory: ", shm->fallback_reason());
+    plane.note = plane.note.empty() ? why : absl::StrCat(plane.note, "; ", why);
+  }
+  plane.backend = std::move(shm);
+  return plane;
+}
+
+}  // namespace dtrain

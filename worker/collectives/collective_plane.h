@@ -1,0 +1,36 @@
+// Which data plane a job's collectives run on, and connecting it: what `collective_backend`
+// in a job spec turns into on each rank. `auto` (the default) takes the fastest plane that
+// works: shared memory when every rank is on this host, Gloo peer to peer across hosts, and
+// the coordinator's gRPC collectives only if Gloo cannot connect its peers, decided by all
+// ranks together so that no two ranks ever pick different planes.
+//
+// Thread-safety: a function; the backend it returns is as CollectiveBackend.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/process_group.h"
+#include "worker/collectives/collective_backend.h"
+
+namespace dtrain {
+
+struct CollectivePlane {
+  std::unique_ptr<CollectiveBackend> backend;
+  std::string name;  // shm | gloo | grpc: what carries the gradients
+  std::string note;  // why it is not the fastest, when it is not (empty otherwise)
+};
+
+// `requested`: "", grpc, gloo, shm or auto. `coordinator` is the address `group` joined;
+// `timeout` bounds each collective. Gloo's connections get at most `connect_timeout` under
+// auto (peers that cannot reach each other fall back to grpc after it); an explicit gloo or
+// shm that cannot connect is an error naming the cause.
+absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& requested,
+                                                       const std::string& coordinator,
+                                                       std::unique_ptr<ProcessGroup> group,
+                                                       absl::Duration timeout,
+                                                       absl::Duration connect_timeout);
+
+}  // namespace dtrain

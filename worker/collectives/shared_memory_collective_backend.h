@@ -1,0 +1,121 @@
+// The same-host fast path of the peer-to-peer data plane (collective_backend: shm): when every
+// rank of a group runs on this machine, all_reduce of floating-point tensors and barriers go
+// through one POSIX shared-memory segment instead of sockets, so a 16 MiB gradient bucket costs
+// memory copies, not loopback TCP round trips (as NCCL's and MPI's intra-node transports do).
+// Everything else (broadcast, all_gather, reduce, other dtypes, and every collective when the
+// ranks are on different hosts) goes to the Gloo backend it wraps.
+//
+// The algorithm, per chunk of at most the slot size: each rank copies its chunk into its slot;
+// after a barrier each rank reduces one 1/world partition over all slots into the shared
+// result; after a second barrier every rank copies the result out. Partitions are reduced in
+// rank order by one rank each, so every rank gets bitwise the same result. Two alternating
+// buffer sets make two barriers per chunk enough.
+//
+// Memory handed out by AllocateForAllReduce (ddp's gradient buckets, which the gradients
+// themselves live in) is one shared-memory object per rank that every rank maps: an all_reduce
+// of a tensor lying there copies nothing in or out. After one barrier each rank reduces its
+// partition straight from every rank's memory, in rank order, and writes the result into every
+// rank's memory; a second barrier ends it. Bitwise the same result as the slot path.
+//
+// Nothing waits forever: a wait polls the coordinator's verdict on the group (a dead or departed
+// member, by name) and this rank's interruption (a cancelled step), and gives up at the collective
+// timeout naming the ranks that did not arrive. Ranks whose calls disagree (shape, dtype, op) all
+// fail with FAILED_PRECONDITION naming them. After any failure the segment is poisoned and every
+// later call fails at once.
+//
+// Thread-safety: as CollectiveBackend (one collective at a time per rank).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "worker/collectives/collective_backend.h"
+
+namespace dtrain {
+
+class SharedMemoryCollectiveBackend : public CollectiveBackend {
+ public:
+  // Wraps `inner` (every rank passes its own). If the ranks are not all on this host, or the
+  // segment cannot be made (no /dev/shm, no space), every call goes to `inner` and
+  // `fallback_reason()` says why. `timeout` bounds each wait.
+  static absl::StatusOr<std::unique_ptr<SharedMemoryCollectiveBackend>> Make(
+      std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout);
+  ~SharedMemoryCollectiveBackend() override;
+
+  std::string name() const override { return "shm"; }
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return world_; }
+  int local_rank() const override { return inner_->local_rank(); }
+  int node_rank() const override { return inner_->node_rank(); }
+  absl::Status health() const override { return inner_->health(); }
+
+  absl::Status Barrier(const std::string& name) override;
+  // The collectives whose data goes through the inner plane announce themselves in the segment
+  // first: a rank in another collective is named at once (FAILED_PRECONDITION).
+  absl::Status Broadcast(torch::Tensor& tensor, int src) override;
+  absl::StatusOr<std::string> BroadcastBytes(const std::string& bytes, int src) override;
+  absl::Status AllReduce(torch::Tensor& tensor, v1::ReduceOp op) override;
+  absl::StatusOr<std::vector<torch::Tensor>> AllGather(const torch::Tensor& tensor) override;
+  absl::Status Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) override;
+  absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all) override;
+  absl::Status Leave() override;
+  // Shared memory for float32/float64 on an active segment; ordinary memory otherwise (and,
+  // with a warning, when /dev/shm cannot hold it).
+  absl::StatusOr<torch::Tensor> AllocateForAllReduce(int64_t numel,
+                                                     torch::ScalarType dtype) override;
+  void Interrupt(absl::Status why) override {
+    inner_->Interrupt(why);
+    CollectiveBackend::Interrupt(std::move(why));
+  }
+  void ClearInterrupt() override {
+    inner_->ClearInterrupt();
+    CollectiveBackend::ClearInterrupt();
+  }
+
+  // Whether the shared-memory path is in use, and if not, why.
+  bool active() const { return segment_ != nullptr; }
+  const std::string& fallback_reason() const { return fallback_reason_; }
+  int64_t slot_bytes() const { return slot_bytes_; }
+
+ private:
+  // A call every rank must make alike: arrives, then compares every rank's descriptor with its
+  // own (kind, call number, numel, dtype, op).
+  absl::Status Announce(int32_t kind, int64_t numel, int32_t dtype, int32_t op, const char* what);
+  // After every rank arrived in `call`: FAILED_PRECONDITION (and the segment poisoned) naming
+  // both calls when a rank's descriptor differs from this one's.
+  absl::Status MatchCalls(uint64_t call);
+  struct Segment;
+  struct SharedBuffer;
+  // The buffer of AllocateForAllReduce that holds all of `tensor` (contiguous), if any.
+  const SharedBuffer* FindSharedBuffer(const torch::Tensor& tensor) const;
+  // All-reduces `numel` elements at element `offset` of `buffer`, in every rank's memory.
+  absl::Status ReduceInPlace(const SharedBuffer& buffer, int64_t offset, int64_t numel,
+                             torch::ScalarType dtype, v1::ReduceOp op);
+  SharedMemoryCollectiveBackend(std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout);
+  absl::Status Attach();
+  // Announces this rank's arrival and waits for every rank's (or fails, naming who is missing).
+  absl::Status ArriveAndWait(const char* what);
+  void WakeSleepers();
+  absl::Status Poison(absl::Status status);
+  absl::Status ReduceChunks(torch::Tensor& flat, v1::ReduceOp op);
+
+  std::unique_ptr<CollectiveBackend> inner_;
+  const absl::Duration timeout_;
+  Segment* segment_ = nullptr;
+  size_t mapped_bytes_ = 0;
+  int64_t slot_bytes_ = 0;
+  uint64_t arrivals_ = 0;  // this rank's arrivals so far
+  uint64_t calls_ = 0;     // this rank's shared-memory collectives so far
+  absl::Status broken_;
+  std::string fallback_reason_;
+  int world_ = 1;  // asked of the inner plane once: the wait loop checks it per spin
+  // Whether every rank can have a core of this process's to itself: if not, a rank polling
+  // for its peers would hold a core one of them needs, so waits sleep early.
+  bool ranks_fit_cores_ = false;
+  std::vector<std::shared_ptr<SharedBuffer>> shared_buffers_;
+};
+
+}  // namespace dtrain

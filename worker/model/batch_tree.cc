@@ -1,0 +1,67 @@
+#include "worker/model/batch_tree.h"
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace dtrain {
+
+c10::IValue MapTensors(const c10::IValue& batch,
+                       const std::function<at::Tensor(const at::Tensor&)>& fn) {
+  if (batch.isTensor()) return fn(batch.toTensor());
+  if (batch.isTuple()) {
+    std::vector<c10::IValue> items;
+    for (const c10::IValue& item : batch.toTupleRef().elements()) {
+      items.push_back(MapTensors(item, fn));
+    }
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  if (batch.isList()) {
+    c10::impl::GenericList out(batch.toList().elementType());
+    for (const c10::IValue& item : batch.toList()) out.push_back(MapTensors(item, fn));
+    return out;
+  }
+  if (batch.isGenericDict()) {
+    c10::impl::GenericDict in = batch.toGenericDict();
+    c10::impl::GenericDict out(in.keyType(), in.valueType());
+    for (const auto& entry : in) out.insert(entry.key(), MapTensors(entry.value(), fn));
+    return out;
+  }
+  return batch;
+}
+
+int64_t BatchSize(const c10::IValue& batch) {
+  int64_t size = -1;
+  MapTensors(batch, [&](const at::Tensor& t) {
+    if (size < 0) size = t.dim() == 0 ? 1 : t.size(0);
+    return t;
+  });
+  return size < 0 ? 0 : size;
+}
+
+absl::StatusOr<std::vector<c10::IValue>> SplitBatch(const c10::IValue& batch, int n) {
+  if (n < 1) return absl::InvalidArgumentError(absl::StrCat("cannot split a batch into ", n));
+  const int64_t size = BatchSize(batch);
+  bool mismatch = false;
+  MapTensors(batch, [&](const at::Tensor& t) {
+    if (t.dim() == 0 || t.size(0) != size) mismatch = true;
+    return t;
+  });
+  if (mismatch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot split the batch: its tensors do not all have ", size, " rows in dimension 0"));
+  }
+  const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(n, size)));
+  std::vector<c10::IValue> out;
+  for (int i = 0; i < parts; ++i) {
+    // torch.chunk's sizes: ceil(size / parts) each, the last smaller.
+    const int64_t chunk = (size + parts - 1) / parts;
+    const int64_t begin = std::min(size, i * chunk);
+    const int64_t end = std::min(size, begin + chunk);
+    if (begin >= end && i > 0) break;
+    out.push_back(MapTensors(batch, [&](const at::Tensor& t) { return t.slice(0, begin, end); }));
+  }
+  return out;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,196 @@
+#include "worker/model/lightning_module.h"
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "worker/model/tensor_convert.h"
+#include "worker/model/torch_status.h"
+
+namespace dtrain {
+namespace {
+
+constexpr char kExportHint[] =
+    "; export a LightningModule with @torch.jit.export on training_step (and the other "
+    "step methods) and save it with torch.jit.save(torch.jit.script(model), path); see "
+    "docs/models.md";
+
+}  // namespace
+
+absl::StatusOr<LightningModule> LightningModule::Load(const std::string& path) {
+  if (!std::ifstream(path).good()) {
+    return absl::NotFoundError(
+        absl::StrCat("model file '", path, "' does not exist or cannot be read"));
+  }
+  absl::StatusOr<torch::jit::Module> module =
+      GuardTorch(absl::StrCat("cannot load '", path, "' as a TorchScript module"),
+                 [&]() -> absl::StatusOr<torch::jit::Module> { return torch::jit::load(path); });
+  if (!module.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(module.status().message(), kExportHint));
+  }
+  return Wrap(std::move(*module), path);
+}
+
+absl::StatusOr<LightningModule> LightningModule::Wrap(torch::jit::Module module,
+                                                      std::string origin) {
+  if (!module.find_method("training_step").has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", origin, "' has no training_step(batch, batch_idx) method", kExportHint));
+  }
+  return LightningModule(std::move(module), std::move(origin));
+}
+
+bool LightningModule::HasMethod(const std::string& name) const {
+  return module_.find_method(name).has_value();
+}
+
+absl::StatusOr<c10::IValue> LightningModule::Call(const std::string& method,
+                                                  std::vector<c10::IValue> args) {
+  if (!HasMethod(method)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", origin_, "' does not define ", method));
+  }
+  return GuardTorch(
+      absl::StrCat(method, " of model '", origin_, "' failed"),
+      [&]() -> absl::StatusOr<c10::IValue> { return module_.get_method(method)(std::move(args)); });
+}
+
+absl::Status LightningModule::CallHook(const std::string& name) {
+  if (!HasMethod(name)) return absl::OkStatus();
+  absl::StatusOr<c10::IValue> out = Call(name, {});
+  if (!out.ok()) return absl::InvalidArgumentError(out.status().message());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<c10::IValue> LightningModule::RawStep(const std::string& method,
+                                                     const c10::IValue& batch, int64_t batch_idx) {
+  return Call(method, {batch, batch_idx});
+}
+
+absl::StatusOr<c10::IValue> LightningModule::StepEnd(const std::string& method,
+                                                     c10::IValue output) {
+  // Lightning's <step>_end(step_output): its result is the step's output (predict has none).
+  const std::string end = method + "_end";
+  if (method == "predict_step" || !HasMethod(end)) return output;
+  return Call(end, {std::move(output)});
+}
+
+absl::StatusOr<torch::Tensor> LightningModule::TrainingStep(const c10::IValue& batch,
+                                                            int64_t batch_idx) {
+  absl::StatusOr<c10::IValue> out = RawStep("training_step", batch, batch_idx);
+  if (out.ok()) out = StepEnd("training_step", *std::move(out));
+  if (!out.ok()) return out.status();
+  return TrainingLoss(*out);
+}
+
+absl::StatusOr<torch::Tensor> LightningModule::TrainingLoss(const c10::IValue& out) {
+  torch::Tensor loss;
+  last_training_keys_.clear();
+  if (out.isTensor()) {
+    loss = out.toTensor();
+    last_training_keys_.push_back("loss");
+  } else if (out.isGenericDict() && out.toGenericDict().contains("loss") &&
+             out.toGenericDict().at("loss").isTensor()) {
+    for (const auto& entry : out.toGenericDict()) {
+      if (entry.key().isString()) last_training_keys_.push_back(entry.key().toStringRef());
+      if (!entry.key().isString() || entry.key().toStringRef() == "loss") continue;
+      if (!entry.value().isTensor() || entry.value().toTensor().numel() != 1) continue;
+      auto& [sum, count] = training_extras_[entry.key().toStringRef()];
+      sum += ReportedScalar(entry.value().toTensor());
+      ++count;
+    }
+    loss = out.toGenericDict().at("loss").toTensor();
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training_step of model '", origin_,
+        "' must return a loss tensor or a dict with a 'loss' tensor, got ", out.tagKind()));
+  }
+  if (loss.numel() != 1 || !loss.is_floating_point()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training_step of model '", origin_, "' must return a scalar floating-point loss, got ",
+        c10::toString(loss.scalar_type()), c10::str(loss.sizes())));
+  }
+  return loss;
+}
+
+std::map<std::string, double> LightningModule::TakeTrainingExtras() {
+  std::map<std::string, double> out;
+  for (const auto& [name, sum_count] : training_extras_) {
+    out[name] = sum_count.first / sum_count.second;
+  }
+  training_extras_.clear();
+  return out;
+}
+
+absl::StatusOr<StepOutput> LightningModule::Step(const std::string& method,
+                                                 const c10::IValue& batch, int64_t batch_idx) {
+  absl::StatusOr<c10::IValue> out = RawStep(method, batch, batch_idx);
+  if (out.ok()) out = StepEnd(method, *std::move(out));
+  if (!out.ok()) return out.status();
+  return ToStepOutput(method, *out);
+}
+
+absl::StatusOr<StepOutput> LightningModule::ToStepOutput(const std::string& method,
+                                                         const c10::IValue& out) const {
+  StepOutput result;
+  if (out.isTensor()) {
+    result["output"] = out.toTensor();
+  } else if (out.isGenericDict()) {
+    for (const auto& entry : out.toGenericDict()) {
+      if (!entry.key().isString() || !entry.value().isTensor()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(method, " of model '", origin_, "' must return a dict of str to tensor"));
+      }
+      result[entry.key().toStringRef()] = entry.value().toTensor();
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(method, " of model '", origin_,
+                     "' must return a tensor or a dict of tensors, got ", out.tagKind()));
+  }
+  return result;
+}
+
+absl::StatusOr<StepOutput> LightningModule::ValidationStep(const c10::IValue& batch,
+                                                           int64_t batch_idx) {
+  return Step("validation_step", batch, batch_idx);
+}
+absl::StatusOr<StepOutput> LightningModule::TestStep(const c10::IValue& batch, int64_t batch_idx) {
+  return Step("test_step", batch, batch_idx);
+}
+absl::StatusOr<StepOutput> LightningModule::PredictStep(const c10::IValue& batch,
+                                                        int64_t batch_idx) {
+  return Step("predict_step", batch, batch_idx);
+}
+
+absl::StatusOr<torch::Tensor> LightningModule::Forward(const torch::Tensor& input) {
+  absl::StatusOr<c10::IValue> out = Call("forward", {input});
+  if (!out.ok()) return out.status();
+  if (!out->isTensor()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("forward of model '", origin_, "' must return a tensor"));
+  }
+  return out->toTensor();
+}
+
+std::vector<torch::Tensor> LightningModule::Parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor& p : module_.parameters()) out.push_back(p);
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> LightningModule::NamedParameters() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : module_.named_parameters()) out.emplace_back(p.name, p.value);
+  return out;
+}
+
+void LightningModule::Train(bool on) { module_.train(on); }
+
+absl::Status LightningModule::Save(const std::string& path) const {
+  return GuardTorch(absl::StrCat("cannot save model to '", path, "'"), [&]() -> absl::Status {
+    module_.save(path);
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace dtrain

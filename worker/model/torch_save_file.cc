@@ -1,0 +1,356 @@
+#include "worker/model/torch_save_file.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/istream_adapter.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
+#include <torch/serialize.h>
+
+#include "absl/strings/str_cat.h"
+#include "worker/model/torch_status.h"
+
+namespace dtrain {
+namespace {
+
+// Reads little-endian unsigned integers of `n` bytes.
+uint64_t LittleEndian(const std::string& s, size_t at, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(s[at + i]);
+  return v;
+}
+
+// An in-memory source for PyTorchStreamReader.
+class StringAdapter : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit StringAdapter(const std::string& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char*) const override {
+    if (pos >= bytes_.size()) return 0;
+    n = std::min<size_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::string& bytes_;
+};
+
+// Keys of the entries the rewrite adds to stand in for what libtorch cannot unpickle; removed
+// from every dict after unpickling (RemoveJunk).
+constexpr const char* kJunkKeys[] = {"\x01dtrain-pickle-class", "\x01dtrain-pickle-args",
+                                     "\x01dtrain-pickle-state"};
+
+// BINUNICODE of `s`.
+std::string PickledString(const std::string& s) {
+  std::string out = "X";
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((s.size() >> (8 * i)) & 0xff));
+  return out + s;
+}
+
+void RemoveJunk(const c10::IValue& value) {
+  if (value.isGenericDict()) {
+    c10::impl::GenericDict dict = value.toGenericDict();
+    for (const char* key : kJunkKeys) (void)dict.erase(c10::IValue(std::string(key)));
+    for (const auto& entry : dict) RemoveJunk(entry.value());
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toList()) RemoveJunk(item);
+  } else if (value.isTuple()) {
+    for (const c10::IValue& item : value.toTupleRef().elements()) RemoveJunk(item);
+  }
+}
+
+}  // namespace
+
+std::string WithoutSingleItemOpcodes(const std::string& p) {
+  static_assert(sizeof(char) == 1);
+  // Walks the opcodes keeping, for each stack item, the offset where the opcodes that made it
+  // begin; a MARK is an item of its own. Only SETITEM's key offset matters in the end.
+  constexpr int64_t kMark = -1;
+  constexpr int64_t kOrderedDictClass = 1;  // GLOBAL collections.OrderedDict
+  constexpr int64_t kOrderedDict = 2;       // an instance: REDUCE of that class
+  std::map<uint64_t, int64_t> memo_kind;    // what BINPUT stored, for BINGET
+  struct Item {
+    size_t start;
+    int64_t kind;  // kMark or 0
+  };
+  std::vector<Item> stack;
+  // Bytes inserted before an offset (in the order recorded: inner constructs first), and
+  // opcodes replaced by another of one byte.
+  std::vector<std::pair<size_t, std::string>> inserts;
+  std::vector<std::pair<size_t, char>> replace_at;
+  auto insert_mark_at = [&](size_t offset) { inserts.emplace_back(offset, "("); };
+  auto pop_to_mark = [&]() -> std::optional<size_t> {
+    while (!stack.empty() && stack.back().kind != kMark) stack.pop_back();
+    if (stack.empty()) return std::nullopt;
+    const size_t start = stack.back().start;
+    stack.pop_back();
+    return start;
+  };
+  auto pop_n = [&](size_t n) -> std::optional<size_t> {
+    if (stack.size() < n) return std::nullopt;
+    const size_t start = stack[stack.size() - n].start;
+    stack.resize(stack.size() - n);
+    return start;
+  };
+  size_t i = 0;
+  bool stopped = false;
+  while (i < p.size() && !stopped) {
+    const size_t at = i;
+    const unsigned char op = static_cast<unsigned char>(p[i++]);
+    auto need = [&](size_t n) { return i + n <= p.size(); };
+    auto push = [&](size_t start) { stack.push_back({start, 0}); };
+    switch (op) {
+      case 0x80:  // PROTO
+        if (!need(1)) return p;
+        i += 1;
+        break;
+      case '.':  // STOP
+        stopped = true;
+        break;
+      case '(':  // MARK
+        stack.push_back({at, kMark});
+        break;
+      case '}':   // EMPTY_DICT
+      case ']':   // EMPTY_LIST
+      case ')':   // EMPTY_TUPLE
+      case 'N':   // NONE
+      case 0x88:  // NEWTRUE
+      case 0x89:  // NEWFALSE
+        push(at);
+        break;
+      case 'K':  // BININT1
+        if (!need(1)) return p;
+        i += 1;
+        push(at);
+        break;
+      case 'h':    // BINGET
+      case 'j': {  // LONG_BINGET
+        const int n = op == 'h' ? 1 : 4;
+        if (!need(n)) return p;
+        const uint64_t index = LittleEndian(p, i, n);
+        i += n;
+        push(at);
+        auto it = memo_kind.find(index);
+        if (it != memo_kind.end()) stack.back().kind = it->second;
+        break;
+      }
+      case 'M':  // BININT2
+        if (!need(2)) return p;
+        i += 2;
+        push(at);
+        break;
+      case 'J':  // BININT
+        if (!need(4)) return p;
+        i += 4;
+        push(at);
+        break;
+      case 'G':  // BINFLOAT
+        if (!need(8)) return p;
+        i += 8;
+        push(at);
+        break;
+      case 0x8a:  // LONG1
+      case 'U':   // SHORT_BINSTRING
+      case 'C':   // SHORT_BINBYTES
+        if (!need(1)) return p;
+        i += 1 + static_cast<unsigned char>(p[i]);
+        if (i > p.size()) return p;
+        push(at);
+        break;
+      case 0x8b:  // LONG4
+      case 'X':   // BINUNICODE
+      case 'T':   // BINSTRING
+      case 'B':   // BINBYTES
+        if (!need(4)) return p;
+        i += 4 + LittleEndian(p, i, 4);
+        if (i > p.size()) return p;
+        push(at);
+        break;
+      case 'q':    // BINPUT
+      case 'r': {  // LONG_BINPUT
+        const int n = op == 'q' ? 1 : 4;
+        if (!need(n) || stack.empty()) return p;
+        memo_kind[LittleEndian(p, i, n)] = stack.back().kind;
+        i += n;
+        break;
+      }
+      case 'c': {  // GLOBAL module\nname\n
+        const size_t first = p.find('\n', i);
+        const size_t second = first == std::string::npos ? first : p.find('\n', first + 1);
+        if (second == std::string::npos) return p;
+        const bool ordered_dict = p.compare(i, second - i, "collections\nOrderedDict") == 0;
+        i = second + 1;
+        push(at);
+        if (ordered_dict) stack.back().kind = kOrderedDictClass;
+        break;
+      }
+      case 0x85:    // TUPLE1
+      case 'Q':     // BINPERSID
+      case 0x86:    // TUPLE2
+      case 0x87:    // TUPLE3
+      case 'R':     // REDUCE
+      case 0x81: {  // NEWOBJ
+        const size_t n = op == 0x87 ? 3 : (op == 0x85 || op == 'Q') ? 1 : 2;
+        const bool makes_ordered_dict =
+            op == 'R' && stack.size() >= 2 && stack[stack.size() - 2].kind == kOrderedDictClass;
+        if (makes_ordered_dict) {
+          // libtorch turns OrderedDict() into None. `class args REDUCE` becomes
+          // `EMPTY_DICT MARK junk1 class junk2 args SETITEMS`: a dict, whose two entries that
+          // hold the class and its arguments are removed after unpickling.
+          inserts.emplace_back(stack[stack.size() - 2].start,
+                               absl::StrCat("}(", PickledString(kJunkKeys[0])));
+          inserts.emplace_back(stack.back().start, PickledString(kJunkKeys[1]));
+          replace_at.push_back({at, 'u'});
+        }
+        std::optional<size_t> start = pop_n(n);
+        if (!start) return p;
+        push(*start);
+        if (makes_ordered_dict) stack.back().kind = kOrderedDict;
+        break;
+      }
+      case 't':    // TUPLE
+      case 'l':    // LIST
+      case 'd': {  // DICT
+        std::optional<size_t> start = pop_to_mark();
+        if (!start) return p;
+        push(*start);
+        break;
+      }
+      case 'b':  // BUILD: the state goes into the object below it
+        // An OrderedDict's state is its attributes (a module state_dict's _metadata), which
+        // libtorch cannot set on a dict (and it has no POP): `state BUILD` becomes
+        // `MARK junk3 state SETITEMS`, an entry removed after unpickling.
+        if (stack.size() >= 2 && stack[stack.size() - 2].kind == kOrderedDict) {
+          inserts.emplace_back(stack.back().start, absl::StrCat("(", PickledString(kJunkKeys[2])));
+          replace_at.push_back({at, 'u'});
+        }
+        if (!pop_n(1)) return p;
+        break;
+      case 'a': {  // APPEND: the item goes into the list below it
+        if (stack.size() < 2) return p;
+        insert_mark_at(stack.back().start);
+        replace_at.push_back({at, 'e'});
+        stack.pop_back();
+        break;
+      }
+      case 'e':  // APPENDS
+      case 'u':  // SETITEMS
+        if (!pop_to_mark()) return p;
+        break;
+      case 's': {  // SETITEM: key and value go into the dict below them
+        if (stack.size() < 3) return p;
+        insert_mark_at(stack[stack.size() - 2].start);
+        replace_at.push_back({at, 'u'});
+        stack.resize(stack.size() - 2);
+        break;
+      }
+      default:
+        return p;  // an opcode torch.save's protocol 2 does not use
+    }
+  }
+  if (replace_at.empty() && inserts.empty()) return p;
+  // At one offset, constructs recorded later enclose earlier ones, so their bytes go first.
+  std::stable_sort(inserts.begin(), inserts.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string out;
+  out.reserve(p.size() + 64 * inserts.size());
+  std::vector<size_t> shift_before(p.size() + 1, 0);  // bytes inserted before offset k
+  size_t next = 0, inserted = 0;
+  for (size_t k = 0; k < p.size(); ++k) {
+    size_t end = next;
+    while (end < inserts.size() && inserts[end].first == k) ++end;
+    for (size_t e = end; e > next; --e) {
+      out += inserts[e - 1].second;
+      inserted += inserts[e - 1].second.size();
+    }
+    next = end;
+    shift_before[k] = inserted;
+    out.push_back(p[k]);
+  }
+  for (const auto& [at, op] : replace_at) out[at + shift_before[at]] = op;
+  return out;
+}
+
+absl::StatusOr<c10::IValue> ParseTorchSave(const std::string& bytes, const std::string& origin) {
+  if (bytes.size() < 4 || bytes.compare(0, 2, "PK") != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", origin,
+                     "' is not a file written by torch.save (a zip archive); write it with "
+                     "torch.save(obj, path) from torch >= 1.6"));
+  }
+  return GuardTorch(
+      absl::StrCat("cannot read '", origin, "' as a torch.save file"),
+      [&]() -> absl::StatusOr<c10::IValue> {
+        caffe2::serialize::PyTorchStreamReader reader(std::make_shared<StringAdapter>(bytes));
+        at::DataPtr pickle_data;
+        size_t pickle_size = 0;
+        std::tie(pickle_data, pickle_size) = reader.getRecord("data.pkl");
+        const std::string pickle = WithoutSingleItemOpcodes(
+            std::string(static_cast<const char*>(pickle_data.get()), pickle_size));
+        size_t offset = 0;
+        auto read = [&](char* buffer, size_t n) -> size_t {
+          n = std::min(n, pickle.size() - offset);
+          std::memcpy(buffer, pickle.data() + offset, n);
+          offset += n;
+          return n;
+        };
+        auto read_record = [&](const std::string& name) {
+          return std::get<0>(reader.getRecord("data/" + name));
+        };
+        torch::jit::Unpickler unpickler(read, nullptr, nullptr, read_record, c10::nullopt);
+        unpickler.set_version(reader.version());
+        c10::IValue value = unpickler.parse_ivalue();
+        RemoveJunk(value);
+        return value;
+      });
+}
+
+absl::StatusOr<c10::IValue> ReadTorchSaveFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.good()) {
+    return absl::NotFoundError(absl::StrCat("'", path, "' does not exist or cannot be read"));
+  }
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("cannot read '", path, "'"));
+  return ParseTorchSave(bytes.str(), path);
+}
+
+absl::Status WriteTorchSaveFile(const std::string& path, const c10::IValue& value) {
+  const std::string temporary = absl::StrCat(path, ".tmp-", getpid());
+  absl::Status status =
+      GuardTorch(absl::StrCat("cannot write '", path, "'"), [&]() -> absl::Status {
+        const std::vector<char> bytes = torch::pickle_save(value);
+        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        out.close();
+        if (!out) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("cannot write '", temporary, "': ", std::strerror(errno)));
+        }
+        return absl::OkStatus();
+      });
+  if (!status.ok()) {
+    std::remove(temporary.c_str());
+    return status;
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    std::remove(temporary.c_str());
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot move '", temporary, "' into place at '", path, "': ", reason));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dtrain

@@ -1,0 +1,551 @@
+#include "worker/runtime/job.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+
+#include <torch/types.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/job_settings.h"
+#include "common/status_macros.h"
+#include "common/tensor.h"
+#include "worker/collectives/collective_plane.h"
+#include "worker/model/batch_tree.h"
+#include "worker/model/model_zoo.h"
+#include "worker/model/tensor_convert.h"
+#include "worker/model/torch_status.h"
+#include "worker/runtime/cpu_affinity.h"
+#include "worker/runtime/registered_plugins.h"
+
+namespace dtrain {
+namespace {
+
+// Under collective_backend auto, how long Gloo may take to connect the peers before the ranks
+// fall back to the coordinator's collectives: on a network where they can reach each other it
+// takes milliseconds.
+constexpr absl::Duration kPeerConnectTimeout = absl::Seconds(30);
+
+// A normalized spec's optimizer and schedule (their defaults are applied).
+OptimizerConfig ToConfig(const v1::OptimizerSpec& spec) {
+  OptimizerConfig c;
+  c.name = spec.name();
+  c.lr = spec.lr();
+  c.momentum = spec.momentum();
+  c.nesterov = spec.nesterov();
+  c.weight_decay = spec.weight_decay();
+  c.beta1 = spec.beta1();
+  c.beta2 = spec.beta2();
+  c.eps = spec.eps();
+  return c;
+}
+
+SchedulerConfig ToConfig(const v1::SchedulerSpec& spec) {
+  SchedulerConfig c;
+  c.name = spec.name();
+  c.step_size = spec.step_size();
+  c.gamma = spec.gamma();
+  c.total_steps = spec.total_steps();
+  c.min_lr = spec.min_lr();
+  return c;
+}
+
+absl::StatusOr<LightningModule> LoadModel(const v1::ModelSpec& spec, uint64_t seed) {
+  switch (spec.source_case()) {
+    case v1::ModelSpec::kBuiltin:
+      return BuiltinModel(spec.builtin(), seed);
+    case v1::ModelSpec::kTorchscript:
+      return LightningModule::Load(spec.torchscript());
+    default:
+      return absl::InvalidArgumentError(
+          "model: give builtin (mlp, cnn) or torchscript (a file saved with torch.jit.save)");
+  }
+}
+
+// Prefixes a status's message with the request field it concerns.
+absl::Status InField(const std::string& field, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));
+}
+
+void AddOutputs(const StepOutput& out, bool with_tensors, v1::BatchResult* result) {
+  for (const auto& [key, value] : out) {
+    if (value.numel() == 1 && (value.is_floating_point() || value.dim() == 0)) {
+      (*result->mutable_scalars())[key] = ReportedScalar(value);
+    } else if (with_tensors) {
+      absl::StatusOr<HostTensor> host = FromTorch(value.detach());
+      if (host.ok()) ToProto(*host, &(*result->mutable_tensors())[key]);
+    }
+  }
+}
+
+// What an epoch-end hook logged joins the epoch's last batch (dropped when there is none).
+void AddLogged(Accelerator& a, v1::LocalResult* result) {
+  std::map<std::string, double> logged = a.TakeLogged();
+  if (result->batches_size() == 0) return;
+  v1::BatchResult* last = result->mutable_batches(result->batches_size() - 1);
+  for (const auto& [name, value] : logged) (*last->mutable_scalars())[name] = value;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
+                                                const WorkerIdentity& identity,
+                                                CallCanceller* cancel) {
+  // Everything is checked before joining the group, so a bad request never leaves the other
+  // ranks waiting for a member that will not come. The spec's own rules were applied by the
+  // service (NormalizeSetupRequest); what is left is whether this worker has what it names.
+  const v1::JobSpec& spec = request.spec();
+  const v1::TrainerConfig& t = spec.trainer();
+  DTRAIN_RETURN_IF_ERROR(InField("spec.trainer.precision",
+                                 PluginRegistry::Global().FindPrecision(t.precision()).status()));
+  absl::StatusOr<PluginRegistry::StrategyEntry> strategy_entry = ResolveStrategy(t.strategy());
+  if (!strategy_entry.ok()) return InField("spec.trainer.strategy", strategy_entry.status());
+  const std::string strategy_name = strategy_entry->info.name;
+  absl::StatusOr<PluginRegistry::AcceleratorEntry> accelerator_entry =
+      PluginRegistry::Global().FindAccelerator(t.accelerator());
+  if (!accelerator_entry.ok()) {
+    return InField("spec.trainer.accelerator", accelerator_entry.status());
+  }
+  DTRAIN_RETURN_IF_ERROR(InField("spec.trainer.accelerator",
+                                 ResolveAccelerator(accelerator_entry->planned_as).status()));
+  absl::StatusOr<PluginRegistry::CheckpointIOEntry> io_entry =
+      PluginRegistry::Global().FindCheckpointIO(spec.checkpoint().checkpoint_io());
+  if (!io_entry.ok()) return InField("spec.checkpoint.checkpoint_io", io_entry.status());
+  absl::StatusOr<std::unique_ptr<CheckpointIO>> checkpoint_io = io_entry->make();
+  if (!checkpoint_io.ok()) return InField("spec.checkpoint.checkpoint_io", checkpoint_io.status());
+  absl::StatusOr<ClipAlgorithm> clip = ParseClipAlgorithm(t.gradient_clip_algorithm());
+  if (!clip.ok()) return InField("spec.trainer.gradient_clip_algorithm", clip.status());
+  const OptimizerConfig optimizer = ToConfig(spec.optimizer());
+  // The optimizer and schedule are validated on a throwaway parameter.
+  DTRAIN_RETURN_IF_ERROR(
+      InField("spec.optimizer", MakeOptimizer({torch::zeros({1})}, optimizer).status()));
+  const SchedulerConfig schedule = ToConfig(spec.lr_scheduler());
+  DTRAIN_RETURN_IF_ERROR(
+      InField("spec.lr_scheduler", LrSchedule::Make(schedule, optimizer.lr).status()));
+
+  std::unique_ptr<Job> job(new Job());
+  job->id_ = request.job_id();
+  job->accumulate_ = t.accumulate_grad_batches();
+  job->clip_val_ = t.gradient_clip_val();
+  job->clip_algorithm_ = *clip;
+  absl::StatusOr<std::unique_ptr<Dataset>> data = Dataset::Load(spec.data());
+  if (!data.ok()) return InField("spec.data", data.status());
+  job->data_ = std::move(*data);
+  absl::StatusOr<LightningModule> model = LoadModel(spec.model(), spec.seed_everything());
+  if (!model.ok()) return InField("spec.model", model.status());
+  torch::manual_seed(spec.seed_everything());
+
+  std::unique_ptr<CollectiveBackend> backend;
+  if (strategy_entry->traits.distributed) {
+    const v1::GroupSpec& g = request.group();
+    if (g.world_size() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "strategy ", strategy_name, " needs group.world_size >= 1 (the job's ranks)"));
+    }
+    ProcessGroupOptions options;
+    options.cancel = cancel;
+    options.group = g.group().empty() ? request.job_id() : g.group();
+    options.world_size = g.world_size();
+    options.token = g.token();
+    options.host = identity.host;
+    options.name = request.worker_name().empty() ? identity.name : request.worker_name();
+    options.order_key =
+        absl::StrCat(options.name, "/", absl::Dec(request.spawn_index(), absl::kZeroPad4));
+    if (g.register_timeout_ms() > 0)
+      options.register_timeout = absl::Milliseconds(g.register_timeout_ms());
+    if (t.collective_timeout_ms() > 0) {
+      options.collective_timeout = absl::Milliseconds(t.collective_timeout_ms());
+    }
+    const std::string address = g.coordinator().empty() ? identity.coordinator : g.coordinator();
+    if (address.empty()) {
+      return absl::InvalidArgumentError(
+          "group.coordinator is empty and the worker has no --coordinator");
+    }
+    const absl::Time joining = absl::Now();
+    DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> group,
+                            ProcessGroup::Join(address, options));
+    const absl::Duration timeout = t.collective_timeout_ms() > 0
+                                       ? absl::Milliseconds(t.collective_timeout_ms())
+                                       : absl::Minutes(10);
+    DTRAIN_ASSIGN_OR_RETURN(
+        CollectivePlane plane,
+        ConnectCollectivePlane(t.collective_backend(), address, std::move(group), timeout,
+                               std::min(timeout, kPeerConnectTimeout)));
+    backend = std::move(plane.backend);
+    job->plane_ = plane.name;
+    job->plane_note_ = plane.note;
+    job->group_formation_ = absl::Now() - joining;
+  } else if (request.group().world_size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "strategy ", strategy_name, " runs in one process; group.world_size must be 1"));
+  }
+  StrategyOptions strategy;
+  strategy.name = strategy_name;
+  strategy.devices = t.devices();
+  strategy.bucket_bytes = BucketBytes(t.bucket_cap_mb());
+  DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(t.accelerator(), t.precision(),
+                                                               strategy, std::move(backend)));
+  DTRAIN_RETURN_IF_ERROR(job->accelerator_->Setup(std::move(*model), optimizer, schedule));
+  job->accelerator_->strategy().SetCheckpointIO(std::move(*checkpoint_io));
+  job->cpus_ = FormatCpuList(identity.cpus);
+  const v1::CheckpointConfig& c = spec.checkpoint();
+  job->storage_options_ = StorageOptions(c.storage_options().begin(), c.storage_options().end());
+  // Local: PrepareSetup (worker/service/setup_paths.h) took its "worker:" mark off.
+  if (!c.dirpath().empty() && job->accelerator_->strategy().should_rank_save_checkpoint()) {
+    DTRAIN_RETURN_IF_ERROR(
+        InField("spec.checkpoint.dirpath", PrepareCheckpointDirectory(c.dirpath())));
+  }
+  DTRAIN_RETURN_IF_ERROR(job->accelerator_->PreDispatch());
+  return job;
+}
+
+absl::Status Job::Dispatch() {
+  if (dispatched_) return absl::OkStatus();
+  dispatched_ = true;
+  return accelerator_->Dispatch();
+}
+
+absl::Status Job::EndTraining() {
+  if (!train_started_ || train_ended_) return absl::OkStatus();
+  train_ended_ = true;
+  DTRAIN_RETURN_IF_ERROR(accelerator_->CallHook("on_train_end"));
+  return accelerator_->OnTrainEnd();
+}
+
+namespace {
+
+// "tuple(float32[32, 1, 28, 28], int64[32])": what a step receives, for a dry run's report.
+std::string DescribeBatch(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const torch::Tensor& t = v.toTensor();
+    std::string dtype = c10::toString(t.scalar_type());
+    for (char& c : dtype) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    static const std::map<std::string, std::string> kPython = {
+        {"float", "float32"}, {"double", "float64"}, {"long", "int64"},   {"int", "int32"},
+        {"byte", "uint8"},    {"char", "int8"},      {"half", "float16"}, {"short", "int16"}};
+    auto it = kPython.find(dtype);
+    if (it != kPython.end()) dtype = it->second;
+    std::vector<std::string> dims;
+    for (int64_t d : t.sizes()) dims.push_back(std::to_string(d));
+    return absl::StrCat(dtype, "[", absl::StrJoin(dims, ", "), "]");
+  }
+  std::vector<std::string> parts;
+  if (v.isTuple() || v.isList()) {
+    for (const c10::IValue& item :
+         v.isTuple() ? v.toTupleRef().elements().vec() : v.toList().vec()) {
+      parts.push_back(DescribeBatch(item));
+    }
+    return absl::StrCat(v.isTuple() ? "tuple(" : "list(", absl::StrJoin(parts, ", "), ")");
+  }
+  if (v.isGenericDict()) {
+    for (const auto& entry : v.toGenericDict()) {
+      parts.push_back(absl::StrCat(entry.key().isString() ? entry.key().toStringRef() : "?", ": ",
+                                   DescribeBatch(entry.value())));
+    }
+    return absl::StrCat("dict(", absl::StrJoin(parts, ", "), ")");
+  }
+  return v.tagKind();
+}
+
+std::vector<int64_t> FirstIndices(int64_t size, int batch) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < std::min<int64_t>(size, batch); ++i) out.push_back(i);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::DryRunResponse> Job::DryRun(const v1::DryRunRequest& request,
+                                               const WorkerIdentity& identity) {
+  v1::SetupRequest setup = request.setup();
+  setup.set_job_id("dry-run");
+  setup.mutable_spec()->mutable_trainer()->set_strategy("single_device");
+  setup.mutable_spec()->mutable_trainer()->set_devices(1);
+  setup.mutable_spec()->mutable_checkpoint()->clear_dirpath();
+  setup.clear_group();
+  const int default_batch_size = JobSpecDefaults().data().batch_size();
+  if (request.batch_size() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size must be >= 0 (0: ", default_batch_size, "), got ", request.batch_size()));
+  }
+  const int batch_size = request.batch_size() > 0 ? request.batch_size() : default_batch_size;
+  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Setup(setup, identity));
+  v1::DryRunResponse report;
+  report.set_worker(identity.name);
+  v1::SetupResponse described;
+  job->Describe(&described);
+  *report.mutable_splits() = described.splits();
+  report.set_parameter_count(described.parameter_count());
+  Accelerator& a = *job->accelerator_;
+  torch::NoGradGuard no_grad;
+  std::map<std::string, int64_t> sizes;
+  for (const v1::SplitInfo& split : described.splits()) sizes[split.name()] = split.size();
+  if (sizes.count("train") > 0) {
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch,
+                            job->data_->Batch("train", FirstIndices(sizes["train"], batch_size)));
+    report.set_batch(DescribeBatch(batch));
+    a.SetTrainingMode(true);
+    DTRAIN_ASSIGN_OR_RETURN(torch::Tensor loss, a.TrainingStep(batch, 0));
+    report.set_loss(ReportedScalar(a.TrainingStepEnd(loss)));
+    for (const std::string& key : a.model().last_training_keys()) {
+      report.add_training_step_keys(key);
+    }
+  }
+  if (sizes.count("val") > 0 && a.model().HasMethod("validation_step")) {
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch,
+                            job->data_->Batch("val", FirstIndices(sizes["val"], batch_size)));
+    if (report.batch().empty()) report.set_batch(DescribeBatch(batch));
+    a.SetTrainingMode(false);
+    DTRAIN_ASSIGN_OR_RETURN(StepOutput out, a.ValidationStep(batch, 0));
+    for (const auto& [key, value] : out) report.add_validation_step_keys(key);
+  }
+  (void)job->accelerator_->Teardown();
+  return report;
+}
+
+v1::RankInfo Job::rank_info() const {
+  v1::RankInfo info;
+  Strategy& s = accelerator_->strategy();
+  info.set_rank(s.global_rank());
+  info.set_local_rank(s.local_rank());
+  info.set_node_rank(s.node_rank());
+  info.set_world_size(s.world_size());
+  info.set_pid(getpid());
+  info.set_cpus(cpus_);
+  return info;
+}
+
+void Job::Describe(v1::SetupResponse* response) const {
+  *response->add_ranks() = rank_info();
+  if (data_ != nullptr) {
+    for (const auto& [name, size] : data_->Splits()) {
+      v1::SplitInfo* split = response->add_splits();
+      split->set_name(name);
+      split->set_size(size);
+    }
+  }
+  int64_t count = 0;
+  for (const torch::Tensor& p : accelerator_->model().Parameters()) count += p.numel();
+  response->set_parameter_count(count);
+  response->set_root_device(accelerator_->root_device().str());
+  response->set_parameter_dtype(c10::toString(accelerator_->precision().ParameterDType()));
+  response->set_collective_plane(plane_);
+  response->set_collective_plane_note(plane_note_);
+  response->set_group_formation_ms(absl::ToInt64Milliseconds(group_formation_));
+}
+
+int Job::BatchCount(const v1::LocalWork& work) {
+  return work.batches_size() > 0 ? work.batches_size() : work.index_batches_size();
+}
+
+absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i) const {
+  if (work.batches_size() > 0) {
+    std::vector<c10::IValue> items;
+    for (int t = 0; t < work.batches(i).tensors_size(); ++t) {
+      absl::StatusOr<HostTensor> host = FromProto(work.batches(i).tensors(t));
+      if (!host.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batch ", i, " tensor ", t, ": ", host.status().message()));
+      }
+      DTRAIN_ASSIGN_OR_RETURN(torch::Tensor tensor, ToTorch(*host));
+      items.emplace_back(std::move(tensor));
+    }
+    if (items.empty())
+      return absl::InvalidArgumentError(absl::StrCat("batch ", i, " has no tensors"));
+    if (items.size() == 1) return items.front();
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  const v1::IndexBatch& b = work.index_batches(i);
+  return data_->Batch(b.split(), {b.indices().begin(), b.indices().end()});
+}
+
+absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t epoch,
+                                           bool end_of_epoch, int64_t total_steps) {
+  if (BatchCount(work) == 0) return absl::InvalidArgumentError("the step carries no batches");
+  if (total_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("total_steps must be >= 0 (0: not known), got ", total_steps));
+  }
+  ClearCancel();
+  Accelerator& a = *accelerator_;
+  if (total_steps > 0) DTRAIN_RETURN_IF_ERROR(a.SetRunLength(total_steps));
+  DTRAIN_RETURN_IF_ERROR(Dispatch());
+  if (!train_started_) {
+    a.SetTrainingMode(true);
+    DTRAIN_RETURN_IF_ERROR(a.CallHook("on_train_start"));
+    DTRAIN_RETURN_IF_ERROR(a.OnTrainStart());
+    train_started_ = true;
+    train_ended_ = false;
+  }
+  if (epoch != train_epoch_) {
+    a.SetTrainingMode(true);
+    DTRAIN_RETURN_IF_ERROR(a.CallHook("on_train_epoch_start"));
+    train_epoch_ = epoch;
+  }
+  a.SetEpoch(epoch);
+  a.SetTrainingMode(true);
+  v1::LocalResult result;
+  result.set_rank(a.strategy().global_rank());
+  const absl::Time began = absl::Now();
+  const absl::Duration waited_before = a.strategy().gradient_wait();
+  for (int i = 0; i < BatchCount(work); ++i) {
+    if (cancelled_) return absl::CancelledError(absl::StrCat("job ", id_, " was cancelled"));
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i));
+    const int64_t batch_idx = work.first_batch_idx() + i;
+    DTRAIN_RETURN_IF_ERROR(a.OnTrainBatchStart(batch_idx));
+    DTRAIN_ASSIGN_OR_RETURN(torch::Tensor out, a.TrainingStep(batch, batch_idx));
+    torch::Tensor loss = a.TrainingStepEnd(out);
+    const bool closes_epoch = end_of_epoch && i + 1 == BatchCount(work);
+    const bool should_accumulate = (accumulated_ + 1) % accumulate_ != 0 && !closes_epoch;
+    // As Lightning: each loss of an accumulation window counts 1/accumulate, so the window's
+    // gradient is the mean over its batches.
+    DTRAIN_RETURN_IF_ERROR(
+        a.Backward(accumulate_ > 1 ? loss / accumulate_ : loss, should_accumulate));
+    ++accumulated_;
+    v1::BatchResult* r = result.add_batches();
+    r->set_batch_idx(batch_idx);
+    r->set_size(BatchSize(batch));
+    (*r->mutable_scalars())["loss"] = ReportedScalar(loss);
+    for (const auto& [name, value] : a.model().TakeTrainingExtras()) {
+      (*r->mutable_scalars())[name] = value;
+    }
+    for (const auto& [name, value] : a.TakeLogged()) (*r->mutable_scalars())[name] = value;
+    if (should_accumulate) continue;
+    if (clip_val_ > 0) {
+      DTRAIN_ASSIGN_OR_RETURN(double norm, a.ClipGradients(clip_val_, clip_algorithm_));
+      (*r->mutable_scalars())["grad_norm"] = norm;
+    }
+    DTRAIN_ASSIGN_OR_RETURN(bool stepped, a.OptimizerStep());
+    if (stepped) DTRAIN_RETURN_IF_ERROR(a.PostOptimizerStep());
+    a.OptimizerZeroGrad();
+    a.UpdateGlobalStep();
+    accumulated_ = 0;
+    r->set_optimizer_stepped(true);
+    r->set_step_skipped(!stepped);
+  }
+  result.set_step_seconds(absl::ToDoubleSeconds(absl::Now() - began));
+  result.set_gradient_wait_seconds(
+      absl::ToDoubleSeconds(a.strategy().gradient_wait() - waited_before));
+  if (end_of_epoch) {
+    DTRAIN_RETURN_IF_ERROR(a.CallHook("on_train_epoch_end"));
+    AddLogged(a, &result);
+  }
+  result.set_global_step(a.progress().global_step);
+  result.set_lr(a.strategy().learning_rate());
+  if (a.precision().scaler() != nullptr) result.set_loss_scale(a.precision().scaler()->scale());
+  return result;
+}
+
+absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork& work,
+                                              bool return_outputs) {
+  // No batches is fine here: evaluation shards are not padded, so with fewer samples than
+  // ranks some ranks have nothing to evaluate.
+  ClearCancel();
+  Accelerator& a = *accelerator_;
+  if (kind == StepKind::kTraining) {
+    return absl::InvalidArgumentError("Evaluate runs validation, test or predict steps");
+  }
+  DTRAIN_RETURN_IF_ERROR(Dispatch());
+  // Fit is over when testing or predicting begins: Lightning's on_train_end comes first.
+  if (kind != StepKind::kValidation) DTRAIN_RETURN_IF_ERROR(EndTraining());
+  a.SetTrainingMode(false);
+  const std::string hook_stage = kind == StepKind::kValidation ? "validation"
+                                 : kind == StepKind::kTest     ? "test"
+                                                               : "predict";
+  // Lightning's order: on_<stage>_start, on_<stage>_epoch_start, the steps, on_<stage>_epoch_end,
+  // on_<stage>_end; the model's hook, then the accelerator's (and strategy's).
+  DTRAIN_RETURN_IF_ERROR(a.CallHook(absl::StrCat("on_", hook_stage, "_start")));
+  DTRAIN_RETURN_IF_ERROR(kind == StepKind::kValidation ? a.OnValidationStart()
+                         : kind == StepKind::kTest     ? a.OnTestStart()
+                                                       : a.OnPredictStart());
+  DTRAIN_RETURN_IF_ERROR(a.CallHook(absl::StrCat("on_", hook_stage, "_epoch_start")));
+  const bool with_tensors = return_outputs || kind == StepKind::kPredict;
+  v1::LocalResult result;
+  result.set_rank(a.strategy().global_rank());
+  for (int i = 0; i < BatchCount(work); ++i) {
+    if (cancelled_) return absl::CancelledError(absl::StrCat("job ", id_, " was cancelled"));
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i));
+    const int64_t batch_idx = work.first_batch_idx() + i;
+    StepOutput out;
+    if (kind == StepKind::kValidation) {
+      DTRAIN_ASSIGN_OR_RETURN(out, a.ValidationStep(batch, batch_idx));
+      out = a.ValidationStepEnd(std::move(out));
+    } else if (kind == StepKind::kTest) {
+      DTRAIN_ASSIGN_OR_RETURN(out, a.TestStep(batch, batch_idx));
+      out = a.TestStepEnd(std::move(out));
+    } else {
+      DTRAIN_ASSIGN_OR_RETURN(out, a.PredictStep(batch, batch_idx));
+    }
+    v1::BatchResult* r = result.add_batches();
+    r->set_batch_idx(batch_idx);
+    r->set_size(BatchSize(batch));
+    DTRAIN_RETURN_IF_ERROR(GuardTorch("cannot read the step's outputs", [&]() -> absl::Status {
+      AddOutputs(out, with_tensors, r);
+      return absl::OkStatus();
+    }));
+    for (const auto& [name, value] : a.TakeLogged()) (*r->mutable_scalars())[name] = value;
+  }
+  DTRAIN_RETURN_IF_ERROR(a.CallHook(absl::StrCat("on_", hook_stage, "_epoch_end")));
+  DTRAIN_RETURN_IF_ERROR(a.CallHook(absl::StrCat("on_", hook_stage, "_end")));
+  DTRAIN_RETURN_IF_ERROR(kind == StepKind::kValidation ? a.OnValidationEnd()
+                         : kind == StepKind::kTest     ? a.OnTestEnd()
+                                                       : a.OnPredictEnd());
+  AddLogged(a, &result);
+  result.set_global_step(a.progress().global_step);
+  return result;
+}
+
+absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch,
+                                         const std::string& job_spec_json) {
+  if (path.empty()) return absl::InvalidArgumentError("checkpoint path is empty");
+  accelerator_->SetEpoch(epoch);
+  return accelerator_->SaveCheckpoint(path, job_spec_json, storage_options_);
+}
+
+absl::StatusOr<TrainingProgress> Job::LoadCheckpoint(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("checkpoint path is empty");
+  return accelerator_->LoadCheckpoint(path);
+}
+
+absl::Status Job::StateDict(v1::StateDictResponse* response) {
+  for (const auto& [name, tensor] : accelerator_->LightningModuleStateDict()) {
+    DTRAIN_ASSIGN_OR_RETURN(HostTensor host, FromTorch(tensor));
+    ToProto(host, &(*response->mutable_tensors())[name]);
+  }
+  return absl::OkStatus();
+}
+
+void Job::Cancel() {
+  cancelled_ = true;
+  if (accelerator_ != nullptr) {
+    accelerator_->strategy().backend().Interrupt(
+        absl::CancelledError(absl::StrCat("job ", id_, " was cancelled")));
+  }
+}
+
+void Job::ClearCancel() {
+  cancelled_ = false;
+  accelerator_->strategy().backend().ClearInterrupt();
+}
+
+absl::Status Job::Teardown(bool all_ranks) {
+  // A fit that ended without a test or predict: on_train_end before the group goes. The group
+  // is left whatever the hooks say, so the other ranks see a departure.
+  absl::Status hook = EndTraining();
+  absl::Status post = accelerator_->PostDispatch();
+  if (hook.ok()) hook = post;
+  if (all_ranks) {
+    // The Teardown RPC interrupted any step in progress; the barrier is a new collective.
+    accelerator_->strategy().backend().ClearInterrupt();
+    accelerator_->strategy().TeardownBarrier();
+  }
+  absl::Status torn = accelerator_->Teardown();
+  return hook.ok() ? torn : hook;
+}
+
+}  // namespace dtrain

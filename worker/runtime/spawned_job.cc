@@ -1,0 +1,348 @@
+#include "worker/runtime/spawned_job.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+#include <grpcpp/create_channel.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/bearer_token.h"
+#include "common/grpc_status.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "worker/runtime/cpu_affinity.h"
+
+namespace dtrain {
+namespace {
+
+constexpr absl::Duration kChildStartTimeout = absl::Seconds(60);
+constexpr absl::Duration kFailureGrace = absl::Seconds(5);
+constexpr absl::Duration kStopGrace = absl::Seconds(5);
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("was killed by signal ", WTERMSIG(status), " (",
+                        strsignal(WTERMSIG(status)), ")");
+  }
+  return absl::StrCat("ended with wait status ", status);
+}
+
+// fork + exec with the child tied to this process's life. Only async-signal-safe calls
+// between fork and exec: the arguments are prepared before.
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("fork failed: ", strerror(errno)));
+  if (pid == 0) {
+    // Out of the daemon's process group: a terminal's Ctrl-C or a group-wide SIGTERM reaches
+    // the daemon alone, which drains and then stops its children itself.
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(125);  // the parent died before prctl took effect
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);  // the daemon blocks SIGTERM for sigwait
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequest& request,
+                                                             const WorkerIdentity& identity,
+                                                             const std::string& binary,
+                                                             v1::SetupResponse* response,
+                                                             CallCanceller* cancel) {
+  // One child per device; the range is the spec's, which the service normalized.
+  const int n = request.spec().trainer().devices();
+  std::unique_ptr<SpawnedJob> job(new SpawnedJob());
+  job->id_ = request.job_id();
+  char dir_template[] = "/tmp/dtrain-spawn-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("cannot make a temporary directory: ", strerror(errno)));
+  }
+  const std::string dir = dir_template;
+  const LogOptions log = CurrentLogOptions();  // children log as their daemon does
+  for (int i = 0; i < n; ++i) {
+    const std::string port_file = absl::StrCat(dir, "/child-", i, ".port");
+    // Each child's step thread gets its own slice of this worker's cores, and no more compute
+    // threads than the slice has cores.
+    const std::vector<int> cpus = CpusOfLocalProcess(identity.cpus, i, n);
+    const int threads = cpus.empty()
+                            ? identity.threads
+                            : std::min<int>(identity.threads, static_cast<int>(cpus.size()));
+    std::vector<std::string> args = {
+        binary,
+        "--child",
+        "--listen=127.0.0.1:0",
+        "--port_file=" + port_file,
+        absl::StrCat("--name=", identity.name, "/", i),
+        "--coordinator=" + identity.coordinator,
+        "--devices=1",
+        absl::StrCat("--threads=", threads),
+        absl::StrCat("--log_level=", LogLevelName(log.min_level)),
+        absl::StrCat("--log_format=", log.format == LogFormat::kJson ? "json" : "text")};
+    if (!cpus.empty()) args.push_back("--cpus=" + FormatCpuList(cpus));
+    // The children run the job's precision and checkpoint IO too, plugins included.
+    for (const std::string& plugin : identity.plugins) args.push_back("--plugin=" + plugin);
+    absl::StatusOr<pid_t> pid = Spawn(args);
+    if (!pid.ok()) return pid.status();
+    auto child = std::make_unique<Child>();
+    child->pid = *pid;
+    Child* raw = child.get();
+    child->reaper = std::thread([job = job.get(), raw] {
+      int status = 0;
+      while (waitpid(raw->pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      absl::MutexLock lock(&job->mu_);
+      raw->exited = true;
+      raw->wait_status = status;
+    });
+    job->children_.push_back(std::move(child));
+  }
+  // Each child writes its port once it serves.
+  for (int i = 0; i < n; ++i) {
+    const std::string port_file = absl::StrCat(dir, "/child-", i, ".port");
+    const absl::Time deadline = absl::Now() + kChildStartTimeout;
+    int port = 0;
+    while (port == 0) {
+      std::ifstream in(port_file);
+      if (in >> port && port > 0) break;
+      port = 0;
+      const std::string exited = job->ExitDescription(i);
+      if (!exited.empty()) {
+        return absl::AbortedError(absl::StrCat("ddp_spawn: ", exited, " before serving"));
+      }
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat("ddp_spawn: local rank ", i, " (pid ",
+                                                        job->children_[i]->pid,
+                                                        ") did not start serving within 60 s"));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    std::remove(port_file.c_str());
+    // The children inherited this daemon's token (DTRAIN_TOKEN) and expect it on every call.
+    job->children_[i]->stub =
+        v1::Worker::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
+            absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(),
+            grpc::ChannelArguments(), BearerTokenInterceptors(ClientToken())));
+  }
+  rmdir(dir.c_str());
+  std::vector<v1::SetupResponse> responses(n);
+  DTRAIN_RETURN_IF_ERROR(job->ForEachChild([&](int i, grpc::ClientContext* context) {
+    // The same request, as one ddp rank of one device.
+    v1::SetupRequest child = request;
+    child.mutable_spec()->mutable_trainer()->set_strategy("ddp");
+    child.mutable_spec()->mutable_trainer()->set_devices(1);
+    child.set_spawn_index(i);
+    child.set_worker_name(identity.name);
+    // Cancelling this call cancels the child's wait for the group in turn.
+    CallCanceller::Registration cancellable(cancel, context);
+    return job->children_[i]->stub->Setup(context, child, &responses[i]);
+  }));
+  *response = responses[0];
+  response->clear_ranks();
+  for (const v1::SetupResponse& r : responses) {
+    for (const v1::RankInfo& rank : r.ranks()) *response->add_ranks() = rank;
+  }
+  return std::unique_ptr<HostedJob>(std::move(job));
+}
+
+SpawnedJob::~SpawnedJob() { StopChildren(); }
+
+std::string SpawnedJob::ExitDescription(int i) {
+  absl::MutexLock lock(&mu_);
+  const Child& c = *children_[i];
+  if (!c.exited) return "";
+  return absl::StrCat("local rank ", i, " (pid ", c.pid, ") ", DescribeWaitStatus(c.wait_status));
+}
+
+absl::Status SpawnedJob::ForEachChild(
+    const std::function<grpc::Status(int, grpc::ClientContext*)>& call) {
+  const int n = static_cast<int>(children_.size());
+  const std::vector<grpc::Status> results = calls_.Run(n, call, kFailureGrace);
+  const bool failed =
+      std::any_of(results.begin(), results.end(), [](const grpc::Status& s) { return !s.ok(); });
+  if (!failed) return absl::OkStatus();
+  // A dead child explains the others' failures: report it first, with its exit status. A
+  // broken connection may be seen before the reaper records the exit, so give it a moment.
+  for (int i = 0; i < n; ++i) {
+    if (results[i].ok()) continue;
+    const absl::Time deadline = absl::Now() + absl::Seconds(1);
+    std::string exited = ExitDescription(i);
+    while (exited.empty() && results[i].error_code() == grpc::StatusCode::UNAVAILABLE &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+      exited = ExitDescription(i);
+    }
+    if (!exited.empty()) {
+      return absl::AbortedError(absl::StrCat("ddp_spawn: ", exited, "; the job cannot go on"));
+    }
+  }
+  for (const bool skip_cancelled : {true, false}) {
+    for (int i = 0; i < n; ++i) {
+      if (results[i].ok()) continue;
+      if (skip_cancelled && results[i].error_code() == grpc::StatusCode::CANCELLED) continue;
+      absl::Status status = FromGrpcStatus(results[i]);
+      return absl::Status(status.code(), absl::StrCat("local rank ", i, " (pid ", children_[i]->pid,
+                                                      "): ", status.message()));
+    }
+  }
+  return absl::InternalError("ddp_spawn: a child failed");
+}
+
+absl::Status SpawnedJob::Step(StepKind kind, const v1::StepRequest& request,
+                              v1::StepResponse* response) {
+  const int n = static_cast<int>(children_.size());
+  if (request.work_size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("this worker hosts ", n,
+                                                   " ranks (ddp_spawn); the step carries work for ",
+                                                   request.work_size()));
+  }
+  std::vector<v1::StepResponse> responses(n);
+  DTRAIN_RETURN_IF_ERROR(ForEachChild([&](int i, grpc::ClientContext* context) {
+    v1::StepRequest child;
+    child.set_job_id(request.job_id());
+    child.set_epoch(request.epoch());
+    child.set_return_outputs(request.return_outputs());
+    child.set_end_of_epoch(request.end_of_epoch());
+    child.set_total_steps(request.total_steps());
+    *child.add_work() = request.work(i);
+    v1::Worker::Stub& stub = *children_[i]->stub;
+    switch (kind) {
+      case StepKind::kTraining:
+        return stub.TrainingStep(context, child, &responses[i]);
+      case StepKind::kValidation:
+        return stub.ValidationStep(context, child, &responses[i]);
+      case StepKind::kTest:
+        return stub.TestStep(context, child, &responses[i]);
+      case StepKind::kPredict:
+        return stub.PredictStep(context, child, &responses[i]);
+    }
+    return grpc::Status(grpc::StatusCode::INTERNAL, "unknown step kind");
+  }));
+  for (v1::StepResponse& r : responses) {
+    for (v1::LocalResult& result : *r.mutable_results())
+      *response->add_results() = std::move(result);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SpawnedJob::SaveCheckpoint(const std::string& /*path*/,
+                                        const v1::SaveCheckpointRequest& request,
+                                        v1::SaveCheckpointResponse* response) {
+  // Each child resolves the name in the same directory (its Setup named it).
+  std::vector<v1::SaveCheckpointResponse> responses(children_.size());
+  DTRAIN_RETURN_IF_ERROR(ForEachChild([&](int i, grpc::ClientContext* context) {
+    return children_[i]->stub->SaveCheckpoint(context, request, &responses[i]);
+  }));
+  for (const v1::SaveCheckpointResponse& r : responses) {
+    for (bool w : r.written()) response->add_written(w);
+    response->set_bytes(std::max(response->bytes(), r.bytes()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SpawnedJob::LoadCheckpoint(const v1::LoadCheckpointRequest& request,
+                                        v1::LoadCheckpointResponse* response) {
+  std::vector<v1::LoadCheckpointResponse> responses(children_.size());
+  DTRAIN_RETURN_IF_ERROR(ForEachChild([&](int i, grpc::ClientContext* context) {
+    return children_[i]->stub->LoadCheckpoint(context, request, &responses[i]);
+  }));
+  *response = responses[0];
+  return absl::OkStatus();
+}
+
+absl::Status SpawnedJob::StateDict(v1::StateDictResponse* response) {
+  // Streamed from the child: a state dict may be larger than one message.
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kChildStartTimeout));
+  v1::StateDictRequest request;
+  request.set_job_id(id_);
+  auto reader = children_[0]->stub->StreamStateDict(&context, request);
+  v1::StateDictChunk chunk;
+  while (reader->Read(&chunk)) {
+    v1::Tensor& tensor = (*response->mutable_tensors())[chunk.name()];
+    if (chunk.has_meta()) *tensor.mutable_meta() = chunk.meta();
+    tensor.mutable_data()->append(chunk.data());
+  }
+  return FromGrpcStatus(reader->Finish());
+}
+
+absl::Status SpawnedJob::ReduceBooleanDecision(const v1::DecisionRequest& request,
+                                               v1::DecisionResponse* response) {
+  const int n = static_cast<int>(children_.size());
+  if (request.decisions_size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("this worker hosts ", n,
+                                                   " ranks; the request carries ",
+                                                   request.decisions_size(), " decisions"));
+  }
+  std::vector<v1::DecisionResponse> responses(n);
+  DTRAIN_RETURN_IF_ERROR(ForEachChild([&](int i, grpc::ClientContext* context) {
+    v1::DecisionRequest child;
+    child.set_job_id(request.job_id());
+    child.set_all(request.all());
+    child.add_decisions(request.decisions(i));
+    return children_[i]->stub->ReduceBooleanDecision(context, child, &responses[i]);
+  }));
+  response->set_decision(responses[0].decision());
+  return absl::OkStatus();
+}
+
+absl::Status SpawnedJob::Teardown(bool all_ranks) {
+  absl::Status status = ForEachChild([&](int i, grpc::ClientContext* context) {
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::TeardownRequest request;
+    request.set_job_id(id_);
+    request.set_all_ranks(all_ranks);
+    v1::TeardownResponse response;
+    return children_[i]->stub->Teardown(context, request, &response);
+  });
+  StopChildren();
+  return status;
+}
+
+void SpawnedJob::Cancel() {
+  // A child's service cancels its running step when the RPC is cancelled.
+  calls_.CancelAll();
+}
+
+void SpawnedJob::StopChildren() {
+  if (stopped_) return;
+  stopped_ = true;
+  for (auto& c : children_) kill(c->pid, SIGTERM);
+  const absl::Time deadline = absl::Now() + kStopGrace;
+  for (auto& c : children_) {
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (c->exited) break;
+      }
+      if (absl::Now() > deadline) {
+        kill(c->pid, SIGKILL);
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  // Every child is waited for by its reaper: none is left a zombie.
+  for (auto& c : children_) {
+    if (c->reaper.joinable()) c->reaper.join();
+  }
+}
+
+}  // namespace dtrain

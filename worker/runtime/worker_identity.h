@@ -1,0 +1,23 @@
+// What a worker daemon knows about itself (its flags, mostly): passed to every job it hosts,
+// which uses it to join the job's group and to spawn ddp_spawn children like itself.
+//
+// Thread-safety: a plain value.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dtrain {
+
+// What the daemon knows about itself, used to join the job's group.
+struct WorkerIdentity {
+  std::string name;                  // the worker's name (order key of its ranks on the host)
+  std::string host;                  // the host name reported to the rendezvous
+  std::string coordinator;           // default coordinator address when the request names none
+  int devices = 1;                   // --devices
+  int threads = 0;                   // --threads, passed on to ddp_spawn children
+  std::vector<int> cpus;             // --cpus: the step thread's cores (empty: not pinned)
+  std::vector<std::string> plugins;  // --plugin libraries, loaded by ddp_spawn children too
+};
+
+}  // namespace dtrain

@@ -1,0 +1,248 @@
+#include "worker/service/worker_server.h"
+
+#include <limits.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "client/artifacts_client.h"
+#include "common/channel.h"
+#include "common/log.h"
+#include "common/metrics_http_server.h"
+#include "common/metrics_registry.h"
+#include "common/standard_services.h"
+#include "common/streaming.h"
+#include "worker/plugins/plugin_registry.h"
+#include "worker/precision/device_plan.h"
+#include "worker/service/artifact_cache.h"
+#include "worker/service/worker_registration.h"
+#include "worker/service/worker_service.h"
+
+namespace dtrain {
+namespace {
+
+std::string HostName() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof(name)) != 0) return "localhost";
+  return name;
+}
+
+std::vector<std::string> Services() { return {v1::Worker::service_full_name()}; }
+
+// Written whole (a rename), so a reader polling for the file never sees a partial number.
+void WritePortFile(const std::string& file, int port) {
+  if (file.empty()) return;
+  const std::string tmp = file + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  std::rename(tmp.c_str(), file.c_str());
+}
+
+}  // namespace
+
+WorkerServer::WorkerServer(WorkerServerOptions options) : options_(std::move(options)) {}
+
+WorkerServer::~WorkerServer() { Stop(); }
+
+int WorkerServer::metrics_port() const {
+  return metrics_http_ != nullptr ? metrics_http_->port() : 0;
+}
+
+absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOptions options) {
+  std::unique_ptr<WorkerServer> server(new WorkerServer(std::move(options)));
+  WorkerServerOptions& o = server->options_;
+  const std::string& listen = o.listen_address;
+  WorkerIdentity& identity = o.identity;
+  // The CUDA devices libtorch sees, else 1 (the CPU).
+  if (identity.devices == 0) identity.devices = AutoDeviceCount(DeviceTable::Detect());
+  if (identity.host.empty()) identity.host = HostName();
+  const size_t colon = listen.rfind(':');
+  const std::string listen_port = colon == std::string::npos ? "" : listen.substr(colon + 1);
+  if (identity.name.empty()) {
+    identity.name = listen_port == "0" || listen_port.empty()
+                        ? absl::StrCat(identity.host, "-", getpid())
+                        : absl::StrCat(identity.host, ":", listen_port);
+  }
+  WorkerServiceOptions service;
+  service.identity = identity;
+  service.spawn_binary = o.spawn_binary;
+  service.token = o.token;
+  server->metrics_ = std::make_unique<MetricsRegistry>();
+  MetricsRegistry& metrics = *server->metrics_;
+  metrics.DescribeCounter("dtrain_worker_step_calls_total", "Step RPCs run, by kind and outcome.");
+  metrics.DescribeCounter("dtrain_worker_batches_total",
+                          "Batches those step RPCs carried, by kind.");
+  metrics.DescribeHistogram("dtrain_worker_step_call_seconds", "Time of one step RPC, by kind.",
+                            LatencyBuckets());
+  service.metrics = &metrics;
+  // ddp_spawn children read the files their daemon resolved; only the daemon fetches.
+  if (!o.child) {
+    // A coordinator that restarts is waited for, within each call's deadline.
+    server->artifacts_client_ = std::make_unique<ArtifactsClient>(
+        ConnectToCoordinator(identity.coordinator), absl::Seconds(60),
+        /*wait_for_ready=*/true);
+    ArtifactsClient* client = server->artifacts_client_.get();
+    const std::string safe_name = absl::StrReplaceAll(identity.name, {{"/", "_"}});
+    if (o.cache_dir.empty()) o.cache_dir = "/tmp/dtrain-worker-cache/" + safe_name;
+    server->artifacts_ = std::make_unique<ArtifactCache>(
+        o.cache_dir, o.cache_bytes, [client](const std::string& digest, const std::string& path) {
+          return client->Fetch(digest, path);
+        });
+    service.artifacts = server->artifacts_.get();
+    if (o.jobs_dir.empty()) o.jobs_dir = "/tmp/dtrain-worker-jobs/" + safe_name;
+    service.jobs_dir = o.jobs_dir;
+    service.store_file = [client](const std::string& path) -> absl::StatusOr<std::string> {
+      absl::StatusOr<UploadResult> sent = client->Upload(path);
+      if (!sent.ok()) return sent.status();
+      return sent->digest;
+    };
+  }
+  server->service_ = std::make_unique<WorkerService>(std::move(service));
+  server->DescribeMetrics();
+  if (!o.metrics_listen.empty()) {
+    auto http = MetricsHttpServer::Start(o.metrics_listen, &metrics);
+    if (!http.ok()) return absl::FailedPreconditionError(http.status().message());
+    server->metrics_http_ = std::move(*http);
+    LogInfo("metrics served", {{"port", server->metrics_http_->port()}, {"path", "/metrics"}});
+  }
+  EnableStandardServices();
+  grpc::ServerBuilder builder;
+  AcceptClientKeepalive(builder);
+  ListenExclusively(builder);
+  builder.AddListeningPort(
+      listen, o.credentials != nullptr ? o.credentials : grpc::InsecureServerCredentials(),
+      &server->port_);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen, " (in use, or not an address here)"));
+  }
+  SetServing(server->server_.get(), Services(), true);
+  LogInfo(o.child ? "serving (ddp_spawn child)" : "serving",
+          {{"worker", identity.name}, {"port", server->port_}, {"devices", identity.devices}});
+  if (server->metrics_http_ != nullptr) {
+    WritePortFile(o.metrics_port_file, server->metrics_http_->port());
+  }
+  WritePortFile(o.port_file, server->port_);
+  if (!o.child) server->Register();
+  return server;
+}
+
+void WorkerServer::DescribeMetrics() {
+  WorkerService* s = service_.get();
+  metrics_->AddGauge("dtrain_worker_job", "1 while a job is set up on this worker.",
+                     [s](const auto& emit) {
+                       const std::string job = s->current_job();
+                       emit({{"job", job}}, job.empty() ? 0 : 1);
+                     });
+  if (artifacts_ != nullptr) {
+    ArtifactCache* cache = artifacts_.get();
+    metrics_->AddGauge(
+        "dtrain_worker_artifact_cache_hits_total",
+        "Uploaded files a job named that this worker already had.",
+        [cache](const auto& emit) { emit({}, static_cast<double>(cache->hits())); }, "counter");
+    metrics_->AddGauge(
+        "dtrain_worker_artifact_cache_misses_total",
+        "Uploaded files this worker fetched from the coordinator.",
+        [cache](const auto& emit) { emit({}, static_cast<double>(cache->misses())); }, "counter");
+    metrics_->AddGauge(
+        "dtrain_worker_artifact_cache_bytes", "Bytes in this worker's file cache.",
+        [cache](const auto& emit) { emit({}, static_cast<double>(cache->bytes())); });
+  }
+}
+
+void WorkerServer::Register() {
+  const std::string& listen = options_.listen_address;
+  const WorkerIdentity& identity = options_.identity;
+  std::string advertise = options_.advertise_address;
+  if (advertise.empty()) {
+    const size_t colon = listen.rfind(':');
+    std::string listen_host = colon == std::string::npos ? "" : listen.substr(0, colon);
+    if (listen_host.empty() || listen_host == "0.0.0.0" || listen_host == "[::]") {
+      listen_host = identity.host;
+    }
+    advertise = absl::StrCat(listen_host, ":", port_);
+  }
+  v1::WorkerInfo self;
+  self.set_name(identity.name);
+  self.set_address(advertise);
+  self.set_host(identity.host);
+  self.set_devices(identity.devices);
+  // What this worker offers beyond dtrain's own, for the coordinator's checks and placement.
+  for (const PluginInfo& p : PluginRegistry::Global().Loaded()) {
+    v1::Plugin* offered = self.add_plugins();
+    offered->set_kind(PluginKindName(p.kind));
+    offered->set_name(p.name);
+    offered->set_description(p.description);
+  }
+  std::random_device random;
+  uint64_t incarnation = 0;
+  while (incarnation == 0) incarnation = (uint64_t{random()} << 32) | random();
+  self.set_incarnation(incarnation);
+  WorkerService* s = service_.get();
+  registration_ = std::make_unique<WorkerRegistration>(
+      identity.coordinator, self, [s] { return s->current_job(); },
+      [s](const std::string& job) { s->AbandonJob(job); });
+}
+
+void WorkerServer::Drain(const std::string& signal,
+                         const std::function<bool(absl::Duration wait)>& interrupted) {
+  SetServing(server_.get(), Services(), false);
+  WorkerService& service = *service_;
+  service.Drain();
+  const std::string job = service.current_job();
+  const absl::Duration timeout = options_.drain_timeout;
+  const absl::Time deadline = absl::Now() + timeout;
+  bool hold = false;
+  if (registration_ != nullptr) hold = registration_->ReportDraining();
+  if (job.empty()) {
+    LogInfo("stopping: no job here", {{"signal", signal}});
+  } else {
+    LogInfo(hold ? "stopping: waiting for the coordinator to checkpoint the job and let "
+                   "this worker go"
+                 : "stopping: finishing the current step, then leaving the job's group",
+            {{"signal", signal}, {"job", job}, {"drain_timeout", absl::FormatDuration(timeout)}});
+  }
+  // Polled, so that a second signal or the coordinator changing its answer is seen at once.
+  while (!job.empty()) {
+    const bool done = hold && registration_->release_pending() ? service.current_job().empty()
+                                                               : service.WaitUntilIdle(absl::Now());
+    if (done) break;
+    if (absl::Now() >= deadline) {
+      LogWarning("drain timeout: stopping the job's step now", {{"job", job}});
+      break;
+    }
+    if (interrupted(absl::Milliseconds(100))) {
+      LogWarning("second signal: stopping the job's step now", {{"job", job}});
+      break;
+    }
+  }
+  service.StopNow();
+}
+
+void WorkerServer::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (server_ != nullptr) SetServing(server_.get(), Services(), false);
+  if (service_ != nullptr) service_->StopNow();
+  registration_.reset();
+  if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  metrics_http_.reset();  // its collector reads the service
+  server_.reset();
+  service_.reset();
+}
+
+}  // namespace dtrain

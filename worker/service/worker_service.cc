@@ -1,0 +1,620 @@
+#include "worker/service/worker_service.h"
+
+#include <cstdio>
+
+#include <atomic>
+#include <filesystem>
+
+#include "absl/algorithm/container.h"
+#include "absl/strings/str_cat.h"
+#include "common/bearer_token.h"
+#include "common/callback_reactors.h"
+#include "common/file_reference.h"
+#include "common/grpc_status.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "common/streaming.h"
+#include "worker/runtime/compute_threads.h"
+#include "worker/runtime/cpu_affinity.h"
+#include "worker/runtime/job.h"
+#include "worker/runtime/registered_plugins.h"
+#include "worker/runtime/spawned_job.h"
+#include "worker/service/setup_paths.h"
+
+namespace dtrain {
+
+struct WorkerService::Task {
+  std::function<absl::Status()> body;
+  grpc::ServerUnaryReactor* reactor = nullptr;
+  std::atomic<bool> cancelled{false};
+  std::string setup_job;  // a Setup's job id
+  // Cancels a Setup's wait for its group when the call is cancelled or its job torn down.
+  std::shared_ptr<CallCanceller> canceller = std::make_shared<CallCanceller>();
+  // For a call answered by other means than `reactor` (a stream): gets the outcome when the
+  // body failed or never ran.
+  std::function<void(const absl::Status&)> answer;
+};
+
+WorkerService::WorkerService(WorkerServiceOptions options)
+    : options_(std::move(options)), executor_([this] { ExecutorLoop(); }) {}
+
+WorkerService::~WorkerService() {
+  StopNow();
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  executor_.join();
+}
+
+grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* context,
+                                                 std::function<absl::Status()> body,
+                                                 std::string setup_job,
+                                                 std::shared_ptr<CallCanceller> canceller) {
+  auto task = std::make_shared<Task>();
+  if (canceller != nullptr) task->canceller = std::move(canceller);
+  task->body = std::move(body);
+  task->setup_job = std::move(setup_job);
+  std::weak_ptr<Task> weak = task;
+  task->reactor = new CancellableReactor([this, weak] {
+    std::shared_ptr<Task> t = weak.lock();
+    if (t == nullptr) return;
+    t->cancelled = true;
+    t->canceller->Cancel();
+    absl::MutexLock lock(&mu_);
+    if (running_ == t && job_ != nullptr) job_->Cancel();
+  });
+  grpc::ServerUnaryReactor* reactor = task->reactor;
+  if (absl::Status s = CheckBearerToken(*context, options_.token); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
+  absl::MutexLock lock(&mu_);
+  if (stopping_) {
+    reactor->Finish(ToGrpcStatus(absl::UnavailableError("the worker is shutting down")));
+    return reactor;
+  }
+  // Decided here, with the queueing: a Setup taken before a drain began runs, so its job counts
+  // as this worker's and its coordinator checkpoints it and lets the worker go.
+  if (leaving_ && !task->setup_job.empty()) {
+    reactor->Finish(ToGrpcStatus(
+        absl::UnavailableError(absl::StrCat("worker '", options_.identity.name,
+                                            "' is stopping (draining) and takes no new job; "
+                                            "place the job on another worker"))));
+    return reactor;
+  }
+  queue_.push_back(std::move(task));
+  return reactor;
+}
+
+void WorkerService::ExecutorLoop() {
+  // libtorch's thread count is OpenMP's, which is per thread: the daemon's main set it for
+  // itself, and this thread (where every step runs) starts from OpenMP's default of one per
+  // core. Without this, two workers on a 2-core machine ran 4 compute threads and trained at
+  // half the speed of two 1-thread loops (oneDNN and OpenBLAS both follow OpenMP).
+  SetComputeThreads(options_.identity.threads);
+  // Before the first step: the OpenMP threads a step starts inherit this mask.
+  if (absl::Status pinned = PinCurrentThread(options_.identity.cpus); !pinned.ok()) {
+    LogWarning(absl::StrCat("steps run unpinned: ", pinned.message()));
+  }
+  while (true) {
+    std::shared_ptr<Task> task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](WorkerService* s)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->stop_ || !s->queue_.empty(); },
+          this));
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = task;
+    }
+    absl::Status status = task->cancelled
+                              ? absl::CancelledError("the call was cancelled before it ran")
+                              : task->body();
+    {
+      absl::MutexLock lock(&mu_);
+      running_.reset();
+      // A call the hard stop cut short is this worker leaving, not a client's cancellation: the
+      // coordinator must name this worker as the one its job lost.
+      if (stopping_ && status.code() == absl::StatusCode::kCancelled) {
+        status = absl::UnavailableError(
+            "the worker is shutting down and stopped this call before it finished");
+      }
+    }
+    // Internal tasks (AbandonJob) have no RPC to answer.
+    if (task->reactor != nullptr) task->reactor->Finish(ToGrpcStatus(status));
+    if (task->answer) task->answer(status);
+  }
+}
+
+absl::StatusOr<std::shared_ptr<HostedJob>> WorkerService::JobFor(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  if (job_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no job is set up on worker '", options_.identity.name, "'; call Setup first"));
+  }
+  if (job_->id() != job_id) {
+    return absl::FailedPreconditionError(absl::StrCat("worker '", options_.identity.name,
+                                                      "' is set up for job '", job_->id(),
+                                                      "', not '", job_id, "'"));
+  }
+  if (failed_) {
+    return absl::FailedPreconditionError(absl::StrCat("job '", job_id, "' failed on this worker (",
+                                                      last_error_, "); call Teardown"));
+  }
+  return job_;
+}
+
+absl::Status WorkerService::Note(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (!status.ok()) last_error_ = std::string(status.message());
+  // After such an error the job's group is gone: a rank died, hung or the coordinator left.
+  if (IsLostPeerError(status)) failed_ = true;
+  return status;
+}
+
+absl::StatusOr<std::string> WorkerService::CheckpointDirectory(v1::SetupRequest* setup) {
+  if (setup->store_checkpoints()) {
+    if (options_.jobs_dir.empty() || !options_.store_file) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker '", options_.identity.name,
+          "' cannot send checkpoints to the coordinator (it has no directory for jobs); name a "
+          "checkpoint.dirpath the workers share instead"));
+    }
+    // Its ranks (ddp_spawn children too) see a plain directory; only this daemon sends files.
+    setup->set_store_checkpoints(false);
+    setup->mutable_spec()->mutable_checkpoint()->set_dirpath(
+        absl::StrCat(options_.jobs_dir, "/", setup->job_id(), "/checkpoints"));
+  }
+  return setup->spec().checkpoint().dirpath();
+}
+
+absl::StatusOr<std::string> WorkerService::CheckpointPath(const std::string& name,
+                                                          const std::string& field) {
+  DTRAIN_RETURN_IF_ERROR(CheckFileName(name, field));
+  absl::MutexLock lock(&mu_);
+  if (checkpoint_dir_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(field, " '", name, "': the job set up on worker '", options_.identity.name,
+                     "' has no checkpoint directory (only fit writes checkpoints)"));
+  }
+  return absl::StrCat(checkpoint_dir_, "/", name);
+}
+
+grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* context,
+                                               const v1::SetupRequest* request,
+                                               v1::SetupResponse* response) {
+  // The id is checked before queueing: while the Setup waits, heartbeats report it.
+  if (absl::Status s = CheckBearerToken(*context, options_.token); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  if (absl::Status s = CheckJobId(request->job_id()); !s.ok()) return FinishNow(context, s);
+  // A Setup waits for its group; the coordinator cancelling the call (the job was cancelled,
+  // another rank failed) or tearing the job down ends that wait instead of holding this worker.
+  auto canceller = std::make_shared<CallCanceller>();
+  return Enqueue(
+      context,
+      [this, request, response, canceller]() -> absl::Status {
+        {
+          absl::MutexLock lock(&mu_);
+          if (job_ != nullptr) {
+            return absl::FailedPreconditionError(absl::StrCat("worker '", options_.identity.name,
+                                                              "' already runs job '", job_->id(),
+                                                              "'; call Teardown first"));
+          }
+        }
+        // Files the job names by content come from the coordinator (or this worker's cache);
+        // the ranks, ddp_spawn children included, read the local copy.
+        v1::SetupRequest local = *request;
+        DTRAIN_RETURN_IF_ERROR(PrepareSetup(&local, options_.identity.devices, options_.artifacts));
+        const bool store = local.store_checkpoints();
+        DTRAIN_ASSIGN_OR_RETURN(std::string checkpoint_dir, CheckpointDirectory(&local));
+        const v1::SetupRequest* request = &local;
+        absl::StatusOr<PluginRegistry::StrategyEntry> strategy =
+            ResolveStrategy(request->spec().trainer().strategy());
+        absl::StatusOr<std::unique_ptr<HostedJob>> job;
+        if (strategy.ok() && strategy->traits.spawns_per_device) {
+          if (options_.spawn_binary.empty()) {
+            return absl::FailedPreconditionError(
+                "ddp_spawn is not available in a spawned child; use ddp");
+          }
+          job = SpawnedJob::Setup(*request, options_.identity, options_.spawn_binary, response,
+                                  canceller.get());
+        } else {
+          job = SetupLocalJob(*request, options_.identity, response, canceller.get());
+        }
+        if (!job.ok()) return Note(job.status());
+        absl::MutexLock lock(&mu_);
+        job_ = std::move(*job);
+        failed_ = false;
+        last_error_.clear();
+        checkpoint_dir_ = std::move(checkpoint_dir);
+        store_checkpoints_ = store;
+        return absl::OkStatus();
+      },
+      request->job_id(), canceller);
+}
+
+absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& request,
+                                    v1::StepResponse* response) {
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request.job_id()));
+  const absl::Time start = absl::Now();
+  absl::Status status = job->Step(kind, request, response);
+  if (status.ok() &&
+      response->ByteSizeLong() > static_cast<size_t>(kDefaultClientMaxMessageBytes)) {
+    // Loud, not a message some clients cannot read: fewer batches per call make it smaller.
+    status = absl::FailedPreconditionError(absl::StrCat(
+        "the step's outputs are ", response->ByteSizeLong(),
+        " bytes, more than one 4 MiB response; send fewer batches per call (the job spec's "
+        "trainer.batches_per_call, or a smaller data.eval_batch_size)"));
+    response->Clear();
+  }
+  if (options_.metrics != nullptr) {
+    static constexpr const char* kNames[] = {"training", "validation", "test", "predict"};
+    const std::string name = kNames[static_cast<int>(kind)];
+    int64_t batches = 0;
+    for (const v1::LocalWork& work : request.work())
+      batches += work.index_batches_size() + work.batches_size();
+    options_.metrics->Increment("dtrain_worker_step_calls_total",
+                                {{"kind", name}, {"outcome", status.ok() ? "ok" : "error"}});
+    options_.metrics->Increment("dtrain_worker_batches_total", {{"kind", name}},
+                                static_cast<double>(batches));
+    options_.metrics->Observe("dtrain_worker_step_call_seconds", {{"kind", name}},
+                              absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return Note(status);
+}
+
+grpc::ServerUnaryReactor* WorkerService::TrainingStep(grpc::CallbackServerContext* context,
+                                                      const v1::StepRequest* request,
+                                                      v1::StepResponse* response) {
+  return Enqueue(context, [=] { return RunStep(StepKind::kTraining, *request, response); });
+}
+grpc::ServerUnaryReactor* WorkerService::ValidationStep(grpc::CallbackServerContext* context,
+                                                        const v1::StepRequest* request,
+                                                        v1::StepResponse* response) {
+  return Enqueue(context, [=] { return RunStep(StepKind::kValidation, *request, response); });
+}
+grpc::ServerUnaryReactor* WorkerService::TestStep(grpc::CallbackServerContext* context,
+                                                  const v1::StepRequest* request,
+                                                  v1::StepResponse* response) {
+  return Enqueue(context, [=] { return RunStep(StepKind::kTest, *request, response); });
+}
+grpc::ServerUnaryReactor* WorkerService::PredictStep(grpc::CallbackServerContext* context,
+                                                     const v1::StepRequest* request,
+                                                     v1::StepResponse* response) {
+  return Enqueue(context, [=] { return RunStep(StepKind::kPredict, *request, response); });
+}
+
+grpc::ServerUnaryReactor* WorkerService::SaveCheckpoint(grpc::CallbackServerContext* context,
+                                                        const v1::SaveCheckpointRequest* request,
+                                                        v1::SaveCheckpointResponse* response) {
+  return Enqueue(context, [=]() -> absl::Status {
+    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
+    DTRAIN_ASSIGN_OR_RETURN(const std::string path, CheckpointPath(request->name(), "checkpoint"));
+    std::vector<std::string> evicted;
+    for (const std::string& name : request->remove()) {
+      DTRAIN_ASSIGN_OR_RETURN(evicted.emplace_back(), CheckpointPath(name, "remove"));
+    }
+    DTRAIN_RETURN_IF_ERROR(Note(job->SaveCheckpoint(path, *request, response)));
+    if (!absl::c_linear_search(response->written(), true)) return absl::OkStatus();
+    // The rank that wrote it is in this worker: the file is here.
+    std::error_code error;
+    response->set_bytes(static_cast<int64_t>(std::filesystem::file_size(path, error)));
+    for (const std::string& old : evicted) std::filesystem::remove(old, error);
+    bool store = false;
+    {
+      absl::MutexLock lock(&mu_);
+      store = store_checkpoints_;
+    }
+    if (!store) return absl::OkStatus();
+    absl::StatusOr<std::string> digest = options_.store_file(path);
+    if (!digest.ok()) {
+      return absl::Status(
+          digest.status().code(),
+          absl::StrCat("checkpoint ", request->name(), " was written on worker '",
+                       options_.identity.name,
+                       "' but not sent to the coordinator: ", digest.status().message()));
+    }
+    response->set_digest(*digest);
+    // Kept by content: a resume on this worker reads it without a transfer.
+    if (options_.artifacts == nullptr || !options_.artifacts->Adopt(path, *digest).ok()) {
+      std::filesystem::remove(path, error);
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerService::LoadCheckpoint(grpc::CallbackServerContext* context,
+                                                        const v1::LoadCheckpointRequest* request,
+                                                        v1::LoadCheckpointResponse* response) {
+  return Enqueue(context, [=]() -> absl::Status {
+    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
+    v1::LoadCheckpointRequest local = *request;
+    // A bare name is a checkpoint of this job's own directory.
+    if (!request->path().empty() && !IsMarkedPath(request->path()) &&
+        request->path().find('/') == std::string::npos) {
+      DTRAIN_ASSIGN_OR_RETURN(*local.mutable_path(), CheckpointPath(request->path(), "ckpt_path"));
+    } else {
+      DTRAIN_ASSIGN_OR_RETURN(*local.mutable_path(),
+                              LocalPath(request->path(), "ckpt_path", options_.artifacts));
+    }
+    absl::Status loaded = job->LoadCheckpoint(local, response);
+    if (!loaded.ok() && local.path() != request->path()) {
+      // Name the file as the spec did, not by this worker's cache path.
+      loaded = absl::Status(loaded.code(), absl::StrCat(request->path(), " (this worker's copy ",
+                                                        local.path(), "): ", loaded.message()));
+    }
+    return Note(loaded);
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerService::StateDict(grpc::CallbackServerContext* context,
+                                                   const v1::StateDictRequest* request,
+                                                   v1::StateDictResponse* response) {
+  return Enqueue(context, [=]() -> absl::Status {
+    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
+    DTRAIN_RETURN_IF_ERROR(job->StateDict(response));
+    const size_t bytes = response->ByteSizeLong();
+    if (bytes > static_cast<size_t>(kDefaultClientMaxMessageBytes)) {
+      response->Clear();
+      return absl::FailedPreconditionError(
+          absl::StrCat("the state dict is ", bytes,
+                       " bytes, more than one 4 MiB message a default client "
+                       "accepts; read it with StreamStateDict"));
+    }
+    return absl::OkStatus();
+  });
+}
+
+namespace {
+
+// StreamStateDict's writer: the chunks are made on the executor (in turn with the job's other
+// calls), then written one at a time from gRPC's callbacks.
+class StateDictWriter final : public grpc::ServerWriteReactor<v1::StateDictChunk> {
+ public:
+  void Start(std::vector<v1::StateDictChunk> chunks) {
+    chunks_ = std::move(chunks);
+    WriteNext();
+  }
+  void Fail(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  void OnWriteDone(bool ok) override {
+    if (!ok) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away"));
+    WriteNext();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNext() {
+    if (next_ == chunks_.size()) return Finish(grpc::Status::OK);
+    StartWrite(&chunks_[next_++]);
+  }
+  std::vector<v1::StateDictChunk> chunks_;
+  size_t next_ = 0;
+};
+
+// Each tensor of `dict` as messages of at most kStreamChunkBytes of data, names in order.
+std::vector<v1::StateDictChunk> StateDictChunks(v1::StateDictResponse& dict) {
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : dict.tensors()) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  std::vector<v1::StateDictChunk> chunks;
+  for (const std::string& name : names) {
+    v1::Tensor& tensor = (*dict.mutable_tensors())[name];
+    const std::string& data = tensor.data();
+    size_t offset = 0;
+    do {
+      v1::StateDictChunk chunk;
+      chunk.set_name(name);
+      if (offset == 0) *chunk.mutable_meta() = tensor.meta();
+      const size_t take = std::min<size_t>(data.size() - offset, kStreamChunkBytes);
+      chunk.set_data(data.substr(offset, take));
+      offset += take;
+      chunks.push_back(std::move(chunk));
+    } while (offset < data.size());
+  }
+  return chunks;
+}
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::StateDictChunk>* WorkerService::StreamStateDict(
+    grpc::CallbackServerContext* context, const v1::StateDictRequest* request) {
+  auto* writer = new StateDictWriter();
+  if (absl::Status s = CheckBearerToken(*context, options_.token); !s.ok()) {
+    writer->Fail(s);
+    return writer;
+  }
+  auto task = std::make_shared<Task>();
+  task->body = [this, writer, job_id = request->job_id()]() -> absl::Status {
+    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(job_id));
+    v1::StateDictResponse dict;
+    DTRAIN_RETURN_IF_ERROR(job->StateDict(&dict));
+    writer->Start(StateDictChunks(dict));
+    return absl::OkStatus();
+  };
+  // A body that failed, or was cancelled before it ran, answers here.
+  task->answer = [writer](const absl::Status& status) {
+    if (!status.ok()) writer->Fail(status);
+  };
+  absl::MutexLock lock(&mu_);
+  if (stopping_) {
+    writer->Fail(absl::UnavailableError("the worker is shutting down"));
+    return writer;
+  }
+  queue_.push_back(std::move(task));
+  return writer;
+}
+
+grpc::ServerUnaryReactor* WorkerService::ReduceBooleanDecision(grpc::CallbackServerContext* context,
+                                                               const v1::DecisionRequest* request,
+                                                               v1::DecisionResponse* response) {
+  return Enqueue(context, [=]() -> absl::Status {
+    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
+    return Note(job->ReduceBooleanDecision(*request, response));
+  });
+}
+
+absl::Status WorkerService::TeardownJob(bool all_ranks) {
+  std::shared_ptr<HostedJob> job;
+  {
+    absl::MutexLock lock(&mu_);
+    job = job_;
+  }
+  if (job == nullptr) return absl::OkStatus();
+  // Leaving may fail when the group is already gone; the job is released either way.
+  job->Teardown(all_ranks).IgnoreError();
+  absl::MutexLock lock(&mu_);
+  // This worker's own files of the job went to the coordinator; what is left is scratch.
+  if (store_checkpoints_) {
+    std::error_code error;
+    std::filesystem::remove_all(absl::StrCat(options_.jobs_dir, "/", job->id()), error);
+  }
+  job_.reset();
+  failed_ = false;
+  checkpoint_dir_.clear();
+  store_checkpoints_ = false;
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* WorkerService::Teardown(grpc::CallbackServerContext* context,
+                                                  const v1::TeardownRequest* request,
+                                                  v1::TeardownResponse* response) {
+  if (absl::Status s = CheckBearerToken(*context, options_.token); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  {
+    // Stop a running step now rather than after its last batch.
+    absl::MutexLock lock(&mu_);
+    if (job_ != nullptr && (request->job_id().empty() || request->job_id() == job_->id())) {
+      job_->Cancel();
+    }
+    // A Setup of this job still waiting for its group: it will not form now.
+    if (running_ != nullptr && !running_->setup_job.empty() &&
+        (request->job_id().empty() || request->job_id() == running_->setup_job)) {
+      running_->canceller->Cancel();
+    }
+  }
+  return Enqueue(context, [=]() -> absl::Status {
+    {
+      absl::MutexLock lock(&mu_);
+      if (job_ == nullptr) return absl::OkStatus();  // idempotent
+      if (!request->job_id().empty() && request->job_id() != job_->id()) {
+        return absl::FailedPreconditionError(absl::StrCat("worker '", options_.identity.name,
+                                                          "' runs job '", job_->id(), "', not '",
+                                                          request->job_id(), "'"));
+      }
+    }
+    return TeardownJob(request->all_ranks());
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerService::DryRun(grpc::CallbackServerContext* context,
+                                                const v1::DryRunRequest* request,
+                                                v1::DryRunResponse* response) {
+  // Queued like a step, so it never runs beside this worker's job.
+  return Enqueue(context, [this, request, response]() -> absl::Status {
+    v1::DryRunRequest local = *request;
+    DTRAIN_RETURN_IF_ERROR(
+        PrepareSetup(local.mutable_setup(), options_.identity.devices, options_.artifacts));
+    absl::StatusOr<v1::DryRunResponse> report = Job::DryRun(local, options_.identity);
+    if (!report.ok()) return report.status();
+    *response = std::move(*report);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* context,
+                                                const v1::HealthRequest* request,
+                                                v1::HealthResponse* response) {
+  if (absl::Status s = CheckBearerToken(*context, options_.token); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  absl::MutexLock lock(&mu_);
+  response->set_worker_name(options_.identity.name);
+  response->set_devices(options_.identity.devices);
+  response->set_last_error(last_error_);
+  if (job_ == nullptr) {
+    response->set_state(v1::HealthResponse::IDLE);
+  } else {
+    response->set_job_id(job_->id());
+    response->set_local_processes(job_->local_processes());
+    response->set_state(failed_               ? v1::HealthResponse::FAILED
+                        : running_ != nullptr ? v1::HealthResponse::BUSY
+                                              : v1::HealthResponse::READY);
+  }
+  return FinishNow(context, absl::OkStatus());
+}
+
+void WorkerService::Drain() {
+  absl::MutexLock lock(&mu_);
+  leaving_ = true;
+}
+
+bool WorkerService::WaitUntilIdle(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithDeadline(absl::Condition(
+                                   +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+                                     return s->queue_.empty() && s->running_ == nullptr;
+                                   },
+                                   this),
+                               deadline);
+}
+
+void WorkerService::StopNow() {
+  std::shared_ptr<Task> teardown;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = leaving_ = true;
+    if (job_ != nullptr) job_->Cancel();
+    if (running_ != nullptr) running_->canceller->Cancel();
+    // Queued calls will not run: answer them now.
+    for (std::shared_ptr<Task>& t : queue_) t->cancelled = true;
+  }
+  // Wait for the executor to go idle, then tear down on this thread.
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+          return s->queue_.empty() && s->running_ == nullptr;
+        },
+        this));
+  }
+  TeardownJob().IgnoreError();
+}
+
+void WorkerService::AbandonJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  // A Setup of the ended job still waiting for its group.
+  if (running_ != nullptr && running_->setup_job == job_id) running_->canceller->Cancel();
+  if (job_ == nullptr || job_->id() != job_id || stopping_) return;
+  job_->Cancel();
+  auto task = std::make_shared<Task>();
+  task->body = [this, job_id]() -> absl::Status {
+    {
+      absl::MutexLock lock(&mu_);
+      if (job_ == nullptr || job_->id() != job_id) return absl::OkStatus();
+    }
+    LogWarning(absl::StrCat("job '", job_id,
+                            "' ended while this worker was unreachable; "
+                            "tearing it down"),
+               {{"job", job_id}});
+    return TeardownJob();
+  };
+  queue_.push_back(std::move(task));
+}
+
+std::string WorkerService::current_job() const {
+  absl::MutexLock lock(&mu_);
+  if (job_ != nullptr) return job_->id();
+  if (running_ != nullptr && !running_->setup_job.empty()) return running_->setup_job;
+  for (const std::shared_ptr<Task>& t : queue_) {
+    if (!t->setup_job.empty() && !t->cancelled) return t->setup_job;
+  }
+  return "";
+}
+
+}  // namespace dtrain

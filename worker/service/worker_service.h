@@ -1,0 +1,146 @@
+// The Worker gRPC service (proto/dtrain/v1/worker.proto) on the callback API. Job RPCs run one
+// at a time on one executor thread, in arrival order, so a step never races a teardown and the
+// gRPC threads never block on libtorch; Health answers at once. A cancelled step RPC stops its
+// step before the next batch. libtorch's errors come back as statuses and the service keeps
+// serving: whatever a request does, the next Setup starts afresh.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/call_canceller.h"
+#include "common/metrics_registry.h"
+#include "dtrain/v1/worker.grpc.pb.h"
+#include "worker/runtime/hosted_job.h"
+#include "worker/runtime/worker_identity.h"
+#include "worker/service/artifact_cache.h"
+
+namespace dtrain {
+
+struct WorkerServiceOptions {
+  WorkerIdentity identity;
+  // This program, run with --child by ddp_spawn; empty disables ddp_spawn.
+  std::string spawn_binary;
+  // The bearer token every call must present; empty: none required.
+  std::string token;
+  // Where step counts and latencies go (must outlive the service); null: nowhere.
+  MetricsRegistry* metrics = nullptr;
+  // Resolves the spec's "artifact:" and "worker:" paths (must outlive the service); null:
+  // paths are used as written and an "artifact:" path is refused.
+  ArtifactCache* artifacts = nullptr;
+  // Where this worker keeps each job's own files (<jobs_dir>/<job id>/checkpoints), removed at
+  // Teardown; empty: jobs that ask to store their checkpoints on the coordinator are refused.
+  std::string jobs_dir;
+  // Sends a file to the coordinator's store and returns its digest ("sha256:<hex>");
+  // ArtifactsClient::Upload in production. Null: as an empty jobs_dir.
+  std::function<absl::StatusOr<std::string>(const std::string& path)> store_file;
+};
+
+class WorkerService final : public v1::Worker::CallbackService {
+ public:
+  explicit WorkerService(WorkerServiceOptions options);
+  // Stops (see StopNow) and stops the executor.
+  ~WorkerService() override;
+
+  grpc::ServerUnaryReactor* Setup(grpc::CallbackServerContext* context,
+                                  const v1::SetupRequest* request,
+                                  v1::SetupResponse* response) override;
+  grpc::ServerUnaryReactor* TrainingStep(grpc::CallbackServerContext* context,
+                                         const v1::StepRequest* request,
+                                         v1::StepResponse* response) override;
+  grpc::ServerUnaryReactor* ValidationStep(grpc::CallbackServerContext* context,
+                                           const v1::StepRequest* request,
+                                           v1::StepResponse* response) override;
+  grpc::ServerUnaryReactor* TestStep(grpc::CallbackServerContext* context,
+                                     const v1::StepRequest* request,
+                                     v1::StepResponse* response) override;
+  grpc::ServerUnaryReactor* PredictStep(grpc::CallbackServerContext* context,
+                                        const v1::StepRequest* request,
+                                        v1::StepResponse* response) override;
+  grpc::ServerUnaryReactor* SaveCheckpoint(grpc::CallbackServerContext* context,
+                                           const v1::SaveCheckpointRequest* request,
+                                           v1::SaveCheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* LoadCheckpoint(grpc::CallbackServerContext* context,
+                                           const v1::LoadCheckpointRequest* request,
+                                           v1::LoadCheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* StateDict(grpc::CallbackServerContext* context,
+                                      const v1::StateDictRequest* request,
+                                      v1::StateDictResponse* response) override;
+  grpc::ServerUnaryReactor* ReduceBooleanDecision(grpc::CallbackServerContext* context,
+                                                  const v1::DecisionRequest* request,
+                                                  v1::DecisionResponse* response) override;
+  grpc::ServerUnaryReactor* Teardown(grpc::CallbackServerContext* context,
+                                     const v1::TeardownRequest* request,
+                                     v1::TeardownResponse* response) override;
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
+                                   const v1::HealthRequest* request,
+                                   v1::HealthResponse* response) override;
+  grpc::ServerWriteReactor<v1::StateDictChunk>* StreamStateDict(
+      grpc::CallbackServerContext* context, const v1::StateDictRequest* request) override;
+  grpc::ServerUnaryReactor* DryRun(grpc::CallbackServerContext* context,
+                                   const v1::DryRunRequest* request,
+                                   v1::DryRunResponse* response) override;
+
+  // The start of a graceful stop: Setup is refused (UNAVAILABLE) from now on, while the job set
+  // up keeps running, so its step finishes and its coordinator can checkpoint and release it.
+  void Drain();
+  // Blocks until no call runs or waits (the current step is done), or `deadline`; true if idle.
+  bool WaitUntilIdle(absl::Time deadline);
+  // The hard stop, after Drain's grace (or at once): refuses every job RPC (UNAVAILABLE),
+  // stops the running step before its next batch, and tears the job down so that it leaves its
+  // group cleanly. Returns once done. Idempotent.
+  void StopNow();
+  // The job set up now, or whose Setup was taken and has not ended; or "".
+  std::string current_job() const;
+  // The coordinator no longer counts `job_id` as this worker's (it ended while this worker was
+  // unreachable or stopped): stops it and tears it down on the executor. Does not block.
+  void AbandonJob(const std::string& job_id);
+
+ private:
+  struct Task;
+  // Where the Setup's job writes checkpoints on this worker ("" for none): the spec's (local)
+  // checkpoint.dirpath, or, with store_checkpoints, this worker's own directory for the job,
+  // which it sets as the dirpath the ranks see.
+  absl::StatusOr<std::string> CheckpointDirectory(v1::SetupRequest* setup);
+  // The Setup's checkpoint directory: where SaveCheckpoint writes and a bare name loads from.
+  absl::StatusOr<std::string> CheckpointPath(const std::string& name, const std::string& field);
+  // Queues `body` on the executor; the RPC finishes with its status. A step's cancellation
+  // stops it (before its next batch) or, if it has not started, skips it.
+  // `setup_job` marks a Setup: refused once draining, and its job counts as this worker's.
+  grpc::ServerUnaryReactor* Enqueue(grpc::CallbackServerContext* context,
+                                    std::function<absl::Status()> body, std::string setup_job = "",
+                                    std::shared_ptr<CallCanceller> canceller = nullptr);
+  void ExecutorLoop();
+  // Runs on the executor: the job named `job_id` or FAILED_PRECONDITION.
+  absl::StatusOr<std::shared_ptr<HostedJob>> JobFor(const std::string& job_id);
+  absl::Status RunStep(StepKind kind, const v1::StepRequest& request, v1::StepResponse* response);
+  // Records a collective failure: the job is over until it is torn down.
+  absl::Status Note(absl::Status status);
+  // `all_ranks`: the coordinator tears every rank down at once (TeardownRequest.all_ranks).
+  absl::Status TeardownJob(bool all_ranks = false);
+
+  const WorkerServiceOptions options_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<HostedJob> job_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<Task>> queue_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Task> running_ ABSL_GUARDED_BY(mu_);
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;   // Drain: no new job
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // StopNow: no call at all
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  // The job's checkpoint directory on this worker, and whether its checkpoints go to the
+  // coordinator's store (then the directory is this worker's own, under jobs_dir).
+  std::string checkpoint_dir_ ABSL_GUARDED_BY(mu_);
+  bool store_checkpoints_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread executor_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,93 @@
+#include "worker/strategies/ddp_strategy.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "worker/model/torch_status.h"
+
+namespace dtrain {
+
+absl::Status DdpStrategy::SyncModel(LightningModule* model) {
+  sync_ =
+      std::make_unique<GradientSync>(backend_.get(), model->Parameters(), options_.bucket_bytes);
+  DTRAIN_RETURN_IF_ERROR(sync_->BroadcastParameters(0));
+  std::vector<torch::Tensor> buffers;
+  for (const auto& b : model->module().named_buffers()) buffers.push_back(b.value);
+  return BroadcastTensors(backend_.get(), buffers, 0);
+}
+
+absl::Status DdpStrategy::Setup(LightningModule* model, const OptimizerConfig& optimizer) {
+  DTRAIN_RETURN_IF_ERROR(Strategy::Setup(model, optimizer));
+  return SyncModel(model);
+}
+
+void DdpStrategy::PreBackward(bool should_accumulate) {
+  if (!should_accumulate) sync_->ExpectSync();
+}
+
+absl::Status DdpStrategy::PostBackward(bool should_accumulate) {
+  // While accumulating, gradients stay local (as under DDP's no_sync); the window's last
+  // backward averages the sum of the window's gradients.
+  if (should_accumulate) return absl::OkStatus();
+  return sync_->AverageGradients();
+}
+
+absl::Status DdpStrategy::Teardown() {
+  if (sync_ != nullptr && sync_->rounds() > 0) {
+    const int64_t rounds = sync_->rounds();
+    const double exposed_ms = absl::ToDoubleMilliseconds(sync_->exposed_wait());
+    LogInfo(
+        absl::StrCat("rank ", backend_->rank(), " gradient sync: ", rounds, " rounds x ",
+                     sync_->bucket_count(), " buckets"),
+        {{"rank", backend_->rank()},
+         {"strategy", name()},
+         {"backend", backend_->name()},
+         {"rounds", rounds},
+         {"buckets", static_cast<int64_t>(sync_->bucket_count())},
+         {"started_during_backward_pct", 100.0 * sync_->buckets_started_during_backward_total() /
+                                             (rounds * static_cast<double>(sync_->bucket_count()))},
+         {"exposed_wait_ms", exposed_ms},
+         {"exposed_wait_ms_per_round", exposed_ms / rounds}});
+  }
+  return Strategy::Teardown();
+}
+
+absl::Status ShardedStrategy::Setup(LightningModule* model, const OptimizerConfig& optimizer) {
+  model_ = model;
+  optimizer_config_ = optimizer;
+  lr_ = optimizer.lr;
+  DTRAIN_RETURN_IF_ERROR(SyncModel(model));
+  DTRAIN_ASSIGN_OR_RETURN(zero_,
+                          ShardedOptimizer::Make(backend_.get(), model->Parameters(), optimizer));
+  return absl::OkStatus();
+}
+
+absl::Status ShardedStrategy::OptimizerStep() {
+  return GuardTorch("sharded optimizer step failed", [&] { return zero_->Step(); });
+}
+
+void ShardedStrategy::SetLearningRate(double lr) {
+  lr_ = lr;
+  zero_->SetLearningRate(lr);
+}
+
+absl::StatusOr<torch::optim::Optimizer*> ShardedStrategy::OptimizerState() {
+  DTRAIN_ASSIGN_OR_RETURN(consolidated_, zero_->Consolidate(/*dst=*/0));
+  return consolidated_.get();
+}
+
+torch::optim::Optimizer* ShardedStrategy::RestoreTarget() {
+  absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> full =
+      MakeOptimizer(model_->Parameters(), optimizer_config_);
+  restore_target_ = full.ok() ? std::move(*full) : nullptr;
+  return restore_target_.get();
+}
+
+absl::Status ShardedStrategy::FinishRestore() {
+  if (restore_target_ == nullptr) return absl::OkStatus();
+  absl::Status status = zero_->AdoptState(*restore_target_);
+  restore_target_.reset();
+  return status;
+}
+
+}  // namespace dtrain

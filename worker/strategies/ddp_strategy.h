@@ -1,0 +1,62 @@
+// ddp and sharded (ZeRO stage 1): one rank per process over a CollectiveBackend. At setup every
+// rank's parameters and buffers become rank 0's; after backward the gradients are averaged in
+// buckets (GradientSync), except while accumulating. sharded additionally partitions the
+// optimizer state (ShardedOptimizer) and consolidates it on rank 0 for checkpoints.
+#pragma once
+
+#include <memory>
+
+#include "worker/strategies/gradient_sync.h"
+#include "worker/strategies/sharded_optimizer.h"
+#include "worker/strategies/strategy.h"
+
+namespace dtrain {
+
+class DdpStrategy : public Strategy {
+ public:
+  DdpStrategy(StrategyOptions options, std::unique_ptr<CollectiveBackend> backend)
+      : Strategy(std::move(options), std::move(backend)) {}
+
+  std::string name() const override { return options_.name; }
+  absl::Status Setup(LightningModule* model, const OptimizerConfig& optimizer) override;
+  void PreBackward(bool should_accumulate) override;
+  absl::Status PostBackward(bool should_accumulate) override;
+  void FenceCommunication() override {
+    if (sync_ != nullptr) sync_->WaitForInFlight();
+  }
+  // Logs how much of the gradient communication backward hid, then leaves the group.
+  absl::Status Teardown() override;
+
+  const GradientSync& gradient_sync() const { return *sync_; }
+  absl::Duration gradient_wait() const override {
+    return sync_ != nullptr ? sync_->exposed_wait() : absl::ZeroDuration();
+  }
+
+ protected:
+  // Makes every rank's parameters and buffers rank 0's.
+  absl::Status SyncModel(LightningModule* model);
+
+  std::unique_ptr<GradientSync> sync_;
+};
+
+class ShardedStrategy : public DdpStrategy {
+ public:
+  using DdpStrategy::DdpStrategy;
+
+  std::string name() const override { return "sharded"; }
+  absl::Status Setup(LightningModule* model, const OptimizerConfig& optimizer) override;
+  absl::Status OptimizerStep() override;
+  void SetLearningRate(double lr) override;
+  absl::StatusOr<torch::optim::Optimizer*> OptimizerState() override;
+  torch::optim::Optimizer* RestoreTarget() override;
+  absl::Status FinishRestore() override;
+
+  const ShardedOptimizer& sharded_optimizer() const { return *zero_; }
+
+ private:
+  std::unique_ptr<ShardedOptimizer> zero_;
+  std::unique_ptr<torch::optim::Optimizer> consolidated_;    // rank 0, after OptimizerState
+  std::unique_ptr<torch::optim::Optimizer> restore_target_;  // during a restore
+};
+
+}  // namespace dtrain

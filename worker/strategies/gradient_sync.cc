@@ -1,0 +1,296 @@
+#include "worker/strategies/gradient_sync.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/types.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace dtrain {
+namespace {
+
+// Flattens `tensors` into one contiguous buffer, runs one collective on it, and writes the
+// result back into `tensors`.
+template <typename Collective>
+absl::Status OverFlat(const std::vector<torch::Tensor>& tensors, Collective collective) {
+  if (tensors.empty()) return absl::OkStatus();
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flat_parts;
+  flat_parts.reserve(tensors.size());
+  for (const torch::Tensor& t : tensors) flat_parts.push_back(t.reshape({-1}));
+  torch::Tensor result = torch::cat(flat_parts);
+  DTRAIN_RETURN_IF_ERROR(collective(result));
+  int64_t offset = 0;
+  for (const torch::Tensor& t : tensors) {
+    const int64_t n = t.numel();
+    t.copy_(result.slice(0, offset, offset + n).view(t.sizes()));
+    offset += n;
+  }
+  return absl::OkStatus();
+}
+
+// Whether `grad` is the `numel` elements at element `offset` of `flat` (the bucket it lives in).
+bool LivesIn(const torch::Tensor& grad, const torch::Tensor& flat, int64_t offset, int64_t numel) {
+  return grad.defined() && grad.is_contiguous() && grad.numel() == numel &&
+         grad.scalar_type() == flat.scalar_type() &&
+         grad.data_ptr() == static_cast<char*>(flat.data_ptr()) + offset * flat.element_size();
+}
+
+}  // namespace
+
+absl::Status BroadcastTensors(CollectiveBackend* backend, const std::vector<torch::Tensor>& tensors,
+                              int src) {
+  // Tensors of different dtypes cannot share one flat buffer: one broadcast per dtype run.
+  std::vector<torch::Tensor> run;
+  auto flush = [&]() -> absl::Status {
+    absl::Status status =
+        OverFlat(run, [&](torch::Tensor& flat) { return backend->Broadcast(flat, src); });
+    run.clear();
+    return status;
+  };
+  for (const torch::Tensor& t : tensors) {
+    if (!run.empty() && run.back().scalar_type() != t.scalar_type()) {
+      DTRAIN_RETURN_IF_ERROR(flush());
+    }
+    run.push_back(t);
+  }
+  return flush();
+}
+
+class GradientSync::ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(GradientSync* sync, size_t parameter) : sync_(sync), parameter_(parameter) {}
+  // Runs after the accumulator has added this backward's gradient into .grad.
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    sync_->MarkReady(parameter_);
+    return outputs;
+  }
+
+ private:
+  GradientSync* const sync_;
+  const size_t parameter_;
+};
+
+GradientSync::GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor> parameters,
+                           int64_t bucket_bytes)
+    : backend_(backend), parameters_(std::move(parameters)) {
+  // Consecutive parameters (in reverse: the order backward produces their gradients) of one
+  // dtype share a bucket until it would exceed its cap.
+  bucket_of_.resize(parameters_.size());
+  int64_t filled = 0;
+  for (size_t k = parameters_.size(); k-- > 0;) {
+    const torch::Tensor& p = parameters_[k];
+    const int64_t bytes = p.numel() * p.element_size();
+    const int64_t cap =
+        buckets_.size() == 1 ? std::min(bucket_bytes, kDefaultFirstBucketBytes) : bucket_bytes;
+    const bool new_bucket =
+        buckets_.empty() || filled + bytes > cap ||
+        parameters_[buckets_.back().parameters.back()].scalar_type() != p.scalar_type();
+    if (new_bucket) {
+      buckets_.emplace_back();
+      filled = 0;
+    }
+    buckets_.back().parameters.push_back(k);
+    bucket_of_[k] = buckets_.size() - 1;
+    filled += bytes;
+  }
+  torch::NoGradGuard no_grad;
+  for (Bucket& bucket : buckets_) {
+    int64_t numel = 0;
+    for (size_t i : bucket.parameters) numel += parameters_[i].numel();
+    const torch::Tensor& first = parameters_[bucket.parameters.front()];
+    if (first.device().is_cpu()) {
+      absl::StatusOr<torch::Tensor> flat =
+          backend_->AllocateForAllReduce(numel, first.scalar_type());
+      if (flat.ok()) {
+        bucket.flat = *std::move(flat);
+      } else {
+        // The plane is broken: the next collective reports it; the gradients need memory anyway.
+        LogWarning(absl::StrCat("gradient bucket in ordinary memory: ", flat.status().message()),
+                   {{"rank", static_cast<int64_t>(backend_->rank())}});
+      }
+    }
+    if (!bucket.flat.defined())
+      bucket.flat = torch::zeros({numel}, first.options().requires_grad(false));
+    // Each gradient becomes its slice of the bucket: a tensor of its own over the bucket's
+    // storage (not an autograd view, which zero_grad's detach_ would refuse).
+    int64_t offset = 0;
+    for (size_t i : bucket.parameters) {
+      torch::Tensor& p = parameters_[i];
+      if (p.requires_grad() && p.is_contiguous()) {
+        torch::Tensor slot = torch::empty({0}, bucket.flat.options())
+                                 .set_(bucket.flat.storage(), bucket.flat.storage_offset() + offset,
+                                       p.sizes(), p.strides());
+        if (p.grad().defined()) slot.copy_(p.grad());
+        p.mutable_grad() = slot;
+      }
+      offset += p.numel();
+    }
+  }
+  ready_.assign(parameters_.size(), false);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!parameters_[i].requires_grad()) continue;
+    std::shared_ptr<torch::autograd::Node> accumulator =
+        torch::autograd::impl::grad_accumulator(parameters_[i]);
+    if (accumulator == nullptr) continue;
+    const uintptr_t key = accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i));
+    hooks_.emplace_back(std::move(accumulator), key);
+  }
+  communication_ = std::thread([this] { CommunicationLoop(); });
+}
+
+GradientSync::~GradientSync() {
+  for (auto& [accumulator, key] : hooks_) accumulator->del_post_hook(key);
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  communication_.join();
+}
+
+absl::Status GradientSync::BroadcastParameters(int src) {
+  for (const Bucket& bucket : buckets_) {
+    std::vector<torch::Tensor> tensors;
+    for (size_t i : bucket.parameters) tensors.push_back(parameters_[i]);
+    DTRAIN_RETURN_IF_ERROR(BroadcastTensors(backend_, tensors, src));
+  }
+  return absl::OkStatus();
+}
+
+void GradientSync::ExpectSync() {
+  absl::MutexLock lock(&mu_);
+  BeginRound();
+  armed_ = true;
+}
+
+void GradientSync::BeginRound() {
+  // A round abandoned mid-way (backward threw) may still have buckets in flight.
+  mu_.Await(absl::Condition(
+      +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->queued_; },
+      this));
+  ready_.assign(parameters_.size(), false);
+  for (Bucket& bucket : buckets_) bucket.pending = bucket.parameters.size();
+  next_start_ = queued_ = finished_ = started_in_hooks_ = 0;
+  round_status_ = absl::OkStatus();
+}
+
+void GradientSync::MarkReady(size_t parameter) {
+  absl::MutexLock lock(&mu_);
+  if (!armed_ || ready_[parameter]) return;
+  ready_[parameter] = true;
+  --buckets_[bucket_of_[parameter]].pending;
+  StartReadyBuckets(/*from_hook=*/true);
+}
+
+void GradientSync::PackBucket(Bucket& bucket) {
+  torch::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (size_t i : bucket.parameters) {
+    const torch::Tensor& p = parameters_[i];
+    const int64_t n = p.numel();
+    if (!LivesIn(p.grad(), bucket.flat, offset, n)) {
+      torch::Tensor slice = bucket.flat.slice(0, offset, offset + n);
+      if (p.grad().defined()) {
+        slice.copy_(p.grad().reshape({-1}));
+      } else {
+        slice.zero_();
+      }
+    }
+    offset += n;
+  }
+}
+
+void GradientSync::StartReadyBuckets(bool from_hook) {
+  while (next_start_ + 1 < buckets_.size() && buckets_[next_start_].pending == 0) {
+    PackBucket(buckets_[next_start_]);
+    ++next_start_;
+    ++queued_;
+    if (from_hook) ++started_in_hooks_;
+  }
+}
+
+void GradientSync::CommunicationLoop() {
+  // This thread's waits overlap backward on the same core: they must not hold the core.
+  ScopedOverlappedWaits overlapped;
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    mu_.Await(absl::Condition(
+        +[](GradientSync* s)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->stopping_ || s->queued_ > s->finished_; },
+        this));
+    if (queued_ == finished_) return;  // stopping, nothing in flight
+    Bucket& bucket = buckets_[finished_];
+    if (round_status_.ok()) {
+      // After a failure the remaining buckets are skipped: the group is broken anyway, and
+      // the first error is the one worth reporting.
+      mu_.Unlock();
+      absl::Status status = backend_->AllReduce(bucket.flat, v1::REDUCE_OP_MEAN);
+      mu_.Lock();
+      if (!status.ok()) round_status_ = std::move(status);
+    }
+    ++finished_;
+  }
+}
+
+absl::Status GradientSync::AverageGradients() {
+  absl::Status status;
+  const absl::Time start = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!armed_) BeginRound();
+    armed_ = false;
+    // Parameters whose gradient never came (unused in this forward) close their buckets now.
+    for (Bucket& bucket : buckets_) bucket.pending = 0;
+    StartReadyBuckets(/*from_hook=*/false);
+    mu_.Await(absl::Condition(
+        +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->queued_; },
+        this));
+    status = round_status_;
+  }
+  // The last bucket, here: the communication thread is idle, so this is still one collective
+  // at a time, in bucket order.
+  if (status.ok() && !buckets_.empty()) {
+    Bucket& last = buckets_.back();
+    PackBucket(last);
+    status = backend_->AllReduce(last.flat, v1::REDUCE_OP_MEAN);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    next_start_ = queued_ = finished_ = buckets_.size();
+    ++rounds_;
+    overlapped_total_ += started_in_hooks_;
+  }
+  exposed_wait_ += absl::Now() - start;
+  if (!status.ok()) return status;
+  torch::NoGradGuard no_grad;
+  for (const Bucket& bucket : buckets_) {
+    int64_t offset = 0;
+    for (size_t i : bucket.parameters) {
+      torch::Tensor& p = parameters_[i];
+      const int64_t n = p.numel();
+      if (!LivesIn(p.grad(), bucket.flat, offset, n)) {
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+        p.mutable_grad().copy_(bucket.flat.slice(0, offset, offset + n).view(p.sizes()));
+      }
+      offset += n;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void GradientSync::WaitForInFlight() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->queued_; },
+      this));
+}
+
+size_t GradientSync::started_during_backward() const {
+  absl::MutexLock lock(&mu_);
+  return started_in_hooks_;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,131 @@
+// DDP's data-parallel glue over a CollectiveBackend: parameters broadcast from one rank so every
+// rank starts identical, and gradients averaged across ranks in buckets (parameters packed, in
+// reverse order and by dtype, into flat buffers of at most bucket_bytes), never one collective
+// per parameter.
+//
+// Overlap with backward (as torch's c10d::Reducer): after ExpectSync(), an autograd post-hook on
+// each parameter's gradient accumulator marks it ready; when a bucket's last gradient is ready,
+// its values are copied into the bucket's flat buffer and its all_reduce starts on a
+// communication thread while backward computes the gradients of earlier layers. Buckets start
+// strictly in index order on every rank, so the collectives match across ranks even when
+// gradients become ready in a different order (or not at all: an unused parameter contributes
+// zeros when AverageGradients() closes the round). Reverse parameter order makes the first
+// bucket the one backward finishes first; it is capped at 1 MiB as in torch so that
+// communication starts early. The last bucket is all-reduced by the caller's thread when
+// backward ends: nothing is left to overlap with, and a hand-off to the communication thread
+// and back would only add two wake-ups.
+//
+// Gradients live in their buckets (torch DDP's gradient_as_bucket_view): each parameter's
+// .grad is set to its slice of the bucket, autograd accumulates into it in place, and the
+// all_reduce's result is the gradient, so a step copies no gradient in or out. The buckets'
+// memory comes from the plane (CollectiveBackend::AllocateForAllReduce): on shm every rank
+// reads its peers' gradients where backward wrote them. A gradient that something replaced
+// with a tensor of its own is copied in and out as before.
+//
+// Thread-safety: one caller thread (the one that runs backward); the communication thread is
+// internal.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/collectives/collective_backend.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace dtrain {
+
+// The first bucket (the last parameters, whose gradients come first) is capped lower, so its
+// all-reduce starts early, as torch DDP does.
+inline constexpr int64_t kDefaultFirstBucketBytes = int64_t{1} << 20;
+
+// Overwrites `tensors` with rank `src`'s values, packed into one broadcast.
+absl::Status BroadcastTensors(CollectiveBackend* backend, const std::vector<torch::Tensor>& tensors,
+                              int src);
+
+class GradientSync {
+ public:
+  // `parameters` are taken in order; all ranks must pass the same list (names, shapes, dtypes).
+  // `bucket_bytes` caps each bucket (StrategyOptions::bucket_bytes: the spec's bucket_cap_mb).
+  GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor> parameters,
+               int64_t bucket_bytes);
+  ~GradientSync();
+  GradientSync(const GradientSync&) = delete;
+  GradientSync& operator=(const GradientSync&) = delete;
+
+  // Overwrites every parameter with rank `src`'s values.
+  absl::Status BroadcastParameters(int src = 0);
+
+  // Announces that the next backward ends an optimizer step: its buckets are all-reduced as
+  // they become ready. Without it, AverageGradients() does all the work after backward.
+  void ExpectSync();
+
+  // Replaces each gradient by its mean over ranks (a missing gradient counts as zeros): starts
+  // the buckets not yet started, waits for all of them and writes the means back.
+  absl::Status AverageGradients();
+
+  // Returns once every bucket queued so far has been all-reduced. A collective the caller's
+  // thread issues afterwards (model code's, during backward) then follows them on every rank:
+  // buckets are queued from that same thread, in the same order everywhere.
+  void WaitForInFlight();
+
+  // How the parameters were packed: number of buckets (one collective each).
+  size_t bucket_count() const { return buckets_.size(); }
+  // How many buckets of the last AverageGradients() round were started from the autograd
+  // hooks, i.e. while backward was still running (never the last bucket: see above).
+  size_t started_during_backward() const;
+  // Totals over all rounds, for the worker's log: how long AverageGradients() waited for the
+  // collectives after backward (the communication not hidden behind compute).
+  int64_t rounds() const { return rounds_; }
+  absl::Duration exposed_wait() const { return exposed_wait_; }
+  int64_t buckets_started_during_backward_total() const { return overlapped_total_; }
+
+ private:
+  class ReadyHook;
+  struct Bucket {
+    std::vector<size_t> parameters;  // indices into parameters_
+    torch::Tensor flat;              // the collective's buffer (and the gradients), allocated once
+    size_t pending = 0;              // gradients not yet ready in this round
+  };
+
+  void BeginRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkReady(size_t parameter);
+  // Queues the all_reduce of each startable bucket but the last (copying in the gradients
+  // that do not live in it).
+  void StartReadyBuckets(bool from_hook) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies into the bucket's memory the gradients that do not live there (zeros for none).
+  void PackBucket(Bucket& bucket);
+  void CommunicationLoop();
+
+  CollectiveBackend* const backend_;
+  std::vector<torch::Tensor> parameters_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;  // parameter index -> bucket index
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+
+  mutable absl::Mutex mu_;
+  bool armed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<bool> ready_ ABSL_GUARDED_BY(mu_);  // per parameter, this round
+  size_t next_start_ ABSL_GUARDED_BY(mu_) = 0;    // buckets start in index order
+  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;        // buckets handed to the thread
+  size_t finished_ ABSL_GUARDED_BY(mu_) = 0;      // buckets the thread is done with
+  size_t started_in_hooks_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status round_status_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread communication_;
+  int64_t rounds_ = 0;
+  int64_t overlapped_total_ = 0;
+  absl::Duration exposed_wait_;
+};
+
+}  // namespace dtrain
