@@ -424,6 +424,8 @@ TEST_F(TrainerTest, ResumeAtTheEnd_NothingToTrain_LastCheckpointKeepsItsEpochAnd
   EXPECT_EQ(group().count("training_step"), 0);
   EXPECT_EQ(store_.Find("last.ckpt")->epoch, 2);
   EXPECT_EQ(store_.Find("last.ckpt")->global_step, 12);
+  // No step told the workers the run's length; the save itself does (a cosine schedule's T_max).
+  EXPECT_EQ(store_.Find("last.ckpt")->total_steps, 12);
   EXPECT_EQ(record_.kept.back().epoch(), 2);
 }
 

@@ -182,6 +182,30 @@ TEST(JobSchedules, CosineWithoutTotalSteps_TakesTheRunsLength) {
 }
 
 // Runs `script` with Debian's python3 and its torch (python3-torch), in `dir`.
+void Python(const std::string& script);
+
+TEST(JobSchedules, CosineSavedBeforeAnyStep_WritesTheRunsLengthTheSaveCarries) {
+  v1::SetupRequest request = Request("cosine-save");
+  request.mutable_spec()->mutable_lr_scheduler()->set_name("cosine");
+  std::unique_ptr<Job> job = SetupOrDie(request);
+  ASSERT_NE(job, nullptr);
+  // A run resumed at its very end saves with no step since: only the save knows the length.
+  const std::string carried = TempPath("carried.ckpt");
+  ASSERT_TRUE(job->SaveCheckpoint(carried, 0, "", /*total_steps=*/40).ok());
+  const std::string unknown = TempPath("unknown.ckpt");
+  ASSERT_TRUE(SetupOrDie(request)->SaveCheckpoint(unknown, 0, "").ok());
+  EXPECT_EQ(job->SaveCheckpoint(TempPath("bad.ckpt"), 0, "", -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  Python(absl::StrCat("import math\nfor path, t_max in ((\"", carried, "\", 40), (\"", unknown,
+                      R"(", 0)):
+    s = torch.load(path, map_location="cpu")["lr_schedulers"][0]
+    assert s["T_max"] == t_max, (path, s)
+    # Step 0 of a cosine is its base rate; before the fix an unknown length wrote 0/0 (NaN).
+    assert s["_last_lr"] == [0.1] and math.isfinite(s["_last_lr"][0]), s
+    assert s["base_lrs"] == [0.1], s
+)"));
+}
+
 void Python(const std::string& script) {
   const std::string path = TempPath("script.py");
   std::ofstream(path) << "import torch\n" << script;

@@ -226,6 +226,7 @@ absl::StatusOr<SavedCheckpoint> GrpcWorkerGroup::Save(const SaveCall& call) {
   request.set_epoch(call.epoch);
   for (const std::string& name : call.remove) request.add_remove(name);
   request.set_job_spec_json(call.spec_json);
+  request.set_total_steps(call.total_steps);
   std::vector<v1::SaveCheckpointResponse> responses(workers_.size());
   DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
       "save_checkpoint",

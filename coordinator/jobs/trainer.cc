@@ -178,6 +178,7 @@ absl::Status Trainer::SaveCheckpoint(const Save& save) {
   call.epoch = state_.epoch;
   call.remove = save.evict;
   call.spec_json = spec_json_;
+  call.total_steps = state_.total_steps;
   DTRAIN_ASSIGN_OR_RETURN(SavedCheckpoint saved, workers_->Save(call));
   v1::JobFile file = NewJobFile(save.name, "checkpoint");
   file.set_location(CheckpointReference(save.name));

@@ -102,6 +102,7 @@ struct SaveCall {
   int64_t epoch = 0;
   std::vector<std::string> remove;  // older checkpoints to delete once it is written
   std::string spec_json;            // kept in the checkpoint's metadata
+  int64_t total_steps = 0;          // the run's optimizer steps, as TrainCall's
 };
 struct SavedCheckpoint {
   bool written = false;  // some rank wrote it

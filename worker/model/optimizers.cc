@@ -88,7 +88,9 @@ double LrSchedule::LrAt(int64_t step) const {
     return base_lr_ * std::pow(config_.gamma, static_cast<double>(step / config_.step_size));
   }
   if (config_.name == "cosine") {
-    // As torch's CosineAnnealingLR with T_max = total_steps, held at min_lr afterwards.
+    // As torch's CosineAnnealingLR with T_max = total_steps, held at min_lr afterwards. Before
+    // the run's length is known no step has been taken: the base rate, not 0/0.
+    if (config_.total_steps < 1) return base_lr_;
     const double t = std::min<double>(static_cast<double>(step), config_.total_steps);
     return config_.min_lr +
            (base_lr_ - config_.min_lr) * (1 + std::cos(M_PI * t / config_.total_steps)) / 2;

@@ -43,7 +43,8 @@ class LocalJob : public HostedJob {
   absl::Status SaveCheckpoint(const std::string& path, const v1::SaveCheckpointRequest& request,
                               v1::SaveCheckpointResponse* response) override {
     DTRAIN_ASSIGN_OR_RETURN(bool written,
-                            job_->SaveCheckpoint(path, request.epoch(), request.job_spec_json()));
+                            job_->SaveCheckpoint(path, request.epoch(), request.job_spec_json(),
+                                                 request.total_steps()));
     response->add_written(written);
     return absl::OkStatus();
   }

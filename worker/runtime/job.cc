@@ -501,8 +501,13 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
 }
 
 absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch,
-                                         const std::string& job_spec_json) {
+                                         const std::string& job_spec_json, int64_t total_steps) {
   if (path.empty()) return absl::InvalidArgumentError("checkpoint path is empty");
+  if (total_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("total_steps must be >= 0 (0: not known), got ", total_steps));
+  }
+  if (total_steps > 0) DTRAIN_RETURN_IF_ERROR(accelerator_->SetRunLength(total_steps));
   accelerator_->SetEpoch(epoch);
   return accelerator_->SaveCheckpoint(path, job_spec_json, storage_options_);
 }

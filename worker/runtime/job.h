@@ -54,8 +54,10 @@ class Job {
   // kind: validation, test or predict; eval mode, no grad.
   absl::StatusOr<v1::LocalResult> Evaluate(StepKind kind, const v1::LocalWork& work,
                                            bool return_outputs);
+  // total_steps: as Train's, for a schedule that has not had a step to learn it from.
   absl::StatusOr<bool> SaveCheckpoint(const std::string& path, int64_t epoch,
-                                      const std::string& job_spec_json = "");
+                                      const std::string& job_spec_json = "",
+                                      int64_t total_steps = 0);
   absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path);
   absl::Status StateDict(v1::StateDictResponse* response);
   // `all_ranks`: every rank is torn down at once (the coordinator's TeardownRequest.all_ranks),

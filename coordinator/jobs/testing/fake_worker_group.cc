@@ -194,7 +194,8 @@ absl::StatusOr<PredictResult> FakeWorkerGroup::Predict(const PredictCall& call) 
 
 absl::StatusOr<SavedCheckpoint> FakeWorkerGroup::Save(const SaveCall& call) {
   DTRAIN_RETURN_IF_ERROR(Begin("save_checkpoint"));
-  const std::string digest = store_->Put(call.name, {weight_, global_step_, call.epoch});
+  const std::string digest =
+      store_->Put(call.name, {weight_, global_step_, call.epoch, call.total_steps});
   for (const std::string& name : call.remove) store_->Remove(name);
   SavedCheckpoint saved;
   saved.written = true;

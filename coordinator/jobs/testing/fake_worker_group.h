@@ -32,6 +32,7 @@ struct FakeCheckpoint {
   double weight = 0;
   int64_t global_step = 0;
   int64_t epoch = 0;
+  int64_t total_steps = 0;  // what the save carried for schedules of the run's length
 };
 
 // The checkpoint files the fake's workers write, by name, and what the coordinator's store would
