@@ -17,16 +17,16 @@
 namespace dtrain {
 namespace {
 
-absl::Status Bad(const std::string& path, const std::string& message) {
+absl::Status BadSpec(const std::string& path, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", message));
 }
 
 absl::Status CheckName(const std::string& name) {
-  if (name.size() > 128) return Bad("name", "at most 128 characters");
+  if (name.size() > 128) return BadSpec("name", "at most 128 characters");
   for (char c : name) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
-      return Bad("name",
-                 absl::StrCat("'", name, "' may hold only letters, digits, '-', '_' and '.'"));
+      return BadSpec("name",
+                     absl::StrCat("'", name, "' may hold only letters, digits, '-', '_' and '.'"));
     }
   }
   return absl::OkStatus();
@@ -37,19 +37,19 @@ absl::Status CheckFileReference(const SpecPath& p) {
   if (IsJobFileReference(p.value)) {
     std::string job, name;
     if (p.kind != v1::Setting::CHECKPOINT) {
-      return Bad(p.path, "only ckpt_path may name another job's file");
+      return BadSpec(p.path, "only ckpt_path may name another job's file");
     }
     if (!SplitJobFileReference(p.value, &job, &name)) {
-      return Bad(p.path,
-                 absl::StrCat("'", p.value,
-                              "' is not a job file; write job:<job id>/<file name>, e.g. "
-                              "job:fashion-cnn-1/last.ckpt (dtrain results JOB lists them)"));
+      return BadSpec(p.path,
+                     absl::StrCat("'", p.value,
+                                  "' is not a job file; write job:<job id>/<file name>, e.g. "
+                                  "job:fashion-cnn-1/last.ckpt (dtrain results JOB lists them)"));
     }
     return absl::OkStatus();
   }
   if (!IsArtifactReference(p.value)) return absl::OkStatus();
   if (absl::Status s = CheckDigest(ArtifactDigest(p.value)); !s.ok()) {
-    return Bad(p.path, std::string(s.message()));
+    return BadSpec(p.path, std::string(s.message()));
   }
   return absl::OkStatus();
 }
@@ -59,16 +59,16 @@ absl::Status CheckFileReference(const SpecPath& p) {
 absl::Status MarkSharedDirectory(std::string* dirpath) {
   if (dirpath->empty()) return absl::OkStatus();
   if (IsArtifactReference(*dirpath) || IsJobFileReference(*dirpath)) {
-    return Bad("checkpoint.dirpath",
-               "names a file; give a directory the workers share (worker:/path), or leave it "
-               "out to keep checkpoints on the coordinator");
+    return BadSpec("checkpoint.dirpath",
+                   "names a file; give a directory the workers share (worker:/path), or leave it "
+                   "out to keep checkpoints on the coordinator");
   }
   const std::string dir = WithoutWorkerMark(*dirpath);
   if (dir.empty() || dir[0] != '/') {
-    return Bad("checkpoint.dirpath",
-               absl::StrCat("'", *dirpath,
-                            "' is not an absolute path on the workers; give worker:/path, or "
-                            "leave it out to keep checkpoints on the coordinator"));
+    return BadSpec("checkpoint.dirpath",
+                   absl::StrCat("'", *dirpath,
+                                "' is not an absolute path on the workers; give worker:/path, or "
+                                "leave it out to keep checkpoints on the coordinator"));
   }
   *dirpath = absl::StrCat(kWorkerPathPrefix, dir);
   return absl::OkStatus();
@@ -119,14 +119,14 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
   // The rules no single field's option can say.
   if (absl::Status s = CheckName(spec->name()); !s.ok()) return s;
   if (spec->model().source_case() == v1::ModelSpec::SOURCE_NOT_SET) {
-    return Bad("model",
-               absl::StrCat("give builtin (", absl::StrJoin(SettingNames("model.builtin"), ", "),
-                            ") or torchscript (a file saved with torch.jit.save)"));
+    return BadSpec(
+        "model", absl::StrCat("give builtin (", absl::StrJoin(SettingNames("model.builtin"), ", "),
+                              ") or torchscript (a file saved with torch.jit.save)"));
   }
   if (spec->data().source_case() == v1::DataConfig::SOURCE_NOT_SET) {
-    return Bad("data",
-               absl::StrCat("give builtin (", absl::StrJoin(SettingNames("data.builtin"), ", "),
-                            "), synthetic or tensors_file"));
+    return BadSpec("data",
+                   absl::StrCat("give builtin (", absl::StrJoin(SettingNames("data.builtin"), ", "),
+                                "), synthetic or tensors_file"));
   }
   for (const SpecPath& p : SpecPaths(*spec)) {
     if (p.kind == v1::Setting::DIRECTORY) continue;
@@ -141,16 +141,16 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
   }
   if (data->has_normalize()) {
     if (data->source_case() != v1::DataConfig::kTensorsFile) {
-      return Bad("data.normalize",
-                 "applies to a tensors_file (the builtin dataset has its own normalization)");
+      return BadSpec("data.normalize",
+                     "applies to a tensors_file (the builtin dataset has its own normalization)");
     }
     const v1::Normalize& n = data->normalize();
     if (n.mean_size() == 0 || n.mean_size() != n.std_size()) {
-      return Bad("data.normalize", "give mean and std, as one value each or one per channel");
+      return BadSpec("data.normalize", "give mean and std, as one value each or one per channel");
     }
     for (int i = 0; i < n.std_size(); ++i) {
       if (!(n.std(i) > 0) || !std::isfinite(n.std(i)) || !std::isfinite(n.mean(i))) {
-        return Bad(absl::StrCat("data.normalize.std[", i, "]"), "must be finite and > 0");
+        return BadSpec(absl::StrCat("data.normalize.std[", i, "]"), "must be finite and > 0");
       }
     }
   }
@@ -159,22 +159,23 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
   if (t->max_epochs() == 0) t->set_max_epochs(t->max_steps() == 0 ? 1 : kNoEpochLimit);
   if (t->val_check_interval() > 1 &&
       std::floor(t->val_check_interval()) != t->val_check_interval()) {
-    return Bad("trainer.val_check_interval",
-               "above 1 it counts batches and must be a whole number");
+    return BadSpec("trainer.val_check_interval",
+                   "above 1 it counts batches and must be a whole number");
   }
   if (!StrategyTraitsOf(t->strategy()).distributed && t->num_nodes() != 1) {
-    return Bad("trainer.num_nodes",
-               absl::StrCat("strategy ", t->strategy(),
-                            " runs in one process; use 1 worker or strategy ddp"));
+    return BadSpec("trainer.num_nodes",
+                   absl::StrCat("strategy ", t->strategy(),
+                                " runs in one process; use 1 worker or strategy ddp"));
   }
   if (t->min_nodes() == 0) t->set_min_nodes(t->num_nodes());
   if (t->min_nodes() > t->num_nodes()) {
-    return Bad("trainer.min_nodes", absl::StrCat("must be in [1, ", t->num_nodes(),
-                                                 "] (at most num_nodes), got ", t->min_nodes()));
+    return BadSpec("trainer.min_nodes",
+                   absl::StrCat("must be in [1, ", t->num_nodes(), "] (at most num_nodes), got ",
+                                t->min_nodes()));
   }
 
   const v1::OptimizerSpec& o = spec->optimizer();
-  if (o.nesterov() && o.momentum() <= 0) return Bad("optimizer.nesterov", "needs momentum > 0");
+  if (o.nesterov() && o.momentum() <= 0) return BadSpec("optimizer.nesterov", "needs momentum > 0");
 
   v1::CheckpointConfig* c = spec->mutable_checkpoint();
   if (c->mode().empty()) c->set_mode(DefaultMode(c->monitor()));

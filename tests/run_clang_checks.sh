@@ -2,10 +2,11 @@
 # clang's thread-safety analysis (-Wthread-safety, -Werror) over every translation unit of
 # common/, coordinator/, client/ and worker/, so the Abseil lock annotations (ABSL_GUARDED_BY,
 # ABSL_EXCLUSIVE_LOCKS_REQUIRED, ...) are checked: GCC ignores them. Syntax only (no code is
-# generated), reading the compile commands and generated headers of an existing build. The
-# worker's libtorch libraries are unity builds, so their compile commands name the build's
-# unity_*.cxx files; those are checked as they are (libtorch's headers parsed once per batch,
-# not once per file), and every worker .cc must be in one of them or in a command of its own.
+# generated), reading the compile commands and generated headers of an existing build. Most
+# libraries are unity builds, so their compile commands name the build's unity_*.cxx files;
+# those are checked as they are (libtorch's and gRPC's headers parsed once per batch, not once
+# per file), and every .cc of those four folders must be in one of them or in a command of its
+# own, so nothing is skipped.
 #   tests/run_clang_checks.sh [BUILD_DIR]     (default: build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,19 +20,19 @@ from concurrent.futures import ThreadPoolExecutor
 db = json.load(open(sys.argv[1]))
 root = os.getcwd()
 units = []
-covered = set()  # the worker's .cc files the units check
+checked = ("common/", "coordinator/", "client/", "worker/")
+covered = set()  # the .cc files the units check
 for entry in db:
     path = os.path.relpath(entry["file"], root)
     if os.path.basename(path).startswith("unity_") and path.endswith(".cxx"):
         # CMake's unity source: one '#include "<absolute path>"' per file of the batch.
         sources = [os.path.relpath(f, root) for f in
                    re.findall(r'#include "([^"]+)"', open(entry["file"]).read())]
-        if not sources or not all(f.startswith("worker/") for f in sources):
+        if not sources or not all(f.startswith(checked) for f in sources):
             continue
         covered.update(sources)
-    elif path.startswith(("common/", "coordinator/", "client/", "worker/")) and path.endswith(".cc"):
-        if path.startswith("worker/"):
-            covered.add(path)
+    elif path.startswith(checked) and path.endswith(".cc"):
+        covered.add(path)
     else:
         continue
     args = shlex.split(entry["command"])[1:]
@@ -44,12 +45,12 @@ for entry in db:
         elif a.startswith(("-I", "-D", "-std=")):
             fixed.append(a)
     units.append((path, entry["directory"], fixed))
-worker = sorted(os.path.relpath(os.path.join(d, f), root)
-                for d, _, files in os.walk(os.path.join(root, "worker")) for f in files
-                if f.endswith(".cc"))
-missing = [f for f in worker if f not in covered]
+every = sorted(os.path.relpath(os.path.join(d, f), root)
+               for folder in checked for d, _, files in os.walk(os.path.join(root, folder))
+               for f in files if f.endswith(".cc"))
+missing = [f for f in every if f not in covered]
 if missing:
-    sys.stderr.write("run_clang_checks: worker files in no compile command (reconfigure?): "
+    sys.stderr.write("run_clang_checks: files in no compile command (reconfigure?): "
                      + " ".join(missing) + "\n")
     sys.exit(1)
 flags = ["-fsyntax-only", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wthread-safety",
@@ -65,7 +66,7 @@ with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         if code != 0:
             failed += 1
             sys.stderr.write(err)
-print(f"run_clang_checks: {len(units)} translation units ({len(covered)} of worker/'s "
-      f"{len(worker)} .cc files among them, through unity batches), {failed} with findings")
+print(f"run_clang_checks: {len(units)} translation units covering the {len(every)} .cc files "
+      f"of {', '.join(checked)} (unity batches among them), {failed} with findings")
 sys.exit(1 if failed else 0)
 PY
