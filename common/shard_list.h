@@ -1,0 +1,44 @@
+// Shard lists as WebDataset users write them: brace notation (`train-{000000..001023}.tar`,
+// `{a,b}`), or a list file with one shard per line and an optional digest to check it against.
+// Plain C++ and shared: the CLI expands a list to upload the client's own shards, a worker to
+// read its share. Every input is hostile: counts are bounded before anything is allocated.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace dtrain {
+
+// The most shards one list may name: ImageNet in WebDataset's 1 GB shards is ~150; a million
+// leaves room for tiny shards and still bounds what a list can make a process allocate.
+inline constexpr size_t kMaxShards = size_t{1} << 20;
+// A shard's name or URL, after expansion.
+inline constexpr size_t kMaxShardNameBytes = 4096;
+
+// Expands every `{lo..hi}` (decimal, lo <= hi; zero-padded to the wider bound when either bound
+// has a leading zero, as WebDataset's braceexpand does) and `{x,y,...}` in `pattern`, leftmost
+// varying slowest. Braces do not nest. A pattern without braces is itself. INVALID_ARGUMENT,
+// naming the pattern and the position, for an unbalanced or empty brace, a reversed range, a
+// bound that is not a number, or more than `max_names` names (counted before any is made).
+absl::StatusOr<std::vector<std::string>> ExpandShardPattern(absl::string_view pattern,
+                                                            size_t max_names = kMaxShards);
+
+struct ShardEntry {
+  std::string location;  // a path or URL
+  std::string digest;    // "sha256:<64 lowercase hex>", or empty when the list gives none
+};
+
+// A list file's text: one shard per line, `<location> [sha256:<hex>]`; blank lines and lines
+// starting with '#' are skipped; a location without a digest may use brace notation. At most
+// `max_shards` in all. INVALID_ARGUMENT naming the line (1-based) otherwise, and when the list
+// names no shard.
+absl::StatusOr<std::vector<ShardEntry>> ParseShardList(absl::string_view text,
+                                                       size_t max_shards = kMaxShards);
+
+}  // namespace dtrain
