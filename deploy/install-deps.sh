@@ -6,7 +6,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
           protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libtorch-dev libgloo-dev zlib1g-dev libyaml-cpp-dev
-          libsqlite3-dev libcpp-httplib-dev libjs-chart.js libopenblas0-openmp
+          libsqlite3-dev libcpp-httplib-dev libarchive-dev libjs-chart.js libopenblas0-openmp
           dataset-fashion-mnist
           python3 python3-grpcio python3-protobuf python3-yaml python3-numpy)
 # libopenblas0-openmp: libtorch's linear layers call whichever BLAS Debian's alternatives pick,

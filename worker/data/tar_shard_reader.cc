@@ -1,0 +1,138 @@
+#include "worker/data/tar_shard_reader.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace dtrain {
+namespace {
+
+constexpr size_t kReadBlockBytes = 64 << 10;
+
+}  // namespace
+
+std::optional<std::pair<std::string, std::string>> SplitMemberName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const size_t base = slash == std::string::npos ? 0 : slash + 1;
+  const size_t dot = path.find('.', base);
+  if (dot == std::string::npos || dot == base || dot + 1 == path.size()) return std::nullopt;
+  return std::make_pair(path.substr(0, dot), absl::AsciiStrToLower(path.substr(dot + 1)));
+}
+
+TarShardReader::TarShardReader(std::string path, TarShardLimits limits, struct archive* archive)
+    : path_(std::move(path)), limits_(limits), archive_(archive) {}
+
+TarShardReader::~TarShardReader() { archive_read_free(archive_); }
+
+absl::StatusOr<std::unique_ptr<TarShardReader>> TarShardReader::Open(const std::string& path,
+                                                                     TarShardLimits limits) {
+  struct archive* a = archive_read_new();
+  if (a == nullptr) return absl::ResourceExhaustedError("libarchive: out of memory");
+  // Tar only (ustar, pax, GNU), gzip-compressed or not: a shard is never a zip or an ISO, and
+  // every format libarchive enables is more parser facing hostile input.
+  archive_read_support_format_tar(a);
+  archive_read_support_filter_gzip(a);
+  archive_read_support_filter_none(a);
+  if (archive_read_open_filename(a, path.c_str(), kReadBlockBytes) != ARCHIVE_OK) {
+    const int err = archive_errno(a);
+    const std::string why = archive_error_string(a) != nullptr ? archive_error_string(a) : "";
+    archive_read_free(a);
+    const std::string message = absl::StrCat("shard '", path, "': ", why);
+    if (err == ENOENT) return absl::NotFoundError(message);
+    if (err == EACCES) return absl::PermissionDeniedError(message);
+    return absl::DataLossError(message);
+  }
+  return std::unique_ptr<TarShardReader>(new TarShardReader(path, limits, a));
+}
+
+absl::StatusOr<bool> TarShardReader::ReadMember() {
+  while (true) {
+    struct archive_entry* entry = nullptr;
+    const int r = archive_read_next_header(archive_, &entry);
+    if (r == ARCHIVE_EOF) return false;
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+      return absl::DataLossError(absl::StrCat("shard '", path_, "' after ", samples_read_,
+                                              " samples: ", archive_error_string(archive_)));
+    }
+    const char* raw_name = archive_entry_pathname(entry);
+    const std::string name = raw_name != nullptr ? raw_name : "";
+    const mode_t type = archive_entry_filetype(entry);
+    if (type == AE_IFDIR) continue;
+    if (type != AE_IFREG) {
+      return absl::InvalidArgumentError(absl::StrCat("shard '", path_, "': member '", name,
+                                                     "' is not a regular file (links and devices "
+                                                     "are not data)"));
+    }
+    std::optional<std::pair<std::string, std::string>> split = SplitMemberName(name);
+    if (!split.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard '", path_, "': member '", name,
+                       "' has no extension to name its field (WebDataset: <key>.<field>)"));
+    }
+    const int64_t size = archive_entry_size_is_set(entry) ? archive_entry_size(entry) : -1;
+    if (size < 0 || size > limits_.max_member_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("shard '", path_, "': member '", name, "' is ",
+                                                     size, " bytes; at most ",
+                                                     limits_.max_member_bytes));
+    }
+    pending_bytes_.resize(static_cast<size_t>(size));
+    int64_t got = 0;
+    while (got < size) {
+      const la_ssize_t n =
+          archive_read_data(archive_, pending_bytes_.data() + got, static_cast<size_t>(size - got));
+      if (n <= 0) {
+        return absl::DataLossError(absl::StrCat(
+            "shard '", path_, "': member '", name, "' ends after ", got, " of ", size, " bytes",
+            n < 0 ? absl::StrCat(": ", archive_error_string(archive_)) : std::string()));
+      }
+      got += n;
+    }
+    pending_key_field_ = std::move(split);
+    return true;
+  }
+}
+
+absl::StatusOr<std::optional<ShardSample>> TarShardReader::Next() {
+  if (!pending_key_field_.has_value()) {
+    if (at_end_) return std::nullopt;
+    absl::StatusOr<bool> read = ReadMember();
+    if (!read.ok()) return read.status();
+    if (!*read) {
+      at_end_ = true;
+      return std::nullopt;
+    }
+  }
+  ShardSample sample;
+  sample.key = pending_key_field_->first;
+  int64_t bytes = 0;
+  // Members with the same key are consecutive in a WebDataset shard; the first with another key
+  // stays pending for the next sample.
+  while (pending_key_field_.has_value() && pending_key_field_->first == sample.key) {
+    const std::string field = std::move(pending_key_field_->second);
+    pending_key_field_.reset();
+    bytes += static_cast<int64_t>(pending_bytes_.size());
+    if (bytes > limits_.max_sample_bytes ||
+        static_cast<int>(sample.fields.size()) >= limits_.max_fields) {
+      return absl::InvalidArgumentError(absl::StrCat("shard '", path_, "': sample '", sample.key,
+                                                     "' is over ", limits_.max_sample_bytes,
+                                                     " bytes or ", limits_.max_fields, " fields"));
+    }
+    if (!sample.fields.emplace(field, std::move(pending_bytes_)).second) {
+      return absl::InvalidArgumentError(absl::StrCat("shard '", path_, "': sample '", sample.key,
+                                                     "' has field '", field, "' twice"));
+    }
+    pending_bytes_.clear();
+    absl::StatusOr<bool> read = ReadMember();
+    if (!read.ok()) return read.status();
+    if (!*read) at_end_ = true;
+  }
+  ++samples_read_;
+  return sample;
+}
+
+}  // namespace dtrain
