@@ -4,7 +4,6 @@
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "common/command_line.h"
 #include "common/log.h"
 #include "common/log_flags.h"
+#include "common/port_file.h"
 #include "common/process_tuning.h"
 #include "common/termination_signals.h"
 #include "common/tls_flags.h"
@@ -147,10 +147,8 @@ int main(int argc, char** argv) {
     dtrain::LogInfo("dashboard served", {{"url", (*server)->web_url()}});
   }
   auto write_port = [](const std::string& file, int port) {
-    if (file.empty()) return;
-    const std::string tmp = file + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    std::rename(tmp.c_str(), file.c_str());
+    if (absl::Status s = dtrain::WritePortFile(file, port); !s.ok())
+      dtrain::LogWarning(s.message());
   };
   // The dashboard's and the metrics' first: a reader of the gRPC port file then finds them.
   write_port(absl::GetFlag(FLAGS_http_port_file), (*server)->web_port());

@@ -182,7 +182,12 @@ TEST(JobSchedules, CosineWithoutTotalSteps_TakesTheRunsLength) {
 }
 
 // Runs `script` with Debian's python3 and its torch (python3-torch), in `dir`.
-void Python(const std::string& script);
+void Python(const std::string& script) {
+  const std::string path = TempPath("script.py");
+  std::ofstream(path) << "import torch\n" << script;
+  testing::CommandResult run = testing::RunShell("/usr/bin/python3 " + path);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+}
 
 TEST(JobSchedules, CosineSavedBeforeAnyStep_WritesTheRunsLengthTheSaveCarries) {
   v1::SetupRequest request = Request("cosine-save");
@@ -204,13 +209,6 @@ TEST(JobSchedules, CosineSavedBeforeAnyStep_WritesTheRunsLengthTheSaveCarries) {
     assert s["_last_lr"] == [0.1] and math.isfinite(s["_last_lr"][0]), s
     assert s["base_lrs"] == [0.1], s
 )"));
-}
-
-void Python(const std::string& script) {
-  const std::string path = TempPath("script.py");
-  std::ofstream(path) << "import torch\n" << script;
-  testing::CommandResult run = testing::RunShell("/usr/bin/python3 " + path);
-  ASSERT_EQ(run.exit_code, 0) << run.output;
 }
 
 absl::StatusOr<std::unique_ptr<Dataset>> LoadFile(const std::string& path,

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <utility>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "common/log.h"
 #include "common/metrics_http_server.h"
 #include "common/metrics_registry.h"
+#include "common/port_file.h"
 #include "common/standard_services.h"
 #include "common/streaming.h"
 #include "worker/plugins/plugin_registry.h"
@@ -40,12 +40,8 @@ std::string HostName() {
 
 std::vector<std::string> Services() { return {v1::Worker::service_full_name()}; }
 
-// Written whole (a rename), so a reader polling for the file never sees a partial number.
-void WritePortFile(const std::string& file, int port) {
-  if (file.empty()) return;
-  const std::string tmp = file + ".tmp";
-  std::ofstream(tmp) << port << "\n";
-  std::rename(tmp.c_str(), file.c_str());
+void WritePortFileOrWarn(const std::string& file, int port) {
+  if (absl::Status s = WritePortFile(file, port); !s.ok()) LogWarning(s.message());
 }
 
 }  // namespace
@@ -134,9 +130,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
   LogInfo(o.child ? "serving (ddp_spawn child)" : "serving",
           {{"worker", identity.name}, {"port", server->port_}, {"devices", identity.devices}});
   if (server->metrics_http_ != nullptr) {
-    WritePortFile(o.metrics_port_file, server->metrics_http_->port());
+    WritePortFileOrWarn(o.metrics_port_file, server->metrics_http_->port());
   }
-  WritePortFile(o.port_file, server->port_);
+  WritePortFileOrWarn(o.port_file, server->port_);
   if (!o.child) server->Register();
   return server;
 }
