@@ -144,26 +144,45 @@ absl::StatusOr<std::vector<ShardEntry>> ParseShardList(absl::string_view text, s
     };
     std::vector<absl::string_view> fields =
         absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    if (fields.size() > 2) return bad("expected '<shard> [sha256:<hex>]'");
-    if (fields.size() == 2) {
-      absl::string_view hex = fields[1];
-      if (!absl::ConsumePrefix(&hex, "sha256:") || hex.size() != 64 ||
-          hex.find_first_not_of("0123456789abcdef") != absl::string_view::npos) {
-        return bad("a digest is sha256: and 64 lowercase hex digits");
+    if (fields.size() > 3) return bad("expected '<shard> [sha256:<hex>] [samples:<n>]'");
+    ShardEntry entry;
+    for (size_t f = 1; f < fields.size(); ++f) {
+      absl::string_view token = fields[f];
+      if (absl::ConsumePrefix(&token, "sha256:")) {
+        if (!entry.digest.empty()) return bad("two digests");
+        if (token.size() != 64 || token.find_first_not_of("0123456789abcdef") != token.npos) {
+          return bad("a digest is sha256: and 64 lowercase hex digits");
+        }
+        entry.digest = std::string(fields[f]);
+      } else if (absl::ConsumePrefix(&token, "samples:")) {
+        int64_t n = 0;
+        if (entry.samples >= 0) return bad("two sample counts");
+        if (token.empty() || token.size() > 12 || !absl::SimpleAtoi(token, &n) || n < 0 ||
+            token.find_first_not_of("0123456789") != token.npos) {
+          return bad("a sample count is samples: and a whole number below 10^12");
+        }
+        entry.samples = n;
+      } else {
+        return bad(absl::StrCat("'", fields[f],
+                                "' is neither sha256:<hex> nor samples:<n>; expected "
+                                "'<shard> [sha256:<hex>] [samples:<n>]'"));
       }
+    }
+    if (fields.size() > 1) {
       if (fields[0].find_first_of("{}") != absl::string_view::npos) {
-        return bad("a shard with a digest names one file; braces would name several");
+        return bad("a shard with a digest or a count names one file; braces would name several");
       }
       if (fields[0].size() > kMaxShardNameBytes) return bad("the shard's name is too long");
       if (shards.size() >= max_shards)
         return bad(absl::StrCat("more than ", max_shards, " shards"));
-      shards.push_back({std::string(fields[0]), std::string(fields[1])});
+      entry.location = std::string(fields[0]);
+      shards.push_back(std::move(entry));
       continue;
     }
     absl::StatusOr<std::vector<std::string>> names =
         ExpandShardPattern(fields[0], max_shards - shards.size());
     if (!names.ok()) return bad(names.status().message());
-    for (std::string& name : *names) shards.push_back({std::move(name), ""});
+    for (std::string& name : *names) shards.push_back({std::move(name), "", -1});
   }
   if (shards.empty()) {
     return absl::InvalidArgumentError("shard list names no shard (only blank lines or comments)");

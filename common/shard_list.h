@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,10 +33,12 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPattern(absl::string_view pa
 struct ShardEntry {
   std::string location;  // a path or URL
   std::string digest;    // "sha256:<64 lowercase hex>", or empty when the list gives none
+  int64_t samples = -1;  // the samples it holds, or -1 when the list does not say
 };
 
-// A list file's text: one shard per line, `<location> [sha256:<hex>]`; blank lines and lines
-// starting with '#' are skipped; a location without a digest may use brace notation. At most
+// A list file's text: one shard per line, `<location> [sha256:<hex>] [samples:<n>]` (the tokens
+// in any order; dtrain.data.write_shards writes both); blank lines and lines starting with '#'
+// are skipped; a location with neither token may use brace notation. At most
 // `max_shards` in all. INVALID_ARGUMENT naming the line (1-based) otherwise, and when the list
 // names no shard.
 absl::StatusOr<std::vector<ShardEntry>> ParseShardList(absl::string_view text,

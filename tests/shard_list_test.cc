@@ -79,6 +79,20 @@ TEST(ShardList, LinesWithDigestsCommentsAndPatterns) {
   EXPECT_EQ((*list)[1].location, "worker:/d/b-1.tar");
   EXPECT_EQ((*list)[1].digest, "");
   EXPECT_EQ((*list)[2].location, "worker:/d/b-2.tar");
+  EXPECT_EQ((*list)[2].samples, -1);
+}
+
+TEST(ShardList, SampleCountsInEitherOrder) {
+  const std::string digest = "sha256:" + std::string(64, 'b');
+  absl::StatusOr<std::vector<ShardEntry>> list =
+      ParseShardList("a.tar samples:1000 " + digest + "\nb.tar samples:7\nc.tar " + digest);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ((*list)[0].samples, 1000);
+  EXPECT_EQ((*list)[0].digest, digest);
+  EXPECT_EQ((*list)[1].samples, 7);
+  EXPECT_EQ((*list)[1].digest, "");
+  EXPECT_EQ((*list)[2].samples, -1);
 }
 
 TEST(ShardList, BadLines_InvalidArgumentNamingTheLine) {
@@ -89,7 +103,13 @@ TEST(ShardList, BadLines_InvalidArgumentNamingTheLine) {
       {"a.tar\nb.tar sha256:12\n", "line 2: a digest is sha256: and 64 lowercase hex"},
       {"a.tar md5:" + std::string(32, '0'), "line 1: a digest is sha256:"},
       {"a.tar sha256:" + std::string(64, 'A'), "line 1: a digest"},
-      {"a.tar x y", "line 1: expected '<shard> [sha256:<hex>]'"},
+      {"a.tar x y z", "line 1: expected '<shard> [sha256:<hex>] [samples:<n>]'"},
+      {"a.tar x", "line 1: 'x' is neither sha256:<hex> nor samples:<n>"},
+      {"a.tar samples:-1", "line 1: a sample count is samples: and a whole number"},
+      {"a.tar samples:+3", "line 1: a sample count"},
+      {"a.tar samples:1000000000000", "line 1: a sample count"},
+      {"a.tar samples:1 samples:2", "line 1: two sample counts"},
+      {"a-{0..1}.tar samples:3", "braces would name several"},
       {"a-{0..1}.tar sha256:" + std::string(64, '0'), "braces would name several"},
       {"ok.tar\nbad{.tar", "line 2: shard pattern 'bad{.tar': '{' without '}'"},
       {"# nothing\n\n", "names no shard"},
