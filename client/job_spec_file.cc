@@ -215,7 +215,8 @@ void ResolveChangedPaths(const v1::JobSpec& before, const std::string& base, v1:
   std::map<std::string, std::string> old;
   for (const SpecPath& p : SpecPaths(before)) old[p.path] = p.value;
   RewriteSpecPaths(spec, [&](SpecPath* p) {
-    if (std::filesystem::path(p->value).is_absolute() || IsMarkedPath(p->value)) {
+    if (std::filesystem::path(p->value).is_absolute() || IsMarkedPath(p->value) ||
+        IsHttpUrl(p->value)) {
       return absl::OkStatus();
     }
     auto it = old.find(p->path);

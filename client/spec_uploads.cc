@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/shard_upload.h"
 #include "common/file_reference.h"
 #include "common/job_settings.h"
 
@@ -14,6 +15,19 @@ absl::Status UploadSpecFiles(ArtifactsClient& client, v1::JobSpec* spec,
   // The files the job reads (Setting.path FILE or CHECKPOINT); a directory is never sent.
   return RewriteSpecPaths(spec, [&](SpecPath* p) -> absl::Status {
     if (p->kind == v1::Setting::DIRECTORY || IsMarkedPath(p->value)) return absl::OkStatus();
+    if (p->kind == v1::Setting::SHARDS) {
+      if (IsHttpUrl(p->value)) return absl::OkStatus();
+      absl::StatusOr<ShardUpload> shards = UploadShards(client, p->value, p->path);
+      if (!shards.ok()) return shards.status();
+      if (uploaded != nullptr) {
+        uploaded->push_back(absl::StrFormat(
+            "%s: %d shards, %d samples (%.1f MB), %d sent, the list as %s", p->path,
+            shards->shards, shards->samples, static_cast<double>(shards->bytes) / 1e6,
+            shards->sent, shards->reference));
+      }
+      p->value = shards->reference;
+      return absl::OkStatus();
+    }
     std::error_code error;
     if (!std::filesystem::is_regular_file(p->value, error)) {
       return absl::InvalidArgumentError(

@@ -72,6 +72,11 @@ inline bool SplitJobFileReference(absl::string_view reference, std::string* job_
   return CheckFileName(*name, "").ok();
 }
 
+// An http:// or https:// URL (the scheme in any case).
+inline bool IsHttpUrl(absl::string_view s) {
+  return absl::StartsWithIgnoreCase(s, "http://") || absl::StartsWithIgnoreCase(s, "https://");
+}
+
 // A worker path without its mark; any other path as it is.
 inline std::string WithoutWorkerMark(absl::string_view path) {
   return std::string(IsWorkerPath(path) ? path.substr(kWorkerPathPrefix.size()) : path);

@@ -126,10 +126,23 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
   if (spec->data().source_case() == v1::DataConfig::SOURCE_NOT_SET) {
     return BadSpec("data",
                    absl::StrCat("give builtin (", absl::StrJoin(SettingNames("data.builtin"), ", "),
-                                "), synthetic or tensors_file"));
+                                "), synthetic, tensors_file or shards"));
   }
   for (const SpecPath& p : SpecPaths(*spec)) {
     if (p.kind == v1::Setting::DIRECTORY) continue;
+    if (p.kind == v1::Setting::SHARDS) {
+      // What reaches the coordinator: a URL, worker shards, or the list the client uploaded.
+      if (!IsWorkerPath(p.value) && !IsArtifactReference(p.value) && !IsHttpUrl(p.value)) {
+        return BadSpec(p.path, absl::StrCat("'", p.value,
+                                            "' is neither worker:<path>, an http(s) URL nor an "
+                                            "uploaded list; submit with the dtrain command line, "
+                                            "which uploads the client's own shards"));
+      }
+      if (IsArtifactReference(p.value)) {
+        if (absl::Status s = CheckFileReference(p); !s.ok()) return s;
+      }
+      continue;
+    }
     if (absl::Status s = CheckFileReference(p); !s.ok()) return s;
   }
 
@@ -138,6 +151,19 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
     const double most = FindJobSetting("data.eval_batch_size")->setting->max();
     data->set_eval_batch_size(
         static_cast<int32_t>(std::min<double>(4.0 * data->batch_size(), most)));
+  }
+  if (data->has_shards()) {
+    const v1::ShardDataSpec& sh = data->shards();
+    if (sh.train().empty() && sh.predict().empty()) {
+      return BadSpec("data.shards", "give train (or predict, for predict only): a pattern such "
+                                    "as worker:/data/train-{000000..000099}.tar, a directory or "
+                                    "a list file");
+    }
+    if (sh.fields().empty()) {
+      return BadSpec("data.shards.fields",
+                     "name the fields that make a batch, e.g. [{name: jpg, type: image}, {name: "
+                     "cls, type: int}]");
+    }
   }
   if (data->has_normalize()) {
     if (data->source_case() != v1::DataConfig::kTensorsFile) {

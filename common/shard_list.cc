@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -130,6 +131,11 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPattern(absl::string_view pa
     }
   }
   return names;
+}
+
+bool NamesTarShards(absl::string_view name) {
+  return absl::EndsWith(name, ".tar") || absl::EndsWith(name, ".tar.gz") ||
+         absl::EndsWith(name, ".tgz");
 }
 
 absl::StatusOr<std::vector<ShardEntry>> ParseShardList(absl::string_view text, size_t max_shards) {

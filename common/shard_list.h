@@ -30,6 +30,10 @@ inline constexpr size_t kMaxShardNameBytes = 4096;
 absl::StatusOr<std::vector<std::string>> ExpandShardPattern(absl::string_view pattern,
                                                             size_t max_names = kMaxShards);
 
+// A name of tar shards, or a pattern of them: it ends in .tar, .tar.gz or .tgz (a list file or a
+// directory does not).
+bool NamesTarShards(absl::string_view name);
+
 struct ShardEntry {
   std::string location;  // a path or URL
   std::string digest;    // "sha256:<64 lowercase hex>", or empty when the list gives none

@@ -25,6 +25,20 @@ std::vector<int64_t> TrainShard(int64_t n, int world, int rank, bool shuffle, ui
   return mine;
 }
 
+std::vector<int64_t> StreamPositions(int64_t n, int world, int rank, bool training) {
+  if (world < 1 || rank < 0 || rank >= world || n <= 0) return {};
+  const int64_t count = training ? n / world : (n - rank + world - 1) / world;
+  std::vector<int64_t> positions(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) positions[i] = i;
+  return positions;
+}
+
+int64_t StreamEvalOffset(int64_t n, int world, int rank) {
+  int64_t offset = 0;
+  for (int r = 0; r < rank && r < world; ++r) offset += (n - r + world - 1) / world;
+  return offset;
+}
+
 std::vector<int64_t> EvalShard(int64_t n, int world, int rank) {
   std::vector<int64_t> mine;
   for (int64_t i = rank; i < n; i += world) mine.push_back(i);

@@ -17,6 +17,14 @@ std::vector<int64_t> TrainShard(int64_t n, int world, int rank, bool shuffle, ui
 // Rank `rank`'s evaluation indices: i = rank, rank + world, ... < n.
 std::vector<int64_t> EvalShard(int64_t n, int world, int rank);
 
+// A streamed split's (data.shards) positions in rank `rank`'s epoch, as the workers plan it
+// (worker/data/epoch_plan.h): training, floor(n / world) for every rank, so all ranks take the
+// same steps; evaluation, ceil((n - rank) / world), so every sample counts once. The workers
+// shuffle; positions are in order.
+std::vector<int64_t> StreamPositions(int64_t n, int world, int rank, bool training);
+// The sample number of an evaluation rank's position 0: the lower ranks' samples come first.
+int64_t StreamEvalOffset(int64_t n, int world, int rank);
+
 // Splits indices into batches of `batch_size` (the last one smaller).
 std::vector<std::vector<int64_t>> Batches(const std::vector<int64_t>& indices, int batch_size);
 

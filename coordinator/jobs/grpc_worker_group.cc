@@ -83,7 +83,10 @@ absl::StatusOr<GroupSetup> GrpcWorkerGroup::Setup(const v1::JobSpec& spec,
   }
   workers_.SetRanks(std::move(ranks_of_worker));
   for (int i = 0; i < n; ++i) setup.workers.push_back(workers_.Describe(i));
-  for (const v1::SplitInfo& s : responses[0].splits()) setup.split_sizes[s.name()] = s.size();
+  for (const v1::SplitInfo& s : responses[0].splits()) {
+    setup.split_sizes[s.name()] = s.size();
+    if (s.streamed()) setup.streamed_splits.insert(s.name());
+  }
   return setup;
 }
 

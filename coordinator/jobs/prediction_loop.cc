@@ -26,7 +26,10 @@ absl::Status PredictionLoop::Run() {
   RankBatches batches(state.world_size);
   int64_t most_batches = 0;
   for (int rank = 0; rank < state.world_size; ++rank) {
-    batches[rank] = Batches(EvalShard(size, state.world_size, rank), d.eval_batch_size());
+    batches[rank] = Batches(state.streamed(split)
+                                ? StreamPositions(size, state.world_size, rank, false)
+                                : EvalShard(size, state.world_size, rank),
+                            d.eval_batch_size());
     most_batches = std::max<int64_t>(most_batches, batches[rank].size());
   }
   // One row per sample, in sample order; the columns are the outputs with one value per sample
@@ -48,7 +51,12 @@ absl::Status PredictionLoop::Run() {
       const auto& shard = batches[rank];
       const auto& outputs = result.ranks[rank];
       for (size_t b = 0; b < outputs.size() && first + b < shard.size(); ++b) {
-        const std::vector<int64_t>& indices = shard[first + b];
+        std::vector<int64_t> indices = shard[first + b];
+        if (state.streamed(split)) {
+          // Positions in the rank's chunk; its chunk starts after the lower ranks'.
+          const int64_t offset = StreamEvalOffset(state.split_size(split), state.world_size, rank);
+          for (int64_t& i : indices) i += offset;
+        }
         for (const auto& [name, t] : outputs[b]) {
           if (t.shape.size() != 1 || t.shape[0] != static_cast<int64_t>(indices.size())) continue;
           if (t.dtype != v1::DTYPE_INT64 && t.dtype != v1::DTYPE_FLOAT32) continue;

@@ -141,6 +141,7 @@ absl::Status Trainer::Setup() {
                                 setup->plane_notes.empty() ? "" : "; ", setup->plane_notes));
   }
   state_.split_sizes = setup->split_sizes;
+  state_.streamed_splits = setup->streamed_splits;
   int64_t& n_train = state_.split_sizes["train"];
   if (n_train <= 0 && Fits(spec)) {
     return absl::InvalidArgumentError("data: fit needs a train split, and it is empty or missing");
@@ -148,7 +149,14 @@ absl::Status Trainer::Setup() {
   if (spec.data().limit_train_samples() > 0) {
     n_train = std::min(n_train, spec.data().limit_train_samples());
   }
-  state_.batches_per_epoch = CeilDiv(CeilDiv(n_train, world), spec.data().batch_size());
+  // A streamed split leaves its last n mod world samples out of each epoch (a different few
+  // each epoch): every rank streams floor(n / world).
+  const int64_t per_rank = state_.streamed("train") ? n_train / world : CeilDiv(n_train, world);
+  if (per_rank == 0 && Fits(spec)) {
+    return absl::InvalidArgumentError(absl::StrCat("data: ", n_train, " training samples for ",
+                                                   world, " ranks leave a rank none"));
+  }
+  state_.batches_per_epoch = CeilDiv(per_rank, spec.data().batch_size());
   // Each epoch's last batch closes its accumulation window (as Lightning steps at epoch end).
   state_.total_steps =
       CeilDiv(state_.batches_per_epoch, t.accumulate_grad_batches()) * t.max_epochs();

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 #include "absl/time/time.h"
@@ -24,6 +25,8 @@ struct TrainingState {
   std::string stage;  // fit, validate, test, predict
   int world_size = 1;
   std::map<std::string, int64_t> split_sizes;  // train is limited by data.limit_train_samples
+  // Splits the workers stream (data.shards): batches are positions, not sample indices.
+  std::set<std::string> streamed_splits;
   int64_t batches_per_epoch = 0;               // per rank
   int64_t total_steps = 0;                     // optimizer steps the fit will take
   int64_t max_epochs = 0;
@@ -51,6 +54,7 @@ struct TrainingState {
   std::string last_checkpoint;
   std::string best_checkpoint;
 
+  bool streamed(const std::string& split) const { return streamed_splits.count(split) > 0; }
   int64_t split_size(const std::string& split) const {
     auto it = split_sizes.find(split);
     return it == split_sizes.end() ? 0 : it->second;

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,8 @@ struct GroupSetup {
   int world_size = 1;
   // The dataset's splits (train, val, test, predict) by name, as rank 0 loaded them.
   std::map<std::string, int64_t> split_sizes;
+  // The splits streamed from shards (data.shards): addressed by position in a rank's epoch.
+  std::set<std::string> streamed_splits;
   // The collectives' data plane the ranks chose together ("" for one-process strategies), and
   // why some worker's plane is not the one asked for ("w1: gloo cannot connect; ...").
   std::string collective_plane;

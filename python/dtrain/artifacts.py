@@ -61,7 +61,8 @@ def upload(conn: Connection, path: str, timeout: float = 60.0) -> Tuple[str, int
 def upload_spec_files(conn: Connection, spec: jobs_pb2.JobSpec) -> List[str]:
     """Uploads the spec's local files and rewrites their paths; one line per file."""
     fields = [(path, message, name) for path, kind, message, name in path_fields(spec)
-              if kind != setting_pb2.Setting.DIRECTORY]  # a directory is never sent
+              if kind not in (setting_pb2.Setting.DIRECTORY,  # a directory is never sent
+                              setting_pb2.Setting.SHARDS)]
     lines = []
     for field, message, attribute in fields:
         path = getattr(message, attribute)

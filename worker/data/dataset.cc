@@ -14,6 +14,8 @@
 #include "common/job_settings.h"
 #include "common/status_macros.h"
 #include "worker/data/idx_file.h"
+#include "worker/data/sample_decoder.h"
+#include "worker/data/sharded_split.h"
 #include "worker/model/batch_tree.h"
 #include "worker/model/torch_save_file.h"
 #include "worker/model/torch_status.h"
@@ -112,9 +114,51 @@ std::pair<at::Tensor, at::Tensor> Dataset::Synthetic(int64_t n, uint64_t seed) {
   return {x, y};
 }
 
-absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataConfig& spec) {
+Dataset::~Dataset() = default;
+
+absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataConfig& spec,
+                                                       const DataLoadOptions& options) {
   std::unique_ptr<Dataset> data(new Dataset());
   switch (spec.source_case()) {
+    case v1::DataConfig::kShards: {
+      const v1::ShardDataSpec& shards = spec.shards();
+      ShardFetcher fetcher = options.fetcher;
+      const std::pair<const char*, const std::string*> named[] = {{"train", &shards.train()},
+                                                                  {"val", &shards.val()},
+                                                                  {"test", &shards.test()},
+                                                                  {"predict", &shards.predict()}};
+      for (const auto& [name, value] : named) {
+        if (value->empty()) continue;
+        const std::string field = absl::StrCat("shards.", name);
+        ShardedSplitOptions o;
+        o.name = name;
+        DTRAIN_ASSIGN_OR_RETURN(o.catalog, ResolveShards(*value, field, fetcher));
+        if (o.catalog.samples == 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(field, ": the shards '", *value, "' hold no samples"));
+        }
+        o.fetcher = fetcher;
+        o.training = std::string(name) == "train";
+        o.shuffle = !spec.has_shuffle() || spec.shuffle();
+        o.seed = options.seed;
+        o.shuffle_buffer = static_cast<size_t>(std::max(0, shards.shuffle_buffer()));
+        o.skip_errors = shards.on_error() == "skip";
+        o.num_workers = std::max(0, spec.num_workers());
+        const int64_t batch = std::max(
+            1, o.training ? spec.batch_size() : std::max(spec.eval_batch_size(), spec.batch_size()));
+        o.window = std::max<int64_t>(std::max(1, spec.prefetch_batches()) * batch,
+                                     2 * std::max(1, spec.num_workers()));
+        DTRAIN_ASSIGN_OR_RETURN(o.decode,
+                                MakeSampleDecoder(shards.fields(), spec, options.seed, o.training));
+        o.cancelled = options.cancelled;
+        data->streamed_[name] = std::make_unique<ShardedSplit>(std::move(o));
+      }
+      if (data->streamed_.count("train") == 0 && data->streamed_.count("predict") == 0) {
+        return absl::InvalidArgumentError(
+            "shards: give train (or predict, for predict only): a pattern, directory or list file");
+      }
+      break;
+    }
     case v1::DataConfig::kBuiltin: {
       if (spec.builtin() != "fashion-mnist") {
         return absl::InvalidArgumentError(absl::StrCat("unknown builtin dataset '", spec.builtin(),
@@ -211,6 +255,10 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataConfig& spe
 std::vector<std::pair<std::string, int64_t>> Dataset::Splits() const {
   std::vector<std::pair<std::string, int64_t>> out;
   for (const char* name : kSplitNames) {
+    if (auto s = streamed_.find(name); s != streamed_.end()) {
+      out.emplace_back(name, s->second->TotalSamples());
+      continue;
+    }
     auto it = splits_.find(name);
     if (it != splits_.end()) out.emplace_back(name, it->second.size);
   }
@@ -335,8 +383,27 @@ absl::Status Dataset::LoadTensorsFile(const std::string& path) {
   return absl::OkStatus();
 }
 
+void Dataset::SetRank(int rank, int world) {
+  for (auto& [name, s] : streamed_) s->SetRank(rank, world);
+}
+
+int64_t Dataset::skipped() const {
+  int64_t n = 0;
+  for (const auto& [name, s] : streamed_) n += s->skipped();
+  return n;
+}
+
+double Dataset::wait_seconds() const {
+  double t = 0;
+  for (const auto& [name, s] : streamed_) t += s->wait_seconds();
+  return t;
+}
+
 absl::StatusOr<c10::IValue> Dataset::Batch(const std::string& split,
-                                           const std::vector<int64_t>& indices) const {
+                                           const std::vector<int64_t>& indices, int64_t epoch) {
+  if (auto s = streamed_.find(split); s != streamed_.end()) {
+    return s->second->Batch(epoch, indices);
+  }
   auto it = splits_.find(split);
   if (it == splits_.end()) {
     return absl::InvalidArgumentError(absl::StrCat("the dataset has no split '", split, "'"));

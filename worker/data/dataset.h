@@ -12,8 +12,11 @@
 //                            tensor, all with the same length in dimension 0. Normalized only
 //                            when DataConfig.normalize says so. The older libtorch archive with
 //                            "<split>/x" and "<split>/y" is still read (as (x, y)).
+//   shards                   WebDataset tar shards, streamed (sharded_split.h): a split is read
+//                            by position in the rank's epoch, never held whole.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -26,8 +29,18 @@
 
 #include "absl/status/statusor.h"
 #include "dtrain/v1/job_spec.pb.h"
+#include "worker/data/shard_catalog.h"
 
 namespace dtrain {
+
+class ShardedSplit;
+
+struct DataLoadOptions {
+  uint64_t seed = 0;     // seed_everything: shard order, shuffle buffer, augmentations
+  ShardFetcher fetcher;  // how shards are reached
+  // A streamed batch's wait for data ends (CANCELLED) when this becomes true.
+  const std::atomic<bool>* cancelled = nullptr;
+};
 
 inline constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 
@@ -42,13 +55,23 @@ class Dataset {
   // NOT_FOUND: a file is missing (the message names the Debian package for the builtin).
   // INVALID_ARGUMENT: a malformed file or spec.
   // `spec` is the job spec's data section (job_spec.proto); a val_size of 0 is its default.
-  static absl::StatusOr<std::unique_ptr<Dataset>> Load(const v1::DataConfig& spec);
+  static absl::StatusOr<std::unique_ptr<Dataset>> Load(const v1::DataConfig& spec,
+                                                        const DataLoadOptions& options = {});
+  ~Dataset();
 
-  // (name, size) of each split, in the order train, val, test, predict.
+  // (name, size) of each split, in the order train, val, test, predict; a streamed split's
+  // size is its whole sample count (each rank reads its part: epoch_plan.h).
   std::vector<std::pair<std::string, int64_t>> Splits() const;
-  // INVALID_ARGUMENT: unknown split, no indices, or an index out of range (named).
-  absl::StatusOr<c10::IValue> Batch(const std::string& split,
-                                    const std::vector<int64_t>& indices) const;
+  bool Streamed(const std::string& split) const { return streamed_.count(split) > 0; }
+  // Which rank of how many reads the streamed splits (rank 0 of 1 until told).
+  void SetRank(int rank, int world);
+  // INVALID_ARGUMENT: unknown split, no indices, or an index out of range (named). A streamed
+  // split's indices are consecutive positions in the rank's epoch `epoch`.
+  absl::StatusOr<c10::IValue> Batch(const std::string& split, const std::vector<int64_t>& indices,
+                                    int64_t epoch = 0);
+  // Streamed samples skipped (data.shards.on_error: skip), and the time steps waited for data.
+  int64_t skipped() const;
+  double wait_seconds() const;
 
   // The synthetic data's samples, for tests that compare against tensors sent by hand.
   static std::pair<at::Tensor, at::Tensor> Synthetic(int64_t n, uint64_t seed);
@@ -59,6 +82,7 @@ class Dataset {
   absl::Status LoadTensorsFile(const std::string& path);
 
   std::map<std::string, Split> splits_;
+  std::map<std::string, std::unique_ptr<ShardedSplit>> streamed_;
   bool fashion_normalize_ = false;  // builtin: uint8 x scaled with Fashion-MNIST's statistics
   std::optional<v1::Normalize> normalize_;
 };

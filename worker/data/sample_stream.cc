@@ -89,8 +89,8 @@ absl::StatusOr<std::optional<StreamItem>> SampleStream::NextRaw() {
       if (!prefetch_.has_value() || prefetch_segment_ != segment_) StartFetch(segment_);
       absl::StatusOr<LocalShard> local = prefetch_->get();
       prefetch_.reset();
-      StartFetch(segment_ + 1);
       if (!local.ok()) {
+        StartFetch(segment_ + 1);
         reader_.reset();
         segment_error_ = local.status();
         return owed(segment_error_, "");
@@ -98,6 +98,9 @@ absl::StatusOr<std::optional<StreamItem>> SampleStream::NextRaw() {
       open_ = std::move(*local);
       absl::StatusOr<std::unique_ptr<TarShardReader>> reader =
           TarShardReader::Open(open_->path, options_.limits);
+      // The next shard is fetched once this one is open: a cache that evicts it to make room
+      // then takes only its name, not the bytes being read.
+      StartFetch(segment_ + 1);
       if (!reader.ok()) {
         segment_error_ = reader.status();
         return owed(segment_error_, "");

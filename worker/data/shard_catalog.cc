@@ -1,8 +1,5 @@
 #include "worker/data/shard_catalog.h"
 
-#include <archive.h>
-#include <archive_entry.h>
-#include <errno.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +15,7 @@
 #include "common/sha256.h"
 #include "common/shard_list.h"
 #include "common/status_macros.h"
-#include "worker/data/tar_shard_reader.h"
+#include "common/tar_sample_count.h"
 
 namespace dtrain {
 namespace {
@@ -26,19 +23,10 @@ namespace {
 // A list file is text naming shards: a few MB even for a million shards.
 constexpr int64_t kMaxListBytes = int64_t{256} << 20;
 
-bool IsUrl(absl::string_view s) {
-  return absl::StartsWithIgnoreCase(s, "http://") || absl::StartsWithIgnoreCase(s, "https://");
-}
-
-bool NamesTarShards(absl::string_view s) {
-  // A pattern's names end like the files it names; braces may stand anywhere before.
-  return absl::EndsWith(s, ".tar") || absl::EndsWith(s, ".tar.gz") || absl::EndsWith(s, ".tgz");
-}
-
 // `location` as the list file at `list` means it: absolute locations (a URL, a mark, a path
 // starting with '/') as they are; others relative to the list's own directory or URL.
 std::string RelativeTo(const std::string& list, const std::string& location) {
-  if (IsUrl(location) || IsMarkedPath(location) || absl::StartsWith(location, "/")) {
+  if (IsHttpUrl(location) || IsMarkedPath(location) || absl::StartsWith(location, "/")) {
     return location;
   }
   if (IsArtifactReference(list)) return location;  // uploaded lists name absolute locations
@@ -85,7 +73,7 @@ absl::Status InField(const std::string& field, const absl::Status& s) {
 absl::StatusOr<std::vector<ShardEntry>> ReadList(const std::string& location,
                                                  const ShardFetcher& fetcher) {
   std::string text;
-  if (IsUrl(location)) {
+  if (IsHttpUrl(location)) {
     if (!fetcher.url) return absl::FailedPreconditionError("this worker cannot fetch URLs");
     const std::string spool = SpoolName(fetcher, "list.txt");
     absl::Status fetched = fetcher.url(location, spool, "", nullptr);
@@ -111,53 +99,11 @@ absl::StatusOr<std::vector<ShardEntry>> ReadList(const std::string& location,
 
 }  // namespace
 
-absl::StatusOr<int64_t> CountShardSamples(const std::string& path) {
-  struct archive* a = archive_read_new();
-  if (a == nullptr) return absl::ResourceExhaustedError("libarchive: out of memory");
-  archive_read_support_format_tar(a);
-  archive_read_support_filter_gzip(a);
-  archive_read_support_filter_none(a);
-  struct Closer {
-    struct archive* a;
-    ~Closer() { archive_read_free(a); }
-  } closer{a};
-  if (archive_read_open_filename(a, path.c_str(), 64 << 10) != ARCHIVE_OK) {
-    const std::string message = absl::StrCat("shard '", path, "': ", archive_error_string(a));
-    if (archive_errno(a) == ENOENT) return absl::NotFoundError(message);
-    return absl::DataLossError(message);
-  }
-  int64_t samples = 0;
-  std::optional<std::string> last;
-  while (true) {
-    struct archive_entry* entry = nullptr;
-    const int r = archive_read_next_header(a, &entry);
-    if (r == ARCHIVE_EOF) break;
-    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-      return absl::DataLossError(absl::StrCat("shard '", path, "' after ", samples,
-                                              " samples: ", archive_error_string(a)));
-    }
-    if (archive_entry_filetype(entry) == AE_IFREG) {
-      const char* name = archive_entry_pathname(entry);
-      std::optional<std::pair<std::string, std::string>> split =
-          SplitMemberName(name == nullptr ? "" : name);
-      if (split.has_value() && (!last.has_value() || *last != split->first)) {
-        ++samples;
-        last = split->first;
-      }
-    }
-    if (archive_read_data_skip(a) != ARCHIVE_OK) {
-      return absl::DataLossError(absl::StrCat("shard '", path, "' after ", samples,
-                                              " samples: ", archive_error_string(a)));
-    }
-  }
-  return samples;
-}
-
 absl::StatusOr<ShardCatalog> ResolveShards(const std::string& spec_value, const std::string& field,
                                            const ShardFetcher& fetcher) {
   if (spec_value.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " is empty"));
   std::vector<ShardEntry> entries;
-  const bool url = IsUrl(spec_value);
+  const bool url = IsHttpUrl(spec_value);
   const std::string local = WithoutWorkerMark(spec_value);
   std::error_code ec;
   if (NamesTarShards(spec_value) && !IsArtifactReference(spec_value)) {
@@ -200,14 +146,14 @@ absl::StatusOr<ShardCatalog> ResolveShards(const std::string& spec_value, const 
   for (ShardEntry& e : entries) {
     int64_t samples = e.samples;
     if (samples < 0) {
-      if (IsUrl(e.location) || IsArtifactReference(e.location)) {
+      if (IsHttpUrl(e.location) || IsArtifactReference(e.location)) {
         return absl::FailedPreconditionError(absl::StrCat(
             field, ": shard '", e.location,
             "' has no sample count, and a remote shard is not read twice to count it; list the "
             "shards in a list file with 'samples:<n>' on each line (dtrain.data.write_shards "
             "writes one)"));
       }
-      absl::StatusOr<int64_t> counted = CountShardSamples(WithoutWorkerMark(e.location));
+      absl::StatusOr<int64_t> counted = CountTarSamples(WithoutWorkerMark(e.location));
       if (!counted.ok()) return InField(field, counted.status());
       samples = *counted;
     }
@@ -219,7 +165,7 @@ absl::StatusOr<ShardCatalog> ResolveShards(const std::string& spec_value, const 
 
 absl::StatusOr<LocalShard> FetchShard(const CatalogShard& shard, const ShardFetcher& fetcher,
                                       const std::atomic<bool>* cancelled) {
-  if (IsUrl(shard.location)) {
+  if (IsHttpUrl(shard.location)) {
     if (!fetcher.url) return absl::FailedPreconditionError("this worker cannot fetch URLs");
     const std::string spool = SpoolName(fetcher, "shard.tar");
     absl::Status s = fetcher.url(shard.location, spool, shard.digest, cancelled);

@@ -67,7 +67,4 @@ absl::StatusOr<ShardCatalog> ResolveShards(const std::string& spec_value, const 
 absl::StatusOr<LocalShard> FetchShard(const CatalogShard& shard, const ShardFetcher& fetcher,
                                       const std::atomic<bool>* cancelled);
 
-// Samples in a local tar shard, by walking its headers (members' data is skipped, not read).
-absl::StatusOr<int64_t> CountShardSamples(const std::string& path);
-
 }  // namespace dtrain

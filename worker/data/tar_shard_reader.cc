@@ -16,14 +16,6 @@ constexpr size_t kReadBlockBytes = 64 << 10;
 
 }  // namespace
 
-std::optional<std::pair<std::string, std::string>> SplitMemberName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const size_t base = slash == std::string::npos ? 0 : slash + 1;
-  const size_t dot = path.find('.', base);
-  if (dot == std::string::npos || dot == base || dot + 1 == path.size()) return std::nullopt;
-  return std::make_pair(path.substr(0, dot), absl::AsciiStrToLower(path.substr(dot + 1)));
-}
-
 TarShardReader::TarShardReader(std::string path, TarShardLimits limits, struct archive* archive)
     : path_(std::move(path)), limits_(limits), archive_(archive) {}
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/tar_sample_count.h"
 
 struct archive;
 
@@ -64,10 +65,5 @@ class TarShardReader {
   bool at_end_ = false;
   int64_t samples_read_ = 0;
 };
-
-// Splits a member's path into its sample key and field name, as WebDataset does: the key is the
-// path up to the first '.' of its last component, the field the rest, lowercased. nullopt for a
-// path with no '.' in its last component, or one starting with '.'.
-std::optional<std::pair<std::string, std::string>> SplitMemberName(const std::string& path);
 
 }  // namespace dtrain

@@ -133,7 +133,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   job->accumulate_ = t.accumulate_grad_batches();
   job->clip_val_ = t.gradient_clip_val();
   job->clip_algorithm_ = *clip;
-  absl::StatusOr<std::unique_ptr<Dataset>> data = Dataset::Load(spec.data());
+  DataLoadOptions data_options;
+  data_options.seed = spec.seed_everything();
+  data_options.cancelled = &job->cancelled_;
+  data_options.fetcher.artifact = identity.fetch_artifact;
+  absl::StatusOr<std::unique_ptr<Dataset>> data = Dataset::Load(spec.data(), data_options);
   if (!data.ok()) return InField("spec.data", data.status());
   job->data_ = std::move(*data);
   absl::StatusOr<LightningModule> model = LoadModel(spec.model(), spec.seed_everything());
@@ -192,6 +196,9 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
                                                                strategy, std::move(backend)));
   DTRAIN_RETURN_IF_ERROR(job->accelerator_->Setup(std::move(*model), optimizer, schedule));
   job->accelerator_->strategy().SetCheckpointIO(std::move(*checkpoint_io));
+  // A streamed split's rank reads its own chunk of each epoch (worker/data/epoch_plan.h).
+  job->data_->SetRank(job->accelerator_->strategy().global_rank(),
+                      job->accelerator_->strategy().world_size());
   job->cpus_ = FormatCpuList(identity.cpus);
   const v1::CheckpointConfig& c = spec.checkpoint();
   job->storage_options_ = StorageOptions(c.storage_options().begin(), c.storage_options().end());
@@ -327,6 +334,7 @@ void Job::Describe(v1::SetupResponse* response) const {
       v1::SplitInfo* split = response->add_splits();
       split->set_name(name);
       split->set_size(size);
+      split->set_streamed(data_->Streamed(name));
     }
   }
   int64_t count = 0;
@@ -343,7 +351,7 @@ int Job::BatchCount(const v1::LocalWork& work) {
   return work.batches_size() > 0 ? work.batches_size() : work.index_batches_size();
 }
 
-absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i) const {
+absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i, int64_t epoch) const {
   if (work.batches_size() > 0) {
     std::vector<c10::IValue> items;
     for (int t = 0; t < work.batches(i).tensors_size(); ++t) {
@@ -361,7 +369,7 @@ absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i) const
     return c10::ivalue::Tuple::create(std::move(items));
   }
   const v1::IndexBatch& b = work.index_batches(i);
-  return data_->Batch(b.split(), {b.indices().begin(), b.indices().end()});
+  return data_->Batch(b.split(), {b.indices().begin(), b.indices().end()}, epoch);
 }
 
 absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t epoch,
@@ -395,7 +403,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   const absl::Duration waited_before = a.strategy().gradient_wait();
   for (int i = 0; i < BatchCount(work); ++i) {
     if (cancelled_) return absl::CancelledError(absl::StrCat("job ", id_, " was cancelled"));
-    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i));
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i, epoch));
     const int64_t batch_idx = work.first_batch_idx() + i;
     DTRAIN_RETURN_IF_ERROR(a.OnTrainBatchStart(batch_idx));
     DTRAIN_ASSIGN_OR_RETURN(torch::Tensor out, a.TrainingStep(batch, batch_idx));
@@ -469,7 +477,7 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
   result.set_rank(a.strategy().global_rank());
   for (int i = 0; i < BatchCount(work); ++i) {
     if (cancelled_) return absl::CancelledError(absl::StrCat("job ", id_, " was cancelled"));
-    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i));
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i, 0));
     const int64_t batch_idx = work.first_batch_idx() + i;
     StepOutput out;
     if (kind == StepKind::kValidation) {

@@ -4,8 +4,11 @@
 // Thread-safety: a plain value.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "absl/status/statusor.h"
 
 namespace dtrain {
 
@@ -18,6 +21,9 @@ struct WorkerIdentity {
   int threads = 0;                   // --threads, passed on to ddp_spawn children
   std::vector<int> cpus;             // --cpus: the step thread's cores (empty: not pinned)
   std::vector<std::string> plugins;  // --plugin libraries, loaded by ddp_spawn children too
+  // An uploaded file ("sha256:<hex>") as a local path: the daemon's artifact cache, which a
+  // job's streamed shards go through one by one. Unset in a process without one.
+  std::function<absl::StatusOr<std::string>(const std::string& digest)> fetch_artifact;
 };
 
 }  // namespace dtrain

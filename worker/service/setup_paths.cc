@@ -28,6 +28,9 @@ absl::Status PrepareSetup(v1::SetupRequest* request, int devices, ArtifactCache*
   if (t->devices() == 0) t->set_devices(devices);
   DTRAIN_RETURN_IF_ERROR(NormalizeSetupRequest(request));
   return RewriteSpecPaths(request->mutable_spec(), [&](SpecPath* p) -> absl::Status {
+    // Shards are fetched one by one as a rank reads them (worker/data/shard_catalog.h), never
+    // all at set-up.
+    if (p->kind == v1::Setting::SHARDS) return absl::OkStatus();
     DTRAIN_ASSIGN_OR_RETURN(p->value, LocalPath(p->value, absl::StrCat("spec.", p->path), cache));
     return absl::OkStatus();
   });

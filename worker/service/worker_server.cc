@@ -81,20 +81,27 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
   metrics.DescribeHistogram("dtrain_worker_step_call_seconds", "Time of one step RPC, by kind.",
                             LatencyBuckets());
   service.metrics = &metrics;
-  // ddp_spawn children read the files their daemon resolved; only the daemon fetches.
+  // A coordinator that restarts is waited for, within each call's deadline.
+  server->artifacts_client_ = std::make_unique<ArtifactsClient>(
+      ConnectToCoordinator(identity.coordinator), absl::Seconds(60),
+      /*wait_for_ready=*/true);
+  ArtifactsClient* client = server->artifacts_client_.get();
+  const std::string safe_name = absl::StrReplaceAll(identity.name, {{"/", "_"}});
+  // A ddp_spawn child ("<daemon>/<i>") has a cache of its own: a cache directory belongs to one
+  // process (ArtifactCache evicts without asking others).
+  if (o.cache_dir.empty()) o.cache_dir = "/tmp/dtrain-worker-cache/" + safe_name;
+  server->artifacts_ = std::make_unique<ArtifactCache>(
+      o.cache_dir, o.cache_bytes, [client](const std::string& digest, const std::string& path) {
+        return client->Fetch(digest, path);
+      });
+  ArtifactCache* cache = server->artifacts_.get();
+  // Streamed shards go through it one by one, in children too.
+  service.identity.fetch_artifact = [cache](const std::string& digest) {
+    return cache->Get(digest);
+  };
+  // ddp_spawn children read the other files their daemon resolved; only the daemon keeps them.
   if (!o.child) {
-    // A coordinator that restarts is waited for, within each call's deadline.
-    server->artifacts_client_ = std::make_unique<ArtifactsClient>(
-        ConnectToCoordinator(identity.coordinator), absl::Seconds(60),
-        /*wait_for_ready=*/true);
-    ArtifactsClient* client = server->artifacts_client_.get();
-    const std::string safe_name = absl::StrReplaceAll(identity.name, {{"/", "_"}});
-    if (o.cache_dir.empty()) o.cache_dir = "/tmp/dtrain-worker-cache/" + safe_name;
-    server->artifacts_ = std::make_unique<ArtifactCache>(
-        o.cache_dir, o.cache_bytes, [client](const std::string& digest, const std::string& path) {
-          return client->Fetch(digest, path);
-        });
-    service.artifacts = server->artifacts_.get();
+    service.artifacts = cache;
     if (o.jobs_dir.empty()) o.jobs_dir = "/tmp/dtrain-worker-jobs/" + safe_name;
     service.jobs_dir = o.jobs_dir;
     service.store_file = [client](const std::string& path) -> absl::StatusOr<std::string> {

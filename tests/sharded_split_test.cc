@@ -1,0 +1,214 @@
+// A streamed split as the step sees it (worker/data/sharded_split.h): batches by position from
+// a pool of decoding threads, the same samples whatever the thread count, exact resume from any
+// position (collecting the sample keys), skipped samples counted, a bounded read-ahead, and a
+// cancelled wait. Real tar shards on disk; the decoder turns a sample's .cls into a tensor.
+#include "worker/data/sharded_split.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "tests/test_support.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Shards of samples "k<global number>" with a .cls holding that number.
+ShardCatalog WriteShards(const std::string& name, const std::vector<int>& sizes) {
+  const std::string dir = testing::TestTempPath(name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ShardCatalog catalog;
+  int number = 0;
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    const std::string path = absl::StrCat(dir, "/part-", s, ".tar");
+    struct archive* a = archive_write_new();
+    archive_write_set_format_pax_restricted(a);
+    archive_write_open_filename(a, path.c_str());
+    for (int i = 0; i < sizes[s]; ++i, ++number) {
+      const std::string bytes = absl::StrCat(number);
+      struct archive_entry* e = archive_entry_new();
+      archive_entry_set_pathname(e, absl::StrCat("k", number, ".cls").c_str());
+      archive_entry_set_filetype(e, AE_IFREG);
+      archive_entry_set_perm(e, 0644);
+      archive_entry_set_size(e, static_cast<int64_t>(bytes.size()));
+      archive_write_header(a, e);
+      archive_write_data(a, bytes.data(), bytes.size());
+      archive_entry_free(e);
+    }
+    archive_write_close(a);
+    archive_write_free(a);
+    catalog.shards.push_back({path, "", sizes[s]});
+    catalog.samples += sizes[s];
+  }
+  return catalog;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> DecodeCls(const ShardSample& sample, int64_t) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(sample.fields.at("cls"), &v)) return absl::InvalidArgumentError("cls");
+  return std::vector<at::Tensor>{at::scalar_tensor(v, at::kLong)};
+}
+
+ShardedSplitOptions Options(const ShardCatalog& catalog, int workers) {
+  ShardedSplitOptions o;
+  o.name = "train";
+  o.catalog = catalog;
+  o.training = true;
+  o.seed = 11;
+  o.shuffle_buffer = 5;
+  o.num_workers = workers;
+  o.window = 8;
+  o.decode = DecodeCls;
+  return o;
+}
+
+// The numbers of an epoch's batches [from, to) of `batch` positions.
+std::vector<int64_t> Read(ShardedSplit& split, int64_t epoch, int64_t from, int64_t to, int batch,
+                          absl::Status* status = nullptr) {
+  std::vector<int64_t> out;
+  for (int64_t p = from; p < to; p += batch) {
+    std::vector<int64_t> positions;
+    for (int64_t i = p; i < std::min<int64_t>(p + batch, to); ++i) positions.push_back(i);
+    absl::StatusOr<c10::IValue> b = split.Batch(epoch, positions);
+    if (!b.ok()) {
+      if (status != nullptr) *status = b.status();
+      return out;
+    }
+    const at::Tensor t = b->toTensor();
+    for (int64_t i = 0; i < t.size(0); ++i) out.push_back(t[i].item<int64_t>());
+  }
+  return out;
+}
+
+TEST(ShardedSplit, ThreadsDoNotChangeTheSamplesAndRanksAreDisjoint) {
+  const ShardCatalog catalog = WriteShards("threads", {7, 9, 4, 10});  // 30 samples
+  std::set<int64_t> seen;
+  std::vector<int64_t> rank0_sync;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::vector<int64_t>> by_workers;
+    for (int workers : {0, 1, 3}) {
+      ShardedSplit split(Options(catalog, workers));
+      split.SetRank(rank, 2);
+      EXPECT_EQ(split.RankSamples(), 15);
+      by_workers.push_back(Read(split, 0, 0, 15, 4));
+    }
+    EXPECT_EQ(by_workers[0].size(), 15u);
+    EXPECT_EQ(by_workers[0], by_workers[1]);
+    EXPECT_EQ(by_workers[0], by_workers[2]);
+    for (int64_t n : by_workers[0]) EXPECT_TRUE(seen.insert(n).second) << n;
+  }
+  EXPECT_EQ(seen.size(), 30u);
+}
+
+TEST(ShardedSplit, ResumingAtAnyPositionContinuesWithTheSameSamples) {
+  const ShardCatalog catalog = WriteShards("resume", {6, 6, 6, 6});
+  ShardedSplit whole(Options(catalog, 2));
+  whole.SetRank(1, 2);
+  const std::vector<int64_t> epoch1 = Read(whole, 1, 0, 12, 3);
+  ASSERT_EQ(epoch1.size(), 12u);
+  for (int64_t at : {3, 6, 9}) {
+    ShardedSplit resumed(Options(catalog, 2));  // a new worker process, after a restart
+    resumed.SetRank(1, 2);
+    const std::vector<int64_t> rest = Read(resumed, 1, at, 12, 3);
+    EXPECT_EQ(rest, std::vector<int64_t>(epoch1.begin() + at, epoch1.end())) << at;
+  }
+  // A re-sent batch (the coordinator repeats a step after a lost reply) gets the same samples.
+  EXPECT_EQ(Read(whole, 1, 3, 6, 3), std::vector<int64_t>(epoch1.begin() + 3, epoch1.begin() + 6));
+  // The next epoch is another order of another chunk.
+  EXPECT_NE(Read(whole, 2, 0, 12, 3), epoch1);
+}
+
+TEST(ShardedSplit, PositionsMustBeConsecutiveAndWithinTheEpoch) {
+  const ShardCatalog catalog = WriteShards("positions", {4, 4});
+  ShardedSplit split(Options(catalog, 1));
+  absl::StatusOr<c10::IValue> gap = split.Batch(0, {0, 2});
+  EXPECT_EQ(gap.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(gap.status().message(), HasSubstr("consecutive positions"));
+  absl::StatusOr<c10::IValue> beyond = split.Batch(0, {7, 8});
+  EXPECT_EQ(beyond.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(beyond.status().message(), HasSubstr("outside split 'train' of 8 samples"));
+}
+
+TEST(ShardedSplit, SkippedSamplesAreCountedAndTheBatchShrinks) {
+  const ShardCatalog catalog = WriteShards("skip", {5, 5});
+  ShardedSplitOptions o = Options(catalog, 2);
+  o.shuffle = false;
+  o.shuffle_buffer = 0;
+  o.decode = [](const ShardSample& s, int64_t e) -> absl::StatusOr<std::vector<at::Tensor>> {
+    if (s.key == "k3") return absl::InvalidArgumentError("corrupt image");
+    return DecodeCls(s, e);
+  };
+  ShardedSplit failing(o);
+  absl::Status status;
+  Read(failing, 0, 0, 10, 5, &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("sample 'k3': corrupt image"));
+  EXPECT_THAT(status.message(), HasSubstr("rank 0, shard '"));
+
+  o.skip_errors = true;
+  ShardedSplit skipping(o);
+  const std::vector<int64_t> got = Read(skipping, 0, 0, 10, 5);
+  EXPECT_EQ(got, (std::vector<int64_t>{0, 1, 2, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(skipping.skipped(), 1);
+}
+
+TEST(ShardedSplit, ReadAheadStaysWithinTheWindow) {
+  const ShardCatalog catalog = WriteShards("window", {50, 50});
+  std::atomic<int64_t> decoded{0};
+  ShardedSplitOptions o = Options(catalog, 3);
+  o.window = 6;
+  o.decode = [&](const ShardSample& s, int64_t e) {
+    decoded.fetch_add(1);
+    return DecodeCls(s, e);
+  };
+  ShardedSplit split(o);
+  Read(split, 0, 0, 2, 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the pool run ahead
+  // Two taken, at most the window's six ahead of them.
+  EXPECT_LE(decoded.load(), 2 + 6);
+  EXPECT_GE(decoded.load(), 2);
+}
+
+TEST(ShardedSplit, ACancelledJobStopsAWaitForAStuckShard) {
+  const ShardCatalog catalog = WriteShards("stuck", {4});
+  ShardedSplitOptions o = Options(catalog, 1);
+  std::atomic<bool> cancelled{false};
+  o.cancelled = &cancelled;
+  o.catalog.shards[0].location = "https://127.0.0.1:9/never.tar";
+  o.fetcher.url = [](const std::string&, const std::string&, const std::string&,
+                     const std::atomic<bool>* stop) {
+    while (stop == nullptr || !stop->load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return absl::CancelledError("download stopped");
+  };
+  ShardedSplit split(o);
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cancelled.store(true);
+  });
+  const absl::Time start = absl::Now();
+  absl::StatusOr<c10::IValue> b = split.Batch(0, {0});
+  canceller.join();
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+}  // namespace
+}  // namespace dtrain

@@ -1,0 +1,270 @@
+#include "worker/data/sharded_split.h"
+
+#include <utility>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "worker/model/torch_status.h"
+
+namespace dtrain {
+namespace {
+
+// How long a batch waits for its next sample before it says the data is stuck: far above any
+// decode, and above the HTTP fetcher's own stall timeout, so that its precise error comes first.
+constexpr absl::Duration kSampleDeadline = absl::Minutes(10);
+
+std::string ShapeOf(const at::Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]"); }
+
+}  // namespace
+
+ShardedSplit::ShardedSplit(ShardedSplitOptions options) : options_(std::move(options)) {}
+
+ShardedSplit::~ShardedSplit() { Stop(); }
+
+void ShardedSplit::SetRank(int rank, int world) {
+  Stop();
+  rank_ = rank;
+  world_ = world;
+}
+
+int64_t ShardedSplit::RankSamples() const {
+  return RankEpochSamples(options_.catalog.samples, world_, rank_, options_.training);
+}
+
+void ShardedSplit::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_ = true;
+  if (stream_ != nullptr) stream_->Cancel();
+  cv_.notify_all();
+}
+
+void ShardedSplit::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    if (stream_ != nullptr) stream_->Cancel();
+    cv_.notify_all();
+  }
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  stream_.reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  raw_.clear();
+  raw_head_ = 0;
+  ready_.clear();
+  in_flight_ = 0;
+  read_done_ = false;
+  read_error_ = absl::OkStatus();
+  stop_ = false;
+  running_ = false;
+}
+
+void ShardedSplit::Start(int64_t epoch, int64_t position) {
+  Stop();
+  SampleStreamOptions s;
+  s.catalog = &options_.catalog;
+  s.fetcher = options_.fetcher;
+  s.plan.world = world_;
+  s.plan.rank = rank_;
+  s.plan.training = options_.training;
+  s.plan.shuffle = options_.shuffle;
+  s.plan.seed = options_.seed;
+  s.plan.epoch = epoch;
+  s.shuffle_buffer = options_.shuffle_buffer;
+  s.skip_errors = options_.skip_errors;
+  s.start = position;
+  stream_ = std::make_unique<SampleStream>(std::move(s));
+  epoch_ = epoch;
+  next_ = position;
+  taken_ = position;
+  running_ = true;
+  if (options_.num_workers > 0) {
+    threads_.emplace_back([this] { ReadLoop(); });
+    for (int i = 0; i < options_.num_workers; ++i) threads_.emplace_back([this] { DecodeLoop(); });
+  }
+}
+
+void ShardedSplit::ReadLoop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || in_flight_ < options_.window; });
+      if (stop_) return;
+    }
+    absl::StatusOr<std::optional<StreamItem>> item = stream_->Next();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!item.ok() || !item->has_value()) {
+      read_done_ = true;
+      if (!item.ok()) read_error_ = item.status();
+      cv_.notify_all();
+      return;
+    }
+    raw_.push_back(std::move(**item));
+    ++in_flight_;
+    cv_.notify_all();
+  }
+}
+
+void ShardedSplit::DecodeLoop() {
+  while (true) {
+    StreamItem item;
+    int64_t epoch;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || raw_head_ < raw_.size() || read_done_; });
+      if (stop_) return;
+      if (raw_head_ >= raw_.size()) return;  // read_done_ and nothing left
+      item = std::move(raw_[raw_head_++]);
+      if (raw_head_ > 1024 && raw_head_ * 2 > raw_.size()) {
+        raw_.erase(raw_.begin(), raw_.begin() + static_cast<std::ptrdiff_t>(raw_head_));
+        raw_head_ = 0;
+      }
+      epoch = epoch_;
+    }
+    const int64_t position = item.position;
+    Decoded decoded = DecodeItem(std::move(item), epoch);
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_.emplace(position, std::move(decoded));
+    cv_.notify_all();
+  }
+}
+
+ShardedSplit::Decoded ShardedSplit::DecodeItem(StreamItem item, int64_t epoch) const {
+  Decoded out;
+  out.key = item.sample.key;
+  if (!item.error.ok()) {
+    out.status = item.error;
+    return out;
+  }
+  absl::StatusOr<std::vector<at::Tensor>> tensors =
+      GuardTorch("cannot decode the sample", [&] { return options_.decode(item.sample, epoch); });
+  if (!tensors.ok()) {
+    out.status = absl::Status(tensors.status().code(),
+                              absl::StrCat("rank ", rank_, ", shard '", item.shard, "', sample '",
+                                           item.sample.key, "': ", tensors.status().message()));
+    return out;
+  }
+  out.tensors = std::move(*tensors);
+  return out;
+}
+
+absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position) {
+  if (options_.num_workers == 0) {
+    absl::StatusOr<std::optional<StreamItem>> item = stream_->Next();
+    if (!item.ok()) return item.status();
+    if (!item->has_value() || (*item)->position != position) {
+      return absl::InternalError(absl::StrCat("rank ", rank_, ": the ", options_.name,
+                                              " stream ended before position ", position));
+    }
+    return DecodeItem(std::move(**item), epoch_);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  const absl::Time started = absl::Now();
+  const absl::Time deadline = started + kSampleDeadline;
+  while (ready_.count(position) == 0) {
+    if (stop_ || (options_.cancelled != nullptr && options_.cancelled->load())) {
+      return absl::CancelledError("the data stream was stopped");
+    }
+    if (read_done_ && raw_head_ >= raw_.size() && !read_error_.ok()) {
+      // Nothing more comes: the stream failed before this position (decoders still running
+      // hold only earlier positions).
+      bool earlier_pending = false;
+      for (const auto& [p, d] : ready_) earlier_pending |= p < position;
+      if (!earlier_pending) return read_error_;
+    }
+    if (read_done_ && raw_head_ >= raw_.size() && read_error_.ok() && in_flight_ == 0) {
+      return absl::InternalError(absl::StrCat("rank ", rank_, ": the ", options_.name,
+                                              " stream ended before position ", position));
+    }
+    if (cv_.wait_until(lock, absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(1)))) ==
+            std::cv_status::timeout &&
+        absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rank ", rank_, ": no ", options_.name, " sample for ", absl::FormatDuration(kSampleDeadline),
+          " (position ", position, "); the shard being read is stuck"));
+    }
+  }
+  wait_seconds_.store(wait_seconds_.load() + absl::ToDoubleSeconds(absl::Now() - started));
+  Decoded d = std::move(ready_[position]);
+  ready_.erase(position);
+  --in_flight_;
+  cv_.notify_all();
+  return d;
+}
+
+absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch, const std::vector<int64_t>& positions) {
+  if (positions.empty()) return absl::InvalidArgumentError("an index batch needs indices");
+  const int64_t n = RankSamples();
+  for (size_t i = 0; i < positions.size(); ++i) {
+    if (positions[i] != positions[0] + static_cast<int64_t>(i)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "split '", options_.name,
+          "' is streamed: a batch is consecutive positions in the rank's epoch, got ",
+          positions[i], " after ", positions[i - 1]));
+    }
+  }
+  if (positions.front() < 0 || positions.back() >= n) {
+    return absl::InvalidArgumentError(absl::StrCat("positions ", positions.front(), "..",
+                                                   positions.back(), " are outside split '",
+                                                   options_.name, "' of ", n, " samples on rank ",
+                                                   rank_));
+  }
+  if (!running_ || epoch != epoch_ || positions.front() != next_) Start(epoch, positions.front());
+  std::vector<Decoded> samples;
+  samples.reserve(positions.size());
+  for (int64_t p : positions) {
+    absl::StatusOr<Decoded> d = Take(p);
+    if (!d.ok()) {
+      running_ = false;  // the next batch restarts the stream
+      return d.status();
+    }
+    if (!d->status.ok()) {
+      if (!options_.skip_errors) {
+        running_ = false;
+        return d->status;
+      }
+      skipped_.fetch_add(1);
+      LogWarning("skipped a sample (data.shards.on_error: skip)",
+                 {{"split", options_.name}, {"rank", rank_}, {"key", d->key},
+                  {"why", std::string(d->status.message())}});
+      continue;
+    }
+    samples.push_back(std::move(*d));
+  }
+  next_ = positions.back() + 1;
+  if (samples.empty()) {
+    return absl::DataLossError(absl::StrCat("rank ", rank_, ": every sample of the ", options_.name,
+                                            " batch at positions ", positions.front(), "..",
+                                            positions.back(), " was skipped"));
+  }
+  return GuardTorch("cannot collate the batch", [&]() -> absl::StatusOr<c10::IValue> {
+    const size_t fields = samples.front().tensors.size();
+    std::vector<c10::IValue> columns;
+    for (size_t f = 0; f < fields; ++f) {
+      std::vector<at::Tensor> parts;
+      parts.reserve(samples.size());
+      for (const Decoded& d : samples) {
+        if (d.tensors.size() != fields || !d.tensors[f].sizes().equals(samples.front().tensors[f].sizes()) ||
+            d.tensors[f].scalar_type() != samples.front().tensors[f].scalar_type()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "rank ", rank_, ": field ", f, " of sample '", d.key, "' is ",
+              c10::toString(d.tensors[f].scalar_type()), ShapeOf(d.tensors[f]), " but sample '",
+              samples.front().key, "''s is ", c10::toString(samples.front().tensors[f].scalar_type()),
+              ShapeOf(samples.front().tensors[f]),
+              "; a batch stacks equal shapes (give images a common size with data.transforms: "
+              "resize, center_crop or random_resized_crop)"));
+        }
+        parts.push_back(d.tensors[f]);
+      }
+      columns.emplace_back(at::stack(parts));
+    }
+    if (columns.size() == 1) return columns.front();
+    return c10::IValue(c10::ivalue::Tuple::create(std::move(columns)));
+  });
+}
+
+}  // namespace dtrain
