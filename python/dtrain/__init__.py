@@ -29,7 +29,8 @@ from dtrain.spec import load_spec
 from dtrain._connection import TLS
 
 __all__ = [
-    "Client", "Job", "data", "is_terminal", "ProcessGroup", "KeyValueStore", "export", "load_spec", "TLS",
+    "Client", "Job", "is_terminal", "ProcessGroup", "KeyValueStore", "export", "load_spec", "TLS",
+    "data",
     "DtrainError", "InvalidArgument", "NotFound", "FailedPrecondition", "DeadlineExceeded",
     "Aborted", "Unavailable", "Unauthenticated", "JobFailed", "DataLoss", "PermissionDenied",
 ]
