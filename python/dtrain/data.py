@@ -217,11 +217,28 @@ def _json(value) -> bytes:
     return text.encode("utf-8")
 
 
+# The first bytes of an encoded image, so that bytes given as one are checked to be one.
+_MAGIC = {"jpg": (b"\xff\xd8\xff",), "jpeg": (b"\xff\xd8\xff",), "png": (b"\x89PNG\r\n\x1a\n",)}
+
+
+def _encode_field(value, field: str, quality: int) -> bytes:
+    try:
+        return _encode(value, field, quality)
+    except _Refused as e:
+        raise _Refused(f"field {field!r}: {e}") from None
+    except (TypeError, ValueError, RuntimeError, OSError) as e:  # numpy, torch or PIL refusing
+        raise _Refused(f"field {field!r}: cannot encode a {_type_name(value)}: {e}") from e
+
+
 def _encode(value, field: str, quality: int) -> bytes:
     """The bytes of one field; the last extension says how (WebDataset's meanings)."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value)  # already encoded: written as it is, under any extension
     extension = field.rsplit(".", 1)[-1]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = bytes(value)  # already encoded: written as it is, under any extension
+        if extension in _MAGIC and not value.startswith(_MAGIC[extension]):
+            raise _Refused(f"bytes given as .{extension} do not start as a {extension.upper()} "
+                           f"file does ({value[:8]!r}); is it another format?")
+        return value
     if extension in IMAGE_EXTENSIONS:
         return _image(value, extension, quality)
     if extension == "cls":
@@ -446,9 +463,9 @@ def write_shards(dataset, out_dir: str, samples_per_shard: int = 1000, prefix: s
                         elif sorted(named) != first_fields:
                             raise _Refused(f"fields {sorted(named)} differ from the first "
                                            f"sample's {first_fields}; pass fields= to name them")
-                        encoded = [(f, _encode(named[f], f, quality)) for f in sorted(named)]
+                        encoded = [(f, _encode_field(named[f], f, quality)) for f in sorted(named)]
                     except _Refused as e:
-                        raise ValueError(f"sample {index}: {e}") from None
+                        raise ValueError(f"sample {index}: {e}") from e.__cause__
                     for field, data in encoded:
                         info = tarfile.TarInfo(f"{key}.{field}")
                         info.size = len(data)
