@@ -224,6 +224,17 @@ def test_dict_keys_without_an_extension_get_one(tmp_path):
     assert Image.open(io.BytesIO(fields["image.png"])).getpixel((0, 0)) == (10, 20, 30)
 
 
+def test_a_subset_as_a_datamodule_holds_it_is_written_in_its_own_order(tmp_path):
+    # What a LightningDataModule's setup() usually makes: random_split's Subsets.
+    train, val = torch.utils.data.random_split(TensorDataset(torch.arange(10) * 3), [7, 3],
+                                               generator=torch.Generator().manual_seed(1))
+    shards = write_shards(train, tmp_path / "train", samples_per_shard=4)  # a Path works too
+    assert shards.paths[0] == str(tmp_path / "train" / "shard-000000.tar")
+    samples = read_all(shards)
+    assert [k for k, _ in samples] == [f"{i:09d}" for i in range(7)]
+    assert [int(f["cls"]) for _, f in samples] == [int(train[i][0]) for i in range(7)]
+
+
 def test_start_and_limit_select_a_range_keyed_by_index(tmp_path):
     shards = write_shards(TensorDataset(torch.arange(30)), str(tmp_path), samples_per_shard=4,
                           start=10, limit=6)
@@ -404,3 +415,11 @@ def test_docs_example_runs_as_written(tmp_path, monkeypatch):
         entries = [LIST_LINE.fullmatch(line.strip()) for line in f if not line.startswith("#")]
     assert all(entries) and sum(int(m.group(3)) for m in entries) == 60
     assert namespace["shards"].samples == 60
+    # The bytes loader keeps each file's own JPEG, byte for byte.
+    dataset = ImageFolder("photos")
+    originals = read_all(namespace["originals"])
+    assert len(originals) == 60
+    for (key, fields), (path, label) in zip(originals, dataset.samples):
+        with open(path, "rb") as f:
+            assert fields["jpg"] == f.read()
+        assert int(fields["cls"]) == label
