@@ -386,7 +386,9 @@ def write_shards(dataset, out_dir: str, samples_per_shard: int = 1000, prefix: s
     or key, or samples with different fields; ValueError for a bad argument; and whatever the
     dataset raises (with a note naming the index). `progress` prints a line per shard to stderr.
     """
-    if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+    torch = _torch()
+    iterable = torch is not None and isinstance(dataset, torch.utils.data.IterableDataset)
+    if iterable or not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
         raise ValueError(f"a {_type_name(dataset)} is not a map-style dataset: write_shards "
                          "needs len(dataset) and dataset[i]")
     samples_per_shard = _check_int("samples_per_shard", samples_per_shard, 1)

@@ -318,6 +318,25 @@ def test_an_iterable_dataset_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"a generator is not a map-style dataset"):
         write_shards((i for i in range(3)), str(tmp_path))
 
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(3))
+
+        def __len__(self):
+            return 3
+
+    with pytest.raises(ValueError, match=r"test_write_shards\.Stream is not a map-style dataset"):
+        write_shards(Stream(), str(tmp_path))
+
+
+def test_importing_dtrain_imports_neither_torch_nor_pil():
+    # A client-only user (submitting jobs) needs neither; write_shards finds them in sys.modules.
+    run = subprocess.run([sys.executable, "-c", "import sys, dtrain; dtrain.data.write_shards; "
+                          "print(sorted(m for m in ('torch', 'PIL') if m in sys.modules))"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+
 
 def test_existing_shards_are_replaced_only_when_asked(tmp_path):
     write_shards(TensorDataset(torch.arange(10)), str(tmp_path), samples_per_shard=2)
