@@ -15,12 +15,13 @@ packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc 
 # The Python package's own needs are above (python/dtrain: grpcio, protobuf, PyYAML, numpy).
 # The test command's checks (formatting, clang's thread-safety analysis), pytest, and Python's
 # torch, which writes the data files and checkpoints the interoperability tests read and check;
+# torchvision and PIL, which make the ImageFolder that dtrain.data.write_shards is tested with;
 # chromium, its driver and selenium for the dashboard's browser test; iproute2 (ip, tc) for the
 # network-namespace tests and openssl for the TLS tests' certificates. libjs-chart.js (above) is
 # the dashboard's chart library, embedded in the coordinator at build time.
 if [ "${1:-}" = "--test" ]; then
-  packages+=(clang-format clang python3-pytest python3-torch chromium chromium-driver python3-selenium
-             iproute2 openssl)
+  packages+=(clang-format clang python3-pytest python3-torch python3-torchvision python3-pil
+             chromium chromium-driver python3-selenium iproute2 openssl)
 fi
 if [ "${1:-}" = "--bench" ]; then packages+=(python3 python3-torch); fi
 if [ "${1:-}" = "--fuzz" ]; then packages+=(clang); fi

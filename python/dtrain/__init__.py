@@ -1,6 +1,7 @@
 """dtrain from Python: submit and watch jobs (Client, Job), join a coordinator group and run
-collectives beside C++ ranks (ProcessGroup), and export a LightningModule-style module
-(export). The stubs of the public protocol are dtrain.v1 (generated from proto/ by the build).
+collectives beside C++ ranks (ProcessGroup), export a LightningModule-style module (export), and
+write any map-style dataset as WebDataset shards (data.write_shards). The stubs of the public
+protocol are dtrain.v1 (generated from proto/ by the build).
 
     import dtrain
     job = dtrain.Client().submit("job.yaml")
@@ -21,6 +22,7 @@ from dtrain.errors import (
     Unauthenticated,
     Unavailable,
 )
+from dtrain import data
 from dtrain.export import export
 from dtrain.process_group import KeyValueStore, ProcessGroup
 from dtrain.spec import load_spec
@@ -28,6 +30,7 @@ from dtrain._connection import TLS
 
 __all__ = [
     "Client", "Job", "is_terminal", "ProcessGroup", "KeyValueStore", "export", "load_spec", "TLS",
+    "data",
     "DtrainError", "InvalidArgument", "NotFound", "FailedPrecondition", "DeadlineExceeded",
     "Aborted", "Unavailable", "Unauthenticated", "JobFailed", "DataLoss", "PermissionDenied",
 ]
