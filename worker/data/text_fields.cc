@@ -177,6 +177,10 @@ absl::StatusOr<float> ParseFloatText(absl::string_view text) {
   if (t.empty()) return absl::InvalidArgumentError("empty, where a number was expected");
   // absl::from_chars takes no '+', which Python's float() does.
   if (t[0] == '+' && t.size() > 1 && t[1] != '-' && t[1] != '+') t.remove_prefix(1);
+  // absl::from_chars also reads hexadecimal ("0x1p3"), which is not a decimal number.
+  if (t.find_first_of("xXpP") != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(Quote(text), " is not a decimal number"));
+  }
   double v = 0;
   const absl::from_chars_result r = absl::from_chars(t.data(), t.data() + t.size(), v);
   if (r.ec == std::errc::invalid_argument || r.ptr != t.data() + t.size()) {
