@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -344,6 +345,32 @@ TEST_F(FromPythonTest, TorchNotOneTensor_Refused) {
 TEST_F(FromPythonTest, TorchSizesBeyondStorage_Refused) {
   EXPECT_THAT(Refusal(Read("beyond_storage.pt"), FieldType::kTorch),
               HasSubstr("reach beyond its storage of 24 bytes"));
+}
+
+// The decode pool calls DecodeField from several threads at once.
+TEST_F(FromPythonTest, ManyThreadsAtOnce_EachGetsTheSameTensors) {
+  const std::vector<std::pair<std::string, FieldType>> fields = {
+      {Read("f32.npy"), FieldType::kNpy},     {Read("tensor.pt"), FieldType::kTorch},
+      {"[[1, 2], [3, 4]]", FieldType::kJson}, {"17", FieldType::kInt},
+      {"h\xc3\xa9", FieldType::kText},
+  };
+  std::vector<at::Tensor> expected;
+  for (const auto& [bytes, type] : fields) expected.push_back(Decoded(bytes, type));
+  constexpr int kThreads = 4;
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      for (int round = 0; round < 50; ++round) {
+        for (size_t f = 0; f < fields.size(); ++f) {
+          absl::StatusOr<at::Tensor> t = DecodeField(fields[f].first, fields[f].second);
+          if (!t.ok() || !t->equal(expected[f])) ++mismatches[i];
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_THAT(mismatches, ElementsAre(0, 0, 0, 0));
 }
 
 }  // namespace
