@@ -254,6 +254,15 @@ with zipfile.ZipFile(path('beyond_storage.pt'), 'w') as out:
             assert b'K\x00K\x06\x85' in data
             data = data.replace(b'K\x00K\x06\x85', b'K\x04K\x06\x85')
         out.writestr(name, data)
+# Stride 0 and 2**31 - 1 elements: 24 stored bytes that would show 8 GiB.
+with zipfile.ZipFile(path('broadcast.pt'), 'w') as out:
+    for name in src.namelist():
+        data = src.read(name)
+        if name.endswith('data.pkl'):
+            assert b'K\x00K\x06\x85q\x06K\x01\x85' in data
+            data = data.replace(b'K\x00K\x06\x85q\x06K\x01\x85',
+                                b'K\x00J\xff\xff\xff\x7f\x85q\x06K\x00\x85')
+        out.writestr(name, data)
 )";
     testing::CommandResult run = testing::RunShell("/usr/bin/python3 " + script + " " + *dir_);
     ASSERT_EQ(run.exit_code, 0) << run.output;
@@ -342,9 +351,11 @@ TEST_F(FromPythonTest, TorchNotOneTensor_Refused) {
   EXPECT_THAT(Refusal(damaged, FieldType::kTorch), HasSubstr("torch field: "));
 }
 
-TEST_F(FromPythonTest, TorchSizesBeyondStorage_Refused) {
+TEST_F(FromPythonTest, TorchSizesBeyondStorageOrLimit_Refused) {
   EXPECT_THAT(Refusal(Read("beyond_storage.pt"), FieldType::kTorch),
               HasSubstr("reach beyond its storage of 24 bytes"));
+  EXPECT_THAT(Refusal(Read("broadcast.pt"), FieldType::kTorch),
+              HasSubstr("the tensor shows 2147483647 elements, over the field limit of 67108864"));
 }
 
 // The decode pool calls DecodeField from several threads at once.

@@ -99,8 +99,23 @@ absl::StatusOr<at::Tensor> DecodeJson(absl::string_view bytes) {
 
 // The tensor must stay inside its storage: a torch.save file names sizes, strides and an offset
 // independently of the bytes of its storage record, and reading past them would be out of bounds.
+// Also bounds what the tensor shows: zero strides (an expanded tensor) can make a few stored
+// bytes show any number of elements, which a clone would then allocate.
 absl::Status CheckInsideStorage(const at::Tensor& t) {
-  if (t.numel() == 0) return absl::OkStatus();
+  int64_t elements = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) < 0 || __builtin_mul_overflow(elements, t.size(d), &elements)) {
+      return absl::InvalidArgumentError("the tensor's sizes overflow");
+    }
+  }
+  int64_t shown = 0;
+  if (__builtin_mul_overflow(elements, static_cast<int64_t>(t.element_size()), &shown) ||
+      shown > kMaxFieldBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the tensor shows ", elements,
+                                                   " elements, over the field limit of ",
+                                                   kMaxFieldBytes, " bytes"));
+  }
+  if (elements == 0) return absl::OkStatus();
   if (t.storage_offset() < 0) return absl::InvalidArgumentError("negative storage offset");
   int64_t last = t.storage_offset();
   for (int64_t d = 0; d < t.dim(); ++d) {
