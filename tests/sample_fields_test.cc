@@ -55,13 +55,14 @@ TEST(FieldTypes, Names_TheSpecsTypesOnly) {
   EXPECT_EQ(*FieldTypeFromName("torch"), FieldType::kTorch);
   EXPECT_EQ(*FieldTypeFromName("text"), FieldType::kText);
   EXPECT_EQ(*FieldTypeFromName("bytes"), FieldType::kBytes);
-  for (const char* name : {"image", "Int", "", "cls"}) {
+  EXPECT_EQ(*FieldTypeFromName("image"), FieldType::kImage);
+  for (const char* name : {"Int", "", "cls", "images"}) {
     absl::StatusOr<FieldType> type = FieldTypeFromName(name);
     ASSERT_FALSE(type.ok()) << name;
     EXPECT_THAT(type.status().message(), HasSubstr("known: int, float, npy, json"));
   }
   for (FieldType t : {FieldType::kInt, FieldType::kFloat, FieldType::kNpy, FieldType::kJson,
-                      FieldType::kTorch, FieldType::kText, FieldType::kBytes}) {
+                      FieldType::kTorch, FieldType::kText, FieldType::kBytes, FieldType::kImage}) {
     EXPECT_EQ(*FieldTypeFromName(FieldTypeName(t)), t);
   }
   EXPECT_STREQ(FieldTypeName(FieldType::kImage), "image");

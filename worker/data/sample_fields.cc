@@ -28,7 +28,7 @@ struct NamedType {
 constexpr NamedType kTypeNames[] = {
     {"int", FieldType::kInt},     {"float", FieldType::kFloat}, {"npy", FieldType::kNpy},
     {"json", FieldType::kJson},   {"torch", FieldType::kTorch}, {"text", FieldType::kText},
-    {"bytes", FieldType::kBytes},
+    {"bytes", FieldType::kBytes}, {"image", FieldType::kImage},
 };
 
 struct ExtensionType {
@@ -203,7 +203,6 @@ absl::StatusOr<FieldType> FieldTypeFromName(absl::string_view name) {
 }
 
 const char* FieldTypeName(FieldType type) {
-  if (type == FieldType::kImage) return "image";
   for (const NamedType& n : kTypeNames) {
     if (n.type == type) return n.name;
   }

@@ -3,7 +3,7 @@
 // Every input is untrusted: sizes are checked before anything is allocated from them, parsers
 // accept only their format's grammar, and nothing in a field is executed (a .pt is unpickled by
 // libtorch's restricted unpickler, which builds tensors and containers, never Python objects).
-// Images are not decoded here: the image pipeline (worker/data/image_decode.h) owns them.
+// Images are not decoded here: the image pipeline owns them.
 //
 // Thread-safety: stateless functions, callable from any number of decode threads at once.
 #pragma once
@@ -32,11 +32,12 @@ enum class FieldType {
 // limit, worker/data/tar_shard_reader.h).
 inline constexpr int64_t kMaxFieldBytes = int64_t{64} << 20;
 
-// The type a spec names: "int", "float", "npy", "json", "torch", "text" or "bytes".
-// INVALID_ARGUMENT listing those for any other name ("image" included: the caller maps it).
+// The type a spec names: "int", "float", "npy", "json", "torch", "text", "bytes" or "image"
+// (kImage: the caller hands those fields to the image pipeline). INVALID_ARGUMENT listing them
+// for any other name.
 absl::StatusOr<FieldType> FieldTypeFromName(absl::string_view name);
 
-// The name FieldTypeFromName takes ("image" for kImage), for messages.
+// The name FieldTypeFromName takes, for messages.
 const char* FieldTypeName(FieldType type);
 
 // The type WebDataset gives a field's extension (lowercase, as the tar reader reports it; for a
