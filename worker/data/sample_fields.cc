@@ -80,8 +80,9 @@ absl::StatusOr<at::Tensor> DecodeNpy(absl::string_view bytes) {
   }
   if (array.fortran_order && shape.size() > 1) {
     std::vector<int64_t> reversed(shape.size());
-    for (size_t i = 0; i < shape.size(); ++i)
+    for (size_t i = 0; i < shape.size(); ++i) {
       reversed[i] = static_cast<int64_t>(shape.size() - 1 - i);
+    }
     t = t.permute(reversed).contiguous();
   }
   return t;
