@@ -375,8 +375,12 @@ absl::StatusOr<int64_t> FetchUrlToFile(const std::string& url, const std::string
 
   SpoolFile spool(dest_path);
   if (spool.fd() < 0) {
-    return ErrnoStatus(errno, absl::StrCat("fetching ", shown, ": cannot create '", spool.path(),
-                                           "' beside the destination"));
+    // The destination's directory is missing, read-only or full: the worker's setup, not the URL.
+    const int error = errno;
+    return absl::Status(error == ENOSPC || error == EDQUOT ? absl::StatusCode::kResourceExhausted
+                                                           : absl::StatusCode::kFailedPrecondition,
+                        absl::StrCat("fetching ", shown, ": cannot create '", spool.path(),
+                                     "' beside the destination: ", strerror(error)));
   }
   const auto fail = [&](absl::StatusCode code, absl::string_view what, int tries) {
     return absl::Status(code, absl::StrCat("fetching ", shown, ": ", what, " (", tries,
