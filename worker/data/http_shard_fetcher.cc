@@ -57,7 +57,7 @@ struct Transfer {
   int fd = -1;
   int64_t max_bytes = 0;
   const std::atomic<bool>* cancelled = nullptr;
-  std::unique_ptr<Sha256> hasher;
+  std::unique_ptr<Sha256> hasher;  // null when no digest is expected
   int64_t bytes = 0;
   absl::Time last_byte = absl::InfinitePast();
   bool too_large = false;
@@ -86,7 +86,7 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
     }
     done += static_cast<size_t>(n);
   }
-  t->hasher->Update(absl::string_view(data, length));
+  if (t->hasher != nullptr) t->hasher->Update(absl::string_view(data, length));
   t->bytes += static_cast<int64_t>(length);
   return length;
 }
@@ -414,11 +414,13 @@ absl::StatusOr<int64_t> FetchUrlToFile(const std::string& url, const std::string
     t.fd = spool.fd();
     t.max_bytes = options.max_bytes;
     t.cancelled = cancelled;
-    t.hasher = std::make_unique<Sha256>();
+    // SHA-256 runs at about 300 MB/s on this machine's cores, slower than loopback, so only
+    // when there is a digest to check.
+    if (!expected_digest.empty()) t.hasher = std::make_unique<Sha256>();
     last = RunTry(url, options, cancelled, t);
     if (last.verdict == Verdict::kDone) {
-      const std::string digest = t.hasher->Finish();
-      if (expected_digest.empty() || digest == expected_digest) {
+      const std::string digest = t.hasher != nullptr ? t.hasher->Finish() : "";
+      if (digest == expected_digest) {
         if (rename(spool.path().c_str(), dest_path.c_str()) != 0) {
           return ErrnoStatus(errno, absl::StrCat("fetching ", shown, ": renaming ", spool.path(),
                                                  " to ", dest_path));
