@@ -98,10 +98,11 @@ int PickPort() {
 // switch to another user, so it reads the test's files), everything under its own directory.
 class NginxServer {
  public:
-  // Serves <dir>/www; extra_locations go inside the server block.
+  // Serves <dir>/www; extra_locations go inside the server block. With a tls_dir (made by
+  // deploy/tls/make-test-certs.sh) it serves https with tls_dir/server.pem.
   static std::unique_ptr<NginxServer> Start(const std::string& dir,
                                             const std::string& extra_locations,
-                                            std::string* error) {
+                                            const std::string& tls_dir, std::string* error) {
     if (access(kNginx, X_OK) != 0) {
       *error = absl::StrCat(kNginx,
                             " is missing: this test needs Debian's nginx "
@@ -111,13 +112,19 @@ class NginxServer {
     for (int attempt = 0; attempt < 5; ++attempt) {
       auto server = std::unique_ptr<NginxServer>(new NginxServer(dir));
       server->port_ = PickPort();
+      server->scheme_ = tls_dir.empty() ? "http" : "https";
+      const std::string tls =
+          tls_dir.empty()
+              ? ";\n"
+              : absl::StrCat(" ssl;\n    ssl_certificate ", tls_dir,
+                             "/server.pem;\n    ssl_certificate_key ", tls_dir, "/server.key;\n");
       const std::string config = absl::StrCat(
           "daemon off;\nmaster_process off;\npid ", dir, "/nginx.pid;\nerror_log ", dir,
           "/error.log info;\nevents { worker_connections 64; }\nhttp {\n  access_log ", dir,
           "/access.log;\n  client_body_temp_path ", dir, "/client_body;\n  proxy_temp_path ", dir,
           "/proxy;\n  fastcgi_temp_path ", dir, "/fastcgi;\n  uwsgi_temp_path ", dir,
           "/uwsgi;\n  scgi_temp_path ", dir,
-          "/scgi;\n  server {\n    listen 127.0.0.1:", server->port_, ";\n    root ", dir,
+          "/scgi;\n  server {\n    listen 127.0.0.1:", server->port_, tls, "    root ", dir,
           "/www;\n", extra_locations, "  }\n}\n");
       unlink((dir + "/nginx.pid").c_str());
       WriteFile(dir + "/nginx.conf", config);
@@ -153,7 +160,7 @@ class NginxServer {
   }
 
   std::string Url(const std::string& path) const {
-    return absl::StrCat("http://127.0.0.1:", port_, path);
+    return absl::StrCat(scheme_, "://127.0.0.1:", port_, path);
   }
   // How many requests for `path` nginx logged (it logs after answering, so wait a little).
   int Requests(const std::string& path, int at_least) const {
@@ -171,6 +178,7 @@ class NginxServer {
  private:
   explicit NginxServer(std::string dir) : dir_(std::move(dir)) {}
   std::string dir_;
+  std::string scheme_;
   int port_ = 0;
   std::unique_ptr<Subprocess> process_;
 };
@@ -189,7 +197,7 @@ class NginxFetchTest : public ::testing::Test {
                                 "    location = /unavailable.tar { return 503; }\n"
                                 "    location = /moved.tar { return 302 /shard-000.tar; }\n"
                                 "    location = /to-ftp.tar { return 302 ftp://127.0.0.1/x; }\n",
-                                &error);
+                                "", &error);
     ASSERT_NE(nginx_, nullptr) << error;
   }
 
@@ -237,6 +245,26 @@ TEST_F(NginxFetchTest, RightDigest_FileHasExactlyTheServedBytes) {
   EXPECT_EQ(SpoolFiles(), 0);
   EXPECT_EQ(nginx_->Requests("/shard-000.tar", 1), 1);
   std::printf("5 MiB over loopback in %s\n", absl::FormatDuration(absl::Now() - start).c_str());
+}
+
+TEST_F(NginxFetchTest, FourThreadsAtOnce_EachGetsTheWholeShard) {
+  constexpr int kThreads = 4;
+  std::vector<absl::StatusOr<int64_t>> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] =
+          FetchUrlToFile(nginx_->Url("/shard-000.tar"), absl::StrCat(dir_, "/out/copy-", i, ".tar"),
+                         DigestOf(big_), FastOptions());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kThreads; ++i) {
+    ASSERT_TRUE(results[i].ok()) << i << ": " << results[i].status();
+    EXPECT_EQ(*results[i], kBigFileBytes);
+    EXPECT_TRUE(ReadFile(absl::StrCat(dir_, "/out/copy-", i, ".tar")) == big_) << i;
+  }
+  EXPECT_EQ(nginx_->Requests("/shard-000.tar", kThreads), kThreads);
 }
 
 TEST_F(NginxFetchTest, NoDigest_FetchedAndOverwritesAnOldFile) {
@@ -363,6 +391,59 @@ TEST_F(NginxFetchTest, CancelledDuringBackoff_ReturnsCancelledPromptly) {
               absl::FormatDuration(took).c_str());
 }
 
+// nginx serving https with a certificate from a throwaway CA (deploy/tls/make-test-certs.sh).
+class HttpsFetchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TestTempPath("nginx");
+    std::filesystem::create_directories(dir_ + "/www");
+    std::filesystem::create_directories(dir_ + "/out");
+    const dtrain::testing::CommandResult certs = dtrain::testing::RunShell(
+        absl::StrCat("bash " DTRAIN_SOURCE_DIR "/deploy/tls/make-test-certs.sh ", dir_, "/tls"));
+    ASSERT_EQ(certs.exit_code, 0) << certs.output;
+    shard_ = RandomBytes(100000, 10);
+    WriteFile(dir_ + "/www/shard-000.tar", shard_);
+    std::string error;
+    nginx_ = NginxServer::Start(dir_, "", dir_ + "/tls", &error);
+    ASSERT_NE(nginx_, nullptr) << error;
+  }
+  std::string Dest() const { return dir_ + "/out/shard.tar"; }
+
+  std::string dir_;
+  std::string shard_;
+  std::unique_ptr<NginxServer> nginx_;
+};
+
+TEST_F(HttpsFetchTest, CaFileTrustsTheServer_Fetched) {
+  HttpFetchOptions options = FastOptions();
+  options.ca_file = dir_ + "/tls/ca.pem";
+  const std::string url = nginx_->Url("/shard-000.tar");
+  ASSERT_TRUE(absl::StartsWith(url, "https://")) << url;
+  absl::StatusOr<int64_t> bytes = FetchUrlToFile(url, Dest(), DigestOf(shard_), options);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, static_cast<int64_t>(shard_.size()));
+  EXPECT_TRUE(ReadFile(Dest()) == shard_);
+}
+
+// Both failure cases in one test: each HttpsFetchTest makes its own CA and keys (~1 s).
+TEST_F(HttpsFetchTest, UntrustedOrMissingCa_RefusedWithoutRetry) {
+  absl::StatusOr<int64_t> bytes =
+      FetchUrlToFile(nginx_->Url("/shard-000.tar"), Dest(), "", FastOptions());
+  ASSERT_EQ(bytes.status().code(), absl::StatusCode::kFailedPrecondition) << bytes.status();
+  EXPECT_TRUE(absl::StrContains(bytes.status().message(), "ca_file")) << bytes.status();
+  EXPECT_TRUE(absl::StrContains(bytes.status().message(), "(1 try)")) << bytes.status();
+  EXPECT_FALSE(std::filesystem::exists(Dest()));
+  std::printf("%s\n", bytes.status().ToString().c_str());
+
+  HttpFetchOptions options = FastOptions();
+  options.ca_file = dir_ + "/tls/no-such-ca.pem";
+  bytes = FetchUrlToFile(nginx_->Url("/shard-000.tar"), Dest(), "", options);
+  ASSERT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument) << bytes.status();
+  EXPECT_TRUE(absl::StrContains(bytes.status().message(), "no-such-ca.pem")) << bytes.status();
+  EXPECT_TRUE(absl::StrContains(bytes.status().message(), "(1 try)")) << bytes.status();
+  std::printf("%s\n", bytes.status().ToString().c_str());
+}
+
 // A TCP server on 127.0.0.1:0 that speaks just enough HTTP/1.1 to misbehave in one way.
 class FakeHttpServer {
  public:
@@ -370,6 +451,7 @@ class FakeHttpServer {
     kNeverAnswer,         // reads the request, then holds the connection open, silent
     kTruncate,            // Content-Length: 2x the body, sends the body, closes
     kFailTwiceThenServe,  // 503 to the first two connections, then 200 with the body
+    kStallMidBody,        // Content-Length: 2x the body, sends the body, then holds on, silent
   };
 
   FakeHttpServer(Mode mode, std::string body) : mode_(mode), body_(std::move(body)) {
@@ -423,6 +505,11 @@ class FakeHttpServer {
       }
       switch (mode_) {
         case Mode::kNeverAnswer:
+          held.push_back(fd);
+          continue;
+        case Mode::kStallMidBody:
+          Send(fd, absl::StrCat("HTTP/1.1 200 OK\r\nContent-Length: ", 2 * body_.size(), "\r\n\r\n",
+                                body_));
           held.push_back(fd);
           continue;
         case Mode::kTruncate:
@@ -506,6 +593,18 @@ TEST_F(FakeServerFetchTest, ServerNeverAnswers_DeadlineExceededAfterEachTryStall
   EXPECT_FALSE(DestExists());
   EXPECT_EQ(SpoolFiles(), 0);
   std::printf("two stalled tries of 300 ms each: %s\n", absl::FormatDuration(took).c_str());
+}
+
+TEST_F(FakeServerFetchTest, SilentAfterPartOfTheBody_DeadlineExceededNamingBytes) {
+  FakeHttpServer server(FakeHttpServer::Mode::kStallMidBody, RandomBytes(1000, 9));
+  HttpFetchOptions options = FastOptions();
+  options.max_attempts = 1;
+  absl::StatusOr<int64_t> bytes = FetchUrlToFile(server.Url("/half.tar"), Dest(), "", options);
+  ASSERT_EQ(bytes.status().code(), absl::StatusCode::kDeadlineExceeded) << bytes.status();
+  EXPECT_TRUE(absl::StrContains(bytes.status().message(), "after 1000 body bytes"))
+      << bytes.status();
+  EXPECT_FALSE(DestExists());
+  EXPECT_EQ(SpoolFiles(), 0);
 }
 
 TEST_F(FakeServerFetchTest, AttemptTimeout_DeadlineExceeded) {

@@ -176,7 +176,7 @@ TryResult ClassifyCurlError(CURLcode code, const std::string& message, const Tra
                   absl::StrCat(what, " (an https server signed by a private CA needs ca_file)"));
     case CURLE_SSL_CACERT_BADFILE:
       return Fail(absl::StatusCode::kInvalidArgument,
-                  absl::StrCat(what, " (ca_file '", options.ca_file, "')"));
+                  absl::StrCat(what, " (HttpFetchOptions.ca_file)"));
     case CURLE_UNSUPPORTED_PROTOCOL:
     case CURLE_URL_MALFORMAT:
     case CURLE_TOO_MANY_REDIRECTS:
