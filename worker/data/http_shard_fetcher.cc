@@ -257,7 +257,12 @@ TryResult RunTry(const std::string& url, const HttpFetchOptions& options,
                              " (stall_timeout) after ", t.bytes, " body bytes"));
       break;
     }
-    curl_multi_poll(multi.get(), nullptr, 0, kPollMillis, nullptr);
+    const CURLMcode polled = curl_multi_poll(multi.get(), nullptr, 0, kPollMillis, nullptr);
+    if (polled != CURLM_OK) {  // would otherwise spin
+      abandoned = Fail(absl::StatusCode::kInternal,
+                       absl::StrCat("curl_multi_poll: ", curl_multi_strerror(polled)));
+      break;
+    }
   }
   CURLcode code = CURLE_OK;
   bool finished = false;
