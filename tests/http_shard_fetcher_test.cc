@@ -195,6 +195,9 @@ class NginxFetchTest : public ::testing::Test {
     nginx_ = NginxServer::Start(dir_,
                                 "    location = /forbidden.tar { return 403; }\n"
                                 "    location = /unavailable.tar { return 503; }\n"
+                                "    location = /busy.tar {\n"
+                                "      add_header Retry-After 1 always;\n"
+                                "      return 429;\n    }\n"
                                 "    location = /moved.tar { return 302 /shard-000.tar; }\n"
                                 "    location = /to-ftp.tar { return 302 ftp://127.0.0.1/x; }\n",
                                 "", &error);
@@ -322,6 +325,26 @@ TEST_F(NginxFetchTest, ServiceUnavailable_RetriedMaxAttemptsThenUnavailable) {
   EXPECT_FALSE(DestExists());
   EXPECT_EQ(SpoolFiles(), 0);
   EXPECT_EQ(nginx_->Requests("/unavailable.tar", 4), 4);
+}
+
+TEST_F(NginxFetchTest, TooManyRequestsWithRetryAfter_WaitsAsToldUpToMaxBackoff) {
+  HttpFetchOptions options = FastOptions();
+  options.max_attempts = 2;
+  options.max_backoff = absl::Seconds(2);  // the 10 ms backoff alone would retry at once
+  const absl::Time start = absl::Now();
+  absl::StatusOr<int64_t> bytes = FetchUrlToFile(nginx_->Url("/busy.tar"), Dest(), "", options);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_EQ(bytes.status().code(), absl::StatusCode::kUnavailable) << bytes.status();
+  EXPECT_TRUE(absl::StrContains(bytes.status().message(), "HTTP 429")) << bytes.status();
+  EXPECT_EQ(nginx_->Requests("/busy.tar", 2), 2);
+  EXPECT_GE(took, absl::Seconds(1));
+  EXPECT_LT(took, absl::Seconds(2));
+
+  options.max_backoff = absl::Milliseconds(100);  // the cap wins over the server's second
+  const absl::Time capped_start = absl::Now();
+  bytes = FetchUrlToFile(nginx_->Url("/busy.tar"), Dest(), "", options);
+  EXPECT_EQ(bytes.status().code(), absl::StatusCode::kUnavailable) << bytes.status();
+  EXPECT_LT(absl::Now() - capped_start, absl::Milliseconds(900));
 }
 
 TEST_F(NginxFetchTest, ContentLengthOverMaxBytes_ResourceExhaustedBeforeTheBody) {

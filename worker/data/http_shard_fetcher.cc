@@ -14,7 +14,9 @@
 #include <utility>
 
 #include "absl/random/random.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/sha256.h"
@@ -62,10 +64,21 @@ struct Transfer {
   absl::Time last_byte = absl::InfinitePast();
   bool too_large = false;
   int write_errno = 0;
+  // A 429's or 503's Retry-After in seconds (the HTTP-date form is ignored); zero when absent.
+  absl::Duration retry_after = absl::ZeroDuration();
 };
 
-size_t OnHeader(char* /*data*/, size_t size, size_t count, void* user) {
-  static_cast<Transfer*>(user)->last_byte = absl::Now();
+size_t OnHeader(char* data, size_t size, size_t count, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  t->last_byte = absl::Now();
+  const absl::string_view line(data, size * count);
+  constexpr absl::string_view kRetryAfter = "retry-after:";
+  int seconds = 0;
+  if (absl::StartsWithIgnoreCase(line, kRetryAfter) &&
+      absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(kRetryAfter.size())), &seconds) &&
+      seconds > 0) {
+    t->retry_after = absl::Seconds(seconds);
+  }
   return size * count;
 }
 
@@ -395,6 +408,7 @@ absl::StatusOr<int64_t> FetchUrlToFile(const std::string& url, const std::string
   absl::BitGen jitter;
   int digest_mismatches = 0;
   TryResult last;
+  absl::Duration retry_after = absl::ZeroDuration();
   for (int attempt = 1; attempt <= options.max_attempts; ++attempt) {
     if (attempt > 1) {
       // initial_backoff * 2^(attempt-2), capped, then drawn from [half, all] of it.
@@ -402,6 +416,8 @@ absl::StatusOr<int64_t> FetchUrlToFile(const std::string& url, const std::string
       for (int i = 2; i < attempt && wait < options.max_backoff; ++i) wait *= 2;
       wait = std::min(wait, options.max_backoff);
       wait = wait * absl::Uniform(jitter, 0.5, 1.0);
+      // A server that says when to come back is believed, up to max_backoff.
+      wait = std::max(wait, std::min(retry_after, options.max_backoff));
       LogWarning("shard download failed; retrying", {{"url", shown},
                                                      {"try", attempt - 1},
                                                      {"max_attempts", options.max_attempts},
@@ -423,6 +439,7 @@ absl::StatusOr<int64_t> FetchUrlToFile(const std::string& url, const std::string
     // when there is a digest to check.
     if (!expected_digest.empty()) t.hasher = std::make_unique<Sha256>();
     last = RunTry(url, options, cancelled, t);
+    retry_after = t.retry_after;
     if (last.verdict == Verdict::kDone) {
       const std::string digest = t.hasher != nullptr ? t.hasher->Finish() : "";
       if (digest == expected_digest) {

@@ -31,6 +31,7 @@ struct HttpFetchOptions {
   int max_attempts = 5;
   // The wait before the second try; doubled for each later one and capped at max_backoff. Each
   // wait is drawn uniformly from [half, all] of that, so ranks that failed together spread out.
+  // A Retry-After (in seconds) on the failed answer lengthens the wait, up to max_backoff.
   absl::Duration initial_backoff = absl::Milliseconds(500);
   absl::Duration max_backoff = absl::Seconds(8);
   // A body larger than this is refused: before it is read when the server sends Content-Length,
