@@ -187,6 +187,7 @@ class NginxFetchTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = TestTempPath("nginx");
+    std::filesystem::remove_all(dir_);  // a fresh access log under --gtest_repeat too
     std::filesystem::create_directories(dir_ + "/www");
     std::filesystem::create_directories(dir_ + "/out");
     big_ = RandomBytes(kBigFileBytes, 36);
@@ -419,6 +420,7 @@ class HttpsFetchTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = TestTempPath("nginx");
+    std::filesystem::remove_all(dir_);  // a fresh access log under --gtest_repeat too
     std::filesystem::create_directories(dir_ + "/www");
     std::filesystem::create_directories(dir_ + "/out");
     const dtrain::testing::CommandResult certs = dtrain::testing::RunShell(
@@ -591,6 +593,7 @@ class FakeServerFetchTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = TestTempPath("out");
+    std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
   std::string Dest() const { return dir_ + "/shard.tar"; }
