@@ -37,7 +37,8 @@ struct HttpFetchOptions {
   // A body larger than this is refused: before it is read when the server sends Content-Length,
   // else as soon as the bytes received pass it.
   int64_t max_bytes = int64_t{64} << 30;
-  // A PEM bundle of extra CAs for https (a private cluster's CA); empty: the system's store only.
+  // A PEM bundle of CAs for https (a private cluster's CA). It replaces libcurl's bundle file;
+  // the system's hashed directory (/etc/ssl/certs) stays trusted. Empty: the system's store.
   std::string ca_file;
   // Redirects followed (to http or https only).
   int max_redirects = 5;
@@ -46,8 +47,8 @@ struct HttpFetchOptions {
 // Whether `url` starts with http:// or https:// (scheme case-insensitive).
 bool IsHttpUrl(absl::string_view url);
 
-// `url` safe to print: the query and fragment replaced by "?<redacted>" and any user:password@
-// by "<redacted>@" ("https://b.s3.amazonaws.com/s-000.tar?<redacted>").
+// `url` safe to print: the query replaced by "?<redacted>" (or the fragment by "#<redacted>")
+// and any user:password@ by "<redacted>@" ("https://b.s3.amazonaws.com/s-000.tar?<redacted>").
 std::string RedactUrl(absl::string_view url);
 
 // Downloads `url` into `dest_path`: written to a temporary file beside it (same directory, so the
