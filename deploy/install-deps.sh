@@ -6,7 +6,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
           protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libtorch-dev libgloo-dev zlib1g-dev libyaml-cpp-dev
-          libsqlite3-dev libcpp-httplib-dev libarchive-dev libjs-chart.js libopenblas0-openmp
+          libsqlite3-dev libcpp-httplib-dev libarchive-dev libcurl4-openssl-dev libjs-chart.js libopenblas0-openmp
           dataset-fashion-mnist
           python3 python3-grpcio python3-protobuf python3-yaml python3-numpy)
 # libopenblas0-openmp: libtorch's linear layers call whichever BLAS Debian's alternatives pick,
@@ -17,11 +17,12 @@ packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc 
 # torch, which writes the data files and checkpoints the interoperability tests read and check;
 # torchvision and PIL, which make the ImageFolder that dtrain.data.write_shards is tested with;
 # chromium, its driver and selenium for the dashboard's browser test; iproute2 (ip, tc) for the
-# network-namespace tests and openssl for the TLS tests' certificates. libjs-chart.js (above) is
+# network-namespace tests and openssl for the TLS tests' certificates; nginx serves shards over
+# HTTP to the HTTP fetcher's test (worker/data/http_shard_fetcher.h). libjs-chart.js (above) is
 # the dashboard's chart library, embedded in the coordinator at build time.
 if [ "${1:-}" = "--test" ]; then
   packages+=(clang-format clang python3-pytest python3-torch python3-torchvision python3-pil
-             chromium chromium-driver python3-selenium iproute2 openssl)
+             chromium chromium-driver python3-selenium iproute2 openssl nginx)
 fi
 if [ "${1:-}" = "--bench" ]; then packages+=(python3 python3-torch); fi
 if [ "${1:-}" = "--fuzz" ]; then packages+=(clang); fi
