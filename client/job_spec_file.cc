@@ -59,6 +59,12 @@ absl::Status SetRepeated(const YAML::Node& value, Message* message, const FieldD
   r->ClearField(message, field);
   for (size_t i = 0; i < items.size(); ++i) {
     const std::string where = absl::StrCat(path, "[", i, "]");
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      // A list of mappings (`fields: [{name: jpg, type: image}]`, transforms).
+      if (!items[i].IsMap()) return Bad(where, "expected a mapping");
+      if (absl::Status s = Fill(items[i], r->AddMessage(message, field), where); !s.ok()) return s;
+      continue;
+    }
     if (!items[i].IsScalar()) return Bad(where, "expected a single value");
     switch (field->cpp_type()) {
       case FieldDescriptor::CPPTYPE_DOUBLE: {

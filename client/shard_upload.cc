@@ -112,8 +112,8 @@ absl::StatusOr<ShardUpload> UploadShards(ArtifactsClient& client, const std::str
       return absl::DataLossError(absl::StrCat(field, ": shard '", e.location, "' has digest ",
                                               sent->digest, ", its list says ", e.digest));
     }
-    absl::StrAppend(&list, ArtifactReference(sent->digest), " ", sent->digest,
-                    " samples:", samples, "\n");
+    absl::StrAppend(&list, ArtifactReference(sent->digest), " ", sent->digest, " samples:", samples,
+                    "\n");
     ++out.shards;
     out.sent += sent->sent ? 1 : 0;
     out.bytes += sent->size;
@@ -134,8 +134,9 @@ absl::StatusOr<ShardUpload> UploadShards(ArtifactsClient& client, const std::str
   absl::StatusOr<UploadResult> sent = client.Upload(tmp.string());
   std::filesystem::remove(tmp, ec);
   if (!sent.ok()) {
-    return absl::Status(sent.status().code(),
-                        absl::StrCat(field, ": uploading its shard list: ", sent.status().message()));
+    return absl::Status(
+        sent.status().code(),
+        absl::StrCat(field, ": uploading its shard list: ", sent.status().message()));
   }
   out.reference = ArtifactReference(sent->digest);
   return out;

@@ -18,8 +18,8 @@ namespace dtrain {
 struct ShardUpload {
   std::string reference;  // "artifact:sha256:<hex>" of the list
   int shards = 0;
-  int sent = 0;           // shards sent now (the others were stored already)
-  int64_t bytes = 0;      // of the local shards
+  int sent = 0;       // shards sent now (the others were stored already)
+  int64_t bytes = 0;  // of the local shards
   int64_t samples = 0;
 };
 

@@ -21,9 +21,9 @@ absl::Status UploadSpecFiles(ArtifactsClient& client, v1::JobSpec* spec,
       if (!shards.ok()) return shards.status();
       if (uploaded != nullptr) {
         uploaded->push_back(absl::StrFormat(
-            "%s: %d shards, %d samples (%.1f MB), %d sent, the list as %s", p->path,
-            shards->shards, shards->samples, static_cast<double>(shards->bytes) / 1e6,
-            shards->sent, shards->reference));
+            "%s: %d shards, %d samples (%.1f MB), %d sent, the list as %s", p->path, shards->shards,
+            shards->samples, static_cast<double>(shards->bytes) / 1e6, shards->sent,
+            shards->reference));
       }
       p->value = shards->reference;
       return absl::OkStatus();

@@ -130,18 +130,8 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
   }
   for (const SpecPath& p : SpecPaths(*spec)) {
     if (p.kind == v1::Setting::DIRECTORY) continue;
-    if (p.kind == v1::Setting::SHARDS) {
-      // What reaches the coordinator: a URL, worker shards, or the list the client uploaded.
-      if (!IsWorkerPath(p.value) && !IsArtifactReference(p.value) && !IsHttpUrl(p.value)) {
-        return BadSpec(p.path, absl::StrCat("'", p.value,
-                                            "' is neither worker:<path>, an http(s) URL nor an "
-                                            "uploaded list; submit with the dtrain command line, "
-                                            "which uploads the client's own shards"));
-      }
-      if (IsArtifactReference(p.value)) {
-        if (absl::Status s = CheckFileReference(p); !s.ok()) return s;
-      }
-      continue;
+    if (p.kind == v1::Setting::SHARDS && !IsArtifactReference(p.value)) {
+      continue;  // a pattern, directory or list (the client's until uploaded), or a URL
     }
     if (absl::Status s = CheckFileReference(p); !s.ok()) return s;
   }
@@ -155,9 +145,10 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
   if (data->has_shards()) {
     const v1::ShardDataSpec& sh = data->shards();
     if (sh.train().empty() && sh.predict().empty()) {
-      return BadSpec("data.shards", "give train (or predict, for predict only): a pattern such "
-                                    "as worker:/data/train-{000000..000099}.tar, a directory or "
-                                    "a list file");
+      return BadSpec("data.shards",
+                     "give train (or predict, for predict only): a pattern such "
+                     "as worker:/data/train-{000000..000099}.tar, a directory or "
+                     "a list file");
     }
     if (sh.fields().empty()) {
       return BadSpec("data.shards.fields",

@@ -101,7 +101,7 @@ TEST(ShardList, BadLines_InvalidArgumentNamingTheLine) {
     const char* want;
   } cases[] = {
       {"a.tar\nb.tar sha256:12\n", "line 2: a digest is sha256: and 64 lowercase hex"},
-      {"a.tar md5:" + std::string(32, '0'), "line 1: a digest is sha256:"},
+      {"a.tar md5:" + std::string(32, '0'), "line 1: 'md5:0000"},
       {"a.tar sha256:" + std::string(64, 'A'), "line 1: a digest"},
       {"a.tar x y z", "line 1: expected '<shard> [sha256:<hex>] [samples:<n>]'"},
       {"a.tar x", "line 1: 'x' is neither sha256:<hex> nor samples:<n>"},

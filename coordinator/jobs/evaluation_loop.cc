@@ -28,10 +28,10 @@ absl::Status EvaluationLoop::Run(EvalKind kind) {
   const int64_t limit_batches = test ? 0 : context_.spec.trainer().limit_val_batches();
   RankBatches batches(state.world_size);
   for (int rank = 0; rank < state.world_size; ++rank) {
-    batches[rank] = Batches(state.streamed(split)
-                                ? StreamPositions(size, state.world_size, rank, false)
-                                : EvalShard(size, state.world_size, rank),
-                            d.eval_batch_size());
+    batches[rank] =
+        Batches(state.streamed(split) ? StreamPositions(size, state.world_size, rank, false)
+                                      : EvalShard(size, state.world_size, rank),
+                d.eval_batch_size());
     if (limit_batches > 0 && static_cast<int64_t>(batches[rank].size()) > limit_batches) {
       batches[rank].resize(limit_batches);
     }

@@ -29,12 +29,11 @@ absl::Status FitLoop::TrainEpoch(int64_t epoch, int64_t start_batch) {
   TrainingState& state = context_.state;
   RankBatches batches(state.world_size);
   for (int r = 0; r < state.world_size; ++r) {
-    batches[r] = Batches(
-        state.streamed("train")
-            ? StreamPositions(state.split_size("train"), state.world_size, r, true)
-            : TrainShard(state.split_size("train"), state.world_size, r, spec.data().shuffle(),
-                         spec.seed_everything(), epoch),
-        spec.data().batch_size());
+    batches[r] = Batches(state.streamed("train")
+                             ? StreamPositions(state.split_size("train"), state.world_size, r, true)
+                             : TrainShard(state.split_size("train"), state.world_size, r,
+                                          spec.data().shuffle(), spec.seed_everything(), epoch),
+                         spec.data().batch_size());
   }
   const int64_t nb = state.batches_per_epoch;
   const double vci = t.val_check_interval();

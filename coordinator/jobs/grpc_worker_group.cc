@@ -149,6 +149,8 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::Train(const TrainCall& call) {
       r.lr = local.lr();
       r.step_seconds = local.step_seconds();
       r.gradient_wait_seconds = local.gradient_wait_seconds();
+      r.data_wait_seconds = local.data_wait_seconds();
+      r.data_skipped = local.data_skipped();
       for (const v1::BatchResult& batch : local.batches()) r.batches.push_back(ScalarsOf(batch));
     }
   }

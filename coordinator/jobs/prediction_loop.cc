@@ -26,10 +26,10 @@ absl::Status PredictionLoop::Run() {
   RankBatches batches(state.world_size);
   int64_t most_batches = 0;
   for (int rank = 0; rank < state.world_size; ++rank) {
-    batches[rank] = Batches(state.streamed(split)
-                                ? StreamPositions(size, state.world_size, rank, false)
-                                : EvalShard(size, state.world_size, rank),
-                            d.eval_batch_size());
+    batches[rank] =
+        Batches(state.streamed(split) ? StreamPositions(size, state.world_size, rank, false)
+                                      : EvalShard(size, state.world_size, rank),
+                d.eval_batch_size());
     most_batches = std::max<int64_t>(most_batches, batches[rank].size());
   }
   // One row per sample, in sample order; the columns are the outputs with one value per sample

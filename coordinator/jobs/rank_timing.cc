@@ -13,9 +13,11 @@ namespace dtrain {
 absl::Status RankTiming::OnTrainBatchesEnd(TrainerControl& trainer, const TrainBatches& batches) {
   if (batches.result == nullptr) return absl::OkStatus();
   for (const RankTrainResult& rank : batches.result->ranks) {
-    auto& [in_steps, waiting] = seconds_[rank.rank];
-    in_steps += rank.step_seconds;
-    waiting += rank.gradient_wait_seconds;
+    Seconds& s = seconds_[rank.rank];
+    s.in_steps += rank.step_seconds;
+    s.gradients += rank.gradient_wait_seconds;
+    s.data += rank.data_wait_seconds;
+    skipped_[rank.rank] = rank.data_skipped;
   }
   return absl::OkStatus();
 }
@@ -25,14 +27,22 @@ absl::Status RankTiming::OnTrainEnd(TrainerControl& trainer) {
   constexpr int kLoggedRanks = 8;
   std::vector<std::string> parts;
   double busiest = 0;
-  for (const auto& [rank, seconds] : seconds_) {
-    const auto& [in_steps, waiting] = seconds;
-    busiest = std::max(busiest, in_steps);
+  double most_data_share = 0;
+  int input_bound_rank = -1;
+  for (const auto& [rank, s] : seconds_) {
+    busiest = std::max(busiest, s.in_steps);
+    const double data_share = s.in_steps > 0 ? s.data / s.in_steps : 0.0;
+    if (data_share > most_data_share) {
+      most_data_share = data_share;
+      input_bound_rank = rank;
+    }
     if (static_cast<int>(parts.size()) < kLoggedRanks) {
-      parts.push_back(
-          absl::StrFormat("rank %d %.2f s in steps, %.2f s (%.1f%%) of it waiting "
-                          "for gradients",
-                          rank, in_steps, waiting, in_steps > 0 ? 100 * waiting / in_steps : 0.0));
+      parts.push_back(absl::StrCat(
+          absl::StrFormat("rank %d %.2f s in steps, %.2f s (%.1f%%) of it waiting for gradients",
+                          rank, s.in_steps, s.gradients,
+                          s.in_steps > 0 ? 100 * s.gradients / s.in_steps : 0.0),
+          s.data > 0 ? absl::StrFormat(", %.2f s (%.1f%%) for data", s.data, 100 * data_share)
+                     : ""));
     }
   }
   if (seconds_.size() > kLoggedRanks) {
@@ -43,6 +53,19 @@ absl::Status RankTiming::OnTrainEnd(TrainerControl& trainer) {
   trainer.Log(absl::StrFormat(
       "time by rank: %s; between steps (the coordinator) %.2f s of %.2f s in %s",
       absl::StrJoin(parts, "; "), std::max(0.0, train - busiest), train, state.calls.Summary()));
+  if (most_data_share > 0.1) {
+    trainer.Log(absl::StrFormat(
+        "input-bound: rank %d waited %.0f%% of its step time for samples; more "
+        "data.num_workers (decoding threads per rank) or fewer, lighter transforms would help",
+        input_bound_rank, 100 * most_data_share));
+  }
+  int64_t skipped = 0;
+  for (const auto& [rank, n] : skipped_) skipped += n;
+  if (skipped > 0) {
+    trainer.Log(absl::StrCat("skipped ", skipped,
+                             " samples (data.shards.on_error: skip); each is in its worker's log "
+                             "with its shard and key"));
+  }
   return absl::OkStatus();
 }
 

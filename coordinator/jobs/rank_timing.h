@@ -1,7 +1,9 @@
 // RankTiming: where training's wall time went on each rank: its own work, and of that the time
 // waiting for the other ranks' gradients (the communication backward did not hide, and the lead
 // of a faster rank over a slower one); what no rank spent is the coordinator's, driving the
-// steps between the ranks' batches. One line in the job log once fit ends ("time by rank: ...").
+// steps between the ranks' batches. One line in the job log once fit ends ("time by rank: ..."),
+// and for streamed data the time the steps waited for samples (a line saying the job is
+// input-bound when that is more than a tenth of a rank's step time) and the samples skipped.
 #pragma once
 
 #include <map>
@@ -17,8 +19,13 @@ class RankTiming final : public TrainerCallback {
   absl::Status OnTrainEnd(TrainerControl& trainer) override;
 
  private:
-  // Per rank: seconds in training steps, and of those, waiting for the others' gradients.
-  std::map<int, std::pair<double, double>> seconds_;
+  struct Seconds {
+    double in_steps = 0;
+    double gradients = 0;  // waiting for the others' gradients
+    double data = 0;       // waiting for streamed samples
+  };
+  std::map<int, Seconds> seconds_;
+  std::map<int, int64_t> skipped_;  // per rank, the latest count (the worker's is cumulative)
 };
 
 }  // namespace dtrain

@@ -18,8 +18,8 @@
 
 #include <cstdint>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -76,6 +76,8 @@ struct RankTrainResult {
   double lr = 0;
   double step_seconds = 0;           // in the call's batches
   double gradient_wait_seconds = 0;  // of which waiting for the other ranks' gradients
+  double data_wait_seconds = 0;      // of which waiting for streamed samples (input-bound)
+  int64_t data_skipped = 0;          // streamed samples skipped so far (on_error: skip)
   std::vector<BatchScalars> batches;
 };
 struct TrainResult {

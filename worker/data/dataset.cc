@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_settings.h"
 #include "common/status_macros.h"
+#include "worker/data/http_shard_fetcher.h"
 #include "worker/data/idx_file.h"
 #include "worker/data/sample_decoder.h"
 #include "worker/data/sharded_split.h"
@@ -123,6 +124,13 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataConfig& spe
     case v1::DataConfig::kShards: {
       const v1::ShardDataSpec& shards = spec.shards();
       ShardFetcher fetcher = options.fetcher;
+      if (!fetcher.url) {
+        // URLs through libcurl with retries, backoff and stall timeouts (http_shard_fetcher.h).
+        fetcher.url = [](const std::string& url, const std::string& dest, const std::string& digest,
+                         const std::atomic<bool>* cancelled) {
+          return FetchUrlToFile(url, dest, digest, HttpFetchOptions(), cancelled).status();
+        };
+      }
       const std::pair<const char*, const std::string*> named[] = {{"train", &shards.train()},
                                                                   {"val", &shards.val()},
                                                                   {"test", &shards.test()},
@@ -144,8 +152,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataConfig& spe
         o.shuffle_buffer = static_cast<size_t>(std::max(0, shards.shuffle_buffer()));
         o.skip_errors = shards.on_error() == "skip";
         o.num_workers = std::max(0, spec.num_workers());
-        const int64_t batch = std::max(
-            1, o.training ? spec.batch_size() : std::max(spec.eval_batch_size(), spec.batch_size()));
+        const int64_t batch =
+            std::max(1, o.training ? spec.batch_size()
+                                   : std::max(spec.eval_batch_size(), spec.batch_size()));
         o.window = std::max<int64_t>(std::max(1, spec.prefetch_batches()) * batch,
                                      2 * std::max(1, spec.num_workers()));
         DTRAIN_ASSIGN_OR_RETURN(o.decode,

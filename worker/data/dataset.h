@@ -56,7 +56,7 @@ class Dataset {
   // INVALID_ARGUMENT: a malformed file or spec.
   // `spec` is the job spec's data section (job_spec.proto); a val_size of 0 is its default.
   static absl::StatusOr<std::unique_ptr<Dataset>> Load(const v1::DataConfig& spec,
-                                                        const DataLoadOptions& options = {});
+                                                       const DataLoadOptions& options = {});
   ~Dataset();
 
   // (name, size) of each split, in the order train, val, test, predict; a streamed split's

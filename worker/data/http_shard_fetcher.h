@@ -15,9 +15,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/file_reference.h"  // IsHttpUrl
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/file_reference.h"  // IsHttpUrl
 
 namespace dtrain {
 

@@ -17,7 +17,9 @@ namespace {
 // decode, and above the HTTP fetcher's own stall timeout, so that its precise error comes first.
 constexpr absl::Duration kSampleDeadline = absl::Minutes(10);
 
-std::string ShapeOf(const at::Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]"); }
+std::string ShapeOf(const at::Tensor& t) {
+  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
+}
 
 }  // namespace
 
@@ -180,12 +182,14 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position) {
       return absl::InternalError(absl::StrCat("rank ", rank_, ": the ", options_.name,
                                               " stream ended before position ", position));
     }
-    if (cv_.wait_until(lock, absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(1)))) ==
+    if (cv_.wait_until(lock,
+                       absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(1)))) ==
             std::cv_status::timeout &&
         absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "rank ", rank_, ": no ", options_.name, " sample for ", absl::FormatDuration(kSampleDeadline),
-          " (position ", position, "); the shard being read is stuck"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("rank ", rank_, ": no ", options_.name, " sample for ",
+                       absl::FormatDuration(kSampleDeadline), " (position ", position,
+                       "); the shard being read is stuck"));
     }
   }
   wait_seconds_.store(wait_seconds_.load() + absl::ToDoubleSeconds(absl::Now() - started));
@@ -196,22 +200,22 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position) {
   return d;
 }
 
-absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch, const std::vector<int64_t>& positions) {
+absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch,
+                                                const std::vector<int64_t>& positions) {
   if (positions.empty()) return absl::InvalidArgumentError("an index batch needs indices");
   const int64_t n = RankSamples();
   for (size_t i = 0; i < positions.size(); ++i) {
     if (positions[i] != positions[0] + static_cast<int64_t>(i)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "split '", options_.name,
-          "' is streamed: a batch is consecutive positions in the rank's epoch, got ",
-          positions[i], " after ", positions[i - 1]));
+      return absl::InvalidArgumentError(
+          absl::StrCat("split '", options_.name,
+                       "' is streamed: a batch is consecutive positions in the rank's epoch, got ",
+                       positions[i], " after ", positions[i - 1]));
     }
   }
   if (positions.front() < 0 || positions.back() >= n) {
-    return absl::InvalidArgumentError(absl::StrCat("positions ", positions.front(), "..",
-                                                   positions.back(), " are outside split '",
-                                                   options_.name, "' of ", n, " samples on rank ",
-                                                   rank_));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions ", positions.front(), "..", positions.back(), " are outside split '",
+        options_.name, "' of ", n, " samples on rank ", rank_));
   }
   if (!running_ || epoch != epoch_ || positions.front() != next_) Start(epoch, positions.front());
   std::vector<Decoded> samples;
@@ -229,7 +233,9 @@ absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch, const std::vector
       }
       skipped_.fetch_add(1);
       LogWarning("skipped a sample (data.shards.on_error: skip)",
-                 {{"split", options_.name}, {"rank", rank_}, {"key", d->key},
+                 {{"split", options_.name},
+                  {"rank", rank_},
+                  {"key", d->key},
                   {"why", std::string(d->status.message())}});
       continue;
     }
@@ -248,12 +254,14 @@ absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch, const std::vector
       std::vector<at::Tensor> parts;
       parts.reserve(samples.size());
       for (const Decoded& d : samples) {
-        if (d.tensors.size() != fields || !d.tensors[f].sizes().equals(samples.front().tensors[f].sizes()) ||
+        if (d.tensors.size() != fields ||
+            !d.tensors[f].sizes().equals(samples.front().tensors[f].sizes()) ||
             d.tensors[f].scalar_type() != samples.front().tensors[f].scalar_type()) {
           return absl::InvalidArgumentError(absl::StrCat(
               "rank ", rank_, ": field ", f, " of sample '", d.key, "' is ",
               c10::toString(d.tensors[f].scalar_type()), ShapeOf(d.tensors[f]), " but sample '",
-              samples.front().key, "''s is ", c10::toString(samples.front().tensors[f].scalar_type()),
+              samples.front().key, "''s is ",
+              c10::toString(samples.front().tensors[f].scalar_type()),
               ShapeOf(samples.front().tensors[f]),
               "; a batch stacks equal shapes (give images a common size with data.transforms: "
               "resize, center_crop or random_resized_crop)"));

@@ -31,8 +31,8 @@
 namespace dtrain {
 
 // A raw sample's tensors, one per batch field; `epoch` seeds its augmentations.
-using SampleDecoder =
-    std::function<absl::StatusOr<std::vector<at::Tensor>>(const ShardSample& sample, int64_t epoch)>;
+using SampleDecoder = std::function<absl::StatusOr<std::vector<at::Tensor>>(
+    const ShardSample& sample, int64_t epoch)>;
 
 struct ShardedSplitOptions {
   std::string name;  // "train", for messages
@@ -100,14 +100,14 @@ class ShardedSplit {
   std::unique_ptr<SampleStream> stream_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                       // guarded by mu_
-  std::vector<StreamItem> raw_;             // read, not yet decoded (a FIFO; guarded by mu_)
+  bool stop_ = false;            // guarded by mu_
+  std::vector<StreamItem> raw_;  // read, not yet decoded (a FIFO; guarded by mu_)
   size_t raw_head_ = 0;
-  std::map<int64_t, Decoded> ready_;        // decoded, by position (guarded by mu_)
-  int64_t in_flight_ = 0;                   // read and not yet taken (guarded by mu_)
-  int64_t taken_ = 0;                       // positions handed out (guarded by mu_)
-  bool read_done_ = false;                  // guarded by mu_
-  absl::Status read_error_;                 // guarded by mu_
+  std::map<int64_t, Decoded> ready_;  // decoded, by position (guarded by mu_)
+  int64_t in_flight_ = 0;             // read and not yet taken (guarded by mu_)
+  int64_t taken_ = 0;                 // positions handed out (guarded by mu_)
+  bool read_done_ = false;            // guarded by mu_
+  absl::Status read_error_;           // guarded by mu_
   std::vector<std::thread> threads_;
 };
 

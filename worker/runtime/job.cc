@@ -401,6 +401,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   result.set_rank(a.strategy().global_rank());
   const absl::Time began = absl::Now();
   const absl::Duration waited_before = a.strategy().gradient_wait();
+  const double data_wait_before = data_->wait_seconds();
   for (int i = 0; i < BatchCount(work); ++i) {
     if (cancelled_) return absl::CancelledError(absl::StrCat("job ", id_, " was cancelled"));
     DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i, epoch));
@@ -437,6 +438,8 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     r->set_step_skipped(!stepped);
   }
   result.set_step_seconds(absl::ToDoubleSeconds(absl::Now() - began));
+  result.set_data_wait_seconds(data_->wait_seconds() - data_wait_before);
+  result.set_data_skipped(data_->skipped());
   result.set_gradient_wait_seconds(
       absl::ToDoubleSeconds(a.strategy().gradient_wait() - waited_before));
   if (end_of_epoch) {
