@@ -75,7 +75,8 @@ def expected_list(field, value, paths, counts):
         f"artifact:{digest_of(p)} {digest_of(p)} samples:{n}\n" for p, n in zip(paths, counts))
 
 
-def test_local_shards_train_on_two_workers_and_are_sent_once(cluster, shards, tmp_path):
+def test_local_shards_train_on_two_workers_and_are_sent_once(cluster, shards, tmp_path,
+                                                            monkeypatch):
     root, train, val = shards
     client = dtrain.Client(cluster.address)
     train_dir, val_dir = os.path.dirname(train.paths[0]), os.path.dirname(val.paths[0])
@@ -121,6 +122,15 @@ def test_local_shards_train_on_two_workers_and_are_sent_once(cluster, shards, tm
     assert report.batch == "tuple(float32[32, 1, 28, 28], int64[32])", report
     assert {s.name: (s.size, s.streamed) for s in report.splits} == {
         "train": (800, True), "val": (200, True)}, report
+
+    # Uploaded ahead, from a relative path: the same list; a spec naming it hashes nothing.
+    monkeypatch.chdir(str(root))
+    ahead = client.upload_shards("train")
+    assert (ahead.reference, ahead.shards, ahead.samples, ahead.sent) == \
+        (t["reference"], 8, 800, 0)
+    assert ahead.summary("data.shards.train") == again["data.shards.train"]["line"]
+    client.dry_run(job_spec("ahead", ahead.reference, val_dir))
+    assert [line.split(":")[0] for line in client.uploaded] == ["data.shards.val"]
     client.close()
 
 
