@@ -4,7 +4,9 @@ model.torchscript, data.tensors_file, ckpt_path) are uploaded to
 the coordinator's content-addressed store and the spec names them "artifact:sha256:<hex>".
 "worker:/path" marks a file already on every worker and "job:<id>/<name>" a file another job
 kept (both left alone); any other path must be a file here, or the submit is refused naming the
-field. ``fetch`` brings a stored file back (a job's checkpoint), verified by its digest."""
+field. A data.shards split of the client's own shards (Setting path SHARDS) is uploaded shard
+by shard and named by an uploaded list (dtrain.shard_upload); a URL is left alone. ``fetch``
+brings a stored file back (a job's checkpoint), verified by its digest."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import grpc
 
 from dtrain._connection import Connection
 from dtrain.errors import DataLoss, InvalidArgument, NotFound, Unavailable, from_rpc_error
+from dtrain.shard_upload import is_http_url, upload_shards
 from dtrain.spec import path_fields
 from dtrain.v1 import artifacts_pb2, artifacts_pb2_grpc, jobs_pb2, setting_pb2
 
@@ -31,11 +34,13 @@ def digest_of(path: str) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def upload(conn: Connection, path: str, timeout: float = 60.0) -> Tuple[str, int, bool]:
-    """Uploads ``path`` unless the coordinator has it: (digest, size, sent)."""
+def upload(conn: Connection, path: str, timeout: float = 60.0,
+           digest: Optional[str] = None) -> Tuple[str, int, bool]:
+    """Uploads ``path`` unless the coordinator has it: (digest, size, sent). ``digest``: the
+    file's, when the caller has just computed it (the coordinator checks it either way)."""
     stub = artifacts_pb2_grpc.ArtifactsStub(conn.channel)
     size = os.path.getsize(path)
-    digest = digest_of(path)
+    digest = digest or digest_of(path)
     try:
         stored = conn.call(stub.Stat, artifacts_pb2.StatRequest(digest=digest), timeout=timeout)
         if stored.size == size:
@@ -59,14 +64,21 @@ def upload(conn: Connection, path: str, timeout: float = 60.0) -> Tuple[str, int
 
 
 def upload_spec_files(conn: Connection, spec: jobs_pb2.JobSpec) -> List[str]:
-    """Uploads the spec's local files and rewrites their paths; one line per file."""
-    fields = [(path, message, name) for path, kind, message, name in path_fields(spec)
-              if kind not in (setting_pb2.Setting.DIRECTORY,  # a directory is never sent
-                              setting_pb2.Setting.SHARDS)]
+    """Uploads the spec's local files and shards and rewrites their paths; one line per file or
+    split, as the CLI prints them."""
     lines = []
-    for field, message, attribute in fields:
+    for field, kind, message, attribute in list(path_fields(spec)):
         path = getattr(message, attribute)
-        if path.startswith(("worker:", "artifact:", "job:")):
+        # A directory is never sent; a marked path is not the client's.
+        if kind == setting_pb2.Setting.DIRECTORY or path.startswith(("worker:", "artifact:",
+                                                                     "job:")):
+            continue
+        if kind == setting_pb2.Setting.SHARDS:
+            if is_http_url(path):
+                continue
+            shards = upload_shards(conn, path, field)
+            lines.append(shards.summary(field))
+            setattr(message, attribute, shards.reference)
             continue
         if not os.path.isfile(path):
             raise InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT,

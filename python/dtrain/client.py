@@ -21,7 +21,8 @@ from dtrain._connection import Connection, TLSArg
 from dtrain.artifacts import fetch, upload_spec_files
 from dtrain.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument, JobFailed,
                            NotFound, from_rpc_error)
-from dtrain.spec import SpecLike, load_spec
+from dtrain.shard_upload import ShardUpload, upload_shards
+from dtrain.spec import SpecLike, is_http_url, lexically_normal, load_spec
 from dtrain.v1 import jobs_pb2, jobs_pb2_grpc, worker_pb2, workers_pb2, workers_pb2_grpc
 
 TERMINAL = (jobs_pb2.SUCCEEDED, jobs_pb2.FAILED, jobs_pb2.CANCELLED)
@@ -213,6 +214,18 @@ class Client:
         request = jobs_pb2.SubmitJobRequest(spec=self._with_uploads(load_spec(spec, stage, overrides)),
                                             dry_run=True)
         return self._call(self._jobs.SubmitJob, request).dry_run
+
+    def upload_shards(self, shards: str, field: str = "data.shards.train") -> ShardUpload:
+        """Uploads local shards as a submit would (a brace pattern, a directory or a list file;
+        a relative path against the working directory) and returns what it did: ``reference``
+        ("artifact:sha256:<hex>", the list) names them in any later spec's data.shards split
+        without hashing them again, and ``summary(field)`` is the line a submit prints. NotFound,
+        InvalidArgument or DataLoss naming ``field`` and the shard (dtrain.shard_upload)."""
+        path = os.fspath(shards)
+        if not os.path.isabs(path) and not path.startswith(("worker:", "artifact:", "job:")) \
+                and not is_http_url(path):
+            path = lexically_normal(f"{os.getcwd()}/{path}")
+        return upload_shards(self._conn, path, field)
 
     def get(self, job_id: str) -> Job:
         """The job with this id (NotFound if there is none)."""

@@ -169,11 +169,23 @@ def _fill(message: Message, values: Any, path: str) -> None:
             if current is not None and current != field.name:
                 raise _bad(path, f"give only one of {current} and {field.name}")
         if field.label == FieldDescriptor.LABEL_REPEATED:
+            # As the CLI: a list, or one value for a list of one; a list of mappings for a
+            # message (`fields: [{name: npy}, {name: cls, type: int}]`).
+            is_message = field.cpp_type == FieldDescriptor.CPPTYPE_MESSAGE
+            if value is None and not is_message:
+                raise _bad(where, "has no value")
+            if value is None or isinstance(value, Mapping):
+                raise _bad(where, "expected a list")
             items = value if isinstance(value, list) else [value]
             container = getattr(message, field.name)
             del container[:]
             for i, item in enumerate(items):
-                container.append(_scalar(field, item, f"{where}[{i}]"))
+                if is_message:
+                    if not isinstance(item, Mapping):
+                        raise _bad(f"{where}[{i}]", "expected a mapping")
+                    _fill(container.add(), item, f"{where}[{i}]")
+                else:
+                    container.append(_scalar(field, item, f"{where}[{i}]"))
         elif field.cpp_type == FieldDescriptor.CPPTYPE_MESSAGE:
             sub = getattr(message, field.name)
             sub.SetInParent()
@@ -182,11 +194,46 @@ def _fill(message: Message, values: Any, path: str) -> None:
             setattr(message, field.name, _scalar(field, value, where))
 
 
+def lexically_normal(path: str) -> str:
+    """``path`` as C++'s std::filesystem::path::lexically_normal writes it on POSIX, which the
+    CLI applies to a relative path joined to its base: "." and "dir/.." removed, separators
+    collapsed, and, unlike os.path.normpath, a trailing separator kept ("shards/" stays a
+    directory's spelling). The CLI and Python must spell a resolved path alike: an uploaded
+    shard list's first line names it, and that line is part of the list's digest."""
+    if not path:
+        return path
+    absolute = path.startswith("/")
+    parts = path.split("/")
+    out: List[str] = []
+    for part in parts:
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if out and out[-1] != "..":
+                out.pop()
+            elif not absolute:
+                out.append("..")
+            continue
+        out.append(part)
+    # A path ending in a separator, ".", or a ".." that removed a name keeps a separator.
+    trailing = parts[-1] in ("", ".", "..")
+    text = ("/" if absolute else "") + "/".join(out)
+    if not out:
+        return "/" if absolute else "."
+    return text + "/" if trailing and out[-1] != ".." else text
+
+
+def is_http_url(s: str) -> bool:
+    """An http:// or https:// URL, the scheme in any case (common/file_reference.h)."""
+    return s[:7].lower() == "http://" or s[:8].lower() == "https://"
+
+
 def _resolve(spec: jobs_pb2.JobSpec, base: str) -> None:
+    # As the CLI (client/job_spec_file.cc): absolute paths, marked ones and URLs as written.
     for _, _, message, name in list(path_fields(spec)):
         p = getattr(message, name)
-        if not os.path.isabs(p) and not p.startswith(_MARKS):
-            setattr(message, name, os.path.normpath(os.path.join(base, p)))
+        if not os.path.isabs(p) and not p.startswith(_MARKS) and not is_http_url(p):
+            setattr(message, name, lexically_normal(f"{base}/{p}"))
 
 
 def _nested(dotted: str, value: Any) -> Dict[str, Any]:

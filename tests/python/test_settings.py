@@ -101,15 +101,23 @@ def test_renamed_keys_are_refused_alike_with_their_hints(tmp_path):
 def test_every_path_field_resolves_alike_relative_absolute_and_marked(tmp_path):
     paths = [r for r in dspec.settings() if r["path_kind"] != "NOT_A_PATH"]
     assert {r["path"] for r in paths} == {"model.torchscript", "data.tensors_file",
-                                          "data.data_dir", "checkpoint.dirpath", "ckpt_path"}
+                                          "data.data_dir", "checkpoint.dirpath", "ckpt_path",
+                                          "data.shards.train", "data.shards.val",
+                                          "data.shards.test", "data.shards.predict"}
+    assert {r["path_kind"] for r in paths if r["path"].startswith("data.shards.")} == {"SHARDS"}
+    # Past the plain cases, the spellings os.path.normpath would write differently from the
+    # CLI's lexically_normal (a directory's trailing '/', a trailing '..'), a brace pattern, and
+    # URLs, which stay as written.
     for value in ("rel/file.pt", "../up.pt", "/abs/file.pt", "worker:/shared/file.pt",
-                  "worker:relative.pt", "artifact:sha256:" + "ab" * 32, "job:j1/last.ckpt"):
+                  "worker:relative.pt", "artifact:sha256:" + "ab" * 32, "job:j1/last.ckpt",
+                  "shards/", "a/./b/../c/", "x/..", "./s-{000..009}.tar", "/abs/dir/",
+                  "https://h.example/s-{0..9}.tar", "HTTP://h.example/list.txt"):
         for r in paths:
             keys = r["path"].split(".")
             values = json.loads(json.dumps(BASE))
             if r["path"] == "model.torchscript":
                 values["model"] = {}
-            if r["path"] == "data.tensors_file":
+            if r["path"] in ("data.tensors_file",) or r["path"].startswith("data.shards."):
                 values["data"] = {}
             node = values
             for k in keys[:-1]:
@@ -159,15 +167,44 @@ def _typed(row, value):
     return float(value) if row["type"] in ("double", "float") else int(value)
 
 
+SHARDS_BASE = {"model": {"builtin": "mlp"},
+               "data": {"shards": {"train": "worker:/d/t-{0..1}.tar", "fields": [{"name": "npy"}]}}}
+
+
+def test_repeated_messages_read_alike(tmp_path):
+    """data.shards.fields, a list of mappings, from a file and from an override."""
+    cases = ["[{name: npy}, {name: cls, type: int}]", "[{name: 'jpg;png', type: image}]",
+             "{name: npy}", "[npy]", "", "[{name: npy, colour: red}]", "[{name: [a, b]}]", "[]"]
+    for i, fields in enumerate(cases):
+        text = ("model: {builtin: mlp}\ndata:\n  shards:\n    train: worker:/d/t.tar\n"
+                f"    fields: {fields}\n")
+        path = write(str(tmp_path), f"fields-{i}.yaml", text)
+        c = cpp([path])
+        p, error = python([path])
+        assert p == c["parsed"], (fields, error, c["error"])
+        if error is not None or c["error"] is not None:
+            assert tail(error) == tail(c["error"]), fields
+    parsed, error = python([path], [("data.shards.fields", "[{name: npy}, {name: cls}]")])
+    c = cpp([path], [("data.shards.fields", "[{name: npy}, {name: cls}]")])
+    assert error is None and parsed == c["parsed"]
+    assert [f.name for f in parsed.data.shards.fields] == ["npy", "cls"]
+
+
 def test_cpp_applies_the_defaults_ranges_and_names_python_reads(tmp_path):
+    # A list's items have only rules in code (data.shards.fields[i]); data.shards is in a oneof
+    # with data.synthetic, so its settings are checked on a spec of shards.
     rows = [r for r in dspec.settings()
             if not r["in_oneof"] and not r["repeated"] and not r["path"].startswith(
-                ("data.normalize.", "data.synthetic."))]
-    normalized = cpp([write(str(tmp_path), "base.yaml", BASE)])["normalized"]
-    assert normalized is not None
+                ("data.normalize.", "data.synthetic.", "data.shards.fields."))]
+    normalized_of = {}
+    for name, values in (("base", BASE), ("shards", SHARDS_BASE)):
+        normalized_of[name] = cpp([write(str(tmp_path), f"{name}.yaml", values)])["normalized"]
+        assert normalized_of[name] is not None, name
     checked = 0
     for r in rows:
-        message = normalized
+        shards = r["path"].startswith("data.shards.")
+        base = SHARDS_BASE if shards else BASE
+        message = normalized_of["shards" if shards else "base"]
         for key in r["path"].split(".")[:-1]:
             message = getattr(message, key)
         actual = getattr(message, r["path"].split(".")[-1])
@@ -181,23 +218,23 @@ def test_cpp_applies_the_defaults_ranges_and_names_python_reads(tmp_path):
             if r["type"] == "uint64":
                 continue
             c = cpp([write(str(tmp_path), "low.yaml",
-                           _set(json.loads(json.dumps(BASE)), r["path"], _typed(r, below)))])
+                           _set(json.loads(json.dumps(base)), r["path"], _typed(r, below)))])
             assert c["normalize_code"] == "INVALID_ARGUMENT", r["path"]
             assert c["normalize_error"].startswith(f"{r['path']}: must be "), c["normalize_error"]
             checked += 1
         if r["max"] is not None:
             c = cpp([write(str(tmp_path), "high.yaml",
-                           _set(json.loads(json.dumps(BASE)), r["path"],
+                           _set(json.loads(json.dumps(base)), r["path"],
                                 _typed(r, r["max"] * 2 + 1)))])
             assert c["normalize_error"].startswith(f"{r['path']}: must be "), c["normalize_error"]
             checked += 1
         if r["names"] and r["path"] != "stage":  # the stage is the subcommand's, never a key
             for name in r["names"]:
                 c = cpp([write(str(tmp_path), "name.yaml",
-                               _set(json.loads(json.dumps(BASE)), r["path"], name))])
+                               _set(json.loads(json.dumps(base)), r["path"], name))])
                 assert c["normalized"] is not None, (r["path"], name, c.get("normalize_error"))
             c = cpp([write(str(tmp_path), "bad-name.yaml",
-                           _set(json.loads(json.dumps(BASE)), r["path"], "no-such-name"))])
+                           _set(json.loads(json.dumps(base)), r["path"], "no-such-name"))])
             assert c["normalize_error"].startswith(f"{r['path']}: unknown "), c["normalize_error"]
             checked += 1
     assert checked > 40
