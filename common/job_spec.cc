@@ -7,6 +7,7 @@
 #include <google/protobuf/message.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -154,6 +155,23 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
       return BadSpec("data.shards.fields",
                      "name the fields that make a batch, e.g. [{name: jpg, type: image}, {name: "
                      "cls, type: int}]");
+    }
+    // A list's entries are not reached by the fields' own Setting options: checked here, so a
+    // typo is refused at submit rather than by the workers at set-up.
+    const std::vector<std::string> types = SettingNames("data.shards.fields.type");
+    for (int i = 0; i < sh.fields_size(); ++i) {
+      const v1::ShardField& f = sh.fields(i);
+      const std::string at = absl::StrCat("data.shards.fields[", i, "]");
+      if (absl::StripAsciiWhitespace(f.name()).empty()) {
+        return BadSpec(absl::StrCat(at, ".name"),
+                       "give the field's extension in the shards (jpg, cls, npy, ...)");
+      }
+      if (!f.type().empty() && std::find(types.begin(), types.end(), f.type()) == types.end()) {
+        return BadSpec(absl::StrCat(at, ".type"),
+                       absl::StrCat("unknown field type '", f.type(), "'; use ",
+                                    absl::StrJoin(types, ", "), ", or leave it empty for the "
+                                    "extension's"));
+      }
     }
   }
   if (data->has_normalize()) {

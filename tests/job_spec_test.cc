@@ -246,6 +246,18 @@ TEST(JobSpecRules, BadValues_NamedByPath) {
       {base + "name: 'a b'", "name: 'a b' may hold only letters"},
       {"model: {builtin: resnet}\ndata: {synthetic: {train_size: 10}}",
        "model.builtin: unknown model 'resnet'"},
+      {"model: {builtin: mlp}\ndata: {shards: {fields: [{name: npy}]}}",
+       "data.shards: give train (or predict, for predict only)"},
+      {"model: {builtin: mlp}\ndata: {shards: {train: 'worker:/d/a.tar'}}",
+       "data.shards.fields: name the fields that make a batch"},
+      {"model: {builtin: mlp}\ndata: {shards: {train: 'worker:/d/a.tar', fields: [{name: npy}, "
+       "{name: cls, type: integer}]}}",
+       "data.shards.fields[1].type: unknown field type 'integer'; use image, int, float"},
+      {"model: {builtin: mlp}\ndata: {shards: {train: 'worker:/d/a.tar', fields: [{type: int}]}}",
+       "data.shards.fields[0].name: give the field's extension"},
+      {"model: {builtin: mlp}\ndata: {shards: {train: 'worker:/d/a.tar', fields: [{name: npy}], "
+       "on_error: ignore}}",
+       "data.shards.on_error: unknown on_error policy 'ignore'; use fail, skip"},
   };
   // As the coordinator checks: against what its workers offer (here nothing).
   const OfferedPlugins none;

@@ -409,7 +409,8 @@ double Dataset::wait_seconds() const {
 }
 
 absl::StatusOr<c10::IValue> Dataset::Batch(const std::string& split,
-                                           const std::vector<int64_t>& indices, int64_t epoch) {
+                                           const std::vector<int64_t>& indices,
+                                           int64_t epoch) const {
   if (auto s = streamed_.find(split); s != streamed_.end()) {
     return s->second->Batch(epoch, indices);
   }

@@ -67,8 +67,9 @@ class Dataset {
   void SetRank(int rank, int world);
   // INVALID_ARGUMENT: unknown split, no indices, or an index out of range (named). A streamed
   // split's indices are consecutive positions in the rank's epoch `epoch`.
+  // const: a streamed split's stream is the split's own state, not the dataset's.
   absl::StatusOr<c10::IValue> Batch(const std::string& split, const std::vector<int64_t>& indices,
-                                    int64_t epoch = 0);
+                                    int64_t epoch = 0) const;
   // Streamed samples skipped (data.shards.on_error: skip), and the time steps waited for data.
   int64_t skipped() const;
   double wait_seconds() const;
