@@ -2,6 +2,12 @@
 // 127.0.0.1) trains from WebDataset tar shards, driven by the dtrain command line: shards on the
 // workers' disk ("worker:"), the client's own shards uploaded one by one, and bad data named by
 // shard, sample and rank, or skipped and counted, with the workers left free for the next job.
+// Then what streaming must keep: a job resumed mid-epoch (after a coordinator SIGKILL, or an
+// elastic re-formation) ends bit for bit as an uninterrupted run does, so it saw the same
+// samples in the same order; ddp_spawn's children stream their own halves; a dry run shows the
+// first streamed batch.
+#include <signal.h>
+
 #include <archive.h>
 #include <archive_entry.h>
 
@@ -15,12 +21,15 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "tests/checkpoint_comparison.h"
 #include "tests/jobs_e2e_fixture.h"
 
 namespace dtrain::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // numpy's .npy of a float32 [1, 28, 28] array, as numpy.save writes it (format 1.0).
 std::string Npy(const std::vector<float>& x) {
@@ -169,6 +178,164 @@ TEST_F(JobsE2eTest, BadSample_NamedWithShardKeyAndRank_OrSkippedAndCounted) {
   CommandResult logs = Dtrain("logs skip-1");
   EXPECT_THAT(logs.output, HasSubstr("skipped 2 samples (data.shards.on_error: skip)"))
       << "one bad sample, read in each of 2 epochs";
+}
+
+// The resume tests' job: 16 shards of 256 samples on the workers' disk, 64 steps per epoch on 2
+// ranks, 3 epochs, and a checkpoint every 20 steps and at the end; no validation, so no
+// checkpoint falls on an epoch's end before the last step (lcm(20, 64) = 320 > 192): a job
+// resumed from any of them resumes mid-epoch.
+constexpr int64_t kResumeSteps = 3 * 64;
+std::string ResumableJob(const std::string& name, const std::string& data,
+                         const std::string& trainer_extra = "") {
+  return absl::StrCat("name: ", name, R"(
+model: {builtin: mlp}
+data:
+  shards:
+    train: "worker:)",
+                      data, R"(/train-{0..15}.tar"
+    fields: [{name: npy}, {name: cls, type: int}]
+    shuffle_buffer: 64
+  batch_size: 32
+  num_workers: 2
+trainer: {max_epochs: 3, strategy: ddp, num_nodes: 2, batches_per_call: 8)",
+                      trainer_extra, R"(}
+seed_everything: 5
+optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
+checkpoint: {every_n_steps: 20}
+)");
+}
+
+// Waits until `id` has written a checkpoint while still running.
+void WaitForACheckpoint(LocalCluster& cluster, const std::string& id) {
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const v1::JobStatus s = cluster.GetJob(id);
+        return !s.checkpoint().empty() || IsTerminal(s.state());
+      },
+      absl::Seconds(120)));
+  ASSERT_EQ(cluster.GetJob(id).state(), v1::RUNNING) << "the job ended before the fault";
+}
+
+// From the job's log line "resumed from <checkpoint> at step S (epoch E, batch B)": B, the
+// batch of the epoch the stream resumed at (-1 when there is no such line).
+int64_t ResumedAtBatch(const std::string& log) {
+  const size_t at = log.find("resumed from ");
+  if (at == std::string::npos) return -1;
+  const size_t batch = log.find(", batch ", at);
+  if (batch == std::string::npos) return -1;
+  return std::stoll(log.substr(batch + 8));
+}
+
+v1::JobStatus WaitForEnd(LocalCluster& cluster, const std::string& id) {
+  EXPECT_TRUE(WaitFor([&] { return IsTerminal(cluster.GetJob(id).state()); }, absl::Seconds(180)));
+  return cluster.GetJob(id);
+}
+
+// The coordinator SIGKILLed mid-epoch and restarted: the workers' streams restart at the
+// checkpoint's position (by replaying the epoch's plan up to it), and the job ends bit for bit
+// as the same job run without the crash: the same samples in the same order, none seen twice
+// and none skipped (one sample more or less in any step changes the weights).
+TEST_F(JobsE2eTest, CoordinatorSigkillMidEpoch_StreamResumesExactly_EndsAsUninterrupted) {
+  const std::string data = dir() + "/resume";
+  WriteShards(data, "train", 16, 256, 7);
+  const std::string reference =
+      RunToTheEnd(*cluster_, "reference", ResumableJob("reference", data));
+  ASSERT_FALSE(reference.empty());
+  const std::string id = cluster_->Submit("crashed", ResumableJob("crashed", data));
+  WaitForACheckpoint(*cluster_, id);
+  const int64_t step_at_crash = cluster_->GetJob(id).progress().global_step();
+  cluster_->StopCoordinator(SIGKILL);
+  ASSERT_TRUE(cluster_->StartCoordinator(cluster_->address()));
+  const v1::JobStatus done = WaitForEnd(*cluster_, id);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.progress().global_step(), kResumeSteps);
+  const std::string log = Dtrain("logs " + id).output;
+  EXPECT_THAT(log, HasSubstr("the coordinator restarted while this job ran"));
+  const int64_t batch = ResumedAtBatch(log);
+  EXPECT_GT(batch, 0) << "not resumed mid-epoch:\n" << log;
+  EXPECT_TRUE(SameFinalState(*cluster_, id, reference));
+  std::printf("crashed at step %lld; resumed at batch %lld of its epoch\n",
+              static_cast<long long>(step_at_crash), static_cast<long long>(batch));
+}
+
+// An elastic job loses a worker mid-epoch and re-forms with an idle one: the world is the same,
+// so each rank's plan is too, and the job ends bit for bit as an uninterrupted run.
+TEST_F(JobsE2eTest, ElasticReformationSameWorld_StreamResumesExactly_EndsAsUninterrupted) {
+  ASSERT_TRUE(cluster_->AddWorker("w2"));
+  ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 3; }, absl::Seconds(10)));
+  const std::string data = dir() + "/elastic";
+  WriteShards(data, "train", 16, 256, 8);
+  const std::string reference =
+      RunToTheEnd(*cluster_, "reference", ResumableJob("reference", data));
+  ASSERT_FALSE(reference.empty());
+  const std::string id =
+      cluster_->Submit("elastic", ResumableJob("elastic", data, ", min_nodes: 1"));
+  WaitForACheckpoint(*cluster_, id);
+  const v1::JobStatus before = cluster_->GetJob(id);
+  ASSERT_EQ(before.workers_size(), 2);
+  cluster_->worker(before.workers(1)).process().Kill(SIGKILL);
+  const v1::JobStatus done = WaitForEnd(*cluster_, id);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.workers_size(), 2) << "re-formed with the idle worker";
+  EXPECT_EQ(done.progress().global_step(), kResumeSteps);
+  const std::string log = Dtrain("logs " + id).output;
+  EXPECT_THAT(log, HasSubstr("re-forming on"));
+  EXPECT_GT(ResumedAtBatch(log), 0) << "not resumed mid-epoch:\n" << log;
+  EXPECT_TRUE(SameFinalState(*cluster_, id, reference));
+}
+
+// ddp_spawn: two children of one worker are ranks 0 and 1, each streaming its own half through
+// its own artifact cache. Same world, same plans: the job ends bit for bit as the same job on
+// two workers. The client's uploaded shards stream in the children too.
+TEST_F(JobsE2eTest, DdpSpawn_ChildrenStreamTheirHalves_AsTwoWorkersDo) {
+  const std::string data = dir() + "/spawn";
+  WriteShards(data, "train", 8, 100, 9);
+  WriteShards(data, "val", 2, 50, 10);
+  const std::string train = "worker:" + data + "/train-{0..7}.tar";
+  const std::string val = "worker:" + data + "/val-{0..1}.tar";
+  const std::string spawn_trainer = "  strategy: ddp_spawn\n  devices: 2\n  num_nodes: 1\n";
+  const std::string reference = RunToTheEnd(*cluster_, "two", ShardsJob("two", train, val));
+  ASSERT_FALSE(reference.empty());
+  const std::string spawned =
+      RunToTheEnd(*cluster_, "spawned",
+                  absl::StrReplaceAll(ShardsJob("spawned", train, val),
+                                      {{"  strategy: ddp\n  num_nodes: 2\n", spawn_trainer}}));
+  ASSERT_FALSE(spawned.empty());
+  EXPECT_THAT(Dtrain("logs " + spawned).output,
+              HasSubstr("800 training samples, 13 batches per rank per epoch"));
+  EXPECT_TRUE(SameFinalState(*cluster_, spawned, reference));
+
+  WriteShards(data + "/mine", "train", 4, 64, 11);
+  const std::string uploaded =
+      RunToTheEnd(*cluster_, "uploaded",
+                  absl::StrReplaceAll(ShardsJob("uploaded", data + "/mine", val),
+                                      {{"  strategy: ddp\n  num_nodes: 2\n", spawn_trainer}}));
+  ASSERT_FALSE(uploaded.empty());
+  EXPECT_THAT(Dtrain("logs " + uploaded).output,
+              HasSubstr("256 training samples, 4 batches per rank per epoch"));
+}
+
+// fit --dry-run from shards: an idle worker streams the first batch, from its own disk or from
+// the client's uploads, and reports its structure; nothing is queued.
+TEST_F(JobsE2eTest, DryRun_Shards_ShowsTheFirstStreamedBatch) {
+  const std::string data = dir() + "/dry";
+  WriteShards(data, "train", 2, 40, 12);
+  WriteShards(data, "val", 1, 20, 13);
+  for (const auto& [train, val] : std::vector<std::pair<std::string, std::string>>{
+           {"worker:" + data + "/train-{0..1}.tar", "worker:" + data + "/val-0.tar"},
+           {data + "/train-{0..1}.tar", data + "/val-0.tar"}}) {
+    CommandResult dry =
+        Dtrain("fit --dry-run --config " + WriteJob("dry", ShardsJob("dry", train, val)));
+    ASSERT_EQ(dry.exit_code, 0) << dry.output;
+    EXPECT_THAT(dry.output, HasSubstr("dry run on worker 'w"));
+    EXPECT_THAT(dry.output, HasSubstr("batch           tuple(float32[32, 1, 28, 28], int64[32])"));
+    EXPECT_THAT(dry.output, HasSubstr("training_step   returns loss; loss "));
+    EXPECT_THAT(dry.output, HasSubstr("validation_step returns acc, loss"));
+    EXPECT_THAT(dry.output, HasSubstr("split train    80 samples"));
+    EXPECT_THAT(dry.output, HasSubstr("split val      20 samples"));
+  }
+  EXPECT_THAT(Dtrain("list --output json").output, Not(HasSubstr("\"id\"")))
+      << "a dry run queues nothing";
 }
 
 }  // namespace
