@@ -284,6 +284,53 @@ TEST_F(JobsE2eTest, ElasticReformationSameWorld_StreamResumesExactly_EndsAsUnint
   EXPECT_TRUE(SameFinalState(*cluster_, id, reference));
 }
 
+// An elastic job loses a worker and goes on alone: the step carries over into the one-rank
+// world's 128-step epochs, and the rank streams its one-rank plan from there, exactly as a
+// one-worker job started from the same checkpoint by ckpt_path does (docs/data.md, "Resuming a
+// streamed job"): the same final state, bit for bit.
+TEST_F(JobsE2eTest, ElasticReformationSmallerWorld_StreamsTheNewPlan_AsCkptPathThere) {
+  const std::string data = dir() + "/shrink";
+  WriteShards(data, "train", 16, 256, 14);
+  WriteShards(data, "val", 1, 64, 15);
+  // Validation (and a kept checkpoint) twice an epoch: at most 6 in all, so the one the job
+  // resumes from is still there at the end.
+  const auto job = [&](const std::string& name, int nodes, const std::string& extra) {
+    return absl::StrReplaceAll(
+        ResumableJob(name, data, ", val_check_interval: 0.5, max_epochs: 2" + extra),
+        {{"max_epochs: 3, ", ""},
+         {"num_nodes: 2", absl::StrCat("num_nodes: ", nodes)},
+         {"    fields:", absl::StrCat("    val: \"worker:", data, "/val-0.tar\"\n    fields:")},
+         {"checkpoint: {every_n_steps: 20}",
+          "checkpoint: {every_n_steps: 0, monitor: val_loss, save_top_k: 8}"}});
+  };
+  const std::string id = cluster_->Submit("shrink", job("shrink", 2, ", min_nodes: 1"));
+  WaitForACheckpoint(*cluster_, id);
+  const v1::JobStatus before = cluster_->GetJob(id);
+  ASSERT_EQ(before.workers_size(), 2);
+  cluster_->worker(before.workers(1)).process().Kill(SIGKILL);
+  const v1::JobStatus done = WaitForEnd(*cluster_, id);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  ASSERT_EQ(done.workers_size(), 1);
+  EXPECT_EQ(done.progress().global_step(), 2 * 128) << "max_epochs of the one-rank world";
+  const std::string log = Dtrain("logs " + id).output;
+  const std::string prefix = absl::StrCat("resumed from job:", id, "/");
+  const size_t at = log.find(prefix);
+  ASSERT_NE(at, std::string::npos) << log;
+  const size_t name_at = at + prefix.size();
+  const std::string checkpoint = log.substr(name_at, log.find(' ', name_at) - name_at);
+  const int64_t step = std::stoll(checkpoint.substr(checkpoint.find("-step=") + 6));
+  EXPECT_THAT(log, HasSubstr(absl::StrCat(prefix, checkpoint, " at step ", step, " (epoch ",
+                                          step / 128, ", batch ", step % 128, ")")));
+  const std::string alone =
+      RunToTheEnd(*cluster_, "alone",
+                  absl::StrCat(job("alone", 1, ""), "ckpt_path: job:", id, "/", checkpoint, "\n"));
+  ASSERT_FALSE(alone.empty());
+  EXPECT_TRUE(SameFinalState(*cluster_, id, alone));
+  std::printf("resumed from %s on the survivor at epoch %lld, batch %lld of 128\n",
+              checkpoint.c_str(), static_cast<long long>(step / 128),
+              static_cast<long long>(step % 128));
+}
+
 // ddp_spawn: two children of one worker are ranks 0 and 1, each streaming its own half through
 // its own artifact cache. Same world, same plans: the job ends bit for bit as the same job on
 // two workers. The client's uploaded shards stream in the children too.
