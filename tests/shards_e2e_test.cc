@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -178,6 +179,77 @@ TEST_F(JobsE2eTest, BadSample_NamedWithShardKeyAndRank_OrSkippedAndCounted) {
   CommandResult logs = Dtrain("logs skip-1");
   EXPECT_THAT(logs.output, HasSubstr("skipped 2 samples (data.shards.on_error: skip)"))
       << "one bad sample, read in each of 2 epochs";
+}
+
+// Sample keys collected directly: a predict run over a streamed split whose samples carry their
+// own index (as .cls), through a TorchScript model that returns it, on 2 ranks, in batches of 8
+// that split neither the shards (25 samples) nor the ranks' halves (38 and 37) evenly, 2
+// batches per call: predictions.csv's row i holds sample i, so every sample came exactly once.
+TEST_F(JobsE2eTest, PredictShards_RowIHoldsSampleI_EverySampleOnce) {
+  const std::string data = dir() + "/keys";
+  std::filesystem::create_directories(data);
+  int64_t index = 0;
+  for (int s = 0; s < 3; ++s) {
+    struct archive* a = archive_write_new();
+    archive_write_set_format_pax_restricted(a);
+    const std::string path = absl::StrCat(data, "/keys-", s, ".tar");
+    ASSERT_EQ(archive_write_open_filename(a, path.c_str()), ARCHIVE_OK);
+    for (int i = 0; i < 25; ++i, ++index) {
+      const std::string key = absl::StrCat("sample", index);
+      Add(a, key + ".cls", std::to_string(index));
+      Add(a, key + ".npy", Npy(std::vector<float>(28 * 28, 0.0f)));
+    }
+    archive_write_close(a);
+    archive_write_free(a);
+  }
+  // TorchScript reads the class's source, so the script is a file.
+  const std::string model = data + "/echo.pt";
+  std::ofstream(data + "/echo.py") << R"(import sys
+from typing import Dict, Tuple
+import torch
+
+class Echo(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1).sum(1) * self.w
+
+    @torch.jit.export
+    def training_step(self, batch: Tuple[torch.Tensor, torch.Tensor], batch_idx: int):
+        return self.forward(batch[0]).mean()
+
+    @torch.jit.export
+    def predict_step(self, batch: Tuple[torch.Tensor, torch.Tensor],
+                     batch_idx: int) -> Dict[str, torch.Tensor]:
+        return {"sample": batch[1]}
+
+torch.jit.save(torch.jit.script(Echo()), sys.argv[1])
+)";
+  CommandResult made = RunShell(absl::StrCat("/usr/bin/python3 ", data, "/echo.py ", model));
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string job =
+      WriteJob("keys", absl::StrCat("name: keys\nmodel: {torchscript: \"worker:", model, R"("}
+data:
+  shards:
+    predict: "worker:)",
+                                    data, R"(/keys-{0..2}.tar"
+    fields: [{name: npy}, {name: cls, type: int}]
+  batch_size: 8
+trainer: {strategy: ddp, num_nodes: 2, batches_per_call: 2}
+)"));
+  CommandResult predicted = Dtrain("predict --wait --config " + job);
+  ASSERT_EQ(predicted.exit_code, 0) << predicted.output;
+  std::ifstream csv(GetJob("keys-1").predictions());
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "index,sample");
+  int rows = 0;
+  for (std::string line; std::getline(csv, line); ++rows) {
+    EXPECT_EQ(line, absl::StrCat(rows, ",", rows)) << "row " << rows << " holds another sample";
+  }
+  EXPECT_EQ(rows, 75);
 }
 
 // The resume tests' job: 16 shards of 256 samples on the workers' disk, 64 steps per epoch on 2
