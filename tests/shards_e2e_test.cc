@@ -2,11 +2,18 @@
 // 127.0.0.1) trains from WebDataset tar shards, driven by the dtrain command line: shards on the
 // workers' disk ("worker:"), the client's own shards uploaded one by one, and bad data named by
 // shard, sample and rank, or skipped and counted, with the workers left free for the next job.
+// Then what streaming must keep: a job resumed mid-epoch (after a coordinator SIGKILL, or an
+// elastic re-formation) ends bit for bit as an uninterrupted run does, so it saw the same
+// samples in the same order; ddp_spawn's children stream their own halves; a dry run shows the
+// first streamed batch.
+#include <signal.h>
+
 #include <archive.h>
 #include <archive_entry.h>
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,12 +22,15 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "tests/checkpoint_comparison.h"
 #include "tests/jobs_e2e_fixture.h"
 
 namespace dtrain::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // numpy's .npy of a float32 [1, 28, 28] array, as numpy.save writes it (format 1.0).
 std::string Npy(const std::vector<float>& x) {
@@ -74,6 +84,46 @@ void WriteShards(const std::string& dir, const std::string& prefix, int shards, 
     archive_write_close(a);
     archive_write_free(a);
   }
+}
+
+// `shards` shards of `per_shard` samples whose .cls is the sample's index in the split
+// (0, 1, 2, ... in listed order) and whose .npy is zeros.
+void WriteIndexedShards(const std::string& dir, const std::string& prefix, int shards,
+                        int per_shard) {
+  std::filesystem::create_directories(dir);
+  int64_t index = 0;
+  for (int s = 0; s < shards; ++s) {
+    struct archive* a = archive_write_new();
+    archive_write_set_format_pax_restricted(a);
+    const std::string path = absl::StrCat(dir, "/", prefix, "-", s, ".tar");
+    ASSERT_EQ(archive_write_open_filename(a, path.c_str()), ARCHIVE_OK);
+    for (int i = 0; i < per_shard; ++i, ++index) {
+      const std::string key = absl::StrCat("sample", index);
+      Add(a, key + ".cls", std::to_string(index));
+      Add(a, key + ".npy", Npy(std::vector<float>(28 * 28, 0.0f)));
+    }
+    archive_write_close(a);
+    archive_write_free(a);
+  }
+}
+
+// A TorchScript module `name` with one parameter `w` (initialised by the Python expression
+// `init`) and the methods `body` (Python, indented as in a class), saved by Debian's
+// python3-torch as <dir>/<name>.pt; its path, or "" (with a test failure).
+std::string ScriptModule(const std::string& dir, const std::string& name, const std::string& body,
+                         const std::string& init) {
+  // TorchScript reads the class's source, so the script is a file.
+  const std::string script = absl::StrCat(dir, "/", name, ".py");
+  const std::string model = absl::StrCat(dir, "/", name, ".pt");
+  std::ofstream(script) << "import sys\nfrom typing import Dict, Tuple\nimport torch\n\nclass "
+                        << name << "(torch.nn.Module):\n    def __init__(self):\n"
+                        << "        super().__init__()\n        self.w = torch.nn.Parameter("
+                        << init << ")\n"
+                        << body << "\n\ntorch.jit.save(torch.jit.script(" << name
+                        << "()), sys.argv[1])\n";
+  CommandResult made = RunShell(absl::StrCat("/usr/bin/python3 ", script, " ", model));
+  EXPECT_EQ(made.exit_code, 0) << made.output;
+  return made.exit_code == 0 ? model : "";
 }
 
 std::string ShardsJob(const std::string& name, const std::string& train, const std::string& val,
@@ -169,6 +219,315 @@ TEST_F(JobsE2eTest, BadSample_NamedWithShardKeyAndRank_OrSkippedAndCounted) {
   CommandResult logs = Dtrain("logs skip-1");
   EXPECT_THAT(logs.output, HasSubstr("skipped 2 samples (data.shards.on_error: skip)"))
       << "one bad sample, read in each of 2 epochs";
+}
+
+// Sample keys collected directly: a predict run over a streamed split whose samples carry their
+// own index (as .cls), through a TorchScript model that returns it, on 2 ranks, in batches of 8
+// that split neither the shards (25 samples) nor the ranks' halves (38 and 37) evenly, 2
+// batches per call: predictions.csv's row i holds sample i, so every sample came exactly once.
+TEST_F(JobsE2eTest, PredictShards_RowIHoldsSampleI_EverySampleOnce) {
+  const std::string data = dir() + "/keys";
+  WriteIndexedShards(data, "keys", 3, 25);
+  const std::string model = ScriptModule(data, "Echo", R"(
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1).sum(1) * self.w
+
+    @torch.jit.export
+    def training_step(self, batch: Tuple[torch.Tensor, torch.Tensor], batch_idx: int):
+        return self.forward(batch[0]).mean()
+
+    @torch.jit.export
+    def predict_step(self, batch: Tuple[torch.Tensor, torch.Tensor],
+                     batch_idx: int) -> Dict[str, torch.Tensor]:
+        return {"sample": batch[1]})",
+                                         "torch.zeros(1)");
+  ASSERT_FALSE(model.empty());
+  const std::string job =
+      WriteJob("keys", absl::StrCat("name: keys\nmodel: {torchscript: \"worker:", model, R"("}
+data:
+  shards:
+    predict: "worker:)",
+                                    data, R"(/keys-{0..2}.tar"
+    fields: [{name: npy}, {name: cls, type: int}]
+  batch_size: 8
+trainer: {strategy: ddp, num_nodes: 2, batches_per_call: 2}
+)"));
+  CommandResult predicted = Dtrain("predict --wait --config " + job);
+  ASSERT_EQ(predicted.exit_code, 0) << predicted.output;
+  std::ifstream csv(GetJob("keys-1").predictions());
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "index,sample");
+  int rows = 0;
+  for (std::string line; std::getline(csv, line); ++rows) {
+    EXPECT_EQ(line, absl::StrCat(rows, ",", rows)) << "row " << rows << " holds another sample";
+  }
+  EXPECT_EQ(rows, 75);
+}
+
+// The resume tests' job: 16 shards of 256 samples on the workers' disk, 64 steps per epoch on 2
+// ranks, 3 epochs, and a checkpoint every 20 steps and at the end; no validation, so no
+// checkpoint falls on an epoch's end before the last step (lcm(20, 64) = 320 > 192): a job
+// resumed from any of them resumes mid-epoch.
+constexpr int64_t kResumeSteps = 3 * 64;
+std::string ResumableJob(const std::string& name, const std::string& data,
+                         const std::string& trainer_extra = "") {
+  return absl::StrCat("name: ", name, R"(
+model: {builtin: mlp}
+data:
+  shards:
+    train: "worker:)",
+                      data, R"(/train-{0..15}.tar"
+    fields: [{name: npy}, {name: cls, type: int}]
+    shuffle_buffer: 64
+  batch_size: 32
+  num_workers: 2
+trainer: {max_epochs: 3, strategy: ddp, num_nodes: 2, batches_per_call: 8)",
+                      trainer_extra, R"(}
+seed_everything: 5
+optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
+checkpoint: {every_n_steps: 20}
+)");
+}
+
+// Waits until `id` has written a checkpoint while still running.
+void WaitForACheckpoint(LocalCluster& cluster, const std::string& id) {
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const v1::JobStatus s = cluster.GetJob(id);
+        return !s.checkpoint().empty() || IsTerminal(s.state());
+      },
+      absl::Seconds(120)));
+  ASSERT_EQ(cluster.GetJob(id).state(), v1::RUNNING) << "the job ended before the fault";
+}
+
+// From the job's log line "resumed from <checkpoint> at step S (epoch E, batch B)": B, the
+// batch of the epoch the stream resumed at (-1 when there is no such line).
+int64_t ResumedAtBatch(const std::string& log) {
+  const size_t at = log.find("resumed from ");
+  if (at == std::string::npos) return -1;
+  const size_t batch = log.find(", batch ", at);
+  if (batch == std::string::npos) return -1;
+  return std::stoll(log.substr(batch + 8));
+}
+
+v1::JobStatus WaitForEnd(LocalCluster& cluster, const std::string& id) {
+  EXPECT_TRUE(WaitFor([&] { return IsTerminal(cluster.GetJob(id).state()); }, absl::Seconds(180)));
+  return cluster.GetJob(id);
+}
+
+// The coordinator SIGKILLed mid-epoch and restarted: the workers' streams restart at the
+// checkpoint's position (by replaying the epoch's plan up to it), and the job ends bit for bit
+// as the same job run without the crash: the same samples in the same order, none seen twice
+// and none skipped (one sample more or less in any step changes the weights).
+TEST_F(JobsE2eTest, CoordinatorSigkillMidEpoch_StreamResumesExactly_EndsAsUninterrupted) {
+  const std::string data = dir() + "/resume";
+  WriteShards(data, "train", 16, 256, 7);
+  const std::string reference =
+      RunToTheEnd(*cluster_, "reference", ResumableJob("reference", data));
+  ASSERT_FALSE(reference.empty());
+  const std::string id = cluster_->Submit("crashed", ResumableJob("crashed", data));
+  WaitForACheckpoint(*cluster_, id);
+  const int64_t step_at_crash = cluster_->GetJob(id).progress().global_step();
+  cluster_->StopCoordinator(SIGKILL);
+  ASSERT_TRUE(cluster_->StartCoordinator(cluster_->address()));
+  const v1::JobStatus done = WaitForEnd(*cluster_, id);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.progress().global_step(), kResumeSteps);
+  const std::string log = Dtrain("logs " + id).output;
+  EXPECT_THAT(log, HasSubstr("the coordinator restarted while this job ran"));
+  const int64_t batch = ResumedAtBatch(log);
+  EXPECT_GT(batch, 0) << "not resumed mid-epoch:\n" << log;
+  EXPECT_TRUE(SameFinalState(*cluster_, id, reference));
+  std::printf("crashed at step %lld; resumed at batch %lld of its epoch\n",
+              static_cast<long long>(step_at_crash), static_cast<long long>(batch));
+}
+
+// Training sample keys collected directly, across a coordinator SIGKILL mid-epoch: a TorchScript
+// model whose loss is the sum of its parameter w at the batch's sample indices (the samples'
+// .cls), under plain SGD at lr 2 on 2 ranks (gradients averaged), so each w[i] ends as minus
+// the number of times sample i was trained on. After 3 epochs, with the crash and the resume in
+// the first, each of the 2048 samples was trained on exactly 3 times: no repeats, no skips.
+TEST_F(JobsE2eTest, CoordinatorSigkillMidEpoch_EverySampleTrainedOncePerEpoch) {
+  const std::string data = dir() + "/tally";
+  WriteIndexedShards(data, "train", 16, 128);
+  const std::string model = ScriptModule(data, "Tally", R"(
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    @torch.jit.export
+    def training_step(self, batch: Tuple[torch.Tensor, torch.Tensor], batch_idx: int):
+        return self.w.index_select(0, batch[1]).sum())",
+                                         "torch.zeros(2048)");
+  ASSERT_FALSE(model.empty());
+  // One batch per call and a checkpoint every 10 steps (never at an epoch's end but the last):
+  // the crash comes mid-epoch, well before the 96th step.
+  const std::string id =
+      cluster_->Submit("tally", absl::StrCat("name: tally\nmodel: {torchscript: \"worker:", model,
+                                             R"("}
+data:
+  shards:
+    train: "worker:)",
+                                             data, R"(/train-{0..15}.tar"
+    fields: [{name: npy}, {name: cls, type: int}]
+    shuffle_buffer: 64
+  batch_size: 32
+trainer: {max_epochs: 3, strategy: ddp, num_nodes: 2, batches_per_call: 1}
+seed_everything: 5
+optimizer: {name: sgd, lr: 2.0}
+checkpoint: {every_n_steps: 10}
+)"));
+  ASSERT_FALSE(id.empty());
+  WaitForACheckpoint(*cluster_, id);
+  cluster_->StopCoordinator(SIGKILL);
+  ASSERT_TRUE(cluster_->StartCoordinator(cluster_->address()));
+  const v1::JobStatus done = WaitForEnd(*cluster_, id);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.progress().global_step(), 96);
+  const std::string log = Dtrain("logs " + id).output;
+  EXPECT_THAT(log, HasSubstr("the coordinator restarted while this job ran"));
+  const int64_t batch = ResumedAtBatch(log);
+  EXPECT_GT(batch, 0) << "not resumed mid-epoch:\n" << log;
+  const std::string checkpoint = DownloadCheckpoint(*cluster_, id);
+  ASSERT_FALSE(checkpoint.empty());
+  std::ofstream(data + "/tally.py") << R"(import sys
+import torch
+w = torch.load(sys.argv[1], map_location="cpu")["state_dict"]["w"]
+values, counts = torch.unique(w, return_counts=True)
+print(" ".join(f"{v:g}x{n}" for v, n in zip(values.tolist(), counts.tolist())))
+)";
+  CommandResult tally = RunShell(absl::StrCat("/usr/bin/python3 ", data, "/tally.py ", checkpoint));
+  ASSERT_EQ(tally.exit_code, 0) << tally.output;
+  EXPECT_EQ(tally.output, "-3x2048\n") << "(times trained on) x (samples)";
+  std::printf("resumed at batch %lld of epoch 0; w: %s", static_cast<long long>(batch),
+              tally.output.c_str());
+}
+
+// An elastic job loses a worker mid-epoch and re-forms with an idle one: the world is the same,
+// so each rank's plan is too, and the job ends bit for bit as an uninterrupted run.
+TEST_F(JobsE2eTest, ElasticReformationSameWorld_StreamResumesExactly_EndsAsUninterrupted) {
+  ASSERT_TRUE(cluster_->AddWorker("w2"));
+  ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 3; }, absl::Seconds(10)));
+  const std::string data = dir() + "/elastic";
+  WriteShards(data, "train", 16, 256, 8);
+  const std::string reference =
+      RunToTheEnd(*cluster_, "reference", ResumableJob("reference", data));
+  ASSERT_FALSE(reference.empty());
+  const std::string id =
+      cluster_->Submit("elastic", ResumableJob("elastic", data, ", min_nodes: 1"));
+  WaitForACheckpoint(*cluster_, id);
+  const v1::JobStatus before = cluster_->GetJob(id);
+  ASSERT_EQ(before.workers_size(), 2);
+  cluster_->worker(before.workers(1)).process().Kill(SIGKILL);
+  const v1::JobStatus done = WaitForEnd(*cluster_, id);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.workers_size(), 2) << "re-formed with the idle worker";
+  EXPECT_EQ(done.progress().global_step(), kResumeSteps);
+  const std::string log = Dtrain("logs " + id).output;
+  EXPECT_THAT(log, HasSubstr("re-forming on"));
+  EXPECT_GT(ResumedAtBatch(log), 0) << "not resumed mid-epoch:\n" << log;
+  EXPECT_TRUE(SameFinalState(*cluster_, id, reference));
+}
+
+// An elastic job loses a worker and goes on alone: the step carries over into the one-rank
+// world's 128-step epochs, and the rank streams its one-rank plan from there, exactly as a
+// one-worker job started from the same checkpoint by ckpt_path does (docs/data.md, "Resuming a
+// streamed job"): the same final state, bit for bit.
+TEST_F(JobsE2eTest, ElasticReformationSmallerWorld_StreamsTheNewPlan_AsCkptPathThere) {
+  const std::string data = dir() + "/shrink";
+  WriteShards(data, "train", 16, 256, 14);
+  WriteShards(data, "val", 1, 64, 15);
+  // Validation (and a kept checkpoint) twice an epoch: at most 6 in all, so the one the job
+  // resumes from is still there at the end.
+  const auto job = [&](const std::string& name, int nodes, const std::string& extra) {
+    return absl::StrReplaceAll(
+        ResumableJob(name, data, ", val_check_interval: 0.5, max_epochs: 2" + extra),
+        {{"max_epochs: 3, ", ""},
+         {"num_nodes: 2", absl::StrCat("num_nodes: ", nodes)},
+         {"    fields:", absl::StrCat("    val: \"worker:", data, "/val-0.tar\"\n    fields:")},
+         {"checkpoint: {every_n_steps: 20}",
+          "checkpoint: {every_n_steps: 0, monitor: val_loss, save_top_k: 8}"}});
+  };
+  const std::string id = cluster_->Submit("shrink", job("shrink", 2, ", min_nodes: 1"));
+  WaitForACheckpoint(*cluster_, id);
+  const v1::JobStatus before = cluster_->GetJob(id);
+  ASSERT_EQ(before.workers_size(), 2);
+  cluster_->worker(before.workers(1)).process().Kill(SIGKILL);
+  const v1::JobStatus done = WaitForEnd(*cluster_, id);
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  ASSERT_EQ(done.workers_size(), 1);
+  EXPECT_EQ(done.progress().global_step(), 2 * 128) << "max_epochs of the one-rank world";
+  const std::string log = Dtrain("logs " + id).output;
+  const std::string prefix = absl::StrCat("resumed from job:", id, "/");
+  const size_t at = log.find(prefix);
+  ASSERT_NE(at, std::string::npos) << log;
+  const size_t name_at = at + prefix.size();
+  const std::string checkpoint = log.substr(name_at, log.find(' ', name_at) - name_at);
+  const int64_t step = std::stoll(checkpoint.substr(checkpoint.find("-step=") + 6));
+  EXPECT_THAT(log, HasSubstr(absl::StrCat(prefix, checkpoint, " at step ", step, " (epoch ",
+                                          step / 128, ", batch ", step % 128, ")")));
+  const std::string alone =
+      RunToTheEnd(*cluster_, "alone",
+                  absl::StrCat(job("alone", 1, ""), "ckpt_path: job:", id, "/", checkpoint, "\n"));
+  ASSERT_FALSE(alone.empty());
+  EXPECT_TRUE(SameFinalState(*cluster_, id, alone));
+  std::printf("resumed from %s on the survivor at epoch %lld, batch %lld of 128\n",
+              checkpoint.c_str(), static_cast<long long>(step / 128),
+              static_cast<long long>(step % 128));
+}
+
+// ddp_spawn: two children of one worker are ranks 0 and 1, each streaming its own half through
+// its own artifact cache. Same world, same plans: the job ends bit for bit as the same job on
+// two workers. The client's uploaded shards stream in the children too.
+TEST_F(JobsE2eTest, DdpSpawn_ChildrenStreamTheirHalves_AsTwoWorkersDo) {
+  const std::string data = dir() + "/spawn";
+  WriteShards(data, "train", 8, 100, 9);
+  WriteShards(data, "val", 2, 50, 10);
+  const std::string train = "worker:" + data + "/train-{0..7}.tar";
+  const std::string val = "worker:" + data + "/val-{0..1}.tar";
+  const std::string spawn_trainer = "  strategy: ddp_spawn\n  devices: 2\n  num_nodes: 1\n";
+  const std::string reference = RunToTheEnd(*cluster_, "two", ShardsJob("two", train, val));
+  ASSERT_FALSE(reference.empty());
+  const std::string spawned =
+      RunToTheEnd(*cluster_, "spawned",
+                  absl::StrReplaceAll(ShardsJob("spawned", train, val),
+                                      {{"  strategy: ddp\n  num_nodes: 2\n", spawn_trainer}}));
+  ASSERT_FALSE(spawned.empty());
+  EXPECT_THAT(Dtrain("logs " + spawned).output,
+              HasSubstr("800 training samples, 13 batches per rank per epoch"));
+  EXPECT_TRUE(SameFinalState(*cluster_, spawned, reference));
+
+  WriteShards(data + "/mine", "train", 4, 64, 11);
+  const std::string uploaded =
+      RunToTheEnd(*cluster_, "uploaded",
+                  absl::StrReplaceAll(ShardsJob("uploaded", data + "/mine", val),
+                                      {{"  strategy: ddp\n  num_nodes: 2\n", spawn_trainer}}));
+  ASSERT_FALSE(uploaded.empty());
+  EXPECT_THAT(Dtrain("logs " + uploaded).output,
+              HasSubstr("256 training samples, 4 batches per rank per epoch"));
+}
+
+// fit --dry-run from shards: an idle worker streams the first batch, from its own disk or from
+// the client's uploads, and reports its structure; nothing is queued.
+TEST_F(JobsE2eTest, DryRun_Shards_ShowsTheFirstStreamedBatch) {
+  const std::string data = dir() + "/dry";
+  WriteShards(data, "train", 2, 40, 12);
+  WriteShards(data, "val", 1, 20, 13);
+  for (const auto& [train, val] : std::vector<std::pair<std::string, std::string>>{
+           {"worker:" + data + "/train-{0..1}.tar", "worker:" + data + "/val-0.tar"},
+           {data + "/train-{0..1}.tar", data + "/val-0.tar"}}) {
+    CommandResult dry =
+        Dtrain("fit --dry-run --config " + WriteJob("dry", ShardsJob("dry", train, val)));
+    ASSERT_EQ(dry.exit_code, 0) << dry.output;
+    EXPECT_THAT(dry.output, HasSubstr("dry run on worker 'w"));
+    EXPECT_THAT(dry.output, HasSubstr("batch           tuple(float32[32, 1, 28, 28], int64[32])"));
+    EXPECT_THAT(dry.output, HasSubstr("training_step   returns loss; loss "));
+    EXPECT_THAT(dry.output, HasSubstr("validation_step returns acc, loss"));
+    EXPECT_THAT(dry.output, HasSubstr("split train    80 samples"));
+    EXPECT_THAT(dry.output, HasSubstr("split val      20 samples"));
+  }
+  EXPECT_THAT(Dtrain("list --output json").output, Not(HasSubstr("\"id\"")))
+      << "a dry run queues nothing";
 }
 
 }  // namespace
