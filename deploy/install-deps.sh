@@ -6,12 +6,15 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
           protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libtorch-dev libgloo-dev zlib1g-dev libyaml-cpp-dev
-          libsqlite3-dev libcpp-httplib-dev libarchive-dev libjs-chart.js libopenblas0-openmp
+          libsqlite3-dev libcpp-httplib-dev libarchive-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libjs-chart.js libopenblas0-openmp
           dataset-fashion-mnist
           python3 python3-grpcio python3-protobuf python3-yaml python3-numpy)
 # libopenblas0-openmp: libtorch's linear layers call whichever BLAS Debian's alternatives pick,
 # and without it that is the reference BLAS, which halved the CNN's training speed (the OpenMP
 # build follows libtorch's thread count).
+# libjpeg62-turbo-dev (jpeglib.h: libjpeg-turbo's crop and skip calls), libpng-dev, libwebp-dev:
+# worker/data/image_decode. python3-torchvision (--test, --bench): the reference the image
+# transforms are checked against, and the bench's comparison.
 # The Python package's own needs are above (python/dtrain: grpcio, protobuf, PyYAML, numpy).
 # The test command's checks (formatting, clang's thread-safety analysis), pytest, and Python's
 # torch, which writes the data files and checkpoints the interoperability tests read and check;
@@ -19,10 +22,10 @@ packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc 
 # network-namespace tests and openssl for the TLS tests' certificates. libjs-chart.js (above) is
 # the dashboard's chart library, embedded in the coordinator at build time.
 if [ "${1:-}" = "--test" ]; then
-  packages+=(clang-format clang python3-pytest python3-torch chromium chromium-driver python3-selenium
+  packages+=(clang-format clang python3-pytest python3-torch python3-torchvision chromium chromium-driver python3-selenium
              iproute2 openssl)
 fi
-if [ "${1:-}" = "--bench" ]; then packages+=(python3 python3-torch); fi
+if [ "${1:-}" = "--bench" ]; then packages+=(python3 python3-torch python3-torchvision); fi
 if [ "${1:-}" = "--fuzz" ]; then packages+=(clang); fi
 
 missing=()

@@ -19,9 +19,10 @@ deploy/install-deps.sh --fuzz >&2
 build=build-fuzz
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DDTRAIN_BUILD_WORKER=OFF -DDTRAIN_BUILD_TESTS=OFF -DDTRAIN_BUILD_FUZZERS=ON >&2
-cmake --build "$build" --target tensor_wire_fuzzer job_spec_fuzzer shard_list_fuzzer tar_shard_fuzzer >&2
+cmake --build "$build" --target tensor_wire_fuzzer job_spec_fuzzer shard_list_fuzzer tar_shard_fuzzer \
+  image_decode_fuzzer >&2
 status=0
-for target in tensor_wire job_spec shard_list tar_shard; do
+for target in tensor_wire job_spec shard_list tar_shard image_decode; do
   mkdir -p "$build/corpus/$target" "$build/findings/$target"
   log="$build/$target.log"
   echo "fuzzing $target for ${seconds}s ..." >&2
