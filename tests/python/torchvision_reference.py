@@ -6,7 +6,7 @@
 decode: encoded test images (JPEG 4:2:0/4:4:4/progressive/gray, PNG RGB/RGBA/gray/palette,
 WebP lossy/lossless/alpha) and PIL's convert("RGB") and convert("L") pixels of each, raw HWC uint8
 (<name>.rgb, <name>.l); manifest.txt lists "<file> <width> <height>".
-transforms: input.rgb (HWC uint8, its size in manifest.txt) and torchvision's tensor-path output
+transforms: input.rgb (HWC uint8, its size in manifest.txt), input.jpg (the same, as JPEG) and torchvision's tensor-path output
 of each deterministic transform on it, raw little-endian (uint8 or float32, CHW), one line per
 output in manifest.txt: "<name> <dtype> <c> <h> <w>"; rrc_params.i32 holds 20,000 draws of
 RandomResizedCrop.get_params (top, left, height, width) on a 300x250 (HxW) image.
@@ -72,6 +72,7 @@ def write_transforms(out):
     torch.manual_seed(0)
     hwc = test_image(61, 83, 4)  # W=61, H=83: odd, neither a multiple of 8
     hwc.tofile(os.path.join(out, "input.rgb"))
+    Image.fromarray(hwc).save(os.path.join(out, "input.jpg"), quality=90)
     img = torch.from_numpy(hwc).permute(2, 0, 1).contiguous()  # CHW uint8, the tensor path
     as_float = img.to(torch.float32).div(255)
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
