@@ -325,6 +325,48 @@ TEST_F(ImageTransformsTest, DecodeAndApply_EqualsDecodeThenApply) {
   EXPECT_EQ(broken.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// RandomResizedCrop + flip + ToTensor + Normalize runs as one fused pass; it must equal the
+// composition of the ATen ops (each checked against torchvision above), draw for draw.
+TEST_F(ImageTransformsTest, FusedTrainingPipeline_EqualsComposedOps) {
+  namespace ops = image_ops;
+  const at::Tensor x = InputChw();
+  for (const char* text :
+       {"train { random_resized_crop { size: 224 } } train { random_horizontal_flip {} } "
+        "train { to_tensor {} } train { normalize { mean: [0.485, 0.456, 0.406] "
+        "std: [0.229, 0.224, 0.225] } }",
+        "train { random_resized_crop { size: [17, 30] scale: [0.5, 1] } } "
+        "train { random_horizontal_flip { p: 0.5 } }"}) {
+    ImageTransformPipeline pipeline = Pipeline(text);
+    v1::DataTransforms spec;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &spec));
+    const auto& rrc = spec.train(0).random_resized_crop();
+    const int out_h = rrc.size(0);
+    const int out_w = rrc.size().size() == 2 ? rrc.size(1) : rrc.size(0);
+    const double scale_min = rrc.scale().empty() ? 0.08 : rrc.scale(0);
+    const bool normalize = spec.train().size() == 4;
+    int flips = 0;
+    for (uint64_t seed = 0; seed < 40; ++seed) {
+      SampleRandom a(seed), b(seed);
+      absl::StatusOr<at::Tensor> fused = pipeline.Apply(Input(), a);
+      ASSERT_TRUE(fused.ok()) << fused.status();
+      CropBox box = RandomResizedCropParams(83, 61, scale_min, 1.0, 3.0 / 4.0, 4.0 / 3.0, b);
+      at::Tensor expected = ops::Resize(ops::Crop(x, box.top, box.left, box.height, box.width),
+                                        out_h, out_w, ImageTransform::INTERPOLATION_BILINEAR, true);
+      if (b.Uniform(0, 1) < 0.5) {
+        expected = ops::HorizontalFlip(expected);
+        ++flips;
+      }
+      expected = ops::ToFloat(expected);
+      if (normalize) {
+        expected = ops::Normalize(expected, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f});
+      }
+      ExpectIdentical(*fused, expected, absl::StrCat(text, " seed ", seed));
+    }
+    EXPECT_GT(flips, 5);
+    EXPECT_LT(flips, 35);
+  }
+}
+
 TEST_F(ImageTransformsTest, GrayscaleImage_OneChannelOut) {
   DecodedImage gray;
   gray.height = 20;

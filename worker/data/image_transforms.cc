@@ -138,6 +138,104 @@ std::string Where(absl::string_view where, int index, const char* name) {
   return absl::StrCat(where, "[", index, "].", name);
 }
 
+// One output index's taps in ATen's antialiased bilinear resize (UpSampleKernel.cpp,
+// HelperInterpBase::_compute_weights_aa with the triangle filter), with its mixed float/double
+// arithmetic kept as it is there: the weights must be the same floats for the output to be.
+struct Taps {
+  std::vector<int> first;      // first input index of each output index
+  std::vector<int> count;      // taps of each output index
+  std::vector<float> weights;  // count entries per output index, at stride `stride`
+  int stride = 0;
+};
+
+float TriangleFilter(float x) {
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return static_cast<float>(1.0 - x);
+  return 0.0f;
+}
+
+Taps AntialiasTaps(int64_t input_size, int64_t output_size) {
+  const float scale = static_cast<float>(input_size) / output_size;
+  const float support = (scale >= 1.0) ? static_cast<float>((2 * 0.5) * scale) : 2 * 0.5f;
+  Taps taps;
+  taps.stride = static_cast<int>(std::ceil(support)) * 2 + 1;
+  taps.first.resize(output_size);
+  taps.count.resize(output_size);
+  taps.weights.assign(static_cast<size_t>(output_size) * taps.stride, 0.0f);
+  for (int64_t i = 0; i < output_size; ++i) {
+    const float center = static_cast<float>(scale * (i + 0.5));
+    const float invscale = (scale >= 1.0) ? static_cast<float>(1.0 / scale) : 1.0f;
+    const int64_t xmin = std::max(static_cast<int64_t>(center - support + 0.5), int64_t{0});
+    const int64_t xsize = std::min(static_cast<int64_t>(center + support + 0.5), input_size) - xmin;
+    float* w = &taps.weights[i * taps.stride];
+    float total = 0.0f;
+    for (int64_t j = 0; j < xsize; ++j) {
+      w[j] = TriangleFilter(static_cast<float>((j + xmin - center + 0.5) * invscale));
+      total += w[j];
+    }
+    for (int64_t j = 0; j < xsize; ++j) {
+      if (total != 0.0) w[j] /= total;
+    }
+    taps.first[i] = static_cast<int>(xmin);
+    taps.count[i] = static_cast<int>(xsize);
+  }
+  return taps;
+}
+
+// The two passes of FusedCropResize. ATen's kernel, built for AVX2 and up, contracts
+// `out += t * w` into a fused multiply-add, so these do too (std::fma): the same roundings give
+// the same floats. target_clones builds them twice, with the FMA instruction and without (there
+// std::fma is glibc's, exact but slower), and picks at load time by the CPU.
+__attribute__((target_clones("fma", "default"))) void ResampleRows(const uint8_t* origin,
+                                                                   int64_t row_stride, int channels,
+                                                                   const Taps& taps, int row_first,
+                                                                   int row_last, int out_w,
+                                                                   float* rows) {
+  for (int y = row_first; y < row_last; ++y) {
+    const uint8_t* src = origin + y * row_stride;
+    float* dst = rows + static_cast<size_t>(y - row_first) * out_w * channels;
+    for (int x = 0; x < out_w; ++x) {
+      const float* w = &taps.weights[static_cast<size_t>(x) * taps.stride];
+      const uint8_t* s0 = src + int64_t{taps.first[x]} * channels;
+      const int count = taps.count[x];
+      for (int c = 0; c < channels; ++c) {
+        float acc = static_cast<float>(s0[c]) * w[0];
+        for (int j = 1; j < count; ++j) {
+          acc = std::fma(static_cast<float>(s0[j * channels + c]), w[j], acc);
+        }
+        dst[x * channels + c] = acc;
+      }
+    }
+  }
+}
+
+// The vertical pass, then round() and .to(uint8), ToTensor's / 255 and each Normalize (mean and
+// std: normalizes x channels), all in float as the ATen ops compute them; writes CHW.
+__attribute__((target_clones("fma", "default"))) void ResampleColumns(
+    const float* rows, int row_first, const Taps& taps, int out_h, int out_w, int channels,
+    bool flip, int normalizes, const float* means, const float* stds, float* out) {
+  const size_t plane = static_cast<size_t>(out_h) * out_w;
+  const size_t row = static_cast<size_t>(out_w) * channels;
+  for (int y = 0; y < out_h; ++y) {
+    const float* w = &taps.weights[static_cast<size_t>(y) * taps.stride];
+    const float* r0 = rows + static_cast<size_t>(taps.first[y] - row_first) * row;
+    const int count = taps.count[y];
+    for (int x = 0; x < out_w; ++x) {
+      const int ox = flip ? out_w - 1 - x : x;
+      for (int c = 0; c < channels; ++c) {
+        const size_t at = static_cast<size_t>(x) * channels + c;
+        float acc = r0[at] * w[0];
+        for (int j = 1; j < count; ++j) acc = std::fma(r0[j * row + at], w[j], acc);
+        float v = std::min(std::max(std::nearbyint(acc), 0.0f), 255.0f) / 255;
+        for (int n = 0; n < normalizes; ++n) {
+          v = (v - means[n * channels + c]) / stds[n * channels + c];
+        }
+        out[c * plane + static_cast<size_t>(y) * out_w + ox] = v;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 uint64_t SampleSeed(uint64_t seed, int64_t epoch, absl::string_view sample_key) {
@@ -473,6 +571,18 @@ absl::StatusOr<ImageTransformPipeline> ImageTransformPipeline::Create(
     }
     pipeline.steps_.push_back(std::move(step));
   }
+  if (!pipeline.steps_.empty() && pipeline.steps_[0].transform.has_random_resized_crop()) {
+    const auto& rrc = pipeline.steps_[0].transform.random_resized_crop();
+    pipeline.fused_ = rrc.interpolation() == ImageTransform::INTERPOLATION_BILINEAR &&
+                      Antialias(rrc.interpolation(), rrc.has_antialias(), rrc.antialias()) &&
+                      to_tensor_at != 0;
+    for (size_t i = 1; i < pipeline.steps_.size(); ++i) {
+      const ImageTransform& t = pipeline.steps_[i].transform;
+      if (!t.has_random_horizontal_flip() && !t.has_to_tensor() && !t.has_normalize()) {
+        pipeline.fused_ = false;
+      }
+    }
+  }
   if (to_tensor_at >= 0) {
     pipeline.to_float_at_ = static_cast<size_t>(to_tensor_at);
   } else if (first_normalize >= 0) {
@@ -618,11 +728,71 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::Run(at::Tensor image, size_t 
   }
 }
 
+absl::StatusOr<at::Tensor> ImageTransformPipeline::FusedCropResize(const uint8_t* pixels,
+                                                                   int64_t row_stride, int channels,
+                                                                   const CropBox& box,
+                                                                   SampleRandom& rng) const {
+  // The random draws in the order the steps make them: the crop box (drawn by the caller),
+  // then each flip's.
+  bool flip = false;
+  std::vector<const ImageTransform::Normalize*> normalizes;
+  for (size_t i = 1; i < steps_.size(); ++i) {
+    const ImageTransform& t = steps_[i].transform;
+    if (t.has_random_horizontal_flip()) {
+      const double p = t.random_horizontal_flip().has_p() ? t.random_horizontal_flip().p() : 0.5;
+      if (rng.Uniform(0, 1) < p) flip = !flip;
+    } else if (t.has_normalize()) {
+      const int n = t.normalize().mean().size();
+      if (n != 1 && n != channels) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("normalize: ", n, " means for an image of ", channels, " channels"));
+      }
+      normalizes.push_back(&t.normalize());
+    }
+  }
+  const int out_h = steps_[0].size[0];
+  const int out_w = steps_[0].size[1];
+  const Taps horizontal = AntialiasTaps(box.width, out_w);
+  const Taps vertical = AntialiasTaps(box.height, out_h);
+  std::vector<float> means, stds;  // normalizes.size() x channels
+  for (const ImageTransform::Normalize* n : normalizes) {
+    for (int c = 0; c < channels; ++c) {
+      const int k = n->mean().size() == 1 ? 0 : c;
+      means.push_back(n->mean(k));
+      stds.push_back(n->std(k));
+    }
+  }
+  // Only the rows the vertical taps read. The scratch is per thread so that a pool of decode
+  // threads does not allocate (and fault in) ~1 MB per sample.
+  const int row_first = vertical.first[0];
+  const int row_last = vertical.first[out_h - 1] + vertical.count[out_h - 1];
+  thread_local std::vector<float> rows;
+  rows.resize(static_cast<size_t>(row_last - row_first) * out_w * channels);
+  ResampleRows(pixels + int64_t{box.top} * row_stride + int64_t{box.left} * channels, row_stride,
+               channels, horizontal, row_first, row_last, out_w, rows.data());
+  at::Tensor out = at::empty({channels, out_h, out_w}, at::kFloat);
+  ResampleColumns(rows.data(), row_first, vertical, out_h, out_w, channels, flip,
+                  static_cast<int>(normalizes.size()), means.data(), stds.data(),
+                  out.data_ptr<float>());
+  return out;
+}
+
 absl::StatusOr<at::Tensor> ImageTransformPipeline::Apply(DecodedImage image,
                                                          SampleRandom& rng) const {
   if (image.channels != 1 && image.channels != 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("image transforms: images have 1 or 3 channels, not ", image.channels));
+  }
+  if (fused_) {
+    const auto& rrc = steps_[0].transform.random_resized_crop();
+    const bool default_scale = rrc.scale().empty();
+    const bool default_ratio = rrc.ratio().empty();
+    const CropBox box = RandomResizedCropParams(
+        image.height, image.width, default_scale ? 0.08 : rrc.scale(0),
+        default_scale ? 1.0 : rrc.scale(1), default_ratio ? 3.0 / 4.0 : rrc.ratio(0),
+        default_ratio ? 4.0 / 3.0 : rrc.ratio(1), rng);
+    return FusedCropResize(image.pixels.data(), int64_t{image.width} * image.channels,
+                           image.channels, box, rng);
   }
   // The view borrows image.pixels; every path through Run copies (at the latest, to float).
   return Run(ChwView(image), 0, rng);
@@ -667,6 +837,10 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::DecodeAndApply(absl::string_v
   }
   absl::StatusOr<DecodedImage> part = DecodeImageWindow(encoded, window, options);
   if (!part.ok()) return part.status();
+  if (fused_) {
+    return FusedCropResize(part->pixels.data(), int64_t{part->width} * part->channels,
+                           part->channels, CropBox{0, 0, part->height, part->width}, rng);
+  }
   if (first.transform.has_center_crop()) return Run(ChwView(*part), 1, rng);
   try {
     c10::InferenceMode inference;

@@ -109,6 +109,14 @@ class ImageTransformPipeline {
     std::vector<int> size;  // [h, w] after expanding [s], or [s] for Resize's smaller edge
   };
   absl::StatusOr<at::Tensor> Run(at::Tensor image, size_t first_step, SampleRandom& rng) const;
+  // The common training list (RandomResizedCrop, bilinear with antialias, then only flips,
+  // to_tensor and normalizes) in one pass over the crop: the same arithmetic as the ATen
+  // operators in the same order, without their intermediate tensors.
+  absl::StatusOr<at::Tensor> FusedCropResize(const uint8_t* pixels, int64_t row_stride,
+                                             int channels, const CropBox& box,
+                                             SampleRandom& rng) const;
+
+  bool fused_ = false;
 
   std::vector<Step> steps_;
   // The index at which uint8 becomes float (ToTensor's position), steps_.size() for "at the end".
