@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -170,22 +171,53 @@ bool JpegDecode(const uint8_t* data, size_t size, const ImageDecodeLimits& limit
     jpeg_crop_scanline(&cinfo, &xoffset, &crop_width);
   }
   const int shift = w.left - static_cast<int>(xoffset);
-  JSAMPARRAY row =
-      (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE,
-                                 cinfo.output_width * static_cast<JDIMENSION>(decoded_channels), 1);
   if (w.top > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(w.top));
   out->height = w.height;
   out->width = w.width;
   out->channels = out_channels;
   out->pixels.resize(static_cast<size_t>(w.height) * w.width * out_channels);
-  for (int y = 0; y < w.height; ++y) {
-    if (jpeg_read_scanlines(&cinfo, row, 1) != 1) {
+  if (shift == 0 && static_cast<int>(cinfo.output_width) == w.width &&
+      decoded_channels == out_channels) {
+    // Straight into the output, many rows per call, as TurboJPEG does (measured: one row per
+    // call through a scratch row ran at 0.74x of TurboJPEG's speed).
+    auto* pointers = static_cast<JSAMPROW*>((*cinfo.mem->alloc_small)(
+        reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE, sizeof(JSAMPROW) * w.height));
+    for (int y = 0; y < w.height; ++y) {
+      pointers[y] = out->pixels.data() + static_cast<size_t>(y) * w.width * out_channels;
+    }
+    for (int y = 0; y < w.height;) {
+      const JDIMENSION got =
+          jpeg_read_scanlines(&cinfo, pointers + y, static_cast<JDIMENSION>(w.height - y));
+      if (got == 0) {
+        std::snprintf(error->message, sizeof(error->message), "truncated (no scanline %d)",
+                      w.top + y);
+        jpeg_destroy_decompress(&cinfo);
+        return false;
+      }
+      y += static_cast<int>(got);
+    }
+    jpeg_destroy_decompress(&cinfo);
+    return true;
+  }
+  // Otherwise all the window's rows into a scratch (iMCU-aligned columns), many rows per call,
+  // then the window's columns out of each, converting channels.
+  JSAMPARRAY rows =
+      (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE,
+                                 cinfo.output_width * static_cast<JDIMENSION>(decoded_channels),
+                                 static_cast<JDIMENSION>(w.height));
+  for (int y = 0; y < w.height;) {
+    const JDIMENSION got =
+        jpeg_read_scanlines(&cinfo, rows + y, static_cast<JDIMENSION>(w.height - y));
+    if (got == 0) {
       std::snprintf(error->message, sizeof(error->message), "truncated (no scanline %d)",
                     w.top + y);
       jpeg_destroy_decompress(&cinfo);
       return false;
     }
-    ConvertPixels(row[0] + static_cast<size_t>(shift) * decoded_channels, decoded_channels,
+    y += static_cast<int>(got);
+  }
+  for (int y = 0; y < w.height; ++y) {
+    ConvertPixels(rows[y] + static_cast<size_t>(shift) * decoded_channels, decoded_channels,
                   out->pixels.data() + static_cast<size_t>(y) * w.width * out_channels,
                   out_channels, w.width);
   }
