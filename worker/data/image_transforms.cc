@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <utility>
 
@@ -184,26 +185,33 @@ Taps AntialiasTaps(int64_t input_size, int64_t output_size) {
 
 // The two passes of FusedCropResize. ATen's kernel, built for AVX2 and up, contracts
 // `out += t * w` into a fused multiply-add, so these do too (std::fma): the same roundings give
-// the same floats. target_clones builds them twice, with the FMA instruction and without (there
+// the same floats. target_clones builds them twice, for x86-64-v3 (AVX2, FMA) and without (there
 // std::fma is glibc's, exact but slower), and picks at load time by the CPU.
-__attribute__((target_clones("fma", "default"))) void ResampleRows(const uint8_t* origin,
-                                                                   int64_t row_stride, int channels,
-                                                                   const Taps& taps, int row_first,
-                                                                   int row_last, int out_w,
-                                                                   float* rows) {
+//
+// The horizontal pass writes each row planar (c * out_w + x): the vertical pass treats a row as
+// a flat array, so the layout is free, and this one lets the loop over x vectorise. Every output
+// runs the widest tap count; a tap past an output's own count has weight 0 and its input index
+// clamped into the row, and fma(v, 0, acc) == acc exactly (acc >= +0), so the result is what
+// ATen's shorter loop gives.
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void ResampleRows(
+    const uint8_t* __restrict origin, int64_t row_stride, int channels, int in_w,
+    const int* __restrict index, const float* __restrict weights, int taps, int row_first,
+    int row_last, int out_w, float* __restrict rows) {
+  thread_local std::vector<float> line;
+  line.resize(static_cast<size_t>(in_w) * channels);
+  float* __restrict in = line.data();
   for (int y = row_first; y < row_last; ++y) {
-    const uint8_t* src = origin + y * row_stride;
-    float* dst = rows + static_cast<size_t>(y - row_first) * out_w * channels;
-    for (int x = 0; x < out_w; ++x) {
-      const float* w = &taps.weights[static_cast<size_t>(x) * taps.stride];
-      const uint8_t* s0 = src + int64_t{taps.first[x]} * channels;
-      const int count = taps.count[x];
-      for (int c = 0; c < channels; ++c) {
-        float acc = static_cast<float>(s0[c]) * w[0];
-        for (int j = 1; j < count; ++j) {
-          acc = std::fma(static_cast<float>(s0[j * channels + c]), w[j], acc);
-        }
-        dst[x * channels + c] = acc;
+    const uint8_t* __restrict src = origin + y * row_stride;
+    for (int i = 0; i < in_w * channels; ++i) in[i] = static_cast<float>(src[i]);
+    float* __restrict dst = rows + static_cast<size_t>(y - row_first) * out_w * channels;
+    for (int c = 0; c < channels; ++c) {
+      float* __restrict acc = dst + static_cast<size_t>(c) * out_w;
+      const float* __restrict plane = in + c;
+      for (int x = 0; x < out_w; ++x) acc[x] = plane[index[x] * channels] * weights[x];
+      for (int j = 1; j < taps; ++j) {
+        const int* __restrict ij = index + static_cast<size_t>(j) * out_w;
+        const float* __restrict wj = weights + static_cast<size_t>(j) * out_w;
+        for (int x = 0; x < out_w; ++x) acc[x] = std::fma(plane[ij[x] * channels], wj[x], acc[x]);
       }
     }
   }
@@ -213,7 +221,7 @@ __attribute__((target_clones("fma", "default"))) void ResampleRows(const uint8_t
 // stds: normalizes x channels), all in float as the ATen ops compute them; writes CHW. The loops
 // run along whole rows so that the compiler vectorises them; each element still sees the same
 // operations in the same order.
-__attribute__((target_clones("fma", "default"))) void ResampleColumns(
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void ResampleColumns(
     const float* __restrict rows, int row_first, const Taps& taps, int out_h, int out_w,
     int channels, bool flip, int normalizes, const float* means, const float* stds,
     float* __restrict out) {
@@ -225,10 +233,10 @@ __attribute__((target_clones("fma", "default"))) void ResampleColumns(
   // Each Normalize's mean and std spread along a row (x * channels + c).
   float* row_means = acc + row;
   float* row_stds = row_means + static_cast<size_t>(row) * normalizes;
-  for (int n = 0; n < normalizes; ++n) {
+  for (int n = 0; n < normalizes; ++n) {  // rows are planar: element i is channel i / out_w
     for (int i = 0; i < row; ++i) {
-      row_means[n * row + i] = means[n * channels + i % channels];
-      row_stds[n * row + i] = stds[n * channels + i % channels];
+      row_means[n * row + i] = means[n * channels + i / out_w];
+      row_stds[n * row + i] = stds[n * channels + i / out_w];
     }
   }
   for (int y = 0; y < out_h; ++y) {
@@ -252,10 +260,14 @@ __attribute__((target_clones("fma", "default"))) void ResampleColumns(
       const float* sd = row_stds + static_cast<size_t>(n) * row;
       for (int i = 0; i < row; ++i) acc[i] = (acc[i] - m[i]) / sd[i];
     }
-    float* line = out + static_cast<size_t>(y) * out_w;
-    for (int x = 0; x < out_w; ++x) {
-      const int ox = flip ? out_w - 1 - x : x;
-      for (int c = 0; c < channels; ++c) line[c * plane + ox] = acc[x * channels + c];
+    for (int c = 0; c < channels; ++c) {
+      const float* __restrict from = acc + static_cast<size_t>(c) * out_w;
+      float* __restrict to = out + c * plane + static_cast<size_t>(y) * out_w;
+      if (flip) {
+        for (int x = 0; x < out_w; ++x) to[out_w - 1 - x] = from[x];
+      } else {
+        std::memcpy(to, from, sizeof(float) * out_w);
+      }
     }
   }
 }
@@ -792,8 +804,23 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::FusedCropResize(const uint8_t
   const int row_last = vertical.first[out_h - 1] + vertical.count[out_h - 1];
   thread_local std::vector<float> rows;
   rows.resize(static_cast<size_t>(row_last - row_first) * out_w * channels);
+  // The horizontal taps transposed (tap-major) and padded to the widest count.
+  int taps = 0;
+  for (int x = 0; x < out_w; ++x) taps = std::max(taps, horizontal.count[x]);
+  std::vector<int> index(static_cast<size_t>(taps) * out_w);
+  std::vector<float> weights(static_cast<size_t>(taps) * out_w, 0.0f);
+  for (int x = 0; x < out_w; ++x) {
+    for (int j = 0; j < taps; ++j) {
+      index[static_cast<size_t>(j) * out_w + x] = std::min(horizontal.first[x] + j, box.width - 1);
+      if (j < horizontal.count[x]) {
+        weights[static_cast<size_t>(j) * out_w + x] =
+            horizontal.weights[static_cast<size_t>(x) * horizontal.stride + j];
+      }
+    }
+  }
   ResampleRows(pixels + int64_t{box.top} * row_stride + int64_t{box.left} * channels, row_stride,
-               channels, horizontal, row_first, row_last, out_w, rows.data());
+               channels, box.width, index.data(), weights.data(), taps, row_first, row_last, out_w,
+               rows.data());
   at::Tensor out = at::empty({channels, out_h, out_w}, at::kFloat);
   ResampleColumns(rows.data(), row_first, vertical, out_h, out_w, channels, flip,
                   static_cast<int>(normalizes.size()), means.data(), stds.data(),
