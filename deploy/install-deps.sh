@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what dtrain needs from Debian's packages; idempotent and non-interactive.
 #   deploy/install-deps.sh          build + test dependencies
-#   deploy/install-deps.sh --bench  also the benchmark peer (python3-torch)
+#   deploy/install-deps.sh --bench  also the benchmark peers (python3-torch, torchvision, TurboJPEG)
 #   deploy/install-deps.sh --fuzz   also clang with libFuzzer (tests/fuzz/run.sh)
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
@@ -14,7 +14,8 @@ packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc 
 # build follows libtorch's thread count).
 # libjpeg62-turbo-dev (jpeglib.h: libjpeg-turbo's crop and skip calls), libpng-dev, libwebp-dev:
 # worker/data/image_decode. python3-torchvision (--test, --bench): the reference the image
-# transforms are checked against, and the bench's comparison.
+# transforms are checked against, and the bench's comparison; libturbojpeg0-dev (--bench): the
+# decode ceiling in bench/data.sh.
 # The Python package's own needs are above (python/dtrain: grpcio, protobuf, PyYAML, numpy).
 # The test command's checks (formatting, clang's thread-safety analysis), pytest, and Python's
 # torch, which writes the data files and checkpoints the interoperability tests read and check;
@@ -25,7 +26,9 @@ if [ "${1:-}" = "--test" ]; then
   packages+=(clang-format clang python3-pytest python3-torch python3-torchvision chromium chromium-driver python3-selenium
              iproute2 openssl)
 fi
-if [ "${1:-}" = "--bench" ]; then packages+=(python3 python3-torch python3-torchvision); fi
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(python3 python3-torch python3-torchvision libturbojpeg0-dev)
+fi
 if [ "${1:-}" = "--fuzz" ]; then packages+=(clang); fi
 
 missing=()
