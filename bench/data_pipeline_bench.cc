@@ -28,6 +28,7 @@
 
 ABSL_FLAG(std::string, shards, "", "directory holding the shard-*.tar files");
 ABSL_FLAG(int, threads, 2, "worker threads for every measurement");
+ABSL_FLAG(bool, pipeline_only, false, "measure dtrain's pipeline alone (for profiling)");
 
 namespace dtrain {
 namespace {
@@ -98,9 +99,10 @@ int Main() {
   absl::StatusOr<ImageTransformPipeline> pipeline = ImageTransformPipeline::Create(spec.train());
   if (!pipeline.ok()) Die(std::string(pipeline.status().message()));
 
+  const bool pipeline_only = absl::GetFlag(FLAGS_pipeline_only);
   // The ceiling's input: every JPEG in memory (read before the clock starts).
   std::vector<std::string> jpegs;
-  for (const std::string& shard : shards) {
+  for (const std::string& shard : pipeline_only ? std::vector<std::string>{} : shards) {
     ForEachSample(shard, [&](const std::string&, const std::string& jpg) { jpegs.push_back(jpg); });
   }
   const int64_t n = static_cast<int64_t>(jpegs.size());
@@ -127,7 +129,7 @@ int Main() {
     }
     tjDestroy(handle);
   });
-  Row("libjpeg-turbo decode (ceiling)", decoded, seconds);
+  if (!pipeline_only) Row("libjpeg-turbo decode (ceiling)", decoded, seconds);
 
   // dtrain's DecodeImage alone, for what the wrapper costs over TurboJPEG.
   decoded = 0;
@@ -137,13 +139,14 @@ int Main() {
       ++decoded;
     }
   });
-  Row("dtrain DecodeImage", decoded, seconds);
+  if (!pipeline_only) Row("dtrain DecodeImage", decoded, seconds);
   jpegs.clear();
   jpegs.shrink_to_fit();
 
   // (b) dtrain's pipeline from the shards: tar reading, fused decode of the crop window,
   // RandomResizedCrop(224), flip, ToTensor, Normalize; shards split across the threads.
   for (bool fused : {true, false}) {
+    if (pipeline_only && !fused) break;
     std::atomic<int64_t> samples{0};
     seconds = Timed(threads, [&](int t) {
       for (size_t s = t; s < shards.size(); s += threads) {
