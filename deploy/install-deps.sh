@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Installs what dtrain needs from Debian's packages; idempotent and non-interactive.
 #   deploy/install-deps.sh          build + test dependencies
-#   deploy/install-deps.sh --bench  also the benchmark peer (python3-torch)
+#   deploy/install-deps.sh --bench  also the benchmark peers (python3-torch, torchvision, TurboJPEG)
 #   deploy/install-deps.sh --fuzz   also clang with libFuzzer (tests/fuzz/run.sh)
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
           protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libtorch-dev libgloo-dev zlib1g-dev libyaml-cpp-dev
-          libsqlite3-dev libcpp-httplib-dev libarchive-dev libcurl4-openssl-dev libjs-chart.js libopenblas0-openmp
+          libsqlite3-dev libcpp-httplib-dev libarchive-dev libcurl4-openssl-dev libjpeg62-turbo-dev
+          libpng-dev libwebp-dev libjs-chart.js libopenblas0-openmp
           dataset-fashion-mnist
           python3 python3-grpcio python3-protobuf python3-yaml python3-numpy)
 # libopenblas0-openmp: libtorch's linear layers call whichever BLAS Debian's alternatives pick,
 # and without it that is the reference BLAS, which halved the CNN's training speed (the OpenMP
 # build follows libtorch's thread count).
+# libjpeg62-turbo-dev (jpeglib.h: libjpeg-turbo's crop and skip calls), libpng-dev, libwebp-dev:
+# worker/data/image_decode. python3-torchvision (--test, --bench): the reference the image
+# transforms are checked against, and the bench's comparison; libturbojpeg0-dev (--bench): the
+# decode ceiling in bench/data.sh.
 # The Python package's own needs are above (python/dtrain: grpcio, protobuf, PyYAML, numpy).
 # The test command's checks (formatting, clang's thread-safety analysis), pytest, and Python's
 # torch, which writes the data files and checkpoints the interoperability tests read and check;
@@ -24,7 +29,9 @@ if [ "${1:-}" = "--test" ]; then
   packages+=(clang-format clang python3-pytest python3-torch python3-torchvision python3-pil
              chromium chromium-driver python3-selenium iproute2 openssl nginx)
 fi
-if [ "${1:-}" = "--bench" ]; then packages+=(python3 python3-torch); fi
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(python3 python3-torch python3-torchvision libturbojpeg0-dev)
+fi
 if [ "${1:-}" = "--fuzz" ]; then packages+=(clang); fi
 
 missing=()

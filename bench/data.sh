@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Image input pipeline benchmark (issue 36): a synthetic ImageNet-like set (20,000 JPEGs of
+# 200-320 px, 100 classes) built once under ${DTRAIN_BENCH_DATA:-/tmp/dtrain-bench-data}, as an
+# ImageFolder and as WebDataset shards of the same bytes, then in one run on the same cores
+# (2 threads / 2 DataLoader workers each):
+#   (a) libjpeg-turbo's decode alone (tjDecompress2) of the shards' JPEGs, in memory: the ceiling;
+#   (b) dtrain's pipeline: TarShardReader + decode + RandomResizedCrop(224) + RandomHorizontalFlip
+#       + ToTensor + Normalize (worker/data/image_transforms.h);
+#   (c) torchvision: ImageFolder + DataLoader(num_workers=2, batch_size=64) with the same
+#       transforms on PIL images, as users write it.
+# Prints samples/s of each (the median of --runs) and the ratios b/c and b/a.
+#   bench/data.sh [--quick] [--runs N] [--threads N]
+# --quick: 2,000 images (its own cached set).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+count=20000
+runs=1
+threads=2
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) count=2000 ;;
+    --runs) runs="$2"; shift ;;
+    --threads) threads="$2"; shift ;;
+    *) echo "usage: bench/data.sh [--quick] [--runs N] [--threads N]" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+deploy/install-deps.sh --bench >&2
+# The ceiling's decoder (TurboJPEG's API of the same libjpeg-turbo).
+dpkg-query -W -f='${Status}' libturbojpeg0-dev 2>/dev/null | grep -q "install ok installed" || {
+  echo "bench/data.sh needs libturbojpeg0-dev (apt-get install libturbojpeg0-dev)" >&2; exit 1; }
+build="$root/build"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
+  -DDTRAIN_BUILD_WORKER=ON >&2
+cmake --build "$build" --target dtrain-bench-data-pipeline >&2
+
+data="${DTRAIN_BENCH_DATA:-/tmp/dtrain-bench-data}"
+[ "$count" = 2000 ] && data="$data-quick"
+if [ ! -e "$data/done-$count" ]; then
+  echo "writing $count synthetic JPEGs to $data (once) ..." >&2
+  /usr/bin/python3 bench/data_make_images.py "$data" "$count"
+fi
+
+rows=$(mktemp)
+trap 'rm -f "$rows"' EXIT
+for run in $(seq "$runs"); do
+  echo "run $run/$runs ..." >&2
+  "$build/bench/dtrain-bench-data-pipeline" --shards="$data/shards" --threads="$threads" >> "$rows"
+  /usr/bin/python3 bench/data_torchvision.py "$data/imagefolder" --workers "$threads" >> "$rows"
+done
+
+python3 - "$rows" "$count" "$runs" "$threads" "$(nproc)" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+count, runs, threads, cores = sys.argv[2:6]
+by = {}
+for r in rows:
+    by.setdefault(r["system"], []).append(r["samples_per_s"])
+rate = {k: statistics.median(v) for k, v in by.items()}
+print(f"{count} JPEGs, {threads} threads/workers on {cores} cores, median of {runs} run(s)")
+print(f"{'pipeline':<52}{'samples/s':>11}")
+for k, v in rate.items():
+    print(f"{k:<52}{v:>11.0f}")
+a = rate["libjpeg-turbo decode (ceiling)"]
+b = rate["dtrain pipeline"]
+c = next(v for k, v in rate.items() if k.startswith("torchvision"))
+print(f"b/c (dtrain / torchvision):    {b / c:.2f}  (target >= 2)")
+print(f"b/a (dtrain / decode ceiling): {b / a:.2f}  (target >= 0.85)")
+PY

@@ -1,0 +1,180 @@
+// The image input pipeline's throughput on N threads (bench/data.sh): WebDataset shards of JPEGs
+// decoded and augmented (RandomResizedCrop(224), RandomHorizontalFlip, Normalize) by dtrain's
+// code, against libjpeg-turbo's decode alone on the same JPEGs (the ceiling: tjDecompress2 of
+// bytes already in memory, so the ceiling pays no tar reading while dtrain's pipeline does).
+// Prints one JSON row per measurement:
+//   {"system": ..., "samples": N, "seconds": S, "samples_per_s": R}
+// Thread-safety: each thread owns its readers, decoders and random generators.
+#include <ATen/Parallel.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/text_format.h"
+#include "worker/data/image_decode.h"
+#include "worker/data/image_transforms.h"
+#include "worker/data/tar_shard_reader.h"
+
+ABSL_FLAG(std::string, shards, "", "directory holding the shard-*.tar files");
+ABSL_FLAG(int, threads, 2, "worker threads for every measurement");
+ABSL_FLAG(bool, pipeline_only, false, "measure dtrain's pipeline alone (for profiling)");
+
+namespace dtrain {
+namespace {
+
+constexpr char kTransforms[] = R"pb(
+  train { random_resized_crop { size: 224 } }
+  train { random_horizontal_flip {} }
+  train { to_tensor {} }
+  train {
+    normalize {
+      mean: [ 0.485, 0.456, 0.406 ]
+      std: [ 0.229, 0.224, 0.225 ]
+    }
+  }
+)pb";
+
+[[noreturn]] void Die(const std::string& message) {
+  std::fprintf(stderr, "data_pipeline_bench: %s\n", message.c_str());
+  std::exit(1);
+}
+
+// Runs body(thread) on `threads` threads; returns the wall seconds until all finish.
+double Timed(int threads, const std::function<void(int)>& body) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(body, t);
+  for (std::thread& thread : pool) thread.join();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void Row(const std::string& system, int64_t samples, double seconds) {
+  std::printf(
+      "{\"system\": \"%s\", \"samples\": %lld, \"seconds\": %.3f, \"samples_per_s\": %.1f}\n",
+      system.c_str(), static_cast<long long>(samples), seconds, samples / seconds);
+  std::fflush(stdout);
+}
+
+// Every shard's samples, read and checked: the key, the JPEG and its label.
+void ForEachSample(const std::string& shard,
+                   const std::function<void(const std::string&, const std::string&)>& body) {
+  absl::StatusOr<std::unique_ptr<TarShardReader>> reader = TarShardReader::Open(shard);
+  if (!reader.ok()) Die(std::string(reader.status().message()));
+  while (true) {
+    absl::StatusOr<std::optional<ShardSample>> sample = (*reader)->Next();
+    if (!sample.ok()) Die(std::string(sample.status().message()));
+    if (!sample->has_value()) break;
+    auto jpg = (*sample)->fields.find("jpg");
+    if (jpg == (*sample)->fields.end() || (*sample)->fields.count("cls") == 0) {
+      Die(absl::StrCat(shard, ": sample ", (*sample)->key, " lacks .jpg or .cls"));
+    }
+    body((*sample)->key, jpg->second);
+  }
+}
+
+int Main() {
+  const int threads = absl::GetFlag(FLAGS_threads);
+  std::vector<std::string> shards;
+  for (const auto& entry : std::filesystem::directory_iterator(absl::GetFlag(FLAGS_shards))) {
+    if (entry.path().extension() == ".tar") shards.push_back(entry.path().string());
+  }
+  std::sort(shards.begin(), shards.end());
+  if (shards.empty()) Die("no .tar shards in --shards");
+  // Pipeline threads are the parallelism; ATen's intra-op threads would oversubscribe the cores.
+  at::set_num_threads(1);
+
+  v1::DataTransforms spec;
+  if (!google::protobuf::TextFormat::ParseFromString(kTransforms, &spec)) Die("bad transforms");
+  absl::StatusOr<ImageTransformPipeline> pipeline = ImageTransformPipeline::Create(spec.train());
+  if (!pipeline.ok()) Die(std::string(pipeline.status().message()));
+
+  const bool pipeline_only = absl::GetFlag(FLAGS_pipeline_only);
+  // The ceiling's input: every JPEG in memory (read before the clock starts).
+  std::vector<std::string> jpegs;
+  for (const std::string& shard : pipeline_only ? std::vector<std::string>{} : shards) {
+    ForEachSample(shard, [&](const std::string&, const std::string& jpg) { jpegs.push_back(jpg); });
+  }
+  const int64_t n = static_cast<int64_t>(jpegs.size());
+
+  // (a) libjpeg-turbo alone: TurboJPEG's decode to RGB with its defaults (accurate integer DCT,
+  // fancy upsampling, what PIL does too).
+  std::atomic<int64_t> decoded{0};
+  double seconds = Timed(threads, [&](int t) {
+    tjhandle handle = tjInitDecompress();
+    std::vector<unsigned char> rgb;
+    for (int64_t i = t; i < n; i += threads) {
+      const auto* data = reinterpret_cast<const unsigned char*>(jpegs[i].data());
+      int width, height, subsampling, colorspace;
+      if (tjDecompressHeader3(handle, data, jpegs[i].size(), &width, &height, &subsampling,
+                              &colorspace) != 0) {
+        Die(tjGetErrorStr2(handle));
+      }
+      rgb.resize(static_cast<size_t>(width) * height * 3);
+      if (tjDecompress2(handle, data, jpegs[i].size(), rgb.data(), width, 0, height, TJPF_RGB, 0) !=
+          0) {
+        Die(tjGetErrorStr2(handle));
+      }
+      ++decoded;
+    }
+    tjDestroy(handle);
+  });
+  if (!pipeline_only) Row("libjpeg-turbo decode (ceiling)", decoded, seconds);
+
+  // dtrain's DecodeImage alone, for what the wrapper costs over TurboJPEG.
+  decoded = 0;
+  seconds = Timed(threads, [&](int t) {
+    for (int64_t i = t; i < n; i += threads) {
+      if (!DecodeImage(jpegs[i]).ok()) Die("decode failed");
+      ++decoded;
+    }
+  });
+  if (!pipeline_only) Row("dtrain DecodeImage", decoded, seconds);
+  jpegs.clear();
+  jpegs.shrink_to_fit();
+
+  // (b) dtrain's pipeline from the shards: tar reading, fused decode of the crop window,
+  // RandomResizedCrop(224), flip, ToTensor, Normalize; shards split across the threads.
+  for (bool fused : {true, false}) {
+    if (pipeline_only && !fused) break;
+    std::atomic<int64_t> samples{0};
+    seconds = Timed(threads, [&](int t) {
+      for (size_t s = t; s < shards.size(); s += threads) {
+        ForEachSample(shards[s], [&](const std::string& key, const std::string& jpg) {
+          SampleRandom rng(SampleSeed(0, 0, key));
+          absl::StatusOr<at::Tensor> out;
+          if (fused) {
+            out = pipeline->DecodeAndApply(jpg, {}, rng);
+          } else {
+            absl::StatusOr<DecodedImage> image = DecodeImage(jpg);
+            if (!image.ok()) Die(std::string(image.status().message()));
+            out = pipeline->Apply(*std::move(image), rng);
+          }
+          if (!out.ok()) Die(std::string(out.status().message()));
+          if (out->size(1) != 224 || out->size(2) != 224) Die("wrong output size");
+          ++samples;
+        });
+      }
+    });
+    Row(fused ? "dtrain pipeline" : "dtrain pipeline, full decode", samples, seconds);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dtrain
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return dtrain::Main();
+}

@@ -1,0 +1,44 @@
+"""torchvision's input pipeline as users write it, for bench/data.sh: an ImageFolder of JPEGs
+through a DataLoader (num_workers workers, batches of 64) with RandomResizedCrop(224),
+RandomHorizontalFlip, ToTensor and Normalize (the PIL path). One epoch, timed from the loader's
+creation to its last batch; prints one JSON row like dtrain-bench-data-pipeline's.
+
+    /usr/bin/python3 bench/data_torchvision.py <imagefolder> [--workers 2]
+"""
+import argparse
+import json
+import time
+
+import torch
+from torchvision import datasets, transforms
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    # The main process only collects batches; the workers decode (each DataLoader worker runs
+    # with one intra-op thread).
+    torch.set_num_threads(1)
+    dataset = datasets.ImageFolder(args.root, transform=transforms.Compose([
+        transforms.RandomResizedCrop(224),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+    ]))
+    start = time.perf_counter()
+    loader = torch.utils.data.DataLoader(dataset, batch_size=64, shuffle=True,
+                                         num_workers=args.workers)
+    samples = 0
+    for images, labels in loader:
+        assert images.shape[1:] == (3, 224, 224)
+        samples += images.shape[0]
+    seconds = time.perf_counter() - start
+    print(json.dumps({"system": f"torchvision ImageFolder + DataLoader({args.workers} workers)",
+                      "samples": samples, "seconds": round(seconds, 3),
+                      "samples_per_s": round(samples / seconds, 1)}))
+
+
+if __name__ == "__main__":
+    main()
