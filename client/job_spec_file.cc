@@ -13,6 +13,8 @@
 #include <google/protobuf/message.h>
 #include <yaml-cpp/yaml.h>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -77,6 +79,18 @@ absl::Status SetRepeated(const YAML::Node& value, Message* message, const FieldD
         auto v = Scalar<int64_t>(items[i], where, "an integer");
         if (!v.ok()) return v.status();
         r->AddInt64(message, field, *v);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_INT32: {
+        auto v = Scalar<int32_t>(items[i], where, "an integer");
+        if (!v.ok()) return v.status();
+        r->AddInt32(message, field, *v);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_FLOAT: {
+        auto v = Scalar<float>(items[i], where, "a number");
+        if (!v.ok()) return v.status();
+        r->AddFloat(message, field, *v);
         break;
       }
       case FieldDescriptor::CPPTYPE_STRING:
@@ -145,6 +159,35 @@ absl::Status SetField(const YAML::Node& value, Message* message, const FieldDesc
       auto v = Scalar<bool>(value, path, "true or false");
       if (!v.ok()) return v.status();
       r->SetBool(message, field, *v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_FLOAT: {
+      auto v = Scalar<float>(value, path, "a number");
+      if (!v.ok()) return v.status();
+      r->SetFloat(message, field, *v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      // torchvision's spelling ("bilinear", "edge") or the enum's own (INTERPOLATION_BILINEAR).
+      const google::protobuf::EnumDescriptor* e = field->enum_type();
+      const std::string text = value.Scalar();
+      const google::protobuf::EnumValueDescriptor* v = e->FindValueByName(text);
+      if (v == nullptr) {
+        v = e->FindValueByName(
+            absl::AsciiStrToUpper(absl::StrCat(field->name(), "_", text)));
+      }
+      if (v == nullptr) {
+        std::vector<std::string> names;
+        const std::string prefix = absl::AsciiStrToUpper(field->name()) + "_";
+        for (int i = 0; i < e->value_count(); ++i) {
+          std::string n = e->value(i)->name();
+          if (absl::StartsWith(n, prefix)) n = absl::AsciiStrToLower(n.substr(prefix.size()));
+          names.push_back(n);
+        }
+        return Bad(path, absl::StrCat("unknown value '", text, "'; use ",
+                                      absl::StrJoin(names, ", ")));
+      }
+      r->SetEnum(message, field, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_STRING:

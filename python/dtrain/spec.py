@@ -143,6 +143,17 @@ def _scalar(field: FieldDescriptor, value: Any, path: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _bad(path, f"expected a number, got '{value}'")
         return float(value)
+    if t == FieldDescriptor.CPPTYPE_ENUM:
+        # As the CLI: torchvision's spelling ("bilinear", "edge") or the enum's own name.
+        enum = field.enum_type
+        prefix = field.name.upper() + "_"
+        text = str(value)
+        for name in (text, (prefix + text).upper()):
+            if name in enum.values_by_name:
+                return enum.values_by_name[name].number
+        names = [v.name[len(prefix):].lower() if v.name.startswith(prefix) else v.name
+                 for v in enum.values]
+        raise _bad(path, f"unknown value '{text}'; use {', '.join(names)}")
     raise _bad(path, "this field cannot be set from a file")
 
 

@@ -1,5 +1,6 @@
 #include "worker/data/sample_decoder.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "worker/data/image_transforms.h"
 #include "worker/data/sample_fields.h"
 
 namespace dtrain {
@@ -18,6 +20,7 @@ namespace {
 struct BatchField {
   std::vector<std::string> names;  // extensions, the first present wins
   FieldType type;
+  int channels = 3;  // images: RGB, or 1 for "L"
 };
 
 }  // namespace
@@ -50,13 +53,24 @@ absl::StatusOr<SampleDecoder> MakeSampleDecoder(
       }
       f.type = *type;
     }
+    const std::string& mode = fields[i].image_mode();
+    if (!mode.empty() && mode != "RGB" && mode != "L") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ".image_mode: unknown image mode '", mode, "'; use RGB or L"));
+    }
+    f.channels = mode == "L" ? 1 : 3;
     plan.push_back(std::move(f));
   }
-  (void)data;
-  (void)seed;
-  (void)training;
-  return SampleDecoder([plan](const ShardSample& sample,
-                              int64_t epoch) -> absl::StatusOr<std::vector<at::Tensor>> {
+  // Training's transforms for the train split, eval's for the others (torchvision's usual
+  // pair of Compose lists). Built once, validated here, shared by the decoding threads.
+  const std::string where = training ? "transforms.train" : "transforms.eval";
+  absl::StatusOr<ImageTransformPipeline> made = ImageTransformPipeline::Create(
+      training ? data.transforms().train() : data.transforms().eval(), where);
+  if (!made.ok()) return made.status();
+  auto pipeline = std::make_shared<const ImageTransformPipeline>(std::move(*made));
+  return SampleDecoder([plan, pipeline, seed](
+                           const ShardSample& sample,
+                           int64_t epoch) -> absl::StatusOr<std::vector<at::Tensor>> {
     std::vector<at::Tensor> out;
     out.reserve(plan.size());
     for (const BatchField& f : plan) {
@@ -74,7 +88,17 @@ absl::StatusOr<SampleDecoder> MakeSampleDecoder(
         return absl::InvalidArgumentError(absl::StrCat("no field ", absl::StrJoin(f.names, " or "),
                                                        " (it has ", absl::StrJoin(has, ", "), ")"));
       }
-      absl::StatusOr<at::Tensor> t = DecodeField(*bytes, f.type);
+      absl::StatusOr<at::Tensor> t;
+      if (f.type == FieldType::kImage) {
+        // Every image field of a sample draws the same random parameters (an image and its
+        // mask get the same crop), from (seed, epoch, key): a resumed job sees the same ones.
+        SampleRandom rng(SampleSeed(seed, epoch, sample.key));
+        ImageDecodeOptions options;
+        options.channels = f.channels;
+        t = pipeline->DecodeAndApply(*bytes, options, rng);
+      } else {
+        t = DecodeField(*bytes, f.type);
+      }
       if (!t.ok()) {
         return absl::Status(t.status().code(),
                             absl::StrCat("field ", f.names.front(), ": ", t.status().message()));
