@@ -9,7 +9,12 @@
 #   bench/data_memory.sh --cgroup      the worker in a memory cgroup limited to 1 GiB trains from
 #                                      a 4 GiB set: the job succeeds, the worker's peak RSS and the
 #                                      group's peak stay under the limit, no OOM kill
-#     [--limit_mib N] [--keep]         another limit; --keep: leave the work directory (logs)
+#     [--limit_mib N]                  another limit
+#     [--shuffle_buffer N]             data.shards.shuffle_buffer (default 256: 256 MiB of these
+#                                      samples; 1000, the spec's default, needs more than 1 GiB)
+#   --epochs N                         train N epochs instead of 1 (memory must not grow with
+#                                      the samples streamed either)
+#   --keep                             leave the work directory (logs, specs) in /tmp
 #
 # Each measurement runs a fresh dtrain-worker (one rank, one compute thread, single_device), so
 # its peak RSS (VmHWM in /proc/<pid>/status, read just before it is stopped) is that job's alone.
@@ -24,13 +29,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-mode=rss; limit_mib=1024; keep=0
+mode=rss; limit_mib=1024; keep=0; cgroup_shuffle=256; epochs=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --cgroup) mode=cgroup ;;
     --limit_mib) limit_mib=$2; shift ;;
+    --shuffle_buffer) cgroup_shuffle=$2; shift ;;
     --keep) keep=1 ;;
-    *) echo "usage: bench/data_memory.sh [--cgroup [--limit_mib N]] [--keep]" >&2; exit 2 ;;
+    --epochs) epochs=$2; shift ;;
+    *) echo "usage: bench/data_memory.sh [--cgroup [--limit_mib N] [--shuffle_buffer N]] [--epochs N] [--keep]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -48,12 +55,13 @@ mkdir -p "$data"
 work=$(mktemp -d /tmp/dtrain-membench.XXXXXX)
 coordinator_pid="" worker_pid="" sampler_pid="" group=""
 cleanup() {
-  local pid
+  local rc=$? pid
   for pid in "$sampler_pid" "$worker_pid" "$coordinator_pid"; do
-    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
   done
   if [ -n "$group" ] && [ -d "$group" ]; then rmdir "$group" 2>/dev/null || true; fi
   if [ "$keep" = 1 ]; then echo "work directory kept: $work" >&2; else rm -rf "$work"; fi
+  exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -133,11 +141,13 @@ stop_worker() {
   worker_pid=""
 }
 
+kib_mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
+
 status_kib() {  # pid field
   awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"
 }
 
-# One epoch of the MLP from a set's list file on one worker; prints the fit's seconds.
+# $epochs epochs of the MLP from a set's list file on one worker; prints the fit's seconds.
 run_job() {  # name set_dir num_workers shuffle_buffer
   cat >"$work/$1.yaml" <<EOF
 name: $1
@@ -150,7 +160,7 @@ data:
   batch_size: 32
   num_workers: $3
 trainer:
-  max_epochs: 1
+  max_epochs: $epochs
   strategy: single_device
   num_nodes: 1
 seed_everything: 1
@@ -181,14 +191,15 @@ if [ "$mode" = rss ]; then
   small=$(make_set small 10 400 16)
   big=$(make_set small10x 100 400 16)
   shuffle=1000  # data.shards.shuffle_buffer's default
-  printf '%-9s %11s %7s %8s %6s %8s %13s %13s %7s\n' set num_workers shards samples GiB seconds \
-    "peak_RSS_MiB" "ratio_to_small" "within" | tee "$work/table"
+  printf '%-6s %11s %6s %7s %5s %7s %8s %8s %8s %14s %6s\n' set num_workers shards samples GiB \
+    seconds idle_MiB peak_MiB job_MiB peak_to_small within | tee "$work/table"
   for nw in 2 0 4; do
     base=""
     for which in small 10x; do
       dir=$small; [ "$which" = 10x ] && dir=$big
       name="mem-$which-nw$nw"
       start_worker "$name"
+      idle=$(status_kib "$worker_pid" VmRSS)
       seconds=$(run_job "$name" "$dir" "$nw" "$shuffle")
       hwm=$(status_kib "$worker_pid" VmHWM)
       stop_worker
@@ -196,13 +207,15 @@ if [ "$mode" = rss ]; then
       ratio=$(awk -v a="$hwm" -v b="$base" 'BEGIN {printf "%.3f", a / b}')
       within=$(awk -v r="$ratio" 'BEGIN {print (r <= 1.10) ? "yes" : "NO"}')
       [ "$which" = small ] && within="-"
-      printf '%-9s %11s %7s %8s %6s %8s %13.1f %13s %7s\n' "$which" "$nw" "$(set_shards "$dir")" \
-        "$(set_samples "$dir")" "$(set_gib "$dir")" "$seconds" "$(awk -v k="$hwm" 'BEGIN {print k / 1024}')" \
-        "$ratio" "$within" | tee -a "$work/table"
+      printf '%-6s %11s %6s %7s %5s %7s %8s %8s %8s %14s %6s\n' "$which" "$nw" \
+        "$(set_shards "$dir")" "$(set_samples "$dir")" "$(set_gib "$dir")" "$seconds" \
+        "$(kib_mib "$idle")" "$(kib_mib "$hwm")" "$(kib_mib $(( hwm - idle )))" "$ratio" "$within" |
+        tee -a "$work/table"
     done
   done
-  echo "one epoch of the MLP, batch 32, prefetch_batches 2, shuffle_buffer $shuffle, one rank;"
-  echo "peak RSS: the worker's VmHWM just before it stopped; target: 10x within 1.10 of small"
+  echo "$epochs epoch(s) of the MLP, batch 32, prefetch_batches 2, shuffle_buffer $shuffle, one rank;"
+  echo "idle: the worker's VmRSS before the job; peak: its VmHWM just before it stopped; job: peak"
+  echo "- idle (what the job added); target: the 10x set's peak within 1.10 of the small set's"
   if grep -q ' NO$' "$work/table"; then exit 1; fi
   exit 0
 fi
@@ -210,7 +223,7 @@ fi
 # ---- cgroup: 4 GiB through a 1 GiB limit -----------------------------------------------------
 # 64 shards x 64 samples of ~1 MiB (1 MiB padding each): 4 GiB, 4 x the limit.
 big=$(make_set 4gib 64 64 1024)
-shuffle=256  # x ~1 MiB raw samples: 256 MiB of the limit (see docs/data.md's Memory)
+shuffle=$cgroup_shuffle  # x ~1 MiB raw samples (docs/data.md's Memory)
 limit=$(( limit_mib << 20 ))
 
 if [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw memory /sys/fs/cgroup/cgroup.controllers; then
@@ -268,6 +281,7 @@ anon_sampler() {
 
 echo 0 >"$work/anon_peak"
 start_worker mem-cgroup
+idle=$(status_kib "$worker_pid" VmRSS)
 anon_sampler "$worker_pid" &
 sampler_pid=$!
 state=FAILED
@@ -291,15 +305,22 @@ sampler_pid=""
 anon=$(cat "$work/anon_peak")
 rmdir "$group" && group=""
 
+# docs/data.md's Memory: the shuffle buffer, the window (max(prefetch_batches x batch,
+# 2 x num_workers)), one sample per decoding thread and the one the reader holds, raw.
+sample_bytes=$(( $(du -cb "$big"/*.tar | tail -1 | cut -f1) / $(set_samples "$big") ))
+rule=$(( (shuffle + 64 + 2 + 1) * sample_bytes ))
 mib() { awk -v b="$1" 'BEGIN {if (b == "") print "-"; else printf "%.1f", b / 2^20}'; }
 hwm_bytes=""; [ -n "$hwm" ] && hwm_bytes=$(( hwm * 1024 ))
 echo "cgroup $version memory controller, limit $limit_mib MiB; set: $(set_shards "$big") shards," \
-  "$(set_samples "$big") samples, $(set_gib "$big") GiB; one epoch, data.num_workers 2," \
+  "$(set_samples "$big") samples, $(set_gib "$big") GiB; $epochs epoch(s), data.num_workers 2," \
   "shuffle_buffer $shuffle, batch 32"
 printf '%-34s %12s %12s\n' measure MiB of_limit
 row() { printf '%-34s %12s %12s\n' "$1" "$(mib "$2")" \
   "$(awk -v b="$2" -v l="$limit" 'BEGIN {if (b == "") print "-"; else printf "%.2f", b / l}')"; }
+row "worker idle RSS (before the job)" $(( idle * 1024 ))
 row "worker peak RSS (VmHWM)" "$hwm_bytes"
+[ -n "$hwm_bytes" ] && row "  the job's (peak - idle)" $(( hwm_bytes - idle * 1024 ))
+row "  the rule's raw samples (bound)" "$rule"
 row "group peak (incl. page cache)" "$peak"
 row "group anon peak (sampled 100ms)" "$anon"
 echo "job: $state in $seconds s; OOM kills: ${ooms:-?}; times at the limit ($hits_name): ${hits:-?}"
