@@ -226,15 +226,37 @@ big=$(make_set 4gib 64 64 1024)
 shuffle=$cgroup_shuffle  # x ~1 MiB raw samples (docs/data.md's Memory)
 limit=$(( limit_mib << 20 ))
 
-if [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw memory /sys/fs/cgroup/cgroup.controllers; then
+v2_mount=""
+for m in /sys/fs/cgroup /sys/fs/cgroup/unified; do
+  if grep -qw memory "$m/cgroup.controllers" 2>/dev/null; then v2_mount=$m; break; fi
+done
+if [ -n "$v2_mount" ]; then
   version=v2
-  base="/sys/fs/cgroup$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup)"
-elif [ -d /sys/fs/cgroup/unified ] && grep -qw memory /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null; then
-  version=v2
-  base="/sys/fs/cgroup/unified$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup)"
+  own="$v2_mount$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup)"
+  own=${own%/}
+  # A v2 group hands the memory controller to its children only when it has no processes of its
+  # own (the root excepted): our own group when it is delegated with memory enabled already,
+  # else the hierarchy's root (root user), else our own group if it lets us enable it.
+  base=""
+  for parent in "$own" "$v2_mount"; do
+    if grep -qw memory "$parent/cgroup.subtree_control" 2>/dev/null && [ -w "$parent" ]; then
+      base=$parent; break
+    fi
+  done
+  if [ -z "$base" ]; then
+    if echo +memory >"$own/cgroup.subtree_control" 2>/dev/null; then
+      base=$own
+    else
+      echo "cannot get a cgroup v2 group with the memory controller: neither $own nor" \
+        "$v2_mount hands it to children we may create; run as root, or under" \
+        "systemd-run --user --scope -p Delegate=yes" >&2
+      exit 1
+    fi
+  fi
 elif [ -d /sys/fs/cgroup/memory ]; then
   version=v1
   base="/sys/fs/cgroup/memory$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup)"
+  base=${base%/}
 else
   echo "no cgroup memory controller here (neither v2's memory.max nor v1's memory" \
     "controller under /sys/fs/cgroup)" >&2
@@ -247,20 +269,19 @@ if ! mkdir "$base/dtrain-membench-$$" 2>"$work/mkdir.err"; then
 fi
 group="$base/dtrain-membench-$$"
 if [ "$version" = v2 ]; then
-  # The parent must hand the memory controller to its children.
-  if ! grep -qw memory "$base/cgroup.subtree_control"; then
-    echo +memory >"$base/cgroup.subtree_control" || {
-      echo "cannot enable the memory controller for $base's children (cgroup v2 allows it only" \
-        "in a group without processes of its own)" >&2
-      exit 1
-    }
-  fi
   echo "$limit" >"$group/memory.max"
-  echo 0 >"$group/memory.swap.max" 2>/dev/null || true
-  peak_file="$group/memory.peak"
+  echo 0 2>/dev/null >"$group/memory.swap.max" || true
+  peak_file="$group/memory.peak"  # Linux >= 5.19; else the sampled peak of memory.current
+  usage_file="$group/memory.current"
 else
   echo "$limit" >"$group/memory.limit_in_bytes"
+  # With swap, memory+swap too, so the worker cannot page out past the limit. Not without:
+  # measured here (no swap), with memsw set both failcnts stayed 0 at the limit.
+  if [ "$(awk '$1 == "SwapTotal:" {print $2}' /proc/meminfo)" != 0 ]; then
+    echo "$limit" 2>/dev/null >"$group/memory.memsw.limit_in_bytes" || true
+  fi
   peak_file="$group/memory.max_usage_in_bytes"
+  usage_file="$group/memory.usage_in_bytes"
 fi
 
 # The page cache is charged to the group that first reads a page: drop this set's cached pages
@@ -270,16 +291,18 @@ for f in "$big"/*.tar; do dd if="$f" iflag=nocache count=0 status=none 2>/dev/nu
 # The group's anonymous memory (what the worker allocates; the peak counts page cache too),
 # sampled every 100 ms while the worker runs.
 anon_sampler() {
-  local key=total_rss max=0 v
+  local key=total_rss max=0 usage_max=0 v
   [ "$version" = v2 ] && key=anon
   while kill -0 "$1" 2>/dev/null; do
     v=$(awk -v k="$key" '$1 == k {print $2}' "$group/memory.stat" 2>/dev/null || echo 0)
     [ -n "$v" ] && [ "$v" -gt "$max" ] && max=$v && echo "$max" >"$work/anon_peak"
+    v=$(cat "$usage_file" 2>/dev/null || echo 0)
+    [ "$v" -gt "$usage_max" ] && usage_max=$v && echo "$usage_max" >"$work/usage_peak"
     sleep 0.1
   done
 }
 
-echo 0 >"$work/anon_peak"
+echo 0 >"$work/anon_peak"; echo 0 >"$work/usage_peak"
 start_worker mem-cgroup
 idle=$(status_kib "$worker_pid" VmRSS)
 anon_sampler "$worker_pid" &
@@ -288,15 +311,15 @@ state=FAILED
 if seconds=$(run_job mem-cgroup "$big" 2 "$shuffle"); then state=SUCCEEDED; else seconds=-; fi
 hwm=""
 [ -n "$worker_pid" ] && kill -0 "$worker_pid" 2>/dev/null && hwm=$(status_kib "$worker_pid" VmHWM)
-peak=$(cat "$peak_file" 2>/dev/null || echo "")
+peak=$(cat "$peak_file" 2>/dev/null || cat "$work/usage_peak")
 if [ "$version" = v2 ]; then
   ooms=$(awk '$1 == "oom_kill" {print $2}' "$group/memory.events")
   hits=$(awk '$1 == "max" {print $2}' "$group/memory.events")
   hits_name="memory.events max"
 else
   ooms=$(awk '$1 == "oom_kill" {print $2}' "$group/memory.oom_control")
-  hits=$(cat "$group/memory.failcnt")
-  hits_name="memory.failcnt"
+  hits=$(( $(cat "$group/memory.failcnt") + $(cat "$group/memory.memsw.failcnt" 2>/dev/null || echo 0) ))
+  hits_name="memory.failcnt + memory.memsw.failcnt"
 fi
 [ -n "$worker_pid" ] && stop_worker
 kill "$sampler_pid" 2>/dev/null || true
