@@ -3,7 +3,7 @@
 # that does not grow with the dataset, and trains from more data than its memory limit.
 #
 #   bench/data_memory.sh               peak RSS of ONE worker training one epoch from a small set
-#                                      and from a set 10x its size (same shards), for
+#                                      and from a set of 10x its shards (same shard size), for
 #                                      data.num_workers 2 (the default), 0 and 4; target: the 10x
 #                                      set's peak within 10% of the small set's (ratio <= 1.10)
 #   bench/data_memory.sh --cgroup      the worker in a memory cgroup limited to 1 GiB trains from
@@ -25,7 +25,8 @@
 # cgroup: v2 when the unified hierarchy has the memory controller (memory.max, memory.peak,
 # memory.events), else v1's memory controller (memory.limit_in_bytes, memory.max_usage_in_bytes,
 # memory.failcnt, memory.oom_control). Needs root (or a delegated group). The group is a child
-# of this shell's own group and is removed at the end.
+# of this shell's own group (v2: of the hierarchy's root when ours cannot have one) and is
+# removed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -37,7 +38,10 @@ while [ $# -gt 0 ]; do
     --shuffle_buffer) cgroup_shuffle=$2; shift ;;
     --keep) keep=1 ;;
     --epochs) epochs=$2; shift ;;
-    *) echo "usage: bench/data_memory.sh [--cgroup [--limit_mib N] [--shuffle_buffer N]] [--epochs N] [--keep]" >&2; exit 2 ;;
+    *)
+      echo "usage: bench/data_memory.sh [--cgroup [--limit_mib N] [--shuffle_buffer N]]" \
+        "[--epochs N] [--keep]" >&2
+      exit 2 ;;
   esac
   shift
 done
@@ -57,7 +61,9 @@ coordinator_pid="" worker_pid="" sampler_pid="" group=""
 cleanup() {
   local rc=$? pid
   for pid in "$sampler_pid" "$worker_pid" "$coordinator_pid"; do
-    if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+    [ -n "$pid" ] || continue
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
   done
   if [ -n "$group" ] && [ -d "$group" ]; then rmdir "$group" 2>/dev/null || true; fi
   if [ "$keep" = 1 ]; then echo "work directory kept: $work" >&2; else rm -rf "$work"; fi
@@ -86,7 +92,8 @@ make_set() {  # name shards per_shard pad_kb
         "$data, which has $(( avail >> 20 )) MiB free; set DTRAIN_BENCH_DATA to a larger disk" >&2
       exit 1
     fi
-    echo "writing the '$1' set ($2 shards x $3 samples, ${4} KiB padding each, ~$(( need >> 20 )) MiB) in $dir" >&2
+    echo "writing the '$1' set ($2 shards x $3 samples, ${4} KiB padding each," \
+      "~$(( need >> 20 )) MiB) in $dir" >&2
     /usr/bin/python3 bench/make_shards.py "$dir" --shards "$2" --per_shard "$3" --pad_kb "$4" >&2
   fi
   echo "$dir"
@@ -169,7 +176,8 @@ EOF
   local start end
   start=$(date +%s.%N)
   if ! timeout 1800 "$bin/client/dtrain" --coordinator="$address" fit --wait \
-      --config "$work/$1.yaml" >"$work/$1.fit.log" 2>&1 || ! grep -q "SUCCEEDED" "$work/$1.fit.log"; then
+      --config "$work/$1.yaml" >"$work/$1.fit.log" 2>&1 ||
+      ! grep -q "SUCCEEDED" "$work/$1.fit.log"; then
     echo "job $1 did not succeed:" >&2
     cat "$work/$1.fit.log" >&2
     tail -20 "$work/$1.log" >&2 || true
@@ -179,7 +187,10 @@ EOF
   awk -v a="$start" -v b="$end" 'BEGIN {printf "%.1f", b - a}'
 }
 
-set_samples() { awk '{for (i = 2; i <= NF; ++i) if ($i ~ /^samples:/) {sub("samples:", "", $i); n += $i}} END {print n}' "$1/train.txt"; }
+set_samples() {
+  awk '{for (i = 2; i <= NF; ++i) if ($i ~ /^samples:/) {sub("samples:", "", $i); n += $i}}
+       END {print n}' "$1/train.txt"
+}
 set_shards() { grep -c '\.tar' "$1/train.txt"; }
 set_gib() { du -cb "$1"/*.tar | tail -1 | awk '{printf "%.2f", $1 / 2^30}'; }
 
@@ -213,7 +224,8 @@ if [ "$mode" = rss ]; then
         tee -a "$work/table"
     done
   done
-  echo "$epochs epoch(s) of the MLP, batch 32, prefetch_batches 2, shuffle_buffer $shuffle, one rank;"
+  echo "$epochs epoch(s) of the MLP, batch 32, prefetch_batches 2, shuffle_buffer $shuffle," \
+    "one rank;"
   echo "idle: the worker's VmRSS before the job; peak: its VmHWM just before it stopped; job: peak"
   echo "- idle (what the job added); target: the 10x set's peak within 1.10 of the small set's"
   if grep -q ' NO$' "$work/table"; then exit 1; fi
@@ -318,7 +330,8 @@ if [ "$version" = v2 ]; then
   hits_name="memory.events max"
 else
   ooms=$(awk '$1 == "oom_kill" {print $2}' "$group/memory.oom_control")
-  hits=$(( $(cat "$group/memory.failcnt") + $(cat "$group/memory.memsw.failcnt" 2>/dev/null || echo 0) ))
+  hits=$(cat "$group/memory.failcnt")
+  hits=$(( hits + $(cat "$group/memory.memsw.failcnt" 2>/dev/null || echo 0) ))
   hits_name="memory.failcnt + memory.memsw.failcnt"
 fi
 [ -n "$worker_pid" ] && stop_worker
@@ -355,4 +368,9 @@ ok=1
 [ -n "$hwm_bytes" ] && [ "$hwm_bytes" -lt "$limit" ] || ok=0
 [ -n "$peak" ] && [ "$peak" -le "$limit" ] || ok=0
 [ "${ooms:-1}" = 0 ] || ok=0
-if [ "$ok" = 1 ]; then echo "PASS: succeeded, under the limit, no OOM kill"; else echo "FAIL"; exit 1; fi
+if [ "$ok" = 1 ]; then
+  echo "PASS: succeeded, under the limit, no OOM kill"
+else
+  echo "FAIL"
+  exit 1
+fi
