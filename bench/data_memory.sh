@@ -15,6 +15,7 @@
 #   --epochs N                         train N epochs instead of 1 (memory must not grow with
 #                                      the samples streamed either)
 #   --keep                             leave the work directory (logs, specs) in /tmp
+# Exits 1 when a target is missed (a row marked NO, or FAIL).
 #
 # Each measurement runs a fresh dtrain-worker (one rank, one compute thread, single_device), so
 # its peak RSS (VmHWM in /proc/<pid>/status, read just before it is stopped) is that job's alone.
@@ -197,8 +198,8 @@ set_gib() { du -cb "$1"/*.tar | tail -1 | awk '{printf "%.2f", $1 / 2^30}'; }
 # ---- RSS: small versus 10x -------------------------------------------------------------------
 if [ "$mode" = rss ]; then
   # ~20 KiB per sample (a 28x28 float .npy, a label, 16 KiB padding every rank reads): a leak of
-  # raw sample bytes would show as 10x the set's size, an idle pipeline holds ~1 MiB per
-  # window.
+  # raw sample bytes would show as 10x the set's size; the window's 64 samples are ~1.3 MiB and
+  # the shuffle buffer's 1,000 ~21 MiB.
   small=$(make_set small 10 400 16)
   big=$(make_set small10x 100 400 16)
   shuffle=1000  # data.shards.shuffle_buffer's default
