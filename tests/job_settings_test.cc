@@ -354,6 +354,40 @@ TEST(JobSettingsTest, NormalizeSetupRequest_AcceptsWhatSpecsProduce_AtTheirLimit
   EXPECT_EQ(hand.spec().data().batch_size(), 0) << "the coordinator's settings stay cleared";
 }
 
+// A plain proto3 number cannot tell an explicit 0 from an unset field, so a default would
+// replace a 0 the user wrote. Where 0 is allowed and the default is not 0, the field must be
+// `optional` (with presence), as data.num_workers (0: decode on the step's thread) and
+// data.shards.shuffle_buffer (0: no sample shuffle) are.
+TEST(JobSettingsTest, ExplicitZero_KeptWhereTheRangeAllowsIt) {
+  // Still plain fields, found with this test (Adam's beta1 = 0 becomes 0.9, val_size 0 becomes
+  // 5,000); not the data stream's to change.
+  const std::set<std::string> known = {"optimizer.beta1", "optimizer.beta2", "optimizer.eps",
+                                       "lr_scheduler.gamma", "data.val_size"};
+  for (const JobSetting& s : JobSettings()) {
+    const v1::Setting& o = *s.setting;
+    if (!IsNumber(s.field) || s.field->is_repeated() || o.default_value().empty() ||
+        std::stod(o.default_value()) == 0 || (o.has_min() && o.min() > 0) ||
+        (o.has_max() && o.max() < 0) || s.field->real_containing_oneof() != nullptr ||
+        known.count(s.path) > 0) {
+      continue;
+    }
+    v1::JobSpec spec = Normalized();
+    if (s.path.rfind("data.shards.", 0) == 0) {  // a oneof's choice: streamed shards
+      spec.mutable_data()->mutable_shards()->set_train("worker:/data/train-{0..1}.tar");
+      spec.mutable_data()->mutable_shards()->add_fields()->set_name("npy");
+    }
+    SetNumber(&spec, s.path, 0);
+    const absl::Status normalized = NormalizeJobSpec(&spec);
+    ASSERT_TRUE(normalized.ok()) << s.path << ": " << normalized;
+    EXPECT_EQ(Get(&spec, s.path), "0") << s.path << ": make it `optional` in job_spec.proto";
+    if (o.side() == v1::Setting::WORKERS) {
+      v1::SetupRequest request = MakeSetupRequest(spec, Context());
+      ASSERT_TRUE(NormalizeSetupRequest(&request).ok()) << s.path;
+      EXPECT_EQ(Get(request.mutable_spec(), s.path), "0") << s.path << " on the worker";
+    }
+  }
+}
+
 TEST(JobSettingsTest, NormalizeSetupRequest_RefusesWhatTheSpecRefuses_NamingTheField) {
   int refused = 0;
   for (const JobSetting& s : JobSettings()) {
