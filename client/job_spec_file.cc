@@ -173,8 +173,7 @@ absl::Status SetField(const YAML::Node& value, Message* message, const FieldDesc
       const std::string text = value.Scalar();
       const google::protobuf::EnumValueDescriptor* v = e->FindValueByName(text);
       if (v == nullptr) {
-        v = e->FindValueByName(
-            absl::AsciiStrToUpper(absl::StrCat(field->name(), "_", text)));
+        v = e->FindValueByName(absl::AsciiStrToUpper(absl::StrCat(field->name(), "_", text)));
       }
       if (v == nullptr) {
         std::vector<std::string> names;
@@ -184,8 +183,8 @@ absl::Status SetField(const YAML::Node& value, Message* message, const FieldDesc
           if (absl::StartsWith(n, prefix)) n = absl::AsciiStrToLower(n.substr(prefix.size()));
           names.push_back(n);
         }
-        return Bad(path, absl::StrCat("unknown value '", text, "'; use ",
-                                      absl::StrJoin(names, ", ")));
+        return Bad(path,
+                   absl::StrCat("unknown value '", text, "'; use ", absl::StrJoin(names, ", ")));
       }
       r->SetEnum(message, field, v);
       break;

@@ -9,8 +9,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/serialize/input-archive.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/job_settings.h"
 #include "common/status_macros.h"
 #include "worker/data/http_shard_fetcher.h"
@@ -160,6 +162,11 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataConfig& spe
         DTRAIN_ASSIGN_OR_RETURN(o.decode,
                                 MakeSampleDecoder(shards.fields(), spec, options.seed, o.training));
         o.cancelled = options.cancelled;
+        for (const v1::ShardField& f : shards.fields()) {
+          for (absl::string_view n : absl::StrSplit(f.name(), ';', absl::SkipWhitespace())) {
+            o.keep_fields.insert(absl::AsciiStrToLower(absl::StripAsciiWhitespace(n)));
+          }
+        }
         data->streamed_[name] = std::make_unique<ShardedSplit>(std::move(o));
       }
       if (data->streamed_.count("train") == 0 && data->streamed_.count("predict") == 0) {

@@ -129,6 +129,12 @@ absl::StatusOr<std::optional<StreamItem>> SampleStream::NextRaw() {
     StreamItem item;
     item.shard = location;
     item.sample = std::move(**sample);
+    if (!options_.keep_fields.empty()) {
+      for (auto it = item.sample.fields.begin(); it != item.sample.fields.end();) {
+        it = options_.keep_fields.count(it->first) > 0 ? std::next(it)
+                                                       : item.sample.fields.erase(it);
+      }
+    }
     if (--to_take_ == 0) {
       reader_.reset();
       RemoveIfTemporary(open_);

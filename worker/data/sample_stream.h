@@ -17,6 +17,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,9 @@ struct SampleStreamOptions {
   bool skip_errors = false;
   int64_t start = 0;  // the first position handed out
   TarShardLimits limits;
+  // The fields a batch uses (extensions); the others are dropped as each sample is read, before
+  // the shuffle buffer holds it. Empty: keep all.
+  std::set<std::string> keep_fields;
 };
 
 class SampleStream {

@@ -79,15 +79,17 @@ void ShardedSplit::Start(int64_t epoch, int64_t position) {
   s.shuffle_buffer = options_.shuffle_buffer;
   s.skip_errors = options_.skip_errors;
   s.start = position;
+  s.keep_fields = options_.keep_fields;
   stream_ = std::make_unique<SampleStream>(std::move(s));
   epoch_ = epoch;
   next_ = position;
   taken_ = position;
   running_ = true;
-  if (options_.num_workers > 0) {
-    threads_.emplace_back([this] { ReadLoop(); });
-    for (int i = 0; i < options_.num_workers; ++i) threads_.emplace_back([this] { DecodeLoop(); });
-  }
+  // The reader has a thread even with num_workers 0: raw samples (held for a while by the
+  // shuffle buffer) then come from its allocator arena, not the step's, whose per-step tensors
+  // otherwise fragment the heap so that it grows with the samples read (bench/data_memory.sh).
+  threads_.emplace_back([this] { ReadLoop(); });
+  for (int i = 0; i < options_.num_workers; ++i) threads_.emplace_back([this] { DecodeLoop(); });
 }
 
 void ShardedSplit::ReadLoop() {
@@ -155,16 +157,45 @@ ShardedSplit::Decoded ShardedSplit::DecodeItem(StreamItem item, int64_t epoch) c
 }
 
 absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position) {
-  if (options_.num_workers == 0) {
-    absl::StatusOr<std::optional<StreamItem>> item = stream_->Next();
-    if (!item.ok()) return item.status();
-    if (!item->has_value() || (*item)->position != position) {
-      return absl::InternalError(absl::StrCat("rank ", rank_, ": the ", options_.name,
-                                              " stream ended before position ", position));
-    }
-    return DecodeItem(std::move(**item), epoch_);
-  }
   std::unique_lock<std::mutex> lock(mu_);
+  if (options_.num_workers == 0 && ready_.count(position) == 0) {
+    // No decoding threads: the step's thread decodes the next raw sample itself.
+    const absl::Time started = absl::Now();
+    while (raw_head_ >= raw_.size()) {
+      if (stop_ || (options_.cancelled != nullptr && options_.cancelled->load())) {
+        return absl::CancelledError("the data stream was stopped");
+      }
+      if (read_done_) {
+        if (!read_error_.ok()) return read_error_;
+        return absl::InternalError(absl::StrCat("rank ", rank_, ": the ", options_.name,
+                                                " stream ended before position ", position));
+      }
+      if (cv_.wait_for(lock, std::chrono::seconds(1)) == std::cv_status::timeout &&
+          absl::Now() - started > kSampleDeadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("rank ", rank_, ": no ", options_.name, " sample for ",
+                         absl::FormatDuration(kSampleDeadline), " (position ", position,
+                         "); the shard being read is stuck"));
+      }
+    }
+    StreamItem item = std::move(raw_[raw_head_++]);
+    if (raw_head_ > 1024 && raw_head_ * 2 > raw_.size()) {
+      raw_.erase(raw_.begin(), raw_.begin() + static_cast<std::ptrdiff_t>(raw_head_));
+      raw_head_ = 0;
+    }
+    wait_seconds_.store(wait_seconds_.load() + absl::ToDoubleSeconds(absl::Now() - started));
+    lock.unlock();
+    if (item.position != position) {
+      return absl::InternalError(absl::StrCat("rank ", rank_, ": the ", options_.name,
+                                              " stream is at position ", item.position, ", not ",
+                                              position));
+    }
+    Decoded d = DecodeItem(std::move(item), epoch_);
+    lock.lock();
+    --in_flight_;
+    cv_.notify_all();
+    return d;
+  }
   const absl::Time started = absl::Now();
   const absl::Time deadline = started + kSampleDeadline;
   while (ready_.count(position) == 0) {

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,6 +47,7 @@ struct ShardedSplitOptions {
   int num_workers = 2;
   int64_t window = 64;  // decoded samples ahead of the step
   SampleDecoder decode;
+  std::set<std::string> keep_fields;  // the fields `decode` reads (empty: all); see SampleStream
   // A batch's wait for samples ends (CANCELLED) when this becomes true (the job's cancel).
   const std::atomic<bool>* cancelled = nullptr;
 };
