@@ -191,11 +191,13 @@ def test_repeated_messages_read_alike(tmp_path):
 
 
 def test_cpp_applies_the_defaults_ranges_and_names_python_reads(tmp_path):
-    # A list's items have only rules in code (data.shards.fields[i]); data.shards is in a oneof
+    # A list's items have only rules in code (data.shards.fields[i], data.transforms.train[i]);
+    # data.shards is in a oneof
     # with data.synthetic, so its settings are checked on a spec of shards.
     rows = [r for r in dspec.settings()
             if not r["in_oneof"] and not r["repeated"] and not r["path"].startswith(
-                ("data.normalize.", "data.synthetic.", "data.shards.fields."))]
+                ("data.normalize.", "data.synthetic.", "data.shards.fields.",
+                 "data.transforms."))]
     normalized_of = {}
     for name, values in (("base", BASE), ("shards", SHARDS_BASE)):
         normalized_of[name] = cpp([write(str(tmp_path), f"{name}.yaml", values)])["normalized"]
