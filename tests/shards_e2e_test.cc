@@ -115,12 +115,11 @@ std::string ScriptModule(const std::string& dir, const std::string& name, const 
   // TorchScript reads the class's source, so the script is a file.
   const std::string script = absl::StrCat(dir, "/", name, ".py");
   const std::string model = absl::StrCat(dir, "/", name, ".pt");
-  std::ofstream(script) << "import sys\nfrom typing import Dict, Tuple\nimport torch\n\nclass "
-                        << name << "(torch.nn.Module):\n    def __init__(self):\n"
-                        << "        super().__init__()\n        self.w = torch.nn.Parameter("
-                        << init << ")\n"
-                        << body << "\n\ntorch.jit.save(torch.jit.script(" << name
-                        << "()), sys.argv[1])\n";
+  std::ofstream(script)
+      << "import sys\nfrom typing import Dict, List, Tuple\nimport torch\n\nclass " << name
+      << "(torch.nn.Module):\n    def __init__(self):\n"
+      << "        super().__init__()\n        self.w = torch.nn.Parameter(" << init << ")\n"
+      << body << "\n\ntorch.jit.save(torch.jit.script(" << name << "()), sys.argv[1])\n";
   CommandResult made = RunShell(absl::StrCat("/usr/bin/python3 ", script, " ", model));
   EXPECT_EQ(made.exit_code, 0) << made.output;
   return made.exit_code == 0 ? model : "";
@@ -528,6 +527,39 @@ TEST_F(JobsE2eTest, DryRun_Shards_ShowsTheFirstStreamedBatch) {
   }
   EXPECT_THAT(Dtrain("list --output json").output, Not(HasSubstr("\"id\"")))
       << "a dry run queues nothing";
+}
+
+}  // namespace
+}  // namespace dtrain::testing
+
+namespace dtrain::testing {
+namespace {
+
+// data.transforms.script: a user's TorchScript transform runs on the decoding threads, in
+// training mode for the training split only. Here it teaches the model that every sample is a 3;
+// validation, untransformed, then shows it (a model that saw the true labels scores > 0.9).
+TEST_F(JobsE2eTest, ScriptTransform_RunsInTrainingModeOnTheTrainSplitOnly) {
+  const std::string data = dir() + "/script";
+  WriteShards(data, "train", 4, 100, 7);
+  WriteShards(data, "val", 1, 100, 8);
+  const std::string transform = ScriptModule(data, "AllThrees", R"(
+    def forward(self, fields: List[torch.Tensor], seed: int) -> List[torch.Tensor]:
+        if self.training:
+            return [fields[0], torch.full_like(fields[1], 3)]
+        return fields)",
+                                             "torch.zeros(1)");
+  ASSERT_FALSE(transform.empty());
+  const std::string job = WriteJob(
+      "threes",
+      ShardsJob("threes", "worker:" + data + "/train-{0..3}.tar", "worker:" + data + "/val-0.tar",
+                absl::StrCat("  transforms: {script: \"worker:", transform, "\"}\n")));
+  CommandResult submitted = Dtrain(absl::StrCat("fit --wait --config ", job));
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  const google::protobuf::Struct json = ParseJson(Dtrain("results threes-1 --output json").output);
+  const double val_acc =
+      json.fields().at("metrics").struct_value().fields().at("val_acc").number_value();
+  EXPECT_LT(val_acc, 0.5) << "the training labels were not all replaced by 3";
+  EXPECT_GT(val_acc, 0.0) << "the validation labels were replaced too";
 }
 
 }  // namespace

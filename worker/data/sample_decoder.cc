@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "worker/data/image_transforms.h"
 #include "worker/data/sample_fields.h"
+#include "worker/data/script_transform.h"
 
 namespace dtrain {
 namespace {
@@ -68,7 +69,14 @@ absl::StatusOr<SampleDecoder> MakeSampleDecoder(
       training ? data.transforms().train() : data.transforms().eval(), where);
   if (!made.ok()) return made.status();
   auto pipeline = std::make_shared<const ImageTransformPipeline>(std::move(*made));
-  return SampleDecoder([plan, pipeline, seed](
+  std::shared_ptr<const ScriptTransform> script;
+  if (!data.transforms().script().empty()) {
+    absl::StatusOr<std::shared_ptr<const ScriptTransform>> loaded =
+        ScriptTransform::Load(data.transforms().script(), training);
+    if (!loaded.ok()) return loaded.status();
+    script = std::move(*loaded);
+  }
+  return SampleDecoder([plan, pipeline, script, seed](
                            const ShardSample& sample,
                            int64_t epoch) -> absl::StatusOr<std::vector<at::Tensor>> {
     std::vector<at::Tensor> out;
@@ -105,6 +113,8 @@ absl::StatusOr<SampleDecoder> MakeSampleDecoder(
       }
       out.push_back(std::move(*t));
     }
+    if (script != nullptr)
+      return script->Apply(std::move(out), SampleSeed(seed, epoch, sample.key));
     return out;
   });
 }
