@@ -145,6 +145,36 @@ TEST(ShardedSplit, PositionsMustBeConsecutiveAndWithinTheEpoch) {
   EXPECT_THAT(beyond.status().message(), HasSubstr("outside split 'train' of 8 samples"));
 }
 
+// A batch's buffer is reused for a later batch only once nothing holds it: a batch the step
+// still holds, or a view of one, keeps its values while later batches are read.
+TEST(ShardedSplit, AHeldBatchIsNeverOverwrittenByTheNext) {
+  const ShardCatalog catalog = WriteShards("reuse", {8, 8});
+  ShardedSplit split(Options(catalog, 2));
+  absl::StatusOr<c10::IValue> first = split.Batch(0, {0, 1, 2, 3});
+  ASSERT_TRUE(first.ok()) << first.status();
+  const at::Tensor held = first->toTensor();
+  const at::Tensor held_copy = held.clone();
+  absl::StatusOr<c10::IValue> second = split.Batch(0, {4, 5, 6, 7});
+  ASSERT_TRUE(second.ok()) << second.status();
+  const at::Tensor view = second->toTensor().slice(0, 1, 3);
+  const at::Tensor view_copy = view.clone();
+  second = absl::UnknownError("dropped");  // only the view of the second batch remains
+  std::vector<at::Tensor> later;
+  for (int64_t p = 8; p < 16; p += 4) {
+    absl::StatusOr<c10::IValue> b = split.Batch(0, {p, p + 1, p + 2, p + 3});
+    ASSERT_TRUE(b.ok()) << b.status();
+    later.push_back(b->toTensor().clone());
+  }
+  EXPECT_TRUE(at::equal(held, held_copy));
+  EXPECT_TRUE(at::equal(view, view_copy));
+  // Every sample of the epoch once: the buffers' reuse did not change what the batches hold.
+  std::set<int64_t> seen;
+  for (const at::Tensor& t : {held_copy, view_copy, later[0], later[1]}) {
+    for (int64_t i = 0; i < t.size(0); ++i) seen.insert(t[i].item<int64_t>());
+  }
+  EXPECT_EQ(seen.size(), 14u);  // 4 + 2 (the view) + 8
+}
+
 TEST(ShardedSplit, SkippedSamplesAreCountedAndTheBatchShrinks) {
   const ShardCatalog catalog = WriteShards("skip", {5, 5});
   ShardedSplitOptions o = Options(catalog, 2);

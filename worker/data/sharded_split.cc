@@ -299,8 +299,22 @@ absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch,
         }
         parts.push_back(d.tensors[f]);
       }
-      columns.emplace_back(at::stack(parts));
+      // Into the last batch's buffer when the step has let go of it (no tensor or view of it
+      // left), else a new one: at::stack_out resizes it when the shape differs.
+      at::Tensor out;
+      if (f < last_columns_.size() && last_columns_[f].use_count() == 1 &&
+          last_columns_[f].storage().use_count() == 1 &&
+          last_columns_[f].scalar_type() == parts.front().scalar_type() &&
+          last_columns_[f].numel() == static_cast<int64_t>(parts.size()) * parts.front().numel()) {
+        out = last_columns_[f];
+      } else {
+        out = at::empty({0}, parts.front().options());
+      }
+      at::stack_out(out, parts, 0);
+      columns.emplace_back(out);
     }
+    last_columns_.clear();
+    for (const c10::IValue& c : columns) last_columns_.push_back(c.toTensor());
     if (columns.size() == 1) return columns.front();
     return c10::IValue(c10::ivalue::Tuple::create(std::move(columns)));
   });
