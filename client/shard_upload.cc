@@ -1,11 +1,11 @@
 #include "client/shard_upload.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <sstream>
 #include <vector>
 
@@ -37,11 +37,23 @@ absl::StatusOr<std::vector<ShardEntry>> LocalEntries(const std::string& value,
   }
   if (std::filesystem::is_directory(value, ec)) {
     std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(value, ec)) {
-      const std::string name = e.path().filename().string();
-      if (e.is_regular_file() && NamesTarShards(name) && name[0] != '.') {
-        names.push_back(e.path().string());
+    // The error_code forms throughout: an unreadable entry is an error to report, not an
+    // exception to escape.
+    for (std::filesystem::directory_iterator it(value, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      std::error_code type_error;
+      if (it->is_regular_file(type_error) && NamesTarShards(name) && name[0] != '.') {
+        names.push_back(it->path().string());
       }
+      if (names.size() > kMaxShards) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ": directory '", value, "' holds more than ", kMaxShards, " shards"));
+      }
+    }
+    if (ec) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(field, ": directory '", value, "' cannot be listed: ", ec.message()));
     }
     std::sort(names.begin(), names.end());
     if (names.empty()) {
@@ -119,17 +131,22 @@ absl::StatusOr<ShardUpload> UploadShards(ArtifactsClient& client, const std::str
     out.bytes += sent->size;
     out.samples += samples;
   }
-  // The list itself travels as an artifact, written where the client may write.
+  // The list itself travels as an artifact, written to a file only this process made
+  // (mkstemp: no name another user could plant a link at).
   std::error_code ec;
-  const std::filesystem::path tmp =
-      std::filesystem::temp_directory_path(ec) /
-      absl::StrCat("dtrain-shards-", getpid(), "-", std::hash<std::string>()(field), ".txt");
-  {
-    std::ofstream out_file(tmp, std::ios::binary | std::ios::trunc);
-    out_file << list;
-    if (!out_file.good()) {
-      return absl::InternalError(absl::StrCat(field, ": cannot write '", tmp.string(), "'"));
-    }
+  std::string pattern =
+      (std::filesystem::temp_directory_path(ec) / "dtrain-shards-XXXXXX").string();
+  const int fd = mkstemp(pattern.data());
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat(field, ": cannot create a temporary file for its shard list"));
+  }
+  const std::filesystem::path tmp = pattern;
+  const bool written = ::write(fd, list.data(), list.size()) == static_cast<ssize_t>(list.size());
+  ::close(fd);
+  if (!written) {
+    std::filesystem::remove(tmp, ec);
+    return absl::InternalError(absl::StrCat(field, ": cannot write '", tmp.string(), "'"));
   }
   absl::StatusOr<UploadResult> sent = client.Upload(tmp.string());
   std::filesystem::remove(tmp, ec);

@@ -34,8 +34,12 @@ SampleStream::~SampleStream() {
   reader_.reset();
   RemoveIfTemporary(open_);
   if (prefetch_.has_value() && prefetch_->valid()) {
-    absl::StatusOr<LocalShard> pending = prefetch_->get();
-    if (pending.ok()) RemoveIfTemporary(*pending);
+    try {
+      absl::StatusOr<LocalShard> pending = prefetch_->get();
+      if (pending.ok()) RemoveIfTemporary(*pending);
+    } catch (const std::exception&) {
+      // Nothing to remove: the fetch failed before it made a file.
+    }
   }
 }
 
@@ -53,9 +57,14 @@ void SampleStream::StartFetch(size_t segment) {
   const ShardFetcher* fetcher = &options_.fetcher;
   const std::atomic<bool>* cancelled = &cancelled_;
   prefetch_segment_ = segment;
-  prefetch_ = std::async(std::launch::async, [shard, fetcher, cancelled] {
-    return FetchShard(*shard, *fetcher, cancelled);
-  });
+  prefetch_ =
+      std::async(std::launch::async, [shard, fetcher, cancelled]() -> absl::StatusOr<LocalShard> {
+        try {
+          return FetchShard(*shard, *fetcher, cancelled);
+        } catch (const std::exception& e) {
+          return absl::InternalError(absl::StrCat("fetching failed: ", e.what()));
+        }
+      });
 }
 
 absl::StatusOr<std::optional<StreamItem>> SampleStream::NextRaw() {
@@ -101,6 +110,12 @@ absl::StatusOr<std::optional<StreamItem>> SampleStream::NextRaw() {
       // The next shard is fetched once this one is open: a cache that evicts it to make room
       // then takes only its name, not the bytes being read.
       StartFetch(segment_ + 1);
+      // A download of our own is unlinked once open (the descriptor keeps it readable), so a
+      // worker killed while reading leaves no spool file behind.
+      if (reader.ok() && open_->temporary) {
+        RemoveIfTemporary(open_);
+        open_->temporary = false;
+      }
       if (!reader.ok()) {
         segment_error_ = reader.status();
         return owed(segment_error_, "");

@@ -112,9 +112,13 @@ absl::StatusOr<ShardCatalog> ResolveShards(const std::string& spec_value, const 
     for (std::string& n : *names) entries.push_back({std::move(n), "", -1});
   } else if (!url && !IsArtifactReference(spec_value) && std::filesystem::is_directory(local, ec)) {
     std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(local, ec)) {
-      const std::string name = e.path().filename().string();
-      if (e.is_regular_file() && NamesTarShards(name) && name[0] != '.') names.push_back(name);
+    for (std::filesystem::directory_iterator it(local, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      std::error_code type_error;
+      if (it->is_regular_file(type_error) && NamesTarShards(name) && name[0] != '.') {
+        names.push_back(name);
+      }
       if (names.size() > kMaxShards) {
         return absl::InvalidArgumentError(absl::StrCat(
             field, ": directory '", local, "' holds more than ", kMaxShards, " shards"));

@@ -53,14 +53,17 @@ void ShardedSplit::Stop() {
   }
   for (std::thread& t : threads_) t.join();
   threads_.clear();
-  stream_.reset();
+  std::unique_ptr<SampleStream> spent;
   std::lock_guard<std::mutex> lock(mu_);
+  spent.swap(stream_);  // under mu_: Cancel reads stream_ from other threads
   raw_.clear();
   raw_head_ = 0;
   ready_.clear();
   in_flight_ = 0;
   read_done_ = false;
   read_error_ = absl::OkStatus();
+  read_end_ = 0;
+  last_progress_ = absl::Now();
   stop_ = false;
   running_ = false;
 }
@@ -85,6 +88,7 @@ void ShardedSplit::Start(int64_t epoch, int64_t position) {
   next_ = position;
   taken_ = position;
   running_ = true;
+  last_progress_ = absl::Now();
   // The reader has a thread even with num_workers 0: raw samples (held for a while by the
   // shuffle buffer) then come from its allocator arena, not the step's, whose per-step tensors
   // otherwise fragment the heap so that it grows with the samples read (bench/data_memory.sh).
@@ -99,14 +103,22 @@ void ShardedSplit::ReadLoop() {
       cv_.wait(lock, [&] { return stop_ || in_flight_ < options_.window; });
       if (stop_) return;
     }
-    absl::StatusOr<std::optional<StreamItem>> item = stream_->Next();
+    absl::StatusOr<std::optional<StreamItem>> item;
+    try {
+      item = stream_->Next();
+    } catch (const std::exception& e) {  // bad_alloc, a thread that cannot start: not a crash
+      item = absl::InternalError(absl::StrCat("rank ", rank_, ": reading the ", options_.name,
+                                              " shards failed: ", e.what()));
+    }
     std::lock_guard<std::mutex> lock(mu_);
+    last_progress_ = absl::Now();
     if (!item.ok() || !item->has_value()) {
       read_done_ = true;
       if (!item.ok()) read_error_ = item.status();
       cv_.notify_all();
       return;
     }
+    read_end_ = (*item)->position + 1;
     raw_.push_back(std::move(**item));
     ++in_flight_;
     cv_.notify_all();
@@ -144,8 +156,13 @@ ShardedSplit::Decoded ShardedSplit::DecodeItem(StreamItem item, int64_t epoch) c
     out.status = item.error;
     return out;
   }
-  absl::StatusOr<std::vector<at::Tensor>> tensors =
-      GuardTorch("cannot decode the sample", [&] { return options_.decode(item.sample, epoch); });
+  absl::StatusOr<std::vector<at::Tensor>> tensors;
+  try {
+    tensors =
+        GuardTorch("cannot decode the sample", [&] { return options_.decode(item.sample, epoch); });
+  } catch (const std::exception& e) {
+    tensors = absl::ResourceExhaustedError(absl::StrCat("decoding failed: ", e.what()));
+  }
   if (!tensors.ok()) {
     out.status = absl::Status(tensors.status().code(),
                               absl::StrCat("rank ", rank_, ", shard '", item.shard, "', sample '",
@@ -170,8 +187,10 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position) {
         return absl::InternalError(absl::StrCat("rank ", rank_, ": the ", options_.name,
                                                 " stream ended before position ", position));
       }
-      if (cv_.wait_for(lock, std::chrono::seconds(1)) == std::cv_status::timeout &&
-          absl::Now() - started > kSampleDeadline) {
+      cv_.wait_for(lock, std::chrono::seconds(1));
+      // The deadline counts from the reader's last sample: a long replay that makes progress
+      // (a resume late in an epoch) is not stuck.
+      if (absl::Now() - std::max(started, last_progress_) > kSampleDeadline) {
         return absl::DeadlineExceededError(
             absl::StrCat("rank ", rank_, ": no ", options_.name, " sample for ",
                          absl::FormatDuration(kSampleDeadline), " (position ", position,
@@ -197,26 +216,19 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position) {
     return d;
   }
   const absl::Time started = absl::Now();
-  const absl::Time deadline = started + kSampleDeadline;
   while (ready_.count(position) == 0) {
     if (stop_ || (options_.cancelled != nullptr && options_.cancelled->load())) {
       return absl::CancelledError("the data stream was stopped");
     }
-    if (read_done_ && raw_head_ >= raw_.size() && !read_error_.ok()) {
-      // Nothing more comes: the stream failed before this position (decoders still running
-      // hold only earlier positions).
-      bool earlier_pending = false;
-      for (const auto& [p, d] : ready_) earlier_pending |= p < position;
-      if (!earlier_pending) return read_error_;
+    if (read_done_ && !read_error_.ok() && position >= read_end_) {
+      return read_error_;  // the stream failed before it read this position
     }
     if (read_done_ && raw_head_ >= raw_.size() && read_error_.ok() && in_flight_ == 0) {
       return absl::InternalError(absl::StrCat("rank ", rank_, ": the ", options_.name,
                                               " stream ended before position ", position));
     }
-    if (cv_.wait_until(lock,
-                       absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(1)))) ==
-            std::cv_status::timeout &&
-        absl::Now() >= deadline) {
+    cv_.wait_for(lock, std::chrono::seconds(1));
+    if (absl::Now() - std::max(started, last_progress_) > kSampleDeadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("rank ", rank_, ": no ", options_.name, " sample for ",
                        absl::FormatDuration(kSampleDeadline), " (position ", position,
@@ -285,8 +297,13 @@ absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch,
       std::vector<at::Tensor> parts;
       parts.reserve(samples.size());
       for (const Decoded& d : samples) {
-        if (d.tensors.size() != fields ||
-            !d.tensors[f].sizes().equals(samples.front().tensors[f].sizes()) ||
+        if (d.tensors.size() != fields) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("rank ", rank_, ": sample '", d.key, "' has ", d.tensors.size(),
+                           " fields after its transforms but sample '", samples.front().key,
+                           "' has ", fields, "; every sample of a batch needs the same fields"));
+        }
+        if (!d.tensors[f].sizes().equals(samples.front().tensors[f].sizes()) ||
             d.tensors[f].scalar_type() != samples.front().tensors[f].scalar_type()) {
           return absl::InvalidArgumentError(absl::StrCat(
               "rank ", rank_, ": field ", f, " of sample '", d.key, "' is ",

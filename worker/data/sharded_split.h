@@ -27,6 +27,7 @@
 #include <ATen/core/ivalue.h>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "worker/data/sample_stream.h"
 
 namespace dtrain {
@@ -110,6 +111,8 @@ class ShardedSplit {
   int64_t taken_ = 0;                 // positions handed out (guarded by mu_)
   bool read_done_ = false;            // guarded by mu_
   absl::Status read_error_;           // guarded by mu_
+  int64_t read_end_ = 0;              // the position after the last read (guarded by mu_)
+  absl::Time last_progress_;          // when the reader last produced (guarded by mu_)
   std::vector<std::thread> threads_;
   // The last batch's stacked fields, reused for the next batch once nobody else holds them: a
   // fresh 38 MB batch (64 x 3x224x224 floats) is an mmap whose page faults cost 5x the copy.
