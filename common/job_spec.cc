@@ -6,8 +6,8 @@
 
 #include <google/protobuf/message.h>
 
-#include "absl/strings/match.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -167,10 +167,11 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
                        "give the field's extension in the shards (jpg, cls, npy, ...)");
       }
       if (!f.type().empty() && std::find(types.begin(), types.end(), f.type()) == types.end()) {
-        return BadSpec(absl::StrCat(at, ".type"),
-                       absl::StrCat("unknown field type '", f.type(), "'; use ",
-                                    absl::StrJoin(types, ", "), ", or leave it empty for the "
-                                    "extension's"));
+        return BadSpec(
+            absl::StrCat(at, ".type"),
+            absl::StrCat("unknown field type '", f.type(), "'; use ", absl::StrJoin(types, ", "),
+                         ", or leave it empty for the "
+                         "extension's"));
       }
     }
   }
