@@ -282,7 +282,8 @@ TEST(JobSettingsTest, PathsAndOldKeys_FromTheOptions) {
                        {"data.shards.train", v1::Setting::SHARDS},
                        {"data.shards.val", v1::Setting::SHARDS},
                        {"data.shards.test", v1::Setting::SHARDS},
-                       {"data.shards.predict", v1::Setting::SHARDS}}));
+                       {"data.shards.predict", v1::Setting::SHARDS},
+                       {"data.transforms.script", v1::Setting::FILE}}));
   v1::JobSpec spec;
   spec.mutable_model()->set_torchscript("m.pt");
   spec.mutable_data()->set_builtin("fashion-mnist");

@@ -103,7 +103,8 @@ def test_every_path_field_resolves_alike_relative_absolute_and_marked(tmp_path):
     assert {r["path"] for r in paths} == {"model.torchscript", "data.tensors_file",
                                           "data.data_dir", "checkpoint.dirpath", "ckpt_path",
                                           "data.shards.train", "data.shards.val",
-                                          "data.shards.test", "data.shards.predict"}
+                                          "data.shards.test", "data.shards.predict",
+                                          "data.transforms.script"}
     assert {r["path_kind"] for r in paths if r["path"].startswith("data.shards.")} == {"SHARDS"}
     # Past the plain cases, the spellings os.path.normpath would write differently from the
     # CLI's lexically_normal (a directory's trailing '/', a trailing '..'), a brace pattern, and
