@@ -59,7 +59,8 @@ ShardCatalog WriteShards(const std::string& name, const std::vector<int>& sizes)
   return catalog;
 }
 
-absl::StatusOr<std::vector<at::Tensor>> DecodeCls(const ShardSample& sample, int64_t) {
+absl::StatusOr<std::vector<at::Tensor>> DecodeCls(const ShardSample& sample, int64_t,
+                                                  const FieldOutput& = {}) {
   int64_t v = 0;
   if (!absl::SimpleAtoi(sample.fields.at("cls"), &v)) return absl::InvalidArgumentError("cls");
   return std::vector<at::Tensor>{at::scalar_tensor(v, at::kLong)};
@@ -180,7 +181,8 @@ TEST(ShardedSplit, SkippedSamplesAreCountedAndTheBatchShrinks) {
   ShardedSplitOptions o = Options(catalog, 2);
   o.shuffle = false;
   o.shuffle_buffer = 0;
-  o.decode = [](const ShardSample& s, int64_t e) -> absl::StatusOr<std::vector<at::Tensor>> {
+  o.decode = [](const ShardSample& s, int64_t e,
+                const FieldOutput&) -> absl::StatusOr<std::vector<at::Tensor>> {
     if (s.key == "k3") return absl::InvalidArgumentError("corrupt image");
     return DecodeCls(s, e);
   };
@@ -198,12 +200,65 @@ TEST(ShardedSplit, SkippedSamplesAreCountedAndTheBatchShrinks) {
   EXPECT_EQ(skipping.skipped(), 1);
 }
 
+// A decoder that writes into the row it is given: the batch holds its values without a copy,
+// every sample was offered its row, and a shorter last batch gets rows too.
+TEST(ShardedSplit, DecodersWriteIntoTheirBatchRow) {
+  const ShardCatalog catalog = WriteShards("rows", {7, 6});
+  ShardedSplitOptions o = Options(catalog, 2);
+  std::atomic<int> offered{0};
+  o.decode = [&](const ShardSample& s, int64_t e,
+                 const FieldOutput& output) -> absl::StatusOr<std::vector<at::Tensor>> {
+    absl::StatusOr<std::vector<at::Tensor>> cls = DecodeCls(s, e);
+    if (!cls.ok()) return cls;
+    at::Tensor row = output(0, {2}, at::kLong);
+    if (!row.defined()) return absl::InternalError("no row offered");
+    offered.fetch_add(1);
+    row.fill_((*cls)[0].item<int64_t>());
+    return std::vector<at::Tensor>{row};
+  };
+  ShardedSplit split(o);
+  std::set<int64_t> seen;
+  for (int64_t p = 0; p < 13; p += 5) {
+    std::vector<int64_t> positions;
+    for (int64_t i = p; i < std::min<int64_t>(p + 5, 13); ++i) positions.push_back(i);
+    absl::StatusOr<c10::IValue> b = split.Batch(0, positions);
+    ASSERT_TRUE(b.ok()) << b.status();
+    const at::Tensor t = b->toTensor();
+    ASSERT_EQ(t.size(0), static_cast<int64_t>(positions.size()));
+    ASSERT_EQ(t.size(1), 2);
+    for (int64_t i = 0; i < t.size(0); ++i) {
+      EXPECT_EQ(t[i][0].item<int64_t>(), t[i][1].item<int64_t>());
+      seen.insert(t[i][0].item<int64_t>());
+    }
+  }
+  EXPECT_EQ(seen.size(), 13u);
+  EXPECT_EQ(offered.load(), 13);
+}
+
+// Samples whose tensors cannot stack are named, whether or not they were written in place.
+TEST(ShardedSplit, ABatchOfUnequalShapesNamesTheSample) {
+  const ShardCatalog catalog = WriteShards("shapes", {6});
+  ShardedSplitOptions o = Options(catalog, 2);
+  o.shuffle = false;
+  o.shuffle_buffer = 0;
+  o.decode = [](const ShardSample& s, int64_t,
+                const FieldOutput&) -> absl::StatusOr<std::vector<at::Tensor>> {
+    return std::vector<at::Tensor>{at::zeros({s.key == "k3" ? 3 : 2})};
+  };
+  ShardedSplit split(o);
+  absl::StatusOr<c10::IValue> b = split.Batch(0, {0, 1, 2, 3, 4, 5});
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(b.status().message(), HasSubstr("sample 'k3' is Float[3]"));
+  EXPECT_THAT(b.status().message(), HasSubstr("Float[2]"));
+}
+
 TEST(ShardedSplit, ReadAheadStaysWithinTheWindow) {
   const ShardCatalog catalog = WriteShards("window", {50, 50});
   std::atomic<int64_t> decoded{0};
   ShardedSplitOptions o = Options(catalog, 3);
   o.window = 6;
-  o.decode = [&](const ShardSample& s, int64_t e) {
+  o.decode = [&](const ShardSample& s, int64_t e, const FieldOutput&) {
     decoded.fetch_add(1);
     return DecodeCls(s, e);
   };

@@ -764,10 +764,9 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::Run(at::Tensor image, size_t 
   }
 }
 
-absl::StatusOr<at::Tensor> ImageTransformPipeline::FusedCropResize(const uint8_t* pixels,
-                                                                   int64_t row_stride, int channels,
-                                                                   const CropBox& box,
-                                                                   SampleRandom& rng) const {
+absl::StatusOr<at::Tensor> ImageTransformPipeline::FusedCropResize(
+    const uint8_t* pixels, int64_t row_stride, int channels, const CropBox& box, SampleRandom& rng,
+    const ImageOutput& output) const {
   // The random draws in the order the steps make them: the crop box (drawn by the caller),
   // then each flip's.
   bool flip = false;
@@ -821,7 +820,12 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::FusedCropResize(const uint8_t
   ResampleRows(pixels + int64_t{box.top} * row_stride + int64_t{box.left} * channels, row_stride,
                channels, box.width, index.data(), weights.data(), taps, row_first, row_last, out_w,
                rows.data());
-  at::Tensor out = at::empty({channels, out_h, out_w}, at::kFloat);
+  at::Tensor out;
+  if (output) out = output({channels, out_h, out_w});
+  if (!out.defined() || out.scalar_type() != at::kFloat || !out.is_contiguous() ||
+      !out.sizes().equals({channels, out_h, out_w})) {
+    out = at::empty({channels, out_h, out_w}, at::kFloat);
+  }
   ResampleColumns(rows.data(), row_first, vertical, out_h, out_w, channels, flip,
                   static_cast<int>(normalizes.size()), means.data(), stds.data(),
                   out.data_ptr<float>());
@@ -851,7 +855,8 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::Apply(DecodedImage image,
 
 absl::StatusOr<at::Tensor> ImageTransformPipeline::DecodeAndApply(absl::string_view encoded,
                                                                   const ImageDecodeOptions& options,
-                                                                  SampleRandom& rng) const {
+                                                                  SampleRandom& rng,
+                                                                  const ImageOutput& output) const {
   // Fused only while the image is still uint8 (a crop then resize in float would round
   // differently).
   const bool crops_first =
@@ -890,7 +895,7 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::DecodeAndApply(absl::string_v
   if (!part.ok()) return part.status();
   if (fused_) {
     return FusedCropResize(part->pixels.data(), int64_t{part->width} * part->channels,
-                           part->channels, CropBox{0, 0, part->height, part->width}, rng);
+                           part->channels, CropBox{0, 0, part->height, part->width}, rng, output);
   }
   if (first.transform.has_center_crop()) return Run(ChwView(*part), 1, rng);
   try {

@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -80,6 +81,11 @@ at::Tensor Normalize(const at::Tensor& image, const std::vector<float>& mean,
                      const std::vector<float>& std);
 }  // namespace image_ops
 
+// Where a transform pipeline may write its float32 result of the given CHW shape: a row of the
+// batch being collated, so that the batch needs no copy. Returns an undefined tensor to decline
+// (the pipeline then allocates its own).
+using ImageOutput = std::function<at::Tensor(at::IntArrayRef sizes)>;
+
 class ImageTransformPipeline {
  public:
   // Validates every transform. INVALID_ARGUMENT naming the position and the field, with `where`
@@ -96,10 +102,11 @@ class ImageTransformPipeline {
   // Decodes `encoded` and applies the transforms, equal to Apply(DecodeImage(encoded), rng) with
   // the same rng. When the first transform crops (RandomResizedCrop, or a CenterCrop inside the
   // image), only the crop window is decoded (DecodeImageWindow). INVALID_ARGUMENT as
-  // DecodeImage and Apply.
+  // DecodeImage and Apply. The fused path writes into `output`'s tensor when it gives one;
+  // others return their own.
   absl::StatusOr<at::Tensor> DecodeAndApply(absl::string_view encoded,
-                                            const ImageDecodeOptions& options,
-                                            SampleRandom& rng) const;
+                                            const ImageDecodeOptions& options, SampleRandom& rng,
+                                            const ImageOutput& output = {}) const;
 
   int size() const { return static_cast<int>(steps_.size()); }
 
@@ -113,8 +120,8 @@ class ImageTransformPipeline {
   // to_tensor and normalizes) in one pass over the crop: the same arithmetic as the ATen
   // operators in the same order, without their intermediate tensors.
   absl::StatusOr<at::Tensor> FusedCropResize(const uint8_t* pixels, int64_t row_stride,
-                                             int channels, const CropBox& box,
-                                             SampleRandom& rng) const;
+                                             int channels, const CropBox& box, SampleRandom& rng,
+                                             const ImageOutput& output = {}) const;
 
   bool fused_ = false;
 

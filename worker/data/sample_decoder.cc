@@ -77,11 +77,12 @@ absl::StatusOr<SampleDecoder> MakeSampleDecoder(
     script = std::move(*loaded);
   }
   return SampleDecoder([plan, pipeline, script, seed](
-                           const ShardSample& sample,
-                           int64_t epoch) -> absl::StatusOr<std::vector<at::Tensor>> {
+                           const ShardSample& sample, int64_t epoch,
+                           const FieldOutput& output) -> absl::StatusOr<std::vector<at::Tensor>> {
     std::vector<at::Tensor> out;
     out.reserve(plan.size());
-    for (const BatchField& f : plan) {
+    for (size_t i = 0; i < plan.size(); ++i) {
+      const BatchField& f = plan[i];
       const std::string* bytes = nullptr;
       for (const std::string& n : f.names) {
         auto it = sample.fields.find(n);
@@ -103,7 +104,12 @@ absl::StatusOr<SampleDecoder> MakeSampleDecoder(
         SampleRandom rng(SampleSeed(seed, epoch, sample.key));
         ImageDecodeOptions options;
         options.channels = f.channels;
-        t = pipeline->DecodeAndApply(*bytes, options, rng);
+        // Straight into the batch's row, unless a script transform still changes it.
+        ImageOutput into;
+        if (script == nullptr && output) {
+          into = [&](at::IntArrayRef sizes) { return output(i, sizes, at::kFloat); };
+        }
+        t = pipeline->DecodeAndApply(*bytes, options, rng, into);
       } else {
         t = DecodeField(*bytes, f.type);
       }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "worker/model/torch_status.h"
 
 namespace dtrain {
@@ -19,6 +20,28 @@ constexpr absl::Duration kSampleDeadline = absl::Minutes(10);
 
 std::string ShapeOf(const at::Tensor& t) {
   return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
+}
+
+// Why field f of a sample cannot stack with the batch's first sample's, or OK.
+absl::Status SameShape(int rank, const std::string& key, const std::vector<at::Tensor>& tensors,
+                       const std::string& first_key, const std::vector<at::Tensor>& first,
+                       size_t f) {
+  if (tensors.size() != first.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, ": sample '", key, "' has ", tensors.size(),
+                     " fields after its transforms but sample '", first_key, "' has ", first.size(),
+                     "; every sample of a batch needs the same fields"));
+  }
+  if (!tensors[f].sizes().equals(first[f].sizes()) ||
+      tensors[f].scalar_type() != first[f].scalar_type()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, ": field ", f, " of sample '", key, "' is ",
+        c10::toString(tensors[f].scalar_type()), ShapeOf(tensors[f]), " but sample '", first_key,
+        "''s is ", c10::toString(first[f].scalar_type()), ShapeOf(first[f]),
+        "; a batch stacks equal shapes (give images a common size with data.transforms: "
+        "resize, center_crop or random_resized_crop)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -41,16 +64,13 @@ void ShardedSplit::Cancel() {
   std::lock_guard<std::mutex> lock(mu_);
   stop_ = true;
   if (stream_ != nullptr) stream_->Cancel();
-  cv_.notify_all();
+  space_cv_.notify_all();
+  raw_cv_.notify_all();
+  ready_cv_.notify_all();
 }
 
 void ShardedSplit::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    if (stream_ != nullptr) stream_->Cancel();
-    cv_.notify_all();
-  }
+  Cancel();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
   std::unique_ptr<SampleStream> spent;
@@ -59,6 +79,7 @@ void ShardedSplit::Stop() {
   raw_.clear();
   raw_head_ = 0;
   ready_.clear();
+  slabs_.clear();
   in_flight_ = 0;
   read_done_ = false;
   read_error_ = absl::OkStatus();
@@ -68,7 +89,7 @@ void ShardedSplit::Stop() {
   running_ = false;
 }
 
-void ShardedSplit::Start(int64_t epoch, int64_t position) {
+void ShardedSplit::Start(int64_t epoch, int64_t position, int64_t batch) {
   Stop();
   SampleStreamOptions s;
   s.catalog = &options_.catalog;
@@ -87,6 +108,9 @@ void ShardedSplit::Start(int64_t epoch, int64_t position) {
   epoch_ = epoch;
   next_ = position;
   taken_ = position;
+  base_ = position;
+  batch_ = std::max<int64_t>(1, batch);
+  epoch_samples_ = RankSamples();
   running_ = true;
   last_progress_ = absl::Now();
   // The reader has a thread even with num_workers 0: raw samples (held for a while by the
@@ -100,7 +124,7 @@ void ShardedSplit::ReadLoop() {
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || in_flight_ < options_.window; });
+      space_cv_.wait(lock, [&] { return stop_ || in_flight_ < options_.window; });
       if (stop_) return;
     }
     absl::StatusOr<std::optional<StreamItem>> item;
@@ -115,13 +139,15 @@ void ShardedSplit::ReadLoop() {
     if (!item.ok() || !item->has_value()) {
       read_done_ = true;
       if (!item.ok()) read_error_ = item.status();
-      cv_.notify_all();
+      raw_cv_.notify_all();
+      ready_cv_.notify_all();
       return;
     }
     read_end_ = (*item)->position + 1;
     raw_.push_back(std::move(**item));
     ++in_flight_;
-    cv_.notify_all();
+    raw_cv_.notify_one();
+    if (options_.num_workers == 0) ready_cv_.notify_one();  // the step decodes
   }
 }
 
@@ -131,7 +157,7 @@ void ShardedSplit::DecodeLoop() {
     int64_t epoch;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || raw_head_ < raw_.size() || read_done_; });
+      raw_cv_.wait(lock, [&] { return stop_ || raw_head_ < raw_.size() || read_done_; });
       if (stop_) return;
       if (raw_head_ >= raw_.size()) return;  // read_done_ and nothing left
       item = std::move(raw_[raw_head_++]);
@@ -145,25 +171,94 @@ void ShardedSplit::DecodeLoop() {
     Decoded decoded = DecodeItem(std::move(item), epoch);
     std::lock_guard<std::mutex> lock(mu_);
     ready_.emplace(position, std::move(decoded));
-    cv_.notify_all();
+    ready_cv_.notify_one();
   }
 }
 
-ShardedSplit::Decoded ShardedSplit::DecodeItem(StreamItem item, int64_t epoch) const {
+std::shared_ptr<ShardedSplit::Slab> ShardedSplit::SlabOf(int64_t position) {
+  if (position < base_ || position >= epoch_samples_) return nullptr;
+  const int64_t index = (position - base_) / batch_;
+  std::shared_ptr<Slab>& slab = slabs_[index];
+  if (slab == nullptr) {
+    slab = std::make_shared<Slab>();
+    slab->first = base_ + index * batch_;
+    slab->rows = std::min(batch_, epoch_samples_ - slab->first);
+  }
+  return slab;
+}
+
+at::Tensor ShardedSplit::Buffer(std::vector<int64_t> sizes, at::ScalarType type) {
+  {
+    // The same sizes, not a view of another shape: a view would keep its base alive, and with
+    // it a second reference to the storage, so the buffer would never look free again.
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    for (auto it = pool_.begin(); it != pool_.end(); ++it) {
+      if (it->use_count() == 1 && it->storage().use_count() == 1 && it->scalar_type() == type &&
+          it->sizes().equals(sizes)) {
+        at::Tensor reused = std::move(*it);
+        pool_.erase(it);
+        return reused;
+      }
+    }
+  }
+  return at::empty(sizes, at::TensorOptions().dtype(type));
+}
+
+at::Tensor ShardedSplit::SlabRow(Slab& slab, int64_t row, size_t field, at::IntArrayRef sizes,
+                                 at::ScalarType type) {
+  std::lock_guard<std::mutex> lock(slab.mu);
+  if (slab.columns.size() <= field) slab.columns.resize(field + 1);
+  at::Tensor& column = slab.columns[field];
+  if (!column.defined()) {
+    std::vector<int64_t> shape{slab.rows};
+    shape.insert(shape.end(), sizes.begin(), sizes.end());
+    column = Buffer(std::move(shape), type);
+  }
+  if (column.scalar_type() != type || !column.sizes().slice(1).equals(sizes)) return at::Tensor();
+  return column.select(0, row);
+}
+
+ShardedSplit::Decoded ShardedSplit::DecodeItem(StreamItem item, int64_t epoch) {
   Decoded out;
   out.key = item.sample.key;
   if (!item.error.ok()) {
     out.status = item.error;
     return out;
   }
+  std::shared_ptr<Slab> slab;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slab = SlabOf(item.position);
+  }
+  const int64_t row = slab == nullptr ? 0 : item.position - slab->first;
+  const FieldOutput output = [&](size_t field, at::IntArrayRef sizes, at::ScalarType type) {
+    return slab == nullptr ? at::Tensor() : SlabRow(*slab, row, field, sizes, type);
+  };
   absl::StatusOr<std::vector<at::Tensor>> tensors;
   try {
     tensors =
-        GuardTorch("cannot decode the sample", [&] { return options_.decode(item.sample, epoch); });
+        GuardTorch("cannot decode the sample", [&]() -> absl::StatusOr<std::vector<at::Tensor>> {
+          DTRAIN_ASSIGN_OR_RETURN(std::vector<at::Tensor> fields,
+                                  options_.decode(item.sample, epoch, output));
+          // Into the slab what the decoder did not write there itself.
+          bool in_slab = slab != nullptr;
+          for (size_t f = 0; f < fields.size() && in_slab; ++f) {
+            at::Tensor target = SlabRow(*slab, row, f, fields[f].sizes(), fields[f].scalar_type());
+            if (!target.defined()) {
+              in_slab = false;
+              break;
+            }
+            if (target.data_ptr() != fields[f].data_ptr()) target.copy_(fields[f]);
+            fields[f] = std::move(target);
+          }
+          out.in_slab = in_slab;
+          return fields;
+        });
   } catch (const std::exception& e) {
     tensors = absl::ResourceExhaustedError(absl::StrCat("decoding failed: ", e.what()));
   }
   if (!tensors.ok()) {
+    out.in_slab = false;
     out.status = absl::Status(tensors.status().code(),
                               absl::StrCat("rank ", rank_, ", shard '", item.shard, "', sample '",
                                            item.sample.key, "': ", tensors.status().message()));
@@ -187,7 +282,7 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position) {
         return absl::InternalError(absl::StrCat("rank ", rank_, ": the ", options_.name,
                                                 " stream ended before position ", position));
       }
-      cv_.wait_for(lock, std::chrono::seconds(1));
+      ready_cv_.wait_for(lock, std::chrono::seconds(1));
       // The deadline counts from the reader's last sample: a long replay that makes progress
       // (a resume late in an epoch) is not stuck.
       if (absl::Now() - std::max(started, last_progress_) > kSampleDeadline) {
@@ -212,7 +307,7 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position) {
     Decoded d = DecodeItem(std::move(item), epoch_);
     lock.lock();
     --in_flight_;
-    cv_.notify_all();
+    space_cv_.notify_one();
     return d;
   }
   const absl::Time started = absl::Now();
@@ -227,7 +322,7 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position) {
       return absl::InternalError(absl::StrCat("rank ", rank_, ": the ", options_.name,
                                               " stream ended before position ", position));
     }
-    cv_.wait_for(lock, std::chrono::seconds(1));
+    ready_cv_.wait_for(lock, std::chrono::seconds(1));
     if (absl::Now() - std::max(started, last_progress_) > kSampleDeadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("rank ", rank_, ": no ", options_.name, " sample for ",
@@ -239,7 +334,7 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position) {
   Decoded d = std::move(ready_[position]);
   ready_.erase(position);
   --in_flight_;
-  cv_.notify_all();
+  space_cv_.notify_one();
   return d;
 }
 
@@ -260,7 +355,9 @@ absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch,
         "positions ", positions.front(), "..", positions.back(), " are outside split '",
         options_.name, "' of ", n, " samples on rank ", rank_));
   }
-  if (!running_ || epoch != epoch_ || positions.front() != next_) Start(epoch, positions.front());
+  if (!running_ || epoch != epoch_ || positions.front() != next_) {
+    Start(epoch, positions.front(), static_cast<int64_t>(positions.size()));
+  }
   std::vector<Decoded> samples;
   samples.reserve(positions.size());
   for (int64_t p : positions) {
@@ -290,51 +387,66 @@ absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch,
                                             " batch at positions ", positions.front(), "..",
                                             positions.back(), " was skipped"));
   }
-  return GuardTorch("cannot collate the batch", [&]() -> absl::StatusOr<c10::IValue> {
-    const size_t fields = samples.front().tensors.size();
-    std::vector<c10::IValue> columns;
-    for (size_t f = 0; f < fields; ++f) {
-      std::vector<at::Tensor> parts;
-      parts.reserve(samples.size());
-      for (const Decoded& d : samples) {
-        if (d.tensors.size() != fields) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("rank ", rank_, ": sample '", d.key, "' has ", d.tensors.size(),
-                           " fields after its transforms but sample '", samples.front().key,
-                           "' has ", fields, "; every sample of a batch needs the same fields"));
-        }
-        if (!d.tensors[f].sizes().equals(samples.front().tensors[f].sizes()) ||
-            d.tensors[f].scalar_type() != samples.front().tensors[f].scalar_type()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "rank ", rank_, ": field ", f, " of sample '", d.key, "' is ",
-              c10::toString(d.tensors[f].scalar_type()), ShapeOf(d.tensors[f]), " but sample '",
-              samples.front().key, "''s is ",
-              c10::toString(samples.front().tensors[f].scalar_type()),
-              ShapeOf(samples.front().tensors[f]),
-              "; a batch stacks equal shapes (give images a common size with data.transforms: "
-              "resize, center_crop or random_resized_crop)"));
-        }
-        parts.push_back(d.tensors[f]);
+  // This batch's slab, when it is exactly this batch; the slabs it finishes are let go.
+  std::shared_ptr<Slab> slab;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!slabs_.empty()) {
+      const std::shared_ptr<Slab>& s = slabs_.begin()->second;
+      if (s->first + s->rows > positions.back() + 1) break;
+      if (s->first == positions.front() && s->rows == static_cast<int64_t>(positions.size())) {
+        slab = s;
       }
-      // Into the last batch's buffer when the step has let go of it (no tensor or view of it
-      // left), else a new one: at::stack_out resizes it when the shape differs.
-      at::Tensor out;
-      if (f < last_columns_.size() && last_columns_[f].use_count() == 1 &&
-          last_columns_[f].storage().use_count() == 1 &&
-          last_columns_[f].scalar_type() == parts.front().scalar_type() &&
-          last_columns_[f].numel() == static_cast<int64_t>(parts.size()) * parts.front().numel()) {
-        out = last_columns_[f];
-      } else {
-        out = at::empty({0}, parts.front().options());
-      }
-      at::stack_out(out, parts, 0);
-      columns.emplace_back(out);
+      slabs_.erase(slabs_.begin());
     }
-    last_columns_.clear();
-    for (const c10::IValue& c : columns) last_columns_.push_back(c.toTensor());
-    if (columns.size() == 1) return columns.front();
-    return c10::IValue(c10::ivalue::Tuple::create(std::move(columns)));
-  });
+  }
+  return Collate(std::move(samples), slab, positions.size());
+}
+
+absl::StatusOr<c10::IValue> ShardedSplit::Collate(std::vector<Decoded> samples,
+                                                  const std::shared_ptr<Slab>& slab,
+                                                  size_t expected) {
+  const size_t fields = samples.front().tensors.size();
+  bool whole = slab != nullptr && samples.size() == expected && slab->columns.size() == fields;
+  for (size_t i = 0; i < samples.size() && whole; ++i) whole = samples[i].in_slab;
+  std::vector<c10::IValue> columns;
+  if (whole) {
+    // Every row written in place: the slab is the batch.
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    for (const at::Tensor& c : slab->columns) {
+      columns.emplace_back(c);
+      pool_.push_back(c);
+    }
+    // Kept for reuse: a few batches' worth (the step holds one or two at a time).
+    const size_t keep = 4 * std::max<size_t>(1, fields);
+    if (pool_.size() > keep) pool_.erase(pool_.begin(), pool_.end() - keep);
+  } else {
+    // Some rows are missing (skipped samples) or were not written in place: copied.
+    absl::Status shapes;
+    for (size_t f = 0; f < fields && shapes.ok(); ++f) {
+      for (const Decoded& d : samples) {
+        shapes =
+            SameShape(rank_, d.key, d.tensors, samples.front().key, samples.front().tensors, f);
+        if (!shapes.ok()) break;
+      }
+    }
+    if (!shapes.ok()) return shapes;
+    absl::StatusOr<std::vector<c10::IValue>> stacked =
+        GuardTorch("cannot collate the batch", [&]() -> absl::StatusOr<std::vector<c10::IValue>> {
+          std::vector<c10::IValue> out;
+          for (size_t f = 0; f < fields; ++f) {
+            std::vector<at::Tensor> parts;
+            parts.reserve(samples.size());
+            for (const Decoded& d : samples) parts.push_back(d.tensors[f]);
+            out.emplace_back(at::stack(parts, 0));
+          }
+          return out;
+        });
+    if (!stacked.ok()) return stacked.status();
+    columns = *std::move(stacked);
+  }
+  if (columns.size() == 1) return columns.front();
+  return c10::IValue(c10::ivalue::Tuple::create(std::move(columns)));
 }
 
 }  // namespace dtrain

@@ -5,8 +5,12 @@
 // batch that does not continue where the last one ended (a resume, a re-sent step, a new epoch)
 // restarts the stream there.
 //
-// Memory: the window (prefetch_batches x batch size decoded samples, at least two per thread),
-// the shuffle buffer's raw samples and one shard being read, whatever the dataset's size.
+// The decoding threads write each sample into its row of the batch it belongs to (a "slab"),
+// so a batch is handed to the step without a copy, and the step's thread does no collation.
+//
+// Memory: the window (prefetch_batches x batch size decoded samples, at least two per thread)
+// rounded up to whole batches plus one, the batches the step still holds, the shuffle buffer's
+// raw samples and one shard being read, whatever the dataset's size.
 //
 // Thread-safety: Batch from one thread at a time (the rank's step thread); Cancel from any.
 #pragma once
@@ -32,9 +36,16 @@
 
 namespace dtrain {
 
-// A raw sample's tensors, one per batch field; `epoch` seeds its augmentations.
+// Where a decoder may write field `field`'s tensor of `sizes` and `type`: that field's row of
+// the batch the sample will be collated into, so the batch needs no copy. An undefined tensor
+// when it cannot (a shape that differs from the batch's other samples').
+using FieldOutput =
+    std::function<at::Tensor(size_t field, at::IntArrayRef sizes, at::ScalarType type)>;
+
+// A raw sample's tensors, one per batch field; `epoch` seeds its augmentations. A decoder may
+// write a field into `output`'s tensor and return that; what it returns otherwise is copied.
 using SampleDecoder = std::function<absl::StatusOr<std::vector<at::Tensor>>(
-    const ShardSample& sample, int64_t epoch)>;
+    const ShardSample& sample, int64_t epoch, const FieldOutput& output)>;
 
 struct ShardedSplitOptions {
   std::string name;  // "train", for messages
@@ -78,17 +89,31 @@ class ShardedSplit {
   double wait_seconds() const { return wait_seconds_.load(); }
 
  private:
+  // One batch's tensors as the decoding threads write them: row i is position first + i.
+  struct Slab {
+    int64_t first = 0;
+    int64_t rows = 0;
+    std::mutex mu;
+    std::vector<at::Tensor> columns;  // per field; made by the first sample that writes it
+  };
   struct Decoded {
     absl::Status status;  // a sample that failed (skipped when on_error is skip)
     std::string key;
-    std::vector<at::Tensor> tensors;
+    std::vector<at::Tensor> tensors;  // views of its slab's rows when in_slab
+    bool in_slab = false;
   };
-  void Start(int64_t epoch, int64_t position);
+  void Start(int64_t epoch, int64_t position, int64_t batch);
   void Stop();
   void ReadLoop();
   void DecodeLoop();
-  Decoded DecodeItem(StreamItem item, int64_t epoch) const;
+  Decoded DecodeItem(StreamItem item, int64_t epoch);
   absl::StatusOr<Decoded> Take(int64_t position);
+  std::shared_ptr<Slab> SlabOf(int64_t position);  // mu_ held
+  at::Tensor SlabRow(Slab& slab, int64_t row, size_t field, at::IntArrayRef sizes,
+                     at::ScalarType type);
+  at::Tensor Buffer(std::vector<int64_t> sizes, at::ScalarType type);
+  absl::StatusOr<c10::IValue> Collate(std::vector<Decoded> samples,
+                                      const std::shared_ptr<Slab>& slab, size_t expected);
 
   const ShardedSplitOptions options_;
   int rank_ = 0;
@@ -102,9 +127,11 @@ class ShardedSplit {
   int64_t next_ = 0;  // the position the next Batch should start at
   std::unique_ptr<SampleStream> stream_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;            // guarded by mu_
-  std::vector<StreamItem> raw_;  // read, not yet decoded (a FIFO; guarded by mu_)
+  std::condition_variable space_cv_;  // the reader waits for room in the window
+  std::condition_variable raw_cv_;    // the decoders wait for raw samples
+  std::condition_variable ready_cv_;  // the step waits for decoded ones
+  bool stop_ = false;                 // guarded by mu_
+  std::vector<StreamItem> raw_;       // read, not yet decoded (a FIFO; guarded by mu_)
   size_t raw_head_ = 0;
   std::map<int64_t, Decoded> ready_;  // decoded, by position (guarded by mu_)
   int64_t in_flight_ = 0;             // read and not yet taken (guarded by mu_)
@@ -113,10 +140,18 @@ class ShardedSplit {
   absl::Status read_error_;           // guarded by mu_
   int64_t read_end_ = 0;              // the position after the last read (guarded by mu_)
   absl::Time last_progress_;          // when the reader last produced (guarded by mu_)
+  // Batches of batch_ positions from base_ (the position the stream started at); the slabs
+  // being written, by batch number (guarded by mu_).
+  int64_t base_ = 0;
+  int64_t batch_ = 1;
+  int64_t epoch_samples_ = 0;
+  std::map<int64_t, std::shared_ptr<Slab>> slabs_;
   std::vector<std::thread> threads_;
-  // The last batch's stacked fields, reused for the next batch once nobody else holds them: a
-  // fresh 38 MB batch (64 x 3x224x224 floats) is an mmap whose page faults cost 5x the copy.
-  std::vector<at::Tensor> last_columns_;  // step thread only
+  // Batches handed to the step, reused for a later slab once nobody else holds them (no tensor
+  // or view of them left): a fresh 38 MB batch (64 x 3x224x224 floats) is an mmap whose page
+  // faults cost more than writing it.
+  std::mutex pool_mu_;
+  std::vector<at::Tensor> pool_;  // guarded by pool_mu_
 };
 
 }  // namespace dtrain
