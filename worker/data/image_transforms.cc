@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/data/antialias_resample.h"
 
 namespace dtrain {
 namespace {
@@ -137,139 +138,6 @@ at::Tensor HsvToRgb(const at::Tensor& image) {
 
 std::string Where(absl::string_view where, int index, const char* name) {
   return absl::StrCat(where, "[", index, "].", name);
-}
-
-// One output index's taps in ATen's antialiased bilinear resize (UpSampleKernel.cpp,
-// HelperInterpBase::_compute_weights_aa with the triangle filter), with its mixed float/double
-// arithmetic kept as it is there: the weights must be the same floats for the output to be.
-struct Taps {
-  std::vector<int> first;      // first input index of each output index
-  std::vector<int> count;      // taps of each output index
-  std::vector<float> weights;  // count entries per output index, at stride `stride`
-  int stride = 0;
-};
-
-float TriangleFilter(float x) {
-  if (x < 0.0) x = -x;
-  if (x < 1.0) return static_cast<float>(1.0 - x);
-  return 0.0f;
-}
-
-Taps AntialiasTaps(int64_t input_size, int64_t output_size) {
-  const float scale = static_cast<float>(input_size) / output_size;
-  const float support = (scale >= 1.0) ? static_cast<float>((2 * 0.5) * scale) : 2 * 0.5f;
-  Taps taps;
-  taps.stride = static_cast<int>(std::ceil(support)) * 2 + 1;
-  taps.first.resize(output_size);
-  taps.count.resize(output_size);
-  taps.weights.assign(static_cast<size_t>(output_size) * taps.stride, 0.0f);
-  for (int64_t i = 0; i < output_size; ++i) {
-    const float center = static_cast<float>(scale * (i + 0.5));
-    const float invscale = (scale >= 1.0) ? static_cast<float>(1.0 / scale) : 1.0f;
-    const int64_t xmin = std::max(static_cast<int64_t>(center - support + 0.5), int64_t{0});
-    const int64_t xsize = std::min(static_cast<int64_t>(center + support + 0.5), input_size) - xmin;
-    float* w = &taps.weights[i * taps.stride];
-    float total = 0.0f;
-    for (int64_t j = 0; j < xsize; ++j) {
-      w[j] = TriangleFilter(static_cast<float>((j + xmin - center + 0.5) * invscale));
-      total += w[j];
-    }
-    for (int64_t j = 0; j < xsize; ++j) {
-      if (total != 0.0) w[j] /= total;
-    }
-    taps.first[i] = static_cast<int>(xmin);
-    taps.count[i] = static_cast<int>(xsize);
-  }
-  return taps;
-}
-
-// The two passes of FusedCropResize. ATen's kernel, built for AVX2 and up, contracts
-// `out += t * w` into a fused multiply-add, so these do too (std::fma): the same roundings give
-// the same floats. target_clones builds them twice, for x86-64-v3 (AVX2, FMA) and without (there
-// std::fma is glibc's, exact but slower), and picks at load time by the CPU.
-//
-// The horizontal pass writes each row planar (c * out_w + x): the vertical pass treats a row as
-// a flat array, so the layout is free, and this one lets the loop over x vectorise. Every output
-// runs the widest tap count; a tap past an output's own count has weight 0 and its input index
-// clamped into the row, and fma(v, 0, acc) == acc exactly (acc >= +0), so the result is what
-// ATen's shorter loop gives.
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void ResampleRows(
-    const uint8_t* __restrict origin, int64_t row_stride, int channels, int in_w,
-    const int* __restrict index, const float* __restrict weights, int taps, int row_first,
-    int row_last, int out_w, float* __restrict rows) {
-  thread_local std::vector<float> line;
-  line.resize(static_cast<size_t>(in_w) * channels);
-  float* __restrict in = line.data();
-  for (int y = row_first; y < row_last; ++y) {
-    const uint8_t* __restrict src = origin + y * row_stride;
-    for (int i = 0; i < in_w * channels; ++i) in[i] = static_cast<float>(src[i]);
-    float* __restrict dst = rows + static_cast<size_t>(y - row_first) * out_w * channels;
-    for (int c = 0; c < channels; ++c) {
-      float* __restrict acc = dst + static_cast<size_t>(c) * out_w;
-      const float* __restrict plane = in + c;
-      for (int x = 0; x < out_w; ++x) acc[x] = plane[index[x] * channels] * weights[x];
-      for (int j = 1; j < taps; ++j) {
-        const int* __restrict ij = index + static_cast<size_t>(j) * out_w;
-        const float* __restrict wj = weights + static_cast<size_t>(j) * out_w;
-        for (int x = 0; x < out_w; ++x) acc[x] = std::fma(plane[ij[x] * channels], wj[x], acc[x]);
-      }
-    }
-  }
-}
-
-// The vertical pass, then round() and .to(uint8), ToTensor's / 255 and each Normalize (means and
-// stds: normalizes x channels), all in float as the ATen ops compute them; writes CHW. The loops
-// run along whole rows so that the compiler vectorises them; each element still sees the same
-// operations in the same order.
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void ResampleColumns(
-    const float* __restrict rows, int row_first, const Taps& taps, int out_h, int out_w,
-    int channels, bool flip, int normalizes, const float* means, const float* stds,
-    float* __restrict out) {
-  const size_t plane = static_cast<size_t>(out_h) * out_w;
-  const int row = out_w * channels;
-  thread_local std::vector<float> scratch;
-  scratch.resize(static_cast<size_t>(row) * (1 + 2 * normalizes));
-  float* __restrict acc = scratch.data();
-  // Each Normalize's mean and std spread along a row (x * channels + c).
-  float* row_means = acc + row;
-  float* row_stds = row_means + static_cast<size_t>(row) * normalizes;
-  for (int n = 0; n < normalizes; ++n) {  // rows are planar: element i is channel i / out_w
-    for (int i = 0; i < row; ++i) {
-      row_means[n * row + i] = means[n * channels + i / out_w];
-      row_stds[n * row + i] = stds[n * channels + i / out_w];
-    }
-  }
-  for (int y = 0; y < out_h; ++y) {
-    const float* w = &taps.weights[static_cast<size_t>(y) * taps.stride];
-    const float* r0 = rows + static_cast<size_t>(taps.first[y] - row_first) * row;
-    const float w0 = w[0];
-    for (int i = 0; i < row; ++i) acc[i] = r0[i] * w0;
-    for (int j = 1; j < taps.count[y]; ++j) {
-      const float* __restrict rj = r0 + static_cast<size_t>(j) * row;
-      const float wj = w[j];
-      for (int i = 0; i < row; ++i) acc[i] = std::fma(rj[i], wj, acc[i]);
-    }
-    // round() then .to(uint8): no clamp, as in torchvision; the weights are positive and sum to
-    // 1, so the value is within [0, 255] already. Adding and subtracting 2^23 rounds a float in
-    // [0, 2^22) to the nearest integer, ties to even, exactly as round() (nearbyint) does, and
-    // unlike that call it vectorises.
-    constexpr float kRound = 8388608.0f;
-    for (int i = 0; i < row; ++i) acc[i] = ((acc[i] + kRound) - kRound) / 255;
-    for (int n = 0; n < normalizes; ++n) {
-      const float* m = row_means + static_cast<size_t>(n) * row;
-      const float* sd = row_stds + static_cast<size_t>(n) * row;
-      for (int i = 0; i < row; ++i) acc[i] = (acc[i] - m[i]) / sd[i];
-    }
-    for (int c = 0; c < channels; ++c) {
-      const float* __restrict from = acc + static_cast<size_t>(c) * out_w;
-      float* __restrict to = out + c * plane + static_cast<size_t>(y) * out_w;
-      if (flip) {
-        for (int x = 0; x < out_w; ++x) to[out_w - 1 - x] = from[x];
-      } else {
-        std::memcpy(to, from, sizeof(float) * out_w);
-      }
-    }
-  }
 }
 
 }  // namespace
@@ -785,50 +653,25 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::FusedCropResize(
       normalizes.push_back(&t.normalize());
     }
   }
-  const int out_h = steps_[0].size[0];
-  const int out_w = steps_[0].size[1];
-  const Taps horizontal = AntialiasTaps(box.width, out_w);
-  const Taps vertical = AntialiasTaps(box.height, out_h);
-  std::vector<float> means, stds;  // normalizes.size() x channels
+  CropResizeSpec spec;
+  spec.out_h = steps_[0].size[0];
+  spec.out_w = steps_[0].size[1];
+  spec.flip = flip;
   for (const ImageTransform::Normalize* n : normalizes) {
     for (int c = 0; c < channels; ++c) {
       const int k = n->mean().size() == 1 ? 0 : c;
-      means.push_back(n->mean(k));
-      stds.push_back(n->std(k));
+      spec.means.push_back(n->mean(k));
+      spec.stds.push_back(n->std(k));
     }
   }
-  // Only the rows the vertical taps read. The scratch is per thread so that a pool of decode
-  // threads does not allocate (and fault in) ~1 MB per sample.
-  const int row_first = vertical.first[0];
-  const int row_last = vertical.first[out_h - 1] + vertical.count[out_h - 1];
-  thread_local std::vector<float> rows;
-  rows.resize(static_cast<size_t>(row_last - row_first) * out_w * channels);
-  // The horizontal taps transposed (tap-major) and padded to the widest count.
-  int taps = 0;
-  for (int x = 0; x < out_w; ++x) taps = std::max(taps, horizontal.count[x]);
-  std::vector<int> index(static_cast<size_t>(taps) * out_w);
-  std::vector<float> weights(static_cast<size_t>(taps) * out_w, 0.0f);
-  for (int x = 0; x < out_w; ++x) {
-    for (int j = 0; j < taps; ++j) {
-      index[static_cast<size_t>(j) * out_w + x] = std::min(horizontal.first[x] + j, box.width - 1);
-      if (j < horizontal.count[x]) {
-        weights[static_cast<size_t>(j) * out_w + x] =
-            horizontal.weights[static_cast<size_t>(x) * horizontal.stride + j];
-      }
-    }
-  }
-  ResampleRows(pixels + int64_t{box.top} * row_stride + int64_t{box.left} * channels, row_stride,
-               channels, box.width, index.data(), weights.data(), taps, row_first, row_last, out_w,
-               rows.data());
   at::Tensor out;
-  if (output) out = output({channels, out_h, out_w});
+  if (output) out = output({channels, spec.out_h, spec.out_w});
   if (!out.defined() || out.scalar_type() != at::kFloat || !out.is_contiguous() ||
-      !out.sizes().equals({channels, out_h, out_w})) {
-    out = at::empty({channels, out_h, out_w}, at::kFloat);
+      !out.sizes().equals({channels, spec.out_h, spec.out_w})) {
+    out = at::empty({channels, spec.out_h, spec.out_w}, at::kFloat);
   }
-  ResampleColumns(rows.data(), row_first, vertical, out_h, out_w, channels, flip,
-                  static_cast<int>(normalizes.size()), means.data(), stds.data(),
-                  out.data_ptr<float>());
+  CropResizeNormalize(pixels + int64_t{box.top} * row_stride + int64_t{box.left} * channels,
+                      row_stride, channels, box.height, box.width, spec, out.data_ptr<float>());
   return out;
 }
 
