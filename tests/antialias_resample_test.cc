@@ -5,6 +5,7 @@
 // image_transforms_test's.
 #include "worker/data/antialias_resample.h"
 
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
@@ -25,10 +26,14 @@ std::vector<uint8_t> Noise(int h, int w, int channels, uint32_t seed) {
 std::vector<float> Resized(const std::vector<uint8_t>& pixels, int w, int channels, int top,
                            int left, int crop_h, int crop_w, CropResizeSpec spec, bool portable) {
   spec.portable = portable;
-  std::vector<float> out(static_cast<size_t>(channels) * spec.out_h * spec.out_w, -1000.0f);
+  const size_t n = static_cast<size_t>(channels) * spec.out_h * spec.out_w;
+  // Aligned to 32 bytes, as a batch's rows are, so that the vector path streams its rows.
+  std::vector<float> buffer(n + 8, -1000.0f);
+  float* out = buffer.data();
+  while (reinterpret_cast<uintptr_t>(out) % 32 != 0) ++out;
   CropResizeNormalize(pixels.data() + (static_cast<size_t>(top) * w + left) * channels,
-                      int64_t{w} * channels, channels, crop_h, crop_w, spec, out.data());
-  return out;
+                      int64_t{w} * channels, channels, crop_h, crop_w, spec, out);
+  return std::vector<float>(out, out + n);
 }
 
 TEST(AntialiasResample, VectorAndPortablePathsGiveTheSameFloats) {
@@ -43,6 +48,8 @@ TEST(AntialiasResample, VectorAndPortablePathsGiveTheSameFloats) {
       {480, 640, 3, 17, 33, 400, 500, 17, 30, true, 2},  // strong downscale, two Normalizes
       {64, 64, 1, 3, 2, 50, 61, 224, 224, true, 0},      // one channel, no Normalize
       {300, 200, 1, 10, 20, 250, 150, 96, 128, false, 1},
+      {300, 200, 1, 10, 20, 250, 150, 160, 128, false, 1},  // 80 KB: streamed rows
+      {300, 200, 1, 10, 20, 250, 150, 160, 128, true, 1},
       {9, 9, 3, 0, 0, 1, 1, 5, 7, false, 0},  // a single pixel
   };
   for (const Case& c : cases) {

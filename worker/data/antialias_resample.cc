@@ -51,6 +51,25 @@ __attribute__((target("arch=x86-64-v3"), noinline)) void RgbRowFma(const float* 
     dst[2 * out_w + x] = lanes[2];
   }
 }
+
+// A finished output row, written past the caches (the output is a batch far larger than them,
+// read next by the step): no read-for-ownership of each line before it is overwritten. False
+// when the row is not whole aligned 8-float blocks; the caller copies it then.
+__attribute__((target("arch=x86-64-v3"), noinline)) bool StreamRow(const float* __restrict from,
+                                                                   int n, bool flip,
+                                                                   float* __restrict to) {
+  if (n % 8 != 0 || reinterpret_cast<uintptr_t>(to) % 32 != 0) return false;
+  if (flip) {
+    const __m256i reverse = _mm256_set_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int x = 0; x < n; x += 8) {
+      _mm256_stream_ps(to + n - 8 - x,
+                       _mm256_permutevar8x32_ps(_mm256_loadu_ps(from + x), reverse));
+    }
+  } else {
+    for (int x = 0; x < n; x += 8) _mm256_stream_ps(to + x, _mm256_loadu_ps(from + x));
+  }
+  return true;
+}
 #endif
 
 // The same with std::fma (glibc's where the CPU has no FMA: exact, slower), and one channel.
@@ -87,6 +106,9 @@ inline __attribute__((always_inline)) void ResampleBody(const uint8_t* __restric
   const int row = out_w * channels;
   const int normalizes = static_cast<int>(spec.means.size()) / channels;
   const int ring_rows = std::max(1, vertical.stride);
+  // A sample of 64 KB and more is a batch of megabytes, which the step reads from memory anyway:
+  // its rows are streamed. A small one (28x28) may stay in the caches for the step.
+  [[maybe_unused]] const bool stream = plane * channels * sizeof(float) >= 64 * 1024;
   thread_local std::vector<float> line;
   thread_local std::vector<float> ring;
   thread_local std::vector<float> scratch;
@@ -146,6 +168,11 @@ inline __attribute__((always_inline)) void ResampleBody(const uint8_t* __restric
     for (int c = 0; c < channels; ++c) {
       const float* __restrict from = acc + static_cast<size_t>(c) * out_w;
       float* __restrict to = out + c * plane + static_cast<size_t>(y) * out_w;
+#if defined(__x86_64__)
+      if constexpr (kAvx2) {
+        if (stream && StreamRow(from, out_w, spec.flip, to)) continue;
+      }
+#endif
       if (spec.flip) {
         for (int x = 0; x < out_w; ++x) to[out_w - 1 - x] = from[x];
       } else {
@@ -153,6 +180,9 @@ inline __attribute__((always_inline)) void ResampleBody(const uint8_t* __restric
       }
     }
   }
+#if defined(__x86_64__)
+  if constexpr (kAvx2) _mm_sfence();  // the streamed stores before the batch is handed on
+#endif
 }
 
 // Built twice, for x86-64-v3 (AVX2, FMA: the vertical loops become vector FMAs) and without,
