@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "worker/data/antialias_resample.h"
+#include "worker/data/pixel_normalize.h"
 
 namespace dtrain {
 namespace {
@@ -487,6 +488,13 @@ absl::StatusOr<ImageTransformPipeline> ImageTransformPipeline::Create(
       }
     }
   }
+  pipeline.pointwise_ = true;
+  for (const Step& step : pipeline.steps_) {
+    const ImageTransform& t = step.transform;
+    if (!t.has_random_horizontal_flip() && !t.has_to_tensor() && !t.has_normalize()) {
+      pipeline.pointwise_ = false;
+    }
+  }
   if (to_tensor_at >= 0) {
     pipeline.to_float_at_ = static_cast<size_t>(to_tensor_at);
   } else if (first_normalize >= 0) {
@@ -675,8 +683,46 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::FusedCropResize(
   return out;
 }
 
-absl::StatusOr<at::Tensor> ImageTransformPipeline::Apply(DecodedImage image,
-                                                         SampleRandom& rng) const {
+absl::StatusOr<at::Tensor> ImageTransformPipeline::PointwiseApply(const DecodedImage& image,
+                                                                  SampleRandom& rng,
+                                                                  const ImageOutput& output) const {
+  PixelNormalizeSpec spec;
+  for (const Step& step : steps_) {  // the random draws in the order the steps make them
+    const ImageTransform& t = step.transform;
+    if (t.has_random_horizontal_flip()) {
+      const double p = t.random_horizontal_flip().has_p() ? t.random_horizontal_flip().p() : 0.5;
+      if (rng.Uniform(0, 1) < p) spec.flip = !spec.flip;
+    } else if (t.has_normalize()) {
+      const int n = t.normalize().mean().size();
+      if (n != 1 && n != image.channels) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("normalize: ", n, " means for an image of ", image.channels, " channels"));
+      }
+      for (int c = 0; c < image.channels; ++c) {
+        const int k = n == 1 ? 0 : c;
+        spec.means.push_back(t.normalize().mean(k));
+        spec.stds.push_back(t.normalize().std(k));
+      }
+    }
+  }
+  try {
+    const std::vector<int64_t> sizes{image.channels, image.height, image.width};
+    at::Tensor out;
+    if (output) out = output(sizes);
+    if (!out.defined() || out.scalar_type() != at::kFloat || !out.is_contiguous() ||
+        !out.sizes().equals(sizes)) {
+      out = at::empty(sizes, at::kFloat);
+    }
+    PixelNormalize(image.pixels.data(), image.height, image.width, image.channels, spec,
+                   out.data_ptr<float>());
+    return out;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("image transforms: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<at::Tensor> ImageTransformPipeline::Apply(DecodedImage image, SampleRandom& rng,
+                                                         const ImageOutput& output) const {
   if (image.channels != 1 && image.channels != 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("image transforms: images have 1 or 3 channels, not ", image.channels));
@@ -690,8 +736,9 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::Apply(DecodedImage image,
         default_scale ? 1.0 : rrc.scale(1), default_ratio ? 3.0 / 4.0 : rrc.ratio(0),
         default_ratio ? 4.0 / 3.0 : rrc.ratio(1), rng);
     return FusedCropResize(image.pixels.data(), int64_t{image.width} * image.channels,
-                           image.channels, box, rng);
+                           image.channels, box, rng, output);
   }
+  if (pointwise_) return PointwiseApply(image, rng, output);
   // The view borrows image.pixels; every path through Run copies (at the latest, to float).
   return Run(ChwView(image), 0, rng);
 }
@@ -708,7 +755,7 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::DecodeAndApply(absl::string_v
   if (!crops_first) {
     absl::StatusOr<DecodedImage> image = DecodeImage(encoded, options);
     if (!image.ok()) return image.status();
-    return Apply(*std::move(image), rng);
+    return Apply(*std::move(image), rng, output);
   }
   absl::StatusOr<ImageHeader> header = ReadImageHeader(encoded, options.limits);
   if (!header.ok()) return header.status();

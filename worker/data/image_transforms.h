@@ -97,7 +97,9 @@ class ImageTransformPipeline {
   // The float32 CHW tensor of `image` (1 or 3 channels) after every transform. INVALID_ARGUMENT
   // when a transform cannot apply to this image (a RandomCrop larger than the padded image, a
   // Normalize with 3 means on a 1-channel image); never throws.
-  absl::StatusOr<at::Tensor> Apply(DecodedImage image, SampleRandom& rng) const;
+  // Lists that run as one pass over the pixels write into `output`'s tensor when it gives one.
+  absl::StatusOr<at::Tensor> Apply(DecodedImage image, SampleRandom& rng,
+                                   const ImageOutput& output = {}) const;
 
   // Decodes `encoded` and applies the transforms, equal to Apply(DecodeImage(encoded), rng) with
   // the same rng. When the first transform crops (RandomResizedCrop, or a CenterCrop inside the
@@ -123,7 +125,13 @@ class ImageTransformPipeline {
                                              int channels, const CropBox& box, SampleRandom& rng,
                                              const ImageOutput& output = {}) const;
 
+  // Only flips, to_tensor and normalizes: one pass (pixel_normalize.h), the same floats as the
+  // ATen ops.
+  absl::StatusOr<at::Tensor> PointwiseApply(const DecodedImage& image, SampleRandom& rng,
+                                            const ImageOutput& output) const;
+
   bool fused_ = false;
+  bool pointwise_ = false;
 
   std::vector<Step> steps_;
   // The index at which uint8 becomes float (ToTensor's position), steps_.size() for "at the end".
