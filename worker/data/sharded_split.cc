@@ -171,7 +171,10 @@ void ShardedSplit::DecodeLoop() {
     Decoded decoded = DecodeItem(std::move(item), epoch);
     std::lock_guard<std::mutex> lock(mu_);
     ready_.emplace(position, std::move(decoded));
-    ready_cv_.notify_one();
+    // Only the sample the step waits for wakes it. (Taking several raw samples per trip and
+    // waking the reader once a quarter of the window was free measured 8% faster alone on one
+    // core, and 6% slower in 2-rank training: bursts of decoding skewed the ranks' steps.)
+    if (position == awaited_) ready_cv_.notify_one();
   }
 }
 
@@ -311,6 +314,7 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position) {
     return d;
   }
   const absl::Time started = absl::Now();
+  awaited_ = position;
   while (ready_.count(position) == 0) {
     if (stop_ || (options_.cancelled != nullptr && options_.cancelled->load())) {
       return absl::CancelledError("the data stream was stopped");
@@ -330,6 +334,7 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position) {
                        "); the shard being read is stuck"));
     }
   }
+  awaited_ = -1;
   wait_seconds_.store(wait_seconds_.load() + absl::ToDoubleSeconds(absl::Now() - started));
   Decoded d = std::move(ready_[position]);
   ready_.erase(position);

@@ -136,6 +136,7 @@ class ShardedSplit {
   std::map<int64_t, Decoded> ready_;  // decoded, by position (guarded by mu_)
   int64_t in_flight_ = 0;             // read and not yet taken (guarded by mu_)
   int64_t taken_ = 0;                 // positions handed out (guarded by mu_)
+  int64_t awaited_ = -1;              // the position the step waits for (guarded by mu_)
   bool read_done_ = false;            // guarded by mu_
   absl::Status read_error_;           // guarded by mu_
   int64_t read_end_ = 0;              // the position after the last read (guarded by mu_)
