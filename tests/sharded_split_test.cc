@@ -91,6 +91,7 @@ std::vector<int64_t> Read(ShardedSplit& split, int64_t epoch, int64_t from, int6
       if (status != nullptr) *status = b.status();
       return out;
     }
+    if (b->isNone()) continue;  // an evaluation batch that lost every sample
     const at::Tensor t = b->toTensor();
     for (int64_t i = 0; i < t.size(0); ++i) out.push_back(t[i].item<int64_t>());
   }
@@ -198,6 +199,60 @@ TEST(ShardedSplit, SkippedSamplesAreCountedAndTheBatchShrinks) {
   const std::vector<int64_t> got = Read(skipping, 0, 0, 10, 5);
   EXPECT_EQ(got, (std::vector<int64_t>{0, 1, 2, 4, 5, 6, 7, 8, 9}));
   EXPECT_EQ(skipping.skipped(), 1);
+}
+
+// Training with on_error skip: a shard that cannot be read gives its positions to the next
+// samples, and the epoch's end is padded from its start, so every batch is whole; a resumed
+// stream continues with the same samples; the unreadable samples are counted once.
+TEST(ShardedSplit, UnreadableSamplesGiveUpTheirPositionsInTraining) {
+  const ShardCatalog catalog = WriteShards("unreadable", {5, 5, 5});
+  std::filesystem::remove(catalog.shards[1].location);  // k5..k9
+  ShardedSplitOptions o = Options(catalog, 2);
+  o.shuffle = false;
+  o.shuffle_buffer = 0;
+  o.skip_errors = true;
+  ShardedSplit split(o);
+  const std::vector<int64_t> epoch = Read(split, 0, 0, 15, 5);
+  EXPECT_EQ(epoch, (std::vector<int64_t>{0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 0, 1, 2, 3, 4}));
+  EXPECT_EQ(split.skipped(), 5);
+
+  ShardedSplit resumed(o);
+  EXPECT_EQ(Read(resumed, 0, 5, 15, 5), std::vector<int64_t>(epoch.begin() + 5, epoch.end()));
+  EXPECT_EQ(resumed.skipped(), 5);  // the ones after the resumed position only
+
+  // Evaluation keeps each sample's own position: a batch loses what it skips, and is None
+  // when it loses all; `kept` says which rows remain.
+  o.training = false;
+  ShardedSplit eval(o);
+  EXPECT_EQ(Read(eval, 0, 0, 15, 5), (std::vector<int64_t>{0, 1, 2, 3, 4, 10, 11, 12, 13, 14}));
+  ShardedSplit part(o);
+  std::vector<int64_t> kept;
+  absl::StatusOr<c10::IValue> b = part.Batch(0, {3, 4, 5, 6, 7, 8, 9, 10, 11}, &kept);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(kept, (std::vector<int64_t>{0, 1, 7, 8}));  // positions 3, 4, 10, 11
+  EXPECT_EQ(b->toTensor().size(0), 4);
+  EXPECT_EQ(b->toTensor()[2].item<int64_t>(), 10);
+  b = part.Batch(0, {12, 13}, &kept);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(kept, (std::vector<int64_t>{0, 1}));
+  ShardedSplit none(o);
+  b = none.Batch(0, {5, 6, 7}, &kept);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(b->isNone());
+  EXPECT_TRUE(kept.empty());
+}
+
+TEST(ShardedSplit, NoReadableSampleAtAllIsAnErrorNotALoop) {
+  const ShardCatalog catalog = WriteShards("none", {3, 3});
+  for (const auto& shard : catalog.shards) std::filesystem::remove(shard.location);
+  ShardedSplitOptions o = Options(catalog, 1);
+  o.skip_errors = true;
+  ShardedSplit split(o);
+  absl::StatusOr<c10::IValue> b = split.Batch(0, {0, 1});
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(b.status().message(), HasSubstr("rank 0: no sample of its share of split 'train'"));
+  EXPECT_EQ(split.skipped(), 6);
 }
 
 // A decoder that writes into the row it is given: the batch holds its values without a copy,

@@ -220,6 +220,83 @@ TEST_F(JobsE2eTest, BadSample_NamedWithShardKeyAndRank_OrSkippedAndCounted) {
       << "one bad sample, read in each of 2 epochs";
 }
 
+// A list file naming `shards` shards <prefix>-<i>.tar of `per_shard` samples each in `dir`.
+std::string WriteList(const std::string& dir, const std::string& prefix, int shards,
+                      int per_shard) {
+  const std::string list = absl::StrCat(dir, "/", prefix, ".txt");
+  std::ofstream out(list);
+  for (int s = 0; s < shards; ++s) {
+    out << dir << "/" << prefix << "-" << s << ".tar samples:" << per_shard << "\n";
+  }
+  return list;
+}
+
+// on_error: skip with a shard that cannot be read (gone after the list was written). Training:
+// its samples give up their positions, the rank's epoch is padded from its start, and the job
+// trains to the end with whole batches, counting the samples it could not read. Predict: every
+// readable sample gets its own row, and the unreadable ones none.
+TEST_F(JobsE2eTest, UnreadableShard_Skip_TrainsWholeBatches_PredictsTheRestInPlace) {
+  const std::string data = dir() + "/gone";
+  WriteShards(data, "train", 4, 64, 5);
+  WriteShards(data, "val", 1, 32, 6);
+  const std::string train = "worker:" + WriteList(data, "train", 4, 64);
+  std::filesystem::remove(data + "/train-2.tar");
+  const std::string fit = WriteJob(
+      "gone", ShardsJob("gone", train, "worker:" + data + "/val-0.tar", "    on_error: skip\n"));
+  CommandResult trained = Dtrain(absl::StrCat("fit --wait --config ", fit));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const v1::JobStatus status = GetJob("gone-1");
+  EXPECT_EQ(status.state(), v1::SUCCEEDED);
+  // 256 samples, 2 ranks x batch 32: 4 whole steps per epoch, 2 epochs.
+  EXPECT_EQ(status.progress().global_step(), 8);
+  CommandResult logs = Dtrain("logs gone-1");
+  EXPECT_THAT(logs.output, HasSubstr("skipped 128 samples (data.shards.on_error: skip)"))
+      << "the 64 samples of train-2.tar, in each of 2 epochs";
+
+  const std::string keys = dir() + "/keys";
+  WriteIndexedShards(keys, "keys", 3, 25);
+  const std::string list = WriteList(keys, "keys", 3, 25);
+  std::filesystem::remove(keys + "/keys-1.tar");  // samples 25..49
+  const std::string model = ScriptModule(keys, "Echo", R"(
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1).sum(1) * self.w
+
+    @torch.jit.export
+    def training_step(self, batch: Tuple[torch.Tensor, torch.Tensor], batch_idx: int):
+        return self.forward(batch[0]).mean()
+
+    @torch.jit.export
+    def predict_step(self, batch: Tuple[torch.Tensor, torch.Tensor],
+                     batch_idx: int) -> Dict[str, torch.Tensor]:
+        return {"sample": batch[1]})",
+                                         "torch.zeros(1)");
+  ASSERT_FALSE(model.empty());
+  const std::string job =
+      WriteJob("echo", absl::StrCat("name: echo\nmodel: {torchscript: \"worker:", model, R"("}
+data:
+  shards:
+    predict: "worker:)",
+                                    list, R"("
+    fields: [{name: npy}, {name: cls, type: int}]
+    on_error: skip
+  batch_size: 8
+trainer: {strategy: ddp, num_nodes: 2, batches_per_call: 2}
+)"));
+  CommandResult predicted = Dtrain("predict --wait --config " + job);
+  ASSERT_EQ(predicted.exit_code, 0) << predicted.output;
+  std::ifstream csv(GetJob("echo-1").predictions());
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "index,sample");
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(csv, line);) rows.push_back(line);
+  std::vector<std::string> expected;
+  for (int i = 0; i < 75; ++i) {
+    if (i < 25 || i >= 50) expected.push_back(absl::StrCat(i, ",", i));
+  }
+  EXPECT_EQ(rows, expected);
+}
+
 // Sample keys collected directly: a predict run over a streamed split whose samples carry their
 // own index (as .cls), through a TorchScript model that returns it, on 2 ranks, in batches of 8
 // that split neither the shards (25 samples) nor the ranks' halves (38 and 37) evenly, 2

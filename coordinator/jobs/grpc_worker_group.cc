@@ -212,7 +212,9 @@ absl::StatusOr<PredictResult> GrpcWorkerGroup::Predict(const PredictCall& call) 
          local < responses[i].results_size() && local < static_cast<int>(ranks.size()); ++local) {
       auto& out = result.ranks[ranks[local]];
       for (const v1::BatchResult& batch : responses[i].results(local).batches()) {
-        std::map<std::string, HostTensor>& outputs = out.emplace_back();
+        PredictedBatch& predicted = out.emplace_back();
+        predicted.kept.assign(batch.kept_rows().begin(), batch.kept_rows().end());
+        std::map<std::string, HostTensor>& outputs = predicted.outputs;
         for (const auto& [name, proto] : batch.tensors()) {
           // An output that does not decode is not a prediction column; the others still are.
           absl::StatusOr<HostTensor> tensor = FromProto(proto);

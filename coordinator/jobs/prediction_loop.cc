@@ -57,7 +57,15 @@ absl::Status PredictionLoop::Run() {
           const int64_t offset = StreamEvalOffset(state.split_size(split), state.world_size, rank);
           for (int64_t& i : indices) i += offset;
         }
-        for (const auto& [name, t] : outputs[b]) {
+        if (!outputs[b].kept.empty()) {
+          // The batch lost samples (on_error: skip): its rows are those it kept.
+          std::vector<int64_t> rows;
+          for (int64_t k : outputs[b].kept) {
+            if (k >= 0 && k < static_cast<int64_t>(indices.size())) rows.push_back(indices[k]);
+          }
+          indices = std::move(rows);
+        }
+        for (const auto& [name, t] : outputs[b].outputs) {
           if (t.shape.size() != 1 || t.shape[0] != static_cast<int64_t>(indices.size())) continue;
           if (t.dtype != v1::DTYPE_INT64 && t.dtype != v1::DTYPE_FLOAT32) continue;
           predictions.columns.insert(name);

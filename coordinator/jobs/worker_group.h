@@ -98,8 +98,15 @@ struct PredictCall {
   int64_t first = 0;
   int64_t count = 0;
 };
+// One predict batch's outputs. With data.shards.on_error: skip a batch can lose samples: `kept`
+// then holds the offsets, in the batch's indices, of the rows the outputs hold (empty: every
+// row; a batch that lost every sample has no outputs).
+struct PredictedBatch {
+  std::map<std::string, HostTensor> outputs;
+  std::vector<int64_t> kept;
+};
 struct PredictResult {
-  std::vector<std::vector<std::map<std::string, HostTensor>>> ranks;  // [rank][batch]
+  std::vector<std::vector<PredictedBatch>> ranks;  // [rank][batch]
 };
 
 struct SaveCall {

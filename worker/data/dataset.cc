@@ -416,10 +416,13 @@ double Dataset::wait_seconds() const {
 }
 
 absl::StatusOr<c10::IValue> Dataset::Batch(const std::string& split,
-                                           const std::vector<int64_t>& indices,
-                                           int64_t epoch) const {
+                                           const std::vector<int64_t>& indices, int64_t epoch,
+                                           std::vector<int64_t>* kept) const {
+  if (kept != nullptr) kept->clear();
   if (auto s = streamed_.find(split); s != streamed_.end()) {
-    return s->second->Batch(epoch, indices);
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, s->second->Batch(epoch, indices, kept));
+    if (kept != nullptr && kept->size() == indices.size()) kept->clear();  // every row
+    return batch;
   }
   auto it = splits_.find(split);
   if (it == splits_.end()) {

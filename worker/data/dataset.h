@@ -68,8 +68,11 @@ class Dataset {
   // INVALID_ARGUMENT: unknown split, no indices, or an index out of range (named). A streamed
   // split's indices are consecutive positions in the rank's epoch `epoch`.
   // const: a streamed split's stream is the split's own state, not the dataset's.
+  // With on_error skip, a streamed evaluation batch can lose samples: `kept`, when given, then
+  // receives the offsets in `indices` of the rows returned, and a batch that lost them all is
+  // None (sharded_split.h). Otherwise `kept` is left empty.
   absl::StatusOr<c10::IValue> Batch(const std::string& split, const std::vector<int64_t>& indices,
-                                    int64_t epoch = 0) const;
+                                    int64_t epoch = 0, std::vector<int64_t>* kept = nullptr) const;
   // Streamed samples skipped (data.shards.on_error: skip), and the time steps waited for data.
   int64_t skipped() const;
   double wait_seconds() const;

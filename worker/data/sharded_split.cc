@@ -89,8 +89,7 @@ void ShardedSplit::Stop() {
   running_ = false;
 }
 
-void ShardedSplit::Start(int64_t epoch, int64_t position, int64_t batch) {
-  Stop();
+std::unique_ptr<SampleStream> ShardedSplit::OpenStream(int64_t epoch, int64_t start) const {
   SampleStreamOptions s;
   s.catalog = &options_.catalog;
   s.fetcher = options_.fetcher;
@@ -102,10 +101,18 @@ void ShardedSplit::Start(int64_t epoch, int64_t position, int64_t batch) {
   s.plan.epoch = epoch;
   s.shuffle_buffer = options_.shuffle_buffer;
   s.skip_errors = options_.skip_errors;
-  s.start = position;
+  s.start = start;
   s.keep_fields = options_.keep_fields;
-  stream_ = std::make_unique<SampleStream>(std::move(s));
+  return std::make_unique<SampleStream>(std::move(s));
+}
+
+void ShardedSplit::Start(int64_t epoch, int64_t position, int64_t batch) {
+  Stop();
+  // Renumbered (see ReadLoop), the positions before `position` are found by reading from the
+  // start, as a replay does anyway.
+  stream_ = OpenStream(epoch, renumber() ? 0 : position);
   epoch_ = epoch;
+  start_ = position;
   next_ = position;
   taken_ = position;
   base_ = position;
@@ -121,6 +128,15 @@ void ShardedSplit::Start(int64_t epoch, int64_t position, int64_t batch) {
 }
 
 void ShardedSplit::ReadLoop() {
+  // Renumbered: the samples that could not be read (a missing shard, a 404, a truncated tar)
+  // give up their positions to the next ones, and the epoch's end is padded by reading the
+  // rank's sequence again from its start, as DistributedSampler pads, so that every training
+  // batch is whole and every rank takes the same steps.
+  int64_t read = 0;         // samples read (renumbered: positions given) in this pass and before
+  int pass = 0;             // renumbered: passes over the rank's sequence
+  bool pass_read = false;   // renumbered: this pass gave a sample
+  absl::Status last_error;  // renumbered: the last unreadable sample's error
+  std::string logged;       // renumbered: the last error logged (one line per shard, not sample)
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -130,9 +146,48 @@ void ShardedSplit::ReadLoop() {
     absl::StatusOr<std::optional<StreamItem>> item;
     try {
       item = stream_->Next();
+      if (renumber() && item.ok() && !item->has_value() && read < epoch_samples_) {
+        if (!pass_read) {
+          item = absl::DataLossError(absl::StrCat(
+              "rank ", rank_, ": no sample of its share of split '", options_.name,
+              "' could be read (data.shards.on_error: skip skipped them all); the last error: ",
+              last_error.message()));
+        } else {
+          std::unique_ptr<SampleStream> again = OpenStream(epoch_, 0);
+          {
+            std::lock_guard<std::mutex> lock(mu_);  // Cancel reads stream_ from other threads
+            stream_.swap(again);
+          }
+          ++pass;
+          pass_read = false;
+          continue;
+        }
+      }
     } catch (const std::exception& e) {  // bad_alloc, a thread that cannot start: not a crash
       item = absl::InternalError(absl::StrCat("rank ", rank_, ": reading the ", options_.name,
                                               " shards failed: ", e.what()));
+    }
+    if (renumber() && item.ok() && item->has_value()) {
+      StreamItem& it = **item;
+      if (!it.error.ok()) {
+        last_error = it.error;
+        if (pass == 0 && read >= start_) {
+          skipped_.fetch_add(1);
+          if (std::string(it.error.message()) != logged) {
+            logged = std::string(it.error.message());
+            LogWarning("skipped unreadable samples (data.shards.on_error: skip)",
+                       {{"split", options_.name},
+                        {"rank", rank_},
+                        {"key", it.sample.key},
+                        {"why", logged}});
+          }
+        }
+        continue;
+      }
+      pass_read = true;
+      it.position = read++;
+      if (it.position < start_) continue;  // before the resumed position: read, not handed out
+      if (it.position >= epoch_samples_) item = std::optional<StreamItem>();  // the epoch is full
     }
     std::lock_guard<std::mutex> lock(mu_);
     last_progress_ = absl::Now();
@@ -344,7 +399,8 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position) {
 }
 
 absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch,
-                                                const std::vector<int64_t>& positions) {
+                                                const std::vector<int64_t>& positions,
+                                                std::vector<int64_t>* kept) {
   if (positions.empty()) return absl::InvalidArgumentError("an index batch needs indices");
   const int64_t n = RankSamples();
   for (size_t i = 0; i < positions.size(); ++i) {
@@ -365,6 +421,7 @@ absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch,
   }
   std::vector<Decoded> samples;
   samples.reserve(positions.size());
+  if (kept != nullptr) kept->clear();
   for (int64_t p : positions) {
     absl::StatusOr<Decoded> d = Take(p);
     if (!d.ok()) {
@@ -384,13 +441,18 @@ absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch,
                   {"why", std::string(d->status.message())}});
       continue;
     }
+    if (kept != nullptr) kept->push_back(p - positions.front());
     samples.push_back(std::move(*d));
   }
   next_ = positions.back() + 1;
   if (samples.empty()) {
+    // Evaluation: nothing of this batch counts (the step is skipped, Job::Evaluate). Training
+    // cannot take an empty step: its batches only lose samples that failed to decode, and
+    // this one lost all of them.
+    if (!options_.training) return c10::IValue();
     return absl::DataLossError(absl::StrCat("rank ", rank_, ": every sample of the ", options_.name,
                                             " batch at positions ", positions.front(), "..",
-                                            positions.back(), " was skipped"));
+                                            positions.back(), " failed to decode"));
   }
   // This batch's slab, when it is exactly this batch; the slabs it finishes are let go.
   std::shared_ptr<Slab> slab;

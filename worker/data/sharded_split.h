@@ -81,7 +81,13 @@ class ShardedSplit {
   // one stacked tensor per field, a tuple when there are several. INVALID_ARGUMENT for positions
   // that are not consecutive or beyond the epoch; the stream's or a decoder's error, naming the
   // rank, the shard and the sample; CANCELLED after Cancel.
-  absl::StatusOr<c10::IValue> Batch(int64_t epoch, const std::vector<int64_t>& positions);
+  //
+  // With on_error skip, a training split's positions count only the samples that could be
+  // read, padded at the epoch's end from its start (every batch whole unless a sample fails to
+  // decode); an evaluation split's batch loses the samples it skips, and is None when it loses
+  // all. `kept`, when given, receives the offsets within `positions` of the rows returned.
+  absl::StatusOr<c10::IValue> Batch(int64_t epoch, const std::vector<int64_t>& positions,
+                                    std::vector<int64_t>* kept = nullptr);
   void Cancel();
 
   int64_t skipped() const { return skipped_.load(); }
@@ -102,6 +108,9 @@ class ShardedSplit {
     std::vector<at::Tensor> tensors;  // views of its slab's rows when in_slab
     bool in_slab = false;
   };
+  // Training with on_error skip: positions count the samples that could be read (ReadLoop).
+  bool renumber() const { return options_.training && options_.skip_errors; }
+  std::unique_ptr<SampleStream> OpenStream(int64_t epoch, int64_t start) const;
   void Start(int64_t epoch, int64_t position, int64_t batch);
   void Stop();
   void ReadLoop();
@@ -124,7 +133,8 @@ class ShardedSplit {
   // The running pipeline of one epoch from one position.
   bool running_ = false;
   int64_t epoch_ = -1;
-  int64_t next_ = 0;  // the position the next Batch should start at
+  int64_t next_ = 0;   // the position the next Batch should start at
+  int64_t start_ = 0;  // the position the stream started at
   std::unique_ptr<SampleStream> stream_;
   std::mutex mu_;
   std::condition_variable space_cv_;  // the reader waits for room in the window

@@ -351,7 +351,8 @@ int Job::BatchCount(const v1::LocalWork& work) {
   return work.batches_size() > 0 ? work.batches_size() : work.index_batches_size();
 }
 
-absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i, int64_t epoch) const {
+absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i, int64_t epoch,
+                                         std::vector<int64_t>* kept) const {
   if (work.batches_size() > 0) {
     std::vector<c10::IValue> items;
     for (int t = 0; t < work.batches(i).tensors_size(); ++t) {
@@ -369,7 +370,7 @@ absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i, int64
     return c10::ivalue::Tuple::create(std::move(items));
   }
   const v1::IndexBatch& b = work.index_batches(i);
-  return data_->Batch(b.split(), {b.indices().begin(), b.indices().end()}, epoch);
+  return data_->Batch(b.split(), {b.indices().begin(), b.indices().end()}, epoch, kept);
 }
 
 absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t epoch,
@@ -480,8 +481,17 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
   result.set_rank(a.strategy().global_rank());
   for (int i = 0; i < BatchCount(work); ++i) {
     if (cancelled_) return absl::CancelledError(absl::StrCat("job ", id_, " was cancelled"));
-    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i, 0));
+    std::vector<int64_t> kept;
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i, 0, &kept));
     const int64_t batch_idx = work.first_batch_idx() + i;
+    if (batch.isNone()) {
+      // Streamed with on_error: skip, and every sample of the batch was skipped: no step, and a
+      // result of no rows so that the batches after it keep their places.
+      v1::BatchResult* r = result.add_batches();
+      r->set_batch_idx(batch_idx);
+      r->set_size(0);
+      continue;
+    }
     StepOutput out;
     if (kind == StepKind::kValidation) {
       DTRAIN_ASSIGN_OR_RETURN(out, a.ValidationStep(batch, batch_idx));
@@ -495,6 +505,7 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
     v1::BatchResult* r = result.add_batches();
     r->set_batch_idx(batch_idx);
     r->set_size(BatchSize(batch));
+    for (int64_t k : kept) r->add_kept_rows(k);
     DTRAIN_RETURN_IF_ERROR(GuardTorch("cannot read the step's outputs", [&]() -> absl::Status {
       AddOutputs(out, with_tensors, r);
       return absl::OkStatus();

@@ -74,7 +74,8 @@ class Job {
   Job() = default;
   // The i-th batch of `work` (tensors or indices), on the CPU.
   // `epoch`: a streamed split's batches are positions in the rank's epoch.
-  absl::StatusOr<c10::IValue> BatchAt(const v1::LocalWork& work, int i, int64_t epoch) const;
+  absl::StatusOr<c10::IValue> BatchAt(const v1::LocalWork& work, int i, int64_t epoch,
+                                      std::vector<int64_t>* kept = nullptr) const;
   static int BatchCount(const v1::LocalWork& work);
   // A step begins: a cancel stops the step it interrupts, not the job.
   void ClearCancel();

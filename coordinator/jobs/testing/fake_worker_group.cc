@@ -182,7 +182,7 @@ absl::StatusOr<PredictResult> FakeWorkerGroup::Predict(const PredictCall& call) 
         labels[k] = indices[k] % 10;
         scores[k] = static_cast<float>(weight_ - Target(indices[k]));
       }
-      std::map<std::string, HostTensor>& outputs = result.ranks[r].emplace_back();
+      std::map<std::string, HostTensor>& outputs = result.ranks[r].emplace_back().outputs;
       outputs["label"] = HostTensor::FromVector(v1::DTYPE_INT64, {n}, labels);
       outputs["score"] = HostTensor::FromVector(v1::DTYPE_FLOAT32, {n}, scores);
       outputs["logits"] =
