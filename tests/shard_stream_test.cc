@@ -176,6 +176,26 @@ TEST(ShardCatalog, DirectoryPatternAndListAgreeAndCount) {
   EXPECT_THAT(remote.status().message(), HasSubstr("has no sample count"));
 }
 
+// A local shard's digest is checked when it is opened; a checked file is not hashed again each
+// epoch, but a file changed since it was checked is.
+TEST(ShardCatalog, ALocalShardsDigestIsCheckedAndAChangeIsSeen) {
+  const std::string dir = MakeDir("digest", {4, 2});
+  const std::string path = dir + "/part-0.tar";
+  const CatalogShard shard{"worker:" + path, *Sha256OfFile(path), 4};
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    absl::StatusOr<LocalShard> local = FetchShard(shard, {}, nullptr);
+    ASSERT_TRUE(local.ok()) << local.status();
+    EXPECT_EQ(local->path, path);
+  }
+  std::filesystem::copy_file(dir + "/part-1.tar", path,
+                             std::filesystem::copy_options::overwrite_existing);
+  absl::StatusOr<LocalShard> changed = FetchShard(shard, {}, nullptr);
+  EXPECT_EQ(changed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(changed.status().message(), HasSubstr("the shard list says " + shard.digest));
+  const CatalogShard wrong{"worker:" + dir + "/part-1.tar", shard.digest, 2};
+  EXPECT_EQ(FetchShard(wrong, {}, nullptr).status().code(), absl::StatusCode::kDataLoss);
+}
+
 SampleStreamOptions Options(const ShardCatalog& catalog, int world, int rank, int64_t epoch) {
   SampleStreamOptions o;
   o.catalog = &catalog;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -167,6 +169,49 @@ absl::StatusOr<ShardCatalog> ResolveShards(const std::string& spec_value, const 
   return catalog;
 }
 
+namespace {
+
+// Shards on a worker's disk whose digest was checked, by path, with the size and modification
+// time they had: every epoch opens every shard again, and hashing a large dataset each epoch
+// would read it twice. A file changed since (another size or time) is hashed again.
+class VerifiedShards {
+ public:
+  static VerifiedShards& Global() {
+    static VerifiedShards* v = new VerifiedShards();  // never destroyed: used by any thread
+    return *v;
+  }
+  bool Verified(const std::string& path, const std::string& digest) {
+    std::optional<Stamp> stamp = StampOf(path);
+    if (!stamp) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = verified_.find(path);
+    return it != verified_.end() && it->second.first == *stamp && it->second.second == digest;
+  }
+  void Add(const std::string& path, const std::string& digest) {
+    std::optional<Stamp> stamp = StampOf(path);
+    if (!stamp) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (verified_.size() >= kMaxEntries) verified_.clear();  // bounded; it only costs a rehash
+    verified_[path] = {*stamp, digest};
+  }
+
+ private:
+  using Stamp = std::pair<uintmax_t, std::filesystem::file_time_type>;
+  static constexpr size_t kMaxEntries = 1 << 20;
+  static std::optional<Stamp> StampOf(const std::string& path) {
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    if (ec) return std::nullopt;
+    const auto time = std::filesystem::last_write_time(path, ec);
+    if (ec) return std::nullopt;
+    return Stamp{size, time};
+  }
+  std::mutex mu_;
+  std::map<std::string, std::pair<Stamp, std::string>> verified_;
+};
+
+}  // namespace
+
 absl::StatusOr<LocalShard> FetchShard(const CatalogShard& shard, const ShardFetcher& fetcher,
                                       const std::atomic<bool>* cancelled) {
   if (IsHttpUrl(shard.location)) {
@@ -188,13 +233,14 @@ absl::StatusOr<LocalShard> FetchShard(const CatalogShard& shard, const ShardFetc
     return LocalShard{std::move(path), false};
   }
   std::string path = WithoutWorkerMark(shard.location);
-  if (!shard.digest.empty()) {
+  if (!shard.digest.empty() && !VerifiedShards::Global().Verified(path, shard.digest)) {
     absl::StatusOr<std::string> digest = Sha256OfFile(path);
     if (!digest.ok()) return digest.status();
     if (*digest != shard.digest) {
       return absl::DataLossError(absl::StrCat("shard '", path, "' has digest ", *digest,
                                               ", the shard list says ", shard.digest));
     }
+    VerifiedShards::Global().Add(path, shard.digest);
   }
   return LocalShard{std::move(path), false};
 }
