@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -117,6 +118,25 @@ TEST(IntField, Malformed_RefusedNamingTypeAndText) {
   }
   EXPECT_EQ(Refusal(std::string("1\0", 2), FieldType::kInt),
             "int field: '1\\x00' is not a decimal integer");
+}
+
+// Written straight into a batch row: the same values and the same refusals as DecodeField.
+TEST(ScalarFieldInto, WritesTheRowOrRefusesAsDecodeField) {
+  at::Tensor labels = at::full({3}, -1, at::kLong);
+  ASSERT_TRUE(DecodeScalarFieldInto(" 42\n", FieldType::kInt, labels.select(0, 1)).ok());
+  EXPECT_EQ(labels[1].item<int64_t>(), 42);
+  EXPECT_EQ(labels[0].item<int64_t>(), -1);
+  at::Tensor values = at::zeros({2}, at::kFloat);
+  ASSERT_TRUE(DecodeScalarFieldInto("0.25", FieldType::kFloat, values.select(0, 0)).ok());
+  EXPECT_EQ(values[0].item<float>(), 0.25f);
+  absl::Status bad = DecodeScalarFieldInto("cat", FieldType::kInt, labels.select(0, 2));
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "int field: 'cat' is not a decimal integer");
+  EXPECT_EQ(labels[2].item<int64_t>(), -1);
+  EXPECT_EQ(DecodeScalarFieldInto("1", FieldType::kInt, values.select(0, 1)).code(),
+            absl::StatusCode::kInvalidArgument);  // a float row for an int
+  EXPECT_EQ(DecodeScalarFieldInto("1", FieldType::kNpy, labels.select(0, 0)).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(FloatField, Decimal_Float32Scalar) {

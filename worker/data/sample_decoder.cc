@@ -110,6 +110,16 @@ absl::StatusOr<SampleDecoder> MakeSampleDecoder(
           into = [&](at::IntArrayRef sizes) { return output(i, sizes, at::kFloat); };
         }
         t = pipeline->DecodeAndApply(*bytes, options, rng, into);
+      } else if ((f.type == FieldType::kInt || f.type == FieldType::kFloat) && script == nullptr &&
+                 output) {
+        // A label straight into the batch's row: no tensor of its own, no copy.
+        at::Tensor row = output(i, {}, f.type == FieldType::kInt ? at::kLong : at::kFloat);
+        if (row.defined()) {
+          absl::Status written = DecodeScalarFieldInto(*bytes, f.type, row);
+          t = written.ok() ? absl::StatusOr<at::Tensor>(row) : written;
+        } else {
+          t = DecodeField(*bytes, f.type);
+        }
       } else {
         t = DecodeField(*bytes, f.type);
       }

@@ -233,4 +233,28 @@ absl::StatusOr<at::Tensor> DecodeField(absl::string_view bytes, FieldType type) 
       absl::StrCat(FieldTypeName(type), " field: ", tensor.status().message()));
 }
 
+absl::Status DecodeScalarFieldInto(absl::string_view bytes, FieldType type, const at::Tensor& out) {
+  const at::ScalarType want = type == FieldType::kInt ? at::kLong : at::kFloat;
+  if ((type != FieldType::kInt && type != FieldType::kFloat) || !out.defined() || out.dim() != 0 ||
+      out.scalar_type() != want) {
+    return absl::InvalidArgumentError("a scalar field goes into a 0-dim tensor of its type");
+  }
+  absl::Status status;
+  if (static_cast<int64_t>(bytes.size()) > kMaxFieldBytes) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat(bytes.size(), " bytes, over the limit of ", kMaxFieldBytes));
+  } else if (type == FieldType::kInt) {
+    absl::StatusOr<int64_t> v = ParseIntText(bytes);
+    if (v.ok()) *static_cast<int64_t*>(out.data_ptr()) = *v;
+    status = v.status();
+  } else {
+    absl::StatusOr<float> v = ParseFloatText(bytes);
+    if (v.ok()) *static_cast<float*>(out.data_ptr()) = *v;
+    status = v.status();
+  }
+  if (status.ok()) return status;
+  return absl::InvalidArgumentError(
+      absl::StrCat(FieldTypeName(type), " field: ", status.message()));
+}
+
 }  // namespace dtrain

@@ -53,4 +53,9 @@ FieldType DefaultFieldType(absl::string_view extension);
 // shard, sample key and rank.
 absl::StatusOr<at::Tensor> DecodeField(absl::string_view bytes, FieldType type);
 
+// An int or float field written straight into `out` (a 0-dim int64 or float32 tensor: a batch
+// row), with no tensor of its own. Errors as DecodeField's; INVALID_ARGUMENT for other types
+// or another `out`.
+absl::Status DecodeScalarFieldInto(absl::string_view bytes, FieldType type, const at::Tensor& out);
+
 }  // namespace dtrain
