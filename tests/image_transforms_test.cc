@@ -263,6 +263,53 @@ TEST_F(ImageTransformsTest, RandomResizedCropParams_SameDistributionAsTorchvisio
   }
 }
 
+// ColorJitter's draws against torchvision's get_params: each factor's and the hue shift's
+// distribution (a saturation of 1.5 clamps its range at 0), and where each adjustment falls in
+// the random order.
+TEST_F(ImageTransformsTest, ColorJitterParams_SameDistributionAsTorchvision) {
+  const std::string bytes = ReadFile(*dir_ + "/colorjitter_params.f64");
+  const size_t n = bytes.size() / (8 * sizeof(double));
+  ASSERT_EQ(n, 20000u);
+  const auto* theirs = reinterpret_cast<const double*>(bytes.data());
+  v1::ImageTransform::ColorJitter jitter;
+  jitter.set_brightness(0.4f);
+  jitter.set_contrast(0.6f);
+  jitter.set_saturation(1.5f);
+  jitter.set_hue(0.1f);
+  std::map<std::string, std::vector<double>> ours_by, theirs_by;
+  SampleRandom rng(SampleSeed(42, 0, "jitter"));
+  const char* kOps[] = {"brightness at", "contrast at", "saturation at", "hue at"};
+  for (size_t k = 0; k < n; ++k) {
+    const ColorJitterParams p = DrawColorJitterParams(jitter, rng);
+    ASSERT_EQ(p.order.size(), 4u);
+    ASSERT_GE(p.saturation, 0.0);
+    ASSERT_LE(std::abs(p.hue), 0.1 + 1e-9);
+    const double* t = theirs + 8 * k;
+    for (int slot = 0; slot < 4; ++slot) {
+      ours_by[kOps[p.order[slot]]].push_back(slot);
+      theirs_by[kOps[static_cast<int>(t[slot])]].push_back(slot);
+    }
+    for (auto [by, v] :
+         {std::make_pair(&ours_by,
+                         std::array<double, 4>{p.brightness, p.contrast, p.saturation, p.hue}),
+          std::make_pair(&theirs_by, std::array<double, 4>{t[4], t[5], t[6], t[7]})}) {
+      (*by)["brightness"].push_back(v[0]);
+      (*by)["contrast"].push_back(v[1]);
+      (*by)["saturation"].push_back(v[2]);
+      (*by)["hue"].push_back(v[3]);
+    }
+  }
+  // As for RandomResizedCrop: the two-sample critical value at 0.1%.
+  const double critical = 1.949 * std::sqrt(2.0 / n);
+  for (const char* q : {"brightness", "contrast", "saturation", "hue", "brightness at",
+                        "contrast at", "saturation at", "hue at"}) {
+    ASSERT_EQ(ours_by[q].size(), theirs_by[q].size()) << q;
+    const double d = KolmogorovSmirnov(ours_by[q], theirs_by[q]);
+    EXPECT_LT(d, critical) << q;
+    std::cout << q << ": KS " << d << " (critical " << critical << ")\n";
+  }
+}
+
 TEST_F(ImageTransformsTest, RandomResizedCropParams_FallbackIsClampedCenterCrop) {
   SampleRandom rng(3);
   // A 10x1000 strip: no draw of area 0.9-1.0 with ratio 3/4..4/3 fits, so the fallback takes

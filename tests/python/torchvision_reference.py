@@ -9,7 +9,9 @@ WebP lossy/lossless/alpha) and PIL's convert("RGB") and convert("L") pixels of e
 transforms: input.rgb (HWC uint8, its size in manifest.txt), input.jpg (the same, as JPEG) and torchvision's tensor-path output
 of each deterministic transform on it, raw little-endian (uint8 or float32, CHW), one line per
 output in manifest.txt: "<name> <dtype> <c> <h> <w>"; rrc_params.i32 holds 20,000 draws of
-RandomResizedCrop.get_params (top, left, height, width) on a 300x250 (HxW) image.
+RandomResizedCrop.get_params (top, left, height, width) on a 300x250 (HxW) image;
+colorjitter_params.f64 20,000 draws of ColorJitter(0.4, 0.6, 1.5, 0.1).get_params (the order of
+its four adjustments, then the brightness, contrast and saturation factors and the hue shift).
 Not a test itself (pytest does not collect it).
 """
 import os
@@ -111,6 +113,13 @@ def write_transforms(out):
     probe = torch.zeros(3, 300, 250, dtype=torch.uint8)
     params = [rrc.get_params(probe, rrc.scale, rrc.ratio) for _ in range(20000)]
     np.asarray(params, np.int32).tofile(os.path.join(out, "rrc_params.i32"))
+    jitter = T.ColorJitter(brightness=0.4, contrast=0.6, saturation=1.5, hue=0.1)
+    rows = []
+    for _ in range(20000):
+        order, b, c, s, h = jitter.get_params(jitter.brightness, jitter.contrast,
+                                              jitter.saturation, jitter.hue)
+        rows.append([float(i) for i in order.tolist()] + [b, c, s, h])
+    np.asarray(rows, np.float64).tofile(os.path.join(out, "colorjitter_params.f64"))
 
 
 if __name__ == "__main__":

@@ -179,6 +179,18 @@ std::vector<int> SampleRandom::Permutation(int n) {
   return order;
 }
 
+ColorJitterParams DrawColorJitterParams(const v1::ImageTransform::ColorJitter& jitter,
+                                        SampleRandom& rng) {
+  ColorJitterParams p;
+  p.order = rng.Permutation(4);
+  auto factor = [&rng](float v) { return rng.Uniform(std::max(0.0, 1.0 - v), 1.0 + v); };
+  if (jitter.brightness() > 0) p.brightness = factor(jitter.brightness());
+  if (jitter.contrast() > 0) p.contrast = factor(jitter.contrast());
+  if (jitter.saturation() > 0) p.saturation = factor(jitter.saturation());
+  if (jitter.hue() > 0) p.hue = rng.Uniform(-jitter.hue(), jitter.hue());
+  return p;
+}
+
 CropBox RandomResizedCropParams(int height, int width, double scale_min, double scale_max,
                                 double ratio_min, double ratio_max, SampleRandom& rng) {
   const double area = static_cast<double>(height) * width;
@@ -603,17 +615,12 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::Run(at::Tensor image, size_t 
         }
         case ImageTransform::kColorJitter: {
           const auto& cj = t.color_jitter();
-          const std::vector<int> order = rng.Permutation(4);
-          auto factor = [&rng](float v) { return rng.Uniform(std::max(0.0, 1.0 - v), 1.0 + v); };
-          const double b = cj.brightness() > 0 ? factor(cj.brightness()) : -1;
-          const double c = cj.contrast() > 0 ? factor(cj.contrast()) : -1;
-          const double s = cj.saturation() > 0 ? factor(cj.saturation()) : -1;
-          const double hue = cj.hue() > 0 ? rng.Uniform(-cj.hue(), cj.hue()) : 0;
-          for (int op : order) {
-            if (op == 0 && b >= 0) x = image_ops::AdjustBrightness(x, b);
-            if (op == 1 && c >= 0) x = image_ops::AdjustContrast(x, c);
-            if (op == 2 && s >= 0) x = image_ops::AdjustSaturation(x, s);
-            if (op == 3 && cj.hue() > 0) x = image_ops::AdjustHue(x, hue);
+          const ColorJitterParams p = DrawColorJitterParams(cj, rng);
+          for (int op : p.order) {
+            if (op == 0 && p.brightness >= 0) x = image_ops::AdjustBrightness(x, p.brightness);
+            if (op == 1 && p.contrast >= 0) x = image_ops::AdjustContrast(x, p.contrast);
+            if (op == 2 && p.saturation >= 0) x = image_ops::AdjustSaturation(x, p.saturation);
+            if (op == 3 && cj.hue() > 0) x = image_ops::AdjustHue(x, p.hue);
           }
           break;
         }

@@ -58,6 +58,20 @@ struct CropBox {
 CropBox RandomResizedCropParams(int height, int width, double scale_min, double scale_max,
                                 double ratio_min, double ratio_max, SampleRandom& rng);
 
+// ColorJitter's random draws, made as torchvision's ColorJitter.get_params makes them: the
+// order of its four adjustments (0 brightness, 1 contrast, 2 saturation, 3 hue), then each
+// factor uniform in [max(0, 1 - v), 1 + v] (negative: that adjustment is off) and the hue shift
+// uniform in [-hue, hue].
+struct ColorJitterParams {
+  std::vector<int> order;
+  double brightness = -1;
+  double contrast = -1;
+  double saturation = -1;
+  double hue = 0;
+};
+ColorJitterParams DrawColorJitterParams(const v1::ImageTransform::ColorJitter& jitter,
+                                        SampleRandom& rng);
+
 // torchvision.transforms.functional's tensor ops on a CHW tensor (uint8 or float32), each as
 // torchvision 0.14 computes it, for tests and for callers that compose their own.
 namespace image_ops {
