@@ -32,22 +32,6 @@ using ::testing::HasSubstr;
 
 constexpr char kNginx[] = "/usr/sbin/nginx";
 
-// An ephemeral port that was free a moment ago (nginx cannot listen on port 0 and say which).
-int PickPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 bool Listening(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};
@@ -138,7 +122,7 @@ class DataTutorial : public ::testing::Test {
   // Starts the section's nginx on a free port (another, if that one was taken meanwhile).
   std::unique_ptr<Server> StartNginx(Section* section) {
     for (int attempt = 0; attempt < 5; ++attempt) {
-      port_ = PickPort();
+      port_ = PickFreePort();
       *section = ReadSection(kHeading, dir_, port_);
       // The doc's `nginx` is Debian's; the test does not rely on PATH for it.
       std::string command = section->server;

@@ -30,6 +30,7 @@
 namespace dtrain {
 namespace {
 
+using ::dtrain::testing::PickFreePort;
 using ::dtrain::testing::ReadFile;
 using ::dtrain::testing::Subprocess;
 using ::dtrain::testing::TestTempPath;
@@ -77,23 +78,6 @@ int FilesContaining(const std::string& directory, const std::string& part) {
   return n;
 }
 
-// An ephemeral port that was free a moment ago: nginx cannot listen on port 0 and tell us the
-// port, so this is the one place we pick one, and NginxServer retries when it clashed.
-int PickPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 // Debian's nginx in the foreground, one process (master_process off: nothing to orphan, and no
 // switch to another user, so it reads the test's files), everything under its own directory.
 class NginxServer {
@@ -111,7 +95,7 @@ class NginxServer {
     }
     for (int attempt = 0; attempt < 5; ++attempt) {
       auto server = std::unique_ptr<NginxServer>(new NginxServer(dir));
-      server->port_ = PickPort();
+      server->port_ = PickFreePort();
       server->scheme_ = tls_dir.empty() ? "http" : "https";
       const std::string tls =
           tls_dir.empty()

@@ -42,6 +42,11 @@ bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
 // The port a server wrote to `path` (its --port_file) once serving; 0 after `timeout`.
 int WaitForPortFile(const std::string& path, absl::Duration timeout);
 
+// A loopback port that was free a moment ago (0 if none could be had), for servers that
+// cannot listen on port 0 and report the port they got (nginx): their caller retries with
+// another when it clashed meanwhile.
+int PickFreePort();
+
 // A directory this process alone uses, under ::testing::TempDir(): made by mkdtemp
 // (dtrain-<pid>-XXXXXX) on first use and removed, with everything in it, when the process
 // exits. Thread-safe.
