@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "coordinator/jobs/distributed_sampler.h"
+#include "coordinator/jobs/metric_names.h"
 #include "coordinator/jobs/testing/fake_worker_group.h"
 #include "coordinator/jobs/trainer.h"
 
@@ -311,6 +312,25 @@ TEST_F(TrainerTest, EarlyStopping_NoImprovementForPatience_StopsAfterThatValidat
   EXPECT_EQ(record_.Lines("epoch 2 done"), 1);
   EXPECT_EQ(record_.Lines("epoch 3 done"), 0);
   EXPECT_EQ(group().count("test_step"), 1);  // the test still runs after an early stop
+}
+
+// A step's scalars are logged under their stage's prefix, once: "loss" from validation is
+// val_loss, and a model's own "val_acc" stays val_acc (as Lightning logs it), not val_val_acc.
+TEST_F(TrainerTest, StageMetricNames_PrefixedOnce) {
+  v1::JobSpec spec = Spec();
+  FakeWorkerGroupOptions fake;
+  fake.validation_metrics = [](int, int) -> std::map<std::string, double> {
+    return {{"loss", 0.5}, {"val_acc", 0.75}};
+  };
+  auto trainer = Make(spec, fake);
+  ASSERT_TRUE(trainer->Run().ok());
+  ASSERT_FALSE(record_.Named("val_acc").empty());
+  EXPECT_DOUBLE_EQ(record_.Named("val_acc").back().value, 0.75);
+  EXPECT_DOUBLE_EQ(record_.Named("val_loss").back().value, 0.5);
+  EXPECT_TRUE(record_.Named("val_val_acc").empty());
+  EXPECT_EQ(StageMetricName("test_", "acc"), "test_acc");
+  EXPECT_EQ(StageMetricName("test_", "test_acc"), "test_acc");
+  EXPECT_EQ(StageMetricName("train_", "train_acc"), "train_acc");
 }
 
 TEST_F(TrainerTest, TopK_MonitoredMin_KeepsTheBestTwoEvictsTheRestAndTestsTheBest) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/jobs/distributed_sampler.h"
+#include "coordinator/jobs/metric_names.h"
 
 namespace dtrain {
 
@@ -51,7 +52,8 @@ absl::Status EvaluationLoop::Run(EvalKind kind) {
     std::map<std::string, std::pair<double, int64_t>> mine;
     for (const BatchScalars& batch : result.ranks[rank]) {
       for (const auto& [name, value] : batch.scalars) {
-        for (auto* sum : {&sums[prefix + name], &mine[prefix + name]}) {
+        const std::string key = StageMetricName(prefix, name);
+        for (auto* sum : {&sums[key], &mine[key]}) {
           sum->first += value * static_cast<double>(batch.size);
           sum->second += batch.size;
         }

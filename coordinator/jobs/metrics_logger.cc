@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/jobs/metric_names.h"
 
 namespace dtrain {
 
@@ -17,7 +18,7 @@ absl::Status MetricsLogger::OnTrainBatchesEnd(TrainerControl& trainer,
   trainer.LogMetric("train_loss", trainer.state().train_loss);
   for (const auto& [name, value] : batches.means) {
     if (name == "loss") continue;
-    trainer.LogMetric(name == "grad_norm" ? name : "train_" + name, value);
+    trainer.LogMetric(name == "grad_norm" ? name : StageMetricName("train_", name), value);
   }
   return absl::OkStatus();
 }
