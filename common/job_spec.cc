@@ -192,6 +192,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
   }
 
   v1::TrainerConfig* t = spec->mutable_trainer();
+  if (t->max_steps() < 0) t->set_max_steps(0);  // Lightning's -1: no limit, as 0
   if (t->max_epochs() == 0) t->set_max_epochs(t->max_steps() == 0 ? 1 : kNoEpochLimit);
   if (t->val_check_interval() > 1 &&
       std::floor(t->val_check_interval()) != t->val_check_interval()) {

@@ -484,6 +484,20 @@ TEST(JobSettingsTest, RangeMessages_SayTheRangeAndWhatZeroMeans) {
               StartsWith("trainer.bucket_cap_mb: must be in"));
 }
 
+// Lightning's trainer default max_steps: -1 is taken, as "no limit" (0); below it is refused.
+TEST(JobSettingsTest, MaxStepsMinusOne_IsNoLimitAsLightningsDefault) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_builtin("mlp");
+  spec.mutable_data()->mutable_synthetic()->set_train_size(64);
+  spec.mutable_trainer()->set_max_steps(-1);
+  ASSERT_TRUE(NormalizeJobSpec(&spec).ok());
+  EXPECT_EQ(spec.trainer().max_steps(), 0);
+  EXPECT_EQ(spec.trainer().max_epochs(), 1);  // as a spec without max_steps
+  spec = Normalized();
+  spec.mutable_trainer()->set_max_steps(-2);
+  EXPECT_EQ(NormalizeJobSpec(&spec).message(), "trainer.max_steps: must be >= -1, got -2");
+}
+
 TEST(PluginCatalogTest, StrategyTraits_AliasesAndRefusals) {
   EXPECT_TRUE(IsDistributedStrategy("ddp"));
   EXPECT_TRUE(IsDistributedStrategy("ddp_sharded"));
