@@ -314,6 +314,20 @@ TEST_F(TrainerTest, EarlyStopping_NoImprovementForPatience_StopsAfterThatValidat
   EXPECT_EQ(group().count("test_step"), 1);  // the test still runs after an early stop
 }
 
+// The job log says what it trains with, defaults included.
+TEST_F(TrainerTest, JobLog_SaysTheOptimizerItTrainsWith) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_optimizer()->set_name("adamw");
+  spec.mutable_optimizer()->set_lr(0.003);
+  spec.mutable_optimizer()->set_beta1(0.9);
+  spec.mutable_optimizer()->set_beta2(0.95);
+  auto trainer = Make(spec);
+  ASSERT_TRUE(trainer->Run().ok());
+  EXPECT_EQ(record_.Lines("optimizer: adamw, lr 0.003, betas (0.9, 0.95)"), 1)
+      << absl::StrJoin(record_.lines, "\n");
+  EXPECT_EQ(record_.Lines("configure_optimizers is not read"), 1);
+}
+
 // A step's scalars are logged under their stage's prefix, once: "loss" from validation is
 // val_loss, and a model's own "val_acc" stays val_acc (as Lightning logs it), not val_val_acc.
 TEST_F(TrainerTest, StageMetricNames_PrefixedOnce) {

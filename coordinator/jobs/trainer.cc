@@ -31,6 +31,30 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool Fits(const v1::JobSpec& spec) { return spec.stage() == "fit" || spec.stage().empty(); }
 
+// What the job trains with, said once in its log: the spec's optimizer section, or its defaults
+// when it has none (a TorchScript module's configure_optimizers is not read).
+std::string DescribeOptimizer(const v1::JobSpec& spec) {
+  const v1::OptimizerSpec& o = spec.optimizer();
+  std::string text = absl::StrCat("optimizer: ", o.name(), ", lr ", o.lr());
+  if (o.name() == "sgd") {
+    absl::StrAppend(&text, ", momentum ", o.momentum(), o.nesterov() ? " (nesterov)" : "");
+  } else {
+    absl::StrAppend(&text, ", betas (", o.beta1(), ", ", o.beta2(), "), eps ", o.eps());
+  }
+  absl::StrAppend(&text, ", weight_decay ", o.weight_decay());
+  const v1::SchedulerSpec& s = spec.lr_scheduler();
+  if (s.name() == "step") {
+    absl::StrAppend(&text, "; lr_scheduler step (x", s.gamma(), " every ", s.step_size(),
+                    " steps)");
+  } else if (!s.name().empty() && s.name() != "none") {
+    absl::StrAppend(&text, "; lr_scheduler ", s.name());
+  }
+  absl::StrAppend(&text,
+                  " (the spec's optimizer section, or its defaults; a module's "
+                  "configure_optimizers is not read)");
+  return text;
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainerOptions options, TrainerReporter* reporter,
@@ -173,6 +197,7 @@ absl::Status Trainer::Setup() {
     where.push_back(absl::StrCat("and ", more, " more"));
   }
   reporter_->Log(absl::StrCat("ranks: ", absl::StrJoin(where, ", ")));
+  if (Fits(spec)) reporter_->Log(DescribeOptimizer(spec));
   return absl::OkStatus();
 }
 
