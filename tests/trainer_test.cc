@@ -556,6 +556,28 @@ TEST_F(TrainerTest, Validate_Stage_NoCheckpointsNoEarlyStop_TestStageWithoutSpli
   EXPECT_EQ(status.message(), "data: the dataset has no test split");
 }
 
+// limit_val_batches: 0 turns validation off, as in Lightning; unset validates everything; a
+// positive value caps the batches per rank.
+TEST_F(TrainerTest, LimitValBatches_ZeroTurnsValidationOff_UnsetIsAll) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_limit_val_batches(0);
+  auto trainer = Make(spec);
+  ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  EXPECT_EQ(group().global_step(), 12);
+  EXPECT_EQ(group().count("validation_step"), 0);
+  EXPECT_EQ(group().count("test_step"), 1);
+  EXPECT_EQ(record_.Lines("validation is off (trainer.limit_val_batches: 0)"), 1);
+  EXPECT_TRUE(record_.Named("val_loss").empty());
+
+  v1::JobSpec validate = Spec();
+  validate.set_stage("validate");
+  validate.mutable_trainer()->set_limit_val_batches(0);
+  trainer = Make(validate);
+  const absl::Status status = trainer->Run();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("turns validation off"));
+}
+
 TEST_F(TrainerTest, Setup_NoTrainSplit_FitRefusedNamingTheData) {
   FakeWorkerGroupOptions fake;
   fake.splits = {{"val", 16}};

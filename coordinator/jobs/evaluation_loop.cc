@@ -16,6 +16,18 @@ absl::Status EvaluationLoop::Run(EvalKind kind) {
   const bool test = kind == EvalKind::kTest;
   const std::string split = test ? "test" : "val";
   TrainingState& state = context_.state;
+  const v1::TrainerConfig& trainer = context_.spec.trainer();
+  if (!test && trainer.has_limit_val_batches() && trainer.limit_val_batches() == 0) {
+    if (state.stage != "fit") {
+      return absl::FailedPreconditionError(
+          "trainer.limit_val_batches is 0, which turns validation off; unset it to validate");
+    }
+    if (!said_off_) {
+      said_off_ = true;
+      context_.trainer.Log("validation is off (trainer.limit_val_batches: 0)");
+    }
+    return absl::OkStatus();
+  }
   int64_t size = state.split_size(split);
   if (size <= 0) {
     if (state.stage == "fit") return absl::OkStatus();  // nothing to evaluate
@@ -26,7 +38,7 @@ absl::Status EvaluationLoop::Run(EvalKind kind) {
   const v1::DataConfig& d = context_.spec.data();
   const int64_t limit_samples = test ? d.limit_test_samples() : d.limit_val_samples();
   if (limit_samples > 0) size = std::min(size, limit_samples);
-  const int64_t limit_batches = test ? 0 : context_.spec.trainer().limit_val_batches();
+  const int64_t limit_batches = test ? 0 : trainer.limit_val_batches();
   RankBatches batches(state.world_size);
   for (int rank = 0; rank < state.world_size; ++rank) {
     batches[rank] =
