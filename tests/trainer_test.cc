@@ -578,6 +578,24 @@ TEST_F(TrainerTest, LimitValBatches_ZeroTurnsValidationOff_UnsetIsAll) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("turns validation off"));
 }
 
+// check_val_every_n_epoch: 2 over 3 epochs validates after the second only, as Lightning's
+// ((epoch + 1) % 2 == 0), and with val_check_interval 0.5 twice in it.
+TEST_F(TrainerTest, CheckValEveryNEpoch_ValidatesOnlyThoseEpochs) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_check_val_every_n_epoch(2);
+  auto trainer = Make(spec);
+  ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  EXPECT_EQ(group().global_step(), 12);
+  EXPECT_EQ(group().count("validation_step"), 1);
+  ASSERT_EQ(record_.Named("val_loss").size(), 1u);
+  EXPECT_EQ(record_.Named("val_loss").front().epoch, 1);
+
+  spec.mutable_trainer()->set_val_check_interval(0.5);
+  trainer = Make(spec);
+  ASSERT_TRUE(trainer->Run().ok());
+  EXPECT_EQ(group().count("validation_step"), 2);
+}
+
 TEST_F(TrainerTest, Setup_NoTrainSplit_FitRefusedNamingTheData) {
   FakeWorkerGroupOptions fake;
   fake.splits = {{"val", 16}};

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -40,6 +41,7 @@ absl::Status FitLoop::TrainEpoch(int64_t epoch, int64_t start_batch) {
   const int64_t interval =
       vci <= 1 ? std::max<int64_t>(1, std::llround(vci * nb)) : static_cast<int64_t>(vci);
   const int64_t accumulate = t.accumulate_grad_batches();
+  const bool validates = (epoch + 1) % std::max(1, t.check_val_every_n_epoch()) == 0;
   state.epoch = epoch;
   state.batch_in_epoch = start_batch;
   context_.SetPhase("train");
@@ -54,6 +56,8 @@ absl::Status FitLoop::TrainEpoch(int64_t epoch, int64_t start_batch) {
     }
     int64_t next_val = (b / interval + 1) * interval;
     if (vci <= 1) next_val = std::min(next_val, nb);
+    // An epoch that check_val_every_n_epoch skips has no validation at all.
+    if (!validates) next_val = std::numeric_limits<int64_t>::max();
     int64_t chunk = std::min<int64_t>({state.calls.Next(), nb - b, next_val - b});
     if (t.max_steps() > 0) {
       // Batches until the max_steps-th optimizer step; windows restart at each epoch.
