@@ -347,6 +347,27 @@ TEST_F(TrainerTest, StageMetricNames_PrefixedOnce) {
   EXPECT_EQ(StageMetricName("train_", "train_acc"), "train_acc");
 }
 
+// min_epochs holds early stopping back: the same stalled metric as above stops after epoch 2
+// without it, and after epoch 4 (the 4th validation) with min_epochs 4.
+TEST_F(TrainerTest, EarlyStopping_WaitsForMinEpochs) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_max_epochs(10);
+  spec.mutable_trainer()->set_min_epochs(4);
+  spec.mutable_early_stopping()->set_monitor("val_loss");
+  spec.mutable_early_stopping()->set_patience(2);
+  FakeWorkerGroupOptions fake;
+  fake.validation_metrics = [](int, int) -> std::map<std::string, double> {
+    return {{"loss", 1.0}};
+  };
+  auto trainer = Make(spec, fake);
+  ASSERT_TRUE(trainer->Run().ok());
+  EXPECT_EQ(group().count("validation_step"), 4);
+  EXPECT_EQ(group().global_step(), 16);
+  EXPECT_EQ(record_.Lines("early stopping waits for trainer.min_epochs 4"), 1);
+  EXPECT_EQ(record_.Lines("epoch 3 done"), 1);
+  EXPECT_EQ(record_.Lines("epoch 4 done"), 0);
+}
+
 TEST_F(TrainerTest, TopK_MonitoredMin_KeepsTheBestTwoEvictsTheRestAndTestsTheBest) {
   v1::JobSpec spec = Spec();
   spec.mutable_trainer()->set_max_epochs(4);

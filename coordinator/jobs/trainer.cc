@@ -201,6 +201,22 @@ absl::Status Trainer::Setup() {
   return absl::OkStatus();
 }
 
+void Trainer::RequestStop() {
+  const v1::TrainerConfig& t = options_.spec.trainer();
+  const int64_t epochs_done =
+      state_.epoch + (state_.batch_in_epoch >= state_.batches_per_epoch ? 1 : 0);
+  if (epochs_done < t.min_epochs() || state_.global_step < t.min_steps()) {
+    if (!said_min_) {
+      said_min_ = true;
+      reporter_->Log(absl::StrCat("early stopping waits for trainer.min_epochs ", t.min_epochs(),
+                                  " and min_steps ", t.min_steps(), " (now ", epochs_done,
+                                  " epochs, step ", state_.global_step, ")"));
+    }
+    return;
+  }
+  state_.should_stop = true;
+}
+
 absl::Status Trainer::SaveCheckpoint(const Save& save) {
   const std::string previous_phase = state_.phase;
   state_.phase = "checkpoint";

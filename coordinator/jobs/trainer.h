@@ -97,7 +97,9 @@ class Trainer final : public TrainerControl, public JobRun {
   absl::StatusOr<bool> AnyRankDecides(const std::vector<bool>& by_rank) override {
     return workers_->AnyRankDecides(by_rank);
   }
-  void RequestStop() override { state_.should_stop = true; }
+  // Early stopping's request; held back (and said once) until trainer.min_epochs and
+  // min_steps are reached, as Lightning's fit loop does.
+  void RequestStop() override;
   void Log(const std::string& line) override { reporter_->Log(line); }
   void LogMetric(const std::string& name, double value) override {
     reporter_->Metric(name, value, state_.global_step, state_.epoch);
@@ -128,6 +130,7 @@ class Trainer final : public TrainerControl, public JobRun {
   CallbackList callbacks_;
   std::string spec_json_;  // kept in every checkpoint's metadata
   std::vector<std::string> drained_;
+  bool said_min_ = false;  // the job log said early stopping waits for min_epochs / min_steps
 };
 
 }  // namespace dtrain
