@@ -115,6 +115,12 @@ int RanksPerWorker(const v1::JobSpec& spec) {
 }
 
 absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) {
+  // Lightning's strategy "auto", resolved as Lightning resolves it for this many processes
+  // (before the catalog check, which knows concrete strategies only).
+  if (spec->trainer().strategy() == "auto") {
+    v1::TrainerConfig* t = spec->mutable_trainer();
+    t->set_strategy(t->devices() > 1 ? "ddp_spawn" : t->num_nodes() > 1 ? "ddp" : "single_device");
+  }
   if (absl::Status s = ApplySettings(spec, offered); !s.ok()) return s;
 
   // The rules no single field's option can say.

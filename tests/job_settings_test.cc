@@ -498,6 +498,25 @@ TEST(JobSettingsTest, MaxStepsMinusOne_IsNoLimitAsLightningsDefault) {
   EXPECT_EQ(NormalizeJobSpec(&spec).message(), "trainer.max_steps: must be >= -1, got -2");
 }
 
+// Lightning's strategy: auto becomes what Lightning picks for that many processes.
+TEST(JobSettingsTest, StrategyAuto_ResolvedByDevicesAndNodes) {
+  const auto resolved = [](int nodes, int devices) {
+    v1::JobSpec spec;
+    spec.mutable_model()->set_builtin("mlp");
+    spec.mutable_data()->mutable_synthetic()->set_train_size(64);
+    spec.mutable_trainer()->set_strategy("auto");
+    spec.mutable_trainer()->set_num_nodes(nodes);
+    spec.mutable_trainer()->set_devices(devices);
+    const absl::Status s = NormalizeJobSpec(&spec);
+    return s.ok() ? spec.trainer().strategy() : std::string(s.message());
+  };
+  EXPECT_EQ(resolved(0, 0), "single_device");
+  EXPECT_EQ(resolved(1, 1), "single_device");
+  EXPECT_EQ(resolved(2, 1), "ddp");
+  EXPECT_EQ(resolved(1, 2), "ddp_spawn");
+  EXPECT_EQ(resolved(2, 2), "ddp_spawn");
+}
+
 TEST(PluginCatalogTest, StrategyTraits_AliasesAndRefusals) {
   EXPECT_TRUE(IsDistributedStrategy("ddp"));
   EXPECT_TRUE(IsDistributedStrategy("ddp_sharded"));
