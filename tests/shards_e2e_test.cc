@@ -220,6 +220,24 @@ TEST_F(JobsE2eTest, BadSample_NamedWithShardKeyAndRank_OrSkippedAndCounted) {
       << "one bad sample, read in each of 2 epochs";
 }
 
+// A TorchScript model whose predict_step returns each sample's .cls (its own index), so that
+// predictions.csv says which sample each row holds; saved in `dir`.
+std::string EchoModel(const std::string& dir) {
+  return ScriptModule(dir, "Echo", R"(
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1).sum(1) * self.w
+
+    @torch.jit.export
+    def training_step(self, batch: Tuple[torch.Tensor, torch.Tensor], batch_idx: int):
+        return self.forward(batch[0]).mean()
+
+    @torch.jit.export
+    def predict_step(self, batch: Tuple[torch.Tensor, torch.Tensor],
+                     batch_idx: int) -> Dict[str, torch.Tensor]:
+        return {"sample": batch[1]})",
+                      "torch.zeros(1)");
+}
+
 // A list file naming `shards` shards <prefix>-<i>.tar of `per_shard` samples each in `dir`.
 std::string WriteList(const std::string& dir, const std::string& prefix, int shards,
                       int per_shard) {
@@ -257,19 +275,7 @@ TEST_F(JobsE2eTest, UnreadableShard_Skip_TrainsWholeBatches_PredictsTheRestInPla
   WriteIndexedShards(keys, "keys", 3, 25);
   const std::string list = WriteList(keys, "keys", 3, 25);
   std::filesystem::remove(keys + "/keys-1.tar");  // samples 25..49
-  const std::string model = ScriptModule(keys, "Echo", R"(
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.flatten(1).sum(1) * self.w
-
-    @torch.jit.export
-    def training_step(self, batch: Tuple[torch.Tensor, torch.Tensor], batch_idx: int):
-        return self.forward(batch[0]).mean()
-
-    @torch.jit.export
-    def predict_step(self, batch: Tuple[torch.Tensor, torch.Tensor],
-                     batch_idx: int) -> Dict[str, torch.Tensor]:
-        return {"sample": batch[1]})",
-                                         "torch.zeros(1)");
+  const std::string model = EchoModel(keys);
   ASSERT_FALSE(model.empty());
   const std::string job =
       WriteJob("echo", absl::StrCat("name: echo\nmodel: {torchscript: \"worker:", model, R"("}
@@ -304,19 +310,7 @@ trainer: {strategy: ddp, num_nodes: 2, batches_per_call: 2}
 TEST_F(JobsE2eTest, PredictShards_RowIHoldsSampleI_EverySampleOnce) {
   const std::string data = dir() + "/keys";
   WriteIndexedShards(data, "keys", 3, 25);
-  const std::string model = ScriptModule(data, "Echo", R"(
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.flatten(1).sum(1) * self.w
-
-    @torch.jit.export
-    def training_step(self, batch: Tuple[torch.Tensor, torch.Tensor], batch_idx: int):
-        return self.forward(batch[0]).mean()
-
-    @torch.jit.export
-    def predict_step(self, batch: Tuple[torch.Tensor, torch.Tensor],
-                     batch_idx: int) -> Dict[str, torch.Tensor]:
-        return {"sample": batch[1]})",
-                                         "torch.zeros(1)");
+  const std::string model = EchoModel(data);
   ASSERT_FALSE(model.empty());
   const std::string job =
       WriteJob("keys", absl::StrCat("name: keys\nmodel: {torchscript: \"worker:", model, R"("}

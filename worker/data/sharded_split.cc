@@ -112,9 +112,7 @@ void ShardedSplit::Start(int64_t epoch, int64_t position, int64_t batch) {
   // start, as a replay does anyway.
   stream_ = OpenStream(epoch, renumber() ? 0 : position);
   epoch_ = epoch;
-  start_ = position;
   next_ = position;
-  taken_ = position;
   base_ = position;
   batch_ = std::max<int64_t>(1, batch);
   epoch_samples_ = RankSamples();
@@ -171,7 +169,7 @@ void ShardedSplit::ReadLoop() {
       StreamItem& it = **item;
       if (!it.error.ok()) {
         last_error = it.error;
-        if (pass == 0 && read >= start_) {
+        if (pass == 0 && read >= base_) {
           skipped_.fetch_add(1);
           if (std::string(it.error.message()) != logged) {
             logged = std::string(it.error.message());
@@ -186,7 +184,7 @@ void ShardedSplit::ReadLoop() {
       }
       pass_read = true;
       it.position = read++;
-      if (it.position < start_) continue;  // before the resumed position: read, not handed out
+      if (it.position < base_) continue;  // before the resumed position: read, not handed out
       if (it.position >= epoch_samples_) item = std::optional<StreamItem>();  // the epoch is full
     }
     std::lock_guard<std::mutex> lock(mu_);

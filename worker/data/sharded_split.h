@@ -133,8 +133,7 @@ class ShardedSplit {
   // The running pipeline of one epoch from one position.
   bool running_ = false;
   int64_t epoch_ = -1;
-  int64_t next_ = 0;   // the position the next Batch should start at
-  int64_t start_ = 0;  // the position the stream started at
+  int64_t next_ = 0;  // the position the next Batch should start at
   std::unique_ptr<SampleStream> stream_;
   std::mutex mu_;
   std::condition_variable space_cv_;  // the reader waits for room in the window
@@ -145,7 +144,6 @@ class ShardedSplit {
   size_t raw_head_ = 0;
   std::map<int64_t, Decoded> ready_;  // decoded, by position (guarded by mu_)
   int64_t in_flight_ = 0;             // read and not yet taken (guarded by mu_)
-  int64_t taken_ = 0;                 // positions handed out (guarded by mu_)
   int64_t awaited_ = -1;              // the position the step waits for (guarded by mu_)
   bool read_done_ = false;            // guarded by mu_
   absl::Status read_error_;           // guarded by mu_
