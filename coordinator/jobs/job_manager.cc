@@ -126,6 +126,12 @@ absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate
     } while (jobs_.count(id) > 0 ||
              std::filesystem::exists(absl::StrCat(options_.state_dir, "/jobs/", id)));
     job = std::make_shared<JobRecord>(id, spec, absl::StrCat(options_.state_dir, "/jobs/", id));
+    // Logged before the job is queued: a scheduler on another thread may place it at once, and
+    // "submitted" must stay the log's first line.
+    job->Log(absl::StrCat(
+        "submitted: ", spec.trainer().num_nodes(), " worker(s), strategy ",
+        spec.trainer().strategy(), ", model ",
+        spec.model().has_builtin() ? spec.model().builtin() : spec.model().torchscript()));
     jobs_[id] = job;
     order_.push_back(id);
     queue_.push_back(id);
@@ -133,10 +139,6 @@ absl::StatusOr<v1::JobStatus> JobManager::Submit(v1::JobSpec spec, bool validate
   freeing.Release();
   Track(job);
   job->SetStore(store_.get(), /*insert=*/true);
-  job->Log(absl::StrCat(
-      "submitted: ", spec.trainer().num_nodes(), " worker(s), strategy ", spec.trainer().strategy(),
-      ", model ",
-      spec.model().has_builtin() ? spec.model().builtin() : spec.model().torchscript()));
   if (absl::Status s = job->OpenFiles(options_.host); !s.ok()) {
     job->Finish(v1::FAILED, std::string(s.message()));
     job->Release();
