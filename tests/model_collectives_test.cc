@@ -124,7 +124,7 @@ TEST_P(CollectivesInModelCode, AllGatherWithSyncGradsInTheLoss_TwoRanksEqualOneP
   constexpr int kSteps = 8;
   constexpr int64_t kGlobalBatch = 16;
   std::vector<std::vector<torch::Tensor>> trained(2);
-  std::vector<std::vector<std::map<std::string, double>>> logged(2);
+  std::vector<std::vector<std::map<std::string, StrategyCollectives::Logged>>> logged(2);
   auto train = [&](Accelerator& a, int rank, int world) -> absl::Status {
     const int64_t b = kGlobalBatch / world;
     for (int step = 0; step < kSteps; ++step) {
@@ -181,9 +181,10 @@ TEST_P(CollectivesInModelCode, AllGatherWithSyncGradsInTheLoss_TwoRanksEqualOneP
   // sync_dist: both ranks logged the same mean over ranks; without it each its own value.
   ASSERT_EQ(logged[0].size(), static_cast<size_t>(kSteps));
   for (int step = 0; step < kSteps; ++step) {
-    EXPECT_EQ(logged[0][step].at("positive"), logged[1][step].at("positive"));
-    EXPECT_EQ(logged[0][step].at("rank"), 0.0);
-    EXPECT_EQ(logged[1][step].at("rank"), 1.0);
+    EXPECT_EQ(logged[0][step].at("positive").value, logged[1][step].at("positive").value);
+    EXPECT_TRUE(logged[0][step].at("positive").options.sync_dist);
+    EXPECT_EQ(logged[0][step].at("rank").value, 0.0);
+    EXPECT_EQ(logged[1][step].at("rank").value, 1.0);
   }
 }
 

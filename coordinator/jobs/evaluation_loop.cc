@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/jobs/distributed_sampler.h"
+#include "coordinator/jobs/logged_metrics.h"
 #include "coordinator/jobs/metric_names.h"
 
 namespace dtrain {
@@ -59,10 +60,19 @@ absl::Status EvaluationLoop::Run(EvalKind kind) {
   ValidationMetrics metrics;
   metrics.by_rank.assign(state.world_size, {});
   std::map<std::string, std::pair<double, int64_t>> sums;
+  LoggedAggregates logged;
   for (int rank = 0; rank < state.world_size && rank < static_cast<int>(result.ranks.size());
        ++rank) {
     std::map<std::string, std::pair<double, int64_t>> mine;
+    LoggedAggregates my_logged;
     for (const BatchScalars& batch : result.ranks[rank]) {
+      logged.AddBatch(batch);
+      my_logged.AddBatch(batch);
+      if (rank == 0) {
+        for (const auto& [name, value] : batch.logged) {
+          if (value.on_step) metrics.step_logged.emplace_back(StepKey(name, value), value.value);
+        }
+      }
       for (const auto& [name, value] : batch.scalars) {
         const std::string key = StageMetricName(prefix, name);
         for (auto* sum : {&sums[key], &mine[key]}) {
@@ -74,10 +84,13 @@ absl::Status EvaluationLoop::Run(EvalKind kind) {
     for (const auto& [name, sum] : mine) {
       if (sum.second > 0) metrics.by_rank[rank][name] = sum.first / sum.second;
     }
+    // A name the model logged itself wins over a returned value of the same name.
+    for (const auto& [name, value] : my_logged.Take()) metrics.by_rank[rank][name] = value;
   }
   for (const auto& [name, sum] : sums) {
     if (sum.second > 0) metrics.overall[name] = sum.first / sum.second;
   }
+  for (const auto& [name, value] : logged.Take()) metrics.overall[name] = value;
   return test ? context_.callbacks.TestEnd(metrics) : context_.callbacks.ValidationEnd(metrics);
 }
 

@@ -120,9 +120,20 @@ absl::Status FitLoop::TrainingCall(const RankBatches& batches, int64_t first, in
   outcome.epoch_end = call.end_of_epoch;
   outcome.result = &result;
   std::map<std::string, std::pair<double, int64_t>> sums;
-  for (const RankTrainResult& rank : result.ranks) {
+  for (size_t r = 0; r < result.ranks.size(); ++r) {
+    const RankTrainResult& rank = result.ranks[r];
     state.global_step = rank.global_step;
+    int64_t step = outcome.step_before;
     for (const BatchScalars& batch : rank.batches) {
+      train_logged_.AddBatch(batch);
+      if (batch.optimizer_stepped) ++step;
+      if (r == 0 && batch.optimizer_stepped && !batch.logged.empty()) {
+        TrainBatches::StepValues values{step, {}};
+        for (const auto& [name, value] : batch.logged) {
+          if (value.on_step) values.values[StepKey(name, value)] = value.value;
+        }
+        if (!values.values.empty()) outcome.step_logged.push_back(std::move(values));
+      }
       for (const auto& [name, value] : batch.scalars) {
         auto& [sum, n] = sums[name];
         sum += value;
@@ -134,6 +145,7 @@ absl::Status FitLoop::TrainingCall(const RankBatches& batches, int64_t first, in
   for (const auto& [name, sum] : sums) {
     if (sum.second > 0) outcome.means[name] = sum.first / static_cast<double>(sum.second);
   }
+  if (call.end_of_epoch) outcome.epoch_logged = train_logged_.Take();
   auto loss = outcome.means.find("loss");
   state.train_loss = loss == outcome.means.end() ? 0.0 : loss->second;
   state.batch_in_epoch = first + count;

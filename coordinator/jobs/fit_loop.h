@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "coordinator/jobs/evaluation_loop.h"
+#include "coordinator/jobs/logged_metrics.h"
 #include "coordinator/jobs/loop_context.h"
 
 namespace dtrain {
@@ -48,6 +49,7 @@ class FitLoop {
   EvaluationLoop& validation_;
   const std::function<std::vector<std::string>()> draining_;
   std::vector<std::string> drained_;
+  LoggedAggregates train_logged_;  // this epoch's on_epoch values from training
   bool first_step_seen_ = false;
 };
 

@@ -59,7 +59,12 @@ absl::StatusOr<GroupSetup> GrpcWorkerGroup::Setup(const v1::JobSpec& spec,
   for (const auto& [note, names] : workers_by_note) {
     notes.push_back(absl::StrCat(absl::StrJoin(names, ", "), ": ", note));
   }
-  if (!responses.empty()) setup.collective_plane = responses[0].collective_plane();
+  if (!responses.empty()) {
+    setup.collective_plane = responses[0].collective_plane();
+    for (const v1::HyperParameter& h : responses[0].hyper_parameters()) {
+      setup.hyper_parameters.emplace_back(h.name(), h.yaml());
+    }
+  }
   setup.plane_notes = absl::StrJoin(notes, "; ");
   setup.group_formation = absl::Milliseconds(group_ms);
 
@@ -117,6 +122,16 @@ BatchScalars ScalarsOf(const v1::BatchResult& batch) {
   BatchScalars out;
   out.size = batch.size();
   for (const auto& [name, value] : batch.scalars()) out.scalars.emplace(name, value);
+  for (const auto& [name, l] : batch.logged()) {
+    out.logged[name] = LoggedValue{.value = l.value(),
+                                   .local_value = l.local_value(),
+                                   .on_step = l.on_step(),
+                                   .on_epoch = l.on_epoch(),
+                                   .reduce_fx = l.reduce_fx(),
+                                   .weight = l.batch_size(),
+                                   .prog_bar = l.prog_bar()};
+  }
+  out.optimizer_stepped = batch.optimizer_stepped();
   return out;
 }
 

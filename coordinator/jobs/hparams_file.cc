@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <vector>
@@ -90,11 +92,40 @@ std::string ToYaml(const Message& message) {
   return std::string(out.c_str()) + "\n";
 }
 
-absl::Status WriteHparamsFile(const std::string& path, const Message& spec) {
+namespace {
+
+bool IsIdentifier(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// The values come from a worker: each is checked to be one YAML flow value before it joins
+// the file, so the file always parses.
+std::string HyperParametersYaml(const ModelHyperParameters& model) {
+  std::string out;
+  for (const auto& [name, text] : model) {
+    if (!IsIdentifier(name) || text.find('\n') != std::string::npos) continue;
+    try {
+      YAML::Node node = YAML::Load(text);
+      if (!node.IsScalar() && !node.IsSequence()) continue;
+    } catch (const YAML::Exception&) {
+      continue;
+    }
+    absl::StrAppend(&out, "  ", name, ": ", text, "\n");
+  }
+  return out.empty() ? out : absl::StrCat("hyper_parameters:\n", out);
+}
+
+}  // namespace
+
+absl::Status WriteHparamsFile(const std::string& path, const Message& spec,
+                              const ModelHyperParameters& model) {
   const std::string temporary = absl::StrCat(path, ".tmp-", getpid());
   {
     std::ofstream file(temporary, std::ios::trunc);
-    file << ToYaml(spec);
+    file << ToYaml(spec) << HyperParametersYaml(model);
     if (!file) {
       std::remove(temporary.c_str());
       return absl::FailedPreconditionError(absl::StrCat("cannot write '", temporary, "'"));

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <google/protobuf/message.h>
 
@@ -14,7 +16,13 @@ namespace dtrain {
 // The set fields of `message` as YAML (nested messages as mappings, lists as sequences).
 std::string ToYaml(const google::protobuf::Message& message);
 
-// Writes ToYaml(spec) to `path` atomically; FAILED_PRECONDITION naming the file on failure.
-absl::Status WriteHparamsFile(const std::string& path, const google::protobuf::Message& spec);
+// The model's save_hyperparameters() values as the workers report them: name and YAML flow text.
+using ModelHyperParameters = std::vector<std::pair<std::string, std::string>>;
+
+// Writes ToYaml(spec) to `path` atomically, then, when the model recorded any, its values under
+// `hyper_parameters:` (a name that is not an identifier, or a value that is not YAML, is left
+// out); FAILED_PRECONDITION naming the file on failure.
+absl::Status WriteHparamsFile(const std::string& path, const google::protobuf::Message& spec,
+                              const ModelHyperParameters& model = {});
 
 }  // namespace dtrain

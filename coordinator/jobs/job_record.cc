@@ -215,6 +215,14 @@ absl::Status JobRecord::OpenFiles(const std::string& host) {
   return absl::OkStatus();
 }
 
+void JobRecord::HyperParameters(const std::vector<std::pair<std::string, std::string>>& values) {
+  const absl::Status written = WriteHparamsFile(dir_ + "/hparams.yaml", spec_, values);
+  if (!written.ok()) {
+    LogAt(LogLevel::kWarning,
+          absl::StrCat("hparams.yaml keeps the spec only: ", written.message()));
+  }
+}
+
 void JobRecord::SetRunning(const std::vector<v1::WorkerInfo>& workers) {
   {
     absl::MutexLock lock(&mu_);

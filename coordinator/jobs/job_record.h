@@ -79,6 +79,8 @@ class JobRecord : public TrainerReporter {
   void SetFilesDropped(std::function<void(std::vector<std::string> digests)> callback);
 
   void Predictions(const std::string& path) override;
+  // hparams.yaml again, with the model's values under hyper_parameters.
+  void HyperParameters(const std::vector<std::pair<std::string, std::string>>& values) override;
 
   // Opens the job's files; a failure is the job's (FAILED), not the coordinator's.
   absl::Status OpenFiles(const std::string& host);

@@ -1,5 +1,6 @@
 #include "coordinator/jobs/metrics_logger.h"
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -11,14 +12,30 @@ namespace dtrain {
 
 absl::Status MetricsLogger::OnTrainBatchesEnd(TrainerControl& trainer,
                                               const TrainBatches& batches) {
-  if (!ShouldLog(batches.step_before, trainer.global_step(),
-                 trainer.spec().trainer().log_every_n_steps(), batches.epoch_end)) {
+  const int64_t every = trainer.spec().trainer().log_every_n_steps();
+  // self.log's per-step values: a point at each step of the cadence, whatever the call's size.
+  std::set<std::string> logged_names;
+  for (const TrainBatches::StepValues& at : batches.step_logged) {
+    for (const auto& [name, value] : at.values) {
+      logged_names.insert(name);
+      if (every > 0 && at.step % every == 0) trainer.LogMetricAt(name, value, at.step);
+    }
+  }
+  for (const auto& [name, value] : batches.epoch_logged) {
+    logged_names.insert(name);
+    trainer.LogMetric(name, value);
+  }
+  if (!ShouldLog(batches.step_before, trainer.global_step(), every, batches.epoch_end)) {
     return absl::OkStatus();
   }
-  trainer.LogMetric("train_loss", trainer.state().train_loss);
+  // What the steps returned, under dtrain's train_ names; a name the model logged itself wins.
+  if (logged_names.count("train_loss") == 0) {
+    trainer.LogMetric("train_loss", trainer.state().train_loss);
+  }
   for (const auto& [name, value] : batches.means) {
     if (name == "loss") continue;
-    trainer.LogMetric(name == "grad_norm" ? name : StageMetricName("train_", name), value);
+    const std::string key = name == "grad_norm" ? name : StageMetricName("train_", name);
+    if (logged_names.count(key) == 0) trainer.LogMetric(key, value);
   }
   return absl::OkStatus();
 }
@@ -36,6 +53,7 @@ absl::Status MetricsLogger::OnTrainEpochEnd(TrainerControl& trainer) {
 namespace {
 
 std::string Report(TrainerControl& trainer, const ValidationMetrics& metrics) {
+  for (const auto& [name, value] : metrics.step_logged) trainer.LogMetric(name, value);
   std::vector<std::string> parts;
   for (const auto& [name, value] : metrics.overall) {
     trainer.LogMetric(name, value);

@@ -164,6 +164,7 @@ absl::Status Trainer::Setup() {
                                 " (collective_backend ", t.collective_backend(), ")",
                                 setup->plane_notes.empty() ? "" : "; ", setup->plane_notes));
   }
+  if (!setup->hyper_parameters.empty()) reporter_->HyperParameters(setup->hyper_parameters);
   state_.split_sizes = setup->split_sizes;
   state_.streamed_splits = setup->streamed_splits;
   int64_t& n_train = state_.split_sizes["train"];

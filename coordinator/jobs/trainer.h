@@ -104,6 +104,9 @@ class Trainer final : public TrainerControl, public JobRun {
   void LogMetric(const std::string& name, double value) override {
     reporter_->Metric(name, value, state_.global_step, state_.epoch);
   }
+  void LogMetricAt(const std::string& name, double value, int64_t step) override {
+    reporter_->Metric(name, value, step, state_.epoch);
+  }
   void ReportProgress(const v1::JobProgress& progress) override { reporter_->Progress(progress); }
   void ReportPredictions(const std::string& path) override;
 

@@ -58,6 +58,8 @@ class TrainerControl {
   // predictions file.
   virtual void Log(const std::string& line) = 0;
   virtual void LogMetric(const std::string& name, double value) = 0;
+  // A point at an earlier step of the current epoch (a step inside the last training call).
+  virtual void LogMetricAt(const std::string& name, double value, int64_t step) = 0;
   virtual void ReportProgress(const v1::JobProgress& progress) = 0;
   virtual void ReportPredictions(const std::string& path) = 0;
 };
@@ -66,6 +68,8 @@ class TrainerControl {
 // and each rank's own.
 struct ValidationMetrics {
   std::map<std::string, double> overall;
+  // Per-step values model code logged with on_step (rank 0's, in batch order).
+  std::vector<std::pair<std::string, double>> step_logged;
   std::vector<std::map<std::string, double>> by_rank;
 };
 
@@ -83,6 +87,15 @@ struct TrainBatches {
   // Every scalar the steps returned, averaged over the call's batches on every rank: "loss",
   // training_step's other keys, grad_norm when clipping.
   std::map<std::string, double> means;
+  // What model code logged (self.log), by the names Lightning gives them: rank 0's per-step
+  // values of each batch that ended an optimizer step, with the global step after it; and, when
+  // the call ends the epoch, the epoch's aggregates over every rank.
+  struct StepValues {
+    int64_t step = 0;
+    std::map<std::string, double> values;
+  };
+  std::vector<StepValues> step_logged;
+  std::map<std::string, double> epoch_logged;
   const TrainResult* result = nullptr;  // per rank: lr, timing, batches
 };
 

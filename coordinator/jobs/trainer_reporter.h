@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtrain/v1/jobs.pb.h"
@@ -24,6 +25,8 @@ class TrainerReporter {
   // keeps (top-k eviction).
   virtual void KeepFile(const v1::JobFile& file, const std::vector<std::string>& dropped) = 0;
   virtual void Predictions(const std::string& path) = 0;
+  // The model's save_hyperparameters() values (name, YAML flow text), for hparams.yaml.
+  virtual void HyperParameters(const std::vector<std::pair<std::string, std::string>>& values) {}
 };
 
 }  // namespace dtrain

@@ -51,12 +51,28 @@ struct GroupSetup {
   // by rank ("rank 0 on 'w1' (node 0, local 0, cpus 0-1)").
   std::vector<std::string> workers;
   std::vector<std::string> ranks;
+  // The model's recorded hyperparameters, name and YAML flow text, in their order.
+  std::vector<std::pair<std::string, std::string>> hyper_parameters;
 };
 
 // One batch's outcome: its samples and the scalars its step returned (loss, ...).
+// A value model code logged (self.log) during a batch, with Lightning's options resolved by the
+// worker for the stage.
+struct LoggedValue {
+  double value = 0;        // the step's value (reduced over the ranks when sync_dist)
+  double local_value = 0;  // the rank's own value, for epoch aggregates
+  bool on_step = false;
+  bool on_epoch = false;
+  std::string reduce_fx = "mean";  // mean, sum, max, min
+  double weight = 1;               // the batch_size a mean weighs it by
+  bool prog_bar = false;
+};
+
 struct BatchScalars {
   int64_t size = 0;
   std::map<std::string, double> scalars;
+  std::map<std::string, LoggedValue> logged;  // by the name the model gave
+  bool optimizer_stepped = false;             // training: the batch ended a step
 };
 
 // One training call: batches [first, first + count) of every rank's epoch.

@@ -31,7 +31,8 @@ SCHEMAS = (
     "broadcast(Tensor tensor, int src=0) -> Tensor",
     'barrier(str name="") -> ()',
     "reduce_boolean_decision(bool decision, bool all=True) -> bool",
-    'log(str name, Tensor value, bool sync_dist=False, str reduce_fx="mean") -> ()',
+    'log(str name, Tensor value, bool sync_dist=False, str reduce_fx="mean", bool? on_step=None, '
+    'bool? on_epoch=None, int? batch_size=None, bool prog_bar=False) -> ()',
     "global_rank() -> int",
     "world_size() -> int",
 )
@@ -71,13 +72,19 @@ def _reduce_boolean_decision(decision, all=True):
     return decision
 
 
-def _log(name, value, sync_dist=False, reduce_fx="mean"):
+def _log(name, value, sync_dist=False, reduce_fx="mean", on_step=None, on_epoch=None,
+         batch_size=None, prog_bar=False):
     if not name:
         _fail("log", "the name is empty")
     if value.numel() != 1:
         _fail("log", f"'{name}' must be one value (a scalar tensor), got {value.numel()} elements")
     if reduce_fx not in REDUCE_FX:
         _fail("log", f"reduce_fx '{reduce_fx}' for '{name}': use mean, sum, max or min")
+    if batch_size is not None and batch_size <= 0:
+        _fail("log", f"batch_size for '{name}' must be > 0, got {batch_size}")
+    if on_step is False and on_epoch is False:
+        _fail("log", f"'{name}' has on_step=False and on_epoch=False: it would never be logged; "
+                     "set one of them")
     logged[name] = float(value.detach())
 
 

@@ -2,13 +2,20 @@
 dtrain-worker processes on 127.0.0.1 (ephemeral ports), always reaped. The binaries come from
 the environment ctest sets (DTRAIN_COORDINATOR_BIN, DTRAIN_WORKER_BIN, DTRAIN_DEMO_BIN)."""
 
+import importlib.util
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
 import pytest
+
+# Modules in Lightning's idiom import pytorch_lightning: the real one where it is installed,
+# else the tests' stand-in (lightning_standin/pytorch_lightning/__init__.py says why).
+if importlib.util.find_spec("pytorch_lightning") is None:
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lightning_standin"))
 
 
 def _binary(name):

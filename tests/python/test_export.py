@@ -49,11 +49,11 @@ class Untyped(Classifier):
 
 
 class ReturnsNone(Classifier):
-    def validation_step(self, batch: Tuple[torch.Tensor, torch.Tensor], batch_idx: int):
+    def predict_step(self, batch: Tuple[torch.Tensor, torch.Tensor], batch_idx: int):
         x, y = batch
-        loss = F.cross_entropy(self(x), y)
-        if bool(loss > 1e9):
-            return {"loss": loss}
+        logits = self(x)
+        if bool(logits.sum() > 1e9):
+            return logits
         return None
 
 
@@ -82,10 +82,20 @@ def test_export_checks_and_saves(tmp_path):
     assert dtrain.export.__doc__
 
 
+def test_self_log_and_an_untyped_batch_export_on_a_plain_module(tmp_path):
+    """Not only LightningModule subclasses (tests/python/test_lightning_idiom.py): an nn.Module
+    that calls self.log and leaves its batch untyped scripts too."""
+    from dtrain import ops
+    for module in (Logs(), Untyped()):
+        ops.logged.clear()
+        scripted = dtrain.export(module, str(tmp_path / "m.pt"), example())
+        assert scripted.training_step(example(), 0).requires_grad
+        assert ("train_loss" in ops.logged) == isinstance(module, Logs)
+        assert not hasattr(type(module), "current_epoch"), "the class is left as it was"
+
+
 @pytest.mark.parametrize("module, message", [
-    (Logs(), "training_step calls self.log"),
-    (Untyped(), "training_step(batch, ...) has no type for its batch"),
-    (ReturnsNone(), "validation_step returned None"),
+    (ReturnsNone(), "predict_step returned None"),
     (NoTraining(), "the module has no training_step"),
 ])
 def test_export_pitfalls_say_what_to_change(tmp_path, module, message):

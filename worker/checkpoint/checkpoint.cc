@@ -347,6 +347,14 @@ absl::Status SaveCheckpoint(const std::string& path, const LightningModule& mode
           state_dict.insert(b.name, b.value.detach());
         }
         top.insert("state_dict", state_dict);
+        // As Lightning's: the class is rebuilt with cls(**ckpt["hyper_parameters"]).
+        const std::vector<std::pair<std::string, c10::IValue>> hparams = model.HyperParameters();
+        if (!hparams.empty()) {
+          PyDict recorded = PyStrDict();
+          for (const auto& [name, value] : hparams) recorded.insert(name, value);
+          top.insert("hyper_parameters", recorded);
+          top.insert("hparams_name", std::string("kwargs"));
+        }
         c10::impl::GenericList schedulers(c10::AnyType::get());
         if (metadata.schedule != nullptr) {
           c10::IValue state = metadata.schedule->StateDict(progress.global_step);

@@ -89,7 +89,9 @@ bool ReduceBooleanDecision(bool decision, bool all) {
   return *reduced;
 }
 
-void Log(std::string name, const at::Tensor& value, bool sync_dist, std::string reduce_fx) {
+void Log(std::string name, const at::Tensor& value, bool sync_dist, std::string reduce_fx,
+         c10::optional<bool> on_step, c10::optional<bool> on_epoch,
+         c10::optional<int64_t> batch_size, bool prog_bar) {
   if (name.empty()) Raise("log", absl::InvalidArgumentError("the name is empty"));
   if (value.numel() != 1) {
     Raise("log", absl::InvalidArgumentError(
@@ -100,8 +102,25 @@ void Log(std::string name, const at::Tensor& value, bool sync_dist, std::string 
     Raise("log", absl::InvalidArgumentError(absl::StrCat("reduce_fx '", reduce_fx, "' for '", name,
                                                          "': use mean, sum, max or min")));
   }
+  if (batch_size.has_value() && *batch_size <= 0) {
+    Raise("log", absl::InvalidArgumentError(
+                     absl::StrCat("batch_size for '", name, "' must be > 0, got ", *batch_size)));
+  }
+  if (on_step.has_value() && on_epoch.has_value() && !*on_step && !*on_epoch) {
+    Raise("log", absl::InvalidArgumentError(
+                     absl::StrCat("'", name,
+                                  "' has on_step=False and on_epoch=False: it would never be "
+                                  "logged; set one of them")));
+  }
   if (ModelCollectives* target = current_target) {
-    Check("log", target->Log(name, value.detach(), sync_dist, reduce_fx));
+    LogCallOptions options;
+    options.sync_dist = sync_dist;
+    options.reduce_fx = std::move(reduce_fx);
+    if (on_step.has_value()) options.on_step = *on_step;
+    if (on_epoch.has_value()) options.on_epoch = *on_epoch;
+    if (batch_size.has_value()) options.batch_size = *batch_size;
+    options.prog_bar = prog_bar;
+    Check("log", target->Log(name, value.detach(), options));
   }
 }
 
@@ -140,7 +159,8 @@ TORCH_LIBRARY(dtrain, m) {
                       conservative),
         &ReduceBooleanDecision);
   m.def(torch::schema("dtrain::log(str name, Tensor value, bool sync_dist=False, "
-                      "str reduce_fx=\"mean\") -> ()",
+                      "str reduce_fx=\"mean\", bool? on_step=None, bool? on_epoch=None, "
+                      "int? batch_size=None, bool prog_bar=False) -> ()",
                       conservative),
         &Log);
   m.def(torch::schema("dtrain::global_rank() -> int", conservative), &GlobalRank);

@@ -7,7 +7,9 @@
 //   torch.ops.dtrain.broadcast(Tensor tensor, int src=0) -> Tensor
 //   torch.ops.dtrain.barrier(str name="") -> ()
 //   torch.ops.dtrain.reduce_boolean_decision(bool decision, bool all=True) -> bool
-//   torch.ops.dtrain.log(str name, Tensor value, bool sync_dist=False, str reduce_fx="mean") -> ()
+//   torch.ops.dtrain.log(str name, Tensor value, bool sync_dist=False, str reduce_fx="mean",
+//                        bool? on_step=None, bool? on_epoch=None, int? batch_size=None,
+//                        bool prog_bar=False) -> ()      what export()'s self.log calls
 //   torch.ops.dtrain.global_rank() -> int,  torch.ops.dtrain.world_size() -> int
 //
 // The operators run on whatever ModelCollectives the calling thread has in scope (the worker sets
@@ -22,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -29,6 +32,17 @@
 #include "absl/status/statusor.h"
 
 namespace dtrain {
+
+// Lightning's self.log options that travel with a logged value. Unset on_step / on_epoch take
+// the stage's defaults where the worker knows the stage (LoggedValue in worker.proto).
+struct LogCallOptions {
+  bool sync_dist = false;
+  std::string reduce_fx = "mean";  // mean, sum, max or min (validated by the operator)
+  std::optional<bool> on_step;
+  std::optional<bool> on_epoch;
+  std::optional<int64_t> batch_size;  // > 0; unset: the batch's size
+  bool prog_bar = false;
+};
 
 // What the operators run on. Methods are called on the thread that runs the model code
 // (backward's included); a failure's status is what the operator raises, with its message.
@@ -46,8 +60,8 @@ class ModelCollectives {
   virtual absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all) = 0;
   // A logged value (one element); with sync_dist it is first reduced over the ranks with
   // `reduce_fx` (mean, sum, max or min), as Lightning's self.log(..., sync_dist=True).
-  virtual absl::Status Log(const std::string& name, const at::Tensor& value, bool sync_dist,
-                           const std::string& reduce_fx) = 0;
+  virtual absl::Status Log(const std::string& name, const at::Tensor& value,
+                           const LogCallOptions& options) = 0;
 };
 
 // Makes `target` the calling thread's ModelCollectives for the guard's lifetime (nestable).

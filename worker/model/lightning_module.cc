@@ -43,6 +43,41 @@ bool LightningModule::HasMethod(const std::string& name) const {
   return module_.find_method(name).has_value();
 }
 
+bool LightningModule::HasAttribute(const std::string& name, c10::TypeKind kind) const {
+  const c10::ClassTypePtr type = module_.type();
+  return type->hasAttribute(name) && type->getAttribute(name)->kind() == kind;
+}
+
+void LightningModule::SetLoopState(int64_t epoch, int64_t global_step) {
+  // Checked per call: dp replicates the module, and a replica is a module of the same type.
+  if (HasAttribute("current_epoch", c10::TypeKind::IntType)) {
+    module_.setattr("current_epoch", epoch);
+  }
+  if (HasAttribute("global_step", c10::TypeKind::IntType)) {
+    module_.setattr("global_step", global_step);
+  }
+}
+
+void LightningModule::SetDevice(const c10::Device& device) {
+  if (HasAttribute("device", c10::TypeKind::DeviceObjType)) module_.setattr("device", device);
+}
+
+std::vector<std::pair<std::string, c10::IValue>> LightningModule::HyperParameters() const {
+  std::vector<std::pair<std::string, c10::IValue>> out;
+  if (!HasAttribute("hparams", c10::TypeKind::TupleType)) return out;
+  const c10::IValue value = module_.attr("hparams");
+  // The attribute's declared type has the names; a tuple value's own type does not.
+  const c10::TypePtr declared = module_.type()->getAttribute("hparams");
+  const c10::TupleType& type = declared->expectRef<c10::TupleType>();
+  if (!type.schema() || !value.isTuple()) return out;  // a plain tuple: no names to give
+  const std::vector<c10::IValue>& fields = value.toTupleRef().elements();
+  const std::vector<c10::Argument>& arguments = type.schema()->arguments();
+  for (size_t i = 0; i < fields.size() && i < arguments.size(); ++i) {
+    out.emplace_back(arguments[i].name(), fields[i]);
+  }
+  return out;
+}
+
 absl::StatusOr<c10::IValue> LightningModule::Call(const std::string& method,
                                                   std::vector<c10::IValue> args) {
   if (!HasMethod(method)) {
@@ -132,6 +167,8 @@ absl::StatusOr<StepOutput> LightningModule::Step(const std::string& method,
 absl::StatusOr<StepOutput> LightningModule::ToStepOutput(const std::string& method,
                                                          const c10::IValue& out) const {
   StepOutput result;
+  // Lightning's validation and test steps often return nothing and only self.log.
+  if (out.isNone() && method != "predict_step") return result;
   if (out.isTensor()) {
     result["output"] = out.toTensor();
   } else if (out.isGenericDict()) {

@@ -54,6 +54,13 @@ class LightningModule {
   absl::StatusOr<torch::Tensor> Forward(const torch::Tensor& input);
 
   bool HasMethod(const std::string& name) const;
+  // Lightning's self.current_epoch / self.global_step / self.device, for a module exported with
+  // them as attributes (python/dtrain/export.py adds them); a module without them is left alone.
+  void SetLoopState(int64_t epoch, int64_t global_step);
+  void SetDevice(const c10::Device& device);
+  // What save_hyperparameters() recorded (export() keeps it as the NamedTuple attribute
+  // `hparams`), by name in the recorded order; empty for a module without it.
+  std::vector<std::pair<std::string, c10::IValue>> HyperParameters() const;
   // Calls Lightning hook `name` (e.g. "on_train_epoch_start") with no arguments when the module
   // defines it; OK when it does not. INVALID_ARGUMENT with libtorch's message when it fails.
   absl::Status CallHook(const std::string& name);
@@ -70,6 +77,8 @@ class LightningModule {
   LightningModule(torch::jit::Module module, std::string origin)
       : module_(std::move(module)), origin_(std::move(origin)) {}
   absl::StatusOr<c10::IValue> Call(const std::string& method, std::vector<c10::IValue> args);
+  // Whether the module has attribute `name` of `kind` (what SetLoopState may write).
+  bool HasAttribute(const std::string& name, c10::TypeKind kind) const;
   absl::StatusOr<StepOutput> Step(const std::string& method, const c10::IValue& batch,
                                   int64_t batch_idx);
 

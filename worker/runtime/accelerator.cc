@@ -82,6 +82,7 @@ absl::Status Accelerator::Setup(LightningModule model, const OptimizerConfig& op
 absl::Status Accelerator::ModelToDevice() {
   return GuardTorch("cannot move the model to " + device_.str(), [&]() -> absl::Status {
     model_->module().to(device_);
+    model_->SetDevice(device_);
     return absl::OkStatus();
   });
 }
@@ -235,6 +236,7 @@ absl::StatusOr<TrainingProgress> Accelerator::LoadCheckpoint(const std::string& 
       RestoreCheckpoint(received, path, *model_, strategy_->RestoreTarget(), precision_->scaler()));
   DTRAIN_RETURN_IF_ERROR(strategy_->FinishRestore());
   progress_ = progress;
+  model_->SetLoopState(progress_.epoch, progress_.global_step);
   return progress;
 }
 

@@ -100,7 +100,9 @@ class Accelerator {
   // collectives in scope for torch.ops.dtrain.
   absl::Status CallHook(const std::string& name);
   // What model code logged (torch.ops.dtrain.log) since the last take.
-  std::map<std::string, double> TakeLogged() { return collectives_->TakeLogged(); }
+  std::map<std::string, StrategyCollectives::Logged> TakeLogged() {
+    return collectives_->TakeLogged();
+  }
 
   // Collectives, through the strategy.
   absl::Status Barrier(const std::string& name) { return strategy_->Barrier(name); }
@@ -137,12 +139,18 @@ class Accelerator {
 
   const TrainingProgress& progress() const { return progress_; }
   // After an optimizer step: the global step advances (Lightning's update_global_step).
-  void UpdateGlobalStep() { ++progress_.global_step; }
+  void UpdateGlobalStep() {
+    ++progress_.global_step;
+    model_->SetLoopState(progress_.epoch, progress_.global_step);
+  }
   // model.train() / model.eval(): training steps run in train mode, validation, test and
   // predict in eval mode (Dropout off, BatchNorm on its running statistics), whatever mode the
   // module was exported in. Cheap when the mode does not change.
   void SetTrainingMode(bool on);
-  void SetEpoch(int64_t epoch) { progress_.epoch = epoch; }
+  void SetEpoch(int64_t epoch) {
+    progress_.epoch = epoch;
+    model_->SetLoopState(progress_.epoch, progress_.global_step);
+  }
   LightningModule& model() { return *model_; }
 
  protected:

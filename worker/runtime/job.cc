@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <map>
+#include <optional>
 
 #include <torch/types.h>
 
@@ -83,12 +86,74 @@ void AddOutputs(const StepOutput& out, bool with_tensors, v1::BatchResult* resul
   }
 }
 
-// What an epoch-end hook logged joins the epoch's last batch (dropped when there is none).
-void AddLogged(Accelerator& a, v1::LocalResult* result) {
-  std::map<std::string, double> logged = a.TakeLogged();
+// What model code logged during a batch, with Lightning's defaults for self.log: training_step
+// logs per step, the other steps and every hook per epoch; a mean weighs each value by its
+// batch's size unless the call gave batch_size.
+void AddLogged(std::map<std::string, StrategyCollectives::Logged> logged, bool training_step,
+               int64_t batch_size, v1::BatchResult* r) {
+  for (const auto& [name, l] : logged) {
+    v1::LoggedValue& v = (*r->mutable_logged())[name];
+    v.set_value(l.value);
+    v.set_local_value(l.local_value);
+    v.set_on_step(l.options.on_step.value_or(training_step));
+    v.set_on_epoch(l.options.on_epoch.value_or(!training_step));
+    v.set_reduce_fx(l.options.reduce_fx);
+    v.set_batch_size(static_cast<double>(l.options.batch_size.value_or(batch_size)));
+    v.set_prog_bar(l.options.prog_bar);
+  }
+}
+
+// What an epoch-end hook logged joins the epoch's last batch (dropped when there is none), as
+// one value of weight 1 unless it gave batch_size.
+void AddHookLogged(Accelerator& a, v1::LocalResult* result) {
+  std::map<std::string, StrategyCollectives::Logged> logged = a.TakeLogged();
   if (result->batches_size() == 0) return;
-  v1::BatchResult* last = result->mutable_batches(result->batches_size() - 1);
-  for (const auto& [name, value] : logged) (*last->mutable_scalars())[name] = value;
+  AddLogged(std::move(logged), /*training_step=*/false, 1,
+            result->mutable_batches(result->batches_size() - 1));
+}
+
+// A hyperparameter's value as YAML flow text (what save_hyperparameters() can record: bool,
+// int, float, str and lists of them); nullopt for anything else.
+std::optional<std::string> FlowYaml(const c10::IValue& value) {
+  if (value.isBool()) return std::string(value.toBool() ? "true" : "false");
+  if (value.isInt()) return std::to_string(value.toInt());
+  if (value.isDouble()) {
+    const double d = value.toDouble();
+    if (std::isnan(d)) return std::string(".nan");
+    if (std::isinf(d)) return std::string(d > 0 ? ".inf" : "-.inf");
+    char text[64];
+    const std::to_chars_result end = std::to_chars(text, text + sizeof(text), d);
+    std::string out(text, end.ptr);
+    // A float stays a float when read back (32.0, not the int 32).
+    if (out.find_first_of(".e") == std::string::npos) out += ".0";
+    return out;
+  }
+  if (value.isString()) {
+    std::string out = "\"";
+    for (char c : value.toStringRef()) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        char escaped[8];
+        std::snprintf(escaped, sizeof(escaped), "\\x%02x", static_cast<unsigned char>(c));
+        out += escaped;
+      } else {
+        out += c;
+      }
+    }
+    return out + "\"";
+  }
+  if (value.isList()) {
+    std::vector<std::string> items;
+    for (const c10::IValue& item : value.toListRef()) {
+      std::optional<std::string> text = FlowYaml(item);
+      if (!text.has_value()) return std::nullopt;
+      items.push_back(*std::move(text));
+    }
+    return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -345,6 +410,13 @@ void Job::Describe(v1::SetupResponse* response) const {
   response->set_collective_plane(plane_);
   response->set_collective_plane_note(plane_note_);
   response->set_group_formation_ms(absl::ToInt64Milliseconds(group_formation_));
+  for (const auto& [name, value] : accelerator_->model().HyperParameters()) {
+    std::optional<std::string> yaml = FlowYaml(value);
+    if (!yaml.has_value()) continue;
+    v1::HyperParameter* h = response->add_hyper_parameters();
+    h->set_name(name);
+    h->set_yaml(*std::move(yaml));
+  }
 }
 
 int Job::BatchCount(const v1::LocalWork& work) {
@@ -398,6 +470,8 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   }
   a.SetEpoch(epoch);
   a.SetTrainingMode(true);
+  // What the start hooks logged joins the call's first batch, with a hook's defaults.
+  std::map<std::string, StrategyCollectives::Logged> hook_logged = a.TakeLogged();
   v1::LocalResult result;
   result.set_rank(a.strategy().global_rank());
   const absl::Time began = absl::Now();
@@ -424,7 +498,8 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     for (const auto& [name, value] : a.model().TakeTrainingExtras()) {
       (*r->mutable_scalars())[name] = value;
     }
-    for (const auto& [name, value] : a.TakeLogged()) (*r->mutable_scalars())[name] = value;
+    AddLogged(a.TakeLogged(), /*training_step=*/true, r->size(), r);
+    if (!hook_logged.empty()) AddLogged(std::exchange(hook_logged, {}), false, 1, r);
     if (should_accumulate) continue;
     if (clip_val_ > 0) {
       DTRAIN_ASSIGN_OR_RETURN(double norm, a.ClipGradients(clip_val_, clip_algorithm_));
@@ -445,7 +520,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
       absl::ToDoubleSeconds(a.strategy().gradient_wait() - waited_before));
   if (end_of_epoch) {
     DTRAIN_RETURN_IF_ERROR(a.CallHook("on_train_epoch_end"));
-    AddLogged(a, &result);
+    AddHookLogged(a, &result);
   }
   result.set_global_step(a.progress().global_step);
   result.set_lr(a.strategy().learning_rate());
@@ -510,14 +585,14 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
       AddOutputs(out, with_tensors, r);
       return absl::OkStatus();
     }));
-    for (const auto& [name, value] : a.TakeLogged()) (*r->mutable_scalars())[name] = value;
+    AddLogged(a.TakeLogged(), /*training_step=*/false, r->size(), r);
   }
   DTRAIN_RETURN_IF_ERROR(a.CallHook(absl::StrCat("on_", hook_stage, "_epoch_end")));
   DTRAIN_RETURN_IF_ERROR(a.CallHook(absl::StrCat("on_", hook_stage, "_end")));
   DTRAIN_RETURN_IF_ERROR(kind == StepKind::kValidation ? a.OnValidationEnd()
                          : kind == StepKind::kTest     ? a.OnTestEnd()
                                                        : a.OnPredictEnd());
-  AddLogged(a, &result);
+  AddHookLogged(a, &result);
   result.set_global_step(a.progress().global_step);
   return result;
 }

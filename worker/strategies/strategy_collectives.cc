@@ -69,15 +69,18 @@ absl::StatusOr<bool> StrategyCollectives::ReduceBooleanDecision(bool decision, b
 }
 
 absl::Status StrategyCollectives::Log(const std::string& name, const at::Tensor& value,
-                                      bool sync_dist, const std::string& reduce_fx) {
+                                      const LogCallOptions& options) {
   torch::Tensor v = value.detach().to(torch::kCPU, torch::kFloat64).reshape({1});
-  if (sync_dist && world_size() > 1) DTRAIN_RETURN_IF_ERROR(AllReduce(v, reduce_fx));
-  logged_[name] = v.item<double>();
+  const double local = v.item<double>();
+  if (options.sync_dist && world_size() > 1) {
+    DTRAIN_RETURN_IF_ERROR(AllReduce(v, options.reduce_fx));
+  }
+  logged_[name] = Logged{v.item<double>(), local, options};
   return absl::OkStatus();
 }
 
-std::map<std::string, double> StrategyCollectives::TakeLogged() {
-  std::map<std::string, double> taken;
+std::map<std::string, StrategyCollectives::Logged> StrategyCollectives::TakeLogged() {
+  std::map<std::string, Logged> taken;
   taken.swap(logged_);
   return taken;
 }

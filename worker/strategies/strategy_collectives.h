@@ -26,12 +26,18 @@ class StrategyCollectives : public ModelCollectives {
   absl::Status Broadcast(at::Tensor& tensor, int64_t src) override;
   absl::Status Barrier(const std::string& name) override;
   absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all) override;
-  absl::Status Log(const std::string& name, const at::Tensor& value, bool sync_dist,
-                   const std::string& reduce_fx) override;
+  absl::Status Log(const std::string& name, const at::Tensor& value,
+                   const LogCallOptions& options) override;
 
+  // A logged value (already reduced over the ranks when sync_dist) with its options.
+  struct Logged {
+    double value = 0;        // reduced over the ranks when sync_dist
+    double local_value = 0;  // this rank's
+    LogCallOptions options;
+  };
   // The values logged since the last take, by name (the last value of a name wins, as a step's
   // self.log does), then forgets them.
-  std::map<std::string, double> TakeLogged();
+  std::map<std::string, Logged> TakeLogged();
   // After model code failed with `error`: the failed collective's status if one failed during
   // the call (its code, its message naming the ranks, and where the model raised it), else
   // `error` as it is. Forgets the failure.
@@ -41,7 +47,7 @@ class StrategyCollectives : public ModelCollectives {
   absl::Status Record(absl::Status status);
 
   Strategy* const strategy_;
-  std::map<std::string, double> logged_;
+  std::map<std::string, Logged> logged_;
   absl::Status failure_;
 };
 
