@@ -142,6 +142,15 @@ def test_cluster_jobs_and_job_pages_live_cancel_and_escaping(cluster, browser):
     wait_for(browser, lambda d: "CANCELLED" in d.find_element(By.ID, "job-title").find_element(
         By.XPATH, "..").text, seconds=30, what="the cancelled state")
     assert job.status().state == jobs_pb2.CANCELLED
+    assert browser.find_elements(By.ID, "cancel") == [], "an ended job offers no Cancel"
+    # Accuracy on an axis from 0 to 1; loss on an axis fitted to its data.
+    scales = browser.execute_script(
+        "return ['acc', 'loss'].map(f => { const c = document.querySelector("
+        "`canvas[data-family='${f}']`); const chart = c && Chart.getChart(c);"
+        "return chart ? [chart.scales.y.min, chart.scales.y.max,"
+        "                chart.options.scales.y.max === undefined] : null; });")
+    assert scales[0] == [0, 1, False], scales
+    assert scales[1] is not None and scales[1][2], scales
     assert console_errors(browser) == []
 
     # What a user wrote is shown as text: a job name with markup is refused at submission, and

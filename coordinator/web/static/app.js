@@ -218,14 +218,21 @@ async function renderJobs(main) {
 // ---- one job -------------------------------------------------------------------------------
 
 // Metrics on shared axes by what they measure: train_loss and val_loss on one chart (as
-// TensorBoard's scalars group by tag), train_acc and val_acc on another, anything else alone.
+// TensorBoard's scalars group by tag), train_acc, train_acc_step and val_acc on another (the
+// _step / _epoch of self.log's both-ways values), anything else alone.
 function family(name) {
-  const base = name.replace(/^(train|val|test)_/, '');
-  return base === name ? name : base;
+  const unsuffixed = name.replace(/_(step|epoch)$/, '');
+  const base = unsuffixed.replace(/^(train|val|test)_/, '');
+  return base === unsuffixed ? unsuffixed : base;
+}
+// An accuracy is a fraction: its axis runs from 0 to 1, not to whatever the data suggests.
+function isFraction(fam) {
+  return /(^|_)acc(uracy)?($|_)/.test(fam);
 }
 const COLORS = ['#2f5fd0', '#d0472f', '#1b998b', '#a05cd5', '#e39b16', '#51606f'];
 
 function newChart(canvas, title) {
+  const y = isFraction(title) ? {type: 'linear', min: 0, max: 1} : {type: 'linear'};
   return new Chart(canvas, {
     type: 'line',
     data: {datasets: []},
@@ -238,7 +245,7 @@ function newChart(canvas, title) {
       // A job logging at its full rate has more points than pixels: draw a faithful 500.
       plugins: {title: {display: true, text: title}, legend: {position: 'bottom'},
                 decimation: {enabled: true, algorithm: 'lttb', samples: 500}},
-      scales: {x: {type: 'linear', title: {display: true, text: 'step'}}, y: {type: 'linear'}},
+      scales: {x: {type: 'linear', title: {display: true, text: 'step'}}, y},
     },
   });
 }
@@ -264,7 +271,8 @@ async function renderJob(main, id) {
     const terminal = ended(job.state);
     if (endedShown && !terminal) return;
     endedShown = terminal;
-    const cancel = el('button', {class: 'danger', id: 'cancel', disabled: terminal, onclick: async () => {
+    // An ended job has nothing to cancel: no button.
+    const cancel = terminal ? null : el('button', {class: 'danger', id: 'cancel', onclick: async () => {
       cancel.disabled = true;
       try {
         drawHeader(await api(`/api/v1/jobs/${encodeURIComponent(id)}/cancel`, {method: 'POST'}));
