@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/checkpoint_filename.h"
 #include "common/file_reference.h"
 #include "common/job_settings.h"
 #include "common/sha256.h"
@@ -222,6 +223,7 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
 
   v1::CheckpointConfig* c = spec->mutable_checkpoint();
   if (c->mode().empty()) c->set_mode(DefaultMode(c->monitor()));
+  if (absl::Status s = ValidateCheckpointFilename(c->filename()); !s.ok()) return s;
   if (absl::Status s = MarkSharedDirectory(c->mutable_dirpath()); !s.ok()) return s;
   v1::EarlyStoppingConfig* e = spec->mutable_early_stopping();
   if (e->mode().empty()) e->set_mode(DefaultMode(e->monitor()));

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checkpoint_filename.h"
 #include "common/job_spec.h"
 #include "coordinator/jobs/distributed_sampler.h"
 #include "coordinator/jobs/metric_names.h"
@@ -168,6 +170,16 @@ class TrainerTest : public ::testing::Test {
   std::string dir_ = absl::StrCat(::testing::TempDir(), "/trainer-test-", getpid());
   FakeWorkerGroup* group_ = nullptr;
 };
+
+// Every rank's val_loss at the k-th validation of the run is losses[k].
+FakeWorkerGroupOptions ValidationLosses(std::vector<double> losses) {
+  FakeWorkerGroupOptions fake;
+  fake.validation_metrics = [losses = std::move(losses)](
+                                int validation, int rank) -> std::map<std::string, double> {
+    return {{"loss", losses[validation]}};
+  };
+  return fake;
+}
 
 bool SameBatches(const std::vector<testing::TrainedBatch>& a,
                  const std::vector<testing::TrainedBatch>& b) {
@@ -374,12 +386,7 @@ TEST_F(TrainerTest, TopK_MonitoredMin_KeepsTheBestTwoEvictsTheRestAndTestsTheBes
   spec.mutable_trainer()->set_test_ckpt_path("best");
   spec.mutable_checkpoint()->set_monitor("val_loss");
   spec.mutable_checkpoint()->set_save_top_k(2);
-  FakeWorkerGroupOptions fake;
-  const std::vector<double> losses = {0.5, 0.3, 0.4, 0.2};
-  fake.validation_metrics = [&](int validation, int rank) -> std::map<std::string, double> {
-    return {{"loss", losses[validation]}};
-  };
-  auto trainer = Make(spec, fake);
+  auto trainer = Make(spec, ValidationLosses({0.5, 0.3, 0.4, 0.2}));
   ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
   EXPECT_THAT(store_.names(),
               UnorderedElementsAre("epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt", "last.ckpt"));
@@ -625,6 +632,135 @@ TEST_F(TrainerTest, Setup_NoTrainSplit_FitRefusedNamingTheData) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("fit needs a train split"));
   EXPECT_THAT(record_.lines, ::testing::Contains(HasSubstr("time by phase: placement 2.0 s")));
+}
+
+// ModelCheckpoint's filename template, every_n_epochs and save_top_k: -1, as Lightning's.
+TEST_F(TrainerTest, Checkpoint_FilenameTemplate_EveryNEpochs_KeepAll) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_max_epochs(4);
+  spec.mutable_checkpoint()->set_monitor("val_loss");
+  spec.mutable_checkpoint()->set_save_top_k(-1);
+  spec.mutable_checkpoint()->set_every_n_epochs(2);
+  spec.mutable_checkpoint()->set_filename("{epoch:02d}-{val_loss:.2f}-{missing}");
+  auto trainer = Make(spec, ValidationLosses({0.5, 0.3, 0.4, 0.2}));
+  ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  // Epochs 1 and 3 (every second), both kept; a metric the run never logged formats as 0.
+  EXPECT_THAT(store_.names(),
+              UnorderedElementsAre("epoch=01-val_loss=0.30-missing=0.ckpt",
+                                   "epoch=03-val_loss=0.20-missing=0.ckpt", "last.ckpt"));
+  EXPECT_TRUE(record_.dropped.empty());
+  EXPECT_EQ(record_.best, "job:job-1/epoch=03-val_loss=0.20-missing=0.ckpt");
+}
+
+// With validation off, a monitored training epoch value (self.log with on_epoch) picks the
+// checkpoints at each epoch's end; its _step points follow log_every_n_steps.
+TEST_F(TrainerTest, Checkpoint_MonitorsATrainingEpochValue_WhenValidationIsOff) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_limit_val_batches(0);
+  spec.mutable_checkpoint()->set_monitor("train_acc_epoch");
+  spec.mutable_checkpoint()->set_mode("max");
+  spec.mutable_checkpoint()->set_filename("best-{epoch}-{train_acc_epoch:.3f}");
+  spec.mutable_checkpoint()->set_auto_insert_metric_name(false);
+  FakeWorkerGroupOptions fake;
+  // Epoch accuracy 0.5, 0.8, 0.6: rank 1's batches weigh as much as rank 0's.
+  const std::vector<double> acc = {0.5, 0.8, 0.6};
+  fake.training_logged = [&](int64_t epoch, int64_t batch,
+                             int rank) -> std::map<std::string, LoggedValue> {
+    const double value = acc[epoch] + (rank == 0 ? -0.1 : 0.1);
+    return {{"train_acc", LoggedValue{.value = value,
+                                      .local_value = value,
+                                      .on_step = true,
+                                      .on_epoch = true,
+                                      .weight = 8}}};
+  };
+  auto trainer = Make(spec, fake);
+  ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  EXPECT_THAT(store_.names(), UnorderedElementsAre("best-1-0.800.ckpt", "last.ckpt"));
+  EXPECT_THAT(record_.dropped, ElementsAre("best-0-0.500.ckpt"));
+  const std::vector<Point> epochs = record_.Named("train_acc_epoch");
+  ASSERT_EQ(epochs.size(), 3u);
+  for (int e = 0; e < 3; ++e) EXPECT_NEAR(epochs[e].value, acc[e], 1e-12);
+  // Rank 0's value, at every second step of 12 (4 steps an epoch, one batch a call).
+  const std::vector<Point> steps = record_.Named("train_acc_step");
+  ASSERT_EQ(steps.size(), 6u);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].step, 2 * static_cast<int64_t>(i + 1));
+    EXPECT_NEAR(steps[i].value, acc[(steps[i].step - 1) / 4] - 0.1, 1e-12);
+  }
+  EXPECT_TRUE(record_.Named("train_acc").empty());
+}
+
+TEST_F(TrainerTest, Checkpoint_SaveTopKZero_OnlyLast_AndAMonitorNobodyLogsIsNamed) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_checkpoint()->set_monitor("val_loss");
+  spec.mutable_checkpoint()->set_save_top_k(0);
+  auto trainer = Make(spec);
+  ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  EXPECT_THAT(store_.names(), UnorderedElementsAre("last.ckpt"));
+
+  v1::JobSpec unknown = Spec();
+  unknown.mutable_checkpoint()->set_monitor("val_f1");
+  trainer = Make(unknown);
+  const absl::Status status = trainer->Run();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("'val_f1' is neither a validation metric nor a training epoch value"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("val_loss"));
+}
+
+TEST(CheckpointFilename, BadTemplatesRefusedAtSubmission_GoodOnesFormatAsPython) {
+  for (const char* bad :
+       {"{epoch", "epoch}", "a/b", "{val_loss:.2x}", "last", "../x", "{}", "{a{b}}"}) {
+    v1::JobSpec spec = Spec();
+    spec.mutable_checkpoint()->set_filename(bad);
+    const absl::Status status = NormalizeJobSpec(&spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("checkpoint.filename")) << bad;
+  }
+  const std::map<std::string, double> values = {
+      {"epoch", 3}, {"step", 120}, {"val_loss", 0.123456}, {"lr-AdamW/pg1", 0.001}};
+  // format(0.123456, ".2f") == "0.12"; format(3, "03d") == "003"; format(0.001, ".1e").
+  EXPECT_EQ(FormatCheckpointFilename("{epoch:03d}-{val_loss:.2f}-{lr-AdamW/pg1:.1e}", values, true),
+            "epoch=003-val_loss=0.12-lr-AdamW_pg1=1.0e-03.ckpt");
+  EXPECT_EQ(FormatCheckpointFilename("", values, true), "epoch=3-step=120.ckpt");
+  EXPECT_EQ(FormatCheckpointFilename("{val_loss}", values, false), "0.123456.ckpt");
+}
+
+// EarlyStopping's stopping_threshold, divergence_threshold and check_finite, each named in
+// the log, each stopping after the validation that crossed it.
+TEST_F(TrainerTest, EarlyStopping_Thresholds_AndANonFiniteValue) {
+  struct Case {
+    std::function<void(v1::EarlyStoppingConfig*)> set;
+    std::vector<double> losses;
+    int validations;
+    std::string said;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::EarlyStoppingConfig* e) { e->set_stopping_threshold(0.25); },
+       {0.5, 0.3, 0.2, 0.1, 0.05},
+       3,
+       "val_loss = 0.2 reached the stopping threshold 0.25 (rank 0)"},
+      {[](v1::EarlyStoppingConfig* e) { e->set_divergence_threshold(1.0); },
+       {0.5, 0.7, 1.5, 0.4, 0.3},
+       3,
+       "val_loss = 1.5 is worse than the divergence threshold 1 (rank 0)"},
+      {[](v1::EarlyStoppingConfig*) {},
+       {0.5, std::nan(""), 0.2, 0.1, 0.05},
+       2,
+       "val_loss is nan, not a finite number (rank 0)"},
+  };
+  for (const Case& c : cases) {
+    record_ = Record();
+    v1::JobSpec spec = Spec();
+    spec.mutable_trainer()->set_max_epochs(5);
+    spec.mutable_early_stopping()->set_monitor("val_loss");
+    spec.mutable_early_stopping()->set_patience(10);
+    c.set(spec.mutable_early_stopping());
+    auto trainer = Make(spec, ValidationLosses(c.losses));
+    ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+    EXPECT_EQ(group().count("validation_step"), c.validations) << c.said;
+    EXPECT_EQ(record_.Lines("early stopping: " + c.said), 1) << absl::StrJoin(record_.lines, "\n");
+  }
 }
 
 }  // namespace

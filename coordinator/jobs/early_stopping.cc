@@ -1,5 +1,7 @@
 #include "coordinator/jobs/early_stopping.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -14,25 +16,46 @@ absl::Status EarlyStopping::OnValidationEnd(TrainerControl& trainer,
   const int world = trainer.world_size();
   ranks_.resize(world);
   std::vector<bool> rank_stops(world, false);
+  std::string why;  // the first stopping rank's reason, for the log
+  const bool max = e.mode() == "max";
   for (int r = 0; r < world && r < static_cast<int>(metrics.by_rank.size()); ++r) {
     auto it = metrics.by_rank[r].find(e.monitor());
     if (it == metrics.by_rank[r].end()) continue;  // a rank without validation data has no say
+    const double value = it->second;
     RankState& s = ranks_[r];
-    const bool improved = !s.has_best || (e.mode() == "max" ? it->second > s.best + e.min_delta()
-                                                            : it->second < s.best - e.min_delta());
-    if (improved) {
-      s.best = it->second;
+    // Lightning's order: a non-finite value, the stopping threshold, the divergence threshold,
+    // then patience.
+    std::string reason;
+    if ((!e.has_check_finite() || e.check_finite()) && !std::isfinite(value)) {
+      reason = absl::StrCat(e.monitor(), " is ", value, ", not a finite number");
+    } else if (e.has_stopping_threshold() &&
+               (max ? value >= e.stopping_threshold() : value <= e.stopping_threshold())) {
+      reason = absl::StrCat(e.monitor(), " = ", value, " reached the stopping threshold ",
+                            e.stopping_threshold());
+    } else if (e.has_divergence_threshold() &&
+               (max ? value < e.divergence_threshold() : value > e.divergence_threshold())) {
+      reason = absl::StrCat(e.monitor(), " = ", value, " is worse than the divergence threshold ",
+                            e.divergence_threshold());
+    }
+    const bool improved =
+        !s.has_best || (max ? value > s.best + e.min_delta() : value < s.best - e.min_delta());
+    if (improved && std::isfinite(value)) {
+      s.best = value;
       s.has_best = true;
       s.wait = 0;
     } else {
       ++s.wait;
     }
-    rank_stops[r] = s.wait >= e.patience();
+    if (reason.empty() && s.wait >= e.patience()) {
+      reason = absl::StrCat(e.monitor(), " did not improve by ", e.min_delta(), " for ",
+                            e.patience(), " validations");
+    }
+    rank_stops[r] = !reason.empty();
+    if (why.empty() && !reason.empty()) why = absl::StrCat(reason, " (rank ", r, ")");
   }
   DTRAIN_ASSIGN_OR_RETURN(const bool any, trainer.AnyRankDecides(rank_stops));
   if (any) {
-    trainer.Log(absl::StrCat("early stopping: ", e.monitor(), " did not improve by ", e.min_delta(),
-                             " for ", e.patience(), " validations"));
+    trainer.Log(absl::StrCat("early stopping: ", why));
     trainer.RequestStop();
   }
   return absl::OkStatus();

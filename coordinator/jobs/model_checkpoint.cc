@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checkpoint_filename.h"
 #include "common/file_reference.h"
 #include "common/status_macros.h"
 
@@ -40,11 +41,27 @@ bool ModelCheckpoint::Better(double a, double b) const {
   return config_.mode() == "max" ? a > b : a < b;
 }
 
+namespace {
+
+// Validation never runs in this fit: its split is empty, or limit_val_batches is 0.
+bool ValidationOff(TrainerControl& trainer) {
+  const v1::TrainerConfig& t = trainer.spec().trainer();
+  return (t.has_limit_val_batches() && t.limit_val_batches() == 0) ||
+         trainer.state().split_size("val") == 0;
+}
+
+}  // namespace
+
 absl::Status ModelCheckpoint::OnTrainBatchesEnd(TrainerControl& trainer,
                                                 const TrainBatches& batches) {
+  for (const auto& [name, value] : batches.epoch_logged) train_values_[name] = value;
   const int64_t every = config_.every_n_steps();
   if (every > 0 && trainer.global_step() / every != batches.step_before / every) {
-    return trainer.SaveCheckpoint({kLastName, {}, std::nullopt});
+    DTRAIN_RETURN_IF_ERROR(trainer.SaveCheckpoint({kLastName, {}, std::nullopt}));
+  }
+  // As Lightning's: without a validation loop, the epoch's checkpoint comes at its end.
+  if (batches.epoch_end && trainer.state().stage == "fit" && ValidationOff(trainer)) {
+    return SaveForEpoch(trainer, {});
   }
   return absl::OkStatus();
 }
@@ -53,15 +70,41 @@ absl::Status ModelCheckpoint::OnValidationEnd(TrainerControl& trainer,
                                               const ValidationMetrics& metrics) {
   // Only fit writes checkpoints (Lightning's ModelCheckpoint skips trainer.validate).
   if (trainer.state().stage != "fit") return absl::OkStatus();
+  return SaveForEpoch(trainer, metrics.overall);
+}
+
+absl::Status ModelCheckpoint::SaveForEpoch(TrainerControl& trainer,
+                                           const std::map<std::string, double>& validation) {
+  const int every_epochs = config_.every_n_epochs();
+  if (every_epochs > 0 && (trainer.epoch() + 1) % every_epochs != 0) return absl::OkStatus();
   if (config_.monitor().empty()) return trainer.SaveCheckpoint({kLastName, {}, std::nullopt});
-  DTRAIN_ASSIGN_OR_RETURN(double value, MonitoredValue(metrics, config_.monitor(), "checkpoint"));
+  // Every value a filename may name: the validation's, then the training epoch's.
+  std::map<std::string, double> values = validation;
+  values.insert(train_values_.begin(), train_values_.end());
+  auto found = values.find(config_.monitor());
+  if (found == values.end()) {
+    std::vector<std::string> have;
+    for (const auto& [name, value] : values) have.push_back(name);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint.monitor: '", config_.monitor(),
+        "' is neither a validation metric nor a training epoch value the model logs; the run "
+        "has ",
+        have.empty() ? "none" : absl::StrJoin(have, ", ")));
+  }
+  const double value = found->second;
+  const int k = config_.save_top_k();
+  if (k == 0) return absl::OkStatus();
   const bool qualifies =
-      static_cast<int>(top_k_.size()) < config_.save_top_k() || Better(value, top_k_.back().first);
+      k < 0 || static_cast<int>(top_k_.size()) < k || Better(value, top_k_.back().first);
   if (!qualifies) return absl::OkStatus();
-  const std::string name =
-      absl::StrCat("epoch=", trainer.epoch(), "-step=", trainer.global_step(), ".ckpt");
+  values["epoch"] = static_cast<double>(trainer.epoch());
+  values["step"] = static_cast<double>(trainer.global_step());
+  const std::string name = FormatCheckpointFilename(
+      config_.filename(), values,
+      !config_.has_auto_insert_metric_name() || config_.auto_insert_metric_name());
   std::vector<std::pair<double, std::string>> next = top_k_;
-  // The same step again (a resumed run validating where it stopped) replaces its file.
+  // The same name again (a resumed run validating where it stopped, or a template without
+  // {step}) replaces its file.
   next.erase(
       std::remove_if(next.begin(), next.end(), [&](const auto& e) { return e.second == name; }),
       next.end());
@@ -69,7 +112,7 @@ absl::Status ModelCheckpoint::OnValidationEnd(TrainerControl& trainer,
   std::stable_sort(next.begin(), next.end(),
                    [&](const auto& a, const auto& b) { return Better(a.first, b.first); });
   std::vector<std::string> evict;
-  while (static_cast<int>(next.size()) > config_.save_top_k()) {
+  while (k > 0 && static_cast<int>(next.size()) > k) {
     evict.push_back(next.back().second);
     next.pop_back();
   }

@@ -1,10 +1,14 @@
 // ModelCheckpoint, as Lightning's callback: a checkpoint every `every_n_steps` optimizer steps
-// and at the end of fit (last.ckpt), and at each validation either the top k by a monitored
-// metric (epoch=E-step=S.ckpt; evicted files are deleted) or, with no monitor, last.ckpt.
+// and at the end of fit (last.ckpt), and at each validation (of every `every_n_epochs`-th
+// epoch; at each epoch's end when validation is off) either the top k by a monitored metric
+// (named by the `filename` template, epoch=E-step=S.ckpt by default; evicted files are
+// deleted; k = -1 keeps all, 0 none) or, with no monitor, last.ckpt. The monitor may be a
+// validation metric or a training epoch value the model logs (self.log's on_epoch).
 // The top k survive a new run of the job (re-formed, resumed after a coordinator restart): it
 // starts from the files the job kept, with their monitored values.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,10 +37,16 @@ class ModelCheckpoint final : public TrainerCallback {
 
  private:
   bool Better(double a, double b) const;
+  // The epoch's save: last.ckpt without a monitor, else the top-k logic. `validation` holds
+  // the validation's metrics (empty when validation is off).
+  absl::Status SaveForEpoch(TrainerControl& trainer,
+                            const std::map<std::string, double>& validation);
 
   const v1::CheckpointConfig config_;
   // Kept checkpoints by monitored value: (value, name), best first.
   std::vector<std::pair<double, std::string>> top_k_;
+  // The latest training epoch values the model logged, by name.
+  std::map<std::string, double> train_values_;
 };
 
 }  // namespace dtrain

@@ -125,12 +125,14 @@ absl::StatusOr<TrainResult> FakeWorkerGroup::Train(const TrainCall& call) {
       BatchScalars scalars;
       scalars.size = static_cast<int64_t>(indices.size());
       scalars.scalars = {{"loss", Measure(indices).at("loss")}};
+      if (options_.training_logged) scalars.logged = options_.training_logged(call.epoch, b, r);
       result.ranks[r].batches.push_back(std::move(scalars));
     }
     gradient_ += gradient / world_ / static_cast<double>(accumulate);
     ++accumulated_;
     const bool closes =
         accumulated_ == accumulate || (call.end_of_epoch && b == call.first + call.count - 1);
+    for (int r = 0; r < world_; ++r) result.ranks[r].batches.back().optimizer_stepped = closes;
     if (closes) {
       weight_ -= lr * gradient_;
       gradient_ = 0;

@@ -72,6 +72,9 @@ struct FakeWorkerGroupOptions {
   // Validation metrics (without the val_ prefix) of rank `rank` at the `validation`-th
   // validation of the run; null: the model's own loss and acc.
   std::function<std::map<std::string, double>(int validation, int rank)> validation_metrics;
+  // What rank `rank`'s model logs (self.log) in training batch `batch` of `epoch`.
+  std::function<std::map<std::string, LoggedValue>(int64_t epoch, int64_t batch, int rank)>
+      training_logged;
   // Before every call, with the group (to MarkLost or Cancel it); a non-OK status fails the call
   // as that worker's error would.
   std::function<absl::Status(const FakeCall& call)> before_call;
