@@ -14,6 +14,11 @@ namespace {
 
 constexpr char kDefaultPattern[] = "{epoch}-{step}";
 
+bool IsFileNameChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '=' ||
+         c == '-';
+}
+
 struct Field {
   std::string name;
   bool zero = false;
@@ -89,6 +94,7 @@ absl::Status ValidateCheckpointFilename(const std::string& pattern) {
   };
   if (pattern.size() > 200) return bad("longer than 200 characters");
   if (pattern == "last") return bad("last.ckpt is the latest checkpoint's own name");
+  if (!pattern.empty() && pattern[0] == '.') return bad("a name may not start with '.'");
   if (absl::StrContains(pattern, "..") || absl::StrContains(pattern, "\\")) {
     return bad("'..' and '\\' have no place in a file name");
   }
@@ -108,7 +114,11 @@ absl::Status ValidateCheckpointFilename(const std::string& pattern) {
       i = close + 1;
       continue;
     }
-    if (c == '/' || static_cast<unsigned char>(c) < 0x20) return bad("'/' or a control character");
+    if (!IsFileNameChar(c)) {
+      return bad(absl::StrCat("'", std::string(1, c),
+                              "' outside a field: a checkpoint's name has letters, digits, '.', "
+                              "'_', '=' and '-'"));
+    }
     ++i;
   }
   return absl::OkStatus();
@@ -137,9 +147,10 @@ std::string FormatCheckpointFilename(const std::string& pattern,
     }
     i = close + 1;
   }
-  // A metric's own name may hold '/' (Lightning's "lr-AdamW/pg1"); a file name may not.
+  // What the workers accept as a checkpoint's name (SaveCheckpoint): a metric's own name may
+  // hold '/' (Lightning's "lr-AdamW/pg1"), and an exponent a '+'.
   for (char& c : out) {
-    if (c == '/') c = '_';
+    if (!IsFileNameChar(c)) c = '_';
   }
   return out + ".ckpt";
 }

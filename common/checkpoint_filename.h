@@ -14,11 +14,13 @@
 namespace dtrain {
 
 // INVALID_ARGUMENT naming the problem: unbalanced braces, an empty or unreadable field, a spec
-// outside the subset, or a character that has no place in a file name ('/', '\\', "..").
+// outside the subset, a leading '.', "..", or outside the fields a character other than
+// letters, digits, '.', '_', '=' and '-' (what a worker accepts as a checkpoint's name).
 absl::Status ValidateCheckpointFilename(const std::string& pattern);
 
 // The file name (".ckpt" added) for a pattern ValidateCheckpointFilename accepted; "" is
-// Lightning's default "{epoch}-{step}". `values` holds epoch, step and the metrics.
+// Lightning's default "{epoch}-{step}". `values` holds epoch, step and the metrics. A character
+// a checkpoint's name cannot hold ('/' of a metric's name, '+' of an exponent) becomes '_'.
 std::string FormatCheckpointFilename(const std::string& pattern,
                                      const std::map<std::string, double>& values,
                                      bool auto_insert_metric_name);

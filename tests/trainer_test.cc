@@ -709,8 +709,8 @@ TEST_F(TrainerTest, Checkpoint_SaveTopKZero_OnlyLast_AndAMonitorNobodyLogsIsName
 }
 
 TEST(CheckpointFilename, BadTemplatesRefusedAtSubmission_GoodOnesFormatAsPython) {
-  for (const char* bad :
-       {"{epoch", "epoch}", "a/b", "{val_loss:.2x}", "last", "../x", "{}", "{a{b}}"}) {
+  for (const char* bad : {"{epoch", "epoch}", "a/b", "{val_loss:.2x}", "last", "../x", "{}",
+                          "{a{b}}", "best ckpt", ".hidden", "a+b"}) {
     v1::JobSpec spec = Spec();
     spec.mutable_checkpoint()->set_filename(bad);
     const absl::Status status = NormalizeJobSpec(&spec);
@@ -724,6 +724,7 @@ TEST(CheckpointFilename, BadTemplatesRefusedAtSubmission_GoodOnesFormatAsPython)
             "epoch=003-val_loss=0.12-lr-AdamW_pg1=1.0e-03.ckpt");
   EXPECT_EQ(FormatCheckpointFilename("", values, true), "epoch=3-step=120.ckpt");
   EXPECT_EQ(FormatCheckpointFilename("{val_loss}", values, false), "0.123456.ckpt");
+  EXPECT_EQ(FormatCheckpointFilename("{big:.1e}", {{"big", 2500}}, true), "big=2.5e_03.ckpt");
 }
 
 // EarlyStopping's stopping_threshold, divergence_threshold and check_finite, each named in
