@@ -78,7 +78,7 @@ def test_both_sides_read_the_same_settings_table():
 def test_renamed_keys_are_refused_alike_with_their_hints(tmp_path):
     renamed = {old: hint for r in dspec.settings() for old, hint in r["replaces"].items()}
     assert set(renamed) == {"trainer.num_workers", "trainer.min_workers", "resume_from",
-                            "trainer.seed"}
+                            "trainer.seed"} | {f"trainer.{k}" for k in LIGHTNING_ONLY}
     for old, hint in renamed.items():
         keys = old.split(".")
         values = dict(BASE)
@@ -241,3 +241,42 @@ def test_cpp_applies_the_defaults_ranges_and_names_python_reads(tmp_path):
             assert c["normalize_error"].startswith(f"{r['path']}: unknown "), c["normalize_error"]
             checked += 1
     assert checked > 40
+
+
+# Lightning 2.x's Trainer arguments: those dtrain has, and those it refuses with a hint.
+LIGHTNING_SHARED = (
+    "accelerator", "strategy", "devices", "num_nodes", "precision", "max_epochs", "min_epochs",
+    "max_steps", "min_steps", "limit_val_batches", "val_check_interval",
+    "check_val_every_n_epoch", "log_every_n_steps", "accumulate_grad_batches",
+    "gradient_clip_val", "gradient_clip_algorithm")
+LIGHTNING_ONLY = (
+    "logger", "callbacks", "fast_dev_run", "max_time", "limit_train_batches",
+    "limit_test_batches", "limit_predict_batches", "overfit_batches", "num_sanity_val_steps",
+    "enable_checkpointing", "enable_progress_bar", "enable_model_summary", "deterministic",
+    "benchmark", "inference_mode", "use_distributed_sampler", "profiler", "detect_anomaly",
+    "barebones", "plugins", "sync_batchnorm", "reload_dataloaders_every_n_epochs",
+    "default_root_dir")
+
+
+def test_a_lightningcli_trainer_section_works_or_each_key_names_its_equivalent(tmp_path):
+    """Every argument of Lightning's Trainer is a dtrain setting or is refused naming what to
+    do instead, never 'unknown key'; the shared ones parse as a LightningCLI config has them."""
+    trainer = {f.name for f in jobs_pb2.TrainerConfig.DESCRIPTOR.fields}
+    assert set(LIGHTNING_SHARED) <= trainer
+    assert not set(LIGHTNING_ONLY) & trainer
+    pasted = {"accelerator": "cpu", "strategy": "ddp", "devices": 1, "num_nodes": 2,
+              "precision": "32-true", "max_epochs": 3, "min_epochs": 1, "max_steps": -1,
+              "min_steps": 0, "limit_val_batches": 2, "val_check_interval": 0.5,
+              "check_val_every_n_epoch": 1, "log_every_n_steps": 50,
+              "accumulate_grad_batches": 1, "gradient_clip_val": 1.0,
+              "gradient_clip_algorithm": "norm"}
+    assert set(pasted) == set(LIGHTNING_SHARED)
+    path = write(str(tmp_path), "cli.yaml", dict(BASE, trainer=pasted))
+    c = cpp([path])
+    p, error = python([path])
+    assert error is None and c.get("error") is None, (error, c.get("error"))
+    for key in LIGHTNING_ONLY:
+        path = write(str(tmp_path), f"{key}.yaml", dict(BASE, trainer={key: True}))
+        p, error = python([path])
+        assert p is None and error.startswith(f"{path}: trainer.{key}: "), error
+        assert "unknown key" not in error, error
