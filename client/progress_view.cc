@@ -39,6 +39,12 @@ std::string ProgressLine(const v1::JobStatus& status, int bar_width) {
                     absl::StrFormat(" %.0f samples/s", p.samples_per_second()));
     if (p.eta_seconds() > 0) absl::StrAppend(&line, " ETA ", FormatSeconds(p.eta_seconds()));
   }
+  // What the model logs with prog_bar=True, as Lightning's progress bar shows it.
+  for (const std::string& name : p.prog_bar()) {
+    auto it = status.metrics().find(name);
+    if (it != status.metrics().end())
+      absl::StrAppend(&line, absl::StrFormat(" %s %.4g", name, it->second));
+  }
   return line;
 }
 

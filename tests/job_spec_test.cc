@@ -397,6 +397,13 @@ TEST(ProgressView, LineShowsEpochBarStepLossRateAndEta) {
   EXPECT_EQ(ProgressLine(s, 10),
             "fashion-cnn-1 RUNNING train epoch 1/2 [#####.....] step 50/100 "
             "loss 0.4123 1234 samples/s ETA 1m23s");
+  // Lightning's prog_bar keys, with their latest values; one not logged yet is left out.
+  p->add_prog_bar("val_acc");
+  p->add_prog_bar("train_f1_step");
+  (*s.mutable_metrics())["val_acc"] = 0.91234;
+  EXPECT_EQ(ProgressLine(s, 10),
+            "fashion-cnn-1 RUNNING train epoch 1/2 [#####.....] step 50/100 "
+            "loss 0.4123 1234 samples/s ETA 1m23s val_acc 0.9123");
   s.set_state(v1::FAILED);
   s.set_reason("worker 'w' (rank 1): boom");
   EXPECT_EQ(ProgressLine(s), "fashion-cnn-1 FAILED: worker 'w' (rank 1): boom");

@@ -68,6 +68,7 @@ absl::Status EvaluationLoop::Run(EvalKind kind) {
     for (const BatchScalars& batch : result.ranks[rank]) {
       logged.AddBatch(batch);
       my_logged.AddBatch(batch);
+      NoteProgressBar(batch, &state.prog_bar);
       if (rank == 0) {
         for (const auto& [name, value] : batch.logged) {
           if (value.on_step) metrics.step_logged.emplace_back(StepKey(name, value), value.value);

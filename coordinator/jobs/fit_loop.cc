@@ -126,6 +126,7 @@ absl::Status FitLoop::TrainingCall(const RankBatches& batches, int64_t first, in
     int64_t step = outcome.step_before;
     for (const BatchScalars& batch : rank.batches) {
       train_logged_.AddBatch(batch);
+      NoteProgressBar(batch, &state.prog_bar);
       if (batch.optimizer_stepped) ++step;
       if (r == 0 && batch.optimizer_stepped && !batch.logged.empty()) {
         TrainBatches::StepValues values{step, {}};

@@ -14,6 +14,14 @@ std::string EpochKey(const std::string& name, const LoggedValue& value) {
   return value.on_step ? absl::StrCat(name, "_epoch") : name;
 }
 
+void NoteProgressBar(const BatchScalars& batch, std::set<std::string>* names) {
+  for (const auto& [name, value] : batch.logged) {
+    if (!value.prog_bar) continue;
+    if (value.on_step) names->insert(StepKey(name, value));
+    if (value.on_epoch) names->insert(EpochKey(name, value));
+  }
+}
+
 void LoggedAggregates::Add(const std::string& name, const LoggedValue& value) {
   if (!value.on_epoch) return;
   // Every rank's own value: the aggregate is what one process would compute over all the

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "coordinator/jobs/worker_group.h"
@@ -14,6 +15,10 @@ namespace dtrain {
 // The metric name of a value's per-step points, and of its epoch aggregate.
 std::string StepKey(const std::string& name, const LoggedValue& value);
 std::string EpochKey(const std::string& name, const LoggedValue& value);
+
+// Adds the names of the batch's values logged with prog_bar=True (both names of a value
+// logged both ways) to `names`.
+void NoteProgressBar(const BatchScalars& batch, std::set<std::string>* names);
 
 // One epoch's aggregates of the on_epoch values, fed batch by batch from every rank.
 class LoggedAggregates {

@@ -17,6 +17,8 @@ void ProgressReporter::Report(TrainerControl& trainer) {
   progress_.set_batches_per_epoch(state.batches_per_epoch);
   progress_.set_max_epochs(state.max_epochs);
   progress_.set_train_loss(state.train_loss);
+  progress_.clear_prog_bar();
+  for (const std::string& name : state.prog_bar) progress_.add_prog_bar(name);
   const double seconds = absl::ToDoubleSeconds(trainer.Now() - state.fit_start);
   if (seconds > 0 && state.samples_done > 0) {
     progress_.set_samples_per_second(static_cast<double>(state.samples_done) / seconds);

@@ -46,6 +46,7 @@ struct TrainingState {
   int64_t fit_start_step = 0;                   // the global step it started from
   int64_t samples_done = 0;                     // training samples since fit_start, all ranks
   double train_loss = 0;                        // mean over the last call's batches and ranks
+  std::set<std::string> prog_bar;               // names logged with prog_bar=True
   std::string collective_plane;
   PhaseClock phases;
   StepCallSizer calls;  // batches per training call

@@ -211,6 +211,8 @@ def test_trains_on_two_ranks_as_one_process_and_logs_as_lightning(cluster, tmp_p
     assert moved > 0.01, "the parameters trained"
     assert diff <= 1e-5, f"2 ranks vs one process: max abs diff {diff}"
 
+    # prog_bar=True keys, for `dtrain watch` and the dashboard.
+    assert set(status.progress.prog_bar) == {"train_loss", "val_loss"}
     points = job.metrics()
     by_name = {}
     for p in points:

@@ -116,9 +116,12 @@ function phasesText(p) {
   return parts.length ? 'time: ' + parts.join(', ') : '';
 }
 
+// The usual ones, then what the model logs with prog_bar=True (Lightning's progress bar).
 function keyMetrics(job) {
   const m = job.metrics || {};
-  return KEY_METRICS.filter((k) => k in m).map((k) => `${k} ${fmt(m[k], 4)}`).join('  ');
+  const progBar = (job.progress || {}).progBar || [];
+  const names = KEY_METRICS.concat(progBar.filter((k) => !KEY_METRICS.includes(k)));
+  return names.filter((k) => k in m).map((k) => `${k} ${fmt(m[k], 4)}`).join('  ');
 }
 
 // ---- cluster -------------------------------------------------------------------------------
