@@ -764,5 +764,42 @@ TEST_F(TrainerTest, EarlyStopping_Thresholds_AndANonFiniteValue) {
   }
 }
 
+// A monitored training epoch value stops fit at an epoch's end when validation is off, as
+// Lightning's EarlyStopping checks on train epoch end without a validation loop.
+TEST_F(TrainerTest, EarlyStopping_OnATrainingEpochValue_WhenValidationIsOff) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_max_epochs(6);
+  spec.mutable_trainer()->set_limit_val_batches(0);
+  spec.mutable_early_stopping()->set_monitor("train_loss_epoch");
+  spec.mutable_early_stopping()->set_patience(2);
+  FakeWorkerGroupOptions fake;
+  // The epoch loss falls, then stalls from epoch 1 on: epochs 2 and 3 do not improve.
+  const std::vector<double> loss = {1.0, 0.5, 0.6, 0.55, 0.4, 0.3};
+  fake.training_logged = [&](int64_t epoch, int64_t batch,
+                             int rank) -> std::map<std::string, LoggedValue> {
+    return {{"train_loss", LoggedValue{.value = loss[epoch],
+                                       .local_value = loss[epoch],
+                                       .on_step = true,
+                                       .on_epoch = true,
+                                       .weight = 8}}};
+  };
+  auto trainer = Make(spec, fake);
+  ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  EXPECT_EQ(group().global_step(), 16) << "4 epochs of 4 steps";
+  EXPECT_EQ(record_.Lines("early stopping: train_loss_epoch did not improve by 0 for 2 "
+                          "validations (rank 0)"),
+            1);
+  EXPECT_EQ(record_.Named("train_loss_epoch").size(), 4u);
+
+  // A monitor nobody logs is named, with what the run has.
+  v1::JobSpec unknown = Spec();
+  unknown.mutable_early_stopping()->set_monitor("val_f1");
+  trainer = Make(unknown);
+  const absl::Status status = trainer->Run();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("early_stopping.monitor: 'val_f1' is neither a validation metric"));
+}
+
 }  // namespace
 }  // namespace dtrain

@@ -4,23 +4,48 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/jobs/monitored_metric.h"
 
 namespace dtrain {
+
+absl::Status EarlyStopping::OnTrainBatchesEnd(TrainerControl& trainer,
+                                              const TrainBatches& batches) {
+  for (const auto& [name, value] : batches.epoch_logged) train_values_[name] = value;
+  if (!batches.epoch_end || config_.monitor().empty() || trainer.state().stage != "fit" ||
+      !ValidationOff(trainer)) {
+    return absl::OkStatus();
+  }
+  DTRAIN_ASSIGN_OR_RETURN(const double value,
+                          MonitoredValue(train_values_, config_.monitor(), "early_stopping"));
+  return Judge(trainer, std::vector<std::map<std::string, double>>(trainer.world_size(),
+                                                                   {{config_.monitor(), value}}));
+}
 
 absl::Status EarlyStopping::OnValidationEnd(TrainerControl& trainer,
                                             const ValidationMetrics& metrics) {
   const v1::EarlyStoppingConfig& e = config_;
   // Only fit stops early (Lightning's EarlyStopping skips trainer.validate).
   if (e.monitor().empty() || trainer.state().stage != "fit") return absl::OkStatus();
-  DTRAIN_RETURN_IF_ERROR(MonitoredValue(metrics, e.monitor(), "early_stopping").status());
+  if (metrics.overall.count(e.monitor()) > 0) return Judge(trainer, metrics.by_rank);
+  std::map<std::string, double> values = metrics.overall;
+  values.insert(train_values_.begin(), train_values_.end());
+  DTRAIN_ASSIGN_OR_RETURN(const double value,
+                          MonitoredValue(values, e.monitor(), "early_stopping"));
+  return Judge(trainer, std::vector<std::map<std::string, double>>(trainer.world_size(),
+                                                                   {{e.monitor(), value}}));
+}
+
+absl::Status EarlyStopping::Judge(TrainerControl& trainer,
+                                  const std::vector<std::map<std::string, double>>& by_rank) {
+  const v1::EarlyStoppingConfig& e = config_;
   const int world = trainer.world_size();
   ranks_.resize(world);
   std::vector<bool> rank_stops(world, false);
   std::string why;  // the first stopping rank's reason, for the log
   const bool max = e.mode() == "max";
-  for (int r = 0; r < world && r < static_cast<int>(metrics.by_rank.size()); ++r) {
-    auto it = metrics.by_rank[r].find(e.monitor());
-    if (it == metrics.by_rank[r].end()) continue;  // a rank without validation data has no say
+  for (int r = 0; r < world && r < static_cast<int>(by_rank.size()); ++r) {
+    auto it = by_rank[r].find(e.monitor());
+    if (it == by_rank[r].end()) continue;  // a rank without validation data has no say
     const double value = it->second;
     RankState& s = ranks_[r];
     // Lightning's order: a non-finite value, the stopping threshold, the divergence threshold,

@@ -1,8 +1,12 @@
 // EarlyStopping, as Lightning's callback: each rank judges its own monitored validation metric
 // (improved by min_delta, or not for `patience` validations), then the ranks agree through
-// reduce_boolean_decision(any), so one rank's verdict stops them all.
+// reduce_boolean_decision(any), so one rank's verdict stops them all. A monitored training
+// epoch value (self.log with on_epoch) is one value over every rank, judged the same on each;
+// with validation off it is judged at each epoch's end (monitored_metric.h).
 #pragma once
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "coordinator/jobs/trainer_callback.h"
@@ -14,9 +18,14 @@ class EarlyStopping final : public TrainerCallback {
  public:
   explicit EarlyStopping(v1::EarlyStoppingConfig config) : config_(std::move(config)) {}
 
+  absl::Status OnTrainBatchesEnd(TrainerControl& trainer, const TrainBatches& batches) override;
   absl::Status OnValidationEnd(TrainerControl& trainer, const ValidationMetrics& metrics) override;
 
  private:
+  // The verdict on each rank's value of the monitor (by_rank[r]; a rank without it has no say).
+  absl::Status Judge(TrainerControl& trainer,
+                     const std::vector<std::map<std::string, double>>& by_rank);
+
   struct RankState {
     double best = 0;
     bool has_best = false;
@@ -24,6 +33,7 @@ class EarlyStopping final : public TrainerCallback {
   };
   const v1::EarlyStoppingConfig config_;
   std::vector<RankState> ranks_;
+  std::map<std::string, double> train_values_;  // the latest training epoch values
 };
 
 }  // namespace dtrain

@@ -9,21 +9,9 @@
 #include "common/checkpoint_filename.h"
 #include "common/file_reference.h"
 #include "common/status_macros.h"
+#include "coordinator/jobs/monitored_metric.h"
 
 namespace dtrain {
-
-absl::StatusOr<double> MonitoredValue(const ValidationMetrics& metrics, const std::string& monitor,
-                                      const std::string& section) {
-  auto it = metrics.overall.find(monitor);
-  if (it == metrics.overall.end()) {
-    std::vector<std::string> have;
-    for (const auto& [name, value] : metrics.overall) have.push_back(name);
-    return absl::FailedPreconditionError(absl::StrCat(
-        section, ".monitor: '", monitor, "' is not a validation metric; the model reports ",
-        absl::StrJoin(have, ", ")));
-  }
-  return it->second;
-}
 
 ModelCheckpoint::ModelCheckpoint(v1::CheckpointConfig config, const std::vector<v1::JobFile>& kept)
     : config_(std::move(config)) {
@@ -40,17 +28,6 @@ ModelCheckpoint::ModelCheckpoint(v1::CheckpointConfig config, const std::vector<
 bool ModelCheckpoint::Better(double a, double b) const {
   return config_.mode() == "max" ? a > b : a < b;
 }
-
-namespace {
-
-// Validation never runs in this fit: its split is empty, or limit_val_batches is 0.
-bool ValidationOff(TrainerControl& trainer) {
-  const v1::TrainerConfig& t = trainer.spec().trainer();
-  return (t.has_limit_val_batches() && t.limit_val_batches() == 0) ||
-         trainer.state().split_size("val") == 0;
-}
-
-}  // namespace
 
 absl::Status ModelCheckpoint::OnTrainBatchesEnd(TrainerControl& trainer,
                                                 const TrainBatches& batches) {
@@ -81,17 +58,8 @@ absl::Status ModelCheckpoint::SaveForEpoch(TrainerControl& trainer,
   // Every value a filename may name: the validation's, then the training epoch's.
   std::map<std::string, double> values = validation;
   values.insert(train_values_.begin(), train_values_.end());
-  auto found = values.find(config_.monitor());
-  if (found == values.end()) {
-    std::vector<std::string> have;
-    for (const auto& [name, value] : values) have.push_back(name);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint.monitor: '", config_.monitor(),
-        "' is neither a validation metric nor a training epoch value the model logs; the run "
-        "has ",
-        have.empty() ? "none" : absl::StrJoin(have, ", ")));
-  }
-  const double value = found->second;
+  DTRAIN_ASSIGN_OR_RETURN(const double value,
+                          MonitoredValue(values, config_.monitor(), "checkpoint"));
   const int k = config_.save_top_k();
   if (k == 0) return absl::OkStatus();
   const bool qualifies =

@@ -170,9 +170,4 @@ class CallbackList {
   const std::vector<std::unique_ptr<TrainerCallback>> callbacks_;
 };
 
-// The value of `monitor` in a validation's metrics; FAILED_PRECONDITION naming `section`
-// ("checkpoint", "early_stopping") and the metrics the model reports when it is not there.
-absl::StatusOr<double> MonitoredValue(const ValidationMetrics& metrics, const std::string& monitor,
-                                      const std::string& section);
-
 }  // namespace dtrain
