@@ -709,5 +709,42 @@ TEST(TorchSaveData, WithoutSingleItemOpcodes_RewritesOneItemDictsAndLists) {
                         8));
 }
 
+// What Lightning writes into a checkpoint beside tensors: a OneCycleLR state_dict's bound
+// anneal_func (which pickles the scheduler, its optimizer and Parameters as that optimizer's
+// state keys, and refers back to itself), MultiStepLR's Counter. libtorch refuses those
+// classes; they read as empty lists, and everything else as Python wrote it.
+TEST(TorchSaveData, PythonsObjects_ReadAsEmptyLists_TensorsIntact) {
+  const std::string path = TempPath("objects.ckpt");
+  Python(absl::StrCat(R"(
+import collections, torch
+from torch.optim import lr_scheduler as S
+p = torch.nn.Parameter(torch.ones(3))
+o = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+one_cycle = S.OneCycleLR(o, max_lr=0.5, total_steps=10)
+p.grad = torch.ones(3)
+o.step()
+one_cycle.step()
+multi = S.MultiStepLR(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1), [2, 2, 5])
+torch.save({"state_dict": collections.OrderedDict(w=torch.arange(4.0)),
+            "lr_schedulers": [one_cycle.state_dict(), multi.state_dict()],
+            "epoch": 3}, ")",
+                      path, R"(")
+)"));
+  absl::StatusOr<c10::IValue> read = ReadTorchSaveFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const c10::impl::GenericDict top = read->toGenericDict();
+  EXPECT_TRUE(
+      torch::equal(top.at("state_dict").toGenericDict().at("w").toTensor(), torch::arange(4.0)));
+  EXPECT_EQ(top.at("epoch").toInt(), 3);
+  const c10::impl::GenericDict one_cycle = top.at("lr_schedulers").toListRef()[0].toGenericDict();
+  EXPECT_EQ(one_cycle.at("total_steps").toInt(), 10);
+  EXPECT_EQ(one_cycle.at("last_epoch").toInt(), 1);
+  ASSERT_TRUE(one_cycle.at("anneal_func").isList());
+  EXPECT_EQ(one_cycle.at("anneal_func").toListRef().size(), 0u);
+  const c10::impl::GenericDict multi = top.at("lr_schedulers").toListRef()[1].toGenericDict();
+  EXPECT_EQ(multi.at("milestones").toListRef().size(), 0u);
+  EXPECT_DOUBLE_EQ(multi.at("gamma").toDouble(), 0.1);
+}
+
 }  // namespace
 }  // namespace dtrain

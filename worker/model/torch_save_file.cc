@@ -16,6 +16,7 @@
 #include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/serialize.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "worker/model/torch_status.h"
 
@@ -50,6 +51,9 @@ class StringAdapter : public caffe2::serialize::ReadAdapterInterface {
 constexpr const char* kJunkKeys[] = {"\x01dtrain-pickle-class", "\x01dtrain-pickle-args",
                                      "\x01dtrain-pickle-state"};
 
+// The first item of the list a neutral object becomes (WithoutSingleItemOpcodes).
+constexpr char kNeutralMarker[] = "\x01dtrain-pickle-object";
+
 // BINUNICODE of `s`.
 std::string PickledString(const std::string& s) {
   std::string out = "X";
@@ -58,6 +62,15 @@ std::string PickledString(const std::string& s) {
 }
 
 void RemoveJunk(const c10::IValue& value) {
+  if (value.isList()) {
+    // A neutral object: emptied, which also breaks the cycles such objects can form (a
+    // scheduler whose bound anneal_func refers back to it).
+    c10::List<c10::IValue> list = value.toList();
+    if (!list.empty() && list.get(0).isString() && list.get(0).toStringRef() == kNeutralMarker) {
+      list.clear();
+      return;
+    }
+  }
   if (value.isGenericDict()) {
     c10::impl::GenericDict dict = value.toGenericDict();
     for (const char* key : kJunkKeys) (void)dict.erase(c10::IValue(std::string(key)));
@@ -78,7 +91,14 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
   constexpr int64_t kMark = -1;
   constexpr int64_t kOrderedDictClass = 1;  // GLOBAL collections.OrderedDict
   constexpr int64_t kOrderedDict = 2;       // an instance: REDUCE of that class
-  std::map<uint64_t, int64_t> memo_kind;    // what BINPUT stored, for BINGET
+  // Any other class that is not a tensor's, its storage's or a dtype (an lr scheduler's bound
+  // anneal_func, a Counter, a pickled optimizer, a Parameter inside one): libtorch refuses it.
+  // Its GLOBAL becomes a marker string and an instance a list [marker, args, state...], emptied
+  // after unpickling (RemoveJunk):
+  // a list, not a dict, because such objects can be the keys of a pickled optimizer's state.
+  constexpr int64_t kNeutralClass = 3;
+  constexpr int64_t kNeutral = 4;
+  std::map<uint64_t, int64_t> memo_kind;  // what BINPUT stored, for BINGET
   struct Item {
     size_t start;
     int64_t kind;  // kMark or 0
@@ -88,6 +108,7 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
   // opcodes replaced by another of one byte.
   std::vector<std::pair<size_t, std::string>> inserts;
   std::vector<std::pair<size_t, char>> replace_at;
+  std::vector<std::pair<size_t, size_t>> erases;  // [begin, end) of opcodes dropped
   auto insert_mark_at = [&](size_t offset) { inserts.emplace_back(offset, "("); };
   auto pop_to_mark = [&]() -> std::optional<size_t> {
     while (!stack.empty() && stack.back().kind != kMark) stack.pop_back();
@@ -188,10 +209,27 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         const size_t first = p.find('\n', i);
         const size_t second = first == std::string::npos ? first : p.find('\n', first + 1);
         if (second == std::string::npos) return p;
+        const std::string module = p.substr(i, first - i);
+        const std::string name = p.substr(first + 1, second - first - 1);
+        // OrderedDict, and what is not a tensor, its storage or a dtype (an lr scheduler's
+        // bound anneal_func, a Counter, an optimizer object, any Python class): libtorch makes
+        // None of an OrderedDict and refuses the others. They become dicts whose contents are
+        // dropped after unpickling.
         const bool ordered_dict = p.compare(i, second - i, "collections\nOrderedDict") == 0;
+        // Kept: what libtorch builds itself (tensors, storages, dtypes, devices, and the type
+        // tags and typed lists its own pickler writes).
+        const bool neutral =
+            !ordered_dict &&
+            !(module == "torch" || module == "torch.jit._pickle" || module == "torch._tensor" ||
+              (module == "torch._utils" && absl::StartsWith(name, "_rebuild_tensor")));
         i = second + 1;
         push(at);
         if (ordered_dict) stack.back().kind = kOrderedDictClass;
+        if (neutral) {
+          stack.back().kind = kNeutralClass;
+          erases.emplace_back(at, i);
+          inserts.emplace_back(at, PickledString(kNeutralMarker));
+        }
         break;
       }
       case 0x85:    // TUPLE1
@@ -203,6 +241,12 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         const size_t n = op == 0x87 ? 3 : (op == 0x85 || op == 'Q') ? 1 : 2;
         const bool makes_ordered_dict =
             op == 'R' && stack.size() >= 2 && stack[stack.size() - 2].kind == kOrderedDictClass;
+        const bool makes_neutral = (op == 'R' || op == 0x81) && stack.size() >= 2 &&
+                                   stack[stack.size() - 2].kind == kNeutralClass;
+        if (makes_neutral) {  // `class args REDUCE` becomes `EMPTY_LIST MARK None args APPENDS`
+          inserts.emplace_back(stack[stack.size() - 2].start, "](");
+          replace_at.push_back({at, 'e'});
+        }
         if (makes_ordered_dict) {
           // libtorch turns OrderedDict() into None. `class args REDUCE` becomes
           // `EMPTY_DICT MARK junk1 class junk2 args SETITEMS`: a dict, whose two entries that
@@ -216,6 +260,7 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         if (!start) return p;
         push(*start);
         if (makes_ordered_dict) stack.back().kind = kOrderedDict;
+        if (makes_neutral) stack.back().kind = kNeutral;
         break;
       }
       case 't':    // TUPLE
@@ -234,6 +279,10 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
           inserts.emplace_back(stack.back().start, absl::StrCat("(", PickledString(kJunkKeys[2])));
           replace_at.push_back({at, 'u'});
         }
+        if (stack.size() >= 2 && stack[stack.size() - 2].kind == kNeutral) {
+          insert_mark_at(stack.back().start);
+          replace_at.push_back({at, 'e'});
+        }
         if (!pop_n(1)) return p;
         break;
       case 'a': {  // APPEND: the item goes into the list below it
@@ -246,38 +295,57 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
       case 'e':  // APPENDS
       case 'u':  // SETITEMS
         if (!pop_to_mark()) return p;
+        // Items set on a neutral object (a defaultdict's) are appended to its list.
+        if (op == 'u' && !stack.empty() && stack.back().kind == kNeutral) {
+          replace_at.push_back({at, 'e'});
+        }
         break;
       case 's': {  // SETITEM: key and value go into the dict below them
         if (stack.size() < 3) return p;
         insert_mark_at(stack[stack.size() - 2].start);
-        replace_at.push_back({at, 'u'});
+        replace_at.push_back({at, stack[stack.size() - 3].kind == kNeutral ? 'e' : 'u'});
         stack.resize(stack.size() - 2);
+        break;
+      }
+      case '0': {  // POP
+        // Python's pickler writes `POP BINGET n` when an object reached itself while it was
+        // reduced (an lr scheduler's bound anneal_func): the copy on the stack is swapped for
+        // the memoized one. libtorch has no POP; both are the same neutral object to us, so
+        // the pair goes and the copy stays.
+        if (stack.empty() || !need(2)) return p;
+        const unsigned char next = static_cast<unsigned char>(p[i]);
+        const size_t length = next == 'h' ? 2 : next == 'j' ? 5 : 0;
+        if (length == 0 || !need(length)) return p;
+        erases.emplace_back(at, i + length);
+        i += length;
         break;
       }
       default:
         return p;  // an opcode torch.save's protocol 2 does not use
     }
   }
-  if (replace_at.empty() && inserts.empty()) return p;
+  if (replace_at.empty() && inserts.empty() && erases.empty()) return p;
   // At one offset, constructs recorded later enclose earlier ones, so their bytes go first.
   std::stable_sort(inserts.begin(), inserts.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   std::string out;
   out.reserve(p.size() + 64 * inserts.size());
-  std::vector<size_t> shift_before(p.size() + 1, 0);  // bytes inserted before offset k
-  size_t next = 0, inserted = 0;
+  // Where byte k of the input lands in the output (inserted bytes before it, erased ones not).
+  std::vector<size_t> position(p.size() + 1, 0);
+  std::vector<bool> erased(p.size(), false);
+  for (const auto& [begin, end] : erases) {
+    for (size_t k = begin; k < end && k < p.size(); ++k) erased[k] = true;
+  }
+  size_t next = 0;
   for (size_t k = 0; k < p.size(); ++k) {
     size_t end = next;
     while (end < inserts.size() && inserts[end].first == k) ++end;
-    for (size_t e = end; e > next; --e) {
-      out += inserts[e - 1].second;
-      inserted += inserts[e - 1].second.size();
-    }
+    for (size_t e = end; e > next; --e) out += inserts[e - 1].second;
     next = end;
-    shift_before[k] = inserted;
-    out.push_back(p[k]);
+    position[k] = out.size();
+    if (!erased[k]) out.push_back(p[k]);
   }
-  for (const auto& [at, op] : replace_at) out[at + shift_before[at]] = op;
+  for (const auto& [at, op] : replace_at) out[position[at]] = op;
   return out;
 }
 
