@@ -14,6 +14,7 @@ Nothing here changes the user's class: export() scripts a subclass made for the 
 from __future__ import annotations
 
 import ast
+import hashlib
 import inspect
 import linecache
 import textwrap
@@ -108,7 +109,11 @@ def hparams_tuple(hparams: Any) -> Tuple[Optional[Any], List[str]]:
         values.append(list(value) if isinstance(value, tuple) else value)
     if not fields:
         return None, left_out
-    HParams = NamedTuple("HParams", fields)  # noqa: N806 (a type)
+    # TorchScript keeps one NamedTuple type per qualified name in a process: each set of fields
+    # gets its own name, so that modules with other hyperparameters export in the same process.
+    signature = repr([(name, getattr(kind, "__name__", repr(kind))) for name, kind in fields])
+    name = "HParams_" + hashlib.sha1(signature.encode()).hexdigest()[:12]
+    HParams = NamedTuple(name, fields)  # noqa: N806 (a type)
     HParams.__module__ = __name__
     return HParams(*values), left_out
 
