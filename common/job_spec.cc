@@ -19,6 +19,36 @@
 namespace dtrain {
 namespace {
 
+// Whether `m` sets a field other than `skip` to something other than zero and its default: a
+// normalized spec has its defaults filled in, so normalizing it again finds nothing set.
+bool SetsAnything(const google::protobuf::Message& m, const google::protobuf::Message& defaults,
+                  const std::string& skip) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = m.GetReflection();
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    if (f->name() == skip || f->is_repeated() || !r->HasField(m, f)) continue;
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        if (r->GetDouble(m, f) != r->GetDouble(defaults, f)) return true;
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        if (r->GetInt64(m, f) != r->GetInt64(defaults, f)) return true;
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        if (r->GetBool(m, f) != r->GetBool(defaults, f)) return true;
+        break;
+      case FieldDescriptor::CPPTYPE_STRING:
+        if (r->GetString(m, f) != r->GetString(defaults, f)) return true;
+        break;
+      default:
+        return true;
+    }
+  }
+  return false;
+}
+
 absl::Status BadSpec(const std::string& path, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", message));
 }
@@ -121,6 +151,15 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
   if (spec->trainer().strategy() == "auto") {
     v1::TrainerConfig* t = spec->mutable_trainer();
     t->set_strategy(t->devices() > 1 ? "ddp_spawn" : t->num_nodes() > 1 ? "ddp" : "single_device");
+  }
+  // A spec that sets anything of its optimizer, or a schedule, trains with its own optimizer
+  // (sgd unless named); only one with neither leaves it to the model's configure_optimizers.
+  if (spec->optimizer().name().empty() &&
+      (SetsAnything(spec->optimizer(), JobSpecDefaults().optimizer(), "name") ||
+       (!spec->lr_scheduler().name().empty() && spec->lr_scheduler().name() != "none") ||
+       (spec->lr_scheduler().name().empty() &&
+        SetsAnything(spec->lr_scheduler(), JobSpecDefaults().lr_scheduler(), "name")))) {
+    spec->mutable_optimizer()->set_name("sgd");
   }
   if (absl::Status s = ApplySettings(spec, offered); !s.ok()) return s;
 

@@ -92,6 +92,9 @@ absl::Status EvaluationLoop::Run(EvalKind kind) {
     if (sum.second > 0) metrics.overall[name] = sum.first / sum.second;
   }
   for (const auto& [name, value] : logged.Take()) metrics.overall[name] = value;
+  if (!test) {
+    for (const auto& [name, value] : metrics.overall) state.callback_metrics[name] = value;
+  }
   return test ? context_.callbacks.TestEnd(metrics) : context_.callbacks.ValidationEnd(metrics);
 }
 

@@ -106,6 +106,29 @@ absl::Status FitLoop::TrainingCall(const RankBatches& batches, int64_t first, in
   call.count = count;
   call.end_of_epoch = first + count == state.batches_per_epoch;
   call.total_steps = state.total_steps;
+  // A new epoch's first call carries what the last one's validation measured, which
+  // configure_optimizers' ReduceLROnPlateau steps on (Lightning steps it after validation).
+  if (first == 0 && state.epoch > 0 && state.epoch - 1 > state.plateau_stepped_epoch) {
+    state.plateau_stepped_epoch = state.epoch - 1;
+    for (const auto& [monitor, strict] : state.plateau_monitors) {
+      auto it = state.callback_metrics.find(monitor);
+      if (it != state.callback_metrics.end()) {
+        call.monitored[monitor] = it->second;
+        continue;
+      }
+      if (!strict) continue;
+      std::vector<std::string> names;
+      for (const auto& [name, value] : state.callback_metrics) names.push_back(name);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ReduceLROnPlateau conditioned on metric '", monitor,
+          "' which is not available after "
+          "epoch ",
+          state.epoch - 1, names.empty() ? "" : " (available: ", absl::StrJoin(names, ", "),
+          names.empty() ? "" : ")",
+          ": log it with self.log in validation_step or with on_epoch=True in training_step, or "
+          "set \"strict\": False in the lr_scheduler dict"));
+    }
+  }
   const absl::Time call_start = context_.clock();
   TrainResult result;
   {
@@ -146,7 +169,10 @@ absl::Status FitLoop::TrainingCall(const RankBatches& batches, int64_t first, in
   for (const auto& [name, sum] : sums) {
     if (sum.second > 0) outcome.means[name] = sum.first / static_cast<double>(sum.second);
   }
-  if (call.end_of_epoch) outcome.epoch_logged = train_logged_.Take();
+  if (call.end_of_epoch) {
+    outcome.epoch_logged = train_logged_.Take();
+    for (const auto& [name, value] : outcome.epoch_logged) state.callback_metrics[name] = value;
+  }
   auto loss = outcome.means.find("loss");
   state.train_loss = loss == outcome.means.end() ? 0.0 : loss->second;
   state.batch_in_epoch = first + count;

@@ -64,6 +64,10 @@ absl::StatusOr<GroupSetup> GrpcWorkerGroup::Setup(const v1::JobSpec& spec,
     for (const v1::HyperParameter& h : responses[0].hyper_parameters()) {
       setup.hyper_parameters.emplace_back(h.name(), h.yaml());
     }
+    setup.optimization = responses[0].optimization();
+    for (const v1::PlateauMonitor& m : responses[0].plateau_monitors()) {
+      setup.plateau_monitors.emplace_back(m.monitor(), m.strict());
+    }
   }
   setup.plane_notes = absl::StrJoin(notes, "; ");
   setup.group_formation = absl::Milliseconds(group_ms);
@@ -132,6 +136,7 @@ BatchScalars ScalarsOf(const v1::BatchResult& batch) {
                                    .prog_bar = l.prog_bar()};
   }
   out.optimizer_stepped = batch.optimizer_stepped();
+  out.learning_rates.insert(batch.learning_rates().begin(), batch.learning_rates().end());
   return out;
 }
 
@@ -145,6 +150,7 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::Train(const TrainCall& call) {
     request.set_epoch(call.epoch);
     request.set_end_of_epoch(call.end_of_epoch);
     request.set_total_steps(call.total_steps);
+    request.mutable_monitored()->insert(call.monitored.begin(), call.monitored.end());
   }
   std::vector<v1::StepResponse> responses(n);
   DTRAIN_RETURN_IF_ERROR(workers_.OnEveryAsync(
@@ -249,6 +255,7 @@ absl::StatusOr<SavedCheckpoint> GrpcWorkerGroup::Save(const SaveCall& call) {
   for (const std::string& name : call.remove) request.add_remove(name);
   request.set_job_spec_json(call.spec_json);
   request.set_total_steps(call.total_steps);
+  request.mutable_monitored()->insert(call.monitored.begin(), call.monitored.end());
   std::vector<v1::SaveCheckpointResponse> responses(workers_.size());
   DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
       "save_checkpoint",

@@ -1,6 +1,7 @@
-// LearningRateMonitor, as Lightning's: the learning rate the workers' optimizer uses (after its
-// schedule), logged as lr-<Optimizer> (lr-SGD, lr-Adam, lr-AdamW) at the training metrics'
-// cadence (every trainer.log_every_n_steps optimizer steps and at each epoch's end).
+// LearningRateMonitor, as Lightning's: the learning rate of each optimizer step (after its
+// schedule), logged as lr-<Optimizer> (lr-SGD, lr-Adam, lr-AdamW), or lr-<Optimizer>/pg<i> per
+// param group when there are several, at the training metrics' cadence (every
+// trainer.log_every_n_steps optimizer steps and at each epoch's end).
 #pragma once
 
 #include <string>

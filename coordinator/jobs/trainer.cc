@@ -31,12 +31,13 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool Fits(const v1::JobSpec& spec) { return spec.stage() == "fit" || spec.stage().empty(); }
 
-// What the job trains with, said once in its log: the spec's optimizer section, or its defaults
-// when it has none (a TorchScript module's configure_optimizers is not read).
+// What the job trains with, when its workers do not say it themselves (SetupResponse.
+// optimization): the spec's optimizer section, or its defaults.
 std::string DescribeOptimizer(const v1::JobSpec& spec) {
   const v1::OptimizerSpec& o = spec.optimizer();
-  std::string text = absl::StrCat("optimizer: ", o.name(), ", lr ", o.lr());
-  if (o.name() == "sgd") {
+  const std::string name = o.name().empty() ? "sgd" : o.name();
+  std::string text = absl::StrCat("optimizer: ", name, ", lr ", o.lr());
+  if (name == "sgd") {
     absl::StrAppend(&text, ", momentum ", o.momentum(), o.nesterov() ? " (nesterov)" : "");
   } else {
     absl::StrAppend(&text, ", betas (", o.beta1(), ", ", o.beta2(), "), eps ", o.eps());
@@ -165,6 +166,8 @@ absl::Status Trainer::Setup() {
                                 setup->plane_notes.empty() ? "" : "; ", setup->plane_notes));
   }
   if (!setup->hyper_parameters.empty()) reporter_->HyperParameters(setup->hyper_parameters);
+  state_.plateau_monitors = setup->plateau_monitors;
+  optimization_ = setup->optimization;
   state_.split_sizes = setup->split_sizes;
   state_.streamed_splits = setup->streamed_splits;
   int64_t& n_train = state_.split_sizes["train"];
@@ -198,7 +201,10 @@ absl::Status Trainer::Setup() {
     where.push_back(absl::StrCat("and ", more, " more"));
   }
   reporter_->Log(absl::StrCat("ranks: ", absl::StrJoin(where, ", ")));
-  if (Fits(spec)) reporter_->Log(DescribeOptimizer(spec));
+  if (Fits(spec)) {
+    reporter_->Log(optimization_.empty() ? DescribeOptimizer(spec)
+                                         : absl::StrCat("optimizer: ", optimization_));
+  }
   return absl::OkStatus();
 }
 
@@ -229,7 +235,24 @@ absl::Status Trainer::SaveCheckpoint(const Save& save) {
   call.remove = save.evict;
   call.spec_json = spec_json_;
   call.total_steps = state_.total_steps;
+  // At an epoch's end the plateau schedulers step before the state is written, so that the
+  // checkpoint resumes as a run that never stopped (when every strict monitor has a value;
+  // otherwise the next epoch's first call fails saying which is missing).
+  if (!state_.plateau_monitors.empty() && state_.batch_in_epoch >= state_.batches_per_epoch &&
+      state_.epoch > state_.plateau_stepped_epoch) {
+    bool complete = true;
+    for (const auto& [monitor, strict] : state_.plateau_monitors) {
+      auto it = state_.callback_metrics.find(monitor);
+      if (it != state_.callback_metrics.end()) {
+        call.monitored[monitor] = it->second;
+      } else if (strict) {
+        complete = false;
+      }
+    }
+    if (!complete) call.monitored.clear();
+  }
   DTRAIN_ASSIGN_OR_RETURN(SavedCheckpoint saved, workers_->Save(call));
+  if (!call.monitored.empty()) state_.plateau_stepped_epoch = state_.epoch;
   v1::JobFile file = NewJobFile(save.name, "checkpoint");
   file.set_location(CheckpointReference(save.name));
   if (save.monitored.has_value()) file.set_monitored(*save.monitored);
@@ -325,6 +348,8 @@ absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
   const int64_t steps_per_epoch = CeilDiv(state_.batches_per_epoch, accumulate);
   *start_epoch = steps_per_epoch > 0 ? state_.global_step / steps_per_epoch : 0;
   *start_batch = steps_per_epoch > 0 ? (state_.global_step % steps_per_epoch) * accumulate : 0;
+  // A checkpoint written at an epoch's end holds its plateau step (SaveCheckpoint).
+  state_.plateau_stepped_epoch = *start_epoch - 1;
   reporter_->Log(absl::StrCat("resumed from ", resumed_from, " at step ", state_.global_step,
                               " (epoch ", *start_epoch, ", batch ", *start_batch, ")"));
   return absl::OkStatus();

@@ -133,7 +133,8 @@ class Trainer final : public TrainerControl, public JobRun {
   CallbackList callbacks_;
   std::string spec_json_;  // kept in every checkpoint's metadata
   std::vector<std::string> drained_;
-  bool said_min_ = false;  // the job log said early stopping waits for min_epochs / min_steps
+  bool said_min_ = false;     // the job log said early stopping waits for min_epochs / min_steps
+  std::string optimization_;  // what the workers said the job trains with
 };
 
 }  // namespace dtrain

@@ -10,6 +10,8 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "coordinator/jobs/phase_clock.h"
@@ -30,6 +32,10 @@ struct TrainingState {
   int64_t batches_per_epoch = 0;  // per rank
   int64_t total_steps = 0;        // optimizer steps the fit will take
   int64_t max_epochs = 0;
+  // configure_optimizers' ReduceLROnPlateau monitors, from the workers' setup: (name, strict).
+  std::vector<std::pair<std::string, bool>> plateau_monitors;
+  // The last epoch whose end the workers' ReduceLROnPlateau schedulers have stepped on.
+  int64_t plateau_stepped_epoch = -1;
 
   // Where the run is.
   std::string phase;  // setup, train, validate, checkpoint, test, predict, done
@@ -47,6 +53,9 @@ struct TrainingState {
   int64_t samples_done = 0;                     // training samples since fit_start, all ranks
   double train_loss = 0;                        // mean over the last call's batches and ranks
   std::set<std::string> prog_bar;               // names logged with prog_bar=True
+  // Lightning's callback_metrics, which ReduceLROnPlateau reads: the latest training epoch
+  // values the model logged and the latest validation's metrics.
+  std::map<std::string, double> callback_metrics;
   std::string collective_plane;
   PhaseClock phases;
   StepCallSizer calls;  // batches per training call

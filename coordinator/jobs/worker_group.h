@@ -53,6 +53,10 @@ struct GroupSetup {
   std::vector<std::string> ranks;
   // The model's recorded hyperparameters, name and YAML flow text, in their order.
   std::vector<std::pair<std::string, std::string>> hyper_parameters;
+  // What the job trains with (SetupResponse.optimization) and configure_optimizers'
+  // ReduceLROnPlateau monitors (name, strict).
+  std::string optimization;
+  std::vector<std::pair<std::string, bool>> plateau_monitors;
 };
 
 // One batch's outcome: its samples and the scalars its step returned (loss, ...).
@@ -73,6 +77,9 @@ struct BatchScalars {
   std::map<std::string, double> scalars;
   std::map<std::string, LoggedValue> logged;  // by the name the model gave
   bool optimizer_stepped = false;             // training: the batch ended a step
+  // Training, on a batch that ended a step: the step's learning rates by LearningRateMonitor's
+  // names (lr-AdamW, lr-AdamW/pg1, ...).
+  std::map<std::string, double> learning_rates;
 };
 
 // One training call: batches [first, first + count) of every rank's epoch.
@@ -84,6 +91,8 @@ struct TrainCall {
   // The call's last batch ends the epoch (it closes the accumulation window).
   bool end_of_epoch = false;
   int64_t total_steps = 0;  // the run's optimizer steps, for schedules of the run's length
+  // ReduceLROnPlateau's monitored values at the last epoch's end (StepRequest.monitored).
+  std::map<std::string, double> monitored;
 };
 
 struct RankTrainResult {
@@ -128,9 +137,10 @@ struct PredictResult {
 struct SaveCall {
   std::string name;  // a file name in the job's checkpoint directory
   int64_t epoch = 0;
-  std::vector<std::string> remove;  // older checkpoints to delete once it is written
-  std::string spec_json;            // kept in the checkpoint's metadata
-  int64_t total_steps = 0;          // the run's optimizer steps, as TrainCall's
+  std::vector<std::string> remove;          // older checkpoints to delete once it is written
+  std::string spec_json;                    // kept in the checkpoint's metadata
+  int64_t total_steps = 0;                  // the run's optimizer steps, as TrainCall's
+  std::map<std::string, double> monitored;  // as TrainCall's, at an epoch's end
 };
 struct SavedCheckpoint {
   bool written = false;  // some rank wrote it

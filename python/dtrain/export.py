@@ -174,7 +174,11 @@ def export(module: Any, path: str, example_batch: Any, *, check_steps: bool = Tr
 
     Raises InvalidArgument saying what to change: no training_step, a construct TorchScript
     cannot compile (file:line, the construct and its rewrite), a step returning what dtrain
-    cannot read, or TorchScript's own compile error at its file:line."""
+    cannot read, or TorchScript's own compile error at its file:line.
+
+    configure_optimizers, when the module defines it, is called and recorded in the file
+    (optimization.py): the job then trains with its optimizer, param groups and schedulers,
+    unless the job spec names an optimizer of its own."""
     import torch
 
     from dtrain import ops
@@ -185,7 +189,12 @@ def export(module: Any, path: str, example_batch: Any, *, check_steps: bool = Tr
                     "(it returns the loss, or a dict with 'loss')")
     hooks = _hooks_dtrain_can_call(module, _own_methods(module, HOOKS))
     _check_source(module, steps + hooks)
+    from dtrain import optimization
+    recorded = optimization.record(
+        module, bool(_own_methods(module, ("configure_optimizers",))))
     methods = _typed_methods(module, steps, hooks, example_batch)
+    if recorded is not None:
+        methods.update(recorded.methods)
     scripted = _script(module, methods, steps + hooks)
     if check_steps:
         was_training = scripted.training
@@ -220,7 +229,8 @@ def export(module: Any, path: str, example_batch: Any, *, check_steps: bool = Tr
             scripted.load_state_dict(state)  # the trial steps may have moved BatchNorm's stats
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    torch.jit.save(scripted, path)
+    extra = {optimization.RECIPE_FILE: recorded.json()} if recorded is not None else {}
+    torch.jit.save(scripted, path, _extra_files=extra)
     return scripted
 
 

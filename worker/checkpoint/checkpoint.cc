@@ -15,8 +15,10 @@
 #include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
@@ -49,6 +51,17 @@ PyDict PyParamGroup(const torch::optim::OptimizerOptions& options, int64_t first
     group.insert("dampening", sgd->dampening());
     group.insert("weight_decay", sgd->weight_decay());
     group.insert("nesterov", sgd->nesterov());
+  } else if (const auto* rms = dynamic_cast<const torch::optim::RMSpropOptions*>(&options)) {
+    group.insert("momentum", rms->momentum());
+    group.insert("alpha", rms->alpha());
+    group.insert("eps", rms->eps());
+    group.insert("centered", rms->centered());
+    group.insert("weight_decay", rms->weight_decay());
+  } else if (const auto* ada = dynamic_cast<const torch::optim::AdagradOptions*>(&options)) {
+    group.insert("lr_decay", ada->lr_decay());
+    group.insert("eps", ada->eps());
+    group.insert("weight_decay", ada->weight_decay());
+    group.insert("initial_accumulator_value", ada->initial_accumulator_value());
   } else {
     double beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
     bool amsgrad = false;
@@ -110,7 +123,22 @@ c10::IValue OptimizerStateDict(torch::optim::Optimizer& optimizer) {
           entry.insert("exp_avg_sq", adamw->exp_avg_sq().detach());
           if (adamw->max_exp_avg_sq().defined())
             entry.insert("max_exp_avg_sq", adamw->max_exp_avg_sq().detach());
+        } else if (auto* rms = dynamic_cast<torch::optim::RMSpropParamState*>(it->second.get())) {
+          entry.insert("step", rms->step());  // an int in torch 1.13's RMSprop
+          entry.insert("square_avg", rms->square_avg().detach());
+          if (rms->momentum_buffer().defined())
+            entry.insert("momentum_buffer", rms->momentum_buffer().detach());
+          if (rms->grad_avg().defined()) entry.insert("grad_avg", rms->grad_avg().detach());
+        } else if (auto* ada = dynamic_cast<torch::optim::AdagradParamState*>(it->second.get())) {
+          entry.insert("step", torch::tensor(static_cast<float>(ada->step())));
+          entry.insert("sum", ada->sum().detach());
         }
+        state.insert(index, entry);
+      } else if (dynamic_cast<torch::optim::SGDOptions*>(&group.options()) != nullptr &&
+                 p.grad().defined()) {
+        // torch's SGD without momentum keeps a None buffer for each parameter it stepped.
+        PyDict entry = PyStrDict();
+        entry.insert("momentum_buffer", c10::IValue());
         state.insert(index, entry);
       }
       ++index;
@@ -149,7 +177,7 @@ double PyDouble(const c10::IValue& v) {
 // order) are the checkpoint's numbered ones. The spec's hyperparameters stay: only the state
 // (momentum buffers, Adam's moments and step) moves.
 absl::Status RestoreOptimizer(const c10::IValue& saved, const std::string& origin,
-                              torch::optim::Optimizer& optimizer) {
+                              torch::optim::Optimizer& optimizer, ScheduledGroups* rates) {
   auto bad = [&](const std::string& what) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint '", origin, "': optimizer_states[0] ", what));
@@ -167,6 +195,14 @@ absl::Status RestoreOptimizer(const c10::IValue& saved, const std::string& origi
     const std::optional<c10::IValue> params = PyGet(g.toGenericDict(), "params");
     if (!params || !params->isList()) return bad("has a param group without 'params'");
     for (const c10::IValue& n : params->toList()) numbers.push_back(PyInt(n));
+    ScheduledGroup group;
+    if (auto lr = PyGet(g.toGenericDict(), "lr")) group.lr = PyDouble(*lr);
+    if (auto m = PyGet(g.toGenericDict(), "momentum")) group.momentum = PyDouble(*m);
+    if (auto betas = PyGet(g.toGenericDict(), "betas");
+        betas && betas->isTuple() && !betas->toTupleRef().elements().empty()) {
+      group.momentum = PyDouble(betas->toTupleRef().elements()[0]);
+    }
+    rates->push_back(group);
   }
   std::vector<torch::Tensor> parameters;
   for (auto& group : optimizer.param_groups()) {
@@ -210,6 +246,24 @@ absl::Status RestoreOptimizer(const c10::IValue& saved, const std::string& origi
     }
     const std::optional<c10::IValue> step = PyGet(s, "step");
     if (!step) return bad(absl::StrCat("state ", numbers[i], " has no 'step'"));
+    if (dynamic_cast<torch::optim::RMSprop*>(&optimizer) != nullptr) {
+      DTRAIN_ASSIGN_OR_RETURN(torch::Tensor square_avg, tensor("square_avg", true));
+      DTRAIN_ASSIGN_OR_RETURN(torch::Tensor momentum_buffer, tensor("momentum_buffer", false));
+      DTRAIN_ASSIGN_OR_RETURN(torch::Tensor grad_avg, tensor("grad_avg", false));
+      auto param_state = std::make_unique<torch::optim::RMSpropParamState>();
+      param_state->step(PyInt(*step)).square_avg(square_avg);
+      if (momentum_buffer.defined()) param_state->momentum_buffer(momentum_buffer);
+      if (grad_avg.defined()) param_state->grad_avg(grad_avg);
+      optimizer.state()[CheckpointStateKey(p)] = std::move(param_state);
+      continue;
+    }
+    if (dynamic_cast<torch::optim::Adagrad*>(&optimizer) != nullptr) {
+      DTRAIN_ASSIGN_OR_RETURN(torch::Tensor sum, tensor("sum", true));
+      auto param_state = std::make_unique<torch::optim::AdagradParamState>();
+      param_state->step(PyInt(*step)).sum(sum);
+      optimizer.state()[CheckpointStateKey(p)] = std::move(param_state);
+      continue;
+    }
     DTRAIN_ASSIGN_OR_RETURN(torch::Tensor exp_avg, tensor("exp_avg", true));
     DTRAIN_ASSIGN_OR_RETURN(torch::Tensor exp_avg_sq, tensor("exp_avg_sq", true));
     DTRAIN_ASSIGN_OR_RETURN(torch::Tensor max_exp_avg_sq, tensor("max_exp_avg_sq", false));
@@ -274,6 +328,7 @@ absl::StatusOr<TrainingProgress> RestoreLightning(const c10::IValue& file, const
                        model.origin(), "' does not have (a checkpoint of another model?)"));
     }
   }
+  TrainingProgress progress;
   if (optimizer != nullptr) {
     const std::optional<c10::IValue> states = PyGet(top, "optimizer_states");
     if (states && states->isList() && states->toList().size() > 0) {
@@ -282,10 +337,13 @@ absl::StatusOr<TrainingProgress> RestoreLightning(const c10::IValue& file, const
                                                        states->toList().size(),
                                                        " optimizers; dtrain trains with one"));
       }
-      DTRAIN_RETURN_IF_ERROR(RestoreOptimizer(states->toList().get(0), path, *optimizer));
+      DTRAIN_RETURN_IF_ERROR(
+          RestoreOptimizer(states->toList().get(0), path, *optimizer, &progress.group_rates));
     }
   }
-  TrainingProgress progress;
+  if (auto v = PyGet(top, "lr_schedulers"); v && v->isList()) {
+    for (const c10::IValue& s : v->toListRef()) progress.lr_schedulers.push_back(s);
+  }
   if (auto v = PyGet(top, "global_step")) progress.global_step = PyInt(*v);
   if (auto v = PyGet(top, "epoch")) progress.epoch = PyInt(*v);
   if (auto v = PyGet(top, "native_amp_scaling_state");
@@ -356,7 +414,9 @@ absl::Status SaveCheckpoint(const std::string& path, const LightningModule& mode
           top.insert("hparams_name", std::string("kwargs"));
         }
         c10::impl::GenericList schedulers(c10::AnyType::get());
-        if (metadata.schedule != nullptr) {
+        if (metadata.schedulers != nullptr) {
+          for (const c10::IValue& s : metadata.schedulers->StateDicts()) schedulers.push_back(s);
+        } else if (metadata.schedule != nullptr) {
           c10::IValue state = metadata.schedule->StateDict(progress.global_step);
           if (!state.isNone()) schedulers.push_back(state);
         }
@@ -365,7 +425,21 @@ absl::Status SaveCheckpoint(const std::string& path, const LightningModule& mode
           c10::IValue state = OptimizerStateDict(*optimizer);
           // (A cosine whose length this worker never learnt, in a run resumed at its very end
           // that trained no step, has no next rate: the groups keep the spec's.)
-          if (!schedulers.empty() && !metadata.schedule->NeedsRunLength()) {
+          if (metadata.schedulers != nullptr) {
+            // The keys torch's schedulers add to each param group.
+            const ScheduledGroups& rates = metadata.schedulers->groups();
+            const c10::List<c10::IValue> groups = state.toGenericDict().at("param_groups").toList();
+            for (size_t i = 0; i < groups.size() && i < rates.size(); ++i) {
+              PyDict g = groups.get(i).toGenericDict();
+              if (rates[i].initial_lr) g.insert_or_assign("initial_lr", *rates[i].initial_lr);
+              if (rates[i].one_cycle) {
+                g.insert_or_assign("max_lr", rates[i].max_lr);
+                g.insert_or_assign("min_lr", rates[i].min_lr);
+                g.insert_or_assign("base_momentum", rates[i].base_momentum);
+                g.insert_or_assign("max_momentum", rates[i].max_momentum);
+              }
+            }
+          } else if (!schedulers.empty() && !metadata.schedule->NeedsRunLength()) {
             // As torch's scheduler.step() leaves them after each optimizer step: the rate of the
             // next step (the group holds the last step's), and the schedule's base rate beside
             // it; torch's schedulers compute the next rate from the group's.

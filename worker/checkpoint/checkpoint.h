@@ -1,7 +1,8 @@
 // dtrain's checkpoint file, in PyTorch Lightning's layout and Python's torch.save format, so
 // that `torch.load(path)` gives a dict a Lightning user already knows:
 //   "state_dict"               {name: tensor}: the module's own parameter and buffer names
-//   "optimizer_states"         [torch.optim's optimizer.state_dict()] (sgd, adam, adamw)
+//   "optimizer_states"         [torch.optim's optimizer.state_dict()] (SGD, Adam, AdamW,
+//                              RMSprop, Adagrad; param groups with a scheduler's keys)
 //   "lr_schedulers"            [torch.optim.lr_scheduler's state_dict()] (empty without one)
 //   "epoch", "global_step"     ints
 //   "native_amp_scaling_state" torch.cuda.amp.GradScaler's state_dict() (16-mixed only)
@@ -16,12 +17,14 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/optim/optimizer.h>
 
 #include "absl/status/statusor.h"
 #include "worker/checkpoint/checkpoint_io.h"
 #include "worker/model/lightning_module.h"
+#include "worker/model/lr_schedulers.h"
 #include "worker/model/optimizers.h"
 #include "worker/precision/precision.h"
 
@@ -32,6 +35,10 @@ class PluginRegistry;
 struct TrainingProgress {
   int64_t global_step = 0;
   int64_t epoch = 0;
+  // Read back from a checkpoint, for configure_optimizers' schedulers: "lr_schedulers", and each
+  // param group's rates as the file has them.
+  std::vector<c10::IValue> lr_schedulers = {};
+  ScheduledGroups group_rates = {};
 };
 
 // mkdir -p `dir` and checks that a file can be created in it, so that a job learns at setup,
@@ -46,6 +53,9 @@ struct CheckpointMetadata {
   std::string precision;
   std::string job_spec_json;             // the resolved job spec; "" when not known
   const LrSchedule* schedule = nullptr;  // for "lr_schedulers"; none when null
+  // configure_optimizers' schedulers, which take the place of `schedule` when set: their
+  // state_dicts, and the keys they add to the param groups (initial_lr, OneCycleLR's).
+  const LrSchedulers* schedulers = nullptr;
 };
 
 // `optimizer` and `scaler` may be null. Written by `io` (null: TorchCheckpointIO) with

@@ -14,6 +14,9 @@ constexpr char kExportHint[] =
     "step methods) and save it with torch.jit.save(torch.jit.script(model), path); see "
     "docs/models.md";
 
+// Where dtrain.export() puts configure_optimizers' recipe (torch.jit.save's _extra_files).
+constexpr char kOptimizationFile[] = "dtrain/optimization.json";
+
 }  // namespace
 
 absl::StatusOr<LightningModule> LightningModule::Load(const std::string& path) {
@@ -21,13 +24,18 @@ absl::StatusOr<LightningModule> LightningModule::Load(const std::string& path) {
     return absl::NotFoundError(
         absl::StrCat("model file '", path, "' does not exist or cannot be read"));
   }
+  torch::jit::ExtraFilesMap extra{{std::string(kOptimizationFile), ""}};
   absl::StatusOr<torch::jit::Module> module =
       GuardTorch(absl::StrCat("cannot load '", path, "' as a TorchScript module"),
-                 [&]() -> absl::StatusOr<torch::jit::Module> { return torch::jit::load(path); });
+                 [&]() -> absl::StatusOr<torch::jit::Module> {
+                   return torch::jit::load(path, c10::nullopt, extra);
+                 });
   if (!module.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(module.status().message(), kExportHint));
   }
-  return Wrap(std::move(*module), path);
+  absl::StatusOr<LightningModule> wrapped = Wrap(std::move(*module), path);
+  if (wrapped.ok()) wrapped->optimization_json_ = extra[kOptimizationFile];
+  return wrapped;
 }
 
 absl::StatusOr<LightningModule> LightningModule::Wrap(torch::jit::Module module,

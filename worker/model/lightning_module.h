@@ -72,6 +72,9 @@ class LightningModule {
 
   torch::jit::Module& module() { return module_; }
   const std::string& origin() const { return origin_; }
+  // What export() recorded of configure_optimizers (optimization.proto's OptimizationRecipe as
+  // JSON, the archive's extra/dtrain/optimization.json); "" when the file has none.
+  const std::string& optimization_json() const { return optimization_json_; }
 
  private:
   LightningModule(torch::jit::Module module, std::string origin)
@@ -84,6 +87,7 @@ class LightningModule {
 
   torch::jit::Module module_;
   std::string origin_;  // file path or "builtin:<name>", for messages
+  std::string optimization_json_;
   std::map<std::string, std::pair<double, int>> training_extras_;  // sum, count
   std::vector<std::string> last_training_keys_;
 };

@@ -1,12 +1,14 @@
-// Optimizers (sgd with momentum / nesterov / weight_decay, adam, adamw: libtorch's own) and
-// learning-rate schedules (step, cosine). The schedules are computed here, per optimizer step,
-// as closed-form functions of the step: libtorch 1.13's C++ API has StepLR but no cosine
+// Optimizers (torch.optim's SGD, Adam, AdamW, RMSprop and Adagrad: libtorch's own, with
+// param groups) and the spec's learning-rate schedules (step, cosine; configure_optimizers'
+// schedulers are worker/model/lr_schedulers.h). The schedules are computed here, per optimizer
+// step, as closed-form functions of the step: libtorch 1.13's C++ API has StepLR but no cosine
 // schedule, and one formula per schedule is easier to check and to checkpoint (only the step
 // number is state).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,25 +17,67 @@
 
 #include "absl/status/statusor.h"
 #include "common/job_settings.h"
+#include "dtrain/v1/optimization.pb.h"
 
 namespace dtrain {
 
-// The job spec's optimizer and lr_scheduler (job_spec.proto) as the worker uses them; the
-// defaults are the spec's own (its Setting options), for code that builds a config directly.
+struct ParamGroupConfig;
+
+// The job spec's optimizer and lr_scheduler (job_spec.proto), or configure_optimizers' recipe
+// (optimization.proto), as the worker uses them; the defaults are the spec's own (its Setting
+// options) and torch's, for code that builds a config directly.
 struct OptimizerConfig {
-  std::string name = JobSpecDefaults().optimizer().name();  // sgd | adam | adamw
+  std::string name = "sgd";  // sgd | adam | adamw | rmsprop | adagrad
   double lr = JobSpecDefaults().optimizer().lr();
-  double momentum = JobSpecDefaults().optimizer().momentum();          // sgd
+  double momentum = JobSpecDefaults().optimizer().momentum();          // sgd, rmsprop
   bool nesterov = false;                                               // sgd; needs momentum > 0
   double weight_decay = JobSpecDefaults().optimizer().weight_decay();  // adamw: decoupled
   double beta1 = JobSpecDefaults().optimizer().beta1();                // adam, adamw
   double beta2 = JobSpecDefaults().optimizer().beta2();
-  double eps = JobSpecDefaults().optimizer().eps();
+  double eps = JobSpecDefaults().optimizer().eps();  // adam, adamw, rmsprop, adagrad
+  double dampening = 0;                              // sgd
+  bool amsgrad = false;                              // adam, adamw
+  double alpha = 0.99;                               // rmsprop
+  bool centered = false;                             // rmsprop
+  double lr_decay = 0;                               // adagrad
+  double initial_accumulator_value = 0;              // adagrad
+  // configure_optimizers' param groups, each with its parameters' names and its own options
+  // (the fields above; `groups` of an option set is unused). Empty: one group of every
+  // parameter with the options above.
+  std::vector<ParamGroupConfig> groups = {};
 };
 
-// INVALID_ARGUMENT for an unknown name or an out-of-range value (the message names it).
+struct ParamGroupConfig {
+  std::vector<std::string> params;
+  OptimizerConfig options;
+};
+
+// torch.optim's class name for `name` ("adamw" -> "AdamW"), as LearningRateMonitor names it.
+std::string TorchOptimizerClass(const std::string& name);
+
+// configure_optimizers' optimizer as a config: INVALID_ARGUMENT for a kind dtrain lacks or a
+// group without parameters.
+absl::StatusOr<OptimizerConfig> OptimizerFromRecipe(const v1::OptimizerRecipe& recipe);
+
+// INVALID_ARGUMENT for an unknown name or an out-of-range value (the message names it). With
+// `config.groups`, only a single group can be applied to unnamed parameters.
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
     std::vector<torch::Tensor> parameters, const OptimizerConfig& config);
+// The same with the parameters' names, which `config.groups` name (a name that is not a
+// parameter, or one in two groups, is INVALID_ARGUMENT). Parameters in no group are not
+// stepped, as in torch.
+absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
+    const std::vector<std::pair<std::string, torch::Tensor>>& parameters,
+    const OptimizerConfig& config);
+
+// Per param group of `optimizer`: its learning rate, and its momentum (sgd, rmsprop) or first
+// beta (adam, adamw) when it has one; what schedulers read and write.
+struct GroupRates {
+  double lr = 0;
+  std::optional<double> momentum;
+};
+std::vector<GroupRates> ReadGroupRates(torch::optim::Optimizer& optimizer);
+void WriteGroupRates(torch::optim::Optimizer& optimizer, const std::vector<GroupRates>& rates);
 
 struct SchedulerConfig {
   std::string name = JobSpecDefaults().lr_scheduler().name();  // none | step | cosine

@@ -74,6 +74,7 @@ absl::Status Accelerator::Setup(LightningModule model, const OptimizerConfig& op
   model_ = std::make_unique<LightningModule>(std::move(model));
   DTRAIN_ASSIGN_OR_RETURN(LrSchedule made, LrSchedule::Make(schedule, optimizer.lr));
   schedule_ = made;
+  optimizer_class_ = TorchOptimizerClass(optimizer.name);
   DTRAIN_RETURN_IF_ERROR(ModelToDevice());
   precision_->ConnectModule(*model_);
   return strategy_->Setup(model_.get(), optimizer);
@@ -85,6 +86,51 @@ absl::Status Accelerator::ModelToDevice() {
     model_->SetDevice(device_);
     return absl::OkStatus();
   });
+}
+
+absl::Status Accelerator::UseSchedulers(
+    const google::protobuf::RepeatedPtrField<v1::SchedulerRecipe>& recipes,
+    const OptimizerConfig& optimizer) {
+  LrLambda lambda = [this](const std::string& method, int64_t epoch) -> absl::StatusOr<double> {
+    return GuardTorch(absl::StrCat("LambdaLR's ", method, "(", epoch, ") failed"),
+                      [&]() -> absl::StatusOr<double> {
+                        c10::IValue v = model_->module().run_method(method, epoch);
+                        if (v.isDouble()) return v.toDouble();
+                        if (v.isInt()) return static_cast<double>(v.toInt());
+                        return absl::InvalidArgumentError(absl::StrCat(
+                            "LambdaLR's ", method, " returned ", v.tagKind(), ", not a float"));
+                      });
+  };
+  DTRAIN_ASSIGN_OR_RETURN(schedulers_, LrSchedulers::Make(recipes, optimizer, std::move(lambda)));
+  strategy_->SetGroupRates(schedulers_->Rates());
+  return absl::OkStatus();
+}
+
+absl::Status Accelerator::AfterOptimizerWindow(int64_t batch_idx, bool closes_epoch) {
+  if (schedulers_ == nullptr) return absl::OkStatus();
+  DTRAIN_RETURN_IF_ERROR(schedulers_->AfterOptimizerStep(batch_idx, closes_epoch, progress_.epoch));
+  strategy_->SetGroupRates(schedulers_->Rates());
+  return absl::OkStatus();
+}
+
+absl::Status Accelerator::StepPlateaus(int64_t epoch,
+                                       const std::map<std::string, double>& monitored) {
+  if (schedulers_ == nullptr) return absl::OkStatus();
+  DTRAIN_RETURN_IF_ERROR(schedulers_->StepPlateaus(epoch, monitored));
+  strategy_->SetGroupRates(schedulers_->Rates());
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<std::string, double>> Accelerator::MonitoredRates() const {
+  const std::string name = absl::StrCat("lr-", optimizer_class_);
+  if (schedulers_ == nullptr) return {{name, strategy_->learning_rate()}};
+  const ScheduledGroups& groups = schedulers_->groups();
+  if (groups.size() == 1) return {{name, groups.front().lr}};
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    out.emplace_back(absl::StrCat(name, "/pg", i + 1), groups[i].lr);
+  }
+  return out;
 }
 
 c10::IValue Accelerator::BatchToDevice(const c10::IValue& batch) const {
@@ -176,7 +222,7 @@ absl::StatusOr<bool> Accelerator::OptimizerStep() {
         "the cosine schedule has no length: give lr_scheduler.total_steps, or send the run's "
         "length in StepRequest.total_steps");
   }
-  strategy_->SetLearningRate(schedule_->LrAt(progress_.global_step));
+  if (schedulers_ == nullptr) strategy_->SetLearningRate(schedule_->LrAt(progress_.global_step));
   DTRAIN_RETURN_IF_ERROR(strategy_->OptimizerStep());
   return true;
 }
@@ -206,6 +252,7 @@ absl::StatusOr<bool> Accelerator::SaveCheckpoint(const std::string& path,
   metadata.precision = PrecisionName(precision_->precision());
   metadata.job_spec_json = job_spec_json;
   if (schedule_.has_value()) metadata.schedule = &*schedule_;
+  metadata.schedulers = schedulers_.get();
   DTRAIN_RETURN_IF_ERROR(dtrain::SaveCheckpoint(path, *model_, optimizer, precision_->scaler(),
                                                 progress_, metadata, &strategy_->checkpoint_io(),
                                                 storage_options));
@@ -235,6 +282,11 @@ absl::StatusOr<TrainingProgress> Accelerator::LoadCheckpoint(const std::string& 
       TrainingProgress progress,
       RestoreCheckpoint(received, path, *model_, strategy_->RestoreTarget(), precision_->scaler()));
   DTRAIN_RETURN_IF_ERROR(strategy_->FinishRestore());
+  if (schedulers_ != nullptr && !progress.lr_schedulers.empty()) {
+    DTRAIN_RETURN_IF_ERROR(schedulers_->Load(progress.lr_schedulers, progress.group_rates));
+    strategy_->SetGroupRates(schedulers_->Rates());
+  }
+  progress.lr_schedulers.clear();
   progress_ = progress;
   model_->SetLoopState(progress_.epoch, progress_.global_step);
   return progress;

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/model/lightning_module.h"
+#include "worker/model/lr_schedulers.h"
 #include "worker/model/optimizers.h"
 #include "worker/plugins/plugin_registry.h"
 #include "worker/precision/device_plan.h"
@@ -49,6 +50,20 @@ class Accelerator {
   // strategy connect it and make its optimizer. `schedule` sets the learning rate per step.
   absl::Status Setup(LightningModule model, const OptimizerConfig& optimizer,
                      const SchedulerConfig& schedule);
+  // configure_optimizers' schedulers (optimization.proto), made after Setup as the user's code
+  // made them; they then set each param group's rates, in place of `schedule`. LambdaLR calls
+  // the model's exported methods.
+  absl::Status UseSchedulers(const google::protobuf::RepeatedPtrField<v1::SchedulerRecipe>& recipes,
+                             const OptimizerConfig& optimizer);
+  const LrSchedulers* schedulers() const { return schedulers_.get(); }
+  // After a batch that closed an accumulation window (`batch_idx` from the epoch's start): the
+  // schedulers whose interval it ends step, as Lightning's update_lr_schedulers.
+  absl::Status AfterOptimizerWindow(int64_t batch_idx, bool closes_epoch);
+  // After epoch `epoch`'s validation: ReduceLROnPlateau steps on its monitored value.
+  absl::Status StepPlateaus(int64_t epoch, const std::map<std::string, double>& monitored);
+  // LearningRateMonitor's values for the next optimizer step: "lr-<Optimizer>", with "/pg<i>"
+  // per param group when there are several.
+  std::vector<std::pair<std::string, double>> MonitoredRates() const;
   absl::Status ModelToDevice();
   // Moves every tensor of a nested batch to the root device and applies the precision's input
   // cast (64-true, bf16-true).
@@ -166,6 +181,8 @@ class Accelerator {
   std::unique_ptr<StrategyCollectives> collectives_;
   std::unique_ptr<LightningModule> model_;
   std::optional<LrSchedule> schedule_;
+  std::unique_ptr<LrSchedulers> schedulers_;
+  std::string optimizer_class_;  // torch.optim's class name
   TrainingProgress progress_;
   std::optional<bool> training_mode_;  // unset until the first step: the export's own mode
   // 16-mixed: whether this step's gradients are already unscaled, and what that found.

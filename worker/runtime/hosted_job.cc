@@ -27,7 +27,8 @@ class LocalJob : public HostedJob {
     absl::StatusOr<v1::LocalResult> result;
     switch (kind) {
       case StepKind::kTraining:
-        result = job_->Train(work, request.epoch(), request.end_of_epoch(), request.total_steps());
+        result = job_->Train(work, request.epoch(), request.end_of_epoch(), request.total_steps(),
+                             {request.monitored().begin(), request.monitored().end()});
         break;
       case StepKind::kValidation:
       case StepKind::kTest:
@@ -42,9 +43,10 @@ class LocalJob : public HostedJob {
 
   absl::Status SaveCheckpoint(const std::string& path, const v1::SaveCheckpointRequest& request,
                               v1::SaveCheckpointResponse* response) override {
-    DTRAIN_ASSIGN_OR_RETURN(bool written,
-                            job_->SaveCheckpoint(path, request.epoch(), request.job_spec_json(),
-                                                 request.total_steps()));
+    DTRAIN_ASSIGN_OR_RETURN(
+        bool written,
+        job_->SaveCheckpoint(path, request.epoch(), request.job_spec_json(), request.total_steps(),
+                             {request.monitored().begin(), request.monitored().end()}));
     response->add_written(written);
     return absl::OkStatus();
   }

@@ -17,6 +17,7 @@
 #include "common/job_settings.h"
 #include "common/status_macros.h"
 #include "common/tensor.h"
+#include "google/protobuf/util/json_util.h"
 #include "worker/collectives/collective_plane.h"
 #include "worker/model/batch_tree.h"
 #include "worker/model/model_zoo.h"
@@ -185,8 +186,12 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   if (!checkpoint_io.ok()) return InField("spec.checkpoint.checkpoint_io", checkpoint_io.status());
   absl::StatusOr<ClipAlgorithm> clip = ParseClipAlgorithm(t.gradient_clip_algorithm());
   if (!clip.ok()) return InField("spec.trainer.gradient_clip_algorithm", clip.status());
-  const OptimizerConfig optimizer = ToConfig(spec.optimizer());
-  // The optimizer and schedule are validated on a throwaway parameter.
+  // The spec's optimizer, when it names one, overrides the model's configure_optimizers (as
+  // LightningCLI's optimizer section does); it and the schedule are validated on a throwaway
+  // parameter.
+  const bool spec_optimizer = !spec.optimizer().name().empty();
+  OptimizerConfig optimizer = ToConfig(spec.optimizer());
+  if (!spec_optimizer) optimizer.name = "sgd";
   DTRAIN_RETURN_IF_ERROR(
       InField("spec.optimizer", MakeOptimizer({torch::zeros({1})}, optimizer).status()));
   const SchedulerConfig schedule = ToConfig(spec.lr_scheduler());
@@ -207,6 +212,37 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   job->data_ = std::move(*data);
   absl::StatusOr<LightningModule> model = LoadModel(spec.model(), spec.seed_everything());
   if (!model.ok()) return InField("spec.model", model.status());
+  v1::OptimizationRecipe recipe;
+  const bool use_recipe = !spec_optimizer && !model->optimization_json().empty();
+  const std::string optimizer_class = TorchOptimizerClass(optimizer.name);
+  if (use_recipe) {
+    google::protobuf::util::JsonParseOptions strict;
+    strict.ignore_unknown_fields = false;
+    if (auto parsed = google::protobuf::util::JsonStringToMessage(model->optimization_json(),
+                                                                  &recipe, strict);
+        !parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec.model: the model's configure_optimizers record does not parse (",
+          parsed.message().as_string(), "); export it again with this version's dtrain.export()"));
+    }
+    absl::StatusOr<OptimizerConfig> made = OptimizerFromRecipe(recipe.optimizer());
+    if (!made.ok()) return InField("spec.model", made.status());
+    optimizer = *std::move(made);
+    job->optimization_ = absl::StrCat(
+        "configure_optimizers: ", recipe.optimizer().kind(),
+        optimizer.groups.size() > 1 ? absl::StrCat(" (", optimizer.groups.size(), " param groups)")
+                                    : absl::StrCat(" lr ", optimizer.lr));
+  } else if (spec_optimizer) {
+    job->optimization_ = absl::StrCat(
+        "the spec's optimizer: ", optimizer_class, " lr ", optimizer.lr,
+        model->optimization_json().empty() ? ""
+                                           : " (it overrides the model's configure_optimizers)");
+  } else {
+    job->optimization_ = absl::StrCat(
+        optimizer_class, " lr ", optimizer.lr,
+        ": the spec names no optimizer and the model records no configure_optimizers (export it "
+        "with dtrain.export to use its own)");
+  }
   torch::manual_seed(spec.seed_everything());
 
   std::unique_ptr<CollectiveBackend> backend;
@@ -260,6 +296,12 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(t.accelerator(), t.precision(),
                                                                strategy, std::move(backend)));
   DTRAIN_RETURN_IF_ERROR(job->accelerator_->Setup(std::move(*model), optimizer, schedule));
+  if (use_recipe) {
+    DTRAIN_RETURN_IF_ERROR(
+        InField("spec.model", job->accelerator_->UseSchedulers(recipe.schedulers(), optimizer)));
+    const std::string described = job->accelerator_->schedulers()->Describe();
+    if (!described.empty()) absl::StrAppend(&job->optimization_, ", ", described);
+  }
   job->accelerator_->strategy().SetCheckpointIO(std::move(*checkpoint_io));
   // A streamed split's rank reads its own chunk of each epoch (worker/data/epoch_plan.h).
   job->data_->SetRank(job->accelerator_->strategy().global_rank(),
@@ -410,6 +452,14 @@ void Job::Describe(v1::SetupResponse* response) const {
   response->set_collective_plane(plane_);
   response->set_collective_plane_note(plane_note_);
   response->set_group_formation_ms(absl::ToInt64Milliseconds(group_formation_));
+  response->set_optimization(optimization_);
+  if (const LrSchedulers* schedulers = accelerator_->schedulers(); schedulers != nullptr) {
+    for (const LrSchedulers::Monitor& m : schedulers->PlateauMonitors()) {
+      v1::PlateauMonitor* monitor = response->add_plateau_monitors();
+      monitor->set_monitor(m.name);
+      monitor->set_strict(m.strict);
+    }
+  }
   for (const auto& [name, value] : accelerator_->model().HyperParameters()) {
     std::optional<std::string> yaml = FlowYaml(value);
     if (!yaml.has_value()) continue;
@@ -446,7 +496,8 @@ absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i, int64
 }
 
 absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t epoch,
-                                           bool end_of_epoch, int64_t total_steps) {
+                                           bool end_of_epoch, int64_t total_steps,
+                                           const std::map<std::string, double>& monitored) {
   if (BatchCount(work) == 0) return absl::InvalidArgumentError("the step carries no batches");
   if (total_steps < 0) {
     return absl::InvalidArgumentError(
@@ -463,6 +514,8 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     train_started_ = true;
     train_ended_ = false;
   }
+  // The last epoch's validation decides ReduceLROnPlateau before this epoch's first step.
+  if (!monitored.empty()) DTRAIN_RETURN_IF_ERROR(a.StepPlateaus(epoch - 1, monitored));
   if (epoch != train_epoch_) {
     a.SetTrainingMode(true);
     DTRAIN_RETURN_IF_ERROR(a.CallHook("on_train_epoch_start"));
@@ -505,8 +558,11 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
       DTRAIN_ASSIGN_OR_RETURN(double norm, a.ClipGradients(clip_val_, clip_algorithm_));
       (*r->mutable_scalars())["grad_norm"] = norm;
     }
+    for (const auto& [name, lr] : a.MonitoredRates()) (*r->mutable_learning_rates())[name] = lr;
     DTRAIN_ASSIGN_OR_RETURN(bool stepped, a.OptimizerStep());
     if (stepped) DTRAIN_RETURN_IF_ERROR(a.PostOptimizerStep());
+    // As Lightning: the schedulers step even when 16-mixed skipped the optimizer's step.
+    DTRAIN_RETURN_IF_ERROR(a.AfterOptimizerWindow(batch_idx, closes_epoch));
     a.OptimizerZeroGrad();
     a.UpdateGlobalStep();
     accumulated_ = 0;
@@ -598,7 +654,8 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
 }
 
 absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch,
-                                         const std::string& job_spec_json, int64_t total_steps) {
+                                         const std::string& job_spec_json, int64_t total_steps,
+                                         const std::map<std::string, double>& monitored) {
   if (path.empty()) return absl::InvalidArgumentError("checkpoint path is empty");
   if (total_steps < 0) {
     return absl::InvalidArgumentError(
@@ -606,6 +663,7 @@ absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch,
   }
   if (total_steps > 0) DTRAIN_RETURN_IF_ERROR(accelerator_->SetRunLength(total_steps));
   accelerator_->SetEpoch(epoch);
+  if (!monitored.empty()) DTRAIN_RETURN_IF_ERROR(accelerator_->StepPlateaus(epoch, monitored));
   return accelerator_->SaveCheckpoint(path, job_spec_json, storage_options_);
 }
 

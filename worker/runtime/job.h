@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,16 +49,20 @@ class Job {
   // Trains on the work's batches: per batch, training_step, backward, and (at the end of
   // each accumulation window) clipping, the optimizer step and the global step.
   // end_of_epoch: the last batch closes the accumulation window. total_steps: the run's
-  // optimizer steps (0: not known), for a schedule whose length is the run's.
+  // optimizer steps (0: not known), for a schedule whose length is the run's. monitored: the
+  // ReduceLROnPlateau monitors' values at the end of epoch - 1 (StepRequest.monitored).
   absl::StatusOr<v1::LocalResult> Train(const v1::LocalWork& work, int64_t epoch,
-                                        bool end_of_epoch = false, int64_t total_steps = 0);
+                                        bool end_of_epoch = false, int64_t total_steps = 0,
+                                        const std::map<std::string, double>& monitored = {});
   // kind: validation, test or predict; eval mode, no grad.
   absl::StatusOr<v1::LocalResult> Evaluate(StepKind kind, const v1::LocalWork& work,
                                            bool return_outputs);
   // total_steps: as Train's, for a schedule that has not had a step to learn it from.
+  // monitored: as Train's, for the epoch that ends here (SaveCheckpointRequest.monitored).
   absl::StatusOr<bool> SaveCheckpoint(const std::string& path, int64_t epoch,
                                       const std::string& job_spec_json = "",
-                                      int64_t total_steps = 0);
+                                      int64_t total_steps = 0,
+                                      const std::map<std::string, double>& monitored = {});
   absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path);
   absl::Status StateDict(v1::StateDictResponse* response);
   // `all_ranks`: every rank is torn down at once (the coordinator's TeardownRequest.all_ranks),
@@ -102,6 +107,7 @@ class Job {
   std::string plane_note_;  // why it is not the fastest one
   absl::Duration group_formation_;
   StorageOptions storage_options_;  // the spec's checkpoint.storage_options, for every save
+  std::string optimization_;        // what it trains with, for SetupResponse.optimization
 };
 
 }  // namespace dtrain

@@ -71,6 +71,11 @@ void ShardedStrategy::SetLearningRate(double lr) {
   zero_->SetLearningRate(lr);
 }
 
+void ShardedStrategy::SetGroupRates(const std::vector<GroupRates>& rates) {
+  if (!rates.empty()) lr_ = rates.front().lr;
+  zero_->SetGroupRates(rates);
+}
+
 absl::StatusOr<torch::optim::Optimizer*> ShardedStrategy::OptimizerState() {
   DTRAIN_ASSIGN_OR_RETURN(consolidated_, zero_->Consolidate(/*dst=*/0));
   return consolidated_.get();

@@ -47,6 +47,7 @@ class ShardedStrategy : public DdpStrategy {
   absl::Status Setup(LightningModule* model, const OptimizerConfig& optimizer) override;
   absl::Status OptimizerStep() override;
   void SetLearningRate(double lr) override;
+  void SetGroupRates(const std::vector<GroupRates>& rates) override;
   absl::StatusOr<torch::optim::Optimizer*> OptimizerState() override;
   torch::optim::Optimizer* RestoreTarget() override;
   absl::Status FinishRestore() override;

@@ -71,6 +71,10 @@ void ShardedOptimizer::SetLearningRate(double lr) {
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
 }
 
+void ShardedOptimizer::SetGroupRates(const std::vector<GroupRates>& rates) {
+  if (optimizer_ != nullptr) WriteGroupRates(*optimizer_, rates);
+}
+
 namespace {
 
 std::string StateKey(const torch::Tensor& parameter) {

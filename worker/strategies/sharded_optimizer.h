@@ -30,6 +30,8 @@ class ShardedOptimizer {
 
   // Sets the learning rate of every parameter group (each rank's partition).
   void SetLearningRate(double lr);
+  // Sets each group's rates (a partition has the full optimizer's groups).
+  void SetGroupRates(const std::vector<GroupRates>& rates);
 
   // optimizer_state for checkpoints: gathers every partition's state to rank dst, which gets
   // an optimizer over all parameters holding it (in the plain optimizer's archive format, so

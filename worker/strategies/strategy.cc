@@ -87,7 +87,7 @@ absl::Status Strategy::Setup(LightningModule* model, const OptimizerConfig& opti
   model_ = model;
   optimizer_config_ = optimizer;
   lr_ = optimizer.lr;
-  DTRAIN_ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(model->Parameters(), optimizer));
+  DTRAIN_ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(model->NamedParameters(), optimizer));
   return absl::OkStatus();
 }
 
@@ -133,6 +133,11 @@ void Strategy::SetLearningRate(double lr) {
   lr_ = lr;
   if (optimizer_ == nullptr) return;
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+}
+
+void Strategy::SetGroupRates(const std::vector<GroupRates>& rates) {
+  if (!rates.empty()) lr_ = rates.front().lr;
+  if (optimizer_ != nullptr) WriteGroupRates(*optimizer_, rates);
 }
 
 absl::StatusOr<torch::optim::Optimizer*> Strategy::OptimizerState() { return optimizer_.get(); }

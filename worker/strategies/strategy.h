@@ -93,6 +93,8 @@ class Strategy {
   virtual absl::Status OptimizerStep();
   virtual void OptimizerZeroGrad();
   virtual void SetLearningRate(double lr);
+  // Per param group: the learning rate and momentum configure_optimizers' schedulers set.
+  virtual void SetGroupRates(const std::vector<GroupRates>& rates);
   double learning_rate() const { return lr_; }
 
   // optimizer_state: an optimizer holding every parameter's state, valid on global rank 0.
