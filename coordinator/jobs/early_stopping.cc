@@ -1,6 +1,7 @@
 #include "coordinator/jobs/early_stopping.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -39,7 +40,7 @@ absl::Status EarlyStopping::Judge(TrainerControl& trainer,
                                   const std::vector<std::map<std::string, double>>& by_rank) {
   const v1::EarlyStoppingConfig& e = config_;
   const int world = trainer.world_size();
-  ranks_.resize(world);
+  if (static_cast<int>(ranks_.size()) != world) ranks_.resize(world, restored_);
   std::vector<bool> rank_stops(world, false);
   std::string why;  // the first stopping rank's reason, for the log
   const bool max = e.mode() == "max";
@@ -81,9 +82,52 @@ absl::Status EarlyStopping::Judge(TrainerControl& trainer,
   DTRAIN_ASSIGN_OR_RETURN(const bool any, trainer.AnyRankDecides(rank_stops));
   if (any) {
     trainer.Log(absl::StrCat("early stopping: ", why));
+    stopped_epoch_ = trainer.state().epoch;
     trainer.RequestStop();
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+std::string StateKey(const v1::EarlyStoppingConfig& e) {
+  return absl::StrCat("EarlyStopping{'monitor': '", e.monitor(), "', 'mode': '", e.mode(), "'}");
+}
+
+}  // namespace
+
+std::optional<v1::CallbackState> EarlyStopping::StateDict() const {
+  if (config_.monitor().empty()) return std::nullopt;
+  const bool max = config_.mode() == "max";
+  const RankState s = ranks_.empty() ? restored_ : ranks_.front();
+  v1::CallbackState state;
+  state.set_key(StateKey(config_));
+  (*state.mutable_ints())["wait_count"] = s.wait;
+  (*state.mutable_ints())["stopped_epoch"] = stopped_epoch_;
+  (*state.mutable_ints())["patience"] = config_.patience();
+  (*state.mutable_tensors())["best_score"] = s.has_best
+                                                 ? s.best
+                                                 : (max ? -std::numeric_limits<double>::infinity()
+                                                        : std::numeric_limits<double>::infinity());
+  return state;
+}
+
+void EarlyStopping::LoadStateDict(const std::vector<v1::CallbackState>& states) {
+  for (const v1::CallbackState& state : states) {
+    if (state.key() != StateKey(config_)) continue;
+    auto wait = state.ints().find("wait_count");
+    auto stopped = state.ints().find("stopped_epoch");
+    std::optional<double> best;
+    if (auto t = state.tensors().find("best_score"); t != state.tensors().end()) best = t->second;
+    if (auto f = state.floats().find("best_score"); f != state.floats().end()) best = f->second;
+    if (wait != state.ints().end()) restored_.wait = static_cast<int>(wait->second);
+    if (best.has_value() && std::isfinite(*best)) {
+      restored_.best = *best;
+      restored_.has_best = true;
+    }
+    if (stopped != state.ints().end()) stopped_epoch_ = stopped->second;
+    ranks_.assign(ranks_.size(), restored_);
+  }
 }
 
 }  // namespace dtrain

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,10 @@ class EarlyStopping final : public TrainerCallback {
 
   absl::Status OnTrainBatchesEnd(TrainerControl& trainer, const TrainBatches& batches) override;
   absl::Status OnValidationEnd(TrainerControl& trainer, const ValidationMetrics& metrics) override;
+  // Lightning's: wait_count, stopped_epoch, best_score (a 0-dim tensor) and patience, under
+  // "EarlyStopping{'monitor': 'val_loss', 'mode': 'min'}"; rank 0's, given to every rank back.
+  std::optional<v1::CallbackState> StateDict() const override;
+  void LoadStateDict(const std::vector<v1::CallbackState>& states) override;
 
  private:
   // The verdict on each rank's value of the monitor (by_rank[r]; a rank without it has no say).
@@ -33,6 +38,8 @@ class EarlyStopping final : public TrainerCallback {
   };
   const v1::EarlyStoppingConfig config_;
   std::vector<RankState> ranks_;
+  RankState restored_;  // every rank's state until the first verdict, in a resumed run
+  int64_t stopped_epoch_ = 0;
   std::map<std::string, double> train_values_;  // the latest training epoch values
 };
 

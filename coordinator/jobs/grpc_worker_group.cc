@@ -256,6 +256,7 @@ absl::StatusOr<SavedCheckpoint> GrpcWorkerGroup::Save(const SaveCall& call) {
   request.set_job_spec_json(call.spec_json);
   request.set_total_steps(call.total_steps);
   request.mutable_monitored()->insert(call.monitored.begin(), call.monitored.end());
+  for (const v1::CallbackState& state : call.callbacks) *request.add_callbacks() = state;
   std::vector<v1::SaveCheckpointResponse> responses(workers_.size());
   DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
       "save_checkpoint",
@@ -287,6 +288,7 @@ absl::StatusOr<LoadedCheckpoint> GrpcWorkerGroup::Load(const std::string& path) 
   LoadedCheckpoint loaded;
   loaded.global_step = answers[0].global_step();
   loaded.epoch = answers[0].epoch();
+  loaded.callbacks.assign(answers[0].callbacks().begin(), answers[0].callbacks().end());
   return loaded;
 }
 

@@ -251,6 +251,7 @@ absl::Status Trainer::SaveCheckpoint(const Save& save) {
     }
     if (!complete) call.monitored.clear();
   }
+  call.callbacks = callbacks_.StateDicts();
   DTRAIN_ASSIGN_OR_RETURN(SavedCheckpoint saved, workers_->Save(call));
   if (!call.monitored.empty()) state_.plateau_stepped_epoch = state_.epoch;
   v1::JobFile file = NewJobFile(save.name, "checkpoint");
@@ -339,6 +340,7 @@ absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
   }
   DTRAIN_RETURN_IF_ERROR(loaded.status());
   state_.global_step = loaded->global_step;
+  callbacks_.LoadStateDicts(loaded->callbacks);
   // The checkpoint's epoch, until an epoch runs: a run resumed at its very end trains none, and
   // its last checkpoint keeps the epoch it had.
   state_.epoch = loaded->epoch;

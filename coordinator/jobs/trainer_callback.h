@@ -124,6 +124,10 @@ class TrainerCallback {
   }
   // The run is over, with `status` (also when it failed or was cancelled).
   virtual void OnRunEnd(TrainerControl& trainer, const absl::Status& status) {}
+  // Lightning's callback state_dict, kept in each checkpoint's "callbacks" under its key.
+  virtual std::optional<v1::CallbackState> StateDict() const { return std::nullopt; }
+  // A resumed run: the checkpoint's callback states; each callback takes its own key's.
+  virtual void LoadStateDict(const std::vector<v1::CallbackState>& states) {}
 };
 
 // The callbacks in order, each hook called on every one; a failing hook stops the others.
@@ -155,6 +159,16 @@ class CallbackList {
   }
   void RunEnd(const absl::Status& status) {
     for (const auto& c : callbacks_) c->OnRunEnd(*trainer_, status);
+  }
+  std::vector<v1::CallbackState> StateDicts() const {
+    std::vector<v1::CallbackState> out;
+    for (const auto& c : callbacks_) {
+      if (std::optional<v1::CallbackState> s = c->StateDict()) out.push_back(*std::move(s));
+    }
+    return out;
+  }
+  void LoadStateDicts(const std::vector<v1::CallbackState>& states) {
+    for (const auto& c : callbacks_) c->LoadStateDict(states);
   }
 
  private:

@@ -29,6 +29,7 @@
 #include "common/setup_request.h"
 #include "common/tensor.h"
 #include "dtrain/v1/jobs.pb.h"
+#include "dtrain/v1/worker.pb.h"
 
 namespace dtrain {
 
@@ -137,10 +138,11 @@ struct PredictResult {
 struct SaveCall {
   std::string name;  // a file name in the job's checkpoint directory
   int64_t epoch = 0;
-  std::vector<std::string> remove;          // older checkpoints to delete once it is written
-  std::string spec_json;                    // kept in the checkpoint's metadata
-  int64_t total_steps = 0;                  // the run's optimizer steps, as TrainCall's
-  std::map<std::string, double> monitored;  // as TrainCall's, at an epoch's end
+  std::vector<std::string> remove;           // older checkpoints to delete once it is written
+  std::string spec_json;                     // kept in the checkpoint's metadata
+  int64_t total_steps = 0;                   // the run's optimizer steps, as TrainCall's
+  std::map<std::string, double> monitored;   // as TrainCall's, at an epoch's end
+  std::vector<v1::CallbackState> callbacks;  // the callbacks' states, in the file
 };
 struct SavedCheckpoint {
   bool written = false;  // some rank wrote it
@@ -151,6 +153,7 @@ struct SavedCheckpoint {
 struct LoadedCheckpoint {
   int64_t global_step = 0;
   int64_t epoch = 0;
+  std::vector<v1::CallbackState> callbacks = {};  // the file's, for the callbacks to resume from
 };
 
 // How every WorkerGroup reports a lost worker: UNAVAILABLE, naming the call (`what`), the worker

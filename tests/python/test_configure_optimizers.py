@@ -358,3 +358,37 @@ def test_resuming_continues_identically_in_either_runtime(cluster, tmp_path, cas
     name = _rate_names(optimizer)[0]
     for step in range(31, 51):
         assert math.isclose(points[name][step], full_rates[step - 1][0], rel_tol=1e-6, abs_tol=1e-9)
+
+
+def test_early_stopping_state_travels_in_the_checkpoint(cluster, tmp_path):
+    """EarlyStopping's state is in the checkpoint under Lightning's key and layout, and a run
+    resumed from a checkpoint resumes it: here one whose best_score no epoch can beat and whose
+    wait_count is one short of patience, so the first validation stops the resumed run."""
+    client = dtrain.Client(cluster.address)
+    model_path = _export("adam_alone", tmp_path)
+    key = "EarlyStopping{'monitor': 'val_loss', 'mode': 'min'}"
+    stopping = {"early_stopping": {"monitor": "val_loss", "patience": 2}}
+    job = client.submit(_spec("adam_alone", model_path, tmp_path, epochs=3, **stopping))
+    status = job.wait(timeout=300)
+    assert status.state == jobs_pb2.SUCCEEDED, status.reason
+    [last] = job.download("last", str(tmp_path / "es"))
+    checkpoint = torch.load(last, map_location="cpu")
+    state = checkpoint["callbacks"][key]
+    val = [p["value"] for p in job.metrics() if p["name"] == "val_loss"]
+    assert len(val) == 3
+    assert isinstance(state["best_score"], torch.Tensor) and state["best_score"].dim() == 0
+    assert math.isclose(state["best_score"].item(), min(val), rel_tol=1e-6)
+    assert state["patience"] == 2 and state["stopped_epoch"] == 0
+    assert state["wait_count"] == len(val) - 1 - val.index(min(val))
+    checkpoint["callbacks"][key].update(best_score=torch.tensor(-1.0), wait_count=1)
+    torch.save(checkpoint, str(tmp_path / "waiting.ckpt"))
+    job = client.submit(_spec("adam_alone", model_path, tmp_path, epochs=8,
+                              ckpt_path=str(tmp_path / "waiting.ckpt"), **stopping))
+    status = job.wait(timeout=300)
+    assert status.state == jobs_pb2.SUCCEEDED, status.reason
+    assert "early stopping: val_loss did not improve" in "\n".join(job.logs())
+    [last] = job.download("last", str(tmp_path / "es2"))
+    resumed = torch.load(last, map_location="cpu")
+    assert resumed["global_step"] == 4 * STEPS, "stopped after the first resumed epoch"
+    assert resumed["callbacks"][key]["wait_count"] == 2
+    assert resumed["callbacks"][key]["stopped_epoch"] == 3

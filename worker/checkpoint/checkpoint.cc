@@ -341,6 +341,26 @@ absl::StatusOr<TrainingProgress> RestoreLightning(const c10::IValue& file, const
           RestoreOptimizer(states->toList().get(0), path, *optimizer, &progress.group_rates));
     }
   }
+  if (auto v = PyGet(top, "callbacks"); v && v->isGenericDict()) {
+    for (const auto& entry : v->toGenericDict()) {
+      if (!entry.key().isString() || !entry.value().isGenericDict()) continue;
+      CallbackStateDict cb;
+      cb.key = entry.key().toStringRef();
+      for (const auto& item : entry.value().toGenericDict()) {
+        if (!item.key().isString()) continue;
+        const std::string& name = item.key().toStringRef();
+        const c10::IValue& value = item.value();
+        if (value.isInt()) {
+          cb.ints[name] = value.toInt();
+        } else if (value.isDouble()) {
+          cb.floats[name] = value.toDouble();
+        } else if (value.isTensor() && value.toTensor().numel() == 1) {
+          cb.tensors[name] = value.toTensor().item<double>();
+        }
+      }
+      progress.callbacks.push_back(std::move(cb));
+    }
+  }
   if (auto v = PyGet(top, "lr_schedulers"); v && v->isList()) {
     for (const c10::IValue& s : v->toListRef()) progress.lr_schedulers.push_back(s);
   }
@@ -452,6 +472,17 @@ absl::Status SaveCheckpoint(const std::string& path, const LightningModule& mode
           optimizers.push_back(state);
         }
         top.insert("optimizer_states", optimizers);
+        PyDict callbacks = PyStrDict();
+        for (const CallbackStateDict& cb : metadata.callbacks) {
+          PyDict state = PyStrDict();
+          for (const auto& [name, v] : cb.ints) state.insert(name, v);
+          for (const auto& [name, v] : cb.floats) state.insert(name, v);
+          for (const auto& [name, v] : cb.tensors) {
+            state.insert(name, torch::tensor(static_cast<float>(v)));
+          }
+          callbacks.insert(cb.key, state);
+        }
+        top.insert("callbacks", callbacks);
         top.insert("lr_schedulers", schedulers);
         top.insert("epoch", progress.epoch);
         top.insert("global_step", progress.global_step);

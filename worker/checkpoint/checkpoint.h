@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,14 @@ namespace dtrain {
 
 class PluginRegistry;
 
+// A callback's state under a checkpoint's "callbacks" (worker.proto's CallbackState).
+struct CallbackStateDict {
+  std::string key;
+  std::map<std::string, int64_t> ints;
+  std::map<std::string, double> floats;
+  std::map<std::string, double> tensors;  // 0-dim float32 tensors in the file
+};
+
 struct TrainingProgress {
   int64_t global_step = 0;
   int64_t epoch = 0;
@@ -39,6 +48,8 @@ struct TrainingProgress {
   // param group's rates as the file has them.
   std::vector<c10::IValue> lr_schedulers = {};
   ScheduledGroups group_rates = {};
+  // The file's "callbacks" entries made of numbers.
+  std::vector<CallbackStateDict> callbacks = {};
 };
 
 // mkdir -p `dir` and checks that a file can be created in it, so that a job learns at setup,
@@ -56,6 +67,7 @@ struct CheckpointMetadata {
   // configure_optimizers' schedulers, which take the place of `schedule` when set: their
   // state_dicts, and the keys they add to the param groups (initial_lr, OneCycleLR's).
   const LrSchedulers* schedulers = nullptr;
+  std::vector<CallbackStateDict> callbacks;  // "callbacks", the coordinator's states
 };
 
 // `optimizer` and `scaler` may be null. Written by `io` (null: TorchCheckpointIO) with

@@ -243,7 +243,8 @@ std::map<std::string, torch::Tensor> Accelerator::LightningModuleStateDict() {
 
 absl::StatusOr<bool> Accelerator::SaveCheckpoint(const std::string& path,
                                                  const std::string& job_spec_json,
-                                                 const StorageOptions& storage_options) {
+                                                 const StorageOptions& storage_options,
+                                                 std::vector<CallbackStateDict> callbacks) {
   DTRAIN_ASSIGN_OR_RETURN(torch::optim::Optimizer * optimizer, strategy_->OptimizerState());
   if (!strategy_->should_rank_save_checkpoint()) return false;
   CheckpointMetadata metadata;
@@ -253,6 +254,7 @@ absl::StatusOr<bool> Accelerator::SaveCheckpoint(const std::string& path,
   metadata.job_spec_json = job_spec_json;
   if (schedule_.has_value()) metadata.schedule = &*schedule_;
   metadata.schedulers = schedulers_.get();
+  metadata.callbacks = std::move(callbacks);
   DTRAIN_RETURN_IF_ERROR(dtrain::SaveCheckpoint(path, *model_, optimizer, precision_->scaler(),
                                                 progress_, metadata, &strategy_->checkpoint_io(),
                                                 storage_options));

@@ -142,9 +142,11 @@ class Accelerator {
   // Returns whether this rank wrote.
   // `job_spec_json` (the resolved spec) goes into the checkpoint's metadata; the strategy's
   // CheckpointIO writes it with `storage_options`.
+  // `callbacks`: the coordinator's callbacks' states, kept under the file's "callbacks".
   absl::StatusOr<bool> SaveCheckpoint(const std::string& path,
                                       const std::string& job_spec_json = "",
-                                      const StorageOptions& storage_options = {});
+                                      const StorageOptions& storage_options = {},
+                                      std::vector<CallbackStateDict> callbacks = {});
   // Every rank must call it: rank 0 reads the file and broadcasts its bytes (an error on rank 0
   // reaches every rank). Restores model, optimizer, loss scale, progress and RNG.
   absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path);

@@ -10,6 +10,18 @@
 namespace dtrain {
 namespace {
 
+std::vector<CallbackStateDict> CallbackStatesFrom(
+    const google::protobuf::RepeatedPtrField<v1::CallbackState>& states) {
+  std::vector<CallbackStateDict> out;
+  for (const v1::CallbackState& s : states) {
+    out.push_back({s.key(),
+                   {s.ints().begin(), s.ints().end()},
+                   {s.floats().begin(), s.floats().end()},
+                   {s.tensors().begin(), s.tensors().end()}});
+  }
+  return out;
+}
+
 class LocalJob : public HostedJob {
  public:
   explicit LocalJob(std::unique_ptr<Job> job) : job_(std::move(job)) {}
@@ -46,7 +58,8 @@ class LocalJob : public HostedJob {
     DTRAIN_ASSIGN_OR_RETURN(
         bool written,
         job_->SaveCheckpoint(path, request.epoch(), request.job_spec_json(), request.total_steps(),
-                             {request.monitored().begin(), request.monitored().end()}));
+                             {request.monitored().begin(), request.monitored().end()},
+                             CallbackStatesFrom(request.callbacks())));
     response->add_written(written);
     return absl::OkStatus();
   }
@@ -56,6 +69,13 @@ class LocalJob : public HostedJob {
     DTRAIN_ASSIGN_OR_RETURN(TrainingProgress progress, job_->LoadCheckpoint(request.path()));
     response->set_global_step(progress.global_step);
     response->set_epoch(progress.epoch);
+    for (const CallbackStateDict& cb : progress.callbacks) {
+      v1::CallbackState* state = response->add_callbacks();
+      state->set_key(cb.key);
+      state->mutable_ints()->insert(cb.ints.begin(), cb.ints.end());
+      state->mutable_floats()->insert(cb.floats.begin(), cb.floats.end());
+      state->mutable_tensors()->insert(cb.tensors.begin(), cb.tensors.end());
+    }
     return absl::OkStatus();
   }
 

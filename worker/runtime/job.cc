@@ -497,7 +497,8 @@ absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i, int64
 
 absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t epoch,
                                            bool end_of_epoch, int64_t total_steps,
-                                           const std::map<std::string, double>& monitored) {
+                                           const std::map<std::string, double>& monitored,
+                                           std::vector<CallbackStateDict> callbacks) {
   if (BatchCount(work) == 0) return absl::InvalidArgumentError("the step carries no batches");
   if (total_steps < 0) {
     return absl::InvalidArgumentError(
@@ -655,7 +656,8 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
 
 absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch,
                                          const std::string& job_spec_json, int64_t total_steps,
-                                         const std::map<std::string, double>& monitored) {
+                                         const std::map<std::string, double>& monitored,
+                                         std::vector<CallbackStateDict> callbacks) {
   if (path.empty()) return absl::InvalidArgumentError("checkpoint path is empty");
   if (total_steps < 0) {
     return absl::InvalidArgumentError(
@@ -664,7 +666,7 @@ absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch,
   if (total_steps > 0) DTRAIN_RETURN_IF_ERROR(accelerator_->SetRunLength(total_steps));
   accelerator_->SetEpoch(epoch);
   if (!monitored.empty()) DTRAIN_RETURN_IF_ERROR(accelerator_->StepPlateaus(epoch, monitored));
-  return accelerator_->SaveCheckpoint(path, job_spec_json, storage_options_);
+  return accelerator_->SaveCheckpoint(path, job_spec_json, storage_options_, std::move(callbacks));
 }
 
 absl::StatusOr<TrainingProgress> Job::LoadCheckpoint(const std::string& path) {

@@ -53,7 +53,8 @@ class Job {
   // ReduceLROnPlateau monitors' values at the end of epoch - 1 (StepRequest.monitored).
   absl::StatusOr<v1::LocalResult> Train(const v1::LocalWork& work, int64_t epoch,
                                         bool end_of_epoch = false, int64_t total_steps = 0,
-                                        const std::map<std::string, double>& monitored = {});
+                                        const std::map<std::string, double>& monitored = {},
+                                        std::vector<CallbackStateDict> callbacks = {});
   // kind: validation, test or predict; eval mode, no grad.
   absl::StatusOr<v1::LocalResult> Evaluate(StepKind kind, const v1::LocalWork& work,
                                            bool return_outputs);
@@ -62,7 +63,8 @@ class Job {
   absl::StatusOr<bool> SaveCheckpoint(const std::string& path, int64_t epoch,
                                       const std::string& job_spec_json = "",
                                       int64_t total_steps = 0,
-                                      const std::map<std::string, double>& monitored = {});
+                                      const std::map<std::string, double>& monitored = {},
+                                      std::vector<CallbackStateDict> callbacks = {});
   absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path);
   absl::Status StateDict(v1::StateDictResponse* response);
   // `all_ranks`: every rank is torn down at once (the coordinator's TeardownRequest.all_ranks),
