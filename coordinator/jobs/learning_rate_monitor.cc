@@ -7,7 +7,7 @@ namespace dtrain {
 
 std::string LearningRateMonitor::MetricName(const std::string& optimizer) {
   // torch.optim's class names, as Lightning's monitor writes them.
-  if (optimizer == "sgd") return "lr-SGD";
+  if (optimizer.empty() || optimizer == "sgd") return "lr-SGD";  // "": the default
   if (optimizer == "adam") return "lr-Adam";
   if (optimizer == "adamw") return "lr-AdamW";
   return absl::StrCat("lr-", optimizer);

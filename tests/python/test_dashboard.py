@@ -151,6 +151,10 @@ def test_cluster_jobs_and_job_pages_live_cancel_and_escaping(cluster, browser):
         "                chart.options.scales.y.max === undefined] : null; });")
     assert scales[0] == [0, 1, False], scales
     assert scales[1] is not None and scales[1][2], scales
+    # LearningRateMonitor's per-group rates share their optimizer's chart.
+    assert browser.execute_script(
+        "return ['lr-AdamW/pg1', 'lr-AdamW/pg2', 'lr-SGD', 'train_acc_step'].map(family);") == [
+        "lr-AdamW", "lr-AdamW", "lr-SGD", "acc"]
     assert console_errors(browser) == []
 
     # What a user wrote is shown as text: a job name with markup is refused at submission, and

@@ -222,9 +222,10 @@ async function renderJobs(main) {
 
 // Metrics on shared axes by what they measure: train_loss and val_loss on one chart (as
 // TensorBoard's scalars group by tag), train_acc, train_acc_step and val_acc on another (the
-// _step / _epoch of self.log's both-ways values), anything else alone.
+// _step / _epoch of self.log's both-ways values), LearningRateMonitor's lr-AdamW/pg1, /pg2 on
+// one chart per optimizer, anything else alone.
 function family(name) {
-  const unsuffixed = name.replace(/_(step|epoch)$/, '');
+  const unsuffixed = name.replace(/_(step|epoch)$/, '').replace(/\/pg\d+$/, '');
   const base = unsuffixed.replace(/^(train|val|test)_/, '');
   return base === unsuffixed ? unsuffixed : base;
 }
