@@ -392,3 +392,21 @@ def test_early_stopping_state_travels_in_the_checkpoint(cluster, tmp_path):
     assert resumed["global_step"] == 4 * STEPS, "stopped after the first resumed epoch"
     assert resumed["callbacks"][key]["wait_count"] == 2
     assert resumed["callbacks"][key]["stopped_epoch"] == 3
+
+
+def test_the_specs_optimizer_overrides_it_and_each_steps_rate_is_logged(cluster, tmp_path):
+    """A spec that names an optimizer and a schedule overrides configure_optimizers (the log
+    says so), and lr-SGD has each step's own rate: 0.1 halved every 3 steps."""
+    client = dtrain.Client(cluster.address)
+    model_path = _export("adamw_groups_cosine", tmp_path)
+    job = client.submit(_spec("adamw_groups_cosine", model_path, tmp_path, epochs=1,
+                              optimizer={"name": "sgd", "lr": 0.1},
+                              lr_scheduler={"name": "step", "step_size": 3, "gamma": 0.5}))
+    status = job.wait(timeout=300)
+    assert status.state == jobs_pb2.SUCCEEDED, status.reason
+    assert "it overrides the model's configure_optimizers" in "\n".join(job.logs())
+    rates = {p["step"]: p["value"] for p in job.metrics() if p["name"] == "lr-SGD"}
+    assert sorted(rates) == list(range(1, STEPS + 1))
+    for step, lr in rates.items():
+        assert math.isclose(lr, 0.1 * 0.5 ** ((step - 1) // 3), rel_tol=1e-12), (step, lr)
+    assert not any(p["name"].startswith("lr-AdamW") for p in job.metrics())

@@ -123,7 +123,11 @@ absl::Status Accelerator::StepPlateaus(int64_t epoch,
 
 std::vector<std::pair<std::string, double>> Accelerator::MonitoredRates() const {
   const std::string name = absl::StrCat("lr-", optimizer_class_);
-  if (schedulers_ == nullptr) return {{name, strategy_->learning_rate()}};
+  if (schedulers_ == nullptr) {
+    // The spec's schedule sets the rate inside OptimizerStep: the one this step will use.
+    const bool known = schedule_.has_value() && !schedule_->NeedsRunLength();
+    return {{name, known ? schedule_->LrAt(progress_.global_step) : strategy_->learning_rate()}};
+  }
   const ScheduledGroups& groups = schedulers_->groups();
   if (groups.size() == 1) return {{name, groups.front().lr}};
   std::vector<std::pair<std::string, double>> out;
