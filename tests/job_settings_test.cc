@@ -306,9 +306,9 @@ TEST(JobSettingsTest, PathsAndOldKeys_FromTheOptions) {
   EXPECT_EQ(spec.ckpt_path(), "/x/ckpt_path");
   EXPECT_TRUE(spec.data().has_builtin()) << "a oneof's other member is left alone";
 
-  // 4 keys dtrain once spelled differently, and the 22 Lightning Trainer arguments it lacks
+  // 4 keys dtrain once spelled differently, and the 20 Lightning Trainer arguments it lacks
   // (tests/python/test_settings.py lists them and checks each message from both parsers).
-  EXPECT_EQ(ReplacedKeys().size(), 4u + 22u);
+  EXPECT_EQ(ReplacedKeys().size(), 4u + 20u);
   EXPECT_THAT(ReplacedKeys().at("trainer.logger"), HasSubstr("dtrain always logs"));
   EXPECT_THAT(ReplacedKeys().at("trainer.num_workers"), StartsWith("renamed to trainer.num_nodes"));
   EXPECT_THAT(ReplacedKeys().at("resume_from"), StartsWith("renamed to ckpt_path"));

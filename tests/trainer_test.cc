@@ -368,6 +368,37 @@ TEST_F(TrainerTest, LimitValBatches_ZeroTurnsValidationOff_UnsetIsAll) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("turns validation off"));
 }
 
+// limit_test_batches: 0 turns the test after fit off (stage test then fails); a positive value
+// caps test and predict batches per rank, as limit_predict_batches does predict's.
+TEST_F(TrainerTest, LimitTestAndPredictBatches_ZeroTurnsTheTestOff_PositiveCaps) {
+  std::filesystem::create_directories(dir_);
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_limit_test_batches(0);
+  auto trainer = Make(spec);
+  ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  EXPECT_EQ(group().count("test_step"), 0);
+  EXPECT_EQ(record_.Lines("the test is off (trainer.limit_test_batches: 0)"), 1);
+  EXPECT_TRUE(record_.Named("test_acc").empty());
+
+  v1::JobSpec test = Spec();
+  test.set_stage("test");
+  test.mutable_trainer()->set_limit_test_batches(0);
+  trainer = Make(test);
+  EXPECT_EQ(trainer->Run().code(), absl::StatusCode::kFailedPrecondition);
+
+  v1::JobSpec predict = Spec();
+  predict.set_stage("predict");
+  predict.mutable_data()->set_eval_batch_size(3);
+  predict.mutable_trainer()->set_limit_predict_batches(2);
+  trainer = Make(predict);
+  ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  // 2 batches of 3 on each of the 2 ranks.
+  EXPECT_EQ(record_.Lines("predictions for 12 samples written to"), 1);
+  predict.mutable_trainer()->set_limit_predict_batches(0);
+  trainer = Make(predict);
+  EXPECT_EQ(trainer->Run().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 // check_val_every_n_epoch: 2 over 3 epochs validates after the second only, as Lightning's
 // ((epoch + 1) % 2 == 0), and with val_check_interval 0.5 twice in it.
 TEST_F(TrainerTest, CheckValEveryNEpoch_ValidatesOnlyThoseEpochs) {

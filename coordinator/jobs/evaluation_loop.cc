@@ -29,6 +29,14 @@ absl::Status EvaluationLoop::Run(EvalKind kind) {
     }
     return absl::OkStatus();
   }
+  if (test && trainer.has_limit_test_batches() && trainer.limit_test_batches() == 0) {
+    if (state.stage != "fit") {
+      return absl::FailedPreconditionError(
+          "trainer.limit_test_batches is 0, which turns the test off; unset it to test");
+    }
+    context_.trainer.Log("the test is off (trainer.limit_test_batches: 0)");
+    return absl::OkStatus();
+  }
   int64_t size = state.split_size(split);
   if (size <= 0) {
     if (state.stage == "fit") return absl::OkStatus();  // nothing to evaluate
@@ -39,7 +47,7 @@ absl::Status EvaluationLoop::Run(EvalKind kind) {
   const v1::DataConfig& d = context_.spec.data();
   const int64_t limit_samples = test ? d.limit_test_samples() : d.limit_val_samples();
   if (limit_samples > 0) size = std::min(size, limit_samples);
-  const int64_t limit_batches = test ? 0 : trainer.limit_val_batches();
+  const int64_t limit_batches = test ? trainer.limit_test_batches() : trainer.limit_val_batches();
   RankBatches batches(state.world_size);
   for (int rank = 0; rank < state.world_size; ++rank) {
     batches[rank] =

@@ -20,6 +20,12 @@ absl::Status PredictionLoop::Run() {
     return absl::FailedPreconditionError(
         "data: predict runs over the predict split, or the test split, and both are empty");
   }
+  const v1::TrainerConfig& trainer = context_.spec.trainer();
+  if (trainer.has_limit_predict_batches() && trainer.limit_predict_batches() == 0) {
+    return absl::FailedPreconditionError(
+        "trainer.limit_predict_batches is 0, which leaves predict nothing to do; unset it to "
+        "predict every batch");
+  }
   context_.SetPhase("predict");
   PhaseClock::Span timed = state.phases.Time("predict");
   if (d.limit_test_samples() > 0) size = std::min(size, d.limit_test_samples());
@@ -30,6 +36,10 @@ absl::Status PredictionLoop::Run() {
         Batches(state.streamed(split) ? StreamPositions(size, state.world_size, rank, false)
                                       : EvalShard(size, state.world_size, rank),
                 d.eval_batch_size());
+    const int64_t limit = trainer.limit_predict_batches();
+    if (limit > 0 && static_cast<int64_t>(batches[rank].size()) > limit) {
+      batches[rank].resize(limit);
+    }
     most_batches = std::max<int64_t>(most_batches, batches[rank].size());
   }
   // One row per sample, in sample order; the columns are the outputs with one value per sample

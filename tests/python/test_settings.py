@@ -248,10 +248,10 @@ LIGHTNING_SHARED = (
     "accelerator", "strategy", "devices", "num_nodes", "precision", "max_epochs", "min_epochs",
     "max_steps", "min_steps", "limit_val_batches", "val_check_interval",
     "check_val_every_n_epoch", "log_every_n_steps", "accumulate_grad_batches",
-    "gradient_clip_val", "gradient_clip_algorithm", "deterministic")
+    "gradient_clip_val", "gradient_clip_algorithm", "deterministic", "limit_test_batches",
+    "limit_predict_batches")
 LIGHTNING_ONLY = (
-    "logger", "callbacks", "fast_dev_run", "max_time", "limit_train_batches",
-    "limit_test_batches", "limit_predict_batches", "overfit_batches", "num_sanity_val_steps",
+    "logger", "callbacks", "fast_dev_run", "max_time", "limit_train_batches", "overfit_batches", "num_sanity_val_steps",
     "enable_checkpointing", "enable_progress_bar", "enable_model_summary", "benchmark", "inference_mode", "use_distributed_sampler", "profiler", "detect_anomaly",
     "barebones", "plugins", "sync_batchnorm", "reload_dataloaders_every_n_epochs",
     "default_root_dir")
@@ -268,7 +268,8 @@ def test_a_lightningcli_trainer_section_works_or_each_key_names_its_equivalent(t
               "min_steps": 0, "limit_val_batches": 2, "val_check_interval": 0.5,
               "check_val_every_n_epoch": 1, "log_every_n_steps": 50,
               "accumulate_grad_batches": 1, "gradient_clip_val": 1.0,
-              "gradient_clip_algorithm": "norm", "deterministic": True}
+              "gradient_clip_algorithm": "norm", "deterministic": True,
+              "limit_test_batches": 3, "limit_predict_batches": 2}
     assert set(pasted) == set(LIGHTNING_SHARED)
     path = write(str(tmp_path), "cli.yaml", dict(BASE, trainer=pasted))
     c = cpp([path])
