@@ -893,6 +893,24 @@ TEST_F(WorkerServiceTest, BadInput_ClearErrorsAndTheWorkerKeepsServing) {
   EXPECT_EQ(Train(*w, "good", {v1::LocalWork()}).status().code(),
             absl::StatusCode::kInvalidArgument);
 
+  // Monitored values and callback states are bounded in count and name length.
+  v1::StepRequest crowded;
+  crowded.set_job_id("good");
+  *crowded.add_work() = Slice(0, 0, 1, 8);
+  for (int i = 0; i < 257; ++i) (*crowded.mutable_monitored())[absl::StrCat("m", i)] = 1.0;
+  v1::StepResponse ignored;
+  absl::Status many = Call([&](auto* c) { return w->stub().TrainingStep(c, crowded, &ignored); });
+  EXPECT_EQ(many.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(many.message()), HasSubstr("monitored: 257 entries; at most 256"));
+  v1::SaveCheckpointRequest long_key;
+  long_key.set_job_id("good");
+  long_key.set_name("x.ckpt");
+  long_key.add_callbacks()->set_key(std::string(300, 'k'));
+  v1::SaveCheckpointResponse saved;
+  absl::Status key = Call([&](auto* c) { return w->stub().SaveCheckpoint(c, long_key, &saved); });
+  EXPECT_EQ(key.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(key.message()), HasSubstr("key of 300 bytes; at most 256"));
+
   auto ok = Train(*w, "good", {Slice(0, 0, 1, 8)});
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->results(0).global_step(), 1);

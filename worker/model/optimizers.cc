@@ -225,24 +225,6 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
   return Build(c.name, std::move(groups), c);
 }
 
-std::vector<GroupRates> ReadGroupRates(torch::optim::Optimizer& optimizer) {
-  std::vector<GroupRates> out;
-  for (auto& group : optimizer.param_groups()) {
-    GroupRates rates;
-    torch::optim::OptimizerOptions& o = group.options();
-    rates.lr = o.get_lr();
-    if (auto* sgd = dynamic_cast<torch::optim::SGDOptions*>(&o)) rates.momentum = sgd->momentum();
-    if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&o))
-      rates.momentum = std::get<0>(adam->betas());
-    if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&o))
-      rates.momentum = std::get<0>(adamw->betas());
-    if (auto* rms = dynamic_cast<torch::optim::RMSpropOptions*>(&o))
-      rates.momentum = rms->momentum();
-    out.push_back(rates);
-  }
-  return out;
-}
-
 void WriteGroupRates(torch::optim::Optimizer& optimizer, const std::vector<GroupRates>& rates) {
   auto& groups = optimizer.param_groups();
   for (size_t i = 0; i < groups.size() && i < rates.size(); ++i) {

@@ -70,13 +70,12 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
     const std::vector<std::pair<std::string, torch::Tensor>>& parameters,
     const OptimizerConfig& config);
 
-// Per param group of `optimizer`: its learning rate, and its momentum (sgd, rmsprop) or first
-// beta (adam, adamw) when it has one; what schedulers read and write.
+// Per param group of an optimizer: its learning rate, and its momentum (sgd, rmsprop) or first
+// beta (adam, adamw) when it has one; what the schedulers keep and write into it.
 struct GroupRates {
   double lr = 0;
   std::optional<double> momentum;
 };
-std::vector<GroupRates> ReadGroupRates(torch::optim::Optimizer& optimizer);
 void WriteGroupRates(torch::optim::Optimizer& optimizer, const std::vector<GroupRates>& rates);
 
 struct SchedulerConfig {

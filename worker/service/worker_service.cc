@@ -22,6 +22,29 @@
 #include "worker/service/setup_paths.h"
 
 namespace dtrain {
+namespace {
+
+// The coordinator sends a few monitored values and callback states; a request is bounded before
+// a job reads it, whoever sent it.
+constexpr int kMaxNamedValues = 256;
+constexpr size_t kMaxNameBytes = 256;
+
+template <typename Map>
+absl::Status CheckNames(const std::string& field, const Map& values) {
+  if (static_cast<int>(values.size()) > kMaxNamedValues) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", values.size(), " entries; at most ", kMaxNamedValues));
+  }
+  for (const auto& entry : values) {
+    if (entry.first.size() > kMaxNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": a name of ", entry.first.size(),
+                                                     " bytes; at most ", kMaxNameBytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 struct WorkerService::Task {
   std::function<absl::Status()> body;
@@ -239,6 +262,7 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
 
 absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& request,
                                     v1::StepResponse* response) {
+  DTRAIN_RETURN_IF_ERROR(CheckNames("monitored", request.monitored()));
   DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request.job_id()));
   const absl::Time start = absl::Now();
   absl::Status status = job->Step(kind, request, response);
@@ -292,6 +316,21 @@ grpc::ServerUnaryReactor* WorkerService::SaveCheckpoint(grpc::CallbackServerCont
                                                         const v1::SaveCheckpointRequest* request,
                                                         v1::SaveCheckpointResponse* response) {
   return Enqueue(context, [=]() -> absl::Status {
+    DTRAIN_RETURN_IF_ERROR(CheckNames("monitored", request->monitored()));
+    if (request->callbacks_size() > kMaxNamedValues) {
+      return absl::InvalidArgumentError(absl::StrCat("callbacks: ", request->callbacks_size(),
+                                                     " states; at most ", kMaxNamedValues));
+    }
+    for (const v1::CallbackState& c : request->callbacks()) {
+      const std::string at = absl::StrCat("callbacks['", c.key().substr(0, 64), "']");
+      if (c.key().size() > kMaxNameBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ": key of ", c.key().size(), " bytes; at most ", kMaxNameBytes));
+      }
+      DTRAIN_RETURN_IF_ERROR(CheckNames(at + ".ints", c.ints()));
+      DTRAIN_RETURN_IF_ERROR(CheckNames(at + ".floats", c.floats()));
+      DTRAIN_RETURN_IF_ERROR(CheckNames(at + ".tensors", c.tensors()));
+    }
     DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
     DTRAIN_ASSIGN_OR_RETURN(const std::string path, CheckpointPath(request->name(), "checkpoint"));
     std::vector<std::string> evicted;
