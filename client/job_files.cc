@@ -30,7 +30,12 @@ absl::StatusOr<std::vector<v1::JobFile>> SelectJobFiles(const v1::JobStatus& job
   } else if (which == "last") {
     found = pick([&](const v1::JobFile& f) { return f.location() == job.checkpoint(); });
   } else if (which == "predictions") {
-    found = pick([](const v1::JobFile& f) { return f.kind() == "predictions"; });
+    // All of them: predictions.pt, its batch_indices.pt and predictions.csv.
+    std::vector<v1::JobFile> all;
+    for (const v1::JobFile& file : files) {
+      if (file.kind() == "predictions") all.push_back(file);
+    }
+    if (!all.empty()) return all;
   } else {
     found = pick([&](const v1::JobFile& f) { return f.name() == which; });
   }

@@ -14,7 +14,8 @@ namespace dtrain {
 
 // "" or "all": every file; "best": the best checkpoint by checkpoint.monitor (the last one
 // when nothing is monitored); "last": the last checkpoint written; "predictions": the
-// predictions file; otherwise a file name. NOT_FOUND naming what the job keeps.
+// predictions files (predictions.pt, batch_indices.pt, predictions.csv); otherwise a file name.
+// NOT_FOUND naming what the job keeps.
 absl::StatusOr<std::vector<v1::JobFile>> SelectJobFiles(const v1::JobStatus& job,
                                                         const std::string& which);
 

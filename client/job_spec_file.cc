@@ -15,11 +15,13 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file_reference.h"
 #include "common/job_settings.h"
+#include "dtrain/v1/setting.pb.h"
 
 namespace dtrain {
 namespace {
@@ -121,15 +123,37 @@ absl::Status SetStringMap(const YAML::Node& value, Message* message, const Field
   return absl::OkStatus();
 }
 
-absl::Status SetField(const YAML::Node& value, Message* message, const FieldDescriptor* field,
+// Lightning's flags that take words or either kind of number (the Setting's words and
+// fraction_field): the value as the field reads it, or the sibling field it sets instead.
+YAML::Node LightningValue(const YAML::Node& value, Message* message,
+                          const FieldDescriptor** field) {
+  const v1::Setting& s = (*field)->options().GetExtension(v1::setting);
+  const std::string lower = absl::AsciiStrToLower(value.Scalar());
+  for (const v1::Setting::Word& w : s.words()) {
+    if (lower == w.word()) return YAML::Node(w.value());
+  }
+  if (!s.fraction_field().empty()) {
+    // 0.25 or 1.0: written with a fraction part, so a share rather than a count.
+    int64_t whole = 0;
+    if (!absl::SimpleAtoi(value.Scalar(), &whole)) {
+      const FieldDescriptor* fraction =
+          message->GetDescriptor()->FindFieldByName(s.fraction_field());
+      if (fraction != nullptr) *field = fraction;
+    }
+  }
+  return value;
+}
+
+absl::Status SetField(const YAML::Node& given, Message* message, const FieldDescriptor* field,
                       const std::string& path) {
   const google::protobuf::Reflection* r = message->GetReflection();
-  if (field->is_map()) return SetStringMap(value, message, field, path);
-  if (field->is_repeated()) return SetRepeated(value, message, field, path);
+  if (field->is_map()) return SetStringMap(given, message, field, path);
+  if (field->is_repeated()) return SetRepeated(given, message, field, path);
   if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-    return Fill(value, r->MutableMessage(message, field), path);
+    return Fill(given, r->MutableMessage(message, field), path);
   }
-  if (!value.IsScalar()) return Bad(path, "expected a single value");
+  if (!given.IsScalar()) return Bad(path, "expected a single value");
+  const YAML::Node value = LightningValue(given, message, &field);
   switch (field->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32: {
       auto v = Scalar<int32_t>(value, path, "an integer");

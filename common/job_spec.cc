@@ -145,6 +145,41 @@ int RanksPerWorker(const v1::JobSpec& spec) {
              : 1;
 }
 
+namespace {
+
+// Lightning's fast_dev_run and overfit_batches, which set other flags as Lightning's
+// _init_debugging_flags does: the run then reads only those.
+absl::Status ApplyLightningDebugFlags(v1::JobSpec* spec) {
+  v1::TrainerConfig* t = spec->mutable_trainer();
+  if (const int32_t n = t->fast_dev_run(); n > 0) {
+    t->set_limit_train_batches(n);
+    t->set_limit_val_batches(n);
+    t->set_limit_test_batches(n);
+    t->set_limit_predict_batches(n);
+    t->set_max_epochs(1);
+    t->set_max_steps(0);
+    t->set_num_sanity_val_steps(0);
+    t->set_val_check_interval(1.0);
+    t->set_check_val_every_n_epoch(1);
+    t->clear_overfit();
+    return absl::OkStatus();
+  }
+  if (t->has_overfit_batches() && t->overfit_batches() > 0) {
+    t->set_limit_train_batches(t->overfit_batches());
+    t->set_limit_val_batches(t->overfit_batches());
+  } else if (t->has_overfit_fraction() && t->overfit_fraction() > 0) {
+    t->set_limit_train_fraction(t->overfit_fraction());
+    t->set_limit_val_fraction(t->overfit_fraction());
+  } else {
+    return absl::OkStatus();
+  }
+  // The same batches every epoch, as Lightning replaces the training sampler by a sequential one.
+  spec->mutable_data()->set_shuffle(false);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) {
   // Lightning's strategy "auto", resolved as Lightning resolves it for this many processes
   // (before the catalog check, which knows concrete strategies only).
@@ -238,8 +273,22 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
   }
 
   v1::TrainerConfig* t = spec->mutable_trainer();
+  if (absl::Status s = ApplyLightningDebugFlags(spec); !s.ok()) return s;
+  if (t->devices() == 0) {
+    // devices: auto. Lightning's CPU accelerator counts one device; a GPU worker's count is not
+    // something the coordinator places jobs by.
+    if (t->accelerator() == "gpu" || t->accelerator() == "cuda") {
+      return BadSpec("trainer.devices",
+                     "auto on gpu is not resolved by dtrain: give the number of GPUs each worker "
+                     "runs (its --devices)");
+    }
+    t->set_devices(1);
+  }
   if (t->max_steps() < 0) t->set_max_steps(0);  // Lightning's -1: no limit, as 0
-  if (t->max_epochs() == 0) t->set_max_epochs(t->max_steps() == 0 ? 1 : kNoEpochLimit);
+  if (t->max_epochs() < 0) t->set_max_epochs(kNoEpochLimit);
+  if (t->max_epochs() == 0) {
+    t->set_max_epochs(t->max_steps() == 0 ? kLightningDefaultEpochs : kNoEpochLimit);
+  }
   if (t->val_check_interval() > 1 &&
       std::floor(t->val_check_interval()) != t->val_check_interval()) {
     return BadSpec("trainer.val_check_interval",

@@ -20,6 +20,8 @@ namespace dtrain {
 // trainer.max_epochs of a spec that sets only max_steps: no epoch limit (the steps bound the
 // run). Progress views print no epoch total for it.
 inline constexpr int32_t kNoEpochLimit = 1 << 20;
+// trainer.max_epochs when neither it nor max_steps is set, as Lightning's Trainer defaults it.
+inline constexpr int32_t kLightningDefaultEpochs = 1000;
 
 // Validates `spec` and fills in its defaults: first every field's own Setting option
 // (ApplySettings, common/job_settings.h: defaults, ranges, names, plugin names), then the rules

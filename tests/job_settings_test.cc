@@ -306,9 +306,9 @@ TEST(JobSettingsTest, PathsAndOldKeys_FromTheOptions) {
   EXPECT_EQ(spec.ckpt_path(), "/x/ckpt_path");
   EXPECT_TRUE(spec.data().has_builtin()) << "a oneof's other member is left alone";
 
-  // 4 keys dtrain once spelled differently, and the 20 Lightning Trainer arguments it lacks
+  // 4 keys dtrain once spelled differently, and the 16 Lightning Trainer arguments it lacks
   // (tests/python/test_settings.py lists them and checks each message from both parsers).
-  EXPECT_EQ(ReplacedKeys().size(), 4u + 20u);
+  EXPECT_EQ(ReplacedKeys().size(), 4u + 16u);
   EXPECT_THAT(ReplacedKeys().at("trainer.logger"), HasSubstr("dtrain always logs"));
   EXPECT_THAT(ReplacedKeys().at("trainer.num_workers"), StartsWith("renamed to trainer.num_nodes"));
   EXPECT_THAT(ReplacedKeys().at("resume_from"), StartsWith("renamed to ckpt_path"));
@@ -476,7 +476,8 @@ TEST(JobSettingsTest, NormalizeSetupRequest_RefusesWhatTheSpecRefuses_NamingTheF
 TEST(JobSettingsTest, RangeMessages_SayTheRangeAndWhatZeroMeans) {
   v1::JobSpec spec = Normalized();
   spec.mutable_trainer()->set_devices(300);
-  EXPECT_EQ(NormalizeJobSpec(&spec).message(), "trainer.devices: must be in [1, 256], got 300");
+  EXPECT_EQ(NormalizeJobSpec(&spec).message(),
+            "trainer.devices: must be in [1, 256] (0: auto), got 300");
   spec = Normalized();
   spec.mutable_trainer()->set_batches_per_call(5000);
   EXPECT_EQ(NormalizeJobSpec(&spec).message(),
@@ -500,7 +501,7 @@ TEST(JobSettingsTest, MaxStepsMinusOne_IsNoLimitAsLightningsDefault) {
   spec.mutable_trainer()->set_max_steps(-1);
   ASSERT_TRUE(NormalizeJobSpec(&spec).ok());
   EXPECT_EQ(spec.trainer().max_steps(), 0);
-  EXPECT_EQ(spec.trainer().max_epochs(), 1);  // as a spec without max_steps
+  EXPECT_EQ(spec.trainer().max_epochs(), kLightningDefaultEpochs);  // as without max_steps
   spec = Normalized();
   spec.mutable_trainer()->set_max_steps(-2);
   EXPECT_EQ(NormalizeJobSpec(&spec).message(), "trainer.max_steps: must be >= -1, got -2");

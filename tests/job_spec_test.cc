@@ -220,6 +220,56 @@ ckpt_path: /c/last.ckpt
   EXPECT_EQ(again.checkpoint().storage_options().at("region"), "eu");
 }
 
+// Lightning's int-or-float limits, words for numbers, and its defaults.
+TEST(JobSpecRules, LightningFlags_ReadAsLightningReadsThem) {
+  const std::string base = "model: {builtin: mlp}\ndata: {synthetic: {train_size: 10}}\n";
+  auto spec = ParseJobSpec(base +
+                           "trainer: {limit_val_batches: 0.25, limit_test_batches: 10, "
+                           "limit_train_batches: 1.0, limit_predict_batches: 0, devices: auto, "
+                           "overfit_batches: 0.0, fast_dev_run: false}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const v1::TrainerConfig& t = spec->trainer();
+  EXPECT_TRUE(t.has_limit_val_fraction());
+  EXPECT_DOUBLE_EQ(t.limit_val_fraction(), 0.25);
+  EXPECT_TRUE(t.has_limit_test_batches());
+  EXPECT_EQ(t.limit_test_batches(), 10);
+  EXPECT_TRUE(t.has_limit_train_fraction());  // 1.0 is all of them, not one batch
+  EXPECT_DOUBLE_EQ(t.limit_train_fraction(), 1.0);
+  EXPECT_TRUE(t.has_limit_predict_batches());
+  EXPECT_TRUE(t.has_overfit_fraction());
+  EXPECT_TRUE(t.has_devices());
+  EXPECT_EQ(t.devices(), 0);
+  ASSERT_TRUE(NormalizeJobSpec(&*spec).ok());
+  EXPECT_EQ(spec->trainer().devices(), 1);  // auto on a CPU, as Lightning's
+  EXPECT_EQ(spec->trainer().max_epochs(), kLightningDefaultEpochs);
+  EXPECT_EQ(spec->trainer().num_sanity_val_steps(), 2);
+  EXPECT_EQ(spec->trainer().log_every_n_steps(), 50);
+  EXPECT_TRUE(spec->data().shuffle());  // overfit_batches 0.0 is off
+
+  auto quick = ParseJobSpec(base + "trainer: {fast_dev_run: true, max_epochs: 5}");
+  ASSERT_TRUE(quick.ok()) << quick.status();
+  EXPECT_EQ(quick->trainer().fast_dev_run(), 1);
+  ASSERT_TRUE(NormalizeJobSpec(&*quick).ok());
+  EXPECT_EQ(quick->trainer().max_epochs(), 1);
+  EXPECT_EQ(quick->trainer().limit_train_batches(), 1);
+  EXPECT_EQ(quick->trainer().limit_predict_batches(), 1);
+  EXPECT_EQ(quick->trainer().num_sanity_val_steps(), 0);
+
+  auto overfit = ParseJobSpec(base + "trainer: {overfit_batches: 3, max_epochs: -1}");
+  ASSERT_TRUE(overfit.ok()) << overfit.status();
+  ASSERT_TRUE(NormalizeJobSpec(&*overfit).ok());
+  EXPECT_EQ(overfit->trainer().limit_train_batches(), 3);
+  EXPECT_EQ(overfit->trainer().limit_val_batches(), 3);
+  EXPECT_FALSE(overfit->data().shuffle());
+  EXPECT_EQ(overfit->trainer().max_epochs(), kNoEpochLimit);
+
+  // max_steps alone bounds the run, as in Lightning.
+  auto steps = ParseJobSpec(base + "trainer: {max_steps: 7}");
+  ASSERT_TRUE(steps.ok());
+  ASSERT_TRUE(NormalizeJobSpec(&*steps).ok());
+  EXPECT_EQ(steps->trainer().max_epochs(), kNoEpochLimit);
+}
+
 TEST(JobSpecRules, BadValues_NamedByPath) {
   struct Case {
     std::string text;
@@ -229,7 +279,11 @@ TEST(JobSpecRules, BadValues_NamedByPath) {
   const std::vector<Case> cases = {
       {"data: {synthetic: {train_size: 10}}", "model: give builtin"},
       {"model: {builtin: mlp}", "data: give builtin"},
-      {base + "trainer: {max_epochs: -1}", "trainer.max_epochs: must be >= 0, got -1"},
+      {base + "trainer: {max_epochs: -2}", "trainer.max_epochs: must be >= -1"},
+      {base + "trainer: {limit_val_batches: 1.5}", "trainer.limit_val_fraction: must be in [0, 1]"},
+      {base + "trainer: {devices: auto, accelerator: gpu}",
+       "trainer.devices: auto on gpu is not resolved by dtrain"},
+      {base + "trainer: {fast_dev_run: -1}", "trainer.fast_dev_run: must be in [0, 1000000]"},
       {base + "trainer: {strategy: fsdp9}", "trainer.strategy: unknown strategy 'fsdp9'"},
       {base + "trainer: {precision: 8-true}", "trainer.precision: unknown precision '8-true'"},
       {base + "trainer: {strategy: dp, num_nodes: 2}",

@@ -108,13 +108,15 @@ TEST_F(PluginsTest, PluginStrategyAndCheckpointIO_RunOnTheWorkersOfferingThem) {
     }
     EXPECT_EQ(batches, 8);
     EXPECT_EQ(steps, 8);
+    // The sanity check's validation comes before on_train_start, as in Lightning.
     EXPECT_THAT(kinds,
-                ::testing::ElementsAre("pre_dispatch", "dispatch", "on_train_start",
-                                       "on_validation_start", "on_validation_end", "on_train_end",
-                                       "on_test_start", "on_test_end", "post_dispatch", "teardown"))
+                ::testing::ElementsAre("pre_dispatch", "dispatch", "on_validation_start",
+                                       "on_validation_end", "on_train_start", "on_validation_start",
+                                       "on_validation_end", "on_train_end", "on_test_start",
+                                       "on_test_end", "post_dispatch", "teardown"))
         << absl::StrJoin(lines, "\n");
-    ASSERT_GE(lines.size(), 4u);
-    EXPECT_EQ(lines[3], "on_train_batch_start 0");
+    ASSERT_GE(lines.size(), 6u);
+    EXPECT_EQ(lines[5], "on_train_batch_start 0");
   }
 
   // The checkpoint IO wrote a checksum beside each checkpoint rank 0 wrote.

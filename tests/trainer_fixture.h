@@ -110,6 +110,8 @@ inline v1::JobSpec Spec() {
   spec.mutable_trainer()->set_max_epochs(3);
   spec.mutable_trainer()->set_batches_per_call(1);
   spec.mutable_trainer()->set_log_every_n_steps(2);
+  // The calls the tests expect are fit's own; trainer_flags_test runs the sanity check.
+  spec.mutable_trainer()->set_num_sanity_val_steps(0);
   spec.mutable_optimizer()->set_lr(0.1);
   spec.set_seed_everything(7);
   return spec;

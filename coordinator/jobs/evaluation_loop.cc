@@ -7,57 +7,88 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/jobs/batch_limits.h"
 #include "coordinator/jobs/distributed_sampler.h"
 #include "coordinator/jobs/logged_metrics.h"
 #include "coordinator/jobs/metric_names.h"
 
 namespace dtrain {
 
-absl::Status EvaluationLoop::Run(EvalKind kind) {
-  const bool test = kind == EvalKind::kTest;
+absl::StatusOr<RankBatches> EvaluationLoop::Shard(bool test, int64_t most) const {
   const std::string split = test ? "test" : "val";
-  TrainingState& state = context_.state;
-  const v1::TrainerConfig& trainer = context_.spec.trainer();
-  if (!test && trainer.has_limit_val_batches() && trainer.limit_val_batches() == 0) {
-    if (state.stage != "fit") {
-      return absl::FailedPreconditionError(
-          "trainer.limit_val_batches is 0, which turns validation off; unset it to validate");
-    }
-    if (!said_off_) {
-      said_off_ = true;
-      context_.trainer.Log("validation is off (trainer.limit_val_batches: 0)");
-    }
-    return absl::OkStatus();
-  }
-  if (test && trainer.has_limit_test_batches() && trainer.limit_test_batches() == 0) {
-    if (state.stage != "fit") {
-      return absl::FailedPreconditionError(
-          "trainer.limit_test_batches is 0, which turns the test off; unset it to test");
-    }
-    context_.trainer.Log("the test is off (trainer.limit_test_batches: 0)");
-    return absl::OkStatus();
-  }
-  int64_t size = state.split_size(split);
-  if (size <= 0) {
-    if (state.stage == "fit") return absl::OkStatus();  // nothing to evaluate
-    return absl::FailedPreconditionError(
-        absl::StrCat("data: the dataset has no ", split, " split"));
-  }
-  context_.SetPhase(test ? "test" : "validate");
+  const TrainingState& state = context_.state;
   const v1::DataConfig& d = context_.spec.data();
+  int64_t size = state.split_size(split);
   const int64_t limit_samples = test ? d.limit_test_samples() : d.limit_val_samples();
   if (limit_samples > 0) size = std::min(size, limit_samples);
-  const int64_t limit_batches = test ? trainer.limit_test_batches() : trainer.limit_val_batches();
   RankBatches batches(state.world_size);
   for (int rank = 0; rank < state.world_size; ++rank) {
     batches[rank] =
         Batches(state.streamed(split) ? StreamPositions(size, state.world_size, rank, false)
                                       : EvalShard(size, state.world_size, rank),
                 d.eval_batch_size());
-    if (limit_batches > 0 && static_cast<int64_t>(batches[rank].size()) > limit_batches) {
-      batches[rank].resize(limit_batches);
-    }
+    DTRAIN_ASSIGN_OR_RETURN(int64_t keep, LimitBatches(context_.spec.trainer(),
+                                                       test ? BatchLoop::kTest : BatchLoop::kVal,
+                                                       static_cast<int64_t>(batches[rank].size())));
+    if (most >= 0) keep = std::min(keep, most);
+    batches[rank].resize(keep);
   }
+  return batches;
+}
+
+absl::Status EvaluationLoop::SanityCheck() {
+  const v1::TrainerConfig& trainer = context_.spec.trainer();
+  const int32_t steps = trainer.num_sanity_val_steps();
+  if (steps == 0 || BatchLoopOff(trainer, BatchLoop::kVal) ||
+      context_.state.split_size("val") <= 0) {
+    return absl::OkStatus();
+  }
+  context_.SetPhase("sanity_check");
+  DTRAIN_ASSIGN_OR_RETURN(RankBatches batches, Shard(/*test=*/false, steps < 0 ? -1 : steps));
+  int64_t most = 0;
+  for (const auto& mine : batches) most = std::max<int64_t>(most, mine.size());
+  PhaseClock::Span timed = context_.state.phases.Time("validation");
+  // Nothing it returns or logs is kept: it only proves validation_step runs, before the first
+  // training step rather than after the first epoch.
+  absl::Status ran = context_.workers.Evaluate(EvalKind::kSanity, batches).status();
+  if (!ran.ok()) {
+    return absl::Status(ran.code(), absl::StrCat("sanity check (trainer.num_sanity_val_steps: ",
+                                                 steps, "; 0 skips it): ", ran.message()));
+  }
+  context_.trainer.Log(absl::StrCat("sanity check: ", most,
+                                    " validation batch(es) per rank ran (trainer."
+                                    "num_sanity_val_steps: ",
+                                    steps, ")"));
+  return absl::OkStatus();
+}
+
+absl::Status EvaluationLoop::Run(EvalKind kind) {
+  const bool test = kind == EvalKind::kTest;
+  const std::string split = test ? "test" : "val";
+  TrainingState& state = context_.state;
+  const v1::TrainerConfig& trainer = context_.spec.trainer();
+  const BatchLoop loop = test ? BatchLoop::kTest : BatchLoop::kVal;
+  if (BatchLoopOff(trainer, loop)) {
+    const std::string limit = DescribeBatchLimit(trainer, loop);
+    if (state.stage != "fit") {
+      return absl::FailedPreconditionError(
+          absl::StrCat(limit, test ? " turns the test off" : " turns validation off",
+                       "; unset it to ", test ? "test" : "validate"));
+    }
+    if (!said_off_ || test) {
+      said_off_ = !test;
+      context_.trainer.Log(
+          absl::StrCat(test ? "the test is off (" : "validation is off (", limit, ")"));
+    }
+    return absl::OkStatus();
+  }
+  if (state.split_size(split) <= 0) {
+    if (state.stage == "fit") return absl::OkStatus();  // nothing to evaluate
+    return absl::FailedPreconditionError(
+        absl::StrCat("data: the dataset has no ", split, " split"));
+  }
+  context_.SetPhase(test ? "test" : "validate");
+  DTRAIN_ASSIGN_OR_RETURN(RankBatches batches, Shard(test, -1));
   EvalResult result;
   {
     PhaseClock::Span timed = state.phases.Time(test ? "test" : "validation");

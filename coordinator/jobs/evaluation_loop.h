@@ -9,7 +9,10 @@
 // Thread-safety: none; the job's thread runs it.
 #pragma once
 
+#include <cstdint>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "coordinator/jobs/loop_context.h"
 
 namespace dtrain {
@@ -23,7 +26,16 @@ class EvaluationLoop {
   // trainer.limit_val_batches: 0.
   absl::Status Run(EvalKind kind);
 
+  // Lightning's sanity check before fit: trainer.num_sanity_val_steps validation batches per
+  // rank (-1: all), whose results are dropped. Nothing to do when it is 0, when validation is
+  // off or there is no validation split. A failure names the setting that skips it.
+  absl::Status SanityCheck();
+
  private:
+  // Every rank's batches of the val or test split, as the limits allow, at most `most` each
+  // (-1: no further bound).
+  absl::StatusOr<RankBatches> Shard(bool test, int64_t most) const;
+
   LoopContext& context_;
   bool said_off_ = false;  // the job log said validation is off
 };

@@ -186,6 +186,7 @@ absl::StatusOr<EvalResult> GrpcWorkerGroup::Evaluate(EvalKind kind, const RankBa
   int64_t most = 0;
   for (const auto& mine : batches) most = std::max<int64_t>(most, mine.size());
   std::vector<v1::StepRequest> requests = StepRequests(test ? "test" : "val", batches, 0, most);
+  for (v1::StepRequest& request : requests) request.set_sanity_check(kind == EvalKind::kSanity);
   std::vector<v1::StepResponse> responses(n);
   DTRAIN_RETURN_IF_ERROR(workers_.OnEveryAsync(
       test ? "test_step" : "validation_step",
@@ -235,6 +236,7 @@ absl::StatusOr<PredictResult> GrpcWorkerGroup::Predict(const PredictCall& call) 
       for (const v1::BatchResult& batch : responses[i].results(local).batches()) {
         PredictedBatch& predicted = out.emplace_back();
         predicted.kept.assign(batch.kept_rows().begin(), batch.kept_rows().end());
+        predicted.output_type = batch.output_type();
         std::map<std::string, HostTensor>& outputs = predicted.outputs;
         for (const auto& [name, proto] : batch.tensors()) {
           // An output that does not decode is not a prediction column; the others still are.

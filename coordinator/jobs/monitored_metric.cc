@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/jobs/batch_limits.h"
 
 namespace dtrain {
 
@@ -22,8 +23,7 @@ absl::StatusOr<double> MonitoredValue(const std::map<std::string, double>& value
 
 bool ValidationOff(TrainerControl& trainer) {
   const v1::TrainerConfig& t = trainer.spec().trainer();
-  return (t.has_limit_val_batches() && t.limit_val_batches() == 0) ||
-         trainer.state().split_size("val") == 0;
+  return BatchLoopOff(t, BatchLoop::kVal) || trainer.state().split_size("val") == 0;
 }
 
 }  // namespace dtrain

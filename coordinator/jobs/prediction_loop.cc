@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/jobs/batch_limits.h"
 #include "coordinator/jobs/distributed_sampler.h"
 
 namespace dtrain {
@@ -21,10 +22,10 @@ absl::Status PredictionLoop::Run() {
         "data: predict runs over the predict split, or the test split, and both are empty");
   }
   const v1::TrainerConfig& trainer = context_.spec.trainer();
-  if (trainer.has_limit_predict_batches() && trainer.limit_predict_batches() == 0) {
+  if (BatchLoopOff(trainer, BatchLoop::kPredict)) {
     return absl::FailedPreconditionError(
-        "trainer.limit_predict_batches is 0, which leaves predict nothing to do; unset it to "
-        "predict every batch");
+        absl::StrCat(DescribeBatchLimit(trainer, BatchLoop::kPredict),
+                     " leaves predict nothing to do; unset it to predict every batch"));
   }
   context_.SetPhase("predict");
   PhaseClock::Span timed = state.phases.Time("predict");
@@ -36,15 +37,12 @@ absl::Status PredictionLoop::Run() {
         Batches(state.streamed(split) ? StreamPositions(size, state.world_size, rank, false)
                                       : EvalShard(size, state.world_size, rank),
                 d.eval_batch_size());
-    const int64_t limit = trainer.limit_predict_batches();
-    if (limit > 0 && static_cast<int64_t>(batches[rank].size()) > limit) {
-      batches[rank].resize(limit);
-    }
+    DTRAIN_ASSIGN_OR_RETURN(
+        const int64_t keep,
+        LimitBatches(trainer, BatchLoop::kPredict, static_cast<int64_t>(batches[rank].size())));
+    batches[rank].resize(keep);
     most_batches = std::max<int64_t>(most_batches, batches[rank].size());
   }
-  // One row per sample, in sample order; the columns are the outputs with one value per sample
-  // (the zoo's "label"; a [batch, classes] "logits" has no single value and is left out).
-  PredictionRows predictions;
   // A fixed number of batches per call (batches_per_call, or 16 when training's are sized by
   // time): each response holds that many batches' outputs, which keeps it small (and within one
   // message of a default client).
@@ -75,23 +73,12 @@ absl::Status PredictionLoop::Run() {
           }
           indices = std::move(rows);
         }
-        for (const auto& [name, t] : outputs[b].outputs) {
-          if (t.shape.size() != 1 || t.shape[0] != static_cast<int64_t>(indices.size())) continue;
-          if (t.dtype != v1::DTYPE_INT64 && t.dtype != v1::DTYPE_FLOAT32) continue;
-          predictions.columns.insert(name);
-          const std::vector<int64_t> ints =
-              t.dtype == v1::DTYPE_INT64 ? t.ToVector<int64_t>() : std::vector<int64_t>();
-          const std::vector<float> floats =
-              t.dtype == v1::DTYPE_FLOAT32 ? t.ToVector<float>() : std::vector<float>();
-          for (size_t k = 0; k < indices.size(); ++k) {
-            predictions.rows[indices[k]][name] =
-                ints.empty() ? absl::StrCat(floats[k]) : absl::StrCat(ints[k]);
-          }
-        }
+        DTRAIN_RETURN_IF_ERROR(context_.callbacks.PredictBatch(
+            PredictedSamples{rank, static_cast<int64_t>(first + b), indices, outputs[b]}));
       }
     }
   }
-  return context_.callbacks.PredictEnd(predictions);
+  return context_.callbacks.PredictEnd();
 }
 
 }  // namespace dtrain

@@ -1,8 +1,8 @@
 // PredictionLoop: predict_step over the data's predict split (or its test split when it has
 // none), as Lightning's prediction loop: every rank's unpadded shard in batches of
 // data.eval_batch_size (at most data.limit_test_samples samples), a fixed number of batches per
-// call so that each answer stays small, and the outputs with one value per sample gathered into
-// one row per sample index for the callbacks (PredictionWriter).
+// call so that each answer stays small (trainer.limit_predict_batches bounds each rank's), and
+// each batch's outputs handed to the callbacks with its sample indices (PredictionWriter).
 //
 // Thread-safety: none; the job's thread runs it.
 #pragma once

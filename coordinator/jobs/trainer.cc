@@ -12,6 +12,7 @@
 #include "common/file_reference.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
+#include "coordinator/jobs/batch_limits.h"
 #include "coordinator/jobs/early_stopping.h"
 #include "coordinator/jobs/evaluation_loop.h"
 #include "coordinator/jobs/fit_loop.h"
@@ -68,17 +69,21 @@ Trainer::Trainer(TrainerOptions options, TrainerReporter* reporter,
         // In the order they run: the loggers first (a checkpoint's log line follows the metrics
         // it was chosen by), then ModelCheckpoint before EarlyStopping (as Lightning: checkpoint
         // on the validation's metrics before early stopping ends fit).
-        auto checkpoints =
-            std::make_unique<ModelCheckpoint>(options_.spec.checkpoint(), options_.files);
-        if (!checkpoints->best_name().empty()) {
-          state_.best_checkpoint = CheckpointReference(checkpoints->best_name());
-        }
         std::vector<std::unique_ptr<TrainerCallback>> list;
         list.push_back(std::make_unique<MetricsLogger>());
         list.push_back(std::make_unique<LearningRateMonitor>());
         list.push_back(std::make_unique<ProgressReporter>());
-        list.push_back(std::move(checkpoints));
-        list.push_back(std::make_unique<EarlyStopping>(options_.spec.early_stopping()));
+        // fast_dev_run checks that the code runs: as Lightning, it writes no checkpoint and
+        // never stops early.
+        if (options_.spec.trainer().fast_dev_run() == 0) {
+          auto checkpoints =
+              std::make_unique<ModelCheckpoint>(options_.spec.checkpoint(), options_.files);
+          if (!checkpoints->best_name().empty()) {
+            state_.best_checkpoint = CheckpointReference(checkpoints->best_name());
+          }
+          list.push_back(std::move(checkpoints));
+          list.push_back(std::make_unique<EarlyStopping>(options_.spec.early_stopping()));
+        }
         list.push_back(std::make_unique<RankTiming>());
         list.push_back(std::make_unique<PredictionWriter>(options_.output_dir));
         return list;
@@ -184,15 +189,31 @@ absl::Status Trainer::Setup() {
     return absl::InvalidArgumentError(absl::StrCat("data: ", n_train, " training samples for ",
                                                    world, " ranks leave a rank none"));
   }
-  state_.batches_per_epoch = CeilDiv(per_rank, spec.data().batch_size());
+  DTRAIN_ASSIGN_OR_RETURN(
+      state_.batches_per_epoch,
+      LimitBatches(t, BatchLoop::kTrain, CeilDiv(per_rank, spec.data().batch_size())));
+  if (t.fast_dev_run() > 0) {
+    reporter_->Log(absl::StrCat("fast_dev_run: ", t.fast_dev_run(),
+                                " batch(es) of each loop, one epoch, no checkpoint"));
+  }
   // Each epoch's last batch closes its accumulation window (as Lightning steps at epoch end).
   state_.total_steps =
       CeilDiv(state_.batches_per_epoch, t.accumulate_grad_batches()) * t.max_epochs();
   if (t.max_steps() > 0) state_.total_steps = std::min(state_.total_steps, t.max_steps());
-  reporter_->Log(absl::StrCat("group formed: ", absl::StrJoin(setup->workers, ", "), "; ", n_train,
-                              " training samples, ", state_.batches_per_epoch,
-                              " batches per rank per epoch, ", state_.total_steps,
-                              " optimizer steps"));
+  if (Fits(spec) && state_.batches_per_epoch > 0 && state_.total_steps < t.log_every_n_steps()) {
+    // As Lightning warns: the values logged per step would get no point at all.
+    reporter_->Log(absl::StrCat("the run's ", state_.total_steps,
+                                " optimizer steps are fewer than trainer.log_every_n_steps (",
+                                t.log_every_n_steps(),
+                                "): values logged per step get no point; set a lower "
+                                "log_every_n_steps to see them"));
+  }
+  reporter_->Log(absl::StrCat(
+      "group formed: ", absl::StrJoin(setup->workers, ", "),
+      Fits(spec)
+          ? absl::StrCat("; ", n_train, " training samples, ", state_.batches_per_epoch,
+                         " batches per rank per epoch, ", state_.total_steps, " optimizer steps")
+          : ""));
   std::vector<std::string> where = setup->ranks;
   constexpr int kLoggedRanks = 64;
   if (static_cast<int>(where.size()) > kLoggedRanks) {
@@ -374,7 +395,12 @@ absl::Status Trainer::RunStages() {
   LoopContext context{spec, *workers_, state_, callbacks_, *this, options_.clock};
   EvaluationLoop evaluation(context);
   const std::string& stage = state_.stage;
-  if (stage == "fit") {
+  if (stage == "fit" && state_.batches_per_epoch == 0) {
+    reporter_->Log(absl::StrCat("training is off (",
+                                DescribeBatchLimit(spec.trainer(), BatchLoop::kTrain),
+                                "): fit trains nothing"));
+  } else if (stage == "fit") {
+    DTRAIN_RETURN_IF_ERROR(evaluation.SanityCheck());
     FitLoop fit(context, evaluation, options_.draining_workers);
     absl::Status fitted = fit.Run(start_epoch, start_batch);
     drained_ = fit.drained();

@@ -73,10 +73,13 @@ struct ValidationMetrics {
   std::vector<std::map<std::string, double>> by_rank;
 };
 
-// predict_step's per-sample outputs: one row per sample index, a value per column.
-struct PredictionRows {
-  std::set<std::string> columns;
-  std::map<int64_t, std::map<std::string, std::string>> rows;
+// One predict batch as a rank returned it, with the sample index of each of its rows (the
+// rows it kept, under on_error: skip).
+struct PredictedSamples {
+  int rank = 0;
+  int64_t batch_idx = 0;
+  const std::vector<int64_t>& indices;
+  const PredictedBatch& batch;
 };
 
 // One training call, as the fit loop counted it.
@@ -119,9 +122,11 @@ class TrainerCallback {
   // Once fit's epochs are over (or it stopped early).
   virtual absl::Status OnTrainEnd(TrainerControl& trainer) { return absl::OkStatus(); }
   // After predict_step over the predict (or test) split.
-  virtual absl::Status OnPredictEnd(TrainerControl& trainer, const PredictionRows& predictions) {
+  // Lightning's on_predict_batch_end, as each call's batches arrive, then on_predict_end.
+  virtual absl::Status OnPredictBatch(TrainerControl& trainer, const PredictedSamples& batch) {
     return absl::OkStatus();
   }
+  virtual absl::Status OnPredictEnd(TrainerControl& trainer) { return absl::OkStatus(); }
   // The run is over, with `status` (also when it failed or was cancelled).
   virtual void OnRunEnd(TrainerControl& trainer, const absl::Status& status) {}
   // Lightning's callback state_dict, kept in each checkpoint's "callbacks" under its key.
@@ -154,8 +159,11 @@ class CallbackList {
   absl::Status TrainEnd() {
     return Each([&](TrainerCallback& c) { return c.OnTrainEnd(*trainer_); });
   }
-  absl::Status PredictEnd(const PredictionRows& predictions) {
-    return Each([&](TrainerCallback& c) { return c.OnPredictEnd(*trainer_, predictions); });
+  absl::Status PredictBatch(const PredictedSamples& batch) {
+    return Each([&](TrainerCallback& c) { return c.OnPredictBatch(*trainer_, batch); });
+  }
+  absl::Status PredictEnd() {
+    return Each([&](TrainerCallback& c) { return c.OnPredictEnd(*trainer_); });
   }
   void RunEnd(const absl::Status& status) {
     for (const auto& c : callbacks_) c->OnRunEnd(*trainer_, status);

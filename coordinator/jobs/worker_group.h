@@ -110,7 +110,8 @@ struct TrainResult {
   std::vector<RankTrainResult> ranks;  // each rank that answered, in rank order
 };
 
-enum class EvalKind { kValidation, kTest };
+// kSanity: validation steps as Lightning's sanity check (StepRequest.sanity_check).
+enum class EvalKind { kValidation, kTest, kSanity };
 
 // Per rank, per batch.
 struct EvalResult {
@@ -130,6 +131,7 @@ struct PredictCall {
 struct PredictedBatch {
   std::map<std::string, HostTensor> outputs;
   std::vector<int64_t> kept;
+  std::string output_type;  // BatchResult.output_type: tensor, dict, list or tuple
 };
 struct PredictResult {
   std::vector<std::vector<PredictedBatch>> ranks;  // [rank][batch]

@@ -130,12 +130,14 @@ class Job:
         }
 
     def files(self) -> List[jobs_pb2.JobFile]:
-        """The files the job keeps: checkpoints (top k, last) and predictions.csv."""
+        """The files the job keeps: checkpoints (top k, last) and predictions (predictions.pt,
+        batch_indices.pt, predictions.csv)."""
         return list(self.status().files)
 
     def download(self, which: str = "best", directory: str = ".") -> List[str]:
         """Brings the job's files to ``directory``, as `dtrain download`: ``which`` is best
-        (by checkpoint.monitor, else the last), last, predictions, a file name, or all. Each is
+        (by checkpoint.monitor, else the last), last, predictions (its three files), a file
+        name, or all. Each is
         verified by its digest. Returns the local paths. NotFound naming what the job keeps;
         FailedPrecondition for a file on the workers' shared dirpath."""
         s = self.status()
@@ -146,7 +148,8 @@ class Job:
             want = s.best_checkpoint or s.checkpoint if which == "best" else s.checkpoint
             chosen = [f for f in files if f.location == want]
         elif which == "predictions":
-            chosen = [f for f in files if f.kind == "predictions"][:1]
+            # All of them: predictions.pt, batch_indices.pt and predictions.csv.
+            chosen = [f for f in files if f.kind == "predictions"]
         else:
             chosen = [f for f in files if f.name == which]
         if not chosen:

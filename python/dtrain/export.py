@@ -221,9 +221,16 @@ def export(module: Any, path: str, example_batch: Any, *, check_steps: bool = Tr
                     if not loss.requires_grad:
                         raise _fail("training_step's loss does not depend on the parameters "
                                     "(requires_grad is False): compute it from the module's output")
+                elif name == "predict_step" and isinstance(out, (list, tuple)):
+                    # Kept as returned in predictions.pt (worker: a list or tuple of tensors).
+                    if not all(isinstance(item, torch.Tensor) for item in out):
+                        raise _fail(f"predict_step returned a {type(out).__name__} holding "
+                                    "something other than tensors; return tensors in it")
                 elif not isinstance(out, (torch.Tensor, dict)):
+                    also = ", or (predict_step) a list or tuple of tensors" \
+                        if name == "predict_step" else ""
                     raise _fail(f"{name} returned {type(out).__name__}; return a Tensor or a "
-                                "Dict[str, Tensor]")
+                                f"Dict[str, Tensor]{also}")
         finally:
             scripted.train(was_training)
             scripted.load_state_dict(state)  # the trial steps may have moved BatchNorm's stats

@@ -157,6 +157,26 @@ def _scalar(field: FieldDescriptor, value: Any, path: str) -> Any:
     raise _bad(path, "this field cannot be set from a file")
 
 
+def _lightning_value(message: Message, field: FieldDescriptor,
+                     value: Any) -> Tuple[FieldDescriptor, Any]:
+    """As the CLI: Lightning's flags that take words (fast_dev_run: true, devices: auto) or
+    either kind of number (limit_val_batches: 10 or 0.25), by the Setting's words and
+    fraction_field: the field to set and the value it reads."""
+    o = _option(field)
+    if isinstance(value, (str, bool)):
+        text = str(value).lower()
+        for w in o.words:
+            if text == w.word:
+                numeric = field.cpp_type in (FieldDescriptor.CPPTYPE_INT32,
+                                             FieldDescriptor.CPPTYPE_INT64)
+                return field, int(w.value) if numeric else w.value
+    if o.fraction_field and isinstance(value, float):
+        fraction = message.DESCRIPTOR.fields_by_name.get(o.fraction_field)
+        if fraction is not None:
+            return fraction, value
+    return field, value
+
+
 def _fill(message: Message, values: Any, path: str) -> None:
     if values is None:
         return
@@ -202,6 +222,7 @@ def _fill(message: Message, values: Any, path: str) -> None:
             sub.SetInParent()
             _fill(sub, value, where)
         else:
+            field, value = _lightning_value(message, field, value)
             setattr(message, field.name, _scalar(field, value, where))
 
 

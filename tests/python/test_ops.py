@@ -106,7 +106,8 @@ def test_export_scripts_the_ops_and_a_ddp_job_trains_with_them(cluster, tmp_path
         "name": "contrastive",
         "model": {"torchscript": str(tmp_path / "model.pt")},
         "data": {"tensors_file": str(tmp_path / "data.pt"), "batch_size": 16},
-        "trainer": {"max_epochs": 3, "num_nodes": 2, "skip_test": True, "strategy": "ddp"},
+        "trainer": {"max_epochs": 3, "num_nodes": 2, "skip_test": True, "strategy": "ddp",
+                    "log_every_n_steps": 4},
         "optimizer": {"name": "adam", "lr": 0.01},
         "seed_everything": 1,
     })

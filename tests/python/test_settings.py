@@ -249,10 +249,10 @@ LIGHTNING_SHARED = (
     "max_steps", "min_steps", "limit_val_batches", "val_check_interval",
     "check_val_every_n_epoch", "log_every_n_steps", "accumulate_grad_batches",
     "gradient_clip_val", "gradient_clip_algorithm", "deterministic", "limit_test_batches",
-    "limit_predict_batches")
+    "limit_predict_batches", "limit_train_batches", "fast_dev_run", "overfit_batches",
+    "num_sanity_val_steps")
 LIGHTNING_ONLY = (
-    "logger", "callbacks", "fast_dev_run", "max_time", "limit_train_batches", "overfit_batches", "num_sanity_val_steps",
-    "enable_checkpointing", "enable_progress_bar", "enable_model_summary", "benchmark", "inference_mode", "use_distributed_sampler", "profiler", "detect_anomaly",
+    "logger", "callbacks", "max_time", "enable_checkpointing", "enable_progress_bar", "enable_model_summary", "benchmark", "inference_mode", "use_distributed_sampler", "profiler", "detect_anomaly",
     "barebones", "plugins", "sync_batchnorm", "reload_dataloaders_every_n_epochs",
     "default_root_dir")
 
@@ -269,7 +269,8 @@ def test_a_lightningcli_trainer_section_works_or_each_key_names_its_equivalent(t
               "check_val_every_n_epoch": 1, "log_every_n_steps": 50,
               "accumulate_grad_batches": 1, "gradient_clip_val": 1.0,
               "gradient_clip_algorithm": "norm", "deterministic": True,
-              "limit_test_batches": 3, "limit_predict_batches": 2}
+              "limit_test_batches": 3, "limit_predict_batches": 2, "limit_train_batches": 1.0,
+              "fast_dev_run": False, "overfit_batches": 0.0, "num_sanity_val_steps": 2}
     assert set(pasted) == set(LIGHTNING_SHARED)
     path = write(str(tmp_path), "cli.yaml", dict(BASE, trainer=pasted))
     c = cpp([path])
@@ -280,3 +281,40 @@ def test_a_lightningcli_trainer_section_works_or_each_key_names_its_equivalent(t
         p, error = python([path])
         assert p is None and error.startswith(f"{path}: trainer.{key}: "), error
         assert "unknown key" not in error, error
+
+
+def test_lightnings_numbers_and_words_read_alike_on_both_sides(tmp_path):
+    """Lightning's int-or-float limits (10 batches, 0.25 of them, 1.0 all) and the words its
+    flags take (fast_dev_run: true, devices: auto) mean the same to the CLI and to Python, in a
+    file and as overrides."""
+    cases = [
+        ({"limit_val_batches": 0.25}, "limit_val_fraction", 0.25),
+        ({"limit_val_batches": 10}, "limit_val_batches", 10),
+        ({"limit_train_batches": 1.0}, "limit_train_fraction", 1.0),
+        ({"limit_test_batches": 0}, "limit_test_batches", 0),
+        ({"overfit_batches": 0.5}, "overfit_fraction", 0.5),
+        ({"fast_dev_run": True}, "fast_dev_run", 1),
+        ({"fast_dev_run": 3}, "fast_dev_run", 3),
+        ({"devices": "auto"}, "devices", 0),
+    ]
+    for i, (trainer, field, value) in enumerate(cases):
+        path = write(str(tmp_path), f"c{i}.yaml", dict(BASE, trainer=trainer))
+        c = cpp([path])
+        p, error = python([path])
+        assert error is None and c.get("error") is None, (trainer, error, c.get("error"))
+        assert p == c["parsed"], trainer
+        assert field == "fast_dev_run" or p.trainer.HasField(field), trainer
+        assert getattr(p.trainer, field) == value, trainer
+        (key, given), = trainer.items()
+        text = yaml.safe_dump(given).splitlines()[0]
+        c = cpp(overrides=[(f"trainer.{key}", text)])
+        p, error = python(overrides=[(f"trainer.{key}", text)])
+        assert error is None and c.get("error") is None, (trainer, error, c.get("error"))
+        assert getattr(p.trainer, field) == value and p == c["parsed"], trainer
+    # Both of a oneof's spellings in one file are refused alike.
+    path = write(str(tmp_path), "both.yaml",
+                 dict(BASE, trainer={"limit_val_batches": 2, "limit_val_fraction": 0.5}))
+    c = cpp([path])
+    p, error = python([path])
+    assert p is None and c["parsed"] is None
+    assert error == c["error"] and "give only one of" in error, error

@@ -177,9 +177,24 @@ absl::StatusOr<StepOutput> LightningModule::ToStepOutput(const std::string& meth
   StepOutput result;
   // Lightning's validation and test steps often return nothing and only self.log.
   if (out.isNone() && method != "predict_step") return result;
+  const bool predict = method == "predict_step";
   if (out.isTensor()) {
     result["output"] = out.toTensor();
+    if (predict) predict_output_type_ = "tensor";
+  } else if (predict && (out.isList() || out.isTuple())) {
+    const std::vector<c10::IValue> items =
+        out.isList() ? out.toListRef().vec() : out.toTupleRef().elements().vec();
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!items[i].isTensor()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            method, " of model '", origin_, "' returned a ", out.isList() ? "list" : "tuple",
+            " whose item ", i, " is a ", items[i].tagKind(), "; return tensors in it"));
+      }
+      result[std::to_string(i)] = items[i].toTensor();
+    }
+    predict_output_type_ = out.isList() ? "list" : "tuple";
   } else if (out.isGenericDict()) {
+    if (predict) predict_output_type_ = "dict";
     for (const auto& entry : out.toGenericDict()) {
       if (!entry.key().isString() || !entry.value().isTensor()) {
         return absl::InvalidArgumentError(

@@ -43,8 +43,12 @@ class LightningModule {
                                       int64_t batch_idx);
   absl::StatusOr<c10::IValue> StepEnd(const std::string& method, c10::IValue output);
   absl::StatusOr<torch::Tensor> TrainingLoss(const c10::IValue& output);
+  // predict_step may also return a list or tuple of tensors (named "0", "1", ...).
   absl::StatusOr<StepOutput> ToStepOutput(const std::string& method,
                                           const c10::IValue& output) const;
+  // What the last predict_step returned: "tensor", "dict", "list" or "tuple", so that its
+  // outputs can be rebuilt as it returned them (BatchResult.output_type).
+  const std::string& predict_output_type() const { return predict_output_type_; }
   // The keys of training_step's last output ("loss" alone for a lone tensor), for dry runs.
   const std::vector<std::string>& last_training_keys() const { return last_training_keys_; }
   // FAILED_PRECONDITION when the module does not define the method.
@@ -88,6 +92,7 @@ class LightningModule {
   torch::jit::Module module_;
   std::string origin_;  // file path or "builtin:<name>", for messages
   std::string optimization_json_;
+  mutable std::string predict_output_type_;  // ToStepOutput's record of predict_step's return
   std::map<std::string, std::pair<double, int>> training_extras_;  // sum, count
   std::vector<std::string> last_training_keys_;
 };

@@ -45,7 +45,7 @@ class LocalJob : public HostedJob {
       case StepKind::kValidation:
       case StepKind::kTest:
       case StepKind::kPredict:
-        result = job_->Evaluate(kind, work, request.return_outputs());
+        result = job_->Evaluate(kind, work, request.return_outputs(), request.sanity_check());
         break;
     }
     if (!result.ok()) return result.status();

@@ -8,8 +8,10 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <mutex>
 #include <optional>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/types.h>
 
 #include "absl/strings/str_cat.h"
@@ -70,15 +72,44 @@ absl::StatusOr<LightningModule> LoadModel(const v1::ModelSpec& spec, uint64_t se
   }
 }
 
+// Puts the CPU random generator back as it was, when `active`, whatever the scope's outcome:
+// Lightning's isolate_rng around its sanity check.
+class RandomStateRestorer {
+ public:
+  explicit RandomStateRestorer(bool active) {
+    if (!active) return;
+    at::Generator g = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    state_ = g.get_state();
+  }
+  ~RandomStateRestorer() {
+    if (!state_.has_value()) return;
+    at::Generator g = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    try {
+      g.set_state(*state_);
+    } catch (const c10::Error&) {  // the state it gave back: not expected to fail
+    }
+  }
+  RandomStateRestorer(const RandomStateRestorer&) = delete;
+  RandomStateRestorer& operator=(const RandomStateRestorer&) = delete;
+
+ private:
+  std::optional<at::Tensor> state_;
+};
+
 // Prefixes a status's message with the request field it concerns.
 absl::Status InField(const std::string& field, const absl::Status& status) {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));
 }
 
-void AddOutputs(const StepOutput& out, bool with_tensors, v1::BatchResult* result) {
+// Scalars as numbers, the rest as tensors when asked for; predict's outputs are all tensors, so
+// that predictions.pt keeps their shapes and types.
+void AddOutputs(const StepOutput& out, bool with_tensors, bool all_tensors,
+                v1::BatchResult* result) {
   for (const auto& [key, value] : out) {
-    if (value.numel() == 1 && (value.is_floating_point() || value.dim() == 0)) {
+    if (!all_tensors && value.numel() == 1 && (value.is_floating_point() || value.dim() == 0)) {
       (*result->mutable_scalars())[key] = ReportedScalar(value);
     } else if (with_tensors) {
       absl::StatusOr<HostTensor> host = FromTorch(value.detach());
@@ -586,10 +617,11 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
 }
 
 absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork& work,
-                                              bool return_outputs) {
+                                              bool return_outputs, bool sanity_check) {
   // No batches is fine here: evaluation shards are not padded, so with fewer samples than
   // ranks some ranks have nothing to evaluate.
   ClearCancel();
+  RandomStateRestorer restorer(sanity_check);
   Accelerator& a = *accelerator_;
   if (kind == StepKind::kTraining) {
     return absl::InvalidArgumentError("Evaluate runs validation, test or predict steps");
@@ -639,7 +671,9 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
     r->set_size(BatchSize(batch));
     for (int64_t k : kept) r->add_kept_rows(k);
     DTRAIN_RETURN_IF_ERROR(GuardTorch("cannot read the step's outputs", [&]() -> absl::Status {
-      AddOutputs(out, with_tensors, r);
+      AddOutputs(out, with_tensors, kind == StepKind::kPredict, r);
+      if (kind == StepKind::kPredict)
+        r->set_output_type(a.strategy().model().predict_output_type());
       return absl::OkStatus();
     }));
     AddLogged(a.TakeLogged(), /*training_step=*/false, r->size(), r);

@@ -55,9 +55,10 @@ class Job {
                                         bool end_of_epoch = false, int64_t total_steps = 0,
                                         const std::map<std::string, double>& monitored = {},
                                         std::vector<CallbackStateDict> callbacks = {});
-  // kind: validation, test or predict; eval mode, no grad.
+  // kind: validation, test or predict; eval mode, no grad. sanity_check: Lightning's sanity
+  // validation (StepRequest.sanity_check): the CPU random generator is put back afterwards.
   absl::StatusOr<v1::LocalResult> Evaluate(StepKind kind, const v1::LocalWork& work,
-                                           bool return_outputs);
+                                           bool return_outputs, bool sanity_check = false);
   // total_steps: as Train's, for a schedule that has not had a step to learn it from.
   // monitored: as Train's, for the epoch that ends here (SaveCheckpointRequest.monitored).
   absl::StatusOr<bool> SaveCheckpoint(const std::string& path, int64_t epoch,

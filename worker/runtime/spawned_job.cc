@@ -219,6 +219,7 @@ absl::Status SpawnedJob::Step(StepKind kind, const v1::StepRequest& request,
     child.set_job_id(request.job_id());
     child.set_epoch(request.epoch());
     child.set_return_outputs(request.return_outputs());
+    child.set_sanity_check(request.sanity_check());
     child.set_end_of_epoch(request.end_of_epoch());
     child.set_total_steps(request.total_steps());
     *child.add_work() = request.work(i);

@@ -151,10 +151,14 @@ absl::StatusOr<TrainResult> FakeWorkerGroup::Train(const TrainCall& call) {
 
 absl::StatusOr<EvalResult> FakeWorkerGroup::Evaluate(EvalKind kind, const RankBatches& batches) {
   const bool test = kind == EvalKind::kTest;
-  DTRAIN_RETURN_IF_ERROR(Begin(test ? "test_step" : "validation_step"));
-  const int validation = test ? -1 : validations_++;
+  const bool sanity = kind == EvalKind::kSanity;
+  DTRAIN_RETURN_IF_ERROR(Begin(test ? "test_step" : sanity ? "sanity_check" : "validation_step"));
+  const int validation = test ? -1 : sanity ? 0 : validations_++;
   EvalResult result;
   result.ranks.resize(world_);
+  int64_t most = 0;
+  for (const auto& mine : batches) most = std::max<int64_t>(most, mine.size());
+  evaluated_.push_back(most);
   for (int r = 0; r < world_ && r < static_cast<int>(batches.size()); ++r) {
     for (const std::vector<int64_t>& indices : batches[r]) {
       BatchScalars scalars;

@@ -107,6 +107,8 @@ class FakeWorkerGroup final : public WorkerGroup {
   int64_t global_step() const { return global_step_; }
   const std::vector<TrainedBatch>& trained() const { return trained_; }
   const std::vector<FakeCall>& calls() const { return calls_; }
+  // Per validation, test or sanity call, in order: the most batches a rank had.
+  const std::vector<int64_t>& evaluated() const { return evaluated_; }
   int count(const std::string& what) const;
   const FakeCheckpointStore& store() const { return *store_; }
   bool torn_down() const { return torn_down_; }
@@ -133,6 +135,7 @@ class FakeWorkerGroup final : public WorkerGroup {
   int64_t accumulated_ = 0;
   int validations_ = 0;
   std::vector<TrainedBatch> trained_;
+  std::vector<int64_t> evaluated_;
   std::vector<FakeCall> calls_;
   std::map<std::string, int> counts_;
   bool torn_down_ = false;

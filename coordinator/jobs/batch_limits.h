@@ -1,0 +1,27 @@
+// Lightning's limit_{train,val,test,predict}_batches on one loop: how many of a rank's batches
+// run. A limit is unset (all), a count (at most N), or a fraction (that share, rounded down),
+// and fast_dev_run and overfit_batches have already been folded into them by NormalizeJobSpec.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "dtrain/v1/jobs.pb.h"
+
+namespace dtrain {
+
+enum class BatchLoop { kTrain, kVal, kTest, kPredict };
+
+// The loop's limit in the spec's words, for messages: "trainer.limit_val_batches: 0.25".
+std::string DescribeBatchLimit(const v1::TrainerConfig& trainer, BatchLoop loop);
+
+// True when the loop is turned off: a limit of 0 (count or fraction).
+bool BatchLoopOff(const v1::TrainerConfig& trainer, BatchLoop loop);
+
+// The batches a rank runs out of its `total`. FAILED_PRECONDITION when a fraction above 0
+// leaves none, as Lightning refuses it, naming the smallest fraction that gives one batch.
+absl::StatusOr<int64_t> LimitBatches(const v1::TrainerConfig& trainer, BatchLoop loop,
+                                     int64_t total);
+
+}  // namespace dtrain
