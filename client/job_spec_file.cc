@@ -1,5 +1,6 @@
 #include "client/job_spec_file.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -128,20 +129,31 @@ absl::Status SetStringMap(const YAML::Node& value, Message* message, const Field
 YAML::Node LightningValue(const YAML::Node& value, Message* message,
                           const FieldDescriptor** field) {
   const v1::Setting& s = (*field)->options().GetExtension(v1::setting);
-  const std::string lower = absl::AsciiStrToLower(value.Scalar());
+  std::string lower = absl::AsciiStrToLower(value.Scalar());
+  bool truth = false;
+  if (YAML::convert<bool>::decode(value, truth)) lower = truth ? "true" : "false";  // yes, on
   for (const v1::Setting::Word& w : s.words()) {
     if (lower == w.word()) return YAML::Node(w.value());
   }
-  if (!s.fraction_field().empty()) {
-    // 0.25 or 1.0: written with a fraction part, so a share rather than a count.
-    int64_t whole = 0;
-    if (!absl::SimpleAtoi(value.Scalar(), &whole)) {
-      const FieldDescriptor* fraction =
-          message->GetDescriptor()->FindFieldByName(s.fraction_field());
-      if (fraction != nullptr) *field = fraction;
+  int64_t whole = 0;
+  double number = 0;
+  if (!s.fraction_field().empty() && !absl::SimpleAtoi(value.Scalar(), &whole) &&
+      absl::SimpleAtod(value.Scalar(), &number)) {
+    // Lightning's _determine_batch_limits: 10.0 is ten batches; 0.25 or 1.0 a share.
+    if (number > 1 && std::floor(number) == number && number < 9e18) {
+      return YAML::Node(absl::StrCat(static_cast<int64_t>(number)));
     }
+    const FieldDescriptor* fraction = message->GetDescriptor()->FindFieldByName(s.fraction_field());
+    if (fraction != nullptr) *field = fraction;
   }
   return value;
+}
+
+// A Lightning flag's count and fraction (Setting.fraction_field): one key, whichever spelling a
+// later file or override uses.
+bool SameLightningFlag(const FieldDescriptor* a, const FieldDescriptor* b) {
+  return a->options().GetExtension(v1::setting).fraction_field() == b->name() ||
+         b->options().GetExtension(v1::setting).fraction_field() == a->name();
 }
 
 absl::Status SetField(const YAML::Node& given, Message* message, const FieldDescriptor* field,
@@ -248,7 +260,7 @@ absl::Status Fill(const YAML::Node& node, Message* message, const std::string& p
     if (const google::protobuf::OneofDescriptor* oneof = field->real_containing_oneof()) {
       const FieldDescriptor* set =
           message->GetReflection()->GetOneofFieldDescriptor(*message, oneof);
-      if (set != nullptr && set != field) {
+      if (set != nullptr && set != field && !SameLightningFlag(set, field)) {
         return Bad(path, absl::StrCat("give only one of ", set->name(), " and ", field->name()));
       }
     }

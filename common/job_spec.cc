@@ -151,30 +151,33 @@ namespace {
 // _init_debugging_flags does: the run then reads only those.
 absl::Status ApplyLightningDebugFlags(v1::JobSpec* spec) {
   v1::TrainerConfig* t = spec->mutable_trainer();
+  const bool overfit = (t->has_overfit_batches() && t->overfit_batches() > 0) ||
+                       (t->has_overfit_fraction() && t->overfit_fraction() > 0);
   if (const int32_t n = t->fast_dev_run(); n > 0) {
-    t->set_limit_train_batches(n);
-    t->set_limit_val_batches(n);
+    if (!overfit) {
+      t->set_limit_train_batches(n);
+      t->set_limit_val_batches(n);
+    }
     t->set_limit_test_batches(n);
     t->set_limit_predict_batches(n);
+    t->set_max_steps(n);
     t->set_max_epochs(1);
-    t->set_max_steps(0);
     t->set_num_sanity_val_steps(0);
     t->set_val_check_interval(1.0);
     t->set_check_val_every_n_epoch(1);
-    t->clear_overfit();
-    return absl::OkStatus();
   }
-  if (t->has_overfit_batches() && t->overfit_batches() > 0) {
+  if (!overfit) return absl::OkStatus();
+  if (t->has_overfit_batches()) {
     t->set_limit_train_batches(t->overfit_batches());
     t->set_limit_val_batches(t->overfit_batches());
-  } else if (t->has_overfit_fraction() && t->overfit_fraction() > 0) {
+  } else {
     t->set_limit_train_fraction(t->overfit_fraction());
     t->set_limit_val_fraction(t->overfit_fraction());
-  } else {
-    return absl::OkStatus();
   }
-  // The same batches every epoch, as Lightning replaces the training sampler by a sequential one.
+  // The same batches every epoch, as Lightning replaces the training sampler by a sequential one
+  // (for shards: their order and the sample shuffle buffer).
   spec->mutable_data()->set_shuffle(false);
+  if (spec->data().has_shards()) spec->mutable_data()->mutable_shards()->set_shuffle_buffer(0);
   return absl::OkStatus();
 }
 

@@ -3,7 +3,9 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -124,6 +126,7 @@ class Pickler {
       return absl::InvalidArgumentError(
           absl::StrCat("no torch storage for dtype ", v1::DType_Name(v.dtype)));
     }
+    // AddTensor checked the shape: ValidateMeta bounds every partial product.
     int64_t numel = 1;
     for (int64_t d : v.shape) numel *= d;
     Global("torch._utils", "_rebuild_tensor_v2");
@@ -141,13 +144,7 @@ class Pickler {
     for (int64_t d : v.shape) Int(d);
     out_ += 't';
     out_ += '(';
-    int64_t stride = 1;
-    std::vector<int64_t> strides(v.shape.size());
-    for (size_t i = v.shape.size(); i-- > 0;) {
-      strides[i] = stride;
-      stride *= v.shape[i];
-    }
-    for (int64_t s : strides) Int(s);
+    for (int64_t s : v.strides) Int(s);
     out_ += 't';
     out_ += '\x89';  // NEWFALSE: requires_grad
     Global("collections", "OrderedDict");
@@ -252,22 +249,32 @@ absl::StatusOr<PickleValue> TorchSaveWriter::AddTensor(const HostTensor& tensor)
     return absl::InvalidArgumentError(
         absl::StrCat("no torch storage for dtype ", v1::DType_Name(tensor.dtype)));
   }
-  absl::StatusOr<int64_t> size = DTypeSize(tensor.dtype);
-  if (!size.ok()) return size.status();
-  int64_t numel = 1;
-  for (int64_t d : tensor.shape) {
-    if (d < 0) return absl::InvalidArgumentError("a tensor dimension is negative");
-    numel *= d;
-  }
-  if (static_cast<int64_t>(tensor.data.size()) != numel * *size) {
+  v1::TensorMeta meta;
+  meta.set_dtype(tensor.dtype);
+  for (int64_t d : tensor.shape) meta.add_shape(d);
+  absl::StatusOr<int64_t> bytes = ValidateMeta(meta);
+  if (!bytes.ok()) return bytes.status();
+  if (static_cast<int64_t>(tensor.data.size()) != *bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a tensor of ", numel, " elements holds ", tensor.data.size(), " bytes"));
+        absl::StrCat("a tensor of ", *bytes, " bytes holds ", tensor.data.size()));
+  }
+  // Contiguous strides as torch computes them: a zero-size dimension counts as 1.
+  std::vector<int64_t> strides(tensor.shape.size());
+  int64_t stride = 1;
+  for (size_t i = tensor.shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    const int64_t d = std::max<int64_t>(tensor.shape[i], 1);
+    if (stride > std::numeric_limits<int64_t>::max() / d) {
+      return absl::InvalidArgumentError("a tensor's strides overflow int64");
+    }
+    stride *= d;
   }
   PickleValue v;
   v.kind = PickleValue::Kind::kTensor;
   v.number = storages_++;
   v.dtype = tensor.dtype;
   v.shape = tensor.shape;
+  v.strides = std::move(strides);
   if (absl::Status s = AddRecord(absl::StrCat("data/", v.number), tensor.data); !s.ok()) return s;
   return v;
 }

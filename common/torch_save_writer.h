@@ -30,9 +30,10 @@ struct PickleValue {
   Kind kind = Kind::kNone;
   int64_t number = 0;
   std::string text;
-  // kTensor: its storage record's key, dtype and shape (contiguous, offset 0).
+  // kTensor: its storage record's key (in `number`), dtype, shape and contiguous strides.
   DType dtype = v1::DTYPE_UNSPECIFIED;
   std::vector<int64_t> shape = {};
+  std::vector<int64_t> strides = {};
   // kList and kTuple: the items (their keys empty); kDict: key and value, in order.
   std::vector<std::pair<std::string, PickleValue>> items = {};
 
@@ -52,7 +53,8 @@ class TorchSaveWriter {
   TorchSaveWriter& operator=(const TorchSaveWriter&) = delete;
 
   // Writes `tensor`'s storage now; the value refers to it. INVALID_ARGUMENT for a dtype
-  // torch.load has no storage for, or data that does not match the shape.
+  // torch.load has no storage for, a shape ValidateMeta refuses or whose strides overflow, or
+  // data that does not match the shape.
   absl::StatusOr<PickleValue> AddTensor(const HostTensor& tensor);
 
   // Writes the pickle of `root` and the archive's version and byteorder records, and closes

@@ -153,6 +153,20 @@ TEST_F(TrainerTest, SanityCheck_RunsFirst_KeepsNothing_MinusOneRunsAll) {
   EXPECT_EQ(group().count("sanity_check"), 0);
 }
 
+// A run that starts from a checkpoint runs no sanity check, as Lightning's restarting loops.
+TEST_F(TrainerTest, SanityCheck_NotOnAResumedRun) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_max_epochs(1);
+  ASSERT_TRUE(Make(spec, EvenSplits())->Run().ok());
+  spec.mutable_trainer()->set_max_epochs(2);
+  spec.mutable_trainer()->set_num_sanity_val_steps(2);
+  spec.set_ckpt_path("job:job-1/last.ckpt");
+  auto resumed = Make(spec, EvenSplits());
+  ASSERT_TRUE(resumed->Run().ok()) << absl::StrJoin(record_.lines, "\n");
+  EXPECT_EQ(group().count("training_step"), 4);  // the second epoch
+  EXPECT_EQ(group().count("sanity_check"), 0);
+}
+
 TEST_F(TrainerTest, SanityCheck_Fails_NamingTheSettingThatSkipsIt) {
   v1::JobSpec spec = Spec();
   spec.mutable_trainer()->set_num_sanity_val_steps(2);
@@ -171,19 +185,19 @@ TEST_F(TrainerTest, SanityCheck_Fails_NamingTheSettingThatSkipsIt) {
   EXPECT_EQ(group().count("training_step"), 0);
 }
 
-// Lightning's default of 50 on a run of 12 steps: no per-step point, said once in the log.
-TEST_F(TrainerTest, LogEveryNSteps_AboveTheRunsSteps_SaidInTheLog) {
+// Lightning's default of 50 over epochs of 4 batches: said once in the log, as Lightning warns.
+TEST_F(TrainerTest, LogEveryNSteps_AboveAnEpochsBatches_SaidInTheLog) {
   v1::JobSpec spec = Spec();
   spec.mutable_trainer()->set_log_every_n_steps(50);
   auto trainer = Make(spec);
   ASSERT_TRUE(trainer->Run().ok()) << absl::StrJoin(record_.lines, "\n");
-  EXPECT_EQ(record_.Lines("the run's 12 optimizer steps are fewer than "
-                          "trainer.log_every_n_steps (50)"),
+  EXPECT_EQ(record_.Lines("the number of training batches (4) is smaller than the logging "
+                          "interval trainer.log_every_n_steps (50)"),
             1);
-  spec.mutable_trainer()->set_log_every_n_steps(12);
+  spec.mutable_trainer()->set_log_every_n_steps(4);
   trainer = Make(spec);
   ASSERT_TRUE(trainer->Run().ok());
-  EXPECT_EQ(record_.Lines("fewer than trainer.log_every_n_steps"), 1);  // the first run's only
+  EXPECT_EQ(record_.Lines("is smaller than the logging interval"), 1);  // the first run's only
 }
 
 }  // namespace

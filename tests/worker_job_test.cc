@@ -144,6 +144,34 @@ TEST(JobModes, Fit_TrainsInTrainMode_ValidatesInEvalMode_ThenTrainsAgain) {
   ASSERT_TRUE(job->Train(Work("train", 32, 32), 0).ok());
   EXPECT_FALSE(torch::equal(RunningMean(*job), after_training)) << "back in train mode";
 }
+// Lightning's sanity check runs under isolate_rng: a validation_step that draws random numbers
+// leaves the CPU generator where it was, so training draws what it would have without it.
+TEST(JobModes, SanityCheck_PutsTheRandomGeneratorBack) {
+  const std::string model = TempPath("noisy-model.pt");
+  torch::jit::Module m("Noisy");
+  m.register_parameter("w", torch::zeros({10, 784}).requires_grad_(true), false);
+  m.define(R"(
+def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    return torch.nll_loss(torch.log_softmax(torch.linear(batch[0], self.w), 1), batch[1])
+
+def validation_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Dict[str, Tensor]:
+    return {"noise": torch.rand(3).sum()}
+)");
+  m.save(model);
+  std::unique_ptr<Job> job = SetupOrDie(Request("noisy", model));
+  ASSERT_NE(job, nullptr);
+  torch::manual_seed(3);
+  const torch::Tensor untouched = torch::rand({4});
+  torch::manual_seed(3);
+  ASSERT_TRUE(
+      job->Evaluate(StepKind::kValidation, Work("val", 0, 8), false, /*sanity_check=*/true).ok());
+  EXPECT_TRUE(torch::equal(torch::rand({4}), untouched));
+  // The same validation outside a sanity check draws from the generator.
+  torch::manual_seed(3);
+  ASSERT_TRUE(job->Evaluate(StepKind::kValidation, Work("val", 0, 8), false).ok());
+  EXPECT_FALSE(torch::equal(torch::rand({4}), untouched));
+}
+
 
 TEST(JobSetup, CheckpointDirectory_CreatedBeforeTraining_OrTheSetupFailsNamingIt) {
   const std::string dir = TempPath("new/nested/checkpoints");

@@ -239,7 +239,7 @@ absl::StatusOr<PredictResult> GrpcWorkerGroup::Predict(const PredictCall& call) 
         predicted.output_type = batch.output_type();
         std::map<std::string, HostTensor>& outputs = predicted.outputs;
         for (const auto& [name, proto] : batch.tensors()) {
-          // An output that does not decode is not a prediction column; the others still are.
+          // A prediction missing from predictions.pt would shift what follows: refused whole.
           absl::StatusOr<HostTensor> tensor = FromProto(proto);
           if (tensor.ok()) outputs.emplace(name, *std::move(tensor));
         }

@@ -37,11 +37,12 @@ absl::Status PredictionLoop::Run() {
         Batches(state.streamed(split) ? StreamPositions(size, state.world_size, rank, false)
                                       : EvalShard(size, state.world_size, rank),
                 d.eval_batch_size());
-    DTRAIN_ASSIGN_OR_RETURN(
-        const int64_t keep,
-        LimitBatches(trainer, BatchLoop::kPredict, static_cast<int64_t>(batches[rank].size())));
-    batches[rank].resize(keep);
     most_batches = std::max<int64_t>(most_batches, batches[rank].size());
+  }
+  // A share of the longest rank's batches (see EvaluationLoop::Shard).
+  DTRAIN_ASSIGN_OR_RETURN(most_batches, LimitBatches(trainer, BatchLoop::kPredict, most_batches));
+  for (auto& mine : batches) {
+    if (static_cast<int64_t>(mine.size()) > most_batches) mine.resize(most_batches);
   }
   // A fixed number of batches per call (batches_per_call, or 16 when training's are sized by
   // time): each response holds that many batches' outputs, which keeps it small (and within one

@@ -13,7 +13,11 @@ namespace {
 // The batch's outputs rebuilt as predict_step returned them, their tensors written to `out`.
 absl::StatusOr<PickleValue> Rebuild(const PredictedBatch& batch, TorchSaveWriter& out) {
   const std::string& type = batch.output_type;
-  if (type == "tensor" && batch.outputs.size() == 1) {
+  if (type == "tensor") {
+    if (batch.outputs.size() != 1) {
+      return absl::DataLossError(absl::StrCat("predict_step returned a tensor, but ",
+                                              batch.outputs.size(), " outputs arrived"));
+    }
     return out.AddTensor(batch.outputs.begin()->second);
   }
   if (type == "list" || type == "tuple") {
@@ -28,6 +32,11 @@ absl::StatusOr<PickleValue> Rebuild(const PredictedBatch& batch, TorchSaveWriter
       items.emplace_back(position, &tensor);
     }
     std::sort(items.begin(), items.end());
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i].first != static_cast<int64_t>(i)) {
+        return absl::DataLossError(absl::StrCat("predict_step's ", type, " output lacks item ", i));
+      }
+    }
     std::vector<PickleValue> values;
     for (const auto& item : items) {
       DTRAIN_ASSIGN_OR_RETURN(PickleValue v, out.AddTensor(*item.second));

@@ -189,9 +189,11 @@ absl::Status Trainer::Setup() {
     return absl::InvalidArgumentError(absl::StrCat("data: ", n_train, " training samples for ",
                                                    world, " ranks leave a rank none"));
   }
-  DTRAIN_ASSIGN_OR_RETURN(
-      state_.batches_per_epoch,
-      LimitBatches(t, BatchLoop::kTrain, CeilDiv(per_rank, spec.data().batch_size())));
+  state_.batches_per_epoch = CeilDiv(per_rank, spec.data().batch_size());
+  if (Fits(spec)) {
+    DTRAIN_ASSIGN_OR_RETURN(state_.batches_per_epoch,
+                            LimitBatches(t, BatchLoop::kTrain, state_.batches_per_epoch));
+  }
   if (t.fast_dev_run() > 0) {
     reporter_->Log(absl::StrCat("fast_dev_run: ", t.fast_dev_run(),
                                 " batch(es) of each loop, one epoch, no checkpoint"));
@@ -200,13 +202,14 @@ absl::Status Trainer::Setup() {
   state_.total_steps =
       CeilDiv(state_.batches_per_epoch, t.accumulate_grad_batches()) * t.max_epochs();
   if (t.max_steps() > 0) state_.total_steps = std::min(state_.total_steps, t.max_steps());
-  if (Fits(spec) && state_.batches_per_epoch > 0 && state_.total_steps < t.log_every_n_steps()) {
-    // As Lightning warns: the values logged per step would get no point at all.
-    reporter_->Log(absl::StrCat("the run's ", state_.total_steps,
-                                " optimizer steps are fewer than trainer.log_every_n_steps (",
+  if (Fits(spec) && t.fast_dev_run() == 0 && state_.batches_per_epoch > 0 &&
+      state_.batches_per_epoch < t.log_every_n_steps()) {
+    // Lightning's warning: per-step values get few points, or none in a short run.
+    reporter_->Log(absl::StrCat("the number of training batches (", state_.batches_per_epoch,
+                                ") is smaller than the logging interval "
+                                "trainer.log_every_n_steps (",
                                 t.log_every_n_steps(),
-                                "): values logged per step get no point; set a lower "
-                                "log_every_n_steps to see them"));
+                                "); set a lower value to see per-step values in every epoch"));
   }
   reporter_->Log(absl::StrCat(
       "group formed: ", absl::StrJoin(setup->workers, ", "),
@@ -400,7 +403,9 @@ absl::Status Trainer::RunStages() {
                                 DescribeBatchLimit(spec.trainer(), BatchLoop::kTrain),
                                 "): fit trains nothing"));
   } else if (stage == "fit") {
-    DTRAIN_RETURN_IF_ERROR(evaluation.SanityCheck());
+    // As Lightning's: a run that restarts from a checkpoint (ckpt_path, a re-formed or requeued
+    // job) has validated before and runs no sanity check.
+    if (spec.ckpt_path().empty()) DTRAIN_RETURN_IF_ERROR(evaluation.SanityCheck());
     FitLoop fit(context, evaluation, options_.draining_workers);
     absl::Status fitted = fit.Run(start_epoch, start_batch);
     drained_ = fit.drained();

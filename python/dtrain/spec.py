@@ -171,6 +171,9 @@ def _lightning_value(message: Message, field: FieldDescriptor,
                                              FieldDescriptor.CPPTYPE_INT64)
                 return field, int(w.value) if numeric else w.value
     if o.fraction_field and isinstance(value, float):
+        # Lightning's _determine_batch_limits: 10.0 is ten batches; 0.25 or 1.0 a share.
+        if value > 1 and value.is_integer() and value < 9e18:
+            return field, int(value)
         fraction = message.DESCRIPTOR.fields_by_name.get(o.fraction_field)
         if fraction is not None:
             return fraction, value
@@ -197,7 +200,11 @@ def _fill(message: Message, values: Any, path: str) -> None:
         oneof = field.containing_oneof  # proto3 `optional` fields are oneofs of one
         if oneof is not None and len(oneof.fields) > 1:
             current = message.WhichOneof(oneof.name)
-            if current is not None and current != field.name:
+            # A Lightning flag's count and fraction are one key, whichever spelling comes later.
+            pair = current is not None and (
+                _option(field).fraction_field == current
+                or _option(descriptor.fields_by_name[current]).fraction_field == field.name)
+            if current is not None and current != field.name and not pair:
                 raise _bad(path, f"give only one of {current} and {field.name}")
         if field.label == FieldDescriptor.LABEL_REPEATED:
             # As the CLI: a list, or one value for a list of one; a list of mappings for a

@@ -311,10 +311,27 @@ def test_lightnings_numbers_and_words_read_alike_on_both_sides(tmp_path):
         p, error = python(overrides=[(f"trainer.{key}", text)])
         assert error is None and c.get("error") is None, (trainer, error, c.get("error"))
         assert getattr(p.trainer, field) == value and p == c["parsed"], trainer
-    # Both of a oneof's spellings in one file are refused alike.
+    # Lightning's whole floats count batches (10.0 is ten), and YAML's other truths are words.
+    for text, field, value in [("limit_val_batches: 10.0", "limit_val_batches", 10),
+                               ("fast_dev_run: yes", "fast_dev_run", 1),
+                               ("fast_dev_run: off", "fast_dev_run", 0)]:
+        path = write(str(tmp_path), "text.yaml",
+                     yaml.safe_dump(BASE) + "trainer: {" + text + "}\n")
+        c = cpp([path])
+        p, error = python([path])
+        assert error is None and c.get("error") is None, (text, error, c.get("error"))
+        assert p == c["parsed"] and getattr(p.trainer, field) == value, text
+    # A flag's count and share are one key: the later spelling wins, in a file or an override,
+    # where a oneof's other members are refused.
     path = write(str(tmp_path), "both.yaml",
                  dict(BASE, trainer={"limit_val_batches": 2, "limit_val_fraction": 0.5}))
     c = cpp([path])
     p, error = python([path])
-    assert p is None and c["parsed"] is None
-    assert error == c["error"] and "give only one of" in error, error
+    assert error is None and p == c["parsed"], (error, c.get("error"))
+    assert p.trainer.WhichOneof("limit_val") == "limit_val_fraction"
+    path = write(str(tmp_path), "share.yaml", dict(BASE, trainer={"limit_val_batches": 0.25}))
+    c = cpp([path], overrides=[("trainer.limit_val_batches", "10")])
+    assert c.get("error") is None, c.get("error")
+    assert c["parsed"].trainer.limit_val_batches == 10
+    p = dspec.load_spec(path, overrides={"trainer.limit_val_batches": 10})
+    assert p == c["parsed"]

@@ -99,6 +99,7 @@ class RandomStateRestorer {
 };
 
 // Prefixes a status's message with the request field it concerns.
+  return absl::OkStatus();
 absl::Status InField(const std::string& field, const absl::Status& status) {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));
@@ -106,14 +107,21 @@ absl::Status InField(const std::string& field, const absl::Status& status) {
 
 // Scalars as numbers, the rest as tensors when asked for; predict's outputs are all tensors, so
 // that predictions.pt keeps their shapes and types.
-void AddOutputs(const StepOutput& out, bool with_tensors, bool all_tensors,
-                v1::BatchResult* result) {
+// A prediction that cannot travel (a dtype the wire lacks) fails the step, naming it, rather
+// than leaving a hole in predictions.pt; other outputs that cannot are left out.
+absl::Status AddOutputs(const StepOutput& out, bool with_tensors, bool all_tensors,
+                        v1::BatchResult* result) {
   for (const auto& [key, value] : out) {
     if (!all_tensors && value.numel() == 1 && (value.is_floating_point() || value.dim() == 0)) {
       (*result->mutable_scalars())[key] = ReportedScalar(value);
     } else if (with_tensors) {
       absl::StatusOr<HostTensor> host = FromTorch(value.detach());
-      if (host.ok()) ToProto(*host, &(*result->mutable_tensors())[key]);
+      if (host.ok()) {
+        ToProto(*host, &(*result->mutable_tensors())[key]);
+      } else if (all_tensors) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "predict_step's output '", key, "' cannot be sent: ", host.status().message()));
+      }
     }
   }
 }
@@ -671,7 +679,7 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
     r->set_size(BatchSize(batch));
     for (int64_t k : kept) r->add_kept_rows(k);
     DTRAIN_RETURN_IF_ERROR(GuardTorch("cannot read the step's outputs", [&]() -> absl::Status {
-      AddOutputs(out, with_tensors, kind == StepKind::kPredict, r);
+      DTRAIN_RETURN_IF_ERROR(AddOutputs(out, with_tensors, kind == StepKind::kPredict, r));
       if (kind == StepKind::kPredict)
         r->set_output_type(a.strategy().model().predict_output_type());
       return absl::OkStatus();
