@@ -19,13 +19,13 @@
 #include "common/job_settings.h"
 #include "common/status_macros.h"
 #include "common/tensor.h"
-#include "google/protobuf/util/json_util.h"
 #include "worker/collectives/collective_plane.h"
 #include "worker/model/batch_tree.h"
 #include "worker/model/model_zoo.h"
 #include "worker/model/tensor_convert.h"
 #include "worker/model/torch_status.h"
 #include "worker/runtime/cpu_affinity.h"
+#include "worker/runtime/optimizer_choice.h"
 #include "worker/runtime/registered_plugins.h"
 
 namespace dtrain {
@@ -35,30 +35,6 @@ namespace {
 // fall back to the coordinator's collectives: on a network where they can reach each other it
 // takes milliseconds.
 constexpr absl::Duration kPeerConnectTimeout = absl::Seconds(30);
-
-// A normalized spec's optimizer and schedule (their defaults are applied).
-OptimizerConfig ToConfig(const v1::OptimizerSpec& spec) {
-  OptimizerConfig c;
-  c.name = spec.name();
-  c.lr = spec.lr();
-  c.momentum = spec.momentum();
-  c.nesterov = spec.nesterov();
-  c.weight_decay = spec.weight_decay();
-  c.beta1 = spec.beta1();
-  c.beta2 = spec.beta2();
-  c.eps = spec.eps();
-  return c;
-}
-
-SchedulerConfig ToConfig(const v1::SchedulerSpec& spec) {
-  SchedulerConfig c;
-  c.name = spec.name();
-  c.step_size = spec.step_size();
-  c.gamma = spec.gamma();
-  c.total_steps = spec.total_steps();
-  c.min_lr = spec.min_lr();
-  return c;
-}
 
 absl::StatusOr<LightningModule> LoadModel(const v1::ModelSpec& spec, uint64_t seed) {
   switch (spec.source_case()) {
@@ -99,7 +75,6 @@ class RandomStateRestorer {
 };
 
 // Prefixes a status's message with the request field it concerns.
-  return absl::OkStatus();
 absl::Status InField(const std::string& field, const absl::Status& status) {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));
@@ -124,6 +99,7 @@ absl::Status AddOutputs(const StepOutput& out, bool with_tensors, bool all_tenso
       }
     }
   }
+  return absl::OkStatus();
 }
 
 // What model code logged during a batch, with Lightning's defaults for self.log: training_step
@@ -225,17 +201,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   if (!checkpoint_io.ok()) return InField("spec.checkpoint.checkpoint_io", checkpoint_io.status());
   absl::StatusOr<ClipAlgorithm> clip = ParseClipAlgorithm(t.gradient_clip_algorithm());
   if (!clip.ok()) return InField("spec.trainer.gradient_clip_algorithm", clip.status());
-  // The spec's optimizer, when it names one, overrides the model's configure_optimizers (as
-  // LightningCLI's optimizer section does); it and the schedule are validated on a throwaway
-  // parameter.
-  const bool spec_optimizer = !spec.optimizer().name().empty();
-  OptimizerConfig optimizer = ToConfig(spec.optimizer());
-  if (!spec_optimizer) optimizer.name = "sgd";
-  DTRAIN_RETURN_IF_ERROR(
-      InField("spec.optimizer", MakeOptimizer({torch::zeros({1})}, optimizer).status()));
-  const SchedulerConfig schedule = ToConfig(spec.lr_scheduler());
-  DTRAIN_RETURN_IF_ERROR(
-      InField("spec.lr_scheduler", LrSchedule::Make(schedule, optimizer.lr).status()));
+  DTRAIN_RETURN_IF_ERROR(CheckSpecOptimizer(spec));
 
   std::unique_ptr<Job> job(new Job());
   job->id_ = request.job_id();
@@ -251,37 +217,9 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   job->data_ = std::move(*data);
   absl::StatusOr<LightningModule> model = LoadModel(spec.model(), spec.seed_everything());
   if (!model.ok()) return InField("spec.model", model.status());
-  v1::OptimizationRecipe recipe;
-  const bool use_recipe = !spec_optimizer && !model->optimization_json().empty();
-  const std::string optimizer_class = TorchOptimizerClass(optimizer.name);
-  if (use_recipe) {
-    google::protobuf::util::JsonParseOptions strict;
-    strict.ignore_unknown_fields = false;
-    if (auto parsed = google::protobuf::util::JsonStringToMessage(model->optimization_json(),
-                                                                  &recipe, strict);
-        !parsed.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "spec.model: the model's configure_optimizers record does not parse (",
-          parsed.message().as_string(), "); export it again with this version's dtrain.export()"));
-    }
-    absl::StatusOr<OptimizerConfig> made = OptimizerFromRecipe(recipe.optimizer());
-    if (!made.ok()) return InField("spec.model", made.status());
-    optimizer = *std::move(made);
-    job->optimization_ = absl::StrCat(
-        "configure_optimizers: ", recipe.optimizer().kind(),
-        optimizer.groups.size() > 1 ? absl::StrCat(" (", optimizer.groups.size(), " param groups)")
-                                    : absl::StrCat(" lr ", optimizer.lr));
-  } else if (spec_optimizer) {
-    job->optimization_ = absl::StrCat(
-        "the spec's optimizer: ", optimizer_class, " lr ", optimizer.lr,
-        model->optimization_json().empty() ? ""
-                                           : " (it overrides the model's configure_optimizers)");
-  } else {
-    job->optimization_ = absl::StrCat(
-        optimizer_class, " lr ", optimizer.lr,
-        ": the spec names no optimizer and the model records no configure_optimizers (export it "
-        "with dtrain.export to use its own)");
-  }
+  DTRAIN_ASSIGN_OR_RETURN(OptimizerChoice choice,
+                          ChooseOptimizer(spec, model->optimization_json()));
+  job->optimization_ = choice.description;
   torch::manual_seed(spec.seed_everything());
 
   std::unique_ptr<CollectiveBackend> backend;
@@ -334,10 +272,12 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   strategy.bucket_bytes = BucketBytes(t.bucket_cap_mb());
   DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(t.accelerator(), t.precision(),
                                                                strategy, std::move(backend)));
-  DTRAIN_RETURN_IF_ERROR(job->accelerator_->Setup(std::move(*model), optimizer, schedule));
-  if (use_recipe) {
+  DTRAIN_RETURN_IF_ERROR(
+      job->accelerator_->Setup(std::move(*model), choice.optimizer, choice.schedule));
+  if (choice.recipe.has_value()) {
     DTRAIN_RETURN_IF_ERROR(
-        InField("spec.model", job->accelerator_->UseSchedulers(recipe.schedulers(), optimizer)));
+        InField("spec.model",
+                job->accelerator_->UseSchedulers(choice.recipe->schedulers(), choice.optimizer)));
     const std::string described = job->accelerator_->schedulers()->Describe();
     if (!described.empty()) absl::StrAppend(&job->optimization_, ", ", described);
   }
