@@ -266,6 +266,12 @@ CommandResult RunShell(const std::string& command) {
   return result;
 }
 
+CommandResult RunTorchPython(const std::string& script) {
+  const std::string path = TestTempPath("script.py");
+  std::ofstream(path) << "import torch\n" << script;
+  return RunShell("/usr/bin/python3 " + path);
+}
+
 long ResidentKiB(pid_t pid) {
   std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
   std::string line;

@@ -83,6 +83,8 @@ struct CommandResult {
   std::string output;
 };
 CommandResult RunShell(const std::string& command);
+// Runs `script`, after `import torch`, with Debian's python3 and its torch (python3-torch).
+CommandResult RunTorchPython(const std::string& script);
 
 // A file's whole contents; "" when it cannot be read.
 std::string ReadFile(const std::string& path);

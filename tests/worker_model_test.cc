@@ -1,6 +1,6 @@
 // The worker's model side: tensor conversion, the model zoo, loading users' TorchScript
 // LightningModules (and refusing bad ones clearly), optimizers and schedules, checkpoints,
-// batch trees and datasets.
+// batch trees and datasets, and torch.save files Python wrote read as data.
 #include <unistd.h>
 
 #include <cmath>
@@ -31,6 +31,7 @@
 #include "worker/model/model_zoo.h"
 #include "worker/model/optimizers.h"
 #include "worker/model/tensor_convert.h"
+#include "worker/model/torch_save_file.h"
 #include "worker/precision/precision.h"
 #include "worker/runtime/accelerator.h"
 #include "worker/runtime/gradient_clipping.h"
@@ -415,6 +416,185 @@ TEST(Dataset, CorruptIdxFiles_ClearErrors) {
   auto short_file = ReadIdxGz(truncated);
   EXPECT_EQ(short_file.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(short_file.status().message()), HasSubstr("should hold 16 values"));
+}
+
+// Runs `script` with Debian's python3 and its torch (python3-torch).
+void Python(const std::string& script) {
+  testing::CommandResult run = testing::RunTorchPython(script);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> LoadFile(const std::string& path,
+                                                  const v1::Normalize* normalize = nullptr) {
+  v1::DataConfig spec;
+  spec.set_tensors_file(path);
+  if (normalize != nullptr) *spec.mutable_normalize() = *normalize;
+  return Dataset::Load(spec);
+}
+
+// torch.save files Python wrote, read as data (worker/model/torch_save_file, worker/data).
+TEST(TorchSaveData, PythonsFile_EverySplitShape_BatchesKeepTheirStructure) {
+  const std::string file = testing::TestTempPath("splits.pt");
+  Python(absl::StrCat(R"(
+g = torch.Generator().manual_seed(0)
+x = torch.randint(0, 256, (10, 1, 4, 4), dtype=torch.uint8, generator=g)
+y = torch.arange(10)
+torch.save({"train": (x, y),
+            "val": {"image": x[:6].float(), "label": y[:6]},
+            "test": [x[:3].float(), y[:3]],
+            "predict": x[:2].float()}, ")",
+                      file, R"(")
+# One split only: Python pickles a one-item dict with SETITEM, which libtorch 1.13 cannot read.
+torch.save({"train": {"only": y}}, ")",
+                      file, R"(.one")
+)"));
+  absl::StatusOr<std::unique_ptr<Dataset>> data = LoadFile(file);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ((*data)->Splits(), (std::vector<std::pair<std::string, int64_t>>{
+                                   {"train", 10}, {"val", 6}, {"test", 3}, {"predict", 2}}));
+  absl::StatusOr<c10::IValue> train = (*data)->Batch("train", {4, 1});
+  ASSERT_TRUE(train.ok()) << train.status();
+  ASSERT_TRUE(train->isTuple());
+  const at::Tensor x = train->toTupleRef().elements()[0].toTensor();
+  EXPECT_EQ(x.scalar_type(), at::kByte) << "no normalization unless the spec asks for it";
+  EXPECT_EQ(train->toTupleRef().elements()[1].toTensor()[0].item<int64_t>(), 4);
+  absl::StatusOr<c10::IValue> val = (*data)->Batch("val", {5});
+  ASSERT_TRUE(val.ok() && val->isGenericDict());
+  EXPECT_EQ(val->toGenericDict().at("label").toTensor()[0].item<int64_t>(), 5);
+  EXPECT_TRUE(val->toGenericDict().at("image").toTensor().is_floating_point());
+  absl::StatusOr<c10::IValue> test = (*data)->Batch("test", {2});
+  ASSERT_TRUE(test.ok() && test->isList());
+  EXPECT_EQ(test->toList().size(), 2u);
+  absl::StatusOr<c10::IValue> predict = (*data)->Batch("predict", {0, 1});
+  ASSERT_TRUE(predict.ok() && predict->isTensor());
+  EXPECT_EQ(predict->toTensor().size(0), 2);
+
+  absl::StatusOr<std::unique_ptr<Dataset>> one = LoadFile(file + ".one");
+  ASSERT_TRUE(one.ok()) << one.status();
+  absl::StatusOr<c10::IValue> only = (*one)->Batch("train", {7});
+  ASSERT_TRUE(only.ok() && only->isGenericDict());
+  EXPECT_EQ(only->toGenericDict().at("only").toTensor()[0].item<int64_t>(), 7);
+}
+
+TEST(TorchSaveData, Normalize_ScalesUint8ThenPerChannel) {
+  const std::string file = testing::TestTempPath("rgb.pt");
+  Python(absl::StrCat(R"(
+x = torch.tensor([[[[0]], [[255]], [[51]]]], dtype=torch.uint8).repeat(4, 1, 1, 1)
+torch.save({"train": {"img": x, "y": torch.zeros(4, dtype=torch.long)}}, ")",
+                      file, "\")\n"));
+  v1::Normalize normalize;
+  normalize.set_key("img");
+  for (double m : {0.5, 0.5, 0.2}) normalize.add_mean(m);
+  for (double s : {0.5, 0.25, 0.1}) normalize.add_std(s);
+  absl::StatusOr<std::unique_ptr<Dataset>> data = LoadFile(file, &normalize);
+  ASSERT_TRUE(data.ok()) << data.status();
+  absl::StatusOr<c10::IValue> batch = (*data)->Batch("train", {0});
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  const at::Tensor img = batch->toGenericDict().at("img").toTensor();
+  EXPECT_NEAR(img[0][0][0][0].item<double>(), (0.0 - 0.5) / 0.5, 1e-6);
+  EXPECT_NEAR(img[0][1][0][0].item<double>(), (1.0 - 0.5) / 0.25, 1e-6);
+  EXPECT_NEAR(img[0][2][0][0].item<double>(), (0.2 - 0.2) / 0.1, 1e-6);
+  normalize.set_key("pixels");
+  absl::StatusOr<std::unique_ptr<Dataset>> wrong = LoadFile(file, &normalize);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong.status().message(), HasSubstr("has no tensor 'pixels'"));
+}
+
+TEST(TorchSaveData, BadFiles_ClearErrorsNamingTheFileAndTheKey) {
+  const std::string base = testing::TestTempPath("bad");
+  Python(absl::StrCat(R"(
+torch.save({"train": (torch.zeros(5, 2), torch.zeros(4))}, ")",
+                      base, R"(.ragged")
+torch.save({"train": {"x": torch.zeros(5, 2), "n": 3}}, ")",
+                      base, R"(.leaf")
+torch.save({"train": (torch.zeros(5),), "extra": (torch.zeros(5),)}, ")",
+                      base, R"(.key")
+torch.save({"val": (torch.zeros(5),), "test": (torch.zeros(5),)}, ")",
+                      base, R"(.notrain")
+torch.save([torch.zeros(5)], ")",
+                      base, R"(.list")
+open(")",
+                      base, R"(.text", "w").write("not torch")
+)"));
+  struct Case {
+    std::string suffix, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {".ragged", "': train[1] has 4 rows in dimension 0 but train[0] has 5"},
+           {".leaf", "': train['n'] is a Int, not a tensor"},
+           {".key", "' has a key 'extra'; its keys are the splits train, val, test and predict"},
+           {".notrain", "' has no 'train' split"},
+           {".list", "' holds a GenericList, not a dict of splits"},
+           {".text", "' is not a file written by torch.save"},
+       }) {
+    absl::StatusOr<std::unique_ptr<Dataset>> data = LoadFile(base + c.suffix);
+    EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument) << c.suffix;
+    EXPECT_THAT(data.status().message(), HasSubstr(base + c.suffix + c.message));
+  }
+  EXPECT_EQ(LoadFile(base + ".absent").status().code(), absl::StatusCode::kNotFound);
+}
+
+// One-item dicts and lists as Python pickles them: `key value SETITEM` reads as
+// `MARK key value SETITEMS`, `item APPEND` as `MARK item APPENDS`.
+TEST(TorchSaveData, WithoutSingleItemOpcodes_RewritesOneItemDictsAndLists) {
+  // PROTO 2, EMPTY_DICT, BINPUT 0, BINUNICODE "a", BININT1 1, SETITEM, STOP.
+  const std::string pickle(
+      "\x80\x02}q\x00X\x01\x00\x00\x00"
+      "aK\x01s.",
+      15);
+  const std::string rewritten = WithoutSingleItemOpcodes(pickle);
+  EXPECT_EQ(rewritten, std::string("\x80\x02}q\x00(X\x01\x00\x00\x00"
+                                   "aK\x01u.",
+                                   16));
+  const std::string setitems(
+      "\x80\x02}q\x00(X\x01\x00\x00\x00"
+      "aK\x01u.",
+      16);
+  EXPECT_EQ(WithoutSingleItemOpcodes(setitems), setitems);
+  // PROTO 2, EMPTY_LIST, BININT1 7, APPEND, STOP.
+  EXPECT_EQ(WithoutSingleItemOpcodes(std::string("\x80\x02]K\x07"
+                                                 "a.",
+                                                 7)),
+            std::string("\x80\x02](K\x07"
+                        "e.",
+                        8));
+}
+
+// What Lightning writes into a checkpoint beside tensors: a OneCycleLR state_dict's bound
+// anneal_func (which pickles the scheduler, its optimizer and Parameters as that optimizer's
+// state keys, and refers back to itself), MultiStepLR's Counter. libtorch refuses those
+// classes; they read as empty lists, and everything else as Python wrote it.
+TEST(TorchSaveData, PythonsObjects_ReadAsEmptyLists_TensorsIntact) {
+  const std::string path = testing::TestTempPath("objects.ckpt");
+  Python(absl::StrCat(R"(
+import collections, torch
+from torch.optim import lr_scheduler as S
+p = torch.nn.Parameter(torch.ones(3))
+o = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+one_cycle = S.OneCycleLR(o, max_lr=0.5, total_steps=10)
+p.grad = torch.ones(3)
+o.step()
+one_cycle.step()
+multi = S.MultiStepLR(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1), [2, 2, 5])
+torch.save({"state_dict": collections.OrderedDict(w=torch.arange(4.0)),
+            "lr_schedulers": [one_cycle.state_dict(), multi.state_dict()],
+            "epoch": 3}, ")",
+                      path, R"(")
+)"));
+  absl::StatusOr<c10::IValue> read = ReadTorchSaveFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const c10::impl::GenericDict top = read->toGenericDict();
+  EXPECT_TRUE(
+      torch::equal(top.at("state_dict").toGenericDict().at("w").toTensor(), torch::arange(4.0)));
+  EXPECT_EQ(top.at("epoch").toInt(), 3);
+  const c10::impl::GenericDict one_cycle = top.at("lr_schedulers").toListRef()[0].toGenericDict();
+  EXPECT_EQ(one_cycle.at("total_steps").toInt(), 10);
+  EXPECT_EQ(one_cycle.at("last_epoch").toInt(), 1);
+  ASSERT_TRUE(one_cycle.at("anneal_func").isList());
+  EXPECT_EQ(one_cycle.at("anneal_func").toListRef().size(), 0u);
+  const c10::impl::GenericDict multi = top.at("lr_schedulers").toListRef()[1].toGenericDict();
+  EXPECT_EQ(multi.at("milestones").toListRef().size(), 0u);
+  EXPECT_DOUBLE_EQ(multi.at("gamma").toDouble(), 0.1);
 }
 
 }  // namespace
