@@ -167,7 +167,6 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::Train(const TrainCall& call) {
       RankTrainResult& r = result.ranks.emplace_back();
       r.rank = local.rank();
       r.global_step = local.global_step();
-      r.lr = local.lr();
       r.step_seconds = local.step_seconds();
       r.gradient_wait_seconds = local.gradient_wait_seconds();
       r.data_wait_seconds = local.data_wait_seconds();
@@ -241,7 +240,12 @@ absl::StatusOr<PredictResult> GrpcWorkerGroup::Predict(const PredictCall& call) 
         for (const auto& [name, proto] : batch.tensors()) {
           // A prediction missing from predictions.pt would shift what follows: refused whole.
           absl::StatusOr<HostTensor> tensor = FromProto(proto);
-          if (tensor.ok()) outputs.emplace(name, *std::move(tensor));
+          if (!tensor.ok()) {
+            return absl::DataLossError(absl::StrCat("rank ", ranks[local], " predict batch ",
+                                                    batch.batch_idx(), " output '", name,
+                                                    "': ", tensor.status().message()));
+          }
+          outputs.emplace(name, *std::move(tensor));
         }
       }
     }

@@ -99,7 +99,6 @@ struct TrainCall {
 struct RankTrainResult {
   int rank = 0;
   int64_t global_step = 0;
-  double lr = 0;
   double step_seconds = 0;           // in the call's batches
   double gradient_wait_seconds = 0;  // of which waiting for the other ranks' gradients
   double data_wait_seconds = 0;      // of which waiting for streamed samples (input-bound)

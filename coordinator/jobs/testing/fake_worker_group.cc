@@ -104,6 +104,18 @@ std::map<std::string, double> FakeWorkerGroup::Measure(const std::vector<int64_t
   return {{"loss", loss / n}, {"acc", close / n}};
 }
 
+namespace {
+
+// torch.optim's class name after "lr-", as a worker names the rate (a spec without an optimizer
+// trains with SGD).
+std::string RateName(const std::string& optimizer) {
+  if (optimizer == "adam") return "lr-Adam";
+  if (optimizer == "adamw") return "lr-AdamW";
+  return "lr-SGD";
+}
+
+}  // namespace
+
 absl::StatusOr<TrainResult> FakeWorkerGroup::Train(const TrainCall& call) {
   DTRAIN_RETURN_IF_ERROR(Begin("training_step"));
   const RankBatches& batches = *call.batches;
@@ -132,7 +144,12 @@ absl::StatusOr<TrainResult> FakeWorkerGroup::Train(const TrainCall& call) {
     ++accumulated_;
     const bool closes =
         accumulated_ == accumulate || (call.end_of_epoch && b == call.first + call.count - 1);
-    for (int r = 0; r < world_; ++r) result.ranks[r].batches.back().optimizer_stepped = closes;
+    for (int r = 0; r < world_; ++r) {
+      BatchScalars& last = result.ranks[r].batches.back();
+      last.optimizer_stepped = closes;
+      // As a real worker reports the rate each step used, under LearningRateMonitor's name.
+      if (closes) last.learning_rates[RateName(spec_.optimizer().name())] = lr;
+    }
     if (closes) {
       weight_ -= lr * gradient_;
       gradient_ = 0;
@@ -142,7 +159,6 @@ absl::StatusOr<TrainResult> FakeWorkerGroup::Train(const TrainCall& call) {
   }
   for (RankTrainResult& rank : result.ranks) {
     rank.global_step = global_step_;
-    rank.lr = lr;
     rank.step_seconds = 0.01 * static_cast<double>(call.count);
     rank.gradient_wait_seconds = 0.001 * static_cast<double>(call.count) * rank.rank;
   }
