@@ -50,54 +50,90 @@ absl::Status CheckOptions(const OptimizerConfig& c) {
   return absl::OkStatus();
 }
 
+// One optimizer kind: libtorch's options for a param group, and the optimizer over groups.
+struct OptimizerKind {
+  const char* name;
+  std::unique_ptr<torch::optim::OptimizerOptions> (*options)(const OptimizerConfig& c);
+  std::unique_ptr<torch::optim::Optimizer> (*build)(
+      std::vector<torch::optim::OptimizerParamGroup> groups,
+      const torch::optim::OptimizerOptions& defaults);
+};
+
+template <typename Optimizer, typename Options>
+std::unique_ptr<torch::optim::Optimizer> BuildAs(
+    std::vector<torch::optim::OptimizerParamGroup> groups,
+    const torch::optim::OptimizerOptions& defaults) {
+  return std::make_unique<Optimizer>(std::move(groups), static_cast<const Options&>(defaults));
+}
+
+template <typename Options>
+std::unique_ptr<torch::optim::OptimizerOptions> Own(Options options) {
+  return std::make_unique<Options>(std::move(options));
+}
+
+const OptimizerKind kOptimizerKinds[] = {
+    {"sgd",
+     [](const OptimizerConfig& c) {
+       return Own(torch::optim::SGDOptions(c.lr)
+                      .momentum(c.momentum)
+                      .dampening(c.dampening)
+                      .nesterov(c.nesterov)
+                      .weight_decay(c.weight_decay));
+     },
+     BuildAs<torch::optim::SGD, torch::optim::SGDOptions>},
+    {"adam",
+     [](const OptimizerConfig& c) {
+       return Own(torch::optim::AdamOptions(c.lr)
+                      .betas({c.beta1, c.beta2})
+                      .eps(c.eps)
+                      .weight_decay(c.weight_decay)
+                      .amsgrad(c.amsgrad));
+     },
+     BuildAs<torch::optim::Adam, torch::optim::AdamOptions>},
+    {"adamw",
+     [](const OptimizerConfig& c) {
+       return Own(torch::optim::AdamWOptions(c.lr)
+                      .betas({c.beta1, c.beta2})
+                      .eps(c.eps)
+                      .weight_decay(c.weight_decay)
+                      .amsgrad(c.amsgrad));
+     },
+     BuildAs<torch::optim::AdamW, torch::optim::AdamWOptions>},
+    {"rmsprop",
+     [](const OptimizerConfig& c) {
+       return Own(torch::optim::RMSpropOptions(c.lr)
+                      .alpha(c.alpha)
+                      .eps(c.eps)
+                      .weight_decay(c.weight_decay)
+                      .momentum(c.momentum)
+                      .centered(c.centered));
+     },
+     BuildAs<torch::optim::RMSprop, torch::optim::RMSpropOptions>},
+    {"adagrad",
+     [](const OptimizerConfig& c) {
+       return Own(torch::optim::AdagradOptions(c.lr)
+                      .lr_decay(c.lr_decay)
+                      .weight_decay(c.weight_decay)
+                      .initial_accumulator_value(c.initial_accumulator_value)
+                      .eps(c.eps));
+     },
+     BuildAs<torch::optim::Adagrad, torch::optim::AdagradOptions>},
+};
+
+absl::StatusOr<const OptimizerKind*> FindKind(const std::string& name) {
+  for (const OptimizerKind& kind : kOptimizerKinds) {
+    if (name == kind.name) return &kind;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer '", name, "'; use sgd, adam, adamw, rmsprop or adagrad"));
+}
+
 // libtorch's options object of `name` for one param group.
 absl::StatusOr<std::unique_ptr<torch::optim::OptimizerOptions>> MakeOptions(
     const std::string& name, const OptimizerConfig& c) {
   DTRAIN_RETURN_IF_ERROR(CheckOptions(c));
-  using torch::optim::OptimizerOptions;
-  if (name == "sgd") {
-    return std::unique_ptr<OptimizerOptions>(
-        new torch::optim::SGDOptions(torch::optim::SGDOptions(c.lr)
-                                         .momentum(c.momentum)
-                                         .dampening(c.dampening)
-                                         .nesterov(c.nesterov)
-                                         .weight_decay(c.weight_decay)));
-  }
-  if (name == "adam") {
-    return std::unique_ptr<OptimizerOptions>(
-        new torch::optim::AdamOptions(torch::optim::AdamOptions(c.lr)
-                                          .betas({c.beta1, c.beta2})
-                                          .eps(c.eps)
-                                          .weight_decay(c.weight_decay)
-                                          .amsgrad(c.amsgrad)));
-  }
-  if (name == "adamw") {
-    return std::unique_ptr<OptimizerOptions>(
-        new torch::optim::AdamWOptions(torch::optim::AdamWOptions(c.lr)
-                                           .betas({c.beta1, c.beta2})
-                                           .eps(c.eps)
-                                           .weight_decay(c.weight_decay)
-                                           .amsgrad(c.amsgrad)));
-  }
-  if (name == "rmsprop") {
-    return std::unique_ptr<OptimizerOptions>(
-        new torch::optim::RMSpropOptions(torch::optim::RMSpropOptions(c.lr)
-                                             .alpha(c.alpha)
-                                             .eps(c.eps)
-                                             .weight_decay(c.weight_decay)
-                                             .momentum(c.momentum)
-                                             .centered(c.centered)));
-  }
-  if (name == "adagrad") {
-    return std::unique_ptr<OptimizerOptions>(
-        new torch::optim::AdagradOptions(torch::optim::AdagradOptions(c.lr)
-                                             .lr_decay(c.lr_decay)
-                                             .weight_decay(c.weight_decay)
-                                             .initial_accumulator_value(c.initial_accumulator_value)
-                                             .eps(c.eps)));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer '", name, "'; use sgd, adam, adamw, rmsprop or adagrad"));
+  DTRAIN_ASSIGN_OR_RETURN(const OptimizerKind* kind, FindKind(name));
+  return kind->options(c);
 }
 
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> Build(
@@ -105,25 +141,8 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> Build(
     const OptimizerConfig& defaults) {
   DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<torch::optim::OptimizerOptions> options,
                           MakeOptions(name, defaults));
-  using torch::optim::Optimizer;
-  if (name == "sgd") {
-    return std::unique_ptr<Optimizer>(
-        new torch::optim::SGD(std::move(groups), static_cast<torch::optim::SGDOptions&>(*options)));
-  }
-  if (name == "adam") {
-    return std::unique_ptr<Optimizer>(new torch::optim::Adam(
-        std::move(groups), static_cast<torch::optim::AdamOptions&>(*options)));
-  }
-  if (name == "adamw") {
-    return std::unique_ptr<Optimizer>(new torch::optim::AdamW(
-        std::move(groups), static_cast<torch::optim::AdamWOptions&>(*options)));
-  }
-  if (name == "rmsprop") {
-    return std::unique_ptr<Optimizer>(new torch::optim::RMSprop(
-        std::move(groups), static_cast<torch::optim::RMSpropOptions&>(*options)));
-  }
-  return std::unique_ptr<Optimizer>(new torch::optim::Adagrad(
-      std::move(groups), static_cast<torch::optim::AdagradOptions&>(*options)));
+  DTRAIN_ASSIGN_OR_RETURN(const OptimizerKind* kind, FindKind(name));
+  return kind->build(std::move(groups), *options);
 }
 
 }  // namespace
