@@ -52,7 +52,7 @@ absl::Status CheckSpecOptimizer(const v1::JobSpec& spec) {
   DTRAIN_RETURN_IF_ERROR(
       PrefixedBy("spec.optimizer", MakeOptimizer({torch::zeros({1})}, optimizer).status()));
   return PrefixedBy("spec.lr_scheduler",
-                 LrSchedule::Make(ToConfig(spec.lr_scheduler()), optimizer.lr).status());
+                    LrSchedule::Make(ToConfig(spec.lr_scheduler()), optimizer.lr).status());
 }
 
 absl::StatusOr<OptimizerChoice> ChooseOptimizer(const v1::JobSpec& spec,
