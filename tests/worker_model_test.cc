@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -416,6 +417,37 @@ TEST(Dataset, CorruptIdxFiles_ClearErrors) {
   auto short_file = ReadIdxGz(truncated);
   EXPECT_EQ(short_file.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(short_file.status().message()), HasSubstr("should hold 16 values"));
+  // Hostile headers (issue 38): dimensions whose product is beyond the bound (before, a product
+  // could wrap to 0 and the worker aborted) are refused before anything is allocated; more values
+  // than declared are refused without reading them all.
+  const std::string overflow = TempPath("overflow.idx");
+  std::ofstream(overflow, std::ios::binary)
+      << std::string("\x00\x00\x08\x03\x00\x01\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00", 16);
+  auto wrapped = ReadIdxGz(overflow);
+  EXPECT_EQ(wrapped.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      std::string(wrapped.status().message()),
+      HasSubstr("declares dimensions whose product is over 2147483648 values (2 of 3 read)"));
+  const std::string longer = TempPath("longer.idx");
+  std::ofstream(longer, std::ios::binary)
+      << std::string("\x00\x00\x08\x01\x00\x00\x00\x02", 8) << std::string(1 << 20, 'x');
+  auto extra = ReadIdxGz(longer);
+  EXPECT_EQ(extra.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(extra.status().message()), HasSubstr("should hold 2 values after its "
+                                                               "header, has more"));
+  // Within a bound of the caller's: a 1000 x 1000 header over a bound of 10^5 values.
+  const std::string header("\x00\x00\x08\x02\x00\x00\x03\xe8\x00\x00\x03\xe8", 12);
+  size_t at = 0;
+  auto bounded = ReadIdx(
+      [&](char* out, int64_t n) -> int64_t {
+        const size_t take = std::min<size_t>(static_cast<size_t>(n), header.size() - at);
+        std::memcpy(out, header.data() + at, take);
+        at += take;
+        return static_cast<int64_t>(take);
+      },
+      "bounded.idx", 100000);
+  EXPECT_EQ(bounded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bounded.status().message()), HasSubstr("over 100000 values"));
 }
 
 // Runs `script` with Debian's python3 and its torch (python3-torch).

@@ -2,11 +2,76 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <fstream>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
 namespace dtrain {
+namespace {
+
+// Reads up to `n` bytes into `out`; fewer only at the end of the input. -1: an error.
+int64_t ReadSome(const IdxRead& read, char* out, int64_t n) {
+  int64_t done = 0;
+  while (done < n) {
+    const int64_t got = read(out + done, n - done);
+    if (got < 0) return -1;
+    if (got == 0) break;
+    done += got;
+  }
+  return done;
+}
+
+}  // namespace
+
+absl::StatusOr<IdxArray> ReadIdx(const IdxRead& read, const std::string& name, int64_t max_values) {
+  // The header first: nothing is allocated for the values until their count is known, checked
+  // for overflow and bounded, and no more than that count is read (a small gzip file can
+  // inflate to gigabytes).
+  unsigned char magic[4];
+  int64_t got = ReadSome(read, reinterpret_cast<char*>(magic), 4);
+  if (got < 0) return absl::InvalidArgumentError(absl::StrCat("cannot read '", name, "'"));
+  if (got < 4 || magic[0] != 0 || magic[1] != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not an IDX file"));
+  }
+  if (magic[2] != 0x08) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", name, "' holds IDX type 0x", absl::Hex(magic[2]), "; only unsigned bytes are read"));
+  }
+  const int dims = magic[3];
+  if (dims == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' has a truncated IDX header"));
+  }
+  IdxArray array;
+  int64_t count = 1;
+  for (int d = 0; d < dims; ++d) {
+    unsigned char b[4];
+    if (ReadSome(read, reinterpret_cast<char*>(b), 4) != 4) {
+      return absl::InvalidArgumentError(absl::StrCat("'", name, "' has a truncated IDX header"));
+    }
+    const int64_t size =
+        (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) | (int64_t{b[2]} << 8) | int64_t{b[3]};
+    array.shape.push_back(size);
+    if (size != 0 && count > max_values / size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", name, "' declares dimensions whose product is over ", max_values,
+                       " values (", d + 1, " of ", dims, " read), more than dtrain reads"));
+    }
+    count *= size;
+  }
+  array.data.resize(static_cast<size_t>(count));
+  got = ReadSome(read, array.data.data(), count);
+  if (got < 0) return absl::InvalidArgumentError(absl::StrCat("cannot read '", name, "'"));
+  char extra = 0;
+  const int64_t more = got == count ? ReadSome(read, &extra, 1) : 0;
+  if (got != count || more != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' should hold ", count,
+                                                   " values after its header, has ",
+                                                   got == count ? "more" : absl::StrCat(got)));
+  }
+  return array;
+}
 
 absl::StatusOr<IdxArray> ReadIdxGz(const std::string& path) {
   if (!std::ifstream(path).good()) {
@@ -16,46 +81,26 @@ absl::StatusOr<IdxArray> ReadIdxGz(const std::string& path) {
   if (file == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("cannot open '", path, "' with zlib"));
   }
-  std::string bytes;
-  char buffer[1 << 16];
-  int n = 0;
-  while ((n = gzread(file, buffer, sizeof(buffer))) > 0) bytes.append(buffer, n);
+  std::string zlib_message;
+  auto read = [&](char* out, int64_t n) -> int64_t {
+    const int chunk = static_cast<int>(std::min<int64_t>(n, 1 << 20));
+    const int got = gzread(file, out, static_cast<unsigned>(chunk));
+    if (got < 0) {
+      int error = Z_OK;
+      const char* message = gzerror(file, &error);
+      zlib_message = message == nullptr ? "" : message;
+    }
+    return got;
+  };
+  absl::StatusOr<IdxArray> array = ReadIdx(read, path);
   int error = Z_OK;
   const char* message = gzerror(file, &error);
-  const std::string zlib_message = message == nullptr ? "" : message;
+  if (zlib_message.empty() && message != nullptr) zlib_message = message;
   gzclose(file);
-  if (n < 0 || (error != Z_OK && error != Z_STREAM_END)) {
+  if (!zlib_message.empty() && error != Z_OK && error != Z_STREAM_END) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", path, "' is not a valid gzip file: ", zlib_message));
   }
-  auto u8 = [&](size_t i) { return static_cast<uint8_t>(bytes[i]); };
-  if (bytes.size() < 4 || u8(0) != 0 || u8(1) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not an IDX file"));
-  }
-  if (u8(2) != 0x08) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", path, "' holds IDX type 0x", absl::Hex(u8(2)), "; only unsigned bytes are read"));
-  }
-  const int dims = u8(3);
-  const size_t header = 4 + 4 * static_cast<size_t>(dims);
-  if (dims == 0 || bytes.size() < header) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' has a truncated IDX header"));
-  }
-  IdxArray array;
-  int64_t count = 1;
-  for (int d = 0; d < dims; ++d) {
-    const size_t at = 4 + 4 * static_cast<size_t>(d);
-    const int64_t size = (int64_t{u8(at)} << 24) | (int64_t{u8(at + 1)} << 16) |
-                         (int64_t{u8(at + 2)} << 8) | int64_t{u8(at + 3)};
-    array.shape.push_back(size);
-    count *= size;
-  }
-  if (static_cast<int64_t>(bytes.size() - header) != count) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' should hold ", count,
-                                                   " values after its header, has ",
-                                                   bytes.size() - header));
-  }
-  array.data = bytes.substr(header);
   return array;
 }
 
