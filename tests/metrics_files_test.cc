@@ -14,6 +14,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/csv_cell.h"
 #include "common/job_spec.h"
 #include "coordinator/jobs/csv_metrics_file.h"
 #include "coordinator/jobs/hparams_file.h"
@@ -59,6 +60,41 @@ TEST(CsvMetricsFile, OneColumnPerMetric_OneRowPerStep_SortedLikeLightning) {
             "0,20,,1.5,0.5\n"
             "1,20,,1.25,\n"
             "1,30,,1,\n");
+}
+
+// Names come from model code (self.log): one that would start a formula in a spreadsheet, or
+// holds a comma or a quote, is guarded and quoted, and reads back whole after a restart.
+TEST(CsvMetricsFile, HostileMetricNames_GuardedQuoted_ReadBackWhole) {
+  const std::string path = TempPath("hostile.csv");
+  auto file = CsvMetricsFile::Open(path, /*append=*/false);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE((*file)->Add("=HYPERLINK(\"http://x\",\"a\")", 1.5, 1, 0).ok());
+  ASSERT_TRUE((*file)->Add("-loss", -0.5, 1, 0).ok());
+  ASSERT_TRUE((*file)->Add("a,b", 2, 1, 0).ok());
+  EXPECT_EQ(Read(path),
+            "'-loss,\"'=HYPERLINK(\"\"http://x\"\",\"\"a\"\")\",\"a,b\",epoch,step\n"
+            "-0.5,1.5,2,0,1\n");
+  file->reset();
+  auto again = CsvMetricsFile::Open(path, /*append=*/true);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE((*again)->Add("-loss", -0.25, 2, 0).ok());
+  EXPECT_EQ(Read(path),
+            "'-loss,\"'=HYPERLINK(\"\"http://x\"\",\"\"a\"\")\",\"a,b\",epoch,step\n"
+            "-0.5,1.5,2,0,1\n"
+            "-0.25,,,0,2\n");
+}
+
+TEST(CsvCell, GuardsFormulasQuotesSeparators_AndSplitsBack) {
+  EXPECT_EQ(CsvCell("val_loss"), "val_loss");
+  EXPECT_EQ(CsvCell("+1"), "'+1");
+  EXPECT_EQ(CsvCell("@SUM(A1)"), "'@SUM(A1)");
+  EXPECT_EQ(CsvCell("'quoted"), "''quoted");
+  EXPECT_EQ(CsvCell("say \"hi\""), "\"say \"\"hi\"\"\"");
+  const std::vector<std::string> names = {"plain", "=1+2", "a,b", "x\"y", "'q", "-", ""};
+  std::string line;
+  for (const std::string& n : names) line += (line.empty() ? "" : ",") + CsvCell(n);
+  EXPECT_EQ(SplitCsvLine(line), names);
+  EXPECT_EQ(SplitCsvLine("1,,-0.5"), (std::vector<std::string>{"1", "", "-0.5"}));
 }
 
 TEST(CsvMetricsFile, OlderLongFormat_ConvertedWhenContinued) {

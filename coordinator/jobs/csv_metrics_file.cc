@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
+#include "common/csv_cell.h"
 
 namespace dtrain {
 namespace {
@@ -53,10 +53,10 @@ absl::Status CsvMetricsFile::Load() {
   std::ifstream in(path_);
   std::string header;
   if (!std::getline(in, header)) return absl::OkStatus();
-  const std::vector<std::string> names = absl::StrSplit(header, ',');
+  const std::vector<std::string> names = SplitCsvLine(header);
   const bool long_form = header == "wall_time,step,epoch,name,value";
   for (std::string line; std::getline(in, line);) {
-    const std::vector<std::string> cells = absl::StrSplit(line, ',');
+    const std::vector<std::string> cells = SplitCsvLine(line);
     if (cells.size() != names.size()) continue;  // a line cut short by a crash
     if (long_form) {
       int64_t step = 0, epoch = 0;
@@ -96,7 +96,11 @@ absl::Status CsvMetricsFile::Load() {
   return absl::OkStatus();
 }
 
-std::string CsvMetricsFile::Header() const { return absl::StrJoin(columns_, ",") + "\n"; }
+std::string CsvMetricsFile::Header() const {
+  std::vector<std::string> cells;
+  for (const std::string& column : columns_) cells.push_back(CsvCell(column));
+  return absl::StrJoin(cells, ",") + "\n";
+}
 
 std::string CsvMetricsFile::Line(const Row& row) const {
   std::vector<std::string> cells;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/csv_cell.h"
 #include "common/status_macros.h"
 
 namespace dtrain {
@@ -118,7 +119,7 @@ absl::Status PredictionWriter::WriteCsv(TrainerControl& trainer) {
   const std::string path = dir_ + "/predictions.csv";
   std::ofstream out(path, std::ios::trunc);
   out << "index";
-  for (const std::string& c : columns_) out << "," << c;
+  for (const std::string& c : columns_) out << "," << CsvCell(c);
   out << "\n";
   for (const auto& [index, values] : rows_) {
     out << index;
