@@ -31,6 +31,7 @@
 #include "worker/model/lightning_module.h"
 #include "worker/model/model_zoo.h"
 #include "worker/model/optimizers.h"
+#include "worker/model/pickle_check.h"
 #include "worker/model/tensor_convert.h"
 #include "worker/model/torch_save_file.h"
 #include "worker/precision/precision.h"
@@ -627,6 +628,59 @@ torch.save({"state_dict": collections.OrderedDict(w=torch.arange(4.0)),
   const c10::impl::GenericDict multi = top.at("lr_schedulers").toListRef()[1].toGenericDict();
   EXPECT_EQ(multi.at("milestones").toListRef().size(), 0u);
   EXPECT_DOUBLE_EQ(multi.at("gamma").toDouble(), 0.1);
+}
+
+// The gate before libtorch's unpickler (issue 38): Python's own pickles pass; a pickle that
+// would make libtorch pop an empty stack, size its memo by a crafted index or recurse a million
+// levels is refused, naming the byte, and a file holding one is refused naming the file.
+TEST(PickleCheck, PythonsPicklesPass_MalformedOnesRefusedNamingTheByte) {
+  // pickle.dumps({"train": [1, 2.5, "x", (None, True)], "od": OrderedDict(w=2**40)}, protocol=2)
+  const std::string python(
+      "\x80\x02\x7d\x71\x00\x28\x58\x05\x00\x00\x00\x74\x72\x61\x69\x6e\x71\x01\x5d\x71\x02\x28"
+      "\x4b\x01\x47\x40\x04\x00\x00\x00\x00\x00\x00\x58\x01\x00\x00\x00\x78\x71\x03\x4e\x88\x86"
+      "\x71\x04\x65\x58\x02\x00\x00\x00\x6f\x64\x71\x05\x63\x63\x6f\x6c\x6c\x65\x63\x74\x69\x6f"
+      "\x6e\x73\x0a\x4f\x72\x64\x65\x72\x65\x64\x44\x69\x63\x74\x0a\x71\x06\x29\x52\x71\x07\x58"
+      "\x01\x00\x00\x00\x77\x71\x08\x8a\x06\x00\x00\x00\x00\x00\x01\x73\x75\x2e",
+      106);
+  EXPECT_TRUE(CheckPickle(python).ok()) << CheckPickle(python);
+  EXPECT_TRUE(CheckPickle(WithoutSingleItemOpcodes(python)).ok());
+  struct Case {
+    std::string pickle;
+    std::string message;
+  };
+  const std::string deep =
+      absl::StrCat("\x80\x02", std::string(200, ']'), std::string(199, 'a'), ".");
+  const std::vector<Case> cases = {
+      {std::string("\x80\x02\x65.", 4), "at byte 2 (opcode 0x65): no MARK to pop to"},
+      {std::string("\x80\x02]r\xff\xff\xff\x7f.", 9), "memo index 2147483647 skips past the 0"},
+      {std::string("\x80\x02h\x03.", 5), "memo index 3 was never stored"},
+      {deep, "values nest deeper than 100 levels"},
+      {std::string("\x80\x02NN.", 5), "STOP with 2 values"},
+      {std::string("\x80\x02X\xff\xff\xff\x00", 8), "truncated"},
+      {std::string("\x80\x04N.", 4), "pickle protocol 4"},
+      {std::string("\x80\x02N", 3), "ends without STOP"},
+      {std::string("\x80\x02\x8a\x09", 4), "an integer of 9 bytes"},
+      {std::string("\x80\x02(N(Nu.", 7), "SETITEMS with an odd number of items"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status status = CheckPickle(c.pickle);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.message));
+  }
+  // A torch.save file whose data.pkl underflows the stack: refused before libtorch reads it.
+  const std::string file = testing::TestTempPath("underflow.pt");
+  Python(absl::StrCat(R"(
+import zipfile
+with zipfile.ZipFile(")",
+                      file, R"(", "w") as z:
+    z.writestr("archive/data.pkl", b"\x80\x02e.")
+    z.writestr("archive/version", "3\n")
+)"));
+  absl::StatusOr<c10::IValue> read = ReadTorchSaveFile(file);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(read.status().message()),
+              HasSubstr("is not a torch.save file dtrain reads: its data.pkl has a malformed "
+                        "pickle at byte 2"));
 }
 
 }  // namespace

@@ -20,9 +20,11 @@ build=build-fuzz
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DDTRAIN_BUILD_WORKER=OFF -DDTRAIN_BUILD_TESTS=OFF -DDTRAIN_BUILD_FUZZERS=ON >&2
 cmake --build "$build" --target tensor_wire_fuzzer job_spec_fuzzer shard_list_fuzzer tar_shard_fuzzer \
-  npy_fuzzer text_fields_fuzzer image_decode_fuzzer idx_fuzzer >&2
+  npy_fuzzer text_fields_fuzzer image_decode_fuzzer idx_fuzzer \
+  pickle_check_fuzzer >&2
 status=0
-for target in tensor_wire job_spec shard_list tar_shard npy text_fields image_decode idx; do
+for target in tensor_wire job_spec shard_list tar_shard npy text_fields image_decode idx \
+  pickle_check; do
   mkdir -p "$build/corpus/$target" "$build/findings/$target"
   log="$build/$target.log"
   echo "fuzzing $target for ${seconds}s ..." >&2

@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "worker/model/pickle_check.h"
 #include "worker/model/torch_status.h"
 
 namespace dtrain {
@@ -365,6 +366,12 @@ absl::StatusOr<c10::IValue> ParseTorchSave(const std::string& bytes, const std::
         std::tie(pickle_data, pickle_size) = reader.getRecord("data.pkl");
         const std::string pickle = WithoutSingleItemOpcodes(
             std::string(static_cast<const char*>(pickle_data.get()), pickle_size));
+        // libtorch's unpickler trusts its input: a malformed pickle never reaches it.
+        if (absl::Status s = CheckPickle(pickle); !s.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "'", origin, "' is not a torch.save file dtrain reads: its data.pkl has a ",
+              s.message()));
+        }
         size_t offset = 0;
         auto read = [&](char* buffer, size_t n) -> size_t {
           n = std::min(n, pickle.size() - offset);

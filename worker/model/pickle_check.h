@@ -1,0 +1,26 @@
+// A check of a pickle before libtorch's unpickler reads it. libtorch 1.13's unpickler trusts its
+// input: it does not check the stack on each opcode, sizes its memo by whatever index a PUT
+// names, and a deeply nested value overflows the C++ stack where it is built and destroyed. So a
+// torch.save file's data.pkl (after the rewrite in torch_save_file.cc) is walked here first, the
+// way an unpickler would, without building anything: every opcode is one of pickle protocol 2's
+// (torch.save's default) with its arguments inside the input, every pop finds its items above
+// the current mark, memo indices are ones the pickle defined (PUT indices at most one past the
+// count so far), nesting is bounded, and STOP leaves exactly one value. Plain C++, fuzzed by
+// tests/fuzz/pickle_check_fuzzer.cc.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace dtrain {
+
+// Containers nested deeper than this are refused (Lightning checkpoints nest about ten).
+inline constexpr int kMaxPickleDepth = 100;
+
+// OK when `pickle` is well formed as above; INVALID_ARGUMENT naming the byte offset, the opcode
+// and what is wrong ("at byte 17, APPENDS: no MARK to pop to").
+absl::Status CheckPickle(absl::string_view pickle, int max_depth = kMaxPickleDepth);
+
+}  // namespace dtrain
