@@ -683,5 +683,61 @@ with zipfile.ZipFile(")",
                         "pickle at byte 2"));
 }
 
+// A storage must hold what it declares, and a tensor must lie inside its storage: libtorch's
+// unpickler checks neither, so such a file read the worker's heap (issue 38). Files crafted in
+// Python with torch.save's layout; the last one, well formed, still loads.
+TEST(PickleCheck, StoragesAndTensorViewsOutOfRange_Refused) {
+  const std::string base = testing::TestTempPath("views");
+  Python(absl::StrCat(R"(
+import collections, io, pickle, struct, zipfile
+class Storage:
+    def __init__(self, n): self.n = n
+class Pickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        return ("storage", torch.FloatStorage, "0", "cpu", obj.n) if isinstance(obj, Storage) else None
+class Tensor:
+    def __init__(self, *args): self.args = args
+    def __reduce__(self): return (torch._utils._rebuild_tensor_v2, self.args)
+def write(path, declared, offset, size, stride):
+    buf = io.BytesIO()
+    Pickler(buf, protocol=2).dump(
+        {"x": Tensor(Storage(declared), offset, size, stride, False, collections.OrderedDict())})
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", buf.getvalue())
+        z.writestr("archive/data/0", struct.pack("<2f", 1.5, -2.0))
+        z.writestr("archive/version", "3\n")
+base = ")",
+                      base, R"("
+write(base + ".short.pt", 1000, 0, (1000,), (1,))
+write(base + ".offset.pt", 2, 5, (2,), (1,))
+write(base + ".stride.pt", 2, 0, (2, 2), (1, 1 << 20))
+write(base + ".negative.pt", 2, 1, (2,), (-1,))
+write(base + ".good.pt", 2, 0, (2,), (1,))
+)"));
+  struct Case {
+    std::string suffix;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {".short.pt", "storage '0' declares 4000 bytes but its record holds 8"},
+      {".offset.pt",
+       "a tensor of sizes [2], strides [1] and offset 5 reaches beyond its storage "
+       "of 8 bytes"},
+      {".stride.pt", "reaches beyond its storage of 8 bytes"},
+      {".negative.pt", "reaches beyond its storage of 8 bytes"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<c10::IValue> read = ReadTorchSaveFile(base + c.suffix);
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << c.suffix;
+    EXPECT_THAT(std::string(read.status().message()), HasSubstr(c.message)) << c.suffix;
+  }
+  absl::StatusOr<c10::IValue> good = ReadTorchSaveFile(base + ".good.pt");
+  ASSERT_TRUE(good.ok()) << good.status();
+  const at::Tensor x = good->toGenericDict().at("x").toTensor();
+  EXPECT_EQ(x.sizes(), (std::vector<int64_t>{2}));
+  EXPECT_FLOAT_EQ(x[0].item<float>(), 1.5f);
+  EXPECT_FLOAT_EQ(x[1].item<float>(), -2.0f);
+}
+
 }  // namespace
 }  // namespace dtrain

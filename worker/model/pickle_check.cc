@@ -10,10 +10,21 @@
 namespace dtrain {
 namespace {
 
-// What the walk keeps per stack item: how deeply it nests containers (an atom 0).
+// What the walk keeps per stack item: how deeply it nests containers (an atom 0), and for the
+// pieces of a persistent id (short strings, ints, a GLOBAL's name, a tuple of those) the value.
+struct Item {
+  enum Kind { kOther, kString, kInt, kGlobal, kTuple };
+  int depth = 0;
+  Kind kind = kOther;
+  std::string text;
+  uint64_t number = 0;
+  std::vector<Item> items;
+};
+
 class Walk {
  public:
-  Walk(absl::string_view p, int max_depth) : p_(p), max_depth_(max_depth) {}
+  Walk(absl::string_view p, int max_depth, std::vector<PickledStorage>* storages)
+      : p_(p), max_depth_(max_depth), storages_(storages) {}
 
   absl::Status Run() {
     while (at_ < p_.size()) {
@@ -56,37 +67,63 @@ class Walk {
 
   size_t Base() const { return marks_.empty() ? 0 : marks_.back(); }
   bool Has(size_t n) const { return stack_.size() - Base() >= n; }
-  absl::Status Push(int depth) {
-    if (depth > max_depth_) {
+  absl::Status Push(Item item) {
+    if (item.depth > max_depth_) {
       return Bad(absl::StrCat("values nest deeper than ", max_depth_, " levels"));
     }
-    stack_.push_back(depth);
+    stack_.push_back(std::move(item));
     return absl::OkStatus();
   }
-  // The deepest of the top `n` items, popped.
-  int Pop(size_t n) {
+  absl::Status Push(int depth) {
+    Item item;
+    item.depth = depth;
+    return Push(std::move(item));
+  }
+  absl::Status PushAtom(Item::Kind kind, std::string text = "", uint64_t number = 0) {
+    Item item;
+    item.kind = kind;
+    item.text = std::move(text);
+    item.number = number;
+    return Push(std::move(item));
+  }
+  // The deepest of the top `n` items, popped; with `into`, the items themselves, in order.
+  int Pop(size_t n, std::vector<Item>* into = nullptr) {
     int deepest = 0;
+    if (into != nullptr) into->assign(stack_.end() - n, stack_.end());
     for (size_t i = 0; i < n; ++i) {
-      deepest = std::max(deepest, stack_.back());
+      deepest = std::max(deepest, stack_.back().depth);
       stack_.pop_back();
     }
     return deepest;
   }
+  // A tuple of its items when they are all atoms (a persistent id's pieces), else a container.
+  absl::Status PushTuple(std::vector<Item> items, int deepest) {
+    Item tuple;
+    tuple.depth = deepest + 1;
+    bool atoms = items.size() <= 8;
+    for (const Item& i : items) atoms = atoms && i.kind != Item::kOther && i.kind != Item::kTuple;
+    if (atoms) {
+      tuple.kind = Item::kTuple;
+      tuple.items = std::move(items);
+    }
+    return Push(std::move(tuple));
+  }
   // The items above the top mark, popped with it: how many, and the deepest.
-  bool PopMark(size_t* count, int* deepest) {
+  bool PopMark(size_t* count, int* deepest, std::vector<Item>* into = nullptr) {
     if (marks_.empty()) return false;
     *count = stack_.size() - marks_.back();
-    *deepest = Pop(*count);
+    *deepest = Pop(*count, into);
     marks_.pop_back();
     return true;
   }
   // The container on top takes items nested `deepest` deep.
   absl::Status Grow(int deepest) {
-    const int depth = std::max(stack_.back(), deepest + 1);
+    const int depth = std::max(stack_.back().depth, deepest + 1);
     if (depth > max_depth_) {
       return Bad(absl::StrCat("values nest deeper than ", max_depth_, " levels"));
     }
-    stack_.back() = depth;
+    stack_.back().depth = depth;
+    stack_.back().kind = Item::kOther;
     return absl::OkStatus();
   }
 
@@ -120,27 +157,44 @@ class Walk {
       case ')':   // EMPTY_TUPLE
         return Push(op_ == ']' || op_ == '}' || op_ == ')' ? 1 : 0);
       case 'K':  // BININT1
-        return Take(1) ? Push(0) : Bad("truncated");
+        return Little(1, &n) ? PushAtom(Item::kInt, "", n) : Bad("truncated");
       case 'M':  // BININT2
-        return Take(2) ? Push(0) : Bad("truncated");
+        return Little(2, &n) ? PushAtom(Item::kInt, "", n) : Bad("truncated");
       case 'J':  // BININT
-        return Take(4) ? Push(0) : Bad("truncated");
-      case 'G':  // BINFLOAT
+        if (!Little(4, &n)) return Bad("truncated");
+        return n >> 31 ? Push(0) : PushAtom(Item::kInt, "", n);  // a negative one is no count
+      case 'G':                                                  // BINFLOAT
         return Take(8) ? Push(0) : Bad("truncated");
       case 0x8a:  // LONG1
         if (!Little(1, &n)) return Bad("truncated");
         if (n > 8) return Bad(absl::StrCat("an integer of ", n, " bytes; at most 8 are read"));
-        return Take(n) ? Push(0) : Bad("truncated");
+        {
+          uint64_t value = 0;
+          if (!Little(static_cast<int>(n), &value)) return Bad("truncated");
+          if (n > 0 && n < 8 && (value >> (8 * n - 1)) == 0) return PushAtom(Item::kInt, "", value);
+          if (n == 8 && (value >> 63) == 0) return PushAtom(Item::kInt, "", value);
+        }
+        return Push(0);
       case 'X':  // BINUNICODE
       case 'T':  // BINSTRING
-        if (!Little(4, &n) || !Take(n)) return Bad("truncated");
-        return Push(0);
+      {
+        absl::string_view text;
+        if (!Little(4, &n) || !Take(n, &text)) return Bad("truncated");
+        if (n > 256) return Push(0);
+        return PushAtom(Item::kString, std::string(text));
+      }
       case 'U':  // SHORT_BINSTRING
         if (!Little(1, &n) || !Take(n)) return Bad("truncated");
         return Push(0);
       case 'c':  // GLOBAL
-        if (!Line() || !Line()) return Bad("a GLOBAL without its module and name lines");
-        return Push(0);
+      {
+        const size_t module = at_;
+        if (!Line()) return Bad("a GLOBAL without its module and name lines");
+        const size_t name = at_;
+        if (!Line()) return Bad("a GLOBAL without its module and name lines");
+        return PushAtom(Item::kGlobal, absl::StrCat(p_.substr(module, name - 1 - module), ".",
+                                                    p_.substr(name, at_ - 1 - name)));
+      }
       case 'q':  // BINPUT
       case 'r':  // LONG_BINPUT
         if (!Little(op_ == 'q' ? 1 : 4, &n)) return Bad("truncated");
@@ -151,24 +205,33 @@ class Walk {
           return Bad(
               absl::StrCat("memo index ", n, " skips past the ", memo_.size(), " defined so far"));
         }
-        if (n == memo_.size()) {
-          memo_.push_back(stack_.back());
-        } else {
-          memo_[n] = stack_.back();
+        // An atom whole (Python's pickler memoizes the strings and GLOBALs of each persistent
+        // id, and refers back to them), a container by its depth.
+        {
+          Item kept;
+          kept.depth = stack_.back().depth;
+          if (stack_.back().kind != Item::kOther && stack_.back().kind != Item::kTuple) {
+            kept = stack_.back();
+          }
+          if (n == memo_.size()) {
+            memo_.push_back(std::move(kept));
+          } else {
+            memo_[n] = std::move(kept);
+          }
         }
         return absl::OkStatus();
       case 'h':  // BINGET
       case 'j':  // LONG_BINGET
         if (!Little(op_ == 'h' ? 1 : 4, &n)) return Bad("truncated");
         if (n >= memo_.size()) return Bad(absl::StrCat("memo index ", n, " was never stored"));
-        return Push(memo_[n]);
-      case '0':  // POP
+        return Push(memo_[n]);  // a copy
+      case '0':                 // POP
         if (!Has(1)) return Bad("POP with nothing above the mark");
         Pop(1);
         return absl::OkStatus();
       case '2':  // DUP
         if (!Has(1)) return Bad("DUP with nothing above the mark");
-        return Push(stack_.back());
+        return Push(stack_.back().depth);
       case '1':  // POP_MARK
         if (!PopMark(&count, &deepest)) return Bad("no MARK to pop to");
         return absl::OkStatus();
@@ -187,6 +250,11 @@ class Walk {
         if (!Has(1)) return Bad("no list or dict below the MARK");
         return Grow(deepest);
       case 't':  // TUPLE
+      {
+        std::vector<Item> items;
+        if (!PopMark(&count, &deepest, &items)) return Bad("no MARK to pop to");
+        return PushTuple(std::move(items), deepest);
+      }
       case 'l':  // LIST
       case 'd':  // DICT
         if (!PopMark(&count, &deepest)) return Bad("no MARK to pop to");
@@ -195,9 +263,13 @@ class Walk {
       case 0x85:  // TUPLE1
       case 0x86:  // TUPLE2
       case 0x87:  // TUPLE3
+      {
         count = op_ - 0x84;
         if (!Has(count)) return Bad(absl::StrCat("TUPLE", count, " needs ", count, " items"));
-        return Push(Pop(count) + 1);
+        std::vector<Item> items;
+        deepest = Pop(count, &items);
+        return PushTuple(std::move(items), deepest);
+      }
       case 'R':   // REDUCE
       case 0x81:  // NEWOBJ
         if (!Has(2)) return Bad("needs a callable and its arguments");
@@ -208,26 +280,44 @@ class Walk {
         return Grow(deepest);
       case 'Q':  // BINPERSID
         if (!Has(1)) return Bad("BINPERSID needs an id");
+        if (absl::Status s = NoteStorage(stack_.back()); !s.ok()) return s;
         return Push(Pop(1));
       default:
         return Bad("not an opcode of pickle protocol 2 as torch.save writes it");
     }
   }
 
+  // torch.save's persistent id of a storage: ('storage', torch.<Type>Storage, key, location,
+  // numel); anything else is refused, since libtorch reads each id as a storage.
+  absl::Status NoteStorage(const Item& id) {
+    const std::vector<Item>& f = id.items;
+    if (id.kind != Item::kTuple || f.size() != 5 || f[0].kind != Item::kString ||
+        f[0].text != "storage" || f[1].kind != Item::kGlobal || f[2].kind != Item::kString ||
+        f[3].kind != Item::kString || f[4].kind != Item::kInt) {
+      return Bad(
+          "a persistent id other than torch.save's ('storage', type, key, location, "
+          "numel)");
+    }
+    if (storages_ != nullptr) storages_->push_back({f[2].text, f[1].text, f[4].number});
+    return absl::OkStatus();
+  }
+
   absl::string_view p_;
   const int max_depth_;
+  std::vector<PickledStorage>* storages_;
   size_t at_ = 0;
   size_t start_ = 0;
   unsigned op_ = 0;
-  std::vector<int> stack_;
+  std::vector<Item> stack_;
   std::vector<size_t> marks_;
-  std::vector<int> memo_;  // the depth of what each index holds
+  std::vector<Item> memo_;  // what each index holds: an atom whole, a container's depth
 };
 
 }  // namespace
 
-absl::Status CheckPickle(absl::string_view pickle, int max_depth) {
-  return Walk(pickle, max_depth).Run();
+absl::Status CheckPickle(absl::string_view pickle, int max_depth,
+                         std::vector<PickledStorage>* storages) {
+  return Walk(pickle, max_depth, storages).Run();
 }
 
 }  // namespace dtrain

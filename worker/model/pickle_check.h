@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -19,8 +21,17 @@ namespace dtrain {
 // Containers nested deeper than this are refused (Lightning checkpoints nest about ten).
 inline constexpr int kMaxPickleDepth = 100;
 
+// A storage the pickle names by torch.save's persistent id.
+struct PickledStorage {
+  std::string key;   // its record: data/<key>
+  std::string type;  // "torch.FloatStorage", ...
+  uint64_t numel = 0;
+};
+
 // OK when `pickle` is well formed as above; INVALID_ARGUMENT naming the byte offset, the opcode
-// and what is wrong ("at byte 17, APPENDS: no MARK to pop to").
-absl::Status CheckPickle(absl::string_view pickle, int max_depth = kMaxPickleDepth);
+// and what is wrong ("at byte 17, APPENDS: no MARK to pop to"). Every persistent id must be
+// torch.save's storage id; with `storages`, they are listed there.
+absl::Status CheckPickle(absl::string_view pickle, int max_depth = kMaxPickleDepth,
+                         std::vector<PickledStorage>* storages = nullptr);
 
 }  // namespace dtrain

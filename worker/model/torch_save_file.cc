@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -60,6 +61,67 @@ std::string PickledString(const std::string& s) {
   std::string out = "X";
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((s.size() >> (8 * i)) & 0xff));
   return out + s;
+}
+
+// Bytes per element of a torch.save storage type ("torch.FloatStorage"); 0 for another.
+uint64_t StorageElementBytes(const std::string& type) {
+  static const std::map<std::string, uint64_t> kBytes = {
+      {"torch.DoubleStorage", 8},       {"torch.FloatStorage", 4},
+      {"torch.HalfStorage", 2},         {"torch.BFloat16Storage", 2},
+      {"torch.LongStorage", 8},         {"torch.IntStorage", 4},
+      {"torch.ShortStorage", 2},        {"torch.CharStorage", 1},
+      {"torch.ByteStorage", 1},         {"torch.BoolStorage", 1},
+      {"torch.ComplexFloatStorage", 8}, {"torch.ComplexDoubleStorage", 16},
+  };
+  auto it = kBytes.find(type);
+  return it == kBytes.end() ? 0 : it->second;
+}
+
+// Every tensor in `root` lies inside its storage (non-negative offset and strides, its last
+// element within the storage's bytes). Walks without recursion, each container once (a pickle
+// may share or even cycle them).
+absl::Status CheckTensorViews(const c10::IValue& root) {
+  std::vector<c10::IValue> todo = {root};
+  std::set<const void*> seen;
+  while (!todo.empty()) {
+    c10::IValue v = std::move(todo.back());
+    todo.pop_back();
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined() || !t.has_storage() || t.numel() == 0) continue;
+      uint64_t last = 0;
+      bool ok = t.storage_offset() >= 0;
+      if (ok) last = static_cast<uint64_t>(t.storage_offset());
+      for (int64_t d = 0; ok && d < t.dim(); ++d) {
+        const int64_t stride = t.stride(d);
+        const uint64_t span = static_cast<uint64_t>(t.size(d) - 1);
+        ok = stride >= 0 && last <= (uint64_t{1} << 62) &&
+             (stride == 0 || span <= ((uint64_t{1} << 62) - last) / static_cast<uint64_t>(stride));
+        if (ok) last += span * static_cast<uint64_t>(stride);
+      }
+      const uint64_t element = static_cast<uint64_t>(t.element_size());
+      if (!ok || last + 1 > t.storage().nbytes() / element) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("a tensor of sizes ", c10::str(t.sizes()), ", strides ",
+                         c10::str(t.strides()), " and offset ", t.storage_offset(),
+                         " reaches beyond its storage of ", t.storage().nbytes(), " bytes"));
+      }
+      continue;
+    }
+    if (!v.isList() && !v.isTuple() && !v.isGenericDict()) continue;
+    if (!seen.insert(v.internalToPointer()).second) continue;
+    if (v.isList()) {
+      for (const c10::IValue& e : v.toListRef()) todo.push_back(e);
+    } else if (v.isTuple()) {
+      for (const c10::IValue& e : v.toTupleRef().elements()) todo.push_back(e);
+    } else {
+      for (const auto& e : v.toGenericDict()) {
+        todo.push_back(e.key());
+        todo.push_back(e.value());
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 void RemoveJunk(const c10::IValue& value) {
@@ -367,10 +429,27 @@ absl::StatusOr<c10::IValue> ParseTorchSave(const std::string& bytes, const std::
         const std::string pickle = WithoutSingleItemOpcodes(
             std::string(static_cast<const char*>(pickle_data.get()), pickle_size));
         // libtorch's unpickler trusts its input: a malformed pickle never reaches it.
-        if (absl::Status s = CheckPickle(pickle); !s.ok()) {
+        std::vector<PickledStorage> storages;
+        if (absl::Status s = CheckPickle(pickle, kMaxPickleDepth, &storages); !s.ok()) {
           return absl::InvalidArgumentError(absl::StrCat(
               "'", origin, "' is not a torch.save file dtrain reads: its data.pkl has a ",
               s.message()));
+        }
+        // What each storage declares, which its record must hold: libtorch sizes the storage
+        // by the declaration and reads the record's bytes.
+        std::map<std::string, uint64_t> declared;
+        for (const PickledStorage& st : storages) {
+          const uint64_t element = StorageElementBytes(st.type);
+          if (element == 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("'", origin, "': storage type ", st.type, " is not one dtrain reads"));
+          }
+          if (st.numel > (uint64_t{1} << 62) / element) {
+            return absl::InvalidArgumentError(absl::StrCat("'", origin, "': storage ", st.key,
+                                                           " declares ", st.numel, " elements"));
+          }
+          uint64_t& bytes = declared[st.key];
+          bytes = std::max(bytes, st.numel * element);
         }
         size_t offset = 0;
         auto read = [&](char* buffer, size_t n) -> size_t {
@@ -380,11 +459,23 @@ absl::StatusOr<c10::IValue> ParseTorchSave(const std::string& bytes, const std::
           return n;
         };
         auto read_record = [&](const std::string& name) {
-          return std::get<0>(reader.getRecord("data/" + name));
+          at::DataPtr data;
+          size_t size = 0;
+          std::tie(data, size) = reader.getRecord("data/" + name);
+          auto it = declared.find(name);
+          TORCH_CHECK(it != declared.end(), "storage '", name, "' is not declared by the pickle");
+          TORCH_CHECK(it->second <= size, "storage '", name, "' declares ", it->second,
+                      " bytes but its record holds ", size);
+          return data;
         };
         torch::jit::Unpickler unpickler(read, nullptr, nullptr, read_record, c10::nullopt);
         unpickler.set_version(reader.version());
         c10::IValue value = unpickler.parse_ivalue();
+        // libtorch sets each tensor's sizes, strides and offset without checking them against
+        // its storage: checked before anything reads a tensor.
+        if (absl::Status s = CheckTensorViews(value); !s.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("'", origin, "': ", s.message()));
+        }
         RemoveJunk(value);
         return value;
       });
