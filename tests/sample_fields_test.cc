@@ -374,7 +374,7 @@ TEST_F(FromPythonTest, TorchNotOneTensor_Refused) {
 
 TEST_F(FromPythonTest, TorchSizesBeyondStorageOrLimit_Refused) {
   EXPECT_THAT(Refusal(Read("beyond_storage.pt"), FieldType::kTorch),
-              HasSubstr("reach beyond its storage of 24 bytes"));
+              HasSubstr("reaches beyond its storage of 24 bytes"));
   EXPECT_THAT(Refusal(Read("broadcast.pt"), FieldType::kTorch),
               HasSubstr("the tensor shows 2147483647 elements, over the field limit of 67108864"));
 }

@@ -98,10 +98,10 @@ absl::StatusOr<at::Tensor> DecodeJson(absl::string_view bytes) {
   return values.reshape(array.shape).contiguous();
 }
 
-// The tensor must stay inside its storage: a torch.save file names sizes, strides and an offset
-// independently of the bytes of its storage record, and reading past them would be out of bounds.
-// Also bounds what the tensor shows: zero strides (an expanded tensor) can make a few stored
-// bytes show any number of elements, which a clone would then allocate.
+// The tensor must stay inside its storage (a torch.save file names sizes, strides and an offset
+// independently of its storage's bytes; ParseTorchSave has checked it, and this says so again
+// for the tensor a field hands on), and what it shows is bounded: zero strides (an expanded
+// tensor) can make a few stored bytes show any number of elements, which a clone would allocate.
 absl::Status CheckInsideStorage(const at::Tensor& t) {
   int64_t elements = 1;
   for (int64_t d = 0; d < t.dim(); ++d) {
@@ -116,26 +116,7 @@ absl::Status CheckInsideStorage(const at::Tensor& t) {
                                                    " elements, over the field limit of ",
                                                    kMaxFieldBytes, " bytes"));
   }
-  if (elements == 0) return absl::OkStatus();
-  if (t.storage_offset() < 0) return absl::InvalidArgumentError("negative storage offset");
-  int64_t last = t.storage_offset();
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.stride(d) < 0) return absl::InvalidArgumentError("negative stride");
-    int64_t extent = 0;
-    if (__builtin_mul_overflow(t.size(d) - 1, t.stride(d), &extent) ||
-        __builtin_add_overflow(last, extent, &last)) {
-      return absl::InvalidArgumentError("sizes and strides overflow");
-    }
-  }
-  int64_t end = 0;
-  if (__builtin_add_overflow(last, int64_t{1}, &end) ||
-      __builtin_mul_overflow(end, static_cast<int64_t>(t.element_size()), &end) ||
-      end > static_cast<int64_t>(t.storage().nbytes())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the tensor's sizes and strides reach beyond its storage of ",
-                     t.storage().nbytes(), " bytes"));
-  }
-  return absl::OkStatus();
+  return CheckTensorInStorage(t);
 }
 
 absl::StatusOr<at::Tensor> DecodeTorch(absl::string_view bytes) {

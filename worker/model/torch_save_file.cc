@@ -87,25 +87,7 @@ absl::Status CheckTensorViews(const c10::IValue& root) {
     c10::IValue v = std::move(todo.back());
     todo.pop_back();
     if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
-      if (!t.defined() || !t.has_storage() || t.numel() == 0) continue;
-      uint64_t last = 0;
-      bool ok = t.storage_offset() >= 0;
-      if (ok) last = static_cast<uint64_t>(t.storage_offset());
-      for (int64_t d = 0; ok && d < t.dim(); ++d) {
-        const int64_t stride = t.stride(d);
-        const uint64_t span = static_cast<uint64_t>(t.size(d) - 1);
-        ok = stride >= 0 && last <= (uint64_t{1} << 62) &&
-             (stride == 0 || span <= ((uint64_t{1} << 62) - last) / static_cast<uint64_t>(stride));
-        if (ok) last += span * static_cast<uint64_t>(stride);
-      }
-      const uint64_t element = static_cast<uint64_t>(t.element_size());
-      if (!ok || last + 1 > t.storage().nbytes() / element) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("a tensor of sizes ", c10::str(t.sizes()), ", strides ",
-                         c10::str(t.strides()), " and offset ", t.storage_offset(),
-                         " reaches beyond its storage of ", t.storage().nbytes(), " bytes"));
-      }
+      if (absl::Status s = CheckTensorInStorage(v.toTensor()); !s.ok()) return s;
       continue;
     }
     if (!v.isList() && !v.isTuple() && !v.isGenericDict()) continue;
@@ -410,6 +392,28 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
   }
   for (const auto& [at, op] : replace_at) out[position[at]] = op;
   return out;
+}
+
+absl::Status CheckTensorInStorage(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage() || t.numel() == 0) return absl::OkStatus();
+  uint64_t last = 0;
+  bool ok = t.storage_offset() >= 0;
+  if (ok) last = static_cast<uint64_t>(t.storage_offset());
+  for (int64_t d = 0; ok && d < t.dim(); ++d) {
+    const int64_t stride = t.stride(d);
+    const uint64_t span = static_cast<uint64_t>(t.size(d) - 1);
+    ok = stride >= 0 && last <= (uint64_t{1} << 62) &&
+         (stride == 0 || span <= ((uint64_t{1} << 62) - last) / static_cast<uint64_t>(stride));
+    if (ok) last += span * static_cast<uint64_t>(stride);
+  }
+  const uint64_t element = static_cast<uint64_t>(t.element_size());
+  if (!ok || last + 1 > t.storage().nbytes() / element) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a tensor of sizes ", c10::str(t.sizes()), ", strides ", c10::str(t.strides()),
+                     " and offset ", t.storage_offset(), " reaches beyond its storage of ",
+                     t.storage().nbytes(), " bytes"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<c10::IValue> ParseTorchSave(const std::string& bytes, const std::string& origin) {

@@ -27,6 +27,11 @@ absl::StatusOr<c10::IValue> ReadTorchSaveFile(const std::string& path);
 // The same from the file's bytes; `origin` names the file in messages.
 absl::StatusOr<c10::IValue> ParseTorchSave(const std::string& bytes, const std::string& origin);
 
+// OK when every element of `t` lies inside its storage (offset and strides non-negative, no
+// overflow); INVALID_ARGUMENT saying how far it reaches. libtorch's unpickler sets a tensor's
+// offset, sizes and strides unchecked: ParseTorchSave checks every tensor it reads with this.
+absl::Status CheckTensorInStorage(const at::Tensor& t);
+
 // Writes `value` so that Python's torch.load(path) reads it: atomically (a temporary file in
 // the same directory, then rename). INVALID_ARGUMENT when it cannot be written.
 absl::Status WriteTorchSaveFile(const std::string& path, const c10::IValue& value);
