@@ -826,6 +826,17 @@ TEST_F(WorkerServiceTest, BadInput_ClearErrorsAndTheWorkerKeepsServing) {
        "job_id"},
       {"empty job id", [](auto& r) { r.set_job_id(""); }, absl::StatusCode::kInvalidArgument,
        "job_id is empty"},
+      // A job's directory is jobs_dir/<id>, which teardown removes: never the parent or itself.
+      {"job id ..", [](auto& r) { r.set_job_id(".."); }, absl::StatusCode::kInvalidArgument,
+       "job_id '..' names a directory, not a job"},
+      {"job id .", [](auto& r) { r.set_job_id("."); }, absl::StatusCode::kInvalidArgument,
+       "job_id '.' names a directory, not a job"},
+      {"job id .. for ddp_spawn",
+       [](auto& r) {
+         r.mutable_spec()->mutable_trainer()->set_strategy("ddp_spawn");
+         r.set_job_id("..");
+       },
+       absl::StatusCode::kInvalidArgument, "job_id '..' names a directory"},
       {"bad job id for ddp_spawn",
        [](auto& r) {
          r.mutable_spec()->mutable_trainer()->set_strategy("ddp_spawn");

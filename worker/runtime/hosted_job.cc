@@ -119,6 +119,12 @@ absl::Status CheckJobId(const std::string& id) {
           absl::StrCat("job_id '", id, "' may hold only letters, digits, '-', '_' and '.'"));
     }
   }
+  // The id names the job's directory under the worker's jobs directory: "." and ".." would name
+  // that directory itself or its parent, which teardown removes.
+  if (id == "." || id == "..") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job_id '", id, "' names a directory, not a job; give the job's id"));
+  }
   return absl::OkStatus();
 }
 

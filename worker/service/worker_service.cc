@@ -508,8 +508,15 @@ absl::Status WorkerService::TeardownJob(bool all_ranks) {
   absl::MutexLock lock(&mu_);
   // This worker's own files of the job went to the coordinator; what is left is scratch.
   if (store_checkpoints_) {
+    // Only ever the job's own directory inside jobs_dir (CheckJobId refused the ids that are not;
+    // checked again here, where a mistake would remove more).
+    std::filesystem::path jobs = std::filesystem::path(options_.jobs_dir).lexically_normal();
+    if (jobs.filename().empty()) jobs = jobs.parent_path();
+    const std::filesystem::path dir = (jobs / job->id()).lexically_normal();
     std::error_code error;
-    std::filesystem::remove_all(absl::StrCat(options_.jobs_dir, "/", job->id()), error);
+    if (dir.parent_path() == jobs && dir.filename() == job->id()) {
+      std::filesystem::remove_all(dir, error);
+    }
   }
   job_.reset();
   failed_ = false;
