@@ -64,4 +64,17 @@ absl::StatusOr<int64_t> LimitBatches(const v1::TrainerConfig& trainer, BatchLoop
   return n;
 }
 
+absl::StatusOr<int64_t> LimitRankBatches(const v1::TrainerConfig& trainer, BatchLoop loop,
+                                         RankBatches* batches, int64_t most) {
+  int64_t longest = 0;
+  for (const auto& mine : *batches) longest = std::max<int64_t>(longest, mine.size());
+  absl::StatusOr<int64_t> keep = LimitBatches(trainer, loop, longest);
+  if (!keep.ok()) return keep.status();
+  if (most >= 0) *keep = std::min(*keep, most);
+  for (auto& mine : *batches) {
+    if (static_cast<int64_t>(mine.size()) > *keep) mine.resize(*keep);
+  }
+  return *keep;
+}
+
 }  // namespace dtrain

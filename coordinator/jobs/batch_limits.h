@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "coordinator/jobs/worker_group.h"
 #include "dtrain/v1/jobs.pb.h"
 
 namespace dtrain {
@@ -23,5 +24,11 @@ bool BatchLoopOff(const v1::TrainerConfig& trainer, BatchLoop loop);
 // leaves none, as Lightning refuses it, naming the smallest fraction that gives one batch.
 absl::StatusOr<int64_t> LimitBatches(const v1::TrainerConfig& trainer, BatchLoop loop,
                                      int64_t total);
+
+// Every rank's evaluation batches cut to the loop's limit, a share taken of the longest rank's
+// count (Lightning takes it of DistributedSampler's padded, equal shards; a shorter rank runs
+// what it has), and to `most` when it is >= 0. The batches each rank keeps: the longest's.
+absl::StatusOr<int64_t> LimitRankBatches(const v1::TrainerConfig& trainer, BatchLoop loop,
+                                         RankBatches* batches, int64_t most = -1);
 
 }  // namespace dtrain

@@ -22,23 +22,15 @@ absl::StatusOr<RankBatches> EvaluationLoop::Shard(bool test, int64_t most) const
   const int64_t limit_samples = test ? d.limit_test_samples() : d.limit_val_samples();
   if (limit_samples > 0) size = std::min(size, limit_samples);
   RankBatches batches(state.world_size);
-  int64_t longest = 0;
   for (int rank = 0; rank < state.world_size; ++rank) {
     batches[rank] =
         Batches(state.streamed(split) ? StreamPositions(size, state.world_size, rank, false)
                                       : EvalShard(size, state.world_size, rank),
                 d.eval_batch_size());
-    longest = std::max<int64_t>(longest, batches[rank].size());
   }
-  // A share of the longest rank's batches, as Lightning takes it of DistributedSampler's
-  // padded (equal) shards; a shorter rank runs what it has.
-  DTRAIN_ASSIGN_OR_RETURN(
-      int64_t keep,
-      LimitBatches(context_.spec.trainer(), test ? BatchLoop::kTest : BatchLoop::kVal, longest));
-  if (most >= 0) keep = std::min(keep, most);
-  for (auto& mine : batches) {
-    if (static_cast<int64_t>(mine.size()) > keep) mine.resize(keep);
-  }
+  DTRAIN_RETURN_IF_ERROR(LimitRankBatches(context_.spec.trainer(),
+                                          test ? BatchLoop::kTest : BatchLoop::kVal, &batches, most)
+                             .status());
   return batches;
 }
 

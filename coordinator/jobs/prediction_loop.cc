@@ -31,19 +31,14 @@ absl::Status PredictionLoop::Run() {
   PhaseClock::Span timed = state.phases.Time("predict");
   if (d.limit_test_samples() > 0) size = std::min(size, d.limit_test_samples());
   RankBatches batches(state.world_size);
-  int64_t most_batches = 0;
   for (int rank = 0; rank < state.world_size; ++rank) {
     batches[rank] =
         Batches(state.streamed(split) ? StreamPositions(size, state.world_size, rank, false)
                                       : EvalShard(size, state.world_size, rank),
                 d.eval_batch_size());
-    most_batches = std::max<int64_t>(most_batches, batches[rank].size());
   }
-  // A share of the longest rank's batches (see EvaluationLoop::Shard).
-  DTRAIN_ASSIGN_OR_RETURN(most_batches, LimitBatches(trainer, BatchLoop::kPredict, most_batches));
-  for (auto& mine : batches) {
-    if (static_cast<int64_t>(mine.size()) > most_batches) mine.resize(most_batches);
-  }
+  DTRAIN_ASSIGN_OR_RETURN(const int64_t most_batches,
+                          LimitRankBatches(trainer, BatchLoop::kPredict, &batches));
   // A fixed number of batches per call (batches_per_call, or 16 when training's are sized by
   // time): each response holds that many batches' outputs, which keeps it small (and within one
   // message of a default client).

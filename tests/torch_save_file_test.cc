@@ -1,0 +1,313 @@
+// torch.save files Python wrote, read by the worker as data and checkpoints
+// (worker/model/torch_save_file, worker/data): every split shape, normalization, clear errors,
+// the pickle rewrite, Python objects libtorch cannot hold, and the gate before libtorch's
+// unpickler (worker/model/pickle_check) against hostile pickles, storages and tensor views.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+#include "tests/test_support.h"
+#include "worker/data/dataset.h"
+#include "worker/model/pickle_check.h"
+#include "worker/model/torch_save_file.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Runs `script` with Debian's python3 and its torch (python3-torch).
+void Python(const std::string& script) {
+  testing::CommandResult run = testing::RunTorchPython(script);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> LoadFile(const std::string& path,
+                                                  const v1::Normalize* normalize = nullptr) {
+  v1::DataConfig spec;
+  spec.set_tensors_file(path);
+  if (normalize != nullptr) *spec.mutable_normalize() = *normalize;
+  return Dataset::Load(spec);
+}
+
+// torch.save files Python wrote, read as data (worker/model/torch_save_file, worker/data).
+TEST(TorchSaveData, PythonsFile_EverySplitShape_BatchesKeepTheirStructure) {
+  const std::string file = testing::TestTempPath("splits.pt");
+  Python(absl::StrCat(R"(
+g = torch.Generator().manual_seed(0)
+x = torch.randint(0, 256, (10, 1, 4, 4), dtype=torch.uint8, generator=g)
+y = torch.arange(10)
+torch.save({"train": (x, y),
+            "val": {"image": x[:6].float(), "label": y[:6]},
+            "test": [x[:3].float(), y[:3]],
+            "predict": x[:2].float()}, ")",
+                      file, R"(")
+# One split only: Python pickles a one-item dict with SETITEM, which libtorch 1.13 cannot read.
+torch.save({"train": {"only": y}}, ")",
+                      file, R"(.one")
+)"));
+  absl::StatusOr<std::unique_ptr<Dataset>> data = LoadFile(file);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ((*data)->Splits(), (std::vector<std::pair<std::string, int64_t>>{
+                                   {"train", 10}, {"val", 6}, {"test", 3}, {"predict", 2}}));
+  absl::StatusOr<c10::IValue> train = (*data)->Batch("train", {4, 1});
+  ASSERT_TRUE(train.ok()) << train.status();
+  ASSERT_TRUE(train->isTuple());
+  const at::Tensor x = train->toTupleRef().elements()[0].toTensor();
+  EXPECT_EQ(x.scalar_type(), at::kByte) << "no normalization unless the spec asks for it";
+  EXPECT_EQ(train->toTupleRef().elements()[1].toTensor()[0].item<int64_t>(), 4);
+  absl::StatusOr<c10::IValue> val = (*data)->Batch("val", {5});
+  ASSERT_TRUE(val.ok() && val->isGenericDict());
+  EXPECT_EQ(val->toGenericDict().at("label").toTensor()[0].item<int64_t>(), 5);
+  EXPECT_TRUE(val->toGenericDict().at("image").toTensor().is_floating_point());
+  absl::StatusOr<c10::IValue> test = (*data)->Batch("test", {2});
+  ASSERT_TRUE(test.ok() && test->isList());
+  EXPECT_EQ(test->toList().size(), 2u);
+  absl::StatusOr<c10::IValue> predict = (*data)->Batch("predict", {0, 1});
+  ASSERT_TRUE(predict.ok() && predict->isTensor());
+  EXPECT_EQ(predict->toTensor().size(0), 2);
+
+  absl::StatusOr<std::unique_ptr<Dataset>> one = LoadFile(file + ".one");
+  ASSERT_TRUE(one.ok()) << one.status();
+  absl::StatusOr<c10::IValue> only = (*one)->Batch("train", {7});
+  ASSERT_TRUE(only.ok() && only->isGenericDict());
+  EXPECT_EQ(only->toGenericDict().at("only").toTensor()[0].item<int64_t>(), 7);
+}
+
+TEST(TorchSaveData, Normalize_ScalesUint8ThenPerChannel) {
+  const std::string file = testing::TestTempPath("rgb.pt");
+  Python(absl::StrCat(R"(
+x = torch.tensor([[[[0]], [[255]], [[51]]]], dtype=torch.uint8).repeat(4, 1, 1, 1)
+torch.save({"train": {"img": x, "y": torch.zeros(4, dtype=torch.long)}}, ")",
+                      file, "\")\n"));
+  v1::Normalize normalize;
+  normalize.set_key("img");
+  for (double m : {0.5, 0.5, 0.2}) normalize.add_mean(m);
+  for (double s : {0.5, 0.25, 0.1}) normalize.add_std(s);
+  absl::StatusOr<std::unique_ptr<Dataset>> data = LoadFile(file, &normalize);
+  ASSERT_TRUE(data.ok()) << data.status();
+  absl::StatusOr<c10::IValue> batch = (*data)->Batch("train", {0});
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  const at::Tensor img = batch->toGenericDict().at("img").toTensor();
+  EXPECT_NEAR(img[0][0][0][0].item<double>(), (0.0 - 0.5) / 0.5, 1e-6);
+  EXPECT_NEAR(img[0][1][0][0].item<double>(), (1.0 - 0.5) / 0.25, 1e-6);
+  EXPECT_NEAR(img[0][2][0][0].item<double>(), (0.2 - 0.2) / 0.1, 1e-6);
+  normalize.set_key("pixels");
+  absl::StatusOr<std::unique_ptr<Dataset>> wrong = LoadFile(file, &normalize);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong.status().message(), HasSubstr("has no tensor 'pixels'"));
+}
+
+TEST(TorchSaveData, BadFiles_ClearErrorsNamingTheFileAndTheKey) {
+  const std::string base = testing::TestTempPath("bad");
+  Python(absl::StrCat(R"(
+torch.save({"train": (torch.zeros(5, 2), torch.zeros(4))}, ")",
+                      base, R"(.ragged")
+torch.save({"train": {"x": torch.zeros(5, 2), "n": 3}}, ")",
+                      base, R"(.leaf")
+torch.save({"train": (torch.zeros(5),), "extra": (torch.zeros(5),)}, ")",
+                      base, R"(.key")
+torch.save({"val": (torch.zeros(5),), "test": (torch.zeros(5),)}, ")",
+                      base, R"(.notrain")
+torch.save([torch.zeros(5)], ")",
+                      base, R"(.list")
+open(")",
+                      base, R"(.text", "w").write("not torch")
+)"));
+  struct Case {
+    std::string suffix, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {".ragged", "': train[1] has 4 rows in dimension 0 but train[0] has 5"},
+           {".leaf", "': train['n'] is a Int, not a tensor"},
+           {".key", "' has a key 'extra'; its keys are the splits train, val, test and predict"},
+           {".notrain", "' has no 'train' split"},
+           {".list", "' holds a GenericList, not a dict of splits"},
+           {".text", "' is not a file written by torch.save"},
+       }) {
+    absl::StatusOr<std::unique_ptr<Dataset>> data = LoadFile(base + c.suffix);
+    EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument) << c.suffix;
+    EXPECT_THAT(data.status().message(), HasSubstr(base + c.suffix + c.message));
+  }
+  EXPECT_EQ(LoadFile(base + ".absent").status().code(), absl::StatusCode::kNotFound);
+}
+
+// One-item dicts and lists as Python pickles them: `key value SETITEM` reads as
+// `MARK key value SETITEMS`, `item APPEND` as `MARK item APPENDS`.
+TEST(TorchSaveData, WithoutSingleItemOpcodes_RewritesOneItemDictsAndLists) {
+  // PROTO 2, EMPTY_DICT, BINPUT 0, BINUNICODE "a", BININT1 1, SETITEM, STOP.
+  const std::string pickle(
+      "\x80\x02}q\x00X\x01\x00\x00\x00"
+      "aK\x01s.",
+      15);
+  const std::string rewritten = WithoutSingleItemOpcodes(pickle);
+  EXPECT_EQ(rewritten, std::string("\x80\x02}q\x00(X\x01\x00\x00\x00"
+                                   "aK\x01u.",
+                                   16));
+  const std::string setitems(
+      "\x80\x02}q\x00(X\x01\x00\x00\x00"
+      "aK\x01u.",
+      16);
+  EXPECT_EQ(WithoutSingleItemOpcodes(setitems), setitems);
+  // PROTO 2, EMPTY_LIST, BININT1 7, APPEND, STOP.
+  EXPECT_EQ(WithoutSingleItemOpcodes(std::string("\x80\x02]K\x07"
+                                                 "a.",
+                                                 7)),
+            std::string("\x80\x02](K\x07"
+                        "e.",
+                        8));
+}
+
+// What Lightning writes into a checkpoint beside tensors: a OneCycleLR state_dict's bound
+// anneal_func (which pickles the scheduler, its optimizer and Parameters as that optimizer's
+// state keys, and refers back to itself), MultiStepLR's Counter. libtorch refuses those
+// classes; they read as empty lists, and everything else as Python wrote it.
+TEST(TorchSaveData, PythonsObjects_ReadAsEmptyLists_TensorsIntact) {
+  const std::string path = testing::TestTempPath("objects.ckpt");
+  Python(absl::StrCat(R"(
+import collections, torch
+from torch.optim import lr_scheduler as S
+p = torch.nn.Parameter(torch.ones(3))
+o = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+one_cycle = S.OneCycleLR(o, max_lr=0.5, total_steps=10)
+p.grad = torch.ones(3)
+o.step()
+one_cycle.step()
+multi = S.MultiStepLR(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1), [2, 2, 5])
+torch.save({"state_dict": collections.OrderedDict(w=torch.arange(4.0)),
+            "lr_schedulers": [one_cycle.state_dict(), multi.state_dict()],
+            "epoch": 3}, ")",
+                      path, R"(")
+)"));
+  absl::StatusOr<c10::IValue> read = ReadTorchSaveFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const c10::impl::GenericDict top = read->toGenericDict();
+  EXPECT_TRUE(
+      torch::equal(top.at("state_dict").toGenericDict().at("w").toTensor(), torch::arange(4.0)));
+  EXPECT_EQ(top.at("epoch").toInt(), 3);
+  const c10::impl::GenericDict one_cycle = top.at("lr_schedulers").toListRef()[0].toGenericDict();
+  EXPECT_EQ(one_cycle.at("total_steps").toInt(), 10);
+  EXPECT_EQ(one_cycle.at("last_epoch").toInt(), 1);
+  ASSERT_TRUE(one_cycle.at("anneal_func").isList());
+  EXPECT_EQ(one_cycle.at("anneal_func").toListRef().size(), 0u);
+  const c10::impl::GenericDict multi = top.at("lr_schedulers").toListRef()[1].toGenericDict();
+  EXPECT_EQ(multi.at("milestones").toListRef().size(), 0u);
+  EXPECT_DOUBLE_EQ(multi.at("gamma").toDouble(), 0.1);
+}
+
+// The gate before libtorch's unpickler (issue 38): Python's own pickles pass; a pickle that
+// would make libtorch pop an empty stack, size its memo by a crafted index or recurse a million
+// levels is refused, naming the byte, and a file holding one is refused naming the file.
+TEST(PickleCheck, PythonsPicklesPass_MalformedOnesRefusedNamingTheByte) {
+  // pickle.dumps({"train": [1, 2.5, "x", (None, True)], "od": OrderedDict(w=2**40)}, protocol=2)
+  const std::string python(
+      "\x80\x02\x7d\x71\x00\x28\x58\x05\x00\x00\x00\x74\x72\x61\x69\x6e\x71\x01\x5d\x71\x02\x28"
+      "\x4b\x01\x47\x40\x04\x00\x00\x00\x00\x00\x00\x58\x01\x00\x00\x00\x78\x71\x03\x4e\x88\x86"
+      "\x71\x04\x65\x58\x02\x00\x00\x00\x6f\x64\x71\x05\x63\x63\x6f\x6c\x6c\x65\x63\x74\x69\x6f"
+      "\x6e\x73\x0a\x4f\x72\x64\x65\x72\x65\x64\x44\x69\x63\x74\x0a\x71\x06\x29\x52\x71\x07\x58"
+      "\x01\x00\x00\x00\x77\x71\x08\x8a\x06\x00\x00\x00\x00\x00\x01\x73\x75\x2e",
+      106);
+  EXPECT_TRUE(CheckPickle(python).ok()) << CheckPickle(python);
+  EXPECT_TRUE(CheckPickle(WithoutSingleItemOpcodes(python)).ok());
+  struct Case {
+    std::string pickle;
+    std::string message;
+  };
+  const std::string deep =
+      absl::StrCat("\x80\x02", std::string(200, ']'), std::string(199, 'a'), ".");
+  const std::vector<Case> cases = {
+      {std::string("\x80\x02\x65.", 4), "at byte 2 (opcode 0x65): no MARK to pop to"},
+      {std::string("\x80\x02]r\xff\xff\xff\x7f.", 9), "memo index 2147483647 skips past the 0"},
+      {std::string("\x80\x02h\x03.", 5), "memo index 3 was never stored"},
+      {deep, "values nest deeper than 100 levels"},
+      {std::string("\x80\x02NN.", 5), "STOP with 2 values"},
+      {std::string("\x80\x02X\xff\xff\xff\x00", 8), "truncated"},
+      {std::string("\x80\x04N.", 4), "pickle protocol 4"},
+      {std::string("\x80\x02N", 3), "ends without STOP"},
+      {std::string("\x80\x02\x8a\x09", 4), "an integer of 9 bytes"},
+      {std::string("\x80\x02(N(Nu.", 7), "SETITEMS with an odd number of items"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status status = CheckPickle(c.pickle);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.message));
+  }
+  // A torch.save file whose data.pkl underflows the stack: refused before libtorch reads it.
+  const std::string file = testing::TestTempPath("underflow.pt");
+  Python(absl::StrCat(R"(
+import zipfile
+with zipfile.ZipFile(")",
+                      file, R"(", "w") as z:
+    z.writestr("archive/data.pkl", b"\x80\x02e.")
+    z.writestr("archive/version", "3\n")
+)"));
+  absl::StatusOr<c10::IValue> read = ReadTorchSaveFile(file);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(read.status().message()),
+              HasSubstr("is not a torch.save file dtrain reads: its data.pkl has a malformed "
+                        "pickle at byte 2"));
+}
+
+// A storage must hold what it declares, and a tensor must lie inside its storage: libtorch's
+// unpickler checks neither, so such a file read the worker's heap (issue 38). Files crafted in
+// Python with torch.save's layout; the last one, well formed, still loads.
+TEST(PickleCheck, StoragesAndTensorViewsOutOfRange_Refused) {
+  const std::string base = testing::TestTempPath("views");
+  Python(absl::StrCat(R"(
+import collections, io, pickle, struct, zipfile
+class Storage:
+    def __init__(self, n): self.n = n
+class Pickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        return ("storage", torch.FloatStorage, "0", "cpu", obj.n) if isinstance(obj, Storage) else None
+class Tensor:
+    def __init__(self, *args): self.args = args
+    def __reduce__(self): return (torch._utils._rebuild_tensor_v2, self.args)
+def write(path, declared, offset, size, stride):
+    buf = io.BytesIO()
+    Pickler(buf, protocol=2).dump(
+        {"x": Tensor(Storage(declared), offset, size, stride, False, collections.OrderedDict())})
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", buf.getvalue())
+        z.writestr("archive/data/0", struct.pack("<2f", 1.5, -2.0))
+        z.writestr("archive/version", "3\n")
+base = ")",
+                      base, R"("
+write(base + ".short.pt", 1000, 0, (1000,), (1,))
+write(base + ".offset.pt", 2, 5, (2,), (1,))
+write(base + ".stride.pt", 2, 0, (2, 2), (1, 1 << 20))
+write(base + ".negative.pt", 2, 1, (2,), (-1,))
+write(base + ".good.pt", 2, 0, (2,), (1,))
+)"));
+  struct Case {
+    std::string suffix;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {".short.pt", "storage '0' declares 4000 bytes but its record holds 8"},
+      {".offset.pt",
+       "a tensor of sizes [2], strides [1] and offset 5 reaches beyond its storage "
+       "of 8 bytes"},
+      {".stride.pt", "reaches beyond its storage of 8 bytes"},
+      {".negative.pt", "reaches beyond its storage of 8 bytes"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<c10::IValue> read = ReadTorchSaveFile(base + c.suffix);
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << c.suffix;
+    EXPECT_THAT(std::string(read.status().message()), HasSubstr(c.message)) << c.suffix;
+  }
+  absl::StatusOr<c10::IValue> good = ReadTorchSaveFile(base + ".good.pt");
+  ASSERT_TRUE(good.ok()) << good.status();
+  const at::Tensor x = good->toGenericDict().at("x").toTensor();
+  EXPECT_EQ(x.sizes(), (std::vector<int64_t>{2}));
+  EXPECT_FLOAT_EQ(x[0].item<float>(), 1.5f);
+  EXPECT_FLOAT_EQ(x[1].item<float>(), -2.0f);
+}
+
+}  // namespace
+}  // namespace dtrain
