@@ -2,7 +2,9 @@
 // (worker/model/torch_save_file, worker/data): every split shape, normalization, clear errors,
 // the pickle rewrite, Python objects libtorch cannot hold, and the gate before libtorch's
 // unpickler (worker/model/pickle_check) against hostile pickles, storages and tensor views.
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -307,6 +309,95 @@ write(base + ".good.pt", 2, 0, (2,), (1,))
   EXPECT_EQ(x.sizes(), (std::vector<int64_t>{2}));
   EXPECT_FLOAT_EQ(x[0].item<float>(), 1.5f);
   EXPECT_FLOAT_EQ(x[1].item<float>(), -2.0f);
+}
+
+// Data is never code (issue 38). A TorchScript archive whose __setstate__ creates a file through
+// torch.from_file, the way one could overwrite the worker's token file: as data or through the
+// torch.save reader it is refused naming the file, and the file is never created; Python's
+// torch.jit.load of the same archive does create it, so the archive really carries that code.
+TEST(DataIsNeverCode, TorchScriptArchive_Refused_ItsSetstateNeverRuns) {
+  const std::string archive = testing::TestTempPath("setstate.pt");
+  const std::string marker = testing::TestTempPath("setstate.ran");
+  std::remove(marker.c_str());
+  Python(absl::StrCat(R"(
+from typing import Tuple
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.x = torch.zeros(3)
+    @torch.jit.export
+    def __getstate__(self) -> Tuple[torch.Tensor, bool]:
+        return (self.x, self.training)
+    @torch.jit.export
+    def __setstate__(self, s: Tuple[torch.Tensor, bool]) -> None:
+        self.x = torch.from_file(")",
+                      marker, R"(", True, 8, dtype=torch.uint8)
+        self.training = s[1]
+torch.jit.save(torch.jit.script(M()), ")",
+                      archive, R"(")
+)"));
+  absl::StatusOr<std::unique_ptr<Dataset>> data = LoadFile(archive);
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(data.status().message()),
+              HasSubstr("'" + archive + "' is a TorchScript archive (it holds code/"));
+  absl::StatusOr<c10::IValue> read = ReadTorchSaveFile(archive);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(read.status().message()),
+              HasSubstr("are never run as code; write it with torch.save(obj, path)"));
+  EXPECT_FALSE(std::ifstream(marker).good()) << "the archive's __setstate__ ran";
+  Python(absl::StrCat("torch.jit.load(\"", archive, "\")\n"));
+  EXPECT_TRUE(std::ifstream(marker).good())
+      << "the archive carries no code: the test proves nothing";
+}
+
+// A pickle may construct only what pickle_check.h lists. Python objects of any other class,
+// os.system's REDUCE and a TorchScript class among them, load as inert empty lists and nothing
+// is called; tensors beside them are intact. A raw pickle naming such a global, a REDUCE of a
+// storage type's index, and a type tag long enough to recurse deeply are refused.
+TEST(DataIsNeverCode, GlobalsOffTheList_NeverConstructed) {
+  const std::string file = testing::TestTempPath("globals.pt");
+  const std::string marker = testing::TestTempPath("globals.ran");
+  std::remove(marker.c_str());
+  Python(absl::StrCat(R"(
+import os
+class Evil:
+    def __reduce__(self): return (os.system, ("touch )",
+                      marker, R"(",))
+torch.save({"evil": Evil(), "x": torch.arange(3.0)}, ")",
+                      file, R"(")
+)"));
+  absl::StatusOr<c10::IValue> read = ReadTorchSaveFile(file);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const c10::impl::GenericDict top = read->toGenericDict();
+  ASSERT_TRUE(top.at("evil").isList());
+  EXPECT_EQ(top.at("evil").toListRef().size(), 0u);
+  EXPECT_TRUE(torch::equal(top.at("x").toTensor(), torch::arange(3.0)));
+  EXPECT_FALSE(std::ifstream(marker).good()) << "os.system ran";
+
+  struct Case {
+    std::string pickle;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {std::string("\x80\x02\x63posix\nsystem\nX\x01\x00\x00\x00x\x85R.", 25),
+       "at byte 2 names posix.system, which dtrain never builds from a file"},
+      {std::string("\x80\x02\x63__torch__\nM\n)R.", 18), "names __torch__.M"},
+      {std::string("\x80\x02\x63torch.distributed.rpc\nrref\n)R.", 33),
+       "names torch.distributed.rpc.rref"},
+      {std::string("\x80\x02\x63torch\nFloatStorage\n)R.", 25),
+       "calls something other than a class or function"},
+      {absl::StrCat(
+           std::string("\x80\x02\x63torch.jit._pickle\nrestore_type_tag\n]X\x2c\x01\0\0", 44),
+           std::string(300, '['), "\x86R."),
+       "restore_type_tag without a value and a type string of at most 256 bytes"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status status = CheckPickle(c.pickle);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.message));
+  }
+  EXPECT_TRUE(IsConstructedGlobal("torch._utils", "_rebuild_tensor_v2"));
+  EXPECT_FALSE(IsConstructedGlobal("torch._utils", "_rebuild_sparse_tensor"));
 }
 
 }  // namespace

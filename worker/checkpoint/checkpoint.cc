@@ -20,7 +20,6 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
-#include <torch/serialize.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/directories.h"
@@ -33,7 +32,6 @@
 namespace dtrain {
 namespace {
 
-constexpr int64_t kLegacyVersion = 1;
 constexpr int64_t kFormatVersion = 2;
 // The Lightning checkpoint layout this follows (its migrations key on this field).
 constexpr char kLightningLayout[] = "1.9.0";
@@ -383,12 +381,6 @@ absl::StatusOr<TrainingProgress> RestoreLightning(const c10::IValue& file, const
   return progress;
 }
 
-int64_t ReadInt(torch::serialize::InputArchive& archive, const std::string& key) {
-  torch::Tensor t;
-  archive.read(key, t);
-  return t.item<int64_t>();
-}
-
 }  // namespace
 
 absl::Status PrepareCheckpointDirectory(const std::string& dir) {
@@ -557,14 +549,6 @@ absl::StatusOr<TrainingProgress> LoadCheckpoint(const std::string& path, Lightni
   return RestoreCheckpoint(*bytes, path, model, optimizer, scaler);
 }
 
-namespace {
-absl::StatusOr<TrainingProgress> RestoreLegacyCheckpoint(const std::string& bytes,
-                                                         const std::string& path,
-                                                         LightningModule& model,
-                                                         torch::optim::Optimizer* optimizer,
-                                                         LossScaler* scaler);
-}  // namespace
-
 absl::StatusOr<TrainingProgress> RestoreCheckpoint(const std::string& bytes,
                                                    const std::string& path, LightningModule& model,
                                                    torch::optim::Optimizer* optimizer,
@@ -576,12 +560,8 @@ absl::StatusOr<TrainingProgress> RestoreCheckpoint(const std::string& bytes,
                    [&]() { return RestoreLightning(*file, path, model, optimizer, scaler); });
     return progress;
   }
-  // dtrain's version 1: a libtorch archive.
-  absl::StatusOr<TrainingProgress> legacy =
-      RestoreLegacyCheckpoint(bytes, path, model, optimizer, scaler);
-  if (legacy.ok() || legacy.status().code() != absl::StatusCode::kFailedPrecondition) {
-    return legacy;
-  }
+  // dtrain's format 1 (a libtorch archive) is no longer read: it is TorchScript, and loading
+  // one runs its code (docs/decisions/checkpoints-and-artifacts.md).
   return absl::InvalidArgumentError(absl::StrCat(
       "'", path,
       "' is not a checkpoint: torch.load should give a dict with 'state_dict' (Lightning's "
@@ -589,80 +569,5 @@ absl::StatusOr<TrainingProgress> RestoreCheckpoint(const std::string& bytes,
       file.ok() ? absl::StrCat(", it gives a ", file->tagKind())
                 : absl::StrCat(" (", file.status().message(), ")")));
 }
-
-namespace {
-
-// dtrain's version-1 checkpoints: a libtorch archive with "model/<name>", "optimizer", ...
-absl::StatusOr<TrainingProgress> RestoreLegacyCheckpoint(const std::string& bytes,
-                                                         const std::string& path,
-                                                         LightningModule& model,
-                                                         torch::optim::Optimizer* optimizer,
-                                                         LossScaler* scaler) {
-  bool is_archive = false;
-  TrainingProgress progress;
-  absl::Status status =
-      GuardTorch(absl::StrCat("cannot load checkpoint '", path, "'"), [&]() -> absl::Status {
-        torch::serialize::InputArchive archive;
-        archive.load_from(bytes.data(), bytes.size());
-        torch::Tensor version;
-        if (!archive.try_read("dtrain_checkpoint_version", version)) {
-          return absl::FailedPreconditionError("no version key");
-        }
-        is_archive = true;
-        if (version.item<int64_t>() != kLegacyVersion) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("checkpoint '", path, "' has version ", version.item<int64_t>(),
-                           "; this build reads ", kLegacyVersion, " and ", kFormatVersion));
-        }
-        torch::NoGradGuard no_grad;
-        torch::jit::Module& module = model.module();
-        auto restore = [&](const std::string& name, torch::Tensor target,
-                           bool buffer) -> absl::Status {
-          torch::Tensor saved;
-          if (!archive.try_read("model/" + name, saved, buffer)) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("checkpoint '", path, "' has no ", buffer ? "buffer" : "parameter",
-                             " '", name, "' of model '", model.origin(), "'"));
-          }
-          if (saved.sizes() != target.sizes()) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "checkpoint '", path, "' holds '", name, "' with shape ", c10::str(saved.sizes()),
-                " but model '", model.origin(), "' has ", c10::str(target.sizes())));
-          }
-          target.copy_(saved);
-          return absl::OkStatus();
-        };
-        for (const auto& p : module.named_parameters()) {
-          if (absl::Status s = restore(p.name, p.value, false); !s.ok()) return s;
-        }
-        for (const auto& b : module.named_buffers()) {
-          if (absl::Status s = restore(b.name, b.value, true); !s.ok()) return s;
-        }
-        if (optimizer != nullptr) {
-          torch::serialize::InputArchive optimizer_archive;
-          if (archive.try_read("optimizer", optimizer_archive)) optimizer->load(optimizer_archive);
-        }
-        progress.global_step = ReadInt(archive, "global_step");
-        progress.epoch = ReadInt(archive, "epoch");
-        torch::Tensor scale;
-        if (scaler != nullptr && archive.try_read("loss_scale", scale)) {
-          scaler->Restore(scale.item<double>(), ReadInt(archive, "scale_growth"));
-        }
-        torch::Tensor rng;
-        if (archive.try_read("rng_cpu", rng)) {
-          at::Generator generator = at::detail::getDefaultCPUGenerator();
-          std::lock_guard<std::mutex> lock(generator.mutex());
-          generator.set_state(rng);
-        }
-        return absl::OkStatus();
-      });
-  if (!status.ok()) {
-    // FAILED_PRECONDITION: not a version-1 archive at all, so the caller reports the format.
-    return is_archive ? status : absl::FailedPreconditionError(status.message());
-  }
-  return progress;
-}
-
-}  // namespace
 
 }  // namespace dtrain

@@ -7,7 +7,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/serialize/input-archive.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -344,32 +343,8 @@ absl::Status Dataset::LoadTensorsFile(const std::string& path) {
   if (!std::ifstream(path).good()) {
     return absl::NotFoundError(absl::StrCat("tensors file '", path, "' does not exist"));
   }
-  // The older format first: a libtorch archive with "<split>/x" and "<split>/y".
-  bool legacy = false;
-  (void)GuardTorch("legacy tensors file", [&]() -> absl::Status {
-    torch::serialize::InputArchive archive;
-    archive.load_from(path);
-    for (const char* name : {"train", "val", "test"}) {
-      at::Tensor x, y;
-      if (!archive.try_read(absl::StrCat(name, "/x"), x) ||
-          !archive.try_read(absl::StrCat(name, "/y"), y)) {
-        continue;
-      }
-      legacy = true;
-      absl::StatusOr<Split> split = CheckSplit(path, name, XY(x, y).columns);
-      if (!split.ok()) return split.status();
-      splits_[name] = std::move(*split);
-    }
-    return absl::OkStatus();
-  });
-  if (legacy) {
-    if (splits_.count("train") == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensors file '", path, "' has no train/x and train/y"));
-    }
-    return absl::OkStatus();
-  }
-  splits_.clear();
+  // The older libtorch-archive format ("train/x", ...) is no longer read: it is TorchScript,
+  // and loading one runs its code. ParseTorchSave refuses it naming the file.
   absl::StatusOr<c10::IValue> file = ReadTorchSaveFile(path);
   if (!file.ok()) {
     return absl::Status(file.status().code(),

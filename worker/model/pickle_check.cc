@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace dtrain {
@@ -19,7 +20,12 @@ struct Item {
   std::string text;
   uint64_t number = 0;
   std::vector<Item> items;
+  // A 2-tuple whose second item is a short string: what restore_type_tag takes (a value and
+  // the type string libtorch's type parser reads, recursively, so its length is bounded).
+  bool value_and_short_string = false;
 };
+
+constexpr char kTypeTagGlobal[] = "torch.jit._pickle.restore_type_tag";
 
 class Walk {
  public:
@@ -100,6 +106,7 @@ class Walk {
   absl::Status PushTuple(std::vector<Item> items, int deepest) {
     Item tuple;
     tuple.depth = deepest + 1;
+    tuple.value_and_short_string = items.size() == 2 && items[1].kind == Item::kString;
     bool atoms = items.size() <= 8;
     for (const Item& i : items) atoms = atoms && i.kind != Item::kOther && i.kind != Item::kTuple;
     if (atoms) {
@@ -192,8 +199,15 @@ class Walk {
         if (!Line()) return Bad("a GLOBAL without its module and name lines");
         const size_t name = at_;
         if (!Line()) return Bad("a GLOBAL without its module and name lines");
-        return PushAtom(Item::kGlobal, absl::StrCat(p_.substr(module, name - 1 - module), ".",
-                                                    p_.substr(name, at_ - 1 - name)));
+        const absl::string_view module_name = p_.substr(module, name - 1 - module);
+        const absl::string_view class_name = p_.substr(name, at_ - 1 - name);
+        if (!IsConstructedGlobal(module_name, class_name)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "pickle at byte ", start_, " names ", module_name, ".", class_name,
+              ", which dtrain never builds from a file: data and checkpoints hold tensors, "
+              "numbers, strings, lists, tuples and dicts, and are never run as code"));
+        }
+        return PushAtom(Item::kGlobal, absl::StrCat(module_name, ".", class_name));
       }
       case 'q':  // BINPUT
       case 'r':  // LONG_BINPUT
@@ -273,6 +287,18 @@ class Walk {
       case 'R':   // REDUCE
       case 0x81:  // NEWOBJ
         if (!Has(2)) return Bad("needs a callable and its arguments");
+        {
+          // libtorch calls whatever its globals table holds at the index on the stack: only a
+          // GLOBAL that builds something (not a storage type or a device name's index) may be
+          // called, so a crafted int cannot pick another global.
+          const Item& callable = stack_[stack_.size() - 2];
+          if (callable.kind != Item::kGlobal || absl::EndsWith(callable.text, "Storage")) {
+            return Bad("calls something other than a class or function the file names");
+          }
+          if (callable.text == kTypeTagGlobal && !stack_.back().value_and_short_string) {
+            return Bad("restore_type_tag without a value and a type string of at most 256 bytes");
+          }
+        }
         return Push(Pop(2) + 1);
       case 'b':  // BUILD
         if (!Has(2)) return Bad("BUILD needs an object and its state");
@@ -314,6 +340,24 @@ class Walk {
 };
 
 }  // namespace
+
+bool IsConstructedGlobal(absl::string_view module, absl::string_view name) {
+  if (module == "torch") {
+    static constexpr absl::string_view kStorages[] = {
+        "FloatStorage", "DoubleStorage", "HalfStorage",         "BFloat16Storage",
+        "LongStorage",  "IntStorage",    "ShortStorage",        "CharStorage",
+        "ByteStorage",  "BoolStorage",   "ComplexFloatStorage", "ComplexDoubleStorage"};
+    return name == "device" ||
+           std::find(std::begin(kStorages), std::end(kStorages), name) != std::end(kStorages);
+  }
+  if (module == "torch._utils") return name == "_rebuild_tensor_v2";
+  if (module == "collections") return name == "OrderedDict";
+  if (module == "torch.jit._pickle") {
+    return name == "build_intlist" || name == "build_doublelist" || name == "build_boollist" ||
+           name == "build_tensorlist" || name == "restore_type_tag";
+  }
+  return false;
+}
 
 absl::Status CheckPickle(absl::string_view pickle, int max_depth,
                          std::vector<PickledStorage>* storages) {

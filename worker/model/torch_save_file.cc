@@ -261,12 +261,15 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         // None of an OrderedDict and refuses the others. They become dicts whose contents are
         // dropped after unpickling.
         const bool ordered_dict = p.compare(i, second - i, "collections\nOrderedDict") == 0;
-        // Kept: what libtorch builds itself (tensors, storages, dtypes, devices, and the type
-        // tags and typed lists its own pickler writes).
+        // Kept: what libtorch builds as data (pickle_check.h's list), and tensors it cannot
+        // build (torch < 1.6's v1, subclasses), which CheckPickle then refuses by name rather
+        // than letting a tensor vanish. Every other class (a dtype, torch.Size, any
+        // Python object, a TorchScript class) becomes inert data that nothing constructs.
+        const bool tensor_rebuilder =
+            module == "torch._tensor" ||
+            (module == "torch._utils" && absl::StartsWith(name, "_rebuild_tensor"));
         const bool neutral =
-            !ordered_dict &&
-            !(module == "torch" || module == "torch.jit._pickle" || module == "torch._tensor" ||
-              (module == "torch._utils" && absl::StartsWith(name, "_rebuild_tensor")));
+            !ordered_dict && !tensor_rebuilder && !IsConstructedGlobal(module, name);
         i = second + 1;
         push(at);
         if (ordered_dict) stack.back().kind = kOrderedDictClass;
@@ -427,6 +430,16 @@ absl::StatusOr<c10::IValue> ParseTorchSave(const std::string& bytes, const std::
       absl::StrCat("cannot read '", origin, "' as a torch.save file"),
       [&]() -> absl::StatusOr<c10::IValue> {
         caffe2::serialize::PyTorchStreamReader reader(std::make_shared<StringAdapter>(bytes));
+        // torch.jit.save's archives have the same layout plus code: refused before anything in
+        // them is read, so no TorchScript __setstate__ ever runs on data.
+        for (const std::string& record : reader.getAllRecords()) {
+          if (absl::StartsWith(record, "code/") || record == "constants.pkl") {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "'", origin, "' is a TorchScript archive (it holds ", record,
+                "): data and checkpoints are read only as torch.save files and are never run "
+                "as code; write it with torch.save(obj, path)"));
+          }
+        }
         at::DataPtr pickle_data;
         size_t pickle_size = 0;
         std::tie(pickle_data, pickle_size) = reader.getRecord("data.pkl");
