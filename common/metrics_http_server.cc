@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/bounded_http_server.h"
 #include "common/http_port_alone.h"
 
 namespace dtrain {
@@ -19,7 +20,16 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   }
   const std::string host = listen.substr(0, colon);
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
-  server->server_ = std::make_unique<httplib::Server>();
+  // Scrapers send one small GET: a few threads, and heads far below the dashboard's limit.
+  HttpLimits limits;
+  limits.threads = 4;
+  limits.max_connections = 32;
+  limits.max_connections_per_client = 2;
+  limits.max_head_bytes = 16 << 10;
+  limits.max_body_bytes = 0;
+  absl::StatusOr<std::unique_ptr<httplib::Server>> bounded = NewBoundedHttpServer(limits);
+  if (!bounded.ok()) return bounded.status();
+  server->server_ = *std::move(bounded);
   BindPortAlone(*server->server_);
   server->server_->Get(
       "/metrics", [registry](const httplib::Request&, httplib::Response& response) {

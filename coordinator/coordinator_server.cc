@@ -163,6 +163,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     web.admin_token = server->options_.admin_token;
     web.insecure = server->options_.http_insecure;
     web.tls = server->options_.http_tls;
+    web.allowed_hosts = server->options_.http_allowed_hosts;
+    const std::string& advertise = server->options_.advertise_address;
+    web.advertised_host = advertise.substr(0, advertise.rfind(':'));
     auto started = WebServer::Start(web, {server->jobs_.get(), server->workers_.get(),
                                           server->groups_.get(), server->artifacts_.get()});
     if (!started.ok()) return started.status();

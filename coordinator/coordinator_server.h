@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -75,6 +76,8 @@ struct CoordinatorOptions {
   TlsFiles http_tls;
   // Serve it beyond loopback without a token (as --insecure does for gRPC).
   bool http_insecure = false;
+  // Host names the dashboard answers for; empty: its defaults (web_server.h).
+  std::vector<std::string> http_allowed_hosts;
 };
 
 class CoordinatorServer {

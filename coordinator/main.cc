@@ -52,6 +52,10 @@ ABSL_FLAG(int64_t, artifact_quota_bytes, 0,
 ABSL_FLAG(std::string, http_listen, "",
           "host:port of the dashboard and the HTTP JSON API (/api/v1/); empty: none. HTTPS with "
           "--tls_cert/--tls_key; beyond loopback it needs --token_file (or --insecure)");
+ABSL_FLAG(std::vector<std::string>, http_allowed_hosts, {},
+          "comma-separated host names the dashboard answers for (the Host header; '*': any), "
+          "against DNS rebinding; empty: the --http_listen host, localhost, 127.0.0.1, ::1 and "
+          "this machine's name. Add the name users type, or a reverse proxy's");
 ABSL_FLAG(std::string, http_port_file, "",
           "if set, the dashboard's bound port is written to this file once serving");
 ABSL_FLAG(std::string, port_file, "",
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
   options.http_listen = absl::GetFlag(FLAGS_http_listen);
   options.http_tls = dtrain::TlsFilesFromFlags();
   options.http_insecure = dtrain::InsecureFromFlags();
+  options.http_allowed_hosts = absl::GetFlag(FLAGS_http_allowed_hosts);
   if (options.max_worker_heartbeats_per_second < 0) {
     dtrain::LogError("--max_worker_heartbeats_per_second must be >= 0 (0: no cap)");
     return 2;

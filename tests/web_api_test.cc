@@ -2,13 +2,18 @@
 // client as curl would: each route's status codes and bodies, parsed back into the protobuf
 // messages the gRPC services answer (proto3 JSON mapping); incremental reads (since, offset);
 // the live stream; downloads; cancel; and the token, session cookie and cross-site rules.
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <set>
 #include <tuple>
@@ -340,6 +345,128 @@ TEST_F(WebApiTest, TlsCoordinator_ServesHttpsWithItsCertificate) {
   std::filesystem::remove_all(certs);
 }
 
+// A raw connection to the dashboard: `request` sent, and what comes back until `until` is in it,
+// or the server closes, or 5 s pass.
+struct RawHttp {
+  explicit RawHttp(int port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(port));
+    ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    connected = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0;
+  }
+  ~RawHttp() { ::close(fd); }
+  std::string Exchange(const std::string& request, const std::string& until) {
+    (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    std::string out;
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    char buffer[4096];
+    while (!absl::StrContains(out, until) && absl::Now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      out.append(buffer, static_cast<size_t>(n));
+    }
+    return out;
+  }
+  int fd = -1;
+  bool connected = false;
+};
+
+// DNS rebinding and cross-site requests (issue 38): a request naming a host not allowed is
+// refused before anything else, and an Origin is compared with the allowed hosts on the port
+// the request came to, not with the request's own Host.
+TEST_F(WebApiTest, HostAndOrigin_CheckedAgainstTheAllowedHosts) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  auto rebound = http_->Get("/api/v1/jobs", {{"Host", absl::StrCat("evil.example:", port_)}});
+  ASSERT_TRUE(rebound);
+  EXPECT_EQ(rebound->status, 403);
+  EXPECT_EQ(ErrorCode(rebound->body), "PERMISSION_DENIED");
+  EXPECT_THAT(rebound->body, HasSubstr("does not answer for host 'evil.example'"));
+  EXPECT_THAT(rebound->body, HasSubstr("--http_allowed_hosts"));
+  auto page = http_->Get("/", {{"Host", "evil.example"}});
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 403) << "the page too, not only the API";
+  auto local = http_->Get("/api/v1/jobs", {{"Host", absl::StrCat("localhost:", port_)}});
+  ASSERT_TRUE(local);
+  EXPECT_EQ(local->status, 200);
+
+  const std::string cancel = "/api/v1/jobs/nosuch-1/cancel";
+  auto post = [&](const std::string& origin) {
+    auto r = http_->Post(cancel, {{"Origin", origin}}, "", "text/plain");
+    return r ? r->status : -1;
+  };
+  // An allowed name on this port passes (the job is then not found); another port of the same
+  // machine, or another name, is another origin.
+  EXPECT_EQ(post(absl::StrCat("http://localhost:", port_)), 404);
+  EXPECT_EQ(post(absl::StrCat("http://127.0.0.1:", port_)), 404);
+  EXPECT_EQ(post(absl::StrCat("http://localhost:", port_ == 8080 ? 8081 : 8080)), 403);
+  EXPECT_EQ(post(absl::StrCat("http://evil.example:", port_)), 403);
+  EXPECT_EQ(post("null"), 403);
+}
+
+TEST_F(WebApiTest, AllowedHostsFlag_ReplacesTheDefaults) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--http_allowed_hosts=dtrain.example,Other.Example"}));
+  auto named = http_->Get("/api/v1/jobs", {{"Host", absl::StrCat("dtrain.example:", port_)}});
+  ASSERT_TRUE(named);
+  EXPECT_EQ(named->status, 200);
+  auto other = http_->Get("/api/v1/jobs", {{"Host", "other.example"}});
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 200) << "names compare case-insensitively";
+  auto loopback = http_->Get("/api/v1/jobs");
+  ASSERT_TRUE(loopback);
+  EXPECT_EQ(loopback->status, 403) << "127.0.0.1 is not in the list given";
+}
+
+// Failed logins are limited per client before the token is even compared: the sixth attempt in
+// a minute is refused, the right token included.
+TEST_F(WebApiTest, FailedLogins_RateLimited_RightTokenRefusedTooUntilAMinutePasses) {
+  const std::string token_file = ::testing::TempDir() + "/web-rate-" + std::to_string(getpid());
+  std::ofstream(token_file) << "web-admin-token-456\n";
+  ASSERT_NO_FATAL_FAILURE(Start({"--token_file=" + token_file}));
+  for (int i = 0; i < WebAccess::kMaxFailedLoginsPerClient; ++i) {
+    auto wrong = http_->Post("/login", R"({"token": "guess"})", "application/json");
+    ASSERT_TRUE(wrong);
+    EXPECT_EQ(wrong->status, 401) << "attempt " << i;
+  }
+  auto limited = http_->Post("/login", R"({"token": "web-admin-token-456"})", "application/json");
+  ASSERT_TRUE(limited);
+  EXPECT_EQ(limited->status, 429);
+  EXPECT_EQ(ErrorCode(limited->body), "RESOURCE_EXHAUSTED");
+  EXPECT_THAT(limited->body, HasSubstr("too many failed logins from 127.0.0.1"));
+  auto bearer = http_->Get("/api/v1/jobs", {{"Authorization", "Bearer web-admin-token-456"}});
+  ASSERT_TRUE(bearer);
+  EXPECT_EQ(bearer->status, 200) << "the limit is on logins, not on scripts holding the token";
+}
+
+// Live event streams each hold a server thread: a client may keep four open, and one that
+// goes away gives its place back within a second.
+TEST_F(WebApiTest, EventStreams_CappedPerClient_PlaceBackWhenOneCloses) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const std::string request =
+      absl::StrCat("GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1:", port_, "\r\n\r\n");
+  std::vector<std::unique_ptr<RawHttp>> streams;
+  for (int i = 0; i < 4; ++i) {
+    streams.push_back(std::make_unique<RawHttp>(port_));
+    ASSERT_TRUE(streams.back()->connected);
+    EXPECT_THAT(streams.back()->Exchange(request, "\r\n\r\n"), HasSubstr("HTTP/1.1 200 OK"));
+  }
+  RawHttp fifth(port_);
+  const std::string refused = fifth.Exchange(request, "}}");
+  EXPECT_THAT(refused, HasSubstr("HTTP/1.1 429"));
+  EXPECT_THAT(refused, HasSubstr("has 4 live event streams open, the limit per client"));
+  streams.pop_back();
+  bool reopened = false;
+  for (int i = 0; i < 30 && !reopened; ++i) {
+    RawHttp again(port_);
+    reopened = absl::StrContains(again.Exchange(request, "\r\n\r\n"), "HTTP/1.1 200 OK");
+    if (!reopened) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(reopened);
+}
+
 TEST(WebApiStart, BeyondLoopbackWithoutAToken_Refused) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/web-refused-", getpid());
   CommandResult run = RunShell(absl::StrCat(DTRAIN_COORDINATOR_BIN,
@@ -595,6 +722,119 @@ TEST(WebAccess, SessionAcceptedForTwelveHours_ThenRefused) {
   EXPECT_EQ(expired.code(), absl::StatusCode::kUnauthenticated) << expired;
   EXPECT_THAT(std::string(expired.message()), HasSubstr("expired"));
   EXPECT_EQ(access.Login("wrong").status().code(), absl::StatusCode::kUnauthenticated);
+}
+
+// The attacks of issue 38 on a real coordinator's dashboard, before any login: a 256 MiB header,
+// a request line without end, a declared 64 MiB body, 200 connections from one client. Each
+// gets its answer or is cut off, the API keeps answering, and the coordinator's memory stays
+// flat (the numbers go to docs/RELIABILITY.md).
+TEST_F(WebApiTest, HostileClients_Answered_OthersServed_CoordinatorMemoryFlat) {
+  const std::string token_file = ::testing::TempDir() + "/web-hostile-" + std::to_string(getpid());
+  std::ofstream(token_file) << "web-admin-token-789\n";
+  ASSERT_NO_FATAL_FAILURE(Start({"--token_file=" + token_file}));
+  const httplib::Headers admin = {{"Authorization", "Bearer web-admin-token-789"}};
+  auto served = [&] {
+    auto r = http_->Get("/api/v1/jobs", admin);
+    return r && r->status == 200;
+  };
+  ASSERT_TRUE(served());
+  const pid_t coordinator = cluster_->coordinator_pid();
+  const long before = ResidentKiB(coordinator);
+
+  int64_t flood_sent = 0;
+  {
+    RawHttp flood(port_);
+    (void)::send(flood.fd, "GET /api/v1/jobs HTTP/1.1\r\nX-Flood: ", 36, MSG_NOSIGNAL);
+    const std::string chunk(1 << 20, 'f');
+    for (int i = 0; i < 256; ++i) {
+      if (::send(flood.fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(chunk.size()))
+        break;
+      flood_sent += static_cast<int64_t>(chunk.size());
+    }
+  }
+  EXPECT_LT(flood_sent, int64_t{64} << 20) << "the coordinator kept reading a 256 MiB header";
+  {
+    RawHttp line(port_);
+    EXPECT_THAT(line.Exchange("GET /" + std::string(100 << 10, 'l'), "}}"),
+                HasSubstr("HTTP/1.1 431"));
+  }
+  {
+    RawHttp body(port_);
+    EXPECT_THAT(body.Exchange(absl::StrCat("POST /login HTTP/1.1\r\nHost: 127.0.0.1:", port_,
+                                           "\r\nContent-Type: application/json\r\n"
+                                           "Content-Length: 67108864\r\n\r\n{"),
+                              "\r\n\r\n"),
+                HasSubstr("HTTP/1.1 413"));
+  }
+  {
+    std::vector<std::unique_ptr<RawHttp>> many;
+    for (int i = 0; i < 200; ++i) many.push_back(std::make_unique<RawHttp>(port_));
+    absl::SleepFor(absl::Milliseconds(300));
+    RawHttp one_more(port_);
+    const std::string answer = one_more.Exchange("", "}}");
+    EXPECT_THAT(answer, ::testing::AnyOf(HasSubstr("HTTP/1.1 429"), HasSubstr("HTTP/1.1 503")));
+  }
+  bool again = false;
+  for (int i = 0; i < 50 && !again; ++i) {
+    again = served();
+    if (!again) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(again) << "the API answers again once the attackers are gone";
+  const long after = ResidentKiB(coordinator);
+  std::cout << "coordinator RSS " << before << " KiB before the attacks, " << after
+            << " KiB after; the flood was cut after " << (flood_sent >> 10) << " KiB\n";
+  EXPECT_LT(after - before, 32 << 10);
+}
+
+// A token beyond loopback travels only under TLS (as on the gRPC side), unless --insecure.
+TEST(WebApiStart, TokenBeyondLoopbackWithoutTls_Refused) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/web-no-tls-", getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/token") << "some-admin-token\n";
+  CommandResult run = RunShell(absl::StrCat(
+      DTRAIN_COORDINATOR_BIN, " --listen=127.0.0.1:0 --http_listen=0.0.0.0:0 --token_file=", dir,
+      "/token --state_dir=", dir, "/state 2>&1"));
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_THAT(run.output,
+              HasSubstr("is beyond loopback with an admin token but without TLS: the token and "
+                        "session cookies would cross the network in clear"));
+  std::filesystem::remove_all(dir);
+}
+
+// Sessions: capped (the oldest goes), looked up by hash; failed logins limited per client and in
+// total, for a minute.
+TEST(WebAccess, SessionsCapped_LoginFailuresLimitedPerClientAndInTotal) {
+  absl::Time now = absl::FromUnixSeconds(1767225600);
+  WebAccess access("admin-token", /*https=*/false, [&] { return now; });
+  std::vector<std::string> sessions;
+  for (size_t i = 0; i <= WebAccess::kMaxSessions; ++i) {
+    now += absl::Milliseconds(1);
+    auto cookie = access.Login("admin-token", "10.0.0.1");
+    ASSERT_TRUE(cookie.ok()) << cookie.status();
+    sessions.push_back(cookie->substr(0, cookie->find(';')));
+  }
+  EXPECT_EQ(access.Check("", sessions.front()).code(), absl::StatusCode::kUnauthenticated)
+      << "the oldest session made room";
+  EXPECT_TRUE(access.Check("", sessions[1]).ok());
+  EXPECT_TRUE(access.Check("", sessions.back()).ok());
+
+  for (int i = 0; i < WebAccess::kMaxFailedLoginsPerClient; ++i) {
+    EXPECT_EQ(access.Login("wrong", "10.0.0.2").status().code(),
+              absl::StatusCode::kUnauthenticated);
+  }
+  EXPECT_EQ(access.Login("admin-token", "10.0.0.2").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(access.Login("admin-token", "10.0.0.3").ok()) << "another client is not limited";
+  now += absl::Minutes(1);
+  EXPECT_TRUE(access.Login("admin-token", "10.0.0.2").ok()) << "a minute later";
+
+  for (int i = 0; i < WebAccess::kMaxFailedLogins; ++i) {
+    (void)access.Login("wrong", absl::StrCat("10.1.", i / 256, ".", i % 256));
+  }
+  const absl::Status all = access.Login("admin-token", "10.0.0.9").status();
+  EXPECT_EQ(all.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(all.message()), HasSubstr("from all clients"));
 }
 
 }  // namespace

@@ -2,10 +2,13 @@
 
 #include <httplib.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include <google/protobuf/struct.pb.h>
@@ -15,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/bounded_http_server.h"
 #include "common/file_reference.h"
 #include "common/http_port_alone.h"
 #include "common/job_spec.h"
@@ -33,6 +37,25 @@ constexpr int kDefaultPageSize = 50;
 constexpr int kMaxPageSize = 500;
 constexpr int kMaxPoints = 10000;
 constexpr int kMaxLines = 2000;
+
+// Live event streams hold a server thread each (HttpLimits::threads, 64): at most this many at
+// once, and per client address, so that API calls always find a thread.
+constexpr int kMaxEventStreams = 16;
+constexpr int kMaxEventStreamsPerClient = 4;
+
+// The names a request may give in Host when --http_allowed_hosts is not set.
+std::vector<std::string> DefaultAllowedHosts(const std::string& listen_host,
+                                             const std::string& advertised_host) {
+  std::vector<std::string> hosts = {"localhost", "127.0.0.1", "::1"};
+  if (!advertised_host.empty()) hosts.push_back(advertised_host);
+  if (!listen_host.empty() && listen_host != "0.0.0.0" && listen_host != "[::]" &&
+      listen_host != "::") {
+    hosts.push_back(listen_host);
+  }
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') hosts.push_back(name);
+  return hosts;
+}
 
 std::string Json(const google::protobuf::Message& message) {
   std::string out;
@@ -130,6 +153,40 @@ absl::Status SortJobs(std::vector<v1::JobStatus>* jobs, const std::string& by, b
   return absl::OkStatus();
 }
 
+// Open live event streams, in total and per client address.
+class EventStreams {
+ public:
+  absl::Status Open(const std::string& client) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (total_ >= kMaxEventStreams) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "this coordinator serves ", kMaxEventStreams,
+          " live event streams at once, its limit; close a dashboard tab or poll /api/v1/jobs"));
+    }
+    int& mine = per_client_[client];
+    if (mine >= kMaxEventStreamsPerClient) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(client, " has ", kMaxEventStreamsPerClient,
+                       " live event streams open, the limit per client; close one first"));
+    }
+    ++mine;
+    ++total_;
+    return absl::OkStatus();
+  }
+  void Close(const std::string& client) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = per_client_.find(client);
+    if (it == per_client_.end()) return;
+    if (--it->second <= 0) per_client_.erase(it);
+    --total_;
+  }
+
+ private:
+  std::mutex mu_;
+  int total_ = 0;
+  std::map<std::string, int> per_client_;
+};
+
 bool IsPage(const std::string& path) {
   return path == "/" || path == "/index.html" || path == "/login";
 }
@@ -152,26 +209,30 @@ absl::StatusOr<std::unique_ptr<WebServer>> WebServer::Start(WebServerOptions opt
         " is beyond loopback and the coordinator has no admin token: anyone reaching it could "
         "cancel jobs; set --token_file, or --insecure on a network you trust"));
   }
+  if (!IsLoopbackAddress(options.listen) && !options.admin_token.empty() && !https &&
+      !options.insecure) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--http_listen ", options.listen,
+        " is beyond loopback with an admin token but without TLS: the token and session cookies "
+        "would cross the network in clear; set --tls_cert and --tls_key, or --insecure on a "
+        "network you trust"));
+  }
   std::unique_ptr<WebServer> server(new WebServer());
   server->options_ = std::move(options);
   server->sources_ = sources;
   server->access_ = std::make_unique<WebAccess>(server->options_.admin_token, https);
-  if (https) {
-    server->server_ = std::make_unique<httplib::SSLServer>(server->options_.tls.cert.c_str(),
-                                                           server->options_.tls.key.c_str());
-    if (!server->server_->is_valid()) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot serve HTTPS with ",
-                                                     server->options_.tls.cert, " and ",
-                                                     server->options_.tls.key));
-    }
-  } else {
-    server->server_ = std::make_unique<httplib::Server>();
-  }
-  BindPortAlone(*server->server_);
-  // Live streams hold a thread each: room for several open dashboards beside the API calls.
-  server->server_->new_task_queue = [] { return new httplib::ThreadPool(32); };
-  server->AddRoutes();
   const std::string host = server->options_.listen.substr(0, colon);
+  server->access_->AllowHosts(server->options_.allowed_hosts.empty()
+                                  ? DefaultAllowedHosts(host, server->options_.advertised_host)
+                                  : server->options_.allowed_hosts);
+  HttpLimits limits;
+  absl::StatusOr<std::unique_ptr<httplib::Server>> bounded =
+      https ? NewBoundedHttpServer(limits, server->options_.tls.cert, server->options_.tls.key)
+            : NewBoundedHttpServer(limits);
+  if (!bounded.ok()) return bounded.status();
+  server->server_ = *std::move(bounded);
+  BindPortAlone(*server->server_);
+  server->AddRoutes();
   server->port_ = port == 0 ? server->server_->bind_to_any_port(host.c_str())
                             : (server->server_->bind_to_port(host.c_str(), port) ? port : -1);
   if (server->port_ <= 0) {
@@ -211,6 +272,10 @@ void WebServer::AddRoutes() {
                         "script-src 'self'; frame-ancestors 'none'");
     const bool open = request.path == "/login" || request.path == "/static/app.css" ||
                       request.path == "/static/login.js";
+    if (absl::Status host = access->CheckHost(request.get_header_value("Host")); !host.ok()) {
+      Error(response, host);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (request.method == "POST") {
       absl::Status same = access->CheckSameOrigin(request.get_header_value("Origin"),
                                                   request.get_header_value("Host"));
@@ -257,7 +322,7 @@ void WebServer::AddRoutes() {
         body.fields().count("token") > 0) {
       token = body.fields().at("token").string_value();
     }
-    absl::StatusOr<std::string> cookie = access->Login(token);
+    absl::StatusOr<std::string> cookie = access->Login(token, request.remote_addr);
     if (!cookie.ok()) return Error(response, cookie.status());
     response.set_header("Set-Cookie", *cookie);
     response.set_content("{}", "application/json");
@@ -421,11 +486,15 @@ void WebServer::AddRoutes() {
 
   // Server-sent events: each job status that changed ("job" events; ?job=ID for one job),
   // checked twice a second, and a comment every 15 s so proxies keep the stream open.
+  auto streams = std::make_shared<EventStreams>();
   s.Get("/api/v1/events",
-        [jobs, stopping](const httplib::Request& request, httplib::Response& response) {
+        [jobs, stopping, streams](const httplib::Request& request, httplib::Response& response) {
           const std::string only = request.has_param("job") ? request.get_param_value("job") : "";
           if (!only.empty() && !jobs->Get(only, false).ok()) {
             return Error(response, absl::NotFoundError(absl::StrCat("no job '", only, "'")));
+          }
+          if (absl::Status room = streams->Open(request.remote_addr); !room.ok()) {
+            return Error(response, room);
           }
           auto seen = std::make_shared<std::map<std::string, std::string>>();
           auto ended = std::make_shared<std::set<std::string>>();
@@ -466,10 +535,11 @@ void WebServer::AddRoutes() {
                 absl::SleepFor(absl::Milliseconds(500));
                 return true;
               },
-              [](bool) {});
+              [streams, client = request.remote_addr](bool) { streams->Close(client); });
         });
 
   s.set_error_handler([](const httplib::Request& request, httplib::Response& response) {
+    if (AnswerHttpLimitHit(response)) return;
     if (!response.body.empty()) return;
     if (response.status == 404) {
       Error(response, absl::NotFoundError(absl::StrCat("no such page or route: ", request.path,

@@ -7,13 +7,17 @@
 //
 // Security follows the gRPC side (web_access.h): with an admin token, every page and call needs
 // it, as a bearer header or through a session cookie the login page sets; POSTs refuse other
-// origins; without a token it serves only on loopback unless told otherwise.
+// origins; without a token it serves only on loopback unless told otherwise. Requests naming a
+// host not allowed are refused (DNS rebinding). Connections, heads, bodies and their timing are
+// bounded before any of this runs (common/bounded_http_server.h), and live event streams are
+// capped in total and per client.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/tls_credentials.h"
@@ -35,6 +39,10 @@ struct WebServerOptions {
   std::string admin_token;  // "": no authentication (then loopback only, unless insecure)
   bool insecure = false;    // serve beyond loopback without a token or TLS
   TlsFiles tls;             // cert and key set: HTTPS
+  // Host names requests may name (--http_allowed_hosts); empty: the listen host, localhost,
+  // 127.0.0.1, ::1, this machine's name and `advertised_host`.
+  std::vector<std::string> allowed_hosts;
+  std::string advertised_host;  // the host of the coordinator's --advertise, if any
 };
 
 // What the web side reads and acts on; all must outlive the server.
@@ -48,7 +56,7 @@ struct WebSources {
 class WebServer {
  public:
   // INVALID_ARGUMENT for a bad address or an unsafe setting (beyond loopback with neither token
-  // nor --insecure); UNAVAILABLE when it cannot listen.
+  // nor --insecure, or with a token but without TLS); UNAVAILABLE when it cannot listen.
   static absl::StatusOr<std::unique_ptr<WebServer>> Start(WebServerOptions options,
                                                           WebSources sources);
   ~WebServer();
