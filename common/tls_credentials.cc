@@ -29,8 +29,13 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
 struct ClientState {
   absl::Mutex mu;
   bool configured = false;
+  bool encrypted = false;  // TLS, not plaintext
   std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
+
+bool AnyTls(const TlsFiles& tls) {
+  return !tls.ca.empty() || !tls.cert.empty() || !tls.key.empty();
+}
 
 ClientState& Client() {
   static ClientState* const state = new ClientState();  // never destroyed: used at exit
@@ -121,6 +126,7 @@ absl::Status ConfigureClientTls(const TlsFiles& tls) {
   absl::MutexLock lock(&state.mu);
   state.credentials = std::move(*credentials);
   state.configured = true;
+  state.encrypted = AnyTls(tls);
   return absl::OkStatus();
 }
 
@@ -136,6 +142,7 @@ std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() {
   ClientState& state = Client();
   absl::MutexLock lock(&state.mu);
   if (!state.configured) {
+    state.encrypted = AnyTls(ClientTlsFromEnvironment());
     // Not configured explicitly: the environment's, once. A broken environment fails every
     // TLS handshake with the reason in the server's log rather than silently going plaintext.
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
@@ -145,6 +152,13 @@ std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() {
     state.configured = true;
   }
   return state.credentials;
+}
+
+bool ClientTlsEnabled() {
+  (void)ClientCredentials();  // settles the environment's, if nothing was configured
+  ClientState& state = Client();
+  absl::MutexLock lock(&state.mu);
+  return state.encrypted;
 }
 
 }  // namespace dtrain

@@ -51,4 +51,7 @@ TlsFiles ClientTlsFromEnvironment(const TlsFiles& flags = {});
 // Credentials for a new channel: TLS if configured (or set in the environment), else plaintext.
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials();
 
+// Whether this process's channels use TLS (ClientCredentials' choice).
+bool ClientTlsEnabled();
+
 }  // namespace dtrain

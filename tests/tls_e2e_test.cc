@@ -87,6 +87,54 @@ optimizer: {name: sgd, lr: 0.05}
   EXPECT_THAT(missing.output, HasSubstr("cannot read the TLS CA file '/no/such/ca.pem'"));
 }
 
+// Gloo has no encryption (issue 38): on a TLS cluster, gradients travel between workers in clear
+// only when every worker says the network is trusted. Without that, auto takes the TLS planes
+// and says why, and an explicit gloo is refused naming the flag; with it, gloo runs.
+TEST_F(TlsTest, GlooOnlyWithTrustedNetwork_AutoTakesTheTlsPlanesAndSaysWhy) {
+  ASSERT_TRUE(
+      ConfigureClientTls({dir() + "/client.pem", dir() + "/client.key", dir() + "/ca.pem"}).ok());
+  ASSERT_TRUE(cluster_->StartCoordinator("127.0.0.1:0", ServerTls()));
+  ASSERT_TRUE(cluster_->AddWorker("tls-w0", ServerTls()));
+  ASSERT_TRUE(cluster_->AddWorker("tls-w1", ServerTls()));
+  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(15)));
+  const std::string with_cert =
+      absl::StrCat("DTRAIN_TLS_CA=", dir(), "/ca.pem DTRAIN_TLS_CERT=", dir(),
+                   "/client.pem DTRAIN_TLS_KEY=", dir(), "/client.key");
+  auto spec = [&](const std::string& name, const std::string& plane) {
+    return cluster_->WriteSpec(name, absl::StrCat("name: ", name, R"(
+model: {builtin: mlp}
+data:
+  synthetic: {train_size: 256, val_size: 64, test_size: 64, seed: 3}
+  batch_size: 32
+trainer: {max_epochs: 1, strategy: ddp, num_nodes: 2, collective_backend: )",
+                                                  plane, R"(}
+seed_everything: 1
+optimizer: {name: sgd, lr: 0.05}
+)"));
+  };
+  CommandResult gloo = Cli(with_cert, "fit --wait --config " + spec("clear", "gloo"));
+  EXPECT_NE(gloo.exit_code, 0) << gloo.output;
+  EXPECT_THAT(gloo.output, HasSubstr("would carry gradients between workers in clear"));
+  EXPECT_THAT(gloo.output, HasSubstr("--trusted_network"));
+  CommandResult automatic = Cli(with_cert, "fit --wait --config " + spec("tls-auto", "auto"));
+  EXPECT_EQ(automatic.exit_code, 0) << automatic.output;
+  CommandResult log = Cli(with_cert, "logs tls-auto-1");
+  EXPECT_THAT(log.output, HasSubstr("Gloo is not used: this cluster runs TLS")) << log.output;
+
+  LocalCluster trusted(dir() + "/trusted");
+  ASSERT_TRUE(trusted.StartCoordinator("127.0.0.1:0", ServerTls()));
+  std::vector<std::string> flags = ServerTls();
+  flags.push_back("--trusted_network");
+  ASSERT_TRUE(trusted.AddWorker("trusted-w0", flags));
+  ASSERT_TRUE(trusted.AddWorker("trusted-w1", flags));
+  ASSERT_TRUE(WaitFor([&] { return trusted.AliveWorkers() == 2; }, absl::Seconds(15)));
+  CommandResult opted =
+      trusted.Dtrain("--timeout=5s fit --wait --config " + spec("opted", "gloo"), with_cert);
+  EXPECT_EQ(opted.exit_code, 0) << opted.output;
+  CommandResult opted_log = trusted.Dtrain("--timeout=5s logs opted-1", with_cert);
+  EXPECT_THAT(opted_log.output, Not(HasSubstr("Gloo is not used"))) << opted_log.output;
+}
+
 TEST_F(TlsTest, PlaintextBeyondLoopback_RefusedUnlessInsecure) {
   for (const std::string& binary :
        {std::string(DTRAIN_COORDINATOR_BIN),

@@ -66,6 +66,11 @@ ABSL_FLAG(int64_t, cache_bytes, int64_t{20} << 30,
 ABSL_FLAG(std::string, jobs_dir, "",
           "where this worker writes a job's checkpoints before sending them to the coordinator "
           "(removed when the job leaves); default /tmp/dtrain-worker-jobs/<name>");
+ABSL_FLAG(bool, trusted_network, false,
+          "on a cluster with TLS, let the Gloo plane carry gradients between workers in clear "
+          "(Debian's Gloo has no encryption); without it collective_backend auto uses the "
+          "coordinator's TLS grpc plane across hosts and gloo is refused. Give it to every worker "
+          "or none");
 ABSL_FLAG(bool, child, false, "internal: a ddp_spawn child (no registration, no ddp_spawn)");
 ABSL_FLAG(std::vector<std::string>, plugin, {},
           "shared libraries of plugins (strategies, precision plugins, accelerators, checkpoint "
@@ -162,6 +167,7 @@ int main(int argc, char** argv) {
   dtrain::SetComputeThreads(threads);
   options.identity.threads = threads;
   options.identity.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.identity.trusted_network = absl::GetFlag(FLAGS_trusted_network);
   options.identity.name = absl::GetFlag(FLAGS_name);
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.spawn_binary = options.child ? "" : SelfBinary();

@@ -13,7 +13,8 @@ absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& reques
                                                        const std::string& coordinator,
                                                        std::unique_ptr<ProcessGroup> group,
                                                        absl::Duration timeout,
-                                                       absl::Duration connect_timeout) {
+                                                       absl::Duration connect_timeout,
+                                                       bool clear_peer_traffic_allowed) {
   CollectivePlane plane;
   if (requested.empty() || requested == "grpc") {
     plane.backend = std::make_unique<GrpcCollectiveBackend>(std::move(group));
@@ -25,10 +26,35 @@ absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& reques
         absl::StrCat("unknown collective backend '", requested, "'; use auto, grpc, gloo or shm"));
   }
   const bool fall_back = requested == "auto";
-  absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> gloo = GlooCollectiveBackend::Make(
-      coordinator, group.get(), timeout, fall_back ? connect_timeout : absl::InfiniteDuration());
   std::unique_ptr<CollectiveBackend> inner;
-  if (fall_back) {
+  // Every rank must choose alike, and one worker may have been started differently: Gloo only
+  // when every rank's worker allows clear peer traffic.
+  CollectiveOptions agree;
+  agree.timeout = timeout;
+  DTRAIN_ASSIGN_OR_RETURN(const bool clear_everywhere,
+                          group->ReduceBooleanDecision(clear_peer_traffic_allowed, true, agree));
+  if (!clear_everywhere) {
+    if (requested == "gloo") {
+      return absl::FailedPreconditionError(
+          "collective_backend gloo would carry gradients between workers in clear while this "
+          "cluster runs TLS (Debian's Gloo has no encryption); use auto or grpc, or start every "
+          "worker with --trusted_network if the network between them is trusted");
+    }
+    plane.note =
+        "Gloo is not used: this cluster runs TLS and Gloo has no encryption (workers' "
+        "--trusted_network allows it); across hosts the coordinator's grpc collectives carry "
+        "the gradients";
+    inner = std::make_unique<GrpcCollectiveBackend>(std::move(group));
+  }
+  absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> gloo =
+      inner != nullptr
+          ? absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>>(
+                absl::FailedPreconditionError("not connected"))
+          : GlooCollectiveBackend::Make(coordinator, group.get(), timeout,
+                                        fall_back ? connect_timeout : absl::InfiniteDuration());
+  if (inner != nullptr) {
+    // Decided above, together.
+  } else if (fall_back) {
     // One rank's Gloo may connect while another's fails; the coordinator decides for all. A
     // rank whose Gloo failed at once waits here for those still trying to connect (up to the
     // connect timeout, then the wait for the coordinator's verdict on a failed Gloo call).

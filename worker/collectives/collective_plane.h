@@ -4,6 +4,10 @@
 // the coordinator's gRPC collectives only if Gloo cannot connect its peers, decided by all
 // ranks together so that no two ranks ever pick different planes.
 //
+// Debian's Gloo has no TLS transport, so on a cluster that runs TLS Gloo is used only when the
+// operator says the network between workers is trusted (the worker's --trusted_network): auto
+// then takes the coordinator's grpc plane (TLS) across hosts, and an explicit gloo is refused.
+//
 // Thread-safety: a function; the backend it returns is as CollectiveBackend.
 #pragma once
 
@@ -26,11 +30,13 @@ struct CollectivePlane {
 // `requested`: "", grpc, gloo, shm or auto. `coordinator` is the address `group` joined;
 // `timeout` bounds each collective. Gloo's connections get at most `connect_timeout` under
 // auto (peers that cannot reach each other fall back to grpc after it); an explicit gloo or
-// shm that cannot connect is an error naming the cause.
+// shm that cannot connect is an error naming the cause. `clear_peer_traffic_allowed` false
+// (TLS without --trusted_network): no Gloo, as above.
 absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& requested,
                                                        const std::string& coordinator,
                                                        std::unique_ptr<ProcessGroup> group,
                                                        absl::Duration timeout,
-                                                       absl::Duration connect_timeout);
+                                                       absl::Duration connect_timeout,
+                                                       bool clear_peer_traffic_allowed = true);
 
 }  // namespace dtrain

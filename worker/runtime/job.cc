@@ -19,6 +19,7 @@
 #include "common/job_settings.h"
 #include "common/status_macros.h"
 #include "common/tensor.h"
+#include "common/tls_credentials.h"
 #include "worker/collectives/collective_plane.h"
 #include "worker/model/batch_tree.h"
 #include "worker/model/model_zoo.h"
@@ -257,7 +258,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     DTRAIN_ASSIGN_OR_RETURN(
         CollectivePlane plane,
         ConnectCollectivePlane(t.collective_backend(), address, std::move(group), timeout,
-                               std::min(timeout, kPeerConnectTimeout)));
+                               std::min(timeout, kPeerConnectTimeout),
+                               identity.trusted_network || !ClientTlsEnabled()));
     backend = std::move(plane.backend);
     job->plane_ = plane.name;
     job->plane_note_ = plane.note;

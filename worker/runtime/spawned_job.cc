@@ -99,6 +99,7 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
     if (!cpus.empty()) args.push_back("--cpus=" + FormatCpuList(cpus));
     // The children run the job's precision and checkpoint IO too, plugins included.
     for (const std::string& plugin : identity.plugins) args.push_back("--plugin=" + plugin);
+    if (identity.trusted_network) args.push_back("--trusted_network");
     absl::StatusOr<pid_t> pid = Spawn(args);
     if (!pid.ok()) return pid.status();
     auto child = std::make_unique<Child>();

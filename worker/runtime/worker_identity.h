@@ -21,6 +21,8 @@ struct WorkerIdentity {
   int threads = 0;                   // --threads, passed on to ddp_spawn children
   std::vector<int> cpus;             // --cpus: the step thread's cores (empty: not pinned)
   std::vector<std::string> plugins;  // --plugin libraries, loaded by ddp_spawn children too
+  // --trusted_network: with TLS to the coordinator, Gloo may still carry gradients in clear.
+  bool trusted_network = false;
   // An uploaded file ("sha256:<hex>") as a local path: the daemon's artifact cache, which a
   // job's streamed shards go through one by one. Unset in a process without one.
   std::function<absl::StatusOr<std::string>(const std::string& digest)> fetch_artifact;
