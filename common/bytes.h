@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <new>
 
 namespace dtrain {
 
@@ -12,11 +13,21 @@ class Bytes {
  public:
   explicit Bytes(size_t size) : data_(size > 0 ? new char[size] : nullptr), size_(size) {}
 
+  // Null when `size` bytes cannot be had (a claim beyond what the machine allows), rather than
+  // the process ending with std::bad_alloc.
+  static std::shared_ptr<Bytes> TryAllocate(size_t size) {
+    std::unique_ptr<char[]> data(size > 0 ? new (std::nothrow) char[size] : nullptr);
+    if (size > 0 && data == nullptr) return nullptr;
+    return std::shared_ptr<Bytes>(new Bytes(std::move(data), size));
+  }
+
   char* data() { return data_.get(); }
   const char* data() const { return data_.get(); }
   size_t size() const { return size_; }
 
  private:
+  Bytes(std::unique_ptr<char[]> data, size_t size) : data_(std::move(data)), size_(size) {}
+
   std::unique_ptr<char[]> data_;
   size_t size_;
 };

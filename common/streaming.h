@@ -18,4 +18,10 @@ inline constexpr int64_t kStreamChunkBytes = kDefaultClientMaxMessageBytes - (64
 // Largest single message either end accepts (a chunk plus its header).
 inline constexpr int kMaxMessageBytes = 64 << 20;
 
+// Largest message the coordinator accepts: four chunks. gRPC buffers a whole message before any
+// handler checks the caller's token, so this bounds what an unauthenticated call can make it
+// hold (with the server's resource quota, kCoordinatorMemoryQuotaBytes, over all of them).
+inline constexpr int kCoordinatorMaxReceiveBytes = 16 << 20;
+inline constexpr int64_t kCoordinatorMemoryQuotaBytes = int64_t{2} << 30;
+
 }  // namespace dtrain

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -142,8 +143,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->artifacts_service_.get());
   builder.RegisterCallbackGenericService(server->retired_methods_.get());
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(kCoordinatorMaxReceiveBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  grpc::ResourceQuota quota("dtrain-coordinator");
+  quota.Resize(static_cast<size_t>(kCoordinatorMemoryQuotaBytes));
+  builder.SetResourceQuota(quota);
   // Each connection keeps a read buffer sized to its traffic; uncapped, 64 idle ranks that
   // once moved megabytes pin ~3 MiB each. 256 KiB keeps loopback throughput and bounds that.
   builder.AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 256 * 1024);

@@ -217,5 +217,46 @@ TEST_F(BadInputTest, SrcWithoutPayload_InvalidArgument) {
   ExpectGroupsUnharmed();
 }
 
+// Issue 38: a header is checked against the caller's membership and call window before the
+// bytes it claims are reserved. A header alone claiming 1 GiB far outside the window is refused
+// at once (before, the stream waited for the payload), and so is a 16 GiB claim from a stranger.
+TEST_F(BadInputTest, HugeClaimOutsideTheWindow_RefusedAtTheHeader) {
+  auto header = GoodHeader({int64_t{1} << 28});
+  header.mutable_context()->set_sequence(next_sequence_ + 1000);
+  ExpectError(AllReduce(header, {}), absl::StatusCode::kFailedPrecondition,
+              "sent collective #1000, but its next collective is #0 (at most 64 in flight)");
+  auto stranger = GoodHeader({int64_t{1} << 32});
+  stranger.mutable_context()->mutable_member()->set_incarnation(777);
+  ExpectError(AllReduce(stranger, {}), absl::StatusCode::kFailedPrecondition,
+              "not by the caller's 777");
+  ExpectGroupsUnharmed();
+}
+
+// A member may hold at most 128 streams open (twice its window); the next is refused, and the
+// group works again once they are gone.
+TEST_F(BadInputTest, OpenStreamsPerMember_Capped) {
+  struct Open {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::AllReduceRequest, v1::AllReduceResponse>> stream;
+  };
+  std::vector<std::unique_ptr<Open>> open;
+  v1::AllReduceRequest request;
+  *request.mutable_header() = GoodHeader({1 << 20});
+  for (int i = 0; i < 128; ++i) {
+    auto o = std::make_unique<Open>();
+    o->stream = stub_->AllReduce(&o->context);
+    ASSERT_TRUE(o->stream->Write(request)) << i;
+    open.push_back(std::move(o));
+  }
+  // Each header reached the coordinator before the next check: a barrier on the same channel.
+  absl::SleepFor(absl::Milliseconds(300));
+  ExpectError(AllReduce(request.header(), {}), absl::StatusCode::kResourceExhausted,
+              "has 128 collective streams open, its limit");
+  for (auto& o : open) o->context.TryCancel();
+  open.clear();
+  absl::SleepFor(absl::Milliseconds(300));
+  ExpectGroupsUnharmed();
+}
+
 }  // namespace
 }  // namespace dtrain::testing

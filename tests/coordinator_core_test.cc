@@ -373,6 +373,60 @@ TEST(KeyValueStoreTest, SetGetAddCas) {
   EXPECT_EQ(kv.Set("", "k", "v").code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Issue 38: a caller allowed into a scope cannot grow the store without limit. Each limit
+// answers RESOURCE_EXHAUSTED naming it; deleting makes room again, and a failed swap leaves no
+// scope behind.
+TEST(KeyValueStoreTest, Quotas_PerScopeAndTotal_WaitersCapped_DeleteGivesRoomBack) {
+  FakeClock clock;
+  KeyValueLimits limits;
+  limits.max_value_bytes = 100;
+  limits.scope_bytes = 250;
+  limits.scope_keys = 3;
+  limits.total_bytes = 400;
+  limits.scope_waiters = 2;
+  limits.total_waiters = 3;
+  KeyValueStore kv(clock.AsClock(), limits);
+  EXPECT_EQ(kv.Set("a", "k", std::string(101, 'x')).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(kv.Set("a", "k1", std::string(98, 'x')).ok());  // 100 bytes with its key
+  ASSERT_TRUE(kv.Set("a", "k2", std::string(98, 'x')).ok());  // 200
+  const absl::Status scope_full = kv.Set("a", "k3", std::string(98, 'x'));
+  EXPECT_EQ(scope_full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(scope_full.message(), HasSubstr("scope 'a' holds 200 bytes; 100 more would pass "
+                                              "its limit of 250"));
+  ASSERT_TRUE(kv.Set("a", "k1", std::string(10, 'y')).ok()) << "a smaller value replaces";
+  ASSERT_TRUE(kv.Set("a", "k3", std::string(10, 'z')).ok());
+  const absl::Status keys_full = kv.Set("a", "k4", "v");
+  EXPECT_EQ(keys_full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(keys_full.message(), HasSubstr("scope 'a' holds 3 keys, its limit"));
+  EXPECT_EQ(kv.Add("a", "counter", 1).status().code(), absl::StatusCode::kResourceExhausted);
+
+  ASSERT_TRUE(kv.Set("b", "k1", std::string(98, 'x')).ok());
+  ASSERT_TRUE(kv.Set("b", "k2", std::string(98, 'x')).ok());  // store: 124 + 200 = 324
+  const absl::Status total_full = kv.Set("c", "k1", std::string(98, 'x'));
+  EXPECT_EQ(total_full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(total_full.message(), HasSubstr("the store holds 324 bytes"));
+  EXPECT_EQ(kv.CompareAndSet("c", "k1", "", std::string(98, 'x')).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(*kv.Delete("b", "k1"));
+  EXPECT_TRUE(kv.Set("c", "k1", std::string(98, 'x')).ok()) << "deleting gave room back";
+  kv.DeleteScope("a");
+  EXPECT_TRUE(kv.Set("e", "k1", std::string(98, 'x')).ok()) << "a deleted scope too";
+
+  std::vector<absl::StatusOr<std::string>> answers;
+  auto keep = [&](absl::StatusOr<std::string> v) { answers.push_back(std::move(v)); };
+  kv.Get("w", "x", absl::Seconds(5), keep);
+  kv.Get("w", "x", absl::Seconds(5), keep);
+  kv.Get("w", "x", absl::Seconds(5), keep);  // the scope's third
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0].status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(answers[0].status().message(), HasSubstr("scope 'w' already has 2 calls waiting"));
+  kv.Get("v", "x", absl::Seconds(5), keep);
+  kv.Get("u", "x", absl::Seconds(5), keep);  // the store's fourth
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_THAT(answers[1].status().message(), HasSubstr("the store already has 3 calls waiting"));
+  EXPECT_EQ(kv.WaitingGets(), 3);
+}
+
 TEST(KeyValueStoreTest, WaitingGet_AnsweredByASet_OrExpiredByTick) {
   FakeClock clock;
   KeyValueStore kv(clock.AsClock());

@@ -269,7 +269,7 @@ TEST(KeyValue, SetGetAddCasDeleteList_Semantics) {
   EXPECT_TRUE(kv.Delete("k1").value());
   EXPECT_FALSE(kv.Delete("k1").value());
   EXPECT_EQ(kv.Get("k1").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(kv.Set("big", std::string((32 << 20) + 1, 'x')).code(),
+  EXPECT_EQ(kv.Set("big", std::string((8 << 20) + 1, 'x')).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

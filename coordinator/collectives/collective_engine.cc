@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "common/tensor.h"
 #include "coordinator/collectives/reduction.h"
 
@@ -64,7 +65,8 @@ std::string CollectiveKindName(CollectiveKind kind) {
 
 CollectiveEngine::CollectiveEngine(const GroupTable* groups) : groups_(groups) {}
 
-absl::Status CollectiveEngine::ValidateCall(const CollectiveCall& call, const MemberView& view) {
+absl::Status CollectiveEngine::ValidateCall(const CollectiveCall& call, const MemberView& view,
+                                            bool with_payload) {
   const std::string what = CollectiveKindName(call.kind);
   if (call.sequence < 0) {
     return absl::InvalidArgumentError(
@@ -142,9 +144,10 @@ absl::Status CollectiveEngine::ValidateCall(const CollectiveCall& call, const Me
     }
   }
   if (needs_tensor) {
-    if (!call.has_tensor || call.payload == nullptr) {
+    if (!call.has_tensor || (with_payload && call.payload == nullptr)) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": the call carries no tensor"));
     }
+    if (!with_payload) return absl::OkStatus();
     if (absl::Status s = ValidatePayload(call.meta, static_cast<int64_t>(call.payload->size()));
         !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
@@ -273,6 +276,31 @@ void CollectiveEngine::Collect(GroupState& group) {
       ++it;
     }
   }
+}
+
+absl::Status CollectiveEngine::Admit(const CollectiveCall& call) const {
+  DTRAIN_ASSIGN_OR_RETURN(MemberView view, groups_->CheckMember(call.member));
+  DTRAIN_RETURN_IF_ERROR(ValidateCall(call, view, /*with_payload=*/false));
+  absl::MutexLock lock(&mu_);
+  auto it = states_.find(Key{view.group, view.generation});
+  if (it == states_.end() || it->second.world_size == 0) {
+    return call.sequence < kSequenceWindow
+               ? absl::OkStatus()
+               : absl::FailedPreconditionError(absl::StrCat(
+                     "rank ", view.rank, " of group '", view.group, "' sent collective #",
+                     call.sequence, ", but its next collective is #0 (at most ", kSequenceWindow,
+                     " in flight)"));
+  }
+  const GroupState& group = it->second;
+  if (group.failure.has_value()) return *group.failure;
+  const int64_t next = group.next_sequence[view.rank];
+  if (call.sequence < next || call.sequence >= next + kSequenceWindow ||
+      group.ahead[view.rank].count(call.sequence)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", view.rank, " of group '", view.group, "' sent collective #", call.sequence,
+        ", but its next collective is #", next, " (at most ", kSequenceWindow, " in flight)"));
+  }
+  return absl::OkStatus();
 }
 
 void CollectiveEngine::Submit(CollectiveCall call, CollectiveDone done) {

@@ -90,6 +90,12 @@ class CollectiveEngine {
   // once, with the result or one of the errors listed above.
   void Submit(CollectiveCall call, CollectiveDone done);
 
+  // What Submit would refuse of `call` before its payload arrives: the member (group,
+  // generation, incarnation, not failed or left), the call's arguments, and its sequence inside
+  // the member's window. A stream checks this at its header, before it reserves the bytes the
+  // header claims.
+  absl::Status Admit(const CollectiveCall& call) const;
+
   // The member's call #sequence was cancelled by its transport (client gone).
   void Abandon(const v1::MemberRef& member, int64_t sequence);
 
@@ -139,7 +145,10 @@ class CollectiveEngine {
   using Key = std::pair<std::string, int64_t>;
   using Completion = std::function<void()>;
 
-  static absl::Status ValidateCall(const CollectiveCall& call, const MemberView& view);
+  // `with_payload` false: the call's payload has not arrived yet (Admit), so only its
+  // description is checked.
+  static absl::Status ValidateCall(const CollectiveCall& call, const MemberView& view,
+                                   bool with_payload = true);
   static std::string Signature(const CollectiveCall& call);
   // Whether two calls may meet (what Signature prints, compared without formatting).
   static bool Matches(const CollectiveCall& a, const CollectiveCall& b);

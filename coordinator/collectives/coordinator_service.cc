@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <utility>
 
@@ -18,6 +19,52 @@ namespace {
 
 // A unary reactor finished later by whoever completes the call; OnCancel lets the waiting
 // side learn that the client went away (its process died, or it gave up).
+
+}  // namespace
+
+// Open tensor streams, in total and per member: each may hold the bytes its header claims until
+// its payload arrives, so neither a caller that opens streams and sends nothing nor one member
+// may have many. A member has at most 64 collectives in flight (the engine's window): twice
+// that is room for segments and retries.
+class StreamSlots {
+ public:
+  static constexpr int kMaxStreams = 4096;
+  static constexpr int kMaxStreamsPerMember = 128;
+
+  absl::Status TakeOne() {
+    if (open_.fetch_add(1) >= kMaxStreams) {
+      open_.fetch_sub(1);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the coordinator has ", kMaxStreams, " collective streams open, its limit"));
+    }
+    return absl::OkStatus();
+  }
+  void GiveOne() { open_.fetch_sub(1); }
+
+  absl::Status TakeForMember(const std::string& member) {
+    absl::MutexLock lock(&mu_);
+    int& mine = per_member_[member];
+    if (mine >= kMaxStreamsPerMember) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("member ", member, " has ", kMaxStreamsPerMember,
+                       " collective streams open, its limit; finish or cancel some first"));
+    }
+    ++mine;
+    return absl::OkStatus();
+  }
+  void GiveForMember(const std::string& member) {
+    absl::MutexLock lock(&mu_);
+    auto it = per_member_.find(member);
+    if (it != per_member_.end() && --it->second <= 0) per_member_.erase(it);
+  }
+
+ private:
+  std::atomic<int> open_{0};
+  absl::Mutex mu_;
+  std::map<std::string, int> per_member_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
 
 void FillContext(const v1::CollectiveContext& context, CollectiveCall* call) {
   call->member = context.member();
@@ -82,12 +129,18 @@ class TensorCollectiveReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       private FrameSink {
  public:
-  TensorCollectiveReactor(CollectiveEngine* engine, absl::StatusOr<Caller> caller)
-      : engine_(engine), caller_(std::move(caller)) {
+  TensorCollectiveReactor(CollectiveEngine* engine, StreamSlots* slots,
+                          absl::StatusOr<Caller> caller)
+      : engine_(engine), slots_(slots), caller_(std::move(caller)) {
     if (!caller_.ok()) {
       Finish(caller_.status());
       return;
     }
+    if (absl::Status room = slots_->TakeOne(); !room.ok()) {
+      Finish(room);
+      return;
+    }
+    holds_slot_ = true;
     StartRead(&request_);
   }
 
@@ -125,7 +178,11 @@ class TensorCollectiveReactor final
     if (submitted_.load() && !answered_.load()) engine_->Abandon(member_, sequence_);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (holds_slot_) slots_->GiveOne();
+    if (!member_slot_.empty()) slots_->GiveForMember(member_slot_);
+    delete this;
+  }
 
  private:
   absl::Status OnHeader() override {
@@ -139,9 +196,19 @@ class TensorCollectiveReactor final
       if (!bytes.ok()) return bytes.status();
       expected_ = *bytes;
     }
+    // Whatever Submit would refuse is refused before anything the header claims is reserved.
+    DTRAIN_RETURN_IF_ERROR(engine_->Admit(call_));
+    const std::string member = absl::StrCat("rank ", member_.rank(), " of group '", member_.group(),
+                                            "' generation ", member_.generation());
+    DTRAIN_RETURN_IF_ERROR(slots_->TakeForMember(member));
+    member_slot_ = member;
     // Uninitialized: for a large claim the pages are committed only as payload arrives, so a
     // header alone that claims gigabytes costs address space, not memory.
-    buffer_ = std::make_shared<Bytes>(static_cast<size_t>(expected_));
+    buffer_ = Bytes::TryAllocate(static_cast<size_t>(expected_));
+    if (buffer_ == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("the coordinator cannot reserve ", expected_,
+                                                       " bytes for ", DescribeMeta(call_.meta)));
+    }
     return absl::OkStatus();
   }
 
@@ -211,7 +278,10 @@ class TensorCollectiveReactor final
   }
 
   CollectiveEngine* const engine_;
+  StreamSlots* const slots_;
   const absl::StatusOr<Caller> caller_;
+  bool holds_slot_ = false;
+  std::string member_slot_;  // set while this stream counts against its member
   grpc::ByteBuffer request_;
   grpc::ByteBuffer response_;
   typename Traits::Header header_;
@@ -334,7 +404,13 @@ grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* CoordinatorSer
 
 CoordinatorService::CoordinatorService(GroupTable* groups, CollectiveEngine* engine,
                                        KeyValueStore* kv, const AccessControl* access)
-    : groups_(groups), engine_(engine), kv_(kv), access_(access) {}
+    : groups_(groups),
+      engine_(engine),
+      kv_(kv),
+      access_(access),
+      slots_(std::make_unique<StreamSlots>()) {}
+
+CoordinatorService::~CoordinatorService() = default;
 
 absl::Status CoordinatorService::Authorize(const grpc::CallbackServerContext& context,
                                            const std::string* group, absl::string_view what) const {
@@ -426,22 +502,26 @@ grpc::ServerUnaryReactor* CoordinatorService::ReduceBooleanDecision(
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::Broadcast(
     grpc::CallbackServerContext* context) {
-  return new TensorCollectiveReactor<BroadcastTraits>(engine_, access_->Authenticate(*context));
+  return new TensorCollectiveReactor<BroadcastTraits>(engine_, slots_.get(),
+                                                      access_->Authenticate(*context));
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::AllGather(
     grpc::CallbackServerContext* context) {
-  return new TensorCollectiveReactor<AllGatherTraits>(engine_, access_->Authenticate(*context));
+  return new TensorCollectiveReactor<AllGatherTraits>(engine_, slots_.get(),
+                                                      access_->Authenticate(*context));
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::Reduce(
     grpc::CallbackServerContext* context) {
-  return new TensorCollectiveReactor<ReduceTraits>(engine_, access_->Authenticate(*context));
+  return new TensorCollectiveReactor<ReduceTraits>(engine_, slots_.get(),
+                                                   access_->Authenticate(*context));
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::AllReduce(
     grpc::CallbackServerContext* context) {
-  return new TensorCollectiveReactor<AllReduceTraits>(engine_, access_->Authenticate(*context));
+  return new TensorCollectiveReactor<AllReduceTraits>(engine_, slots_.get(),
+                                                      access_->Authenticate(*context));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::KeyValueSet(grpc::CallbackServerContext* context,

@@ -5,6 +5,8 @@
 // (dtrain.v1.Workers, coordinator/jobs/workers_service.h).
 #pragma once
 
+#include <memory>
+
 #include "coordinator/auth/access_control.h"
 #include "coordinator/collectives/collective_engine.h"
 #include "coordinator/collectives/group_table.h"
@@ -35,11 +37,14 @@ using CoordinatorServiceBase = v1::Coordinator::WithCallbackMethod_Register<
                                                                     v1::Coordinator::
                                                                         Service>>>>>>>>>>>>>>>>>;
 
+class StreamSlots;
+
 class CoordinatorService final : public CoordinatorServiceBase {
  public:
   // The pointees must outlive the service.
   CoordinatorService(GroupTable* groups, CollectiveEngine* engine, KeyValueStore* kv,
                      const AccessControl* access);
+  ~CoordinatorService() override;
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -100,6 +105,8 @@ class CoordinatorService final : public CoordinatorServiceBase {
   CollectiveEngine* const engine_;
   KeyValueStore* const kv_;
   const AccessControl* const access_;
+  // Open tensor streams, capped in total and per member (coordinator_service.cc).
+  std::unique_ptr<StreamSlots> slots_;
 };
 
 }  // namespace dtrain

@@ -2,6 +2,10 @@
 // (Gloo's, c10d's) can build on. Scopes are usually group ids; a scope is deleted when its
 // group's last member leaves.
 //
+// Bounded (KeyValueLimits): a caller allowed into a scope cannot grow the coordinator without
+// limit, by values, keys or Get calls left waiting; past a limit the call answers
+// RESOURCE_EXHAUSTED naming it.
+//
 // Thread-safety: all methods may be called from any thread; Get callbacks run outside the lock.
 #pragma once
 
@@ -21,6 +25,17 @@
 
 namespace dtrain {
 
+// What the store keeps at most. A rendezvous store holds addresses and counters: kilobytes per
+// group, so these are far above real use.
+struct KeyValueLimits {
+  size_t max_value_bytes = size_t{8} << 20;
+  size_t scope_bytes = size_t{64} << 20;  // keys and values of one scope
+  size_t scope_keys = 16384;
+  size_t total_bytes = size_t{512} << 20;
+  int scope_waiters = 1024;  // Get calls waiting for a writer
+  int total_waiters = 16384;
+};
+
 class KeyValueStore {
  public:
   using GetDone = std::function<void(absl::StatusOr<std::string>)>;
@@ -31,13 +46,15 @@ class KeyValueStore {
   };
 
   // `clock` stamps waits' deadlines (Tick expires them).
-  explicit KeyValueStore(Clock clock = absl::Now) : clock_(std::move(clock)) {}
+  explicit KeyValueStore(Clock clock = absl::Now, KeyValueLimits limits = {})
+      : clock_(std::move(clock)), limits_(limits) {}
 
-  // INVALID_ARGUMENT on an empty or oversized scope, key or value.
+  // INVALID_ARGUMENT on an empty or oversized scope, key or value; RESOURCE_EXHAUSTED when the
+  // scope's or the store's bytes or the scope's keys would pass their limit.
   absl::Status Set(const std::string& scope, const std::string& key, std::string value);
 
   // Answers at once if present; NOT_FOUND if absent and `wait` is zero; otherwise waits up to
-  // `wait` for a writer, then DEADLINE_EXCEEDED.
+  // `wait` for a writer, then DEADLINE_EXCEEDED (RESOURCE_EXHAUSTED when too many wait).
   void Get(const std::string& scope, const std::string& key, absl::Duration wait, GetDone done);
 
   // FAILED_PRECONDITION if the stored value is not a decimal int64.
@@ -63,6 +80,7 @@ class KeyValueStore {
 
  private:
   const Clock clock_;
+  const KeyValueLimits limits_;
   struct Waiter {
     std::string scope;
     std::string key;
@@ -76,8 +94,17 @@ class KeyValueStore {
   void Wake(const std::string& scope, const std::string& key, const std::string& value,
             std::vector<Completion>& completions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // OK when (scope, key) may now hold `value_bytes` (replacing what it holds) within the limits.
+  absl::Status CheckRoom(const std::string& scope, const std::string& key, size_t value_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores `value` at (scope, key), keeping the byte counts; returns the stored value.
+  std::string& Store(const std::string& scope, const std::string& key, std::string value)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable absl::Mutex mu_;
   std::map<std::string, std::map<std::string, std::string>> scopes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, size_t> scope_bytes_ ABSL_GUARDED_BY(mu_);
+  size_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
