@@ -50,11 +50,11 @@ class StringAdapter : public caffe2::serialize::ReadAdapterInterface {
 
 // Keys of the entries the rewrite adds to stand in for what libtorch cannot unpickle; removed
 // from every dict after unpickling (RemoveJunk).
-constexpr const char* kJunkKeys[] = {"\x01dtrain-pickle-class", "\x01dtrain-pickle-args",
-                                     "\x01dtrain-pickle-state"};
+// Short, since each OrderedDict in a pickle costs one or two of them in the rewritten pickle.
+constexpr const char* kJunkKeys[] = {"\x01dtc", "\x01dta", "\x01dts"};
 
 // The first item of the list a neutral object becomes (WithoutSingleItemOpcodes).
-constexpr char kNeutralMarker[] = "\x01dtrain-pickle-object";
+constexpr char kNeutralMarker[] = "\x01dto";
 
 // BINUNICODE of `s`.
 std::string PickledString(const std::string& s) {
@@ -131,30 +131,67 @@ void RemoveJunk(const c10::IValue& value) {
 
 std::string WithoutSingleItemOpcodes(const std::string& p) {
   static_assert(sizeof(char) == 1);
+  // Offsets fit 29 bits so that an item and an insertion pack into 4 bytes each: the walk's
+  // memory stays a small multiple of the pickle (issue 38). A larger data.pkl is left as it is,
+  // and CheckPickle's bounds then decide.
+  constexpr size_t kMaxPickle = size_t{1} << 29;
+  if (p.size() >= kMaxPickle) return p;
   // Walks the opcodes keeping, for each stack item, the offset where the opcodes that made it
-  // begin; a MARK is an item of its own. Only SETITEM's key offset matters in the end.
-  constexpr int64_t kMark = -1;
-  constexpr int64_t kOrderedDictClass = 1;  // GLOBAL collections.OrderedDict
-  constexpr int64_t kOrderedDict = 2;       // an instance: REDUCE of that class
-  // Any other class that is not a tensor's, its storage's or a dtype (an lr scheduler's bound
-  // anneal_func, a Counter, a pickled optimizer, a Parameter inside one): libtorch refuses it.
-  // Its GLOBAL becomes a marker string and an instance a list [marker, args, state...], emptied
-  // after unpickling (RemoveJunk):
-  // a list, not a dict, because such objects can be the keys of a pickled optimizer's state.
-  constexpr int64_t kNeutralClass = 3;
-  constexpr int64_t kNeutral = 4;
-  std::map<uint64_t, int64_t> memo_kind;  // what BINPUT stored, for BINGET
-  struct Item {
-    size_t start;
-    int64_t kind;  // kMark or 0
+  // begin and its kind; a MARK is an item of its own. Only SETITEM's key offset matters in the
+  // end.
+  enum Kind : uint32_t {
+    kPlain = 0,
+    kOrderedDictClass = 1,  // GLOBAL collections.OrderedDict
+    kOrderedDict = 2,       // an instance: REDUCE of that class
+    // Any other class that is not a tensor's, its storage's or a dtype (an lr scheduler's bound
+    // anneal_func, a Counter, a pickled optimizer, a Parameter inside one): libtorch refuses it.
+    // Its GLOBAL becomes a marker string and an instance a list [marker, args, state...],
+    // emptied after unpickling (RemoveJunk): a list, not a dict, because such objects can be the
+    // keys of a pickled optimizer's state.
+    kNeutralClass = 3,
+    kNeutral = 4,
+    kMark = 7,
   };
+  struct Item {
+    uint32_t start : 29;
+    uint32_t kind : 3;
+  };
+  // What is inserted before an offset (in the order recorded: inner constructs first).
+  enum What : uint32_t {
+    kInsertMark = 0,         // (
+    kInsertListMark = 1,     // ](
+    kInsertDictJunk = 2,     // }( junk0
+    kInsertArgsJunk = 3,     // junk1
+    kInsertStateJunk = 4,    // ( junk2
+    kInsertNeutralName = 5,  // the marker string, for an erased GLOBAL
+  };
+  struct Insert {
+    uint32_t at : 29;
+    uint32_t what : 3;
+  };
+  static const std::string* const kTexts =
+      new std::string[6]{"(",
+                         "](",
+                         absl::StrCat("}(", PickledString(kJunkKeys[0])),
+                         PickledString(kJunkKeys[1]),
+                         absl::StrCat("(", PickledString(kJunkKeys[2])),
+                         PickledString(kNeutralMarker)};
+  std::vector<uint8_t> memo_kind;  // what each PUT index stored, for GET
   std::vector<Item> stack;
-  // Bytes inserted before an offset (in the order recorded: inner constructs first), and
-  // opcodes replaced by another of one byte.
-  std::vector<std::pair<size_t, std::string>> inserts;
-  std::vector<std::pair<size_t, char>> replace_at;
-  std::vector<std::pair<size_t, size_t>> erases;  // [begin, end) of opcodes dropped
-  auto insert_mark_at = [&](size_t offset) { inserts.emplace_back(offset, "("); };
+  std::vector<Insert> inserts;
+  std::vector<std::pair<uint32_t, uint32_t>> erases;  // [begin, end) of opcodes dropped
+  // The pickle with opcodes replaced by another of one byte, made on the first replacement.
+  std::string edited;
+  auto replace = [&](size_t at, char op) {
+    if (edited.empty()) edited = p;
+    edited[at] = op;
+  };
+  auto insert = [&](size_t at, What what) {
+    inserts.push_back({static_cast<uint32_t>(at), static_cast<uint32_t>(what)});
+  };
+  auto push = [&](size_t start, uint32_t kind = kPlain) {
+    stack.push_back({static_cast<uint32_t>(start), kind});
+  };
   auto pop_to_mark = [&]() -> std::optional<size_t> {
     while (!stack.empty() && stack.back().kind != kMark) stack.pop_back();
     if (stack.empty()) return std::nullopt;
@@ -174,7 +211,6 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
     const size_t at = i;
     const unsigned char op = static_cast<unsigned char>(p[i++]);
     auto need = [&](size_t n) { return i + n <= p.size(); };
-    auto push = [&](size_t start) { stack.push_back({start, 0}); };
     switch (op) {
       case 0x80:  // PROTO
         if (!need(1)) return p;
@@ -184,7 +220,7 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         stopped = true;
         break;
       case '(':  // MARK
-        stack.push_back({at, kMark});
+        push(at, kMark);
         break;
       case '}':   // EMPTY_DICT
       case ']':   // EMPTY_LIST
@@ -205,9 +241,7 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         if (!need(n)) return p;
         const uint64_t index = LittleEndian(p, i, n);
         i += n;
-        push(at);
-        auto it = memo_kind.find(index);
-        if (it != memo_kind.end()) stack.back().kind = it->second;
+        push(at, index < memo_kind.size() ? uint32_t{memo_kind[index]} : uint32_t{kPlain});
         break;
       }
       case 'M':  // BININT2
@@ -246,7 +280,14 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
       case 'r': {  // LONG_BINPUT
         const int n = op == 'q' ? 1 : 4;
         if (!need(n) || stack.empty()) return p;
-        memo_kind[LittleEndian(p, i, n)] = stack.back().kind;
+        const uint64_t index = LittleEndian(p, i, n);
+        // A well-formed pickle numbers its PUTs from 0, so an index is below its length; a
+        // larger one is left for CheckPickle to refuse, rather than sizing memory by it.
+        if (index >= p.size()) return p;
+        if (stack.back().kind != kPlain || index < memo_kind.size()) {
+          if (index >= memo_kind.size()) memo_kind.resize(index + 1, kPlain);
+          memo_kind[index] = static_cast<uint8_t>(stack.back().kind);
+        }
         i += n;
         break;
       }
@@ -254,29 +295,27 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         const size_t first = p.find('\n', i);
         const size_t second = first == std::string::npos ? first : p.find('\n', first + 1);
         if (second == std::string::npos) return p;
-        const std::string module = p.substr(i, first - i);
-        const std::string name = p.substr(first + 1, second - first - 1);
+        const absl::string_view module(p.data() + i, first - i);
+        const absl::string_view name(p.data() + first + 1, second - first - 1);
         // OrderedDict, and what is not a tensor, its storage or a dtype (an lr scheduler's
         // bound anneal_func, a Counter, an optimizer object, any Python class): libtorch makes
         // None of an OrderedDict and refuses the others. They become dicts whose contents are
         // dropped after unpickling.
-        const bool ordered_dict = p.compare(i, second - i, "collections\nOrderedDict") == 0;
+        const bool ordered_dict = module == "collections" && name == "OrderedDict";
         // Kept: what libtorch builds as data (pickle_check.h's list), and tensors it cannot
         // build (torch < 1.6's v1, subclasses), which CheckPickle then refuses by name rather
-        // than letting a tensor vanish. Every other class (a dtype, torch.Size, any
-        // Python object, a TorchScript class) becomes inert data that nothing constructs.
+        // than letting a tensor vanish. Every other class (a dtype, torch.Size, any Python
+        // object, a TorchScript class) becomes inert data that nothing constructs.
         const bool tensor_rebuilder =
             module == "torch._tensor" ||
             (module == "torch._utils" && absl::StartsWith(name, "_rebuild_tensor"));
         const bool neutral =
             !ordered_dict && !tensor_rebuilder && !IsConstructedGlobal(module, name);
         i = second + 1;
-        push(at);
-        if (ordered_dict) stack.back().kind = kOrderedDictClass;
+        push(at, ordered_dict ? kOrderedDictClass : neutral ? kNeutralClass : kPlain);
         if (neutral) {
-          stack.back().kind = kNeutralClass;
-          erases.emplace_back(at, i);
-          inserts.emplace_back(at, PickledString(kNeutralMarker));
+          erases.emplace_back(static_cast<uint32_t>(at), static_cast<uint32_t>(i));
+          insert(at, kInsertNeutralName);
         }
         break;
       }
@@ -292,23 +331,20 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         const bool makes_neutral = (op == 'R' || op == 0x81) && stack.size() >= 2 &&
                                    stack[stack.size() - 2].kind == kNeutralClass;
         if (makes_neutral) {  // `class args REDUCE` becomes `EMPTY_LIST MARK None args APPENDS`
-          inserts.emplace_back(stack[stack.size() - 2].start, "](");
-          replace_at.push_back({at, 'e'});
+          insert(stack[stack.size() - 2].start, kInsertListMark);
+          replace(at, 'e');
         }
         if (makes_ordered_dict) {
           // libtorch turns OrderedDict() into None. `class args REDUCE` becomes
           // `EMPTY_DICT MARK junk1 class junk2 args SETITEMS`: a dict, whose two entries that
           // hold the class and its arguments are removed after unpickling.
-          inserts.emplace_back(stack[stack.size() - 2].start,
-                               absl::StrCat("}(", PickledString(kJunkKeys[0])));
-          inserts.emplace_back(stack.back().start, PickledString(kJunkKeys[1]));
-          replace_at.push_back({at, 'u'});
+          insert(stack[stack.size() - 2].start, kInsertDictJunk);
+          insert(stack.back().start, kInsertArgsJunk);
+          replace(at, 'u');
         }
         std::optional<size_t> start = pop_n(n);
         if (!start) return p;
-        push(*start);
-        if (makes_ordered_dict) stack.back().kind = kOrderedDict;
-        if (makes_neutral) stack.back().kind = kNeutral;
+        push(*start, makes_ordered_dict ? kOrderedDict : makes_neutral ? kNeutral : kPlain);
         break;
       }
       case 't':    // TUPLE
@@ -324,19 +360,19 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         // libtorch cannot set on a dict (and it has no POP): `state BUILD` becomes
         // `MARK junk3 state SETITEMS`, an entry removed after unpickling.
         if (stack.size() >= 2 && stack[stack.size() - 2].kind == kOrderedDict) {
-          inserts.emplace_back(stack.back().start, absl::StrCat("(", PickledString(kJunkKeys[2])));
-          replace_at.push_back({at, 'u'});
+          insert(stack.back().start, kInsertStateJunk);
+          replace(at, 'u');
         }
         if (stack.size() >= 2 && stack[stack.size() - 2].kind == kNeutral) {
-          insert_mark_at(stack.back().start);
-          replace_at.push_back({at, 'e'});
+          insert(stack.back().start, kInsertMark);
+          replace(at, 'e');
         }
         if (!pop_n(1)) return p;
         break;
       case 'a': {  // APPEND: the item goes into the list below it
         if (stack.size() < 2) return p;
-        insert_mark_at(stack.back().start);
-        replace_at.push_back({at, 'e'});
+        insert(stack.back().start, kInsertMark);
+        replace(at, 'e');
         stack.pop_back();
         break;
       }
@@ -344,14 +380,12 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
       case 'u':  // SETITEMS
         if (!pop_to_mark()) return p;
         // Items set on a neutral object (a defaultdict's) are appended to its list.
-        if (op == 'u' && !stack.empty() && stack.back().kind == kNeutral) {
-          replace_at.push_back({at, 'e'});
-        }
+        if (op == 'u' && !stack.empty() && stack.back().kind == kNeutral) replace(at, 'e');
         break;
       case 's': {  // SETITEM: key and value go into the dict below them
         if (stack.size() < 3) return p;
-        insert_mark_at(stack[stack.size() - 2].start);
-        replace_at.push_back({at, stack[stack.size() - 3].kind == kNeutral ? 'e' : 'u'});
+        insert(stack[stack.size() - 2].start, kInsertMark);
+        replace(at, stack[stack.size() - 3].kind == kNeutral ? 'e' : 'u');
         stack.resize(stack.size() - 2);
         break;
       }
@@ -364,7 +398,7 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         const unsigned char next = static_cast<unsigned char>(p[i]);
         const size_t length = next == 'h' ? 2 : next == 'j' ? 5 : 0;
         if (length == 0 || !need(length)) return p;
-        erases.emplace_back(at, i + length);
+        erases.emplace_back(static_cast<uint32_t>(at), static_cast<uint32_t>(i + length));
         i += length;
         break;
       }
@@ -372,28 +406,49 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
         return p;  // an opcode torch.save's protocol 2 does not use
     }
   }
-  if (replace_at.empty() && inserts.empty() && erases.empty()) return p;
+  // The walk's own memory goes before the output is built.
+  std::vector<Item>().swap(stack);
+  std::vector<uint8_t>().swap(memo_kind);
+  if (edited.empty() && inserts.empty() && erases.empty()) return p;
+  const std::string& source = edited.empty() ? p : edited;
   // At one offset, constructs recorded later enclose earlier ones, so their bytes go first.
   std::stable_sort(inserts.begin(), inserts.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+                   [](const Insert& a, const Insert& b) { return a.at < b.at; });
+  size_t out_size = source.size();
+  for (const Insert& in : inserts) out_size += kTexts[in.what].size();
   std::string out;
-  out.reserve(p.size() + 64 * inserts.size());
-  // Where byte k of the input lands in the output (inserted bytes before it, erased ones not).
-  std::vector<size_t> position(p.size() + 1, 0);
-  std::vector<bool> erased(p.size(), false);
-  for (const auto& [begin, end] : erases) {
-    for (size_t k = begin; k < end && k < p.size(); ++k) erased[k] = true;
-  }
-  size_t next = 0;
-  for (size_t k = 0; k < p.size(); ++k) {
+  out.reserve(out_size);
+  size_t next = 0;        // the next insertion
+  size_t next_erase = 0;  // erases are recorded in the order of their offsets
+  size_t copied = 0;      // source bytes before this have been dealt with
+  while (copied < source.size()) {
+    // Up to the next offset where something happens, bytes are copied whole.
+    size_t until = source.size();
+    if (next < inserts.size()) until = std::min<size_t>(until, inserts[next].at);
+    if (next_erase < erases.size()) until = std::min<size_t>(until, erases[next_erase].first);
+    if (until > copied) {
+      out.append(source, copied, until - copied);
+      copied = until;
+      continue;
+    }
     size_t end = next;
-    while (end < inserts.size() && inserts[end].first == k) ++end;
-    for (size_t e = end; e > next; --e) out += inserts[e - 1].second;
+    while (end < inserts.size() && inserts[end].at == copied) ++end;
+    for (size_t e = end; e > next; --e) out += kTexts[inserts[e - 1].what];
     next = end;
-    position[k] = out.size();
-    if (!erased[k]) out.push_back(p[k]);
+    if (next_erase < erases.size() && erases[next_erase].first == copied) {
+      // Inserts recorded inside an erased range (none are) would be lost: the range is skipped.
+      copied = std::max<size_t>(copied + 1, erases[next_erase].second);
+      ++next_erase;
+      while (next < inserts.size() && inserts[next].at < copied) {
+        out += kTexts[inserts[next].what];
+        ++next;
+      }
+    } else {
+      out.push_back(source[copied]);
+      ++copied;
+    }
   }
-  for (const auto& [at, op] : replace_at) out[position[at]] = op;
+  for (; next < inserts.size(); ++next) out += kTexts[inserts[next].what];
   return out;
 }
 
