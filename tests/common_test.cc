@@ -1,8 +1,15 @@
 // Unit tests of common/: dtype facts, tensor validation, half conversions, status mapping.
 #include <gtest/gtest.h>
 
-#include <limits>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "common/atomic_file.h"
 #include "common/dtype.h"
 #include "common/grpc_status.h"
 #include "common/half.h"
@@ -79,4 +86,41 @@ TEST(GrpcStatus, ConversionKeepsCodeAndMessage) {
 }
 
 }  // namespace
+// Issue 38: a file written atomically never writes through a link someone planted at its name,
+// and comes out with the mode asked for; a write that fails leaves nothing behind.
+TEST(AtomicFile, ReplacesAPlantedLink_NeverWritesThroughIt_ModeAsAsked) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / ("atomic-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string victim = (dir / "victim").string();
+  const std::string out = (dir / "out").string();
+  std::ofstream(victim) << "secret";
+  fs::create_symlink(victim, out);
+  ASSERT_TRUE(WriteFileAtomically(out, "new bytes").ok());
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  EXPECT_EQ(read(victim), "secret") << "written through the planted link";
+  EXPECT_FALSE(fs::is_symlink(out));
+  EXPECT_EQ(read(out), "new bytes");
+  struct stat st {};
+  ASSERT_EQ(::stat(out.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_TRUE(WriteFileAtomically(out, "shared", 0644).ok());
+  ASSERT_EQ(::stat(out.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+
+  const absl::Status missing = WriteFileAtomically((dir / "no-such-dir" / "f").string(), "x");
+  EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(missing.message()).find("cannot create a file beside"), std::string::npos);
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir)) entries += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(entries, 2) << "only victim and out: no temporary left behind";
+  fs::remove_all(dir);
+}
+
 }  // namespace dtrain

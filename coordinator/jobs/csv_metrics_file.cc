@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/atomic_file.h"
 #include "common/csv_cell.h"
 
 namespace dtrain {
@@ -119,28 +120,15 @@ std::string CsvMetricsFile::Line(const Row& row) const {
 }
 
 absl::Status CsvMetricsFile::RewriteAll() {
-  const std::string temporary = absl::StrCat(path_, ".tmp-", getpid());
   std::string text = Header();
   int64_t last_start = static_cast<int64_t>(text.size());
   for (const Row& row : rows_) {
     last_start = static_cast<int64_t>(text.size());
     text += Line(row);
   }
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create '", temporary, "': ", std::strerror(errno)));
-  }
-  absl::Status written = WriteAll(fd, text, temporary);
-  if (written.ok() && std::rename(temporary.c_str(), path_.c_str()) != 0) {
-    written = absl::FailedPreconditionError(
-        absl::StrCat("cannot move '", temporary, "' to '", path_, "': ", std::strerror(errno)));
-  }
-  if (!written.ok()) {
-    ::close(fd);
-    std::remove(temporary.c_str());
-    return written;
-  }
+  absl::StatusOr<int> opened = WriteFileAtomicallyKeepOpen(path_, text);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
   last_row_offset_ = last_start;

@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 
 namespace dtrain {
 namespace {
@@ -122,20 +123,7 @@ std::string HyperParametersYaml(const ModelHyperParameters& model) {
 
 absl::Status WriteHparamsFile(const std::string& path, const Message& spec,
                               const ModelHyperParameters& model) {
-  const std::string temporary = absl::StrCat(path, ".tmp-", getpid());
-  {
-    std::ofstream file(temporary, std::ios::trunc);
-    file << ToYaml(spec) << HyperParametersYaml(model);
-    if (!file) {
-      std::remove(temporary.c_str());
-      return absl::FailedPreconditionError(absl::StrCat("cannot write '", temporary, "'"));
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    return absl::FailedPreconditionError(absl::StrCat("cannot write '", path, "'"));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, ToYaml(spec) + HyperParametersYaml(model));
 }
 
 }  // namespace dtrain

@@ -19,6 +19,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
+#include "common/status_macros.h"
 #include "worker/model/pickle_check.h"
 #include "worker/model/torch_status.h"
 
@@ -436,7 +438,7 @@ std::string WithoutSingleItemOpcodes(const std::string& p) {
     for (size_t e = end; e > next; --e) out += kTexts[inserts[e - 1].what];
     next = end;
     if (next_erase < erases.size() && erases[next_erase].first == copied) {
-      // Inserts recorded inside an erased range (none are) would be lost: the range is skipped.
+      // The range is skipped; inserts recorded inside it (none are) come out in record order.
       copied = std::max<size_t>(copied + 1, erases[next_erase].second);
       ++next_erase;
       while (next < inserts.size() && inserts[next].at < copied) {
@@ -565,29 +567,15 @@ absl::StatusOr<c10::IValue> ReadTorchSaveFile(const std::string& path) {
 }
 
 absl::Status WriteTorchSaveFile(const std::string& path, const c10::IValue& value) {
-  const std::string temporary = absl::StrCat(path, ".tmp-", getpid());
-  absl::Status status =
-      GuardTorch(absl::StrCat("cannot write '", path, "'"), [&]() -> absl::Status {
-        const std::vector<char> bytes = torch::pickle_save(value);
-        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        out.close();
-        if (!out) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("cannot write '", temporary, "': ", std::strerror(errno)));
-        }
-        return absl::OkStatus();
-      });
-  if (!status.ok()) {
-    std::remove(temporary.c_str());
-    return status;
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(temporary.c_str());
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot move '", temporary, "' into place at '", path, "': ", reason));
-  }
+  std::vector<char> bytes;
+  DTRAIN_RETURN_IF_ERROR(GuardTorch(absl::StrCat("cannot write '", path, "'"), [&]() {
+    bytes = torch::pickle_save(value);
+    return absl::OkStatus();
+  }));
+  // Readable by others as before: a shared checkpoint.dirpath is the operator's to share.
+  absl::Status written =
+      WriteFileAtomically(path, absl::string_view(bytes.data(), bytes.size()), 0644);
+  if (!written.ok()) return absl::InvalidArgumentError(written.message());
   return absl::OkStatus();
 }
 
