@@ -149,14 +149,21 @@ class BoundedStream : public httplib::Stream {
     return static_cast<ssize_t>(n);
   }
 
+  // Writes all of it (some of httplib's writes ignore a short count) or fails; the deadline is
+  // per call, so a client that stops reading is let go.
   ssize_t write(const char* ptr, size_t size) override {
     const absl::Time deadline = absl::Now() + write_timeout_;
-    for (;;) {
+    size_t done = 0;
+    while (done < size) {
       ssize_t n = 0;
       int wait_for = POLLOUT;
+      const size_t left = size - done;
       if (ssl_ != nullptr) {
-        n = SSL_write(ssl_, ptr, static_cast<int>(std::min<size_t>(size, INT_MAX)));
-        if (n > 0) break;
+        n = SSL_write(ssl_, ptr + done, static_cast<int>(std::min<size_t>(left, INT_MAX)));
+        if (n > 0) {
+          done += static_cast<size_t>(n);
+          continue;
+        }
         const int error = SSL_get_error(ssl_, static_cast<int>(n));
         if (error == SSL_ERROR_WANT_READ) {
           wait_for = POLLIN;
@@ -164,8 +171,11 @@ class BoundedStream : public httplib::Stream {
           return -1;
         }
       } else {
-        n = ::send(fd_, ptr, size, MSG_NOSIGNAL);
-        if (n >= 0) break;
+        n = ::send(fd_, ptr + done, left, MSG_NOSIGNAL);
+        if (n >= 0) {
+          done += static_cast<size_t>(n);
+          continue;
+        }
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
       }
@@ -221,8 +231,7 @@ class BoundedStream : public httplib::Stream {
         if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
       }
       if (!WaitFor(fd_, static_cast<short>(wait_for), deadline_)) {
-        Hit(over_status_ == 431 ? 408 : over_status_,
-            absl::StrCat(over_what_, " did not arrive in time"));
+        Hit(408, absl::StrCat(over_what_, " did not arrive in time"));
         return -1;
       }
     }
@@ -493,7 +502,7 @@ class BoundedServer : public httplib::Server {
  private:
   bool process_and_close_socket(int sock) override {
     loop_.Admit(
-        sock, nullptr, [this] { return is_running(); },
+        sock, nullptr, [this] { return svr_sock_ != INVALID_SOCKET; },
         [this](httplib::Stream& s, bool last, bool& closed,
                const std::function<void(httplib::Request&)>& setup) {
           return process_request(s, last, closed, setup);
@@ -517,7 +526,7 @@ class BoundedSslServer : public httplib::SSLServer {
  private:
   bool process_and_close_socket(int sock) override {
     loop_.Admit(
-        sock, ssl_context(), [this] { return is_running(); },
+        sock, ssl_context(), [this] { return svr_sock_ != INVALID_SOCKET; },
         [this](httplib::Stream& s, bool last, bool& closed,
                const std::function<void(httplib::Request&)>& setup) {
           return process_request(s, last, closed, setup);

@@ -47,6 +47,11 @@ class Served {
     server_->Post("/echo", [](const httplib::Request& q, httplib::Response& r) {
       r.set_content(q.body, "text/plain");
     });
+    server_->Get("/big", [](const httplib::Request&, httplib::Response& r) {
+      std::string body(32 << 20, '\0');
+      for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>(i * 131 % 251);
+      r.set_content(body, "application/octet-stream");
+    });
     port_ = server_->bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_->listen_after_bind(); });
     while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -268,6 +273,23 @@ TEST(BoundedHttpServer, Tls_SameLimits_SlowHandshakeCut) {
   EXPECT_EQ(ReadUntilClosed(silent, absl::Seconds(5)), "");
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
   ::close(silent);
+}
+
+// A large answer arrives whole: the socket takes it in parts, and every part is sent (a short
+// send once dropped the rest while Content-Length promised it).
+TEST(BoundedHttpServer, LargeAnswer_ArrivesWhole) {
+  Served served{HttpLimits()};
+  httplib::Client client("127.0.0.1", served.port());
+  client.set_read_timeout(30, 0);
+  auto big = client.Get("/big");
+  ASSERT_TRUE(big) << httplib::to_string(big.error());
+  ASSERT_EQ(big->status, 200);
+  ASSERT_EQ(big->body.size(), size_t{32} << 20);
+  bool same = true;
+  for (size_t i = 0; i < big->body.size() && same; ++i) {
+    same = big->body[i] == static_cast<char>(i * 131 % 251);
+  }
+  EXPECT_TRUE(same);
 }
 
 }  // namespace

@@ -28,7 +28,9 @@ namespace {
 // that is room for segments and retries.
 class StreamSlots {
  public:
-  static constexpr int kMaxStreams = 4096;
+  // Far above real use (128 ranks with 32 segments of one all_reduce in flight each make 4,096);
+  // the per-member cap is what bounds one caller.
+  static constexpr int kMaxStreams = 65536;
   static constexpr int kMaxStreamsPerMember = 128;
 
   absl::Status TakeOne() {

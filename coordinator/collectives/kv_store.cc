@@ -114,10 +114,13 @@ absl::StatusOr<int64_t> KeyValueStore::Add(const std::string& scope, const std::
   int64_t result = 0;
   {
     absl::MutexLock lock(&mu_);
-    auto& entries = scopes_[scope];
-    auto it = entries.find(key);
+    // Found without creating the scope: a refused add leaves nothing behind.
+    const std::string* held = nullptr;
+    if (auto sc = scopes_.find(scope); sc != scopes_.end()) {
+      if (auto it = sc->second.find(key); it != sc->second.end()) held = &it->second;
+    }
     int64_t current = 0;
-    if (it != entries.end() && !absl::SimpleAtoi(it->second, &current)) {
+    if (held != nullptr && !absl::SimpleAtoi(*held, &current)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "key-value: key '", key, "' in scope '", scope,
           "' holds a value that is not a decimal integer; add works only on counters"));

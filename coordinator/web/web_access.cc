@@ -123,10 +123,14 @@ absl::Status WebAccess::CheckSameOrigin(const std::string& origin, const std::st
   }
   std::string origin_name, host_name;
   int origin_port = 0, host_port = 0;
-  if (!SplitHostPort(rest, &origin_name, &origin_port) ||
-      !SplitHostPort(host, &host_name, &host_port) || !HostAllowed(origin_name) ||
-      (origin_port == 0 ? default_port : origin_port) !=
-          (host_port == 0 ? default_port : host_port)) {
+  // The same allowed name as the request's Host, and the same port where Host gives one (a
+  // reverse proxy that terminates TLS forwards Host without the port its browser used).
+  const bool same =
+      SplitHostPort(rest, &origin_name, &origin_port) &&
+      SplitHostPort(host, &host_name, &host_port) && origin_name == host_name &&
+      HostAllowed(origin_name) &&
+      (host_port == 0 || (origin_port == 0 ? default_port : origin_port) == host_port);
+  if (!same) {
     return absl::PermissionDeniedError(
         absl::StrCat("a request from another site (", origin,
                      ") may not change anything here; use the dashboard itself"));
@@ -153,11 +157,6 @@ absl::Status WebAccess::CheckLoginRate(const std::string& client) {
         absl::StrCat("too many failed logins from ", client.empty() ? "this client" : client, " (",
                      kMaxFailedLoginsPerClient, " a minute); wait a minute and try again"));
   }
-  if (all_failures_.size() >= kMaxFailedLogins) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("too many failed logins on this coordinator (", kMaxFailedLogins,
-                     " a minute from all clients); wait a minute and try again"));
-  }
   return absl::OkStatus();
 }
 
@@ -166,6 +165,13 @@ absl::StatusOr<std::string> WebAccess::Login(const std::string& token, const std
   DTRAIN_RETURN_IF_ERROR(CheckLoginRate(client));
   const absl::Time now = clock_();
   if (enabled() && !SameToken(token, admin_token_)) {
+    // The limit on all clients slows a guesser spread over many addresses; it answers only
+    // wrong tokens, so that nobody can lock the right one out.
+    if (all_failures_.size() >= kMaxFailedLogins) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("too many failed logins on this coordinator (", kMaxFailedLogins,
+                       " a minute from all clients); wait a minute and try again"));
+    }
     failures_[client].push_back(now);
     all_failures_.push_back(now);
     return absl::UnauthenticatedError("wrong token: this coordinator does not know it");

@@ -53,8 +53,9 @@ class WebAccess {
   absl::Status CheckSameOrigin(const std::string& origin, const std::string& host) const;
 
   // The login: UNAUTHENTICATED for a wrong token; RESOURCE_EXHAUSTED when `client` (its
-  // address) failed kMaxFailedLoginsPerClient times in the last minute, or all clients
-  // kMaxFailedLogins times; else the Set-Cookie header value of a new session.
+  // address) failed kMaxFailedLoginsPerClient times in the last minute (whatever the token), or
+  // for a wrong token when all clients failed kMaxFailedLogins times; else the Set-Cookie
+  // header value of a new session.
   absl::StatusOr<std::string> Login(const std::string& token, const std::string& client = "");
   // The Set-Cookie value that ends the session `cookie` names.
   std::string Logout(const std::string& cookie);
