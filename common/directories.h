@@ -12,4 +12,11 @@ namespace dtrain {
 // cannot be made.
 absl::Status MakeDirectories(const std::string& path, const std::string& what = "directory");
 
+// A directory only this process's user may use, for state that later reads trust (the
+// coordinator's state, the worker's artifact cache and job files): made as above, then
+// FAILED_PRECONDITION when it (or what a link there points to) belongs to another user than
+// this one or root, who could plant files in it, or is root's and writable by every user;
+// narrowed to 0700 when it is this user's and others may read or write it.
+absl::Status MakePrivateDirectory(const std::string& path, const std::string& what = "directory");
+
 }  // namespace dtrain

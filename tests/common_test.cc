@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/atomic_file.h"
+#include "common/directories.h"
 #include "common/dtype.h"
 #include "common/grpc_status.h"
 #include "common/half.h"
@@ -120,6 +121,36 @@ TEST(AtomicFile, ReplacesAPlantedLink_NeverWritesThroughIt_ModeAsAsked) {
   int entries = 0;
   for (const auto& e : fs::directory_iterator(dir)) entries += e.is_regular_file() ? 1 : 0;
   EXPECT_EQ(entries, 2) << "only victim and out: no temporary left behind";
+  fs::remove_all(dir);
+}
+
+// Issue 38: a directory whose contents later reads trust is this user's and private. One of
+// ours is narrowed to 0700; another user's, or a link to one, is refused naming the owner (a
+// cache planted at the predictable default path before the worker first ran).
+TEST(PrivateDirectory, NarrowedWhenOurs_RefusedWhenAnotherUsersOrWorldWritable) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / ("private-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string ours = (dir / "cache" / "w0").string();
+  ASSERT_TRUE(MakePrivateDirectory(ours, "the cache").ok());
+  ::chmod(ours.c_str(), 0777);
+  ASSERT_TRUE(MakePrivateDirectory(ours, "the cache").ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(ours.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  if (::geteuid() != 0) GTEST_SKIP() << "planting another user's directory needs root";
+  const std::string planted = (dir / "planted").string();
+  fs::create_directories(planted);
+  ASSERT_EQ(::chown(planted.c_str(), 65534, 65534), 0);
+  const absl::Status refused = MakePrivateDirectory(planted, "the cache");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(refused.message()).find("belongs to user 65534, not to user 0"),
+            std::string::npos)
+      << refused;
+  const std::string link = (dir / "link").string();
+  fs::create_symlink(planted, link);
+  EXPECT_EQ(MakePrivateDirectory(link, "the cache").code(), absl::StatusCode::kFailedPrecondition)
+      << "a link to another user's directory";
   fs::remove_all(dir);
 }
 

@@ -20,6 +20,8 @@ namespace fs = std::filesystem;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ArtifactStore>> ArtifactStore::Open(ArtifactStoreOptions options) {
+  // Stored files are trusted by every later job that names their digest: only this user's.
+  if (absl::Status s = MakePrivateDirectory(options.dir, "the artifact store"); !s.ok()) return s;
   if (absl::Status s = MakeDirectories(options.dir + "/objects", "the artifact store"); !s.ok()) {
     return s;
   }

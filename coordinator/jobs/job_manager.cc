@@ -296,7 +296,11 @@ void JobManager::Unwatch(const std::string& id, int64_t handle) {
 }
 
 absl::Status JobManager::Restore(const std::string& path) {
-  if (absl::Status s = MakeDirectories(options_.state_dir); !s.ok()) return s;
+  if (absl::Status s =
+          MakePrivateDirectory(options_.state_dir, "the coordinator's state directory");
+      !s.ok()) {
+    return s;
+  }
   DTRAIN_ASSIGN_OR_RETURN(store_, JobStore::Open(path));
   std::vector<std::string> skipped;
   DTRAIN_ASSIGN_OR_RETURN(std::vector<JobStore::StoredJob> stored, store_->LoadAll(&skipped));

@@ -52,7 +52,7 @@ absl::StatusOr<std::string> ArtifactCache::Get(const std::string& digest) {
     }
     ++misses_;
   }
-  if (absl::Status s = MakeDirectories(dir_, "the worker's artifact cache"); !s.ok()) return s;
+  if (absl::Status s = MakePrivateDirectory(dir_, "the worker's artifact cache"); !s.ok()) return s;
   absl::Status fetched;
   int attempt = 0;
   do {
@@ -76,7 +76,7 @@ absl::StatusOr<std::string> ArtifactCache::Get(const std::string& digest) {
 
 absl::Status ArtifactCache::Adopt(const std::string& path, const std::string& digest) {
   if (absl::Status s = CheckDigest(digest); !s.ok()) return s;
-  if (absl::Status s = MakeDirectories(dir_, "the worker's artifact cache"); !s.ok()) return s;
+  if (absl::Status s = MakePrivateDirectory(dir_, "the worker's artifact cache"); !s.ok()) return s;
   std::error_code error;
   const int64_t size = static_cast<int64_t>(fs::file_size(path, error));
   if (error) return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", error.message()));

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/bearer_token.h"
 #include "common/callback_reactors.h"
+#include "common/directories.h"
 #include "common/file_reference.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
@@ -186,6 +187,7 @@ absl::StatusOr<std::string> WorkerService::CheckpointDirectory(v1::SetupRequest*
           "' cannot send checkpoints to the coordinator (it has no directory for jobs); name a "
           "checkpoint.dirpath the workers share instead"));
     }
+    DTRAIN_RETURN_IF_ERROR(MakePrivateDirectory(options_.jobs_dir, "the worker's jobs directory"));
     // Its ranks (ddp_spawn children too) see a plain directory; only this daemon sends files.
     setup->set_store_checkpoints(false);
     setup->mutable_spec()->mutable_checkpoint()->set_dirpath(
