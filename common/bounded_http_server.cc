@@ -15,6 +15,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <type_traits>
+#include <utility>
 
 #include <httplib.h>
 #include <openssl/ssl.h>
@@ -490,46 +492,28 @@ class AdmitOnListeningThread : public httplib::TaskQueue {
 // the bound socket raises the backlog.
 void ListenDeeper(int sock) { (void)::listen(sock, 1024); }
 
-class BoundedServer : public httplib::Server {
+// httplib's server (plain or TLS) with each accepted socket admitted and served by the loop.
+template <typename Base>
+class Bounded : public Base {
  public:
-  explicit BoundedServer(const HttpLimits& limits) : loop_(limits) {
-    new_task_queue = [this] {
-      ListenDeeper(svr_sock_);
+  template <typename... Args>
+  explicit Bounded(const HttpLimits& limits, Args&&... args)
+      : Base(std::forward<Args>(args)...), loop_(limits) {
+    this->new_task_queue = [this] {
+      ListenDeeper(this->svr_sock_);
       return new AdmitOnListeningThread(&loop_);
     };
   }
 
  private:
   bool process_and_close_socket(int sock) override {
+    SSL_CTX* ctx = nullptr;
+    if constexpr (std::is_base_of_v<httplib::SSLServer, Base>) ctx = this->ssl_context();
     loop_.Admit(
-        sock, nullptr, [this] { return svr_sock_ != INVALID_SOCKET; },
+        sock, ctx, [this] { return this->svr_sock_ != INVALID_SOCKET; },
         [this](httplib::Stream& s, bool last, bool& closed,
                const std::function<void(httplib::Request&)>& setup) {
-          return process_request(s, last, closed, setup);
-        });
-    return true;
-  }
-
-  ConnectionLoop loop_;
-};
-
-class BoundedSslServer : public httplib::SSLServer {
- public:
-  BoundedSslServer(const HttpLimits& limits, const std::string& cert, const std::string& key)
-      : httplib::SSLServer(cert.c_str(), key.c_str()), loop_(limits) {
-    new_task_queue = [this] {
-      ListenDeeper(svr_sock_);
-      return new AdmitOnListeningThread(&loop_);
-    };
-  }
-
- private:
-  bool process_and_close_socket(int sock) override {
-    loop_.Admit(
-        sock, ssl_context(), [this] { return svr_sock_ != INVALID_SOCKET; },
-        [this](httplib::Stream& s, bool last, bool& closed,
-               const std::function<void(httplib::Request&)>& setup) {
-          return process_request(s, last, closed, setup);
+          return this->process_request(s, last, closed, setup);
         });
     return true;
   }
@@ -544,14 +528,14 @@ absl::StatusOr<std::unique_ptr<httplib::Server>> NewBoundedHttpServer(const Http
                                                                       const std::string& key) {
   std::unique_ptr<httplib::Server> server;
   if (!cert.empty() && !key.empty()) {
-    auto tls = std::make_unique<BoundedSslServer>(limits, cert, key);
+    auto tls = std::make_unique<Bounded<httplib::SSLServer>>(limits, cert.c_str(), key.c_str());
     if (!tls->is_valid()) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot serve HTTPS with ", cert, " and ", key));
     }
     server = std::move(tls);
   } else {
-    server = std::make_unique<BoundedServer>(limits);
+    server = std::make_unique<Bounded<httplib::Server>>(limits);
   }
   server->set_payload_max_length(limits.max_body_bytes);
   server->set_error_handler(
