@@ -76,7 +76,7 @@ absl::StatusOr<std::vector<HostTensor>> Split(const std::vector<v1::TensorMeta>&
 }
 
 std::string TokenOf(const ProcessGroupOptions& options) {
-  return options.token.empty() ? ClientToken() : options.token;
+  return options.token.empty() && !options.only_given_token ? ClientToken() : options.token;
 }
 
 }  // namespace

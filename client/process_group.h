@@ -53,8 +53,11 @@ struct ProcessGroupOptions {
   // Tests turn this off to play a process that hangs without dying.
   bool send_heartbeats = true;
   uint64_t incarnation = 0;  // 0: random
-  // Bearer token for this group's calls (a job's own, see jobs.proto); empty: the process's.
+  // Bearer token for this group's calls (a job's own, see jobs.proto); empty: the process's,
+  // unless `only_given_token`.
   std::string token;
+  // A worker's rank sets it: the rank presents the job's token or none, never its daemon's.
+  bool only_given_token = false;
   // Cancels Join's wait for the group when its owner gives up (a worker whose Setup call was
   // cancelled); the join then fails CANCELLED. Null: only the deadline ends the wait.
   CallCanceller* cancel = nullptr;

@@ -25,9 +25,13 @@
 namespace dtrain {
 
 inline constexpr char kTokenEnvironment[] = "DTRAIN_TOKEN";
+// What a worker's rank child (--child) requires of its daemon on every call: a secret the
+// daemon makes for one job and hands over in the child's environment.
+inline constexpr char kChildSecretEnvironment[] = "DTRAIN_CHILD_SECRET";
 
 // Sets the process's default client token (empty: none) and exports it as DTRAIN_TOKEN, so that
-// processes this one starts (ddp_spawn children) authenticate the same way.
+// programs this one starts authenticate the same way (a worker's rank children get their job's
+// token instead, worker/runtime/spawned_job.h).
 void SetClientToken(const std::string& token);
 
 // The process's default client token: the last SetClientToken, else DTRAIN_TOKEN, else empty.

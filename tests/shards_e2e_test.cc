@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/bearer_token.h"
 #include "tests/checkpoint_comparison.h"
 #include "tests/jobs_e2e_fixture.h"
 
@@ -194,6 +195,37 @@ TEST_F(JobsE2eTest, ClientShards_UploadedOnceAndFetchedByTheWorkers) {
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_THAT(second.output, HasSubstr("data.shards.train: 4 shards, 256 samples"));
   EXPECT_THAT(second.output, HasSubstr(", 0 sent, the list as artifact:sha256:"));
+}
+
+// The client's shards on a cluster with tokens: each worker runs its rank in a child process
+// that holds only the job's token (rank isolation), and fetches the shards the uploaded list
+// names one by one with it: the coordinator lets a job's token read the shards its lists name.
+class TokenedShardsE2eTest : public ::testing::Test {
+ protected:
+  void TearDown() override { SetClientToken(""); }
+};
+
+TEST_F(TokenedShardsE2eTest, ClientShards_IsolatedRanksFetchThemWithTheJobsToken) {
+  LocalCluster cluster(absl::StrCat(::testing::TempDir(), "/tokened-shards-", getpid()));
+  const std::string admin = "shards-admin-token-0123456789";
+  const std::string token_flag = "--token_file=" + cluster.dir() + "/token";
+  std::ofstream(cluster.dir() + "/token") << admin << "\n";
+  SetClientToken(admin);  // the cluster's own stubs
+  ASSERT_TRUE(cluster.StartCoordinator("127.0.0.1:0", {token_flag}));
+  ASSERT_TRUE(cluster.AddWorker("w0", {token_flag}));
+  ASSERT_TRUE(cluster.AddWorker("w1", {token_flag}));
+  ASSERT_TRUE(WaitFor([&] { return cluster.AliveWorkers(true) == 2; }, absl::Seconds(10)));
+  const std::string data = cluster.dir() + "/mine";
+  WriteShards(data + "/train", "train", 4, 64, 3);
+  WriteShards(data + "/val", "val", 1, 64, 4);
+  const std::string job =
+      cluster.WriteSpec("mine", ShardsJob("mine", data + "/train", data + "/val/val-{0..0}.tar"));
+  CommandResult fit =
+      cluster.Dtrain(absl::StrCat("fit --wait --config ", job), "DTRAIN_TOKEN=" + admin);
+  EXPECT_EQ(fit.exit_code, 0) << fit.output;
+  EXPECT_THAT(fit.output, HasSubstr(", 4 sent, the list as artifact:sha256:"));
+  EXPECT_THAT(fit.output, HasSubstr("mine-1 SUCCEEDED"));
+  EXPECT_TRUE(cluster.Shutdown());
 }
 
 TEST_F(JobsE2eTest, BadSample_NamedWithShardKeyAndRank_OrSkippedAndCounted) {

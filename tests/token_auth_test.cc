@@ -3,21 +3,26 @@
 // scoping rules (every kind of call: join, heartbeat, unary and streamed collectives, session,
 // key-value, control plane); real processes and the CLI for the cluster end to end, where the
 // tokens must also never reach a log.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/kv_client.h"
 #include "common/bearer_token.h"
 #include "common/channel.h"
@@ -25,6 +30,7 @@
 #include "dtrain/v1/jobs.grpc.pb.h"
 #include "dtrain/v1/workers.grpc.pb.h"
 #include "tests/local_cluster.h"
+#include "tests/worker_process.h"
 
 namespace dtrain::testing {
 namespace {
@@ -233,8 +239,8 @@ TEST(BearerTokenTest, ComparisonAndValidation) {
 }
 
 // The cluster end to end: a coordinator and a worker that require the admin token, the CLI
-// with and without it, a ddp_spawn job (whose children inherit the worker's token and join
-// with the job's), and logs that hold no token.
+// with and without it, a ddp_spawn job (whose children get the job's token, never the
+// worker's), and logs that hold no token.
 class TokenClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -333,6 +339,172 @@ optimizer: {name: sgd, lr: 0.05}
   // Files' digests ("sha256:" and 64 hex digits) are public names; a token is not.
   logs = std::regex_replace(logs, std::regex("sha256:[0-9a-f]{64}"), "sha256:...");
   EXPECT_FALSE(std::regex_search(logs, std::regex("[0-9a-f]{64}")));
+}
+
+// A gRPC endpoint that answers every call UNIMPLEMENTED and records the authorization header
+// each call carried: where a Setup would like a worker's ranks to connect.
+class Decoy : public grpc::CallbackGenericService {
+ public:
+  Decoy() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterCallbackGenericService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~Decoy() override { server_->Shutdown(); }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  std::vector<std::string> headers() {
+    absl::MutexLock lock(&mu_);
+    return headers_;
+  }
+
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override {
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = context->client_metadata().find("authorization");
+      headers_.push_back(it == context->client_metadata().end()
+                             ? "(none)"
+                             : std::string(it->second.data(), it->second.size()));
+    }
+    class Refuse : public grpc::ServerGenericBidiReactor {
+     public:
+      Refuse() { Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "a decoy")); }
+      void OnDone() override { delete this; }
+    };
+    return new Refuse();
+  }
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Mutex mu_;
+  std::vector<std::string> headers_ ABSL_GUARDED_BY(mu_);
+};
+
+// The environment a process started with (/proc/<pid>/environ), NULs as newlines.
+std::string EnvironmentOf(pid_t pid) {
+  std::string env = ReadFile(absl::StrCat("/proc/", pid, "/environ"));
+  std::replace(env.begin(), env.end(), '\0', '\n');
+  return env;
+}
+
+v1::SetupRequest RankSetup(const std::string& job, const std::string& coordinator,
+                           const std::string& token) {
+  v1::SetupRequest r;
+  r.set_job_id(job);
+  r.mutable_spec()->mutable_model()->set_builtin("mlp");
+  r.mutable_spec()->mutable_optimizer()->set_name("sgd");
+  r.mutable_spec()->mutable_optimizer()->set_lr(0.1);
+  r.mutable_spec()->mutable_trainer()->set_strategy("ddp");
+  r.mutable_spec()->mutable_trainer()->set_collective_backend("grpc");
+  r.mutable_spec()->mutable_data()->mutable_synthetic()->set_train_size(256);
+  r.mutable_group()->set_coordinator(coordinator);
+  r.mutable_group()->set_world_size(1);
+  r.mutable_group()->set_register_timeout_ms(5000);
+  r.mutable_group()->set_token(token);
+  return r;
+}
+
+absl::Status Call(const std::function<grpc::Status(grpc::ClientContext*)>& rpc) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  return FromGrpcStatus(rpc(&context));
+}
+
+// A rank holds only its job's rights (issue 38, item 5): real worker daemons given the admin
+// token (by file and in their environment), driven over gRPC by this test as their coordinator.
+class RankRightsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CoordinatorOptions options = FastOptions();
+    options.admin_token = kAdmin;
+    coordinator_ = StartCoordinator(options);
+    ASSERT_NE(coordinator_, nullptr);
+    token_file_ = absl::StrCat(::testing::TempDir(), "/rank-rights-", getpid(), ".token");
+    std::ofstream(token_file_) << kAdmin << "\n";
+    SetClientToken(kAdmin);  // exported: the worker processes inherit it as DTRAIN_TOKEN too
+  }
+  void TearDown() override { SetClientToken(""); }
+
+  std::unique_ptr<WorkerProcess> StartWorker(std::vector<std::string> flags = {}) {
+    flags.push_back("--token_file=" + token_file_);
+    return WorkerProcess::Start(coordinator_->address(), std::move(flags));
+  }
+
+  std::unique_ptr<CoordinatorServer> coordinator_;
+  std::string token_file_;
+};
+
+// With a token the worker runs the job's rank in a child process (--rank_isolation=auto). The
+// child's environment holds the job's token and never the admin token, though the daemon's
+// own environment holds it; the rank joins the worker's own coordinator, not the one the Setup
+// names, and trains; teardown reaps the child.
+TEST_F(RankRightsTest, IsolatedRank_HoldsTheJobsTokenOnly_JoinsTheWorkersOwnCoordinator) {
+  auto worker = StartWorker();
+  ASSERT_NE(worker, nullptr);
+  // The daemon was started with the admin token in its environment too (this process's).
+  ASSERT_STREQ(std::getenv("DTRAIN_TOKEN"), kAdmin);
+  Decoy decoy;
+  const std::string job_token = coordinator_->access().IssueJobToken("iso");
+  v1::SetupResponse setup;
+  ASSERT_TRUE(Call([&](auto* c) {
+                return worker->stub().Setup(c, RankSetup("iso", decoy.address(), job_token),
+                                            &setup);
+              }).ok());
+  ASSERT_EQ(setup.ranks_size(), 1);
+  const pid_t rank = setup.ranks(0).pid();
+  EXPECT_NE(rank, worker->pid()) << "the rank runs in the daemon's own process";
+  EXPECT_THAT(ReadFile(absl::StrCat("/proc/", rank, "/status")),
+              HasSubstr(absl::StrCat("PPid:\t", worker->pid(), "\n")));
+  const std::string env = EnvironmentOf(rank);
+  EXPECT_THAT(env, HasSubstr(absl::StrCat("\nDTRAIN_TOKEN=", job_token, "\n")));
+  EXPECT_THAT(env, Not(HasSubstr(kAdmin)));
+  EXPECT_THAT(ReadFile(absl::StrCat("/proc/", rank, "/cmdline")), Not(HasSubstr(kAdmin)));
+  EXPECT_TRUE(decoy.headers().empty()) << "the Setup's coordinator was called";
+
+  v1::StepRequest step;
+  step.set_job_id("iso");
+  v1::IndexBatch* batch = step.add_work()->add_index_batches();
+  batch->set_split("train");
+  for (int i = 0; i < 32; ++i) batch->add_indices(i);
+  v1::StepResponse trained;
+  ASSERT_TRUE(Call([&](auto* c) { return worker->stub().TrainingStep(c, step, &trained); }).ok());
+  ASSERT_EQ(trained.results_size(), 1);
+  EXPECT_EQ(trained.results(0).global_step(), 1);
+  v1::TeardownRequest teardown;
+  teardown.set_job_id("iso");
+  v1::TeardownResponse torn;
+  ASSERT_TRUE(Call([&](auto* c) { return worker->stub().Teardown(c, teardown, &torn); }).ok());
+  EXPECT_TRUE(WaitFor([&] { return kill(rank, 0) != 0; }, absl::Seconds(10))) << "not reaped";
+}
+
+// A rank in the daemon's process (--rank_isolation=in_process) presents the job's token or
+// none: a Setup without one is refused by the coordinator, where the daemon's admin token would
+// have let it in.
+TEST_F(RankRightsTest, InProcessRank_WithoutAJobToken_PresentsNone) {
+  auto worker = StartWorker({"--rank_isolation=in_process"});
+  ASSERT_NE(worker, nullptr);
+  v1::SetupResponse setup;
+  absl::Status refused = Call([&](auto* c) {
+    return worker->stub().Setup(c, RankSetup("bare", coordinator_->address(), ""), &setup);
+  });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("requires a bearer token"));
+  const std::string job_token = coordinator_->access().IssueJobToken("own");
+  ASSERT_TRUE(Call([&](auto* c) {
+                return worker->stub().Setup(c, RankSetup("own", "", job_token), &setup);
+              }).ok());
+  EXPECT_EQ(setup.ranks(0).pid(), worker->pid());
+}
+
+TEST_F(RankRightsTest, RankIsolationFlag_AndAChildWithoutItsSecret_Refused) {
+  CommandResult bad = RunShell(absl::StrCat(DTRAIN_WORKER_BIN, " --rank_isolation=sometimes 2>&1"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--rank_isolation must be process, in_process or auto"));
+  CommandResult child = RunShell(absl::StrCat(DTRAIN_WORKER_BIN, " --child 2>&1"));
+  EXPECT_EQ(child.exit_code, 2) << child.output;
+  EXPECT_THAT(child.output, HasSubstr("DTRAIN_CHILD_SECRET; it is not set"));
 }
 
 }  // namespace

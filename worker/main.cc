@@ -6,9 +6,11 @@
 #include <limits.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/bearer_token.h"
 #include "common/command_line.h"
 #include "common/job_settings.h"
 #include "common/log.h"
@@ -60,18 +63,27 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(60),
           "the job, before the step is stopped; a second SIGTERM stops it at once");
 ABSL_FLAG(std::string, cache_dir, "",
           "where files jobs name by content (uploaded with their spec) are kept between jobs; "
-          "default /tmp/dtrain-worker-cache/<name>");
+          "default <cache>/worker/<name>, <cache> being $CACHE_DIRECTORY (systemd), "
+          "/var/cache/dtrain for root, else $XDG_CACHE_HOME/dtrain or ~/.cache/dtrain");
 ABSL_FLAG(int64_t, cache_bytes, int64_t{20} << 30,
           "the cache's size bound; the least recently used files go first; 0: no bound");
 ABSL_FLAG(std::string, jobs_dir, "",
           "where this worker writes a job's checkpoints before sending them to the coordinator "
-          "(removed when the job leaves); default /tmp/dtrain-worker-jobs/<name>");
+          "(removed when the job leaves); default <state>/worker-jobs/<name>, <state> being "
+          "$STATE_DIRECTORY (systemd), /var/lib/dtrain for root, else $XDG_STATE_HOME/dtrain "
+          "or ~/.local/state/dtrain");
 ABSL_FLAG(bool, trusted_network, false,
           "on a cluster with TLS, let the Gloo plane carry gradients between workers in clear "
           "(Debian's Gloo has no encryption); without it collective_backend auto uses the "
           "coordinator's TLS grpc plane across hosts and gloo is refused. Give it to every worker "
           "or none");
-ABSL_FLAG(bool, child, false, "internal: a ddp_spawn child (no registration, no ddp_spawn)");
+ABSL_FLAG(bool, child, false,
+          "internal: a rank child of a worker daemon (no registration, no ddp_spawn); it "
+          "requires DTRAIN_CHILD_SECRET and presents DTRAIN_TOKEN, its job's token");
+ABSL_FLAG(std::string, rank_isolation, "auto",
+          "where a job's ranks run: process (a child process that never holds this worker's "
+          "token), in_process (this daemon's process: no extra hop), or auto (process when the "
+          "worker has a token, else in_process). ddp_spawn always uses children");
 ABSL_FLAG(std::vector<std::string>, plugin, {},
           "shared libraries of plugins (strategies, precision plugins, accelerators, checkpoint "
           "IO) to load at startup, comma-separated or repeated; see docs/extending.md");
@@ -194,14 +206,61 @@ int main(int argc, char** argv) {
     dtrain::LogError(s.message());
     return 2;
   }
-  // One token both ways: presented to the coordinator, and required of whoever calls this
-  // worker (the coordinator; a ddp_spawn child's parent, whose token it inherited).
-  absl::StatusOr<std::string> token = dtrain::ConfigureServerTokenFromFlags(options.listen_address);
-  if (!token.ok()) {
-    dtrain::LogError(token.status().message());
+  if (options.child) {
+    // A rank child presents its job's token (DTRAIN_TOKEN, as its daemon set it) and requires
+    // the secret its daemon made for the job; neither is the daemon's own token.
+    const char* secret = std::getenv(dtrain::kChildSecretEnvironment);
+    if (secret == nullptr || *secret == '\0') {
+      dtrain::LogError(absl::StrCat("--child is started by a worker daemon, which sets ",
+                                    dtrain::kChildSecretEnvironment, "; it is not set"));
+      return 2;
+    }
+    options.token = secret;
+    unsetenv(dtrain::kChildSecretEnvironment);  // nothing this child starts inherits it
+    absl::StatusOr<std::string> job_token = dtrain::ConfigureClientTokenFromFlags();
+    if (!job_token.ok()) {
+      dtrain::LogError(job_token.status().message());
+      return 2;
+    }
+  } else {
+    // One token both ways: presented to the coordinator, and required of whoever calls this
+    // worker (the coordinator).
+    absl::StatusOr<std::string> token =
+        dtrain::ConfigureServerTokenFromFlags(options.listen_address);
+    if (!token.ok()) {
+      dtrain::LogError(token.status().message());
+      return 2;
+    }
+    options.token = *token;
+  }
+  const std::string isolation = absl::GetFlag(FLAGS_rank_isolation);
+  if (isolation == "process") {
+    options.isolate_ranks = true;
+  } else if (isolation == "in_process") {
+    options.isolate_ranks = false;
+  } else if (isolation == "auto") {
+    options.isolate_ranks = !options.token.empty() && !options.spawn_binary.empty();
+    if (!options.token.empty() && options.spawn_binary.empty()) {
+      dtrain::LogWarning(
+          "ranks run in this process, which holds the worker's token: this program's path is "
+          "not known, so it cannot start rank children");
+    }
+  } else {
+    dtrain::LogError(absl::StrCat("--rank_isolation must be process, in_process or auto, got '",
+                                  isolation, "'"));
     return 2;
   }
-  options.token = *token;
+  if (options.child) options.isolate_ranks = false;
+  if (!options.child && !options.token.empty()) {
+    // Processes of the same user (a rank child running a model included) may not read this
+    // one's memory or its /proc environ, where the token is. Children it starts are dumpable
+    // again (execve), and get only their job's token.
+    prctl(PR_SET_DUMPABLE, 0);
+  }
+  if (!options.child) {
+    dtrain::LogInfo(
+        "ranks", {{"run_in", options.isolate_ranks ? "a child process per job" : "this process"}});
+  }
 
   absl::StatusOr<std::unique_ptr<dtrain::WorkerServer>> server =
       dtrain::WorkerServer::Start(std::move(options));

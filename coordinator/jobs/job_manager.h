@@ -40,8 +40,8 @@
 namespace dtrain {
 
 struct JobManagerOptions {
-  std::string state_dir = "/tmp/dtrain-state";
-  std::string host;  // for event file names
+  std::string state_dir;  // the coordinator's (CoordinatorOptions::state_dir)
+  std::string host;       // for event file names
   absl::Duration setup_timeout = absl::Minutes(5);
   absl::Duration step_timeout = absl::Minutes(30);
   // Makes each run of a job; null: a Trainer on the placed workers (tests pass a stand-in).
@@ -99,7 +99,7 @@ class JobManager {
   absl::StatusOr<std::string> ResolveFile(const std::string& reference) const;
 
   // Whether a job token of `group` may read `digest`: a file that group's job names (its spec's
-  // uploads, its checkpoints and predictions).
+  // uploads, the shards its uploaded shard lists name, its checkpoints and predictions).
   bool GroupMayRead(const std::string& group, const std::string& digest) const;
 
   // The address workers reach the coordinator at (for their groups); set once serving.
@@ -135,6 +135,13 @@ class JobManager {
   // One freeing at a time: a digest checked unused is not named by a job submitted meanwhile
   // (Submit takes it too).
   mutable absl::Mutex free_mu_;
+  // The shard digests each uploaded shard list names, by the list's digest (content-addressed,
+  // so a parse holds for good); a few lists at most.
+  std::shared_ptr<const std::set<std::string>> UploadedShards(const std::string& list) const;
+  mutable absl::Mutex shard_lists_load_mu_;  // taken before shard_lists_mu_
+  mutable absl::Mutex shard_lists_mu_;
+  mutable std::map<std::string, std::shared_ptr<const std::set<std::string>>> shard_lists_
+      ABSL_GUARDED_BY(shard_lists_mu_);
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<JobRecord>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order

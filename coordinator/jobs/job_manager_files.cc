@@ -1,6 +1,7 @@
 // JobManager's side of the stored files jobs name: freeing what no job names any more, resolving
 // job:<id>/<name> references, and which files a run's group may fetch. Job lifecycle (submit,
 // schedule, run, cancel, delete) is in job_manager.cc.
+#include <fstream>
 #include <memory>
 #include <set>
 #include <string>
@@ -9,11 +10,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_reference.h"
+#include "common/job_settings.h"
+#include "common/shard_list.h"
 #include "coordinator/jobs/job_artifacts.h"
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/jobs/job_record.h"
 
 namespace dtrain {
+namespace {
+
+// As a worker reads a list (worker/data/shard_catalog.cc).
+constexpr int64_t kMaxShardListBytes = int64_t{256} << 20;
+constexpr size_t kCachedShardLists = 64;
+
+}  // namespace
 
 void JobManager::SetArtifactStore(ArtifactStore* artifacts) { artifacts_ = artifacts; }
 
@@ -78,13 +88,59 @@ absl::StatusOr<std::string> JobManager::ResolveFile(const std::string& reference
                                           names.empty() ? "none" : absl::StrJoin(names, ", ")));
 }
 
+std::shared_ptr<const std::set<std::string>> JobManager::UploadedShards(
+    const std::string& list) const {
+  {
+    absl::MutexLock lock(&shard_lists_mu_);
+    auto it = shard_lists_.find(list);
+    if (it != shard_lists_.end()) return it->second;
+  }
+  if (artifacts_ == nullptr) return nullptr;
+  // One list read at a time: a job's ranks all ask at once, and one of them reads it for all.
+  absl::MutexLock loading(&shard_lists_load_mu_);
+  {
+    absl::MutexLock lock(&shard_lists_mu_);
+    auto it = shard_lists_.find(list);
+    if (it != shard_lists_.end()) return it->second;
+  }
+  absl::StatusOr<int64_t> size = artifacts_->Size(list);
+  absl::StatusOr<std::string> path = artifacts_->PathOf(list);
+  if (!size.ok() || !path.ok()) return nullptr;
+  // A list someone uploaded: read and parsed with the same bounds as on a worker. One too large
+  // or that does not parse names no shard (the job's ranks report why).
+  auto shards = std::make_shared<std::set<std::string>>();
+  if (*size <= kMaxShardListBytes) {
+    std::ifstream in(*path, std::ios::binary);
+    std::string text(static_cast<size_t>(*size), '\0');
+    if (!in.read(text.data(), static_cast<std::streamsize>(text.size()))) return nullptr;
+    absl::StatusOr<std::vector<ShardEntry>> entries = ParseShardList(text);
+    if (entries.ok()) {
+      for (const ShardEntry& e : *entries) {
+        if (IsArtifactReference(e.location)) shards->insert(ArtifactDigest(e.location));
+      }
+    }
+  }
+  absl::MutexLock lock(&shard_lists_mu_);
+  if (shard_lists_.size() >= kCachedShardLists) shard_lists_.clear();
+  shard_lists_[list] = shards;
+  return shards;
+}
+
 bool JobManager::GroupMayRead(const std::string& group, const std::string& digest) const {
   // A run's group is the job's id, or "<id>.<run>" for a later run.
   std::shared_ptr<JobRecord> job = Find(group);
   if (job == nullptr && group.rfind('.') != std::string::npos) {
     job = Find(group.substr(0, group.rfind('.')));
   }
-  return job != nullptr && DigestsNamedBy(*job).count(digest) > 0;
+  if (job == nullptr) return false;
+  if (DigestsNamedBy(*job).count(digest) > 0) return true;
+  // A rank in a child process fetches the shards of an uploaded dataset one by one.
+  for (const SpecPath& p : SpecPaths(job->spec())) {
+    if (p.kind != v1::Setting::SHARDS || !IsArtifactReference(p.value)) continue;
+    std::shared_ptr<const std::set<std::string>> shards = UploadedShards(ArtifactDigest(p.value));
+    if (shards != nullptr && shards->count(digest) > 0) return true;
+  }
+  return false;
 }
 
 }  // namespace dtrain

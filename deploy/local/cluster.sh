@@ -9,6 +9,7 @@
 # each gets an equal share of this machine's cores (--threads) and, when the shares fit the cores
 # this shell may use, is pinned to its own (--cpus; --no-pin leaves the scheduler to place them).
 # State (pids, port, logs, jobs) lives in $DTRAIN_LOCAL_DIR (default: build/local-cluster).
+# $DTRAIN_WORKER_FLAGS, if set, is added to every worker's flags (e.g. --rank_isolation=process).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 state=${DTRAIN_LOCAL_DIR:-$root/build/local-cluster}
@@ -93,7 +94,7 @@ case "$cmd" in
       [ -n "$cpus" ] && pinned="$pinned local-$i:$cpus"
       "$bin/worker/dtrain-worker" --coordinator="$address" --listen=127.0.0.1:0 \
         --port_file="$state/worker-$i.port" --name="local-$i" --threads="$threads" \
-        ${cpus:+--cpus="$cpus"} >"$state/worker-$i.log" 2>&1 &
+        ${cpus:+--cpus="$cpus"} ${DTRAIN_WORKER_FLAGS:-} >"$state/worker-$i.log" 2>&1 &
       echo $! > "$state/worker-$i.pid"
     done
     for i in $(seq 0 $((workers - 1))); do

@@ -234,7 +234,9 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     options.cancel = cancel;
     options.group = g.group().empty() ? request.job_id() : g.group();
     options.world_size = g.world_size();
+    // The job's own token, or none: a rank never presents its daemon's admin token.
     options.token = g.token();
+    options.only_given_token = true;
     options.host = identity.host;
     options.name = request.worker_name().empty() ? identity.name : request.worker_name();
     options.order_key =
@@ -244,7 +246,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     if (t.collective_timeout_ms() > 0) {
       options.collective_timeout = absl::Milliseconds(t.collective_timeout_ms());
     }
-    const std::string address = g.coordinator().empty() ? identity.coordinator : g.coordinator();
+    // The worker's own --coordinator whenever it has one: whoever sends a Setup cannot point
+    // the job's token (and the rank's connections) at another address. A worker whose
+    // --coordinator is empty (driven by a program, not a cluster) uses the request's.
+    const std::string address =
+        identity.coordinator.empty() ? g.coordinator() : identity.coordinator;
     if (address.empty()) {
       return absl::InvalidArgumentError(
           "group.coordinator is empty and the worker has no --coordinator");

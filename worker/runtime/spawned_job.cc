@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 
 #include <grpcpp/create_channel.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/bearer_token.h"
@@ -18,6 +20,8 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/runtime/cpu_affinity.h"
+
+extern char** environ;  // NOLINT: POSIX
 
 namespace dtrain {
 namespace {
@@ -35,12 +39,32 @@ std::string DescribeWaitStatus(int status) {
   return absl::StrCat("ended with wait status ", status);
 }
 
+// This process's environment without its bearer token, with `token` (the job's) and
+// `secret` (the child's channel secret) instead: a child never sees the daemon's token.
+std::vector<std::string> ChildEnvironment(const std::string& token, const std::string& secret) {
+  std::vector<std::string> out;
+  const std::string token_prefix = absl::StrCat(kTokenEnvironment, "=");
+  const std::string secret_prefix = absl::StrCat(kChildSecretEnvironment, "=");
+  for (char** e = environ; *e != nullptr; ++e) {
+    const absl::string_view entry(*e);
+    if (absl::StartsWith(entry, token_prefix) || absl::StartsWith(entry, secret_prefix)) continue;
+    out.emplace_back(entry);
+  }
+  if (!token.empty()) out.push_back(token_prefix + token);
+  out.push_back(secret_prefix + secret);
+  return out;
+}
+
 // fork + exec with the child tied to this process's life. Only async-signal-safe calls
 // between fork and exec: the arguments are prepared before.
-absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args) {
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args,
+                            const std::vector<std::string>& environment) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const std::string& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("fork failed: ", strerror(errno)));
@@ -53,7 +77,10 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);  // the daemon blocks SIGTERM for sigwait
-    execv(argv[0], argv.data());
+    // No descriptor of the daemon's (a connection, a file some library opened without
+    // O_CLOEXEC) reaches the child.
+    syscall(SYS_close_range, 3u, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */);
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   return pid;
@@ -61,15 +88,16 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequest& request,
-                                                             const WorkerIdentity& identity,
-                                                             const std::string& binary,
-                                                             v1::SetupResponse* response,
-                                                             CallCanceller* cancel) {
-  // One child per device; the range is the spec's, which the service normalized.
-  const int n = request.spec().trainer().devices();
+absl::StatusOr<std::unique_ptr<SpawnedJob>> SpawnedJob::StartChildren(
+    const std::string& job_id, const std::string& token, const WorkerIdentity& identity,
+    const std::string& binary, int n, bool per_device) {
   std::unique_ptr<SpawnedJob> job(new SpawnedJob());
-  job->id_ = request.job_id();
+  job->id_ = job_id;
+  job->what_ = per_device ? "ddp_spawn" : "rank child";
+  // What the children present to the coordinator is the job's token; what they require of
+  // this daemon, a secret of this job's alone.
+  const std::string secret = NewRandomToken();
+  const std::vector<std::string> environment = ChildEnvironment(token, secret);
   char dir_template[] = "/tmp/dtrain-spawn-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
     return absl::InternalError(
@@ -92,15 +120,19 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
         "--port_file=" + port_file,
         absl::StrCat("--name=", identity.name, "/", i),
         "--coordinator=" + identity.coordinator,
-        "--devices=1",
+        absl::StrCat("--devices=", per_device ? 1 : identity.devices),
         absl::StrCat("--threads=", threads),
         absl::StrCat("--log_level=", LogLevelName(log.min_level)),
         absl::StrCat("--log_format=", log.format == LogFormat::kJson ? "json" : "text")};
     if (!cpus.empty()) args.push_back("--cpus=" + FormatCpuList(cpus));
+    if (!identity.cache_dir.empty()) {
+      args.push_back(absl::StrCat("--cache_dir=", identity.cache_dir, "/child-", i));
+      args.push_back(absl::StrCat("--cache_bytes=", identity.cache_bytes));
+    }
     // The children run the job's precision and checkpoint IO too, plugins included.
     for (const std::string& plugin : identity.plugins) args.push_back("--plugin=" + plugin);
     if (identity.trusted_network) args.push_back("--trusted_network");
-    absl::StatusOr<pid_t> pid = Spawn(args);
+    absl::StatusOr<pid_t> pid = Spawn(args, environment);
     if (!pid.ok()) return pid.status();
     auto child = std::make_unique<Child>();
     child->pid = *pid;
@@ -126,30 +158,44 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
       port = 0;
       const std::string exited = job->ExitDescription(i);
       if (!exited.empty()) {
-        return absl::AbortedError(absl::StrCat("ddp_spawn: ", exited, " before serving"));
+        return absl::AbortedError(absl::StrCat(job->what_, ": ", exited, " before serving"));
       }
       if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("ddp_spawn: local rank ", i, " (pid ",
+        return absl::DeadlineExceededError(absl::StrCat(job->what_, ": local rank ", i, " (pid ",
                                                         job->children_[i]->pid,
                                                         ") did not start serving within 60 s"));
       }
       absl::SleepFor(absl::Milliseconds(20));
     }
     std::remove(port_file.c_str());
-    // The children inherited this daemon's token (DTRAIN_TOKEN) and expect it on every call.
     job->children_[i]->stub =
         v1::Worker::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
             absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(),
-            grpc::ChannelArguments(), BearerTokenInterceptors(ClientToken())));
+            grpc::ChannelArguments(), BearerTokenInterceptors(secret)));
   }
   rmdir(dir.c_str());
+  return job;
+}
+
+absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(
+    const v1::SetupRequest& request, const WorkerIdentity& identity, const std::string& binary,
+    ChildMode mode, v1::SetupResponse* response, CallCanceller* cancel) {
+  // One child per device (the range is the spec's, which the service normalized), or one child
+  // for the whole job.
+  const bool per_device = mode == ChildMode::kOnePerDevice;
+  const int n = per_device ? request.spec().trainer().devices() : 1;
+  DTRAIN_ASSIGN_OR_RETURN(
+      std::unique_ptr<SpawnedJob> job,
+      StartChildren(request.job_id(), request.group().token(), identity, binary, n, per_device));
   std::vector<v1::SetupResponse> responses(n);
   DTRAIN_RETURN_IF_ERROR(job->ForEachChild([&](int i, grpc::ClientContext* context) {
-    // The same request, as one ddp rank of one device.
+    // The same request: as one ddp rank of one device, or as it is.
     v1::SetupRequest child = request;
-    child.mutable_spec()->mutable_trainer()->set_strategy("ddp");
-    child.mutable_spec()->mutable_trainer()->set_devices(1);
-    child.set_spawn_index(i);
+    if (per_device) {
+      child.mutable_spec()->mutable_trainer()->set_strategy("ddp");
+      child.mutable_spec()->mutable_trainer()->set_devices(1);
+      child.set_spawn_index(i);
+    }
     child.set_worker_name(identity.name);
     // Cancelling this call cancels the child's wait for the group in turn.
     CallCanceller::Registration cancellable(cancel, context);
@@ -161,6 +207,19 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(const v1::SetupRequ
     for (const v1::RankInfo& rank : r.ranks()) *response->add_ranks() = rank;
   }
   return std::unique_ptr<HostedJob>(std::move(job));
+}
+
+absl::StatusOr<v1::DryRunResponse> SpawnedJob::DryRun(const v1::DryRunRequest& request,
+                                                      const WorkerIdentity& identity,
+                                                      const std::string& binary) {
+  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<SpawnedJob> job,
+                          StartChildren(request.setup().job_id(), request.setup().group().token(),
+                                        identity, binary, 1, /*per_device=*/false));
+  v1::DryRunResponse response;
+  DTRAIN_RETURN_IF_ERROR(job->ForEachChild([&](int, grpc::ClientContext* context) {
+    return job->children_[0]->stub->DryRun(context, request, &response);
+  }));
+  return response;  // the child is stopped as `job` goes
 }
 
 SpawnedJob::~SpawnedJob() { StopChildren(); }
@@ -191,7 +250,7 @@ absl::Status SpawnedJob::ForEachChild(
       exited = ExitDescription(i);
     }
     if (!exited.empty()) {
-      return absl::AbortedError(absl::StrCat("ddp_spawn: ", exited, "; the job cannot go on"));
+      return absl::AbortedError(absl::StrCat(what_, ": ", exited, "; the job cannot go on"));
     }
   }
   for (const bool skip_cancelled : {true, false}) {
@@ -203,7 +262,7 @@ absl::Status SpawnedJob::ForEachChild(
                                                       "): ", status.message()));
     }
   }
-  return absl::InternalError("ddp_spawn: a child failed");
+  return absl::InternalError(absl::StrCat(what_, ": a child failed"));
 }
 
 absl::Status SpawnedJob::Step(StepKind kind, const v1::StepRequest& request,

@@ -1,8 +1,13 @@
-// ddp_spawn: the worker daemon spawns one child process per local device, each a rank of its
-// own (local rank = its index), and forwards every job RPC to them over the Worker service on
-// 127.0.0.1. Children are this same binary in --child mode; they die with their parent
-// (PR_SET_PDEATHSIG) and are always reaped. A child that exits fails the job with its exit
-// status, reported by local rank and pid.
+// A job's ranks in child processes: for ddp_spawn the worker daemon spawns one child per local
+// device, each a rank of its own (local rank = its index); with rank isolation (the worker's
+// --rank_isolation) one child hosts the whole job, so that model code never runs in the
+// process that holds the worker's token. The daemon forwards every job RPC to them over the
+// Worker service on 127.0.0.1. Children are this same binary in --child mode; they die with
+// their parent (PR_SET_PDEATHSIG) and are always reaped. A child that exits fails the job with
+// its exit status, reported by local rank and pid.
+//
+// A child's environment carries the job's token (DTRAIN_TOKEN) in place of the daemon's, and a
+// secret of the job's own (DTRAIN_CHILD_SECRET) that the daemon presents on every call to it.
 //
 // Thread-safety: one call at a time, except Cancel.
 #pragma once
@@ -24,16 +29,27 @@
 
 namespace dtrain {
 
+enum class ChildMode {
+  kOnePerDevice,  // ddp_spawn
+  kWholeJob,      // rank isolation: the request as it is, in one child
+};
+
 class SpawnedJob : public HostedJob {
  public:
-  // Spawns spec.trainer.devices children of `binary` (the request as the service prepared it)
-  // and sets each up with the same request as one ddp rank of one device. Fills `response`
-  // with every child's ranks.
+  // kOnePerDevice: spawns spec.trainer.devices children of `binary` (the request as the service
+  // prepared it) and sets each up with the same request as one ddp rank of one device.
+  // kWholeJob: one child, set up with the request unchanged. Fills `response` with every
+  // child's ranks.
   static absl::StatusOr<std::unique_ptr<HostedJob>> Setup(const v1::SetupRequest& request,
                                                           const WorkerIdentity& identity,
-                                                          const std::string& binary,
+                                                          const std::string& binary, ChildMode mode,
                                                           v1::SetupResponse* response,
                                                           CallCanceller* cancel = nullptr);
+  // Runs the dry run `request` names in one child of `binary`, which is stopped afterwards:
+  // the model's code never runs in the daemon's process.
+  static absl::StatusOr<v1::DryRunResponse> DryRun(const v1::DryRunRequest& request,
+                                                   const WorkerIdentity& identity,
+                                                   const std::string& binary);
   ~SpawnedJob() override;
 
   const std::string& id() const override { return id_; }
@@ -59,6 +75,13 @@ class SpawnedJob : public HostedJob {
     int wait_status = 0;  // guarded by mu_
   };
   SpawnedJob() = default;
+  // Spawns `n` children (one per device when `per_device`, else one for the whole job), each
+  // given `token` for the coordinator, and waits until each serves.
+  static absl::StatusOr<std::unique_ptr<SpawnedJob>> StartChildren(const std::string& job_id,
+                                                                   const std::string& token,
+                                                                   const WorkerIdentity& identity,
+                                                                   const std::string& binary, int n,
+                                                                   bool per_device);
 
   // Runs call(i, context) for every child at once (ParallelCalls: a hung child cannot hold
   // the job). The first failure is returned, a dead child's exit status preferred.
@@ -68,6 +91,7 @@ class SpawnedJob : public HostedJob {
   void StopChildren();
 
   std::string id_;
+  std::string what_;  // "ddp_spawn" or "rank child", for messages
   std::vector<std::unique_ptr<Child>> children_;
   absl::Mutex mu_;
   ParallelCalls calls_;

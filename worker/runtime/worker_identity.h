@@ -4,6 +4,7 @@
 // Thread-safety: a plain value.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -23,6 +24,9 @@ struct WorkerIdentity {
   std::vector<std::string> plugins;  // --plugin libraries, loaded by ddp_spawn children too
   // --trusted_network: with TLS to the coordinator, Gloo may still carry gradients in clear.
   bool trusted_network = false;
+  // --cache_dir and --cache_bytes: a rank child's cache is <cache_dir>/child-<i>.
+  std::string cache_dir;
+  int64_t cache_bytes = 0;
   // An uploaded file ("sha256:<hex>") as a local path: the daemon's artifact cache, which a
   // job's streamed shards go through one by one. Unset in a process without one.
   std::function<absl::StatusOr<std::string>(const std::string& digest)> fetch_artifact;

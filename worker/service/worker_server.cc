@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "client/artifacts_client.h"
 #include "common/channel.h"
+#include "common/directories.h"
 #include "common/log.h"
 #include "common/metrics_http_server.h"
 #include "common/metrics_registry.h"
@@ -72,6 +73,10 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
   WorkerServiceOptions service;
   service.identity = identity;
   service.spawn_binary = o.spawn_binary;
+  service.isolate_ranks = o.isolate_ranks && !o.child;
+  if (service.isolate_ranks && o.spawn_binary.empty()) {
+    return absl::InvalidArgumentError("rank isolation needs the worker's binary to spawn");
+  }
   service.token = o.token;
   server->metrics_ = std::make_unique<MetricsRegistry>();
   MetricsRegistry& metrics = *server->metrics_;
@@ -87,9 +92,12 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
       /*wait_for_ready=*/true);
   ArtifactsClient* client = server->artifacts_client_.get();
   const std::string safe_name = absl::StrReplaceAll(identity.name, {{"/", "_"}});
-  // A ddp_spawn child ("<daemon>/<i>") has a cache of its own: a cache directory belongs to one
-  // process (ArtifactCache evicts without asking others).
-  if (o.cache_dir.empty()) o.cache_dir = "/tmp/dtrain-worker-cache/" + safe_name;
+  // A rank child has a cache of its own, <daemon's>/child-<i>, which its daemon passes: a
+  // cache directory belongs to one process (ArtifactCache evicts without asking others).
+  if (o.cache_dir.empty()) o.cache_dir = DefaultCacheDirectory() + "/worker/" + safe_name;
+  // A rank child's cache is its own, inside its daemon's, with the same bound.
+  service.identity.cache_dir = o.cache_dir;
+  service.identity.cache_bytes = o.cache_bytes;
   server->artifacts_ = std::make_unique<ArtifactCache>(
       o.cache_dir, o.cache_bytes, [client](const std::string& digest, const std::string& path) {
         return client->Fetch(digest, path);
@@ -102,7 +110,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
   // ddp_spawn children read the other files their daemon resolved; only the daemon keeps them.
   if (!o.child) {
     service.artifacts = cache;
-    if (o.jobs_dir.empty()) o.jobs_dir = "/tmp/dtrain-worker-jobs/" + safe_name;
+    if (o.jobs_dir.empty()) o.jobs_dir = DefaultStateDirectory() + "/worker-jobs/" + safe_name;
     service.jobs_dir = o.jobs_dir;
     service.store_file = [client](const std::string& path) -> absl::StatusOr<std::string> {
       absl::StatusOr<UploadResult> sent = client->Upload(path);

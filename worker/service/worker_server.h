@@ -43,8 +43,12 @@ struct WorkerServerOptions {
   // The bearer token every call must present, and the worker presents to its coordinator; empty:
   // none.
   std::string token;
-  // A ddp_spawn child: reached by its parent alone, so no registration and no file cache.
+  // A rank child (ddp_spawn, rank isolation): reached by its parent alone, so no registration
+  // and no file cache.
   bool child = false;
+  // Every job's ranks run in a child process that never holds `token` (SpawnedJob kWholeJob);
+  // needs spawn_binary.
+  bool isolate_ranks = false;
   // This program, run with --child by ddp_spawn; empty disables ddp_spawn.
   std::string spawn_binary;
   // host:port the coordinator should use to reach this worker; empty: the listen address, with
@@ -57,12 +61,12 @@ struct WorkerServerOptions {
   // If set (with metrics_listen), the /metrics port is written here once serving, before
   // port_file: a reader of the gRPC port file then finds both.
   std::string metrics_port_file;
-  // The files jobs name by content, kept between jobs (default /tmp/dtrain-worker-cache/<name>),
-  // and the cache's size bound (0: none).
+  // The files jobs name by content, kept between jobs (default
+  // <DefaultCacheDirectory()>/worker/<name>), and the cache's size bound (0: none).
   std::string cache_dir;
   int64_t cache_bytes = int64_t{20} << 30;
   // Where a job's checkpoints are written before they go to the coordinator (default
-  // /tmp/dtrain-worker-jobs/<name>).
+  // <DefaultStateDirectory()>/worker-jobs/<name>).
   std::string jobs_dir;
   // Drain: how long the running step may finish, or the coordinator may checkpoint the job.
   absl::Duration drain_timeout = absl::Seconds(60);

@@ -245,8 +245,11 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
             return absl::FailedPreconditionError(
                 "ddp_spawn is not available in a spawned child; use ddp");
           }
-          job = SpawnedJob::Setup(*request, options_.identity, options_.spawn_binary, response,
-                                  canceller.get());
+          job = SpawnedJob::Setup(*request, options_.identity, options_.spawn_binary,
+                                  ChildMode::kOnePerDevice, response, canceller.get());
+        } else if (options_.isolate_ranks) {
+          job = SpawnedJob::Setup(*request, options_.identity, options_.spawn_binary,
+                                  ChildMode::kWholeJob, response, canceller.get());
         } else {
           job = SetupLocalJob(*request, options_.identity, response, canceller.get());
         }
@@ -567,7 +570,10 @@ grpc::ServerUnaryReactor* WorkerService::DryRun(grpc::CallbackServerContext* con
     v1::DryRunRequest local = *request;
     DTRAIN_RETURN_IF_ERROR(
         PrepareSetup(local.mutable_setup(), options_.identity.devices, options_.artifacts));
-    absl::StatusOr<v1::DryRunResponse> report = Job::DryRun(local, options_.identity);
+    // The model's code runs in a child when ranks are isolated, as a job's would.
+    absl::StatusOr<v1::DryRunResponse> report =
+        options_.isolate_ranks ? SpawnedJob::DryRun(local, options_.identity, options_.spawn_binary)
+                               : Job::DryRun(local, options_.identity);
     if (!report.ok()) return report.status();
     *response = std::move(*report);
     return absl::OkStatus();

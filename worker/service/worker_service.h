@@ -28,6 +28,8 @@ struct WorkerServiceOptions {
   WorkerIdentity identity;
   // This program, run with --child by ddp_spawn; empty disables ddp_spawn.
   std::string spawn_binary;
+  // Runs every job in a child process of spawn_binary (WorkerServerOptions::isolate_ranks).
+  bool isolate_ranks = false;
   // The bearer token every call must present; empty: none required.
   std::string token;
   // Where step counts and latencies go (must outlive the service); null: nowhere.
