@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/atomic_file.h"
 #include "common/grpc_status.h"
 #include "common/sha256.h"
 #include "common/streaming.h"
@@ -110,12 +111,12 @@ absl::Status ArtifactsClient::Fetch(const std::string& digest, const std::string
   // The size first: the fetch's deadline grows with it.
   absl::StatusOr<int64_t> expected = Stat(digest);
   if (!expected.ok()) return expected.status();
-  const std::string temp = absl::StrCat(path, ".part-", getpid());
-  std::FILE* out = std::fopen(temp.c_str(), "wb");
-  if (out == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write '", temp, "': ", std::strerror(errno)));
-  }
+  // A fresh name (mkostemp): a link or file someone placed at a guessable one is never opened.
+  // 0644, as a download usually is (the worker's cache makes its copies read-only).
+  absl::StatusOr<FileBeside> part = CreateFileBeside(path, 0644);
+  if (!part.ok()) return part.status();
+  const std::string temp = part->path;
+  std::FILE* out = part->file;
   grpc::ClientContext context;
   context.set_wait_for_ready(wait_for_ready_);
   context.set_deadline(absl::ToChronoTime(Deadline(*expected)));

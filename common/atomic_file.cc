@@ -49,4 +49,30 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view byte
   return absl::OkStatus();
 }
 
+absl::StatusOr<FileBeside> CreateFileBeside(const std::string& path, mode_t mode) {
+  FileBeside out;
+  out.path = path + ".part-XXXXXX";
+  const int fd = ::mkostemp(out.path.data(), O_CLOEXEC);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create a file beside '", path, "': ", std::strerror(errno)));
+  }
+  if (mode != 0600 && ::fchmod(fd, mode) != 0) {
+    const std::string reason = std::strerror(errno);
+    ::close(fd);
+    ::unlink(out.path.c_str());
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot set the mode of '", out.path, "': ", reason));
+  }
+  out.file = ::fdopen(fd, "wb");
+  if (out.file == nullptr) {
+    const std::string reason = std::strerror(errno);
+    ::close(fd);
+    ::unlink(out.path.c_str());
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open '", out.path, "' for writing: ", reason));
+  }
+  return out;
+}
+
 }  // namespace dtrain

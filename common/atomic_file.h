@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdio>
 #include <string>
 
 #include "absl/status/status.h"
@@ -23,5 +24,15 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view byte
 // which the caller closes.
 absl::StatusOr<int> WriteFileAtomicallyKeepOpen(const std::string& path, absl::string_view bytes,
                                                 mode_t mode = 0600);
+
+// A new, empty file beside `path` (named `path` + ".part-" and six random characters, created
+// exclusively, then given `mode`), opened for writing: for a caller that streams into it and
+// then renames it over `path`, or removes it. Its stream and name; FAILED_PRECONDITION naming
+// the directory and the reason when it cannot be made.
+struct FileBeside {
+  std::FILE* file = nullptr;
+  std::string path;
+};
+absl::StatusOr<FileBeside> CreateFileBeside(const std::string& path, mode_t mode = 0600);
 
 }  // namespace dtrain

@@ -1,15 +1,61 @@
 #include "common/directories.h"
 
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
 namespace dtrain {
+namespace {
+
+// An absolute directory from the environment variable `name` (the first of a ':' list), or "".
+// A relative one is ignored, as the XDG base directory specification says.
+std::string DirectoryFromEnvironment(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return "";
+  std::string dir(value);
+  dir = dir.substr(0, dir.find(':'));
+  return !dir.empty() && dir[0] == '/' ? dir : "";
+}
+
+std::string DefaultDirectory(const char* systemd, const char* root, const char* xdg,
+                             const char* home_relative) {
+  if (std::string dir = DirectoryFromEnvironment(systemd); !dir.empty()) return dir;
+  if (::geteuid() == 0) return root;
+  if (std::string dir = DirectoryFromEnvironment(xdg); !dir.empty()) return dir + "/dtrain";
+  std::string home = DirectoryFromEnvironment("HOME");
+  if (home.empty()) {
+    // A service started without HOME: the user's home from the password database.
+    struct passwd entry;
+    struct passwd* found = nullptr;
+    std::vector<char> buffer(16384);
+    if (::getpwuid_r(::geteuid(), &entry, buffer.data(), buffer.size(), &found) == 0 &&
+        found != nullptr && found->pw_dir != nullptr && found->pw_dir[0] == '/') {
+      home = found->pw_dir;
+    }
+  }
+  if (!home.empty() && home != "/") return absl::StrCat(home, "/", home_relative, "/dtrain");
+  // No home at all: a directory named after the user. MakePrivateDirectory checks only the
+  // directory it makes, so on such a machine name private directories with the flags.
+  return absl::StrCat("/tmp/dtrain-", ::geteuid());
+}
+
+}  // namespace
+
+std::string DefaultStateDirectory() {
+  return DefaultDirectory("STATE_DIRECTORY", "/var/lib/dtrain", "XDG_STATE_HOME", ".local/state");
+}
+
+std::string DefaultCacheDirectory() {
+  return DefaultDirectory("CACHE_DIRECTORY", "/var/cache/dtrain", "XDG_CACHE_HOME", ".cache");
+}
 
 absl::Status MakeDirectories(const std::string& path, const std::string& what) {
   std::error_code error;

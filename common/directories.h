@@ -19,4 +19,14 @@ absl::Status MakeDirectories(const std::string& path, const std::string& what = 
 // narrowed to 0700 when it is this user's and others may read or write it.
 absl::Status MakePrivateDirectory(const std::string& path, const std::string& what = "directory");
 
+// Where a daemon keeps what must last (the coordinator's database and stored files, a worker's
+// job files) when no flag names a directory: systemd's $STATE_DIRECTORY (a unit's
+// StateDirectory=; the first when it lists several), /var/lib/dtrain for root, else
+// $XDG_STATE_HOME/dtrain or ~/.local/state/dtrain. Never a path every user can predict and
+// create first, as one in /tmp would be.
+std::string DefaultStateDirectory();
+// The same for what can be fetched again (a worker's artifact cache): $CACHE_DIRECTORY,
+// /var/cache/dtrain for root, else $XDG_CACHE_HOME/dtrain or ~/.cache/dtrain.
+std::string DefaultCacheDirectory();
+
 }  // namespace dtrain

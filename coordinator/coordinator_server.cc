@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
+#include "common/directories.h"
 #include "common/standard_services.h"
 #include "common/streaming.h"
 
@@ -113,6 +114,7 @@ void CoordinatorServer::DescribeMetrics() {
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     CoordinatorOptions options) {
+  if (options.state_dir.empty()) options.state_dir = DefaultStateDirectory() + "/coordinator";
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(std::move(options)));
   auto artifacts = ArtifactStore::Open({server->options_.state_dir + "/artifacts",
                                         server->options_.max_artifact_bytes,

@@ -44,8 +44,9 @@ struct CoordinatorOptions {
   GroupTableOptions groups;
   // How often deadlines and heartbeats are checked: the precision of every timeout.
   absl::Duration tick = absl::Milliseconds(20);
-  // Jobs' logs, metrics and checkpoints go under <state_dir>/jobs/<id>/.
-  std::string state_dir = "/tmp/dtrain-state";
+  // Jobs' logs, metrics and checkpoints go under <state_dir>/jobs/<id>/; empty:
+  // <DefaultStateDirectory()>/coordinator (common/directories.h).
+  std::string state_dir;
   // The SQLite job database (job_store.h), usually <state_dir>/coordinator.db; empty: jobs are
   // kept in memory only (in-process tests).
   std::string database;

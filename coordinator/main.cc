@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/command_line.h"
+#include "common/directories.h"
 #include "common/log.h"
 #include "common/log_flags.h"
 #include "common/port_file.h"
@@ -35,9 +36,11 @@ ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(10),
           "default deadline of a collective, counted from its first rank's arrival");
 ABSL_FLAG(absl::Duration, register_timeout, absl::Minutes(5),
           "default time a registration waits for its group to form");
-ABSL_FLAG(std::string, state_dir, "/tmp/dtrain-state",
+ABSL_FLAG(std::string, state_dir, "",
           "the job database (<state_dir>/coordinator.db) and jobs' logs, metrics (CSV, "
-          "TensorBoard) and checkpoints (<state_dir>/jobs/); a restart resumes from it");
+          "TensorBoard) and checkpoints (<state_dir>/jobs/); a restart resumes from it. Default: "
+          "<state>/coordinator, where <state> is $STATE_DIRECTORY (systemd), /var/lib/dtrain "
+          "for root, else $XDG_STATE_HOME/dtrain or ~/.local/state/dtrain");
 ABSL_FLAG(std::string, advertise, "",
           "host:port workers use to reach this coordinator (port 0: the port it listens on); "
           "default: --listen");
@@ -91,6 +94,8 @@ int main(int argc, char** argv) {
   options.groups.default_collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   options.groups.default_register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  if (options.state_dir.empty())
+    options.state_dir = dtrain::DefaultStateDirectory() + "/coordinator";
   options.max_artifact_bytes = absl::GetFlag(FLAGS_max_artifact_bytes);
   options.artifact_quota_bytes = absl::GetFlag(FLAGS_artifact_quota_bytes);
   options.database = options.state_dir + "/coordinator.db";

@@ -145,5 +145,57 @@ TEST(ArtifactCache, FetchOnce_LeastRecentlyUsedEvicted_KeptAcrossRestarts) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/partial.part-1"));
 }
 
+// A job's code runs as the worker's user and could rewrite a cached file that later jobs read
+// (issue 38): a copy changed since it was verified is hashed again before use, kept when its
+// bytes still match, and fetched anew when they do not or when a link took its place.
+TEST(ArtifactCache, ChangedCopies_VerifiedAgain_TamperedOnesFetchedAnew) {
+  const std::string dir = ::testing::TempDir() + "/artifact-cache-seal-" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  const std::string bytes(5000, 'm');
+  const std::string digest = DigestOf(bytes);
+  int fetches = 0;
+  ArtifactCache cache(dir, 0, [&](const std::string& d, const std::string& path) {
+    ++fetches;
+    std::ofstream(path, std::ios::binary) << bytes;
+    return absl::OkStatus();
+  });
+  absl::StatusOr<std::string> path = cache.Get(digest);
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(std::filesystem::status(*path).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read);
+  auto contents = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  // Its mode changed and back, bytes untouched: hashed again, still a hit.
+  std::filesystem::permissions(*path, std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::add);
+  ASSERT_TRUE(cache.Get(digest).ok());
+  EXPECT_EQ(fetches, 1);
+  EXPECT_EQ(cache.tampered(), 0);
+  // Rewritten in place with other bytes of the same size.
+  std::filesystem::permissions(*path, std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::add);
+  { std::ofstream(*path, std::ios::binary | std::ios::in) << "EVIL"; }
+  ASSERT_NE(contents(*path), bytes);
+  absl::StatusOr<std::string> again = cache.Get(digest);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(fetches, 2);
+  EXPECT_EQ(cache.tampered(), 1);
+  EXPECT_EQ(contents(*again), bytes);
+  // Replaced by a link to a file of the attacker's.
+  const std::string planted = dir + "-planted";
+  std::ofstream(planted, std::ios::binary) << std::string(5000, 'x');
+  std::filesystem::remove(*again);
+  std::filesystem::create_symlink(planted, *again);
+  absl::StatusOr<std::string> third = cache.Get(digest);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(fetches, 3);
+  EXPECT_EQ(cache.tampered(), 2);
+  EXPECT_FALSE(std::filesystem::is_symlink(*third));
+  EXPECT_EQ(contents(*third), bytes);
+  EXPECT_EQ(contents(planted), std::string(5000, 'x')) << "the link's target was written";
+}
+
 }  // namespace
 }  // namespace dtrain

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +32,9 @@ namespace dtrain::testing {
 CoordinatorOptions FastOptions() {
   CoordinatorOptions options;
   options.listen_address = "127.0.0.1:0";
+  // A state directory of each coordinator's own, under this test process's.
+  static std::atomic<int> coordinators{0};
+  options.state_dir = absl::StrCat(ProcessTempDir(), "/coordinator-state-", coordinators++);
   options.tick = absl::Milliseconds(10);
   options.groups.heartbeat_interval = absl::Milliseconds(100);
   options.groups.heartbeat_timeout = absl::Milliseconds(1000);

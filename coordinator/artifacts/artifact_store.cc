@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
 #include "common/directories.h"
 #include "common/status_macros.h"
 
@@ -74,12 +75,15 @@ absl::StatusOr<std::unique_ptr<ArtifactStore::Writer>> ArtifactStore::NewWriter(
     reserved_bytes_ += size;
     temp = absl::StrCat(options_.dir, "/incoming/", getpid(), "-", next_upload_++);
   }
-  std::unique_ptr<Writer> writer(new Writer(this, digest, size, temp));
-  writer->file_ = std::fopen(temp.c_str(), "wb");
-  if (writer->file_ == nullptr) {
+  // Created exclusively under a random name: nothing already in incoming/ is written through.
+  absl::StatusOr<FileBeside> part = CreateFileBeside(temp);
+  if (!part.ok()) {
+    Release(size, 0);
     return absl::InternalError(
-        absl::StrCat("cannot create '", temp, "' in the artifact store: ", std::strerror(errno)));
+        absl::StrCat("cannot store an upload in the artifact store: ", part.status().message()));
   }
+  std::unique_ptr<Writer> writer(new Writer(this, digest, size, part->path));
+  writer->file_ = part->file;
   return writer;
 }
 

@@ -1,10 +1,18 @@
 #include "worker/service/artifact_cache.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ctime>
 #include <filesystem>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/directories.h"
+#include "common/log.h"
 #include "common/sha256.h"
 
 namespace dtrain {
@@ -14,7 +22,59 @@ namespace fs = std::filesystem;
 
 std::string FileName(const std::string& digest) { return digest.substr(7); }  // the hex
 
+// A write inside one tick of the filesystem's clock leaves the ctime as it was (before Linux
+// 6.13's fine-grained timestamps), so a seal taken this close to its file's last change is not
+// trusted: the next use hashes the file again (as git does with "racily clean" index entries).
+constexpr int64_t kRacyWindowNs = 100'000'000;
+
+int64_t CtimeNs(const struct stat& st) {
+  return int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec;
+}
+
 }  // namespace
+
+ArtifactCache::Seal ArtifactCache::SealOf(const struct stat& st) {
+  Seal seal;
+  seal.device = st.st_dev;
+  seal.inode = st.st_ino;
+  seal.size = st.st_size;
+  seal.ctime_ns = CtimeNs(st);
+  return seal;
+}
+
+ArtifactCache::Seal ArtifactCache::Verify(const std::string& path, const std::string& digest) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Seal{};
+  struct stat st;
+  Seal seal;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    // Read-only, so that a slip cannot change it (the owner may make it writable again, which
+    // changes its ctime).
+    if ((st.st_mode & 07777) != 0400 && (::fchmod(fd, 0400) != 0 || ::fstat(fd, &st) != 0)) {
+      ::close(fd);
+      return Seal{};
+    }
+    seal = SealOf(st);
+    if (!digest.empty()) {
+      Sha256 hash;
+      std::vector<char> buffer(size_t{1} << 20);
+      ssize_t n;
+      while ((n = ::read(fd, buffer.data(), buffer.size())) > 0) {
+        hash.Update(absl::string_view(buffer.data(), static_cast<size_t>(n)));
+      }
+      // Other bytes, or bytes that changed while they were read: not what `digest` names.
+      if (n < 0 || hash.Finish() != digest || ::fstat(fd, &st) != 0 || !(SealOf(st) == seal)) {
+        seal = Seal{};
+      }
+    }
+  }
+  ::close(fd);
+  timespec now;
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const int64_t now_ns = int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
+  seal.firm = seal.size >= 0 && now_ns - seal.ctime_ns > kRacyWindowNs;
+  return seal;
+}
 
 ArtifactCache::ArtifactCache(std::string dir, int64_t max_bytes, Fetcher fetch)
     : dir_(std::move(dir)), max_bytes_(max_bytes), fetch_(std::move(fetch)) {
@@ -26,7 +86,7 @@ ArtifactCache::ArtifactCache(std::string dir, int64_t max_bytes, Fetcher fetch)
     const std::string name = entry.path().filename().string();
     if (CheckDigest("sha256:" + name).ok()) {
       const int64_t size = static_cast<int64_t>(entry.file_size(error));
-      entries_["sha256:" + name] = Entry{size, clock_++};
+      entries_["sha256:" + name] = Entry{size, clock_++, Seal{}};
       bytes_ += size;
     } else {
       fs::remove(entry.path(), error);
@@ -37,19 +97,47 @@ ArtifactCache::ArtifactCache(std::string dir, int64_t max_bytes, Fetcher fetch)
 absl::StatusOr<std::string> ArtifactCache::Get(const std::string& digest) {
   if (absl::Status s = CheckDigest(digest); !s.ok()) return s;
   const std::string path = absl::StrCat(dir_, "/", FileName(digest));
+  // Serializes Get and Adopt: the entries change only under it (and mu_), so what is read here
+  // holds while the file is checked outside mu_.
   absl::MutexLock fetching(&fetch_mu_);
+  std::optional<Seal> sealed;
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(digest);
-    if (it != entries_.end() && fs::exists(path)) {
+    if (it != entries_.end()) sealed = it->second.seal;
+  }
+  if (sealed.has_value()) {
+    struct stat st;
+    const bool present = ::lstat(path.c_str(), &st) == 0;
+    Seal checked;
+    if (present && S_ISREG(st.st_mode) && sealed->firm && SealOf(st) == *sealed) {
+      checked = *sealed;
+    } else if (present) {
+      // Changed since it was checked, checked too soon after a change, or never checked by
+      // this process: its bytes are hashed again before a job may use them.
+      checked = Verify(path, digest);
+    }
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(digest);
+    if (checked.size >= 0) {
+      it->second.seal = checked;
       it->second.last_use = clock_++;
       ++hits_;
       return path;
     }
-    if (it != entries_.end()) {  // removed behind our back
-      bytes_ -= it->second.size;
-      entries_.erase(it);
+    // Gone, or no longer what `digest` names: never handed to a job, fetched again.
+    if (present) {
+      if (sealed->size >= 0) ++tampered_;
+      std::error_code error;
+      fs::remove(path, error);
+      LogWarning("a cached file no longer holds what its digest names; fetching it again",
+                 {{"digest", digest}, {"path", path}});
     }
+    bytes_ -= it->second.size;
+    entries_.erase(it);
+  }
+  {
+    absl::MutexLock lock(&mu_);
     ++misses_;
   }
   if (absl::Status s = MakePrivateDirectory(dir_, "the worker's artifact cache"); !s.ok()) return s;
@@ -65,12 +153,16 @@ absl::StatusOr<std::string> ArtifactCache::Get(const std::string& digest) {
                                      attempt > 1 ? absl::StrCat(" (", attempt, " attempts)") : "",
                                      ": ", fetched.message()));
   }
-  std::error_code error;
-  const int64_t size = static_cast<int64_t>(fs::file_size(path, error));
+  // The fetch checked the bytes against the digest before renaming them into place.
+  const Seal seal = Verify(path, "");
+  if (seal.size < 0) {
+    return absl::InternalError(
+        absl::StrCat("the fetched copy of ", digest, " at ", path, " is not a regular file"));
+  }
   absl::MutexLock lock(&mu_);
-  EvictLocked(size);
-  entries_[digest] = Entry{size, clock_++};
-  bytes_ += size;
+  EvictLocked(seal.size);
+  entries_[digest] = Entry{seal.size, clock_++, seal};
+  bytes_ += seal.size;
   return path;
 }
 
@@ -94,7 +186,9 @@ absl::Status ArtifactCache::Adopt(const std::string& path, const std::string& di
     entries_.erase(it);
   }
   EvictLocked(size);
-  entries_[digest] = Entry{size, clock_++};
+  // Unchecked: a rank could still change the file between its upload and here, so its first use
+  // hashes it.
+  entries_[digest] = Entry{size, clock_++, Seal{}};
   bytes_ += size;
   return absl::OkStatus();
 }
@@ -120,6 +214,10 @@ int64_t ArtifactCache::hits() const {
 int64_t ArtifactCache::misses() const {
   absl::MutexLock lock(&mu_);
   return misses_;
+}
+int64_t ArtifactCache::tampered() const {
+  absl::MutexLock lock(&mu_);
+  return tampered_;
 }
 int64_t ArtifactCache::bytes() const {
   absl::MutexLock lock(&mu_);
