@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes the decoders that face the network and the user, for a bounded time each:
-#   tests/fuzz/run.sh [--seconds N]      (default 60 per target)
+#   tests/fuzz/run.sh [--seconds N] [--torch] [TARGET...]   (default 60 s per target, all)
+# --torch adds the libtorch targets (torch_save, checkpoint_restore), whose first build compiles
+# the worker's model and checkpoint libraries with clang and the sanitizers (about 15 minutes on
+# 2 cores).
 # Builds the libFuzzer targets with clang (ASan + UBSan) in build-fuzz/, starts from the seed
 # corpus in tests/fuzz/corpus/<target>/ plus what earlier runs kept in build-fuzz/corpus/, and
 # prints each target's executions and findings. Crash inputs land in build-fuzz/findings/.
@@ -9,22 +12,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=60
+torch=OFF
+targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
-    *) echo "usage: tests/fuzz/run.sh [--seconds N]" >&2; exit 2 ;;
+    --torch) torch=ON; shift ;;
+    -*) echo "usage: tests/fuzz/run.sh [--seconds N] [--torch] [TARGET...]" >&2; exit 2 ;;
+    *) targets+=("$1"); shift ;;
   esac
+done
+if [ ${#targets[@]} -eq 0 ]; then
+  targets=(tensor_wire job_spec shard_list tar_shard npy text_fields image_decode idx \
+    pickle_check http_request)
+  if [ "$torch" = ON ]; then targets+=(torch_save checkpoint_restore); fi
+fi
+for t in "${targets[@]}"; do
+  case "$t" in torch_save|checkpoint_restore) torch=ON ;; esac
 done
 deploy/install-deps.sh --fuzz >&2
 build=build-fuzz
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DDTRAIN_BUILD_WORKER=OFF -DDTRAIN_BUILD_TESTS=OFF -DDTRAIN_BUILD_FUZZERS=ON >&2
-cmake --build "$build" --target tensor_wire_fuzzer job_spec_fuzzer shard_list_fuzzer tar_shard_fuzzer \
-  npy_fuzzer text_fields_fuzzer image_decode_fuzzer idx_fuzzer \
-  pickle_check_fuzzer >&2
+  -DDTRAIN_BUILD_WORKER=$torch -DDTRAIN_BUILD_TESTS=OFF -DDTRAIN_BUILD_FUZZERS=ON >&2
+cmake --build "$build" --target "${targets[@]/%/_fuzzer}" >&2
 status=0
-for target in tensor_wire job_spec shard_list tar_shard npy text_fields image_decode idx \
-  pickle_check; do
+for target in "${targets[@]}"; do
   mkdir -p "$build/corpus/$target" "$build/findings/$target"
   log="$build/$target.log"
   echo "fuzzing $target for ${seconds}s ..." >&2

@@ -1,0 +1,80 @@
+// libFuzzer target: bytes as a checkpoint restored into a job (RestoreCheckpoint,
+// worker/checkpoint/checkpoint.h): the torch.save reader, then Lightning's layout (state_dict,
+// optimizer_states, loops, the loss scaler's state) applied to a small model, its optimizer
+// and a loss scaler. The input's first byte picks the optimizer (even: SGD with momentum, odd:
+// Adam), so that both kinds of optimizer state are read; the rest is the file. A crash, a
+// sanitizer report, an INTERNAL or UNKNOWN error, or a restore that succeeds with parameters of
+// another shape is a finding; a step after it runs as a job's would (libtorch's errors are the
+// step's errors there). Seeds in
+// tests/fuzz/corpus/checkpoint_restore/ (tests/fuzz/make_torch_corpus.py). Built and run by
+// tests/fuzz/run.sh, and for a few seconds in every CI run (checkpoint_restore_fuzz_check).
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/model/lightning_module.h"
+#include "worker/model/optimizers.h"
+#include "worker/precision/precision.h"
+
+namespace {
+
+// A linear model of 4 inputs and 3 classes: parameters fc_weight [3, 4] and fc_bias [3].
+std::unique_ptr<dtrain::LightningModule> TinyModel() {
+  torch::jit::Module m("tiny");
+  m.register_parameter("fc_weight", torch::zeros({3, 4}).requires_grad_(true), false);
+  m.register_parameter("fc_bias", torch::zeros({3}).requires_grad_(true), false);
+  m.define(R"(
+def forward(self, x: Tensor) -> Tensor:
+    return torch.linear(x, self.fc_weight, self.fc_bias)
+
+def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    x, y = batch
+    return torch.nll_loss(torch.log_softmax(self.forward(x), 1), y)
+)");
+  absl::StatusOr<dtrain::LightningModule> wrapped = dtrain::LightningModule::Wrap(m, "tiny");
+  if (!wrapped.ok()) std::abort();
+  return std::make_unique<dtrain::LightningModule>(std::move(*wrapped));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  std::unique_ptr<dtrain::LightningModule> model = TinyModel();
+  dtrain::OptimizerConfig config;
+  config.name = data[0] % 2 == 0 ? "sgd" : "adam";
+  config.momentum = 0.9;
+  absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> optimizer =
+      dtrain::MakeOptimizer(model->Parameters(), config);
+  if (!optimizer.ok()) std::abort();
+  dtrain::LossScaler scaler;
+  const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
+  absl::StatusOr<dtrain::TrainingProgress> restored =
+      dtrain::RestoreCheckpoint(bytes, "fuzz.ckpt", *model, optimizer->get(), &scaler);
+  if (!restored.ok()) {
+    const absl::StatusCode code = restored.status().code();
+    if (code == absl::StatusCode::kInternal || code == absl::StatusCode::kUnknown) std::abort();
+    return 0;
+  }
+  const std::vector<torch::Tensor> parameters = model->Parameters();
+  if (parameters.size() != 2 || parameters[0].sizes() != torch::IntArrayRef({3, 4}) ||
+      parameters[1].sizes() != torch::IntArrayRef({3})) {
+    std::abort();
+  }
+  // A step with what was restored, reading every piece of optimizer state.
+  try {
+    absl::StatusOr<torch::Tensor> loss = model->TrainingStep(
+        c10::ivalue::Tuple::create({torch::ones({2, 4}), torch::zeros({2}, torch::kLong)}), 0);
+    if (loss.ok()) {
+      loss->backward();
+      (*optimizer)->step();
+    }
+  } catch (const c10::Error&) {
+    // A job's step turns it into the step's error (worker/runtime/accelerator.cc).
+  }
+  return 0;
+}
