@@ -69,7 +69,9 @@ class Cluster:
         worker = self._start([
             _binary("DTRAIN_WORKER_BIN"), f"--coordinator={self.address}", "--listen=127.0.0.1:0",
             f"--port_file={port_file}", f"--name={name}", "--threads=1",
-            f"--cache_dir={self.dir}/cache-{name}", f"--jobs_dir={self.dir}/jobs-{name}", *flags],
+            f"--cache_dir={self.dir}/cache-{name}", f"--jobs_dir={self.dir}/jobs-{name}",
+            # A ctest entry runs some of these tests again with every rank in a child process.
+            *os.environ.get("DTRAIN_TEST_WORKER_FLAGS", "").split(), *flags],
             name)
         _wait_for_port(port_file, worker)
         return worker

@@ -233,8 +233,11 @@ std::string SpawnedJob::ExitDescription(int i) {
 
 absl::Status SpawnedJob::ForEachChild(
     const std::function<grpc::Status(int, grpc::ClientContext*)>& call) {
-  const int n = static_cast<int>(children_.size());
-  const std::vector<grpc::Status> results = calls_.Run(n, call, kFailureGrace);
+  return Outcome(calls_.Run(static_cast<int>(children_.size()), call, kFailureGrace));
+}
+
+absl::Status SpawnedJob::Outcome(const std::vector<grpc::Status>& results) {
+  const int n = static_cast<int>(results.size());
   const bool failed =
       std::any_of(results.begin(), results.end(), [](const grpc::Status& s) { return !s.ok(); });
   if (!failed) return absl::OkStatus();
@@ -269,33 +272,41 @@ absl::Status SpawnedJob::Step(StepKind kind, const v1::StepRequest& request,
                               v1::StepResponse* response) {
   const int n = static_cast<int>(children_.size());
   if (request.work_size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat("this worker hosts ", n,
-                                                   " ranks (ddp_spawn); the step carries work for ",
-                                                   request.work_size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this worker hosts ", n, " ranks; the step carries work for ", request.work_size()));
+  }
+  // Each child's request is the step's, with its own rank's work only (monitored values and
+  // every other field included).
+  std::vector<v1::StepRequest> requests(n);
+  for (int i = 0; i < n; ++i) {
+    if (n == 1) {
+      requests[i] = request;
+      continue;
+    }
+    v1::StepRequest& child = requests[i];
+    child = request;
+    child.clear_work();
+    *child.add_work() = request.work(i);
   }
   std::vector<v1::StepResponse> responses(n);
-  DTRAIN_RETURN_IF_ERROR(ForEachChild([&](int i, grpc::ClientContext* context) {
-    v1::StepRequest child;
-    child.set_job_id(request.job_id());
-    child.set_epoch(request.epoch());
-    child.set_return_outputs(request.return_outputs());
-    child.set_sanity_check(request.sanity_check());
-    child.set_end_of_epoch(request.end_of_epoch());
-    child.set_total_steps(request.total_steps());
-    *child.add_work() = request.work(i);
-    v1::Worker::Stub& stub = *children_[i]->stub;
-    switch (kind) {
-      case StepKind::kTraining:
-        return stub.TrainingStep(context, child, &responses[i]);
-      case StepKind::kValidation:
-        return stub.ValidationStep(context, child, &responses[i]);
-      case StepKind::kTest:
-        return stub.TestStep(context, child, &responses[i]);
-      case StepKind::kPredict:
-        return stub.PredictStep(context, child, &responses[i]);
-    }
-    return grpc::Status(grpc::StatusCode::INTERNAL, "unknown step kind");
-  }));
+  // The callback API: no thread hand-off between this call and the child's, on the hot path.
+  DTRAIN_RETURN_IF_ERROR(Outcome(calls_.RunAsync(
+      n,
+      [&](int i, grpc::ClientContext* context, ParallelCalls::Done done) {
+        v1::Worker::Stub::async_interface* stub = children_[i]->stub->async();
+        switch (kind) {
+          case StepKind::kTraining:
+            return stub->TrainingStep(context, &requests[i], &responses[i], std::move(done));
+          case StepKind::kValidation:
+            return stub->ValidationStep(context, &requests[i], &responses[i], std::move(done));
+          case StepKind::kTest:
+            return stub->TestStep(context, &requests[i], &responses[i], std::move(done));
+          case StepKind::kPredict:
+            return stub->PredictStep(context, &requests[i], &responses[i], std::move(done));
+        }
+        done(grpc::Status(grpc::StatusCode::INTERNAL, "unknown step kind"));
+      },
+      kFailureGrace)));
   for (v1::StepResponse& r : responses) {
     for (v1::LocalResult& result : *r.mutable_results())
       *response->add_results() = std::move(result);

@@ -86,6 +86,8 @@ class SpawnedJob : public HostedJob {
   // Runs call(i, context) for every child at once (ParallelCalls: a hung child cannot hold
   // the job). The first failure is returned, a dead child's exit status preferred.
   absl::Status ForEachChild(const std::function<grpc::Status(int, grpc::ClientContext*)>& call);
+  // The first failure of `results` (one per child), a dead child's exit status preferred.
+  absl::Status Outcome(const std::vector<grpc::Status>& results);
   // "local rank i (pid p) exited with ...", or empty while it runs.
   std::string ExitDescription(int i);
   void StopChildren();
