@@ -461,6 +461,14 @@ TEST_F(RankRightsTest, IsolatedRank_HoldsTheJobsTokenOnly_JoinsTheWorkersOwnCoor
   EXPECT_THAT(env, HasSubstr(absl::StrCat("\nDTRAIN_TOKEN=", job_token, "\n")));
   EXPECT_THAT(env, Not(HasSubstr(kAdmin)));
   EXPECT_THAT(ReadFile(absl::StrCat("/proc/", rank, "/cmdline")), Not(HasSubstr(kAdmin)));
+  // The worker's token file, seen from the rank's own mount namespace, is empty.
+  ASSERT_EQ(ReadFile(token_file_), absl::StrCat(kAdmin, "\n"));
+  const std::string absolute = std::filesystem::absolute(token_file_).lexically_normal().string();
+  EXPECT_EQ(ReadFile(absl::StrCat("/proc/", rank, "/root", absolute)), "");
+  char own[64] = {0}, its[64] = {0};
+  ASSERT_GT(readlink("/proc/self/ns/mnt", own, sizeof(own) - 1), 0);
+  ASSERT_GT(readlink(absl::StrCat("/proc/", rank, "/ns/mnt").c_str(), its, sizeof(its) - 1), 0);
+  EXPECT_STRNE(own, its) << "the rank shares this mount namespace";
   EXPECT_TRUE(decoy.headers().empty()) << "the Setup's coordinator was called";
 
   v1::StepRequest step;

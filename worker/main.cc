@@ -11,12 +11,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <grpcpp/security/server_credentials.h>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -251,6 +253,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (options.child) options.isolate_ranks = false;
+  if (!options.child) {
+    // Rank children do not see the token file (worker/runtime/spawned_job.h).
+    const absl::CommandLineFlag* file = absl::FindCommandLineFlag("token_file");
+    if (file != nullptr && !file->CurrentValue().empty()) {
+      std::error_code error;
+      const std::filesystem::path path = std::filesystem::absolute(file->CurrentValue(), error);
+      if (!error) options.identity.hidden_files.push_back(path.lexically_normal().string());
+    }
+  }
   if (!options.child && !options.token.empty()) {
     // Processes of the same user (a rank child running a model included) may not read this
     // one's memory or its /proc environ, where the token is. Children it starts are dumpable

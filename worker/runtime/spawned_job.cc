@@ -1,12 +1,16 @@
 #include "worker/runtime/spawned_job.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <fstream>
 
@@ -55,10 +59,47 @@ std::vector<std::string> ChildEnvironment(const std::string& token, const std::s
   return out;
 }
 
+// What a child does before exec to hide files from itself: each path in `paths` covered by a
+// bind mount of `empty` (an empty file) in a mount namespace of its own. Strings prepared
+// before fork, so that the child makes only system calls.
+struct HiddenFiles {
+  std::vector<std::string> paths;
+  std::string empty;
+  std::string uid_map, gid_map;  // "<id> <id> 1": the user namespace maps the user to itself
+};
+
+// In the child, between fork and exec: a private mount namespace (a user namespace first when
+// this process may not make one by itself) in which every hidden path shows `empty`. Nothing
+// happens when the kernel or a container refuses a namespace; the daemon then says so.
+void HideFiles(const HiddenFiles& hidden) {
+  if (hidden.paths.empty()) return;
+  if (unshare(CLONE_NEWNS) != 0) {
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return;
+    auto write_file = [](const char* path, const char* text, size_t size) {
+      const int fd = open(path, O_WRONLY | O_CLOEXEC);
+      if (fd < 0) return false;
+      const bool ok = write(fd, text, size) == static_cast<ssize_t>(size);
+      close(fd);
+      return ok;
+    };
+    if (!write_file("/proc/self/setgroups", "deny", 4) ||
+        !write_file("/proc/self/uid_map", hidden.uid_map.data(), hidden.uid_map.size()) ||
+        !write_file("/proc/self/gid_map", hidden.gid_map.data(), hidden.gid_map.size())) {
+      return;
+    }
+  }
+  // Mounts made here stay in this namespace.
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return;
+  for (const std::string& path : hidden.paths) {
+    mount(hidden.empty.c_str(), path.c_str(), nullptr, MS_BIND, nullptr);
+  }
+}
+
 // fork + exec with the child tied to this process's life. Only async-signal-safe calls
 // between fork and exec: the arguments are prepared before.
 absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args,
-                            const std::vector<std::string>& environment) {
+                            const std::vector<std::string>& environment,
+                            const HiddenFiles& hidden) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -77,6 +118,7 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args,
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);  // the daemon blocks SIGTERM for sigwait
+    HideFiles(hidden);
     // No descriptor of the daemon's (a connection, a file some library opened without
     // O_CLOEXEC) reaches the child.
     syscall(SYS_close_range, 3u, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */);
@@ -98,12 +140,23 @@ absl::StatusOr<std::unique_ptr<SpawnedJob>> SpawnedJob::StartChildren(
   // this daemon, a secret of this job's alone.
   const std::string secret = NewRandomToken();
   const std::vector<std::string> environment = ChildEnvironment(token, secret);
+  HiddenFiles hidden;
   char dir_template[] = "/tmp/dtrain-spawn-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
     return absl::InternalError(
         absl::StrCat("cannot make a temporary directory: ", strerror(errno)));
   }
   const std::string dir = dir_template;
+  for (const std::string& path : identity.hidden_files) {
+    if (access(path.c_str(), F_OK) == 0) hidden.paths.push_back(path);
+  }
+  if (!hidden.paths.empty()) {
+    hidden.empty = dir + "/empty";
+    const int fd = open(hidden.empty.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400);
+    if (fd >= 0) close(fd);
+    hidden.uid_map = absl::StrCat(geteuid(), " ", geteuid(), " 1\n");
+    hidden.gid_map = absl::StrCat(getegid(), " ", getegid(), " 1\n");
+  }
   const LogOptions log = CurrentLogOptions();  // children log as their daemon does
   for (int i = 0; i < n; ++i) {
     const std::string port_file = absl::StrCat(dir, "/child-", i, ".port");
@@ -132,7 +185,7 @@ absl::StatusOr<std::unique_ptr<SpawnedJob>> SpawnedJob::StartChildren(
     // The children run the job's precision and checkpoint IO too, plugins included.
     for (const std::string& plugin : identity.plugins) args.push_back("--plugin=" + plugin);
     if (identity.trusted_network) args.push_back("--trusted_network");
-    absl::StatusOr<pid_t> pid = Spawn(args, environment);
+    absl::StatusOr<pid_t> pid = Spawn(args, environment, hidden);
     if (!pid.ok()) return pid.status();
     auto child = std::make_unique<Child>();
     child->pid = *pid;
@@ -172,6 +225,22 @@ absl::StatusOr<std::unique_ptr<SpawnedJob>> SpawnedJob::StartChildren(
         v1::Worker::NewStub(grpc::experimental::CreateCustomChannelWithInterceptors(
             absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(),
             grpc::ChannelArguments(), BearerTokenInterceptors(secret)));
+  }
+  // A child that could not make its own mount namespace sees the hidden files (a container
+  // that forbids namespaces): said once per daemon.
+  if (!hidden.paths.empty()) {
+    static std::atomic<bool> warned{false};
+    char own[64] = {0}, childs[64] = {0};
+    const std::string child_ns = absl::StrCat("/proc/", job->children_[0]->pid, "/ns/mnt");
+    if (readlink("/proc/self/ns/mnt", own, sizeof(own) - 1) > 0 &&
+        readlink(child_ns.c_str(), childs, sizeof(childs) - 1) > 0 &&
+        std::string(own) == std::string(childs) && !warned.exchange(true)) {
+      LogWarning(
+          "rank children can read the worker's token file: no mount namespace could be "
+          "made to hide it (a container that forbids them?)",
+          {{"file", hidden.paths[0]}});
+    }
+    unlink(hidden.empty.c_str());
   }
   rmdir(dir.c_str());
   return job;

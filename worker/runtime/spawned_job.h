@@ -8,6 +8,8 @@
 //
 // A child's environment carries the job's token (DTRAIN_TOKEN) in place of the daemon's, and a
 // secret of the job's own (DTRAIN_CHILD_SECRET) that the daemon presents on every call to it.
+// The daemon's token file (WorkerIdentity::hidden_files) is covered by an empty file in the
+// child's own mount namespace.
 //
 // Thread-safety: one call at a time, except Cancel.
 #pragma once

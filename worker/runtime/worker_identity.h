@@ -24,6 +24,9 @@ struct WorkerIdentity {
   std::vector<std::string> plugins;  // --plugin libraries, loaded by ddp_spawn children too
   // --trusted_network: with TLS to the coordinator, Gloo may still carry gradients in clear.
   bool trusted_network = false;
+  // Files rank children must not read (the worker's --token_file): covered by an empty file in
+  // each child's own mount namespace.
+  std::vector<std::string> hidden_files;
   // --cache_dir and --cache_bytes: a rank child's cache is <cache_dir>/child-<i>.
   std::string cache_dir;
   int64_t cache_bytes = 0;
