@@ -41,7 +41,13 @@ for target in "${targets[@]}"; do
   log="$build/$target.log"
   echo "fuzzing $target for ${seconds}s ..." >&2
   set +e
+  # libtorch 1.13 leaks a few hundred bytes inside itself (miniz's reallocs, no dtrain frame)
+  # on some malformed archives: recorded in docs/FUZZING.md; its targets run without LeakSanitizer
+  # so that the fuzzing goes on past it.
+  leaks=1
+  case "$target" in torch_save|checkpoint_restore) leaks=0 ;; esac
   "$build/tests/fuzz/${target}_fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -detect_leaks=$leaks \
     -max_len=65536 -print_final_stats=1 -artifact_prefix="$build/findings/$target/" \
     "$build/corpus/$target" "tests/fuzz/corpus/$target" >"$log" 2>&1
   code=$?
