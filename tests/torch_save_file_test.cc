@@ -351,6 +351,47 @@ write(base + ".good.pt", 2, 0, (2,), (1,))
   EXPECT_FLOAT_EQ(x[1].item<float>(), -2.0f);
 }
 
+// A file written on GPUs (issue 39): its storages' persistent ids name cuda:0 and cuda:1, as
+// torch.save writes them for CUDA tensors (crafted here, on a machine without one). dtrain reads
+// it as torch.load(map_location="cpu") does: every tensor on the CPU with its values, where
+// libtorch would have moved each to the device its file names (and failed without CUDA).
+TEST(TorchSaveData, StoragesTaggedCuda_LoadOnTheCpu) {
+  const std::string path = testing::TestTempPath("cuda-tagged.pt");
+  Python(absl::StrCat(R"(
+import collections, io, pickle, struct, zipfile
+class Storage:
+    def __init__(self, key, location): self.key, self.location = key, location
+class Pickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        if isinstance(obj, Storage):
+            return ("storage", torch.FloatStorage, obj.key, obj.location, 2)
+        return None
+class Tensor:
+    def __init__(self, *args): self.args = args
+    def __reduce__(self): return (torch._utils._rebuild_tensor_v2, self.args)
+buf = io.BytesIO()
+Pickler(buf, protocol=2).dump({
+    "a": Tensor(Storage("0", "cuda:0"), 0, (2,), (1,), False, collections.OrderedDict()),
+    "b": Tensor(Storage("1", "cuda:1"), 0, (2,), (1,), False, collections.OrderedDict())})
+with zipfile.ZipFile(")",
+                      path, R"(", "w") as z:
+    z.writestr("archive/data.pkl", buf.getvalue())
+    z.writestr("archive/data/0", struct.pack("<2f", 1.5, -2.0))
+    z.writestr("archive/data/1", struct.pack("<2f", 3.0, 4.5))
+    z.writestr("archive/version", "3\n")
+)"));
+  absl::StatusOr<c10::IValue> read = ReadTorchSaveFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const c10::Dict<c10::IValue, c10::IValue> dict = read->toGenericDict();
+  const at::Tensor a = dict.at("a").toTensor();
+  const at::Tensor b = dict.at("b").toTensor();
+  EXPECT_TRUE(a.device().is_cpu());
+  EXPECT_TRUE(b.device().is_cpu());
+  EXPECT_FLOAT_EQ(a[1].item<float>(), -2.0f);
+  EXPECT_FLOAT_EQ(b[0].item<float>(), 3.0f);
+  EXPECT_FLOAT_EQ(b[1].item<float>(), 4.5f);
+}
+
 // Data is never code (issue 38). A TorchScript archive whose __setstate__ creates a file through
 // torch.from_file, the way one could overwrite the worker's token file: as data or through the
 // torch.save reader it is refused naming the file, and the file is never created; Python's

@@ -28,7 +28,10 @@ absl::StatusOr<LightningModule> LightningModule::Load(const std::string& path) {
   absl::StatusOr<torch::jit::Module> module =
       GuardTorch(absl::StrCat("cannot load '", path, "' as a TorchScript module"),
                  [&]() -> absl::StatusOr<torch::jit::Module> {
-                   return torch::jit::load(path, c10::nullopt, extra);
+                   // On the CPU, as map_location="cpu": the accelerator moves it to the
+                   // rank's own device (a module saved on cuda:k would otherwise go to cuda:k,
+                   // or fail on a worker without CUDA).
+                   return torch::jit::load(path, c10::Device(c10::kCPU), extra);
                  });
   if (!module.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(module.status().message(), kExportHint));

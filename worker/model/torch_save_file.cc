@@ -542,7 +542,11 @@ absl::StatusOr<c10::IValue> ParseTorchSave(const std::string& bytes, const std::
                       " bytes but its record holds ", size);
           return data;
         };
-        torch::jit::Unpickler unpickler(read, nullptr, nullptr, read_record, c10::nullopt);
+        // Every storage on the CPU, whatever device its file names (torch.load's
+        // map_location="cpu"): a file written on cuda:k loads on a CPU-only worker, and each
+        // rank then moves what it needs to its own device rather than to cuda:k.
+        torch::jit::Unpickler unpickler(read, nullptr, nullptr, read_record,
+                                        c10::Device(c10::kCPU));
         unpickler.set_version(reader.version());
         c10::IValue value = unpickler.parse_ivalue();
         // libtorch sets each tensor's sizes, strides and offset without checking them against

@@ -118,8 +118,10 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> ShardedOptimizer::Conso
     DTRAIN_RETURN_IF_ERROR(GuardTorch(
         absl::StrCat("cannot read rank ", rank, "'s optimizer state"), [&]() -> absl::Status {
           torch::serialize::InputArchive archive;
+          // Onto this rank's device: the bytes were written on `rank`'s.
           archive.load_from(static_cast<const char*>(parts[rank].data_ptr()),
-                            static_cast<size_t>(parts[rank].numel()));
+                            static_cast<size_t>(parts[rank].numel()),
+                            owned.empty() ? c10::Device(c10::kCPU) : owned.front().device());
           partial->load(archive);
           return absl::OkStatus();
         }));
