@@ -1,9 +1,12 @@
 #include "common/sha256.h"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -41,15 +44,23 @@ std::string Sha256::Finish() {
 }
 
 absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in.good()) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  absl::StatusOr<std::string> digest = Sha256OfDescriptor(fd);
+  ::close(fd);
+  if (!digest.ok()) return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
+  return digest;
+}
+
+absl::StatusOr<std::string> Sha256OfDescriptor(int fd) {
   Sha256 hash;
   std::vector<char> block(1 << 20);
-  while (in) {
-    in.read(block.data(), static_cast<std::streamsize>(block.size()));
-    hash.Update(absl::string_view(block.data(), static_cast<size_t>(in.gcount())));
+  ssize_t n;
+  while ((n = ::read(fd, block.data(), block.size())) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::DataLossError(absl::StrCat("read failed: ", std::strerror(errno)));
+    hash.Update(absl::string_view(block.data(), static_cast<size_t>(n)));
   }
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
   return hash.Finish();
 }
 

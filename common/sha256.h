@@ -29,6 +29,9 @@ class Sha256 {
 
 // The digest of a whole file, read in blocks. NOT_FOUND when it cannot be opened.
 absl::StatusOr<std::string> Sha256OfFile(const std::string& path);
+// The digest of what `fd` holds from its current offset to its end (for a caller that opened
+// the file its own way, e.g. without following links). DATA_LOSS when a read fails.
+absl::StatusOr<std::string> Sha256OfDescriptor(int fd);
 
 // INVALID_ARGUMENT unless `digest` is "sha256:" followed by 64 lowercase hex digits, so that a
 // digest is safe to use as a file name.

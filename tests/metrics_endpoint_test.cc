@@ -152,6 +152,7 @@ trainer: {max_epochs: 1, num_nodes: 2, skip_test: true}
   const std::map<std::string, double> w2 = Samples(Scrape(worker_port));
   EXPECT_EQ(w2.at("dtrain_worker_artifact_cache_misses_total"), 1);
   EXPECT_EQ(w2.at("dtrain_worker_artifact_cache_hits_total"), 1);
+  EXPECT_EQ(w2.at("dtrain_worker_artifact_cache_tampered_total"), 0);
   // The data, plus the checkpoints this worker wrote as rank 0 (kept without a fetch).
   EXPECT_GE(w2.at("dtrain_worker_artifact_cache_bytes"), data_bytes);
 }

@@ -252,7 +252,6 @@ int main(int argc, char** argv) {
                                   isolation, "'"));
     return 2;
   }
-  if (options.child) options.isolate_ranks = false;
   if (!options.child) {
     // Rank children do not see the token file (worker/runtime/spawned_job.h).
     const absl::CommandLineFlag* file = absl::FindCommandLineFlag("token_file");

@@ -280,14 +280,18 @@ absl::StatusOr<std::unique_ptr<HostedJob>> SpawnedJob::Setup(
 
 absl::StatusOr<v1::DryRunResponse> SpawnedJob::DryRun(const v1::DryRunRequest& request,
                                                       const WorkerIdentity& identity,
-                                                      const std::string& binary) {
+                                                      const std::string& binary,
+                                                      absl::Time deadline) {
   DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<SpawnedJob> job,
                           StartChildren(request.setup().job_id(), request.setup().group().token(),
                                         identity, binary, 1, /*per_device=*/false));
   v1::DryRunResponse response;
-  DTRAIN_RETURN_IF_ERROR(job->ForEachChild([&](int, grpc::ClientContext* context) {
-    return job->children_[0]->stub->DryRun(context, request, &response);
-  }));
+  DTRAIN_RETURN_IF_ERROR(job->Outcome(job->calls_.Run(
+      1,
+      [&](int, grpc::ClientContext* context) {
+        return job->children_[0]->stub->DryRun(context, request, &response);
+      },
+      kFailureGrace, deadline)));
   return response;  // the child is stopped as `job` goes
 }
 
@@ -346,16 +350,10 @@ absl::Status SpawnedJob::Step(StepKind kind, const v1::StepRequest& request,
   }
   // Each child's request is the step's, with its own rank's work only (monitored values and
   // every other field included).
-  std::vector<v1::StepRequest> requests(n);
-  for (int i = 0; i < n; ++i) {
-    if (n == 1) {
-      requests[i] = request;
-      continue;
-    }
-    v1::StepRequest& child = requests[i];
-    child = request;
-    child.clear_work();
-    *child.add_work() = request.work(i);
+  std::vector<v1::StepRequest> requests(n, request);
+  for (int i = 0; n > 1 && i < n; ++i) {
+    requests[i].clear_work();
+    *requests[i].add_work() = request.work(i);
   }
   std::vector<v1::StepResponse> responses(n);
   // The callback API: no thread hand-off between this call and the child's, on the hot path.

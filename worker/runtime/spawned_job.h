@@ -48,10 +48,11 @@ class SpawnedJob : public HostedJob {
                                                           v1::SetupResponse* response,
                                                           CallCanceller* cancel = nullptr);
   // Runs the dry run `request` names in one child of `binary`, which is stopped afterwards:
-  // the model's code never runs in the daemon's process.
+  // the model's code never runs in the daemon's process. DEADLINE_EXCEEDED past `deadline`
+  // (the caller's).
   static absl::StatusOr<v1::DryRunResponse> DryRun(const v1::DryRunRequest& request,
                                                    const WorkerIdentity& identity,
-                                                   const std::string& binary);
+                                                   const std::string& binary, absl::Time deadline);
   ~SpawnedJob() override;
 
   const std::string& id() const override { return id_; }

@@ -7,7 +7,6 @@
 #include <ctime>
 #include <filesystem>
 #include <optional>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -56,14 +55,9 @@ ArtifactCache::Seal ArtifactCache::Verify(const std::string& path, const std::st
     }
     seal = SealOf(st);
     if (!digest.empty()) {
-      Sha256 hash;
-      std::vector<char> buffer(size_t{1} << 20);
-      ssize_t n;
-      while ((n = ::read(fd, buffer.data(), buffer.size())) > 0) {
-        hash.Update(absl::string_view(buffer.data(), static_cast<size_t>(n)));
-      }
       // Other bytes, or bytes that changed while they were read: not what `digest` names.
-      if (n < 0 || hash.Finish() != digest || ::fstat(fd, &st) != 0 || !(SealOf(st) == seal)) {
+      const absl::StatusOr<std::string> hashed = Sha256OfDescriptor(fd);
+      if (!hashed.ok() || *hashed != digest || ::fstat(fd, &st) != 0 || !(SealOf(st) == seal)) {
         seal = Seal{};
       }
     }

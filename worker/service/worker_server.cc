@@ -170,6 +170,10 @@ void WorkerServer::DescribeMetrics() {
         "Uploaded files this worker fetched from the coordinator.",
         [cache](const auto& emit) { emit({}, static_cast<double>(cache->misses())); }, "counter");
     metrics_->AddGauge(
+        "dtrain_worker_artifact_cache_tampered_total",
+        "Cached files found changed since they were verified, removed and fetched again.",
+        [cache](const auto& emit) { emit({}, static_cast<double>(cache->tampered())); }, "counter");
+    metrics_->AddGauge(
         "dtrain_worker_artifact_cache_bytes", "Bytes in this worker's file cache.",
         [cache](const auto& emit) { emit({}, static_cast<double>(cache->bytes())); });
   }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 
@@ -565,15 +566,20 @@ grpc::ServerUnaryReactor* WorkerService::Teardown(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* WorkerService::DryRun(grpc::CallbackServerContext* context,
                                                 const v1::DryRunRequest* request,
                                                 v1::DryRunResponse* response) {
+  // A child's dry run ends by the caller's deadline (at most 30 minutes), so that a hung one
+  // cannot hold this worker's queue.
+  const absl::Time deadline =
+      std::min(absl::FromChrono(context->deadline()), absl::Now() + absl::Minutes(30));
   // Queued like a step, so it never runs beside this worker's job.
-  return Enqueue(context, [this, request, response]() -> absl::Status {
+  return Enqueue(context, [this, request, response, deadline]() -> absl::Status {
     v1::DryRunRequest local = *request;
     DTRAIN_RETURN_IF_ERROR(
         PrepareSetup(local.mutable_setup(), options_.identity.devices, options_.artifacts));
     // The model's code runs in a child when ranks are isolated, as a job's would.
     absl::StatusOr<v1::DryRunResponse> report =
-        options_.isolate_ranks ? SpawnedJob::DryRun(local, options_.identity, options_.spawn_binary)
-                               : Job::DryRun(local, options_.identity);
+        options_.isolate_ranks
+            ? SpawnedJob::DryRun(local, options_.identity, options_.spawn_binary, deadline)
+            : Job::DryRun(local, options_.identity);
     if (!report.ok()) return report.status();
     *response = std::move(*report);
     return absl::OkStatus();
