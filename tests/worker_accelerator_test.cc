@@ -17,6 +17,9 @@
 #include <limits>
 #include <numeric>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/job_settings.h"
 #include "common/plugin_catalog.h"
 #include "tests/reference_data.h"
@@ -45,7 +48,10 @@
 namespace dtrain {
 namespace {
 
+using ::dtrain::testing::CommandResult;
+using ::dtrain::testing::RunShell;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(Precision, NamesAndAliases) {
   EXPECT_EQ(*ParsePrecision("32"), Precision::k32True);
@@ -209,7 +215,7 @@ TEST(LossScaler, ScalesUnscalesSkipsBacksOffAndGrows) {
   // A clean step: the scaled loss's gradient, unscaled, is the true gradient.
   scaler.Scale((p * 3).sum()).backward();
   EXPECT_EQ(p.grad()[0].item<float>(), 3 * 1024);
-  EXPECT_FALSE(scaler.Unscale({p}));
+  EXPECT_FALSE(*scaler.Unscale({p}));
   EXPECT_EQ(p.grad()[0].item<float>(), 3);
   (*optimizer)->step();
   scaler.Update(false);
@@ -217,7 +223,7 @@ TEST(LossScaler, ScalesUnscalesSkipsBacksOffAndGrows) {
   // An overflowing step: found, skipped (the caller does not step), scale halves.
   (*optimizer)->zero_grad();
   scaler.Scale((p * std::numeric_limits<float>::infinity()).sum()).backward();
-  EXPECT_TRUE(scaler.Unscale({p}));
+  EXPECT_TRUE(*scaler.Unscale({p}));
   scaler.Update(true);
   EXPECT_EQ(scaler.scale(), 512);
   EXPECT_EQ(scaler.growth_tracker(), 0);
@@ -228,6 +234,111 @@ TEST(LossScaler, ScalesUnscalesSkipsBacksOffAndGrows) {
   scaler.Restore(64, 2);
   scaler.Update(false);
   EXPECT_EQ(scaler.scale(), 128);
+}
+
+// The scale is float32, as GradScaler's: a float16 loss is not scaled into float16's inf
+// (65536 is above its largest value, 65504), and growth that would overflow float32 is not done.
+TEST(LossScaler, ScalesInFloat32_RefusesFloat16Gradients_StopsGrowingAtFloat32sLimit) {
+  LossScaler scaler;
+  const torch::Tensor scaled = scaler.Scale(torch::tensor(2.0).to(torch::kHalf));
+  EXPECT_EQ(scaled.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(scaled.item<float>(), 131072.0f);
+  torch::Tensor half = torch::ones({2}, torch::kHalf).requires_grad_(true);
+  half.mutable_grad() = torch::ones({2}, torch::kHalf);
+  const absl::StatusOr<bool> refused = scaler.Unscale({half});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("float32"));
+  LossScaler top({.growth_interval = 1});
+  top.Restore(0x1p127, 0);
+  top.Update(false);
+  EXPECT_EQ(top.scale(), 0x1p127) << "2^128 is inf in float32: GradScaler keeps the scale";
+  EXPECT_EQ(top.growth_tracker(), 0);
+}
+
+// A model that computes in float16 on the CPU, as autocast would on CUDA: float32 parameters,
+// float16 products, a float16 loss.
+absl::StatusOr<LightningModule> Float16Toy() {
+  torch::jit::Module m("Float16Toy");
+  m.register_parameter("w", torch::tensor({0.5f, -0.25f, 0.125f, 1.0f}).requires_grad_(), false);
+  m.register_parameter("b", torch::tensor({0.1f}).requires_grad_(), false);
+  m.define(R"(
+def forward(self, x: Tensor) -> Tensor:
+    return x.half() * self.w.half() + self.b.half()
+
+def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    x, y = batch
+    d = self.forward(x) - y.half()
+    return (d * d).sum()
+)");
+  return LightningModule::Wrap(m, "Float16Toy");
+}
+
+// The whole 16-mixed path through the Accelerator (scale, backward, unscale, clip by norm,
+// skip on inf/nan, scale update), step for step equal to torch's GradScaler run on the same
+// float16 model (tests/python/grad_scaler_reference.py): the same losses, the same skipped
+// steps (gradients that overflow float16, and a forward that does), the same scales after a
+// backoff and a growth, and bit-identical parameters.
+TEST(LossScaler, WholePathThroughTheAccelerator_EqualsTorchsGradScaler) {
+  const CommandResult reference = RunShell("/usr/bin/python3 -O " DTRAIN_SOURCE_DIR
+                                           "/tests/python/grad_scaler_reference.py 2>/dev/null");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  ASSERT_NO_FATAL_FAILURE(RegisterLossScaled32());
+  auto accelerator = Accelerator::Make("cpu", kLossScaled32, StrategyOptions(), nullptr);
+  ASSERT_TRUE(accelerator.ok()) << accelerator.status();
+  Accelerator& a = **accelerator;
+  auto model = Float16Toy();
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE(a.Setup(std::move(*model), {.name = "sgd", .lr = 0.1}, {}).ok());
+  a.SetTrainingMode(true);
+  LossScaler& scaler = *a.precision().scaler();
+  int steps = 0, stepped_steps = 0, skipped_steps = 0;
+  c10::IValue batch;
+  for (absl::string_view line : absl::StrSplit(reference.output, '\n', absl::SkipEmpty())) {
+    std::vector<double> v;
+    std::vector<std::string> words = absl::StrSplit(line, ' ');
+    for (size_t i = 1; i < words.size(); ++i) {
+      double d;
+      ASSERT_TRUE(absl::SimpleAtod(words[i], &d)) << line;
+      v.push_back(d);
+    }
+    if (words[0] == "batch") {
+      ASSERT_EQ(v.size(), 17u) << line;
+      if (v[0] >= 0) scaler.Restore(scaler.scale(), static_cast<int64_t>(v[0]));
+      const torch::Tensor xy =
+          torch::tensor(std::vector<double>(v.begin() + 1, v.end())).to(torch::kFloat32);
+      batch = c10::ivalue::Tuple::create(
+          {xy.slice(0, 0, 8).view({2, 4}).clone(), xy.slice(0, 8, 16).view({2, 4}).clone()});
+      continue;
+    }
+    ASSERT_EQ(words[0], "expect");
+    ASSERT_EQ(v.size(), 8u) << line;
+    SCOPED_TRACE(absl::StrCat("step ", steps));
+    auto out = a.TrainingStep(batch, steps);
+    ASSERT_TRUE(out.ok()) << out.status();
+    const torch::Tensor loss = a.TrainingStepEnd(*out);
+    EXPECT_EQ(loss.scalar_type(), torch::kHalf);
+    const float got_loss = loss.to(torch::kFloat32).item<float>();
+    EXPECT_TRUE(got_loss == v[0] || (std::isinf(got_loss) && std::isinf(v[0])))
+        << got_loss << " vs " << v[0];
+    const absl::Status backward = a.Backward(loss, /*should_accumulate=*/false);
+    ASSERT_TRUE(backward.ok()) << backward;
+    ASSERT_TRUE(a.ClipGradients(1.0, ClipAlgorithm::kNorm).ok());
+    auto stepped = a.OptimizerStep();
+    ASSERT_TRUE(stepped.ok()) << stepped.status();
+    EXPECT_EQ(*stepped, v[1] != 0);
+    (*stepped ? stepped_steps : skipped_steps)++;
+    EXPECT_EQ(scaler.scale(), v[2]);
+    const std::vector<torch::Tensor> params = a.model().Parameters();
+    ASSERT_EQ(params.size(), 2u);
+    const torch::Tensor flat = torch::cat({params[0].detach(), params[1].detach()});
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(flat[i].item<float>(), v[3 + i]) << "parameter " << i;
+    a.OptimizerZeroGrad();
+    ++steps;
+  }
+  EXPECT_EQ(steps, 10);
+  // The reference's run holds both outcomes, or the comparison would prove little.
+  EXPECT_GE(stepped_steps, 3);
+  EXPECT_GE(skipped_steps, 3);
 }
 
 // Gradients [3, -4] and [12]: total norm sqrt(9 + 16 + 144) = 13.
@@ -376,11 +487,22 @@ TEST(DevicePlan, CpuOnlyTable_EveryReplicaOnTheCpu_Bf16AutocastOnCpu_Fp16Refused
   auto gpu = PlanDevices(Request("gpu", Precision::k32True), cpu_only);
   EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(gpu.status().message()), HasSubstr("no CUDA support"));
-  DeviceTable built_no_device;
-  built_no_device.cuda_built = true;
-  auto no_device = PlanDevices(Request("cuda", Precision::k32True), built_no_device);
+  // A CUDA build without a driver names the driver, not the build; with a driver and no
+  // visible device, CUDA_VISIBLE_DEVICES.
+  DeviceTable built_no_driver;
+  built_no_driver.cuda_built = true;
+  auto no_driver = PlanDevices(Request("cuda", Precision::k32True), built_no_driver);
+  EXPECT_EQ(no_driver.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(no_driver.status().message()), HasSubstr("no NVIDIA driver is loaded"));
+  EXPECT_THAT(std::string(no_driver.status().message()), Not(HasSubstr("no CUDA support")));
+  DeviceTable hidden = built_no_driver;
+  hidden.nvidia_driver = true;
+  auto no_device = PlanDevices(Request("cuda", Precision::k32True), hidden);
   EXPECT_EQ(no_device.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(no_device.status().message()), HasSubstr("no CUDA device"));
+  EXPECT_THAT(std::string(no_device.status().message()), HasSubstr("sees no CUDA device"));
+  EXPECT_THAT(std::string(no_device.status().message()), HasSubstr("CUDA_VISIBLE_DEVICES="));
+  // This machine: a CPU build (Debian's libtorch), which Detect must not mistake for a driver.
+  EXPECT_FALSE(DeviceTable::Detect().cuda_built);
   auto tpu = PlanDevices(Request("tpu", Precision::k32True), cpu_only);
   EXPECT_EQ(tpu.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(tpu.status().message()), HasSubstr("XLA runtime"));

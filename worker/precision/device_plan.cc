@@ -1,7 +1,10 @@
 #include "worker/precision/device_plan.h"
 
-#include <ATen/Context.h>
-#include <torch/cuda.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include <ATen/detail/CUDAHooksInterface.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,10 +21,20 @@ absl::Status CudaUsable(const DeviceTable& table) {
         "libtorch-dev is a CPU build); use accelerator 'cpu' or build the worker against a CUDA "
         "libtorch (docs/worker.md)");
   }
-  if (table.cuda_devices <= 0) {
+  if (table.cuda_devices <= 0 && !table.nvidia_driver) {
     return absl::FailedPreconditionError(
-        "accelerator 'gpu' requested, but libtorch finds no CUDA device on this machine "
-        "(no driver or no GPU); use accelerator 'cpu'");
+        "accelerator 'gpu' requested, and this libtorch has CUDA, but no NVIDIA driver is loaded "
+        "on this machine (/proc/driver/nvidia/version is missing): install the driver (nvidia-smi "
+        "must list the GPUs) or use accelerator 'cpu'");
+  }
+  if (table.cuda_devices <= 0) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return absl::FailedPreconditionError(absl::StrCat(
+        "accelerator 'gpu' requested: the NVIDIA driver is loaded, but libtorch sees no CUDA "
+        "device (CUDA_VISIBLE_DEVICES=",
+        visible == nullptr ? "<unset>" : absl::StrCat("'", visible, "'"),
+        "; nvidia-smi lists what the driver sees); use accelerator 'cpu' or make a GPU "
+        "visible"));
   }
   return absl::OkStatus();
 }
@@ -30,11 +43,12 @@ absl::Status CudaUsable(const DeviceTable& table) {
 
 DeviceTable DeviceTable::Detect() {
   DeviceTable table;
-  // hasCUDA: libtorch was built with CUDA and a driver answers; is_available/device_count:
-  // devices are present.
-  table.cuda_built = at::globalContext().hasCUDA() || torch::cuda::is_available();
-  table.cuda_devices =
-      torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  // hasCUDART: the CUDA runtime is linked (a CUDA build), whether or not a driver answers;
+  // hasCUDA is false without a driver, which must not be blamed on the build.
+  const at::CUDAHooksInterface& cuda = at::detail::getCUDAHooks();
+  table.cuda_built = cuda.hasCUDART() || cuda.hasCUDA();
+  table.cuda_devices = cuda.hasCUDA() ? cuda.getNumGPUs() : 0;
+  table.nvidia_driver = access("/proc/driver/nvidia/version", F_OK) == 0;
   return table;
 }
 

@@ -32,8 +32,11 @@ enum class DeviceKind { kCpu, kGpu };
 
 // What this machine offers.
 struct DeviceTable {
-  bool cuda_built = false;  // libtorch was built with CUDA
+  bool cuda_built = false;  // libtorch was built with CUDA (its runtime is linked)
   int cuda_devices = 0;     // CUDA devices libtorch can use
+  // An NVIDIA kernel driver is loaded (/proc/driver/nvidia/version): with a CUDA build and no
+  // device, it tells a missing driver from devices hidden by CUDA_VISIBLE_DEVICES.
+  bool nvidia_driver = false;
   // From the libtorch this process runs on.
   static DeviceTable Detect();
 };

@@ -1,5 +1,8 @@
 #include "worker/precision/precision.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <ATen/autocast_mode.h>
 #include <torch/types.h>
 
@@ -43,29 +46,67 @@ std::string PrecisionName(Precision precision) {
 
 LossScaler::LossScaler(Options options) : options_(options), scale_(options.initial_scale) {}
 
-torch::Tensor LossScaler::Scale(const torch::Tensor& loss) const { return loss * scale_; }
+torch::Tensor LossScaler::Scale(const torch::Tensor& loss) const {
+  // A one-element float32 tensor, as GradScaler's _scale: a float16 loss is promoted to float32
+  // instead of overflowing at the default scale (65536 > float16's largest, 65504).
+  return loss * torch::full({1}, scale_, loss.options().dtype(torch::kFloat32));
+}
 
-bool LossScaler::Unscale(const std::vector<torch::Tensor>& parameters) {
+absl::StatusOr<bool> LossScaler::Unscale(const std::vector<torch::Tensor>& parameters) {
   torch::NoGradGuard no_grad;
-  bool found_inf = false;
-  const double inverse = 1.0 / scale_;
+  // GradScaler's inv_scale: the reciprocal in float64 of the float32 scale, then float32.
+  const float inverse = static_cast<float>(1.0 / static_cast<double>(static_cast<float>(scale_)));
+  struct OnDevice {
+    torch::Device device;
+    torch::Tensor found_inf;  // float32 [1], nonzero once a gradient held inf or nan
+    std::vector<torch::Tensor> grads;
+  };
+  std::vector<OnDevice> devices;
   for (const torch::Tensor& p : parameters) {
     torch::Tensor grad = p.grad();
     if (!grad.defined()) continue;
-    grad.mul_(inverse);
-    if (!torch::isfinite(grad).all().item<bool>()) found_inf = true;
+    if (grad.scalar_type() == torch::kHalf) {
+      return absl::FailedPreconditionError(
+          "16-mixed cannot unscale float16 gradients (GradScaler refuses them too): keep the "
+          "model's parameters float32; autocast computes in float16 where it is safe");
+    }
+    if (grad.is_sparse()) grad = grad.coalesce()._values();
+    auto it = std::find_if(devices.begin(), devices.end(),
+                           [&](const OnDevice& d) { return d.device == grad.device(); });
+    if (it == devices.end()) {
+      devices.push_back(
+          {grad.device(), torch::zeros({1}, grad.options().dtype(torch::kFloat32)), {}});
+      it = devices.end() - 1;
+    }
+    it->grads.push_back(grad);
   }
+  for (OnDevice& d : devices) {
+    if (d.device.is_cuda()) {
+      at::_amp_foreach_non_finite_check_and_unscale_(
+          d.grads, d.found_inf, torch::full({1}, inverse, d.found_inf.options()));
+      continue;
+    }
+    // The same kernel's meaning, composed: the check sees each value before it is unscaled.
+    for (torch::Tensor& grad : d.grads) {
+      d.found_inf.add_(torch::logical_not(torch::isfinite(grad)).any());
+      grad.mul_(inverse);
+    }
+  }
+  bool found_inf = false;
+  for (const OnDevice& d : devices) found_inf |= d.found_inf.item<float>() != 0;
   return found_inf;
 }
 
 void LossScaler::Update(bool found_inf) {
+  // _amp_update_scale_'s arithmetic: the scale is float32, and growing it to inf is not done.
   if (found_inf) {
-    scale_ *= options_.backoff_factor;
+    scale_ = static_cast<float>(scale_ * options_.backoff_factor);
     growth_tracker_ = 0;
     return;
   }
   if (++growth_tracker_ >= options_.growth_interval) {
-    scale_ *= options_.growth_factor;
+    const float grown = static_cast<float>(scale_ * options_.growth_factor);
+    if (std::isfinite(grown)) scale_ = grown;
     growth_tracker_ = 0;
   }
 }

@@ -32,9 +32,11 @@ enum class Precision { k32True, k64True, kBf16Mixed, kBf16True, k16Mixed };
 absl::StatusOr<Precision> ParsePrecision(const std::string& name);
 std::string PrecisionName(Precision precision);
 
-// Dynamic loss scaling, as torch.cuda.amp.GradScaler: the loss is multiplied by `scale`;
-// gradients are unscaled before clipping and the optimizer step; a step whose gradients hold
-// inf/nan is skipped and the scale backs off; after `growth_interval` clean steps it grows.
+// Dynamic loss scaling, with torch.cuda.amp.GradScaler's arithmetic: the scale is a float32
+// tensor the loss is multiplied by (so a float16 loss is scaled in float32); gradients are
+// unscaled by the float32 of the scale's float64 reciprocal, once a step, before clipping and the
+// optimizer step; a step whose gradients held inf/nan before unscaling is skipped and the scale
+// backs off; after `growth_interval` clean steps it grows, unless growing overflows float32.
 class LossScaler {
  public:
   struct Options {
@@ -46,9 +48,13 @@ class LossScaler {
   LossScaler() : LossScaler(Options()) {}
   explicit LossScaler(Options options);
 
+  // loss * scale, as a one-element float32 tensor on the loss's device (GradScaler.scale).
   torch::Tensor Scale(const torch::Tensor& loss) const;
-  // Divides every gradient by the scale, once per step; returns whether any is inf or nan.
-  bool Unscale(const std::vector<torch::Tensor>& parameters);
+  // Divides every gradient by the scale; returns whether any held inf or nan. The check stays on
+  // each device (one flag per device, CUDA's fused kernel there) and is read once: one host
+  // sync a step, not one per parameter. FAILED_PRECONDITION for float16 gradients, which
+  // GradScaler refuses too: 16-mixed keeps float32 parameters.
+  absl::StatusOr<bool> Unscale(const std::vector<torch::Tensor>& parameters);
   // Records the step's outcome: skipped (found_inf) backs off, clean steps grow the scale.
   void Update(bool found_inf);
 

@@ -204,7 +204,9 @@ absl::Status Accelerator::Backward(const torch::Tensor& closure_loss, bool shoul
 absl::StatusOr<double> Accelerator::ClipGradients(double clip_val, ClipAlgorithm algorithm) {
   LossScaler* scaler = precision_->scaler();
   if (scaler != nullptr && !unscaled_) {
-    found_inf_ = scaler->Unscale(model_->Parameters());
+    DTRAIN_ASSIGN_OR_RETURN(found_inf_, GuardTorch("cannot unscale the gradients", [&] {
+                              return scaler->Unscale(model_->Parameters());
+                            }));
     unscaled_ = true;
   }
   return dtrain::ClipGradients(model_->Parameters(), clip_val, algorithm);
@@ -214,7 +216,11 @@ absl::StatusOr<bool> Accelerator::OptimizerStep() {
   LossScaler* scaler = precision_->scaler();
   bool skip = false;
   if (scaler != nullptr) {
-    if (!unscaled_) found_inf_ = scaler->Unscale(model_->Parameters());
+    if (!unscaled_) {
+      DTRAIN_ASSIGN_OR_RETURN(found_inf_, GuardTorch("cannot unscale the gradients", [&] {
+                                return scaler->Unscale(model_->Parameters());
+                              }));
+    }
     skip = found_inf_;
     scaler->Update(found_inf_);
     unscaled_ = false;
