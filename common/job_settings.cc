@@ -182,6 +182,10 @@ absl::Status ApplyToField(Message* m, const FieldDescriptor* f, const std::strin
       return st;
     }
     r->SetString(m, f, value);
+  } else if (auto refused = absl::c_find_if(
+                 s.refused(), [&](const v1::Setting::Word& w) { return w.word() == value; });
+             refused != s.refused().end()) {
+    return absl::FailedPreconditionError(absl::StrCat(path, ": '", value, "' ", refused->value()));
   } else if (s.names_size() > 0 && !absl::c_linear_search(s.names(), value)) {
     return Bad(path, absl::StrCat("unknown ", s.noun().empty() ? "value" : s.noun(), " '", value,
                                   "'; use ", absl::StrJoin(s.names(), ", ")));

@@ -343,6 +343,15 @@ TEST(JobSpecRules, BadValues_NamedByPath) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()),
               HasSubstr("trainer.accelerator: 'tpu' needs an XLA runtime"));
+  // nccl is refused by name, saying where CUDA gradients travel instead; a misspelling is not.
+  auto nccl = ParseJobSpec(base + "trainer: {collective_backend: nccl}");
+  s = NormalizeJobSpec(&*nccl);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("trainer.collective_backend: 'nccl' is not built: dtrain has no NCCL"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("through host memory"));
+  auto typo = ParseJobSpec(base + "trainer: {collective_backend: ncl}");
+  EXPECT_EQ(NormalizeJobSpec(&*typo).code(), absl::StatusCode::kInvalidArgument);
   // The collective plane: auto unless asked.
   auto plain = ParseJobSpec(base);
   ASSERT_TRUE(NormalizeJobSpec(&*plain).ok());

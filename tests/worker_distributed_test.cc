@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -20,12 +21,16 @@
 #include <map>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
 #include "tests/reference_data.h"
 #include "tests/test_support.h"
 #include "tests/worker_test_helpers.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/collectives/collective_backend.h"
+#include "worker/collectives/collective_plane.h"
 #include "worker/collectives/gloo_collective_backend.h"
 #include "worker/collectives/shared_memory_collective_backend.h"
 #include "worker/data/dataset.h"
@@ -254,6 +259,52 @@ TEST(Strategy, AllGatherWithSyncGrads_GradientsFlowBackAcrossRanks) {
   }
 }
 
+// The world of one (single_device, dp) answers on the caller's device too.
+TEST(LocalBackend, EveryCollectiveOnANonCpuDevice_AnswersOnThatDevice) {
+  const torch::Device device = NonCpuDevice();
+  LocalCollectiveBackend b;
+  torch::Tensor t = torch::tensor({1.5f, -2.0f}).to(device);
+  ASSERT_TRUE(b.AllReduce(t, v1::REDUCE_OP_MEAN).ok());
+  ASSERT_TRUE(b.Broadcast(t, 0).ok());
+  ASSERT_TRUE(b.Reduce(t, 0, v1::REDUCE_OP_SUM).ok());
+  EXPECT_EQ(t.device(), device);
+  EXPECT_TRUE(torch::equal(t.cpu(), torch::tensor({1.5f, -2.0f})));
+  auto gathered = b.AllGather(t);
+  ASSERT_TRUE(gathered.ok());
+  ASSERT_EQ(gathered->size(), 1u);
+  EXPECT_EQ((*gathered)[0].device(), device);
+}
+
+// all_gather(sync_grads) on a device that is not the CPU: the gathered tensor and the gradient
+// autograd gets back are on the caller's device.
+TEST(Strategy, AllGatherOnANonCpuDevice_ResultAndGradientStayOnIt) {
+  const torch::Device device = NonCpuDevice();
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  std::vector<std::string> devices(4);
+  std::vector<torch::Tensor> grads(2);
+  auto statuses = testing::RunRanks(
+      coordinator->address(), "gather-device", 2, [&](ProcessGroup& pg) -> absl::Status {
+        StrategyOptions options;
+        options.name = "ddp";
+        DTRAIN_ASSIGN_OR_RETURN(
+            auto strategy, MakeStrategy(options, std::make_unique<GrpcCollectiveBackend>(&pg)));
+        const int r = pg.rank();
+        torch::Tensor x = torch::full({3}, static_cast<float>(r + 10)).to(device).requires_grad_();
+        DTRAIN_ASSIGN_OR_RETURN(torch::Tensor all, strategy->AllGather(x, /*sync_grads=*/true));
+        devices[2 * r] = all.device().str();
+        (all * (r + 1)).sum().backward();
+        devices[2 * r + 1] = x.grad().device().str();
+        grads[r] = x.grad().cpu();
+        return absl::OkStatus();
+      });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (const std::string& d : devices) EXPECT_EQ(d, device.str());
+  // Every rank's loss weighs every slice by (r + 1): each gradient is 1 + 2.
+  for (int r = 0; r < 2; ++r)
+    EXPECT_TRUE(torch::equal(grads[r], torch::full({3}, 3.0f))) << grads[r];
+}
+
 // The same semantics from every collective backend: the coordinator's gRPC collectives, Gloo
 // peer to peer, and shared memory between same-host ranks.
 class BackendConformance : public ::testing::TestWithParam<std::string> {
@@ -318,6 +369,44 @@ TEST_P(BackendConformance, EveryCollectiveAsDocumented) {
     auto any = b.ReduceBooleanDecision(r == 0, /*all=*/false);
     if (!all.ok() || !any.ok()) return all.ok() ? any.status() : all.status();
     return expect(!*all && *any, "reduce_boolean_decision");
+  });
+}
+
+TEST_P(BackendConformance, EveryCollectiveOnANonCpuDevice_AnswersOnThatDevice) {
+  const torch::Device device = NonCpuDevice();
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    const int r = b.rank();
+    std::vector<std::string> wrong;
+    auto check = [&](const torch::Tensor& got, const torch::Tensor& expected,
+                     const std::string& op) {
+      if (got.device() != device) {
+        wrong.push_back(absl::StrCat(op, " answered on ", got.device().str()));
+      } else if (!torch::equal(got.cpu(), expected)) {
+        wrong.push_back(absl::StrCat(op, " computed a wrong value"));
+      }
+    };
+    torch::Tensor sum = (torch::tensor({1.5f, -2.0f}) * (r + 1)).to(device);
+    DTRAIN_RETURN_IF_ERROR(b.AllReduce(sum, v1::REDUCE_OP_SUM));
+    check(sum, torch::tensor({4.5f, -6.0f}), "all_reduce sum");
+    torch::Tensor mean = (torch::tensor({2.0f, 4.0f}) * (r + 1)).to(device);
+    DTRAIN_RETURN_IF_ERROR(b.AllReduce(mean, v1::REDUCE_OP_MEAN));
+    check(mean, torch::tensor({3.0f, 6.0f}), "all_reduce mean");
+    torch::Tensor from_one = torch::full({3}, 10.0f * r).to(device);
+    DTRAIN_RETURN_IF_ERROR(b.Broadcast(from_one, 1));
+    check(from_one, torch::full({3}, 10.0f), "broadcast");
+    DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> gathered,
+                            b.AllGather(torch::full({2}, static_cast<float>(r)).to(device)));
+    if (gathered.size() != 2) return absl::InternalError("all_gather: not one part per rank");
+    for (int i = 0; i < 2; ++i) {
+      check(gathered[i], torch::full({2}, static_cast<float>(i)), absl::StrCat("all_gather ", i));
+    }
+    torch::Tensor reduced = torch::tensor({r + 1.0f}).to(device);
+    DTRAIN_RETURN_IF_ERROR(b.Reduce(reduced, 1, v1::REDUCE_OP_SUM));
+    check(reduced, torch::tensor({r == 1 ? 3.0f : 1.0f}), "reduce");
+    if (!wrong.empty()) {
+      return absl::InternalError(absl::StrCat("rank ", r, ": ", absl::StrJoin(wrong, "; ")));
+    }
+    return absl::OkStatus();
   });
 }
 
@@ -513,6 +602,18 @@ INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::Values("grpc",
 // Shared memory is loud on misuse: ranks whose calls differ all get FAILED_PRECONDITION
 // naming both calls, later calls fail at once, and a rank that never comes is named at the
 // deadline.
+// A worker handed a Setup that did not pass the coordinator refuses nccl as the spec does, and
+// lists the planes for a name it does not know; neither touches the group.
+TEST(CollectivePlane, NcclRefusedByName_UnknownNamesListThePlanes) {
+  auto nccl = ConnectCollectivePlane("nccl", "", nullptr, absl::Seconds(1), absl::Seconds(1));
+  EXPECT_EQ(nccl.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(nccl.status().message()),
+              HasSubstr("'nccl' is not built: dtrain has no NCCL plane"));
+  auto mpi = ConnectCollectivePlane("mpi", "", nullptr, absl::Seconds(1), absl::Seconds(1));
+  EXPECT_EQ(mpi.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(mpi.status().message()), HasSubstr("use auto, grpc, gloo or shm"));
+}
+
 TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
   auto coordinator = testing::StartCoordinator();
   ASSERT_NE(coordinator, nullptr);

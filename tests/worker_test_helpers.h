@@ -4,9 +4,11 @@
 #include <torch/torch.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/lazy/ts_backend/ts_backend_impl.h>
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -18,6 +20,15 @@
 #include "worker/collectives/shared_memory_collective_backend.h"
 
 namespace dtrain {
+
+// A device that is not the CPU on this CPU build of libtorch: its lazy tensors (the TorchScript
+// backend), whose data must be copied to the host and back as CUDA tensors' must. A plane that
+// answered with host tensors (as the grpc plane's all_gather once did for CUDA inputs) fails.
+inline torch::Device NonCpuDevice() {
+  static std::once_flag once;
+  std::call_once(once, [] { torch::lazy::InitTorchScriptBackend(); });
+  return torch::Device(torch::kLazy, 0);
+}
 
 // Ten classes of 28x28 "images": class c lights up rows 2c..2c+2, plus noise. Learnable, fast.
 // A generator of its own per batch: ranks in threads must not share torch's global one.

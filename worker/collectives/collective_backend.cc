@@ -36,6 +36,23 @@ ScopedOverlappedWaits::ScopedOverlappedWaits() : was_(overlapped_waits) { overla
 ScopedOverlappedWaits::~ScopedOverlappedWaits() { overlapped_waits = was_; }
 bool ScopedOverlappedWaits::active() { return overlapped_waits; }
 
+absl::Status RunOnHost(torch::Tensor& tensor,
+                       const std::function<absl::Status(torch::Tensor&)>& op) {
+  if (tensor.device().is_cpu()) return op(tensor);
+  torch::NoGradGuard no_grad;
+  torch::Tensor host = tensor.to(torch::kCPU).contiguous();
+  DTRAIN_RETURN_IF_ERROR(op(host));
+  tensor.copy_(host);
+  return absl::OkStatus();
+}
+
+std::vector<torch::Tensor> OnDeviceOf(std::vector<torch::Tensor> parts, const torch::Tensor& like) {
+  for (torch::Tensor& part : parts) {
+    if (part.device() != like.device()) part = part.to(like.device());
+  }
+  return parts;
+}
+
 absl::StatusOr<torch::Tensor> CollectiveBackend::AllocateForAllReduce(int64_t numel,
                                                                       torch::ScalarType dtype) {
   if (numel < 0) return absl::InvalidArgumentError(absl::StrCat("numel must be >= 0, got ", numel));
@@ -73,7 +90,7 @@ absl::StatusOr<std::vector<torch::Tensor>> GrpcCollectiveBackend::AllGather(
     DTRAIN_ASSIGN_OR_RETURN(torch::Tensor t, ToTorch(part));
     out.push_back(std::move(t));
   }
-  return out;
+  return OnDeviceOf(std::move(out), tensor);
 }
 
 absl::Status GrpcCollectiveBackend::Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,6 +98,14 @@ class ScopedOverlappedWaits {
 };
 
 // The coordinator's gRPC collectives (client/ProcessGroup).
+// Every plane answers on the caller's device: a tensor that is not on the CPU (CUDA) travels
+// through host memory, as ProcessGroupGloo's own CUDA path does (dtrain has no NCCL plane).
+// RunOnHost runs `op` on `tensor` itself when it is on the CPU, else on a host copy whose result
+// is copied back into it; OnDeviceOf moves gathered results to `like`'s device.
+absl::Status RunOnHost(torch::Tensor& tensor,
+                       const std::function<absl::Status(torch::Tensor&)>& op);
+std::vector<torch::Tensor> OnDeviceOf(std::vector<torch::Tensor> parts, const torch::Tensor& like);
+
 class GrpcCollectiveBackend : public CollectiveBackend {
  public:
   explicit GrpcCollectiveBackend(std::unique_ptr<ProcessGroup> group)

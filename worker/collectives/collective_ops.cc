@@ -43,7 +43,8 @@ struct AllGatherWithGradients : public torch::autograd::Function<AllGatherWithGr
     auto* target = reinterpret_cast<ModelCollectives*>(ctx->saved_data["target"].toInt());
     at::Tensor grad = grads[0].contiguous().clone();
     Check("all_gather (backward of sync_grads)", target->AllReduce(grad, "sum"));
-    return {grad[target->global_rank()], at::Tensor()};
+    // A copy, not a view: the view would keep every rank's gradient alive as this one's storage.
+    return {grad[target->global_rank()].clone(), at::Tensor()};
   }
 };
 

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "dtrain/v1/job_spec.pb.h"
+#include "dtrain/v1/setting.pb.h"
 #include "worker/collectives/gloo_collective_backend.h"
 #include "worker/collectives/shared_memory_collective_backend.h"
 
@@ -20,6 +22,17 @@ absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& reques
     plane.backend = std::make_unique<GrpcCollectiveBackend>(std::move(group));
     plane.name = "grpc";
     return plane;
+  }
+  // A name dtrain knows and refuses (nccl), with the spec's own reason (job_spec.proto).
+  const v1::Setting& setting = v1::TrainerConfig::descriptor()
+                                   ->FindFieldByName("collective_backend")
+                                   ->options()
+                                   .GetExtension(v1::setting);
+  for (const v1::Setting::Word& refused : setting.refused()) {
+    if (refused.word() == requested) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("collective backend '", requested, "' ", refused.value()));
+    }
   }
   if (requested != "auto" && requested != "gloo" && requested != "shm") {
     return absl::InvalidArgumentError(

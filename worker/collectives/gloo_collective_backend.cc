@@ -244,6 +244,9 @@ absl::Status GlooCollectiveBackend::Broadcast(torch::Tensor& tensor, int src) {
     return absl::InvalidArgumentError(
         absl::StrCat("broadcast src ", src, " outside world of ", world_size()));
   }
+  if (!tensor.device().is_cpu()) {
+    return RunOnHost(tensor, [&](torch::Tensor& host) { return Broadcast(host, src); });
+  }
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> tensors = {tensor.is_contiguous() ? tensor : tensor.contiguous()};
   DTRAIN_RETURN_IF_ERROR(Run("broadcast", [&] {
@@ -266,6 +269,9 @@ absl::StatusOr<std::string> GlooCollectiveBackend::BroadcastBytes(const std::str
 }
 
 absl::Status GlooCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceOp op) {
+  if (!tensor.device().is_cpu()) {
+    return RunOnHost(tensor, [&](torch::Tensor& host) { return AllReduce(host, op); });
+  }
   DTRAIN_ASSIGN_OR_RETURN(c10d::ReduceOp gloo_op, ToGloo(op));
   if (op == v1::REDUCE_OP_MEAN && tensor.scalar_type() == torch::kBool) {
     return DivideForMean(tensor, world_size());
@@ -283,6 +289,10 @@ absl::Status GlooCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceO
 
 absl::StatusOr<std::vector<torch::Tensor>> GlooCollectiveBackend::AllGather(
     const torch::Tensor& tensor) {
+  if (!tensor.device().is_cpu()) {
+    DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> parts, AllGather(tensor.to(torch::kCPU)));
+    return OnDeviceOf(std::move(parts), tensor);
+  }
   // Gloo gathers equal shapes: first the first dimensions, then every tensor padded to the
   // largest, then each cut back to its own size.
   const torch::Tensor input = tensor.dim() == 0 ? tensor.reshape({1}) : tensor.contiguous();
@@ -316,6 +326,9 @@ absl::Status GlooCollectiveBackend::Reduce(torch::Tensor& tensor, int dst, v1::R
   if (dst < 0 || dst >= world_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("reduce dst ", dst, " outside world of ", world_size()));
+  }
+  if (!tensor.device().is_cpu()) {
+    return RunOnHost(tensor, [&](torch::Tensor& host) { return Reduce(host, dst, op); });
   }
   DTRAIN_ASSIGN_OR_RETURN(c10d::ReduceOp gloo_op, ToGloo(op));
   torch::Tensor work = tensor.contiguous().clone();

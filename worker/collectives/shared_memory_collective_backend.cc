@@ -500,11 +500,15 @@ absl::StatusOr<bool> SharedMemoryCollectiveBackend::ReduceBooleanDecision(bool d
 }
 
 absl::Status SharedMemoryCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceOp op) {
+  // A CUDA tensor is reduced here through a host copy, not handed to the inner plane: this
+  // plane is the one a CUDA job's gradients really travel on (and the one reported).
+  if (!tensor.device().is_cpu()) {
+    return RunOnHost(tensor, [&](torch::Tensor& host) { return AllReduce(host, op); });
+  }
   const bool supported =
       (tensor.scalar_type() == torch::kFloat32 || tensor.scalar_type() == torch::kFloat64) &&
       (op == v1::REDUCE_OP_SUM || op == v1::REDUCE_OP_MEAN || op == v1::REDUCE_OP_MAX ||
-       op == v1::REDUCE_OP_MIN) &&
-      tensor.device().is_cpu();
+       op == v1::REDUCE_OP_MIN);
   if (segment_ == nullptr) return inner_->AllReduce(tensor, op);
   if (!supported) {
     DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kAllReduce), tensor.numel(),

@@ -40,7 +40,8 @@ struct AllGatherGrad : public torch::autograd::Function<AllGatherGrad> {
     strategy->FenceCommunication();
     absl::Status status = strategy->backend().AllReduce(grad, v1::REDUCE_OP_SUM);
     TORCH_CHECK(status.ok(), "all_gather(sync_grads) backward: ", status.ToString());
-    return {grad[strategy->global_rank()], torch::Tensor(), torch::Tensor()};
+    // A copy, not a view: the view would keep every rank's gradient alive as this one's storage.
+    return {grad[strategy->global_rank()].clone(), torch::Tensor(), torch::Tensor()};
   }
 };
 
