@@ -8,9 +8,11 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -28,6 +30,7 @@
 #include "worker/data/dataset.h"
 #include "worker/data/idx_file.h"
 #include "worker/model/batch_tree.h"
+#include "worker/model/current_device.h"
 #include "worker/model/lightning_module.h"
 #include "worker/model/model_zoo.h"
 #include "worker/model/optimizers.h"
@@ -296,6 +299,53 @@ float StepOn(LightningModule& model, torch::optim::Optimizer& optimizer, int k) 
   return loss->item<float>();
 }
 
+// A stand-in for CUDA's per-thread current device: a guard for PrivateUse1 that keeps the
+// current index per thread, as cudaSetDevice does. CUDA's guard is the same interface.
+thread_local c10::DeviceIndex stand_in_current = 0;
+struct StandInDeviceGuard final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    const c10::Device old = getDevice();
+    setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override {
+    return {c10::DeviceType::PrivateUse1, stand_in_current};
+  }
+  void setDevice(c10::Device d) const override { stand_in_current = d.index(); }
+  void uncheckedSetDevice(c10::Device d) const noexcept override { stand_in_current = d.index(); }
+  c10::Stream getStream(c10::Device d) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const noexcept override { return s; }
+  c10::DeviceIndex deviceCount() const noexcept override { return 4; }
+};
+C10_REGISTER_GUARD_IMPL(PrivateUse1, StandInDeviceGuard);
+
+// Lightning's set_device: a rank's thread works on its own device for the scope, other threads
+// keep theirs, and the previous device comes back after; the CPU sets nothing; a device this
+// libtorch has no guard for is an error, not a crash.
+TEST(CurrentDevice, ScopeMakesTheRanksDeviceCurrentOnThisThreadOnly_ThenRestoresIt) {
+  stand_in_current = 1;
+  {
+    const CurrentDeviceScope scope(torch::Device(c10::DeviceType::PrivateUse1, 3));
+    ASSERT_TRUE(scope.status().ok()) << scope.status();
+    EXPECT_EQ(stand_in_current, 3);
+    c10::DeviceIndex seen_elsewhere = -1;
+    std::thread([&] { seen_elsewhere = stand_in_current; }).join();
+    EXPECT_EQ(seen_elsewhere, 0) << "another thread's device changed";
+  }
+  EXPECT_EQ(stand_in_current, 1);
+  {
+    const CurrentDeviceScope cpu(torch::Device(torch::kCPU));
+    EXPECT_TRUE(cpu.status().ok());
+    EXPECT_EQ(stand_in_current, 1);
+  }
+  const CurrentDeviceScope unsupported(torch::Device(torch::kXLA, 0));
+  EXPECT_EQ(unsupported.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(unsupported.status().message()), HasSubstr("xla:0"));
+}
+
 TEST(Checkpoint, RoundTrip_NextStepsIdentical) {
   const std::string path = TempPath("round-trip.ckpt");
   auto original = BuiltinModel("mlp", 31);
@@ -323,6 +373,30 @@ TEST(Checkpoint, RoundTrip_NextStepsIdentical) {
   EXPECT_EQ(StepOn(*restored, **opt_b, 6), after_a);
   // Atomic write: nothing left beside the checkpoint.
   EXPECT_FALSE(std::ifstream(path + ".tmp-" + std::to_string(getpid())).good());
+}
+
+// A checkpoint carries every CUDA device's generator beside the CPU's. One written on GPUs
+// (its rng_cuda list made here in Python, as the keys a CUDA worker writes) loads on this CPU
+// worker, which has no CUDA generator to restore, and its CPU generator is restored; a CPU
+// worker writes no CUDA states.
+TEST(Checkpoint, CudaGeneratorStates_WrittenOnGpus_LoadOnACpuWorker) {
+  const std::string path = TempPath("rng-cuda.ckpt");
+  auto model = BuiltinModel("mlp", 5);
+  ASSERT_TRUE(model.ok());
+  torch::manual_seed(1234);
+  const torch::Tensor expected = torch::rand({4});
+  torch::manual_seed(1234);
+  ASSERT_TRUE(SaveCheckpoint(path, *model, nullptr, nullptr, {}).ok());
+  const testing::CommandResult edited = testing::RunTorchPython(absl::StrCat(
+      "ck = torch.load('", path, "')\n",
+      "assert 'rng_cuda' not in ck['dtrain'], 'a CPU worker wrote CUDA generator states'\n",
+      "ck['dtrain']['rng_cuda'] = [torch.zeros(16, dtype=torch.uint8)] * 2\n", "torch.save(ck, '",
+      path, "')\n"));
+  ASSERT_EQ(edited.exit_code, 0) << edited.output;
+  torch::manual_seed(99);
+  auto progress = LoadCheckpoint(path, *model, nullptr, nullptr);
+  ASSERT_TRUE(progress.ok()) << progress.status();
+  EXPECT_TRUE(torch::equal(torch::rand({4}), expected)) << "the CPU generator was not restored";
 }
 
 TEST(Checkpoint, BadFiles_ClearErrors) {
@@ -369,6 +443,35 @@ TEST(BatchTree, NestedBatchesMappedSizedAndSplit) {
   // Tensors that disagree on dimension 0 cannot be scattered.
   const c10::IValue ragged = c10::ivalue::Tuple::create({torch::ones({4}), torch::ones({3})});
   EXPECT_EQ(SplitBatch(ragged, 2).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// batch_to_device moves every tensor of a nested batch, to a device that is not the CPU
+// (libtorch's lazy tensors here: the only other device a CPU build has), values unchanged;
+// numbers and strings stay as they are, and a tensor already there is not copied.
+TEST(BatchTree, MoveBatchToDevice_EveryTensorLandsOnTheDevice_OtherLeavesKept) {
+  const torch::Device device = NonCpuDevice();
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  dict.insert("x", torch::arange(6, torch::kFloat32).view({2, 3}));
+  dict.insert("name", std::string("batch-7"));
+  c10::impl::GenericList list(c10::AnyType::get());
+  list.push_back(torch::tensor({4, 5}, torch::kInt64));
+  list.push_back(int64_t{42});
+  const torch::Tensor already = torch::ones({2}).to(device);
+  const c10::IValue batch = c10::ivalue::Tuple::create({dict, list, already});
+  const c10::IValue moved = MoveBatchToDevice(batch, device);
+  const auto& items = moved.toTupleRef().elements();
+  const torch::Tensor x = items[0].toGenericDict().at("x").toTensor();
+  const torch::Tensor labels = items[1].toList().get(0).toTensor();
+  EXPECT_EQ(x.device(), device);
+  EXPECT_EQ(labels.device(), device);
+  EXPECT_TRUE(torch::equal(x.cpu(), torch::arange(6, torch::kFloat32).view({2, 3})));
+  EXPECT_TRUE(torch::equal(labels.cpu(), torch::tensor({4, 5}, torch::kInt64)));
+  EXPECT_EQ(items[0].toGenericDict().at("name").toStringRef(), "batch-7");
+  EXPECT_EQ(items[1].toList().get(1).toInt(), 42);
+  EXPECT_TRUE(items[2].toTensor().is_same(already)) << "a tensor already there was copied";
+  // And back: the CPU is a device like any other.
+  const c10::IValue back = MoveBatchToDevice(moved, torch::kCPU);
+  EXPECT_TRUE(back.toTupleRef().elements()[0].toGenericDict().at("x").toTensor().is_cpu());
 }
 
 // The real Fashion-MNIST files (Debian's dataset-fashion-mnist, installed by install-deps.sh).

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -31,6 +32,41 @@
 
 namespace dtrain {
 namespace {
+
+// Every visible CUDA device's default generator (torch.cuda.get_rng_state_all), beside the CPU
+// generator, so that a resumed CUDA job draws what it would have drawn; none without CUDA.
+std::optional<c10::IValue> CudaGeneratorStates() {
+  const at::CUDAHooksInterface& cuda = at::detail::getCUDAHooks();
+  if (!cuda.hasCUDA()) return std::nullopt;
+  c10::impl::GenericList states(c10::TensorType::get());
+  for (int i = 0; i < cuda.getNumGPUs(); ++i) {
+    at::Generator generator = cuda.getDefaultCUDAGenerator(i);
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    states.push_back(generator.get_state());
+  }
+  return c10::IValue(states);
+}
+
+// Restores as many as this worker has devices: a checkpoint written on GPUs loads on a CPU
+// worker (it then has none to restore) and on a machine with fewer GPUs, saying so once.
+void RestoreCudaGenerators(c10::ArrayRef<c10::IValue> states) {
+  const at::CUDAHooksInterface& cuda = at::detail::getCUDAHooks();
+  const size_t devices = cuda.hasCUDA() ? static_cast<size_t>(cuda.getNumGPUs()) : 0;
+  for (size_t i = 0; i < states.size() && i < devices; ++i) {
+    if (!states[i].isTensor()) continue;
+    at::Generator generator = cuda.getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(i));
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(states[i].toTensor());
+  }
+  if (states.size() > devices) {
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      LogWarning(absl::StrCat("the checkpoint holds the random state of ", states.size(),
+                              " CUDA devices and this worker has ", devices,
+                              ": the others' draws will differ from the run that wrote it"));
+    });
+  }
+}
 
 constexpr int64_t kFormatVersion = 2;
 // The Lightning checkpoint layout this follows (its migrations key on this field).
@@ -377,6 +413,9 @@ absl::StatusOr<TrainingProgress> RestoreLightning(const c10::IValue& file, const
       std::lock_guard<std::mutex> lock(generator.mutex());
       generator.set_state(rng->toTensor());
     }
+    if (auto rng = PyGet(meta->toGenericDict(), "rng_cuda"); rng && rng->isList()) {
+      RestoreCudaGenerators(rng->toListRef());
+    }
   }
   return progress;
 }
@@ -499,6 +538,7 @@ absl::Status SaveCheckpoint(const std::string& path, const LightningModule& mode
           std::lock_guard<std::mutex> lock(generator.mutex());
           meta.insert("rng_cpu", generator.get_state());
         }
+        if (std::optional<c10::IValue> cuda = CudaGeneratorStates()) meta.insert("rng_cuda", *cuda);
         top.insert("dtrain", meta);
         return c10::IValue(top);
       });

@@ -30,6 +30,11 @@ c10::IValue MapTensors(const c10::IValue& batch,
   return batch;
 }
 
+c10::IValue MoveBatchToDevice(const c10::IValue& batch, c10::Device device) {
+  return MapTensors(batch,
+                    [&](const at::Tensor& t) { return t.device() == device ? t : t.to(device); });
+}
+
 int64_t BatchSize(const c10::IValue& batch) {
   int64_t size = -1;
   MapTensors(batch, [&](const at::Tensor& t) {

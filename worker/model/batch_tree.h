@@ -18,6 +18,10 @@ namespace dtrain {
 c10::IValue MapTensors(const c10::IValue& batch,
                        const std::function<at::Tensor(const at::Tensor&)>& fn);
 
+// Lightning's batch_to_device: every tensor of the batch on `device` (those already there are
+// kept as they are); other leaves are kept.
+c10::IValue MoveBatchToDevice(const c10::IValue& batch, c10::Device device);
+
 // Dimension 0 of the first tensor in the tree (depth first); 0 when there is none.
 int64_t BatchSize(const c10::IValue& batch);
 

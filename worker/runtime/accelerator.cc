@@ -138,9 +138,7 @@ std::vector<std::pair<std::string, double>> Accelerator::MonitoredRates() const 
 }
 
 c10::IValue Accelerator::BatchToDevice(const c10::IValue& batch) const {
-  c10::IValue moved = MapTensors(
-      batch, [&](const at::Tensor& t) { return t.device() == device_ ? t : t.to(device_); });
-  return precision_->ConvertInput(moved);
+  return precision_->ConvertInput(MoveBatchToDevice(batch, device_));
 }
 
 absl::StatusOr<torch::Tensor> Accelerator::TrainingStep(const c10::IValue& batch,

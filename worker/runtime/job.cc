@@ -22,6 +22,7 @@
 #include "common/tls_credentials.h"
 #include "worker/collectives/collective_plane.h"
 #include "worker/model/batch_tree.h"
+#include "worker/model/current_device.h"
 #include "worker/model/model_zoo.h"
 #include "worker/model/tensor_convert.h"
 #include "worker/model/torch_status.h"
@@ -280,6 +281,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   strategy.bucket_bytes = BucketBytes(t.bucket_cap_mb());
   DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(t.accelerator(), t.precision(),
                                                                strategy, std::move(backend)));
+  const CurrentDeviceScope device(job->accelerator_->root_device());
+  DTRAIN_RETURN_IF_ERROR(device.status());
   DTRAIN_RETURN_IF_ERROR(
       job->accelerator_->Setup(std::move(*model), choice.optimizer, choice.schedule));
   if (choice.recipe.has_value()) {
@@ -486,6 +489,9 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
                                            bool end_of_epoch, int64_t total_steps,
                                            const std::map<std::string, double>& monitored,
                                            std::vector<CallbackStateDict> callbacks) {
+  // This thread's CUDA work lands on the rank's device, not GPU 0 (worker/model/current_device.h).
+  const CurrentDeviceScope device(accelerator_->root_device());
+  DTRAIN_RETURN_IF_ERROR(device.status());
   if (BatchCount(work) == 0) return absl::InvalidArgumentError("the step carries no batches");
   if (total_steps < 0) {
     return absl::InvalidArgumentError(
@@ -574,6 +580,8 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
 
 absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork& work,
                                               bool return_outputs, bool sanity_check) {
+  const CurrentDeviceScope device(accelerator_->root_device());
+  DTRAIN_RETURN_IF_ERROR(device.status());
   // No batches is fine here: evaluation shards are not padded, so with fewer samples than
   // ranks some ranks have nothing to evaluate.
   ClearCancel();
@@ -648,6 +656,8 @@ absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch,
                                          const std::string& job_spec_json, int64_t total_steps,
                                          const std::map<std::string, double>& monitored,
                                          std::vector<CallbackStateDict> callbacks) {
+  const CurrentDeviceScope device(accelerator_->root_device());
+  DTRAIN_RETURN_IF_ERROR(device.status());
   if (path.empty()) return absl::InvalidArgumentError("checkpoint path is empty");
   if (total_steps < 0) {
     return absl::InvalidArgumentError(
@@ -660,11 +670,15 @@ absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch,
 }
 
 absl::StatusOr<TrainingProgress> Job::LoadCheckpoint(const std::string& path) {
+  const CurrentDeviceScope device(accelerator_->root_device());
+  DTRAIN_RETURN_IF_ERROR(device.status());
   if (path.empty()) return absl::InvalidArgumentError("checkpoint path is empty");
   return accelerator_->LoadCheckpoint(path);
 }
 
 absl::Status Job::StateDict(v1::StateDictResponse* response) {
+  const CurrentDeviceScope device(accelerator_->root_device());
+  DTRAIN_RETURN_IF_ERROR(device.status());
   for (const auto& [name, tensor] : accelerator_->LightningModuleStateDict()) {
     DTRAIN_ASSIGN_OR_RETURN(HostTensor host, FromTorch(tensor));
     ToProto(host, &(*response->mutable_tensors())[name]);
@@ -686,6 +700,7 @@ void Job::ClearCancel() {
 }
 
 absl::Status Job::Teardown(bool all_ranks) {
+  const CurrentDeviceScope device(accelerator_->root_device());
   // A fit that ended without a test or predict: on_train_end before the group goes. The group
   // is left whatever the hooks say, so the other ranks see a departure.
   absl::Status hook = EndTraining();

@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "worker/model/current_device.h"
 
 namespace dtrain {
 namespace {
@@ -215,6 +216,10 @@ void GradientSync::StartReadyBuckets(bool from_hook) {
 void GradientSync::CommunicationLoop() {
   // This thread's waits overlap backward on the same core: they must not hold the core.
   ScopedOverlappedWaits overlapped;
+  // Its CUDA work (a Gloo or host copy of a bucket) runs on the parameters' device, not GPU 0.
+  const CurrentDeviceScope device(parameters_.empty() ? torch::Device(torch::kCPU)
+                                                      : parameters_.front().device());
+  if (!device.status().ok()) LogWarning(std::string(device.status().message()));
   absl::MutexLock lock(&mu_);
   while (true) {
     mu_.Await(absl::Condition(
