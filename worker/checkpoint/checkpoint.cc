@@ -33,30 +33,40 @@
 namespace dtrain {
 namespace {
 
-// Every visible CUDA device's default generator (torch.cuda.get_rng_state_all), beside the CPU
-// generator, so that a resumed CUDA job draws what it would have drawn; none without CUDA.
+// The CUDA generators' states (torch.cuda.get_rng_state_all), beside the CPU generator's, so
+// that a resumed CUDA job draws what it would have drawn; none without CUDA. Listed from the
+// current device (the rank's root: worker/model/current_device.h) on, wrapping around: rank 0
+// writes the checkpoint, every ddp rank seeds and draws alike, so entry 0 is what each rank's
+// root device restores, and dp's replicas (root cuda:0, replica i on cuda:i) restore entry i.
 std::optional<c10::IValue> CudaGeneratorStates() {
   const at::CUDAHooksInterface& cuda = at::detail::getCUDAHooks();
-  if (!cuda.hasCUDA()) return std::nullopt;
+  if (!cuda.hasCUDA() || cuda.getNumGPUs() <= 0) return std::nullopt;
+  const int devices = cuda.getNumGPUs();
+  const int64_t root = cuda.current_device();
   c10::impl::GenericList states(c10::TensorType::get());
-  for (int i = 0; i < cuda.getNumGPUs(); ++i) {
-    at::Generator generator = cuda.getDefaultCUDAGenerator(i);
+  for (int i = 0; i < devices; ++i) {
+    at::Generator generator =
+        cuda.getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>((root + i) % devices));
     std::lock_guard<std::mutex> lock(generator.mutex());
     states.push_back(generator.get_state());
   }
   return c10::IValue(states);
 }
 
-// Restores as many as this worker has devices: a checkpoint written on GPUs loads on a CPU
-// worker (it then has none to restore) and on a machine with fewer GPUs, saying so once.
+// Entry i onto the device i places after the current one, for as many as this worker has: a
+// checkpoint written on GPUs loads on a CPU worker (it then has none to restore) and on a
+// machine with fewer GPUs, saying so once. A state is copied contiguous first: set_state reads
+// numel bytes from the data pointer, and a file's strides are the file's to choose.
 void RestoreCudaGenerators(c10::ArrayRef<c10::IValue> states) {
   const at::CUDAHooksInterface& cuda = at::detail::getCUDAHooks();
   const size_t devices = cuda.hasCUDA() ? static_cast<size_t>(cuda.getNumGPUs()) : 0;
+  const int64_t root = devices > 0 ? cuda.current_device() : 0;
   for (size_t i = 0; i < states.size() && i < devices; ++i) {
     if (!states[i].isTensor()) continue;
-    at::Generator generator = cuda.getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(i));
+    at::Generator generator =
+        cuda.getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>((root + i) % devices));
     std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(states[i].toTensor());
+    generator.set_state(states[i].toTensor().contiguous());
   }
   if (states.size() > devices) {
     static std::once_flag said;
@@ -411,7 +421,7 @@ absl::StatusOr<TrainingProgress> RestoreLightning(const c10::IValue& file, const
     if (auto rng = PyGet(meta->toGenericDict(), "rng_cpu"); rng && rng->isTensor()) {
       at::Generator generator = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(rng->toTensor());
+      generator.set_state(rng->toTensor().contiguous());  // set_state ignores strides
     }
     if (auto rng = PyGet(meta->toGenericDict(), "rng_cuda"); rng && rng->isList()) {
       RestoreCudaGenerators(rng->toListRef());

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/model/tensor_convert.h"
+#include "worker/model/torch_status.h"
 
 namespace dtrain {
 namespace {
@@ -36,21 +37,33 @@ ScopedOverlappedWaits::ScopedOverlappedWaits() : was_(overlapped_waits) { overla
 ScopedOverlappedWaits::~ScopedOverlappedWaits() { overlapped_waits = was_; }
 bool ScopedOverlappedWaits::active() { return overlapped_waits; }
 
-absl::Status RunOnHost(torch::Tensor& tensor,
-                       const std::function<absl::Status(torch::Tensor&)>& op) {
+absl::Status RunOnHost(torch::Tensor& tensor, const std::function<absl::Status(torch::Tensor&)>& op,
+                       bool lands_here) {
   if (tensor.device().is_cpu()) return op(tensor);
   torch::NoGradGuard no_grad;
-  torch::Tensor host = tensor.to(torch::kCPU).contiguous();
+  DTRAIN_ASSIGN_OR_RETURN(torch::Tensor host,
+                          GuardTorch("cannot copy a collective's tensor to the host",
+                                     [&]() -> absl::StatusOr<torch::Tensor> {
+                                       return tensor.to(torch::kCPU).contiguous();
+                                     }));
   DTRAIN_RETURN_IF_ERROR(op(host));
-  tensor.copy_(host);
-  return absl::OkStatus();
+  if (!lands_here) return absl::OkStatus();
+  return GuardTorch("cannot copy a collective's result back to " + tensor.device().str(),
+                    [&]() -> absl::Status {
+                      tensor.copy_(host);
+                      return absl::OkStatus();
+                    });
 }
 
-std::vector<torch::Tensor> OnDeviceOf(std::vector<torch::Tensor> parts, const torch::Tensor& like) {
-  for (torch::Tensor& part : parts) {
-    if (part.device() != like.device()) part = part.to(like.device());
-  }
-  return parts;
+absl::StatusOr<std::vector<torch::Tensor>> OnDeviceOf(std::vector<torch::Tensor> parts,
+                                                      const torch::Tensor& like) {
+  return GuardTorch("cannot copy all_gather's parts to " + like.device().str(),
+                    [&]() -> absl::StatusOr<std::vector<torch::Tensor>> {
+                      for (torch::Tensor& part : parts) {
+                        if (part.device() != like.device()) part = part.to(like.device());
+                      }
+                      return std::move(parts);
+                    });
 }
 
 absl::StatusOr<torch::Tensor> CollectiveBackend::AllocateForAllReduce(int64_t numel,

@@ -97,15 +97,18 @@ class ScopedOverlappedWaits {
   const bool was_;
 };
 
-// The coordinator's gRPC collectives (client/ProcessGroup).
 // Every plane answers on the caller's device: a tensor that is not on the CPU (CUDA) travels
 // through host memory, as ProcessGroupGloo's own CUDA path does (dtrain has no NCCL plane).
 // RunOnHost runs `op` on `tensor` itself when it is on the CPU, else on a host copy whose result
-// is copied back into it; OnDeviceOf moves gathered results to `like`'s device.
-absl::Status RunOnHost(torch::Tensor& tensor,
-                       const std::function<absl::Status(torch::Tensor&)>& op);
-std::vector<torch::Tensor> OnDeviceOf(std::vector<torch::Tensor> parts, const torch::Tensor& like);
+// is copied back into it unless `lands_here` is false (a broadcast's source, a reduce's
+// non-destination); OnDeviceOf moves gathered results to `like`'s device. The copies are where a
+// device's earlier asynchronous error surfaces: it becomes a status, never an exception.
+absl::Status RunOnHost(torch::Tensor& tensor, const std::function<absl::Status(torch::Tensor&)>& op,
+                       bool lands_here = true);
+absl::StatusOr<std::vector<torch::Tensor>> OnDeviceOf(std::vector<torch::Tensor> parts,
+                                                      const torch::Tensor& like);
 
+// The coordinator's gRPC collectives (client/ProcessGroup).
 class GrpcCollectiveBackend : public CollectiveBackend {
  public:
   explicit GrpcCollectiveBackend(std::unique_ptr<ProcessGroup> group)

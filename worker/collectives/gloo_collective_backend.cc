@@ -22,6 +22,7 @@
 #include "common/channel.h"
 #include "common/status_macros.h"
 #include "worker/collectives/coordinator_store.h"
+#include "worker/model/torch_status.h"
 
 namespace dtrain {
 namespace {
@@ -245,7 +246,8 @@ absl::Status GlooCollectiveBackend::Broadcast(torch::Tensor& tensor, int src) {
         absl::StrCat("broadcast src ", src, " outside world of ", world_size()));
   }
   if (!tensor.device().is_cpu()) {
-    return RunOnHost(tensor, [&](torch::Tensor& host) { return Broadcast(host, src); });
+    return RunOnHost(
+        tensor, [&](torch::Tensor& host) { return Broadcast(host, src); }, rank() != src);
   }
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> tensors = {tensor.is_contiguous() ? tensor : tensor.contiguous()};
@@ -290,7 +292,11 @@ absl::Status GlooCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceO
 absl::StatusOr<std::vector<torch::Tensor>> GlooCollectiveBackend::AllGather(
     const torch::Tensor& tensor) {
   if (!tensor.device().is_cpu()) {
-    DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> parts, AllGather(tensor.to(torch::kCPU)));
+    DTRAIN_ASSIGN_OR_RETURN(
+        torch::Tensor host,
+        GuardTorch("cannot copy all_gather's tensor to the host",
+                   [&]() -> absl::StatusOr<torch::Tensor> { return tensor.to(torch::kCPU); }));
+    DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> parts, AllGather(host));
     return OnDeviceOf(std::move(parts), tensor);
   }
   // Gloo gathers equal shapes: first the first dimensions, then every tensor padded to the
@@ -328,7 +334,8 @@ absl::Status GlooCollectiveBackend::Reduce(torch::Tensor& tensor, int dst, v1::R
         absl::StrCat("reduce dst ", dst, " outside world of ", world_size()));
   }
   if (!tensor.device().is_cpu()) {
-    return RunOnHost(tensor, [&](torch::Tensor& host) { return Reduce(host, dst, op); });
+    return RunOnHost(
+        tensor, [&](torch::Tensor& host) { return Reduce(host, dst, op); }, rank() == dst);
   }
   DTRAIN_ASSIGN_OR_RETURN(c10d::ReduceOp gloo_op, ToGloo(op));
   torch::Tensor work = tensor.contiguous().clone();

@@ -24,16 +24,19 @@ absl::Status CudaUsable(const DeviceTable& table) {
   if (table.cuda_devices <= 0 && !table.nvidia_driver) {
     return absl::FailedPreconditionError(
         "accelerator 'gpu' requested, and this libtorch has CUDA, but no NVIDIA driver is loaded "
-        "on this machine (/proc/driver/nvidia/version is missing): install the driver (nvidia-smi "
-        "must list the GPUs) or use accelerator 'cpu'");
+        "on this machine (/proc/driver/nvidia/version is missing; under WSL2 it always is, and "
+        "the next causes apply): install the driver (nvidia-smi must list the GPUs) or use "
+        "accelerator 'cpu'");
   }
   if (table.cuda_devices <= 0) {
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     return absl::FailedPreconditionError(absl::StrCat(
-        "accelerator 'gpu' requested: the NVIDIA driver is loaded, but libtorch sees no CUDA "
-        "device (CUDA_VISIBLE_DEVICES=",
-        visible == nullptr ? "<unset>" : absl::StrCat("'", visible, "'"),
-        "; nvidia-smi lists what the driver sees); use accelerator 'cpu' or make a GPU "
+        "accelerator 'gpu' requested: an NVIDIA driver is loaded, but libtorch sees no CUDA "
+        "device. Causes: CUDA_VISIBLE_DEVICES hides them (here ",
+        visible == nullptr ? "unset" : absl::StrCat("'", visible, "'"),
+        "); a container started without its GPUs (docker --gpus, the Kubernetes device "
+        "plugin); a driver older than this libtorch's CUDA needs. libtorch's own reason is the "
+        "'CUDA initialization' warning in the worker's log. Use accelerator 'cpu' or make a GPU "
         "visible"));
   }
   return absl::OkStatus();

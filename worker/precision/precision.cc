@@ -44,7 +44,8 @@ std::string PrecisionName(Precision precision) {
   return "unknown";
 }
 
-LossScaler::LossScaler(Options options) : options_(options), scale_(options.initial_scale) {}
+LossScaler::LossScaler(Options options)
+    : options_(options), scale_(static_cast<float>(options.initial_scale)) {}
 
 torch::Tensor LossScaler::Scale(const torch::Tensor& loss) const {
   // A one-element float32 tensor, as GradScaler's _scale: a float16 loss is promoted to float32
@@ -70,7 +71,9 @@ absl::StatusOr<bool> LossScaler::Unscale(const std::vector<torch::Tensor>& param
           "16-mixed cannot unscale float16 gradients (GradScaler refuses them too): keep the "
           "model's parameters float32; autocast computes in float16 where it is safe");
     }
-    if (grad.is_sparse()) grad = grad.coalesce()._values();
+    // In place, as GradScaler: an uncoalesced gradient's values, duplicates and all (coalescing
+    // would unscale a copy and leave the gradient scaled).
+    if (grad.is_sparse()) grad = grad._values();
     auto it = std::find_if(devices.begin(), devices.end(),
                            [&](const OnDevice& d) { return d.device == grad.device(); });
     if (it == devices.end()) {
@@ -112,7 +115,7 @@ void LossScaler::Update(bool found_inf) {
 }
 
 void LossScaler::Restore(double scale, int64_t growth_tracker) {
-  scale_ = scale;
+  scale_ = static_cast<float>(scale);  // GradScaler's scale is a float32 tensor
   growth_tracker_ = growth_tracker;
 }
 

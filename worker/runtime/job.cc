@@ -386,6 +386,8 @@ absl::StatusOr<v1::DryRunResponse> Job::DryRun(const v1::DryRunRequest& request,
   *report.mutable_splits() = described.splits();
   report.set_parameter_count(described.parameter_count());
   Accelerator& a = *job->accelerator_;
+  const CurrentDeviceScope device(a.root_device());
+  DTRAIN_RETURN_IF_ERROR(device.status());
   torch::NoGradGuard no_grad;
   std::map<std::string, int64_t> sizes;
   for (const v1::SplitInfo& split : described.splits()) sizes[split.name()] = split.size();
