@@ -3,9 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_settings.h"
 #include "common/status_macros.h"
-#include "dtrain/v1/job_spec.pb.h"
-#include "dtrain/v1/setting.pb.h"
 #include "worker/collectives/gloo_collective_backend.h"
 #include "worker/collectives/shared_memory_collective_backend.h"
 
@@ -23,12 +22,10 @@ absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& reques
     plane.name = "grpc";
     return plane;
   }
-  // A name dtrain knows and refuses (nccl), with the spec's own reason (job_spec.proto).
-  const v1::Setting& setting = v1::TrainerConfig::descriptor()
-                                   ->FindFieldByName("collective_backend")
-                                   ->options()
-                                   .GetExtension(v1::setting);
-  for (const v1::Setting::Word& refused : setting.refused()) {
+  // A name dtrain knows and refuses (nccl), with the spec's own reason (job_spec.proto). A
+  // Setup's spec was refused already (NormalizeSetupRequest); this keeps direct callers honest.
+  const JobSetting* setting = FindJobSetting("trainer.collective_backend");
+  for (const v1::Setting::Word& refused : setting->setting->refused()) {
     if (refused.word() == requested) {
       return absl::FailedPreconditionError(
           absl::StrCat("collective backend '", requested, "' ", refused.value()));
