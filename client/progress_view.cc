@@ -35,8 +35,11 @@ std::string ProgressLine(const v1::JobStatus& status, int bar_width) {
                     "] step ", p.global_step(), "/", p.total_steps());
   }
   if (p.global_step() > 0) {
+    // The training rate once reported: validation and checkpoints are not training speed.
+    const double rate =
+        p.train_samples_per_second() > 0 ? p.train_samples_per_second() : p.samples_per_second();
     absl::StrAppend(&line, absl::StrFormat(" loss %.4f", p.train_loss()),
-                    absl::StrFormat(" %.0f samples/s", p.samples_per_second()));
+                    absl::StrFormat(" %.0f samples/s", rate));
     if (p.eta_seconds() > 0) absl::StrAppend(&line, " ETA ", FormatSeconds(p.eta_seconds()));
   }
   // What the model logs with prog_bar=True, as Lightning's progress bar shows it.

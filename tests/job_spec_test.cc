@@ -460,6 +460,12 @@ TEST(ProgressView, LineShowsEpochBarStepLossRateAndEta) {
   EXPECT_EQ(ProgressLine(s, 10),
             "fashion-cnn-1 RUNNING train epoch 1/2 [#####.....] step 50/100 "
             "loss 0.4123 1234 samples/s ETA 1m23s");
+  // Once the coordinator reports the training rate, that is the one shown.
+  p->set_train_samples_per_second(1500);
+  EXPECT_EQ(ProgressLine(s, 10),
+            "fashion-cnn-1 RUNNING train epoch 1/2 [#####.....] step 50/100 "
+            "loss 0.4123 1500 samples/s ETA 1m23s");
+  p->set_train_samples_per_second(1234);
   // Lightning's prog_bar keys, with their latest values; one not logged yet is left out.
   p->add_prog_bar("val_acc");
   p->add_prog_bar("train_f1_step");

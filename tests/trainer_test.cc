@@ -65,6 +65,26 @@ TEST_F(TrainerTest, Fit_ThreeEpochs_EveryShardOnceAStepPerBatchAndValidationEach
   EXPECT_TRUE(trainer->lost_workers().empty());
 }
 
+TEST_F(TrainerTest, TrainingRate_LeavesOutValidationBetweenCalls_JobPaceKeepsIt) {
+  // 1 s a training call (16 samples), 5 s a validation call: the job's pace counts the
+  // validations, the training rate does not.
+  FakeWorkerGroupOptions fake;
+  fake.before_call = [this](const FakeCall& call) {
+    if (call.what == "training_step") clock_.Advance(absl::Seconds(1));
+    if (call.what == "validation_step") clock_.Advance(absl::Seconds(5));
+    return absl::OkStatus();
+  };
+  auto trainer = Make(Spec(), fake);
+  ASSERT_TRUE(trainer->Run().ok());
+  const v1::JobProgress& done = record_.progress.back();
+  EXPECT_DOUBLE_EQ(done.train_samples_per_second(), 16);
+  EXPECT_GT(done.phase_seconds().at("validation"), 0);
+  EXPECT_LT(done.samples_per_second(),
+            16 * 12 / (12 + done.phase_seconds().at("validation")) + 1e-9);
+  EXPECT_THAT(record_.Line("trained at "), HasSubstr("trained at 16.0 samples/s over 12.0 s"));
+  EXPECT_THAT(record_.Line("epoch 1 done"), HasSubstr("training at 16 samples/s"));
+}
+
 TEST_F(TrainerTest, Metrics_EveryNStepsAndEpochEnds_WithTheLearningRateAndTestAtTheEnd) {
   auto trainer = Make(Spec());
   ASSERT_TRUE(trainer->Run().ok());

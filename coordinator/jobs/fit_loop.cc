@@ -130,12 +130,27 @@ absl::Status FitLoop::TrainingCall(const RankBatches& batches, int64_t first, in
     }
   }
   const absl::Time call_start = context_.clock();
+  // Phases that may come between two training calls (a checkpoint, validation, an elastic
+  // re-formation's setup): left out of the training span.
+  auto elsewhere = [&state] {
+    absl::Duration d;
+    for (const char* phase : {"setup", "restore", "validation", "checkpoint", "test", "predict"}) {
+      d += state.phases.Get(phase);
+    }
+    return d;
+  };
+  if (state.train_span_start == absl::InfinitePast()) {
+    state.train_span_start = call_start;
+    state.train_span_excluded = elsewhere();
+  }
   TrainResult result;
   {
     PhaseClock::Span timed = state.phases.Time("train");
     DTRAIN_ASSIGN_OR_RETURN(result, context_.workers.Train(call));
   }
-  state.calls.Observe(count, context_.clock() - call_start);
+  const absl::Time call_end = context_.clock();
+  state.calls.Observe(count, call_end - call_start);
+  state.train_span = call_end - state.train_span_start - (elsewhere() - state.train_span_excluded);
 
   TrainBatches outcome;
   outcome.step_before = state.global_step;

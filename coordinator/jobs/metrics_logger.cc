@@ -42,11 +42,11 @@ absl::Status MetricsLogger::OnTrainBatchesEnd(TrainerControl& trainer,
 
 absl::Status MetricsLogger::OnTrainEpochEnd(TrainerControl& trainer) {
   const TrainingState& state = trainer.state();
-  const double seconds = absl::ToDoubleSeconds(trainer.Now() - state.fit_start);
-  const double rate = seconds > 0 ? static_cast<double>(state.samples_done) / seconds : 0;
+  // The training rate (JobProgress.train_samples_per_second): validation and checkpoints
+  // between the calls are not training.
   trainer.Log(absl::StrCat("epoch ", state.epoch, " done: step ", state.global_step,
-                           ", train_loss ", absl::SixDigits(state.train_loss), ", ",
-                           absl::SixDigits(rate), " samples/s"));
+                           ", train_loss ", absl::SixDigits(state.train_loss), ", training at ",
+                           absl::SixDigits(state.train_samples_per_second()), " samples/s"));
   return absl::OkStatus();
 }
 

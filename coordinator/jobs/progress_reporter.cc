@@ -23,6 +23,7 @@ void ProgressReporter::Report(TrainerControl& trainer) {
   if (seconds > 0 && state.samples_done > 0) {
     progress_.set_samples_per_second(static_cast<double>(state.samples_done) / seconds);
   }
+  progress_.set_train_samples_per_second(state.train_samples_per_second());
   // From this run's own pace: a resumed run counts only the steps it took itself.
   const int64_t steps = state.global_step - state.fit_start_step;
   if (seconds > 0 && steps > 0 && state.total_steps > state.global_step) {
@@ -41,6 +42,13 @@ void ProgressReporter::OnRunEnd(TrainerControl& trainer, const absl::Status& sta
   trainer.Log(absl::StrCat(
       "time by phase: ", state.phases.Summary(now - state.run_start),
       absl::StrFormat("; %.1f s since submit", absl::ToDoubleSeconds(now - state.submitted))));
+  if (state.train_span > absl::ZeroDuration()) {
+    trainer.Log(absl::StrFormat(
+        "trained at %.1f samples/s over %.1f s (first training step to the last, validation "
+        "and checkpoints left out); %.1f samples/s over the whole run",
+        state.train_samples_per_second(), absl::ToDoubleSeconds(state.train_span),
+        progress_.samples_per_second()));
+  }
   Report(trainer);
 }
 

@@ -51,8 +51,18 @@ struct TrainingState {
   absl::Time fit_start = absl::InfinitePast();  // this run's training started
   int64_t fit_start_step = 0;                   // the global step it started from
   int64_t samples_done = 0;                     // training samples since fit_start, all ranks
-  double train_loss = 0;                        // mean over the last call's batches and ranks
-  std::set<std::string> prog_bar;               // names logged with prog_bar=True
+  // The training span: from this run's first training call to the end of its latest, less the
+  // time spent between them in other phases (validation, checkpoints, a re-formation's setup).
+  // samples_done over it is the training rate, the one a compute ceiling bounds.
+  absl::Time train_span_start = absl::InfinitePast();
+  absl::Duration train_span_excluded;  // other phases' time when the span began
+  absl::Duration train_span;
+  double train_samples_per_second() const {
+    const double seconds = absl::ToDoubleSeconds(train_span);
+    return seconds > 0 ? static_cast<double>(samples_done) / seconds : 0;
+  }
+  double train_loss = 0;           // mean over the last call's batches and ranks
+  std::set<std::string> prog_bar;  // names logged with prog_bar=True
   // Lightning's callback_metrics, which ReduceLROnPlateau reads: the latest training epoch
   // values the model logged and the latest validation's metrics.
   std::map<std::string, double> callback_metrics;
