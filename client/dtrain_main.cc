@@ -402,11 +402,14 @@ class Client {
       std::printf("%s\n", ToJson(response).c_str());
       return kOk;
     }
-    std::printf("%-24s %-22s %-7s %-7s %-10s %s\n", "WORKER", "ADDRESS", "DEVICES", "STATE", "SEEN",
-                "JOB");
+    std::printf("%-24s %-22s %-7s %-14s %-7s %-10s %s\n", "WORKER", "ADDRESS", "DEVICES", "CPUS",
+                "STATE", "SEEN", "JOB");
     for (const v1::WorkerInfo& w : *workers) {
-      std::printf("%-24s %-22s %-7d %-7s %-10s %s\n", w.name().c_str(), w.address().c_str(),
-                  w.devices(), v1::WorkerInfo::State_Name(w.state()).c_str(),
+      // Where its steps run: cores and compute threads; "auto" when it places itself.
+      const std::string cpus = absl::StrCat(w.cpus().empty() ? "unpinned" : w.cpus(), "/",
+                                            w.threads(), "t", w.cpus_auto() ? " auto" : "");
+      std::printf("%-24s %-22s %-7d %-14s %-7s %-10s %s\n", w.name().c_str(), w.address().c_str(),
+                  w.devices(), cpus.c_str(), v1::WorkerInfo::State_Name(w.state()).c_str(),
                   absl::StrCat(w.last_seen_ms_ago() / 1000.0, "s ago").c_str(),
                   !w.job_id().empty()            ? w.job_id().c_str()
                   : !w.assigned_job_id().empty() ? w.assigned_job_id().c_str()

@@ -14,6 +14,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -218,6 +219,18 @@ TEST(DeployConfig, KubernetesManifests_FlagsPortsProbesVolumesAgree) {
       << "workers.yaml: --drain_timeout must be below terminationGracePeriodSeconds";
   const YAML::Node claim = by_kind_name["PersistentVolumeClaim/dtrain-coordinator-state"];
   ASSERT_TRUE(claim.IsDefined());
+  // A Guaranteed worker pod (integer CPU requests equal to limits, memory too): with the static
+  // CPU manager policy its cores are its own, and --cpus=auto pins to them.
+  const YAML::Node resources = workers["spec"]["template"]["spec"]["containers"][0]["resources"];
+  const std::string cpu = resources["requests"]["cpu"].as<std::string>("");
+  int whole = 0;
+  EXPECT_TRUE(absl::SimpleAtoi(cpu, &whole) && whole > 0)
+      << "workers.yaml: cpu request '" << cpu << "' is not a whole number of cores";
+  EXPECT_EQ(resources["limits"]["cpu"].as<std::string>(""), cpu);
+  EXPECT_EQ(resources["limits"]["memory"].as<std::string>(""),
+            resources["requests"]["memory"].as<std::string>("-"));
+  EXPECT_THAT(ValueOf(worker_args, "cpus"), ::testing::AnyOf("", "auto"))
+      << "a core list in the manifest is not the container's cpuset";
 }
 
 TEST(DeployConfig, SystemdUnits_ExecStartAndFlagFilesAccepted) {

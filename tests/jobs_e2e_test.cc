@@ -26,6 +26,7 @@
 #include "dtrain/v1/jobs.grpc.pb.h"
 #include "tests/jobs_e2e_fixture.h"
 #include "tests/local_cluster.h"
+#include "worker/runtime/cpu_affinity.h"
 
 namespace dtrain::testing {
 namespace {
@@ -205,6 +206,48 @@ TEST_F(JobsE2eTest, PinnedWorkers_TheJobLogNamesEachRanksCores) {
   EXPECT_THAT(logs.output, HasSubstr(absl::StrCat("(node 0, local 0, cpus ", core, ")")));
   EXPECT_THAT(logs.output, HasSubstr(absl::StrCat("(node 0, local 1, cpus ", core, ")")));
   EXPECT_EQ(GetJob("pinned-1").state(), v1::SUCCEEDED);
+}
+
+// Workers started without --cpus (auto, the default) learn of each other from the coordinator
+// and split this host's cores, one slice each in name order; the job's ranks run there; when
+// one leaves, the other takes its cores back.
+TEST_F(JobsE2eTest, AutoPlacedWorkers_SplitTheCores_TakeThemBackWhenOneLeaves) {
+  const std::string allowed_list = CpusAllowedList("/proc/self/status");
+  absl::StatusOr<std::vector<int>> allowed = ParseCpuList(allowed_list);
+  ASSERT_TRUE(allowed.ok()) << allowed_list;
+  if (allowed->size() < 2) GTEST_SKIP() << "two workers need two cores to split";
+  const std::string first = FormatCpuList(CpusOfLocalProcess(*allowed, 0, 2));
+  const std::string second = FormatCpuList(CpusOfLocalProcess(*allowed, 1, 2));
+  cluster_->worker("w0").Stop();
+  cluster_->worker("w1").Stop();
+  ASSERT_TRUE(cluster_->AddWorker("a0", {"--cpus=auto"}));
+  ASSERT_TRUE(cluster_->AddWorker("a1", {"--cpus=auto"}));
+  auto placed = [&](const std::string& name) {
+    for (const v1::WorkerInfo& w : cluster_->Workers()) {
+      if (w.name() == name && w.state() == v1::WorkerInfo::ALIVE) return w;
+    }
+    return v1::WorkerInfo();
+  };
+  ASSERT_TRUE(WaitFor([&] { return placed("a0").cpus() == first && placed("a1").cpus() == second; },
+                      absl::Seconds(15)))
+      << "a0 on '" << placed("a0").cpus() << "', a1 on '" << placed("a1").cpus() << "'";
+  EXPECT_TRUE(placed("a0").cpus_auto());
+  EXPECT_EQ(placed("a0").allowed_cpus(), FormatCpuList(*allowed));
+  EXPECT_EQ(placed("a1").threads(), 1) << "--threads=1, below the slice";
+  ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(15)));
+  CommandResult submitted =
+      Dtrain(absl::StrCat("fit --wait --config ", WriteJob("auto", SyntheticJob("auto", 1, 256))));
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  CommandResult logs = Dtrain("logs auto-1");
+  EXPECT_THAT(logs.output, HasSubstr(absl::StrCat("(node 0, local 0, cpus ", first, ")")));
+  EXPECT_THAT(logs.output, HasSubstr(absl::StrCat("(node 0, local 1, cpus ", second, ")")));
+  EXPECT_EQ(GetJob("auto-1").state(), v1::SUCCEEDED);
+  CommandResult listed = Dtrain("workers");
+  EXPECT_THAT(listed.output, HasSubstr(absl::StrCat(first, "/1t auto")));
+  cluster_->worker("a1").Stop();
+  EXPECT_TRUE(
+      WaitFor([&] { return placed("a0").cpus() == FormatCpuList(*allowed); }, absl::Seconds(15)))
+      << "a0 alone stays on '" << placed("a0").cpus() << "'";
 }
 
 // Early stopping: a min_delta no improvement can meet stops the run after `patience`

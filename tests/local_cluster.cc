@@ -88,6 +88,14 @@ bool LocalCluster::AddWorker(const std::string& name, const std::vector<std::str
   return true;
 }
 
+std::vector<v1::WorkerInfo> LocalCluster::Workers() {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  v1::ListWorkersResponse response;
+  if (!workers_stub_->ListWorkers(&context, {}, &response).ok()) return {};
+  return {response.workers().begin(), response.workers().end()};
+}
+
 int LocalCluster::AliveWorkers(bool idle_only) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));

@@ -53,6 +53,8 @@ class LocalCluster {
   // their heartbeats, none placed on them and not yet let go); -1 when it
   // does not answer.
   int AliveWorkers(bool idle_only = false);
+  // The workers the coordinator lists (empty when it does not answer).
+  std::vector<v1::WorkerInfo> Workers();
   // The coordinator's groups (empty when it does not answer).
   std::vector<v1::GroupInfo> Groups();
   // The job's status; a default one (empty id) while the coordinator does not answer.

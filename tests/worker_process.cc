@@ -10,6 +10,8 @@
 
 #include <grpcpp/create_channel.h>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace dtrain::testing {
@@ -23,6 +25,12 @@ std::unique_ptr<WorkerProcess> WorkerProcess::Start(const std::string& coordinat
   std::vector<std::string> argv = {DTRAIN_WORKER_BIN, "--coordinator=" + coordinator,
                                    "--listen=127.0.0.1:0", "--port_file=" + port_file};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  // Tests running at once start clusters of their own on this host, whose workers do not know
+  // each other: --cpus=auto would pile them all onto the first cores. A test asks for it.
+  if (absl::c_none_of(extra_flags,
+                      [](const std::string& f) { return absl::StartsWith(f, "--cpus"); })) {
+    argv.push_back("--cpus=none");
+  }
   argv.insert(argv.begin(), launcher.begin(), launcher.end());
   auto worker = std::unique_ptr<WorkerProcess>(new WorkerProcess());
   worker->process_ = Subprocess::Start(argv);

@@ -40,6 +40,62 @@ v1::WorkerInfo::State StateOf(const WorkerRegistry& registry, const std::string&
   return v1::WorkerInfo::STATE_UNSPECIFIED;
 }
 
+// A worker placing its steps itself (--cpus=auto) hears of the other workers of its host, with
+// their cores, at registration and in every heartbeat's answer: not itself, not other hosts,
+// not the lost; a heartbeat updates where its steps run now. A cpu list that is not one is
+// refused by name.
+TEST(WorkerRegistryTest, SameHostWorkers_WithTheirCores_InRegistrationAndHeartbeatAnswers) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  WorkerRegistry registry(absl::Seconds(10));
+  v1::WorkerInfo a = Worker("a", 1);
+  a.set_allowed_cpus("0-1");
+  a.set_cpus("0-1");
+  a.set_threads(2);
+  a.set_cpus_auto(true);
+  google::protobuf::RepeatedPtrField<v1::WorkerInfo> peers;
+  ASSERT_TRUE(registry.Register(a, t0, &peers).ok());
+  EXPECT_THAT(peers, IsEmpty());
+  v1::WorkerInfo other_host = Worker("x", 1);
+  other_host.set_host("elsewhere");
+  ASSERT_TRUE(registry.Register(other_host, t0).ok());
+  v1::WorkerInfo b = Worker("b", 2);
+  b.set_allowed_cpus("0-1");
+  b.set_cpus_auto(true);
+  ASSERT_TRUE(registry.Register(b, t0, &peers).ok());
+  ASSERT_EQ(peers.size(), 1);
+  EXPECT_EQ(peers[0].name(), "a");
+  EXPECT_EQ(peers[0].allowed_cpus(), "0-1");
+  EXPECT_EQ(peers[0].cpus(), "0-1");
+  EXPECT_TRUE(peers[0].cpus_auto());
+  // a moves to core 0 and says so in its next heartbeat; b hears it in its own.
+  v1::WorkerHeartbeatRequest beat = Beat("a", 1, "", false);
+  beat.set_cpus("0");
+  beat.set_threads(1);
+  v1::WorkerHeartbeatResponse answer;
+  ASSERT_TRUE(registry.Heartbeat(beat, t0, &answer).ok());
+  ASSERT_EQ(answer.same_host_size(), 1);
+  EXPECT_EQ(answer.same_host(0).name(), "b");
+  ASSERT_TRUE(registry.Heartbeat(Beat("b", 2, "", false), t0, &answer).ok());
+  ASSERT_EQ(answer.same_host_size(), 1);
+  EXPECT_EQ(answer.same_host(0).cpus(), "0");
+  EXPECT_EQ(answer.same_host(0).threads(), 1);
+  // a falls silent: once LOST its cores are no longer counted as taken.
+  ASSERT_TRUE(registry.Heartbeat(Beat("b", 2, "", false), t0 + absl::Seconds(11), &answer).ok());
+  registry.Tick(t0 + absl::Seconds(11));
+  EXPECT_EQ(StateOf(registry, "a", t0 + absl::Seconds(11)), v1::WorkerInfo::LOST);
+  ASSERT_TRUE(registry.Heartbeat(Beat("b", 2, "", false), t0 + absl::Seconds(11), &answer).ok());
+  EXPECT_EQ(answer.same_host_size(), 0);
+  // Not a cpu list: refused, naming the field.
+  v1::WorkerInfo bad = Worker("c", 3);
+  bad.set_allowed_cpus("0-1; rm -rf /");
+  absl::Status refused = registry.Register(bad, t0);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("allowed_cpus"));
+  v1::WorkerHeartbeatRequest bad_beat = Beat("b", 2, "", false);
+  bad_beat.set_threads(-1);
+  EXPECT_EQ(registry.Heartbeat(bad_beat, t0, &answer).code(), absl::StatusCode::kInvalidArgument);
+}
+
 // Past interval x rate workers, the interval handed out grows in proportion and the lost timeout
 // with it: a cluster's heartbeats stay within the coordinator's budget. Heartbeat answers carry
 // the current values, so daemons registered early adapt too.

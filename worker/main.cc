@@ -35,6 +35,7 @@
 #include "worker/plugins/plugin_registry.h"
 #include "worker/runtime/compute_threads.h"
 #include "worker/runtime/cpu_affinity.h"
+#include "worker/runtime/cpu_placement.h"
 #include "worker/service/worker_server.h"
 
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -56,10 +57,14 @@ ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written here on
 ABSL_FLAG(int, threads, 0,
           "libtorch compute threads (0: one per core); with several workers on one machine, "
           "give each its share of the cores");
-ABSL_FLAG(std::string, cpus, "",
-          "pin the step thread (and its compute threads) to these cores, in taskset's list "
-          "syntax (0-3,6); with several workers on one machine give each its own (empty: not "
-          "pinned; --threads 0 then means one per listed core); ddp_spawn's children split them");
+ABSL_FLAG(std::string, cpus, "auto",
+          "where the step thread (and its compute threads) runs: auto (the default) splits the "
+          "cores this process may use with the other auto workers of this host, which it "
+          "learns of from the coordinator, one slice each in name order, and moves when one "
+          "comes or goes (between jobs); a list in taskset's syntax (0-3,6) pins to those "
+          "cores; none leaves the scheduler to place them (slower: see docs/OPERATIONS.md, "
+          "\"Cores\"). --threads 0 means one per core of the slice or list; ddp_spawn's "
+          "children split it");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(60),
           "on SIGTERM, how long the running step may finish, or the coordinator may checkpoint "
           "the job, before the step is stopped; a second SIGTERM stops it at once");
@@ -159,10 +164,44 @@ int main(int argc, char** argv) {
     return 2;
   }
   int threads = absl::GetFlag(FLAGS_threads);
-  if (const std::string list = absl::GetFlag(FLAGS_cpus); !list.empty()) {
+  absl::StatusOr<std::vector<int>> allowed = dtrain::AllowedCpus();
+  if (!allowed.ok()) {
+    dtrain::LogError(
+        absl::StrCat("cannot read the cores this process may use: ", allowed.status().message()));
+    return 2;
+  }
+  options.allowed_cpus = *allowed;
+  options.threads_flag = threads;
+  const std::string list = absl::GetFlag(FLAGS_cpus);
+  if (list == "none" || (list == "auto" && options.child)) {
+    // A rank child is placed by its daemon (--cpus=<its slice>); "none" is the user's choice.
+    if (!options.child) {
+      dtrain::LogWarning(
+          "steps unpinned (--cpus=none): the scheduler moves them between cores, and workers "
+          "sharing this host share cores; measured with 2 workers on 2 cores, one thread per "
+          "core each: the zoo's MLP trained at 0.87x of its pinned rate (the CNN within the "
+          "machine's 5% noise; docs/BENCHMARKS.md); --cpus=auto (the default) or a disjoint "
+          "--cpus list per worker avoids it",
+          {{"threads", absl::StrCat(threads == 0 ? allowed->size() : threads)}});
+    }
+  } else if (list == "auto") {
+    // Until the coordinator names the other workers here: all of this process's cores, as if
+    // alone. The first registration's answer moves it (cpu_placement.h).
+    options.place_cpus = true;
+    options.quota_cores = dtrain::CpuQuotaCores();
+    const dtrain::CpuPlacement alone =
+        dtrain::PlaceSteps("", *allowed, threads, {}, options.quota_cores);
+    options.identity.cpus = alone.cpus;
+    threads = alone.threads;
+    dtrain::LogInfo(
+        absl::StrCat("steps placed (--cpus=auto): ", alone.reason,
+                     "; the split follows the other workers of this host as they "
+                     "register with the coordinator"),
+        {{"cpus", dtrain::FormatCpuList(alone.cpus)}, {"threads", absl::StrCat(threads)}});
+  } else {
     absl::StatusOr<std::vector<int>> checked = dtrain::CheckCpuList(list);
     if (!checked.ok()) {
-      dtrain::LogError(absl::StrCat("--cpus: ", checked.status().message()));
+      dtrain::LogError(absl::StrCat("--cpus: ", checked.status().message(), " (or auto, or none)"));
       return 2;
     }
     options.identity.cpus = *std::move(checked);

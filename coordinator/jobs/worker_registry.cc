@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
@@ -12,6 +13,7 @@ namespace dtrain {
 namespace {
 
 constexpr size_t kMaxFieldBytes = 256;
+constexpr int kMaxThreads = 4096;
 
 absl::Status CheckField(const std::string& field, const std::string& value) {
   if (value.empty()) return absl::InvalidArgumentError(absl::StrCat("worker ", field, " is empty"));
@@ -32,9 +34,50 @@ absl::Status CheckIdentity(const std::string& name, uint64_t incarnation) {
   return absl::OkStatus();
 }
 
+// A cpu list as a worker reports it: short, and only what Linux's list syntax uses. Workers
+// parse their peers' lists themselves; the coordinator only keeps them from carrying junk.
+absl::Status CheckCpuListField(const std::string& field, const std::string& value) {
+  if (value.size() > kMaxFieldBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", field, " is ", value.size(), " bytes; at most 256"));
+  }
+  for (char c : value) {
+    if (!absl::ascii_isdigit(c) && c != ',' && c != '-') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker ", field, " '", value, "' is not a cpu list such as 0-3,6"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The most workers of one host a response lists: more would be a misconfigured host name.
+constexpr int kMaxSameHost = 256;
+
 }  // namespace
 
-absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time now) {
+void WorkerRegistry::SameHostLocked(const Entry& self,
+                                    google::protobuf::RepeatedPtrField<v1::WorkerInfo>* out) const {
+  out->Clear();
+  for (const auto& [name, e] : workers_) {
+    if (out->size() >= kMaxSameHost) break;
+    if (&e == &self || e.info.host() != self.info.host() ||
+        e.info.state() == v1::WorkerInfo::LOST) {
+      continue;
+    }
+    v1::WorkerInfo* peer = out->Add();
+    peer->set_name(e.info.name());
+    peer->set_host(e.info.host());
+    peer->set_state(e.info.state());
+    peer->set_allowed_cpus(e.info.allowed_cpus());
+    peer->set_cpus(e.info.cpus());
+    peer->set_threads(e.info.threads());
+    peer->set_cpus_auto(e.info.cpus_auto());
+  }
+}
+
+absl::Status WorkerRegistry::Register(
+    const v1::WorkerInfo& worker, absl::Time now,
+    google::protobuf::RepeatedPtrField<v1::WorkerInfo>* same_host) {
   for (const auto& [field, value] :
        {std::pair<std::string, const std::string*>{"name", &worker.name()},
         {"address", &worker.address()},
@@ -47,6 +90,12 @@ absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time n
   }
   if (worker.incarnation() == 0) {
     return absl::InvalidArgumentError("worker incarnation must be a non-zero random id");
+  }
+  if (absl::Status s = CheckCpuListField("allowed_cpus", worker.allowed_cpus()); !s.ok()) return s;
+  if (absl::Status s = CheckCpuListField("cpus", worker.cpus()); !s.ok()) return s;
+  if (worker.threads() < 0 || worker.threads() > kMaxThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker threads must be in [0, ", kMaxThreads, "], got ", worker.threads()));
   }
   if (worker.plugins_size() > 256) {
     return absl::InvalidArgumentError(
@@ -83,11 +132,16 @@ absl::Status WorkerRegistry::Register(const v1::WorkerInfo& worker, absl::Time n
   e.info.set_devices(worker.devices());
   e.info.set_incarnation(worker.incarnation());
   *e.info.mutable_plugins() = worker.plugins();
+  e.info.set_allowed_cpus(worker.allowed_cpus());
+  e.info.set_cpus(worker.cpus());
+  e.info.set_threads(worker.threads());
+  e.info.set_cpus_auto(worker.cpus_auto());
   e.info.set_state(v1::WorkerInfo::ALIVE);
   e.draining = false;
   e.info.clear_job_id();
   e.info.set_registered_unix_ms(absl::ToUnixMillis(now));
   e.last_seen = now;
+  if (same_host != nullptr) SameHostLocked(e, same_host);
   return absl::OkStatus();
 }
 
@@ -166,6 +220,11 @@ void WorkerRegistry::Release(const std::string& name) {
 absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request, absl::Time now,
                                        v1::WorkerHeartbeatResponse* response) {
   if (absl::Status s = CheckIdentity(request.name(), request.incarnation()); !s.ok()) return s;
+  if (absl::Status s = CheckCpuListField("cpus", request.cpus()); !s.ok()) return s;
+  if (request.threads() < 0 || request.threads() > kMaxThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker threads must be in [0, ", kMaxThreads, "], got ", request.threads()));
+  }
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request.name());
   if (it == workers_.end() || it->second.info.incarnation() != request.incarnation()) {
@@ -174,6 +233,9 @@ absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request
   }
   Entry& e = it->second;
   e.last_seen = now;
+  e.info.set_cpus(request.cpus());
+  e.info.set_threads(request.threads());
+  SameHostLocked(e, response->mutable_same_host());
   response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(IntervalLocked()));
   response->set_heartbeat_timeout_ms(absl::ToInt64Milliseconds(TimeoutLocked()));
   if (request.draining() && !e.draining) {

@@ -33,8 +33,10 @@ class WorkerRegistry final {
         base_interval_(heartbeat_interval),
         max_rate_(max_heartbeats_per_second) {}
 
-  // INVALID_ARGUMENT naming the field (workers.proto lists the checks).
-  absl::Status Register(const v1::WorkerInfo& worker, absl::Time now);
+  // INVALID_ARGUMENT naming the field (workers.proto lists the checks). `same_host`, when
+  // given, gets the other workers of its host (RegisterWorkerResponse.same_host).
+  absl::Status Register(const v1::WorkerInfo& worker, absl::Time now,
+                        google::protobuf::RepeatedPtrField<v1::WorkerInfo>* same_host = nullptr);
   // Also tells a worker that reports a job which is not (or no longer) assigned to it to drop
   // it (response->abandoned_job). INVALID_ARGUMENT for an empty name or incarnation 0;
   // NOT_FOUND when no worker of that name and incarnation is registered.
@@ -92,6 +94,10 @@ class WorkerRegistry final {
     absl::Time last_seen;
     bool draining = false;  // for the rest of this incarnation, LOST or not
   };
+  // The workers registered with `self`'s host but `self`, not LOST, with their cores.
+  void SameHostLocked(const Entry& self,
+                      google::protobuf::RepeatedPtrField<v1::WorkerInfo>* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const absl::Duration base_timeout_;
   const absl::Duration base_interval_;
   const double max_rate_;

@@ -14,7 +14,8 @@ grpc::ServerUnaryReactor* WorkersService::RegisterWorker(grpc::CallbackServerCon
   if (absl::Status s = access_->RequireAdmin(*context, "RegisterWorker"); !s.ok()) {
     return FinishNow(context, s);
   }
-  absl::Status status = workers_->Register(request->worker(), absl::Now());
+  absl::Status status =
+      workers_->Register(request->worker(), absl::Now(), response->mutable_same_host());
   response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(workers_->heartbeat_interval()));
   response->set_heartbeat_timeout_ms(absl::ToInt64Milliseconds(workers_->heartbeat_timeout()));
   return FinishNow(context, status);

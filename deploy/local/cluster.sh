@@ -7,7 +7,8 @@
 #   deploy/local/cluster.sh cpus [--workers N] [--threads N]   each worker's cores, one line each
 # Port 0 picks a free coordinator port. Workers listen on free ports and register themselves;
 # each gets an equal share of this machine's cores (--threads) and, when the shares fit the cores
-# this shell may use, is pinned to its own (--cpus; --no-pin leaves the scheduler to place them).
+# this shell may use, is pinned to its own (--cpus; --no-pin leaves the scheduler to place them,
+# --cpus=none; shares that do not fit the cores are not pinned either).
 # State (pids, port, logs, jobs) lives in $DTRAIN_LOCAL_DIR (default: build/local-cluster).
 # $DTRAIN_WORKER_FLAGS, if set, is added to every worker's flags (e.g. --rank_isolation=process).
 set -euo pipefail
@@ -92,9 +93,11 @@ case "$cmd" in
       rm -f "$state/worker-$i.port"
       cpus=""; [ "$pin" = 1 ] && cpus=$(worker_cpus "$i")
       [ -n "$cpus" ] && pinned="$pinned local-$i:$cpus"
+      # The launcher knows the whole layout: its list, or none (the worker's own --cpus=auto
+      # would otherwise override the --threads asked for here).
       "$bin/worker/dtrain-worker" --coordinator="$address" --listen=127.0.0.1:0 \
         --port_file="$state/worker-$i.port" --name="local-$i" --threads="$threads" \
-        ${cpus:+--cpus="$cpus"} ${DTRAIN_WORKER_FLAGS:-} >"$state/worker-$i.log" 2>&1 &
+        --cpus="${cpus:-none}" ${DTRAIN_WORKER_FLAGS:-} >"$state/worker-$i.log" 2>&1 &
       echo $! > "$state/worker-$i.pid"
     done
     for i in $(seq 0 $((workers - 1))); do

@@ -68,7 +68,7 @@ class Cluster:
         port_file = os.path.join(self.dir, f"{name}.port")
         worker = self._start([
             _binary("DTRAIN_WORKER_BIN"), f"--coordinator={self.address}", "--listen=127.0.0.1:0",
-            f"--port_file={port_file}", f"--name={name}", "--threads=1",
+            f"--port_file={port_file}", f"--name={name}", "--threads=1", "--cpus=none",
             f"--cache_dir={self.dir}/cache-{name}", f"--jobs_dir={self.dir}/jobs-{name}",
             # A ctest entry runs some of these tests again with every rank in a child process.
             *os.environ.get("DTRAIN_TEST_WORKER_FLAGS", "").split(), *flags],

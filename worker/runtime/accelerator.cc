@@ -12,12 +12,30 @@
 #include "common/status_macros.h"
 #include "worker/model/batch_tree.h"
 #include "worker/model/torch_status.h"
+#include "worker/runtime/cpu_affinity.h"
 #include "worker/runtime/registered_plugins.h"
 
 namespace dtrain {
 
 void SetComputeThreads(int threads) {
   if (threads > 0) at::set_num_threads(threads);
+}
+
+absl::Status MoveComputeThreads(const std::vector<int>& cpus, const std::vector<int>& allowed,
+                                int threads) {
+  const std::vector<int>& target = cpus.empty() ? allowed : cpus;
+  DTRAIN_RETURN_IF_ERROR(PinCurrentThread(target));
+  // The team as it is now, one chunk per thread (grain 1): each pins itself.
+  const int team = at::get_num_threads();
+  if (team > 1) {
+    std::vector<absl::Status> pinned(team);
+    at::parallel_for(0, team, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) pinned[i] = PinCurrentThread(target);
+    });
+    for (const absl::Status& s : pinned) DTRAIN_RETURN_IF_ERROR(s);
+  }
+  SetComputeThreads(threads);
+  return absl::OkStatus();
 }
 
 void RegisterBuiltinAccelerators(PluginRegistry& registry) {

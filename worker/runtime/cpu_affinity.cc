@@ -1,5 +1,6 @@
-// Cpu lists and thread pinning; see cpu_affinity.h. The list parser is hand-written (twenty
-// lines) rather than taken from libnuma, which the worker would link for this alone.
+// Cpu lists, thread pinning and the cgroup's CPU quota; see cpu_affinity.h. The list parser is
+// hand-written (twenty lines) rather than taken from libnuma, which the worker would link for this
+// alone.
 #include "worker/runtime/cpu_affinity.h"
 
 #include <pthread.h>
@@ -8,6 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -29,7 +32,74 @@ absl::StatusOr<int> ParseCpu(absl::string_view text, absl::string_view whole) {
   return cpu;
 }
 
+// The first line of a small kernel file ("" when it cannot be read): cgroup files only.
+std::string FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line) || line.size() > 4096) return "";
+  return line;
+}
+
+// Cores of one cgroup directory's quota; 0 when it has none.
+double QuotaOf(const std::string& dir, bool v2) {
+  double quota = 0, period = 0;
+  if (v2) {
+    // "max 100000" or "150000 100000"
+    std::vector<std::string> parts = absl::StrSplit(FirstLine(dir + "/cpu.max"), ' ');
+    if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &quota) ||
+        !absl::SimpleAtod(parts[1], &period)) {
+      return 0;
+    }
+  } else if (!absl::SimpleAtod(FirstLine(dir + "/cpu.cfs_quota_us"), &quota) ||
+             !absl::SimpleAtod(FirstLine(dir + "/cpu.cfs_period_us"), &period)) {
+    return 0;
+  }
+  return quota > 0 && period > 0 ? quota / period : 0;  // v1's -1: none
+}
+
 }  // namespace
+
+double CpuQuotaCores(const std::string& root, const std::string& self_cgroup) {
+  std::ifstream in(self_cgroup);
+  std::string line;
+  std::string v2_path, v1_path;
+  bool has_v1_cpu = false;
+  for (int n = 0; n < 64 && std::getline(in, line); ++n) {
+    // "0::/path" (v2), "4:cpu,cpuacct:/path" (v1)
+    std::vector<std::string> fields = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (fields.size() != 3) continue;
+    if (fields[0] == "0" && fields[1].empty()) v2_path = fields[2];
+    for (absl::string_view controller : absl::StrSplit(fields[1], ',')) {
+      if (controller == "cpu") {
+        has_v1_cpu = true;
+        v1_path = fields[2];
+      }
+    }
+  }
+  // v1's cpu controller where it is mounted (a hybrid host has both); else the unified tree.
+  const bool v2 = !has_v1_cpu;
+  std::string base = root;
+  if (!v2) {
+    for (const char* mount : {"/cpu,cpuacct", "/cpu"}) {
+      if (!FirstLine(root + mount + "/cpu.cfs_period_us").empty()) {
+        base = root + mount;
+        break;
+      }
+    }
+  }
+  std::string path = v2 ? v2_path : v1_path;
+  if (path.find("..") != std::string::npos) return 0;
+  double smallest = 0;
+  // The cgroup and each of its parents, up to the root of the tree this process sees.
+  for (int depth = 0; depth < 64; ++depth) {
+    const double cores = QuotaOf(base + (path == "/" ? "" : path), v2);
+    if (cores > 0 && (smallest == 0 || cores < smallest)) smallest = cores;
+    if (path.empty() || path == "/") break;
+    const size_t slash = path.rfind('/');
+    path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+  }
+  return smallest;
+}
 
 absl::StatusOr<std::vector<int>> ParseCpuList(absl::string_view text) {
   if (text.empty()) return absl::InvalidArgumentError("the cpu list is empty (write e.g. 0-3,6)");

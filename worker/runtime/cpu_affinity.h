@@ -31,6 +31,14 @@ absl::StatusOr<std::vector<int>> CheckCpuList(absl::string_view text);
 // OpenMP's) to `cpus`. Empty: nothing to do.
 absl::Status PinCurrentThread(const std::vector<int>& cpus);
 
+// The CPU time this process's cgroup may use, in cores: a CFS quota (cgroup v2's cpu.max, v1's
+// cpu.cfs_quota_us over cpu.cfs_period_us), the smallest along the cgroup's path up to `root`;
+// 0 when there is none or it cannot be read. Kubernetes without the static CPU manager policy
+// limits a pod this way while its cpuset still holds every core of the node. `root` and
+// `self_cgroup` are parameters for tests.
+double CpuQuotaCores(const std::string& root = "/sys/fs/cgroup",
+                     const std::string& self_cgroup = "/proc/self/cgroup");
+
 // The cpus of local process `index` of `count` sharing `cpus` (ddp_spawn's children): equal
 // contiguous slices when there are at least as many cpus as processes, else all of them.
 std::vector<int> CpusOfLocalProcess(const std::vector<int>& cpus, int index, int count);

@@ -19,12 +19,10 @@ void SetDeadline(grpc::ClientContext* context) {
 }  // namespace
 
 WorkerRegistration::WorkerRegistration(const std::string& coordinator, v1::WorkerInfo self,
-                                       std::function<std::string()> current_job,
-                                       std::function<void(const std::string&)> abandon_job)
+                                       Hooks hooks)
     : self_(std::move(self)),
       coordinator_(coordinator),
-      current_job_(std::move(current_job)),
-      abandon_job_(std::move(abandon_job)),
+      hooks_(std::move(hooks)),
       stub_(v1::Workers::NewStub(ConnectToCoordinator(coordinator))) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -46,6 +44,11 @@ bool WorkerRegistration::Register() {
   SetDeadline(&context);
   v1::RegisterWorkerRequest request;
   *request.mutable_worker() = self_;
+  if (hooks_.placement) {
+    const auto [cpus, threads] = hooks_.placement();
+    request.mutable_worker()->set_cpus(cpus);
+    request.mutable_worker()->set_threads(threads);
+  }
   v1::RegisterWorkerResponse response;
   grpc::Status status = stub_->RegisterWorker(&context, request, &response);
   if (!status.ok()) {
@@ -66,6 +69,7 @@ bool WorkerRegistration::Register() {
   }
   LogInfo(absl::StrCat("registered as '", self_.name(), "' with the coordinator"),
           {{"worker", self_.name()}, {"address", self_.address()}, {"coordinator", coordinator_}});
+  if (hooks_.same_host) hooks_.same_host(response.same_host());
   return true;
 }
 
@@ -75,8 +79,13 @@ grpc::Status WorkerRegistration::Heartbeat(v1::WorkerHeartbeatResponse* response
   v1::WorkerHeartbeatRequest request;
   request.set_name(self_.name());
   request.set_incarnation(self_.incarnation());
-  request.set_job_id(current_job_());
+  request.set_job_id(hooks_.current_job());
   request.set_draining(draining_);
+  if (hooks_.placement) {
+    const auto [cpus, threads] = hooks_.placement();
+    request.set_cpus(cpus);
+    request.set_threads(threads);
+  }
   grpc::Status status = stub_->WorkerHeartbeat(&context, request, response);
   if (draining_) release_pending_ = status.ok() && response->release_pending();
   return status;
@@ -105,9 +114,10 @@ void WorkerRegistration::Loop() {
       if (ok && response.heartbeat_interval_ms() > 0) {
         interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
       }
-      if (ok && !response.abandoned_job().empty() && abandon_job_) {
-        abandon_job_(response.abandoned_job());
+      if (ok && !response.abandoned_job().empty() && hooks_.abandon_job) {
+        hooks_.abandon_job(response.abandoned_job());
       }
+      if (ok && hooks_.same_host) hooks_.same_host(response.same_host());
     }
     if (ok) {
       if (reported_outage) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -20,11 +21,18 @@ namespace dtrain {
 
 class WorkerRegistration {
  public:
-  // `current_job` is asked at each heartbeat; `abandon_job` is called (on the heartbeat
-  // thread; it must not block) when the coordinator says that job is no longer this worker's.
-  WorkerRegistration(const std::string& coordinator, v1::WorkerInfo self,
-                     std::function<std::string()> current_job,
-                     std::function<void(const std::string&)> abandon_job);
+  // What the daemon answers and hears at each registration and heartbeat, on the heartbeat
+  // thread (none may block).
+  struct Hooks {
+    std::function<std::string()> current_job;
+    // The coordinator says that job is no longer this worker's.
+    std::function<void(const std::string&)> abandon_job;
+    // Where its steps run now: cores ("" when not pinned) and compute threads.
+    std::function<std::pair<std::string, int>()> placement;
+    // The other workers of this host, as of this answer.
+    std::function<void(const google::protobuf::RepeatedPtrField<v1::WorkerInfo>&)> same_host;
+  };
+  WorkerRegistration(const std::string& coordinator, v1::WorkerInfo self, Hooks hooks);
   // Stops heartbeats and unregisters (bounded by a short deadline).
   ~WorkerRegistration();
 
@@ -43,8 +51,7 @@ class WorkerRegistration {
 
   v1::WorkerInfo self_;
   std::string coordinator_;
-  std::function<std::string()> current_job_;
-  std::function<void(const std::string&)> abandon_job_;
+  Hooks hooks_;
   std::unique_ptr<v1::Workers::Stub> stub_;
   absl::Duration interval_ = absl::Seconds(1);
   // Sends one heartbeat; NOT_FOUND means register again.

@@ -26,6 +26,8 @@
 #include "common/streaming.h"
 #include "worker/plugins/plugin_registry.h"
 #include "worker/precision/device_plan.h"
+#include "worker/runtime/cpu_affinity.h"
+#include "worker/runtime/cpu_placement.h"
 #include "worker/service/artifact_cache.h"
 #include "worker/service/worker_registration.h"
 #include "worker/service/worker_service.h"
@@ -72,6 +74,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
   }
   WorkerServiceOptions service;
   service.identity = identity;
+  service.allowed_cpus = o.allowed_cpus;
   service.spawn_binary = o.spawn_binary;
   service.isolate_ranks = o.isolate_ranks && !o.child;
   if (service.isolate_ranks && o.spawn_binary.empty()) {
@@ -207,10 +210,32 @@ void WorkerServer::Register() {
   uint64_t incarnation = 0;
   while (incarnation == 0) incarnation = (uint64_t{random()} << 32) | random();
   self.set_incarnation(incarnation);
+  self.set_allowed_cpus(FormatCpuList(options_.allowed_cpus));
+  self.set_cpus_auto(options_.place_cpus);
   WorkerService* s = service_.get();
-  registration_ = std::make_unique<WorkerRegistration>(
-      identity.coordinator, self, [s] { return s->current_job(); },
-      [s](const std::string& job) { s->AbandonJob(job); });
+  WorkerRegistration::Hooks hooks;
+  hooks.current_job = [s] { return s->current_job(); };
+  hooks.abandon_job = [s](const std::string& job) { s->AbandonJob(job); };
+  hooks.placement = [s] { return s->placement(); };
+  if (options_.place_cpus) {
+    hooks.same_host = [s, name = identity.name, allowed = options_.allowed_cpus,
+                       threads = options_.threads_flag, quota = options_.quota_cores](
+                          const google::protobuf::RepeatedPtrField<v1::WorkerInfo>& peers) {
+      std::vector<LocalWorker> others;
+      for (const v1::WorkerInfo& peer : peers) {
+        // A list that does not parse (a newer or broken peer) counts as not meeting ours.
+        absl::StatusOr<std::vector<int>> peer_allowed = ParseCpuList(peer.allowed_cpus());
+        absl::StatusOr<std::vector<int>> pinned = ParseCpuList(peer.cpus());
+        if (!peer_allowed.ok() || peer_allowed->empty()) continue;
+        others.push_back({.name = peer.name(),
+                          .allowed = *std::move(peer_allowed),
+                          .pinned = pinned.ok() ? *std::move(pinned) : std::vector<int>{},
+                          .automatic = peer.cpus_auto()});
+      }
+      s->OfferPlacement(PlaceSteps(name, allowed, threads, others, quota));
+    };
+  }
+  registration_ = std::make_unique<WorkerRegistration>(identity.coordinator, self, hooks);
 }
 
 void WorkerServer::Drain(const std::string& signal,

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -70,6 +71,13 @@ struct WorkerServerOptions {
   std::string jobs_dir;
   // Drain: how long the running step may finish, or the coordinator may checkpoint the job.
   absl::Duration drain_timeout = absl::Seconds(60);
+  // The cores this process may use (its cpuset and affinity).
+  std::vector<int> allowed_cpus;
+  // --cpus=auto: the steps' place follows the other workers of this host (cpu_placement.h),
+  // with at most `threads_flag` compute threads (--threads; 0: one per core of the share).
+  bool place_cpus = false;
+  int threads_flag = 0;
+  double quota_cores = 0;  // the cgroup's CPU quota in cores (CpuQuotaCores); 0: none
 };
 
 class WorkerServer {

@@ -61,7 +61,13 @@ struct WorkerService::Task {
 };
 
 WorkerService::WorkerService(WorkerServiceOptions options)
-    : options_(std::move(options)), executor_([this] { ExecutorLoop(); }) {}
+    : options_(std::move(options)),
+      identity_(options_.identity),
+      // Threads 0 is libtorch's default, one per core the process may use: say how many.
+      placed_(FormatCpuList(options_.identity.cpus),
+              options_.identity.threads > 0 ? options_.identity.threads
+                                            : static_cast<int>(options_.allowed_cpus.size())),
+      executor_([this] { ExecutorLoop(); }) {}
 
 WorkerService::~WorkerService() {
   StopNow();
@@ -124,6 +130,7 @@ void WorkerService::ExecutorLoop() {
   }
   while (true) {
     std::shared_ptr<Task> task;
+    std::optional<CpuPlacement> place;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -134,7 +141,12 @@ void WorkerService::ExecutorLoop() {
       task = std::move(queue_.front());
       queue_.pop_front();
       running_ = task;
+      if (offered_placement_.has_value() && job_ == nullptr) {
+        place = std::move(offered_placement_);
+        offered_placement_.reset();
+      }
     }
+    if (place.has_value()) ApplyPlacement(*place);
     absl::Status status = task->cancelled
                               ? absl::CancelledError("the call was cancelled before it ran")
                               : task->body();
@@ -152,6 +164,51 @@ void WorkerService::ExecutorLoop() {
     if (task->reactor != nullptr) task->reactor->Finish(ToGrpcStatus(status));
     if (task->answer) task->answer(status);
   }
+}
+
+void WorkerService::ApplyPlacement(const CpuPlacement& placement) {
+  if (absl::Status moved =
+          MoveComputeThreads(placement.cpus, options_.allowed_cpus, placement.threads);
+      !moved.ok()) {
+    LogWarning(absl::StrCat("steps stay where they were: ", moved.message()));
+    return;
+  }
+  identity_.cpus = placement.cpus;
+  identity_.threads = placement.threads;
+  {
+    absl::MutexLock lock(&mu_);
+    placed_ = {FormatCpuList(placement.cpus), placement.threads};
+  }
+  const std::string cpus = placement.cpus.empty() ? "unpinned" : FormatCpuList(placement.cpus);
+  const std::string threads = absl::StrCat(placement.threads);
+  if (placement.shared) {
+    LogWarning(absl::StrCat("steps placed: ", placement.reason,
+                            "; steps that share cores trained the zoo's MLP 13% slower "
+                            "(docs/OPERATIONS.md, \"Cores\")"),
+               {{"cpus", cpus}, {"threads", threads}});
+  } else {
+    LogInfo(absl::StrCat("steps placed: ", placement.reason),
+            {{"cpus", cpus}, {"threads", threads}});
+  }
+}
+
+void WorkerService::OfferPlacement(CpuPlacement placement) {
+  absl::MutexLock lock(&mu_);
+  if (placed_ == std::make_pair(FormatCpuList(placement.cpus), placement.threads)) {
+    offered_placement_.reset();  // back where it is: an earlier offer is moot
+    return;
+  }
+  offered_placement_ = std::move(placement);
+  if (stopping_ || job_ != nullptr) return;  // the next Setup applies it
+  // Idle: an internal task applies it now, so the log and heartbeats show it at once.
+  auto task = std::make_shared<Task>();
+  task->body = [] { return absl::OkStatus(); };
+  queue_.push_back(std::move(task));
+}
+
+std::pair<std::string, int> WorkerService::placement() const {
+  absl::MutexLock lock(&mu_);
+  return placed_;
 }
 
 absl::StatusOr<std::shared_ptr<HostedJob>> WorkerService::JobFor(const std::string& job_id) {
@@ -246,13 +303,13 @@ grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* cont
             return absl::FailedPreconditionError(
                 "ddp_spawn is not available in a spawned child; use ddp");
           }
-          job = SpawnedJob::Setup(*request, options_.identity, options_.spawn_binary,
+          job = SpawnedJob::Setup(*request, identity_, options_.spawn_binary,
                                   ChildMode::kOnePerDevice, response, canceller.get());
         } else if (options_.isolate_ranks) {
-          job = SpawnedJob::Setup(*request, options_.identity, options_.spawn_binary,
-                                  ChildMode::kWholeJob, response, canceller.get());
+          job = SpawnedJob::Setup(*request, identity_, options_.spawn_binary, ChildMode::kWholeJob,
+                                  response, canceller.get());
         } else {
-          job = SetupLocalJob(*request, options_.identity, response, canceller.get());
+          job = SetupLocalJob(*request, identity_, response, canceller.get());
         }
         if (!job.ok()) return Note(job.status());
         absl::MutexLock lock(&mu_);
@@ -578,8 +635,8 @@ grpc::ServerUnaryReactor* WorkerService::DryRun(grpc::CallbackServerContext* con
     // The model's code runs in a child when ranks are isolated, as a job's would.
     absl::StatusOr<v1::DryRunResponse> report =
         options_.isolate_ranks
-            ? SpawnedJob::DryRun(local, options_.identity, options_.spawn_binary, deadline)
-            : Job::DryRun(local, options_.identity);
+            ? SpawnedJob::DryRun(local, identity_, options_.spawn_binary, deadline)
+            : Job::DryRun(local, identity_);
     if (!report.ok()) return report.status();
     *response = std::move(*report);
     return absl::OkStatus();

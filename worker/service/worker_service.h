@@ -8,8 +8,11 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -18,6 +21,7 @@
 #include "common/call_canceller.h"
 #include "common/metrics_registry.h"
 #include "dtrain/v1/worker.grpc.pb.h"
+#include "worker/runtime/cpu_placement.h"
 #include "worker/runtime/hosted_job.h"
 #include "worker/runtime/worker_identity.h"
 #include "worker/service/artifact_cache.h"
@@ -26,6 +30,8 @@ namespace dtrain {
 
 struct WorkerServiceOptions {
   WorkerIdentity identity;
+  // The cores this process may use: where an unpinned placement puts the step thread back.
+  std::vector<int> allowed_cpus;
   // This program, run with --child by ddp_spawn; empty disables ddp_spawn.
   std::string spawn_binary;
   // Runs every job in a child process of spawn_binary (WorkerServerOptions::isolate_ranks).
@@ -101,6 +107,11 @@ class WorkerService final : public v1::Worker::CallbackService {
   void StopNow();
   // The job set up now, or whose Setup was taken and has not ended; or "".
   std::string current_job() const;
+  // A new place for the steps (--cpus=auto: another worker of this host came or went). Applied
+  // on the step thread before the next job is set up, never under a job; the latest offer wins.
+  void OfferPlacement(CpuPlacement placement);
+  // Where steps run now, for heartbeats: the cores ("" when not pinned) and compute threads.
+  std::pair<std::string, int> placement() const;
   // The coordinator no longer counts `job_id` as this worker's (it ended while this worker was
   // unreachable or stopped): stops it and tears it down on the executor. Does not block.
   void AbandonJob(const std::string& job_id);
@@ -120,6 +131,8 @@ class WorkerService final : public v1::Worker::CallbackService {
                                     std::function<absl::Status()> body, std::string setup_job = "",
                                     std::shared_ptr<CallCanceller> canceller = nullptr);
   void ExecutorLoop();
+  // On the step thread, with no job set up.
+  void ApplyPlacement(const CpuPlacement& placement);
   // Runs on the executor: the job named `job_id` or FAILED_PRECONDITION.
   absl::StatusOr<std::shared_ptr<HostedJob>> JobFor(const std::string& job_id);
   absl::Status RunStep(StepKind kind, const v1::StepRequest& request, v1::StepResponse* response);
@@ -129,7 +142,12 @@ class WorkerService final : public v1::Worker::CallbackService {
   absl::Status TeardownJob(bool all_ranks = false);
 
   const WorkerServiceOptions options_;
+  // options_.identity with the placement of now (cpus, threads): read and changed on the step
+  // thread only, which sets jobs up.
+  WorkerIdentity identity_;
   mutable absl::Mutex mu_;
+  std::optional<CpuPlacement> offered_placement_ ABSL_GUARDED_BY(mu_);
+  std::pair<std::string, int> placed_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<HostedJob> job_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<Task>> queue_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Task> running_ ABSL_GUARDED_BY(mu_);
