@@ -15,11 +15,12 @@ absl::Status PrepareTrainingThread(int threads, const std::string& cpus) {
   return PinCurrentThread(*checked);
 }
 
-absl::StatusOr<PlainLoop> PlainLoop::Make(const std::string& model, double lr, double momentum) {
+absl::StatusOr<PlainLoop> PlainLoop::Make(const std::string& model, double lr, double momentum,
+                                          bool nesterov) {
   absl::StatusOr<LightningModule> module = BuiltinModel(model, 1);
   if (!module.ok()) return module.status();
-  auto optimizer =
-      MakeOptimizer(module->Parameters(), {.name = "sgd", .lr = lr, .momentum = momentum});
+  auto optimizer = MakeOptimizer(
+      module->Parameters(), {.name = "sgd", .lr = lr, .momentum = momentum, .nesterov = nesterov});
   if (!optimizer.ok()) return optimizer.status();
   module->Train(true);
   return PlainLoop(*std::move(module), *std::move(optimizer));

@@ -27,7 +27,8 @@ absl::Status PrepareTrainingThread(int threads, const std::string& cpus);
 class PlainLoop {
  public:
   // `model`: a zoo name (mlp, cnn), built with seed 1 as a job's is.
-  static absl::StatusOr<PlainLoop> Make(const std::string& model, double lr, double momentum);
+  static absl::StatusOr<PlainLoop> Make(const std::string& model, double lr, double momentum,
+                                        bool nesterov = false);
 
   // One optimizer step on the training samples `indices` of `data`.
   absl::Status Step(const Dataset& data, const std::vector<int64_t>& indices, int64_t batch_idx);

@@ -7,9 +7,11 @@
 // --rank/--world_size take the rank's slice of each global batch, as ddp does; --start_at
 // (Unix seconds) starts every process of a ceiling at once, and start/end (Unix seconds) let
 // the script compute their joint rate over the same interval dtrain's timer spans.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <numeric>
+#include <random>
 
 #include <torch/torch.h>
 
@@ -31,6 +33,10 @@ ABSL_FLAG(int, rank, 0, "this process's slice of each global batch");
 ABSL_FLAG(int, world_size, 1, "processes sharing each global batch");
 ABSL_FLAG(std::string, cpus, "", "pin the training thread to these cores, as a worker's --cpus");
 ABSL_FLAG(double, start_at, 0, "Unix time to start training at (0: at once)");
+ABSL_FLAG(bool, nesterov, false, "Nesterov momentum (the README demo's optimizer)");
+ABSL_FLAG(bool, shuffle, false,
+          "each rank reads its batches from a shuffled order of the training set, as a job with "
+          "data.shuffle does (a gather of scattered rows), instead of consecutive rows");
 ABSL_FLAG(std::string, step_times, "",
           "if set, each timed step's duration in microseconds is written to this file, one per "
           "line (bench/training.sh pairs the ceiling's two ranks' steps)");
@@ -53,7 +59,14 @@ int main(int argc, char** argv) {
   const int batch = absl::GetFlag(FLAGS_batch);
   const int64_t n = (*data)->Splits()[0].second;
   const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world_size);
-  auto make = [&] { return dtrain::bench::PlainLoop::Make(absl::GetFlag(FLAGS_model), 0.05, 0.9); };
+  auto make = [&] {
+    return dtrain::bench::PlainLoop::Make(absl::GetFlag(FLAGS_model), 0.05, 0.9,
+                                          absl::GetFlag(FLAGS_nesterov));
+  };
+  // --shuffle: one fixed permutation, read in windows, stands for a job's per-epoch shuffle.
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  if (absl::GetFlag(FLAGS_shuffle)) std::shuffle(order.begin(), order.end(), std::mt19937_64(1));
   // `steps` steps of `loop`; the clock starts (into `start`) at step `timed_from`, and each
   // step from there on is timed on its own for --step_times.
   std::vector<double> step_us;
@@ -64,8 +77,8 @@ int main(int argc, char** argv) {
       if (step == timed_from) start = step_start;
       std::vector<int64_t> indices(batch);
       // A new batch of consecutive samples each step, disjoint across the ranks of a ceiling.
-      std::iota(indices.begin(), indices.end(),
-                (int64_t{step} * batch * world + int64_t{rank} * batch) % (n - batch));
+      const int64_t first = (int64_t{step} * batch * world + int64_t{rank} * batch) % (n - batch);
+      std::copy(order.begin() + first, order.begin() + first + batch, indices.begin());
       if (absl::Status stepped = loop.Step(**data, indices, step); !stepped.ok()) return stepped;
       if (timed_from >= 0 && step >= timed_from) {
         step_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - step_start));

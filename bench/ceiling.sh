@@ -1,0 +1,35 @@
+# Sourced by bench/training.sh and bench/demo.sh: the compute ceiling of a 2-rank job, i.e. two
+# plain libtorch loops (bench/train_loop_bench.cc) started together, each doing one worker
+# rank's per-sample work with no communication, pinned to the cores the local cluster gives its
+# workers. Their joint rate is all samples / (last end - first start), the span dtrain's train
+# timer covers. Each process is warmed first by 5 steps of a throwaway model, as a worker daemon
+# is warm from its earlier jobs. Each step's time is kept, so that the row also says what a
+# synchronous run (ranks waiting for each other every step, as ddp's all-reduce makes them)
+# could keep of it with a free, instant all-reduce: rank skew's share.
+#
+# ceiling_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
+# prints one JSON row {system: compute-ceiling, model, ranks, batch, run, samples_per_s,
+# synchronous_share}; $pins (an array, as `deploy/local/cluster.sh cpus --workers 2` prints)
+# gives each loop its cores.
+ceiling_once() {
+  local build=$1 work=$2 model=$3 batch=$4 steps=$5 run=$6 at i
+  shift 6
+  # After data loading and the warm steps (~1.5 s for the CNN when idle).
+  at=$(/usr/bin/python3 -c 'import time; print(f"{time.time() + 4:.3f}")')
+  for i in 0 1; do
+    "$build/bench/dtrain-bench-train-loop" --model "$model" --batch "$batch" --threads 1 \
+      --warm_process 5 --warmup 0 --rank $i --world_size 2 --start_at "$at" \
+      --steps "$steps" --step_times "$work/ceiling-steps-$i.txt" \
+      ${pins[$i]:+--cpus="${pins[$i]}"} "$@" > "$work/ceiling-$i.json" &
+  done
+  wait
+  cat "$work/ceiling-0.json" "$work/ceiling-1.json" | /usr/bin/python3 -c "
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+span = max(r['end'] for r in rows) - min(r['start'] for r in rows)
+a, b = ([float(l) for l in open(f'$work/ceiling-steps-{i}.txt')] for i in (0, 1))
+print(json.dumps({'system': 'compute-ceiling', 'model': '$model', 'ranks': 2, 'batch': $batch,
+                  'run': $run, 'samples_per_s': round(sum(r['samples'] for r in rows) / span, 1),
+                  'synchronous_share': round(max(sum(a), sum(b)) /
+                                             sum(max(x, y) for x, y in zip(a, b)), 4)}))"
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The README demo's job, measured as a user runs it, beside the compute ceiling of the same run:
+#   bench/demo.sh [--runs N] [--config FILE] [--check] [--json]
+# Each run: the compute ceiling (bench/ceiling.sh: two plain libtorch loops, pinned like the
+# workers, at the demo's batch size, Nesterov momentum and shuffled rows), then a fresh local
+# cluster (deploy/local/cluster.sh, as deploy/local/demo.sh starts it) running the unchanged
+# demo spec (deploy/local/fashion-cnn.yaml) submitted and watched as demo.sh does, then the
+# ceiling again; the run's ceiling is the faster of its two samples. Per run it prints the time
+# from submit to SUCCEEDED, the training rate (samples over the training span: first training
+# step to the last, validation and checkpoints between them left out) and its share of the
+# ceiling, the rate dtrain reports (which counts from before the sanity check to the run's end),
+# where the seconds went, and test_acc; then the medians with their spread, and the machine.
+# --check exits 1 unless the median share of the ceiling is >= 0.90 and every test_acc >= 0.91.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+runs=3; config="$root/deploy/local/fashion-cnn.yaml"; check=0; json=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs=$2; shift ;;
+    --config) config=$(realpath "$2"); shift ;;
+    --check) check=1 ;;
+    --json) json=1 ;;
+    *) echo "usage: bench/demo.sh [--runs N] [--config FILE] [--check] [--json]" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+deploy/install-deps.sh --bench >&2
+build="$root/build"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
+  -DDTRAIN_BUILD_WORKER=ON >&2
+cmake --build "$build" --target dtrain-coordinator dtrain-worker dtrain dtrain-bench-train-loop >&2
+
+# The spec's model, batch and optimizer, for a ceiling doing the same work per sample.
+read -r model batch nesterov < <(/usr/bin/python3 - "$config" <<'PY'
+import sys, yaml
+spec = yaml.safe_load(open(sys.argv[1]))
+model = spec.get("model", {}).get("builtin", "")
+if model not in ("cnn", "mlp"):
+    sys.exit(f"bench/demo.sh measures a zoo model (cnn or mlp) against its ceiling; {sys.argv[1]} names {model!r}")
+print(model, spec.get("data", {}).get("batch_size", 32),
+      int(bool(spec.get("optimizer", {}).get("nesterov", False))))
+PY
+)
+shuffle=$(/usr/bin/python3 -c "import sys,yaml; print(int(yaml.safe_load(open(sys.argv[1]))['data'].get('shuffle', True)))" "$config")
+mapfile -t pins < <(deploy/local/cluster.sh cpus --workers 2)
+
+work=$(mktemp -d)
+export DTRAIN_LOCAL_DIR="$work/cluster"
+cleanup() { deploy/local/cluster.sh stop >/dev/null 2>&1 || true; rm -rf "$work"; }
+trap cleanup EXIT
+source "$root/bench/ceiling.sh"
+ceiling_flags=()
+[ "$nesterov" = 1 ] && ceiling_flags+=(--nesterov)
+[ "$shuffle" = 1 ] && ceiling_flags+=(--shuffle)
+# ~10 s of the CNN at batch 32 on a 2-core VM.
+ceiling_steps=$(( 600 * 32 / batch )); [ "$model" = mlp ] && ceiling_steps=$(( ceiling_steps * 10 ))
+
+: > "$work/rows.jsonl"
+for run in $(seq 1 "$runs"); do
+  echo "run $run/$runs: compute ceiling ..." >&2
+  ceiling_once "$build" "$work" "$model" "$batch" "$ceiling_steps" "$run" "${ceiling_flags[@]}" \
+    > "$work/ceiling-a.json"
+  echo "run $run/$runs: the demo job on a fresh local cluster ..." >&2
+  deploy/local/cluster.sh start --port 0 --workers 2 >&2
+  export DTRAIN_COORDINATOR="127.0.0.1:$(cat "$DTRAIN_LOCAL_DIR/port")"
+  id=$("$build/client/dtrain" fit --output json --config "$config" |
+       sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1)
+  "$build/client/dtrain" watch "$id" >/dev/null
+  "$build/client/dtrain" status "$id" --output json > "$work/status.json"
+  "$build/client/dtrain" results "$id" --output json > "$work/results.json"
+  # Where the ranks' time went (steps, waits for gradients and data), for the reader.
+  "$build/client/dtrain" logs "$id" | grep -E "time by rank|trained at" >&2 || true
+  deploy/local/cluster.sh stop >&2
+  echo "run $run/$runs: compute ceiling again ..." >&2
+  ceiling_once "$build" "$work" "$model" "$batch" "$ceiling_steps" "$run" "${ceiling_flags[@]}" \
+    > "$work/ceiling-b.json"
+  /usr/bin/python3 - "$work" "$run" "$batch" >> "$work/rows.jsonl" <<'PY'
+import json, re, sys
+work, run, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = json.load(open(f"{work}/status.json"))
+if s.get("state") != "SUCCEEDED":
+    sys.exit(f"run {run}: the demo job ended {s.get('state')}: {s.get('reason', '')}")
+ceilings = [json.load(open(f"{work}/ceiling-{x}.json")) for x in "ab"]
+ceiling = max(ceilings, key=lambda c: c["samples_per_s"])
+p = s["progress"]
+phases = p.get("phase_seconds", {})
+samples = int(p["global_step"]) * batch * 2
+# The training span's rate; before dtrain reported it, the train phase's time (calls only).
+rate = p.get("train_samples_per_second") or samples / phases["train"]
+found = re.search(r'"test_acc": ([0-9.]+)', open(f"{work}/results.json").read())
+acc = float(found.group(1)) if found else float("nan")  # a spec with skip_test
+print(json.dumps({
+    "run": run, "submit_to_done_s": (int(s["finished_unix_ms"]) - int(s["submitted_unix_ms"])) / 1000,
+    "train_samples_per_s": round(rate, 1), "reported_samples_per_s": round(p["samples_per_second"], 1),
+    "ceiling_samples_per_s": ceiling["samples_per_s"],
+    "ceiling_samples": [c["samples_per_s"] for c in ceilings],
+    "synchronous_share": ceiling["synchronous_share"],
+    "share_of_ceiling": round(rate / ceiling["samples_per_s"], 4),
+    "test_acc": acc, "global_step": int(p["global_step"]),
+    "phase_seconds": {k: round(v, 2) for k, v in phases.items()}}))
+PY
+done
+
+machine=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
+echo "{\"machine\": \"$machine, $(nproc) cores\", \"kernel\": \"$(uname -r)\"}" >> "$work/rows.jsonl"
+if [ "$json" = 1 ]; then cat "$work/rows.jsonl"; fi
+/usr/bin/python3 - "$work/rows.jsonl" "$check" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+machine = rows.pop()["machine"]
+print(f"{'run':>3} {'submit->done s':>14} {'train samples/s':>15} {'ceiling':>8} {'share':>6} "
+      f"{'of sync bound':>13} {'reported':>8} {'test_acc':>8}  phases (s)")
+for r in rows:
+    ph = r["phase_seconds"]
+    print(f"{r['run']:>3} {r['submit_to_done_s']:>14.1f} {r['train_samples_per_s']:>15.0f} "
+          f"{r['ceiling_samples_per_s']:>8.0f} {r['share_of_ceiling']:>6.3f} "
+          f"{r['share_of_ceiling'] / r['synchronous_share']:>13.3f} {r['reported_samples_per_s']:>8.0f} "
+          f"{r['test_acc']:>8.4f}  " + ", ".join(f"{k} {ph[k]}" for k in
+          ("setup", "train", "validation", "checkpoint", "test") if k in ph))
+def spread(key):
+    v = [r[key] for r in rows]
+    return statistics.median(v), min(v), max(v)
+t, s, a = spread("submit_to_done_s"), spread("share_of_ceiling"), spread("test_acc")
+c = spread("ceiling_samples_per_s")
+print(f"median of {len(rows)}: submit to SUCCEEDED {t[0]:.1f} s ({t[1]:.1f}-{t[2]:.1f}); training at "
+      f"{s[0]:.3f} of the same run's ceiling ({s[1]:.3f}-{s[2]:.3f}), the ceiling being "
+      f"{c[0]:.0f} samples/s ({c[1]:.0f}-{c[2]:.0f}); test_acc {a[0]:.4f} ({a[1]:.4f}-{a[2]:.4f})")
+print(f"machine: {machine}")
+if sys.argv[2] == "1" and (s[0] < 0.90 or a[1] < 0.91):
+    print("check FAILED: wants a median share >= 0.90 and every test_acc >= 0.91")
+    sys.exit(1)
+PY
