@@ -34,6 +34,7 @@ ABSL_FLAG(int, world_size, 1, "processes sharing each global batch");
 ABSL_FLAG(std::string, cpus, "", "pin the training thread to these cores, as a worker's --cpus");
 ABSL_FLAG(double, start_at, 0, "Unix time to start training at (0: at once)");
 ABSL_FLAG(bool, nesterov, false, "Nesterov momentum (the README demo's optimizer)");
+ABSL_FLAG(double, lr, 0.05, "learning rate (a job spec's optimizer.lr)");
 ABSL_FLAG(bool, shuffle, false,
           "each rank reads its batches from a shuffled order of the training set, as a job with "
           "data.shuffle does (a gather of scattered rows), instead of consecutive rows");
@@ -60,7 +61,7 @@ int main(int argc, char** argv) {
   const int64_t n = (*data)->Splits()[0].second;
   const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world_size);
   auto make = [&] {
-    return dtrain::bench::PlainLoop::Make(absl::GetFlag(FLAGS_model), 0.05, 0.9,
+    return dtrain::bench::PlainLoop::Make(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_lr), 0.9,
                                           absl::GetFlag(FLAGS_nesterov));
   };
   // --shuffle: one fixed permutation, read in windows, stands for a job's per-epoch shuffle.
