@@ -85,6 +85,9 @@ TEST(WorkerRegistryTest, SameHostWorkers_WithTheirCores_InRegistrationAndHeartbe
   EXPECT_EQ(StateOf(registry, "a", t0 + absl::Seconds(11)), v1::WorkerInfo::LOST);
   ASSERT_TRUE(registry.Heartbeat(Beat("b", 2, "", false), t0 + absl::Seconds(11), &answer).ok());
   EXPECT_EQ(answer.same_host_size(), 0);
+  // A worker pinned by hand does not read the list, and is not sent it.
+  ASSERT_TRUE(registry.Register(Worker("d", 4), t0 + absl::Seconds(11), &peers).ok());
+  EXPECT_THAT(peers, IsEmpty());
   // Not a cpu list: refused, naming the field.
   v1::WorkerInfo bad = Worker("c", 3);
   bad.set_allowed_cpus("0-1; rm -rf /");
