@@ -305,5 +305,25 @@ TEST(DeployConfig, SlurmScript_ParsesAndItsCommandsUseRealFlags) {
   EXPECT_GE(commands, 4) << "coordinator, worker, health wait and submit";
 }
 
+// The local launcher refuses a worker count or thread count it cannot use, by name, before it
+// starts anything (--workers 0 once divided by zero in its thread split).
+TEST(DeployConfig, LocalClusterScript_RefusesBadCountsByName) {
+  const std::string script = kDeploy + "/local/cluster.sh";
+  const std::string state = ::testing::TempDir() + "/cluster-flags";
+  const std::string run = "DTRAIN_LOCAL_DIR=" + state + " bash " + script;
+  for (const std::string bad : {"--workers 0", "--workers two", "--workers ''", "--threads -1"}) {
+    CommandResult r = RunShell(run + " cpus " + bad + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+    EXPECT_THAT(r.output, ::testing::HasSubstr(absl::StartsWith(bad, "--workers")
+                                                   ? "--workers takes a whole number"
+                                                   : "--threads takes a whole number"))
+        << bad;
+  }
+  // A good count still prints one core list per worker (or nothing when they do not fit).
+  CommandResult ok = RunShell(run + " cpus --workers 1 2>&1");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_FALSE(std::filesystem::exists(state + "/coordinator.pid")) << "nothing was started";
+}
+
 }  // namespace
 }  // namespace dtrain::testing

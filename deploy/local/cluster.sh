@@ -62,6 +62,12 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+case "$workers" in
+  ''|*[!0-9]*|0) echo "--workers takes a whole number of workers, at least 1 (got '$workers')" >&2; exit 2 ;;
+esac
+case "$threads" in
+  ''|*[!0-9]*) echo "--threads takes a whole number (0: the cores split between the workers; got '$threads')" >&2; exit 2 ;;
+esac
 cores=$(nproc)
 mapfile -t allowed < <(allowed_cpus)
 if [ "$threads" -le 0 ]; then threads=$(( cores / workers )); [ "$threads" -ge 1 ] || threads=1; fi
