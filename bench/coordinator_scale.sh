@@ -4,8 +4,10 @@
 # gRPC connection, registering and heartbeating at the coordinator's interval), 32 jobs training
 # on them (progress and metrics every step) and 200 queued behind them. Measures, over a steady
 # window: heartbeat latency (p50/p99/max), the coordinator's CPU (share of one core) and memory,
-# `dtrain list` and `dtrain workers` wall time; then cancels the running jobs and checks that the
-# queue drains in submission order. See bench/coordinator_scale_bench.cc.
+# `dtrain list` and `dtrain workers` wall time, each beside a same-run reference from this
+# machine (a bare loopback gRPC round trip, the simulator's own CPU, `dtrain --help`); then
+# cancels the running jobs and checks that the queue drains in submission order. See
+# bench/coordinator_scale_bench.cc.
 #   bench/coordinator_scale.sh [--json] [--workers N] [--running N] [--queued N]
 #                              [--nodes_per_job N] [--ended_jobs N] [--batch_ms N] [--window S]
 set -euo pipefail
@@ -66,19 +68,25 @@ if [ "$json" = 1 ]; then cat "$work/result.json"; exit 0; fi
 import json, sys
 r = json.load(open(sys.argv[1]))
 ended = int(sys.argv[2])
+ref = (f"bare loopback round trip {r['reference_rtt_p50_ms']:.2f} / {r['reference_rtt_p99_ms']:.2f} ms (p50 / p99); "
+       f"ratio {r['heartbeat_p50_ms'] / max(r['reference_rtt_p50_ms'], 1e-9):.1f}x / {r['heartbeat_p99_ms'] / max(r['reference_rtt_p99_ms'], 1e-9):.1f}x")
+cpu_ref = (f"simulator (the other side) {r['simulator_cpu_pct']:.1f}%; "
+           f"ratio {r['coordinator_cpu_pct'] / max(r['simulator_cpu_pct'], 1e-9):.2f}")
+cli_ref = f"`dtrain --help` {r['cli_start_ms_median']:.0f} ms"
 rows = [
-    ("simulated workers", f"{r['workers']} (registered in {r['register_s']:.1f} s)", ""),
-    ("heartbeats in the window", f"{r['heartbeats_in_window']} every {r['heartbeat_interval_ms']:.0f} ms, {r['heartbeat_failures']} failed", ""),
-    ("heartbeat latency p50 / p99 / max", f"{r['heartbeat_p50_ms']:.2f} / {r['heartbeat_p99_ms']:.2f} / {r['heartbeat_max_ms']:.1f} ms", "p99 < 20 ms"),
-    ("jobs training in the window", f"{r['running_jobs']} x {r['nodes_per_job']} workers, {r['steps_at_window_end']} steps done", ""),
-    ("coordinator CPU", f"{r['coordinator_cpu_pct']:.1f}% of one core", "< 30%"),
-    ("coordinator RSS (peak)", f"{r['coordinator_rss_mib']:.0f} MiB ({r['coordinator_peak_rss_mib']:.0f} MiB)", "< 300 MB"),
-    (f"dtrain list ({ended} ended jobs + the rest)", f"median {r['list_ms_median']:.0f} ms, max {r['list_ms_max']:.0f} ms", "< 100 ms"),
-    ("dtrain workers", f"median {r['workers_ms_median']:.0f} ms, max {r['workers_ms_max']:.0f} ms", "< 100 ms"),
-    ("queued jobs after the running ones end", f"{r['queued_succeeded']} of {r['queued_jobs']} succeeded, {r['queued_started_in_order']} started in submission order, {r['drain_s']:.0f} s", "FIFO"),
+    ("simulated workers", f"{r['workers']} (registered in {r['register_s']:.1f} s)", "", ""),
+    ("heartbeats in the window", f"{r['heartbeats_in_window']} every {r['heartbeat_interval_ms']:.0f} ms, {r['heartbeat_failures']} failed", "", ""),
+    ("heartbeat latency p50 / p99 / max", f"{r['heartbeat_p50_ms']:.2f} / {r['heartbeat_p99_ms']:.2f} / {r['heartbeat_max_ms']:.1f} ms", "p99 < 20 ms", ref),
+    ("jobs training in the window", f"{r['running_jobs']} x {r['nodes_per_job']} workers, {r['steps_at_window_end']} steps done", "", ""),
+    ("coordinator CPU", f"{r['coordinator_cpu_pct']:.1f}% of one core", "< 30%", cpu_ref),
+    ("coordinator RSS (peak)", f"{r['coordinator_rss_mib']:.0f} MiB ({r['coordinator_peak_rss_mib']:.0f} MiB)", "< 300 MB", ""),
+    (f"dtrain list ({ended} ended jobs + the rest)", f"median {r['list_ms_median']:.0f} ms, max {r['list_ms_max']:.0f} ms", "< 100 ms", cli_ref),
+    ("dtrain workers", f"median {r['workers_ms_median']:.0f} ms, max {r['workers_ms_max']:.0f} ms", "< 100 ms", cli_ref),
+    ("queued jobs after the running ones end", f"{r['queued_succeeded']} of {r['queued_jobs']} succeeded, {r['queued_started_in_order']} started in submission order, {r['drain_s']:.0f} s", "FIFO", ""),
 ]
-for what, value, target in rows:
-    print(f"{what:44} {value:58} {target}")
+print(f"{'measured':44} {'value':58} {'target':12} same-run reference")
+for what, value, target, reference in rows:
+    print(f"{what:44} {value:58} {target:12} {reference}")
 if r["first_failure"]:
     print(f"first queued job that did not succeed: {r['first_failure']}")
 PY

@@ -17,6 +17,12 @@
 // wall time of `dtrain list` and `dtrain workers`; then it lets the running jobs go and checks
 // that the queued ones start in submission order. Prints one JSON object.
 //
+// Beside each figure, a same-run reference from this machine at the same moment, so that the
+// ratio carries to another machine: a bare loopback gRPC round trip (a Worker.Health call to the
+// simulator's own server, over its own connection, every 50 ms of the window) for the heartbeat
+// latency; the simulator's own CPU (the other side of the same traffic) for the coordinator's;
+// `dtrain --help` (the CLI's start and exit, no RPC) for the list and workers commands.
+//
 // The simulated Worker service is a bench's stand-in for 1,000 machines; no test uses it.
 #include <sys/resource.h>
 #include <unistd.h>
@@ -543,6 +549,34 @@ long StatusKiB(int pid, const std::string& field) {
   return 0;
 }
 
+// utime + stime of this process, in seconds.
+double OwnCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// Latencies (ms) of bare loopback round trips, one every 50 ms until `until`: Worker.Health on
+// the simulator's own server (a map lookup), over a connection of its own.
+std::vector<double> ProbeRoundTrips(int port, absl::Time until) {
+  auto stub = v1::Worker::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  std::vector<double> ms;
+  while (absl::Now() < until) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::HealthRequest request;
+    v1::HealthResponse response;
+    const absl::Time sent = absl::Now();
+    if (stub->Health(&context, request, &response).ok()) {
+      ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - sent));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return ms;
+}
+
 // Wall time (ms) of one CLI run, its output discarded; -1 if it failed.
 double TimeCommand(const std::string& command) {
   const absl::Time start = absl::Now();
@@ -633,16 +667,20 @@ int Run() {
   const absl::Time window_end = window_start + window;
   daemons.Window(window_start, window_end);
   absl::SleepFor(window_start - absl::Now());
-  const double cpu_before = CpuSeconds(pid);
-  std::vector<double> list_ms, workers_ms;
+  const double cpu_before = CpuSeconds(pid), own_cpu_before = OwnCpuSeconds();
+  std::vector<double> reference_ms;
+  std::thread prober([&] { reference_ms = ProbeRoundTrips(port, window_end); });
+  std::vector<double> list_ms, workers_ms, help_ms;
   const std::string cli = absl::StrCat(absl::GetFlag(FLAGS_dtrain), " --coordinator=", coordinator);
   for (int k = 0; k < 5; ++k) {
     absl::SleepFor(window / 12);
     list_ms.push_back(TimeCommand(cli + " list"));
     workers_ms.push_back(TimeCommand(cli + " workers"));
+    help_ms.push_back(TimeCommand(absl::GetFlag(FLAGS_dtrain) + " --help"));
   }
   absl::SleepFor(window_end - absl::Now());
-  const double cpu_after = CpuSeconds(pid);
+  const double cpu_after = CpuSeconds(pid), own_cpu_after = OwnCpuSeconds();
+  prober.join();
   const long rss_kib = StatusKiB(pid, "VmRSS");
 
   // Running jobs in the window, and their progress.
@@ -713,14 +751,18 @@ int Run() {
       "\"coordinator_peak_rss_mib\": %.1f, \"list_ms_median\": %.1f, \"list_ms_max\": %.1f, "
       "\"workers_ms_median\": %.1f, \"workers_ms_max\": %.1f, \"queued_jobs\": %zu, "
       "\"queued_succeeded\": %d, \"queued_started_in_order\": %d, \"drain_s\": %.1f, "
-      "\"first_failure\": \"%s\"}\n",
+      "\"reference_rtt_p50_ms\": %.2f, \"reference_rtt_p99_ms\": %.2f, "
+      "\"simulator_cpu_pct\": %.1f, \"cli_start_ms_median\": %.1f, \"first_failure\": \"%s\"}\n",
       n, register_s, absl::ToDoubleMilliseconds(daemons.interval()), latencies.size(),
       static_cast<long long>(daemons.failures()), Percentile(latencies, 50),
       Percentile(latencies, 99), latencies.empty() ? 0.0 : worst(latencies), training, nodes,
       static_cast<long long>(steps_done), absl::ToDoubleSeconds(window),
       100 * (cpu_after - cpu_before) / absl::ToDoubleSeconds(window), rss_kib / 1024.0,
       StatusKiB(pid, "VmHWM") / 1024.0, median(list_ms), worst(list_ms), median(workers_ms),
-      worst(workers_ms), queued.size(), succeeded, in_order, drain_s, first_failure.c_str());
+      worst(workers_ms), queued.size(), succeeded, in_order, drain_s, Percentile(reference_ms, 50),
+      Percentile(reference_ms, 99),
+      100 * (own_cpu_after - own_cpu_before) / absl::ToDoubleSeconds(window), median(help_ms),
+      first_failure.c_str());
   return 0;
 }
 
