@@ -33,3 +33,19 @@ print(json.dumps({'system': 'compute-ceiling', 'model': '$model', 'ranks': 2, 'b
                   'synchronous_share': round(max(sum(a), sum(b)) /
                                              sum(max(x, y) for x, y in zip(a, b)), 4)}))"
 }
+
+# lockstep_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
+# The same two loops, but each step ends at a barrier the two share (--lockstep: a spin on
+# shared counters, no data): a synchronous run with a free, instant all-reduce, measured rather
+# than estimated from paired step times. It pays what ranks stepping together really pay on
+# this machine (waiting for the slower rank, and both cores computing in phase). Prints one row
+# {system: lockstep-ceiling, ...}.
+lockstep_once() {
+  local work=$2
+  rm -f "$work/lockstep"
+  ceiling_once "$@" --lockstep="$work/lockstep" |
+    /usr/bin/python3 -c "
+import json, sys
+r = json.loads(sys.stdin.read()); r['system'] = 'lockstep-ceiling'; r.pop('synchronous_share', None)
+print(json.dumps(r))"
+}

@@ -7,7 +7,12 @@
 // --rank/--world_size take the rank's slice of each global batch, as ddp does; --start_at
 // (Unix seconds) starts every process of a ceiling at once, and start/end (Unix seconds) let
 // the script compute their joint rate over the same interval dtrain's timer spans.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <numeric>
@@ -42,6 +47,47 @@ ABSL_FLAG(std::string, step_times, "",
           "if set, each timed step's duration in microseconds is written to this file, one per "
           "line (bench/training.sh pairs the ceiling's two ranks' steps)");
 
+ABSL_FLAG(std::string, lockstep, "",
+          "if set, a file the ranks of one ceiling share: each step ends at a barrier there (a "
+          "spin on shared counters, no data), so the ranks step together as ddp's all-reduce "
+          "makes them, with a free and instant reduction");
+
+namespace {
+
+// The --lockstep barrier: one counter per rank in a file both processes map.
+class LockstepBarrier {
+ public:
+  static std::unique_ptr<LockstepBarrier> Open(const std::string& path, int rank, int world) {
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0600);
+    if (fd < 0 || ftruncate(fd, 4096) != 0) return nullptr;
+    void* at = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (at == MAP_FAILED) return nullptr;
+    return std::unique_ptr<LockstepBarrier>(
+        new LockstepBarrier(static_cast<std::atomic<uint64_t>*>(at), rank, world));
+  }
+  void ArriveAndWait() {
+    ++arrivals_;
+    counts_[rank_ * 8].store(arrivals_, std::memory_order_release);
+    for (int r = 0; r < world_; ++r) {
+      while (counts_[r * 8].load(std::memory_order_acquire) < arrivals_) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+      }
+    }
+  }
+
+ private:
+  LockstepBarrier(std::atomic<uint64_t>* counts, int rank, int world)
+      : counts_(counts), rank_(rank), world_(world) {}
+  std::atomic<uint64_t>* counts_;  // one per 64-byte line
+  int rank_, world_;
+  uint64_t arrivals_ = 0;
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   if (absl::Status ready = dtrain::bench::PrepareTrainingThread(absl::GetFlag(FLAGS_threads),
@@ -71,6 +117,15 @@ int main(int argc, char** argv) {
   // `steps` steps of `loop`; the clock starts (into `start`) at step `timed_from`, and each
   // step from there on is timed on its own for --step_times.
   std::vector<double> step_us;
+  absl::Duration waited;  // at the --lockstep barrier, over the timed steps
+  std::unique_ptr<LockstepBarrier> lockstep;
+  if (const std::string path = absl::GetFlag(FLAGS_lockstep); !path.empty()) {
+    lockstep = LockstepBarrier::Open(path, rank, world);
+    if (lockstep == nullptr) {
+      std::fprintf(stderr, "--lockstep: cannot map %s\n", path.c_str());
+      return 1;
+    }
+  }
   auto train = [&](dtrain::bench::PlainLoop& loop, int steps, int timed_from,
                    absl::Time& start) -> absl::Status {
     for (int step = 0; step < steps; ++step) {
@@ -81,6 +136,11 @@ int main(int argc, char** argv) {
       const int64_t first = (int64_t{step} * batch * world + int64_t{rank} * batch) % (n - batch);
       std::copy(order.begin() + first, order.begin() + first + batch, indices.begin());
       if (absl::Status stepped = loop.Step(**data, indices, step); !stepped.ok()) return stepped;
+      if (lockstep != nullptr && timed_from >= 0) {
+        const absl::Time arrived = absl::Now();
+        lockstep->ArriveAndWait();
+        if (step >= timed_from) waited += absl::Now() - arrived;
+      }
       if (timed_from >= 0 && step >= timed_from) {
         step_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - step_start));
       }
@@ -126,10 +186,10 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"system\": \"libtorch-loop\", \"model\": \"%s\", \"ranks\": 1, \"batch\": %d, "
       "\"threads\": %d, \"samples_per_s\": %.1f, \"samples\": %lld, \"start\": %.6f, "
-      "\"end\": %.6f}\n",
+      "\"end\": %.6f, \"barrier_s\": %.3f}\n",
       absl::GetFlag(FLAGS_model).c_str(), batch, at::get_num_threads(),
       absl::GetFlag(FLAGS_steps) * batch / seconds,
       static_cast<long long>(absl::GetFlag(FLAGS_steps)) * batch, absl::ToUnixMicros(start) / 1e6,
-      absl::ToUnixMicros(end) / 1e6);
+      absl::ToUnixMicros(end) / 1e6, absl::ToDoubleSeconds(waited));
   return 0;
 }

@@ -22,6 +22,9 @@
 #                               synchronous run (ranks waiting for each other every step, as
 #                               ddp's all-reduce makes them) could keep of it with a free,
 #                               instant all-reduce: rank skew's share
+#   lockstep-ceiling            the same two loops, each step ending at a barrier the two share
+#                               (bench/ceiling.sh, lockstep_once): that synchronous run measured,
+#                               not estimated; once per pass, after the second ceiling sample
 # Each run measures every system twice (two passes, in the order above; the ceiling before and
 # after the dtrain jobs of each pass, so 4 samples a run), and each system's faster pass counts:
 # this VM only ever slows a measurement (one core loses up to a third for seconds), so the
@@ -126,6 +129,9 @@ for run in $(seq 1 "$runs"); do
       echo "run $run/$runs, $model, pass $pass/2: compute ceiling again ..." >&2
       ceiling_once "$build" "$work" "$model" "$batch" "${steps[$model]}" "$run" \
         >> "$work/passes.jsonl"
+      echo "run $run/$runs, $model, pass $pass/2: lockstep ceiling ..." >&2
+      lockstep_once "$build" "$work" "$model" "$batch" "${steps[$model]}" "$run" \
+        >> "$work/passes.jsonl"
 
       echo "run $run/$runs, $model, pass $pass/2: torch DDP + gloo, 2 ranks ..." >&2
       port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -191,8 +197,8 @@ def runs(system, model, keep=None):
     return {r["run"]: r["samples_per_s"] for r in rows
             if r["system"] == system and r["model"] == model and "run" in r
             and (keep is None or r["run"] in keep)}
-print(f"{'model':6} {'system':15} {'plane':6} {'samples/s':>9} {'spread (min-max)':>17} "
-      f"{'of ceiling':>10} {'of sync bound':>13} {'vs torch DDP':>12}")
+print(f"{'model':6} {'system':16} {'plane':6} {'samples/s':>9} {'spread (min-max)':>17} "
+      f"{'of ceiling':>10} {'of sync bound':>13} {'of lockstep':>11} {'vs torch DDP':>12}")
 for model in ("mlp", "cnn"):
     all_ceiling = runs("compute-ceiling", model)
     # A run where any system beat the ceiling (the best of its 4 samples) measured a slowed
@@ -202,9 +208,11 @@ for model in ("mlp", "cnn"):
             if runs(s, model).get(k, 0) > all_ceiling[k]}
     valid = set(all_ceiling) - void
     ceiling, peer = runs("compute-ceiling", model, valid), runs("torch-ddp-gloo", model, valid)
+    lockstep = runs("lockstep-ceiling", model, valid)
     sync_of = {r["run"]: r["synchronous_share"] for r in rows if r["system"] == "compute-ceiling"
                and r["model"] == model and "synchronous_share" in r and r["run"] in valid}
-    for system in ("dtrain-auto", "dtrain-gloo", "dtrain-grpc", "torch-ddp-gloo", "compute-ceiling"):
+    for system in ("dtrain-auto", "dtrain-gloo", "dtrain-grpc", "torch-ddp-gloo", "compute-ceiling",
+                   "lockstep-ceiling"):
         mine = runs(system, model, valid)
         if not mine:
             continue
@@ -213,11 +221,13 @@ for model in ("mlp", "cnn"):
         share = [mine[k] / ceiling[k] for k in mine if k in ceiling]
         bound = [mine[k] / (ceiling[k] * sync_of[k]) for k in mine if k in ceiling and k in sync_of]
         ratio = [mine[k] / peer[k] for k in mine if k in peer]
-        print(f"{model:6} {system:15} {'/'.join(sorted(planes - {''})) or '-':6} "
+        of_lockstep = [mine[k] / lockstep[k] for k in mine if k in lockstep]
+        print(f"{model:6} {system:16} {'/'.join(sorted(planes - {''})) or '-':6} "
               f"{statistics.median(mine.values()):>9.0f} "
               f"{f'{min(mine.values()):.0f}-{max(mine.values()):.0f}':>17} "
               f"{f'{100 * statistics.median(share):.0f}%' if share else '':>10} "
-              f"{f'{statistics.median(bound):.3f}' if bound and system != 'compute-ceiling' else '':>13} "
+              f"{f'{statistics.median(bound):.3f}' if bound and system.startswith(('dtrain', 'torch')) else '':>13} "
+              f"{f'{statistics.median(of_lockstep):.3f}' if of_lockstep and system != 'lockstep-ceiling' else '':>11} "
               f"{f'{statistics.median(ratio):.2f}x' if ratio else '':>12}")
     if all_ceiling:
         print(f"{model:6} void runs (a system above the run's ceiling): {len(void)} of {len(all_ceiling)}")
@@ -230,7 +240,7 @@ for model in ("mlp", "cnn"):
     single = by.get(("dtrain-single", model)); loop = by.get(("libtorch-loop-1", model))
     if single and loop:
         print(f"{model:6} world size 1, 1 thread: dtrain {single['samples_per_s']:.0f} vs plain loop "
-              f"{loop['samples_per_s']:.0f} samples/s ({100 * (1 - single['samples_per_s'] / loop['samples_per_s']):+.1f}%); "
+              f"{loop['samples_per_s']:.0f} samples/s (dtrain at {single['samples_per_s'] / loop['samples_per_s']:.3f} of the loop); "
               f"CPU for the whole run: dtrain {single['cpu_s']:.2f} s vs loop {loop['cpu_s']:.2f} s "
               f"({100 * (single['cpu_s'] / loop['cpu_s'] - 1):+.1f}% overhead)")
 PY
