@@ -9,10 +9,10 @@
 #
 # ceiling_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
 # prints one JSON row {system: compute-ceiling, model, ranks, batch, run, samples_per_s,
-# synchronous_share}; $pins (an array, as `deploy/local/cluster.sh cpus --workers 2` prints)
+# barrier_s (lockstep only: the longer of the ranks' waits), synchronous_share}; $pins (an array, as `deploy/local/cluster.sh cpus --workers 2` prints)
 # gives each loop its cores.
 ceiling_once() {
-  local build=$1 work=$2 model=$3 batch=$4 steps=$5 run=$6 at i
+  local build=$1 work=$2 model=$3 batch=$4 steps=$5 run=$6 at i pids=()
   shift 6
   # After data loading and the warm steps (~1.5 s for the CNN when idle).
   at=$(/usr/bin/python3 -c 'import time; print(f"{time.time() + 4:.3f}")')
@@ -21,17 +21,24 @@ ceiling_once() {
       --warm_process 5 --warmup 0 --rank $i --world_size 2 --start_at "$at" \
       --steps "$steps" --step_times "$work/ceiling-steps-$i.txt" \
       ${pins[$i]:+--cpus="${pins[$i]}"} "$@" > "$work/ceiling-$i.json" &
+    pids+=($!)
   done
-  wait
+  # Both ranks or no row: one rank's samples over the span would pass for a slow ceiling.
+  for i in 0 1; do
+    wait "${pids[$i]}" || { echo "ceiling: rank $i of the $model loops failed (above)" >&2; return 1; }
+  done
   cat "$work/ceiling-0.json" "$work/ceiling-1.json" | /usr/bin/python3 -c "
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
+assert len(rows) == 2, 'ceiling: expected a row from each of the 2 loops'
 span = max(r['end'] for r in rows) - min(r['start'] for r in rows)
 a, b = ([float(l) for l in open(f'$work/ceiling-steps-{i}.txt')] for i in (0, 1))
-print(json.dumps({'system': 'compute-ceiling', 'model': '$model', 'ranks': 2, 'batch': $batch,
-                  'run': $run, 'samples_per_s': round(sum(r['samples'] for r in rows) / span, 1),
-                  'synchronous_share': round(max(sum(a), sum(b)) /
-                                             sum(max(x, y) for x, y in zip(a, b)), 4)}))"
+row = {'system': 'compute-ceiling', 'model': '$model', 'ranks': 2, 'batch': $batch, 'run': $run,
+       'samples_per_s': round(sum(r['samples'] for r in rows) / span, 1),
+       'synchronous_share': round(max(sum(a), sum(b)) / sum(max(x, y) for x, y in zip(a, b)), 4)}
+if 'barrier_s' in rows[0]:
+    row['barrier_s'] = max(r['barrier_s'] for r in rows)
+print(json.dumps(row))"
 }
 
 # lockstep_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
@@ -41,11 +48,14 @@ print(json.dumps({'system': 'compute-ceiling', 'model': '$model', 'ranks': 2, 'b
 # this machine (waiting for the slower rank, and both cores computing in phase). Prints one row
 # {system: lockstep-ceiling, ...}.
 lockstep_once() {
-  local work=$2
-  rm -f "$work/lockstep"
-  ceiling_once "$@" --lockstep="$work/lockstep" |
+  # In /dev/shm, not the work directory: a shared mapping of a disk file is written back every
+  # few seconds, and the next write to a page faults inside a timed step.
+  local barrier="/dev/shm/dtrain-lockstep-$$"
+  rm -f "$barrier"
+  ceiling_once "$@" --lockstep="$barrier" |
     /usr/bin/python3 -c "
 import json, sys
 r = json.loads(sys.stdin.read()); r['system'] = 'lockstep-ceiling'; r.pop('synchronous_share', None)
 print(json.dumps(r))"
+  rm -f "$barrier"
 }

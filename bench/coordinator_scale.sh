@@ -5,7 +5,7 @@
 # on them (progress and metrics every step) and 200 queued behind them. Measures, over a steady
 # window: heartbeat latency (p50/p99/max), the coordinator's CPU (share of one core) and memory,
 # `dtrain list` and `dtrain workers` wall time, each beside a same-run reference from this
-# machine (a bare loopback gRPC round trip, the simulator's own CPU, `dtrain --help`); then
+# machine (a loopback gRPC round trip with no work behind it, the simulator's own CPU, `dtrain --help`); then
 # cancels the running jobs and checks that the queue drains in submission order. See
 # bench/coordinator_scale_bench.cc.
 #   bench/coordinator_scale.sh [--json] [--workers N] [--running N] [--queued N]
@@ -68,10 +68,16 @@ if [ "$json" = 1 ]; then cat "$work/result.json"; exit 0; fi
 import json, sys
 r = json.load(open(sys.argv[1]))
 ended = int(sys.argv[2])
-ref = (f"bare loopback round trip {r['reference_rtt_p50_ms']:.2f} / {r['reference_rtt_p99_ms']:.2f} ms (p50 / p99); "
-       f"ratio {r['heartbeat_p50_ms'] / max(r['reference_rtt_p50_ms'], 1e-9):.1f}x / {r['heartbeat_p99_ms'] / max(r['reference_rtt_p99_ms'], 1e-9):.1f}x")
+if r['reference_rtt_p50_ms'] > 0:
+    ref = (f"loopback round trip with no work behind it {r['reference_rtt_p50_ms']:.2f} / {r['reference_rtt_p99_ms']:.2f} ms (p50 / p99); "
+           f"ratio {r['heartbeat_p50_ms'] / r['reference_rtt_p50_ms']:.1f}x / {r['heartbeat_p99_ms'] / r['reference_rtt_p99_ms']:.1f}x")
+else:
+    ref = "n/a: every reference round trip failed"
+if r['reference_rtt_failures']:
+    ref += f" ({r['reference_rtt_failures']} reference calls failed)"
 cpu_ref = (f"simulator (the other side) {r['simulator_cpu_pct']:.1f}%; "
-           f"ratio {r['coordinator_cpu_pct'] / max(r['simulator_cpu_pct'], 1e-9):.2f}")
+           f"ratio {r['coordinator_cpu_pct'] / r['simulator_cpu_pct']:.2f}"
+           if r['simulator_cpu_pct'] > 0 else "n/a")
 cli_ref = f"`dtrain --help` {r['cli_start_ms_median']:.0f} ms"
 rows = [
     ("simulated workers", f"{r['workers']} (registered in {r['register_s']:.1f} s)", "", ""),

@@ -18,8 +18,9 @@
 // that the queued ones start in submission order. Prints one JSON object.
 //
 // Beside each figure, a same-run reference from this machine at the same moment, so that the
-// ratio carries to another machine: a bare loopback gRPC round trip (a Worker.Health call to the
-// simulator's own server, over its own connection, every 50 ms of the window) for the heartbeat
+// ratio carries to another machine: a loopback gRPC round trip with no work behind it (a
+// Worker.Health call to the simulator's own server, which serves the 1,000 daemons' traffic at
+// the same time, over a connection of its own, every 50 ms of the window) for the heartbeat
 // latency; the simulator's own CPU (the other side of the same traffic) for the coordinator's;
 // `dtrain --help` (the CLI's start and exit, no RPC) for the list and workers commands.
 //
@@ -557,12 +558,22 @@ double OwnCpuSeconds() {
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
-// Latencies (ms) of bare loopback round trips, one every 50 ms until `until`: Worker.Health on
-// the simulator's own server (a map lookup), over a connection of its own.
-std::vector<double> ProbeRoundTrips(int port, absl::Time until) {
-  auto stub = v1::Worker::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+// Loopback round trips with no work behind them, one every 50 ms until `until`: Worker.Health on
+// the simulator's own server (a map lookup), over a connection of its own, set up first so that
+// the first sample is not a connection's.
+struct RoundTrips {
   std::vector<double> ms;
+  int failed = 0;
+};
+RoundTrips ProbeRoundTrips(int port, absl::Time until) {
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  RoundTrips trips;
+  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(5)))) {
+    trips.failed = 1;
+    return trips;
+  }
+  auto stub = v1::Worker::NewStub(channel);
   while (absl::Now() < until) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
@@ -570,11 +581,13 @@ std::vector<double> ProbeRoundTrips(int port, absl::Time until) {
     v1::HealthResponse response;
     const absl::Time sent = absl::Now();
     if (stub->Health(&context, request, &response).ok()) {
-      ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - sent));
+      trips.ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - sent));
+    } else {
+      ++trips.failed;
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  return ms;
+  return trips;
 }
 
 // Wall time (ms) of one CLI run, its output discarded; -1 if it failed.
@@ -668,8 +681,8 @@ int Run() {
   daemons.Window(window_start, window_end);
   absl::SleepFor(window_start - absl::Now());
   const double cpu_before = CpuSeconds(pid), own_cpu_before = OwnCpuSeconds();
-  std::vector<double> reference_ms;
-  std::thread prober([&] { reference_ms = ProbeRoundTrips(port, window_end); });
+  RoundTrips reference;
+  std::thread prober([&] { reference = ProbeRoundTrips(port, window_end); });
   std::vector<double> list_ms, workers_ms, help_ms;
   const std::string cli = absl::StrCat(absl::GetFlag(FLAGS_dtrain), " --coordinator=", coordinator);
   for (int k = 0; k < 5; ++k) {
@@ -752,6 +765,7 @@ int Run() {
       "\"workers_ms_median\": %.1f, \"workers_ms_max\": %.1f, \"queued_jobs\": %zu, "
       "\"queued_succeeded\": %d, \"queued_started_in_order\": %d, \"drain_s\": %.1f, "
       "\"reference_rtt_p50_ms\": %.2f, \"reference_rtt_p99_ms\": %.2f, "
+      "\"reference_rtt_failures\": %d, "
       "\"simulator_cpu_pct\": %.1f, \"cli_start_ms_median\": %.1f, \"first_failure\": \"%s\"}\n",
       n, register_s, absl::ToDoubleMilliseconds(daemons.interval()), latencies.size(),
       static_cast<long long>(daemons.failures()), Percentile(latencies, 50),
@@ -759,8 +773,8 @@ int Run() {
       static_cast<long long>(steps_done), absl::ToDoubleSeconds(window),
       100 * (cpu_after - cpu_before) / absl::ToDoubleSeconds(window), rss_kib / 1024.0,
       StatusKiB(pid, "VmHWM") / 1024.0, median(list_ms), worst(list_ms), median(workers_ms),
-      worst(workers_ms), queued.size(), succeeded, in_order, drain_s, Percentile(reference_ms, 50),
-      Percentile(reference_ms, 99),
+      worst(workers_ms), queued.size(), succeeded, in_order, drain_s, Percentile(reference.ms, 50),
+      Percentile(reference.ms, 99), reference.failed,
       100 * (own_cpu_after - own_cpu_before) / absl::ToDoubleSeconds(window), median(help_ms),
       first_failure.c_str());
   return 0;

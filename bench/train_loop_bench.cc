@@ -3,7 +3,9 @@
 // normalization), optimizer and compute threads (SetComputeThreads on the thread that trains)
 // as a dtrain worker's rank, pinned to the cores the local cluster gives that worker (--cpus),
 // with no service and no communication around it. Prints one JSON
-// row: {"system", "model", "ranks", "batch", "threads", "samples_per_s", "start", "end"}.
+// row: {"system", "model", "ranks", "batch", "threads", "samples_per_s", "start", "end",
+// "barrier_s"}. --lockstep makes the ranks of one ceiling meet at a barrier after every step (a
+// synchronous run with a free, instant all-reduce), and barrier_s is the time spent there.
 // --rank/--world_size take the rank's slice of each global batch, as ddp does; --start_at
 // (Unix seconds) starts every process of a ceiling at once, and start/end (Unix seconds) let
 // the script compute their joint rate over the same interval dtrain's timer spans.
@@ -13,7 +15,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -22,6 +26,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/plain_loop.h"
 #include "worker/data/dataset.h"
@@ -54,34 +60,63 @@ ABSL_FLAG(std::string, lockstep, "",
 
 namespace {
 
-// The --lockstep barrier: one counter per rank in a file both processes map.
+// The --lockstep barrier: one counter per rank, each on its own 64-byte line, in a file every
+// process of the ceiling maps. A peer that died or never started fails the wait after a
+// minute instead of spinning forever.
 class LockstepBarrier {
  public:
-  static std::unique_ptr<LockstepBarrier> Open(const std::string& path, int rank, int world) {
+  static constexpr int kMaxWorld = 4096 / 64;
+  // The counters are shared between processes: only lock-free atomics are plain memory.
+  static_assert(std::atomic<uint64_t>::is_always_lock_free);
+  static absl::StatusOr<std::unique_ptr<LockstepBarrier>> Open(const std::string& path, int rank,
+                                                               int world) {
+    if (world < 1 || world > kMaxWorld || rank < 0 || rank >= world) {
+      return absl::InvalidArgumentError("--lockstep needs 0 <= rank < world_size <= 64");
+    }
     const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0600);
-    if (fd < 0 || ftruncate(fd, 4096) != 0) return nullptr;
-    void* at = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", strerror(errno)));
+    void* at = ftruncate(fd, 4096) == 0
+                   ? mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                   : MAP_FAILED;
+    const int error = errno;
     close(fd);
-    if (at == MAP_FAILED) return nullptr;
-    return std::unique_ptr<LockstepBarrier>(
+    if (at == MAP_FAILED) {
+      return absl::InternalError(absl::StrCat("map ", path, ": ", strerror(error)));
+    }
+    auto barrier = std::unique_ptr<LockstepBarrier>(
         new LockstepBarrier(static_cast<std::atomic<uint64_t>*>(at), rank, world));
+    // Only this rank writes its slot: a count there is a previous run's, whose counters would
+    // let every wait pass at once and measure a free run instead.
+    if (barrier->counts_[rank * 8].load() != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--lockstep: ", path, " holds a previous run's counters; remove it"));
+    }
+    return barrier;
   }
-  void ArriveAndWait() {
+  ~LockstepBarrier() { munmap(counts_, 4096); }
+
+  absl::Status ArriveAndWait() {
     ++arrivals_;
     counts_[rank_ * 8].store(arrivals_, std::memory_order_release);
+    const absl::Time deadline = absl::Now() + absl::Minutes(1);
     for (int r = 0; r < world_; ++r) {
-      while (counts_[r * 8].load(std::memory_order_acquire) < arrivals_) {
+      for (int spins = 0; counts_[r * 8].load(std::memory_order_acquire) < arrivals_; ++spins) {
+        if (spins % 4096 == 4095 && absl::Now() > deadline) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "--lockstep: rank ", r, " did not reach step ", arrivals_, " within a minute"));
+        }
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
       }
     }
+    return absl::OkStatus();
   }
 
  private:
   LockstepBarrier(std::atomic<uint64_t>* counts, int rank, int world)
       : counts_(counts), rank_(rank), world_(world) {}
-  std::atomic<uint64_t>* counts_;  // one per 64-byte line
+  std::atomic<uint64_t>* counts_;
   int rank_, world_;
   uint64_t arrivals_ = 0;
 };
@@ -120,11 +155,13 @@ int main(int argc, char** argv) {
   absl::Duration waited;  // at the --lockstep barrier, over the timed steps
   std::unique_ptr<LockstepBarrier> lockstep;
   if (const std::string path = absl::GetFlag(FLAGS_lockstep); !path.empty()) {
-    lockstep = LockstepBarrier::Open(path, rank, world);
-    if (lockstep == nullptr) {
-      std::fprintf(stderr, "--lockstep: cannot map %s\n", path.c_str());
+    absl::StatusOr<std::unique_ptr<LockstepBarrier>> opened =
+        LockstepBarrier::Open(path, rank, world);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "%s\n", opened.status().ToString().c_str());
       return 1;
     }
+    lockstep = *std::move(opened);
   }
   auto train = [&](dtrain::bench::PlainLoop& loop, int steps, int timed_from,
                    absl::Time& start) -> absl::Status {
@@ -138,7 +175,7 @@ int main(int argc, char** argv) {
       if (absl::Status stepped = loop.Step(**data, indices, step); !stepped.ok()) return stepped;
       if (lockstep != nullptr && timed_from >= 0) {
         const absl::Time arrived = absl::Now();
-        lockstep->ArriveAndWait();
+        if (absl::Status met = lockstep->ArriveAndWait(); !met.ok()) return met;
         if (step >= timed_from) waited += absl::Now() - arrived;
       }
       if (timed_from >= 0 && step >= timed_from) {

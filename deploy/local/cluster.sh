@@ -68,6 +68,7 @@ esac
 case "$threads" in
   ''|*[!0-9]*) echo "--threads takes a whole number (0: the cores split between the workers; got '$threads')" >&2; exit 2 ;;
 esac
+workers=$((10#$workers)) threads=$((10#$threads))  # "08" is eight, not a bad octal number
 cores=$(nproc)
 mapfile -t allowed < <(allowed_cpus)
 if [ "$threads" -le 0 ]; then threads=$(( cores / workers )); [ "$threads" -ge 1 ] || threads=1; fi
