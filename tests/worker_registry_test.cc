@@ -99,6 +99,49 @@ TEST(WorkerRegistryTest, SameHostWorkers_WithTheirCores_InRegistrationAndHeartbe
   EXPECT_EQ(registry.Heartbeat(bad_beat, t0, &answer).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The same-host list follows a worker that moves host, stops or is forgotten (the registry keeps
+// an index by host, so that these answers do not walk the whole table).
+TEST(WorkerRegistryTest, SameHostWorkers_FollowMovesStopsAndForgetting) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  WorkerRegistry registry(absl::Seconds(10));
+  auto auto_worker = [](const std::string& name, uint64_t incarnation, const std::string& host) {
+    v1::WorkerInfo w = Worker(name, incarnation);
+    w.set_host(host);
+    w.set_allowed_cpus("0-3");
+    w.set_cpus_auto(true);
+    return w;
+  };
+  ASSERT_TRUE(registry.Register(auto_worker("a", 1, "h1"), t0).ok());
+  ASSERT_TRUE(registry.Register(auto_worker("b", 2, "h1"), t0).ok());
+  ASSERT_TRUE(registry.Register(auto_worker("c", 3, "h1"), t0).ok());
+  auto peers_of = [&](const std::string& name, uint64_t incarnation, absl::Time at) {
+    v1::WorkerHeartbeatResponse answer;
+    EXPECT_TRUE(registry.Heartbeat(Beat(name, incarnation, "", false), at, &answer).ok());
+    std::vector<std::string> names;
+    for (const v1::WorkerInfo& w : answer.same_host()) names.push_back(w.name());
+    return names;
+  };
+  EXPECT_THAT(peers_of("a", 1, t0), ElementsAre("b", "c"));
+  // b comes back as a new process on another host: no longer a's neighbour, c's instead.
+  ASSERT_TRUE(registry.Register(auto_worker("b", 22, "h2"), t0).ok());
+  ASSERT_TRUE(registry.Register(auto_worker("d", 4, "h2"), t0).ok());
+  EXPECT_THAT(peers_of("a", 1, t0), ElementsAre("c"));
+  EXPECT_THAT(peers_of("d", 4, t0), ElementsAre("b"));
+  // c stops.
+  v1::UnregisterWorkerRequest stop;
+  stop.set_name("c");
+  stop.set_incarnation(3);
+  ASSERT_TRUE(registry.Unregister(stop).ok());
+  EXPECT_THAT(peers_of("a", 1, t0), IsEmpty());
+  // b falls silent long enough to be forgotten; d's list empties, and a new b on h2 is listed.
+  const absl::Time later = t0 + absl::Seconds(150);
+  peers_of("d", 4, later);  // d stays
+  registry.Tick(later);
+  EXPECT_THAT(peers_of("d", 4, later), IsEmpty());
+  ASSERT_TRUE(registry.Register(auto_worker("b", 23, "h2"), later).ok());
+  EXPECT_THAT(peers_of("d", 4, later), ElementsAre("b"));
+}
+
 // Past interval x rate workers, the interval handed out grows in proportion and the lost timeout
 // with it: a cluster's heartbeats stay within the coordinator's budget. Heartbeat answers carry
 // the current values, so daemons registered early adapt too.

@@ -61,8 +61,13 @@ void WorkerRegistry::SameHostLocked(const Entry& self,
   // Only a worker placing itself reads the list: the others' heartbeats stay O(1) (every
   // heartbeat of a 10,000-worker cluster walking the table would be O(n^2) a second).
   if (!self.info.cpus_auto()) return;
-  for (const auto& [name, e] : workers_) {
+  auto host = by_host_.find(self.info.host());
+  if (host == by_host_.end()) return;
+  for (const std::string& name : host->second) {
     if (out->size() >= kMaxSameHost) break;
+    auto it = workers_.find(name);
+    if (it == workers_.end()) continue;
+    const Entry& e = it->second;
     if (&e == &self || e.info.host() != self.info.host() ||
         e.info.state() == v1::WorkerInfo::LOST) {
       continue;
@@ -128,6 +133,14 @@ absl::Status WorkerRegistry::Register(
            {"host", worker.host()},
            {"devices", worker.devices()}});
   stopped_while_placed_.erase(worker.name());
+  if (known != workers_.end() && known->second.info.host() != worker.host()) {
+    auto old_host = by_host_.find(known->second.info.host());
+    if (old_host != by_host_.end()) {
+      old_host->second.erase(worker.name());
+      if (old_host->second.empty()) by_host_.erase(old_host);
+    }
+  }
+  by_host_[worker.host()].insert(worker.name());
   Entry& e = workers_[worker.name()];
   e.info.set_name(worker.name());
   e.info.set_address(worker.address());
@@ -294,8 +307,18 @@ absl::Status WorkerRegistry::Unregister(const v1::UnregisterWorkerRequest& reque
   LogInfo(absl::StrCat("worker '", request.name(), "' unregistered (it stopped)"),
           {{"worker", request.name()}});
   if (assigned_.count(request.name()) > 0) stopped_while_placed_.insert(request.name());
-  workers_.erase(it);
+  EraseLocked(it);
   return absl::OkStatus();
+}
+
+std::map<std::string, WorkerRegistry::Entry>::iterator WorkerRegistry::EraseLocked(
+    std::map<std::string, Entry>::iterator it) {
+  auto host = by_host_.find(it->second.info.host());
+  if (host != by_host_.end()) {
+    host->second.erase(it->first);
+    if (host->second.empty()) by_host_.erase(host);
+  }
+  return workers_.erase(it);
 }
 
 std::vector<v1::WorkerInfo> WorkerRegistry::List(absl::Time now) const {
@@ -341,7 +364,7 @@ std::vector<WorkerRegistry::LostWorker> WorkerRegistry::Tick(absl::Time now) {
       LogInfo(absl::StrCat("worker '", name, "' forgotten: silent for ",
                            absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1)))),
               {{"worker", name}});
-      it = workers_.erase(it);
+      it = EraseLocked(it);
       continue;
     }
     if (silent > timeout && it->second.info.state() != v1::WorkerInfo::LOST) {

@@ -103,6 +103,12 @@ class WorkerRegistry final {
   const double max_rate_;
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> workers_ ABSL_GUARDED_BY(mu_);
+  // host -> the names in workers_ registered from it, so that a worker placing itself reads
+  // its host's workers without walking the whole table at every heartbeat.
+  std::map<std::string, std::set<std::string>> by_host_ ABSL_GUARDED_BY(mu_);
+  // Removes `it` from workers_ and by_host_; returns the next entry.
+  std::map<std::string, Entry>::iterator EraseLocked(std::map<std::string, Entry>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::map<std::string, std::string> assigned_ ABSL_GUARDED_BY(mu_);  // worker -> job
   // Jobs released from their workers (the newest kRememberedJobs), for abandoned_job.
   static constexpr size_t kRememberedJobs = 4096;
