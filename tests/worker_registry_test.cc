@@ -265,6 +265,42 @@ std::vector<std::string> Names(const std::vector<v1::WorkerInfo>& workers) {
   return names;
 }
 
+// A worker that tore its job down is free at once (a job's SUCCEEDED is published after that):
+// Release alone (a lost worker, maybe still running the job) waits for a heartbeat without the
+// job. A heartbeat that still reports the torn-down job was sent before the teardown: it is told
+// to drop the job, and the worker stays free.
+TEST(WorkerRegistryTest, ReleaseTornDown_FreeAtOnce_ReleaseWaitsForAHeartbeat) {
+  WorkerRegistry registry(absl::Seconds(5));
+  const absl::Time now = absl::UnixEpoch() + absl::Hours(1);
+  ASSERT_TRUE(registry.Register(Worker("a", 1), now).ok());
+  ASSERT_TRUE(registry.Register(Worker("b", 2), now).ok());
+  ASSERT_EQ(registry.Reserve("job-1", 2, 2, {}, now).size(), 2u);
+  v1::WorkerHeartbeatResponse response;
+  ASSERT_TRUE(registry.Heartbeat(Beat("a", 1, "job-1", false), now, &response).ok());
+  ASSERT_TRUE(registry.Heartbeat(Beat("b", 2, "job-1", false), now, &response).ok());
+
+  registry.Release("a");
+  registry.ReleaseTornDown("b");
+  EXPECT_EQ(Listed(registry, "a", now).job_id(), "job-1");
+  EXPECT_EQ(Listed(registry, "b", now).job_id(), "");
+  std::vector<v1::WorkerInfo> next = registry.Reserve("job-2", 1, 2, {}, now);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].name(), "b");
+  registry.Release("b");
+
+  v1::WorkerHeartbeatResponse stale;
+  ASSERT_TRUE(registry.Heartbeat(Beat("b", 2, "job-1", false), now, &stale).ok());
+  EXPECT_EQ(stale.abandoned_job(), "job-1");
+  EXPECT_EQ(Listed(registry, "b", now).job_id(), "");
+  v1::WorkerHeartbeatResponse lost_one;
+  ASSERT_TRUE(registry.Heartbeat(Beat("a", 1, "job-1", false), now, &lost_one).ok());
+  EXPECT_EQ(lost_one.abandoned_job(), "job-1");
+  EXPECT_THAT(Names(registry.Reserve("job-3", 0, 2, {}, now)), ElementsAre("b"));
+  registry.Release("b");
+  ASSERT_TRUE(registry.Heartbeat(Beat("a", 1, "", false), now, &response).ok());
+  EXPECT_EQ(registry.Reserve("job-3", 2, 2, {}, now).size(), 2u);
+}
+
 // The registry alone says who is free: a reserved worker, one running a job by its heartbeat,
 // a draining, lost or unreachable one, and an excluded one are never reserved again.
 TEST(WorkerRegistryTest, Reserve_OnlyFreeWorkers_AllOrNothingBelowMin) {

@@ -454,6 +454,11 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
   for (const v1::WorkerInfo& w : options.workers) held.insert(w.name());
   int restarts = 0;  // re-formations after lost workers; drains do not count
   bool requeue = false;
+  // A success is published once its workers are free, so that whoever sees SUCCEEDED can place
+  // the next job (or a dry run) on them at once; a failure is published before the teardown, to
+  // be seen without waiting a stopped worker's teardown deadline.
+  bool publish_at_end = false;
+  std::set<std::string> torn_down;  // the last run's workers that left the job cleanly
   while (true) {
     // Each run's group is new (named after the job, then job.1, job.2, ...): a re-formed job
     // need not wait for the old group to notice its dead member. Its token works there only.
@@ -486,10 +491,13 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
     ending.restarts = restarts;
     const absl::Status& status = ending.status;
     const bool may_reform = MayRunAgain(ending);
-    // The outcome is known: users see it now, not after a stopped worker's teardown deadline.
-    if (!may_reform) PublishOutcome(*job, status);
+    publish_at_end = !may_reform && status.ok();
+    if (!may_reform && !publish_at_end) PublishOutcome(*job, status);
     current.Teardown();
     job->SetRun(nullptr);
+    torn_down = held;
+    for (const std::string& name : current.lost_workers()) torn_down.erase(name);
+    for (const std::string& name : current.unreachable_workers()) torn_down.erase(name);
     // After teardown: the workers left the group. One that did not (unreachable) is refused.
     if (access_ != nullptr) access_->RevokeJobToken(options.job_token);
     for (const std::string& name : current.unreachable_workers()) {
@@ -563,10 +571,17 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
                           status.message(), "); re-forming on ", Names(next), " (restart ",
                           restarts, " of ", max_restarts, "), resuming from ", resume_text));
   }
-  job->Release();
   // The workers are free again; the next Schedule (each monitor tick) may place a job on them,
   // and joins this thread.
-  for (const std::string& name : held) workers_->Release(name);
+  for (const std::string& name : held) {
+    if (torn_down.count(name) > 0) {
+      workers_->ReleaseTornDown(name);
+    } else {
+      workers_->Release(name);
+    }
+  }
+  if (publish_at_end) PublishOutcome(*job, absl::OkStatus());
+  job->Release();  // after the outcome: it closes only an ended job's files
   absl::MutexLock lock(&mu_);
   finished_.push_back(job->id());
   if (requeue && !shut_down_) requeued_.push_back(job->id());

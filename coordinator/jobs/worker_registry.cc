@@ -68,10 +68,7 @@ void WorkerRegistry::SameHostLocked(const Entry& self,
     auto it = workers_.find(name);
     if (it == workers_.end()) continue;
     const Entry& e = it->second;
-    if (&e == &self || e.info.host() != self.info.host() ||
-        e.info.state() == v1::WorkerInfo::LOST) {
-      continue;
-    }
+    if (&e == &self || e.info.state() == v1::WorkerInfo::LOST) continue;
     v1::WorkerInfo* peer = out->Add();
     peer->set_name(e.info.name());
     peer->set_host(e.info.host());
@@ -233,6 +230,19 @@ void WorkerRegistry::Release(const std::string& name) {
   assigned_.erase(it);
 }
 
+void WorkerRegistry::ReleaseTornDown(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  stopped_while_placed_.erase(name);
+  auto it = assigned_.find(name);
+  if (it == assigned_.end()) return;
+  if (auto w = workers_.find(name); w != workers_.end()) {
+    if (w->second.info.job_id() == it->second) w->second.info.clear_job_id();
+    w->second.torn_down_job = it->second;
+  }
+  RememberEndedLocked(it->second);
+  assigned_.erase(it);
+}
+
 absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request, absl::Time now,
                                        v1::WorkerHeartbeatResponse* response) {
   if (absl::Status s = CheckIdentity(request.name(), request.incarnation()); !s.ok()) return s;
@@ -266,7 +276,11 @@ absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request
   }
   e.draining = e.draining || request.draining();
   e.info.set_state(e.draining ? v1::WorkerInfo::DRAINING : v1::WorkerInfo::ALIVE);
-  e.info.set_job_id(request.job_id());
+  if (request.job_id().empty() || request.job_id() != e.torn_down_job) {
+    e.info.set_job_id(request.job_id());
+  } else {
+    e.info.clear_job_id();  // stale: sent before the teardown that ReleaseTornDown records
+  }
   if (e.draining && !request.job_id().empty()) {
     auto assigned = assigned_.find(request.name());
     response->set_release_pending(assigned != assigned_.end() &&

@@ -61,6 +61,10 @@ class WorkerRegistry final {
   // `name` is no longer the job's (its job ended, or went on without it); a heartbeat that
   // still reports the job is told to drop it.
   void Release(const std::string& name);
+  // As Release, for a worker whose teardown of the job succeeded: it runs nothing now, so it is
+  // free for the next job (or a dry run) at once, not only after its next heartbeat says so,
+  // and a heartbeat still reporting the job (sent before the teardown) does not make it busy.
+  void ReleaseTornDown(const std::string& name);
   // OK for an unknown name; INVALID_ARGUMENT for an empty name or incarnation 0; NOT_FOUND when
   // another incarnation holds the name.
   absl::Status Unregister(const v1::UnregisterWorkerRequest& request);
@@ -93,6 +97,9 @@ class WorkerRegistry final {
     v1::WorkerInfo info;
     absl::Time last_seen;
     bool draining = false;  // for the rest of this incarnation, LOST or not
+    // The job this worker last tore down: a heartbeat reporting it was sent before the
+    // teardown, and does not make the worker busy again.
+    std::string torn_down_job;
   };
   // The workers registered with `self`'s host but `self`, not LOST, with their cores.
   void SameHostLocked(const Entry& self,
