@@ -9,8 +9,8 @@
 #
 # ceiling_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
 # prints one JSON row {system: compute-ceiling, model, ranks, batch, run, samples_per_s,
-# barrier_s (lockstep only: the longer of the ranks' waits), synchronous_share}; $pins (an array, as `deploy/local/cluster.sh cpus --workers 2` prints)
-# gives each loop its cores.
+# barrier_s (lockstep only: the longer of the ranks' waits), synchronous_share}; $pins (an
+# array, as `deploy/local/cluster.sh cpus --workers 2` prints) gives each loop its cores.
 ceiling_once() {
   local build=$1 work=$2 model=$3 batch=$4 steps=$5 run=$6 at i pids=()
   shift 6
@@ -50,12 +50,14 @@ print(json.dumps(row))"
 lockstep_once() {
   # In /dev/shm, not the work directory: a shared mapping of a disk file is written back every
   # few seconds, and the next write to a page faults inside a timed step.
-  local barrier="/dev/shm/dtrain-lockstep-$$"
+  local barrier="/dev/shm/dtrain-lockstep-$$" status=0
   rm -f "$barrier"
+  # The file goes whether the loops succeed or not (a failure must not leave it in memory).
   ceiling_once "$@" --lockstep="$barrier" |
     /usr/bin/python3 -c "
 import json, sys
 r = json.loads(sys.stdin.read()); r['system'] = 'lockstep-ceiling'; r.pop('synchronous_share', None)
-print(json.dumps(r))"
+print(json.dumps(r))" || status=$?
   rm -f "$barrier"
+  return "$status"
 }

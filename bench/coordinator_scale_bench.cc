@@ -24,8 +24,7 @@
 // latency; the simulator's own CPU (the other side of the same traffic) for the coordinator's;
 // `dtrain --help` (the CLI's start and exit, no RPC) for the list and workers commands.
 //
-// The simulated Worker service is a bench's stand-in for 1,000 machines; no test uses it.
-#include <sys/resource.h>
+// The simulated cluster (its daemons and Worker service) is bench/simulated_cluster.h.
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,6 +50,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "bench/simulated_cluster.h"
 #include "coordinator/jobs/job_store.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
 #include "dtrain/v1/worker.grpc.pb.h"
@@ -133,387 +133,6 @@ int Seed(const std::string& path, int jobs, int points) {
   return 0;
 }
 
-// ---- Deferred work ---------------------------------------------------------------------------
-
-// Runs callbacks at given times on one thread: the simulated compute of every step.
-class Timer {
- public:
-  Timer() : thread_([this] { Loop(); }) {}
-  ~Timer() {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    thread_.join();
-  }
-  void At(absl::Time when, std::function<void()> f) {
-    absl::MutexLock lock(&mu_);
-    queue_.push({when, seq_++, std::move(f)});
-  }
-
- private:
-  struct Item {
-    absl::Time when;
-    int64_t seq;
-    std::function<void()> f;
-    bool operator>(const Item& o) const { return when != o.when ? when > o.when : seq > o.seq; }
-  };
-  void Loop() {
-    while (true) {
-      std::function<void()> f;
-      {
-        absl::MutexLock lock(&mu_);
-        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stop_ || (!queue_.empty() && queue_.top().when <= absl::Now());
-        };
-        const absl::Time wake =
-            queue_.empty() ? absl::Now() + absl::Milliseconds(20) : queue_.top().when;
-        mu_.AwaitWithDeadline(absl::Condition(&ready), wake);
-        if (stop_) return;
-        if (queue_.empty() || queue_.top().when > absl::Now()) continue;
-        f = std::move(const_cast<Item&>(queue_.top()).f);
-        queue_.pop();
-      }
-      f();
-    }
-  }
-  absl::Mutex mu_;
-  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue_ ABSL_GUARDED_BY(mu_);
-  int64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
-};
-
-// ---- The simulated workers' Worker service ---------------------------------------------------
-
-// Worker i listens (as far as the coordinator knows) at 127.1.(i / 250).(i % 250 + 1):port.
-std::string WorkerHost(int i) { return absl::StrCat("127.1.", i / 250, ".", i % 250 + 1); }
-
-class SimulatedWorkers final : public v1::Worker::CallbackService {
- public:
-  SimulatedWorkers(int workers, absl::Duration batch_time, Timer* timer)
-      : batch_time_(batch_time), timer_(timer), jobs_(workers) {
-    for (int i = 0; i < workers; ++i) index_[WorkerHost(i)] = i;
-  }
-  // The job worker i runs ("" when idle): its heartbeat reports it.
-  std::string JobOf(int i) {
-    absl::MutexLock lock(&mu_);
-    return jobs_[i].job;
-  }
-
-  grpc::ServerUnaryReactor* Setup(grpc::CallbackServerContext* context,
-                                  const v1::SetupRequest* request,
-                                  v1::SetupResponse* response) override {
-    auto* reactor = context->DefaultReactor();
-    const int me = Index(context);
-    if (me < 0) {
-      reactor->Finish(grpc::Status(grpc::INVALID_ARGUMENT, "unknown simulated worker"));
-      return reactor;
-    }
-    const std::string group =
-        request->group().group().empty() ? request->job_id() : request->group().group();
-    const int world = std::max(1, request->group().world_size());
-    std::vector<Pending> complete;
-    {
-      absl::MutexLock lock(&mu_);
-      jobs_[me] = {request->job_id(), 0, 0};
-      auto& pending = groups_[group];
-      pending.push_back({me, reactor, response});
-      if (static_cast<int>(pending.size()) == world) {
-        complete = std::move(pending);
-        groups_.erase(group);
-        // Ranks in worker order, as the rendezvous orders them by name.
-        std::sort(complete.begin(), complete.end(),
-                  [](const Pending& a, const Pending& b) { return a.worker < b.worker; });
-        for (int r = 0; r < world; ++r) jobs_[complete[r].worker].rank = r;
-      }
-    }
-    for (int r = 0; r < static_cast<int>(complete.size()); ++r) {
-      v1::SetupResponse* out = complete[r].response;
-      v1::RankInfo* rank = out->add_ranks();
-      rank->set_rank(r);
-      rank->set_node_rank(r);
-      rank->set_world_size(world);
-      rank->set_pid(getpid());
-      for (const auto& [name, size] :
-           std::vector<std::pair<std::string, int64_t>>{{"train", 60000}, {"val", 10000}}) {
-        v1::SplitInfo* split = out->add_splits();
-        split->set_name(name);
-        split->set_size(size);
-      }
-      out->set_parameter_count(101770);
-      out->set_root_device("cpu");
-      out->set_parameter_dtype("float32");
-      out->set_collective_plane("gloo");
-      complete[r].reactor->Finish(grpc::Status::OK);
-    }
-    return reactor;
-  }
-
-  grpc::ServerUnaryReactor* TrainingStep(grpc::CallbackServerContext* context,
-                                         const v1::StepRequest* request,
-                                         v1::StepResponse* response) override {
-    return Step(context, request, response, /*training=*/true);
-  }
-  grpc::ServerUnaryReactor* ValidationStep(grpc::CallbackServerContext* context,
-                                           const v1::StepRequest* request,
-                                           v1::StepResponse* response) override {
-    return Step(context, request, response, /*training=*/false);
-  }
-  grpc::ServerUnaryReactor* TestStep(grpc::CallbackServerContext* context,
-                                     const v1::StepRequest* request,
-                                     v1::StepResponse* response) override {
-    return Step(context, request, response, /*training=*/false);
-  }
-  grpc::ServerUnaryReactor* SaveCheckpoint(grpc::CallbackServerContext* context,
-                                           const v1::SaveCheckpointRequest* request,
-                                           v1::SaveCheckpointResponse* response) override {
-    auto* reactor = context->DefaultReactor();
-    const int me = Index(context);
-    {
-      absl::MutexLock lock(&mu_);
-      response->add_written(me >= 0 && jobs_[me].rank == 0);
-    }
-    response->set_bytes(407000);
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-  grpc::ServerUnaryReactor* ReduceBooleanDecision(grpc::CallbackServerContext* context,
-                                                  const v1::DecisionRequest* request,
-                                                  v1::DecisionResponse* response) override {
-    auto* reactor = context->DefaultReactor();
-    // As one group would decide, for this worker's ranks.
-    bool decision = request->all();
-    for (bool d : request->decisions()) decision = request->all() ? decision && d : decision || d;
-    response->set_decision(decision);
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-  grpc::ServerUnaryReactor* Teardown(grpc::CallbackServerContext* context,
-                                     const v1::TeardownRequest* request,
-                                     v1::TeardownResponse* response) override {
-    auto* reactor = context->DefaultReactor();
-    const int me = Index(context);
-    if (me >= 0) {
-      absl::MutexLock lock(&mu_);
-      jobs_[me] = {};
-    }
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
-                                   const v1::HealthRequest* request,
-                                   v1::HealthResponse* response) override {
-    auto* reactor = context->DefaultReactor();
-    const int me = Index(context);
-    response->set_worker_name(absl::StrCat("sim-", me));
-    response->set_devices(1);
-    {
-      absl::MutexLock lock(&mu_);
-      const bool busy = me >= 0 && !jobs_[me].job.empty();
-      if (busy) response->set_job_id(jobs_[me].job);
-      response->set_state(busy ? v1::HealthResponse::READY : v1::HealthResponse::IDLE);
-    }
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-
- private:
-  struct Pending {
-    int worker;
-    grpc::ServerUnaryReactor* reactor;
-    v1::SetupResponse* response;
-  };
-  struct Hosted {
-    std::string job;
-    int rank = 0;
-    int64_t global_step = 0;
-  };
-
-  int Index(grpc::CallbackServerContext* context) const {
-    // The address the coordinator dialled: "127.1.x.y:port".
-    const grpc::string_ref authority = context->ExperimentalGetAuthority();
-    const std::string host(authority.data(), authority.size());
-    auto it = index_.find(host.substr(0, host.rfind(':')));
-    return it == index_.end() ? -1 : it->second;
-  }
-
-  grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context,
-                                 const v1::StepRequest* request, v1::StepResponse* response,
-                                 bool training) {
-    auto* reactor = context->DefaultReactor();
-    const int me = Index(context);
-    if (me < 0) {
-      reactor->Finish(grpc::Status(grpc::INVALID_ARGUMENT, "unknown simulated worker"));
-      return reactor;
-    }
-    int batches = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      Hosted& hosted = jobs_[me];
-      for (const v1::LocalWork& work : request->work()) {
-        v1::LocalResult* result = response->add_results();
-        result->set_rank(hosted.rank);
-        for (int b = 0; b < work.index_batches_size(); ++b, ++batches) {
-          v1::BatchResult* batch = result->add_batches();
-          batch->set_batch_idx(work.first_batch_idx() + b);
-          batch->set_size(work.index_batches(b).indices_size());
-          const double step = static_cast<double>(hosted.global_step + 1);
-          (*batch->mutable_scalars())["loss"] = 2.3 / step;
-          if (!training) (*batch->mutable_scalars())["acc"] = 0.9;
-          if (training) {
-            batch->set_optimizer_stepped(true);
-            ++hosted.global_step;
-          }
-        }
-        result->set_global_step(hosted.global_step);
-        result->set_lr(0.05);
-        result->set_step_seconds(absl::ToDoubleSeconds(batch_time_) * batches);
-      }
-    }
-    timer_->At(absl::Now() + batch_time_ * batches,
-               [reactor] { reactor->Finish(grpc::Status::OK); });
-    return reactor;
-  }
-
-  const absl::Duration batch_time_;
-  Timer* timer_;
-  std::map<std::string, int> index_;  // "127.1.x.y" -> worker
-  absl::Mutex mu_;
-  std::vector<Hosted> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::vector<Pending>> groups_ ABSL_GUARDED_BY(mu_);
-};
-
-// ---- The simulated daemons: registration and heartbeats --------------------------------------
-
-class Daemons {
- public:
-  Daemons(const std::string& coordinator, int n, int port, SimulatedWorkers* service)
-      : service_(service) {
-    for (int i = 0; i < n; ++i) {
-      grpc::ChannelArguments args;
-      // Its own connection per daemon, as separate machines have.
-      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-      auto channel =
-          grpc::CreateCustomChannel(coordinator, grpc::InsecureChannelCredentials(), args);
-      stubs_.push_back(v1::Workers::NewStub(channel));
-    }
-    port_ = port;
-  }
-
-  // Registers every daemon (a few at a time, as machines boot); returns the interval.
-  absl::Status RegisterAll() {
-    for (int i = 0; i < static_cast<int>(stubs_.size()); ++i) {
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-      v1::RegisterWorkerRequest request;
-      v1::WorkerInfo* w = request.mutable_worker();
-      w->set_name(absl::StrCat("sim-", i));
-      w->set_address(absl::StrCat(WorkerHost(i), ":", port_));
-      w->set_host(absl::StrCat("simhost-", i));
-      w->set_devices(1);
-      w->set_incarnation(0x5eed0000u + i);
-      v1::RegisterWorkerResponse response;
-      grpc::Status s = stubs_[i]->RegisterWorker(&context, request, &response);
-      if (!s.ok()) {
-        return absl::UnavailableError(absl::StrCat("register sim-", i, ": ", s.error_message()));
-      }
-      interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
-    }
-    return absl::OkStatus();
-  }
-
-  // Heartbeats every daemon at the interval, spread evenly over it, until Stop.
-  void Start() {
-    thread_ = std::thread([this] { Loop(); });
-  }
-  void Stop() {
-    stop_ = true;
-    thread_.join();
-    // Calls still in flight finish on gRPC's threads.
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](int* n) { return *n == 0; }, &in_flight_));
-  }
-  // Latencies (ms) of heartbeats sent in [from, to).
-  void Window(absl::Time from, absl::Time to) {
-    absl::MutexLock lock(&mu_);
-    window_from_ = from;
-    window_to_ = to;
-  }
-  std::vector<double> WindowLatencies() {
-    absl::MutexLock lock(&mu_);
-    return window_latencies_;
-  }
-  int64_t failures() {
-    absl::MutexLock lock(&mu_);
-    return failures_;
-  }
-  int64_t sent() {
-    absl::MutexLock lock(&mu_);
-    return sent_;
-  }
-  absl::Duration interval() const { return interval_; }
-
- private:
-  struct Call {
-    grpc::ClientContext context;
-    v1::WorkerHeartbeatRequest request;
-    v1::WorkerHeartbeatResponse response;
-    absl::Time sent;
-  };
-  void Loop() {
-    const int n = static_cast<int>(stubs_.size());
-    const absl::Time start = absl::Now();
-    for (int64_t tick = 0; !stop_; ++tick) {
-      // Daemon i beats at start + (round + i / n) * interval.
-      const int64_t round = tick / n;
-      const int i = static_cast<int>(tick % n);
-      const absl::Time due = start + interval_ * (round + static_cast<double>(i) / n);
-      const absl::Duration wait = due - absl::Now();
-      if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
-      auto call = std::make_shared<Call>();
-      call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-      call->request.set_name(absl::StrCat("sim-", i));
-      call->request.set_incarnation(0x5eed0000u + i);
-      call->request.set_job_id(service_->JobOf(i));
-      call->sent = absl::Now();
-      {
-        absl::MutexLock lock(&mu_);
-        ++in_flight_;
-        ++sent_;
-      }
-      stubs_[i]->async()->WorkerHeartbeat(
-          &call->context, &call->request, &call->response, [this, call](grpc::Status s) {
-            const absl::Time now = absl::Now();
-            absl::MutexLock lock(&mu_);
-            --in_flight_;
-            if (!s.ok()) {
-              ++failures_;
-              return;
-            }
-            if (call->sent >= window_from_ && call->sent < window_to_) {
-              window_latencies_.push_back(absl::ToDoubleMilliseconds(now - call->sent));
-            }
-          });
-    }
-  }
-
-  SimulatedWorkers* service_;
-  std::vector<std::unique_ptr<v1::Workers::Stub>> stubs_;
-  int port_ = 0;
-  absl::Duration interval_ = absl::Seconds(1);
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-  absl::Mutex mu_;
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Time window_from_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  absl::Time window_to_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  std::vector<double> window_latencies_ ABSL_GUARDED_BY(mu_);
-};
-
 // ---- Measurements ----------------------------------------------------------------------------
 
 double Percentile(std::vector<double> v, double p) {
@@ -548,14 +167,6 @@ long StatusKiB(int pid, const std::string& field) {
     }
   }
   return 0;
-}
-
-// utime + stime of this process, in seconds.
-double OwnCpuSeconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
 // Loopback round trips with no work behind them, one every 50 ms until `until`: Worker.Health on
@@ -680,7 +291,7 @@ int Run() {
   const absl::Time window_end = window_start + window;
   daemons.Window(window_start, window_end);
   absl::SleepFor(window_start - absl::Now());
-  const double cpu_before = CpuSeconds(pid), own_cpu_before = OwnCpuSeconds();
+  const double cpu_before = CpuSeconds(pid), own_cpu_before = CpuSeconds(getpid());
   RoundTrips reference;
   std::thread prober([&] { reference = ProbeRoundTrips(port, window_end); });
   std::vector<double> list_ms, workers_ms, help_ms;
@@ -692,7 +303,7 @@ int Run() {
     help_ms.push_back(TimeCommand(absl::GetFlag(FLAGS_dtrain) + " --help"));
   }
   absl::SleepFor(window_end - absl::Now());
-  const double cpu_after = CpuSeconds(pid), own_cpu_after = OwnCpuSeconds();
+  const double cpu_after = CpuSeconds(pid), own_cpu_after = CpuSeconds(getpid());
   prober.join();
   const long rss_kib = StatusKiB(pid, "VmRSS");
 
