@@ -24,76 +24,10 @@
 #include "absl/strings/string_view.h"
 #include "dtrain/v1/transforms.pb.h"
 #include "worker/data/image_decode.h"
+#include "worker/data/image_ops.h"
+#include "worker/data/sample_random.h"
 
 namespace dtrain {
-
-// The 64-bit seed of one sample's augmentations: a fixed function (splitmix64 over the seed and
-// epoch, FNV-1a over the key's bytes) that does not change between runs, builds or machines.
-uint64_t SampleSeed(uint64_t seed, int64_t epoch, absl::string_view sample_key);
-
-// The random draws of one sample's transforms: mt19937_64 with distributions written out here
-// (not std::uniform_*_distribution, whose results the C++ standard leaves to the library), so a
-// given seed gives the same augmentations with any standard library.
-class SampleRandom {
- public:
-  explicit SampleRandom(uint64_t seed) : engine_(seed) {}
-  // Uniform in [low, high).
-  double Uniform(double low, double high);
-  // Uniform integer in [low, high] (inclusive).
-  int64_t UniformInt(int64_t low, int64_t high);
-  // A uniformly random permutation of 0..n-1.
-  std::vector<int> Permutation(int n);
-
- private:
-  std::mt19937_64 engine_;  // its sequence is fixed by the standard
-};
-
-// RandomResizedCrop.get_params: (top, left, height, width) of the crop of a height x width image.
-struct CropBox {
-  int top = 0;
-  int left = 0;
-  int height = 0;
-  int width = 0;
-};
-CropBox RandomResizedCropParams(int height, int width, double scale_min, double scale_max,
-                                double ratio_min, double ratio_max, SampleRandom& rng);
-
-// ColorJitter's random draws, made as torchvision's ColorJitter.get_params makes them: the
-// order of its four adjustments (0 brightness, 1 contrast, 2 saturation, 3 hue), then each
-// factor uniform in [max(0, 1 - v), 1 + v] (negative: that adjustment is off) and the hue shift
-// uniform in [-hue, hue].
-struct ColorJitterParams {
-  std::vector<int> order;
-  double brightness = -1;
-  double contrast = -1;
-  double saturation = -1;
-  double hue = 0;
-};
-ColorJitterParams DrawColorJitterParams(const v1::ImageTransform::ColorJitter& jitter,
-                                        SampleRandom& rng);
-
-// torchvision.transforms.functional's tensor ops on a CHW tensor (uint8 or float32), each as
-// torchvision 0.14 computes it, for tests and for callers that compose their own.
-namespace image_ops {
-// F.resize to exactly [height, width]; bilinear unless nearest/bicubic.
-at::Tensor Resize(const at::Tensor& image, int height, int width,
-                  v1::ImageTransform::Interpolation interpolation, bool antialias);
-// F.pad with [left, top, right, bottom].
-at::Tensor Pad(const at::Tensor& image, int left, int top, int right, int bottom, double fill,
-               v1::ImageTransform::PaddingMode mode);
-// F.crop (pads with 0 where the box leaves the image).
-at::Tensor Crop(const at::Tensor& image, int top, int left, int height, int width);
-at::Tensor CenterCrop(const at::Tensor& image, int height, int width);
-at::Tensor HorizontalFlip(const at::Tensor& image);
-at::Tensor AdjustBrightness(const at::Tensor& image, double factor);
-at::Tensor AdjustContrast(const at::Tensor& image, double factor);
-at::Tensor AdjustSaturation(const at::Tensor& image, double factor);
-at::Tensor AdjustHue(const at::Tensor& image, double factor);  // factor in [-0.5, 0.5]
-// ToTensor on a uint8 CHW tensor: float32 / 255.
-at::Tensor ToFloat(const at::Tensor& image);
-at::Tensor Normalize(const at::Tensor& image, const std::vector<float>& mean,
-                     const std::vector<float>& std);
-}  // namespace image_ops
 
 // Where a transform pipeline may write its float32 result of the given CHW shape: a row of the
 // batch being collated, so that the batch needs no copy. Returns an undefined tensor to decline
