@@ -22,6 +22,7 @@
 #include "worker/runtime/registered_plugins.h"
 #include "worker/runtime/spawned_job.h"
 #include "worker/service/setup_paths.h"
+#include "worker/service/state_dict_stream.h"
 
 namespace dtrain {
 namespace {
@@ -470,57 +471,6 @@ grpc::ServerUnaryReactor* WorkerService::StateDict(grpc::CallbackServerContext* 
     return absl::OkStatus();
   });
 }
-
-namespace {
-
-// StreamStateDict's writer: the chunks are made on the executor (in turn with the job's other
-// calls), then written one at a time from gRPC's callbacks.
-class StateDictWriter final : public grpc::ServerWriteReactor<v1::StateDictChunk> {
- public:
-  void Start(std::vector<v1::StateDictChunk> chunks) {
-    chunks_ = std::move(chunks);
-    WriteNext();
-  }
-  void Fail(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
-  void OnWriteDone(bool ok) override {
-    if (!ok) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away"));
-    WriteNext();
-  }
-  void OnDone() override { delete this; }
-
- private:
-  void WriteNext() {
-    if (next_ == chunks_.size()) return Finish(grpc::Status::OK);
-    StartWrite(&chunks_[next_++]);
-  }
-  std::vector<v1::StateDictChunk> chunks_;
-  size_t next_ = 0;
-};
-
-// Each tensor of `dict` as messages of at most kStreamChunkBytes of data, names in order.
-std::vector<v1::StateDictChunk> StateDictChunks(v1::StateDictResponse& dict) {
-  std::vector<std::string> names;
-  for (const auto& [name, tensor] : dict.tensors()) names.push_back(name);
-  std::sort(names.begin(), names.end());
-  std::vector<v1::StateDictChunk> chunks;
-  for (const std::string& name : names) {
-    v1::Tensor& tensor = (*dict.mutable_tensors())[name];
-    const std::string& data = tensor.data();
-    size_t offset = 0;
-    do {
-      v1::StateDictChunk chunk;
-      chunk.set_name(name);
-      if (offset == 0) *chunk.mutable_meta() = tensor.meta();
-      const size_t take = std::min<size_t>(data.size() - offset, kStreamChunkBytes);
-      chunk.set_data(data.substr(offset, take));
-      offset += take;
-      chunks.push_back(std::move(chunk));
-    } while (offset < data.size());
-  }
-  return chunks;
-}
-
-}  // namespace
 
 grpc::ServerWriteReactor<v1::StateDictChunk>* WorkerService::StreamStateDict(
     grpc::CallbackServerContext* context, const v1::StateDictRequest* request) {
