@@ -445,6 +445,23 @@ TEST(BatchTree, NestedBatchesMappedSizedAndSplit) {
   EXPECT_EQ(SplitBatch(ragged, 2).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A dry run's report of a batch: nesting, dtypes by Python's names and shapes, dict keys in
+// order, other leaves by kind.
+TEST(BatchTree, DescribeBatch_NestingDtypesShapes) {
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  dict.insert("image", torch::zeros({8, 3, 2, 2}, torch::kUInt8));
+  dict.insert("label", torch::zeros({8}, torch::kInt64));
+  c10::impl::GenericList list(c10::AnyType::get());
+  list.push_back(torch::zeros({2}, torch::kFloat16));
+  list.push_back(c10::IValue(int64_t{7}));
+  const c10::IValue batch =
+      c10::ivalue::Tuple::create({torch::zeros({32, 1, 28, 28}), dict, list});
+  EXPECT_EQ(DescribeBatch(batch),
+            "tuple(float32[32, 1, 28, 28], dict(image: uint8[8, 3, 2, 2], label: int64[8]), "
+            "list(float16[2], Int))");
+  EXPECT_EQ(DescribeBatch(torch::zeros({0}, torch::kFloat64)), "float64[0]");
+}
+
 // batch_to_device moves every tensor of a nested batch, to a device that is not the CPU
 // (libtorch's lazy tensors here: the only other device a CPU build has), values unchanged;
 // numbers and strings stay as they are, and a tensor already there is not copied.

@@ -2,7 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include <cctype>
+#include <map>
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace dtrain {
 
@@ -67,6 +72,38 @@ absl::StatusOr<std::vector<c10::IValue>> SplitBatch(const c10::IValue& batch, in
     out.push_back(MapTensors(batch, [&](const at::Tensor& t) { return t.slice(0, begin, end); }));
   }
   return out;
+}
+
+std::string DescribeBatch(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    std::string dtype = c10::toString(t.scalar_type());
+    for (char& c : dtype) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    static const std::map<std::string, std::string> kPython = {
+        {"float", "float32"}, {"double", "float64"}, {"long", "int64"},   {"int", "int32"},
+        {"byte", "uint8"},    {"char", "int8"},      {"half", "float16"}, {"short", "int16"}};
+    auto it = kPython.find(dtype);
+    if (it != kPython.end()) dtype = it->second;
+    std::vector<std::string> dims;
+    for (int64_t d : t.sizes()) dims.push_back(std::to_string(d));
+    return absl::StrCat(dtype, "[", absl::StrJoin(dims, ", "), "]");
+  }
+  std::vector<std::string> parts;
+  if (v.isTuple() || v.isList()) {
+    for (const c10::IValue& item :
+         v.isTuple() ? v.toTupleRef().elements().vec() : v.toList().vec()) {
+      parts.push_back(DescribeBatch(item));
+    }
+    return absl::StrCat(v.isTuple() ? "tuple(" : "list(", absl::StrJoin(parts, ", "), ")");
+  }
+  if (v.isGenericDict()) {
+    for (const auto& entry : v.toGenericDict()) {
+      parts.push_back(absl::StrCat(entry.key().isString() ? entry.key().toStringRef() : "?", ": ",
+                                   DescribeBatch(entry.value())));
+    }
+    return absl::StrCat("dict(", absl::StrJoin(parts, ", "), ")");
+  }
+  return v.tagKind();
 }
 
 }  // namespace dtrain

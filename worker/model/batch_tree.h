@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
@@ -29,5 +30,10 @@ int64_t BatchSize(const c10::IValue& batch);
 // scatter does: fewer parts when the batch is smaller than n); other leaves are replicated.
 // INVALID_ARGUMENT when the tensors disagree on dimension 0.
 absl::StatusOr<std::vector<c10::IValue>> SplitBatch(const c10::IValue& batch, int n);
+
+// The batch's structure as text, for a dry run's report: "tuple(float32[32, 1, 28, 28],
+// int64[32])", dicts as "dict(image: uint8[8, 3, 2, 2], ...)"; dtypes by Python's names, never
+// the values; any other leaf as its kind ("Int", "String").
+std::string DescribeBatch(const c10::IValue& v);
 
 }  // namespace dtrain

@@ -323,39 +323,6 @@ absl::Status Job::EndTraining() {
 
 namespace {
 
-// "tuple(float32[32, 1, 28, 28], int64[32])": what a step receives, for a dry run's report.
-std::string DescribeBatch(const c10::IValue& v) {
-  if (v.isTensor()) {
-    const torch::Tensor& t = v.toTensor();
-    std::string dtype = c10::toString(t.scalar_type());
-    for (char& c : dtype) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    static const std::map<std::string, std::string> kPython = {
-        {"float", "float32"}, {"double", "float64"}, {"long", "int64"},   {"int", "int32"},
-        {"byte", "uint8"},    {"char", "int8"},      {"half", "float16"}, {"short", "int16"}};
-    auto it = kPython.find(dtype);
-    if (it != kPython.end()) dtype = it->second;
-    std::vector<std::string> dims;
-    for (int64_t d : t.sizes()) dims.push_back(std::to_string(d));
-    return absl::StrCat(dtype, "[", absl::StrJoin(dims, ", "), "]");
-  }
-  std::vector<std::string> parts;
-  if (v.isTuple() || v.isList()) {
-    for (const c10::IValue& item :
-         v.isTuple() ? v.toTupleRef().elements().vec() : v.toList().vec()) {
-      parts.push_back(DescribeBatch(item));
-    }
-    return absl::StrCat(v.isTuple() ? "tuple(" : "list(", absl::StrJoin(parts, ", "), ")");
-  }
-  if (v.isGenericDict()) {
-    for (const auto& entry : v.toGenericDict()) {
-      parts.push_back(absl::StrCat(entry.key().isString() ? entry.key().toStringRef() : "?", ": ",
-                                   DescribeBatch(entry.value())));
-    }
-    return absl::StrCat("dict(", absl::StrJoin(parts, ", "), ")");
-  }
-  return v.tagKind();
-}
-
 std::vector<int64_t> FirstIndices(int64_t size, int batch) {
   std::vector<int64_t> out;
   for (int64_t i = 0; i < std::min<int64_t>(size, batch); ++i) out.push_back(i);
