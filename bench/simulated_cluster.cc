@@ -142,9 +142,9 @@ grpc::ServerUnaryReactor* SimulatedWorkers::SaveCheckpoint(grpc::CallbackServerC
   return reactor;
 }
 
-grpc::ServerUnaryReactor* SimulatedWorkers::ReduceBooleanDecision(grpc::CallbackServerContext* context,
-                                                                  const v1::DecisionRequest* request,
-                                                                  v1::DecisionResponse* response) {
+grpc::ServerUnaryReactor* SimulatedWorkers::ReduceBooleanDecision(
+    grpc::CallbackServerContext* context, const v1::DecisionRequest* request,
+    v1::DecisionResponse* response) {
   auto* reactor = context->DefaultReactor();
   // As one group would decide, for this worker's ranks.
   bool decision = request->all();
@@ -193,8 +193,8 @@ int SimulatedWorkers::Index(grpc::CallbackServerContext* context) const {
 }
 
 grpc::ServerUnaryReactor* SimulatedWorkers::Step(grpc::CallbackServerContext* context,
-                                                 const v1::StepRequest* request, v1::StepResponse* response,
-                                                 bool training) {
+                                                 const v1::StepRequest* request,
+                                                 v1::StepResponse* response, bool training) {
   auto* reactor = context->DefaultReactor();
   const int me = Index(context);
   if (me < 0) {
@@ -225,8 +225,7 @@ grpc::ServerUnaryReactor* SimulatedWorkers::Step(grpc::CallbackServerContext* co
       result->set_step_seconds(absl::ToDoubleSeconds(batch_time_) * batches);
     }
   }
-  timer_->At(absl::Now() + batch_time_ * batches,
-             [reactor] { reactor->Finish(grpc::Status::OK); });
+  timer_->At(absl::Now() + batch_time_ * batches, [reactor] { reactor->Finish(grpc::Status::OK); });
   return reactor;
 }
 

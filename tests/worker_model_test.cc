@@ -454,8 +454,7 @@ TEST(BatchTree, DescribeBatch_NestingDtypesShapes) {
   c10::impl::GenericList list(c10::AnyType::get());
   list.push_back(torch::zeros({2}, torch::kFloat16));
   list.push_back(c10::IValue(int64_t{7}));
-  const c10::IValue batch =
-      c10::ivalue::Tuple::create({torch::zeros({32, 1, 28, 28}), dict, list});
+  const c10::IValue batch = c10::ivalue::Tuple::create({torch::zeros({32, 1, 28, 28}), dict, list});
   EXPECT_EQ(DescribeBatch(batch),
             "tuple(float32[32, 1, 28, 28], dict(image: uint8[8, 3, 2, 2], label: int64[8]), "
             "list(float16[2], Int))");

@@ -70,7 +70,6 @@ std::string Where(absl::string_view where, int index, const char* name) {
 
 }  // namespace
 
-
 absl::StatusOr<ImageTransformPipeline> ImageTransformPipeline::Create(
     const google::protobuf::RepeatedPtrField<ImageTransform>& transforms, absl::string_view where) {
   ImageTransformPipeline pipeline;

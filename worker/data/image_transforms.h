@@ -17,7 +17,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <random>
 #include <vector>
 
 #include "absl/status/statusor.h"

@@ -30,7 +30,6 @@ std::vector<v1::StateDictChunk> StateDictChunks(const v1::StateDictResponse& dic
   return chunks;
 }
 
-
 void StateDictWriter::Start(std::vector<v1::StateDictChunk> chunks) {
   chunks_ = std::move(chunks);
   WriteNext();
