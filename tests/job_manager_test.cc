@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,7 @@ struct Script {
   std::vector<std::string> lost;     // besides the drained ones
   std::vector<std::string> drained;  // let go after a checkpoint
   bool hold = false;                 // Run waits until Release (or Cancel)
+  bool hold_teardown = false;        // Teardown waits until ReleaseTeardown
 };
 
 // One placement, as the manager made it.
@@ -52,7 +54,7 @@ class FakeRun final : public JobRun {
  public:
   FakeRun(Script script, FakeRuns* runs) : script_(std::move(script)), runs_(runs) {}
   absl::Status Run() override;
-  void Teardown() override {}
+  void Teardown() override;
   void Cancel() override {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
@@ -84,6 +86,15 @@ class FakeRuns {
   void Release() {
     absl::MutexLock lock(&mu_);
     released_ = true;
+  }
+  // Lets held teardowns finish.
+  void ReleaseTeardown() {
+    absl::MutexLock lock(&mu_);
+    teardown_released_ = true;
+  }
+  bool tearing_down() const {
+    absl::MutexLock lock(&mu_);
+    return tearing_down_;
   }
   std::vector<Placement> placements() const {
     absl::MutexLock lock(&mu_);
@@ -124,6 +135,9 @@ class FakeRuns {
   std::deque<Script> scripts_ ABSL_GUARDED_BY(mu_);
   std::vector<Placement> placements_ ABSL_GUARDED_BY(mu_);
   bool released_ ABSL_GUARDED_BY(mu_) = false;
+  bool teardown_released_ ABSL_GUARDED_BY(mu_) = false;
+  bool tearing_down_ ABSL_GUARDED_BY(mu_) = false;
+  friend class FakeRun;
 };
 
 absl::Status FakeRun::Run() {
@@ -131,6 +145,14 @@ absl::Status FakeRun::Run() {
   absl::MutexLock lock(&mu_);
   if (cancelled_) return absl::CancelledError("the job was cancelled");
   return script_.status;
+}
+
+void FakeRun::Teardown() {
+  if (!script_.hold_teardown) return;
+  absl::MutexLock lock(&runs_->mu_);
+  runs_->tearing_down_ = true;
+  runs_->mu_.AwaitWithTimeout(absl::Condition(&runs_->teardown_released_), absl::Seconds(30));
+  runs_->tearing_down_ = false;
 }
 
 v1::WorkerInfo Worker(const std::string& name) {
@@ -210,6 +232,7 @@ class JobManagerTest : public ::testing::Test {
   }
   ~JobManagerTest() override {
     runs_.Release();
+    runs_.ReleaseTeardown();
     manager_->Shutdown();
   }
 
@@ -345,6 +368,69 @@ TEST_F(JobManagerTest, Cancel_RunningJob_CancelledAndItsWorkersFreed) {
   EXPECT_EQ(manager_->Cancel(id).status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(WaitFor([&] { return AssignedTo("w0").empty() && AssignedTo("w1").empty(); },
                       absl::Seconds(10)));
+}
+
+// A success is published once its workers are released: during its teardown the job reads
+// RUNNING and a cancel is refused as for an ended job; once SUCCEEDED is seen, its workers,
+// whose heartbeats reported the job, are reserved at once, with no heartbeat since.
+TEST_F(JobManagerTest, Success_PublishedOnceItsWorkersAreFree_CancelRefusedMeanwhile) {
+  AddWorkers({"w0", "w1"});
+  Script script;
+  script.hold_teardown = true;
+  runs_.Push(script);
+  const std::string id = Submit(Spec("quick", 2));
+  ASSERT_TRUE(WaitForState(id, v1::RUNNING));
+  for (const char* name : {"w0", "w1"}) {
+    v1::WorkerHeartbeatRequest beat;
+    beat.set_name(name);
+    beat.set_incarnation(7);
+    beat.set_job_id(id);
+    v1::WorkerHeartbeatResponse response;
+    ASSERT_TRUE(registry_.Heartbeat(beat, absl::Now(), &response).ok());
+  }
+  ASSERT_TRUE(WaitFor([&] { return runs_.tearing_down(); }, absl::Seconds(10)));
+  EXPECT_EQ(Get(id).state(), v1::RUNNING);
+  EXPECT_EQ(AssignedTo("w0"), id);
+  absl::StatusOr<v1::JobStatus> cancel = manager_->Cancel(id);
+  EXPECT_EQ(cancel.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(cancel.status().message()), HasSubstr("already ended (SUCCEEDED"));
+
+  runs_.ReleaseTeardown();
+  ASSERT_TRUE(WaitFor([&] { return Get(id).state() == v1::SUCCEEDED; }, absl::Seconds(10)));
+  EXPECT_EQ(registry_.Reserve("next", 2, 2, {}, absl::Now()).size(), 2u);
+}
+
+// A coordinator that stops while a success is releasing its workers stores SUCCEEDED: the next
+// one on the same database does not run the job again.
+TEST_F(JobManagerTest, Shutdown_DuringASuccesssTeardown_TheDatabaseKeepsItSucceeded) {
+  const std::string database = state_dir_ + "/coordinator.db";
+  ASSERT_TRUE(manager_->Restore(database).ok());
+  AddWorkers({"w0", "w1"});
+  Script script;
+  script.hold_teardown = true;
+  runs_.Push(script);
+  const std::string id = Submit(Spec("ending", 2));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        manager_->Schedule();
+        return runs_.tearing_down();
+      },
+      absl::Seconds(30)));
+  std::thread release([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    runs_.ReleaseTeardown();
+  });
+  manager_->Shutdown();
+  release.join();
+  manager_.reset();
+
+  manager_ = MakeManager();
+  ASSERT_TRUE(manager_->Restore(database).ok());
+  EXPECT_EQ(Get(id).state(), v1::SUCCEEDED);
+  manager_->Schedule();
+  absl::SleepFor(absl::Milliseconds(200));
+  manager_->Schedule();
+  EXPECT_EQ(runs_.placements().size(), 1u);
 }
 
 TEST_F(JobManagerTest, JobsOwnFailure_FailedWithItsMessage_NoRestart) {

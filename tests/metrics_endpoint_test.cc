@@ -83,7 +83,7 @@ TEST(MetricsEndpoint, CoordinatorAndWorker_CountWhatAJobDid) {
       cluster.Submit("m", SyntheticDdpJob("m", 1, 1024, ", collective_backend: grpc"));
   ASSERT_TRUE(WaitFor([&] { return IsTerminal(cluster.GetJob(id).state()); }, absl::Seconds(120)));
   ASSERT_EQ(cluster.GetJob(id).state(), v1::SUCCEEDED);
-  // The outcome is published before the teardown: scrape once both workers are let go.
+  // Scrape once both workers are let go (a success is published after that; checked anyway).
   ASSERT_TRUE(
       WaitFor([&] { return cluster.AliveWorkers(/*idle_only=*/true) == 2; }, absl::Seconds(30)));
 

@@ -81,8 +81,8 @@ TEST_F(PluginsTest, PluginStrategyAndCheckpointIO_RunOnTheWorkersOfferingThem) {
               ::testing::ElementsAre("w0", "w1"));
   EXPECT_GT(job.metrics().at("test_acc"), 0.3);
 
-  // The outcome is published before the workers' teardown (users see it at once), so the
-  // teardown hook's record may still be on its way.
+  // The teardown hook's record is written by each rank as it is torn down: it may reach its
+  // file a moment after the outcome.
   ASSERT_TRUE(WaitFor(
       [&] {
         return absl::c_linear_search(Record(0), "teardown") &&
@@ -119,19 +119,26 @@ TEST_F(PluginsTest, PluginStrategyAndCheckpointIO_RunOnTheWorkersOfferingThem) {
     EXPECT_EQ(lines[5], "on_train_batch_start 0");
   }
 
-  // The checkpoint IO wrote a checksum beside each checkpoint rank 0 wrote.
-  int sidecars = 0;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(cluster_->dir())) {
-    if (entry.path().extension() == ".sha256") {
-      ++sidecars;
-      std::ifstream in(entry.path());
-      std::string digest;
-      in >> digest;
-      EXPECT_EQ(digest.rfind("sha256:", 0), 0u) << digest;
-      EXPECT_EQ(digest.size(), 7u + 64u);
-    }
+  // The checkpoint IO wrote a checksum beside each checkpoint rank 0 wrote (its sidecars go with
+  // the worker's scratch at teardown; it records each digest): every checkpoint the coordinator
+  // stored has one of them, so its bytes are those the checkpoint IO wrote.
+  std::set<std::string> digests;
+  {
+    std::ifstream in(absl::StrCat(records_, "/checksum.log"));
+    for (std::string line; std::getline(in, line);) digests.insert(line);
   }
-  EXPECT_GE(sidecars, 1);
+  ASSERT_FALSE(digests.empty());
+  for (const std::string& digest : digests) {
+    EXPECT_EQ(digest.rfind("sha256:", 0), 0u) << digest;
+    EXPECT_EQ(digest.size(), 7u + 64u);
+  }
+  int stored = 0;
+  for (const v1::JobFile& file : job.files()) {
+    if (file.kind() != "checkpoint") continue;
+    EXPECT_EQ(digests.count(file.digest()), 1u) << file.name() << " " << file.digest();
+    ++stored;
+  }
+  EXPECT_GE(stored, 1);
 }
 
 TEST_F(PluginsTest, UnknownPlugin_RefusedAtSubmit_ListingWhatTheWorkersOffer) {

@@ -83,7 +83,8 @@ class StructuredLogTest : public ::testing::Test {
     EXPECT_TRUE(
         WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(120)));
     EXPECT_EQ(cluster_->GetJob(id).state(), v1::SUCCEEDED) << cluster_->GetJob(id).reason();
-    // The outcome is published before the teardown: wait for the workers to be idle again.
+    // A success is published once its workers are released; waited for all the same, so that a
+    // regression shows here as a timeout, not as a missing log line.
     EXPECT_TRUE(WaitFor([&] { return cluster_->AliveWorkers(/*idle_only=*/true) == 2; },
                         absl::Seconds(10)));
     return id;

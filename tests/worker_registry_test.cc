@@ -301,6 +301,27 @@ TEST(WorkerRegistryTest, ReleaseTornDown_FreeAtOnce_ReleaseWaitsForAHeartbeat) {
   EXPECT_EQ(registry.Reserve("job-3", 2, 2, {}, now).size(), 2u);
 }
 
+// A requeued job keeps its id and may be placed on a worker that tore it down before: from that
+// placement the worker's heartbeats of the job count again, so a Release (the worker lost this
+// time) waits for a heartbeat without the job, as for any lost worker.
+TEST(WorkerRegistryTest, ReleaseTornDown_ThenPlacedAgainOnTheSameJob_ItsHeartbeatsCountAgain) {
+  WorkerRegistry registry(absl::Seconds(5));
+  const absl::Time now = absl::UnixEpoch() + absl::Hours(1);
+  ASSERT_TRUE(registry.Register(Worker("b", 2), now).ok());
+  ASSERT_EQ(registry.Reserve("job-1", 1, 1, {}, now).size(), 1u);
+  v1::WorkerHeartbeatResponse response;
+  ASSERT_TRUE(registry.Heartbeat(Beat("b", 2, "job-1", false), now, &response).ok());
+  registry.ReleaseTornDown("b");
+
+  ASSERT_EQ(registry.Reserve("job-1", 1, 1, {}, now).size(), 1u);  // requeued, placed again
+  ASSERT_TRUE(registry.Heartbeat(Beat("b", 2, "job-1", false), now, &response).ok());
+  EXPECT_EQ(Listed(registry, "b", now).job_id(), "job-1");
+  registry.Release("b");
+  EXPECT_THAT(registry.Reserve("job-2", 0, 1, {}, now), IsEmpty());
+  ASSERT_TRUE(registry.Heartbeat(Beat("b", 2, "", false), now, &response).ok());
+  EXPECT_EQ(registry.Reserve("job-2", 1, 1, {}, now).size(), 1u);
+}
+
 // The registry alone says who is free: a reserved worker, one running a job by its heartbeat,
 // a draining, lost or unreachable one, and an excluded one are never reserved again.
 TEST(WorkerRegistryTest, Reserve_OnlyFreeWorkers_AllOrNothingBelowMin) {

@@ -36,15 +36,15 @@ absl::StatusOr<v1::DeleteJobResponse> JobManager::Delete(const std::string& id) 
   std::shared_ptr<JobRecord> job = Find(id);
   if (job == nullptr)
     return absl::NotFoundError(absl::StrCat("no job '", id, "'; see dtrain list"));
-  if (!job->terminal()) {
+  if (!job->terminal() && !job->succeeding()) {
     return absl::FailedPreconditionError(
         absl::StrCat("job '", id, "' is ", v1::JobState_Name(job->state()),
                      "; cancel it first (dtrain cancel ", id, "), then delete it"));
   }
   const std::set<std::string> named = DigestsNamedBy(*job);
   const std::vector<std::string> candidates(named.begin(), named.end());
-  // An ended job's thread may still be tearing it down on its workers (the outcome is published
-  // first): wait for it, within the teardown's own deadline.
+  // An ended job's thread may still be tearing it down on its workers (a failure is published
+  // first; a success is being released): wait for it, within the teardown's own deadline.
   std::thread thread;
   {
     absl::MutexLock lock(&mu_);
@@ -254,6 +254,10 @@ absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& id) {
   if (job->terminal()) {
     return absl::FailedPreconditionError(
         absl::StrCat("job '", id, "' already ended (", v1::JobState_Name(job->state()), ")"));
+  }
+  if (job->succeeding()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", id, "' already ended (SUCCEEDED; it is releasing its workers)"));
   }
   job->RequestCancel();
   bool was_queued = false;
@@ -492,6 +496,7 @@ void JobManager::RunJob(const std::shared_ptr<JobRecord>& job, TrainerOptions op
     const absl::Status& status = ending.status;
     const bool may_reform = MayRunAgain(ending);
     publish_at_end = !may_reform && status.ok();
+    if (publish_at_end) job->MarkSucceeding();
     if (!may_reform && !publish_at_end) PublishOutcome(*job, status);
     current.Teardown();
     job->SetRun(nullptr);
@@ -615,7 +620,8 @@ void JobManager::Shutdown() {
         absl::Seconds(30));
   }
   for (const auto& job : jobs) {
-    if (!job->terminal()) {
+    // A succeeding job is published by its thread, joined below; it ends SUCCEEDED, stored.
+    if (!job->terminal() && !job->succeeding()) {
       // Interrupted, not cancelled: the database keeps it queued or running, so the next
       // coordinator on this state directory resumes it.
       job->SetStore(nullptr, /*insert=*/false);

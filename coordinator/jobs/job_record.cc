@@ -278,6 +278,16 @@ bool JobRecord::terminal() const {
   return IsTerminal(status_.state());
 }
 
+void JobRecord::MarkSucceeding() {
+  absl::MutexLock lock(&mu_);
+  succeeding_ = true;
+}
+
+bool JobRecord::succeeding() const {
+  absl::MutexLock lock(&mu_);
+  return succeeding_;
+}
+
 v1::JobState JobRecord::state() const {
   absl::MutexLock lock(&mu_);
   return status_.state();

@@ -100,6 +100,11 @@ class JobRecord : public TrainerReporter {
 
   bool terminal() const;
   v1::JobState state() const;
+  // The run succeeded and the job is releasing its workers, to be published SUCCEEDED once they
+  // are free: it has ended for a cancel, a delete and a coordinator's shutdown, which must not
+  // leave it RUNNING in the database to be run again.
+  void MarkSucceeding();
+  bool succeeding() const;
 
   std::vector<std::string> Lines(int64_t from, int64_t* next) const;
   std::vector<v1::MetricPoint> Points() const;
@@ -136,6 +141,7 @@ class JobRecord : public TrainerReporter {
   std::ofstream log_file_ ABSL_GUARDED_BY(mu_);
   JobRun* run_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool succeeding_ ABSL_GUARDED_BY(mu_) = false;
   const bool restored_ = false;
   JobStore* store_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Time last_persist_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -22,8 +22,9 @@ struct RunEnding {
   int restarts = 0;      // re-formations after lost workers so far (drains do not count)
 };
 
-// Before teardown: whether another run may follow. When not, the outcome is final and users see
-// it at once rather than after a stopped worker's teardown deadline.
+// Before teardown: whether another run may follow. When not, the outcome is final: a failure is
+// published at once rather than after a stopped worker's teardown deadline, a success once its
+// workers are released.
 bool MayRunAgain(const RunEnding& ending);
 
 enum class NextRun {

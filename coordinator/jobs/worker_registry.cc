@@ -152,6 +152,7 @@ absl::Status WorkerRegistry::Register(
   e.info.set_state(v1::WorkerInfo::ALIVE);
   e.draining = false;
   e.info.clear_job_id();
+  e.torn_down_job.clear();
   e.info.set_registered_unix_ms(absl::ToUnixMillis(now));
   e.last_seen = now;
   if (same_host != nullptr) SameHostLocked(e, same_host);
@@ -207,6 +208,10 @@ std::vector<v1::WorkerInfo> WorkerRegistry::Reserve(
   for (v1::WorkerInfo& w : chosen) {
     assigned_[w.name()] = job_id;
     w.set_assigned_job_id(job_id);
+    // Placed again on the job it tore down (a requeued job keeps its id): its heartbeats of
+    // that job count again.
+    std::string& torn_down = workers_[w.name()].torn_down_job;
+    if (torn_down == job_id) torn_down.clear();
   }
   return chosen;
 }
@@ -276,10 +281,11 @@ absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request
   }
   e.draining = e.draining || request.draining();
   e.info.set_state(e.draining ? v1::WorkerInfo::DRAINING : v1::WorkerInfo::ALIVE);
-  if (request.job_id().empty() || request.job_id() != e.torn_down_job) {
-    e.info.set_job_id(request.job_id());
-  } else {
+  if (!e.torn_down_job.empty() && request.job_id() == e.torn_down_job) {
     e.info.clear_job_id();  // stale: sent before the teardown that ReleaseTornDown records
+  } else {
+    e.torn_down_job.clear();  // the stale window is over: the worker reports something else
+    e.info.set_job_id(request.job_id());
   }
   if (e.draining && !request.job_id().empty()) {
     auto assigned = assigned_.find(request.name());

@@ -7,7 +7,8 @@
 //   checkpoint: {checkpoint_io: checksum, storage_options: {fsync: "true"}}
 //
 // recording_ddp appends one line per hook to $RECORDING_DDP_DIR/rank-<global rank>.log (when
-// the variable is set) and logs it.
+// the variable is set) and logs it; checksum appends each digest it writes to
+// $RECORDING_DDP_DIR/checksum.log, as the sidecars go with the worker's scratch at teardown.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -77,7 +78,14 @@ class ChecksumCheckpointIO : public dtrain::TorchCheckpointIO {
     if (!bytes.ok()) return bytes.status();
     auto option = storage_options.find("fsync");
     const bool sync = option == storage_options.end() || option->second != "false";
-    return WriteSidecar(path + ".sha256", Digest(*bytes) + "\n", sync);
+    const std::string digest = Digest(*bytes);
+    if (absl::Status s = WriteSidecar(path + ".sha256", digest + "\n", sync); !s.ok()) return s;
+    if (const char* dir = std::getenv("RECORDING_DDP_DIR"); dir != nullptr) {
+      std::ofstream out(absl::StrCat(dir, "/checksum.log"), std::ios::app);
+      out << digest << "\n";
+      if (!out.good()) return absl::InternalError(absl::StrCat("checksum: cannot write to ", dir));
+    }
+    return absl::OkStatus();
   }
 
   absl::StatusOr<std::string> Load(const std::string& path) override {
