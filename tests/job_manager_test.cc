@@ -1,7 +1,8 @@
 // The job manager's queue and its re-form decisions, with an in-process stand-in for the
 // trainer (JobRun) whose outcome each test scripts: FIFO placement where the head waits for its
 // workers, re-forming an elastic job on survivors plus an idle worker, re-queueing a drained job
-// until workers are back, cancelling a running job, and a job's own failure. No gRPC, no worker
+// until workers are back, cancelling a running job, a job's own failure, and a success published
+// once its workers are released (cancel and shutdown meanwhile). No gRPC, no worker
 // processes; the real trainer is tested end to end in jobs_e2e_test, elastic_job_test and
 // drain_test.
 #include <gmock/gmock.h>
@@ -136,7 +137,7 @@ class FakeRuns {
   std::vector<Placement> placements_ ABSL_GUARDED_BY(mu_);
   bool released_ ABSL_GUARDED_BY(mu_) = false;
   bool teardown_released_ ABSL_GUARDED_BY(mu_) = false;
-  bool tearing_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool tearing_down_ ABSL_GUARDED_BY(mu_) = false;  // one held teardown at a time
   friend class FakeRun;
 };
 
@@ -402,7 +403,7 @@ TEST_F(JobManagerTest, Success_PublishedOnceItsWorkersAreFree_CancelRefusedMeanw
 
 // A coordinator that stops while a success is releasing its workers stores SUCCEEDED: the next
 // one on the same database does not run the job again.
-TEST_F(JobManagerTest, Shutdown_DuringASuccesssTeardown_TheDatabaseKeepsItSucceeded) {
+TEST_F(JobManagerTest, Shutdown_WhileASuccessReleasesItsWorkers_TheDatabaseKeepsItSucceeded) {
   const std::string database = state_dir_ + "/coordinator.db";
   ASSERT_TRUE(manager_->Restore(database).ok());
   AddWorkers({"w0", "w1"});
@@ -416,21 +417,24 @@ TEST_F(JobManagerTest, Shutdown_DuringASuccesssTeardown_TheDatabaseKeepsItSuccee
         return runs_.tearing_down();
       },
       absl::Seconds(30)));
-  std::thread release([&] {
-    absl::SleepFor(absl::Milliseconds(200));
-    runs_.ReleaseTeardown();
-  });
-  manager_->Shutdown();
-  release.join();
+  // The teardown is held until the shutdown has begun (it then refuses new jobs), so the shutdown
+  // meets the job succeeding, not yet published.
+  std::thread shutdown([&] { manager_->Shutdown(); });
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return manager_->Submit(Spec("late", 1), false).status().code() ==
+               absl::StatusCode::kUnavailable;
+      },
+      absl::Seconds(10)));
+  EXPECT_EQ(Get(id).state(), v1::RUNNING);
+  absl::SleepFor(absl::Milliseconds(100));  // past Shutdown's loop over the jobs
+  runs_.ReleaseTeardown();
+  shutdown.join();
   manager_.reset();
 
   manager_ = MakeManager();
   ASSERT_TRUE(manager_->Restore(database).ok());
-  EXPECT_EQ(Get(id).state(), v1::SUCCEEDED);
-  manager_->Schedule();
-  absl::SleepFor(absl::Milliseconds(200));
-  manager_->Schedule();
-  EXPECT_EQ(runs_.placements().size(), 1u);
+  EXPECT_EQ(Get(id).state(), v1::SUCCEEDED);  // not RUNNING: it is not queued to run again
 }
 
 TEST_F(JobManagerTest, JobsOwnFailure_FailedWithItsMessage_NoRestart) {

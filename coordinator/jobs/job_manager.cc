@@ -36,6 +36,11 @@ absl::StatusOr<v1::DeleteJobResponse> JobManager::Delete(const std::string& id) 
   std::shared_ptr<JobRecord> job = Find(id);
   if (job == nullptr)
     return absl::NotFoundError(absl::StrCat("no job '", id, "'; see dtrain list"));
+  {
+    // Shutdown joins the jobs' threads itself: the wait below would not see them.
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return absl::UnavailableError("the coordinator is shutting down");
+  }
   if (!job->terminal() && !job->succeeding()) {
     return absl::FailedPreconditionError(
         absl::StrCat("job '", id, "' is ", v1::JobState_Name(job->state()),
@@ -251,15 +256,13 @@ std::vector<v1::JobStatus> JobManager::List(size_t first, size_t count, bool new
 absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& id) {
   std::shared_ptr<JobRecord> job = Find(id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
-  if (job->terminal()) {
+  if (!job->RequestCancelUnlessEnded()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job '", id, "' already ended (", v1::JobState_Name(job->state()), ")"));
+        absl::StrCat("job '", id, "' already ended (",
+                     job->terminal() ? v1::JobState_Name(job->state())
+                                     : "SUCCEEDED; it is releasing its workers",
+                     ")"));
   }
-  if (job->succeeding()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", id, "' already ended (SUCCEEDED; it is releasing its workers)"));
-  }
-  job->RequestCancel();
   bool was_queued = false;
   {
     absl::MutexLock lock(&mu_);
@@ -620,13 +623,11 @@ void JobManager::Shutdown() {
         absl::Seconds(30));
   }
   for (const auto& job : jobs) {
-    // A succeeding job is published by its thread, joined below; it ends SUCCEEDED, stored.
-    if (!job->terminal() && !job->succeeding()) {
-      // Interrupted, not cancelled: the database keeps it queued or running, so the next
-      // coordinator on this state directory resumes it.
-      job->SetStore(nullptr, /*insert=*/false);
-      job->RequestCancel();
-      if (job->state() == v1::QUEUED) job->Finish(v1::CANCELLED, "the coordinator shut down");
+    // Interrupted, not cancelled: the database keeps it queued or running, so the next
+    // coordinator on this state directory resumes it. A succeeding job is left to its thread,
+    // joined below, which stores SUCCEEDED.
+    if (job->Interrupt() && job->state() == v1::QUEUED) {
+      job->Finish(v1::CANCELLED, "the coordinator shut down");
     }
   }
   for (std::thread& t : threads) t.join();

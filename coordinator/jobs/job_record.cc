@@ -288,6 +288,23 @@ bool JobRecord::succeeding() const {
   return succeeding_;
 }
 
+bool JobRecord::RequestCancelUnlessEnded() {
+  absl::MutexLock lock(&mu_);
+  if (IsTerminal(status_.state()) || succeeding_) return false;
+  cancel_requested_ = true;
+  if (run_ != nullptr) run_->Cancel();
+  return true;
+}
+
+bool JobRecord::Interrupt() {
+  absl::MutexLock lock(&mu_);
+  if (IsTerminal(status_.state()) || succeeding_) return false;
+  store_ = nullptr;
+  cancel_requested_ = true;
+  if (run_ != nullptr) run_->Cancel();
+  return true;
+}
+
 v1::JobState JobRecord::state() const {
   absl::MutexLock lock(&mu_);
   return status_.state();

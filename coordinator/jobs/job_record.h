@@ -101,8 +101,8 @@ class JobRecord : public TrainerReporter {
   bool terminal() const;
   v1::JobState state() const;
   // The run succeeded and the job is releasing its workers, to be published SUCCEEDED once they
-  // are free: it has ended for a cancel, a delete and a coordinator's shutdown, which must not
-  // leave it RUNNING in the database to be run again.
+  // are free: it has ended for a cancel, a delete and a coordinator's shutdown (which must not
+  // leave it RUNNING in the database, to be run again after a restart).
   void MarkSucceeding();
   bool succeeding() const;
 
@@ -114,6 +114,13 @@ class JobRecord : public TrainerReporter {
 
   // Cancel: a running trainer is asked to stop; whoever holds it finishes the job.
   void RequestCancel();
+  // RequestCancel, unless the job has ended or is succeeding (false then): one check and act, so
+  // a run that succeeds meanwhile is not told it was cancelled.
+  bool RequestCancelUnlessEnded();
+  // A coordinator's shutdown, unless the job has ended or is succeeding (false then): the store
+  // is let go first, so the database keeps the job queued or running for the next coordinator,
+  // then the run is asked to stop.
+  bool Interrupt();
   bool cancel_requested() const;
   // The registry holds `worker` LOST (`why`): the running run, if any, stops calling it.
   void WorkerLost(const std::string& worker, const std::string& why);

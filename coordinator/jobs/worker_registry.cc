@@ -210,8 +210,9 @@ std::vector<v1::WorkerInfo> WorkerRegistry::Reserve(
     w.set_assigned_job_id(job_id);
     // Placed again on the job it tore down (a requeued job keeps its id): its heartbeats of
     // that job count again.
-    std::string& torn_down = workers_[w.name()].torn_down_job;
-    if (torn_down == job_id) torn_down.clear();
+    auto it = workers_.find(w.name());
+    if (it != workers_.end() && it->second.torn_down_job == job_id)
+      it->second.torn_down_job.clear();
   }
   return chosen;
 }

@@ -98,7 +98,9 @@ class WorkerRegistry final {
     absl::Time last_seen;
     bool draining = false;  // for the rest of this incarnation, LOST or not
     // The job this worker last tore down: a heartbeat reporting it was sent before the
-    // teardown, and does not make the worker busy again.
+    // teardown, and does not make the worker busy again. Until a heartbeat reports anything
+    // else, the worker is reserved for that job again (a requeued job keeps its id), or it
+    // registers.
     std::string torn_down_job;
   };
   // The workers registered with `self`'s host but `self`, not LOST, with their cores.
