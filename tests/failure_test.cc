@@ -178,8 +178,8 @@ TEST_P(MemberDiesTest, SurvivorsGetNamedErrorWithinHeartbeatTimeout) {
       // Inside the collective, the death is known at once from the dropped call.
       EXPECT_THAT(std::string(first[r].message()), HasSubstr("abandoned"));
     }
-    // Heartbeat timeout is 1 s; allow scheduling slack on a loaded 2-core machine.
-    EXPECT_LT(when[r] - kill_time, absl::Seconds(4)) << "rank " << r;
+    // Heartbeat timeout is 2 s; allow scheduling slack on a loaded 2-core machine.
+    EXPECT_LT(when[r] - kill_time, absl::Seconds(5)) << "rank " << r;
   }
 }
 

@@ -3,8 +3,9 @@
 # only what exists, the worker's layering (tests/check_layering.py) and that commit subjects
 # fit 72 characters, builds with -Werror, runs clang's thread-safety analysis over common/,
 # coordinator/, client/ and worker/, and runs ctest.
-# The 64-rank load test runs alone after the others, so its CPU load cannot starve their
-# timing-sensitive liveness checks on a 2-core machine.
+# The tests labelled `load` (64 ranks in one group; a 1 GiB all_reduce) run alone after the
+# others, so their CPU load cannot starve the others' timing-sensitive liveness checks on a
+# 2-core machine.
 # A skipped test is a failure unless tests/allowed_skips.txt allows it with its reason
 # (tests/check_skips.py; inside pytest, DTRAIN_FAIL_ON_SKIP): CI runs as root with network
 # namespaces, so a test that skips there for want of them has silently not run.

@@ -143,9 +143,9 @@ TEST_F(WorkersServiceTest, RegisterHeartbeatListUnregister_RoundTrip) {
   plugin->set_name("my-ddp");
   v1::RegisterWorkerResponse registered;
   ASSERT_TRUE(Register(*admin_, w, &registered).ok());
-  // FastOptions: a 100 ms interval and a 1 s timeout, well under the heartbeat budget.
+  // FastOptions: a 100 ms interval and a 2 s timeout, well under the heartbeat budget.
   EXPECT_EQ(registered.heartbeat_interval_ms(), 100);
-  EXPECT_EQ(registered.heartbeat_timeout_ms(), 1000);
+  EXPECT_EQ(registered.heartbeat_timeout_ms(), 2000);
 
   auto listed = List(*admin_);
   ASSERT_TRUE(listed.ok()) << listed.status();
@@ -165,7 +165,7 @@ TEST_F(WorkersServiceTest, RegisterHeartbeatListUnregister_RoundTrip) {
   v1::WorkerHeartbeatResponse beat;
   ASSERT_TRUE(Heartbeat(*admin_, "w1", 0x1234, "job-7", &beat).ok());
   EXPECT_EQ(beat.heartbeat_interval_ms(), 100);
-  EXPECT_EQ(beat.heartbeat_timeout_ms(), 1000);
+  EXPECT_EQ(beat.heartbeat_timeout_ms(), 2000);
   EXPECT_TRUE(beat.abandoned_job().empty());
   EXPECT_FALSE(beat.release_pending());
   listed = List(*admin_);
