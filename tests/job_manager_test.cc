@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/job_store.h"
 #include "coordinator/jobs/testing/fake_worker_group.h"
 #include "coordinator/jobs/trainer.h"
 #include "coordinator/jobs/worker_registry.h"
@@ -435,6 +438,76 @@ TEST_F(JobManagerTest, Shutdown_WhileASuccessReleasesItsWorkers_TheDatabaseKeeps
   manager_ = MakeManager();
   ASSERT_TRUE(manager_->Restore(database).ok());
   EXPECT_EQ(Get(id).state(), v1::SUCCEEDED);  // not RUNNING: it is not queued to run again
+}
+
+// A coordinator SIGKILLed while a success releases its workers: the database, as the kill
+// leaves it (its files copied while the teardown is held), already has the job SUCCEEDED, so
+// a restart does not run it again.
+TEST_F(JobManagerTest, KilledWhileASuccessReleasesItsWorkers_TheDatabaseHasItSucceeded) {
+  const std::string database = state_dir_ + "/coordinator.db";
+  ASSERT_TRUE(manager_->Restore(database).ok());
+  AddWorkers({"w0", "w1"});
+  Script script;
+  script.hold_teardown = true;
+  runs_.Push(script);
+  const std::string id = Submit(Spec("ending", 2));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        manager_->Schedule();
+        return runs_.tearing_down();
+      },
+      absl::Seconds(30)));
+  EXPECT_EQ(Get(id).state(), v1::RUNNING);  // published once the workers are free
+  const std::string killed = state_dir_ + "/as-killed";
+  std::filesystem::create_directories(killed);
+  for (const char* suffix : {"", "-wal"}) {
+    if (std::filesystem::exists(database + suffix)) {
+      std::filesystem::copy_file(database + suffix, killed + "/coordinator.db" + suffix);
+    }
+  }
+  runs_.ReleaseTeardown();
+  ASSERT_TRUE(WaitForState(id, v1::SUCCEEDED));
+
+  auto store = JobStore::Open(killed + "/coordinator.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<std::string> skipped;
+  auto jobs = (*store)->LoadAll(&skipped);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ(jobs->front().status.id(), id);
+  EXPECT_EQ(jobs->front().status.state(), v1::SUCCEEDED);
+  EXPECT_EQ(jobs->front().status.progress().phase(), "done");
+  EXPECT_GT(jobs->front().status.finished_unix_ms(), 0);
+}
+
+// A delete of a job whose success is releasing its workers waits for the release (the job's
+// thread still uses its record and files), then removes it.
+TEST_F(JobManagerTest, DeleteWhileASuccessReleasesItsWorkers_WaitsThenRemovesIt) {
+  AddWorkers({"w0", "w1"});
+  Script script;
+  script.hold_teardown = true;
+  runs_.Push(script);
+  const std::string id = Submit(Spec("ending", 2));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        manager_->Schedule();
+        return runs_.tearing_down();
+      },
+      absl::Seconds(30)));
+  std::atomic<bool> returned{false};
+  absl::StatusOr<v1::DeleteJobResponse> deleted;
+  std::thread deleter([&] {
+    deleted = manager_->Delete(id);
+    returned = true;
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(returned.load());  // still releasing
+  EXPECT_TRUE(manager_->Get(id, false).ok());
+  runs_.ReleaseTeardown();
+  deleter.join();
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(deleted->id(), id);
+  EXPECT_EQ(manager_->Get(id, false).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(JobManagerTest, JobsOwnFailure_FailedWithItsMessage_NoRestart) {

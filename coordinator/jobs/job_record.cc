@@ -281,6 +281,7 @@ bool JobRecord::terminal() const {
 void JobRecord::MarkSucceeding() {
   absl::MutexLock lock(&mu_);
   succeeding_ = true;
+  PersistLocked(/*force=*/true);
 }
 
 bool JobRecord::succeeding() const {
@@ -374,7 +375,17 @@ void JobRecord::PersistLocked(bool force) {
   const absl::Time now = absl::Now();
   if (!force && now - last_persist_ < absl::Seconds(1)) return;
   last_persist_ = now;
-  Report(store_->Update(status_));
+  if (!succeeding_ || IsTerminal(status_.state())) {
+    Report(store_->Update(status_));
+    return;
+  }
+  // What Finish will publish once the workers are free (MarkSucceeding).
+  v1::JobStatus stored = status_;
+  stored.set_state(v1::SUCCEEDED);
+  stored.clear_reason();
+  stored.set_finished_unix_ms(absl::ToUnixMillis(now));
+  stored.mutable_progress()->set_phase("done");
+  Report(store_->Update(stored));
 }
 
 void JobRecord::Report(const absl::Status& status) {

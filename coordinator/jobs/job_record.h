@@ -101,8 +101,9 @@ class JobRecord : public TrainerReporter {
   bool terminal() const;
   v1::JobState state() const;
   // The run succeeded and the job is releasing its workers, to be published SUCCEEDED once they
-  // are free: it has ended for a cancel, a delete and a coordinator's shutdown (which must not
-  // leave it RUNNING in the database, to be run again after a restart).
+  // are free: it has ended for a cancel, a delete and a coordinator's shutdown. The database
+  // records SUCCEEDED at once, so that a coordinator killed during the release does not run the
+  // job again after a restart; readers of this coordinator see RUNNING until the publish.
   void MarkSucceeding();
   bool succeeding() const;
 
