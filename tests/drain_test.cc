@@ -194,7 +194,7 @@ TEST_F(DrainTest, StoppedWorkerReplacedByAnIdleOne_NoRestartUsed_EndsAsAnUninter
   std::string id;
   const std::string victim = SubmitAndStopAWorker(&id);
   ASSERT_FALSE(victim.empty());
-  ExpectCleanExit(victim, absl::Seconds(20));
+  ExpectCleanExit(victim, absl::Seconds(50));
   const v1::JobStatus done = WaitForEnd(id);
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
   EXPECT_EQ(done.workers_size(), 2);
@@ -210,7 +210,7 @@ TEST_F(DrainTest, NoIdleWorker_JobWaitsQueued_ResumesWhenOneJoins) {
   std::string id;
   const std::string victim = SubmitAndStopAWorker(&id);
   ASSERT_FALSE(victim.empty());
-  ExpectCleanExit(victim, absl::Seconds(20));
+  ExpectCleanExit(victim, absl::Seconds(50));
   ASSERT_TRUE(
       WaitFor([&] { return cluster_->GetJob(id).state() == v1::QUEUED; }, absl::Seconds(20)));
   const v1::JobStatus waiting = cluster_->GetJob(id);

@@ -108,7 +108,7 @@ class MemberDiesTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MemberDiesTest, SurvivorsGetNamedErrorWithinHeartbeatTimeout) {
   const std::string action = GetParam();
-  auto coordinator = StartCoordinator();  // heartbeat timeout 1 s
+  auto coordinator = StartCoordinator();  // heartbeat timeout 2 s
   ASSERT_NE(coordinator, nullptr);
   const std::string group = "dies-" + action;
   auto victim = Subprocess::Start({DTRAIN_TEST_RANK_BIN, "--coordinator=" + coordinator->address(),
@@ -179,7 +179,7 @@ TEST_P(MemberDiesTest, SurvivorsGetNamedErrorWithinHeartbeatTimeout) {
       EXPECT_THAT(std::string(first[r].message()), HasSubstr("abandoned"));
     }
     // Heartbeat timeout is 2 s; allow scheduling slack on a loaded 2-core machine.
-    EXPECT_LT(when[r] - kill_time, absl::Seconds(5)) << "rank " << r;
+    EXPECT_LT(when[r] - kill_time, absl::Seconds(8)) << "rank " << r;
   }
 }
 

@@ -151,7 +151,7 @@ TEST(Rendezvous, FullGroupTwiceAndWrongSize_ClearErrors) {
   EXPECT_THAT(std::string(full.message()), HasSubstr("is full"));
 
   // A forming group refuses members that ask for another size, and a second registration.
-  std::thread first([&] { RegisterRaw(*stub, "forming", 3, 1, 0, 2000).IgnoreError(); });
+  std::thread first([&] { RegisterRaw(*stub, "forming", 3, 1, 0, 6000).IgnoreError(); });
   ASSERT_TRUE(WaitFor(
       [&] {
         grpc::ClientContext c;
@@ -229,7 +229,7 @@ TEST(Rendezvous, ElasticGroup_FormsWithMinimumAfterSettle) {
         o.world_size = 5;
         o.min_world_size = 2;
         // Long enough that all three threads join on a loaded machine before it settles.
-        o.settle_timeout = absl::Seconds(2);
+        o.settle_timeout = absl::Seconds(5);
       });
   for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(sizes, (std::vector<int>{3, 3, 3}));

@@ -145,10 +145,10 @@ TEST_F(StructuredLogTest, Json_EveryLineParses_EventsCarryTheirFields) {
 TEST_F(StructuredLogTest, WarningLevel_DropsInfo_KeepsALostWorker) {
   ASSERT_TRUE(cluster_->StartCoordinator(
       "127.0.0.1:0",
-      {"--log_level=warning", "--heartbeat-interval=500ms", "--heartbeat-timeout=2s"},
+      {"--log_level=warning", "--heartbeat-interval=500ms", "--heartbeat-timeout=5s"},
       To("coordinator")));
   for (const char* w : {"w0", "w1"}) ASSERT_TRUE(cluster_->AddWorker(w));
-  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(30)));
   RunJob();
   cluster_->worker("w1").process().Kill(SIGKILL);
   std::vector<std::string> lines;
@@ -185,7 +185,7 @@ TEST_F(StructuredLogTest, GroupThatDoesNotForm_OneWarningForItsWaitingMembers) {
       request.set_local_devices(1);
       request.set_world_size(3);
       request.set_incarnation(100 + i);
-      request.set_timeout_ms(500);
+      request.set_timeout_ms(3000);
       v1::RegisterResponse response;
       statuses[i] = stub->Register(&context, request, &response);
     });

@@ -50,7 +50,7 @@ class Cluster:
         self.coordinator = self._start([
             _binary("DTRAIN_COORDINATOR_BIN"), "--listen=127.0.0.1:0", f"--port_file={port_file}",
             "--http_listen=127.0.0.1:0", f"--http_port_file={http_port_file}",
-            f"--state_dir={directory}/state", "--heartbeat_timeout=3s", *coordinator_flags],
+            f"--state_dir={directory}/state", "--heartbeat_timeout=6s", *coordinator_flags],
             "coordinator")
         self.address = f"127.0.0.1:{_wait_for_port(port_file, self.coordinator)}"
         # The dashboard and HTTP API (its port file is written before the gRPC one).
