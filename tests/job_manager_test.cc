@@ -22,7 +22,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/jobs/job_manager.h"
-#include "coordinator/jobs/job_store.h"
 #include "coordinator/jobs/testing/fake_worker_group.h"
 #include "coordinator/jobs/trainer.h"
 #include "coordinator/jobs/worker_registry.h"
@@ -42,6 +41,7 @@ struct Script {
   std::vector<std::string> drained;  // let go after a checkpoint
   bool hold = false;                 // Run waits until Release (or Cancel)
   bool hold_teardown = false;        // Teardown waits until ReleaseTeardown
+  bool ignores_cancel = false;       // Run returns `status` even when cancelled
 };
 
 // One placement, as the manager made it.
@@ -147,7 +147,7 @@ class FakeRuns {
 absl::Status FakeRun::Run() {
   if (script_.hold) runs_->WaitForRelease(*this);
   absl::MutexLock lock(&mu_);
-  if (cancelled_) return absl::CancelledError("the job was cancelled");
+  if (cancelled_ && !script_.ignores_cancel) return absl::CancelledError("the job was cancelled");
   return script_.status;
 }
 
@@ -433,16 +433,22 @@ TEST_F(JobManagerTest, Shutdown_WhileASuccessReleasesItsWorkers_TheDatabaseKeeps
   absl::SleepFor(absl::Milliseconds(100));  // past Shutdown's loop over the jobs
   runs_.ReleaseTeardown();
   shutdown.join();
+  const v1::JobStatus published = Get(id);
+  EXPECT_EQ(published.state(), v1::SUCCEEDED);
   manager_.reset();
 
   manager_ = MakeManager();
   ASSERT_TRUE(manager_->Restore(database).ok());
   EXPECT_EQ(Get(id).state(), v1::SUCCEEDED);  // not RUNNING: it is not queued to run again
+  // The job's thread stored the publish itself (the shutdown left it the store), not only the
+  // view MarkSucceeding stored before the teardown: its time is the publish's.
+  EXPECT_EQ(Get(id).finished_unix_ms(), published.finished_unix_ms());
 }
 
 // A coordinator SIGKILLed while a success releases its workers: the database, as the kill
 // leaves it (its files copied while the teardown is held), already has the job SUCCEEDED, so
-// a restart does not run it again.
+// a restart does not run it again; and the workers, never told to tear it down, are told to
+// drop it when they heartbeat to the restarted coordinator.
 TEST_F(JobManagerTest, KilledWhileASuccessReleasesItsWorkers_TheDatabaseHasItSucceeded) {
   const std::string database = state_dir_ + "/coordinator.db";
   ASSERT_TRUE(manager_->Restore(database).ok());
@@ -468,16 +474,27 @@ TEST_F(JobManagerTest, KilledWhileASuccessReleasesItsWorkers_TheDatabaseHasItSuc
   runs_.ReleaseTeardown();
   ASSERT_TRUE(WaitForState(id, v1::SUCCEEDED));
 
-  auto store = JobStore::Open(killed + "/coordinator.db");
-  ASSERT_TRUE(store.ok()) << store.status();
-  std::vector<std::string> skipped;
-  auto jobs = (*store)->LoadAll(&skipped);
-  ASSERT_TRUE(jobs.ok()) << jobs.status();
-  ASSERT_EQ(jobs->size(), 1u);
-  EXPECT_EQ(jobs->front().status.id(), id);
-  EXPECT_EQ(jobs->front().status.state(), v1::SUCCEEDED);
-  EXPECT_EQ(jobs->front().status.progress().phase(), "done");
-  EXPECT_GT(jobs->front().status.finished_unix_ms(), 0);
+  // The restarted coordinator: its own registry, which the workers join again.
+  WorkerRegistry registry(absl::Seconds(5));
+  ASSERT_TRUE(registry.Register(Worker("w0"), absl::Now()).ok());
+  JobManagerOptions options;
+  options.state_dir = killed;
+  options.make_run = runs_.Factory();
+  JobManager restarted(options, &registry);
+  ASSERT_TRUE(restarted.Restore(killed + "/coordinator.db").ok());
+  absl::StatusOr<v1::JobStatus> status = restarted.Get(id, false);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->state(), v1::SUCCEEDED);
+  EXPECT_EQ(status->progress().phase(), "done");
+  EXPECT_GT(status->finished_unix_ms(), 0);
+  v1::WorkerHeartbeatRequest beat;
+  beat.set_name("w0");
+  beat.set_incarnation(7);
+  beat.set_job_id(id);
+  v1::WorkerHeartbeatResponse response;
+  ASSERT_TRUE(registry.Heartbeat(beat, absl::Now(), &response).ok());
+  EXPECT_EQ(response.abandoned_job(), id);
+  restarted.Shutdown();
 }
 
 // A delete of a job whose success is releasing its workers waits for the release (the job's
@@ -508,6 +525,28 @@ TEST_F(JobManagerTest, DeleteWhileASuccessReleasesItsWorkers_WaitsThenRemovesIt)
   ASSERT_TRUE(deleted.ok()) << deleted.status();
   EXPECT_EQ(deleted->id(), id);
   EXPECT_EQ(manager_->Get(id, false).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A run that succeeds just as the coordinator shuts down (the shutdown's interrupt came first,
+// the run had finished its work): a success is never resumed, so the database has it
+// SUCCEEDED for the next coordinator.
+TEST_F(JobManagerTest, SuccessLandingAfterTheShutdownsInterrupt_StoredSucceeded) {
+  const std::string database = state_dir_ + "/coordinator.db";
+  ASSERT_TRUE(manager_->Restore(database).ok());
+  AddWorkers({"w0", "w1"});
+  Script script;
+  script.hold = true;
+  script.ignores_cancel = true;
+  runs_.Push(script);
+  const std::string id = Submit(Spec("late-success", 2));
+  ASSERT_TRUE(WaitForState(id, v1::RUNNING));
+  manager_->Shutdown();  // interrupts the held run, which returns its success all the same
+  EXPECT_EQ(Get(id).state(), v1::SUCCEEDED);
+  manager_.reset();
+
+  manager_ = MakeManager();
+  ASSERT_TRUE(manager_->Restore(database).ok());
+  EXPECT_EQ(Get(id).state(), v1::SUCCEEDED);  // not RUNNING, to be run again
 }
 
 TEST_F(JobManagerTest, JobsOwnFailure_FailedWithItsMessage_NoRestart) {

@@ -314,6 +314,7 @@ absl::Status JobManager::Restore(const std::string& path) {
   for (const std::string& id : skipped) {
     LogWarning(absl::StrCat("job ", id, " in ", path, " does not parse; skipped"), {{"job", id}});
   }
+  std::vector<std::string> ran;  // RUNNING when the last coordinator stopped
   for (JobStore::StoredJob& record : stored) {
     const std::string id = record.status.id();
     auto job = std::make_shared<JobRecord>(
@@ -325,9 +326,16 @@ absl::Status JobManager::Restore(const std::string& path) {
         job->Release();
       }
     }
-    if (!job->terminal() && state == v1::RUNNING) {
-      // Workers still holding the old run are told to drop it (heartbeat's abandoned_job).
+    // Workers still holding a run of an ended job are told to drop it (heartbeat's
+    // abandoned_job): the last coordinator may have been killed during its teardown, after the
+    // database recorded its end. The RUNNING ones are marked below, last, so that the registry's
+    // bounded memory of ended jobs keeps them whatever the number of finished jobs.
+    if (IsTerminal(state)) {
       workers_->MarkEnded(id);
+    } else if (state == v1::RUNNING) {
+      ran.push_back(id);
+    }
+    if (!job->terminal() && state == v1::RUNNING) {
       const std::string checkpoint = job->checkpoint();
       // Before its first checkpoint the run starts where the user asked it to, not from scratch.
       const std::string& start = job->spec().ckpt_path();
@@ -350,6 +358,7 @@ absl::Status JobManager::Restore(const std::string& path) {
     order_.push_back(id);
     if (!job->terminal()) queue_.push_back(id);
   }
+  for (const std::string& id : ran) workers_->MarkEnded(id);
   return absl::OkStatus();
 }
 

@@ -281,6 +281,9 @@ bool JobRecord::terminal() const {
 void JobRecord::MarkSucceeding() {
   absl::MutexLock lock(&mu_);
   succeeding_ = true;
+  // A shutdown that came just before the run's success: a run that succeeded is never to be
+  // resumed, so its end is stored after all.
+  if (store_ == nullptr) store_ = interrupted_store_;
   PersistLocked(/*force=*/true);
 }
 
@@ -300,6 +303,7 @@ bool JobRecord::RequestCancelUnlessEnded() {
 bool JobRecord::Interrupt() {
   absl::MutexLock lock(&mu_);
   if (IsTerminal(status_.state()) || succeeding_) return false;
+  interrupted_store_ = store_;
   store_ = nullptr;
   cancel_requested_ = true;
   if (run_ != nullptr) run_->Cancel();

@@ -152,6 +152,8 @@ class JobRecord : public TrainerReporter {
   bool succeeding_ ABSL_GUARDED_BY(mu_) = false;
   const bool restored_ = false;
   JobStore* store_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The store Interrupt let go of: a run that succeeds all the same stores its success there.
+  JobStore* interrupted_store_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Time last_persist_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool store_error_reported_ ABSL_GUARDED_BY(mu_) = false;
   std::string ckpt_path_ ABSL_GUARDED_BY(mu_);
