@@ -98,7 +98,7 @@ TEST_F(StructuredLogTest, Json_EveryLineParses_EventsCarryTheirFields) {
   for (const char* w : {"w0", "w1"}) {
     ASSERT_TRUE(cluster_->AddWorker(w, {"--log_format=json"}, To(w)));
   }
-  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(30)));
   const std::string id = RunJob();
   // w1 stops: the coordinator logs its leaving, w1 its drain.
   ASSERT_EQ(cluster_->worker("w1").Stop(), 0);
@@ -159,7 +159,7 @@ TEST_F(StructuredLogTest, WarningLevel_DropsInfo_KeepsALostWorker) {
         for (std::string line; std::getline(in, line);) lines.push_back(line);
         return !lines.empty() && absl::StrContains(lines.back(), "lost");
       },
-      absl::Seconds(10)));
+      absl::Seconds(30)));
   for (const std::string& line : lines) {
     EXPECT_THAT(line, ::testing::AnyOf(HasSubstr(" WARNING "), HasSubstr(" ERROR "))) << line;
   }

@@ -748,7 +748,7 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
 }
 
 // A worker killed mid-job: its peer's next step fails, naming the dead rank, within the
-// heartbeat timeout (1 s here), over every backend.
+// heartbeat timeout (FastOptions'), over every backend.
 TEST_P(WorkerServiceBackendTest, DeadPeer_NamedToTheSurvivor) {
   auto a = StartWorker(), b = StartWorker();
   ASSERT_TRUE(a && b);
