@@ -251,6 +251,22 @@ class JobManagerTest : public ::testing::Test {
     return status.ok() ? status->id() : "";
   }
   v1::JobStatus Get(const std::string& id) { return *manager_->Get(id, false); }
+  // A 2-worker job whose run succeeded and whose teardown is held (ReleaseTeardown): it is
+  // succeeding, not yet published. Its id, or "" when the teardown was not reached in 30 s.
+  std::string SucceedingWithTeardownHeld() {
+    AddWorkers({"w0", "w1"});
+    Script script;
+    script.hold_teardown = true;
+    runs_.Push(script);
+    const std::string id = Submit(Spec("ending", 2));
+    const bool held = WaitFor(
+        [&] {
+          manager_->Schedule();
+          return runs_.tearing_down();
+        },
+        absl::Seconds(30));
+    return held ? id : "";
+  }
   // Schedules (as the coordinator's monitor does each tick) until `state`, at most 30 s.
   bool WaitForState(const std::string& id, v1::JobState state) {
     return WaitFor(
@@ -409,17 +425,8 @@ TEST_F(JobManagerTest, Success_PublishedOnceItsWorkersAreFree_CancelRefusedMeanw
 TEST_F(JobManagerTest, Shutdown_WhileASuccessReleasesItsWorkers_TheDatabaseKeepsItSucceeded) {
   const std::string database = state_dir_ + "/coordinator.db";
   ASSERT_TRUE(manager_->Restore(database).ok());
-  AddWorkers({"w0", "w1"});
-  Script script;
-  script.hold_teardown = true;
-  runs_.Push(script);
-  const std::string id = Submit(Spec("ending", 2));
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        manager_->Schedule();
-        return runs_.tearing_down();
-      },
-      absl::Seconds(30)));
+  const std::string id = SucceedingWithTeardownHeld();
+  ASSERT_FALSE(id.empty());
   // The teardown is held until the shutdown has begun (it then refuses new jobs), so the shutdown
   // meets the job succeeding, not yet published.
   std::thread shutdown([&] { manager_->Shutdown(); });
@@ -452,17 +459,8 @@ TEST_F(JobManagerTest, Shutdown_WhileASuccessReleasesItsWorkers_TheDatabaseKeeps
 TEST_F(JobManagerTest, KilledWhileASuccessReleasesItsWorkers_TheDatabaseHasItSucceeded) {
   const std::string database = state_dir_ + "/coordinator.db";
   ASSERT_TRUE(manager_->Restore(database).ok());
-  AddWorkers({"w0", "w1"});
-  Script script;
-  script.hold_teardown = true;
-  runs_.Push(script);
-  const std::string id = Submit(Spec("ending", 2));
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        manager_->Schedule();
-        return runs_.tearing_down();
-      },
-      absl::Seconds(30)));
+  const std::string id = SucceedingWithTeardownHeld();
+  ASSERT_FALSE(id.empty());
   EXPECT_EQ(Get(id).state(), v1::RUNNING);  // published once the workers are free
   const std::string killed = state_dir_ + "/as-killed";
   std::filesystem::create_directories(killed);
@@ -500,17 +498,8 @@ TEST_F(JobManagerTest, KilledWhileASuccessReleasesItsWorkers_TheDatabaseHasItSuc
 // A delete of a job whose success is releasing its workers waits for the release (the job's
 // thread still uses its record and files), then removes it.
 TEST_F(JobManagerTest, DeleteWhileASuccessReleasesItsWorkers_WaitsThenRemovesIt) {
-  AddWorkers({"w0", "w1"});
-  Script script;
-  script.hold_teardown = true;
-  runs_.Push(script);
-  const std::string id = Submit(Spec("ending", 2));
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        manager_->Schedule();
-        return runs_.tearing_down();
-      },
-      absl::Seconds(30)));
+  const std::string id = SucceedingWithTeardownHeld();
+  ASSERT_FALSE(id.empty());
   std::atomic<bool> returned{false};
   absl::StatusOr<v1::DeleteJobResponse> deleted;
   std::thread deleter([&] {
