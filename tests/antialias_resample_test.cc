@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 namespace dtrain {
-namespace {
+namespace antialias_resample_test {
 
 std::vector<uint8_t> Noise(int h, int w, int channels, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -125,5 +125,5 @@ TEST(AntialiasResample, TapsCoverTheInputAndSumToOne) {
   }
 }
 
-}  // namespace
+}  // namespace antialias_resample_test
 }  // namespace dtrain

@@ -17,7 +17,7 @@
 #include "worker/service/artifact_cache.h"
 
 namespace dtrain {
-namespace {
+namespace artifact_cache_test {
 
 std::string DigestOf(const std::string& bytes) {
   Sha256 hash;
@@ -197,5 +197,5 @@ TEST(ArtifactCache, ChangedCopies_VerifiedAgain_TamperedOnesFetchedAnew) {
   EXPECT_EQ(contents(planted), std::string(5000, 'x')) << "the link's target was written";
 }
 
-}  // namespace
+}  // namespace artifact_cache_test
 }  // namespace dtrain

@@ -17,7 +17,7 @@
 #include "coordinator/artifacts/artifact_store.h"
 
 namespace dtrain {
-namespace {
+namespace artifact_store_test {
 
 using ::testing::HasSubstr;
 
@@ -136,5 +136,5 @@ TEST(ArtifactStore, VerifiedUploads_OneCopyPerContent_LimitsAndReopen) {
   EXPECT_EQ((*reopened)->Delete(digest).code(), absl::StatusCode::kNotFound);
 }
 
-}  // namespace
+}  // namespace artifact_store_test
 }  // namespace dtrain

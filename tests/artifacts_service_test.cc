@@ -20,7 +20,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain::testing {
-namespace {
+namespace artifacts_service_test {
 
 using ::testing::HasSubstr;
 
@@ -253,5 +253,5 @@ TEST_F(ArtifactsServiceTest, CorruptedStoredFile_FetchRefusedByName_NothingKept)
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/out"));
 }
 
-}  // namespace
+}  // namespace artifacts_service_test
 }  // namespace dtrain::testing

@@ -11,7 +11,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain::testing {
-namespace {
+namespace bad_input_test {
 
 using ::testing::HasSubstr;
 
@@ -258,5 +258,5 @@ TEST_F(BadInputTest, OpenStreamsPerMember_Capped) {
   ExpectGroupsUnharmed();
 }
 
-}  // namespace
+}  // namespace bad_input_test
 }  // namespace dtrain::testing

@@ -27,7 +27,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain {
-namespace {
+namespace bounded_http_server_test {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -292,5 +292,5 @@ TEST(BoundedHttpServer, LargeAnswer_ArrivesWhole) {
   EXPECT_TRUE(same);
 }
 
-}  // namespace
+}  // namespace bounded_http_server_test
 }  // namespace dtrain

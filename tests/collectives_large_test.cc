@@ -8,7 +8,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain::testing {
-namespace {
+namespace collectives_large_test {
 
 TEST(Collectives, AllReduce_OneGiBTensor_StreamsAndIsCorrect) {
   // Production-like liveness settings: this test is about size, not about heartbeats.
@@ -35,5 +35,5 @@ TEST(Collectives, AllReduce_OneGiBTensor_StreamsAndIsCorrect) {
   for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s;
 }
 
-}  // namespace
+}  // namespace collectives_large_test
 }  // namespace dtrain::testing

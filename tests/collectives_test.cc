@@ -16,7 +16,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain::testing {
-namespace {
+namespace collectives_test {
 
 // Crosses the reducer's 1024-element blocks and is not a multiple of them.
 const std::vector<int64_t> kShape = {3, 701};
@@ -361,5 +361,5 @@ TEST(Collectives, ResultsOver4And64MiB_ReadByAClientWithGrpcDefaultLimits) {
   }
 }
 
-}  // namespace
+}  // namespace collectives_test
 }  // namespace dtrain::testing

@@ -17,7 +17,7 @@
 #include "common/tensor.h"
 
 namespace dtrain {
-namespace {
+namespace common_test {
 
 v1::TensorMeta Meta(v1::DType dtype, std::vector<int64_t> shape) {
   v1::TensorMeta m;
@@ -86,7 +86,7 @@ TEST(GrpcStatus, ConversionKeepsCodeAndMessage) {
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
 }
 
-}  // namespace
+}  // namespace common_test
 // Issue 38: a file written atomically never writes through a link someone planted at its name,
 // and comes out with the mode asked for; a write that fails leaves nothing behind.
 TEST(AtomicFile, ReplacesAPlantedLink_NeverWritesThroughIt_ModeAsAsked) {

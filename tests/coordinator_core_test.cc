@@ -16,7 +16,7 @@
 #include "coordinator/collectives/kv_store.h"
 
 namespace dtrain {
-namespace {
+namespace coordinator_core_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -457,5 +457,5 @@ TEST(KeyValueStoreTest, Stop_FailsWaitersUnavailable) {
   EXPECT_EQ(got->status().code(), absl::StatusCode::kUnavailable);
 }
 
-}  // namespace
+}  // namespace coordinator_core_test
 }  // namespace dtrain

@@ -18,7 +18,7 @@
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
-namespace {
+namespace coordinator_restart_test {
 
 using ::testing::HasSubstr;
 
@@ -140,5 +140,5 @@ TEST_F(CoordinatorRestartTest, CheckpointGoneAfterRestart_JobFailsSayingSo) {
   ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(15)));
 }
 
-}  // namespace
+}  // namespace coordinator_restart_test
 }  // namespace dtrain::testing

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 namespace dtrain {
-namespace {
+namespace cpu_affinity_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -190,5 +190,5 @@ TEST(CpuPlacement, MoreWorkersThanCores_NotPinnedOneThreadEach_AndSaysSo) {
   EXPECT_THAT(q.reason, HasSubstr("1 other worker(s) here run unpinned"));
 }
 
-}  // namespace
+}  // namespace cpu_affinity_test
 }  // namespace dtrain

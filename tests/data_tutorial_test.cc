@@ -26,7 +26,7 @@
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
-namespace {
+namespace data_tutorial_test {
 
 using ::testing::HasSubstr;
 
@@ -204,5 +204,5 @@ TEST_F(DataTutorial, AShardTheServerDoesNotHaveFailsTheJobNamingItsUrlAndRank) {
   EXPECT_TRUE(named) << job.reason();
 }
 
-}  // namespace
+}  // namespace data_tutorial_test
 }  // namespace dtrain::testing

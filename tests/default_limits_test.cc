@@ -19,7 +19,7 @@
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
-namespace {
+namespace default_limits_test {
 
 using ::testing::HasSubstr;
 
@@ -153,5 +153,5 @@ TEST(DefaultLimits, JobsService_ListLogsAndMetricsOver4And64MiB_InPages) {
   EXPECT_GE(metric_pages, 2);
 }
 
-}  // namespace
+}  // namespace default_limits_test
 }  // namespace dtrain::testing

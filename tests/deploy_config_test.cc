@@ -23,7 +23,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain::testing {
-namespace {
+namespace deploy_config_test {
 
 const std::string kDeploy = DTRAIN_SOURCE_DIR "/deploy";
 
@@ -325,5 +325,5 @@ TEST(DeployConfig, LocalClusterScript_RefusesBadCountsByName) {
   EXPECT_FALSE(std::filesystem::exists(state + "/coordinator.pid")) << "nothing was started";
 }
 
-}  // namespace
+}  // namespace deploy_config_test
 }  // namespace dtrain::testing

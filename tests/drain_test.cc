@@ -26,7 +26,7 @@
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
-namespace {
+namespace drain_test {
 
 using ::testing::AnyOf;
 using ::testing::Contains;
@@ -330,5 +330,5 @@ TEST_F(DrainTest, IdleWorker_ExitsAtOnce_AndIsUnregistered) {
   EXPECT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 1; }, absl::Seconds(5)));
 }
 
-}  // namespace
+}  // namespace drain_test
 }  // namespace dtrain::testing

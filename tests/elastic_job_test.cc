@@ -22,7 +22,7 @@
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
-namespace {
+namespace elastic_job_test {
 
 using ::testing::Contains;
 using ::testing::HasSubstr;
@@ -163,5 +163,5 @@ TEST_F(ElasticJobTest, NoReplacement_GoesOnWithTheSurvivor_AsCkptPathInTheSmalle
               static_cast<long long>(done.progress().global_step()));
 }
 
-}  // namespace
+}  // namespace elastic_job_test
 }  // namespace dtrain::testing

@@ -15,7 +15,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain::testing {
-namespace {
+namespace failure_test {
 
 using ::testing::HasSubstr;
 
@@ -262,5 +262,5 @@ TEST(Shutdown, PendingCallsGetUnavailable) {
   EXPECT_EQ(statuses[0].code(), absl::StatusCode::kUnavailable) << statuses[0];
 }
 
-}  // namespace
+}  // namespace failure_test
 }  // namespace dtrain::testing

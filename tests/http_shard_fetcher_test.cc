@@ -28,7 +28,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain {
-namespace {
+namespace http_shard_fetcher_test {
 
 using ::dtrain::testing::PickFreePort;
 using ::dtrain::testing::ReadFile;
@@ -740,5 +740,5 @@ TEST_F(NginxFetchTest, PresignedUrl_SecretInNoMessageAndNoLog) {
   EXPECT_TRUE(absl::StrContains(log, "retrying")) << log;  // the retries did log
 }
 
-}  // namespace
+}  // namespace http_shard_fetcher_test
 }  // namespace dtrain

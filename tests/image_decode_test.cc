@@ -19,7 +19,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain {
-namespace {
+namespace image_decode_test {
 
 using ::dtrain::testing::CommandResult;
 using ::dtrain::testing::ProcessTempDir;
@@ -243,5 +243,5 @@ TEST_F(ImageDecodeTest, BadChannels_InvalidArgument) {
   EXPECT_THAT(image.status().message(), HasSubstr("channels must be 1 or 3"));
 }
 
-}  // namespace
+}  // namespace image_decode_test
 }  // namespace dtrain

@@ -25,7 +25,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain {
-namespace {
+namespace image_transforms_test {
 
 using ::dtrain::testing::CommandResult;
 using ::dtrain::testing::ProcessTempDir;
@@ -536,5 +536,5 @@ TEST_F(ImageTransformsTest, RandomCropLargerThanImage_InvalidArgumentNotCrash) {
   EXPECT_EQ(padded->sizes(), (std::vector<int64_t>{3, 200, 10}));
 }
 
-}  // namespace
+}  // namespace image_transforms_test
 }  // namespace dtrain

@@ -22,7 +22,7 @@
 #include "tests/jobs_e2e_fixture.h"
 
 namespace dtrain::testing {
-namespace {
+namespace job_files_e2e_test {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -419,5 +419,5 @@ TEST_F(JobsE2eTest, Download_BytesNotMatchingTheDigest_FetchedAgain_ThreeAttempt
   EXPECT_EQ(FilesUnder(never), std::set<std::string>()) << "a refused file was kept";
 }
 
-}  // namespace
+}  // namespace job_files_e2e_test
 }  // namespace dtrain::testing

@@ -28,7 +28,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain {
-namespace {
+namespace job_manager_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -607,5 +607,5 @@ TEST_F(JobManagerTest, LostWorkerMidCall_RealTrainerReforms_FinalWeightsEqualAnU
   EXPECT_EQ(interrupted.weight(), whole.weight());
 }
 
-}  // namespace
+}  // namespace job_manager_test
 }  // namespace dtrain

@@ -29,7 +29,7 @@
 #include "common/setup_request.h"
 
 namespace dtrain {
-namespace {
+namespace job_settings_test {
 
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
@@ -554,5 +554,5 @@ TEST(PluginCatalogTest, StrategyTraits_AliasesAndRefusals) {
   EXPECT_EQ(PluginsNamedBy(Normalized()), (std::vector<std::pair<std::string, std::string>>{}));
 }
 
-}  // namespace
+}  // namespace job_settings_test
 }  // namespace dtrain

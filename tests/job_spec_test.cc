@@ -18,7 +18,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain {
-namespace {
+namespace job_spec_test {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -478,5 +478,5 @@ TEST(ProgressView, LineShowsEpochBarStepLossRateAndEta) {
   EXPECT_EQ(ProgressLine(s), "fashion-cnn-1 FAILED: worker 'w' (rank 1): boom");
 }
 
-}  // namespace
+}  // namespace job_spec_test
 }  // namespace dtrain

@@ -14,7 +14,7 @@
 #include "coordinator/jobs/job_store.h"
 
 namespace dtrain::testing {
-namespace {
+namespace job_store_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -149,5 +149,5 @@ TEST_F(JobStoreTest, NotADatabaseOrNewerSchema_ClearError) {
               HasSubstr("has schema version 99; this coordinator reads 1"));
 }
 
-}  // namespace
+}  // namespace job_store_test
 }  // namespace dtrain::testing

@@ -29,7 +29,7 @@
 #include "worker/runtime/cpu_affinity.h"
 
 namespace dtrain::testing {
-namespace {
+namespace jobs_e2e_test {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -723,5 +723,5 @@ TEST_F(JobsE2eTest, Cancel_StopsEveryWorkerWithinFiveSeconds_AndTheQueuedJobRuns
   EXPECT_THAT(again.output, HasSubstr("already ended"));
 }
 
-}  // namespace
+}  // namespace jobs_e2e_test
 }  // namespace dtrain::testing

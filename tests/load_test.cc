@@ -11,7 +11,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain::testing {
-namespace {
+namespace load_test {
 
 // The coordinator gives freed memory back once traffic has paused for 200 ms. Reads its RSS
 // after such a pause (and, when `at_most` is given, polls up to 5 s for it to fall that low).
@@ -98,5 +98,5 @@ TEST(Load, SixtyFourRanks_ThousandBarriersHundredAllReduces_MemoryReturns) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-}  // namespace
+}  // namespace load_test
 }  // namespace dtrain::testing

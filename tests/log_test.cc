@@ -5,7 +5,7 @@
 #include "common/log.h"
 
 namespace dtrain {
-namespace {
+namespace log_test {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -74,5 +74,5 @@ TEST(LogTest, LevelsBelowTheMinimumAreDropped) {
   ConfigureLogging(LogOptions());
 }
 
-}  // namespace
+}  // namespace log_test
 }  // namespace dtrain

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 namespace dtrain {
-namespace {
+namespace logged_metrics_test {
 
 LoggedValue Value(double local, double weight, const std::string& reduce_fx = "mean",
                   bool on_step = false, bool on_epoch = true) {
@@ -57,5 +57,5 @@ TEST(LoggedAggregates, ZeroWeights_FallBackToThePlainMean) {
   EXPECT_EQ(epoch.Take().at("x"), 2);
 }
 
-}  // namespace
+}  // namespace logged_metrics_test
 }  // namespace dtrain

@@ -17,7 +17,7 @@
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
-namespace {
+namespace metrics_endpoint_test {
 
 using ::testing::HasSubstr;
 
@@ -157,5 +157,5 @@ trainer: {max_epochs: 1, num_nodes: 2, skip_test: true}
   EXPECT_GE(w2.at("dtrain_worker_artifact_cache_bytes"), data_bytes);
 }
 
-}  // namespace
+}  // namespace metrics_endpoint_test
 }  // namespace dtrain::testing

@@ -20,7 +20,7 @@
 #include "coordinator/jobs/hparams_file.h"
 
 namespace dtrain {
-namespace {
+namespace metrics_files_test {
 
 std::string TempPath(const std::string& name) {
   return absl::StrCat(::testing::TempDir(), "/metrics-files-", getpid(), "-", name);
@@ -136,5 +136,5 @@ TEST(HparamsFile, ResolvedSpec_AsBlockYamlThatParsesBack) {
       << "block style, as a person would write it";
 }
 
-}  // namespace
+}  // namespace metrics_files_test
 }  // namespace dtrain

@@ -23,7 +23,7 @@
 #include "worker/runtime/accelerator.h"
 
 namespace dtrain {
-namespace {
+namespace model_collectives_test {
 
 using ::testing::HasSubstr;
 
@@ -269,5 +269,5 @@ def bad(self, x: Tensor) -> Tensor:
   }
 }
 
-}  // namespace
+}  // namespace model_collectives_test
 }  // namespace dtrain

@@ -22,7 +22,7 @@
 #include "tests/network_namespaces.h"
 
 namespace dtrain::testing {
-namespace {
+namespace multi_host_test {
 
 using ::testing::HasSubstr;
 
@@ -190,5 +190,5 @@ checkpoint: {monitor: val_acc, save_top_k: 1, every_n_steps: 16}
               HasSubstr("loaded ['fc1.bias', 'fc1.weight', 'fc2.bias', 'fc2.weight']"));
 }
 
-}  // namespace
+}  // namespace multi_host_test
 }  // namespace dtrain::testing

@@ -15,7 +15,7 @@
 #include "tests/network_namespaces.h"
 
 namespace dtrain::testing {
-namespace {
+namespace network_fault_test {
 
 using ::testing::HasSubstr;
 
@@ -113,5 +113,5 @@ TEST_F(NetworkFaultTest, DelayAndLoss_JobStillSucceeds) {
   EXPECT_EQ(status.progress().global_step(), 64);
 }
 
-}  // namespace
+}  // namespace network_fault_test
 }  // namespace dtrain::testing

@@ -13,7 +13,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain {
-namespace {
+namespace npy_array_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -220,5 +220,5 @@ TEST(NpyHeader, Lies_RefusedWithTheReason) {
   EXPECT_THAT(Error(huge), HasSubstr("over the limit of 65536"));
 }
 
-}  // namespace
+}  // namespace npy_array_test
 }  // namespace dtrain

@@ -22,7 +22,7 @@
 #include "dtrain/v1/workers.grpc.pb.h"
 
 namespace dtrain {
-namespace {
+namespace parallel_calls_test {
 
 // Every call waits until all n of this Run have started (as the ranks of one step do).
 struct Rendezvous {
@@ -182,5 +182,5 @@ TEST(ParallelCalls, RunAsync_OneFailure_CancelsACallbackCallToASilentPeer) {
   EXPECT_LT(took, absl::Seconds(10));
 }
 
-}  // namespace
+}  // namespace parallel_calls_test
 }  // namespace dtrain

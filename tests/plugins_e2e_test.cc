@@ -22,7 +22,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain::testing {
-namespace {
+namespace plugins_e2e_test {
 
 using ::testing::HasSubstr;
 
@@ -166,5 +166,5 @@ TEST(PluginLoading, ABadLibrary_StopsTheWorkerSayingWhy) {
   EXPECT_THAT(foreign.output, HasSubstr("no dtrain plugin entry point"));
 }
 
-}  // namespace
+}  // namespace plugins_e2e_test
 }  // namespace dtrain::testing

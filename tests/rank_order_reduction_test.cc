@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 namespace dtrain {
-namespace {
+namespace rank_order_reduction_test {
 
 template <typename T>
 T Reference(const std::vector<std::vector<T>>& ranks, size_t i, ReductionKind kind) {
@@ -160,5 +160,5 @@ TEST(RankOrderReduction, SumKeepsRankOrderWhereFloatAdditionDoesNotAssociate) {
   EXPECT_NE(out[0], 1e8f + (-1e8f + 1.0f));
 }
 
-}  // namespace
+}  // namespace rank_order_reduction_test
 }  // namespace dtrain

@@ -10,7 +10,7 @@
 #include "coordinator/collectives/reduction.h"
 
 namespace dtrain {
-namespace {
+namespace reduction_test {
 
 template <typename T>
 std::vector<T> Reduce(v1::DType dtype, v1::ReduceOp op, const std::vector<std::vector<T>>& in) {
@@ -71,5 +71,5 @@ TEST(Reduction, Bool_OrAndAnd_MeanRefused) {
             absl::StatusCode::kInvalidArgument);
 }
 
-}  // namespace
+}  // namespace reduction_test
 }  // namespace dtrain

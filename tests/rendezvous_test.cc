@@ -14,7 +14,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain::testing {
-namespace {
+namespace rendezvous_test {
 
 using ::testing::HasSubstr;
 
@@ -322,11 +322,11 @@ TEST(KeyValue, GroupScope_DeletedWhenGroupEnds) {
   EXPECT_EQ(kv.Get("addr").status().code(), absl::StatusCode::kNotFound);
 }
 
-}  // namespace
+}  // namespace rendezvous_test
 }  // namespace dtrain::testing
 
 namespace dtrain::testing {
-namespace {
+namespace rendezvous_test {
 
 // A long-lived coordinator forgets the oldest ended groups beyond kRetainedEndedGroups, so its
 // table does not grow with every job it ever ran; a live group is never forgotten.
@@ -358,5 +358,5 @@ TEST(Rendezvous, EndedGroupsBeyondTheRetentionAreForgotten_LiveOnesKept) {
   EXPECT_TRUE((*live)->Barrier("still").ok());
 }
 
-}  // namespace
+}  // namespace rendezvous_test
 }  // namespace dtrain::testing

@@ -6,7 +6,7 @@
 #include "coordinator/jobs/run_policy.h"
 
 namespace dtrain {
-namespace {
+namespace run_policy_test {
 
 RunEnding Elastic(absl::Status status) {
   RunEnding e;
@@ -102,5 +102,5 @@ TEST(RunPolicyTest, Drained_TooFewLeft_RequeuesRatherThanFails) {
   EXPECT_EQ(DecideNextRun(e, 1, 2).next, NextRun::kRequeue);
 }
 
-}  // namespace
+}  // namespace run_policy_test
 }  // namespace dtrain

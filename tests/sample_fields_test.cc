@@ -18,7 +18,7 @@
 #include "worker/data/text_fields.h"
 
 namespace dtrain {
-namespace {
+namespace sample_fields_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -405,5 +405,5 @@ TEST_F(FromPythonTest, ManyThreadsAtOnce_EachGetsTheSameTensors) {
   EXPECT_THAT(mismatches, ElementsAre(0, 0, 0, 0));
 }
 
-}  // namespace
+}  // namespace sample_fields_test
 }  // namespace dtrain

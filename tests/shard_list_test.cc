@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 namespace dtrain {
-namespace {
+namespace shard_list_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -18,7 +18,7 @@ TEST(ShardPattern, ZeroPaddedRange_AsWebDatasetWritesThem) {
                                   "train-000011.tar"));
   // Without a leading zero, no padding; padding takes the wider bound.
   EXPECT_THAT(*ExpandShardPattern("s{8..11}"), ElementsAre("s8", "s9", "s10", "s11"));
-  EXPECT_THAT(*ExpandShardPattern("s{08..100}"), testing::Contains("s008"));
+  EXPECT_THAT(*ExpandShardPattern("s{08..100}"), ::testing::Contains("s008"));
   EXPECT_EQ(ExpandShardPattern("train-{000000..001023}.tar")->size(), 1024u);
   EXPECT_EQ(ExpandShardPattern("train-{000000..001023}.tar")->back(), "train-001023.tar");
 }
@@ -131,5 +131,5 @@ TEST(ShardList, TheBoundCountsEveryLine) {
               HasSubstr("line 3: more than 2 shards"));
 }
 
-}  // namespace
+}  // namespace shard_list_test
 }  // namespace dtrain

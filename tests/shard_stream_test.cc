@@ -24,7 +24,7 @@
 #include "worker/data/shard_catalog.h"
 
 namespace dtrain {
-namespace {
+namespace shard_stream_test {
 
 using ::testing::HasSubstr;
 
@@ -265,5 +265,5 @@ TEST(SampleStream, ATruncatedShardIsNamedOrSkippedSampleBySample) {
   EXPECT_EQ(std::count(keys.begin(), keys.end(), "<missing>"), 4);
 }
 
-}  // namespace
+}  // namespace shard_stream_test
 }  // namespace dtrain

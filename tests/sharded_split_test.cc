@@ -24,7 +24,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain {
-namespace {
+namespace sharded_split_test {
 
 using ::testing::HasSubstr;
 
@@ -350,5 +350,5 @@ TEST(ShardedSplit, ACancelledJobStopsAWaitForAStuckShard) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
 }
 
-}  // namespace
+}  // namespace sharded_split_test
 }  // namespace dtrain

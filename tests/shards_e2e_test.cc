@@ -28,7 +28,7 @@
 #include "tests/jobs_e2e_fixture.h"
 
 namespace dtrain::testing {
-namespace {
+namespace shards_e2e_test {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -632,11 +632,11 @@ TEST_F(JobsE2eTest, DryRun_Shards_ShowsTheFirstStreamedBatch) {
       << "a dry run queues nothing";
 }
 
-}  // namespace
+}  // namespace shards_e2e_test
 }  // namespace dtrain::testing
 
 namespace dtrain::testing {
-namespace {
+namespace shards_e2e_test {
 
 // data.transforms.script: a user's TorchScript transform runs on the decoding threads, in
 // training mode for the training split only. Here it teaches the model that every sample is a 3;
@@ -665,5 +665,5 @@ TEST_F(JobsE2eTest, ScriptTransform_RunsInTrainingModeOnTheTrainSplitOnly) {
   EXPECT_GT(val_acc, 0.0) << "the validation labels were replaced too";
 }
 
-}  // namespace
+}  // namespace shards_e2e_test
 }  // namespace dtrain::testing

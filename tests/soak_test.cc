@@ -14,7 +14,7 @@
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
-namespace {
+namespace soak_test {
 
 constexpr int kJobs = 80;
 
@@ -100,5 +100,5 @@ TEST(Soak, ManyShortJobsBackToBack_AllAccountedForMemoryStable) {
   EXPECT_LE(samples.back().files, samples.front().files + 2);
 }
 
-}  // namespace
+}  // namespace soak_test
 }  // namespace dtrain::testing

@@ -19,7 +19,7 @@
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
-namespace {
+namespace standard_services_test {
 
 using ::testing::HasSubstr;
 using HealthStatus = grpc::health::v1::HealthCheckResponse;
@@ -208,5 +208,5 @@ TEST(StandardServices, PortAlreadyServed_ASecondServerRefusesToStart_TheFirstSer
   EXPECT_EQ(cluster->AliveWorkers(), 1);
 }
 
-}  // namespace
+}  // namespace standard_services_test
 }  // namespace dtrain::testing

@@ -8,7 +8,7 @@
 #include "common/streaming.h"
 
 namespace dtrain {
-namespace {
+namespace state_dict_stream_test {
 
 v1::Tensor TensorOf(size_t bytes, char fill, int64_t rows) {
   v1::Tensor t;
@@ -48,5 +48,5 @@ TEST(StateDictStream, Chunks_InNameOrder_SplitAtTheLimit_MetaFirst_BytesJoinBack
   EXPECT_EQ(dict.tensors().at("weight").data().size(), big);  // the dict is left whole
 }
 
-}  // namespace
+}  // namespace state_dict_stream_test
 }  // namespace dtrain

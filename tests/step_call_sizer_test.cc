@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 namespace dtrain {
-namespace {
+namespace step_call_sizer_test {
 
 TEST(StepCallSizer, AFixedSizeIsKeptWhateverCallsTake) {
   StepCallSizer sizer(8);
@@ -69,5 +69,5 @@ TEST(StepCallSizer, SummaryCountsTheCallsAndPredictNeverGrows) {
   EXPECT_EQ(sized.PredictBatches(), 16) << "predict's answers carry outputs: never grown";
 }
 
-}  // namespace
+}  // namespace step_call_sizer_test
 }  // namespace dtrain

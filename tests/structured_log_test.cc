@@ -24,7 +24,7 @@
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
-namespace {
+namespace structured_log_test {
 
 using ::testing::HasSubstr;
 
@@ -222,5 +222,5 @@ TEST_F(StructuredLogTest, BadLevel_RefusedAtStartNamingTheFlag) {
   EXPECT_THAT(worker.output, HasSubstr("--log_format: 'xml' is not one of text, json"));
 }
 
-}  // namespace
+}  // namespace structured_log_test
 }  // namespace dtrain::testing

@@ -16,7 +16,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain {
-namespace {
+namespace tar_shard_reader_test {
 
 using ::testing::HasSubstr;
 using ::testing::Pair;
@@ -174,5 +174,5 @@ TEST(TarShard, TruncatedOrNotATar_DataLossNamingTheShard) {
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
 }
 
-}  // namespace
+}  // namespace tar_shard_reader_test
 }  // namespace dtrain

@@ -17,7 +17,7 @@
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
-namespace {
+namespace tls_e2e_test {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -153,5 +153,5 @@ TEST_F(TlsTest, PlaintextBeyondLoopback_RefusedUnlessInsecure) {
   EXPECT_TRUE(cluster_->StartCoordinator("0.0.0.0:0", {"--insecure"}));
 }
 
-}  // namespace
+}  // namespace tls_e2e_test
 }  // namespace dtrain::testing

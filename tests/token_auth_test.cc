@@ -33,7 +33,7 @@
 #include "tests/worker_process.h"
 
 namespace dtrain::testing {
-namespace {
+namespace token_auth_test {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -516,5 +516,5 @@ TEST_F(RankRightsTest, RankIsolationFlag_AndAChildWithoutItsSecret_Refused) {
   EXPECT_THAT(child.output, HasSubstr("DTRAIN_CHILD_SECRET; it is not set"));
 }
 
-}  // namespace
+}  // namespace token_auth_test
 }  // namespace dtrain::testing

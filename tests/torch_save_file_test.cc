@@ -26,7 +26,8 @@
 #include "worker/model/torch_save_file.h"
 
 // Heap bytes allocated while a measurement runs on this thread, and their peak: the pickle
-// rewrite's memory is measured, not estimated (issue 38).
+// rewrite's memory is measured, not estimated (issue 38). A replaced operator new is the whole
+// executable's, so this file is a test executable of its own (tests/CMakeLists.txt).
 namespace {
 thread_local bool tl_counting = false;
 thread_local int64_t tl_live = 0;
@@ -49,7 +50,7 @@ void operator delete(void* p) noexcept {
 void operator delete(void* p, size_t) noexcept { operator delete(p); }
 
 namespace dtrain {
-namespace {
+namespace torch_save_file_test {
 
 using ::testing::HasSubstr;
 
@@ -526,5 +527,5 @@ TEST(PickleRewrite, MemoryASmallMultipleOfThePickle) {
   }
 }
 
-}  // namespace
+}  // namespace torch_save_file_test
 }  // namespace dtrain

@@ -14,7 +14,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain {
-namespace {
+namespace torch_save_writer_test {
 
 using ::testing::HasSubstr;
 
@@ -118,5 +118,5 @@ TEST(TorchSaveWriter, WhatItCannotWrite_RefusedNamingWhy) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-}  // namespace
+}  // namespace torch_save_writer_test
 }  // namespace dtrain

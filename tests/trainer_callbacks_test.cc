@@ -11,7 +11,7 @@
 #include "tests/trainer_fixture.h"
 
 namespace dtrain {
-namespace {
+namespace trainer_callbacks_test {
 
 TEST_F(TrainerTest, EarlyStopping_NoImprovementForPatience_StopsAfterThatValidation) {
   v1::JobSpec spec = Spec();
@@ -249,5 +249,5 @@ TEST_F(TrainerTest, EarlyStopping_OnATrainingEpochValue_WhenValidationIsOff) {
               HasSubstr("early_stopping.monitor: 'val_f1' is neither a validation metric"));
 }
 
-}  // namespace
+}  // namespace trainer_callbacks_test
 }  // namespace dtrain

@@ -22,8 +22,10 @@
 #include "coordinator/jobs/testing/fake_worker_group.h"
 #include "coordinator/jobs/trainer.h"
 
+// A named (inline) namespace, not an anonymous one: the three files share the TrainerTest suite
+// inside one test executable, so they must share one fixture type.
 namespace dtrain {
-namespace {
+inline namespace trainer_fixture {
 
 using ::testing::ElementsAre;
 using testing::FakeCall;
@@ -196,5 +198,5 @@ inline FakeWorkerGroupOptions ValidationLosses(std::vector<double> losses) {
   return fake;
 }
 
-}  // namespace
+}  // namespace trainer_fixture
 }  // namespace dtrain

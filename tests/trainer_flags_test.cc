@@ -13,7 +13,7 @@
 #include "tests/trainer_fixture.h"
 
 namespace dtrain {
-namespace {
+namespace trainer_flags_test {
 
 using ::testing::HasSubstr;
 
@@ -200,5 +200,5 @@ TEST_F(TrainerTest, LogEveryNSteps_AboveAnEpochsBatches_SaidInTheLog) {
   EXPECT_EQ(record_.Lines("is smaller than the logging interval"), 1);  // the first run's only
 }
 
-}  // namespace
+}  // namespace trainer_flags_test
 }  // namespace dtrain

@@ -26,7 +26,7 @@
 #include "tests/trainer_fixture.h"
 
 namespace dtrain {
-namespace {
+namespace trainer_test {
 
 bool SameBatches(const std::vector<testing::TrainedBatch>& a,
                  const std::vector<testing::TrainedBatch>& b) {
@@ -447,5 +447,5 @@ TEST_F(TrainerTest, Setup_NoTrainSplit_FitRefusedNamingTheData) {
   EXPECT_THAT(record_.lines, ::testing::Contains(HasSubstr("time by phase: placement 2.0 s")));
 }
 
-}  // namespace
+}  // namespace trainer_test
 }  // namespace dtrain

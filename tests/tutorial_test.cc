@@ -18,7 +18,7 @@
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
-namespace {
+namespace tutorial_test {
 
 using ::testing::HasSubstr;
 
@@ -65,5 +65,5 @@ TEST(Tutorial, EveryCommandRuns_WeightsComeBackWithTheJobsTestAccuracy) {
   std::printf("%s\n", run.output.c_str());
 }
 
-}  // namespace
+}  // namespace tutorial_test
 }  // namespace dtrain::testing

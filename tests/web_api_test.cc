@@ -37,7 +37,7 @@
 #include "tests/local_cluster.h"
 
 namespace dtrain::testing {
-namespace {
+namespace web_api_test {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -840,5 +840,5 @@ TEST(WebAccess, SessionsCapped_LoginFailuresLimitedPerClientAndInTotal) {
       << "guessers spread over many addresses do not lock the right token out";
 }
 
-}  // namespace
+}  // namespace web_api_test
 }  // namespace dtrain::testing

@@ -48,7 +48,7 @@
 #include "worker/strategies/module_replica.h"
 #include "worker/strategies/sharded_optimizer.h"
 namespace dtrain {
-namespace {
+namespace worker_accelerator_test {
 
 using ::dtrain::testing::CommandResult;
 using ::dtrain::testing::RunShell;
@@ -791,5 +791,5 @@ TEST(JobSettingNames, EveryNameTheSpecAcceptsIsKnownToTheWorker) {
   }
 }
 
-}  // namespace
+}  // namespace worker_accelerator_test
 }  // namespace dtrain

@@ -48,7 +48,7 @@
 #include "worker/strategies/sharded_optimizer.h"
 #include "worker/strategies/strategy.h"
 namespace dtrain {
-namespace {
+namespace worker_distributed_test {
 
 using ::testing::HasSubstr;
 
@@ -775,5 +775,5 @@ INSTANTIATE_TEST_SUITE_P(Planes, InterruptedWait, ::testing::Values("gloo", "shm
                            return name;
                          });
 
-}  // namespace
+}  // namespace worker_distributed_test
 }  // namespace dtrain

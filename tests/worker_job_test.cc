@@ -22,7 +22,7 @@
 #include "worker/service/setup_paths.h"
 
 namespace dtrain {
-namespace {
+namespace worker_job_test {
 
 using ::testing::HasSubstr;
 
@@ -562,5 +562,5 @@ def on_train_end(self):
   EXPECT_EQ(job->accelerator().LightningModuleStateDict().at("calls")[5].item<int64_t>(), 1);
 }
 
-}  // namespace
+}  // namespace worker_job_test
 }  // namespace dtrain

@@ -42,7 +42,7 @@
 #include "worker/strategies/gradient_sync.h"
 #include "worker/strategies/sharded_optimizer.h"
 namespace dtrain {
-namespace {
+namespace worker_model_test {
 
 using ::testing::HasSubstr;
 
@@ -569,5 +569,5 @@ TEST(Dataset, CorruptIdxFiles_ClearErrors) {
   EXPECT_THAT(std::string(bounded.status().message()), HasSubstr("over 100000 values"));
 }
 
-}  // namespace
+}  // namespace worker_model_test
 }  // namespace dtrain

@@ -7,7 +7,7 @@
 #include "coordinator/jobs/worker_registry.h"
 
 namespace dtrain {
-namespace {
+namespace worker_registry_test {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
@@ -374,5 +374,5 @@ TEST(WorkerRegistryTest, UnregisteredWhilePlaced_CountsAsDrainingUntilReleased) 
   EXPECT_THAT(registry.Draining({"a", "b"}), IsEmpty());
 }
 
-}  // namespace
+}  // namespace worker_registry_test
 }  // namespace dtrain

@@ -31,7 +31,7 @@
 #include "worker/runtime/cpu_affinity.h"
 
 namespace dtrain::testing {
-namespace {
+namespace worker_service_test {
 
 using ::testing::HasSubstr;
 
@@ -974,5 +974,5 @@ TEST_F(WorkerServiceTest, Sigterm_LeavesTheGroupCleanly_PeerIsToldWho) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
-}  // namespace
+}  // namespace worker_service_test
 }  // namespace dtrain::testing

@@ -24,7 +24,7 @@
 #include "tests/test_support.h"
 
 namespace dtrain::testing {
-namespace {
+namespace workers_service_test {
 
 using ::testing::HasSubstr;
 
@@ -334,5 +334,5 @@ TEST_F(WorkersServiceTest, CoordinatorService_OldWorkerRpcNames_UnimplementedNam
   EXPECT_EQ(Listed(), std::vector<std::string>{"old-client"});
 }
 
-}  // namespace
+}  // namespace workers_service_test
 }  // namespace dtrain::testing

@@ -14,7 +14,7 @@
 #include "worker/data/tar_shard_reader.h"
 
 namespace dtrain {
-namespace {
+namespace write_shards_interop_test {
 
 using ::testing::ElementsAre;
 
@@ -80,5 +80,5 @@ TEST(WriteShardsInterop, PythonShards_ReadByTarShardReader_SameSamples) {
   }
 }
 
-}  // namespace
+}  // namespace write_shards_interop_test
 }  // namespace dtrain
