@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/data/sample_random.h"
+#include "worker/data/round_half_even.h"
 
 namespace dtrain {
 namespace {

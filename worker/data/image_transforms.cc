@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "worker/data/antialias_resample.h"
 #include "worker/data/pixel_normalize.h"
+#include "worker/data/round_half_even.h"
 
 namespace dtrain {
 namespace {

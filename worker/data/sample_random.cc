@@ -5,6 +5,8 @@
 #include <numeric>
 #include <utility>
 
+#include "worker/data/round_half_even.h"
+
 namespace dtrain {
 namespace {
 

@@ -4,7 +4,6 @@
 // that the pipeline's parameters can be tested without a tensor.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -13,10 +12,6 @@
 #include "dtrain/v1/transforms.pb.h"
 
 namespace dtrain {
-
-// Python's round() as torchvision's sizes use it: half to even (the default floating-point
-// rounding mode), then int().
-inline int RoundHalfEven(double x) { return static_cast<int>(std::nearbyint(x)); }
 
 // The 64-bit seed of one sample's augmentations: a fixed function (splitmix64 over the seed and
 // epoch, FNV-1a over the key's bytes) that does not change between runs, builds or machines.
