@@ -1,6 +1,7 @@
-// The fixture of the end-to-end job tests (jobs_e2e_test, job_files_e2e_test): a real local
-// cluster (a dtrain-coordinator and two dtrain-worker processes on 127.0.0.1) driven by the
-// dtrain command line as a user would, and a small synthetic ddp job spec.
+// The fixture of the end-to-end job tests (jobs_e2e_test, jobs_command_line_e2e_test,
+// jobs_faults_e2e_test, job_files_e2e_test, shards_e2e_test): a real local cluster (a
+// dtrain-coordinator and two dtrain-worker processes on 127.0.0.1) driven by the dtrain command
+// line as a user would, and a small synthetic ddp job spec.
 #pragma once
 
 #include <unistd.h>

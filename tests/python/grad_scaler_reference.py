@@ -1,4 +1,4 @@
-"""The loss-scaling reference for worker_accelerator_test's LossScaling test.
+"""Loss scaling's reference for LossScaler.WholePathThroughTheAccelerator_* (worker_precision_test).
 
 Runs torch.cuda.amp.GradScaler's own Python code on the CPU: `python3 -O` drops its asserts that
 tensors are on CUDA, and its two CUDA-only kernels are replaced by ports of their CUDA source

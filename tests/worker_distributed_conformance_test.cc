@@ -1,0 +1,341 @@
+// Every collective backend held to the same semantics: the coordinator's gRPC collectives, Gloo
+// peer to peer, shared memory between same-host ranks, and the local backend of a world of one.
+// Each operation's results, on the CPU and on a device that is not; gradient averaging, with
+// buckets started during backward whatever order the ranks' gradients come in; reductions larger
+// than a shared-memory slot on uneven partitions; memory from AllocateForAllReduce.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "common/status_macros.h"
+#include "tests/test_support.h"
+#include "tests/worker_test_helpers.h"
+#include "worker/collectives/collective_backend.h"
+#include "worker/model/model_zoo.h"
+#include "worker/strategies/gradient_sync.h"
+
+namespace dtrain {
+namespace worker_distributed_conformance_test {
+
+// The world of one (single_device, dp) answers on the caller's device too.
+TEST(LocalBackend, EveryCollectiveOnANonCpuDevice_AnswersOnThatDevice) {
+  const torch::Device device = NonCpuDevice();
+  LocalCollectiveBackend b;
+  torch::Tensor t = torch::tensor({1.5f, -2.0f}).to(device);
+  ASSERT_TRUE(b.AllReduce(t, v1::REDUCE_OP_MEAN).ok());
+  ASSERT_TRUE(b.Broadcast(t, 0).ok());
+  ASSERT_TRUE(b.Reduce(t, 0, v1::REDUCE_OP_SUM).ok());
+  EXPECT_EQ(t.device(), device);
+  EXPECT_TRUE(torch::equal(t.cpu(), torch::tensor({1.5f, -2.0f})));
+  auto gathered = b.AllGather(t);
+  ASSERT_TRUE(gathered.ok());
+  ASSERT_EQ(gathered->size(), 1u);
+  EXPECT_EQ((*gathered)[0].device(), device);
+}
+
+// The same semantics from every collective backend: the coordinator's gRPC collectives, Gloo
+// peer to peer, and shared memory between same-host ranks.
+class BackendConformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Runs `body` on `world` ranks, each with this test's backend over its group.
+  void RunOnBackends(const std::function<absl::Status(CollectiveBackend&)>& body, int world = 2) {
+    auto coordinator = testing::StartCoordinator();
+    ASSERT_NE(coordinator, nullptr);
+    const std::string address = coordinator->address();
+    auto statuses = testing::RunRanks(
+        address, "conformance-" + GetParam(), world, [&](ProcessGroup& pg) -> absl::Status {
+          auto backend = MakeBackend(GetParam(), address, &pg, absl::Seconds(30));
+          if (!backend.ok()) return backend.status();
+          return body(**backend);
+        });
+    for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  }
+};
+
+TEST_P(BackendConformance, EveryCollectiveAsDocumented) {
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    const int r = b.rank();
+    auto expect = [&](bool ok, const std::string& what) {
+      return ok ? absl::OkStatus() : absl::InternalError(absl::StrCat("rank ", r, ": ", what));
+    };
+    EXPECT_EQ(b.name(), GetParam());
+    if (auto s = b.Barrier("start"); !s.ok()) return s;
+    torch::Tensor sum = torch::tensor({1.5f, -2.0f}) * (r + 1);
+    if (auto s = b.AllReduce(sum, v1::REDUCE_OP_SUM); !s.ok()) return s;
+    if (auto s = expect(torch::equal(sum, torch::tensor({4.5f, -6.0f})), "sum"); !s.ok()) return s;
+    torch::Tensor mean = torch::tensor({3, -3}, torch::kInt64) + r;  // {3,-3} and {4,-2}
+    if (auto s = b.AllReduce(mean, v1::REDUCE_OP_MEAN); !s.ok()) return s;
+    // 7 / 2 and -5 / 2 round toward zero.
+    if (auto s = expect(torch::equal(mean, torch::tensor({3, -2}, torch::kInt64)), "int mean");
+        !s.ok())
+      return s;
+    torch::Tensor max = torch::tensor({static_cast<double>(r), -static_cast<double>(r)});
+    if (auto s = b.AllReduce(max, v1::REDUCE_OP_MAX); !s.ok()) return s;
+    if (auto s = expect(torch::equal(max, torch::tensor({1.0, 0.0})), "max"); !s.ok()) return s;
+    torch::Tensor flags = torch::tensor({true, false});
+    EXPECT_EQ(b.AllReduce(flags, v1::REDUCE_OP_MEAN).code(), absl::StatusCode::kInvalidArgument);
+    torch::Tensor from_one = torch::full({3}, static_cast<float>(10 * r));
+    if (auto s = b.Broadcast(from_one, 1); !s.ok()) return s;
+    if (auto s = expect(torch::equal(from_one, torch::full({3}, 10.0f)), "broadcast"); !s.ok())
+      return s;
+    auto bytes = b.BroadcastBytes(r == 0 ? std::string("checkpoint\0bytes", 16) : "", 0);
+    if (!bytes.ok()) return bytes.status();
+    if (auto s = expect(*bytes == std::string("checkpoint\0bytes", 16), "bytes"); !s.ok()) return s;
+    // Different first dimensions: rank r gives r + 1 rows.
+    auto gathered = b.AllGather(torch::full({r + 1, 2}, static_cast<int32_t>(r), torch::kInt32));
+    if (!gathered.ok()) return gathered.status();
+    if (auto s = expect(gathered->size() == 2 && (*gathered)[0].size(0) == 1 &&
+                            (*gathered)[1].size(0) == 2 && (*gathered)[1].sum().item<int>() == 4,
+                        "all_gather");
+        !s.ok())
+      return s;
+    torch::Tensor reduced = torch::tensor({r + 1.0f});
+    if (auto s = b.Reduce(reduced, 1, v1::REDUCE_OP_SUM); !s.ok()) return s;
+    if (auto s = expect(reduced.item<float>() == (r == 1 ? 3.0f : 1.0f), "reduce"); !s.ok())
+      return s;
+    auto all = b.ReduceBooleanDecision(r == 0, /*all=*/true);
+    auto any = b.ReduceBooleanDecision(r == 0, /*all=*/false);
+    if (!all.ok() || !any.ok()) return all.ok() ? any.status() : all.status();
+    return expect(!*all && *any, "reduce_boolean_decision");
+  });
+}
+
+TEST_P(BackendConformance, EveryCollectiveOnANonCpuDevice_AnswersOnThatDevice) {
+  const torch::Device device = NonCpuDevice();
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    const int r = b.rank();
+    std::vector<std::string> wrong;
+    auto check = [&](const torch::Tensor& got, const torch::Tensor& expected,
+                     const std::string& op) {
+      if (got.device() != device) {
+        wrong.push_back(absl::StrCat(op, " answered on ", got.device().str()));
+      } else if (!torch::equal(got.cpu(), expected)) {
+        wrong.push_back(absl::StrCat(op, " computed a wrong value"));
+      }
+    };
+    torch::Tensor sum = (torch::tensor({1.5f, -2.0f}) * (r + 1)).to(device);
+    DTRAIN_RETURN_IF_ERROR(b.AllReduce(sum, v1::REDUCE_OP_SUM));
+    check(sum, torch::tensor({4.5f, -6.0f}), "all_reduce sum");
+    torch::Tensor mean = (torch::tensor({2.0f, 4.0f}) * (r + 1)).to(device);
+    DTRAIN_RETURN_IF_ERROR(b.AllReduce(mean, v1::REDUCE_OP_MEAN));
+    check(mean, torch::tensor({3.0f, 6.0f}), "all_reduce mean");
+    torch::Tensor from_one = torch::full({3}, 10.0f * r).to(device);
+    DTRAIN_RETURN_IF_ERROR(b.Broadcast(from_one, 1));
+    check(from_one, torch::full({3}, 10.0f), "broadcast");
+    DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> gathered,
+                            b.AllGather(torch::full({2}, static_cast<float>(r)).to(device)));
+    if (gathered.size() != 2) return absl::InternalError("all_gather: not one part per rank");
+    for (int i = 0; i < 2; ++i) {
+      check(gathered[i], torch::full({2}, static_cast<float>(i)), absl::StrCat("all_gather ", i));
+    }
+    torch::Tensor reduced = torch::tensor({r + 1.0f}).to(device);
+    DTRAIN_RETURN_IF_ERROR(b.Reduce(reduced, 1, v1::REDUCE_OP_SUM));
+    check(reduced, torch::tensor({r == 1 ? 3.0f : 1.0f}), "reduce");
+    if (!wrong.empty()) {
+      return absl::InternalError(absl::StrCat("rank ", r, ": ", absl::StrJoin(wrong, "; ")));
+    }
+    return absl::OkStatus();
+  });
+}
+
+// DDP's gradient averaging gives the same result over either backend.
+TEST_P(BackendConformance, GradientSyncAveragesAcrossRanks) {
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    auto model = BuiltinModel("mlp", 100 + b.rank());
+    if (!model.ok()) return model.status();
+    GradientSync sync(&b, model->Parameters(), /*bucket_bytes=*/256 * 1024);
+    if (auto s = sync.BroadcastParameters(0); !s.ok()) return s;
+    for (torch::Tensor& p : model->Parameters())
+      p.mutable_grad() = torch::full_like(p, b.rank() + 1.0f);
+    if (auto s = sync.AverageGradients(); !s.ok()) return s;
+    for (const torch::Tensor& p : model->Parameters()) {
+      if (!torch::allclose(p.grad(), torch::full_like(p, 1.5f))) {
+        return absl::InternalError("gradients are not the mean over ranks");
+      }
+    }
+    auto reference = BuiltinModel("mlp", 100);
+    return torch::equal(model->Parameters()[0], reference->Parameters()[0])
+               ? absl::OkStatus()
+               : absl::InternalError("parameters are not rank 0's after the broadcast");
+  });
+}
+
+// Overlap with backward when ranks produce gradients in different orders: rank 0's backward
+// touches only bucket 0 (fc2 and fc1's bias), rank 1's only bucket 1 (fc1's weight). Rank 0
+// starts bucket 0 from its hook; rank 1 may not start bucket 1 before bucket 0, so both of its
+// buckets start when the round closes. The collectives still match, and a gradient that never
+// came counts as zeros.
+TEST_P(BackendConformance, OverlappedBucketsMatchAcrossRanksWhateverTheReadinessOrder) {
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    auto model = BuiltinModel("mlp", 100);
+    if (!model.ok()) return model.status();
+    std::vector<torch::Tensor> p = model->Parameters();  // fc1.w, fc1.b, fc2.w, fc2.b
+    GradientSync sync(&b, p, /*bucket_bytes=*/256 * 1024);
+    if (sync.bucket_count() != 2) return absl::InternalError("expected 2 buckets");
+    sync.ExpectSync();
+    torch::Tensor loss =
+        b.rank() == 0 ? (2 * (p[1].sum() + p[2].sum() + p[3].sum())) : 4 * p[0].sum();
+    loss.backward();
+    const size_t started = sync.started_during_backward();
+    if (auto s = sync.AverageGradients(); !s.ok()) return s;
+    if (started != (b.rank() == 0 ? 1u : 0u)) {
+      return absl::InternalError(
+          absl::StrCat("rank ", b.rank(), " started ", started, " buckets during backward"));
+    }
+    const bool means = torch::allclose(p[0].grad(), torch::full_like(p[0], 2.0f)) &&
+                       torch::allclose(p[1].grad(), torch::full_like(p[1], 1.0f)) &&
+                       torch::allclose(p[2].grad(), torch::full_like(p[2], 1.0f)) &&
+                       torch::allclose(p[3].grad(), torch::full_like(p[3], 1.0f));
+    return means ? absl::OkStatus() : absl::InternalError("gradients are not the mean over ranks");
+  });
+}
+
+// Tensors larger than one shared-memory slot (4 MiB) go in several chunks, on 3 ranks so that
+// partitions are uneven; values are integers so that float sums are exact.
+TEST_P(BackendConformance, LargeAllReducesAcrossChunks_ExactOnEveryRank) {
+  RunOnBackends(
+      [&](CollectiveBackend& b) -> absl::Status {
+        const int64_t n = 3'000'001;  // 12 MB of float32, an odd count
+        const torch::Tensor index = torch::arange(n, torch::kFloat32).remainder(1000);
+        const double r = b.rank();
+        torch::Tensor sum = index + r;
+        if (auto s = b.AllReduce(sum, v1::REDUCE_OP_SUM); !s.ok()) return s;
+        torch::Tensor mean = (index * (r + 1)).to(torch::kFloat64);
+        if (auto s = b.AllReduce(mean, v1::REDUCE_OP_MEAN); !s.ok()) return s;
+        torch::Tensor max = index * (r - 1);  // ranks 0..2: -index, 0, index
+        if (auto s = b.AllReduce(max, v1::REDUCE_OP_MAX); !s.ok()) return s;
+        torch::Tensor min = index * (r - 1);
+        if (auto s = b.AllReduce(min, v1::REDUCE_OP_MIN); !s.ok()) return s;
+        // A non-contiguous tensor is reduced in place too.
+        torch::Tensor strided = torch::full({4, 6}, static_cast<float>(r + 1)).t();
+        if (auto s = b.AllReduce(strided, v1::REDUCE_OP_SUM); !s.ok()) return s;
+        const bool ok = torch::equal(sum, index * 3 + 3) &&
+                        torch::equal(mean, (index * 2).to(torch::kFloat64)) &&
+                        torch::equal(max, index) && torch::equal(min, -index) &&
+                        torch::equal(strided, torch::full({6, 4}, 6.0f));
+        return ok ? absl::OkStatus()
+                  : absl::InternalError(absl::StrCat("rank ", b.rank(), ": wrong reduction"));
+      },
+      /*world=*/3);
+}
+
+// Memory from AllocateForAllReduce reduces as ordinary memory does: the whole buffer and a
+// slice at an offset, sum, mean and max, float32 and float64, on 3 ranks so that partitions are
+// uneven. Random values make the float sums rounding-sensitive: on shm (where that memory is
+// shared and nothing is copied) the result is bitwise the slot path's and the rank-order sum's.
+TEST_P(BackendConformance, MemoryForAllReduce_ReducesAsOrdinaryMemory) {
+  const bool shm = GetParam() == "shm";
+  RunOnBackends(
+      [&](CollectiveBackend& b) -> absl::Status {
+        const int64_t n = 100'003;
+        const int r = b.rank();
+        auto fail = [&](const std::string& what) {
+          return absl::InternalError(absl::StrCat("rank ", r, ": ", what));
+        };
+        for (torch::ScalarType dtype : {torch::kFloat32, torch::kFloat64}) {
+          absl::StatusOr<torch::Tensor> buffer = b.AllocateForAllReduce(n, dtype);
+          if (!buffer.ok()) return buffer.status();
+          if (buffer->numel() != n || buffer->scalar_type() != dtype ||
+              buffer->abs().max().item<double>() != 0) {
+            return fail("not n zeros of the dtype asked for");
+          }
+          std::vector<torch::Tensor> inputs;
+          for (int k = 0; k < 3; ++k) {
+            // A generator of its own: the ranks are threads sharing torch's default one.
+            at::Generator generator = at::detail::createCPUGenerator(7 + k);
+            inputs.push_back(torch::randn({n}, generator, torch::TensorOptions().dtype(dtype)));
+          }
+          buffer->copy_(inputs[r]);
+          torch::Tensor plain = inputs[r].clone();
+          if (auto s = b.AllReduce(*buffer, v1::REDUCE_OP_MEAN); !s.ok()) return s;
+          if (auto s = b.AllReduce(plain, v1::REDUCE_OP_MEAN); !s.ok()) return s;
+          const torch::Tensor mean = (inputs[0] + inputs[1] + inputs[2]) / 3;
+          if (shm ? !(torch::equal(*buffer, plain) && torch::equal(*buffer, mean))
+                  : !torch::allclose(*buffer, mean, 1e-5, 1e-6)) {
+            return fail(absl::StrCat("mean of ", c10::toString(dtype), " differs: shared vs plain ",
+                                     (*buffer - plain).abs().max().item<double>(), ", vs the mean ",
+                                     (*buffer - mean).abs().max().item<double>()));
+          }
+          // A slice at an offset (a bucket's later parameter), then a max and a sum over it.
+          const torch::Tensor before = buffer->slice(0, 0, 5).clone();
+          torch::Tensor slice = buffer->slice(0, 5, 5 + 777);
+          slice.copy_(inputs[r].slice(0, 0, 777) * (r + 1));
+          if (auto s = b.AllReduce(slice, v1::REDUCE_OP_MAX); !s.ok()) return s;
+          const torch::Tensor head = inputs[0].slice(0, 0, 777);
+          const torch::Tensor max = torch::maximum(
+              torch::maximum(head, inputs[1].slice(0, 0, 777) * 2), inputs[2].slice(0, 0, 777) * 3);
+          if (!torch::equal(slice, max)) return fail("max over a slice differs");
+          if (!torch::equal(buffer->slice(0, 0, 5), before)) {
+            return fail("the reduction of a slice wrote outside it");
+          }
+          if (auto s = b.AllReduce(*buffer, v1::REDUCE_OP_SUM); !s.ok()) return s;
+          if (!torch::allclose(buffer->slice(0, 0, 5), before * 3, 1e-5, 1e-6)) {
+            return fail("sum differs");
+          }
+        }
+        return absl::OkStatus();
+      },
+      /*world=*/3);
+}
+
+// Gradients live in their buckets: backward accumulates into the bucket, the mean lands there,
+// and no gradient tensor is replaced. A gradient outlives the GradientSync and the plane.
+TEST_P(BackendConformance, GradientsLiveInTheirBuckets_AndOutliveThePlane) {
+  std::vector<torch::Tensor> kept(2);
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    auto model = BuiltinModel("mlp", 100);
+    if (!model.ok()) return model.status();
+    std::vector<torch::Tensor> p = model->Parameters();
+    auto sync = std::make_unique<GradientSync>(&b, p, /*bucket_bytes=*/256 * 1024);
+    std::vector<void*> where;
+    for (const torch::Tensor& t : p) {
+      if (!t.grad().defined() || t.grad().abs().max().item<float>() != 0) {
+        return absl::InternalError("a gradient is not set to zeros in its bucket");
+      }
+      where.push_back(t.grad().data_ptr());
+    }
+    for (int step = 0; step < 3; ++step) {
+      for (const torch::Tensor& t : p) t.grad().zero_();
+      sync->ExpectSync();
+      // Gradient of parameter k on rank r: (r + 1) * (k + 1) * (step + 1); mean over 2 ranks:
+      // 1.5 * (k + 1) * (step + 1).
+      torch::Tensor loss = torch::zeros({});
+      for (size_t k = 0; k < p.size(); ++k) {
+        loss = loss + p[k].sum() * ((b.rank() + 1.0) * static_cast<double>(k + 1));
+      }
+      (loss * (step + 1)).backward();
+      if (auto s = sync->AverageGradients(); !s.ok()) return s;
+      for (size_t k = 0; k < p.size(); ++k) {
+        if (p[k].grad().data_ptr() != where[k]) {
+          return absl::InternalError(absl::StrCat("parameter ", k, "'s gradient moved"));
+        }
+        if (!torch::equal(p[k].grad(), torch::full_like(p[k], 1.5f * (k + 1) * (step + 1)))) {
+          return absl::InternalError(
+              absl::StrCat("parameter ", k, ": not the mean at step ", step));
+        }
+      }
+    }
+    sync.reset();
+    kept[b.rank()] = p[0].grad();
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(kept[r].defined());
+    EXPECT_TRUE(torch::equal(kept[r], torch::full_like(kept[r], 4.5f))) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::Values("grpc", "gloo", "shm"));
+
+}  // namespace worker_distributed_conformance_test
+}  // namespace dtrain

@@ -1,0 +1,207 @@
+// The collective planes on misuse and faults: a plane refused by name, shared memory's
+// mismatched calls and missing rank named on every rank, a cancelled step ending the wait for a
+// peer that never comes (on each peer-to-peer plane), and Gloo's sliced waits never reporting a
+// false timeout.
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "tests/test_support.h"
+#include "tests/worker_test_helpers.h"
+#include "worker/collectives/collective_backend.h"
+#include "worker/collectives/collective_plane.h"
+
+namespace dtrain {
+namespace worker_distributed_faults_test {
+
+using ::testing::HasSubstr;
+
+// A worker handed a Setup that did not pass the coordinator refuses nccl as the spec does, and
+// lists the planes for a name it does not know; neither touches the group.
+TEST(CollectivePlane, NcclRefusedByName_UnknownNamesListThePlanes) {
+  auto nccl = ConnectCollectivePlane("nccl", "", nullptr, absl::Seconds(1), absl::Seconds(1));
+  EXPECT_EQ(nccl.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(nccl.status().message()),
+              HasSubstr("'nccl' is not built: dtrain has no NCCL plane"));
+  auto mpi = ConnectCollectivePlane("mpi", "", nullptr, absl::Seconds(1), absl::Seconds(1));
+  EXPECT_EQ(mpi.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(mpi.status().message()), HasSubstr("use auto, grpc, gloo or shm"));
+}
+
+// Shared memory is loud on misuse: ranks whose calls differ all get FAILED_PRECONDITION
+// naming both calls, later calls fail at once, and a rank that never comes is named at the
+// deadline.
+TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const std::string address = coordinator->address();
+  std::vector<absl::Status> mismatch(2), after(2);
+  auto statuses =
+      testing::RunRanks(address, "shm-mismatch", 2, [&](ProcessGroup& pg) -> absl::Status {
+        auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));
+        if (!backend.ok()) return backend.status();
+        torch::Tensor t = torch::ones({pg.rank() == 0 ? 100 : 200});
+        mismatch[pg.rank()] = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
+        after[pg.rank()] = (*backend)->Barrier("after");
+        return absl::OkStatus();
+      });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(mismatch[r].code(), absl::StatusCode::kFailedPrecondition) << mismatch[r];
+    EXPECT_THAT(std::string(mismatch[r].message()),
+                HasSubstr("all_reduce of 100 Float REDUCE_OP_SUM"));
+    EXPECT_THAT(std::string(mismatch[r].message()),
+                HasSubstr("all_reduce of 200 Float REDUCE_OP_SUM"));
+    EXPECT_EQ(after[r].code(), absl::StatusCode::kFailedPrecondition) << after[r];
+  }
+
+  // One rank reduces its shared buffer, the other ordinary memory of the same size: not the
+  // same collective, and said so.
+  statuses = testing::RunRanks(address, "shm-where", 2, [&](ProcessGroup& pg) -> absl::Status {
+    auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));
+    if (!backend.ok()) return backend.status();
+    absl::StatusOr<torch::Tensor> shared = (*backend)->AllocateForAllReduce(64, torch::kFloat32);
+    if (!shared.ok()) return shared.status();
+    torch::Tensor plain = torch::ones({64});
+    mismatch[pg.rank()] =
+        (*backend)->AllReduce(pg.rank() == 0 ? *shared : plain, v1::REDUCE_OP_SUM);
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(mismatch[r].code(), absl::StatusCode::kFailedPrecondition) << mismatch[r];
+    EXPECT_THAT(std::string(mismatch[r].message()),
+                HasSubstr("all_reduce of 64 Float REDUCE_OP_SUM in shared buffer #0 at element 0"));
+  }
+
+  absl::Status waited;
+  absl::Duration took;
+  absl::Notification answered;
+  statuses = testing::RunRanks(address, "shm-missing", 2, [&](ProcessGroup& pg) -> absl::Status {
+    // 4 s: the timeout also bounds the planes' set-up, which a loaded machine slows.
+    auto backend = MakeBackend("shm", address, &pg, absl::Seconds(4));
+    if (!backend.ok()) return backend.status();
+    if (pg.rank() == 1) {
+      // Alive (heartbeating) but never calls, until rank 0 has its answer.
+      answered.WaitForNotificationWithTimeout(absl::Seconds(30));
+      return absl::OkStatus();
+    }
+    torch::Tensor t = torch::ones({1000});
+    const absl::Time start = absl::Now();
+    waited = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
+    took = absl::Now() - start;
+    answered.Notify();
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
+  EXPECT_THAT(std::string(waited.message()), HasSubstr("rank(s) 1 did not arrive within 4s"));
+  EXPECT_GE(took, absl::Seconds(4));
+  EXPECT_LT(took, absl::Seconds(10));
+}
+
+// Ranks of a cancelled step stop at their own next batch, so one may wait in a collective its
+// peer (alive, heartbeating) never starts: neither the group's health nor a timeout of minutes
+// would end that wait, the cancellation must. On each peer-to-peer plane, and for a collective
+// shm hands to Gloo (int64); the plane is broken afterwards, loudly.
+class InterruptedWait : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(InterruptedWait, ACancelledStepEndsTheWaitForAPeerThatNeverComes) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const std::string address = coordinator->address();
+  const bool through_gloo = GetParam() == "shm-int64";
+  absl::Status waited, later;
+  absl::Duration took, later_took;
+  absl::Notification done;
+  auto statuses = testing::RunRanks(
+      address, "interrupt-" + GetParam(), 2, [&](ProcessGroup& pg) -> absl::Status {
+        auto backend =
+            MakeBackend(through_gloo ? "shm" : GetParam(), address, &pg, absl::Minutes(5));
+        if (!backend.ok()) return backend.status();
+        if (pg.rank() == 1) {
+          // Alive, but never calls until rank 0 is done: only the interruption can end its wait
+          // (leaving would end it too, after 30 s, and fail the time check below).
+          done.WaitForNotificationWithTimeout(absl::Seconds(30));
+          return absl::OkStatus();
+        }
+        auto make = [&] {
+          return through_gloo ? torch::ones({1000}, torch::kInt64) : torch::ones({1000});
+        };
+        torch::Tensor t = make();
+        const absl::Time start = absl::Now();
+        // The interruption comes 300 ms after the call began, while it waits for rank 1: the
+        // delay is the scenario (a wait under way is ended), not settling. A call that ended
+        // before it, or was not ended by it, fails the time checks below.
+        std::thread canceller([&] {
+          absl::SleepFor(absl::Milliseconds(300));
+          (*backend)->Interrupt(absl::CancelledError("job j was cancelled"));
+        });
+        waited = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
+        took = absl::Now() - start;
+        canceller.join();
+        (*backend)->ClearInterrupt();  // the next step begins
+        torch::Tensor u = make();
+        const absl::Time again = absl::Now();
+        later = (*backend)->AllReduce(u, v1::REDUCE_OP_SUM);
+        later_took = absl::Now() - again;
+        done.Notify();
+        return absl::OkStatus();
+      });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(waited.code(), absl::StatusCode::kCancelled) << waited;
+  EXPECT_THAT(std::string(waited.message()), HasSubstr("all_reduce on rank 0"));
+  EXPECT_THAT(std::string(waited.message()), HasSubstr("job j was cancelled"));
+  EXPECT_GE(took, absl::Milliseconds(300));
+  EXPECT_LT(took, absl::Seconds(10));  // not the 30 s leave nor the 5 min timeout
+  // The interrupted collective left the plane half-done: later calls fail at once.
+  EXPECT_FALSE(later.ok());
+  EXPECT_LT(later_took, absl::Seconds(5));
+}
+
+// Gloo's waits are sliced (to poll the interruption and the group's health): an operation that
+// completes as a slice runs out is a success, never a false "timed out". Rank 1 arrives at
+// about the slice length late, many times over.
+TEST(GlooBackend, OperationsCompletingAtASliceBoundary_Succeed) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const std::string address = coordinator->address();
+  auto statuses =
+      testing::RunRanks(address, "gloo-slices", 2, [&](ProcessGroup& pg) -> absl::Status {
+        auto backend = MakeBackend("gloo", address, &pg, absl::Seconds(30));
+        if (!backend.ok()) return backend.status();
+        for (int i = 0; i < 150; ++i) {
+          if (pg.rank() == 1) absl::SleepFor(absl::Microseconds(19000 + (i * 37) % 2000));
+          torch::Tensor t = torch::full({16}, static_cast<float>(pg.rank() + 1));
+          if (absl::Status s = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM); !s.ok()) {
+            return absl::Status(s.code(), absl::StrCat("operation ", i, ": ", s.message()));
+          }
+          if (!torch::equal(t, torch::full({16}, 3.0f))) {
+            return absl::InternalError(absl::StrCat("operation ", i, ": wrong sum"));
+          }
+        }
+        return absl::OkStatus();
+      });
+  for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Planes, InterruptedWait, ::testing::Values("gloo", "shm", "shm-int64"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
+                           return name;
+                         });
+
+}  // namespace worker_distributed_faults_test
+}  // namespace dtrain
