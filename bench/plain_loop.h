@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

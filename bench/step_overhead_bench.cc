@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/Parallel.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"

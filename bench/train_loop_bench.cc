@@ -22,7 +22,7 @@
 #include <numeric>
 #include <random>
 
-#include <torch/torch.h>
+#include <ATen/Parallel.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"

@@ -14,7 +14,9 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/frontend/resolver.h>
 #include <torch/csrc/jit/frontend/sugared_value.h>
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
+#include <torch/script.h>
+#include <torch/utils.h>
 
 #include "absl/strings/str_cat.h"
 #include "tests/test_support.h"

@@ -17,7 +17,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
+#include <torch/script.h>
+#include <torch/utils.h>
 
 #include "absl/strings/str_cat.h"
 #include "tests/test_support.h"

@@ -11,7 +11,9 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
+#include <torch/script.h>
+#include <torch/utils.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -10,7 +10,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
+#include <torch/script.h>
+#include <torch/utils.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

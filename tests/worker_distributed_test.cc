@@ -9,7 +9,9 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
+#include <torch/script.h>
+#include <torch/utils.h>
 
 #include "absl/status/status.h"
 #include "common/status_macros.h"

@@ -15,7 +15,9 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
+#include <torch/script.h>
+#include <torch/utils.h>
 
 #include <limits>
 #include <numeric>

@@ -1,7 +1,9 @@
 // Helpers shared by the worker's libtorch tests (worker_*_test.cc).
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
+#include <torch/script.h>
+#include <torch/utils.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/lazy/ts_backend/ts_backend_impl.h>

@@ -13,7 +13,9 @@
 #include <memory>
 #include <string>
 
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
+#include <torch/script.h>
+#include <torch/utils.h>
 
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/model/lightning_module.h"
