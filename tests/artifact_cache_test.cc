@@ -1,7 +1,7 @@
 // The worker's artifact cache on its own, and how a spec names files (common/file_reference):
 // each digest fetched once, the least recently used evicted at the size bound, files kept
 // across a restart, malformed digests refused. The fetch here writes known bytes; the real
-// fetch from a coordinator is tested end to end (jobs_e2e_test FilesTravelWithTheJob).
+// fetch from a coordinator is tested end to end (job_files_e2e_test.cc).
 #include <unistd.h>
 
 #include <filesystem>

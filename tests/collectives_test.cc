@@ -363,3 +363,6 @@ TEST(Collectives, ResultsOver4And64MiB_ReadByAClientWithGrpcDefaultLimits) {
 
 }  // namespace collectives_test
 }  // namespace dtrain::testing
+
+// Test files share translation units (tests/CMakeLists.txt): the macro stays this file's.
+#undef RETURN_IF_ERROR

@@ -1,6 +1,7 @@
 // The fixture of the trainer's in-process tests (trainer_test.cc: the loops;
-// trainer_callbacks_test.cc: checkpoints and early stopping): a run of a spec on FakeWorkerGroup
-// with a clock the test advances, and the record the trainer reports into.
+// trainer_callbacks_test.cc: checkpoints and early stopping; trainer_flags_test.cc: the
+// trainer's limits and debugging flags): a run of a spec on FakeWorkerGroup with a clock the test
+// advances, and the record the trainer reports into.
 #pragma once
 
 #include <gmock/gmock.h>
