@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/status_macros.h"
 #include "coordinator/collectives/reduction.h"
 #include "dtrain/v1/coordinator.grpc.pb.h"
 #include "tests/reference_data.h"
@@ -25,12 +26,6 @@ absl::Status Expect(bool ok, const std::string& what) {
   return ok ? absl::OkStatus() : absl::InternalError(what);
 }
 
-#define RETURN_IF_ERROR(expr) \
-  do {                        \
-    absl::Status s_ = (expr); \
-    if (!s_.ok()) return s_;  \
-  } while (0)
-
 class CollectivesTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
@@ -44,7 +39,7 @@ TEST_P(CollectivesTest, AllOpsAllDTypes_MatchReference) {
   const int world = GetParam();
   auto body = [world](ProcessGroup& pg) -> absl::Status {
     const int rank = pg.rank();
-    RETURN_IF_ERROR(Expect(pg.world_size() == world, "world size"));
+    DTRAIN_RETURN_IF_ERROR(Expect(pg.world_size() == world, "world size"));
     uint64_t seed = 0;
     for (v1::DType dtype : AllDTypes()) {
       const std::string dt = DTypeName(dtype);
@@ -55,60 +50,63 @@ TEST_P(CollectivesTest, AllOpsAllDTypes_MatchReference) {
         const std::string what = absl::StrCat(dt, " ", ReduceOpName(op), " rank ", rank);
         if (dtype == v1::DTYPE_BOOL && op == v1::REDUCE_OP_MEAN) {
           auto bad = pg.AllReduce(inputs[rank], op);
-          RETURN_IF_ERROR(Expect(bad.status().code() == absl::StatusCode::kInvalidArgument,
-                                 "bool mean must be refused: " + bad.status().ToString()));
+          DTRAIN_RETURN_IF_ERROR(Expect(bad.status().code() == absl::StatusCode::kInvalidArgument,
+                                        "bool mean must be refused: " + bad.status().ToString()));
           continue;
         }
         const HostTensor expected = ReferenceReduce(inputs, op);
         auto all = pg.AllReduce(inputs[rank], op);
-        RETURN_IF_ERROR(all.status());
-        RETURN_IF_ERROR(Expect(*all == expected, "all_reduce " + what));
+        DTRAIN_RETURN_IF_ERROR(all.status());
+        DTRAIN_RETURN_IF_ERROR(Expect(*all == expected, "all_reduce " + what));
         HostTensor in_place = inputs[rank];
-        RETURN_IF_ERROR(pg.AllReduceInPlace(&in_place, op));
-        RETURN_IF_ERROR(Expect(in_place == expected, "all_reduce in place " + what));
+        DTRAIN_RETURN_IF_ERROR(pg.AllReduceInPlace(&in_place, op));
+        DTRAIN_RETURN_IF_ERROR(Expect(in_place == expected, "all_reduce in place " + what));
         const int dst = static_cast<int>(seed % world);
         auto reduced = pg.Reduce(inputs[rank], op, dst);
-        RETURN_IF_ERROR(reduced.status());
+        DTRAIN_RETURN_IF_ERROR(reduced.status());
         if (rank == dst) {
-          RETURN_IF_ERROR(Expect(reduced->has_value() && **reduced == expected, "reduce " + what));
+          DTRAIN_RETURN_IF_ERROR(
+              Expect(reduced->has_value() && **reduced == expected, "reduce " + what));
         } else {
-          RETURN_IF_ERROR(Expect(!reduced->has_value(), "reduce result on non-dst " + what));
+          DTRAIN_RETURN_IF_ERROR(Expect(!reduced->has_value(), "reduce result on non-dst " + what));
         }
       }
       ++seed;
       const HostTensor mine = MakeInput(dtype, kShape, rank, seed);
       const int src = static_cast<int>(seed % world);
       auto got = pg.Broadcast(src, rank == src ? &mine : nullptr);
-      RETURN_IF_ERROR(got.status());
-      RETURN_IF_ERROR(Expect(*got == MakeInput(dtype, kShape, src, seed), "broadcast " + dt));
+      DTRAIN_RETURN_IF_ERROR(got.status());
+      DTRAIN_RETURN_IF_ERROR(
+          Expect(*got == MakeInput(dtype, kShape, src, seed), "broadcast " + dt));
 
       auto gathered = pg.AllGather(mine);
-      RETURN_IF_ERROR(gathered.status());
-      RETURN_IF_ERROR(Expect(static_cast<int>(gathered->size()) == world, "gather count"));
+      DTRAIN_RETURN_IF_ERROR(gathered.status());
+      DTRAIN_RETURN_IF_ERROR(Expect(static_cast<int>(gathered->size()) == world, "gather count"));
       for (int r = 0; r < world; ++r) {
-        RETURN_IF_ERROR(Expect((*gathered)[r] == MakeInput(dtype, kShape, r, seed),
-                               absl::StrCat("all_gather ", dt, " part ", r)));
+        DTRAIN_RETURN_IF_ERROR(Expect((*gathered)[r] == MakeInput(dtype, kShape, r, seed),
+                                      absl::StrCat("all_gather ", dt, " part ", r)));
       }
       auto stacked = ProcessGroup::Stack(*gathered);
-      RETURN_IF_ERROR(stacked.status());
-      RETURN_IF_ERROR(Expect(stacked->shape == std::vector<int64_t>{world, 3, 701}, "stack"));
+      DTRAIN_RETURN_IF_ERROR(stacked.status());
+      DTRAIN_RETURN_IF_ERROR(
+          Expect(stacked->shape == std::vector<int64_t>{world, 3, 701}, "stack"));
     }
-    RETURN_IF_ERROR(pg.Barrier("end-of-ops"));
+    DTRAIN_RETURN_IF_ERROR(pg.Barrier("end-of-ops"));
     auto all_true = pg.ReduceBooleanDecision(true, /*all=*/true);
-    RETURN_IF_ERROR(all_true.status());
-    RETURN_IF_ERROR(Expect(*all_true, "all of trues"));
+    DTRAIN_RETURN_IF_ERROR(all_true.status());
+    DTRAIN_RETURN_IF_ERROR(Expect(*all_true, "all of trues"));
     auto all_mixed = pg.ReduceBooleanDecision(rank != world - 1, /*all=*/true);
-    RETURN_IF_ERROR(all_mixed.status());
-    RETURN_IF_ERROR(Expect(!*all_mixed, "all with one false"));
+    DTRAIN_RETURN_IF_ERROR(all_mixed.status());
+    DTRAIN_RETURN_IF_ERROR(Expect(!*all_mixed, "all with one false"));
     auto any_one = pg.ReduceBooleanDecision(rank == world - 1, /*all=*/false);
-    RETURN_IF_ERROR(any_one.status());
-    RETURN_IF_ERROR(Expect(*any_one, "any with one true"));
+    DTRAIN_RETURN_IF_ERROR(any_one.status());
+    DTRAIN_RETURN_IF_ERROR(Expect(*any_one, "any with one true"));
     auto any_none = pg.ReduceBooleanDecision(false, /*all=*/false);
-    RETURN_IF_ERROR(any_none.status());
-    RETURN_IF_ERROR(Expect(!*any_none, "any of falses"));
+    DTRAIN_RETURN_IF_ERROR(any_none.status());
+    DTRAIN_RETURN_IF_ERROR(Expect(!*any_none, "any of falses"));
     std::string blob = absl::StrCat("opaque-bytes-from-", 0, std::string(3000, '\x7f'));
     auto bytes = pg.BroadcastBytes(0, rank == 0 ? &blob : nullptr);
-    RETURN_IF_ERROR(bytes.status());
+    DTRAIN_RETURN_IF_ERROR(bytes.status());
     return Expect(*bytes == blob, "broadcast bytes");
   };
   const auto statuses =
@@ -363,6 +361,3 @@ TEST(Collectives, ResultsOver4And64MiB_ReadByAClientWithGrpcDefaultLimits) {
 
 }  // namespace collectives_test
 }  // namespace dtrain::testing
-
-// Test files share translation units (tests/CMakeLists.txt): the macro stays this file's.
-#undef RETURN_IF_ERROR

@@ -35,10 +35,6 @@ inline namespace worker_service_fixture {
 
 inline constexpr int kTrainSize = 1024;
 
-inline std::string TempPath(const std::string& name) {
-  return absl::StrCat(::testing::TempDir(), "/", getpid(), "-", name);
-}
-
 inline v1::SetupRequest MakeSetup(const std::string& job, const std::string& strategy, int world,
                                   const std::string& coordinator,
                                   const std::string& backend = "grpc") {

@@ -213,7 +213,7 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
   ASSERT_TRUE(a && b && single);
   std::vector<WorkerProcess*> ranks = {a.get(), b.get()};
   v1::SetupRequest request = Distributed("zero", "sharded", 2);
-  const std::string dir = TempPath("zero-dir-" + GetParam());
+  const std::string dir = TestTempPath("zero-dir-" + GetParam());
   std::filesystem::remove_all(dir);
   request.mutable_spec()->mutable_checkpoint()->set_dirpath("worker:" + dir);
   request.mutable_spec()->mutable_optimizer()->set_name("adam");
@@ -241,7 +241,9 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad << ": " << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr("not a file name")) << s;
   }
-  EXPECT_FALSE(std::filesystem::exists(TempPath("escape.ckpt")));
+  // Where "../escape.ckpt" and "/tmp/escape.ckpt" would have landed.
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir).parent_path() / "escape.ckpt"));
+  EXPECT_FALSE(std::filesystem::exists("/tmp/escape.ckpt"));
   const std::string path = dir + "/zero.ckpt";
   {  // an older checkpoint the save evicts (top-k)
     std::ofstream(dir + "/old.ckpt") << "old";
@@ -306,7 +308,7 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
 
   // A checkpoint that is not there fails every rank with rank 0's message.
   load.set_job_id("zero");
-  load.set_path(TempPath("no-such.ckpt"));
+  load.set_path(TestTempPath("no-such.ckpt"));
   Parallel(2, [&](int r) {
     v1::LoadCheckpointResponse ignored;
     statuses[r] = Call([&](auto* c) { return ranks[r]->stub().LoadCheckpoint(c, load, &ignored); });

@@ -227,7 +227,7 @@ TEST_F(WorkerServiceTest, DdpSpawn_CrashedChildFailsTheJobWithItsExitStatus) {
 // A model over 4 MiB through a client with gRPC's default limits: the one-message StateDict
 // says to stream, and StreamStateDict delivers every tensor in messages that fit.
 TEST_F(WorkerServiceTest, StateDictOver4MiB_RefusedWhole_StreamedInChunks) {
-  const std::string path = TempPath("wide.pt");
+  const std::string path = TestTempPath("wide.pt");
   torch::jit::Module m("Wide");
   m.register_parameter("embedding", torch::arange(1500000, torch::kFloat).reshape({1500, 1000}),
                        false);
@@ -295,7 +295,7 @@ def predict_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Dict[str
 std::string ModelWithoutTrainingStep() {
   torch::jit::Module m("NoSteps");
   m.define("def forward(self, x):\n  return x * 2\n");
-  const std::string path = TempPath("no-steps.pt");
+  const std::string path = TestTempPath("no-steps.pt");
   m.save(path);
   return path;
 }
