@@ -172,11 +172,8 @@ TEST_F(JobsE2eTest, AutoPlane_GlooCannotConnect_FallsBackToGrpcAndSaysWhy) {
       SyntheticJob("fallback", 1, 512),
       {{"  strategy: ddp\n", "  strategy: ddp\n  collective_timeout_ms: 5000\n"}});
   const std::string job = WriteJob("fallback", spec);
-  const absl::Time start = absl::Now();
   CommandResult submitted = Dtrain(absl::StrCat("fit --wait --config ", job));
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
-  EXPECT_LT(absl::ToDoubleSeconds(absl::Now() - start), 40.0)
-      << "the fallback waits the connect timeout (5 s here), not the collective timeout";
   CommandResult logs = Dtrain("logs fallback-1");
   EXPECT_THAT(logs.output, HasSubstr("peer-to-peer collectives are not possible"));
   EXPECT_THAT(logs.output, HasSubstr("nonexistent0"));
@@ -187,6 +184,11 @@ TEST_F(JobsE2eTest, AutoPlane_GlooCannotConnect_FallsBackToGrpcAndSaysWhy) {
   // (broadcast, gathers) through the coordinator.
   EXPECT_EQ(status.progress().collective_plane(), "shm");
   EXPECT_GT(status.metrics().at("test_acc"), 0.5);
+  // w0 waits for w1's Gloo address for the connect budget (the collective timeout, 5 s), and
+  // no longer: neither five budgets (Gloo's own multiplier) nor a wait for a verdict on w1.
+  const double group = status.progress().phase_seconds().at("group");
+  EXPECT_GE(group, 4.9) << "w0 gave up before its 5 s connect budget";
+  EXPECT_LT(group, 11.0) << "the fallback took more than the 5 s connect budget and 6 s of slack";
 }
 
 // Workers pinned to cores (--cpus): the job runs, and its log says where each rank's steps run.

@@ -86,7 +86,8 @@ TEST_F(NetworkFaultTest, PartitionedWorker_JobFailsNamingIt_WorkerBackAfterHeali
 
 // Hosts that reach the coordinator but not each other: auto tries Gloo for its connect timeout
 // (the collective timeout, 4 s here, when shorter than 30 s), then every rank falls back to
-// the coordinator's collectives and the job log says why.
+// the coordinator's collectives and the job log says why. Group formation takes that budget
+// and little more (it took five budgets and 7 s more while Gloo's pairs multiplied it).
 TEST_F(NetworkFaultTest, AutoPlane_PeersCannotReachEachOther_FallsBackToGrpc) {
   const std::string id = SubmitJob(1, "auto", 4000);
   ASSERT_FALSE(id.empty());
@@ -96,7 +97,30 @@ TEST_F(NetworkFaultTest, AutoPlane_PeersCannotReachEachOther_FallsBackToGrpc) {
   const CommandResult logs = cluster_->Dtrain("logs " + id);
   EXPECT_THAT(logs.output, HasSubstr("peer-to-peer collectives are not possible"));
   EXPECT_THAT(logs.output, HasSubstr("falling back to the coordinator's grpc collectives"));
-  std::printf("%s\n", logs.output.c_str());
+  const double group = status.progress().phase_seconds().at("group");
+  EXPECT_GE(group, 3.9) << "Gloo gave up before its 4 s connect budget";
+  EXPECT_LT(group, 10.0) << "the fallback took more than the 4 s connect budget and 6 s of slack";
+  std::printf("group formed in %.1f s\n%s\n", group, logs.output.c_str());
+}
+
+// The same hosts with an explicit gloo: the job fails within the connect budget (plus the wait
+// for the coordinator's verdict on the members, 5 s + 2 s), naming the peer it could not reach.
+TEST_F(NetworkFaultTest, ExplicitGloo_PeersCannotReachEachOther_FailsNamingThePeer) {
+  const absl::Time submitted = absl::Now();
+  const std::string id = SubmitJob(1, "gloo", 4000);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(60)));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - submitted);
+  const v1::JobStatus status = cluster_->GetJob(id);
+  EXPECT_EQ(status.state(), v1::FAILED);
+  EXPECT_THAT(status.reason(), HasSubstr("gloo rendezvous failed on rank"));
+  EXPECT_THAT(status.reason(), HasSubstr("Connect timeout"));
+  EXPECT_THAT(status.reason(), HasSubstr("could not connect within 4s"));
+  EXPECT_THAT(status.reason(),
+              ::testing::AnyOf(HasSubstr(hosts_[0]->address()), HasSubstr(hosts_[1]->address())));
+  EXPECT_LT(seconds, 25.0) << "4 s to connect and 7 s for the verdict, with room; it took five "
+                              "connect budgets (20 s) more while Gloo's pairs multiplied it";
+  std::printf("explicit gloo: FAILED after %.1f s: %s\n", seconds, status.reason().c_str());
 }
 
 TEST_F(NetworkFaultTest, DelayAndLoss_JobStillSucceeds) {

@@ -56,12 +56,15 @@ absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& reques
         "the gradients";
     inner = std::make_unique<GrpcCollectiveBackend>(std::move(group));
   }
+  // Explicit gloo or shm gets the same connect budget: peers that have not connected by then
+  // (after the agreement above, which every rank leaves together) never will.
+  GlooConnectOptions connect;
+  connect.timeout = connect_timeout;
+  connect.caller_agrees_on_failure = fall_back;
   absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> gloo =
-      inner != nullptr
-          ? absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>>(
-                absl::FailedPreconditionError("not connected"))
-          : GlooCollectiveBackend::Make(coordinator, group.get(), timeout,
-                                        fall_back ? connect_timeout : absl::InfiniteDuration());
+      inner != nullptr ? absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>>(
+                             absl::FailedPreconditionError("not connected"))
+                       : GlooCollectiveBackend::Make(coordinator, group.get(), timeout, connect);
   if (inner != nullptr) {
     // Decided above, together.
   } else if (fall_back) {

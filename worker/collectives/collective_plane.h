@@ -28,9 +28,9 @@ struct CollectivePlane {
 };
 
 // `requested`: "", grpc, gloo, shm or auto. `coordinator` is the address `group` joined;
-// `timeout` bounds each collective. Gloo's connections get at most `connect_timeout` under
-// auto (peers that cannot reach each other fall back to grpc after it); an explicit gloo or
-// shm that cannot connect is an error naming the cause. `clear_peer_traffic_allowed` false
+// `timeout` bounds each collective. Gloo's connections get at most `connect_timeout` (if
+// shorter): under auto, peers that cannot reach each other then fall back to grpc; an explicit
+// gloo or shm that cannot connect is an error naming the cause. `clear_peer_traffic_allowed` false
 // (TLS without --trusted_network): no Gloo, as above.
 absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& requested,
                                                        const std::string& coordinator,

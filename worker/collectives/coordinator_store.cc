@@ -28,8 +28,9 @@ constexpr absl::Duration kMaxWait = absl::Minutes(59);
 }  // namespace
 
 CoordinatorStore::CoordinatorStore(std::shared_ptr<KeyValueClient> client,
-                                   std::chrono::milliseconds timeout)
-    : Store(timeout), client_(std::move(client)) {}
+                                   std::chrono::milliseconds timeout,
+                                   std::chrono::milliseconds min_wait)
+    : Store(timeout), client_(std::move(client)), min_wait_(min_wait) {}
 
 void CoordinatorStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   Check(client_->Set(key, AsString(value)), absl::StrCat("set '", key, "'"));
@@ -82,8 +83,9 @@ int64_t CoordinatorStore::getNumKeys() {
 void CoordinatorStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
 void CoordinatorStore::wait(const std::vector<std::string>& keys,
-                            const std::chrono::milliseconds& timeout) {
-  const bool forever = timeout == kNoTimeout;
+                            const std::chrono::milliseconds& asked) {
+  const bool forever = asked == kNoTimeout;
+  const std::chrono::milliseconds timeout = forever ? asked : std::max(asked, min_wait_);
   const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
   for (const std::string& key : keys) {
     while (true) {

@@ -17,9 +17,13 @@ namespace dtrain {
 
 class CoordinatorStore : public c10d::Store {
  public:
-  // `client` is scoped (keys of different scopes never meet).
+  // `client` is scoped (keys of different scopes never meet). A bounded wait lasts at least
+  // `min_wait`: Gloo waits for its peers' addresses with its context's timeout, which
+  // GlooCollectiveBackend sets to a fifth of its connect budget (Gloo's pairs wait five times
+  // that to connect), and the peers' arrival should get the whole budget.
   explicit CoordinatorStore(std::shared_ptr<KeyValueClient> client,
-                            std::chrono::milliseconds timeout = kDefaultTimeout);
+                            std::chrono::milliseconds timeout = kDefaultTimeout,
+                            std::chrono::milliseconds min_wait = std::chrono::milliseconds(0));
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
@@ -36,6 +40,7 @@ class CoordinatorStore : public c10d::Store {
 
  private:
   std::shared_ptr<KeyValueClient> client_;
+  const std::chrono::milliseconds min_wait_;
 };
 
 }  // namespace dtrain

@@ -126,16 +126,18 @@ class ConnectedProcessGroupGloo : public c10d::ProcessGroupGloo {
 }  // namespace
 
 template <typename F>
-absl::Status GlooCollectiveBackend::Guard(const std::string& what, F&& body) {
+absl::Status GlooCollectiveBackend::Guard(const std::string& what, F&& body, bool await_verdict) {
   try {
     body();
     return absl::OkStatus();
   } catch (const std::exception& e) {
     // A peer that died closed its connections at once; the coordinator names it once its
     // heartbeats stop (or its own calls dropped).
-    const absl::Time deadline = absl::Now() +
-                                absl::Milliseconds(group_->assignment().heartbeat_timeout_ms()) +
-                                absl::Seconds(2);
+    const absl::Time deadline =
+        await_verdict
+            ? absl::Now() + absl::Milliseconds(group_->assignment().heartbeat_timeout_ms()) +
+                  absl::Seconds(2)
+            : absl::Now();
     absl::Status health = group_->health();
     while (health.ok() && absl::Now() < deadline && interruption().ok()) {
       absl::SleepFor(absl::Milliseconds(50));
@@ -200,37 +202,55 @@ absl::Status GlooCollectiveBackend::Abandon(absl::Status why) {
 
 absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Make(
     const std::string& coordinator, std::unique_ptr<ProcessGroup> group, absl::Duration timeout,
-    absl::Duration connect_timeout) {
+    const GlooConnectOptions& connect) {
   ProcessGroup* borrowed = group.get();
   DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<GlooCollectiveBackend> backend,
-                          Make(coordinator, borrowed, timeout, connect_timeout));
+                          Make(coordinator, borrowed, timeout, connect));
   backend->owned_ = std::move(group);
   return backend;
 }
 
 absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Make(
     const std::string& coordinator, ProcessGroup* group, absl::Duration timeout,
-    absl::Duration connect_timeout) {
+    const GlooConnectOptions& connect) {
   std::unique_ptr<GlooCollectiveBackend> backend(new GlooCollectiveBackend());
   backend->group_ = group;
   ProcessGroup& g = *backend->group_;
   const auto chrono_timeout = absl::ToChronoMilliseconds(timeout);
-  const auto chrono_connect = absl::ToChronoMilliseconds(std::min(timeout, connect_timeout));
-  DTRAIN_RETURN_IF_ERROR(backend->Guard("rendezvous", [&] {
-    auto kv = std::make_shared<KeyValueClient>(ConnectToCoordinator(coordinator, g.token()),
-                                               g.assignment().member().group());
-    // Keys are per generation: a re-formed group never meets its predecessor's keys.
-    auto store = c10::make_intrusive<c10d::PrefixStore>(
-        absl::StrCat("gloo/", g.generation()),
-        c10::make_intrusive<CoordinatorStore>(kv, chrono_connect));
-    auto options = c10d::ProcessGroupGloo::Options::create(chrono_connect);
-    options->devices.push_back(GlooDevice(coordinator));
-    options->threads = 2;
-    auto gloo =
-        c10::make_intrusive<ConnectedProcessGroupGloo>(store, g.rank(), g.world_size(), options);
-    gloo->SetOperationTimeout(chrono_timeout);
-    backend->gloo_ = gloo;
-  }));
+  const auto chrono_connect = absl::ToChronoMilliseconds(std::min(timeout, connect.timeout));
+  // Gloo's pairs wait five times the context's timeout for their first connection
+  // (gloo/transport/tcp/pair.h, Pair::waitUntil), so the context gets a fifth of the budget
+  // for connecting, and the operations' timeout once connected.
+  const auto gloo_connect = std::max(std::chrono::milliseconds(1), chrono_connect / 5);
+  absl::Status connected = backend->Guard(
+      "rendezvous",
+      [&] {
+        auto kv = std::make_shared<KeyValueClient>(ConnectToCoordinator(coordinator, g.token()),
+                                                   g.assignment().member().group());
+        // Keys are per generation: a re-formed group never meets its predecessor's keys.
+        auto store = c10::make_intrusive<c10d::PrefixStore>(
+            absl::StrCat("gloo/", g.generation()),
+            c10::make_intrusive<CoordinatorStore>(kv, chrono_connect, chrono_connect));
+        auto options = c10d::ProcessGroupGloo::Options::create(gloo_connect);
+        options->devices.push_back(GlooDevice(coordinator));
+        options->threads = 2;
+        auto gloo = c10::make_intrusive<ConnectedProcessGroupGloo>(store, g.rank(), g.world_size(),
+                                                                   options);
+        gloo->SetOperationTimeout(chrono_timeout);
+        backend->gloo_ = gloo;
+      },
+      /*await_verdict=*/!connect.caller_agrees_on_failure);
+  if (!connected.ok() && !connect.caller_agrees_on_failure &&
+      absl::StrContains(connected.message(), "Connect timeout")) {
+    return absl::Status(
+        connected.code(),
+        absl::StrCat(connected.message(), " (Gloo's peers could not connect within ",
+                     absl::FormatDuration(absl::FromChrono(chrono_connect)),
+                     ": every rank's worker must reach the others directly, on the interface "
+                     "toward the coordinator or GLOO_SOCKET_IFNAME's; collective_backend auto "
+                     "falls back to the coordinator's collectives instead)"));
+  }
+  DTRAIN_RETURN_IF_ERROR(connected);
   return backend;
 }
 

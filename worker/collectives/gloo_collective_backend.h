@@ -20,19 +20,28 @@ class ProcessGroupGloo;
 
 namespace dtrain {
 
+// How Gloo's connections are set up.
+struct GlooConnectOptions {
+  // Bounds the connections' set-up alone (when shorter than the operations' timeout), so that
+  // peers that cannot reach each other are known before a long collective timeout.
+  absl::Duration timeout = absl::InfiniteDuration();
+  // The caller agrees with the other ranks on what a failed set-up means (auto's fallback to
+  // grpc), and that agreement names a rank that died meanwhile: a failure returns at once
+  // instead of first awaiting the coordinator's verdict on the members.
+  bool caller_agrees_on_failure = false;
+};
+
 class GlooCollectiveBackend : public CollectiveBackend {
  public:
   // Connects Gloo among `group`'s ranks. `coordinator` is the address `group` joined;
-  // `timeout` bounds every Gloo operation (a hung peer fails the call, it does not hang it);
-  // `connect_timeout` (if shorter) bounds the connections' set-up alone, so that peers that
-  // cannot reach each other are known before a long collective timeout.
+  // `timeout` bounds every Gloo operation (a hung peer fails the call, it does not hang it).
   static absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> Make(
       const std::string& coordinator, std::unique_ptr<ProcessGroup> group, absl::Duration timeout,
-      absl::Duration connect_timeout = absl::InfiniteDuration());
+      const GlooConnectOptions& connect = {});
   // Borrows a group the caller keeps alive (or hands over later with Adopt).
   static absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> Make(
       const std::string& coordinator, ProcessGroup* group, absl::Duration timeout,
-      absl::Duration connect_timeout = absl::InfiniteDuration());
+      const GlooConnectOptions& connect = {});
   // Takes ownership of the group this backend was made over.
   void Adopt(std::unique_ptr<ProcessGroup> group) { owned_ = std::move(group); }
   ~GlooCollectiveBackend() override;
@@ -57,9 +66,9 @@ class GlooCollectiveBackend : public CollectiveBackend {
   GlooCollectiveBackend() = default;
   // Runs `body`; an exception becomes a status naming the dead member: Gloo itself only
   // sees a closed connection, so the coordinator's verdict is awaited (up to its heartbeat
-  // timeout) to say who died.
+  // timeout) to say who died, unless `await_verdict` is false.
   template <typename F>
-  absl::Status Guard(const std::string& what, F&& body);
+  absl::Status Guard(const std::string& what, F&& body, bool await_verdict = true);
   // Starts a Gloo operation (`start` returns its Work) and waits for it, polling this rank's
   // interruption and the group's health. Any failure breaks the backend: later calls fail.
   template <typename F>

@@ -33,9 +33,9 @@
 namespace dtrain {
 namespace {
 
-// Under collective_backend auto, how long Gloo may take to connect the peers before the ranks
-// fall back to the coordinator's collectives: on a network where they can reach each other it
-// takes milliseconds.
+// How long Gloo may take to connect the peers before the ranks fall back to the coordinator's
+// collectives (collective_backend auto) or the job fails (gloo, shm): on a network where they
+// can reach each other it takes milliseconds.
 constexpr absl::Duration kPeerConnectTimeout = absl::Seconds(30);
 
 absl::StatusOr<LightningModule> LoadModel(const v1::ModelSpec& spec, uint64_t seed) {
