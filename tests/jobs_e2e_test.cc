@@ -162,7 +162,7 @@ TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
 }
 
 // collective_backend auto falls back to the coordinator's collectives when Gloo cannot connect
-// the peers, and says so; here w1's Gloo is given an interface that does not exist (as a
+// the peers, and says so; here w2's Gloo is given an interface that does not exist (as a
 // GLOO_SOCKET_IFNAME typo would), so its side fails at once and w0's times out connecting.
 TEST_F(JobsE2eTest, AutoPlane_GlooCannotConnect_FallsBackToGrpcAndSaysWhy) {
   cluster_->worker("w1").Stop();
@@ -184,7 +184,7 @@ TEST_F(JobsE2eTest, AutoPlane_GlooCannotConnect_FallsBackToGrpcAndSaysWhy) {
   // (broadcast, gathers) through the coordinator.
   EXPECT_EQ(status.progress().collective_plane(), "shm");
   EXPECT_GT(status.metrics().at("test_acc"), 0.5);
-  // w0 waits for w1's Gloo address for the connect budget (the collective timeout, 5 s), and
+  // w0 waits for w2's Gloo address for the connect budget (the collective timeout, 5 s), and
   // no longer: neither five budgets (Gloo's own multiplier) nor a wait for a verdict on w1.
   const double group = status.progress().phase_seconds().at("group");
   EXPECT_GE(group, 4.9) << "w0 gave up before its 5 s connect budget";

@@ -1,7 +1,7 @@
 // The collective planes on misuse and faults: a plane refused by name, shared memory's
 // mismatched calls and missing rank named on every rank, a cancelled step ending the wait for a
-// peer that never comes (on each peer-to-peer plane), and Gloo's sliced waits never reporting a
-// false timeout.
+// peer that never comes (on each peer-to-peer plane), Gloo's sliced waits never reporting a
+// false timeout, and the bounds on Gloo's connect (its store's waits, its budget).
 #include <algorithm>
 #include <string>
 #include <thread>
@@ -19,10 +19,14 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/kv_client.h"
+#include "common/channel.h"
 #include "tests/test_support.h"
 #include "tests/worker_test_helpers.h"
 #include "worker/collectives/collective_backend.h"
 #include "worker/collectives/collective_plane.h"
+#include "worker/collectives/coordinator_store.h"
+#include "worker/collectives/gloo_collective_backend.h"
 
 namespace dtrain {
 namespace worker_distributed_faults_test {
@@ -196,6 +200,52 @@ TEST(GlooBackend, OperationsCompletingAtASliceBoundary_Succeed) {
         return absl::OkStatus();
       });
   for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s;
+}
+
+// Gloo asks its store for its context's timeout, a fifth of the connect budget: the store waits
+// at least the whole budget for a key, and "no timeout" (zero) still waits until the key comes.
+TEST(CoordinatorStore, AShortWaitLastsTheMinimum_NoTimeoutStillWaitsForTheKey) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  auto kv =
+      std::make_shared<KeyValueClient>(ConnectToCoordinator(coordinator->address()), "store-waits");
+  CoordinatorStore store(kv, std::chrono::milliseconds(5000), std::chrono::milliseconds(600));
+  const absl::Time start = absl::Now();
+  std::string error;
+  try {
+    store.wait({"never"}, std::chrono::milliseconds(100));
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  }
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_THAT(error, HasSubstr("timed out after 600 ms waiting for key 'never'"));
+  EXPECT_GE(waited, absl::Milliseconds(590));
+  EXPECT_LT(waited, absl::Seconds(4)) << "the store's default (5 s) is not the minimum";
+  // Set after the minimum has passed: a wait without timeout must still be there to see it.
+  std::thread setter([&] {
+    absl::SleepFor(absl::Milliseconds(900));
+    EXPECT_TRUE(kv->Set("late", "v").ok());
+  });
+  const absl::Time before = absl::Now();
+  EXPECT_NO_THROW(store.wait({"late"}, c10d::Store::kNoTimeout));
+  EXPECT_GE(absl::Now() - before, absl::Milliseconds(850));
+  setter.join();
+  EXPECT_EQ(store.get("late"), (std::vector<uint8_t>{'v'}));
+}
+
+// A zero budget would be "no timeout" to the store but an immediate give-up to Gloo's pairs:
+// refused before anything connects.
+TEST(GlooBackend, NonPositiveTimeouts_Refused) {
+  GlooConnectOptions none;
+  none.timeout = absl::ZeroDuration();
+  auto made = GlooCollectiveBackend::Make("127.0.0.1:1", static_cast<ProcessGroup*>(nullptr),
+                                          absl::Seconds(1), none);
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(made.status().message(), HasSubstr("0 for connecting"));
+  made = GlooCollectiveBackend::Make("127.0.0.1:1", static_cast<ProcessGroup*>(nullptr),
+                                     absl::Seconds(-1));
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(made.status().message(), HasSubstr("-1s for operations"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Planes, InterruptedWait, ::testing::Values("gloo", "shm", "shm-int64"),

@@ -70,7 +70,7 @@ absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& reques
   } else if (fall_back) {
     // One rank's Gloo may connect while another's fails; the coordinator decides for all. A
     // rank whose Gloo failed at once waits here for those still trying to connect (up to the
-    // connect timeout, then the wait for the coordinator's verdict on a failed Gloo call).
+    // connect timeout); a rank that died meanwhile fails this decision, named.
     CollectiveOptions decide;
     decide.timeout = 2 * connect_timeout + absl::Seconds(30);
     DTRAIN_ASSIGN_OR_RETURN(const bool everyone,

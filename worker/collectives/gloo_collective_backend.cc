@@ -115,6 +115,10 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& coordin
 
 // ProcessGroupGloo takes one timeout for connecting and for every operation; its contexts are
 // protected, so a subclass sets the operations' timeout after connecting with a shorter one.
+// Only the contexts' timeout changes: the transport's pairs keep the connect one (a fifth of
+// the budget, see Make). Every operation dtrain issues (all_reduce, all_gather, barrier,
+// broadcast, reduce) reads the context's; a point-to-point send or recv, if one is ever added,
+// would wait with the pairs' and must be given its timeout explicitly.
 class ConnectedProcessGroupGloo : public c10d::ProcessGroupGloo {
  public:
   using c10d::ProcessGroupGloo::ProcessGroupGloo;
@@ -213,6 +217,12 @@ absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Ma
 absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Make(
     const std::string& coordinator, ProcessGroup* group, absl::Duration timeout,
     const GlooConnectOptions& connect) {
+  // Zero would be c10d's "no timeout" in the store while Gloo's pairs gave up at once.
+  if (timeout <= absl::ZeroDuration() || connect.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo needs positive timeouts; got ", absl::FormatDuration(timeout), " for operations and ",
+        absl::FormatDuration(connect.timeout), " for connecting"));
+  }
   std::unique_ptr<GlooCollectiveBackend> backend(new GlooCollectiveBackend());
   backend->group_ = group;
   ProcessGroup& g = *backend->group_;
