@@ -245,7 +245,9 @@ class Client {
   int Watch(const std::string& id) {
     ProgressView view(isatty(STDOUT_FILENO) && !Json());
     // --output json: one JSON object per line per update (JSON Lines), the last one terminal.
+    bool watching = false;
     absl::StatusOr<v1::JobStatus> ended = jobs_.Watch(id, [&](const v1::JobStatus& status) {
+      watching = true;
       if (Json()) {
         std::printf("%s\n", ToJsonLine(status).c_str());
         std::fflush(stdout);
@@ -254,6 +256,15 @@ class Client {
       }
     });
     view.Done();
+    if (!ended.ok() && watching && ended.status().code() == absl::StatusCode::kUnavailable) {
+      // Reached, then lost (stopped, frozen or cut off): "start one" would be the wrong advice.
+      return Fail(kRefused, ended.status().code(),
+                  absl::StrCat("lost the coordinator at ", Address(), " while watching job ", id,
+                               " (", ended.status().message(),
+                               "); the job is the coordinator's, so watch it again with `dtrain "
+                               "watch ",
+                               id, "` once the coordinator answers"));
+    }
     if (!ended.ok()) return Refused(ended.status());
     const v1::JobStatus& last = *ended;
     if (!Json() && last.state() == v1::SUCCEEDED) PrintMetrics(last);

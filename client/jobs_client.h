@@ -45,8 +45,9 @@ class JobsClient {
   absl::StatusOr<v1::GetJobLogsResponse> Logs(const std::string& id, int64_t from_line = 0);
   absl::StatusOr<std::vector<v1::MetricPoint>> Metrics(const std::string& id);
   // Calls `on_update` with the status now and after every change until the job ends, and
-  // returns the last one. No deadline: a watch lasts as long as the job (a dead coordinator is
-  // still noticed through the channel's keepalive). UNAVAILABLE when the stream closed early.
+  // returns the last one. No deadline: a watch lasts as long as the job (a dead or frozen
+  // coordinator is noticed through the channel's keepalive within ~15 s, common/channel.cc).
+  // UNAVAILABLE when the stream closed early.
   absl::StatusOr<v1::JobStatus> Watch(const std::string& id,
                                       const std::function<void(const v1::JobStatus&)>& on_update);
   // The registered workers, by name (Workers.ListWorkers).

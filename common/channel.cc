@@ -38,6 +38,11 @@ std::shared_ptr<grpc::Channel> ConnectToCoordinator(const std::string& address,
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // gRPC stops a client's pings after two that no data or headers of its own followed; a watch
+  // (WatchJob) sends nothing after its request, so a coordinator that froze or vanished later
+  // would never be noticed. The coordinator and the workers accept a ping every 5 s
+  // (AcceptClientKeepalive), so these pings are never strikes.
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // Each ProcessGroup gets its own connection, as separate processes would.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // dtrain never retries a collective transparently (a retried call would be a second
