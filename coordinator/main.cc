@@ -109,6 +109,17 @@ int main(int argc, char** argv) {
     dtrain::LogError("--max_worker_heartbeats_per_second must be >= 0 (0: no cap)");
     return 2;
   }
+  // Zero would fail every collective at once, not wait forever; the flag's help says so.
+  for (const auto& [flag, value] :
+       {std::pair<const char*, absl::Duration>{"--collective_timeout",
+                                               options.groups.default_collective_timeout},
+        {"--register_timeout", options.groups.default_register_timeout}}) {
+    if (value <= absl::ZeroDuration() || value == absl::InfiniteDuration()) {
+      dtrain::LogError(absl::StrCat(flag, " must be a positive, finite duration (got ",
+                                    absl::FormatDuration(value), ")"));
+      return 2;
+    }
+  }
   if (options.groups.heartbeat_timeout <= options.groups.heartbeat_interval) {
     dtrain::LogError(absl::StrCat("--heartbeat-timeout (",
                                   absl::FormatDuration(options.groups.heartbeat_timeout),

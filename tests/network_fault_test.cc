@@ -34,9 +34,11 @@ class NetworkFaultTest : public ::testing::Test {
         absl::StrCat(::testing::TempDir(), "/netfault-", getpid(), "-",
                      ::testing::UnitTest::GetInstance()->current_test_info()->name()));
     // Every namespace reaches this one's side of its own link, and through it the others'. The
-    // coordinator binds port 0 and gives its workers the port it got at that address.
+    // coordinator binds port 0 and gives its workers the port it got at that address. Its
+    // collective timeout is the default of jobs that set none (AutoPlane below).
     ASSERT_TRUE(cluster_->StartCoordinator(
-        "0.0.0.0:0", {"--insecure", absl::StrCat("--advertise=", hosts_[0]->gateway(), ":0")}));
+        "0.0.0.0:0", {"--insecure", absl::StrCat("--advertise=", hosts_[0]->gateway(), ":0"),
+                      "--collective_timeout=4s"}));
     coordinator_ = absl::StrCat(hosts_[0]->gateway(), ":",
                                 cluster_->address().substr(cluster_->address().rfind(':') + 1));
     for (int i = 0; i < 2; ++i) {
@@ -50,13 +52,14 @@ class NetworkFaultTest : public ::testing::Test {
 
   // On the coordinator's plane: these namespaces reach the coordinator but not each other
   // (this namespace does not forward), so Gloo could never connect; AutoPlane below shows
-  // what auto does then.
+  // what auto does then. `collective_timeout_ms` 0: the spec sets none.
   std::string SubmitJob(int epochs, const std::string& backend = "grpc",
                         int collective_timeout_ms = 10000) {
-    return cluster_->Submit(
-        "net", SyntheticDdpJob("net", epochs, 4096,
-                               absl::StrCat(", collective_backend: ", backend,
-                                            ", collective_timeout_ms: ", collective_timeout_ms)));
+    std::string trainer = absl::StrCat(", collective_backend: ", backend);
+    if (collective_timeout_ms > 0) {
+      absl::StrAppend(&trainer, ", collective_timeout_ms: ", collective_timeout_ms);
+    }
+    return cluster_->Submit("net", SyntheticDdpJob("net", epochs, 4096, trainer));
   }
 
   std::vector<std::unique_ptr<NetworkNamespace>> hosts_;
@@ -85,11 +88,13 @@ TEST_F(NetworkFaultTest, PartitionedWorker_JobFailsNamingIt_WorkerBackAfterHeali
 }
 
 // Hosts that reach the coordinator but not each other: auto tries Gloo for its connect timeout
-// (the collective timeout, 4 s here, when shorter than 30 s), then every rank falls back to
-// the coordinator's collectives and the job log says why. Group formation takes that budget
-// and little more (it took five budgets and 7 s more while Gloo's pairs multiplied it).
+// (the collective timeout when shorter than 30 s: here the coordinator's --collective_timeout,
+// 4 s, as the spec sets none), then every rank falls back to the coordinator's collectives and
+// the job log says why. Group formation takes that budget and little more (it took five
+// budgets and 7 s more while Gloo's pairs multiplied it, and 30 s while the workers' planes
+// took 10 minutes, not the coordinator's default, for a spec without a collective timeout).
 TEST_F(NetworkFaultTest, AutoPlane_PeersCannotReachEachOther_FallsBackToGrpc) {
-  const std::string id = SubmitJob(1, "auto", 4000);
+  const std::string id = SubmitJob(1, "auto", 0);
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(90)));
   const v1::JobStatus status = cluster_->GetJob(id);

@@ -259,9 +259,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     const absl::Time joining = absl::Now();
     DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> group,
                             ProcessGroup::Join(address, options));
-    const absl::Duration timeout = t.collective_timeout_ms() > 0
-                                       ? absl::Milliseconds(t.collective_timeout_ms())
-                                       : absl::Minutes(10);
+    // The group's: the spec's when it sets one, else the coordinator's --collective_timeout,
+    // as the coordinator's own collectives use it.
+    const int64_t group_timeout_ms = group->assignment().collective_timeout_ms();
+    const absl::Duration timeout =
+        group_timeout_ms > 0 ? absl::Milliseconds(group_timeout_ms) : absl::Minutes(10);
     DTRAIN_ASSIGN_OR_RETURN(
         CollectivePlane plane,
         ConnectCollectivePlane(t.collective_backend(), address, std::move(group), timeout,
