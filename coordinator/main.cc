@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
     dtrain::LogError("--max_worker_heartbeats_per_second must be >= 0 (0: no cap)");
     return 2;
   }
-  // Zero would fail every collective at once, not wait forever; the flag's help says so.
+  // Zero would fail every collective (or registration) at once rather than wait forever, and
+  // an infinite one would be a wait without a deadline.
   for (const auto& [flag, value] :
        {std::pair<const char*, absl::Duration>{"--collective_timeout",
                                                options.groups.default_collective_timeout},
