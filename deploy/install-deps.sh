@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what dtrain needs from Debian's packages; idempotent and non-interactive.
-#   deploy/install-deps.sh          build + test dependencies
+#   deploy/install-deps.sh          build dependencies
+#   deploy/install-deps.sh --test   also what the tests use
+#   deploy/install-deps.sh --checks build dependencies and clang-format (tests/run.sh installs
+#                                   these first, and the rest of --test while it builds)
 #   deploy/install-deps.sh --bench  also the benchmark peers (python3-torch, torchvision, TurboJPEG)
 #   deploy/install-deps.sh --fuzz   also clang with libFuzzer (tests/fuzz/run.sh)
 set -euo pipefail
@@ -25,6 +28,7 @@ packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc 
 # network-namespace tests and openssl for the TLS tests' certificates; nginx serves shards over
 # HTTP to the HTTP fetcher's test (worker/data/http_shard_fetcher.h). libjs-chart.js (above) is
 # the dashboard's chart library, embedded in the coordinator at build time.
+if [ "${1:-}" = "--checks" ]; then packages+=(clang-format); fi
 if [ "${1:-}" = "--test" ]; then
   packages+=(clang-format clang python3-pytest python3-torch python3-torchvision python3-pil
              chromium chromium-driver python3-selenium iproute2 openssl nginx)

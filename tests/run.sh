@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies (idempotent), checks formatting, that the docs name
 # only what exists, the worker's layering (tests/check_layering.py) and that commit subjects
-# fit 72 characters, builds with -Werror, runs clang's thread-safety analysis over common/,
-# coordinator/, client/ and worker/, and runs ctest.
+# fit 72 characters, builds with -Werror, runs ctest, and beside it (in the idle scheduling
+# class) clang's thread-safety analysis over common/, coordinator/, client/ and worker/ and the
+# benchmarks' build.
 # The tests labelled `load` (64 ranks in one group; a 1 GiB all_reduce) run alone after the
 # others, so their CPU load cannot starve the others' timing-sensitive liveness checks on a
 # 2-core machine.
@@ -16,7 +17,13 @@ cd "$(dirname "$0")/.."
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && ! git config core.hooksPath >/dev/null; then
   git config core.hooksPath .githooks
 fi
-deploy/install-deps.sh --test
+# What the build and the checks need first; the rest of what the tests use (clang, Python's
+# torch and torchvision, chromium, nginx...) installs while the project builds, which on a fresh
+# machine takes minutes of mostly downloading. The tests wait for it.
+deploy/install-deps.sh --checks
+test_deps_log=$(mktemp)
+deploy/install-deps.sh --test >"$test_deps_log" 2>&1 &
+test_deps=$!
 tests/check_format.sh
 python3 tests/check_docs.py --self-test
 python3 tests/check_docs.py
@@ -26,10 +33,30 @@ python3 tests/check_layering.py
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
   -DDTRAIN_BUILD_WORKER=ON -DDTRAIN_BUILD_TESTS=ON
 cmake --build build -j"$(nproc)"
+if ! wait "$test_deps"; then
+  cat "$test_deps_log" >&2
+  echo "tests/run.sh: installing the tests' dependencies failed" >&2
+  exit 1
+fi
+rm -f "$test_deps_log"
 deploy/install-python-package.sh
-tests/run_clang_checks.sh build
+# clang's checks and the benchmarks' build need CPU time but keep no time: they run in the idle
+# scheduling class (SCHED_IDLE) beside the tests, which leave about a quarter of the two cores
+# unused while they wait on timeouts, processes and sockets, so they take only what the tests
+# leave. Their output is printed once the tests are done; the load tests wait for them. Their
+# own session (setsid, so that they can be killed as a group) is, where the kernel groups CPU
+# time by session (autogroup), put at the lowest weight, or it would get half the cores.
+setsid chrt --idle 0 bash -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null || true
+  tests/run_clang_checks.sh build &&
+  cmake --build build --target dtrain_benches -j"$(nproc)"' >build/idle-checks.log 2>&1 &
+idle_checks=$!
+trap 'kill -- -"$idle_checks" 2>/dev/null || true' EXIT
 cd build
 export DTRAIN_FAIL_ON_SKIP=1
 ctest --output-on-failure -LE load -j2 --output-junit ctest-results.xml
+idle_status=0
+wait "$idle_checks" || idle_status=$?
+cat idle-checks.log
+[ "$idle_status" -eq 0 ] || { echo "tests/run.sh: clang's checks or the benchmarks' build failed" >&2; exit 1; }
 ctest --output-on-failure -L load --output-junit ctest-load-results.xml
 python3 ../tests/check_skips.py ctest-results.xml ctest-load-results.xml
