@@ -108,16 +108,18 @@ class DrainTest : public ::testing::Test {
     return took;
   }
 
-  // A validate-only job over 200,000 samples (tens of seconds here): nothing to checkpoint, so
+  // A validate-only job (the cnn over 40,000 samples, seconds here): nothing to checkpoint, so
   // a drain cannot be taken early. Some of it validated, SIGTERM goes to its second worker;
   // that worker's name.
   std::string SubmitValidationAndStopAWorker(std::string* id) {
+    // The cnn, whose forward costs ~10x the mlp's a sample, validates for about as long from a
+    // tenth of the samples to generate at Setup (7 s here, against the mlp's 2 s from 200,000).
     *id = cluster_->Submit("validate-only", R"(name: validate-only
-model: {builtin: mlp}
+model: {builtin: cnn}
 data:
-  synthetic: {train_size: 256, val_size: 200000, test_size: 256, seed: 3}
+  synthetic: {train_size: 256, val_size: 40000, test_size: 256, seed: 3}
   batch_size: 32
-  eval_batch_size: 16          # 6,250 batches a rank: validation outlasts a 1 s drain timeout
+  eval_batch_size: 16          # 1,250 batches a rank: validation outlasts a 1 s drain timeout
 trainer: {strategy: ddp, num_nodes: 2}
 seed_everything: 1
 )",
@@ -238,15 +240,16 @@ TEST_F(DrainTest, NoIdleWorker_JobWaitsQueued_ResumesWhenOneJoins) {
 // job counts as the worker's, and the trainer lets it go at step 0 onto the idle worker.
 TEST_F(DrainTest, StoppedDuringSetup_LetGoAtStepZero_EndsAsAnUninterruptedRun) {
   ASSERT_NO_FATAL_FAILURE(StartWorkers({"w0", "w1", "w2"}));
-  // The same training without the 400,000 validation samples that slow this job's Setup down:
+  // The same training without the 150,000 validation samples that slow this job's Setup down:
   // validation reads the weights and changes nothing (the mlp has no batch statistics).
   const std::string reference = RunUninterrupted(2);
   ASSERT_FALSE(reference.empty());
-  // 400,000 validation samples to generate make Setup take seconds; two batches are validated.
+  // 150,000 validation samples to generate make Setup take seconds (3 s alone here, more beside
+  // other tests); two batches are validated.
   const std::string id = cluster_->Submit(
       "slow-setup",
       absl::StrReplaceAll(SyntheticDdpJob("slow-setup", 2, 4096, ", limit_val_batches: 2"),
-                          {{"val_size: 256", "val_size: 400000"}}));
+                          {{"val_size: 256", "val_size: 150000"}}));
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(WaitFor([&] { return cluster_->GetJob(id).workers_size() == 2; }, absl::Seconds(20)));
   const std::string victim = cluster_->GetJob(id).workers(1);
