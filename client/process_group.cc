@@ -197,9 +197,13 @@ absl::Status ProcessGroup::Barrier(const std::string& name, CallOptions options)
 
 absl::StatusOr<v1::SessionResponse> ProcessGroup::SessionCall(const v1::SessionRequest& request,
                                                               absl::Time deadline) {
+  DTRAIN_RETURN_IF_ERROR(CheckInStep());
   if (session_ == nullptr || !session_->alive()) session_ = std::make_unique<Session>(stub_.get());
-  absl::StatusOr<v1::SessionResponse> response = session_->Call(request, deadline);
-  if (!response.ok()) return Settle(response.status());
+  absl::StatusOr<v1::SessionResponse> response = session_->Call(request, deadline, &interrupt_);
+  if (!response.ok()) {
+    return Interrupted(Settle(response.status()),
+                       request.has_barrier() ? "barrier" : "reduce_boolean_decision");
+  }
   return response;
 }
 
@@ -207,11 +211,33 @@ absl::StatusOr<TensorStreamResult> ProcessGroup::Stream(const std::string& metho
                                                         const google::protobuf::MessageLite& header,
                                                         const std::string* payload,
                                                         absl::Time deadline, std::string* into) {
+  DTRAIN_RETURN_IF_ERROR(CheckInStep());
   absl::StatusOr<TensorStreamResult> result =
       RunTensorStream(generic_.get(), absl::StrCat("/dtrain.v1.Coordinator/", method), header,
-                      payload, deadline, into);
-  if (!result.ok()) return Settle(result.status());
+                      payload, deadline, into, &interrupt_);
+  if (!result.ok()) {
+    return Interrupted(Settle(result.status()), method == "AllGather"   ? "all_gather"
+                                                : method == "Broadcast" ? "broadcast"
+                                                                        : "reduce");
+  }
   return result;
+}
+
+absl::Status ProcessGroup::Interrupted(absl::Status status, absl::string_view what) {
+  if (status.code() != absl::StatusCode::kCancelled) return status;
+  absl::Status why = interrupt_.reason();
+  if (why.ok()) return status;
+  absl::Status cut(why.code(), absl::StrCat(what, " on rank ", rank(), ": ", why.message()));
+  if (cut_short_.ok()) cut_short_ = cut;
+  return cut;
+}
+
+absl::Status ProcessGroup::CheckInStep() const {
+  if (cut_short_.ok()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("this rank's collectives are out of step with its group since one was cut "
+                   "short (",
+                   cut_short_.message(), "); the job must re-form its group"));
 }
 
 absl::Status ProcessGroup::Settle(absl::Status status) {
@@ -298,6 +324,7 @@ absl::Status ProcessGroup::AllReduceInPlace(HostTensor* tensor, v1::ReduceOp op,
 absl::Status ProcessGroup::AllReduceInto(const HostTensor& tensor, v1::ReduceOp op, char* out,
                                          CallOptions options) {
   absl::MutexLock lock(&call_mu_);
+  DTRAIN_RETURN_IF_ERROR(CheckInStep());
   const v1::TensorMeta meta = MetaOf(tensor);
   const absl::StatusOr<int64_t> element = DTypeSize(tensor.dtype);
   const size_t bytes = tensor.data.size();
@@ -339,14 +366,14 @@ absl::Status ProcessGroup::AllReduceInto(const HostTensor& tensor, v1::ReduceOp 
   }
   absl::Status first_error;
   int refused = 0;
-  for (auto& result : RunTensorStreams(generic_.get(), specs, deadline)) {
+  for (auto& result : RunTensorStreams(generic_.get(), specs, deadline, &interrupt_)) {
     if (result.ok()) continue;
     if (result.status().code() == absl::StatusCode::kInvalidArgument) ++refused;
     if (first_error.ok()) first_error = result.status();
   }
   // Refused segments were not counted by the coordinator (see Settle).
   next_sequence_ -= refused;
-  return first_error;
+  return Interrupted(first_error, "all_reduce");
 }
 
 absl::StatusOr<std::optional<HostTensor>> ProcessGroup::Reduce(const HostTensor& tensor,

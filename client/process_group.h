@@ -134,6 +134,14 @@ class ProcessGroup {
   // OK, or the error the last heartbeat got (e.g. ABORTED: a member died).
   absl::Status health() const;
 
+  // Ends this rank's wait in a collective (a cancelled step's): the collective in flight, and
+  // every one until ClearInterrupt, fails with `why`. The coordinator drops the abandoned
+  // contribution and this rank is out of step with its peers, so every later collective fails
+  // at once (FAILED_PRECONDITION), as on the other planes; a step is cancelled only when its
+  // job is torn down or ends. Heartbeats and Leave are not affected. Any thread.
+  void Interrupt(absl::Status why) { interrupt_.Cancel(std::move(why)); }
+  void ClearInterrupt() { interrupt_.Reset(); }
+
   // (world_size, *shape) when every part has the same shape; INVALID_ARGUMENT otherwise.
   static absl::StatusOr<HostTensor> Stack(const std::vector<HostTensor>& parts);
   // Concatenation along dimension 0, for parts whose first dimension differs.
@@ -143,6 +151,12 @@ class ProcessGroup {
   ProcessGroup(const std::string& address, ProcessGroupOptions options);
   void HeartbeatLoop();
   absl::Status Settle(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
+  // A call cut short by Interrupt reports Interrupt's reason, naming the collective (`what`) and
+  // this rank, rather than gRPC's "Cancelled".
+  absl::Status Interrupted(absl::Status status, absl::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
+  // OK unless a collective was cut short (this rank is out of step): then why, for every call.
+  absl::Status CheckInStep() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
   // A barrier or decision on the member's session stream (opened again after an error).
   absl::StatusOr<v1::SessionResponse> SessionCall(const v1::SessionRequest& request,
                                                   absl::Time deadline)
@@ -167,9 +181,11 @@ class ProcessGroup {
   v1::RegisterResponse assignment_;
   std::unique_ptr<KeyValueClient> store_;
 
+  CallCanceller interrupt_;  // the collective calls in flight register with it
   absl::Mutex call_mu_;
   int64_t next_sequence_ ABSL_GUARDED_BY(call_mu_) = 0;
   bool left_ ABSL_GUARDED_BY(call_mu_) = false;
+  absl::Status cut_short_ ABSL_GUARDED_BY(call_mu_);  // the interrupted collective's error
   std::unique_ptr<Session> session_ ABSL_GUARDED_BY(call_mu_);
 
   mutable absl::Mutex health_mu_;

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/call_canceller.h"
 #include "dtrain/v1/coordinator.grpc.pb.h"
 
 namespace dtrain {
@@ -23,7 +24,10 @@ class Session final : public grpc::ClientBidiReactor<v1::SessionRequest, v1::Ses
   ~Session() override;
 
   // Sends one request and waits for its response, or the stream's end, or the deadline.
-  absl::StatusOr<v1::SessionResponse> Call(const v1::SessionRequest& request, absl::Time deadline);
+  // `cancel` (may be null) ends the wait, and the stream, while the call runs; an idle session
+  // is left alone.
+  absl::StatusOr<v1::SessionResponse> Call(const v1::SessionRequest& request, absl::Time deadline,
+                                           CallCanceller* cancel = nullptr);
 
   // False once the stream has ended (after an error); the owner then opens a new session.
   bool alive() const;

@@ -21,8 +21,9 @@ namespace {
 class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                                private FrameSink {
  public:
-  explicit TensorStreamCall(const TensorStreamSpec& spec)
-      : header_(*spec.header),
+  TensorStreamCall(const TensorStreamSpec& spec, CallCanceller* cancel)
+      : cancel_(cancel, &context_),
+        header_(*spec.header),
         payload_(spec.payload),
         total_(spec.payload_size),
         into_(spec.into),
@@ -120,6 +121,7 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
   }
 
   grpc::ClientContext context_;
+  CallCanceller::Registration cancel_;
   const google::protobuf::MessageLite& header_;
   const char* payload_;
   const size_t total_;
@@ -142,11 +144,12 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
 }  // namespace
 
 std::vector<absl::StatusOr<TensorStreamResult>> RunTensorStreams(
-    grpc::GenericStub* stub, const std::vector<TensorStreamSpec>& specs, absl::Time deadline) {
+    grpc::GenericStub* stub, const std::vector<TensorStreamSpec>& specs, absl::Time deadline,
+    CallCanceller* cancel) {
   std::vector<std::unique_ptr<TensorStreamCall>> calls;
   calls.reserve(specs.size());
   for (const TensorStreamSpec& spec : specs) {
-    calls.push_back(std::make_unique<TensorStreamCall>(spec));
+    calls.push_back(std::make_unique<TensorStreamCall>(spec, cancel));
     calls.back()->Start(stub, spec.method, deadline);
   }
   std::vector<absl::StatusOr<TensorStreamResult>> results;
@@ -159,7 +162,7 @@ absl::StatusOr<TensorStreamResult> RunTensorStream(grpc::GenericStub* stub,
                                                    const std::string& method,
                                                    const google::protobuf::MessageLite& header,
                                                    const std::string* payload, absl::Time deadline,
-                                                   std::string* into) {
+                                                   std::string* into, CallCanceller* cancel) {
   TensorStreamSpec spec;
   spec.method = method;
   spec.header = &header;
@@ -171,7 +174,7 @@ absl::StatusOr<TensorStreamResult> RunTensorStream(grpc::GenericStub* stub,
     spec.into = into->data();
     spec.into_size = into->size();
   }
-  return std::move(RunTensorStreams(stub, {spec}, deadline)[0]);
+  return std::move(RunTensorStreams(stub, {spec}, deadline, cancel)[0]);
 }
 
 }  // namespace dtrain

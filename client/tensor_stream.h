@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/call_canceller.h"
 #include "dtrain/v1/coordinator.pb.h"
 #include "google/protobuf/message_lite.h"
 
@@ -32,8 +33,10 @@ struct TensorStreamSpec {
 };
 
 // Runs the calls concurrently on `stub` and waits for all of them; results in spec order.
+// `cancel` (may be null) cancels the calls in flight.
 std::vector<absl::StatusOr<TensorStreamResult>> RunTensorStreams(
-    grpc::GenericStub* stub, const std::vector<TensorStreamSpec>& specs, absl::Time deadline);
+    grpc::GenericStub* stub, const std::vector<TensorStreamSpec>& specs, absl::Time deadline,
+    CallCanceller* cancel = nullptr);
 
 // Blocks until the call ends; the transport deadline bounds the wait. `payload` may be null.
 // `method` is the full gRPC method name, e.g. "/dtrain.v1.Coordinator/AllReduce".
@@ -43,6 +46,7 @@ absl::StatusOr<TensorStreamResult> RunTensorStream(grpc::GenericStub* stub,
                                                    const std::string& method,
                                                    const google::protobuf::MessageLite& header,
                                                    const std::string* payload, absl::Time deadline,
-                                                   std::string* into = nullptr);
+                                                   std::string* into = nullptr,
+                                                   CallCanceller* cancel = nullptr);
 
 }  // namespace dtrain

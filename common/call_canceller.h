@@ -1,29 +1,46 @@
 // CallCanceller: cancels the gRPC client calls registered with it, including a call registered
 // after Cancel (cancelled as it registers). It lets a server handler that waits on another
 // service (a worker's Setup waiting in the coordinator's rendezvous) stop waiting when its own
-// caller cancels, instead of holding the worker until the wait's deadline.
+// caller cancels, instead of holding the worker until the wait's deadline. A ProcessGroup's
+// collectives use one that is reset (a rank's wait interrupted when its step is cancelled, then
+// allowed again for the next step), with the reason its cancelled calls report.
 #pragma once
 
 #include <set>
+#include <utility>
 
 #include <grpcpp/client_context.h>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 
 namespace dtrain {
 
 class CallCanceller {
  public:
-  void Cancel() {
+  void Cancel(absl::Status why = absl::CancelledError("cancelled")) {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
+    why_ = std::move(why);
     for (grpc::ClientContext* context : contexts_) context->TryCancel();
   }
 
   bool cancelled() const {
     absl::MutexLock lock(&mu_);
     return cancelled_;
+  }
+
+  // OK unless cancelled; then Cancel's reason.
+  absl::Status reason() const {
+    absl::MutexLock lock(&mu_);
+    return cancelled_ ? why_ : absl::OkStatus();
+  }
+
+  // Calls registered from now on run; those cancelled already stay cancelled.
+  void Reset() {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = false;
   }
 
   // While it lives, `context` is cancelled by Cancel(); at once if Cancel came first. Null
@@ -53,6 +70,7 @@ class CallCanceller {
  private:
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status why_ ABSL_GUARDED_BY(mu_);
   std::set<grpc::ClientContext*> contexts_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,7 +1,8 @@
 // The collective planes on misuse and faults: a plane refused by name, shared memory's
 // mismatched calls and missing rank named on every rank, a cancelled step ending the wait for a
-// peer that never comes (on each peer-to-peer plane), Gloo's sliced waits never reporting a
-// false timeout, and the bounds on Gloo's connect (its store's waits, its budget).
+// peer that never comes (on every plane; the coordinator's barriers too), Gloo's sliced waits
+// never reporting a false timeout, and the bounds on Gloo's connect (its store's waits, its
+// budget).
 #include <algorithm>
 #include <string>
 #include <thread>
@@ -119,8 +120,9 @@ TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
 
 // Ranks of a cancelled step stop at their own next batch, so one may wait in a collective its
 // peer (alive, heartbeating) never starts: neither the group's health nor a timeout of minutes
-// would end that wait, the cancellation must. On each peer-to-peer plane, and for a collective
-// shm hands to Gloo (int64); the plane is broken afterwards, loudly.
+// would end that wait, the cancellation must. On every plane (the coordinator's, whose call is
+// cancelled), and for a collective shm hands to Gloo (int64); the plane is broken afterwards,
+// loudly.
 class InterruptedWait : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(InterruptedWait, ACancelledStepEndsTheWaitForAPeerThatNeverComes) {
@@ -174,6 +176,48 @@ TEST_P(InterruptedWait, ACancelledStepEndsTheWaitForAPeerThatNeverComes) {
   // The interrupted collective left the plane half-done: later calls fail at once.
   EXPECT_FALSE(later.ok());
   EXPECT_LT(later_took, absl::Seconds(5));
+}
+
+// The coordinator's barriers and decisions travel on a session stream that lives between calls:
+// an interruption while no call runs (a Teardown after the last step) leaves the plane whole,
+// and one during a barrier ends that wait, naming it.
+TEST(GrpcBackend, InterruptWhileIdle_LeavesThePlaneWhole_DuringABarrier_EndsTheWait) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const std::string address = coordinator->address();
+  absl::Status idle_then, waited;
+  absl::Duration took;
+  absl::Notification done;
+  auto statuses =
+      testing::RunRanks(address, "interrupt-idle", 2, [&](ProcessGroup& pg) -> absl::Status {
+        GrpcCollectiveBackend backend(&pg);
+        if (absl::Status s = backend.Barrier("before"); !s.ok()) return s;
+        backend.Interrupt(absl::CancelledError("job j was cancelled"));
+        backend.ClearInterrupt();
+        // Both ranks: the session the interruption found idle still serves.
+        absl::Status after = backend.Barrier("after");
+        if (pg.rank() == 0) idle_then = after;
+        if (pg.rank() == 1) {
+          done.WaitForNotificationWithTimeout(absl::Seconds(30));
+          return absl::OkStatus();
+        }
+        const absl::Time start = absl::Now();
+        std::thread canceller([&] {
+          absl::SleepFor(absl::Milliseconds(300));
+          backend.Interrupt(absl::CancelledError("job j was cancelled"));
+        });
+        waited = backend.Barrier("never-joined");
+        took = absl::Now() - start;
+        canceller.join();
+        done.Notify();
+        return absl::OkStatus();
+      });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(idle_then.ok()) << idle_then;
+  EXPECT_EQ(waited.code(), absl::StatusCode::kCancelled) << waited;
+  EXPECT_THAT(std::string(waited.message()), HasSubstr("barrier on rank 0: job j was cancelled"));
+  EXPECT_GE(took, absl::Milliseconds(300));
+  EXPECT_LT(took, absl::Seconds(10));
 }
 
 // Gloo's waits are sliced (to poll the interruption and the group's health): an operation that
@@ -248,7 +292,8 @@ TEST(GlooBackend, NonPositiveTimeouts_Refused) {
   EXPECT_THAT(made.status().message(), HasSubstr("-1s for operations"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Planes, InterruptedWait, ::testing::Values("gloo", "shm", "shm-int64"),
+INSTANTIATE_TEST_SUITE_P(Planes, InterruptedWait,
+                         ::testing::Values("grpc", "gloo", "shm", "shm-int64"),
                          [](const auto& info) {
                            std::string name = info.param;
                            name.erase(std::remove(name.begin(), name.end(), '-'), name.end());

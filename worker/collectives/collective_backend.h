@@ -133,6 +133,15 @@ class GrpcCollectiveBackend : public CollectiveBackend {
     return group_->ReduceBooleanDecision(decision, all);
   }
   absl::Status Leave() override { return group_->Leave(); }
+  // The coordinator's collectives are calls: interrupting cancels the one in flight.
+  void Interrupt(absl::Status why) override {
+    group_->Interrupt(why);
+    CollectiveBackend::Interrupt(std::move(why));
+  }
+  void ClearInterrupt() override {
+    group_->ClearInterrupt();
+    CollectiveBackend::ClearInterrupt();
+  }
 
   ProcessGroup& group() { return *group_; }
 
