@@ -322,6 +322,10 @@ int main(int argc, char** argv) {
     const timespec poll = absl::ToTimespec(wait);
     return sigtimedwait(&signals, nullptr, &poll) > 0;
   });
-  (*server)->Stop();
+  if (absl::Status stopped = (*server)->Stop(); !stopped.ok()) {
+    // A thread still runs the stuck call: exit without the destructors it could race with.
+    dtrain::LogError(stopped.message());
+    std::_Exit(1);
+  }
   return 0;
 }

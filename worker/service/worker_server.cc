@@ -51,7 +51,7 @@ void WritePortFileOrWarn(const std::string& file, int port) {
 
 WorkerServer::WorkerServer(WorkerServerOptions options) : options_(std::move(options)) {}
 
-WorkerServer::~WorkerServer() { Stop(); }
+WorkerServer::~WorkerServer() { Stop().IgnoreError(); }
 
 int WorkerServer::metrics_port() const {
   return metrics_http_ != nullptr ? metrics_http_->port() : 0;
@@ -270,19 +270,31 @@ void WorkerServer::Drain(const std::string& signal,
       break;
     }
   }
-  service.StopNow();
+  // Stop reports the outcome.
+  service.StopNow().IgnoreError();
 }
 
-void WorkerServer::Stop() {
-  if (stopped_) return;
+absl::Status WorkerServer::Stop() {
+  if (stopped_) return absl::OkStatus();
   stopped_ = true;
   if (server_ != nullptr) SetServing(server_.get(), Services(), false);
-  if (service_ != nullptr) service_->StopNow();
+  if (service_ != nullptr) {
+    if (absl::Status s = service_->StopNow(); !s.ok()) {
+      // The executor still runs the stuck call, which uses the service and the server: leak
+      // them on purpose (the process exits next) rather than wait in their destructors.
+      (void)service_.release();
+      (void)server_.release();
+      (void)registration_.release();
+      (void)metrics_http_.release();
+      return s;
+    }
+  }
   registration_.reset();
   if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   metrics_http_.reset();  // its collector reads the service
   server_.reset();
   service_.reset();
+  return absl::OkStatus();
 }
 
 }  // namespace dtrain

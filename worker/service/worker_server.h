@@ -104,8 +104,9 @@ class WorkerServer {
   void Drain(const std::string& signal,
              const std::function<bool(absl::Duration wait)>& interrupted);
   // Stops the job (as Drain's end, if Drain did not run), unregisters, stops the gRPC server
-  // (within 5 s) and the /metrics endpoint. Idempotent.
-  void Stop();
+  // (within 5 s) and the /metrics endpoint. Idempotent. Not OK when the running call did not
+  // stop (WorkerService::StopNow): nothing is torn down, and the process should _Exit.
+  absl::Status Stop();
 
  private:
   explicit WorkerServer(WorkerServerOptions options);

@@ -71,7 +71,9 @@ WorkerService::WorkerService(WorkerServiceOptions options)
       executor_([this] { ExecutorLoop(); }) {}
 
 WorkerService::~WorkerService() {
-  StopNow();
+  // A stop that timed out leaves the executor running the stuck call: its owner exits instead
+  // of destroying this service (WorkerServer::Stop), or the join below would wait for it.
+  StopNow().IgnoreError();
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -630,27 +632,50 @@ bool WorkerService::WaitUntilIdle(absl::Time deadline) {
                                deadline);
 }
 
-void WorkerService::StopNow() {
-  std::shared_ptr<Task> teardown;
+absl::Status WorkerService::StopNow(absl::Duration wait) {
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_) return;
+    if (stopping_) {
+      // Another call stops the service (or did): its outcome is this one's.
+      if (!mu_.AwaitWithTimeout(absl::Condition(
+                                    +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+                                      return s->stopped_.has_value();
+                                    },
+                                    this),
+                                wait)) {
+        return absl::DeadlineExceededError("the worker's stop, begun by another caller, goes on");
+      }
+      return *stopped_;
+    }
     stopping_ = leaving_ = true;
     if (job_ != nullptr) job_->Cancel();
     if (running_ != nullptr) running_->canceller->Cancel();
     // Queued calls will not run: answer them now.
     for (std::shared_ptr<Task>& t : queue_) t->cancelled = true;
-  }
-  // Wait for the executor to go idle, then tear down on this thread.
-  {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-          return s->queue_.empty() && s->running_ == nullptr;
-        },
-        this));
+    // Wait for the executor to go idle (every plane ends a collective's wait when the job is
+    // cancelled, and a step stops before its next batch), then tear down on this thread.
+    const bool idle =
+        mu_.AwaitWithTimeout(absl::Condition(
+                                 +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+                                   return s->queue_.empty() && s->running_ == nullptr;
+                                 },
+                                 this),
+                             wait);
+    if (!idle) {
+      std::string job = job_ != nullptr ? job_->id() : "";
+      if (job.empty() && running_ != nullptr) job = running_->setup_job;
+      stopped_ = absl::DeadlineExceededError(absl::StrCat(
+          "the running call", job.empty() ? "" : absl::StrCat(" of job '", job, "'"),
+          " did not stop within ", absl::FormatDuration(wait),
+          " of being cancelled (a kernel or a library call that does not return); leaving "
+          "without tearing the job down: its group sees this worker die"));
+      return *stopped_;
+    }
   }
   TeardownJob().IgnoreError();
+  absl::MutexLock lock(&mu_);
+  stopped_ = absl::OkStatus();
+  return *stopped_;
 }
 
 void WorkerService::AbandonJob(const std::string& job_id) {

@@ -102,9 +102,13 @@ class WorkerService final : public v1::Worker::CallbackService {
   // Blocks until no call runs or waits (the current step is done), or `deadline`; true if idle.
   bool WaitUntilIdle(absl::Time deadline);
   // The hard stop, after Drain's grace (or at once): refuses every job RPC (UNAVAILABLE),
-  // stops the running step before its next batch, and tears the job down so that it leaves its
-  // group cleanly. Returns once done. Idempotent.
-  void StopNow();
+  // stops the running step before its next batch (a collective it waits in ends at once), and
+  // tears the job down so that it leaves its group cleanly. Returns once done, or with
+  // DEADLINE_EXCEEDED naming the job when the running call has not stopped within `wait` (a
+  // kernel that never returns): the job is then not torn down, and the caller should exit
+  // without destroying this service. Idempotent: later calls return the first one's outcome.
+  absl::Status StopNow(absl::Duration wait = kStopWait);
+  static constexpr absl::Duration kStopWait = absl::Seconds(30);
   // The job set up now, or whose Setup was taken and has not ended; or "".
   std::string current_job() const;
   // A new place for the steps (--cpus=auto: another worker of this host came or went). Applied
@@ -151,8 +155,9 @@ class WorkerService final : public v1::Worker::CallbackService {
   std::shared_ptr<HostedJob> job_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<Task>> queue_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Task> running_ ABSL_GUARDED_BY(mu_);
-  bool leaving_ ABSL_GUARDED_BY(mu_) = false;   // Drain: no new job
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // StopNow: no call at all
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;                 // Drain: no new job
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;                // StopNow: no call at all
+  std::optional<absl::Status> stopped_ ABSL_GUARDED_BY(mu_);  // StopNow's outcome, once known
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
