@@ -1,7 +1,7 @@
 // FetchUrlToFile against a small in-test TCP server (FakeHttpServer) for what a broken web server
 // does: never answer, go silent mid-body, close before Content-Length, fail twice then serve;
-// and against a port that refuses connections. Timeouts and backoffs are milliseconds so the
-// whole suite runs in a few seconds.
+// and against a port that refuses connections. And a shard list's own bound on its download.
+// Timeouts and backoffs are milliseconds so the whole suite runs in a few seconds.
 #include "worker/data/http_shard_fetcher.h"
 
 #include <netinet/in.h>
@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "tests/http_shard_fetcher_fixture.h"
 #include "tests/test_support.h"
+#include "worker/data/shard_catalog.h"
 
 namespace dtrain {
 namespace http_shard_fetcher_broken_server_test {
@@ -135,6 +136,46 @@ TEST_F(FakeServerFetchTest, CancelledWhileStalled_CancelledWithin1s) {
   EXPECT_EQ(SpoolFiles(), 0);
   std::printf("cancelled while stalled: returned %s after the flag\n",
               absl::FormatDuration(took).c_str());
+}
+
+// A shard list is small, so its download has a bound of its own (a shard's has none: 64 GiB
+// may take long): a server that never sends the list fails it at that bound, naming the field
+// and the list, where the stall timeout alone would wait 30 s; and the job's cancellation ends
+// the list's download too. Nothing is left in the spool directory.
+TEST_F(FakeServerFetchTest, ShardListNeverSent_FailsAtTheListBound_OrWhenTheJobIsCancelled) {
+  FakeHttpServer server(FakeHttpServer::Mode::kNeverAnswer, "");
+  HttpFetchOptions options = FastOptions();
+  options.max_attempts = 1;
+  options.stall_timeout = absl::Seconds(30);
+  ShardFetcher fetcher;
+  fetcher.url = UrlFetcher(options);
+  fetcher.spool_dir = dir_;
+  fetcher.list_attempt_timeout = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<ShardCatalog> bounded =
+      ResolveShards(server.Url("/list.txt"), "spec.data.shards.train", fetcher);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_EQ(bounded.status().code(), absl::StatusCode::kDeadlineExceeded) << bounded.status();
+  EXPECT_TRUE(absl::StrContains(bounded.status().message(), "spec.data.shards.train: shard list"))
+      << bounded.status();
+  EXPECT_GE(took, absl::Milliseconds(290));
+  EXPECT_LT(took, absl::Seconds(5));
+
+  fetcher.list_attempt_timeout = absl::Minutes(2);
+  std::atomic<bool> cancelled{false};
+  absl::StatusOr<ShardCatalog> stopped;
+  std::thread resolve([&] {
+    stopped = ResolveShards(server.Url("/list.txt"), "spec.data.shards.train", fetcher, &cancelled);
+  });
+  EXPECT_TRUE(server.WaitForConnections(2, absl::Seconds(5)));
+  const absl::Time cancel_time = absl::Now();
+  cancelled = true;
+  resolve.join();
+  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kCancelled) << stopped.status();
+  EXPECT_LT(absl::Now() - cancel_time, absl::Seconds(1));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_),
+                          std::filesystem::directory_iterator()),
+            0);
 }
 
 TEST_F(FakeServerFetchTest, ConnectionRefused_RetriedThenUnavailable) {

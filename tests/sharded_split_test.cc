@@ -332,7 +332,7 @@ TEST(ShardedSplit, ACancelledJobStopsAWaitForAStuckShard) {
   o.cancelled = &cancelled;
   o.catalog.shards[0].location = "https://127.0.0.1:9/never.tar";
   o.fetcher.url = [](const std::string&, const std::string&, const std::string&,
-                     const std::atomic<bool>* stop) {
+                     const std::atomic<bool>* stop, absl::Duration) {
     while (stop == nullptr || !stop->load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

@@ -127,10 +127,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataConfig& spe
       ShardFetcher fetcher = options.fetcher;
       if (!fetcher.url) {
         // URLs through libcurl with retries, backoff and stall timeouts (http_shard_fetcher.h).
-        fetcher.url = [](const std::string& url, const std::string& dest, const std::string& digest,
-                         const std::atomic<bool>* cancelled) {
-          return FetchUrlToFile(url, dest, digest, HttpFetchOptions(), cancelled).status();
-        };
+        fetcher.url = UrlFetcher(HttpFetchOptions());
       }
       const std::pair<const char*, const std::string*> named[] = {{"train", &shards.train()},
                                                                   {"val", &shards.val()},
@@ -141,7 +138,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataConfig& spe
         const std::string field = absl::StrCat("shards.", name);
         ShardedSplitOptions o;
         o.name = name;
-        DTRAIN_ASSIGN_OR_RETURN(o.catalog, ResolveShards(*value, field, fetcher));
+        DTRAIN_ASSIGN_OR_RETURN(o.catalog,
+                                ResolveShards(*value, field, fetcher, options.cancelled));
         if (o.catalog.samples == 0) {
           return absl::InvalidArgumentError(
               absl::StrCat(field, ": the shards '", *value, "' hold no samples"));

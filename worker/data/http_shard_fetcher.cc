@@ -459,4 +459,16 @@ absl::StatusOr<int64_t> FetchUrlToFile(const std::string& url, const std::string
   return fail(last.code, last.what, options.max_attempts);
 }
 
+std::function<absl::Status(const std::string& url, const std::string& dest,
+                           const std::string& digest, const std::atomic<bool>* cancelled,
+                           absl::Duration attempt_timeout)>
+UrlFetcher(HttpFetchOptions options) {
+  return [options](const std::string& url, const std::string& dest, const std::string& digest,
+                   const std::atomic<bool>* cancelled, absl::Duration attempt_timeout) {
+    HttpFetchOptions o = options;
+    if (attempt_timeout > absl::ZeroDuration()) o.attempt_timeout = attempt_timeout;
+    return FetchUrlToFile(url, dest, digest, o, cancelled).status();
+  };
+}
+
 }  // namespace dtrain

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -75,5 +76,12 @@ absl::StatusOr<int64_t> FetchUrlToFile(const std::string& url, const std::string
                                        const std::string& expected_digest,
                                        const HttpFetchOptions& options,
                                        const std::atomic<bool>* cancelled = nullptr);
+
+// FetchUrlToFile with `options` as the function a ShardFetcher's `url` is
+// (worker/data/shard_catalog.h): a nonzero attempt_timeout replaces options' per call.
+std::function<absl::Status(const std::string& url, const std::string& dest,
+                           const std::string& digest, const std::atomic<bool>* cancelled,
+                           absl::Duration attempt_timeout)>
+UrlFetcher(HttpFetchOptions options);
 
 }  // namespace dtrain

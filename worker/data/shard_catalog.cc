@@ -73,12 +73,14 @@ absl::Status InField(const std::string& field, const absl::Status& s) {
 }
 
 absl::StatusOr<std::vector<ShardEntry>> ReadList(const std::string& location,
-                                                 const ShardFetcher& fetcher) {
+                                                 const ShardFetcher& fetcher,
+                                                 const std::atomic<bool>* cancelled) {
   std::string text;
   if (IsHttpUrl(location)) {
     if (!fetcher.url) return absl::FailedPreconditionError("this worker cannot fetch URLs");
     const std::string spool = SpoolName(fetcher, "list.txt");
-    absl::Status fetched = fetcher.url(location, spool, "", nullptr);
+    absl::Status fetched =
+        fetcher.url(location, spool, "", cancelled, fetcher.list_attempt_timeout);
     if (fetched.ok()) {
       absl::StatusOr<std::string> read = ReadSmallFile(spool, "shard list");
       if (read.ok()) text = std::move(*read);
@@ -102,7 +104,8 @@ absl::StatusOr<std::vector<ShardEntry>> ReadList(const std::string& location,
 }  // namespace
 
 absl::StatusOr<ShardCatalog> ResolveShards(const std::string& spec_value, const std::string& field,
-                                           const ShardFetcher& fetcher) {
+                                           const ShardFetcher& fetcher,
+                                           const std::atomic<bool>* cancelled) {
   if (spec_value.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " is empty"));
   std::vector<ShardEntry> entries;
   const bool url = IsHttpUrl(spec_value);
@@ -139,7 +142,7 @@ absl::StatusOr<ShardCatalog> ResolveShards(const std::string& spec_value, const 
                                               "' holds no tar shards (*.tar, *.tar.gz, *.tgz)"));
     }
   } else {
-    absl::StatusOr<std::vector<ShardEntry>> list = ReadList(spec_value, fetcher);
+    absl::StatusOr<std::vector<ShardEntry>> list = ReadList(spec_value, fetcher, cancelled);
     if (!list.ok()) {
       return absl::Status(list.status().code(), absl::StrCat(field, ": shard list '", spec_value,
                                                              "': ", list.status().message()));
@@ -217,7 +220,8 @@ absl::StatusOr<LocalShard> FetchShard(const CatalogShard& shard, const ShardFetc
   if (IsHttpUrl(shard.location)) {
     if (!fetcher.url) return absl::FailedPreconditionError("this worker cannot fetch URLs");
     const std::string spool = SpoolName(fetcher, "shard.tar");
-    absl::Status s = fetcher.url(shard.location, spool, shard.digest, cancelled);
+    absl::Status s =
+        fetcher.url(shard.location, spool, shard.digest, cancelled, absl::ZeroDuration());
     if (!s.ok()) {
       std::error_code ec;
       std::filesystem::remove(spool, ec);

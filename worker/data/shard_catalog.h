@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace dtrain {
 
@@ -48,10 +49,16 @@ struct ShardFetcher {
   // An uploaded file by digest ("sha256:<hex>"), as a path in the worker's artifact cache. Unset:
   // artifact locations are refused (FAILED_PRECONDITION).
   std::function<absl::StatusOr<std::string>(const std::string& digest)> artifact;
-  // An http(s) URL into `dest`, checked against `digest` when given. Unset: URLs are refused.
+  // An http(s) URL into `dest`, checked against `digest` when given; a try lasts at most
+  // `attempt_timeout` (zero: no bound beyond the fetcher's own). Unset: URLs are refused.
   std::function<absl::Status(const std::string& url, const std::string& dest,
-                             const std::string& digest, const std::atomic<bool>* cancelled)>
+                             const std::string& digest, const std::atomic<bool>* cancelled,
+                             absl::Duration attempt_timeout)>
       url;
+  // A try at a shard list: a list is small, so a server that trickles it (a byte within each
+  // stall timeout) must not hold a job's Setup for longer. Shards have no such bound: a 64 GiB
+  // shard may take long legitimately.
+  absl::Duration list_attempt_timeout = absl::Minutes(2);
   // Where downloads are spooled ("" : the system's temporary directory).
   std::string spool_dir;
 };
@@ -59,8 +66,10 @@ struct ShardFetcher {
 // The shards `spec_value` names (see above). INVALID_ARGUMENT for a malformed pattern or list
 // (naming the line), NOT_FOUND for a missing directory, list or local shard, FAILED_PRECONDITION
 // for a remote shard without a count; `field` starts every message ("spec.data.shards.train").
+// `cancelled` (may be null) ends a list's download (CANCELLED).
 absl::StatusOr<ShardCatalog> ResolveShards(const std::string& spec_value, const std::string& field,
-                                           const ShardFetcher& fetcher);
+                                           const ShardFetcher& fetcher,
+                                           const std::atomic<bool>* cancelled = nullptr);
 
 // `shard` as a local file: a worker path as it is (its digest checked when the list gives one),
 // an artifact through the cache, a URL downloaded into the spool directory (temporary).
