@@ -224,10 +224,8 @@ absl::StatusOr<TensorStreamResult> ProcessGroup::Stream(const std::string& metho
 }
 
 absl::Status ProcessGroup::Interrupted(absl::Status status, absl::string_view what) {
-  if (status.code() != absl::StatusCode::kCancelled) return status;
-  absl::Status why = interrupt_.reason();
-  if (why.ok()) return status;
-  absl::Status cut(why.code(), absl::StrCat(what, " on rank ", rank(), ": ", why.message()));
+  if (!CallCanceller::IsInterruption(status)) return status;
+  absl::Status cut(status.code(), absl::StrCat(what, " on rank ", rank(), ": ", status.message()));
   if (cut_short_.ok()) cut_short_ = cut;
   return cut;
 }
@@ -365,15 +363,17 @@ absl::Status ProcessGroup::AllReduceInto(const HostTensor& tensor, v1::ReduceOp 
     spec.into_size = size;
   }
   absl::Status first_error;
+  absl::Status cut;  // a segment cut short by Interrupt, which puts the rank out of step
   int refused = 0;
   for (auto& result : RunTensorStreams(generic_.get(), specs, deadline, &interrupt_)) {
     if (result.ok()) continue;
     if (result.status().code() == absl::StatusCode::kInvalidArgument) ++refused;
     if (first_error.ok()) first_error = result.status();
+    if (cut.ok() && CallCanceller::IsInterruption(result.status())) cut = result.status();
   }
   // Refused segments were not counted by the coordinator (see Settle).
   next_sequence_ -= refused;
-  return Interrupted(first_error, "all_reduce");
+  return Interrupted(cut.ok() ? first_error : cut, "all_reduce");
 }
 
 absl::StatusOr<std::optional<HostTensor>> ProcessGroup::Reduce(const HostTensor& tensor,

@@ -151,8 +151,8 @@ class ProcessGroup {
   ProcessGroup(const std::string& address, ProcessGroupOptions options);
   void HeartbeatLoop();
   absl::Status Settle(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
-  // A call cut short by Interrupt reports Interrupt's reason, naming the collective (`what`) and
-  // this rank, rather than gRPC's "Cancelled".
+  // A call cut short by Interrupt (CallCanceller::IsInterruption) reports Interrupt's reason,
+  // naming the collective (`what`) and this rank, and puts the rank out of step.
   absl::Status Interrupted(absl::Status status, absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
   // OK unless a collective was cut short (this rank is out of step): then why, for every call.

@@ -50,8 +50,15 @@ bool Session::alive() const {
 
 absl::StatusOr<v1::SessionResponse> Session::Call(const v1::SessionRequest& request,
                                                   absl::Time deadline, CallCanceller* cancel) {
-  // A cancellation cancels the stream, which ends the waits below like any end of it.
+  // A cancellation cancels the stream, which ends the waits of Exchange like any end of it.
   const CallCanceller::Registration registration(cancel, &context_);
+  absl::StatusOr<v1::SessionResponse> response = Exchange(request, deadline);
+  if (!response.ok()) return registration.Explain(response.status());
+  return response;
+}
+
+absl::StatusOr<v1::SessionResponse> Session::Exchange(const v1::SessionRequest& request,
+                                                      absl::Time deadline) {
   {
     absl::MutexLock lock(&mu_);
     auto writable = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return write_done_ || done_; };

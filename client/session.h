@@ -24,8 +24,8 @@ class Session final : public grpc::ClientBidiReactor<v1::SessionRequest, v1::Ses
   ~Session() override;
 
   // Sends one request and waits for its response, or the stream's end, or the deadline.
-  // `cancel` (may be null) ends the wait, and the stream, while the call runs; an idle session
-  // is left alone.
+  // `cancel` (may be null) ends the wait, and the stream, while the call runs (the call then
+  // fails with CallCanceller::Interruption of its reason); an idle session is left alone.
   absl::StatusOr<v1::SessionResponse> Call(const v1::SessionRequest& request, absl::Time deadline,
                                            CallCanceller* cancel = nullptr);
 
@@ -37,6 +37,9 @@ class Session final : public grpc::ClientBidiReactor<v1::SessionRequest, v1::Ses
   void OnDone(const grpc::Status& status) override;
 
  private:
+  // Call's request and response, on the stream.
+  absl::StatusOr<v1::SessionResponse> Exchange(const v1::SessionRequest& request,
+                                               absl::Time deadline);
   // The hold keeps the stream open between calls; OnDone cannot run until it is released,
   // so every path that ends the stream releases it first. Touched by the caller's thread only.
   void ReleaseHold();

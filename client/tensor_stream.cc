@@ -40,7 +40,7 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
   absl::StatusOr<TensorStreamResult> Wait() {
     done_.WaitForNotification();
     if (!parse_error_.ok()) return parse_error_;
-    if (!status_.ok()) return status_;
+    if (!status_.ok()) return cancel_.Explain(status_);
     if (!header_seen_) {
       return absl::InternalError("the coordinator answered OK without a result header");
     }

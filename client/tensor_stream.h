@@ -33,7 +33,8 @@ struct TensorStreamSpec {
 };
 
 // Runs the calls concurrently on `stub` and waits for all of them; results in spec order.
-// `cancel` (may be null) cancels the calls in flight.
+// `cancel` (may be null) cancels the calls in flight, which then fail with
+// CallCanceller::Interruption of its reason.
 std::vector<absl::StatusOr<TensorStreamResult>> RunTensorStreams(
     grpc::GenericStub* stub, const std::vector<TensorStreamSpec>& specs, absl::Time deadline,
     CallCanceller* cancel = nullptr);

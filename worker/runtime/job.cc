@@ -213,6 +213,9 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   DataLoadOptions data_options;
   data_options.seed = spec.seed_everything();
   data_options.cancelled = &job->cancelled_;
+  // The job is not the worker's yet, so its Setup's cancel (a stop, a Teardown, the call's own)
+  // comes through `cancel`.
+  data_options.load_cancelled = cancel != nullptr ? cancel->flag() : nullptr;
   data_options.fetcher.artifact = identity.fetch_artifact;
   absl::StatusOr<std::unique_ptr<Dataset>> data = Dataset::Load(spec.data(), data_options);
   if (!data.ok()) return InField("spec.data", data.status());
@@ -672,16 +675,16 @@ void Job::ClearCancel() {
 
 absl::Status Job::Teardown(bool all_ranks) {
   const CurrentDeviceScope device(accelerator_->root_device());
+  // The Teardown RPC interrupted any step in progress, which has ended: every rank tears down
+  // together, so on_train_end's collectives (a model's) and the barrier below are new ones.
+  // A rank leaving alone (its worker stops) stays interrupted: its peers may never join them.
+  if (all_ranks) accelerator_->strategy().backend().ClearInterrupt();
   // A fit that ended without a test or predict: on_train_end before the group goes. The group
   // is left whatever the hooks say, so the other ranks see a departure.
   absl::Status hook = EndTraining();
   absl::Status post = accelerator_->PostDispatch();
   if (hook.ok()) hook = post;
-  if (all_ranks) {
-    // The Teardown RPC interrupted any step in progress; the barrier is a new collective.
-    accelerator_->strategy().backend().ClearInterrupt();
-    accelerator_->strategy().TeardownBarrier();
-  }
+  if (all_ranks) accelerator_->strategy().TeardownBarrier();
   absl::Status torn = accelerator_->Teardown();
   return hook.ok() ? torn : hook;
 }
