@@ -6,7 +6,12 @@
 // elastic re-formation) ends bit for bit as an uninterrupted run does, so it saw the same
 // samples in the same order; ddp_spawn's children stream their own halves; a dry run shows the
 // first streamed batch.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -177,6 +182,51 @@ TEST_F(JobsE2eTest, WorkerShards_TwoRanksTrainFromTheirOwnShards) {
       ParseJson(Dtrain("results streamed2-1 --output json").output);
   EXPECT_EQ(json2.fields().at("metrics").struct_value().fields().at("val_loss").number_value(),
             metrics.at("val_loss").number_value());
+}
+
+// A shard list from a server that takes the request and never answers holds each worker's Setup
+// in its download (the stall timeout alone is 30 s, the list's bound 2 min): cancelling the job
+// ends those downloads, and the freed workers run the next job at once.
+TEST_F(JobsE2eTest, ShardListNeverAnswered_CancelFreesTheWorkersAtOnce) {
+  // Listens and accepts, and never answers.
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(listener, 8), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string list =
+      absl::StrCat("http://127.0.0.1:", ntohs(address.sin_port), "/shards/list.txt");
+  CommandResult first = Dtrain("fit --output json --config " +
+                               WriteJob("stuck-list", ShardsJob("stuck-list", list, list)));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string id = ParseJson(first.output).fields().at("id").string_value();
+  // Both workers' Setups are in the download once both connections are here.
+  std::vector<int> held;
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (held.size() < 2 && absl::Now() < until) {
+    pollfd ready{listener, POLLIN, 0};
+    if (poll(&ready, 1, 100) == 1) held.push_back(accept(listener, nullptr, nullptr));
+  }
+  ASSERT_EQ(held.size(), 2u) << GetJob(id).DebugString();
+
+  CommandResult cancelled = Dtrain("cancel " + id);
+  const absl::Time start = absl::Now();
+  ASSERT_EQ(cancelled.exit_code, 0) << cancelled.output;
+  CommandResult next =
+      Dtrain("fit --wait --config " + WriteJob("after-list", SyntheticJob("after-list", 1)));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(next.exit_code, 0) << next.output;
+  EXPECT_EQ(GetJob(id).state(), v1::CANCELLED) << GetJob(id).reason();
+  // The downloads would have held the workers for the 30 s stall timeout.
+  EXPECT_LT(took, absl::Seconds(20));
+  std::printf("cancelled during the list's download: the next job done %.1f s later\n",
+              absl::ToDoubleSeconds(took));
+  for (int fd : held) close(fd);
+  close(listener);
 }
 
 TEST_F(JobsE2eTest, ClientShards_UploadedOnceAndFetchedByTheWorkers) {

@@ -139,7 +139,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataConfig& spe
         ShardedSplitOptions o;
         o.name = name;
         DTRAIN_ASSIGN_OR_RETURN(o.catalog,
-                                ResolveShards(*value, field, fetcher, options.cancelled));
+                                ResolveShards(*value, field, fetcher, options.load_cancelled));
         if (o.catalog.samples == 0) {
           return absl::InvalidArgumentError(
               absl::StrCat(field, ": the shards '", *value, "' hold no samples"));

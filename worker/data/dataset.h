@@ -40,6 +40,9 @@ struct DataLoadOptions {
   ShardFetcher fetcher;  // how shards are reached
   // A streamed batch's wait for data ends (CANCELLED) when this becomes true.
   const std::atomic<bool>* cancelled = nullptr;
+  // Load's own downloads (shard lists) end (CANCELLED) when this becomes true: the job's Setup
+  // was cancelled.
+  const std::atomic<bool>* load_cancelled = nullptr;
 };
 
 inline constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";

@@ -466,7 +466,11 @@ UrlFetcher(HttpFetchOptions options) {
   return [options](const std::string& url, const std::string& dest, const std::string& digest,
                    const std::atomic<bool>* cancelled, absl::Duration attempt_timeout) {
     HttpFetchOptions o = options;
-    if (attempt_timeout > absl::ZeroDuration()) o.attempt_timeout = attempt_timeout;
+    // The tighter of the two bounds (zero: none).
+    if (attempt_timeout > absl::ZeroDuration() &&
+        (o.attempt_timeout <= absl::ZeroDuration() || attempt_timeout < o.attempt_timeout)) {
+      o.attempt_timeout = attempt_timeout;
+    }
     return FetchUrlToFile(url, dest, digest, o, cancelled).status();
   };
 }

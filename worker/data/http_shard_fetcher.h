@@ -78,7 +78,8 @@ absl::StatusOr<int64_t> FetchUrlToFile(const std::string& url, const std::string
                                        const std::atomic<bool>* cancelled = nullptr);
 
 // FetchUrlToFile with `options` as the function a ShardFetcher's `url` is
-// (worker/data/shard_catalog.h): a nonzero attempt_timeout replaces options' per call.
+// (worker/data/shard_catalog.h): a call's nonzero attempt_timeout applies when it is tighter
+// than options'.
 std::function<absl::Status(const std::string& url, const std::string& dest,
                            const std::string& digest, const std::atomic<bool>* cancelled,
                            absl::Duration attempt_timeout)>
