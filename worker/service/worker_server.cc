@@ -275,11 +275,12 @@ void WorkerServer::Drain(const std::string& signal,
 }
 
 absl::Status WorkerServer::Stop() {
-  if (stopped_) return absl::OkStatus();
+  if (stopped_) return stop_status_;
   stopped_ = true;
   if (server_ != nullptr) SetServing(server_.get(), Services(), false);
   if (service_ != nullptr) {
     if (absl::Status s = service_->StopNow(); !s.ok()) {
+      stop_status_ = s;
       // The executor still runs the stuck call, which uses the service and the server: leak
       // them on purpose (the process exits next) rather than wait in their destructors.
       (void)service_.release();

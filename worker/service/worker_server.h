@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/runtime/worker_identity.h"
@@ -104,8 +105,9 @@ class WorkerServer {
   void Drain(const std::string& signal,
              const std::function<bool(absl::Duration wait)>& interrupted);
   // Stops the job (as Drain's end, if Drain did not run), unregisters, stops the gRPC server
-  // (within 5 s) and the /metrics endpoint. Idempotent. Not OK when the running call did not
-  // stop (WorkerService::StopNow): nothing is torn down, and the process should _Exit.
+  // (within 5 s) and the /metrics endpoint. Idempotent (later calls return the first's
+  // outcome). Not OK when the running call did not stop (WorkerService::StopNow): nothing is
+  // torn down (the registration keeps heartbeating), and the process should _Exit.
   absl::Status Stop();
 
  private:
@@ -123,6 +125,7 @@ class WorkerServer {
   std::unique_ptr<WorkerRegistration> registration_;
   int port_ = 0;
   bool stopped_ = false;
+  absl::Status stop_status_;  // Stop's outcome, for the calls after the first
 };
 
 }  // namespace dtrain
