@@ -4,7 +4,7 @@
 #   clang-format -i $(git ls-files '*.cc' '*.h')
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v clang-format >/dev/null || { echo "check_format: clang-format is not installed (deploy/install-deps.sh)" >&2; exit 1; }
+command -v clang-format >/dev/null || { echo "check_format: clang-format is not installed (deploy/install-deps.sh --checks)" >&2; exit 1; }
 mapfile -t files < <(git ls-files '*.cc' '*.h' 2>/dev/null || find . -path ./build -prune -o \( -name '*.cc' -o -name '*.h' \) -print)
 bad=()
 for f in "${files[@]}"; do

@@ -24,6 +24,8 @@ deploy/install-deps.sh --checks
 test_deps_log=$(mktemp)
 deploy/install-deps.sh --test >"$test_deps_log" 2>&1 &
 test_deps=$!
+# An apt-get is never killed halfway (it would leave dpkg to repair); its log goes either way.
+trap 'rm -f "$test_deps_log"' EXIT
 tests/check_format.sh
 python3 tests/check_docs.py --self-test
 python3 tests/check_docs.py
@@ -38,19 +40,20 @@ if ! wait "$test_deps"; then
   echo "tests/run.sh: installing the tests' dependencies failed" >&2
   exit 1
 fi
-rm -f "$test_deps_log"
 deploy/install-python-package.sh
 # clang's checks and the benchmarks' build need CPU time but keep no time: they run in the idle
 # scheduling class (SCHED_IDLE) beside the tests, which leave about a quarter of the two cores
 # unused while they wait on timeouts, processes and sockets, so they take only what the tests
-# leave. Their output is printed once the tests are done; the load tests wait for them. Their
-# own session (setsid, so that they can be killed as a group) is, where the kernel groups CPU
-# time by session (autogroup), put at the lowest weight, or it would get half the cores.
-setsid chrt --idle 0 bash -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null || true
-  tests/run_clang_checks.sh build &&
+# leave. Their output is printed once the tests are done; the load tests wait for them. They get
+# a process group of their own (set -m), so that an early exit stops all of them, in this
+# session: where the kernel shares CPU time by session (autogroup), a new session would get
+# half of it whatever its class.
+set -m
+chrt --idle 0 bash -c 'tests/run_clang_checks.sh build &&
   cmake --build build --target dtrain_benches -j"$(nproc)"' >build/idle-checks.log 2>&1 &
 idle_checks=$!
-trap 'kill -- -"$idle_checks" 2>/dev/null || true' EXIT
+set +m
+trap 'rm -f "$test_deps_log"; kill -- -"$idle_checks" 2>/dev/null || true' EXIT
 cd build
 export DTRAIN_FAIL_ON_SKIP=1
 ctest --output-on-failure -LE load -j2 --output-junit ctest-results.xml
