@@ -5,6 +5,7 @@
 // image_transforms_test's.
 #include "worker/data/antialias_resample.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -51,6 +52,16 @@ TEST(AntialiasResample, VectorAndPortablePathsGiveTheSameFloats) {
       {300, 200, 1, 10, 20, 250, 150, 160, 128, false, 1},  // 80 KB: streamed rows
       {300, 200, 1, 10, 20, 250, 150, 160, 128, true, 1},
       {9, 9, 3, 0, 0, 1, 1, 5, 7, false, 0},  // a single pixel
+      // Widths that are whole 8-output blocks take the 8-rows-at-a-time path: crops shorter
+      // than a block, a last block of 1-7 rows, rows shorter than one 16-byte load, an edge of
+      // the image at the crop's end, and more vertical taps than a ring of 16 rows.
+      {5, 40, 3, 0, 0, 5, 40, 16, 8, false, 1},
+      {1, 30, 3, 0, 0, 1, 30, 24, 32, true, 1},
+      {21, 4, 3, 0, 1, 21, 3, 40, 16, false, 0},
+      {19, 5, 1, 0, 0, 19, 5, 8, 8, true, 1},
+      {257, 201, 3, 0, 0, 257, 201, 224, 224, false, 1},
+      {300, 321, 3, 33, 17, 267, 304, 224, 224, true, 1},
+      {640, 480, 3, 0, 0, 640, 480, 24, 16, true, 2},
   };
   for (const Case& c : cases) {
     const std::string what = std::to_string(c.crop_h) + "x" + std::to_string(c.crop_w) + "x" +
@@ -79,6 +90,29 @@ TEST(AntialiasResample, VectorAndPortablePathsGiveTheSameFloats) {
         ASSERT_GE(v, 0.0f) << what;
         ASSERT_LE(v, 1.0f) << what;
       }
+    }
+  }
+}
+
+// The vector path divides by a multiply and one correction only where that equals the division
+// for every one of a channel's 256 levels (a check remembered per thread for the last spec). A
+// subnormal std, whose reciprocal overflows, fails the check: that spec must still divide, and
+// specs taking each way in turn must each give the portable path's floats.
+TEST(AntialiasResample, NormalizeDividesExactlyWhateverItsStd) {
+  const std::vector<uint8_t> pixels = Noise(90, 70, 3, 11);
+  for (float sd : {1e-39f, 0.226f, 1e-39f, 0.226f}) {
+    CropResizeSpec spec;
+    spec.out_h = 40;
+    spec.out_w = 48;
+    spec.means = {0.0f, 0.5f, 0.0f};
+    spec.stds = {sd, sd, sd};
+    const std::vector<float> fast = Resized(pixels, 70, 3, 3, 4, 80, 60, spec, false);
+    const std::vector<float> portable = Resized(pixels, 70, 3, 3, 4, 80, 60, spec, true);
+    EXPECT_EQ(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)), 0) << sd;
+    if (sd < 1e-30f) {
+      // Red's levels over 1e-39: 0 for a black pixel, huge or infinite otherwise; never the
+      // NaN that 0 times the reciprocal's infinity gives.
+      for (size_t i = 0; i < 40 * 48; ++i) ASSERT_FALSE(std::isnan(fast[i])) << i;
     }
   }
 }
