@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <future>
 #include <set>
 #include <string>
 #include <thread>
@@ -323,6 +324,34 @@ TEST(ShardedSplit, ReadAheadStaysWithinTheWindow) {
   // Two taken, at most the window's six ahead of them.
   EXPECT_LE(decoded.load(), 2 + 6);
   EXPECT_GE(decoded.load(), 2);
+}
+
+// The step waits for a batch as a whole, but the reader stops at a full window and sleeps
+// until a quarter of it is free: a batch as large as the window, or larger, must still come,
+// whole and in the order the step's own thread decodes. (A wait for all of a batch stalled on
+// both; the reads run on a thread of their own so that such a regression fails here instead
+// of hanging for the stuck-stream deadline.)
+TEST(ShardedSplit, ABatchAsLargeAsTheWindowOrLargerStillComes) {
+  const ShardCatalog catalog = WriteShards("big-batch", {13, 17, 10, 24});  // 64 samples
+  ShardedSplit reference(Options(catalog, 0));
+  const std::vector<int64_t> expected = Read(reference, 2, 0, 64, 16);
+  ASSERT_EQ(expected.size(), 64u);
+  for (auto [window, batch] :
+       {std::pair<int64_t, int>{4, 16}, {5, 16}, {15, 16}, {8, 8}, {16, 16}, {32, 8}}) {
+    ShardedSplitOptions o = Options(catalog, 2);
+    o.window = window;
+    ShardedSplit split(o);
+    absl::Status status;
+    std::future<std::vector<int64_t>> read = std::async(
+        std::launch::async, [&, batch = batch] { return Read(split, 2, 0, 64, batch, &status); });
+    if (read.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      split.Cancel();
+      read.wait();
+      FAIL() << "batches of " << batch << " with a window of " << window << " never came";
+    }
+    EXPECT_EQ(read.get(), expected) << "window " << window << ", batch " << batch;
+    EXPECT_TRUE(status.ok()) << status;
+  }
 }
 
 TEST(ShardedSplit, ACancelledJobStopsAWaitForAStuckShard) {

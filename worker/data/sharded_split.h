@@ -15,6 +15,7 @@
 // Thread-safety: Batch from one thread at a time (the rank's step thread); Cancel from any.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -116,7 +117,14 @@ class ShardedSplit {
   void ReadLoop();
   void DecodeLoop();
   Decoded DecodeItem(StreamItem item, int64_t epoch);
-  absl::StatusOr<Decoded> Take(int64_t position);
+  // A stream that has made no progress since max(`since`, its last sample) for the deadline
+  // fails the wait.
+  absl::StatusOr<Decoded> Take(int64_t position, absl::Time since);
+  // Waits until positions first..last are all decoded, or until anything Take reports.
+  void AwaitBatch(int64_t first, int64_t last, absl::Time since);
+  void FreeSlot();  // mu_ held: a taken sample leaves the window
+  // The reader, asleep on a full window, wakes when in_flight_ is down to this (mu_ held).
+  int64_t RefillAt() const { return options_.window - std::max<int64_t>(1, options_.window / 4); }
   std::shared_ptr<Slab> SlabOf(int64_t position);  // mu_ held
   at::Tensor SlabRow(Slab& slab, int64_t row, size_t field, at::IntArrayRef sizes,
                      at::ScalarType type);
@@ -145,10 +153,16 @@ class ShardedSplit {
   std::map<int64_t, Decoded> ready_;  // decoded, by position (guarded by mu_)
   int64_t in_flight_ = 0;             // read and not yet taken (guarded by mu_)
   int64_t awaited_ = -1;              // the position the step waits for (guarded by mu_)
-  bool read_done_ = false;            // guarded by mu_
-  absl::Status read_error_;           // guarded by mu_
-  int64_t read_end_ = 0;              // the position after the last read (guarded by mu_)
-  absl::Time last_progress_;          // when the reader last produced (guarded by mu_)
+  // The batch the step waits for as a whole, and how many of its positions are not decoded
+  // yet (guarded by mu_).
+  int64_t awaited_first_ = -1;
+  int64_t awaited_last_ = -1;
+  int64_t awaited_missing_ = 0;
+  bool reader_asleep_ = false;  // on a full window (guarded by mu_)
+  bool read_done_ = false;      // guarded by mu_
+  absl::Status read_error_;     // guarded by mu_
+  int64_t read_end_ = 0;        // the position after the last read (guarded by mu_)
+  absl::Time last_progress_;    // when the reader last produced (guarded by mu_)
   // Batches of batch_ positions from base_ (the position the stream started at); the slabs
   // being written, by batch number (guarded by mu_).
   int64_t base_ = 0;
