@@ -11,6 +11,7 @@
 #include <atomic>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -326,11 +327,29 @@ TEST(ShardedSplit, ReadAheadStaysWithinTheWindow) {
   EXPECT_GE(decoded.load(), 2);
 }
 
+// Reads positions [from, to) of `epoch` in batches of `batch` on a thread of its own, so that
+// a split that stalls fails the test at 30 s instead of hanging it for the stuck-stream
+// deadline.
+std::vector<int64_t> ReadWithin30s(ShardedSplit& split, int64_t epoch, int64_t from, int64_t to,
+                                   int batch, const std::string& what) {
+  absl::Status status;
+  std::future<std::vector<int64_t>> read =
+      std::async(std::launch::async, [&] { return Read(split, epoch, from, to, batch, &status); });
+  if (read.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    split.Cancel();
+    read.wait();
+    ADD_FAILURE() << what << ": never came";
+    return {};
+  }
+  EXPECT_TRUE(status.ok()) << what << ": " << status;
+  return read.get();
+}
+
 // The step waits for a batch as a whole, but the reader stops at a full window and sleeps
 // until a quarter of it is free: a batch as large as the window, or larger, must still come,
-// whole and in the order the step's own thread decodes. (A wait for all of a batch stalled on
-// both; the reads run on a thread of their own so that such a regression fails here instead
-// of hanging for the stuck-stream deadline.)
+// whole and in the order the step's own thread decodes, from the epoch's start, from a
+// resumed position, with renumbered positions (unreadable samples skipped in training), and
+// with no decoding threads. (A wait for all of a batch stalled on the first two.)
 TEST(ShardedSplit, ABatchAsLargeAsTheWindowOrLargerStillComes) {
   const ShardCatalog catalog = WriteShards("big-batch", {13, 17, 10, 24});  // 64 samples
   ShardedSplit reference(Options(catalog, 0));
@@ -338,20 +357,83 @@ TEST(ShardedSplit, ABatchAsLargeAsTheWindowOrLargerStillComes) {
   ASSERT_EQ(expected.size(), 64u);
   for (auto [window, batch] :
        {std::pair<int64_t, int>{4, 16}, {5, 16}, {15, 16}, {8, 8}, {16, 16}, {32, 8}}) {
-    ShardedSplitOptions o = Options(catalog, 2);
-    o.window = window;
-    ShardedSplit split(o);
-    absl::Status status;
-    std::future<std::vector<int64_t>> read = std::async(
-        std::launch::async, [&, batch = batch] { return Read(split, 2, 0, 64, batch, &status); });
-    if (read.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
-      split.Cancel();
-      read.wait();
-      FAIL() << "batches of " << batch << " with a window of " << window << " never came";
+    const std::string what = absl::StrCat("window ", window, ", batch ", batch);
+    for (int workers : {2, 0}) {
+      ShardedSplitOptions o = Options(catalog, workers);
+      o.window = window;
+      ShardedSplit split(o);
+      EXPECT_EQ(ReadWithin30s(split, 2, 0, 64, batch, what), expected) << what;
+      ShardedSplit resumed(o);
+      EXPECT_EQ(ReadWithin30s(resumed, 2, 16, 64, batch, what + ", resumed at 16"),
+                std::vector<int64_t>(expected.begin() + 16, expected.end()))
+          << what;
     }
-    EXPECT_EQ(read.get(), expected) << "window " << window << ", batch " << batch;
-    EXPECT_TRUE(status.ok()) << status;
   }
+
+  // Renumbered: the second shard is gone, and training's positions go to the readable samples.
+  const ShardCatalog holed = WriteShards("big-batch-holed", {13, 17, 10, 24});
+  std::filesystem::remove(holed.shards[1].location);
+  ShardedSplitOptions o = Options(holed, 2);
+  o.skip_errors = true;
+  o.window = 4;
+  ShardedSplit unthreaded([&] {
+    ShardedSplitOptions u = o;
+    u.num_workers = 0;
+    return u;
+  }());
+  const std::vector<int64_t> renumbered = Read(unthreaded, 1, 0, 64, 16);
+  ASSERT_EQ(renumbered.size(), 64u);
+  ShardedSplit skipping(o);
+  EXPECT_EQ(ReadWithin30s(skipping, 1, 0, 64, 16, "renumbered"), renumbered);
+  ShardedSplit skipping_resumed(o);
+  EXPECT_EQ(ReadWithin30s(skipping_resumed, 1, 16, 64, 16, "renumbered, resumed at 16"),
+            std::vector<int64_t>(renumbered.begin() + 16, renumbered.end()));
+}
+
+// A download that never answers; it ends when the stream is stopped.
+absl::Status NeverAnswers(const std::string&, const std::string&, const std::string&,
+                          const std::atomic<bool>* stop, absl::Duration) {
+  while (stop == nullptr || !stop->load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return absl::CancelledError("download stopped");
+}
+
+// A resumed stream replays its epoch from the start, reading what it does not hand out: that
+// reading is progress, so a replay longer than the stuck-stream bound must not fail as stuck,
+// while a stream that reads nothing for that long still does. Shards here come over "HTTP" a
+// quarter second each, and the bound is 400 ms: the replay of 11 shards takes ~3 s.
+TEST(ShardedSplit, ALongReplayIsProgress_AStreamThatReadsNothingIsStuck) {
+  const ShardCatalog local = WriteShards("replay", std::vector<int>(12, 4));  // 48 samples
+  ShardedSplit reference(Options(local, 0));
+  const std::vector<int64_t> expected = Read(reference, 0, 0, 48, 4);
+  ASSERT_EQ(expected.size(), 48u);
+  ShardedSplitOptions o = Options(local, 2);
+  o.stuck_after = absl::Milliseconds(400);
+  std::map<std::string, std::string> paths;
+  for (size_t i = 0; i < o.catalog.shards.size(); ++i) {
+    const std::string url = absl::StrCat("https://127.0.0.1:9/part-", i, ".tar");
+    paths[url] = o.catalog.shards[i].location;
+    o.catalog.shards[i].location = url;
+  }
+  o.fetcher.url = [&paths](const std::string& url, const std::string& dest, const std::string&,
+                           const std::atomic<bool>*, absl::Duration) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    std::filesystem::copy_file(paths.at(url), dest,
+                               std::filesystem::copy_options::overwrite_existing);
+    return absl::OkStatus();
+  };
+  ShardedSplit resumed(o);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(ReadWithin30s(resumed, 0, 44, 48, 4, "resumed at 44"),
+            std::vector<int64_t>(expected.begin() + 44, expected.end()));
+  EXPECT_GT(absl::Now() - start, absl::Seconds(1)) << "the replay was too fast to test anything";
+
+  o.fetcher.url = NeverAnswers;
+  ShardedSplit stuck(o);
+  absl::StatusOr<c10::IValue> b = stuck.Batch(0, {0, 1, 2, 3});
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kDeadlineExceeded) << b.status();
+  EXPECT_THAT(b.status().message(), HasSubstr("stuck"));
 }
 
 TEST(ShardedSplit, ACancelledJobStopsAWaitForAStuckShard) {
@@ -360,13 +442,7 @@ TEST(ShardedSplit, ACancelledJobStopsAWaitForAStuckShard) {
   std::atomic<bool> cancelled{false};
   o.cancelled = &cancelled;
   o.catalog.shards[0].location = "https://127.0.0.1:9/never.tar";
-  o.fetcher.url = [](const std::string&, const std::string&, const std::string&,
-                     const std::atomic<bool>* stop, absl::Duration) {
-    while (stop == nullptr || !stop->load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return absl::CancelledError("download stopped");
-  };
+  o.fetcher.url = NeverAnswers;
   ShardedSplit split(o);
   std::thread canceller([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));

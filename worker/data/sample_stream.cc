@@ -172,6 +172,7 @@ absl::StatusOr<std::optional<StreamItem>> SampleStream::Next() {
         return raw.status();
       }
       if (raw->has_value()) {
+        raw_read_.fetch_add(1, std::memory_order_relaxed);
         out = shuffle_.Push(std::move(**raw));
         if (!out.has_value()) continue;
       } else {

@@ -63,6 +63,9 @@ class SampleStream {
   void Cancel() { cancelled_.store(true); }
 
   int64_t epoch_samples() const { return epoch_samples_; }
+  // Raw samples read so far, those a resumed stream replays without handing out included: from
+  // any thread, so that a long replay counts as progress, not as a stuck stream.
+  int64_t raw_read() const { return raw_read_.load(std::memory_order_relaxed); }
 
  private:
   // The next item of the rank's chunk before the shuffle buffer; nullopt at its end.
@@ -74,6 +77,7 @@ class SampleStream {
   std::vector<ShardSegment> segments_;
   int64_t epoch_samples_ = 0;
   std::atomic<bool> cancelled_{false};
+  std::atomic<int64_t> raw_read_{0};
   // Reading segment `segment_`: its reader, the samples left to skip and to take.
   size_t segment_ = 0;
   std::unique_ptr<TarShardReader> reader_;

@@ -14,10 +14,6 @@
 namespace dtrain {
 namespace {
 
-// How long a batch waits for its next sample before it says the data is stuck: far above any
-// decode, and above the HTTP fetcher's own stall timeout, so that its precise error comes first.
-constexpr absl::Duration kSampleDeadline = absl::Minutes(10);
-
 std::string ShapeOf(const at::Tensor& t) {
   return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
 }
@@ -81,6 +77,7 @@ void ShardedSplit::Stop() {
   ready_.clear();
   slabs_.clear();
   in_flight_ = 0;
+  awaited_ = -1;
   awaited_first_ = awaited_last_ = -1;
   awaited_missing_ = 0;
   reader_asleep_ = false;
@@ -355,10 +352,10 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position, absl:
       ready_cv_.wait_for(lock, std::chrono::seconds(1));
       // The deadline counts from the reader's last sample: a long replay that makes progress
       // (a resume late in an epoch) is not stuck.
-      if (absl::Now() - std::max(since, last_progress_) > kSampleDeadline) {
+      if (Stuck(since)) {
         return absl::DeadlineExceededError(
             absl::StrCat("rank ", rank_, ": no ", options_.name, " sample for ",
-                         absl::FormatDuration(kSampleDeadline), " (position ", position,
+                         absl::FormatDuration(options_.stuck_after), " (position ", position,
                          "); the shard being read is stuck"));
       }
     }
@@ -393,10 +390,10 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position, absl:
                                               " stream ended before position ", position));
     }
     ready_cv_.wait_for(lock, std::chrono::seconds(1));
-    if (absl::Now() - std::max(since, last_progress_) > kSampleDeadline) {
+    if (Stuck(since)) {
       return absl::DeadlineExceededError(
           absl::StrCat("rank ", rank_, ": no ", options_.name, " sample for ",
-                       absl::FormatDuration(kSampleDeadline), " (position ", position,
+                       absl::FormatDuration(options_.stuck_after), " (position ", position,
                        "); the shard being read is stuck"));
     }
   }
@@ -406,6 +403,15 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position, absl:
   ready_.erase(position);
   FreeSlot();
   return d;
+}
+
+bool ShardedSplit::Stuck(absl::Time since) {
+  const int64_t read = stream_ != nullptr ? stream_->raw_read() : raw_seen_;
+  if (read != raw_seen_) {
+    raw_seen_ = read;
+    last_progress_ = absl::Now();
+  }
+  return absl::Now() - std::max(since, last_progress_) > options_.stuck_after;
 }
 
 void ShardedSplit::FreeSlot() {
@@ -426,8 +432,7 @@ void ShardedSplit::AwaitBatch(int64_t first, int64_t last, absl::Time since) {
   // Take, sample by sample, with its messages.
   while (awaited_missing_ > 0 && !stop_ &&
          !(read_done_ && (!read_error_.ok() || last >= read_end_)) &&
-         (options_.cancelled == nullptr || !options_.cancelled->load()) &&
-         absl::Now() - std::max(since, last_progress_) <= kSampleDeadline) {
+         (options_.cancelled == nullptr || !options_.cancelled->load()) && !Stuck(since)) {
     ready_cv_.wait_for(lock, std::chrono::seconds(1));
   }
   awaited_first_ = awaited_last_ = -1;
