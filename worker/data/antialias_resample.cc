@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <unordered_map>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -577,8 +578,20 @@ AntialiasTaps ComputeAntialiasTaps(int64_t input_size, int64_t output_size) {
 
 void CropResizeNormalize(const uint8_t* pixels, int64_t row_stride, int channels, int in_h,
                          int in_w, const CropResizeSpec& spec, float* out) {
-  const AntialiasTaps horizontal = ComputeAntialiasTaps(in_w, spec.out_w);
-  const AntialiasTaps vertical = ComputeAntialiasTaps(in_h, spec.out_h);
+  // The taps of each (crop side, output side) a thread has met: a random crop's sides take a
+  // few hundred values, and the taps' double arithmetic cost more than a lookup. Cleared, not
+  // grown, past kCached (each is a few KB); never between the two lookups, whose references
+  // must both stay valid.
+  constexpr size_t kCached = 256;
+  thread_local std::unordered_map<int64_t, AntialiasTaps> cache;
+  if (cache.size() + 2 > kCached) cache.clear();
+  auto taps = [](int64_t in, int64_t out) -> const AntialiasTaps& {
+    auto [it, added] = cache.try_emplace(in << 32 | out);
+    if (added) it->second = ComputeAntialiasTaps(in, out);
+    return it->second;
+  };
+  const AntialiasTaps& horizontal = taps(in_w, spec.out_w);
+  const AntialiasTaps& vertical = taps(in_h, spec.out_h);
 #if defined(__x86_64__)
   if (!spec.portable && HasAvx2Fma() && spec.out_w % 8 == 0) {
     ResampleBlocksAvx2(pixels, row_stride, channels, in_h, in_w, horizontal, vertical, spec, out);
