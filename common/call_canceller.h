@@ -69,17 +69,13 @@ class CallCanceller {
     Registration(const Registration&) = delete;
     Registration& operator=(const Registration&) = delete;
 
-    // OK unless this call was cancelled; then Interruption(the reason it was cancelled with).
-    absl::Status reason() const {
-      if (canceller_ == nullptr) return absl::OkStatus();
-      absl::MutexLock lock(&canceller_->mu_);
-      return cancelled_with_;
-    }
-    // `status` (a call's outcome), or reason() when this registration cancelled the call.
+    // `status` (a call's outcome), or Interruption(the reason it was cancelled with) when this
+    // registration cancelled the call: a server's own CANCELLED is never taken for ours.
     absl::Status Explain(absl::Status status) const {
       if (status.ok() || status.code() != absl::StatusCode::kCancelled) return status;
-      absl::Status why = reason();
-      return why.ok() ? status : why;
+      if (canceller_ == nullptr) return status;
+      absl::MutexLock lock(&canceller_->mu_);
+      return cancelled_with_.ok() ? status : cancelled_with_;
     }
 
    private:

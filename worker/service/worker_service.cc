@@ -622,14 +622,11 @@ void WorkerService::Drain() {
   leaving_ = true;
 }
 
+bool WorkerService::Idle() const { return queue_.empty() && running_ == nullptr; }
+
 bool WorkerService::WaitUntilIdle(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  return mu_.AwaitWithDeadline(absl::Condition(
-                                   +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-                                     return s->queue_.empty() && s->running_ == nullptr;
-                                   },
-                                   this),
-                               deadline);
+  return mu_.AwaitWithDeadline(absl::Condition(this, &WorkerService::Idle), deadline);
 }
 
 absl::Status WorkerService::StopNow(absl::Duration wait) {
@@ -654,13 +651,7 @@ absl::Status WorkerService::StopNow(absl::Duration wait) {
     for (std::shared_ptr<Task>& t : queue_) t->cancelled = true;
     // Wait for the executor to go idle (every plane ends a collective's wait when the job is
     // cancelled, and a step stops before its next batch), then tear down on this thread.
-    const bool idle =
-        mu_.AwaitWithTimeout(absl::Condition(
-                                 +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-                                   return s->queue_.empty() && s->running_ == nullptr;
-                                 },
-                                 this),
-                             wait);
+    const bool idle = mu_.AwaitWithTimeout(absl::Condition(this, &WorkerService::Idle), wait);
     if (!idle) {
       std::string job = job_ != nullptr ? job_->id() : "";
       if (job.empty() && running_ != nullptr) job = running_->setup_job;

@@ -135,6 +135,8 @@ class WorkerService final : public v1::Worker::CallbackService {
                                     std::function<absl::Status()> body, std::string setup_job = "",
                                     std::shared_ptr<CallCanceller> canceller = nullptr);
   void ExecutorLoop();
+  // No call queued and none running: what a drain and a stop wait for.
+  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // On the step thread, with no job set up.
   void ApplyPlacement(const CpuPlacement& placement);
   // Runs on the executor: the job named `job_id` or FAILED_PRECONDITION.
