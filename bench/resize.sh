@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-deploy/install-deps.sh --bench >&2
+deploy/install-deps.sh >&2  # the build's packages; the resize needs nothing else
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
   -DDTRAIN_BUILD_WORKER=ON >&2
 cmake --build "$root/build" --target dtrain-bench-resize >&2

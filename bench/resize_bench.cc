@@ -4,6 +4,7 @@
 // portable one (the same floats, scalar code) in the same run. Prints one JSON row per path:
 //   {"system": ..., "samples": N, "us_per_sample": T}
 // and the best of --reps passes of --samples crops each. Run: bench/resize.sh.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -57,10 +58,14 @@ int main(int argc, char** argv) {
   std::vector<float> buffer(3 * 224 * 224 + 8);
   float* out = buffer.data();
   while (reinterpret_cast<uintptr_t>(out) % 32 != 0) ++out;
+  // Without AVX2 and FMA the "vector" row runs the portable path too, and says so.
+  const bool vector = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   for (bool portable : {false, true}) {
     const double us = BestMicrosPerSample(portable, image, kSide, out);
     std::printf("{\"system\": \"%s\", \"samples\": %d, \"us_per_sample\": %.1f}\n",
-                portable ? "portable (scalar)" : "vector (AVX2 + FMA)",
+                portable ? "portable (scalar)"
+                : vector ? "vector (AVX2 + FMA)"
+                         : "vector path unavailable (no AVX2/FMA): portable",
                 absl::GetFlag(FLAGS_samples), us);
   }
   return 0;

@@ -401,38 +401,48 @@ absl::Status NeverAnswers(const std::string&, const std::string&, const std::str
 
 // A resumed stream replays its epoch from the start, reading what it does not hand out: that
 // reading is progress, so a replay longer than the stuck-stream bound must not fail as stuck,
-// while a stream that reads nothing for that long still does. Shards here come over "HTTP" a
-// quarter second each, and the bound is 400 ms: the replay of 11 shards takes ~3 s.
+// with decoding threads or without, while a stream that reads nothing for that long still
+// does. Shards come over "HTTP" at 150 ms each and the bound is 1.5 s (waits poll once a
+// second): the replay of 19 shards takes ~3 s, past the second poll, where a stream judged
+// only by what it hands out failed.
 TEST(ShardedSplit, ALongReplayIsProgress_AStreamThatReadsNothingIsStuck) {
-  const ShardCatalog local = WriteShards("replay", std::vector<int>(12, 4));  // 48 samples
+  const ShardCatalog local = WriteShards("replay", std::vector<int>(20, 4));  // 80 samples
   ShardedSplit reference(Options(local, 0));
-  const std::vector<int64_t> expected = Read(reference, 0, 0, 48, 4);
-  ASSERT_EQ(expected.size(), 48u);
-  ShardedSplitOptions o = Options(local, 2);
-  o.stuck_after = absl::Milliseconds(400);
+  const std::vector<int64_t> expected = Read(reference, 0, 0, 80, 4);
+  ASSERT_EQ(expected.size(), 80u);
   std::map<std::string, std::string> paths;
-  for (size_t i = 0; i < o.catalog.shards.size(); ++i) {
+  ShardCatalog remote = local;
+  for (size_t i = 0; i < remote.shards.size(); ++i) {
     const std::string url = absl::StrCat("https://127.0.0.1:9/part-", i, ".tar");
-    paths[url] = o.catalog.shards[i].location;
-    o.catalog.shards[i].location = url;
+    paths[url] = remote.shards[i].location;
+    remote.shards[i].location = url;
   }
-  o.fetcher.url = [&paths](const std::string& url, const std::string& dest, const std::string&,
-                           const std::atomic<bool>*, absl::Duration) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    std::filesystem::copy_file(paths.at(url), dest,
-                               std::filesystem::copy_options::overwrite_existing);
-    return absl::OkStatus();
-  };
-  ShardedSplit resumed(o);
-  const absl::Time start = absl::Now();
-  EXPECT_EQ(ReadWithin30s(resumed, 0, 44, 48, 4, "resumed at 44"),
-            std::vector<int64_t>(expected.begin() + 44, expected.end()));
-  EXPECT_GT(absl::Now() - start, absl::Seconds(1)) << "the replay was too fast to test anything";
+  for (int workers : {2, 0}) {
+    ShardedSplitOptions o = Options(remote, workers);
+    o.stuck_after = absl::Milliseconds(1500);
+    o.fetcher.url = [&paths](const std::string& url, const std::string& dest, const std::string&,
+                             const std::atomic<bool>*, absl::Duration) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      std::filesystem::copy_file(paths.at(url), dest,
+                                 std::filesystem::copy_options::overwrite_existing);
+      return absl::OkStatus();
+    };
+    ShardedSplit resumed(o);
+    const absl::Time start = absl::Now();
+    const std::string what = absl::StrCat("resumed at 76, ", workers, " decoding threads");
+    EXPECT_EQ(ReadWithin30s(resumed, 0, 76, 80, 4, what),
+              std::vector<int64_t>(expected.begin() + 76, expected.end()))
+        << what;
+    EXPECT_GT(absl::Now() - start, absl::Seconds(2)) << what << ": too fast to test anything";
+  }
 
+  ShardedSplitOptions o = Options(remote, 2);
+  o.stuck_after = absl::Milliseconds(400);
   o.fetcher.url = NeverAnswers;
   ShardedSplit stuck(o);
   absl::StatusOr<c10::IValue> b = stuck.Batch(0, {0, 1, 2, 3});
   EXPECT_EQ(b.status().code(), absl::StatusCode::kDeadlineExceeded) << b.status();
+  EXPECT_THAT(b.status().message(), HasSubstr("read no sample for 400ms"));
   EXPECT_THAT(b.status().message(), HasSubstr("stuck"));
 }
 

@@ -579,15 +579,17 @@ AntialiasTaps ComputeAntialiasTaps(int64_t input_size, int64_t output_size) {
 void CropResizeNormalize(const uint8_t* pixels, int64_t row_stride, int channels, int in_h,
                          int in_w, const CropResizeSpec& spec, float* out) {
   // The taps of each (crop side, output side) a thread has met: a random crop's sides take a
-  // few hundred values, and the taps' double arithmetic cost more than a lookup. Cleared, not
-  // grown, past kCached (each is a few KB); never between the two lookups, whose references
-  // must both stay valid.
+  // few hundred values, and the taps' double arithmetic cost more than a lookup. Past kCached
+  // (each is a few KB) an entry is dropped before the two lookups, never between them: both
+  // references must stay valid. An entry is added only once computed, so a bad_alloc there
+  // leaves no empty taps behind for the next sample.
   constexpr size_t kCached = 256;
-  thread_local std::unordered_map<int64_t, AntialiasTaps> cache;
-  if (cache.size() + 2 > kCached) cache.clear();
-  auto taps = [](int64_t in, int64_t out) -> const AntialiasTaps& {
-    auto [it, added] = cache.try_emplace(in << 32 | out);
-    if (added) it->second = ComputeAntialiasTaps(in, out);
+  thread_local std::unordered_map<uint64_t, AntialiasTaps> cache;
+  while (cache.size() + 2 > kCached) cache.erase(cache.begin());
+  auto taps = [](int in, int out) -> const AntialiasTaps& {
+    const uint64_t key = uint64_t{static_cast<uint32_t>(in)} << 32 | static_cast<uint32_t>(out);
+    auto it = cache.find(key);
+    if (it == cache.end()) it = cache.emplace(key, ComputeAntialiasTaps(in, out)).first;
     return it->second;
   };
   const AntialiasTaps& horizontal = taps(in_w, spec.out_w);

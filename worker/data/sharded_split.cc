@@ -110,7 +110,12 @@ void ShardedSplit::Start(int64_t epoch, int64_t position, int64_t batch) {
   Stop();
   // Renumbered (see ReadLoop), the positions before `position` are found by reading from the
   // start, as a replay does anyway.
-  stream_ = OpenStream(epoch, renumber() ? 0 : position);
+  std::unique_ptr<SampleStream> stream = OpenStream(epoch, renumber() ? 0 : position);
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // Cancel reads stream_ from other threads
+    stream_ = std::move(stream);
+    raw_seen_ = 0;
+  }
   epoch_ = epoch;
   next_ = position;
   base_ = position;
@@ -350,14 +355,7 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position, absl:
                                                 " stream ended before position ", position));
       }
       ready_cv_.wait_for(lock, std::chrono::seconds(1));
-      // The deadline counts from the reader's last sample: a long replay that makes progress
-      // (a resume late in an epoch) is not stuck.
-      if (Stuck(since)) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("rank ", rank_, ": no ", options_.name, " sample for ",
-                         absl::FormatDuration(options_.stuck_after), " (position ", position,
-                         "); the shard being read is stuck"));
-      }
+      if (Stuck(since)) return StuckError(position);
     }
     StreamItem item = std::move(raw_[raw_head_++]);
     if (raw_head_ > 1024 && raw_head_ * 2 > raw_.size()) {
@@ -390,12 +388,7 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position, absl:
                                               " stream ended before position ", position));
     }
     ready_cv_.wait_for(lock, std::chrono::seconds(1));
-    if (Stuck(since)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("rank ", rank_, ": no ", options_.name, " sample for ",
-                       absl::FormatDuration(options_.stuck_after), " (position ", position,
-                       "); the shard being read is stuck"));
-    }
+    if (Stuck(since)) return StuckError(position);
   }
   awaited_ = -1;
   wait_seconds_.store(wait_seconds_.load() + absl::ToDoubleSeconds(absl::Now() - started));
@@ -405,7 +398,17 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position, absl:
   return d;
 }
 
+absl::Status ShardedSplit::StuckError(int64_t position) const {
+  return absl::DeadlineExceededError(
+      absl::StrCat("rank ", rank_, ": the ", options_.name, " stream read no sample for ",
+                   absl::FormatDuration(options_.stuck_after), " (waiting for position ", position,
+                   "); the shard being read is stuck"));
+}
+
 bool ShardedSplit::Stuck(absl::Time since) {
+  // Records progress as well as judging it: the reader's hand-outs set last_progress_, and so
+  // does any sample the stream read meanwhile, a replayed one included (a resume late in an
+  // epoch reads for long and hands out nothing, and is not stuck).
   const int64_t read = stream_ != nullptr ? stream_->raw_read() : raw_seen_;
   if (read != raw_seen_) {
     raw_seen_ = read;

@@ -65,7 +65,7 @@ struct ShardedSplitOptions {
   const std::atomic<bool>* cancelled = nullptr;
   // A wait for a sample fails (DEADLINE_EXCEEDED) after this long without the stream reading
   // a sample, a replayed one included: far above any decode, and above the HTTP fetcher's own
-  // stall timeout, so that its precise error comes first.
+  // stall timeout, so that its precise error comes first. Checked about once a second.
   absl::Duration stuck_after = absl::Minutes(10);
 };
 
@@ -121,15 +121,15 @@ class ShardedSplit {
   void ReadLoop();
   void DecodeLoop();
   Decoded DecodeItem(StreamItem item, int64_t epoch);
-  // A stream that has made no progress since max(`since`, its last sample) for the deadline
-  // fails the wait.
+  // A stream Stuck since `since` fails the wait.
   absl::StatusOr<Decoded> Take(int64_t position, absl::Time since);
   // Waits until positions first..last are all decoded, or until anything Take reports.
   void AwaitBatch(int64_t first, int64_t last, absl::Time since);
   void FreeSlot();  // mu_ held: a taken sample leaves the window
-  // mu_ held: whether the stream has made no progress for stuck_after since `since` (a replay's
-  // reading counts, though it hands nothing out).
+  // mu_ held: whether the stream has read nothing for stuck_after since the later of `since`
+  // and its last read (a replay's reading counts, though it hands nothing out).
   bool Stuck(absl::Time since);
+  absl::Status StuckError(int64_t position) const;
   // The reader, asleep on a full window, wakes when in_flight_ is down to this (mu_ held).
   int64_t RefillAt() const { return options_.window - std::max<int64_t>(1, options_.window / 4); }
   std::shared_ptr<Slab> SlabOf(int64_t position);  // mu_ held
@@ -169,7 +169,7 @@ class ShardedSplit {
   bool read_done_ = false;      // guarded by mu_
   absl::Status read_error_;     // guarded by mu_
   int64_t read_end_ = 0;        // the position after the last read (guarded by mu_)
-  absl::Time last_progress_;    // when the reader last produced (guarded by mu_)
+  absl::Time last_progress_;    // when the stream last read a sample (guarded by mu_)
   int64_t raw_seen_ = 0;        // stream_->raw_read() when last looked at (guarded by mu_)
   // Batches of batch_ positions from base_ (the position the stream started at); the slabs
   // being written, by batch number (guarded by mu_).
