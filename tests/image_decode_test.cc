@@ -4,6 +4,10 @@
 // unknown inputs each get INVALID_ARGUMENT naming the format and the reason.
 #include "worker/data/image_decode.h"
 
+// clang-format off: jpeglib.h needs <cstdio> (FILE) first.
+#include <jpeglib.h>
+#include <cstdio>
+// clang-format on
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -241,6 +245,193 @@ TEST_F(ImageDecodeTest, BadChannels_InvalidArgument) {
   absl::StatusOr<DecodedImage> image = DecodeImage(File("rgb.png"), options);
   EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(image.status().message(), HasSubstr("channels must be 1 or 3"));
+}
+
+// A JPEG of `width` x `height` noisy gradients with the given sampling factors of the luma
+// (the chroma components are 1x1), or grayscale; progressive or baseline. libjpeg's own encoder,
+// so that every layout PIL does not write by default is covered.
+std::string EncodeJpeg(int width, int height, int h_samp, int v_samp, bool gray, bool progressive) {
+  std::mt19937 random(width * 31 + height);
+  std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      uint8_t* p = &rgb[(static_cast<size_t>(y) * width + x) * 3];
+      p[0] = static_cast<uint8_t>(x * 255 / width + random() % 60);
+      p[1] = static_cast<uint8_t>(y * 255 / height + random() % 60);
+      p[2] = static_cast<uint8_t>((x + y) * 3 + random() % 60);
+    }
+  }
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr error;
+  cinfo.err = jpeg_std_error(&error);
+  jpeg_create_compress(&cinfo);
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &out, &size);
+  cinfo.image_width = width;
+  cinfo.image_height = height;
+  cinfo.input_components = 3;
+  cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 90, TRUE);
+  if (gray) jpeg_set_colorspace(&cinfo, JCS_GRAYSCALE);
+  cinfo.comp_info[0].h_samp_factor = h_samp;
+  cinfo.comp_info[0].v_samp_factor = v_samp;
+  if (progressive) jpeg_simple_progression(&cinfo);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = &rgb[static_cast<size_t>(cinfo.next_scanline) * width * 3];
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::string bytes(reinterpret_cast<const char*>(out), size);
+  free(out);
+  return bytes;
+}
+
+// The window's rows out of a full decode, or out of a view: what both must equal.
+std::string WindowOf(const DecodedImage& full, const CropWindow& w) {
+  std::string rows;
+  for (int y = 0; y < w.height; ++y) {
+    const uint8_t* row =
+        full.pixels.data() + (static_cast<size_t>(w.top + y) * full.width + w.left) * full.channels;
+    rows.append(reinterpret_cast<const char*>(row), static_cast<size_t>(w.width) * full.channels);
+  }
+  return rows;
+}
+std::string RowsOf(const ImageWindowView& view) {
+  std::string rows;
+  for (int y = 0; y < view.height; ++y) {
+    rows.append(reinterpret_cast<const char*>(view.pixels + y * view.row_stride),
+                static_cast<size_t>(view.width) * view.channels);
+  }
+  return rows;
+}
+
+// The window decode asks libjpeg for 2 pixels more on each side of the window (fancy
+// upsampling treats a cropped row's first and last pixels as the image's edge). Every left edge,
+// narrow and wide windows, every sampling layout libjpeg writes, baseline and progressive.
+TEST(ImageDecodeLayouts, JpegWindow_EveryLeftEdgeAndLayout_EqualsFullDecode) {
+  struct Layout {
+    int h, v;
+    bool gray;
+  };
+  const std::vector<Layout> layouts = {{1, 1, false}, {2, 1, false}, {2, 2, false},
+                                       {1, 2, false}, {4, 1, false}, {1, 1, true}};
+  std::mt19937 random(11);
+  for (const Layout& layout : layouts) {
+    for (bool progressive : {false, true}) {
+      const int width = 93;
+      const int height = 45;
+      const std::string bytes =
+          EncodeJpeg(width, height, layout.h, layout.v, layout.gray, progressive);
+      for (int channels : {3, 1}) {
+        ImageDecodeOptions options;
+        options.channels = channels;
+        absl::StatusOr<DecodedImage> full = DecodeImage(bytes, options);
+        ASSERT_TRUE(full.ok()) << full.status();
+        int checked = 0;
+        for (int left = 0; left < width; ++left) {
+          for (int span : {1, 2, 3, 17, width}) {
+            CropWindow w;
+            w.left = left;
+            w.width = std::min(span, width - left);
+            w.top = static_cast<int>(random() % (height / 2));
+            w.height = 1 + static_cast<int>(random() % (height - w.top));
+            SCOPED_TRACE(absl::StrCat(layout.h, "x", layout.v, layout.gray ? " gray" : "",
+                                      progressive ? " progressive" : "", ", ", channels,
+                                      " channels, window ", w.width, "x", w.height, "+", w.left,
+                                      "+", w.top));
+            absl::StatusOr<DecodedImage> part = DecodeImageWindow(bytes, w, options);
+            ASSERT_TRUE(part.ok()) << part.status();
+            ASSERT_EQ(Bytes(*part), WindowOf(*full, w));
+            ++checked;
+          }
+        }
+        EXPECT_EQ(checked, width * 5);
+      }
+    }
+  }
+}
+
+TEST_F(ImageDecodeTest, ChosenWindow_EqualsWindowDecode_ReusesScratch) {
+  std::vector<uint8_t> scratch;
+  for (const char* name : {"big.jpg", "rgb420.jpg", "rgb.png", "lossy.webp"}) {
+    const std::string bytes = File(name);
+    for (int channels : {3, 1}) {
+      ImageDecodeOptions options;
+      options.channels = channels;
+      absl::StatusOr<DecodedImage> full = DecodeImage(bytes, options);
+      ASSERT_TRUE(full.ok()) << full.status();
+      for (int i = 0; i < 20; ++i) {
+        ImageHeader seen;
+        CropWindow w;
+        absl::StatusOr<ImageWindowView> view = DecodeChosenWindow(
+            bytes, options,
+            [&](const ImageHeader& header) {
+              seen = header;
+              w.top = (i * 7) % (header.height / 2);
+              w.left = (i * 13) % (header.width / 2);
+              w.height = header.height - w.top - i % 3;
+              w.width = header.width - w.left - i % 5;
+              return w;
+            },
+            scratch);
+        SCOPED_TRACE(absl::StrCat(name, " ", channels, " channels, window ", w.width, "x", w.height,
+                                  "+", w.left, "+", w.top));
+        ASSERT_TRUE(view.ok()) << view.status();
+        EXPECT_EQ(seen.width, full->width);
+        EXPECT_EQ(seen.height, full->height);
+        EXPECT_EQ(view->channels, channels);
+        EXPECT_EQ(view->height, w.height);
+        EXPECT_EQ(view->width, w.width);
+        ASSERT_EQ(RowsOf(*view), WindowOf(*full, w));
+      }
+    }
+  }
+  // Once the scratch holds the largest window, a JPEG decode allocates nothing: the same
+  // buffer, and the view points into it.
+  const std::string big = File("big.jpg");
+  auto whole = [](const ImageHeader& h) { return CropWindow{0, 0, h.height, h.width}; };
+  ASSERT_TRUE(DecodeChosenWindow(big, {}, whole, scratch).ok());
+  const uint8_t* buffer = scratch.data();
+  const size_t capacity = scratch.capacity();
+  absl::StatusOr<ImageWindowView> again = DecodeChosenWindow(
+      big, {},
+      [](const ImageHeader&) {
+        return CropWindow{10, 20, 30, 40};
+      },
+      scratch);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(scratch.data(), buffer);
+  EXPECT_EQ(scratch.capacity(), capacity);
+  EXPECT_GE(again->pixels, buffer);
+  EXPECT_LT(again->pixels, buffer + capacity);
+}
+
+TEST_F(ImageDecodeTest, ChosenWindow_OutsideOrCorrupt_InvalidArgument) {
+  std::vector<uint8_t> scratch;
+  for (const char* name : {"rgb420.jpg", "rgb.png", "lossy.webp"}) {
+    absl::StatusOr<ImageWindowView> outside = DecodeChosenWindow(
+        File(name), {},
+        [](const ImageHeader&) {
+          return CropWindow{40, 0, 6, 5};
+        },
+        scratch);
+    EXPECT_EQ(outside.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(outside.status().message(), HasSubstr("not inside the 67x45 image")) << name;
+  }
+  const std::string jpeg = File("rgb420.jpg");
+  absl::StatusOr<ImageWindowView> cut = DecodeChosenWindow(
+      jpeg.substr(0, jpeg.size() / 2), {},
+      [](const ImageHeader& h) {
+        return CropWindow{0, 0, h.height, h.width};
+      },
+      scratch);
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cut.status().message(), HasSubstr("JPEG image: "));
+  EXPECT_THAT(cut.status().message(), HasSubstr("truncated"));
 }
 
 }  // namespace image_decode_test

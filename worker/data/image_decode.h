@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -74,5 +75,25 @@ absl::StatusOr<DecodedImage> DecodeImage(absl::string_view bytes,
 // INVALID_ARGUMENT as DecodeImage, and for a window that is empty or not inside the image.
 absl::StatusOr<DecodedImage> DecodeImageWindow(absl::string_view bytes, const CropWindow& window,
                                                const ImageDecodeOptions& options = {});
+
+// A decoded window in memory its caller owns: `pixels` is its top-left pixel, rows are
+// `row_stride` bytes apart, each `width` pixels of `channels` interleaved bytes.
+struct ImageWindowView {
+  const uint8_t* pixels = nullptr;
+  int64_t row_stride = 0;
+  int height = 0;
+  int width = 0;
+  int channels = 0;
+};
+
+// DecodeImageWindow for a window that depends on the image's size (RandomResizedCrop's):
+// `choose` gets the header and returns the window, so a JPEG's header is parsed once. The
+// pixels go to `scratch`, which the caller keeps from call to call (one per thread), so that
+// once it is large enough a decode allocates nothing and no pixel is copied: for JPEG the view's
+// rows are libjpeg's output rows. The view is valid until `scratch` is used again. Errors as
+// DecodeImageWindow.
+absl::StatusOr<ImageWindowView> DecodeChosenWindow(
+    absl::string_view bytes, const ImageDecodeOptions& options,
+    absl::FunctionRef<CropWindow(const ImageHeader&)> choose, std::vector<uint8_t>& scratch);
 
 }  // namespace dtrain

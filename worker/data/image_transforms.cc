@@ -490,9 +490,35 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::DecodeAndApply(absl::string_v
     if (!image.ok()) return image.status();
     return Apply(*std::move(image), rng, output);
   }
+  const Step& first = steps_[0];
+  if (fused_ && first.transform.has_random_resized_crop()) {
+    // The training hot path: the header read once, the window decoded into this thread's
+    // scratch and resized from there, so no pixel buffer is allocated, zeroed or copied.
+    thread_local std::vector<uint8_t> scratch;
+    const auto& rrc = first.transform.random_resized_crop();
+    const bool default_scale = rrc.scale().empty();
+    const bool default_ratio = rrc.ratio().empty();
+    absl::StatusOr<ImageWindowView> part = DecodeChosenWindow(
+        encoded, options,
+        [&](const ImageHeader& header) {
+          const CropBox box = RandomResizedCropParams(
+              header.height, header.width, default_scale ? 0.08 : rrc.scale(0),
+              default_scale ? 1.0 : rrc.scale(1), default_ratio ? 3.0 / 4.0 : rrc.ratio(0),
+              default_ratio ? 4.0 / 3.0 : rrc.ratio(1), rng);
+          return CropWindow{box.top, box.left, box.height, box.width};
+        },
+        scratch);
+    absl::StatusOr<at::Tensor> out =
+        part.ok() ? FusedCropResize(part->pixels, part->row_stride, part->channels,
+                                    CropBox{0, 0, part->height, part->width}, rng, output)
+                  : absl::StatusOr<at::Tensor>(part.status());
+    // A rare huge image leaves no huge buffer behind on the thread.
+    constexpr size_t kKeptScratchBytes = size_t{16} << 20;
+    if (scratch.capacity() > kKeptScratchBytes) std::vector<uint8_t>().swap(scratch);
+    return out;
+  }
   absl::StatusOr<ImageHeader> header = ReadImageHeader(encoded, options.limits);
   if (!header.ok()) return header.status();
-  const Step& first = steps_[0];
   CropWindow window;
   if (first.transform.has_center_crop()) {
     const int ch = first.size[0];
