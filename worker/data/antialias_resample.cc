@@ -580,16 +580,26 @@ void CropResizeNormalize(const uint8_t* pixels, int64_t row_stride, int channels
                          int in_w, const CropResizeSpec& spec, float* out) {
   // The taps of each (crop side, output side) a thread has met: a random crop's sides take a
   // few hundred values, and the taps' double arithmetic cost more than a lookup. Past kCached
-  // (each is a few KB) an entry is dropped before the two lookups, never between them: both
-  // references must stay valid. An entry is added only once computed, so a bad_alloc there
-  // leaves no empty taps behind for the next sample.
-  constexpr size_t kCached = 256;
+  // bytes (a 224-pixel output's taps are ~5 KB, so ImageNet's crop sides all fit) an entry is
+  // dropped before the two lookups, never between them: both references must stay valid. An
+  // entry is added only once computed, so a bad_alloc there leaves no empty taps behind.
+  constexpr size_t kCached = size_t{4} << 20;
   thread_local std::unordered_map<uint64_t, AntialiasTaps> cache;
-  while (cache.size() + 2 > kCached) cache.erase(cache.begin());
-  auto taps = [](int in, int out) -> const AntialiasTaps& {
+  thread_local size_t cached = 0;
+  auto bytes = [](const AntialiasTaps& t) {
+    return (t.first.size() + t.count.size()) * sizeof(int) + t.weights.size() * sizeof(float);
+  };
+  while (cached > kCached && !cache.empty()) {
+    cached -= bytes(cache.begin()->second);
+    cache.erase(cache.begin());
+  }
+  auto taps = [&](int in, int out) -> const AntialiasTaps& {
     const uint64_t key = uint64_t{static_cast<uint32_t>(in)} << 32 | static_cast<uint32_t>(out);
     auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, ComputeAntialiasTaps(in, out)).first;
+    if (it == cache.end()) {
+      it = cache.emplace(key, ComputeAntialiasTaps(in, out)).first;
+      cached += bytes(it->second);
+    }
     return it->second;
   };
   const AntialiasTaps& horizontal = taps(in_w, spec.out_w);
