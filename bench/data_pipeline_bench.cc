@@ -37,6 +37,7 @@
 ABSL_FLAG(std::string, shards, "", "directory holding the shard-*.tar files");
 ABSL_FLAG(int, threads, 2, "worker threads for every measurement");
 ABSL_FLAG(bool, pipeline_only, false, "measure dtrain's pipeline alone (for profiling)");
+ABSL_FLAG(bool, loop_only, false, "measure the hand-made loop alone (for profiling)");
 ABSL_FLAG(int, batch_size, 64, "positions per batch of the streaming pipeline");
 
 namespace dtrain {
@@ -117,9 +118,11 @@ int Main() {
   if (!pipeline.ok()) Die(std::string(pipeline.status().message()));
 
   const bool pipeline_only = absl::GetFlag(FLAGS_pipeline_only);
+  const bool loop_only = absl::GetFlag(FLAGS_loop_only);
+  const bool profiling = pipeline_only || loop_only;
   // The ceiling's input: every JPEG in memory (read before the clock starts).
   std::vector<std::string> jpegs;
-  for (const std::string& shard : pipeline_only ? std::vector<std::string>{} : shards) {
+  for (const std::string& shard : profiling ? std::vector<std::string>{} : shards) {
     ForEachSample(shard, [&](const std::string&, const std::string& jpg) { jpegs.push_back(jpg); });
   }
   const int64_t n = static_cast<int64_t>(jpegs.size());
@@ -146,7 +149,7 @@ int Main() {
     }
     tjDestroy(handle);
   });
-  if (!pipeline_only) Row("libjpeg-turbo decode (ceiling)", decoded, seconds);
+  if (!profiling) Row("libjpeg-turbo decode (ceiling)", decoded, seconds);
 
   // dtrain's DecodeImage alone, for what the wrapper costs over TurboJPEG.
   decoded = 0;
@@ -156,14 +159,14 @@ int Main() {
       ++decoded;
     }
   });
-  if (!pipeline_only) Row("dtrain DecodeImage", decoded, seconds);
+  if (!profiling) Row("dtrain DecodeImage", decoded, seconds);
   jpegs.clear();
   jpegs.shrink_to_fit();
 
   // (b) dtrain's streaming pipeline as a rank of a 1-rank job runs it: the shards' catalog,
   // the epoch's shard order and shuffle buffer (the spec's default, 1000), `threads` decode
   // threads a window of prefetch_batches (default 2) x batch ahead, collated batches.
-  {
+  if (!loop_only) {
     v1::DataConfig data;
     if (!google::protobuf::TextFormat::ParseFromString(kData, &data)) Die("bad data spec");
     *data.mutable_transforms() = spec;
@@ -210,6 +213,7 @@ int Main() {
   // The hand-made loops: tar reading, (fused) decode of the crop window, RandomResizedCrop(224),
   // flip, ToTensor, Normalize; shards split across the threads, no shuffle buffer or batches.
   for (bool fused : {true, false}) {
+    if (loop_only && !fused) return 0;
     std::atomic<int64_t> samples{0};
     seconds = Timed(threads, [&](int t) {
       for (size_t s = t; s < shards.size(); s += threads) {
