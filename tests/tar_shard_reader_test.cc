@@ -165,6 +165,8 @@ TEST(TarShard, TruncatedOrNotATar_DataLossNamingTheShard) {
   std::vector<ShardSample> samples = ReadAll(cut, &status);
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
   EXPECT_THAT(status.message(), HasSubstr("cut.tar"));
+  EXPECT_THAT(status.message(), HasSubstr("member 'b.bin' ends after "));
+  EXPECT_THAT(status.message(), HasSubstr(" of 5000 bytes"));
   const std::string junk = testing::TestTempPath("junk.tar");
   std::ofstream(junk) << std::string(3000, '\x7f');
   ReadAll(junk, &status);
@@ -172,6 +174,40 @@ TEST(TarShard, TruncatedOrNotATar_DataLossNamingTheShard) {
   EXPECT_THAT(status.message(), HasSubstr("junk.tar"));
   ReadAll(testing::TestTempPath("missing.tar"), &status);
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+}
+
+// GNU tar's sparse members: their holes read as zeros, inside and at the end, as
+// archive_read_data would give them.
+TEST(TarShard, SparseMembers_HolesReadAsZeros) {
+  const std::string dir = testing::TestTempPath("sparse");
+  std::filesystem::create_directories(dir);
+  std::string inner(300000, '\0');
+  inner.replace(0, 5, "first");
+  inner.replace(inner.size() - 4, 4, "last");
+  std::string trailing(200000, '\0');
+  trailing.replace(0, 4, "head");
+  for (const auto& [name, bytes] : {std::pair<std::string, std::string>{"a.bin", inner},
+                                    std::pair<std::string, std::string>{"b.bin", trailing}}) {
+    std::ofstream out(dir + "/" + name, std::ios::binary);
+    // Seeking over the zeros leaves holes in the file, which tar --sparse records as such.
+    out.write(bytes.data(), 8);
+    out.seekp(static_cast<std::streamoff>(bytes.find_last_not_of('\0') / 8 * 8));
+    out.write(bytes.data() + bytes.find_last_not_of('\0') / 8 * 8,
+              static_cast<std::streamsize>(bytes.find_last_not_of('\0') % 8 + 1));
+  }
+  std::filesystem::resize_file(dir + "/b.bin", trailing.size());
+  const std::string shard = dir + "/sparse.tar";
+  testing::CommandResult tar =
+      testing::RunShell("cd " + dir + " && tar --sparse -cf " + shard + " a.bin b.bin 2>&1");
+  ASSERT_EQ(tar.exit_code, 0) << tar.output;
+  absl::Status status;
+  std::vector<ShardSample> samples = ReadAll(shard, &status);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(samples[0].key, "a");
+  EXPECT_TRUE(samples[0].fields.at("bin") == inner);
+  EXPECT_EQ(samples[1].key, "b");
+  EXPECT_TRUE(samples[1].fields.at("bin") == trailing);
 }
 
 }  // namespace tar_shard_reader_test

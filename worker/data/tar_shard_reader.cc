@@ -72,17 +72,33 @@ absl::StatusOr<bool> TarShardReader::ReadMember() {
                                                      size, " bytes; at most ",
                                                      limits_.max_member_bytes));
     }
-    pending_bytes_.resize(static_cast<size_t>(size));
-    int64_t got = 0;
-    while (got < size) {
-      const la_ssize_t n =
-          archive_read_data(archive_, pending_bytes_.data() + got, static_cast<size_t>(size - got));
-      if (n <= 0) {
-        return absl::DataLossError(absl::StrCat(
-            "shard '", path_, "': member '", name, "' ends after ", got, " of ", size, " bytes",
-            n < 0 ? absl::StrCat(": ", archive_error_string(archive_)) : std::string()));
+    // Appended block by block from libarchive's buffer rather than resized (zero-filled) and
+    // then read into: the bytes are written once.
+    pending_bytes_.clear();
+    pending_bytes_.reserve(static_cast<size_t>(size));
+    while (static_cast<int64_t>(pending_bytes_.size()) < size) {
+      const void* block = nullptr;
+      size_t length = 0;
+      la_int64_t offset = 0;
+      const int r = archive_read_data_block(archive_, &block, &length, &offset);
+      const int64_t got = static_cast<int64_t>(pending_bytes_.size());
+      // A sparse member's holes (a block, or the end, past what was read) read as zeros, as
+      // archive_read_data gives them.
+      const bool fits = offset >= got && offset <= size &&
+                        static_cast<int64_t>(length) <= size - static_cast<int64_t>(offset);
+      if ((r == ARCHIVE_OK || r == ARCHIVE_EOF) && fits && (length > 0 || offset > got)) {
+        pending_bytes_.append(static_cast<size_t>(offset - got), '\0');
+        if (length > 0) pending_bytes_.append(static_cast<const char*>(block), length);
+        continue;
       }
-      got += n;
+      std::string why;
+      if (r != ARCHIVE_OK && r != ARCHIVE_EOF) {
+        why = absl::StrCat(": ", archive_error_string(archive_));
+      } else if (r == ARCHIVE_OK && !fits) {
+        why = absl::StrCat(": a block of ", length, " bytes at ", offset, " is outside it");
+      }
+      return absl::DataLossError(absl::StrCat("shard '", path_, "': member '", name,
+                                              "' ends after ", got, " of ", size, " bytes", why));
     }
     pending_key_field_ = std::move(split);
     return true;
