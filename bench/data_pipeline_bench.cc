@@ -207,7 +207,7 @@ int Main() {
     int64_t samples = 0;
     // Steady state: from the end of the first kStartBatches batches to the epoch's end. The
     // start is the shuffle buffer's first fill and the first touch of the batches' memory
-    // (fresh pages are slow on a VM: 3 batches of 38 MB cost ~7% of this epoch here), which a
+    // (fresh pages are slow on a VM: clearing 3 batches of 38 MB was ~3% of this epoch), which a
     // training job pays once, not per batch.
     constexpr int kStartBatches = 3;
     std::chrono::steady_clock::time_point steady_start;
