@@ -4,9 +4,11 @@
 // unknown inputs each get INVALID_ARGUMENT naming the format and the reason.
 #include "worker/data/image_decode.h"
 
-// clang-format off: jpeglib.h needs <cstdio> (FILE) first.
-#include <jpeglib.h>
+// jpeglib.h needs <cstdio> (FILE) first.
+// clang-format off
 #include <cstdio>
+#include <cstdlib>
+#include <jpeglib.h>
 // clang-format on
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -249,8 +251,11 @@ TEST_F(ImageDecodeTest, BadChannels_InvalidArgument) {
 
 // A JPEG of `width` x `height` noisy gradients with the given sampling factors of the luma
 // (the chroma components are 1x1), or grayscale; progressive or baseline. libjpeg's own encoder,
-// so that every layout PIL does not write by default is covered.
-std::string EncodeJpeg(int width, int height, int h_samp, int v_samp, bool gray, bool progressive) {
+// so that every layout PIL does not write by default is covered. `unrefined`: progressive with
+// the AC coefficients sent once, their last bit never refined, which makes a decoder smooth
+// blocks.
+std::string EncodeJpeg(int width, int height, int h_samp, int v_samp, bool gray, bool progressive,
+                       bool unrefined = false) {
   std::mt19937 random(width * 31 + height);
   std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
   for (int y = 0; y < height; ++y) {
@@ -278,6 +283,25 @@ std::string EncodeJpeg(int width, int height, int h_samp, int v_samp, bool gray,
   cinfo.comp_info[0].h_samp_factor = h_samp;
   cinfo.comp_info[0].v_samp_factor = v_samp;
   if (progressive) jpeg_simple_progression(&cinfo);
+  std::vector<jpeg_scan_info> scans;
+  if (unrefined) {
+    // The DC of every component whole, then each component's AC 1-63 without its last bit.
+    jpeg_scan_info dc{};
+    dc.comps_in_scan = cinfo.num_components;
+    for (int c = 0; c < cinfo.num_components; ++c) dc.component_index[c] = c;
+    scans.push_back(dc);
+    for (int c = 0; c < cinfo.num_components; ++c) {
+      jpeg_scan_info ac{};
+      ac.comps_in_scan = 1;
+      ac.component_index[0] = c;
+      ac.Ss = 1;
+      ac.Se = 63;
+      ac.Al = 1;
+      scans.push_back(ac);
+    }
+    cinfo.scan_info = scans.data();
+    cinfo.num_scans = static_cast<int>(scans.size());
+  }
   jpeg_start_compress(&cinfo, TRUE);
   while (cinfo.next_scanline < cinfo.image_height) {
     JSAMPROW row = &rgb[static_cast<size_t>(cinfo.next_scanline) * width * 3];
@@ -320,12 +344,16 @@ TEST(ImageDecodeLayouts, JpegWindow_EveryLeftEdgeAndLayout_EqualsFullDecode) {
   const std::vector<Layout> layouts = {{1, 1, false}, {2, 1, false}, {2, 2, false},
                                        {1, 2, false}, {4, 1, false}, {1, 1, true}};
   std::mt19937 random(11);
+  std::vector<uint8_t> scratch;
   for (const Layout& layout : layouts) {
-    for (bool progressive : {false, true}) {
+    // Baseline, progressive, and progressive with unrefined AC (smoothed blocks: decoded from
+    // the top at full width, as a crop would lose the neighbours smoothing reads).
+    for (int scans : {0, 1, 2}) {
+      const bool progressive = scans > 0;
       const int width = 93;
       const int height = 45;
       const std::string bytes =
-          EncodeJpeg(width, height, layout.h, layout.v, layout.gray, progressive);
+          EncodeJpeg(width, height, layout.h, layout.v, layout.gray, progressive, scans == 2);
       for (int channels : {3, 1}) {
         ImageDecodeOptions options;
         options.channels = channels;
@@ -339,13 +367,17 @@ TEST(ImageDecodeLayouts, JpegWindow_EveryLeftEdgeAndLayout_EqualsFullDecode) {
             w.width = std::min(span, width - left);
             w.top = static_cast<int>(random() % (height / 2));
             w.height = 1 + static_cast<int>(random() % (height - w.top));
-            SCOPED_TRACE(absl::StrCat(layout.h, "x", layout.v, layout.gray ? " gray" : "",
-                                      progressive ? " progressive" : "", ", ", channels,
-                                      " channels, window ", w.width, "x", w.height, "+", w.left,
-                                      "+", w.top));
+            SCOPED_TRACE(absl::StrCat(
+                layout.h, "x", layout.v, layout.gray ? " gray" : "",
+                progressive ? " progressive" : "", scans == 2 ? " unrefined" : "", ", ", channels,
+                " channels, window ", w.width, "x", w.height, "+", w.left, "+", w.top));
             absl::StatusOr<DecodedImage> part = DecodeImageWindow(bytes, w, options);
             ASSERT_TRUE(part.ok()) << part.status();
             ASSERT_EQ(Bytes(*part), WindowOf(*full, w));
+            absl::StatusOr<ImageWindowView> view = DecodeChosenWindow(
+                bytes, options, [&](const ImageHeader&) { return w; }, scratch);
+            ASSERT_TRUE(view.ok()) << view.status();
+            ASSERT_EQ(RowsOf(*view), WindowOf(*full, w));
             ++checked;
           }
         }

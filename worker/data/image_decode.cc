@@ -1,10 +1,11 @@
 #include "worker/data/image_decode.h"
 
-// clang-format off: jpeglib.h needs <cstdio> (FILE) first.
-#include <jerror.h>
-#include <jpeglib.h>
+// jpeglib.h needs <cstdio> (FILE) first.
+// clang-format off
 #include <csetjmp>
 #include <cstdio>
+#include <jerror.h>
+#include <jpeglib.h>
 // clang-format on
 #include <png.h>
 #include <webp/decode.h>
@@ -110,6 +111,24 @@ void JpegEmitMessage(j_common_ptr cinfo, int level) {
   if (level < 0) ++cinfo->err->num_warnings;
 }
 
+// Whether libjpeg will smooth blocks: a progressive file whose scans leave some of the low AC
+// coefficients unrefined (legal, rare: an encoder's own scan script, or a file cut short
+// between scans). Smoothing blends each block with neighbours up to two blocks away, which a
+// cropped or skipped decode lacks at its edges. Known once jpeg_start_decompress has read every
+// scan; true whenever libjpeg might smooth (it also requires the DC to be known).
+bool BlockSmoothed(const jpeg_decompress_struct& cinfo) {
+  if (!cinfo.progressive_mode || !cinfo.do_block_smoothing || cinfo.coef_bits == nullptr) {
+    return false;
+  }
+  for (int c = 0; c < cinfo.num_components; ++c) {
+    // libjpeg-turbo's smoothing reads coefficients 1-9 (5x5 neighbourhood); older ones 1-5.
+    for (int k = 1; k < 10; ++k) {
+      if (cinfo.coef_bits[c][k] != 0) return true;
+    }
+  }
+  return false;
+}
+
 // Where JpegDecode puts the window's pixels: contiguous rows in `image` (DecodeImage and
 // DecodeImageWindow), or libjpeg's own output rows in `scratch`, described by `view`
 // (DecodeChosenWindow). Neither when only the header is wanted.
@@ -174,103 +193,113 @@ bool JpegDecode(const uint8_t* data, size_t size, const ImageDecodeLimits& limit
     jpeg_destroy_decompress(&cinfo);
     return false;
   }
-  // The scratch is sized before libjpeg runs (its rows are at most the image's width), so that
-  // a failed allocation throws with nothing of libjpeg's to leak.
-  const size_t converted =
-      decoded_channels == out_channels ? 0 : static_cast<size_t>(w.height) * w.width * out_channels;
-  const size_t scratch_rows = static_cast<size_t>(w.height) * header->width * decoded_channels;
-  if (target.scratch != nullptr && target.scratch->size() < scratch_rows + converted) {
-    jpeg_destroy_decompress(&cinfo);
-    target.scratch->resize(scratch_rows + converted);
-    return JpegDecode(data, size, limits, &w, nullptr, out_channels, header, target, error,
-                      failure);
-  }
   jpeg_start_decompress(&cinfo);
+  const bool smoothed = BlockSmoothed(cinfo);
   // jpeg_crop_scanline widens the window to whole iMCU columns: xoffset moves left, and the rows
   // it returns start there. Its first and last columns are upsampled as if they were the
   // image's edge (fancy upsampling reads one chroma sample to each side), so ask for 2 pixels
-  // more on each side and use only the inside. Measured exhaustively: 189,216 windows (every
-  // left edge, widths 1-1000) of 4:4:4, 4:2:2, 4:2:0, 4:4:0, 4:1:1 and gray images, baseline
-  // and progressive, equal a full decode with 2; 14 differ with 1. Wider chroma than 2 pixels
-  // keeps a whole iMCU, as before that measurement.
+  // more on each side and use only the inside. Measured over 189,216 windows (every left edge,
+  // widths 1-1000) of 4:4:4, 4:2:2, 4:2:0, 4:4:0, 4:1:1 and gray images, baseline and
+  // progressive: all equal a full decode with 2, 14 differ with 1. 4:1:1 was equal with 2 as
+  // well, but its chroma spans 4 pixels, beyond what that reasoning covers, so layouts like it
+  // keep a whole iMCU. A smoothed file is not cropped at all.
   const int margin = cinfo.max_h_samp_factor <= 2 ? 2 : cinfo.max_h_samp_factor * DCTSIZE;
-  const int crop_left = std::max(0, w.left - margin);
-  const int crop_right = std::min(header->width, w.left + w.width + margin);
+  const int crop_left = smoothed ? 0 : std::max(0, w.left - margin);
+  const int crop_right =
+      smoothed ? header->width : std::min(header->width, w.left + w.width + margin);
   JDIMENSION xoffset = static_cast<JDIMENSION>(crop_left);
   JDIMENSION crop_width = static_cast<JDIMENSION>(crop_right - crop_left);
   if (crop_left != 0 || crop_right != header->width) {
     jpeg_crop_scanline(&cinfo, &xoffset, &crop_width);
   }
   const int shift = w.left - static_cast<int>(xoffset);
-  if (w.top > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(w.top));
+  const size_t decoded_stride = static_cast<size_t>(cinfo.output_width) * decoded_channels;
+  const size_t decoded_bytes = decoded_stride * w.height;
+  const size_t converted =
+      decoded_channels == out_channels ? 0 : static_cast<size_t>(w.height) * w.width * out_channels;
+  // Sized now that the decoded rows' width is known (a crop's, not the image's); a failed
+  // allocation must not leak libjpeg's memory on its way out.
+  try {
+    if (target.scratch != nullptr) {
+      if (target.scratch->size() < decoded_bytes + converted) {
+        target.scratch->resize(decoded_bytes + converted);
+      }
+    } else {
+      target.image->pixels.resize(static_cast<size_t>(w.height) * w.width * out_channels);
+    }
+  } catch (...) {
+    jpeg_destroy_decompress(&cinfo);
+    throw;
+  }
   // Rows libjpeg writes straight into memory of ours, many per call, as TurboJPEG does
   // (measured: one row per call through a scratch row ran at 0.74x of TurboJPEG's speed).
-  auto read_rows = [&](JSAMPARRAY rows) {
-    for (int y = 0; y < w.height;) {
+  auto read_rows = [&](JSAMPARRAY rows, int count, int first_row) {
+    for (int y = 0; y < count;) {
       const JDIMENSION got =
-          jpeg_read_scanlines(&cinfo, rows + y, static_cast<JDIMENSION>(w.height - y));
+          jpeg_read_scanlines(&cinfo, rows + y, static_cast<JDIMENSION>(count - y));
       if (got == 0) {
         std::snprintf(error->message, sizeof(error->message), "truncated (no scanline %d)",
-                      w.top + y);
+                      first_row + y);
         return false;
       }
       y += static_cast<int>(got);
     }
     return true;
   };
-  auto* pointers = static_cast<JSAMPROW*>((*cinfo.mem->alloc_small)(
-      reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE, sizeof(JSAMPROW) * w.height));
-  const size_t decoded_stride = static_cast<size_t>(cinfo.output_width) * decoded_channels;
-  if (target.scratch != nullptr) {
-    uint8_t* rows = target.scratch->data();
-    for (int y = 0; y < w.height; ++y) pointers[y] = rows + y * decoded_stride;
-    if (!read_rows(pointers)) {
+  // Where the rows go: the scratch; the output itself when the window is whole decoded rows;
+  // else libjpeg's own rows, whose window is copied out.
+  DecodedImage* out = target.image;
+  const bool direct =
+      target.scratch != nullptr || (shift == 0 && static_cast<int>(cinfo.output_width) == w.width &&
+                                    decoded_channels == out_channels);
+  JSAMPARRAY rows;
+  if (direct) {
+    rows = static_cast<JSAMPARRAY>((*cinfo.mem->alloc_small)(
+        reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE, sizeof(JSAMPROW) * w.height));
+    uint8_t* base = target.scratch != nullptr ? target.scratch->data() : out->pixels.data();
+    for (int y = 0; y < w.height; ++y) rows[y] = base + y * decoded_stride;
+  } else {
+    rows = (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE,
+                                      static_cast<JDIMENSION>(decoded_stride),
+                                      static_cast<JDIMENSION>(w.height));
+  }
+  // The rows above the window: only entropy-decoded, or, smoothed, decoded into the window's
+  // rows and overwritten.
+  if (w.top > 0 && !smoothed) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(w.top));
+  for (int y = 0; smoothed && y < w.top; y += w.height) {
+    if (!read_rows(rows, std::min(w.height, w.top - y), y)) {
       jpeg_destroy_decompress(&cinfo);
       return false;
     }
-    const uint8_t* first = rows + static_cast<size_t>(shift) * decoded_channels;
+  }
+  if (!read_rows(rows, w.height, w.top)) {
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  if (target.scratch != nullptr) {
+    const uint8_t* first = target.scratch->data() + static_cast<size_t>(shift) * decoded_channels;
     *target.view = {first, static_cast<int64_t>(decoded_stride), w.height, w.width, out_channels};
     if (converted != 0) {
-      uint8_t* to = rows + scratch_rows;
+      uint8_t* to = target.scratch->data() + decoded_bytes;
       for (int y = 0; y < w.height; ++y) {
         ConvertPixels(first + y * decoded_stride, decoded_channels,
                       to + static_cast<size_t>(y) * w.width * out_channels, out_channels, w.width);
       }
       *target.view = {to, int64_t{w.width} * out_channels, w.height, w.width, out_channels};
     }
-    // Rows below the window are never decoded: abort rather than finish.
-    jpeg_destroy_decompress(&cinfo);
-    return true;
-  }
-  DecodedImage* out = target.image;
-  out->height = w.height;
-  out->width = w.width;
-  out->channels = out_channels;
-  out->pixels.resize(static_cast<size_t>(w.height) * w.width * out_channels);
-  if (shift == 0 && static_cast<int>(cinfo.output_width) == w.width &&
-      decoded_channels == out_channels) {
+  } else if (!direct) {
     for (int y = 0; y < w.height; ++y) {
-      pointers[y] = out->pixels.data() + static_cast<size_t>(y) * w.width * out_channels;
+      ConvertPixels(rows[y] + static_cast<size_t>(shift) * decoded_channels, decoded_channels,
+                    out->pixels.data() + static_cast<size_t>(y) * w.width * out_channels,
+                    out_channels, w.width);
     }
-    const bool read = read_rows(pointers);
-    jpeg_destroy_decompress(&cinfo);
-    return read;
   }
-  // Otherwise all the window's rows into libjpeg's scratch (iMCU-aligned columns), then the
-  // window's columns out of each, converting channels.
-  JSAMPARRAY rows =
-      (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE,
-                                 cinfo.output_width * static_cast<JDIMENSION>(decoded_channels),
-                                 static_cast<JDIMENSION>(w.height));
-  if (!read_rows(rows)) {
-    jpeg_destroy_decompress(&cinfo);
-    return false;
+  if (out != nullptr) {
+    out->height = w.height;
+    out->width = w.width;
+    out->channels = out_channels;
   }
-  for (int y = 0; y < w.height; ++y) {
-    ConvertPixels(rows[y] + static_cast<size_t>(shift) * decoded_channels, decoded_channels,
-                  out->pixels.data() + static_cast<size_t>(y) * w.width * out_channels,
-                  out_channels, w.width);
-  }
+  // Rows below the window are never decoded: abort rather than finish.
   jpeg_destroy_decompress(&cinfo);
   return true;
 }

@@ -90,8 +90,8 @@ struct ImageWindowView {
 // `choose` gets the header and returns the window, so a JPEG's header is parsed once. The
 // pixels go to `scratch`, which the caller keeps from call to call (one per thread), so that
 // once it is large enough a decode allocates nothing and no pixel is copied: for JPEG the view's
-// rows are libjpeg's output rows. The view is valid until `scratch` is used again. Errors as
-// DecodeImageWindow.
+// rows are libjpeg's output rows. The view is valid until `scratch` is used again. `choose`
+// must not throw (it runs while libjpeg holds memory). Errors as DecodeImageWindow.
 absl::StatusOr<ImageWindowView> DecodeChosenWindow(
     absl::string_view bytes, const ImageDecodeOptions& options,
     absl::FunctionRef<CropWindow(const ImageHeader&)> choose, std::vector<uint8_t>& scratch);
