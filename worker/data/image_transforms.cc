@@ -493,7 +493,8 @@ absl::StatusOr<at::Tensor> ImageTransformPipeline::DecodeAndApply(absl::string_v
   const Step& first = steps_[0];
   if (fused_ && first.transform.has_random_resized_crop()) {
     // The training hot path: the header read once, the window decoded into this thread's
-    // scratch and resized from there, so no pixel buffer is allocated, zeroed or copied.
+    // scratch and resized from there, so once the scratch has grown to the thread's largest
+    // window no pixel buffer is allocated, zeroed or copied.
     thread_local std::vector<uint8_t> scratch;
     const auto& rrc = first.transform.random_resized_crop();
     const bool default_scale = rrc.scale().empty();

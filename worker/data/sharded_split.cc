@@ -280,7 +280,10 @@ at::Tensor ShardedSplit::Buffer(std::vector<int64_t> sizes, at::ScalarType type)
   // A batch of images is tens of megabytes that the decoders write once per batch: in 2 MiB
   // pages its first touch is a few faults rather than thousands (measured: 2% of the decoders'
   // time), and the streamed rows and the step's reads miss the TLB less. Only advice: where
-  // transparent huge pages are off it does nothing.
+  // transparent huge pages are off it does nothing. (Where THP's defrag is "madvise", such a
+  // fault may compact memory first; a slab is made a handful of times per split, then reused.
+  // glibc maps a block over 32 MiB apart and unmaps it when freed, advice and all; a smaller
+  // slab may sit in its heap, where the advice stays and only allows huge pages.)
   constexpr uintptr_t kHuge = uintptr_t{2} << 20;
   const uintptr_t begin = reinterpret_cast<uintptr_t>(fresh.data_ptr());
   const uintptr_t end = begin + fresh.nbytes();

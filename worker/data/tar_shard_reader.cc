@@ -94,7 +94,7 @@ absl::StatusOr<bool> TarShardReader::ReadMember() {
       std::string why;
       if (r != ARCHIVE_OK && r != ARCHIVE_EOF) {
         why = absl::StrCat(": ", archive_error_string(archive_));
-      } else if (r == ARCHIVE_OK && !fits) {
+      } else if (!fits) {
         why = absl::StrCat(": a block of ", length, " bytes at ", offset, " is outside it");
       }
       return absl::DataLossError(absl::StrCat("shard '", path_, "': member '", name,
