@@ -67,6 +67,11 @@ a = rate["libjpeg-turbo decode (ceiling)"]
 print(f"{'pipeline':<80}{'samples/s':>11}{'of ceiling':>12}")
 for k, v in rate.items():
     print(f"{k:<80}{v:>11.0f}{v / a:>12.2f}")
+if "dtrain pipeline" not in by or not any(k.startswith("torchvision") and "whole" not in k
+                                          for k in by):
+    sys.exit("no steady-state rows: the epoch is too short (use the full set, not --quick)")
+if len(by["dtrain pipeline"]) != len(by["libjpeg-turbo decode (ceiling)"]):
+    sys.exit("a run printed no steady-state row: its ratios cannot be paired")
 torchvision = next(k for k in by if k.startswith("torchvision") and "whole" not in k)
 # Each run's own ratio, then the median: the machine's speed moves between runs.
 per_run = [p / q for p, q in zip(by["dtrain pipeline"], by["libjpeg-turbo decode (ceiling)"])]

@@ -234,7 +234,7 @@ int Main() {
     });
     if (samples != total) Die(absl::StrCat("read ", samples, " of ", total, " samples"));
     const double whole_cpu = cpu_seconds;
-    if (batches > kStartBatches) {
+    if (samples - steady_samples > window) {
       // The window may hold decoded samples when the clock starts, and the epoch ends with it
       // empty: those are not counted, as if it had been full.
       cpu_seconds = CpuSeconds() - steady_cpu;

@@ -30,8 +30,9 @@ def main():
         transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
     ]))
     start = time.perf_counter()
-    loader = torch.utils.data.DataLoader(dataset, batch_size=64, shuffle=True,
-                                         num_workers=args.workers)
+    batch_size, prefetch_factor = 64, 2
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
+                                         num_workers=args.workers, prefetch_factor=prefetch_factor)
     samples = 0
     batches = 0
     steady_start, steady_samples = None, 0
@@ -44,10 +45,10 @@ def main():
     end = time.perf_counter()
     name = f"torchvision ImageFolder + DataLoader({args.workers} workers)"
     rows = [(name + ", whole epoch (start included)", samples, end - start)]
-    if steady_start is not None:
-        # Batches prefetched when the clock starts (prefetch_factor 2 per worker) are not
-        # counted, as dtrain's window is not.
-        prefetched = 2 * args.workers * 64
+    # Batches prefetched when the clock starts (prefetch_factor per worker) are not counted, as
+    # dtrain's window is not.
+    prefetched = prefetch_factor * args.workers * batch_size
+    if steady_start is not None and samples - steady_samples > prefetched:
         rows.insert(0, (name, samples - steady_samples - prefetched, end - steady_start))
     for system, count, seconds in rows:
         print(json.dumps({"system": system, "samples": count, "seconds": round(seconds, 3),

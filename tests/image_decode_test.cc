@@ -314,6 +314,28 @@ std::string EncodeJpeg(int width, int height, int h_samp, int v_samp, bool gray,
   return bytes;
 }
 
+// libjpeg's own decode of the whole image with block smoothing off: for a file with unrefined
+// coefficients it must differ from ours, or that case tests nothing smoothing-specific.
+std::string DecodeWithoutSmoothing(const std::string& bytes) {
+  jpeg_decompress_struct cinfo;
+  jpeg_error_mgr error;
+  cinfo.err = jpeg_std_error(&error);
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+  jpeg_read_header(&cinfo, TRUE);
+  cinfo.do_block_smoothing = FALSE;
+  jpeg_start_decompress(&cinfo);
+  const size_t stride = static_cast<size_t>(cinfo.output_width) * cinfo.output_components;
+  std::string pixels(stride * cinfo.output_height, '\0');
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = reinterpret_cast<JSAMPROW>(&pixels[cinfo.output_scanline * stride]);
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return pixels;
+}
+
 // The window's rows out of a full decode, or out of a view: what both must equal.
 std::string WindowOf(const DecodedImage& full, const CropWindow& w) {
   std::string rows;
@@ -344,7 +366,6 @@ TEST(ImageDecodeLayouts, JpegWindow_EveryLeftEdgeAndLayout_EqualsFullDecode) {
   const std::vector<Layout> layouts = {{1, 1, false}, {2, 1, false}, {2, 2, false},
                                        {1, 2, false}, {4, 1, false}, {1, 1, true}};
   std::mt19937 random(11);
-  std::vector<uint8_t> scratch;
   for (const Layout& layout : layouts) {
     // Baseline, progressive, and progressive with unrefined AC (smoothed blocks: decoded from
     // the top at full width, as a crop would lose the neighbours smoothing reads).
@@ -354,6 +375,14 @@ TEST(ImageDecodeLayouts, JpegWindow_EveryLeftEdgeAndLayout_EqualsFullDecode) {
       const int height = 45;
       const std::string bytes =
           EncodeJpeg(width, height, layout.h, layout.v, layout.gray, progressive, scans == 2);
+      if (scans == 2) {
+        ImageDecodeOptions native;
+        native.channels = layout.gray ? 1 : 3;
+        absl::StatusOr<DecodedImage> smoothed = DecodeImage(bytes, native);
+        ASSERT_TRUE(smoothed.ok()) << smoothed.status();
+        EXPECT_NE(Bytes(*smoothed), DecodeWithoutSmoothing(bytes))
+            << layout.h << "x" << layout.v << ": libjpeg did not smooth the unrefined file";
+      }
       for (int channels : {3, 1}) {
         ImageDecodeOptions options;
         options.channels = channels;
@@ -374,6 +403,9 @@ TEST(ImageDecodeLayouts, JpegWindow_EveryLeftEdgeAndLayout_EqualsFullDecode) {
             absl::StatusOr<DecodedImage> part = DecodeImageWindow(bytes, w, options);
             ASSERT_TRUE(part.ok()) << part.status();
             ASSERT_EQ(Bytes(*part), WindowOf(*full, w));
+            // A fresh scratch each time: a reused one, already grown, could hide one sized
+            // too small.
+            std::vector<uint8_t> scratch;
             absl::StatusOr<ImageWindowView> view = DecodeChosenWindow(
                 bytes, options, [&](const ImageHeader&) { return w; }, scratch);
             ASSERT_TRUE(view.ok()) << view.status();
