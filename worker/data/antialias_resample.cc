@@ -580,10 +580,10 @@ void CropResizeNormalize(const uint8_t* pixels, int64_t row_stride, int channels
                          int in_w, const CropResizeSpec& spec, float* out) {
   // The taps of each (crop side, output side) a thread has met: a random crop's sides take a
   // few hundred values, and the taps' double arithmetic cost more than a lookup. Past kCached
-  // bytes (a 224-pixel output's taps are 4.5-8 KB for crop sides up to ~670 pixels, so ImageNet's
-  // crop sides all fit) an entry is
-  // dropped before the two lookups, never between them: both references must stay valid. An
-  // entry is added only once computed, so a bad_alloc there leaves no empty taps behind.
+  // bytes (a 224-pixel output's taps are 4.5-8 KB for crop sides up to ~670 pixels, so
+  // ImageNet's crop sides all fit) an entry is dropped before the two lookups, never between
+  // them: both references must stay valid. An entry is added only once computed, so a
+  // bad_alloc there leaves no empty taps behind.
   constexpr size_t kCached = size_t{4} << 20;
   thread_local std::unordered_map<uint64_t, AntialiasTaps> cache;
   thread_local size_t cached = 0;

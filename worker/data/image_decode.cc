@@ -114,8 +114,10 @@ void JpegEmitMessage(j_common_ptr cinfo, int level) {
 // Whether libjpeg will smooth blocks: a progressive file whose scans leave some of the low AC
 // coefficients unrefined (legal, rare: an encoder's own scan script, or a file cut short
 // between scans). Smoothing blends each block with neighbours up to two blocks away, which a
-// cropped or skipped decode lacks at its edges. Known once jpeg_start_decompress has read every
-// scan; true whenever libjpeg might smooth (it also requires the DC to be known).
+// cropped decode lacks at its edges (measured: the window then differs from a full decode), so
+// such a file is decoded at full width from its first row, the safe path for a rare file.
+// Known once jpeg_start_decompress has read every scan; true whenever libjpeg might smooth (it
+// also requires the DC to be known).
 bool BlockSmoothed(const jpeg_decompress_struct& cinfo) {
   if (!cinfo.progressive_mode || !cinfo.do_block_smoothing || cinfo.coef_bits == nullptr) {
     return false;
@@ -263,8 +265,8 @@ bool JpegDecode(const uint8_t* data, size_t size, const ImageDecodeLimits& limit
                                       static_cast<JDIMENSION>(decoded_stride),
                                       static_cast<JDIMENSION>(w.height));
   }
-  // The rows above the window: only entropy-decoded, or, smoothed, decoded into the window's
-  // rows and overwritten.
+  // The rows above the window: skipped (libjpeg decodes of them only what it must), or,
+  // smoothed, decoded into the window's rows and overwritten.
   if (w.top > 0 && !smoothed) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(w.top));
   for (int y = 0; smoothed && y < w.top; y += w.height) {
     if (!read_rows(rows, std::min(w.height, w.top - y), y)) {

@@ -14,6 +14,12 @@ namespace {
 
 constexpr size_t kReadBlockBytes = 64 << 10;
 
+// libarchive's reason for its last failure; it may have none (a null string).
+std::string Reason(struct archive* a) {
+  const char* reason = archive_error_string(a);
+  return reason != nullptr ? reason : "libarchive gave no reason";
+}
+
 }  // namespace
 
 TarShardReader::TarShardReader(std::string path, TarShardLimits limits, struct archive* archive)
@@ -49,7 +55,7 @@ absl::StatusOr<bool> TarShardReader::ReadMember() {
     if (r == ARCHIVE_EOF) return false;
     if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
       return absl::DataLossError(absl::StrCat("shard '", path_, "' after ", samples_read_,
-                                              " samples: ", archive_error_string(archive_)));
+                                              " samples: ", Reason(archive_)));
     }
     const char* raw_name = archive_entry_pathname(entry);
     const std::string name = raw_name != nullptr ? raw_name : "";
@@ -93,7 +99,7 @@ absl::StatusOr<bool> TarShardReader::ReadMember() {
       }
       std::string why;
       if (r != ARCHIVE_OK && r != ARCHIVE_EOF) {
-        why = absl::StrCat(": ", archive_error_string(archive_));
+        why = absl::StrCat(": ", Reason(archive_));
       } else if (!fits) {
         why = absl::StrCat(": a block of ", length, " bytes at ", offset, " is outside it");
       }
