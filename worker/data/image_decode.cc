@@ -432,13 +432,19 @@ absl::StatusOr<ImageFormat> DetectFormat(absl::string_view bytes) {
                    "'WEBP')"));
 }
 
-absl::StatusOr<DecodedImage> Decode(absl::string_view bytes, const ImageDecodeOptions& options,
-                                    const CropWindow* window) {
+// The format of `bytes`, once `options` are known to be valid: what every decode checks first.
+absl::StatusOr<ImageFormat> CheckedFormat(absl::string_view bytes,
+                                          const ImageDecodeOptions& options) {
   if (options.channels != 1 && options.channels != 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("image decode: channels must be 1 or 3, not ", options.channels));
   }
-  absl::StatusOr<ImageFormat> format = DetectFormat(bytes);
+  return DetectFormat(bytes);
+}
+
+absl::StatusOr<DecodedImage> Decode(absl::string_view bytes, const ImageDecodeOptions& options,
+                                    const CropWindow* window) {
+  absl::StatusOr<ImageFormat> format = CheckedFormat(bytes, options);
   if (!format.ok()) return format.status();
   ImageHeader header;
   switch (*format) {
@@ -522,11 +528,7 @@ absl::StatusOr<DecodedImage> DecodeImageWindow(absl::string_view bytes, const Cr
 absl::StatusOr<ImageWindowView> DecodeChosenWindow(
     absl::string_view bytes, const ImageDecodeOptions& options,
     absl::FunctionRef<CropWindow(const ImageHeader&)> choose, std::vector<uint8_t>& scratch) {
-  if (options.channels != 1 && options.channels != 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("image decode: channels must be 1 or 3, not ", options.channels));
-  }
-  absl::StatusOr<ImageFormat> format = DetectFormat(bytes);
+  absl::StatusOr<ImageFormat> format = CheckedFormat(bytes, options);
   if (!format.ok()) return format.status();
   ImageHeader header;
   if (*format == ImageFormat::kJpeg) {
