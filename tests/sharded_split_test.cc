@@ -6,10 +6,16 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <set>
@@ -463,6 +469,62 @@ TEST(ShardedSplit, ACancelledJobStopsAWaitForAStuckShard) {
   canceller.join();
   EXPECT_EQ(b.status().code(), absl::StatusCode::kCancelled);
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+// The reader wakes the decoders for several small samples at once; samples it read before it
+// blocked (a slow shard) still reach a step that waits for them. The shard is a FIFO that gets
+// four members and stays open: the first three samples are complete (the fourth may have more
+// members to come), and the batch of them must come while the reader waits for more bytes.
+TEST(ShardedSplit, SamplesReadBeforeTheShardStallsReachTheWaitingStep) {
+  const ShardCatalog source = WriteShards("stall_source", {4});
+  std::string bytes;
+  {
+    std::ifstream in(source.shards[0].location, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // Four 512-byte headers, each with one 512-byte block of data, then the archive's end.
+  ASSERT_GT(bytes.size(), 4096u);
+  ASSERT_NE(bytes[3 * 1024], '\0') << "the fourth member's header is not where expected";
+  ASSERT_EQ(bytes.find_first_not_of('\0', 4096), std::string::npos) << "more than 4 members";
+  const std::string fifo = testing::TestTempPath("stall.tar");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+
+  std::promise<void> release;
+  std::thread writer([&, done = release.get_future()] {
+    const int fd = open(fifo.c_str(), O_WRONLY);  // until the reader opens it
+    if (fd < 0) return;
+    for (size_t at = 0; at < 4096;) {
+      const ssize_t n = write(fd, bytes.data() + at, 4096 - at);
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+    done.wait();
+    close(fd);  // the reader sees a truncated archive, and ends
+  });
+
+  ShardCatalog catalog;
+  catalog.shards.push_back({fifo, "", 20});
+  catalog.samples = 20;
+  ShardedSplitOptions o = Options(catalog, 2);
+  o.shuffle = false;
+  o.shuffle_buffer = 0;
+  o.window = 64;
+  std::vector<int64_t> got;
+  {
+    ShardedSplit split(o);
+    std::future<std::vector<int64_t>> batch =
+        std::async(std::launch::async, [&] { return Read(split, 0, 0, 3, 3); });
+    const bool came = batch.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+    release.set_value();  // before anything can fail: the split's threads must see an end
+    got = batch.get();
+    EXPECT_TRUE(came) << "the batch waited for more of the shard than it needs";
+    // Should the stream never have opened the FIFO, the writer's open would wait forever.
+    const int unblock = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+    writer.join();
+    if (unblock >= 0) close(unblock);
+  }
+  EXPECT_EQ(got, (std::vector<int64_t>{0, 1, 2}));
 }
 
 }  // namespace sharded_split_test

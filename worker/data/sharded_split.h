@@ -120,12 +120,16 @@ class ShardedSplit {
   void Stop();
   void ReadLoop();
   void DecodeLoop();
-  Decoded DecodeItem(StreamItem item, int64_t epoch);
+  // `slab`: the one `item`'s position is written into (SlabOf), or null.
+  Decoded DecodeItem(StreamItem item, int64_t epoch, std::shared_ptr<Slab> slab);
   // A stream Stuck since `since` fails the wait.
   absl::StatusOr<Decoded> Take(int64_t position, absl::Time since);
   // Waits until positions first..last are all decoded, or until anything Take reports.
   void AwaitBatch(int64_t first, int64_t last, absl::Time since);
   void FreeSlot();  // mu_ held: a taken sample leaves the window
+  // mu_ held: wakes a decoder (`all`: every decoder) for the raw samples the reader queued
+  // without waking one.
+  void Announce(bool all);
   // mu_ held: whether the stream has read nothing for stuck_after since the later of `since`
   // and its last read (a replay's reading counts, though it hands nothing out).
   bool Stuck(absl::Time since);
@@ -157,6 +161,9 @@ class ShardedSplit {
   bool stop_ = false;                 // guarded by mu_
   std::vector<StreamItem> raw_;       // read, not yet decoded (a FIFO; guarded by mu_)
   size_t raw_head_ = 0;
+  // Raw samples queued since the decoders were last woken, and their bytes (guarded by mu_).
+  int64_t unannounced_ = 0;
+  size_t unannounced_bytes_ = 0;
   std::map<int64_t, Decoded> ready_;  // decoded, by position (guarded by mu_)
   int64_t in_flight_ = 0;             // read and not yet taken (guarded by mu_)
   int64_t awaited_ = -1;              // the position the step waits for (guarded by mu_)
