@@ -105,10 +105,12 @@ TEST_F(FakeServerFetchTest, BodyShorterThanContentLength_RetriedThenDataLoss) {
 TEST_F(FakeServerFetchTest, TwoFailuresThenSuccess_FetchedOnTheThirdTry) {
   const std::string body = RandomBytes(100000, 8);
   FakeHttpServer server(FakeHttpServer::Mode::kFailTwiceThenServe, body);
-  absl::StatusOr<int64_t> bytes =
-      FetchUrlToFile(server.Url("/flaky.tar"), Dest(), DigestOf(body), FastOptions());
+  std::atomic<int64_t> received{0};  // what a stream judges a long download's progress by
+  absl::StatusOr<int64_t> bytes = FetchUrlToFile(server.Url("/flaky.tar"), Dest(), DigestOf(body),
+                                                 FastOptions(), nullptr, &received);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   EXPECT_EQ(*bytes, static_cast<int64_t>(body.size()));
+  EXPECT_EQ(received.load(), static_cast<int64_t>(body.size()));
   EXPECT_TRUE(ReadFile(Dest()) == body);
   EXPECT_EQ(server.connections(), 3);
   EXPECT_EQ(SpoolFiles(), 0);

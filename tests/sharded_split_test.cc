@@ -398,7 +398,7 @@ TEST(ShardedSplit, ABatchAsLargeAsTheWindowOrLargerStillComes) {
 
 // A download that never answers; it ends when the stream is stopped.
 absl::Status NeverAnswers(const std::string&, const std::string&, const std::string&,
-                          const std::atomic<bool>* stop, absl::Duration) {
+                          const std::atomic<bool>* stop, absl::Duration, std::atomic<int64_t>*) {
   while (stop == nullptr || !stop->load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -427,7 +427,7 @@ TEST(ShardedSplit, ALongReplayIsProgress_AStreamThatReadsNothingIsStuck) {
     ShardedSplitOptions o = Options(remote, workers);
     o.stuck_after = absl::Milliseconds(1500);
     o.fetcher.url = [&paths](const std::string& url, const std::string& dest, const std::string&,
-                             const std::atomic<bool>*, absl::Duration) {
+                             const std::atomic<bool>*, absl::Duration, std::atomic<int64_t>*) {
       std::this_thread::sleep_for(std::chrono::milliseconds(150));
       std::filesystem::copy_file(paths.at(url), dest,
                                  std::filesystem::copy_options::overwrite_existing);
@@ -448,8 +448,45 @@ TEST(ShardedSplit, ALongReplayIsProgress_AStreamThatReadsNothingIsStuck) {
   ShardedSplit stuck(o);
   absl::StatusOr<c10::IValue> b = stuck.Batch(0, {0, 1, 2, 3});
   EXPECT_EQ(b.status().code(), absl::StatusCode::kDeadlineExceeded) << b.status();
-  EXPECT_THAT(b.status().message(), HasSubstr("read no sample for 400ms"));
+  EXPECT_THAT(b.status().message(), HasSubstr("read no sample and downloaded no byte for 400ms"));
   EXPECT_THAT(b.status().message(), HasSubstr("stuck"));
+}
+
+// A download that takes longer than the stuck-stream bound, bytes arriving all along (a large
+// shard over a slow link), is progress: the batch comes once the shard is there. The same
+// download reporting no bytes fails as stuck.
+TEST(ShardedSplit, ALongDownloadIsProgress) {
+  const ShardCatalog local = WriteShards("long_download", {4});
+  ShardCatalog remote = local;
+  remote.shards[0].location = "https://127.0.0.1:9/part-0.tar";
+  for (bool reports_bytes : {true, false}) {
+    ShardedSplitOptions o = Options(remote, 2);
+    o.stuck_after = absl::Milliseconds(400);
+    o.fetcher.url = [&local, reports_bytes](const std::string&, const std::string& dest,
+                                            const std::string&, const std::atomic<bool>* stop,
+                                            absl::Duration, std::atomic<int64_t>* received) {
+      // 2.5 s (two of the waits' once-a-second polls past the bound), a kilobyte a tenth.
+      for (int i = 0; i < 25; ++i) {
+        if (stop != nullptr && stop->load()) return absl::CancelledError("download stopped");
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (reports_bytes && received != nullptr) received->fetch_add(1024);
+      }
+      std::filesystem::copy_file(local.shards[0].location, dest,
+                                 std::filesystem::copy_options::overwrite_existing);
+      return absl::OkStatus();
+    };
+    ShardedSplit split(o);
+    const absl::Time start = absl::Now();
+    absl::StatusOr<c10::IValue> b = split.Batch(0, {0, 1, 2, 3});
+    if (reports_bytes) {
+      ASSERT_TRUE(b.ok()) << b.status();
+      EXPECT_EQ(b->toTensor().sum().item<int64_t>(), 0 + 1 + 2 + 3);
+      EXPECT_GT(absl::Now() - start, absl::Seconds(2)) << "too fast to test anything";
+    } else {
+      EXPECT_EQ(b.status().code(), absl::StatusCode::kDeadlineExceeded) << b.status();
+      EXPECT_THAT(b.status().message(), HasSubstr("downloaded no byte"));
+    }
+  }
 }
 
 TEST(ShardedSplit, ACancelledJobStopsAWaitForAStuckShard) {

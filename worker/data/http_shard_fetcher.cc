@@ -59,7 +59,8 @@ struct Transfer {
   int fd = -1;
   int64_t max_bytes = 0;
   const std::atomic<bool>* cancelled = nullptr;
-  std::unique_ptr<Sha256> hasher;  // null when no digest is expected
+  std::atomic<int64_t>* received = nullptr;  // the caller's count of body bytes, or null
+  std::unique_ptr<Sha256> hasher;            // null when no digest is expected
   int64_t bytes = 0;
   absl::Time last_byte = absl::InfinitePast();
   bool too_large = false;
@@ -101,6 +102,9 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
   }
   if (t->hasher != nullptr) t->hasher->Update(absl::string_view(data, length));
   t->bytes += static_cast<int64_t>(length);
+  if (t->received != nullptr) {
+    t->received->fetch_add(static_cast<int64_t>(length), std::memory_order_relaxed);
+  }
   return length;
 }
 
@@ -371,7 +375,8 @@ std::string RedactUrl(absl::string_view url) {
 absl::StatusOr<int64_t> FetchUrlToFile(const std::string& url, const std::string& dest_path,
                                        const std::string& expected_digest,
                                        const HttpFetchOptions& options,
-                                       const std::atomic<bool>* cancelled) {
+                                       const std::atomic<bool>* cancelled,
+                                       std::atomic<int64_t>* received) {
   const std::string shown = RedactUrl(url);
   if (!IsHttpUrl(url)) {
     return absl::InvalidArgumentError(
@@ -431,6 +436,7 @@ absl::StatusOr<int64_t> FetchUrlToFile(const std::string& url, const std::string
     t.fd = spool.fd();
     t.max_bytes = options.max_bytes;
     t.cancelled = cancelled;
+    t.received = received;
     // SHA-256 runs at about 300 MB/s on this machine's cores, slower than loopback, so only
     // when there is a digest to check.
     if (!expected_digest.empty()) t.hasher = std::make_unique<Sha256>();
@@ -461,17 +467,18 @@ absl::StatusOr<int64_t> FetchUrlToFile(const std::string& url, const std::string
 
 std::function<absl::Status(const std::string& url, const std::string& dest,
                            const std::string& digest, const std::atomic<bool>* cancelled,
-                           absl::Duration attempt_timeout)>
+                           absl::Duration attempt_timeout, std::atomic<int64_t>* received)>
 UrlFetcher(HttpFetchOptions options) {
   return [options](const std::string& url, const std::string& dest, const std::string& digest,
-                   const std::atomic<bool>* cancelled, absl::Duration attempt_timeout) {
+                   const std::atomic<bool>* cancelled, absl::Duration attempt_timeout,
+                   std::atomic<int64_t>* received) {
     HttpFetchOptions o = options;
     // The tighter of the two bounds (zero: none).
     if (attempt_timeout > absl::ZeroDuration() &&
         (o.attempt_timeout <= absl::ZeroDuration() || attempt_timeout < o.attempt_timeout)) {
       o.attempt_timeout = attempt_timeout;
     }
-    return FetchUrlToFile(url, dest, digest, o, cancelled).status();
+    return FetchUrlToFile(url, dest, digest, o, cancelled, received).status();
   };
 }
 

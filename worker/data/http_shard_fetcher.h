@@ -55,7 +55,9 @@ std::string RedactUrl(absl::string_view url);
 // never holds a partial or unverified shard; the temporary file is removed on every failure.
 // `expected_digest` ("sha256:<64 lowercase hex>", or empty for no check) is computed over the
 // bytes as they stream (common/sha256.h). `cancelled` (may be null) is polled at least every
-// 50 ms, also while connecting and between tries. Returns the bytes written.
+// 50 ms, also while connecting and between tries. `received` (may be null) gets every body byte
+// added as it arrives, those of failed tries included: a caller's sign that a long download is
+// alive. Returns the bytes written.
 //
 // Errors (each message names the redacted URL, the HTTP status or curl's error, and the tries):
 //   INVALID_ARGUMENT    not an http(s) URL, a malformed digest or options; HTTP 4xx other than
@@ -75,14 +77,15 @@ std::string RedactUrl(absl::string_view url);
 absl::StatusOr<int64_t> FetchUrlToFile(const std::string& url, const std::string& dest_path,
                                        const std::string& expected_digest,
                                        const HttpFetchOptions& options,
-                                       const std::atomic<bool>* cancelled = nullptr);
+                                       const std::atomic<bool>* cancelled = nullptr,
+                                       std::atomic<int64_t>* received = nullptr);
 
 // FetchUrlToFile with `options` as the function a ShardFetcher's `url` is
 // (worker/data/shard_catalog.h): a call's nonzero attempt_timeout applies when it is tighter
 // than options'.
 std::function<absl::Status(const std::string& url, const std::string& dest,
                            const std::string& digest, const std::atomic<bool>* cancelled,
-                           absl::Duration attempt_timeout)>
+                           absl::Duration attempt_timeout, std::atomic<int64_t>* received)>
 UrlFetcher(HttpFetchOptions options);
 
 }  // namespace dtrain

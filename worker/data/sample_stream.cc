@@ -56,11 +56,12 @@ void SampleStream::StartFetch(size_t segment) {
   const CatalogShard* shard = &options_.catalog->shards[segments_[segment].shard];
   const ShardFetcher* fetcher = &options_.fetcher;
   const std::atomic<bool>* cancelled = &cancelled_;
+  std::atomic<int64_t>* downloaded = &downloaded_;
   prefetch_segment_ = segment;
-  prefetch_ =
-      std::async(std::launch::async, [shard, fetcher, cancelled]() -> absl::StatusOr<LocalShard> {
+  prefetch_ = std::async(
+      std::launch::async, [shard, fetcher, cancelled, downloaded]() -> absl::StatusOr<LocalShard> {
         try {
-          return FetchShard(*shard, *fetcher, cancelled);
+          return FetchShard(*shard, *fetcher, cancelled, downloaded);
         } catch (const std::exception& e) {
           return absl::InternalError(absl::StrCat("fetching failed: ", e.what()));
         }

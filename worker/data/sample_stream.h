@@ -63,9 +63,12 @@ class SampleStream {
   void Cancel() { cancelled_.store(true); }
 
   int64_t epoch_samples() const { return epoch_samples_; }
-  // Raw samples read so far, those a resumed stream replays without handing out included: from
-  // any thread, so that a long replay counts as progress, not as a stuck stream.
-  int64_t raw_read() const { return raw_read_.load(std::memory_order_relaxed); }
+  // Grows while the stream gets anywhere: raw samples read (those a resumed stream replays
+  // without handing out included) plus bytes of shards downloaded. From any thread, so that a
+  // long replay or a long download counts as progress, not as a stuck stream.
+  int64_t progress() const {
+    return raw_read_.load(std::memory_order_relaxed) + downloaded_.load(std::memory_order_relaxed);
+  }
 
  private:
   // The next item of the rank's chunk before the shuffle buffer; nullopt at its end.
@@ -78,6 +81,7 @@ class SampleStream {
   int64_t epoch_samples_ = 0;
   std::atomic<bool> cancelled_{false};
   std::atomic<int64_t> raw_read_{0};
+  std::atomic<int64_t> downloaded_{0};  // bytes, by the fetches below (which it outlives)
   // Reading segment `segment_`: its reader, the samples left to skip and to take.
   size_t segment_ = 0;
   std::unique_ptr<TarShardReader> reader_;

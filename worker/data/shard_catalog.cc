@@ -80,7 +80,7 @@ absl::StatusOr<std::vector<ShardEntry>> ReadList(const std::string& location,
     if (!fetcher.url) return absl::FailedPreconditionError("this worker cannot fetch URLs");
     const std::string spool = SpoolName(fetcher, "list.txt");
     absl::Status fetched =
-        fetcher.url(location, spool, "", cancelled, fetcher.list_attempt_timeout);
+        fetcher.url(location, spool, "", cancelled, fetcher.list_attempt_timeout, nullptr);
     if (fetched.ok()) {
       absl::StatusOr<std::string> read = ReadSmallFile(spool, "shard list");
       if (read.ok()) text = std::move(*read);
@@ -216,12 +216,13 @@ class VerifiedShards {
 }  // namespace
 
 absl::StatusOr<LocalShard> FetchShard(const CatalogShard& shard, const ShardFetcher& fetcher,
-                                      const std::atomic<bool>* cancelled) {
+                                      const std::atomic<bool>* cancelled,
+                                      std::atomic<int64_t>* received) {
   if (IsHttpUrl(shard.location)) {
     if (!fetcher.url) return absl::FailedPreconditionError("this worker cannot fetch URLs");
     const std::string spool = SpoolName(fetcher, "shard.tar");
     absl::Status s =
-        fetcher.url(shard.location, spool, shard.digest, cancelled, absl::ZeroDuration());
+        fetcher.url(shard.location, spool, shard.digest, cancelled, absl::ZeroDuration(), received);
     if (!s.ok()) {
       std::error_code ec;
       std::filesystem::remove(spool, ec);

@@ -50,10 +50,11 @@ struct ShardFetcher {
   // artifact locations are refused (FAILED_PRECONDITION).
   std::function<absl::StatusOr<std::string>(const std::string& digest)> artifact;
   // An http(s) URL into `dest`, checked against `digest` when given; a try lasts at most
-  // `attempt_timeout` (zero: no bound beyond the fetcher's own). Unset: URLs are refused.
+  // `attempt_timeout` (zero: no bound beyond the fetcher's own). The body's bytes are added to
+  // `received` (when not null) as they arrive. Unset: URLs are refused.
   std::function<absl::Status(const std::string& url, const std::string& dest,
                              const std::string& digest, const std::atomic<bool>* cancelled,
-                             absl::Duration attempt_timeout)>
+                             absl::Duration attempt_timeout, std::atomic<int64_t>* received)>
       url;
   // A try at a shard list: a list is small, so a server that trickles it (a byte within each
   // stall timeout) must not hold a job's Setup for longer. Shards have no such bound: a 64 GiB
@@ -73,7 +74,9 @@ absl::StatusOr<ShardCatalog> ResolveShards(const std::string& spec_value, const 
 
 // `shard` as a local file: a worker path as it is (its digest checked when the list gives one),
 // an artifact through the cache, a URL downloaded into the spool directory (temporary).
+// `received` (may be null) counts a download's bytes as they arrive.
 absl::StatusOr<LocalShard> FetchShard(const CatalogShard& shard, const ShardFetcher& fetcher,
-                                      const std::atomic<bool>* cancelled);
+                                      const std::atomic<bool>* cancelled,
+                                      std::atomic<int64_t>* received = nullptr);
 
 }  // namespace dtrain

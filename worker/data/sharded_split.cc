@@ -124,7 +124,7 @@ void ShardedSplit::Start(int64_t epoch, int64_t position, int64_t batch) {
   {
     std::lock_guard<std::mutex> lock(mu_);  // Cancel reads stream_ from other threads
     stream_ = std::move(stream);
-    raw_seen_ = 0;
+    progress_seen_ = 0;
   }
   epoch_ = epoch;
   next_ = position;
@@ -441,19 +441,20 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position, absl:
 }
 
 absl::Status ShardedSplit::StuckError(int64_t position) const {
-  return absl::DeadlineExceededError(
-      absl::StrCat("rank ", rank_, ": the ", options_.name, " stream read no sample for ",
-                   absl::FormatDuration(options_.stuck_after), " (waiting for position ", position,
-                   "); the shard being read is stuck"));
+  return absl::DeadlineExceededError(absl::StrCat(
+      "rank ", rank_, ": the ", options_.name, " stream read no sample and downloaded no byte for ",
+      absl::FormatDuration(options_.stuck_after), " (waiting for position ", position,
+      "); the shard being read is stuck"));
 }
 
 bool ShardedSplit::Stuck(absl::Time since) {
   // Records progress as well as judging it: the reader's hand-outs set last_progress_, and so
   // does any sample the stream read meanwhile, a replayed one included (a resume late in an
-  // epoch reads for long and hands out nothing, and is not stuck).
-  const int64_t read = stream_ != nullptr ? stream_->raw_read() : raw_seen_;
-  if (read != raw_seen_) {
-    raw_seen_ = read;
+  // epoch reads for long and hands out nothing, and is not stuck), and any byte of a shard
+  // being downloaded (a large shard over a slow link takes longer than stuck_after).
+  const int64_t progress = stream_ != nullptr ? stream_->progress() : progress_seen_;
+  if (progress != progress_seen_) {
+    progress_seen_ = progress;
     last_progress_ = absl::Now();
   }
   return absl::Now() - std::max(since, last_progress_) > options_.stuck_after;

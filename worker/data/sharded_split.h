@@ -64,8 +64,9 @@ struct ShardedSplitOptions {
   // A batch's wait for samples ends (CANCELLED) when this becomes true (the job's cancel).
   const std::atomic<bool>* cancelled = nullptr;
   // A wait for a sample fails (DEADLINE_EXCEEDED) after this long without the stream reading
-  // a sample, a replayed one included: far above any decode, and above the HTTP fetcher's own
-  // stall timeout, so that its precise error comes first. Checked about once a second.
+  // a sample (a replayed one included) or a byte of a shard it downloads: far above any
+  // decode, and above the HTTP fetcher's own stall timeout, so that its precise error comes
+  // first. Checked about once a second.
   absl::Duration stuck_after = absl::Minutes(10);
 };
 
@@ -177,7 +178,7 @@ class ShardedSplit {
   absl::Status read_error_;     // guarded by mu_
   int64_t read_end_ = 0;        // the position after the last read (guarded by mu_)
   absl::Time last_progress_;    // when the stream last read a sample (guarded by mu_)
-  int64_t raw_seen_ = 0;        // stream_->raw_read() when last looked at (guarded by mu_)
+  int64_t progress_seen_ = 0;   // stream_->progress() when last looked at (guarded by mu_)
   // Batches of batch_ positions from base_ (the position the stream started at); the slabs
   // being written, by batch number (guarded by mu_).
   int64_t base_ = 0;
