@@ -98,6 +98,13 @@ TEST_F(FakeServerFetchTest, BodyShorterThanContentLength_RetriedThenDataLoss) {
       << bytes.status();
   EXPECT_TRUE(absl::StrContains(bytes.status().message(), "(3 tries)")) << bytes.status();
   EXPECT_EQ(server.connections(), 3);
+  // Through the function a stream calls: the torn tries' bytes count too, as a download's signs
+  // of life (sharded_split.h's stuck_after).
+  std::atomic<int64_t> received{0};
+  const absl::Status through = UrlFetcher(FastOptions())(server.Url("/torn.tar"), Dest(), "",
+                                                         nullptr, absl::ZeroDuration(), &received);
+  EXPECT_EQ(through.code(), absl::StatusCode::kDataLoss) << through;
+  EXPECT_EQ(received.load(), 3 * 1000);
   EXPECT_FALSE(DestExists());
   EXPECT_EQ(SpoolFiles(), 0);
 }

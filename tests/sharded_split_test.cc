@@ -448,28 +448,30 @@ TEST(ShardedSplit, ALongReplayIsProgress_AStreamThatReadsNothingIsStuck) {
   ShardedSplit stuck(o);
   absl::StatusOr<c10::IValue> b = stuck.Batch(0, {0, 1, 2, 3});
   EXPECT_EQ(b.status().code(), absl::StatusCode::kDeadlineExceeded) << b.status();
-  EXPECT_THAT(b.status().message(), HasSubstr("read no sample and downloaded no byte for 400ms"));
+  EXPECT_THAT(b.status().message(),
+              HasSubstr("read no sample and downloaded less than 1 MiB in 400ms"));
   EXPECT_THAT(b.status().message(), HasSubstr("stuck"));
 }
 
-// A download that takes longer than the stuck-stream bound, bytes arriving all along (a large
-// shard over a slow link), is progress: the batch comes once the shard is there. The same
-// download reporting no bytes fails as stuck.
-TEST(ShardedSplit, ALongDownloadIsProgress) {
+// A download that takes longer than the stuck-stream bound, a mebibyte or more arriving
+// within each bound (a large shard over a slow link), is progress: the batch comes once the
+// shard is there. A download that trickles (a kilobyte a tenth of a second, each within any
+// stall timeout) fails as stuck.
+TEST(ShardedSplit, ALongDownloadIsProgress_ATrickleIsStuck) {
   const ShardCatalog local = WriteShards("long_download", {4});
   ShardCatalog remote = local;
   remote.shards[0].location = "https://127.0.0.1:9/part-0.tar";
-  for (bool reports_bytes : {true, false}) {
+  for (int64_t tenth : {int64_t{1} << 20, int64_t{1} << 10}) {
     ShardedSplitOptions o = Options(remote, 2);
     o.stuck_after = absl::Milliseconds(400);
-    o.fetcher.url = [&local, reports_bytes](const std::string&, const std::string& dest,
-                                            const std::string&, const std::atomic<bool>* stop,
-                                            absl::Duration, std::atomic<int64_t>* received) {
-      // 2.5 s (two of the waits' once-a-second polls past the bound), a kilobyte a tenth.
+    o.fetcher.url = [&local, tenth](const std::string&, const std::string& dest, const std::string&,
+                                    const std::atomic<bool>* stop, absl::Duration,
+                                    std::atomic<int64_t>* received) {
+      // 2.5 s: two of the waits' once-a-second looks past the bound.
       for (int i = 0; i < 25; ++i) {
         if (stop != nullptr && stop->load()) return absl::CancelledError("download stopped");
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        if (reports_bytes && received != nullptr) received->fetch_add(1024);
+        if (received != nullptr) received->fetch_add(tenth);
       }
       std::filesystem::copy_file(local.shards[0].location, dest,
                                  std::filesystem::copy_options::overwrite_existing);
@@ -478,13 +480,13 @@ TEST(ShardedSplit, ALongDownloadIsProgress) {
     ShardedSplit split(o);
     const absl::Time start = absl::Now();
     absl::StatusOr<c10::IValue> b = split.Batch(0, {0, 1, 2, 3});
-    if (reports_bytes) {
+    if (tenth >= (int64_t{1} << 20)) {
       ASSERT_TRUE(b.ok()) << b.status();
       EXPECT_EQ(b->toTensor().sum().item<int64_t>(), 0 + 1 + 2 + 3);
       EXPECT_GT(absl::Now() - start, absl::Seconds(2)) << "too fast to test anything";
     } else {
       EXPECT_EQ(b.status().code(), absl::StatusCode::kDeadlineExceeded) << b.status();
-      EXPECT_THAT(b.status().message(), HasSubstr("downloaded no byte"));
+      EXPECT_THAT(b.status().message(), HasSubstr("downloaded less than 1 MiB"));
     }
   }
 }
@@ -509,10 +511,11 @@ TEST(ShardedSplit, ACancelledJobStopsAWaitForAStuckShard) {
 }
 
 // The reader wakes the decoders for several small samples at once; samples it read before it
-// blocked (a slow shard) still reach a step that waits for them. The shard is a FIFO that gets
-// four members and stays open: the first three samples are complete (the fourth may have more
-// members to come), and the batch of them must come while the reader waits for more bytes.
-TEST(ShardedSplit, SamplesReadBeforeTheShardStallsReachTheWaitingStep) {
+// blocked (a slow shard) still reach the step, whether they were queued before the step began
+// to wait or while it waits. The shard is a FIFO fed in two parts that stays open: a sample is
+// complete once the next member's header is read, so members 0-1 give sample 0, and members
+// 2-3 samples 1 and 2, queued while the step is away (it waits for them only after a pause).
+TEST(ShardedSplit, SamplesReadBeforeTheShardStallsReachTheStep) {
   const ShardCatalog source = WriteShards("stall_source", {4});
   std::string bytes;
   {
@@ -527,15 +530,21 @@ TEST(ShardedSplit, SamplesReadBeforeTheShardStallsReachTheWaitingStep) {
   std::filesystem::remove(fifo);
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
 
+  std::promise<void> second_part;
   std::promise<void> release;
-  std::thread writer([&, done = release.get_future()] {
+  std::thread writer([&, more = second_part.get_future(), done = release.get_future()] {
     const int fd = open(fifo.c_str(), O_WRONLY);  // until the reader opens it
     if (fd < 0) return;
-    for (size_t at = 0; at < 4096;) {
-      const ssize_t n = write(fd, bytes.data() + at, 4096 - at);
-      if (n <= 0) break;
-      at += static_cast<size_t>(n);
-    }
+    auto send = [&](size_t from, size_t to) {
+      while (from < to) {
+        const ssize_t n = write(fd, bytes.data() + from, to - from);
+        if (n <= 0) return;
+        from += static_cast<size_t>(n);
+      }
+    };
+    send(0, 2048);
+    more.wait();
+    send(2048, 4096);
     done.wait();
     close(fd);  // the reader sees a truncated archive, and ends
   });
@@ -547,21 +556,36 @@ TEST(ShardedSplit, SamplesReadBeforeTheShardStallsReachTheWaitingStep) {
   o.shuffle = false;
   o.shuffle_buffer = 0;
   o.window = 64;
-  std::vector<int64_t> got;
+  o.stuck_after = absl::Seconds(20);  // a broken wake-up fails in seconds, not minutes
+  std::vector<int64_t> first;
+  std::vector<int64_t> rest;
   {
     ShardedSplit split(o);
+    std::vector<int64_t>* into = &first;
     std::future<std::vector<int64_t>> batch =
-        std::async(std::launch::async, [&] { return Read(split, 0, 0, 3, 3); });
+        std::async(std::launch::async, [&] { return Read(split, 0, 0, 1, 1); });
     const bool came = batch.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+    EXPECT_TRUE(came) << "the batch of sample 0 waited for more of the shard than it needs";
+    if (came) {
+      first = batch.get();
+      second_part.set_value();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // samples 1-2 are queued
+      into = &rest;
+      batch = std::async(std::launch::async, [&] { return Read(split, 0, 1, 3, 2); });
+      EXPECT_EQ(batch.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+          << "the batch of samples 1-2 waited for more of the shard than it needs";
+    } else {
+      second_part.set_value();
+    }
     release.set_value();  // before anything can fail: the split's threads must see an end
-    got = batch.get();
-    EXPECT_TRUE(came) << "the batch waited for more of the shard than it needs";
+    *into = batch.get();
     // Should the stream never have opened the FIFO, the writer's open would wait forever.
     const int unblock = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
     writer.join();
     if (unblock >= 0) close(unblock);
   }
-  EXPECT_EQ(got, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(first, (std::vector<int64_t>{0}));
+  EXPECT_EQ(rest, (std::vector<int64_t>{1, 2}));
 }
 
 }  // namespace sharded_split_test

@@ -63,12 +63,11 @@ class SampleStream {
   void Cancel() { cancelled_.store(true); }
 
   int64_t epoch_samples() const { return epoch_samples_; }
-  // Grows while the stream gets anywhere: raw samples read (those a resumed stream replays
-  // without handing out included) plus bytes of shards downloaded. From any thread, so that a
-  // long replay or a long download counts as progress, not as a stuck stream.
-  int64_t progress() const {
-    return raw_read_.load(std::memory_order_relaxed) + downloaded_.load(std::memory_order_relaxed);
-  }
+  // Raw samples read so far, those a resumed stream replays without handing out included, and
+  // bytes of shards downloaded so far: from any thread, so that a long replay or a long
+  // download counts as progress, not as a stuck stream.
+  int64_t raw_read() const { return raw_read_.load(std::memory_order_relaxed); }
+  int64_t downloaded() const { return downloaded_.load(std::memory_order_relaxed); }
 
  private:
   // The next item of the rank's chunk before the shuffle buffer; nullopt at its end.

@@ -22,6 +22,10 @@ namespace {
 constexpr int64_t kAnnounceSamples = 8;
 constexpr size_t kAnnounceBytes = 16 << 10;
 
+// A stream is not stuck while it downloads at least this much per stuck_after (1 MiB in the
+// default 10 minutes: 1.7 KB/s).
+constexpr int64_t kDownloadProgressBytes = int64_t{1} << 20;
+
 std::string ShapeOf(const at::Tensor& t) {
   return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
 }
@@ -124,7 +128,8 @@ void ShardedSplit::Start(int64_t epoch, int64_t position, int64_t batch) {
   {
     std::lock_guard<std::mutex> lock(mu_);  // Cancel reads stream_ from other threads
     stream_ = std::move(stream);
-    progress_seen_ = 0;
+    read_seen_ = 0;
+    downloaded_seen_ = 0;
   }
   epoch_ = epoch;
   next_ = position;
@@ -230,7 +235,8 @@ void ShardedSplit::ReadLoop() {
     // and a context switch that preempts a step on its core. Measured in 2-rank training from
     // PNG shards: the data threads' share of the cores fell from 9.5% to 8%, and 5 of 6 paired
     // jobs trained faster (median +5%). What the decoders have not been told of is announced
-    // when the reader sleeps, when it ends, and at once while the step waits.
+    // when the reader sleeps on a full window, when it ends, and at once while the step waits
+    // (the reader may block in a slow shard with a few samples unannounced).
     ++unannounced_;
     unannounced_bytes_ += bytes;
     if (unannounced_ >= kAnnounceSamples || unannounced_bytes_ >= kAnnounceBytes || awaited_ >= 0 ||
@@ -441,27 +447,36 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position, absl:
 }
 
 absl::Status ShardedSplit::StuckError(int64_t position) const {
-  return absl::DeadlineExceededError(absl::StrCat(
-      "rank ", rank_, ": the ", options_.name, " stream read no sample and downloaded no byte for ",
-      absl::FormatDuration(options_.stuck_after), " (waiting for position ", position,
-      "); the shard being read is stuck"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("rank ", rank_, ": the ", options_.name,
+                   " stream read no sample and downloaded less than 1 MiB in ",
+                   absl::FormatDuration(options_.stuck_after), " (waiting for position ", position,
+                   "); the shard being read is stuck"));
 }
 
 bool ShardedSplit::Stuck(absl::Time since) {
   // Records progress as well as judging it: the reader's hand-outs set last_progress_, and so
   // does any sample the stream read meanwhile, a replayed one included (a resume late in an
-  // epoch reads for long and hands out nothing, and is not stuck), and any byte of a shard
-  // being downloaded (a large shard over a slow link takes longer than stuck_after).
-  const int64_t progress = stream_ != nullptr ? stream_->progress() : progress_seen_;
-  if (progress != progress_seen_) {
-    progress_seen_ = progress;
+  // epoch reads for long and hands out nothing, and is not stuck), and a shard's download
+  // (a large shard over a slow link takes longer than stuck_after).
+  const int64_t read = stream_ != nullptr ? stream_->raw_read() : read_seen_;
+  const int64_t downloaded = stream_ != nullptr ? stream_->downloaded() : downloaded_seen_;
+  // A download counts by the mebibyte: a server that trickles a byte at a time, each within
+  // the fetcher's stall timeout, would otherwise hold the job forever.
+  // (A stream swapped in for a replay's next pass counts from zero again.)
+  if (read != read_seen_ || downloaded < downloaded_seen_ ||
+      downloaded - downloaded_seen_ >= kDownloadProgressBytes) {
+    read_seen_ = read;
+    downloaded_seen_ = downloaded;
     last_progress_ = absl::Now();
   }
   return absl::Now() - std::max(since, last_progress_) > options_.stuck_after;
 }
 
 void ShardedSplit::Announce(bool all) {
-  if (unannounced_ == 0) return;
+  // The step (`all`) wakes every decoder while anything waits to be decoded, even what a
+  // decoder was already woken for; the reader only for what none was.
+  if (all ? raw_head_ >= raw_.size() : unannounced_ == 0) return;
   if (all) {
     raw_cv_.notify_all();
   } else {

@@ -64,9 +64,9 @@ struct ShardedSplitOptions {
   // A batch's wait for samples ends (CANCELLED) when this becomes true (the job's cancel).
   const std::atomic<bool>* cancelled = nullptr;
   // A wait for a sample fails (DEADLINE_EXCEEDED) after this long without the stream reading
-  // a sample (a replayed one included) or a byte of a shard it downloads: far above any
-  // decode, and above the HTTP fetcher's own stall timeout, so that its precise error comes
-  // first. Checked about once a second.
+  // a sample (a replayed one included) or downloading a mebibyte of a shard over http(s): far
+  // above any decode, and above the HTTP fetcher's own stall timeout, so that its precise
+  // error comes first. Checked about once a second.
   absl::Duration stuck_after = absl::Minutes(10);
 };
 
@@ -131,8 +131,10 @@ class ShardedSplit {
   // mu_ held: wakes a decoder (`all`: every decoder) for the raw samples the reader queued
   // without waking one.
   void Announce(bool all);
-  // mu_ held: whether the stream has read nothing for stuck_after since the later of `since`
-  // and its last read (a replay's reading counts, though it hands nothing out).
+  // mu_ held: whether the stream has made no progress for stuck_after since the later of
+  // `since` and its last progress: a sample read (a replay's reading counts, though it hands
+  // nothing out) or a mebibyte downloaded.
+  // Judged when looked at, so progress is dated by the look that saw it (about once a second).
   bool Stuck(absl::Time since);
   absl::Status StuckError(int64_t position) const;
   // The reader, asleep on a full window, wakes when in_flight_ is down to this (mu_ held).
@@ -177,8 +179,10 @@ class ShardedSplit {
   bool read_done_ = false;      // guarded by mu_
   absl::Status read_error_;     // guarded by mu_
   int64_t read_end_ = 0;        // the position after the last read (guarded by mu_)
-  absl::Time last_progress_;    // when the stream last read a sample (guarded by mu_)
-  int64_t progress_seen_ = 0;   // stream_->progress() when last looked at (guarded by mu_)
+  absl::Time last_progress_;    // when the stream last made progress (guarded by mu_)
+  // stream_->raw_read() and downloaded() at the last progress Stuck saw (guarded by mu_).
+  int64_t read_seen_ = 0;
+  int64_t downloaded_seen_ = 0;
   // Batches of batch_ positions from base_ (the position the stream started at); the slabs
   // being written, by batch number (guarded by mu_).
   int64_t base_ = 0;
