@@ -7,6 +7,8 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -467,8 +469,10 @@ TEST(ShardedSplit, ALongDownloadIsProgress_ATrickleIsStuck) {
     o.fetcher.url = [&local, tenth](const std::string&, const std::string& dest, const std::string&,
                                     const std::atomic<bool>* stop, absl::Duration,
                                     std::atomic<int64_t>* received) {
-      // 2.5 s: two of the waits' once-a-second looks past the bound.
-      for (int i = 0; i < 25; ++i) {
+      // 2.5 s, two of the waits' once-a-second looks past the bound; a trickle goes on until
+      // the stream stops it (5 s at most), well past the look that finds it stuck.
+      const int tenths = tenth >= (int64_t{1} << 20) ? 25 : 50;
+      for (int i = 0; i < tenths; ++i) {
         if (stop != nullptr && stop->load()) return absl::CancelledError("download stopped");
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         if (received != nullptr) received->fetch_add(tenth);
@@ -533,6 +537,11 @@ TEST(ShardedSplit, SamplesReadBeforeTheShardStallsReachTheStep) {
   std::promise<void> second_part;
   std::promise<void> release;
   std::thread writer([&, more = second_part.get_future(), done = release.get_future()] {
+    // A reader that closes early must fail the test, not kill the binary with SIGPIPE.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     const int fd = open(fifo.c_str(), O_WRONLY);  // until the reader opens it
     if (fd < 0) return;
     auto send = [&](size_t from, size_t to) {

@@ -97,7 +97,9 @@ absl::StatusOr<std::optional<StreamItem>> SampleStream::NextRaw() {
       to_skip_ = seg.skip;
       to_take_ = seg.take;
       if (!prefetch_.has_value() || prefetch_segment_ != segment_) StartFetch(segment_);
+      awaiting_shard_.store(true, std::memory_order_relaxed);
       absl::StatusOr<LocalShard> local = prefetch_->get();
+      awaiting_shard_.store(false, std::memory_order_relaxed);
       prefetch_.reset();
       if (!local.ok()) {
         StartFetch(segment_ + 1);

@@ -64,10 +64,12 @@ class SampleStream {
 
   int64_t epoch_samples() const { return epoch_samples_; }
   // Raw samples read so far, those a resumed stream replays without handing out included, and
-  // bytes of shards downloaded so far: from any thread, so that a long replay or a long
-  // download counts as progress, not as a stuck stream.
+  // bytes of shards downloaded so far over http(s) (the next shard's too, fetched while this
+  // one is read); and whether the stream waits for a shard's download. From any thread, so that
+  // a long replay or a long download counts as progress, not as a stuck stream.
   int64_t raw_read() const { return raw_read_.load(std::memory_order_relaxed); }
   int64_t downloaded() const { return downloaded_.load(std::memory_order_relaxed); }
+  bool awaiting_shard() const { return awaiting_shard_.load(std::memory_order_relaxed); }
 
  private:
   // The next item of the rank's chunk before the shuffle buffer; nullopt at its end.
@@ -80,7 +82,8 @@ class SampleStream {
   int64_t epoch_samples_ = 0;
   std::atomic<bool> cancelled_{false};
   std::atomic<int64_t> raw_read_{0};
-  std::atomic<int64_t> downloaded_{0};  // bytes, by the fetches below (which it outlives)
+  std::atomic<int64_t> downloaded_{0};
+  std::atomic<bool> awaiting_shard_{false};  // bytes, by the fetches below (which it outlives)
   // Reading segment `segment_`: its reader, the samples left to skip and to take.
   size_t segment_ = 0;
   std::unique_ptr<TarShardReader> reader_;

@@ -23,7 +23,7 @@ constexpr int64_t kAnnounceSamples = 8;
 constexpr size_t kAnnounceBytes = 16 << 10;
 
 // A stream is not stuck while it downloads at least this much per stuck_after (1 MiB in the
-// default 10 minutes: 1.7 KB/s).
+// default 10 minutes: 1.75 KB/s).
 constexpr int64_t kDownloadProgressBytes = int64_t{1} << 20;
 
 std::string ShapeOf(const at::Tensor& t) {
@@ -462,13 +462,18 @@ bool ShardedSplit::Stuck(absl::Time since) {
   const int64_t read = stream_ != nullptr ? stream_->raw_read() : read_seen_;
   const int64_t downloaded = stream_ != nullptr ? stream_->downloaded() : downloaded_seen_;
   // A download counts by the mebibyte: a server that trickles a byte at a time, each within
-  // the fetcher's stall timeout, would otherwise hold the job forever.
+  // the fetcher's stall timeout, would otherwise hold the job forever. And only while the
+  // stream waits for it: the next shard's download, under way while this one is read, says
+  // nothing about a read that is stuck.
+  const bool awaiting = stream_ != nullptr && stream_->awaiting_shard();
   // (A stream swapped in for a replay's next pass counts from zero again.)
   if (read != read_seen_ || downloaded < downloaded_seen_ ||
-      downloaded - downloaded_seen_ >= kDownloadProgressBytes) {
+      (awaiting && downloaded - downloaded_seen_ >= kDownloadProgressBytes)) {
     read_seen_ = read;
     downloaded_seen_ = downloaded;
     last_progress_ = absl::Now();
+  } else if (!awaiting) {
+    downloaded_seen_ = downloaded;
   }
   return absl::Now() - std::max(since, last_progress_) > options_.stuck_after;
 }

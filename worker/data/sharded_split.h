@@ -128,8 +128,8 @@ class ShardedSplit {
   // Waits until positions first..last are all decoded, or until anything Take reports.
   void AwaitBatch(int64_t first, int64_t last, absl::Time since);
   void FreeSlot();  // mu_ held: a taken sample leaves the window
-  // mu_ held: wakes a decoder (`all`: every decoder) for the raw samples the reader queued
-  // without waking one.
+  // mu_ held: wakes a decoder for the raw samples the reader queued without waking one; `all`
+  // (the step, as it begins to wait) wakes every decoder while any raw sample is queued.
   void Announce(bool all);
   // mu_ held: whether the stream has made no progress for stuck_after since the later of
   // `since` and its last progress: a sample read (a replay's reading counts, though it hands
