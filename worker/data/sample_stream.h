@@ -82,8 +82,8 @@ class SampleStream {
   int64_t epoch_samples_ = 0;
   std::atomic<bool> cancelled_{false};
   std::atomic<int64_t> raw_read_{0};
-  std::atomic<int64_t> downloaded_{0};
-  std::atomic<bool> awaiting_shard_{false};  // bytes, by the fetches below (which it outlives)
+  std::atomic<int64_t> downloaded_{0};       // bytes, by the fetches below (which it outlives)
+  std::atomic<bool> awaiting_shard_{false};  // NextRaw waits for a fetch
   // Reading segment `segment_`: its reader, the samples left to skip and to take.
   size_t segment_ = 0;
   std::unique_ptr<TarShardReader> reader_;
