@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<TarShardReader>> TarShardReader::Open(const std::
   archive_read_support_filter_none(a);
   if (archive_read_open_filename(a, path.c_str(), kReadBlockBytes) != ARCHIVE_OK) {
     const int err = archive_errno(a);
-    const std::string why = archive_error_string(a) != nullptr ? archive_error_string(a) : "";
+    const std::string why = Reason(a);
     archive_read_free(a);
     const std::string message = absl::StrCat("shard '", path, "': ", why);
     if (err == ENOENT) return absl::NotFoundError(message);
