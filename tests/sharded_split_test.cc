@@ -8,6 +8,7 @@
 #include <archive_entry.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -298,6 +300,75 @@ TEST(ShardedSplit, DecodersWriteIntoTheirBatchRow) {
   }
   EXPECT_EQ(seen.size(), 13u);
   EXPECT_EQ(offered.load(), 13);
+}
+
+// A rank whose thread may run on one core only (pinned, as deploy/local/cluster.sh pins each
+// rank) starts no decoding threads: its reader decodes, into the batch's rows, and the samples,
+// a skipped one included, are those of a rank with decoders. Where the thread may use several
+// cores, data.num_workers threads decode.
+TEST(ShardedSplit, OnOneCoreTheReaderDecodesTheSameSamples) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  int first_cpu = 0;
+  while (!CPU_ISSET(first_cpu, &allowed)) ++first_cpu;
+  const ShardCatalog catalog = WriteShards("one_core", {7, 9, 4, 10});  // 30 samples
+  struct Run {
+    std::vector<int64_t> numbers;
+    std::set<std::string> decoded_on;  // thread names
+    int decoding_threads = -1;
+    int64_t skipped = 0;
+    int offered = 0;
+  };
+  const auto run = [&](bool pinned) {
+    Run r;
+    std::mutex mu;
+    std::thread step([&] {
+      if (pinned) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(first_cpu, &one);
+        ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
+      }
+      ShardedSplitOptions o = Options(catalog, 2);
+      o.skip_errors = true;
+      o.training = false;  // an evaluation batch loses a skipped sample: visible in the numbers
+      o.decode = [&](const ShardSample& s, int64_t e,
+                     const FieldOutput& output) -> absl::StatusOr<std::vector<at::Tensor>> {
+        char name[32] = {0};
+        pthread_getname_np(pthread_self(), name, sizeof(name));
+        std::lock_guard<std::mutex> lock(mu);
+        r.decoded_on.insert(name);
+        if (s.key == "k12") return absl::InvalidArgumentError("corrupt image");
+        absl::StatusOr<std::vector<at::Tensor>> cls = DecodeCls(s, e);
+        if (!cls.ok()) return cls;
+        at::Tensor row = output(0, {}, at::kLong);
+        if (!row.defined()) return cls;
+        ++r.offered;
+        row.fill_((*cls)[0].item<int64_t>());
+        return std::vector<at::Tensor>{row};
+      };
+      ShardedSplit split(o);
+      r.numbers = Read(split, 0, 0, split.RankSamples(), 4);
+      r.decoding_threads = split.decoding_threads();
+      r.skipped = split.skipped();
+    });
+    step.join();
+    return r;
+  };
+  const Run one_core = run(true);
+  EXPECT_EQ(one_core.decoding_threads, 0);
+  EXPECT_EQ(one_core.decoded_on, (std::set<std::string>{"dtrain-read"}));
+  EXPECT_EQ(one_core.numbers.size(), 29u);  // 30 samples, k12 skipped
+  EXPECT_EQ(std::count(one_core.numbers.begin(), one_core.numbers.end(), 12), 0);
+  EXPECT_EQ(one_core.skipped, 1);
+  EXPECT_EQ(one_core.offered, 29);  // every row written in place
+  if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "this machine lets the test use one core only";
+  const Run cores = run(false);
+  EXPECT_EQ(cores.decoding_threads, 2);
+  EXPECT_EQ(cores.decoded_on, (std::set<std::string>{"dtrain-decode"}));
+  EXPECT_EQ(cores.numbers, one_core.numbers);
+  EXPECT_EQ(cores.skipped, 1);
 }
 
 // Samples whose tensors cannot stack are named, whether or not they were written in place.

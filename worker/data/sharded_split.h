@@ -97,6 +97,10 @@ class ShardedSplit {
   void Cancel();
 
   int64_t skipped() const { return skipped_.load(); }
+  // The decoding threads the running epoch started: data.num_workers, or 0 when the reader
+  // decodes what it reads (the rank may run on one core only; see Start) or the step does
+  // (num_workers 0). From the step's thread.
+  int decoding_threads() const { return decoding_threads_; }
   // Time Batch spent waiting for samples that were not decoded yet (input-bound).
   double wait_seconds() const { return wait_seconds_.load(); }
 
@@ -121,6 +125,8 @@ class ShardedSplit {
   void Stop();
   void ReadLoop();
   void DecodeLoop();
+  // mu_ held: `decoded` is ready at `position`; wakes the step when it waits for it.
+  void Publish(int64_t position, Decoded decoded);
   // `slab`: the one `item`'s position is written into (SlabOf), or null.
   Decoded DecodeItem(StreamItem item, int64_t epoch, std::shared_ptr<Slab> slab);
   // A stream Stuck since `since` fails the wait.
@@ -154,6 +160,9 @@ class ShardedSplit {
 
   // The running pipeline of one epoch from one position.
   bool running_ = false;
+  int decoding_threads_ = 0;
+  bool reader_decodes_ = false;  // the reader decodes each sample as it reads it
+  bool told_reader_decodes_ = false;
   int64_t epoch_ = -1;
   int64_t next_ = 0;  // the position the next Batch should start at
   std::unique_ptr<SampleStream> stream_;
