@@ -34,6 +34,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tests/test_support.h"
+#include "worker/data/dataset.h"
 
 namespace dtrain {
 namespace sharded_split_test {
@@ -404,6 +405,56 @@ TEST(ShardedSplit, ReadAheadStaysWithinTheWindow) {
   // Two taken, at most the window's six ahead of them.
   EXPECT_LE(decoded.load(), 2 + 6);
   EXPECT_GE(decoded.load(), 2);
+}
+
+// The window is at least prefetch_batches of the batches the step asks for, whose size the
+// split learns from the first one: the reader runs that far ahead of what was taken, no
+// further.
+TEST(ShardedSplit, TheWindowHoldsPrefetchBatchesOfTheStepsBatch) {
+  const ShardCatalog catalog = WriteShards("prefetch", {50, 50});
+  std::atomic<int64_t> decoded{0};
+  ShardedSplitOptions o = Options(catalog, 2);
+  o.window = 4;
+  o.prefetch_batches = 2;
+  o.decode = [&](const ShardSample& s, int64_t e, const FieldOutput&) {
+    decoded.fetch_add(1);
+    return DecodeCls(s, e);
+  };
+  ShardedSplit split(o);
+  EXPECT_EQ(split.window(), 0);
+  EXPECT_EQ(Read(split, 0, 0, 5, 5).size(), 5u);
+  EXPECT_EQ(split.window(), 10);
+  // Five taken and ten ahead of them.
+  for (int i = 0; i < 500 && decoded.load() < 15; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(decoded.load(), 15);
+}
+
+// A worker's copy of the job spec has no batch size (the coordinator's setting, cleared before
+// the spec reaches workers), yet a streamed split still reads data.prefetch_batches of the
+// step's batches ahead, not 2 x num_workers samples.
+TEST(ShardedSplit, AWorkersSpecWithoutTheBatchSizeStillPrefetchesWholeBatches) {
+  const ShardCatalog catalog = WriteShards("spec_window", {40, 40});
+  v1::DataConfig spec;
+  spec.mutable_shards()->set_train(absl::StrCat(
+      "worker:", std::filesystem::path(catalog.shards[0].location).parent_path().string()));
+  v1::ShardField* cls = spec.mutable_shards()->add_fields();
+  cls->set_name("cls");
+  cls->set_type("int");
+  spec.set_num_workers(2);
+  spec.set_prefetch_batches(3);
+  ASSERT_EQ(spec.batch_size(), 0);
+  absl::StatusOr<std::unique_ptr<Dataset>> data = Dataset::Load(spec);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ((*data)->ReadAhead("train"), 0);
+  std::vector<int64_t> positions;
+  for (int64_t p = 0; p < 16; ++p) positions.push_back(p);
+  absl::StatusOr<c10::IValue> batch = (*data)->Batch("train", positions);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->toTensor().size(0), 16);
+  EXPECT_EQ((*data)->ReadAhead("train"), 48);  // 3 batches of 16
 }
 
 // Reads positions [from, to) of `epoch` in batches of `batch` on a thread of its own, so that

@@ -151,11 +151,12 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataConfig& spe
         o.shuffle_buffer = static_cast<size_t>(std::max(0, shards.shuffle_buffer()));
         o.skip_errors = shards.on_error() == "skip";
         o.num_workers = std::max(0, spec.num_workers());
-        const int64_t batch =
-            std::max(1, o.training ? spec.batch_size()
-                                   : std::max(spec.eval_batch_size(), spec.batch_size()));
-        o.window = std::max<int64_t>(std::max(1, spec.prefetch_batches()) * batch,
-                                     2 * std::max(1, spec.num_workers()));
+        // The batch size is the coordinator's setting, cleared from the spec a worker gets:
+        // the split takes it from the first batch the step asks for. (Sized from the spec
+        // here, the window was 2 x num_workers samples, 4 by default, and the reader and the
+        // step handed over nearly every sample with a wake-up.)
+        o.window = 2 * std::max(1, spec.num_workers());
+        o.prefetch_batches = std::max(1, spec.prefetch_batches());
         DTRAIN_ASSIGN_OR_RETURN(o.decode,
                                 MakeSampleDecoder(shards.fields(), spec, options.seed, o.training));
         o.cancelled = options.cancelled;
@@ -386,6 +387,11 @@ double Dataset::wait_seconds() const {
   double t = 0;
   for (const auto& [name, s] : streamed_) t += s->wait_seconds();
   return t;
+}
+
+int64_t Dataset::ReadAhead(const std::string& split) const {
+  auto it = streamed_.find(split);
+  return it == streamed_.end() ? 0 : it->second->window();
 }
 
 absl::StatusOr<c10::IValue> Dataset::Batch(const std::string& split,

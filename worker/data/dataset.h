@@ -79,6 +79,9 @@ class Dataset {
   // Streamed samples skipped (data.shards.on_error: skip), and the time steps waited for data.
   int64_t skipped() const;
   double wait_seconds() const;
+  // The samples streamed split `split` reads ahead of the step (ShardedSplit::window); 0 for
+  // a split that is not streamed or has not served a batch yet.
+  int64_t ReadAhead(const std::string& split) const;
 
   // The synthetic data's samples, for tests that compare against tensors sent by hand.
   static std::pair<at::Tensor, at::Tensor> Synthetic(int64_t n, uint64_t seed);

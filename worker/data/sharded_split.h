@@ -58,7 +58,11 @@ struct ShardedSplitOptions {
   size_t shuffle_buffer = 0;
   bool skip_errors = false;
   int num_workers = 2;
-  int64_t window = 64;  // decoded samples ahead of the step
+  // Samples read and decoded ahead of the step: at least `window`, and at least
+  // prefetch_batches of the step's batches (their size is known from the first Batch: the
+  // coordinator, not the spec a worker gets, holds the batch size).
+  int64_t window = 64;
+  int prefetch_batches = 0;
   SampleDecoder decode;
   std::set<std::string> keep_fields;  // the fields `decode` reads (empty: all); see SampleStream
   // A batch's wait for samples ends (CANCELLED) when this becomes true (the job's cancel).
@@ -101,6 +105,9 @@ class ShardedSplit {
   // decodes what it reads (the rank may run on one core only; see Start) or the step does
   // (num_workers 0). From the step's thread.
   int decoding_threads() const { return decoding_threads_; }
+  // The samples the running epoch reads ahead of the step (ShardedSplitOptions::window); 0
+  // before the first Batch. From the step's thread.
+  int64_t window() const { return running_ ? window_ : 0; }
   // Time Batch spent waiting for samples that were not decoded yet (input-bound).
   double wait_seconds() const { return wait_seconds_.load(); }
 
@@ -125,15 +132,21 @@ class ShardedSplit {
   void Stop();
   void ReadLoop();
   void DecodeLoop();
-  // mu_ held: `decoded` is ready at `position`; wakes the step when it waits for it.
-  void Publish(int64_t position, Decoded decoded);
+  // mu_ held: `decoded` is ready at `position`. True when the step waits for it: the caller
+  // wakes it (ready_cv_) once it has let go of mu_.
+  bool Publish(int64_t position, Decoded decoded);
   // `slab`: the one `item`'s position is written into (SlabOf), or null.
   Decoded DecodeItem(StreamItem item, int64_t epoch, std::shared_ptr<Slab> slab);
+  // The samples of positions first..last that are decoded, from `first` on up to the first
+  // that is not, in one trip to mu_ (the step's trips are its chances to wait for the reader).
+  std::vector<Decoded> TakeDecoded(int64_t first, int64_t last);
   // A stream Stuck since `since` fails the wait.
   absl::StatusOr<Decoded> Take(int64_t position, absl::Time since);
   // Waits until positions first..last are all decoded, or until anything Take reports.
   void AwaitBatch(int64_t first, int64_t last, absl::Time since);
-  void FreeSlot();  // mu_ held: a taken sample leaves the window
+  // mu_ held: a taken sample leaves the window. True when that wakes the reader: the caller
+  // notifies space_cv_ once it has let go of mu_.
+  bool FreeSlot();
   // mu_ held: wakes a decoder for the raw samples the reader queued without waking one; `all`
   // (the step, as it begins to wait) wakes every decoder while any raw sample is queued.
   void Announce(bool all);
@@ -144,7 +157,7 @@ class ShardedSplit {
   bool Stuck(absl::Time since);
   absl::Status StuckError(int64_t position) const;
   // The reader, asleep on a full window, wakes when in_flight_ is down to this (mu_ held).
-  int64_t RefillAt() const { return options_.window - std::max<int64_t>(1, options_.window / 4); }
+  int64_t RefillAt() const { return window_ - std::max<int64_t>(1, window_ / 4); }
   std::shared_ptr<Slab> SlabOf(int64_t position);  // mu_ held
   at::Tensor SlabRow(Slab& slab, int64_t row, size_t field, at::IntArrayRef sizes,
                      at::ScalarType type);
@@ -161,6 +174,7 @@ class ShardedSplit {
   // The running pipeline of one epoch from one position.
   bool running_ = false;
   int decoding_threads_ = 0;
+  int64_t window_ = 1;           // the running epoch's (see ShardedSplitOptions::window)
   bool reader_decodes_ = false;  // the reader decodes each sample as it reads it
   bool told_reader_decodes_ = false;
   int64_t epoch_ = -1;
