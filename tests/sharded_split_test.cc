@@ -321,7 +321,7 @@ TEST(ShardedSplit, OnOneCoreTheReaderDecodesTheSameSamples) {
     int64_t skipped = 0;
     int offered = 0;
   };
-  const auto run = [&](bool pinned) {
+  const auto run = [&](bool pinned, bool training, const ShardCatalog& shards) {
     Run r;
     std::mutex mu;
     std::thread step([&] {
@@ -331,9 +331,12 @@ TEST(ShardedSplit, OnOneCoreTheReaderDecodesTheSameSamples) {
         CPU_SET(first_cpu, &one);
         ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
       }
-      ShardedSplitOptions o = Options(catalog, 2);
+      ShardedSplitOptions o = Options(shards, 2);
       o.skip_errors = true;
-      o.training = false;  // an evaluation batch loses a skipped sample: visible in the numbers
+      // Evaluation: a batch loses a sample that fails to decode. Training from shards of which
+      // one cannot be read: the positions are renumbered (the samples after it take its
+      // samples' places, and the epoch's end is padded from its start).
+      o.training = training;
       o.decode = [&](const ShardSample& s, int64_t e,
                      const FieldOutput& output) -> absl::StatusOr<std::vector<at::Tensor>> {
         char name[32] = {0};
@@ -357,7 +360,7 @@ TEST(ShardedSplit, OnOneCoreTheReaderDecodesTheSameSamples) {
     step.join();
     return r;
   };
-  const Run one_core = run(true);
+  const Run one_core = run(true, false, catalog);
   EXPECT_EQ(one_core.decoding_threads, 0);
   EXPECT_EQ(one_core.decoded_on, (std::set<std::string>{"dtrain-read"}));
   EXPECT_EQ(one_core.numbers.size(), 29u);  // 30 samples, k12 skipped
@@ -365,11 +368,22 @@ TEST(ShardedSplit, OnOneCoreTheReaderDecodesTheSameSamples) {
   EXPECT_EQ(one_core.skipped, 1);
   EXPECT_EQ(one_core.offered, 29);  // every row written in place
   if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "this machine lets the test use one core only";
-  const Run cores = run(false);
+  const Run cores = run(false, false, catalog);
   EXPECT_EQ(cores.decoding_threads, 2);
   EXPECT_EQ(cores.decoded_on, (std::set<std::string>{"dtrain-decode"}));
   EXPECT_EQ(cores.numbers, one_core.numbers);
   EXPECT_EQ(cores.skipped, 1);
+
+  ShardCatalog unreadable = WriteShards("one_core_unreadable", {7, 9, 4, 10});
+  std::filesystem::remove(unreadable.shards[1].location);  // k7..k15
+  const Run one_core_training = run(true, true, unreadable);
+  const Run cores_training = run(false, true, unreadable);
+  EXPECT_EQ(one_core_training.decoding_threads, 0);
+  EXPECT_EQ(one_core_training.numbers.size(), 30u);  // every position kept, the end padded
+  EXPECT_EQ(one_core_training.numbers, cores_training.numbers);
+  for (int64_t n : one_core_training.numbers) EXPECT_TRUE(n < 7 || n > 15) << n;
+  EXPECT_EQ(one_core_training.skipped, 9);
+  EXPECT_EQ(cores_training.skipped, 9);
 }
 
 // Samples whose tensors cannot stack are named, whether or not they were written in place.
@@ -430,6 +444,12 @@ TEST(ShardedSplit, TheWindowHoldsPrefetchBatchesOfTheStepsBatch) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(decoded.load(), 15);
+
+  // An evaluation split reads one batch ahead: an evaluation cut short holds no more.
+  o.training = false;
+  ShardedSplit eval(o);
+  EXPECT_EQ(Read(eval, 0, 0, 5, 5).size(), 5u);
+  EXPECT_EQ(eval.window(), 5);
 }
 
 // A worker's copy of the job spec has no batch size (the coordinator's setting, cleared before

@@ -80,7 +80,7 @@ class Dataset {
   int64_t skipped() const;
   double wait_seconds() const;
   // The samples streamed split `split` reads ahead of the step (ShardedSplit::window); 0 for
-  // a split that is not streamed or has not served a batch yet.
+  // a split that is not streamed, has not served a batch yet, or whose last batch failed.
   int64_t ReadAhead(const std::string& split) const;
 
   // The synthetic data's samples, for tests that compare against tensors sent by hand.

@@ -59,8 +59,9 @@ struct ShardedSplitOptions {
   bool skip_errors = false;
   int num_workers = 2;
   // Samples read and decoded ahead of the step: at least `window`, and at least
-  // prefetch_batches of the step's batches (their size is known from the first Batch: the
-  // coordinator, not the spec a worker gets, holds the batch size).
+  // prefetch_batches of the step's batches when training, one batch otherwise (their size is
+  // known from the first Batch: the coordinator, not the spec a worker gets, holds the batch
+  // size).
   int64_t window = 64;
   int prefetch_batches = 0;
   SampleDecoder decode;
@@ -106,7 +107,7 @@ class ShardedSplit {
   // (num_workers 0). From the step's thread.
   int decoding_threads() const { return decoding_threads_; }
   // The samples the running epoch reads ahead of the step (ShardedSplitOptions::window); 0
-  // before the first Batch. From the step's thread.
+  // before the first Batch and after a Batch that failed. From the step's thread.
   int64_t window() const { return running_ ? window_ : 0; }
   // Time Batch spent waiting for samples that were not decoded yet (input-bound).
   double wait_seconds() const { return wait_seconds_.load(); }
