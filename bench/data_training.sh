@@ -127,12 +127,13 @@ print(json.dumps({"kind": kind, "run": int(run),
                   "time_by_rank": timing[-1] if timing else ""}))
 PY
 }
-# A first job on freshly started workers trained at a fraction of the later jobs' rate (806
-# and 2,433 samples/s against 4,100-4,600 in two runs of 2026-11-29), and the first job was
-# always the in-memory one: each kind runs once untimed first.
+# A first job on freshly started workers trained at a fraction of the later jobs' rate (806,
+# 1,582 and 2,433 samples/s in three runs of 2026-11-29, against 3,300-4,600 for the later
+# jobs), and the first job was always the in-memory one: each kind runs once untimed first.
 echo "warm-up (not counted) ..." >&2
 for kind in memory shards; do
   sed "s/max_steps: $steps,/max_steps: 100,/" "$work/$kind.yaml" > "$work/warm-$kind.yaml"
+  grep -q "max_steps: 100," "$work/warm-$kind.yaml" || { echo "warm-up spec not made" >&2; exit 1; }
   job "warm-$kind" 0 >/dev/null
 done
 : > "$rows"
@@ -161,9 +162,10 @@ print(f"{'data':<40}{'train samples/s':>16}{'job samples/s':>14}{'test acc':>10}
 for kind, label, a, b in (("memory", "in memory (data.builtin fashion-mnist)", m, mj),
                           ("shards", "PNG shards (data.shards, streamed)", s, sj)):
     print(f"{label:<40}{a:>16.0f}{b:>14.0f}{med(kind, 'test_acc'):>10.4f}")
-pairs = [s_["train_samples_per_s"] / m_["train_samples_per_s"]
-         for m_, s_ in zip([r for r in rows if r["kind"] == "memory"],
-                           [r for r in rows if r["kind"] == "shards"])]
+by_run = {(r["kind"], r["run"]): r["train_samples_per_s"] for r in rows}
+runs_seen = sorted({r["run"] for r in rows})
+pairs = [by_run[("shards", n)] / by_run[("memory", n)] for n in runs_seen
+         if ("memory", n) in by_run and ("shards", n) in by_run]
 print(f"shards / in memory, training rate: {s / m:.3f}  (target >= 0.95); "
       f"whole job: {sj / mj:.3f}")
 print(f"per run (shards / memory of the same run): "

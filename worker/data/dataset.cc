@@ -152,9 +152,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Load(const v1::DataConfig& spe
         o.skip_errors = shards.on_error() == "skip";
         o.num_workers = std::max(0, spec.num_workers());
         // The batch size is the coordinator's setting, cleared from the spec a worker gets:
-        // the split takes it from the first batch the step asks for. (Sized from the spec
-        // here, the window was 2 x num_workers samples, 4 by default, and the reader and the
-        // step handed over nearly every sample with a wake-up.)
+        // the split takes it from the first batch the step asks for (docs/DECISIONS.md).
         o.window = 2 * std::max(1, spec.num_workers());
         o.prefetch_batches = std::max(1, spec.prefetch_batches());
         DTRAIN_ASSIGN_OR_RETURN(o.decode,

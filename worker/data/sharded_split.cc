@@ -29,7 +29,8 @@ constexpr size_t kAnnounceBytes = 16 << 10;
 constexpr int64_t kDownloadProgressBytes = int64_t{1} << 20;
 
 // The cores the calling thread may run on (its affinity mask, which the threads it starts
-// inherit); 0 when it cannot be read.
+// inherit); 0 when it cannot be read. (worker/runtime/cpu_affinity.h lists them, but runtime/
+// sits above data/; a count is all this needs.)
 int ThreadCores() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -162,8 +163,8 @@ void ShardedSplit::Start(int64_t epoch, int64_t position, int64_t batch) {
   // data threads inherit its mask) gains nothing from decoding threads beside the reader: they
   // cannot run at once, and each hand-off is a lock trip, a futex wake-up and a context switch
   // that preempts the step. There the reader decodes each sample as it reads it. Measured in
-  // 2-rank training from 28x28 PNG shards: 4 of 4 paired jobs trained faster (median +2.9%),
-  // with a quarter of the data threads' context switches.
+  // 2-rank training from 28x28 PNG shards: no slower in 4 of 4 paired jobs (median +2.9%), with
+  // a quarter of the data threads' context switches.
   reader_decodes_ = options_.num_workers > 0 && ThreadCores() == 1;
   decoding_threads_ = reader_decodes_ ? 0 : options_.num_workers;
   if (reader_decodes_ && !told_reader_decodes_) {
@@ -265,7 +266,8 @@ void ShardedSplit::ReadLoop() {
     }
     read_end_ = (*item)->position + 1;
     if (reader_decodes_) {
-      // One trip to mu_ before the sample's decoding and one after; nobody else to wake.
+      // Decoded outside mu_, so that the step can take what is ready meanwhile; only the step
+      // may need waking.
       StreamItem& it = **item;
       const int64_t position = it.position;
       std::shared_ptr<Slab> slab = it.error.ok() ? SlabOf(position) : nullptr;
@@ -287,7 +289,8 @@ void ShardedSplit::ReadLoop() {
     // PNG decodes in tens of microseconds) cost nearly as much in wake-ups, each a futex call
     // and a context switch that preempts a step on its core. Measured in 2-rank training from
     // PNG shards: the data threads' share of the cores fell from 9.5% to 8%, and 5 of 6 paired
-    // jobs trained faster (median +5%). What the decoders have not been told of is announced
+    // jobs trained faster (median +5%; measured while every job's window was 4 samples, see
+    // Start, so not re-measured since). What the decoders have not been told of is announced
     // when the reader sleeps on a full window, when it ends, and at once while the step waits
     // (the reader may block in a slow shard with a few samples unannounced).
     ++unannounced_;
@@ -325,7 +328,8 @@ void ShardedSplit::DecodeLoop() {
     std::unique_lock<std::mutex> lock(mu_);
     // (Taking several raw samples per trip measured 8% faster alone on one core, and 6% slower
     // in 2-rank training: bursts of decoding skewed the ranks' steps. For 28x28 PNGs, up to 8
-    // a trip, 7-14% slower in training than one at a time.)
+    // a trip, 7-14% slower in training than one at a time; both measured while every job's
+    // window was 4 samples.)
     const bool wake = Publish(position, std::move(decoded));
     lock.unlock();
     if (wake) ready_cv_.notify_one();
@@ -639,8 +643,11 @@ absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch,
   std::vector<Decoded> samples;
   samples.reserve(positions.size());
   if (kept != nullptr) kept->clear();
-  // What is decoded already in one trip to mu_, the rest sample by sample.
-  std::vector<Decoded> early = TakeDecoded(positions.front(), positions.back());
+  // Each trip to mu_ is a chance to wait for a reader preempted while holding it on the step's
+  // own core: what is decoded already comes in one trip, the rest sample by sample. (With
+  // num_workers 0 nothing is decoded ahead.)
+  std::vector<Decoded> early;
+  if (options_.num_workers > 0) early = TakeDecoded(positions.front(), positions.back());
   for (size_t i = 0; i < positions.size(); ++i) {
     const int64_t p = positions[i];
     absl::StatusOr<Decoded> d =

@@ -1,16 +1,17 @@
 // One split of a sharded dataset as a rank streams it: its raw samples (sample_stream.h) decoded
-// by a pool of threads (data.num_workers) a bounded window ahead of the step, and collated into
-// batches. The coordinator addresses a streamed split's samples by position in the rank's epoch
-// (0, 1, 2, ...), so the same batch of the same epoch holds the same samples on every run; a
-// batch that does not continue where the last one ended (a resume, a re-sent step, a new epoch)
-// restarts the stream there.
+// by a pool of threads (data.num_workers; on a rank with one core, by its reader) a bounded
+// window ahead of the step, and collated into batches. The coordinator addresses a streamed split's
+// samples by position in the rank's epoch (0, 1, 2, ...), so the same batch of the same epoch holds
+// the same samples on every run; a batch that does not continue where the last one ended (a resume,
+// a re-sent step, a new epoch) restarts the stream there.
 //
-// The decoding threads write each sample into its row of the batch it belongs to (a "slab"),
+// Whichever thread decodes a sample writes it into its row of the batch it belongs to (a "slab"),
 // so a batch is handed to the step without a copy, and the step's thread does no collation.
 //
-// Memory: the window (prefetch_batches x batch size decoded samples, at least two per thread)
-// rounded up to whole batches plus one, the batches the step still holds, the shuffle buffer's
-// raw samples and one shard being read, whatever the dataset's size.
+// Memory: the window (prefetch_batches x batch size decoded samples when training, one batch
+// otherwise, at least two per thread) rounded up to whole batches plus one, the batches the step
+// still holds, the shuffle buffer's raw samples and one shard being read, whatever the dataset's
+// size.
 //
 // Thread-safety: Batch from one thread at a time (the rank's step thread); Cancel from any.
 #pragma once
@@ -61,7 +62,7 @@ struct ShardedSplitOptions {
   // Samples read and decoded ahead of the step: at least `window`, and at least
   // prefetch_batches of the step's batches when training, one batch otherwise (their size is
   // known from the first Batch: the coordinator, not the spec a worker gets, holds the batch
-  // size).
+  // size). 0: `window` alone.
   int64_t window = 64;
   int prefetch_batches = 0;
   SampleDecoder decode;
