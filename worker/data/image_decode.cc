@@ -12,11 +12,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/data/plain_png.h"
 
 namespace dtrain {
 namespace {
@@ -329,8 +332,47 @@ absl::Status PngFailure(png_image* image) {
   return Invalid(ImageFormat::kPng, absl::StrCat("corrupt or truncated: ", message));
 }
 
+// A plain PNG (worker/data/plain_png.h) decoded without libpng; nullopt when that path declines
+// and libpng must read the file.
+std::optional<absl::StatusOr<DecodedImage>> DecodePlainPngWindow(absl::string_view bytes,
+                                                                 const ImageDecodeOptions& options,
+                                                                 const CropWindow* window,
+                                                                 ImageHeader* header) {
+  PlainPngHeader plain;
+  if (!ReadPlainPngHeader(bytes, &plain)) return std::nullopt;
+  *header = {ImageFormat::kPng, plain.height, plain.width};
+  if (absl::Status size_ok =
+          CheckSize(ImageFormat::kPng, plain.width, plain.height, options.limits);
+      !size_ok.ok()) {
+    return size_ok;
+  }
+  const CropWindow w = window != nullptr ? *window : CropWindow{0, 0, plain.height, plain.width};
+  if (absl::Status inside = CheckWindow(ImageFormat::kPng, w, plain.width, plain.height);
+      !inside.ok()) {
+    return inside;
+  }
+  const int channels = plain.color_channels();
+  const size_t bytes_needed = static_cast<size_t>(plain.width) * plain.height * channels;
+  if (window == nullptr && options.channels == channels) {  // straight into the result
+    DecodedImage out;
+    out.height = plain.height;
+    out.width = plain.width;
+    out.channels = channels;
+    out.pixels.resize(bytes_needed);
+    if (!DecodePlainPng(bytes, plain, out.pixels.data())) return std::nullopt;
+    return out;
+  }
+  std::vector<uint8_t> decoded(bytes_needed);
+  if (!DecodePlainPng(bytes, plain, decoded.data())) return std::nullopt;
+  return CopyWindow(decoded.data(), plain.width, channels, w, options.channels);
+}
+
 absl::StatusOr<DecodedImage> DecodePng(absl::string_view bytes, const ImageDecodeOptions& options,
                                        const CropWindow* window, ImageHeader* header) {
+  if (std::optional<absl::StatusOr<DecodedImage>> plain =
+          DecodePlainPngWindow(bytes, options, window, header)) {
+    return *std::move(plain);
+  }
   png_image image;
   std::memset(&image, 0, sizeof(image));
   image.version = PNG_IMAGE_VERSION;
@@ -491,6 +533,14 @@ absl::StatusOr<ImageHeader> ReadImageHeader(absl::string_view bytes,
       return header;
     }
     case ImageFormat::kPng: {
+      if (PlainPngHeader plain; ReadPlainPngHeader(bytes, &plain)) {
+        header = {ImageFormat::kPng, plain.height, plain.width};
+        if (absl::Status size_ok = CheckSize(ImageFormat::kPng, plain.width, plain.height, limits);
+            !size_ok.ok()) {
+          return size_ok;
+        }
+        return header;
+      }
       png_image image;
       std::memset(&image, 0, sizeof(image));
       image.version = PNG_IMAGE_VERSION;

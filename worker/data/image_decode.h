@@ -1,9 +1,9 @@
-// Image decoding for the data pipeline: JPEG (libjpeg-turbo), PNG (libpng) and WebP (libwebp)
-// bytes to 8-bit HWC pixels, the format told by its magic bytes, never by a file name. Pixels
-// equal what PIL's Image.open(...).convert("RGB") / convert("L") gives, which is what a
-// torchvision ImageFolder user trains on. Sizes are checked from the header before any pixel
-// buffer is allocated, so a hostile header cannot make the worker allocate gigabytes. Plain C++
-// (no libtorch).
+// Image decoding for the data pipeline: JPEG (libjpeg-turbo), PNG (libpng, or libdeflate for a
+// plain PNG: worker/data/plain_png.h) and WebP (libwebp) bytes to 8-bit HWC pixels, the format
+// told by its magic bytes, never by a file name. Pixels equal what PIL's
+// Image.open(...).convert("RGB") / convert("L") gives, which is what a torchvision ImageFolder
+// user trains on. Sizes are checked from the header before any pixel buffer is allocated, so a
+// hostile header cannot make the worker allocate gigabytes. Plain C++ (no libtorch).
 //
 // Thread-safety: every function is reentrant; call them from any number of threads at once.
 #pragma once
