@@ -166,6 +166,11 @@ bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header, uint8
   // The caller has bounded the size; this only keeps the arithmetic below from overflowing.
   if (width * height > (size_t{1} << 32)) return false;
   ThreadBuffers& buffers = Buffers();
+  // On every way out, a huge image's (or a hostile file's many IDAT chunks') buffers go.
+  struct TrimOnExit {
+    ThreadBuffers& buffers;
+    ~TrimOnExit() { buffers.Trim(); }
+  } trim{buffers};
 
   // IDAT chunks must be consecutive (PNG 5.6); one is the common case and is inflated in place.
   const uint8_t* stream = nullptr;
@@ -234,7 +239,6 @@ bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header, uint8
     }
     prev = cur;
   }
-  buffers.Trim();
   return ok;
 }
 
