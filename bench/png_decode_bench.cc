@@ -3,7 +3,8 @@
 // simplified API as image_decode used it before (begin_read, finish_read into a buffer, the copy
 // out), and libdeflate's inflate of the same IDAT streams alone (the floor: no chunk walk, no
 // unfiltering). The three alternate pass by pass over the same bytes in memory, so a slow
-// moment of the machine touches all of them. Prints one JSON row per system:
+// moment of the machine touches all of them. The images must be plain gray PNGs (the libpng
+// row asks for gray), which the bench checks first. Prints one JSON row per system:
 //   {"system": ..., "images": N, "seconds": S, "ns_per_image": T}
 #include <libdeflate.h>
 #include <png.h>
@@ -20,6 +21,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "worker/data/image_decode.h"
+#include "worker/data/plain_png.h"
 #include "worker/data/tar_shard_reader.h"
 
 ABSL_FLAG(std::string, shards, "", "directory holding the *.tar shards with .png fields");
@@ -115,7 +117,22 @@ int main(int argc, char** argv) {
          sink += inflated[written / 2];
        }},
   };
-  for (size_t i = 0; i < images.size(); ++i) systems[0].decode(i);  // warm: buffers, caches
+  // The comparison means something only if the images are gray and take the fast path, and both
+  // systems agree on them.
+  for (size_t i = 0; i < images.size(); ++i) {
+    dtrain::PlainPngHeader header;
+    std::vector<uint8_t> fast;
+    if (!dtrain::ReadPlainPngHeader(images[i], &header) || header.stored_channels != 1 ||
+        !dtrain::DecodePlainPng(images[i], header, &fast)) {
+      std::fprintf(stderr, "image %zu is not a plain gray PNG: this bench compares those\n", i);
+      return 1;
+    }
+    auto image = dtrain::DecodeImage(images[i], gray);
+    if (!image.ok() || image->pixels != fast) {
+      std::fprintf(stderr, "image %zu: DecodeImage and the plain path disagree\n", i);
+      return 1;
+    }
+  }
   for (int pass = 0; pass < absl::GetFlag(FLAGS_passes); ++pass) {
     for (System& s : systems) {
       const auto start = std::chrono::steady_clock::now();

@@ -158,7 +158,7 @@ TEST(PlainPngTest, EveryColorTypeAndFilter_DecodesToThePixelsWritten) {
       EXPECT_EQ(header.stored_channels, StoredChannels(color_type));
       const std::vector<uint8_t> expected = WithoutAlpha(written, header.stored_channels);
       std::vector<uint8_t> decoded(expected.size(), 0xEE);
-      ASSERT_TRUE(DecodePlainPng(png, header, decoded.data()));
+      ASSERT_TRUE(DecodePlainPng(png, header, &decoded));
       EXPECT_EQ(decoded, expected);
 
       ImageDecodeOptions options;
@@ -183,7 +183,7 @@ TEST(PlainPngTest, StreamOverSeveralIdatChunksAndTextChunk_Decodes) {
   PlainPngHeader header;
   ASSERT_TRUE(ReadPlainPngHeader(png, &header));
   std::vector<uint8_t> decoded(written.size());
-  ASSERT_TRUE(DecodePlainPng(png, header, decoded.data()));
+  ASSERT_TRUE(DecodePlainPng(png, header, &decoded));
   EXPECT_EQ(decoded, written);
 }
 
@@ -232,7 +232,7 @@ TEST(PlainPngTest, PngsThatAreNotPlain_DeclinedAndStillDecodedByLibpng) {
     if (c.header_plain) {
       std::vector<uint8_t> decoded(static_cast<size_t>(header.width) * header.height *
                                    header.color_channels());
-      EXPECT_FALSE(DecodePlainPng(png, header, decoded.data()));
+      EXPECT_FALSE(DecodePlainPng(png, header, &decoded));
     }
     // libpng's own answer, through its simplified API, is what DecodeImage must give.
     png_image image;
@@ -282,20 +282,41 @@ std::string Chunk(const char* type, const std::string& data) {
 
 // A gray 8-bit PNG whose inflated stream is `raw` (filter bytes included) with intact CRCs:
 // what libpng's writer cannot make (an unknown filter, a stream with bytes to spare).
-std::string HandMadeGrayPng(int width, int height, const std::string& raw) {
+// A gray 8-bit PNG's IHDR data.
+std::string GrayIhdr(int width, int height) {
   std::string ihdr;
   for (uint32_t v : {static_cast<uint32_t>(width), static_cast<uint32_t>(height)}) {
     for (int shift : {24, 16, 8, 0}) ihdr.push_back(static_cast<char>(v >> shift));
   }
-  ihdr += std::string("\x08\x00\x00\x00\x00", 5);
-  uLongf packed_size = compressBound(raw.size());
-  std::string packed(packed_size, '\0');
-  EXPECT_EQ(compress(reinterpret_cast<Bytef*>(packed.data()), &packed_size,
-                     reinterpret_cast<const Bytef*>(raw.data()), raw.size()),
-            Z_OK);
-  packed.resize(packed_size);
-  return std::string("\x89PNG\r\n\x1a\n", 8) + Chunk("IHDR", ihdr) + Chunk("IDAT", packed) +
-         Chunk("IEND", "");
+  return ihdr + std::string("\x08\x00\x00\x00\x00", 5);
+}
+
+// `raw` as a zlib stream with a window of 2^window_bits bytes.
+std::string Zlib(const std::string& raw, int window_bits = 15) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 9, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string packed(deflateBound(&z, raw.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(raw.data()));
+  z.avail_in = static_cast<uInt>(raw.size());
+  z.next_out = reinterpret_cast<Bytef*>(packed.data());
+  z.avail_out = static_cast<uInt>(packed.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  packed.resize(z.total_out);
+  deflateEnd(&z);
+  return packed;
+}
+
+// The signature and `chunks` (each a type and its data) in order.
+std::string Assemble(const std::vector<std::pair<const char*, std::string>>& chunks) {
+  std::string png("\x89PNG\r\n\x1a\n", 8);
+  for (const auto& [type, data] : chunks) png += Chunk(type, data);
+  return png;
+}
+
+// A gray 8-bit PNG whose inflated stream is `raw` (filter bytes included) with intact CRCs:
+// what libpng's writer cannot make (an unknown filter, a stream with bytes to spare).
+std::string HandMadeGrayPng(int width, int height, const std::string& raw) {
+  return Assemble({{"IHDR", GrayIhdr(width, height)}, {"IDAT", Zlib(raw)}, {"IEND", ""}});
 }
 
 // The PNG specification's reconstruction (9.2, 9.4), written as it reads there: Recon(x) =
@@ -342,7 +363,7 @@ TEST(PlainPngTest, HandMadePng_EveryFilterInOneImage) {
   PlainPngHeader header;
   ASSERT_TRUE(ReadPlainPngHeader(png, &header));
   std::vector<uint8_t> decoded(width * height);
-  ASSERT_TRUE(DecodePlainPng(png, header, decoded.data()));
+  ASSERT_TRUE(DecodePlainPng(png, header, &decoded));
   EXPECT_EQ(decoded, SpecReconstruct(raw, width, height, 1));
 }
 
@@ -373,7 +394,7 @@ TEST(PlainPngTest, DamagedPlainPngs_DeclinedAndLeftToLibpng) {
     PlainPngHeader header;
     ASSERT_TRUE(ReadPlainPngHeader(c.bytes, &header));
     std::vector<uint8_t> decoded(static_cast<size_t>(header.width) * header.height);
-    EXPECT_FALSE(DecodePlainPng(c.bytes, header, decoded.data()));
+    EXPECT_FALSE(DecodePlainPng(c.bytes, header, &decoded));
     ImageDecodeOptions gray;
     gray.channels = 1;
     absl::StatusOr<DecodedImage> image = DecodeImage(c.bytes, gray);
@@ -387,12 +408,141 @@ TEST(PlainPngTest, DamagedPlainPngs_DeclinedAndLeftToLibpng) {
   PlainPngHeader header;
   ASSERT_TRUE(ReadPlainPngHeader(long_stream, &header));
   std::vector<uint8_t> decoded(static_cast<size_t>(header.width) * header.height);
-  EXPECT_FALSE(DecodePlainPng(long_stream, header, decoded.data()));
+  EXPECT_FALSE(DecodePlainPng(long_stream, header, &decoded));
   ImageDecodeOptions gray;
   gray.channels = 1;
   absl::StatusOr<DecodedImage> image = DecodeImage(long_stream, gray);
   ASSERT_TRUE(image.ok()) << image.status();  // libpng warns about the extra data and decodes
   EXPECT_EQ(image->pixels, std::vector<uint8_t>(decoded.size(), 0));
+}
+
+// Every layout of chunks the fast path takes or leaves: what it takes must decode to the pixels
+// (rows of filter None here, so the raw bytes are the pixels); what it leaves, libpng decodes or
+// refuses as before.
+TEST(PlainPngTest, ChunkLayouts_TakenOrLeftToLibpng) {
+  const int width = 300;
+  const int height = 200;
+  std::string raw;
+  std::vector<uint8_t> pixels;
+  for (int y = 0; y < height; ++y) {
+    raw.push_back('\0');
+    for (int x = 0; x < width; ++x) {
+      const auto v = static_cast<uint8_t>((x * 7 + y * 13 + (x * y) % 11) & 0xFF);
+      raw.push_back(static_cast<char>(v));
+      pixels.push_back(v);
+    }
+  }
+  const std::string ihdr = GrayIhdr(width, height);
+  const std::string stream = Zlib(raw);
+  const std::string first = stream.substr(0, stream.size() / 2);
+  const std::string second = stream.substr(stream.size() / 2);
+  // Window 2^9 = 512 bytes, smaller than the 60,200 inflated: zlib refuses any match reaching
+  // further back, and libdeflate would not notice, so the fast path must leave it to libpng.
+  const std::string small_window = Zlib(raw, 9);
+  std::string dictionary = stream;  // FDICT set, FCHECK made right again
+  {
+    const unsigned cmf = static_cast<uint8_t>(dictionary[0]);
+    unsigned flg = (static_cast<uint8_t>(dictionary[1]) & 0xC0u) | 0x20u;
+    flg += (31 - (cmf * 256 + flg) % 31) % 31;
+    dictionary[1] = static_cast<char>(flg);
+  }
+  struct Case {
+    const char* name;
+    std::string png;
+    bool fast;  // the fast path decodes it
+  };
+  const Case cases[] = {
+      {"one IDAT", Assemble({{"IHDR", ihdr}, {"IDAT", stream}, {"IEND", ""}}), true},
+      {"split IDAT", Assemble({{"IHDR", ihdr}, {"IDAT", first}, {"IDAT", second}, {"IEND", ""}}),
+       true},
+      {"empty IDAT first", Assemble({{"IHDR", ihdr}, {"IDAT", ""}, {"IDAT", stream}, {"IEND", ""}}),
+       true},
+      {"tEXt, pHYs and tIME around",
+       Assemble({{"IHDR", ihdr},
+                 {"tEXt", std::string("Title\0x", 7)},
+                 {"pHYs", std::string(9, '\1')},
+                 {"IDAT", stream},
+                 {"tIME", std::string("\x07\xea\x0b\x1d\x0a\x00\x00", 7)},
+                 {"IEND", ""}}),
+       true},
+      {"bytes after IEND", Assemble({{"IHDR", ihdr}, {"IDAT", stream}, {"IEND", ""}}) + "trailing",
+       true},
+      {"IDAT, tEXt, IDAT",
+       Assemble({{"IHDR", ihdr},
+                 {"IDAT", first},
+                 {"tEXt", std::string("Title\0x", 7)},
+                 {"IDAT", second},
+                 {"IEND", ""}}),
+       false},
+      {"sRGB", Assemble({{"IHDR", ihdr}, {"sRGB", "\0"}, {"IDAT", stream}, {"IEND", ""}}), false},
+      {"bKGD",
+       Assemble({{"IHDR", ihdr}, {"bKGD", std::string(2, '\0')}, {"IDAT", stream}, {"IEND", ""}}),
+       false},
+      {"zTXt",
+       Assemble({{"IHDR", ihdr},
+                 {"zTXt", std::string("Title\0\0", 7) + Zlib("x")},
+                 {"IDAT", stream},
+                 {"IEND", ""}}),
+       false},
+      {"IEND with data", Assemble({{"IHDR", ihdr}, {"IDAT", stream}, {"IEND", "x"}}), false},
+      {"no IEND", Assemble({{"IHDR", ihdr}, {"IDAT", stream}}), false},
+      {"window smaller than the image",
+       Assemble({{"IHDR", ihdr}, {"IDAT", small_window}, {"IEND", ""}}), false},
+      {"preset dictionary", Assemble({{"IHDR", ihdr}, {"IDAT", dictionary}, {"IEND", ""}}), false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    PlainPngHeader header;
+    ASSERT_TRUE(ReadPlainPngHeader(c.png, &header));
+    std::vector<uint8_t> decoded;
+    ASSERT_EQ(DecodePlainPng(c.png, header, &decoded), c.fast);
+    if (c.fast) {
+      EXPECT_EQ(decoded, pixels);
+    }
+    // DecodeImage agrees with libpng's simplified API on every one of them.
+    png_image image;
+    std::memset(&image, 0, sizeof(image));
+    image.version = PNG_IMAGE_VERSION;
+    std::vector<uint8_t> reference;
+    bool libpng_ok = png_image_begin_read_from_memory(&image, c.png.data(), c.png.size()) != 0;
+    if (libpng_ok) {
+      image.format = PNG_FORMAT_GRAY;
+      reference.resize(PNG_IMAGE_SIZE(image));
+      libpng_ok = png_image_finish_read(&image, nullptr, reference.data(), 0, nullptr) != 0;
+    } else {
+      png_image_free(&image);
+    }
+    ImageDecodeOptions gray;
+    gray.channels = 1;
+    absl::StatusOr<DecodedImage> got = DecodeImage(c.png, gray);
+    ASSERT_EQ(got.ok(), libpng_ok) << got.status();
+    if (libpng_ok) {
+      EXPECT_EQ(got->pixels, reference);
+    }
+    if (c.fast) {
+      EXPECT_TRUE(libpng_ok);
+    }
+  }
+}
+
+// ReadImageHeader answers a plain PNG from its IHDR alone, limits included.
+TEST(PlainPngTest, HeaderOfAPlainPng_FromIhdrWithTheLimits) {
+  const std::string png = HandMadeGrayPng(40, 30, std::string(30 * 41, '\0'));
+  absl::StatusOr<ImageHeader> header = ReadImageHeader(png);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->format, ImageFormat::kPng);
+  EXPECT_EQ(header->width, 40);
+  EXPECT_EQ(header->height, 30);
+  ImageDecodeLimits small;
+  small.max_pixels = 1000;
+  absl::StatusOr<ImageHeader> refused = ReadImageHeader(png, small);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("PNG image: too large: 40x30"));
+  // Over libpng's own limit of 1,000,000 a side: not plain, so libpng's refusal stands.
+  const std::string wide = Assemble({{"IHDR", GrayIhdr(1000001, 1)}, {"IEND", ""}});
+  PlainPngHeader plain;
+  EXPECT_FALSE(ReadPlainPngHeader(wide, &plain));
+  EXPECT_EQ(ReadImageHeader(wide).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace plain_png_test

@@ -54,7 +54,7 @@ bool FastAgreesWithLibpng(const std::string& png) {
   if (int64_t{header.width} * header.height > (1 << 20)) return false;
   const int channels = header.color_channels();
   std::vector<uint8_t> fast(static_cast<size_t>(header.width) * header.height * channels);
-  if (!dtrain::DecodePlainPng(png, header, fast.data())) return false;
+  if (!dtrain::DecodePlainPng(png, header, &fast)) return false;
 
   png_image image;
   std::memset(&image, 0, sizeof(image));

@@ -352,18 +352,16 @@ std::optional<absl::StatusOr<DecodedImage>> DecodePlainPngWindow(absl::string_vi
     return inside;
   }
   const int channels = plain.color_channels();
-  const size_t bytes_needed = static_cast<size_t>(plain.width) * plain.height * channels;
   if (window == nullptr && options.channels == channels) {  // straight into the result
     DecodedImage out;
+    if (!DecodePlainPng(bytes, plain, &out.pixels)) return std::nullopt;
     out.height = plain.height;
     out.width = plain.width;
     out.channels = channels;
-    out.pixels.resize(bytes_needed);
-    if (!DecodePlainPng(bytes, plain, out.pixels.data())) return std::nullopt;
     return out;
   }
-  std::vector<uint8_t> decoded(bytes_needed);
-  if (!DecodePlainPng(bytes, plain, decoded.data())) return std::nullopt;
+  std::vector<uint8_t> decoded;
+  if (!DecodePlainPng(bytes, plain, &decoded)) return std::nullopt;
   return CopyWindow(decoded.data(), plain.width, channels, w, options.channels);
 }
 

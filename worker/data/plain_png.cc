@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <vector>
 
 namespace dtrain {
@@ -29,25 +31,46 @@ bool CrcMatches(const uint8_t* type, uint32_t length) {
   return libdeflate_crc32(0, type, size_t{length} + 4) == BigEndian32(type + 4 + length);
 }
 
-// Chunks that carry no pixel meaning for libpng's simplified API, which ignores them on read.
+// Chunks that carry no pixel meaning for libpng's simplified API. zTXt and iTXt are left out:
+// libpng inflates them on read, so a corrupt one is libpng's to judge.
 bool IsInertAncillary(const uint8_t* type) {
-  return TypeIs(type, "tEXt") || TypeIs(type, "zTXt") || TypeIs(type, "iTXt") ||
-         TypeIs(type, "pHYs") || TypeIs(type, "tIME");
+  return TypeIs(type, "tEXt") || TypeIs(type, "pHYs") || TypeIs(type, "tIME");
 }
+
+// libpng refuses a chunk other than IDAT longer than this (png_check_chunk_length's default).
+constexpr uint32_t kLibpngMaxChunkBytes = 8000000;
+// ... and a width or height over this (PNG_USER_WIDTH_MAX, PNG_USER_HEIGHT_MAX).
+constexpr uint32_t kLibpngMaxSide = 1000000;
+// Deflate cannot expand its input more than this (a 258-byte match per 2 bits, rounded up).
+constexpr size_t kDeflateMaxExpansion = 1032;
 
 struct ThreadBuffers {
   libdeflate_decompressor* inflater = nullptr;
   std::vector<uint8_t> joined;  // the IDAT chunks' data, when there are several
-  std::vector<uint8_t> rows;    // inflated: each row's filter byte, then its bytes
+  // Inflated: each row's filter byte, then its bytes. Not a vector: libdeflate writes every byte,
+  // so zero-filling it first would be wasted.
+  std::unique_ptr<uint8_t[]> rows;
+  size_t rows_capacity = 0;
   ThreadBuffers() = default;
   ThreadBuffers(const ThreadBuffers&) = delete;
   ThreadBuffers& operator=(const ThreadBuffers&) = delete;
   ~ThreadBuffers() {
     if (inflater != nullptr) libdeflate_free_decompressor(inflater);
   }
+  uint8_t* Rows(size_t bytes) {
+    if (rows_capacity < bytes) {
+      rows.reset();  // the old buffer goes before the new one comes
+      rows.reset(new (std::nothrow) uint8_t[bytes]);
+      rows_capacity = rows != nullptr ? bytes : 0;
+    }
+    return rows.get();
+  }
   void Trim() {
     if (joined.capacity() > kKeptBufferBytes) std::vector<uint8_t>().swap(joined);
-    if (rows.capacity() > kKeptBufferBytes) std::vector<uint8_t>().swap(rows);
+    if (rows_capacity > kKeptBufferBytes) {
+      rows.reset();
+      rows_capacity = 0;
+    }
   }
 };
 
@@ -131,8 +154,8 @@ bool ReadPlainPngHeader(absl::string_view bytes, PlainPngHeader* header) {
   const uint32_t width = BigEndian32(ihdr);
   const uint32_t height = BigEndian32(ihdr + 4);
   // Bit depth 8; compression, filter method and interlace all 0.
-  if (width == 0 || height == 0 || width > 0x7fffffffu || height > 0x7fffffffu || ihdr[8] != 8 ||
-      ihdr[10] != 0 || ihdr[11] != 0 || ihdr[12] != 0) {
+  if (width == 0 || height == 0 || width > kLibpngMaxSide || height > kLibpngMaxSide ||
+      ihdr[8] != 8 || ihdr[10] != 0 || ihdr[11] != 0 || ihdr[12] != 0) {
     return false;
   }
   int channels = 0;
@@ -158,13 +181,13 @@ bool ReadPlainPngHeader(absl::string_view bytes, PlainPngHeader* header) {
   return true;
 }
 
-bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header, uint8_t* pixels) {
+bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header,
+                    std::vector<uint8_t>* pixels) {
   const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
   const size_t size = bytes.size();
+  if (size < kIhdrEnd || header.width <= 0 || header.height <= 0) return false;
   const size_t width = static_cast<size_t>(header.width);
   const size_t height = static_cast<size_t>(header.height);
-  // The caller has bounded the size; this only keeps the arithmetic below from overflowing.
-  if (width * height > (size_t{1} << 32)) return false;
   ThreadBuffers& buffers = Buffers();
   // On every way out, a huge image's (or a hostile file's many IDAT chunks') buffers go.
   struct TrimOnExit {
@@ -172,7 +195,8 @@ bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header, uint8
     ~TrimOnExit() { buffers.Trim(); }
   } trim{buffers};
 
-  // IDAT chunks must be consecutive (PNG 5.6); one is the common case and is inflated in place.
+  // The chunks first, before anything the size of the image is allocated. IDAT chunks must be
+  // consecutive (PNG 5.6); one is the common case and is inflated in place.
   const uint8_t* stream = nullptr;
   size_t stream_bytes = 0;
   bool joined = false;
@@ -201,7 +225,7 @@ bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header, uint8
         if (length != 0) return false;
         break;
       }
-      if (!IsInertAncillary(type)) return false;
+      if (!IsInertAncillary(type) || length > kLibpngMaxChunkBytes) return false;
     }
     at += 12 + size_t{length};
   }
@@ -210,28 +234,37 @@ bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header, uint8
     stream = buffers.joined.data();
     stream_bytes = buffers.joined.size();
   }
+  if (stream_bytes < 2) return false;  // not even a zlib header
 
   const size_t bpp = static_cast<size_t>(header.stored_channels);
   const size_t row_bytes = width * bpp;
-  const size_t inflated_bytes = (row_bytes + 1) * height;
+  const size_t inflated_bytes = (row_bytes + 1) * height;  // sides <= 10^6: no overflow
+  // A stream too short to hold the rows, or whose zlib header declares a window smaller than
+  // the rows (zlib, and so libpng, refuses a match reaching past it; libdeflate does not check).
+  if (stream_bytes * kDeflateMaxExpansion < inflated_bytes) return false;
+  const int window_log = (stream[0] >> 4) + 8;
+  if (window_log < 15 && inflated_bytes > (size_t{1} << window_log)) return false;
   if (buffers.inflater == nullptr) buffers.inflater = libdeflate_alloc_decompressor();
   if (buffers.inflater == nullptr) return false;  // out of memory: libpng will say so
-  if (buffers.rows.size() < inflated_bytes) buffers.rows.resize(inflated_bytes);
+  uint8_t* rows = buffers.Rows(inflated_bytes);
+  if (rows == nullptr) return false;
   size_t read = 0;
   size_t written = 0;
   // Exactly the rows' bytes from exactly the stream: a short or long one is libpng's to judge
   // (it tolerates some of those with a warning).
   const libdeflate_result inflated = libdeflate_zlib_decompress_ex(
-      buffers.inflater, stream, stream_bytes, buffers.rows.data(), inflated_bytes, &read, &written);
-  bool ok = inflated == LIBDEFLATE_SUCCESS && read == stream_bytes && written == inflated_bytes;
+      buffers.inflater, stream, stream_bytes, rows, inflated_bytes, &read, &written);
+  if (inflated != LIBDEFLATE_SUCCESS || read != stream_bytes || written != inflated_bytes) {
+    return false;
+  }
   const int color = header.color_channels();
+  pixels->resize(width * height * static_cast<size_t>(color));
   const uint8_t* prev = nullptr;
-  for (size_t y = 0; ok && y < height; ++y) {
-    uint8_t* row = buffers.rows.data() + y * (row_bytes + 1);
+  for (size_t y = 0; y < height; ++y) {
+    uint8_t* row = rows + y * (row_bytes + 1);
     uint8_t* cur = row + 1;
-    ok = Unfilter(row[0], cur, prev, row_bytes, bpp);
-    if (!ok) break;
-    uint8_t* out = pixels + y * width * static_cast<size_t>(color);
+    if (!Unfilter(row[0], cur, prev, row_bytes, bpp)) return false;
+    uint8_t* out = pixels->data() + y * width * static_cast<size_t>(color);
     if (header.stored_channels == color) {
       std::memcpy(out, cur, row_bytes);
     } else {
@@ -239,7 +272,7 @@ bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header, uint8
     }
     prev = cur;
   }
-  return ok;
+  return true;
 }
 
 }  // namespace dtrain

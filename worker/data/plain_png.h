@@ -1,15 +1,19 @@
 // The fast path of PNG decoding: a "plain" PNG (8 bits per sample, gray, gray+alpha, RGB or
 // RGBA, not interlaced, with no chunk that changes its pixels) inflated in one call by
-// libdeflate and unfiltered here. libpng inflates a row at a time through zlib, which for a
-// small image (a 28x28 Fashion-MNIST sample) costs three times the whole-buffer inflate; see
-// docs/decisions/models-and-data.md. Everything else, and every error message, stays libpng's:
-// when this path says no, its caller asks libpng, which decodes the file or names what is wrong.
-// Plain C++ (no libtorch).
+// libdeflate and unfiltered here. libpng inflates a row at a time through zlib, and its
+// simplified API sets itself up per image: for a small image (a 28x28 Fashion-MNIST sample) that
+// costs three times libdeflate's whole-buffer inflate; see docs/decisions/models-and-data.md.
+// Everything else, and every error message, stays libpng's: when this path says no, its caller
+// asks libpng, which decodes the file or names what is wrong. One known leniency: libdeflate
+// accepts a few malformed Huffman code tables that zlib refuses (an incomplete code with a single
+// codeword), so such a hostile stream decodes here where libpng would fail; what it decodes to is
+// checked by zlib's Adler-32 like any other stream. Plain C++ (no libtorch).
 //
 // Thread-safety: reentrant; each thread keeps its own decompressor and buffers.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -24,15 +28,18 @@ struct PlainPngHeader {
 };
 
 // True when `bytes` begin with the PNG signature and an intact IHDR chunk (its CRC checked) of a
-// plain PNG. Reads nothing past IHDR, so it is as cheap as a header read can be.
+// plain PNG no side of which is over libpng's limit of 1,000,000. Reads nothing past IHDR.
 bool ReadPlainPngHeader(absl::string_view bytes, PlainPngHeader* header);
 
-// Decodes a PNG whose header ReadPlainPngHeader accepted into `pixels`, height * width *
-// color_channels() bytes that the caller allocated after checking the size against its limits.
-// False, with `pixels` partly written, for anything it would not decode exactly as libpng's
-// simplified API does: a chunk other than IHDR, IDAT, IEND, tEXt, zTXt, iTXt, pHYs and tIME
-// (gAMA, sRGB, iCCP, tRNS, PLTE... change pixels in libpng's hands), a CRC mismatch, a corrupt,
-// short or long zlib stream, or an unknown row filter.
-bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header, uint8_t* pixels);
+// Decodes a PNG whose header ReadPlainPngHeader accepted into `pixels`, resized to height x
+// width x color_channels() bytes once the chunks have been walked (so a caller checks the size
+// against its limits first, and a file that is not plain costs no pixel buffer). False, with
+// `pixels` undefined, for anything it would not decode as libpng's simplified API does: a chunk
+// other than IHDR, IDAT, IEND, tEXt, pHYs and tIME (gAMA, sRGB, iCCP, tRNS, PLTE... change pixels
+// in libpng's hands; zTXt and iTXt are inflated by it), one longer than libpng allows, a CRC
+// mismatch, a corrupt, short or long zlib stream or one whose declared window is smaller than
+// the image, or an unknown row filter.
+bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header,
+                    std::vector<uint8_t>* pixels);
 
 }  // namespace dtrain
