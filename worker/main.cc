@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   dtrain::TuneProcessForDtrain();
+  dtrain::TuneProcessForTraining();
   if (absl::Status s = dtrain::ConfigureLoggingFromFlags("dtrain-worker"); !s.ok()) {
     dtrain::LogError(s.message());
     return 2;
