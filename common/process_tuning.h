@@ -1,5 +1,5 @@
 // Process-wide settings for dtrain's own binaries (never called from the library: a library
-// must not change its host program's allocator or locking policy). Users' programs may call it.
+// must not change its host program's allocator or locking policy). Users' programs may call them.
 //
 // Locking: Debian's Abseil is built with Mutex deadlock detection on, a debugging aid that
 // builds a lock graph on every lock; it was ~8% of all CPU in a barrier loop (gRPC locks
@@ -30,10 +30,10 @@ inline void TuneProcessForDtrain() {
 // before it has less free room than M_TOP_PAD, whatever M_TRIM_THRESHOLD says. A training step
 // whose tensors spilled over into a new heap then mapped, faulted in and unmapped it on every
 // step: 1.0-2.1 M page faults in a 1,200-step job, that rank's steps 2-3x slower. A spill
-// happens when the heap before has less room than the step's next tensor (a few MiB), so 8 MiB
-// keeps those heaps; a whole heap's worth (64 MiB) kept every emptied heap and raised the
-// streaming bench's peak memory with the dataset's size. Not for the coordinator, whose idle
-// trim should give such heaps back.
+// happens when the heap before has less room than the step's next tensor (a few MiB): 8 MiB kept
+// the jobs measured free of it. A whole heap's worth (64 MiB) would keep every emptied heap for
+// good, since malloc_trim cannot give back a non-main arena's top. Not for the coordinator,
+// whose idle trim should give memory back.
 inline void TuneProcessForTraining() { mallopt(M_TOP_PAD, 8 << 20); }
 
 }  // namespace dtrain

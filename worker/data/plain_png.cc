@@ -6,6 +6,7 @@
 
 #include <libdeflate.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -37,12 +38,25 @@ bool IsInertAncillary(const uint8_t* type) {
   return TypeIs(type, "tEXt") || TypeIs(type, "pHYs") || TypeIs(type, "tIME");
 }
 
-// libpng refuses a chunk other than IDAT longer than this (png_check_chunk_length's default).
+// The longest chunk other than IDAT in png_check_chunk_length's limits. libpng as Debian builds
+// it was measured decoding longer ones anyway; staying inside its stated limits (here and for
+// IDAT below) only sends such rare files to libpng.
 constexpr uint32_t kLibpngMaxChunkBytes = 8000000;
 // ... and a width or height over this (PNG_USER_WIDTH_MAX, PNG_USER_HEIGHT_MAX).
 constexpr uint32_t kLibpngMaxSide = 1000000;
-// Deflate cannot expand its input more than this (a 258-byte match per 2 bits, rounded up).
+// Deflate cannot expand its input more than this (a 258-byte match per 2 bits: 258 x 4).
 constexpr size_t kDeflateMaxExpansion = 1032;
+static_assert(sizeof(size_t) >= 8, "the size arithmetic below assumes a 64-bit size_t");
+
+// libpng's longest IDAT chunk for this image (png_check_chunk_length): the rows' bytes plus
+// zlib's overhead, and never less than its limit for other chunks.
+size_t LibpngMaxIdatBytes(size_t width, size_t height, size_t channels) {
+  const size_t row_factor = width * channels + 1;
+  size_t limit = height * row_factor;
+  limit += 6 + 5 * (limit / std::min<size_t>(row_factor, 32566) + 1);
+  limit = std::min<size_t>(limit, 0x7fffffffu);
+  return std::max<size_t>(limit, kLibpngMaxChunkBytes);
+}
 
 struct ThreadBuffers {
   libdeflate_decompressor* inflater = nullptr;
@@ -185,7 +199,12 @@ bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header,
                     std::vector<uint8_t>* pixels) {
   const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
   const size_t size = bytes.size();
-  if (size < kIhdrEnd || header.width <= 0 || header.height <= 0) return false;
+  if (size < kIhdrEnd || header.width <= 0 || header.height <= 0 ||
+      header.width > static_cast<int>(kLibpngMaxSide) ||
+      header.height > static_cast<int>(kLibpngMaxSide) || header.stored_channels < 1 ||
+      header.stored_channels > 4) {
+    return false;
+  }
   const size_t width = static_cast<size_t>(header.width);
   const size_t height = static_cast<size_t>(header.height);
   ThreadBuffers& buffers = Buffers();
@@ -197,6 +216,8 @@ bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header,
 
   // The chunks first, before anything the size of the image is allocated. IDAT chunks must be
   // consecutive (PNG 5.6); one is the common case and is inflated in place.
+  const size_t max_idat_bytes =
+      LibpngMaxIdatBytes(width, height, static_cast<size_t>(header.stored_channels));
   const uint8_t* stream = nullptr;
   size_t stream_bytes = 0;
   bool joined = false;
@@ -210,7 +231,7 @@ bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header,
     if (!CrcMatches(type, length)) return false;
     const uint8_t* data = type + 4;
     if (TypeIs(type, "IDAT")) {
-      if (idat_over) return false;
+      if (idat_over || length > max_idat_bytes) return false;
       if (stream == nullptr) {
         stream = data;
         stream_bytes = length;

@@ -4,10 +4,12 @@
 // simplified API sets itself up per image: for a small image (a 28x28 Fashion-MNIST sample) that
 // costs three times libdeflate's whole-buffer inflate; see docs/decisions/models-and-data.md.
 // Everything else, and every error message, stays libpng's: when this path says no, its caller
-// asks libpng, which decodes the file or names what is wrong. One known leniency: libdeflate
-// accepts a few malformed Huffman code tables that zlib refuses (an incomplete code with a single
-// codeword), so such a hostile stream decodes here where libpng would fail; what it decodes to is
-// checked by zlib's Adler-32 like any other stream. Plain C++ (no libtorch).
+// asks libpng, which decodes the file or names what is wrong. A known leniency: libdeflate
+// decodes some malformed deflate streams that zlib refuses (a precode with a single codeword,
+// more than 286 literal/length or 30 distance codes, the reserved symbols 286-287 and 30-31, an
+// empty distance code that is used), so such a hostile stream decodes here where libpng would
+// fail; its output is still checked against the stream's Adler-32 (by libdeflate). Plain C++ (no
+// libtorch).
 //
 // Thread-safety: reentrant; each thread keeps its own decompressor and buffers.
 #pragma once
@@ -36,8 +38,8 @@ bool ReadPlainPngHeader(absl::string_view bytes, PlainPngHeader* header);
 // against its limits first, and a file that is not plain costs no pixel buffer). False, with
 // `pixels` undefined, for anything it would not decode as libpng's simplified API does: a chunk
 // other than IHDR, IDAT, IEND, tEXt, pHYs and tIME (gAMA, sRGB, iCCP, tRNS, PLTE... change pixels
-// in libpng's hands; zTXt and iTXt are inflated by it), one longer than libpng allows, a CRC
-// mismatch, a corrupt, short or long zlib stream or one whose declared window is smaller than
+// in libpng's hands; zTXt and iTXt are inflated by it), one longer than libpng's stated limits, a
+// CRC mismatch, a corrupt, short or long zlib stream or one whose declared window is smaller than
 // the image, or an unknown row filter.
 bool DecodePlainPng(absl::string_view bytes, const PlainPngHeader& header,
                     std::vector<uint8_t>* pixels);
