@@ -1,7 +1,8 @@
 // Streaming a sharded split (worker/data/epoch_plan.h, shard_catalog.h, sample_stream.h): every
 // sample read exactly once per epoch across the ranks, equal training lengths, shuffles that
 // depend only on (seed, epoch, rank), resume from a position, and errors that name the shard,
-// the sample and the rank. Real tar shards on disk, written with libarchive.
+// the sample and the rank, and a stalled stream told from a slow one (stuck_stream_watch.h).
+// Real tar shards on disk, written with libarchive.
 #include <archive.h>
 #include <archive_entry.h>
 
@@ -22,6 +23,7 @@
 #include "worker/data/epoch_plan.h"
 #include "worker/data/sample_stream.h"
 #include "worker/data/shard_catalog.h"
+#include "worker/data/stuck_stream_watch.h"
 
 namespace dtrain {
 namespace shard_stream_test {
@@ -263,6 +265,38 @@ TEST(SampleStream, ATruncatedShardIsNamedOrSkippedSampleBySample) {
   SampleStream gone(o);
   keys = Keys(gone, &status);
   EXPECT_EQ(std::count(keys.begin(), keys.end(), "<missing>"), 4);
+}
+
+// Stuck means no progress for stuck_after since the later of the wait's start and the last
+// progress; a sample the stream reads is progress, seen when the watch looks.
+TEST(StuckStreamWatch, CountsFromTheLaterOfTheWaitAndTheLastProgress) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  StuckStreamWatch watch(absl::Seconds(10));
+  watch.Restart(t0);
+  EXPECT_FALSE(watch.Stuck(nullptr, t0, t0 + absl::Seconds(10)));
+  EXPECT_TRUE(watch.Stuck(nullptr, t0, t0 + absl::Seconds(11)));
+  // A wait that began later counts from its own start.
+  EXPECT_FALSE(watch.Stuck(nullptr, t0 + absl::Seconds(5), t0 + absl::Seconds(11)));
+  watch.Progressed(t0 + absl::Seconds(20));
+  EXPECT_FALSE(watch.Stuck(nullptr, t0, t0 + absl::Seconds(29)));
+  EXPECT_TRUE(watch.Stuck(nullptr, t0, t0 + absl::Seconds(31)));
+
+  // A real stream: reading a sample between two looks is progress, dated by the second look.
+  const std::string dir = MakeDir("watch", {3});
+  absl::StatusOr<ShardCatalog> catalog = ResolveShards(dir, "train", {});
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  SampleStream stream(Options(*catalog, 1, 0, 0));
+  watch.Restart(t0);
+  EXPECT_TRUE(watch.Stuck(&stream, t0, t0 + absl::Seconds(11)));
+  ASSERT_TRUE(stream.Next().ok());
+  EXPECT_FALSE(watch.Stuck(&stream, t0, t0 + absl::Seconds(12)));  // read: progress at t0+12
+  EXPECT_FALSE(watch.Stuck(&stream, t0, t0 + absl::Seconds(22)));
+  EXPECT_TRUE(watch.Stuck(&stream, t0, t0 + absl::Seconds(23)));  // nothing read since
+
+  const absl::Status error = watch.Error(3, "train", 42);
+  EXPECT_EQ(error.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(error.message(), HasSubstr("rank 3: the train stream"));
+  EXPECT_THAT(error.message(), HasSubstr("in 10s (waiting for position 42)"));
 }
 
 }  // namespace shard_stream_test

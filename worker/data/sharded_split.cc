@@ -2,7 +2,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <sys/mman.h>
 
 #include <cstdint>
 #include <utility>
@@ -23,10 +22,6 @@ namespace {
 // photo's JPEG (tens of KiB) is announced at once, small images (a 28x28 PNG) in eights.
 constexpr int64_t kAnnounceSamples = 8;
 constexpr size_t kAnnounceBytes = 16 << 10;
-
-// A stream is not stuck while it downloads at least this much per stuck_after (1 MiB in the
-// default 10 minutes: 1.75 KB/s).
-constexpr int64_t kDownloadProgressBytes = int64_t{1} << 20;
 
 // The cores the calling thread may run on (its affinity mask, which the threads it starts
 // inherit); 0 when it cannot be read. (worker/runtime/cpu_affinity.h lists them, but runtime/
@@ -66,7 +61,8 @@ absl::Status SameShape(int rank, const std::string& key, const std::vector<at::T
 
 }  // namespace
 
-ShardedSplit::ShardedSplit(ShardedSplitOptions options) : options_(std::move(options)) {}
+ShardedSplit::ShardedSplit(ShardedSplitOptions options)
+    : options_(std::move(options)), watch_(options_.stuck_after) {}
 
 ShardedSplit::~ShardedSplit() { Stop(); }
 
@@ -101,7 +97,7 @@ void ShardedSplit::Stop() {
   unannounced_ = 0;
   unannounced_bytes_ = 0;
   ready_.clear();
-  slabs_.clear();
+  slabs_.Clear();
   in_flight_ = 0;
   awaited_ = -1;
   awaited_first_ = awaited_last_ = -1;
@@ -110,7 +106,6 @@ void ShardedSplit::Stop() {
   read_done_ = false;
   read_error_ = absl::OkStatus();
   read_end_ = 0;
-  last_progress_ = absl::Now();
   stop_ = false;
   running_ = false;
 }
@@ -140,21 +135,20 @@ void ShardedSplit::Start(int64_t epoch, int64_t position, int64_t batch) {
   {
     std::lock_guard<std::mutex> lock(mu_);  // Cancel reads stream_ from other threads
     stream_ = std::move(stream);
-    read_seen_ = 0;
-    downloaded_seen_ = 0;
+    watch_.Restart(absl::Now());
+    slabs_.Reset(position, std::max<int64_t>(1, batch), RankSamples());
   }
   epoch_ = epoch;
   next_ = position;
   base_ = position;
-  batch_ = std::max<int64_t>(1, batch);
+  batch = std::max<int64_t>(1, batch);
   // An evaluation split reads one of its batches ahead (already 4 training batches by default),
   // not prefetch_batches: the worker is not told when an evaluation ends, and one cut short
   // (the sanity check, limit_val_batches) leaves its window decoded until the next begins.
   window_ = std::max<int64_t>(
-      {1, options_.window, (options_.training ? options_.prefetch_batches : 1) * batch_});
+      {1, options_.window, (options_.training ? options_.prefetch_batches : 1) * batch});
   epoch_samples_ = RankSamples();
   running_ = true;
-  last_progress_ = absl::Now();
   // The reader has a thread even with num_workers 0: raw samples (held for a while by the
   // shuffle buffer) then come from its allocator arena, not the step's, whose per-step tensors
   // otherwise fragment the heap so that it grows with the samples read (bench/data_memory.sh).
@@ -256,7 +250,7 @@ void ShardedSplit::ReadLoop() {
       if (it.position >= epoch_samples_) item = std::optional<StreamItem>();  // the epoch is full
     }
     std::unique_lock<std::mutex> lock(mu_);
-    last_progress_ = absl::Now();
+    watch_.Progressed(absl::Now());
     if (!item.ok() || !item->has_value()) {
       read_done_ = true;
       if (!item.ok()) read_error_ = item.status();
@@ -270,7 +264,7 @@ void ShardedSplit::ReadLoop() {
       // may need waking.
       StreamItem& it = **item;
       const int64_t position = it.position;
-      std::shared_ptr<Slab> slab = it.error.ok() ? SlabOf(position) : nullptr;
+      std::shared_ptr<Slab> slab = it.error.ok() ? slabs_.Of(position) : nullptr;
       ++in_flight_;
       const int64_t epoch = epoch_;
       lock.unlock();
@@ -320,7 +314,7 @@ void ShardedSplit::DecodeLoop() {
         raw_.erase(raw_.begin(), raw_.begin() + static_cast<std::ptrdiff_t>(raw_head_));
         raw_head_ = 0;
       }
-      if (item.error.ok()) slab = SlabOf(item.position);
+      if (item.error.ok()) slab = slabs_.Of(item.position);
       epoch = epoch_;
     }
     const int64_t position = item.position;
@@ -346,64 +340,6 @@ bool ShardedSplit::Publish(int64_t position, Decoded decoded) {
   return wake;
 }
 
-std::shared_ptr<ShardedSplit::Slab> ShardedSplit::SlabOf(int64_t position) {
-  if (position < base_ || position >= epoch_samples_) return nullptr;
-  const int64_t index = (position - base_) / batch_;
-  std::shared_ptr<Slab>& slab = slabs_[index];
-  if (slab == nullptr) {
-    slab = std::make_shared<Slab>();
-    slab->first = base_ + index * batch_;
-    slab->rows = std::min(batch_, epoch_samples_ - slab->first);
-  }
-  return slab;
-}
-
-at::Tensor ShardedSplit::Buffer(std::vector<int64_t> sizes, at::ScalarType type) {
-  {
-    // The same sizes, not a view of another shape: a view would keep its base alive, and with
-    // it a second reference to the storage, so the buffer would never look free again.
-    std::lock_guard<std::mutex> lock(pool_mu_);
-    for (auto it = pool_.begin(); it != pool_.end(); ++it) {
-      if (it->use_count() == 1 && it->storage().use_count() == 1 && it->scalar_type() == type &&
-          it->sizes().equals(sizes)) {
-        at::Tensor reused = std::move(*it);
-        pool_.erase(it);
-        return reused;
-      }
-    }
-  }
-  at::Tensor fresh = at::empty(sizes, at::TensorOptions().dtype(type));
-  // A batch of images is tens of megabytes that the decoders write once per batch: in 2 MiB
-  // pages its first touch is a few faults rather than thousands (measured: 2% of the decoders'
-  // time), and the streamed rows and the step's reads miss the TLB less. Only advice: where
-  // transparent huge pages are off it does nothing. (Where THP's defrag is "madvise", such a
-  // fault may compact memory first; a slab is made a handful of times per split, then reused.
-  // glibc maps a block over 32 MiB apart and unmaps it when freed, advice and all; a smaller
-  // slab may sit in its heap, where the advice stays and only allows huge pages.)
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(fresh.data_ptr());
-  const uintptr_t end = begin + fresh.nbytes();
-  const uintptr_t first = (begin + kHuge - 1) & ~(kHuge - 1);
-  if (end >= first + kHuge) {
-    madvise(reinterpret_cast<void*>(first), (end - first) & ~(kHuge - 1), MADV_HUGEPAGE);
-  }
-  return fresh;
-}
-
-at::Tensor ShardedSplit::SlabRow(Slab& slab, int64_t row, size_t field, at::IntArrayRef sizes,
-                                 at::ScalarType type) {
-  std::lock_guard<std::mutex> lock(slab.mu);
-  if (slab.columns.size() <= field) slab.columns.resize(field + 1);
-  at::Tensor& column = slab.columns[field];
-  if (!column.defined()) {
-    std::vector<int64_t> shape{slab.rows};
-    shape.insert(shape.end(), sizes.begin(), sizes.end());
-    column = Buffer(std::move(shape), type);
-  }
-  if (column.scalar_type() != type || !column.sizes().slice(1).equals(sizes)) return at::Tensor();
-  return column.select(0, row);
-}
-
 ShardedSplit::Decoded ShardedSplit::DecodeItem(StreamItem item, int64_t epoch,
                                                std::shared_ptr<Slab> slab) {
   Decoded out;
@@ -414,7 +350,7 @@ ShardedSplit::Decoded ShardedSplit::DecodeItem(StreamItem item, int64_t epoch,
   }
   const int64_t row = slab == nullptr ? 0 : item.position - slab->first;
   const FieldOutput output = [&](size_t field, at::IntArrayRef sizes, at::ScalarType type) {
-    return slab == nullptr ? at::Tensor() : SlabRow(*slab, row, field, sizes, type);
+    return slab == nullptr ? at::Tensor() : slabs_.Row(*slab, row, field, sizes, type);
   };
   absl::StatusOr<std::vector<at::Tensor>> tensors;
   try {
@@ -425,7 +361,8 @@ ShardedSplit::Decoded ShardedSplit::DecodeItem(StreamItem item, int64_t epoch,
           // Into the slab what the decoder did not write there itself.
           bool in_slab = slab != nullptr;
           for (size_t f = 0; f < fields.size() && in_slab; ++f) {
-            at::Tensor target = SlabRow(*slab, row, f, fields[f].sizes(), fields[f].scalar_type());
+            at::Tensor target =
+                slabs_.Row(*slab, row, f, fields[f].sizes(), fields[f].scalar_type());
             if (!target.defined()) {
               in_slab = false;
               break;
@@ -465,7 +402,7 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position, absl:
                                                 " stream ended before position ", position));
       }
       ready_cv_.wait_for(lock, std::chrono::seconds(1));
-      if (Stuck(since)) return StuckError(position);
+      if (Stuck(since)) return watch_.Error(rank_, options_.name, position);
     }
     StreamItem item = std::move(raw_[raw_head_++]);
     if (raw_head_ > 1024 && raw_head_ * 2 > raw_.size()) {
@@ -473,7 +410,7 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position, absl:
       raw_head_ = 0;
     }
     wait_seconds_.store(wait_seconds_.load() + absl::ToDoubleSeconds(absl::Now() - started));
-    std::shared_ptr<Slab> slab = item.error.ok() ? SlabOf(item.position) : nullptr;
+    std::shared_ptr<Slab> slab = item.error.ok() ? slabs_.Of(item.position) : nullptr;
     lock.unlock();
     if (item.position != position) {
       return absl::InternalError(absl::StrCat("rank ", rank_, ": the ", options_.name,
@@ -504,7 +441,7 @@ absl::StatusOr<ShardedSplit::Decoded> ShardedSplit::Take(int64_t position, absl:
                                                 " stream ended before position ", position));
       }
       ready_cv_.wait_for(lock, std::chrono::seconds(1));
-      if (Stuck(since)) return StuckError(position);
+      if (Stuck(since)) return watch_.Error(rank_, options_.name, position);
     }
     awaited_ = -1;
     wait_seconds_.store(wait_seconds_.load() + absl::ToDoubleSeconds(absl::Now() - started));
@@ -533,38 +470,6 @@ std::vector<ShardedSplit::Decoded> ShardedSplit::TakeDecoded(int64_t first, int6
   }
   if (wake) space_cv_.notify_one();
   return out;
-}
-
-absl::Status ShardedSplit::StuckError(int64_t position) const {
-  return absl::DeadlineExceededError(
-      absl::StrCat("rank ", rank_, ": the ", options_.name,
-                   " stream read no sample and downloaded less than 1 MiB in ",
-                   absl::FormatDuration(options_.stuck_after), " (waiting for position ", position,
-                   "); the shard being read is stuck"));
-}
-
-bool ShardedSplit::Stuck(absl::Time since) {
-  // Records progress as well as judging it: the reader's hand-outs set last_progress_, and so
-  // does any sample the stream read meanwhile, a replayed one included (a resume late in an
-  // epoch reads for long and hands out nothing, and is not stuck), and a shard's download
-  // (a large shard over a slow link takes longer than stuck_after).
-  const int64_t read = stream_ != nullptr ? stream_->raw_read() : read_seen_;
-  const int64_t downloaded = stream_ != nullptr ? stream_->downloaded() : downloaded_seen_;
-  // A download counts by the mebibyte: a server that trickles a byte at a time, each within
-  // the fetcher's stall timeout, would otherwise hold the job forever. And only while the
-  // stream waits for it: the next shard's download, under way while this one is read, says
-  // nothing about a read that is stuck.
-  const bool awaiting = stream_ != nullptr && stream_->awaiting_shard();
-  // (A stream swapped in for a replay's next pass counts from zero again.)
-  if (read != read_seen_ || downloaded < downloaded_seen_ ||
-      (awaiting && downloaded - downloaded_seen_ >= kDownloadProgressBytes)) {
-    read_seen_ = read;
-    downloaded_seen_ = downloaded;
-    last_progress_ = absl::Now();
-  } else if (!awaiting) {
-    downloaded_seen_ = downloaded;
-  }
-  return absl::Now() - std::max(since, last_progress_) > options_.stuck_after;
 }
 
 void ShardedSplit::Announce(bool all) {
@@ -686,14 +591,7 @@ absl::StatusOr<c10::IValue> ShardedSplit::Batch(int64_t epoch,
   std::shared_ptr<Slab> slab;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    while (!slabs_.empty()) {
-      const std::shared_ptr<Slab>& s = slabs_.begin()->second;
-      if (s->first + s->rows > positions.back() + 1) break;
-      if (s->first == positions.front() && s->rows == static_cast<int64_t>(positions.size())) {
-        slab = s;
-      }
-      slabs_.erase(slabs_.begin());
-    }
+    slab = slabs_.Finish(positions.front(), positions.back());
   }
   return Collate(std::move(samples), slab, positions.size());
 }
@@ -707,14 +605,8 @@ absl::StatusOr<c10::IValue> ShardedSplit::Collate(std::vector<Decoded> samples,
   std::vector<c10::IValue> columns;
   if (whole) {
     // Every row written in place: the slab is the batch.
-    std::lock_guard<std::mutex> lock(pool_mu_);
-    for (const at::Tensor& c : slab->columns) {
-      columns.emplace_back(c);
-      pool_.push_back(c);
-    }
-    // Kept for reuse: a few batches' worth (the step holds one or two at a time).
-    const size_t keep = 4 * std::max<size_t>(1, fields);
-    if (pool_.size() > keep) pool_.erase(pool_.begin(), pool_.end() - keep);
+    for (const at::Tensor& c : slab->columns) columns.emplace_back(c);
+    slabs_.Lend(slab->columns);
   } else {
     // Some rows are missing (skipped samples) or were not written in place: copied.
     absl::Status shapes;

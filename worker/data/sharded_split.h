@@ -5,8 +5,9 @@
 // the same samples on every run; a batch that does not continue where the last one ended (a resume,
 // a re-sent step, a new epoch) restarts the stream there.
 //
-// Whichever thread decodes a sample writes it into its row of the batch it belongs to (a "slab"),
-// so a batch is handed to the step without a copy, and the step's thread does no collation.
+// Whichever thread decodes a sample writes it into its row of the batch it belongs to (a "slab",
+// batch_slabs.h), so a batch is handed to the step without a copy, and the step's thread does no
+// collation. A wait for a sample ends with an error when the stream stalls (stuck_stream_watch.h).
 //
 // Memory: the window (prefetch_batches x batch size decoded samples when training, one batch
 // otherwise, at least two per thread) rounded up to whole batches plus one, the batches the step
@@ -33,8 +34,11 @@
 #include <ATen/core/ivalue.h>
 
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "worker/data/batch_slabs.h"
 #include "worker/data/sample_stream.h"
+#include "worker/data/stuck_stream_watch.h"
 
 namespace dtrain {
 
@@ -114,13 +118,7 @@ class ShardedSplit {
   double wait_seconds() const { return wait_seconds_.load(); }
 
  private:
-  // One batch's tensors as the decoding threads write them: row i is position first + i.
-  struct Slab {
-    int64_t first = 0;
-    int64_t rows = 0;
-    std::mutex mu;
-    std::vector<at::Tensor> columns;  // per field; made by the first sample that writes it
-  };
+  using Slab = BatchSlabs::Slab;
   struct Decoded {
     absl::Status status;  // a sample that failed (skipped when on_error is skip)
     std::string key;
@@ -137,7 +135,7 @@ class ShardedSplit {
   // mu_ held: `decoded` is ready at `position`. True when the step waits for it: the caller
   // wakes it (ready_cv_) once it has let go of mu_.
   bool Publish(int64_t position, Decoded decoded);
-  // `slab`: the one `item`'s position is written into (SlabOf), or null.
+  // `slab`: the one `item`'s position is written into (BatchSlabs::Of), or null.
   Decoded DecodeItem(StreamItem item, int64_t epoch, std::shared_ptr<Slab> slab);
   // The samples of positions first..last that are decoded, from `first` on up to the first
   // that is not, in one trip to mu_ (the step's trips are its chances to wait for the reader).
@@ -152,18 +150,10 @@ class ShardedSplit {
   // mu_ held: wakes a decoder for the raw samples the reader queued without waking one; `all`
   // (the step, as it begins to wait) wakes every decoder while any raw sample is queued.
   void Announce(bool all);
-  // mu_ held: whether the stream has made no progress for stuck_after since the later of
-  // `since` and its last progress: a sample read (a replay's reading counts, though it hands
-  // nothing out) or a mebibyte downloaded.
-  // Judged when looked at, so progress is dated by the look that saw it (about once a second).
-  bool Stuck(absl::Time since);
-  absl::Status StuckError(int64_t position) const;
+  // mu_ held: whether the stream made no progress for stuck_after (StuckStreamWatch).
+  bool Stuck(absl::Time since) { return watch_.Stuck(stream_.get(), since, absl::Now()); }
   // The reader, asleep on a full window, wakes when in_flight_ is down to this (mu_ held).
   int64_t RefillAt() const { return window_ - std::max<int64_t>(1, window_ / 4); }
-  std::shared_ptr<Slab> SlabOf(int64_t position);  // mu_ held
-  at::Tensor SlabRow(Slab& slab, int64_t row, size_t field, at::IntArrayRef sizes,
-                     at::ScalarType type);
-  at::Tensor Buffer(std::vector<int64_t> sizes, at::ScalarType type);
   absl::StatusOr<c10::IValue> Collate(std::vector<Decoded> samples,
                                       const std::shared_ptr<Slab>& slab, size_t expected);
 
@@ -204,22 +194,11 @@ class ShardedSplit {
   bool read_done_ = false;      // guarded by mu_
   absl::Status read_error_;     // guarded by mu_
   int64_t read_end_ = 0;        // the position after the last read (guarded by mu_)
-  absl::Time last_progress_;    // when the stream last made progress (guarded by mu_)
-  // stream_->raw_read() and downloaded() at the last progress Stuck saw (guarded by mu_).
-  int64_t read_seen_ = 0;
-  int64_t downloaded_seen_ = 0;
-  // Batches of batch_ positions from base_ (the position the stream started at); the slabs
-  // being written, by batch number (guarded by mu_).
-  int64_t base_ = 0;
-  int64_t batch_ = 1;
+  StuckStreamWatch watch_;      // guarded by mu_
+  int64_t base_ = 0;            // the position the stream started at
   int64_t epoch_samples_ = 0;
-  std::map<int64_t, std::shared_ptr<Slab>> slabs_;
+  BatchSlabs slabs_;  // the batches being written (Reset, Of, Finish, Clear: under mu_)
   std::vector<std::thread> threads_;
-  // Batches handed to the step, reused for a later slab once nobody else holds them (no tensor
-  // or view of them left): a fresh 38 MB batch (64 x 3x224x224 floats) is an mmap whose page
-  // faults cost more than writing it.
-  std::mutex pool_mu_;
-  std::vector<at::Tensor> pool_;  // guarded by pool_mu_
 };
 
 }  // namespace dtrain
