@@ -1,14 +1,14 @@
-// The compute limit for bench/training.sh: a plain single-process libtorch training loop over
-// the same TorchScript zoo model, data path (Dataset::Batch of the same indices, the same
-// normalization), optimizer and compute threads (SetComputeThreads on the thread that trains)
-// as a dtrain worker's rank, pinned to the cores the local cluster gives that worker (--cpus),
-// with no service and no communication around it. Prints one JSON
-// row: {"system", "model", "ranks", "batch", "threads", "samples_per_s", "start", "end",
-// "barrier_s"}. --lockstep makes the ranks of one ceiling meet at a barrier after every step (a
-// synchronous run with a free, instant all-reduce), and barrier_s is the time spent there.
-// --rank/--world_size take the rank's slice of each global batch, as ddp does; --start_at
-// (Unix seconds) starts every process of a ceiling at once, and start/end (Unix seconds) let
-// the script compute their joint rate over the same interval dtrain's timer spans.
+// The compute limit for bench/training.sh: a plain single-process libtorch training loop over the
+// same TorchScript zoo model, data path (Dataset::Batch of the same indices, the same
+// normalization), optimizer and compute threads (SetComputeThreads on the thread that trains) as a
+// dtrain worker's rank, pinned to the cores the local cluster gives that worker (--cpus), with no
+// service and no communication around it, and the worker's allocator settings. Prints one JSON row:
+// {"system", "model", "ranks", "batch", "threads", "samples_per_s", "start", "end", "barrier_s"}.
+// --lockstep makes the ranks of one ceiling meet at a barrier after every step (a synchronous run
+// with a free, instant all-reduce), and barrier_s is the time spent there. --rank/--world_size take
+// the rank's slice of each global batch, as ddp does; --start_at (Unix seconds) starts every
+// process of a ceiling at once, and start/end (Unix seconds) let the script compute their joint
+// rate over the same interval dtrain's timer spans.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/plain_loop.h"
+#include "common/process_tuning.h"
 #include "worker/data/dataset.h"
 
 ABSL_FLAG(std::string, model, "cnn", "mlp or cnn");
@@ -125,6 +126,11 @@ class LockstepBarrier {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // The worker's allocator policy (worker/main.cc). Without it a loop fell at random into
+  // glibc's per-step heap churn (a million page faults in 200 CNN steps, a third of its rate),
+  // and the ceiling measured malloc rather than the computation it bounds.
+  dtrain::TuneProcessForDtrain();
+  dtrain::TuneProcessForTraining();
   if (absl::Status ready = dtrain::bench::PrepareTrainingThread(absl::GetFlag(FLAGS_threads),
                                                                 absl::GetFlag(FLAGS_cpus));
       !ready.ok()) {
