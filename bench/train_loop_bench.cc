@@ -129,7 +129,6 @@ int main(int argc, char** argv) {
   // The worker's allocator policy (worker/main.cc). Without it a loop fell at random into
   // glibc's per-step heap churn (a million page faults in 200 CNN steps, a third of its rate),
   // and the ceiling measured malloc rather than the computation it bounds.
-  dtrain::TuneProcessForDtrain();
   dtrain::TuneProcessForTraining();
   if (absl::Status ready = dtrain::bench::PrepareTrainingThread(absl::GetFlag(FLAGS_threads),
                                                                 absl::GetFlag(FLAGS_cpus));

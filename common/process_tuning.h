@@ -25,7 +25,8 @@ inline void TuneProcessForDtrain() {
   mallopt(M_ARENA_MAX, 2);
 }
 
-// For a process whose threads train (the worker). A thread other than main allocates from an
+// For a process whose threads train (the worker; the bench's compute ceiling): the settings
+// above, and one more. A thread other than main allocates from an
 // arena made of 64 MiB heaps, and glibc unmaps a heap the moment it is empty unless the heap
 // before it has less free room than M_TOP_PAD, whatever M_TRIM_THRESHOLD says. A training step
 // whose tensors spilled over into a new heap then mapped, faulted in and unmapped it on every
@@ -34,6 +35,9 @@ inline void TuneProcessForDtrain() {
 // the jobs measured free of it. A whole heap's worth (64 MiB) would keep every emptied heap for
 // good, since malloc_trim cannot give back a non-main arena's top. Not for the coordinator,
 // whose idle trim should give memory back.
-inline void TuneProcessForTraining() { mallopt(M_TOP_PAD, 8 << 20); }
+inline void TuneProcessForTraining() {
+  TuneProcessForDtrain();
+  mallopt(M_TOP_PAD, 8 << 20);
+}
 
 }  // namespace dtrain

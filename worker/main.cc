@@ -127,7 +127,6 @@ int main(int argc, char** argv) {
                  command_line.positional[0].c_str());
     return 2;
   }
-  dtrain::TuneProcessForDtrain();
   dtrain::TuneProcessForTraining();
   if (absl::Status s = dtrain::ConfigureLoggingFromFlags("dtrain-worker"); !s.ok()) {
     dtrain::LogError(s.message());
