@@ -5,10 +5,12 @@
 # workers, at the demo's batch size, Nesterov momentum and shuffled rows), then a fresh local
 # cluster (deploy/local/cluster.sh, as deploy/local/demo.sh starts it) running the unchanged
 # demo spec (deploy/local/fashion-cnn.yaml) submitted and watched as demo.sh does, then the
-# ceiling again; the run's ceiling is the faster of its two samples. Per run it prints the time
-# from submit to SUCCEEDED, the training rate (samples over the training span: first training
-# step to the last, validation and checkpoints between them left out) and its share of the
-# ceiling, the rate dtrain reports (which counts from before the sanity check to the run's end),
+# ceiling again; the run's ceiling is the faster of its two samples. Last, the lockstep ceiling
+# (bench/ceiling.sh: the same loops meeting at a free barrier every step), which no synchronous
+# job can beat: on a machine whose cores drift, it sits below the ceiling. Per run it prints the
+# time from submit to SUCCEEDED, the training rate (samples over the training span: first
+# training step to the last, validation and checkpoints between them left out), its share of
+# the ceiling and of the lockstep ceiling, the rate dtrain reports (which counts from before the sanity check to the run's end),
 # where the seconds went, and test_acc; then the medians with their spread, and the machine.
 # A run whose job beat its ceiling measured a slowed ceiling, not a fast job: it is void, left
 # out of the share's median and counted.
@@ -79,6 +81,10 @@ for run in $(seq 1 "$runs"); do
   echo "run $run/$runs: compute ceiling again ..." >&2
   ceiling_once "$build" "$work" "$model" "$batch" "$ceiling_steps" "$run" "${ceiling_flags[@]}" \
     > "$work/ceiling-b.json"
+  # What any synchronous job could keep here: the same loops meeting at a free barrier each step.
+  echo "run $run/$runs: lockstep ceiling ..." >&2
+  lockstep_once "$build" "$work" "$model" "$batch" "$ceiling_steps" "$run" "${ceiling_flags[@]}" \
+    > "$work/lockstep.json"
   /usr/bin/python3 - "$work" "$run" "$batch" >> "$work/rows.jsonl" <<'PY'
 import json, re, sys
 work, run, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -87,6 +93,7 @@ if s.get("state") != "SUCCEEDED":
     sys.exit(f"run {run}: the demo job ended {s.get('state')}: {s.get('reason', '')}")
 ceilings = [json.load(open(f"{work}/ceiling-{x}.json")) for x in "ab"]
 ceiling = max(ceilings, key=lambda c: c["samples_per_s"])
+lockstep = json.load(open(f"{work}/lockstep.json"))
 p = s["progress"]
 phases = p.get("phase_seconds", {})
 samples = int(p["global_step"]) * batch * 2
@@ -100,6 +107,9 @@ print(json.dumps({
     "ceiling_samples_per_s": ceiling["samples_per_s"],
     "ceiling_samples": [c["samples_per_s"] for c in ceilings],
     "synchronous_share": ceiling["synchronous_share"],
+    "lockstep_samples_per_s": lockstep["samples_per_s"],
+    "share_of_lockstep": round(rate / lockstep["samples_per_s"], 4),
+    "lockstep_of_ceiling": round(lockstep["samples_per_s"] / ceiling["samples_per_s"], 4),
     "share_of_ceiling": round(rate / ceiling["samples_per_s"], 4),
     "test_acc": acc, "global_step": int(p["global_step"]),
     "phase_seconds": {k: round(v, 2) for k, v in phases.items()}}))
@@ -114,12 +124,15 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 machine = rows.pop()["machine"]
 print(f"{'run':>3} {'submit->done s':>14} {'train samples/s':>15} {'ceiling':>8} {'share':>6} "
-      f"{'of sync bound':>13} {'reported':>8} {'test_acc':>8}  phases (s)")
+      f"{'of sync bound':>13} {'lockstep':>8} {'of lockstep':>11} {'reported':>8} {'test_acc':>8}"
+      "  phases (s)")
 for r in rows:
     ph = r["phase_seconds"]
     print(f"{r['run']:>3} {r['submit_to_done_s']:>14.1f} {r['train_samples_per_s']:>15.0f} "
           f"{r['ceiling_samples_per_s']:>8.0f} {r['share_of_ceiling']:>6.3f} "
-          f"{r['share_of_ceiling'] / r['synchronous_share']:>13.3f} {r['reported_samples_per_s']:>8.0f} "
+          f"{r['share_of_ceiling'] / r['synchronous_share']:>13.3f} "
+          f"{r['lockstep_samples_per_s']:>8.0f} {r['share_of_lockstep']:>11.3f} "
+          f"{r['reported_samples_per_s']:>8.0f} "
           f"{r['test_acc']:>8.4f}  " + ", ".join(f"{k} {ph[k]}" for k in
           ("setup", "train", "validation", "checkpoint", "test") if k in ph))
 def spread(key, among=rows):
@@ -132,6 +145,10 @@ print(f"void runs (the job above the run's ceiling): {len(rows) - len(valid)} of
 print(f"median of {len(rows)} ({len(valid)} valid for the share): submit to SUCCEEDED {t[0]:.1f} s ({t[1]:.1f}-{t[2]:.1f}); training at "
       f"{s[0]:.3f} of the same run's ceiling ({s[1]:.3f}-{s[2]:.3f}), the ceiling being "
       f"{c[0]:.0f} samples/s ({c[1]:.0f}-{c[2]:.0f}); test_acc {a[0]:.4f} ({a[1]:.4f}-{a[2]:.4f})")
+k, j = spread("lockstep_of_ceiling"), spread("share_of_lockstep")
+print(f"lockstep ceiling (the loops meeting at a free barrier each step, as a synchronous job "
+      f"must): {k[0]:.3f} of the run's ceiling ({k[1]:.3f}-{k[2]:.3f}); the job at {j[0]:.3f} "
+      f"of it ({j[1]:.3f}-{j[2]:.3f})")
 print(f"machine: {machine}")
 if sys.argv[2] == "1" and (not valid or s[0] < 0.90 or a[1] < 0.91):
     print("check FAILED: wants a median share >= 0.90 and every test_acc >= 0.91")
