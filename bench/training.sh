@@ -9,6 +9,9 @@
 #   dtrain-gloo / dtrain-grpc   the same job with the plane named in the spec
 #   torch-ddp-gloo              the same model in Python torch DistributedDataParallel + gloo,
 #                               each rank's training thread pinned to the same core as dtrain's
+#   torch-ddp-malloc            the same torch, given the allocator settings the worker gives
+#                               itself (common/process_tuning.h) through glibc's environment
+#                               variables: the peer as a torch user could tune it
 #   compute-ceiling             two plain libtorch loops at once, started together, each doing a
 #                               worker rank's per-sample work (same data path and normalization,
 #                               one compute thread set and pinned the worker's way) with no
@@ -140,6 +143,18 @@ for run in $(seq 1 "$runs"); do
         ${pins[1]:+--cpus "${pins[@]}"} |
         /usr/bin/python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r['run']=$run; print(json.dumps(r))" \
         >> "$work/passes.jsonl"
+      # The same torch with the allocator settings the worker gives itself
+      # (common/process_tuning.h), through glibc's environment: glibc's defaults cost torch's
+      # ranks heap churn on this VM, which a torch user can also avoid.
+      echo "run $run/$runs, $model, pass $pass/2: torch DDP + gloo, the worker's malloc ..." >&2
+      port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      MALLOC_MMAP_THRESHOLD_=$((256 << 20)) MALLOC_TRIM_THRESHOLD_=$((512 << 20)) \
+        MALLOC_TOP_PAD_=$((8 << 20)) MALLOC_ARENA_MAX=2 \
+        /usr/bin/python3 bench/torch_training.py --model "$model" --world_size 2 --batch "$batch" \
+        --steps "${steps[$model]}" --threads $(( cores / 2 > 0 ? cores / 2 : 1 )) --port "$port" \
+        ${pins[1]:+--cpus "${pins[@]}"} |
+        /usr/bin/python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r['run']=$run; r['system']='torch-ddp-malloc'; print(json.dumps(r))" \
+        >> "$work/passes.jsonl"
     done
   done
 done
@@ -204,15 +219,15 @@ for model in ("mlp", "cnn"):
     # A run where any system beat the ceiling (the best of its 4 samples) measured a slowed
     # ceiling, not a fast system: it is void, and left out of every median.
     void = {k for k in all_ceiling for s in ("dtrain-auto", "dtrain-gloo", "dtrain-grpc",
-                                             "torch-ddp-gloo")
+                                             "torch-ddp-gloo", "torch-ddp-malloc")
             if runs(s, model).get(k, 0) > all_ceiling[k]}
     valid = set(all_ceiling) - void
     ceiling, peer = runs("compute-ceiling", model, valid), runs("torch-ddp-gloo", model, valid)
     lockstep = runs("lockstep-ceiling", model, valid)
     sync_of = {r["run"]: r["synchronous_share"] for r in rows if r["system"] == "compute-ceiling"
                and r["model"] == model and "synchronous_share" in r and r["run"] in valid}
-    for system in ("dtrain-auto", "dtrain-gloo", "dtrain-grpc", "torch-ddp-gloo", "compute-ceiling",
-                   "lockstep-ceiling"):
+    for system in ("dtrain-auto", "dtrain-gloo", "dtrain-grpc", "torch-ddp-gloo",
+                   "torch-ddp-malloc", "compute-ceiling", "lockstep-ceiling"):
         mine = runs(system, model, valid)
         if not mine:
             continue
@@ -229,6 +244,11 @@ for model in ("mlp", "cnn"):
               f"{f'{statistics.median(bound):.3f}' if bound and system.startswith(('dtrain', 'torch')) else '':>13} "
               f"{f'{statistics.median(of_lockstep):.3f}' if of_lockstep and system != 'lockstep-ceiling' else '':>11} "
               f"{f'{statistics.median(ratio):.2f}x' if ratio else '':>12}")
+    mine, tuned = runs("dtrain-auto", model, valid), runs("torch-ddp-malloc", model, valid)
+    if mine and tuned:
+        ratio = [mine[k] / tuned[k] for k in mine if k in tuned]
+        print(f"{model:6} dtrain-auto against torch DDP given the worker's malloc settings: "
+              f"{statistics.median(ratio):.2f}x ({min(ratio):.2f}-{max(ratio):.2f}x)")
     if all_ceiling:
         print(f"{model:6} void runs (a system above the run's ceiling): {len(void)} of {len(all_ceiling)}")
         sync = list(sync_of.values())
