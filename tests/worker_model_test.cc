@@ -15,6 +15,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/optim/optimizer.h>
 #include <torch/script.h>
 #include <torch/utils.h>
@@ -36,6 +37,7 @@
 #include "worker/model/lightning_module.h"
 #include "worker/model/model_zoo.h"
 #include "worker/model/optimizers.h"
+#include "worker/model/script_execution.h"
 #include "worker/model/tensor_convert.h"
 #include "worker/model/torch_save_file.h"
 #include "worker/precision/precision.h"
@@ -346,6 +348,53 @@ TEST(CurrentDevice, ScopeMakesTheRanksDeviceCurrentOnThisThreadOnly_ThenRestores
   const CurrentDeviceScope unsupported(torch::Device(torch::kXLA, 0));
   EXPECT_EQ(unsupported.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(unsupported.status().message()), HasSubstr("xla:0"));
+}
+
+// On the CPU a rank's model code runs the executor's unoptimized plan, on this thread only and
+// for the scope's life; it computes what the optimized plan computes (the CNN's loss and
+// gradients, after the optimized plan has been built by the profiling runs).
+TEST(ScriptExecution, CpuScopeRunsUnoptimizedOnThisThreadOnly_SameLossAndGradients) {
+  ASSERT_TRUE(torch::jit::getGraphExecutorOptimize());
+  {
+    const ScriptExecutionScope scope(torch::Device(torch::kCPU));
+    EXPECT_FALSE(torch::jit::getGraphExecutorOptimize());
+    bool seen_elsewhere = false;
+    std::thread([&] { seen_elsewhere = torch::jit::getGraphExecutorOptimize(); }).join();
+    EXPECT_TRUE(seen_elsewhere) << "another thread's setting changed";
+  }
+  EXPECT_TRUE(torch::jit::getGraphExecutorOptimize());
+  {
+    const ScriptExecutionScope other(torch::Device(c10::DeviceType::PrivateUse1, 3));
+    EXPECT_TRUE(torch::jit::getGraphExecutorOptimize()) << "only the CPU runs unoptimized";
+  }
+
+  absl::StatusOr<LightningModule> model = BuiltinModel("cnn", 1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  model->Train(true);
+  torch::manual_seed(3);
+  const c10::IValue batch = c10::ivalue::Tuple::create(
+      {torch::randn({16, 784}), torch::randint(0, 10, {16}, torch::kLong)});
+  auto step = [&]() -> std::pair<double, std::vector<torch::Tensor>> {
+    for (torch::Tensor p : model->Parameters()) p.mutable_grad() = torch::Tensor();
+    absl::StatusOr<torch::Tensor> loss = model->TrainingStep(batch, 0);
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    loss->backward();
+    std::vector<torch::Tensor> grads;
+    for (const torch::Tensor& p : model->Parameters()) grads.push_back(p.grad().clone());
+    return {loss->item<double>(), grads};
+  };
+  for (int i = 0; i < 3; ++i) step();  // the optimized plan is built after profiling runs
+  const auto [optimized_loss, optimized_grads] = step();
+  const ScriptExecutionScope scope(torch::Device(torch::kCPU));
+  const auto [loss, grads] = step();
+  EXPECT_NEAR(loss, optimized_loss, 1e-6 * std::abs(optimized_loss));
+  ASSERT_EQ(grads.size(), optimized_grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    EXPECT_GT(grads[i].abs().sum().item<double>(), 0) << "parameter " << i << " got no gradient";
+    EXPECT_TRUE(torch::allclose(grads[i], optimized_grads[i], 1e-4, 1e-6))
+        << "parameter " << i << ": max difference "
+        << (grads[i] - optimized_grads[i]).abs().max().item<double>();
+  }
 }
 
 TEST(Checkpoint, RoundTrip_NextStepsIdentical) {
