@@ -144,8 +144,8 @@ for run in $(seq 1 "$runs"); do
         /usr/bin/python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r['run']=$run; print(json.dumps(r))" \
         >> "$work/passes.jsonl"
       # The same torch with the allocator settings the worker gives itself
-      # (common/process_tuning.h), through glibc's environment: glibc's defaults cost torch's
-      # ranks heap churn on this VM, which a torch user can also avoid.
+      # (common/process_tuning.h), through glibc's environment: on some machines glibc's defaults
+      # cost torch's CNN ranks most of their rate in heap churn, which a torch user can avoid too.
       echo "run $run/$runs, $model, pass $pass/2: torch DDP + gloo, the worker's malloc ..." >&2
       port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
       MALLOC_MMAP_THRESHOLD_=$((256 << 20)) MALLOC_TRIM_THRESHOLD_=$((512 << 20)) \

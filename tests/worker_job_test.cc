@@ -10,6 +10,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/python/update_graph_executor_opt.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/optim/sgd.h>
 #include <torch/script.h>
 #include <torch/serialize.h>
@@ -142,6 +145,25 @@ TEST(JobModes, Fit_TrainsInTrainMode_ValidatesInEvalMode_ThenTrainsAgain) {
   EXPECT_TRUE(torch::equal(RunningMean(*job), after_training));
   ASSERT_TRUE(job->Train(Work("train", 32, 32), 0).ok());
   EXPECT_FALSE(torch::equal(RunningMean(*job), after_training)) << "back in train mode";
+}
+
+// A CPU job's model code never builds the graph executor's optimized plan
+// (worker/model/script_execution.h), whichever of the Job's entry points ran it first.
+TEST(JobModes, CpuJobRunsTorchScriptUnoptimized_TrainingAndValidation) {
+  std::unique_ptr<Job> job = SetupOrDie(Request("fit", SaveDropoutBatchNormModel()));
+  ASSERT_NE(job, nullptr);
+  for (int call = 0; call < 3; ++call) {
+    ASSERT_TRUE(job->Train(Work("train", 8 * call, 8), 0).ok());
+    ValidationLoss(*job);
+  }
+  torch::jit::Module& module = job->accelerator().model().module();
+  for (const char* method : {"training_step", "validation_step"}) {
+    EXPECT_FALSE(torch::jit::toGraphFunction(module.get_method(method).function())
+                     .get_executor()
+                     .isOptimized())
+        << method << " runs the optimized plan";
+  }
+  EXPECT_TRUE(torch::jit::getGraphExecutorOptimize()) << "the test's own thread was changed";
 }
 
 // Lightning's sanity check runs under isolate_rng: a validation_step that draws random numbers

@@ -15,7 +15,9 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/optim/optimizer.h>
 #include <torch/script.h>
 #include <torch/utils.h>
@@ -350,10 +352,17 @@ TEST(CurrentDevice, ScopeMakesTheRanksDeviceCurrentOnThisThreadOnly_ThenRestores
   EXPECT_THAT(std::string(unsupported.status().message()), HasSubstr("xla:0"));
 }
 
-// On the CPU a rank's model code runs the executor's unoptimized plan, on this thread only and
-// for the scope's life; it computes what the optimized plan computes (the CNN's loss and
-// gradients, after the optimized plan has been built by the profiling runs).
-TEST(ScriptExecution, CpuScopeRunsUnoptimizedOnThisThreadOnly_SameLossAndGradients) {
+// Whether a method's executor built its optimized plan (which, once built, every later call
+// uses, scope or not).
+bool ExecutorOptimized(LightningModule& model, const std::string& method) {
+  return torch::jit::toGraphFunction(model.module().get_method(method).function())
+      .get_executor()
+      .isOptimized();
+}
+
+// The switch is this thread's, for the scope's life (nested scopes included), and only the CPU
+// takes it.
+TEST(ScriptExecution, CpuScopeTurnsOptimizationOffOnThisThreadOnly_ThenRestoresIt) {
   ASSERT_TRUE(torch::jit::getGraphExecutorOptimize());
   {
     const ScriptExecutionScope scope(torch::Device(torch::kCPU));
@@ -361,39 +370,59 @@ TEST(ScriptExecution, CpuScopeRunsUnoptimizedOnThisThreadOnly_SameLossAndGradien
     bool seen_elsewhere = false;
     std::thread([&] { seen_elsewhere = torch::jit::getGraphExecutorOptimize(); }).join();
     EXPECT_TRUE(seen_elsewhere) << "another thread's setting changed";
+    {
+      const ScriptExecutionScope inner(torch::Device(torch::kCPU));
+      EXPECT_FALSE(torch::jit::getGraphExecutorOptimize());
+    }
+    EXPECT_FALSE(torch::jit::getGraphExecutorOptimize()) << "an inner scope ended the outer one";
+    {
+      const ScriptExecutionScope other(torch::Device(c10::DeviceType::PrivateUse1, 3));
+      EXPECT_FALSE(torch::jit::getGraphExecutorOptimize()) << "a device scope turned it back on";
+    }
   }
   EXPECT_TRUE(torch::jit::getGraphExecutorOptimize());
   {
     const ScriptExecutionScope other(torch::Device(c10::DeviceType::PrivateUse1, 3));
     EXPECT_TRUE(torch::jit::getGraphExecutorOptimize()) << "only the CPU runs unoptimized";
   }
+}
 
-  absl::StatusOr<LightningModule> model = BuiltinModel("cnn", 1);
-  ASSERT_TRUE(model.ok()) << model.status();
-  model->Train(true);
+// Two CNNs from one seed, one stepped only outside any scope (its executor builds the optimized
+// plan after its profiling run), one only inside: the second never builds that plan, and its
+// loss and gradients are the first's.
+TEST(ScriptExecution, ScopedModelNeverOptimizes_SameLossAndGradientsAsTheOptimizedPlan) {
+  absl::StatusOr<LightningModule> optimized = BuiltinModel("cnn", 1);
+  absl::StatusOr<LightningModule> plain = BuiltinModel("cnn", 1);
+  ASSERT_TRUE(optimized.ok() && plain.ok());
   torch::manual_seed(3);
   const c10::IValue batch = c10::ivalue::Tuple::create(
       {torch::randn({16, 784}), torch::randint(0, 10, {16}, torch::kLong)});
-  auto step = [&]() -> std::pair<double, std::vector<torch::Tensor>> {
-    for (torch::Tensor p : model->Parameters()) p.mutable_grad() = torch::Tensor();
-    absl::StatusOr<torch::Tensor> loss = model->TrainingStep(batch, 0);
+  auto step = [&](LightningModule& model) -> std::pair<double, std::vector<torch::Tensor>> {
+    model.Train(true);
+    for (torch::Tensor p : model.Parameters()) p.mutable_grad() = torch::Tensor();
+    absl::StatusOr<torch::Tensor> loss = model.TrainingStep(batch, 0);
     EXPECT_TRUE(loss.ok()) << loss.status();
     loss->backward();
     std::vector<torch::Tensor> grads;
-    for (const torch::Tensor& p : model->Parameters()) grads.push_back(p.grad().clone());
+    for (const torch::Tensor& p : model.Parameters()) grads.push_back(p.grad().clone());
     return {loss->item<double>(), grads};
   };
-  for (int i = 0; i < 3; ++i) step();  // the optimized plan is built after profiling runs
-  const auto [optimized_loss, optimized_grads] = step();
-  const ScriptExecutionScope scope(torch::Device(torch::kCPU));
-  const auto [loss, grads] = step();
-  EXPECT_NEAR(loss, optimized_loss, 1e-6 * std::abs(optimized_loss));
-  ASSERT_EQ(grads.size(), optimized_grads.size());
-  for (size_t i = 0; i < grads.size(); ++i) {
-    EXPECT_GT(grads[i].abs().sum().item<double>(), 0) << "parameter " << i << " got no gradient";
-    EXPECT_TRUE(torch::allclose(grads[i], optimized_grads[i], 1e-4, 1e-6))
+  std::pair<double, std::vector<torch::Tensor>> want, got;
+  for (int i = 0; i < 4; ++i) want = step(*optimized);
+  {
+    const ScriptExecutionScope scope(torch::Device(torch::kCPU));
+    for (int i = 0; i < 4; ++i) got = step(*plain);
+  }
+  EXPECT_TRUE(ExecutorOptimized(*optimized, "training_step"))
+      << "the comparison needs the optimized plan";
+  EXPECT_FALSE(ExecutorOptimized(*plain, "training_step"));
+  EXPECT_NEAR(got.first, want.first, 1e-6 * std::abs(want.first));
+  ASSERT_EQ(got.second.size(), want.second.size());
+  for (size_t i = 0; i < got.second.size(); ++i) {
+    EXPECT_GT(got.second[i].abs().sum().item<double>(), 0) << "parameter " << i << ": no gradient";
+    EXPECT_TRUE(torch::allclose(got.second[i], want.second[i], 1e-4, 1e-6))
         << "parameter " << i << ": max difference "
-        << (grads[i] - optimized_grads[i]).abs().max().item<double>();
+        << (got.second[i] - want.second[i]).abs().max().item<double>();
   }
 }
 
