@@ -1,8 +1,8 @@
 #include "bench/plain_loop.h"
 
+#include "worker/model/model_thread_scope.h"
 #include "worker/model/model_zoo.h"
 #include "worker/model/optimizers.h"
-#include "worker/model/script_execution.h"
 #include "worker/runtime/compute_threads.h"
 #include "worker/runtime/cpu_affinity.h"
 
@@ -29,8 +29,8 @@ absl::StatusOr<PlainLoop> PlainLoop::Make(const std::string& model, double lr, d
 
 absl::Status PlainLoop::Step(const Dataset& data, const std::vector<int64_t>& indices,
                              int64_t batch_idx) {
-  // As a worker's step on the CPU runs its model code (worker/model/script_execution.h).
-  const ScriptExecutionScope script(torch::kCPU);
+  // As a worker's step runs its model code (worker/model/model_thread_scope.h).
+  const ModelThreadScope scope(torch::kCPU);
   absl::StatusOr<c10::IValue> batch = data.Batch("train", indices);
   if (!batch.ok()) return batch.status();
   optimizer_->zero_grad();

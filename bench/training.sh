@@ -106,6 +106,17 @@ JOB
     /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); p=s['progress']; print(json.dumps({'system': 'dtrain-$backend' if $workers > 1 else 'dtrain-single', 'model': '$model', 'ranks': $workers, 'batch': $batch, 'run': $run, 'plane': p.get('collective_plane', ''), 'samples_per_s': round(p.get('train_samples_per_second') or p['samples_per_second'], 1)}))"
 }
 
+# One torch DDP + gloo run of 2 ranks (bench/torch_training.py), labelled `system`; the caller's
+# environment reaches torch (the malloc row sets glibc's variables this way).
+torch_once() {  # model batch steps run system
+  local port
+  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  /usr/bin/python3 bench/torch_training.py --model "$1" --world_size 2 --batch "$2" \
+    --steps "$3" --threads $(( cores / 2 > 0 ? cores / 2 : 1 )) --port "$port" \
+    ${pins[1]:+--cpus "${pins[@]}"} |
+    /usr/bin/python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r['run']=$4; r['system']='$5'; print(json.dumps(r))"
+}
+
 # The compute ceiling (bench/ceiling.sh): two plain loops started together, one span.
 source "$root/bench/ceiling.sh"
 
@@ -137,23 +148,14 @@ for run in $(seq 1 "$runs"); do
         >> "$work/passes.jsonl"
 
       echo "run $run/$runs, $model, pass $pass/2: torch DDP + gloo, 2 ranks ..." >&2
-      port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-      /usr/bin/python3 bench/torch_training.py --model "$model" --world_size 2 --batch "$batch" \
-        --steps "${steps[$model]}" --threads $(( cores / 2 > 0 ? cores / 2 : 1 )) --port "$port" \
-        ${pins[1]:+--cpus "${pins[@]}"} |
-        /usr/bin/python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r['run']=$run; print(json.dumps(r))" \
-        >> "$work/passes.jsonl"
+      torch_once "$model" "$batch" "${steps[$model]}" "$run" torch-ddp-gloo >> "$work/passes.jsonl"
       # The same torch with the allocator settings the worker gives itself
       # (common/process_tuning.h), through glibc's environment: on some machines glibc's defaults
       # cost torch's CNN ranks most of their rate in heap churn, which a torch user can avoid too.
       echo "run $run/$runs, $model, pass $pass/2: torch DDP + gloo, the worker's malloc ..." >&2
-      port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
       MALLOC_MMAP_THRESHOLD_=$((256 << 20)) MALLOC_TRIM_THRESHOLD_=$((512 << 20)) \
         MALLOC_TOP_PAD_=$((8 << 20)) MALLOC_ARENA_MAX=2 \
-        /usr/bin/python3 bench/torch_training.py --model "$model" --world_size 2 --batch "$batch" \
-        --steps "${steps[$model]}" --threads $(( cores / 2 > 0 ? cores / 2 : 1 )) --port "$port" \
-        ${pins[1]:+--cpus "${pins[@]}"} |
-        /usr/bin/python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r['run']=$run; r['system']='torch-ddp-malloc'; print(json.dumps(r))" \
+        torch_once "$model" "$batch" "${steps[$model]}" "$run" torch-ddp-malloc \
         >> "$work/passes.jsonl"
     done
   done

@@ -37,6 +37,7 @@
 #include "worker/model/batch_tree.h"
 #include "worker/model/current_device.h"
 #include "worker/model/lightning_module.h"
+#include "worker/model/model_thread_scope.h"
 #include "worker/model/model_zoo.h"
 #include "worker/model/optimizers.h"
 #include "worker/model/script_execution.h"
@@ -424,6 +425,31 @@ TEST(ScriptExecution, ScopedModelNeverOptimizes_SameLossAndGradientsAsTheOptimiz
         << "parameter " << i << ": max difference "
         << (got.second[i] - want.second[i]).abs().max().item<double>();
   }
+}
+
+// The one scope a rank's model code runs in sets both parts for its device and restores both:
+// the CPU runs TorchScript unoptimized and makes no device current; another device is made
+// current and keeps the executor's default; a device without a guard reports its error.
+TEST(ModelThreadScope, SetsTheDeviceAndTheExecutionModeTogether_ThenRestoresBoth) {
+  stand_in_current = 1;
+  ASSERT_TRUE(torch::jit::getGraphExecutorOptimize());
+  {
+    const ModelThreadScope cpu(torch::Device(torch::kCPU));
+    EXPECT_TRUE(cpu.status().ok()) << cpu.status();
+    EXPECT_FALSE(torch::jit::getGraphExecutorOptimize());
+    EXPECT_EQ(stand_in_current, 1);
+  }
+  EXPECT_TRUE(torch::jit::getGraphExecutorOptimize());
+  {
+    const ModelThreadScope other(torch::Device(c10::DeviceType::PrivateUse1, 2));
+    ASSERT_TRUE(other.status().ok()) << other.status();
+    EXPECT_EQ(stand_in_current, 2);
+    EXPECT_TRUE(torch::jit::getGraphExecutorOptimize());
+  }
+  EXPECT_EQ(stand_in_current, 1);
+  const ModelThreadScope unsupported(torch::Device(torch::kXLA, 0));
+  EXPECT_EQ(unsupported.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(unsupported.status().message()), HasSubstr("xla:0"));
 }
 
 TEST(Checkpoint, RoundTrip_NextStepsIdentical) {

@@ -7,7 +7,8 @@
 // PyTorch does (a 2-rank job on a 2-core VM did not gain; not yet understood). The switch
 // (torch::jit::setGraphExecutorOptimize) is per thread, and it counts only until a method has
 // built its optimized plan, which every later call then uses, scope or not: so a rank's model
-// code runs inside a scope from its first call (each of the Job's entry points takes one).
+// code runs inside a scope from its first call (each of the Job's entry points takes one, as
+// part of ModelThreadScope).
 // Other devices keep libtorch's default: there the executor's fusion may pay, and it was not
 // measured.
 //

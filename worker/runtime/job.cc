@@ -22,9 +22,8 @@
 #include "common/tls_credentials.h"
 #include "worker/collectives/collective_plane.h"
 #include "worker/model/batch_tree.h"
-#include "worker/model/current_device.h"
+#include "worker/model/model_thread_scope.h"
 #include "worker/model/model_zoo.h"
-#include "worker/model/script_execution.h"
 #include "worker/model/tensor_convert.h"
 #include "worker/model/torch_status.h"
 #include "worker/runtime/cpu_affinity.h"
@@ -287,9 +286,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   strategy.bucket_bytes = BucketBytes(t.bucket_cap_mb());
   DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(t.accelerator(), t.precision(),
                                                                strategy, std::move(backend)));
-  const CurrentDeviceScope device(job->accelerator_->root_device());
-  const ScriptExecutionScope script(job->accelerator_->root_device());
-  DTRAIN_RETURN_IF_ERROR(device.status());
+  const ModelThreadScope scope(job->accelerator_->root_device());
+  DTRAIN_RETURN_IF_ERROR(scope.status());
   DTRAIN_RETURN_IF_ERROR(
       job->accelerator_->Setup(std::move(*model), choice.optimizer, choice.schedule));
   if (choice.recipe.has_value()) {
@@ -360,9 +358,8 @@ absl::StatusOr<v1::DryRunResponse> Job::DryRun(const v1::DryRunRequest& request,
   *report.mutable_splits() = described.splits();
   report.set_parameter_count(described.parameter_count());
   Accelerator& a = *job->accelerator_;
-  const CurrentDeviceScope device(a.root_device());
-  const ScriptExecutionScope script(a.root_device());
-  DTRAIN_RETURN_IF_ERROR(device.status());
+  const ModelThreadScope scope(a.root_device());
+  DTRAIN_RETURN_IF_ERROR(scope.status());
   torch::NoGradGuard no_grad;
   std::map<std::string, int64_t> sizes;
   for (const v1::SplitInfo& split : described.splits()) sizes[split.name()] = split.size();
@@ -467,9 +464,8 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
                                            const std::map<std::string, double>& monitored,
                                            std::vector<CallbackStateDict> callbacks) {
   // This thread's CUDA work lands on the rank's device, not GPU 0 (worker/model/current_device.h).
-  const CurrentDeviceScope device(accelerator_->root_device());
-  const ScriptExecutionScope script(accelerator_->root_device());
-  DTRAIN_RETURN_IF_ERROR(device.status());
+  const ModelThreadScope scope(accelerator_->root_device());
+  DTRAIN_RETURN_IF_ERROR(scope.status());
   if (BatchCount(work) == 0) return absl::InvalidArgumentError("the step carries no batches");
   if (total_steps < 0) {
     return absl::InvalidArgumentError(
@@ -558,9 +554,8 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
 
 absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork& work,
                                               bool return_outputs, bool sanity_check) {
-  const CurrentDeviceScope device(accelerator_->root_device());
-  const ScriptExecutionScope script(accelerator_->root_device());
-  DTRAIN_RETURN_IF_ERROR(device.status());
+  const ModelThreadScope scope(accelerator_->root_device());
+  DTRAIN_RETURN_IF_ERROR(scope.status());
   // No batches is fine here: evaluation shards are not padded, so with fewer samples than
   // ranks some ranks have nothing to evaluate.
   ClearCancel();
@@ -635,9 +630,8 @@ absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch,
                                          const std::string& job_spec_json, int64_t total_steps,
                                          const std::map<std::string, double>& monitored,
                                          std::vector<CallbackStateDict> callbacks) {
-  const CurrentDeviceScope device(accelerator_->root_device());
-  const ScriptExecutionScope script(accelerator_->root_device());
-  DTRAIN_RETURN_IF_ERROR(device.status());
+  const ModelThreadScope scope(accelerator_->root_device());
+  DTRAIN_RETURN_IF_ERROR(scope.status());
   if (path.empty()) return absl::InvalidArgumentError("checkpoint path is empty");
   if (total_steps < 0) {
     return absl::InvalidArgumentError(
@@ -650,17 +644,15 @@ absl::StatusOr<bool> Job::SaveCheckpoint(const std::string& path, int64_t epoch,
 }
 
 absl::StatusOr<TrainingProgress> Job::LoadCheckpoint(const std::string& path) {
-  const CurrentDeviceScope device(accelerator_->root_device());
-  const ScriptExecutionScope script(accelerator_->root_device());
-  DTRAIN_RETURN_IF_ERROR(device.status());
+  const ModelThreadScope scope(accelerator_->root_device());
+  DTRAIN_RETURN_IF_ERROR(scope.status());
   if (path.empty()) return absl::InvalidArgumentError("checkpoint path is empty");
   return accelerator_->LoadCheckpoint(path);
 }
 
 absl::Status Job::StateDict(v1::StateDictResponse* response) {
-  const CurrentDeviceScope device(accelerator_->root_device());
-  const ScriptExecutionScope script(accelerator_->root_device());
-  DTRAIN_RETURN_IF_ERROR(device.status());
+  const ModelThreadScope scope(accelerator_->root_device());
+  DTRAIN_RETURN_IF_ERROR(scope.status());
   for (const auto& [name, tensor] : accelerator_->LightningModuleStateDict()) {
     DTRAIN_ASSIGN_OR_RETURN(HostTensor host, FromTorch(tensor));
     ToProto(host, &(*response->mutable_tensors())[name]);
@@ -682,8 +674,7 @@ void Job::ClearCancel() {
 }
 
 absl::Status Job::Teardown(bool all_ranks) {
-  const CurrentDeviceScope device(accelerator_->root_device());
-  const ScriptExecutionScope script(accelerator_->root_device());
+  const ModelThreadScope scope(accelerator_->root_device());
   // The Teardown RPC interrupted any step in progress, which has ended: every rank tears down
   // together, so on_train_end's collectives (a model's) and the barrier below are new ones.
   // A rank leaving alone (its worker stops) stays interrupted: its peers may never join them.

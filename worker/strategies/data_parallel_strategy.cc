@@ -5,8 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/model/batch_tree.h"
-#include "worker/model/current_device.h"
-#include "worker/model/script_execution.h"
+#include "worker/model/model_thread_scope.h"
 #include "worker/model/step_kind.h"
 #include "worker/model/torch_status.h"
 #include "worker/strategies/module_replica.h"
@@ -126,9 +125,8 @@ absl::StatusOr<c10::IValue> DataParallelStrategy::RunReplicas(const std::string&
     // Model code's implicit CUDA work lands on the replica's device, as parallel_apply does.
     const torch::Device replica_device =
         options_.replica_devices.empty() ? options_.device : options_.replica_devices[i];
-    const CurrentDeviceScope device(replica_device);
-    const ScriptExecutionScope script(replica_device);
-    DTRAIN_RETURN_IF_ERROR(device.status());
+    const ModelThreadScope scope(replica_device);
+    DTRAIN_RETURN_IF_ERROR(scope.status());
     DTRAIN_ASSIGN_OR_RETURN(c10::IValue out, replica->RawStep(method, ToReplica(parts[i], i), idx));
     outputs.push_back(std::move(out));
   }
