@@ -4,7 +4,7 @@
 // fuses nothing by default, the rewritten plan cost the zoo's CNN time: its loop stepped
 // 1.07-1.26x faster (median 1.13, 6 alternated rounds, docs/BENCHMARKS.md) with the executor's
 // optimization off, which runs the graph's ops one by one with autograd recording them, as eager
-// PyTorch does (a 2-rank job on a 2-core VM gained only 1.03x; not yet understood). The switch
+// PyTorch does (a 2-rank job on a 2-core VM did not gain measurably; not understood). The switch
 // (torch::jit::setGraphExecutorOptimize) is per thread, and it counts only until a method has
 // built its optimized plan, which every later call then uses, scope or not: so a rank's model
 // code runs inside a scope from its first call (each of the Job's entry points takes one, as
