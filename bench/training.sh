@@ -216,20 +216,19 @@ def runs(system, model, keep=None):
             and (keep is None or r["run"] in keep)}
 print(f"{'model':6} {'system':16} {'plane':6} {'samples/s':>9} {'spread (min-max)':>17} "
       f"{'of ceiling':>10} {'of sync bound':>13} {'of lockstep':>11} {'vs torch DDP':>12}")
+# The systems measured against the ceilings, in the table's order; the ceilings follow them.
+measured = ("dtrain-auto", "dtrain-gloo", "dtrain-grpc", "torch-ddp-gloo", "torch-ddp-malloc")
 for model in ("mlp", "cnn"):
     all_ceiling = runs("compute-ceiling", model)
     # A run where any system beat the ceiling (the best of its 4 samples) measured a slowed
     # ceiling, not a fast system: it is void, and left out of every median.
-    void = {k for k in all_ceiling for s in ("dtrain-auto", "dtrain-gloo", "dtrain-grpc",
-                                             "torch-ddp-gloo", "torch-ddp-malloc")
-            if runs(s, model).get(k, 0) > all_ceiling[k]}
+    void = {k for k in all_ceiling for s in measured if runs(s, model).get(k, 0) > all_ceiling[k]}
     valid = set(all_ceiling) - void
     ceiling, peer = runs("compute-ceiling", model, valid), runs("torch-ddp-gloo", model, valid)
     lockstep = runs("lockstep-ceiling", model, valid)
     sync_of = {r["run"]: r["synchronous_share"] for r in rows if r["system"] == "compute-ceiling"
                and r["model"] == model and "synchronous_share" in r and r["run"] in valid}
-    for system in ("dtrain-auto", "dtrain-gloo", "dtrain-grpc", "torch-ddp-gloo",
-                   "torch-ddp-malloc", "compute-ceiling", "lockstep-ceiling"):
+    for system in measured + ("compute-ceiling", "lockstep-ceiling"):
         mine = runs(system, model, valid)
         if not mine:
             continue

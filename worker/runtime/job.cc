@@ -463,7 +463,8 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
                                            bool end_of_epoch, int64_t total_steps,
                                            const std::map<std::string, double>& monitored,
                                            std::vector<CallbackStateDict> callbacks) {
-  // This thread's CUDA work lands on the rank's device, not GPU 0 (worker/model/current_device.h).
+  // This thread's CUDA work lands on the rank's device, not GPU 0, and its TorchScript runs as
+  // the device wants it (worker/model/model_thread_scope.h).
   const ModelThreadScope scope(accelerator_->root_device());
   DTRAIN_RETURN_IF_ERROR(scope.status());
   if (BatchCount(work) == 0) return absl::InvalidArgumentError("the step carries no batches");

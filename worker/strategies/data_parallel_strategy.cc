@@ -123,9 +123,8 @@ absl::StatusOr<c10::IValue> DataParallelStrategy::RunReplicas(const std::string&
   for (int i = 0; i < static_cast<int>(parts.size()); ++i) {
     DTRAIN_ASSIGN_OR_RETURN(LightningModule * replica, Replica(i));
     // Model code's implicit CUDA work lands on the replica's device, as parallel_apply does.
-    const torch::Device replica_device =
-        options_.replica_devices.empty() ? options_.device : options_.replica_devices[i];
-    const ModelThreadScope scope(replica_device);
+    const ModelThreadScope scope(options_.replica_devices.empty() ? options_.device
+                                                                  : options_.replica_devices[i]);
     DTRAIN_RETURN_IF_ERROR(scope.status());
     DTRAIN_ASSIGN_OR_RETURN(c10::IValue out, replica->RawStep(method, ToReplica(parts[i], i), idx));
     outputs.push_back(std::move(out));
