@@ -54,6 +54,9 @@ ABSL_FLAG(std::string, step_times, "",
           "if set, each timed step's duration in microseconds is written to this file, one per "
           "line (bench/training.sh pairs the ceiling's two ranks' steps)");
 
+ABSL_FLAG(bool, print_malloc_env, false,
+          "print the worker's allocator settings as glibc environment variables (NAME=value "
+          "lines, for a peer that does not call mallopt) and exit");
 ABSL_FLAG(std::string, lockstep, "",
           "if set, a file the ranks of one ceiling share: each step ends at a barrier there (a "
           "spin on shared counters, no data), so the ranks step together as ddp's all-reduce "
@@ -126,6 +129,10 @@ class LockstepBarrier {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_print_malloc_env)) {
+    std::fputs(dtrain::TrainingMallocEnvironment().c_str(), stdout);
+    return 0;
+  }
   // The worker's allocator policy (worker/main.cc). Without it a loop fell at random into
   // glibc's per-step heap churn (a million page faults in 200 CNN steps, a third of its rate),
   // and the ceiling measured malloc rather than the computation it bounds.

@@ -119,6 +119,11 @@ torch_once() {  # model batch steps run system
 
 # The compute ceiling (bench/ceiling.sh): two plain loops started together, one span.
 source "$root/bench/ceiling.sh"
+# The worker's allocator settings as glibc's environment (common/process_tuning.h), for the
+# torch-ddp-malloc row.
+mapfile -t worker_malloc_env < <("$build/bench/dtrain-bench-train-loop" --print_malloc_env)
+[ "${#worker_malloc_env[@]}" -gt 0 ] ||
+  { echo "training.sh: no malloc settings from dtrain-bench-train-loop" >&2; exit 1; }
 
 for run in $(seq 1 "$runs"); do
   for model in mlp cnn; do
@@ -153,9 +158,8 @@ for run in $(seq 1 "$runs"); do
       # (common/process_tuning.h), through glibc's environment: on some machines glibc's defaults
       # cost torch's CNN ranks most of their rate in heap churn, which a torch user can avoid too.
       echo "run $run/$runs, $model, pass $pass/2: torch DDP + gloo, the worker's malloc ..." >&2
-      MALLOC_MMAP_THRESHOLD_=$((256 << 20)) MALLOC_TRIM_THRESHOLD_=$((512 << 20)) \
-        MALLOC_TOP_PAD_=$((8 << 20)) MALLOC_ARENA_MAX=2 \
-        torch_once "$model" "$batch" "${steps[$model]}" "$run" torch-ddp-malloc \
+      (export "${worker_malloc_env[@]}"
+        torch_once "$model" "$batch" "${steps[$model]}" "$run" torch-ddp-malloc) \
         >> "$work/passes.jsonl"
     done
   done

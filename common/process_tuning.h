@@ -13,31 +13,61 @@
 
 #include <malloc.h>
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
 namespace dtrain {
 
+// One allocator setting: the mallopt parameter, and the glibc environment variable that makes
+// the same setting in a program that does not call mallopt (bench/training.sh starts torch's
+// ranks so, for a like-for-like peer; it reads the values from here, through
+// `dtrain-bench-train-loop --print_malloc_env`, so the two cannot drift apart).
+struct MallocSetting {
+  int parameter;
+  const char* environment_variable;
+  int value;
+};
+
+inline constexpr MallocSetting kDtrainMallocSettings[] = {
+    {M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_", 256 << 20},
+    {M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_", 512 << 20},
+    // Few arenas keep freed memory in few places, where malloc_trim can find it.
+    {M_ARENA_MAX, "MALLOC_ARENA_MAX", 2},
+};
+
+// For a process whose threads train (the worker; the bench's compute ceiling), one more. A
+// thread other than main allocates from an arena made of 64 MiB heaps, and glibc unmaps a heap
+// the moment it is empty unless the heap before it has less free room than M_TOP_PAD, whatever
+// M_TRIM_THRESHOLD says. A training step whose tensors spilled over into a new heap then
+// mapped, faulted in and unmapped it on every step: 1.0-2.1 M page faults in a 1,200-step job,
+// that rank's steps 2-3x slower. A spill happens when the heap before has less room than the
+// step's next tensor (a few MiB): 8 MiB kept the jobs measured free of it. A whole heap's worth
+// (64 MiB) would keep every emptied heap for good, since malloc_trim cannot give back a non-main
+// arena's top. Not for the coordinator, whose idle trim should give memory back.
+inline constexpr MallocSetting kTrainingTopPad = {M_TOP_PAD, "MALLOC_TOP_PAD_", 8 << 20};
+
 inline void TuneProcessForDtrain() {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 512 << 20);
-  // Few arenas keep freed memory in few places, where malloc_trim can find it.
-  mallopt(M_ARENA_MAX, 2);
+  for (const MallocSetting& setting : kDtrainMallocSettings) {
+    mallopt(setting.parameter, setting.value);
+  }
 }
 
-// For a process whose threads train (the worker; the bench's compute ceiling): the settings
-// above, and one more. A thread other than main allocates from an
-// arena made of 64 MiB heaps, and glibc unmaps a heap the moment it is empty unless the heap
-// before it has less free room than M_TOP_PAD, whatever M_TRIM_THRESHOLD says. A training step
-// whose tensors spilled over into a new heap then mapped, faulted in and unmapped it on every
-// step: 1.0-2.1 M page faults in a 1,200-step job, that rank's steps 2-3x slower. A spill
-// happens when the heap before has less room than the step's next tensor (a few MiB): 8 MiB kept
-// the jobs measured free of it. A whole heap's worth (64 MiB) would keep every emptied heap for
-// good, since malloc_trim cannot give back a non-main arena's top. Not for the coordinator,
-// whose idle trim should give memory back.
 inline void TuneProcessForTraining() {
   TuneProcessForDtrain();
-  mallopt(M_TOP_PAD, 8 << 20);
+  mallopt(kTrainingTopPad.parameter, kTrainingTopPad.value);
+}
+
+// TuneProcessForTraining's allocator settings as glibc's environment: one NAME=value per line.
+inline std::string TrainingMallocEnvironment() {
+  std::string lines;
+  for (const MallocSetting& setting : kDtrainMallocSettings) {
+    absl::StrAppend(&lines, setting.environment_variable, "=", setting.value, "\n");
+  }
+  absl::StrAppend(&lines, kTrainingTopPad.environment_variable, "=", kTrainingTopPad.value, "\n");
+  return lines;
 }
 
 }  // namespace dtrain

@@ -1,12 +1,15 @@
-// Unit tests of common/: dtype facts, tensor validation, half conversions, status mapping.
+// Unit tests of common/: dtype facts, tensor validation, half conversions, status mapping, the
+// allocator settings as glibc reads them.
 #include <gtest/gtest.h>
 
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "common/atomic_file.h"
@@ -14,6 +17,7 @@
 #include "common/dtype.h"
 #include "common/grpc_status.h"
 #include "common/half.h"
+#include "common/process_tuning.h"
 #include "common/tensor.h"
 
 namespace dtrain {
@@ -84,6 +88,48 @@ TEST(GrpcStatus, ConversionKeepsCodeAndMessage) {
   EXPECT_EQ(g.error_message(), "rank 3 missing");
   EXPECT_EQ(FromGrpcStatus(g), s);
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+// The environment that bench/training.sh gives torch's ranks must make glibc apply the worker's
+// own settings: a misspelt name is ignored by glibc without a word. The dynamic loader lists
+// the tunables it took from the environment.
+TEST(ProcessTuning, TrainingMallocEnvironment_GlibcAppliesEveryValue) {
+  const std::string lines = TrainingMallocEnvironment();
+  EXPECT_EQ(lines,
+            "MALLOC_MMAP_THRESHOLD_=268435456\nMALLOC_TRIM_THRESHOLD_=536870912\n"
+            "MALLOC_ARENA_MAX=2\nMALLOC_TOP_PAD_=8388608\n");
+  std::string loader;
+  for (const char* candidate : {"/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"}) {
+    if (access(candidate, X_OK) == 0) loader = candidate;
+  }
+  ASSERT_FALSE(loader.empty()) << "no dynamic loader at a known path";
+  std::string command = "env -i";
+  std::istringstream in(lines);
+  for (std::string line; std::getline(in, line);) command += " " + line;
+  command += " " + loader + " --list-tunables";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::map<std::string, unsigned long long> tunables;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) {
+    char name[128];
+    unsigned long long value = 0;
+    if (std::sscanf(buffer, "%127[^:]: %llx", name, &value) == 2) tunables[name] = value;
+  }
+  ASSERT_EQ(pclose(pipe), 0) << command;
+  const std::map<int, std::string> tunable_of = {{M_MMAP_THRESHOLD, "glibc.malloc.mmap_threshold"},
+                                                 {M_TRIM_THRESHOLD, "glibc.malloc.trim_threshold"},
+                                                 {M_ARENA_MAX, "glibc.malloc.arena_max"},
+                                                 {M_TOP_PAD, "glibc.malloc.top_pad"}};
+  std::vector<MallocSetting> settings(std::begin(kDtrainMallocSettings),
+                                      std::end(kDtrainMallocSettings));
+  settings.push_back(kTrainingTopPad);
+  for (const MallocSetting& setting : settings) {
+    const std::string& tunable = tunable_of.at(setting.parameter);
+    ASSERT_EQ(tunables.count(tunable), 1u) << tunable << " not listed by " << loader;
+    EXPECT_EQ(tunables[tunable], static_cast<unsigned long long>(setting.value))
+        << setting.environment_variable;
+  }
 }
 
 }  // namespace common_test
