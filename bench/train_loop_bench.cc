@@ -57,6 +57,7 @@ ABSL_FLAG(std::string, step_times, "",
 ABSL_FLAG(bool, print_malloc_env, false,
           "print the worker's allocator settings as glibc environment variables (NAME=value "
           "lines, for a peer that does not call mallopt) and exit");
+
 ABSL_FLAG(std::string, lockstep, "",
           "if set, a file the ranks of one ceiling share: each step ends at a barrier there (a "
           "spin on shared counters, no data), so the ranks step together as ddp's all-reduce "

@@ -119,10 +119,13 @@ torch_once() {  # model batch steps run system
 
 # The compute ceiling (bench/ceiling.sh): two plain loops started together, one span.
 source "$root/bench/ceiling.sh"
-# The worker's allocator settings as glibc's environment (common/process_tuning.h), for the
-# torch-ddp-malloc row.
-mapfile -t worker_malloc_env < <("$build/bench/dtrain-bench-train-loop" --print_malloc_env)
-[ "${#worker_malloc_env[@]}" -gt 0 ] ||
+# The torch-ddp-malloc row's allocator settings come from the worker's own table
+# (common/process_tuning.h), not from values written here a second time, which could drift.
+# Command substitution, so that set -e sees the binary fail; an empty list would make the
+# `export` below print every variable into the results.
+malloc_env_text=$("$build/bench/dtrain-bench-train-loop" --print_malloc_env)
+mapfile -t worker_malloc_env <<< "$malloc_env_text"
+[ -n "$malloc_env_text" ] ||
   { echo "training.sh: no malloc settings from dtrain-bench-train-loop" >&2; exit 1; }
 
 for run in $(seq 1 "$runs"); do

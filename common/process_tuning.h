@@ -13,7 +13,9 @@
 
 #include <malloc.h>
 
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -55,18 +57,26 @@ inline void TuneProcessForDtrain() {
   }
 }
 
+// Everything TuneProcessForTraining sets in the allocator, in the order it sets it.
+inline std::vector<MallocSetting> TrainingMallocSettings() {
+  std::vector<MallocSetting> settings(std::begin(kDtrainMallocSettings),
+                                      std::end(kDtrainMallocSettings));
+  settings.push_back(kTrainingTopPad);
+  return settings;
+}
+
+// For processes whose threads train: their per-step tensors must stay in the heaps they came from.
 inline void TuneProcessForTraining() {
   TuneProcessForDtrain();
   mallopt(kTrainingTopPad.parameter, kTrainingTopPad.value);
 }
 
-// TuneProcessForTraining's allocator settings as glibc's environment: one NAME=value per line.
+// TrainingMallocSettings() as glibc's environment: one NAME=value per line.
 inline std::string TrainingMallocEnvironment() {
   std::string lines;
-  for (const MallocSetting& setting : kDtrainMallocSettings) {
+  for (const MallocSetting& setting : TrainingMallocSettings()) {
     absl::StrAppend(&lines, setting.environment_variable, "=", setting.value, "\n");
   }
-  absl::StrAppend(&lines, kTrainingTopPad.environment_variable, "=", kTrainingTopPad.value, "\n");
   return lines;
 }
 

@@ -2,15 +2,18 @@
 // allocator settings as glibc reads them.
 #include <gtest/gtest.h>
 
-#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "common/atomic_file.h"
 #include "common/directories.h"
@@ -90,19 +93,21 @@ TEST(GrpcStatus, ConversionKeepsCodeAndMessage) {
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
 }
 
-// The environment that bench/training.sh gives torch's ranks must make glibc apply the worker's
-// own settings: a misspelt name is ignored by glibc without a word. The dynamic loader lists
-// the tunables it took from the environment.
-TEST(ProcessTuning, TrainingMallocEnvironment_GlibcAppliesEveryValue) {
+// The environment that bench/training.sh gives torch's ranks must name settings glibc knows: a
+// misspelt name is ignored without a word. The dynamic loader lists the tunables it took from
+// the environment.
+TEST(ProcessTuning, TrainingMallocEnvironment_TheLoaderTakesEveryNameAndValue) {
   const std::string lines = TrainingMallocEnvironment();
   EXPECT_EQ(lines,
             "MALLOC_MMAP_THRESHOLD_=268435456\nMALLOC_TRIM_THRESHOLD_=536870912\n"
             "MALLOC_ARENA_MAX=2\nMALLOC_TOP_PAD_=8388608\n");
   std::string loader;
-  for (const char* candidate : {"/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"}) {
-    if (access(candidate, X_OK) == 0) loader = candidate;
-  }
-  ASSERT_FALSE(loader.empty()) << "no dynamic loader at a known path";
+#if defined(__x86_64__)
+  loader = "/lib64/ld-linux-x86-64.so.2";
+#elif defined(__aarch64__)
+  loader = "/lib/ld-linux-aarch64.so.1";
+#endif
+  if (loader.empty()) GTEST_SKIP() << "no known dynamic loader path for this architecture";
   std::string command = "env -i";
   std::istringstream in(lines);
   for (std::string line; std::getline(in, line);) command += " " + line;
@@ -121,15 +126,37 @@ TEST(ProcessTuning, TrainingMallocEnvironment_GlibcAppliesEveryValue) {
                                                  {M_TRIM_THRESHOLD, "glibc.malloc.trim_threshold"},
                                                  {M_ARENA_MAX, "glibc.malloc.arena_max"},
                                                  {M_TOP_PAD, "glibc.malloc.top_pad"}};
-  std::vector<MallocSetting> settings(std::begin(kDtrainMallocSettings),
-                                      std::end(kDtrainMallocSettings));
-  settings.push_back(kTrainingTopPad);
-  for (const MallocSetting& setting : settings) {
+  for (const MallocSetting& setting : TrainingMallocSettings()) {
+    ASSERT_EQ(tunable_of.count(setting.parameter), 1u)
+        << setting.environment_variable << ": no tunable known to this test";
     const std::string& tunable = tunable_of.at(setting.parameter);
     ASSERT_EQ(tunables.count(tunable), 1u) << tunable << " not listed by " << loader;
     EXPECT_EQ(tunables[tunable], static_cast<unsigned long long>(setting.value))
         << setting.environment_variable;
   }
+}
+
+// glibc refuses some values (mallopt returns 0, and the setting silently stays at its default):
+// each must be taken, and the point of the mmap threshold must hold, a 64 MiB block (a large
+// collective's payload) coming from the heap rather than from a fresh mmap. In a child, so that
+// this test process keeps its own allocator settings.
+TEST(ProcessTuning, EverySettingIsTaken_LargeBlocksStayOnTheHeap) {
+  EXPECT_EXIT(
+      {
+        for (const MallocSetting& setting : TrainingMallocSettings()) {
+          if (mallopt(setting.parameter, setting.value) != 1) {
+            std::fprintf(stderr, "refused: %s\n", setting.environment_variable);
+            std::_Exit(1);
+          }
+        }
+        const size_t mapped_before = mallinfo2().hblkhd;
+        void* block = std::malloc(size_t{64} << 20);
+        const size_t mapped_after = mallinfo2().hblkhd;
+        std::fprintf(stderr, "mapped %zu -> %zu\n", mapped_before, mapped_after);
+        std::free(block);
+        std::_Exit(block != nullptr && mapped_after == mapped_before ? 0 : 2);
+      },
+      testing::ExitedWithCode(0), "mapped");
 }
 
 }  // namespace common_test
