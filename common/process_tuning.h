@@ -13,9 +13,7 @@
 
 #include <malloc.h>
 
-#include <iterator>
 #include <string>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -30,51 +28,47 @@ struct MallocSetting {
   int parameter;
   const char* environment_variable;
   int value;
+  bool training_only;  // made by TuneProcessForTraining alone
 };
 
-inline constexpr MallocSetting kDtrainMallocSettings[] = {
-    {M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_", 256 << 20},
-    {M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_", 512 << 20},
+// In the order they are made.
+inline constexpr MallocSetting kMallocSettings[] = {
+    {M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_", 256 << 20, false},
+    {M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_", 512 << 20, false},
     // Few arenas keep freed memory in few places, where malloc_trim can find it.
-    {M_ARENA_MAX, "MALLOC_ARENA_MAX", 2},
+    {M_ARENA_MAX, "MALLOC_ARENA_MAX", 2, false},
+    // For a process whose threads train (the worker; the bench's compute ceiling). A thread
+    // other than main allocates from an arena made of 64 MiB heaps, and glibc unmaps a heap the
+    // moment it is empty unless the heap before it has less free room than M_TOP_PAD, whatever
+    // M_TRIM_THRESHOLD says. A training step whose tensors spilled over into a new heap then
+    // mapped, faulted in and unmapped it on every step: 1.0-2.1 M page faults in a 1,200-step
+    // job, that rank's steps 2-3x slower. A spill happens when the heap before has less room
+    // than the step's next tensor (a few MiB): 8 MiB kept the jobs measured free of it. A whole
+    // heap's worth (64 MiB) would keep every emptied heap for good, since malloc_trim cannot give
+    // back a non-main arena's top. Not for the coordinator, whose idle trim should give memory
+    // back.
+    {M_TOP_PAD, "MALLOC_TOP_PAD_", 8 << 20, true},
 };
-
-// For a process whose threads train (the worker; the bench's compute ceiling), one more. A
-// thread other than main allocates from an arena made of 64 MiB heaps, and glibc unmaps a heap
-// the moment it is empty unless the heap before it has less free room than M_TOP_PAD, whatever
-// M_TRIM_THRESHOLD says. A training step whose tensors spilled over into a new heap then
-// mapped, faulted in and unmapped it on every step: 1.0-2.1 M page faults in a 1,200-step job,
-// that rank's steps 2-3x slower. A spill happens when the heap before has less room than the
-// step's next tensor (a few MiB): 8 MiB kept the jobs measured free of it. A whole heap's worth
-// (64 MiB) would keep every emptied heap for good, since malloc_trim cannot give back a non-main
-// arena's top. Not for the coordinator, whose idle trim should give memory back.
-inline constexpr MallocSetting kTrainingTopPad = {M_TOP_PAD, "MALLOC_TOP_PAD_", 8 << 20};
 
 inline void TuneProcessForDtrain() {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  for (const MallocSetting& setting : kDtrainMallocSettings) {
-    mallopt(setting.parameter, setting.value);
+  for (const MallocSetting& setting : kMallocSettings) {
+    if (!setting.training_only) mallopt(setting.parameter, setting.value);
   }
-}
-
-// Everything TuneProcessForTraining sets in the allocator, in the order it sets it.
-inline std::vector<MallocSetting> TrainingMallocSettings() {
-  std::vector<MallocSetting> settings(std::begin(kDtrainMallocSettings),
-                                      std::end(kDtrainMallocSettings));
-  settings.push_back(kTrainingTopPad);
-  return settings;
 }
 
 // For processes whose threads train: their per-step tensors must stay in the heaps they came from.
 inline void TuneProcessForTraining() {
   TuneProcessForDtrain();
-  mallopt(kTrainingTopPad.parameter, kTrainingTopPad.value);
+  for (const MallocSetting& setting : kMallocSettings) {
+    if (setting.training_only) mallopt(setting.parameter, setting.value);
+  }
 }
 
-// TrainingMallocSettings() as glibc's environment: one NAME=value per line.
+// TuneProcessForTraining's allocator settings as glibc's environment: one NAME=value per line.
 inline std::string TrainingMallocEnvironment() {
   std::string lines;
-  for (const MallocSetting& setting : TrainingMallocSettings()) {
+  for (const MallocSetting& setting : kMallocSettings) {
     absl::StrAppend(&lines, setting.environment_variable, "=", setting.value, "\n");
   }
   return lines;

@@ -2,6 +2,7 @@
 // allocator settings as glibc reads them.
 #include <gtest/gtest.h>
 
+#include <link.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -101,13 +102,21 @@ TEST(ProcessTuning, TrainingMallocEnvironment_TheLoaderTakesEveryNameAndValue) {
   EXPECT_EQ(lines,
             "MALLOC_MMAP_THRESHOLD_=268435456\nMALLOC_TRIM_THRESHOLD_=536870912\n"
             "MALLOC_ARENA_MAX=2\nMALLOC_TOP_PAD_=8388608\n");
+  // This program's own dynamic loader (its PT_INTERP), whatever the architecture.
   std::string loader;
-#if defined(__x86_64__)
-  loader = "/lib64/ld-linux-x86-64.so.2";
-#elif defined(__aarch64__)
-  loader = "/lib/ld-linux-aarch64.so.1";
-#endif
-  if (loader.empty()) GTEST_SKIP() << "no known dynamic loader path for this architecture";
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          if (info->dlpi_phdr[i].p_type == PT_INTERP) {
+            *static_cast<std::string*>(out) =
+                reinterpret_cast<const char*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+            return 1;
+          }
+        }
+        return 0;
+      },
+      &loader);
+  ASSERT_FALSE(loader.empty()) << "this test program names no dynamic loader";
   std::string command = "env -i";
   std::istringstream in(lines);
   for (std::string line; std::getline(in, line);) command += " " + line;
@@ -126,7 +135,7 @@ TEST(ProcessTuning, TrainingMallocEnvironment_TheLoaderTakesEveryNameAndValue) {
                                                  {M_TRIM_THRESHOLD, "glibc.malloc.trim_threshold"},
                                                  {M_ARENA_MAX, "glibc.malloc.arena_max"},
                                                  {M_TOP_PAD, "glibc.malloc.top_pad"}};
-  for (const MallocSetting& setting : TrainingMallocSettings()) {
+  for (const MallocSetting& setting : kMallocSettings) {
     ASSERT_EQ(tunable_of.count(setting.parameter), 1u)
         << setting.environment_variable << ": no tunable known to this test";
     const std::string& tunable = tunable_of.at(setting.parameter);
@@ -143,7 +152,7 @@ TEST(ProcessTuning, TrainingMallocEnvironment_TheLoaderTakesEveryNameAndValue) {
 TEST(ProcessTuning, EverySettingIsTaken_LargeBlocksStayOnTheHeap) {
   EXPECT_EXIT(
       {
-        for (const MallocSetting& setting : TrainingMallocSettings()) {
+        for (const MallocSetting& setting : kMallocSettings) {
           if (mallopt(setting.parameter, setting.value) != 1) {
             std::fprintf(stderr, "refused: %s\n", setting.environment_variable);
             std::_Exit(1);
