@@ -34,6 +34,7 @@
 #include "worker/data/shard_catalog.h"
 #include "worker/data/sharded_split.h"
 #include "worker/data/tar_shard_reader.h"
+#include "worker/runtime/worker_allocator.h"
 
 ABSL_FLAG(std::string, shards, "", "directory holding the shard-*.tar files");
 ABSL_FLAG(int, threads, 2, "worker threads for every measurement");
@@ -116,6 +117,10 @@ void ForEachSample(const std::string& shard,
 }
 
 int Main() {
+  // The pipeline allocates as a worker's rank does (its decoded batches, the samples in flight).
+  if (absl::StatusOr<std::string> allocator = DescribeWorkerAllocator(); !allocator.ok()) {
+    Die(std::string(allocator.status().message()));
+  }
   const int threads = absl::GetFlag(FLAGS_threads);
   std::vector<std::string> shards;
   for (const auto& entry : std::filesystem::directory_iterator(absl::GetFlag(FLAGS_shards))) {

@@ -5,10 +5,15 @@
 #include "worker/model/optimizers.h"
 #include "worker/runtime/compute_threads.h"
 #include "worker/runtime/cpu_affinity.h"
+#include "worker/runtime/worker_allocator.h"
 
 namespace dtrain::bench {
 
 absl::Status PrepareTrainingThread(int threads, const std::string& cpus) {
+  // A loop on another allocator would measure the allocator, not the computation it bounds.
+  if (absl::StatusOr<std::string> allocator = DescribeWorkerAllocator(); !allocator.ok()) {
+    return allocator.status();
+  }
   SetComputeThreads(threads);
   if (cpus.empty()) return absl::OkStatus();
   absl::StatusOr<std::vector<int>> checked = CheckCpuList(cpus);

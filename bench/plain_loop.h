@@ -20,8 +20,9 @@
 
 namespace dtrain::bench {
 
-// Sets libtorch's compute threads on the calling thread and pins it to `cpus` (a --cpus list;
-// empty: not pinned), as a worker does for its step thread.
+// Checks that the process allocates as a worker does (jemalloc with the worker's options:
+// worker/runtime/worker_allocator.h), sets libtorch's compute threads on the calling thread and
+// pins it to `cpus` (a --cpus list; empty: not pinned), as a worker does for its step thread.
 absl::Status PrepareTrainingThread(int threads, const std::string& cpus);
 
 class PlainLoop {

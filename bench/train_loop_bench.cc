@@ -2,7 +2,8 @@
 // same TorchScript zoo model, data path (Dataset::Batch of the same indices, the same
 // normalization), optimizer and compute threads (SetComputeThreads on the thread that trains) as a
 // dtrain worker's rank, pinned to the cores the local cluster gives that worker (--cpus), with no
-// service and no communication around it, and the worker's allocator settings. Prints one JSON row:
+// service and no communication around it, and the worker's allocator (jemalloc). Prints one JSON
+// row:
 // {"system", "model", "ranks", "batch", "threads", "samples_per_s", "start", "end", "barrier_s"}.
 // --lockstep makes the ranks of one ceiling meet at a barrier after every step (a synchronous run
 // with a free, instant all-reduce), and barrier_s is the time spent there. --rank/--world_size take
@@ -32,6 +33,7 @@
 #include "bench/plain_loop.h"
 #include "common/process_tuning.h"
 #include "worker/data/dataset.h"
+#include "worker/runtime/worker_allocator.h"
 
 ABSL_FLAG(std::string, model, "cnn", "mlp or cnn");
 ABSL_FLAG(int, batch, 128, "samples per step");
@@ -54,9 +56,9 @@ ABSL_FLAG(std::string, step_times, "",
           "if set, each timed step's duration in microseconds is written to this file, one per "
           "line (bench/training.sh pairs the ceiling's two ranks' steps)");
 
-ABSL_FLAG(bool, print_malloc_env, false,
-          "print the worker's allocator settings as glibc environment variables (NAME=value "
-          "lines, for a peer that does not call mallopt) and exit");
+ABSL_FLAG(bool, print_allocator_env, false,
+          "print the environment that gives another program the worker's allocator (NAME=value "
+          "lines: LD_PRELOAD, MALLOC_CONF; bench/training.sh's torch peer) and exit");
 
 ABSL_FLAG(std::string, lockstep, "",
           "if set, a file the ranks of one ceiling share: each step ends at a barrier there (a "
@@ -130,14 +132,14 @@ class LockstepBarrier {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_print_malloc_env)) {
-    std::fputs(dtrain::TrainingMallocEnvironment().c_str(), stdout);
+  if (absl::GetFlag(FLAGS_print_allocator_env)) {
+    for (const std::string& line : dtrain::WorkerAllocatorEnvironment()) {
+      std::printf("%s\n", line.c_str());
+    }
     return 0;
   }
-  // The worker's allocator policy (worker/main.cc). Without it a loop fell at random into
-  // glibc's per-step heap churn (a million page faults in 200 CNN steps, a third of its rate),
-  // and the ceiling measured malloc rather than the computation it bounds.
-  dtrain::TuneProcessForTraining();
+  // The worker's process settings (worker/main.cc); PrepareTrainingThread checks its allocator.
+  dtrain::TuneLocking();
   if (absl::Status ready = dtrain::bench::PrepareTrainingThread(absl::GetFlag(FLAGS_threads),
                                                                 absl::GetFlag(FLAGS_cpus));
       !ready.ok()) {

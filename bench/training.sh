@@ -9,9 +9,9 @@
 #   dtrain-gloo / dtrain-grpc   the same job with the plane named in the spec
 #   torch-ddp-gloo              the same model in Python torch DistributedDataParallel + gloo,
 #                               each rank's training thread pinned to the same core as dtrain's
-#   torch-ddp-malloc            the same torch, given the allocator settings the worker gives
-#                               itself (common/process_tuning.h) through glibc's environment
-#                               variables: the peer as a torch user could tune it
+#   torch-ddp-jemalloc          the same torch, given the worker's allocator (jemalloc with the
+#                               worker's options, worker/runtime/worker_allocator.h) through
+#                               LD_PRELOAD and MALLOC_CONF: the peer as a torch user could tune it
 #   compute-ceiling             two plain libtorch loops at once, started together, each doing a
 #                               worker rank's per-sample work (same data path and normalization,
 #                               one compute thread set and pinned the worker's way) with no
@@ -107,7 +107,7 @@ JOB
 }
 
 # One torch DDP + gloo run of 2 ranks (bench/torch_training.py), labelled `system`; the caller's
-# environment reaches torch (the malloc row sets glibc's variables this way).
+# environment reaches torch (the jemalloc row gives it the worker's allocator this way).
 torch_once() {  # model batch steps run system
   local port
   port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -119,14 +119,14 @@ torch_once() {  # model batch steps run system
 
 # The compute ceiling (bench/ceiling.sh): two plain loops started together, one span.
 source "$root/bench/ceiling.sh"
-# The torch-ddp-malloc row's allocator settings come from the worker's own table
-# (common/process_tuning.h), not from values written here a second time, which could drift.
-# Command substitution, so that set -e sees the binary fail; an empty list would make the
+# The torch-ddp-jemalloc row's environment comes from the worker's own definition
+# (worker/runtime/worker_allocator.h), not from values written here a second time, which could
+# drift. Command substitution, so that set -e sees the binary fail; an empty list would make the
 # `export` below print every variable into the results.
-malloc_env_text=$("$build/bench/dtrain-bench-train-loop" --print_malloc_env)
-mapfile -t worker_malloc_env <<< "$malloc_env_text"
-[ -n "$malloc_env_text" ] ||
-  { echo "training.sh: no malloc settings from dtrain-bench-train-loop" >&2; exit 1; }
+allocator_env_text=$("$build/bench/dtrain-bench-train-loop" --print_allocator_env)
+mapfile -t worker_allocator_env <<< "$allocator_env_text"
+[ -n "$allocator_env_text" ] ||
+  { echo "training.sh: no allocator environment from dtrain-bench-train-loop" >&2; exit 1; }
 
 for run in $(seq 1 "$runs"); do
   for model in mlp cnn; do
@@ -157,12 +157,11 @@ for run in $(seq 1 "$runs"); do
 
       echo "run $run/$runs, $model, pass $pass/2: torch DDP + gloo, 2 ranks ..." >&2
       torch_once "$model" "$batch" "${steps[$model]}" "$run" torch-ddp-gloo >> "$work/passes.jsonl"
-      # The same torch with the allocator settings the worker gives itself
-      # (common/process_tuning.h), through glibc's environment: on some machines glibc's defaults
-      # cost torch's CNN ranks most of their rate in heap churn, which a torch user can avoid too.
-      echo "run $run/$runs, $model, pass $pass/2: torch DDP + gloo, the worker's malloc ..." >&2
-      (export "${worker_malloc_env[@]}"
-        torch_once "$model" "$batch" "${steps[$model]}" "$run" torch-ddp-malloc) \
+      # The same torch on the worker's allocator: on some machines glibc's defaults cost torch's
+      # CNN ranks most of their rate in heap churn, which a torch user can avoid too.
+      echo "run $run/$runs, $model, pass $pass/2: torch DDP + gloo, the worker's allocator ..." >&2
+      (export "${worker_allocator_env[@]}"
+        torch_once "$model" "$batch" "${steps[$model]}" "$run" torch-ddp-jemalloc) \
         >> "$work/passes.jsonl"
     done
   done
@@ -221,10 +220,10 @@ def runs(system, model, keep=None):
     return {r["run"]: r["samples_per_s"] for r in rows
             if r["system"] == system and r["model"] == model and "run" in r
             and (keep is None or r["run"] in keep)}
-print(f"{'model':6} {'system':16} {'plane':6} {'samples/s':>9} {'spread (min-max)':>17} "
+print(f"{'model':6} {'system':18} {'plane':6} {'samples/s':>9} {'spread (min-max)':>17} "
       f"{'of ceiling':>10} {'of sync bound':>13} {'of lockstep':>11} {'vs torch DDP':>12}")
 # The systems measured against the ceilings, in the table's order; the ceilings follow them.
-measured = ("dtrain-auto", "dtrain-gloo", "dtrain-grpc", "torch-ddp-gloo", "torch-ddp-malloc")
+measured = ("dtrain-auto", "dtrain-gloo", "dtrain-grpc", "torch-ddp-gloo", "torch-ddp-jemalloc")
 for model in ("mlp", "cnn"):
     all_ceiling = runs("compute-ceiling", model)
     # A run where any system beat the ceiling (the best of its 4 samples) measured a slowed
@@ -245,17 +244,17 @@ for model in ("mlp", "cnn"):
         bound = [mine[k] / (ceiling[k] * sync_of[k]) for k in mine if k in ceiling and k in sync_of]
         ratio = [mine[k] / peer[k] for k in mine if k in peer]
         of_lockstep = [mine[k] / lockstep[k] for k in mine if k in lockstep]
-        print(f"{model:6} {system:16} {'/'.join(sorted(planes - {''})) or '-':6} "
+        print(f"{model:6} {system:18} {'/'.join(sorted(planes - {''})) or '-':6} "
               f"{statistics.median(mine.values()):>9.0f} "
               f"{f'{min(mine.values()):.0f}-{max(mine.values()):.0f}':>17} "
               f"{f'{100 * statistics.median(share):.0f}%' if share else '':>10} "
               f"{f'{statistics.median(bound):.3f}' if bound and system.startswith(('dtrain', 'torch')) else '':>13} "
               f"{f'{statistics.median(of_lockstep):.3f}' if of_lockstep and system != 'lockstep-ceiling' else '':>11} "
               f"{f'{statistics.median(ratio):.2f}x' if ratio else '':>12}")
-    mine, tuned = runs("dtrain-auto", model, valid), runs("torch-ddp-malloc", model, valid)
+    mine, tuned = runs("dtrain-auto", model, valid), runs("torch-ddp-jemalloc", model, valid)
     if mine and tuned:
         ratio = [mine[k] / tuned[k] for k in mine if k in tuned]
-        print(f"{model:6} dtrain-auto against torch DDP given the worker's malloc settings: "
+        print(f"{model:6} dtrain-auto against torch DDP given the worker's allocator: "
               f"{statistics.median(ratio):.2f}x ({min(ratio):.2f}-{max(ratio):.2f}x)")
     if all_ceiling:
         print(f"{model:6} void runs (a system above the run's ceiling): {len(void)} of {len(all_ceiling)}")

@@ -10,12 +10,13 @@ set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
           protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libtorch-dev libgloo-dev zlib1g-dev libyaml-cpp-dev
           libsqlite3-dev libcpp-httplib-dev libarchive-dev libcurl4-openssl-dev libjpeg62-turbo-dev
-          libpng-dev libwebp-dev libdeflate-dev libjs-chart.js libopenblas0-openmp
+          libpng-dev libwebp-dev libdeflate-dev libjs-chart.js libopenblas0-openmp libjemalloc-dev
           dataset-fashion-mnist
           python3 python3-grpcio python3-protobuf python3-yaml python3-numpy)
 # libopenblas0-openmp: libtorch's linear layers call whichever BLAS Debian's alternatives pick,
 # and without it that is the reference BLAS, which halved the CNN's training speed (the OpenMP
-# build follows libtorch's thread count).
+# build follows libtorch's thread count). libjemalloc-dev: the worker's malloc
+# (worker/runtime/worker_allocator.h).
 # libjpeg62-turbo-dev (jpeglib.h: libjpeg-turbo's crop and skip calls), libpng-dev, libwebp-dev,
 # libdeflate-dev (a plain PNG inflated whole):
 # worker/data/image_decode. python3-torchvision (--test, --bench): the reference the image

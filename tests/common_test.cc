@@ -2,7 +2,6 @@
 // allocator settings as glibc reads them.
 #include <gtest/gtest.h>
 
-#include <link.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -94,57 +92,6 @@ TEST(GrpcStatus, ConversionKeepsCodeAndMessage) {
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
 }
 
-// The environment that bench/training.sh gives torch's ranks must name settings glibc knows: a
-// misspelt name is ignored without a word. The dynamic loader lists the tunables it took from
-// the environment.
-TEST(ProcessTuning, TrainingMallocEnvironment_TheLoaderTakesEveryNameAndValue) {
-  const std::string lines = TrainingMallocEnvironment();
-  EXPECT_EQ(lines,
-            "MALLOC_MMAP_THRESHOLD_=268435456\nMALLOC_TRIM_THRESHOLD_=536870912\n"
-            "MALLOC_ARENA_MAX=2\nMALLOC_TOP_PAD_=8388608\n");
-  // This program's own dynamic loader (its PT_INTERP), whatever the architecture.
-  std::string loader;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* out) {
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          if (info->dlpi_phdr[i].p_type == PT_INTERP) {
-            *static_cast<std::string*>(out) =
-                reinterpret_cast<const char*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-            return 1;
-          }
-        }
-        return 0;
-      },
-      &loader);
-  ASSERT_FALSE(loader.empty()) << "this test program names no dynamic loader";
-  std::string command = "env -i";
-  std::istringstream in(lines);
-  for (std::string line; std::getline(in, line);) command += " " + line;
-  command += " " + loader + " --list-tunables";
-  FILE* pipe = popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::map<std::string, unsigned long long> tunables;
-  char buffer[512];
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) {
-    char name[128];
-    unsigned long long value = 0;
-    if (std::sscanf(buffer, "%127[^:]: %llx", name, &value) == 2) tunables[name] = value;
-  }
-  ASSERT_EQ(pclose(pipe), 0) << command;
-  const std::map<int, std::string> tunable_of = {{M_MMAP_THRESHOLD, "glibc.malloc.mmap_threshold"},
-                                                 {M_TRIM_THRESHOLD, "glibc.malloc.trim_threshold"},
-                                                 {M_ARENA_MAX, "glibc.malloc.arena_max"},
-                                                 {M_TOP_PAD, "glibc.malloc.top_pad"}};
-  for (const MallocSetting& setting : kMallocSettings) {
-    ASSERT_EQ(tunable_of.count(setting.parameter), 1u)
-        << setting.environment_variable << ": no tunable known to this test";
-    const std::string& tunable = tunable_of.at(setting.parameter);
-    ASSERT_EQ(tunables.count(tunable), 1u) << tunable << " not listed by " << loader;
-    EXPECT_EQ(tunables[tunable], static_cast<unsigned long long>(setting.value))
-        << setting.environment_variable;
-  }
-}
-
 // glibc refuses some values (mallopt returns 0, and the setting silently stays at its default):
 // each must be taken, and the point of the mmap threshold must hold, a 64 MiB block (a large
 // collective's payload) coming from the heap rather than from a fresh mmap. In a child, so that
@@ -154,7 +101,7 @@ TEST(ProcessTuning, EverySettingIsTaken_LargeBlocksStayOnTheHeap) {
       {
         for (const MallocSetting& setting : kMallocSettings) {
           if (mallopt(setting.parameter, setting.value) != 1) {
-            std::fprintf(stderr, "refused: %s\n", setting.environment_variable);
+            std::fprintf(stderr, "refused: %s\n", setting.name);
             std::_Exit(1);
           }
         }

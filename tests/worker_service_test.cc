@@ -1,8 +1,8 @@
 // The worker daemon end to end, one worker's life: real dtrain-worker processes on 127.0.0.1
 // driven through the Worker gRPC service, with a real coordinator for their groups. Training and
 // teardown, a Setup waiting for its group, --cpus, a crashed ddp_spawn child, a state dict over
-// gRPC's message limit, bad input, registration and a clean leave on SIGTERM (the strategies
-// against each other: worker_service_strategies_test.cc).
+// gRPC's message limit, bad input, registration, the allocator and a clean leave on SIGTERM (the
+// strategies against each other: worker_service_strategies_test.cc).
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -73,7 +73,22 @@ TEST_F(WorkerServiceTest, SingleDevice_TrainsEvaluatesAndTearsDown) {
   const auto& labels = predicted.results(0).batches(0).tensors().at("label");
   EXPECT_EQ(labels.meta().shape(0), 256);
 
+  // The worker's allocator keeps the pages a job freed for its next steps
+  // (worker/runtime/worker_allocator.h), ~9 MiB of them in this job; its end gives them back.
+  const long resident = ResidentKiB(w->pid());
+  ASSERT_GT(resident, 0);
   ASSERT_TRUE(Teardown(*w, "single").ok());
+  // Given back by the worker's executor once the Teardown is answered: waited for.
+  long idle = resident;
+  WaitFor(
+      [&] {
+        idle = ResidentKiB(w->pid());
+        return idle > 0 && idle < resident - 4 * 1024;
+      },
+      absl::Seconds(5));
+  EXPECT_GT(idle, 0);
+  EXPECT_LT(idle, resident - 4 * 1024)
+      << "KiB resident: " << resident << " in the job, " << idle << " after it";
   EXPECT_EQ(Health(*w).state(), v1::HealthResponse::IDLE);
   EXPECT_TRUE(Teardown(*w).ok()) << "teardown is idempotent";
 }
@@ -464,6 +479,44 @@ TEST_F(WorkerServiceTest, Registration_ListedWhileServing_GoneAfterSigterm) {
   ASSERT_NE(status, -1);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_EQ(list().workers_size(), 0);
+}
+
+// The worker allocates with jemalloc and its own options (worker/runtime/worker_allocator.h),
+// and says so at start; given other options (a user's MALLOC_CONF) it still serves, and warns
+// what it runs with.
+TEST_F(WorkerServiceTest, Allocator_JemallocWithTheWorkersOptions_OthersWarnedAbout) {
+  const std::string log = TestTempPath("worker.log");
+  auto w = WorkerProcess::Start(address(), {},
+                                {"/bin/sh", "-c", absl::StrCat("exec \"$@\" 2> ", log), "sh"});
+  ASSERT_NE(w, nullptr);
+  EXPECT_THAT(ReadFile(absl::StrCat("/proc/", w->pid(), "/maps")), HasSubstr("/libjemalloc.so"));
+  EXPECT_EQ(Health(*w).state(), v1::HealthResponse::IDLE);
+  ASSERT_NE(w->Stop(), -1);
+  EXPECT_THAT(ReadFile(log), HasSubstr("(oversize_threshold:0,dirty_decay_ms:-1)"));
+  EXPECT_THAT(ReadFile(log), HasSubstr("jemalloc 5."));
+
+  const std::string other_log = TestTempPath("other.log");
+  auto other =
+      WorkerProcess::Start(address(), {},
+                           {"/usr/bin/env", "MALLOC_CONF=oversize_threshold:8388608", "/bin/sh",
+                            "-c", absl::StrCat("exec \"$@\" 2> ", other_log), "sh"});
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(Health(*other).state(), v1::HealthResponse::IDLE);
+  ASSERT_NE(other->Stop(), -1);
+  EXPECT_THAT(ReadFile(other_log),
+              HasSubstr("jemalloc runs with oversize_threshold:8388608,dirty_decay_ms:-1 and the "
+                        "options of MALLOC_CONF=oversize_threshold:8388608, not the worker's "
+                        "oversize_threshold:0,dirty_decay_ms:-1 alone"));
+  // Any option, also one that is not read back, is reported: it changes the measured allocator.
+  const std::string narenas_log = TestTempPath("narenas.log");
+  auto narenas = WorkerProcess::Start(address(), {},
+                                      {"/usr/bin/env", "MALLOC_CONF=narenas:1", "/bin/sh", "-c",
+                                       absl::StrCat("exec \"$@\" 2> ", narenas_log), "sh"});
+  ASSERT_NE(narenas, nullptr);
+  ASSERT_NE(narenas->Stop(), -1);
+  EXPECT_THAT(ReadFile(narenas_log),
+              HasSubstr("jemalloc runs with oversize_threshold:0,dirty_decay_ms:-1 and the options "
+                        "of MALLOC_CONF=narenas:1, not the worker's"));
 }
 
 // SIGTERM during a ddp job: the worker leaves its group cleanly, so its peer's next step fails

@@ -21,6 +21,7 @@
 #include "worker/runtime/job.h"
 #include "worker/runtime/registered_plugins.h"
 #include "worker/runtime/spawned_job.h"
+#include "worker/runtime/worker_allocator.h"
 #include "worker/service/setup_paths.h"
 #include "worker/service/state_dict_stream.h"
 
@@ -166,6 +167,19 @@ void WorkerService::ExecutorLoop() {
     // Internal tasks (AbandonJob) have no RPC to answer.
     if (task->reactor != nullptr) task->reactor->Finish(ToGrpcStatus(status));
     if (task->answer) task->answer(status);
+    task.reset();
+    // Without a job (torn down, failed, a dry run or a refused Setup) nothing reuses soon the
+    // pages the last task freed, and the allocator keeps them until told (worker_allocator.h).
+    bool idle = false;
+    {
+      absl::MutexLock lock(&mu_);
+      idle = job_ == nullptr && !stopping_;
+    }
+    if (idle) {
+      if (absl::Status returned = ReturnFreedMemory(); !returned.ok()) {
+        LogWarning(returned.message());
+      }
+    }
   }
 }
 
