@@ -26,8 +26,9 @@ namespace dtrain {
 //   dirty_decay_ms:-1     freed pages stay with the process for the next step: with any decay
 //                         time (10 s, jemalloc's default, and 60 s measured) the ceiling's CNN
 //                         loop took 2-4 million page faults in 430 steps and ran at 0.77-0.88x.
-//                         They go back when a job ends (ReturnFreedMemory), as glibc's heaps
-//                         under the coordinator's trim do.
+//                         They go back when the worker is left without a job
+//                         (ReturnFreedMemory), as the coordinator's malloc_trim gives glibc's
+//                         back when its traffic pauses.
 inline constexpr char kWorkerAllocatorOptions[] = "oversize_threshold:0,dirty_decay_ms:-1";
 
 // The environment that gives another program the worker's allocator: LD_PRELOAD of the jemalloc
