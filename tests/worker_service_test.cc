@@ -485,9 +485,15 @@ TEST_F(WorkerServiceTest, Registration_ListedWhileServing_GoneAfterSigterm) {
 // and says so at start; given other options (a user's MALLOC_CONF) it still serves, and warns
 // what it runs with.
 TEST_F(WorkerServiceTest, Allocator_JemallocWithTheWorkersOptions_OthersWarnedAbout) {
+  // A worker whose stderr goes to the file `log`, started with `environment` added to its own.
+  auto start_logged = [&](const std::string& log, const std::vector<std::string>& environment) {
+    std::vector<std::string> launcher = {"/usr/bin/env"};
+    launcher.insert(launcher.end(), environment.begin(), environment.end());
+    launcher.insert(launcher.end(), {"/bin/sh", "-c", absl::StrCat("exec \"$@\" 2> ", log), "sh"});
+    return WorkerProcess::Start(address(), {}, launcher);
+  };
   const std::string log = TestTempPath("worker.log");
-  auto w = WorkerProcess::Start(address(), {},
-                                {"/bin/sh", "-c", absl::StrCat("exec \"$@\" 2> ", log), "sh"});
+  auto w = start_logged(log, {});
   ASSERT_NE(w, nullptr);
   EXPECT_THAT(ReadFile(absl::StrCat("/proc/", w->pid(), "/maps")), HasSubstr("/libjemalloc.so"));
   EXPECT_EQ(Health(*w).state(), v1::HealthResponse::IDLE);
@@ -496,10 +502,7 @@ TEST_F(WorkerServiceTest, Allocator_JemallocWithTheWorkersOptions_OthersWarnedAb
   EXPECT_THAT(ReadFile(log), HasSubstr("jemalloc 5."));
 
   const std::string other_log = TestTempPath("other.log");
-  auto other =
-      WorkerProcess::Start(address(), {},
-                           {"/usr/bin/env", "MALLOC_CONF=oversize_threshold:8388608", "/bin/sh",
-                            "-c", absl::StrCat("exec \"$@\" 2> ", other_log), "sh"});
+  auto other = start_logged(other_log, {"MALLOC_CONF=oversize_threshold:8388608"});
   ASSERT_NE(other, nullptr);
   EXPECT_EQ(Health(*other).state(), v1::HealthResponse::IDLE);
   ASSERT_NE(other->Stop(), -1);
@@ -509,9 +512,7 @@ TEST_F(WorkerServiceTest, Allocator_JemallocWithTheWorkersOptions_OthersWarnedAb
                         "oversize_threshold:0,dirty_decay_ms:-1 alone"));
   // Any option, also one that is not read back, is reported: it changes the measured allocator.
   const std::string narenas_log = TestTempPath("narenas.log");
-  auto narenas = WorkerProcess::Start(address(), {},
-                                      {"/usr/bin/env", "MALLOC_CONF=narenas:1", "/bin/sh", "-c",
-                                       absl::StrCat("exec \"$@\" 2> ", narenas_log), "sh"});
+  auto narenas = start_logged(narenas_log, {"MALLOC_CONF=narenas:1"});
   ASSERT_NE(narenas, nullptr);
   ASSERT_NE(narenas->Stop(), -1);
   EXPECT_THAT(ReadFile(narenas_log),

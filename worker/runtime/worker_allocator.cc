@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 // jemalloc reads this at its first allocation, before main. libjemalloc.so defines the symbol
 // too and reads it through the dynamic linker, which finds the executable's definition first
@@ -24,13 +25,17 @@ const char* malloc_conf = dtrain::kWorkerAllocatorOptions;
 namespace dtrain {
 namespace {
 
+absl::Status MallctlError(absl::string_view name, int error) {
+  return absl::InternalError(
+      absl::StrCat("jemalloc's mallctl(\"", name, "\"): ", std::strerror(error)));
+}
+
 template <typename T>
 absl::StatusOr<T> Read(const char* name) {
   T value{};
   size_t size = sizeof(value);
   if (const int error = mallctl(name, &value, &size, nullptr, 0); error != 0) {
-    return absl::InternalError(
-        absl::StrCat("jemalloc's mallctl(\"", name, "\"): ", std::strerror(error)));
+    return MallctlError(name, error);
   }
   return value;
 }
@@ -55,10 +60,14 @@ absl::StatusOr<std::string> DescribeWorkerAllocator() {
   Dl_info origin{};
   if (used == nullptr || dladdr(used, &origin) == 0 || origin.dli_fname == nullptr ||
       !absl::StrContains(origin.dli_fname, "jemalloc")) {
+    // The usual cause is a preload; naming it lets the user see which one to remove.
+    const char* preload = std::getenv("LD_PRELOAD");
     return absl::FailedPreconditionError(absl::StrCat(
         "malloc is ", origin.dli_fname != nullptr ? origin.dli_fname : "of an unknown library",
-        ", not jemalloc (another allocator preloaded?): the worker's memory is not bounded as "
-        "docs/data.md states"));
+        ", not jemalloc",
+        preload != nullptr ? absl::StrCat(" (LD_PRELOAD=", preload, " replaces it: unset it)")
+                           : " (is another allocator preloaded, e.g. by /etc/ld.so.preload?)",
+        ": the worker's memory is not bounded as docs/data.md states"));
   }
   absl::StatusOr<const char*> version = Read<const char*>("version");
   absl::StatusOr<size_t> oversize = Read<size_t>("opt.oversize_threshold");
@@ -84,8 +93,7 @@ absl::StatusOr<std::string> DescribeWorkerAllocator() {
 absl::Status ReturnFreedMemory() {
   const std::string purge = absl::StrCat("arena.", MALLCTL_ARENAS_ALL, ".purge");
   if (const int error = mallctl(purge.c_str(), nullptr, nullptr, nullptr, 0); error != 0) {
-    return absl::InternalError(
-        absl::StrCat("jemalloc's mallctl(\"", purge, "\"): ", std::strerror(error)));
+    return MallctlError(purge, error);
   }
   return absl::OkStatus();
 }

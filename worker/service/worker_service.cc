@@ -132,6 +132,7 @@ void WorkerService::ExecutorLoop() {
   if (absl::Status pinned = PinCurrentThread(options_.identity.cpus); !pinned.ok()) {
     LogWarning(absl::StrCat("steps run unpinned: ", pinned.message()));
   }
+  bool purge_warned = false;
   while (true) {
     std::shared_ptr<Task> task;
     std::optional<CpuPlacement> place;
@@ -176,8 +177,11 @@ void WorkerService::ExecutorLoop() {
       idle = job_ == nullptr && !stopping_;
     }
     if (idle) {
-      if (absl::Status returned = ReturnFreedMemory(); !returned.ok()) {
-        LogWarning(returned.message());
+      // Once: a purge that fails once fails after every idle task, and the log would fill.
+      if (absl::Status returned = ReturnFreedMemory(); !returned.ok() && !purge_warned) {
+        LogWarning(
+            absl::StrCat("freed memory stays with the worker between jobs: ", returned.message()));
+        purge_warned = true;
       }
     }
   }
