@@ -9,12 +9,15 @@
 #   (c) torchvision: ImageFolder + DataLoader(num_workers=2, batch_size=64) with the same
 #       transforms on PIL images, as users write it.
 # Prints samples/s of each (the median of --runs) and the ratios b/c and b/a (each run's, then
-# the median). Each run measures every system --passes times (default 2), one pass after the
+# the median). Each run measures every system --passes times (default 4), one pass after the
 # other, and each system keeps its best pass (as bench/training.sh does): this VM only ever
 # slows a measurement, for seconds at a time, and with one pass the runs' b/a on one machine
-# type spread from 0.785 to 1.174 (docs/BENCHMARKS.md, "Image input pipeline"). dtrain's and torchvision's rows are their steady state: from the end of the
-# third batch, not counting what was prefetched then; the rows "whole epoch" include each
-# one's start (shuffle buffer fill, worker processes, first touch of memory).
+# type spread from 0.785 to 1.174 (docs/BENCHMARKS.md, "Image input pipeline"). A pass of
+# dtrain's rows lasts ~4 s a row, no longer than a slow phase: on the family-25 machine a 3-run
+# table of 2 passes gave a median b/a of 0.841, one of 4 passes 0.902. dtrain's and torchvision's
+# rows are their steady state: from the end of the third batch, not counting what was
+# prefetched then; the rows "whole epoch" include each one's start (shuffle buffer fill, worker
+# processes, first touch of memory).
 #   bench/data.sh [--quick] [--runs N] [--passes N] [--threads N]
 # --quick: 2,000 images (its own cached set).
 set -euo pipefail
@@ -22,7 +25,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 count=20000
 runs=1
-passes=2
+passes=4
 threads=2
 while [ $# -gt 0 ]; do
   case "$1" in
