@@ -6,12 +6,9 @@
 #include <atomic>
 #include <filesystem>
 
-#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "common/bearer_token.h"
 #include "common/callback_reactors.h"
-#include "common/directories.h"
-#include "common/file_reference.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -22,33 +19,11 @@
 #include "worker/runtime/registered_plugins.h"
 #include "worker/runtime/spawned_job.h"
 #include "worker/runtime/worker_allocator.h"
+#include "worker/service/request_limits.h"
 #include "worker/service/setup_paths.h"
 #include "worker/service/state_dict_stream.h"
 
 namespace dtrain {
-namespace {
-
-// The coordinator sends a few monitored values and callback states; a request is bounded before
-// a job reads it, whoever sent it.
-constexpr int kMaxNamedValues = 256;
-constexpr size_t kMaxNameBytes = 256;
-
-template <typename Map>
-absl::Status CheckNames(const std::string& field, const Map& values) {
-  if (static_cast<int>(values.size()) > kMaxNamedValues) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", values.size(), " entries; at most ", kMaxNamedValues));
-  }
-  for (const auto& entry : values) {
-    if (entry.first.size() > kMaxNameBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": a name of ", entry.first.size(),
-                                                     " bytes; at most ", kMaxNameBytes));
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 struct WorkerService::Task {
   std::function<absl::Status()> body;
@@ -258,35 +233,6 @@ absl::Status WorkerService::Note(absl::Status status) {
   return status;
 }
 
-absl::StatusOr<std::string> WorkerService::CheckpointDirectory(v1::SetupRequest* setup) {
-  if (setup->store_checkpoints()) {
-    if (options_.jobs_dir.empty() || !options_.store_file) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker '", options_.identity.name,
-          "' cannot send checkpoints to the coordinator (it has no directory for jobs); name a "
-          "checkpoint.dirpath the workers share instead"));
-    }
-    DTRAIN_RETURN_IF_ERROR(MakePrivateDirectory(options_.jobs_dir, "the worker's jobs directory"));
-    // Its ranks (ddp_spawn children too) see a plain directory; only this daemon sends files.
-    setup->set_store_checkpoints(false);
-    setup->mutable_spec()->mutable_checkpoint()->set_dirpath(
-        absl::StrCat(options_.jobs_dir, "/", setup->job_id(), "/checkpoints"));
-  }
-  return setup->spec().checkpoint().dirpath();
-}
-
-absl::StatusOr<std::string> WorkerService::CheckpointPath(const std::string& name,
-                                                          const std::string& field) {
-  DTRAIN_RETURN_IF_ERROR(CheckFileName(name, field));
-  absl::MutexLock lock(&mu_);
-  if (checkpoint_dir_.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(field, " '", name, "': the job set up on worker '", options_.identity.name,
-                     "' has no checkpoint directory (only fit writes checkpoints)"));
-  }
-  return absl::StrCat(checkpoint_dir_, "/", name);
-}
-
 grpc::ServerUnaryReactor* WorkerService::Setup(grpc::CallbackServerContext* context,
                                                const v1::SetupRequest* request,
                                                v1::SetupResponse* response) {
@@ -394,102 +340,6 @@ grpc::ServerUnaryReactor* WorkerService::PredictStep(grpc::CallbackServerContext
                                                      const v1::StepRequest* request,
                                                      v1::StepResponse* response) {
   return Enqueue(context, [=] { return RunStep(StepKind::kPredict, *request, response); });
-}
-
-grpc::ServerUnaryReactor* WorkerService::SaveCheckpoint(grpc::CallbackServerContext* context,
-                                                        const v1::SaveCheckpointRequest* request,
-                                                        v1::SaveCheckpointResponse* response) {
-  return Enqueue(context, [=]() -> absl::Status {
-    DTRAIN_RETURN_IF_ERROR(CheckNames("monitored", request->monitored()));
-    if (request->callbacks_size() > kMaxNamedValues) {
-      return absl::InvalidArgumentError(absl::StrCat("callbacks: ", request->callbacks_size(),
-                                                     " states; at most ", kMaxNamedValues));
-    }
-    for (const v1::CallbackState& c : request->callbacks()) {
-      const std::string at = absl::StrCat("callbacks['", c.key().substr(0, 64), "']");
-      if (c.key().size() > kMaxNameBytes) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(at, ": key of ", c.key().size(), " bytes; at most ", kMaxNameBytes));
-      }
-      DTRAIN_RETURN_IF_ERROR(CheckNames(at + ".ints", c.ints()));
-      DTRAIN_RETURN_IF_ERROR(CheckNames(at + ".floats", c.floats()));
-      DTRAIN_RETURN_IF_ERROR(CheckNames(at + ".tensors", c.tensors()));
-    }
-    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
-    DTRAIN_ASSIGN_OR_RETURN(const std::string path, CheckpointPath(request->name(), "checkpoint"));
-    std::vector<std::string> evicted;
-    for (const std::string& name : request->remove()) {
-      DTRAIN_ASSIGN_OR_RETURN(evicted.emplace_back(), CheckpointPath(name, "remove"));
-    }
-    DTRAIN_RETURN_IF_ERROR(Note(job->SaveCheckpoint(path, *request, response)));
-    if (!absl::c_linear_search(response->written(), true)) return absl::OkStatus();
-    // The rank that wrote it is in this worker: the file is here.
-    std::error_code error;
-    response->set_bytes(static_cast<int64_t>(std::filesystem::file_size(path, error)));
-    for (const std::string& old : evicted) std::filesystem::remove(old, error);
-    bool store = false;
-    {
-      absl::MutexLock lock(&mu_);
-      store = store_checkpoints_;
-    }
-    if (!store) return absl::OkStatus();
-    absl::StatusOr<std::string> digest = options_.store_file(path);
-    if (!digest.ok()) {
-      return absl::Status(
-          digest.status().code(),
-          absl::StrCat("checkpoint ", request->name(), " was written on worker '",
-                       options_.identity.name,
-                       "' but not sent to the coordinator: ", digest.status().message()));
-    }
-    response->set_digest(*digest);
-    // Kept by content: a resume on this worker reads it without a transfer.
-    if (options_.artifacts == nullptr || !options_.artifacts->Adopt(path, *digest).ok()) {
-      std::filesystem::remove(path, error);
-    }
-    return absl::OkStatus();
-  });
-}
-
-grpc::ServerUnaryReactor* WorkerService::LoadCheckpoint(grpc::CallbackServerContext* context,
-                                                        const v1::LoadCheckpointRequest* request,
-                                                        v1::LoadCheckpointResponse* response) {
-  return Enqueue(context, [=]() -> absl::Status {
-    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
-    v1::LoadCheckpointRequest local = *request;
-    // A bare name is a checkpoint of this job's own directory.
-    if (!request->path().empty() && !IsMarkedPath(request->path()) &&
-        request->path().find('/') == std::string::npos) {
-      DTRAIN_ASSIGN_OR_RETURN(*local.mutable_path(), CheckpointPath(request->path(), "ckpt_path"));
-    } else {
-      DTRAIN_ASSIGN_OR_RETURN(*local.mutable_path(),
-                              LocalPath(request->path(), "ckpt_path", options_.artifacts));
-    }
-    absl::Status loaded = job->LoadCheckpoint(local, response);
-    if (!loaded.ok() && local.path() != request->path()) {
-      // Name the file as the spec did, not by this worker's cache path.
-      loaded = absl::Status(loaded.code(), absl::StrCat(request->path(), " (this worker's copy ",
-                                                        local.path(), "): ", loaded.message()));
-    }
-    return Note(loaded);
-  });
-}
-
-grpc::ServerUnaryReactor* WorkerService::StateDict(grpc::CallbackServerContext* context,
-                                                   const v1::StateDictRequest* request,
-                                                   v1::StateDictResponse* response) {
-  return Enqueue(context, [=]() -> absl::Status {
-    DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
-    DTRAIN_RETURN_IF_ERROR(job->StateDict(response));
-    const size_t bytes = response->ByteSizeLong();
-    if (bytes > static_cast<size_t>(kDefaultClientMaxMessageBytes)) {
-      response->Clear();
-      return absl::FailedPreconditionError(
-          absl::StrCat("the state dict is ", bytes,
-                       " bytes, more than one 4 MiB message a default client "
-                       "accepts; read it with StreamStateDict"));
-    }
-    return absl::OkStatus();
-  });
 }
 
 grpc::ServerWriteReactor<v1::StateDictChunk>* WorkerService::StreamStateDict(

@@ -1,0 +1,33 @@
+// Bounds on what a job RPC may carry in its named values (monitored metrics, callback states).
+// The coordinator sends a few; a request is bounded before a job reads it, whoever sent it.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace dtrain {
+
+inline constexpr int kMaxNamedValues = 256;
+inline constexpr size_t kMaxNameBytes = 256;
+
+// INVALID_ARGUMENT naming `field` when `values` (a map keyed by name) holds more than
+// kMaxNamedValues entries or a name longer than kMaxNameBytes.
+template <typename Map>
+absl::Status CheckNames(const std::string& field, const Map& values) {
+  if (static_cast<int>(values.size()) > kMaxNamedValues) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", values.size(), " entries; at most ", kMaxNamedValues));
+  }
+  for (const auto& entry : values) {
+    if (entry.first.size() > kMaxNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": a name of ", entry.first.size(),
+                                                     " bytes; at most ", kMaxNameBytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dtrain
