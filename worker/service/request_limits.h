@@ -30,4 +30,26 @@ absl::Status CheckNames(const std::string& field, const Map& values) {
   return absl::OkStatus();
 }
 
+// The same bounds on SaveCheckpointRequest.callbacks (CallbackState messages: a key and three
+// maps of named values): at most kMaxNamedValues states, keys and names of at most
+// kMaxNameBytes.
+template <typename States>
+absl::Status CheckCallbackStates(const States& states) {
+  if (static_cast<int>(states.size()) > kMaxNamedValues) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("callbacks: ", states.size(), " states; at most ", kMaxNamedValues));
+  }
+  for (const auto& state : states) {
+    const std::string at = absl::StrCat("callbacks['", state.key().substr(0, 64), "']");
+    if (state.key().size() > kMaxNameBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ": key of ", state.key().size(), " bytes; at most ", kMaxNameBytes));
+    }
+    if (absl::Status s = CheckNames(at + ".ints", state.ints()); !s.ok()) return s;
+    if (absl::Status s = CheckNames(at + ".floats", state.floats()); !s.ok()) return s;
+    if (absl::Status s = CheckNames(at + ".tensors", state.tensors()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace dtrain

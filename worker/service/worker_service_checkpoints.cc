@@ -55,20 +55,7 @@ grpc::ServerUnaryReactor* WorkerService::SaveCheckpoint(grpc::CallbackServerCont
                                                         v1::SaveCheckpointResponse* response) {
   return Enqueue(context, [=]() -> absl::Status {
     DTRAIN_RETURN_IF_ERROR(CheckNames("monitored", request->monitored()));
-    if (request->callbacks_size() > kMaxNamedValues) {
-      return absl::InvalidArgumentError(absl::StrCat("callbacks: ", request->callbacks_size(),
-                                                     " states; at most ", kMaxNamedValues));
-    }
-    for (const v1::CallbackState& c : request->callbacks()) {
-      const std::string at = absl::StrCat("callbacks['", c.key().substr(0, 64), "']");
-      if (c.key().size() > kMaxNameBytes) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(at, ": key of ", c.key().size(), " bytes; at most ", kMaxNameBytes));
-      }
-      DTRAIN_RETURN_IF_ERROR(CheckNames(at + ".ints", c.ints()));
-      DTRAIN_RETURN_IF_ERROR(CheckNames(at + ".floats", c.floats()));
-      DTRAIN_RETURN_IF_ERROR(CheckNames(at + ".tensors", c.tensors()));
-    }
+    DTRAIN_RETURN_IF_ERROR(CheckCallbackStates(request->callbacks()));
     DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
     DTRAIN_ASSIGN_OR_RETURN(const std::string path, CheckpointPath(request->name(), "checkpoint"));
     std::vector<std::string> evicted;
