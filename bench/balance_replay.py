@@ -15,10 +15,22 @@ import statistics
 
 
 def read_steps(path):
+    steps = []
     with open(path) as f:
-        steps = [float(line) for line in f if line.strip()]
-    if len(steps) < 32:
-        raise SystemExit(f"{path}: {len(steps)} step times; at least 32 are needed")
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                steps.append(float(line))
+            except ValueError:
+                raise SystemExit(f"{path}:{number}: {line.strip()[:40]!r} is not a step time "
+                                 "(one number per line, as bench/ceiling.sh writes them)")
+            if not steps[-1] > 0:
+                raise SystemExit(f"{path}:{number}: a step time must be positive, "
+                                 f"not {line.strip()}")
+    if len(steps) < 32 or len(set(steps)) < 2:
+        raise SystemExit(f"{path}: {len(steps)} step times, {len(set(steps))} distinct; "
+                         "at least 32 that vary are needed")
     return steps
 
 

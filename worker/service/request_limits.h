@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace dtrain {
 
@@ -45,9 +46,9 @@ absl::Status CheckCallbackStates(const States& states) {
       return absl::InvalidArgumentError(
           absl::StrCat(at, ": key of ", state.key().size(), " bytes; at most ", kMaxNameBytes));
     }
-    if (absl::Status s = CheckNames(at + ".ints", state.ints()); !s.ok()) return s;
-    if (absl::Status s = CheckNames(at + ".floats", state.floats()); !s.ok()) return s;
-    if (absl::Status s = CheckNames(at + ".tensors", state.tensors()); !s.ok()) return s;
+    DTRAIN_RETURN_IF_ERROR(CheckNames(at + ".ints", state.ints()));
+    DTRAIN_RETURN_IF_ERROR(CheckNames(at + ".floats", state.floats()));
+    DTRAIN_RETURN_IF_ERROR(CheckNames(at + ".tensors", state.tensors()));
   }
   return absl::OkStatus();
 }
