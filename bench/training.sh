@@ -33,8 +33,9 @@
 # this VM only ever slows a measurement (one core loses up to a third for seconds), so the
 # faster pass is the better estimate, and the ceiling and the systems it bounds are judged by
 # the same rule. A run where a system still beats the ceiling is void: out of the medians.
-# and, once, dtrain's overhead at world size 1 (single_device on one worker, one thread) against
-# the plain loop with the same batch and thread: samples/s and the CPU time of the whole run.
+# and dtrain's overhead at world size 1 (single_device on one worker, one thread) against the
+# plain loop with the same batch and thread, --runs rounds alternated: samples/s and the CPU
+# time of the whole run.
 #   bench/training.sh [--json] [--quick] [--runs N] [--rows FILE]
 # --json: one JSON object per measurement: system, model, ranks, run, samples_per_s (plus batch,
 # and both passes); --rows FILE: those objects also into FILE beside the table.
@@ -182,33 +183,48 @@ for line in open('$work/passes.jsonl'):
 for r in best.values():
     print(json.dumps(r))" >> "$work/rows.jsonl"
 
-# World size 1, one compute thread on both sides. Besides samples/s (noisy here), the CPU
-# time both sides spend for the whole run (data loading and model set-up included on both
-# sides; dtrain: worker + coordinator), which other tenants of the machine do not inflate.
-for model in mlp cnn; do
-  echo "$model: world size 1, dtrain vs the plain loop ..." >&2
+# World size 1, one compute thread on both sides, --runs rounds per model, alternating which side
+# goes first: one cold sample of each swung from dtrain 26% faster to 12% slower between runs of
+# this bench, so the line reports the median of the per-round ratios and their spread. Both
+# sides start cold every round (a fresh cluster, a fresh loop process). Besides samples/s (noisy
+# here), the CPU time both sides spend for the whole run (data loading and model set-up included
+# on both sides; dtrain: worker + coordinator), which other tenants of the machine do not inflate.
+single_once() {  # model round
   deploy/local/cluster.sh start --port 0 --workers 1 --threads 1 >&2
   export DTRAIN_COORDINATOR="127.0.0.1:$(cat "$DTRAIN_LOCAL_DIR/port")"
+  local pids before after
   pids="$(cat "$DTRAIN_LOCAL_DIR/coordinator.pid") $(cat "$DTRAIN_LOCAL_DIR/worker-0.pid")"
   before=$(cpu_ticks $pids)
-  dtrain_job "$model" grpc single_device 1 1 > "$work/single.json"
+  dtrain_job "$1" grpc single_device 1 "$2" > "$work/single.json"
   after=$(cpu_ticks $pids)
   deploy/local/cluster.sh stop >&2
   /usr/bin/python3 -c "
 import json, os
 r = json.load(open('$work/single.json'))
 r['cpu_s'] = round(($after - $before) / os.sysconf('SC_CLK_TCK'), 2)
-r['samples'] = ${steps[$model]} * $batch
+r['samples'] = ${steps[$1]} * $batch
 print(json.dumps(r))" >> "$work/rows.jsonl"
+}
+loop_once() {  # model round
   /usr/bin/python3 -c "
 import json, resource, subprocess, sys
 out = subprocess.run(sys.argv[1:], check=True, capture_output=True, text=True).stdout
 r = json.loads(out); u = resource.getrusage(resource.RUSAGE_CHILDREN)
-r['system'] = 'libtorch-loop-1'; r['cpu_s'] = round(u.ru_utime + u.ru_stime, 2)
-r['samples'] = ${steps[$model]} * $batch
-print(json.dumps(r))" "$build/bench/dtrain-bench-train-loop" --model "$model" --batch "$batch" \
-    --threads 1 --warmup 0 --steps "${steps[$model]}" ${pins[0]:+--cpus="${pins[0]}"} \
+r['system'] = 'libtorch-loop-1'; r['run'] = $2; r['cpu_s'] = round(u.ru_utime + u.ru_stime, 2)
+r['samples'] = ${steps[$1]} * $batch
+print(json.dumps(r))" "$build/bench/dtrain-bench-train-loop" --model "$1" --batch "$batch" \
+    --threads 1 --warmup 0 --steps "${steps[$1]}" ${pins[0]:+--cpus="${pins[0]}"} \
     >> "$work/rows.jsonl"
+}
+for model in mlp cnn; do
+  for round in $(seq 1 "$runs"); do
+    echo "$model: world size 1, round $round/$runs, dtrain vs the plain loop ..." >&2
+    if [ $(( round % 2 )) = 1 ]; then
+      single_once "$model" "$round"; loop_once "$model" "$round"
+    else
+      loop_once "$model" "$round"; single_once "$model" "$round"
+    fi
+  done
 done
 
 if [ -n "$keep_rows" ]; then cp "$work/rows.jsonl" "$keep_rows"; fi
@@ -263,11 +279,16 @@ for model in ("mlp", "cnn"):
             print(f"{model:6} a synchronous run with a free all-reduce (the ceiling's steps paired): "
                   f"{100 * statistics.median(sync):.1f}% of the ceiling "
                   f"({100 * min(sync):.1f}-{100 * max(sync):.1f}%)")
-    by = {(r["system"], r["model"]): r for r in rows}
-    single = by.get(("dtrain-single", model)); loop = by.get(("libtorch-loop-1", model))
-    if single and loop:
-        print(f"{model:6} world size 1, 1 thread: dtrain {single['samples_per_s']:.0f} vs plain loop "
-              f"{loop['samples_per_s']:.0f} samples/s (dtrain at {single['samples_per_s'] / loop['samples_per_s']:.3f} of the loop); "
-              f"CPU for the whole run: dtrain {single['cpu_s']:.2f} s vs loop {loop['cpu_s']:.2f} s "
-              f"({100 * (single['cpu_s'] / loop['cpu_s'] - 1):+.1f}% overhead)")
+    # World size 1: ratios per round (the same minutes of the machine), then their median.
+    single = {r["run"]: r for r in rows if r["system"] == "dtrain-single" and r["model"] == model}
+    loop = {r["run"]: r for r in rows if r["system"] == "libtorch-loop-1" and r["model"] == model}
+    both = sorted(set(single) & set(loop))
+    if both:
+        rate = [single[k]["samples_per_s"] / loop[k]["samples_per_s"] for k in both]
+        cpu = [single[k]["cpu_s"] / loop[k]["cpu_s"] - 1 for k in both]
+        print(f"{model:6} world size 1, 1 thread, {len(both)} alternated round{'s' if len(both) != 1 else ''}: dtrain at "
+              f"{statistics.median(rate):.3f} of the plain loop's samples/s ({min(rate):.3f}-{max(rate):.3f}; "
+              f"medians dtrain {statistics.median(single[k]['samples_per_s'] for k in both):.0f}, "
+              f"loop {statistics.median(loop[k]['samples_per_s'] for k in both):.0f}); CPU for the "
+              f"whole run {100 * statistics.median(cpu):+.1f}% ({100 * min(cpu):+.1f} to {100 * max(cpu):+.1f}%)")
 PY
