@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
       dtrain::LogWarning(
           "steps unpinned (--cpus=none): the scheduler moves them between cores, and workers "
           "sharing this host share cores; measured with 2 workers on 2 cores, one thread per "
-          "core each: the zoo's MLP trained at 0.87x of its pinned rate (the CNN within the "
+          "core each: the zoo's MLP trained at 0.85x of its pinned rate (the CNN within the "
           "machine's 5% noise; docs/BENCHMARKS.md); --cpus=auto (the default) or a disjoint "
           "--cpus list per worker avoids it",
           {{"threads", absl::StrCat(threads == 0 ? allowed->size() : threads)}});

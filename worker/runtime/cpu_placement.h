@@ -2,7 +2,7 @@
 // of one host that may use the same cores split them, each pinning its step thread to its own
 // slice with one compute thread per core of it, as deploy/local/cluster.sh's --cpus does. Left
 // to the scheduler, two workers on two cores with a thread per core each trained the zoo's MLP
-// at 0.87x of its pinned rate (the CNN within noise; docs/BENCHMARKS.md, "The README demo").
+// at 0.85x of its pinned rate (the CNN within noise; docs/BENCHMARKS.md, "The README demo").
 //
 // A worker learns of the others from the coordinator (RegisterWorkerResponse.same_host, and each
 // heartbeat's answer); every auto worker computes the same split from the same list (slices in
