@@ -183,12 +183,11 @@ for line in open('$work/passes.jsonl'):
 for r in best.values():
     print(json.dumps(r))" >> "$work/rows.jsonl"
 
-# World size 1, one compute thread on both sides, --runs rounds per model, alternating which side
-# goes first: one cold sample of each swung from dtrain 26% faster to 12% slower between runs of
-# this bench, so the line reports the median of the per-round ratios and their spread. Both
-# sides start cold every round (a fresh cluster, a fresh loop process). Besides samples/s (noisy
-# here), the CPU time both sides spend for the whole run (data loading and model set-up included
-# on both sides; dtrain: worker + coordinator), which other tenants of the machine do not inflate.
+# World size 1, one compute thread on both sides, in rounds: one cold sample of each read from
+# dtrain at 0.64 to 1.26 of the loop between runs of this bench. Both sides start cold every
+# round (a fresh cluster, a fresh loop process). Besides samples/s (noisy here), the CPU time
+# both sides spend for the whole run (data loading and model set-up included on both sides;
+# dtrain: worker + coordinator), which other tenants of the machine do not inflate.
 single_once() {  # model round
   deploy/local/cluster.sh start --port 0 --workers 1 --threads 1 >&2
   export DTRAIN_COORDINATOR="127.0.0.1:$(cat "$DTRAIN_LOCAL_DIR/port")"
