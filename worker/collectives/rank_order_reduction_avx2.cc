@@ -1,8 +1,8 @@
 // The shm plane's reduction kernel built with -mavx2 (see worker/CMakeLists.txt); called only
 // after the CPU was checked for AVX2 (rank_order_reduction.cc). Measured on a family-25 EPYC with
 // the 101,765-float half of the MLP's gradient, 2 ranks into 2 outputs, in cache: 41 us for the
-// baseline x86-64 build (SSE2), 29 us with AVX2, before the mean's division joined the last
-// addition's pass (bench/reduction_bench.cc; docs/BENCHMARKS.md has the latest figures).
+// baseline x86-64 build (SSE2), 29 us with AVX2 (a probe, before the mean's division joined the
+// last addition's pass); bench/reduction_bench.cc now measures both builds (docs/BENCHMARKS.md).
 #include "worker/collectives/rank_order_reduction_kernel.inc"
 
 namespace dtrain {
