@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/percentile.h"
 #include "common/process_tuning.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:29610", "coordinator host:port");
@@ -29,12 +30,6 @@ struct Row {
   int64_t bytes;
   std::vector<double> us;
 };
-
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  return v[i];
-}
 
 // Times `call` once, in microseconds.
 absl::StatusOr<double> Timed(const std::function<absl::Status()>& call) {

@@ -50,6 +50,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "bench/percentile.h"
 #include "bench/simulated_cluster.h"
 #include "coordinator/jobs/job_store.h"
 #include "dtrain/v1/jobs.grpc.pb.h"
@@ -75,6 +76,7 @@ namespace dtrain {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using bench::Percentile;
 
 // ---- Seeding ---------------------------------------------------------------------------------
 
@@ -134,13 +136,6 @@ int Seed(const std::string& path, int jobs, int points) {
 }
 
 // ---- Measurements ----------------------------------------------------------------------------
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t k = std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * v.size()));
-  return v[k];
-}
 
 // utime + stime of `pid`, in seconds.
 double CpuSeconds(int pid) {
@@ -364,7 +359,7 @@ int Run() {
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   server->Wait();
 
-  auto median = [](std::vector<double> v) { return Percentile(std::move(v), 50); };
+  auto median = [](std::vector<double> v) { return Percentile(std::move(v), 0.5); };
   auto worst = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
   std::printf(
       "{\"workers\": %d, \"register_s\": %.2f, \"heartbeat_interval_ms\": %.0f, "
@@ -379,13 +374,13 @@ int Run() {
       "\"reference_rtt_failures\": %d, "
       "\"simulator_cpu_pct\": %.1f, \"cli_start_ms_median\": %.1f, \"first_failure\": \"%s\"}\n",
       n, register_s, absl::ToDoubleMilliseconds(daemons.interval()), latencies.size(),
-      static_cast<long long>(daemons.failures()), Percentile(latencies, 50),
-      Percentile(latencies, 99), latencies.empty() ? 0.0 : worst(latencies), training, nodes,
+      static_cast<long long>(daemons.failures()), Percentile(latencies, 0.5),
+      Percentile(latencies, 0.99), latencies.empty() ? 0.0 : worst(latencies), training, nodes,
       static_cast<long long>(steps_done), absl::ToDoubleSeconds(window),
       100 * (cpu_after - cpu_before) / absl::ToDoubleSeconds(window), rss_kib / 1024.0,
       StatusKiB(pid, "VmHWM") / 1024.0, median(list_ms), worst(list_ms), median(workers_ms),
-      worst(workers_ms), queued.size(), succeeded, in_order, drain_s, Percentile(reference.ms, 50),
-      Percentile(reference.ms, 99), reference.failed,
+      worst(workers_ms), queued.size(), succeeded, in_order, drain_s, Percentile(reference.ms, 0.5),
+      Percentile(reference.ms, 0.99), reference.failed,
       100 * (own_cpu_after - own_cpu_before) / absl::ToDoubleSeconds(window), median(help_ms),
       first_failure.c_str());
   return 0;

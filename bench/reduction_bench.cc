@@ -24,6 +24,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
+#include "bench/percentile.h"
 #include "worker/collectives/rank_order_reduction.h"
 #include "worker/runtime/compute_threads.h"
 #include "worker/runtime/cpu_affinity.h"
@@ -36,6 +37,8 @@ ABSL_FLAG(int, cpu, 0, "the core to pin to");
 
 namespace {
 
+using dtrain::bench::Percentile;
+
 constexpr int kRounds = 10;
 
 struct Variant {
@@ -44,11 +47,6 @@ struct Variant {
   int64_t bytes;  // read and written per call
   std::vector<double> micros;
 };
-
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
-}
 
 }  // namespace
 
