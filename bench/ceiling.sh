@@ -1,17 +1,36 @@
-# Sourced by bench/training.sh and bench/demo.sh: the compute ceiling of a 2-rank job, i.e. two
-# plain libtorch loops (bench/train_loop_bench.cc) started together, each doing one worker
-# rank's per-sample work with no communication, pinned to the cores the local cluster gives its
-# workers. Their joint rate is all samples / (last end - first start), the span dtrain's train
+# Sourced by bench/training.sh and bench/demo.sh: the compute ceiling of a 2-rank ddp job, i.e.
+# two plain libtorch processes (bench/train_loop_bench.cc) started together, pinned to the cores
+# the local cluster gives its workers, each computing the whole job with no communication: every
+# rank's batch on its own replica of the model, the replicas' mean gradient, every replica's
+# update (--all_ranks). So the ceiling trains the model the job trains. Loops that each trained
+# their own model on half the data did not: on the CNN their max-pooling is cheaper per sample
+# than a ddp job's (docs/BENCHMARKS.md, "The ceiling trains the job's model"), and
+# own_ceiling_once still measures them, for comparison with earlier tables.
+# Their joint rate is all samples / (last end - first start), the span dtrain's train
 # timer covers. Each process is warmed first by 5 steps of a throwaway model, as a worker daemon
-# is warm from its earlier jobs. Each step's time is kept, so that the row also says what a
-# synchronous run (ranks waiting for each other every step, as ddp's all-reduce makes them)
-# could keep of it with a free, instant all-reduce: rank skew's share.
+# is warm from its earlier jobs. Each rank's part of each step is timed, so that the row also
+# says what a synchronous run (ranks waiting for each other every step, as ddp's all-reduce
+# makes them) could keep of it with a free, instant all-reduce: rank skew's share.
 #
 # ceiling_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
 # prints one JSON row {system: compute-ceiling, model, ranks, batch, run, samples_per_s,
 # barrier_s (lockstep only: the longer of the ranks' waits), synchronous_share}; $pins (an
-# array, as `deploy/local/cluster.sh cpus --workers 2` prints) gives each loop its cores.
-ceiling_once() {
+# array, as `deploy/local/cluster.sh cpus --workers 2` prints) gives each loop its cores. Loop
+# flags such as --epochs and --cosine give the job's length and schedule.
+ceiling_once() { loops_once "$@" --all_ranks; }
+
+# own_ceiling_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
+# The ceiling as measured until 2026-11-30: each process one rank's batches on its own model
+# (no averaging), so each trains a different model from the job's. Prints {system:
+# own-model-ceiling, ...}.
+own_ceiling_once() {
+  loops_once "$@" | /usr/bin/python3 -c "
+import json, sys
+r = json.loads(sys.stdin.read()); r['system'] = 'own-model-ceiling'; print(json.dumps(r))"
+}
+
+# loops_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]: the two processes.
+loops_once() {
   local build=$1 work=$2 model=$3 batch=$4 steps=$5 run=$6 at i pids=()
   shift 6
   # After data loading and the warm steps (~1.5 s for the CNN when idle).
@@ -32,28 +51,36 @@ import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
 assert len(rows) == 2, 'ceiling: expected a row from each of the 2 loops'
 span = max(r['end'] for r in rows) - min(r['start'] for r in rows)
-a, b = ([float(l) for l in open(f'$work/ceiling-steps-{i}.txt')] for i in (0, 1))
+a, b = ([[float(x) for x in l.split()] for l in open(f'$work/ceiling-steps-{i}.txt')] for i in (0, 1))
+if len(a[0]) > 1:
+    # --all_ranks: each process timed every rank's part of each step; a synchronous run waits
+    # for the slowest part each step (the two processes' estimates averaged).
+    share = sum(max(sum(r) for r in zip(*p)) / sum(max(s) for s in p) for p in (a, b)) / 2
+else:
+    a, b = [x[0] for x in a], [x[0] for x in b]
+    share = max(sum(a), sum(b)) / sum(max(x, y) for x, y in zip(a, b))
 row = {'system': 'compute-ceiling', 'model': '$model', 'ranks': 2, 'batch': $batch, 'run': $run,
        'samples_per_s': round(sum(r['samples'] for r in rows) / span, 1),
-       'synchronous_share': round(max(sum(a), sum(b)) / sum(max(x, y) for x, y in zip(a, b)), 4)}
+       'synchronous_share': round(share, 4)}
 if 'barrier_s' in rows[0]:
     row['barrier_s'] = max(r['barrier_s'] for r in rows)
 print(json.dumps(row))"
 }
 
 # lockstep_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
-# The same two loops, but each step ends at a barrier the two share (--lockstep: a spin on
-# shared counters, no data): a synchronous run with a free, instant all-reduce, measured rather
-# than estimated from paired step times. It pays what ranks stepping together really pay on
-# this machine (waiting for the slower rank, and both cores computing in phase). Prints one row
-# {system: lockstep-ceiling, ...}.
+# Two loops each doing one rank's batches, meeting every step in a file they share
+# (--lockstep) where they average their gradients before the update (--average_gradients: the
+# shm plane's kernel, no overlap): a ddp job with the cheapest all-reduce and no service,
+# measured rather than estimated from timed steps. It pays what ranks stepping together really
+# pay on this machine (waiting for the slower rank, and both cores computing in phase). Prints
+# one row {system: lockstep-ceiling, ...}.
 lockstep_once() {
   # In /dev/shm, not the work directory: a shared mapping of a disk file is written back every
   # few seconds, and the next write to a page faults inside a timed step.
   local barrier="/dev/shm/dtrain-lockstep-$$" status=0
   rm -f "$barrier"
   # The file goes whether the loops succeed or not (a failure must not leave it in memory).
-  ceiling_once "$@" --lockstep="$barrier" |
+  loops_once "$@" --lockstep="$barrier" --average_gradients |
     /usr/bin/python3 -c "
 import json, sys
 r = json.loads(sys.stdin.read()); r['system'] = 'lockstep-ceiling'; r.pop('synchronous_share', None)

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The README demo's job, measured as a user runs it, beside the compute ceiling of the same run:
 #   bench/demo.sh [--runs N] [--config FILE] [--check] [--json]
-# Each run: the compute ceiling (bench/ceiling.sh: two plain libtorch loops, pinned like the
-# workers, at the demo's batch size, Nesterov momentum and shuffled rows), then a fresh local
-# cluster (deploy/local/cluster.sh, as deploy/local/demo.sh starts it) running the unchanged
-# demo spec (deploy/local/fashion-cnn.yaml) submitted and watched as demo.sh does, then the
-# ceiling again; the run's ceiling is the faster of its two samples. Last, the lockstep ceiling
-# (bench/ceiling.sh: the same loops meeting at a free barrier every step), a sample of what a
-# synchronous job can reach: on a machine whose cores drift, it sits below the ceiling. Per run
+# Each run: the compute ceiling (bench/ceiling.sh: two plain libtorch processes, pinned like
+# the workers, each computing the demo's whole job with no communication: both ranks' batches,
+# their mean gradient and the updates, at the demo's batch size, Nesterov momentum, shuffled
+# rows, epochs and cosine schedule, so that the ceiling trains the model the job trains), then a
+# fresh local cluster (deploy/local/cluster.sh, as deploy/local/demo.sh starts it) running the
+# unchanged demo spec (deploy/local/fashion-cnn.yaml) submitted and watched as demo.sh does,
+# then the ceiling again; the run's ceiling is the faster of its two samples. Then the ceiling
+# as measured until 2026-11-30, loops each training its own model (for comparison with earlier
+# tables), and last the lockstep ceiling (bench/ceiling.sh: one loop per rank, the two averaging
+# their gradients in shared memory every step), a sample of what a synchronous job with a free
+# all-reduce can reach: on a machine whose cores drift, it sits below the ceiling. Per run
 # it prints the time from submit to SUCCEEDED, the training rate (samples over the training
 # span: first training step to the last, validation and checkpoints between them left out), its
 # share of the ceiling and of the lockstep ceiling, the rate dtrain reports (which counts from
@@ -37,16 +41,21 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR
   -DDTRAIN_BUILD_WORKER=ON >&2
 cmake --build "$build" --target dtrain-coordinator dtrain-worker dtrain dtrain-bench-train-loop >&2
 
-# The spec's model, batch and optimizer, for a ceiling doing the same work per sample.
-read -r model batch nesterov lr < <(/usr/bin/python3 - "$config" <<'PY'
+# The spec's model, batch, optimizer, schedule and length, for a ceiling training its model.
+read -r model batch nesterov lr cosine epochs max_steps < <(/usr/bin/python3 - "$config" <<'PY'
 import sys, yaml
 spec = yaml.safe_load(open(sys.argv[1]))
 model = spec.get("model", {}).get("builtin", "")
 if model not in ("cnn", "mlp"):
     sys.exit(f"bench/demo.sh measures a zoo model (cnn or mlp) against its ceiling; {sys.argv[1]} names {model!r}")
+trainer = spec.get("trainer", {})
+if trainer.get("num_nodes", 1) * trainer.get("devices", 1) != 2:
+    sys.exit(f"bench/demo.sh measures a 2-rank job against a 2-core ceiling; {sys.argv[1]} has another world size")
 print(model, spec.get("data", {}).get("batch_size", 32),
       int(bool(spec.get("optimizer", {}).get("nesterov", False))),
-      spec.get("optimizer", {}).get("lr", 0.05))
+      spec.get("optimizer", {}).get("lr", 0.05),
+      int(spec.get("lr_scheduler", {}).get("name", "none") == "cosine"),
+      int(trainer.get("max_epochs", 0) or 0), int(trainer.get("max_steps", 0) or 0))
 PY
 )
 shuffle=$(/usr/bin/python3 -c "import sys,yaml; print(int(yaml.safe_load(open(sys.argv[1]))['data'].get('shuffle', True)))" "$config")
@@ -60,8 +69,15 @@ source "$root/bench/ceiling.sh"
 ceiling_flags=(--lr "$lr")
 [ "$nesterov" = 1 ] && ceiling_flags+=(--nesterov)
 [ "$shuffle" = 1 ] && ceiling_flags+=(--shuffle)
-# ~20 s of the CNN on a 2-core VM: shorter samples swung by +-15% here.
-ceiling_steps=$(( 1200 * 32 / batch )); [ "$model" = mlp ] && ceiling_steps=$(( ceiling_steps * 10 ))
+[ "$cosine" = 1 ] && ceiling_flags+=(--cosine)
+# The job's whole run: the cost of a step changes along the trajectory (max-pooling's, as the
+# model trains and lr anneals), so a ceiling of the first few hundred steps would not do the
+# job's work. The spec's max_steps if it gives one, else its max_epochs.
+ceiling_steps=$max_steps
+if [ "$max_steps" -le 0 ]; then
+  [ "$epochs" -gt 0 ] || { echo "bench/demo.sh: $config gives neither max_epochs nor max_steps" >&2; exit 2; }
+  ceiling_flags+=(--epochs "$epochs"); ceiling_steps=1
+fi
 
 : > "$work/rows.jsonl"
 for run in $(seq 1 "$runs"); do
@@ -82,7 +98,10 @@ for run in $(seq 1 "$runs"); do
   echo "run $run/$runs: compute ceiling again ..." >&2
   ceiling_once "$build" "$work" "$model" "$batch" "$ceiling_steps" "$run" "${ceiling_flags[@]}" \
     > "$work/ceiling-b.json"
-  # What any synchronous job could keep here: the same loops meeting at a free barrier each step.
+  echo "run $run/$runs: the ceiling of loops training their own models ..." >&2
+  own_ceiling_once "$build" "$work" "$model" "$batch" "$ceiling_steps" "$run" "${ceiling_flags[@]}" \
+    > "$work/own-ceiling.json"
+  # What a synchronous job could keep here: loops averaging gradients at a free barrier each step.
   echo "run $run/$runs: lockstep ceiling ..." >&2
   lockstep_once "$build" "$work" "$model" "$batch" "$ceiling_steps" "$run" "${ceiling_flags[@]}" \
     > "$work/lockstep.json"
@@ -95,6 +114,7 @@ if s.get("state") != "SUCCEEDED":
 ceilings = [json.load(open(f"{work}/ceiling-{x}.json")) for x in "ab"]
 ceiling = max(ceilings, key=lambda c: c["samples_per_s"])
 lockstep = json.load(open(f"{work}/lockstep.json"))
+own = json.load(open(f"{work}/own-ceiling.json"))
 p = s["progress"]
 phases = p.get("phase_seconds", {})
 samples = int(p["global_step"]) * batch * 2
@@ -112,6 +132,8 @@ print(json.dumps({
     "share_of_lockstep": round(rate / lockstep["samples_per_s"], 4),
     "lockstep_of_ceiling": round(lockstep["samples_per_s"] / ceiling["samples_per_s"], 4),
     "share_of_ceiling": round(rate / ceiling["samples_per_s"], 4),
+    "own_ceiling_samples_per_s": own["samples_per_s"],
+    "share_of_own_ceiling": round(rate / own["samples_per_s"], 4),
     "test_acc": acc, "global_step": int(p["global_step"]),
     "phase_seconds": {k: round(v, 2) for k, v in phases.items()}}))
 PY
@@ -125,13 +147,14 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 machine = rows.pop()["machine"]
 print(f"{'run':>3} {'submit->done s':>14} {'train samples/s':>15} {'ceiling':>8} {'share':>6} "
-      f"{'of sync bound':>13} {'lockstep':>8} {'of lockstep':>11} {'reported':>8} {'test_acc':>8}"
-      "  phases (s)")
+      f"{'of sync bound':>13} {'own-model':>9} {'share':>6} {'lockstep':>8} {'of lockstep':>11} "
+      f"{'reported':>8} {'test_acc':>8}  phases (s)")
 for r in rows:
     ph = r["phase_seconds"]
     print(f"{r['run']:>3} {r['submit_to_done_s']:>14.1f} {r['train_samples_per_s']:>15.0f} "
           f"{r['ceiling_samples_per_s']:>8.0f} {r['share_of_ceiling']:>6.3f} "
           f"{r['share_of_ceiling'] / r['synchronous_share']:>13.3f} "
+          f"{r['own_ceiling_samples_per_s']:>9.0f} {r['share_of_own_ceiling']:>6.3f} "
           f"{r['lockstep_samples_per_s']:>8.0f} {r['share_of_lockstep']:>11.3f} "
           f"{r['reported_samples_per_s']:>8.0f} "
           f"{r['test_acc']:>8.4f}  " + ", ".join(f"{k} {ph[k]}" for k in
@@ -143,13 +166,16 @@ valid = [r for r in rows if r["share_of_ceiling"] <= 1]
 t, s, a = spread("submit_to_done_s"), spread("share_of_ceiling", valid), spread("test_acc")
 c = spread("ceiling_samples_per_s")
 print(f"void runs (the job above the run's ceiling): {len(rows) - len(valid)} of {len(rows)}")
+o = spread("share_of_own_ceiling")
+print(f"against the ceiling of loops training their own models (until 2026-11-30): "
+      f"{o[0]:.3f} ({o[1]:.3f}-{o[2]:.3f})")
 print(f"median of {len(rows)} ({len(valid)} valid for the share): submit to SUCCEEDED {t[0]:.1f} s ({t[1]:.1f}-{t[2]:.1f}); training at "
       f"{s[0]:.3f} of the same run's ceiling ({s[1]:.3f}-{s[2]:.3f}), the ceiling being "
       f"{c[0]:.0f} samples/s ({c[1]:.0f}-{c[2]:.0f}); test_acc {a[0]:.4f} ({a[1]:.4f}-{a[2]:.4f})")
 steady = [r for r in rows if r["share_of_lockstep"] <= 1]
 k, j = spread("lockstep_of_ceiling", steady), spread("share_of_lockstep", steady)
-print(f"lockstep ceiling (the loops meeting at a free barrier each step, as a synchronous job "
-      f"must), {len(rows) - len(steady)} of {len(rows)} samples slowed (the job above them): "
+print(f"lockstep ceiling (a loop per rank, averaging gradients at a free barrier each step, as a "
+      f"synchronous job must), {len(rows) - len(steady)} of {len(rows)} samples slowed (the job above them): "
       f"{k[0]:.3f} of the run's ceiling ({k[1]:.3f}-{k[2]:.3f}); the job at {j[0]:.3f} of it "
       f"({j[1]:.3f}-{j[2]:.3f})")
 print(f"machine: {machine}")

@@ -22,18 +22,35 @@ absl::Status PrepareTrainingThread(int threads, const std::string& cpus) {
 }
 
 absl::StatusOr<PlainLoop> PlainLoop::Make(const std::string& model, double lr, double momentum,
-                                          bool nesterov) {
+                                          bool nesterov, int64_t cosine_steps) {
   absl::StatusOr<LightningModule> module = BuiltinModel(model, 1);
   if (!module.ok()) return module.status();
   auto optimizer = MakeOptimizer(
       module->Parameters(), {.name = "sgd", .lr = lr, .momentum = momentum, .nesterov = nesterov});
   if (!optimizer.ok()) return optimizer.status();
+  SchedulerConfig cosine;
+  if (cosine_steps > 0) {
+    cosine.name = "cosine";
+    cosine.total_steps = cosine_steps;
+    cosine.min_lr = 0;
+  } else {
+    cosine.name = "none";
+  }
+  absl::StatusOr<LrSchedule> schedule = LrSchedule::Make(cosine, lr);
+  if (!schedule.ok()) return schedule.status();
   module->Train(true);
-  return PlainLoop(*std::move(module), *std::move(optimizer));
+  return PlainLoop(*std::move(module), *std::move(optimizer), *std::move(schedule));
 }
 
 absl::Status PlainLoop::Step(const Dataset& data, const std::vector<int64_t>& indices,
                              int64_t batch_idx) {
+  if (absl::Status computed = Gradients(data, indices, batch_idx); !computed.ok()) return computed;
+  Update(batch_idx);
+  return absl::OkStatus();
+}
+
+absl::Status PlainLoop::Gradients(const Dataset& data, const std::vector<int64_t>& indices,
+                                  int64_t batch_idx) {
   // As a worker's step runs its model code (worker/model/model_thread_scope.h).
   const ModelThreadScope scope(torch::kCPU);
   absl::StatusOr<c10::IValue> batch = data.Batch("train", indices);
@@ -42,8 +59,13 @@ absl::Status PlainLoop::Step(const Dataset& data, const std::vector<int64_t>& in
   absl::StatusOr<torch::Tensor> loss = model_.TrainingStep(*batch, batch_idx);
   if (!loss.ok()) return loss.status();
   loss->backward();
-  optimizer_->step();
   return absl::OkStatus();
+}
+
+void PlainLoop::Update(int64_t step) {
+  const ModelThreadScope scope(torch::kCPU);
+  schedule_.Apply(*optimizer_, step);
+  optimizer_->step();
 }
 
 }  // namespace dtrain::bench

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "worker/data/dataset.h"
 #include "worker/model/lightning_module.h"
+#include "worker/model/optimizers.h"
 
 namespace dtrain::bench {
 
@@ -27,18 +28,33 @@ absl::Status PrepareTrainingThread(int threads, const std::string& cpus);
 
 class PlainLoop {
  public:
-  // `model`: a zoo name (mlp, cnn), built with seed 1 as a job's is.
+  // `model`: a zoo name (mlp, cnn), built with seed 1 as a job's is. `cosine_steps` > 0 anneals
+  // lr to 0 over that many optimizer steps, as a job's lr_scheduler cosine does over its run.
   static absl::StatusOr<PlainLoop> Make(const std::string& model, double lr, double momentum,
-                                        bool nesterov = false);
+                                        bool nesterov = false, int64_t cosine_steps = 0);
 
-  // One optimizer step on the training samples `indices` of `data`.
+  // One optimizer step on the training samples `indices` of `data`: Gradients, then Update.
   absl::Status Step(const Dataset& data, const std::vector<int64_t>& indices, int64_t batch_idx);
 
+  // The gradients of the training samples `indices` (zero_grad, training_step, backward), left
+  // in the parameters' .grad for the caller to exchange before Update.
+  absl::Status Gradients(const Dataset& data, const std::vector<int64_t>& indices,
+                         int64_t batch_idx);
+  // Optimizer step `step` (from 0: it sets the schedule's lr) from the gradients the parameters
+  // hold.
+  void Update(int64_t step);
+
+  std::vector<torch::Tensor> Parameters() const { return model_.Parameters(); }
+
  private:
-  PlainLoop(LightningModule model, std::unique_ptr<torch::optim::Optimizer> optimizer)
-      : model_(std::move(model)), optimizer_(std::move(optimizer)) {}
+  PlainLoop(LightningModule model, std::unique_ptr<torch::optim::Optimizer> optimizer,
+            LrSchedule schedule)
+      : model_(std::move(model)),
+        optimizer_(std::move(optimizer)),
+        schedule_(std::move(schedule)) {}
   LightningModule model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  LrSchedule schedule_;
 };
 
 }  // namespace dtrain::bench

@@ -4,12 +4,16 @@
 // dtrain worker's rank, pinned to the cores the local cluster gives that worker (--cpus), with no
 // service and no communication around it, and the worker's allocator (jemalloc). Prints one JSON
 // row:
-// {"system", "model", "ranks", "batch", "threads", "samples_per_s", "start", "end", "barrier_s"}.
+// {"system", "model", "ranks", "batch", "threads", "samples_per_s", "start", "end", "barrier_s",
+// "parameters_sum"}.
 // --lockstep makes the ranks of one ceiling meet at a barrier after every step (a synchronous run
-// with a free, instant all-reduce), and barrier_s is the time spent there. --rank/--world_size take
-// the rank's slice of each global batch, as ddp does; --start_at (Unix seconds) starts every
-// process of a ceiling at once, and start/end (Unix seconds) let the script compute their joint
-// rate over the same interval dtrain's timer spans.
+// with a free, instant all-reduce), and barrier_s is the time spent there. --average_gradients
+// makes that barrier a real all-reduce: the ranks average their gradients in shared memory before
+// each update, in rank order as the shm plane does, so that their models follow a ddp job's
+// trajectory rather than each its own (which changes the compute: see the flag).
+// --rank/--world_size take the rank's slice of each global batch, as ddp does; --start_at (Unix
+// seconds) starts every process of a ceiling at once, and start/end (Unix seconds) let the script
+// compute their joint rate over the same interval dtrain's timer spans.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -32,6 +36,8 @@
 #include "absl/time/clock.h"
 #include "bench/plain_loop.h"
 #include "common/process_tuning.h"
+#include "common/status_macros.h"
+#include "worker/collectives/rank_order_reduction.h"
 #include "worker/data/dataset.h"
 #include "worker/runtime/worker_allocator.h"
 
@@ -54,7 +60,15 @@ ABSL_FLAG(bool, shuffle, false,
           "data.shuffle does (a gather of scattered rows), instead of consecutive rows");
 ABSL_FLAG(std::string, step_times, "",
           "if set, each timed step's duration in microseconds is written to this file, one per "
-          "line (bench/training.sh pairs the ceiling's two ranks' steps)");
+          "line (bench/ceiling.sh pairs the ceiling's two ranks' steps); with --all_ranks a line "
+          "holds each rank's part of the step (its gradients, its share of the mean, its update)");
+ABSL_FLAG(bool, cosine, false,
+          "anneal the learning rate to 0 over the run (--warmup and --steps), as a job's "
+          "lr_scheduler cosine does over its run (else a constant learning rate)");
+ABSL_FLAG(int, epochs, 0,
+          "if > 0, --steps is this many epochs of the training set as a job of --world_size "
+          "ranks counts them (samples / (batch * world_size), rounded up), so that a ceiling "
+          "runs a job's whole trajectory");
 
 ABSL_FLAG(bool, print_allocator_env, false,
           "print the environment that gives another program the worker's allocator (NAME=value "
@@ -64,6 +78,20 @@ ABSL_FLAG(std::string, lockstep, "",
           "if set, a file the ranks of one ceiling share: each step ends at a barrier there (a "
           "spin on shared counters, no data), so the ranks step together as ddp's all-reduce "
           "makes them, with a free and instant reduction");
+
+ABSL_FLAG(bool, average_gradients, false,
+          "with --lockstep: average the ranks' gradients through the shared file before each "
+          "update (ddp's all_reduce, done in place without overlap), so that every rank trains "
+          "the model a ddp job trains. Without it each rank trains its own model on its half "
+          "of the data at the full learning rate, and on the CNN that trajectory's max-pooling "
+          "is measurably cheaper per sample than a ddp job's (docs/BENCHMARKS.md)");
+
+ABSL_FLAG(bool, all_ranks, false,
+          "each step computes the gradients of every rank's batch (--world_size of them) in "
+          "turn, each on its own replica of the model, averages them in rank order into every "
+          "replica and updates each: a ddp job's whole computation on one core, with no "
+          "communication and no waiting, so that a free ceiling trains the model a ddp job "
+          "trains. samples counts --world_size batches a step");
 
 namespace {
 
@@ -75,15 +103,17 @@ class LockstepBarrier {
   static constexpr int kMaxWorld = 4096 / 64;
   // The counters are shared between processes: only lock-free atomics are plain memory.
   static_assert(std::atomic<uint64_t>::is_always_lock_free);
+  // `exchange` floats per rank and parity follow the counters: --average_gradients' slots.
   static absl::StatusOr<std::unique_ptr<LockstepBarrier>> Open(const std::string& path, int rank,
-                                                               int world) {
+                                                               int world, int64_t exchange) {
     if (world < 1 || world > kMaxWorld || rank < 0 || rank >= world) {
       return absl::InvalidArgumentError("--lockstep needs 0 <= rank < world_size <= 64");
     }
     const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0600);
     if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", strerror(errno)));
-    void* at = ftruncate(fd, 4096) == 0
-                   ? mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+    const size_t bytes = 4096 + sizeof(float) * 2 * world * exchange;
+    void* at = ftruncate(fd, static_cast<off_t>(bytes)) == 0
+                   ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                    : MAP_FAILED;
     const int error = errno;
     close(fd);
@@ -91,7 +121,7 @@ class LockstepBarrier {
       return absl::InternalError(absl::StrCat("map ", path, ": ", strerror(error)));
     }
     auto barrier = std::unique_ptr<LockstepBarrier>(
-        new LockstepBarrier(static_cast<std::atomic<uint64_t>*>(at), rank, world));
+        new LockstepBarrier(static_cast<std::atomic<uint64_t>*>(at), rank, world, exchange, bytes));
     // Only this rank writes its slot: a count there is a previous run's, whose counters would
     // let every wait pass at once and measure a free run instead.
     if (barrier->counts_[rank * 8].load() != 0) {
@@ -100,7 +130,14 @@ class LockstepBarrier {
     }
     return barrier;
   }
-  ~LockstepBarrier() { munmap(counts_, 4096); }
+  ~LockstepBarrier() { munmap(counts_, bytes_); }
+
+  // Rank `r`'s slot for steps of `parity`. Two parities, because a rank that has passed a
+  // barrier may write its next step's gradients while a slower one still reads this step's.
+  float* Slot(int parity, int r) const {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(counts_) + 4096) +
+           (int64_t{parity} * world_ + r) * exchange_;
+  }
 
   absl::Status ArriveAndWait() {
     ++arrivals_;
@@ -121,12 +158,79 @@ class LockstepBarrier {
   }
 
  private:
-  LockstepBarrier(std::atomic<uint64_t>* counts, int rank, int world)
-      : counts_(counts), rank_(rank), world_(world) {}
+  LockstepBarrier(std::atomic<uint64_t>* counts, int rank, int world, int64_t exchange,
+                  size_t bytes)
+      : counts_(counts), rank_(rank), world_(world), exchange_(exchange), bytes_(bytes) {}
   std::atomic<uint64_t>* counts_;
   int rank_, world_;
+  int64_t exchange_;
+  size_t bytes_;
   uint64_t arrivals_ = 0;
 };
+
+// The averaging reads gradients as flat float arrays.
+absl::Status CheckGradient(const torch::Tensor& grad) {
+  if (!grad.defined() || !grad.is_contiguous() || grad.scalar_type() != torch::kFloat32) {
+    return absl::FailedPreconditionError(
+        "averaging gradients: a parameter's gradient is missing or not contiguous float32");
+  }
+  return absl::OkStatus();
+}
+
+// This rank's gradients, parameter after parameter, into `slot`.
+absl::Status WriteGradients(const std::vector<torch::Tensor>& parameters, float* slot) {
+  for (const torch::Tensor& p : parameters) {
+    const torch::Tensor grad = p.grad();
+    DTRAIN_RETURN_IF_ERROR(CheckGradient(grad));
+    std::memcpy(slot, grad.data_ptr<float>(), sizeof(float) * grad.numel());
+    slot += grad.numel();
+  }
+  return absl::OkStatus();
+}
+
+// Every parameter's gradient replaced by the mean of the ranks' `slots` in rank order: the shm
+// plane's kernel, so the same bits as a ddp job's mean of the same gradients.
+void MeanIntoGradients(const std::vector<torch::Tensor>& parameters,
+                       const std::vector<const float*>& slots) {
+  std::vector<const float*> in(slots);
+  for (const torch::Tensor& p : parameters) {
+    float* out = p.grad().data_ptr<float>();
+    dtrain::ReduceInRankOrder<float>(in.data(), static_cast<int>(in.size()), &out, 1, p.numel(),
+                                     dtrain::ReductionKind::kMean);
+    for (const float*& at : in) at += p.numel();
+  }
+}
+
+// --all_ranks' all_reduce: each replica's gradients replaced by the replicas' mean in rank
+// order, in one pass that writes every replica (the kernel may write over its inputs).
+absl::Status MeanAcrossReplicas(const std::vector<dtrain::bench::PlainLoop>& replicas) {
+  std::vector<std::vector<torch::Tensor>> parameters;
+  for (const dtrain::bench::PlainLoop& replica : replicas) {
+    parameters.push_back(replica.Parameters());
+  }
+  std::vector<float*> grads(replicas.size());
+  for (size_t i = 0; i < parameters[0].size(); ++i) {
+    for (size_t r = 0; r < replicas.size(); ++r) {
+      const torch::Tensor grad = parameters[r][i].grad();
+      DTRAIN_RETURN_IF_ERROR(CheckGradient(grad));
+      grads[r] = grad.data_ptr<float>();
+    }
+    const std::vector<const float*> in(grads.begin(), grads.end());
+    dtrain::ReduceInRankOrder<float>(in.data(), static_cast<int>(in.size()), grads.data(),
+                                     static_cast<int>(grads.size()), parameters[0][i].numel(),
+                                     dtrain::ReductionKind::kMean);
+  }
+  return absl::OkStatus();
+}
+
+// The trained model's parameters summed in double: ranks that averaged their gradients, and a
+// process that computed every rank (--all_ranks), end with the same sum when they trained the
+// same model, which checks the averaging.
+double ParametersSum(const dtrain::bench::PlainLoop& loop) {
+  double sum = 0;
+  for (const torch::Tensor& p : loop.Parameters()) sum += p.sum(torch::kFloat64).item<double>();
+  return sum;
+}
 
 }  // namespace
 
@@ -156,56 +260,146 @@ int main(int argc, char** argv) {
   const int batch = absl::GetFlag(FLAGS_batch);
   const int64_t n = (*data)->Splits()[0].second;
   const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world_size);
-  auto make = [&] {
-    return dtrain::bench::PlainLoop::Make(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_lr), 0.9,
-                                          absl::GetFlag(FLAGS_nesterov));
+  if (batch < 1 || batch >= n || world < 1 || world > 64 || rank < 0 || rank >= world ||
+      absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_warmup) < 0) {
+    std::fprintf(stderr,
+                 "want 1 <= --batch < %lld (the training set), 1 <= --world_size <= 64, "
+                 "0 <= --rank < --world_size, --steps >= 1 and --warmup >= 0\n",
+                 static_cast<long long>(n));
+    return 2;
+  }
+  const bool average = absl::GetFlag(FLAGS_average_gradients);
+  const bool all_ranks = absl::GetFlag(FLAGS_all_ranks);
+  if (average && absl::GetFlag(FLAGS_lockstep).empty()) {
+    std::fprintf(stderr, "--average_gradients needs --lockstep (the file the ranks share)\n");
+    return 2;
+  }
+  if (all_ranks && !absl::GetFlag(FLAGS_lockstep).empty()) {
+    std::fprintf(stderr, "--all_ranks computes every rank here; it takes no --lockstep\n");
+    return 2;
+  }
+  if (const int epochs = absl::GetFlag(FLAGS_epochs); epochs < 0 || epochs > 1000) {
+    std::fprintf(stderr, "--epochs must be in 0..1000 (0: --steps counts the steps)\n");
+    return 2;
+  } else if (epochs > 0) {
+    const int64_t per_epoch = (n + int64_t{batch} * world - 1) / (int64_t{batch} * world);
+    absl::SetFlag(&FLAGS_steps, static_cast<int>(epochs * per_epoch));
+  }
+  const int64_t run_steps = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_steps);
+  using Replicas = std::vector<dtrain::bench::PlainLoop>;
+  // The models one process trains: one, or with --all_ranks one per rank (the same zoo model and
+  // seed, so the same weights, kept the same by the same averaged gradients and updates).
+  auto make = [&]() -> absl::StatusOr<Replicas> {
+    Replicas replicas;
+    for (int r = 0; r < (all_ranks ? world : 1); ++r) {
+      absl::StatusOr<dtrain::bench::PlainLoop> loop = dtrain::bench::PlainLoop::Make(
+          absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_lr), 0.9, absl::GetFlag(FLAGS_nesterov),
+          absl::GetFlag(FLAGS_cosine) ? run_steps : 0);
+      if (!loop.ok()) return loop.status();
+      replicas.push_back(*std::move(loop));
+    }
+    return replicas;
   };
   // --shuffle: one fixed permutation, read in windows, stands for a job's per-epoch shuffle.
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   if (absl::GetFlag(FLAGS_shuffle)) std::shuffle(order.begin(), order.end(), std::mt19937_64(1));
-  // `steps` steps of `loop`; the clock starts (into `start`) at step `timed_from`, and each
-  // step from there on is timed on its own for --step_times.
-  std::vector<double> step_us;
+  // Each timed step's time, for --step_times: per rank with --all_ranks (that rank's gradients,
+  // its share of the mean and its update), else this rank's whole step.
+  std::vector<std::vector<double>> step_us;
   absl::Duration waited;  // at the --lockstep barrier, over the timed steps
   std::unique_ptr<LockstepBarrier> lockstep;
   if (const std::string path = absl::GetFlag(FLAGS_lockstep); !path.empty()) {
+    // --average_gradients' slots hold a model's gradients (the same zoo model and seed).
+    int64_t gradient_floats = 0;
+    if (average) {
+      absl::StatusOr<Replicas> probe = make();
+      if (!probe.ok()) {
+        std::fprintf(stderr, "%s\n", probe.status().ToString().c_str());
+        return 1;
+      }
+      for (const torch::Tensor& p : (*probe)[0].Parameters()) gradient_floats += p.numel();
+    }
     absl::StatusOr<std::unique_ptr<LockstepBarrier>> opened =
-        LockstepBarrier::Open(path, rank, world);
+        LockstepBarrier::Open(path, rank, world, gradient_floats);
     if (!opened.ok()) {
       std::fprintf(stderr, "%s\n", opened.status().ToString().c_str());
       return 1;
     }
     lockstep = *std::move(opened);
   }
-  auto train = [&](dtrain::bench::PlainLoop& loop, int steps, int timed_from,
-                   absl::Time& start) -> absl::Status {
-    for (int step = 0; step < steps; ++step) {
-      const absl::Time step_start = absl::Now();
-      if (step == timed_from) start = step_start;
-      std::vector<int64_t> indices(batch);
-      // A new batch of consecutive samples each step, disjoint across the ranks of a ceiling.
-      const int64_t first = (int64_t{step} * batch * world + int64_t{rank} * batch) % (n - batch);
-      std::copy(order.begin() + first, order.begin() + first + batch, indices.begin());
-      if (absl::Status stepped = loop.Step(**data, indices, step); !stepped.ok()) return stepped;
-      if (lockstep != nullptr && timed_from >= 0) {
+  // Rank r's batch of `step`: consecutive samples of `order`, disjoint across the ranks.
+  auto batch_of = [&](int step, int r) {
+    const int64_t first = (int64_t{step} * batch * world + int64_t{r} * batch) % (n - batch);
+    return std::vector<int64_t>(order.begin() + first, order.begin() + first + batch);
+  };
+  // One step: with --all_ranks every rank's batch on its replica in turn, then their mean and
+  // every replica's update; else this rank's batch, meeting the other ranks if `meet`.
+  auto one_step = [&](Replicas& loops, int step, bool meet,
+                      std::vector<double>* times) -> absl::Status {
+    if (all_ranks) {
+      absl::Time at = absl::Now();
+      for (int r = 0; r < world; ++r) {
+        DTRAIN_RETURN_IF_ERROR(loops[r].Gradients(**data, batch_of(step, r), step));
+        if (times != nullptr) times->push_back(absl::ToDoubleMicroseconds(absl::Now() - at));
+        at = absl::Now();
+      }
+      DTRAIN_RETURN_IF_ERROR(MeanAcrossReplicas(loops));
+      const double mean_us = absl::ToDoubleMicroseconds(absl::Now() - at) / world;
+      for (int r = 0; r < world; ++r) {
+        at = absl::Now();
+        loops[r].Update(step);
+        if (times != nullptr) {
+          (*times)[r] += mean_us + absl::ToDoubleMicroseconds(absl::Now() - at);
+        }
+      }
+      return absl::OkStatus();
+    }
+    dtrain::bench::PlainLoop& loop = loops[0];
+    const absl::Time step_start = absl::Now();
+    if (!(meet && average)) {
+      DTRAIN_RETURN_IF_ERROR(loop.Step(**data, batch_of(step, rank), step));
+      if (meet) {
         const absl::Time arrived = absl::Now();
-        if (absl::Status met = lockstep->ArriveAndWait(); !met.ok()) return met;
-        if (step >= timed_from) waited += absl::Now() - arrived;
+        DTRAIN_RETURN_IF_ERROR(lockstep->ArriveAndWait());
+        if (times != nullptr) waited += absl::Now() - arrived;
       }
-      if (timed_from >= 0 && step >= timed_from) {
-        step_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - step_start));
-      }
+    } else {
+      // The slots in the shared file come in two sets (by the step's parity): a rank past the
+      // barrier may write its next gradients while a slower one still reads these.
+      const std::vector<torch::Tensor> parameters = loop.Parameters();
+      DTRAIN_RETURN_IF_ERROR(loop.Gradients(**data, batch_of(step, rank), step));
+      DTRAIN_RETURN_IF_ERROR(WriteGradients(parameters, lockstep->Slot(step % 2, rank)));
+      const absl::Time arrived = absl::Now();
+      DTRAIN_RETURN_IF_ERROR(lockstep->ArriveAndWait());
+      if (times != nullptr) waited += absl::Now() - arrived;
+      std::vector<const float*> slots;
+      for (int r = 0; r < world; ++r) slots.push_back(lockstep->Slot(step % 2, r));
+      MeanIntoGradients(parameters, slots);
+      loop.Update(step);
+    }
+    if (times != nullptr) times->push_back(absl::ToDoubleMicroseconds(absl::Now() - step_start));
+    return absl::OkStatus();
+  };
+  // `steps` steps of `loops`; the clock starts (into `start`) at step `timed_from`, and each step
+  // from there on is timed. The warm steps of a throwaway model (timed_from < 0) meet no one.
+  auto train = [&](Replicas& loops, int steps, int timed_from, absl::Time& start) -> absl::Status {
+    for (int step = 0; step < steps; ++step) {
+      if (step == timed_from) start = absl::Now();
+      const bool timed = timed_from >= 0 && step >= timed_from;
+      if (timed) step_us.emplace_back();
+      DTRAIN_RETURN_IF_ERROR(one_step(loops, step, lockstep != nullptr && timed_from >= 0,
+                                      timed ? &step_us.back() : nullptr));
     }
     return absl::OkStatus();
   };
   absl::Time start;
   absl::Status trained = absl::OkStatus();
   if (const int warm = absl::GetFlag(FLAGS_warm_process); warm > 0) {
-    auto throwaway = make();
+    absl::StatusOr<Replicas> throwaway = make();
     trained = throwaway.ok() ? train(*throwaway, warm, -1, start) : throwaway.status();
   }
-  auto measured = make();
+  absl::StatusOr<Replicas> measured = make();
   if (trained.ok() && !measured.ok()) trained = measured.status();
   if (trained.ok()) {
     const double start_at = absl::GetFlag(FLAGS_start_at);
@@ -231,17 +425,23 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "--step_times: cannot write %s\n", path.c_str());
       return 1;
     }
-    for (double us : step_us) std::fprintf(out, "%.3f\n", us);
+    for (const std::vector<double>& step : step_us) {
+      for (size_t r = 0; r < step.size(); ++r) {
+        std::fprintf(out, r + 1 < step.size() ? "%.3f " : "%.3f\n", step[r]);
+      }
+    }
     std::fclose(out);
   }
   const double seconds = absl::ToDoubleSeconds(end - start);
+  const int per_step = all_ranks ? world : 1;  // batches a step computes
   std::printf(
       "{\"system\": \"libtorch-loop\", \"model\": \"%s\", \"ranks\": 1, \"batch\": %d, "
       "\"threads\": %d, \"samples_per_s\": %.1f, \"samples\": %lld, \"start\": %.6f, "
-      "\"end\": %.6f, \"barrier_s\": %.3f}\n",
+      "\"end\": %.6f, \"barrier_s\": %.3f, \"parameters_sum\": %.9g}\n",
       absl::GetFlag(FLAGS_model).c_str(), batch, at::get_num_threads(),
-      absl::GetFlag(FLAGS_steps) * batch / seconds,
-      static_cast<long long>(absl::GetFlag(FLAGS_steps)) * batch, absl::ToUnixMicros(start) / 1e6,
-      absl::ToUnixMicros(end) / 1e6, absl::ToDoubleSeconds(waited));
+      absl::GetFlag(FLAGS_steps) * batch * per_step / seconds,
+      static_cast<long long>(absl::GetFlag(FLAGS_steps)) * batch * per_step,
+      absl::ToUnixMicros(start) / 1e6, absl::ToUnixMicros(end) / 1e6, absl::ToDoubleSeconds(waited),
+      ParametersSum((*measured)[0]));
   return 0;
 }

@@ -12,22 +12,25 @@
 #   torch-ddp-jemalloc          the same torch, given the worker's allocator (jemalloc with the
 #                               worker's options, worker/runtime/worker_allocator.h) through
 #                               LD_PRELOAD and MALLOC_CONF: the peer as a torch user could tune it
-#   compute-ceiling             two plain libtorch loops at once, started together, each doing a
-#                               worker rank's per-sample work (same data path and normalization,
-#                               one compute thread set and pinned the worker's way) with no
-#                               communication;
+#   compute-ceiling             two plain libtorch processes at once, started together, each
+#                               computing the whole 2-rank job with no communication (both
+#                               ranks' batches on replicas of the model, their mean gradient,
+#                               the updates; same data path and normalization, one compute
+#                               thread set and pinned the worker's way), so that the ceiling
+#                               trains the model the ddp jobs train (bench/ceiling.sh);
 #                               their joint rate over the same span dtrain's timer covers (first
 #                               step to last, no warm-up excluded): all samples / (last end -
 #                               first start); each process warmed first by 5 steps of a
 #                               throwaway model, as a worker daemon is warm from its earlier
 #                               jobs (each pass's cluster runs a short unmeasured job first);
-#                               with each step's time kept, so that the table also says what a
-#                               synchronous run (ranks waiting for each other every step, as
-#                               ddp's all-reduce makes them) could keep of it with a free,
-#                               instant all-reduce: rank skew's share
-#   lockstep-ceiling            the same two loops, each step ending at a barrier the two share
-#                               (bench/ceiling.sh, lockstep_once): that synchronous run measured,
-#                               not estimated; once per pass, after the second ceiling sample
+#                               with each rank's part of each step timed, so that the table also
+#                               says what a synchronous run (ranks waiting for each other every
+#                               step, as ddp's all-reduce makes them) could keep of it with a
+#                               free, instant all-reduce: rank skew's share
+#   lockstep-ceiling            one loop per rank, the two averaging their gradients in shared
+#                               memory at every step (bench/ceiling.sh, lockstep_once): that
+#                               synchronous run measured, not estimated; once per pass, after
+#                               the second ceiling sample
 # Each run measures every system twice (two passes, in the order above; the ceiling before and
 # after the dtrain jobs of each pass, so 4 samples a run), and each system's faster pass counts:
 # this VM only ever slows a measurement (one core loses up to a third for seconds), so the
