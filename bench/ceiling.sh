@@ -43,8 +43,13 @@ loops_once() {
     pids+=($!)
   done
   # Both ranks or no row: one rank's samples over the span would pass for a slow ceiling.
+  # A failed rank's peer is stopped, not left computing under the next measurement.
   for i in 0 1; do
-    wait "${pids[$i]}" || { echo "ceiling: rank $i of the $model loops failed (above)" >&2; return 1; }
+    wait "${pids[$i]}" || {
+      kill "${pids[@]}" 2>/dev/null || true
+      echo "ceiling: rank $i of the $model loops failed (above)" >&2
+      return 1
+    }
   done
   cat "$work/ceiling-0.json" "$work/ceiling-1.json" | /usr/bin/python3 -c "
 import json, sys
@@ -53,8 +58,10 @@ assert len(rows) == 2, 'ceiling: expected a row from each of the 2 loops'
 span = max(r['end'] for r in rows) - min(r['start'] for r in rows)
 a, b = ([[float(x) for x in l.split()] for l in open(f'$work/ceiling-steps-{i}.txt')] for i in (0, 1))
 if len(a[0]) > 1:
-    # --all_ranks: each process timed every rank's part of each step; a synchronous run waits
-    # for the slowest part each step (the two processes' estimates averaged).
+    # --all_ranks: each process timed every rank's part of each step on its one core, so this
+    # share is the batches' skew alone (one core drifting against the other is not in it: the
+    # lockstep sample measures that); a synchronous run waits for the slowest part each step
+    # (the two processes' estimates averaged).
     share = sum(max(sum(r) for r in zip(*p)) / sum(max(s) for s in p) for p in (a, b)) / 2
 else:
     a, b = [x[0] for x in a], [x[0] for x in b]

@@ -44,20 +44,28 @@ cmake --build "$build" --target dtrain-coordinator dtrain-worker dtrain dtrain-b
 # The spec's model, batch, optimizer, schedule and length, for a ceiling training its model.
 read -r model batch nesterov lr cosine epochs max_steps < <(/usr/bin/python3 - "$config" <<'PY'
 import sys, yaml
-spec = yaml.safe_load(open(sys.argv[1]))
-model = spec.get("model", {}).get("builtin", "")
+path = sys.argv[1]
+spec = yaml.safe_load(open(path)) or {}
+def part(name):
+    return spec.get(name) or {}
+model = part("model").get("builtin", "")
 if model not in ("cnn", "mlp"):
-    sys.exit(f"bench/demo.sh measures a zoo model (cnn or mlp) against its ceiling; {sys.argv[1]} names {model!r}")
-trainer = spec.get("trainer", {})
-if trainer.get("num_nodes", 1) * trainer.get("devices", 1) != 2:
-    sys.exit(f"bench/demo.sh measures a 2-rank job against a 2-core ceiling; {sys.argv[1]} has another world size")
-print(model, spec.get("data", {}).get("batch_size", 32),
-      int(bool(spec.get("optimizer", {}).get("nesterov", False))),
-      spec.get("optimizer", {}).get("lr", 0.05),
-      int(spec.get("lr_scheduler", {}).get("name", "none") == "cosine"),
-      int(trainer.get("max_epochs", 0) or 0), int(trainer.get("max_steps", 0) or 0))
+    sys.exit(f"bench/demo.sh measures a zoo model (cnn or mlp) against its ceiling; {path} names {model!r}")
+trainer, schedule = part("trainer"), part("lr_scheduler")
+ranks = trainer.get("num_nodes", 1), trainer.get("devices", 1)
+if not all(isinstance(r, int) for r in ranks) or ranks[0] * ranks[1] != 2:
+    sys.exit(f"bench/demo.sh measures a 2-rank job against a 2-core ceiling; {path} has {ranks}")
+# The ceiling's loop knows a constant rate and a cosine to 0 over the whole run.
+if schedule.get("name", "none") not in ("none", "cosine") or schedule.get("min_lr") or schedule.get("total_steps"):
+    sys.exit(f"bench/demo.sh's ceiling follows no lr_scheduler or a cosine to 0 over the run; {path} gives {schedule}")
+epochs, max_steps = int(trainer.get("max_epochs") or 0), int(trainer.get("max_steps") or 0)
+if (epochs > 0) == (max_steps > 0):
+    sys.exit(f"bench/demo.sh's ceiling runs the job's length: give {path} max_epochs or max_steps, not both")
+print(model, part("data").get("batch_size", 32), int(bool(part("optimizer").get("nesterov", False))),
+      part("optimizer").get("lr", 0.05), int(schedule.get("name") == "cosine"), epochs, max_steps)
 PY
 )
+[ -n "$model" ] || exit 2  # the spec was refused (above)
 shuffle=$(/usr/bin/python3 -c "import sys,yaml; print(int(yaml.safe_load(open(sys.argv[1]))['data'].get('shuffle', True)))" "$config")
 mapfile -t pins < <(deploy/local/cluster.sh cpus --workers 2)
 
@@ -72,12 +80,9 @@ ceiling_flags=(--lr "$lr")
 [ "$cosine" = 1 ] && ceiling_flags+=(--cosine)
 # The job's whole run: the cost of a step changes along the trajectory (max-pooling's, as the
 # model trains and lr anneals), so a ceiling of the first few hundred steps would not do the
-# job's work. The spec's max_steps if it gives one, else its max_epochs.
+# job's work. The spec's max_steps or its max_epochs, whichever it gives.
 ceiling_steps=$max_steps
-if [ "$max_steps" -le 0 ]; then
-  [ "$epochs" -gt 0 ] || { echo "bench/demo.sh: $config gives neither max_epochs nor max_steps" >&2; exit 2; }
-  ceiling_flags+=(--epochs "$epochs"); ceiling_steps=1
-fi
+if [ "$max_steps" -le 0 ]; then ceiling_flags+=(--epochs "$epochs"); ceiling_steps=1; fi
 
 : > "$work/rows.jsonl"
 for run in $(seq 1 "$runs"); do

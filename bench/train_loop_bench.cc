@@ -16,6 +16,7 @@
 // compute their joint rate over the same interval dtrain's timer spans.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,9 +67,9 @@ ABSL_FLAG(bool, cosine, false,
           "anneal the learning rate to 0 over the run (--warmup and --steps), as a job's "
           "lr_scheduler cosine does over its run (else a constant learning rate)");
 ABSL_FLAG(int, epochs, 0,
-          "if > 0, --steps is this many epochs of the training set as a job of --world_size "
-          "ranks counts them (samples / (batch * world_size), rounded up), so that a ceiling "
-          "runs a job's whole trajectory");
+          "if > 0, the run (--warmup and --steps together) is this many epochs of the training "
+          "set as a job of --world_size ranks counts them (samples / (batch * world_size), "
+          "rounded up), so that a ceiling runs a job's whole trajectory; it overrides --steps");
 
 ABSL_FLAG(bool, print_allocator_env, false,
           "print the environment that gives another program the worker's allocator (NAME=value "
@@ -91,7 +92,7 @@ ABSL_FLAG(bool, all_ranks, false,
           "turn, each on its own replica of the model, averages them in rank order into every "
           "replica and updates each: a ddp job's whole computation on one core, with no "
           "communication and no waiting, so that a free ceiling trains the model a ddp job "
-          "trains. samples counts --world_size batches a step");
+          "trains. samples counts --world_size batches a step, and --rank is not used");
 
 namespace {
 
@@ -112,7 +113,11 @@ class LockstepBarrier {
     const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0600);
     if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", strerror(errno)));
     const size_t bytes = 4096 + sizeof(float) * 2 * world * exchange;
-    void* at = ftruncate(fd, static_cast<off_t>(bytes)) == 0
+    // Grown, never shrunk: a rank that maps less must not cut the file under another's mapping
+    // (the first barrier then reports the ranks' disagreement).
+    struct stat now {};
+    void* at = fstat(fd, &now) == 0 && (static_cast<size_t>(now.st_size) >= bytes ||
+                                        ftruncate(fd, static_cast<off_t>(bytes)) == 0)
                    ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                    : MAP_FAILED;
     const int error = errno;
@@ -128,6 +133,8 @@ class LockstepBarrier {
       return absl::FailedPreconditionError(
           absl::StrCat("--lockstep: ", path, " holds a previous run's counters; remove it"));
     }
+    // Beside the count, on the rank's own line: what it exchanges, checked at the first barrier.
+    barrier->counts_[rank * 8 + 1].store(static_cast<uint64_t>(exchange));
     return barrier;
   }
   ~LockstepBarrier() { munmap(counts_, bytes_); }
@@ -152,6 +159,12 @@ class LockstepBarrier {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
+      }
+      if (arrivals_ == 1 && counts_[r * 8 + 1].load() != static_cast<uint64_t>(exchange_)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--lockstep: rank ", r, " exchanges ", counts_[r * 8 + 1].load(),
+                         " gradient floats a step and this rank ", exchange_,
+                         " (give every rank the same --average_gradients and --model)"));
       }
     }
     return absl::OkStatus();
@@ -260,10 +273,11 @@ int main(int argc, char** argv) {
   const int batch = absl::GetFlag(FLAGS_batch);
   const int64_t n = (*data)->Splits()[0].second;
   const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world_size);
-  if (batch < 1 || batch >= n || world < 1 || world > 64 || rank < 0 || rank >= world ||
-      absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_warmup) < 0) {
+  if (batch < 1 || int64_t{batch} * world >= n || world < 1 || world > 64 || rank < 0 ||
+      rank >= world || absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_warmup) < 0) {
     std::fprintf(stderr,
-                 "want 1 <= --batch < %lld (the training set), 1 <= --world_size <= 64, "
+                 "want 1 <= --batch, --batch * --world_size < %lld (the training set), "
+                 "1 <= --world_size <= 64, "
                  "0 <= --rank < --world_size, --steps >= 1 and --warmup >= 0\n",
                  static_cast<long long>(n));
     return 2;
@@ -283,7 +297,13 @@ int main(int argc, char** argv) {
     return 2;
   } else if (epochs > 0) {
     const int64_t per_epoch = (n + int64_t{batch} * world - 1) / (int64_t{batch} * world);
-    absl::SetFlag(&FLAGS_steps, static_cast<int>(epochs * per_epoch));
+    const int64_t timed = epochs * per_epoch - absl::GetFlag(FLAGS_warmup);
+    if (timed < 1) {
+      std::fprintf(stderr, "--epochs %d is %lld steps, not more than --warmup\n", epochs,
+                   static_cast<long long>(epochs * per_epoch));
+      return 2;
+    }
+    absl::SetFlag(&FLAGS_steps, static_cast<int>(timed));
   }
   const int64_t run_steps = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_steps);
   using Replicas = std::vector<dtrain::bench::PlainLoop>;
@@ -434,13 +454,13 @@ int main(int argc, char** argv) {
   }
   const double seconds = absl::ToDoubleSeconds(end - start);
   const int per_step = all_ranks ? world : 1;  // batches a step computes
+  const int64_t samples = int64_t{absl::GetFlag(FLAGS_steps)} * batch * per_step;
   std::printf(
       "{\"system\": \"libtorch-loop\", \"model\": \"%s\", \"ranks\": 1, \"batch\": %d, "
       "\"threads\": %d, \"samples_per_s\": %.1f, \"samples\": %lld, \"start\": %.6f, "
       "\"end\": %.6f, \"barrier_s\": %.3f, \"parameters_sum\": %.9g}\n",
       absl::GetFlag(FLAGS_model).c_str(), batch, at::get_num_threads(),
-      absl::GetFlag(FLAGS_steps) * batch * per_step / seconds,
-      static_cast<long long>(absl::GetFlag(FLAGS_steps)) * batch * per_step,
+      static_cast<double>(samples) / seconds, static_cast<long long>(samples),
       absl::ToUnixMicros(start) / 1e6, absl::ToUnixMicros(end) / 1e6, absl::ToDoubleSeconds(waited),
       ParametersSum((*measured)[0]));
   return 0;
