@@ -6,7 +6,7 @@
 # their own model on half the data did not: on the CNN their max-pooling is cheaper per sample
 # than a ddp job's (docs/BENCHMARKS.md, "The ceiling trains the job's model"), and
 # own_ceiling_once still measures them, for comparison with earlier tables.
-# Their joint rate is all samples / (last end - first start), the span dtrain's train
+# The processes' joint rate is all samples / (last end - first start), the span dtrain's train
 # timer covers. Each process is warmed first by 5 steps of a throwaway model, as a worker daemon
 # is warm from its earlier jobs. Each rank's part of each step is timed, so that the row also
 # says what a synchronous run (ranks waiting for each other every step, as ddp's all-reduce
