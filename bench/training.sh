@@ -278,7 +278,8 @@ for model in ("mlp", "cnn"):
         print(f"{model:6} void runs (a system above the run's ceiling): {len(void)} of {len(all_ceiling)}")
         sync = list(sync_of.values())
         if sync:
-            print(f"{model:6} a synchronous run with a free all-reduce (the ceiling's steps paired): "
+            print(f"{model:6} a synchronous run with a free all-reduce (each rank's part of the "
+                  "ceiling's steps, the batches' skew): "
                   f"{100 * statistics.median(sync):.1f}% of the ceiling "
                   f"({100 * min(sync):.1f}-{100 * max(sync):.1f}%)")
     # World size 1: ratios per round (the same minutes of the machine), then their median.
