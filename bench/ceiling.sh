@@ -17,22 +17,20 @@
 # barrier_s (lockstep only: the longer of the ranks' waits), synchronous_share}; $pins (an
 # array, as `deploy/local/cluster.sh cpus --workers 2` prints) gives each loop its cores. Loop
 # flags such as --epochs and --cosine give the job's length and schedule.
-ceiling_once() { loops_once "$@" --all_ranks; }
+ceiling_once() { loops_once compute-ceiling "$@" --all_ranks; }
 
 # own_ceiling_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
 # The ceiling as measured until 2026-11-30: each process one rank's batches on its own model
 # (no averaging), so each trains a different model from the job's. Prints {system:
 # own-model-ceiling, ...}.
-own_ceiling_once() {
-  loops_once "$@" | /usr/bin/python3 -c "
-import json, sys
-r = json.loads(sys.stdin.read()); r['system'] = 'own-model-ceiling'; print(json.dumps(r))"
-}
+own_ceiling_once() { loops_once own-model-ceiling "$@"; }
 
-# loops_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]: the two processes.
+# loops_once SYSTEM BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]: the two processes,
+# as one row labelled SYSTEM (a lockstep-ceiling row gives its barrier time, the others their
+# synchronous share).
 loops_once() {
-  local build=$1 work=$2 model=$3 batch=$4 steps=$5 run=$6 at i pids=()
-  shift 6
+  local system=$1 build=$2 work=$3 model=$4 batch=$5 steps=$6 run=$7 at i pids=()
+  shift 7
   # After data loading and the warm steps (~1.5 s for the CNN when idle).
   at=$(/usr/bin/python3 -c 'import time; print(f"{time.time() + 4:.3f}")')
   for i in 0 1; do
@@ -66,11 +64,12 @@ if len(a[0]) > 1:
 else:
     a, b = [x[0] for x in a], [x[0] for x in b]
     share = max(sum(a), sum(b)) / sum(max(x, y) for x, y in zip(a, b))
-row = {'system': 'compute-ceiling', 'model': '$model', 'ranks': 2, 'batch': $batch, 'run': $run,
-       'samples_per_s': round(sum(r['samples'] for r in rows) / span, 1),
-       'synchronous_share': round(share, 4)}
-if 'barrier_s' in rows[0]:
+row = {'system': '$system', 'model': '$model', 'ranks': 2, 'batch': $batch, 'run': $run,
+       'samples_per_s': round(sum(r['samples'] for r in rows) / span, 1)}
+if row['system'] == 'lockstep-ceiling':
     row['barrier_s'] = max(r['barrier_s'] for r in rows)
+else:
+    row['synchronous_share'] = round(share, 4)
 print(json.dumps(row))"
 }
 
@@ -87,11 +86,7 @@ lockstep_once() {
   local barrier="/dev/shm/dtrain-lockstep-$$" status=0
   rm -f "$barrier"
   # The file goes whether the loops succeed or not (a failure must not leave it in memory).
-  loops_once "$@" --lockstep="$barrier" --average_gradients |
-    /usr/bin/python3 -c "
-import json, sys
-r = json.loads(sys.stdin.read()); r['system'] = 'lockstep-ceiling'; r.pop('synchronous_share', None)
-print(json.dumps(r))" || status=$?
+  loops_once lockstep-ceiling "$@" --lockstep="$barrier" --average_gradients || status=$?
   rm -f "$barrier"
   return "$status"
 }

@@ -41,8 +41,9 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR
   -DDTRAIN_BUILD_WORKER=ON >&2
 cmake --build "$build" --target dtrain-coordinator dtrain-worker dtrain dtrain-bench-train-loop >&2
 
-# The spec's model, batch, optimizer, schedule and length, for a ceiling training its model.
-read -r model batch nesterov lr cosine epochs max_steps < <(/usr/bin/python3 - "$config" <<'PY'
+# The spec's model, batch, optimizer, schedule, length and row order, for a ceiling training its
+# model.
+read -r model batch nesterov lr cosine epochs max_steps shuffle < <(/usr/bin/python3 - "$config" <<'PY'
 import sys, yaml
 path = sys.argv[1]
 spec = yaml.safe_load(open(path)) or {}
@@ -62,11 +63,11 @@ epochs, max_steps = int(trainer.get("max_epochs") or 0), int(trainer.get("max_st
 if (epochs > 0) == (max_steps > 0):
     sys.exit(f"bench/demo.sh's ceiling runs the job's length: give {path} max_epochs or max_steps, not both")
 print(model, part("data").get("batch_size", 32), int(bool(part("optimizer").get("nesterov", False))),
-      part("optimizer").get("lr", 0.05), int(schedule.get("name") == "cosine"), epochs, max_steps)
+      part("optimizer").get("lr", 0.05), int(schedule.get("name") == "cosine"), epochs, max_steps,
+      int(bool(part("data").get("shuffle", True))))
 PY
 )
 [ -n "$model" ] || exit 2  # the spec was refused (above)
-shuffle=$(/usr/bin/python3 -c "import sys,yaml; print(int(yaml.safe_load(open(sys.argv[1]))['data'].get('shuffle', True)))" "$config")
 mapfile -t pins < <(deploy/local/cluster.sh cpus --workers 2)
 
 work=$(mktemp -d)
@@ -82,6 +83,7 @@ ceiling_flags=(--lr "$lr")
 # model trains and lr anneals), so a ceiling of the first few hundred steps would not do the
 # job's work. The spec's max_steps or its max_epochs, whichever it gives.
 ceiling_steps=$max_steps
+# --epochs overrides the loops' --steps, so STEPS is a placeholder then.
 if [ "$max_steps" -le 0 ]; then ceiling_flags+=(--epochs "$epochs"); ceiling_steps=1; fi
 
 : > "$work/rows.jsonl"

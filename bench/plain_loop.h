@@ -44,15 +44,18 @@ class PlainLoop {
   // hold.
   void Update(int64_t step);
 
-  std::vector<torch::Tensor> Parameters() const { return model_.Parameters(); }
+  // The model's parameters, collected once: the step loops read their gradients every step.
+  const std::vector<torch::Tensor>& Parameters() const { return parameters_; }
 
  private:
   PlainLoop(LightningModule model, std::unique_ptr<torch::optim::Optimizer> optimizer,
             LrSchedule schedule)
       : model_(std::move(model)),
+        parameters_(model_.Parameters()),
         optimizer_(std::move(optimizer)),
         schedule_(std::move(schedule)) {}
   LightningModule model_;
+  std::vector<torch::Tensor> parameters_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   LrSchedule schedule_;
 };

@@ -193,7 +193,7 @@ absl::Status CheckGradient(const torch::Tensor& grad) {
 // This rank's gradients, parameter after parameter, into `slot`.
 absl::Status WriteGradients(const std::vector<torch::Tensor>& parameters, float* slot) {
   for (const torch::Tensor& p : parameters) {
-    const torch::Tensor grad = p.grad();
+    const torch::Tensor& grad = p.grad();
     DTRAIN_RETURN_IF_ERROR(CheckGradient(grad));
     std::memcpy(slot, grad.data_ptr<float>(), sizeof(float) * grad.numel());
     slot += grad.numel();
@@ -201,37 +201,27 @@ absl::Status WriteGradients(const std::vector<torch::Tensor>& parameters, float*
   return absl::OkStatus();
 }
 
-// Every parameter's gradient replaced by the mean of the ranks' `slots` in rank order: the shm
-// plane's kernel, so the same bits as a ddp job's mean of the same gradients.
-void MeanIntoGradients(const std::vector<torch::Tensor>& parameters,
-                       const std::vector<const float*>& slots) {
-  std::vector<const float*> in(slots);
-  for (const torch::Tensor& p : parameters) {
-    float* out = p.grad().data_ptr<float>();
-    dtrain::ReduceInRankOrder<float>(in.data(), static_cast<int>(in.size()), &out, 1, p.numel(),
-                                     dtrain::ReductionKind::kMean);
-    for (const float*& at : in) at += p.numel();
-  }
-}
-
-// --all_ranks' all_reduce: each replica's gradients replaced by the replicas' mean in rank
-// order, in one pass that writes every replica (the kernel may write over its inputs).
-absl::Status MeanAcrossReplicas(const std::vector<dtrain::bench::PlainLoop>& replicas) {
-  std::vector<std::vector<torch::Tensor>> parameters;
-  for (const dtrain::bench::PlainLoop& replica : replicas) {
-    parameters.push_back(replica.Parameters());
-  }
-  std::vector<float*> grads(replicas.size());
-  for (size_t i = 0; i < parameters[0].size(); ++i) {
-    for (size_t r = 0; r < replicas.size(); ++r) {
-      const torch::Tensor grad = parameters[r][i].grad();
+// The ranks' mean of every parameter's gradient, in rank order with the shm plane's kernel (so
+// the bits of a ddp job's mean of the same gradients), written into the gradients of each of
+// `into`'s parameter lists (the kernel may write over its inputs). `rank_gradient(r, i, offset)`
+// is rank r's gradient of parameter i, which starts `offset` floats into a flat layout.
+template <typename RankGradient>
+absl::Status MeanOfGradients(int world, const std::vector<const std::vector<torch::Tensor>*>& into,
+                             RankGradient rank_gradient) {
+  std::vector<const float*> in(world);
+  std::vector<float*> out(into.size());
+  int64_t offset = 0;
+  for (size_t i = 0; i < into[0]->size(); ++i) {
+    for (size_t k = 0; k < into.size(); ++k) {
+      const torch::Tensor& grad = (*into[k])[i].grad();
       DTRAIN_RETURN_IF_ERROR(CheckGradient(grad));
-      grads[r] = grad.data_ptr<float>();
+      out[k] = grad.data_ptr<float>();
     }
-    const std::vector<const float*> in(grads.begin(), grads.end());
-    dtrain::ReduceInRankOrder<float>(in.data(), static_cast<int>(in.size()), grads.data(),
-                                     static_cast<int>(grads.size()), parameters[0][i].numel(),
-                                     dtrain::ReductionKind::kMean);
+    for (int r = 0; r < world; ++r) in[r] = rank_gradient(r, i, offset);
+    const int64_t numel = (*into[0])[i].numel();
+    dtrain::ReduceInRankOrder<float>(in.data(), world, out.data(), static_cast<int>(out.size()),
+                                     numel, dtrain::ReductionKind::kMean);
+    offset += numel;
   }
   return absl::OkStatus();
 }
@@ -324,54 +314,38 @@ int main(int argc, char** argv) {
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   if (absl::GetFlag(FLAGS_shuffle)) std::shuffle(order.begin(), order.end(), std::mt19937_64(1));
-  // Each timed step's time, for --step_times: per rank with --all_ranks (that rank's gradients,
-  // its share of the mean and its update), else this rank's whole step.
-  std::vector<std::vector<double>> step_us;
-  absl::Duration waited;  // at the --lockstep barrier, over the timed steps
-  std::unique_ptr<LockstepBarrier> lockstep;
-  if (const std::string path = absl::GetFlag(FLAGS_lockstep); !path.empty()) {
-    // --average_gradients' slots hold a model's gradients (the same zoo model and seed).
-    int64_t gradient_floats = 0;
-    if (average) {
-      absl::StatusOr<Replicas> probe = make();
-      if (!probe.ok()) {
-        std::fprintf(stderr, "%s\n", probe.status().ToString().c_str());
-        return 1;
-      }
-      for (const torch::Tensor& p : (*probe)[0].Parameters()) gradient_floats += p.numel();
-    }
-    absl::StatusOr<std::unique_ptr<LockstepBarrier>> opened =
-        LockstepBarrier::Open(path, rank, world, gradient_floats);
-    if (!opened.ok()) {
-      std::fprintf(stderr, "%s\n", opened.status().ToString().c_str());
-      return 1;
-    }
-    lockstep = *std::move(opened);
-  }
+  // Each timed step's time, for --step_times, `columns` to a step: per rank with --all_ranks
+  // (that rank's gradients, its share of the mean and its update), else this rank's whole step.
+  const int columns = all_ranks ? world : 1;
+  std::vector<double> step_us;
+  absl::Duration waited;                      // at the --lockstep barrier, over the timed steps
+  std::unique_ptr<LockstepBarrier> lockstep;  // opened once the measured model exists
   // Rank r's batch of `step`: consecutive samples of `order`, disjoint across the ranks.
   auto batch_of = [&](int step, int r) {
     const int64_t first = (int64_t{step} * batch * world + int64_t{r} * batch) % (n - batch);
     return std::vector<int64_t>(order.begin() + first, order.begin() + first + batch);
   };
   // One step: with --all_ranks every rank's batch on its replica in turn, then their mean and
-  // every replica's update; else this rank's batch, meeting the other ranks if `meet`.
-  auto one_step = [&](Replicas& loops, int step, bool meet,
-                      std::vector<double>* times) -> absl::Status {
+  // every replica's update; else this rank's batch, meeting the other ranks if `meet`. `times`,
+  // if set, receives the step's `columns` times.
+  auto one_step = [&](Replicas& loops, int step, bool meet, double* times) -> absl::Status {
     if (all_ranks) {
+      std::vector<const std::vector<torch::Tensor>*> into;
       absl::Time at = absl::Now();
       for (int r = 0; r < world; ++r) {
         DTRAIN_RETURN_IF_ERROR(loops[r].Gradients(**data, batch_of(step, r), step));
-        if (times != nullptr) times->push_back(absl::ToDoubleMicroseconds(absl::Now() - at));
+        into.push_back(&loops[r].Parameters());
+        if (times != nullptr) times[r] = absl::ToDoubleMicroseconds(absl::Now() - at);
         at = absl::Now();
       }
-      DTRAIN_RETURN_IF_ERROR(MeanAcrossReplicas(loops));
+      DTRAIN_RETURN_IF_ERROR(MeanOfGradients(world, into, [&](int r, size_t i, int64_t) {
+        return loops[r].Parameters()[i].grad().data_ptr<float>();
+      }));
       const double mean_us = absl::ToDoubleMicroseconds(absl::Now() - at) / world;
       for (int r = 0; r < world; ++r) {
         at = absl::Now();
         loops[r].Update(step);
-        if (times != nullptr) {
-          (*times)[r] += mean_us + absl::ToDoubleMicroseconds(absl::Now() - at);
-        }
+        if (times != nullptr) times[r] += mean_us + absl::ToDoubleMicroseconds(absl::Now() - at);
       }
       return absl::OkStatus();
     }
@@ -387,18 +361,18 @@ int main(int argc, char** argv) {
     } else {
       // The slots in the shared file come in two sets (by the step's parity): a rank past the
       // barrier may write its next gradients while a slower one still reads these.
-      const std::vector<torch::Tensor> parameters = loop.Parameters();
+      const int parity = step % 2;
       DTRAIN_RETURN_IF_ERROR(loop.Gradients(**data, batch_of(step, rank), step));
-      DTRAIN_RETURN_IF_ERROR(WriteGradients(parameters, lockstep->Slot(step % 2, rank)));
+      DTRAIN_RETURN_IF_ERROR(WriteGradients(loop.Parameters(), lockstep->Slot(parity, rank)));
       const absl::Time arrived = absl::Now();
       DTRAIN_RETURN_IF_ERROR(lockstep->ArriveAndWait());
       if (times != nullptr) waited += absl::Now() - arrived;
-      std::vector<const float*> slots;
-      for (int r = 0; r < world; ++r) slots.push_back(lockstep->Slot(step % 2, r));
-      MeanIntoGradients(parameters, slots);
+      DTRAIN_RETURN_IF_ERROR(MeanOfGradients(
+          world, {&loop.Parameters()},
+          [&](int r, size_t, int64_t offset) { return lockstep->Slot(parity, r) + offset; }));
       loop.Update(step);
     }
-    if (times != nullptr) times->push_back(absl::ToDoubleMicroseconds(absl::Now() - step_start));
+    if (times != nullptr) times[0] = absl::ToDoubleMicroseconds(absl::Now() - step_start);
     return absl::OkStatus();
   };
   // `steps` steps of `loops`; the clock starts (into `start`) at step `timed_from`, and each step
@@ -407,9 +381,9 @@ int main(int argc, char** argv) {
     for (int step = 0; step < steps; ++step) {
       if (step == timed_from) start = absl::Now();
       const bool timed = timed_from >= 0 && step >= timed_from;
-      if (timed) step_us.emplace_back();
+      if (timed) step_us.resize(step_us.size() + columns);
       DTRAIN_RETURN_IF_ERROR(one_step(loops, step, lockstep != nullptr && timed_from >= 0,
-                                      timed ? &step_us.back() : nullptr));
+                                      timed ? step_us.data() + step_us.size() - columns : nullptr));
     }
     return absl::OkStatus();
   };
@@ -421,6 +395,22 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<Replicas> measured = make();
   if (trained.ok() && !measured.ok()) trained = measured.status();
+  if (trained.ok()) {
+    if (const std::string path = absl::GetFlag(FLAGS_lockstep); !path.empty()) {
+      // --average_gradients' slots each hold one model's gradients.
+      int64_t gradient_floats = 0;
+      if (average) {
+        for (const torch::Tensor& p : (*measured)[0].Parameters()) gradient_floats += p.numel();
+      }
+      absl::StatusOr<std::unique_ptr<LockstepBarrier>> opened =
+          LockstepBarrier::Open(path, rank, world, gradient_floats);
+      if (opened.ok()) {
+        lockstep = *std::move(opened);
+      } else {
+        trained = opened.status();
+      }
+    }
+  }
   if (trained.ok()) {
     const double start_at = absl::GetFlag(FLAGS_start_at);
     if (start_at > 0) {
@@ -445,16 +435,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "--step_times: cannot write %s\n", path.c_str());
       return 1;
     }
-    for (const std::vector<double>& step : step_us) {
-      for (size_t r = 0; r < step.size(); ++r) {
-        std::fprintf(out, r + 1 < step.size() ? "%.3f " : "%.3f\n", step[r]);
-      }
+    for (size_t k = 0; k < step_us.size(); ++k) {
+      std::fprintf(out, (k + 1) % columns != 0 ? "%.3f " : "%.3f\n", step_us[k]);
     }
     std::fclose(out);
   }
   const double seconds = absl::ToDoubleSeconds(end - start);
-  const int per_step = all_ranks ? world : 1;  // batches a step computes
-  const int64_t samples = int64_t{absl::GetFlag(FLAGS_steps)} * batch * per_step;
+  const int64_t samples = int64_t{absl::GetFlag(FLAGS_steps)} * batch * columns;
   std::printf(
       "{\"system\": \"libtorch-loop\", \"model\": \"%s\", \"ranks\": 1, \"batch\": %d, "
       "\"threads\": %d, \"samples_per_s\": %.1f, \"samples\": %lld, \"start\": %.6f, "
