@@ -71,6 +71,29 @@ TEST_P(WorkerServiceBackendTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) 
   EXPECT_GT(MaxDiff(Parameters(*single, "ddp-fresh"), ps), 1e-3);
 }
 
+// A ddp group of one has nothing to average: it trains bitwise as single_device does, and its
+// steps spend no time on gradient communication (there is none to wait for).
+TEST_F(WorkerServiceTest, Ddp_GroupOfOneEqualsSingleDeviceAndWaitsForNoGradients) {
+  auto ddp = StartWorker(), single = StartWorker();
+  ASSERT_TRUE(ddp && single);
+  ASSERT_TRUE(Setup(*ddp, MakeSetup("ddp-one", "ddp", 1, address(), "shm")).ok());
+  ASSERT_TRUE(Setup(*single, MakeSetup("one-ref", "single_device", 1, address())).ok());
+  for (int step = 0; step < 10; step += 5) {
+    auto a = Train(*ddp, "ddp-one", {Slice(step, 0, 1, 16, 5)});
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_EQ(a->results_size(), 1);
+    EXPECT_EQ(a->results(0).batches_size(), 5);
+    EXPECT_EQ(a->results(0).gradient_wait_seconds(), 0.0);
+    auto b = Train(*single, "one-ref", {Slice(step, 0, 1, 16, 5)});
+    ASSERT_TRUE(b.ok()) << b.status();
+  }
+  const auto trained = Parameters(*single, "one-ref");
+  EXPECT_EQ(MaxDiff(Parameters(*ddp, "ddp-one"), trained), 0.0);
+  ASSERT_TRUE(Teardown(*single).ok());
+  ASSERT_TRUE(Setup(*single, MakeSetup("one-fresh", "single_device", 1, address())).ok());
+  EXPECT_GT(MaxDiff(Parameters(*single, "one-fresh"), trained), 1e-3);
+}
+
 TEST_P(WorkerServiceBackendTest, DdpSpawn_ChildrenAreRanksInIndexOrderAndEqualDdp) {
   auto spawner = StartWorker({"--devices=2", "--name=spawner"});
   auto single = StartWorker();

@@ -27,7 +27,6 @@ class DdpStrategy : public Strategy {
   // Logs how much of the gradient communication backward hid, then leaves the group.
   absl::Status Teardown() override;
 
-  const GradientSync& gradient_sync() const { return *sync_; }
   absl::Duration gradient_wait() const override {
     return sync_ != nullptr ? sync_->exposed_wait() : absl::ZeroDuration();
   }
@@ -36,7 +35,7 @@ class DdpStrategy : public Strategy {
   // Makes every rank's parameters and buffers rank 0's.
   absl::Status SyncModel(LightningModule* model);
 
-  std::unique_ptr<GradientSync> sync_;
+  std::unique_ptr<GradientSync> sync_;  // null in a group of one
 };
 
 class ShardedStrategy : public DdpStrategy {
