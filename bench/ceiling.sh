@@ -54,21 +54,21 @@ import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
 assert len(rows) == 2, 'ceiling: expected a row from each of the 2 loops'
 span = max(r['end'] for r in rows) - min(r['start'] for r in rows)
-a, b = ([[float(x) for x in l.split()] for l in open(f'$work/ceiling-steps-{i}.txt')] for i in (0, 1))
-if len(a[0]) > 1:
-    # --all_ranks: each process timed every rank's part of each step on its one core, so this
-    # share is the batches' skew alone (one core drifting against the other is not in it: the
-    # lockstep sample measures that); a synchronous run waits for the slowest part each step
-    # (the two processes' estimates averaged).
-    share = sum(max(sum(r) for r in zip(*p)) / sum(max(s) for s in p) for p in (a, b)) / 2
-else:
-    a, b = [x[0] for x in a], [x[0] for x in b]
-    share = max(sum(a), sum(b)) / sum(max(x, y) for x, y in zip(a, b))
 row = {'system': '$system', 'model': '$model', 'ranks': 2, 'batch': $batch, 'run': $run,
        'samples_per_s': round(sum(r['samples'] for r in rows) / span, 1)}
 if row['system'] == 'lockstep-ceiling':
     row['barrier_s'] = max(r['barrier_s'] for r in rows)
 else:
+    a, b = ([[float(x) for x in l.split()] for l in open(f'$work/ceiling-steps-{i}.txt')] for i in (0, 1))
+    if len(a[0]) > 1:
+        # --all_ranks: each process timed every rank's part of each step on its one core, so this
+        # share is the batches' skew alone (one core drifting against the other is not in it: the
+        # lockstep sample measures that); a synchronous run waits for the slowest part each step
+        # (the two processes' estimates averaged).
+        share = sum(max(sum(r) for r in zip(*p)) / sum(max(s) for s in p) for p in (a, b)) / 2
+    else:
+        a, b = [x[0] for x in a], [x[0] for x in b]
+        share = max(sum(a), sum(b)) / sum(max(x, y) for x, y in zip(a, b))
     row['synchronous_share'] = round(share, 4)
 print(json.dumps(row))"
 }

@@ -24,6 +24,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -295,7 +296,13 @@ int main(int argc, char** argv) {
     }
     absl::SetFlag(&FLAGS_steps, static_cast<int>(timed));
   }
-  const int64_t run_steps = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_steps);
+  // The step loop counts in int.
+  const int64_t run_steps = int64_t{absl::GetFlag(FLAGS_warmup)} + absl::GetFlag(FLAGS_steps);
+  if (run_steps > std::numeric_limits<int>::max()) {
+    std::fprintf(stderr, "--warmup + --steps must be at most %d\n",
+                 std::numeric_limits<int>::max());
+    return 2;
+  }
   using Replicas = std::vector<dtrain::bench::PlainLoop>;
   // The models one process trains: one, or with --all_ranks one per rank (the same zoo model and
   // seed, so the same weights, kept the same by the same averaged gradients and updates).
@@ -421,8 +428,9 @@ int main(int argc, char** argv) {
                      absl::FormatDuration(-wait).c_str());
       absl::SleepFor(wait);
     }
-    trained = train(*measured, absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_steps),
-                    absl::GetFlag(FLAGS_warmup), start);
+    // Every timed step's times, allocated before the clock starts.
+    step_us.reserve(static_cast<size_t>(absl::GetFlag(FLAGS_steps)) * columns);
+    trained = train(*measured, static_cast<int>(run_steps), absl::GetFlag(FLAGS_warmup), start);
   }
   if (!trained.ok()) {
     std::fprintf(stderr, "%s\n", trained.ToString().c_str());
