@@ -303,6 +303,15 @@ int main(int argc, char** argv) {
                  std::numeric_limits<int>::max());
     return 2;
   }
+  // --step_times keeps every timed step's times in memory until the run ends: bounded, so that a
+  // long run asks for less instead of failing to allocate.
+  const bool keep_step_times = !absl::GetFlag(FLAGS_step_times).empty();
+  constexpr int64_t kMostStepTimes = int64_t{1} << 26;  // 512 MiB of doubles
+  if (keep_step_times && int64_t{absl::GetFlag(FLAGS_steps)} * world > kMostStepTimes) {
+    std::fprintf(stderr, "--step_times keeps at most %lld step times: fewer --steps\n",
+                 static_cast<long long>(kMostStepTimes));
+    return 2;
+  }
   using Replicas = std::vector<dtrain::bench::PlainLoop>;
   // The models one process trains: one, or with --all_ranks one per rank (the same zoo model and
   // seed, so the same weights, kept the same by the same averaged gradients and updates).
@@ -325,6 +334,7 @@ int main(int argc, char** argv) {
   // (that rank's gradients, its share of the mean and its update), else this rank's whole step.
   const int columns = all_ranks ? world : 1;
   std::vector<double> step_us;
+  std::vector<double> scratch_us(columns);    // a timed step's times when --step_times is not given
   absl::Duration waited;                      // at the --lockstep barrier, over the timed steps
   std::unique_ptr<LockstepBarrier> lockstep;  // opened once the measured model exists
   // Rank r's batch of `step`: consecutive samples of `order`, disjoint across the ranks.
@@ -388,9 +398,14 @@ int main(int argc, char** argv) {
     for (int step = 0; step < steps; ++step) {
       if (step == timed_from) start = absl::Now();
       const bool timed = timed_from >= 0 && step >= timed_from;
-      if (timed) step_us.resize(step_us.size() + columns);
-      DTRAIN_RETURN_IF_ERROR(one_step(loops, step, lockstep != nullptr && timed_from >= 0,
-                                      timed ? step_us.data() + step_us.size() - columns : nullptr));
+      double* times = nullptr;
+      if (timed && keep_step_times) {
+        step_us.resize(step_us.size() + columns);
+        times = step_us.data() + step_us.size() - columns;
+      } else if (timed) {
+        times = scratch_us.data();
+      }
+      DTRAIN_RETURN_IF_ERROR(one_step(loops, step, lockstep != nullptr && timed_from >= 0, times));
     }
     return absl::OkStatus();
   };
@@ -429,7 +444,7 @@ int main(int argc, char** argv) {
       absl::SleepFor(wait);
     }
     // Every timed step's times, allocated before the clock starts.
-    step_us.reserve(static_cast<size_t>(absl::GetFlag(FLAGS_steps)) * columns);
+    if (keep_step_times) step_us.reserve(static_cast<size_t>(absl::GetFlag(FLAGS_steps)) * columns);
     trained = train(*measured, static_cast<int>(run_steps), absl::GetFlag(FLAGS_warmup), start);
   }
   if (!trained.ok()) {
