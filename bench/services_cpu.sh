@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# What dtrain's services take from a training job's cores, and what that costs the job.
+# 1. Every thread on this machine over a window in the middle of a 2-worker ddp job (the
+#    training bench's spec): CPU time and wake-ups per second, from /proc/<pid>/task/<tid>/stat
+#    and status. Each worker's step thread (its busiest) is shown apart from the threads that
+#    take CPU beside it: the coordinator's, the workers' other threads, and other processes'.
+# 2. --rounds alternated pairs of the same job (a new cluster each): alone, and beside a burner
+#    process that is busy 1 ms in every 50 ms on whichever core the scheduler gives it. A
+#    synchronous job stalls both ranks for a stall on either core, so it pays more than the
+#    burner's CPU time; the ratio of the two is the factor docs/BENCHMARKS.md ("What the MLP's
+#    job loses, part by part") applies to the services' threads.
+#   bench/services_cpu.sh [--model mlp|cnn] [--seconds N] [--rounds N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+model=mlp; seconds=20; rounds=8
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model) model=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    *) echo "usage: bench/services_cpu.sh [--model mlp|cnn] [--seconds N] [--rounds N]" >&2
+       exit 2 ;;
+  esac
+done
+case "$model" in mlp|cnn) ;; *) echo "--model: mlp or cnn" >&2; exit 2 ;; esac
+[[ "$seconds" =~ ^[0-9]+$ && "$seconds" -ge 1 && "$seconds" -le 600 ]] ||
+  { echo "--seconds: 1-600" >&2; exit 2; }
+[[ "$rounds" =~ ^[0-9]+$ && "$rounds" -le 100 ]] || { echo "--rounds: 0-100" >&2; exit 2; }
+deploy/install-deps.sh --bench >&2
+build="$root/build"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
+  -DDTRAIN_BUILD_WORKER=ON >&2
+cmake --build "$build" --target dtrain-coordinator dtrain-worker dtrain >&2
+
+# Steps per second of each model's job on the project's machines, with room: the window's job
+# must outlast the window (it is cancelled after it); the rounds' jobs are the A/B's (~3-10 s).
+declare -A rate=([mlp]=2000 [cnn]=80) round_steps=([mlp]=5000 [cnn]=600)
+work=$(mktemp -d)
+export DTRAIN_LOCAL_DIR="$work/cluster"
+burner=""
+cleanup() {
+  [ -n "$burner" ] && kill "$burner" 2>/dev/null || true
+  deploy/local/cluster.sh stop >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+submit() {  # max_steps -> job id
+  cat > "$work/job.yaml" <<JOB
+name: services-cpu-$model
+model: {builtin: $model}
+data: {builtin: fashion-mnist, batch_size: 64, shuffle: false}
+trainer: {max_steps: $1, strategy: ddp, num_nodes: 2, val_check_interval: 1000000000,
+          skip_test: true}
+seed_everything: 1
+optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
+JOB
+  "$build/client/dtrain" fit --output json --config "$work/job.yaml" |
+    sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1
+}
+start_cluster() {
+  deploy/local/cluster.sh start --port 0 --workers 2 >&2
+  export DTRAIN_COORDINATOR="127.0.0.1:$(cat "$DTRAIN_LOCAL_DIR/port")"
+}
+
+# 1. The window, once the job has trained for a few seconds.
+start_cluster
+id=$(submit $(( (seconds + 10) * ${rate[$model]} )))
+[ -n "$id" ] || { echo "services_cpu: the job was not submitted (above)" >&2; exit 1; }
+sleep 5
+echo "sampling every thread for ${seconds} s of $model job $id ..." >&2
+/usr/bin/python3 - "$seconds" <<'PY'
+import collections, os, sys, time
+
+def cmd(pid):
+    try:
+        argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+    except OSError:
+        return "?"
+    if not argv[0]:
+        return "kernel"
+    name = os.path.basename(argv[0])[:24]
+    for a in argv:
+        if a.startswith("--name="):
+            name += " " + a[len("--name="):]
+    return name
+
+def snapshot():
+    threads = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+                status = open(f"/proc/{pid}/task/{tid}/status").read()
+            except OSError:
+                continue
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2:].split()
+            switches = {l.split(":")[0]: int(l.split()[1]) for l in status.splitlines()
+                        if l.endswith(tuple("0123456789")) and "ctxt_switches" in l}
+            threads[(pid, tid)] = (comm, int(fields[11]) + int(fields[12]),
+                                   switches.get("voluntary_ctxt_switches", 0),
+                                   switches.get("nonvoluntary_ctxt_switches", 0))
+    return time.monotonic(), threads
+
+t0, before = snapshot()
+time.sleep(float(sys.argv[1]))
+t1, after = snapshot()
+span, tick = t1 - t0, 1000.0 / os.sysconf("SC_CLK_TCK")
+names = {pid: cmd(pid) for pid, _ in after}
+rows = []  # (process, thread, pid, tid, cpu ms/s, wake-ups/s, preempted/s)
+for key, (comm, cpu, vol, invol) in after.items():
+    _, cpu0, vol0, invol0 = before.get(key, (comm, 0, 0, 0))
+    rows.append((names[key[0]], comm, key[0], key[1], (cpu - cpu0) * tick / span,
+                 (vol - vol0) / span, (invol - invol0) / span))
+step = {}
+for r in rows:
+    if r[0].startswith("dtrain-worker") and r[4] > step.get(r[2], (0, 0, 0, 0, 0))[4]:
+        step[r[2]] = r
+groups = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0])
+for r in rows:
+    if step.get(r[2]) is r:
+        label = (r[0], "step thread")
+    else:
+        label = (r[0], r[1])
+    g = groups[label]
+    g[0] += r[4]; g[1] += r[5]; g[2] += r[6]; g[3] += 1
+print(f"window: {span:.1f} s; CPU from /proc in ticks of {tick:.0f} ms (so +-{tick / span:.1f} "
+      "ms/s per line)")
+print(f"{'process':34} {'thread(s)':22} {'n':>3} {'CPU ms/s':>9} {'wake-ups/s':>11} "
+      f"{'preempted/s':>12}")
+for (proc, thread), (cpu, vol, invol, n) in sorted(groups.items(), key=lambda g: -g[1][0]):
+    if cpu >= 0.5 or vol >= 5:
+        print(f"{proc:34} {thread:22} {n:>3} {cpu:>9.1f} {vol:>11.1f} {invol:>12.1f}")
+def total(pred):
+    return sum(c for (p, t), (c, _, _, _) in groups.items() if pred(p, t))
+services = total(lambda p, t: p.startswith("dtrain-") and t != "step thread")
+steps = total(lambda p, t: t == "step thread")
+others = total(lambda p, t: not p.startswith("dtrain-") and not p.startswith("python3"))
+print(f"step threads: {steps:.1f} ms/s in all; dtrain's other threads: {services:.1f} ms/s; "
+      f"other processes (this script's python excluded): {others:.1f} ms/s")
+PY
+"$build/client/dtrain" cancel "$id" >/dev/null 2>&1 || true
+deploy/local/cluster.sh stop >&2
+[ "$rounds" -gt 0 ] || exit 0
+
+# 2. The job alone and beside the burner, alternated.
+one() {  # alone|burner round
+  start_cluster
+  local id before=0 after=0 t0 t1
+  if [ "$1" = burner ]; then
+    /usr/bin/python3 -c '
+import time
+while True:
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.001: pass
+    time.sleep(0.049)' &
+    burner=$!
+  fi
+  t0=$(date +%s.%N)
+  [ -n "$burner" ] && before=$(awk '{print $14 + $15}' "/proc/$burner/stat")
+  id=$(submit "${round_steps[$model]}")
+  [ -n "$id" ] || { echo "services_cpu: the job was not submitted (above)" >&2; exit 1; }
+  "$build/client/dtrain" watch "$id" >/dev/null || true
+  [ -n "$burner" ] && after=$(awk '{print $14 + $15}' "/proc/$burner/stat")
+  t1=$(date +%s.%N)
+  if [ -n "$burner" ]; then kill "$burner"; wait "$burner" 2>/dev/null || true; burner=""; fi
+  "$build/client/dtrain" status "$id" --output json | /usr/bin/python3 -c "
+import json, os, sys
+s = json.load(sys.stdin)
+print(json.dumps({'mode': '$1', 'round': $2, 'state': s['state'],
+                  'samples_per_s': s['progress']['train_samples_per_second'],
+                  'burner_ms_per_s': ($after - $before) * 1000 / os.sysconf('SC_CLK_TCK')
+                                     / ($t1 - $t0)}))" >> "$work/rounds.jsonl"
+  deploy/local/cluster.sh stop >&2
+}
+: > "$work/rounds.jsonl"
+for r in $(seq 1 "$rounds"); do
+  echo "round $r/$rounds: $model job alone and beside the burner ..." >&2
+  if [ $((r % 2)) = 1 ]; then one alone "$r"; one burner "$r"; else one burner "$r"; one alone "$r"; fi
+done
+/usr/bin/python3 - "$work/rounds.jsonl" "$model" <<'PY'
+import json, math, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+bad = [r for r in rows if r["state"] != "SUCCEEDED"]
+if bad:
+    sys.exit(f"jobs failed: {bad}")
+by = {(r["round"], r["mode"]): r for r in rows}
+ratios = [by[(n, "burner")]["samples_per_s"] / by[(n, "alone")]["samples_per_s"]
+          for n in sorted({r["round"] for r in rows})]
+geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+burn = statistics.median(r["burner_ms_per_s"] for r in rows if r["mode"] == "burner")
+print(f"\n{sys.argv[2]} job beside the burner over alone, {len(ratios)} alternated rounds: "
+      + " ".join(f"{x:.3f}" for x in ratios)
+      + f"; geometric mean {geo:.3f}, median {statistics.median(ratios):.3f}")
+print(f"the burner took {burn:.1f} ms/s of CPU (median; Python's start included), so the job "
+      f"paid ~{(1 - geo) * 1000 / burn:.2f}x the CPU time it took")
+PY
