@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # What dtrain's services take from a training job's cores, and what that costs the job.
 # 1. Every thread on this machine over a window in the middle of a 2-worker ddp job (the
-#    training bench's spec): CPU time and wake-ups per second, from /proc/<pid>/task/<tid>/stat
-#    and status. Each worker's step thread (its busiest) is shown apart from the threads that
-#    take CPU beside it: the coordinator's, the workers' other threads, and other processes'.
+#    training bench's spec): CPU time (schedstat, in ns), wake-ups and preemptions per second,
+#    from /proc/<pid>/task/<tid>/. Each worker's step thread (its busiest) is shown apart from
+#    every other thread: the coordinator's, the workers' others, other processes'. Not all of
+#    them run beside the steps: the coordinator's job thread sleeps through each step call.
 # 2. --rounds alternated pairs of the same job (a new cluster each): alone, and beside a burner
 #    process that is busy 1 ms in every 50 ms on whichever core the scheduler gives it. A
 #    synchronous job stalls both ranks for a stall on either core, so it pays more than the
@@ -14,19 +15,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 model=mlp; seconds=20; rounds=8
+usage() {
+  echo "usage: bench/services_cpu.sh [--model mlp|cnn] [--seconds 1-600] [--rounds 0-100]" >&2
+  exit 2
+}
 while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || usage
   case "$1" in
     --model) model=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    *) echo "usage: bench/services_cpu.sh [--model mlp|cnn] [--seconds N] [--rounds N]" >&2
-       exit 2 ;;
+    *) usage ;;
   esac
 done
 case "$model" in mlp|cnn) ;; *) echo "--model: mlp or cnn" >&2; exit 2 ;; esac
-[[ "$seconds" =~ ^[0-9]+$ && "$seconds" -ge 1 && "$seconds" -le 600 ]] ||
-  { echo "--seconds: 1-600" >&2; exit 2; }
-[[ "$rounds" =~ ^[0-9]+$ && "$rounds" -le 100 ]] || { echo "--rounds: 0-100" >&2; exit 2; }
+# Decimal digits only, read as base 10 (so 010 is ten, and no overflow gets past the bounds).
+[[ "$seconds" =~ ^[0-9]{1,3}$ ]] && seconds=$((10#$seconds)) && [ "$seconds" -ge 1 ] &&
+  [ "$seconds" -le 600 ] || { echo "--seconds: a whole number from 1 to 600" >&2; exit 2; }
+[[ "$rounds" =~ ^[0-9]{1,3}$ ]] && rounds=$((10#$rounds)) && [ "$rounds" -le 100 ] ||
+  { echo "--rounds: a whole number from 0 to 100" >&2; exit 2; }
 deploy/install-deps.sh --bench >&2
 build="$root/build"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON \
@@ -69,7 +76,15 @@ start_cluster() {
 start_cluster
 id=$(submit $(( (seconds + 10) * ${rate[$model]} )))
 [ -n "$id" ] || { echo "services_cpu: the job was not submitted (above)" >&2; exit 1; }
-sleep 5
+# Sampled once the job trains (setup and the first calls behind it).
+for _ in $(seq 1 120); do
+  state=$("$build/client/dtrain" status "$id" --output json |
+    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])')
+  [ "$state" = RUNNING ] && break
+  sleep 0.5
+done
+[ "$state" = RUNNING ] || { echo "services_cpu: the job is $state, not RUNNING, after 60 s" >&2; exit 1; }
+sleep 3
 echo "sampling every thread for ${seconds} s of $model job $id ..." >&2
 /usr/bin/python3 - "$seconds" <<'PY'
 import collections, os, sys, time
@@ -98,13 +113,13 @@ def snapshot():
             try:
                 stat = open(f"/proc/{pid}/task/{tid}/stat").read()
                 status = open(f"/proc/{pid}/task/{tid}/status").read()
-            except OSError:
+                on_cpu_ns = int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
+            except (OSError, ValueError, IndexError):
                 continue
             comm = stat[stat.index("(") + 1:stat.rindex(")")]
-            fields = stat[stat.rindex(")") + 2:].split()
             switches = {l.split(":")[0]: int(l.split()[1]) for l in status.splitlines()
                         if l.endswith(tuple("0123456789")) and "ctxt_switches" in l}
-            threads[(pid, tid)] = (comm, int(fields[11]) + int(fields[12]),
+            threads[(pid, tid)] = (comm, on_cpu_ns,
                                    switches.get("voluntary_ctxt_switches", 0),
                                    switches.get("nonvoluntary_ctxt_switches", 0))
     return time.monotonic(), threads
@@ -112,12 +127,16 @@ def snapshot():
 t0, before = snapshot()
 time.sleep(float(sys.argv[1]))
 t1, after = snapshot()
-span, tick = t1 - t0, 1000.0 / os.sysconf("SC_CLK_TCK")
+# Threads that ended inside the window are not counted (none of dtrain's do while it trains).
+span = t1 - t0
+me = str(os.getpid())
 names = {pid: cmd(pid) for pid, _ in after}
 rows = []  # (process, thread, pid, tid, cpu ms/s, wake-ups/s, preempted/s)
 for key, (comm, cpu, vol, invol) in after.items():
     _, cpu0, vol0, invol0 = before.get(key, (comm, 0, 0, 0))
-    rows.append((names[key[0]], comm, key[0], key[1], (cpu - cpu0) * tick / span,
+    if key[0] == me:
+        continue
+    rows.append((names[key[0]], comm, key[0], key[1], (cpu - cpu0) / 1e6 / span,
                  (vol - vol0) / span, (invol - invol0) / span))
 step = {}
 for r in rows:
@@ -131,8 +150,7 @@ for r in rows:
         label = (r[0], r[1])
     g = groups[label]
     g[0] += r[4]; g[1] += r[5]; g[2] += r[6]; g[3] += 1
-print(f"window: {span:.1f} s; CPU from /proc in ticks of {tick:.0f} ms (so +-{tick / span:.1f} "
-      "ms/s per line)")
+print(f"window: {span:.1f} s (this script's own threads left out)")
 print(f"{'process':34} {'thread(s)':22} {'n':>3} {'CPU ms/s':>9} {'wake-ups/s':>11} "
       f"{'preempted/s':>12}")
 for (proc, thread), (cpu, vol, invol, n) in sorted(groups.items(), key=lambda g: -g[1][0]):
@@ -142,15 +160,16 @@ def total(pred):
     return sum(c for (p, t), (c, _, _, _) in groups.items() if pred(p, t))
 services = total(lambda p, t: p.startswith("dtrain-") and t != "step thread")
 steps = total(lambda p, t: t == "step thread")
-others = total(lambda p, t: not p.startswith("dtrain-") and not p.startswith("python3"))
+others = total(lambda p, t: not p.startswith("dtrain-"))
 print(f"step threads: {steps:.1f} ms/s in all; dtrain's other threads: {services:.1f} ms/s; "
-      f"other processes (python3's, this script's among them, left out): {others:.1f} ms/s")
+      f"other processes: {others:.1f} ms/s")
 PY
 state=$("$build/client/dtrain" status "$id" --output json |
   /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])')
 if [ "$state" != RUNNING ]; then
   echo "services_cpu: the job was $state before the window ended: the figures above cover" \
     "less than a training job" >&2
+  exit 1
 fi
 "$build/client/dtrain" cancel "$id" >/dev/null 2>&1 || true
 deploy/local/cluster.sh stop >&2
@@ -169,21 +188,24 @@ while True:
     time.sleep(0.049)' &
     burner=$!
   fi
+  # The burner's CPU is counted from after Python's start (~20 ms of its own), in ns.
+  [ -n "$burner" ] && sleep 0.5 && before=$(cut -d' ' -f1 "/proc/$burner/schedstat")
   t0=$(date +%s.%N)
-  [ -n "$burner" ] && before=$(awk '{print $14 + $15}' "/proc/$burner/stat")
   id=$(submit "${round_steps[$model]}")
   [ -n "$id" ] || { echo "services_cpu: the job was not submitted (above)" >&2; exit 1; }
-  "$build/client/dtrain" watch "$id" >/dev/null || true
-  [ -n "$burner" ] && after=$(awk '{print $14 + $15}' "/proc/$burner/stat")
+  # A job that does not end in 10 min is cancelled (and reported failed below), not waited for.
+  timeout 600 "$build/client/dtrain" watch "$id" >/dev/null ||
+    "$build/client/dtrain" cancel "$id" >/dev/null 2>&1 || true
   t1=$(date +%s.%N)
+  [ -n "$burner" ] && after=$(cut -d' ' -f1 "/proc/$burner/schedstat")
   if [ -n "$burner" ]; then kill "$burner"; wait "$burner" 2>/dev/null || true; burner=""; fi
   "$build/client/dtrain" status "$id" --output json | /usr/bin/python3 -c "
-import json, os, sys
+import json, sys
 s = json.load(sys.stdin)
 print(json.dumps({'mode': '$1', 'round': $2, 'state': s['state'],
-                  'samples_per_s': s['progress']['train_samples_per_second'],
-                  'burner_ms_per_s': ($after - $before) * 1000 / os.sysconf('SC_CLK_TCK')
-                                     / ($t1 - $t0)}))" >> "$work/rounds.jsonl"
+                  'samples_per_s': s.get('progress', {}).get('train_samples_per_second', 0),
+                  'burner_ms_per_s': ($after - $before) / 1e6 / ($t1 - $t0)}))" \
+    >> "$work/rounds.jsonl"
   deploy/local/cluster.sh stop >&2
 }
 : > "$work/rounds.jsonl"
@@ -205,6 +227,6 @@ burn = statistics.median(r["burner_ms_per_s"] for r in rows if r["mode"] == "bur
 print(f"\n{sys.argv[2]} job beside the burner over alone, {len(ratios)} alternated rounds: "
       + " ".join(f"{x:.3f}" for x in ratios)
       + f"; geometric mean {geo:.3f}, median {statistics.median(ratios):.3f}")
-print(f"the burner took {burn:.1f} ms/s of CPU (median; Python's start included), so the job "
+print(f"the burner took {burn:.1f} ms/s of CPU (median), so the job "
       f"paid ~{(1 - geo) * 1000 / burn:.2f}x the CPU time it took")
 PY
