@@ -83,7 +83,10 @@ for _ in $(seq 1 120); do
   [ "$state" = RUNNING ] && break
   sleep 0.5
 done
-[ "$state" = RUNNING ] || { echo "services_cpu: the job is $state, not RUNNING, after 60 s" >&2; exit 1; }
+if [ "$state" != RUNNING ]; then
+  echo "services_cpu: the job is $state, not RUNNING, after 60 s" >&2
+  exit 1
+fi
 sleep 3
 echo "sampling every thread for ${seconds} s of $model job $id ..." >&2
 /usr/bin/python3 - "$seconds" <<'PY'
