@@ -214,7 +214,11 @@ print(json.dumps({'mode': '$1', 'round': $2, 'state': s['state'],
 : > "$work/rounds.jsonl"
 for r in $(seq 1 "$rounds"); do
   echo "round $r/$rounds: $model job alone and beside the burner ..." >&2
-  if [ $((r % 2)) = 1 ]; then one alone "$r"; one burner "$r"; else one burner "$r"; one alone "$r"; fi
+  if [ $((r % 2)) = 1 ]; then
+    one alone "$r"; one burner "$r"
+  else
+    one burner "$r"; one alone "$r"
+  fi
 done
 /usr/bin/python3 - "$work/rounds.jsonl" "$model" <<'PY'
 import json, math, statistics, sys
