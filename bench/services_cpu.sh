@@ -67,6 +67,10 @@ JOB
   "$build/client/dtrain" fit --output json --config "$work/job.yaml" |
     sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1
 }
+job_state() {  # job id -> its state (RUNNING, SUCCEEDED, ...)
+  "$build/client/dtrain" status "$1" --output json |
+    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])'
+}
 start_cluster() {
   deploy/local/cluster.sh start --port 0 --workers 2 >&2
   export DTRAIN_COORDINATOR="127.0.0.1:$(cat "$DTRAIN_LOCAL_DIR/port")"
@@ -78,8 +82,7 @@ id=$(submit $(( (seconds + 10) * ${rate[$model]} )))
 [ -n "$id" ] || { echo "services_cpu: the job was not submitted (above)" >&2; exit 1; }
 # Sampled once the job trains (setup and the first calls behind it).
 for _ in $(seq 1 120); do
-  state=$("$build/client/dtrain" status "$id" --output json |
-    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])')
+  state=$(job_state "$id")
   [ "$state" = RUNNING ] && break
   sleep 0.5
 done
@@ -167,8 +170,7 @@ others = total(lambda p, t: not p.startswith("dtrain-"))
 print(f"step threads: {steps:.1f} ms/s in all; dtrain's other threads: {services:.1f} ms/s; "
       f"other processes: {others:.1f} ms/s")
 PY
-state=$("$build/client/dtrain" status "$id" --output json |
-  /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])')
+state=$(job_state "$id")
 if [ "$state" != RUNNING ]; then
   echo "services_cpu: the job was $state before the window ended: the figures above cover" \
     "less than a training job" >&2
