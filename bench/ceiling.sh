@@ -76,8 +76,9 @@ print(json.dumps(row))"
 # lockstep_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
 # Two loops each doing one rank's batches, meeting every step in a file they share
 # (--lockstep) where they average their gradients before the update (--average_gradients: the
-# shm plane's kernel, no overlap): a ddp job with the cheapest all-reduce and no service,
-# measured rather than estimated from timed steps. It pays what ranks stepping together really
+# shm plane's in-place all-reduce of a ddp bucket, its kernel and its two barriers; the
+# gradients live in the file): a ddp job with dtrain's own all-reduce and no service, measured
+# rather than estimated from timed steps. It pays what ranks stepping together really
 # pay on this machine (waiting for the slower rank, and both cores computing in phase). Prints
 # one row {system: lockstep-ceiling, ...}.
 lockstep_once() {

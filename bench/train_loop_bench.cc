@@ -8,9 +8,10 @@
 // "parameters_sum"}.
 // --lockstep makes the ranks of one ceiling meet at a barrier after every step (a synchronous run
 // with a free, instant all-reduce), and barrier_s is the time spent there. --average_gradients
-// makes that barrier a real all-reduce: the ranks average their gradients in shared memory before
-// each update, in rank order as the shm plane does, so that their models follow a ddp job's
-// trajectory rather than each its own (which changes the compute: see the flag).
+// makes that barrier a real all-reduce, the shm plane's ddp algorithm with no service around it:
+// the gradients live in the shared file, and between two barriers each rank averages its part of
+// them, in rank order, into every rank's, so that their models follow a ddp job's trajectory
+// rather than each its own (which changes the compute: see the flag).
 // --rank/--world_size take the rank's slice of each global batch, as ddp does; --start_at (Unix
 // seconds) starts every process of a ceiling at once, and start/end (Unix seconds) let the script
 // compute their joint rate over the same interval dtrain's timer spans.
@@ -82,9 +83,10 @@ ABSL_FLAG(std::string, lockstep, "",
           "makes them, with a free and instant reduction");
 
 ABSL_FLAG(bool, average_gradients, false,
-          "with --lockstep: average the ranks' gradients through the shared file before each "
-          "update (ddp's all_reduce, done in place without overlap), so that every rank trains "
-          "the model a ddp job trains. Without it each rank trains its own model on its half "
+          "with --lockstep: average the ranks' gradients before each update as the shm plane's "
+          "ddp does (the gradients live in the shared file; each rank reduces its 1/world of "
+          "them into every rank's between two barriers), so that every rank trains the model a "
+          "ddp job trains. Without it each rank trains its own model on its half "
           "of the data at the full learning rate, and on the CNN that trajectory's max-pooling "
           "is measurably cheaper per sample than a ddp job's (docs/BENCHMARKS.md)");
 
@@ -105,7 +107,7 @@ class LockstepBarrier {
   static constexpr int kMaxWorld = 4096 / 64;
   // The counters are shared between processes: only lock-free atomics are plain memory.
   static_assert(std::atomic<uint64_t>::is_always_lock_free);
-  // `exchange` floats per rank and parity follow the counters: --average_gradients' slots.
+  // `exchange` floats per rank follow the counters: --average_gradients' gradients.
   static absl::StatusOr<std::unique_ptr<LockstepBarrier>> Open(const std::string& path, int rank,
                                                                int world, int64_t exchange) {
     if (world < 1 || world > kMaxWorld || rank < 0 || rank >= world) {
@@ -113,7 +115,7 @@ class LockstepBarrier {
     }
     const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0600);
     if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", strerror(errno)));
-    const size_t bytes = 4096 + sizeof(float) * 2 * world * exchange;
+    const size_t bytes = 4096 + sizeof(float) * world * exchange;
     // Grown, never shrunk: a rank that maps less must not cut the file under another's mapping
     // (the first barrier then reports the ranks' disagreement).
     struct stat now {};
@@ -140,12 +142,11 @@ class LockstepBarrier {
   }
   ~LockstepBarrier() { munmap(counts_, bytes_); }
 
-  // Rank `r`'s slot for steps of `parity`. Two parities, because a rank that has passed a
-  // barrier may write its next step's gradients while a slower one still reads this step's.
-  float* Slot(int parity, int r) const {
-    return reinterpret_cast<float*>(reinterpret_cast<char*>(counts_) + 4096) +
-           (int64_t{parity} * world_ + r) * exchange_;
+  // Rank `r`'s gradients: `exchange()` floats.
+  float* Gradients(int r) const {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(counts_) + 4096) + r * exchange_;
   }
+  int64_t exchange() const { return exchange_; }
 
   absl::Status ArriveAndWait() {
     ++arrivals_;
@@ -191,40 +192,55 @@ absl::Status CheckGradient(const torch::Tensor& grad) {
   return absl::OkStatus();
 }
 
-// This rank's gradients, parameter after parameter, into `slot`.
-absl::Status WriteGradients(const std::vector<torch::Tensor>& parameters, float* slot) {
+// Points each of `parameters`' gradients at its part of `at` (its length in floats: their
+// elements together), where backward then accumulates them in place.
+void PlaceGradients(const std::vector<torch::Tensor>& parameters, float* at) {
+  for (torch::Tensor p : parameters) {
+    p.mutable_grad() = torch::from_blob(at, p.sizes(), torch::kFloat32);
+    at += p.numel();
+  }
+}
+
+// Whether every gradient still lies where PlaceGradients put it (an optimizer that reset one to
+// a new tensor would leave the averaging reading memory backward no longer writes).
+bool GradientsInPlace(const std::vector<torch::Tensor>& parameters, const float* at) {
   for (const torch::Tensor& p : parameters) {
-    const torch::Tensor& grad = p.grad();
-    DTRAIN_RETURN_IF_ERROR(CheckGradient(grad));
-    std::memcpy(slot, grad.data_ptr<float>(), sizeof(float) * grad.numel());
-    slot += grad.numel();
+    if (!p.grad().defined() || p.grad().data_ptr<float>() != at) return false;
+    at += p.numel();
+  }
+  return true;
+}
+
+// The replicas' mean of every parameter's gradient (--all_ranks), in rank order with the shm
+// plane's kernel (so the bits of a ddp job's mean of the same gradients), written into every
+// replica's gradients (the kernel may write over its inputs).
+absl::Status MeanOfGradients(const std::vector<const std::vector<torch::Tensor>*>& replicas) {
+  const size_t world = replicas.size();
+  std::vector<const float*> in(world);
+  std::vector<float*> out(world);
+  for (size_t i = 0; i < replicas[0]->size(); ++i) {
+    for (size_t r = 0; r < world; ++r) {
+      const torch::Tensor& grad = (*replicas[r])[i].grad();
+      DTRAIN_RETURN_IF_ERROR(CheckGradient(grad));
+      in[r] = out[r] = grad.data_ptr<float>();
+    }
+    dtrain::ReduceInRankOrder<float>(in.data(), static_cast<int>(world), out.data(),
+                                     static_cast<int>(world), (*replicas[0])[i].numel(),
+                                     dtrain::ReductionKind::kMean);
   }
   return absl::OkStatus();
 }
 
-// The ranks' mean of every parameter's gradient, in rank order with the shm plane's kernel (so
-// the bits of a ddp job's mean of the same gradients), written into the gradients of each of
-// `into`'s parameter lists (the kernel may write over its inputs). `rank_gradient(r, i, offset)`
-// is rank r's gradient of parameter i, which starts `offset` floats into a flat layout.
-template <typename RankGradient>
-absl::Status MeanOfGradients(int world, const std::vector<const std::vector<torch::Tensor>*>& into,
-                             RankGradient rank_gradient) {
+// Rank `rank`'s 1/world of the mean of every rank's gradients (`lockstep`'s), written into every
+// rank's: the shm plane's in-place all_reduce of a ddp bucket, between its two barriers.
+void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world) {
+  const int64_t total = lockstep.exchange();
+  const int64_t begin = total * rank / world, end = total * (rank + 1) / world;
   std::vector<const float*> in(world);
-  std::vector<float*> out(into.size());
-  int64_t offset = 0;
-  for (size_t i = 0; i < into[0]->size(); ++i) {
-    for (size_t k = 0; k < into.size(); ++k) {
-      const torch::Tensor& grad = (*into[k])[i].grad();
-      DTRAIN_RETURN_IF_ERROR(CheckGradient(grad));
-      out[k] = grad.data_ptr<float>();
-    }
-    for (int r = 0; r < world; ++r) in[r] = rank_gradient(r, i, offset);
-    const int64_t numel = (*into[0])[i].numel();
-    dtrain::ReduceInRankOrder<float>(in.data(), world, out.data(), static_cast<int>(out.size()),
-                                     numel, dtrain::ReductionKind::kMean);
-    offset += numel;
-  }
-  return absl::OkStatus();
+  std::vector<float*> out(world);
+  for (int r = 0; r < world; ++r) in[r] = out[r] = lockstep.Gradients(r) + begin;
+  dtrain::ReduceInRankOrder<float>(in.data(), world, out.data(), world, end - begin,
+                                   dtrain::ReductionKind::kMean);
 }
 
 // The trained model's parameters summed in double: ranks that averaged their gradients, and a
@@ -355,9 +371,7 @@ int main(int argc, char** argv) {
         if (times != nullptr) times[r] = absl::ToDoubleMicroseconds(absl::Now() - at);
         at = absl::Now();
       }
-      DTRAIN_RETURN_IF_ERROR(MeanOfGradients(world, into, [&](int r, size_t i, int64_t) {
-        return loops[r].Parameters()[i].grad().data_ptr<float>();
-      }));
+      DTRAIN_RETURN_IF_ERROR(MeanOfGradients(into));
       const double mean_us = absl::ToDoubleMicroseconds(absl::Now() - at) / world;
       for (int r = 0; r < world; ++r) {
         at = absl::Now();
@@ -376,17 +390,17 @@ int main(int argc, char** argv) {
         if (times != nullptr) waited += absl::Now() - arrived;
       }
     } else {
-      // The slots in the shared file come in two sets (by the step's parity): a rank past the
-      // barrier may write its next gradients while a slower one still reads these.
-      const int parity = step % 2;
+      // Backward wrote the gradients into the shared file. The first barrier: every rank's are
+      // there; the second: every rank's part of the mean is written everywhere, so the update
+      // may read them and the next backward overwrite this rank's.
       DTRAIN_RETURN_IF_ERROR(loop.Gradients(**data, batch_of(step, rank), step));
-      DTRAIN_RETURN_IF_ERROR(WriteGradients(loop.Parameters(), lockstep->Slot(parity, rank)));
-      const absl::Time arrived = absl::Now();
+      absl::Time arrived = absl::Now();
       DTRAIN_RETURN_IF_ERROR(lockstep->ArriveAndWait());
       if (times != nullptr) waited += absl::Now() - arrived;
-      DTRAIN_RETURN_IF_ERROR(MeanOfGradients(
-          world, {&loop.Parameters()},
-          [&](int r, size_t, int64_t offset) { return lockstep->Slot(parity, r) + offset; }));
+      ReduceOwnPart(*lockstep, rank, world);
+      arrived = absl::Now();
+      DTRAIN_RETURN_IF_ERROR(lockstep->ArriveAndWait());
+      if (times != nullptr) waited += absl::Now() - arrived;
       loop.Update(step);
     }
     if (times != nullptr) times[0] = absl::ToDoubleMicroseconds(absl::Now() - step_start);
@@ -428,6 +442,7 @@ int main(int argc, char** argv) {
           LockstepBarrier::Open(path, rank, world, gradient_floats);
       if (opened.ok()) {
         lockstep = *std::move(opened);
+        if (average) PlaceGradients((*measured)[0].Parameters(), lockstep->Gradients(rank));
       } else {
         trained = opened.status();
       }
@@ -452,6 +467,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   const absl::Time end = absl::Now();
+  if (average && !GradientsInPlace((*measured)[0].Parameters(), lockstep->Gradients(rank))) {
+    std::fprintf(stderr, "--average_gradients: a gradient left the shared file during the run\n");
+    return 1;
+  }
   if (const std::string path = absl::GetFlag(FLAGS_step_times); !path.empty()) {
     FILE* out = std::fopen(path.c_str(), "w");
     if (out == nullptr) {

@@ -27,10 +27,11 @@
 #                               says what a synchronous run (ranks waiting for each other every
 #                               step, as ddp's all-reduce makes them) could keep of it with a
 #                               free, instant all-reduce: rank skew's share
-#   lockstep-ceiling            one loop per rank, the two averaging their gradients in shared
-#                               memory at every step (bench/ceiling.sh, lockstep_once): that
-#                               synchronous run measured, not estimated; once per pass, after
-#                               the second ceiling sample
+#   lockstep-ceiling            one loop per rank, the two averaging their gradients at every
+#                               step as the shm plane's ddp does, with no service around them
+#                               (in place in shared memory, each rank reducing half;
+#                               bench/ceiling.sh, lockstep_once): that synchronous run measured,
+#                               not estimated; once per pass, after the second ceiling sample
 # Each run measures every system twice (two passes, in the order above; the ceiling before and
 # after the dtrain jobs of each pass, so 4 samples a run), and each system's faster pass counts:
 # this VM only ever slows a measurement (one core loses up to a third for seconds), so the
@@ -266,7 +267,7 @@ for model in ("mlp", "cnn"):
               f"{statistics.median(mine.values()):>9.0f} "
               f"{f'{min(mine.values()):.0f}-{max(mine.values()):.0f}':>17} "
               f"{f'{100 * statistics.median(share):.0f}%' if share else '':>10} "
-              f"{f'{statistics.median(bound):.3f}' if bound and system.startswith(('dtrain', 'torch')) else '':>13} "
+              f"{f'{statistics.median(bound):.3f}' if bound and system != 'compute-ceiling' else '':>13} "
               f"{f'{statistics.median(of_lockstep):.3f}' if of_lockstep and system != 'lockstep-ceiling' else '':>11} "
               f"{f'{statistics.median(ratio):.2f}x' if ratio else '':>12}")
     mine, tuned = runs("dtrain-auto", model, valid), runs("torch-ddp-jemalloc", model, valid)
