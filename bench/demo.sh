@@ -10,8 +10,8 @@
 # then the ceiling again; the run's ceiling is the faster of its two samples. Then the ceiling
 # as measured until 2026-11-30, loops each training its own model (for comparison with earlier
 # tables), and last the lockstep ceiling (bench/ceiling.sh: one loop per rank, the two averaging
-# their gradients in shared memory every step), a sample of what a synchronous job with a free
-# all-reduce can reach: on a machine whose cores drift, it sits below the ceiling. Per run
+# their gradients every step in place in shared memory, as the shm plane's ddp does), a sample of
+# what a synchronous job with dtrain's exchange and no service can reach. Per run
 # it prints the time from submit to SUCCEEDED, the training rate (samples over the training
 # span: first training step to the last, validation and checkpoints between them left out), its
 # share of the ceiling and of the lockstep ceiling, the rate dtrain reports (which counts from
@@ -108,7 +108,7 @@ for run in $(seq 1 "$runs"); do
   echo "run $run/$runs: the ceiling of loops training their own models ..." >&2
   own_ceiling_once "$build" "$work" "$model" "$batch" "$ceiling_steps" "$run" "${ceiling_flags[@]}" \
     > "$work/own-ceiling.json"
-  # What a synchronous job could keep here: loops averaging gradients at a free barrier each step.
+  # What a synchronous job could keep here: loops running the shm plane's exchange, no service.
   echo "run $run/$runs: lockstep ceiling ..." >&2
   lockstep_once "$build" "$work" "$model" "$batch" "$ceiling_steps" "$run" "${ceiling_flags[@]}" \
     > "$work/lockstep.json"
@@ -181,8 +181,8 @@ print(f"median of {len(rows)} ({len(valid)} valid for the share): submit to SUCC
       f"{c[0]:.0f} samples/s ({c[1]:.0f}-{c[2]:.0f}); test_acc {a[0]:.4f} ({a[1]:.4f}-{a[2]:.4f})")
 steady = [r for r in rows if r["share_of_lockstep"] <= 1]
 k, j = spread("lockstep_of_ceiling", steady), spread("share_of_lockstep", steady)
-print(f"lockstep ceiling (a loop per rank, averaging gradients at a free barrier each step, as a "
-      f"synchronous job must), {len(rows) - len(steady)} of {len(rows)} samples slowed (the job above them): "
+print(f"lockstep ceiling (a loop per rank, averaging gradients in place each step as the shm "
+      f"plane does, no service), {len(rows) - len(steady)} of {len(rows)} samples slowed (the job above them): "
       f"{k[0]:.3f} of the run's ceiling ({k[1]:.3f}-{k[2]:.3f}); the job at {j[0]:.3f} of it "
       f"({j[1]:.3f}-{j[2]:.3f})")
 print(f"machine: {machine}")
