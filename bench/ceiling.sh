@@ -79,8 +79,8 @@ print(json.dumps(row))"
 # shm plane's in-place all-reduce of a ddp bucket, its kernel and its two barriers; the
 # gradients live in the file): a ddp job with dtrain's own all-reduce and no service, measured
 # rather than estimated from timed steps. It pays what ranks stepping together really
-# pay on this machine (waiting for the slower rank, and both cores computing in phase). Prints
-# one row {system: lockstep-ceiling, ...}.
+# pay on this machine (waiting for the slower rank, moving the gradients between the cores).
+# Prints one row {system: lockstep-ceiling, ...}.
 lockstep_once() {
   # In /dev/shm, not the work directory: a shared mapping of a disk file is written back every
   # few seconds, and the next write to a page faults inside a timed step.

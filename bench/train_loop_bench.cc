@@ -8,10 +8,11 @@
 // "parameters_sum"}.
 // --lockstep makes the ranks of one ceiling meet at a barrier after every step (a synchronous run
 // with a free, instant all-reduce), and barrier_s is the time spent there. --average_gradients
-// makes that barrier a real all-reduce, the shm plane's ddp algorithm with no service around it:
-// the gradients live in the shared file, and between two barriers each rank averages its part of
-// them, in rank order, into every rank's, so that their models follow a ddp job's trajectory
-// rather than each its own (which changes the compute: see the flag).
+// turns that meeting into a real all-reduce after backward, the shm plane's ddp algorithm with no
+// service around it: the gradients live in the shared file, and between two barriers each rank
+// averages its part of them, in rank order, into every rank's (barrier_s then sums both waits),
+// so that their models follow a ddp job's trajectory rather than each its own (which changes the
+// compute: see the flag).
 // --rank/--world_size take the rank's slice of each global batch, as ddp does; --start_at (Unix
 // seconds) starts every process of a ceiling at once, and start/end (Unix seconds) let the script
 // compute their joint rate over the same interval dtrain's timer spans.
@@ -79,8 +80,8 @@ ABSL_FLAG(bool, print_allocator_env, false,
 
 ABSL_FLAG(std::string, lockstep, "",
           "if set, a file the ranks of one ceiling share: each step ends at a barrier there (a "
-          "spin on shared counters, no data), so the ranks step together as ddp's all-reduce "
-          "makes them, with a free and instant reduction");
+          "spin on shared counters), so the ranks step together as ddp's all-reduce makes them; "
+          "with no data exchanged and a free, instant reduction unless --average_gradients");
 
 ABSL_FLAG(bool, average_gradients, false,
           "with --lockstep: average the ranks' gradients before each update as the shm plane's "
@@ -107,7 +108,8 @@ class LockstepBarrier {
   static constexpr int kMaxWorld = 4096 / 64;
   // The counters are shared between processes: only lock-free atomics are plain memory.
   static_assert(std::atomic<uint64_t>::is_always_lock_free);
-  // `exchange` floats per rank follow the counters: --average_gradients' gradients.
+  // `exchange` floats per rank follow the counters: --average_gradients' gradients, each rank's
+  // starting on a page of its own as the shm plane's buffers do (no line shared across ranks).
   static absl::StatusOr<std::unique_ptr<LockstepBarrier>> Open(const std::string& path, int rank,
                                                                int world, int64_t exchange) {
     if (world < 1 || world > kMaxWorld || rank < 0 || rank >= world) {
@@ -115,7 +117,8 @@ class LockstepBarrier {
     }
     const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0600);
     if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", strerror(errno)));
-    const size_t bytes = 4096 + sizeof(float) * world * exchange;
+    const size_t stride = (sizeof(float) * exchange + 4095) / 4096 * 4096;
+    const size_t bytes = 4096 + stride * world;
     // Grown, never shrunk: a rank that maps less must not cut the file under another's mapping
     // (the first barrier then reports the ranks' disagreement).
     struct stat now {};
@@ -128,8 +131,13 @@ class LockstepBarrier {
     if (at == MAP_FAILED) {
       return absl::InternalError(absl::StrCat("map ", path, ": ", strerror(error)));
     }
-    auto barrier = std::unique_ptr<LockstepBarrier>(
-        new LockstepBarrier(static_cast<std::atomic<uint64_t>*>(at), rank, world, exchange, bytes));
+    // Every page mapped now, before any clock starts, so that a timed step takes none of the
+    // file's faults; read, not written, since a peer may already be using its pages.
+    for (size_t page = 4096; page < bytes; page += 4096) {
+      static_cast<void>(static_cast<volatile const char*>(at)[page]);
+    }
+    auto barrier = std::unique_ptr<LockstepBarrier>(new LockstepBarrier(
+        static_cast<std::atomic<uint64_t>*>(at), rank, world, exchange, stride, bytes));
     // Only this rank writes its slot: a count there is a previous run's, whose counters would
     // let every wait pass at once and measure a free run instead.
     if (barrier->counts_[rank * 8].load() != 0) {
@@ -144,7 +152,7 @@ class LockstepBarrier {
 
   // Rank `r`'s gradients: `exchange()` floats.
   float* Gradients(int r) const {
-    return reinterpret_cast<float*>(reinterpret_cast<char*>(counts_) + 4096) + r * exchange_;
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(counts_) + 4096 + r * stride_);
   }
   int64_t exchange() const { return exchange_; }
 
@@ -174,11 +182,17 @@ class LockstepBarrier {
 
  private:
   LockstepBarrier(std::atomic<uint64_t>* counts, int rank, int world, int64_t exchange,
-                  size_t bytes)
-      : counts_(counts), rank_(rank), world_(world), exchange_(exchange), bytes_(bytes) {}
+                  size_t stride, size_t bytes)
+      : counts_(counts),
+        rank_(rank),
+        world_(world),
+        exchange_(exchange),
+        stride_(stride),
+        bytes_(bytes) {}
   std::atomic<uint64_t>* counts_;
   int rank_, world_;
   int64_t exchange_;
+  size_t stride_;  // bytes from one rank's gradients to the next's
   size_t bytes_;
   uint64_t arrivals_ = 0;
 };
@@ -193,12 +207,18 @@ absl::Status CheckGradient(const torch::Tensor& grad) {
 }
 
 // Points each of `parameters`' gradients at its part of `at` (its length in floats: their
-// elements together), where backward then accumulates them in place.
-void PlaceGradients(const std::vector<torch::Tensor>& parameters, float* at) {
+// elements together), where backward then accumulates them in place. The averaging reads them
+// as flat float arrays.
+absl::Status PlaceGradients(const std::vector<torch::Tensor>& parameters, float* at) {
   for (torch::Tensor p : parameters) {
+    if (p.scalar_type() != torch::kFloat32 || !p.requires_grad()) {
+      return absl::FailedPreconditionError(
+          "--average_gradients: every parameter must be float32 and require grad");
+    }
     p.mutable_grad() = torch::from_blob(at, p.sizes(), torch::kFloat32);
     at += p.numel();
   }
+  return absl::OkStatus();
 }
 
 // Whether every gradient still lies where PlaceGradients put it (an optimizer that reset one to
@@ -433,7 +453,7 @@ int main(int argc, char** argv) {
   if (trained.ok() && !measured.ok()) trained = measured.status();
   if (trained.ok()) {
     if (const std::string path = absl::GetFlag(FLAGS_lockstep); !path.empty()) {
-      // --average_gradients' slots each hold one model's gradients.
+      // --average_gradients' regions each hold one model's gradients.
       int64_t gradient_floats = 0;
       if (average) {
         for (const torch::Tensor& p : (*measured)[0].Parameters()) gradient_floats += p.numel();
@@ -442,7 +462,9 @@ int main(int argc, char** argv) {
           LockstepBarrier::Open(path, rank, world, gradient_floats);
       if (opened.ok()) {
         lockstep = *std::move(opened);
-        if (average) PlaceGradients((*measured)[0].Parameters(), lockstep->Gradients(rank));
+        if (average) {
+          trained = PlaceGradients((*measured)[0].Parameters(), lockstep->Gradients(rank));
+        }
       } else {
         trained = opened.status();
       }
