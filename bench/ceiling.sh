@@ -50,12 +50,29 @@ loops_once() {
     }
   done
   cat "$work/ceiling-0.json" "$work/ceiling-1.json" | /usr/bin/python3 -c "
-import json, sys
+import json, os, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
 assert len(rows) == 2, 'ceiling: expected a row from each of the 2 loops'
 span = max(r['end'] for r in rows) - min(r['start'] for r in rows)
 row = {'system': '$system', 'model': '$model', 'ranks': 2, 'batch': $batch, 'run': $run,
        'samples_per_s': round(sum(r['samples'] for r in rows) / span, 1)}
+if row['system'] != 'own-model-ceiling':
+    # Both kinds train the job's model, bit for bit: the ceiling's processes each compute it
+    # whole, the lockstep loops average into it. So their parameters must end the same in both
+    # processes, and the lockstep loops' the same as the ceiling's (kept from its last sample,
+    # which every caller takes with the same steps and flags): else a reference is broken.
+    sums = [r['parameters_sum'] for r in rows]
+    if sums[0] != sums[1]:
+        sys.exit(f'ceiling: the two $system loops of the $model ended on different parameters '
+                 f'(sums {sums[0]} and {sums[1]}): their averaging is broken')
+    row['parameters_sum'] = sums[0]
+    kept = '$work/ceiling-parameters-$model'
+    if row['system'] == 'compute-ceiling':
+        with open(kept, 'w') as f:
+            f.write(repr(sums[0]))
+    elif os.path.exists(kept) and float(open(kept).read()) != sums[0]:
+        sys.exit(f'ceiling: the $model lockstep loops ended on parameters summing to {sums[0]}, '
+                 f'the ceiling on {open(kept).read()}: they trained different models')
 if row['system'] == 'lockstep-ceiling':
     row['barrier_s'] = max(r['barrier_s'] for r in rows)
 else:
