@@ -29,18 +29,11 @@ export DTRAIN_LOCAL_DIR="$work/cluster"
 cleanup() { deploy/local/cluster.sh stop >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
 
+source "$root/bench/bench_job.sh"
 job() {  # mode run max_steps
-  cat > "$work/job.yaml" <<JOB
-name: iso-$model
-model: {builtin: $model}
-data: {builtin: fashion-mnist, batch_size: 64, shuffle: false}
-trainer: {max_steps: $3, strategy: ddp, num_nodes: 2, val_check_interval: 1000000000,
-          skip_test: true}
-seed_everything: 1
-optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
-JOB
   local id
-  id=$("$build/client/dtrain" fit --output json --config "$work/job.yaml" | sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1)
+  id=$(bench_job_submit "$build" --name="iso-$model" --model.builtin="$model" \
+    --trainer.max_steps="$3")
   "$build/client/dtrain" watch "$id" >/dev/null
   "$build/client/dtrain" status "$id" --output json |
     /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); p=s['progress']; print(json.dumps({'mode': '$1', 'run': $2, 'samples_per_s': round(p['samples_per_second'], 1), 'setup_s': round(float(p.get('phaseSeconds', p.get('phase_seconds', {})).get('setup', 0) or 0), 2), 'state': s['state']}))"

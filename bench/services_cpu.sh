@@ -54,22 +54,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
+source "$root/bench/bench_job.sh"
 submit() {  # max_steps -> job id
-  cat > "$work/job.yaml" <<JOB
-name: services-cpu-$model
-model: {builtin: $model}
-data: {builtin: fashion-mnist, batch_size: 64, shuffle: false}
-trainer: {max_steps: $1, strategy: ddp, num_nodes: 2, val_check_interval: 1000000000,
-          skip_test: true}
-seed_everything: 1
-optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
-JOB
-  "$build/client/dtrain" fit --output json --config "$work/job.yaml" |
-    sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1
-}
-job_state() {  # job id -> its state (RUNNING, SUCCEEDED, ...)
-  "$build/client/dtrain" status "$1" --output json |
-    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])'
+  bench_job_submit "$build" --name="services-cpu-$model" --model.builtin="$model" \
+    --trainer.max_steps="$1"
 }
 start_cluster() {
   deploy/local/cluster.sh start --port 0 --workers 2 >&2
@@ -82,7 +70,7 @@ id=$(submit $(( (seconds + 10) * ${rate[$model]} )))
 [ -n "$id" ] || { echo "services_cpu: the job was not submitted (above)" >&2; exit 1; }
 # Sampled once the job trains (setup and the first calls behind it).
 for _ in $(seq 1 120); do
-  state=$(job_state "$id")
+  state=$(bench_job_state "$build" "$id")
   [ "$state" = RUNNING ] && break
   sleep 0.5
 done
@@ -170,7 +158,7 @@ others = total(lambda p, t: not p.startswith("dtrain-"))
 print(f"step threads: {steps:.1f} ms/s in all; dtrain's other threads: {services:.1f} ms/s; "
       f"other processes: {others:.1f} ms/s")
 PY
-state=$(job_state "$id")
+state=$(bench_job_state "$build" "$id")
 if [ "$state" != RUNNING ]; then
   echo "services_cpu: the job was $state before the window ended: the figures above cover" \
     "less than a training job" >&2

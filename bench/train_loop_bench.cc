@@ -137,7 +137,7 @@ class LockstepBarrier {
       static_cast<void>(static_cast<volatile const char*>(at)[page]);
     }
     auto barrier = std::unique_ptr<LockstepBarrier>(new LockstepBarrier(
-        static_cast<std::atomic<uint64_t>*>(at), rank, world, exchange, stride, bytes));
+        static_cast<std::atomic<uint64_t>*>(at), rank, world, exchange, stride));
     // Only this rank writes its slot: a count there is a previous run's, whose counters would
     // let every wait pass at once and measure a free run instead.
     if (barrier->counts_[rank * 8].load() != 0) {
@@ -148,7 +148,7 @@ class LockstepBarrier {
     barrier->counts_[rank * 8 + 1].store(static_cast<uint64_t>(exchange));
     return barrier;
   }
-  ~LockstepBarrier() { munmap(counts_, bytes_); }
+  ~LockstepBarrier() { munmap(counts_, 4096 + stride_ * world_); }
 
   // Rank `r`'s gradients: `exchange()` floats.
   float* Gradients(int r) const {
@@ -182,18 +182,12 @@ class LockstepBarrier {
 
  private:
   LockstepBarrier(std::atomic<uint64_t>* counts, int rank, int world, int64_t exchange,
-                  size_t stride, size_t bytes)
-      : counts_(counts),
-        rank_(rank),
-        world_(world),
-        exchange_(exchange),
-        stride_(stride),
-        bytes_(bytes) {}
+                  size_t stride)
+      : counts_(counts), rank_(rank), world_(world), exchange_(exchange), stride_(stride) {}
   std::atomic<uint64_t>* counts_;
   int rank_, world_;
   int64_t exchange_;
-  size_t stride_;  // bytes from one rank's gradients to the next's
-  size_t bytes_;
+  size_t stride_;  // bytes from one rank's gradients to the next's (the mapping: 4096 + world's)
   uint64_t arrivals_ = 0;
 };
 

@@ -93,19 +93,13 @@ cpu_ticks() {
 # One dtrain job; its samples/s is the trainer's training rate (JobProgress's
 # train_samples_per_second: first training step to the last, validation and checkpoints left out).
 dtrain_job() {  # model backend(auto: the default, not named) strategy workers run [steps]
-  local model=$1 backend=$2 strategy=$3 workers=$4 run=$5 max_steps=${6:-${steps[$1]}} plane_line=""
-  if [ "$backend" != auto ]; then plane_line="collective_backend: $backend,"; fi
-  cat > "$work/job.yaml" <<JOB
-name: bench-$model-$backend
-model: {builtin: $model}
-data: {builtin: fashion-mnist, batch_size: $batch, shuffle: false}
-trainer: {max_steps: $max_steps, strategy: $strategy, num_nodes: $workers, $plane_line
-          val_check_interval: 1000000000, skip_test: true}
-seed_everything: 1
-optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
-JOB
+  local model=$1 backend=$2 strategy=$3 workers=$4 run=$5 max_steps=${6:-${steps[$1]}}
+  local overrides=(--name="bench-$model-$backend" --model.builtin="$model"
+                   --data.batch_size="$batch" --trainer.max_steps="$max_steps"
+                   --trainer.strategy="$strategy" --trainer.num_nodes="$workers")
+  if [ "$backend" != auto ]; then overrides+=(--trainer.collective_backend="$backend"); fi
   local id
-  id=$("$build/client/dtrain" fit --output json --config "$work/job.yaml" | sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1)
+  id=$(bench_job_submit "$build" "${overrides[@]}")
   "$build/client/dtrain" watch "$id" >/dev/null
   "$build/client/dtrain" status "$id" --output json |
     /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); p=s['progress']; print(json.dumps({'system': 'dtrain-$backend' if $workers > 1 else 'dtrain-single', 'model': '$model', 'ranks': $workers, 'batch': $batch, 'run': $run, 'plane': p.get('collective_plane', ''), 'samples_per_s': round(p.get('train_samples_per_second') or p['samples_per_second'], 1)}))"
@@ -124,6 +118,8 @@ torch_once() {  # model batch steps run system
 
 # The compute ceiling (bench/ceiling.sh): two plain loops started together, one span.
 source "$root/bench/ceiling.sh"
+# The dtrain jobs' spec and submission (bench/bench-job.yaml).
+source "$root/bench/bench_job.sh"
 # The torch-ddp-jemalloc row's environment comes from the worker's own definition
 # (worker/runtime/worker_allocator.h), not from values written here a second time, which could
 # drift. Command substitution, so that set -e sees the binary fail; an empty list would make the
