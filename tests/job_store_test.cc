@@ -72,6 +72,12 @@ TEST_F(JobStoreTest, RoundTripInSubmissionOrder) {
     ASSERT_TRUE((*store)->AddMetric("zeta-1", p).ok());
     p.set_step(4);
     ASSERT_TRUE((*store)->AddMetric("zeta-1", p).ok());
+    // A call's points in one transaction, in their order; an empty batch writes nothing.
+    std::vector<v1::MetricPoint> batch(3, p);
+    for (int i = 0; i < 3; ++i) batch[i].set_step(5 + i);
+    batch[2].set_name("lr-SGD");
+    ASSERT_TRUE((*store)->AddMetrics("zeta-1", batch).ok());
+    ASSERT_TRUE((*store)->AddMetrics("zeta-1", {}).ok());
     // A duplicate id is refused, not silently doubled.
     EXPECT_FALSE((*store)->Insert(spec, Status("alpha-1", v1::QUEUED)).ok());
   }
@@ -92,9 +98,9 @@ TEST_F(JobStoreTest, RoundTripInSubmissionOrder) {
   EXPECT_EQ(zeta.spec.trainer().max_epochs(), 7);
   auto points = (*store)->Points("zeta-1");
   ASSERT_TRUE(points.ok()) << points.status();
-  ASSERT_EQ(points->size(), 2u);
-  EXPECT_EQ((*points)[0].step(), 3);
-  EXPECT_EQ((*points)[1].step(), 4);
+  ASSERT_EQ(points->size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ((*points)[i].step(), 3 + i);
+  EXPECT_EQ((*points)[4].name(), "lr-SGD");
   EXPECT_EQ((*points)[1].name(), "train_loss");
   EXPECT_EQ((*points)[1].value(), 0.25);
   EXPECT_EQ((*points)[1].wall_unix_ms(), 1234);

@@ -42,6 +42,7 @@ struct Point {
   double value;
   int64_t step;
   int64_t epoch;
+  int batch = 0;  // which Metrics call brought it (Record::metric_batches then)
 };
 
 // The job's record, as the trainer reports into it.
@@ -49,8 +50,11 @@ class Record final : public TrainerReporter {
  public:
   void Log(const std::string& line) override { lines.push_back(line); }
   void Progress(const v1::JobProgress& p) override { progress.push_back(p); }
-  void Metric(const std::string& name, double value, int64_t step, int64_t epoch) override {
-    points.push_back({name, value, step, epoch});
+  void Metrics(const std::vector<v1::MetricPoint>& batch) override {
+    ++metric_batches;
+    for (const v1::MetricPoint& p : batch) {
+      points.push_back({p.name(), p.value(), p.step(), p.epoch(), metric_batches});
+    }
   }
   void Checkpoint(const std::string& l, const std::string& b) override {
     last = l;
@@ -84,6 +88,7 @@ class Record final : public TrainerReporter {
   std::vector<std::string> lines;
   std::vector<v1::JobProgress> progress;
   std::vector<Point> points;
+  int metric_batches = 0;  // Metrics calls: a training call's points arrive in one
   std::string last, best, predictions;
   std::vector<v1::JobFile> kept;
   std::vector<std::string> dropped;

@@ -100,6 +100,15 @@ TEST_F(TrainerTest, Metrics_EveryNStepsAndEpochEnds_WithTheLearningRateAndTestAt
   EXPECT_EQ(record_.Named("test_acc")[0].step, 12);
   // The loss the record shows is the mean over the last call's batches on both ranks.
   EXPECT_GT(record_.Named("train_loss")[0].value, record_.Named("train_loss").back().value);
+  // A call's points reach the record together (one store transaction): the loss and the rate
+  // of each logged step in the same batch, so no batch holds a single point.
+  for (const Point& loss : record_.Named("train_loss")) {
+    const auto same =
+        std::find_if(lr.begin(), lr.end(), [&](const Point& p) { return p.step == loss.step; });
+    ASSERT_NE(same, lr.end()) << "step " << loss.step;
+    EXPECT_EQ(same->batch, loss.batch) << "step " << loss.step;
+  }
+  EXPECT_LE(2 * record_.metric_batches, static_cast<int>(record_.points.size()));
 }
 
 TEST_F(TrainerTest, Progress_InjectedClock_SamplesPerSecondEtaAndPhasesExact) {

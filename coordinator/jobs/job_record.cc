@@ -1,6 +1,7 @@
 #include "coordinator/jobs/job_record.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
@@ -121,24 +122,24 @@ void JobRecord::Progress(const v1::JobProgress& progress) {
   Notify();
 }
 
-void JobRecord::Metric(const std::string& name, double value, int64_t step, int64_t epoch) {
+void JobRecord::Metrics(const std::vector<v1::MetricPoint>& points) {
+  if (points.empty()) return;
   {
     absl::MutexLock lock(&mu_);
     const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-    v1::MetricPoint p;
-    p.set_name(name);
-    p.set_value(value);
-    p.set_step(step);
-    p.set_epoch(epoch);
-    p.set_wall_unix_ms(static_cast<int64_t>(now * 1000));
-    (*status_.mutable_metrics())[name] = value;
-    if (store_ != nullptr) Report(store_->AddMetric(status_.id(), p));
-    if (!points_in_store_) points_.push_back(std::move(p));
-    PersistLocked(/*force=*/false);
-    if (metrics_ != nullptr) {
-      metrics_->Add(name, value, step, epoch, now);
-      metrics_->Flush();
+    std::vector<v1::MetricPoint> stamped = points;
+    for (v1::MetricPoint& p : stamped) {
+      p.set_wall_unix_ms(static_cast<int64_t>(now * 1000));
+      (*status_.mutable_metrics())[p.name()] = p.value();
+      if (metrics_ != nullptr) metrics_->Add(p.name(), p.value(), p.step(), p.epoch(), now);
     }
+    if (metrics_ != nullptr) metrics_->Flush();
+    if (store_ != nullptr) Report(store_->AddMetrics(status_.id(), stamped));
+    if (!points_in_store_) {
+      points_.insert(points_.end(), std::make_move_iterator(stamped.begin()),
+                     std::make_move_iterator(stamped.end()));
+    }
+    PersistLocked(/*force=*/false);
   }
   Notify();
 }

@@ -67,7 +67,9 @@ class JobRecord : public TrainerReporter {
 
   void Progress(const v1::JobProgress& progress) override;
 
-  void Metric(const std::string& name, double value, int64_t step, int64_t epoch) override;
+  // One store transaction, one flush of the job's metric files and one watcher notice for
+  // all of `points`.
+  void Metrics(const std::vector<v1::MetricPoint>& points) override;
 
   void Checkpoint(const std::string& last, const std::string& best) override;
 

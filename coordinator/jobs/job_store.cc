@@ -224,20 +224,32 @@ absl::Status JobStore::Update(const v1::JobStatus& status) {
   return absl::OkStatus();
 }
 
-absl::Status JobStore::AddMetric(const std::string& job_id, const v1::MetricPoint& point) {
+absl::Status JobStore::AddMetrics(const std::string& job_id,
+                                  const std::vector<v1::MetricPoint>& points) {
+  if (points.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = Exec("BEGIN IMMEDIATE", "insert metrics"); !s.ok()) return s;
   Statement insert(db_,
                    "INSERT INTO metrics (job_id, name, step, epoch, value, wall_unix_ms) "
                    "VALUES (?, ?, ?, ?, ?, ?)");
-  if (!insert.ok()) return Error("insert a metric");
-  insert.Text(1, job_id);
-  insert.Text(2, point.name());
-  insert.Int(3, point.step());
-  insert.Int(4, point.epoch());
-  insert.Real(5, point.value());
-  insert.Int(6, point.wall_unix_ms());
-  if (sqlite3_step(insert.get()) != SQLITE_DONE) return Error("insert a metric");
-  return absl::OkStatus();
+  bool ok = insert.ok();
+  for (size_t i = 0; ok && i < points.size(); ++i) {
+    const v1::MetricPoint& point = points[i];
+    sqlite3_reset(insert.get());
+    insert.Text(1, job_id);
+    insert.Text(2, point.name());
+    insert.Int(3, point.step());
+    insert.Int(4, point.epoch());
+    insert.Real(5, point.value());
+    insert.Int(6, point.wall_unix_ms());
+    ok = sqlite3_step(insert.get()) == SQLITE_DONE;
+  }
+  if (!ok) {
+    absl::Status error = Error("insert metrics");
+    Exec("ROLLBACK", "insert metrics").IgnoreError();
+    return error;
+  }
+  return Exec("COMMIT", "insert metrics");
 }
 
 absl::Status JobStore::Delete(const std::string& job_id) {

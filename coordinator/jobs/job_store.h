@@ -47,7 +47,12 @@ class JobStore {
   absl::Status Insert(const v1::JobSpec& spec, const v1::JobStatus& status);
   // Replaces a job's status.
   absl::Status Update(const v1::JobStatus& status);
-  absl::Status AddMetric(const std::string& job_id, const v1::MetricPoint& point);
+  // Points logged together, in one transaction: a training call's points cost one commit (a
+  // commit per point took a third of the coordinator's time between a job's calls).
+  absl::Status AddMetrics(const std::string& job_id, const std::vector<v1::MetricPoint>& points);
+  absl::Status AddMetric(const std::string& job_id, const v1::MetricPoint& point) {
+    return AddMetrics(job_id, {point});
+  }
   // Removes a job and its metric points.
   absl::Status Delete(const std::string& job_id);
 

@@ -65,41 +65,62 @@ Trainer::Trainer(TrainerOptions options, TrainerReporter* reporter,
       reporter_(reporter),
       workers_(std::move(workers)),
       state_(options_.clock, options_.spec.trainer().batches_per_call()),
-      callbacks_(this, [&] {
-        // In the order they run: the loggers first (a checkpoint's log line follows the metrics
-        // it was chosen by), then ModelCheckpoint before EarlyStopping (as Lightning: checkpoint
-        // on the validation's metrics before early stopping ends fit).
-        std::vector<std::unique_ptr<TrainerCallback>> list;
-        list.push_back(std::make_unique<MetricsLogger>());
-        list.push_back(std::make_unique<LearningRateMonitor>());
-        list.push_back(std::make_unique<ProgressReporter>());
-        // fast_dev_run checks that the code runs: as Lightning, it writes no checkpoint and
-        // never stops early.
-        if (options_.spec.trainer().fast_dev_run() == 0) {
-          auto checkpoints =
-              std::make_unique<ModelCheckpoint>(options_.spec.checkpoint(), options_.files);
-          if (!checkpoints->best_name().empty()) {
-            state_.best_checkpoint = CheckpointReference(checkpoints->best_name());
-          }
-          list.push_back(std::move(checkpoints));
-          list.push_back(std::make_unique<EarlyStopping>(options_.spec.early_stopping()));
-        }
-        list.push_back(std::make_unique<RankTiming>());
-        list.push_back(std::make_unique<PredictionWriter>(options_.output_dir));
-        return list;
-      }()) {
+      callbacks_(this, Callbacks(), [this] { FlushMetrics(); }) {
   state_.stage = options_.spec.stage().empty() ? "fit" : options_.spec.stage();
   state_.max_epochs = options_.spec.trainer().max_epochs();
   (void)google::protobuf::util::MessageToJsonString(options_.spec, &spec_json_);
 }
 
+std::vector<std::unique_ptr<TrainerCallback>> Trainer::Callbacks() {
+  // In the order they run: the loggers first (a checkpoint's log line follows the metrics
+  // it was chosen by), then ModelCheckpoint before EarlyStopping (as Lightning: checkpoint
+  // on the validation's metrics before early stopping ends fit).
+  std::vector<std::unique_ptr<TrainerCallback>> list;
+  list.push_back(std::make_unique<MetricsLogger>());
+  list.push_back(std::make_unique<LearningRateMonitor>());
+  list.push_back(std::make_unique<ProgressReporter>());
+  // fast_dev_run checks that the code runs: as Lightning, it writes no checkpoint and
+  // never stops early.
+  if (options_.spec.trainer().fast_dev_run() == 0) {
+    auto checkpoints =
+        std::make_unique<ModelCheckpoint>(options_.spec.checkpoint(), options_.files);
+    if (!checkpoints->best_name().empty()) {
+      state_.best_checkpoint = CheckpointReference(checkpoints->best_name());
+    }
+    list.push_back(std::move(checkpoints));
+    list.push_back(std::make_unique<EarlyStopping>(options_.spec.early_stopping()));
+  }
+  list.push_back(std::make_unique<RankTiming>());
+  list.push_back(std::make_unique<PredictionWriter>(options_.output_dir));
+  return list;
+}
+
+void Trainer::LogMetricAt(const std::string& name, double value, int64_t step) {
+  v1::MetricPoint& p = pending_metrics_.emplace_back();
+  p.set_name(name);
+  p.set_value(value);
+  p.set_step(step);
+  p.set_epoch(state_.epoch);
+}
+
+void Trainer::FlushMetrics() {
+  if (pending_metrics_.empty()) return;
+  reporter_->Metrics(pending_metrics_);
+  pending_metrics_.clear();
+}
+
+TrainerReporter& Trainer::report() {
+  FlushMetrics();
+  return *reporter_;
+}
+
 void Trainer::ReportPredictions(const std::string& path) {
-  reporter_->Predictions(path);
+  report().Predictions(path);
   if (!options_.store_file) return;
   // Kept by the coordinator's store too, so it downloads like a checkpoint.
   absl::StatusOr<std::string> digest = options_.store_file(path);
   if (!digest.ok()) {
-    reporter_->Log(
+    report().Log(
         absl::StrCat("predictions are in ", path,
                      " but could not be stored for download: ", digest.status().message()));
     return;
@@ -109,7 +130,7 @@ void Trainer::ReportPredictions(const std::string& path) {
   file.set_digest(*digest);
   std::error_code error;
   file.set_size_bytes(static_cast<int64_t>(std::filesystem::file_size(path, error)));
-  reporter_->KeepFile(file, {});
+  report().KeepFile(file, {});
 }
 
 v1::JobFile Trainer::NewJobFile(const std::string& name, const std::string& kind) const {
@@ -129,7 +150,7 @@ std::string Trainer::CheckpointReference(const std::string& name) const {
 
 void Trainer::SetBestCheckpoint(const std::string& name) {
   state_.best_checkpoint = CheckpointReference(name);
-  reporter_->Checkpoint(state_.last_checkpoint, state_.best_checkpoint);
+  report().Checkpoint(state_.last_checkpoint, state_.best_checkpoint);
 }
 
 absl::Status Trainer::Setup() {
@@ -145,8 +166,8 @@ absl::Status Trainer::Setup() {
   context.token = options_.job_token;
   context.world_size = world;
   context.register_timeout = options_.setup_timeout;
-  reporter_->Log(absl::StrCat("setting up ", n, " worker(s) for ", world, " rank(s), strategy ",
-                              t.strategy()));
+  report().Log(absl::StrCat("setting up ", n, " worker(s) for ", world, " rank(s), strategy ",
+                            t.strategy()));
   absl::StatusOr<GroupSetup> setup = workers_->Setup(spec, context, options_.clear_stale_runs);
   if (!setup.ok() && setup.status().code() == absl::StatusCode::kUnavailable &&
       options_.draining_workers) {
@@ -154,9 +175,9 @@ absl::Status Trainer::Setup() {
     // drained at step 0. Nothing was trained, so the job re-forms from where it started.
     std::vector<std::string> draining = options_.draining_workers();
     if (!draining.empty()) {
-      reporter_->Log(absl::StrCat("worker(s) ", absl::StrJoin(draining, ", "),
-                                  " stopped before the job was set up (", setup.status().message(),
-                                  ")"));
+      report().Log(absl::StrCat("worker(s) ", absl::StrJoin(draining, ", "),
+                                " stopped before the job was set up (", setup.status().message(),
+                                ")"));
       drained_ = std::move(draining);
       return setup.status();
     }
@@ -166,11 +187,11 @@ absl::Status Trainer::Setup() {
   if (!setup->collective_plane.empty()) {
     state_.collective_plane = setup->collective_plane;
     state_.phases.Set("group", setup->group_formation);
-    reporter_->Log(absl::StrCat("collective plane: ", setup->collective_plane,
-                                " (collective_backend ", t.collective_backend(), ")",
-                                setup->plane_notes.empty() ? "" : "; ", setup->plane_notes));
+    report().Log(absl::StrCat("collective plane: ", setup->collective_plane,
+                              " (collective_backend ", t.collective_backend(), ")",
+                              setup->plane_notes.empty() ? "" : "; ", setup->plane_notes));
   }
-  if (!setup->hyper_parameters.empty()) reporter_->HyperParameters(setup->hyper_parameters);
+  if (!setup->hyper_parameters.empty()) report().HyperParameters(setup->hyper_parameters);
   state_.plateau_monitors = setup->plateau_monitors;
   optimization_ = setup->optimization;
   state_.split_sizes = setup->split_sizes;
@@ -195,8 +216,8 @@ absl::Status Trainer::Setup() {
                             LimitBatches(t, BatchLoop::kTrain, state_.batches_per_epoch));
   }
   if (t.fast_dev_run() > 0) {
-    reporter_->Log(absl::StrCat("fast_dev_run: ", t.fast_dev_run(),
-                                " batch(es) of each loop, one epoch, no checkpoint"));
+    report().Log(absl::StrCat("fast_dev_run: ", t.fast_dev_run(),
+                              " batch(es) of each loop, one epoch, no checkpoint"));
   }
   // Each epoch's last batch closes its accumulation window (as Lightning steps at epoch end).
   state_.total_steps =
@@ -205,13 +226,13 @@ absl::Status Trainer::Setup() {
   if (Fits(spec) && t.fast_dev_run() == 0 && state_.batches_per_epoch > 0 &&
       state_.batches_per_epoch < t.log_every_n_steps()) {
     // Lightning's warning: per-step values get few points, or none in a short run.
-    reporter_->Log(absl::StrCat("the number of training batches (", state_.batches_per_epoch,
-                                ") is smaller than the logging interval "
-                                "trainer.log_every_n_steps (",
-                                t.log_every_n_steps(),
-                                "); set a lower value to see per-step values in every epoch"));
+    report().Log(absl::StrCat("the number of training batches (", state_.batches_per_epoch,
+                              ") is smaller than the logging interval "
+                              "trainer.log_every_n_steps (",
+                              t.log_every_n_steps(),
+                              "); set a lower value to see per-step values in every epoch"));
   }
-  reporter_->Log(absl::StrCat(
+  report().Log(absl::StrCat(
       "group formed: ", absl::StrJoin(setup->workers, ", "),
       Fits(spec)
           ? absl::StrCat("; ", n_train, " training samples, ", state_.batches_per_epoch,
@@ -224,10 +245,10 @@ absl::Status Trainer::Setup() {
     where.resize(kLoggedRanks);
     where.push_back(absl::StrCat("and ", more, " more"));
   }
-  reporter_->Log(absl::StrCat("ranks: ", absl::StrJoin(where, ", ")));
+  report().Log(absl::StrCat("ranks: ", absl::StrJoin(where, ", ")));
   if (Fits(spec)) {
-    reporter_->Log(optimization_.empty() ? DescribeOptimizer(spec)
-                                         : absl::StrCat("optimizer: ", optimization_));
+    report().Log(optimization_.empty() ? DescribeOptimizer(spec)
+                                       : absl::StrCat("optimizer: ", optimization_));
   }
   return absl::OkStatus();
 }
@@ -239,9 +260,9 @@ void Trainer::RequestStop() {
   if (epochs_done < t.min_epochs() || state_.global_step < t.min_steps()) {
     if (!said_min_) {
       said_min_ = true;
-      reporter_->Log(absl::StrCat("early stopping waits for trainer.min_epochs ", t.min_epochs(),
-                                  " and min_steps ", t.min_steps(), " (now ", epochs_done,
-                                  " epochs, step ", state_.global_step, ")"));
+      report().Log(absl::StrCat("early stopping waits for trainer.min_epochs ", t.min_epochs(),
+                                " and min_steps ", t.min_steps(), " (now ", epochs_done,
+                                " epochs, step ", state_.global_step, ")"));
     }
     return;
   }
@@ -289,13 +310,13 @@ absl::Status Trainer::SaveCheckpoint(const Save& save) {
     return absl::InternalError(absl::StrCat("checkpoint ", save.name,
                                             ": no worker reports sending it to the coordinator"));
   }
-  reporter_->KeepFile(file, save.evict);
+  report().KeepFile(file, save.evict);
   state_.last_checkpoint = file.location();
   state_.phase = previous_phase;
-  reporter_->Log(absl::StrCat("checkpoint written: ", file.location(), " (step ",
-                              state_.global_step, ", ", file.size_bytes(), " bytes",
-                              file.digest().empty() ? "" : absl::StrCat(", ", file.digest()), ")"));
-  reporter_->Checkpoint(state_.last_checkpoint, state_.best_checkpoint);
+  report().Log(absl::StrCat("checkpoint written: ", file.location(), " (step ", state_.global_step,
+                            ", ", file.size_bytes(), " bytes",
+                            file.digest().empty() ? "" : absl::StrCat(", ", file.digest()), ")"));
+  report().Checkpoint(state_.last_checkpoint, state_.best_checkpoint);
   return absl::OkStatus();
 }
 
@@ -318,7 +339,7 @@ absl::Status Trainer::LoadTestWeights() {
   if (options_.spec.trainer().test_ckpt_path() != "best") return absl::OkStatus();
   // Without a monitor the best is the last save, which holds the weights fit ended with.
   if (state_.best_checkpoint.empty() || state_.best_checkpoint == state_.last_checkpoint) {
-    reporter_->Log("testing the weights fit ended with (no better checkpoint by monitor)");
+    report().Log("testing the weights fit ended with (no better checkpoint by monitor)");
     return absl::OkStatus();
   }
   absl::Status status = LoadCheckpoint(state_.best_checkpoint).status();
@@ -328,7 +349,7 @@ absl::Status Trainer::LoadTestWeights() {
         absl::StrCat("cannot load the best checkpoint ", state_.best_checkpoint, " for the test (",
                      "trainer.test_ckpt_path: best): ", status.message()));
   }
-  reporter_->Log(absl::StrCat("testing the best checkpoint ", state_.best_checkpoint));
+  report().Log(absl::StrCat("testing the best checkpoint ", state_.best_checkpoint));
   return absl::OkStatus();
 }
 
@@ -346,13 +367,13 @@ absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
                                                   ? options_.sibling_checkpoints(resumed_from)
                                                   : ModelCheckpoint::Siblings(resumed_from);
     for (const std::string& candidate : siblings) {
-      reporter_->Log(absl::StrCat("checkpoint ", resumed_from, " is unreadable (",
-                                  unreadable.message(), "); trying ", candidate));
+      report().Log(absl::StrCat("checkpoint ", resumed_from, " is unreadable (",
+                                unreadable.message(), "); trying ", candidate));
       absl::StatusOr<LoadedCheckpoint> other = LoadCheckpoint(candidate);
       if (other.ok()) {
         resumed_from = candidate;
         loaded = std::move(other);
-        reporter_->Log(absl::StrCat("resuming from ", candidate, " instead of ", spec.ckpt_path()));
+        report().Log(absl::StrCat("resuming from ", candidate, " instead of ", spec.ckpt_path()));
         break;
       }
     }
@@ -376,8 +397,8 @@ absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
   *start_batch = steps_per_epoch > 0 ? (state_.global_step % steps_per_epoch) * accumulate : 0;
   // A checkpoint written at an epoch's end holds its plateau step (SaveCheckpoint).
   state_.plateau_stepped_epoch = *start_epoch - 1;
-  reporter_->Log(absl::StrCat("resumed from ", resumed_from, " at step ", state_.global_step,
-                              " (epoch ", *start_epoch, ", batch ", *start_batch, ")"));
+  report().Log(absl::StrCat("resumed from ", resumed_from, " at step ", state_.global_step,
+                            " (epoch ", *start_epoch, ", batch ", *start_batch, ")"));
   return absl::OkStatus();
 }
 
@@ -399,9 +420,9 @@ absl::Status Trainer::RunStages() {
   EvaluationLoop evaluation(context);
   const std::string& stage = state_.stage;
   if (stage == "fit" && state_.batches_per_epoch == 0) {
-    reporter_->Log(absl::StrCat("training is off (",
-                                DescribeBatchLimit(spec.trainer(), BatchLoop::kTrain),
-                                "): fit trains nothing"));
+    report().Log(absl::StrCat("training is off (",
+                              DescribeBatchLimit(spec.trainer(), BatchLoop::kTrain),
+                              "): fit trains nothing"));
   } else if (stage == "fit") {
     // As Lightning's: a run that restarts from a checkpoint (ckpt_path, a re-formed or requeued
     // job) has validated before and runs no sanity check.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -136,13 +137,17 @@ class TrainerCallback {
 };
 
 // The callbacks in order, each hook called on every one; a failing hook stops the others.
+// `round_end` runs after every hook's round (the trainer stores the round's metric points).
 class CallbackList {
  public:
-  CallbackList(TrainerControl* trainer, std::vector<std::unique_ptr<TrainerCallback>> callbacks)
-      : trainer_(trainer), callbacks_(std::move(callbacks)) {}
+  CallbackList(
+      TrainerControl* trainer, std::vector<std::unique_ptr<TrainerCallback>> callbacks,
+      std::function<void()> round_end = [] {})
+      : trainer_(trainer), callbacks_(std::move(callbacks)), round_end_(std::move(round_end)) {}
 
   void Progress() {
     for (const auto& c : callbacks_) c->OnProgress(*trainer_);
+    round_end_();
   }
   absl::Status TrainBatchesEnd(const TrainBatches& batches) {
     return Each([&](TrainerCallback& c) { return c.OnTrainBatchesEnd(*trainer_, batches); });
@@ -167,6 +172,7 @@ class CallbackList {
   }
   void RunEnd(const absl::Status& status) {
     for (const auto& c : callbacks_) c->OnRunEnd(*trainer_, status);
+    round_end_();
   }
   std::vector<v1::CallbackState> StateDicts() const {
     std::vector<v1::CallbackState> out;
@@ -182,14 +188,18 @@ class CallbackList {
  private:
   template <typename F>
   absl::Status Each(F&& hook) {
+    absl::Status status;
     for (const auto& c : callbacks_) {
-      if (absl::Status s = hook(*c); !s.ok()) return s;
+      status = hook(*c);
+      if (!status.ok()) break;
     }
-    return absl::OkStatus();
+    round_end_();
+    return status;
   }
 
   TrainerControl* const trainer_;
   const std::vector<std::unique_ptr<TrainerCallback>> callbacks_;
+  const std::function<void()> round_end_;
 };
 
 }  // namespace dtrain

@@ -17,7 +17,9 @@ class TrainerReporter {
   virtual ~TrainerReporter() = default;
   virtual void Log(const std::string& line) = 0;
   virtual void Progress(const v1::JobProgress& progress) = 0;
-  virtual void Metric(const std::string& name, double value, int64_t step, int64_t epoch) = 0;
+  // Points logged together (a callback round's: a training call's values at every logged
+  // step), stored together. wall_unix_ms is the reporter's to set.
+  virtual void Metrics(const std::vector<v1::MetricPoint>& points) = 0;
   // The job's last and best checkpoints, as a spec names them (job:<id>/<name> or a worker
   // path).
   virtual void Checkpoint(const std::string& last, const std::string& best) = 0;
