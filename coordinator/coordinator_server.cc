@@ -3,6 +3,8 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
 
@@ -202,10 +204,18 @@ void CoordinatorServer::MonitorLoop() {
   // Freed payload and transport buffers go back to the system once traffic pauses, instead of
   // lingering in malloc's free lists: a long-lived service's memory must follow its load.
   constexpr absl::Duration kQuiet = absl::Milliseconds(200);
+  // The tick is the precision of the deadlines of waiting calls (collectives, key-value gets,
+  // registrations of a forming group) and the scheduler's delay. With none of them waiting, as
+  // while a job trains on the shared-memory plane, only heartbeats are due, whose timeouts are
+  // seconds: the monitor then wakes 10 times a second, not 50, since every wake-up on a core a
+  // synchronous job trains on costs the job more than its own CPU time (docs/BENCHMARKS.md).
+  constexpr absl::Duration kIdleTick = absl::Milliseconds(100);
+  const absl::Duration idle_tick = std::max(options_.tick, kIdleTick);
   uint64_t seen_calls = engine_->SubmittedCount();
   absl::Time last_activity = absl::Now();
   bool trimmed = true;
-  while (!stop_monitor_.WaitForNotificationWithTimeout(options_.tick)) {
+  absl::Duration wait = options_.tick;
+  while (!stop_monitor_.WaitForNotificationWithTimeout(wait)) {
     const absl::Time now = absl::Now();
     groups_->Tick(now);
     engine_->Tick(now);
@@ -221,6 +231,9 @@ void CoordinatorServer::MonitorLoop() {
       malloc_trim(0);
       trimmed = true;
     }
+    const bool waiting = engine_->PendingCount() > 0 || kv_->WaitingGets() > 0 ||
+                         groups_->PendingRegistrations() > 0 || jobs_->Waiting() || !trimmed;
+    wait = waiting ? options_.tick : idle_tick;
   }
 }
 

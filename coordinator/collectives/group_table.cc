@@ -392,6 +392,13 @@ void GroupTable::Fail(Group& g, const std::string& reason, std::vector<Completio
   MaybeEnd(g, completions);
 }
 
+int GroupTable::PendingRegistrations() const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& [id, g] : groups_) n += static_cast<int>(g.pending.size());
+  return n;
+}
+
 void GroupTable::Tick(absl::Time now) {
   std::vector<Completion> completions;
   {

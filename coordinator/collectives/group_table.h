@@ -92,6 +92,9 @@ class GroupTable {
   // Fails every pending registration with UNAVAILABLE.
   void Stop();
 
+  // Registrations waiting for their group to form (each has a deadline Tick enforces).
+  int PendingRegistrations() const;
+
   std::vector<v1::GroupInfo> List() const;
   // Members declared dead for missing heartbeats since start.
   int64_t heartbeat_deaths() const;

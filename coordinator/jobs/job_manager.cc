@@ -367,6 +367,11 @@ void JobManager::SetCoordinatorAddress(const std::string& address) {
   coordinator_address_ = address;
 }
 
+bool JobManager::Waiting() const {
+  absl::MutexLock lock(&mu_);
+  return !queue_.empty() || !finished_.empty() || !requeued_.empty();
+}
+
 void JobManager::Schedule() {
   // Jobs start in submission order: the head waits for its workers, and later jobs wait
   // behind it, so a large job is not starved by a stream of small ones.

@@ -107,6 +107,9 @@ class JobManager {
 
   // Places queued jobs on idle workers; the coordinator's monitor thread calls it each tick.
   void Schedule();
+  // Whether Schedule has work: a job waits to be placed, or a finished job's thread to be
+  // joined.
+  bool Waiting() const;
   // Tells each running job which of its workers the registry holds LOST (WorkerRegistry::Tick),
   // so a call waiting on a silent worker fails at the heartbeat timeout, whatever the call.
   void WorkersLost(const std::vector<WorkerRegistry::LostWorker>& lost);
