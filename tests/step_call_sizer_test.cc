@@ -55,6 +55,28 @@ TEST(StepCallSizer, ACallCutShortByABoundaryStillMeasuresPerBatch) {
   EXPECT_EQ(sizer.Next(), 1000);
 }
 
+TEST(StepCallSizer, ACallTakesAShortRestBeforeABoundaryButAFixedSizeNever) {
+  StepCallSizer sizer(0);
+  sizer.Observe(16, absl::Milliseconds(16));
+  sizer.Observe(64, absl::Milliseconds(64));
+  ASSERT_EQ(sizer.Next(), 250);
+  EXPECT_EQ(sizer.Until(100), 100) << "the boundary comes first";
+  EXPECT_EQ(sizer.Until(250), 250);
+  // A rest under half a call (124 of 250) is taken along: one call of 374, not 250 and 124.
+  EXPECT_EQ(sizer.Until(374), 374);
+  EXPECT_EQ(sizer.Until(375), 250) << "a rest of half a call makes its own call";
+  EXPECT_EQ(sizer.Until(100000), 250);
+  // Never past kMost, however short the rest.
+  sizer.Observe(250, absl::Microseconds(250));
+  sizer.Observe(1000, absl::Milliseconds(1));
+  ASSERT_EQ(sizer.Next(), StepCallSizer::kMost);
+  EXPECT_EQ(sizer.Until(StepCallSizer::kMost + 10), StepCallSizer::kMost);
+
+  StepCallSizer fixed(8);
+  EXPECT_EQ(fixed.Until(11), 8);
+  EXPECT_EQ(fixed.Until(5), 5);
+}
+
 TEST(StepCallSizer, SummaryCountsTheCallsAndPredictNeverGrows) {
   StepCallSizer fixed(8);
   EXPECT_EQ(fixed.PredictBatches(), 8);

@@ -138,6 +138,26 @@ TEST_F(TrainerTest, Progress_InjectedClock_SamplesPerSecondEtaAndPhasesExact) {
               HasSubstr("in 12 training calls (batches per call: 1)"));
 }
 
+TEST_F(TrainerTest, AutoSizedCalls_TakeAShortRestOfTheEpochAlong) {
+  // 20 batches per rank and epoch, each 10 ms on the fake's clock: 25 make the 0.25 s target.
+  v1::JobSpec spec = Spec();
+  spec.mutable_data()->mutable_synthetic()->set_train_size(320);
+  spec.mutable_trainer()->set_batches_per_call(0);
+  FakeWorkerGroupOptions fake;
+  fake.splits["train"] = 320;
+  fake.before_call = [this](const FakeCall& call) {
+    if (call.what == "training_step") clock_.Advance(call.batches * absl::Milliseconds(10));
+    return absl::OkStatus();
+  };
+  auto trainer = Make(spec, fake);
+  ASSERT_TRUE(trainer->Run().ok());
+  // The first call's 16 batches would leave 4, under half a call, so it takes all 20; and so
+  // does every later one (25 wanted, 20 left): one call an epoch, where 16 and 4 were two.
+  EXPECT_THAT(record_.Line("time by rank: "),
+              HasSubstr("in 3 training calls (batches per call: auto, up to 20)"));
+  EXPECT_EQ(record_.progress.back().global_step(), 60);
+}
+
 TEST_F(TrainerTest, ValidationInterval_FractionAndBatchCount_ValidatesWhereLightningDoes) {
   v1::JobSpec half = Spec();
   half.mutable_trainer()->set_val_check_interval(0.5);

@@ -58,7 +58,8 @@ absl::Status FitLoop::TrainEpoch(int64_t epoch, int64_t start_batch) {
     if (vci <= 1) next_val = std::min(next_val, nb);
     // An epoch that check_val_every_n_epoch skips has no validation at all.
     if (!validates) next_val = std::numeric_limits<int64_t>::max();
-    int64_t chunk = std::min<int64_t>({state.calls.Next(), nb - b, next_val - b});
+    // Batches until the next point a call must end at.
+    int64_t until = std::min<int64_t>(nb - b, next_val - b);
     if (t.max_steps() > 0) {
       // Batches until the max_steps-th optimizer step; windows restart at each epoch.
       const int64_t left = (t.max_steps() - state.global_step) * accumulate - b % accumulate;
@@ -66,15 +67,16 @@ absl::Status FitLoop::TrainEpoch(int64_t epoch, int64_t start_batch) {
         state.should_stop = true;
         return absl::OkStatus();
       }
-      chunk = std::min(chunk, left);
+      until = std::min(until, left);
     }
     if (const int64_t every = spec.checkpoint().every_n_steps(); every > 0) {
       // A call ends at the next multiple of checkpoint.every_n_steps, so ModelCheckpoint saves
       // exactly there (as Lightning's every_n_train_steps), not at whichever call passed it.
       const int64_t next_save = (state.global_step / every + 1) * every;
       const int64_t left = (next_save - state.global_step) * accumulate - b % accumulate;
-      if (left > 0) chunk = std::min(chunk, left);
+      if (left > 0) until = std::min(until, left);
     }
+    const int64_t chunk = state.calls.Until(until);
     DTRAIN_RETURN_IF_ERROR(TrainingCall(batches, b, chunk));
     b += chunk;
     if (b == next_val) {

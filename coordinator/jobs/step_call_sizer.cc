@@ -21,6 +21,14 @@ void StepCallSizer::Observe(int64_t batches, absl::Duration took) {
   next_ = std::clamp<int64_t>(std::min(want, grown), 1, kMost);
 }
 
+int64_t StepCallSizer::Until(int64_t to_boundary) const {
+  const int64_t next = Next();
+  if (to_boundary <= next) return to_boundary;
+  const int64_t rest = to_boundary - next;
+  if (fixed_ == 0 && 2 * rest < next && to_boundary <= kMost) return to_boundary;
+  return next;
+}
+
 std::string StepCallSizer::Summary() const {
   return absl::StrCat(calls_, " training calls (batches per call: ",
                       fixed_ > 0 ? absl::StrCat(fixed_) : absl::StrCat("auto, up to ", largest_),

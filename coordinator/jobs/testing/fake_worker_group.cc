@@ -50,8 +50,8 @@ std::string FakeWorkerGroup::Describe(int worker) const {
              : absl::StrCat("worker '", options_.workers[worker], "'");
 }
 
-absl::Status FakeWorkerGroup::Begin(const std::string& what) {
-  FakeCall call{what, counts_[what]++};
+absl::Status FakeWorkerGroup::Begin(const std::string& what, int64_t batches) {
+  FakeCall call{what, counts_[what]++, batches};
   calls_.push_back(call);
   absl::Status hooked = options_.before_call ? options_.before_call(call) : absl::OkStatus();
   absl::MutexLock lock(&mu_);
@@ -117,7 +117,7 @@ std::string RateName(const std::string& optimizer) {
 }  // namespace
 
 absl::StatusOr<TrainResult> FakeWorkerGroup::Train(const TrainCall& call) {
-  DTRAIN_RETURN_IF_ERROR(Begin("training_step"));
+  DTRAIN_RETURN_IF_ERROR(Begin("training_step", call.count));
   const RankBatches& batches = *call.batches;
   const int64_t accumulate = std::max(1, spec_.trainer().accumulate_grad_batches());
   const double lr = spec_.optimizer().lr();

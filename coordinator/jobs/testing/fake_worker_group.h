@@ -53,9 +53,10 @@ class FakeCheckpointStore {
 
 // One call the group received.
 struct FakeCall {
-  std::string what;  // setup, training_step, validation_step, test_step, predict_step,
-                     // save_checkpoint, load_checkpoint, reduce_boolean_decision
-  int index = 0;     // among calls of the same kind, from 0
+  std::string what;     // setup, training_step, validation_step, test_step, predict_step,
+                        // save_checkpoint, load_checkpoint, reduce_boolean_decision
+  int index = 0;        // among calls of the same kind, from 0
+  int64_t batches = 0;  // training: the batches each rank runs in the call
 };
 
 // One batch a rank trained on.
@@ -117,7 +118,7 @@ class FakeWorkerGroup final : public WorkerGroup {
  private:
   // Counts the call, runs the hook, then answers CANCELLED or the lost worker's UNAVAILABLE as
   // RunWorkers would.
-  absl::Status Begin(const std::string& what);
+  absl::Status Begin(const std::string& what, int64_t batches = 0);
   std::string Describe(int worker) const;
   static double Target(int64_t index) { return static_cast<double>(index % 10) / 10.0; }
   // Mean loss and share within 0.15 of w over a batch.
