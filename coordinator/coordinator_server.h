@@ -42,7 +42,9 @@ struct CoordinatorOptions {
   // host:port; port 0 picks a free one (read it back with port()).
   std::string listen_address = "127.0.0.1:29610";
   GroupTableOptions groups;
-  // How often deadlines and heartbeats are checked: the precision of every timeout.
+  // How often deadlines are checked while calls wait on them (collectives, key-value gets, a
+  // forming group's registrations) or jobs wait to be placed: the precision of their timeouts.
+  // With nothing but heartbeats due, the monitor ticks every 100 ms (or this, if longer).
   absl::Duration tick = absl::Milliseconds(20);
   // Jobs' logs, metrics and checkpoints go under <state_dir>/jobs/<id>/; empty:
   // <DefaultStateDirectory()>/coordinator (common/directories.h).

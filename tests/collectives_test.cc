@@ -172,6 +172,34 @@ TEST(Collectives, SessionCalls_ThousandsBackToBack_AllSucceed) {
   EXPECT_EQ(trues, (std::vector<int>{1500, 1500}));
 }
 
+TEST(Collectives, DeadlineAfterAQuietSpell_StillEnforcedInTime) {
+  // With nothing waiting the coordinator's monitor ticks every 100 ms, not every tick (10 ms in
+  // these tests); a collective that starts then must still fail at its deadline, within one
+  // slow tick (and this machine's scheduling) of it, naming the rank that never came.
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  absl::Duration took;
+  absl::Status barrier;
+  auto statuses = RunRanks(coordinator->address(), "quiet", 2, [&](ProcessGroup& pg) {
+    absl::SleepFor(absl::Milliseconds(500));  // several slow ticks with nothing waiting
+    if (pg.rank() == 1) {
+      absl::SleepFor(absl::Seconds(2));  // in the group, but never at the barrier
+      return absl::OkStatus();
+    }
+    ProcessGroup::CallOptions options;
+    options.timeout = absl::Milliseconds(300);
+    const absl::Time start = absl::Now();
+    barrier = pg.Barrier("late", options);
+    took = absl::Now() - start;
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(barrier.code(), absl::StatusCode::kDeadlineExceeded) << barrier;
+  EXPECT_TRUE(absl::StrContains(barrier.message(), "missing")) << barrier;
+  EXPECT_GE(took, absl::Milliseconds(300));
+  EXPECT_LT(took, absl::Seconds(1)) << "the deadline waited for more than a slow tick";
+}
+
 TEST(Collectives, AllReduce_SameInputsTwice_BitwiseIdenticalResults) {
   auto coordinator = StartCoordinator();
   ASSERT_NE(coordinator, nullptr);
