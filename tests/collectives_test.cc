@@ -183,7 +183,7 @@ TEST(Collectives, DeadlineAfterAQuietSpell_StillEnforcedInTime) {
   auto statuses = RunRanks(coordinator->address(), "quiet", 2, [&](ProcessGroup& pg) {
     absl::SleepFor(absl::Milliseconds(500));  // several slow ticks with nothing waiting
     if (pg.rank() == 1) {
-      absl::SleepFor(absl::Seconds(2));  // in the group, but never at the barrier
+      absl::SleepFor(absl::Milliseconds(1200));  // in the group, but never at the barrier
       return absl::OkStatus();
     }
     ProcessGroup::CallOptions options;

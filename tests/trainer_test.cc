@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -101,7 +102,7 @@ TEST_F(TrainerTest, Metrics_EveryNStepsAndEpochEnds_WithTheLearningRateAndTestAt
   // The loss the record shows is the mean over the last call's batches on both ranks.
   EXPECT_GT(record_.Named("train_loss")[0].value, record_.Named("train_loss").back().value);
   // A call's points reach the record together (one store transaction): the loss and the rate
-  // of each logged step in the same batch, so no batch holds a single point.
+  // of each logged step in the same batch: on average at least two points a batch.
   for (const Point& loss : record_.Named("train_loss")) {
     const auto same =
         std::find_if(lr.begin(), lr.end(), [&](const Point& p) { return p.step == loss.step; });

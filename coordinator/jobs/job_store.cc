@@ -153,6 +153,14 @@ absl::Status JobStore::Exec(const char* sql, const char* what) {
   return absl::OkStatus();
 }
 
+absl::Status JobStore::Commit(const char* what) {
+  absl::Status s = Exec("COMMIT", what);
+  // A COMMIT that failed (a full disk) can leave the transaction open, and every later write
+  // would then run inside it and never be committed: it is rolled back here.
+  if (!s.ok() && sqlite3_get_autocommit(db_) == 0) Exec("ROLLBACK", what).IgnoreError();
+  return s;
+}
+
 absl::StatusOr<std::vector<JobStore::StoredJob>> JobStore::LoadAll(
     std::vector<std::string>* skipped) {
   absl::MutexLock lock(&mu_);
@@ -249,7 +257,7 @@ absl::Status JobStore::AddMetrics(const std::string& job_id,
     Exec("ROLLBACK", "insert metrics").IgnoreError();
     return error;
   }
-  return Exec("COMMIT", "insert metrics");
+  return Commit("insert metrics");
 }
 
 absl::Status JobStore::Delete(const std::string& job_id) {
@@ -270,7 +278,7 @@ absl::Status JobStore::Delete(const std::string& job_id) {
       return error;
     }
   }
-  return Exec("COMMIT", "delete a job");
+  return Commit("delete a job");
 }
 
 }  // namespace dtrain

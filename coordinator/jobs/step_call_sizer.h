@@ -33,9 +33,9 @@ class StepCallSizer {
   // Batches for the next call when `to_boundary` batches are left before the next point a call
   // must end at (the epoch's end, validation, max_steps, a checkpoint's step): Next(), except
   // that an automatic call also takes the rest when the rest would make a call under half of
-  // Next(). Each call leaves the workers idle between calls: the MLP's 468-batch epochs took a
-  // 375-batch call and a 93-batch one, and take one call now. A call so lasts at most 1.5x the
-  // target, and never carries more than kMost batches.
+  // Next(). Each call leaves the workers idle between calls: the MLP's 430-batch epochs took a
+  // ~375-batch call and a ~55-batch one, and take one call now. A call so carries under 1.5x
+  // Next() and never more than kMost batches. `to_boundary` >= 1 (at most it is returned).
   int64_t Until(int64_t to_boundary) const;
   // A call of `batches` batches took `took`, from sending it to its last answer.
   void Observe(int64_t batches, absl::Duration took);

@@ -109,18 +109,18 @@ void Trainer::FlushMetrics() {
   pending_metrics_.clear();
 }
 
-TrainerReporter& Trainer::report() {
+TrainerReporter& Trainer::FlushedReporter() {
   FlushMetrics();
   return *reporter_;
 }
 
 void Trainer::ReportPredictions(const std::string& path) {
-  report().Predictions(path);
+  FlushedReporter().Predictions(path);
   if (!options_.store_file) return;
   // Kept by the coordinator's store too, so it downloads like a checkpoint.
   absl::StatusOr<std::string> digest = options_.store_file(path);
   if (!digest.ok()) {
-    report().Log(
+    FlushedReporter().Log(
         absl::StrCat("predictions are in ", path,
                      " but could not be stored for download: ", digest.status().message()));
     return;
@@ -130,7 +130,7 @@ void Trainer::ReportPredictions(const std::string& path) {
   file.set_digest(*digest);
   std::error_code error;
   file.set_size_bytes(static_cast<int64_t>(std::filesystem::file_size(path, error)));
-  report().KeepFile(file, {});
+  FlushedReporter().KeepFile(file, {});
 }
 
 v1::JobFile Trainer::NewJobFile(const std::string& name, const std::string& kind) const {
@@ -150,7 +150,7 @@ std::string Trainer::CheckpointReference(const std::string& name) const {
 
 void Trainer::SetBestCheckpoint(const std::string& name) {
   state_.best_checkpoint = CheckpointReference(name);
-  report().Checkpoint(state_.last_checkpoint, state_.best_checkpoint);
+  FlushedReporter().Checkpoint(state_.last_checkpoint, state_.best_checkpoint);
 }
 
 absl::Status Trainer::Setup() {
@@ -166,8 +166,8 @@ absl::Status Trainer::Setup() {
   context.token = options_.job_token;
   context.world_size = world;
   context.register_timeout = options_.setup_timeout;
-  report().Log(absl::StrCat("setting up ", n, " worker(s) for ", world, " rank(s), strategy ",
-                            t.strategy()));
+  FlushedReporter().Log(absl::StrCat("setting up ", n, " worker(s) for ", world,
+                                     " rank(s), strategy ", t.strategy()));
   absl::StatusOr<GroupSetup> setup = workers_->Setup(spec, context, options_.clear_stale_runs);
   if (!setup.ok() && setup.status().code() == absl::StatusCode::kUnavailable &&
       options_.draining_workers) {
@@ -175,9 +175,9 @@ absl::Status Trainer::Setup() {
     // drained at step 0. Nothing was trained, so the job re-forms from where it started.
     std::vector<std::string> draining = options_.draining_workers();
     if (!draining.empty()) {
-      report().Log(absl::StrCat("worker(s) ", absl::StrJoin(draining, ", "),
-                                " stopped before the job was set up (", setup.status().message(),
-                                ")"));
+      FlushedReporter().Log(absl::StrCat("worker(s) ", absl::StrJoin(draining, ", "),
+                                         " stopped before the job was set up (",
+                                         setup.status().message(), ")"));
       drained_ = std::move(draining);
       return setup.status();
     }
@@ -187,11 +187,11 @@ absl::Status Trainer::Setup() {
   if (!setup->collective_plane.empty()) {
     state_.collective_plane = setup->collective_plane;
     state_.phases.Set("group", setup->group_formation);
-    report().Log(absl::StrCat("collective plane: ", setup->collective_plane,
-                              " (collective_backend ", t.collective_backend(), ")",
-                              setup->plane_notes.empty() ? "" : "; ", setup->plane_notes));
+    FlushedReporter().Log(absl::StrCat("collective plane: ", setup->collective_plane,
+                                       " (collective_backend ", t.collective_backend(), ")",
+                                       setup->plane_notes.empty() ? "" : "; ", setup->plane_notes));
   }
-  if (!setup->hyper_parameters.empty()) report().HyperParameters(setup->hyper_parameters);
+  if (!setup->hyper_parameters.empty()) FlushedReporter().HyperParameters(setup->hyper_parameters);
   state_.plateau_monitors = setup->plateau_monitors;
   optimization_ = setup->optimization;
   state_.split_sizes = setup->split_sizes;
@@ -216,8 +216,8 @@ absl::Status Trainer::Setup() {
                             LimitBatches(t, BatchLoop::kTrain, state_.batches_per_epoch));
   }
   if (t.fast_dev_run() > 0) {
-    report().Log(absl::StrCat("fast_dev_run: ", t.fast_dev_run(),
-                              " batch(es) of each loop, one epoch, no checkpoint"));
+    FlushedReporter().Log(absl::StrCat("fast_dev_run: ", t.fast_dev_run(),
+                                       " batch(es) of each loop, one epoch, no checkpoint"));
   }
   // Each epoch's last batch closes its accumulation window (as Lightning steps at epoch end).
   state_.total_steps =
@@ -226,13 +226,13 @@ absl::Status Trainer::Setup() {
   if (Fits(spec) && t.fast_dev_run() == 0 && state_.batches_per_epoch > 0 &&
       state_.batches_per_epoch < t.log_every_n_steps()) {
     // Lightning's warning: per-step values get few points, or none in a short run.
-    report().Log(absl::StrCat("the number of training batches (", state_.batches_per_epoch,
-                              ") is smaller than the logging interval "
-                              "trainer.log_every_n_steps (",
-                              t.log_every_n_steps(),
-                              "); set a lower value to see per-step values in every epoch"));
+    FlushedReporter().Log(absl::StrCat(
+        "the number of training batches (", state_.batches_per_epoch,
+        ") is smaller than the logging interval "
+        "trainer.log_every_n_steps (",
+        t.log_every_n_steps(), "); set a lower value to see per-step values in every epoch"));
   }
-  report().Log(absl::StrCat(
+  FlushedReporter().Log(absl::StrCat(
       "group formed: ", absl::StrJoin(setup->workers, ", "),
       Fits(spec)
           ? absl::StrCat("; ", n_train, " training samples, ", state_.batches_per_epoch,
@@ -245,10 +245,10 @@ absl::Status Trainer::Setup() {
     where.resize(kLoggedRanks);
     where.push_back(absl::StrCat("and ", more, " more"));
   }
-  report().Log(absl::StrCat("ranks: ", absl::StrJoin(where, ", ")));
+  FlushedReporter().Log(absl::StrCat("ranks: ", absl::StrJoin(where, ", ")));
   if (Fits(spec)) {
-    report().Log(optimization_.empty() ? DescribeOptimizer(spec)
-                                       : absl::StrCat("optimizer: ", optimization_));
+    FlushedReporter().Log(optimization_.empty() ? DescribeOptimizer(spec)
+                                                : absl::StrCat("optimizer: ", optimization_));
   }
   return absl::OkStatus();
 }
@@ -260,9 +260,9 @@ void Trainer::RequestStop() {
   if (epochs_done < t.min_epochs() || state_.global_step < t.min_steps()) {
     if (!said_min_) {
       said_min_ = true;
-      report().Log(absl::StrCat("early stopping waits for trainer.min_epochs ", t.min_epochs(),
-                                " and min_steps ", t.min_steps(), " (now ", epochs_done,
-                                " epochs, step ", state_.global_step, ")"));
+      FlushedReporter().Log(absl::StrCat("early stopping waits for trainer.min_epochs ",
+                                         t.min_epochs(), " and min_steps ", t.min_steps(), " (now ",
+                                         epochs_done, " epochs, step ", state_.global_step, ")"));
     }
     return;
   }
@@ -310,13 +310,14 @@ absl::Status Trainer::SaveCheckpoint(const Save& save) {
     return absl::InternalError(absl::StrCat("checkpoint ", save.name,
                                             ": no worker reports sending it to the coordinator"));
   }
-  report().KeepFile(file, save.evict);
+  FlushedReporter().KeepFile(file, save.evict);
   state_.last_checkpoint = file.location();
   state_.phase = previous_phase;
-  report().Log(absl::StrCat("checkpoint written: ", file.location(), " (step ", state_.global_step,
-                            ", ", file.size_bytes(), " bytes",
-                            file.digest().empty() ? "" : absl::StrCat(", ", file.digest()), ")"));
-  report().Checkpoint(state_.last_checkpoint, state_.best_checkpoint);
+  FlushedReporter().Log(absl::StrCat("checkpoint written: ", file.location(), " (step ",
+                                     state_.global_step, ", ", file.size_bytes(), " bytes",
+                                     file.digest().empty() ? "" : absl::StrCat(", ", file.digest()),
+                                     ")"));
+  FlushedReporter().Checkpoint(state_.last_checkpoint, state_.best_checkpoint);
   return absl::OkStatus();
 }
 
@@ -339,7 +340,7 @@ absl::Status Trainer::LoadTestWeights() {
   if (options_.spec.trainer().test_ckpt_path() != "best") return absl::OkStatus();
   // Without a monitor the best is the last save, which holds the weights fit ended with.
   if (state_.best_checkpoint.empty() || state_.best_checkpoint == state_.last_checkpoint) {
-    report().Log("testing the weights fit ended with (no better checkpoint by monitor)");
+    FlushedReporter().Log("testing the weights fit ended with (no better checkpoint by monitor)");
     return absl::OkStatus();
   }
   absl::Status status = LoadCheckpoint(state_.best_checkpoint).status();
@@ -349,7 +350,7 @@ absl::Status Trainer::LoadTestWeights() {
         absl::StrCat("cannot load the best checkpoint ", state_.best_checkpoint, " for the test (",
                      "trainer.test_ckpt_path: best): ", status.message()));
   }
-  report().Log(absl::StrCat("testing the best checkpoint ", state_.best_checkpoint));
+  FlushedReporter().Log(absl::StrCat("testing the best checkpoint ", state_.best_checkpoint));
   return absl::OkStatus();
 }
 
@@ -367,13 +368,14 @@ absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
                                                   ? options_.sibling_checkpoints(resumed_from)
                                                   : ModelCheckpoint::Siblings(resumed_from);
     for (const std::string& candidate : siblings) {
-      report().Log(absl::StrCat("checkpoint ", resumed_from, " is unreadable (",
-                                unreadable.message(), "); trying ", candidate));
+      FlushedReporter().Log(absl::StrCat("checkpoint ", resumed_from, " is unreadable (",
+                                         unreadable.message(), "); trying ", candidate));
       absl::StatusOr<LoadedCheckpoint> other = LoadCheckpoint(candidate);
       if (other.ok()) {
         resumed_from = candidate;
         loaded = std::move(other);
-        report().Log(absl::StrCat("resuming from ", candidate, " instead of ", spec.ckpt_path()));
+        FlushedReporter().Log(
+            absl::StrCat("resuming from ", candidate, " instead of ", spec.ckpt_path()));
         break;
       }
     }
@@ -397,8 +399,8 @@ absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
   *start_batch = steps_per_epoch > 0 ? (state_.global_step % steps_per_epoch) * accumulate : 0;
   // A checkpoint written at an epoch's end holds its plateau step (SaveCheckpoint).
   state_.plateau_stepped_epoch = *start_epoch - 1;
-  report().Log(absl::StrCat("resumed from ", resumed_from, " at step ", state_.global_step,
-                            " (epoch ", *start_epoch, ", batch ", *start_batch, ")"));
+  FlushedReporter().Log(absl::StrCat("resumed from ", resumed_from, " at step ", state_.global_step,
+                                     " (epoch ", *start_epoch, ", batch ", *start_batch, ")"));
   return absl::OkStatus();
 }
 
@@ -420,9 +422,9 @@ absl::Status Trainer::RunStages() {
   EvaluationLoop evaluation(context);
   const std::string& stage = state_.stage;
   if (stage == "fit" && state_.batches_per_epoch == 0) {
-    report().Log(absl::StrCat("training is off (",
-                              DescribeBatchLimit(spec.trainer(), BatchLoop::kTrain),
-                              "): fit trains nothing"));
+    FlushedReporter().Log(absl::StrCat("training is off (",
+                                       DescribeBatchLimit(spec.trainer(), BatchLoop::kTrain),
+                                       "): fit trains nothing"));
   } else if (stage == "fit") {
     // As Lightning's: a run that restarts from a checkpoint (ckpt_path, a re-formed or requeued
     // job) has validated before and runs no sanity check.

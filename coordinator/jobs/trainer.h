@@ -100,12 +100,14 @@ class Trainer final : public TrainerControl, public JobRun {
   // Early stopping's request; held back (and said once) until trainer.min_epochs and
   // min_steps are reached, as Lightning's fit loop does.
   void RequestStop() override;
-  void Log(const std::string& line) override { report().Log(line); }
+  void Log(const std::string& line) override { FlushedReporter().Log(line); }
   void LogMetric(const std::string& name, double value) override {
     LogMetricAt(name, value, state_.global_step);
   }
   void LogMetricAt(const std::string& name, double value, int64_t step) override;
-  void ReportProgress(const v1::JobProgress& progress) override { report().Progress(progress); }
+  void ReportProgress(const v1::JobProgress& progress) override {
+    FlushedReporter().Progress(progress);
+  }
   void ReportPredictions(const std::string& path) override;
 
  private:
@@ -114,7 +116,7 @@ class Trainer final : public TrainerControl, public JobRun {
   // The reporter, once the metric points logged so far have reached it: points are held until
   // their callback round ends (one store transaction for a call's points), and any other
   // report first lets them through, so the record sees everything in the order it happened.
-  TrainerReporter& report();
+  TrainerReporter& FlushedReporter();
   void FlushMetrics();
 
   // The stage's loops, after setup and restore.
@@ -134,7 +136,7 @@ class Trainer final : public TrainerControl, public JobRun {
 
   TrainerOptions options_;
   TrainerReporter* const reporter_;
-  std::vector<v1::MetricPoint> pending_metrics_;  // see report()
+  std::vector<v1::MetricPoint> pending_metrics_;  // see FlushedReporter()
   const std::unique_ptr<WorkerGroup> workers_;
   TrainingState state_;
   CallbackList callbacks_;

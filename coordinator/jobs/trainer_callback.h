@@ -140,9 +140,8 @@ class TrainerCallback {
 // `round_end` runs after every hook's round (the trainer stores the round's metric points).
 class CallbackList {
  public:
-  CallbackList(
-      TrainerControl* trainer, std::vector<std::unique_ptr<TrainerCallback>> callbacks,
-      std::function<void()> round_end = [] {})
+  CallbackList(TrainerControl* trainer, std::vector<std::unique_ptr<TrainerCallback>> callbacks,
+               std::function<void()> round_end)
       : trainer_(trainer), callbacks_(std::move(callbacks)), round_end_(std::move(round_end)) {}
 
   void Progress() {
