@@ -1,15 +1,30 @@
-# Sourced by the benches that run the training benches' job (bench/bench-job.yaml): submitting
-# it with overrides and asking its state, through the dtrain client of a build directory, on
-# the cluster $DTRAIN_COORDINATOR names. One place, so that every bench submits the same spec
-# and reads the client's answers the same way.
+# Sourced by the benches that run dtrain jobs: submitting a spec (the training benches' own,
+# bench/bench-job.yaml, or another) with overrides, waiting for a job with a deadline, and
+# asking its state, through the dtrain client of a build directory, on the cluster
+# $DTRAIN_COORDINATOR names. One place, so that every bench submits the same spec and reads the
+# client's answers the same way.
 
-# bench_job_submit BUILD_DIR [dtrain fit overrides...]: prints the queued job's id (nothing if
+# bench_submit BUILD_DIR CONFIG [dtrain fit overrides...]: prints the queued job's id (nothing if
 # the client refused it, having said why on stderr).
+bench_submit() {
+  local build=$1 config=$2
+  shift 2
+  "$build/client/dtrain" fit --output json --config "$config" "$@" |
+    sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1
+}
+
+# bench_job_submit BUILD_DIR [dtrain fit overrides...]: bench_submit of bench/bench-job.yaml.
 bench_job_submit() {
   local build=$1
   shift
-  "$build/client/dtrain" fit --output json --config "$(dirname "${BASH_SOURCE[0]}")/bench-job.yaml" \
-    "$@" | sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1
+  bench_submit "$build" "$(dirname "${BASH_SOURCE[0]}")/bench-job.yaml" "$@"
+}
+
+# bench_job_wait BUILD_DIR JOB_ID [SECONDS]: watches the job to its end. One that has not ended
+# within SECONDS (default 600) is cancelled rather than waited for: its state then says so.
+bench_job_wait() {
+  timeout "${3:-600}" "$1/client/dtrain" watch "$2" >/dev/null ||
+    "$1/client/dtrain" cancel "$2" >/dev/null 2>&1 || true
 }
 
 # bench_job_state BUILD_DIR JOB_ID: prints the job's state (QUEUED, RUNNING, SUCCEEDED, ...).

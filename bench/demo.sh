@@ -75,6 +75,7 @@ export DTRAIN_LOCAL_DIR="$work/cluster"
 cleanup() { deploy/local/cluster.sh stop >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
 source "$root/bench/ceiling.sh"
+source "$root/bench/bench_job.sh"
 ceiling_flags=(--lr "$lr")
 [ "$nesterov" = 1 ] && ceiling_flags+=(--nesterov)
 [ "$shuffle" = 1 ] && ceiling_flags+=(--shuffle)
@@ -94,9 +95,8 @@ for run in $(seq 1 "$runs"); do
   echo "run $run/$runs: the demo job on a fresh local cluster ..." >&2
   deploy/local/cluster.sh start --port 0 --workers 2 >&2
   export DTRAIN_COORDINATOR="127.0.0.1:$(cat "$DTRAIN_LOCAL_DIR/port")"
-  id=$("$build/client/dtrain" fit --output json --config "$config" |
-       sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1)
-  "$build/client/dtrain" watch "$id" >/dev/null
+  id=$(bench_submit "$build" "$config")
+  bench_job_wait "$build" "$id"
   "$build/client/dtrain" status "$id" --output json > "$work/status.json"
   "$build/client/dtrain" results "$id" --output json > "$work/results.json"
   # Where the ranks' time went (steps, waits for gradients and data), for the reader.

@@ -34,7 +34,7 @@ job() {  # mode run max_steps
   local id
   id=$(bench_job_submit "$build" --name="iso-$model" --model.builtin="$model" \
     --trainer.max_steps="$3")
-  "$build/client/dtrain" watch "$id" >/dev/null
+  bench_job_wait "$build" "$id"
   "$build/client/dtrain" status "$id" --output json |
     /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); p=s['progress']; print(json.dumps({'mode': '$1', 'run': $2, 'samples_per_s': round(p['samples_per_second'], 1), 'setup_s': round(float(p.get('phaseSeconds', p.get('phase_seconds', {})).get('setup', 0) or 0), 2), 'state': s['state']}))"
 }

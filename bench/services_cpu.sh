@@ -187,8 +187,7 @@ while True:
   id=$(submit "${round_steps[$model]}")
   [ -n "$id" ] || { echo "services_cpu: the job was not submitted (above)" >&2; exit 1; }
   # A job that does not end in 10 min is cancelled (and reported failed below), not waited for.
-  timeout 600 "$build/client/dtrain" watch "$id" >/dev/null ||
-    "$build/client/dtrain" cancel "$id" >/dev/null 2>&1 || true
+  bench_job_wait "$build" "$id"
   t1=$(date +%s.%N)
   [ -n "$burner" ] && after=$(cut -d' ' -f1 "/proc/$burner/schedstat")
   if [ -n "$burner" ]; then kill "$burner"; wait "$burner" 2>/dev/null || true; burner=""; fi

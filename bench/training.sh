@@ -100,9 +100,9 @@ dtrain_job() {  # model backend(auto: the default, not named) strategy workers r
   if [ "$backend" != auto ]; then overrides+=(--trainer.collective_backend="$backend"); fi
   local id
   id=$(bench_job_submit "$build" "${overrides[@]}")
-  "$build/client/dtrain" watch "$id" >/dev/null
+  bench_job_wait "$build" "$id"
   "$build/client/dtrain" status "$id" --output json |
-    /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); p=s['progress']; print(json.dumps({'system': 'dtrain-$backend' if $workers > 1 else 'dtrain-single', 'model': '$model', 'ranks': $workers, 'batch': $batch, 'run': $run, 'plane': p.get('collective_plane', ''), 'samples_per_s': round(p.get('train_samples_per_second') or p['samples_per_second'], 1)}))"
+    /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); p=s['progress']; s['state'] == 'SUCCEEDED' or sys.exit(f'dtrain-$backend $model run $run: the job ended {s[\"state\"]}: {s.get(\"reason\", \"\")}'); print(json.dumps({'system': 'dtrain-$backend' if $workers > 1 else 'dtrain-single', 'model': '$model', 'ranks': $workers, 'batch': $batch, 'run': $run, 'plane': p.get('collective_plane', ''), 'samples_per_s': round(p.get('train_samples_per_second') or p['samples_per_second'], 1)}))"
 }
 
 # One torch DDP + gloo run of 2 ranks (bench/torch_training.py), labelled `system`; the caller's

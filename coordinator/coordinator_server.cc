@@ -217,9 +217,10 @@ void CoordinatorServer::MonitorLoop() {
   absl::Duration wait = options_.tick;
   while (!stop_monitor_.WaitForNotificationWithTimeout(wait)) {
     const absl::Time now = absl::Now();
-    groups_->Tick(now);
-    engine_->Tick(now);
-    kv_->Tick(now);
+    // Each component says whether something of its own still waits on a deadline.
+    bool waiting = groups_->Tick(now);
+    waiting = engine_->Tick(now) || waiting;
+    waiting = kv_->Tick(now) || waiting;
     jobs_->WorkersLost(workers_->Tick(now));
     jobs_->Schedule();
     const uint64_t calls = engine_->SubmittedCount();
@@ -231,9 +232,7 @@ void CoordinatorServer::MonitorLoop() {
       malloc_trim(0);
       trimmed = true;
     }
-    const bool waiting = engine_->PendingCount() > 0 || kv_->WaitingGets() > 0 ||
-                         groups_->PendingRegistrations() > 0 || jobs_->Waiting() || !trimmed;
-    wait = waiting ? options_.tick : idle_tick;
+    wait = waiting || jobs_->Waiting() || !trimmed ? options_.tick : idle_tick;
   }
 }
 

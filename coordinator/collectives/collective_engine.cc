@@ -560,13 +560,19 @@ void CollectiveEngine::DropGroup(const std::string& group_id, int64_t generation
   for (Completion& c : completions) c();
 }
 
-void CollectiveEngine::Tick(absl::Time now) {
+bool CollectiveEngine::Tick(absl::Time now) {
   std::vector<Completion> completions;
+  bool waiting = false;
   {
     absl::MutexLock lock(&mu_);
     for (auto& [key, group] : states_) {
       for (auto& [seq, inst] : group.instances) {
-        if (inst.failure.has_value() || inst.arrivals.empty() || now < inst.deadline) continue;
+        // A failed instance kept until every rank has its answer waits on no deadline.
+        if (inst.failure.has_value() || inst.arrivals.empty()) continue;
+        if (now < inst.deadline) {
+          waiting = true;
+          continue;
+        }
         std::vector<int> missing;
         for (int r = 0; r < group.world_size; ++r) {
           if (!inst.arrivals.count(r) && !inst.answered.count(r)) missing.push_back(r);
@@ -583,6 +589,7 @@ void CollectiveEngine::Tick(absl::Time now) {
     }
   }
   for (Completion& c : completions) c();
+  return waiting;
 }
 
 void CollectiveEngine::Stop() {

@@ -104,8 +104,8 @@ class CollectiveEngine {
   void MemberLeft(const std::string& group, int64_t generation, int rank, const std::string& who);
   void DropGroup(const std::string& group, int64_t generation);
 
-  // Fails calls whose deadline passed.
-  void Tick(absl::Time now);
+  // Fails calls whose deadline passed. Returns whether calls still wait on a deadline.
+  bool Tick(absl::Time now);
 
   // Fails everything pending with UNAVAILABLE; later calls fail the same way.
   void Stop();

@@ -392,15 +392,9 @@ void GroupTable::Fail(Group& g, const std::string& reason, std::vector<Completio
   MaybeEnd(g, completions);
 }
 
-int GroupTable::PendingRegistrations() const {
-  absl::MutexLock lock(&mu_);
-  int n = 0;
-  for (const auto& [id, g] : groups_) n += static_cast<int>(g.pending.size());
-  return n;
-}
-
-void GroupTable::Tick(absl::Time now) {
+bool GroupTable::Tick(absl::Time now) {
   std::vector<Completion> completions;
+  bool waiting = false;
   {
     absl::MutexLock lock(&mu_);
     for (auto& [id, g] : groups_) {
@@ -429,6 +423,7 @@ void GroupTable::Tick(absl::Time now) {
             now - g.last_join >= g.settle_timeout) {
           Form(g, now, completions);
         }
+        waiting = waiting || (g.state == v1::GROUP_STATE_FORMING && !g.pending.empty());
       } else if (g.state == v1::GROUP_STATE_ACTIVE) {
         for (Member& m : g.members) {
           if (m.left || now - m.last_heartbeat <= options_.heartbeat_timeout) continue;
@@ -448,6 +443,7 @@ void GroupTable::Tick(absl::Time now) {
     }
   }
   Run(completions);
+  return waiting;
 }
 
 void GroupTable::Stop() {

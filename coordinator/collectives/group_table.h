@@ -86,14 +86,13 @@ class GroupTable {
   // Same errors as CheckMember, except that leaving a failed group is allowed.
   absl::Status Leave(const v1::MemberRef& member);
 
-  // Expires registrations, forms settled elastic groups, declares silent members dead.
-  void Tick(absl::Time now);
+  // Expires registrations, forms settled elastic groups, declares silent members dead. Returns
+  // whether registrations still wait for their group to form (each with a deadline a later
+  // tick enforces).
+  bool Tick(absl::Time now);
 
   // Fails every pending registration with UNAVAILABLE.
   void Stop();
-
-  // Registrations waiting for their group to form (each has a deadline Tick enforces).
-  int PendingRegistrations() const;
 
   std::vector<v1::GroupInfo> List() const;
   // Members declared dead for missing heartbeats since start.

@@ -251,8 +251,9 @@ std::string& KeyValueStore::Store(const std::string& scope, const std::string& k
   return slot;
 }
 
-void KeyValueStore::Tick(absl::Time now) {
+bool KeyValueStore::Tick(absl::Time now) {
   std::vector<Completion> completions;
+  bool waiting = false;
   {
     absl::MutexLock lock(&mu_);
     for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -268,8 +269,10 @@ void KeyValueStore::Tick(absl::Time now) {
           });
       it = waiters_.erase(it);
     }
+    waiting = !waiters_.empty();
   }
   for (Completion& c : completions) c();
+  return waiting;
 }
 
 void KeyValueStore::Stop() {

@@ -71,8 +71,8 @@ class KeyValueStore {
 
   void DeleteScope(const std::string& scope);
 
-  // Fails Get waiters whose wait ran out.
-  void Tick(absl::Time now);
+  // Fails Get waiters whose wait ran out. Returns whether others still wait.
+  bool Tick(absl::Time now);
   // Fails every waiter with UNAVAILABLE.
   void Stop();
   // Get calls waiting for a writer now (for tests: the moment a reader waits is observable).
