@@ -33,14 +33,21 @@ namespace worker_distributed_test {
 // global batch k. With `sync`, gradients are averaged across ranks after backward.
 // With `accumulate` > 1, the rank's slice is split into that many micro-batches whose scaled
 // losses accumulate gradients, synchronized only after the last (no sync while accumulating).
+// `set_to_none`: each step starts with no gradients (as a dtrain step does) instead of zeroing
+// them in place.
 absl::Status TrainSlice(LightningModule& model, GradientSync* sync, int rank, int world,
-                        int64_t global_batch, int steps, int accumulate = 1) {
+                        int64_t global_batch, int steps, int accumulate = 1,
+                        bool set_to_none = false) {
   auto optimizer = MakeOptimizer(model.Parameters(), {.name = "sgd", .lr = 0.1, .momentum = 0.9});
   if (!optimizer.ok()) return optimizer.status();
   const int64_t per_rank = global_batch / world;
   for (int step = 0; step < steps; ++step) {
     const auto [x, y] = SyntheticBatch(global_batch, 1000 + step);
-    (*optimizer)->zero_grad();
+    if (set_to_none) {
+      for (torch::Tensor& p : model.Parameters()) p.mutable_grad().reset();
+    } else {
+      (*optimizer)->zero_grad();
+    }
     const int64_t micro = per_rank / accumulate;
     for (int m = 0; m < accumulate; ++m) {
       const int64_t begin = rank * per_rank + m * micro;
@@ -106,6 +113,48 @@ TEST(DataParallel, TwoRanksOfBatchB_EqualOneRankOfBatch2B) {
   // And training did move the parameters (the comparison is not vacuous).
   auto untrained = BuiltinModel("mlp", 100);
   EXPECT_GT((untrained->Parameters()[0] - reference[0]).abs().max().item<double>(), 1e-3);
+}
+
+// A step that starts with no gradients hands the buckets autograd's new ones: each is copied
+// into its bucket, and after the average the parameter's gradient is its place in the bucket
+// again (no copy out, no new memory), with the same result as gradients zeroed in place.
+TEST(DataParallel, GradientsSetToNone_CopiedIntoBuckets_SameResultAndGradientsStayInThem) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  constexpr int kSteps = 6;
+  constexpr int64_t kGlobalBatch = 32;
+  std::vector<std::vector<torch::Tensor>> none(2), zeroed(2);
+  std::vector<int> stayed(2, -1);
+  auto statuses = testing::RunRanks(coordinator->address(), "ddp-none", 2, [&](ProcessGroup& pg) {
+    GrpcCollectiveBackend backend(&pg);
+    for (bool set_to_none : {true, false}) {
+      auto model = BuiltinModel("mlp", 100);
+      if (!model.ok()) return model.status();
+      GradientSync sync(&backend, model->Parameters(), /*bucket_bytes=*/256 * 1024);
+      std::vector<void*> places;
+      for (const torch::Tensor& p : model->Parameters()) places.push_back(p.grad().data_ptr());
+      DTRAIN_RETURN_IF_ERROR(
+          TrainSlice(*model, &sync, pg.rank(), 2, kGlobalBatch, kSteps, 1, set_to_none));
+      if (set_to_none) {
+        int same = 0;
+        for (size_t i = 0; i < places.size(); ++i) {
+          same += model->Parameters()[i].grad().data_ptr() == places[i] ? 1 : 0;
+        }
+        stayed[pg.rank()] = same;
+      }
+      (set_to_none ? none : zeroed)[pg.rank()] = model->Parameters();
+    }
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(stayed[r], 4) << "rank " << r << ": every gradient back in its bucket";
+    for (size_t i = 0; i < none[r].size(); ++i) {
+      EXPECT_TRUE(torch::equal(none[r][i], zeroed[r][i])) << "rank " << r << " parameter " << i;
+    }
+  }
+  auto untrained = BuiltinModel("mlp", 100);
+  EXPECT_GT((untrained->Parameters()[0] - none[0][0]).abs().max().item<double>(), 1e-3);
 }
 
 double MaxDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {

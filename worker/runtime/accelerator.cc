@@ -210,11 +210,14 @@ absl::Status Accelerator::Backward(const torch::Tensor& closure_loss, bool shoul
   DTRAIN_RETURN_IF_ERROR(collectives_->Explain(GuardTorch("backward failed", [&]() -> absl::Status {
     LossScaler* scaler = precision_->scaler();
     torch::Tensor loss = scaler != nullptr ? scaler->Scale(closure_loss) : closure_loss;
+    strategy_->ReleaseSpentGradients();
     strategy_->PreBackward(should_accumulate);
     loss.backward();
     return absl::OkStatus();
   })));
-  return strategy_->PostBackward(should_accumulate);
+  DTRAIN_RETURN_IF_ERROR(strategy_->PostBackward(should_accumulate));
+  strategy_->ZeroMissingGradients();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> Accelerator::ClipGradients(double clip_val, ClipAlgorithm algorithm) {

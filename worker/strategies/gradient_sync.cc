@@ -127,6 +127,9 @@ GradientSync::GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor
                                        p.sizes(), p.strides());
         if (p.grad().defined()) slot.copy_(p.grad());
         p.mutable_grad() = slot;
+        bucket.slots.push_back(std::move(slot));
+      } else {
+        bucket.slots.emplace_back();
       }
       offset += p.numel();
     }
@@ -273,12 +276,16 @@ absl::Status GradientSync::AverageGradients() {
   torch::NoGradGuard no_grad;
   for (const Bucket& bucket : buckets_) {
     int64_t offset = 0;
-    for (size_t i : bucket.parameters) {
-      torch::Tensor& p = parameters_[i];
+    for (size_t k = 0; k < bucket.parameters.size(); ++k) {
+      torch::Tensor& p = parameters_[bucket.parameters[k]];
       const int64_t n = p.numel();
       if (!LivesIn(p.grad(), bucket.flat, offset, n)) {
-        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-        p.mutable_grad().copy_(bucket.flat.slice(0, offset, offset + n).view(p.sizes()));
+        if (bucket.slots[k].defined()) {
+          p.mutable_grad() = bucket.slots[k];
+        } else {
+          if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+          p.mutable_grad().copy_(bucket.flat.slice(0, offset, offset + n).view(p.sizes()));
+        }
       }
       offset += n;
     }

@@ -71,7 +71,9 @@ class GradientSync {
   void ExpectSync();
 
   // Replaces each gradient by its mean over ranks (a missing gradient counts as zeros): starts
-  // the buckets not yet started, waits for all of them and writes the means back.
+  // the buckets not yet started and waits for all of them. A gradient that autograd made anew
+  // (Strategy::ReleaseSpentGradients dropped the last one) is copied into its bucket when the
+  // bucket starts, and afterwards the parameter's gradient is its place in the bucket again.
   absl::Status AverageGradients();
 
   // Returns once every bucket queued so far has been all-reduced. A collective the caller's
@@ -95,7 +97,10 @@ class GradientSync {
   struct Bucket {
     std::vector<size_t> parameters;  // indices into parameters_
     torch::Tensor flat;              // the collective's buffer (and the gradients), allocated once
-    size_t pending = 0;              // gradients not yet ready in this round
+    // Per parameter: its gradient's place in `flat`, a tensor of its own (undefined for a
+    // parameter that has none there: frozen or not contiguous).
+    std::vector<torch::Tensor> slots;
+    size_t pending = 0;  // gradients not yet ready in this round
   };
 
   void BeginRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

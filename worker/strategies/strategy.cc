@@ -119,15 +119,23 @@ absl::Status Strategy::OptimizerStep() {
   });
 }
 
-void Strategy::OptimizerZeroGrad() {
-  // set_to_none would make DDP's missing-gradient handling allocate each step; zero in place.
-  for (const torch::Tensor& p : model_->Parameters()) {
-    if (p.grad().defined()) {
-      torch::Tensor grad = p.grad();
-      grad.detach_();
-      grad.zero_();
-    }
+void Strategy::ReleaseSpentGradients() {
+  if (!gradients_spent_ || model_ == nullptr) return;
+  gradients_spent_ = false;
+  released_.clear();
+  for (torch::Tensor& p : model_->Parameters()) {
+    if (!p.grad().defined()) continue;
+    p.mutable_grad().reset();
+    released_.push_back(std::move(p));
   }
+}
+
+void Strategy::ZeroMissingGradients() {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& p : released_) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  }
+  released_.clear();
 }
 
 void Strategy::SetLearningRate(double lr) {

@@ -91,7 +91,18 @@ class Strategy {
   virtual void PreBackward(bool should_accumulate) {}
   virtual absl::Status PostBackward(bool should_accumulate) { return absl::OkStatus(); }
   virtual absl::Status OptimizerStep();
-  virtual void OptimizerZeroGrad();
+  // Lightning's zero_grad(set_to_none=True), at Lightning's moment: its closure zeroes after
+  // training_step, right before backward, and only at an accumulation window's first batch. So
+  // this only marks the gradients spent; they stay readable (a checkpoint, a hook) until
+  // ReleaseSpentGradients drops them before the next backward. Autograd then hands each
+  // parameter its new gradient instead of adding it to zeros: a memset and an add over every
+  // gradient fewer a step (the MLP's step 4-5% faster at world size 1).
+  virtual void OptimizerZeroGrad() { gradients_spent_ = true; }
+  // Around loss.backward() (the accelerator calls them): drops the spent gradients; then gives
+  // zeros to those the backward did not reach, so that the optimizer steps every parameter that
+  // had a gradient, as when gradients were zeroed in place (momentum and weight decay included).
+  void ReleaseSpentGradients();
+  void ZeroMissingGradients();
   virtual void SetLearningRate(double lr);
   // Per param group: the learning rate and momentum configure_optimizers' schedulers set.
   virtual void SetGroupRates(const std::vector<GroupRates>& rates);
@@ -172,6 +183,8 @@ class Strategy {
   OptimizerConfig optimizer_config_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   double lr_ = 0;
+  bool gradients_spent_ = false;
+  std::vector<torch::Tensor> released_;  // parameters whose gradients the last release dropped
   std::unique_ptr<CheckpointIO> checkpoint_io_ = std::make_unique<TorchCheckpointIO>();
 };
 
