@@ -55,7 +55,9 @@ absl::Status PlainLoop::Gradients(const Dataset& data, const std::vector<int64_t
   const ModelThreadScope scope(torch::kCPU);
   absl::StatusOr<c10::IValue> batch = data.Batch("train", indices);
   if (!batch.ok()) return batch.status();
-  optimizer_->zero_grad();
+  // zero_grad(set_to_none=True), torch's default since 2.0 and what a dtrain step does
+  // (Strategy::OptimizerZeroGrad): backward then hands over new gradients, adding to nothing.
+  for (torch::Tensor& p : parameters_) p.mutable_grad().reset();
   absl::StatusOr<torch::Tensor> loss = model_.TrainingStep(*batch, batch_idx);
   if (!loss.ok()) return loss.status();
   loss->backward();

@@ -1,6 +1,6 @@
 // The plain libtorch training loop the training benches measure dtrain against: a zoo model
-// (TorchScript, as a worker loads it) and SGD with momentum, one step being zero_grad, the
-// model's training_step on a Dataset::Batch, backward and the optimizer step, with no service
+// (TorchScript, as a worker loads it) and SGD with momentum, one step being zero_grad (to none),
+// the model's training_step on a Dataset::Batch, backward and the optimizer step, with no service
 // and no communication around it. One definition, so that the compute ceiling
 // (train_loop_bench.cc) and the in-process overhead comparison (step_overhead_bench.cc) run
 // exactly the same loop.

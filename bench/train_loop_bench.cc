@@ -9,10 +9,10 @@
 // --lockstep makes the ranks of one ceiling meet at a barrier after every step (a synchronous run
 // with a free, instant all-reduce), and barrier_s is the time spent there. --average_gradients
 // turns that meeting into a real all-reduce after backward, the shm plane's ddp algorithm with no
-// service around it: the gradients live in the shared file, and between two barriers each rank
-// averages its part of them, in rank order, into every rank's (barrier_s then sums both waits),
-// so that their models follow a ddp job's trajectory rather than each its own (which changes the
-// compute: see the flag).
+// service around it: the gradients are copied into the shared file, and between two barriers each
+// rank averages its part of them, in rank order, into every rank's (barrier_s then sums both
+// waits), so that their models follow a ddp job's trajectory rather than each its own (which
+// changes the compute: see the flag).
 // --rank/--world_size take the rank's slice of each global batch, as ddp does; --start_at (Unix
 // seconds) starts every process of a ceiling at once, and start/end (Unix seconds) let the script
 // compute their joint rate over the same interval dtrain's timer spans.
@@ -200,19 +200,39 @@ absl::Status CheckGradient(const torch::Tensor& grad) {
   return absl::OkStatus();
 }
 
-// Points each of `parameters`' gradients at its part of `at` (its length in floats: their
-// elements together), where backward then accumulates them in place. The averaging reads them
-// as flat float arrays.
-absl::Status PlaceGradients(const std::vector<torch::Tensor>& parameters, float* at) {
+// Each of `parameters`' part of `at` (its length in floats: their elements together), as a
+// tensor, and the parameter's gradient pointed there. The averaging reads them as flat float
+// arrays.
+absl::StatusOr<std::vector<torch::Tensor>> PlaceGradients(
+    const std::vector<torch::Tensor>& parameters, float* at) {
+  std::vector<torch::Tensor> places;
   for (torch::Tensor p : parameters) {
     if (p.scalar_type() != torch::kFloat32 || !p.requires_grad()) {
       return absl::FailedPreconditionError(
           "--average_gradients: every parameter must be float32 and require grad");
     }
-    p.mutable_grad() = torch::from_blob(at, p.sizes(), torch::kFloat32);
+    places.push_back(torch::from_blob(at, p.sizes(), torch::kFloat32));
+    p.mutable_grad() = places.back();
     at += p.numel();
   }
-  return absl::OkStatus();
+  return places;
+}
+
+// Backward leaves new gradients (zero_grad set them to none): copies each into its place in the
+// shared file and points the parameter's gradient there again, as a ddp bucket takes them.
+void GradientsToPlaces(const std::vector<torch::Tensor>& parameters,
+                       const std::vector<torch::Tensor>& places) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    torch::Tensor p = parameters[i];
+    if (p.grad().defined() && p.grad().data_ptr() == places[i].data_ptr()) continue;
+    if (p.grad().defined()) {
+      places[i].copy_(p.grad());
+    } else {
+      places[i].zero_();
+    }
+    p.mutable_grad() = places[i];
+  }
 }
 
 // Whether every gradient still lies where PlaceGradients put it (an optimizer that reset one to
@@ -367,6 +387,7 @@ int main(int argc, char** argv) {
   std::vector<double> scratch_us(columns);    // a timed step's times when --step_times is not given
   absl::Duration waited;                      // at the --lockstep barrier, over the timed steps
   std::unique_ptr<LockstepBarrier> lockstep;  // opened once the measured model exists
+  std::vector<torch::Tensor> places;  // --average_gradients: each gradient's part of the file
   // Rank r's batch of `step`: consecutive samples of `order`, disjoint across the ranks.
   auto batch_of = [&](int step, int r) {
     const int64_t first = (int64_t{step} * batch * world + int64_t{r} * batch) % (n - batch);
@@ -408,6 +429,7 @@ int main(int argc, char** argv) {
       // there; the second: every rank's part of the mean is written everywhere, so the update
       // may read them and the next backward overwrite this rank's.
       DTRAIN_RETURN_IF_ERROR(loop.Gradients(**data, batch_of(step, rank), step));
+      GradientsToPlaces(loop.Parameters(), places);
       absl::Time arrived = absl::Now();
       DTRAIN_RETURN_IF_ERROR(lockstep->ArriveAndWait());
       if (times != nullptr) waited += absl::Now() - arrived;
@@ -457,7 +479,13 @@ int main(int argc, char** argv) {
       if (opened.ok()) {
         lockstep = *std::move(opened);
         if (average) {
-          trained = PlaceGradients((*measured)[0].Parameters(), lockstep->Gradients(rank));
+          absl::StatusOr<std::vector<torch::Tensor>> placed =
+              PlaceGradients((*measured)[0].Parameters(), lockstep->Gradients(rank));
+          if (placed.ok()) {
+            places = *std::move(placed);
+          } else {
+            trained = placed.status();
+          }
         }
       } else {
         trained = opened.status();
