@@ -75,7 +75,9 @@ def run(rank, args, result):
             start = time.perf_counter()
         first = (step * args.world_size * args.batch + rank * args.batch) % (n - args.batch)
         xb, yb = x[first:first + args.batch], y[first:first + args.batch]
-        optimizer.zero_grad()
+        # As dtrain's step and the ceiling's loop: backward hands over new gradients instead of
+        # adding into zeros (torch's default since 2.0; torch 1.13's zero_grad() zeroes in place).
+        optimizer.zero_grad(set_to_none=True)
         F.cross_entropy(model(xb), yb).backward()
         optimizer.step()
     dist.barrier()
