@@ -235,16 +235,6 @@ void GradientsToPlaces(const std::vector<torch::Tensor>& parameters,
   }
 }
 
-// Whether every gradient still lies where PlaceGradients put it (an optimizer that reset one to
-// a new tensor would leave the averaging reading memory backward no longer writes).
-bool GradientsInPlace(const std::vector<torch::Tensor>& parameters, const float* at) {
-  for (const torch::Tensor& p : parameters) {
-    if (!p.grad().defined() || p.grad().data_ptr<float>() != at) return false;
-    at += p.numel();
-  }
-  return true;
-}
-
 // The replicas' mean of every parameter's gradient (--all_ranks), in rank order with the shm
 // plane's kernel (so the bits of a ddp job's mean of the same gradients), written into every
 // replica's gradients (the kernel may write over its inputs).
@@ -425,9 +415,9 @@ int main(int argc, char** argv) {
         if (times != nullptr) waited += absl::Now() - arrived;
       }
     } else {
-      // Backward wrote the gradients into the shared file. The first barrier: every rank's are
-      // there; the second: every rank's part of the mean is written everywhere, so the update
-      // may read them and the next backward overwrite this rank's.
+      // Backward made new gradients; they go into the shared file. The first barrier: every
+      // rank's are there; the second: every rank's part of the mean is written everywhere, so
+      // the update may read them and the next step's copy overwrite this rank's.
       DTRAIN_RETURN_IF_ERROR(loop.Gradients(**data, batch_of(step, rank), step));
       GradientsToPlaces(loop.Parameters(), places);
       absl::Time arrived = absl::Now();
@@ -511,10 +501,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   const absl::Time end = absl::Now();
-  if (average && !GradientsInPlace((*measured)[0].Parameters(), lockstep->Gradients(rank))) {
-    std::fprintf(stderr, "--average_gradients: a gradient left the shared file during the run\n");
-    return 1;
-  }
   if (const std::string path = absl::GetFlag(FLAGS_step_times); !path.empty()) {
     FILE* out = std::fopen(path.c_str(), "w");
     if (out == nullptr) {

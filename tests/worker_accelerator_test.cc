@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/optim/optimizer.h>
+#include <torch/optim/sgd.h>
 #include <torch/script.h>
 #include <torch/utils.h>
 
@@ -129,6 +130,46 @@ TEST(Accelerator, EveryPrecision_StepsWithTheDocumentedDTypes) {
     EXPECT_TRUE(std::isfinite(loss.to(torch::kFloat32).item<float>()));
   }
   // How the losses compare across precisions: TrainingLossesTrackFloat32WithinTheDTypesPrecision.
+}
+
+// Gradients are set to none before each window's backward; a parameter that had one and that
+// this backward does not reach still gets zeros, so SGD's momentum keeps moving it exactly as
+// when gradients were zeroed in place (libtorch 1.13's zero_grad, the reference here).
+TEST(Accelerator, ParameterTheBackwardDoesNotReach_StepsAsWithGradientsZeroedInPlace) {
+  auto model = BuiltinModel("mlp", 3);
+  auto reference_model = BuiltinModel("mlp", 3);
+  ASSERT_TRUE(model.ok() && reference_model.ok());
+  auto accelerator = Accelerator::Make("cpu", Precision::k32True, StrategyOptions(), nullptr);
+  ASSERT_TRUE(accelerator.ok()) << accelerator.status();
+  Accelerator& a = **accelerator;
+  ASSERT_TRUE(a.Setup(std::move(*model), {.name = "sgd", .lr = 0.1, .momentum = 0.9}, {}).ok());
+  const std::vector<torch::Tensor> params = a.model().Parameters();
+  const std::vector<torch::Tensor> reference = reference_model->Parameters();
+  ASSERT_EQ(params.size(), reference.size());
+  torch::optim::SGD sgd(reference, torch::optim::SGDOptions(0.1).momentum(0.9));
+  auto squares = [](const std::vector<torch::Tensor>& ps, size_t count) {
+    torch::Tensor sum = torch::zeros({});
+    for (size_t i = 0; i < count; ++i) sum = sum + (ps[i] * ps[i]).sum();
+    return sum;
+  };
+  // Step 1 reaches every parameter; step 2 only the first.
+  ASSERT_TRUE(a.Backward(squares(params, params.size()), /*should_accumulate=*/false).ok());
+  ASSERT_TRUE(a.OptimizerStep().ok());
+  a.UpdateGlobalStep();
+  a.OptimizerZeroGrad();
+  squares(reference, reference.size()).backward();
+  sgd.step();
+  sgd.zero_grad();
+  const torch::Tensor after_first = params[1].detach().clone();
+  ASSERT_TRUE(a.Backward(squares(params, 1), /*should_accumulate=*/false).ok());
+  EXPECT_EQ(params[1].grad().abs().sum().item<double>(), 0.0) << "zeros, not none";
+  ASSERT_TRUE(a.OptimizerStep().ok());
+  squares(reference, 1).backward();
+  sgd.step();
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(torch::equal(params[i], reference[i])) << "parameter " << i;
+  }
+  EXPECT_FALSE(torch::equal(params[1], after_first)) << "momentum moved the unreached parameter";
 }
 
 TEST(Accelerator, UnavailableHardwareAndStrategies_ClearErrors) {

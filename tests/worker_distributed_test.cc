@@ -157,6 +157,47 @@ TEST(DataParallel, GradientsSetToNone_CopiedIntoBuckets_SameResultAndGradientsSt
   EXPECT_GT((untrained->Parameters()[0] - none[0][0]).abs().max().item<double>(), 1e-3);
 }
 
+// A sparse gradient (an embedding's) set to none before backward reaches its bucket dense and
+// is averaged; a frozen parameter in a bucket gets no gradient (the optimizer would step it).
+TEST(DataParallel, SparseGradientAveragedDense_FrozenParameterLeftWithout) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  std::vector<torch::Tensor> table(2), bias(2), frozen(2);
+  auto statuses = testing::RunRanks(coordinator->address(), "ddp-sparse", 2, [&](ProcessGroup& pg) {
+    GrpcCollectiveBackend backend(&pg);
+    const int r = pg.rank();
+    torch::Tensor w = torch::zeros({6, 4}).requires_grad_(true);
+    torch::Tensor f = torch::ones({3});
+    torch::Tensor b = torch::zeros({4}).requires_grad_(true);
+    GradientSync sync(&backend, {w, f, b}, StrategyOptions().bucket_bytes);
+    for (torch::Tensor* t : {&w, &b}) t->mutable_grad().reset();
+    const torch::Tensor rows =
+        r == 0 ? torch::tensor({1, 2, 2}, torch::kLong) : torch::tensor({2, 5}, torch::kLong);
+    const torch::Tensor loss =
+        (torch::embedding(w, rows, -1, false, /*sparse=*/true).sum() + b.sum()) * (r + 1);
+    sync.ExpectSync();
+    loss.backward();
+    DTRAIN_RETURN_IF_ERROR(sync.AverageGradients());
+    table[r] = w.grad();
+    bias[r] = b.grad();
+    frozen[r] = f.grad();
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  // Rank 0: rows 1 and 2 (twice), weight 1; rank 1: rows 2 and 5, weight 2.
+  torch::Tensor expected = torch::zeros({6, 4});
+  expected[1] = 0.5;
+  expected[2] = 2.0;
+  expected[5] = 1.0;
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(table[r].defined());
+    EXPECT_FALSE(table[r].is_sparse());
+    EXPECT_TRUE(torch::equal(table[r], expected)) << "rank " << r;
+    EXPECT_TRUE(torch::equal(bias[r], torch::full({4}, 1.5))) << "rank " << r;
+    EXPECT_FALSE(frozen[r].defined()) << "rank " << r;
+  }
+}
+
 double MaxDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   double diff = 0;
   for (size_t i = 0; i < a.size(); ++i)

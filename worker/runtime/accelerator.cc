@@ -213,11 +213,14 @@ absl::Status Accelerator::Backward(const torch::Tensor& closure_loss, bool shoul
     strategy_->ReleaseSpentGradients();
     strategy_->PreBackward(should_accumulate);
     loss.backward();
+    // Before PostBackward: a strategy that averages gradients sees every parameter that had
+    // one with one, as when gradients were zeroed in place.
+    strategy_->ZeroMissingGradients();
     return absl::OkStatus();
   })));
-  DTRAIN_RETURN_IF_ERROR(strategy_->PostBackward(should_accumulate));
-  strategy_->ZeroMissingGradients();
-  return absl::OkStatus();
+  // The averaging copies and reduces tensors: a libtorch error there is a status too.
+  return GuardTorch("averaging the gradients failed",
+                    [&]() -> absl::Status { return strategy_->PostBackward(should_accumulate); });
 }
 
 absl::StatusOr<double> Accelerator::ClipGradients(double clip_val, ClipAlgorithm algorithm) {

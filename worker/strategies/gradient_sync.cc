@@ -34,8 +34,8 @@ absl::Status OverFlat(const std::vector<torch::Tensor>& tensors, Collective coll
 
 // Whether `grad` is the `numel` elements at element `offset` of `flat` (the bucket it lives in).
 bool LivesIn(const torch::Tensor& grad, const torch::Tensor& flat, int64_t offset, int64_t numel) {
-  return grad.defined() && grad.is_contiguous() && grad.numel() == numel &&
-         grad.scalar_type() == flat.scalar_type() &&
+  return grad.defined() && grad.layout() == torch::kStrided && grad.is_contiguous() &&
+         grad.numel() == numel && grad.scalar_type() == flat.scalar_type() &&
          grad.data_ptr() == static_cast<char*>(flat.data_ptr()) + offset * flat.element_size();
 }
 
@@ -117,7 +117,8 @@ GradientSync::GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor
     if (!bucket.flat.defined())
       bucket.flat = torch::zeros({numel}, first.options().requires_grad(false));
     // Each gradient becomes its slice of the bucket: a tensor of its own over the bucket's
-    // storage (not an autograd view, which zero_grad's detach_ would refuse).
+    // storage (not an autograd view: anything that detaches a gradient in place, as
+    // libtorch's own zero_grad does, would refuse a view).
     int64_t offset = 0;
     for (size_t i : bucket.parameters) {
       torch::Tensor& p = parameters_[i];
@@ -192,16 +193,21 @@ void GradientSync::MarkReady(size_t parameter) {
 void GradientSync::PackBucket(Bucket& bucket) {
   torch::NoGradGuard no_grad;
   int64_t offset = 0;
-  for (size_t i : bucket.parameters) {
-    const torch::Tensor& p = parameters_[i];
+  for (size_t k = 0; k < bucket.parameters.size(); ++k) {
+    torch::Tensor& p = parameters_[bucket.parameters[k]];
     const int64_t n = p.numel();
     if (!LivesIn(p.grad(), bucket.flat, offset, n)) {
       torch::Tensor slice = bucket.flat.slice(0, offset, offset + n);
       if (p.grad().defined()) {
-        slice.copy_(p.grad().reshape({-1}));
+        // Sparse (an embedding's), or new from autograd: the bucket takes it dense.
+        const torch::Tensor grad = p.grad().is_sparse() ? p.grad().to_dense() : p.grad();
+        slice.copy_(grad.reshape({-1}));
       } else {
         slice.zero_();
       }
+      // Its bucket holds it now; the mean lands there. Backward is done with this parameter
+      // (its bucket started once every gradient in it was ready, or backward has returned).
+      if (bucket.slots[k].defined()) p.mutable_grad() = bucket.slots[k];
     }
     offset += n;
   }
@@ -245,7 +251,7 @@ void GradientSync::CommunicationLoop() {
 
 absl::Status GradientSync::AverageGradients() {
   absl::Status status;
-  const absl::Time start = absl::Now();
+  absl::Time start = absl::Now();
   {
     absl::MutexLock lock(&mu_);
     if (!armed_) BeginRound();
@@ -262,7 +268,10 @@ absl::Status GradientSync::AverageGradients() {
   // at a time, in bucket order.
   if (status.ok() && !buckets_.empty()) {
     Bucket& last = buckets_.back();
+    // Copying the last bucket's new gradients in is this rank's own work, not a wait.
+    const absl::Time packing = absl::Now();
     PackBucket(last);
+    start += absl::Now() - packing;
     status = backend_->AllReduce(last.flat, v1::REDUCE_OP_MEAN);
   }
   {
@@ -279,13 +288,12 @@ absl::Status GradientSync::AverageGradients() {
     for (size_t k = 0; k < bucket.parameters.size(); ++k) {
       torch::Tensor& p = parameters_[bucket.parameters[k]];
       const int64_t n = p.numel();
-      if (!LivesIn(p.grad(), bucket.flat, offset, n)) {
-        if (bucket.slots[k].defined()) {
-          p.mutable_grad() = bucket.slots[k];
-        } else {
-          if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-          p.mutable_grad().copy_(bucket.flat.slice(0, offset, offset + n).view(p.sizes()));
-        }
+      // A slotted gradient points at its slice since PackBucket. A frozen parameter gets no
+      // gradient: the optimizer would otherwise step it (weight decay), as single_device does not.
+      if (!bucket.slots[k].defined() && p.requires_grad() &&
+          !LivesIn(p.grad(), bucket.flat, offset, n)) {
+        if (!p.grad().defined() || p.grad().is_sparse()) p.mutable_grad() = torch::zeros_like(p);
+        p.mutable_grad().copy_(bucket.flat.slice(0, offset, offset + n).view(p.sizes()));
       }
       offset += n;
     }

@@ -16,11 +16,13 @@
 // and back would only add two wake-ups.
 //
 // Gradients live in their buckets (torch DDP's gradient_as_bucket_view): each parameter's
-// .grad is set to its slice of the bucket, autograd accumulates into it in place, and the
-// all_reduce's result is the gradient, so a step copies no gradient in or out. The buckets'
-// memory comes from the plane (CollectiveBackend::AllocateForAllReduce): on shm every rank
-// reads its peers' gradients where backward wrote them. A gradient that something replaced
-// with a tensor of its own is copied in and out as before.
+// .grad is its slice of the bucket, and the all_reduce's result is the gradient the optimizer
+// reads, so no mean is copied out. A step's first backward makes new gradients (the strategy
+// sets them to none before it, as Lightning's zero_grad does): each is copied into its slice
+// when its bucket starts, and the parameter's .grad is pointed back at the slice there, so the
+// new tensor is freed at once (a sparse gradient is made dense on the way). The buckets' memory
+// comes from the plane (CollectiveBackend::AllocateForAllReduce): on shm every rank reads its
+// peers' gradients in their buckets.
 //
 // Thread-safety: one caller thread (the one that runs backward); the communication thread is
 // internal.
@@ -71,9 +73,7 @@ class GradientSync {
   void ExpectSync();
 
   // Replaces each gradient by its mean over ranks (a missing gradient counts as zeros): starts
-  // the buckets not yet started and waits for all of them. A gradient that autograd made anew
-  // (Strategy::ReleaseSpentGradients dropped the last one) is copied into its bucket when the
-  // bucket starts, and afterwards the parameter's gradient is its place in the bucket again.
+  // the buckets not yet started and waits for all of them. Frozen parameters are left alone.
   absl::Status AverageGradients();
 
   // Returns once every bucket queued so far has been all-reduced. A collective the caller's
@@ -108,7 +108,8 @@ class GradientSync {
   // Queues the all_reduce of each startable bucket but the last (copying in the gradients
   // that do not live in it).
   void StartReadyBuckets(bool from_hook) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Copies into the bucket's memory the gradients that do not live there (zeros for none).
+  // Copies into the bucket's memory the gradients that do not live there (zeros for none), and
+  // points each trainable parameter's gradient at its slice.
   void PackBucket(Bucket& bucket);
   void CommunicationLoop();
 
