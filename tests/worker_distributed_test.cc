@@ -21,6 +21,7 @@
 #include "worker/model/lightning_module.h"
 #include "worker/model/model_zoo.h"
 #include "worker/model/optimizers.h"
+#include "worker/runtime/accelerator.h"
 #include "worker/runtime/registered_plugins.h"
 #include "worker/strategies/gradient_sync.h"
 #include "worker/strategies/sharded_optimizer.h"
@@ -196,6 +197,58 @@ TEST(DataParallel, SparseGradientAveragedDense_FrozenParameterLeftWithout) {
     EXPECT_TRUE(torch::equal(bias[r], torch::full({4}, 1.5))) << "rank " << r;
     EXPECT_FALSE(frozen[r].defined()) << "rank " << r;
   }
+}
+
+// Through the accelerator, ddp on 2 ranks: a step where rank 1's backward reaches only the first
+// parameter. Rank 1's other gradients, dropped before backward, count as zeros in the mean (as
+// when gradients were zeroed in place), the ranks make the same collectives, and end equal.
+TEST(DataParallel, ParameterOneRankDoesNotReach_AveragedAsZeros_RanksEqual) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  std::vector<std::vector<torch::Tensor>> grads(2), trained(2), after_first(2);
+  auto statuses =
+      testing::RunRanks(coordinator->address(), "ddp-unreached", 2, [&](ProcessGroup& pg) {
+        StrategyOptions ddp;
+        ddp.name = "ddp";
+        auto a = Accelerator::Make("cpu", Precision::k32True, ddp,
+                                   std::make_unique<GrpcCollectiveBackend>(&pg));
+        if (!a.ok()) return a.status();
+        auto model = BuiltinModel("mlp", 3);
+        if (!model.ok()) return model.status();
+        DTRAIN_RETURN_IF_ERROR(
+            (*a)->Setup(std::move(*model), {.name = "sgd", .lr = 0.1, .momentum = 0.9}, {}));
+        const std::vector<torch::Tensor> params = (*a)->model().Parameters();
+        auto squares = [&](size_t count) {
+          torch::Tensor sum = torch::zeros({});
+          for (size_t i = 0; i < count; ++i) sum = sum + (params[i] * params[i]).sum();
+          return sum;
+        };
+        DTRAIN_RETURN_IF_ERROR((*a)->Backward(squares(params.size()), false));
+        DTRAIN_RETURN_IF_ERROR((*a)->OptimizerStep().status());
+        for (const torch::Tensor& p : params) after_first[pg.rank()].push_back(p.detach().clone());
+        (*a)->OptimizerZeroGrad();
+        DTRAIN_RETURN_IF_ERROR((*a)->Backward(squares(pg.rank() == 0 ? params.size() : 1), false));
+        for (const torch::Tensor& p : params) grads[pg.rank()].push_back(p.grad().clone());
+        DTRAIN_RETURN_IF_ERROR((*a)->OptimizerStep().status());
+        trained[pg.rank()] = params;
+        return (*a)->Teardown();
+      });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  auto untrained = BuiltinModel("mlp", 3);
+  ASSERT_TRUE(untrained.ok());
+  ASSERT_EQ(grads[0].size(), 4u);
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << "ranks' mean differs, parameter " << i;
+    EXPECT_TRUE(torch::equal(trained[0][i], trained[1][i])) << "ranks differ, parameter " << i;
+    EXPECT_FALSE(torch::equal(trained[0][i], untrained->Parameters()[i])) << "parameter " << i;
+  }
+  // Step 2's gradients: parameter 0, 2p on both ranks, mean 2p; parameter 1, 2p on rank 0 and
+  // none (zeros) on rank 1, mean p (p: the parameter as step 1 left it). Averaging only the
+  // ranks that had a gradient would give 2p.
+  ASSERT_EQ(after_first[0].size(), 4u);
+  EXPECT_TRUE(torch::allclose(grads[0][0], 2 * after_first[0][0], 1e-6, 1e-7));
+  EXPECT_TRUE(torch::allclose(grads[0][1], after_first[0][1], 1e-6, 1e-7));
+  EXPECT_GT(after_first[0][1].abs().sum().item<double>(), 0.0);
 }
 
 double MaxDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
