@@ -147,24 +147,19 @@ TEST(Accelerator, ParameterTheBackwardDoesNotReach_StepsAsWithGradientsZeroedInP
   const std::vector<torch::Tensor> reference = reference_model->Parameters();
   ASSERT_EQ(params.size(), reference.size());
   torch::optim::SGD sgd(reference, torch::optim::SGDOptions(0.1).momentum(0.9));
-  auto squares = [](const std::vector<torch::Tensor>& ps, size_t count) {
-    torch::Tensor sum = torch::zeros({});
-    for (size_t i = 0; i < count; ++i) sum = sum + (ps[i] * ps[i]).sum();
-    return sum;
-  };
   // Step 1 reaches every parameter; step 2 only the first.
-  ASSERT_TRUE(a.Backward(squares(params, params.size()), /*should_accumulate=*/false).ok());
+  ASSERT_TRUE(a.Backward(SumOfSquares(params, params.size()), /*should_accumulate=*/false).ok());
   ASSERT_TRUE(a.OptimizerStep().ok());
   a.UpdateGlobalStep();
   a.OptimizerZeroGrad();
-  squares(reference, reference.size()).backward();
+  SumOfSquares(reference, reference.size()).backward();
   sgd.step();
   sgd.zero_grad();
   const torch::Tensor after_first = params[1].detach().clone();
-  ASSERT_TRUE(a.Backward(squares(params, 1), /*should_accumulate=*/false).ok());
+  ASSERT_TRUE(a.Backward(SumOfSquares(params, 1), /*should_accumulate=*/false).ok());
   EXPECT_EQ(params[1].grad().abs().sum().item<double>(), 0.0) << "zeros, not none";
   ASSERT_TRUE(a.OptimizerStep().ok());
-  squares(reference, 1).backward();
+  SumOfSquares(reference, 1).backward();
   sgd.step();
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_TRUE(torch::equal(params[i], reference[i])) << "parameter " << i;

@@ -218,16 +218,12 @@ TEST(DataParallel, ParameterOneRankDoesNotReach_AveragedAsZeros_RanksEqual) {
         DTRAIN_RETURN_IF_ERROR(
             (*a)->Setup(std::move(*model), {.name = "sgd", .lr = 0.1, .momentum = 0.9}, {}));
         const std::vector<torch::Tensor> params = (*a)->model().Parameters();
-        auto squares = [&](size_t count) {
-          torch::Tensor sum = torch::zeros({});
-          for (size_t i = 0; i < count; ++i) sum = sum + (params[i] * params[i]).sum();
-          return sum;
-        };
-        DTRAIN_RETURN_IF_ERROR((*a)->Backward(squares(params.size()), false));
+        DTRAIN_RETURN_IF_ERROR((*a)->Backward(SumOfSquares(params, params.size()), false));
         DTRAIN_RETURN_IF_ERROR((*a)->OptimizerStep().status());
         for (const torch::Tensor& p : params) after_first[pg.rank()].push_back(p.detach().clone());
         (*a)->OptimizerZeroGrad();
-        DTRAIN_RETURN_IF_ERROR((*a)->Backward(squares(pg.rank() == 0 ? params.size() : 1), false));
+        DTRAIN_RETURN_IF_ERROR(
+            (*a)->Backward(SumOfSquares(params, pg.rank() == 0 ? params.size() : 1), false));
         for (const torch::Tensor& p : params) grads[pg.rank()].push_back(p.grad().clone());
         DTRAIN_RETURN_IF_ERROR((*a)->OptimizerStep().status());
         trained[pg.rank()] = params;

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -43,6 +44,16 @@ inline std::pair<torch::Tensor, torch::Tensor> SyntheticBatch(int64_t n, uint64_
     x.index({i, 0, torch::indexing::Slice(2 * c, 2 * c + 3)}) += 1.0;
   }
   return {x, y};
+}
+
+// The sum of the squares of the first `count` of `parameters`: a loss whose backward reaches
+// exactly those (gradient 2p each).
+inline torch::Tensor SumOfSquares(const std::vector<torch::Tensor>& parameters, size_t count) {
+  torch::Tensor sum = torch::zeros({});
+  for (size_t i = 0; i < count && i < parameters.size(); ++i) {
+    sum = sum + (parameters[i] * parameters[i]).sum();
+  }
+  return sum;
 }
 
 // Makes the named backend ("grpc", "gloo" or "shm") over a joined group.

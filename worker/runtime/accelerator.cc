@@ -210,12 +210,12 @@ absl::Status Accelerator::Backward(const torch::Tensor& closure_loss, bool shoul
   DTRAIN_RETURN_IF_ERROR(collectives_->Explain(GuardTorch("backward failed", [&]() -> absl::Status {
     LossScaler* scaler = precision_->scaler();
     torch::Tensor loss = scaler != nullptr ? scaler->Scale(closure_loss) : closure_loss;
-    strategy_->ReleaseSpentGradients();
+    const std::vector<torch::Tensor> released = strategy_->ReleaseSpentGradients();
     strategy_->PreBackward(should_accumulate);
     loss.backward();
     // Before PostBackward: a strategy that averages gradients sees every parameter that had
     // one with one, as when gradients were zeroed in place.
-    strategy_->ZeroMissingGradients();
+    Strategy::ZeroMissingGradients(released);
     return absl::OkStatus();
   })));
   // The averaging copies and reduces tensors: a libtorch error there is a status too.

@@ -119,23 +119,23 @@ absl::Status Strategy::OptimizerStep() {
   });
 }
 
-void Strategy::ReleaseSpentGradients() {
-  if (!gradients_spent_ || model_ == nullptr) return;
+std::vector<torch::Tensor> Strategy::ReleaseSpentGradients() {
+  std::vector<torch::Tensor> released;
+  if (!gradients_spent_ || model_ == nullptr) return released;
   gradients_spent_ = false;
-  released_.clear();
   for (torch::Tensor& p : model_->Parameters()) {
     if (!p.grad().defined()) continue;
     p.mutable_grad().reset();
-    released_.push_back(std::move(p));
+    released.push_back(std::move(p));
   }
+  return released;
 }
 
-void Strategy::ZeroMissingGradients() {
+void Strategy::ZeroMissingGradients(const std::vector<torch::Tensor>& released) {
   torch::NoGradGuard no_grad;
-  for (torch::Tensor& p : released_) {
+  for (torch::Tensor p : released) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
   }
-  released_.clear();
 }
 
 void Strategy::SetLearningRate(double lr) {

@@ -99,11 +99,12 @@ class Strategy {
   // gradient fewer a step (the plain loop's MLP step ~4.5% faster for it).
   virtual void OptimizerZeroGrad() { gradients_spent_ = true; }
   // Around loss.backward() (the accelerator calls them, both before PostBackward): drops the
-  // spent gradients; then gives zeros to those the backward did not reach, so that the optimizer
-  // steps every parameter that had a gradient, as when gradients were zeroed in place (momentum
-  // and weight decay included), and a strategy averaging gradients sees every one of them.
-  void ReleaseSpentGradients();
-  void ZeroMissingGradients();
+  // spent gradients, returning the parameters that held them; then gives zeros to those of them
+  // the backward did not reach, so that the optimizer steps every parameter that had a gradient,
+  // as when gradients were zeroed in place (momentum and weight decay included), and a strategy
+  // averaging gradients sees every one of them.
+  std::vector<torch::Tensor> ReleaseSpentGradients();
+  static void ZeroMissingGradients(const std::vector<torch::Tensor>& released);
   virtual void SetLearningRate(double lr);
   // Per param group: the learning rate and momentum configure_optimizers' schedulers set.
   virtual void SetGroupRates(const std::vector<GroupRates>& rates);
@@ -185,7 +186,6 @@ class Strategy {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   double lr_ = 0;
   bool gradients_spent_ = false;
-  std::vector<torch::Tensor> released_;  // parameters whose gradients the last release dropped
   std::unique_ptr<CheckpointIO> checkpoint_io_ = std::make_unique<TorchCheckpointIO>();
 };
 
