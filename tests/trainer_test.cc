@@ -137,6 +137,12 @@ TEST_F(TrainerTest, Progress_InjectedClock_SamplesPerSecondEtaAndPhasesExact) {
               HasSubstr("rank 1 0.12 s in steps, 0.01 s (10.0%) of it waiting for gradients"));
   EXPECT_THAT(record_.Line("time by rank: "),
               HasSubstr("in 12 training calls (batches per call: 1)"));
+  // And where a batch's 10 ms went on each rank, as the fake reports its phases.
+  EXPECT_THAT(record_.Line("time per batch by rank: "),
+              HasSubstr("rank 0 10.000 ms: data 1.000, forward 3.000, backward 3.000, averaging "
+                        "gradients 1.000, optimizer 1.000, other 1.000; rank 1 10.000 ms: data "
+                        "1.000, forward 3.000, backward 3.000, averaging gradients 2.000, "
+                        "optimizer 1.000, other 0.000"));
 }
 
 TEST_F(TrainerTest, AutoSizedCalls_TakeAShortRestOfTheEpochAlong) {

@@ -47,12 +47,30 @@ TEST_P(WorkerServiceBackendTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) 
   ASSERT_TRUE(Setup(*single, MakeSetup("ddp-ref", "single_device", 1, address())).ok());
 
   constexpr int kSteps = 20, kB = 16;
+  std::vector<v1::StepResponse> responses(2);
   for (int step = 0; step < kSteps; step += 5) {
     Parallel(2, [&](int r) {
       auto out = Train(*ranks[r], "ddp-eq", {Slice(step, r, 2, kB, 5)});
       statuses[r] = out.status();
+      if (out.ok()) responses[r] = *std::move(out);
     });
     ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
+    // Each rank's profile of the call: every phase took time, and together they fit in the
+    // call's step time; the averaging holds the wait for the other rank's gradients.
+    for (const v1::StepResponse& response : responses) {
+      ASSERT_EQ(response.results_size(), 1);
+      const v1::LocalResult& local = response.results(0);
+      const v1::StepPhases& p = local.phases();
+      EXPECT_GT(p.data_seconds(), 0);
+      EXPECT_GT(p.forward_seconds(), 0);
+      EXPECT_GT(p.backward_seconds(), 0);
+      EXPECT_GT(p.averaging_seconds(), 0);
+      EXPECT_GT(p.optimizer_seconds(), 0);
+      EXPECT_GE(p.averaging_seconds(), local.gradient_wait_seconds());
+      EXPECT_LE(p.data_seconds() + p.forward_seconds() + p.backward_seconds() +
+                    p.averaging_seconds() + p.optimizer_seconds(),
+                local.step_seconds());
+    }
     // The single rank's batch s is both ranks' batches s together.
     v1::LocalWork whole;
     whole.set_first_batch_idx(step);

@@ -171,6 +171,7 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::Train(const TrainCall& call) {
       r.gradient_wait_seconds = local.gradient_wait_seconds();
       r.data_wait_seconds = local.data_wait_seconds();
       r.data_skipped = local.data_skipped();
+      r.phases = local.phases();
       for (const v1::BatchResult& batch : local.batches()) r.batches.push_back(ScalarsOf(batch));
     }
   }

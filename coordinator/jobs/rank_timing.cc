@@ -1,6 +1,7 @@
 #include "coordinator/jobs/rank_timing.h"
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,12 @@ absl::Status RankTiming::OnTrainBatchesEnd(TrainerControl& trainer, const TrainB
     s.in_steps += rank.step_seconds;
     s.gradients += rank.gradient_wait_seconds;
     s.data += rank.data_wait_seconds;
+    const v1::StepPhases& p = rank.phases;
+    const std::array<double, 5> phases = {p.data_seconds(), p.forward_seconds(),
+                                          p.backward_seconds(), p.averaging_seconds(),
+                                          p.optimizer_seconds()};
+    for (size_t k = 0; k < phases.size(); ++k) s.phases[k] += phases[k];
+    s.batches += static_cast<int64_t>(rank.batches.size());
     skipped_[rank.rank] = rank.data_skipped;
   }
   return absl::OkStatus();
@@ -53,6 +60,26 @@ absl::Status RankTiming::OnTrainEnd(TrainerControl& trainer) {
   trainer.Log(absl::StrFormat(
       "time by rank: %s; between steps (the coordinator) %.2f s of %.2f s in %s",
       absl::StrJoin(parts, "; "), std::max(0.0, train - busiest), train, state.calls.Summary()));
+  // The profile, when the workers report phases (older ones do not).
+  std::vector<std::string> profiles;
+  for (const auto& [rank, s] : seconds_) {
+    const std::array<double, 5>& p = s.phases;
+    const double in_phases = std::accumulate(p.begin(), p.end(), 0.0);
+    if (in_phases <= 0 || s.batches == 0) continue;
+    if (static_cast<int>(profiles.size()) == kLoggedRanks) {
+      profiles.push_back(absl::StrCat("and ", seconds_.size() - kLoggedRanks, " more"));
+      break;
+    }
+    const double ms = 1000.0 / static_cast<double>(s.batches);
+    profiles.push_back(absl::StrFormat(
+        "rank %d %.3f ms: data %.3f, forward %.3f, backward %.3f, averaging gradients %.3f, "
+        "optimizer %.3f, other %.3f",
+        rank, s.in_steps * ms, p[0] * ms, p[1] * ms, p[2] * ms, p[3] * ms, p[4] * ms,
+        std::max(0.0, s.in_steps - in_phases) * ms));
+  }
+  if (!profiles.empty()) {
+    trainer.Log(absl::StrCat("time per batch by rank: ", absl::StrJoin(profiles, "; ")));
+  }
   if (most_data_share > 0.1) {
     trainer.Log(absl::StrFormat(
         "input-bound: rank %d waited %.0f%% of its step time for samples; more "

@@ -4,8 +4,13 @@
 // steps between the ranks' batches. One line in the job log once fit ends ("time by rank: ..."),
 // and for streamed data the time the steps waited for samples (a line saying the job is
 // input-bound when that is more than a tenth of a rank's step time) and the samples skipped.
+// A second line profiles a rank's mean batch by phase ("time per batch by rank: ..."): data,
+// forward, backward, averaging the gradients, optimizer, and the rest (the step's bookkeeping),
+// the breakdown Lightning's SimpleProfiler gives.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <map>
 #include <utility>
 
@@ -23,6 +28,9 @@ class RankTiming final : public TrainerCallback {
     double in_steps = 0;
     double gradients = 0;  // waiting for the others' gradients
     double data = 0;       // waiting for streamed samples
+    // data, forward, backward, averaging, optimizer (LocalResult.phases), summed.
+    std::array<double, 5> phases = {};
+    int64_t batches = 0;
   };
   std::map<int, Seconds> seconds_;
   std::map<int, int64_t> skipped_;  // per rank, the latest count (the worker's is cumulative)

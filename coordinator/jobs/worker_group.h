@@ -103,6 +103,7 @@ struct RankTrainResult {
   double gradient_wait_seconds = 0;  // of which waiting for the other ranks' gradients
   double data_wait_seconds = 0;      // of which waiting for streamed samples (input-bound)
   int64_t data_skipped = 0;          // streamed samples skipped so far (on_error: skip)
+  v1::StepPhases phases;             // all zero from a worker that does not report them
   std::vector<BatchScalars> batches;
 };
 struct TrainResult {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/model/batch_tree.h"
@@ -219,8 +220,12 @@ absl::Status Accelerator::Backward(const torch::Tensor& closure_loss, bool shoul
     return absl::OkStatus();
   })));
   // The averaging copies and reduces tensors: a libtorch error there is a status too.
-  return GuardTorch("averaging the gradients failed",
-                    [&]() -> absl::Status { return strategy_->PostBackward(should_accumulate); });
+  const absl::Time averaging = absl::Now();
+  absl::Status averaged = GuardTorch("averaging the gradients failed", [&]() -> absl::Status {
+    return strategy_->PostBackward(should_accumulate);
+  });
+  averaging_time_ += absl::Now() - averaging;
+  return averaged;
 }
 
 absl::StatusOr<double> Accelerator::ClipGradients(double clip_val, ClipAlgorithm algorithm) {

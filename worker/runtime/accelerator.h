@@ -14,6 +14,7 @@
 #include <torch/types.h>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/model/lightning_module.h"
 #include "worker/model/lr_schedulers.h"
@@ -81,6 +82,9 @@ class Accelerator {
   // backward(closure_loss, optimizer, should_accumulate): scales the loss under 16-mixed,
   // runs autograd, and lets the strategy sync gradients unless accumulating.
   absl::Status Backward(const torch::Tensor& closure_loss, bool should_accumulate);
+  // Of all Backward calls so far, the time in the strategy's averaging after autograd (a step
+  // profile's "averaging" phase).
+  absl::Duration averaging_time() const { return averaging_time_; }
   // Sets the scheduled learning rate and steps. Under 16-mixed, unscales first (unless
   // clipping already did), skips the step on inf/nan and updates the scale. Returns whether
   // the optimizer stepped.
@@ -190,6 +194,7 @@ class Accelerator {
   // 16-mixed: whether this step's gradients are already unscaled, and what that found.
   bool unscaled_ = false;
   bool found_inf_ = false;
+  absl::Duration averaging_time_;
 };
 
 class CPUAccelerator : public Accelerator {
