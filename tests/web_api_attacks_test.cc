@@ -206,44 +206,53 @@ TEST_F(WebApiTest, HostileClients_Answered_OthersServed_CoordinatorMemoryFlat) {
                 HasSubstr("HTTP/1.1 413"));
   }
   {
-    // The one more must find this client's places all taken by these 200. Two things could
-    // leave one free for it. The listen backlog is short (httplib's 5), so under load the
-    // kernel completes connections out of order: one opened before the server has seen all
-    // 200 could be established ahead of some. And the attacks above give their places back
-    // only when the server has closed them (a lingering close of up to 200 ms, longer under
-    // load), so fewer than 16 of the 200 may be admitted and a place freed later. So a round
-    // waits until every one of the 200 is admitted or turned away (answered at once, closed),
-    // and counts only when exactly 16 were admitted; others are repeated.
-    const int limit = HttpLimits{}.max_connections_per_client;
+    // The one more must find this client's places all taken by these 200. The attacks above
+    // give their places back only when the server has closed them (a lingering close of up to
+    // 200 ms, longer under load): fewer than the limit of the 200 may then be admitted, and a
+    // place freed afterwards would admit the one more. So a round waits until each of the 200
+    // is admitted (silent) or turned away (answered at once with 429, then closed), and counts
+    // only when exactly the limit was admitted; another round follows otherwise. The wait is
+    // shorter than the head timeout, after which the server would close the admitted ones.
+    constexpr int kConnections = 200, kRounds = 5;
+    const HttpLimits limits;
+    const int limit = limits.max_connections_per_client;
     std::vector<std::unique_ptr<RawHttp>> many;
     int admitted = -1, round = 0;
-    for (; round < 5 && admitted != limit; ++round) {
+    for (; round < kRounds && admitted != limit; ++round) {
       if (round > 0) {
         many.clear();
         absl::SleepFor(absl::Seconds(1));
       }
-      for (int i = 0; i < 200; ++i) many.push_back(std::make_unique<RawHttp>(port_));
+      for (int i = 0; i < kConnections; ++i) many.push_back(std::make_unique<RawHttp>(port_));
       int turned_away = 0;
       std::vector<bool> answered(many.size(), false);
       absl::Time last_answer = absl::Now();
-      for (const absl::Time until = absl::Now() + absl::Seconds(20); absl::Now() < until;) {
+      for (const absl::Time until = absl::Now() + limits.head_timeout / 2; absl::Now() < until;) {
         for (size_t i = 0; i < many.size(); ++i) {
           pollfd p{many[i]->fd, POLLIN, 0};
           if (answered[i] || ::poll(&p, 1, 0) <= 0) continue;
+          char head[64] = {};
+          const ssize_t n = ::recv(many[i]->fd, head, sizeof(head) - 1, MSG_DONTWAIT);
+          ASSERT_TRUE(n > 0 && absl::StartsWith(head, "HTTP/1.1 429"))
+              << "connection " << i << " was closed or answered otherwise: '" << head << "'";
           answered[i] = true;
           ++turned_away;
           last_answer = absl::Now();
         }
-        if (turned_away >= 200 - limit && absl::Now() - last_answer > absl::Milliseconds(500)) {
+        if (turned_away >= kConnections - limit &&
+            absl::Now() - last_answer > absl::Milliseconds(500)) {
           break;
         }
         absl::SleepFor(absl::Milliseconds(10));
       }
-      ASSERT_GE(turned_away, 200 - limit) << "the server left connections over its limit waiting";
-      admitted = 200 - turned_away;
+      ASSERT_GE(turned_away, kConnections - limit)
+          << "the server left connections over its limit of " << limit << " waiting";
+      admitted = kConnections - turned_away;
     }
-    ASSERT_EQ(admitted, limit) << "in 5 rounds, earlier connections always held some places";
-    std::cout << "16 of 200 connections admitted, in round " << round << " of 5\n";
+    ASSERT_EQ(admitted, limit) << "in " << kRounds
+                               << " rounds, earlier connections always held some places";
+    std::cout << limit << " of " << kConnections << " connections admitted, in round " << round
+              << " of " << kRounds << "\n";
     RawHttp one_more(port_);
     const absl::Time asked = absl::Now();
     const std::string answer = one_more.Exchange("", "}}");
