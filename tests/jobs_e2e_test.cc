@@ -119,21 +119,25 @@ TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
   EXPECT_THAT(logs.output, HasSubstr("collective plane: shm (collective_backend auto)"));
   EXPECT_THAT(logs.output, HasSubstr("first training step starts "));
   EXPECT_THAT(logs.output, HasSubstr("time by phase: placement "));
-  // Each rank's mean batch by phase, from the real workers: the phases fit in the batch.
+  // Each rank's mean batch by phase, from the real workers: every phase took time, and the
+  // phases fit in the batch (each printed to 3 decimals, so within 5 x 0.0005 ms of it).
+  const size_t at = logs.output.find("time per batch by rank: ");
+  ASSERT_NE(at, std::string::npos);
+  const std::string line = logs.output.substr(at, logs.output.find('\n', at) - at);
   const std::regex profile(
       "rank ([01]) ([0-9.]+) ms: data ([0-9.]+), forward ([0-9.]+), backward ([0-9.]+), "
-      "averaging gradients ([0-9.]+), optimizer ([0-9.]+), other ([0-9.]+)");
+      "averaging gradients ([0-9.]+), optimizer ([0-9.]+), other [0-9.]+");
   int profiled = 0;
-  const std::string& out = logs.output;
-  for (std::sregex_iterator m(out.begin(), out.end(), profile), end; m != end; ++m, ++profiled) {
+  for (std::sregex_iterator m(line.begin(), line.end(), profile), end; m != end; ++m) {
+    ++profiled;
     double phases = 0;
-    for (int k = 3; k <= 8; ++k) phases += std::stod((*m)[k]);
-    EXPECT_GT(std::stod((*m)[4]), 0) << "forward of rank " << (*m)[1];
-    EXPECT_GT(std::stod((*m)[5]), 0) << "backward of rank " << (*m)[1];
-    EXPECT_GT(std::stod((*m)[6]), 0) << "averaging of rank " << (*m)[1];
-    EXPECT_NEAR(phases, std::stod((*m)[2]), 0.01) << (*m)[0];
+    for (int k = 3; k <= 7; ++k) {
+      EXPECT_GT(std::stod((*m)[k]), 0) << "phase " << k - 2 << " of " << (*m)[0];
+      phases += std::stod((*m)[k]);
+    }
+    EXPECT_LE(phases, std::stod((*m)[2]) + 0.0025) << (*m)[0];
   }
-  EXPECT_EQ(profiled, 2) << "a 'time per batch by rank' profile for each rank";
+  EXPECT_EQ(profiled, 2) << line;
   const v1::JobStatus status = GetJob(id);
   EXPECT_EQ(status.progress().collective_plane(), "shm");
   const auto& phases = status.progress().phase_seconds();

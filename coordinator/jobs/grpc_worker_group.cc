@@ -171,7 +171,9 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::Train(const TrainCall& call) {
       r.gradient_wait_seconds = local.gradient_wait_seconds();
       r.data_wait_seconds = local.data_wait_seconds();
       r.data_skipped = local.data_skipped();
-      r.phases = local.phases();
+      const v1::StepPhases& phases = local.phases();
+      r.phases = {phases.data_seconds(), phases.forward_seconds(), phases.backward_seconds(),
+                  phases.averaging_seconds(), phases.optimizer_seconds()};
       for (const v1::BatchResult& batch : local.batches()) r.batches.push_back(ScalarsOf(batch));
     }
   }

@@ -1,7 +1,6 @@
 #include "coordinator/jobs/rank_timing.h"
 
 #include <algorithm>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -18,11 +17,7 @@ absl::Status RankTiming::OnTrainBatchesEnd(TrainerControl& trainer, const TrainB
     s.in_steps += rank.step_seconds;
     s.gradients += rank.gradient_wait_seconds;
     s.data += rank.data_wait_seconds;
-    const v1::StepPhases& p = rank.phases;
-    const std::array<double, 5> phases = {p.data_seconds(), p.forward_seconds(),
-                                          p.backward_seconds(), p.averaging_seconds(),
-                                          p.optimizer_seconds()};
-    for (size_t k = 0; k < phases.size(); ++k) s.phases[k] += phases[k];
+    s.phases += rank.phases;
     s.batches += static_cast<int64_t>(rank.batches.size());
     skipped_[rank.rank] = rank.data_skipped;
   }
@@ -31,8 +26,17 @@ absl::Status RankTiming::OnTrainBatchesEnd(TrainerControl& trainer, const TrainB
 
 absl::Status RankTiming::OnTrainEnd(TrainerControl& trainer) {
   if (seconds_.empty()) return absl::OkStatus();
-  constexpr int kLoggedRanks = 8;
-  std::vector<std::string> parts;
+  // A line names at most this many ranks, then says how many more it left out.
+  static constexpr size_t kLoggedRanks = 8;
+  auto joined = [](const std::vector<std::string>& parts) {
+    std::vector<std::string> shown(parts.begin(),
+                                   parts.begin() + std::min(parts.size(), kLoggedRanks));
+    if (parts.size() > kLoggedRanks) {
+      shown.push_back(absl::StrCat("and ", parts.size() - kLoggedRanks, " more"));
+    }
+    return absl::StrJoin(shown, "; ");
+  };
+  std::vector<std::string> parts, profiles;
   double busiest = 0;
   double most_data_share = 0;
   int input_bound_rank = -1;
@@ -43,43 +47,27 @@ absl::Status RankTiming::OnTrainEnd(TrainerControl& trainer) {
       most_data_share = data_share;
       input_bound_rank = rank;
     }
-    if (static_cast<int>(parts.size()) < kLoggedRanks) {
-      parts.push_back(absl::StrCat(
-          absl::StrFormat("rank %d %.2f s in steps, %.2f s (%.1f%%) of it waiting for gradients",
-                          rank, s.in_steps, s.gradients,
-                          s.in_steps > 0 ? 100 * s.gradients / s.in_steps : 0.0),
-          s.data > 0 ? absl::StrFormat(", %.2f s (%.1f%%) for data", s.data, 100 * data_share)
-                     : ""));
-    }
-  }
-  if (seconds_.size() > kLoggedRanks) {
-    parts.push_back(absl::StrCat("and ", seconds_.size() - kLoggedRanks, " more"));
-  }
-  const TrainingState& state = trainer.state();
-  const double train = absl::ToDoubleSeconds(state.phases.Get("train"));
-  trainer.Log(absl::StrFormat(
-      "time by rank: %s; between steps (the coordinator) %.2f s of %.2f s in %s",
-      absl::StrJoin(parts, "; "), std::max(0.0, train - busiest), train, state.calls.Summary()));
-  // The profile, when the workers report phases (older ones do not).
-  std::vector<std::string> profiles;
-  for (const auto& [rank, s] : seconds_) {
-    const std::array<double, 5>& p = s.phases;
-    const double in_phases = std::accumulate(p.begin(), p.end(), 0.0);
-    if (in_phases <= 0 || s.batches == 0) continue;
-    if (static_cast<int>(profiles.size()) == kLoggedRanks) {
-      profiles.push_back(absl::StrCat("and ", seconds_.size() - kLoggedRanks, " more"));
-      break;
-    }
+    parts.push_back(absl::StrCat(
+        absl::StrFormat("rank %d %.2f s in steps, %.2f s (%.1f%%) of it waiting for gradients",
+                        rank, s.in_steps, s.gradients,
+                        s.in_steps > 0 ? 100 * s.gradients / s.in_steps : 0.0),
+        s.data > 0 ? absl::StrFormat(", %.2f s (%.1f%%) for data", s.data, 100 * data_share) : ""));
+    // The profile, from workers that report phases (older ones do not).
+    const StepPhaseSeconds& p = s.phases;
+    if (p.total() <= 0 || s.batches == 0) continue;
     const double ms = 1000.0 / static_cast<double>(s.batches);
     profiles.push_back(absl::StrFormat(
         "rank %d %.3f ms: data %.3f, forward %.3f, backward %.3f, averaging gradients %.3f, "
         "optimizer %.3f, other %.3f",
-        rank, s.in_steps * ms, p[0] * ms, p[1] * ms, p[2] * ms, p[3] * ms, p[4] * ms,
-        std::max(0.0, s.in_steps - in_phases) * ms));
+        rank, s.in_steps * ms, p.data * ms, p.forward * ms, p.backward * ms, p.averaging * ms,
+        p.optimizer * ms, std::max(0.0, s.in_steps - p.total()) * ms));
   }
-  if (!profiles.empty()) {
-    trainer.Log(absl::StrCat("time per batch by rank: ", absl::StrJoin(profiles, "; ")));
-  }
+  const TrainingState& state = trainer.state();
+  const double train = absl::ToDoubleSeconds(state.phases.Get("train"));
+  trainer.Log(
+      absl::StrFormat("time by rank: %s; between steps (the coordinator) %.2f s of %.2f s in %s",
+                      joined(parts), std::max(0.0, train - busiest), train, state.calls.Summary()));
+  if (!profiles.empty()) trainer.Log(absl::StrCat("time per batch by rank: ", joined(profiles)));
   if (most_data_share > 0.1) {
     trainer.Log(absl::StrFormat(
         "input-bound: rank %d waited %.0f%% of its step time for samples; more "

@@ -9,7 +9,6 @@
 // the breakdown Lightning's SimpleProfiler gives.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <map>
 #include <utility>
@@ -28,8 +27,7 @@ class RankTiming final : public TrainerCallback {
     double in_steps = 0;
     double gradients = 0;  // waiting for the others' gradients
     double data = 0;       // waiting for streamed samples
-    // data, forward, backward, averaging, optimizer (LocalResult.phases), summed.
-    std::array<double, 5> phases = {};
+    StepPhaseSeconds phases;
     int64_t batches = 0;
   };
   std::map<int, Seconds> seconds_;

@@ -96,6 +96,25 @@ struct TrainCall {
   std::map<std::string, double> monitored;
 };
 
+// Of a call's step time, each phase's, in seconds (LocalResult.phases; docs/jobs.md).
+struct StepPhaseSeconds {
+  double data = 0;
+  double forward = 0;
+  double backward = 0;
+  double averaging = 0;
+  double optimizer = 0;
+
+  double total() const { return data + forward + backward + averaging + optimizer; }
+  StepPhaseSeconds& operator+=(const StepPhaseSeconds& other) {
+    data += other.data;
+    forward += other.forward;
+    backward += other.backward;
+    averaging += other.averaging;
+    optimizer += other.optimizer;
+    return *this;
+  }
+};
+
 struct RankTrainResult {
   int rank = 0;
   int64_t global_step = 0;
@@ -103,7 +122,7 @@ struct RankTrainResult {
   double gradient_wait_seconds = 0;  // of which waiting for the other ranks' gradients
   double data_wait_seconds = 0;      // of which waiting for streamed samples (input-bound)
   int64_t data_skipped = 0;          // streamed samples skipped so far (on_error: skip)
-  v1::StepPhases phases;             // all zero from a worker that does not report them
+  StepPhaseSeconds phases;           // all zero from a worker that does not report them
   std::vector<BatchScalars> batches;
 };
 struct TrainResult {

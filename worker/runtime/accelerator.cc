@@ -4,11 +4,11 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/types.h>
+#include <chrono>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/model/batch_tree.h"
@@ -220,11 +220,11 @@ absl::Status Accelerator::Backward(const torch::Tensor& closure_loss, bool shoul
     return absl::OkStatus();
   })));
   // The averaging copies and reduces tensors: a libtorch error there is a status too.
-  const absl::Time averaging = absl::Now();
+  const auto averaging = std::chrono::steady_clock::now();
   absl::Status averaged = GuardTorch("averaging the gradients failed", [&]() -> absl::Status {
     return strategy_->PostBackward(should_accumulate);
   });
-  averaging_time_ += absl::Now() - averaging;
+  averaging_time_ += absl::FromChrono(std::chrono::steady_clock::now() - averaging);
   return averaged;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -496,18 +497,20 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   std::map<std::string, StrategyCollectives::Logged> hook_logged = a.TakeLogged();
   v1::LocalResult result;
   result.set_rank(a.strategy().global_rank());
-  const absl::Time began = absl::Now();
+  // A monotonic clock, so that the phases fit in the step time even across a clock step.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point began = Clock::now();
   const absl::Duration waited_before = a.strategy().gradient_wait();
   const absl::Duration averaged_before = a.averaging_time();
   const double data_wait_before = data_->wait_seconds();
-  // The step's phases, for the job log's profile: a clock read between them (tens of
-  // nanoseconds against a step's hundreds of microseconds at least).
-  absl::Duration data, forward, backward, optimizer;
+  // The step's phases, for the job log's profile: a clock read between them (well under a
+  // microsecond a batch against a step's hundreds of microseconds at least).
+  Clock::duration data{}, forward{}, backward{}, optimizer{};
   for (int i = 0; i < BatchCount(work); ++i) {
     if (cancelled_) return absl::CancelledError(absl::StrCat("job ", id_, " was cancelled"));
-    absl::Time mark = absl::Now();
-    auto phase_ends = [&mark](absl::Duration& phase) {
-      const absl::Time now = absl::Now();
+    Clock::time_point mark = Clock::now();
+    auto phase_ends = [&mark](Clock::duration& phase) {
+      const Clock::time_point now = Clock::now();
       phase += now - mark;
       mark = now;
     };
@@ -536,7 +539,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     AddLogged(a.TakeLogged(), /*training_step=*/true, r->size(), r);
     if (!hook_logged.empty()) AddLogged(std::exchange(hook_logged, {}), false, 1, r);
     if (should_accumulate) continue;
-    mark = absl::Now();  // the results above are bookkeeping
+    mark = Clock::now();  // the results above are bookkeeping
     if (clip_val_ > 0) {
       DTRAIN_ASSIGN_OR_RETURN(double norm, a.ClipGradients(clip_val_, clip_algorithm_));
       (*r->mutable_scalars())["grad_norm"] = norm;
@@ -553,19 +556,20 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     r->set_optimizer_stepped(true);
     r->set_step_skipped(!stepped);
   }
-  result.set_step_seconds(absl::ToDoubleSeconds(absl::Now() - began));
+  auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  result.set_step_seconds(seconds(Clock::now() - began));
   result.set_data_wait_seconds(data_->wait_seconds() - data_wait_before);
   result.set_data_skipped(data_->skipped());
   result.set_gradient_wait_seconds(
       absl::ToDoubleSeconds(a.strategy().gradient_wait() - waited_before));
   // Backward's time holds the averaging after autograd (Accelerator::Backward runs both).
-  const absl::Duration averaging = a.averaging_time() - averaged_before;
+  const double averaging = absl::ToDoubleSeconds(a.averaging_time() - averaged_before);
   v1::StepPhases& phases = *result.mutable_phases();
-  phases.set_data_seconds(absl::ToDoubleSeconds(data));
-  phases.set_forward_seconds(absl::ToDoubleSeconds(forward));
-  phases.set_backward_seconds(absl::ToDoubleSeconds(backward - averaging));
-  phases.set_averaging_seconds(absl::ToDoubleSeconds(averaging));
-  phases.set_optimizer_seconds(absl::ToDoubleSeconds(optimizer));
+  phases.set_data_seconds(seconds(data));
+  phases.set_forward_seconds(seconds(forward));
+  phases.set_backward_seconds(std::max(0.0, seconds(backward) - averaging));
+  phases.set_averaging_seconds(averaging);
+  phases.set_optimizer_seconds(seconds(optimizer));
   if (end_of_epoch) {
     DTRAIN_RETURN_IF_ERROR(a.CallHook("on_train_epoch_end"));
     AddHookLogged(a, &result);

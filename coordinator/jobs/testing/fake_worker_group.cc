@@ -161,14 +161,12 @@ absl::StatusOr<TrainResult> FakeWorkerGroup::Train(const TrainCall& call) {
     rank.global_step = global_step_;
     rank.step_seconds = 0.01 * static_cast<double>(call.count);
     rank.gradient_wait_seconds = 0.001 * static_cast<double>(call.count) * rank.rank;
-    // Per batch: data 1 ms, forward 3, backward 3, averaging 1 + 1 per rank (the wait above),
-    // optimizer 1; the rest of the 10 ms is bookkeeping.
-    const double n = static_cast<double>(call.count);
-    rank.phases.set_data_seconds(0.001 * n);
-    rank.phases.set_forward_seconds(0.003 * n);
-    rank.phases.set_backward_seconds(0.003 * n);
-    rank.phases.set_averaging_seconds(0.001 * n * (1 + rank.rank));
-    rank.phases.set_optimizer_seconds(0.001 * n);
+    // Per batch: data 1 ms, forward 3, averaging 1 plus the rank's wait above, backward what
+    // is left of 3 after that wait, optimizer 1: the rest of the 10 ms (1 ms for ranks 0-3)
+    // is bookkeeping.
+    const double n = static_cast<double>(call.count), wait = 0.001 * rank.rank;
+    rank.phases = {0.001 * n, 0.003 * n, std::max(0.0, 0.003 - wait) * n, (0.001 + wait) * n,
+                   0.001 * n};
   }
   return result;
 }
