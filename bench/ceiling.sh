@@ -75,6 +75,9 @@ if row['system'] != 'own-model-ceiling':
                  f'the ceiling on {open(kept).read()}: they trained different models')
 if row['system'] == 'lockstep-ceiling':
     row['barrier_s'] = max(r['barrier_s'] for r in rows)
+    # Each rank's mean step by phase (ms: data, forward, backward, averaging, optimizer), to set
+    # beside a job's time per batch by rank.
+    row['phases_ms'] = [r.get('phases_ms') for r in rows]
 else:
     a, b = ([[float(x) for x in l.split()] for l in open(f'$work/ceiling-steps-{i}.txt')] for i in (0, 1))
     if len(a[0]) > 1:

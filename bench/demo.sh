@@ -100,7 +100,7 @@ for run in $(seq 1 "$runs"); do
   "$build/client/dtrain" status "$id" --output json > "$work/status.json"
   "$build/client/dtrain" results "$id" --output json > "$work/results.json"
   # Where the ranks' time went (steps, waits for gradients and data), for the reader.
-  "$build/client/dtrain" logs "$id" | grep -E "time by rank|trained at" >&2 || true
+  "$build/client/dtrain" logs "$id" | grep -E "time by rank|time per batch|trained at" >&2 || true
   deploy/local/cluster.sh stop >&2
   echo "run $run/$runs: compute ceiling again ..." >&2
   ceiling_once "$build" "$work" "$model" "$batch" "$ceiling_steps" "$run" "${ceiling_flags[@]}" \
@@ -112,6 +112,13 @@ for run in $(seq 1 "$runs"); do
   echo "run $run/$runs: lockstep ceiling ..." >&2
   lockstep_once "$build" "$work" "$model" "$batch" "$ceiling_steps" "$run" "${ceiling_flags[@]}" \
     > "$work/lockstep.json"
+  # The loops' batch by phase, beside the job's "time per batch by rank" above.
+  /usr/bin/python3 -c '
+import json, sys
+row = json.load(open(sys.argv[1]))
+parts = ["rank %d %.3f ms: data %.3f, forward %.3f, backward %.3f, averaging gradients %.3f, "
+         "optimizer %.3f" % (r, sum(p), *p) for r, p in enumerate(row["phases_ms"]) if p]
+print("lockstep loops, time per batch by rank: " + "; ".join(parts))' "$work/lockstep.json" >&2
   /usr/bin/python3 - "$work" "$run" "$batch" >> "$work/rows.jsonl" <<'PY'
 import json, re, sys
 work, run, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

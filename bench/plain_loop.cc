@@ -1,5 +1,6 @@
 #include "bench/plain_loop.h"
 
+#include "absl/time/clock.h"
 #include "worker/model/model_thread_scope.h"
 #include "worker/model/model_zoo.h"
 #include "worker/model/optimizers.h"
@@ -53,21 +54,32 @@ absl::Status PlainLoop::Gradients(const Dataset& data, const std::vector<int64_t
                                   int64_t batch_idx) {
   // As a worker's step runs its model code (worker/model/model_thread_scope.h).
   const ModelThreadScope scope(torch::kCPU);
+  absl::Time mark = absl::Now();
+  auto phase_ends = [&mark](absl::Duration& phase) {
+    const absl::Time now = absl::Now();
+    phase += now - mark;
+    mark = now;
+  };
   absl::StatusOr<c10::IValue> batch = data.Batch("train", indices);
   if (!batch.ok()) return batch.status();
+  phase_ends(phases_.data);
   // zero_grad(set_to_none=True), torch's default since 2.0 and what a dtrain step does
   // (Strategy::OptimizerZeroGrad): backward then hands over new gradients, adding to nothing.
   for (torch::Tensor& p : parameters_) p.mutable_grad().reset();
   absl::StatusOr<torch::Tensor> loss = model_.TrainingStep(*batch, batch_idx);
   if (!loss.ok()) return loss.status();
+  phase_ends(phases_.forward);
   loss->backward();
+  phase_ends(phases_.backward);
   return absl::OkStatus();
 }
 
 void PlainLoop::Update(int64_t step) {
   const ModelThreadScope scope(torch::kCPU);
+  const absl::Time began = absl::Now();
   schedule_.Apply(*optimizer_, step);
   optimizer_->step();
+  phases_.update += absl::Now() - began;
 }
 
 }  // namespace dtrain::bench

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "worker/data/dataset.h"
 #include "worker/model/lightning_module.h"
 #include "worker/model/optimizers.h"
@@ -47,6 +48,17 @@ class PlainLoop {
   // The model's parameters, collected once: the step loops read their gradients every step.
   const std::vector<torch::Tensor>& Parameters() const { return parameters_; }
 
+  // Time in each phase since the last ResetPhases, named as the job log's "time per batch by
+  // rank" names them, so a loop's batch can be set beside a job's.
+  struct Phases {
+    absl::Duration data;      // Dataset::Batch
+    absl::Duration forward;   // zero_grad and training_step
+    absl::Duration backward;  // backward
+    absl::Duration update;    // the optimizer's step and the schedule
+  };
+  const Phases& phases() const { return phases_; }
+  void ResetPhases() { phases_ = {}; }
+
  private:
   PlainLoop(LightningModule model, std::unique_ptr<torch::optim::Optimizer> optimizer,
             LrSchedule schedule)
@@ -58,6 +70,7 @@ class PlainLoop {
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   LrSchedule schedule_;
+  Phases phases_;
 };
 
 }  // namespace dtrain::bench

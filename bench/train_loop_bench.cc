@@ -37,6 +37,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "bench/plain_loop.h"
 #include "common/process_tuning.h"
@@ -374,8 +375,9 @@ int main(int argc, char** argv) {
   // (that rank's gradients, its share of the mean and its update), else this rank's whole step.
   const int columns = all_ranks ? world : 1;
   std::vector<double> step_us;
-  std::vector<double> scratch_us(columns);    // a timed step's times when --step_times is not given
-  absl::Duration waited;                      // at the --lockstep barrier, over the timed steps
+  std::vector<double> scratch_us(columns);  // a timed step's times when --step_times is not given
+  absl::Duration waited;                    // at the --lockstep barrier, over the timed steps
+  absl::Duration averaging;  // --average_gradients: copy, barriers and reduction, timed steps
   std::unique_ptr<LockstepBarrier> lockstep;  // opened once the measured model exists
   std::vector<torch::Tensor> places;  // --average_gradients: each gradient's part of the file
   // Rank r's batch of `step`: consecutive samples of `order`, disjoint across the ranks.
@@ -419,6 +421,7 @@ int main(int argc, char** argv) {
       // rank's are there; the second: every rank's part of the mean is written everywhere, so
       // the update may read them and the next step's copy overwrite this rank's.
       DTRAIN_RETURN_IF_ERROR(loop.Gradients(**data, batch_of(step, rank), step));
+      const absl::Time exchange = absl::Now();
       GradientsToPlaces(loop.Parameters(), places);
       absl::Time arrived = absl::Now();
       DTRAIN_RETURN_IF_ERROR(lockstep->ArriveAndWait());
@@ -426,7 +429,10 @@ int main(int argc, char** argv) {
       ReduceOwnPart(*lockstep, rank, world);
       arrived = absl::Now();
       DTRAIN_RETURN_IF_ERROR(lockstep->ArriveAndWait());
-      if (times != nullptr) waited += absl::Now() - arrived;
+      if (times != nullptr) {
+        waited += absl::Now() - arrived;
+        averaging += absl::Now() - exchange;
+      }
       loop.Update(step);
     }
     if (times != nullptr) times[0] = absl::ToDoubleMicroseconds(absl::Now() - step_start);
@@ -436,7 +442,10 @@ int main(int argc, char** argv) {
   // from there on is timed. The warm steps of a throwaway model (timed_from < 0) meet no one.
   auto train = [&](Replicas& loops, int steps, int timed_from, absl::Time& start) -> absl::Status {
     for (int step = 0; step < steps; ++step) {
-      if (step == timed_from) start = absl::Now();
+      if (step == timed_from) {
+        for (dtrain::bench::PlainLoop& loop : loops) loop.ResetPhases();
+        start = absl::Now();
+      }
       const bool timed = timed_from >= 0 && step >= timed_from;
       double* times = nullptr;
       if (timed && keep_step_times) {
@@ -514,13 +523,25 @@ int main(int argc, char** argv) {
   }
   const double seconds = absl::ToDoubleSeconds(end - start);
   const int64_t samples = int64_t{absl::GetFlag(FLAGS_steps)} * batch * columns;
+  // A rank's mean step by phase in ms, as the job log's "time per batch by rank" gives a job's:
+  // data, forward, backward, averaging (with --average_gradients), optimizer. Not with
+  // --all_ranks, whose step holds every rank's.
+  std::string phases = "null";
+  if (!all_ranks) {
+    const dtrain::bench::PlainLoop::Phases& p = (*measured)[0].phases();
+    const double ms = 1000.0 / absl::GetFlag(FLAGS_steps);
+    phases = absl::StrFormat(
+        "[%.4f, %.4f, %.4f, %.4f, %.4f]", absl::ToDoubleSeconds(p.data) * ms,
+        absl::ToDoubleSeconds(p.forward) * ms, absl::ToDoubleSeconds(p.backward) * ms,
+        absl::ToDoubleSeconds(averaging) * ms, absl::ToDoubleSeconds(p.update) * ms);
+  }
   std::printf(
       "{\"system\": \"libtorch-loop\", \"model\": \"%s\", \"ranks\": 1, \"batch\": %d, "
       "\"threads\": %d, \"samples_per_s\": %.1f, \"samples\": %lld, \"start\": %.6f, "
-      "\"end\": %.6f, \"barrier_s\": %.3f, \"parameters_sum\": %.9g}\n",
+      "\"end\": %.6f, \"barrier_s\": %.3f, \"parameters_sum\": %.9g, \"phases_ms\": %s}\n",
       absl::GetFlag(FLAGS_model).c_str(), batch, at::get_num_threads(),
       static_cast<double>(samples) / seconds, static_cast<long long>(samples),
       absl::ToUnixMicros(start) / 1e6, absl::ToUnixMicros(end) / 1e6, absl::ToDoubleSeconds(waited),
-      ParametersSum((*measured)[0]));
+      ParametersSum((*measured)[0]), phases.c_str());
   return 0;
 }
