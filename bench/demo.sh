@@ -1,25 +1,25 @@
 #!/usr/bin/env bash
 # The README demo's job, measured as a user runs it, beside the compute ceiling of the same run:
 #   bench/demo.sh [--runs N] [--config FILE] [--check] [--json]
-# Each run: the compute ceiling (bench/ceiling.sh: two plain libtorch processes, pinned like
-# the workers, each computing the demo's whole job with no communication: both ranks' batches,
-# their mean gradient and the updates, at the demo's batch size, Nesterov momentum, shuffled
-# rows, epochs and cosine schedule, so that the ceiling trains the model the job trains), then a
-# fresh local cluster (deploy/local/cluster.sh, as deploy/local/demo.sh starts it) running the
-# unchanged demo spec (deploy/local/fashion-cnn.yaml) submitted and watched as demo.sh does,
-# then the ceiling again; the run's ceiling is the faster of its two samples. Then the ceiling
-# as measured until 2026-11-30, loops each training its own model (for comparison with earlier
-# tables), and last the lockstep ceiling (bench/ceiling.sh: one loop per rank, the two averaging
-# their gradients every step in place in shared memory, as the shm plane's ddp does), a sample of
-# what a synchronous job with dtrain's exchange and no service can reach. Per run
-# it prints the time from submit to SUCCEEDED, the training rate (samples over the training
-# span: first training step to the last, validation and checkpoints between them left out), its
-# share of the ceiling and of the lockstep ceiling, the rate dtrain reports (which counts from
-# before the sanity check to the run's end), where the seconds went, and test_acc; then the
-# medians with their spread, and the machine. A run whose job beat its ceiling measured a
-# slowed ceiling, not a fast job: it is void, left out of the share's median and counted. A job
-# above its lockstep sample likewise marks that sample slowed: left out of the lockstep medians.
-# --check exits 1 unless the median share of the ceiling is >= 0.90 and every test_acc >= 0.91.
+# Each run: the compute ceiling (bench/ceiling.sh: two plain libtorch processes, pinned like the
+# workers, each computing the demo's whole job with no communication: both ranks' batches, their
+# mean gradient and the updates, at the demo's batch size, Nesterov momentum, the job's batches (its
+# sampler's order of each epoch), epochs and cosine schedule, so that the ceiling trains the model
+# the job trains), then a fresh local cluster (deploy/local/cluster.sh, as deploy/local/demo.sh
+# starts it) running the unchanged demo spec (deploy/local/fashion-cnn.yaml) submitted and watched
+# as demo.sh does, then the ceiling again; the run's ceiling is the faster of its two samples. Then
+# the ceiling as measured until 2026-11-30, loops each training its own model (for comparison with
+# earlier tables), and last the lockstep ceiling (bench/ceiling.sh: one loop per rank, the two
+# averaging their gradients every step in place in shared memory, as the shm plane's ddp does), a
+# sample of what a synchronous job with dtrain's exchange and no service can reach. Per run it
+# prints the time from submit to SUCCEEDED, the training rate (samples over the training span: first
+# training step to the last, validation and checkpoints between them left out), its share of the
+# ceiling and of the lockstep ceiling, the rate dtrain reports (which counts from before the sanity
+# check to the run's end), where the seconds went, and test_acc; then the medians with their spread,
+# and the machine. A run whose job beat its ceiling measured a slowed ceiling, not a fast job: it is
+# void, left out of the share's median and counted. A job above its lockstep sample likewise marks
+# that sample slowed: left out of the lockstep medians. --check exits 1 unless the median share of
+# the ceiling is >= 0.90 and every test_acc >= 0.91.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -43,7 +43,7 @@ cmake --build "$build" --target dtrain-coordinator dtrain-worker dtrain dtrain-b
 
 # The spec's model, batch, optimizer, schedule, length and row order, for a ceiling training its
 # model.
-read -r model batch nesterov lr cosine epochs max_steps shuffle < <(/usr/bin/python3 - "$config" <<'PY'
+read -r model batch nesterov lr cosine epochs max_steps shuffle seed < <(/usr/bin/python3 - "$config" <<'PY'
 import sys, yaml
 path = sys.argv[1]
 spec = yaml.safe_load(open(path)) or {}
@@ -64,7 +64,7 @@ if (epochs > 0) == (max_steps > 0):
     sys.exit(f"bench/demo.sh's ceiling runs the job's length: give {path} max_epochs or max_steps, not both")
 print(model, part("data").get("batch_size", 32), int(bool(part("optimizer").get("nesterov", False))),
       part("optimizer").get("lr", 0.05), int(schedule.get("name") == "cosine"), epochs, max_steps,
-      int(bool(part("data").get("shuffle", True))))
+      int(bool(part("data").get("shuffle", True))), int(spec.get("seed_everything") or 0))
 PY
 )
 [ -n "$model" ] || exit 2  # the spec was refused (above)
@@ -78,7 +78,8 @@ source "$root/bench/ceiling.sh"
 source "$root/bench/bench_job.sh"
 ceiling_flags=(--lr "$lr")
 [ "$nesterov" = 1 ] && ceiling_flags+=(--nesterov)
-[ "$shuffle" = 1 ] && ceiling_flags+=(--shuffle)
+# The loops read the job's batches: its sampler's order of each epoch, by its seed.
+[ "$shuffle" = 1 ] && ceiling_flags+=(--shuffle --seed "$seed")
 [ "$cosine" = 1 ] && ceiling_flags+=(--cosine)
 # The job's whole run: the cost of a step changes along the trajectory (max-pooling's, as the
 # model trains and lr anneals), so a ceiling of the first few hundred steps would not do the

@@ -13,9 +13,10 @@
 // rank averages its part of them, in rank order, into every rank's (barrier_s then sums both
 // waits), so that their models follow a ddp job's trajectory rather than each its own (which
 // changes the compute: see the flag).
-// --rank/--world_size take the rank's slice of each global batch, as ddp does; --start_at (Unix
-// seconds) starts every process of a ceiling at once, and start/end (Unix seconds) let the script
-// compute their joint rate over the same interval dtrain's timer spans.
+// --rank/--world_size read the batches a job's rank reads (--shuffle and --seed: its sampler's
+// order); --start_at (Unix seconds) starts every process of a ceiling at once, and start/end
+// (Unix seconds) let the script compute their joint rate over the same interval dtrain's timer
+// spans.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -28,8 +29,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <numeric>
-#include <random>
 
 #include <ATen/Parallel.h>
 
@@ -42,6 +41,7 @@
 #include "bench/plain_loop.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
+#include "coordinator/jobs/distributed_sampler.h"
 #include "worker/collectives/rank_order_reduction.h"
 #include "worker/data/dataset.h"
 #include "worker/runtime/worker_allocator.h"
@@ -61,8 +61,11 @@ ABSL_FLAG(double, start_at, 0, "Unix time to start training at (0: at once)");
 ABSL_FLAG(bool, nesterov, false, "Nesterov momentum (the README demo's optimizer)");
 ABSL_FLAG(double, lr, 0.05, "learning rate (a job spec's optimizer.lr)");
 ABSL_FLAG(bool, shuffle, false,
-          "each rank reads its batches from a shuffled order of the training set, as a job with "
-          "data.shuffle does (a gather of scattered rows), instead of consecutive rows");
+          "data.shuffle: each epoch's samples in the order of its permutation by --seed and the "
+          "epoch, as a job's sampler draws them; else in order. Either way each rank reads the "
+          "batches a job's rank reads (coordinator/jobs/distributed_sampler.h), an epoch's "
+          "smaller last batch included");
+ABSL_FLAG(uint64_t, seed, 0, "seed_everything: with --shuffle, which permutations");
 ABSL_FLAG(std::string, step_times, "",
           "if set, each timed step's duration in microseconds is written to this file, one per "
           "line (bench/ceiling.sh pairs the ceiling's two ranks' steps); with --all_ranks a line "
@@ -190,6 +193,39 @@ class LockstepBarrier {
   int64_t exchange_;
   size_t stride_;  // bytes from one rank's gradients to the next's (the mapping: 4096 + world's)
   uint64_t arrivals_ = 0;
+};
+
+// Rank r's batch at a step, as a job's ranks draw theirs (TrainShard, Batches): so that the
+// loops gather the rows the job gathers, in its order, with its smaller last batch of an epoch
+// (until 2026-12-01 one fixed permutation read in windows, whose order proved ~4% cheaper on the
+// demo's CNN than the job's: docs/BENCHMARKS.md). An epoch's shards are made at its first step.
+class JobBatches {
+ public:
+  JobBatches(int64_t n, int world, int batch, bool shuffle, uint64_t seed)
+      : n_(n), world_(world), batch_(batch), shuffle_(shuffle), seed_(seed), ranks_(world) {}
+
+  // Batches per epoch: ceil(ceil(n / world) / batch), as the job counts them.
+  int64_t per_epoch() const { return ((n_ + world_ - 1) / world_ + batch_ - 1) / batch_; }
+
+  const std::vector<int64_t>& Of(int64_t step, int r) {
+    const int64_t epoch = step / per_epoch();
+    if (epoch != epoch_) {
+      for (auto& batches : ranks_) batches.clear();
+      epoch_ = epoch;
+    }
+    if (ranks_[r].empty()) {
+      ranks_[r] = dtrain::Batches(dtrain::TrainShard(n_, world_, r, shuffle_, seed_, epoch), batch_);
+    }
+    return ranks_[r][step % per_epoch()];
+  }
+
+ private:
+  int64_t n_;
+  int world_, batch_;
+  bool shuffle_;
+  uint64_t seed_;
+  int64_t epoch_ = -1;
+  std::vector<std::vector<std::vector<int64_t>>> ranks_;  // [rank][batch of the epoch]
 };
 
 // The averaging reads gradients as flat float arrays.
@@ -328,7 +364,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--epochs must be in 0..1000 (0: --steps counts the steps)\n");
     return 2;
   } else if (epochs > 0) {
-    const int64_t per_epoch = (n + int64_t{batch} * world - 1) / (int64_t{batch} * world);
+    const int64_t per_epoch = JobBatches(n, world, batch, false, 0).per_epoch();
     const int64_t timed = epochs * per_epoch - absl::GetFlag(FLAGS_warmup);
     if (timed < 1) {
       std::fprintf(stderr, "--epochs %d is %lld steps, not more than --warmup\n", epochs,
@@ -367,10 +403,7 @@ int main(int argc, char** argv) {
     }
     return replicas;
   };
-  // --shuffle: one fixed permutation, read in windows, stands for a job's per-epoch shuffle.
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  if (absl::GetFlag(FLAGS_shuffle)) std::shuffle(order.begin(), order.end(), std::mt19937_64(1));
+  JobBatches job_batches(n, world, batch, absl::GetFlag(FLAGS_shuffle), absl::GetFlag(FLAGS_seed));
   // Each timed step's time, for --step_times, `columns` to a step: per rank with --all_ranks
   // (that rank's gradients, its share of the mean and its update), else this rank's whole step.
   const int columns = all_ranks ? world : 1;
@@ -380,10 +413,9 @@ int main(int argc, char** argv) {
   absl::Duration averaging;  // --average_gradients: copy, barriers and reduction, timed steps
   std::unique_ptr<LockstepBarrier> lockstep;  // opened once the measured model exists
   std::vector<torch::Tensor> places;  // --average_gradients: each gradient's part of the file
-  // Rank r's batch of `step`: consecutive samples of `order`, disjoint across the ranks.
-  auto batch_of = [&](int step, int r) {
-    const int64_t first = (int64_t{step} * batch * world + int64_t{r} * batch) % (n - batch);
-    return std::vector<int64_t>(order.begin() + first, order.begin() + first + batch);
+  int64_t samples = 0;  // in the timed steps' batches, all ranks this process computes
+  auto batch_of = [&](int step, int r) -> const std::vector<int64_t>& {
+    return job_batches.Of(step, r);
   };
   // One step: with --all_ranks every rank's batch on its replica in turn, then their mean and
   // every replica's update; else this rank's batch, meeting the other ranks if `meet`. `times`,
@@ -393,6 +425,7 @@ int main(int argc, char** argv) {
       std::vector<const std::vector<torch::Tensor>*> into;
       absl::Time at = absl::Now();
       for (int r = 0; r < world; ++r) {
+        if (times != nullptr) samples += static_cast<int64_t>(batch_of(step, r).size());
         DTRAIN_RETURN_IF_ERROR(loops[r].Gradients(**data, batch_of(step, r), step));
         into.push_back(&loops[r].Parameters());
         if (times != nullptr) times[r] = absl::ToDoubleMicroseconds(absl::Now() - at);
@@ -408,6 +441,7 @@ int main(int argc, char** argv) {
       return absl::OkStatus();
     }
     dtrain::bench::PlainLoop& loop = loops[0];
+    if (times != nullptr) samples += static_cast<int64_t>(batch_of(step, rank).size());
     const absl::Time step_start = absl::Now();
     if (!(meet && average)) {
       DTRAIN_RETURN_IF_ERROR(loop.Step(**data, batch_of(step, rank), step));
@@ -522,7 +556,6 @@ int main(int argc, char** argv) {
     std::fclose(out);
   }
   const double seconds = absl::ToDoubleSeconds(end - start);
-  const int64_t samples = int64_t{absl::GetFlag(FLAGS_steps)} * batch * columns;
   // A rank's mean step by phase in ms, as the job log's "time per batch by rank" gives a job's:
   // data, forward, backward, averaging (with --average_gradients), optimizer. Not with
   // --all_ranks, whose step holds every rank's.
