@@ -16,10 +16,12 @@
 # training step to the last, validation and checkpoints between them left out), its share of the
 # ceiling and of the lockstep ceiling, the rate dtrain reports (which counts from before the sanity
 # check to the run's end), where the seconds went, and test_acc; then the medians with their spread,
-# and the machine. A run whose job beat its ceiling measured a slowed ceiling, not a fast job: it is
-# void, left out of the share's median and counted. A job above its lockstep sample likewise marks
-# that sample slowed: left out of the lockstep medians. --check exits 1 unless the median share of
-# the ceiling is >= 0.90 and every test_acc >= 0.91.
+# whether the ceiling trained the job's model (the parameters' sum of the job's last checkpoint
+# against the ceiling's), and the machine. A run whose job beat its ceiling measured a slowed
+# ceiling, not a fast job: it is void, left out of the share's median and counted. A job above its
+# lockstep sample likewise marks that sample slowed: left out of the lockstep medians. --check exits
+# 1 unless the median share of the ceiling is >= 0.90, every test_acc >= 0.91 and every run's
+# ceiling trained the job's model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -100,6 +102,9 @@ for run in $(seq 1 "$runs"); do
   bench_job_wait "$build" "$id"
   "$build/client/dtrain" status "$id" --output json > "$work/status.json"
   "$build/client/dtrain" results "$id" --output json > "$work/results.json"
+  # The trained model, to check that the ceiling trained the same one (below).
+  rm -rf "$work/job-files"
+  "$build/client/dtrain" download "$id" last -o "$work/job-files" >&2 || true
   # Where the ranks' time went (steps, waits for gradients and data), for the reader.
   "$build/client/dtrain" logs "$id" | grep -E "time by rank|time per batch|trained at" >&2 || true
   deploy/local/cluster.sh stop >&2
@@ -137,6 +142,18 @@ samples = int(p["global_step"]) * batch * 2
 rate = p.get("train_samples_per_second") or samples / phases["train"]
 found = re.search(r'"test_acc": ([0-9.]+)', open(f"{work}/results.json").read())
 acc = float(found.group(1)) if found else float("nan")  # a spec with skip_test
+# The job's last checkpoint against the ceiling's parameters: the ceiling reads the job's batches
+# and computes its ranks' steps with the same kernels, so its processes end on the job's model,
+# bit for bit, and their sums (printed to 9 digits) agree. A ruler that trained another model
+# would bound other work.
+job_sum = None
+try:
+    import torch
+    state = torch.load(f"{work}/job-files/last.ckpt", map_location="cpu", weights_only=False)
+    job_sum = float("%.9g" % sum(v.double().sum().item() for v in state["state_dict"].values()
+                                 if v.is_floating_point()))
+except (OSError, KeyError) as e:  # a spec that keeps no checkpoint
+    print(f"run {run}: no last checkpoint to compare with the ceiling: {e}", file=sys.stderr)
 print(json.dumps({
     "run": run, "submit_to_done_s": (int(s["finished_unix_ms"]) - int(s["submitted_unix_ms"])) / 1000,
     "train_samples_per_s": round(rate, 1), "reported_samples_per_s": round(p["samples_per_second"], 1),
@@ -149,6 +166,8 @@ print(json.dumps({
     "share_of_ceiling": round(rate / ceiling["samples_per_s"], 4),
     "own_ceiling_samples_per_s": own["samples_per_s"],
     "share_of_own_ceiling": round(rate / own["samples_per_s"], 4),
+    "job_parameters_sum": job_sum, "ceiling_parameters_sum": ceiling.get("parameters_sum"),
+    "same_model": None if job_sum is None else job_sum == ceiling.get("parameters_sum"),
     "test_acc": acc, "global_step": int(p["global_step"]),
     "phase_seconds": {k: round(v, 2) for k, v in phases.items()}}))
 PY
@@ -193,8 +212,15 @@ print(f"lockstep ceiling (a loop per rank, averaging gradients in place each ste
       f"plane does, no service), {len(rows) - len(steady)} of {len(rows)} samples slowed (the job above them): "
       f"{k[0]:.3f} of the run's ceiling ({k[1]:.3f}-{k[2]:.3f}); the job at {j[0]:.3f} of it "
       f"({j[1]:.3f}-{j[2]:.3f})")
+compared = [r for r in rows if r.get("same_model") is not None]
+same = [r for r in compared if r["same_model"]]
+print(f"the ceiling trained the job's model (their parameters' sums equal to 9 digits) in "
+      f"{len(same)} of {len(compared)} runs compared"
+      + "".join(f"; run {r['run']}: job {r['job_parameters_sum']!r}, ceiling "
+                f"{r['ceiling_parameters_sum']!r}" for r in compared if not r["same_model"]))
 print(f"machine: {machine}")
-if sys.argv[2] == "1" and (not valid or s[0] < 0.90 or a[1] < 0.91):
-    print("check FAILED: wants a median share >= 0.90 and every test_acc >= 0.91")
+if sys.argv[2] == "1" and (not valid or s[0] < 0.90 or a[1] < 0.91 or len(same) < len(compared)):
+    print("check FAILED: wants a median share >= 0.90, every test_acc >= 0.91 and the ceiling "
+          "training the job's model")
     sys.exit(1)
 PY
