@@ -214,7 +214,8 @@ class JobBatches {
       epoch_ = epoch;
     }
     if (ranks_[r].empty()) {
-      ranks_[r] = dtrain::Batches(dtrain::TrainShard(n_, world_, r, shuffle_, seed_, epoch), batch_);
+      ranks_[r] =
+          dtrain::Batches(dtrain::TrainShard(n_, world_, r, shuffle_, seed_, epoch), batch_);
     }
     return ranks_[r][step % per_epoch()];
   }
