@@ -45,8 +45,9 @@ std::set<std::string> FilesUnder(const std::string& dir) {
 
 // Checkpoints come home: rank 0 sends each checkpoint to the coordinator, which keeps the top k
 // (evicted ones leave its store) and last.ckpt with the job; `dtrain results` lists them with
-// sizes, `dtrain download` brings the best back verified and Python's torch loads it, and
-// `dtrain delete` gives the space back, refusing a job that has not ended.
+// sizes, `dtrain download` brings the best back verified and Python's torch loads it (weights
+// only, as torch 2.6 and later do by default), and `dtrain delete` gives the space back, refusing
+// a job that has not ended.
 TEST_F(JobsE2eTest, CheckpointsComeHome_TopKOnTheCoordinator_DownloadedAndDeleted) {
   std::string spec = SyntheticJob("home", 2);
   spec.replace(spec.find("save_top_k: 1"), 13, "save_top_k: 2");
@@ -99,10 +100,11 @@ TEST_F(JobsE2eTest, CheckpointsComeHome_TopKOnTheCoordinator_DownloadedAndDelete
   ASSERT_EQ(download.exit_code, 0) << download.output;
   const std::string path = out + "/" + best->name();
   EXPECT_THAT(download.output, HasSubstr(path));
-  CommandResult python = RunShell(
-      absl::StrCat("/usr/bin/python3 -c 'import torch, hashlib; c = torch.load(\"", path,
-                   "\"); print(\"step\", c[\"global_step\"], \"sha256:\" + hashlib.sha256(open(\"",
-                   path, "\", \"rb\").read()).hexdigest())'"));
+  // As a user of torch 2.6 or later loads it by default: weights only.
+  CommandResult python = RunTorchPython(
+      absl::StrCat(kWeightsOnlyLoad, "import hashlib\nc = weights_only_load('", path,
+                   "')\nprint('step', c['global_step'], 'sha256:' + hashlib.sha256(open('", path,
+                   "', 'rb').read()).hexdigest())\n"));
   ASSERT_EQ(python.exit_code, 0) << python.output;
   EXPECT_THAT(python.output, HasSubstr(absl::StrCat("step ", best->step(), " ", best->digest())));
   CommandResult missing = Dtrain("download home-1 nosuch.ckpt -o " + out);

@@ -272,6 +272,22 @@ CommandResult RunShell(const std::string& command) {
   return result;
 }
 
+const char kWeightsOnlyLoad[] = R"(
+import pickle, types
+class _WeightsOnlyUnpickler(pickle.Unpickler):
+    # torch.load resolves storage types itself; a global that reaches here is what REDUCE calls.
+    def find_class(self, module, name):
+        if (module, name) not in {("torch._utils", "_rebuild_tensor_v2"),
+                                  ("collections", "OrderedDict")}:
+            raise pickle.UnpicklingError(f"weights_only refuses the global {module}.{name}")
+        return super().find_class(module, name)
+_weights_only_pickle = types.ModuleType("weights_only_pickle")
+_weights_only_pickle.Unpickler = _WeightsOnlyUnpickler
+_weights_only_pickle.load = pickle.load
+def weights_only_load(path):
+    return torch.load(path, map_location="cpu", pickle_module=_weights_only_pickle)
+)";
+
 CommandResult RunTorchPython(const std::string& script) {
   const std::string path = TestTempPath("script.py");
   std::ofstream(path) << "import torch\n" << script;

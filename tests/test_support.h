@@ -85,6 +85,12 @@ struct CommandResult {
 CommandResult RunShell(const std::string& command);
 // Runs `script`, after `import torch`, with Debian's python3 and its torch (python3-torch).
 CommandResult RunTorchPython(const std::string& script);
+// Python defining weights_only_load(path): torch.load refusing every global that torch's
+// weights_only=True refuses (its default since torch 2.6), so that a test shows what users of a
+// current torch load by default. Debian's torch 1.13 has weights_only too, but its unpickler
+// lacks opcodes later ones read (floats), which every checkpoint holds; this one checks the
+// globals and reads the opcodes. For RunTorchPython scripts.
+extern const char kWeightsOnlyLoad[];
 
 // A file's whole contents; "" when it cannot be read.
 std::string ReadFile(const std::string& path);

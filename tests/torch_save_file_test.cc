@@ -1,7 +1,8 @@
 // torch.save files Python wrote, read by the worker as data and checkpoints
 // (worker/model/torch_save_file, worker/data): every split shape, normalization, clear errors,
 // the pickle rewrite, Python objects libtorch cannot hold, and the gate before libtorch's
-// unpickler (worker/model/pickle_check) against hostile pickles, storages and tensor views.
+// unpickler (worker/model/pickle_check) against hostile pickles, storages and tensor views; and
+// what dtrain writes, loaded by torch.load with weights_only=True.
 #include <malloc.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <new>
 #include <string>
 #include <vector>
@@ -527,6 +529,61 @@ TEST(PickleRewrite, MemoryASmallMultipleOfThePickle) {
     EXPECT_NE(rewritten, shape.pickle) << shape.name << ": nothing was rewritten";
     EXPECT_LT(ratio, 10.0) << shape.name;
   }
+}
+
+// What dtrain writes (checkpoints) loads in torch.load with weights_only=True, torch 2.6's
+// default (kWeightsOnlyLoad checks its globals): libtorch's pickler would wrap lists of ints,
+// floats and tensors in torch.jit._pickle.build_*list and every list and dict in restore_type_tag,
+// which that unpickler refuses. Values and tensors come back as written, in Python and in dtrain.
+TEST(TorchSaveWrite, TypedListsAndDicts_LoadWithWeightsOnly_ValuesKept) {
+  c10::impl::GenericList params(c10::IntType::get());
+  params.push_back(0);
+  params.push_back(3);
+  c10::impl::GenericList rates(c10::FloatType::get());
+  rates.push_back(0.1);
+  c10::impl::GenericList tensors(c10::TensorType::get());
+  tensors.push_back(torch::arange(6, torch::kFloat32).reshape({2, 3}));
+  tensors.push_back(torch::tensor({true, false}));
+  c10::impl::GenericList flags(c10::BoolType::get());
+  flags.push_back(true);
+  c10::impl::GenericDict state(c10::StringType::get(), c10::TensorType::get());
+  state.insert("w", torch::full({2}, 1.5, torch::kFloat64));
+  c10::impl::GenericDict group(c10::StringType::get(), c10::AnyType::get());
+  group.insert("params", params);
+  group.insert("lr", rates);
+  group.insert("flags", flags);
+  group.insert("pair", c10::ivalue::Tuple::create({c10::IValue(int64_t{7}), tensors}));
+  c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
+  top.insert("state_dict", state);
+  top.insert("group", group);
+  top.insert("tensors", tensors);
+  top.insert("global_step", int64_t{32});
+  const std::string path = testing::TestTempPath("untagged.ckpt");
+  ASSERT_TRUE(WriteTorchSaveFile(path, top).ok());
+
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.find("torch.jit"), std::string::npos) << "a type tag or typed list was written";
+  Python(absl::StrCat(testing::kWeightsOnlyLoad, "c = weights_only_load('", path, R"(')
+assert c["global_step"] == 32, c
+assert torch.equal(c["state_dict"]["w"], torch.full((2,), 1.5, dtype=torch.float64))
+g = c["group"]
+assert g["params"] == [0, 3] and g["lr"] == [0.1] and g["flags"] == [True], g
+assert g["pair"][0] == 7 and torch.equal(g["pair"][1][0], torch.arange(6.).reshape(2, 3))
+assert torch.equal(c["tensors"][1], torch.tensor([True, False])), c["tensors"]
+)"));
+
+  absl::StatusOr<c10::IValue> back = ReadTorchSaveFile(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  const c10::Dict<c10::IValue, c10::IValue> read = back->toGenericDict();
+  EXPECT_EQ(read.at("global_step").toInt(), 32);
+  EXPECT_TRUE(torch::equal(read.at("state_dict").toGenericDict().at("w").toTensor(),
+                           torch::full({2}, 1.5, torch::kFloat64)));
+  const c10::List<c10::IValue> ints = read.at("group").toGenericDict().at("params").toList();
+  ASSERT_EQ(ints.size(), 2u);
+  EXPECT_EQ(ints.get(1).toInt(), 3);
+  EXPECT_TRUE(torch::equal(read.at("tensors").toList().get(0).toTensor(),
+                           torch::arange(6, torch::kFloat32).reshape({2, 3})));
 }
 
 }  // namespace torch_save_file_test

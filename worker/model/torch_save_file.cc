@@ -14,6 +14,8 @@
 
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/istream_adapter.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/serialize.h>
 
@@ -559,6 +561,62 @@ absl::StatusOr<c10::IValue> ParseTorchSave(const std::string& bytes, const std::
       });
 }
 
+namespace {
+
+// `value` with every list a list of Any and every dict's values Any, its elements likewise:
+// libtorch's pickler writes a list of ints, floats, bools or tensors as a call of
+// torch.jit._pickle.build_*list, which torch.load's weights_only unpickler refuses (the default
+// since torch 2.6); a list of Any is a plain pickle list. Values are shared, not copied: a
+// tensor stays the same tensor.
+c10::IValue Untyped(const c10::IValue& value) {
+  if (value.isList()) {
+    c10::impl::GenericList out(c10::AnyType::get());
+    const c10::List<c10::IValue> in = value.toList();
+    out.reserve(in.size());
+    for (const c10::IValue& item : in) out.push_back(Untyped(item));
+    return out;
+  }
+  if (value.isGenericDict()) {
+    const c10::Dict<c10::IValue, c10::IValue> in = value.toGenericDict();
+    c10::impl::GenericDict out(in.keyType(), c10::AnyType::get());
+    out.reserve(in.size());
+    for (const auto& entry : in) out.insert(entry.key(), Untyped(entry.value()));
+    return out;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> items;
+    for (const c10::IValue& item : value.toTupleRef().elements()) items.push_back(Untyped(item));
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  return value;
+}
+
+// torch::pickle_save without its type tags: it wraps every list and dict in
+// torch.jit._pickle.restore_type_tag, which weights_only loading refuses too. The archive is
+// pickle_save's own (data.pkl and a record per storage, written by libtorch's writer).
+std::vector<char> PickleSaveUntagged(const c10::IValue& value) {
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler(
+      [&](const char* at, size_t n) { pickle.insert(pickle.end(), at, at + n); }, nullptr, nullptr,
+      nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::vector<char> archive;
+  archive.reserve(pickle.size());
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* at, size_t n) {
+    const char* bytes = static_cast<const char*>(at);
+    archive.insert(archive.end(), bytes, bytes + n);
+    return n;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
+                                     writer);
+  writer.writeEndOfFile();
+  return archive;
+}
+
+}  // namespace
+
 absl::StatusOr<c10::IValue> ReadTorchSaveFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in.good()) {
@@ -573,7 +631,7 @@ absl::StatusOr<c10::IValue> ReadTorchSaveFile(const std::string& path) {
 absl::Status WriteTorchSaveFile(const std::string& path, const c10::IValue& value) {
   std::vector<char> bytes;
   DTRAIN_RETURN_IF_ERROR(GuardTorch(absl::StrCat("cannot write '", path, "'"), [&]() {
-    bytes = torch::pickle_save(value);
+    bytes = PickleSaveUntagged(Untyped(value));
     return absl::OkStatus();
   }));
   // Readable by others as before: a shared checkpoint.dirpath is the operator's to share.
