@@ -21,8 +21,8 @@ ceiling_once() { loops_once compute-ceiling "$@" --all_ranks; }
 
 # own_ceiling_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
 # The ceiling as measured until 2026-11-30: each process one rank's batches on its own model
-# (no averaging), so each trains a different model from the job's. Prints {system:
-# own-model-ceiling, ...}.
+# (no averaging), so each trains a different model from the job's; since 2026-12-01 on the job's
+# batches (it read other samples before). Prints {system: own-model-ceiling, ...}.
 own_ceiling_once() { loops_once own-model-ceiling "$@"; }
 
 # loops_once SYSTEM BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]: the two processes,

@@ -23,8 +23,8 @@ absl::Status PrepareTrainingThread(int threads, const std::string& cpus) {
 }
 
 absl::StatusOr<PlainLoop> PlainLoop::Make(const std::string& model, double lr, double momentum,
-                                          bool nesterov, int64_t cosine_steps) {
-  absl::StatusOr<LightningModule> module = BuiltinModel(model, 1);
+                                          bool nesterov, int64_t cosine_steps, uint64_t seed) {
+  absl::StatusOr<LightningModule> module = BuiltinModel(model, seed);
   if (!module.ok()) return module.status();
   auto optimizer = MakeOptimizer(
       module->Parameters(), {.name = "sgd", .lr = lr, .momentum = momentum, .nesterov = nesterov});

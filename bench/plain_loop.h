@@ -29,10 +29,12 @@ absl::Status PrepareTrainingThread(int threads, const std::string& cpus);
 
 class PlainLoop {
  public:
-  // `model`: a zoo name (mlp, cnn), built with seed 1 as a job's is. `cosine_steps` > 0 anneals
-  // lr to 0 over that many optimizer steps, as a job's lr_scheduler cosine does over its run.
+  // `model`: a zoo name (mlp, cnn), built with `seed` as a job's is with its seed_everything.
+  // `cosine_steps` > 0 anneals lr to 0 over that many optimizer steps, as a job's lr_scheduler
+  // cosine does over its run.
   static absl::StatusOr<PlainLoop> Make(const std::string& model, double lr, double momentum,
-                                        bool nesterov = false, int64_t cosine_steps = 0);
+                                        bool nesterov = false, int64_t cosine_steps = 0,
+                                        uint64_t seed = 1);
 
   // One optimizer step on the training samples `indices` of `data`: Gradients, then Update.
   absl::Status Step(const Dataset& data, const std::vector<int64_t>& indices, int64_t batch_idx);

@@ -65,7 +65,9 @@ ABSL_FLAG(bool, shuffle, false,
           "epoch, as a job's sampler draws them; else in order. Either way each rank reads the "
           "batches a job's rank reads (coordinator/jobs/distributed_sampler.h), an epoch's "
           "smaller last batch included");
-ABSL_FLAG(uint64_t, seed, 0, "seed_everything: with --shuffle, which permutations");
+ABSL_FLAG(uint64_t, seed, 1,
+          "seed_everything: the model's initial weights and, with --shuffle, each epoch's "
+          "permutation (the bench's and the demo's job specs give 1)");
 ABSL_FLAG(std::string, step_times, "",
           "if set, each timed step's duration in microseconds is written to this file, one per "
           "line (bench/ceiling.sh pairs the ceiling's two ranks' steps); with --all_ranks a line "
@@ -398,7 +400,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < (all_ranks ? world : 1); ++r) {
       absl::StatusOr<dtrain::bench::PlainLoop> loop = dtrain::bench::PlainLoop::Make(
           absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_lr), 0.9, absl::GetFlag(FLAGS_nesterov),
-          absl::GetFlag(FLAGS_cosine) ? run_steps : 0);
+          absl::GetFlag(FLAGS_cosine) ? run_steps : 0, absl::GetFlag(FLAGS_seed));
       if (!loop.ok()) return loop.status();
       replicas.push_back(*std::move(loop));
     }

@@ -283,7 +283,7 @@ class _WeightsOnlyUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 _weights_only_pickle = types.ModuleType("weights_only_pickle")
 _weights_only_pickle.Unpickler = _WeightsOnlyUnpickler
-_weights_only_pickle.load = pickle.load
+_weights_only_pickle.load = lambda f, **kw: _WeightsOnlyUnpickler(f, **kw).load()
 def weights_only_load(path):
     return torch.load(path, map_location="cpu", pickle_module=_weights_only_pickle)
 )";

@@ -1,6 +1,8 @@
 // Files in the format of Python's torch.save, read and written with libtorch alone: the user's
-// data files and dtrain's Lightning-format checkpoints. Writing is torch::pickle_save (which
-// torch.load reads); reading is libtorch's unpickler over the zip archive torch.save writes.
+// data files and dtrain's Lightning-format checkpoints. Writing is torch::pickle_save's archive
+// with libtorch's pickler, its TorchScript type tags off, so that torch.load reads it with
+// weights_only=True (torch 2.6's default); reading is libtorch's unpickler over the zip archive
+// torch.save writes.
 //
 // libtorch 1.13's unpickler lacks the SETITEM and APPEND opcodes, which Python's pickler emits
 // for every dict or list of exactly one item (a dataset with only a train split, an optimizer
