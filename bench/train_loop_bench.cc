@@ -204,10 +204,18 @@ class LockstepBarrier {
 class JobBatches {
  public:
   JobBatches(int64_t n, int world, int batch, bool shuffle, uint64_t seed)
-      : n_(n), world_(world), batch_(batch), shuffle_(shuffle), seed_(seed), ranks_(world) {}
+      : n_(n),
+        world_(world),
+        batch_(batch),
+        shuffle_(shuffle),
+        seed_(seed),
+        ranks_(world),
+        // Counted from the sampler itself rather than by a formula that could drift from it:
+        // every rank has as many (its shard is padded).
+        per_epoch_(static_cast<int64_t>(
+            dtrain::Batches(dtrain::TrainShard(n, world, 0, false, 0, 0), batch).size())) {}
 
-  // Batches per epoch: ceil(ceil(n / world) / batch), as the job counts them.
-  int64_t per_epoch() const { return ((n_ + world_ - 1) / world_ + batch_ - 1) / batch_; }
+  int64_t per_epoch() const { return per_epoch_; }
 
   const std::vector<int64_t>& Of(int64_t step, int r) {
     const int64_t epoch = step / per_epoch();
@@ -229,6 +237,7 @@ class JobBatches {
   uint64_t seed_;
   int64_t epoch_ = -1;
   std::vector<std::vector<std::vector<int64_t>>> ranks_;  // [rank][batch of the epoch]
+  int64_t per_epoch_;
 };
 
 // The averaging reads gradients as flat float arrays.
