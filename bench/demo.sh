@@ -20,11 +20,12 @@
 # model (the parameters' sum of the job's last checkpoint against the ceiling's), and the machine. A
 # run whose job beat its ceiling measured a slowed ceiling, not a fast job: it is void, left out of
 # the share's median and counted. A job above its lockstep sample likewise marks that sample slowed:
-# left out of the lockstep medians. A run whose ranks' forward differed by over 15% (the job log's
-# profile: one core slowed for the job's span) is counted and the share also given without it,
-# but kept in the median, as a rank made slower by dtrain would look the same. --check exits 1
-# unless the median share of the ceiling is >= 0.90, every test_acc >= 0.91 and the ceiling
-# trained the job's model in every run compared (at least one).
+# left out of the lockstep medians. A valid run whose ranks' forward differed by over 15% (the
+# job log's profile: one core slowed for the job's span) is counted, and the share is also given
+# without such runs (unless every valid run is one); they stay in the median, as a rank made
+# slower by dtrain would look the same. --check exits 1 unless the median share of the ceiling
+# is >= 0.90, every test_acc >= 0.91 and the ceiling trained the job's model in every run
+# compared (at least one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -147,7 +148,7 @@ work, run, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 # Each rank's forward in ms a batch, from the job log's profile ("rank 0 X ms: data D, forward F,
 # ..."). Both ranks run the same model on same-sized batches, each on a core of its own, so a
 # forward much slower on one rank than on the other is that core slowed (this VM's cores lose up to
-# a third for seconds at a time), which the faster rank then waits for at every step.
+# a third, for seconds or for a whole job), which the faster rank then waits for at every step.
 forwards = [float(f) for f in re.findall(r"rank \d+ [0-9.]+ ms: data [0-9.]+, forward ([0-9.]+)",
                                           open(f"{work}/job-profile.txt").read())]
 forward_skew = None
