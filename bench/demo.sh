@@ -77,9 +77,9 @@ if (opt.get("name", "sgd") != "sgd" or float(opt.get("momentum") or 0) != 0.9
 epochs, max_steps = int(trainer.get("max_epochs") or 0), int(trainer.get("max_steps") or 0)
 if (epochs > 0) == (max_steps > 0):
     sys.exit(f"bench/demo.sh's ceiling runs the job's length: give {path} max_epochs or max_steps, not both")
-print(model, part("data").get("batch_size", 32), int(bool(part("optimizer").get("nesterov", False))),
-      part("optimizer").get("lr", 0.01), int(schedule.get("name") == "cosine"), epochs, max_steps,
-      int(bool(part("data").get("shuffle", True))), int(spec.get("seed_everything") or 0))
+print(model, data.get("batch_size", 32), int(bool(opt.get("nesterov", False))),
+      opt.get("lr", 0.01), int(schedule.get("name") == "cosine"), epochs, max_steps,
+      int(bool(data.get("shuffle", True))), int(spec.get("seed_everything") or 0))
 PY
 )
 [ -n "$model" ] || exit 2  # the spec was refused (above)

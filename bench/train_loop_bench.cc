@@ -375,8 +375,10 @@ int main(int argc, char** argv) {
   if (const int epochs = absl::GetFlag(FLAGS_epochs); epochs < 0 || epochs > 1000) {
     std::fprintf(stderr, "--epochs must be in 0..1000 (0: --steps counts the steps)\n");
     return 2;
-  } else if (epochs > 0) {
-    const int64_t per_epoch = JobBatches(n, world, batch, false, 0).per_epoch();
+  }
+  JobBatches job_batches(n, world, batch, absl::GetFlag(FLAGS_shuffle), absl::GetFlag(FLAGS_seed));
+  if (const int epochs = absl::GetFlag(FLAGS_epochs); epochs > 0) {
+    const int64_t per_epoch = job_batches.per_epoch();
     const int64_t timed = epochs * per_epoch - absl::GetFlag(FLAGS_warmup);
     if (timed < 1) {
       std::fprintf(stderr, "--epochs %d is %lld steps, not more than --warmup\n", epochs,
@@ -415,7 +417,6 @@ int main(int argc, char** argv) {
     }
     return replicas;
   };
-  JobBatches job_batches(n, world, batch, absl::GetFlag(FLAGS_shuffle), absl::GetFlag(FLAGS_seed));
   // Each timed step's time, for --step_times, `columns` to a step: per rank with --all_ranks
   // (that rank's gradients, its share of the mean and its update), else this rank's whole step.
   const int columns = all_ranks ? world : 1;
