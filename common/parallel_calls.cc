@@ -10,72 +10,71 @@ namespace dtrain {
 
 std::vector<grpc::Status> ParallelCalls::Run(int n, const Call& call, absl::Duration grace,
                                              absl::Time deadline) {
-  return Collect(
-      n,
-      [&](const std::vector<std::pair<grpc::ClientContext*, Done>>& calls) {
-        std::vector<std::function<void()>> tasks;
-        tasks.reserve(n);
-        for (int i = 0; i < n; ++i) {
-          tasks.emplace_back([&call, i, context = calls[i].first, done = calls[i].second] {
-            done(call(i, context));
-          });
-        }
-        Dispatch(std::move(tasks));
-      },
-      grace, deadline);
+  return Wait(Begin(
+                  n,
+                  [&](const std::vector<std::pair<grpc::ClientContext*, Done>>& calls) {
+                    std::vector<std::function<void()>> tasks;
+                    tasks.reserve(n);
+                    for (int i = 0; i < n; ++i) {
+                      tasks.emplace_back([&call, i, context = calls[i].first,
+                                          done = calls[i].second] { done(call(i, context)); });
+                    }
+                    Dispatch(std::move(tasks));
+                  },
+                  deadline),
+              grace);
 }
 
 std::vector<grpc::Status> ParallelCalls::RunAsync(int n, const AsyncCall& start,
                                                   absl::Duration grace, absl::Time deadline) {
-  return Collect(
+  return Wait(Start(n, start, deadline), grace);
+}
+
+std::unique_ptr<ParallelCalls::Started> ParallelCalls::Start(int n, const AsyncCall& start,
+                                                             absl::Time deadline) {
+  return Begin(
       n,
       [&](const std::vector<std::pair<grpc::ClientContext*, Done>>& calls) {
         for (int i = 0; i < n; ++i) start(i, calls[i].first, calls[i].second);
       },
-      grace, deadline);
+      deadline);
 }
 
-std::vector<grpc::Status> ParallelCalls::Collect(
-    int n,
-    const std::function<void(const std::vector<std::pair<grpc::ClientContext*, Done>>&)>& start_all,
-    absl::Duration grace, absl::Time deadline) {
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
+std::unique_ptr<ParallelCalls::Started> ParallelCalls::Begin(int n, const StartAll& start_all,
+                                                             absl::Time deadline) {
+  auto started = std::make_unique<Started>(n);
   {
     absl::MutexLock lock(&mu_);
     for (int i = 0; i < n; ++i) {
-      contexts[i] = std::make_unique<grpc::ClientContext>();
+      started->contexts[i] = std::make_unique<grpc::ClientContext>();
       if (deadline != absl::InfiniteFuture()) {
-        contexts[i]->set_deadline(absl::ToChronoTime(deadline));
+        started->contexts[i]->set_deadline(absl::ToChronoTime(deadline));
       }
-      running_.push_back(contexts[i].get());
+      running_.push_back(started->contexts[i].get());
     }
   }
-  // Shared with the completions: a kept thread or gRPC's may still be leaving mu when this
-  // returns.
-  struct Outcome {
-    explicit Outcome(int n) : results(n), finished(n, false) {}
-    absl::Mutex mu;
-    std::vector<grpc::Status> results ABSL_GUARDED_BY(mu);
-    std::vector<bool> finished ABSL_GUARDED_BY(mu);
-    int done ABSL_GUARDED_BY(mu) = 0;
-    bool failed ABSL_GUARDED_BY(mu) = false;
-  };
-  auto outcome = std::make_shared<Outcome>(n);
   std::vector<std::pair<grpc::ClientContext*, Done>> calls;
   calls.reserve(n);
   for (int i = 0; i < n; ++i) {
-    calls.emplace_back(contexts[i].get(), [outcome, i](grpc::Status status) {
-      absl::MutexLock lock(&outcome->mu);
-      outcome->failed = outcome->failed || !status.ok();
-      outcome->results[i] = std::move(status);
-      outcome->finished[i] = true;
-      ++outcome->done;
-    });
+    calls.emplace_back(started->contexts[i].get(),
+                       [outcome = started->outcome, i](grpc::Status status) {
+                         absl::MutexLock lock(&outcome->mu);
+                         outcome->failed = outcome->failed || !status.ok();
+                         outcome->results[i] = std::move(status);
+                         outcome->finished[i] = true;
+                         ++outcome->done;
+                       });
   }
   start_all(calls);
+  return started;
+}
+
+std::vector<grpc::Status> ParallelCalls::Wait(std::unique_ptr<Started> started,
+                                              absl::Duration grace) {
+  const int n = static_cast<int>(started->contexts.size());
   std::vector<grpc::Status> results;
   {
-    Outcome& o = *outcome;
+    Started::Outcome& o = *started->outcome;
     absl::MutexLock lock(&o.mu);
     auto all_or_failed = [&o, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(o.mu) {
       return o.done == n || o.failed;
@@ -84,17 +83,21 @@ std::vector<grpc::Status> ParallelCalls::Collect(
     auto all = [&o, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(o.mu) { return o.done == n; };
     if (o.done < n && !o.mu.AwaitWithTimeout(absl::Condition(&all), grace)) {
       for (int i = 0; i < n; ++i) {
-        if (!o.finished[i]) contexts[i]->TryCancel();
+        if (!o.finished[i]) started->contexts[i]->TryCancel();
       }
     }
     o.mu.Await(absl::Condition(&all));
     results = std::move(o.results);
   }
   absl::MutexLock lock(&mu_);
-  for (auto& c : contexts) {
+  for (auto& c : started->contexts) {
     running_.erase(std::find(running_.begin(), running_.end(), c.get()));
   }
   return results;
+}
+
+void ParallelCalls::Cancel(Started& started) {
+  for (auto& c : started.contexts) c->TryCancel();
 }
 
 void ParallelCalls::Dispatch(std::vector<std::function<void()>> tasks) {

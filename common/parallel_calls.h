@@ -12,6 +12,7 @@
 
 #include <deque>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -50,17 +51,39 @@ class ParallelCalls {
                                      absl::Duration grace = absl::Seconds(5),
                                      absl::Time deadline = absl::InfiniteFuture());
 
+  // RunAsync in two halves, so that the caller can start more calls before these answer (a
+  // job's pipelined training calls): Start begins the calls and returns at once; Wait returns
+  // what RunAsync would have. Every Started must be Waited for before this instance goes.
+  class Started {
+   public:
+    explicit Started(int n) : contexts(n), outcome(std::make_shared<Outcome>(n)) {}
+    // Shared with the completions: a kept thread or gRPC's may still be leaving mu when Wait
+    // returns.
+    struct Outcome {
+      explicit Outcome(int n) : results(n), finished(n, false) {}
+      absl::Mutex mu;
+      std::vector<grpc::Status> results ABSL_GUARDED_BY(mu);
+      std::vector<bool> finished ABSL_GUARDED_BY(mu);
+      int done ABSL_GUARDED_BY(mu) = 0;
+      bool failed ABSL_GUARDED_BY(mu) = false;
+    };
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+    std::shared_ptr<Outcome> outcome;
+  };
+  std::unique_ptr<Started> Start(int n, const AsyncCall& start,
+                                 absl::Time deadline = absl::InfiniteFuture());
+  std::vector<grpc::Status> Wait(std::unique_ptr<Started> started,
+                                 absl::Duration grace = absl::Seconds(5));
+  // Cancels the calls of `started` only (those of other Runs go on).
+  static void Cancel(Started& started);
+
   // Cancels every call running now; calls started later are not affected.
   void CancelAll();
 
  private:
-  // Makes the contexts, lets start_all begin every call, waits for all of them (cancelling the
-  // rest `grace` after a failure).
-  std::vector<grpc::Status> Collect(
-      int n,
-      const std::function<void(const std::vector<std::pair<grpc::ClientContext*, Done>>&)>&
-          start_all,
-      absl::Duration grace, absl::Time deadline);
+  using StartAll = std::function<void(const std::vector<std::pair<grpc::ClientContext*, Done>>&)>;
+  // Makes the contexts and lets start_all begin every call.
+  std::unique_ptr<Started> Begin(int n, const StartAll& start_all, absl::Time deadline);
   // Hands `tasks` to idle kept threads, starting more when fewer are idle than tasks.
   void Dispatch(std::vector<std::function<void()>> tasks);
   void Serve();

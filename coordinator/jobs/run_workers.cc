@@ -75,9 +75,29 @@ absl::Status RunWorkers::OnEvery(const std::string& what, const Call& call,
 
 absl::Status RunWorkers::OnEveryAsync(const std::string& what, const AsyncCall& start,
                                       absl::Duration timeout) {
-  if (cancelled_) return absl::CancelledError("the job was cancelled");
-  DTRAIN_RETURN_IF_ERROR(LostStatus(what));
-  return Judge(what, calls_.RunAsync(size(), start, kFailureGrace, absl::Now() + timeout));
+  return Finish(Start(what, start, timeout));
+}
+
+RunWorkers::InFlight RunWorkers::Start(const std::string& what, const AsyncCall& start,
+                                       absl::Duration timeout) {
+  InFlight in_flight;
+  in_flight.what = what;
+  if (cancelled_) {
+    in_flight.refused = absl::CancelledError("the job was cancelled");
+  } else {
+    in_flight.refused = LostStatus(what);
+  }
+  if (in_flight.refused.ok()) in_flight.calls = calls_.Start(size(), start, absl::Now() + timeout);
+  return in_flight;
+}
+
+absl::Status RunWorkers::Finish(InFlight in_flight) {
+  if (in_flight.calls == nullptr) return in_flight.refused;
+  return Judge(in_flight.what, calls_.Wait(std::move(in_flight.calls), kFailureGrace));
+}
+
+void RunWorkers::Stop(InFlight& in_flight) {
+  if (in_flight.calls != nullptr) ParallelCalls::Cancel(*in_flight.calls);
 }
 
 absl::Status RunWorkers::Judge(const std::string& what, const std::vector<grpc::Status>& results) {

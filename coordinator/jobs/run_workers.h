@@ -54,6 +54,18 @@ class RunWorkers {
   using AsyncCall = ParallelCalls::AsyncCall;
   absl::Status OnEveryAsync(const std::string& what, const AsyncCall& start,
                             absl::Duration timeout);
+  // OnEveryAsync in two halves, for calls sent before the last ones answered (pipelined
+  // training calls): Start begins them and returns at once; Finish waits for them and judges
+  // them as OnEveryAsync does. Every InFlight must be Finished, cancelled (Stop) or not.
+  struct InFlight {
+    std::string what;
+    absl::Status refused;  // not started: cancelled or a worker lost before
+    std::unique_ptr<ParallelCalls::Started> calls;
+  };
+  InFlight Start(const std::string& what, const AsyncCall& start, absl::Duration timeout);
+  absl::Status Finish(InFlight in_flight);
+  // Cancels these calls only (a job's other calls go on); Finish still waits for them.
+  static void Stop(InFlight& in_flight);
 
   // Stops the calls under way (each worker stops before its next batch) and every later one.
   void Cancel();
