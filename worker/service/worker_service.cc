@@ -35,6 +35,8 @@ struct WorkerService::Task {
   // For a call answered by other means than `reactor` (a stream): gets the outcome when the
   // body failed or never ran.
   std::function<void(const absl::Status&)> answer;
+  TrainOrder order;  // a training call's
+  absl::Time held_until = absl::InfiniteFuture();
 };
 
 WorkerService::WorkerService(WorkerServiceOptions options)
@@ -60,19 +62,31 @@ WorkerService::~WorkerService() {
 grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* context,
                                                  std::function<absl::Status()> body,
                                                  std::string setup_job,
-                                                 std::shared_ptr<CallCanceller> canceller) {
+                                                 std::shared_ptr<CallCanceller> canceller,
+                                                 TrainOrder order) {
   auto task = std::make_shared<Task>();
   if (canceller != nullptr) task->canceller = std::move(canceller);
   task->body = std::move(body);
   task->setup_job = std::move(setup_job);
+  task->order = std::move(order);
   std::weak_ptr<Task> weak = task;
   task->reactor = new CancellableReactor([this, weak] {
     std::shared_ptr<Task> t = weak.lock();
     if (t == nullptr) return;
     t->cancelled = true;
     t->canceller->Cancel();
-    absl::MutexLock lock(&mu_);
-    if (running_ == t && job_ != nullptr) job_->Cancel();
+    bool was_held = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (running_ == t && job_ != nullptr) job_->Cancel();
+      auto held = std::find(held_.begin(), held_.end(), t);
+      if (held != held_.end()) {
+        held_.erase(held);
+        was_held = true;
+      }
+    }
+    // A held call is in no queue: nothing else will answer it.
+    if (was_held) t->reactor->Finish(ToGrpcStatus(absl::CancelledError("the call was cancelled")));
   });
   grpc::ServerUnaryReactor* reactor = task->reactor;
   if (absl::Status s = CheckBearerToken(*context, options_.token); !s.ok()) {
@@ -93,8 +107,68 @@ grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* co
                                             "place the job on another worker"))));
     return reactor;
   }
-  queue_.push_back(std::move(task));
+  const TrainOrder& o = task->order;
+  if (o.follows.has_value() && train_queued_end_ != o.follows) {
+    // Its predecessor has not arrived yet: it waits for it, bounded in number and time.
+    if (held_.size() >= kMostHeld) {
+      reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
+          absl::StrCat("worker '", options_.identity.name, "' already holds ", held_.size(),
+                       " pipelined training calls waiting for the calls before them"))));
+      return reactor;
+    }
+    task->held_until = absl::Now() + kPipelinedHold;
+    held_.push_back(std::move(task));
+    held_added_ = true;
+    return reactor;
+  }
+  Queue(std::move(task));
   return reactor;
+}
+
+void WorkerService::Queue(std::shared_ptr<Task> task) {
+  const std::optional<TrainPoint> end = task->order.end;
+  queue_.push_back(std::move(task));
+  // Other calls leave it: one queued between two training calls fails the pipelined one when it
+  // runs (train_done_end_), rather than holding it for a predecessor already queued.
+  if (!end.has_value()) return;
+  train_queued_end_ = end;
+  for (auto it = held_.begin(); it != held_.end(); ++it) {
+    if ((*it)->order.follows == end) {
+      std::shared_ptr<Task> next = std::move(*it);
+      held_.erase(it);
+      Queue(std::move(next));
+      return;
+    }
+  }
+}
+
+absl::Time WorkerService::ExpireHeld() {
+  std::vector<std::pair<std::shared_ptr<Task>, absl::Status>> over;
+  absl::Time next = absl::InfiniteFuture();
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    for (auto it = held_.begin(); it != held_.end();) {
+      std::shared_ptr<Task>& t = *it;
+      if (!stopping_ && t->held_until > now) {
+        next = std::min(next, t->held_until);
+        ++it;
+        continue;
+      }
+      const TrainPoint& f = *t->order.follows;
+      over.emplace_back(
+          std::move(t),
+          stopping_ ? absl::UnavailableError("the worker is shutting down")
+                    : absl::DeadlineExceededError(absl::StrCat(
+                          "this pipelined training call, from batch ", f.batch, " of epoch ",
+                          f.epoch, ", waited ", absl::FormatDuration(kPipelinedHold),
+                          " for the training call ending there, which never reached worker '",
+                          options_.identity.name, "'")));
+      it = held_.erase(it);
+    }
+  }
+  for (auto& [task, status] : over) task->reactor->Finish(ToGrpcStatus(status));
+  return next;
 }
 
 void WorkerService::ExecutorLoop() {
@@ -111,12 +185,19 @@ void WorkerService::ExecutorLoop() {
   while (true) {
     std::shared_ptr<Task> task;
     std::optional<CpuPlacement> place;
+    const absl::Time next_expiry = ExpireHeld();
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](WorkerService* s)
-               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->stop_ || !s->queue_.empty(); },
-          this));
+      const bool woken =
+          mu_.AwaitWithDeadline(absl::Condition(
+                                    +[](WorkerService* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+                                      return s->stop_ || !s->queue_.empty() || s->held_added_;
+                                    },
+                                    this),
+                                next_expiry);
+      held_added_ = false;
+      // A held call's wait is over, or a new one is held: the next expiry is worked out again.
+      if (!woken || (queue_.empty() && !stop_)) continue;
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
@@ -127,12 +208,25 @@ void WorkerService::ExecutorLoop() {
       }
     }
     if (place.has_value()) ApplyPlacement(*place);
-    absl::Status status = task->cancelled
-                              ? absl::CancelledError("the call was cancelled before it ran")
-                              : task->body();
+    absl::Status status = absl::OkStatus();
+    if (task->cancelled) {
+      status = absl::CancelledError("the call was cancelled before it ran");
+    } else if (const std::optional<TrainPoint>& f = task->order.follows; f.has_value() && [&] {
+                 absl::MutexLock lock(&mu_);
+                 return train_done_end_ != f;
+               }()) {
+      status = absl::FailedPreconditionError(absl::StrCat(
+          "this pipelined training call, from batch ", f->batch, " of epoch ", f->epoch,
+          ", runs only after the training call ending there succeeded on worker '",
+          options_.identity.name, "', and that one did not"));
+    } else {
+      status = task->body();
+    }
     {
       absl::MutexLock lock(&mu_);
       running_.reset();
+      // A pipelined call follows only the training call that ran right before it.
+      train_done_end_ = status.ok() ? task->order.end : std::nullopt;
       // A call the hard stop cut short is this worker leaving, not a client's cancellation: the
       // coordinator must name this worker as the one its job lost.
       if (stopping_ && status.code() == absl::StatusCode::kCancelled) {
@@ -324,7 +418,32 @@ absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& reques
 grpc::ServerUnaryReactor* WorkerService::TrainingStep(grpc::CallbackServerContext* context,
                                                       const v1::StepRequest* request,
                                                       v1::StepResponse* response) {
-  return Enqueue(context, [=] { return RunStep(StepKind::kTraining, *request, response); });
+  // Its place in the job's order: the calls of a job follow each other by batch (the first
+  // local rank's; every rank's calls cover the same batches).
+  TrainOrder order;
+  int64_t end = 0;
+  if (request->work_size() > 0) {
+    const v1::LocalWork& work = request->work(0);
+    const int64_t first = work.first_batch_idx();
+    if (!__builtin_add_overflow(first, work.index_batches_size() + work.batches_size(), &end)) {
+      order.end = TrainPoint{request->job_id(), request->epoch(), end};
+      if (request->pipelined()) {
+        order.follows = TrainPoint{request->job_id(), request->epoch(), first};
+      }
+    }
+  }
+  if (request->pipelined() && !order.follows.has_value()) {
+    absl::Status s = CheckBearerToken(*context, options_.token);
+    if (s.ok()) {
+      s = absl::InvalidArgumentError(
+          "a pipelined training call must carry work whose first_batch_idx plus its batches "
+          "fits in int64: it is ordered by where it starts");
+    }
+    return FinishNow(context, s);
+  }
+  return Enqueue(
+      context, [=] { return RunStep(StepKind::kTraining, *request, response); }, "", nullptr,
+      std::move(order));
 }
 grpc::ServerUnaryReactor* WorkerService::ValidationStep(grpc::CallbackServerContext* context,
                                                         const v1::StepRequest* request,
@@ -388,23 +507,41 @@ absl::Status WorkerService::TeardownJob(bool all_ranks) {
   if (job == nullptr) return absl::OkStatus();
   // Leaving may fail when the group is already gone; the job is released either way.
   job->Teardown(all_ranks).IgnoreError();
-  absl::MutexLock lock(&mu_);
-  // This worker's own files of the job went to the coordinator; what is left is scratch.
-  if (store_checkpoints_) {
-    // Only ever the job's own directory inside jobs_dir (CheckJobId refused the ids that are not;
-    // checked again here, where a mistake would remove more).
-    std::filesystem::path jobs = std::filesystem::path(options_.jobs_dir).lexically_normal();
-    if (jobs.filename().empty()) jobs = jobs.parent_path();
-    const std::filesystem::path dir = (jobs / job->id()).lexically_normal();
-    std::error_code error;
-    if (dir.parent_path() == jobs && dir.filename() == job->id()) {
-      std::filesystem::remove_all(dir, error);
+  std::vector<std::shared_ptr<Task>> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    // This worker's own files of the job went to the coordinator; what is left is scratch.
+    if (store_checkpoints_) {
+      // Only ever the job's own directory inside jobs_dir (CheckJobId refused the ids that are
+      // not; checked again here, where a mistake would remove more).
+      std::filesystem::path jobs = std::filesystem::path(options_.jobs_dir).lexically_normal();
+      if (jobs.filename().empty()) jobs = jobs.parent_path();
+      const std::filesystem::path dir = (jobs / job->id()).lexically_normal();
+      std::error_code error;
+      if (dir.parent_path() == jobs && dir.filename() == job->id()) {
+        std::filesystem::remove_all(dir, error);
+      }
     }
+    job_.reset();
+    failed_ = false;
+    train_queued_end_.reset();
+    train_done_end_.reset();
+    // Its held calls will never run: answered now rather than at the end of their hold.
+    for (auto it = held_.begin(); it != held_.end();) {
+      if ((*it)->order.follows->job != job->id()) {
+        ++it;
+        continue;
+      }
+      dropped.push_back(std::move(*it));
+      it = held_.erase(it);
+    }
+    checkpoint_dir_.clear();
+    store_checkpoints_ = false;
   }
-  job_.reset();
-  failed_ = false;
-  checkpoint_dir_.clear();
-  store_checkpoints_ = false;
+  for (const std::shared_ptr<Task>& t : dropped) {
+    t->reactor->Finish(ToGrpcStatus(absl::CancelledError(absl::StrCat(
+        "job '", job->id(), "' was torn down before the training call this one follows came"))));
+  }
   return absl::OkStatus();
 }
 
@@ -490,7 +627,7 @@ void WorkerService::Drain() {
   leaving_ = true;
 }
 
-bool WorkerService::Idle() const { return queue_.empty() && running_ == nullptr; }
+bool WorkerService::Idle() const { return queue_.empty() && held_.empty() && running_ == nullptr; }
 
 bool WorkerService::WaitUntilIdle(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
@@ -515,8 +652,12 @@ absl::Status WorkerService::StopNow(absl::Duration wait) {
     stopping_ = leaving_ = true;
     if (job_ != nullptr) job_->Cancel();
     if (running_ != nullptr) running_->canceller->Cancel();
-    // Queued calls will not run: answer them now.
+    // Queued calls will not run: answer them now (held ones below).
     for (std::shared_ptr<Task>& t : queue_) t->cancelled = true;
+  }
+  ExpireHeld();
+  {
+    absl::MutexLock lock(&mu_);
     // Wait for the executor to go idle (every plane ends a collective's wait when the job is
     // cancelled, and a step stops before its next batch), then tear down on this thread.
     const bool idle = mu_.AwaitWithTimeout(absl::Condition(this, &WorkerService::Idle), wait);

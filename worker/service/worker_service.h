@@ -131,11 +131,37 @@ class WorkerService final : public v1::Worker::CallbackService {
   // Queues `body` on the executor; the RPC finishes with its status. A step's cancellation
   // stops it (before its next batch) or, if it has not started, skips it.
   // `setup_job` marks a Setup: refused once draining, and its job counts as this worker's.
+  // Where a training call of a job starts or ends (StepRequest.pipelined).
+  struct TrainPoint {
+    std::string job;
+    int64_t epoch = 0;
+    int64_t batch = 0;
+    bool operator==(const TrainPoint& o) const {
+      return job == o.job && epoch == o.epoch && batch == o.batch;
+    }
+    bool operator!=(const TrainPoint& o) const { return !(*this == o); }
+  };
+  // A training call's place in its job's order: where it ends, and for a pipelined one where
+  // the call it must follow ends.
+  struct TrainOrder {
+    std::optional<TrainPoint> end;
+    std::optional<TrainPoint> follows;
+  };
+  // A pipelined call waits at most this long for the call before it to arrive.
+  static constexpr absl::Duration kPipelinedHold = absl::Seconds(30);
+  static constexpr size_t kMostHeld = 8;
+
   grpc::ServerUnaryReactor* Enqueue(grpc::CallbackServerContext* context,
                                     std::function<absl::Status()> body, std::string setup_job = "",
-                                    std::shared_ptr<CallCanceller> canceller = nullptr);
+                                    std::shared_ptr<CallCanceller> canceller = nullptr,
+                                    TrainOrder order = {});
+  // Queues `task`; a training call then releases the pipelined call held for it, if any.
+  void Queue(std::shared_ptr<Task> task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers the held calls whose hold is over (all of them when stopping); returns when the
+  // next one's is.
+  absl::Time ExpireHeld();
   void ExecutorLoop();
-  // No call queued and none running: what a drain and a stop wait for.
+  // No call queued, held or running: what a drain and a stop wait for.
   bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // On the step thread, with no job set up.
   void ApplyPlacement(const CpuPlacement& placement);
@@ -157,6 +183,13 @@ class WorkerService final : public v1::Worker::CallbackService {
   std::shared_ptr<HostedJob> job_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<Task>> queue_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Task> running_ ABSL_GUARDED_BY(mu_);
+  // Pipelined training calls that arrived before the call they follow (gRPC may hand two calls
+  // to handlers in either order); where the last training call queued ends, and where the last
+  // one that succeeded does.
+  std::vector<std::shared_ptr<Task>> held_ ABSL_GUARDED_BY(mu_);
+  bool held_added_ ABSL_GUARDED_BY(mu_) = false;  // wakes the executor to time the new hold
+  std::optional<TrainPoint> train_queued_end_ ABSL_GUARDED_BY(mu_);
+  std::optional<TrainPoint> train_done_end_ ABSL_GUARDED_BY(mu_);
   bool leaving_ ABSL_GUARDED_BY(mu_) = false;                 // Drain: no new job
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;                // StopNow: no call at all
   std::optional<absl::Status> stopped_ ABSL_GUARDED_BY(mu_);  // StopNow's outcome, once known
