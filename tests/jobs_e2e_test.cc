@@ -432,9 +432,9 @@ TEST_F(JobsE2eTest, BatchesPerCall_AutoGrowsForFastSteps_FixedIsKept) {
   ASSERT_EQ(Dtrain("fit --wait --config " + WriteJob("auto", job("auto", ""))).exit_code, 0);
   const std::string auto_log = Dtrain("logs auto-1").output;
   ASSERT_TRUE(std::regex_search(auto_log, match, calls_line)) << auto_log;
-  // 16 per call would take 13 calls; sized calls take 16, 64, then the 120 left (the MLP on
-  // synthetic data steps in well under the 4 ms a batch that growing to 64 needs), or a few
-  // more on a machine slowed down.
+  // 16 per call would take 13 calls; sized calls take 16, 16 (sent before the first answered),
+  // 64, then the 104 left (the MLP on synthetic data steps in well under the 4 ms a batch that
+  // growing to 64 needs), or a few more on a machine slowed down.
   EXPECT_LT(std::stoi(match[1]), 13) << auto_log;
   const std::string sized = match[2];
   ASSERT_TRUE(absl::StartsWith(sized, "auto, up to ")) << sized;
@@ -447,6 +447,23 @@ TEST_F(JobsE2eTest, BatchesPerCall_AutoGrowsForFastSteps_FixedIsKept) {
   EXPECT_EQ(std::stoi(match[1]), 25) << "200 batches, 8 per call";
   EXPECT_EQ(match[2], "8");
   EXPECT_EQ(GetJob("fixed-1").progress().global_step(), 200);
+  // Every call after the first went out before the one ahead of it answered.
+  EXPECT_THAT(fixed_log, HasSubstr("(batches per call: 8), 24 pipelined")) << fixed_log;
+
+  // One call at a time (trainer.pipelined_calls: false) trains the same model, bit for bit.
+  std::string one = job("one", "8");
+  one.replace(one.find("  num_nodes: 2\n"), 15, "  num_nodes: 2\n  pipelined_calls: false\n");
+  ASSERT_EQ(Dtrain("fit --wait --config " + WriteJob("one", one)).exit_code, 0);
+  const std::string one_log = Dtrain("logs one-1").output;
+  EXPECT_THAT(one_log, HasSubstr("25 training calls (batches per call: 8)\n")) << one_log;
+  EXPECT_THAT(one_log, ::testing::Not(HasSubstr("pipelined"))) << one_log;
+  const v1::JobStatus pipelined = GetJob("fixed-1");
+  const v1::JobStatus one_at_a_time = GetJob("one-1");
+  ASSERT_FALSE(pipelined.metrics().empty());
+  for (const auto& [name, value] : pipelined.metrics()) {
+    ASSERT_EQ(one_at_a_time.metrics().count(name), 1u) << name;
+    EXPECT_EQ(one_at_a_time.metrics().at(name), value) << name;
+  }
 }
 
 TEST_F(JobsE2eTest, Cancel_StopsEveryWorkerWithinFiveSeconds_AndTheQueuedJobRuns) {

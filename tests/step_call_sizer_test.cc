@@ -89,6 +89,8 @@ TEST(StepCallSizer, SummaryCountsTheCallsAndPredictNeverGrows) {
   sized.Observe(20, absl::Milliseconds(20));  // cut short by the epoch's end
   EXPECT_EQ(sized.Summary(), "3 training calls (batches per call: auto, up to 64)");
   EXPECT_EQ(sized.PredictBatches(), 16) << "predict's answers carry outputs: never grown";
+  sized.Observe(64, absl::Milliseconds(64), /*pipelined=*/true);
+  EXPECT_EQ(sized.Summary(), "4 training calls (batches per call: auto, up to 64), 1 pipelined");
 }
 
 }  // namespace step_call_sizer_test

@@ -207,6 +207,89 @@ TEST_F(TrainerTest, MaxSteps_MidEpoch_StopsAtExactlyThatStep) {
   EXPECT_EQ(record_.Lines("epoch 1 done: step 6"), 1);
 }
 
+// Mid-epoch, the next call goes out before the last one answers. The fake fails any call that
+// comes while a training call is unfinished, so this run also shows that none of validation, a
+// checkpoint's step, max_steps or an epoch's end is crossed; and the run is the one a call at a
+// time gives, batch for batch and bit for bit.
+TEST_F(TrainerTest, PipelinedCalls_NothingComesBetween_SameRunAsOneCallAtATime) {
+  struct Run {
+    double weight = 0;
+    int64_t step = 0;
+    std::vector<testing::TrainedBatch> trained;
+    std::vector<std::pair<std::string, int64_t>> calls;  // what, first batch
+    std::vector<int64_t> saved;
+    int pipelined = 0;
+    std::string calls_line;
+  };
+  auto run = [this](bool pipelined) {
+    v1::JobSpec spec = Spec();
+    // 16 batches per rank an epoch in windows of 3 (6 steps), validation at its middle and end,
+    // a checkpoint every 4 steps, and max_steps in the second epoch.
+    spec.mutable_trainer()->set_max_epochs(3);
+    spec.mutable_trainer()->set_max_steps(10);
+    spec.mutable_trainer()->set_accumulate_grad_batches(3);
+    spec.mutable_trainer()->set_val_check_interval(0.5);
+    spec.mutable_trainer()->set_batches_per_call(2);
+    spec.mutable_trainer()->set_pipelined_calls(pipelined);
+    spec.mutable_checkpoint()->set_every_n_steps(4);
+    FakeWorkerGroupOptions fake;
+    fake.splits = {{"train", 256}, {"val", 16}, {"test", 16}};
+    record_ = Record();
+    store_ = FakeCheckpointStore();
+    auto trainer = Make(spec, fake);
+    const absl::Status status = trainer->Run();
+    EXPECT_TRUE(status.ok()) << status;
+    Run out;
+    out.weight = group().weight();
+    out.step = group().global_step();
+    out.trained = group().trained();
+    for (const FakeCall& call : group().calls()) {
+      out.calls.emplace_back(call.what, call.what == "training_step" ? call.first : 0);
+      out.pipelined += call.pipelined ? 1 : 0;
+    }
+    for (const v1::JobFile& f : record_.kept) out.saved.push_back(f.step());
+    out.calls_line = record_.Line("training calls");
+    EXPECT_EQ(group().abandoned(), 0);
+    return out;
+  };
+  const Run one_at_a_time = run(false);
+  const Run pipelined = run(true);
+  EXPECT_EQ(one_at_a_time.pipelined, 0);
+  // Per epoch: calls from batches 0, 2, 4, 6 up to validation, then 8, ..., 14; the first of each
+  // half is sent alone, and after step 4's and step 8's checkpoints the next is too.
+  EXPECT_GE(pipelined.pipelined, 6);
+  EXPECT_THAT(pipelined.calls_line,
+              HasSubstr(absl::StrCat(", ", pipelined.pipelined, " pipelined")));
+  EXPECT_EQ(pipelined.step, 10);
+  EXPECT_EQ(pipelined.weight, one_at_a_time.weight);
+  EXPECT_EQ(pipelined.calls, one_at_a_time.calls);
+  EXPECT_EQ(pipelined.saved, one_at_a_time.saved);
+  ASSERT_EQ(pipelined.trained.size(), one_at_a_time.trained.size());
+  for (size_t i = 0; i < pipelined.trained.size(); ++i) {
+    EXPECT_EQ(pipelined.trained[i].epoch, one_at_a_time.trained[i].epoch) << i;
+    EXPECT_EQ(pipelined.trained[i].indices, one_at_a_time.trained[i].indices) << i;
+  }
+}
+
+// A call that fails with the next one in flight: that one is taken back, never run.
+TEST_F(TrainerTest, PipelinedCalls_ACallFails_TheOneAfterItIsTakenBack) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_trainer()->set_batches_per_call(1);
+  FakeWorkerGroupOptions fake;
+  fake.before_call = [](const FakeCall& call) {
+    return call.what == "training_step" && call.index == 2
+               ? absl::InvalidArgumentError("batch 2 is broken")
+               : absl::OkStatus();
+  };
+  auto trainer = Make(spec, fake);
+  const absl::Status status = trainer->Run();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_EQ(group().count("training_step"), 3);
+  EXPECT_EQ(group().abandoned(), 1) << "the call sent after batch 2's";
+  EXPECT_EQ(group().global_step(), 2);
+  EXPECT_EQ(group().trained().size(), 4u);  // batches 0 and 1 on both ranks
+}
+
 // The job log says what it trains with, defaults included.
 TEST_F(TrainerTest, JobLog_SaysTheOptimizerItTrainsWith) {
   v1::JobSpec spec = Spec();
@@ -331,7 +414,9 @@ TEST_F(TrainerTest, WorkerLostMidCall_RunFailsNamingItAndItIsLost) {
 }
 
 TEST_F(TrainerTest, Drain_StoppingWorker_CheckpointsThenLetsItGoAtAStepBoundary) {
-  // Asked before every call at a step boundary; the worker is stopping after step 5.
+  // Asked at every step boundary a call may start from (sent alone, or pipelined behind the
+  // call before it); the worker is stopping from the sixth question on, which comes before
+  // batch 1 of epoch 1 is sent, so the call in flight (batch 0, step 5) ends first.
   int asked = 0;
   draining_ = [&]() -> std::vector<std::string> {
     return ++asked > 5 ? std::vector<std::string>{"w1"} : std::vector<std::string>{};

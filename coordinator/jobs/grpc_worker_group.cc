@@ -142,26 +142,55 @@ BatchScalars ScalarsOf(const v1::BatchResult& batch) {
 
 }  // namespace
 
+absl::Status GrpcWorkerGroup::NoTrainingInFlight(const std::string& what) const {
+  if (training_.empty()) return absl::OkStatus();
+  // The workers would run it after the training they hold: a loop's mistake, said loudly.
+  return absl::InternalError(
+      absl::StrCat(what, " asked while ", training_.size(), " training call(s) are unfinished"));
+}
+
 absl::StatusOr<TrainResult> GrpcWorkerGroup::Train(const TrainCall& call) {
-  const int n = workers_.size();
-  std::vector<v1::StepRequest> requests =
-      StepRequests("train", *call.batches, call.first, call.count);
-  for (v1::StepRequest& request : requests) {
+  DTRAIN_RETURN_IF_ERROR(NoTrainingInFlight("a training call (not pipelined)"));
+  StartTrain(call);
+  return FinishTrain();
+}
+
+void GrpcWorkerGroup::StartTrain(const TrainCall& call) {
+  auto sent = std::make_unique<TrainInFlight>();
+  sent->requests = StepRequests("train", *call.batches, call.first, call.count);
+  for (v1::StepRequest& request : sent->requests) {
     request.set_epoch(call.epoch);
     request.set_end_of_epoch(call.end_of_epoch);
     request.set_total_steps(call.total_steps);
     request.mutable_monitored()->insert(call.monitored.begin(), call.monitored.end());
+    request.set_pipelined(!training_.empty());
   }
-  std::vector<v1::StepResponse> responses(n);
-  DTRAIN_RETURN_IF_ERROR(workers_.OnEveryAsync(
+  sent->responses.resize(workers_.size());
+  TrainInFlight* s = sent.get();
+  // A pipelined call runs after the one ahead of it, which has its own step_timeout.
+  const absl::Duration timeout = training_.empty() ? step_timeout_ : 2 * step_timeout_;
+  sent->calls = workers_.Start(
       "training_step",
-      [&](int i, grpc::ClientContext* context, ParallelCalls::Done done) {
-        workers_.stub(i).async()->TrainingStep(context, &requests[i], &responses[i],
+      [this, s](int i, grpc::ClientContext* context, ParallelCalls::Done done) {
+        workers_.stub(i).async()->TrainingStep(context, &s->requests[i], &s->responses[i],
                                                std::move(done));
       },
-      step_timeout_));
+      timeout);
+  training_.push_back(std::move(sent));
+}
+
+absl::StatusOr<TrainResult> GrpcWorkerGroup::FinishTrain() {
+  if (training_.empty()) return absl::InternalError("FinishTrain without a started call");
+  std::unique_ptr<TrainInFlight> sent = std::move(training_.front());
+  training_.pop_front();
+  absl::Status status = workers_.Finish(std::move(sent->calls));
+  if (!status.ok()) {
+    // The calls sent after it continue from where it failed: none of them may run.
+    AbandonTrain();
+    return status;
+  }
   TrainResult result;
-  for (const v1::StepResponse& response : responses) {
+  for (const v1::StepResponse& response : sent->responses) {
     for (const v1::LocalResult& local : response.results()) {
       if (local.rank() < 0 || local.rank() >= world_) continue;
       RankTrainResult& r = result.ranks.emplace_back();
@@ -182,7 +211,16 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::Train(const TrainCall& call) {
   return result;
 }
 
+void GrpcWorkerGroup::AbandonTrain() {
+  for (auto& sent : training_) RunWorkers::Stop(sent->calls);
+  while (!training_.empty()) {
+    workers_.Finish(std::move(training_.front()->calls)).IgnoreError();
+    training_.pop_front();
+  }
+}
+
 absl::StatusOr<EvalResult> GrpcWorkerGroup::Evaluate(EvalKind kind, const RankBatches& batches) {
+  DTRAIN_RETURN_IF_ERROR(NoTrainingInFlight("an evaluation"));
   const bool test = kind == EvalKind::kTest;
   const int n = workers_.size();
   int64_t most = 0;
@@ -216,6 +254,7 @@ absl::StatusOr<EvalResult> GrpcWorkerGroup::Evaluate(EvalKind kind, const RankBa
 }
 
 absl::StatusOr<PredictResult> GrpcWorkerGroup::Predict(const PredictCall& call) {
+  DTRAIN_RETURN_IF_ERROR(NoTrainingInFlight("a predict call"));
   const int n = workers_.size();
   std::vector<v1::StepRequest> requests =
       StepRequests(call.split, *call.batches, call.first, call.count);
@@ -257,6 +296,7 @@ absl::StatusOr<PredictResult> GrpcWorkerGroup::Predict(const PredictCall& call) 
 }
 
 absl::StatusOr<SavedCheckpoint> GrpcWorkerGroup::Save(const SaveCall& call) {
+  DTRAIN_RETURN_IF_ERROR(NoTrainingInFlight("a checkpoint save"));
   v1::SaveCheckpointRequest request;
   request.set_job_id(job_id_);
   request.set_name(call.name);
@@ -284,6 +324,7 @@ absl::StatusOr<SavedCheckpoint> GrpcWorkerGroup::Save(const SaveCall& call) {
 }
 
 absl::StatusOr<LoadedCheckpoint> GrpcWorkerGroup::Load(const std::string& path) {
+  DTRAIN_RETURN_IF_ERROR(NoTrainingInFlight("a checkpoint load"));
   std::vector<v1::LoadCheckpointResponse> answers(workers_.size());
   v1::LoadCheckpointRequest load;
   load.set_job_id(job_id_);
@@ -302,6 +343,7 @@ absl::StatusOr<LoadedCheckpoint> GrpcWorkerGroup::Load(const std::string& path) 
 }
 
 absl::StatusOr<bool> GrpcWorkerGroup::AnyRankDecides(const std::vector<bool>& by_rank) {
+  DTRAIN_RETURN_IF_ERROR(NoTrainingInFlight("a decision"));
   std::vector<v1::DecisionResponse> decisions(workers_.size());
   DTRAIN_RETURN_IF_ERROR(workers_.OnEvery(
       "reduce_boolean_decision",

@@ -6,6 +6,8 @@
 // Thread-safety: as WorkerGroup.
 #pragma once
 
+#include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,17 +25,26 @@ class GrpcWorkerGroup final : public WorkerGroup {
   GrpcWorkerGroup(std::string job_id, std::vector<v1::WorkerInfo> workers,
                   absl::Duration setup_timeout, absl::Duration step_timeout);
 
+  // A loop that left calls in flight: they are cancelled and waited for (they use its messages).
+  ~GrpcWorkerGroup() override { AbandonTrain(); }
+
   int size() const override { return workers_.size(); }
   absl::StatusOr<GroupSetup> Setup(const v1::JobSpec& spec, const SetupContext& context,
                                    bool clear_stale_runs) override;
   absl::StatusOr<TrainResult> Train(const TrainCall& call) override;
+  void StartTrain(const TrainCall& call) override;
+  absl::StatusOr<TrainResult> FinishTrain() override;
+  void AbandonTrain() override;
   absl::StatusOr<EvalResult> Evaluate(EvalKind kind, const RankBatches& batches) override;
   absl::StatusOr<PredictResult> Predict(const PredictCall& call) override;
   absl::StatusOr<SavedCheckpoint> Save(const SaveCall& call) override;
   absl::StatusOr<LoadedCheckpoint> Load(const std::string& path) override;
   absl::StatusOr<bool> AnyRankDecides(const std::vector<bool>& by_rank) override;
 
-  void Teardown() override { workers_.Teardown(); }
+  void Teardown() override {
+    AbandonTrain();
+    workers_.Teardown();
+  }
   void Cancel() override { workers_.Cancel(); }
   bool cancelled() const override { return workers_.cancelled(); }
   void MarkLost(const std::string& worker, const std::string& why) override {
@@ -48,11 +59,21 @@ class GrpcWorkerGroup final : public WorkerGroup {
   std::vector<v1::StepRequest> StepRequests(const std::string& split, const RankBatches& batches,
                                             int64_t first, int64_t count) const;
 
+  // INTERNAL naming `what` while training calls are unfinished.
+  absl::Status NoTrainingInFlight(const std::string& what) const;
+  // A training call sent and not yet finished; its messages stay put until it answers.
+  struct TrainInFlight {
+    std::vector<v1::StepRequest> requests;
+    std::vector<v1::StepResponse> responses;
+    RunWorkers::InFlight calls;
+  };
+
   const std::string job_id_;
   const absl::Duration setup_timeout_;
   const absl::Duration step_timeout_;
   RunWorkers workers_;
   int world_ = 0;
+  std::deque<std::unique_ptr<TrainInFlight>> training_;  // oldest first
 };
 
 }  // namespace dtrain

@@ -7,8 +7,9 @@
 
 namespace dtrain {
 
-void StepCallSizer::Observe(int64_t batches, absl::Duration took) {
+void StepCallSizer::Observe(int64_t batches, absl::Duration took, bool pipelined) {
   ++calls_;
+  if (pipelined) ++pipelined_;
   largest_ = std::max(largest_, batches);
   if (fixed_ > 0 || batches <= 0) return;
   // A call cut short by a boundary (epoch end, validation) still measures the time per batch.
@@ -32,7 +33,7 @@ int64_t StepCallSizer::Until(int64_t to_boundary) const {
 std::string StepCallSizer::Summary() const {
   return absl::StrCat(calls_, " training calls (batches per call: ",
                       fixed_ > 0 ? absl::StrCat(fixed_) : absl::StrCat("auto, up to ", largest_),
-                      ")");
+                      ")", pipelined_ > 0 ? absl::StrCat(", ", pipelined_, " pipelined") : "");
 }
 
 }  // namespace dtrain

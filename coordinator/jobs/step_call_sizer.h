@@ -37,18 +37,21 @@ class StepCallSizer {
   // ~375-batch call and a ~55-batch one, and take one call now. A call so carries under 1.5x
   // Next() and never more than kMost batches. `to_boundary` >= 1 (at most it is returned).
   int64_t Until(int64_t to_boundary) const;
-  // A call of `batches` batches took `took`, from sending it to its last answer.
-  void Observe(int64_t batches, absl::Duration took);
+  // A call of `batches` batches took `took`, from when the workers could start it (its
+  // sending, or the call before it's answer when it was pipelined) to its last answer.
+  void Observe(int64_t batches, absl::Duration took, bool pipelined = false);
 
   // Batches per predict call: outputs travel back, so the fixed size or kFirst, never grown.
   int64_t PredictBatches() const { return fixed_ > 0 ? fixed_ : kFirst; }
-  // For the job log: "N training calls (batches per call: 8)" or "(... auto, up to 250)".
+  // For the job log: "N training calls (batches per call: 8)" or "(... auto, up to 250)", then
+  // ", M pipelined" when some were.
   std::string Summary() const;
 
  private:
   const int64_t fixed_;
   int64_t next_ = kFirst;
   int calls_ = 0;        // observed
+  int pipelined_ = 0;    // of which sent before the call ahead of them answered
   int64_t largest_ = 0;  // batches in the largest observed call
 };
 

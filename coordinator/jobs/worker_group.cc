@@ -11,4 +11,11 @@ absl::Status WorkerLostError(const std::string& what, const std::string& worker,
       "): it was stopped, its process died or its host became unreachable; see that worker's log"));
 }
 
+absl::StatusOr<TrainResult> WorkerGroup::FinishTrain() {
+  if (unstarted_.empty()) return absl::InternalError("FinishTrain without a started call");
+  const TrainCall call = std::move(unstarted_.front());
+  unstarted_.pop_front();
+  return Train(call);
+}
+
 }  // namespace dtrain

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -194,6 +195,15 @@ class WorkerGroup {
   virtual absl::StatusOr<GroupSetup> Setup(const v1::JobSpec& spec, const SetupContext& context,
                                            bool clear_stale_runs) = 0;
   virtual absl::StatusOr<TrainResult> Train(const TrainCall& call) = 0;
+  // Pipelined training calls (trainer.pipelined_calls): StartTrain sends a call and returns at
+  // once; FinishTrain answers the oldest call started and not yet finished, as Train would. A
+  // call started while another is unfinished goes out pipelined: each worker runs it right
+  // after that one (StepRequest.pipelined). AbandonTrain cancels every unfinished call and
+  // waits for them, for a loop that ends with one in flight. The defaults run each call in
+  // FinishTrain, for a group where the overlap buys nothing (the in-process fake).
+  virtual void StartTrain(const TrainCall& call) { unstarted_.push_back(call); }
+  virtual absl::StatusOr<TrainResult> FinishTrain();
+  virtual void AbandonTrain() { unstarted_.clear(); }
   virtual absl::StatusOr<EvalResult> Evaluate(EvalKind kind, const RankBatches& batches) = 0;
   virtual absl::StatusOr<PredictResult> Predict(const PredictCall& call) = 0;
   // Every rank saves; global rank 0 writes.
@@ -215,6 +225,9 @@ class WorkerGroup {
   virtual std::vector<std::string> unreachable() const = 0;
   // After Teardown: the unreachable ones and those whose teardown failed.
   virtual std::vector<std::string> lost() const = 0;
+
+ private:
+  std::deque<TrainCall> unstarted_;  // the default StartTrain's
 };
 
 }  // namespace dtrain

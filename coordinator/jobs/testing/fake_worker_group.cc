@@ -50,9 +50,35 @@ std::string FakeWorkerGroup::Describe(int worker) const {
              : absl::StrCat("worker '", options_.workers[worker], "'");
 }
 
+void FakeWorkerGroup::StartTrain(const TrainCall& call) {
+  started_.emplace_back(call, !started_.empty());
+}
+
+absl::StatusOr<TrainResult> FakeWorkerGroup::FinishTrain() {
+  if (started_.empty()) return absl::InternalError("FinishTrain without a started call");
+  auto [call, pipelined] = std::move(started_.front());
+  started_.pop_front();
+  absl::StatusOr<TrainResult> result = Train(call);
+  for (auto it = calls_.rbegin(); it != calls_.rend(); ++it) {
+    if (it->what != "training_step") continue;
+    it->pipelined = pipelined;
+    break;
+  }
+  if (!result.ok()) AbandonTrain();  // as the gRPC group: what follows a failed call never runs
+  return result;
+}
+
+void FakeWorkerGroup::AbandonTrain() {
+  abandoned_ += static_cast<int>(started_.size());
+  started_.clear();
+}
+
 absl::Status FakeWorkerGroup::Begin(const std::string& what, int64_t batches) {
   FakeCall call{what, counts_[what]++, batches};
   calls_.push_back(call);
+  if (what != "training_step" && !started_.empty()) {
+    return absl::InternalError(absl::StrCat(what, " came while a training call was unfinished"));
+  }
   absl::Status hooked = options_.before_call ? options_.before_call(call) : absl::OkStatus();
   absl::MutexLock lock(&mu_);
   if (cancelled_) return absl::CancelledError("the job was cancelled");
@@ -118,6 +144,7 @@ std::string RateName(const std::string& optimizer) {
 
 absl::StatusOr<TrainResult> FakeWorkerGroup::Train(const TrainCall& call) {
   DTRAIN_RETURN_IF_ERROR(Begin("training_step", call.count));
+  calls_.back().first = call.first;
   const RankBatches& batches = *call.batches;
   const int64_t accumulate = std::max(1, spec_.trainer().accumulate_grad_batches());
   const double lr = spec_.optimizer().lr();

@@ -16,10 +16,12 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -53,10 +55,12 @@ class FakeCheckpointStore {
 
 // One call the group received.
 struct FakeCall {
-  std::string what;     // setup, training_step, validation_step, test_step, predict_step,
-                        // save_checkpoint, load_checkpoint, reduce_boolean_decision
-  int index = 0;        // among calls of the same kind, from 0
-  int64_t batches = 0;  // training: the batches each rank runs in the call
+  std::string what;        // setup, training_step, validation_step, test_step, predict_step,
+                           // save_checkpoint, load_checkpoint, reduce_boolean_decision
+  int index = 0;           // among calls of the same kind, from 0
+  int64_t batches = 0;     // training: the batches each rank runs in the call
+  int64_t first = 0;       // training: the call's first batch
+  bool pipelined = false;  // training: started while the call before it was unfinished
 };
 
 // One batch a rank trained on.
@@ -91,6 +95,13 @@ class FakeWorkerGroup final : public WorkerGroup {
   absl::StatusOr<GroupSetup> Setup(const v1::JobSpec& spec, const SetupContext& context,
                                    bool clear_stale_runs) override;
   absl::StatusOr<TrainResult> Train(const TrainCall& call) override;
+  // Pipelined calls (WorkerGroup::StartTrain): each runs in FinishTrain, in order. Any other call
+  // that comes while a training call is unfinished fails INTERNAL, as it would overtake the
+  // training a worker had queued: every loop test checks that nothing comes between two
+  // pipelined calls.
+  void StartTrain(const TrainCall& call) override;
+  absl::StatusOr<TrainResult> FinishTrain() override;
+  void AbandonTrain() override;
   absl::StatusOr<EvalResult> Evaluate(EvalKind kind, const RankBatches& batches) override;
   absl::StatusOr<PredictResult> Predict(const PredictCall& call) override;
   absl::StatusOr<SavedCheckpoint> Save(const SaveCall& call) override;
@@ -108,6 +119,7 @@ class FakeWorkerGroup final : public WorkerGroup {
   int64_t global_step() const { return global_step_; }
   const std::vector<TrainedBatch>& trained() const { return trained_; }
   const std::vector<FakeCall>& calls() const { return calls_; }
+  int abandoned() const { return abandoned_; }  // training calls AbandonTrain dropped
   // Per validation, test or sanity call, in order: the most batches a rank had.
   const std::vector<int64_t>& evaluated() const { return evaluated_; }
   int count(const std::string& what) const;
@@ -138,6 +150,8 @@ class FakeWorkerGroup final : public WorkerGroup {
   std::vector<TrainedBatch> trained_;
   std::vector<int64_t> evaluated_;
   std::vector<FakeCall> calls_;
+  std::deque<std::pair<TrainCall, bool>> started_;  // unfinished, with whether pipelined
+  int abandoned_ = 0;
   std::map<std::string, int> counts_;
   bool torn_down_ = false;
 
