@@ -88,6 +88,14 @@ TEST_F(WorkerServiceTest, PipelinedCall_BeforeItsPredecessor_HeldAndRunAfterIt) 
   ASSERT_TRUE(running.Wait().ok()) << running.status;
   ASSERT_TRUE(next.Wait().ok()) << next.status;
   EXPECT_EQ(next.response.results(0).global_step(), 16);
+
+  // Reading the state dict between two calls leaves their order alone: the next one still
+  // follows the last training call.
+  EXPECT_FALSE(Parameters(*w, "pipe").empty());
+  v1::StepRequest after_read = Pipelined("pipe", 16);
+  v1::StepResponse response;
+  ASSERT_TRUE(Call([&](auto* c) { return w->stub().TrainingStep(c, after_read, &response); }).ok());
+  EXPECT_EQ(response.results(0).global_step(), 20);
 }
 
 TEST_F(WorkerServiceTest, PipelinedCall_PredecessorFailed_RefusedUntrained) {

@@ -226,7 +226,7 @@ void WorkerService::ExecutorLoop() {
       absl::MutexLock lock(&mu_);
       running_.reset();
       // A pipelined call follows only the training call that ran right before it.
-      train_done_end_ = status.ok() ? task->order.end : std::nullopt;
+      if (!task->order.neutral) train_done_end_ = status.ok() ? task->order.end : std::nullopt;
       // A call the hard stop cut short is this worker leaving, not a client's cancellation: the
       // coordinator must name this worker as the one its job lost.
       if (stopping_ && status.code() == absl::StatusCode::kCancelled) {
@@ -480,6 +480,7 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* WorkerService::StreamStateDict(
   task->answer = [writer](const absl::Status& status) {
     if (!status.ok()) writer->Fail(status);
   };
+  task->order.neutral = true;
   absl::MutexLock lock(&mu_);
   if (stopping_) {
     writer->Fail(absl::UnavailableError("the worker is shutting down"));
@@ -585,7 +586,7 @@ grpc::ServerUnaryReactor* WorkerService::DryRun(grpc::CallbackServerContext* con
   const absl::Time deadline =
       std::min(absl::FromChrono(context->deadline()), absl::Now() + absl::Minutes(30));
   // Queued like a step, so it never runs beside this worker's job.
-  return Enqueue(context, [this, request, response, deadline]() -> absl::Status {
+  auto dry_run = [this, request, response, deadline]() -> absl::Status {
     v1::DryRunRequest local = *request;
     DTRAIN_RETURN_IF_ERROR(
         PrepareSetup(local.mutable_setup(), options_.identity.devices, options_.artifacts));
@@ -597,7 +598,10 @@ grpc::ServerUnaryReactor* WorkerService::DryRun(grpc::CallbackServerContext* con
     if (!report.ok()) return report.status();
     *response = std::move(*report);
     return absl::OkStatus();
-  });
+  };
+  TrainOrder neutral;
+  neutral.neutral = true;  // another model's: this worker's job is untouched
+  return Enqueue(context, std::move(dry_run), "", nullptr, std::move(neutral));
 }
 
 grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* context,

@@ -51,6 +51,26 @@ struct WorkerServiceOptions {
   std::function<absl::StatusOr<std::string>(const std::string& path)> store_file;
 };
 
+// Where a training call of a job starts or ends (StepRequest.pipelined).
+struct WorkerTrainPoint {
+  std::string job;
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  bool operator==(const WorkerTrainPoint& o) const {
+    return job == o.job && epoch == o.epoch && batch == o.batch;
+  }
+  bool operator!=(const WorkerTrainPoint& o) const { return !(*this == o); }
+};
+// A training call's place in its job's order: where it ends, and for a pipelined one where
+// the call it must follow ends.
+struct WorkerTrainOrder {
+  std::optional<WorkerTrainPoint> end;
+  std::optional<WorkerTrainPoint> follows;
+  // Touches nothing a training call reads or writes (a state dict read, another model's dry
+  // run): a pipelined call still follows the training call before it.
+  bool neutral = false;
+};
+
 class WorkerService final : public v1::Worker::CallbackService {
  public:
   explicit WorkerService(WorkerServiceOptions options);
@@ -122,6 +142,11 @@ class WorkerService final : public v1::Worker::CallbackService {
 
  private:
   struct Task;
+  using TrainPoint = WorkerTrainPoint;
+  using TrainOrder = WorkerTrainOrder;
+  // A pipelined call waits at most this long for the call before it to arrive.
+  static constexpr absl::Duration kPipelinedHold = absl::Seconds(30);
+  static constexpr size_t kMostHeld = 8;
   // Where the Setup's job writes checkpoints on this worker ("" for none): the spec's (local)
   // checkpoint.dirpath, or, with store_checkpoints, this worker's own directory for the job,
   // which it sets as the dirpath the ranks see.
@@ -131,26 +156,6 @@ class WorkerService final : public v1::Worker::CallbackService {
   // Queues `body` on the executor; the RPC finishes with its status. A step's cancellation
   // stops it (before its next batch) or, if it has not started, skips it.
   // `setup_job` marks a Setup: refused once draining, and its job counts as this worker's.
-  // Where a training call of a job starts or ends (StepRequest.pipelined).
-  struct TrainPoint {
-    std::string job;
-    int64_t epoch = 0;
-    int64_t batch = 0;
-    bool operator==(const TrainPoint& o) const {
-      return job == o.job && epoch == o.epoch && batch == o.batch;
-    }
-    bool operator!=(const TrainPoint& o) const { return !(*this == o); }
-  };
-  // A training call's place in its job's order: where it ends, and for a pipelined one where
-  // the call it must follow ends.
-  struct TrainOrder {
-    std::optional<TrainPoint> end;
-    std::optional<TrainPoint> follows;
-  };
-  // A pipelined call waits at most this long for the call before it to arrive.
-  static constexpr absl::Duration kPipelinedHold = absl::Seconds(30);
-  static constexpr size_t kMostHeld = 8;
-
   grpc::ServerUnaryReactor* Enqueue(grpc::CallbackServerContext* context,
                                     std::function<absl::Status()> body, std::string setup_job = "",
                                     std::shared_ptr<CallCanceller> canceller = nullptr,

@@ -118,7 +118,7 @@ grpc::ServerUnaryReactor* WorkerService::LoadCheckpoint(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* WorkerService::StateDict(grpc::CallbackServerContext* context,
                                                    const v1::StateDictRequest* request,
                                                    v1::StateDictResponse* response) {
-  return Enqueue(context, [=]() -> absl::Status {
+  auto read = [=]() -> absl::Status {
     DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
     DTRAIN_RETURN_IF_ERROR(job->StateDict(response));
     const size_t bytes = response->ByteSizeLong();
@@ -130,7 +130,10 @@ grpc::ServerUnaryReactor* WorkerService::StateDict(grpc::CallbackServerContext* 
                        "accepts; read it with StreamStateDict"));
     }
     return absl::OkStatus();
-  });
+  };
+  TrainOrder neutral;
+  neutral.neutral = true;  // a read: a pipelined training call may still follow across it
+  return Enqueue(context, std::move(read), "", nullptr, std::move(neutral));
 }
 
 }  // namespace dtrain
