@@ -25,20 +25,6 @@
 
 namespace dtrain {
 
-struct WorkerService::Task {
-  std::function<absl::Status()> body;
-  grpc::ServerUnaryReactor* reactor = nullptr;
-  std::atomic<bool> cancelled{false};
-  std::string setup_job;  // a Setup's job id
-  // Cancels a Setup's wait for its group when the call is cancelled or its job torn down.
-  std::shared_ptr<CallCanceller> canceller = std::make_shared<CallCanceller>();
-  // For a call answered by other means than `reactor` (a stream): gets the outcome when the
-  // body failed or never ran.
-  std::function<void(const absl::Status&)> answer;
-  TrainOrder order;  // a training call's
-  absl::Time held_until = absl::InfiniteFuture();
-};
-
 WorkerService::WorkerService(WorkerServiceOptions options)
     : options_(std::move(options)),
       identity_(options_.identity),
@@ -107,68 +93,8 @@ grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* co
                                             "place the job on another worker"))));
     return reactor;
   }
-  const TrainOrder& o = task->order;
-  if (o.follows.has_value() && train_queued_end_ != o.follows) {
-    // Its predecessor has not arrived yet: it waits for it, bounded in number and time.
-    if (held_.size() >= kMostHeld) {
-      reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
-          absl::StrCat("worker '", options_.identity.name, "' already holds ", held_.size(),
-                       " pipelined training calls waiting for the calls before them"))));
-      return reactor;
-    }
-    task->held_until = absl::Now() + kPipelinedHold;
-    held_.push_back(std::move(task));
-    held_added_ = true;
-    return reactor;
-  }
-  Queue(std::move(task));
+  QueueInOrder(std::move(task));
   return reactor;
-}
-
-void WorkerService::Queue(std::shared_ptr<Task> task) {
-  const std::optional<TrainPoint> end = task->order.end;
-  queue_.push_back(std::move(task));
-  // Other calls leave it: one queued between two training calls fails the pipelined one when it
-  // runs (train_done_end_), rather than holding it for a predecessor already queued.
-  if (!end.has_value()) return;
-  train_queued_end_ = end;
-  for (auto it = held_.begin(); it != held_.end(); ++it) {
-    if ((*it)->order.follows == end) {
-      std::shared_ptr<Task> next = std::move(*it);
-      held_.erase(it);
-      Queue(std::move(next));
-      return;
-    }
-  }
-}
-
-absl::Time WorkerService::ExpireHeld() {
-  std::vector<std::pair<std::shared_ptr<Task>, absl::Status>> over;
-  absl::Time next = absl::InfiniteFuture();
-  {
-    absl::MutexLock lock(&mu_);
-    const absl::Time now = absl::Now();
-    for (auto it = held_.begin(); it != held_.end();) {
-      std::shared_ptr<Task>& t = *it;
-      if (!stopping_ && t->held_until > now) {
-        next = std::min(next, t->held_until);
-        ++it;
-        continue;
-      }
-      const TrainPoint& f = *t->order.follows;
-      over.emplace_back(
-          std::move(t),
-          stopping_ ? absl::UnavailableError("the worker is shutting down")
-                    : absl::DeadlineExceededError(absl::StrCat(
-                          "this pipelined training call, from batch ", f.batch, " of epoch ",
-                          f.epoch, ", waited ", absl::FormatDuration(kPipelinedHold),
-                          " for the training call ending there, which never reached worker '",
-                          options_.identity.name, "'")));
-      it = held_.erase(it);
-    }
-  }
-  for (auto& [task, status] : over) task->reactor->Finish(ToGrpcStatus(status));
-  return next;
 }
 
 void WorkerService::ExecutorLoop() {
@@ -211,22 +137,15 @@ void WorkerService::ExecutorLoop() {
     absl::Status status = absl::OkStatus();
     if (task->cancelled) {
       status = absl::CancelledError("the call was cancelled before it ran");
-    } else if (const std::optional<TrainPoint>& f = task->order.follows; f.has_value() && [&] {
-                 absl::MutexLock lock(&mu_);
-                 return train_done_end_ != f;
-               }()) {
-      status = absl::FailedPreconditionError(absl::StrCat(
-          "this pipelined training call, from batch ", f->batch, " of epoch ", f->epoch,
-          ", runs only after the training call ending there succeeded on worker '",
-          options_.identity.name, "', and that one did not"));
+    } else if (absl::Status follows = CheckFollows(*task); !follows.ok()) {
+      status = std::move(follows);
     } else {
       status = task->body();
     }
     {
       absl::MutexLock lock(&mu_);
       running_.reset();
-      // A pipelined call follows only the training call that ran right before it.
-      if (!task->order.neutral) train_done_end_ = status.ok() ? task->order.end : std::nullopt;
+      NoteRan(*task, status);
       // A call the hard stop cut short is this worker leaving, not a client's cancellation: the
       // coordinator must name this worker as the one its job lost.
       if (stopping_ && status.code() == absl::StatusCode::kCancelled) {
@@ -418,32 +337,14 @@ absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& reques
 grpc::ServerUnaryReactor* WorkerService::TrainingStep(grpc::CallbackServerContext* context,
                                                       const v1::StepRequest* request,
                                                       v1::StepResponse* response) {
-  // Its place in the job's order: the calls of a job follow each other by batch (the first
-  // local rank's; every rank's calls cover the same batches).
-  TrainOrder order;
-  int64_t end = 0;
-  if (request->work_size() > 0) {
-    const v1::LocalWork& work = request->work(0);
-    const int64_t first = work.first_batch_idx();
-    if (!__builtin_add_overflow(first, work.index_batches_size() + work.batches_size(), &end)) {
-      order.end = TrainPoint{request->job_id(), request->epoch(), end};
-      if (request->pipelined()) {
-        order.follows = TrainPoint{request->job_id(), request->epoch(), first};
-      }
-    }
-  }
-  if (request->pipelined() && !order.follows.has_value()) {
-    absl::Status s = CheckBearerToken(*context, options_.token);
-    if (s.ok()) {
-      s = absl::InvalidArgumentError(
-          "a pipelined training call must carry work whose first_batch_idx plus its batches "
-          "fits in int64: it is ordered by where it starts");
-    }
-    return FinishNow(context, s);
+  absl::StatusOr<TrainOrder> order = TrainOrderOf(*request);
+  if (!order.ok()) {
+    const absl::Status token = CheckBearerToken(*context, options_.token);
+    return FinishNow(context, token.ok() ? order.status() : token);
   }
   return Enqueue(
       context, [=] { return RunStep(StepKind::kTraining, *request, response); }, "", nullptr,
-      std::move(order));
+      *std::move(order));
 }
 grpc::ServerUnaryReactor* WorkerService::ValidationStep(grpc::CallbackServerContext* context,
                                                         const v1::StepRequest* request,
@@ -528,14 +429,7 @@ absl::Status WorkerService::TeardownJob(bool all_ranks) {
     train_queued_end_.reset();
     train_done_end_.reset();
     // Its held calls will never run: answered now rather than at the end of their hold.
-    for (auto it = held_.begin(); it != held_.end();) {
-      if ((*it)->order.follows->job != job->id()) {
-        ++it;
-        continue;
-      }
-      dropped.push_back(std::move(*it));
-      it = held_.erase(it);
-    }
+    dropped = TakeHeld(job->id());
     checkpoint_dir_.clear();
     store_checkpoints_ = false;
   }

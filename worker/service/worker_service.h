@@ -5,6 +5,7 @@
 // serving: whatever a request does, the next Setup starts afresh.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "worker/runtime/hosted_job.h"
 #include "worker/runtime/worker_identity.h"
 #include "worker/service/artifact_cache.h"
+#include "worker/service/training_call_order.h"
 
 namespace dtrain {
 
@@ -49,26 +51,6 @@ struct WorkerServiceOptions {
   // Sends a file to the coordinator's store and returns its digest ("sha256:<hex>");
   // ArtifactsClient::Upload in production. Null: as an empty jobs_dir.
   std::function<absl::StatusOr<std::string>(const std::string& path)> store_file;
-};
-
-// Where a training call of a job starts or ends (StepRequest.pipelined).
-struct WorkerTrainPoint {
-  std::string job;
-  int64_t epoch = 0;
-  int64_t batch = 0;
-  bool operator==(const WorkerTrainPoint& o) const {
-    return job == o.job && epoch == o.epoch && batch == o.batch;
-  }
-  bool operator!=(const WorkerTrainPoint& o) const { return !(*this == o); }
-};
-// A training call's place in its job's order: where it ends, and for a pipelined one where
-// the call it must follow ends.
-struct WorkerTrainOrder {
-  std::optional<WorkerTrainPoint> end;
-  std::optional<WorkerTrainPoint> follows;
-  // Touches nothing a training call reads or writes (a state dict read, another model's dry
-  // run): a pipelined call still follows the training call before it.
-  bool neutral = false;
 };
 
 class WorkerService final : public v1::Worker::CallbackService {
@@ -141,7 +123,20 @@ class WorkerService final : public v1::Worker::CallbackService {
   void AbandonJob(const std::string& job_id);
 
  private:
-  struct Task;
+  // One queued call: its body and how it is answered.
+  struct Task {
+    std::function<absl::Status()> body;
+    grpc::ServerUnaryReactor* reactor = nullptr;
+    std::atomic<bool> cancelled{false};
+    std::string setup_job;  // a Setup's job id
+    // Cancels a Setup's wait for its group when the call is cancelled or its job torn down.
+    std::shared_ptr<CallCanceller> canceller = std::make_shared<CallCanceller>();
+    // For a call answered by other means than `reactor` (a stream): gets the outcome when the
+    // body failed or never ran.
+    std::function<void(const absl::Status&)> answer;
+    WorkerTrainOrder order;  // a training call's
+    absl::Time held_until = absl::InfiniteFuture();
+  };
   using TrainPoint = WorkerTrainPoint;
   using TrainOrder = WorkerTrainOrder;
   // A pipelined call waits at most this long for the call before it to arrive.
@@ -160,11 +155,21 @@ class WorkerService final : public v1::Worker::CallbackService {
                                     std::function<absl::Status()> body, std::string setup_job = "",
                                     std::shared_ptr<CallCanceller> canceller = nullptr,
                                     TrainOrder order = {});
-  // Queues `task`; a training call then releases the pipelined call held for it, if any.
+  // The training calls' order (worker_service_training_order.cc). Queues `task`, or holds a
+  // pipelined call whose predecessor has not arrived (answering it when too many are held);
+  // a training call queued releases the call held for it.
+  void QueueInOrder(std::shared_ptr<Task> task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Queue(std::shared_ptr<Task> task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers the held calls whose hold is over (all of them when stopping); returns when the
   // next one's is.
   absl::Time ExpireHeld();
+  // On the executor, before `task` runs: FAILED_PRECONDITION for a pipelined call that does not
+  // follow the call that ran last; after it: what it leaves for the next one to follow.
+  absl::Status CheckFollows(const Task& task);
+  void NoteRan(const Task& task, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the held calls of `job` (torn down) out, for the caller to answer.
+  std::vector<std::shared_ptr<Task>> TakeHeld(const std::string& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExecutorLoop();
   // No call queued, held or running: what a drain and a stop wait for.
   bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,0 +1,132 @@
+// WorkerService's order of training calls (training_call_order.h): where each training call
+// starts and ends, pipelined calls held for their predecessors (bounded in number and time),
+// and the check, before a pipelined call runs, that it follows the call that ran last.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "worker/service/training_call_order.h"
+#include "worker/service/worker_service.h"
+
+namespace dtrain {
+
+absl::StatusOr<WorkerTrainOrder> TrainOrderOf(const v1::StepRequest& request) {
+  WorkerTrainOrder order;
+  int64_t end = 0;
+  if (request.work_size() > 0) {
+    const v1::LocalWork& work = request.work(0);
+    const int64_t first = work.first_batch_idx();
+    if (!__builtin_add_overflow(first, work.index_batches_size() + work.batches_size(), &end)) {
+      order.end = WorkerTrainPoint{request.job_id(), request.epoch(), end};
+      if (request.pipelined()) {
+        order.follows = WorkerTrainPoint{request.job_id(), request.epoch(), first};
+      }
+    }
+  }
+  if (request.pipelined() && !order.follows.has_value()) {
+    return absl::InvalidArgumentError(
+        "a pipelined training call must carry work whose first_batch_idx plus its batches fits "
+        "in int64: it is ordered by where it starts");
+  }
+  return order;
+}
+
+void WorkerService::QueueInOrder(std::shared_ptr<Task> task) {
+  const TrainOrder& o = task->order;
+  if (o.follows.has_value() && train_queued_end_ != o.follows) {
+    // Its predecessor has not arrived yet: it waits for it, bounded in number and time.
+    if (held_.size() >= kMostHeld) {
+      task->reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
+          absl::StrCat("worker '", options_.identity.name, "' already holds ", held_.size(),
+                       " pipelined training calls waiting for the calls before them"))));
+      return;
+    }
+    task->held_until = absl::Now() + kPipelinedHold;
+    held_.push_back(std::move(task));
+    held_added_ = true;
+    return;
+  }
+  Queue(std::move(task));
+}
+
+void WorkerService::Queue(std::shared_ptr<Task> task) {
+  const std::optional<TrainPoint> end = task->order.end;
+  queue_.push_back(std::move(task));
+  // Other calls leave it: one queued between two training calls fails the pipelined one when it
+  // runs (train_done_end_), rather than holding it for a predecessor already queued.
+  if (!end.has_value()) return;
+  train_queued_end_ = end;
+  for (auto it = held_.begin(); it != held_.end(); ++it) {
+    if ((*it)->order.follows == end) {
+      std::shared_ptr<Task> next = std::move(*it);
+      held_.erase(it);
+      Queue(std::move(next));
+      return;
+    }
+  }
+}
+
+absl::Time WorkerService::ExpireHeld() {
+  std::vector<std::pair<std::shared_ptr<Task>, absl::Status>> over;
+  absl::Time next = absl::InfiniteFuture();
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    for (auto it = held_.begin(); it != held_.end();) {
+      std::shared_ptr<Task>& t = *it;
+      if (!stopping_ && t->held_until > now) {
+        next = std::min(next, t->held_until);
+        ++it;
+        continue;
+      }
+      const TrainPoint& f = *t->order.follows;
+      over.emplace_back(
+          std::move(t),
+          stopping_ ? absl::UnavailableError("the worker is shutting down")
+                    : absl::DeadlineExceededError(absl::StrCat(
+                          "this pipelined training call, from batch ", f.batch, " of epoch ",
+                          f.epoch, ", waited ", absl::FormatDuration(kPipelinedHold),
+                          " for the training call ending there, which never reached worker '",
+                          options_.identity.name, "'")));
+      it = held_.erase(it);
+    }
+  }
+  for (auto& [task, status] : over) task->reactor->Finish(ToGrpcStatus(status));
+  return next;
+}
+
+absl::Status WorkerService::CheckFollows(const Task& task) {
+  const std::optional<TrainPoint>& f = task.order.follows;
+  if (!f.has_value()) return absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    if (train_done_end_ == f) return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("this pipelined training call, from batch ", f->batch, " of epoch ", f->epoch,
+                   ", runs only after the training call ending there succeeded on worker '",
+                   options_.identity.name, "', and that one did not"));
+}
+
+void WorkerService::NoteRan(const Task& task, const absl::Status& status) {
+  // A pipelined call follows only the training call that ran right before it.
+  if (!task.order.neutral) train_done_end_ = status.ok() ? task.order.end : std::nullopt;
+}
+
+std::vector<std::shared_ptr<WorkerService::Task>> WorkerService::TakeHeld(const std::string& job) {
+  std::vector<std::shared_ptr<Task>> taken;
+  for (auto it = held_.begin(); it != held_.end();) {
+    if ((*it)->order.follows->job != job) {
+      ++it;
+      continue;
+    }
+    taken.push_back(std::move(*it));
+    it = held_.erase(it);
+  }
+  return taken;
+}
+
+}  // namespace dtrain
