@@ -114,8 +114,9 @@ TEST_F(WorkerServiceTest, PipelinedCall_PredecessorFailed_RefusedUntrained) {
   EXPECT_EQ(failed.code(), absl::StatusCode::kInvalidArgument) << failed;
   const absl::Status refused = second.Wait();
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
-  EXPECT_THAT(refused.message(), HasSubstr("from batch 4 of epoch 0, runs only after the "
+  EXPECT_THAT(refused.message(), HasSubstr("from batch 4 of epoch 0, runs only right after the "
                                            "training call ending there succeeded"));
+  EXPECT_THAT(refused.message(), HasSubstr("but the call that ran last on it failed"));
   EXPECT_THAT(refused.message(),
               HasSubstr(absl::StrCat("worker '", Health(*w).worker_name(), "'")));
   // Nothing trained: a call from the start is the job's first step.
@@ -134,6 +135,7 @@ TEST_F(WorkerServiceTest, PipelinedCall_PredecessorFailed_RefusedUntrained) {
   const absl::Status overtaken =
       Call([&](auto* c) { return w->stub().TrainingStep(c, after, &response); });
   EXPECT_EQ(overtaken.code(), absl::StatusCode::kFailedPrecondition) << overtaken;
+  EXPECT_THAT(overtaken.message(), HasSubstr("but a call other than a training step"));
 
   // Hostile: pipelined with nothing to order it by.
   v1::StepRequest empty;

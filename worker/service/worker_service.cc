@@ -49,7 +49,7 @@ grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* co
                                                  std::function<absl::Status()> body,
                                                  std::string setup_job,
                                                  std::shared_ptr<CallCanceller> canceller,
-                                                 TrainOrder order) {
+                                                 WorkerTrainOrder order) {
   auto task = std::make_shared<Task>();
   if (canceller != nullptr) task->canceller = std::move(canceller);
   task->body = std::move(body);
@@ -337,7 +337,7 @@ absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& reques
 grpc::ServerUnaryReactor* WorkerService::TrainingStep(grpc::CallbackServerContext* context,
                                                       const v1::StepRequest* request,
                                                       v1::StepResponse* response) {
-  absl::StatusOr<TrainOrder> order = TrainOrderOf(*request);
+  absl::StatusOr<WorkerTrainOrder> order = TrainOrderOf(*request);
   if (!order.ok()) {
     const absl::Status token = CheckBearerToken(*context, options_.token);
     return FinishNow(context, token.ok() ? order.status() : token);
@@ -493,7 +493,7 @@ grpc::ServerUnaryReactor* WorkerService::DryRun(grpc::CallbackServerContext* con
     *response = std::move(*report);
     return absl::OkStatus();
   };
-  TrainOrder neutral;
+  WorkerTrainOrder neutral;
   neutral.neutral = true;  // another model's: this worker's job is untouched
   return Enqueue(context, std::move(dry_run), "", nullptr, std::move(neutral));
 }

@@ -137,8 +137,6 @@ class WorkerService final : public v1::Worker::CallbackService {
     WorkerTrainOrder order;  // a training call's
     absl::Time held_until = absl::InfiniteFuture();
   };
-  using TrainPoint = WorkerTrainPoint;
-  using TrainOrder = WorkerTrainOrder;
   // A pipelined call waits at most this long for the call before it to arrive.
   static constexpr absl::Duration kPipelinedHold = absl::Seconds(30);
   static constexpr size_t kMostHeld = 8;
@@ -154,7 +152,7 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* Enqueue(grpc::CallbackServerContext* context,
                                     std::function<absl::Status()> body, std::string setup_job = "",
                                     std::shared_ptr<CallCanceller> canceller = nullptr,
-                                    TrainOrder order = {});
+                                    WorkerTrainOrder order = {});
   // The training calls' order (worker_service_training_order.cc). Queues `task`, or holds a
   // pipelined call whose predecessor has not arrived (answering it when too many are held);
   // a training call queued releases the call held for it.
@@ -198,8 +196,11 @@ class WorkerService final : public v1::Worker::CallbackService {
   // one that succeeded does.
   std::vector<std::shared_ptr<Task>> held_ ABSL_GUARDED_BY(mu_);
   bool held_added_ ABSL_GUARDED_BY(mu_) = false;  // wakes the executor to time the new hold
-  std::optional<TrainPoint> train_queued_end_ ABSL_GUARDED_BY(mu_);
-  std::optional<TrainPoint> train_done_end_ ABSL_GUARDED_BY(mu_);
+  std::optional<WorkerTrainPoint> train_queued_end_ ABSL_GUARDED_BY(mu_);
+  std::optional<WorkerTrainPoint> train_done_end_ ABSL_GUARDED_BY(mu_);
+  // Whether the last call that is not neutral failed, for CheckFollows to say why a pipelined
+  // call may not run: its predecessor failed, or another call ran between the two.
+  bool last_failed_ ABSL_GUARDED_BY(mu_) = false;
   bool leaving_ ABSL_GUARDED_BY(mu_) = false;                 // Drain: no new job
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;                // StopNow: no call at all
   std::optional<absl::Status> stopped_ ABSL_GUARDED_BY(mu_);  // StopNow's outcome, once known

@@ -131,7 +131,7 @@ grpc::ServerUnaryReactor* WorkerService::StateDict(grpc::CallbackServerContext* 
     }
     return absl::OkStatus();
   };
-  TrainOrder neutral;
+  WorkerTrainOrder neutral;
   neutral.neutral = true;  // a read: a pipelined training call may still follow across it
   return Enqueue(context, std::move(read), "", nullptr, std::move(neutral));
 }

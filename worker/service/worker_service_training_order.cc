@@ -35,7 +35,7 @@ absl::StatusOr<WorkerTrainOrder> TrainOrderOf(const v1::StepRequest& request) {
 }
 
 void WorkerService::QueueInOrder(std::shared_ptr<Task> task) {
-  const TrainOrder& o = task->order;
+  const WorkerTrainOrder& o = task->order;
   if (o.follows.has_value() && train_queued_end_ != o.follows) {
     // Its predecessor has not arrived yet: it waits for it, bounded in number and time.
     if (held_.size() >= kMostHeld) {
@@ -53,7 +53,7 @@ void WorkerService::QueueInOrder(std::shared_ptr<Task> task) {
 }
 
 void WorkerService::Queue(std::shared_ptr<Task> task) {
-  const std::optional<TrainPoint> end = task->order.end;
+  const std::optional<WorkerTrainPoint> end = task->order.end;
   queue_.push_back(std::move(task));
   // Other calls leave it: one queued between two training calls fails the pipelined one when it
   // runs (train_done_end_), rather than holding it for a predecessor already queued.
@@ -82,7 +82,7 @@ absl::Time WorkerService::ExpireHeld() {
         ++it;
         continue;
       }
-      const TrainPoint& f = *t->order.follows;
+      const WorkerTrainPoint& f = *t->order.follows;
       over.emplace_back(
           std::move(t),
           stopping_ ? absl::UnavailableError("the worker is shutting down")
@@ -99,21 +99,34 @@ absl::Time WorkerService::ExpireHeld() {
 }
 
 absl::Status WorkerService::CheckFollows(const Task& task) {
-  const std::optional<TrainPoint>& f = task.order.follows;
+  const std::optional<WorkerTrainPoint>& f = task.order.follows;
   if (!f.has_value()) return absl::OkStatus();
+  std::string why;
   {
     absl::MutexLock lock(&mu_);
     if (train_done_end_ == f) return absl::OkStatus();
+    // Which of the two ways it went, so that a user looks for the right cause.
+    if (last_failed_) {
+      why = "the call that ran last on it failed";
+    } else if (train_done_end_.has_value()) {
+      why = absl::StrCat("the training call that ran last on it ends at batch ",
+                         train_done_end_->batch, " of epoch ", train_done_end_->epoch,
+                         train_done_end_->job == f->job ? "" : " of another job");
+    } else {
+      why = "a call other than a training step (validation, test, predict, setup) ran last on it";
+    }
   }
   return absl::FailedPreconditionError(
       absl::StrCat("this pipelined training call, from batch ", f->batch, " of epoch ", f->epoch,
-                   ", runs only after the training call ending there succeeded on worker '",
-                   options_.identity.name, "', and that one did not"));
+                   ", runs only right after the training call ending there succeeded on worker '",
+                   options_.identity.name, "', but ", why));
 }
 
 void WorkerService::NoteRan(const Task& task, const absl::Status& status) {
   // A pipelined call follows only the training call that ran right before it.
-  if (!task.order.neutral) train_done_end_ = status.ok() ? task.order.end : std::nullopt;
+  if (task.order.neutral) return;
+  train_done_end_ = status.ok() ? task.order.end : std::nullopt;
+  last_failed_ = !status.ok();
 }
 
 std::vector<std::shared_ptr<WorkerService::Task>> WorkerService::TakeHeld(const std::string& job) {
