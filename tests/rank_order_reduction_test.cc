@@ -3,6 +3,7 @@
 // outputs that are the inputs themselves (the in-place all_reduce) and NaN propagation.
 #include "worker/collectives/rank_order_reduction.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -158,6 +159,50 @@ TEST(RankOrderReduction, SumKeepsRankOrderWhereFloatAdditionDoesNotAssociate) {
   ReduceInRankOrder<float>(in, 3, outs, 1, 1, ReductionKind::kSum);
   EXPECT_EQ(out[0], 1.0f);
   EXPECT_NE(out[0], 1e8f + (-1e8f + 1.0f));
+}
+
+// Integers (since 2026-12-02): every op on both builds, over a length that ends mid-block; a sum
+// that overflows wraps, as Gloo's does, and the mean rounds toward zero, as every plane's does.
+template <typename T>
+void CheckIntegers() {
+  const int64_t n = 1'537;
+  std::vector<T> a(n), b(n), c(n);
+  for (int64_t i = 0; i < n; ++i) {
+    a[i] = static_cast<T>(i - 700);
+    b[i] = static_cast<T>(3 * i - 2'000);
+    c[i] = static_cast<T>((i % 7) - 3);
+  }
+  a[0] = std::numeric_limits<T>::max();
+  b[0] = 1;
+  c[0] = 0;
+  const T* in[] = {a.data(), b.data(), c.data()};
+  for (ReductionKind kind :
+       {ReductionKind::kSum, ReductionKind::kMean, ReductionKind::kMax, ReductionKind::kMin}) {
+    std::vector<T> fast(n), generic(n);
+    T* fast_out[] = {fast.data()};
+    T* generic_out[] = {generic.data()};
+    ReduceInRankOrder<T>(in, 3, fast_out, 1, n, kind);
+    ReduceInRankOrderGeneric<T>(in, 3, generic_out, 1, n, kind);
+    ASSERT_EQ(fast, generic);
+    for (int64_t i = 1; i < n; ++i) {
+      const int64_t sum = int64_t{a[i]} + b[i] + c[i];
+      const int64_t want = kind == ReductionKind::kSum    ? sum
+                           : kind == ReductionKind::kMean ? sum / 3  // C++ truncates
+                           : kind == ReductionKind::kMax  ? std::max({a[i], b[i], c[i]})
+                                                          : std::min({a[i], b[i], c[i]});
+      ASSERT_EQ(int64_t{fast[i]}, want) << "element " << i << ", kind " << static_cast<int>(kind);
+    }
+    if (kind == ReductionKind::kSum) {
+      EXPECT_EQ(fast[0], std::numeric_limits<T>::min());
+    }
+  }
+}
+
+TEST(RankOrderReduction, Int32EveryOpOnBothBuilds_SumWraps_MeanTowardZero) {
+  CheckIntegers<int32_t>();
+}
+TEST(RankOrderReduction, Int64EveryOpOnBothBuilds_SumWraps_MeanTowardZero) {
+  CheckIntegers<int64_t>();
 }
 
 }  // namespace rank_order_reduction_test

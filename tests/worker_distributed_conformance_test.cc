@@ -231,6 +231,76 @@ TEST_P(BackendConformance, LargeAllReducesAcrossChunks_ExactOnEveryRank) {
       /*world=*/3);
 }
 
+// Broadcasts, all_gathers and reduces larger than one shared-memory slot (4 MiB), on 3 ranks;
+// integer reductions (which shm carries itself since 2026-12-02) exact, their mean rounding
+// toward zero.
+TEST_P(BackendConformance, LargeBroadcastsGathersAndReducesAcrossChunks_ExactOnEveryRank) {
+  RunOnBackends(
+      [&](CollectiveBackend& b) -> absl::Status {
+        const int r = b.rank();
+        std::vector<std::string> wrong;
+        auto check = [&](bool ok, const std::string& what) {
+          if (!ok) wrong.push_back(what);
+        };
+        const int64_t n = 3'000'001;  // 12 MB of float32, an odd count
+        const torch::Tensor index = torch::arange(n, torch::kFloat32).remainder(1000);
+        torch::Tensor from_two = r == 2 ? index.clone() : torch::zeros({n});
+        DTRAIN_RETURN_IF_ERROR(b.Broadcast(from_two, 2));
+        check(torch::equal(from_two, index), "broadcast");
+        // Non-contiguous: the values land in the caller's tensor, in its layout.
+        torch::Tensor strided = torch::arange(24, torch::kInt64).reshape({4, 6}).t() * (r == 0);
+        DTRAIN_RETURN_IF_ERROR(b.Broadcast(strided, 0));
+        check(torch::equal(strided, torch::arange(24, torch::kInt64).reshape({4, 6}).t()),
+              "strided broadcast");
+        std::string big(9'000'007, 'x');
+        for (size_t i = 0; i < big.size(); i += 4099) big[i] = static_cast<char>('a' + i % 26);
+        DTRAIN_ASSIGN_OR_RETURN(std::string bytes, b.BroadcastBytes(r == 1 ? big : "", 1));
+        check(bytes == big, "broadcast_bytes");
+        // Rank r gives (r + 1) * 400,003 rows of 2 floats: up to 9.6 MB, uneven.
+        const int64_t rows = (r + 1) * int64_t{400'003};
+        const torch::Tensor mine =
+            torch::arange(rows * 2, torch::kFloat32).remainder(977).reshape({rows, 2}) + r;
+        DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> parts, b.AllGather(mine));
+        check(parts.size() == 3, "all_gather: one part per rank");
+        for (int k = 0; k < 3 && k < static_cast<int>(parts.size()); ++k) {
+          const int64_t k_rows = (k + 1) * int64_t{400'003};
+          check(torch::equal(
+                    parts[k],
+                    torch::arange(k_rows * 2, torch::kFloat32).remainder(977).reshape({k_rows, 2}) +
+                        k),
+                absl::StrCat("all_gather part ", k));
+        }
+        DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> scalars,
+                                b.AllGather(torch::tensor(r * 10, torch::kInt64)));
+        check(scalars.size() == 3 && scalars[2].dim() == 0 && scalars[2].item<int64_t>() == 20,
+              "all_gather of a scalar");
+        torch::Tensor reduced = index * (r + 1);
+        DTRAIN_RETURN_IF_ERROR(b.Reduce(reduced, 2, v1::REDUCE_OP_SUM));
+        check(torch::equal(reduced, r == 2 ? index * 6 : index * (r + 1)), "reduce");
+        // Integers: rank r gives (index - 500) * (r + 1); the mean of 6x over 3 ranks is 2x.
+        const torch::Tensor ints = index.to(torch::kInt64) - 500;
+        torch::Tensor isum = ints * (r + 1);
+        DTRAIN_RETURN_IF_ERROR(b.AllReduce(isum, v1::REDUCE_OP_SUM));
+        check(torch::equal(isum, ints * 6), "int64 sum");
+        torch::Tensor imean = ints * (r + 1) + (r == 0);  // 6x + 1 over 3: toward zero
+        DTRAIN_RETURN_IF_ERROR(b.AllReduce(imean, v1::REDUCE_OP_MEAN));
+        check(torch::equal(imean, (ints * 6 + 1).div(3, "trunc")), "int64 mean");
+        torch::Tensor imax = (ints * (r - 1)).to(torch::kInt32);
+        DTRAIN_RETURN_IF_ERROR(b.AllReduce(imax, v1::REDUCE_OP_MAX));
+        check(torch::equal(imax, ints.abs().to(torch::kInt32)), "int32 max");
+        torch::Tensor ireduced = ints.to(torch::kInt32) * (r + 1);
+        DTRAIN_RETURN_IF_ERROR(b.Reduce(ireduced, 0, v1::REDUCE_OP_MIN));
+        check(torch::equal(ireduced, r == 0 ? torch::minimum(ints, ints * 3).to(torch::kInt32)
+                                            : ints.to(torch::kInt32) * (r + 1)),
+              "int32 reduce min");
+        if (!wrong.empty()) {
+          return absl::InternalError(absl::StrCat("rank ", r, ": ", absl::StrJoin(wrong, "; ")));
+        }
+        return absl::OkStatus();
+      },
+      /*world=*/3);
+}
+
 // Memory from AllocateForAllReduce reduces as ordinary memory does: the whole buffer and a
 // slice at an offset, sum, mean and max, float32 and float64, on 3 ranks so that partitions are
 // uneven. Random values make the float sums rounding-sensitive: on shm (where that memory is

@@ -73,6 +73,25 @@ TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
     EXPECT_EQ(after[r].code(), absl::StatusCode::kFailedPrecondition) << after[r];
   }
 
+  // all_gather may differ in its first dimension only: a row of another shape is named too.
+  std::vector<absl::StatusOr<std::vector<torch::Tensor>>> gathered(2, absl::UnknownError(""));
+  statuses = testing::RunRanks(address, "shm-gather", 2, [&](ProcessGroup& pg) -> absl::Status {
+    auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));
+    if (!backend.ok()) return backend.status();
+    gathered[pg.rank()] =
+        (*backend)->AllGather(pg.rank() == 0 ? torch::ones({3, 2}) : torch::ones({5, 2, 1}));
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(gathered[r].status().code(), absl::StatusCode::kFailedPrecondition)
+        << gathered[r].status();
+    EXPECT_THAT(std::string(gathered[r].status().message()),
+                HasSubstr("all_gather of Float rows of 2 elements in 2 dimensions"));
+    EXPECT_THAT(std::string(gathered[r].status().message()),
+                HasSubstr("all_gather of Float rows of 2 elements in 3 dimensions"));
+  }
+
   // One rank reduces its shared buffer, the other ordinary memory of the same size: not the
   // same collective, and said so.
   statuses = testing::RunRanks(address, "shm-where", 2, [&](ProcessGroup& pg) -> absl::Status {
@@ -121,22 +140,22 @@ TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
 // Ranks of a cancelled step stop at their own next batch, so one may wait in a collective its
 // peer (alive, heartbeating) never starts: neither the group's health nor a timeout of minutes
 // would end that wait, the cancellation must. On every plane (the coordinator's, whose call is
-// cancelled), and for a collective shm hands to Gloo (int64); the plane is broken afterwards,
-// loudly.
+// cancelled), and for a collective shm hands to the plane it wraps (bool); the plane is broken
+// afterwards, loudly.
 class InterruptedWait : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(InterruptedWait, ACancelledStepEndsTheWaitForAPeerThatNeverComes) {
   auto coordinator = testing::StartCoordinator();
   ASSERT_NE(coordinator, nullptr);
   const std::string address = coordinator->address();
-  const bool through_gloo = GetParam() == "shm-int64";
+  const bool through_inner = GetParam() == "shm-bool";
   absl::Status waited, later;
   absl::Duration took, later_took;
   absl::Notification done;
   auto statuses = testing::RunRanks(
       address, "interrupt-" + GetParam(), 2, [&](ProcessGroup& pg) -> absl::Status {
         auto backend =
-            MakeBackend(through_gloo ? "shm" : GetParam(), address, &pg, absl::Minutes(5));
+            MakeBackend(through_inner ? "shm" : GetParam(), address, &pg, absl::Minutes(5));
         if (!backend.ok()) return backend.status();
         if (pg.rank() == 1) {
           // Alive, but never calls until rank 0 is done: only the interruption can end its wait
@@ -145,7 +164,7 @@ TEST_P(InterruptedWait, ACancelledStepEndsTheWaitForAPeerThatNeverComes) {
           return absl::OkStatus();
         }
         auto make = [&] {
-          return through_gloo ? torch::ones({1000}, torch::kInt64) : torch::ones({1000});
+          return through_inner ? torch::ones({1000}, torch::kBool) : torch::ones({1000});
         };
         torch::Tensor t = make();
         const absl::Time start = absl::Now();
@@ -293,7 +312,7 @@ TEST(GlooBackend, NonPositiveTimeouts_Refused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Planes, InterruptedWait,
-                         ::testing::Values("grpc", "gloo", "shm", "shm-int64"),
+                         ::testing::Values("grpc", "gloo", "shm", "shm-bool"),
                          [](const auto& info) {
                            std::string name = info.param;
                            name.erase(std::remove(name.begin(), name.end(), '-'), name.end());

@@ -62,9 +62,10 @@ inline absl::StatusOr<std::unique_ptr<CollectiveBackend>> MakeBackend(const std:
                                                                       ProcessGroup* pg,
                                                                       absl::Duration timeout) {
   if (kind == "grpc") return std::unique_ptr<CollectiveBackend>(new GrpcCollectiveBackend(pg));
-  auto gloo = GlooCollectiveBackend::Make(address, pg, timeout);
-  if (!gloo.ok() || kind == "gloo") return gloo;
-  auto shm = SharedMemoryCollectiveBackend::Make(std::move(*gloo), timeout);
+  if (kind == "gloo") return GlooCollectiveBackend::Make(address, pg, timeout);
+  // As ConnectCollectivePlane makes it: over the coordinator's plane, no Gloo.
+  auto shm =
+      SharedMemoryCollectiveBackend::Make(std::make_unique<GrpcCollectiveBackend>(pg), timeout);
   if (!shm.ok()) return shm.status();
   // On one machine the shared-memory path must be the one under test.
   if (!(*shm)->active()) return absl::InternalError("shm inactive: " + (*shm)->fallback_reason());

@@ -57,4 +57,13 @@ template void ReduceInRankOrderGeneric<float>(const float* const*, int, float* c
 template void ReduceInRankOrderGeneric<double>(const double* const*, int, double* const*, int,
                                                int64_t, ReductionKind);
 
+template void ReduceInRankOrder<int32_t>(const int32_t* const*, int, int32_t* const*, int, int64_t,
+                                         ReductionKind);
+template void ReduceInRankOrder<int64_t>(const int64_t* const*, int, int64_t* const*, int, int64_t,
+                                         ReductionKind);
+template void ReduceInRankOrderGeneric<int32_t>(const int32_t* const*, int, int32_t* const*, int,
+                                                int64_t, ReductionKind);
+template void ReduceInRankOrderGeneric<int64_t>(const int64_t* const*, int, int64_t* const*, int,
+                                                int64_t, ReductionKind);
+
 }  // namespace dtrain

@@ -18,4 +18,9 @@ template void ReduceInRankOrderAvx2<float>(const float* const*, int, float* cons
 template void ReduceInRankOrderAvx2<double>(const double* const*, int, double* const*, int, int64_t,
                                             ReductionKind);
 
+template void ReduceInRankOrderAvx2<int32_t>(const int32_t* const*, int, int32_t* const*, int,
+                                             int64_t, ReductionKind);
+template void ReduceInRankOrderAvx2<int64_t>(const int64_t* const*, int, int64_t* const*, int,
+                                             int64_t, ReductionKind);
+
 }  // namespace dtrain

@@ -28,11 +28,12 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/collectives/rank_order_reduction.h"
+#include "worker/model/torch_status.h"
 
 namespace dtrain {
 namespace {
 
-constexpr uint64_t kMagic = 0x6474726169E5E302ULL;  // "dtrain" shm, layout version 2
+constexpr uint64_t kMagic = 0x6474726169E5E303ULL;  // "dtrain" shm, layout version 3
 constexpr size_t kLine = 64;
 constexpr size_t kReasonBytes = 512;
 // Room for all slots of a world within this much /dev/shm (containers often give 64 MiB).
@@ -40,9 +41,10 @@ constexpr int64_t kSegmentBudget = int64_t{64} << 20;
 constexpr int64_t kMaxSlotBytes = int64_t{4} << 20;
 constexpr int64_t kMinSlotBytes = int64_t{64} << 10;
 
-// The collectives that move data through the segment (barrier, all_reduce), and those that only
-// announce themselves there before the inner plane moves their data, so that a rank in a
-// different collective is named at once instead of at the inner plane's deadline.
+// The collectives of the segment. Those whose data it cannot carry (a reduction of bools, of 8-
+// or 16-bit types, or by product) only announce themselves there before the inner plane moves
+// their data, so that a rank in a different collective is named at once instead of at the inner
+// plane's deadline.
 enum class CallKind : int32_t {
   kBarrier = 1,
   kAllReduce = 2,
@@ -66,6 +68,9 @@ struct Descriptor {
   int32_t dtype;
   int32_t op;
   int32_t reserved;
+  // Not compared: what this rank brings that may differ from the others' (an all_gather's first
+  // dimension, a broadcast_bytes' length at its source, a reduce_boolean_decision's vote).
+  int64_t value;
 };
 
 struct alignas(kLine) Arrival {
@@ -78,12 +83,14 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free,
 
 size_t AlignUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-std::string HostIdentity() {
+// `host` (the worker's --host), else the host name, and the boot.
+std::string HostIdentity(const std::string& host) {
   std::string boot_id;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return absl::StrCat(host, "/", boot_id);
+  if (!host.empty()) return absl::StrCat(host, "/", boot_id);
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return absl::StrCat(name, "/", boot_id);
 }
 
 std::string DescribeCall(const Descriptor& d) {
@@ -99,7 +106,8 @@ std::string DescribeCall(const Descriptor& d) {
                               : absl::StrCat(" in shared buffer #", d.where >> 40, " at element ",
                                              d.where & ((int64_t{1} << 40) - 1)));
     case CallKind::kAllGather:
-      return absl::StrCat("all_gather of ", dtype);
+      return absl::StrCat("all_gather of ", dtype, " rows of ", d.numel, " elements in ", d.op,
+                          " dimensions");
     case CallKind::kBroadcast:
       return absl::StrCat("broadcast of ", d.numel, " ", dtype, " from rank ", d.op);
     case CallKind::kBroadcastBytes:
@@ -178,22 +186,17 @@ SharedMemoryCollectiveBackend::SharedMemoryCollectiveBackend(
 }
 
 absl::StatusOr<std::unique_ptr<SharedMemoryCollectiveBackend>> SharedMemoryCollectiveBackend::Make(
-    std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout) {
+    std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout, std::string host) {
   std::unique_ptr<SharedMemoryCollectiveBackend> backend(
       new SharedMemoryCollectiveBackend(std::move(inner), timeout));
-  DTRAIN_RETURN_IF_ERROR(backend->Attach());
-  if (!backend->active()) {
-    LogWarning(absl::StrCat("shm backend: using ", backend->inner_->name(),
-                            " for every collective: ", backend->fallback_reason_),
-               {{"rank", backend->rank()}});
-  }
+  DTRAIN_RETURN_IF_ERROR(backend->Attach(host));
   return backend;
 }
 
-absl::Status SharedMemoryCollectiveBackend::Attach() {
+absl::Status SharedMemoryCollectiveBackend::Attach(const std::string& host) {
   const int world = world_size(), me = rank();
-  // 1. Are all ranks on this machine (same host name and boot)?
-  const std::string identity = HostIdentity();
+  // 1. Are all ranks on this machine (same host and boot)?
+  const std::string identity = HostIdentity(host);
   torch::Tensor mine = torch::from_blob(const_cast<char*>(identity.data()),
                                         {static_cast<int64_t>(identity.size())}, torch::kUInt8)
                            .clone();
@@ -391,8 +394,8 @@ namespace {
 template <typename T>
 using PerRank = absl::InlinedVector<T, 8>;
 
-// out[k] = in[0] op in[1] op ... for `count` elements of `dtype` (float or double, the kinds
-// AllReduce sends through the segment) at `offset` elements into each of `in` and `out`, in rank
+// out[k] = in[0] op in[1] op ... for `count` elements of `dtype` (float, double, int32 or int64:
+// the kinds the segment reduces) at `offset` elements into each of `in` and `out`, in rank
 // order: both all_reduce paths reduce through here, so their results are bitwise the same.
 template <typename T>
 void ReduceTyped(const PerRank<char*>& in, const PerRank<char*>& out, int64_t offset, int64_t count,
@@ -411,17 +414,26 @@ void ReduceRaw(torch::ScalarType dtype, const PerRank<char*>& in, const PerRank<
                              : op == v1::REDUCE_OP_MIN  ? ReductionKind::kMin
                              : op == v1::REDUCE_OP_MEAN ? ReductionKind::kMean
                                                         : ReductionKind::kSum;
-  if (dtype == torch::kFloat64) {
-    ReduceTyped<double>(in, out, offset, count, kind);
-  } else {
-    ReduceTyped<float>(in, out, offset, count, kind);
+  switch (dtype) {
+    case torch::kFloat64:
+      ReduceTyped<double>(in, out, offset, count, kind);
+      break;
+    case torch::kInt64:
+      ReduceTyped<int64_t>(in, out, offset, count, kind);
+      break;
+    case torch::kInt32:
+      ReduceTyped<int32_t>(in, out, offset, count, kind);
+      break;
+    default:
+      ReduceTyped<float>(in, out, offset, count, kind);
   }
 }
 
 // Writes this rank's descriptor of its next call.
 void Describe(Arrival& mine, uint64_t call, CallKind kind, int64_t numel, int32_t dtype, int32_t op,
-              int64_t where = -1) {
-  mine.descriptors[call % 2] = {call, numel, where, static_cast<int32_t>(kind), dtype, op, 0};
+              int64_t where = -1, int64_t value = 0) {
+  mine.descriptors[call % 2] = {call,  numel, where, static_cast<int32_t>(kind),
+                                dtype, op,    0,     value};
 }
 
 }  // namespace
@@ -455,48 +467,184 @@ absl::Status SharedMemoryCollectiveBackend::MatchCalls(uint64_t call) {
 }
 
 absl::Status SharedMemoryCollectiveBackend::Broadcast(torch::Tensor& tensor, int src) {
-  if (segment_ != nullptr) {
-    DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kBroadcast), tensor.numel(),
-                                    static_cast<int32_t>(tensor.scalar_type()), src, "broadcast"));
+  if (segment_ == nullptr) return inner_->Broadcast(tensor, src);
+  if (src < 0 || src >= world_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("broadcast src ", src, " outside world of ", world_));
   }
-  return inner_->Broadcast(tensor, src);
+  if (!tensor.device().is_cpu()) {
+    return RunOnHost(
+        tensor, [&](torch::Tensor& host) { return Broadcast(host, src); }, rank() != src);
+  }
+  if (!broken_.ok()) return broken_;
+  torch::NoGradGuard no_grad;
+  torch::Tensor flat = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  const uint64_t call = ++calls_;
+  Describe(segment_->arrival(rank()), call, CallKind::kBroadcast, tensor.numel(),
+           static_cast<int32_t>(tensor.scalar_type()), src);
+  DTRAIN_RETURN_IF_ERROR(MoveBytes(call, "broadcast", src, static_cast<char*>(flat.data_ptr()),
+                                   flat.numel() * static_cast<int64_t>(flat.element_size())));
+  if (rank() != src && !flat.is_same(tensor)) tensor.copy_(flat);
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryCollectiveBackend::MoveBytes(uint64_t call, const char* what, int src,
+                                                      char* data, int64_t bytes) {
+  const int me = rank();
+  // At least one round, so that the descriptors are compared even for nothing to move.
+  for (int64_t offset = 0, round = 0; round == 0 || offset < bytes;
+       offset += slot_bytes_, ++round) {
+    const int b = static_cast<int>(round % 2);
+    const int64_t count = std::min(slot_bytes_, bytes - offset);
+    if (me == src && count > 0) std::memcpy(segment_->slot(b, src), data + offset, count);
+    DTRAIN_RETURN_IF_ERROR(ArriveAndWait(what));
+    if (round == 0) DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
+    if (count <= 0) break;
+    if (me != src) std::memcpy(data + offset, segment_->slot(b, src), count);
+    // The source may not refill this buffer set before every rank has read it.
+    DTRAIN_RETURN_IF_ERROR(ArriveAndWait(what));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> SharedMemoryCollectiveBackend::BroadcastBytes(const std::string& bytes,
                                                                           int src) {
-  if (segment_ != nullptr) {
-    DTRAIN_RETURN_IF_ERROR(
-        Announce(static_cast<int32_t>(CallKind::kBroadcastBytes), 0, 0, src, "broadcast"));
+  if (segment_ == nullptr) return inner_->BroadcastBytes(bytes, src);
+  if (src < 0 || src >= world_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("broadcast src ", src, " outside world of ", world_));
   }
-  return inner_->BroadcastBytes(bytes, src);
+  if (!broken_.ok()) return broken_;
+  const int me = rank();
+  const uint64_t call = ++calls_;
+  // The length travels in the source's descriptor; the bytes through the slots.
+  Describe(segment_->arrival(me), call, CallKind::kBroadcastBytes, 0, 0, src, -1,
+           me == src ? static_cast<int64_t>(bytes.size()) : 0);
+  DTRAIN_RETURN_IF_ERROR(ArriveAndWait("broadcast"));
+  DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
+  const int64_t size = segment_->arrival(src).descriptors[call % 2].value;
+  if (size < 0) {
+    return Poison(absl::InternalError(
+        absl::StrCat("shm broadcast: rank ", src, " announced ", size, " bytes")));
+  }
+  std::string out = me == src ? bytes : std::string(static_cast<size_t>(size), '\0');
+  const uint64_t data_call = ++calls_;
+  Describe(segment_->arrival(me), data_call, CallKind::kBroadcastBytes, size, 0, src);
+  DTRAIN_RETURN_IF_ERROR(MoveBytes(data_call, "broadcast", src, out.data(), size));
+  return out;
 }
 
 absl::StatusOr<std::vector<torch::Tensor>> SharedMemoryCollectiveBackend::AllGather(
     const torch::Tensor& tensor) {
-  // Dimension 0 may differ between ranks; the dtype may not.
-  if (segment_ != nullptr) {
-    DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kAllGather), 0,
-                                    static_cast<int32_t>(tensor.scalar_type()), 0, "all_gather"));
+  if (segment_ == nullptr) return inner_->AllGather(tensor);
+  if (!tensor.device().is_cpu()) {
+    DTRAIN_ASSIGN_OR_RETURN(
+        torch::Tensor host,
+        GuardTorch("cannot copy all_gather's tensor to the host",
+                   [&]() -> absl::StatusOr<torch::Tensor> { return tensor.to(torch::kCPU); }));
+    DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> parts, AllGather(host));
+    return OnDeviceOf(std::move(parts), tensor);
   }
-  return inner_->AllGather(tensor);
+  if (!broken_.ok()) return broken_;
+  torch::NoGradGuard no_grad;
+  // Dimension 0 may differ between ranks; the dtype, the number of dimensions and a row's
+  // elements may not (the descriptor compares them), and each row is whole in the slots.
+  const torch::Tensor input = tensor.dim() == 0 ? tensor.reshape({1}) : tensor.contiguous();
+  const int world = world_, me = rank();
+  const int64_t rows = input.size(0);
+  const int64_t row_elements = rows > 0 ? input.numel() / rows : [&] {
+    int64_t n = 1;
+    for (int64_t d = 1; d < input.dim(); ++d) n *= input.size(d);
+    return n;
+  }();
+  const int64_t row_bytes = row_elements * static_cast<int64_t>(input.element_size());
+  const uint64_t call = ++calls_;
+  Describe(segment_->arrival(me), call, CallKind::kAllGather, row_elements,
+           static_cast<int32_t>(input.scalar_type()), static_cast<int32_t>(input.dim()), -1, rows);
+  DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_gather"));
+  DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
+  std::vector<int64_t> bytes(world);
+  std::vector<torch::Tensor> parts(world);
+  int64_t largest = 0;
+  for (int r = 0; r < world; ++r) {
+    const int64_t r_rows = segment_->arrival(r).descriptors[call % 2].value;
+    if (r_rows < 0 || (row_bytes > 0 && r_rows > (int64_t{1} << 40) / row_bytes)) {
+      return Poison(absl::InternalError(
+          absl::StrCat("shm all_gather: rank ", r, " announced ", r_rows, " rows")));
+    }
+    std::vector<int64_t> shape = input.sizes().vec();
+    shape[0] = r_rows;
+    parts[r] = r == me ? input.clone() : torch::empty(shape, input.options());
+    bytes[r] = r_rows * row_bytes;
+    largest = std::max(largest, bytes[r]);
+  }
+  const char* mine = static_cast<const char*>(input.data_ptr());
+  for (int64_t offset = 0, round = 0; offset < largest; offset += slot_bytes_, ++round) {
+    // Round 0 used the descriptors' barrier; each round here is a buffer set of its own.
+    const int b = static_cast<int>(round % 2);
+    const int64_t count = std::clamp<int64_t>(bytes[me] - offset, 0, slot_bytes_);
+    if (count > 0) std::memcpy(segment_->slot(b, me), mine + offset, count);
+    DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_gather"));
+    for (int r = 0; r < world; ++r) {
+      const int64_t theirs = std::clamp<int64_t>(bytes[r] - offset, 0, slot_bytes_);
+      if (r != me && theirs > 0) {
+        std::memcpy(static_cast<char*>(parts[r].data_ptr()) + offset, segment_->slot(b, r), theirs);
+      }
+    }
+    DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_gather"));
+  }
+  if (tensor.dim() == 0) {
+    for (torch::Tensor& p : parts) p = p.reshape({});
+  }
+  return parts;
 }
 
 absl::Status SharedMemoryCollectiveBackend::Reduce(torch::Tensor& tensor, int dst,
                                                    v1::ReduceOp op) {
-  if (segment_ != nullptr) {
-    DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kReduce), tensor.numel(),
-                                    static_cast<int32_t>(tensor.scalar_type()),
-                                    (dst << 8) | static_cast<int32_t>(op), "reduce"));
+  if (segment_ == nullptr) return inner_->Reduce(tensor, dst, op);
+  if (dst < 0 || dst >= world_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce dst ", dst, " outside world of ", world_));
   }
-  return inner_->Reduce(tensor, dst, op);
+  if (!tensor.device().is_cpu()) {
+    return RunOnHost(
+        tensor, [&](torch::Tensor& host) { return Reduce(host, dst, op); }, rank() == dst);
+  }
+  const int32_t described = (dst << 8) | static_cast<int32_t>(op);
+  if (!ReducedHere(tensor, op)) {
+    DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kReduce), tensor.numel(),
+                                    static_cast<int32_t>(tensor.scalar_type()), described,
+                                    "reduce"));
+    return inner_->Reduce(tensor, dst, op);
+  }
+  if (!broken_.ok()) return broken_;
+  torch::NoGradGuard no_grad;
+  torch::Tensor flat = tensor.is_contiguous() ? tensor.view({-1}) : tensor.contiguous().view({-1});
+  DTRAIN_RETURN_IF_ERROR(
+      ReduceChunks(flat, op, static_cast<int32_t>(CallKind::kReduce), described, rank() == dst));
+  if (rank() == dst && flat.data_ptr() != tensor.data_ptr()) {
+    tensor.copy_(flat.view(tensor.sizes()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> SharedMemoryCollectiveBackend::ReduceBooleanDecision(bool decision, bool all) {
-  if (segment_ != nullptr) {
-    DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kReduceBooleanDecision), 0, 0,
-                                    all ? 1 : 0, "reduce_boolean_decision"));
+  if (segment_ == nullptr) return inner_->ReduceBooleanDecision(decision, all);
+  if (!broken_.ok()) return broken_;
+  // The votes travel in the descriptors, which stay readable until every rank has arrived in
+  // the call after this one: one barrier is the whole collective.
+  const uint64_t call = ++calls_;
+  Describe(segment_->arrival(rank()), call, CallKind::kReduceBooleanDecision, 0, 0, all ? 1 : 0, -1,
+           decision ? 1 : 0);
+  DTRAIN_RETURN_IF_ERROR(ArriveAndWait("reduce_boolean_decision"));
+  DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
+  bool every = true, some = false;
+  for (int r = 0; r < world_; ++r) {
+    const bool vote = segment_->arrival(r).descriptors[call % 2].value != 0;
+    every = every && vote;
+    some = some || vote;
   }
-  return inner_->ReduceBooleanDecision(decision, all);
+  return all ? every : some;
 }
 
 absl::Status SharedMemoryCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceOp op) {
@@ -505,12 +653,8 @@ absl::Status SharedMemoryCollectiveBackend::AllReduce(torch::Tensor& tensor, v1:
   if (!tensor.device().is_cpu()) {
     return RunOnHost(tensor, [&](torch::Tensor& host) { return AllReduce(host, op); });
   }
-  const bool supported =
-      (tensor.scalar_type() == torch::kFloat32 || tensor.scalar_type() == torch::kFloat64) &&
-      (op == v1::REDUCE_OP_SUM || op == v1::REDUCE_OP_MEAN || op == v1::REDUCE_OP_MAX ||
-       op == v1::REDUCE_OP_MIN);
   if (segment_ == nullptr) return inner_->AllReduce(tensor, op);
-  if (!supported) {
+  if (!ReducedHere(tensor, op)) {
     DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kAllReduce), tensor.numel(),
                                     static_cast<int32_t>(tensor.scalar_type()), op, "all_reduce"));
     return inner_->AllReduce(tensor, op);
@@ -523,19 +667,30 @@ absl::Status SharedMemoryCollectiveBackend::AllReduce(torch::Tensor& tensor, v1:
     return ReduceInPlace(*shared, offset, tensor.numel(), tensor.scalar_type(), op);
   }
   torch::Tensor flat = tensor.is_contiguous() ? tensor.view({-1}) : tensor.contiguous().view({-1});
-  DTRAIN_RETURN_IF_ERROR(ReduceChunks(flat, op));
+  DTRAIN_RETURN_IF_ERROR(
+      ReduceChunks(flat, op, static_cast<int32_t>(CallKind::kAllReduce), op, /*lands_here=*/true));
   if (!flat.is_same(tensor) && flat.data_ptr() != tensor.data_ptr()) {
     tensor.copy_(flat.view(tensor.sizes()));
   }
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1::ReduceOp op) {
+bool SharedMemoryCollectiveBackend::ReducedHere(const torch::Tensor& tensor, v1::ReduceOp op) {
+  const torch::ScalarType t = tensor.scalar_type();
+  return (t == torch::kFloat32 || t == torch::kFloat64 || t == torch::kInt32 ||
+          t == torch::kInt64) &&
+         (op == v1::REDUCE_OP_SUM || op == v1::REDUCE_OP_MEAN || op == v1::REDUCE_OP_MAX ||
+          op == v1::REDUCE_OP_MIN);
+}
+
+absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1::ReduceOp op,
+                                                         int32_t kind, int32_t described,
+                                                         bool lands_here) {
   const int world = world_size(), me = rank();
   const uint64_t call = ++calls_;
   const int64_t n = flat.numel();
-  Describe(segment_->arrival(me), call, CallKind::kAllReduce, n,
-           static_cast<int32_t>(flat.scalar_type()), op);
+  Describe(segment_->arrival(me), call, static_cast<CallKind>(kind), n,
+           static_cast<int32_t>(flat.scalar_type()), described);
   const int64_t per_chunk = slot_bytes_ / flat.element_size();
   const auto options = torch::TensorOptions().dtype(flat.scalar_type());
   auto view = [&](int buffer, int s, int64_t begin, int64_t count) {
@@ -560,7 +715,7 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
       ReduceRaw(flat.scalar_type(), in, {segment_->slot(b, world)}, begin, end - begin, op);
     }
     DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
-    flat.slice(0, offset, offset + count).copy_(view(b, world, 0, count));
+    if (lands_here) flat.slice(0, offset, offset + count).copy_(view(b, world, 0, count));
   }
   return absl::OkStatus();
 }

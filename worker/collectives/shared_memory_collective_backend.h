@@ -1,9 +1,12 @@
 // The same-host fast path of the peer-to-peer data plane (collective_backend: shm): when every
-// rank of a group runs on this machine, all_reduce of floating-point tensors and barriers go
-// through one POSIX shared-memory segment instead of sockets, so a 16 MiB gradient bucket costs
-// memory copies, not loopback TCP round trips (as NCCL's and MPI's intra-node transports do).
-// Everything else (broadcast, all_gather, reduce, other dtypes, and every collective when the
-// ranks are on different hosts) goes to the Gloo backend it wraps.
+// rank of a group runs on this machine, all_reduce of float, double, int32 and int64 tensors and
+// barriers go through one POSIX shared-memory segment instead of sockets, so a 16 MiB gradient
+// bucket costs memory copies, not loopback TCP round trips (as NCCL's and MPI's intra-node
+// transports do). So do broadcast, all_gather, reduce and reduce_boolean_decision: a same-host job
+// never needs another plane for its data. What it cannot carry (a reduction of bools, of 8- or
+// 16-bit types or by product, and every collective when the ranks are on different hosts) goes to
+// the plane it wraps: the coordinator's (collective_plane.cc), so that a same-host job keeps no
+// Gloo context and its transport thread.
 //
 // The algorithm, per chunk of at most the slot size: each rank copies its chunk into its slot;
 // after a barrier each rank reduces one 1/world partition over all slots into the shared
@@ -38,11 +41,12 @@ namespace dtrain {
 
 class SharedMemoryCollectiveBackend : public CollectiveBackend {
  public:
-  // Wraps `inner` (every rank passes its own). If the ranks are not all on this host, or the
-  // segment cannot be made (no /dev/shm, no space), every call goes to `inner` and
-  // `fallback_reason()` says why. `timeout` bounds each wait.
+  // Wraps `inner` (every rank passes its own). If the ranks are not all on this host (the same
+  // `host`, by default the host name, and the same boot), or the segment cannot be made (no
+  // /dev/shm, no space), every call goes to `inner` and `fallback_reason()` says why. `timeout`
+  // bounds each wait.
   static absl::StatusOr<std::unique_ptr<SharedMemoryCollectiveBackend>> Make(
-      std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout);
+      std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout, std::string host = "");
   ~SharedMemoryCollectiveBackend() override;
 
   std::string name() const override { return "shm"; }
@@ -53,7 +57,7 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   absl::Status health() const override { return inner_->health(); }
 
   absl::Status Barrier(const std::string& name) override;
-  // The collectives whose data goes through the inner plane announce themselves in the segment
+  // A collective whose data goes through the inner plane announces itself in the segment
   // first: a rank in another collective is named at once (FAILED_PRECONDITION).
   absl::Status Broadcast(torch::Tensor& tensor, int src) override;
   absl::StatusOr<std::string> BroadcastBytes(const std::string& bytes, int src) override;
@@ -95,12 +99,20 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   absl::Status ReduceInPlace(const SharedBuffer& buffer, int64_t offset, int64_t numel,
                              torch::ScalarType dtype, v1::ReduceOp op);
   SharedMemoryCollectiveBackend(std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout);
-  absl::Status Attach();
+  absl::Status Attach(const std::string& host);
   // Announces this rank's arrival and waits for every rank's (or fails, naming who is missing).
   absl::Status ArriveAndWait(const char* what);
   void WakeSleepers();
   absl::Status Poison(absl::Status status);
-  absl::Status ReduceChunks(torch::Tensor& flat, v1::ReduceOp op);
+  // Whether the segment reduces `tensor` with `op` itself (floating point; sum, mean, max, min).
+  static bool ReducedHere(const torch::Tensor& tensor, v1::ReduceOp op);
+  // Reduces `flat` through the slots, described as `kind` with `described` as its op; the
+  // result lands in `flat` only if `lands_here` (a reduce's destination, every all_reduce rank).
+  absl::Status ReduceChunks(torch::Tensor& flat, v1::ReduceOp op, int32_t kind, int32_t described,
+                            bool lands_here);
+  // Copies `bytes` at `data` on rank `src` to `data` on every other rank through the slots,
+  // for call `call` (described already).
+  absl::Status MoveBytes(uint64_t call, const char* what, int src, char* data, int64_t bytes);
 
   std::unique_ptr<CollectiveBackend> inner_;
   const absl::Duration timeout_;
