@@ -181,11 +181,13 @@ TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
 }
 
 // collective_backend auto falls back to the coordinator's collectives when Gloo cannot connect
-// the peers, and says so; here w2's Gloo is given an interface that does not exist (as a
+// the peers, and says so; here w2 names its machine otherwise (--host, as on another host: no
+// shared memory with w0) and its Gloo is given an interface that does not exist (as a
 // GLOO_SOCKET_IFNAME typo would), so its side fails at once and w0's times out connecting.
 TEST_F(JobsE2eTest, AutoPlane_GlooCannotConnect_FallsBackToGrpcAndSaysWhy) {
   cluster_->worker("w1").Stop();
-  ASSERT_TRUE(cluster_->AddWorker("w2", {}, {"/usr/bin/env", "GLOO_SOCKET_IFNAME=nonexistent0"}));
+  ASSERT_TRUE(cluster_->AddWorker("w2", {"--host=elsewhere"},
+                                  {"/usr/bin/env", "GLOO_SOCKET_IFNAME=nonexistent0"}));
   ASSERT_TRUE(WaitFor([&] { return IdleWorkers() == 2; }, absl::Seconds(15)));
   const std::string spec = absl::StrReplaceAll(
       SyntheticJob("fallback", 1, 512),
@@ -199,9 +201,10 @@ TEST_F(JobsE2eTest, AutoPlane_GlooCannotConnect_FallsBackToGrpcAndSaysWhy) {
   EXPECT_THAT(logs.output, HasSubstr("falling back to the coordinator's grpc collectives"));
   const v1::JobStatus status = GetJob("fallback-1");
   EXPECT_EQ(status.state(), v1::SUCCEEDED);
-  // Both ranks are on this host, so all_reduce still goes through shared memory; the rest
-  // (broadcast, gathers) through the coordinator.
-  EXPECT_EQ(status.progress().collective_plane(), "shm");
+  // The ranks are on two "hosts", so nothing goes through shared memory, and w2's names it.
+  EXPECT_EQ(status.progress().collective_plane(), "grpc");
+  EXPECT_THAT(logs.output, HasSubstr("runs on another host ("));
+  EXPECT_THAT(logs.output, HasSubstr("elsewhere/"));
   EXPECT_GT(status.metrics().at("test_acc"), 0.5);
   // w0 waits for w2's Gloo address for the connect budget (the collective timeout, 5 s), and
   // no longer: neither five budgets (Gloo's own multiplier) nor a wait for a verdict on w1.

@@ -75,8 +75,11 @@ std::string NetworkNamespace::address() const { return absl::StrCat(Prefix(), ".
 std::string NetworkNamespace::gateway() const { return absl::StrCat(Prefix(), ".", index_, ".1"); }
 
 std::vector<std::string> NetworkNamespace::launcher() const {
-  // env finds ip on the PATH (Subprocess execs a path, not a name).
-  return {"/usr/bin/env", "ip", "netns", "exec", name_};
+  // env finds ip on the PATH (Subprocess execs a path, not a name). A host name of its own (a
+  // UTS namespace), as a separate machine has: ranks that share a host name and boot share
+  // memory (the shm plane), which ranks on two machines cannot.
+  const std::string become = absl::StrCat("hostname ", name_, " && exec \"$0\" \"$@\"");
+  return {"/usr/bin/env", "ip", "netns", "exec", name_, "unshare", "--uts", "sh", "-c", become};
 }
 
 bool NetworkNamespace::SetLink(bool up) {

@@ -20,7 +20,7 @@ class NetworkNamespace {
 
   std::string address() const;  // inside
   std::string gateway() const;  // this side
-  // Runs a program inside (prepended to its argv).
+  // Runs a program inside (prepended to its argv), with a host name of its own.
   std::vector<std::string> launcher() const;
   bool SetLink(bool up);
   // Adds a netem qdisc with `args` on both ends of the pair.

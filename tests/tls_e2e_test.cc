@@ -94,8 +94,14 @@ TEST_F(TlsTest, GlooOnlyWithTrustedNetwork_AutoTakesTheTlsPlanesAndSaysWhy) {
   ASSERT_TRUE(
       ConfigureClientTls({dir() + "/client.pem", dir() + "/client.key", dir() + "/ca.pem"}).ok());
   ASSERT_TRUE(cluster_->StartCoordinator("127.0.0.1:0", ServerTls()));
-  ASSERT_TRUE(cluster_->AddWorker("tls-w0", ServerTls()));
-  ASSERT_TRUE(cluster_->AddWorker("tls-w1", ServerTls()));
+  // Two "hosts" (--host): on one, the ranks would share memory and Gloo would not matter.
+  auto on_host = [&](const std::string& host) {
+    std::vector<std::string> flags = ServerTls();
+    flags.push_back("--host=" + host);
+    return flags;
+  };
+  ASSERT_TRUE(cluster_->AddWorker("tls-w0", on_host("tls-host0")));
+  ASSERT_TRUE(cluster_->AddWorker("tls-w1", on_host("tls-host1")));
   ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(15)));
   const std::string with_cert =
       absl::StrCat("DTRAIN_TLS_CA=", dir(), "/ca.pem DTRAIN_TLS_CERT=", dir(),

@@ -85,6 +85,12 @@ ABSL_FLAG(bool, trusted_network, false,
           "(Debian's Gloo has no encryption); without it collective_backend auto uses the "
           "coordinator's TLS grpc plane across hosts and gloo is refused. Give it to every worker "
           "or none");
+ABSL_FLAG(std::string, host, "",
+          "the name this worker's machine goes by in a job: workers with the same --host (and the "
+          "same boot) are one node of the rendezvous (node_rank, local_rank), share memory "
+          "(collective plane shm) and split cores (--cpus auto); default: the host name. "
+          "Different values on one machine rehearse a multi-host job there (Gloo between the "
+          "workers; give each its --cpus)");
 ABSL_FLAG(bool, child, false,
           "internal: a rank child of a worker daemon (no registration, no ddp_spawn); it "
           "requires DTRAIN_CHILD_SECRET and presents DTRAIN_TOKEN, its job's token");
@@ -233,6 +239,7 @@ int main(int argc, char** argv) {
   options.identity.threads = threads;
   options.identity.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.identity.trusted_network = absl::GetFlag(FLAGS_trusted_network);
+  options.identity.host = absl::GetFlag(FLAGS_host);
   options.identity.name = absl::GetFlag(FLAGS_name);
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.spawn_binary = options.child ? "" : SelfBinary();

@@ -113,8 +113,10 @@ class GrpcCollectiveBackend : public CollectiveBackend {
  public:
   explicit GrpcCollectiveBackend(std::unique_ptr<ProcessGroup> group)
       : owned_(std::move(group)), group_(owned_.get()) {}
-  // Borrows a group the caller keeps alive.
+  // Borrows a group the caller keeps alive (or hands over later with Adopt).
   explicit GrpcCollectiveBackend(ProcessGroup* group) : group_(group) {}
+  // Takes ownership of the group this backend was made over.
+  void Adopt(std::unique_ptr<ProcessGroup> group) { owned_ = std::move(group); }
 
   std::string name() const override { return "grpc"; }
   int rank() const override { return group_->rank(); }

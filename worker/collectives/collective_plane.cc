@@ -10,12 +10,10 @@
 
 namespace dtrain {
 
-absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& requested,
-                                                       const std::string& coordinator,
-                                                       std::unique_ptr<ProcessGroup> group,
-                                                       absl::Duration timeout,
-                                                       absl::Duration connect_timeout,
-                                                       bool clear_peer_traffic_allowed) {
+absl::StatusOr<CollectivePlane> ConnectCollectivePlane(
+    const std::string& requested, const std::string& coordinator,
+    std::unique_ptr<ProcessGroup> group, absl::Duration timeout, absl::Duration connect_timeout,
+    bool clear_peer_traffic_allowed, const std::string& host) {
   CollectivePlane plane;
   if (requested.empty() || requested == "grpc") {
     plane.backend = std::make_unique<GrpcCollectiveBackend>(std::move(group));
@@ -37,6 +35,25 @@ absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& reques
   }
   const bool fall_back = requested == "auto";
   std::unique_ptr<CollectiveBackend> inner;
+  // On one host the shared-memory plane carries every collective's data itself, over the
+  // coordinator's plane for what it cannot (integer reductions) and for its own set-up: no Gloo
+  // context is made, nor its transport thread, which wakes 100 times a second on the cores the
+  // ranks step on. Every rank learns the same answer (the segment's set-up is collective).
+  std::string no_shared_memory;
+  if (requested != "gloo") {
+    auto borrowing = std::make_unique<GrpcCollectiveBackend>(group.get());
+    GrpcCollectiveBackend* const coordinator_plane = borrowing.get();
+    DTRAIN_ASSIGN_OR_RETURN(
+        std::unique_ptr<SharedMemoryCollectiveBackend> shm,
+        SharedMemoryCollectiveBackend::Make(std::move(borrowing), timeout, host));
+    if (shm->active()) {
+      coordinator_plane->Adopt(std::move(group));
+      plane.name = "shm";
+      plane.backend = std::move(shm);
+      return plane;
+    }
+    no_shared_memory = absl::StrCat("no shared memory: ", shm->fallback_reason());
+  }
   // Every rank must choose alike, and one worker may have been started differently: Gloo only
   // when every rank's worker allows clear peer traffic.
   CollectiveOptions agree;
@@ -90,19 +107,11 @@ absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& reques
     inner = std::move(*gloo);
   }
   plane.name = inner->name();
-  if (requested == "gloo") {
-    plane.backend = std::move(inner);
-    return plane;
+  if (!no_shared_memory.empty()) {
+    plane.note =
+        plane.note.empty() ? no_shared_memory : absl::StrCat(plane.note, "; ", no_shared_memory);
   }
-  DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<SharedMemoryCollectiveBackend> shm,
-                          SharedMemoryCollectiveBackend::Make(std::move(inner), timeout));
-  if (shm->active()) {
-    plane.name = "shm";
-  } else if (!shm->fallback_reason().empty()) {
-    const std::string why = absl::StrCat("no shared memory: ", shm->fallback_reason());
-    plane.note = plane.note.empty() ? why : absl::StrCat(plane.note, "; ", why);
-  }
-  plane.backend = std::move(shm);
+  plane.backend = std::move(inner);
   return plane;
 }
 

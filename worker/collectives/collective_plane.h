@@ -1,8 +1,9 @@
 // Which data plane a job's collectives run on, and connecting it: what `collective_backend`
 // in a job spec turns into on each rank. `auto` (the default) takes the fastest plane that
-// works: shared memory when every rank is on this host, Gloo peer to peer across hosts, and
-// the coordinator's gRPC collectives only if Gloo cannot connect its peers, decided by all
-// ranks together so that no two ranks ever pick different planes.
+// works: shared memory when every rank is on this host (with the coordinator's plane under it
+// for what memory cannot carry: no Gloo is connected), Gloo peer to peer across hosts, and the
+// coordinator's gRPC collectives only if Gloo cannot connect its peers, decided by all ranks
+// together so that no two ranks ever pick different planes.
 //
 // Debian's Gloo has no TLS transport, so on a cluster that runs TLS Gloo is used only when the
 // operator says the network between workers is trusted (the worker's --trusted_network): auto
@@ -31,12 +32,11 @@ struct CollectivePlane {
 // `timeout` bounds each collective. Gloo's connections get at most `connect_timeout` (if
 // shorter): under auto, peers that cannot reach each other then fall back to grpc; an explicit
 // gloo or shm that cannot connect is an error naming the cause. `clear_peer_traffic_allowed` false
-// (TLS without --trusted_network): no Gloo, as above.
-absl::StatusOr<CollectivePlane> ConnectCollectivePlane(const std::string& requested,
-                                                       const std::string& coordinator,
-                                                       std::unique_ptr<ProcessGroup> group,
-                                                       absl::Duration timeout,
-                                                       absl::Duration connect_timeout,
-                                                       bool clear_peer_traffic_allowed = true);
+// (TLS without --trusted_network): no Gloo, as above. `host`: this rank's machine, as the
+// worker's --host names it (empty: the host name); ranks share memory only with the same.
+absl::StatusOr<CollectivePlane> ConnectCollectivePlane(
+    const std::string& requested, const std::string& coordinator,
+    std::unique_ptr<ProcessGroup> group, absl::Duration timeout, absl::Duration connect_timeout,
+    bool clear_peer_traffic_allowed = true, const std::string& host = "");
 
 }  // namespace dtrain

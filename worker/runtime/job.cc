@@ -272,7 +272,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
         CollectivePlane plane,
         ConnectCollectivePlane(t.collective_backend(), address, std::move(group), timeout,
                                std::min(timeout, kPeerConnectTimeout),
-                               identity.trusted_network || !ClientTlsEnabled()));
+                               identity.trusted_network || !ClientTlsEnabled(), identity.host));
     backend = std::move(plane.backend);
     job->plane_ = plane.name;
     job->plane_note_ = plane.note;

@@ -185,6 +185,7 @@ absl::StatusOr<std::unique_ptr<SpawnedJob>> SpawnedJob::StartChildren(
     // The children run the job's precision and checkpoint IO too, plugins included.
     for (const std::string& plugin : identity.plugins) args.push_back("--plugin=" + plugin);
     if (identity.trusted_network) args.push_back("--trusted_network");
+    args.push_back("--host=" + identity.host);
     absl::StatusOr<pid_t> pid = Spawn(args, environment, hidden);
     if (!pid.ok()) return pid.status();
     auto child = std::make_unique<Child>();

@@ -16,7 +16,7 @@ namespace dtrain {
 // What the daemon knows about itself, used to join the job's group.
 struct WorkerIdentity {
   std::string name;                  // the worker's name (order key of its ranks on the host)
-  std::string host;                  // the host name reported to the rendezvous
+  std::string host;                  // --host: the machine's name in the rendezvous and for shm
   std::string coordinator;           // default coordinator address when the request names none
   int devices = 1;                   // --devices
   int threads = 0;                   // --threads, passed on to ddp_spawn children

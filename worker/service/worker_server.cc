@@ -189,8 +189,9 @@ void WorkerServer::Register() {
   if (advertise.empty()) {
     const size_t colon = listen.rfind(':');
     std::string listen_host = colon == std::string::npos ? "" : listen.substr(0, colon);
+    // The machine's network name, even when --host names it otherwise for the rendezvous.
     if (listen_host.empty() || listen_host == "0.0.0.0" || listen_host == "[::]") {
-      listen_host = identity.host;
+      listen_host = HostName();
     }
     advertise = absl::StrCat(listen_host, ":", port_);
   }
