@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Collectives benchmark: barrier latency and all_reduce bandwidth, dtrain's two data planes
-# (dtrain-grpc: through the coordinator; dtrain-gloo: peer to peer over c10d's Gloo) side by
-# side with torch.distributed + gloo, in one run on this machine, plus loopback TCP measured in
-# the same run as the physical limit.
+# Collectives benchmark: barrier latency, and all_reduce, broadcast and all_gather bandwidth
+# (bytes a rank over the p50 time), dtrain's three data planes (dtrain-grpc: through the
+# coordinator; dtrain-gloo: peer to peer over c10d's Gloo; dtrain-shm: shared memory between
+# same-host ranks) side by side with torch.distributed + gloo, in one run on this machine, plus
+# loopback TCP measured in the same run as the physical limit.
 #   bench/collectives.sh [--json] [--quick] [--ranks "2 4"]
 # Prints a table with the dtrain/torch ratios per row (--json: one JSON object per row).
 set -euo pipefail
@@ -86,7 +87,7 @@ for s in systems:
     head += f" {s + ' p50 us':>19}{'GB/s':>7}"
 print(head + f"  {'grpc/torch':>11}{'gloo/torch':>11}{'shm/torch':>11}{'best/loopback':>14}")
 keys = sorted({(r["op"], r["ranks"], r["bytes"]) for r in rows if r["system"] in systems},
-              key=lambda k: (k[0] != "barrier", k[1], k[2]))
+              key=lambda k: (k[0] != "barrier", k[1], k[2], k[0]))
 for op, n, b in keys:
     line = f"{op:<11}{n:>6}{b:>10}"
     got = {s: by.get((s, op, n, b)) for s in systems}

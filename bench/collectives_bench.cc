@@ -24,6 +24,13 @@ int main(int argc, char** argv) {
   };
   // In place, as torch.distributed.all_reduce (the peer) is.
   ops.all_reduce = [&] { return pg.AllReduceInPlace(&buffer, dtrain::v1::REDUCE_OP_SUM); };
+  ops.broadcast = [&]() -> absl::Status {
+    auto got = pg.Broadcast(0, pg.rank() == 0 ? &buffer : nullptr);
+    if (!got.ok()) return got.status();
+    buffer = std::move(*got);
+    return absl::OkStatus();
+  };
+  ops.all_gather = [&]() -> absl::Status { return pg.AllGather(buffer).status(); };
   ops.agree = [&](int value) -> absl::StatusOr<int> {
     std::string text = std::to_string(value);
     auto agreed = pg.BroadcastBytes(0, pg.rank() == 0 ? &text : nullptr);

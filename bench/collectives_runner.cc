@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -19,8 +20,8 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:29610", "coordinator host:port");
 ABSL_FLAG(std::string, group, "bench", "group id");
 ABSL_FLAG(int, world_size, 2, "ranks in the run");
 ABSL_FLAG(int, barriers, 2000, "timed barriers");
-ABSL_FLAG(std::string, sizes, "4096,1048576,16777216,67108864", "all_reduce sizes in bytes");
-ABSL_FLAG(double, seconds_per_size, 3.0, "time budget per all_reduce size");
+ABSL_FLAG(std::string, sizes, "4096,1048576,16777216,67108864", "sizes in bytes (a rank's)");
+ABSL_FLAG(double, seconds_per_size, 3.0, "time budget per collective and size");
 
 namespace dtrain::bench {
 namespace {
@@ -88,19 +89,25 @@ int RunCollectivesBench(const CollectiveOps& ops, const CollectivesPlan& plan) {
       return fail(absl::InvalidArgumentError(absl::StrCat("bad size '", size_text, "'")));
     }
     if (absl::Status s = ops.prepare(bytes); !s.ok()) return fail(s);
-    absl::StatusOr<double> once = Timed(ops.all_reduce);  // warm-up (connections, buffers)
-    if (once.ok()) once = Timed(ops.all_reduce);
-    if (!once.ok()) return fail(once.status());
-    absl::StatusOr<int> iters = ops.agree(std::clamp(
-        static_cast<int>(plan.seconds_per_size / std::max(1e-6, *once * 1e-6)), 5, 2000));
-    if (!iters.ok()) return fail(iters.status());
-    Row row{"all_reduce", bytes, {}};
-    for (int i = 0; i < *iters; ++i) {
-      absl::StatusOr<double> us = Timed(ops.all_reduce);
-      if (!us.ok()) return fail(us.status());
-      row.us.push_back(*us);
+    const std::pair<const char*, const std::function<absl::Status()>*> timed[] = {
+        {"all_reduce", &ops.all_reduce},
+        {"broadcast", &ops.broadcast},
+        {"all_gather", &ops.all_gather}};
+    for (const auto& [op, call] : timed) {
+      absl::StatusOr<double> once = Timed(*call);  // warm-up (connections, buffers)
+      if (once.ok()) once = Timed(*call);
+      if (!once.ok()) return fail(once.status());
+      absl::StatusOr<int> iters = ops.agree(std::clamp(
+          static_cast<int>(plan.seconds_per_size / std::max(1e-6, *once * 1e-6)), 5, 2000));
+      if (!iters.ok()) return fail(iters.status());
+      Row row{op, bytes, {}};
+      for (int i = 0; i < *iters; ++i) {
+        absl::StatusOr<double> us = Timed(*call);
+        if (!us.ok()) return fail(us.status());
+        row.us.push_back(*us);
+      }
+      rows.push_back(std::move(row));
     }
-    rows.push_back(std::move(row));
   }
   if (ops.rank == 0) {
     for (const Row& row : rows) {

@@ -1,6 +1,7 @@
 // The timing loop shared by the collectives benchmarks of every dtrain backend: warm-up, timed
-// barriers, then in-place all_reduces of each size for a time budget (every rank runs the same
-// iteration count, agreed from rank 0's probe). Rank 0 prints one JSON object per row:
+// barriers, then for each size in-place all_reduces, broadcasts from rank 0 and all_gathers of
+// that many bytes a rank, each for a time budget (every rank runs the same iteration count,
+// agreed from rank 0's probe). Rank 0 prints one JSON object per row:
 // {"system","op","ranks","bytes","p50_us","p99_us","algbw_gbps"}.
 #pragma once
 
@@ -25,6 +26,9 @@ struct CollectiveOps {
   std::function<absl::Status(int64_t bytes)> prepare;
   // Sums the prepared buffer over ranks, in place.
   std::function<absl::Status()> all_reduce;
+  // Overwrites the prepared buffer with rank 0's; gathers every rank's prepared buffer.
+  std::function<absl::Status()> broadcast;
+  std::function<absl::Status()> all_gather;
   // Rank 0's value of an integer, on every rank.
   std::function<absl::StatusOr<int>(int)> agree;
 };

@@ -33,18 +33,22 @@ def run(rank, world, port, barriers, sizes, seconds_per_size, queue):
     rows.append(("barrier", 0, lat))
     for size in sizes:
         t = torch.zeros(size // 4, dtype=torch.float32)
-        dist.all_reduce(t)
-        start = time.perf_counter()
-        dist.all_reduce(t)
-        once = max(1e-6, time.perf_counter() - start)
-        iters = torch.tensor([max(5, min(2000, int(seconds_per_size / once)))])
-        dist.broadcast(iters, 0)
-        lat = []
-        for _ in range(int(iters.item())):
+        parts = [torch.empty_like(t) for _ in range(world)]
+        for op, call in (("all_reduce", lambda: dist.all_reduce(t)),
+                         ("broadcast", lambda: dist.broadcast(t, 0)),
+                         ("all_gather", lambda: dist.all_gather(parts, t))):
+            call()
             start = time.perf_counter()
-            dist.all_reduce(t)
-            lat.append((time.perf_counter() - start) * 1e6)
-        rows.append(("all_reduce", size, lat))
+            call()
+            once = max(1e-6, time.perf_counter() - start)
+            iters = torch.tensor([max(5, min(2000, int(seconds_per_size / once)))])
+            dist.broadcast(iters, 0)
+            lat = []
+            for _ in range(int(iters.item())):
+                start = time.perf_counter()
+                call()
+                lat.append((time.perf_counter() - start) * 1e6)
+            rows.append((op, size, lat))
     if rank == 0:
         out = []
         for op, size, lat in rows:
