@@ -40,6 +40,8 @@ constexpr size_t kReasonBytes = 512;
 constexpr int64_t kSegmentBudget = int64_t{64} << 20;
 constexpr int64_t kMaxSlotBytes = int64_t{4} << 20;
 constexpr int64_t kMinSlotBytes = int64_t{64} << 10;
+// broadcast_bytes carries messages (a checkpoint's name, an error, a pickled object), not tensors.
+constexpr int64_t kMostBroadcastBytes = int64_t{1} << 30;
 
 // The collectives of the segment. Those whose data it cannot carry (a reduction of bools, of 8-
 // or 16-bit types, or by product) only announce themselves there before the inner plane moves
@@ -527,6 +529,12 @@ absl::StatusOr<std::string> SharedMemoryCollectiveBackend::BroadcastBytes(const 
     return Poison(absl::InternalError(
         absl::StrCat("shm broadcast: rank ", src, " announced ", size, " bytes")));
   }
+  // Every rank read the same length, so every rank refuses alike and the plane stays whole.
+  if (size > kMostBroadcastBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("shm broadcast: rank ", src, " broadcasts ",
+                                                   size, " bytes, over the ", kMostBroadcastBytes,
+                                                   " a broadcast of bytes may carry"));
+  }
   std::string out = me == src ? bytes : std::string(static_cast<size_t>(size), '\0');
   const uint64_t data_call = ++calls_;
   Describe(segment_->arrival(me), data_call, CallKind::kBroadcastBytes, size, 0, src);
@@ -574,7 +582,14 @@ absl::StatusOr<std::vector<torch::Tensor>> SharedMemoryCollectiveBackend::AllGat
     }
     std::vector<int64_t> shape = input.sizes().vec();
     shape[0] = r_rows;
-    parts[r] = r == me ? input.clone() : torch::empty(shape, input.options());
+    // A rank that cannot hold the parts stops every rank at once, not at the deadline.
+    absl::StatusOr<torch::Tensor> part =
+        GuardTorch("shm all_gather: cannot allocate the gathered parts",
+                   [&]() -> absl::StatusOr<torch::Tensor> {
+                     return r == me ? input.clone() : torch::empty(shape, input.options());
+                   });
+    if (!part.ok()) return Poison(part.status());
+    parts[r] = *std::move(part);
     bytes[r] = r_rows * row_bytes;
     largest = std::max(largest, bytes[r]);
   }
