@@ -213,6 +213,20 @@ TEST_F(JobsE2eTest, AutoPlane_GlooCannotConnect_FallsBackToGrpcAndSaysWhy) {
   EXPECT_LT(group, 11.0) << "the fallback took more than the 5 s connect budget and 6 s of slack";
 }
 
+// bf16-true's gradient buckets are bf16: on one host the shm plane reduces them itself (Gloo's CPU
+// all_reduce refuses bf16), and the job trains.
+TEST_F(JobsE2eTest, Bf16TrueDdpOnOneHost_ReducesThroughSharedMemory) {
+  const std::string spec =
+      absl::StrReplaceAll(SyntheticJob("bf16", 1, 512),
+                          {{"  strategy: ddp\n", "  strategy: ddp\n  precision: bf16-true\n"}});
+  CommandResult submitted = Dtrain(absl::StrCat("fit --wait --config ", WriteJob("bf16", spec)));
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  const v1::JobStatus status = GetJob("bf16-1");
+  EXPECT_EQ(status.state(), v1::SUCCEEDED) << status.reason();
+  EXPECT_EQ(status.progress().collective_plane(), "shm");
+  EXPECT_GT(status.metrics().at("test_acc"), 0.5);
+}
+
 // Workers pinned to cores (--cpus): the job runs, and its log says where each rank's steps run.
 TEST_F(JobsE2eTest, PinnedWorkers_TheJobLogNamesEachRanksCores) {
   const std::string allowed = CpusAllowedList("/proc/self/status");

@@ -232,8 +232,8 @@ TEST_P(BackendConformance, LargeAllReducesAcrossChunks_ExactOnEveryRank) {
 }
 
 // Broadcasts, all_gathers and reduces larger than one shared-memory slot (4 MiB), on 3 ranks;
-// integer reductions (which shm carries itself since 2026-12-02) exact, their mean rounding
-// toward zero.
+// integer and 16-bit float reductions (which shm carries itself since 2026-12-02) exact, the
+// integer mean rounding toward zero.
 TEST_P(BackendConformance, LargeBroadcastsGathersAndReducesAcrossChunks_ExactOnEveryRank) {
   RunOnBackends(
       [&](CollectiveBackend& b) -> absl::Status {
@@ -288,6 +288,19 @@ TEST_P(BackendConformance, LargeBroadcastsGathersAndReducesAcrossChunks_ExactOnE
         torch::Tensor imax = (ints * (r - 1)).to(torch::kInt32);
         DTRAIN_RETURN_IF_ERROR(b.AllReduce(imax, v1::REDUCE_OP_MAX));
         check(torch::equal(imax, ints.abs().to(torch::kInt32)), "int32 max");
+        // 16-bit floats (bf16-true's gradient buckets): small integers, exact in any order. Gloo's
+        // CPU all_reduce refuses them ("Invalid scalar type").
+        const torch::Tensor eighths = index.remainder(8);
+        for (torch::ScalarType half : {torch::kBFloat16, torch::kHalf}) {
+          if (GetParam() == "gloo") break;
+          torch::Tensor hsum = (eighths * (r + 1)).to(half);
+          DTRAIN_RETURN_IF_ERROR(b.AllReduce(hsum, v1::REDUCE_OP_SUM));
+          torch::Tensor hmean = (eighths * (r + 1)).to(half);
+          DTRAIN_RETURN_IF_ERROR(b.AllReduce(hmean, v1::REDUCE_OP_MEAN));
+          check(hsum.scalar_type() == half && torch::equal(hsum, (eighths * 6).to(half)) &&
+                    torch::equal(hmean, (eighths * 2).to(half)),
+                absl::StrCat(c10::toString(half), " sum and mean"));
+        }
         torch::Tensor ireduced = ints.to(torch::kInt32) * (r + 1);
         DTRAIN_RETURN_IF_ERROR(b.Reduce(ireduced, 0, v1::REDUCE_OP_MIN));
         check(torch::equal(ireduced, r == 0 ? torch::minimum(ints, ints * 3).to(torch::kInt32)

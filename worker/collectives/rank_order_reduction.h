@@ -20,9 +20,9 @@ enum class ReductionKind { kSum, kMean, kMax, kMin };
 // i < count, divided by `inputs` for kMean. Max and min propagate NaN, as torch.maximum and
 // torch.minimum do. An output may be one of the inputs (the reduction reads a block of every
 // input before it writes that block anywhere); otherwise outputs and inputs must not overlap.
-// Defined for float, double, int32_t and int64_t (integers wrap on overflow, and their mean
-// rounds toward zero, as the other planes' do). Runs the widest build of the kernel this CPU
-// supports.
+// Defined for float, double, int32_t and int64_t (integers wrap on overflow, as Gloo's do, and
+// their mean rounds toward zero, as every plane's does). Runs the widest build of the kernel this
+// CPU supports.
 template <typename T>
 void ReduceInRankOrder(const T* const* in, int inputs, T* const* out, int outputs, int64_t count,
                        ReductionKind kind);

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <random>
 #include <vector>
 
@@ -44,7 +45,7 @@ constexpr int64_t kMinSlotBytes = int64_t{64} << 10;
 constexpr int64_t kMostBroadcastBytes = int64_t{1} << 30;
 
 // The collectives of the segment. Those whose data it cannot carry (a reduction of bools, of 8-
-// or 16-bit types, or by product) only announce themselves there before the inner plane moves
+// or 16-bit integers, or by product) only announce themselves there before the inner plane moves
 // their data, so that a rank in a different collective is named at once instead of at the inner
 // plane's deadline.
 enum class CallKind : int32_t {
@@ -535,7 +536,14 @@ absl::StatusOr<std::string> SharedMemoryCollectiveBackend::BroadcastBytes(const 
                                                    size, " bytes, over the ", kMostBroadcastBytes,
                                                    " a broadcast of bytes may carry"));
   }
-  std::string out = me == src ? bytes : std::string(static_cast<size_t>(size), '\0');
+  std::string out;
+  try {
+    out = me == src ? bytes : std::string(static_cast<size_t>(size), '\0');
+  } catch (const std::bad_alloc&) {
+    // The others would wait for this rank's arrival until the deadline: stop them now.
+    return Poison(absl::ResourceExhaustedError(
+        absl::StrCat("shm broadcast: cannot hold the ", size, " bytes rank ", src, " sends")));
+  }
   const uint64_t data_call = ++calls_;
   Describe(segment_->arrival(me), data_call, CallKind::kBroadcastBytes, size, 0, src);
   DTRAIN_RETURN_IF_ERROR(MoveBytes(data_call, "broadcast", src, out.data(), size));
@@ -595,7 +603,7 @@ absl::StatusOr<std::vector<torch::Tensor>> SharedMemoryCollectiveBackend::AllGat
   }
   const char* mine = static_cast<const char*>(input.data_ptr());
   for (int64_t offset = 0, round = 0; offset < largest; offset += slot_bytes_, ++round) {
-    // Round 0 used the descriptors' barrier; each round here is a buffer set of its own.
+    // After the descriptors' barrier: two barriers a round, each round a buffer set of its own.
     const int b = static_cast<int>(round % 2);
     const int64_t count = std::clamp<int64_t>(bytes[me] - offset, 0, slot_bytes_);
     if (count > 0) std::memcpy(segment_->slot(b, me), mine + offset, count);
@@ -692,8 +700,8 @@ absl::Status SharedMemoryCollectiveBackend::AllReduce(torch::Tensor& tensor, v1:
 
 bool SharedMemoryCollectiveBackend::ReducedHere(const torch::Tensor& tensor, v1::ReduceOp op) {
   const torch::ScalarType t = tensor.scalar_type();
-  return (t == torch::kFloat32 || t == torch::kFloat64 || t == torch::kInt32 ||
-          t == torch::kInt64) &&
+  return (t == torch::kFloat32 || t == torch::kFloat64 || t == torch::kBFloat16 ||
+          t == torch::kHalf || t == torch::kInt32 || t == torch::kInt64) &&
          (op == v1::REDUCE_OP_SUM || op == v1::REDUCE_OP_MEAN || op == v1::REDUCE_OP_MAX ||
           op == v1::REDUCE_OP_MIN);
 }
@@ -706,11 +714,17 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
   const int64_t n = flat.numel();
   Describe(segment_->arrival(me), call, static_cast<CallKind>(kind), n,
            static_cast<int32_t>(flat.scalar_type()), described);
-  const int64_t per_chunk = slot_bytes_ / flat.element_size();
-  const auto options = torch::TensorOptions().dtype(flat.scalar_type());
+  // 16-bit floats (bf16-true's gradient buckets) are widened into float32 slots on the way in
+  // and rounded once on the way out, as the coordinator's plane reduces them.
+  const torch::ScalarType slot_type =
+      flat.scalar_type() == torch::kBFloat16 || flat.scalar_type() == torch::kHalf
+          ? torch::kFloat32
+          : flat.scalar_type();
+  const int64_t slot_element = static_cast<int64_t>(c10::elementSize(slot_type));
+  const int64_t per_chunk = slot_bytes_ / slot_element;
+  const auto options = torch::TensorOptions().dtype(slot_type);
   auto view = [&](int buffer, int s, int64_t begin, int64_t count) {
-    return torch::from_blob(segment_->slot(buffer, s) + begin * flat.element_size(), {count},
-                            options);
+    return torch::from_blob(segment_->slot(buffer, s) + begin * slot_element, {count}, options);
   };
   // A chunk loop of at least one round, so that the descriptors are compared even for an
   // empty tensor.
@@ -727,7 +741,7 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
     if (end > begin) {
       PerRank<char*> in;
       for (int r = 0; r < world; ++r) in.push_back(segment_->slot(b, r));
-      ReduceRaw(flat.scalar_type(), in, {segment_->slot(b, world)}, begin, end - begin, op);
+      ReduceRaw(slot_type, in, {segment_->slot(b, world)}, begin, end - begin, op);
     }
     DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
     if (lands_here) flat.slice(0, offset, offset + count).copy_(view(b, world, 0, count));

@@ -1,12 +1,13 @@
 // The same-host fast path of the peer-to-peer data plane (collective_backend: shm): when every
-// rank of a group runs on this machine, all_reduce of float, double, int32 and int64 tensors and
-// barriers go through one POSIX shared-memory segment instead of sockets, so a 16 MiB gradient
-// bucket costs memory copies, not loopback TCP round trips (as NCCL's and MPI's intra-node
-// transports do). So do broadcast, all_gather, reduce and reduce_boolean_decision: a same-host job
-// never needs another plane for its data. What it cannot carry (a reduction of bools, of 8- or
-// 16-bit types or by product, and every collective when the ranks are on different hosts) goes to
-// the plane it wraps: the coordinator's (collective_plane.cc), so that a same-host job keeps no
-// Gloo context and its transport thread.
+// rank of a group runs on this machine, barriers and all_reduce of floating-point (16-bit ones
+// reduced in float32 and rounded once), int32 and int64 tensors go through one POSIX
+// shared-memory segment instead of sockets, so a 16 MiB gradient bucket costs memory copies, not
+// loopback TCP round trips (as NCCL's and MPI's intra-node transports do). So do broadcast,
+// all_gather, reduce and reduce_boolean_decision: a same-host job never needs another plane for
+// its data. What it cannot carry (a reduction of bools, of 8- or 16-bit integers or by product,
+// and every collective when the ranks are on different hosts) goes to the plane it wraps: the
+// coordinator's (collective_plane.cc), so that a same-host job keeps no Gloo context and its
+// transport thread.
 //
 // The algorithm, per chunk of at most the slot size: each rank copies its chunk into its slot;
 // after a barrier each rank reduces one 1/world partition over all slots into the shared
@@ -104,7 +105,8 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   absl::Status ArriveAndWait(const char* what);
   void WakeSleepers();
   absl::Status Poison(absl::Status status);
-  // Whether the segment reduces `tensor` with `op` itself (floating point; sum, mean, max, min).
+  // Whether the segment reduces `tensor` with `op` itself (floating point, int32, int64; sum,
+  // mean, max, min).
   static bool ReducedHere(const torch::Tensor& tensor, v1::ReduceOp op);
   // Reduces `flat` through the slots, described as `kind` with `described` as its op; the
   // result lands in `flat` only if `lands_here` (a reduce's destination, every all_reduce rank).
