@@ -233,7 +233,7 @@ TEST_P(BackendConformance, LargeAllReducesAcrossChunks_ExactOnEveryRank) {
 
 // Broadcasts, all_gathers and reduces larger than one shared-memory slot (4 MiB), on 3 ranks;
 // integer and 16-bit float reductions (which shm carries itself since 2026-12-02) exact, the
-// integer mean rounding toward zero.
+// integer mean rounding toward zero and exact when the sum overflows the integer type.
 TEST_P(BackendConformance, LargeBroadcastsGathersAndReducesAcrossChunks_ExactOnEveryRank) {
   RunOnBackends(
       [&](CollectiveBackend& b) -> absl::Status {
@@ -300,6 +300,19 @@ TEST_P(BackendConformance, LargeBroadcastsGathersAndReducesAcrossChunks_ExactOnE
           check(hsum.scalar_type() == half && torch::equal(hsum, (eighths * 6).to(half)) &&
                     torch::equal(hmean, (eighths * 2).to(half)),
                 absl::StrCat(c10::toString(half), " sum and mean"));
+        }
+        // A mean whose sum overflows its type is still exact: every plane sums narrower integers
+        // in int64 before it divides, as the coordinator's does.
+        for (torch::ScalarType narrow : {torch::kInt32, torch::kInt8}) {
+          const int64_t top = narrow == torch::kInt32 ? 2'000'000'000 : 100;
+          torch::Tensor nmean = torch::full({5}, top - r, narrow);
+          DTRAIN_RETURN_IF_ERROR(b.AllReduce(nmean, v1::REDUCE_OP_MEAN));
+          torch::Tensor nreduced = torch::full({5}, top - r, narrow);
+          DTRAIN_RETURN_IF_ERROR(b.Reduce(nreduced, 0, v1::REDUCE_OP_MEAN));
+          check(nmean.scalar_type() == narrow &&
+                    torch::equal(nmean, torch::full({5}, top - 1, narrow)) &&
+                    torch::equal(nreduced, torch::full({5}, r == 0 ? top - 1 : top - r, narrow)),
+                absl::StrCat(c10::toString(narrow), " mean over an overflowing sum"));
         }
         torch::Tensor ireduced = ints.to(torch::kInt32) * (r + 1);
         DTRAIN_RETURN_IF_ERROR(b.Reduce(ireduced, 0, v1::REDUCE_OP_MIN));

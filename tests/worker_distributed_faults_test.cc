@@ -75,21 +75,37 @@ TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
 
   // all_gather may differ in its first dimension only: a row of another shape is named too.
   std::vector<absl::StatusOr<std::vector<torch::Tensor>>> gathered(2, absl::UnknownError(""));
-  statuses = testing::RunRanks(address, "shm-gather", 2, [&](ProcessGroup& pg) -> absl::Status {
-    auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));
-    if (!backend.ok()) return backend.status();
-    gathered[pg.rank()] =
-        (*backend)->AllGather(pg.rank() == 0 ? torch::ones({3, 2}) : torch::ones({5, 2, 1}));
-    return absl::OkStatus();
-  });
-  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  auto gather = [&](const std::string& job, std::vector<int64_t> shape0,
+                    std::vector<int64_t> shape1) {
+    statuses = testing::RunRanks(address, job, 2, [&](ProcessGroup& pg) -> absl::Status {
+      auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));
+      if (!backend.ok()) return backend.status();
+      gathered[pg.rank()] = (*backend)->AllGather(torch::ones(pg.rank() == 0 ? shape0 : shape1));
+      return absl::OkStatus();
+    });
+    for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(gathered[r].status().code(), absl::StatusCode::kFailedPrecondition)
+          << gathered[r].status();
+    }
+  };
+  gather("shm-gather", {3, 2}, {5, 2, 1});
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(gathered[r].status().code(), absl::StatusCode::kFailedPrecondition)
-        << gathered[r].status();
     EXPECT_THAT(std::string(gathered[r].status().message()),
                 HasSubstr("all_gather of Float rows of 2 elements in 2 dimensions"));
     EXPECT_THAT(std::string(gathered[r].status().message()),
                 HasSubstr("all_gather of Float rows of 2 elements in 3 dimensions"));
+  }
+  // Rows of as many elements in as many dimensions, shaped differently: each rank names its own
+  // shape and the other rank.
+  gather("shm-shape", {4, 2, 3}, {1, 3, 2});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(std::string(gathered[r].status().message()),
+                HasSubstr(absl::StrCat("rank ", r,
+                                       " is in an all_gather of Float rows of 6 elements in 3 "
+                                       "dimensions shaped ",
+                                       r == 0 ? "[2, 3]" : "[3, 2]", ", rank ", 1 - r,
+                                       " in one whose rows have another shape")));
   }
 
   // One rank reduces its shared buffer, the other ordinary memory of the same size: not the

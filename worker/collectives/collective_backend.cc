@@ -66,6 +66,18 @@ absl::StatusOr<std::vector<torch::Tensor>> OnDeviceOf(std::vector<torch::Tensor>
                     });
 }
 
+absl::StatusOr<std::vector<torch::Tensor>> AllGatherOnHost(
+    const torch::Tensor& tensor,
+    const std::function<absl::StatusOr<std::vector<torch::Tensor>>(const torch::Tensor&)>& gather) {
+  if (tensor.device().is_cpu()) return gather(tensor);
+  DTRAIN_ASSIGN_OR_RETURN(
+      torch::Tensor host,
+      GuardTorch("cannot copy all_gather's tensor to the host",
+                 [&]() -> absl::StatusOr<torch::Tensor> { return tensor.to(torch::kCPU); }));
+  DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> parts, gather(host));
+  return OnDeviceOf(std::move(parts), tensor);
+}
+
 absl::StatusOr<torch::Tensor> CollectiveBackend::AllocateForAllReduce(int64_t numel,
                                                                       torch::ScalarType dtype) {
   if (numel < 0) return absl::InvalidArgumentError(absl::StrCat("numel must be >= 0, got ", numel));

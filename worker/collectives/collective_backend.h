@@ -101,10 +101,14 @@ class ScopedOverlappedWaits {
 // through host memory, as ProcessGroupGloo's own CUDA path does (dtrain has no NCCL plane).
 // RunOnHost runs `op` on `tensor` itself when it is on the CPU, else on a host copy whose result
 // is copied back into it unless `lands_here` is false (a broadcast's source, a reduce's
-// non-destination); OnDeviceOf moves gathered results to `like`'s device. The copies are where a
-// device's earlier asynchronous error surfaces: it becomes a status, never an exception.
+// non-destination); AllGatherOnHost gathers a host copy of `tensor` with `gather` and moves the
+// parts to its device; OnDeviceOf moves gathered results to `like`'s device. The copies are
+// where a device's earlier asynchronous error surfaces: it becomes a status, never an exception.
 absl::Status RunOnHost(torch::Tensor& tensor, const std::function<absl::Status(torch::Tensor&)>& op,
                        bool lands_here = true);
+absl::StatusOr<std::vector<torch::Tensor>> AllGatherOnHost(
+    const torch::Tensor& tensor,
+    const std::function<absl::StatusOr<std::vector<torch::Tensor>>(const torch::Tensor&)>& gather);
 absl::StatusOr<std::vector<torch::Tensor>> OnDeviceOf(std::vector<torch::Tensor> parts,
                                                       const torch::Tensor& like);
 

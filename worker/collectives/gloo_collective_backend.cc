@@ -58,6 +58,14 @@ absl::Status DivideForMean(torch::Tensor& tensor, int world) {
   return absl::OkStatus();
 }
 
+// Integers narrower than 64 bits are averaged in int64 (summed, then divided), as the
+// coordinator's plane does: their sum may overflow where their mean does not.
+bool WidenedForMean(const torch::Tensor& tensor, v1::ReduceOp op) {
+  const torch::ScalarType t = tensor.scalar_type();
+  return op == v1::REDUCE_OP_MEAN && t != torch::kBool && t != torch::kInt64 &&
+         c10::isIntegralType(t, /*includeBool=*/false);
+}
+
 // The address this host reaches `coordinator` ("host:port", "[v6]:port", "ipv4:" / "dns:///"
 // prefixes allowed) from: the interface peers on the coordinator's network can reach, which
 // the host name (Gloo's default) often is not: it may resolve to 127.0.1.1 or to nothing.
@@ -309,6 +317,12 @@ absl::Status GlooCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceO
     return DivideForMean(tensor, world_size());
   }
   torch::NoGradGuard no_grad;
+  if (WidenedForMean(tensor, op)) {
+    torch::Tensor wide = tensor.to(torch::kInt64);
+    DTRAIN_RETURN_IF_ERROR(AllReduce(wide, op));
+    tensor.copy_(wide);
+    return absl::OkStatus();
+  }
   std::vector<torch::Tensor> tensors = {tensor.is_contiguous() ? tensor : tensor.contiguous()};
   DTRAIN_RETURN_IF_ERROR(Run("all_reduce", [&] {
     c10d::AllreduceOptions options;
@@ -322,12 +336,7 @@ absl::Status GlooCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceO
 absl::StatusOr<std::vector<torch::Tensor>> GlooCollectiveBackend::AllGather(
     const torch::Tensor& tensor) {
   if (!tensor.device().is_cpu()) {
-    DTRAIN_ASSIGN_OR_RETURN(
-        torch::Tensor host,
-        GuardTorch("cannot copy all_gather's tensor to the host",
-                   [&]() -> absl::StatusOr<torch::Tensor> { return tensor.to(torch::kCPU); }));
-    DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> parts, AllGather(host));
-    return OnDeviceOf(std::move(parts), tensor);
+    return AllGatherOnHost(tensor, [&](const torch::Tensor& host) { return AllGather(host); });
   }
   // Gloo gathers equal shapes: first the first dimensions, then every tensor padded to the
   // largest, then each cut back to its own size.
@@ -368,7 +377,8 @@ absl::Status GlooCollectiveBackend::Reduce(torch::Tensor& tensor, int dst, v1::R
         tensor, [&](torch::Tensor& host) { return Reduce(host, dst, op); }, rank() == dst);
   }
   DTRAIN_ASSIGN_OR_RETURN(c10d::ReduceOp gloo_op, ToGloo(op));
-  torch::Tensor work = tensor.contiguous().clone();
+  torch::Tensor work = WidenedForMean(tensor, op) ? tensor.contiguous().to(torch::kInt64)
+                                                  : tensor.contiguous().clone();
   std::vector<torch::Tensor> tensors = {work};
   DTRAIN_RETURN_IF_ERROR(Run("reduce", [&] {
     c10d::ReduceOptions options;

@@ -1,3 +1,7 @@
+// The shm plane's segment: making and mapping it (Attach), arrivals and waits with their
+// deadline, matching every rank's call, poisoning, and the shared buffers of
+// AllocateForAllReduce. The collectives that move data through it are in
+// shared_memory_collectives.cc.
 #include "worker/collectives/shared_memory_collective_backend.h"
 
 #include <fcntl.h>
@@ -22,69 +26,28 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
-#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "worker/collectives/rank_order_reduction.h"
+#include "worker/collectives/shared_memory_segment.h"
 #include "worker/model/torch_status.h"
 
 namespace dtrain {
+
+using shm::AlignUp;
+using shm::CallKind;
+using shm::Describe;
+using shm::Descriptor;
+using shm::kMagic;
+using shm::kMaxSlotBytes;
+using shm::kMinSlotBytes;
+using shm::kReasonBytes;
+using shm::kSegmentBudget;
+
 namespace {
-
-constexpr uint64_t kMagic = 0x6474726169E5E303ULL;  // "dtrain" shm, layout version 3
-constexpr size_t kLine = 64;
-constexpr size_t kReasonBytes = 512;
-// Room for all slots of a world within this much /dev/shm (containers often give 64 MiB).
-constexpr int64_t kSegmentBudget = int64_t{64} << 20;
-constexpr int64_t kMaxSlotBytes = int64_t{4} << 20;
-constexpr int64_t kMinSlotBytes = int64_t{64} << 10;
-// broadcast_bytes carries messages (a checkpoint's name, an error, a pickled object), not tensors.
-constexpr int64_t kMostBroadcastBytes = int64_t{1} << 30;
-
-// The collectives of the segment. Those whose data it cannot carry (a reduction of bools, of 8-
-// or 16-bit integers, or by product) only announce themselves there before the inner plane moves
-// their data, so that a rank in a different collective is named at once instead of at the inner
-// plane's deadline.
-enum class CallKind : int32_t {
-  kBarrier = 1,
-  kAllReduce = 2,
-  kAllGather = 3,
-  kBroadcast = 4,
-  kBroadcastBytes = 5,
-  kReduce = 6,
-  kReduceBooleanDecision = 7,
-  kAllocate = 8,  // AllocateForAllReduce: every rank maps every other's new buffer
-};
-
-// What a rank is doing in its current call; every rank checks every other's after the first
-// wait of a call. Two of them per rank, by call parity: a rank cannot start call k + 2 before
-// every rank has arrived in call k + 1, i.e. finished reading call k's.
-struct Descriptor {
-  uint64_t call;
-  int64_t numel;
-  // An all_reduce in a shared buffer: (buffer index << 40) + element offset; else -1.
-  int64_t where;
-  int32_t kind;
-  int32_t dtype;
-  int32_t op;
-  int32_t reserved;
-  // Not compared: what this rank brings that may differ from the others' (an all_gather's first
-  // dimension, a broadcast_bytes' length at its source, a reduce_boolean_decision's vote).
-  int64_t value;
-};
-
-struct alignas(kLine) Arrival {
-  std::atomic<uint64_t> count;
-  Descriptor descriptors[2];
-};
-static_assert(sizeof(Arrival) % kLine == 0);  // no two ranks share a cache line
-static_assert(std::atomic<uint64_t>::is_always_lock_free,
-              "shared-memory atomics must be lock-free");
-
-size_t AlignUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // `host` (the worker's --host), else the host name, and the boot.
 std::string HostIdentity(const std::string& host) {
@@ -132,49 +95,6 @@ std::string WithArticle(const std::string& call) {
 }
 
 }  // namespace
-
-// The header at offset 0; then one Arrival line per rank; then, page-aligned, the data:
-// buffer set b (0, 1) x slot s (0..world-1: ranks' inputs, world: the result), slot_bytes each.
-struct SharedMemoryCollectiveBackend::Segment {
-  uint64_t magic;
-  uint32_t world;
-  uint32_t reserved;
-  int64_t slot_bytes;
-  std::atomic<uint32_t> poisoned;  // 0 fine, 2 being written, 1 reason readable
-  // A futex word bumped at every arrival (and poisoning), and how many ranks sleep on it, so
-  // that an arrival makes a wake-up system call only when someone sleeps.
-  std::atomic<uint32_t> wakeups;
-  std::atomic<uint32_t> sleepers;
-  char reason[kReasonBytes];
-
-  static size_t ArrivalsOffset() { return AlignUp(sizeof(Segment), kLine); }
-  static size_t DataOffset(int world) {
-    return AlignUp(ArrivalsOffset() + world * sizeof(Arrival), 4096);
-  }
-  static size_t Bytes(int world, int64_t slot) {
-    return DataOffset(world) + 2 * static_cast<size_t>(world + 1) * slot;
-  }
-  Arrival& arrival(int r) {
-    return reinterpret_cast<Arrival*>(reinterpret_cast<char*>(this) + ArrivalsOffset())[r];
-  }
-  char* slot(int buffer, int s) {
-    return reinterpret_cast<char*>(this) + DataOffset(world) +
-           (static_cast<size_t>(buffer) * (world + 1) + s) * slot_bytes;
-  }
-};
-
-// One AllocateForAllReduce: every rank's mapping of it, by rank. Tensors over it hold it, so it
-// outlives the backend while a gradient still lives there.
-struct SharedMemoryCollectiveBackend::SharedBuffer {
-  int64_t index = 0;
-  size_t bytes = 0;
-  std::vector<char*> bases;
-  ~SharedBuffer() {
-    for (char* base : bases) {
-      if (base != nullptr) munmap(base, bytes);
-    }
-  }
-};
 
 SharedMemoryCollectiveBackend::SharedMemoryCollectiveBackend(
     std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout)
@@ -391,56 +311,6 @@ absl::Status SharedMemoryCollectiveBackend::ArriveAndWait(const char* what) {
   }
 }
 
-namespace {
-
-// Up to this many ranks, a reduction's pointer lists live on the stack: no allocation per call.
-template <typename T>
-using PerRank = absl::InlinedVector<T, 8>;
-
-// out[k] = in[0] op in[1] op ... for `count` elements of `dtype` (float, double, int32 or int64:
-// the kinds the segment reduces) at `offset` elements into each of `in` and `out`, in rank
-// order: both all_reduce paths reduce through here, so their results are bitwise the same.
-template <typename T>
-void ReduceTyped(const PerRank<char*>& in, const PerRank<char*>& out, int64_t offset, int64_t count,
-                 ReductionKind kind) {
-  PerRank<const T*> ins;
-  PerRank<T*> outs;
-  for (char* p : in) ins.push_back(reinterpret_cast<const T*>(p) + offset);
-  for (char* p : out) outs.push_back(reinterpret_cast<T*>(p) + offset);
-  ReduceInRankOrder<T>(ins.data(), static_cast<int>(ins.size()), outs.data(),
-                       static_cast<int>(outs.size()), count, kind);
-}
-
-void ReduceRaw(torch::ScalarType dtype, const PerRank<char*>& in, const PerRank<char*>& out,
-               int64_t offset, int64_t count, v1::ReduceOp op) {
-  const ReductionKind kind = op == v1::REDUCE_OP_MAX    ? ReductionKind::kMax
-                             : op == v1::REDUCE_OP_MIN  ? ReductionKind::kMin
-                             : op == v1::REDUCE_OP_MEAN ? ReductionKind::kMean
-                                                        : ReductionKind::kSum;
-  switch (dtype) {
-    case torch::kFloat64:
-      ReduceTyped<double>(in, out, offset, count, kind);
-      break;
-    case torch::kInt64:
-      ReduceTyped<int64_t>(in, out, offset, count, kind);
-      break;
-    case torch::kInt32:
-      ReduceTyped<int32_t>(in, out, offset, count, kind);
-      break;
-    default:
-      ReduceTyped<float>(in, out, offset, count, kind);
-  }
-}
-
-// Writes this rank's descriptor of its next call.
-void Describe(Arrival& mine, uint64_t call, CallKind kind, int64_t numel, int32_t dtype, int32_t op,
-              int64_t where = -1, int64_t value = 0) {
-  mine.descriptors[call % 2] = {call,  numel, where, static_cast<int32_t>(kind),
-                                dtype, op,    0,     value};
-}
-
-}  // namespace
-
 absl::Status SharedMemoryCollectiveBackend::Barrier(const std::string& name) {
   if (segment_ == nullptr) return inner_->Barrier(name);
   return Announce(static_cast<int32_t>(CallKind::kBarrier), 0, 0, 0, "barrier");
@@ -455,296 +325,25 @@ absl::Status SharedMemoryCollectiveBackend::Announce(int32_t kind, int64_t numel
   return MatchCalls(call);
 }
 
-absl::Status SharedMemoryCollectiveBackend::MatchCalls(uint64_t call) {
+absl::Status SharedMemoryCollectiveBackend::MatchCalls(uint64_t call,
+                                                       absl::Span<const int64_t> row_shape) {
   const Descriptor& mine = segment_->arrival(rank()).descriptors[call % 2];
   for (int r = 0; r < world_size(); ++r) {
     const Descriptor& d = segment_->arrival(r).descriptors[call % 2];
-    if (d.kind != mine.kind || d.call != call || d.numel != mine.numel || d.dtype != mine.dtype ||
-        d.op != mine.op || d.where != mine.where) {
-      return Poison(absl::FailedPreconditionError(absl::StrCat(
-          "mismatched collective #", call, ": rank ", rank(), " is in ",
-          WithArticle(DescribeCall(mine)), ", rank ", r, " in ", WithArticle(DescribeCall(d)))));
+    const bool same_but_where = d.kind == mine.kind && d.call == call && d.numel == mine.numel &&
+                                d.dtype == mine.dtype && d.op == mine.op;
+    if (same_but_where && d.where == mine.where) continue;
+    // All_gathers whose rows hold as many elements in as many dimensions and differ in shape
+    // ([2, 3] against [3, 2]): each rank knows its own shape only, and says it.
+    if (same_but_where && static_cast<CallKind>(d.kind) == CallKind::kAllGather) {
+      return Poison(absl::FailedPreconditionError(
+          absl::StrCat("mismatched collective #", call, ": rank ", rank(), " is in ",
+                       WithArticle(DescribeCall(mine)), " shaped [", absl::StrJoin(row_shape, ", "),
+                       "], rank ", r, " in one whose rows have another shape")));
     }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SharedMemoryCollectiveBackend::Broadcast(torch::Tensor& tensor, int src) {
-  if (segment_ == nullptr) return inner_->Broadcast(tensor, src);
-  if (src < 0 || src >= world_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("broadcast src ", src, " outside world of ", world_));
-  }
-  if (!tensor.device().is_cpu()) {
-    return RunOnHost(
-        tensor, [&](torch::Tensor& host) { return Broadcast(host, src); }, rank() != src);
-  }
-  if (!broken_.ok()) return broken_;
-  torch::NoGradGuard no_grad;
-  torch::Tensor flat = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  const uint64_t call = ++calls_;
-  Describe(segment_->arrival(rank()), call, CallKind::kBroadcast, tensor.numel(),
-           static_cast<int32_t>(tensor.scalar_type()), src);
-  DTRAIN_RETURN_IF_ERROR(MoveBytes(call, "broadcast", src, static_cast<char*>(flat.data_ptr()),
-                                   flat.numel() * static_cast<int64_t>(flat.element_size())));
-  if (rank() != src && !flat.is_same(tensor)) tensor.copy_(flat);
-  return absl::OkStatus();
-}
-
-absl::Status SharedMemoryCollectiveBackend::MoveBytes(uint64_t call, const char* what, int src,
-                                                      char* data, int64_t bytes) {
-  const int me = rank();
-  // At least one round, so that the descriptors are compared even for nothing to move.
-  for (int64_t offset = 0, round = 0; round == 0 || offset < bytes;
-       offset += slot_bytes_, ++round) {
-    const int b = static_cast<int>(round % 2);
-    const int64_t count = std::min(slot_bytes_, bytes - offset);
-    if (me == src && count > 0) std::memcpy(segment_->slot(b, src), data + offset, count);
-    DTRAIN_RETURN_IF_ERROR(ArriveAndWait(what));
-    if (round == 0) DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
-    if (count <= 0) break;
-    if (me != src) std::memcpy(data + offset, segment_->slot(b, src), count);
-    // The source may not refill this buffer set before every rank has read it.
-    DTRAIN_RETURN_IF_ERROR(ArriveAndWait(what));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> SharedMemoryCollectiveBackend::BroadcastBytes(const std::string& bytes,
-                                                                          int src) {
-  if (segment_ == nullptr) return inner_->BroadcastBytes(bytes, src);
-  if (src < 0 || src >= world_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("broadcast src ", src, " outside world of ", world_));
-  }
-  if (!broken_.ok()) return broken_;
-  const int me = rank();
-  const uint64_t call = ++calls_;
-  // The length travels in the source's descriptor; the bytes through the slots.
-  Describe(segment_->arrival(me), call, CallKind::kBroadcastBytes, 0, 0, src, -1,
-           me == src ? static_cast<int64_t>(bytes.size()) : 0);
-  DTRAIN_RETURN_IF_ERROR(ArriveAndWait("broadcast"));
-  DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
-  const int64_t size = segment_->arrival(src).descriptors[call % 2].value;
-  if (size < 0) {
-    return Poison(absl::InternalError(
-        absl::StrCat("shm broadcast: rank ", src, " announced ", size, " bytes")));
-  }
-  // Every rank read the same length, so every rank refuses alike and the plane stays whole.
-  if (size > kMostBroadcastBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("shm broadcast: rank ", src, " broadcasts ",
-                                                   size, " bytes, over the ", kMostBroadcastBytes,
-                                                   " a broadcast of bytes may carry"));
-  }
-  std::string out;
-  try {
-    out = me == src ? bytes : std::string(static_cast<size_t>(size), '\0');
-  } catch (const std::bad_alloc&) {
-    // The others would wait for this rank's arrival until the deadline: stop them now.
-    return Poison(absl::ResourceExhaustedError(
-        absl::StrCat("shm broadcast: cannot hold the ", size, " bytes rank ", src, " sends")));
-  }
-  const uint64_t data_call = ++calls_;
-  Describe(segment_->arrival(me), data_call, CallKind::kBroadcastBytes, size, 0, src);
-  DTRAIN_RETURN_IF_ERROR(MoveBytes(data_call, "broadcast", src, out.data(), size));
-  return out;
-}
-
-absl::StatusOr<std::vector<torch::Tensor>> SharedMemoryCollectiveBackend::AllGather(
-    const torch::Tensor& tensor) {
-  if (segment_ == nullptr) return inner_->AllGather(tensor);
-  if (!tensor.device().is_cpu()) {
-    DTRAIN_ASSIGN_OR_RETURN(
-        torch::Tensor host,
-        GuardTorch("cannot copy all_gather's tensor to the host",
-                   [&]() -> absl::StatusOr<torch::Tensor> { return tensor.to(torch::kCPU); }));
-    DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> parts, AllGather(host));
-    return OnDeviceOf(std::move(parts), tensor);
-  }
-  if (!broken_.ok()) return broken_;
-  torch::NoGradGuard no_grad;
-  // Dimension 0 may differ between ranks; the dtype, the number of dimensions and a row's
-  // elements may not (the descriptor compares them), and each row is whole in the slots.
-  const torch::Tensor input = tensor.dim() == 0 ? tensor.reshape({1}) : tensor.contiguous();
-  const int world = world_, me = rank();
-  const int64_t rows = input.size(0);
-  const int64_t row_elements = rows > 0 ? input.numel() / rows : [&] {
-    int64_t n = 1;
-    for (int64_t d = 1; d < input.dim(); ++d) n *= input.size(d);
-    return n;
-  }();
-  const int64_t row_bytes = row_elements * static_cast<int64_t>(input.element_size());
-  const uint64_t call = ++calls_;
-  Describe(segment_->arrival(me), call, CallKind::kAllGather, row_elements,
-           static_cast<int32_t>(input.scalar_type()), static_cast<int32_t>(input.dim()), -1, rows);
-  DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_gather"));
-  DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
-  std::vector<int64_t> bytes(world);
-  std::vector<torch::Tensor> parts(world);
-  int64_t largest = 0;
-  for (int r = 0; r < world; ++r) {
-    const int64_t r_rows = segment_->arrival(r).descriptors[call % 2].value;
-    if (r_rows < 0 || (row_bytes > 0 && r_rows > (int64_t{1} << 40) / row_bytes)) {
-      return Poison(absl::InternalError(
-          absl::StrCat("shm all_gather: rank ", r, " announced ", r_rows, " rows")));
-    }
-    std::vector<int64_t> shape = input.sizes().vec();
-    shape[0] = r_rows;
-    // A rank that cannot hold the parts stops every rank at once, not at the deadline.
-    absl::StatusOr<torch::Tensor> part =
-        GuardTorch("shm all_gather: cannot allocate the gathered parts",
-                   [&]() -> absl::StatusOr<torch::Tensor> {
-                     return r == me ? input.clone() : torch::empty(shape, input.options());
-                   });
-    if (!part.ok()) return Poison(part.status());
-    parts[r] = *std::move(part);
-    bytes[r] = r_rows * row_bytes;
-    largest = std::max(largest, bytes[r]);
-  }
-  const char* mine = static_cast<const char*>(input.data_ptr());
-  for (int64_t offset = 0, round = 0; offset < largest; offset += slot_bytes_, ++round) {
-    // After the descriptors' barrier: two barriers a round, each round a buffer set of its own.
-    const int b = static_cast<int>(round % 2);
-    const int64_t count = std::clamp<int64_t>(bytes[me] - offset, 0, slot_bytes_);
-    if (count > 0) std::memcpy(segment_->slot(b, me), mine + offset, count);
-    DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_gather"));
-    for (int r = 0; r < world; ++r) {
-      const int64_t theirs = std::clamp<int64_t>(bytes[r] - offset, 0, slot_bytes_);
-      if (r != me && theirs > 0) {
-        std::memcpy(static_cast<char*>(parts[r].data_ptr()) + offset, segment_->slot(b, r), theirs);
-      }
-    }
-    DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_gather"));
-  }
-  if (tensor.dim() == 0) {
-    for (torch::Tensor& p : parts) p = p.reshape({});
-  }
-  return parts;
-}
-
-absl::Status SharedMemoryCollectiveBackend::Reduce(torch::Tensor& tensor, int dst,
-                                                   v1::ReduceOp op) {
-  if (segment_ == nullptr) return inner_->Reduce(tensor, dst, op);
-  if (dst < 0 || dst >= world_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("reduce dst ", dst, " outside world of ", world_));
-  }
-  if (!tensor.device().is_cpu()) {
-    return RunOnHost(
-        tensor, [&](torch::Tensor& host) { return Reduce(host, dst, op); }, rank() == dst);
-  }
-  const int32_t described = (dst << 8) | static_cast<int32_t>(op);
-  if (!ReducedHere(tensor, op)) {
-    DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kReduce), tensor.numel(),
-                                    static_cast<int32_t>(tensor.scalar_type()), described,
-                                    "reduce"));
-    return inner_->Reduce(tensor, dst, op);
-  }
-  if (!broken_.ok()) return broken_;
-  torch::NoGradGuard no_grad;
-  torch::Tensor flat = tensor.is_contiguous() ? tensor.view({-1}) : tensor.contiguous().view({-1});
-  DTRAIN_RETURN_IF_ERROR(
-      ReduceChunks(flat, op, static_cast<int32_t>(CallKind::kReduce), described, rank() == dst));
-  if (rank() == dst && flat.data_ptr() != tensor.data_ptr()) {
-    tensor.copy_(flat.view(tensor.sizes()));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<bool> SharedMemoryCollectiveBackend::ReduceBooleanDecision(bool decision, bool all) {
-  if (segment_ == nullptr) return inner_->ReduceBooleanDecision(decision, all);
-  if (!broken_.ok()) return broken_;
-  // The votes travel in the descriptors, which stay readable until every rank has arrived in
-  // the call after this one: one barrier is the whole collective.
-  const uint64_t call = ++calls_;
-  Describe(segment_->arrival(rank()), call, CallKind::kReduceBooleanDecision, 0, 0, all ? 1 : 0, -1,
-           decision ? 1 : 0);
-  DTRAIN_RETURN_IF_ERROR(ArriveAndWait("reduce_boolean_decision"));
-  DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
-  bool every = true, some = false;
-  for (int r = 0; r < world_; ++r) {
-    const bool vote = segment_->arrival(r).descriptors[call % 2].value != 0;
-    every = every && vote;
-    some = some || vote;
-  }
-  return all ? every : some;
-}
-
-absl::Status SharedMemoryCollectiveBackend::AllReduce(torch::Tensor& tensor, v1::ReduceOp op) {
-  // A CUDA tensor is reduced here through a host copy, not handed to the inner plane: this
-  // plane is the one a CUDA job's gradients really travel on (and the one reported).
-  if (!tensor.device().is_cpu()) {
-    return RunOnHost(tensor, [&](torch::Tensor& host) { return AllReduce(host, op); });
-  }
-  if (segment_ == nullptr) return inner_->AllReduce(tensor, op);
-  if (!ReducedHere(tensor, op)) {
-    DTRAIN_RETURN_IF_ERROR(Announce(static_cast<int32_t>(CallKind::kAllReduce), tensor.numel(),
-                                    static_cast<int32_t>(tensor.scalar_type()), op, "all_reduce"));
-    return inner_->AllReduce(tensor, op);
-  }
-  if (!broken_.ok()) return broken_;
-  torch::NoGradGuard no_grad;
-  if (const SharedBuffer* shared = FindSharedBuffer(tensor); shared != nullptr) {
-    const int64_t offset =
-        (static_cast<char*>(tensor.data_ptr()) - shared->bases[rank()]) / tensor.element_size();
-    return ReduceInPlace(*shared, offset, tensor.numel(), tensor.scalar_type(), op);
-  }
-  torch::Tensor flat = tensor.is_contiguous() ? tensor.view({-1}) : tensor.contiguous().view({-1});
-  DTRAIN_RETURN_IF_ERROR(
-      ReduceChunks(flat, op, static_cast<int32_t>(CallKind::kAllReduce), op, /*lands_here=*/true));
-  if (!flat.is_same(tensor) && flat.data_ptr() != tensor.data_ptr()) {
-    tensor.copy_(flat.view(tensor.sizes()));
-  }
-  return absl::OkStatus();
-}
-
-bool SharedMemoryCollectiveBackend::ReducedHere(const torch::Tensor& tensor, v1::ReduceOp op) {
-  const torch::ScalarType t = tensor.scalar_type();
-  return (t == torch::kFloat32 || t == torch::kFloat64 || t == torch::kBFloat16 ||
-          t == torch::kHalf || t == torch::kInt32 || t == torch::kInt64) &&
-         (op == v1::REDUCE_OP_SUM || op == v1::REDUCE_OP_MEAN || op == v1::REDUCE_OP_MAX ||
-          op == v1::REDUCE_OP_MIN);
-}
-
-absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1::ReduceOp op,
-                                                         int32_t kind, int32_t described,
-                                                         bool lands_here) {
-  const int world = world_size(), me = rank();
-  const uint64_t call = ++calls_;
-  const int64_t n = flat.numel();
-  Describe(segment_->arrival(me), call, static_cast<CallKind>(kind), n,
-           static_cast<int32_t>(flat.scalar_type()), described);
-  // 16-bit floats (bf16-true's gradient buckets) are widened into float32 slots on the way in
-  // and rounded once on the way out, as the coordinator's plane reduces them.
-  const torch::ScalarType slot_type =
-      flat.scalar_type() == torch::kBFloat16 || flat.scalar_type() == torch::kHalf
-          ? torch::kFloat32
-          : flat.scalar_type();
-  const int64_t slot_element = static_cast<int64_t>(c10::elementSize(slot_type));
-  const int64_t per_chunk = slot_bytes_ / slot_element;
-  const auto options = torch::TensorOptions().dtype(slot_type);
-  auto view = [&](int buffer, int s, int64_t begin, int64_t count) {
-    return torch::from_blob(segment_->slot(buffer, s) + begin * slot_element, {count}, options);
-  };
-  // A chunk loop of at least one round, so that the descriptors are compared even for an
-  // empty tensor.
-  int chunk = 0;
-  for (int64_t offset = 0; chunk == 0 || offset < n; offset += per_chunk, ++chunk) {
-    const int b = chunk % 2;
-    const int64_t count = std::min(per_chunk, n - offset);
-    if (count > 0) view(b, me, 0, count).copy_(flat.slice(0, offset, offset + count));
-    DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
-    if (chunk == 0) DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
-    if (count <= 0) break;
-    // This rank's partition, reduced over the ranks in rank order.
-    const int64_t begin = count * me / world, end = count * (me + 1) / world;
-    if (end > begin) {
-      PerRank<char*> in;
-      for (int r = 0; r < world; ++r) in.push_back(segment_->slot(b, r));
-      ReduceRaw(slot_type, in, {segment_->slot(b, world)}, begin, end - begin, op);
-    }
-    DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
-    if (lands_here) flat.slice(0, offset, offset + count).copy_(view(b, world, 0, count));
+    return Poison(absl::FailedPreconditionError(absl::StrCat(
+        "mismatched collective #", call, ": rank ", rank(), " is in ",
+        WithArticle(DescribeCall(mine)), ", rank ", r, " in ", WithArticle(DescribeCall(d)))));
   }
   return absl::OkStatus();
 }
@@ -848,26 +447,6 @@ const SharedMemoryCollectiveBackend::SharedBuffer* SharedMemoryCollectiveBackend
     }
   }
   return nullptr;
-}
-
-absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(const SharedBuffer& buffer,
-                                                          int64_t offset, int64_t numel,
-                                                          torch::ScalarType dtype,
-                                                          v1::ReduceOp op) {
-  const int world = world_, me = rank();
-  const uint64_t call = ++calls_;
-  Describe(segment_->arrival(me), call, CallKind::kAllReduce, numel, static_cast<int32_t>(dtype),
-           op, (buffer.index << 40) + offset);
-  DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
-  DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
-  // This rank's partition, reduced in one pass from every rank's memory into every rank's.
-  const int64_t begin = numel * me / world, end = numel * (me + 1) / world;
-  if (end > begin) {
-    const PerRank<char*> every(buffer.bases.begin(), buffer.bases.end());
-    ReduceRaw(dtype, every, every, offset + begin, end - begin, op);
-  }
-  // Nobody reads the result before every rank has written its partition everywhere.
-  return ArriveAndWait("all_reduce");
 }
 
 }  // namespace dtrain

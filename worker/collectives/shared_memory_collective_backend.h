@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "worker/collectives/collective_backend.h"
 
 namespace dtrain {
@@ -90,8 +91,9 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   // own (kind, call number, numel, dtype, op).
   absl::Status Announce(int32_t kind, int64_t numel, int32_t dtype, int32_t op, const char* what);
   // After every rank arrived in `call`: FAILED_PRECONDITION (and the segment poisoned) naming
-  // both calls when a rank's descriptor differs from this one's.
-  absl::Status MatchCalls(uint64_t call);
+  // both calls when a rank's descriptor differs from this one's. An all_gather passes its rows'
+  // shape, which its descriptor holds only as a fingerprint, to be named.
+  absl::Status MatchCalls(uint64_t call, absl::Span<const int64_t> row_shape = {});
   struct Segment;
   struct SharedBuffer;
   // The buffer of AllocateForAllReduce that holds all of `tensor` (contiguous), if any.
