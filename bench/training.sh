@@ -43,7 +43,7 @@
 # time of the whole run.
 #   bench/training.sh [--json] [--quick] [--runs N] [--rows FILE]
 # --json: one JSON object per measurement: system, model, ranks, run, samples_per_s (plus batch,
-# and both passes); --rows FILE: those objects also into FILE beside the table.
+# and every pass's samples); --rows FILE: those objects also into FILE beside the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -137,7 +137,7 @@ for run in $(seq 1 "$runs"); do
       ceiling_once "$build" "$work" "$model" "$batch" "${steps[$model]}" "$run" \
         >> "$work/passes.jsonl"
       # The lockstep loops beside each ceiling sample (4 a run, the best kept): one sample a
-      # pass read 4,467-5,863 samples/s for the CNN in one table while its ceiling held within 2%.
+      # pass read 4,467-5,863 samples/s for the CNN in one table while its ceiling held within 2.2%.
       echo "run $run/$runs, $model, pass $pass/2: lockstep ceiling ..." >&2
       lockstep_once "$build" "$work" "$model" "$batch" "${steps[$model]}" "$run" \
         >> "$work/passes.jsonl"

@@ -328,9 +328,10 @@ TEST_P(BackendConformance, LargeBroadcastsGathersAndReducesAcrossChunks_ExactOnE
 }
 
 // Memory from AllocateForAllReduce reduces as ordinary memory does: the whole buffer and a
-// slice at an offset, sum, mean and max, float32 and float64, on 3 ranks so that partitions are
-// uneven. Random values make the float sums rounding-sensitive: on shm (where that memory is
-// shared and nothing is copied) the result is bitwise the slot path's and the rank-order sum's.
+// slice at an offset, sum, mean and max, float32 and float64, and views of it as other types, on
+// 3 ranks so that partitions are uneven. Random values make the float sums rounding-sensitive:
+// on shm (where that memory is shared and nothing is copied) the result is bitwise the slot
+// path's and the rank-order sum's.
 TEST_P(BackendConformance, MemoryForAllReduce_ReducesAsOrdinaryMemory) {
   const bool shm = GetParam() == "shm";
   RunOnBackends(
@@ -380,6 +381,21 @@ TEST_P(BackendConformance, MemoryForAllReduce_ReducesAsOrdinaryMemory) {
           if (!torch::allclose(buffer->slice(0, 0, 5), before * 3, 1e-5, 1e-6)) {
             return fail("sum differs");
           }
+        }
+        // The memory viewed as another type reduces as that type: an int32 mean over an
+        // overflowing sum, a bf16 sum.
+        DTRAIN_ASSIGN_OR_RETURN(torch::Tensor memory, b.AllocateForAllReduce(8, torch::kFloat32));
+        torch::Tensor ints = memory.view(torch::kInt32).fill_(2'000'000'000 - r);
+        DTRAIN_RETURN_IF_ERROR(b.AllReduce(ints, v1::REDUCE_OP_MEAN));
+        if (!torch::equal(ints, torch::full({8}, 1'999'999'999, torch::kInt32))) {
+          return fail("an int32 view's mean differs");
+        }
+        if (GetParam() == "gloo") return absl::OkStatus();  // Gloo's CPU all_reduce refuses bf16
+        torch::Tensor halves = memory.view(torch::kBFloat16);
+        halves.copy_(torch::arange(16).remainder(8) * (r + 1));
+        DTRAIN_RETURN_IF_ERROR(b.AllReduce(halves, v1::REDUCE_OP_SUM));
+        if (!torch::equal(halves, (torch::arange(16).remainder(8) * 6).to(torch::kBFloat16))) {
+          return fail("a bf16 view's sum differs");
         }
         return absl::OkStatus();
       },

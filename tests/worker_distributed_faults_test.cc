@@ -34,6 +34,58 @@ namespace worker_distributed_faults_test {
 
 using ::testing::HasSubstr;
 
+// The peer-to-peer planes refuse an all_gather whose ranks differ in more than the first
+// dimension before any data moves, on every rank: a scalar against a vector (both one element a
+// row), and rows of as many elements in as many dimensions but another shape.
+TEST(AllGatherShapes, ScalarAgainstVectorAndTransposedRows_RefusedOnEveryRankOfEachPlane) {
+  auto coordinator = testing::StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  const std::string address = coordinator->address();
+  for (const std::string plane : {"gloo", "shm"}) {
+    std::vector<absl::StatusOr<std::vector<torch::Tensor>>> scalar(2, absl::UnknownError("")),
+        rows(2, absl::UnknownError(""));
+    auto statuses = testing::RunRanks(
+        address, "gather-shapes-" + plane, 2, [&](ProcessGroup& pg) -> absl::Status {
+          auto backend = MakeBackend(plane, address, &pg, absl::Seconds(30));
+          if (!backend.ok()) return backend.status();
+          scalar[pg.rank()] =
+              (*backend)->AllGather(pg.rank() == 0 ? torch::tensor(1.0f) : torch::ones({3}));
+          // Gloo refused before moving anything and stays usable (a second Gloo context of the
+          // same group would meet the first one's keys); shm's segment is poisoned now.
+          if (plane == "shm") {
+            backend.value().reset();
+            backend = MakeBackend(plane, address, &pg, absl::Seconds(30));
+            if (!backend.ok()) return backend.status();
+          }
+          rows[pg.rank()] = (*backend)->AllGather(pg.rank() == 0 ? torch::ones({4, 2, 3})
+                                                                 : torch::ones({1, 3, 2}));
+          return absl::OkStatus();
+        });
+    for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << plane << ": " << s;
+    for (int r = 0; r < 2; ++r) {
+      SCOPED_TRACE(absl::StrCat(plane, ", rank ", r));
+      EXPECT_EQ(scalar[r].status().code(), absl::StatusCode::kFailedPrecondition)
+          << scalar[r].status();
+      EXPECT_EQ(rows[r].status().code(), absl::StatusCode::kFailedPrecondition) << rows[r].status();
+      const std::string s(scalar[r].status().message()), t(rows[r].status().message());
+      if (plane == "gloo") {
+        EXPECT_THAT(s, HasSubstr(r == 0 ? "rank 0 gathers a Float scalar, rank 1 a 1-dimensional"
+                                        : "rank 1 gathers a 1-dimensional Float tensor, rank 0 "
+                                          "a Float scalar"));
+        EXPECT_THAT(t, HasSubstr(absl::StrCat(
+                           "rank ", r, " gathers a 3-dimensional Float tensor with rows shaped ",
+                           r == 0 ? "[2, 3]" : "[3, 2]", ", rank ", 1 - r,
+                           " a 3-dimensional Float tensor with rows of another shape")));
+      } else {
+        EXPECT_THAT(s, HasSubstr("all_gather of Float scalars"));
+        EXPECT_THAT(s, HasSubstr("all_gather of Float rows of 1 elements in 1 dimensions"));
+        EXPECT_THAT(t, HasSubstr(absl::StrCat("shaped ", r == 0 ? "[2, 3]" : "[3, 2]", ", rank ",
+                                              1 - r, " in one whose rows have another shape")));
+      }
+    }
+  }
+}
+
 // A worker handed a Setup that did not pass the coordinator refuses nccl as the spec does, and
 // lists the planes for a name it does not know; neither touches the group.
 TEST(CollectivePlane, NcclRefusedByName_UnknownNamesListThePlanes) {
@@ -73,39 +125,24 @@ TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
     EXPECT_EQ(after[r].code(), absl::StatusCode::kFailedPrecondition) << after[r];
   }
 
-  // all_gather may differ in its first dimension only: a row of another shape is named too.
+  // all_gather may differ in its first dimension only: a row of another size or number of
+  // dimensions is named too (AllGatherShapes below: a row of another shape).
   std::vector<absl::StatusOr<std::vector<torch::Tensor>>> gathered(2, absl::UnknownError(""));
-  auto gather = [&](const std::string& job, std::vector<int64_t> shape0,
-                    std::vector<int64_t> shape1) {
-    statuses = testing::RunRanks(address, job, 2, [&](ProcessGroup& pg) -> absl::Status {
-      auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));
-      if (!backend.ok()) return backend.status();
-      gathered[pg.rank()] = (*backend)->AllGather(torch::ones(pg.rank() == 0 ? shape0 : shape1));
-      return absl::OkStatus();
-    });
-    for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
-    for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(gathered[r].status().code(), absl::StatusCode::kFailedPrecondition)
-          << gathered[r].status();
-    }
-  };
-  gather("shm-gather", {3, 2}, {5, 2, 1});
+  statuses = testing::RunRanks(address, "shm-gather", 2, [&](ProcessGroup& pg) -> absl::Status {
+    auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));
+    if (!backend.ok()) return backend.status();
+    gathered[pg.rank()] =
+        (*backend)->AllGather(pg.rank() == 0 ? torch::ones({3, 2}) : torch::ones({5, 2, 1}));
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
   for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(gathered[r].status().code(), absl::StatusCode::kFailedPrecondition)
+        << gathered[r].status();
     EXPECT_THAT(std::string(gathered[r].status().message()),
                 HasSubstr("all_gather of Float rows of 2 elements in 2 dimensions"));
     EXPECT_THAT(std::string(gathered[r].status().message()),
                 HasSubstr("all_gather of Float rows of 2 elements in 3 dimensions"));
-  }
-  // Rows of as many elements in as many dimensions, shaped differently: each rank names its own
-  // shape and the other rank.
-  gather("shm-shape", {4, 2, 3}, {1, 3, 2});
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_THAT(std::string(gathered[r].status().message()),
-                HasSubstr(absl::StrCat("rank ", r,
-                                       " is in an all_gather of Float rows of 6 elements in 3 "
-                                       "dimensions shaped ",
-                                       r == 0 ? "[2, 3]" : "[3, 2]", ", rank ", 1 - r,
-                                       " in one whose rows have another shape")));
   }
 
   // One rank reduces its shared buffer, the other ordinary memory of the same size: not the

@@ -78,6 +78,18 @@ absl::StatusOr<std::vector<torch::Tensor>> AllGatherOnHost(
   return OnDeviceOf(std::move(parts), tensor);
 }
 
+int64_t RowShapeFingerprint(c10::IntArrayRef row_shape) {
+  // FNV-1a over the dimensions' bytes: absl::Hash is seeded per process, so it cannot be compared
+  // between ranks. Non-negative, so that it never equals a descriptor's -1.
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (int64_t d : row_shape) {
+    for (int byte = 0; byte < 8; ++byte) {
+      h = (h ^ ((static_cast<uint64_t>(d) >> (8 * byte)) & 0xff)) * 0x100000001b3ULL;
+    }
+  }
+  return static_cast<int64_t>(h & 0x7fffffffffffffffULL);
+}
+
 absl::StatusOr<torch::Tensor> CollectiveBackend::AllocateForAllReduce(int64_t numel,
                                                                       torch::ScalarType dtype) {
   if (numel < 0) return absl::InvalidArgumentError(absl::StrCat("numel must be >= 0, got ", numel));

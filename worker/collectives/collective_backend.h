@@ -112,6 +112,11 @@ absl::StatusOr<std::vector<torch::Tensor>> AllGatherOnHost(
 absl::StatusOr<std::vector<torch::Tensor>> OnDeviceOf(std::vector<torch::Tensor> parts,
                                                       const torch::Tensor& like);
 
+// A fingerprint of an all_gather's rows' shape (the dimensions after the first), the same in
+// every process, so that the peer-to-peer planes can compare shapes through one integer: the
+// ranks of an all_gather may differ in their first dimension only.
+int64_t RowShapeFingerprint(c10::IntArrayRef row_shape);
+
 // The coordinator's gRPC collectives (client/ProcessGroup).
 class GrpcCollectiveBackend : public CollectiveBackend {
  public:

@@ -19,6 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/channel.h"
 #include "common/status_macros.h"
 #include "worker/collectives/coordinator_store.h"
@@ -338,30 +339,62 @@ absl::StatusOr<std::vector<torch::Tensor>> GlooCollectiveBackend::AllGather(
   if (!tensor.device().is_cpu()) {
     return AllGatherOnHost(tensor, [&](const torch::Tensor& host) { return AllGather(host); });
   }
-  // Gloo gathers equal shapes: first the first dimensions, then every tensor padded to the
-  // largest, then each cut back to its own size.
+  // Gloo gathers equal shapes: first each rank's first dimension, number of dimensions, dtype and
+  // rows' shape (as RowShapeFingerprint), which must agree but for the first dimension; then
+  // every tensor padded to the largest, then each cut back to its own size.
   const torch::Tensor input = tensor.dim() == 0 ? tensor.reshape({1}) : tensor.contiguous();
+  const c10::IntArrayRef row_shape = input.sizes().slice(1);
   std::vector<torch::Tensor> sizes(world_size());
-  for (auto& s : sizes) s = torch::zeros({1}, torch::kInt64);
-  torch::Tensor my_size = torch::tensor({input.size(0)});
+  for (auto& s : sizes) s = torch::zeros({4}, torch::kInt64);
+  torch::Tensor my_size =
+      torch::tensor({input.size(0), static_cast<int64_t>(tensor.dim()),
+                     static_cast<int64_t>(input.scalar_type()), RowShapeFingerprint(row_shape)});
   std::vector<std::vector<torch::Tensor>> size_out = {sizes};
   std::vector<torch::Tensor> size_in = {my_size};
   DTRAIN_RETURN_IF_ERROR(Run("all_gather", [&] { return gloo_->allgather(size_out, size_in); }));
   sizes = size_out[0];
   int64_t largest = 0;
-  for (const auto& s : sizes) largest = std::max(largest, s.item<int64_t>());
+  for (int r = 0; r < world_size(); ++r) {
+    const int64_t* theirs = sizes[r].data_ptr<int64_t>();
+    const int64_t* mine = my_size.data_ptr<int64_t>();
+    if (theirs[1] != mine[1] || theirs[2] != mine[2] || theirs[3] != mine[3]) {
+      // Every rank sees every rank's, so each refuses before any data moves.
+      auto describe = [&](const int64_t* d) {
+        const std::string dtype = c10::toString(static_cast<c10::ScalarType>(d[2]));
+        return d[1] == 0 ? absl::StrCat("a ", dtype, " scalar")
+                         : absl::StrCat("a ", d[1], "-dimensional ", dtype, " tensor");
+      };
+      return absl::FailedPreconditionError(absl::StrCat(
+          "mismatched all_gather: rank ", rank(), " gathers ", describe(mine),
+          tensor.dim() > 1
+              ? absl::StrCat(" with rows shaped [", absl::StrJoin(row_shape, ", "), "]")
+              : "",
+          ", rank ", r, " ", describe(theirs),
+          theirs[1] == mine[1] && theirs[2] == mine[2] ? " with rows of another shape" : "",
+          "; ranks may differ in the first dimension only"));
+    }
+    if (theirs[0] < 0) {
+      return absl::InternalError(
+          absl::StrCat("gloo all_gather: rank ", r, " announced ", theirs[0], " rows"));
+    }
+    largest = std::max(largest, theirs[0]);
+  }
   std::vector<int64_t> shape = input.sizes().vec();
   shape[0] = largest;
-  torch::Tensor padded = torch::zeros(shape, input.options());
-  padded.slice(0, 0, input.size(0)).copy_(input);
+  torch::Tensor padded;
   std::vector<torch::Tensor> parts(world_size());
-  for (auto& p : parts) p = torch::empty(shape, input.options());
+  DTRAIN_RETURN_IF_ERROR(GuardTorch("gloo all_gather: cannot allocate the gathered parts", [&] {
+    padded = torch::zeros(shape, input.options());
+    padded.slice(0, 0, input.size(0)).copy_(input);
+    for (auto& p : parts) p = torch::empty(shape, input.options());
+    return absl::OkStatus();
+  }));
   std::vector<std::vector<torch::Tensor>> part_out = {parts};
   std::vector<torch::Tensor> part_in = {padded};
   DTRAIN_RETURN_IF_ERROR(Run("all_gather", [&] { return gloo_->allgather(part_out, part_in); }));
   parts = part_out[0];
   for (int r = 0; r < world_size(); ++r) {
-    parts[r] = parts[r].slice(0, 0, sizes[r].item<int64_t>()).clone();
+    parts[r] = parts[r].slice(0, 0, sizes[r][0].item<int64_t>()).clone();
     if (tensor.dim() == 0) parts[r] = parts[r].reshape({});
   }
   return parts;

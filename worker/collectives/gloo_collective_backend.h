@@ -3,7 +3,8 @@
 // come from the coordinator's group (ProcessGroup: heartbeats, a dead member named), and Gloo's
 // rendezvous goes through the coordinator's key-value store (CoordinatorStore), so no extra
 // port is opened for it. Semantics match GrpcCollectiveBackend: mean is a sum divided by the
-// world (integers round toward zero), all_gather accepts different first dimensions.
+// world (integers narrower than 64 bits summed in int64, rounding toward zero), all_gather
+// accepts different first dimensions and refuses, on every rank, rows of another shape.
 //
 // Thread-safety: as CollectiveBackend.
 #pragma once

@@ -72,6 +72,7 @@ std::string DescribeCall(const Descriptor& d) {
                               : absl::StrCat(" in shared buffer #", d.where >> 40, " at element ",
                                              d.where & ((int64_t{1} << 40) - 1)));
     case CallKind::kAllGather:
+      if (d.op == 0) return absl::StrCat("all_gather of ", dtype, " scalars");
       return absl::StrCat("all_gather of ", dtype, " rows of ", d.numel, " elements in ", d.op,
                           " dimensions");
     case CallKind::kBroadcast:
@@ -362,6 +363,7 @@ absl::StatusOr<torch::Tensor> SharedMemoryCollectiveBackend::AllocateForAllReduc
   auto buffer = std::make_shared<SharedBuffer>();
   buffer->index = static_cast<int64_t>(shared_buffers_.size());
   buffer->bytes = AlignUp(static_cast<size_t>(numel) * c10::elementSize(dtype), 4096);
+  buffer->dtype = dtype;
   buffer->bases.assign(world, nullptr);
   // Each rank makes its own object (reserved, so that a full /dev/shm is an error now, not a
   // SIGBUS in backward), then maps everyone's by name.
@@ -440,6 +442,7 @@ const SharedMemoryCollectiveBackend::SharedBuffer* SharedMemoryCollectiveBackend
   const char* begin = static_cast<const char*>(tensor.data_ptr());
   const size_t bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
   for (const auto& buffer : shared_buffers_) {
+    if (buffer->dtype != tensor.scalar_type()) continue;
     const char* base = buffer->bases[rank()];
     if (begin >= base && begin + bytes <= base + buffer->bytes &&
         (begin - base) % tensor.element_size() == 0) {

@@ -96,7 +96,8 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   absl::Status MatchCalls(uint64_t call, absl::Span<const int64_t> row_shape = {});
   struct Segment;
   struct SharedBuffer;
-  // The buffer of AllocateForAllReduce that holds all of `tensor` (contiguous), if any.
+  // The buffer of AllocateForAllReduce that holds all of `tensor` (contiguous, of the type the
+  // buffer was allocated for), if any.
   const SharedBuffer* FindSharedBuffer(const torch::Tensor& tensor) const;
   // All-reduces `numel` elements at element `offset` of `buffer`, in every rank's memory.
   absl::Status ReduceInPlace(const SharedBuffer& buffer, int64_t offset, int64_t numel,

@@ -64,18 +64,6 @@ void ReduceRaw(torch::ScalarType dtype, const PerRank<char*>& in, const PerRank<
   }
 }
 
-// FNV-1a over the dimensions: the same on every rank and in every process (absl::Hash is
-// seeded per process), so that ranks compare their rows' shapes through one descriptor field.
-int64_t ShapeFingerprint(const std::vector<int64_t>& shape) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (int64_t d : shape) {
-    for (int byte = 0; byte < 8; ++byte) {
-      h = (h ^ ((static_cast<uint64_t>(d) >> (8 * byte)) & 0xff)) * 0x100000001b3ULL;
-    }
-  }
-  return static_cast<int64_t>(h & 0x7fffffffffffffffULL);
-}
-
 }  // namespace
 
 absl::Status SharedMemoryCollectiveBackend::Broadcast(torch::Tensor& tensor, int src) {
@@ -167,8 +155,9 @@ absl::StatusOr<std::vector<torch::Tensor>> SharedMemoryCollectiveBackend::AllGat
   }
   if (!broken_.ok()) return broken_;
   torch::NoGradGuard no_grad;
-  // Dimension 0 may differ between ranks; the dtype, the number of dimensions and a row's
-  // elements may not (the descriptor compares them), and each row is whole in the slots.
+  // Dimension 0 may differ between ranks; the dtype, the number of dimensions (a scalar's is 0,
+  // though it travels as one row) and the rows' shape may not (the descriptor compares them), and
+  // each row is whole in the slots.
   const torch::Tensor input = tensor.dim() == 0 ? tensor.reshape({1}) : tensor.contiguous();
   const int world = world_, me = rank();
   const int64_t rows = input.size(0);
@@ -181,8 +170,8 @@ absl::StatusOr<std::vector<torch::Tensor>> SharedMemoryCollectiveBackend::AllGat
   const std::vector<int64_t> row_shape(input.sizes().begin() + 1, input.sizes().end());
   const uint64_t call = ++calls_;
   Describe(segment_->arrival(me), call, CallKind::kAllGather, row_elements,
-           static_cast<int32_t>(input.scalar_type()), static_cast<int32_t>(input.dim()),
-           ShapeFingerprint(row_shape), rows);
+           static_cast<int32_t>(input.scalar_type()), static_cast<int32_t>(tensor.dim()),
+           RowShapeFingerprint(row_shape), rows);
   DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_gather"));
   DTRAIN_RETURN_IF_ERROR(MatchCalls(call, row_shape));
   std::vector<int64_t> bytes(world);

@@ -117,6 +117,8 @@ struct SharedMemoryCollectiveBackend::Segment {
 struct SharedMemoryCollectiveBackend::SharedBuffer {
   int64_t index = 0;
   size_t bytes = 0;
+  // What it was allocated for: a view of it as another type reduces through the slots.
+  torch::ScalarType dtype = torch::kFloat32;
   std::vector<char*> bases;
   ~SharedBuffer() {
     for (char* base : bases) {
