@@ -126,7 +126,7 @@ TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
   }
 
   // all_gather may differ in its first dimension only: a row of another size or number of
-  // dimensions is named too (AllGatherShapes below: a row of another shape).
+  // dimensions is named too (AllGatherShapes above: a row of another shape).
   std::vector<absl::StatusOr<std::vector<torch::Tensor>>> gathered(2, absl::UnknownError(""));
   statuses = testing::RunRanks(address, "shm-gather", 2, [&](ProcessGroup& pg) -> absl::Status {
     auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));

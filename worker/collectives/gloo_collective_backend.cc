@@ -383,12 +383,18 @@ absl::StatusOr<std::vector<torch::Tensor>> GlooCollectiveBackend::AllGather(
   shape[0] = largest;
   torch::Tensor padded;
   std::vector<torch::Tensor> parts(world_size());
-  DTRAIN_RETURN_IF_ERROR(GuardTorch("gloo all_gather: cannot allocate the gathered parts", [&] {
+  absl::Status allocated = GuardTorch("cannot allocate the gathered parts", [&] {
     padded = torch::zeros(shape, input.options());
     padded.slice(0, 0, input.size(0)).copy_(input);
     for (auto& p : parts) p = torch::empty(shape, input.options());
     return absl::OkStatus();
-  }));
+  });
+  if (!allocated.ok()) {
+    // The peers are already in the data exchange: closing the connections ends their wait now,
+    // not at the operation's deadline, and this rank's next call cannot pair with it.
+    return Abandon(absl::ResourceExhaustedError(
+        absl::StrCat("gloo all_gather on rank ", rank(), ": ", allocated.message())));
+  }
   std::vector<std::vector<torch::Tensor>> part_out = {parts};
   std::vector<torch::Tensor> part_in = {padded};
   DTRAIN_RETURN_IF_ERROR(Run("all_gather", [&] { return gloo_->allgather(part_out, part_in); }));
