@@ -96,8 +96,13 @@ TEST(Soak, ManyShortJobsBackToBack_AllAccountedForMemoryStable) {
                 100.0 * (second - first) / first);
     EXPECT_LE(second, first * 1.10);
   }
-  // Every job's files are closed when it ends.
-  EXPECT_LE(samples.back().files, samples.front().files + 2);
+  // Every job's files are closed when it ends. A connection still closing can be counted at the
+  // last sample (20 -> 23 once in CI, at 80 jobs, after 20 at 10-70): a leak is what stays.
+  EXPECT_TRUE(
+      WaitFor([&] { return OpenFiles(cluster.coordinator_pid()) <= samples.front().files + 2; },
+              absl::Seconds(10)))
+      << "coordinator fds: " << OpenFiles(cluster.coordinator_pid()) << " now, "
+      << samples.front().files << " after the first 10 jobs";
 }
 
 }  // namespace soak_test
