@@ -101,6 +101,15 @@ TEST_P(BackendConformance, EveryCollectiveAsDocumented) {
                         "all_gather");
         !s.ok())
       return s;
+    // A rank with no rows gathers too: its part is empty and shaped like the others' rows.
+    auto some = b.AllGather(torch::full({r == 0 ? 0 : 2, 2, 3}, 1.0f + r));
+    if (!some.ok()) return some.status();
+    if (auto s = expect(some->size() == 2 && (*some)[0].sizes() == c10::IntArrayRef({0, 2, 3}) &&
+                            (*some)[1].sizes() == c10::IntArrayRef({2, 2, 3}) &&
+                            (*some)[1].sum().item<float>() == 24.0f,
+                        "all_gather with no rows on rank 0");
+        !s.ok())
+      return s;
     torch::Tensor reduced = torch::tensor({r + 1.0f});
     if (auto s = b.Reduce(reduced, 1, v1::REDUCE_OP_SUM); !s.ok()) return s;
     if (auto s = expect(reduced.item<float>() == (r == 1 ? 3.0f : 1.0f), "reduce"); !s.ok())

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/accumulate.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
@@ -161,13 +162,10 @@ absl::StatusOr<std::vector<torch::Tensor>> SharedMemoryCollectiveBackend::AllGat
   const torch::Tensor input = tensor.dim() == 0 ? tensor.reshape({1}) : tensor.contiguous();
   const int world = world_, me = rank();
   const int64_t rows = input.size(0);
-  const int64_t row_elements = rows > 0 ? input.numel() / rows : [&] {
-    int64_t n = 1;
-    for (int64_t d = 1; d < input.dim(); ++d) n *= input.size(d);
-    return n;
-  }();
-  const int64_t row_bytes = row_elements * static_cast<int64_t>(input.element_size());
   const std::vector<int64_t> row_shape(input.sizes().begin() + 1, input.sizes().end());
+  // From the shape, not numel() / rows: a rank with no rows still describes its rows' size.
+  const int64_t row_elements = c10::multiply_integers(row_shape);
+  const int64_t row_bytes = row_elements * static_cast<int64_t>(input.element_size());
   const uint64_t call = ++calls_;
   Describe(segment_->arrival(me), call, CallKind::kAllGather, row_elements,
            static_cast<int32_t>(input.scalar_type()), static_cast<int32_t>(tensor.dim()),
