@@ -50,13 +50,11 @@ TEST(AllGatherShapes, ScalarAgainstVectorAndTransposedRows_RefusedOnEveryRankOfE
           if (!backend.ok()) return backend.status();
           scalar[pg.rank()] =
               (*backend)->AllGather(pg.rank() == 0 ? torch::tensor(1.0f) : torch::ones({3}));
-          // Gloo refused before moving anything and stays usable (a second Gloo context of the
-          // same group would meet the first one's keys); shm's segment is poisoned now.
-          if (plane == "shm") {
-            backend.value().reset();
-            backend = MakeBackend(plane, address, &pg, absl::Seconds(30));
-            if (!backend.ok()) return backend.status();
-          }
+          // shm's segment is poisoned now. Both planes are made again over the same group
+          // generation: a second Gloo context must not meet the first one's rendezvous keys.
+          backend.value().reset();
+          backend = MakeBackend(plane, address, &pg, absl::Seconds(30));
+          if (!backend.ok()) return backend.status();
           rows[pg.rank()] = (*backend)->AllGather(pg.rank() == 0 ? torch::ones({4, 2, 3})
                                                                  : torch::ones({1, 3, 2}));
           return absl::OkStatus();

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -241,14 +242,28 @@ absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Ma
   // (gloo/transport/tcp/pair.h, Pair::waitUntil), so the context gets a fifth of the budget
   // for connecting, and the operations' timeout once connected.
   const auto gloo_connect = std::max(std::chrono::milliseconds(1), chrono_connect / 5);
+  // Gloo's rendezvous keys are per context, not only per group generation: a second context of
+  // the same generation (a plane made again) would otherwise read the first one's addresses and
+  // time out connecting to pairs that are gone. Rank 0 names the context and the others learn
+  // the name, so ranks agree even if their histories of contexts differ.
+  static std::atomic<uint64_t> contexts_made{0};
+  const std::string named =
+      g.rank() == 0 ? absl::StrCat(g.incarnation(), ".", ++contexts_made) : std::string();
+  absl::StatusOr<std::string> context = g.BroadcastBytes(0, g.rank() == 0 ? &named : nullptr);
+  if (!context.ok()) {
+    return absl::Status(context.status().code(),
+                        absl::StrCat("gloo rendezvous: agreeing on the context's name: ",
+                                     context.status().message()));
+  }
   absl::Status connected = backend->Guard(
       "rendezvous",
       [&] {
         auto kv = std::make_shared<KeyValueClient>(ConnectToCoordinator(coordinator, g.token()),
                                                    g.assignment().member().group());
-        // Keys are per generation: a re-formed group never meets its predecessor's keys.
+        // Keys are per generation and context: a re-formed group never meets its
+        // predecessor's keys, nor a context the one made before it in the same generation.
         auto store = c10::make_intrusive<c10d::PrefixStore>(
-            absl::StrCat("gloo/", g.generation()),
+            absl::StrCat("gloo/", g.generation(), "/", *context),
             c10::make_intrusive<CoordinatorStore>(kv, chrono_connect, chrono_connect));
         auto options = c10d::ProcessGroupGloo::Options::create(gloo_connect);
         options->devices.push_back(GlooDevice(coordinator));
