@@ -36,27 +36,35 @@ using ::testing::HasSubstr;
 
 // The peer-to-peer planes refuse an all_gather whose ranks differ in more than the first
 // dimension before any data moves, on every rank: a scalar against a vector (both one element a
-// row), and rows of as many elements in as many dimensions but another shape.
+// row), and rows of as many elements in as many dimensions but another shape. Each plane, made
+// again over the same group, then gathers.
 TEST(AllGatherShapes, ScalarAgainstVectorAndTransposedRows_RefusedOnEveryRankOfEachPlane) {
   auto coordinator = testing::StartCoordinator();
   ASSERT_NE(coordinator, nullptr);
   const std::string address = coordinator->address();
   for (const std::string plane : {"gloo", "shm"}) {
     std::vector<absl::StatusOr<std::vector<torch::Tensor>>> scalar(2, absl::UnknownError("")),
-        rows(2, absl::UnknownError(""));
+        rows(2, absl::UnknownError("")), again(2, absl::UnknownError(""));
     auto statuses = testing::RunRanks(
         address, "gather-shapes-" + plane, 2, [&](ProcessGroup& pg) -> absl::Status {
           auto backend = MakeBackend(plane, address, &pg, absl::Seconds(30));
           if (!backend.ok()) return backend.status();
           scalar[pg.rank()] =
               (*backend)->AllGather(pg.rank() == 0 ? torch::tensor(1.0f) : torch::ones({3}));
-          // shm's segment is poisoned now. Both planes are made again over the same group
-          // generation: a second Gloo context must not meet the first one's rendezvous keys.
+          // Gloo refused before moving anything and stays usable; shm's segment is poisoned.
+          if (plane == "shm") {
+            backend.value().reset();
+            backend = MakeBackend(plane, address, &pg, absl::Seconds(30));
+            if (!backend.ok()) return backend.status();
+          }
+          rows[pg.rank()] = (*backend)->AllGather(pg.rank() == 0 ? torch::ones({4, 2, 3})
+                                                                 : torch::ones({1, 3, 2}));
+          // Made again over the same group generation: a second Gloo context must not meet
+          // the first one's rendezvous keys.
           backend.value().reset();
           backend = MakeBackend(plane, address, &pg, absl::Seconds(30));
           if (!backend.ok()) return backend.status();
-          rows[pg.rank()] = (*backend)->AllGather(pg.rank() == 0 ? torch::ones({4, 2, 3})
-                                                                 : torch::ones({1, 3, 2}));
+          again[pg.rank()] = (*backend)->AllGather(torch::full({1 + pg.rank()}, 1.0f + pg.rank()));
           return absl::OkStatus();
         });
     for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << plane << ": " << s;
@@ -80,6 +88,11 @@ TEST(AllGatherShapes, ScalarAgainstVectorAndTransposedRows_RefusedOnEveryRankOfE
         EXPECT_THAT(t, HasSubstr(absl::StrCat("shaped ", r == 0 ? "[2, 3]" : "[3, 2]", ", rank ",
                                               1 - r, " in one whose rows have another shape")));
       }
+      // The plane made again gathers: rank 0's one row of 1, rank 1's two rows of 2.
+      ASSERT_TRUE(again[r].ok()) << again[r].status();
+      ASSERT_EQ(again[r]->size(), 2u);
+      EXPECT_TRUE(torch::equal((*again[r])[0], torch::full({1}, 1.0f)));
+      EXPECT_TRUE(torch::equal((*again[r])[1], torch::full({2}, 2.0f)));
     }
   }
 }

@@ -249,11 +249,16 @@ absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Ma
   static std::atomic<uint64_t> contexts_made{0};
   const std::string named =
       g.rank() == 0 ? absl::StrCat(g.incarnation(), ".", ++contexts_made) : std::string();
-  absl::StatusOr<std::string> context = g.BroadcastBytes(0, g.rank() == 0 ? &named : nullptr);
+  // Within the connect budget, as the rendezvous after it: a rank that never comes is named
+  // by the coordinator's error.
+  CollectiveOptions within;
+  within.timeout = absl::FromChrono(chrono_connect);
+  absl::StatusOr<std::string> context =
+      g.BroadcastBytes(0, g.rank() == 0 ? &named : nullptr, within);
   if (!context.ok()) {
-    return absl::Status(context.status().code(),
-                        absl::StrCat("gloo rendezvous: agreeing on the context's name: ",
-                                     context.status().message()));
+    return absl::Status(context.status().code(), absl::StrCat("gloo rendezvous on rank ", g.rank(),
+                                                              ": agreeing on the context's name: ",
+                                                              context.status().message()));
   }
   absl::Status connected = backend->Guard(
       "rendezvous",
@@ -261,7 +266,7 @@ absl::StatusOr<std::unique_ptr<GlooCollectiveBackend>> GlooCollectiveBackend::Ma
         auto kv = std::make_shared<KeyValueClient>(ConnectToCoordinator(coordinator, g.token()),
                                                    g.assignment().member().group());
         // Keys are per generation and context: a re-formed group never meets its
-        // predecessor's keys, nor a context the one made before it in the same generation.
+        // predecessor's keys, nor those of a context made before it in the same generation.
         auto store = c10::make_intrusive<c10d::PrefixStore>(
             absl::StrCat("gloo/", g.generation(), "/", *context),
             c10::make_intrusive<CoordinatorStore>(kv, chrono_connect, chrono_connect));
