@@ -34,8 +34,8 @@
 #                               not estimated; after each ceiling sample
 # Each run measures every system twice (two passes, in the order above; the ceiling and the
 # lockstep loops before and after the dtrain jobs of each pass, dtrain-auto before and after the
-# other planes, torch-ddp-jemalloc before and after plain torch, so 4 samples a run of each of the
-# rows the targets compare), and each system's fastest sample counts:
+# other planes, both torch rows twice a pass alternated, so 4 samples a run of each of the rows
+# the targets and the "vs torch DDP" column compare), and each system's fastest sample counts:
 # this VM only ever slows a measurement (one core loses up to a third for seconds), so the
 # fastest sample is the better estimate, and the ceiling and the systems it bounds are judged by
 # the same rule. A run where a system still beats the ceiling is void: out of the medians.
@@ -166,18 +166,15 @@ for run in $(seq 1 "$runs"); do
       lockstep_once "$build" "$work" "$model" "$batch" "${steps[$model]}" "$run" \
         >> "$work/passes.jsonl"
 
-      # torch on the worker's allocator (the peer of the 1.15x target) twice a pass, around
-      # plain torch: on some machines glibc's defaults cost torch's CNN ranks most of their rate
-      # in heap churn, which a torch user can avoid too.
-      for system in torch-ddp-jemalloc torch-ddp-gloo torch-ddp-jemalloc; do
+      # Both torch rows twice a pass, alternated (A B B A): torch on the worker's allocator is
+      # the peer of the 1.15x target (on some machines glibc's defaults cost torch's CNN ranks
+      # most of their rate in heap churn, which a torch user can avoid too), plain torch the
+      # "vs torch DDP" column's; each gets 4 samples a run, as dtrain-auto does.
+      for system in torch-ddp-jemalloc torch-ddp-gloo torch-ddp-gloo torch-ddp-jemalloc; do
         echo "run $run/$runs, $model, pass $pass/2: $system, 2 ranks ..." >&2
-        if [ "$system" = torch-ddp-gloo ]; then
-          torch_once "$model" "$batch" "${steps[$model]}" "$run" "$system" >> "$work/passes.jsonl"
-        else
-          (export "${worker_allocator_env[@]}"
-            torch_once "$model" "$batch" "${steps[$model]}" "$run" "$system") \
-            >> "$work/passes.jsonl"
-        fi
+        (if [ "$system" = torch-ddp-jemalloc ]; then export "${worker_allocator_env[@]}"; fi
+          torch_once "$model" "$batch" "${steps[$model]}" "$run" "$system") \
+          >> "$work/passes.jsonl"
       done
     done
   done
