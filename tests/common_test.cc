@@ -1,8 +1,9 @@
 // Unit tests of common/: dtype facts, tensor validation, half conversions, status mapping, the
-// allocator settings as glibc reads them.
+// allocator settings as glibc reads them, a thread's scheduler statistics.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "common/atomic_file.h"
 #include "common/directories.h"
 #include "common/dtype.h"
@@ -21,6 +23,7 @@
 #include "common/half.h"
 #include "common/process_tuning.h"
 #include "common/tensor.h"
+#include "common/thread_schedstat.h"
 
 namespace dtrain {
 namespace common_test {
@@ -181,6 +184,43 @@ TEST(PrivateDirectory, NarrowedWhenOurs_RefusedWhenAnotherUsersOrWorldWritable) 
   EXPECT_EQ(MakePrivateDirectory(link, "the cache").code(), absl::StatusCode::kFailedPrecondition)
       << "a link to another user's directory";
   fs::remove_all(dir);
+}
+
+TEST(ThreadSchedstat, Parse_TakesTheKernelsFormatAndRefusesAnythingElse) {
+  absl::StatusOr<ThreadSchedstat> s = ParseSchedstat("123456789 4567 89\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->on_cpu_ns, 123456789);
+  EXPECT_EQ(s->run_queue_ns, 4567);
+  EXPECT_EQ(s->slices, 89);
+  EXPECT_TRUE(ParseSchedstat("0 0 0").ok());
+  for (const char* bad : {"", "\n", "1 2", "1 2 3 4", "1  2 3", " 1 2 3", "1 2 3 ", "-1 2 3",
+                          "+1 2 3", "1 2 x", "1 2 3\n\n", "99999999999999999999 1 1"}) {
+    absl::StatusOr<ThreadSchedstat> r = ParseSchedstat(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << "'" << bad << "'";
+  }
+}
+
+TEST(ThreadSchedstat, ThisThread_CountsTheTimeItRan) {
+  // Every kernel the project runs on keeps it (Debian's, and CI's Firecracker 6.18).
+  absl::StatusOr<ThreadSchedstat> before = ThisThreadSchedstat();
+  ASSERT_TRUE(before.ok()) << before.status();
+  // 30 ms of this thread's CPU time by the thread's own clock (however long that takes while
+  // other tests share the cores); the statistics lag by at most a scheduler tick or two.
+  auto cpu_ns = [] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
+  };
+  const int64_t cpu_start = cpu_ns();
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  volatile uint64_t spin = 0;
+  while (cpu_ns() - cpu_start < 30'000'000 && absl::Now() < give_up) spin = spin + 1;
+  ASSERT_GE(cpu_ns() - cpu_start, 30'000'000) << "the thread got no CPU for 20 s";
+  absl::StatusOr<ThreadSchedstat> after = ThisThreadSchedstat();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_GE(after->on_cpu_ns - before->on_cpu_ns, 20'000'000);
+  EXPECT_GE(after->run_queue_ns, before->run_queue_ns);
+  EXPECT_GE(after->slices, before->slices);
 }
 
 }  // namespace dtrain

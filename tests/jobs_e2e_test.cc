@@ -138,6 +138,18 @@ TEST_F(JobsE2eTest, SubmitWatchResults_DdpJobOnTwoWorkers) {
     EXPECT_LE(phases, std::stod((*m)[2]) + 0.0025) << (*m)[0];
   }
   EXPECT_EQ(profiled, 2) << line;
+  // And each rank's wait for its core, which these workers' kernel keeps.
+  const size_t by_rank = logs.output.find("time by rank: ");
+  ASSERT_NE(by_rank, std::string::npos);
+  const std::string ranks = logs.output.substr(by_rank, logs.output.find('\n', by_rank) - by_rank);
+  const std::regex core_wait(
+      "rank [01] ([0-9.]+) s in steps[^;]*, ([0-9.]+) s \\([0-9.]+%\\) for its core");
+  int waits = 0;
+  for (std::sregex_iterator m(ranks.begin(), ranks.end(), core_wait), end; m != end; ++m) {
+    ++waits;
+    EXPECT_LE(std::stod((*m)[2]), std::stod((*m)[1]) + 0.005) << (*m)[0];
+  }
+  EXPECT_EQ(waits, 2) << ranks;
   const v1::JobStatus status = GetJob(id);
   EXPECT_EQ(status.progress().collective_plane(), "shm");
   const auto& phases = status.progress().phase_seconds();

@@ -137,6 +137,14 @@ TEST_F(TrainerTest, Progress_InjectedClock_SamplesPerSecondEtaAndPhasesExact) {
               HasSubstr("rank 1 0.12 s in steps, 0.01 s (10.0%) of it waiting for gradients"));
   EXPECT_THAT(record_.Line("time by rank: "),
               HasSubstr("in 12 training calls (batches per call: 1)"));
+  // And the time each rank's step thread waited for its core, as the fake reports it: rank 1's
+  // 10% is over the warning's share, rank 0's nothing is not.
+  EXPECT_THAT(record_.Line("time by rank: "),
+              HasSubstr("rank 0 0.12 s in steps, 0.00 s (0.0%) of it waiting for gradients, "
+                        "0.00 s (0.0%) for its core"));
+  EXPECT_THAT(record_.Line("time by rank: "),
+              HasSubstr("(10.0%) of it waiting for gradients, 0.01 s (10.0%) for its core"));
+  EXPECT_EQ(record_.Lines("shared cores: rank 1's step thread waited 10% of its step time"), 1);
   // And where a batch's 10 ms went on each rank, as the fake reports its phases.
   EXPECT_THAT(record_.Line("time per batch by rank: "),
               HasSubstr("rank 0 10.000 ms: data 1.000, forward 3.000, backward 3.000, averaging "

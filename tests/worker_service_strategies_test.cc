@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor.h"
+#include "common/thread_schedstat.h"
 #include "dtrain/v1/workers.grpc.pb.h"
 #include "tests/test_support.h"
 #include "tests/worker_process.h"
@@ -70,6 +71,13 @@ TEST_P(WorkerServiceBackendTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) 
       EXPECT_LE(p.data_seconds() + p.forward_seconds() + p.backward_seconds() +
                     p.averaging_seconds() + p.optimizer_seconds(),
                 local.step_seconds());
+      // The step thread's wait for its core, where the kernel keeps it (this thread's says):
+      // a part of the step's time.
+      if (ThisThreadSchedstat().ok()) {
+        ASSERT_TRUE(local.has_core_wait_seconds());
+        EXPECT_GE(local.core_wait_seconds(), 0);
+        EXPECT_LE(local.core_wait_seconds(), local.step_seconds());
+      }
     }
     // The single rank's batch s is both ranks' batches s together.
     v1::LocalWork whole;

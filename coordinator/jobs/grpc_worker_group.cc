@@ -200,6 +200,7 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::FinishTrain() {
       r.gradient_wait_seconds = local.gradient_wait_seconds();
       r.data_wait_seconds = local.data_wait_seconds();
       r.data_skipped = local.data_skipped();
+      if (local.has_core_wait_seconds()) r.core_wait_seconds = local.core_wait_seconds();
       const v1::StepPhases& phases = local.phases();
       r.phases = {phases.data_seconds(), phases.forward_seconds(), phases.backward_seconds(),
                   phases.averaging_seconds(), phases.optimizer_seconds()};

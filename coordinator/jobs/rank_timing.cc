@@ -19,6 +19,9 @@ absl::Status RankTiming::OnTrainBatchesEnd(TrainerControl& trainer, const TrainB
     s.data += rank.data_wait_seconds;
     s.phases += rank.phases;
     s.batches += static_cast<int64_t>(rank.batches.size());
+    if (rank.core_wait_seconds.has_value()) {
+      s.core_wait = s.core_wait.value_or(0) + *rank.core_wait_seconds;
+    }
     skipped_[rank.rank] = rank.data_skipped;
   }
   return absl::OkStatus();
@@ -40,6 +43,8 @@ absl::Status RankTiming::OnTrainEnd(TrainerControl& trainer) {
   double busiest = 0;
   double most_data_share = 0;
   int input_bound_rank = -1;
+  double most_core_share = 0;
+  int core_bound_rank = -1;
   for (const auto& [rank, s] : seconds_) {
     busiest = std::max(busiest, s.in_steps);
     const double data_share = s.in_steps > 0 ? s.data / s.in_steps : 0.0;
@@ -51,7 +56,16 @@ absl::Status RankTiming::OnTrainEnd(TrainerControl& trainer) {
         absl::StrFormat("rank %d %.2f s in steps, %.2f s (%.1f%%) of it waiting for gradients",
                         rank, s.in_steps, s.gradients,
                         s.in_steps > 0 ? 100 * s.gradients / s.in_steps : 0.0),
-        s.data > 0 ? absl::StrFormat(", %.2f s (%.1f%%) for data", s.data, 100 * data_share) : ""));
+        s.data > 0 ? absl::StrFormat(", %.2f s (%.1f%%) for data", s.data, 100 * data_share) : "",
+        s.core_wait.has_value()
+            ? absl::StrFormat(", %.2f s (%.1f%%) for its core", *s.core_wait,
+                              s.in_steps > 0 ? 100 * *s.core_wait / s.in_steps : 0.0)
+            : ""));
+    const double core_share = s.in_steps > 0 ? s.core_wait.value_or(0) / s.in_steps : 0.0;
+    if (core_share > most_core_share) {
+      most_core_share = core_share;
+      core_bound_rank = rank;
+    }
     // The profile, from workers that report phases (older ones do not).
     const StepPhaseSeconds& p = s.phases;
     if (p.total() <= 0 || s.batches == 0) continue;
@@ -73,6 +87,15 @@ absl::Status RankTiming::OnTrainEnd(TrainerControl& trainer) {
         "input-bound: rank %d waited %.0f%% of its step time for samples; more "
         "data.num_workers (decoding threads per rank) or fewer, lighter transforms would help",
         input_bound_rank, 100 * most_data_share));
+  }
+  // A few percent is a service's own threads beside the steps on a machine without a spare core
+  // (docs/OPERATIONS.md, "Cores"); more is another worker, job or process on the same cores.
+  if (most_core_share > kCoreShareWarning) {
+    trainer.Log(absl::StrFormat(
+        "shared cores: rank %d's step thread waited %.0f%% of its step time for its core while "
+        "other threads or processes ran there; give each worker cores of its own (the worker's "
+        "--cpus, docs/OPERATIONS.md \"Cores\")",
+        core_bound_rank, 100 * most_core_share));
   }
   int64_t skipped = 0;
   for (const auto& [rank, n] : skipped_) skipped += n;

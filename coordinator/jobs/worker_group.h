@@ -124,6 +124,9 @@ struct RankTrainResult {
   double data_wait_seconds = 0;      // of which waiting for streamed samples (input-bound)
   int64_t data_skipped = 0;          // streamed samples skipped so far (on_error: skip)
   StepPhaseSeconds phases;           // all zero from a worker that does not report them
+  // Of step_seconds, runnable while other work held the step thread's core; none from a
+  // worker whose kernel keeps no scheduler statistics (or that is older).
+  std::optional<double> core_wait_seconds;
   std::vector<BatchScalars> batches;
 };
 struct TrainResult {

@@ -20,6 +20,7 @@
 #include "common/job_settings.h"
 #include "common/status_macros.h"
 #include "common/tensor.h"
+#include "common/thread_schedstat.h"
 #include "common/tls_credentials.h"
 #include "worker/collectives/collective_plane.h"
 #include "worker/model/batch_tree.h"
@@ -500,6 +501,8 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   // A monotonic clock, so that the phases fit in the step time even across a clock step.
   using Clock = std::chrono::steady_clock;
   const Clock::time_point began = Clock::now();
+  // Inside the step's span, so that the core's wait is a part of step_seconds.
+  const absl::StatusOr<ThreadSchedstat> sched_before = ThisThreadSchedstat();
   const absl::Duration waited_before = a.strategy().gradient_wait();
   const absl::Duration averaged_before = a.averaging_time();
   const double data_wait_before = data_->wait_seconds();
@@ -557,6 +560,12 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     r->set_step_skipped(!stepped);
   }
   auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  if (sched_before.ok()) {
+    if (absl::StatusOr<ThreadSchedstat> after = ThisThreadSchedstat(); after.ok()) {
+      const int64_t waited = std::max<int64_t>(0, after->run_queue_ns - sched_before->run_queue_ns);
+      result.set_core_wait_seconds(static_cast<double>(waited) / 1e9);
+    }
+  }
   result.set_step_seconds(seconds(Clock::now() - began));
   result.set_data_wait_seconds(data_->wait_seconds() - data_wait_before);
   result.set_data_skipped(data_->skipped());

@@ -188,6 +188,8 @@ absl::StatusOr<TrainResult> FakeWorkerGroup::Train(const TrainCall& call) {
     rank.global_step = global_step_;
     rank.step_seconds = 0.01 * static_cast<double>(call.count);
     rank.gradient_wait_seconds = 0.001 * static_cast<double>(call.count) * rank.rank;
+    // A core shared with other work: rank 1 waits 1 ms a batch for it (10%), rank 0 never.
+    rank.core_wait_seconds = rank.rank == 1 ? 0.001 * static_cast<double>(call.count) : 0.0;
     // Per batch: data 1 ms, forward 3, averaging 1 plus the rank's wait above, backward what
     // is left of 3 after that wait, optimizer 1: the rest of the 10 ms (1 ms for ranks 0-3)
     // is bookkeeping.
