@@ -14,9 +14,11 @@
 #
 # ceiling_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
 # prints one JSON row {system: compute-ceiling, model, ranks, batch, run, samples_per_s,
-# barrier_s (lockstep only: the longer of the ranks' waits), synchronous_share}; $pins (an
-# array, as `deploy/local/cluster.sh cpus --workers 2` prints) gives each loop its cores. Loop
-# flags such as --epochs and --cosine give the job's length and schedule.
+# barrier_s and core_wait_share (lockstep only: the longer of the ranks' waits at the barrier,
+# the larger rank's share of its span ready to run while other threads held its core),
+# synchronous_share}; $pins (an array, as `deploy/local/cluster.sh cpus --workers 2` prints)
+# gives each loop its cores. Loop flags such as --epochs and --cosine give the job's length and
+# schedule.
 ceiling_once() { loops_once compute-ceiling "$@" --all_ranks; }
 
 # own_ceiling_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
@@ -78,6 +80,12 @@ if row['system'] == 'lockstep-ceiling':
     # Each rank's mean step by phase (ms: data, forward, backward, averaging, optimizer), to set
     # beside a job's time per batch by rank.
     row['phases_ms'] = [r.get('phases_ms') for r in rows]
+    # The larger rank's share of its timed span spent ready to run while other threads held its
+    # core (a job's log gives the same per rank); absent where the kernel does not say.
+    waits = [r['core_wait_s'] / (r['end'] - r['start']) for r in rows
+             if r.get('core_wait_s', -1) >= 0 and r['end'] > r['start']]
+    if len(waits) == 2:
+        row['core_wait_share'] = round(max(waits), 5)
 else:
     a, b = ([[float(x) for x in l.split()] for l in open(f'$work/ceiling-steps-{i}.txt')] for i in (0, 1))
     if len(a[0]) > 1:

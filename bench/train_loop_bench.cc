@@ -5,7 +5,9 @@
 // service and no communication around it, and the worker's allocator (jemalloc). Prints one JSON
 // row:
 // {"system", "model", "ranks", "batch", "threads", "samples_per_s", "start", "end", "barrier_s",
-// "parameters_sum"}.
+// "parameters_sum", "phases_ms", "core_wait_s"}; core_wait_s is the training thread's time ready
+// to run while other threads held its core (-1 where the kernel does not say), as a job's log
+// gives it for each rank.
 // --lockstep makes the ranks of one ceiling meet at a barrier after every step (a synchronous run
 // with a free, instant all-reduce), and barrier_s is the time spent there. --average_gradients
 // turns that meeting into a real all-reduce after backward, the shm plane's ddp algorithm with no
@@ -41,6 +43,7 @@
 #include "bench/plain_loop.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
+#include "common/thread_schedstat.h"
 #include "coordinator/jobs/distributed_sampler.h"
 #include "worker/collectives/rank_order_reduction.h"
 #include "worker/data/dataset.h"
@@ -485,6 +488,9 @@ int main(int argc, char** argv) {
     if (times != nullptr) times[0] = absl::ToDoubleMicroseconds(absl::Now() - step_start);
     return absl::OkStatus();
   };
+  // This thread's run-queue time when the clock starts: the wait for its core that a dtrain
+  // job's log gives per rank ("for its core"), measured the same way here.
+  absl::StatusOr<dtrain::ThreadSchedstat> sched_start = absl::UnavailableError("not started");
   // `steps` steps of `loops`; the clock starts (into `start`) at step `timed_from`, and each step
   // from there on is timed. The warm steps of a throwaway model (timed_from < 0) meet no one.
   auto train = [&](Replicas& loops, int steps, int timed_from, absl::Time& start) -> absl::Status {
@@ -492,6 +498,7 @@ int main(int argc, char** argv) {
       if (step == timed_from) {
         for (dtrain::bench::PlainLoop& loop : loops) loop.ResetPhases();
         start = absl::Now();
+        sched_start = dtrain::ThisThreadSchedstat();
       }
       const bool timed = timed_from >= 0 && step >= timed_from;
       double* times = nullptr;
@@ -557,6 +564,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   const absl::Time end = absl::Now();
+  // -1 where the kernel keeps no scheduler statistics.
+  double core_wait_s = -1;
+  if (absl::StatusOr<dtrain::ThreadSchedstat> now = dtrain::ThisThreadSchedstat();
+      now.ok() && sched_start.ok()) {
+    core_wait_s = static_cast<double>(now->run_queue_ns - sched_start->run_queue_ns) / 1e9;
+  }
   if (const std::string path = absl::GetFlag(FLAGS_step_times); !path.empty()) {
     FILE* out = std::fopen(path.c_str(), "w");
     if (out == nullptr) {
@@ -584,10 +597,11 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"system\": \"libtorch-loop\", \"model\": \"%s\", \"ranks\": 1, \"batch\": %d, "
       "\"threads\": %d, \"samples_per_s\": %.1f, \"samples\": %lld, \"start\": %.6f, "
-      "\"end\": %.6f, \"barrier_s\": %.3f, \"parameters_sum\": %.9g, \"phases_ms\": %s}\n",
+      "\"end\": %.6f, \"barrier_s\": %.3f, \"parameters_sum\": %.9g, \"phases_ms\": %s, "
+      "\"core_wait_s\": %.4f}\n",
       absl::GetFlag(FLAGS_model).c_str(), batch, at::get_num_threads(),
       static_cast<double>(samples) / seconds, static_cast<long long>(samples),
       absl::ToUnixMicros(start) / 1e6, absl::ToUnixMicros(end) / 1e6, absl::ToDoubleSeconds(waited),
-      ParametersSum((*measured)[0]), phases.c_str());
+      ParametersSum((*measured)[0]), phases.c_str(), core_wait_s);
   return 0;
 }

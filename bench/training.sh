@@ -43,8 +43,12 @@
 # plain loop with the same batch and thread, --runs rounds alternated: samples/s and the CPU
 # time of the whole run.
 #   bench/training.sh [--json] [--quick] [--runs N] [--rows FILE]
+# The table also says how long the step threads waited for their cores (ready to run while other
+# threads held them: the job log's "for its core", the loops' core_wait_s), dtrain-auto's against
+# the lockstep loops': what a service's own threads take from a synchronous job on these cores.
 # --json: one JSON object per measurement: system, model, ranks, run, samples_per_s (plus batch,
-# and every pass's samples); --rows FILE: those objects also into FILE beside the table.
+# core_wait_share for dtrain and lockstep rows, and every pass's samples); --rows FILE: those
+# objects also into FILE beside the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -103,8 +107,16 @@ dtrain_job() {  # model backend(auto: the default, not named) strategy workers r
   local id
   id=$(bench_job_submit "$build" "${overrides[@]}")
   bench_job_wait "$build" "$id"
+  # The larger of the ranks' shares of their step time spent waiting for their cores, from the
+  # job log's "time by rank" line (empty where the workers' kernel does not say).
+  local core_wait
+  core_wait=$("$build/client/dtrain" logs "$id" | /usr/bin/python3 -c "
+import re, sys
+line = next((l for l in sys.stdin.read().splitlines() if 'time by rank: ' in l), '')
+shares = [float(m) for m in re.findall(r'\(([0-9.]+)%\) for its core', line)]
+print(max(shares) / 100 if shares else '')")
   "$build/client/dtrain" status "$id" --output json |
-    /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); p=s['progress']; s['state'] == 'SUCCEEDED' or sys.exit(f'dtrain-$backend $model run $run: the job ended {s[\"state\"]}: {s.get(\"reason\", \"\")}'); print(json.dumps({'system': 'dtrain-$backend' if $workers > 1 else 'dtrain-single', 'model': '$model', 'ranks': $workers, 'batch': $batch, 'run': $run, 'plane': p.get('collective_plane', ''), 'samples_per_s': round(p.get('train_samples_per_second') or p['samples_per_second'], 1)}))"
+    /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); p=s['progress']; s['state'] == 'SUCCEEDED' or sys.exit(f'dtrain-$backend $model run $run: the job ended {s[\"state\"]}: {s.get(\"reason\", \"\")}'); print(json.dumps({'system': 'dtrain-$backend' if $workers > 1 else 'dtrain-single', 'model': '$model', 'ranks': $workers, 'batch': $batch, 'run': $run, 'plane': p.get('collective_plane', ''), 'samples_per_s': round(p.get('train_samples_per_second') or p['samples_per_second'], 1), 'core_wait_share': float('$core_wait') if '$core_wait' else None}))"
 }
 
 # One torch DDP + gloo run of 2 ranks (bench/torch_training.py), labelled `system`; the caller's
@@ -283,6 +295,17 @@ for model in ("mlp", "cnn"):
         ratio = [mine[k] / tuned[k] for k in mine if k in tuned]
         print(f"{model:6} dtrain-auto against torch DDP given the worker's allocator: "
               f"{statistics.median(ratio):.2f}x ({min(ratio):.2f}-{max(ratio):.2f}x)")
+    # What other threads took from the step threads' cores, in each run's fastest sample: the
+    # larger rank's share of its step time spent ready to run while something else ran there.
+    waits = {}
+    for system in ("dtrain-auto", "lockstep-ceiling"):
+        w = [r["core_wait_share"] for r in rows if r["system"] == system and r["model"] == model
+             and r.get("run") in valid and r.get("core_wait_share") is not None]
+        if w:
+            waits[system] = f"{system} {100 * statistics.median(w):.1f}% ({100 * min(w):.1f}-{100 * max(w):.1f}%)"
+    if waits:
+        print(f"{model:6} step threads waiting for their cores (the larger rank's share of its "
+              f"step time, median of the runs): {', '.join(waits.values())}")
     if all_ceiling:
         print(f"{model:6} void runs (a system above the run's ceiling): {len(void)} of {len(all_ceiling)}")
         sync = list(sync_of.values())
