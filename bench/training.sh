@@ -39,6 +39,10 @@
 # this VM only ever slows a measurement (one core loses up to a third for seconds), so the
 # fastest sample is the better estimate, and the ceiling and the systems it bounds are judged by
 # the same rule. A run where a system still beats the ceiling is void: out of the medians.
+# dtrain-auto is also set sample by sample against the ceiling, the lockstep loops and torch on
+# the worker's allocator sampled beside it (the i-th sample of each in a run: the same minutes),
+# the median and quartiles of those ratios: on a machine that drifts between minutes, a
+# ratio that does not pair two bests taken minutes apart.
 # Then dtrain's overhead at world size 1 (single_device on one worker, one thread) against the
 # plain loop with the same batch and thread, --runs rounds alternated: samples/s and the CPU
 # time of the whole run.
@@ -295,6 +299,33 @@ for model in ("mlp", "cnn"):
         ratio = [mine[k] / tuned[k] for k in mine if k in tuned]
         print(f"{model:6} dtrain-auto against torch DDP given the worker's allocator: "
               f"{statistics.median(ratio):.2f}x ({min(ratio):.2f}-{max(ratio):.2f}x)")
+    # Sample by sample: a row's i-th sample of a run was taken in the same minutes as the i-th
+    # of each row it is set against (the ceiling and the loops before and after the dtrain jobs
+    # of a pass, dtrain-auto first and last among them, torch's worker-allocator row first and
+    # last of its four), so each ratio shares its machine state; the best-of ratios above pair
+    # samples that may lie minutes apart on a machine that drifts by ~8% between minutes.
+    def samples(system):
+        return {r["run"]: r.get("passes", []) for r in rows
+                if r["system"] == system and r["model"] == model and r.get("run") in valid}
+    auto, by = samples("dtrain-auto"), {s: samples(s) for s in
+                                         ("compute-ceiling", "lockstep-ceiling", "torch-ddp-jemalloc")}
+    paired = {s: [] for s in by}
+    for k, mine in auto.items():
+        for s, theirs in by.items():
+            if len(theirs.get(k, [])) != len(mine):
+                continue
+            scale = sync_of.get(k) if s == "compute-ceiling" else 1.0
+            if scale:
+                paired[s] += [m / (t * scale) for m, t in zip(mine, theirs[k])]
+    if all(paired.values()):
+        def spread(x, unit=""):
+            q = statistics.quantiles(x, n=4) if len(x) > 1 else [x[0]] * 3
+            digits = 2 if unit else 3
+            return f"{q[1]:.{digits}f}{unit} (quartiles {q[0]:.{digits}f}-{q[2]:.{digits}f}{unit})"
+        print(f"{model:6} dtrain-auto sample by sample ({len(paired['compute-ceiling'])} pairs, each "
+              f"with the samples taken beside it): {spread(paired['compute-ceiling'])} of the sync "
+              f"bound, {spread(paired['lockstep-ceiling'])} of the lockstep loops, "
+              f"{spread(paired['torch-ddp-jemalloc'], 'x')} torch DDP given the worker's allocator")
     # What other threads took from the step threads' cores, in each run's fastest sample: the
     # larger rank's share of its step time spent ready to run while something else ran there.
     waits = {}
