@@ -39,10 +39,9 @@
 # this VM only ever slows a measurement (one core loses up to a third for seconds), so the
 # fastest sample is the better estimate, and the ceiling and the systems it bounds are judged by
 # the same rule. A run where a system still beats the ceiling is void: out of the medians.
-# dtrain-auto is also set sample by sample against the ceiling, the lockstep loops and torch on
-# the worker's allocator sampled beside it (the i-th sample of each in a run: the same minutes),
-# the median and quartiles of those ratios: on a machine that drifts between minutes, a
-# ratio that does not pair two bests taken minutes apart.
+# dtrain-auto is also set sample by sample against the i-th sample of a run of the ceiling and
+# the lockstep loops (taken next to it) and of torch on the worker's allocator (later in the same
+# pass): the median and quartiles of those ratios, which do not pair two bests minutes apart.
 # Then dtrain's overhead at world size 1 (single_device on one worker, one thread) against the
 # plain loop with the same batch and thread, --runs rounds alternated: samples/s and the CPU
 # time of the whole run.
@@ -205,9 +204,15 @@ for line in open('$work/passes.jsonl'):
     r = json.loads(line)
     key = (r['system'], r['model'], r['run'])
     passes = best[key]['passes'] + [r['samples_per_s']] if key in best else [r['samples_per_s']]
+    # Each ceiling sample's own synchronous share, for the sample-by-sample bound.
+    shares = best[key].get('shares', []) if key in best else []
+    if 'synchronous_share' in r:
+        shares = shares + [r['synchronous_share']]
     if key not in best or r['samples_per_s'] > best[key]['samples_per_s']:
         best[key] = r
     best[key]['passes'] = passes
+    if shares:
+        best[key]['shares'] = shares
 for r in best.values():
     print(json.dumps(r))" >> "$work/rows.jsonl"
 
@@ -299,33 +304,42 @@ for model in ("mlp", "cnn"):
         ratio = [mine[k] / tuned[k] for k in mine if k in tuned]
         print(f"{model:6} dtrain-auto against torch DDP given the worker's allocator: "
               f"{statistics.median(ratio):.2f}x ({min(ratio):.2f}-{max(ratio):.2f}x)")
-    # Sample by sample: a row's i-th sample of a run was taken in the same minutes as the i-th
-    # of each row it is set against (the ceiling and the loops before and after the dtrain jobs
-    # of a pass, dtrain-auto first and last among them, torch's worker-allocator row first and
-    # last of its four), so each ratio shares its machine state; the best-of ratios above pair
-    # samples that may lie minutes apart on a machine that drifts by ~8% between minutes.
+    # Sample by sample: dtrain-auto's i-th sample of a run against the i-th of the ceiling (times
+    # that sample's synchronous share) and of the lockstep loops, taken next to it (one or two
+    # measurements before the pass's first dtrain-auto job, one or two after its last), and of
+    # torch on the worker's allocator, taken later in the same pass (about six measurements
+    # after, always after dtrain). The best-of ratios above may pair bests minutes apart, on a
+    # machine whose rate moves by several percent from one minute to the next.
     def samples(system):
-        return {r["run"]: r.get("passes", []) for r in rows
+        return {r["run"]: r for r in rows
                 if r["system"] == system and r["model"] == model and r.get("run") in valid}
-    auto, by = samples("dtrain-auto"), {s: samples(s) for s in
-                                         ("compute-ceiling", "lockstep-ceiling", "torch-ddp-jemalloc")}
-    paired = {s: [] for s in by}
-    for k, mine in auto.items():
-        for s, theirs in by.items():
-            if len(theirs.get(k, [])) != len(mine):
+    auto = samples("dtrain-auto")
+    paired = {s: [] for s in ("compute-ceiling", "lockstep-ceiling", "torch-ddp-jemalloc")}
+    for s in paired:
+        theirs = samples(s)
+        for k, mine in auto.items():
+            mine, other = mine.get("passes", []), theirs.get(k, {})
+            if not mine or len(other.get("passes", [])) != len(mine):
                 continue
-            scale = sync_of.get(k) if s == "compute-ceiling" else 1.0
-            if scale:
-                paired[s] += [m / (t * scale) for m, t in zip(mine, theirs[k])]
-    if all(paired.values()):
-        def spread(x, unit=""):
-            q = statistics.quantiles(x, n=4) if len(x) > 1 else [x[0]] * 3
-            digits = 2 if unit else 3
-            return f"{q[1]:.{digits}f}{unit} (quartiles {q[0]:.{digits}f}-{q[2]:.{digits}f}{unit})"
-        print(f"{model:6} dtrain-auto sample by sample ({len(paired['compute-ceiling'])} pairs, each "
-              f"with the samples taken beside it): {spread(paired['compute-ceiling'])} of the sync "
-              f"bound, {spread(paired['lockstep-ceiling'])} of the lockstep loops, "
-              f"{spread(paired['torch-ddp-jemalloc'], 'x')} torch DDP given the worker's allocator")
+            scale = [1.0] * len(mine)
+            if s == "compute-ceiling":
+                # Rows kept before the shares were (the sixteenth table): the run's one share.
+                scale = other.get("shares") or [sync_of.get(k)] * len(mine)
+                if len(scale) != len(mine) or not all(scale):
+                    continue
+            paired[s] += [m / (t * f) for m, t, f in zip(mine, other["passes"], scale)]
+    def spread(x, unit=""):
+        q = statistics.quantiles(x, n=4) if len(x) > 1 else [x[0]] * 3
+        digits = 2 if unit else 3
+        return (f"{q[1]:.{digits}f}{unit} (quartiles {q[0]:.{digits}f}-{q[2]:.{digits}f}{unit}, "
+                f"{len(x)} pairs)")
+    said = [f"{spread(x, unit)} {what}" for x, unit, what in (
+        (paired["compute-ceiling"], "", "of the sync bound"),
+        (paired["lockstep-ceiling"], "", "of the lockstep loops"),
+        (paired["torch-ddp-jemalloc"], "x", "torch DDP given the worker's allocator")) if x]
+    if said:
+        print(f"{model:6} dtrain-auto sample by sample (the ceiling and loops sampled next to it, "
+              f"torch later in the pass): {', '.join(said)}")
     # What other threads took from the step threads' cores, in each run's fastest sample: the
     # larger rank's share of its step time spent ready to run while something else ran there.
     waits = {}
