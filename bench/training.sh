@@ -194,26 +194,21 @@ for run in $(seq 1 "$runs"); do
     done
   done
 done
-# Per run and system, the fastest sample (every sample is kept in 'passes').
+# Per run and system, the fastest sample, with every sample's rate in time order ('passes') and,
+# for the ceiling, every sample's synchronous share ('shares'), for the sample-by-sample line.
 /usr/bin/python3 -c "
 import json
-best = {}
+taken = {}
 for line in open('$work/passes.jsonl'):
-    if not line.strip():
-        continue
-    r = json.loads(line)
-    key = (r['system'], r['model'], r['run'])
-    passes = best[key]['passes'] + [r['samples_per_s']] if key in best else [r['samples_per_s']]
-    # Each ceiling sample's own synchronous share, for the sample-by-sample bound.
-    shares = best[key].get('shares', []) if key in best else []
-    if 'synchronous_share' in r:
-        shares = shares + [r['synchronous_share']]
-    if key not in best or r['samples_per_s'] > best[key]['samples_per_s']:
-        best[key] = r
-    best[key]['passes'] = passes
+    if line.strip():
+        r = json.loads(line)
+        taken.setdefault((r['system'], r['model'], r['run']), []).append(r)
+for group in taken.values():
+    r = dict(max(group, key=lambda g: g['samples_per_s']))
+    r['passes'] = [g['samples_per_s'] for g in group]
+    shares = [g['synchronous_share'] for g in group if 'synchronous_share' in g]
     if shares:
-        best[key]['shares'] = shares
-for r in best.values():
+        r['shares'] = shares
     print(json.dumps(r))" >> "$work/rows.jsonl"
 
 # World size 1, one compute thread on both sides, in rounds: one cold sample of each read from
@@ -264,10 +259,12 @@ if [ "$json" = 1 ]; then cat "$work/rows.jsonl"; exit 0; fi
 /usr/bin/python3 - "$work/rows.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-def runs(system, model, keep=None):
-    return {r["run"]: r["samples_per_s"] for r in rows
+def rows_of(system, model, keep=None):
+    return {r["run"]: r for r in rows
             if r["system"] == system and r["model"] == model and "run" in r
             and (keep is None or r["run"] in keep)}
+def runs(system, model, keep=None):
+    return {k: r["samples_per_s"] for k, r in rows_of(system, model, keep).items()}
 print(f"{'model':6} {'system':18} {'plane':6} {'samples/s':>9} {'spread (min-max)':>17} "
       f"{'of ceiling':>10} {'of sync bound':>13} {'of lockstep':>11} {'vs torch DDP':>12}")
 # The systems measured against the ceilings, in the table's order; the ceilings follow them.
@@ -310,24 +307,21 @@ for model in ("mlp", "cnn"):
     # torch on the worker's allocator, taken later in the same pass (about six measurements
     # after, always after dtrain). The best-of ratios above may pair bests minutes apart, on a
     # machine whose rate moves by several percent from one minute to the next.
-    def samples(system):
-        return {r["run"]: r for r in rows
-                if r["system"] == system and r["model"] == model and r.get("run") in valid}
-    auto = samples("dtrain-auto")
+    auto = rows_of("dtrain-auto", model, valid)
     paired = {s: [] for s in ("compute-ceiling", "lockstep-ceiling", "torch-ddp-jemalloc")}
     for s in paired:
-        theirs = samples(s)
-        for k, mine in auto.items():
-            mine, other = mine.get("passes", []), theirs.get(k, {})
-            if not mine or len(other.get("passes", [])) != len(mine):
+        theirs = rows_of(s, model, valid)
+        for k, row in auto.items():
+            ours, other = row.get("passes", []), theirs.get(k, {}).get("passes", [])
+            if not ours or len(other) != len(ours):
                 continue
-            scale = [1.0] * len(mine)
+            scale = [1.0] * len(ours)
             if s == "compute-ceiling":
                 # Rows kept before the shares were (the sixteenth table): the run's one share.
-                scale = other.get("shares") or [sync_of.get(k)] * len(mine)
-                if len(scale) != len(mine) or not all(scale):
+                scale = theirs[k].get("shares") or [sync_of.get(k)] * len(ours)
+                if len(scale) != len(ours) or not all(scale):
                     continue
-            paired[s] += [m / (t * f) for m, t, f in zip(mine, other["passes"], scale)]
+            paired[s] += [m / (t * f) for m, t, f in zip(ours, other, scale)]
     def spread(x, unit=""):
         q = statistics.quantiles(x, n=4) if len(x) > 1 else [x[0]] * 3
         digits = 2 if unit else 3
