@@ -33,9 +33,12 @@ using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// 4096 samples over 2 ranks in batches of 32: 64 optimizer steps per epoch, 3 epochs.
+// 32,768 samples over 2 ranks in batches of 32: 512 optimizer steps per epoch, 3 epochs. An
+// epoch of 64 steps (4,096 samples) lasted ~60 ms, shorter than a SIGTERM's way to a checkpoint
+// on a loaded machine, so the drain sometimes landed on the epoch-end checkpoint instead.
 constexpr int kEpochs = 3;
-constexpr int64_t kStepsPerEpoch = 64;
+constexpr int kTrainSize = 32768;
+constexpr int64_t kStepsPerEpoch = 512;
 
 // The step number in "...<prefix><N>..." of `text`; -1 if absent.
 int64_t StepAfter(const std::string& text, const std::string& prefix) {
@@ -78,7 +81,8 @@ class DrainTest : public ::testing::Test {
   // Submits the (not elastic, no restarts allowed) job and, some steps into its first epoch
   // (before any epoch-end checkpoint), sends SIGTERM to its second worker; that worker's name.
   std::string SubmitAndStopAWorker(std::string* id) {
-    *id = cluster_->Submit("drain", SyntheticDdpJob("drain", kEpochs, 4096, ", max_restarts: 0"));
+    *id = cluster_->Submit("drain",
+                           SyntheticDdpJob("drain", kEpochs, kTrainSize, ", max_restarts: 0"));
     EXPECT_FALSE(id->empty());
     EXPECT_TRUE(WaitFor(
         [&] {
@@ -159,7 +163,7 @@ seed_everything: 1
 
   // The same job run without a drain, to its end, on the cluster's first two workers; its id.
   std::string RunUninterrupted(int epochs = kEpochs) {
-    return RunToTheEnd(*cluster_, "reference", SyntheticDdpJob("reference", epochs, 4096));
+    return RunToTheEnd(*cluster_, "reference", SyntheticDdpJob("reference", epochs, kTrainSize));
   }
 
   // The job checkpointed at a step inside the first epoch, resumed there, and ended in the state
@@ -249,7 +253,7 @@ TEST_F(DrainTest, StoppedDuringSetup_LetGoAtStepZero_EndsAsAnUninterruptedRun) {
   // other tests); two batches are validated.
   const std::string id = cluster_->Submit(
       "slow-setup",
-      absl::StrReplaceAll(SyntheticDdpJob("slow-setup", 2, 4096, ", limit_val_batches: 2"),
+      absl::StrReplaceAll(SyntheticDdpJob("slow-setup", 2, kTrainSize, ", limit_val_batches: 2"),
                           {{"val_size: 256", "val_size: 150000"}}));
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(WaitFor([&] { return cluster_->GetJob(id).workers_size() == 2; }, absl::Seconds(20)));
