@@ -110,16 +110,24 @@ dtrain_job() {  # model backend(auto: the default, not named) strategy workers r
   local id
   id=$(bench_job_submit "$build" "${overrides[@]}")
   bench_job_wait "$build" "$id"
-  # The larger of the ranks' shares of their step time spent waiting for their cores, from the
-  # job log's "time by rank" line (empty where the workers' kernel does not say).
-  local core_wait
-  core_wait=$("$build/client/dtrain" logs "$id" | /usr/bin/python3 -c "
-import re, sys
-line = next((l for l in sys.stdin.read().splitlines() if 'time by rank: ' in l), '')
+  # From the job log: the larger of the ranks' shares of their step time spent waiting for their
+  # cores ("time by rank"; null where the workers' kernel does not say), and each rank's mean
+  # batch by phase ("time per batch by rank", ms: data, forward, backward, averaging, optimizer;
+  # the lockstep rows' order), so that a slow sample says which rank and phase it lost time in.
+  local from_log
+  from_log=$("$build/client/dtrain" logs "$id" | /usr/bin/python3 -c "
+import json, re, sys
+lines = sys.stdin.read().splitlines()
+line = next((l for l in lines if 'time by rank: ' in l), '')
 shares = [float(m) for m in re.findall(r'\(([0-9.]+)%\) for its core', line)]
-print(max(shares) / 100 if shares else '')")
+line = next((l for l in lines if 'time per batch by rank: ' in l), '')
+phases = [[float(x) for x in m] for m in re.findall(
+    r'rank \d+ [0-9.]+ ms: data ([0-9.]+), forward ([0-9.]+), backward ([0-9.]+), '
+    r'averaging gradients ([0-9.]+), optimizer ([0-9.]+)', line)]
+print(json.dumps({'core_wait_share': max(shares) / 100 if shares else None,
+                  'phases_ms': phases or None}))")
   "$build/client/dtrain" status "$id" --output json |
-    /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); p=s['progress']; s['state'] == 'SUCCEEDED' or sys.exit(f'dtrain-$backend $model run $run: the job ended {s[\"state\"]}: {s.get(\"reason\", \"\")}'); print(json.dumps({'system': 'dtrain-$backend' if $workers > 1 else 'dtrain-single', 'model': '$model', 'ranks': $workers, 'batch': $batch, 'run': $run, 'plane': p.get('collective_plane', ''), 'samples_per_s': round(p.get('train_samples_per_second') or p['samples_per_second'], 1), 'core_wait_share': float('$core_wait') if '$core_wait' else None}))"
+    /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); p=s['progress']; s['state'] == 'SUCCEEDED' or sys.exit(f'dtrain-$backend $model run $run: the job ended {s[\"state\"]}: {s.get(\"reason\", \"\")}'); print(json.dumps({'system': 'dtrain-$backend' if $workers > 1 else 'dtrain-single', 'model': '$model', 'ranks': $workers, 'batch': $batch, 'run': $run, 'plane': p.get('collective_plane', ''), 'samples_per_s': round(p.get('train_samples_per_second') or p['samples_per_second'], 1), **json.loads(sys.argv[1])}))" "$from_log"
 }
 
 # One torch DDP + gloo run of 2 ranks (bench/torch_training.py), labelled `system`; the caller's
@@ -195,7 +203,8 @@ for run in $(seq 1 "$runs"); do
   done
 done
 # Per run and system, the fastest sample, with every sample's rate in time order ('passes') and,
-# for the ceiling, every sample's synchronous share ('shares'), for the sample-by-sample line.
+# for the ceiling, every sample's synchronous share ('shares'), for the sample-by-sample line;
+# dtrain's and the lockstep loops' samples keep their ranks' phases ('phases_by_pass').
 /usr/bin/python3 -c "
 import json
 taken = {}
@@ -209,6 +218,8 @@ for group in taken.values():
     shares = [g['synchronous_share'] for g in group if 'synchronous_share' in g]
     if shares:
         r['shares'] = shares
+    if any(g.get('phases_ms') for g in group):
+        r['phases_by_pass'] = [g.get('phases_ms') for g in group]
     print(json.dumps(r))" >> "$work/rows.jsonl"
 
 # World size 1, one compute thread on both sides, in rounds: one cold sample of each read from
