@@ -9,7 +9,8 @@
 # Prints a line per pass, then dtrain-auto and the lockstep loops each against the ceiling
 # sample next to them (the pass's first for the first job and loops, its second for the second)
 # and against the pass's better ceiling sample, with the counts below 0.8; the dtrain-auto jobs
-# fastest first with both ranks' phases; and dtrain-auto against torch.
+# fastest first with both ranks' phases; dtrain-auto against torch; and each dtrain-auto job's
+# batch against the lockstep loops' next to it, phase by phase.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -51,7 +52,9 @@ rate() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read()
 steal_ticks() { awk '/^cpu[0-9]+ /{s += $9} END {print s + 0}' /proc/stat; }
 
 # One job of the pass; prints {backend, samples_per_s, phases_ms (per rank: data, forward,
-# backward, averaging, optimizer), steal_ticks}.
+# backward, averaging, optimizer), batch_ms and other_ms (per rank: its mean time in steps a
+# batch, and the part of it in none of the phases), between_s and train_s (the coordinator's
+# time between calls, of the training span), steal_ticks}.
 job() {  # backend max_steps
   local overrides=(--name="slow-samples-$model-$1" --model.builtin="$model"
                    --data.batch_size="$batch" --trainer.max_steps="$2"
@@ -68,18 +71,24 @@ s = json.load(sys.stdin)
 s['state'] == 'SUCCEEDED' or sys.exit(f'slow_samples: the $1 job ended {s[\"state\"]}: {s.get(\"reason\", \"\")}')
 p = s['progress']
 line = next((l for l in open('$work/job.log') if 'time per batch by rank: ' in l), '')
-phases = [[float(x) for x in m] for m in re.findall(
-    r'rank \d+ [0-9.]+ ms: data ([0-9.]+), forward ([0-9.]+), backward ([0-9.]+), '
-    r'averaging gradients ([0-9.]+), optimizer ([0-9.]+)', line)]
+ranks = [[float(x) for x in m] for m in re.findall(
+    r'rank \d+ ([0-9.]+) ms: data ([0-9.]+), forward ([0-9.]+), backward ([0-9.]+), '
+    r'averaging gradients ([0-9.]+), optimizer ([0-9.]+), other ([0-9.]+)', line)]
+between = next((re.search(r'between steps \(the coordinator\) ([0-9.]+) s of ([0-9.]+) s', l)
+                for l in open('$work/job.log') if 'between steps (the coordinator)' in l), None)
 print(json.dumps({'backend': '$1', 'samples_per_s': p.get('train_samples_per_second') or
-                  p['samples_per_second'], 'phases_ms': phases, 'steal_ticks': $s1 - $s0}))"
+                  p['samples_per_second'], 'phases_ms': [r[1:6] for r in ranks],
+                  'batch_ms': [r[0] for r in ranks], 'other_ms': [r[6] for r in ranks],
+                  'between_s': float(between.group(1)) if between else None,
+                  'train_s': float(between.group(2)) if between else None,
+                  'steal_ticks': $s1 - $s0}))"
 }
 
 : > "$work/passes.jsonl"
 for pass in $(seq 1 "$passes"); do
   echo "pass $pass/$passes ..." >&2
   c1=$(ceiling_once "$build" "$work" "$model" "$batch" "$steps" "$pass" | rate)
-  l1=$(lockstep_once "$build" "$work" "$model" "$batch" "$steps" "$pass" | rate)
+  l1_row=$(lockstep_once "$build" "$work" "$model" "$batch" "$steps" "$pass")
   deploy/local/cluster.sh start --port 0 --workers 2 >&2
   export DTRAIN_COORDINATOR="127.0.0.1:$(cat "$DTRAIN_LOCAL_DIR/port")"
   job auto 20 > /dev/null   # the warm job, as training.sh's
@@ -87,7 +96,7 @@ for pass in $(seq 1 "$passes"); do
   for backend in auto gloo grpc auto; do jobs+=("$(job "$backend" "$steps")"); done
   deploy/local/cluster.sh stop >&2
   c2=$(ceiling_once "$build" "$work" "$model" "$batch" "$steps" "$pass" | rate)
-  l2=$(lockstep_once "$build" "$work" "$model" "$batch" "$steps" "$pass" | rate)
+  l2_row=$(lockstep_once "$build" "$work" "$model" "$batch" "$steps" "$pass")
   port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   torch=$( (export "${worker_allocator_env[@]}"
             /usr/bin/python3 bench/torch_training.py --model "$model" --world_size 2 \
@@ -95,9 +104,12 @@ for pass in $(seq 1 "$passes"); do
               ${pins[1]:+--cpus "${pins[@]}"}) | rate)
   /usr/bin/python3 -c "
 import json, sys
-print(json.dumps({'pass': $pass, 'ceiling': [$c1, $c2], 'lockstep': [$l1, $l2],
-                  'jobs': [json.loads(j) for j in sys.argv[1:]], 'torch_jemalloc': $torch}))" \
-    "${jobs[@]}" | tee -a "$work/passes.jsonl" | /usr/bin/python3 -c "
+loops = [json.loads(l) for l in sys.argv[1:3]]
+print(json.dumps({'pass': $pass, 'ceiling': [$c1, $c2],
+                  'lockstep': [l['samples_per_s'] for l in loops],
+                  'lockstep_phases_ms': [l.get('phases_ms') for l in loops],
+                  'jobs': [json.loads(j) for j in sys.argv[3:]], 'torch_jemalloc': $torch}))" \
+    "$l1_row" "$l2_row" "${jobs[@]}" | tee -a "$work/passes.jsonl" | /usr/bin/python3 -c "
 import json, sys
 r = json.load(sys.stdin)
 print(f\"pass {r['pass']}: ceiling {r['ceiling'][0]:.0f}, lockstep {r['lockstep'][0]:.0f} | jobs \"
@@ -107,9 +119,10 @@ print(f\"pass {r['pass']}: ceiling {r['ceiling'][0]:.0f}, lockstep {r['lockstep'
 done
 if [ -n "$keep_rows" ]; then cp "$work/passes.jsonl" "$keep_rows"; fi
 
-/usr/bin/python3 - "$work/passes.jsonl" <<'EOF'
+/usr/bin/python3 - "$work/passes.jsonl" "$batch" "$steps" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+batch, steps = int(sys.argv[2]), int(sys.argv[3])
 
 def spread(name, values):
     v = sorted(values)
@@ -139,4 +152,39 @@ for p, j in sorted(jobs, key=lambda t: -t[1]['samples_per_s']):
     print(f"  pass {p:2d}: {j['samples_per_s']:7.0f} samples/s; forward {r0[1]:.2f}/{r1[1]:.2f}, "
           f"backward {r0[2]:.2f}/{r1[2]:.2f}, averaging {r0[3]:.2f}/{r1[3]:.2f}; forward skew "
           f"{skew:.3f}; steal {j['steal_ticks']} ticks")
+
+# Each dtrain-auto job against the lockstep loops next to it, ms a batch (both ranks' mean):
+# the phases both time, the job's time in steps outside them, the coordinator's between calls,
+# and what is left of the wall-clock difference (the calls' transport and the workers' own
+# work around a call).
+names = ['data', 'forward', 'backward', 'averaging', 'optimizer']
+deltas = {k: [] for k in names + ['in steps, other', 'between calls', 'the rest', 'batch']}
+loop_batch = []
+for r, a in zip(rows, auto):
+    for i, j in enumerate(a[:2]):
+        lp = (r.get('lockstep_phases_ms') or [None, None])[i]
+        if (len(j['phases_ms']) != 2 or not lp or None in lp or j.get('between_s') is None):
+            continue
+        job_wall = 1000 * 2 * batch / j['samples_per_s']
+        loop_wall = 1000 * 2 * batch / r['lockstep'][i]
+        loop_batch.append(loop_wall)
+        explained = 0.0
+        for k, name in enumerate(names):
+            d = (sum(x[k] for x in j['phases_ms']) - sum(x[k] for x in lp)) / 2
+            deltas[name].append(d)
+            explained += d
+        other = sum(j['other_ms']) / 2
+        between = 1000 * j['between_s'] / steps
+        deltas['in steps, other'].append(other)
+        deltas['between calls'].append(between)
+        deltas['the rest'].append(job_wall - loop_wall - explained - other - between)
+        deltas['batch'].append(job_wall - loop_wall)
+if loop_batch:
+    m = statistics.median(loop_batch)
+    print(f'dtrain-auto against the lockstep loops next to it, ms a batch (median of '
+          f'{len(loop_batch)} pairs; the loops: {m:.3f} ms a batch):')
+    for name, v in deltas.items():
+        d = statistics.median(v)
+        print(f'  {name:>16}: {d:+.3f} ms ({100 * d / m:+.1f}% of the loops\' batch; '
+              f'quartiles {sorted(v)[len(v) // 4]:+.3f} to {sorted(v)[(3 * len(v)) // 4]:+.3f})')
 EOF
