@@ -23,7 +23,9 @@
 # left out of the lockstep medians. A valid run whose ranks' forward differed by over 15% (the
 # job log's profile: one core slowed for the job's span) is counted, and the share is also given
 # without such runs (unless every valid run is one); they stay in the median, as a rank made
-# slower by dtrain would look the same. --check exits 1 unless the median share of the ceiling
+# slower by dtrain would look the same. Runs where a step thread waited over 5% of its time for its
+# core (the log's time by rank) are counted too, and every run names the CPU that threads other
+# than the step threads took from submit to done (bench/thread_cpu.py). --check exits 1 unless the median share of the ceiling
 # is >= 0.90, every test_acc >= 0.91 and the ceiling trained the job's model in every run
 # compared (at least one).
 set -euo pipefail
@@ -119,8 +121,13 @@ for run in $(seq 1 "$runs"); do
   echo "run $run/$runs: the demo job on a fresh local cluster ..." >&2
   deploy/local/cluster.sh start --port 0 --workers 2 >&2
   export DTRAIN_COORDINATOR="127.0.0.1:$(cat "$DTRAIN_LOCAL_DIR/port")"
+  # Every thread's CPU time around the job, to name what took the step threads' cores.
+  /usr/bin/python3 bench/thread_cpu.py snapshot "$work/cpu-before.json"
   id=$(bench_submit "$build" "$config")
   bench_job_wait "$build" "$id"
+  /usr/bin/python3 bench/thread_cpu.py snapshot "$work/cpu-after.json"
+  /usr/bin/python3 bench/thread_cpu.py diff "$work/cpu-before.json" "$work/cpu-after.json" \
+    --workers="$(cat "$DTRAIN_LOCAL_DIR"/worker-*.pid | paste -sd,)" > "$work/cpu.json"
   "$build/client/dtrain" status "$id" --output json > "$work/status.json"
   "$build/client/dtrain" results "$id" --output json > "$work/results.json"
   # The trained model, to check that the ceiling trained the same one (below).
@@ -160,6 +167,10 @@ forwards = [float(f) for f in re.findall(r"rank \d+ [0-9.]+ ms: data [0-9.]+, fo
 forward_skew = None
 if len(forwards) >= 2 and min(forwards) > 0:
     forward_skew = max(forwards) / min(forwards) - 1
+# Each rank's wait for its core, as a share of its time in steps ("... for its core" in the
+# log's time by rank): other threads runnable on the step thread's core.
+core_waits = [float(w) / 100 for w in re.findall(r"\(([0-9.]+)%\) for its core",
+                                                   open(f"{work}/job-profile.txt").read())]
 s = json.load(open(f"{work}/status.json"))
 if s.get("state") != "SUCCEEDED":
     sys.exit(f"run {run}: the demo job ended {s.get('state')}: {s.get('reason', '')}")
@@ -205,6 +216,8 @@ print(json.dumps({
     "job_parameters_sum": job_sum, "ceiling_parameters_sum": ceiling.get("parameters_sum"),
     "same_model": None if job_sum is None else job_sum == ceiling.get("parameters_sum"),
     "forward_skew": None if forward_skew is None else round(forward_skew, 4),
+    "core_wait": max(core_waits) if core_waits else None,
+    "cpu_around_job": json.load(open(f"{work}/cpu.json")),
     "test_acc": acc, "global_step": int(p["global_step"]),
     "phase_seconds": {k: round(v, 2) for k, v in phases.items()}}))
 PY
@@ -255,6 +268,20 @@ print(f"runs where one rank's forward was over {SLOWED_CORE_SKEW:.0%} slower tha
       f"(a slowed core): {len(slowed)} of {len(valid)} valid"
       + (f"; without them the share is {even[0]:.3f} ({even[1]:.3f}-{even[2]:.3f})"
          if slowed and len(slowed) < len(valid) else ""))
+# Reported, not left out, as a slowed core: the threads named are often the job's own.
+CORE_WAIT = 0.05
+shared = [r for r in rows if (r.get("core_wait") or 0) > CORE_WAIT]
+print(f"runs where a step thread waited over {CORE_WAIT:.0%} of its time in steps for its core "
+      f"(other threads ran there): {len(shared)} of {len(rows)}")
+for r in rows:
+    c = r.get("cpu_around_job")
+    if not c:
+        continue
+    wait = "-" if r.get("core_wait") is None else f"{r['core_wait']:.1%}"
+    print(f"  run {r['run']}: a step thread's wait for its core at most {wait}; from submit to done "
+          f"the step threads ran {c['step_threads_s']} s, everything else {c['others_s']} s "
+          f"(the machine busy {c['machine_busy_s']} s); most: "
+          + ", ".join(f"{n} {sec} s" for n, sec in c["largest_others"]))
 steady = [r for r in rows if r["share_of_lockstep"] <= 1]
 k, j = spread("lockstep_of_ceiling", steady), spread("share_of_lockstep", steady)
 print(f"lockstep ceiling (a loop per rank, averaging gradients in place each step as the shm "
