@@ -23,11 +23,11 @@
 # left out of the lockstep medians. A valid run whose ranks' forward differed by over 15% (the
 # job log's profile: one core slowed for the job's span) is counted, and the share is also given
 # without such runs (unless every valid run is one); they stay in the median, as a rank made
-# slower by dtrain would look the same. Runs where a step thread waited over 5% of its time for its
-# core (the log's time by rank) are counted too, and every run names the CPU that threads other
-# than the step threads took from submit to done (bench/thread_cpu.py). --check exits 1 unless the median share of the ceiling
-# is >= 0.90, every test_acc >= 0.91 and the ceiling trained the job's model in every run
-# compared (at least one).
+# slower by dtrain would look the same. Runs where a step thread waited over 5% of its time for
+# its core (the log's time by rank) are counted too, and every run names the CPU that threads
+# other than the step threads took from submit to done (bench/thread_cpu.py). --check exits 1
+# unless the median share of the ceiling is >= 0.90, every test_acc >= 0.91 and the ceiling
+# trained the job's model in every run compared (at least one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -162,15 +162,15 @@ work, run, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 # ..."). Both ranks run the same model on same-sized batches, each on a core of its own, so a
 # forward much slower on one rank than on the other is that core slowed (this VM's cores lose up to
 # a third, for seconds or for a whole job), which the faster rank then waits for at every step.
+profile = open(f"{work}/job-profile.txt").read()
 forwards = [float(f) for f in re.findall(r"rank \d+ [0-9.]+ ms: data [0-9.]+, forward ([0-9.]+)",
-                                          open(f"{work}/job-profile.txt").read())]
+                                          profile)]
 forward_skew = None
 if len(forwards) >= 2 and min(forwards) > 0:
     forward_skew = max(forwards) / min(forwards) - 1
 # Each rank's wait for its core, as a share of its time in steps ("... for its core" in the
 # log's time by rank): other threads runnable on the step thread's core.
-core_waits = [float(w) / 100 for w in re.findall(r"\(([0-9.]+)%\) for its core",
-                                                   open(f"{work}/job-profile.txt").read())]
+core_waits = [float(w) / 100 for w in re.findall(r"\(([0-9.]+)%\) for its core", profile)]
 s = json.load(open(f"{work}/status.json"))
 if s.get("state") != "SUCCEEDED":
     sys.exit(f"run {run}: the demo job ended {s.get('state')}: {s.get('reason', '')}")
@@ -268,7 +268,8 @@ print(f"runs where one rank's forward was over {SLOWED_CORE_SKEW:.0%} slower tha
       f"(a slowed core): {len(slowed)} of {len(valid)} valid"
       + (f"; without them the share is {even[0]:.3f} ({even[1]:.3f}-{even[2]:.3f})"
          if slowed and len(slowed) < len(valid) else ""))
-# Reported, not left out, as a slowed core: the threads named are often the job's own.
+# Reported and kept in the median, as a slowed core is: the threads that took the cores may be
+# the job's own (the coordinator, the workers' other threads).
 CORE_WAIT = 0.05
 shared = [r for r in rows if (r.get("core_wait") or 0) > CORE_WAIT]
 print(f"runs where a step thread waited over {CORE_WAIT:.0%} of its time in steps for its core "

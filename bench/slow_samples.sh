@@ -52,9 +52,8 @@ rate() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read()
 steal_ticks() { awk '/^cpu[0-9]+ /{s += $9} END {print s + 0}' /proc/stat; }
 
 # One job of the pass; prints {backend, samples_per_s, phases_ms (per rank: data, forward,
-# backward, averaging, optimizer), batch_ms and other_ms (per rank: its mean time in steps a
-# batch, and the part of it in none of the phases), between_s and train_s (the coordinator's
-# time between calls, of the training span), steal_ticks}.
+# backward, averaging, optimizer), other_ms (per rank: its time in steps a batch outside the
+# phases), between_s (the coordinator's time between calls), steal_ticks}.
 job() {  # backend max_steps
   local overrides=(--name="slow-samples-$model-$1" --model.builtin="$model"
                    --data.batch_size="$batch" --trainer.max_steps="$2"
@@ -70,17 +69,15 @@ import json, re, sys
 s = json.load(sys.stdin)
 s['state'] == 'SUCCEEDED' or sys.exit(f'slow_samples: the $1 job ended {s[\"state\"]}: {s.get(\"reason\", \"\")}')
 p = s['progress']
-line = next((l for l in open('$work/job.log') if 'time per batch by rank: ' in l), '')
+log = open('$work/job.log').read()
 ranks = [[float(x) for x in m] for m in re.findall(
-    r'rank \d+ ([0-9.]+) ms: data ([0-9.]+), forward ([0-9.]+), backward ([0-9.]+), '
-    r'averaging gradients ([0-9.]+), optimizer ([0-9.]+), other ([0-9.]+)', line)]
-between = next((re.search(r'between steps \(the coordinator\) ([0-9.]+) s of ([0-9.]+) s', l)
-                for l in open('$work/job.log') if 'between steps (the coordinator)' in l), None)
+    r'rank \d+ [0-9.]+ ms: data ([0-9.]+), forward ([0-9.]+), backward ([0-9.]+), '
+    r'averaging gradients ([0-9.]+), optimizer ([0-9.]+), other ([0-9.]+)', log)]
+between = re.search(r'between steps \(the coordinator\) ([0-9.]+) s of', log)
 print(json.dumps({'backend': '$1', 'samples_per_s': p.get('train_samples_per_second') or
-                  p['samples_per_second'], 'phases_ms': [r[1:6] for r in ranks],
-                  'batch_ms': [r[0] for r in ranks], 'other_ms': [r[6] for r in ranks],
+                  p['samples_per_second'], 'phases_ms': [r[:5] for r in ranks],
+                  'other_ms': [r[5] for r in ranks],
                   'between_s': float(between.group(1)) if between else None,
-                  'train_s': float(between.group(2)) if between else None,
                   'steal_ticks': $s1 - $s0}))"
 }
 
@@ -124,12 +121,15 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 batch, steps = int(sys.argv[2]), int(sys.argv[3])
 
+def quartiles(values):
+    v = sorted(values)
+    return v[len(v) // 4], v[(3 * len(v)) // 4]
+
 def spread(name, values):
     v = sorted(values)
-    n = len(v)
-    print(f'{name}: median {statistics.median(v):.3f} (quartiles {v[n // 4]:.3f}-'
-          f'{v[(3 * n) // 4]:.3f}, range {v[0]:.3f}-{v[-1]:.3f}), below 0.8 in '
-          f'{sum(x < 0.8 for x in v)} of {n}')
+    q1, q3 = quartiles(v)
+    print(f'{name}: median {statistics.median(v):.3f} (quartiles {q1:.3f}-{q3:.3f}, range '
+          f'{v[0]:.3f}-{v[-1]:.3f}), below 0.8 in {sum(x < 0.8 for x in v)} of {len(v)}')
 
 auto = [[j for j in r['jobs'] if j['backend'] == 'auto'] for r in rows]
 spread('dtrain-auto / the ceiling sample next to it',
@@ -163,7 +163,7 @@ loop_batch = []
 for r, a in zip(rows, auto):
     for i, j in enumerate(a[:2]):
         lp = (r.get('lockstep_phases_ms') or [None, None])[i]
-        if (len(j['phases_ms']) != 2 or not lp or None in lp or j.get('between_s') is None):
+        if len(j['phases_ms']) != 2 or not lp or None in lp or j['between_s'] is None:
             continue
         job_wall = 1000 * 2 * batch / j['samples_per_s']
         loop_wall = 1000 * 2 * batch / r['lockstep'][i]
@@ -184,7 +184,7 @@ if loop_batch:
     print(f'dtrain-auto against the lockstep loops next to it, ms a batch (median of '
           f'{len(loop_batch)} pairs; the loops: {m:.3f} ms a batch):')
     for name, v in deltas.items():
-        d = statistics.median(v)
+        d, (q1, q3) = statistics.median(v), quartiles(v)
         print(f'  {name:>16}: {d:+.3f} ms ({100 * d / m:+.1f}% of the loops\' batch; '
-              f'quartiles {sorted(v)[len(v) // 4]:+.3f} to {sorted(v)[(3 * len(v)) // 4]:+.3f})')
+              f'quartiles {q1:+.3f} to {q3:+.3f})')
 EOF
