@@ -8,7 +8,7 @@
 # and world size, the medians of: training samples/s and each pair's ratio (pipelined over one
 # at a time), which this VM's drifting step speed blurs by up to +-10% a job; and what pipelining
 # is for, the workers' idle time between calls as a share of the training span (the job log's
-# "between steps", with the busiest rank's time in steps, to 10 ms), with the busiest rank's
+# "between steps", with the busiest rank's time in steps, to 1 ms), with the busiest rank's
 # time per batch in steps, which should not move.
 #   bench/pipelined_calls.sh [--rounds N] [--models "mlp cnn"]
 set -euo pipefail
