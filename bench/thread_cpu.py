@@ -78,12 +78,13 @@ def diff(before, after, workers):
     for i, (w, _, d) in enumerate(ran):
         if w and (w not in step or d > ran[step[w]][2]):
             step[w] = i
+    steps = set(step.values())
     taken = {}
     for i, (_, key, d) in enumerate(ran):
-        if i not in step.values():
+        if i not in steps:
             taken[key] = taken.get(key, 0.0) + d
     largest = sorted(taken.items(), key=lambda kv: -kv[1])[:5]
-    return {"step_threads_s": round(sum(ran[i][2] for i in step.values()), 2),
+    return {"step_threads_s": round(sum(ran[i][2] for i in steps), 2),
             "others_s": round(sum(taken.values()), 2),
             "machine_busy_s": round(after["busy_s"] - before["busy_s"], 2),
             "largest_others": [[f"{t} ({p})" if t else f"{p}'s reaped children", round(d, 2)]
