@@ -79,7 +79,7 @@ absl::Status RankTiming::OnTrainEnd(TrainerControl& trainer) {
   const TrainingState& state = trainer.state();
   const double train = absl::ToDoubleSeconds(state.phases.Get("train"));
   trainer.Log(
-      absl::StrFormat("time by rank: %s; between steps (the coordinator) %.3f s of %.2f s in %s",
+      absl::StrFormat("time by rank: %s; between steps (the coordinator) %.3f s of %.3f s in %s",
                       joined(parts), std::max(0.0, train - busiest), train, state.calls.Summary()));
   if (!profiles.empty()) trainer.Log(absl::StrCat("time per batch by rank: ", joined(profiles)));
   if (most_data_share > 0.1) {
