@@ -152,7 +152,8 @@ TEST_P(CollectivesInModelCode, AllGatherWithSyncGradsInTheLoss_TwoRanksEqualOneP
         if (!backend.ok()) return backend.status();
         StrategyOptions ddp;
         ddp.name = "ddp";
-        ddp.bucket_bytes = 256;  // several buckets, in flight while the gather's backward runs
+        // Several buckets, in flight while the gather's backward runs (not on shm: one bucket).
+        ddp.bucket_bytes = 256;
         auto a = Accelerator::Make("cpu", Precision::k32True, ddp, std::move(*backend));
         if (!a.ok()) return a.status();
         if (auto s = (*a)->Setup(ContrastiveModel(), sgd, {}); !s.ok()) return s;

@@ -79,7 +79,9 @@ class StructuredLogTest : public ::testing::Test {
     return absl::StrCat(cluster_->dir(), "/", name, ".stderr");
   }
   std::string RunJob() {
-    const std::string id = cluster_->Submit("logs", SyntheticDdpJob("logs", 1, 1024));
+    // 64 KiB buckets: where buckets start during backward, the mlp's gradients would take 2.
+    const std::string id =
+        cluster_->Submit("logs", SyntheticDdpJob("logs", 1, 1024, ", bucket_cap_mb: 0.0625"));
     EXPECT_TRUE(
         WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(120)));
     EXPECT_EQ(cluster_->GetJob(id).state(), v1::SUCCEEDED) << cluster_->GetJob(id).reason();
@@ -135,6 +137,12 @@ TEST_F(StructuredLogTest, Json_EveryLineParses_EventsCarryTheirFields) {
   EXPECT_GE(sync["rank"].as<int>(), 0);
   EXPECT_LE(sync["rank"].as<int>(), 1);
   EXPECT_EQ(sync["rounds"].as<int>(), 16);  // 1024 samples / (2 ranks x 32)
+  // Two workers of one host: the shm plane, whose all-reduce is CPU work on backward's core, so
+  // no bucket starts during backward and every gradient is in one bucket, whatever the cap.
+  EXPECT_EQ(sync["backend"].as<std::string>(), "shm");
+  EXPECT_EQ(sync["buckets_start"].as<std::string>(), "after backward");
+  EXPECT_EQ(sync["buckets"].as<int>(), 1);
+  EXPECT_EQ(sync["started_during_backward_pct"].as<double>(), 0);
   EXPECT_TRUE(Find(w0, "registered as 'w0'"));
   const std::vector<YAML::Node> w1 = Records(Path("w1"), "dtrain-worker");
   const YAML::Node stopping = Find(w1, "stopping: no job here");

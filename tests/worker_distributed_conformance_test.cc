@@ -1,8 +1,9 @@
 // Every collective backend held to the same semantics: the coordinator's gRPC collectives, Gloo
 // peer to peer, shared memory between same-host ranks, and the local backend of a world of one.
 // Each operation's results, on the CPU and on a device that is not; gradient averaging, with
-// buckets started during backward whatever order the ranks' gradients come in; reductions larger
-// than a shared-memory slot on uneven partitions; memory from AllocateForAllReduce.
+// buckets started during backward whatever order the ranks' gradients come in, or all after it;
+// reductions larger than a shared-memory slot on uneven partitions; memory from
+// AllocateForAllReduce.
 #include <functional>
 #include <memory>
 #include <string>
@@ -456,6 +457,49 @@ TEST_P(BackendConformance, GradientsLiveInTheirBuckets_AndOutliveThePlane) {
     ASSERT_TRUE(kept[r].defined());
     EXPECT_TRUE(torch::equal(kept[r], torch::full_like(kept[r], 4.5f))) << "rank " << r;
   }
+}
+
+// Without overlap (ddp on the shm plane), buckets are not capped: one per dtype whatever
+// bucket_bytes says (with it, the mlp takes 2 at 256 KiB), nothing starts during backward even
+// when a sync is expected, and each gradient still lives in its bucket and gets the exact mean.
+TEST_P(BackendConformance, WithoutOverlap_OneBucketPerDtype_AllReducedAfterBackward) {
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    auto model = BuiltinModel("mlp", 100);
+    if (!model.ok()) return model.status();
+    std::vector<torch::Tensor> p = model->Parameters();  // fc1.w, fc1.b, fc2.w, fc2.b
+    p.push_back(torch::zeros({3, 5}, torch::kFloat64).requires_grad_());
+    GradientSync sync(&b, p, /*bucket_bytes=*/256 * 1024, /*overlap_with_backward=*/false);
+    if (sync.bucket_count() != 2) {
+      return absl::InternalError(absl::StrCat(sync.bucket_count(), " buckets, not 2 (2 dtypes)"));
+    }
+    std::vector<void*> where;
+    for (const torch::Tensor& t : p) where.push_back(t.grad().data_ptr());
+    for (int step = 0; step < 2; ++step) {
+      for (const torch::Tensor& t : p) t.grad().zero_();
+      sync.ExpectSync();
+      // Parameter k's gradient on rank r: (r + 1) * (k + 1); the mean over 2 ranks: 1.5 * (k + 1).
+      torch::Tensor loss = torch::zeros({}, torch::kFloat64);
+      for (size_t k = 0; k < p.size(); ++k) {
+        loss = loss + p[k].sum().to(torch::kFloat64) * ((b.rank() + 1.0) * (k + 1.0));
+      }
+      loss.backward();
+      if (sync.started_during_backward() != 0) {
+        return absl::InternalError(
+            absl::StrCat(sync.started_during_backward(), " buckets started during backward"));
+      }
+      if (auto s = sync.AverageGradients(); !s.ok()) return s;
+      for (size_t k = 0; k < p.size(); ++k) {
+        if (p[k].grad().data_ptr() != where[k]) {
+          return absl::InternalError(absl::StrCat("parameter ", k, "'s gradient moved"));
+        }
+        if (!torch::equal(p[k].grad(), torch::full_like(p[k], 1.5 * (k + 1.0)))) {
+          return absl::InternalError(
+              absl::StrCat("parameter ", k, ": not the mean at step ", step));
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::Values("grpc", "gloo", "shm"));

@@ -37,7 +37,8 @@ TEST_P(WorkerServiceBackendTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) 
   std::vector<absl::Status> statuses(2);
   Parallel(2, [&](int i) {
     v1::SetupRequest request = Distributed("ddp-eq", "ddp", 2);
-    // Small buckets, so that several all_reduces overlap with backward.
+    // Small buckets, so that several all_reduces overlap with backward (on shm, which does not
+    // overlap, they make one bucket).
     request.mutable_spec()->mutable_trainer()->set_bucket_cap_mb(1.0 / 16);  // 64 KiB
     statuses[i] = Setup(*ranks[i], request, &setups[i]);
   });

@@ -46,6 +46,11 @@ class CollectiveBackend {
   // Leaves the group cleanly, so the others see a departure rather than a death.
   virtual absl::Status Leave() = 0;
 
+  // Whether AllReduce of CPU tensors is this thread's own CPU work (the shared-memory plane
+  // reduces its peers' data itself) rather than mostly waiting on a network. ddp then does not
+  // start buckets during backward: the reduction would only take the core from backward.
+  virtual bool AllReduceComputesOnCaller() const { return false; }
+
   // Zeroed memory for a tensor this rank all-reduces again and again (ddp's gradient buckets).
   // A plane may place it where its peers read and write it directly, so that AllReduce of a
   // tensor lying in it copies nothing in or out; the default is ordinary memory. Collective

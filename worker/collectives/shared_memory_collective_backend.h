@@ -52,6 +52,7 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   ~SharedMemoryCollectiveBackend() override;
 
   std::string name() const override { return "shm"; }
+  bool AllReduceComputesOnCaller() const override { return active(); }
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return world_; }
   int local_rank() const override { return inner_->local_rank(); }

@@ -11,8 +11,21 @@ absl::Status DdpStrategy::SyncModel(LightningModule* model) {
   // A group of one has nothing to average or to broadcast: no hooks, no communication thread,
   // no pass over the gradients each step (without them the MLP's one-rank ddp job ran 1.04x).
   if (backend_->world_size() == 1) return absl::OkStatus();
-  sync_ =
-      std::make_unique<GradientSync>(backend_.get(), model->Parameters(), options_.bucket_bytes);
+  // Overlap hides a network's latency. Where the all-reduce is CPU work on the cores backward
+  // runs on (shm), it only interleaves the two: on the CNN, a bucket started during backward
+  // cost backward more than it saved the averaging (docs/decisions/planes.md). A CUDA model's
+  // backward leaves the CPU free, so it keeps the overlap. The ranks decide together: with and
+  // without overlap the buckets are cut differently, and their all-reduces must match.
+  std::vector<torch::Tensor> parameters = model->Parameters();
+  bool overlap = true;
+  if (backend_->AllReduceComputesOnCaller()) {
+    const bool on_cpu = parameters.empty() || parameters.front().device().is_cpu();
+    DTRAIN_ASSIGN_OR_RETURN(const bool all_on_cpu,
+                            backend_->ReduceBooleanDecision(on_cpu, /*all=*/true));
+    overlap = !all_on_cpu;
+  }
+  sync_ = std::make_unique<GradientSync>(backend_.get(), std::move(parameters),
+                                         options_.bucket_bytes, overlap);
   DTRAIN_RETURN_IF_ERROR(sync_->BroadcastParameters(0));
   std::vector<torch::Tensor> buffers;
   for (const auto& b : model->module().named_buffers()) buffers.push_back(b.value);
@@ -47,6 +60,7 @@ absl::Status DdpStrategy::Teardown() {
          {"backend", backend_->name()},
          {"rounds", rounds},
          {"buckets", static_cast<int64_t>(sync_->bucket_count())},
+         {"buckets_start", sync_->overlaps_backward() ? "during backward" : "after backward"},
          {"started_during_backward_pct", 100.0 * sync_->buckets_started_during_backward_total() /
                                              (rounds * static_cast<double>(sync_->bucket_count()))},
          {"exposed_wait_ms", exposed_ms},

@@ -3,6 +3,8 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/types.h>
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
@@ -76,19 +78,22 @@ class GradientSync::ReadyHook : public torch::autograd::FunctionPostHook {
 };
 
 GradientSync::GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor> parameters,
-                           int64_t bucket_bytes)
-    : backend_(backend), parameters_(std::move(parameters)) {
+                           int64_t bucket_bytes, bool overlap_with_backward)
+    : backend_(backend), parameters_(std::move(parameters)), overlap_(overlap_with_backward) {
   // Consecutive parameters (in reverse: the order backward produces their gradients) of one
-  // dtype share a bucket until it would exceed its cap.
+  // dtype share a bucket until it would exceed its cap. Caps exist so that buckets can start
+  // during backward; without that, fewer all-reduces are cheaper: one bucket per dtype.
+  if (!overlap_) bucket_bytes = std::numeric_limits<int64_t>::max();
   bucket_of_.resize(parameters_.size());
   int64_t filled = 0;
   for (size_t k = parameters_.size(); k-- > 0;) {
     const torch::Tensor& p = parameters_[k];
     const int64_t bytes = p.numel() * p.element_size();
-    const int64_t cap =
-        buckets_.size() == 1 ? std::min(bucket_bytes, kDefaultFirstBucketBytes) : bucket_bytes;
+    const int64_t cap = buckets_.size() == 1 && overlap_
+                            ? std::min(bucket_bytes, kDefaultFirstBucketBytes)
+                            : bucket_bytes;
     const bool new_bucket =
-        buckets_.empty() || filled + bytes > cap ||
+        buckets_.empty() || bytes > cap - filled ||
         parameters_[buckets_.back().parameters.back()].scalar_type() != p.scalar_type();
     if (new_bucket) {
       buckets_.emplace_back();
@@ -136,6 +141,7 @@ GradientSync::GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor
     }
   }
   ready_.assign(parameters_.size(), false);
+  if (!overlap_) return;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (!parameters_[i].requires_grad()) continue;
     std::shared_ptr<torch::autograd::Node> accumulator =
@@ -153,7 +159,7 @@ GradientSync::~GradientSync() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  communication_.join();
+  if (communication_.joinable()) communication_.join();
 }
 
 absl::Status GradientSync::BroadcastParameters(int src) {
@@ -187,7 +193,7 @@ void GradientSync::MarkReady(size_t parameter) {
   if (!armed_ || ready_[parameter]) return;
   ready_[parameter] = true;
   --buckets_[bucket_of_[parameter]].pending;
-  StartReadyBuckets(/*from_hook=*/true);
+  StartReadyBuckets();
 }
 
 void GradientSync::PackBucket(Bucket& bucket) {
@@ -213,12 +219,12 @@ void GradientSync::PackBucket(Bucket& bucket) {
   }
 }
 
-void GradientSync::StartReadyBuckets(bool from_hook) {
+void GradientSync::StartReadyBuckets() {
   while (next_start_ + 1 < buckets_.size() && buckets_[next_start_].pending == 0) {
     PackBucket(buckets_[next_start_]);
     ++next_start_;
     ++queued_;
-    if (from_hook) ++started_in_hooks_;
+    ++started_in_hooks_;
   }
 }
 
@@ -252,33 +258,29 @@ void GradientSync::CommunicationLoop() {
 absl::Status GradientSync::AverageGradients() {
   absl::Status status;
   absl::Time start = absl::Now();
+  size_t first_here = 0;
   {
     absl::MutexLock lock(&mu_);
     if (!armed_) BeginRound();
     armed_ = false;
-    // Parameters whose gradient never came (unused in this forward) close their buckets now.
-    for (Bucket& bucket : buckets_) bucket.pending = 0;
-    StartReadyBuckets(/*from_hook=*/false);
+    // The buckets backward started finish on the communication thread; the rest run here, in
+    // bucket order after them: handing them over now would only add a wake-up per bucket while
+    // this thread waits anyway.
     mu_.Await(absl::Condition(
         +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->queued_; },
         this));
     status = round_status_;
-  }
-  // The last bucket, here: the communication thread is idle, so this is still one collective
-  // at a time, in bucket order.
-  if (status.ok() && !buckets_.empty()) {
-    Bucket& last = buckets_.back();
-    // Copying the last bucket's new gradients in is this rank's own work, not a wait.
-    const absl::Time packing = absl::Now();
-    PackBucket(last);
-    start += absl::Now() - packing;
-    status = backend_->AllReduce(last.flat, v1::REDUCE_OP_MEAN);
-  }
-  {
-    absl::MutexLock lock(&mu_);
+    first_here = next_start_;
     next_start_ = queued_ = finished_ = buckets_.size();
     ++rounds_;
     overlapped_total_ += started_in_hooks_;
+  }
+  for (size_t b = first_here; status.ok() && b < buckets_.size(); ++b) {
+    // Copying a bucket's new gradients in is this rank's own work, not a wait.
+    const absl::Time packing = absl::Now();
+    PackBucket(buckets_[b]);
+    start += absl::Now() - packing;
+    status = backend_->AllReduce(buckets_[b].flat, v1::REDUCE_OP_MEAN);
   }
   exposed_wait_ += absl::Now() - start;
   if (!status.ok()) return status;

@@ -59,8 +59,11 @@ class GradientSync {
  public:
   // `parameters` are taken in order; all ranks must pass the same list (names, shapes, dtypes).
   // `bucket_bytes` caps each bucket (StrategyOptions::bucket_bytes: the spec's bucket_cap_mb).
+  // Without `overlap_with_backward` no bucket starts during backward, so there are no hooks,
+  // no communication thread and no caps: one bucket per dtype, all-reduced by the caller of
+  // AverageGradients (for a plane whose all-reduce is CPU work on the cores backward uses).
   GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor> parameters,
-               int64_t bucket_bytes);
+               int64_t bucket_bytes, bool overlap_with_backward = true);
   ~GradientSync();
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
@@ -69,7 +72,8 @@ class GradientSync {
   absl::Status BroadcastParameters(int src = 0);
 
   // Announces that the next backward ends an optimizer step: its buckets are all-reduced as
-  // they become ready. Without it, AverageGradients() does all the work after backward.
+  // they become ready (with overlap_with_backward). Without it, AverageGradients() does all the
+  // work after backward.
   void ExpectSync();
 
   // Replaces each gradient by its mean over ranks (a missing gradient counts as zeros): starts
@@ -83,6 +87,7 @@ class GradientSync {
 
   // How the parameters were packed: number of buckets (one collective each).
   size_t bucket_count() const { return buckets_.size(); }
+  bool overlaps_backward() const { return overlap_; }
   // How many buckets of the last AverageGradients() round were started from the autograd
   // hooks, i.e. while backward was still running (never the last bucket: see above).
   size_t started_during_backward() const;
@@ -106,8 +111,8 @@ class GradientSync {
   void BeginRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkReady(size_t parameter);
   // Queues the all_reduce of each startable bucket but the last (copying in the gradients
-  // that do not live in it).
-  void StartReadyBuckets(bool from_hook) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // that do not live in it). Only from the hooks: after backward the caller runs the rest.
+  void StartReadyBuckets() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies into the bucket's memory the gradients that do not live there (zeros for none), and
   // points each trainable parameter's gradient at its slice.
   void PackBucket(Bucket& bucket);
@@ -115,6 +120,7 @@ class GradientSync {
 
   CollectiveBackend* const backend_;
   std::vector<torch::Tensor> parameters_;
+  const bool overlap_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // parameter index -> bucket index
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
