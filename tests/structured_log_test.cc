@@ -1,9 +1,10 @@
 // Structured logs from real daemons: with --log_format=json every stderr line of the
 // coordinator and of the workers is one JSON object with ts, level, program and msg, and the
 // events operators search for (worker registered, group formed, job ended, worker lost, drain)
-// carry their worker, group and job as fields; a group that does not form is one warning, not
-// one per waiting member; --log_level drops records below it; a bad value is refused at
-// start-up naming the flag.
+// carry their worker, group and job as fields (a ddp rank's gradient sync says where its
+// buckets start: after backward on shm, during it over Gloo); a group that does not form is one
+// warning, not one per waiting member; --log_level drops records below it; a bad value is
+// refused at start-up naming the flag.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,7 +12,9 @@
 #include <fstream>
 #include <regex>
 #include <set>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
@@ -57,10 +60,16 @@ std::vector<YAML::Node> Records(const std::string& path, const std::string& prog
   return records;
 }
 
-// The first record whose msg contains `text`; a null node if none.
-YAML::Node Find(const std::vector<YAML::Node>& records, const std::string& text) {
+// The first record whose msg contains `text` (and whose field `where.first` is `where.second`,
+// if given); a null node if none.
+YAML::Node Find(const std::vector<YAML::Node>& records, const std::string& text,
+                const std::pair<std::string, std::string>& where = {}) {
   for (const YAML::Node& r : records) {
-    if (absl::StrContains(r["msg"].as<std::string>(), text)) return r;
+    if (!absl::StrContains(r["msg"].as<std::string>(), text)) continue;
+    if (where.first.empty() ||
+        (r[where.first] && r[where.first].as<std::string>() == where.second)) {
+      return r;
+    }
   }
   return YAML::Node();
 }
@@ -78,10 +87,8 @@ class StructuredLogTest : public ::testing::Test {
   std::string Path(const std::string& name) const {
     return absl::StrCat(cluster_->dir(), "/", name, ".stderr");
   }
-  std::string RunJob() {
-    // 64 KiB buckets: where buckets start during backward, the mlp's gradients would take 2.
-    const std::string id =
-        cluster_->Submit("logs", SyntheticDdpJob("logs", 1, 1024, ", bucket_cap_mb: 0.0625"));
+  std::string RunJob(const std::string& name = "logs", const std::string& trainer_extra = "") {
+    const std::string id = cluster_->Submit(name, SyntheticDdpJob(name, 1, 1024, trainer_extra));
     EXPECT_TRUE(
         WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(120)));
     EXPECT_EQ(cluster_->GetJob(id).state(), v1::SUCCEEDED) << cluster_->GetJob(id).reason();
@@ -102,6 +109,8 @@ TEST_F(StructuredLogTest, Json_EveryLineParses_EventsCarryTheirFields) {
   }
   ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 2; }, absl::Seconds(30)));
   const std::string id = RunJob();
+  // 64 KiB buckets over Gloo: the mlp's fc2 and fc1's bias, then fc1's weight.
+  RunJob("logs-gloo", ", collective_backend: gloo, bucket_cap_mb: 0.0625");
   // w1 stops: the coordinator logs its leaving, w1 its drain.
   ASSERT_EQ(cluster_->worker("w1").Stop(), 0);
   ASSERT_TRUE(WaitFor([&] { return cluster_->AliveWorkers() == 1; }, absl::Seconds(10)));
@@ -138,11 +147,18 @@ TEST_F(StructuredLogTest, Json_EveryLineParses_EventsCarryTheirFields) {
   EXPECT_LE(sync["rank"].as<int>(), 1);
   EXPECT_EQ(sync["rounds"].as<int>(), 16);  // 1024 samples / (2 ranks x 32)
   // Two workers of one host: the shm plane, whose all-reduce is CPU work on backward's core, so
-  // no bucket starts during backward and every gradient is in one bucket, whatever the cap.
+  // no bucket starts during backward.
   EXPECT_EQ(sync["backend"].as<std::string>(), "shm");
   EXPECT_EQ(sync["buckets_start"].as<std::string>(), "after backward");
   EXPECT_EQ(sync["buckets"].as<int>(), 1);
   EXPECT_EQ(sync["started_during_backward_pct"].as<double>(), 0);
+  // Over Gloo the all-reduce waits on sockets: the first bucket starts during backward, from
+  // the autograd hooks, in every round; the last when backward ends.
+  const YAML::Node gloo = Find(w0, "gradient sync", {"backend", "gloo"});
+  ASSERT_TRUE(gloo) << "no gradient sync record of the gloo job from w0";
+  EXPECT_EQ(gloo["buckets_start"].as<std::string>(), "during backward");
+  EXPECT_EQ(gloo["buckets"].as<int>(), 2);
+  EXPECT_EQ(gloo["started_during_backward_pct"].as<double>(), 50);
   EXPECT_TRUE(Find(w0, "registered as 'w0'"));
   const std::vector<YAML::Node> w1 = Records(Path("w1"), "dtrain-worker");
   const YAML::Node stopping = Find(w1, "stopping: no job here");

@@ -459,16 +459,18 @@ TEST_P(BackendConformance, GradientsLiveInTheirBuckets_AndOutliveThePlane) {
   }
 }
 
-// Without overlap (ddp on the shm plane), buckets are not capped: one per dtype whatever
-// bucket_bytes says (with it, the mlp takes 2 at 256 KiB), nothing starts during backward even
-// when a sync is expected, and each gradient still lives in its bucket and gets the exact mean.
-TEST_P(BackendConformance, WithoutOverlap_OneBucketPerDtype_AllReducedAfterBackward) {
+// Without overlap (ddp on the shm plane) the first bucket is not capped lower than the rest:
+// the cnn's gradients (1.7 MB) take one bucket at a 4 MiB cap, where with overlap fc1's weight
+// would not join fc2's in the first (1 MiB); a float64 parameter takes a second. Nothing starts
+// during backward even when a sync is expected, and each gradient stays in its bucket and gets
+// the exact mean.
+TEST_P(BackendConformance, WithoutOverlap_NoLowerFirstCap_AllReducedAfterBackward) {
   RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
-    auto model = BuiltinModel("mlp", 100);
+    auto model = BuiltinModel("cnn", 100);
     if (!model.ok()) return model.status();
-    std::vector<torch::Tensor> p = model->Parameters();  // fc1.w, fc1.b, fc2.w, fc2.b
+    std::vector<torch::Tensor> p = model->Parameters();
     p.push_back(torch::zeros({3, 5}, torch::kFloat64).requires_grad_());
-    GradientSync sync(&b, p, /*bucket_bytes=*/256 * 1024, /*overlap_with_backward=*/false);
+    GradientSync sync(&b, p, /*bucket_bytes=*/4 << 20, /*overlap_with_backward=*/false);
     if (sync.bucket_count() != 2) {
       return absl::InternalError(absl::StrCat(sync.bucket_count(), " buckets, not 2 (2 dtypes)"));
     }

@@ -1,5 +1,7 @@
 #include "worker/strategies/ddp_strategy.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -19,7 +21,8 @@ absl::Status DdpStrategy::SyncModel(LightningModule* model) {
   std::vector<torch::Tensor> parameters = model->Parameters();
   bool overlap = true;
   if (backend_->AllReduceComputesOnCaller()) {
-    const bool on_cpu = parameters.empty() || parameters.front().device().is_cpu();
+    const bool on_cpu = std::all_of(parameters.begin(), parameters.end(),
+                                    [](const torch::Tensor& p) { return p.device().is_cpu(); });
     DTRAIN_ASSIGN_OR_RETURN(const bool all_on_cpu,
                             backend_->ReduceBooleanDecision(on_cpu, /*all=*/true));
     overlap = !all_on_cpu;

@@ -3,8 +3,6 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/types.h>
 
-#include <limits>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
@@ -81,9 +79,8 @@ GradientSync::GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor
                            int64_t bucket_bytes, bool overlap_with_backward)
     : backend_(backend), parameters_(std::move(parameters)), overlap_(overlap_with_backward) {
   // Consecutive parameters (in reverse: the order backward produces their gradients) of one
-  // dtype share a bucket until it would exceed its cap. Caps exist so that buckets can start
-  // during backward; without that, fewer all-reduces are cheaper: one bucket per dtype.
-  if (!overlap_) bucket_bytes = std::numeric_limits<int64_t>::max();
+  // dtype share a bucket until it would exceed its cap. The first bucket's lower cap only makes
+  // the first all-reduce start early, so without overlap it has none.
   bucket_of_.resize(parameters_.size());
   int64_t filled = 0;
   for (size_t k = parameters_.size(); k-- > 0;) {

@@ -11,9 +11,13 @@
 // gradients become ready in a different order (or not at all: an unused parameter contributes
 // zeros when AverageGradients() closes the round). Reverse parameter order makes the first
 // bucket the one backward finishes first; it is capped at 1 MiB as in torch so that
-// communication starts early. The last bucket is all-reduced by the caller's thread when
-// backward ends: nothing is left to overlap with, and a hand-off to the communication thread
-// and back would only add two wake-ups.
+// communication starts early. The buckets not started when backward ends (at least the last:
+// nothing is left to overlap with) are all-reduced by the caller's thread: a hand-off to the
+// communication thread and back would only add wake-ups.
+//
+// Without overlap (a plane whose all-reduce is CPU work on backward's own cores: shm) there are
+// no hooks and no communication thread, and no lower cap on the first bucket: every bucket is
+// all-reduced by the caller's thread after backward.
 //
 // Gradients live in their buckets (torch DDP's gradient_as_bucket_view): each parameter's
 // .grad is its slice of the bucket, and the all_reduce's result is the gradient the optimizer
@@ -24,8 +28,8 @@
 // comes from the plane (CollectiveBackend::AllocateForAllReduce): on shm every rank reads its
 // peers' gradients in their buckets.
 //
-// Thread-safety: one caller thread (the one that runs backward); the communication thread is
-// internal.
+// Thread-safety: one caller thread (the one that runs backward); the communication thread, if
+// any, is internal.
 #pragma once
 
 #include <cstdint>
@@ -59,9 +63,8 @@ class GradientSync {
  public:
   // `parameters` are taken in order; all ranks must pass the same list (names, shapes, dtypes).
   // `bucket_bytes` caps each bucket (StrategyOptions::bucket_bytes: the spec's bucket_cap_mb).
-  // Without `overlap_with_backward` no bucket starts during backward, so there are no hooks,
-  // no communication thread and no caps: one bucket per dtype, all-reduced by the caller of
-  // AverageGradients (for a plane whose all-reduce is CPU work on the cores backward uses).
+  // Without `overlap_with_backward` no bucket starts during backward: no hooks, no
+  // communication thread, and the first bucket is not capped lower than the rest.
   GradientSync(CollectiveBackend* backend, std::vector<torch::Tensor> parameters,
                int64_t bucket_bytes, bool overlap_with_backward = true);
   ~GradientSync();
