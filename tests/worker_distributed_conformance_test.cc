@@ -459,17 +459,26 @@ TEST_P(BackendConformance, GradientsLiveInTheirBuckets_AndOutliveThePlane) {
   }
 }
 
-// Without overlap (ddp on the shm plane) the first bucket is not capped lower than the rest:
-// the cnn's gradients (1.7 MB) take one bucket at a 4 MiB cap, where with overlap fc1's weight
-// would not join fc2's in the first (1 MiB); a float64 parameter takes a second. Nothing starts
-// during backward even when a sync is expected, and each gradient stays in its bucket and gets
-// the exact mean.
+// Without overlap (ddp on the shm plane) the first bucket is not capped lower than the rest,
+// and the rest keep their cap. Packed in reverse, the cnn's float32 gradients (1.7 MB) come
+// first: at a 4 MiB cap they take one bucket without overlap, two with it (fc1's weight does not
+// join fc2's in the first, 1 MiB); the float64 parameter listed first takes one more. At a 1 MiB
+// cap without overlap fc1's weight is a bucket of its own. Nothing starts during backward even
+// when a sync is expected, and each gradient stays in its bucket and gets the exact mean.
 TEST_P(BackendConformance, WithoutOverlap_NoLowerFirstCap_AllReducedAfterBackward) {
   RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
     auto model = BuiltinModel("cnn", 100);
     if (!model.ok()) return model.status();
     std::vector<torch::Tensor> p = model->Parameters();
-    p.push_back(torch::zeros({3, 5}, torch::kFloat64).requires_grad_());
+    p.insert(p.begin(), torch::zeros({3, 5}, torch::kFloat64).requires_grad_());
+    auto buckets = [&](int64_t cap, bool overlap) {
+      return GradientSync(&b, p, cap, overlap).bucket_count();
+    };
+    const size_t overlapped = buckets(4 << 20, true), small_cap = buckets(1 << 20, false);
+    if (overlapped != 3 || small_cap != 4) {
+      return absl::InternalError(absl::StrCat(overlapped, " buckets with overlap (not 3), ",
+                                              small_cap, " at 1 MiB without (not 4)"));
+    }
     GradientSync sync(&b, p, /*bucket_bytes=*/4 << 20, /*overlap_with_backward=*/false);
     if (sync.bucket_count() != 2) {
       return absl::InternalError(absl::StrCat(sync.bucket_count(), " buckets, not 2 (2 dtypes)"));
