@@ -177,11 +177,11 @@ void GradientSync::ExpectSync() {
 void GradientSync::BeginRound() {
   // A round abandoned mid-way (backward threw) may still have buckets in flight.
   mu_.Await(absl::Condition(
-      +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->queued_; },
+      +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->started_; },
       this));
   ready_.assign(parameters_.size(), false);
   for (Bucket& bucket : buckets_) bucket.pending = bucket.parameters.size();
-  next_start_ = queued_ = finished_ = started_in_hooks_ = 0;
+  started_ = finished_ = 0;
   round_status_ = absl::OkStatus();
 }
 
@@ -217,11 +217,9 @@ void GradientSync::PackBucket(Bucket& bucket) {
 }
 
 void GradientSync::StartReadyBuckets() {
-  while (next_start_ + 1 < buckets_.size() && buckets_[next_start_].pending == 0) {
-    PackBucket(buckets_[next_start_]);
-    ++next_start_;
-    ++queued_;
-    ++started_in_hooks_;
+  while (started_ + 1 < buckets_.size() && buckets_[started_].pending == 0) {
+    PackBucket(buckets_[started_]);
+    ++started_;
   }
 }
 
@@ -236,9 +234,9 @@ void GradientSync::CommunicationLoop() {
   while (true) {
     mu_.Await(absl::Condition(
         +[](GradientSync* s)
-             ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->stopping_ || s->queued_ > s->finished_; },
+             ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->stopping_ || s->started_ > s->finished_; },
         this));
-    if (queued_ == finished_) return;  // stopping, nothing in flight
+    if (started_ == finished_) return;  // stopping, nothing in flight
     Bucket& bucket = buckets_[finished_];
     if (round_status_.ok()) {
       // After a failure the remaining buckets are skipped: the group is broken anyway, and
@@ -264,13 +262,14 @@ absl::Status GradientSync::AverageGradients() {
     // bucket order after them: handing them over now would only add a wake-up per bucket while
     // this thread waits anyway.
     mu_.Await(absl::Condition(
-        +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->queued_; },
+        +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->started_; },
         this));
     status = round_status_;
-    first_here = next_start_;
-    next_start_ = queued_ = finished_ = buckets_.size();
+    // Hooks that fire from here on return at once (not armed); the counters stay as they are
+    // until the next round begins.
+    first_here = started_;
     ++rounds_;
-    overlapped_total_ += started_in_hooks_;
+    overlapped_total_ += started_;
   }
   for (size_t b = first_here; status.ok() && b < buckets_.size(); ++b) {
     // Copying a bucket's new gradients in is this rank's own work, not a wait.
@@ -303,13 +302,13 @@ absl::Status GradientSync::AverageGradients() {
 void GradientSync::WaitForInFlight() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
-      +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->queued_; },
+      +[](GradientSync* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->finished_ == s->started_; },
       this));
 }
 
 size_t GradientSync::started_during_backward() const {
   absl::MutexLock lock(&mu_);
-  return started_in_hooks_;
+  return started_;
 }
 
 }  // namespace dtrain

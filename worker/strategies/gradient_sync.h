@@ -131,10 +131,9 @@ class GradientSync {
   mutable absl::Mutex mu_;
   bool armed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<bool> ready_ ABSL_GUARDED_BY(mu_);  // per parameter, this round
-  size_t next_start_ ABSL_GUARDED_BY(mu_) = 0;    // buckets start in index order
-  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;        // buckets handed to the thread
-  size_t finished_ ABSL_GUARDED_BY(mu_) = 0;      // buckets the thread is done with
-  size_t started_in_hooks_ ABSL_GUARDED_BY(mu_) = 0;
+  // Buckets handed to the communication thread this round, in index order, from the hooks.
+  size_t started_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t finished_ ABSL_GUARDED_BY(mu_) = 0;  // buckets the thread is done with
   absl::Status round_status_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread communication_;
