@@ -1,0 +1,144 @@
+#!/bin/bash
+# An A/B of two dtrain builds, or of two sets of job options, on bench/training.sh's ddp job:
+# two local clusters pinned to the same cores, each warmed by a short job, then jobs taking
+# turns (A B, B A, A B, ...) so that the machine's drift, several percent a minute on a shared
+# VM, falls on both sides alike. Each job gives its rate and, from its log, each rank's mean batch
+# by phase. The summary pairs the jobs: B/A rate (median, geometric mean, range) and B-A per
+# phase (median, quartiles, pairs below zero). A change of half a percent shows in its phase long
+# before it shows in a rate; the same build on both sides (an A/A run) gives the noise floor.
+#   bench/ab_jobs.sh [--a BUILD_DIR] [--b BUILD_DIR] [--a-option OVERRIDE]...
+#                    [--b-option OVERRIDE]... [--model cnn|mlp] [--pairs N] [--steps N]
+#                    [--rows FILE]
+# BUILD_DIR defaults to build/ and must hold dtrain-coordinator, dtrain-worker and dtrain. For a
+# change against its parent:
+#   git worktree add /tmp/ab-base HEAD~1 && cmake -S /tmp/ab-base -B /tmp/ab-base/build -G Ninja \
+#     -DCMAKE_BUILD_TYPE=Release -DDTRAIN_BUILD_WORKER=ON && cmake --build /tmp/ab-base/build \
+#     --target dtrain-coordinator dtrain-worker dtrain
+#   bench/ab_jobs.sh --a /tmp/ab-base/build --b build --model cnn --pairs 12
+# An OVERRIDE is one `dtrain fit` override, e.g. --b-option=--trainer.collective_backend=gloo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+usage="usage: bench/ab_jobs.sh [--a BUILD_DIR] [--b BUILD_DIR] [--a-option OVERRIDE]... \
+[--b-option OVERRIDE]... [--model cnn|mlp] [--pairs N] [--steps N] [--rows FILE]"
+declare -A dir=([a]="$root/build" [b]="$root/build")
+a_options=(); b_options=()
+model=cnn; pairs=12; steps=""; keep_rows=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --a|--b) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; dir[${1#--}]=$(realpath "$2"); shift ;;
+    --a-option=*) a_options+=("${1#--a-option=}") ;;
+    --b-option=*) b_options+=("${1#--b-option=}") ;;
+    --a-option|--b-option) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
+      if [ "$1" = --a-option ]; then a_options+=("$2"); else b_options+=("$2"); fi; shift ;;
+    --model) model=${2:-}; shift ;;
+    --pairs) pairs=${2:-}; shift ;;
+    --steps) steps=${2:-}; shift ;;
+    --rows) keep_rows=${2:-}; shift ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$model" in cnn|mlp) ;; *) echo "ab_jobs.sh: --model is cnn or mlp" >&2; exit 2 ;; esac
+declare -A default_steps=([mlp]=3000 [cnn]=200)   # bench/training.sh's
+steps=${steps:-${default_steps[$model]}}
+for n in "$pairs" "$steps"; do
+  case "$n" in ''|*[!0-9]*|0) echo "ab_jobs.sh: --pairs and --steps take a whole number >= 1" >&2
+                              exit 2 ;; esac
+done
+for side in a b; do
+  for binary in coordinator/dtrain-coordinator worker/dtrain-worker client/dtrain; do
+    [ -x "${dir[$side]}/$binary" ] ||
+      { echo "ab_jobs.sh: ${dir[$side]}/$binary is missing (build it first)" >&2; exit 1; }
+  done
+done
+
+work=$(mktemp -d)
+cleanup() {
+  for side in a b; do
+    DTRAIN_LOCAL_DIR="$work/$side" deploy/local/cluster.sh stop >/dev/null 2>&1 || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+source "$root/bench/bench_job.sh"
+declare -A address
+for side in a b; do
+  DTRAIN_BIN_DIR="${dir[$side]}" DTRAIN_LOCAL_DIR="$work/$side" \
+    deploy/local/cluster.sh start --port 0 --workers 2 >&2
+  address[$side]="127.0.0.1:$(cat "$work/$side/port")"
+done
+
+# One job on a side's cluster; prints {side, samples_per_s, ranks: per rank [batch, data,
+# forward, backward, averaging, optimizer, other] in ms}.
+job() {  # side steps
+  local side=$1 build=${dir[$1]} id options
+  if [ "$side" = a ]; then options=("${a_options[@]}"); else options=("${b_options[@]}"); fi
+  export DTRAIN_COORDINATOR=${address[$side]}
+  id=$(bench_job_submit "$build" --name="ab-$model-$side" --model.builtin="$model" \
+       --data.batch_size=64 --trainer.max_steps="$2" --trainer.strategy=ddp \
+       --trainer.num_nodes=2 "${options[@]}")
+  [ -n "$id" ] || { echo "ab_jobs.sh: side $side's job was refused" >&2; exit 1; }
+  bench_job_wait "$build" "$id"
+  "$build/client/dtrain" logs "$id" > "$work/job.log"
+  "$build/client/dtrain" status "$id" --output json | /usr/bin/python3 -c "
+import json, re, sys
+s = json.load(sys.stdin)
+s['state'] == 'SUCCEEDED' or sys.exit(f'ab_jobs.sh: side $side\'s job ended {s[\"state\"]}: '
+                                      f'{s.get(\"reason\", \"\")}')
+log = open('$work/job.log').read()
+ranks = [[float(x) for x in m] for m in re.findall(
+    r'rank \d+ ([0-9.]+) ms: data ([0-9.]+), forward ([0-9.]+), backward ([0-9.]+), '
+    r'averaging gradients ([0-9.]+), optimizer ([0-9.]+), other ([0-9.]+)', log)]
+p = s['progress']
+print(json.dumps({'side': '$side', 'samples_per_s': p.get('train_samples_per_second') or
+                  p['samples_per_second'], 'ranks': ranks}))"
+}
+
+job a 20 > /dev/null; job b 20 > /dev/null   # the warm jobs, as training.sh's
+: > "$work/rows.jsonl"
+for i in $(seq 1 "$pairs"); do
+  if (( i % 2 )); then order="a b"; else order="b a"; fi
+  for side in $order; do job "$side" "$steps" >> "$work/rows.jsonl"; done
+  echo "pair $i/$pairs: $(tail -2 "$work/rows.jsonl" | /usr/bin/python3 -c "
+import json, sys
+rows = map(json.loads, sys.stdin)
+print(', '.join(f\"{r['side']} {r['samples_per_s']:.0f}\" for r in rows))")" >&2
+done
+if [ -n "$keep_rows" ]; then cp "$work/rows.jsonl" "$keep_rows"; fi
+
+echo "A: ${dir[a]} ${a_options[*]}"
+echo "B: ${dir[b]} ${b_options[*]}"
+/usr/bin/python3 - "$work/rows.jsonl" "$model" "$steps" <<'EOF'
+import json, math, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+pairs = [{r['side']: r for r in rows[i:i + 2]} for i in range(0, len(rows) - 1, 2)]
+print(f'{len(pairs)} pairs of {sys.argv[2]} jobs, {sys.argv[3]} steps each, the order flipped '
+      'every pair')
+
+def quartiles(v):
+    v = sorted(v)
+    return v[len(v) // 4], v[(3 * len(v)) // 4]
+
+ratios = [p['b']['samples_per_s'] / p['a']['samples_per_s'] for p in pairs]
+print(f"rate, samples/s: A median {statistics.median(p['a']['samples_per_s'] for p in pairs):.0f}, "
+      f"B median {statistics.median(p['b']['samples_per_s'] for p in pairs):.0f}")
+print(f'B/A rate: median {statistics.median(ratios):.3f}, geometric mean '
+      f'{math.exp(statistics.mean(map(math.log, ratios))):.3f}, range {min(ratios):.3f}-'
+      f'{max(ratios):.3f}, above 1 in {sum(r > 1 for r in ratios)} of {len(ratios)}')
+names = ['batch', 'data', 'forward', 'backward', 'averaging', 'optimizer', 'other']
+usable = [p for p in pairs if p['a']['ranks'] and len(p['a']['ranks']) == len(p['b']['ranks'])]
+if not usable:
+    print('no pair has both jobs\' phases (is "time per batch by rank" in the job logs?)')
+    sys.exit(0)
+def mean_of_ranks(job, k):
+    return sum(r[k] for r in job['ranks']) / len(job['ranks'])
+print(f'ms a batch, mean of the ranks (B-A: median of {len(usable)} pairs, quartiles, '
+      'pairs below 0):')
+for k, name in enumerate(names):
+    a = statistics.median(mean_of_ranks(p['a'], k) for p in usable)
+    d = [mean_of_ranks(p['b'], k) - mean_of_ranks(p['a'], k) for p in usable]
+    q1, q3 = quartiles(d)
+    print(f'  {name:>10}: A {a:7.3f}, B-A {statistics.median(d):+.3f} ({q1:+.3f} to {q3:+.3f}), '
+          f'below 0 in {sum(x < 0 for x in d)} of {len(d)}')
+EOF
