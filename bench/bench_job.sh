@@ -4,13 +4,28 @@
 # $DTRAIN_COORDINATOR names. One place, so that every bench submits the same spec and reads the
 # client's answers the same way.
 
-# bench_submit BUILD_DIR CONFIG [dtrain fit overrides...]: prints the queued job's id (nothing if
-# the client refused it, having said why on stderr).
+# bench_submit BUILD_DIR CONFIG [dtrain fit overrides...]: prints the queued job's id; fails when
+# the client refused the job, with its reason on stderr (with --output json the client prints a
+# refusal as {"error": ...} on stdout, where no one would see it).
 bench_submit() {
-  local build=$1 config=$2
+  local build=$1 config=$2 out
   shift 2
-  "$build/client/dtrain" fit --output json --config "$config" "$@" |
-    sed -n 's/^ *"id": "\([^"]*\)".*/\1/p' | head -1
+  out=$("$build/client/dtrain" fit --output json --config "$config" "$@") || true
+  /usr/bin/python3 -c '
+import json, sys
+text = sys.argv[1]
+# The queued job, pretty-printed; or a refusal, on one line.
+for chunk in [text] + text.splitlines():
+    try:
+        reply = json.loads(chunk)
+    except ValueError:
+        continue
+    if isinstance(reply, dict) and "id" in reply:
+        print(reply["id"])
+        sys.exit(0)
+    if isinstance(reply, dict) and "error" in reply:
+        sys.exit("dtrain fit refused the job: " + reply["error"].get("message", chunk))
+sys.exit("dtrain fit gave no job id: " + text.strip())' "$out"
 }
 
 # bench_job_submit BUILD_DIR [dtrain fit overrides...]: bench_submit of bench/bench-job.yaml.
