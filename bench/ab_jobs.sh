@@ -3,9 +3,10 @@
 # two local clusters pinned to the same cores, each warmed by a short job, then jobs taking
 # turns (A B, B A, A B, ...) so that the machine's drift, several percent a minute on a shared
 # VM, falls on both sides alike. Each job gives its rate and, from its log, each rank's mean batch
-# by phase. The summary pairs the jobs: B/A rate (median, geometric mean, range) and B-A per
-# phase (median, quartiles, pairs below zero). A change of half a percent shows in its phase long
-# before it shows in a rate; the same build on both sides (an A/A run) gives the noise floor.
+# by phase. The summary pairs the jobs: B/A rate (median, geometric mean, quartiles, range, and
+# the median by which side ran first) and B-A per phase (median, quartiles, pairs below / equal
+# to / above zero). A change of half a percent shows in its phase long before it shows in a rate;
+# the same build on both sides (an A/A run) gives the noise floor. --pairs must be even.
 # Each side's jobs run beside the other side's idle cluster (heartbeats, idle threads): a build
 # that costs more while idle would show on the opposite side, which an A/A run cannot reveal.
 # On a failure the work directory (rows, the last job's log, the clusters' logs) is kept.
