@@ -9,7 +9,7 @@
 # the same build on both sides (an A/A run) gives the noise floor. --pairs must be even.
 # Each side's jobs run beside the other side's idle cluster (heartbeats, idle threads): a build
 # that costs more while idle would show on the opposite side, which an A/A run cannot reveal.
-# On a failure the work directory (rows, the last job's log, the clusters' logs) is kept.
+# On a failure the work directory (rows, the clusters' logs) is kept.
 #   bench/ab_jobs.sh [--a BUILD_DIR] [--b BUILD_DIR] [--a-option OVERRIDE]...
 #                    [--b-option OVERRIDE]... [--model cnn|mlp] [--pairs N] [--steps N]
 #                    [--rows FILE]
@@ -76,7 +76,7 @@ cleanup() {
   if [ "$code" = 0 ]; then
     rm -rf "$work"
   else
-    echo "ab_jobs.sh: failed; rows, the last job's log and the clusters' logs are in $work" >&2
+    echo "ab_jobs.sh: failed; rows and the clusters' logs are in $work" >&2
   fi
 }
 trap cleanup EXIT
@@ -99,19 +99,11 @@ job() {  # side steps
        --data.batch_size=64 --trainer.max_steps="$2" --trainer.strategy=ddp \
        --trainer.num_nodes=2 "${options[@]}")
   bench_job_wait "$build" "$id"
-  "$build/client/dtrain" logs "$id" > "$work/job.log" || true
-  "$build/client/dtrain" status "$id" --output json | /usr/bin/python3 -c "
-import json, re, sys
-s = json.load(sys.stdin)
-s['state'] == 'SUCCEEDED' or sys.exit(f'ab_jobs.sh: side $side\'s job ended {s[\"state\"]}: '
-                                      f'{s.get(\"reason\", \"\")}')
-log = open('$work/job.log').read()
-ranks = [[float(x) for x in m] for m in re.findall(
-    r'rank \d+ ([0-9.]+) ms: data ([0-9.]+), forward ([0-9.]+), backward ([0-9.]+), '
-    r'averaging gradients ([0-9.]+), optimizer ([0-9.]+), other ([0-9.]+)', log)]
-p = s['progress']
-print(json.dumps({'side': '$side', 'samples_per_s': p.get('train_samples_per_second') or
-                  p['samples_per_second'], 'ranks': ranks}))"
+  bench_job_result "$build" "$id" "ab_jobs.sh: side $side's job" | /usr/bin/python3 -c "
+import json, sys
+r = json.load(sys.stdin)
+ranks = [[b, *p, o] for b, p, o in zip(r['batch_ms'], r['phases_ms'], r['other_ms'])]
+print(json.dumps({'side': '$side', 'samples_per_s': r['samples_per_s'], 'ranks': ranks}))"
 }
 
 job a 20 > /dev/null; job b 20 > /dev/null   # the warm jobs, as training.sh's

@@ -47,3 +47,37 @@ bench_job_state() {
   "$1/client/dtrain" status "$2" --output json |
     /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])'
 }
+
+# bench_job_result BUILD_DIR JOB_ID WHAT: one JSON object of a finished job: samples_per_s (the
+# trainer's training rate), plane, and from its log each rank's mean batch (batch_ms), its phases
+# (phases_ms, per rank: data, forward, backward, averaging, optimizer), its time in steps outside
+# them (other_ms), the larger rank's share of its step time spent waiting for its core
+# (core_wait_share; null where the kernel does not say) and the coordinator's time between calls
+# (between_s). Fails, naming WHAT, unless the job SUCCEEDED. One parser for every bench that
+# reads a job's log, so that they read it alike.
+bench_job_result() {
+  local build=$1 id=$2 what=$3 log
+  log=$("$build/client/dtrain" logs "$id" || true)
+  "$build/client/dtrain" status "$id" --output json | /usr/bin/python3 -c '
+import json, re, sys
+s = json.load(sys.stdin)
+what, lines = sys.argv[1], sys.argv[2].splitlines()
+state, reason = s["state"], s.get("reason", "")
+if state != "SUCCEEDED":
+    sys.exit(f"{what}: the job ended {state}: {reason}")
+def line(key):
+    return next((l for l in lines if key in l), "")
+shares = [float(m) for m in re.findall(r"\(([0-9.]+)%\) for its core", line("time by rank: "))]
+ranks = [[float(x) for x in m] for m in re.findall(
+    r"rank \d+ ([0-9.]+) ms: data ([0-9.]+), forward ([0-9.]+), backward ([0-9.]+), "
+    r"averaging gradients ([0-9.]+), optimizer ([0-9.]+), other ([0-9.]+)",
+    line("time per batch by rank: "))]
+between = re.search(r"between steps \(the coordinator\) ([0-9.]+) s of", line("time by rank: "))
+p = s["progress"]
+print(json.dumps({"samples_per_s": p.get("train_samples_per_second") or p["samples_per_second"],
+                  "plane": p.get("collective_plane", ""),
+                  "batch_ms": [r[0] for r in ranks], "phases_ms": [r[1:6] for r in ranks],
+                  "other_ms": [r[6] for r in ranks],
+                  "core_wait_share": max(shares) / 100 if shares else None,
+                  "between_s": float(between.group(1)) if between else None}))' "$what" "$log"
+}

@@ -63,22 +63,12 @@ job() {  # backend max_steps
   s0=$(steal_ticks)
   bench_job_wait "$build" "$id"
   s1=$(steal_ticks)
-  "$build/client/dtrain" logs "$id" > "$work/job.log"
-  "$build/client/dtrain" status "$id" --output json | /usr/bin/python3 -c "
-import json, re, sys
-s = json.load(sys.stdin)
-s['state'] == 'SUCCEEDED' or sys.exit(f'slow_samples: the $1 job ended {s[\"state\"]}: {s.get(\"reason\", \"\")}')
-p = s['progress']
-log = open('$work/job.log').read()
-ranks = [[float(x) for x in m] for m in re.findall(
-    r'rank \d+ [0-9.]+ ms: data ([0-9.]+), forward ([0-9.]+), backward ([0-9.]+), '
-    r'averaging gradients ([0-9.]+), optimizer ([0-9.]+), other ([0-9.]+)', log)]
-between = re.search(r'between steps \(the coordinator\) ([0-9.]+) s of', log)
-print(json.dumps({'backend': '$1', 'samples_per_s': p.get('train_samples_per_second') or
-                  p['samples_per_second'], 'phases_ms': [r[:5] for r in ranks],
-                  'other_ms': [r[5] for r in ranks],
-                  'between_s': float(between.group(1)) if between else None,
-                  'steal_ticks': $s1 - $s0}))"
+  bench_job_result "$build" "$id" "slow_samples: the $1 job" | /usr/bin/python3 -c "
+import json, sys
+r = json.load(sys.stdin)
+print(json.dumps({'backend': '$1', 'samples_per_s': r['samples_per_s'],
+                  'phases_ms': r['phases_ms'], 'other_ms': r['other_ms'],
+                  'between_s': r['between_s'], 'steal_ticks': $s1 - $s0}))"
 }
 
 : > "$work/passes.jsonl"
