@@ -110,24 +110,20 @@ dtrain_job() {  # model backend(auto: the default, not named) strategy workers r
   local id
   id=$(bench_job_submit "$build" "${overrides[@]}")
   bench_job_wait "$build" "$id"
-  # From the job log: the larger of the ranks' shares of their step time spent waiting for their
-  # cores ("time by rank"; null where the workers' kernel does not say), and each rank's mean
-  # batch by phase ("time per batch by rank", ms: data, forward, backward, averaging, optimizer;
-  # the lockstep rows' order), so that a slow sample says which rank and phase it lost time in.
-  local from_log
-  from_log=$("$build/client/dtrain" logs "$id" | /usr/bin/python3 -c "
-import json, re, sys
-lines = sys.stdin.read().splitlines()
-line = next((l for l in lines if 'time by rank: ' in l), '')
-shares = [float(m) for m in re.findall(r'\(([0-9.]+)%\) for its core', line)]
-line = next((l for l in lines if 'time per batch by rank: ' in l), '')
-phases = [[float(x) for x in m] for m in re.findall(
-    r'rank \d+ [0-9.]+ ms: data ([0-9.]+), forward ([0-9.]+), backward ([0-9.]+), '
-    r'averaging gradients ([0-9.]+), optimizer ([0-9.]+)', line)]
-print(json.dumps({'core_wait_share': max(shares) / 100 if shares else None,
-                  'phases_ms': phases or None}))")
-  "$build/client/dtrain" status "$id" --output json |
-    /usr/bin/python3 -c "import json,sys; s=json.load(sys.stdin); p=s['progress']; s['state'] == 'SUCCEEDED' or sys.exit(f'dtrain-$backend $model run $run: the job ended {s[\"state\"]}: {s.get(\"reason\", \"\")}'); print(json.dumps({'system': 'dtrain-$backend' if $workers > 1 else 'dtrain-single', 'model': '$model', 'ranks': $workers, 'batch': $batch, 'run': $run, 'plane': p.get('collective_plane', ''), 'samples_per_s': round(p.get('train_samples_per_second') or p['samples_per_second'], 1), **json.loads(sys.argv[1])}))" "$from_log"
+  # From the job log (bench_job_result): the larger of the ranks' shares of their step time spent
+  # waiting for their cores (null where the workers' kernel does not say), and each rank's mean
+  # batch by phase (ms: data, forward, backward, averaging, optimizer; the lockstep rows' order),
+  # so that a slow sample says which rank and phase it lost time in.
+  local result
+  result=$(bench_job_result "$build" "$id" "dtrain-$backend $model run $run")
+  /usr/bin/python3 -c "
+import json, sys
+r = json.loads(sys.argv[1])
+print(json.dumps({'system': 'dtrain-$backend' if $workers > 1 else 'dtrain-single', 'model': '$model',
+                  'ranks': $workers, 'batch': $batch, 'run': $run, 'plane': r['plane'],
+                  'samples_per_s': round(r['samples_per_s'], 1),
+                  'core_wait_share': r['core_wait_share'], 'phases_ms': r['phases_ms'] or None,
+                  'between_s': r['between_s']}))" "$result"
 }
 
 # One torch DDP + gloo run of 2 ranks (bench/torch_training.py), labelled `system`; the caller's
