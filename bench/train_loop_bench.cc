@@ -46,6 +46,7 @@
 #include "common/thread_schedstat.h"
 #include "coordinator/jobs/distributed_sampler.h"
 #include "worker/collectives/rank_order_reduction.h"
+#include "worker/collectives/reduction_partition.h"
 #include "worker/data/dataset.h"
 #include "worker/runtime/worker_allocator.h"
 
@@ -311,7 +312,9 @@ absl::Status MeanOfGradients(const std::vector<const std::vector<torch::Tensor>*
 // rank's: the shm plane's in-place all_reduce of a ddp bucket, between its two barriers.
 void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world) {
   const int64_t total = lockstep.exchange();
-  const int64_t begin = total * rank / world, end = total * (rank + 1) / world;
+  // The plane's parts (each rank's gradients start on a page of the file).
+  const int64_t begin = dtrain::ReductionPartStart(total, rank, world, 0, sizeof(float)),
+                end = dtrain::ReductionPartStart(total, rank + 1, world, 0, sizeof(float));
   std::vector<const float*> in(world);
   std::vector<float*> out(world);
   for (int r = 0; r < world; ++r) in[r] = out[r] = lockstep.Gradients(r) + begin;
