@@ -5,8 +5,9 @@
 // another input: with --inputs equal to --outputs, the same bytes read and written, so a floor):
 //   build/bench/dtrain-bench-reduction [--elements N] [--inputs 2] [--outputs 2] [--calls 2000]
 // The default is the plane's case that matters most: a 2-rank mean of the MLP's half of its
-// gradient (101,765 floats) written back into both ranks' buffers. Both are in this core's cache:
-// a best case, since in the plane the peer's half comes from the peer's core. The variants run
+// gradient (101,765 floats; the plane's parts are 101,776 and 101,754, split on cache lines)
+// written back into both ranks' buffers. Both are in this core's cache: a best case, since in
+// the plane the peer's half comes from the peer's core. The variants run
 // in interleaved rounds, so that a slow stretch of the machine hits them all; each row gives the
 // median over every call, the 10th percentile, the bytes it reads and writes per second, and its
 // time over the kernel's mean. The libtorch ops' mean is compared bitwise with the kernel's

@@ -308,8 +308,8 @@ absl::Status MeanOfGradients(const std::vector<const std::vector<torch::Tensor>*
   return absl::OkStatus();
 }
 
-// Rank `rank`'s 1/world of the mean of every rank's gradients (`lockstep`'s), written into every
-// rank's: the shm plane's in-place all_reduce of a ddp bucket, between its two barriers.
+// Rank `rank`'s part (about 1/world) of the mean of every rank's gradients (`lockstep`'s), written
+// into every rank's: the shm plane's in-place all_reduce of a ddp bucket, between its two barriers.
 void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world) {
   const int64_t total = lockstep.exchange();
   // The plane's parts (each rank's gradients start on a page of the file).

@@ -90,6 +90,9 @@ void Rank(Shared& s, int rank, Variant variant) {
   if (absl::Status pinned = dtrain::PinCurrentThread({rank}); !pinned.ok())
     std::fprintf(stderr, "warning: rank %d not pinned: %s\n", rank, pinned.ToString().c_str());
   dtrain::SetComputeThreads(1);
+  // Halves at n / 2, as the plane split until 2026-12-04 (it now moves the boundary to a cache
+  // line: reduction_partition.h); these buffers are not page-aligned, so lines would differ per
+  // buffer, and every variant here shares the split.
   const int64_t n = s.n, half = n / 2, begin = rank == 0 ? 0 : half, end = rank == 0 ? half : n;
   const float lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   const float momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));

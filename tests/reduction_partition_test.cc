@@ -12,8 +12,10 @@ namespace {
 
 TEST(ReductionPartition, PartsCoverTheBufferOnce_InnerBoundariesOnLines) {
   for (const int64_t element : {4, 8}) {
-    for (const int64_t count : {0, 1, 7, 15, 16, 17, 100, 101'765, 203'530, 3'000'001}) {
-      for (const int parts : {1, 2, 3, 5, 8}) {
+    for (const int64_t count :
+         {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{100},
+          int64_t{101'765}, int64_t{203'530}, int64_t{3'000'001}, (int64_t{1} << 40) + 7}) {
+      for (const int parts : {1, 2, 3, 5, 8, 16, 63, 64}) {
         for (const int64_t first_byte : {int64_t{0}, element, 5 * element, 4096 + 3 * element}) {
           SCOPED_TRACE(testing::Message() << "element " << element << ", count " << count
                                           << ", parts " << parts << ", first_byte " << first_byte);
@@ -37,8 +39,8 @@ TEST(ReductionPartition, PartsCoverTheBufferOnce_InnerBoundariesOnLines) {
 
 // The case that showed the cost: rank 1's half of the MLP's 2-rank gradient started 20 bytes into
 // a line; now it starts 11 floats later, on the next one.
-TEST(ReductionPartition, TheMlpGradientsSecondHalfStartsOnALine) {
-  EXPECT_EQ(203'530 / 2 * 4 % 64, 20);
+static_assert(203'530 / 2 * 4 % 64 == 20);
+TEST(ReductionPartition, MlpGradientsSecondHalf_StartsOnTheNextLine) {
   EXPECT_EQ(ReductionPartStart(203'530, 1, 2, 0, 4), 101'776);
   // Already on a line: the even split stands.
   EXPECT_EQ(ReductionPartStart(204'800, 1, 2, 0, 4), 102'400);

@@ -3,10 +3,10 @@
 //
 // Why lines: split at count * k / parts, rank 1's half of the MLP's 2-rank gradient (203,530
 // floats) started 20 bytes into a line, so every other 32-byte load and store of its AVX2 pass
-// straddled two lines, and both ranks' cores wrote the line at the boundary. Its half took 19 us
-// where rank 0's took 16, and rank 0 waited for it at the closing barrier every step; on line
-// boundaries both took 16 (bench/reduction_split_bench.cc; docs/BENCHMARKS.md, "The split between
-// the ranks, on cache lines").
+// straddled two lines, and both ranks' cores wrote the line at the boundary. In a bench of two
+// pinned threads (bench/reduction_split_bench.cc) its half took 1.2-1.6x rank 0's time; on line
+// boundaries the two were within 18% of each other. Inside jobs the difference is a few us, below
+// their noise (docs/BENCHMARKS.md, "The split between the ranks, on cache lines").
 #ifndef DTRAIN_WORKER_REDUCTION_PARTITION_H_
 #define DTRAIN_WORKER_REDUCTION_PARTITION_H_
 
@@ -19,9 +19,10 @@ inline constexpr int64_t kReductionLineBytes = 64;
 
 // The first element of part `k` (0 <= k <= parts; part `parts` starts at `count`, the end) of
 // `count` elements of `element_bytes` each (a divisor of 64), the first of which sits
-// `first_byte` bytes into a 64-byte-aligned mapping. Every rank passes the same values and so
-// gets the same parts; together they cover the buffer once. Boundaries move up (at most 15
-// floats), so a part may be empty when count is small.
+// `first_byte` bytes (a multiple of `element_bytes`; otherwise no element starts a line) into a
+// 64-byte-aligned mapping. Every rank passes the same values and so gets the same parts; together
+// they cover the buffer once. Boundaries move up (at most 15 floats), so a part may be empty when
+// count is small.
 inline int64_t ReductionPartStart(int64_t count, int k, int parts, int64_t first_byte,
                                   int64_t element_bytes) {
   if (k <= 0) return 0;

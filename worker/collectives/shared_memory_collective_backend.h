@@ -10,10 +10,10 @@
 // transport thread.
 //
 // The algorithm, per chunk of at most the slot size: each rank copies its chunk into its slot;
-// after a barrier each rank reduces one 1/world partition over all slots into the shared
-// result; after a second barrier every rank copies the result out. Partitions are reduced in
-// rank order by one rank each, so every rank gets bitwise the same result. Two alternating
-// buffer sets make two barriers per chunk enough.
+// after a barrier each rank reduces its partition (about 1/world, its boundaries on cache lines:
+// reduction_partition.h) over all slots into the shared result; after a second barrier every rank
+// copies the result out. Partitions are reduced in rank order by one rank each, so every rank gets
+// bitwise the same result. Two alternating buffer sets make two barriers per chunk enough.
 //
 // Memory handed out by AllocateForAllReduce (ddp's gradient buckets, which the gradients
 // themselves live in) is one shared-memory object per rank that every rank maps: an all_reduce
