@@ -118,10 +118,8 @@ int main(int argc, char** argv) {
     // Positive values whose mean stays put: no overflow or subnormals however many steps.
     std::vector<float> gradients(static_cast<size_t>(n), 1.0f + 0.5f * static_cast<float>(me));
     std::vector<char> other(static_cast<size_t>(evict));
-    const int64_t begin =
-        split.on_lines ? dtrain::ReductionPartStart(n, me, 2, 0, sizeof(float)) : n * me / 2;
-    const int64_t end = split.on_lines ? dtrain::ReductionPartStart(n, me + 1, 2, 0, sizeof(float))
-                                       : n * (me + 1) / 2;
+    const auto [begin, end] = split.on_lines ? dtrain::ReductionPartOf(n, me, 2, 0, sizeof(float))
+                                             : dtrain::ReductionPart{n * me / 2, n * (me + 1) / 2};
     const float* in[2] = {buffers[0] + begin, buffers[1] + begin};
     float* out[2] = {buffers[0] + begin, buffers[1] + begin};
     step_us[me].assign(static_cast<size_t>(steps), 0);

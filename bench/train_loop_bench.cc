@@ -313,8 +313,7 @@ absl::Status MeanOfGradients(const std::vector<const std::vector<torch::Tensor>*
 void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world) {
   const int64_t total = lockstep.exchange();
   // The plane's parts (each rank's gradients start on a page of the file).
-  const int64_t begin = dtrain::ReductionPartStart(total, rank, world, 0, sizeof(float)),
-                end = dtrain::ReductionPartStart(total, rank + 1, world, 0, sizeof(float));
+  const auto [begin, end] = dtrain::ReductionPartOf(total, rank, world, 0, sizeof(float));
   std::vector<const float*> in(world);
   std::vector<float*> out(world);
   for (int r = 0; r < world; ++r) in[r] = out[r] = lockstep.Gradients(r) + begin;

@@ -48,5 +48,17 @@ TEST(ReductionPartition, MlpGradientsSecondHalf_StartsOnTheNextLine) {
   EXPECT_EQ((20 + ReductionPartStart(1'000, 1, 2, 20, 4) * 4) % 64, 0);
 }
 
+// A rank's [begin, end): each part ends where the next begins, from 0 to the end.
+TEST(ReductionPartition, PartsOfThreeRanks_TileTheBuffer) {
+  int64_t next = 0;
+  for (int k = 0; k < 3; ++k) {
+    const ReductionPart part = ReductionPartOf(100'003, k, 3, 20, 4);
+    EXPECT_EQ(part.begin, next) << "part " << k;
+    EXPECT_LE(part.begin, part.end) << "part " << k;
+    next = part.end;
+  }
+  EXPECT_EQ(next, 100'003);
+}
+
 }  // namespace
 }  // namespace dtrain

@@ -33,6 +33,17 @@ inline int64_t ReductionPartStart(int64_t count, int k, int parts, int64_t first
   return std::min(count, even + to_line / element_bytes);
 }
 
+// Part `k` (0 <= k < parts) as [begin, end): what a rank reduces.
+struct ReductionPart {
+  int64_t begin;
+  int64_t end;
+};
+inline ReductionPart ReductionPartOf(int64_t count, int k, int parts, int64_t first_byte,
+                                     int64_t element_bytes) {
+  return {ReductionPartStart(count, k, parts, first_byte, element_bytes),
+          ReductionPartStart(count, k + 1, parts, first_byte, element_bytes)};
+}
+
 }  // namespace dtrain
 
 #endif  // DTRAIN_WORKER_REDUCTION_PARTITION_H_

@@ -333,8 +333,7 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
     if (chunk == 0) DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
     if (count <= 0) break;
     // This rank's partition, reduced over the ranks in rank order (slots start on a page).
-    const int64_t begin = ReductionPartStart(count, me, world, 0, slot_element),
-                  end = ReductionPartStart(count, me + 1, world, 0, slot_element);
+    const auto [begin, end] = ReductionPartOf(count, me, world, 0, slot_element);
     if (end > begin) {
       PerRank<char*> in;
       for (int r = 0; r < world; ++r) in.push_back(segment_->slot(b, r));
@@ -359,8 +358,7 @@ absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(const SharedBuffer& bu
   // This rank's partition, reduced in one pass from every rank's memory into every rank's (every
   // rank's mapping starts on a page, so `offset` places the tensor's lines alike everywhere).
   const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
-  const int64_t begin = ReductionPartStart(numel, me, world, offset * element, element),
-                end = ReductionPartStart(numel, me + 1, world, offset * element, element);
+  const auto [begin, end] = ReductionPartOf(numel, me, world, offset * element, element);
   if (end > begin) {
     const PerRank<char*> every(buffer.bases.begin(), buffer.bases.end());
     ReduceRaw(dtype, every, every, offset + begin, end - begin, op);
