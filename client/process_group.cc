@@ -24,6 +24,13 @@ namespace {
 constexpr absl::Duration kTransportGrace = absl::Seconds(10);
 constexpr double kSlowestBytesPerSecond = 50e6;
 
+// A call that did not get through or was answered late: the coordinator may be busy or the
+// network briefly down, and the next heartbeat may well be answered.
+bool IsTransportTrouble(absl::StatusCode code) {
+  return code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kUnavailable ||
+         code == absl::StatusCode::kResourceExhausted;
+}
+
 uint64_t RandomIncarnation() {
   std::random_device device;
   std::mt19937_64 rng((static_cast<uint64_t>(device()) << 32) ^ device() ^
@@ -82,7 +89,8 @@ std::string TokenOf(const ProcessGroupOptions& options) {
 }  // namespace
 
 ProcessGroup::ProcessGroup(const std::string& address, ProcessGroupOptions options)
-    : channel_(ConnectToCoordinator(address, TokenOf(options))),
+    : address_(address),
+      channel_(ConnectToCoordinator(address, TokenOf(options))),
       stub_(v1::Coordinator::NewStub(channel_)),
       generic_(std::make_unique<grpc::GenericStub>(channel_)),
       control_(v1::Coordinator::NewStub(ConnectToCoordinator(address, TokenOf(options)))),
@@ -136,6 +144,13 @@ ProcessGroup::~ProcessGroup() {
 void ProcessGroup::HeartbeatLoop() {
   const absl::Duration interval =
       absl::Milliseconds(std::max<int64_t>(assignment_.heartbeat_interval_ms(), 10));
+  // A heartbeat answered late or lost on the way is not a verdict: the coordinator declares a
+  // member dead only after heartbeat_timeout without one, and every collective that consults
+  // health() would otherwise fail at the first late answer on a busy machine. The coordinator
+  // counts as lost after as long without any answer.
+  const absl::Duration patience =
+      std::max(absl::Milliseconds(assignment_.heartbeat_timeout_ms()), interval * 2);
+  absl::Time last_answer = absl::Now();
   v1::HeartbeatRequest request;
   *request.mutable_member() = assignment_.member();
   while (!stop_heartbeats_.WaitForNotificationWithTimeout(interval)) {
@@ -143,6 +158,17 @@ void ProcessGroup::HeartbeatLoop() {
     context.set_deadline(absl::ToChronoTime(absl::Now() + interval * 2));
     v1::HeartbeatResponse response;
     absl::Status status = FromGrpcStatus(control_->Heartbeat(&context, request, &response));
+    const absl::Time now = absl::Now();
+    if (status.ok()) {
+      last_answer = now;
+    } else if (IsTransportTrouble(status.code())) {
+      if (now - last_answer < patience) continue;
+      status = absl::UnavailableError(absl::StrCat(
+          "the coordinator at ", address_, " has answered no heartbeat for ",
+          absl::FormatDuration(absl::Trunc(now - last_answer, absl::Milliseconds(1))),
+          " (heartbeat timeout ", absl::FormatDuration(patience),
+          "; the last call: ", status.message(), "): it is down, unreachable or overloaded"));
+    }
     absl::MutexLock lock(&health_mu_);
     health_ = status;
     // A failed or finished group never recovers; stop talking to it.

@@ -131,7 +131,9 @@ class ProcessGroup {
   // Leaves cleanly; later calls answer FAILED_PRECONDITION.
   absl::Status Leave();
 
-  // OK, or the error the last heartbeat got (e.g. ABORTED: a member died).
+  // OK, or the error the last heartbeat got (e.g. ABORTED: a member died); UNAVAILABLE once the
+  // coordinator has answered no heartbeat for the heartbeat timeout (late or lost ones before
+  // that leave it OK).
   absl::Status health() const;
 
   // Ends this rank's wait in a collective (a cancelled step's): the collective in flight, and
@@ -173,6 +175,7 @@ class ProcessGroup {
   absl::Time NextContext(const CallOptions& options, int64_t payload_bytes,
                          v1::CollectiveContext* context) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
 
+  const std::string address_;               // the coordinator's, for messages
   std::shared_ptr<grpc::Channel> channel_;  // collectives and key-value
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::unique_ptr<grpc::GenericStub> generic_;      // tensor streams, zero-copy framing

@@ -20,13 +20,15 @@ import os
 import random
 import socket
 import threading
+import time
 from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
 
 import grpc
 import numpy as np
 
 from dtrain._connection import Connection, TLSArg
-from dtrain.errors import DtrainError, FailedPrecondition, InvalidArgument, from_rpc_error
+from dtrain.errors import (DtrainError, FailedPrecondition, InvalidArgument, error_for,
+                           from_rpc_error)
 from dtrain.v1 import coordinator_pb2 as pb
 from dtrain.v1 import coordinator_pb2_grpc, tensor_pb2
 
@@ -37,6 +39,10 @@ MAX_SEGMENTS = 32
 CHUNK_BYTES = (4 << 20) - (64 << 10)
 _TRANSPORT_GRACE = 10.0
 _SLOWEST_BYTES_PER_SECOND = 50e6
+# A heartbeat that did not get through or was answered late: the coordinator may be busy or the
+# network briefly down, and the next one may well be answered.
+_TRANSPORT_TROUBLE = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE,
+                      grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 _OPS = {
     "sum": pb.REDUCE_OP_SUM,
@@ -230,7 +236,8 @@ class ProcessGroup:
 
     def health(self) -> Optional[DtrainError]:
         """None while heartbeats succeed; otherwise the error the last one got (Aborted when a
-        member died)."""
+        member died), or Unavailable once the coordinator has answered none for the heartbeat
+        timeout (late or lost heartbeats before that leave it None)."""
         return self._health
 
     # -- collectives ------------------------------------------------------------------------------
@@ -379,12 +386,26 @@ class ProcessGroup:
     # -- internals ---------------------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
         interval = max(self._assignment.heartbeat_interval_ms, 10) / 1000.0
+        # A heartbeat answered late or lost on the way is not a verdict: the coordinator declares
+        # a member dead only after its heartbeat timeout without one, so the coordinator counts
+        # as lost only after as long without any answer (as the C++ client does).
+        patience = max(self._assignment.heartbeat_timeout_ms / 1000.0, interval * 2)
+        last_answer = time.monotonic()
         request = pb.HeartbeatRequest(member=self._assignment.member)
         while not self._stop.wait(interval):
             try:
                 self._control_conn.call(self._control.Heartbeat, request, timeout=interval * 2)
                 self._health = None
+                last_answer = time.monotonic()
             except DtrainError as e:
+                if e.code in _TRANSPORT_TROUBLE:
+                    silent = time.monotonic() - last_answer
+                    if silent < patience:
+                        continue
+                    e = error_for(grpc.StatusCode.UNAVAILABLE, (
+                        f"the coordinator at {self._conn.address} has answered no heartbeat for "
+                        f"{silent:.3f}s (heartbeat timeout {patience:g}s; the last call: "
+                        f"{e.message}): it is down, unreachable or overloaded"))
                 self._health = e
                 # A failed or finished group never recovers; stop talking to it.
                 if e.code in (grpc.StatusCode.ABORTED, grpc.StatusCode.FAILED_PRECONDITION,

@@ -1,9 +1,12 @@
 """Python ranks in coordinator groups: every collective with numpy and torch, mixed with a C++
-rank (dtrain-collectives-demo, the C++ client library) in one group, and the named errors."""
+rank (dtrain-collectives-demo, the C++ client library) in one group, the named errors, and
+health through a coordinator that falls silent."""
 
 import os
+import signal
 import subprocess
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -181,3 +184,59 @@ def test_named_errors(bare_coordinator):
     # Joining waits for a coordinator that is not there yet, within register_timeout.
     with pytest.raises(dtrain.DeadlineExceeded):
         dtrain.ProcessGroup("none", 1, "127.0.0.1:1", register_timeout=0.5)
+
+
+def test_health_waits_out_a_silent_coordinator_then_names_it(tmp_path):
+    """A coordinator that stops answering (SIGSTOP) for less than the heartbeat timeout leaves
+    every rank's health None and the group working; past the timeout, health names it."""
+    from conftest import Cluster
+
+    c = Cluster(str(tmp_path), workers=0,
+                coordinator_flags=("--heartbeat_interval=100ms", "--heartbeat_timeout=2s"))
+    pid = c.coordinator.pid
+    both = threading.Barrier(2, timeout=60)
+    try:
+        def body(pg):
+            pg.barrier("before")
+            both.wait()
+            # 1 s silent: five heartbeats' deadlines pass unanswered, half the timeout.
+            if pg.rank == 0:
+                os.kill(pid, signal.SIGSTOP)
+            seen = []
+            until = time.monotonic() + 1.0
+            while time.monotonic() < until:
+                seen.append(pg.health())
+                time.sleep(0.01)
+            both.wait()
+            if pg.rank == 0:
+                os.kill(pid, signal.SIGCONT)
+            pg.barrier("after a short silence")
+            # Silent past the timeout.
+            both.wait()
+            if pg.rank == 0:
+                os.kill(pid, signal.SIGSTOP)
+            stopped = time.monotonic()
+            verdict = None
+            while verdict is None and time.monotonic() - stopped < 15:
+                verdict = pg.health()
+                time.sleep(0.01)
+            took = time.monotonic() - stopped
+            both.wait()
+            if pg.rank == 0:
+                os.kill(pid, signal.SIGCONT)
+            try:
+                pg.leave()
+            except dtrain.DtrainError:
+                pass  # the coordinator, back, may have declared the group dead meanwhile
+            return [h for h in seen if h is not None], verdict, took
+
+        results = run_ranks(2, body, c.address, "patience")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        c.stop()
+    for r, (bad, verdict, took) in results.items():
+        assert bad == [], f"rank {r}: health during a short silence: {bad[0]}"
+        assert isinstance(verdict, dtrain.Unavailable), f"rank {r}: {verdict!r}"
+        assert f"the coordinator at {c.address} has answered no heartbeat for" in verdict.message
+        assert "heartbeat timeout 2s" in verdict.message
+        assert 1.8 <= took < 6, f"rank {r}: reported after {took:.2f} s"
