@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <random>
 
 #include <grpcpp/channel.h>
@@ -150,24 +151,32 @@ void ProcessGroup::HeartbeatLoop() {
   // counts as lost after as long without any answer.
   const absl::Duration patience =
       std::max(absl::Milliseconds(assignment_.heartbeat_timeout_ms()), interval * 2);
-  absl::Time last_answer = absl::Now();
+  // A coordinator that answers every heartbeat slowly is alive: each call waits up to a quarter
+  // of the patience, but never past the moment the verdict is due, so the verdict is on time.
+  const absl::Duration per_call = std::max(interval * 2, patience / 4);
+  // Silence is measured on the monotonic clock: a wall-clock step must not make a verdict.
+  auto last_answer = std::chrono::steady_clock::now();
+  auto silent = [&] { return absl::FromChrono(std::chrono::steady_clock::now() - last_answer); };
   v1::HeartbeatRequest request;
   *request.mutable_member() = assignment_.member();
   while (!stop_heartbeats_.WaitForNotificationWithTimeout(interval)) {
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + interval * 2));
+    const absl::Duration left = patience - silent();
+    context.set_deadline(absl::ToChronoTime(
+        absl::Now() + (left > absl::Milliseconds(1) ? std::min(per_call, left) : per_call)));
     v1::HeartbeatResponse response;
     absl::Status status = FromGrpcStatus(control_->Heartbeat(&context, request, &response));
-    const absl::Time now = absl::Now();
-    if (status.ok()) {
-      last_answer = now;
-    } else if (IsTransportTrouble(status.code())) {
-      if (now - last_answer < patience) continue;
+    if (!IsTransportTrouble(status.code())) {
+      // Any answer, a refusal included, shows the coordinator is there.
+      last_answer = std::chrono::steady_clock::now();
+    } else {
+      const absl::Duration quiet = silent();
+      if (quiet < patience) continue;
       status = absl::UnavailableError(absl::StrCat(
           "the coordinator at ", address_, " has answered no heartbeat for ",
-          absl::FormatDuration(absl::Trunc(now - last_answer, absl::Milliseconds(1))),
-          " (heartbeat timeout ", absl::FormatDuration(patience),
-          "; the last call: ", status.message(), "): it is down, unreachable or overloaded"));
+          absl::FormatDuration(absl::Trunc(quiet, absl::Milliseconds(1))), " (heartbeat timeout ",
+          absl::FormatDuration(patience), "; the last call: ", status.message(),
+          "): it is down, unreachable or overloaded"));
     }
     absl::MutexLock lock(&health_mu_);
     health_ = status;

@@ -132,8 +132,9 @@ class ProcessGroup {
   absl::Status Leave();
 
   // OK, or the error the last heartbeat got (e.g. ABORTED: a member died); UNAVAILABLE once the
-  // coordinator has answered no heartbeat for the heartbeat timeout (late or lost ones before
-  // that leave it OK).
+  // coordinator has answered no heartbeat for the heartbeat timeout (two intervals if it gave
+  // none). Late or lost heartbeats before that leave it unchanged, and an answered one after a
+  // verdict of UNAVAILABLE makes it OK again.
   absl::Status health() const;
 
   // Ends this rank's wait in a collective (a cancelled step's): the collective in flight, and

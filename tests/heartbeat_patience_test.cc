@@ -41,7 +41,8 @@ class Frozen {
 
 TEST(HeartbeatPatience, CoordinatorSilentBelowThenPastTheTimeout_HealthOkThenUnavailable) {
   LocalCluster cluster(absl::StrCat(::testing::TempDir(), "/heartbeat-patience-", getpid()));
-  // Heartbeats every 100 ms, each given 200 ms; members declared dead after 2 s without one.
+  // Heartbeats every 100 ms, each given up to 500 ms; members declared dead after 2 s without
+  // one.
   ASSERT_TRUE(cluster.StartCoordinator("127.0.0.1:0",
                                        {"--heartbeat_interval=100ms", "--heartbeat_timeout=2s"}));
   std::unique_ptr<ProcessGroup> ranks[2];
@@ -68,7 +69,7 @@ TEST(HeartbeatPatience, CoordinatorSilentBelowThenPastTheTimeout_HealthOkThenUna
   };
   ASSERT_TRUE(barrier("before").ok());
 
-  // Silent for 1 s: five heartbeats' deadlines pass unanswered, half the timeout.
+  // Silent for 1 s, half the timeout: the heartbeats in flight go unanswered.
   {
     Frozen frozen(cluster.coordinator_pid());
     ASSERT_TRUE(frozen.ok());
@@ -113,7 +114,7 @@ TEST(HeartbeatPatience, CoordinatorSilentBelowThenPastTheTimeout_HealthOkThenUna
                                        " has answered no heartbeat for")));
     EXPECT_THAT(verdict[r].message(), HasSubstr("heartbeat timeout 2s"));
     // The last answer came at most an interval before the freeze.
-    EXPECT_GE(took[r], absl::Milliseconds(1800)) << "rank " << r;
+    EXPECT_GE(took[r], absl::Milliseconds(1500)) << "rank " << r;
     EXPECT_LT(took[r], absl::Seconds(6)) << "rank " << r;
     std::printf("rank %d: the silent coordinator reported after %s: %s\n", r,
                 absl::FormatDuration(took[r]).c_str(), verdict[r].ToString().c_str());

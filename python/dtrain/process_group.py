@@ -237,7 +237,8 @@ class ProcessGroup:
     def health(self) -> Optional[DtrainError]:
         """None while heartbeats succeed; otherwise the error the last one got (Aborted when a
         member died), or Unavailable once the coordinator has answered none for the heartbeat
-        timeout (late or lost heartbeats before that leave it None)."""
+        timeout. Late or lost heartbeats before that leave it unchanged; an answered one after
+        Unavailable makes it None again."""
         return self._health
 
     # -- collectives ------------------------------------------------------------------------------
@@ -390,15 +391,22 @@ class ProcessGroup:
         # a member dead only after its heartbeat timeout without one, so the coordinator counts
         # as lost only after as long without any answer (as the C++ client does).
         patience = max(self._assignment.heartbeat_timeout_ms / 1000.0, interval * 2)
+        # A slow coordinator is alive: each call waits up to a quarter of the patience, never
+        # past the moment the verdict is due.
+        per_call = max(interval * 2, patience / 4)
         last_answer = time.monotonic()
         request = pb.HeartbeatRequest(member=self._assignment.member)
         while not self._stop.wait(interval):
+            left = patience - (time.monotonic() - last_answer)
             try:
-                self._control_conn.call(self._control.Heartbeat, request, timeout=interval * 2)
+                self._control_conn.call(self._control.Heartbeat, request,
+                                        timeout=min(per_call, left) if left > 0.001 else per_call)
                 self._health = None
                 last_answer = time.monotonic()
             except DtrainError as e:
-                if e.code in _TRANSPORT_TROUBLE:
+                if e.code not in _TRANSPORT_TROUBLE:
+                    last_answer = time.monotonic()  # a refusal is an answer too
+                else:
                     silent = time.monotonic() - last_answer
                     if silent < patience:
                         continue
