@@ -399,21 +399,26 @@ class ProcessGroup:
         while not self._stop.wait(interval):
             left = patience - (time.monotonic() - last_answer)
             try:
-                self._control_conn.call(self._control.Heartbeat, request,
+                # The stub directly, not Connection.call: its advice for an unreachable
+                # coordinator ("start a cluster") is for a first call, not a verdict mid-run.
+                self._control.Heartbeat(request, metadata=self._control_conn.metadata,
                                         timeout=min(per_call, left) if left > 0.001 else per_call)
                 self._health = None
                 last_answer = time.monotonic()
-            except DtrainError as e:
-                if e.code not in _TRANSPORT_TROUBLE:
+            except grpc.RpcError as rpc:
+                code = rpc.code() if hasattr(rpc, "code") else grpc.StatusCode.UNKNOWN
+                if code not in _TRANSPORT_TROUBLE:
                     last_answer = time.monotonic()  # a refusal is an answer too
+                    e = from_rpc_error(rpc, self._conn.address)
                 else:
                     silent = time.monotonic() - last_answer
                     if silent < patience:
                         continue
+                    details = rpc.details() if hasattr(rpc, "details") else str(rpc)
                     e = error_for(grpc.StatusCode.UNAVAILABLE, (
                         f"the coordinator at {self._conn.address} has answered no heartbeat for "
                         f"{silent:.3f}s (heartbeat timeout {patience:g}s; the last call: "
-                        f"{e.message}): it is down, unreachable or overloaded"))
+                        f"{details or code.name}): it is down, unreachable or overloaded"))
                 self._health = e
                 # A failed or finished group never recovers; stop talking to it.
                 if e.code in (grpc.StatusCode.ABORTED, grpc.StatusCode.FAILED_PRECONDITION,
