@@ -131,7 +131,8 @@ class ProcessGroup {
   // Leaves cleanly; later calls answer FAILED_PRECONDITION.
   absl::Status Leave();
 
-  // OK, or the error the last heartbeat got (e.g. ABORTED: a member died); UNAVAILABLE once the
+  // OK, or the error the last heartbeat got (e.g. ABORTED: a member died; FAILED_PRECONDITION:
+  // the coordinator is shutting down, and the group ends with it); UNAVAILABLE once the
   // coordinator has answered no heartbeat for the heartbeat timeout (two intervals if it gave
   // none). Late or lost heartbeats before that leave it unchanged, and an answered one after a
   // verdict of UNAVAILABLE makes it OK again.

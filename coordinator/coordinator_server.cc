@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/directories.h"
+#include "common/log.h"
 #include "common/standard_services.h"
 #include "common/streaming.h"
 
@@ -253,6 +254,17 @@ void CoordinatorServer::Shutdown() {
   groups_->Stop();
   engine_->Stop();
   kv_->Stop();
+  // Members on the Gloo and shared-memory planes learn of the shutdown from their next
+  // heartbeat's answer; once the server stops they would hear only UNAVAILABLE, which they wait
+  // out for the heartbeat timeout. So the server answers for one more heartbeat round, less when
+  // every member has heard (a coordinator without groups stops at once).
+  const absl::Duration round = options_.groups.heartbeat_interval * 3 / 2 + absl::Milliseconds(200);
+  if (int not_told = groups_->AwaitMembersTold(std::min(round, absl::Seconds(5))); not_told > 0) {
+    LogWarning(
+        "group members sent no heartbeat during the shutdown; they will see the coordinator as "
+        "gone only after their heartbeat timeout",
+        {{"members", not_told}});
+  }
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_->Wait();

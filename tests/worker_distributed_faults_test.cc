@@ -2,8 +2,9 @@
 // mismatched calls and missing rank named on every rank, a cancelled step ending the wait for a
 // peer that never comes (on every plane; the coordinator's barriers too), Gloo's sliced waits
 // never reporting a false timeout, and the bounds on Gloo's connect (its store's waits, its
-// budget).
+// budget), and a coordinator's clean shutdown heard at once on every plane.
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -375,6 +376,66 @@ TEST(GlooBackend, NonPositiveTimeouts_Refused) {
   EXPECT_THAT(made.status().message(), HasSubstr("-1s for operations"));
 }
 
+// A coordinator that shuts down cleanly (SIGTERM) ends a group whose rank waits in a collective
+// for a peer that is alive but has not called: on the Gloo and shared-memory planes, whose data
+// does not pass through the coordinator, the waiting rank hears it from its next heartbeat's
+// answer, not after the heartbeat timeout (20 s here) of a silent coordinator. The coordinator
+// answers one more heartbeat round before it stops serving, and not longer.
+class CoordinatorShutdown : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CoordinatorShutdown, ARankWaitingForItsPeerHearsItAtOnce_OnEveryPlane) {
+  CoordinatorOptions options = testing::FastOptions();
+  options.groups.heartbeat_timeout = absl::Seconds(20);
+  auto coordinator = testing::StartCoordinator(options);
+  ASSERT_NE(coordinator, nullptr);
+  const std::string address = coordinator->address();
+  absl::Status waited, peer_health;
+  absl::Duration took, shutdown_took;
+  absl::Notification done;
+  auto statuses = testing::RunRanks(
+      address, "shutdown-" + GetParam(), 2, [&](ProcessGroup& pg) -> absl::Status {
+        auto backend = MakeBackend(GetParam(), address, &pg, absl::Minutes(5));
+        if (!backend.ok()) return backend.status();
+        if (pg.rank() == 1) {
+          // Alive (heartbeating) but never calls: only the shutdown can end rank 0's wait.
+          done.WaitForNotificationWithTimeout(absl::Seconds(60));
+          peer_health = pg.health();
+          return absl::OkStatus();
+        }
+        torch::Tensor t = torch::ones({1000});
+        const absl::Time start = absl::Now();
+        // The shutdown comes 300 ms after the call began, while it waits for rank 1: the delay
+        // is the scenario (a wait under way), not settling; the time checks below catch a call
+        // that ended before it.
+        std::thread stopper([&] {
+          absl::SleepFor(absl::Milliseconds(300));
+          const absl::Time begin = absl::Now();
+          coordinator->Shutdown();
+          shutdown_took = absl::Now() - begin;
+        });
+        waited = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
+        took = absl::Now() - start;
+        stopper.join();
+        done.Notify();
+        return absl::OkStatus();
+      });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  EXPECT_FALSE(waited.ok());
+  EXPECT_THAT(std::string(waited.message()), HasSubstr("all_reduce"));
+  EXPECT_THAT(std::string(waited.message()), HasSubstr("the coordinator is shutting down"));
+  EXPECT_GE(took, absl::Milliseconds(300));
+  EXPECT_LT(took, absl::Seconds(8)) << waited;  // not the 20 s heartbeat timeout
+  // The peer heard it too, by its own heartbeat, as a final answer.
+  EXPECT_EQ(peer_health.code(), absl::StatusCode::kFailedPrecondition) << peer_health;
+  EXPECT_THAT(std::string(peer_health.message()), HasSubstr("the coordinator is shutting down"));
+  // Every member was told within a round of 100 ms heartbeats; the server's own stop allows
+  // calls in flight 2 s.
+  EXPECT_LT(shutdown_took, absl::Seconds(5));
+  std::printf("%s: the wait ended after %s (%s); the shutdown took %s\n", GetParam().c_str(),
+              absl::FormatDuration(took).c_str(), waited.ToString().c_str(),
+              absl::FormatDuration(shutdown_took).c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(Planes, InterruptedWait,
                          ::testing::Values("grpc", "gloo", "shm", "shm-bool"),
                          [](const auto& info) {
@@ -382,6 +443,8 @@ INSTANTIATE_TEST_SUITE_P(Planes, InterruptedWait,
                            name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
                            return name;
                          });
+
+INSTANTIATE_TEST_SUITE_P(Planes, CoordinatorShutdown, ::testing::Values("grpc", "gloo", "shm"));
 
 }  // namespace worker_distributed_faults_test
 }  // namespace dtrain

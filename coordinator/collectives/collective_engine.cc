@@ -599,7 +599,12 @@ void CollectiveEngine::Stop() {
     stopped_ = true;
     for (auto& [key, group] : states_) {
       for (auto& [seq, inst] : group.instances) {
-        FailInstance(group, inst, absl::UnavailableError("the coordinator is shutting down"),
+        // Named, so that a rank waiting in several places knows which call ended.
+        const std::string what =
+            inst.first ? CollectiveKindName(inst.first->kind) : std::string("collective");
+        FailInstance(group, inst,
+                     absl::UnavailableError(absl::StrCat(what, " #", seq, " of group '", key.first,
+                                                         "': the coordinator is shutting down")),
                      completions);
       }
       group.instances.clear();

@@ -325,6 +325,16 @@ absl::StatusOr<MemberView> GroupTable::CheckMember(const v1::MemberRef& member) 
 
 absl::Status GroupTable::Heartbeat(const v1::MemberRef& member) {
   absl::MutexLock lock(&mu_);
+  if (stopped_) {
+    // gRPC answers UNAVAILABLE once the server stops, which a member takes for transport
+    // trouble and waits out for the heartbeat timeout; this answer is a verdict at once.
+    absl::StatusOr<const Member*> found = FindMember(member, /*allow_failed=*/true);
+    if (found.ok()) const_cast<Member*>(*found)->told_shutdown = true;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the coordinator is shutting down; group '", member.group(),
+        "' ends with it (groups live in the coordinator's memory): register again once a "
+        "coordinator is back"));
+  }
   absl::StatusOr<const Member*> found = FindMember(member, /*allow_failed=*/false);
   if (!found.ok()) return found.status();
   const_cast<Member*>(*found)->last_heartbeat = options_.clock();
@@ -461,6 +471,22 @@ void GroupTable::Stop() {
     }
   }
   Run(completions);
+}
+
+int GroupTable::MembersNotToldLocked() const {
+  int not_told = 0;
+  for (const auto& [id, g] : groups_) {
+    if (g.state != v1::GROUP_STATE_ACTIVE) continue;
+    for (const Member& m : g.members) not_told += !m.left && !m.dead && !m.told_shutdown;
+  }
+  return not_told;
+}
+
+int GroupTable::AwaitMembersTold(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto all_told = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return MembersNotToldLocked() == 0; };
+  mu_.AwaitWithTimeout(absl::Condition(&all_told), timeout);
+  return MembersNotToldLocked();
 }
 
 std::vector<v1::GroupInfo> GroupTable::List() const {

@@ -80,7 +80,10 @@ class GroupTable {
   // NOT_FOUND, FAILED_PRECONDITION (other generation or incarnation, left), ABORTED (failed).
   absl::StatusOr<MemberView> CheckMember(const v1::MemberRef& member) const;
 
-  // Same errors as CheckMember; records the member as alive.
+  // Same errors as CheckMember; records the member as alive. Once stopped, FAILED_PRECONDITION
+  // "the coordinator is shutting down", so that members on the Gloo and shared-memory planes
+  // (whose collectives do not pass through here) end at once rather than after the heartbeat
+  // timeout of silence.
   absl::Status Heartbeat(const v1::MemberRef& member);
 
   // Same errors as CheckMember, except that leaving a failed group is allowed.
@@ -93,6 +96,9 @@ class GroupTable {
 
   // Fails every pending registration with UNAVAILABLE.
   void Stop();
+  // After Stop: waits until every live member of a formed group has been told of the shutdown
+  // by a heartbeat, or for `timeout`. Returns the members not told (0 when all were).
+  int AwaitMembersTold(absl::Duration timeout);
 
   std::vector<v1::GroupInfo> List() const;
   // Members declared dead for missing heartbeats since start.
@@ -115,6 +121,7 @@ class GroupTable {
     absl::Time last_heartbeat;
     bool left = false;
     bool dead = false;
+    bool told_shutdown = false;
   };
   struct Group {
     std::string id;
@@ -150,6 +157,7 @@ class GroupTable {
   absl::StatusOr<const Member*> FindMember(const v1::MemberRef& ref, bool allow_failed) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static std::string Describe(const Member& member);
+  int MembersNotToldLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static void Run(std::vector<Completion>& completions);
 
   const GroupTableOptions options_;

@@ -247,3 +247,40 @@ def test_health_waits_out_a_silent_coordinator_then_names_it(tmp_path):
         assert verdict.message.count(c.address) == 1, verdict.message
         assert 1.5 <= took < 6, f"rank {r}: reported after {took:.2f} s"
 
+
+def test_health_names_a_coordinator_shutdown_at_once(tmp_path):
+    """A coordinator stopped cleanly (SIGTERM) tells every rank by its next heartbeat's answer,
+    not after the heartbeat timeout (20 s here) of a silent one."""
+    from conftest import Cluster
+
+    c = Cluster(str(tmp_path), workers=0,
+                coordinator_flags=("--heartbeat_interval=100ms", "--heartbeat_timeout=20s"))
+    both = threading.Barrier(2, timeout=60)
+    try:
+        def body(pg):
+            pg.barrier("before")
+            both.wait()
+            if pg.rank == 0:
+                c.coordinator.send_signal(signal.SIGTERM)
+            stopped = time.monotonic()
+            verdict = None
+            while verdict is None and time.monotonic() - stopped < 30:
+                verdict = pg.health()
+                time.sleep(0.01)
+            took = time.monotonic() - stopped
+            try:
+                pg.leave()
+            except dtrain.DtrainError:
+                pass  # the coordinator is gone
+            return verdict, took
+
+        results = run_ranks(2, body, c.address, "shutdown")
+        # It stopped by itself, promptly: it waited only for both ranks' heartbeats.
+        assert c.coordinator.wait(timeout=10) == 0
+    finally:
+        c.stop()
+    for r, (verdict, took) in results.items():
+        assert isinstance(verdict, dtrain.FailedPrecondition), f"rank {r}: {verdict!r}"
+        assert "the coordinator is shutting down" in verdict.message, verdict.message
+        assert "group 'shutdown' ends with it" in verdict.message, verdict.message
+        assert took < 5, f"rank {r}: reported after {took:.2f} s"
