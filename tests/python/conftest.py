@@ -26,10 +26,11 @@ def _binary(name):
 
 
 def _wait_for_port(port_file, process, seconds=20.0):
+    # args[3]: the binary, after setpriv and its flags (Cluster._start).
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{process.args[0]} exited with {process.returncode}")
+            raise RuntimeError(f"{process.args[3]} exited with {process.returncode}")
         try:
             with open(port_file) as f:
                 text = f.read().strip()
@@ -38,7 +39,7 @@ def _wait_for_port(port_file, process, seconds=20.0):
         except FileNotFoundError:
             pass
         time.sleep(0.05)
-    raise RuntimeError(f"{process.args[0]} wrote no port within {seconds} s")
+    raise RuntimeError(f"{process.args[3]} wrote no port within {seconds} s")
 
 
 class Cluster:
@@ -60,7 +61,12 @@ class Cluster:
 
     def _start(self, argv, log_name):
         log = open(os.path.join(self.dir, f"{log_name}.log"), "w")
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        # Killed with pytest however pytest ends (ctest's timeout kills it; a test may have left
+        # the coordinator SIGSTOPped), so nothing outlives the run. setpriv (util-linux, always
+        # on Debian), not preexec_fn, which may deadlock in a process with threads. The signal
+        # follows the thread that started the process: clusters start on pytest's main thread.
+        process = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", *argv], stdout=log,
+                                   stderr=subprocess.STDOUT)
         self.processes.append(process)
         return process
 
