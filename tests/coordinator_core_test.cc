@@ -162,6 +162,46 @@ TEST_F(GroupTableTest, Leave_ReportsRank_EndsWhenAllLeft_ThenANewGeneration) {
   EXPECT_EQ((*c.result)->member().generation(), (*a.result)->member().generation() + 1);
 }
 
+// Once stopped, a heartbeat is told of the shutdown as a final answer (a failed group keeps its
+// reason), and AwaitMembersTold counts the live members of formed groups not told yet: not the
+// one that left, not those of a failed group.
+TEST_F(GroupTableTest, Stopped_HeartbeatsToldOfTheShutdown_AwaitCountsWhoIsNotTold) {
+  Registration a, b, c, d, e;
+  table_.Register(Request("g", 3, "h", 1, "w0"), a.Done());
+  table_.Register(Request("g", 3, "h", 2, "w1"), b.Done());
+  table_.Register(Request("g", 3, "h", 3, "w2"), c.Done());
+  table_.Register(Request("f", 2, "h", 4, "x0"), d.Done());
+  table_.Register(Request("f", 2, "h", 5, "x1"), e.Done());
+  ASSERT_TRUE(a.result->ok() && b.result->ok() && c.result->ok());
+  ASSERT_TRUE(d.result->ok() && e.result->ok());
+  // Group f fails: x1 goes silent past the timeout while x0 and g's members heartbeat.
+  clock_.now += absl::Seconds(4);
+  for (const auto* r : {&a, &b, &c, &d}) ASSERT_TRUE(table_.Heartbeat((*r->result)->member()).ok());
+  clock_.now += absl::Seconds(2);
+  table_.Tick(clock_.now);
+  ASSERT_EQ(failures_.size(), 1u);
+  ASSERT_TRUE(table_.Leave((*c.result)->member()).ok());  // w2 leaves g
+
+  table_.Stop();
+  // w0 and w1 are live members of a formed group not told yet.
+  EXPECT_EQ(table_.AwaitMembersTold(absl::ZeroDuration()), 2);
+  const absl::Status told = table_.Heartbeat((*a.result)->member());
+  EXPECT_EQ(told.code(), absl::StatusCode::kFailedPrecondition) << told;
+  EXPECT_THAT(told.message(), HasSubstr("the coordinator is shutting down"));
+  EXPECT_THAT(told.message(), HasSubstr("group 'g' ends with it"));
+  EXPECT_EQ(table_.AwaitMembersTold(absl::ZeroDuration()), 1);
+  // x0's group failed before the shutdown: it hears why, naming the dead peer.
+  const absl::Status failed = table_.Heartbeat((*d.result)->member());
+  EXPECT_EQ(failed.code(), absl::StatusCode::kAborted) << failed;
+  EXPECT_THAT(failed.message(), HasSubstr("'x1'"));
+  EXPECT_EQ(table_.Heartbeat((*b.result)->member()).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(table_.AwaitMembersTold(absl::Seconds(10)), 0);  // at once: nobody left to tell
+  // A stranger's heartbeat is told of the shutdown too.
+  v1::MemberRef stranger = (*a.result)->member();
+  stranger.set_group("nobody");
+  EXPECT_EQ(table_.Heartbeat(stranger).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(GroupTableTest, Elastic_FormsWithMinAfterSettle) {
   v1::RegisterRequest r = Request("e", 4, "h", 1);
   r.set_min_world_size(2);

@@ -329,7 +329,12 @@ absl::Status GroupTable::Heartbeat(const v1::MemberRef& member) {
     // gRPC answers UNAVAILABLE once the server stops, which a member takes for transport
     // trouble and waits out for the heartbeat timeout; this answer is a verdict at once.
     absl::StatusOr<const Member*> found = FindMember(member, /*allow_failed=*/true);
-    if (found.ok()) const_cast<Member*>(*found)->told_shutdown = true;
+    if (found.ok()) {
+      const_cast<Member*>(*found)->told_shutdown = true;
+      // A group that failed just before keeps its reason: it names the dead peer.
+      const Group& g = groups_.at(member.group());
+      if (g.state == v1::GROUP_STATE_FAILED) return absl::AbortedError(g.failure);
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "the coordinator is shutting down; group '", member.group(),
         "' ends with it (groups live in the coordinator's memory): register again once a "

@@ -242,9 +242,9 @@ def test_health_waits_out_a_silent_coordinator_then_names_it(tmp_path):
         assert isinstance(verdict, dtrain.Unavailable), f"rank {r}: {verdict!r}"
         assert f"the coordinator at {c.address} has answered no heartbeat for" in verdict.message
         assert "heartbeat timeout 2s" in verdict.message
-        # The verdict comes mid-run: no advice to start a cluster, no address named twice.
+        # The verdict comes mid-run: no advice to start a cluster, no "cannot reach ADDR" wrapping.
         assert "deploy/local/cluster.sh" not in verdict.message, verdict.message
-        assert verdict.message.count(c.address) == 1, verdict.message
+        assert "cannot reach" not in verdict.message, verdict.message
         assert 1.5 <= took < 6, f"rank {r}: reported after {took:.2f} s"
 
 
