@@ -2,8 +2,13 @@
 // mismatched calls and missing rank named on every rank, a cancelled step ending the wait for a
 // peer that never comes (on every plane; the coordinator's barriers too), Gloo's sliced waits
 // never reporting a false timeout, and the bounds on Gloo's connect (its store's waits, its
-// budget), and a coordinator's clean shutdown heard at once on every plane.
+// budget), a coordinator's clean shutdown heard at once on every plane, and a frozen coordinator
+// waited out for less than the heartbeat timeout and named past it.
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -23,6 +28,7 @@
 #include "absl/time/time.h"
 #include "client/kv_client.h"
 #include "common/channel.h"
+#include "tests/local_cluster.h"
 #include "tests/test_support.h"
 #include "tests/worker_test_helpers.h"
 #include "worker/collectives/collective_backend.h"
@@ -440,6 +446,86 @@ TEST_P(CoordinatorShutdown, ARankWaitingForItsPeerHearsItAtOnce_OnEveryPlane) {
               absl::FormatDuration(shutdown_took).c_str());
 }
 
+// The coordinator silent (SIGSTOP: its connections stay up, nothing answers) while a rank waits
+// in a Gloo or shared-memory collective, whose data does not pass through it: for less than the
+// heartbeat timeout, the collective completes with the right sum (a late heartbeat is not a
+// verdict); past it, the waiting rank's call fails naming the coordinator, within the timeout
+// and the plane's health poll, not after the collective's timeout of a minute.
+class CoordinatorFrozen : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CoordinatorFrozen, BelowTheTimeoutACollectiveCompletes_PastItTheWaitEndsNamingIt) {
+  testing::LocalCluster cluster(
+      absl::StrCat(::testing::TempDir(), "/coordinator-frozen-", GetParam(), "-", getpid()));
+  ASSERT_TRUE(cluster.StartCoordinator("127.0.0.1:0",
+                                       {"--heartbeat_interval=100ms", "--heartbeat_timeout=2s"}));
+  const pid_t coordinator = cluster.coordinator_pid();
+  std::atomic<bool> frozen{false};
+  auto freeze = [&] { frozen = kill(coordinator, SIGSTOP) == 0; };
+  auto thaw = [&] {
+    if (frozen.exchange(false)) kill(coordinator, SIGCONT);
+  };
+  absl::Notification in_first, in_second, second_done;
+  absl::Status first[2], second;
+  float sum[2] = {0, 0};
+  absl::Duration second_took;
+  auto statuses = testing::RunRanks(
+      cluster.address(), "frozen-" + GetParam(), 2, [&](ProcessGroup& pg) -> absl::Status {
+        auto backend = MakeBackend(GetParam(), cluster.address(), &pg, absl::Minutes(1));
+        if (!backend.ok()) return backend.status();
+        const int r = pg.rank();
+        if (auto s = (*backend)->Barrier("start"); !s.ok()) return s;
+        // A silence of 1 s, half the timeout, while rank 0 waits for rank 1.
+        torch::Tensor t = torch::full({1000}, static_cast<float>(r + 1));
+        if (r == 0) {
+          in_first.Notify();
+          first[0] = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
+        } else {
+          in_first.WaitForNotification();
+          absl::SleepFor(absl::Milliseconds(200));  // rank 0 is in its call
+          freeze();
+          absl::SleepFor(absl::Seconds(1));
+          thaw();
+          first[1] = (*backend)->AllReduce(t, v1::REDUCE_OP_SUM);
+        }
+        sum[r] = t[999].item<float>();
+        if (!first[r].ok()) return absl::OkStatus();
+        // Past the timeout, while rank 0 waits for rank 1, which calls only after rank 0's
+        // answer (and the thaw).
+        if (r == 0) {
+          in_second.Notify();
+          torch::Tensor u = torch::ones({1000});
+          const absl::Time start = absl::Now();
+          second = (*backend)->AllReduce(u, v1::REDUCE_OP_SUM);
+          second_took = absl::Now() - start;
+          thaw();
+          second_done.Notify();
+        } else {
+          in_second.WaitForNotification();
+          absl::SleepFor(absl::Milliseconds(200));
+          freeze();
+          second_done.WaitForNotificationWithTimeout(absl::Seconds(30));
+          thaw();
+        }
+        return absl::OkStatus();
+      });
+  thaw();
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(first[r].ok()) << "rank " << r << ": " << first[r];
+    EXPECT_EQ(sum[r], 3.0f) << "rank " << r;
+  }
+  EXPECT_EQ(second.code(), absl::StatusCode::kUnavailable) << second;
+  EXPECT_THAT(std::string(second.message()),
+              HasSubstr(absl::StrCat("the coordinator at ", cluster.address(),
+                                     " has answered no heartbeat for")));
+  EXPECT_THAT(std::string(second.message()), HasSubstr("all_reduce"));
+  // The last answer came at most an interval before the freeze, 200 ms into the call.
+  EXPECT_GE(second_took, absl::Milliseconds(1500));
+  EXPECT_LT(second_took, absl::Seconds(10));  // not the collective's minute
+  std::printf("%s: past the timeout the wait ended after %s: %s\n", GetParam().c_str(),
+              absl::FormatDuration(second_took).c_str(), second.ToString().c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(Planes, InterruptedWait,
                          ::testing::Values("grpc", "gloo", "shm", "shm-bool"),
                          [](const auto& info) {
@@ -449,6 +535,7 @@ INSTANTIATE_TEST_SUITE_P(Planes, InterruptedWait,
                          });
 
 INSTANTIATE_TEST_SUITE_P(Planes, CoordinatorShutdown, ::testing::Values("grpc", "gloo", "shm"));
+INSTANTIATE_TEST_SUITE_P(Planes, CoordinatorFrozen, ::testing::Values("gloo", "shm"));
 
 }  // namespace worker_distributed_faults_test
 }  // namespace dtrain
