@@ -600,11 +600,9 @@ void CollectiveEngine::Stop() {
     for (auto& [key, group] : states_) {
       for (auto& [seq, inst] : group.instances) {
         // Named, so that a rank waiting in several places knows which call ended.
-        const std::string what =
-            inst.first ? CollectiveKindName(inst.first->kind) : std::string("collective");
         FailInstance(group, inst,
-                     absl::UnavailableError(absl::StrCat(what, " #", seq, " of group '", key.first,
-                                                         "': the coordinator is shutting down")),
+                     absl::UnavailableError(
+                         absl::StrCat(Label(key, inst), ": the coordinator is shutting down")),
                      completions);
       }
       group.instances.clear();

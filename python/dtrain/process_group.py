@@ -406,19 +406,17 @@ class ProcessGroup:
                 self._health = None
                 last_answer = time.monotonic()
             except grpc.RpcError as rpc:
-                code = rpc.code() if hasattr(rpc, "code") else grpc.StatusCode.UNKNOWN
-                if code not in _TRANSPORT_TROUBLE:
+                e = from_rpc_error(rpc)  # gRPC's own words: no address, no advice
+                if e.code not in _TRANSPORT_TROUBLE:
                     last_answer = time.monotonic()  # a refusal is an answer too
-                    e = from_rpc_error(rpc, self._conn.address)
                 else:
                     silent = time.monotonic() - last_answer
                     if silent < patience:
                         continue
-                    details = rpc.details() if hasattr(rpc, "details") else str(rpc)
                     e = error_for(grpc.StatusCode.UNAVAILABLE, (
                         f"the coordinator at {self._conn.address} has answered no heartbeat for "
                         f"{silent:.3f}s (heartbeat timeout {patience:g}s; the last call: "
-                        f"{details or code.name}): it is down, unreachable or overloaded"))
+                        f"{e.message or e.code.name}): it is down, unreachable or overloaded"))
                 self._health = e
                 # A failed or finished group never recovers; stop talking to it.
                 if e.code in (grpc.StatusCode.ABORTED, grpc.StatusCode.FAILED_PRECONDITION,

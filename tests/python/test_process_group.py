@@ -186,13 +186,28 @@ def test_named_errors(bare_coordinator):
         dtrain.ProcessGroup("none", 1, "127.0.0.1:1", register_timeout=0.5)
 
 
+def _heartbeat_cluster(tmp_path, timeout):
+    """A coordinator alone, with 100 ms heartbeats and the given heartbeat timeout."""
+    from conftest import Cluster
+
+    flags = ("--heartbeat_interval=100ms", f"--heartbeat_timeout={timeout}")
+    return Cluster(str(tmp_path), workers=0, coordinator_flags=flags)
+
+
+def _await_verdict(pg, seconds):
+    """The first non-None health() within `seconds` (None if none), and when it came."""
+    start = time.monotonic()
+    verdict = None
+    while verdict is None and time.monotonic() - start < seconds:
+        verdict = pg.health()
+        time.sleep(0.01)
+    return verdict, time.monotonic() - start
+
+
 def test_health_waits_out_a_silent_coordinator_then_names_it(tmp_path):
     """A coordinator that stops answering (SIGSTOP) for less than the heartbeat timeout leaves
     every rank's health None and the group working; past the timeout, health names it."""
-    from conftest import Cluster
-
-    c = Cluster(str(tmp_path), workers=0,
-                coordinator_flags=("--heartbeat_interval=100ms", "--heartbeat_timeout=2s"))
+    c = _heartbeat_cluster(tmp_path, "2s")
     pid = c.coordinator.pid
     both = threading.Barrier(2, timeout=60)
     try:
@@ -218,12 +233,7 @@ def test_health_waits_out_a_silent_coordinator_then_names_it(tmp_path):
             both.wait()
             if pg.rank == 0:
                 os.kill(pid, signal.SIGSTOP)
-            stopped = time.monotonic()
-            verdict = None
-            while verdict is None and time.monotonic() - stopped < 15:
-                verdict = pg.health()
-                time.sleep(0.01)
-            took = time.monotonic() - stopped
+            verdict, took = _await_verdict(pg, 15)
             both.wait()
             if pg.rank == 0:
                 os.kill(pid, signal.SIGCONT)
@@ -251,10 +261,7 @@ def test_health_waits_out_a_silent_coordinator_then_names_it(tmp_path):
 def test_health_names_a_coordinator_shutdown_at_once(tmp_path):
     """A coordinator stopped cleanly (SIGTERM) tells every rank by its next heartbeat's answer,
     not after the heartbeat timeout (20 s here) of a silent one."""
-    from conftest import Cluster
-
-    c = Cluster(str(tmp_path), workers=0,
-                coordinator_flags=("--heartbeat_interval=100ms", "--heartbeat_timeout=20s"))
+    c = _heartbeat_cluster(tmp_path, "20s")
     both = threading.Barrier(2, timeout=60)
     try:
         def body(pg):
@@ -262,12 +269,7 @@ def test_health_names_a_coordinator_shutdown_at_once(tmp_path):
             both.wait()
             if pg.rank == 0:
                 c.coordinator.send_signal(signal.SIGTERM)
-            stopped = time.monotonic()
-            verdict = None
-            while verdict is None and time.monotonic() - stopped < 30:
-                verdict = pg.health()
-                time.sleep(0.01)
-            took = time.monotonic() - stopped
+            verdict, took = _await_verdict(pg, 30)
             try:
                 pg.leave()
             except dtrain.DtrainError:
