@@ -412,6 +412,75 @@ TEST_P(BackendConformance, MemoryForAllReduce_ReducesAsOrdinaryMemory) {
       /*world=*/3);
 }
 
+// An all_reduce then a shared update (ddp's split optimizer step): every rank's mirror ends
+// with every element updated from the reduced values, bitwise as one update of the whole;
+// on shm each element is updated by exactly one rank (the ranges split [0, n) between the 3
+// ranks), elsewhere every rank updates all of them. On shm an update that fails on one rank
+// fails the call on every rank, naming it.
+TEST_P(BackendConformance, AllReduceThenUpdate_EveryMirrorWhole_SplitOnShm) {
+  const bool shm = GetParam() == "shm";
+  RunOnBackends(
+      [&](CollectiveBackend& b) -> absl::Status {
+        const int64_t n = 100'003;
+        const int r = b.rank();
+        auto fail = [&](const std::string& what) {
+          return absl::InternalError(absl::StrCat("rank ", r, ": ", what));
+        };
+        DTRAIN_ASSIGN_OR_RETURN(torch::Tensor grads, b.AllocateForAllReduce(n, torch::kFloat32));
+        DTRAIN_ASSIGN_OR_RETURN(torch::Tensor mirror, b.AllocateForAllReduce(n, torch::kFloat32));
+        at::Generator generator = at::detail::createCPUGenerator(11 + r);
+        grads.copy_(torch::randn({n}, generator));
+        at::Generator shared = at::detail::createCPUGenerator(5);
+        const torch::Tensor base = torch::randn({n}, shared);
+        mirror.copy_(base);
+        std::vector<int64_t> ranges;
+        DTRAIN_RETURN_IF_ERROR(
+            b.AllReduceThenUpdate(grads, v1::REDUCE_OP_MEAN, mirror, [&](int64_t lo, int64_t hi) {
+              ranges.push_back(lo);
+              ranges.push_back(hi);
+              torch::Tensor part = mirror.slice(0, lo, hi);
+              part.add_(grads.slice(0, lo, hi), -0.1);
+              return absl::OkStatus();
+            }));
+        // The reduced values are the same on every rank; the update of the whole from them.
+        const torch::Tensor whole = base.add(grads, -0.1);
+        if (!torch::equal(mirror, whole)) {
+          return fail(absl::StrCat("the mirror differs from one update of the whole by ",
+                                   (mirror - whole).abs().max().item<double>()));
+        }
+        DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> every,
+                                b.AllGather(torch::tensor(ranges, torch::kInt64)));
+        std::vector<int> updates(n, 0);
+        for (const torch::Tensor& row : every) {
+          for (int64_t k = 0; k + 1 < row.numel(); k += 2) {
+            for (int64_t i = row[k].item<int64_t>(); i < row[k + 1].item<int64_t>(); ++i) {
+              ++updates[i];
+            }
+          }
+        }
+        const int want = shm ? 1 : b.world_size();
+        for (int64_t i = 0; i < n; ++i) {
+          if (updates[i] != want) {
+            return fail(absl::StrCat("element ", i, " updated ", updates[i], " times, not ", want));
+          }
+        }
+        if (shm && ranges.size() != 2) return fail("a shm rank updates one range");
+        if (!shm) return absl::OkStatus();
+        // A failed update: every rank's call fails, and the others' messages name rank 1.
+        absl::Status failed =
+            b.AllReduceThenUpdate(grads, v1::REDUCE_OP_MEAN, mirror, [&](int64_t, int64_t) {
+              return r == 1 ? absl::InternalError("the update broke") : absl::OkStatus();
+            });
+        if (failed.ok()) return fail("a failed update on rank 1 passed");
+        if (std::string(failed.message()).find(r == 1 ? "the update broke" : "rank 1") ==
+            std::string::npos) {
+          return fail(absl::StrCat("the failure does not say what broke: ", failed.message()));
+        }
+        return absl::OkStatus();
+      },
+      /*world=*/3);
+}
+
 // Gradients live in their buckets: backward accumulates into the bucket, the mean lands there,
 // and no gradient tensor is replaced. A gradient outlives the GradientSync and the plane.
 TEST_P(BackendConformance, GradientsLiveInTheirBuckets_AndOutliveThePlane) {

@@ -96,6 +96,19 @@ absl::StatusOr<torch::Tensor> CollectiveBackend::AllocateForAllReduce(int64_t nu
   return at::zeros({numel}, at::TensorOptions().dtype(dtype));
 }
 
+absl::Status CollectiveBackend::AllReduceThenUpdate(torch::Tensor& tensor, v1::ReduceOp op,
+                                                    torch::Tensor& mirror,
+                                                    const SplitUpdate& update) {
+  if (mirror.numel() != tensor.numel() || mirror.scalar_type() != tensor.scalar_type()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("all_reduce then update: the mirror holds ", mirror.numel(), " ",
+                     c10::toString(mirror.scalar_type()), ", the tensor ", tensor.numel(), " ",
+                     c10::toString(tensor.scalar_type())));
+  }
+  DTRAIN_RETURN_IF_ERROR(AllReduce(tensor, op));
+  return update(0, tensor.numel());
+}
+
 absl::Status GrpcCollectiveBackend::Broadcast(torch::Tensor& tensor, int src) {
   HostTensor wire;
   if (rank() == src) {

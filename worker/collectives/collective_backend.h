@@ -59,6 +59,19 @@ class CollectiveBackend {
   virtual absl::StatusOr<torch::Tensor> AllocateForAllReduce(int64_t numel,
                                                              torch::ScalarType dtype);
 
+  // An all_reduce of `tensor` whose ranks then share an update of `mirror` (a tensor of the
+  // same numel and dtype; ddp's parameters beside their gradient bucket): `update(begin, end)`
+  // runs on this rank for the elements [begin, end) it is to update, reading the reduced
+  // `tensor` there and writing this rank's `mirror` there, and when the call returns every
+  // rank's `mirror` holds every rank's updates. The default updates every element on every rank
+  // (AllReduce, then update(0, numel)); a plane whose ranks share memory splits the elements
+  // between them and copies each rank's part into the others' `mirror`, so that each rank
+  // computes only its part. `update` must compute an element from that element alone. A failed
+  // update fails the call on this rank, and where the ranks split the elements on every rank.
+  using SplitUpdate = std::function<absl::Status(int64_t begin, int64_t end)>;
+  virtual absl::Status AllReduceThenUpdate(torch::Tensor& tensor, v1::ReduceOp op,
+                                           torch::Tensor& mirror, const SplitUpdate& update);
+
   // Ends this rank's wait in a collective, now or in the next one that has to wait, with `why`
   // until ClearInterrupt: the step was cancelled, and ranks stop at different batches, so a peer
   // may never join the collective this rank waits in. A collective cut short leaves the plane

@@ -84,6 +84,11 @@ std::string DescribeCall(const Descriptor& d) {
                           v1::ReduceOp_Name(static_cast<v1::ReduceOp>(d.op & 0xff)));
     case CallKind::kReduceBooleanDecision:
       return absl::StrCat("reduce_boolean_decision(all=", d.op ? "true" : "false", ")");
+    case CallKind::kAllReduceThenUpdate:
+      return absl::StrCat("all_reduce of ", d.numel, " ", dtype, " ",
+                          v1::ReduceOp_Name(static_cast<v1::ReduceOp>(d.op)),
+                          " then a split update, in shared buffer #", d.where >> 40, " at element ",
+                          d.where & ((int64_t{1} << 40) - 1));
     case CallKind::kAllocate:
       return absl::StrCat("allocation of shared memory for ", d.numel, " ", dtype);
   }

@@ -65,6 +65,12 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   absl::Status Broadcast(torch::Tensor& tensor, int src) override;
   absl::StatusOr<std::string> BroadcastBytes(const std::string& bytes, int src) override;
   absl::Status AllReduce(torch::Tensor& tensor, v1::ReduceOp op) override;
+  // With `tensor` and `mirror` both in memory from AllocateForAllReduce: after the first
+  // barrier each rank reduces its partition into every rank's `tensor`, updates that partition
+  // and copies it into every rank's `mirror`; a second barrier ends it (the same two barriers as
+  // AllReduce). Otherwise as the default.
+  absl::Status AllReduceThenUpdate(torch::Tensor& tensor, v1::ReduceOp op, torch::Tensor& mirror,
+                                   const SplitUpdate& update) override;
   absl::StatusOr<std::vector<torch::Tensor>> AllGather(const torch::Tensor& tensor) override;
   absl::Status Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) override;
   absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all) override;
@@ -101,8 +107,11 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   // buffer was allocated for), if any.
   const SharedBuffer* FindSharedBuffer(const torch::Tensor& tensor) const;
   // All-reduces `numel` elements at element `offset` of `buffer`, in every rank's memory.
+  // With `mirror` (a buffer and element offset), the call is AllReduceThenUpdate's.
   absl::Status ReduceInPlace(const SharedBuffer& buffer, int64_t offset, int64_t numel,
-                             torch::ScalarType dtype, v1::ReduceOp op);
+                             torch::ScalarType dtype, v1::ReduceOp op,
+                             const SharedBuffer* mirror = nullptr, int64_t mirror_offset = 0,
+                             const SplitUpdate* update = nullptr);
   SharedMemoryCollectiveBackend(std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout);
   absl::Status Attach(const std::string& host);
   // Announces this rank's arrival and waits for every rank's (or fails, naming who is missing).

@@ -345,14 +345,40 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(const SharedBuffer& buffer,
-                                                          int64_t offset, int64_t numel,
-                                                          torch::ScalarType dtype,
-                                                          v1::ReduceOp op) {
+absl::Status SharedMemoryCollectiveBackend::AllReduceThenUpdate(torch::Tensor& tensor,
+                                                                v1::ReduceOp op,
+                                                                torch::Tensor& mirror,
+                                                                const SplitUpdate& update) {
+  const SharedBuffer* shared = nullptr;
+  const SharedBuffer* mirrored = nullptr;
+  if (segment_ != nullptr && tensor.device().is_cpu() && ReducedHere(tensor, op) &&
+      mirror.numel() == tensor.numel() && mirror.scalar_type() == tensor.scalar_type()) {
+    shared = FindSharedBuffer(tensor);
+    mirrored = FindSharedBuffer(mirror);
+  }
+  // Both buffers come from AllocateForAllReduce on every rank alike, so every rank takes the
+  // same branch.
+  if (shared == nullptr || mirrored == nullptr) {
+    return CollectiveBackend::AllReduceThenUpdate(tensor, op, mirror, update);
+  }
+  if (!broken_.ok()) return broken_;
+  torch::NoGradGuard no_grad;
+  const int64_t element = tensor.element_size();
+  const int64_t offset = (static_cast<char*>(tensor.data_ptr()) - shared->bases[rank()]) / element;
+  const int64_t mirror_offset =
+      (static_cast<char*>(mirror.data_ptr()) - mirrored->bases[rank()]) / element;
+  return ReduceInPlace(*shared, offset, tensor.numel(), tensor.scalar_type(), op, mirrored,
+                       mirror_offset, &update);
+}
+
+absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(
+    const SharedBuffer& buffer, int64_t offset, int64_t numel, torch::ScalarType dtype,
+    v1::ReduceOp op, const SharedBuffer* mirror, int64_t mirror_offset, const SplitUpdate* update) {
   const int world = world_, me = rank();
   const uint64_t call = ++calls_;
-  Describe(segment_->arrival(me), call, CallKind::kAllReduce, numel, static_cast<int32_t>(dtype),
-           op, (buffer.index << 40) + offset);
+  Describe(segment_->arrival(me), call,
+           update != nullptr ? CallKind::kAllReduceThenUpdate : CallKind::kAllReduce, numel,
+           static_cast<int32_t>(dtype), op, (buffer.index << 40) + offset);
   DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
   DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
   // This rank's partition, reduced in one pass from every rank's memory into every rank's (every
@@ -362,6 +388,17 @@ absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(const SharedBuffer& bu
   if (end > begin) {
     const PerRank<char*> every(buffer.bases.begin(), buffer.bases.end());
     ReduceRaw(dtype, every, every, offset + begin, end - begin, op);
+  }
+  if (update != nullptr && end > begin) {
+    // The partition this rank reduced is in its cache: it updates it, and the others get it.
+    if (absl::Status updated = (*update)(begin, end); !updated.ok()) return Poison(updated);
+    const char* mine = mirror->bases[me] + (mirror_offset + begin) * element;
+    for (int r = 0; r < world; ++r) {
+      if (r != me) {
+        std::memcpy(mirror->bases[r] + (mirror_offset + begin) * element, mine,
+                    static_cast<size_t>((end - begin) * element));
+      }
+    }
   }
   // Nobody reads the result before every rank has written its partition everywhere.
   return ArriveAndWait("all_reduce");

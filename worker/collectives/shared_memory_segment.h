@@ -38,7 +38,8 @@ enum class CallKind : int32_t {
   kBroadcastBytes = 5,
   kReduce = 6,
   kReduceBooleanDecision = 7,
-  kAllocate = 8,  // AllocateForAllReduce: every rank maps every other's new buffer
+  kAllocate = 8,             // AllocateForAllReduce: every rank maps every other's new buffer
+  kAllReduceThenUpdate = 9,  // AllReduceThenUpdate in a shared buffer
 };
 
 // What a rank is doing in its current call; every rank checks every other's after the first
