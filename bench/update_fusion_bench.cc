@@ -10,11 +10,18 @@
 //             ranks' copies, then a barrier
 //   whole     one barrier a step: each rank reduces every element into its own bucket
 //             (alternating two bucket pairs so a peer may already fill the next), then SGD
+//   partitioned  what ddp's split step does (trainer.split_optimizer_step, 2026-12-04): the
+//             reduction of separate, then SGD in ATen's ops over this rank's half only and its
+//             half of the parameters copied into the peer's copy, then a barrier
+//   shared    as partitioned, with one copy of the parameters for both ranks (nothing copied)
+//   fused_grads  fused, the mean also written into both buckets (the gradients kept as ddp's)
 // It measures memory traffic and synchronization only: the fused arithmetic is not checked
-// against torch's rounding, which a real fused update would have to match. Prints one JSON row.
+// against torch's rounding, which a real fused update would have to match (partitioned runs
+// ATen's own kernels). Prints one JSON row.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -82,8 +89,9 @@ inline void SgdBlock(float* __restrict buf, float* __restrict own, float* __rest
   }
 }
 
-enum class Variant { kNone, kSeparate, kFused, kWhole };
-constexpr const char* kNames[] = {"none", "separate", "fused", "whole"};
+enum class Variant { kNone, kSeparate, kFused, kWhole, kPartitioned, kShared, kFusedGrads };
+constexpr const char* kNames[] = {"none",        "separate", "fused",      "whole",
+                                  "partitioned", "shared",   "fused_grads"};
 
 void Rank(Shared& s, int rank, Variant variant) {
   // Unpinned, the two ranks may share a core and the numbers mean nothing: say so.
@@ -132,7 +140,25 @@ void Rank(Shared& s, int rank, Variant variant) {
         param.add_(buffer, -lr);
         break;
       }
-      case Variant::kFused: {
+      case Variant::kPartitioned:
+      case Variant::kShared: {
+        const float* in[2] = {grads[0].data() + begin, grads[1].data() + begin};
+        float* out[2] = {grads[0].data() + begin, grads[1].data() + begin};
+        dtrain::ReduceInRankOrder<float>(in, 2, out, 2, end - begin, dtrain::ReductionKind::kMean);
+        const int owner = variant == Variant::kShared ? 0 : rank;
+        auto p = at::from_blob(s.param[owner].data() + begin, {end - begin});
+        auto b = at::from_blob(half_buffer.data(), {end - begin});
+        b.mul_(momentum).add_(at::from_blob(mine + begin, {end - begin}));
+        p.add_(b, -lr);
+        if (variant == Variant::kPartitioned) {
+          std::memcpy(s.param[1 - rank].data() + begin, s.param[rank].data() + begin,
+                      (end - begin) * sizeof(float));
+        }
+        s.barrier.ArriveAndWait(sense);
+        break;
+      }
+      case Variant::kFused:
+      case Variant::kFusedGrads: {
         // 512 floats: the block stays in L1 between the passes, and a fixed trip count lets
         // the compiler vectorize at -O2 (as ReduceInRankOrder does).
         constexpr int64_t kBlock = 512;
@@ -140,16 +166,23 @@ void Rank(Shared& s, int rank, Variant variant) {
         for (int64_t b = begin; b < end; b += kBlock) {
           const int64_t count = std::min(kBlock, end - b);
           const float* block_in[2] = {grads[0].data() + b, grads[1].data() + b};
-          float* block_out[1] = {mean};
-          dtrain::ReduceInRankOrder<float>(block_in, 2, block_out, 1, count,
+          float* block_out[2] = {mean, nullptr};
+          const float* g = mean;
+          if (variant == Variant::kFusedGrads) {
+            block_out[0] = grads[0].data() + b;
+            block_out[1] = grads[1].data() + b;
+            g = grads[rank].data() + b;
+          }
+          dtrain::ReduceInRankOrder<float>(block_in, 2, block_out,
+                                           variant == Variant::kFusedGrads ? 2 : 1, count,
                                            dtrain::ReductionKind::kMean);
           float* buf = half_buffer.data() + (b - begin);
           float* own = s.param[rank].data() + b;
           float* other = s.param[1 - rank].data() + b;
           if (count == kBlock) {
-            SgdBlock<kBlock>(buf, own, other, mean, count, momentum, lr);
+            SgdBlock<kBlock>(buf, own, other, g, count, momentum, lr);
           } else {
-            SgdBlock<0>(buf, own, other, mean, count, momentum, lr);
+            SgdBlock<0>(buf, own, other, g, count, momentum, lr);
           }
         }
         // The peer's half of this rank's parameters must be in place before the next forward.
@@ -166,7 +199,8 @@ void Rank(Shared& s, int rank, Variant variant) {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   std::printf("{\"elements\": %lld", static_cast<long long>(absl::GetFlag(FLAGS_elements)));
-  for (Variant variant : {Variant::kNone, Variant::kSeparate, Variant::kFused, Variant::kWhole}) {
+  for (Variant variant : {Variant::kNone, Variant::kSeparate, Variant::kFused, Variant::kWhole,
+                          Variant::kPartitioned, Variant::kShared, Variant::kFusedGrads}) {
     Shared s;
     s.n = absl::GetFlag(FLAGS_elements);
     for (int r = 0; r < 2; ++r) {

@@ -81,6 +81,8 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Make(
   DTRAIN_ASSIGN_OR_RETURN(DevicePlan plan, PlanDevices(request, DeviceTable::Detect()));
   DTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Accelerator> made, device.make(plan));
   DTRAIN_ASSIGN_OR_RETURN(made->precision_, precision_entry.make(plan.autocast));
+  // A loss scaler unscales (and checks) the gradients before the step.
+  if (made->precision_->scaler() != nullptr) strategy.gradients_read_before_step = true;
   strategy.device = made->device_;
   strategy.replica_devices = plan.replicas;
   DTRAIN_ASSIGN_OR_RETURN(made->strategy_, MakeStrategy(strategy, std::move(backend)));

@@ -286,6 +286,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   strategy.name = strategy_name;
   strategy.devices = t.devices();
   strategy.bucket_bytes = BucketBytes(t.bucket_cap_mb());
+  strategy.split_optimizer_step = !t.has_split_optimizer_step() || t.split_optimizer_step();
+  strategy.gradients_read_before_step = t.gradient_clip_val() > 0;
   DTRAIN_ASSIGN_OR_RETURN(job->accelerator_, Accelerator::Make(t.accelerator(), t.precision(),
                                                                strategy, std::move(backend)));
   const ModelThreadScope scope(job->accelerator_->root_device());
@@ -298,6 +300,10 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
                 job->accelerator_->UseSchedulers(choice.recipe->schedulers(), choice.optimizer)));
     const std::string described = job->accelerator_->schedulers()->Describe();
     if (!described.empty()) absl::StrAppend(&job->optimization_, ", ", described);
+  }
+  if (job->accelerator_->strategy().splits_optimizer_step()) {
+    absl::StrAppend(&job->optimization_, "; its step split between the ",
+                    job->accelerator_->strategy().world_size(), " ranks");
   }
   job->accelerator_->strategy().SetCheckpointIO(std::move(*checkpoint_io));
   // A streamed split's rank reads its own chunk of each epoch (worker/data/epoch_plan.h).
@@ -505,6 +511,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   const absl::StatusOr<ThreadSchedstat> sched_before = ThisThreadSchedstat();
   const absl::Duration waited_before = a.strategy().gradient_wait();
   const absl::Duration averaged_before = a.averaging_time();
+  const absl::Duration averaged_in_step_before = a.strategy().averaging_in_step();
   const double data_wait_before = data_->wait_seconds();
   // The step's phases, for the job log's profile: a clock read between them (well under a
   // microsecond a batch against a step's hundreds of microseconds at least).
@@ -571,14 +578,17 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   result.set_data_skipped(data_->skipped());
   result.set_gradient_wait_seconds(
       absl::ToDoubleSeconds(a.strategy().gradient_wait() - waited_before));
-  // Backward's time holds the averaging after autograd (Accelerator::Backward runs both).
+  // Backward's time holds the averaging after autograd (Accelerator::Backward runs both), the
+  // optimizer's that of a split step (which averages as it steps).
   const double averaging = absl::ToDoubleSeconds(a.averaging_time() - averaged_before);
+  const double averaging_in_step =
+      absl::ToDoubleSeconds(a.strategy().averaging_in_step() - averaged_in_step_before);
   v1::StepPhases& phases = *result.mutable_phases();
   phases.set_data_seconds(seconds(data));
   phases.set_forward_seconds(seconds(forward));
   phases.set_backward_seconds(std::max(0.0, seconds(backward) - averaging));
-  phases.set_averaging_seconds(averaging);
-  phases.set_optimizer_seconds(seconds(optimizer));
+  phases.set_averaging_seconds(averaging + averaging_in_step);
+  phases.set_optimizer_seconds(std::max(0.0, seconds(optimizer) - averaging_in_step));
   if (end_of_epoch) {
     DTRAIN_RETURN_IF_ERROR(a.CallHook("on_train_epoch_end"));
     AddHookLogged(a, &result);

@@ -37,7 +37,31 @@ absl::Status DdpStrategy::SyncModel(LightningModule* model) {
 
 absl::Status DdpStrategy::Setup(LightningModule* model, const OptimizerConfig& optimizer) {
   DTRAIN_RETURN_IF_ERROR(Strategy::Setup(model, optimizer));
-  return SyncModel(model);
+  DTRAIN_RETURN_IF_ERROR(SyncModel(model));
+  return MaybeSplitOptimizerStep(model);
+}
+
+absl::Status DdpStrategy::MaybeSplitOptimizerStep(LightningModule* model) {
+  // Only where the ranks share memory (the shm plane, which then does not overlap buckets with
+  // backward): elsewhere every rank would still step every element. Every parameter must have
+  // its gradient in a bucket, and nothing may read the gradients before the step.
+  if (sync_ == nullptr || sync_->overlaps_backward() || !backend_->AllReduceComputesOnCaller()) {
+    return absl::OkStatus();
+  }
+  std::vector<torch::Tensor> parameters = model->Parameters();
+  bool splits = options_.split_optimizer_step && !options_.gradients_read_before_step &&
+                optimizer_ != nullptr && SplitOptimizerStep::Splits(*optimizer_);
+  for (const torch::Tensor& p : parameters) {
+    splits = splits && p.device().is_cpu() && p.requires_grad() && p.is_contiguous() &&
+             (p.scalar_type() == torch::kFloat32 || p.scalar_type() == torch::kFloat64);
+  }
+  DTRAIN_ASSIGN_OR_RETURN(const bool every_rank, backend_->ReduceBooleanDecision(splits, true));
+  if (!every_rank) return absl::OkStatus();
+  DTRAIN_RETURN_IF_ERROR(GuardTorch("cannot place the parameters beside their buckets",
+                                    [&] { return sync_->PlaceParametersBesideBuckets(); }));
+  split_ =
+      std::make_unique<SplitOptimizerStep>(optimizer_.get(), sync_.get(), std::move(parameters));
+  return absl::OkStatus();
 }
 
 void DdpStrategy::PreBackward(bool should_accumulate) {
@@ -46,9 +70,43 @@ void DdpStrategy::PreBackward(bool should_accumulate) {
 
 absl::Status DdpStrategy::PostBackward(bool should_accumulate) {
   // While accumulating, gradients stay local (as under DDP's no_sync); the window's last
-  // backward averages the sum of the window's gradients.
+  // backward averages the sum of the window's gradients (a split step: as it steps).
   if (should_accumulate || sync_ == nullptr) return absl::OkStatus();
+  if (split_ != nullptr) {
+    averaging_due_ = true;
+    return absl::OkStatus();
+  }
   return sync_->AverageGradients();
+}
+
+absl::Status DdpStrategy::OptimizerStep() {
+  if (split_ == nullptr) return Strategy::OptimizerStep();
+  if (!averaging_due_) {
+    return absl::InternalError(
+        "a split optimizer step without a backward that ends its accumulation window");
+  }
+  averaging_due_ = false;
+  const absl::Time start = absl::Now();
+  const absl::Duration updating = sync_->update_time();
+  absl::Status status =
+      sync_->AverageGradientsAndUpdate([this](size_t bucket, int64_t begin, int64_t end) {
+        return split_->Update(bucket, begin, end);
+      });
+  averaging_in_step_ += (absl::Now() - start) - (sync_->update_time() - updating);
+  return status;
+}
+
+absl::StatusOr<torch::optim::Optimizer*> DdpStrategy::OptimizerState() {
+  if (split_ != nullptr) {
+    DTRAIN_RETURN_IF_ERROR(GuardTorch("cannot gather the optimizer state",
+                                      [&] { return split_->Consolidate(backend_.get()); }));
+  }
+  return Strategy::OptimizerState();
+}
+
+absl::Status DdpStrategy::FinishRestore() {
+  if (split_ != nullptr) split_->Reset();
+  return Strategy::FinishRestore();
 }
 
 absl::Status DdpStrategy::Teardown() {
@@ -64,6 +122,7 @@ absl::Status DdpStrategy::Teardown() {
          {"rounds", rounds},
          {"buckets", static_cast<int64_t>(sync_->bucket_count())},
          {"buckets_start", sync_->overlaps_backward() ? "during backward" : "after backward"},
+         {"optimizer_step_split", split_ != nullptr ? "between the ranks" : "no"},
          {"started_during_backward_pct", 100.0 * sync_->buckets_started_during_backward_total() /
                                              (rounds * static_cast<double>(sync_->bucket_count()))},
          {"exposed_wait_ms", exposed_ms},

@@ -8,6 +8,7 @@
 
 #include "worker/strategies/gradient_sync.h"
 #include "worker/strategies/sharded_optimizer.h"
+#include "worker/strategies/split_optimizer_step.h"
 #include "worker/strategies/strategy.h"
 
 namespace dtrain {
@@ -30,12 +31,28 @@ class DdpStrategy : public Strategy {
   absl::Duration gradient_wait() const override {
     return sync_ != nullptr ? sync_->exposed_wait() : absl::ZeroDuration();
   }
+  absl::Duration averaging_in_step() const override { return averaging_in_step_; }
+
+  // With split_ the step averages the gradients as it updates the parameters.
+  absl::Status OptimizerStep() override;
+  absl::StatusOr<torch::optim::Optimizer*> OptimizerState() override;
+  absl::Status FinishRestore() override;
+  // Whether this job's optimizer step is split between the ranks (SplitOptimizerStep).
+  bool splits_optimizer_step() const override { return split_ != nullptr; }
 
  protected:
   // Makes every rank's parameters and buffers rank 0's.
   absl::Status SyncModel(LightningModule* model);
 
   std::unique_ptr<GradientSync> sync_;  // null in a group of one
+
+ private:
+  // Splits the optimizer step when every rank can (the ranks decide together).
+  absl::Status MaybeSplitOptimizerStep(LightningModule* model);
+
+  std::unique_ptr<SplitOptimizerStep> split_;
+  bool averaging_due_ = false;  // split_: a backward ended a window; the step averages
+  absl::Duration averaging_in_step_;
 };
 
 class ShardedStrategy : public DdpStrategy {

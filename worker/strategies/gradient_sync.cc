@@ -250,7 +250,50 @@ void GradientSync::CommunicationLoop() {
   }
 }
 
-absl::Status GradientSync::AverageGradients() {
+absl::Status GradientSync::PlaceParametersBesideBuckets() {
+  if (overlap_) {
+    return absl::FailedPreconditionError(
+        "parameters beside their buckets: buckets start during backward here");
+  }
+  torch::NoGradGuard no_grad;
+  for (Bucket& bucket : buckets_) {
+    for (size_t k = 0; k < bucket.parameters.size(); ++k) {
+      if (!bucket.slots[k].defined()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("parameters beside their buckets: parameter #", bucket.parameters[k],
+                         " has no gradient in its bucket (frozen or not contiguous)"));
+      }
+    }
+  }
+  for (Bucket& bucket : buckets_) {
+    DTRAIN_ASSIGN_OR_RETURN(
+        bucket.parameter_flat,
+        backend_->AllocateForAllReduce(bucket.flat.numel(), bucket.flat.scalar_type()));
+    int64_t offset = 0;
+    for (size_t i : bucket.parameters) {
+      torch::Tensor& p = parameters_[i];
+      bucket.parameter_flat.slice(0, offset, offset + p.numel()).copy_(p.reshape({-1}));
+      // The parameter itself (the module's and the optimizer's tensor) now lives there: set_
+      // keeps its identity, so every holder sees the new memory.
+      p.set_(bucket.parameter_flat.storage(), bucket.parameter_flat.storage_offset() + offset,
+             p.sizes(), p.strides());
+      offset += p.numel();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GradientSync::AverageGradientsAndUpdate(const BucketUpdate& update) {
+  for (const Bucket& bucket : buckets_) {
+    if (!bucket.parameter_flat.defined()) {
+      return absl::FailedPreconditionError(
+          "an update while averaging needs the parameters beside their buckets");
+    }
+  }
+  return Average(&update);
+}
+
+absl::Status GradientSync::Average(const BucketUpdate* update) {
   absl::Status status;
   absl::Time start = absl::Now();
   size_t first_here = 0;
@@ -276,7 +319,21 @@ absl::Status GradientSync::AverageGradients() {
     const absl::Time packing = absl::Now();
     PackBucket(buckets_[b]);
     start += absl::Now() - packing;
-    status = backend_->AllReduce(buckets_[b].flat, v1::REDUCE_OP_MEAN);
+    if (update == nullptr) {
+      status = backend_->AllReduce(buckets_[b].flat, v1::REDUCE_OP_MEAN);
+      continue;
+    }
+    // The update is this rank's own work too (the optimizer's), not a wait.
+    status =
+        backend_->AllReduceThenUpdate(buckets_[b].flat, v1::REDUCE_OP_MEAN,
+                                      buckets_[b].parameter_flat, [&](int64_t begin, int64_t end) {
+                                        const absl::Time updating = absl::Now();
+                                        absl::Status updated = (*update)(b, begin, end);
+                                        const absl::Duration spent = absl::Now() - updating;
+                                        start += spent;
+                                        update_time_ += spent;
+                                        return updated;
+                                      });
   }
   exposed_wait_ += absl::Now() - start;
   if (!status.ok()) return status;

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -81,7 +82,25 @@ class GradientSync {
 
   // Replaces each gradient by its mean over ranks (a missing gradient counts as zeros): starts
   // the buckets not yet started and waits for all of them. Frozen parameters are left alone.
-  absl::Status AverageGradients();
+  absl::Status AverageGradients() { return Average(nullptr); }
+
+  // Moves every parameter into plane memory laid out as its bucket (a second buffer per bucket,
+  // `bucket_parameters`), so that AverageGradientsAndUpdate can split an update between the
+  // ranks. Collective (the plane allocates). FAILED_PRECONDITION with buckets that start during
+  // backward, or a parameter without its gradient in a bucket (frozen or not contiguous).
+  absl::Status PlaceParametersBesideBuckets();
+  // AverageGradients, then `update(bucket, begin, end)` on the elements [begin, end) of a bucket
+  // this rank is to update (CollectiveBackend::AllReduceThenUpdate): it reads the averaged
+  // gradients in `bucket_flat(bucket)` and writes the parameters in `bucket_parameters(bucket)`
+  // there. Needs PlaceParametersBesideBuckets.
+  using BucketUpdate = std::function<absl::Status(size_t bucket, int64_t begin, int64_t end)>;
+  absl::Status AverageGradientsAndUpdate(const BucketUpdate& update);
+
+  // Bucket b's gradients (its all_reduce's buffer), its parameters once placed beside it, and
+  // which parameters (indices into the constructor's list) lie there, in order from element 0.
+  const torch::Tensor& bucket_flat(size_t b) const { return buckets_[b].flat; }
+  const torch::Tensor& bucket_parameters(size_t b) const { return buckets_[b].parameter_flat; }
+  const std::vector<size_t>& parameters_in_bucket(size_t b) const { return buckets_[b].parameters; }
 
   // Returns once every bucket queued so far has been all-reduced. A collective the caller's
   // thread issues afterwards (model code's, during backward) then follows them on every rank:
@@ -98,6 +117,8 @@ class GradientSync {
   // collectives after backward (the communication not hidden behind compute).
   int64_t rounds() const { return rounds_; }
   absl::Duration exposed_wait() const { return exposed_wait_; }
+  // Of AverageGradientsAndUpdate's time, the updates' (not in exposed_wait).
+  absl::Duration update_time() const { return update_time_; }
   int64_t buckets_started_during_backward_total() const { return overlapped_total_; }
 
  private:
@@ -105,12 +126,14 @@ class GradientSync {
   struct Bucket {
     std::vector<size_t> parameters;  // indices into parameters_
     torch::Tensor flat;              // the collective's buffer (and the gradients), allocated once
+    torch::Tensor parameter_flat;    // PlaceParametersBesideBuckets: the parameters, laid out alike
     // Per parameter: its gradient's place in `flat`, a tensor of its own (undefined for a
     // parameter that has none there: frozen or not contiguous).
     std::vector<torch::Tensor> slots;
     size_t pending = 0;  // gradients not yet ready in this round
   };
 
+  absl::Status Average(const BucketUpdate* update);
   void BeginRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkReady(size_t parameter);
   // Queues the all_reduce of each startable bucket but the last (copying in the gradients
@@ -140,6 +163,7 @@ class GradientSync {
   int64_t rounds_ = 0;
   int64_t overlapped_total_ = 0;
   absl::Duration exposed_wait_;
+  absl::Duration update_time_;
 };
 
 }  // namespace dtrain

@@ -53,6 +53,11 @@ struct StrategyOptions {
   // ddp, sharded: the gradient buckets' cap; the spec's trainer.bucket_cap_mb, whose default
   // this starts from.
   int64_t bucket_bytes = BucketBytes(JobSpecDefaults().trainer().bucket_cap_mb());
+  // ddp: the spec's trainer.split_optimizer_step (SplitOptimizerStep), and whether the job reads
+  // the gradients between backward and the optimizer step (clipping, a loss scaler), which the
+  // split step cannot allow: it averages them only as it steps.
+  bool split_optimizer_step = true;
+  bool gradients_read_before_step = false;
 };
 
 // What the optimizer sees during a checkpoint restore, and how it is handed back.
@@ -170,6 +175,11 @@ class Strategy {
   // How long this rank has waited, in all, for gradients from the other ranks after its own
   // backward (the communication backward did not hide, plus the slower ranks' lead).
   virtual absl::Duration gradient_wait() const { return absl::ZeroDuration(); }
+  // Of the time in OptimizerStep, in all, the gradients' averaging (a split step averages as it
+  // steps); zero for a strategy that averages after backward.
+  virtual absl::Duration averaging_in_step() const { return absl::ZeroDuration(); }
+  // Whether each rank steps only its share of the parameters (ddp's SplitOptimizerStep).
+  virtual bool splits_optimizer_step() const { return false; }
 
   LightningModule& model() { return *model_; }
   torch::optim::Optimizer* optimizer() { return optimizer_.get(); }
