@@ -50,7 +50,10 @@ TEST(SplitOptimizerStep, PartsSteppedApartEqualTorchsWholeStep_BitForBit) {
   }
   GradientSync sync(&local, params, /*bucket_bytes=*/1 << 20, /*overlap_with_backward=*/false);
   ASSERT_EQ(sync.bucket_count(), 1u);
-  ASSERT_TRUE(sync.PlaceParametersBesideBuckets().ok());
+  // A world of one shares no memory: placed all the same, in ordinary memory.
+  absl::StatusOr<bool> shared = sync.PlaceParametersBesideBuckets();
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_FALSE(*shared);
   // The parameters now live beside the bucket, with their values.
   for (size_t i = 0; i < params.size(); ++i) ASSERT_TRUE(torch::equal(params[i], reference[i]));
   const int64_t n = sync.bucket_flat(0).numel();

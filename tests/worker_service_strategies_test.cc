@@ -102,7 +102,8 @@ TEST_P(WorkerServiceBackendTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) 
 // ddp's optimizer step split between the ranks (trainer.split_optimizer_step, on shm: each rank
 // steps its share of the parameters and hands the others the new values) trains bitwise as the
 // whole step on every rank does, SGD with momentum, Nesterov and weight decay; the checkpoints
-// of both hold the same momentum, read by Python's torch. Elsewhere the step is never split.
+// of both hold the same momentum, read by Python's torch, and each parameter in a storage of its
+// own. Elsewhere the step is never split.
 TEST_P(WorkerServiceBackendTest, Ddp_SplitOptimizerStepEqualsTheWholeStep_BitForBit) {
   const bool shm = GetParam() == "shm";
   std::vector<std::unique_ptr<WorkerProcess>> workers;
@@ -161,8 +162,13 @@ TEST_P(WorkerServiceBackendTest, Ddp_SplitOptimizerStepEqualsTheWholeStep_BitFor
       "[\"optimizer_states\"][0][\"state\"] for j in (\"split\", \"whole\")); "
       "assert sorted(a) == sorted(b) == [0, 1, 2, 3], (sorted(a), sorted(b)); "
       "assert all(torch.equal(a[k][\"momentum_buffer\"], b[k][\"momentum_buffer\"]) for k in a); "
-      "assert all(a[k][\"momentum_buffer\"].abs().max() > 0 for k in a); print(\"same "
-      "momentum\")'"));
+      "assert all(a[k][\"momentum_buffer\"].abs().max() > 0 for k in a); "
+      // Each parameter in a storage of its own, though the split job's share a buffer.
+      "w = torch.load(\"",
+      dir,
+      "/split/last.ckpt\")[\"state_dict\"]; "
+      "assert all(v.storage().size() == v.numel() for v in w.values()), "
+      "[(k, v.storage().size()) for k, v in w.items()]; print(\"same momentum\")'"));
   EXPECT_EQ(python.exit_code, 0) << python.output;
   EXPECT_THAT(python.output, HasSubstr("same momentum"));
 }

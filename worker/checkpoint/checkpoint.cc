@@ -460,7 +460,12 @@ absl::Status SaveCheckpoint(const std::string& path, const LightningModule& mode
         PyDict state_dict(c10::StringType::get(), c10::TensorType::get());
         torch::jit::Module& module = const_cast<LightningModule&>(model).module();
         for (const auto& p : module.named_parameters()) {
-          state_dict.insert(p.name, p.value.detach());
+          // A parameter that lives in a larger buffer (ddp's split step keeps them beside their
+          // gradient bucket) is written on its own, so that the file holds one storage per
+          // tensor as Lightning's does (safetensors refuses tensors that share memory).
+          const bool own =
+              p.value.storage_offset() == 0 && p.value.storage().nbytes() == p.value.nbytes();
+          state_dict.insert(p.name, own ? p.value.detach() : p.value.detach().clone());
         }
         for (const auto& b : module.named_buffers()) {
           state_dict.insert(b.name, b.value.detach());

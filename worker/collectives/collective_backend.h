@@ -69,6 +69,8 @@ class CollectiveBackend {
   // computes only its part. `update` must compute an element from that element alone. A failed
   // update fails the call on this rank, and where the ranks split the elements on every rank.
   using SplitUpdate = std::function<absl::Status(int64_t begin, int64_t end)>;
+  // Whether `tensor` (from AllocateForAllReduce) lies in memory the other ranks read and write.
+  virtual bool SharedWithPeers(const torch::Tensor& tensor) const { return false; }
   virtual absl::Status AllReduceThenUpdate(torch::Tensor& tensor, v1::ReduceOp op,
                                            torch::Tensor& mirror, const SplitUpdate& update);
 

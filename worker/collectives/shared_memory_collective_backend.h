@@ -71,6 +71,9 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   // AllReduce). Otherwise as the default.
   absl::Status AllReduceThenUpdate(torch::Tensor& tensor, v1::ReduceOp op, torch::Tensor& mirror,
                                    const SplitUpdate& update) override;
+  bool SharedWithPeers(const torch::Tensor& tensor) const override {
+    return FindSharedBuffer(tensor) != nullptr;
+  }
   absl::StatusOr<std::vector<torch::Tensor>> AllGather(const torch::Tensor& tensor) override;
   absl::Status Reduce(torch::Tensor& tensor, int dst, v1::ReduceOp op) override;
   absl::StatusOr<bool> ReduceBooleanDecision(bool decision, bool all) override;

@@ -391,7 +391,14 @@ absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(
   }
   if (update != nullptr && end > begin) {
     // The partition this rank reduced is in its cache: it updates it, and the others get it.
-    if (absl::Status updated = (*update)(begin, end); !updated.ok()) return Poison(updated);
+    // The peers wait for this rank's part at the barrier: a failure must reach them now.
+    absl::Status updated;
+    try {
+      updated = (*update)(begin, end);
+    } catch (const std::exception& e) {
+      updated = absl::InternalError(absl::StrCat("the update after an all_reduce: ", e.what()));
+    }
+    if (!updated.ok()) return Poison(updated);
     const char* mine = mirror->bases[me] + (mirror_offset + begin) * element;
     for (int r = 0; r < world; ++r) {
       if (r != me) {

@@ -1,6 +1,8 @@
 #include "worker/strategies/ddp_strategy.h"
 
 #include <algorithm>
+#include <set>
+#include <typeinfo>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -48,17 +50,32 @@ absl::Status DdpStrategy::MaybeSplitOptimizerStep(LightningModule* model) {
   if (sync_ == nullptr || sync_->overlaps_backward() || !backend_->AllReduceComputesOnCaller()) {
     return absl::OkStatus();
   }
+  // A plugin's subclass may read or step the gradients in overrides of its own, which would
+  // then see this rank's unaveraged ones: only ddp itself splits.
   std::vector<torch::Tensor> parameters = model->Parameters();
-  bool splits = options_.split_optimizer_step && !options_.gradients_read_before_step &&
-                optimizer_ != nullptr && SplitOptimizerStep::Splits(*optimizer_);
+  bool splits = typeid(*this) == typeid(DdpStrategy) && options_.split_optimizer_step &&
+                !options_.gradients_read_before_step && optimizer_ != nullptr &&
+                SplitOptimizerStep::Splits(*optimizer_);
+  std::set<const void*> seen;
   for (const torch::Tensor& p : parameters) {
-    splits = splits && p.device().is_cpu() && p.requires_grad() && p.is_contiguous() &&
+    // A tied parameter (listed twice) is stepped twice by the whole step, once by a split one.
+    splits = splits && seen.insert(p.unsafeGetTensorImpl()).second && p.device().is_cpu() &&
+             p.requires_grad() && p.is_contiguous() &&
              (p.scalar_type() == torch::kFloat32 || p.scalar_type() == torch::kFloat64);
   }
   DTRAIN_ASSIGN_OR_RETURN(const bool every_rank, backend_->ReduceBooleanDecision(splits, true));
   if (!every_rank) return absl::OkStatus();
-  DTRAIN_RETURN_IF_ERROR(GuardTorch("cannot place the parameters beside their buckets",
-                                    [&] { return sync_->PlaceParametersBesideBuckets(); }));
+  DTRAIN_ASSIGN_OR_RETURN(
+      const bool placed,
+      GuardTorch("cannot place the parameters beside their buckets",
+                 [&]() -> absl::StatusOr<bool> { return sync_->PlaceParametersBesideBuckets(); }));
+  if (!placed) {
+    // On every rank alike (the plane allocates collectively): each would step every element.
+    // The parameters stay in the plane's ordinary buffers, which is harmless.
+    LogWarning("ddp: the optimizer step is not split: no shared memory for the parameters",
+               {{"rank", static_cast<int64_t>(backend_->rank())}});
+    return absl::OkStatus();
+  }
   split_ =
       std::make_unique<SplitOptimizerStep>(optimizer_.get(), sync_.get(), std::move(parameters));
   return absl::OkStatus();
@@ -86,12 +103,20 @@ absl::Status DdpStrategy::OptimizerStep() {
         "a split optimizer step without a backward that ends its accumulation window");
   }
   averaging_due_ = false;
+  // The momentum a checkpoint gathered is stale from this step on; the parts hold the live one.
+  if (consolidated_) {
+    optimizer_->state().clear();
+    consolidated_ = false;
+  }
   const absl::Time start = absl::Now();
   const absl::Duration updating = sync_->update_time();
-  absl::Status status =
-      sync_->AverageGradientsAndUpdate([this](size_t bucket, int64_t begin, int64_t end) {
-        return split_->Update(bucket, begin, end);
-      });
+  // The plane owns the failure of an update (it fails the group); a libtorch error in the
+  // packing of the gradients becomes a status here, as the unsplit averaging's does.
+  absl::Status status = GuardTorch("averaging the gradients failed", [&] {
+    return sync_->AverageGradientsAndUpdate([this](size_t bucket, int64_t begin, int64_t end) {
+      return split_->Update(bucket, begin, end);
+    });
+  });
   averaging_in_step_ += (absl::Now() - start) - (sync_->update_time() - updating);
   return status;
 }
@@ -100,12 +125,21 @@ absl::StatusOr<torch::optim::Optimizer*> DdpStrategy::OptimizerState() {
   if (split_ != nullptr) {
     DTRAIN_RETURN_IF_ERROR(GuardTorch("cannot gather the optimizer state",
                                       [&] { return split_->Consolidate(backend_.get()); }));
+    consolidated_ = true;
   }
   return Strategy::OptimizerState();
 }
 
+torch::optim::Optimizer* DdpStrategy::RestoreTarget() {
+  // Emptied, so that FinishRestore tells a checkpoint that held optimizer state from one that
+  // did not (the parts then keep their live momentum, as the unsplit step keeps its own).
+  if (split_ != nullptr) optimizer_->state().clear();
+  consolidated_ = false;
+  return Strategy::RestoreTarget();
+}
+
 absl::Status DdpStrategy::FinishRestore() {
-  if (split_ != nullptr) split_->Reset();
+  if (split_ != nullptr && !optimizer_->state().empty()) split_->Reset();
   return Strategy::FinishRestore();
 }
 

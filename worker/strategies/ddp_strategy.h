@@ -36,6 +36,7 @@ class DdpStrategy : public Strategy {
   // With split_ the step averages the gradients as it updates the parameters.
   absl::Status OptimizerStep() override;
   absl::StatusOr<torch::optim::Optimizer*> OptimizerState() override;
+  torch::optim::Optimizer* RestoreTarget() override;
   absl::Status FinishRestore() override;
   // Whether this job's optimizer step is split between the ranks (SplitOptimizerStep).
   bool splits_optimizer_step() const override { return split_ != nullptr; }
@@ -52,6 +53,7 @@ class DdpStrategy : public Strategy {
 
   std::unique_ptr<SplitOptimizerStep> split_;
   bool averaging_due_ = false;  // split_: a backward ended a window; the step averages
+  bool consolidated_ = false;   // split_: optimizer_ holds a checkpoint's gathered momentum
   absl::Duration averaging_in_step_;
 };
 

@@ -250,7 +250,7 @@ void GradientSync::CommunicationLoop() {
   }
 }
 
-absl::Status GradientSync::PlaceParametersBesideBuckets() {
+absl::StatusOr<bool> GradientSync::PlaceParametersBesideBuckets() {
   if (overlap_) {
     return absl::FailedPreconditionError(
         "parameters beside their buckets: buckets start during backward here");
@@ -265,10 +265,18 @@ absl::Status GradientSync::PlaceParametersBesideBuckets() {
       }
     }
   }
+  std::vector<torch::Tensor> flats;
+  bool shared = true;
   for (Bucket& bucket : buckets_) {
     DTRAIN_ASSIGN_OR_RETURN(
-        bucket.parameter_flat,
+        torch::Tensor flat,
         backend_->AllocateForAllReduce(bucket.flat.numel(), bucket.flat.scalar_type()));
+    shared = shared && backend_->SharedWithPeers(flat);
+    flats.push_back(std::move(flat));
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    bucket.parameter_flat = std::move(flats[b]);
     int64_t offset = 0;
     for (size_t i : bucket.parameters) {
       torch::Tensor& p = parameters_[i];
@@ -280,7 +288,7 @@ absl::Status GradientSync::PlaceParametersBesideBuckets() {
       offset += p.numel();
     }
   }
-  return absl::OkStatus();
+  return shared;
 }
 
 absl::Status GradientSync::AverageGradientsAndUpdate(const BucketUpdate& update) {

@@ -86,9 +86,11 @@ class GradientSync {
 
   // Moves every parameter into plane memory laid out as its bucket (a second buffer per bucket,
   // `bucket_parameters`), so that AverageGradientsAndUpdate can split an update between the
-  // ranks. Collective (the plane allocates). FAILED_PRECONDITION with buckets that start during
-  // backward, or a parameter without its gradient in a bucket (frozen or not contiguous).
-  absl::Status PlaceParametersBesideBuckets();
+  // ranks. Collective (the plane allocates). False when the plane gave ordinary memory (its ranks
+  // could not share it; the parameters are moved all the same). FAILED_PRECONDITION with buckets
+  // that start during backward, or a parameter without its gradient in a bucket (frozen or not
+  // contiguous).
+  absl::StatusOr<bool> PlaceParametersBesideBuckets();
   // AverageGradients, then `update(bucket, begin, end)` on the elements [begin, end) of a bucket
   // this rank is to update (CollectiveBackend::AllReduceThenUpdate): it reads the averaged
   // gradients in `bucket_flat(bucket)` and writes the parameters in `bucket_parameters(bucket)`

@@ -90,8 +90,9 @@ absl::StatusOr<SplitOptimizerStep::Part*> SplitOptimizerStep::PartFor(size_t buc
       groups.emplace_back(group_params[j], full_->param_groups()[part.groups[j]].options().clone());
     }
     if (groups.empty()) return absl::OkStatus();
-    const auto& first = static_cast<const torch::optim::SGDOptions&>(groups.front().options());
-    part.sgd = std::make_unique<torch::optim::SGD>(std::move(groups), first);
+    // Neutral defaults: every group has its own options, and the constructor's checks of the
+    // defaults must not refuse what a scheduler made of the job's (momentum 0 with Nesterov).
+    part.sgd = std::make_unique<torch::optim::SGD>(std::move(groups), torch::optim::SGDOptions(0));
     // A restored (or consolidated) momentum continues where the full optimizer has it.
     for (const Slice& slice : part.slices) {
       const torch::Tensor* momentum = MomentumOf(*full_, parameters_[slice.parameter]);
@@ -108,9 +109,9 @@ absl::StatusOr<SplitOptimizerStep::Part*> SplitOptimizerStep::PartFor(size_t buc
 }
 
 absl::Status SplitOptimizerStep::Update(size_t bucket, int64_t begin, int64_t end) {
-  DTRAIN_ASSIGN_OR_RETURN(Part * part, PartFor(bucket, begin, end));
-  if (part->sgd == nullptr) return absl::OkStatus();  // nothing here the optimizer steps
   return GuardTorch("optimizer step failed", [&]() -> absl::Status {
+    DTRAIN_ASSIGN_OR_RETURN(Part * part, PartFor(bucket, begin, end));
+    if (part->sgd == nullptr) return absl::OkStatus();  // nothing here the optimizer steps
     // Rates as the schedulers left them on the full optimizer.
     for (size_t j = 0; j < part->groups.size(); ++j) {
       static_cast<torch::optim::SGDOptions&>(part->sgd->param_groups()[j].options()) =

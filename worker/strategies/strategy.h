@@ -116,7 +116,8 @@ class Strategy {
   double learning_rate() const { return lr_; }
 
   // optimizer_state: an optimizer holding every parameter's state, valid on global rank 0.
-  // A collective under sharded (the partitions are gathered); every rank must call it.
+  // A collective under sharded and a split ddp step (the partitions are gathered); every rank
+  // must call it.
   virtual absl::StatusOr<torch::optim::Optimizer*> OptimizerState();
   // A checkpoint restores optimizer state into RestoreTarget(), then FinishRestore() hands it
   // to the strategy (sharded keeps only its partition). Loads from any world size.
