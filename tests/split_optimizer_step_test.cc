@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "worker/collectives/collective_backend.h"
+#include "worker/model/optimizers.h"
 #include "worker/strategies/gradient_sync.h"
 
 namespace dtrain {
@@ -33,10 +34,9 @@ std::vector<torch::optim::OptimizerParamGroup> Groups(const std::vector<torch::T
   return groups;
 }
 
-std::string Key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
-
 const torch::Tensor& Momentum(torch::optim::Optimizer& o, const torch::Tensor& p) {
-  return static_cast<torch::optim::SGDParamState&>(*o.state().at(Key(p))).momentum_buffer();
+  return static_cast<torch::optim::SGDParamState&>(*o.state().at(OptimizerStateKey(p)))
+      .momentum_buffer();
 }
 
 TEST(SplitOptimizerStep, PartsSteppedApartEqualTorchsWholeStep_BitForBit) {
@@ -92,7 +92,7 @@ TEST(SplitOptimizerStep, PartsSteppedApartEqualTorchsWholeStep_BitForBit) {
   // The consolidated momentum is the whole step's; the parameters moved (a real comparison).
   ASSERT_TRUE(split->Consolidate(&local).ok());
   for (size_t i = 0; i < params.size(); ++i) {
-    ASSERT_EQ(full.state().count(Key(params[i])), 1u) << i;
+    ASSERT_EQ(full.state().count(OptimizerStateKey(params[i])), 1u) << i;
     EXPECT_TRUE(torch::equal(Momentum(full, params[i]), Momentum(whole, reference[i]))) << i;
     EXPECT_GT(Momentum(whole, reference[i]).abs().max().item<double>(), 0) << i;
   }

@@ -46,6 +46,11 @@ TEST(LocalBackend, EveryCollectiveOnANonCpuDevice_AnswersOnThatDevice) {
   EXPECT_EQ((*gathered)[0].device(), device);
 }
 
+// What a rank's body returns when a check fails, naming the rank.
+absl::Status RankFailure(int rank, const std::string& what) {
+  return absl::InternalError(absl::StrCat("rank ", rank, ": ", what));
+}
+
 // The same semantics from every collective backend: the coordinator's gRPC collectives, Gloo
 // peer to peer, and shared memory between same-host ranks.
 class BackendConformance : public ::testing::TestWithParam<std::string> {
@@ -348,9 +353,7 @@ TEST_P(BackendConformance, MemoryForAllReduce_ReducesAsOrdinaryMemory) {
       [&](CollectiveBackend& b) -> absl::Status {
         const int64_t n = 100'003;
         const int r = b.rank();
-        auto fail = [&](const std::string& what) {
-          return absl::InternalError(absl::StrCat("rank ", r, ": ", what));
-        };
+        auto fail = [&](const std::string& what) { return RankFailure(r, what); };
         for (torch::ScalarType dtype : {torch::kFloat32, torch::kFloat64}) {
           absl::StatusOr<torch::Tensor> buffer = b.AllocateForAllReduce(n, dtype);
           if (!buffer.ok()) return buffer.status();
@@ -423,9 +426,7 @@ TEST_P(BackendConformance, AllReduceThenUpdate_EveryMirrorWhole_SplitOnShm) {
       [&](CollectiveBackend& b) -> absl::Status {
         const int64_t n = 100'003;
         const int r = b.rank();
-        auto fail = [&](const std::string& what) {
-          return absl::InternalError(absl::StrCat("rank ", r, ": ", what));
-        };
+        auto fail = [&](const std::string& what) { return RankFailure(r, what); };
         DTRAIN_ASSIGN_OR_RETURN(torch::Tensor grads, b.AllocateForAllReduce(n, torch::kFloat32));
         DTRAIN_ASSIGN_OR_RETURN(torch::Tensor mirror, b.AllocateForAllReduce(n, torch::kFloat32));
         at::Generator generator = at::detail::createCPUGenerator(11 + r);

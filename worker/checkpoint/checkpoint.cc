@@ -135,10 +135,6 @@ PyDict PyParamGroup(const torch::optim::OptimizerOptions& options, int64_t first
   return group;
 }
 
-std::string CheckpointStateKey(const torch::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
-
 // torch.optim's optimizer.state_dict() of a libtorch optimizer: parameters numbered in order
 // across groups, per-parameter state under those numbers.
 c10::IValue OptimizerStateDict(torch::optim::Optimizer& optimizer) {
@@ -148,7 +144,7 @@ c10::IValue OptimizerStateDict(torch::optim::Optimizer& optimizer) {
   for (auto& group : optimizer.param_groups()) {
     const int64_t first = index;
     for (const torch::Tensor& p : group.params()) {
-      auto it = optimizer.state().find(CheckpointStateKey(p));
+      auto it = optimizer.state().find(OptimizerStateKey(p));
       if (it != optimizer.state().end()) {
         PyDict entry = PyStrDict();
         if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
@@ -285,7 +281,7 @@ absl::Status RestoreOptimizer(const c10::IValue& saved, const std::string& origi
       DTRAIN_ASSIGN_OR_RETURN(torch::Tensor buffer, tensor("momentum_buffer", false));
       auto param_state = std::make_unique<torch::optim::SGDParamState>();
       if (buffer.defined()) param_state->momentum_buffer(buffer);
-      optimizer.state()[CheckpointStateKey(p)] = std::move(param_state);
+      optimizer.state()[OptimizerStateKey(p)] = std::move(param_state);
       continue;
     }
     const std::optional<c10::IValue> step = PyGet(s, "step");
@@ -298,14 +294,14 @@ absl::Status RestoreOptimizer(const c10::IValue& saved, const std::string& origi
       param_state->step(PyInt(*step)).square_avg(square_avg);
       if (momentum_buffer.defined()) param_state->momentum_buffer(momentum_buffer);
       if (grad_avg.defined()) param_state->grad_avg(grad_avg);
-      optimizer.state()[CheckpointStateKey(p)] = std::move(param_state);
+      optimizer.state()[OptimizerStateKey(p)] = std::move(param_state);
       continue;
     }
     if (dynamic_cast<torch::optim::Adagrad*>(&optimizer) != nullptr) {
       DTRAIN_ASSIGN_OR_RETURN(torch::Tensor sum, tensor("sum", true));
       auto param_state = std::make_unique<torch::optim::AdagradParamState>();
       param_state->step(PyInt(*step)).sum(sum);
-      optimizer.state()[CheckpointStateKey(p)] = std::move(param_state);
+      optimizer.state()[OptimizerStateKey(p)] = std::move(param_state);
       continue;
     }
     DTRAIN_ASSIGN_OR_RETURN(torch::Tensor exp_avg, tensor("exp_avg", true));
@@ -315,12 +311,12 @@ absl::Status RestoreOptimizer(const c10::IValue& saved, const std::string& origi
       auto param_state = std::make_unique<torch::optim::AdamWParamState>();
       param_state->step(PyInt(*step)).exp_avg(exp_avg).exp_avg_sq(exp_avg_sq);
       if (max_exp_avg_sq.defined()) param_state->max_exp_avg_sq(max_exp_avg_sq);
-      optimizer.state()[CheckpointStateKey(p)] = std::move(param_state);
+      optimizer.state()[OptimizerStateKey(p)] = std::move(param_state);
     } else {
       auto param_state = std::make_unique<torch::optim::AdamParamState>();
       param_state->step(PyInt(*step)).exp_avg(exp_avg).exp_avg_sq(exp_avg_sq);
       if (max_exp_avg_sq.defined()) param_state->max_exp_avg_sq(max_exp_avg_sq);
-      optimizer.state()[CheckpointStateKey(p)] = std::move(param_state);
+      optimizer.state()[OptimizerStateKey(p)] = std::move(param_state);
     }
   }
   return absl::OkStatus();

@@ -147,6 +147,10 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> Build(
 
 }  // namespace
 
+std::string OptimizerStateKey(const torch::Tensor& parameter) {
+  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
+}
+
 std::string TorchOptimizerClass(const std::string& name) {
   if (name == "sgd") return "SGD";
   if (name == "adam") return "Adam";

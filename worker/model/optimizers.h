@@ -55,6 +55,9 @@ struct ParamGroupConfig {
 // torch.optim's class name for `name` ("adamw" -> "AdamW"), as LearningRateMonitor names it.
 std::string TorchOptimizerClass(const std::string& name);
 
+// Where a libtorch optimizer keeps `parameter`'s state (Optimizer::state()'s key).
+std::string OptimizerStateKey(const torch::Tensor& parameter);
+
 // configure_optimizers' optimizer as a config: INVALID_ARGUMENT for a kind dtrain lacks or a
 // group without parameters.
 absl::StatusOr<OptimizerConfig> OptimizerFromRecipe(const v1::OptimizerRecipe& recipe);

@@ -75,14 +75,6 @@ void ShardedOptimizer::SetGroupRates(const std::vector<GroupRates>& rates) {
   if (optimizer_ != nullptr) WriteGroupRates(*optimizer_, rates);
 }
 
-namespace {
-
-std::string StateKey(const torch::Tensor& parameter) {
-  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> ShardedOptimizer::Consolidate(int dst) {
   // Each rank's partition travels as its optimizer's own archive (what optimizer.save
   // writes), so every optimizer kind is handled by libtorch's serialization, not by us.
@@ -126,8 +118,8 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> ShardedOptimizer::Conso
           return absl::OkStatus();
         }));
     for (const torch::Tensor& p : owned) {
-      auto it = partial->state().find(StateKey(p));
-      if (it != partial->state().end()) full->state()[StateKey(p)] = it->second->clone();
+      auto it = partial->state().find(OptimizerStateKey(p));
+      if (it != partial->state().end()) full->state()[OptimizerStateKey(p)] = it->second->clone();
     }
   }
   return full;
@@ -137,8 +129,8 @@ absl::Status ShardedOptimizer::AdoptState(torch::optim::Optimizer& full) {
   if (optimizer_ == nullptr) return absl::OkStatus();
   optimizer_->state().clear();
   for (const torch::Tensor& p : local_) {
-    auto it = full.state().find(StateKey(p));
-    if (it != full.state().end()) optimizer_->state()[StateKey(p)] = it->second->clone();
+    auto it = full.state().find(OptimizerStateKey(p));
+    if (it != full.state().end()) optimizer_->state()[OptimizerStateKey(p)] = it->second->clone();
   }
   if (!full.param_groups().empty()) {
     optimizer_->param_groups().front().set_options(full.param_groups().front().options().clone());

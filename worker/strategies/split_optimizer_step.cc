@@ -3,18 +3,13 @@
 #include <algorithm>
 #include <string>
 
-#include <c10/util/string_utils.h>
-
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/model/optimizers.h"
 #include "worker/model/torch_status.h"
 
 namespace dtrain {
 namespace {
-
-std::string OptimizerStateKey(const torch::Tensor& parameter) {
-  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
-}
 
 // A tensor of its own over `count` elements of `flat` from element `at` (not an autograd view:
 // it becomes an optimizer's parameter, and its .grad is another such tensor).
