@@ -101,9 +101,10 @@ TEST_P(WorkerServiceBackendTest, Ddp_TwoWorkersEqualOneWorkerWithTheWholeBatch) 
 
 // ddp's optimizer step split between the ranks (trainer.split_optimizer_step, on shm: each rank
 // steps its share of the parameters and hands the others the new values) trains bitwise as the
-// whole step on every rank does, SGD with momentum, Nesterov and weight decay; the checkpoints
-// of both hold the same momentum, read by Python's torch, and each parameter in a storage of its
-// own. Elsewhere the step is never split.
+// whole step on every rank does, with SGD (momentum, Nesterov, weight decay) and with AdamW;
+// the checkpoints of both hold the same optimizer state (every tensor and the step),
+// read by Python's torch, and each parameter in a storage of its own. Elsewhere the step is
+// never split.
 TEST_P(WorkerServiceBackendTest, Ddp_SplitOptimizerStepEqualsTheWholeStep_BitForBit) {
   const bool shm = GetParam() == "shm";
   std::vector<std::unique_ptr<WorkerProcess>> workers;
@@ -113,64 +114,83 @@ TEST_P(WorkerServiceBackendTest, Ddp_SplitOptimizerStepEqualsTheWholeStep_BitFor
   }
   const std::string dir = TestTempPath("split-step-" + GetParam());
   std::filesystem::remove_all(dir);
-  // Group 0 splits (the default), group 1 does not; ranks[g][r].
-  std::vector<std::vector<WorkerProcess*>> ranks = {{workers[0].get(), workers[1].get()},
-                                                    {workers[2].get(), workers[3].get()}};
-  const std::vector<std::string> jobs = {"split", "whole"};
-  for (int g = 0; g < 2; ++g) {
-    v1::SetupRequest request = Distributed(jobs[g], "ddp", 2);
-    v1::JobSpec& spec = *request.mutable_spec();
-    spec.mutable_optimizer()->set_nesterov(true);
-    spec.mutable_optimizer()->set_weight_decay(1e-3);
-    spec.mutable_checkpoint()->set_dirpath(absl::StrCat("worker:", dir, "/", jobs[g]));
-    if (g == 1) spec.mutable_trainer()->set_split_optimizer_step(false);
-    std::vector<v1::SetupResponse> setups(2);
-    std::vector<absl::Status> statuses(2);
-    Parallel(2, [&](int i) { statuses[i] = Setup(*ranks[g][i], request, &setups[i]); });
-    ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
-    if (setups[0].ranks(0).rank() == 1) std::swap(ranks[g][0], ranks[g][1]);
-    // The job log's line says which step it takes.
-    EXPECT_EQ(absl::StrContains(setups[0].optimization(), "its step split between the 2 ranks"),
-              shm && g == 0)
-        << setups[0].optimization();
-  }
-  std::vector<absl::Status> statuses(4);
-  for (int step = 0; step < 12; step += 4) {
+  for (const std::string optimizer : {"sgd", "adamw"}) {
+    SCOPED_TRACE(optimizer);
+    // Group 0 splits (the default), group 1 does not; ranks[g][r].
+    std::vector<std::vector<WorkerProcess*>> ranks = {{workers[0].get(), workers[1].get()},
+                                                      {workers[2].get(), workers[3].get()}};
+    const std::vector<std::string> jobs = {"split-" + optimizer, "whole-" + optimizer};
+    for (int g = 0; g < 2; ++g) {
+      v1::SetupRequest request = Distributed(jobs[g], "ddp", 2);
+      v1::JobSpec& spec = *request.mutable_spec();
+      spec.mutable_optimizer()->set_name(optimizer);
+      spec.mutable_optimizer()->set_weight_decay(1e-3);
+      if (optimizer == "sgd") {
+        spec.mutable_optimizer()->set_nesterov(true);
+      } else {
+        spec.mutable_optimizer()->set_lr(1e-3);
+      }
+      spec.mutable_checkpoint()->set_dirpath(absl::StrCat("worker:", dir, "/", jobs[g]));
+      if (g == 1) spec.mutable_trainer()->set_split_optimizer_step(false);
+      std::vector<v1::SetupResponse> setups(2);
+      std::vector<absl::Status> statuses(2);
+      Parallel(2, [&](int i) { statuses[i] = Setup(*ranks[g][i], request, &setups[i]); });
+      ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
+      if (setups[0].ranks(0).rank() == 1) std::swap(ranks[g][0], ranks[g][1]);
+      // The job log's line says which step it takes.
+      EXPECT_EQ(absl::StrContains(setups[0].optimization(), "its step split between the 2 ranks"),
+                shm && g == 0)
+          << setups[0].optimization();
+    }
+    std::vector<absl::Status> statuses(4);
+    for (int step = 0; step < 12; step += 4) {
+      Parallel(4, [&](int k) {
+        statuses[k] =
+            Train(*ranks[k / 2][k % 2], jobs[k / 2], {Slice(step, k % 2, 2, 16, 4)}).status();
+      });
+      for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
+    }
+    const auto split = Parameters(*ranks[0][0], jobs[0]);
+    EXPECT_EQ(MaxDiff(split, Parameters(*ranks[0][1], jobs[0])), 0.0);
+    EXPECT_EQ(MaxDiff(split, Parameters(*ranks[1][0], jobs[1])), 0.0);
+    EXPECT_EQ(MaxDiff(split, Parameters(*ranks[1][1], jobs[1])), 0.0);
+    // Every rank saves (rank 0 writes): the split job's state is gathered from both ranks.
     Parallel(4, [&](int k) {
-      statuses[k] =
-          Train(*ranks[k / 2][k % 2], jobs[k / 2], {Slice(step, k % 2, 2, 16, 4)}).status();
+      v1::SaveCheckpointRequest save;
+      save.set_job_id(jobs[k / 2]);
+      save.set_name("last.ckpt");
+      v1::SaveCheckpointResponse saved;
+      statuses[k] = Call(
+          [&](auto* c) { return ranks[k / 2][k % 2]->stub().SaveCheckpoint(c, save, &saved); });
     });
     for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
+    CommandResult python = RunShell(absl::StrCat(
+        "/usr/bin/python3 -c 'import torch; a, b = (torch.load(\"", dir,
+        "/\" + j + \"/last.ckpt\")"
+        "[\"optimizer_states\"][0][\"state\"] for j in (\"",
+        jobs[0], "\", \"", jobs[1],
+        "\")); "
+        "assert sorted(a) == sorted(b) == [0, 1, 2, 3], (sorted(a), sorted(b)); "
+        "assert all(sorted(a[k]) == sorted(b[k]) for k in a), [(sorted(a[k]), sorted(b[k])) "
+        "for k in a]; "
+        "same = lambda x, y: torch.equal(x, y) if torch.is_tensor(x) else x == y; "
+        "assert all(same(a[k][n], b[k][n]) for k in a for n in a[k]), [(k, n) for k in a "
+        "for n in a[k] if not same(a[k][n], b[k][n])]; "
+        "assert all(any(torch.is_tensor(v) and v.numel() > 1 and v.abs().max() > 0 "
+        "for v in a[k].values()) for k in a); "
+        // Each parameter in a storage of its own, though the split job's share a buffer.
+        "w = torch.load(\"",
+        dir, "/", jobs[0],
+        "/last.ckpt\")[\"state_dict\"]; "
+        "assert all(v.storage().size() == v.numel() for v in w.values()), "
+        "[(k, v.storage().size()) for k, v in w.items()]; "
+        "print(\"same state:\", sorted(a[0]))'"));
+    EXPECT_EQ(python.exit_code, 0) << python.output;
+    EXPECT_THAT(python.output,
+                HasSubstr(optimizer == "sgd" ? "same state: ['momentum_buffer']"
+                                             : "same state: ['exp_avg', 'exp_avg_sq', 'step']"));
+    for (const auto& worker : workers) ASSERT_TRUE(Teardown(*worker).ok());
   }
-  const auto split = Parameters(*ranks[0][0], "split");
-  EXPECT_EQ(MaxDiff(split, Parameters(*ranks[0][1], "split")), 0.0);
-  EXPECT_EQ(MaxDiff(split, Parameters(*ranks[1][0], "whole")), 0.0);
-  EXPECT_EQ(MaxDiff(split, Parameters(*ranks[1][1], "whole")), 0.0);
-  // Every rank saves (rank 0 writes): the split job's momentum is gathered from both ranks.
-  Parallel(4, [&](int k) {
-    v1::SaveCheckpointRequest save;
-    save.set_job_id(jobs[k / 2]);
-    save.set_name("last.ckpt");
-    v1::SaveCheckpointResponse saved;
-    statuses[k] =
-        Call([&](auto* c) { return ranks[k / 2][k % 2]->stub().SaveCheckpoint(c, save, &saved); });
-  });
-  for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
-  CommandResult python = RunShell(absl::StrCat(
-      "/usr/bin/python3 -c 'import torch; a, b = (torch.load(\"", dir,
-      "/\" + j + \"/last.ckpt\")"
-      "[\"optimizer_states\"][0][\"state\"] for j in (\"split\", \"whole\")); "
-      "assert sorted(a) == sorted(b) == [0, 1, 2, 3], (sorted(a), sorted(b)); "
-      "assert all(torch.equal(a[k][\"momentum_buffer\"], b[k][\"momentum_buffer\"]) for k in a); "
-      "assert all(a[k][\"momentum_buffer\"].abs().max() > 0 for k in a); "
-      // Each parameter in a storage of its own, though the split job's share a buffer.
-      "w = torch.load(\"",
-      dir,
-      "/split/last.ckpt\")[\"state_dict\"]; "
-      "assert all(v.storage().size() == v.numel() for v in w.values()), "
-      "[(k, v.storage().size()) for k, v in w.items()]; print(\"same momentum\")'"));
-  EXPECT_EQ(python.exit_code, 0) << python.output;
-  EXPECT_THAT(python.output, HasSubstr("same momentum"));
 }
 
 // A ddp group of one has nothing to average: it trains bitwise as single_device does, and its

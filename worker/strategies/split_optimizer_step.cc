@@ -1,7 +1,10 @@
 #include "worker/strategies/split_optimizer_step.h"
 
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -18,23 +21,29 @@ torch::Tensor ElementsOf(const torch::Tensor& flat, int64_t at, int64_t count) {
       .set_(flat.storage(), flat.storage_offset() + at, {count}, {1});
 }
 
-const torch::Tensor* MomentumOf(const torch::optim::Optimizer& optimizer,
-                                const torch::Tensor& parameter) {
-  auto it = optimizer.state().find(OptimizerStateKey(parameter));
-  if (it == optimizer.state().end()) return nullptr;
-  const auto& state = static_cast<const torch::optim::SGDParamState&>(*it->second);
-  return state.momentum_buffer().defined() ? &state.momentum_buffer() : nullptr;
+// `count` elements of `state`'s tensors from element `from`, each a tensor of its own.
+ElementwiseState SliceOf(const ElementwiseState& state, int64_t from, int64_t count) {
+  ElementwiseState part{{}, state.step};
+  for (size_t t = 0; t < ElementwiseState::kTensors; ++t) {
+    if (state.tensors[t].defined()) {
+      part.tensors[t] = state.tensors[t].reshape({-1}).slice(0, from, from + count).clone();
+    }
+  }
+  return part;
 }
 
 }  // namespace
 
 bool SplitOptimizerStep::Splits(const torch::optim::Optimizer& optimizer) {
-  return dynamic_cast<const torch::optim::SGD*>(&optimizer) != nullptr;
+  return ElementwiseOptimizer::Of(optimizer) != nullptr;
 }
 
 SplitOptimizerStep::SplitOptimizerStep(torch::optim::Optimizer* full, const GradientSync* sync,
                                        std::vector<torch::Tensor> parameters)
-    : full_(full), sync_(sync), parameters_(std::move(parameters)) {
+    : full_(full),
+      kind_(ElementwiseOptimizer::Of(*full)),
+      sync_(sync),
+      parameters_(std::move(parameters)) {
   group_of_.assign(parameters_.size(), -1);
   for (size_t g = 0; g < full_->param_groups().size(); ++g) {
     for (const torch::Tensor& p : full_->param_groups()[g].params()) {
@@ -85,17 +94,14 @@ absl::StatusOr<SplitOptimizerStep::Part*> SplitOptimizerStep::PartFor(size_t buc
       groups.emplace_back(group_params[j], full_->param_groups()[part.groups[j]].options().clone());
     }
     if (groups.empty()) return absl::OkStatus();
-    // Neutral defaults: every group has its own options, and the constructor's checks of the
-    // defaults must not refuse what a scheduler made of the job's (momentum 0 with Nesterov).
-    part.sgd = std::make_unique<torch::optim::SGD>(std::move(groups), torch::optim::SGDOptions(0));
-    // A restored (or consolidated) momentum continues where the full optimizer has it.
+    part.optimizer = kind_->Make(std::move(groups), *full_);
+    // A restored (or consolidated) state continues where the full optimizer has it.
     for (const Slice& slice : part.slices) {
-      const torch::Tensor* momentum = MomentumOf(*full_, parameters_[slice.parameter]);
-      if (momentum == nullptr) continue;
-      auto state = std::make_unique<torch::optim::SGDParamState>();
-      state->momentum_buffer(
-          momentum->reshape({-1}).slice(0, slice.from, slice.from + slice.value.numel()).clone());
-      part.sgd->state()[OptimizerStateKey(slice.value)] = std::move(state);
+      std::optional<ElementwiseState> state = kind_->Read(*full_, parameters_[slice.parameter]);
+      if (state.has_value()) {
+        kind_->Write(*part.optimizer, slice.value,
+                     SliceOf(*state, slice.from, slice.value.numel()));
+      }
     }
     return absl::OkStatus();
   }));
@@ -105,25 +111,29 @@ absl::StatusOr<SplitOptimizerStep::Part*> SplitOptimizerStep::PartFor(size_t buc
 
 absl::Status SplitOptimizerStep::Update(size_t bucket, int64_t begin, int64_t end) {
   return GuardTorch("optimizer step failed", [&]() -> absl::Status {
+    if (kind_ == nullptr) return absl::InternalError("the optimizer's step cannot be split");
     DTRAIN_ASSIGN_OR_RETURN(Part * part, PartFor(bucket, begin, end));
-    if (part->sgd == nullptr) return absl::OkStatus();  // nothing here the optimizer steps
+    if (part->optimizer == nullptr) return absl::OkStatus();  // nothing here the optimizer steps
     // Rates as the schedulers left them on the full optimizer.
     for (size_t j = 0; j < part->groups.size(); ++j) {
-      static_cast<torch::optim::SGDOptions&>(part->sgd->param_groups()[j].options()) =
-          static_cast<const torch::optim::SGDOptions&>(
-              full_->param_groups()[part->groups[j]].options());
+      kind_->CopyOptions(full_->param_groups()[part->groups[j]].options(),
+                         part->optimizer->param_groups()[j].options());
     }
-    part->sgd->step();
+    part->optimizer->step();
     return absl::OkStatus();
   });
 }
 
 absl::Status SplitOptimizerStep::Consolidate(CollectiveBackend* backend) {
+  if (kind_ == nullptr) return absl::InternalError("the optimizer's step cannot be split");
+  constexpr size_t kTensors = ElementwiseState::kTensors;
   const int world = backend->world_size();
   for (size_t b = 0; b < sync_->bucket_count(); ++b) {
     const std::vector<size_t>& in_bucket = sync_->parameters_in_bucket(b);
-    // What this rank holds of the bucket: its parts' ranges, and per parameter whether it has
-    // momentum there (1), has none (0) or has no elements of it (-1).
+    const size_t params = in_bucket.size();
+    // What this rank holds of the bucket: its parts' ranges; per parameter what it has there
+    // (-1: no elements; 0: elements but no state; else 1 + a bit per tensor the state defines);
+    // and per parameter its state's step count.
     std::vector<int64_t> row;
     std::vector<const Part*> mine;
     for (const Part& part : parts_) {
@@ -135,48 +145,86 @@ absl::Status SplitOptimizerStep::Consolidate(CollectiveBackend* backend) {
       row.push_back(part->end);
     }
     const torch::Tensor& grads = sync_->bucket_flat(b);
-    torch::Tensor momentum = torch::zeros({grads.numel()}, grads.options());
-    std::vector<int64_t> has(in_bucket.size(), -1);
     std::vector<int64_t> offsets;
     int64_t offset = 0;
     for (size_t i : in_bucket) {
       offsets.push_back(offset);
       offset += parameters_[i].numel();
     }
+    std::vector<int64_t> has(params, -1), steps(params, 0);
+    std::array<torch::Tensor, kTensors> whole;  // per state tensor: the bucket's elements
     for (const Part* part : mine) {
       for (const Slice& slice : part->slices) {
         const size_t k = static_cast<size_t>(
             std::find(in_bucket.begin(), in_bucket.end(), slice.parameter) - in_bucket.begin());
-        const torch::Tensor* held =
-            part->sgd == nullptr ? nullptr : MomentumOf(*part->sgd, slice.value);
-        if (held != nullptr) {
-          momentum.slice(0, offsets[k] + slice.from, offsets[k] + slice.from + held->numel())
-              .copy_(*held);
+        std::optional<ElementwiseState> held;
+        if (part->optimizer != nullptr) held = kind_->Read(*part->optimizer, slice.value);
+        int64_t bits = 0;
+        if (held.has_value()) {
+          for (size_t t = 0; t < kTensors; ++t) {
+            if (!held->tensors[t].defined()) continue;
+            bits |= int64_t{1} << t;
+            if (!whole[t].defined()) whole[t] = torch::zeros({grads.numel()}, grads.options());
+            const int64_t at = offsets[k] + slice.from;
+            whole[t].slice(0, at, at + held->tensors[t].numel()).copy_(held->tensors[t]);
+          }
+          steps[k] = held->step;
         }
-        has[k] = std::max<int64_t>(has[k], held != nullptr ? 1 : 0);
+        has[k] = std::max<int64_t>(has[k], held.has_value() ? 1 + bits : 0);
       }
     }
     row.insert(row.end(), has.begin(), has.end());
+    row.insert(row.end(), steps.begin(), steps.end());
     DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> rows,
                             backend->AllGather(torch::tensor(row, torch::kInt64)));
-    std::vector<int64_t> any(in_bucket.size(), 0);
+    // Per parameter: the union of what the ranks have, and the step count they agree on.
+    std::vector<int64_t> any(params, -1), step(params, -1);
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges(world);
+    int64_t tensors_anywhere = 0;
     for (int r = 0; r < world; ++r) {
       const int64_t* got = rows[r].data_ptr<int64_t>();
       const int64_t count = got[0];
-      if (rows[r].numel() != 1 + 2 * count + static_cast<int64_t>(in_bucket.size())) {
+      if (count < 0 || rows[r].numel() != 1 + 2 * count + 2 * static_cast<int64_t>(params)) {
         return absl::InternalError(absl::StrCat("optimizer state of rank ", r,
                                                 " does not describe bucket ", b, " as this one"));
       }
-      for (size_t k = 0; k < in_bucket.size(); ++k) {
-        any[k] = std::max(any[k], got[1 + 2 * count + static_cast<int64_t>(k)]);
-      }
-      // Each range from the rank that stepped it, in rank order on every rank.
-      for (int64_t j = 0; j < count; ++j) {
-        torch::Tensor range = momentum.slice(0, got[1 + 2 * j], got[2 + 2 * j]);
-        DTRAIN_RETURN_IF_ERROR(backend->Broadcast(range, r));
+      for (int64_t j = 0; j < count; ++j) ranges[r].emplace_back(got[1 + 2 * j], got[2 + 2 * j]);
+      const int64_t* their_has = got + 1 + 2 * count;
+      const int64_t* their_steps = their_has + params;
+      for (size_t k = 0; k < params; ++k) {
+        if (their_has[k] > 0) {
+          if (step[k] >= 0 && step[k] != their_steps[k]) {
+            return absl::InternalError(absl::StrCat(
+                "the ranks' optimizer states disagree on the step count of a parameter in bucket ",
+                b, ": ", step[k], " against ", their_steps[k], " on rank ", r));
+          }
+          step[k] = their_steps[k];
+          tensors_anywhere |= their_has[k] - 1;
+        }
+        if (their_has[k] > 0 && any[k] > 0) {
+          any[k] = 1 + ((any[k] - 1) | (their_has[k] - 1));
+        } else {
+          any[k] = std::max(any[k], their_has[k]);
+        }
       }
     }
-    for (size_t k = 0; k < in_bucket.size(); ++k) {
+    // Each range of each tensor some rank keeps, from the rank that stepped it, in rank order
+    // on every rank.
+    for (size_t t = 0; t < kTensors; ++t) {
+      if ((tensors_anywhere & (int64_t{1} << t)) == 0) continue;
+      if (!whole[t].defined()) whole[t] = torch::zeros({grads.numel()}, grads.options());
+      for (int r = 0; r < world; ++r) {
+        for (const auto& [lo, hi] : ranges[r]) {
+          if (lo < 0 || hi < lo || hi > grads.numel()) {
+            return absl::InternalError(absl::StrCat("rank ", r, " describes a part [", lo, ", ", hi,
+                                                    ") outside bucket ", b));
+          }
+          torch::Tensor range = whole[t].slice(0, lo, hi);
+          DTRAIN_RETURN_IF_ERROR(backend->Broadcast(range, r));
+        }
+      }
+    }
+    for (size_t k = 0; k < params; ++k) {
       const torch::Tensor& p = parameters_[in_bucket[k]];
       // No rank stepped it since a restore (or ever): the full optimizer's state stands.
       if (any[k] < 0) continue;
@@ -184,10 +232,13 @@ absl::Status SplitOptimizerStep::Consolidate(CollectiveBackend* backend) {
         full_->state().erase(OptimizerStateKey(p));
         continue;
       }
-      auto state = std::make_unique<torch::optim::SGDParamState>();
-      state->momentum_buffer(
-          momentum.slice(0, offsets[k], offsets[k] + p.numel()).view(p.sizes()).clone());
-      full_->state()[OptimizerStateKey(p)] = std::move(state);
+      ElementwiseState state{{}, step[k]};
+      for (size_t t = 0; t < kTensors; ++t) {
+        if (((any[k] - 1) & (int64_t{1} << t)) == 0) continue;
+        state.tensors[t] =
+            whole[t].slice(0, offsets[k], offsets[k] + p.numel()).view(p.sizes()).clone();
+      }
+      kind_->Write(*full_, p, state);
     }
   }
   return absl::OkStatus();
