@@ -19,7 +19,11 @@
 # synchronous_share}; $pins (an array, as `deploy/local/cluster.sh cpus --workers 2` prints)
 # gives each loop its cores. Loop flags such as --epochs and --cosine give the job's length and
 # schedule.
-ceiling_once() { loops_once compute-ceiling "$@" --all_ranks; }
+# Since 2026-12-05 the ceiling and the lockstep loops take --split_step: a ddp job on shm splits
+# its optimizer step between its ranks by default (trainer.split_optimizer_step), so the job does
+# one update, not one per rank, and so do they (the ceiling updates one replica and copies it into
+# the other; the lockstep loops each step their part inside the all-reduce, as the plane does).
+ceiling_once() { loops_once compute-ceiling "$@" --all_ranks --split_step; }
 
 # own_ceiling_once BUILD_DIR WORK_DIR MODEL BATCH STEPS RUN [loop flags...]
 # The ceiling as measured until 2026-11-30: each process one rank's batches on its own model
@@ -105,7 +109,8 @@ print(json.dumps(row))"
 # Two loops each doing one rank's batches, meeting every step in a file they share
 # (--lockstep) where they average their gradients before the update (--average_gradients: the
 # shm plane's in-place all-reduce of a ddp bucket, its kernel and its two barriers; the
-# gradients live in the file): a ddp job with dtrain's own all-reduce and no service, measured
+# gradients live in the file; with the split step of a job on shm, --split_step, the parameters
+# too): a ddp job with dtrain's own all-reduce and no service, measured
 # rather than estimated from timed steps. It pays what ranks stepping together really
 # pay on this machine (waiting for the slower rank, moving the gradients between the cores).
 # Prints one row {system: lockstep-ceiling, ...}.
@@ -115,7 +120,8 @@ lockstep_once() {
   local barrier="/dev/shm/dtrain-lockstep-$$" status=0
   rm -f "$barrier"
   # The file goes whether the loops succeed or not (a failure must not leave it in memory).
-  loops_once lockstep-ceiling "$@" --lockstep="$barrier" --average_gradients || status=$?
+  loops_once lockstep-ceiling "$@" --lockstep="$barrier" --average_gradients --split_step ||
+    status=$?
   rm -f "$barrier"
   return "$status"
 }

@@ -7,6 +7,7 @@
 #include "worker/runtime/compute_threads.h"
 #include "worker/runtime/cpu_affinity.h"
 #include "worker/runtime/worker_allocator.h"
+#include "worker/strategies/elementwise_optimizer.h"
 
 namespace dtrain::bench {
 
@@ -79,6 +80,16 @@ void PlainLoop::Update(int64_t step) {
   const absl::Time began = absl::Now();
   schedule_.Apply(*optimizer_, step);
   optimizer_->step();
+  phases_.update += absl::Now() - began;
+}
+
+void PlainLoop::UpdatePart(int64_t step, torch::optim::Optimizer& part) {
+  const ModelThreadScope scope(torch::kCPU);
+  const absl::Time began = absl::Now();
+  schedule_.Apply(*optimizer_, step);
+  ElementwiseOptimizer::Of(*optimizer_)
+      ->CopyOptions(optimizer_->param_groups()[0].options(), part.param_groups()[0].options());
+  part.step();
   phases_.update += absl::Now() - began;
 }
 

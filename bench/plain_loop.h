@@ -46,6 +46,13 @@ class PlainLoop {
   // Optimizer step `step` (from 0: it sets the schedule's lr) from the gradients the parameters
   // hold.
   void Update(int64_t step);
+  // Optimizer step `step` of `part` alone: an optimizer of this loop's kind over some of its
+  // parameters' elements (worker/strategies/elementwise_optimizer.h), as a rank of a ddp job whose
+  // step is split runs it; it takes this loop's options for the step (the schedule's lr).
+  void UpdatePart(int64_t step, torch::optim::Optimizer& part);
+
+  // The loop's optimizer (one param group), to build the optimizer of a part from.
+  const torch::optim::Optimizer& optimizer() const { return *optimizer_; }
 
   // The model's parameters, collected once: the step loops read their gradients every step.
   const std::vector<torch::Tensor>& Parameters() const { return parameters_; }

@@ -15,6 +15,9 @@
 // rank averages its part of them, in rank order, into every rank's (barrier_s then sums both
 // waits), so that their models follow a ddp job's trajectory rather than each its own (which
 // changes the compute: see the flag).
+// --split_step runs the optimizer step a ddp job on shm runs by default, split between its ranks:
+// each rank steps its part of the parameters inside the all-reduce (with --all_ranks: one update
+// for the job, copied into every replica), so that the loops do a split job's work, no more.
 // --rank/--world_size read the batches a job's rank reads (--shuffle and --seed: its sampler's
 // order); --start_at (Unix seconds) starts every process of a ceiling at once, and start/end
 // (Unix seconds) let the script compute their joint rate over the same interval dtrain's timer
@@ -49,6 +52,7 @@
 #include "worker/collectives/reduction_partition.h"
 #include "worker/data/dataset.h"
 #include "worker/runtime/worker_allocator.h"
+#include "worker/strategies/elementwise_optimizer.h"
 
 ABSL_FLAG(std::string, model, "cnn", "mlp or cnn");
 ABSL_FLAG(int, batch, 128, "samples per step");
@@ -101,6 +105,15 @@ ABSL_FLAG(bool, average_gradients, false,
           "of the data at the full learning rate, and on the CNN that trajectory's max-pooling "
           "is measurably cheaper per sample than a ddp job's (docs/BENCHMARKS.md)");
 
+ABSL_FLAG(bool, split_step, false,
+          "the optimizer step of a ddp job whose step is split between its ranks (a job's "
+          "trainer.split_optimizer_step, on by default on shm): with --all_ranks one replica "
+          "steps and its parameters are copied into the others (one update for the job); with "
+          "--average_gradients the parameters live in the shared file too, and each rank steps "
+          "its part of them right after reducing its part of the gradients, then copies the new "
+          "values into the other ranks' parameters, before the second barrier (the shm plane's "
+          "split step). The parameters end as without it, bit for bit");
+
 ABSL_FLAG(bool, all_ranks, false,
           "each step computes the gradients of every rank's batch (--world_size of them) in "
           "turn, each on its own replica of the model, averages them in rank order into every "
@@ -118,16 +131,19 @@ class LockstepBarrier {
   static constexpr int kMaxWorld = 4096 / 64;
   // The counters are shared between processes: only lock-free atomics are plain memory.
   static_assert(std::atomic<uint64_t>::is_always_lock_free);
-  // `exchange` floats per rank follow the counters: --average_gradients' gradients, each rank's
-  // starting on a page of its own as the shm plane's buffers do (no line shared across ranks).
+  // `regions` areas of `exchange` floats per rank follow the counters: --average_gradients'
+  // gradients, then with --split_step its parameters, each area starting on a page of its own as
+  // the shm plane's buffers do (no line shared across ranks).
   static absl::StatusOr<std::unique_ptr<LockstepBarrier>> Open(const std::string& path, int rank,
-                                                               int world, int64_t exchange) {
+                                                               int world, int64_t exchange,
+                                                               int regions) {
     if (world < 1 || world > kMaxWorld || rank < 0 || rank >= world) {
       return absl::InvalidArgumentError("--lockstep needs 0 <= rank < world_size <= 64");
     }
     const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0600);
     if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", strerror(errno)));
-    const size_t stride = (sizeof(float) * exchange + 4095) / 4096 * 4096;
+    const size_t region = (sizeof(float) * exchange + 4095) / 4096 * 4096;
+    const size_t stride = region * regions;
     const size_t bytes = 4096 + stride * world;
     // Grown, never shrunk: a rank that maps less must not cut the file under another's mapping
     // (the first barrier then reports the ranks' disagreement).
@@ -147,7 +163,7 @@ class LockstepBarrier {
       static_cast<void>(static_cast<volatile const char*>(at)[page]);
     }
     auto barrier = std::unique_ptr<LockstepBarrier>(new LockstepBarrier(
-        static_cast<std::atomic<uint64_t>*>(at), rank, world, exchange, stride));
+        static_cast<std::atomic<uint64_t>*>(at), rank, world, exchange, region, stride));
     // Only this rank writes its slot: a count there is a previous run's, whose counters would
     // let every wait pass at once and measure a free run instead.
     if (barrier->counts_[rank * 8].load() != 0) {
@@ -155,7 +171,7 @@ class LockstepBarrier {
           absl::StrCat("--lockstep: ", path, " holds a previous run's counters; remove it"));
     }
     // Beside the count, on the rank's own line: what it exchanges, checked at the first barrier.
-    barrier->counts_[rank * 8 + 1].store(static_cast<uint64_t>(exchange));
+    barrier->counts_[rank * 8 + 1].store(static_cast<uint64_t>(exchange * regions));
     return barrier;
   }
   ~LockstepBarrier() { munmap(counts_, 4096 + stride_ * world_); }
@@ -163,6 +179,10 @@ class LockstepBarrier {
   // Rank `r`'s gradients: `exchange()` floats.
   float* Gradients(int r) const {
     return reinterpret_cast<float*>(reinterpret_cast<char*>(counts_) + 4096 + r * stride_);
+  }
+  // Rank `r`'s parameters (--split_step): `exchange()` floats.
+  float* Parameters(int r) const {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(Gradients(r)) + region_);
   }
   int64_t exchange() const { return exchange_; }
 
@@ -180,11 +200,11 @@ class LockstepBarrier {
         __builtin_ia32_pause();
 #endif
       }
-      if (arrivals_ == 1 && counts_[r * 8 + 1].load() != static_cast<uint64_t>(exchange_)) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("--lockstep: rank ", r, " exchanges ", counts_[r * 8 + 1].load(),
-                         " gradient floats a step and this rank ", exchange_,
-                         " (give every rank the same --average_gradients and --model)"));
+      if (arrivals_ == 1 && counts_[r * 8 + 1].load() != counts_[rank_ * 8 + 1].load()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--lockstep: rank ", r, " shares ", counts_[r * 8 + 1].load(),
+            " floats a step and this rank ", counts_[rank_ * 8 + 1].load(),
+            " (give every rank the same --average_gradients, --split_step and --model)"));
       }
     }
     return absl::OkStatus();
@@ -192,11 +212,17 @@ class LockstepBarrier {
 
  private:
   LockstepBarrier(std::atomic<uint64_t>* counts, int rank, int world, int64_t exchange,
-                  size_t stride)
-      : counts_(counts), rank_(rank), world_(world), exchange_(exchange), stride_(stride) {}
+                  size_t region, size_t stride)
+      : counts_(counts),
+        rank_(rank),
+        world_(world),
+        exchange_(exchange),
+        region_(region),
+        stride_(stride) {}
   std::atomic<uint64_t>* counts_;
   int rank_, world_;
   int64_t exchange_;
+  size_t region_;  // bytes from a rank's gradients to its parameters
   size_t stride_;  // bytes from one rank's gradients to the next's (the mapping: 4096 + world's)
   uint64_t arrivals_ = 0;
 };
@@ -288,6 +314,42 @@ void GradientsToPlaces(const std::vector<torch::Tensor>& parameters,
   }
 }
 
+// --split_step: moves each of `parameters` into its part of `at` (their elements together, in
+// order), with its values, so that the other ranks can write the new values there.
+void PlaceParameters(const std::vector<torch::Tensor>& parameters, float* at) {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor p : parameters) {
+    torch::Tensor place = torch::from_blob(at, p.sizes(), torch::kFloat32);
+    place.copy_(p);
+    p.set_(place);
+    at += p.numel();
+  }
+}
+
+// --split_step: an optimizer of `loop`'s kind over elements [begin, end) of the parameters laid
+// out at `values` (their gradients at `gradients`), each parameter's share a tensor of its own.
+absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> PartOptimizer(
+    const dtrain::bench::PlainLoop& loop, float* values, float* gradients, int64_t begin,
+    int64_t end) {
+  const dtrain::ElementwiseOptimizer* kind = dtrain::ElementwiseOptimizer::Of(loop.optimizer());
+  if (kind == nullptr || loop.optimizer().param_groups().size() != 1) {
+    return absl::FailedPreconditionError("--split_step: the loop's optimizer does not split");
+  }
+  std::vector<torch::Tensor> slices;
+  int64_t offset = 0;
+  for (const torch::Tensor& p : loop.Parameters()) {
+    const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + p.numel());
+    if (lo < hi) {
+      slices.push_back(torch::from_blob(values + lo, {hi - lo}, torch::kFloat32));
+      slices.back().mutable_grad() = torch::from_blob(gradients + lo, {hi - lo}, torch::kFloat32);
+    }
+    offset += p.numel();
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::move(slices), loop.optimizer().param_groups()[0].options().clone());
+  return kind->Make(std::move(groups), loop.optimizer());
+}
+
 // The replicas' mean of every parameter's gradient (--all_ranks), in rank order with the shm
 // plane's kernel (so the bits of a ddp job's mean of the same gradients), written into every
 // replica's gradients (the kernel may write over its inputs).
@@ -369,6 +431,11 @@ int main(int argc, char** argv) {
   }
   const bool average = absl::GetFlag(FLAGS_average_gradients);
   const bool all_ranks = absl::GetFlag(FLAGS_all_ranks);
+  const bool split = absl::GetFlag(FLAGS_split_step);
+  if (split && !all_ranks && !average) {
+    std::fprintf(stderr, "--split_step needs --all_ranks or --average_gradients\n");
+    return 2;
+  }
   if (average && absl::GetFlag(FLAGS_lockstep).empty()) {
     std::fprintf(stderr, "--average_gradients needs --lockstep (the file the ranks share)\n");
     return 2;
@@ -431,6 +498,7 @@ int main(int argc, char** argv) {
   absl::Duration averaging;  // --average_gradients: copy, barriers and reduction, timed steps
   std::unique_ptr<LockstepBarrier> lockstep;  // opened once the measured model exists
   std::vector<torch::Tensor> places;  // --average_gradients: each gradient's part of the file
+  std::unique_ptr<torch::optim::Optimizer> part;  // --split_step with --lockstep: this rank's
   int64_t samples = 0;  // in the timed steps' batches, all ranks this process computes
   auto batch_of = [&](int step, int r) -> const std::vector<int64_t>& {
     return job_batches.Of(step, r);
@@ -451,6 +519,23 @@ int main(int argc, char** argv) {
       }
       DTRAIN_RETURN_IF_ERROR(MeanOfGradients(into));
       const double mean_us = absl::ToDoubleMicroseconds(absl::Now() - at) / world;
+      if (split) {
+        // One update for the job, and its values in every replica, each rank's share of it.
+        at = absl::Now();
+        loops[0].Update(step);
+        torch::NoGradGuard no_grad;
+        for (int r = 1; r < world; ++r) {
+          for (size_t i = 0; i < loops[0].Parameters().size(); ++i) {
+            torch::Tensor p = loops[r].Parameters()[i];
+            p.copy_(loops[0].Parameters()[i]);
+          }
+        }
+        const double update_us = absl::ToDoubleMicroseconds(absl::Now() - at) / world;
+        if (times != nullptr) {
+          for (int r = 0; r < world; ++r) times[r] += mean_us + update_us;
+        }
+        return absl::OkStatus();
+      }
       for (int r = 0; r < world; ++r) {
         at = absl::Now();
         loops[r].Update(step);
@@ -479,13 +564,30 @@ int main(int argc, char** argv) {
       DTRAIN_RETURN_IF_ERROR(lockstep->ArriveAndWait());
       if (times != nullptr) waited += absl::Now() - arrived;
       ReduceOwnPart(*lockstep, rank, world);
+      absl::Duration updating;
+      if (part != nullptr) {
+        // The split step: this rank's part, stepped while its mean is in cache, and its new
+        // values into the other ranks' parameters (the optimizer phase, as a job's log counts it;
+        // the copy stays in the averaging).
+        const absl::Time update = absl::Now();
+        loop.UpdatePart(step, *part);
+        updating = absl::Now() - update;
+        const auto [begin, end] =
+            dtrain::ReductionPartOf(lockstep->exchange(), rank, world, 0, sizeof(float));
+        for (int r = 0; r < world; ++r) {
+          if (r != rank) {
+            std::memcpy(lockstep->Parameters(r) + begin, lockstep->Parameters(rank) + begin,
+                        static_cast<size_t>(end - begin) * sizeof(float));
+          }
+        }
+      }
       arrived = absl::Now();
       DTRAIN_RETURN_IF_ERROR(lockstep->ArriveAndWait());
       if (times != nullptr) {
         waited += absl::Now() - arrived;
-        averaging += absl::Now() - exchange;
+        averaging += absl::Now() - exchange - updating;
       }
-      loop.Update(step);
+      if (part == nullptr) loop.Update(step);
     }
     if (times != nullptr) times[0] = absl::ToDoubleMicroseconds(absl::Now() - step_start);
     return absl::OkStatus();
@@ -530,7 +632,7 @@ int main(int argc, char** argv) {
         for (const torch::Tensor& p : (*measured)[0].Parameters()) gradient_floats += p.numel();
       }
       absl::StatusOr<std::unique_ptr<LockstepBarrier>> opened =
-          LockstepBarrier::Open(path, rank, world, gradient_floats);
+          LockstepBarrier::Open(path, rank, world, gradient_floats, split ? 2 : 1);
       if (opened.ok()) {
         lockstep = *std::move(opened);
         if (average) {
@@ -540,6 +642,18 @@ int main(int argc, char** argv) {
             places = *std::move(placed);
           } else {
             trained = placed.status();
+          }
+          if (trained.ok() && split) {
+            PlaceParameters((*measured)[0].Parameters(), lockstep->Parameters(rank));
+            const auto [begin, end] =
+                dtrain::ReductionPartOf(gradient_floats, rank, world, 0, sizeof(float));
+            absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> made = PartOptimizer(
+                (*measured)[0], lockstep->Parameters(rank), lockstep->Gradients(rank), begin, end);
+            if (made.ok()) {
+              part = *std::move(made);
+            } else {
+              trained = made.status();
+            }
           }
         }
       } else {
