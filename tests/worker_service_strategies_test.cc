@@ -189,6 +189,36 @@ TEST_P(WorkerServiceBackendTest, Ddp_SplitOptimizerStepEqualsTheWholeStep_BitFor
     EXPECT_THAT(python.output,
                 HasSubstr(optimizer == "sgd" ? "same state: ['momentum_buffer']"
                                              : "same state: ['exp_avg', 'exp_avg_sq', 'step']"));
+    // A restore, a checkpoint before the next step (a resumed run that validates first), then
+    // training on: the split job continues from the restored state, as the whole step does.
+    for (const std::string& name : {std::string("last.ckpt"), std::string("again.ckpt")}) {
+      Parallel(4, [&](int k) {
+        const std::string& job = jobs[k / 2];
+        if (name == "last.ckpt") {
+          v1::LoadCheckpointRequest load;
+          load.set_job_id(job);
+          load.set_path(absl::StrCat(dir, "/", job, "/last.ckpt"));
+          v1::LoadCheckpointResponse loaded;
+          statuses[k] = Call([&](auto* c) {
+            return ranks[k / 2][k % 2]->stub().LoadCheckpoint(c, load, &loaded);
+          });
+        } else {
+          v1::SaveCheckpointRequest save;
+          save.set_job_id(job);
+          save.set_name(name);
+          v1::SaveCheckpointResponse saved;
+          statuses[k] = Call(
+              [&](auto* c) { return ranks[k / 2][k % 2]->stub().SaveCheckpoint(c, save, &saved); });
+        }
+      });
+      for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << name << ": " << s;
+    }
+    Parallel(4, [&](int k) {
+      statuses[k] = Train(*ranks[k / 2][k % 2], jobs[k / 2], {Slice(12, k % 2, 2, 16, 4)}).status();
+    });
+    for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(MaxDiff(Parameters(*ranks[0][0], jobs[0]), Parameters(*ranks[1][0], jobs[1])), 0.0)
+        << "after a restore and a checkpoint, the split step went on from another state";
     for (const auto& worker : workers) ASSERT_TRUE(Teardown(*worker).ok());
   }
 }

@@ -103,11 +103,6 @@ absl::Status DdpStrategy::OptimizerStep() {
         "a split optimizer step without a backward that ends its accumulation window");
   }
   averaging_due_ = false;
-  // The momentum a checkpoint gathered is stale from this step on; the parts hold the live one.
-  if (consolidated_) {
-    optimizer_->state().clear();
-    consolidated_ = false;
-  }
   const absl::Time start = absl::Now();
   const absl::Duration updating = sync_->update_time();
   // The plane owns the failure of an update (it fails the group); a libtorch error in the
@@ -118,6 +113,12 @@ absl::Status DdpStrategy::OptimizerStep() {
     });
   });
   averaging_in_step_ += (absl::Now() - start) - (sync_->update_time() - updating);
+  // The state a checkpoint gathered is stale from this step on: the parts hold the live one. Only
+  // now, after the step: parts made in it (after a restore) took their state from it.
+  if (status.ok() && consolidated_) {
+    optimizer_->state().clear();
+    consolidated_ = false;
+  }
   return status;
 }
 
@@ -132,14 +133,27 @@ absl::StatusOr<torch::optim::Optimizer*> DdpStrategy::OptimizerState() {
 
 torch::optim::Optimizer* DdpStrategy::RestoreTarget() {
   // Emptied, so that FinishRestore tells a checkpoint that held optimizer state from one that
-  // did not (the parts then keep their live momentum, as the unsplit step keeps its own).
-  if (split_ != nullptr) optimizer_->state().clear();
-  consolidated_ = false;
+  // did not; the state is kept aside meanwhile (Adagrad's, made by its constructor, or a
+  // gathered one that parts not yet made must read).
+  if (split_ != nullptr) {
+    state_before_restore_ = std::move(optimizer_->state());
+    optimizer_->state().clear();
+  }
   return Strategy::RestoreTarget();
 }
 
 absl::Status DdpStrategy::FinishRestore() {
-  if (split_ != nullptr && !optimizer_->state().empty()) split_->Reset();
+  if (split_ != nullptr) {
+    if (!optimizer_->state().empty()) {
+      split_->Reset();
+      consolidated_ = false;
+    } else {
+      // The checkpoint held none: the parts keep their live state, as the unsplit step keeps
+      // its own, and the optimizer what it had.
+      optimizer_->state() = std::move(state_before_restore_);
+    }
+    state_before_restore_.clear();
+  }
   return Strategy::FinishRestore();
 }
 

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <memory>
+#include <type_traits>
+#include <utility>
 
 #include "worker/strategies/gradient_sync.h"
 #include "worker/strategies/sharded_optimizer.h"
@@ -53,7 +55,10 @@ class DdpStrategy : public Strategy {
 
   std::unique_ptr<SplitOptimizerStep> split_;
   bool averaging_due_ = false;  // split_: a backward ended a window; the step averages
-  bool consolidated_ = false;   // split_: optimizer_ holds a checkpoint's gathered momentum
+  bool consolidated_ = false;   // split_: optimizer_ holds a checkpoint's gathered state
+  // split_, during a restore: optimizer_'s state before it, put back if the checkpoint held none.
+  std::remove_reference_t<decltype(std::declval<torch::optim::Optimizer&>().state())>
+      state_before_restore_;
   absl::Duration averaging_in_step_;
 };
 

@@ -22,6 +22,13 @@ torch::Tensor ElementsOf(const torch::Tensor& flat, int64_t at, int64_t count) {
 }
 
 // `count` elements of `state`'s tensors from element `from`, each a tensor of its own.
+// Two descriptions of what is held of a parameter (-1: no elements; 0: elements but no state;
+// else 1 + a bit per state tensor defined) merged: the tensors either holds.
+int64_t MergeHeld(int64_t a, int64_t b) {
+  if (a > 0 && b > 0) return 1 + ((a - 1) | (b - 1));
+  return std::max(a, b);
+}
+
 ElementwiseState SliceOf(const ElementwiseState& state, int64_t from, int64_t count) {
   ElementwiseState part{{}, state.step};
   for (size_t t = 0; t < ElementwiseState::kTensors; ++t) {
@@ -170,7 +177,7 @@ absl::Status SplitOptimizerStep::Consolidate(CollectiveBackend* backend) {
           }
           steps[k] = held->step;
         }
-        has[k] = std::max<int64_t>(has[k], held.has_value() ? 1 + bits : 0);
+        has[k] = MergeHeld(has[k], held.has_value() ? 1 + bits : 0);
       }
     }
     row.insert(row.end(), has.begin(), has.end());
@@ -182,9 +189,11 @@ absl::Status SplitOptimizerStep::Consolidate(CollectiveBackend* backend) {
     std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges(world);
     int64_t tensors_anywhere = 0;
     for (int r = 0; r < world; ++r) {
+      const int64_t numel = rows[r].numel();
       const int64_t* got = rows[r].data_ptr<int64_t>();
-      const int64_t count = got[0];
-      if (count < 0 || rows[r].numel() != 1 + 2 * count + 2 * static_cast<int64_t>(params)) {
+      const int64_t count = numel > 0 ? got[0] : -1;
+      if (count < 0 || count > numel / 2 ||
+          numel != 1 + 2 * count + 2 * static_cast<int64_t>(params)) {
         return absl::InternalError(absl::StrCat("optimizer state of rank ", r,
                                                 " does not describe bucket ", b, " as this one"));
       }
@@ -201,11 +210,7 @@ absl::Status SplitOptimizerStep::Consolidate(CollectiveBackend* backend) {
           step[k] = their_steps[k];
           tensors_anywhere |= their_has[k] - 1;
         }
-        if (their_has[k] > 0 && any[k] > 0) {
-          any[k] = 1 + ((any[k] - 1) | (their_has[k] - 1));
-        } else {
-          any[k] = std::max(any[k], their_has[k]);
-        }
+        any[k] = MergeHeld(any[k], their_has[k]);
       }
     }
     // Each range of each tensor some rank keeps, from the rank that stepped it, in rank order

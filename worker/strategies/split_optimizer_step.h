@@ -46,7 +46,7 @@ class SplitOptimizerStep {
   absl::Status Update(size_t bucket, int64_t begin, int64_t end);
 
   // Puts every parameter's state into the full optimizer's, as an unsplit step leaves it (for a
-  // checkpoint). A collective: every rank calls it.
+  // checkpoint). A collective: every rank calls it, under GuardTorch (libtorch may throw).
   absl::Status Consolidate(CollectiveBackend* backend);
 
   // After a restore into the full optimizer: the parts take their state from it at their next
