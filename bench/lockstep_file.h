@@ -1,0 +1,93 @@
+// The lockstep loops' shared file (bench/train_loop_bench.cc --lockstep): a barrier of the
+// ranks of one ceiling, a spin on counters they all map, and, with --average_gradients and
+// --split_step, each rank's gradients and parameters placed in the file so that the ranks reduce
+// and step their parts of them in place, as the shm plane's ddp does, with no service around.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bench/plain_loop.h"
+
+namespace dtrain::bench {
+
+// The --lockstep barrier: one counter per rank, each on its own 64-byte line, in a file every
+// process of the ceiling maps. A peer that died or never started fails the wait after a
+// minute instead of spinning forever.
+class LockstepBarrier {
+ public:
+  static constexpr int kMaxWorld = 4096 / 64;
+  // The counters are shared between processes: only lock-free atomics are plain memory.
+  static_assert(std::atomic<uint64_t>::is_always_lock_free);
+  // `regions` areas of `exchange` floats per rank follow the counters: --average_gradients'
+  // gradients, then with --split_step its parameters, each area starting on a page of its own as
+  // the shm plane's buffers do (no line shared across ranks).
+  static absl::StatusOr<std::unique_ptr<LockstepBarrier>> Open(const std::string& path, int rank,
+                                                               int world, int64_t exchange,
+                                                               int regions);
+  ~LockstepBarrier();
+
+  // Rank `r`'s gradients: `exchange()` floats.
+  float* Gradients(int r) const {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(counts_) + 4096 + r * stride_);
+  }
+  // Rank `r`'s parameters (--split_step): `exchange()` floats.
+  float* Parameters(int r) const {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(Gradients(r)) + region_);
+  }
+  int64_t exchange() const { return exchange_; }
+
+  absl::Status ArriveAndWait();
+
+ private:
+  LockstepBarrier(std::atomic<uint64_t>* counts, int rank, int world, int64_t exchange,
+                  size_t region, size_t stride)
+      : counts_(counts),
+        rank_(rank),
+        world_(world),
+        exchange_(exchange),
+        region_(region),
+        stride_(stride) {}
+  std::atomic<uint64_t>* counts_;
+  int rank_, world_;
+  int64_t exchange_;
+  size_t region_;  // bytes from a rank's gradients to its parameters
+  size_t stride_;  // bytes from one rank's gradients to the next's (the mapping: 4096 + world's)
+  uint64_t arrivals_ = 0;
+};
+
+// Each of `parameters`' part of `at` (its length in floats: their elements together), as a
+// tensor, and the parameter's gradient pointed there. The averaging reads them as flat float
+// arrays.
+absl::StatusOr<std::vector<torch::Tensor>> PlaceGradients(
+    const std::vector<torch::Tensor>& parameters, float* at);
+
+// Backward leaves new gradients (zero_grad set them to none): copies each into its place in the
+// shared file and points the parameter's gradient there again, as a ddp bucket takes them.
+void GradientsToPlaces(const std::vector<torch::Tensor>& parameters,
+                       const std::vector<torch::Tensor>& places);
+
+// --split_step: moves each of `parameters` into its part of `at` (their elements together, in
+// order), with its values, so that the other ranks can write the new values there.
+void PlaceParameters(const std::vector<torch::Tensor>& parameters, float* at);
+
+// --split_step: an optimizer of `loop`'s kind over elements [begin, end) of the parameters laid
+// out at `values` (their gradients at `gradients`), each parameter's share a tensor of its own.
+absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> PartOptimizer(const PlainLoop& loop,
+                                                                       float* values,
+                                                                       float* gradients,
+                                                                       int64_t begin, int64_t end);
+
+// Rank `rank`'s part (about 1/world) of the mean of every rank's gradients (`lockstep`'s), written
+// into every rank's: the shm plane's in-place all_reduce of a ddp bucket, between its two barriers.
+void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world);
+
+}  // namespace dtrain::bench
