@@ -143,6 +143,20 @@ TEST_P(WorkerServiceBackendTest, Ddp_SplitOptimizerStepEqualsTheWholeStep_BitFor
           << setups[0].optimization();
     }
     std::vector<absl::Status> statuses(4);
+    // Every rank saves (rank 0 writes); the split job's state is gathered from both ranks.
+    auto save_all = [&](const std::string& name) {
+      Parallel(4, [&](int k) {
+        v1::SaveCheckpointRequest save;
+        save.set_job_id(jobs[k / 2]);
+        save.set_name(name);
+        v1::SaveCheckpointResponse saved;
+        statuses[k] = Call(
+            [&](auto* c) { return ranks[k / 2][k % 2]->stub().SaveCheckpoint(c, save, &saved); });
+      });
+    };
+    // Before the first step: the optimizer's state is empty (a fresh one), as torch saves it.
+    save_all("fresh.ckpt");
+    for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
     for (int step = 0; step < 12; step += 4) {
       Parallel(4, [&](int k) {
         statuses[k] =
@@ -154,15 +168,7 @@ TEST_P(WorkerServiceBackendTest, Ddp_SplitOptimizerStepEqualsTheWholeStep_BitFor
     EXPECT_EQ(MaxDiff(split, Parameters(*ranks[0][1], jobs[0])), 0.0);
     EXPECT_EQ(MaxDiff(split, Parameters(*ranks[1][0], jobs[1])), 0.0);
     EXPECT_EQ(MaxDiff(split, Parameters(*ranks[1][1], jobs[1])), 0.0);
-    // Every rank saves (rank 0 writes): the split job's state is gathered from both ranks.
-    Parallel(4, [&](int k) {
-      v1::SaveCheckpointRequest save;
-      save.set_job_id(jobs[k / 2]);
-      save.set_name("last.ckpt");
-      v1::SaveCheckpointResponse saved;
-      statuses[k] = Call(
-          [&](auto* c) { return ranks[k / 2][k % 2]->stub().SaveCheckpoint(c, save, &saved); });
-    });
+    save_all("last.ckpt");
     for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
     CommandResult python = RunShell(absl::StrCat(
         "/usr/bin/python3 -c 'import torch; a, b = (torch.load(\"", dir,
@@ -191,34 +197,41 @@ TEST_P(WorkerServiceBackendTest, Ddp_SplitOptimizerStepEqualsTheWholeStep_BitFor
                                              : "same state: ['exp_avg', 'exp_avg_sq', 'step']"));
     // A restore, a checkpoint before the next step (a resumed run that validates first), then
     // training on: the split job continues from the restored state, as the whole step does.
-    for (const std::string& name : {std::string("last.ckpt"), std::string("again.ckpt")}) {
+    auto load_all = [&](const std::string& name) {
       Parallel(4, [&](int k) {
-        const std::string& job = jobs[k / 2];
-        if (name == "last.ckpt") {
-          v1::LoadCheckpointRequest load;
-          load.set_job_id(job);
-          load.set_path(absl::StrCat(dir, "/", job, "/last.ckpt"));
-          v1::LoadCheckpointResponse loaded;
-          statuses[k] = Call([&](auto* c) {
-            return ranks[k / 2][k % 2]->stub().LoadCheckpoint(c, load, &loaded);
-          });
-        } else {
-          v1::SaveCheckpointRequest save;
-          save.set_job_id(job);
-          save.set_name(name);
-          v1::SaveCheckpointResponse saved;
-          statuses[k] = Call(
-              [&](auto* c) { return ranks[k / 2][k % 2]->stub().SaveCheckpoint(c, save, &saved); });
-        }
+        v1::LoadCheckpointRequest load;
+        load.set_job_id(jobs[k / 2]);
+        load.set_path(absl::StrCat(dir, "/", jobs[k / 2], "/", name));
+        v1::LoadCheckpointResponse loaded;
+        statuses[k] = Call(
+            [&](auto* c) { return ranks[k / 2][k % 2]->stub().LoadCheckpoint(c, load, &loaded); });
       });
-      for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << name << ": " << s;
-    }
-    Parallel(4, [&](int k) {
-      statuses[k] = Train(*ranks[k / 2][k % 2], jobs[k / 2], {Slice(12, k % 2, 2, 16, 4)}).status();
-    });
+    };
+    auto train_on = [&](int step) {
+      Parallel(4, [&](int k) {
+        statuses[k] =
+            Train(*ranks[k / 2][k % 2], jobs[k / 2], {Slice(step, k % 2, 2, 16, 4)}).status();
+      });
+    };
+    load_all("last.ckpt");
+    for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << "last.ckpt: " << s;
+    save_all("again.ckpt");
+    for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << "again.ckpt: " << s;
+    train_on(12);
     for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
     EXPECT_EQ(MaxDiff(Parameters(*ranks[0][0], jobs[0]), Parameters(*ranks[1][0], jobs[1])), 0.0)
         << "after a restore and a checkpoint, the split step went on from another state";
+    // Back to the fresh checkpoint mid-run: its empty state restarts the optimizer (Adam's step
+    // count at 0, no momentum), split or whole, and the split parts made since do not survive.
+    load_all("fresh.ckpt");
+    for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << "fresh.ckpt: " << s;
+    train_on(16);
+    for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
+    const auto restarted = Parameters(*ranks[0][0], jobs[0]);
+    EXPECT_EQ(MaxDiff(restarted, Parameters(*ranks[1][0], jobs[1])), 0.0)
+        << "after restoring a checkpoint saved before the first step, the split step kept the "
+           "optimizer state of the steps since";
+    EXPECT_EQ(MaxDiff(restarted, Parameters(*ranks[0][1], jobs[0])), 0.0);
     for (const auto& worker : workers) ASSERT_TRUE(Teardown(*worker).ok());
   }
 }

@@ -279,8 +279,12 @@ absl::Status RestoreOptimizer(const c10::IValue& saved, const std::string& origi
     };
     if (dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr) {
       DTRAIN_ASSIGN_OR_RETURN(torch::Tensor buffer, tensor("momentum_buffer", false));
+      // torch writes None before a parameter's buffer exists (momentum 0, or saved before the
+      // first step) and its next step starts the buffer from the gradient; libtorch does so only
+      // for a parameter without state, and fails on a state holding no buffer.
+      if (!buffer.defined()) continue;
       auto param_state = std::make_unique<torch::optim::SGDParamState>();
-      if (buffer.defined()) param_state->momentum_buffer(buffer);
+      param_state->momentum_buffer(buffer);
       optimizer.state()[OptimizerStateKey(p)] = std::move(param_state);
       continue;
     }
@@ -379,6 +383,7 @@ absl::StatusOr<TrainingProgress> RestoreLightning(const c10::IValue& file, const
       }
       DTRAIN_RETURN_IF_ERROR(
           RestoreOptimizer(states->toList().get(0), path, *optimizer, &progress.group_rates));
+      progress.optimizer_restored = true;
     }
   }
   if (auto v = PyGet(top, "callbacks"); v && v->isGenericDict()) {

@@ -50,6 +50,10 @@ struct TrainingProgress {
   ScheduledGroups group_rates = {};
   // The file's "callbacks" entries made of numbers.
   std::vector<CallbackStateDict> callbacks = {};
+  // Whether the file held an optimizer's state_dict, restored into the optimizer given: a
+  // state_dict saved before the first step has an empty "state", which restores a fresh
+  // optimizer, unlike a file without one (weights only), which leaves the optimizer as it was.
+  bool optimizer_restored = false;
 };
 
 // mkdir -p `dir` and checks that a file can be created in it, so that a job learns at setup,

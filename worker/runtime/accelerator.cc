@@ -322,7 +322,7 @@ absl::StatusOr<TrainingProgress> Accelerator::LoadCheckpoint(const std::string& 
   DTRAIN_ASSIGN_OR_RETURN(
       TrainingProgress progress,
       RestoreCheckpoint(received, path, *model_, strategy_->RestoreTarget(), precision_->scaler()));
-  DTRAIN_RETURN_IF_ERROR(strategy_->FinishRestore());
+  DTRAIN_RETURN_IF_ERROR(strategy_->FinishRestore(progress.optimizer_restored));
   if (schedulers_ != nullptr && !progress.lr_schedulers.empty()) {
     DTRAIN_RETURN_IF_ERROR(schedulers_->Load(progress.lr_schedulers, progress.group_rates));
     strategy_->SetGroupRates(schedulers_->Rates());

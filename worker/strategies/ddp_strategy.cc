@@ -132,9 +132,8 @@ absl::StatusOr<torch::optim::Optimizer*> DdpStrategy::OptimizerState() {
 }
 
 torch::optim::Optimizer* DdpStrategy::RestoreTarget() {
-  // Emptied, so that FinishRestore tells a checkpoint that held optimizer state from one that
-  // did not; the state is kept aside meanwhile (Adagrad's, made by its constructor, or a
-  // gathered one that parts not yet made must read).
+  // The state is kept aside (Adagrad's, made by its constructor, or a gathered one that parts
+  // not yet made must read) for a checkpoint that holds none.
   if (split_ != nullptr) {
     state_before_restore_ = std::move(optimizer_->state());
     optimizer_->state().clear();
@@ -142,9 +141,11 @@ torch::optim::Optimizer* DdpStrategy::RestoreTarget() {
   return Strategy::RestoreTarget();
 }
 
-absl::Status DdpStrategy::FinishRestore() {
+absl::Status DdpStrategy::FinishRestore(bool optimizer_restored) {
   if (split_ != nullptr) {
-    if (!optimizer_->state().empty()) {
+    if (optimizer_restored) {
+      // The parts start over from what the file held, even an empty state (saved before the
+      // first step): the unsplit step starts fresh from it too.
       split_->Reset();
       consolidated_ = false;
     } else {
@@ -154,7 +155,7 @@ absl::Status DdpStrategy::FinishRestore() {
     }
     state_before_restore_.clear();
   }
-  return Strategy::FinishRestore();
+  return Strategy::FinishRestore(optimizer_restored);
 }
 
 absl::Status DdpStrategy::Teardown() {
@@ -215,7 +216,7 @@ torch::optim::Optimizer* ShardedStrategy::RestoreTarget() {
   return restore_target_.get();
 }
 
-absl::Status ShardedStrategy::FinishRestore() {
+absl::Status ShardedStrategy::FinishRestore(bool optimizer_restored) {
   if (restore_target_ == nullptr) return absl::OkStatus();
   absl::Status status = zero_->AdoptState(*restore_target_);
   restore_target_.reset();

@@ -39,7 +39,7 @@ class DdpStrategy : public Strategy {
   absl::Status OptimizerStep() override;
   absl::StatusOr<torch::optim::Optimizer*> OptimizerState() override;
   torch::optim::Optimizer* RestoreTarget() override;
-  absl::Status FinishRestore() override;
+  absl::Status FinishRestore(bool optimizer_restored) override;
   // Whether this job's optimizer step is split between the ranks (SplitOptimizerStep).
   bool splits_optimizer_step() const override { return split_ != nullptr; }
 
@@ -73,7 +73,7 @@ class ShardedStrategy : public DdpStrategy {
   void SetGroupRates(const std::vector<GroupRates>& rates) override;
   absl::StatusOr<torch::optim::Optimizer*> OptimizerState() override;
   torch::optim::Optimizer* RestoreTarget() override;
-  absl::Status FinishRestore() override;
+  absl::Status FinishRestore(bool optimizer_restored) override;
 
   const ShardedOptimizer& sharded_optimizer() const { return *zero_; }
 

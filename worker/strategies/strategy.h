@@ -120,9 +120,10 @@ class Strategy {
   // must call it.
   virtual absl::StatusOr<torch::optim::Optimizer*> OptimizerState();
   // A checkpoint restores optimizer state into RestoreTarget(), then FinishRestore() hands it
-  // to the strategy (sharded keeps only its partition). Loads from any world size.
+  // to the strategy (sharded keeps only its partition); `optimizer_restored` is false when the
+  // file held no optimizer state_dict (weights only). Loads from any world size.
   virtual torch::optim::Optimizer* RestoreTarget() { return optimizer_.get(); }
-  virtual absl::Status FinishRestore() { return absl::OkStatus(); }
+  virtual absl::Status FinishRestore(bool optimizer_restored) { return absl::OkStatus(); }
 
   // Collectives, as Lightning's strategy exposes them (identity in a world of one).
   absl::Status Barrier(const std::string& name) { return backend_->Barrier(name); }
