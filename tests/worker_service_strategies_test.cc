@@ -494,6 +494,39 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
   EXPECT_NEAR(next->results(0).batches(0).scalars().at("loss"), (losses[0] + losses[1]) / 2, 1e-5);
   EXPECT_LE(MaxDiff(Parameters(*single, "zero-1"), Parameters(*ranks[0], "zero")), 1e-5);
 
+  // A file of weights only (a Lightning checkpoint without optimizer_states), loaded mid-run:
+  // the partitions keep their Adam state, as the single rank's optimizer, which loads nothing,
+  // keeps its own; the next steps still agree.
+  Parallel(2, [&](int r) {
+    v1::SaveCheckpointRequest save;
+    save.set_job_id("zero");
+    save.set_name("now.ckpt");
+    v1::SaveCheckpointResponse ignored;
+    statuses[r] = Call([&](auto* c) { return ranks[r]->stub().SaveCheckpoint(c, save, &ignored); });
+  });
+  ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
+  const std::string weights = dir + "/weights.ckpt";
+  CommandResult strip = RunShell(
+      absl::StrCat("/usr/bin/python3 -c 'import torch; c = torch.load(\"", dir,
+                   "/now.ckpt\"); del c[\"optimizer_states\"]; torch.save(c, \"", weights, "\")'"));
+  ASSERT_EQ(strip.exit_code, 0) << strip.output;
+  load.set_job_id("zero");
+  load.set_path(weights);
+  Parallel(2, [&](int r) {
+    v1::LoadCheckpointResponse ignored;
+    statuses[r] = Call([&](auto* c) { return ranks[r]->stub().LoadCheckpoint(c, load, &ignored); });
+  });
+  ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
+  for (int step = 7; step < 9; ++step) {
+    Parallel(2, [&](int r) {
+      statuses[r] = Train(*ranks[r], "zero", {Slice(step, r, 2, 16)}).status();
+    });
+    ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
+    ASSERT_TRUE(Train(*single, "zero-1", {Slice(step, 0, 1, 32)}).ok());
+  }
+  EXPECT_LE(MaxDiff(Parameters(*single, "zero-1"), Parameters(*ranks[0], "zero")), 1e-5)
+      << "a weights-only load restarted the sharded optimizer";
+
   // A checkpoint that is not there fails every rank with rank 0's message.
   load.set_job_id("zero");
   load.set_path(TestTempPath("no-such.ckpt"));

@@ -218,6 +218,11 @@ torch::optim::Optimizer* ShardedStrategy::RestoreTarget() {
 
 absl::Status ShardedStrategy::FinishRestore(bool optimizer_restored) {
   if (restore_target_ == nullptr) return absl::OkStatus();
+  if (!optimizer_restored) {
+    // Weights only: the partition keeps its state, as ddp's and single_device's optimizers do.
+    restore_target_.reset();
+    return absl::OkStatus();
+  }
   absl::Status status = zero_->AdoptState(*restore_target_);
   restore_target_.reset();
   return status;
