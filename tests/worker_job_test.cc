@@ -449,6 +449,38 @@ torch.save(dict(m.state_dict()), ')",
   EXPECT_LT(MaxDiff(*job, out), 1e-5);
 }
 
+// A checkpoint refused mid-run (one optimizer state tensor of the wrong shape, after weights
+// that would fit) restores nothing: the job goes on from its own weights and optimizer state,
+// as if it had never loaded, and equals an uninterrupted Python run.
+TEST_P(CheckpointInteropTest, RefusedCheckpoint_LeavesWeightsAndOptimizerStateAsTheyWere) {
+  const std::string bad = TempPath(GetParam() + "-bad.ckpt");
+  const std::string out = TempPath(GetParam() + "-bad-uninterrupted.pt");
+  Python(absl::StrCat(Head(), kPythonCommon, R"(
+m = torch.jit.load(MODEL)
+opt = make_optimizer(m.parameters())
+train(m, opt, range(0, 4))
+s = opt.state_dict()
+s["state"][1] = {k: (torch.zeros(3) if torch.is_tensor(v) and v.numel() > 1 else v)
+                 for k, v in s["state"][1].items()}
+torch.save({"state_dict": {k: v + 1 for k, v in m.state_dict().items()},
+            "optimizer_states": [s], "epoch": 0, "global_step": 4}, ')",
+                      bad, R"(')
+train(m, opt, range(4, 8))
+torch.save(dict(m.state_dict()), ')",
+                      out, "')\n"));
+  std::unique_ptr<Job> job = NewJob();
+  ASSERT_NE(job, nullptr);
+  Train(*job, 0, 4);
+  absl::StatusOr<TrainingProgress> refused = job->LoadCheckpoint(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("state 1 '"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("has shape [3]"));
+  EXPECT_EQ(job->accelerator().progress().global_step, 4);
+  Train(*job, 4, 8);
+  EXPECT_LT(MaxDiff(*job, out), 1e-5);
+}
+
 INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointInteropTest,
                          ::testing::Values("sgd", "adam", "adamw"));
 

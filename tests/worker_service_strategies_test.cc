@@ -215,6 +215,15 @@ TEST_P(WorkerServiceBackendTest, Ddp_SplitOptimizerStepEqualsTheWholeStep_BitFor
     };
     load_all("last.ckpt");
     for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << "last.ckpt: " << s;
+    // A file refused right after (not a checkpoint) restores nothing: the state just restored,
+    // which no part holds yet, stays for the next step.
+    for (const std::string& job : jobs) {
+      std::ofstream(absl::StrCat(dir, "/", job, "/refused.ckpt")) << "not a checkpoint";
+    }
+    load_all("refused.ckpt");
+    for (const absl::Status& s : statuses) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    }
     save_all("again.ckpt");
     for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << "again.ckpt: " << s;
     train_on(12);

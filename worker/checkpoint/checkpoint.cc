@@ -13,6 +13,9 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -253,7 +256,8 @@ absl::Status RestoreOptimizer(const c10::IValue& saved, const std::string& origi
                             parameters.size()));
   }
   const PyDict states = state->toGenericDict();
-  optimizer.state().clear();
+  // Built aside and swapped in whole: a bad entry leaves the optimizer's state as it was.
+  std::remove_reference_t<decltype(optimizer.state())> restored;
   for (size_t i = 0; i < parameters.size(); ++i) {
     const torch::Tensor& p = parameters[i];
     auto it = states.find(c10::IValue(numbers[i]));
@@ -285,7 +289,7 @@ absl::Status RestoreOptimizer(const c10::IValue& saved, const std::string& origi
       if (!buffer.defined()) continue;
       auto param_state = std::make_unique<torch::optim::SGDParamState>();
       param_state->momentum_buffer(buffer);
-      optimizer.state()[OptimizerStateKey(p)] = std::move(param_state);
+      restored[OptimizerStateKey(p)] = std::move(param_state);
       continue;
     }
     const std::optional<c10::IValue> step = PyGet(s, "step");
@@ -298,14 +302,14 @@ absl::Status RestoreOptimizer(const c10::IValue& saved, const std::string& origi
       param_state->step(PyInt(*step)).square_avg(square_avg);
       if (momentum_buffer.defined()) param_state->momentum_buffer(momentum_buffer);
       if (grad_avg.defined()) param_state->grad_avg(grad_avg);
-      optimizer.state()[OptimizerStateKey(p)] = std::move(param_state);
+      restored[OptimizerStateKey(p)] = std::move(param_state);
       continue;
     }
     if (dynamic_cast<torch::optim::Adagrad*>(&optimizer) != nullptr) {
       DTRAIN_ASSIGN_OR_RETURN(torch::Tensor sum, tensor("sum", true));
       auto param_state = std::make_unique<torch::optim::AdagradParamState>();
       param_state->step(PyInt(*step)).sum(sum);
-      optimizer.state()[OptimizerStateKey(p)] = std::move(param_state);
+      restored[OptimizerStateKey(p)] = std::move(param_state);
       continue;
     }
     DTRAIN_ASSIGN_OR_RETURN(torch::Tensor exp_avg, tensor("exp_avg", true));
@@ -315,14 +319,15 @@ absl::Status RestoreOptimizer(const c10::IValue& saved, const std::string& origi
       auto param_state = std::make_unique<torch::optim::AdamWParamState>();
       param_state->step(PyInt(*step)).exp_avg(exp_avg).exp_avg_sq(exp_avg_sq);
       if (max_exp_avg_sq.defined()) param_state->max_exp_avg_sq(max_exp_avg_sq);
-      optimizer.state()[OptimizerStateKey(p)] = std::move(param_state);
+      restored[OptimizerStateKey(p)] = std::move(param_state);
     } else {
       auto param_state = std::make_unique<torch::optim::AdamParamState>();
       param_state->step(PyInt(*step)).exp_avg(exp_avg).exp_avg_sq(exp_avg_sq);
       if (max_exp_avg_sq.defined()) param_state->max_exp_avg_sq(max_exp_avg_sq);
-      optimizer.state()[OptimizerStateKey(p)] = std::move(param_state);
+      restored[OptimizerStateKey(p)] = std::move(param_state);
     }
   }
+  optimizer.state() = std::move(restored);
   return absl::OkStatus();
 }
 
@@ -341,6 +346,9 @@ absl::StatusOr<TrainingProgress> RestoreLightning(const c10::IValue& file, const
   torch::NoGradGuard no_grad;
   torch::jit::Module& module = model.module();
   std::set<std::string> expected;
+  // Copied only once the whole file has been checked, optimizer state included: a bad file
+  // leaves the model as it was.
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;
   auto restore = [&](const std::string& name, torch::Tensor target, bool buffer) -> absl::Status {
     expected.insert(name);
     const std::optional<c10::IValue> value = PyGet(saved, name);
@@ -355,7 +363,7 @@ absl::StatusOr<TrainingProgress> RestoreLightning(const c10::IValue& file, const
           "checkpoint '", path, "' holds '", name, "' with shape ", c10::str(t.sizes()),
           " but model '", model.origin(), "' has ", c10::str(target.sizes())));
     }
-    target.copy_(t);
+    copies.emplace_back(std::move(target), t);
     return absl::OkStatus();
   };
   for (const auto& p : module.named_parameters()) {
@@ -386,6 +394,7 @@ absl::StatusOr<TrainingProgress> RestoreLightning(const c10::IValue& file, const
       progress.optimizer_restored = true;
     }
   }
+  for (auto& [target, value] : copies) target.copy_(value);
   if (auto v = PyGet(top, "callbacks"); v && v->isGenericDict()) {
     for (const auto& entry : v->toGenericDict()) {
       if (!entry.key().isString() || !entry.value().isGenericDict()) continue;

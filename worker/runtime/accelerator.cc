@@ -319,10 +319,12 @@ absl::StatusOr<TrainingProgress> Accelerator::LoadCheckpoint(const std::string& 
                                                    : received.substr(colon + 1));
   }
   received.erase(0, 1);
-  DTRAIN_ASSIGN_OR_RETURN(
-      TrainingProgress progress,
-      RestoreCheckpoint(received, path, *model_, strategy_->RestoreTarget(), precision_->scaler()));
-  DTRAIN_RETURN_IF_ERROR(strategy_->FinishRestore(progress.optimizer_restored));
+  absl::StatusOr<TrainingProgress> restored =
+      RestoreCheckpoint(received, path, *model_, strategy_->RestoreTarget(), precision_->scaler());
+  // A file refused restores nothing: the strategy takes back what RestoreTarget set aside.
+  DTRAIN_RETURN_IF_ERROR(strategy_->FinishRestore(restored.ok() && restored->optimizer_restored));
+  if (!restored.ok()) return restored.status();
+  TrainingProgress progress = *std::move(restored);
   if (schedulers_ != nullptr && !progress.lr_schedulers.empty()) {
     DTRAIN_RETURN_IF_ERROR(schedulers_->Load(progress.lr_schedulers, progress.group_rates));
     strategy_->SetGroupRates(schedulers_->Rates());

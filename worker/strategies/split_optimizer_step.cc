@@ -21,7 +21,6 @@ torch::Tensor ElementsOf(const torch::Tensor& flat, int64_t at, int64_t count) {
       .set_(flat.storage(), flat.storage_offset() + at, {count}, {1});
 }
 
-// `count` elements of `state`'s tensors from element `from`, each a tensor of its own.
 // Two descriptions of what is held of a parameter (-1: no elements; 0: elements but no state;
 // else 1 + a bit per state tensor defined) merged: the tensors either holds.
 int64_t MergeHeld(int64_t a, int64_t b) {
@@ -29,6 +28,7 @@ int64_t MergeHeld(int64_t a, int64_t b) {
   return std::max(a, b);
 }
 
+// `count` elements of `state`'s tensors from element `from`, each a tensor of its own.
 ElementwiseState SliceOf(const ElementwiseState& state, int64_t from, int64_t count) {
   ElementwiseState part{{}, state.step};
   for (size_t t = 0; t < ElementwiseState::kTensors; ++t) {
