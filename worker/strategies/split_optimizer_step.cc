@@ -39,6 +39,27 @@ ElementwiseState SliceOf(const ElementwiseState& state, int64_t from, int64_t co
   return part;
 }
 
+// Whether `a` and `b` define the same state tensors.
+bool SameTensorsDefined(const ElementwiseState& a, const ElementwiseState& b) {
+  for (size_t t = 0; t < ElementwiseState::kTensors; ++t) {
+    if (a.tensors[t].defined() != b.tensors[t].defined()) return false;
+  }
+  return true;
+}
+
+// `pieces` (the same tensors defined, the same step count) end to end.
+ElementwiseState Joined(const std::vector<ElementwiseState>& pieces) {
+  if (pieces.size() == 1) return pieces.front();
+  ElementwiseState joined{{}, pieces.front().step};
+  for (size_t t = 0; t < ElementwiseState::kTensors; ++t) {
+    if (!pieces.front().tensors[t].defined()) continue;
+    std::vector<torch::Tensor> parts;
+    for (const ElementwiseState& piece : pieces) parts.push_back(piece.tensors[t]);
+    joined.tensors[t] = torch::cat(parts);
+  }
+  return joined;
+}
+
 }  // namespace
 
 bool SplitOptimizerStep::Splits(const torch::optim::Optimizer& optimizer) {
@@ -74,41 +95,72 @@ absl::StatusOr<SplitOptimizerStep::Part*> SplitOptimizerStep::PartFor(size_t buc
   part.end = end;
   const torch::Tensor& grads = sync_->bucket_flat(bucket);
   const torch::Tensor& values = sync_->bucket_parameters(bucket);
-  // Per group of the full optimizer that has elements here: the part's group.
-  std::vector<int> part_group(full_->param_groups().size(), -1);
-  std::vector<std::vector<torch::Tensor>> group_params;
-  int64_t offset = 0;
-  for (size_t i : sync_->parameters_in_bucket(bucket)) {
-    const int64_t n = parameters_[i].numel();
-    const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
-    const int g = group_of_[i];
-    if (lo < hi && g >= 0) {
-      Slice slice{i, lo - offset, ElementsOf(values, lo, hi - lo)};
-      slice.value.mutable_grad() = ElementsOf(grads, lo, hi - lo);
-      if (part_group[g] < 0) {
-        part_group[g] = static_cast<int>(part.groups.size());
-        part.groups.push_back(static_cast<size_t>(g));
+  DTRAIN_RETURN_IF_ERROR(GuardTorch("cannot split the optimizer step", [&]() -> absl::Status {
+    // The slices, each with the state the full optimizer has for it (a restored or
+    // consolidated one, which the part continues from), and the runs they form.
+    std::vector<std::optional<ElementwiseState>> states;
+    std::vector<int64_t> run_begin;  // per run: its first element in the bucket
+    int64_t offset = 0;
+    for (size_t i : sync_->parameters_in_bucket(bucket)) {
+      const int64_t n = parameters_[i].numel();
+      const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
+      const int g = group_of_[i];
+      offset += n;
+      if (lo >= hi || g < 0) continue;
+      std::optional<ElementwiseState> state = kind_->Read(*full_, parameters_[i]);
+      bool joins = false;
+      if (!part.slices.empty()) {
+        const Slice& last = part.slices.back();
+        const std::optional<ElementwiseState>& before = states.back();
+        joins = part.runs[last.run].group == g &&
+                run_begin[last.run] + last.at + last.count == lo &&
+                state.has_value() == before.has_value() &&
+                (!state.has_value() ||
+                 (state->step == before->step && SameTensorsDefined(*state, *before)));
+      }
+      if (!joins) {
+        part.runs.push_back(Run{torch::Tensor(), g});
+        run_begin.push_back(lo);
+      }
+      const size_t run = part.runs.size() - 1;
+      part.slices.push_back(Slice{i, lo - (offset - n), hi - lo, run, lo - run_begin[run]});
+      states.push_back(std::move(state));
+    }
+    // Per group of the full optimizer that has elements here: the part's group.
+    std::vector<int> part_group(full_->param_groups().size(), -1);
+    std::vector<std::vector<torch::Tensor>> group_params;
+    for (size_t r = 0; r < part.runs.size(); ++r) {
+      Run& run = part.runs[r];
+      int64_t elements = 0;  // its slices lie end to end from run_begin[r]
+      for (const Slice& slice : part.slices) {
+        if (slice.run == r) elements += slice.count;
+      }
+      run.value = ElementsOf(values, run_begin[r], elements);
+      run.value.mutable_grad() = ElementsOf(grads, run_begin[r], elements);
+      if (part_group[run.group] < 0) {
+        part_group[run.group] = static_cast<int>(part.groups.size());
+        part.groups.push_back(static_cast<size_t>(run.group));
         group_params.emplace_back();
       }
-      group_params[part_group[g]].push_back(slice.value);
-      part.slices.push_back(std::move(slice));
+      group_params[part_group[run.group]].push_back(run.value);
     }
-    offset += n;
-  }
-  DTRAIN_RETURN_IF_ERROR(GuardTorch("cannot split the optimizer step", [&]() -> absl::Status {
     std::vector<torch::optim::OptimizerParamGroup> groups;
     for (size_t j = 0; j < part.groups.size(); ++j) {
       groups.emplace_back(group_params[j], full_->param_groups()[part.groups[j]].options().clone());
     }
     if (groups.empty()) return absl::OkStatus();
     part.optimizer = kind_->Make(std::move(groups), *full_);
-    // A restored (or consolidated) state continues where the full optimizer has it.
-    for (const Slice& slice : part.slices) {
-      std::optional<ElementwiseState> state = kind_->Read(*full_, parameters_[slice.parameter]);
-      if (state.has_value()) {
-        kind_->Write(*part.optimizer, slice.value,
-                     SliceOf(*state, slice.from, slice.value.numel()));
+    // A restored (or consolidated) state continues where the full optimizer has it: a run's
+    // state is its slices' parts of their parameters' states, end to end.
+    for (size_t r = 0; r < part.runs.size(); ++r) {
+      std::vector<ElementwiseState> pieces;
+      for (size_t k = 0; k < part.slices.size(); ++k) {
+        const Slice& slice = part.slices[k];
+        if (slice.run == r && states[k].has_value()) {
+          pieces.push_back(SliceOf(*states[k], slice.from, slice.count));
+        }
       }
+      if (!pieces.empty()) kind_->Write(*part.optimizer, part.runs[r].value, Joined(pieces));
     }
     return absl::OkStatus();
   }));
@@ -165,7 +217,9 @@ absl::Status SplitOptimizerStep::Consolidate(CollectiveBackend* backend) {
         const size_t k = static_cast<size_t>(
             std::find(in_bucket.begin(), in_bucket.end(), slice.parameter) - in_bucket.begin());
         std::optional<ElementwiseState> held;
-        if (part->optimizer != nullptr) held = kind_->Read(*part->optimizer, slice.value);
+        if (part->optimizer != nullptr) {
+          held = kind_->Read(*part->optimizer, part->runs[slice.run].value);
+        }
         int64_t bits = 0;
         if (held.has_value()) {
           for (size_t t = 0; t < kTensors; ++t) {
@@ -173,7 +227,9 @@ absl::Status SplitOptimizerStep::Consolidate(CollectiveBackend* backend) {
             bits |= int64_t{1} << t;
             if (!whole[t].defined()) whole[t] = torch::zeros({grads.numel()}, grads.options());
             const int64_t at = offsets[k] + slice.from;
-            whole[t].slice(0, at, at + held->tensors[t].numel()).copy_(held->tensors[t]);
+            whole[t]
+                .slice(0, at, at + slice.count)
+                .copy_(held->tensors[t].reshape({-1}).slice(0, slice.at, slice.at + slice.count));
           }
           steps[k] = held->step;
         }

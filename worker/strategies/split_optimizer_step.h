@@ -54,15 +54,29 @@ class SplitOptimizerStep {
   void Reset() { parts_.clear(); }
 
  private:
+  // A parameter's elements in a part: elements [from, from + count) of the parameter, at
+  // element `at` of the part's run `run`.
   struct Slice {
-    size_t parameter;     // index into parameters_
-    int64_t from = 0;     // its first element within the parameter
-    torch::Tensor value;  // the parameter's elements (its .grad: the bucket's)
+    size_t parameter;  // index into parameters_
+    int64_t from = 0;
+    int64_t count = 0;
+    size_t run = 0;
+    int64_t at = 0;
+  };
+  // What the part's optimizer steps: consecutive slices of one group of the full optimizer, with
+  // the same state restored into them (none, or the same tensors and step count), as one tensor
+  // over their elements (its .grad: the bucket's). One parameter of the part's optimizer costs a
+  // step a few ATen calls whatever its size, and a bucket's small parameters (a model's last
+  // layers and biases) lie together at one end of it.
+  struct Run {
+    torch::Tensor value;
+    int group = 0;  // the full optimizer's
   };
   struct Part {
     size_t bucket = 0;
     int64_t begin = 0, end = 0;
     std::vector<Slice> slices;
+    std::vector<Run> runs;
     std::vector<size_t> groups;  // per group of `optimizer`: the full optimizer's group
     std::unique_ptr<torch::optim::Optimizer> optimizer;  // null: nothing here is stepped
   };
