@@ -135,7 +135,9 @@ void PlaceParameters(const std::vector<torch::Tensor>& parameters, float* at) {
 }
 
 // --split_step: an optimizer of `loop`'s kind over elements [begin, end) of the parameters laid
-// out at `values` (their gradients at `gradients`), each parameter's share a tensor of its own.
+// out at `values` (their gradients at `gradients`), as one tensor: the loop has one param group
+// and starts its state fresh, so ddp's split step steps such a range as one tensor too
+// (SplitOptimizerStep's runs).
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> PartOptimizer(const PlainLoop& loop,
                                                                        float* values,
                                                                        float* gradients,
@@ -145,14 +147,10 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> PartOptimizer(const Pla
     return absl::FailedPreconditionError("--split_step: the loop's optimizer does not split");
   }
   std::vector<torch::Tensor> slices;
-  int64_t offset = 0;
-  for (const torch::Tensor& p : loop.Parameters()) {
-    const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + p.numel());
-    if (lo < hi) {
-      slices.push_back(torch::from_blob(values + lo, {hi - lo}, torch::kFloat32));
-      slices.back().mutable_grad() = torch::from_blob(gradients + lo, {hi - lo}, torch::kFloat32);
-    }
-    offset += p.numel();
+  if (begin < end) {
+    slices.push_back(torch::from_blob(values + begin, {end - begin}, torch::kFloat32));
+    slices.back().mutable_grad() =
+        torch::from_blob(gradients + begin, {end - begin}, torch::kFloat32);
   }
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::move(slices), loop.optimizer().param_groups()[0].options().clone());

@@ -80,7 +80,9 @@ void GradientsToPlaces(const std::vector<torch::Tensor>& parameters,
 void PlaceParameters(const std::vector<torch::Tensor>& parameters, float* at);
 
 // --split_step: an optimizer of `loop`'s kind over elements [begin, end) of the parameters laid
-// out at `values` (their gradients at `gradients`), each parameter's share a tensor of its own.
+// out at `values` (their gradients at `gradients`), as one tensor: the loop has one param group
+// and starts its state fresh, so ddp's split step steps such a range as one tensor too
+// (SplitOptimizerStep's runs).
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> PartOptimizer(const PlainLoop& loop,
                                                                        float* values,
                                                                        float* gradients,
