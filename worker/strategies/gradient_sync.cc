@@ -200,6 +200,16 @@ void GradientSync::PackBucket(Bucket& bucket) {
     torch::Tensor& p = parameters_[bucket.parameters[k]];
     const int64_t n = p.numel();
     if (!LivesIn(p.grad(), bucket.flat, offset, n)) {
+      const torch::Tensor& grad = p.grad();
+      if (bucket.slots[k].defined() && grad.defined() && grad.layout() == torch::kStrided &&
+          grad.sizes() == bucket.slots[k].sizes()) {
+        // The usual case, a new dense gradient from backward: into its slot as it is (a view
+        // made per parameter and step costs about as much as a small parameter's copy).
+        bucket.slots[k].copy_(grad);
+        p.mutable_grad() = bucket.slots[k];
+        offset += n;
+        continue;
+      }
       torch::Tensor slice = bucket.flat.slice(0, offset, offset + n);
       if (p.grad().defined()) {
         // Sparse (an embedding's), or new from autograd: the bucket takes it dense.
