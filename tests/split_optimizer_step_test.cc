@@ -189,13 +189,18 @@ TEST_P(SplitOptimizerStepTest, PartsSteppedApartEqualTorchsWholeStep_BitForBit) 
     }
     elementwise->Write(*full, params[i], copy);
   }
-  split->Reset();
-  for (int s = 20; s < 25; ++s) step(s);
-  ASSERT_TRUE(split->Consolidate(&local).ok());
-  for (size_t i = 0; i < params.size(); ++i) {
-    ExpectSameState(*full, params[i], *whole, reference[i],
-                    "after the restore, parameter " + std::to_string(i));
-  }
+  // After a restore: the parts start over from the full optimizer's state, step `from` to
+  // `from` + 5, and their consolidated state is the whole step's.
+  auto steps_after_restore = [&](int from, const std::string& what) {
+    split->Reset();
+    for (int s = from; s < from + 5; ++s) step(s);
+    ASSERT_TRUE(split->Consolidate(&local).ok());
+    for (size_t i = 0; i < params.size(); ++i) {
+      ExpectSameState(*full, params[i], *whole, reference[i],
+                      what + ", parameter " + std::to_string(i));
+    }
+  };
+  steps_after_restore(20, "after the restore");
 
   // A restore whose parameters' states differ from their neighbours' in a part: parameter 2
   // (beside parameter 3, in its group) has none, as a checkpoint's `momentum_buffer: None` gives,
@@ -211,13 +216,7 @@ TEST_P(SplitOptimizerStepTest, PartsSteppedApartEqualTorchsWholeStep_BitForBit) 
       elementwise->Write(*optimizer, (*tensors)[1], state);
     }
   }
-  split->Reset();
-  for (int s = 25; s < 30; ++s) step(s);
-  ASSERT_TRUE(split->Consolidate(&local).ok());
-  for (size_t i = 0; i < params.size(); ++i) {
-    ExpectSameState(*full, params[i], *whole, reference[i],
-                    "after a restore of unlike states, parameter " + std::to_string(i));
-  }
+  steps_after_restore(25, "after a restore of unlike states");
 
   // A new SplitOptimizerStep over a full optimizer that has never stepped starts its state as
   // torch does.

@@ -201,26 +201,24 @@ void GradientSync::PackBucket(Bucket& bucket) {
     const int64_t n = p.numel();
     if (!LivesIn(p.grad(), bucket.flat, offset, n)) {
       const torch::Tensor& grad = p.grad();
-      if (bucket.slots[k].defined() && grad.defined() && grad.layout() == torch::kStrided &&
-          grad.sizes() == bucket.slots[k].sizes()) {
+      torch::Tensor& slot = bucket.slots[k];
+      if (slot.defined() && grad.defined() && grad.layout() == torch::kStrided &&
+          grad.sizes() == slot.sizes()) {
         // The usual case, a new dense gradient from backward: into its slot as it is (a view
         // made per parameter and step costs about as much as a small parameter's copy).
-        bucket.slots[k].copy_(grad);
-        p.mutable_grad() = bucket.slots[k];
-        offset += n;
-        continue;
-      }
-      torch::Tensor slice = bucket.flat.slice(0, offset, offset + n);
-      if (p.grad().defined()) {
-        // Sparse (an embedding's), or new from autograd: the bucket takes it dense.
-        const torch::Tensor grad = p.grad().is_sparse() ? p.grad().to_dense() : p.grad();
-        slice.copy_(grad.reshape({-1}));
+        slot.copy_(grad);
       } else {
-        slice.zero_();
+        torch::Tensor slice = bucket.flat.slice(0, offset, offset + n);
+        if (grad.defined()) {
+          // Sparse (an embedding's), or shaped otherwise: the bucket takes it dense.
+          slice.copy_((grad.is_sparse() ? grad.to_dense() : grad).reshape({-1}));
+        } else {
+          slice.zero_();
+        }
       }
       // Its bucket holds it now; the mean lands there. Backward is done with this parameter
       // (its bucket started once every gradient in it was ready, or backward has returned).
-      if (bucket.slots[k].defined()) p.mutable_grad() = bucket.slots[k];
+      if (slot.defined()) p.mutable_grad() = slot;
     }
     offset += n;
   }

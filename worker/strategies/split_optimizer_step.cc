@@ -39,10 +39,14 @@ ElementwiseState SliceOf(const ElementwiseState& state, int64_t from, int64_t co
   return part;
 }
 
-// Whether `a` and `b` define the same state tensors.
-bool SameTensorsDefined(const ElementwiseState& a, const ElementwiseState& b) {
+// Whether two parameters' states (none, or tensors and a step count) may continue as one
+// tensor's: both none, or the same tensors defined and the same step count.
+bool Alike(const std::optional<ElementwiseState>& a, const std::optional<ElementwiseState>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  if (!a.has_value()) return true;
+  if (a->step != b->step) return false;
   for (size_t t = 0; t < ElementwiseState::kTensors; ++t) {
-    if (a.tensors[t].defined() != b.tensors[t].defined()) return false;
+    if (a->tensors[t].defined() != b->tensors[t].defined()) return false;
   }
   return true;
 }
@@ -96,47 +100,37 @@ absl::StatusOr<SplitOptimizerStep::Part*> SplitOptimizerStep::PartFor(size_t buc
   const torch::Tensor& grads = sync_->bucket_flat(bucket);
   const torch::Tensor& values = sync_->bucket_parameters(bucket);
   DTRAIN_RETURN_IF_ERROR(GuardTorch("cannot split the optimizer step", [&]() -> absl::Status {
-    // The slices, each with the state the full optimizer has for it (a restored or
-    // consolidated one, which the part continues from), and the runs they form.
-    std::vector<std::optional<ElementwiseState>> states;
-    std::vector<int64_t> run_begin;  // per run: its first element in the bucket
+    // The slices and the runs they form, each run with its slices' parts of the state the full
+    // optimizer has for their parameters (a restored or consolidated one, which the part
+    // continues from).
+    std::vector<std::vector<ElementwiseState>> run_states;
+    std::optional<ElementwiseState> previous;  // the last slice's parameter's
     int64_t offset = 0;
     for (size_t i : sync_->parameters_in_bucket(bucket)) {
       const int64_t n = parameters_[i].numel();
       const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
       const int g = group_of_[i];
+      const int64_t from = lo - offset;
       offset += n;
       if (lo >= hi || g < 0) continue;
       std::optional<ElementwiseState> state = kind_->Read(*full_, parameters_[i]);
-      bool joins = false;
-      if (!part.slices.empty()) {
-        const Slice& last = part.slices.back();
-        const std::optional<ElementwiseState>& before = states.back();
-        joins = part.runs[last.run].group == g &&
-                run_begin[last.run] + last.at + last.count == lo &&
-                state.has_value() == before.has_value() &&
-                (!state.has_value() ||
-                 (state->step == before->step && SameTensorsDefined(*state, *before)));
+      if (part.runs.empty() || part.runs.back().group != g ||
+          part.runs.back().begin + part.runs.back().count != lo || !Alike(state, previous)) {
+        part.runs.push_back(Run{torch::Tensor(), g, lo, 0});
+        run_states.emplace_back();
       }
-      if (!joins) {
-        part.runs.push_back(Run{torch::Tensor(), g});
-        run_begin.push_back(lo);
-      }
-      const size_t run = part.runs.size() - 1;
-      part.slices.push_back(Slice{i, lo - (offset - n), hi - lo, run, lo - run_begin[run]});
-      states.push_back(std::move(state));
+      Run& run = part.runs.back();
+      part.slices.push_back(Slice{i, from, hi - lo, part.runs.size() - 1, run.count});
+      run.count += hi - lo;
+      if (state.has_value()) run_states.back().push_back(SliceOf(*state, from, hi - lo));
+      previous = std::move(state);
     }
     // Per group of the full optimizer that has elements here: the part's group.
     std::vector<int> part_group(full_->param_groups().size(), -1);
     std::vector<std::vector<torch::Tensor>> group_params;
-    for (size_t r = 0; r < part.runs.size(); ++r) {
-      Run& run = part.runs[r];
-      int64_t elements = 0;  // its slices lie end to end from run_begin[r]
-      for (const Slice& slice : part.slices) {
-        if (slice.run == r) elements += slice.count;
-      }
-      run.value = ElementsOf(values, run_begin[r], elements);
-      run.value.mutable_grad() = ElementsOf(grads, run_begin[r], elements);
+    for (Run& run : part.runs) {
+      run.value = ElementsOf(values, run.begin, run.count);
+      run.value.mutable_grad() = ElementsOf(grads, run.begin, run.count);
       if (part_group[run.group] < 0) {
         part_group[run.group] = static_cast<int>(part.groups.size());
         part.groups.push_back(static_cast<size_t>(run.group));
@@ -150,17 +144,10 @@ absl::StatusOr<SplitOptimizerStep::Part*> SplitOptimizerStep::PartFor(size_t buc
     }
     if (groups.empty()) return absl::OkStatus();
     part.optimizer = kind_->Make(std::move(groups), *full_);
-    // A restored (or consolidated) state continues where the full optimizer has it: a run's
-    // state is its slices' parts of their parameters' states, end to end.
     for (size_t r = 0; r < part.runs.size(); ++r) {
-      std::vector<ElementwiseState> pieces;
-      for (size_t k = 0; k < part.slices.size(); ++k) {
-        const Slice& slice = part.slices[k];
-        if (slice.run == r && states[k].has_value()) {
-          pieces.push_back(SliceOf(*states[k], slice.from, slice.count));
-        }
+      if (!run_states[r].empty()) {
+        kind_->Write(*part.optimizer, part.runs[r].value, Joined(run_states[r]));
       }
-      if (!pieces.empty()) kind_->Write(*part.optimizer, part.runs[r].value, Joined(pieces));
     }
     return absl::OkStatus();
   }));
@@ -213,13 +200,16 @@ absl::Status SplitOptimizerStep::Consolidate(CollectiveBackend* backend) {
     std::vector<int64_t> has(params, -1), steps(params, 0);
     std::array<torch::Tensor, kTensors> whole;  // per state tensor: the bucket's elements
     for (const Part* part : mine) {
+      std::vector<std::optional<ElementwiseState>> run_held(part->runs.size());
+      if (part->optimizer != nullptr) {
+        for (size_t r = 0; r < part->runs.size(); ++r) {
+          run_held[r] = kind_->Read(*part->optimizer, part->runs[r].value);
+        }
+      }
       for (const Slice& slice : part->slices) {
         const size_t k = static_cast<size_t>(
             std::find(in_bucket.begin(), in_bucket.end(), slice.parameter) - in_bucket.begin());
-        std::optional<ElementwiseState> held;
-        if (part->optimizer != nullptr) {
-          held = kind_->Read(*part->optimizer, part->runs[slice.run].value);
-        }
+        const std::optional<ElementwiseState>& held = run_held[slice.run];
         int64_t bits = 0;
         if (held.has_value()) {
           for (size_t t = 0; t < kTensors; ++t) {

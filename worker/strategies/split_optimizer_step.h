@@ -70,7 +70,8 @@ class SplitOptimizerStep {
   // layers and biases) lie together at one end of it.
   struct Run {
     torch::Tensor value;
-    int group = 0;  // the full optimizer's
+    int group = 0;                 // the full optimizer's
+    int64_t begin = 0, count = 0;  // its elements in the bucket
   };
   struct Part {
     size_t bucket = 0;
