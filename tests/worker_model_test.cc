@@ -616,7 +616,15 @@ TEST(Dataset, FashionMnist_SplitsShapesAndNormalization) {
   EXPECT_EQ(x.sizes(), (std::vector<int64_t>{2000, 1, 28, 28}));
   EXPECT_EQ(x.scalar_type(), torch::kFloat32);
   EXPECT_EQ(y.scalar_type(), torch::kInt64);
-  // Normalized with the training set's statistics: mean near 0, std near 1.
+  // Normalized with the training set's statistics, bitwise as the ATen ops compute it from the
+  // file's bytes (which take all 256 values here, so every value the table holds is checked).
+  auto raw = ReadIdxGz(std::string(kFashionMnistDir) + "/train-images-idx3-ubyte.gz");
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  ASSERT_GE(raw->data.size(), 2000u * 784);
+  const torch::Tensor bytes =
+      torch::from_blob(raw->data.data(), {2000, 1, 28, 28}, torch::kUInt8).clone();
+  EXPECT_EQ(std::get<0>(at::_unique(bytes)).numel(), 256);
+  EXPECT_TRUE(torch::equal(x, (bytes.to(torch::kFloat) / 255.0 - 0.2860) / 0.3530));
   EXPECT_NEAR(x.mean().item<float>(), 0.0, 0.05);
   EXPECT_NEAR(x.std().item<float>(), 1.0, 0.05);
   EXPECT_EQ(y.min().item<int64_t>(), 0);

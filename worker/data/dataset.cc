@@ -1,6 +1,7 @@
 #include "worker/data/dataset.h"
 
 #include <algorithm>
+#include <climits>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "common/status_macros.h"
 #include "worker/data/http_shard_fetcher.h"
 #include "worker/data/idx_file.h"
+#include "worker/data/pixel_normalize.h"
 #include "worker/data/sample_decoder.h"
 #include "worker/data/sharded_split.h"
 #include "worker/model/batch_tree.h"
@@ -27,6 +29,25 @@ namespace {
 
 constexpr double kFashionMean = 0.2860;
 constexpr double kFashionStd = 0.3530;
+
+// Fashion-MNIST's bytes as (x / 255 - mean) / std in float, bitwise as the ATen ops
+// `(x.to(kFloat) / 255.0 - kFashionMean) / kFashionStd` compute it (a float tensor's double
+// scalars act as floats), in one pass through PixelNormalize's table instead of four passes and
+// tensors: 12 against 20 us for the MLP's batch of 64 with its gather (docs/BENCHMARKS.md).
+at::Tensor FashionNormalized(const at::Tensor& bytes) {
+  const at::Tensor x = bytes.contiguous();
+  const int64_t width = x.dim() == 0 ? 1 : x.size(-1);
+  if (x.numel() == 0 || width == 0 || width > INT_MAX || x.numel() / width > INT_MAX) {
+    return (x.to(at::kFloat) / 255.0 - kFashionMean) / kFashionStd;
+  }
+  at::Tensor out = at::empty(x.sizes(), x.options().dtype(at::kFloat));
+  PixelNormalizeSpec spec;
+  spec.means = {static_cast<float>(kFashionMean)};
+  spec.stds = {static_cast<float>(kFashionStd)};
+  PixelNormalize(x.data_ptr<uint8_t>(), static_cast<int>(x.numel() / width),
+                 static_cast<int>(width), /*channels=*/1, spec, out.data_ptr<float>());
+  return out;
+}
 
 constexpr const char* kSplitNames[] = {"train", "val", "test", "predict"};
 
@@ -419,9 +440,7 @@ absl::StatusOr<c10::IValue> Dataset::Batch(const std::string& split,
                                    [&](const at::Tensor& t) { return t.index_select(0, index); });
     if (fashion_normalize_) {
       batch = MapSelected(batch, "0", [](const at::Tensor& x) {
-        return x.scalar_type() == at::kByte
-                   ? (x.to(at::kFloat) / 255.0 - kFashionMean) / kFashionStd
-                   : x;
+        return x.scalar_type() == at::kByte ? FashionNormalized(x) : x;
       });
     }
     if (normalize_.has_value()) {
