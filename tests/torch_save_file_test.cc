@@ -144,6 +144,39 @@ torch.save({"train": {"img": x, "y": torch.zeros(4, dtype=torch.long)}}, ")",
   EXPECT_NEAR(img[0][0][0][0].item<double>(), (0.0 - 0.5) / 0.5, 1e-6);
   EXPECT_NEAR(img[0][1][0][0].item<double>(), (1.0 - 0.5) / 0.25, 1e-6);
   EXPECT_NEAR(img[0][2][0][0].item<double>(), (0.2 - 0.2) / 0.1, 1e-6);
+  // Every byte value in every channel, per channel and with one mean for all: bitwise as the
+  // ATen ops compute it (the batch goes through a table per channel).
+  const std::string every = testing::TestTempPath("every-byte.pt");
+  Python(absl::StrCat(R"(
+x = torch.arange(256, dtype=torch.uint8).view(1, 1, 16, 16).repeat(2, 3, 1, 1)
+torch.save({"train": {"img": x, "y": torch.zeros(2, dtype=torch.long)}}, ")",
+                      every, "\")\n"));
+  const at::Tensor bytes = at::arange(256, at::kByte).view({1, 1, 16, 16}).repeat({2, 3, 1, 1});
+  for (const bool per_channel : {true, false}) {
+    v1::Normalize scale;
+    scale.set_key("img");
+    for (double m : per_channel ? std::vector<double>{0.5, 0.4, 0.2} : std::vector<double>{0.3}) {
+      scale.add_mean(m);
+    }
+    for (double d : per_channel ? std::vector<double>{0.5, 0.25, 0.1} : std::vector<double>{0.7}) {
+      scale.add_std(d);
+    }
+    absl::StatusOr<std::unique_ptr<Dataset>> all = LoadFile(every, &scale);
+    ASSERT_TRUE(all.ok()) << all.status();
+    absl::StatusOr<c10::IValue> got = (*all)->Batch("train", {0, 1});
+    ASSERT_TRUE(got.ok()) << got.status();
+    const std::vector<int64_t> shape =
+        per_channel ? std::vector<int64_t>{1, 3, 1, 1} : std::vector<int64_t>{};
+    const at::Tensor mean =
+        at::tensor(std::vector<double>(scale.mean().begin(), scale.mean().end()), at::kFloat)
+            .view(shape);
+    const at::Tensor std =
+        at::tensor(std::vector<double>(scale.std().begin(), scale.std().end()), at::kFloat)
+            .view(shape);
+    EXPECT_TRUE(at::equal(got->toGenericDict().at("img").toTensor(),
+                          (bytes.to(at::kFloat) / 255.0 - mean) / std))
+        << (per_channel ? "per channel" : "one mean");
+  }
   normalize.set_key("pixels");
   absl::StatusOr<std::unique_ptr<Dataset>> wrong = LoadFile(file, &normalize);
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);

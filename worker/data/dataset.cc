@@ -1,7 +1,7 @@
 #include "worker/data/dataset.h"
 
 #include <algorithm>
-#include <climits>
+#include <array>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -30,22 +30,35 @@ namespace {
 constexpr double kFashionMean = 0.2860;
 constexpr double kFashionStd = 0.3530;
 
-// Fashion-MNIST's bytes as (x / 255 - mean) / std in float, bitwise as the ATen ops
-// `(x.to(kFloat) / 255.0 - kFashionMean) / kFashionStd` compute it (a float tensor's double
-// scalars act as floats), in one pass through PixelNormalize's table instead of four passes and
-// tensors: 12 against 20 us for the MLP's batch of 64 with its gather (docs/BENCHMARKS.md).
-at::Tensor FashionNormalized(const at::Tensor& bytes) {
-  const at::Tensor x = bytes.contiguous();
-  const int64_t width = x.dim() == 0 ? 1 : x.size(-1);
-  if (x.numel() == 0 || width == 0 || width > INT_MAX || x.numel() / width > INT_MAX) {
-    return (x.to(at::kFloat) / 255.0 - kFashionMean) / kFashionStd;
+// uint8 values as (x / 255 - mean) / std in float, one mean and std for all or one per channel
+// (dimension 1), bitwise as the ATen ops `(x.to(kFloat) / 255.0 - mean) / std` compute it with
+// float means and stds, in one pass through PixelNormalize's tables instead of four passes and
+// tensors (12 against 20 us for the MLP's batch of 64 with its gather: docs/BENCHMARKS.md).
+// nullopt when the shapes do not fit that (the ATen ops then say what is wrong).
+std::optional<at::Tensor> NormalizedBytes(const at::Tensor& bytes, const std::vector<float>& means,
+                                          const std::vector<float>& stds) {
+  const int64_t channels = static_cast<int64_t>(means.size());
+  if (bytes.scalar_type() != at::kByte || bytes.numel() == 0 || channels == 0 ||
+      stds.size() != means.size() ||
+      (channels > 1 && (bytes.dim() < 2 || bytes.size(1) != channels))) {
+    return std::nullopt;
   }
+  const at::Tensor x = bytes.contiguous();
   at::Tensor out = at::empty(x.sizes(), x.options().dtype(at::kFloat));
-  PixelNormalizeSpec spec;
-  spec.means = {static_cast<float>(kFashionMean)};
-  spec.stds = {static_cast<float>(kFashionStd)};
-  PixelNormalize(x.data_ptr<uint8_t>(), static_cast<int>(x.numel() / width),
-                 static_cast<int>(width), /*channels=*/1, spec, out.data_ptr<float>());
+  const PixelNormalizeSpec spec{false, means, stds};
+  std::vector<std::array<float, 256>> tables;
+  for (int c = 0; c < channels; ++c) {
+    tables.push_back(PixelNormalizeTable(spec, static_cast<int>(channels), c));
+  }
+  // Planes of one channel each: the whole tensor for one mean, else each sample's channels.
+  const int64_t planes = channels == 1 ? 1 : x.size(0) * channels;
+  const int64_t plane = x.numel() / planes;
+  const uint8_t* in = x.data_ptr<uint8_t>();
+  float* to = out.data_ptr<float>();
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* table = tables[p % channels].data();
+    for (int64_t i = p * plane; i < (p + 1) * plane; ++i) to[i] = table[in[i]];
+  }
   return out;
 }
 
@@ -440,12 +453,20 @@ absl::StatusOr<c10::IValue> Dataset::Batch(const std::string& split,
                                    [&](const at::Tensor& t) { return t.index_select(0, index); });
     if (fashion_normalize_) {
       batch = MapSelected(batch, "0", [](const at::Tensor& x) {
-        return x.scalar_type() == at::kByte ? FashionNormalized(x) : x;
+        if (x.scalar_type() != at::kByte) return x;
+        std::optional<at::Tensor> scaled = NormalizedBytes(x, {static_cast<float>(kFashionMean)},
+                                                           {static_cast<float>(kFashionStd)});
+        return scaled ? *scaled : (x.to(at::kFloat) / 255.0 - kFashionMean) / kFashionStd;
       });
     }
     if (normalize_.has_value()) {
       const v1::Normalize& n = *normalize_;
       batch = MapSelected(batch, n.key(), [&](const at::Tensor& t) {
+        if (std::optional<at::Tensor> scaled =
+                NormalizedBytes(t, std::vector<float>(n.mean().begin(), n.mean().end()),
+                                std::vector<float>(n.std().begin(), n.std().end()))) {
+          return *scaled;
+        }
         at::Tensor x = t.scalar_type() == at::kByte ? t.to(at::kFloat) / 255.0 : t;
         std::vector<int64_t> shape(std::max<int64_t>(x.dim(), 2), 1);
         shape[1] = n.mean_size();

@@ -4,6 +4,7 @@
 // intermediate tensors. image_transforms.cc checks it against those ops. Plain C++.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -15,6 +16,11 @@ struct PixelNormalizeSpec {
   std::vector<float> means;
   std::vector<float> stds;
 };
+
+// Channel `c`'s result for each of a byte's 256 values (of `channels`; `spec`'s flip ignored),
+// made with the same float operations in the same order as the ATen ops apply them to every
+// element.
+std::array<float, 256> PixelNormalizeTable(const PixelNormalizeSpec& spec, int channels, int c);
 
 // `pixels`: height x width pixels of `channels` interleaved bytes. Writes channels x height x
 // width floats to `out`.
