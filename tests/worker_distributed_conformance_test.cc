@@ -3,7 +3,7 @@
 // Each operation's results, on the CPU and on a device that is not; gradient averaging, with
 // buckets started during backward whatever order the ranks' gradients come in, or all after it;
 // reductions larger than a shared-memory slot on uneven partitions; memory from
-// AllocateForAllReduce.
+// AllocateForAllReduce; gradients made in plane memory and reduced there.
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,7 +24,10 @@
 #include "tests/test_support.h"
 #include "tests/worker_test_helpers.h"
 #include "worker/collectives/collective_backend.h"
+#include "worker/collectives/shared_memory_collective_backend.h"
 #include "worker/model/model_zoo.h"
+#include "worker/strategies/gradient_landing.h"
+#include "worker/strategies/gradient_landing_allocator.h"
 #include "worker/strategies/gradient_sync.h"
 
 namespace dtrain {
@@ -578,6 +581,104 @@ TEST_P(BackendConformance, WithoutOverlap_NoLowerFirstCap_AllReducedAfterBackwar
               absl::StrCat("parameter ", k, ": not the mean at step ", step));
         }
       }
+    }
+    return absl::OkStatus();
+  });
+}
+
+// ddp's split step with backward's gradients made in plane memory (GradientLanding): on shm
+// every bucket whose gradients all landed is reduced where they lie, and the parameters and
+// averaged gradients after every step are bitwise those of the same steps with every gradient
+// copied into its bucket. A gradient someone keeps holds its place: it keeps its values, its
+// bucket is copied again (the next gradient of that size comes from the heap) and the results
+// stay the same. Elsewhere (no shared memory) nothing lands and the results are the same too.
+TEST_P(BackendConformance, GradientsMadeInPlaneMemory_ReducedThere_BitwiseAsCopied) {
+  const bool shm = GetParam() == "shm";
+  // Before the ranks' threads allocate, as the worker's main does.
+  InstallGradientLandingAllocator();
+  RunOnBackends([&](CollectiveBackend& b) -> absl::Status {
+    const int r = b.rank();
+    auto fail = [&](const std::string& what) { return RankFailure(r, what); };
+    auto model = BuiltinModel("mlp", 7);
+    if (!model.ok()) return model.status();
+    const std::vector<torch::Tensor> initial = model->Parameters();
+    struct Run {
+      std::vector<torch::Tensor> p;
+      std::unique_ptr<GradientSync> sync;
+    };
+    // Two runs over copies of the same parameters; 512 KiB buckets: fc1's weight is one, the
+    // other three parameters another.
+    Run runs[2];
+    for (Run& run : runs) {
+      for (const torch::Tensor& t : initial) {
+        run.p.push_back(t.detach().clone().requires_grad_(true));
+      }
+      run.sync = std::make_unique<GradientSync>(&b, run.p, /*bucket_bytes=*/512 << 10,
+                                                /*overlap_with_backward=*/false);
+      DTRAIN_ASSIGN_OR_RETURN(const bool shared, run.sync->PlaceParametersBesideBuckets());
+      if (shared != shm || (run.sync->landing() != nullptr) != shm) {
+        return fail(absl::StrCat("shared ", shared, ", landing ", run.sync->landing() != nullptr));
+      }
+      if (run.sync->bucket_count() != 2) return fail("not 2 buckets");
+    }
+    const int64_t lent_before = GradientLanding::lent_total();
+    torch::Tensor held, held_values;
+    for (int step = 0; step < 4; ++step) {
+      for (int k = 0; k < 2; ++k) {
+        Run& run = runs[k];
+        for (torch::Tensor& t : run.p) t.mutable_grad().reset();  // as Lightning's zero_grad
+        at::Generator data = at::detail::createCPUGenerator(100 * step + r);
+        const torch::Tensor x = torch::randn({64, 784}, data);
+        {
+          // Run 0 lends, run 1 copies.
+          GradientLanding::Scope scope(k == 0 ? run.sync->landing() : nullptr);
+          torch::Tensor h = torch::relu(torch::linear(x, run.p[0], run.p[1]));
+          torch::linear(h, run.p[2], run.p[3]).pow(2).mean().backward();
+        }
+        // Step 1 keeps rank 0's landed gradient of fc1's weight beyond its step.
+        if (k == 0 && step == 1 && shm && r == 0) {
+          held = run.p[0].grad();
+          held_values = held.clone();
+        }
+        DTRAIN_RETURN_IF_ERROR(
+            run.sync->AverageGradientsAndUpdate([&](size_t bucket, int64_t begin, int64_t end) {
+              torch::NoGradGuard no_grad;
+              run.sync->bucket_parameters(bucket)
+                  .slice(0, begin, end)
+                  .add_(run.sync->bucket_flat(bucket).slice(0, begin, end), -0.1);
+              return absl::OkStatus();
+            }));
+      }
+      for (size_t i = 0; i < initial.size(); ++i) {
+        if (!torch::equal(runs[0].p[i], runs[1].p[i]) ||
+            !torch::equal(runs[0].p[i].grad(), runs[1].p[i].grad())) {
+          return fail(absl::StrCat("step ", step, ", parameter ", i, ": landed differs by ",
+                                   (runs[0].p[i] - runs[1].p[i]).abs().max().item<double>()));
+        }
+      }
+      if (torch::equal(runs[0].p[0], initial[0])) return fail("the parameters did not move");
+    }
+    // Landed: both buckets every step, but on rank 0 fc1's weight in the two steps after step 1
+    // (its place held), while rank 1's did land: the ranks' inputs then lie in different
+    // buffers. The bucket of the other three landed every step (fc2's bias, whose place is off
+    // 64 bytes, copied into its place).
+    const int64_t landed = runs[0].sync->landed_total(), copied = runs[1].sync->landed_total();
+    if (landed != (shm ? (r == 0 ? 6 : 8) : 0) || copied != 0) {
+      return fail(absl::StrCat(landed, " buckets landed (copying run: ", copied, ")"));
+    }
+    if (!shm) return absl::OkStatus();
+    if (GradientLanding::lent_total() - lent_before < 6 + 8) {
+      return fail(absl::StrCat(GradientLanding::lent_total() - lent_before, " places lent"));
+    }
+    // Every landed input was read in place: 4 steps x 2 buckets x 2 ranks, but rank 0's two.
+    const auto* plane = dynamic_cast<const SharedMemoryCollectiveBackend*>(&b);
+    if (plane == nullptr || plane->inputs_read_in_place() != 14) {
+      return fail(absl::StrCat(plane == nullptr ? -1 : plane->inputs_read_in_place(),
+                               " inputs read in place, not 14"));
+    }
+    if (r == 0) {
+      if (!torch::equal(held, held_values)) return fail("a held gradient changed");
+      if (reinterpret_cast<uintptr_t>(held.data_ptr()) % 64 != 0) return fail("a place off 64");
     }
     return absl::OkStatus();
   });

@@ -38,6 +38,7 @@
 #include "worker/runtime/cpu_placement.h"
 #include "worker/runtime/worker_allocator.h"
 #include "worker/service/worker_server.h"
+#include "worker/strategies/gradient_landing_allocator.h"
 
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for Prometheus metrics over HTTP (/metrics); empty: none");
@@ -136,6 +137,8 @@ int main(int argc, char** argv) {
   }
   // Not glibc's malloc settings: this process allocates with jemalloc (worker_allocator.h).
   dtrain::TuneLocking();
+  // Before any thread allocates: ddp's gradients may be made in shared memory (gradient_landing.h).
+  dtrain::InstallGradientLandingAllocator();
   if (absl::Status s = dtrain::ConfigureLoggingFromFlags("dtrain-worker"); !s.ok()) {
     dtrain::LogError(s.message());
     return 2;

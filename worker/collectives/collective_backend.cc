@@ -98,12 +98,23 @@ absl::StatusOr<torch::Tensor> CollectiveBackend::AllocateForAllReduce(int64_t nu
 
 absl::Status CollectiveBackend::AllReduceThenUpdate(torch::Tensor& tensor, v1::ReduceOp op,
                                                     torch::Tensor& mirror,
-                                                    const SplitUpdate& update) {
+                                                    const SplitUpdate& update,
+                                                    const torch::Tensor& source) {
   if (mirror.numel() != tensor.numel() || mirror.scalar_type() != tensor.scalar_type()) {
     return absl::InvalidArgumentError(
         absl::StrCat("all_reduce then update: the mirror holds ", mirror.numel(), " ",
                      c10::toString(mirror.scalar_type()), ", the tensor ", tensor.numel(), " ",
                      c10::toString(tensor.scalar_type())));
+  }
+  if (source.defined()) {
+    if (source.numel() != tensor.numel() || source.scalar_type() != tensor.scalar_type()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("all_reduce then update: the source holds ", source.numel(), " ",
+                       c10::toString(source.scalar_type()), ", the tensor ", tensor.numel(), " ",
+                       c10::toString(tensor.scalar_type())));
+    }
+    torch::NoGradGuard no_grad;
+    if (!source.is_same(tensor)) tensor.view({-1}).copy_(source.reshape({-1}));
   }
   DTRAIN_RETURN_IF_ERROR(AllReduce(tensor, op));
   return update(0, tensor.numel());

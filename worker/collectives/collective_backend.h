@@ -68,11 +68,15 @@ class CollectiveBackend {
   // between them and copies each rank's part into the others' `mirror`, so that each rank
   // computes only its part. `update` must compute an element from that element alone. A failed
   // update fails the call on this rank, and where the ranks split the elements on every rank.
+  // With `source` (same numel and dtype), this rank's contribution is read from there instead of
+  // from `tensor`, and the result still lands in `tensor`: a plane whose ranks share memory then
+  // reads `source` in place (ddp's gradients made in plane memory); the default copies it in.
   using SplitUpdate = std::function<absl::Status(int64_t begin, int64_t end)>;
   // Whether `tensor` (from AllocateForAllReduce) lies in memory the other ranks read and write.
   virtual bool SharedWithPeers(const torch::Tensor& tensor) const { return false; }
   virtual absl::Status AllReduceThenUpdate(torch::Tensor& tensor, v1::ReduceOp op,
-                                           torch::Tensor& mirror, const SplitUpdate& update);
+                                           torch::Tensor& mirror, const SplitUpdate& update,
+                                           const torch::Tensor& source = {});
 
   // Ends this rank's wait in a collective, now or in the next one that has to wait, with `why`
   // until ClearInterrupt: the step was cancelled, and ranks stop at different batches, so a peer

@@ -68,9 +68,11 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   // With `tensor` and `mirror` both in memory from AllocateForAllReduce: after the first
   // barrier each rank reduces its partition into every rank's `tensor`, updates that partition
   // and copies it into every rank's `mirror`; a second barrier ends it (the same two barriers as
-  // AllReduce). Otherwise as the default.
+  // AllReduce). A `source` in such memory too is read in place on every rank (each rank says
+  // where its own is). Otherwise as the default.
   absl::Status AllReduceThenUpdate(torch::Tensor& tensor, v1::ReduceOp op, torch::Tensor& mirror,
-                                   const SplitUpdate& update) override;
+                                   const SplitUpdate& update,
+                                   const torch::Tensor& source = {}) override;
   bool SharedWithPeers(const torch::Tensor& tensor) const override {
     return FindSharedBuffer(tensor) != nullptr;
   }
@@ -95,6 +97,9 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   bool active() const { return segment_ != nullptr; }
   const std::string& fallback_reason() const { return fallback_reason_; }
   int64_t slot_bytes() const { return slot_bytes_; }
+  // Ranks' inputs an AllReduceThenUpdate read from their `source` in place, over this rank's
+  // calls (for tests).
+  int64_t inputs_read_in_place() const { return inputs_read_in_place_; }
 
  private:
   // A call every rank must make alike: arrives, then compares every rank's descriptor with its
@@ -110,11 +115,13 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   // buffer was allocated for), if any.
   const SharedBuffer* FindSharedBuffer(const torch::Tensor& tensor) const;
   // All-reduces `numel` elements at element `offset` of `buffer`, in every rank's memory.
-  // With `mirror` (a buffer and element offset), the call is AllReduceThenUpdate's.
+  // With `mirror` (a buffer and element offset), the call is AllReduceThenUpdate's; with
+  // `source` too, this rank's input is there (each rank's may lie elsewhere: it is described).
   absl::Status ReduceInPlace(const SharedBuffer& buffer, int64_t offset, int64_t numel,
                              torch::ScalarType dtype, v1::ReduceOp op,
                              const SharedBuffer* mirror = nullptr, int64_t mirror_offset = 0,
-                             const SplitUpdate* update = nullptr);
+                             const SplitUpdate* update = nullptr,
+                             const SharedBuffer* source = nullptr, int64_t source_offset = 0);
   SharedMemoryCollectiveBackend(std::unique_ptr<CollectiveBackend> inner, absl::Duration timeout);
   absl::Status Attach(const std::string& host);
   // Announces this rank's arrival and waits for every rank's (or fails, naming who is missing).
@@ -146,6 +153,7 @@ class SharedMemoryCollectiveBackend : public CollectiveBackend {
   // for its peers would hold a core one of them needs, so waits sleep early.
   bool ranks_fit_cores_ = false;
   std::vector<std::shared_ptr<SharedBuffer>> shared_buffers_;
+  int64_t inputs_read_in_place_ = 0;
 };
 
 }  // namespace dtrain

@@ -348,7 +348,8 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
 absl::Status SharedMemoryCollectiveBackend::AllReduceThenUpdate(torch::Tensor& tensor,
                                                                 v1::ReduceOp op,
                                                                 torch::Tensor& mirror,
-                                                                const SplitUpdate& update) {
+                                                                const SplitUpdate& update,
+                                                                const torch::Tensor& source) {
   const SharedBuffer* shared = nullptr;
   const SharedBuffer* mirrored = nullptr;
   if (segment_ != nullptr && tensor.device().is_cpu() && ReducedHere(tensor, op) &&
@@ -359,26 +360,47 @@ absl::Status SharedMemoryCollectiveBackend::AllReduceThenUpdate(torch::Tensor& t
   // Both buffers come from AllocateForAllReduce on every rank alike, so every rank takes the
   // same branch.
   if (shared == nullptr || mirrored == nullptr) {
-    return CollectiveBackend::AllReduceThenUpdate(tensor, op, mirror, update);
+    return CollectiveBackend::AllReduceThenUpdate(tensor, op, mirror, update, source);
   }
   if (!broken_.ok()) return broken_;
   torch::NoGradGuard no_grad;
   const int64_t element = tensor.element_size();
+  // A source the peers cannot read is copied in (a rank's choice alone: each rank describes
+  // where its input lies).
+  const SharedBuffer* sourced = nullptr;
+  int64_t source_offset = 0;
+  if (source.defined() && !source.is_same(tensor)) {
+    if (source.numel() != tensor.numel() || source.scalar_type() != tensor.scalar_type()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("all_reduce then update: the source holds ", source.numel(), " ",
+                       c10::toString(source.scalar_type()), ", the tensor ", tensor.numel(), " ",
+                       c10::toString(tensor.scalar_type())));
+    }
+    sourced = FindSharedBuffer(source);
+    if (sourced != nullptr) {
+      source_offset = (static_cast<char*>(source.data_ptr()) - sourced->bases[rank()]) / element;
+    } else {
+      tensor.copy_(source.reshape({-1}));
+    }
+  }
   const int64_t offset = (static_cast<char*>(tensor.data_ptr()) - shared->bases[rank()]) / element;
   const int64_t mirror_offset =
       (static_cast<char*>(mirror.data_ptr()) - mirrored->bases[rank()]) / element;
   return ReduceInPlace(*shared, offset, tensor.numel(), tensor.scalar_type(), op, mirrored,
-                       mirror_offset, &update);
+                       mirror_offset, &update, sourced, source_offset);
 }
 
 absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(
     const SharedBuffer& buffer, int64_t offset, int64_t numel, torch::ScalarType dtype,
-    v1::ReduceOp op, const SharedBuffer* mirror, int64_t mirror_offset, const SplitUpdate* update) {
+    v1::ReduceOp op, const SharedBuffer* mirror, int64_t mirror_offset, const SplitUpdate* update,
+    const SharedBuffer* source, int64_t source_offset) {
   const int world = world_, me = rank();
   const uint64_t call = ++calls_;
+  // Where this rank's input lies, if not in `buffer`: not compared (the ranks' may differ).
+  const int64_t input = source != nullptr ? (source->index << 40) + source_offset : -1;
   Describe(segment_->arrival(me), call,
            update != nullptr ? CallKind::kAllReduceThenUpdate : CallKind::kAllReduce, numel,
-           static_cast<int32_t>(dtype), op, (buffer.index << 40) + offset);
+           static_cast<int32_t>(dtype), op, (buffer.index << 40) + offset, input);
   DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
   DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
   // This rank's partition, reduced in one pass from every rank's memory into every rank's (every
@@ -386,8 +408,29 @@ absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(
   const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
   const auto [begin, end] = ReductionPartOf(numel, me, world, offset * element, element);
   if (end > begin) {
-    const PerRank<char*> every(buffer.bases.begin(), buffer.bases.end());
-    ReduceRaw(dtype, every, every, offset + begin, end - begin, op);
+    PerRank<char*> ins, outs;
+    for (int r = 0; r < world; ++r) {
+      outs.push_back(buffer.bases[r] + offset * element);
+      const int64_t at =
+          update != nullptr ? segment_->arrival(r).descriptors[call % 2].value : int64_t{-1};
+      if (at < 0) {
+        ins.push_back(outs.back());
+        continue;
+      }
+      const uint64_t index = static_cast<uint64_t>(at) >> 40;
+      const int64_t first = at & ((int64_t{1} << 40) - 1);
+      if (index >= shared_buffers_.size() || shared_buffers_[index]->dtype != dtype ||
+          static_cast<size_t>((first + numel) * element) > shared_buffers_[index]->bytes ||
+          shared_buffers_[index].get() == &buffer) {
+        return Poison(absl::InternalError(
+            absl::StrCat("all_reduce #", call, ": rank ", r, " described its input at buffer ",
+                         index, ", element ", first, ": not a shared buffer of its own of ",
+                         c10::toString(dtype), " holding ", numel, " elements")));
+      }
+      ins.push_back(shared_buffers_[index]->bases[r] + first * element);
+      ++inputs_read_in_place_;
+    }
+    ReduceRaw(dtype, ins, outs, begin, end - begin, op);
   }
   if (update != nullptr && end > begin) {
     // The partition this rank reduced is in its cache: it updates it, and the others get it.

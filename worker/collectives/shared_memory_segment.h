@@ -18,7 +18,7 @@
 namespace dtrain {
 namespace shm {
 
-inline constexpr uint64_t kMagic = 0x6474726169E5E304ULL;  // "dtrain" shm, layout version 4
+inline constexpr uint64_t kMagic = 0x6474726169E5E305ULL;  // "dtrain" shm, layout version 5
 inline constexpr size_t kLine = 64;
 inline constexpr size_t kReasonBytes = 512;
 // Room for all slots of a world within this much /dev/shm (containers often give 64 MiB).
@@ -56,7 +56,8 @@ struct Descriptor {
   int32_t op;
   int32_t reserved;
   // Not compared: what this rank brings that may differ from the others' (an all_gather's first
-  // dimension, a broadcast_bytes' length at its source, a reduce_boolean_decision's vote).
+  // dimension, a broadcast_bytes' length at its source, a reduce_boolean_decision's vote, an
+  // all_reduce-then-update's input when it lies outside its buffer, as `where`, or -1).
   int64_t value;
 };
 

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -215,7 +216,10 @@ absl::Status Accelerator::Backward(const torch::Tensor& closure_loss, bool shoul
     torch::Tensor loss = scaler != nullptr ? scaler->Scale(closure_loss) : closure_loss;
     const std::vector<torch::Tensor> released = strategy_->ReleaseSpentGradients();
     strategy_->PreBackward(should_accumulate);
-    loss.backward();
+    {
+      absl::Cleanup returned = [&] { strategy_->BackwardReturned(); };
+      loss.backward();
+    }
     // Before PostBackward: a strategy that averages gradients sees every parameter that had
     // one with one, as when gradients were zeroed in place.
     Strategy::ZeroMissingGradients(released);

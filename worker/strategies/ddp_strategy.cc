@@ -83,6 +83,8 @@ absl::Status DdpStrategy::MaybeSplitOptimizerStep(LightningModule* model) {
 
 void DdpStrategy::PreBackward(bool should_accumulate) {
   if (!should_accumulate && sync_ != nullptr) sync_->ExpectSync();
+  // Every backward of a window (its gradients are averaged where they lie at its end).
+  if (split_ != nullptr && sync_->landing() != nullptr) landing_scope_.emplace(sync_->landing());
 }
 
 absl::Status DdpStrategy::PostBackward(bool should_accumulate) {
@@ -172,6 +174,9 @@ absl::Status DdpStrategy::Teardown() {
          {"buckets", static_cast<int64_t>(sync_->bucket_count())},
          {"buckets_start", sync_->overlaps_backward() ? "during backward" : "after backward"},
          {"optimizer_step_split", split_ != nullptr ? "between the ranks" : "no"},
+         // Rounds x buckets whose gradients backward made in plane memory (not copied in).
+         {"buckets_landed_pct",
+          100.0 * sync_->landed_total() / (rounds * static_cast<double>(sync_->bucket_count()))},
          {"started_during_backward_pct", 100.0 * sync_->buckets_started_during_backward_total() /
                                              (rounds * static_cast<double>(sync_->bucket_count()))},
          {"exposed_wait_ms", exposed_ms},

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -23,6 +24,7 @@ class DdpStrategy : public Strategy {
   std::string name() const override { return options_.name; }
   absl::Status Setup(LightningModule* model, const OptimizerConfig& optimizer) override;
   void PreBackward(bool should_accumulate) override;
+  void BackwardReturned() override { landing_scope_.reset(); }
   absl::Status PostBackward(bool should_accumulate) override;
   void FenceCommunication() override {
     if (sync_ != nullptr) sync_->WaitForInFlight();
@@ -60,6 +62,8 @@ class DdpStrategy : public Strategy {
   std::remove_reference_t<decltype(std::declval<torch::optim::Optimizer&>().state())>
       state_before_restore_;
   absl::Duration averaging_in_step_;
+  // split_, around backward: its new gradients may be made in their landing places.
+  std::optional<GradientLanding::Scope> landing_scope_;
 };
 
 class ShardedStrategy : public DdpStrategy {

@@ -1,5 +1,6 @@
 #include "worker/strategies/gradient_sync.h"
 
+#include <c10/core/alignment.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/types.h>
 
@@ -193,8 +194,56 @@ void GradientSync::MarkReady(size_t parameter) {
   StartReadyBuckets();
 }
 
-void GradientSync::PackBucket(Bucket& bucket) {
+namespace {
+
+// Copies `grad` into `into` (a parameter's slot or place, of its shape): dense, zeros for none.
+void CopyGradient(const torch::Tensor& grad, torch::Tensor& into) {
+  if (!grad.defined()) {
+    into.zero_();
+  } else if (grad.layout() == torch::kStrided && grad.sizes() == into.sizes()) {
+    into.copy_(grad);
+  } else {
+    // Sparse (an embedding's), or shaped otherwise: taken dense.
+    into.view({-1}).copy_((grad.is_sparse() ? grad.to_dense() : grad).reshape({-1}));
+  }
+}
+
+}  // namespace
+
+bool GradientSync::PackBucket(Bucket& bucket, bool may_land) {
   torch::NoGradGuard no_grad;
+  if (may_land && bucket.landing_flat.defined()) {
+    // Landable: some gradient was made in its place, and every other place is free to copy into
+    // (none is kept by a tensor that outlived its step; no scope is open now, so none is lent
+    // meanwhile). A bucket where nothing landed is copied as before: the same copies, and a
+    // gradient living in the bucket already (accumulated in place) needs none.
+    size_t made_there = 0;
+    bool landable = true;
+    for (size_t k = 0; k < bucket.parameters.size() && landable; ++k) {
+      const torch::Tensor& grad = parameters_[bucket.parameters[k]].grad();
+      const torch::Tensor& slot = bucket.slots[k];
+      if (slot.defined() && landing_->Holds(grad, bucket.places[k]) &&
+          grad.scalar_type() == slot.scalar_type() && grad.sizes() == slot.sizes()) {
+        ++made_there;
+      } else {
+        landable = slot.defined() && !landing_->Lent(bucket.places[k]);
+      }
+    }
+    if (landable && made_there > 0) {
+      for (size_t k = 0; k < bucket.parameters.size(); ++k) {
+        torch::Tensor& p = parameters_[bucket.parameters[k]];
+        if (!landing_->Holds(p.grad(), bucket.places[k])) {
+          CopyGradient(p.grad(), bucket.landing_places[k]);
+        }
+        // The mean lands in the bucket as always. The places are read by the reduction (the
+        // peers' too) and lent again only at the next backward, after the reduction's last
+        // barrier.
+        p.mutable_grad() = bucket.slots[k];
+      }
+      ++landed_total_;
+      return true;
+    }
+  }
   int64_t offset = 0;
   for (size_t k = 0; k < bucket.parameters.size(); ++k) {
     torch::Tensor& p = parameters_[bucket.parameters[k]];
@@ -202,31 +251,22 @@ void GradientSync::PackBucket(Bucket& bucket) {
     if (!LivesIn(p.grad(), bucket.flat, offset, n)) {
       const torch::Tensor& grad = p.grad();
       torch::Tensor& slot = bucket.slots[k];
-      if (slot.defined() && grad.defined() && grad.layout() == torch::kStrided &&
-          grad.sizes() == slot.sizes()) {
-        // The usual case, a new dense gradient from backward: into its slot as it is (a view
-        // made per parameter and step costs about as much as a small parameter's copy).
-        slot.copy_(grad);
-      } else {
-        torch::Tensor slice = bucket.flat.slice(0, offset, offset + n);
-        if (grad.defined()) {
-          // Sparse (an embedding's), or shaped otherwise: the bucket takes it dense.
-          slice.copy_((grad.is_sparse() ? grad.to_dense() : grad).reshape({-1}));
-        } else {
-          slice.zero_();
-        }
-      }
+      // The usual case, a new dense gradient from backward: into its slot as it is (a view
+      // made per parameter and step costs about as much as a small parameter's copy).
+      torch::Tensor into = slot.defined() ? slot : bucket.flat.slice(0, offset, offset + n);
+      CopyGradient(grad, into);
       // Its bucket holds it now; the mean lands there. Backward is done with this parameter
       // (its bucket started once every gradient in it was ready, or backward has returned).
       if (slot.defined()) p.mutable_grad() = slot;
     }
     offset += n;
   }
+  return false;
 }
 
 void GradientSync::StartReadyBuckets() {
   while (started_ + 1 < buckets_.size() && buckets_[started_].pending == 0) {
-    PackBucket(buckets_[started_]);
+    PackBucket(buckets_[started_], /*may_land=*/false);
     ++started_;
   }
 }
@@ -296,7 +336,59 @@ absl::StatusOr<bool> GradientSync::PlaceParametersBesideBuckets() {
       offset += p.numel();
     }
   }
-  return shared;
+  if (!shared) return false;
+  // Landing buffers: only worth their memory where the peers read them in place. Without them
+  // (a full /dev/shm: alike on every rank, the plane decides together) gradients are copied in.
+  // Each is a line longer than its bucket, to shift the bucket's layout in it (below).
+  std::vector<torch::Tensor> landings;
+  for (Bucket& bucket : buckets_) {
+    const int64_t line = static_cast<int64_t>(c10::gAlignment) / bucket.flat.element_size();
+    DTRAIN_ASSIGN_OR_RETURN(
+        torch::Tensor flat,
+        backend_->AllocateForAllReduce(bucket.flat.numel() + line - 1, bucket.flat.scalar_type()));
+    shared = shared && backend_->SharedWithPeers(flat);
+    landings.push_back(std::move(flat));
+  }
+  if (!shared) {
+    LogWarning(
+        "ddp: backward's gradients are copied into their buckets: no shared memory to make "
+        "them in (the step is still split)",
+        {{"rank", static_cast<int64_t>(backend_->rank())}});
+    return true;
+  }
+  // A place is lent only where it starts on c10's alignment (GradientLanding), and parameters
+  // lie in their bucket at any element: the layout is shifted by the elements that align the
+  // most bytes (the MLP's and CNN's large weights). The other places are copied into.
+  std::vector<torch::Tensor> places;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    const int64_t element = bucket.flat.element_size();
+    const int64_t line = static_cast<int64_t>(c10::gAlignment) / element;
+    int64_t shift = 0, best = -1;
+    for (int64_t s = 0; s < line; ++s) {
+      int64_t aligned = 0, offset = 0;
+      for (size_t i : bucket.parameters) {
+        if ((s + offset) % line == 0) aligned += parameters_[i].numel();
+        offset += parameters_[i].numel();
+      }
+      if (aligned > best) best = aligned, shift = s;
+    }
+    const torch::Tensor& buffer = landings[b];
+    bucket.landing_flat = buffer.slice(0, shift, shift + bucket.flat.numel());
+    int64_t offset = 0;
+    for (size_t i : bucket.parameters) {
+      const torch::Tensor& p = parameters_[i];
+      bucket.places.push_back(places.size());
+      bucket.landing_places.push_back(torch::empty({0}, buffer.options())
+                                          .set_(buffer.storage(),
+                                                buffer.storage_offset() + shift + offset, p.sizes(),
+                                                p.strides()));
+      places.push_back(bucket.landing_places.back());
+      offset += p.numel();
+    }
+  }
+  landing_ = std::make_unique<GradientLanding>(std::move(places));
+  return true;
 }
 
 absl::Status GradientSync::AverageGradientsAndUpdate(const BucketUpdate& update) {
@@ -333,23 +425,24 @@ absl::Status GradientSync::Average(const BucketUpdate* update) {
   for (size_t b = first_here; status.ok() && b < buckets_.size(); ++b) {
     // Copying a bucket's new gradients in is this rank's own work, not a wait.
     const absl::Time packing = absl::Now();
-    PackBucket(buckets_[b]);
+    const bool landed = PackBucket(buckets_[b], /*may_land=*/update != nullptr);
     start += absl::Now() - packing;
     if (update == nullptr) {
       status = backend_->AllReduce(buckets_[b].flat, v1::REDUCE_OP_MEAN);
       continue;
     }
     // The update is this rank's own work too (the optimizer's), not a wait.
-    status =
-        backend_->AllReduceThenUpdate(buckets_[b].flat, v1::REDUCE_OP_MEAN,
-                                      buckets_[b].parameter_flat, [&](int64_t begin, int64_t end) {
-                                        const absl::Time updating = absl::Now();
-                                        absl::Status updated = (*update)(b, begin, end);
-                                        const absl::Duration spent = absl::Now() - updating;
-                                        start += spent;
-                                        update_time_ += spent;
-                                        return updated;
-                                      });
+    status = backend_->AllReduceThenUpdate(
+        buckets_[b].flat, v1::REDUCE_OP_MEAN, buckets_[b].parameter_flat,
+        [&](int64_t begin, int64_t end) {
+          const absl::Time updating = absl::Now();
+          absl::Status updated = (*update)(b, begin, end);
+          const absl::Duration spent = absl::Now() - updating;
+          start += spent;
+          update_time_ += spent;
+          return updated;
+        },
+        landed ? buckets_[b].landing_flat : torch::Tensor());
   }
   exposed_wait_ += absl::Now() - start;
   if (!status.ok()) return status;

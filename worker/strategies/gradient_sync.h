@@ -45,6 +45,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/collectives/collective_backend.h"
+#include "worker/strategies/gradient_landing.h"
 
 namespace torch::autograd {
 struct Node;
@@ -90,7 +91,15 @@ class GradientSync {
   // could not share it; the parameters are moved all the same). FAILED_PRECONDITION with buckets
   // that start during backward, or a parameter without its gradient in a bucket (frozen or not
   // contiguous).
+  // Where the plane shares memory, it also gives each bucket a landing buffer laid out alike, in
+  // which backward's new gradients may be made (landing()); a bucket whose every gradient was
+  // made there is reduced from there, without its copy into the bucket.
   absl::StatusOr<bool> PlaceParametersBesideBuckets();
+  // The landing places, one per parameter with a slot (null without them): backward runs inside
+  // a GradientLanding::Scope over it.
+  GradientLanding* landing() const { return landing_.get(); }
+  // Buckets reduced from their landing buffer, over all rounds (for tests and the log).
+  int64_t landed_total() const { return landed_total_; }
   // AverageGradients, then `update(bucket, begin, end)` on the elements [begin, end) of a bucket
   // this rank is to update (CollectiveBackend::AllReduceThenUpdate): it reads the averaged
   // gradients in `bucket_flat(bucket)` and writes the parameters in `bucket_parameters(bucket)`
@@ -132,6 +141,12 @@ class GradientSync {
     // Per parameter: its gradient's place in `flat`, a tensor of its own (undefined for a
     // parameter that has none there: frozen or not contiguous).
     std::vector<torch::Tensor> slots;
+    // With landing_: the reduction's input when the bucket landed, laid out as `flat` (shifted in
+    // its buffer so that most of its bytes start on 64); per slot, its place there (shaped as
+    // the slot) and that place's index in landing_.
+    torch::Tensor landing_flat;
+    std::vector<torch::Tensor> landing_places;
+    std::vector<size_t> places;
     size_t pending = 0;  // gradients not yet ready in this round
   };
 
@@ -142,8 +157,11 @@ class GradientSync {
   // that do not live in it). Only from the hooks: after backward the caller runs the rest.
   void StartReadyBuckets() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies into the bucket's memory the gradients that do not live there (zeros for none), and
-  // points each trainable parameter's gradient at its slice.
-  void PackBucket(Bucket& bucket);
+  // points each trainable parameter's gradient at its slice. With `may_land` (a split step's
+  // averaging): true when some gradient of the bucket was made in its landing place and every
+  // other one's place is free; those others are copied into their places instead, and the
+  // reduction reads the landing buffer.
+  bool PackBucket(Bucket& bucket, bool may_land);
   void CommunicationLoop();
 
   CollectiveBackend* const backend_;
@@ -166,6 +184,8 @@ class GradientSync {
   int64_t overlapped_total_ = 0;
   absl::Duration exposed_wait_;
   absl::Duration update_time_;
+  std::unique_ptr<GradientLanding> landing_;
+  int64_t landed_total_ = 0;
 };
 
 }  // namespace dtrain

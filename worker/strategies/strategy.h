@@ -94,6 +94,8 @@ class Strategy {
   // Around loss.backward(): ddp averages gradients across ranks unless accumulating, starting
   // each bucket's all_reduce during backward as soon as its gradients are ready.
   virtual void PreBackward(bool should_accumulate) {}
+  // Right after loss.backward() returns or throws, on its thread, before anything else runs.
+  virtual void BackwardReturned() {}
   virtual absl::Status PostBackward(bool should_accumulate) { return absl::OkStatus(); }
   virtual absl::Status OptimizerStep();
   // Lightning's zero_grad(set_to_none=True), at Lightning's moment: its closure zeroes after
