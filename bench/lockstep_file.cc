@@ -105,6 +105,33 @@ absl::StatusOr<std::vector<torch::Tensor>> PlaceGradients(
   return places;
 }
 
+std::unique_ptr<GradientLanding> MakeLanding(const std::vector<torch::Tensor>& parameters,
+                                             float* at) {
+  std::vector<torch::Tensor> places;
+  for (const torch::Tensor& p : parameters) {
+    places.push_back(torch::from_blob(at, {p.numel()}, torch::kFloat32));
+    at += p.numel();
+  }
+  return std::make_unique<GradientLanding>(std::move(places));
+}
+
+absl::Status GradientsLanded(const GradientLanding& landing,
+                             const std::vector<torch::Tensor>& parameters,
+                             const std::vector<torch::Tensor>& places) {
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (!landing.Holds(parameters[i].grad(), i)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--split_step: parameter #", i, "'s gradient was not made in its landing place"));
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    torch::Tensor p = parameters[i];
+    p.mutable_grad() = places[i];
+  }
+  return absl::OkStatus();
+}
+
 // Backward leaves new gradients (zero_grad set them to none): copies each into its place in the
 // shared file and points the parameter's gradient there again, as a ddp bucket takes them.
 void GradientsToPlaces(const std::vector<torch::Tensor>& parameters,
@@ -159,13 +186,16 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> PartOptimizer(const Pla
 
 // Rank `rank`'s part (about 1/world) of the mean of every rank's gradients (`lockstep`'s), written
 // into every rank's: the shm plane's in-place all_reduce of a ddp bucket, between its two barriers.
-void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world) {
+void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world, bool from_landing) {
   const int64_t total = lockstep.exchange();
   // The plane's parts (each rank's gradients start on a page of the file).
   const auto [begin, end] = ReductionPartOf(total, rank, world, 0, sizeof(float));
   std::vector<const float*> in(world);
   std::vector<float*> out(world);
-  for (int r = 0; r < world; ++r) in[r] = out[r] = lockstep.Gradients(r) + begin;
+  for (int r = 0; r < world; ++r) {
+    out[r] = lockstep.Gradients(r) + begin;
+    in[r] = from_landing ? lockstep.Landing(r) + begin : out[r];
+  }
   ReduceInRankOrder<float>(in.data(), world, out.data(), world, end - begin, ReductionKind::kMean);
 }
 

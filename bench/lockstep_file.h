@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bench/plain_loop.h"
+#include "worker/strategies/gradient_landing.h"
 
 namespace dtrain::bench {
 
@@ -28,8 +29,9 @@ class LockstepBarrier {
   // The counters are shared between processes: only lock-free atomics are plain memory.
   static_assert(std::atomic<uint64_t>::is_always_lock_free);
   // `regions` areas of `exchange` floats per rank follow the counters: --average_gradients'
-  // gradients, then with --split_step its parameters, each area starting on a page of its own as
-  // the shm plane's buffers do (no line shared across ranks).
+  // gradients, then with --split_step its parameters and the places backward makes its new
+  // gradients in (the job's landing buffers), each area starting on a page of its own as the shm
+  // plane's buffers do (no line shared across ranks).
   static absl::StatusOr<std::unique_ptr<LockstepBarrier>> Open(const std::string& path, int rank,
                                                                int world, int64_t exchange,
                                                                int regions);
@@ -42,6 +44,10 @@ class LockstepBarrier {
   // Rank `r`'s parameters (--split_step): `exchange()` floats.
   float* Parameters(int r) const {
     return reinterpret_cast<float*>(reinterpret_cast<char*>(Gradients(r)) + region_);
+  }
+  // Rank `r`'s landing places (--split_step): `exchange()` floats.
+  float* Landing(int r) const {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(Gradients(r)) + 2 * region_);
   }
   int64_t exchange() const { return exchange_; }
 
@@ -75,6 +81,19 @@ absl::StatusOr<std::vector<torch::Tensor>> PlaceGradients(
 void GradientsToPlaces(const std::vector<torch::Tensor>& parameters,
                        const std::vector<torch::Tensor>& places);
 
+// --split_step: the landing places of `parameters` (their elements together, in order) at `at`,
+// the file's third region of this rank.
+std::unique_ptr<GradientLanding> MakeLanding(const std::vector<torch::Tensor>& parameters,
+                                             float* at);
+
+// After a backward in `landing`'s scope: FAILED_PRECONDITION unless every gradient was made in its
+// place (a job copies those that were not; the loops' models always land, so a miss is a defect
+// to report, not a cost to hide); then points each gradient at its part of the file's gradients,
+// `places`, where the mean lands.
+absl::Status GradientsLanded(const GradientLanding& landing,
+                             const std::vector<torch::Tensor>& parameters,
+                             const std::vector<torch::Tensor>& places);
+
 // --split_step: moves each of `parameters` into its part of `at` (their elements together, in
 // order), with its values, so that the other ranks can write the new values there.
 void PlaceParameters(const std::vector<torch::Tensor>& parameters, float* at);
@@ -90,6 +109,7 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> PartOptimizer(const Pla
 
 // Rank `rank`'s part (about 1/world) of the mean of every rank's gradients (`lockstep`'s), written
 // into every rank's: the shm plane's in-place all_reduce of a ddp bucket, between its two barriers.
-void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world);
+// `from_landing`: every rank's gradients are read from its landing places instead.
+void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world, bool from_landing);
 
 }  // namespace dtrain::bench

@@ -1,5 +1,7 @@
 #include "bench/plain_loop.h"
 
+#include <c10/core/alignment.h>
+
 #include "absl/time/clock.h"
 #include "worker/model/model_thread_scope.h"
 #include "worker/model/model_zoo.h"
@@ -52,7 +54,7 @@ absl::Status PlainLoop::Step(const Dataset& data, const std::vector<int64_t>& in
 }
 
 absl::Status PlainLoop::Gradients(const Dataset& data, const std::vector<int64_t>& indices,
-                                  int64_t batch_idx) {
+                                  int64_t batch_idx, GradientLanding* landing) {
   // As a worker's step runs its model code (worker/model/model_thread_scope.h).
   const ModelThreadScope scope(torch::kCPU);
   absl::Time mark = absl::Now();
@@ -70,9 +72,26 @@ absl::Status PlainLoop::Gradients(const Dataset& data, const std::vector<int64_t
   absl::StatusOr<torch::Tensor> loss = model_.TrainingStep(*batch, batch_idx);
   if (!loss.ok()) return loss.status();
   phase_ends(phases_.forward);
-  loss->backward();
+  {
+    const GradientLanding::Scope lending(landing != nullptr ? landing : own_landing_.get());
+    loss->backward();
+  }
   phase_ends(phases_.backward);
   return absl::OkStatus();
+}
+
+void PlainLoop::LandGradientsInPlaces() {
+  const int64_t line = static_cast<int64_t>(c10::gAlignment / sizeof(float));
+  int64_t total = 0;
+  for (const torch::Tensor& p : parameters_) total += (p.numel() + line - 1) / line * line;
+  const torch::Tensor buffer = torch::zeros({total});
+  std::vector<torch::Tensor> places;
+  int64_t offset = 0;
+  for (const torch::Tensor& p : parameters_) {
+    places.push_back(buffer.slice(0, offset, offset + p.numel()));
+    offset += (p.numel() + line - 1) / line * line;
+  }
+  own_landing_ = std::make_unique<GradientLanding>(std::move(places));
 }
 
 void PlainLoop::Update(int64_t step) {

@@ -19,6 +19,7 @@
 #include "worker/data/dataset.h"
 #include "worker/model/lightning_module.h"
 #include "worker/model/optimizers.h"
+#include "worker/strategies/gradient_landing.h"
 
 namespace dtrain::bench {
 
@@ -40,9 +41,10 @@ class PlainLoop {
   absl::Status Step(const Dataset& data, const std::vector<int64_t>& indices, int64_t batch_idx);
 
   // The gradients of the training samples `indices` (zero_grad, training_step, backward), left
-  // in the parameters' .grad for the caller to exchange before Update.
+  // in the parameters' .grad for the caller to exchange before Update. With `landing`, backward
+  // runs in its scope, as a ddp job's split step runs it (worker/strategies/gradient_landing.h).
   absl::Status Gradients(const Dataset& data, const std::vector<int64_t>& indices,
-                         int64_t batch_idx);
+                         int64_t batch_idx, GradientLanding* landing = nullptr);
   // Optimizer step `step` (from 0: it sets the schedule's lr) from the gradients the parameters
   // hold.
   void Update(int64_t step);
@@ -56,6 +58,11 @@ class PlainLoop {
 
   // The model's parameters, collected once: the step loops read their gradients every step.
   const std::vector<torch::Tensor>& Parameters() const { return parameters_; }
+  // From now on Gradients makes the new gradients in places of this loop's own, in ordinary
+  // memory that stays mapped, each place on 64 bytes, unless given a landing: what a ddp job's
+  // split step saves by making them in its landing buffers (the heap's fresh pages for a large
+  // gradient, each step) is saved by the ceiling too, so that it stays the job's compute.
+  void LandGradientsInPlaces();
 
   // Time in each phase since the last ResetPhases, named as the job log's "time per batch by
   // rank" names them, so a loop's batch can be set beside a job's.
@@ -77,6 +84,7 @@ class PlainLoop {
         schedule_(std::move(schedule)) {}
   LightningModule model_;
   std::vector<torch::Tensor> parameters_;
+  std::unique_ptr<GradientLanding> own_landing_;  // LandGradientsInPlaces
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   LrSchedule schedule_;
   Phases phases_;

@@ -17,7 +17,9 @@
 // changes the compute: see the flag).
 // --split_step runs the optimizer step a ddp job on shm runs by default, split between its ranks:
 // each rank steps its part of the parameters inside the all-reduce (with --all_ranks: one update
-// for the job, copied into every replica), so that the loops do a split job's work, no more.
+// for the job, copied into every replica), so that the loops do a split job's work, no more; and,
+// as a split job's backward does, it makes the new gradients in the shared file (landing places,
+// worker/strategies/gradient_landing.h) instead of copying them there.
 // --rank/--world_size read the batches a job's rank reads (--shuffle and --seed: its sampler's
 // order); --start_at (Unix seconds) starts every process of a ceiling at once, and start/end
 // (Unix seconds) let the script compute their joint rate over the same interval dtrain's timer
@@ -47,6 +49,7 @@
 #include "worker/collectives/reduction_partition.h"
 #include "worker/data/dataset.h"
 #include "worker/runtime/worker_allocator.h"
+#include "worker/strategies/gradient_landing_allocator.h"
 
 ABSL_FLAG(std::string, model, "cnn", "mlp or cnn");
 ABSL_FLAG(int, batch, 128, "samples per step");
@@ -115,8 +118,10 @@ ABSL_FLAG(bool, all_ranks, false,
           "communication and no waiting, so that a free ceiling trains the model a ddp job "
           "trains. samples counts --world_size batches a step, and --rank is not used");
 
+using dtrain::bench::GradientsLanded;
 using dtrain::bench::GradientsToPlaces;
 using dtrain::bench::LockstepBarrier;
+using dtrain::bench::MakeLanding;
 using dtrain::bench::PartOptimizer;
 using dtrain::bench::PlaceGradients;
 using dtrain::bench::PlaceParameters;
@@ -217,6 +222,8 @@ int main(int argc, char** argv) {
   }
   // The worker's process settings (worker/main.cc); PrepareTrainingThread checks its allocator.
   dtrain::TuneLocking();
+  // As a worker does: every allocation goes through the lending allocator, lending or not.
+  dtrain::InstallGradientLandingAllocator();
   if (absl::Status ready = dtrain::bench::PrepareTrainingThread(absl::GetFlag(FLAGS_threads),
                                                                 absl::GetFlag(FLAGS_cpus));
       !ready.ok()) {
@@ -298,6 +305,9 @@ int main(int argc, char** argv) {
           absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_lr), 0.9, absl::GetFlag(FLAGS_nesterov),
           absl::GetFlag(FLAGS_cosine) ? run_steps : 0, absl::GetFlag(FLAGS_seed));
       if (!loop.ok()) return loop.status();
+      // The ceiling's replicas make their gradients in places as the job's split step does (the
+      // lockstep loops in the file's, below).
+      if (split && all_ranks) loop->LandGradientsInPlaces();
       replicas.push_back(*std::move(loop));
     }
     return replicas;
@@ -311,7 +321,8 @@ int main(int argc, char** argv) {
   absl::Duration averaging;  // --average_gradients: copy, barriers and reduction, timed steps
   std::unique_ptr<LockstepBarrier> lockstep;  // opened once the measured model exists
   std::vector<torch::Tensor> places;  // --average_gradients: each gradient's part of the file
-  std::unique_ptr<torch::optim::Optimizer> part;  // --split_step with --lockstep: this rank's
+  std::unique_ptr<dtrain::GradientLanding> landing;  // --split_step with --lockstep
+  std::unique_ptr<torch::optim::Optimizer> part;     // --split_step with --lockstep: this rank's
   int64_t samples = 0;  // in the timed steps' batches, all ranks this process computes
   auto batch_of = [&](int step, int r) -> const std::vector<int64_t>& {
     return job_batches.Of(step, r);
@@ -367,16 +378,21 @@ int main(int argc, char** argv) {
         if (times != nullptr) waited += absl::Now() - arrived;
       }
     } else {
-      // Backward made new gradients; they go into the shared file. The first barrier: every
+      // Backward made new gradients; they go into the shared file (with --split_step backward
+      // makes them there, in the landing places, as a job's does). The first barrier: every
       // rank's are there; the second: every rank's part of the mean is written everywhere, so
-      // the update may read them and the next step's copy overwrite this rank's.
-      DTRAIN_RETURN_IF_ERROR(loop.Gradients(**data, batch_of(step, rank), step));
+      // the update may read them and the next step's gradients overwrite this rank's.
+      DTRAIN_RETURN_IF_ERROR(loop.Gradients(**data, batch_of(step, rank), step, landing.get()));
       const absl::Time exchange = absl::Now();
-      GradientsToPlaces(loop.Parameters(), places);
+      if (landing != nullptr) {
+        DTRAIN_RETURN_IF_ERROR(GradientsLanded(*landing, loop.Parameters(), places));
+      } else {
+        GradientsToPlaces(loop.Parameters(), places);
+      }
       absl::Time arrived = absl::Now();
       DTRAIN_RETURN_IF_ERROR(lockstep->ArriveAndWait());
       if (times != nullptr) waited += absl::Now() - arrived;
-      ReduceOwnPart(*lockstep, rank, world);
+      ReduceOwnPart(*lockstep, rank, world, landing != nullptr);
       absl::Duration updating;
       if (part != nullptr) {
         // The split step: this rank's part, stepped while its mean is in cache, and its new
@@ -445,7 +461,7 @@ int main(int argc, char** argv) {
         for (const torch::Tensor& p : (*measured)[0].Parameters()) gradient_floats += p.numel();
       }
       absl::StatusOr<std::unique_ptr<LockstepBarrier>> opened =
-          LockstepBarrier::Open(path, rank, world, gradient_floats, split ? 2 : 1);
+          LockstepBarrier::Open(path, rank, world, gradient_floats, split ? 3 : 1);
       if (opened.ok()) {
         lockstep = *std::move(opened);
         if (average) {
@@ -458,6 +474,7 @@ int main(int argc, char** argv) {
           }
           if (trained.ok() && split) {
             PlaceParameters((*measured)[0].Parameters(), lockstep->Parameters(rank));
+            landing = MakeLanding((*measured)[0].Parameters(), lockstep->Landing(rank));
             const auto [begin, end] =
                 dtrain::ReductionPartOf(gradient_floats, rank, world, 0, sizeof(float));
             absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> made = PartOptimizer(
