@@ -86,11 +86,11 @@ void GradientsToPlaces(const std::vector<torch::Tensor>& parameters,
 std::unique_ptr<GradientLanding> MakeLanding(const std::vector<torch::Tensor>& parameters,
                                              float* at);
 
-// After a backward in `landing`'s scope: FAILED_PRECONDITION unless every gradient was made in its
-// place (a job copies those that were not; the loops' models always land, so a miss is a defect
-// to report, not a cost to hide); then points each gradient at its part of the file's gradients,
-// `places`, where the mean lands.
-absl::Status GradientsLanded(const GradientLanding& landing,
+// After a backward in `landing`'s scope (places at `at`, as MakeLanding laid them out): copies
+// each gradient that was not made in its place into it, as a job's bucket does (FAILED_PRECONDITION
+// if a place is still held by a tensor: the loops keep none); then points each gradient at its
+// part of the file's gradients, `places`, where the mean lands.
+absl::Status GradientsLanded(const GradientLanding& landing, float* at,
                              const std::vector<torch::Tensor>& parameters,
                              const std::vector<torch::Tensor>& places);
 

@@ -385,7 +385,8 @@ int main(int argc, char** argv) {
       DTRAIN_RETURN_IF_ERROR(loop.Gradients(**data, batch_of(step, rank), step, landing.get()));
       const absl::Time exchange = absl::Now();
       if (landing != nullptr) {
-        DTRAIN_RETURN_IF_ERROR(GradientsLanded(*landing, loop.Parameters(), places));
+        DTRAIN_RETURN_IF_ERROR(
+            GradientsLanded(*landing, lockstep->Landing(rank), loop.Parameters(), places));
       } else {
         GradientsToPlaces(loop.Parameters(), places);
       }
