@@ -109,33 +109,21 @@ std::unique_ptr<GradientLanding> MakeLanding(const std::vector<torch::Tensor>& p
                                              float* at) {
   std::vector<torch::Tensor> places;
   for (const torch::Tensor& p : parameters) {
-    places.push_back(torch::from_blob(at, {p.numel()}, torch::kFloat32));
+    places.push_back(torch::from_blob(at, p.sizes(), torch::kFloat32));
     at += p.numel();
   }
   return std::make_unique<GradientLanding>(std::move(places));
 }
 
-absl::Status GradientsLanded(const GradientLanding& landing, float* at,
-                             const std::vector<torch::Tensor>& parameters,
+absl::Status GradientsLanded(GradientLanding& landing, const std::vector<torch::Tensor>& parameters,
                              const std::vector<torch::Tensor>& places) {
-  torch::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters.size(); ++i) {
     torch::Tensor p = parameters[i];
-    const int64_t n = p.numel();
-    if (!landing.Holds(p.grad(), i)) {
-      if (landing.Lent(i)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "--split_step: parameter #", i, "'s landing place is held by another tensor"));
-      }
-      torch::Tensor place = torch::from_blob(at, {n}, torch::kFloat32);
-      if (p.grad().defined()) {
-        place.copy_(p.grad().reshape({-1}));
-      } else {
-        place.zero_();
-      }
+    if (!landing.PlaceGradient(i, p.grad())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--split_step: parameter #", i, "'s landing place is held by another tensor"));
     }
     p.mutable_grad() = places[i];
-    at += n;
   }
   return absl::OkStatus();
 }

@@ -86,12 +86,11 @@ void GradientsToPlaces(const std::vector<torch::Tensor>& parameters,
 std::unique_ptr<GradientLanding> MakeLanding(const std::vector<torch::Tensor>& parameters,
                                              float* at);
 
-// After a backward in `landing`'s scope (places at `at`, as MakeLanding laid them out): copies
-// each gradient that was not made in its place into it, as a job's bucket does (FAILED_PRECONDITION
-// if a place is still held by a tensor: the loops keep none); then points each gradient at its
-// part of the file's gradients, `places`, where the mean lands.
-absl::Status GradientsLanded(const GradientLanding& landing, float* at,
-                             const std::vector<torch::Tensor>& parameters,
+// After a backward in `landing`'s scope: copies each gradient that was not made in its place into
+// it, as a job's bucket does (GradientLanding::PlaceGradient; FAILED_PRECONDITION if a place is
+// still held by a tensor: the loops keep none); then points each gradient at its part of the
+// file's gradients, `places`, where the mean lands.
+absl::Status GradientsLanded(GradientLanding& landing, const std::vector<torch::Tensor>& parameters,
                              const std::vector<torch::Tensor>& places);
 
 // --split_step: moves each of `parameters` into its part of `at` (their elements together, in

@@ -54,7 +54,7 @@ absl::Status PlainLoop::Step(const Dataset& data, const std::vector<int64_t>& in
 }
 
 absl::Status PlainLoop::Gradients(const Dataset& data, const std::vector<int64_t>& indices,
-                                  int64_t batch_idx, GradientLanding* landing) {
+                                  int64_t batch_idx) {
   // As a worker's step runs its model code (worker/model/model_thread_scope.h).
   const ModelThreadScope scope(torch::kCPU);
   absl::Time mark = absl::Now();
@@ -73,7 +73,7 @@ absl::Status PlainLoop::Gradients(const Dataset& data, const std::vector<int64_t
   if (!loss.ok()) return loss.status();
   phase_ends(phases_.forward);
   {
-    const GradientLanding::Scope lending(landing != nullptr ? landing : own_landing_.get());
+    const GradientLanding::Scope lending(landing_.get());
     loss->backward();
   }
   phase_ends(phases_.backward);
@@ -88,10 +88,10 @@ void PlainLoop::LandGradientsInPlaces() {
   std::vector<torch::Tensor> places;
   int64_t offset = 0;
   for (const torch::Tensor& p : parameters_) {
-    places.push_back(buffer.slice(0, offset, offset + p.numel()));
+    places.push_back(buffer.slice(0, offset, offset + p.numel()).view(p.sizes()));
     offset += (p.numel() + line - 1) / line * line;
   }
-  own_landing_ = std::make_unique<GradientLanding>(std::move(places));
+  LandGradientsIn(std::make_unique<GradientLanding>(std::move(places)));
 }
 
 void PlainLoop::Update(int64_t step) {

@@ -41,10 +41,11 @@ class PlainLoop {
   absl::Status Step(const Dataset& data, const std::vector<int64_t>& indices, int64_t batch_idx);
 
   // The gradients of the training samples `indices` (zero_grad, training_step, backward), left
-  // in the parameters' .grad for the caller to exchange before Update. With `landing`, backward
-  // runs in its scope, as a ddp job's split step runs it (worker/strategies/gradient_landing.h).
+  // in the parameters' .grad for the caller to exchange before Update. With a landing (below),
+  // backward runs in its scope, as a ddp job's split step runs it
+  // (worker/strategies/gradient_landing.h).
   absl::Status Gradients(const Dataset& data, const std::vector<int64_t>& indices,
-                         int64_t batch_idx, GradientLanding* landing = nullptr);
+                         int64_t batch_idx);
   // Optimizer step `step` (from 0: it sets the schedule's lr) from the gradients the parameters
   // hold.
   void Update(int64_t step);
@@ -58,11 +59,14 @@ class PlainLoop {
 
   // The model's parameters, collected once: the step loops read their gradients every step.
   const std::vector<torch::Tensor>& Parameters() const { return parameters_; }
-  // From now on Gradients makes the new gradients in places of this loop's own, in ordinary
-  // memory that stays mapped, each place on 64 bytes, unless given a landing: what a ddp job's
-  // split step saves by making them in its landing buffers (the heap's fresh pages for a large
-  // gradient, each step) is saved by the ceiling too, so that it stays the job's compute.
+  // From now on Gradients makes the new gradients in `landing`'s places (one per parameter, in
+  // order), as a ddp job's split step makes them in its landing buffers: what that saves (the
+  // copy, and the heap's fresh pages for a large gradient each step) the loops save too, so that
+  // the ceiling stays the job's compute and the lockstep loops its algorithm.
+  void LandGradientsIn(std::unique_ptr<GradientLanding> landing) { landing_ = std::move(landing); }
+  // Places of the loop's own in ordinary memory that stays mapped, each on 64 bytes.
   void LandGradientsInPlaces();
+  GradientLanding* landing() const { return landing_.get(); }
 
   // Time in each phase since the last ResetPhases, named as the job log's "time per batch by
   // rank" names them, so a loop's batch can be set beside a job's.
@@ -84,7 +88,7 @@ class PlainLoop {
         schedule_(std::move(schedule)) {}
   LightningModule model_;
   std::vector<torch::Tensor> parameters_;
-  std::unique_ptr<GradientLanding> own_landing_;  // LandGradientsInPlaces
+  std::unique_ptr<GradientLanding> landing_;  // LandGradientsIn
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   LrSchedule schedule_;
   Phases phases_;

@@ -321,8 +321,7 @@ int main(int argc, char** argv) {
   absl::Duration averaging;  // --average_gradients: copy, barriers and reduction, timed steps
   std::unique_ptr<LockstepBarrier> lockstep;  // opened once the measured model exists
   std::vector<torch::Tensor> places;  // --average_gradients: each gradient's part of the file
-  std::unique_ptr<dtrain::GradientLanding> landing;  // --split_step with --lockstep
-  std::unique_ptr<torch::optim::Optimizer> part;     // --split_step with --lockstep: this rank's
+  std::unique_ptr<torch::optim::Optimizer> part;  // --split_step with --lockstep: this rank's
   int64_t samples = 0;  // in the timed steps' batches, all ranks this process computes
   auto batch_of = [&](int step, int r) -> const std::vector<int64_t>& {
     return job_batches.Of(step, r);
@@ -382,18 +381,17 @@ int main(int argc, char** argv) {
       // makes them there, in the landing places, as a job's does). The first barrier: every
       // rank's are there; the second: every rank's part of the mean is written everywhere, so
       // the update may read them and the next step's gradients overwrite this rank's.
-      DTRAIN_RETURN_IF_ERROR(loop.Gradients(**data, batch_of(step, rank), step, landing.get()));
+      DTRAIN_RETURN_IF_ERROR(loop.Gradients(**data, batch_of(step, rank), step));
       const absl::Time exchange = absl::Now();
-      if (landing != nullptr) {
-        DTRAIN_RETURN_IF_ERROR(
-            GradientsLanded(*landing, lockstep->Landing(rank), loop.Parameters(), places));
+      if (loop.landing() != nullptr) {
+        DTRAIN_RETURN_IF_ERROR(GradientsLanded(*loop.landing(), loop.Parameters(), places));
       } else {
         GradientsToPlaces(loop.Parameters(), places);
       }
       absl::Time arrived = absl::Now();
       DTRAIN_RETURN_IF_ERROR(lockstep->ArriveAndWait());
       if (times != nullptr) waited += absl::Now() - arrived;
-      ReduceOwnPart(*lockstep, rank, world, landing != nullptr);
+      ReduceOwnPart(*lockstep, rank, world, loop.landing() != nullptr);
       absl::Duration updating;
       if (part != nullptr) {
         // The split step: this rank's part, stepped while its mean is in cache, and its new
@@ -475,7 +473,8 @@ int main(int argc, char** argv) {
           }
           if (trained.ok() && split) {
             PlaceParameters((*measured)[0].Parameters(), lockstep->Parameters(rank));
-            landing = MakeLanding((*measured)[0].Parameters(), lockstep->Landing(rank));
+            (*measured)[0].LandGradientsIn(
+                MakeLanding((*measured)[0].Parameters(), lockstep->Landing(rank)));
             const auto [begin, end] =
                 dtrain::ReductionPartOf(gradient_floats, rank, world, 0, sizeof(float));
             absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> made = PartOptimizer(

@@ -17,11 +17,11 @@ namespace dtrain {
 namespace gradient_landing_test {
 
 TEST(GradientLanding, LendsAlignedPlacesOfTheExactSize_InScope_OneTensorAtATime) {
-  // 64-byte aligned (every CPU allocation is): place 0 at element 0, place 1 at element 300,
-  // 1200 bytes in (not on 64), both of 256 floats.
+  // 64-byte aligned (every CPU allocation is): place 0 at element 0 (a 16 x 16 gradient's),
+  // place 1 at element 300, 1200 bytes in (not on 64), both of 256 floats.
   torch::Tensor buffer = torch::zeros({1024});
   ASSERT_EQ(reinterpret_cast<uintptr_t>(buffer.data_ptr()) % c10::gAlignment, 0u);
-  GradientLanding landing({buffer.slice(0, 0, 256), buffer.slice(0, 300, 556)});
+  GradientLanding landing({buffer.slice(0, 0, 256).view({16, 16}), buffer.slice(0, 300, 556)});
   EXPECT_TRUE(landing.Lendable(0));
   EXPECT_FALSE(landing.Lendable(1));
   const int64_t lent_before = GradientLanding::lent_total();
@@ -42,6 +42,17 @@ TEST(GradientLanding, LendsAlignedPlacesOfTheExactSize_InScope_OneTensorAtATime)
   EXPECT_TRUE(torch::equal(buffer.slice(0, 0, 256).view({16, 16}), t));
   EXPECT_FALSE(landing.Holds(second, 0));
   EXPECT_FALSE(landing.Holds(second, 1));
+  // Place 0's memory as another shape is not the place; a held place takes no copy.
+  EXPECT_FALSE(landing.Holds(t.view({256}), 0));
+  EXPECT_TRUE(landing.CanPlace(0, t));
+  EXPECT_FALSE(landing.CanPlace(0, second.view({16, 16})));
+  EXPECT_FALSE(landing.PlaceGradient(0, second.view({16, 16})));
+  EXPECT_TRUE(torch::equal(t, torch::full({16, 16}, 3.0f)));
+  // A free place takes a copy (zeros for no gradient).
+  EXPECT_TRUE(landing.PlaceGradient(1, torch::full({256}, 2.0f)));
+  EXPECT_TRUE(torch::equal(buffer.slice(0, 300, 556), torch::full({256}, 2.0f)));
+  EXPECT_TRUE(landing.PlaceGradient(1, torch::Tensor()));
+  EXPECT_TRUE(torch::equal(buffer.slice(0, 300, 556), torch::zeros({256})));
   EXPECT_NE(other_size.data_ptr(), buffer.data_ptr());
   EXPECT_EQ(GradientLanding::lent_total() - lent_before, 1);
 

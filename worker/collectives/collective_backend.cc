@@ -96,23 +96,24 @@ absl::StatusOr<torch::Tensor> CollectiveBackend::AllocateForAllReduce(int64_t nu
   return at::zeros({numel}, at::TensorOptions().dtype(dtype));
 }
 
+absl::Status CollectiveBackend::SameElements(const char* what, const torch::Tensor& other,
+                                             const torch::Tensor& tensor) {
+  if (other.numel() == tensor.numel() && other.scalar_type() == tensor.scalar_type()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("all_reduce then update: the ", what, " holds ", other.numel(), " ",
+                   c10::toString(other.scalar_type()), ", the tensor ", tensor.numel(), " ",
+                   c10::toString(tensor.scalar_type())));
+}
+
 absl::Status CollectiveBackend::AllReduceThenUpdate(torch::Tensor& tensor, v1::ReduceOp op,
                                                     torch::Tensor& mirror,
                                                     const SplitUpdate& update,
                                                     const torch::Tensor& source) {
-  if (mirror.numel() != tensor.numel() || mirror.scalar_type() != tensor.scalar_type()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("all_reduce then update: the mirror holds ", mirror.numel(), " ",
-                     c10::toString(mirror.scalar_type()), ", the tensor ", tensor.numel(), " ",
-                     c10::toString(tensor.scalar_type())));
-  }
+  DTRAIN_RETURN_IF_ERROR(SameElements("mirror", mirror, tensor));
   if (source.defined()) {
-    if (source.numel() != tensor.numel() || source.scalar_type() != tensor.scalar_type()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("all_reduce then update: the source holds ", source.numel(), " ",
-                       c10::toString(source.scalar_type()), ", the tensor ", tensor.numel(), " ",
-                       c10::toString(tensor.scalar_type())));
-    }
+    DTRAIN_RETURN_IF_ERROR(SameElements("source", source, tensor));
     torch::NoGradGuard no_grad;
     if (!source.is_same(tensor)) tensor.view({-1}).copy_(source.reshape({-1}));
   }

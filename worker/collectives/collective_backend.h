@@ -91,6 +91,10 @@ class CollectiveBackend {
   virtual void ClearInterrupt() { interrupted_.store(false, std::memory_order_release); }
 
  protected:
+  // AllReduceThenUpdate's INVALID_ARGUMENT unless its `what` (`other`: the mirror, the source)
+  // holds as many elements of the same type as `tensor`.
+  static absl::Status SameElements(const char* what, const torch::Tensor& other,
+                                   const torch::Tensor& tensor);
   // OK unless interrupted.
   absl::Status interruption() const {
     if (!interrupted_.load(std::memory_order_acquire)) return absl::OkStatus();

@@ -370,12 +370,7 @@ absl::Status SharedMemoryCollectiveBackend::AllReduceThenUpdate(torch::Tensor& t
   const SharedBuffer* sourced = nullptr;
   int64_t source_offset = 0;
   if (source.defined() && !source.is_same(tensor)) {
-    if (source.numel() != tensor.numel() || source.scalar_type() != tensor.scalar_type()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("all_reduce then update: the source holds ", source.numel(), " ",
-                       c10::toString(source.scalar_type()), ", the tensor ", tensor.numel(), " ",
-                       c10::toString(tensor.scalar_type())));
-    }
+    DTRAIN_RETURN_IF_ERROR(SameElements("source", source, tensor));
     sourced = FindSharedBuffer(source);
     if (sourced != nullptr) {
       source_offset = (static_cast<char*>(source.data_ptr()) - sourced->bases[rank()]) / element;

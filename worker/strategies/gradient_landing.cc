@@ -140,9 +140,28 @@ GradientLanding::GradientLanding(std::vector<torch::Tensor> places)
 GradientLanding::~GradientLanding() = default;
 
 bool GradientLanding::Holds(const torch::Tensor& t, size_t i) const {
+  const torch::Tensor& place = state_->places[i];
   return t.defined() && t.layout() == torch::kStrided && t.device().is_cpu() && t.is_contiguous() &&
-         t.data_ptr() == state_->data[i] &&
-         static_cast<size_t>(t.numel()) * t.element_size() == state_->bytes[i];
+         t.data_ptr() == state_->data[i] && t.scalar_type() == place.scalar_type() &&
+         t.sizes() == place.sizes();
+}
+
+bool GradientLanding::PlaceGradient(size_t i, const torch::Tensor& grad) {
+  if (Holds(grad, i)) return true;
+  if (Lent(i)) return false;
+  torch::NoGradGuard no_grad;
+  CopyGradient(grad, state_->places[i]);
+  return true;
+}
+
+void CopyGradient(const torch::Tensor& grad, torch::Tensor& into) {
+  if (!grad.defined()) {
+    into.zero_();
+  } else if (grad.layout() == torch::kStrided && grad.sizes() == into.sizes()) {
+    into.copy_(grad);
+  } else {
+    into.view({-1}).copy_((grad.is_sparse() ? grad.to_dense() : grad).reshape({-1}));
+  }
 }
 
 bool GradientLanding::Lendable(size_t i) const {

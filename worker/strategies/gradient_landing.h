@@ -29,21 +29,27 @@ namespace dtrain {
 
 class GradientLanding {
  public:
-  // A place per entry: `places[i]` is a tensor over plane memory (contiguous, its bytes the size
-  // lent). The places' storage stays alive while any tensor over a lent place does. A place is
-  // only ever lent if it starts on c10's alignment (64 bytes), which every CPU allocation is
-  // promised, whatever its type: Lendable says which are.
+  // A place per entry: `places[i]` is a tensor over plane memory (contiguous, shaped as the
+  // gradient it is for; its bytes the size lent). The places' storage stays alive while any tensor
+  // over a lent place does. A place is only ever lent if it starts on c10's alignment (64 bytes),
+  // which every CPU allocation is promised, whatever its type: Lendable says which are.
   explicit GradientLanding(std::vector<torch::Tensor> places);
   ~GradientLanding();
   GradientLanding(const GradientLanding&) = delete;
   GradientLanding& operator=(const GradientLanding&) = delete;
 
-  // Whether `t` (dense, contiguous) lies exactly over place `i`: the same first byte and size.
+  // Whether `t` is place `i`'s memory exactly: dense, contiguous, the same first byte, dtype
+  // and shape.
   bool Holds(const torch::Tensor& t, size_t i) const;
   bool Lendable(size_t i) const;
-  // Whether place `i` is lent now: some tensor still lies over it. One that is not may be written
-  // by its owner (a gradient copied in), as long as no scope over this landing is open.
+  // Whether place `i` is lent now: some tensor still lies over it.
   bool Lent(size_t i) const;
+  // Whether PlaceGradient(i, grad) would succeed: `grad` lies there, or the place is free.
+  bool CanPlace(size_t i, const torch::Tensor& grad) const { return Holds(grad, i) || !Lent(i); }
+  // Makes place `i` hold `grad`'s values: nothing to do when it was made there, else a copy
+  // (CopyGradient) unless another tensor holds the place (false, nothing written). Not while a
+  // scope over this landing is open on any thread (a free place could be lent meanwhile).
+  bool PlaceGradient(size_t i, const torch::Tensor& grad);
   size_t size() const;
 
   // Opens the lending on the calling thread until the scope closes. Scopes do not nest.
@@ -63,5 +69,9 @@ class GradientLanding {
  private:
   std::shared_ptr<State> state_;
 };
+
+// Copies `grad` into `into` (a parameter's gradient memory, of its shape): dense, zeros for none,
+// a sparse gradient (an embedding's) or one shaped otherwise taken dense.
+void CopyGradient(const torch::Tensor& grad, torch::Tensor& into);
 
 }  // namespace dtrain

@@ -194,22 +194,6 @@ void GradientSync::MarkReady(size_t parameter) {
   StartReadyBuckets();
 }
 
-namespace {
-
-// Copies `grad` into `into` (a parameter's slot or place, of its shape): dense, zeros for none.
-void CopyGradient(const torch::Tensor& grad, torch::Tensor& into) {
-  if (!grad.defined()) {
-    into.zero_();
-  } else if (grad.layout() == torch::kStrided && grad.sizes() == into.sizes()) {
-    into.copy_(grad);
-  } else {
-    // Sparse (an embedding's), or shaped otherwise: taken dense.
-    into.view({-1}).copy_((grad.is_sparse() ? grad.to_dense() : grad).reshape({-1}));
-  }
-}
-
-}  // namespace
-
 bool GradientSync::PackBucket(Bucket& bucket, bool may_land) {
   torch::NoGradGuard no_grad;
   if (may_land && bucket.landing_flat.defined()) {
@@ -217,24 +201,18 @@ bool GradientSync::PackBucket(Bucket& bucket, bool may_land) {
     // (none is kept by a tensor that outlived its step; no scope is open now, so none is lent
     // meanwhile). A bucket where nothing landed is copied as before: the same copies, and a
     // gradient living in the bucket already (accumulated in place) needs none.
+    // (Every parameter has a slot and a place: the split step refuses any that has not.)
     size_t made_there = 0;
     bool landable = true;
     for (size_t k = 0; k < bucket.parameters.size() && landable; ++k) {
       const torch::Tensor& grad = parameters_[bucket.parameters[k]].grad();
-      const torch::Tensor& slot = bucket.slots[k];
-      if (slot.defined() && landing_->Holds(grad, bucket.places[k]) &&
-          grad.scalar_type() == slot.scalar_type() && grad.sizes() == slot.sizes()) {
-        ++made_there;
-      } else {
-        landable = slot.defined() && !landing_->Lent(bucket.places[k]);
-      }
+      made_there += landing_->Holds(grad, bucket.first_place + k);
+      landable = landing_->CanPlace(bucket.first_place + k, grad);
     }
     if (landable && made_there > 0) {
       for (size_t k = 0; k < bucket.parameters.size(); ++k) {
         torch::Tensor& p = parameters_[bucket.parameters[k]];
-        if (!landing_->Holds(p.grad(), bucket.places[k])) {
-          CopyGradient(p.grad(), bucket.landing_places[k]);
-        }
+        landing_->PlaceGradient(bucket.first_place + k, p.grad());
         // The mean lands in the bucket as always. The places are read by the reduction (the
         // peers' too) and lent again only at the next backward, after the reduction's last
         // barrier.
@@ -337,58 +315,73 @@ absl::StatusOr<bool> GradientSync::PlaceParametersBesideBuckets() {
     }
   }
   if (!shared) return false;
-  // Landing buffers: only worth their memory where the peers read them in place. Without them
-  // (a full /dev/shm: alike on every rank, the plane decides together) gradients are copied in.
-  // Each is a line longer than its bucket, to shift the bucket's layout in it (below).
-  std::vector<torch::Tensor> landings;
+  DTRAIN_RETURN_IF_ERROR(PlaceLandingBuffers());
+  return true;
+}
+
+namespace {
+
+// The shift, in elements of `line` to a line, that starts the most elements of `sizes` (parameter
+// sizes laid out one after the other) on a line.
+int64_t AligningShift(const std::vector<int64_t>& sizes, int64_t line) {
+  int64_t shift = 0, best = -1;
+  for (int64_t s = 0; s < line; ++s) {
+    int64_t aligned = 0, offset = s;
+    for (int64_t n : sizes) {
+      if (offset % line == 0) aligned += n;
+      offset += n;
+    }
+    if (aligned > best) best = aligned, shift = s;
+  }
+  return shift;
+}
+
+}  // namespace
+
+absl::Status GradientSync::PlaceLandingBuffers() {
+  // Only worth their memory where the peers read them in place. Without them (a full /dev/shm:
+  // alike on every rank, the plane decides together) gradients are copied in. Each is a line
+  // longer than its bucket: a place is lent only where it starts on c10's alignment
+  // (GradientLanding), and parameters lie in their bucket at any element, so the layout is
+  // shifted by the elements that align the most of them (the MLP's and CNN's large weights).
+  std::vector<torch::Tensor> buffers;
+  bool shared = true;
   for (Bucket& bucket : buckets_) {
     const int64_t line = static_cast<int64_t>(c10::gAlignment) / bucket.flat.element_size();
     DTRAIN_ASSIGN_OR_RETURN(
-        torch::Tensor flat,
+        torch::Tensor buffer,
         backend_->AllocateForAllReduce(bucket.flat.numel() + line - 1, bucket.flat.scalar_type()));
-    shared = shared && backend_->SharedWithPeers(flat);
-    landings.push_back(std::move(flat));
+    shared = shared && backend_->SharedWithPeers(buffer);
+    buffers.push_back(std::move(buffer));
   }
   if (!shared) {
     LogWarning(
         "ddp: backward's gradients are copied into their buckets: no shared memory to make "
         "them in (the step is still split)",
         {{"rank", static_cast<int64_t>(backend_->rank())}});
-    return true;
+    return absl::OkStatus();
   }
-  // A place is lent only where it starts on c10's alignment (GradientLanding), and parameters
-  // lie in their bucket at any element: the layout is shifted by the elements that align the
-  // most bytes (the MLP's and CNN's large weights). The other places are copied into.
   std::vector<torch::Tensor> places;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
-    const int64_t element = bucket.flat.element_size();
-    const int64_t line = static_cast<int64_t>(c10::gAlignment) / element;
-    int64_t shift = 0, best = -1;
-    for (int64_t s = 0; s < line; ++s) {
-      int64_t aligned = 0, offset = 0;
-      for (size_t i : bucket.parameters) {
-        if ((s + offset) % line == 0) aligned += parameters_[i].numel();
-        offset += parameters_[i].numel();
-      }
-      if (aligned > best) best = aligned, shift = s;
-    }
-    const torch::Tensor& buffer = landings[b];
+    const torch::Tensor& buffer = buffers[b];
+    std::vector<int64_t> sizes;
+    for (size_t i : bucket.parameters) sizes.push_back(parameters_[i].numel());
+    const int64_t shift =
+        AligningShift(sizes, static_cast<int64_t>(c10::gAlignment) / bucket.flat.element_size());
     bucket.landing_flat = buffer.slice(0, shift, shift + bucket.flat.numel());
-    int64_t offset = 0;
+    bucket.first_place = places.size();
+    int64_t offset = shift;
     for (size_t i : bucket.parameters) {
       const torch::Tensor& p = parameters_[i];
-      bucket.places.push_back(places.size());
-      bucket.landing_places.push_back(torch::empty({0}, buffer.options())
-                                          .set_(buffer.storage(),
-                                                buffer.storage_offset() + shift + offset, p.sizes(),
-                                                p.strides()));
-      places.push_back(bucket.landing_places.back());
+      places.push_back(
+          torch::empty({0}, buffer.options())
+              .set_(buffer.storage(), buffer.storage_offset() + offset, p.sizes(), p.strides()));
       offset += p.numel();
     }
   }
   landing_ = std::make_unique<GradientLanding>(std::move(places));
-  return true;
+  return absl::OkStatus();
 }
 
 absl::Status GradientSync::AverageGradientsAndUpdate(const BucketUpdate& update) {

@@ -142,11 +142,10 @@ class GradientSync {
     // parameter that has none there: frozen or not contiguous).
     std::vector<torch::Tensor> slots;
     // With landing_: the reduction's input when the bucket landed, laid out as `flat` (shifted in
-    // its buffer so that most of its bytes start on 64); per slot, its place there (shaped as
-    // the slot) and that place's index in landing_.
+    // its buffer so that most of its bytes start on 64), and the index in landing_ of its first
+    // parameter's place (slot k's is first_place + k).
     torch::Tensor landing_flat;
-    std::vector<torch::Tensor> landing_places;
-    std::vector<size_t> places;
+    size_t first_place = 0;
     size_t pending = 0;  // gradients not yet ready in this round
   };
 
@@ -162,6 +161,9 @@ class GradientSync {
   // other one's place is free; those others are copied into their places instead, and the
   // reduction reads the landing buffer.
   bool PackBucket(Bucket& bucket, bool may_land);
+  // PlaceParametersBesideBuckets' landing buffers and landing_ (collective; none without shared
+  // memory for them).
+  absl::Status PlaceLandingBuffers();
   void CommunicationLoop();
 
   CollectiveBackend* const backend_;
