@@ -28,13 +28,18 @@ TEST(GradientLanding, LendsAlignedPlacesOfTheExactSize_InScope_OneTensorAtATime)
 
   torch::Tensor outside = torch::empty({256});
   EXPECT_NE(outside.data_ptr(), buffer.data_ptr()) << "lent outside a scope";
-  torch::Tensor t, second, other_size;
+  torch::Tensor t, second, other_size, nested;
   {
     GradientLanding::Scope scope(&landing);
-    t = torch::full({16, 16}, 3.0f);
+    {
+      GradientLanding::Scope none(nullptr);  // a scope of no landing inside: nothing lent
+      nested = torch::empty({256});
+    }
+    t = torch::full({16, 16}, 3.0f);   // the outer scope lends again
     second = torch::empty({256});      // place 0 is taken; place 1 is not lendable
     other_size = torch::empty({255});  // no place of 1020 bytes
   }
+  EXPECT_NE(nested.data_ptr(), buffer.data_ptr()) << "lent inside a nested scope of none";
   EXPECT_EQ(t.data_ptr(), buffer.data_ptr());
   EXPECT_TRUE(landing.Holds(t, 0));
   EXPECT_TRUE(landing.Lent(0));

@@ -175,11 +175,11 @@ bool GradientLanding::Lent(size_t i) const {
 
 size_t GradientLanding::size() const { return state_->data.size(); }
 
-GradientLanding::Scope::Scope(GradientLanding* landing) {
+GradientLanding::Scope::Scope(GradientLanding* landing) : previous_(t_open) {
   t_open = landing != nullptr ? landing->state_.get() : nullptr;
 }
 
-GradientLanding::Scope::~Scope() { t_open = nullptr; }
+GradientLanding::Scope::~Scope() { t_open = previous_; }
 
 int64_t GradientLanding::lent_total() { return g_lent_total.load(std::memory_order_relaxed); }
 

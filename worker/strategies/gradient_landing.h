@@ -1,9 +1,9 @@
 // Backward's new gradients made where the shm plane reads them (ddp's split step): while a
-// LandingScope is open on a thread, a CPU allocation of exactly the size of a free landing place
-// (one per parameter, in plane memory every rank maps) is given that place instead of heap memory.
-// The gradient autograd makes for a parameter then usually lies in the parameter's place, and its
-// bucket's all-reduce reads it there: the copy of every gradient into its bucket (4.5% of the
-// MLP's step) goes away.
+// GradientLanding::Scope is open on a thread, a CPU allocation of exactly the size of a free
+// landing place (one per parameter, in plane memory every rank maps) is given that place instead of
+// heap memory. The gradient autograd makes for a parameter then usually lies in the parameter's
+// place, and its bucket's all-reduce reads it there: the copy of every gradient into its bucket
+// (4.5% of the MLP's step) goes away.
 //
 // Which allocation gets a place is a guess by size: an intermediate of the same size may take it
 // first (it is then freed, and the place with it, or it keeps the place and the gradient comes
@@ -52,19 +52,23 @@ class GradientLanding {
   bool PlaceGradient(size_t i, const torch::Tensor& grad);
   size_t size() const;
 
-  // Opens the lending on the calling thread until the scope closes. Scopes do not nest.
+  struct State;
+
+  // Opens the lending on the calling thread (null: none) until the scope closes, when the
+  // landing open before it, if any, is open again (scopes nest).
   class Scope {
    public:
     explicit Scope(GradientLanding* landing);
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
+
+   private:
+    State* previous_;
   };
 
   // How many allocations were given a place, over the process's life (for tests and the log).
   static int64_t lent_total();
-
-  struct State;
 
  private:
   std::shared_ptr<State> state_;

@@ -344,7 +344,7 @@ absl::Status GradientSync::PlaceLandingBuffers() {
   // longer than its bucket: a place is lent only where it starts on c10's alignment
   // (GradientLanding), and parameters lie in their bucket at any element, so the layout is
   // shifted by the elements that align the most of them (the MLP's and CNN's large weights).
-  std::vector<torch::Tensor> buffers;
+  std::vector<torch::Tensor> flats;  // each bucket's, laid out at its shift in its buffer
   bool shared = true;
   for (Bucket& bucket : buckets_) {
     const int64_t line = static_cast<int64_t>(c10::gAlignment) / bucket.flat.element_size();
@@ -352,7 +352,10 @@ absl::Status GradientSync::PlaceLandingBuffers() {
         torch::Tensor buffer,
         backend_->AllocateForAllReduce(bucket.flat.numel() + line - 1, bucket.flat.scalar_type()));
     shared = shared && backend_->SharedWithPeers(buffer);
-    buffers.push_back(std::move(buffer));
+    std::vector<int64_t> sizes;
+    for (size_t i : bucket.parameters) sizes.push_back(parameters_[i].numel());
+    const int64_t shift = AligningShift(sizes, line);
+    flats.push_back(buffer.slice(0, shift, shift + bucket.flat.numel()));
   }
   if (!shared) {
     LogWarning(
@@ -364,19 +367,15 @@ absl::Status GradientSync::PlaceLandingBuffers() {
   std::vector<torch::Tensor> places;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
-    const torch::Tensor& buffer = buffers[b];
-    std::vector<int64_t> sizes;
-    for (size_t i : bucket.parameters) sizes.push_back(parameters_[i].numel());
-    const int64_t shift =
-        AligningShift(sizes, static_cast<int64_t>(c10::gAlignment) / bucket.flat.element_size());
-    bucket.landing_flat = buffer.slice(0, shift, shift + bucket.flat.numel());
+    bucket.landing_flat = std::move(flats[b]);
     bucket.first_place = places.size();
-    int64_t offset = shift;
+    const torch::Tensor& flat = bucket.landing_flat;
+    int64_t offset = 0;
     for (size_t i : bucket.parameters) {
       const torch::Tensor& p = parameters_[i];
       places.push_back(
-          torch::empty({0}, buffer.options())
-              .set_(buffer.storage(), buffer.storage_offset() + offset, p.sizes(), p.strides()));
+          torch::empty({0}, flat.options())
+              .set_(flat.storage(), flat.storage_offset() + offset, p.sizes(), p.strides()));
       offset += p.numel();
     }
   }
