@@ -485,6 +485,71 @@ TEST_P(BackendConformance, AllReduceThenUpdate_EveryMirrorWhole_SplitOnShm) {
       /*world=*/3);
 }
 
+// Without result_everywhere (ddp's split step when nothing reads the gradients after it) every
+// rank's mirror is still the update of the whole, bitwise; on shm a rank's reduced tensor holds
+// the mean only in the range it updated and its own input elsewhere (no rank wrote a peer's
+// part), while the other planes all-reduce the whole as before.
+TEST_P(BackendConformance, AllReduceThenUpdate_ResultOnlyWhereUpdated_MirrorStillWhole) {
+  const bool shm = GetParam() == "shm";
+  RunOnBackends(
+      [&](CollectiveBackend& b) -> absl::Status {
+        const int64_t n = 50'021;
+        const int r = b.rank();
+        auto fail = [&](const std::string& what) { return RankFailure(r, what); };
+        DTRAIN_ASSIGN_OR_RETURN(torch::Tensor grads, b.AllocateForAllReduce(n, torch::kFloat32));
+        DTRAIN_ASSIGN_OR_RETURN(torch::Tensor mirror, b.AllocateForAllReduce(n, torch::kFloat32));
+        at::Generator generator = at::detail::createCPUGenerator(31 + r);
+        const torch::Tensor mine = torch::randn({n}, generator);
+        grads.copy_(mine);
+        at::Generator shared = at::detail::createCPUGenerator(7);
+        const torch::Tensor base = torch::randn({n}, shared);
+        mirror.copy_(base);
+        // Every rank's input, to know the mean without the plane.
+        DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> inputs, b.AllGather(mine));
+        torch::Tensor mean = inputs[0].clone();
+        for (size_t k = 1; k < inputs.size(); ++k) mean.add_(inputs[k]);
+        mean.div_(static_cast<double>(inputs.size()));
+        int64_t lo = 0, hi = 0;
+        DTRAIN_RETURN_IF_ERROR(b.AllReduceThenUpdate(
+            grads, v1::REDUCE_OP_MEAN, mirror,
+            [&](int64_t begin, int64_t end) {
+              lo = begin;
+              hi = end;
+              mirror.slice(0, begin, end).add_(grads.slice(0, begin, end), -0.1);
+              return absl::OkStatus();
+            },
+            /*source=*/{}, /*result_everywhere=*/false));
+        // What each rank reduced, from the range it updated: the mirror is one update of the
+        // whole from those values, bitwise, on every rank.
+        DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> results, b.AllGather(grads));
+        DTRAIN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> ranges,
+                                b.AllGather(torch::tensor({lo, hi}, torch::kInt64)));
+        torch::Tensor reduced = torch::zeros({n});
+        for (size_t k = 0; k < results.size(); ++k) {
+          const int64_t a = ranges[k][0].item<int64_t>(), z = ranges[k][1].item<int64_t>();
+          reduced.slice(0, a, z).copy_(results[k].slice(0, a, z));
+        }
+        if (!torch::equal(mirror, base.add(reduced, -0.1))) {
+          return fail("the mirror is not one update of the whole from the reduced values");
+        }
+        if (!torch::allclose(reduced, mean, 1e-6, 1e-6)) return fail("the ranges hold no mean");
+        if (!shm) {
+          if (lo != 0 || hi != n) return fail("a plane that does not split updated a part");
+          if (!torch::equal(grads, reduced)) return fail("the tensor is not all-reduced whole");
+          return absl::OkStatus();
+        }
+        if (hi <= lo || hi - lo == n) return fail("a shm rank of 3 did not update one part");
+        // Outside its range a rank's tensor is its own input, untouched by the peers.
+        torch::Tensor outside = torch::ones({n}, torch::kBool);
+        outside.slice(0, lo, hi).fill_(false);
+        if (!torch::equal(grads.masked_select(outside), mine.masked_select(outside))) {
+          return fail("a peer wrote this rank's tensor outside the range this rank updated");
+        }
+        return absl::OkStatus();
+      },
+      /*world=*/3);
+}
+
 // Gradients live in their buckets: backward accumulates into the bucket, the mean lands there,
 // and no gradient tensor is replaced. A gradient outlives the GradientSync and the plane.
 TEST_P(BackendConformance, GradientsLiveInTheirBuckets_AndOutliveThePlane) {

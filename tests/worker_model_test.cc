@@ -224,6 +224,61 @@ def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
   EXPECT_THAT(std::string(out.status().message()), HasSubstr("does not define test_step"));
 }
 
+// ReadsGradients sees a .grad read wherever the module's code makes it: in a method that
+// training_step calls, in a hook, in a submodule's method; the zoo's models read none.
+TEST(LightningModuleCode, ReadsGradients_WhereverTheCodeReadsGrad) {
+  for (const std::string name : {"mlp", "cnn"}) {
+    auto model = BuiltinModel(name, 1);
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_FALSE(model->ReadsGradients()) << name;
+  }
+  auto wrap = [](const std::string& source, bool child_reads) {
+    torch::jit::Module m("Reader");
+    m.register_parameter("w", torch::ones({1}), false);
+    torch::jit::Module child("Child");
+    child.register_parameter("v", torch::ones({1}), false);
+    child.define(child_reads ? R"(
+def norm(self) -> float:
+    g = self.v.grad
+    return 0.0 if g is None else float(g.sum())
+)"
+                             : R"(
+def norm(self) -> float:
+    return float(self.v.sum())
+)");
+    m.register_module("child", child);
+    m.define(source);
+    auto model = LightningModule::Wrap(m, "reader");
+    EXPECT_TRUE(model.ok()) << model.status();
+    return model.ok() && model->ReadsGradients();
+  };
+  const std::string plain = R"(
+def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    return (self.w * batch[0]).sum() + self.child.norm()
+)";
+  EXPECT_FALSE(wrap(plain, false));
+  EXPECT_TRUE(wrap(plain, true)) << "a submodule's method reads .grad";
+  EXPECT_TRUE(wrap(R"(
+def penalty(self) -> Tensor:
+    g = self.w.grad
+    if g is None:
+        return torch.zeros(1)
+    return g * 0.5
+
+def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    return (self.w * batch[0]).sum() + self.penalty().sum()
+)",
+                   false))
+      << "a method training_step calls reads .grad";
+  EXPECT_TRUE(wrap(plain + R"(
+def on_train_epoch_end(self):
+    if self.w.grad is not None:
+        print(self.w.grad)
+)",
+                   false))
+      << "a hook reads .grad";
+}
+
 // One parameter p = 1 with loss p^2 / 2 has gradient p: every update is computable by hand.
 double OneStep(const OptimizerConfig& config, int steps) {
   torch::Tensor p = torch::ones({1}, torch::kFloat64).requires_grad_(true);

@@ -14,6 +14,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/script.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -247,6 +248,74 @@ TEST_P(WorkerServiceBackendTest, Ddp_SplitOptimizerStepEqualsTheWholeStep_BitFor
 
 // A ddp group of one has nothing to average: it trains bitwise as single_device does, and its
 // steps spend no time on gradient communication (there is none to wait for).
+// A model whose training_step reads .grad sees, in each batch after the first, the averaged
+// gradients of the step before it: the same on both ranks and in the whole step's job, bitwise,
+// even between the steps of one call, where a split step of a model that reads no gradients
+// leaves each rank's averaged gradients only where it updated (LightningModule::ReadsGradients).
+TEST_P(WorkerServiceBackendTest, Ddp_SplitStep_ModelThatReadsGradientsSeesTheAveragedOnes) {
+  const std::string path = TestTempPath("reads-grad-" + GetParam() + ".pt");
+  {
+    torch::manual_seed(5);
+    torch::jit::Module m("ReadsGrad");
+    m.register_parameter("w", (torch::randn({10, 784}) * 0.01).requires_grad_(true), false);
+    m.register_parameter("b", torch::zeros({10}).requires_grad_(true), false);
+    m.define(R"(
+def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Dict[str, Tensor]:
+    x, y = batch
+    g = self.w.grad
+    seen = torch.zeros([1]) if g is None else (g.abs().sum() * 1000.0).reshape([1])
+    loss = torch.nll_loss(torch.log_softmax(torch.linear(x.flatten(1), self.w, self.b), 1), y)
+    return {"loss": loss, "seen": seen}
+)");
+    m.save(path);
+  }
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  for (int i = 0; i < 4; ++i) {
+    workers.push_back(StartWorker());
+    ASSERT_NE(workers.back(), nullptr);
+  }
+  // Group 0 splits its step where it can (the default), group 1 does not; ranks[g][r].
+  std::vector<std::vector<WorkerProcess*>> ranks = {{workers[0].get(), workers[1].get()},
+                                                    {workers[2].get(), workers[3].get()}};
+  const std::vector<std::string> jobs = {"reads-split", "reads-whole"};
+  for (int g = 0; g < 2; ++g) {
+    v1::SetupRequest request = Distributed(jobs[g], "ddp", 2);
+    request.mutable_spec()->mutable_model()->set_torchscript(path);
+    if (g == 1) request.mutable_spec()->mutable_trainer()->set_split_optimizer_step(false);
+    std::vector<v1::SetupResponse> setups(2);
+    std::vector<absl::Status> statuses(2);
+    Parallel(2, [&](int i) { statuses[i] = Setup(*ranks[g][i], request, &setups[i]); });
+    ASSERT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
+    EXPECT_EQ(absl::StrContains(setups[0].optimization(), "its step split between the 2 ranks"),
+              GetParam() == "shm" && g == 0)
+        << setups[0].optimization();
+    if (setups[0].ranks(0).rank() == 1) std::swap(ranks[g][0], ranks[g][1]);
+  }
+  // Two calls of 4 batches each: 3 steps inside each call, and one at each call's end.
+  std::vector<std::vector<double>> seen(4);
+  for (int step = 0; step < 8; step += 4) {
+    std::vector<absl::StatusOr<v1::StepResponse>> answers(4, absl::UnknownError("not run"));
+    Parallel(4, [&](int k) {
+      answers[k] = Train(*ranks[k / 2][k % 2], jobs[k / 2], {Slice(step, k % 2, 2, 16, 4)});
+    });
+    for (int k = 0; k < 4; ++k) {
+      ASSERT_TRUE(answers[k].ok()) << answers[k].status();
+      for (const v1::BatchResult& batch : answers[k]->results(0).batches()) {
+        seen[k].push_back(batch.scalars().at("seen"));
+      }
+    }
+  }
+  ASSERT_EQ(seen[0].size(), 8u);
+  EXPECT_EQ(seen[0][0], 0.0) << "no gradient before the first backward";
+  for (size_t i = 1; i < seen[0].size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("batch ", i));
+    EXPECT_GT(seen[0][i], 0.0);
+    EXPECT_EQ(seen[0][i], seen[1][i]) << "the ranks saw different gradients";
+    EXPECT_EQ(seen[0][i], seen[2][i]) << "the split step's differ from the whole step's";
+    EXPECT_EQ(seen[2][i], seen[3][i]);
+  }
+}
+
 TEST_F(WorkerServiceTest, Ddp_GroupOfOneEqualsSingleDeviceAndWaitsForNoGradients) {
   auto ddp = StartWorker(), single = StartWorker();
   ASSERT_TRUE(ddp && single);

@@ -110,7 +110,8 @@ absl::Status CollectiveBackend::SameElements(const char* what, const torch::Tens
 absl::Status CollectiveBackend::AllReduceThenUpdate(torch::Tensor& tensor, v1::ReduceOp op,
                                                     torch::Tensor& mirror,
                                                     const SplitUpdate& update,
-                                                    const torch::Tensor& source) {
+                                                    const torch::Tensor& source,
+                                                    bool /*result_everywhere*/) {
   DTRAIN_RETURN_IF_ERROR(SameElements("mirror", mirror, tensor));
   if (source.defined()) {
     DTRAIN_RETURN_IF_ERROR(SameElements("source", source, tensor));

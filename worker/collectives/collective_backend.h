@@ -71,12 +71,16 @@ class CollectiveBackend {
   // With `source` (same numel and dtype), this rank's contribution is read from there instead of
   // from `tensor`, and the result still lands in `tensor`: a plane whose ranks share memory then
   // reads `source` in place (ddp's gradients made in plane memory); the default copies it in.
+  // With `result_everywhere` false, the reduced `tensor` need only be right on this rank where
+  // this rank updates (a plane that splits the elements then writes no other rank's part of
+  // it): for a caller whose reduced values nobody reads after the update.
   using SplitUpdate = std::function<absl::Status(int64_t begin, int64_t end)>;
   // Whether `tensor` (from AllocateForAllReduce) lies in memory the other ranks read and write.
   virtual bool SharedWithPeers(const torch::Tensor& tensor) const { return false; }
   virtual absl::Status AllReduceThenUpdate(torch::Tensor& tensor, v1::ReduceOp op,
                                            torch::Tensor& mirror, const SplitUpdate& update,
-                                           const torch::Tensor& source = {});
+                                           const torch::Tensor& source = {},
+                                           bool result_everywhere = true);
 
   // Ends this rank's wait in a collective, now or in the next one that has to wait, with `why`
   // until ClearInterrupt: the step was cancelled, and ranks stop at different batches, so a peer

@@ -345,11 +345,9 @@ absl::Status SharedMemoryCollectiveBackend::ReduceChunks(torch::Tensor& flat, v1
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryCollectiveBackend::AllReduceThenUpdate(torch::Tensor& tensor,
-                                                                v1::ReduceOp op,
-                                                                torch::Tensor& mirror,
-                                                                const SplitUpdate& update,
-                                                                const torch::Tensor& source) {
+absl::Status SharedMemoryCollectiveBackend::AllReduceThenUpdate(
+    torch::Tensor& tensor, v1::ReduceOp op, torch::Tensor& mirror, const SplitUpdate& update,
+    const torch::Tensor& source, bool result_everywhere) {
   const SharedBuffer* shared = nullptr;
   const SharedBuffer* mirrored = nullptr;
   if (segment_ != nullptr && tensor.device().is_cpu() && ReducedHere(tensor, op) &&
@@ -360,7 +358,8 @@ absl::Status SharedMemoryCollectiveBackend::AllReduceThenUpdate(torch::Tensor& t
   // Both buffers come from AllocateForAllReduce on every rank alike, so every rank takes the
   // same branch.
   if (shared == nullptr || mirrored == nullptr) {
-    return CollectiveBackend::AllReduceThenUpdate(tensor, op, mirror, update, source);
+    return CollectiveBackend::AllReduceThenUpdate(tensor, op, mirror, update, source,
+                                                  result_everywhere);
   }
   if (!broken_.ok()) return broken_;
   torch::NoGradGuard no_grad;
@@ -382,13 +381,13 @@ absl::Status SharedMemoryCollectiveBackend::AllReduceThenUpdate(torch::Tensor& t
   const int64_t mirror_offset =
       (static_cast<char*>(mirror.data_ptr()) - mirrored->bases[rank()]) / element;
   return ReduceInPlace(*shared, offset, tensor.numel(), tensor.scalar_type(), op, mirrored,
-                       mirror_offset, &update, sourced, source_offset);
+                       mirror_offset, &update, sourced, source_offset, result_everywhere);
 }
 
 absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(
     const SharedBuffer& buffer, int64_t offset, int64_t numel, torch::ScalarType dtype,
     v1::ReduceOp op, const SharedBuffer* mirror, int64_t mirror_offset, const SplitUpdate* update,
-    const SharedBuffer* source, int64_t source_offset) {
+    const SharedBuffer* source, int64_t source_offset, bool result_everywhere) {
   const int world = world_, me = rank();
   const uint64_t call = ++calls_;
   // Where this rank's input lies, if not in `buffer`: not compared (the ranks' may differ).
@@ -425,7 +424,11 @@ absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(
       ins.push_back(shared_buffers_[index]->bases[r] + first * element);
       ++inputs_read_in_place_;
     }
-    ReduceRaw(dtype, ins, outs, begin, end - begin, op);
+    if (result_everywhere) {
+      ReduceRaw(dtype, ins, outs, begin, end - begin, op);
+    } else {
+      ReduceRaw(dtype, ins, {outs[me]}, begin, end - begin, op);
+    }
   }
   if (update != nullptr && end > begin) {
     // The partition this rank reduced is in its cache: it updates it, and the others get it.

@@ -2,6 +2,8 @@
 
 #include <fstream>
 
+#include <torch/csrc/jit/passes/inliner.h>
+
 #include "absl/strings/str_cat.h"
 #include "worker/model/tensor_convert.h"
 #include "worker/model/torch_status.h"
@@ -16,6 +18,16 @@ constexpr char kExportHint[] =
 
 // Where dtrain.export() puts configure_optimizers' recipe (torch.jit.save's _extra_files).
 constexpr char kOptimizationFile[] = "dtrain/optimization.json";
+
+bool BlockReadsGradients(const torch::jit::Block* block) {
+  for (const torch::jit::Node* node : block->nodes()) {
+    if (node->kind() == c10::prim::grad) return true;
+    for (const torch::jit::Block* inner : node->blocks()) {
+      if (BlockReadsGradients(inner)) return true;
+    }
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -239,6 +251,23 @@ std::vector<torch::Tensor> LightningModule::Parameters() const {
   std::vector<torch::Tensor> out;
   for (const torch::Tensor& p : module_.parameters()) out.push_back(p);
   return out;
+}
+
+bool LightningModule::ReadsGradients() const {
+  // TorchScript compiles `t.grad` to prim::grad; inlined, a method's graph holds the code of
+  // every method and function it calls, however the tensor was reached.
+  absl::StatusOr<bool> reads =
+      GuardTorch("cannot inspect the module's code", [&]() -> absl::StatusOr<bool> {
+        for (const torch::jit::Module& m : module_.modules()) {
+          for (const torch::jit::Method& method : m.get_methods()) {
+            std::shared_ptr<torch::jit::Graph> graph = method.graph()->copy();
+            torch::jit::Inline(*graph);
+            if (BlockReadsGradients(graph->block())) return true;
+          }
+        }
+        return false;
+      });
+  return !reads.ok() || *reads;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> LightningModule::NamedParameters() const {

@@ -69,6 +69,10 @@ class LightningModule {
   // defines it; OK when it does not. INVALID_ARGUMENT with libtorch's message when it fails.
   absl::Status CallHook(const std::string& name);
   std::vector<torch::Tensor> Parameters() const;
+  // Whether any of the module's code (any method of it or of a submodule, with what they call)
+  // reads a tensor's .grad, so that a strategy knows model code may see the gradients. True
+  // when the code cannot be inspected.
+  bool ReadsGradients() const;
   std::vector<std::pair<std::string, torch::Tensor>> NamedParameters() const;
   void Train(bool on);
   // INVALID_ARGUMENT when the file cannot be written.

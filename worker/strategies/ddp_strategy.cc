@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 #include <typeinfo>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -76,6 +77,7 @@ absl::Status DdpStrategy::MaybeSplitOptimizerStep(LightningModule* model) {
                {{"rank", static_cast<int64_t>(backend_->rank())}});
     return absl::OkStatus();
   }
+  model_reads_gradients_ = model->ReadsGradients();
   split_ =
       std::make_unique<SplitOptimizerStep>(optimizer_.get(), sync_.get(), std::move(parameters));
   return absl::OkStatus();
@@ -99,20 +101,26 @@ absl::Status DdpStrategy::PostBackward(bool should_accumulate) {
 }
 
 absl::Status DdpStrategy::OptimizerStep() {
+  const bool gradients_unread = std::exchange(gradients_unread_after_step_, false);
   if (split_ == nullptr) return Strategy::OptimizerStep();
   if (!averaging_due_) {
     return absl::InternalError(
         "a split optimizer step without a backward that ends its accumulation window");
   }
   averaging_due_ = false;
+  // The averaged gradients on every rank only where something may read them after the step:
+  // writing the peers' parts costs the MLP's step ~1% (docs/decisions/performance.md).
+  const bool gradients_everywhere = !gradients_unread || model_reads_gradients_;
   const absl::Time start = absl::Now();
   const absl::Duration updating = sync_->update_time();
   // The plane owns the failure of an update (it fails the group); a libtorch error in the
   // packing of the gradients becomes a status here, as the unsplit averaging's does.
   absl::Status status = GuardTorch("averaging the gradients failed", [&] {
-    return sync_->AverageGradientsAndUpdate([this](size_t bucket, int64_t begin, int64_t end) {
-      return split_->Update(bucket, begin, end);
-    });
+    return sync_->AverageGradientsAndUpdate(
+        [this](size_t bucket, int64_t begin, int64_t end) {
+          return split_->Update(bucket, begin, end);
+        },
+        gradients_everywhere);
   });
   averaging_in_step_ += (absl::Now() - start) - (sync_->update_time() - updating);
   // The state a checkpoint gathered is stale from this step on: the parts hold the live one. Only

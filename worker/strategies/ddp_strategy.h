@@ -56,8 +56,9 @@ class DdpStrategy : public Strategy {
   absl::Status MaybeSplitOptimizerStep(LightningModule* model);
 
   std::unique_ptr<SplitOptimizerStep> split_;
-  bool averaging_due_ = false;  // split_: a backward ended a window; the step averages
-  bool consolidated_ = false;   // split_: optimizer_ holds a checkpoint's gathered state
+  bool averaging_due_ = false;         // split_: a backward ended a window; the step averages
+  bool model_reads_gradients_ = true;  // split_: LightningModule::ReadsGradients
+  bool consolidated_ = false;          // split_: optimizer_ holds a checkpoint's gathered state
   // split_, during a restore: optimizer_'s state before it, put back if the checkpoint held none.
   std::remove_reference_t<decltype(std::declval<torch::optim::Optimizer&>().state())>
       state_before_restore_;

@@ -383,17 +383,18 @@ absl::Status GradientSync::PlaceLandingBuffers() {
   return absl::OkStatus();
 }
 
-absl::Status GradientSync::AverageGradientsAndUpdate(const BucketUpdate& update) {
+absl::Status GradientSync::AverageGradientsAndUpdate(const BucketUpdate& update,
+                                                     bool gradients_everywhere) {
   for (const Bucket& bucket : buckets_) {
     if (!bucket.parameter_flat.defined()) {
       return absl::FailedPreconditionError(
           "an update while averaging needs the parameters beside their buckets");
     }
   }
-  return Average(&update);
+  return Average(&update, gradients_everywhere);
 }
 
-absl::Status GradientSync::Average(const BucketUpdate* update) {
+absl::Status GradientSync::Average(const BucketUpdate* update, bool gradients_everywhere) {
   absl::Status status;
   absl::Time start = absl::Now();
   size_t first_here = 0;
@@ -434,7 +435,7 @@ absl::Status GradientSync::Average(const BucketUpdate* update) {
           update_time_ += spent;
           return updated;
         },
-        landed ? buckets_[b].landing_flat : torch::Tensor());
+        landed ? buckets_[b].landing_flat : torch::Tensor(), gradients_everywhere);
   }
   exposed_wait_ += absl::Now() - start;
   if (!status.ok()) return status;

@@ -103,9 +103,12 @@ class GradientSync {
   // AverageGradients, then `update(bucket, begin, end)` on the elements [begin, end) of a bucket
   // this rank is to update (CollectiveBackend::AllReduceThenUpdate): it reads the averaged
   // gradients in `bucket_flat(bucket)` and writes the parameters in `bucket_parameters(bucket)`
-  // there. Needs PlaceParametersBesideBuckets.
+  // there. Needs PlaceParametersBesideBuckets. Without `gradients_everywhere`, the averaged
+  // gradients are right on this rank only where it updated: for a step after which nothing
+  // reads the gradients before the next backward replaces them.
   using BucketUpdate = std::function<absl::Status(size_t bucket, int64_t begin, int64_t end)>;
-  absl::Status AverageGradientsAndUpdate(const BucketUpdate& update);
+  absl::Status AverageGradientsAndUpdate(const BucketUpdate& update,
+                                         bool gradients_everywhere = true);
 
   // Bucket b's gradients (its all_reduce's buffer), its parameters once placed beside it, and
   // which parameters (indices into the constructor's list) lie there, in order from element 0.
@@ -149,7 +152,7 @@ class GradientSync {
     size_t pending = 0;  // gradients not yet ready in this round
   };
 
-  absl::Status Average(const BucketUpdate* update);
+  absl::Status Average(const BucketUpdate* update, bool gradients_everywhere = true);
   void BeginRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkReady(size_t parameter);
   // Queues the all_reduce of each startable bucket but the last (copying in the gradients
