@@ -180,9 +180,9 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> PartOptimizer(const Pla
   return kind->Make(std::move(groups), loop.optimizer());
 }
 
-// Rank `rank`'s part (about 1/world) of the mean of every rank's gradients (`lockstep`'s), written
-// into every rank's: the shm plane's in-place all_reduce of a ddp bucket, between its two barriers.
-void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world, bool from_landing) {
+// The shm plane's in-place all_reduce of a ddp bucket, between its two barriers (lockstep_file.h).
+void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world, bool from_landing,
+                   bool own_only) {
   const int64_t total = lockstep.exchange();
   // The plane's parts (each rank's gradients start on a page of the file).
   const auto [begin, end] = ReductionPartOf(total, rank, world, 0, sizeof(float));
@@ -192,7 +192,12 @@ void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world, bool fr
     out[r] = lockstep.Gradients(r) + begin;
     in[r] = from_landing ? lockstep.Landing(r) + begin : out[r];
   }
-  ReduceInRankOrder<float>(in.data(), world, out.data(), world, end - begin, ReductionKind::kMean);
+  if (own_only) {
+    ReduceInRankOrder<float>(in.data(), world, &out[rank], 1, end - begin, ReductionKind::kMean);
+  } else {
+    ReduceInRankOrder<float>(in.data(), world, out.data(), world, end - begin,
+                             ReductionKind::kMean);
+  }
 }
 
 }  // namespace dtrain::bench

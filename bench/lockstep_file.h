@@ -108,7 +108,10 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> PartOptimizer(const Pla
 
 // Rank `rank`'s part (about 1/world) of the mean of every rank's gradients (`lockstep`'s), written
 // into every rank's: the shm plane's in-place all_reduce of a ddp bucket, between its two barriers.
-// `from_landing`: every rank's gradients are read from its landing places instead.
-void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world, bool from_landing);
+// `from_landing`: every rank's gradients are read from its landing places instead. `own_only`:
+// into this rank's alone, as ddp's split step does between the steps of a call (nothing reads
+// the other parts there).
+void ReduceOwnPart(const LockstepBarrier& lockstep, int rank, int world, bool from_landing,
+                   bool own_only);
 
 }  // namespace dtrain::bench

@@ -379,8 +379,9 @@ int main(int argc, char** argv) {
     } else {
       // Backward made new gradients; they go into the shared file (with --split_step backward
       // makes them there, in the landing places, as a job's does). The first barrier: every
-      // rank's are there; the second: every rank's part of the mean is written everywhere, so
-      // the update may read them and the next step's gradients overwrite this rank's.
+      // rank's are there; the second: every rank's part of the mean is written (everywhere, or
+      // with --split_step, as a job's steps inside a call, only where it updates), so the update
+      // may read them and the next step's gradients overwrite this rank's.
       DTRAIN_RETURN_IF_ERROR(loop.Gradients(**data, batch_of(step, rank), step));
       const absl::Time exchange = absl::Now();
       if (loop.landing() != nullptr) {
@@ -391,7 +392,7 @@ int main(int argc, char** argv) {
       absl::Time arrived = absl::Now();
       DTRAIN_RETURN_IF_ERROR(lockstep->ArriveAndWait());
       if (times != nullptr) waited += absl::Now() - arrived;
-      ReduceOwnPart(*lockstep, rank, world, loop.landing() != nullptr);
+      ReduceOwnPart(*lockstep, rank, world, loop.landing() != nullptr, part != nullptr);
       absl::Duration updating;
       if (part != nullptr) {
         // The split step: this rank's part, stepped while its mean is in cache, and its new
