@@ -246,8 +246,6 @@ TEST_P(WorkerServiceBackendTest, Ddp_SplitOptimizerStepEqualsTheWholeStep_BitFor
   }
 }
 
-// A ddp group of one has nothing to average: it trains bitwise as single_device does, and its
-// steps spend no time on gradient communication (there is none to wait for).
 // A model whose training_step reads .grad sees, in each batch after the first, the averaged
 // gradients of the step before it: the same on both ranks and in the whole step's job, bitwise,
 // even between the steps of one call, where a split step of a model that reads no gradients
@@ -305,8 +303,9 @@ def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Dict[st
       }
     }
   }
-  ASSERT_EQ(seen[0].size(), 8u);
-  EXPECT_EQ(seen[0][0], 0.0) << "no gradient before the first backward";
+  for (const std::vector<double>& rank : seen) ASSERT_EQ(rank.size(), 8u);
+  // Before the first backward: no gradient (or the zeros of a bucket's fresh slot).
+  EXPECT_EQ(seen[0][0], 0.0);
   for (size_t i = 1; i < seen[0].size(); ++i) {
     SCOPED_TRACE(absl::StrCat("batch ", i));
     EXPECT_GT(seen[0][i], 0.0);
@@ -316,6 +315,8 @@ def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Dict[st
   }
 }
 
+// A ddp group of one has nothing to average: it trains bitwise as single_device does, and its
+// steps spend no time on gradient communication (there is none to wait for).
 TEST_F(WorkerServiceTest, Ddp_GroupOfOneEqualsSingleDeviceAndWaitsForNoGradients) {
   auto ddp = StartWorker(), single = StartWorker();
   ASSERT_TRUE(ddp && single);

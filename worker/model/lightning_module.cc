@@ -25,6 +25,12 @@ bool BlockReadsGradients(const torch::jit::Block* block) {
     for (const torch::jit::Block* inner : node->blocks()) {
       if (BlockReadsGradients(inner)) return true;
     }
+    // torch.jit.fork's function is a subgraph attribute, not a block.
+    if (node->hasAttribute(c10::attr::Subgraph)) {
+      std::shared_ptr<torch::jit::Graph> sub = node->g(c10::attr::Subgraph)->copy();
+      torch::jit::Inline(*sub);
+      if (BlockReadsGradients(sub->block())) return true;
+    }
   }
   return false;
 }

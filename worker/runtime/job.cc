@@ -557,7 +557,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     for (const auto& [name, lr] : a.MonitoredRates()) (*r->mutable_learning_rates())[name] = lr;
     // Between this step and the next backward only the next training_step runs, which the
     // strategy checks itself; after a call's last step hooks, validation or a checkpoint may.
-    if (i + 1 < BatchCount(work)) a.strategy().GradientsUnreadAfterNextStep();
+    a.strategy().SetGradientsUnreadAfterNextStep(i + 1 < BatchCount(work));
     DTRAIN_ASSIGN_OR_RETURN(bool stepped, a.OptimizerStep());
     if (stepped) DTRAIN_RETURN_IF_ERROR(a.PostOptimizerStep());
     // As Lightning: the schedulers step even when 16-mixed skipped the optimizer's step.

@@ -122,6 +122,9 @@ absl::Status DdpStrategy::OptimizerStep() {
         },
         gradients_everywhere);
   });
+  // Gradients left averaged only in part must never be added to: spent now, not only at the
+  // zero_grad that follows, which a failure between the two (a scheduler's) would skip.
+  if (!gradients_everywhere) gradients_spent_ = true;
   averaging_in_step_ += (absl::Now() - start) - (sync_->update_time() - updating);
   // The state a checkpoint gathered is stale from this step on: the parts hold the live one. Only
   // now, after the step: parts made in it (after a restore) took their state from it.

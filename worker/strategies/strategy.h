@@ -105,11 +105,13 @@ class Strategy {
   // parameter its new gradient instead of adding it to zeros: a memset and an add over every
   // gradient fewer a step (the plain loop's MLP step ~4.5% faster for it).
   virtual void OptimizerZeroGrad() { gradients_spent_ = true; }
-  // For the next optimizer step only: no code but the step's reads the gradients after it
+  // For the next optimizer step: whether no code but the step's reads the gradients after it
   // before the next backward replaces them (the step is not a call's last, and no hook runs
-  // in between), so a strategy may leave them averaged only where it needs them. The model's
-  // own code reading .grad (LightningModule::ReadsGradients) overrides it.
-  void GradientsUnreadAfterNextStep() { gradients_unread_after_step_ = true; }
+  // in between), so that a strategy may leave them averaged only where it needs them. The
+  // trainer sets it before every step (a value a failed step left is not inherited); the
+  // step clears it. The model's own code reading .grad (LightningModule::ReadsGradients)
+  // overrides it.
+  void SetGradientsUnreadAfterNextStep(bool unread) { gradients_unread_after_step_ = unread; }
   // Around loss.backward() (the accelerator calls them, both before PostBackward): drops the
   // spent gradients, returning the parameters that held them; then gives zeros to those of them
   // the backward did not reach, so that the optimizer steps every parameter that had a gradient,
@@ -205,7 +207,7 @@ class Strategy {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   double lr_ = 0;
   bool gradients_spent_ = false;
-  bool gradients_unread_after_step_ = false;  // GradientsUnreadAfterNextStep, until the step
+  bool gradients_unread_after_step_ = false;  // SetGradientsUnreadAfterNextStep, until the step
   std::unique_ptr<CheckpointIO> checkpoint_io_ = std::make_unique<TorchCheckpointIO>();
 };
 
