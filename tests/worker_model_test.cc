@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -25,6 +26,7 @@
 #include <limits>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
 #include "tests/reference_data.h"
 #include "tests/test_support.h"
 #include "tests/worker_test_helpers.h"
@@ -225,12 +227,17 @@ def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
 }
 
 // ReadsGradients sees a .grad read wherever the module's code makes it: in a method that
-// training_step calls, in a hook, in a submodule's method; the zoo's models read none.
+// training_step calls, in a hook, in a submodule's method, in a scripted function; a call through
+// an interface counts as one; the zoo's models read none.
 TEST(LightningModuleCode, ReadsGradients_WhereverTheCodeReadsGrad) {
   for (const std::string name : {"mlp", "cnn"}) {
     auto model = BuiltinModel(name, 1);
     ASSERT_TRUE(model.ok()) << model.status();
     EXPECT_FALSE(model->ReadsGradients()) << name;
+    // As a job's CPU thread scans it: with the executor's optimization off, a method's optimized
+    // graph keeps its calls (training_step's self.forward), which the scan follows itself.
+    const ScriptExecutionScope scope(torch::Device(torch::kCPU));
+    EXPECT_FALSE(model->ReadsGradients()) << name << ", the executor's optimization off";
   }
   auto wrap = [](const std::string& source, bool child_reads) {
     torch::jit::Module m("Reader");
@@ -277,6 +284,64 @@ def on_train_epoch_end(self):
 )",
                    false))
       << "a hook reads .grad";
+
+  // As Python exports them: a scripted free function (prim::CallFunction, inlined) that reads
+  // .grad; and a call through an interface-typed attribute, which no inlining follows, so it
+  // counts as a read though the module behind it reads nothing.
+  const std::string dir = TempPath("reads-grad-python");
+  std::filesystem::create_directories(dir);
+  const testing::CommandResult exported = testing::RunTorchPython(absl::StrCat(R"(
+from typing import Tuple
+def penalty(t: torch.Tensor) -> torch.Tensor:
+    g = t.grad
+    return torch.zeros(1) if g is None else g.sum().reshape([1])
+def plain(t: torch.Tensor) -> torch.Tensor:
+    return t.sum().reshape([1])
+@torch.jit.interface
+class Norm(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pass
+class Sum(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum()
+class FunctionReads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1))
+    @torch.jit.export
+    def training_step(self, batch: Tuple[torch.Tensor, torch.Tensor], batch_idx: int):
+        return (self.w * batch[0]).sum() + penalty(self.w).sum()
+class FunctionPlain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1))
+    @torch.jit.export
+    def training_step(self, batch: Tuple[torch.Tensor, torch.Tensor], batch_idx: int):
+        return (self.w * batch[0]).sum() + plain(self.w).sum()
+class Interface(torch.nn.Module):
+    norm: Norm
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1))
+        self.norm = Sum()
+    @torch.jit.export
+    def training_step(self, batch: Tuple[torch.Tensor, torch.Tensor], batch_idx: int):
+        return self.norm.forward(self.w * batch[0])
+d = ")",
+                                                                               dir, R"("
+torch.jit.save(torch.jit.script(FunctionReads()), d + "/function-reads.pt")
+torch.jit.save(torch.jit.script(FunctionPlain()), d + "/function-plain.pt")
+torch.jit.save(torch.jit.script(Interface()), d + "/interface.pt")
+)"));
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  auto reads = [&](const std::string& name) {
+    auto model = LightningModule::Load(absl::StrCat(dir, "/", name, ".pt"));
+    EXPECT_TRUE(model.ok()) << model.status();
+    return model.ok() && model->ReadsGradients();
+  };
+  EXPECT_TRUE(reads("function-reads")) << "a scripted function training_step calls reads .grad";
+  EXPECT_FALSE(reads("function-plain"));
+  EXPECT_TRUE(reads("interface")) << "a call through an interface is not followed";
 }
 
 // One parameter p = 1 with loss p^2 / 2 has gradient p: every update is computable by hand.

@@ -1,8 +1,9 @@
 #include "worker/model/lightning_module.h"
 
 #include <fstream>
+#include <unordered_set>
 
-#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/api/function_impl.h>
 
 #include "absl/strings/str_cat.h"
 #include "worker/model/tensor_convert.h"
@@ -19,17 +20,47 @@ constexpr char kExportHint[] =
 // Where dtrain.export() puts configure_optimizers' recipe (torch.jit.save's _extra_files).
 constexpr char kOptimizationFile[] = "dtrain/optimization.json";
 
-bool BlockReadsGradients(const torch::jit::Block* block) {
+// Whether code in `block` may read a tensor's .grad, following the calls it makes (methods,
+// scripted functions, fork subgraphs) into their own graphs. It follows them itself rather than
+// relying on torch::jit::Inline, which inlines a callee's optimized graph: with the graph
+// executor's optimization off (a job's CPU threads, ScriptExecutionScope) that graph still holds
+// its own calls. A call it cannot follow (an interface's method, a builtin) counts as a read.
+bool BlockReadsGradients(const torch::jit::Block* block,
+                         std::unordered_set<const torch::jit::Graph*>& seen);
+
+bool GraphReadsGradients(const torch::jit::Graph& graph,
+                         std::unordered_set<const torch::jit::Graph*>& seen) {
+  if (!seen.insert(&graph).second) return false;  // already scanned (or being scanned)
+  return BlockReadsGradients(graph.block(), seen);
+}
+
+bool FunctionReadsGradients(torch::jit::Function& function,
+                            std::unordered_set<const torch::jit::Graph*>& seen) {
+  torch::jit::GraphFunction* graph = torch::jit::tryToGraphFunction(function);
+  return graph == nullptr || GraphReadsGradients(*graph->graph(), seen);
+}
+
+bool BlockReadsGradients(const torch::jit::Block* block,
+                         std::unordered_set<const torch::jit::Graph*>& seen) {
   for (const torch::jit::Node* node : block->nodes()) {
     if (node->kind() == c10::prim::grad) return true;
+    if (node->kind() == c10::prim::CallMethod) {
+      c10::ClassTypePtr type = node->input(0)->type()->cast<c10::ClassType>();
+      torch::jit::Function* method =
+          type == nullptr ? nullptr : type->findMethod(node->s(c10::attr::name));
+      if (method == nullptr || FunctionReadsGradients(*method, seen)) return true;
+    }
+    if (node->kind() == c10::prim::CallFunction) {
+      c10::FunctionTypePtr type = node->input(0)->type()->cast<c10::FunctionType>();
+      if (type == nullptr || FunctionReadsGradients(*type->function(), seen)) return true;
+    }
     for (const torch::jit::Block* inner : node->blocks()) {
-      if (BlockReadsGradients(inner)) return true;
+      if (BlockReadsGradients(inner, seen)) return true;
     }
     // torch.jit.fork's function is a subgraph attribute, not a block.
-    if (node->hasAttribute(c10::attr::Subgraph)) {
-      std::shared_ptr<torch::jit::Graph> sub = node->g(c10::attr::Subgraph)->copy();
-      torch::jit::Inline(*sub);
-      if (BlockReadsGradients(sub->block())) return true;
+    if (node->hasAttribute(c10::attr::Subgraph) &&
+        GraphReadsGradients(*node->g(c10::attr::Subgraph), seen)) {
+      return true;
     }
   }
   return false;
@@ -260,15 +291,14 @@ std::vector<torch::Tensor> LightningModule::Parameters() const {
 }
 
 bool LightningModule::ReadsGradients() const {
-  // TorchScript compiles `t.grad` to prim::grad; inlined, a method's graph holds the code of
-  // every method and function it calls, however the tensor was reached.
+  // TorchScript compiles `t.grad` to prim::grad, however the tensor was reached; every method
+  // of every submodule is an entry (a hook the trainer calls), and each call is followed.
   absl::StatusOr<bool> reads =
       GuardTorch("cannot inspect the module's code", [&]() -> absl::StatusOr<bool> {
+        std::unordered_set<const torch::jit::Graph*> seen;
         for (const torch::jit::Module& m : module_.modules()) {
           for (const torch::jit::Method& method : m.get_methods()) {
-            std::shared_ptr<torch::jit::Graph> graph = method.graph()->copy();
-            torch::jit::Inline(*graph);
-            if (BlockReadsGradients(graph->block())) return true;
+            if (FunctionReadsGradients(method.function(), seen)) return true;
           }
         }
         return false;

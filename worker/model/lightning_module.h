@@ -71,7 +71,7 @@ class LightningModule {
   std::vector<torch::Tensor> Parameters() const;
   // Whether any of the module's code (any method of it or of a submodule, with what they call)
   // reads a tensor's .grad, so that a strategy knows model code may see the gradients. True
-  // when the code cannot be inspected.
+  // when the code cannot be inspected, or calls what it cannot follow (an interface's method).
   bool ReadsGradients() const;
   std::vector<std::pair<std::string, torch::Tensor>> NamedParameters() const;
   void Train(bool on);
