@@ -1,9 +1,10 @@
 // The collective planes on misuse and faults: a plane refused by name, shared memory's
-// mismatched calls and missing rank named on every rank, a cancelled step ending the wait for a
-// peer that never comes (on every plane; the coordinator's barriers too), Gloo's sliced waits
-// never reporting a false timeout, and the bounds on Gloo's connect (its store's waits, its
-// budget), a coordinator's clean shutdown heard at once on every plane, and a frozen coordinator
-// waited out for less than the heartbeat timeout and named past it.
+// mismatched calls (a split update's landing too) and missing rank named on every rank, a
+// cancelled step ending the wait for a peer that never comes (on every plane; the coordinator's
+// barriers too), Gloo's sliced waits never reporting a false timeout, and the bounds on Gloo's
+// connect (its store's waits, its budget), a coordinator's clean shutdown heard at once on every
+// plane, and a frozen coordinator waited out for less than the heartbeat timeout and named past
+// it.
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -180,6 +182,44 @@ TEST(SharedMemoryBackend, MismatchedCallsAndAMissingRank_NamedOnEveryRank) {
     EXPECT_EQ(mismatch[r].code(), absl::StatusCode::kFailedPrecondition) << mismatch[r];
     EXPECT_THAT(std::string(mismatch[r].message()),
                 HasSubstr("all_reduce of 64 Float REDUCE_OP_SUM in shared buffer #0 at element 0"));
+  }
+
+  // A split update whose result one rank wants everywhere and the other in its own part only
+  // would leave part of it unaveraged: named as a mismatch, not done.
+  statuses = testing::RunRanks(address, "shm-landing", 2, [&](ProcessGroup& pg) -> absl::Status {
+    auto backend = MakeBackend("shm", address, &pg, absl::Seconds(30));
+    if (!backend.ok()) return backend.status();
+    absl::StatusOr<torch::Tensor> grads = (*backend)->AllocateForAllReduce(64, torch::kFloat32);
+    if (!grads.ok()) return grads.status();
+    absl::StatusOr<torch::Tensor> mirror = (*backend)->AllocateForAllReduce(64, torch::kFloat32);
+    if (!mirror.ok()) return mirror.status();
+    bool updated = false;
+    mismatch[pg.rank()] = (*backend)->AllReduceThenUpdate(
+        *grads, v1::REDUCE_OP_MEAN, *mirror,
+        [&](int64_t, int64_t) {
+          updated = true;
+          return absl::OkStatus();
+        },
+        {}, /*result_everywhere=*/pg.rank() == 0);
+    if (updated) return absl::InternalError("updated after a mismatched call");
+    return absl::OkStatus();
+  });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(mismatch[r].code(), absl::StatusCode::kFailedPrecondition) << mismatch[r];
+    // Both calls described, only rank 1's with its result in its own part.
+    const std::string message(mismatch[r].message());
+    const std::string own =
+        "then a split update, in shared buffer #0 at element 0, its result "
+        "in each rank's own part only";
+    const std::string call = absl::StrCat("an all_reduce of 64 Float REDUCE_OP_MEAN ", own);
+    EXPECT_TRUE(absl::StrContains(message, "rank 1 is in " + call) ||
+                absl::StrContains(message, "rank 1 in " + call))
+        << message;
+    const size_t first = message.find("then a split update");
+    ASSERT_NE(first, std::string::npos) << message;
+    EXPECT_NE(message.find("then a split update", first + 1), std::string::npos) << message;
+    EXPECT_EQ(message.find("own part only"), message.rfind("own part only")) << message;
   }
 
   absl::Status waited;

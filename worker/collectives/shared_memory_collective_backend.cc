@@ -88,7 +88,8 @@ std::string DescribeCall(const Descriptor& d) {
       return absl::StrCat("all_reduce of ", d.numel, " ", dtype, " ",
                           v1::ReduceOp_Name(static_cast<v1::ReduceOp>(d.op)),
                           " then a split update, in shared buffer #", d.where >> 40, " at element ",
-                          d.where & ((int64_t{1} << 40) - 1));
+                          d.where & ((int64_t{1} << 40) - 1),
+                          d.detail != 0 ? ", its result in each rank's own part only" : "");
     case CallKind::kAllocate:
       return absl::StrCat("allocation of shared memory for ", d.numel, " ", dtype);
   }
@@ -337,7 +338,7 @@ absl::Status SharedMemoryCollectiveBackend::MatchCalls(uint64_t call,
   for (int r = 0; r < world_size(); ++r) {
     const Descriptor& d = segment_->arrival(r).descriptors[call % 2];
     const bool same_but_where = d.kind == mine.kind && d.call == call && d.numel == mine.numel &&
-                                d.dtype == mine.dtype && d.op == mine.op;
+                                d.dtype == mine.dtype && d.op == mine.op && d.detail == mine.detail;
     if (same_but_where && d.where == mine.where) continue;
     // All_gathers whose rows hold as many elements in as many dimensions and differ in shape
     // ([2, 3] against [3, 2]): each rank knows its own shape only, and says it.

@@ -392,9 +392,12 @@ absl::Status SharedMemoryCollectiveBackend::ReduceInPlace(
   const uint64_t call = ++calls_;
   // Where this rank's input lies, if not in `buffer`: not compared (the ranks' may differ).
   const int64_t input = source != nullptr ? (source->index << 40) + source_offset : -1;
+  // Where the result lands is compared too: ranks that disagree would leave some of it
+  // unaveraged, silently.
   Describe(segment_->arrival(me), call,
            update != nullptr ? CallKind::kAllReduceThenUpdate : CallKind::kAllReduce, numel,
-           static_cast<int32_t>(dtype), op, (buffer.index << 40) + offset, input);
+           static_cast<int32_t>(dtype), op, (buffer.index << 40) + offset, input,
+           result_everywhere ? 0 : 1);
   DTRAIN_RETURN_IF_ERROR(ArriveAndWait("all_reduce"));
   DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
   // This rank's partition, reduced in one pass from every rank's memory into every rank's (every

@@ -54,7 +54,9 @@ struct Descriptor {
   int32_t kind;
   int32_t dtype;
   int32_t op;
-  int32_t reserved;
+  // Compared: an all_reduce-then-update's 1 when its result lands in each rank's own part only
+  // (result_everywhere false), else 0.
+  int32_t detail;
   // Not compared: what this rank brings that may differ from the others' (an all_gather's first
   // dimension, a broadcast_bytes' length at its source, a reduce_boolean_decision's vote, an
   // all_reduce-then-update's input when it lies outside its buffer, as `where`, or -1).
@@ -77,9 +79,9 @@ using PerRank = absl::InlinedVector<T, 8>;
 
 // Writes this rank's descriptor of its next call.
 inline void Describe(Arrival& mine, uint64_t call, CallKind kind, int64_t numel, int32_t dtype,
-                     int32_t op, int64_t where = -1, int64_t value = 0) {
-  mine.descriptors[call % 2] = {call,  numel, where, static_cast<int32_t>(kind),
-                                dtype, op,    0,     value};
+                     int32_t op, int64_t where = -1, int64_t value = 0, int32_t detail = 0) {
+  mine.descriptors[call % 2] = {call,  numel, where,  static_cast<int32_t>(kind),
+                                dtype, op,    detail, value};
 }
 
 }  // namespace shm
