@@ -1,8 +1,9 @@
 // Plugins by registration, from the outside: dtrain-worker --plugin loads the example library
 // (examples/plugins), its workers report what it offers, the coordinator refuses a job naming a
 // plugin nobody offers (listing what is offered) and places a job naming plugins only on workers
-// that have them; the plugin strategy is called at Lightning's moments and the plugin checkpoint
-// IO writes the job's checkpoints with its storage_options.
+// that have them; the plugin strategy is called at Lightning's moments, the plugin checkpoint
+// IO writes the job's checkpoints with its storage_options, and a plugin accelerator's hook
+// that reads .grad between steps sees the averaged gradients.
 #include <stdlib.h>
 
 #include <filesystem>
@@ -139,6 +140,49 @@ TEST_F(PluginsTest, PluginStrategyAndCheckpointIO_RunOnTheWorkersOfferingThem) {
     ++stored;
   }
   EXPECT_GE(stored, 1);
+}
+
+// A plugin accelerator whose hook reads .grad between a call's steps (gradient_watch) sees the
+// averaged gradients there, the same on both ranks to the bit: ddp's split step, which leaves a
+// step's mean only in each rank's own part when nothing reads it before the next backward,
+// writes it everywhere when a plugin's hooks run in between.
+TEST_F(PluginsTest, PluginAcceleratorReadingGradients_SeesTheAveragedOnesBetweenSteps) {
+  const std::string id = cluster_->Submit("watched", R"(name: watched
+model: {builtin: mlp}
+data:
+  synthetic: {train_size: 1024, val_size: 64, test_size: 64, seed: 3}
+  batch_size: 32
+trainer: {max_epochs: 1, strategy: ddp, num_nodes: 2, accelerator: gradient_watch,
+          batches_per_call: 4, collective_backend: shm}
+seed_everything: 1
+optimizer: {name: sgd, lr: 0.05, momentum: 0.9}
+)");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(
+      WaitFor([&] { return IsTerminal(cluster_->GetJob(id).state()); }, absl::Seconds(120)));
+  const v1::JobStatus job = cluster_->GetJob(id);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.reason();
+  CommandResult logs = cluster_->Dtrain("logs " + id);
+  EXPECT_THAT(logs.output, HasSubstr("its step split between the 2 ranks, the mean on every rank "
+                                     "at every step"))
+      << logs.output;
+  // "<batch_idx> <nonzero elements> <digest>" per batch; 1024 / (32 x 2) = 16 batches a rank.
+  std::vector<std::vector<std::string>> seen(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(absl::StrCat(records_, "/gradients-rank-", rank, ".log"));
+    for (std::string line; std::getline(in, line);) seen[rank].push_back(line);
+    ASSERT_EQ(seen[rank].size(), 16u) << absl::StrJoin(seen[rank], "\n");
+  }
+  for (size_t i = 0; i < 16; ++i) {
+    SCOPED_TRACE(seen[0][i]);
+    const std::vector<std::string> fields = absl::StrSplit(seen[0][i], ' ');
+    ASSERT_EQ(fields.size(), 3u);
+    EXPECT_EQ(fields[0], std::to_string(i));
+    // Batch 0's gradients are the buckets' fresh zeros; every later batch sees a step's.
+    EXPECT_EQ(std::stoll(fields[1]) > 0, i > 0);
+    EXPECT_EQ(fields[2].rfind("sha256:", 0), 0u);
+    EXPECT_EQ(seen[0][i], seen[1][i]) << "the ranks saw different gradients between two steps";
+  }
 }
 
 TEST_F(PluginsTest, UnknownPlugin_RefusedAtSubmit_ListingWhatTheWorkersOffer) {

@@ -9,6 +9,8 @@
 // recording_ddp appends one line per hook to $RECORDING_DDP_DIR/rank-<global rank>.log (when
 // the variable is set) and logs it; checksum appends each digest it writes to
 // $RECORDING_DDP_DIR/checksum.log, as the sidecars go with the worker's scratch at teardown.
+// The library's entry point, at the end, also registers the accelerator "gradient_watch"
+// (gradient_watch.cc).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/sha256.h"
+#include "examples/plugins/gradient_watch.h"
 #include "worker/checkpoint/checkpoint_io.h"
 #include "worker/plugins/plugin_registry.h"
 #include "worker/strategies/ddp_strategy.h"
@@ -137,4 +140,5 @@ DTRAIN_PLUGIN(registry) {
         return std::make_unique<example::ChecksumCheckpointIO>();
       },
       "torch.save's file plus a SHA-256 beside it, checked on load; storage_options fsync");
+  example::RegisterGradientWatch(registry);
 }

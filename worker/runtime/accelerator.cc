@@ -84,6 +84,12 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Make(
   DTRAIN_ASSIGN_OR_RETURN(made->precision_, precision_entry.make(plan.autocast));
   // A loss scaler unscales (and checks) the gradients before the step.
   if (made->precision_->scaler() != nullptr) strategy.gradients_read_before_step = true;
+  // A plugin's hooks run between a call's steps (OnTrainBatchStart, PostOptimizerStep,
+  // ConvertInput) and may read .grad, which no scan of the model can see. (Entries added to the
+  // registry in-process, not by a --plugin library, count as dtrain's own.)
+  if (device.info.origin != "builtin" || precision_entry.info.origin != "builtin") {
+    strategy.gradients_read_between_steps = true;
+  }
   strategy.device = made->device_;
   strategy.replica_devices = plan.replicas;
   DTRAIN_ASSIGN_OR_RETURN(made->strategy_, MakeStrategy(strategy, std::move(backend)));

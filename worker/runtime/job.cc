@@ -303,7 +303,10 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
   }
   if (job->accelerator_->strategy().splits_optimizer_step()) {
     absl::StrAppend(&job->optimization_, "; its step split between the ",
-                    job->accelerator_->strategy().world_size(), " ranks");
+                    job->accelerator_->strategy().world_size(), " ranks",
+                    job->accelerator_->strategy().mean_only_in_own_part_between_steps()
+                        ? ", the mean between a call's steps in each rank's own part only"
+                        : ", the mean on every rank at every step (.grad may be read between)");
   }
   job->accelerator_->strategy().SetCheckpointIO(std::move(*checkpoint_io));
   // A streamed split's rank reads its own chunk of each epoch (worker/data/epoch_plan.h).

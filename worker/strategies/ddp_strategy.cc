@@ -77,7 +77,7 @@ absl::Status DdpStrategy::MaybeSplitOptimizerStep(LightningModule* model) {
                {{"rank", static_cast<int64_t>(backend_->rank())}});
     return absl::OkStatus();
   }
-  model_reads_gradients_ = model->ReadsGradients();
+  gradients_read_between_steps_ = options_.gradients_read_between_steps || model->ReadsGradients();
   split_ =
       std::make_unique<SplitOptimizerStep>(optimizer_.get(), sync_.get(), std::move(parameters));
   return absl::OkStatus();
@@ -110,7 +110,7 @@ absl::Status DdpStrategy::OptimizerStep() {
   averaging_due_ = false;
   // The averaged gradients on every rank only where something may read them after the step:
   // writing the peers' parts costs the MLP's step ~1% (docs/decisions/performance.md).
-  const bool gradients_everywhere = !gradients_unread || model_reads_gradients_;
+  const bool gradients_everywhere = !gradients_unread || gradients_read_between_steps_;
   const absl::Time start = absl::Now();
   const absl::Duration updating = sync_->update_time();
   // The plane owns the failure of an update (it fails the group); a libtorch error in the

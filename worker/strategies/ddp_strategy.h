@@ -44,6 +44,9 @@ class DdpStrategy : public Strategy {
   absl::Status FinishRestore(bool optimizer_restored) override;
   // Whether this job's optimizer step is split between the ranks (SplitOptimizerStep).
   bool splits_optimizer_step() const override { return split_ != nullptr; }
+  bool mean_only_in_own_part_between_steps() const override {
+    return split_ != nullptr && !gradients_read_between_steps_;
+  }
 
  protected:
   // Makes every rank's parameters and buffers rank 0's.
@@ -56,9 +59,10 @@ class DdpStrategy : public Strategy {
   absl::Status MaybeSplitOptimizerStep(LightningModule* model);
 
   std::unique_ptr<SplitOptimizerStep> split_;
-  bool averaging_due_ = false;         // split_: a backward ended a window; the step averages
-  bool model_reads_gradients_ = true;  // split_: LightningModule::ReadsGradients
-  bool consolidated_ = false;          // split_: optimizer_ holds a checkpoint's gathered state
+  bool averaging_due_ = false;  // split_: a backward ended a window; the step averages
+  // split_: LightningModule::ReadsGradients, or options' gradients_read_between_steps.
+  bool gradients_read_between_steps_ = true;
+  bool consolidated_ = false;  // split_: optimizer_ holds a checkpoint's gathered state
   // split_, during a restore: optimizer_'s state before it, put back if the checkpoint held none.
   std::remove_reference_t<decltype(std::declval<torch::optim::Optimizer&>().state())>
       state_before_restore_;

@@ -58,6 +58,10 @@ struct StrategyOptions {
   // split step cannot allow: it averages them only as it steps.
   bool split_optimizer_step = true;
   bool gradients_read_before_step = false;
+  // Whether code the model's TorchScript does not show may read the gradients between a call's
+  // steps (a plugin accelerator's or precision plugin's hooks): a split step then writes their
+  // mean on every rank at every step, as for a model that reads .grad.
+  bool gradients_read_between_steps = false;
 };
 
 // What the optimizer sees during a checkpoint restore, and how it is handed back.
@@ -109,8 +113,8 @@ class Strategy {
   // before the next backward replaces them (the step is not a call's last, and no hook runs
   // in between), so that a strategy may leave them averaged only where it needs them. The
   // trainer sets it before every step (a value a failed step left is not inherited); the
-  // step clears it. The model's own code reading .grad (LightningModule::ReadsGradients)
-  // overrides it.
+  // step clears it. The model's own code reading .grad (LightningModule::ReadsGradients), or a
+  // plugin's that might (StrategyOptions::gradients_read_between_steps), overrides it.
   void SetGradientsUnreadAfterNextStep(bool unread) { gradients_unread_after_step_ = unread; }
   // Around loss.backward() (the accelerator calls them, both before PostBackward): drops the
   // spent gradients, returning the parameters that held them; then gives zeros to those of them
@@ -191,6 +195,9 @@ class Strategy {
   virtual absl::Duration averaging_in_step() const { return absl::ZeroDuration(); }
   // Whether each rank steps only its share of the parameters (ddp's SplitOptimizerStep).
   virtual bool splits_optimizer_step() const { return false; }
+  // Whether a split step leaves the mean of a step that is not a call's last only in this
+  // rank's own part of the gradients (SetGradientsUnreadAfterNextStep).
+  virtual bool mean_only_in_own_part_between_steps() const { return false; }
 
   LightningModule& model() { return *model_; }
   torch::optim::Optimizer* optimizer() { return optimizer_.get(); }
