@@ -41,10 +41,10 @@
 #include "absl/time/clock.h"
 #include "bench/lockstep_file.h"
 #include "bench/plain_loop.h"
+#include "common/distributed_sampler.h"
 #include "common/process_tuning.h"
 #include "common/status_macros.h"
 #include "common/thread_schedstat.h"
-#include "coordinator/jobs/distributed_sampler.h"
 #include "worker/collectives/rank_order_reduction.h"
 #include "worker/collectives/reduction_partition.h"
 #include "worker/data/dataset.h"
@@ -68,7 +68,7 @@ ABSL_FLAG(double, lr, 0.05, "learning rate (a job spec's optimizer.lr)");
 ABSL_FLAG(bool, shuffle, false,
           "data.shuffle: each epoch's samples in the order of its permutation by --seed and the "
           "epoch, as a job's sampler draws them; else in order. Either way each rank reads the "
-          "batches a job's rank reads (coordinator/jobs/distributed_sampler.h), an epoch's "
+          "batches a job's rank reads (common/distributed_sampler.h), an epoch's "
           "smaller last batch included");
 ABSL_FLAG(uint64_t, seed, 1,
           "seed_everything: the model's initial weights and, with --shuffle, each epoch's "

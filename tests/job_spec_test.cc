@@ -11,9 +11,9 @@
 #include "client/job_spec_file.h"
 #include "client/metrics_plot.h"
 #include "client/progress_view.h"
+#include "common/distributed_sampler.h"
 #include "common/job_spec.h"
 #include "common/tfevents_writer.h"
-#include "coordinator/jobs/distributed_sampler.h"
 #include "dtrain/v1/tfevents.pb.h"
 #include "tests/test_support.h"
 

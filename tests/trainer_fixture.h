@@ -18,8 +18,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/distributed_sampler.h"
 #include "common/job_spec.h"
-#include "coordinator/jobs/distributed_sampler.h"
 #include "coordinator/jobs/testing/fake_worker_group.h"
 #include "coordinator/jobs/trainer.h"
 

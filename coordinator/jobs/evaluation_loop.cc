@@ -6,9 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/distributed_sampler.h"
 #include "common/status_macros.h"
 #include "coordinator/jobs/batch_limits.h"
-#include "coordinator/jobs/distributed_sampler.h"
 #include "coordinator/jobs/logged_metrics.h"
 #include "coordinator/jobs/metric_names.h"
 

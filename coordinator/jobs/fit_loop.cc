@@ -12,7 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "coordinator/jobs/distributed_sampler.h"
+#include "common/distributed_sampler.h"
 #include "coordinator/jobs/model_checkpoint.h"
 
 namespace dtrain {

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/distributed_sampler.h"
 #include "common/status_macros.h"
 #include "coordinator/jobs/batch_limits.h"
-#include "coordinator/jobs/distributed_sampler.h"
 
 namespace dtrain {
 

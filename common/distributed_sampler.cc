@@ -1,4 +1,4 @@
-#include "coordinator/jobs/distributed_sampler.h"
+#include "common/distributed_sampler.h"
 
 #include <algorithm>
 #include <numeric>
@@ -23,6 +23,12 @@ std::vector<int64_t> TrainShard(int64_t n, int world, int rank, bool shuffle, ui
   mine.reserve(per_rank);
   for (int64_t i = rank; i < total; i += world) mine.push_back(order[i]);
   return mine;
+}
+
+std::vector<int64_t> TrainIndices(int64_t n, int world, int rank, bool streamed, bool shuffle,
+                                  uint64_t seed, int64_t epoch) {
+  return streamed ? StreamPositions(n, world, rank, true)
+                  : TrainShard(n, world, rank, shuffle, seed, epoch);
 }
 
 std::vector<int64_t> StreamPositions(int64_t n, int world, int rank, bool training) {

@@ -14,6 +14,11 @@ namespace dtrain {
 std::vector<int64_t> TrainShard(int64_t n, int world, int rank, bool shuffle, uint64_t seed,
                                 int64_t epoch);
 
+// Rank `rank`'s training indices (or positions, for a streamed split) for `epoch`: what the
+// coordinator lists and what a worker expands LocalWork.sampled to, from this one function.
+std::vector<int64_t> TrainIndices(int64_t n, int world, int rank, bool streamed, bool shuffle,
+                                  uint64_t seed, int64_t epoch);
+
 // Rank `rank`'s evaluation indices: i = rank, rank + world, ... < n.
 std::vector<int64_t> EvalShard(int64_t n, int world, int rank);
 
