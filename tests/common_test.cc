@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -21,9 +22,11 @@
 #include "common/dtype.h"
 #include "common/grpc_status.h"
 #include "common/half.h"
+#include "common/packed_batch_results.h"
 #include "common/process_tuning.h"
 #include "common/tensor.h"
 #include "common/thread_schedstat.h"
+#include "google/protobuf/util/message_differencer.h"
 
 namespace dtrain {
 namespace common_test {
@@ -116,6 +119,99 @@ TEST(ProcessTuning, EverySettingIsTaken_LargeBlocksStayOnTheHeap) {
         std::_Exit(block != nullptr && mapped_after == mapped_before ? 0 : 2);
       },
       testing::ExitedWithCode(0), "mapped");
+}
+
+// A training call's answers packed (LocalResult.packed): scalars and learning rates only, the
+// same names in every batch (rates: in every batch that stepped), consecutive batch_idx;
+// anything else stays a BatchResult per batch.
+v1::LocalResult PlainResult(int n) {
+  v1::LocalResult r;
+  for (int i = 0; i < n; ++i) {
+    v1::BatchResult* b = r.add_batches();
+    b->set_batch_idx(10 + i);
+    b->set_size(64 - i);
+    (*b->mutable_scalars())["loss"] = 0.5 + i;
+    (*b->mutable_scalars())["acc"] = 0.25 * i;
+    b->set_optimizer_stepped(i % 2 == 1);
+    b->set_step_skipped(i == 2);
+    if (b->optimizer_stepped()) {
+      (*b->mutable_learning_rates())["lr-SGD/pg2"] = 0.01 * i;
+      (*b->mutable_learning_rates())["lr-SGD/pg1"] = 0.1 * i;
+    }
+  }
+  return r;
+}
+
+TEST(PackedBatchResults, ScalarsOnly_PackedInOrder_NamesSorted) {
+  v1::LocalResult r = PlainResult(3);
+  ASSERT_TRUE(PackBatchResults(&r));
+  EXPECT_EQ(r.batches_size(), 0);
+  const v1::PackedBatchResults& p = r.packed();
+  EXPECT_EQ(p.first_batch_idx(), 10);
+  EXPECT_EQ(std::vector<int64_t>(p.sizes().begin(), p.sizes().end()),
+            (std::vector<int64_t>{64, 63, 62}));
+  EXPECT_EQ(std::vector<std::string>(p.scalar_names().begin(), p.scalar_names().end()),
+            (std::vector<std::string>{"acc", "loss"}));
+  EXPECT_EQ(std::vector<double>(p.scalar_values().begin(), p.scalar_values().end()),
+            (std::vector<double>{0, 0.5, 0.25, 1.5, 0.5, 2.5}));
+  EXPECT_EQ(std::vector<bool>(p.optimizer_stepped().begin(), p.optimizer_stepped().end()),
+            (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(std::vector<bool>(p.step_skipped().begin(), p.step_skipped().end()),
+            (std::vector<bool>{false, false, true}));
+  // Only batch 1 stepped: one row of rates.
+  EXPECT_EQ(std::vector<std::string>(p.rate_names().begin(), p.rate_names().end()),
+            (std::vector<std::string>{"lr-SGD/pg1", "lr-SGD/pg2"}));
+  EXPECT_EQ(std::vector<double>(p.rate_values().begin(), p.rate_values().end()),
+            (std::vector<double>{0.1, 0.01}));
+  EXPECT_TRUE(CheckPackedBatchResults(p, 3).ok());
+}
+
+TEST(PackedBatchResults, AnythingButScalars_LeftAsBatchResults) {
+  const std::vector<std::pair<const char*, std::function<void(v1::BatchResult*)>>> edits = {
+      {"logged", [](v1::BatchResult* b) { (*b->mutable_logged())["x"].set_value(1); }},
+      {"another learning rate",
+       [](v1::BatchResult* b) { (*b->mutable_learning_rates())["x"] = 1; }},
+      {"a tensor", [](v1::BatchResult* b) { (*b->mutable_tensors())["out"]; }},
+      {"kept rows", [](v1::BatchResult* b) { b->add_kept_rows(0); }},
+      {"another scalar name",
+       [](v1::BatchResult* b) {
+         b->mutable_scalars()->erase("acc");
+         (*b->mutable_scalars())["grad_norm"] = 1;
+       }},
+      {"one scalar more", [](v1::BatchResult* b) { (*b->mutable_scalars())["grad_norm"] = 1; }},
+      {"a gap in batch_idx", [](v1::BatchResult* b) { b->set_batch_idx(99); }},
+      {"a rate without a step", [](v1::BatchResult* b) { b->set_optimizer_stepped(false); }},
+  };
+  for (const auto& [what, edit] : edits) {
+    v1::LocalResult r = PlainResult(4);  // batches 1 and 3 stepped
+    edit(r.mutable_batches(1));
+    const v1::LocalResult before = r;
+    EXPECT_FALSE(PackBatchResults(&r)) << what;
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(r, before)) << what;
+  }
+  v1::LocalResult empty;
+  EXPECT_FALSE(PackBatchResults(&empty));
+}
+
+TEST(PackedBatchResults, MisshapenAnswer_RefusedSayingWhatIsOff) {
+  v1::LocalResult r = PlainResult(4);
+  ASSERT_TRUE(PackBatchResults(&r));
+  v1::PackedBatchResults short_values = r.packed();
+  short_values.mutable_scalar_values()->RemoveLast();
+  absl::Status s = CheckPackedBatchResults(short_values, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("carry 7 values (want 8)"), std::string::npos) << s;
+  v1::PackedBatchResults flags = r.packed();
+  flags.add_optimizer_stepped(true);
+  EXPECT_EQ(CheckPackedBatchResults(flags, 4).code(), absl::StatusCode::kInvalidArgument);
+  v1::PackedBatchResults rates = r.packed();  // batches 1 and 3 stepped: 2 rows of 2
+  rates.add_rate_values(0.5);
+  s = CheckPackedBatchResults(rates, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("carry 5 rate values (want 4)"), std::string::npos) << s;
+  s = CheckPackedBatchResults(r.packed(), 3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("hold 4 batches; the call sent 3"), std::string::npos) << s;
 }
 
 }  // namespace common_test

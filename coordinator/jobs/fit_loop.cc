@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/status_macros.h"
 #include "common/distributed_sampler.h"
+#include "common/status_macros.h"
 #include "coordinator/jobs/model_checkpoint.h"
 
 namespace dtrain {
@@ -30,13 +30,17 @@ absl::Status FitLoop::TrainEpoch(int64_t epoch, int64_t start_batch) {
   const v1::JobSpec& spec = context_.spec;
   const v1::TrainerConfig& t = spec.trainer();
   TrainingState& state = context_.state;
-  RankBatches batches(state.world_size);
-  for (int r = 0; r < state.world_size; ++r) {
-    batches[r] = Batches(state.streamed("train")
-                             ? StreamPositions(state.split_size("train"), state.world_size, r, true)
-                             : TrainShard(state.split_size("train"), state.world_size, r,
-                                          spec.data().shuffle(), spec.seed_everything(), epoch),
-                         spec.data().batch_size());
+  // Workers that deal the batches themselves are told how (TrainCall.sampling); others are
+  // sent every rank's list.
+  RankBatches batches;
+  if (!state.sampled_work) {
+    batches.resize(state.world_size);
+    for (int r = 0; r < state.world_size; ++r) {
+      batches[r] = Batches(
+          TrainIndices(state.split_size("train"), state.world_size, r, state.streamed("train"),
+                       spec.data().shuffle(), spec.seed_everything(), epoch),
+          spec.data().batch_size());
+    }
   }
   const int64_t nb = state.batches_per_epoch;
   const double vci = t.val_check_interval();
@@ -156,7 +160,11 @@ absl::Status FitLoop::SendCall(const RankBatches& batches, int64_t first, int64_
   s.steps_before = steps_before;
   TrainCall& call = s.call;
   call.epoch = state.epoch;
-  call.batches = &batches;
+  call.batches = state.sampled_work ? nullptr : &batches;
+  call.sampling = {.samples = state.split_size("train"),
+                   .shuffle = context_.spec.data().shuffle(),
+                   .seed = context_.spec.seed_everything(),
+                   .batch_size = context_.spec.data().batch_size()};
   call.first = first;
   call.count = count;
   call.end_of_epoch = first + count == state.batches_per_epoch;

@@ -6,6 +6,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/packed_batch_results.h"
 #include "common/setup_request.h"
 #include "common/status_macros.h"
 #include "dtrain/v1/worker.grpc.pb.h"
@@ -69,6 +70,11 @@ absl::StatusOr<GroupSetup> GrpcWorkerGroup::Setup(const v1::JobSpec& spec,
       setup.plateau_monitors.emplace_back(m.monitor(), m.strict());
     }
   }
+  // Older workers neither expand a sampler nor pack results: they are sent lists.
+  sampled_work_ = !responses.empty() && absl::c_all_of(responses, [](const v1::SetupResponse& r) {
+    return r.sampled_work();
+  });
+  setup.sampled_work = sampled_work_;
   setup.plane_notes = absl::StrJoin(notes, "; ");
   setup.group_formation = absl::Milliseconds(group_ms);
 
@@ -120,7 +126,48 @@ std::vector<v1::StepRequest> GrpcWorkerGroup::StepRequests(const std::string& sp
   return requests;
 }
 
+std::vector<v1::StepRequest> GrpcWorkerGroup::SampledRequests(const TrainCall& call) const {
+  std::vector<v1::StepRequest> requests(workers_.size());
+  for (int i = 0; i < workers_.size(); ++i) {
+    requests[i].set_job_id(job_id_);
+    for (size_t local = 0; local < workers_.ranks(i).size(); ++local) {
+      v1::LocalWork* work = requests[i].add_work();
+      work->set_first_batch_idx(call.first);
+      v1::SampledBatches* sampled = work->mutable_sampled();
+      sampled->set_split("train");
+      sampled->set_samples(call.sampling.samples);
+      sampled->set_shuffle(call.sampling.shuffle);
+      sampled->set_seed(call.sampling.seed);
+      sampled->set_batch_size(call.sampling.batch_size);
+      sampled->set_batch_count(call.count);
+    }
+    requests[i].set_packed_results(true);
+  }
+  return requests;
+}
+
 namespace {
+
+// A packed answer's batches (PackedBatchResults), as ScalarsOf reads a BatchResult.
+void AddPackedScalars(const v1::PackedBatchResults& packed, std::vector<BatchScalars>* out) {
+  const int names = packed.scalar_names_size();
+  const int rates = packed.rate_names_size();
+  out->reserve(out->size() + packed.sizes_size());
+  int stepped = 0;
+  for (int b = 0; b < packed.sizes_size(); ++b) {
+    BatchScalars& batch = out->emplace_back();
+    batch.size = packed.sizes(b);
+    for (int j = 0; j < names; ++j) {
+      batch.scalars.emplace(packed.scalar_names(j), packed.scalar_values(b * names + j));
+    }
+    batch.optimizer_stepped = packed.optimizer_stepped(b);
+    if (!batch.optimizer_stepped) continue;
+    for (int j = 0; j < rates; ++j) {
+      batch.learning_rates.emplace(packed.rate_names(j), packed.rate_values(stepped * rates + j));
+    }
+    ++stepped;
+  }
+}
 
 BatchScalars ScalarsOf(const v1::BatchResult& batch) {
   BatchScalars out;
@@ -157,7 +204,10 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::Train(const TrainCall& call) {
 
 void GrpcWorkerGroup::StartTrain(const TrainCall& call) {
   auto sent = std::make_unique<TrainInFlight>();
-  sent->requests = StepRequests("train", *call.batches, call.first, call.count);
+  sent->count = call.count;
+  sent->requests = sampled_work_ || call.batches == nullptr
+                       ? SampledRequests(call)
+                       : StepRequests("train", *call.batches, call.first, call.count);
   for (v1::StepRequest& request : sent->requests) {
     request.set_epoch(call.epoch);
     request.set_end_of_epoch(call.end_of_epoch);
@@ -190,8 +240,8 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::FinishTrain() {
     return status;
   }
   TrainResult result;
-  for (const v1::StepResponse& response : sent->responses) {
-    for (const v1::LocalResult& local : response.results()) {
+  for (size_t i = 0; i < sent->responses.size(); ++i) {
+    for (const v1::LocalResult& local : sent->responses[i].results()) {
       if (local.rank() < 0 || local.rank() >= world_) continue;
       RankTrainResult& r = result.ranks.emplace_back();
       r.rank = local.rank();
@@ -204,6 +254,15 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::FinishTrain() {
       const v1::StepPhases& phases = local.phases();
       r.phases = {phases.data_seconds(), phases.forward_seconds(), phases.backward_seconds(),
                   phases.averaging_seconds(), phases.optimizer_seconds()};
+      if (local.has_packed()) {
+        if (absl::Status packed = CheckPackedBatchResults(local.packed(), sent->count);
+            !packed.ok()) {
+          return absl::InternalError(absl::StrCat("worker '", workers_.info(i).name(),
+                                                  "' answered rank ", local.rank(), ": ",
+                                                  packed.message()));
+        }
+        AddPackedScalars(local.packed(), &r.batches);
+      }
       for (const v1::BatchResult& batch : local.batches()) r.batches.push_back(ScalarsOf(batch));
     }
   }

@@ -58,11 +58,14 @@ class GrpcWorkerGroup final : public WorkerGroup {
   // of each rank's list (clipped to what the rank has).
   std::vector<v1::StepRequest> StepRequests(const std::string& split, const RankBatches& batches,
                                             int64_t first, int64_t count) const;
+  // One request per worker naming the call's batches by their sampler (LocalWork.sampled).
+  std::vector<v1::StepRequest> SampledRequests(const TrainCall& call) const;
 
   // INTERNAL naming `what` while training calls are unfinished.
   absl::Status NoTrainingInFlight(const std::string& what) const;
   // A training call sent and not yet finished; its messages stay put until it answers.
   struct TrainInFlight {
+    int64_t count = 0;  // batches a rank
     std::vector<v1::StepRequest> requests;
     std::vector<v1::StepResponse> responses;
     RunWorkers::InFlight calls;
@@ -73,6 +76,7 @@ class GrpcWorkerGroup final : public WorkerGroup {
   const absl::Duration step_timeout_;
   RunWorkers workers_;
   int world_ = 0;
+  bool sampled_work_ = false;                            // GroupSetup.sampled_work
   std::deque<std::unique_ptr<TrainInFlight>> training_;  // oldest first
 };
 

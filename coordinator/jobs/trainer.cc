@@ -196,6 +196,7 @@ absl::Status Trainer::Setup() {
   optimization_ = setup->optimization;
   state_.split_sizes = setup->split_sizes;
   state_.streamed_splits = setup->streamed_splits;
+  state_.sampled_work = setup->sampled_work;
   int64_t& n_train = state_.split_sizes["train"];
   if (n_train <= 0 && Fits(spec)) {
     return absl::InvalidArgumentError("data: fit needs a train split, and it is empty or missing");

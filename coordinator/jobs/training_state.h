@@ -29,6 +29,8 @@ struct TrainingState {
   std::map<std::string, int64_t> split_sizes;  // train is limited by data.limit_train_samples
   // Splits the workers stream (data.shards): batches are positions, not sample indices.
   std::set<std::string> streamed_splits;
+  // The workers deal training batches themselves (GroupSetup.sampled_work).
+  bool sampled_work = false;
   int64_t batches_per_epoch = 0;  // per rank
   int64_t total_steps = 0;        // optimizer steps the fit will take
   int64_t max_epochs = 0;

@@ -59,6 +59,9 @@ struct GroupSetup {
   // ReduceLROnPlateau monitors (name, strict).
   std::string optimization;
   std::vector<std::pair<std::string, bool>> plateau_monitors;
+  // Every worker takes a training call's batches as their sampler's description
+  // (LocalWork.sampled) and answers packed results: the loop need not list them.
+  bool sampled_work = false;
 };
 
 // One batch's outcome: its samples and the scalars its step returned (loss, ...).
@@ -84,10 +87,21 @@ struct BatchScalars {
   std::map<std::string, double> learning_rates;
 };
 
+// How every rank's training batches are dealt (common/distributed_sampler.h), for workers
+// that deal them themselves (LocalWork.sampled).
+struct TrainSampling {
+  int64_t samples = 0;  // the train split's size after data.limit_train_samples
+  bool shuffle = false;
+  uint64_t seed = 0;
+  int64_t batch_size = 1;
+};
+
 // One training call: batches [first, first + count) of every rank's epoch.
 struct TrainCall {
   int64_t epoch = 0;
+  // The batches listed; null when GroupSetup.sampled_work lets `sampling` name them.
   const RankBatches* batches = nullptr;
+  TrainSampling sampling;
   int64_t first = 0;
   int64_t count = 0;
   // The call's last batch ends the epoch (it closes the accumulation window).

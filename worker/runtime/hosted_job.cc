@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_settings.h"
+#include "common/packed_batch_results.h"
 #include "common/status_macros.h"
 #include "worker/runtime/job.h"
 
@@ -49,6 +50,7 @@ class LocalJob : public HostedJob {
         break;
     }
     if (!result.ok()) return result.status();
+    if (kind == StepKind::kTraining && request.packed_results()) PackBatchResults(&*result);
     *response->add_results() = std::move(*result);
     return absl::OkStatus();
   }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -17,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/distributed_sampler.h"
 #include "common/job_settings.h"
 #include "common/status_macros.h"
 #include "common/tensor.h"
@@ -29,6 +31,7 @@
 #include "worker/model/tensor_convert.h"
 #include "worker/model/torch_status.h"
 #include "worker/runtime/cpu_affinity.h"
+#include "worker/runtime/local_work.h"
 #include "worker/runtime/optimizer_choice.h"
 #include "worker/runtime/registered_plugins.h"
 
@@ -428,6 +431,7 @@ void Job::Describe(v1::SetupResponse* response) const {
   response->set_collective_plane_note(plane_note_);
   response->set_group_formation_ms(absl::ToInt64Milliseconds(group_formation_));
   response->set_optimization(optimization_);
+  response->set_sampled_work(true);
   if (const LrSchedulers* schedulers = accelerator_->schedulers(); schedulers != nullptr) {
     for (const LrSchedulers::Monitor& m : schedulers->PlateauMonitors()) {
       v1::PlateauMonitor* monitor = response->add_plateau_monitors();
@@ -445,7 +449,60 @@ void Job::Describe(v1::SetupResponse* response) const {
 }
 
 int Job::BatchCount(const v1::LocalWork& work) {
-  return work.batches_size() > 0 ? work.batches_size() : work.index_batches_size();
+  // A sampled count is checked by DealSampled against the epoch's batches before it is used.
+  return static_cast<int>(
+      std::min<int64_t>(LocalWorkBatches(work), std::numeric_limits<int>::max()));
+}
+
+absl::Status Job::DealSampled(const v1::LocalWork& work, int64_t epoch) {
+  if (work.batches_size() > 0 || work.index_batches_size() > 0 || !work.has_sampled()) {
+    return absl::OkStatus();
+  }
+  const v1::SampledBatches& s = work.sampled();
+  if (s.split() != "train") {
+    return absl::InvalidArgumentError(absl::StrCat("sampled batches name split '", s.split(),
+                                                   "'; the sampler deals only 'train'"));
+  }
+  int64_t split_size = 0;
+  for (const auto& [name, size] : data_->Splits()) {
+    if (name == "train") split_size = size;
+  }
+  if (s.samples() <= 0 || s.samples() > split_size) {
+    return absl::InvalidArgumentError(absl::StrCat("sampled batches deal ", s.samples(),
+                                                   " samples; this worker's train split has ",
+                                                   split_size, " (give 1 to ", split_size, ")"));
+  }
+  if (s.batch_size() <= 0 || s.batch_size() > s.samples()) {
+    return absl::InvalidArgumentError(absl::StrCat("sampled batch_size is ", s.batch_size(),
+                                                   "; give 1 to the samples dealt (", s.samples(),
+                                                   ")"));
+  }
+  if (s.batch_count() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampled batch_count is ", s.batch_count(), "; give at least 1"));
+  }
+  const Strategy& strategy = accelerator_->strategy();
+  const bool streamed = data_->Streamed("train");
+  if (dealt_.samples != s.samples() || dealt_.shuffle != s.shuffle() || dealt_.seed != s.seed() ||
+      dealt_.epoch != epoch) {
+    // Bounded by the dataset: at most ceil(split / world) indices.
+    dealt_.indices = TrainIndices(s.samples(), strategy.world_size(), strategy.global_rank(),
+                                  streamed, s.shuffle(), s.seed(), epoch);
+    dealt_.samples = s.samples();
+    dealt_.shuffle = s.shuffle();
+    dealt_.seed = s.seed();
+    dealt_.epoch = epoch;
+  }
+  const int64_t epoch_batches =
+      (static_cast<int64_t>(dealt_.indices.size()) + s.batch_size() - 1) / s.batch_size();
+  const int64_t first = work.first_batch_idx();
+  if (first < 0 || first >= epoch_batches || s.batch_count() > epoch_batches - first) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampled batches ", first, " to ", first, " + ", s.batch_count(),
+                     " run past the epoch's ", epoch_batches, " batches of ", s.batch_size(),
+                     " for rank ", strategy.global_rank(), " of ", strategy.world_size()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i, int64_t epoch,
@@ -466,6 +523,15 @@ absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i, int64
     if (items.size() == 1) return items.front();
     return c10::ivalue::Tuple::create(std::move(items));
   }
+  if (work.index_batches_size() == 0 && work.has_sampled()) {
+    // Dealt by DealSampled, which checked that the batch lies inside the epoch.
+    const int64_t size = work.sampled().batch_size();
+    const int64_t begin = (work.first_batch_idx() + i) * size;
+    const int64_t end = std::min<int64_t>(begin + size, dealt_.indices.size());
+    return data_->Batch(work.sampled().split(),
+                        {dealt_.indices.begin() + begin, dealt_.indices.begin() + end}, epoch,
+                        kept);
+  }
   const v1::IndexBatch& b = work.index_batches(i);
   return data_->Batch(b.split(), {b.indices().begin(), b.indices().end()}, epoch, kept);
 }
@@ -478,6 +544,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
   // the device wants it (worker/model/model_thread_scope.h).
   const ModelThreadScope scope(accelerator_->root_device());
   DTRAIN_RETURN_IF_ERROR(scope.status());
+  DTRAIN_RETURN_IF_ERROR(DealSampled(work, epoch));
   if (BatchCount(work) == 0) return absl::InvalidArgumentError("the step carries no batches");
   if (total_steps < 0) {
     return absl::InvalidArgumentError(
@@ -616,6 +683,10 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
   Accelerator& a = *accelerator_;
   if (kind == StepKind::kTraining) {
     return absl::InvalidArgumentError("Evaluate runs validation, test or predict steps");
+  }
+  if (work.batches_size() == 0 && work.index_batches_size() == 0 && work.has_sampled()) {
+    return absl::InvalidArgumentError(
+        "sampled batches are for training calls; evaluation lists its batches' indices");
   }
   DTRAIN_RETURN_IF_ERROR(Dispatch());
   // Fit is over when testing or predicting begins: Lightning's on_train_end comes first.

@@ -85,6 +85,9 @@ class Job {
   absl::StatusOr<c10::IValue> BatchAt(const v1::LocalWork& work, int i, int64_t epoch,
                                       std::vector<int64_t>* kept = nullptr) const;
   static int BatchCount(const v1::LocalWork& work);
+  // A training call's LocalWork.sampled, checked against this rank's dataset and epoch, and
+  // its indices dealt (kept for the epoch's later calls). OK for work that lists its batches.
+  absl::Status DealSampled(const v1::LocalWork& work, int64_t epoch);
   // A step begins: a cancel stops the step it interrupts, not the job.
   void ClearCancel();
   // Lightning's dispatch, at the run's first step.
@@ -111,6 +114,15 @@ class Job {
   absl::Duration group_formation_;
   StorageOptions storage_options_;  // the spec's checkpoint.storage_options, for every save
   std::string optimization_;        // what it trains with, for SetupResponse.optimization
+  // The epoch LocalWork.sampled last dealt, and this rank's indices of it.
+  struct DealtEpoch {
+    int64_t samples = -1;
+    bool shuffle = false;
+    uint64_t seed = 0;
+    int64_t epoch = -1;
+    std::vector<int64_t> indices;
+  };
+  DealtEpoch dealt_;
 };
 
 }  // namespace dtrain

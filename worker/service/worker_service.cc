@@ -16,6 +16,7 @@
 #include "worker/runtime/compute_threads.h"
 #include "worker/runtime/cpu_affinity.h"
 #include "worker/runtime/job.h"
+#include "worker/runtime/local_work.h"
 #include "worker/runtime/registered_plugins.h"
 #include "worker/runtime/spawned_job.h"
 #include "worker/runtime/worker_allocator.h"
@@ -322,8 +323,10 @@ absl::Status WorkerService::RunStep(StepKind kind, const v1::StepRequest& reques
     static constexpr const char* kNames[] = {"training", "validation", "test", "predict"};
     const std::string name = kNames[static_cast<int>(kind)];
     int64_t batches = 0;
-    for (const v1::LocalWork& work : request.work())
-      batches += work.index_batches_size() + work.batches_size();
+    // Only a call that ran: a refused one's count is the caller's claim (LocalWork.sampled).
+    if (status.ok()) {
+      for (const v1::LocalWork& work : request.work()) batches += LocalWorkBatches(work);
+    }
     options_.metrics->Increment("dtrain_worker_step_calls_total",
                                 {{"kind", name}, {"outcome", status.ok() ? "ok" : "error"}});
     options_.metrics->Increment("dtrain_worker_batches_total", {{"kind", name}},

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "worker/runtime/local_work.h"
 #include "worker/service/training_call_order.h"
 #include "worker/service/worker_service.h"
 
@@ -19,7 +20,7 @@ absl::StatusOr<WorkerTrainOrder> TrainOrderOf(const v1::StepRequest& request) {
   if (request.work_size() > 0) {
     const v1::LocalWork& work = request.work(0);
     const int64_t first = work.first_batch_idx();
-    if (!__builtin_add_overflow(first, work.index_batches_size() + work.batches_size(), &end)) {
+    if (!__builtin_add_overflow(first, LocalWorkBatches(work), &end)) {
       order.end = WorkerTrainPoint{request.job_id(), request.epoch(), end};
       if (request.pipelined()) {
         order.follows = WorkerTrainPoint{request.job_id(), request.epoch(), first};
