@@ -3,8 +3,31 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <utility>
 
 namespace dtrain {
+namespace {
+
+// A draw uniform in [0, bound), bound >= 1: the high half of the engine's output times bound,
+// with the 2^64 mod bound products that would favour some results drawn again (Lemire's
+// multiply-and-reject, hand-written: no C++ library fixes its uniform_int_distribution's steps).
+// A division only on the rare draws that land near the rejection threshold, so an epoch's
+// shuffle of ~60,000 costs about as much as std::shuffle's.
+uint64_t UniformBelow(std::mt19937_64& engine, uint64_t bound) {
+  using Wide = unsigned __int128;
+  Wide product = static_cast<Wide>(engine()) * bound;
+  uint64_t low = static_cast<uint64_t>(product);
+  if (low < bound) {
+    const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound
+    while (low < threshold) {
+      product = static_cast<Wide>(engine()) * bound;
+      low = static_cast<uint64_t>(product);
+    }
+  }
+  return static_cast<uint64_t>(product >> 64);
+}
+
+}  // namespace
 
 std::vector<int64_t> TrainShard(int64_t n, int world, int rank, bool shuffle, uint64_t seed,
                                 int64_t epoch) {
@@ -14,7 +37,9 @@ std::vector<int64_t> TrainShard(int64_t n, int world, int rank, bool shuffle, ui
     // One generator seeded by seed and epoch: every rank's shard comes from the same
     // permutation, and each epoch has its own.
     std::mt19937_64 generator(seed * 1000003u + static_cast<uint64_t>(epoch));
-    std::shuffle(order.begin(), order.end(), generator);
+    for (int64_t i = n - 1; i > 0; --i) {
+      std::swap(order[i], order[UniformBelow(generator, static_cast<uint64_t>(i) + 1)]);
+    }
   }
   const int64_t per_rank = (n + world - 1) / world;
   const int64_t total = per_rank * world;

@@ -10,6 +10,14 @@
 
 namespace dtrain {
 
+// The name of the deal below (LocalWork.sampled's `deal`, SetupResponse.sampler_deal). Workers
+// deal their own shards from a call's sampler settings, so every build must deal alike: the
+// shuffle is written out (Fisher-Yates over std::mt19937_64, which the standard defines bit for
+// bit, each draw bounded by multiply-and-reject), not std::shuffle, whose steps each C++ library
+// chooses.
+// A change to what TrainShard returns is a new name, so that a coordinator never mixes two deals.
+inline constexpr char kSamplerDeal[] = "fisher-yates-mt19937_64/1";
+
 // Rank `rank`'s training indices for `epoch`.
 std::vector<int64_t> TrainShard(int64_t n, int world, int rank, bool shuffle, uint64_t seed,
                                 int64_t epoch);

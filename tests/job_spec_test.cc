@@ -2,6 +2,7 @@
 // sampler, TensorBoard's record framing and the SVG plot.
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include <gmock/gmock.h>
@@ -379,6 +380,24 @@ TEST(DistributedSampler, EqualShardsCoverEverySampleAndShufflePerEpoch) {
   const auto batches = Batches(EvalShard(10, 1, 0), 4);
   ASSERT_EQ(batches.size(), 3u);
   EXPECT_EQ(batches[2], (std::vector<int64_t>{8, 9}));
+}
+
+// Workers deal their own shards (LocalWork.sampled), so the deal is a function of the code
+// alone: a seed's permutation is pinned here, and a change to it needs a new kSamplerDeal.
+TEST(DistributedSampler, TheDealIsPinned_EveryOrderEquallyLikely) {
+  EXPECT_STREQ(kSamplerDeal, "fisher-yates-mt19937_64/1");
+  EXPECT_EQ(TrainShard(10, 1, 0, true, 7, 0), (std::vector<int64_t>{2, 4, 0, 7, 9, 3, 6, 5, 8, 1}));
+  EXPECT_EQ(TrainIndices(10, 2, 1, /*streamed=*/false, true, 7, 0),
+            TrainShard(10, 2, 1, true, 7, 0));
+  EXPECT_EQ(TrainIndices(10, 3, 2, /*streamed=*/true, true, 7, 0), (std::vector<int64_t>{0, 1, 2}));
+  // 6,000 seeds: each of the 6 orders of 3 samples ~1,000 times (4 sigma: 115).
+  std::map<std::vector<int64_t>, int> orders;
+  for (uint64_t seed = 0; seed < 6000; ++seed) ++orders[TrainShard(3, 1, 0, true, seed, 0)];
+  ASSERT_EQ(orders.size(), 6u);
+  for (const auto& [order, count] : orders) {
+    EXPECT_GT(count, 885) << order[0] << order[1] << order[2];
+    EXPECT_LT(count, 1115) << order[0] << order[1] << order[2];
+  }
 }
 
 TEST(TfEvents, Crc32cAndRecordsReadBack) {

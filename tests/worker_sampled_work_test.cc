@@ -1,8 +1,8 @@
 // A training call's batches named by their sampler (LocalWork.sampled) against the same batches
 // listed, on real dtrain-worker processes over gRPC: a ddp job trains bitwise the same either
 // way, its packed answers (StepRequest.packed_results) carry the listed answers' values, and a
-// sampler that runs past the worker's data is refused, naming what is wrong, with the job left
-// usable.
+// sampler that runs past the worker's data, or deals another way, is refused, naming what is
+// wrong, with the job left usable.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -40,6 +40,7 @@ v1::LocalWork Sampled(int64_t first, int64_t count) {
   s->set_seed(1);
   s->set_batch_size(kBatch);
   s->set_batch_count(count);
+  s->set_deal(kSamplerDeal);
   return work;
 }
 
@@ -91,7 +92,8 @@ TEST_F(WorkerServiceTest, Ddp_SampledBatchesTrainAsListedOnes_BitForBit_Answered
     });
     EXPECT_TRUE(statuses[0].ok() && statuses[1].ok()) << statuses[0] << statuses[1];
     if (!statuses[0].ok() || !statuses[1].ok()) return out;
-    EXPECT_TRUE(setups[0].sampled_work() && setups[1].sampled_work());
+    EXPECT_EQ(setups[0].sampler_deal(), kSamplerDeal);
+    EXPECT_EQ(setups[1].sampler_deal(), kSamplerDeal);
     if (setups[0].ranks(0).rank() == 1) std::swap(ranks[0], ranks[1]);
     // Two epochs, each in two calls: 5 batches, then the last 3 (which end the epoch).
     for (int64_t epoch = 0; epoch < 2; ++epoch) {
@@ -158,7 +160,7 @@ TEST_F(WorkerServiceTest, SampledBatchesPastTheData_RefusedSayingWhat_TheJobTrai
   ASSERT_TRUE(w);
   v1::SetupResponse setup;
   ASSERT_TRUE(Setup(*w, MakeSetup("bad-sampler", "single_device", 1, address()), &setup).ok());
-  EXPECT_TRUE(setup.sampled_work());
+  EXPECT_EQ(setup.sampler_deal(), "fisher-yates-mt19937_64/1");
   struct Case {
     const char* what;
     std::function<void(v1::LocalWork*)> edit;
@@ -191,6 +193,15 @@ TEST_F(WorkerServiceTest, SampledBatchesPastTheData_RefusedSayingWhat_TheJobTrai
     EXPECT_EQ(answer.status().code(), absl::StatusCode::kInvalidArgument) << c.what;
     EXPECT_THAT(answer.status().message(), HasSubstr(c.says)) << c.what;
   }
+  // Another deal: the worker would give ranks other shards than its peers.
+  v1::LocalWork other = Sampled(0, 2);
+  other.mutable_sampled()->set_samples(kTrainSize);
+  other.mutable_sampled()->set_deal("std-shuffle/0");
+  absl::StatusOr<v1::StepResponse> refused_deal = Step(*w, "bad-sampler", 0, false, other, true);
+  EXPECT_EQ(refused_deal.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused_deal.status().message(),
+              HasSubstr("dealt by 'std-shuffle/0'; this worker deals by "
+                        "'fisher-yates-mt19937_64/1'"));
   // Evaluation lists its batches.
   v1::StepRequest eval;
   eval.set_job_id("bad-sampler");
@@ -208,6 +219,27 @@ TEST_F(WorkerServiceTest, SampledBatchesPastTheData_RefusedSayingWhat_TheJobTrai
   EXPECT_EQ(trained->results(0).global_step(), 2);
   ASSERT_EQ(trained->results(0).batches_size(), 2) << "not asked to pack: a BatchResult each";
   EXPECT_EQ(trained->results(0).batches(1).batch_idx(), 15);
+  // A batch bigger than the samples dealt: the epoch's one batch, short, as a list would be.
+  v1::LocalWork whole = Sampled(0, 1);
+  whole.mutable_sampled()->set_samples(16);
+  whole.mutable_sampled()->set_batch_size(32);
+  absl::StatusOr<v1::StepResponse> one = Step(*w, "bad-sampler", 1, true, whole, true);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->results(0).packed().sizes_size(), 1);
+  EXPECT_EQ(one->results(0).packed().sizes(0), 16);
+  EXPECT_EQ(one->results(0).global_step(), 3);
+  // A listed call asked to pack answers packed too.
+  v1::LocalWork listed;
+  listed.set_first_batch_idx(1);
+  v1::IndexBatch* batch = listed.add_index_batches();
+  batch->set_split("train");
+  for (int i = 0; i < 8; ++i) batch->add_indices(i);
+  absl::StatusOr<v1::StepResponse> packed = Step(*w, "bad-sampler", 1, false, listed, true);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(packed->results(0).batches_size(), 0);
+  EXPECT_EQ(packed->results(0).packed().first_batch_idx(), 1);
+  ASSERT_EQ(packed->results(0).packed().sizes_size(), 1);
+  EXPECT_EQ(packed->results(0).packed().sizes(0), 8);
 }
 
 }  // namespace worker_sampled_work_test

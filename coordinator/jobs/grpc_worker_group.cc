@@ -6,6 +6,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/distributed_sampler.h"
 #include "common/packed_batch_results.h"
 #include "common/setup_request.h"
 #include "common/status_macros.h"
@@ -70,9 +71,10 @@ absl::StatusOr<GroupSetup> GrpcWorkerGroup::Setup(const v1::JobSpec& spec,
       setup.plateau_monitors.emplace_back(m.monitor(), m.strict());
     }
   }
-  // Older workers neither expand a sampler nor pack results: they are sent lists.
+  // Older workers neither expand a sampler nor pack results, and workers of another deal would
+  // give ranks overlapping shards: they are sent lists, dealt here.
   sampled_work_ = !responses.empty() && absl::c_all_of(responses, [](const v1::SetupResponse& r) {
-    return r.sampled_work();
+    return r.sampler_deal() == kSamplerDeal;
   });
   setup.sampled_work = sampled_work_;
   setup.plane_notes = absl::StrJoin(notes, "; ");
@@ -140,6 +142,7 @@ std::vector<v1::StepRequest> GrpcWorkerGroup::SampledRequests(const TrainCall& c
       sampled->set_seed(call.sampling.seed);
       sampled->set_batch_size(call.sampling.batch_size);
       sampled->set_batch_count(call.count);
+      sampled->set_deal(kSamplerDeal);
     }
     requests[i].set_packed_results(true);
   }
@@ -204,6 +207,7 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::Train(const TrainCall& call) {
 
 void GrpcWorkerGroup::StartTrain(const TrainCall& call) {
   auto sent = std::make_unique<TrainInFlight>();
+  sent->first = call.first;
   sent->count = call.count;
   sent->requests = sampled_work_ || call.batches == nullptr
                        ? SampledRequests(call)
@@ -255,8 +259,16 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::FinishTrain() {
       r.phases = {phases.data_seconds(), phases.forward_seconds(), phases.backward_seconds(),
                   phases.averaging_seconds(), phases.optimizer_seconds()};
       if (local.has_packed()) {
-        if (absl::Status packed = CheckPackedBatchResults(local.packed(), sent->count);
-            !packed.ok()) {
+        absl::Status packed = CheckPackedBatchResults(local.packed(), sent->count);
+        if (packed.ok() && local.batches_size() > 0) {
+          packed = absl::InvalidArgumentError("packed results come with BatchResults too");
+        } else if (packed.ok() && local.packed().first_batch_idx() != sent->first) {
+          packed = absl::InvalidArgumentError(absl::StrCat("packed results start at batch ",
+                                                           local.packed().first_batch_idx(),
+                                                           "; the call started at ", sent->first));
+        }
+        if (!packed.ok()) {
+          AbandonTrain();
           return absl::InternalError(absl::StrCat("worker '", workers_.info(i).name(),
                                                   "' answered rank ", local.rank(), ": ",
                                                   packed.message()));

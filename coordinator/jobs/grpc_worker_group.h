@@ -65,6 +65,7 @@ class GrpcWorkerGroup final : public WorkerGroup {
   absl::Status NoTrainingInFlight(const std::string& what) const;
   // A training call sent and not yet finished; its messages stay put until it answers.
   struct TrainInFlight {
+    int64_t first = 0;  // the call's first batch
     int64_t count = 0;  // batches a rank
     std::vector<v1::StepRequest> requests;
     std::vector<v1::StepResponse> responses;

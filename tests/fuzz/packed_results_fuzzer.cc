@@ -6,6 +6,7 @@
 // a finding. Built and run by tests/fuzz/run.sh.
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/packed_batch_results.h"
 
@@ -39,10 +40,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         packed.batches_size() != 0) {
       std::abort();
     }
+    // Every value back where the batch had it (bit for bit: NaN included).
+    auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
+    const int names = q.scalar_names_size(), rates = q.rate_names_size();
+    int stepped = 0;
     for (int b = 0; b < batches; ++b) {
       const dtrain::v1::BatchResult& original = result.batches(b);
-      if (q.sizes(b) != original.size() || q.optimizer_stepped(b) != original.optimizer_stepped())
+      if (q.sizes(b) != original.size() || q.optimizer_stepped(b) != original.optimizer_stepped() ||
+          q.step_skipped(b) != original.step_skipped()) {
         std::abort();
+      }
+      for (int j = 0; j < names; ++j) {
+        auto it = original.scalars().find(q.scalar_names(j));
+        if (it == original.scalars().end() || !same(it->second, q.scalar_values(b * names + j)))
+          std::abort();
+      }
+      if (!original.optimizer_stepped()) continue;
+      for (int j = 0; j < rates; ++j) {
+        auto it = original.learning_rates().find(q.rate_names(j));
+        if (it == original.learning_rates().end() ||
+            !same(it->second, q.rate_values(stepped * rates + j)))
+          std::abort();
+      }
+      ++stepped;
     }
   }
   return 0;

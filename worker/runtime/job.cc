@@ -431,7 +431,7 @@ void Job::Describe(v1::SetupResponse* response) const {
   response->set_collective_plane_note(plane_note_);
   response->set_group_formation_ms(absl::ToInt64Milliseconds(group_formation_));
   response->set_optimization(optimization_);
-  response->set_sampled_work(true);
+  response->set_sampler_deal(kSamplerDeal);
   if (const LrSchedulers* schedulers = accelerator_->schedulers(); schedulers != nullptr) {
     for (const LrSchedulers::Monitor& m : schedulers->PlateauMonitors()) {
       v1::PlateauMonitor* monitor = response->add_plateau_monitors();
@@ -459,6 +459,11 @@ absl::Status Job::DealSampled(const v1::LocalWork& work, int64_t epoch) {
     return absl::OkStatus();
   }
   const v1::SampledBatches& s = work.sampled();
+  if (!s.deal().empty() && s.deal() != kSamplerDeal) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the call's batches are dealt by '", s.deal(), "'; this worker deals by '",
+                     kSamplerDeal, "': send their indices (LocalWork.index_batches)"));
+  }
   if (s.split() != "train") {
     return absl::InvalidArgumentError(absl::StrCat("sampled batches name split '", s.split(),
                                                    "'; the sampler deals only 'train'"));
@@ -472,10 +477,12 @@ absl::Status Job::DealSampled(const v1::LocalWork& work, int64_t epoch) {
                                                    " samples; this worker's train split has ",
                                                    split_size, " (give 1 to ", split_size, ")"));
   }
-  if (s.batch_size() <= 0 || s.batch_size() > s.samples()) {
-    return absl::InvalidArgumentError(absl::StrCat("sampled batch_size is ", s.batch_size(),
-                                                   "; give 1 to the samples dealt (", s.samples(),
-                                                   ")"));
+  // The spec's bound (data.batch_size). A batch may hold more than the samples: it is then the
+  // epoch's only batch, and a short one, as a listed call would send it.
+  constexpr int64_t kMostBatch = 1 << 20;
+  if (s.batch_size() <= 0 || s.batch_size() > kMostBatch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampled batch_size is ", s.batch_size(), "; give 1 to ", kMostBatch));
   }
   if (s.batch_count() <= 0) {
     return absl::InvalidArgumentError(
@@ -493,8 +500,8 @@ absl::Status Job::DealSampled(const v1::LocalWork& work, int64_t epoch) {
     dealt_.seed = s.seed();
     dealt_.epoch = epoch;
   }
-  const int64_t epoch_batches =
-      (static_cast<int64_t>(dealt_.indices.size()) + s.batch_size() - 1) / s.batch_size();
+  const int64_t dealt = static_cast<int64_t>(dealt_.indices.size());
+  const int64_t epoch_batches = dealt / s.batch_size() + (dealt % s.batch_size() != 0 ? 1 : 0);
   const int64_t first = work.first_batch_idx();
   if (first < 0 || first >= epoch_batches || s.batch_count() > epoch_batches - first) {
     return absl::InvalidArgumentError(
@@ -524,10 +531,12 @@ absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i, int64
     return c10::ivalue::Tuple::create(std::move(items));
   }
   if (work.index_batches_size() == 0 && work.has_sampled()) {
-    // Dealt by DealSampled, which checked that the batch lies inside the epoch.
+    // Dealt by DealSampled, which checked that the batch lies inside the epoch: it starts
+    // before the dealt indices' end, so neither sum below overflows.
     const int64_t size = work.sampled().batch_size();
     const int64_t begin = (work.first_batch_idx() + i) * size;
-    const int64_t end = std::min<int64_t>(begin + size, dealt_.indices.size());
+    const int64_t end =
+        begin + std::min<int64_t>(size, static_cast<int64_t>(dealt_.indices.size()) - begin);
     return data_->Batch(work.sampled().split(),
                         {dealt_.indices.begin() + begin, dealt_.indices.begin() + end}, epoch,
                         kept);

@@ -2,6 +2,7 @@
 // or a sampler's description): the service orders and counts calls by it before a job runs them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "dtrain/v1/worker.pb.h"
@@ -11,7 +12,8 @@ namespace dtrain {
 inline int64_t LocalWorkBatches(const v1::LocalWork& work) {
   if (work.batches_size() > 0) return work.batches_size();
   if (work.index_batches_size() > 0) return work.index_batches_size();
-  return work.has_sampled() ? work.sampled().batch_count() : 0;
+  // A negative count (refused when the call runs) orders and counts as none.
+  return work.has_sampled() ? std::max<int64_t>(0, work.sampled().batch_count()) : 0;
 }
 
 }  // namespace dtrain

@@ -145,6 +145,8 @@ std::string RateName(const std::string& optimizer) {
 absl::StatusOr<TrainResult> FakeWorkerGroup::Train(const TrainCall& call) {
   DTRAIN_RETURN_IF_ERROR(Begin("training_step", call.count));
   calls_.back().first = call.first;
+  // The fake never says it deals batches itself (GroupSetup.sampled_work), so they are listed.
+  if (call.batches == nullptr) return absl::InternalError("a training call without its batches");
   const RankBatches& batches = *call.batches;
   const int64_t accumulate = std::max(1, spec_.trainer().accumulate_grad_batches());
   const double lr = spec_.optimizer().lr();
