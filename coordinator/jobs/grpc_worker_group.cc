@@ -73,10 +73,10 @@ absl::StatusOr<GroupSetup> GrpcWorkerGroup::Setup(const v1::JobSpec& spec,
   }
   // Older workers neither expand a sampler nor pack results, and workers of another deal would
   // give ranks overlapping shards: they are sent lists, dealt here.
-  sampled_work_ = !responses.empty() && absl::c_all_of(responses, [](const v1::SetupResponse& r) {
-    return r.sampler_deal() == kSamplerDeal;
-  });
-  setup.sampled_work = sampled_work_;
+  setup.sampled_work =
+      !responses.empty() && absl::c_all_of(responses, [](const v1::SetupResponse& r) {
+        return r.sampler_deal() == kSamplerDeal;
+      });
   setup.plane_notes = absl::StrJoin(notes, "; ");
   setup.group_formation = absl::Milliseconds(group_ms);
 
@@ -209,7 +209,8 @@ void GrpcWorkerGroup::StartTrain(const TrainCall& call) {
   auto sent = std::make_unique<TrainInFlight>();
   sent->first = call.first;
   sent->count = call.count;
-  sent->requests = sampled_work_ || call.batches == nullptr
+  // The loop leaves the batches unlisted exactly when Setup said the workers deal them.
+  sent->requests = call.batches == nullptr
                        ? SampledRequests(call)
                        : StepRequests("train", *call.batches, call.first, call.count);
   for (v1::StepRequest& request : sent->requests) {

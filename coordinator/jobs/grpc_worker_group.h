@@ -77,7 +77,6 @@ class GrpcWorkerGroup final : public WorkerGroup {
   const absl::Duration step_timeout_;
   RunWorkers workers_;
   int world_ = 0;
-  bool sampled_work_ = false;                            // GroupSetup.sampled_work
   std::deque<std::unique_ptr<TrainInFlight>> training_;  // oldest first
 };
 

@@ -455,61 +455,14 @@ int Job::BatchCount(const v1::LocalWork& work) {
 }
 
 absl::Status Job::DealSampled(const v1::LocalWork& work, int64_t epoch) {
-  if (work.batches_size() > 0 || work.index_batches_size() > 0 || !work.has_sampled()) {
-    return absl::OkStatus();
-  }
-  const v1::SampledBatches& s = work.sampled();
-  if (!s.deal().empty() && s.deal() != kSamplerDeal) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the call's batches are dealt by '", s.deal(), "'; this worker deals by '",
-                     kSamplerDeal, "': send their indices (LocalWork.index_batches)"));
-  }
-  if (s.split() != "train") {
-    return absl::InvalidArgumentError(absl::StrCat("sampled batches name split '", s.split(),
-                                                   "'; the sampler deals only 'train'"));
-  }
-  int64_t split_size = 0;
+  DealingRank dealer;
   for (const auto& [name, size] : data_->Splits()) {
-    if (name == "train") split_size = size;
+    if (name == "train") dealer.train_size = size;
   }
-  if (s.samples() <= 0 || s.samples() > split_size) {
-    return absl::InvalidArgumentError(absl::StrCat("sampled batches deal ", s.samples(),
-                                                   " samples; this worker's train split has ",
-                                                   split_size, " (give 1 to ", split_size, ")"));
-  }
-  // The spec's bound (data.batch_size). A batch may hold more than the samples: it is then the
-  // epoch's only batch, and a short one, as a listed call would send it.
-  constexpr int64_t kMostBatch = 1 << 20;
-  if (s.batch_size() <= 0 || s.batch_size() > kMostBatch) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampled batch_size is ", s.batch_size(), "; give 1 to ", kMostBatch));
-  }
-  if (s.batch_count() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampled batch_count is ", s.batch_count(), "; give at least 1"));
-  }
-  const Strategy& strategy = accelerator_->strategy();
-  const bool streamed = data_->Streamed("train");
-  if (dealt_.samples != s.samples() || dealt_.shuffle != s.shuffle() || dealt_.seed != s.seed() ||
-      dealt_.epoch != epoch) {
-    // Bounded by the dataset: at most ceil(split / world) indices.
-    dealt_.indices = TrainIndices(s.samples(), strategy.world_size(), strategy.global_rank(),
-                                  streamed, s.shuffle(), s.seed(), epoch);
-    dealt_.samples = s.samples();
-    dealt_.shuffle = s.shuffle();
-    dealt_.seed = s.seed();
-    dealt_.epoch = epoch;
-  }
-  const int64_t dealt = static_cast<int64_t>(dealt_.indices.size());
-  const int64_t epoch_batches = dealt / s.batch_size() + (dealt % s.batch_size() != 0 ? 1 : 0);
-  const int64_t first = work.first_batch_idx();
-  if (first < 0 || first >= epoch_batches || s.batch_count() > epoch_batches - first) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampled batches ", first, " to ", first, " + ", s.batch_count(),
-                     " run past the epoch's ", epoch_batches, " batches of ", s.batch_size(),
-                     " for rank ", strategy.global_rank(), " of ", strategy.world_size()));
-  }
-  return absl::OkStatus();
+  dealer.streamed = data_->Streamed("train");
+  dealer.world = accelerator_->strategy().world_size();
+  dealer.rank = accelerator_->strategy().global_rank();
+  return sampled_.Deal(work, epoch, dealer);
 }
 
 absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i, int64_t epoch,
@@ -531,15 +484,7 @@ absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i, int64
     return c10::ivalue::Tuple::create(std::move(items));
   }
   if (work.index_batches_size() == 0 && work.has_sampled()) {
-    // Dealt by DealSampled, which checked that the batch lies inside the epoch: it starts
-    // before the dealt indices' end, so neither sum below overflows.
-    const int64_t size = work.sampled().batch_size();
-    const int64_t begin = (work.first_batch_idx() + i) * size;
-    const int64_t end =
-        begin + std::min<int64_t>(size, static_cast<int64_t>(dealt_.indices.size()) - begin);
-    return data_->Batch(work.sampled().split(),
-                        {dealt_.indices.begin() + begin, dealt_.indices.begin() + end}, epoch,
-                        kept);
+    return data_->Batch(work.sampled().split(), sampled_.Batch(work, i), epoch, kept);
   }
   const v1::IndexBatch& b = work.index_batches(i);
   return data_->Batch(b.split(), {b.indices().begin(), b.indices().end()}, epoch, kept);

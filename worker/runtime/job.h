@@ -20,6 +20,7 @@
 #include "worker/data/dataset.h"
 #include "worker/model/step_kind.h"
 #include "worker/runtime/accelerator.h"
+#include "worker/runtime/sampled_epoch.h"
 #include "worker/runtime/worker_identity.h"
 
 namespace dtrain {
@@ -86,7 +87,7 @@ class Job {
                                       std::vector<int64_t>* kept = nullptr) const;
   static int BatchCount(const v1::LocalWork& work);
   // A training call's LocalWork.sampled, checked against this rank's dataset and epoch, and
-  // its indices dealt (kept for the epoch's later calls). OK for work that lists its batches.
+  // its indices dealt (sampled_). OK for work that lists its batches.
   absl::Status DealSampled(const v1::LocalWork& work, int64_t epoch);
   // A step begins: a cancel stops the step it interrupts, not the job.
   void ClearCancel();
@@ -114,15 +115,7 @@ class Job {
   absl::Duration group_formation_;
   StorageOptions storage_options_;  // the spec's checkpoint.storage_options, for every save
   std::string optimization_;        // what it trains with, for SetupResponse.optimization
-  // The epoch LocalWork.sampled last dealt, and this rank's indices of it.
-  struct DealtEpoch {
-    int64_t samples = -1;
-    bool shuffle = false;
-    uint64_t seed = 0;
-    int64_t epoch = -1;
-    std::vector<int64_t> indices;
-  };
-  DealtEpoch dealt_;
+  SampledEpoch sampled_;            // the epoch LocalWork.sampled last dealt
 };
 
 }  // namespace dtrain
