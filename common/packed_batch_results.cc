@@ -72,11 +72,21 @@ bool PackBatchResults(v1::LocalResult* result) {
   return true;
 }
 
-absl::Status CheckPackedBatchResults(const v1::PackedBatchResults& packed, int64_t most) {
-  const int64_t n = packed.sizes_size();
-  if (n > most) {
+absl::Status CheckPackedBatchResults(const v1::LocalResult& answer, int64_t first, int64_t count) {
+  const v1::PackedBatchResults& packed = answer.packed();
+  if (answer.batches_size() > 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("packed results hold ", n, " batches; the call sent ", most));
+        absl::StrCat("packed results come with ", answer.batches_size(), " BatchResults too"));
+  }
+  if (packed.first_batch_idx() != first) {
+    return absl::InvalidArgumentError(absl::StrCat("packed results start at batch ",
+                                                   packed.first_batch_idx(),
+                                                   "; the call started at ", first));
+  }
+  const int64_t n = packed.sizes_size();
+  if (n > count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed results hold ", n, " batches; the call sent ", count));
   }
   const int64_t values = n * packed.scalar_names_size();
   if (packed.scalar_values_size() != values || packed.optimizer_stepped_size() != n ||

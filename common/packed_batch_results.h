@@ -14,9 +14,10 @@ namespace dtrain {
 // in the others); otherwise leaves `result` as it is. True when it packed them.
 bool PackBatchResults(v1::LocalResult* result);
 
-// INVALID_ARGUMENT unless every repeated field of `packed` has one entry per batch (scalar
-// values: one per batch and name; rate values: one per stepped batch and rate name), and its
-// batch count is at most `most`.
-absl::Status CheckPackedBatchResults(const v1::PackedBatchResults& packed, int64_t most);
+// A rank's answer to a call of `count` batches from batch `first`, when it came packed:
+// INVALID_ARGUMENT unless its packed results start at `first`, hold at most `count` batches,
+// come without BatchResults beside them, and every repeated field has one entry per batch
+// (scalar values: one per batch and name; rate values: one per stepped batch and rate name).
+absl::Status CheckPackedBatchResults(const v1::LocalResult& answer, int64_t first, int64_t count);
 
 }  // namespace dtrain

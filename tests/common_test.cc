@@ -163,7 +163,7 @@ TEST(PackedBatchResults, ScalarsOnly_PackedInOrder_NamesSorted) {
             (std::vector<std::string>{"lr-SGD/pg1", "lr-SGD/pg2"}));
   EXPECT_EQ(std::vector<double>(p.rate_values().begin(), p.rate_values().end()),
             (std::vector<double>{0.1, 0.01}));
-  EXPECT_TRUE(CheckPackedBatchResults(p, 3).ok());
+  EXPECT_TRUE(CheckPackedBatchResults(r, 10, 3).ok());
 }
 
 TEST(PackedBatchResults, AnythingButScalars_LeftAsBatchResults) {
@@ -194,24 +194,30 @@ TEST(PackedBatchResults, AnythingButScalars_LeftAsBatchResults) {
 }
 
 TEST(PackedBatchResults, MisshapenAnswer_RefusedSayingWhatIsOff) {
-  v1::LocalResult r = PlainResult(4);
+  v1::LocalResult r = PlainResult(4);  // batches 10 to 13
   ASSERT_TRUE(PackBatchResults(&r));
-  v1::PackedBatchResults short_values = r.packed();
-  short_values.mutable_scalar_values()->RemoveLast();
-  absl::Status s = CheckPackedBatchResults(short_values, 4);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("carry 7 values (want 8)"), std::string::npos) << s;
-  v1::PackedBatchResults flags = r.packed();
-  flags.add_optimizer_stepped(true);
-  EXPECT_EQ(CheckPackedBatchResults(flags, 4).code(), absl::StatusCode::kInvalidArgument);
-  v1::PackedBatchResults rates = r.packed();  // batches 1 and 3 stepped: 2 rows of 2
-  rates.add_rate_values(0.5);
-  s = CheckPackedBatchResults(rates, 4);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("carry 5 rate values (want 4)"), std::string::npos) << s;
-  s = CheckPackedBatchResults(r.packed(), 3);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("hold 4 batches; the call sent 3"), std::string::npos) << s;
+  ASSERT_TRUE(CheckPackedBatchResults(r, 10, 4).ok());
+  auto refused = [](const v1::LocalResult& answer, int64_t first, int64_t count,
+                    const std::string& says) {
+    const absl::Status s = CheckPackedBatchResults(answer, first, count);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << says;
+    EXPECT_NE(s.message().find(says), std::string::npos) << s;
+  };
+  v1::LocalResult short_values = r;
+  short_values.mutable_packed()->mutable_scalar_values()->RemoveLast();
+  refused(short_values, 10, 4, "carry 7 values (want 8)");
+  v1::LocalResult flags = r;
+  flags.mutable_packed()->add_optimizer_stepped(true);
+  refused(flags, 10, 4, "5 optimizer_stepped");
+  v1::LocalResult rates = r;  // batches 1 and 3 stepped: 2 rows of 2
+  rates.mutable_packed()->add_rate_values(0.5);
+  refused(rates, 10, 4, "carry 5 rate values (want 4)");
+  refused(r, 10, 3, "hold 4 batches; the call sent 3");
+  // Another call's answer, or one that is both packed and listed, is not read at all.
+  refused(r, 11, 4, "start at batch 10; the call started at 11");
+  v1::LocalResult both = r;
+  *both.add_batches() = PlainResult(1).batches(0);
+  refused(both, 10, 4, "come with 1 BatchResults too");
 }
 
 }  // namespace common_test

@@ -260,15 +260,8 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::FinishTrain() {
       r.phases = {phases.data_seconds(), phases.forward_seconds(), phases.backward_seconds(),
                   phases.averaging_seconds(), phases.optimizer_seconds()};
       if (local.has_packed()) {
-        absl::Status packed = CheckPackedBatchResults(local.packed(), sent->count);
-        if (packed.ok() && local.batches_size() > 0) {
-          packed = absl::InvalidArgumentError("packed results come with BatchResults too");
-        } else if (packed.ok() && local.packed().first_batch_idx() != sent->first) {
-          packed = absl::InvalidArgumentError(absl::StrCat("packed results start at batch ",
-                                                           local.packed().first_batch_idx(),
-                                                           "; the call started at ", sent->first));
-        }
-        if (!packed.ok()) {
+        if (absl::Status packed = CheckPackedBatchResults(local, sent->first, sent->count);
+            !packed.ok()) {
           AbandonTrain();
           return absl::InternalError(absl::StrCat("worker '", workers_.info(i).name(),
                                                   "' answered rank ", local.rank(), ": ",

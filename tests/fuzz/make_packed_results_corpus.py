@@ -2,7 +2,7 @@
 """Writes the packed_results fuzzer's seeds (tests/fuzz/corpus/packed_results/) with the
 generated protobuf module (build/python, made by the build): an answer packed as a worker packs
 it, the same answer as BatchResults, and misshapen ones (a value short, a rate row too many, more
-stepped flags than batches).
+stepped flags than batches, another call's first batch, packed and listed at once).
 
   python3 tests/fuzz/make_packed_results_corpus.py [BUILD_DIR]
 """
@@ -60,3 +60,9 @@ flags = packed()
 flags.packed.optimizer_stepped.append(True)
 write("flag_extra.bin", flags)
 write("no_names.bin", packed(names=(), rates=()))
+elsewhere = packed()
+elsewhere.packed.first_batch_idx = 6
+write("first_elsewhere.bin", elsewhere)
+both = packed()
+both.batches.extend(listed(1).batches)
+write("packed_and_listed.bin", both)

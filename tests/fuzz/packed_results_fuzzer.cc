@@ -1,6 +1,7 @@
 // libFuzzer target: a training call's packed answer (common/packed_batch_results.h), which the
-// coordinator reads from every worker. Bytes as a LocalResult: its packed results through
-// `CheckPackedBatchResults`, and when they pass, every entry read as the coordinator reads it;
+// coordinator reads from every worker. Bytes as a LocalResult: through `CheckPackedBatchResults`
+// as the answer to a call of batches 5 to 5 + 1023 (the seeds' first batch), and when it passes,
+// every entry read as the coordinator reads it;
 // its batches through `PackBatchResults`. A crash, a sanitizer report, an accepted answer whose
 // reads would leave its fields, or a packing that its own check refuses or that loses a value is
 // a finding. Built and run by tests/fuzz/run.sh.
@@ -13,9 +14,10 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   dtrain::v1::LocalResult result;
   if (!result.ParseFromArray(data, static_cast<int>(size))) return 0;
-  constexpr int64_t kMost = 1024;
+  constexpr int64_t kFirst = 5, kMost = 1024;
   const dtrain::v1::PackedBatchResults& p = result.packed();
-  if (dtrain::CheckPackedBatchResults(p, kMost).ok()) {
+  if (dtrain::CheckPackedBatchResults(result, kFirst, kMost).ok()) {
+    if (result.batches_size() != 0 || p.first_batch_idx() != kFirst) std::abort();
     // The coordinator's reads (grpc_worker_group.cc): every index inside its field.
     const int names = p.scalar_names_size(), rates = p.rate_names_size();
     int stepped = 0;
@@ -36,8 +38,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int batches = packed.batches_size();
   if (dtrain::PackBatchResults(&packed)) {
     const dtrain::v1::PackedBatchResults& q = packed.packed();
-    if (!dtrain::CheckPackedBatchResults(q, batches).ok() || q.sizes_size() != batches ||
-        packed.batches_size() != 0) {
+    if (!dtrain::CheckPackedBatchResults(packed, q.first_batch_idx(), batches).ok() ||
+        q.sizes_size() != batches || packed.batches_size() != 0 ||
+        q.first_batch_idx() != result.batches(0).batch_idx()) {
       std::abort();
     }
     // Every value back where the batch had it (bit for bit: NaN included).
