@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/distributed_sampler.h"
+#include "common/job_settings.h"
 
 namespace dtrain {
 
@@ -27,12 +28,13 @@ absl::Status SampledEpoch::Deal(const v1::LocalWork& work, int64_t epoch,
         "sampled batches deal ", s.samples(), " samples; this worker's train split has ",
         dealer.train_size, " (give 1 to ", dealer.train_size, ")"));
   }
-  // The spec's bound (data.batch_size). A batch may hold more than the samples: it is then the
-  // epoch's only batch, and a short one, as a listed call would send it.
-  constexpr int64_t kMostBatch = 1 << 20;
-  if (s.batch_size() <= 0 || s.batch_size() > kMostBatch) {
+  // The spec's bound (data.batch_size's option). A batch may hold more than the samples: it is
+  // then the epoch's only batch, and a short one, as a listed call would send it.
+  static const int64_t most_batch =
+      static_cast<int64_t>(FindJobSetting("data.batch_size")->setting->max());
+  if (s.batch_size() <= 0 || s.batch_size() > most_batch) {
     return absl::InvalidArgumentError(
-        absl::StrCat("sampled batch_size is ", s.batch_size(), "; give 1 to ", kMostBatch));
+        absl::StrCat("sampled batch_size is ", s.batch_size(), "; give 1 to ", most_batch));
   }
   if (s.batch_count() <= 0) {
     return absl::InvalidArgumentError(
