@@ -502,6 +502,35 @@ TEST_F(JobsE2eTest, BatchesPerCall_AutoGrowsForFastSteps_FixedIsKept) {
   }
 }
 
+// Training calls name their batches by the sampler and each worker deals its rank's (the
+// default), or the coordinator lists every index, as it does for workers that deal otherwise
+// (trainer.sampled_calls: false takes that path with today's workers). Both train the same model
+// bit for bit over shuffled epochs, and the job's log says when and why the calls list.
+TEST_F(JobsE2eTest, SampledCallsOrListedOnes_TrainTheSameModel_BitForBit) {
+  const std::string sampled = SyntheticJob("sampled", 2);
+  std::string listed = SyntheticJob("listed", 2);
+  listed.replace(listed.find("  num_nodes: 2\n"), 15, "  num_nodes: 2\n  sampled_calls: false\n");
+  ASSERT_EQ(Dtrain("fit --wait --config " + WriteJob("sampled", sampled)).exit_code, 0);
+  ASSERT_EQ(Dtrain("fit --wait --config " + WriteJob("listed", listed)).exit_code, 0);
+  const std::string sampled_log = Dtrain("logs sampled-1").output;
+  const std::string listed_log = Dtrain("logs listed-1").output;
+  EXPECT_THAT(sampled_log, ::testing::Not(HasSubstr("list every rank's"))) << sampled_log;
+  EXPECT_THAT(listed_log, HasSubstr("training calls list every rank's sample indices: "
+                                    "trainer.sampled_calls is false"))
+      << listed_log;
+  const v1::JobStatus a = GetJob("sampled-1");
+  const v1::JobStatus b = GetJob("listed-1");
+  EXPECT_EQ(a.state(), v1::SUCCEEDED);
+  EXPECT_EQ(b.state(), v1::SUCCEEDED);
+  EXPECT_EQ(b.progress().global_step(), a.progress().global_step());
+  ASSERT_GT(a.metrics().count("test_acc"), 0u);
+  ASSERT_GT(a.metrics().count("train_loss"), 0u);
+  for (const auto& [name, value] : a.metrics()) {
+    ASSERT_EQ(b.metrics().count(name), 1u) << name;
+    EXPECT_EQ(b.metrics().at(name), value) << name;
+  }
+}
+
 TEST_F(JobsE2eTest, Cancel_StopsEveryWorkerWithinFiveSeconds_AndTheQueuedJobRuns) {
   // Long enough never to finish by itself; a second job waits behind it for the workers.
   CommandResult first =

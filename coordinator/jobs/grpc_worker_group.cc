@@ -73,10 +73,13 @@ absl::StatusOr<GroupSetup> GrpcWorkerGroup::Setup(const v1::JobSpec& spec,
   }
   // Older workers neither expand a sampler nor pack results, and workers of another deal would
   // give ranks overlapping shards: they are sent lists, dealt here.
-  setup.sampled_work =
-      !responses.empty() && absl::c_all_of(responses, [](const v1::SetupResponse& r) {
-        return r.sampler_deal() == kSamplerDeal;
-      });
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const std::string& deal = responses[i].sampler_deal();
+    if (deal == kSamplerDeal) continue;
+    setup.other_deals.push_back(absl::StrCat("worker '", workers_.info(i).name(), "' deals by '",
+                                             deal.empty() ? "none" : deal, "'"));
+  }
+  setup.sampled_work = !responses.empty() && setup.other_deals.empty();
   setup.plane_notes = absl::StrJoin(notes, "; ");
   setup.group_formation = absl::Milliseconds(group_ms);
 

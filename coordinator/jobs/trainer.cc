@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/distributed_sampler.h"
 #include "common/file_reference.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -196,7 +197,15 @@ absl::Status Trainer::Setup() {
   optimization_ = setup->optimization;
   state_.split_sizes = setup->split_sizes;
   state_.streamed_splits = setup->streamed_splits;
-  state_.sampled_work = setup->sampled_work;
+  // Lists cost the workers time at every call's start (docs/decisions/trainer.md): say why.
+  state_.sampled_work = setup->sampled_work && (!t.has_sampled_calls() || t.sampled_calls());
+  if (Fits(spec) && (setup->sampled_work != state_.sampled_work || !setup->other_deals.empty())) {
+    FlushedReporter().Log(absl::StrCat(
+        "training calls list every rank's sample indices: ",
+        setup->sampled_work ? "trainer.sampled_calls is false"
+                            : absl::StrCat(absl::StrJoin(setup->other_deals, ", "), ", not by '",
+                                           kSamplerDeal, "' as this coordinator")));
+  }
   int64_t& n_train = state_.split_sizes["train"];
   if (n_train <= 0 && Fits(spec)) {
     return absl::InvalidArgumentError("data: fit needs a train split, and it is empty or missing");

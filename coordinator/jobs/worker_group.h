@@ -62,6 +62,9 @@ struct GroupSetup {
   // Every worker takes a training call's batches as their sampler's description
   // (LocalWork.sampled) and answers packed results: the loop need not list them.
   bool sampled_work = false;
+  // Otherwise, the workers that deal otherwise, each with its deal ("worker 'w1' deals by
+  // 'none'"), for the job's log.
+  std::vector<std::string> other_deals;
 };
 
 // One batch's outcome: its samples and the scalars its step returned (loss, ...).
