@@ -273,6 +273,17 @@ TEST(JobSettingsTest, Defaults_ComeFromTheOptions) {
   EXPECT_EQ(spec.data().eval_batch_size(), 4 * spec.data().batch_size());  // a rule in code
 }
 
+// Code outside the spec's parser reads some options' bounds (the worker bounds a sampled call's
+// batch size by data.batch_size's max): they exist, so that reading them cannot fail.
+TEST(JobSettingsTest, BoundsReadElsewhere_Exist) {
+  for (const char* path : {"data.batch_size", "data.eval_batch_size"}) {
+    const JobSetting* setting = FindJobSetting(path);
+    ASSERT_NE(setting, nullptr) << path;
+    EXPECT_TRUE(setting->setting->has_max()) << path;
+    EXPECT_EQ(setting->setting->max(), 1048576) << path;
+  }
+}
+
 TEST(JobSettingsTest, PathsAndOldKeys_FromTheOptions) {
   std::map<std::string, v1::Setting::PathKind> paths;
   for (const JobSetting& s : JobSettings()) {

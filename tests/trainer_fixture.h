@@ -167,6 +167,15 @@ class TrainerTest : public ::testing::Test {
     return out;
   }
 
+  // A run of `spec` from scratch (a new record and checkpoint store), for tests that compare
+  // runs. The trainer, and so group(), stays until the next.
+  absl::Status RunAfresh(const v1::JobSpec& spec, FakeWorkerGroupOptions fake) {
+    record_ = Record();
+    store_ = FakeCheckpointStore();
+    trainer_ = Make(spec, std::move(fake));
+    return trainer_->Run();
+  }
+
   FakeWorkerGroup& group() { return *group_; }
 
   ManualClock clock_;
@@ -176,6 +185,7 @@ class TrainerTest : public ::testing::Test {
   std::function<std::vector<std::string>()> draining_;
   std::string dir_ = absl::StrCat(::testing::TempDir(), "/trainer-test-", getpid());
   FakeWorkerGroup* group_ = nullptr;
+  std::unique_ptr<Trainer> trainer_;  // RunAfresh's; destroyed first, as it reports into record_
 };
 
 // The model logs `name` in every training batch, per step and per epoch (a batch of 8), with

@@ -242,10 +242,7 @@ TEST_F(TrainerTest, PipelinedCalls_NothingComesBetween_SameRunAsOneCallAtATime) 
     spec.mutable_checkpoint()->set_every_n_steps(4);
     FakeWorkerGroupOptions fake;
     fake.splits = {{"train", 256}, {"val", 16}, {"test", 16}};
-    record_ = Record();
-    store_ = FakeCheckpointStore();
-    auto trainer = Make(spec, fake);
-    const absl::Status status = trainer->Run();
+    const absl::Status status = RunAfresh(spec, fake);
     EXPECT_TRUE(status.ok()) << status;
     Run out;
     out.weight = group().weight();
@@ -296,6 +293,59 @@ TEST_F(TrainerTest, PipelinedCalls_ACallFails_TheOneAfterItIsTakenBack) {
   EXPECT_EQ(group().abandoned(), 1) << "the call sent after batch 2's";
   EXPECT_EQ(group().global_step(), 2);
   EXPECT_EQ(group().trained().size(), 4u);  // batches 0 and 1 on both ranks
+}
+
+// Workers that deal a call's batches themselves get the sampler's settings; with
+// trainer.sampled_calls: false, or beside a worker that deals otherwise, every worker gets the
+// indices listed, and the job log says why. The run is the same either way, batch for batch.
+TEST_F(TrainerTest, SampledCalls_DealtOrListed_SameRun_TheLogSaysWhyItLists) {
+  struct Run {
+    double weight = 0;
+    std::vector<testing::TrainedBatch> trained;
+    int listed = 0, calls = 0;
+    std::string why;
+  };
+  auto run = [&](bool deals, bool sampled_calls, std::vector<std::string> others) {
+    v1::JobSpec spec = Spec();
+    spec.mutable_trainer()->set_sampled_calls(sampled_calls);
+    FakeWorkerGroupOptions fake;
+    fake.sampled_work = deals;
+    fake.other_deals = std::move(others);
+    const absl::Status status = RunAfresh(spec, fake);
+    EXPECT_TRUE(status.ok()) << status;
+    Run out;
+    out.weight = group().weight();
+    out.trained = group().trained();
+    for (const FakeCall& call : group().calls()) {
+      if (call.what != "training_step") continue;
+      ++out.calls;
+      out.listed += call.listed ? 1 : 0;
+    }
+    out.why = record_.Line("training calls list every rank's sample indices");
+    return out;
+  };
+  const Run dealt = run(true, true, {});
+  EXPECT_EQ(dealt.listed, 0);
+  EXPECT_GT(dealt.calls, 0);
+  EXPECT_EQ(dealt.why, "");
+  const Run asked = run(true, false, {});
+  EXPECT_EQ(asked.listed, asked.calls);
+  EXPECT_THAT(asked.why, HasSubstr(": trainer.sampled_calls is false")) << asked.why;
+  const Run older = run(false, true, {"worker 'w1' deals no batches (an older build)"});
+  EXPECT_EQ(older.listed, older.calls);
+  EXPECT_EQ(older.why,
+            "training calls list every rank's sample indices: worker 'w1' deals no batches (an "
+            "older build); this coordinator deals by 'fisher-yates-mt19937_64/1': run workers of "
+            "its version for calls that name their batches by sampler");
+  // A group that never deals (the fake as other tests use it) is listed without a word.
+  const Run plain = run(false, true, {});
+  EXPECT_EQ(plain.listed, plain.calls);
+  EXPECT_EQ(plain.why, "");
+  for (const Run* other : {&asked, &older, &plain}) {
+    EXPECT_EQ(other->weight, dealt.weight);
+    EXPECT_TRUE(SameBatches(other->trained, dealt.trained));
+  }
+  EXPECT_TRUE(SameBatches(dealt.trained, Expected(Spec(), 3)));
 }
 
 // The job log says what it trains with, defaults included.

@@ -14,7 +14,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "common/distributed_sampler.h"
+#include "common/job_settings.h"
 #include "tests/test_support.h"
 #include "tests/worker_process.h"
 #include "tests/worker_service_fixture.h"
@@ -166,6 +168,11 @@ TEST_F(WorkerServiceTest, SampledBatchesPastTheData_RefusedSayingWhat_TheJobTrai
     std::function<void(v1::LocalWork*)> edit;
     const char* says;
   };
+  // The bound is the spec's option (data.batch_size's max), read by the worker.
+  const int64_t most_batch =
+      static_cast<int64_t>(FindJobSetting("data.batch_size")->setting->max());
+  const std::string bound_says =
+      absl::StrCat("batch_size is ", most_batch + 1, "; give 1 to ", most_batch);
   const std::vector<Case> cases = {
       {"more samples than the split",
        [](v1::LocalWork* w) { w->mutable_sampled()->set_samples(kTrainSize + 1); },
@@ -177,8 +184,8 @@ TEST_F(WorkerServiceTest, SampledBatchesPastTheData_RefusedSayingWhat_TheJobTrai
       {"batch size 0", [](v1::LocalWork* w) { w->mutable_sampled()->set_batch_size(0); },
        "batch_size is 0"},
       {"a batch above the spec's bound",
-       [](v1::LocalWork* w) { w->mutable_sampled()->set_batch_size(1048577); },
-       "batch_size is 1048577; give 1 to 1048576"},
+       [most_batch](v1::LocalWork* w) { w->mutable_sampled()->set_batch_size(most_batch + 1); },
+       bound_says.c_str()},
       {"no batches", [](v1::LocalWork* w) { w->mutable_sampled()->set_batch_count(0); },
        "batch_count is 0"},
       {"past the epoch", [](v1::LocalWork* w) { w->set_first_batch_idx(15); },

@@ -76,8 +76,10 @@ absl::StatusOr<GroupSetup> GrpcWorkerGroup::Setup(const v1::JobSpec& spec,
   for (size_t i = 0; i < responses.size(); ++i) {
     const std::string& deal = responses[i].sampler_deal();
     if (deal == kSamplerDeal) continue;
-    setup.other_deals.push_back(absl::StrCat("worker '", workers_.info(i).name(), "' deals by '",
-                                             deal.empty() ? "none" : deal, "'"));
+    setup.other_deals.push_back(deal.empty() ? absl::StrCat("worker '", workers_.info(i).name(),
+                                                            "' deals no batches (an older build)")
+                                             : absl::StrCat("worker '", workers_.info(i).name(),
+                                                            "' deals by '", deal, "'"));
   }
   setup.sampled_work = !responses.empty() && setup.other_deals.empty();
   setup.plane_notes = absl::StrJoin(notes, "; ");
@@ -266,9 +268,9 @@ absl::StatusOr<TrainResult> GrpcWorkerGroup::FinishTrain() {
         if (absl::Status packed = CheckPackedBatchResults(local, sent->first, sent->count);
             !packed.ok()) {
           AbandonTrain();
-          return absl::InternalError(absl::StrCat("worker '", workers_.info(i).name(),
-                                                  "' answered rank ", local.rank(), ": ",
-                                                  packed.message()));
+          return absl::InternalError(absl::StrCat(
+              "worker '", workers_.info(i).name(), "' answered rank ", local.rank(), ": ",
+              packed.message(), " (a worker of another build than the coordinator's?)"));
         }
         AddPackedScalars(local.packed(), &r.batches);
       }

@@ -202,9 +202,12 @@ absl::Status Trainer::Setup() {
   if (Fits(spec) && (setup->sampled_work != state_.sampled_work || !setup->other_deals.empty())) {
     FlushedReporter().Log(absl::StrCat(
         "training calls list every rank's sample indices: ",
-        setup->sampled_work ? "trainer.sampled_calls is false"
-                            : absl::StrCat(absl::StrJoin(setup->other_deals, ", "), ", not by '",
-                                           kSamplerDeal, "' as this coordinator")));
+        setup->sampled_work
+            ? "trainer.sampled_calls is false"
+            : absl::StrCat(absl::StrJoin(setup->other_deals, "; "), "; this coordinator deals by '",
+                           kSamplerDeal,
+                           "': run workers of its version for calls that name their batches "
+                           "by sampler")));
   }
   int64_t& n_train = state_.split_sizes["train"];
   if (n_train <= 0 && Fits(spec)) {

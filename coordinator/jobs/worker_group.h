@@ -62,8 +62,9 @@ struct GroupSetup {
   // Every worker takes a training call's batches as their sampler's description
   // (LocalWork.sampled) and answers packed results: the loop need not list them.
   bool sampled_work = false;
-  // Otherwise, the workers that deal otherwise, each with its deal ("worker 'w1' deals by
-  // 'none'"), for the job's log.
+  // When not: each worker whose SetupResponse.sampler_deal is not the coordinator's, with its
+  // deal ("worker 'w1' deals no batches (an older build)"), for the job's log. Empty for a
+  // group that never deals (the loops' fake).
   std::vector<std::string> other_deals;
 };
 

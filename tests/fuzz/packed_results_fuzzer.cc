@@ -1,7 +1,7 @@
 // libFuzzer target: a training call's packed answer (common/packed_batch_results.h), which the
 // coordinator reads from every worker. Bytes as a LocalResult: through `CheckPackedBatchResults`
-// as the answer to a call of batches 5 to 5 + 1023 (the seeds' first batch), and when it passes,
-// every entry read as the coordinator reads it;
+// as the answer to a call of up to 1024 batches from the one it names (and refused as another
+// call's), and when it passes, every entry read as the coordinator reads it;
 // its batches through `PackBatchResults`. A crash, a sanitizer report, an accepted answer whose
 // reads would leave its fields, or a packing that its own check refuses or that loses a value is
 // a finding. Built and run by tests/fuzz/run.sh.
@@ -14,10 +14,15 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   dtrain::v1::LocalResult result;
   if (!result.ParseFromArray(data, static_cast<int>(size))) return 0;
-  constexpr int64_t kFirst = 5, kMost = 1024;
+  constexpr int64_t kMost = 1024;
   const dtrain::v1::PackedBatchResults& p = result.packed();
-  if (dtrain::CheckPackedBatchResults(result, kFirst, kMost).ok()) {
-    if (result.batches_size() != 0 || p.first_batch_idx() != kFirst) std::abort();
+  // Checked as the answer to a call from the batch it names, so that mutations of the first
+  // batch still reach the shape checks; the same answer to another call must be refused.
+  const int64_t first = p.first_batch_idx();
+  if (dtrain::CheckPackedBatchResults(result, first, kMost).ok()) {
+    if (result.batches_size() != 0 ||
+        dtrain::CheckPackedBatchResults(result, first ^ 1, kMost).ok())
+      std::abort();
     // The coordinator's reads (grpc_worker_group.cc): every index inside its field.
     const int names = p.scalar_names_size(), rates = p.rate_names_size();
     int stepped = 0;

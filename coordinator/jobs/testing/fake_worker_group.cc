@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/distributed_sampler.h"
 #include "common/status_macros.h"
 
 namespace dtrain::testing {
@@ -110,6 +111,8 @@ absl::StatusOr<GroupSetup> FakeWorkerGroup::Setup(const v1::JobSpec& spec,
   setup.world_size = world_;
   setup.split_sizes = options_.splits;
   if (world_ > 1) setup.collective_plane = "fake";
+  setup.sampled_work = options_.sampled_work;
+  setup.other_deals = options_.other_deals;
   for (int i = 0; i < size(); ++i) setup.workers.push_back(Describe(i));
   for (int r = 0; r < world_; ++r) {
     setup.ranks.push_back(
@@ -145,9 +148,18 @@ std::string RateName(const std::string& optimizer) {
 absl::StatusOr<TrainResult> FakeWorkerGroup::Train(const TrainCall& call) {
   DTRAIN_RETURN_IF_ERROR(Begin("training_step", call.count));
   calls_.back().first = call.first;
-  // The fake never says it deals batches itself (GroupSetup.sampled_work), so they are listed.
-  if (call.batches == nullptr) return absl::InternalError("a training call without its batches");
-  const RankBatches& batches = *call.batches;
+  calls_.back().listed = call.batches != nullptr;
+  // Dealt as a worker deals them (worker/runtime/sampled_epoch.cc), when the fake says it does.
+  RankBatches dealt;
+  if (call.batches == nullptr) {
+    if (!options_.sampled_work) return absl::InternalError("a training call without its batches");
+    for (int r = 0; r < world_; ++r) {
+      dealt.push_back(Batches(TrainIndices(call.sampling.samples, world_, r, /*streamed=*/false,
+                                           call.sampling.shuffle, call.sampling.seed, call.epoch),
+                              call.sampling.batch_size));
+    }
+  }
+  const RankBatches& batches = call.batches != nullptr ? *call.batches : dealt;
   const int64_t accumulate = std::max(1, spec_.trainer().accumulate_grad_batches());
   const double lr = spec_.optimizer().lr();
   TrainResult result;

@@ -61,6 +61,7 @@ struct FakeCall {
   int64_t batches = 0;     // training: the batches each rank runs in the call
   int64_t first = 0;       // training: the call's first batch
   bool pipelined = false;  // training: started while the call before it was unfinished
+  bool listed = false;     // training: its batches came as index lists, not a sampler's settings
 };
 
 // One batch a rank trained on.
@@ -85,6 +86,11 @@ struct FakeWorkerGroupOptions {
   std::function<absl::Status(const FakeCall& call)> before_call;
   // Where checkpoints go; null: the group's own.
   FakeCheckpointStore* store = nullptr;
+  // The workers deal a training call's batches from its sampler settings, as today's workers
+  // do (GroupSetup.sampled_work); otherwise they must be listed. other_deals: what the group
+  // reports of workers that deal otherwise (GroupSetup.other_deals).
+  bool sampled_work = false;
+  std::vector<std::string> other_deals;
 };
 
 class FakeWorkerGroup final : public WorkerGroup {
