@@ -85,4 +85,16 @@ std::vector<std::vector<int64_t>> Batches(const std::vector<int64_t>& indices, i
   return out;
 }
 
+std::vector<std::vector<std::vector<int64_t>>> EveryRankTrainBatches(int64_t n, int world,
+                                                                     bool streamed, bool shuffle,
+                                                                     uint64_t seed, int64_t epoch,
+                                                                     int batch_size) {
+  std::vector<std::vector<std::vector<int64_t>>> out;
+  out.reserve(static_cast<size_t>(std::max(world, 0)));
+  for (int r = 0; r < world; ++r) {
+    out.push_back(Batches(TrainIndices(n, world, r, streamed, shuffle, seed, epoch), batch_size));
+  }
+  return out;
+}
+
 }  // namespace dtrain

@@ -41,4 +41,11 @@ int64_t StreamEvalOffset(int64_t n, int world, int rank);
 // Splits indices into batches of `batch_size` (the last one smaller).
 std::vector<std::vector<int64_t>> Batches(const std::vector<int64_t>& indices, int batch_size);
 
+// Every rank's training batches for `epoch`, by rank: the lists a coordinator sends to workers
+// that do not deal their own (TrainIndices, then Batches).
+std::vector<std::vector<std::vector<int64_t>>> EveryRankTrainBatches(int64_t n, int world,
+                                                                     bool streamed, bool shuffle,
+                                                                     uint64_t seed, int64_t epoch,
+                                                                     int batch_size);
+
 }  // namespace dtrain

@@ -34,13 +34,9 @@ absl::Status FitLoop::TrainEpoch(int64_t epoch, int64_t start_batch) {
   // sent every rank's list.
   RankBatches batches;
   if (!state.sampled_work) {
-    batches.resize(state.world_size);
-    for (int r = 0; r < state.world_size; ++r) {
-      batches[r] = Batches(
-          TrainIndices(state.split_size("train"), state.world_size, r, state.streamed("train"),
-                       spec.data().shuffle(), spec.seed_everything(), epoch),
-          spec.data().batch_size());
-    }
+    batches = EveryRankTrainBatches(state.split_size("train"), state.world_size,
+                                    state.streamed("train"), spec.data().shuffle(),
+                                    spec.seed_everything(), epoch, spec.data().batch_size());
   }
   const int64_t nb = state.batches_per_epoch;
   const double vci = t.val_check_interval();

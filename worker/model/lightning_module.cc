@@ -1,11 +1,16 @@
 #include "worker/model/lightning_module.h"
 
+#include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <optional>
 #include <unordered_set>
 
 #include <torch/csrc/jit/api/function_impl.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "worker/model/tensor_convert.h"
 #include "worker/model/torch_status.h"
 
@@ -122,6 +127,54 @@ void LightningModule::SetDevice(const c10::Device& device) {
   if (HasAttribute("device", c10::TypeKind::DeviceObjType)) module_.setattr("device", device);
 }
 
+namespace {
+
+// A hyperparameter's value as YAML flow text (what save_hyperparameters() can record: bool,
+// int, float, str and lists of them); nullopt for anything else.
+std::optional<std::string> FlowYaml(const c10::IValue& value) {
+  if (value.isBool()) return std::string(value.toBool() ? "true" : "false");
+  if (value.isInt()) return std::to_string(value.toInt());
+  if (value.isDouble()) {
+    const double d = value.toDouble();
+    if (std::isnan(d)) return std::string(".nan");
+    if (std::isinf(d)) return std::string(d > 0 ? ".inf" : "-.inf");
+    char text[64];
+    const std::to_chars_result end = std::to_chars(text, text + sizeof(text), d);
+    std::string out(text, end.ptr);
+    // A float stays a float when read back (32.0, not the int 32).
+    if (out.find_first_of(".e") == std::string::npos) out += ".0";
+    return out;
+  }
+  if (value.isString()) {
+    std::string out = "\"";
+    for (char c : value.toStringRef()) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        char escaped[8];
+        std::snprintf(escaped, sizeof(escaped), "\\x%02x", static_cast<unsigned char>(c));
+        out += escaped;
+      } else {
+        out += c;
+      }
+    }
+    return out + "\"";
+  }
+  if (value.isList()) {
+    std::vector<std::string> items;
+    for (const c10::IValue& item : value.toListRef()) {
+      std::optional<std::string> text = FlowYaml(item);
+      if (!text.has_value()) return std::nullopt;
+      items.push_back(*std::move(text));
+    }
+    return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, c10::IValue>> LightningModule::HyperParameters() const {
   std::vector<std::pair<std::string, c10::IValue>> out;
   if (!HasAttribute("hparams", c10::TypeKind::TupleType)) return out;
@@ -134,6 +187,16 @@ std::vector<std::pair<std::string, c10::IValue>> LightningModule::HyperParameter
   const std::vector<c10::Argument>& arguments = type.schema()->arguments();
   for (size_t i = 0; i < fields.size() && i < arguments.size(); ++i) {
     out.emplace_back(arguments[i].name(), fields[i]);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> LightningModule::HyperParametersYaml() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, value] : HyperParameters()) {
+    if (std::optional<std::string> yaml = FlowYaml(value); yaml.has_value()) {
+      out.emplace_back(name, *std::move(yaml));
+    }
   }
   return out;
 }

@@ -4,10 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -17,7 +15,6 @@
 #include <torch/types.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/distributed_sampler.h"
 #include "common/job_settings.h"
 #include "common/status_macros.h"
@@ -133,50 +130,6 @@ void AddHookLogged(Accelerator& a, v1::LocalResult* result) {
   if (result->batches_size() == 0) return;
   AddLogged(std::move(logged), /*training_step=*/false, 1,
             result->mutable_batches(result->batches_size() - 1));
-}
-
-// A hyperparameter's value as YAML flow text (what save_hyperparameters() can record: bool,
-// int, float, str and lists of them); nullopt for anything else.
-std::optional<std::string> FlowYaml(const c10::IValue& value) {
-  if (value.isBool()) return std::string(value.toBool() ? "true" : "false");
-  if (value.isInt()) return std::to_string(value.toInt());
-  if (value.isDouble()) {
-    const double d = value.toDouble();
-    if (std::isnan(d)) return std::string(".nan");
-    if (std::isinf(d)) return std::string(d > 0 ? ".inf" : "-.inf");
-    char text[64];
-    const std::to_chars_result end = std::to_chars(text, text + sizeof(text), d);
-    std::string out(text, end.ptr);
-    // A float stays a float when read back (32.0, not the int 32).
-    if (out.find_first_of(".e") == std::string::npos) out += ".0";
-    return out;
-  }
-  if (value.isString()) {
-    std::string out = "\"";
-    for (char c : value.toStringRef()) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        char escaped[8];
-        std::snprintf(escaped, sizeof(escaped), "\\x%02x", static_cast<unsigned char>(c));
-        out += escaped;
-      } else {
-        out += c;
-      }
-    }
-    return out + "\"";
-  }
-  if (value.isList()) {
-    std::vector<std::string> items;
-    for (const c10::IValue& item : value.toListRef()) {
-      std::optional<std::string> text = FlowYaml(item);
-      if (!text.has_value()) return std::nullopt;
-      items.push_back(*std::move(text));
-    }
-    return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
-  }
-  return std::nullopt;
 }
 
 }  // namespace
@@ -439,12 +392,10 @@ void Job::Describe(v1::SetupResponse* response) const {
       monitor->set_strict(m.strict);
     }
   }
-  for (const auto& [name, value] : accelerator_->model().HyperParameters()) {
-    std::optional<std::string> yaml = FlowYaml(value);
-    if (!yaml.has_value()) continue;
+  for (auto& [name, yaml] : accelerator_->model().HyperParametersYaml()) {
     v1::HyperParameter* h = response->add_hyper_parameters();
     h->set_name(name);
-    h->set_yaml(*std::move(yaml));
+    h->set_yaml(std::move(yaml));
   }
 }
 

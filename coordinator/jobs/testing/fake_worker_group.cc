@@ -153,11 +153,9 @@ absl::StatusOr<TrainResult> FakeWorkerGroup::Train(const TrainCall& call) {
   RankBatches dealt;
   if (call.batches == nullptr) {
     if (!options_.sampled_work) return absl::InternalError("a training call without its batches");
-    for (int r = 0; r < world_; ++r) {
-      dealt.push_back(Batches(TrainIndices(call.sampling.samples, world_, r, /*streamed=*/false,
-                                           call.sampling.shuffle, call.sampling.seed, call.epoch),
-                              call.sampling.batch_size));
-    }
+    dealt = EveryRankTrainBatches(call.sampling.samples, world_, /*streamed=*/false,
+                                  call.sampling.shuffle, call.sampling.seed, call.epoch,
+                                  static_cast<int>(call.sampling.batch_size));
   }
   const RankBatches& batches = call.batches != nullptr ? *call.batches : dealt;
   const int64_t accumulate = std::max(1, spec_.trainer().accumulate_grad_batches());
