@@ -22,8 +22,10 @@
 #include <torch/optim/optimizer.h>
 #include <torch/script.h>
 #include <torch/utils.h>
+#include <yaml-cpp/yaml.h>
 
 #include <limits>
+#include <map>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -194,6 +196,89 @@ TEST(LightningModuleFile, NoTrainingStep_InvalidArgument) {
   auto loaded = LightningModule::Load(path);
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("no training_step"));
+}
+
+// hparams.yaml's values come from the module, whose file may be made by hand: each value is one
+// YAML flow node that reads back as what was recorded; a list nested past 32 levels, and a type
+// save_hyperparameters() does not record, are left out with a message naming the hyperparameter.
+TEST(LightningModuleHyperParameters, EachValueReadsBackAsRecorded_DeepListsLeftOutByName) {
+  // Lists of ints nested `levels` deep: [[...[7]...]].
+  auto nested = [](int levels) {
+    c10::TypePtr type = c10::ListType::create(c10::IntType::get());
+    c10::IValue value = c10::List<int64_t>({7});
+    for (int i = 1; i < levels; ++i) {
+      c10::impl::GenericList outer(type);
+      outer.push_back(value);
+      value = outer;
+      type = c10::ListType::create(type);
+    }
+    return std::make_pair(type, value);
+  };
+  const auto [ok_type, ok_value] = nested(32);
+  const auto [deep_type, deep_value] = nested(33);
+  const std::string text = "say \"hi\"\\ \n\t\x01 caf\xc3\xa9 \xff";
+  const std::vector<std::string> names = {"lr",  "hidden", "name",   "sizes",  "flag",
+                                          "nan", "nested", "deeper", "weights"};
+  const std::vector<c10::TypePtr> types = {c10::FloatType::get(),
+                                           c10::FloatType::get(),
+                                           c10::StringType::get(),
+                                           c10::ListType::create(c10::IntType::get()),
+                                           c10::BoolType::get(),
+                                           c10::FloatType::get(),
+                                           ok_type,
+                                           deep_type,
+                                           c10::TensorType::get()};
+  const c10::TupleTypePtr hparams_type =
+      c10::TupleType::createNamed(c10::QualifiedName("HParamsTest"), names, types);
+  const std::vector<c10::IValue> values = {0.05,
+                                           32.0,
+                                           text,
+                                           c10::List<int64_t>({32, 10}),
+                                           true,
+                                           std::nan(""),
+                                           ok_value,
+                                           deep_value,
+                                           torch::ones({2})};
+  torch::jit::Module m("WithHparams");
+  m.register_parameter("w", torch::ones({1}), false);
+  m.register_attribute("hparams", hparams_type,
+                       c10::ivalue::Tuple::createNamed(values, hparams_type));
+  m.define(R"(
+def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    return (self.w * batch[0]).sum()
+)");
+  auto model = LightningModule::Wrap(m, "with-hparams");
+  ASSERT_TRUE(model.ok()) << model.status();
+
+  const LightningModule::HyperParametersText out = model->HyperParametersYaml();
+  std::map<std::string, std::string> yaml(out.yaml.begin(), out.yaml.end());
+  ASSERT_EQ(out.yaml.size(), 7u);
+  EXPECT_EQ(out.yaml[0].first, "lr");  // in the recorded order
+  EXPECT_EQ(yaml["lr"], "0.05");       // the shortest text that reads back exactly
+  EXPECT_EQ(yaml["hidden"], "32.0");   // a float stays a float
+  EXPECT_EQ(yaml["sizes"], "[32, 10]");
+  EXPECT_EQ(yaml["flag"], "true");
+  EXPECT_EQ(yaml["nan"], ".nan");
+  for (const auto& [name, flow] : out.yaml) {
+    EXPECT_EQ(flow.find('\n'), std::string::npos) << name << ": " << flow;  // one line each
+  }
+  EXPECT_EQ(YAML::Load(yaml["lr"]).as<double>(), 0.05);
+  // The string reads back byte for byte, but for the byte that is not UTF-8 (U+FFFD for it).
+  EXPECT_EQ(YAML::Load(yaml["name"]).as<std::string>(),
+            std::string("say \"hi\"\\ \n\t\x01 caf\xc3\xa9 \xef\xbf\xbd"));
+  YAML::Node node = YAML::Load(yaml["nested"]);
+  for (int level = 1; level < 32; ++level) {
+    ASSERT_TRUE(node.IsSequence()) << level;
+    ASSERT_EQ(node.size(), 1u);
+    node = node[0];
+  }
+  EXPECT_EQ(node[0].as<int>(), 7);
+
+  ASSERT_EQ(out.left_out.size(), 2u);
+  EXPECT_THAT(out.left_out[0], HasSubstr("hyperparameter 'deeper'"));
+  EXPECT_THAT(out.left_out[0], HasSubstr("nest deeper than 32 levels"));
+  EXPECT_THAT(out.left_out[1], HasSubstr("hyperparameter 'weights'"));
+  EXPECT_THAT(out.left_out[1], HasSubstr("Tensor"));
 }
 
 TEST(LightningModuleCalls, WrongBatchShape_InvalidArgumentWithLibtorchMessage) {

@@ -2,15 +2,14 @@
 
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <optional>
 #include <unordered_set>
 
 #include <torch/csrc/jit/api/function_impl.h>
+#include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "worker/model/tensor_convert.h"
 #include "worker/model/torch_status.h"
 
@@ -129,48 +128,56 @@ void LightningModule::SetDevice(const c10::Device& device) {
 
 namespace {
 
-// A hyperparameter's value as YAML flow text (what save_hyperparameters() can record: bool,
-// int, float, str and lists of them); nullopt for anything else.
-std::optional<std::string> FlowYaml(const c10::IValue& value) {
-  if (value.isBool()) return std::string(value.toBool() ? "true" : "false");
-  if (value.isInt()) return std::to_string(value.toInt());
-  if (value.isDouble()) {
+// How deep a hyperparameter's lists may nest in hparams.yaml. export() records flat lists; a
+// module file made by hand (or by an attacker) could nest without end, and emitting recurses.
+constexpr int kMaxHyperParameterDepth = 32;
+
+// Emits a hyperparameter's value as one YAML flow node: what save_hyperparameters() can record
+// (bool, int, float, str and lists of them). UNIMPLEMENTED for another type, OUT_OF_RANGE for
+// lists nested deeper than kMaxHyperParameterDepth.
+absl::Status EmitFlow(YAML::Emitter& out, const c10::IValue& value, int depth) {
+  if (value.isBool()) {
+    out << value.toBool();
+  } else if (value.isInt()) {
+    out << static_cast<long long>(value.toInt());
+  } else if (value.isDouble()) {
+    // yaml-cpp writes a double at a fixed precision (0.05 as 0.050000000000000003 at 17
+    // digits, or lossily at fewer); to_chars gives the shortest text that reads back exactly,
+    // which the emitter writes as a plain scalar.
     const double d = value.toDouble();
-    if (std::isnan(d)) return std::string(".nan");
-    if (std::isinf(d)) return std::string(d > 0 ? ".inf" : "-.inf");
-    char text[64];
-    const std::to_chars_result end = std::to_chars(text, text + sizeof(text), d);
-    std::string out(text, end.ptr);
-    // A float stays a float when read back (32.0, not the int 32).
-    if (out.find_first_of(".e") == std::string::npos) out += ".0";
-    return out;
-  }
-  if (value.isString()) {
-    std::string out = "\"";
-    for (char c : value.toStringRef()) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        char escaped[8];
-        std::snprintf(escaped, sizeof(escaped), "\\x%02x", static_cast<unsigned char>(c));
-        out += escaped;
-      } else {
-        out += c;
-      }
+    std::string text;
+    if (std::isnan(d)) {
+      text = ".nan";
+    } else if (std::isinf(d)) {
+      text = d > 0 ? ".inf" : "-.inf";
+    } else {
+      char digits[64];
+      const std::to_chars_result end = std::to_chars(digits, digits + sizeof(digits), d);
+      text.assign(digits, end.ptr);
+      // A float stays a float when read back (32.0, not the int 32).
+      if (text.find_first_of(".e") == std::string::npos) text += ".0";
     }
-    return out + "\"";
-  }
-  if (value.isList()) {
-    std::vector<std::string> items;
+    out << text;
+  } else if (value.isString()) {
+    // Quoted, so that "32" stays a string; the emitter escapes what needs it.
+    out << YAML::DoubleQuoted << value.toStringRef();
+  } else if (value.isList()) {
+    if (depth >= kMaxHyperParameterDepth) {
+      return absl::OutOfRangeError(
+          absl::StrCat("its lists nest deeper than ", kMaxHyperParameterDepth, " levels"));
+    }
+    out << YAML::Flow << YAML::BeginSeq;
     for (const c10::IValue& item : value.toListRef()) {
-      std::optional<std::string> text = FlowYaml(item);
-      if (!text.has_value()) return std::nullopt;
-      items.push_back(*std::move(text));
+      if (absl::Status s = EmitFlow(out, item, depth + 1); !s.ok()) return s;
     }
-    return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+    out << YAML::EndSeq;
+  } else {
+    return absl::UnimplementedError(absl::StrCat(
+        "YAML has no value for a ", value.tagKind(),
+        " as save_hyperparameters() records it (bool, int, float, str and lists of them)"));
   }
-  return std::nullopt;
+  if (!out.good()) return absl::InternalError(out.GetLastError());
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -191,12 +198,16 @@ std::vector<std::pair<std::string, c10::IValue>> LightningModule::HyperParameter
   return out;
 }
 
-std::vector<std::pair<std::string, std::string>> LightningModule::HyperParametersYaml() const {
-  std::vector<std::pair<std::string, std::string>> out;
+LightningModule::HyperParametersText LightningModule::HyperParametersYaml() const {
+  HyperParametersText out;
   for (const auto& [name, value] : HyperParameters()) {
-    if (std::optional<std::string> yaml = FlowYaml(value); yaml.has_value()) {
-      out.emplace_back(name, *std::move(yaml));
+    YAML::Emitter emitter;
+    if (absl::Status s = EmitFlow(emitter, value, 0); !s.ok()) {
+      out.left_out.push_back(absl::StrCat("hyperparameter '", name, "' of model '", origin_,
+                                          "' is left out of hparams.yaml: ", s.message()));
+      continue;
     }
+    out.yaml.emplace_back(name, emitter.c_str());
   }
   return out;
 }

@@ -65,9 +65,14 @@ class LightningModule {
   // What save_hyperparameters() recorded (export() keeps it as the NamedTuple attribute
   // `hparams`), by name in the recorded order; empty for a module without it.
   std::vector<std::pair<std::string, c10::IValue>> HyperParameters() const;
-  // The same, each value as YAML flow text (SetupResponse.hyper_parameters, for hparams.yaml);
-  // values YAML cannot hold as save_hyperparameters() records them are left out.
-  std::vector<std::pair<std::string, std::string>> HyperParametersYaml() const;
+  // The same, each value as YAML flow text (SetupResponse.hyper_parameters, for hparams.yaml).
+  // A value YAML cannot hold as save_hyperparameters() records it (a tensor, a dict; lists
+  // nested deeper than 32) is left out, and `left_out` says which and why, for the job's log.
+  struct HyperParametersText {
+    std::vector<std::pair<std::string, std::string>> yaml;  // name, flow text
+    std::vector<std::string> left_out;
+  };
+  HyperParametersText HyperParametersYaml() const;
   // Calls Lightning hook `name` (e.g. "on_train_epoch_start") with no arguments when the module
   // defines it; OK when it does not. INVALID_ARGUMENT with libtorch's message when it fails.
   absl::Status CallHook(const std::string& name);

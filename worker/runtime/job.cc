@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/distributed_sampler.h"
 #include "common/job_settings.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "common/tensor.h"
 #include "common/thread_schedstat.h"
@@ -392,11 +393,14 @@ void Job::Describe(v1::SetupResponse* response) const {
       monitor->set_strict(m.strict);
     }
   }
-  for (auto& [name, yaml] : accelerator_->model().HyperParametersYaml()) {
+  LightningModule::HyperParametersText hyper_parameters =
+      accelerator_->model().HyperParametersYaml();
+  for (auto& [name, yaml] : hyper_parameters.yaml) {
     v1::HyperParameter* h = response->add_hyper_parameters();
     h->set_name(name);
     h->set_yaml(std::move(yaml));
   }
+  for (const std::string& why : hyper_parameters.left_out) LogWarning(why);
 }
 
 int Job::BatchCount(const v1::LocalWork& work) {
