@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file_reference.h"
 #include "common/job_settings.h"
+#include "common/yaml_float.h"
 #include "dtrain/v1/setting.pb.h"
 
 namespace dtrain {
@@ -310,21 +311,6 @@ void ResolveChangedPaths(const v1::JobSpec& before, const std::string& base, v1:
   }).IgnoreError();
 }
 
-// The shortest decimal that reads back as exactly `value`.
-std::string ShortestDouble(double value) {
-  char buffer[32];
-  for (int digits = 1; digits <= 17; ++digits) {
-    std::snprintf(buffer, sizeof(buffer), "%.*g", digits, value);
-    if (std::strtod(buffer, nullptr) == value) break;
-  }
-  std::string out = buffer;
-  // YAML reads "1e-05" as a string; "1.0e-05" as a number.
-  if (out.find('e') != std::string::npos && out.find('.') == std::string::npos) {
-    out.insert(out.find('e'), ".0");
-  }
-  return out;
-}
-
 void Emit(const Message& message, YAML::Emitter& out, bool top) {
   const google::protobuf::Descriptor* d = message.GetDescriptor();
   const google::protobuf::Reflection* r = message.GetReflection();
@@ -355,7 +341,7 @@ void Emit(const Message& message, YAML::Emitter& out, bool top) {
       for (int k = 0; k < r->FieldSize(message, field); ++k) {
         switch (field->cpp_type()) {
           case FieldDescriptor::CPPTYPE_DOUBLE:
-            out << ShortestDouble(r->GetRepeatedDouble(message, field, k));
+            out << YamlFloat(r->GetRepeatedDouble(message, field, k));
             break;
           case FieldDescriptor::CPPTYPE_INT64:
             out << r->GetRepeatedInt64(message, field, k);
@@ -381,7 +367,7 @@ void Emit(const Message& message, YAML::Emitter& out, bool top) {
         out << r->GetUInt64(message, field);
         break;
       case FieldDescriptor::CPPTYPE_DOUBLE:
-        out << ShortestDouble(r->GetDouble(message, field));
+        out << YamlFloat(r->GetDouble(message, field));
         break;
       case FieldDescriptor::CPPTYPE_BOOL:
         out << (r->GetBool(message, field) ? "true" : "false");

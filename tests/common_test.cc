@@ -26,6 +26,7 @@
 #include "common/process_tuning.h"
 #include "common/tensor.h"
 #include "common/thread_schedstat.h"
+#include "common/yaml_float.h"
 #include "google/protobuf/util/message_differencer.h"
 
 namespace dtrain {
@@ -323,6 +324,24 @@ TEST(ThreadSchedstat, ThisThread_CountsTheTimeItRan) {
   EXPECT_GE(after->on_cpu_ns - before->on_cpu_ns, 20'000'000);
   EXPECT_GE(after->run_queue_ns, before->run_queue_ns);
   EXPECT_GE(after->slices, before->slices);
+}
+
+// What Python's YAML 1.1 reader (PyYAML, the one users read hparams.yaml with) takes for a float,
+// at the fewest digits that read back exactly.
+TEST(YamlFloat, ShortestExactTextThatYaml11ReadsAsAFloat) {
+  EXPECT_EQ(YamlFloat(0.05), "0.05");
+  EXPECT_EQ(YamlFloat(32.0), "32.0");
+  EXPECT_EQ(YamlFloat(-0.0), "-0.0");
+  EXPECT_EQ(YamlFloat(1e-05), "1.0e-05");
+  EXPECT_EQ(YamlFloat(-2.5e+20), "-2.5e+20");
+  EXPECT_EQ(YamlFloat(1e+20), "1.0e+20");
+  EXPECT_EQ(YamlFloat(std::numeric_limits<double>::quiet_NaN()), ".nan");
+  EXPECT_EQ(YamlFloat(std::numeric_limits<double>::infinity()), ".inf");
+  EXPECT_EQ(YamlFloat(-std::numeric_limits<double>::infinity()), "-.inf");
+  EXPECT_EQ(YamlFloat(0.1f), "0.1") << "a float at float's precision";
+  for (double v : {0.1, 1.0 / 3, 6.02214076e23, 5e-324, std::numeric_limits<double>::max()}) {
+    EXPECT_EQ(std::strtod(YamlFloat(v).c_str(), nullptr), v) << YamlFloat(v);
+  }
 }
 
 }  // namespace dtrain

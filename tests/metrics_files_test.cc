@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -122,6 +123,8 @@ TEST(HparamsFile, ResolvedSpec_AsBlockYamlThatParsesBack) {
   spec.mutable_data()->mutable_normalize()->add_std(0.125);
   spec.mutable_data()->mutable_normalize()->add_std(0.5);
   spec.mutable_trainer()->set_precision("32");
+  spec.mutable_optimizer()->set_lr(0.05);
+  spec.mutable_optimizer()->set_weight_decay(1e-5);
   ASSERT_TRUE(NormalizeJobSpec(&spec).ok());
   const std::string path = TempPath("hparams.yaml");
   ASSERT_TRUE(WriteHparamsFile(path, spec).ok());
@@ -132,8 +135,61 @@ TEST(HparamsFile, ResolvedSpec_AsBlockYamlThatParsesBack) {
   EXPECT_EQ(yaml["data"]["batch_size"].as<int>(), 32) << "the defaults are filled in";
   EXPECT_EQ(yaml["data"]["normalize"]["mean"][1].as<double>(), 0.25);
   EXPECT_EQ(yaml["optimizer"]["lr"].as<double>(), spec.optimizer().lr());
+  // Floats at the fewest digits that read back exactly, each a float to YAML 1.1 (PyYAML).
+  EXPECT_THAT(Read(path), ::testing::HasSubstr("  lr: 0.05\n"));
+  EXPECT_THAT(Read(path), ::testing::HasSubstr("  weight_decay: 1.0e-05\n"));
+  EXPECT_THAT(Read(path), ::testing::HasSubstr("mean: [0.5, 0.25]"));
   EXPECT_THAT(Read(path), ::testing::HasSubstr("trainer:\n  "))
       << "block style, as a person would write it";
+}
+
+// The model's values come from workers as text: each is parsed, and only what
+// save_hyperparameters() records (a quoted string, a number or bool, a list of them; untagged)
+// joins the file, written again by dtrain: no tag (PyYAML's unsafe load would run
+// !!python/object), no anchor, no mapping, no name twice. Strings, the spec's too, are escaped
+// beyond ASCII, so that PyYAML (which refuses a raw DEL and breaks lines at U+2028) reads it.
+TEST(HparamsFile, ModelValuesParsedCheckedAndWrittenAgain_EscapedToAscii) {
+  v1::JobSpec spec;
+  spec.set_name("caf\xc3\xa9 \x7f \xe2\x80\xa8 end");
+  const std::string path = TempPath("hparams-model.yaml");
+  ASSERT_TRUE(WriteHparamsFile(path, spec,
+                               {{"lr", "0.05"},
+                                {"bad name", "1"},
+                                {"raw_utf8", "\"caf\xc3\xa9\""},
+                                {"raw_del", "\"a\x7f\""},
+                                {"two_lines", "1\n2"},
+                                {"broken", "[1, 2"},
+                                {"a_map", "{a: 1}"},
+                                {"a_null", "~"},
+                                {"tagged", "!!python/object/apply:os.system [\"id\"]"},
+                                {"tagged_item", "[1, !!binary aGk=]"},
+                                {"octal", "012"},
+                                {"alias", "[1, *a]"},
+                                {"sizes", "- 32\n- 10"},
+                                {"tiny", "1.0e-05"},
+                                {"lr", "1"},
+                                {"on", "'x'"},
+                                {"anchored", "&a 7"}})
+                  .ok());
+  const std::string text = Read(path);
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    EXPECT_TRUE(c == '\n' || (byte >= 0x20 && byte < 0x7f)) << "byte " << int{byte} << " in\n"
+                                                            << text;
+  }
+  EXPECT_THAT(text, ::testing::HasSubstr("hyper_parameters:\n  lr: 0.05\n"));
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "  sizes: [32, 10]\n  tiny: 1.0e-05\n  \"on\": \"x\"\n  anchored: 7\n"));
+  const YAML::Node yaml = YAML::LoadFile(path);
+  EXPECT_EQ(yaml["name"].as<std::string>(), spec.name()) << "escaped, read back as it was";
+  const YAML::Node model = yaml["hyper_parameters"];
+  std::vector<std::string> names;
+  for (const auto& entry : model) names.push_back(entry.first.as<std::string>());
+  EXPECT_THAT(names, ::testing::ElementsAre("lr", "raw_utf8", "raw_del", "sizes", "tiny", "on",
+                                            "anchored"));
+  EXPECT_EQ(model["raw_utf8"].as<std::string>(), "caf\xc3\xa9");
+  EXPECT_EQ(model["raw_del"].as<std::string>(), "a\x7f");
+  EXPECT_EQ(model["sizes"][1].as<int>(), 10);
 }
 
 }  // namespace metrics_files_test

@@ -216,10 +216,11 @@ TEST(LightningModuleHyperParameters, EachValueReadsBackAsRecorded_DeepListsLeftO
   };
   const auto [ok_type, ok_value] = nested(32);
   const auto [deep_type, deep_value] = nested(33);
-  const std::string text = "say \"hi\"\\ \n\t\x01 caf\xc3\xa9 \xff";
-  const std::vector<std::string> names = {"lr",  "hidden", "name",   "sizes",  "flag",
-                                          "nan", "nested", "deeper", "weights"};
+  const std::string text = "say \"hi\"\\ \n\t\x01 caf\xc3\xa9 \x7f \xe2\x80\xa8 \xff";
+  const std::vector<std::string> names = {"lr",   "hidden", "tiny",   "name",   "sizes",
+                                          "flag", "nan",    "nested", "deeper", "weights"};
   const std::vector<c10::TypePtr> types = {c10::FloatType::get(),
+                                           c10::FloatType::get(),
                                            c10::FloatType::get(),
                                            c10::StringType::get(),
                                            c10::ListType::create(c10::IntType::get()),
@@ -230,15 +231,9 @@ TEST(LightningModuleHyperParameters, EachValueReadsBackAsRecorded_DeepListsLeftO
                                            c10::TensorType::get()};
   const c10::TupleTypePtr hparams_type =
       c10::TupleType::createNamed(c10::QualifiedName("HParamsTest"), names, types);
-  const std::vector<c10::IValue> values = {0.05,
-                                           32.0,
-                                           text,
-                                           c10::List<int64_t>({32, 10}),
-                                           true,
-                                           std::nan(""),
-                                           ok_value,
-                                           deep_value,
-                                           torch::ones({2})};
+  const std::vector<c10::IValue> values = {
+      0.05, 32.0,         -1e-05,   text,       c10::List<int64_t>({32, 10}),
+      true, std::nan(""), ok_value, deep_value, torch::ones({2})};
   torch::jit::Module m("WithHparams");
   m.register_parameter("w", torch::ones({1}), false);
   m.register_attribute("hparams", hparams_type,
@@ -252,20 +247,26 @@ def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
 
   const LightningModule::HyperParametersText out = model->HyperParametersYaml();
   std::map<std::string, std::string> yaml(out.yaml.begin(), out.yaml.end());
-  ASSERT_EQ(out.yaml.size(), 7u);
+  ASSERT_EQ(out.yaml.size(), 8u);
   EXPECT_EQ(out.yaml[0].first, "lr");  // in the recorded order
   EXPECT_EQ(yaml["lr"], "0.05");       // the shortest text that reads back exactly
   EXPECT_EQ(yaml["hidden"], "32.0");   // a float stays a float
+  // With a dot, so that YAML 1.1 (PyYAML) reads a float, not the string "-1e-05".
+  EXPECT_EQ(yaml["tiny"], "-1.0e-05");
   EXPECT_EQ(yaml["sizes"], "[32, 10]");
   EXPECT_EQ(yaml["flag"], "true");
   EXPECT_EQ(yaml["nan"], ".nan");
   for (const auto& [name, flow] : out.yaml) {
-    EXPECT_EQ(flow.find('\n'), std::string::npos) << name << ": " << flow;  // one line each
+    // One line of printable ASCII each: PyYAML refuses a raw DEL and breaks lines at U+2028.
+    for (const char c : flow) {
+      EXPECT_TRUE(static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f)
+          << name << ": " << flow;
+    }
   }
   EXPECT_EQ(YAML::Load(yaml["lr"]).as<double>(), 0.05);
   // The string reads back byte for byte, but for the byte that is not UTF-8 (U+FFFD for it).
   EXPECT_EQ(YAML::Load(yaml["name"]).as<std::string>(),
-            std::string("say \"hi\"\\ \n\t\x01 caf\xc3\xa9 \xef\xbf\xbd"));
+            std::string("say \"hi\"\\ \n\t\x01 caf\xc3\xa9 \x7f \xe2\x80\xa8 \xef\xbf\xbd"));
   YAML::Node node = YAML::Load(yaml["nested"]);
   for (int level = 1; level < 32; ++level) {
     ASSERT_TRUE(node.IsSequence()) << level;

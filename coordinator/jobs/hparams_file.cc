@@ -6,12 +6,14 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
+#include "common/yaml_float.h"
 
 namespace dtrain {
 namespace {
@@ -37,10 +39,10 @@ void EmitScalar(YAML::Emitter& out, const Message& m, const FieldDescriptor* f, 
       out << (repeated ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f));
       break;
     case FieldDescriptor::CPPTYPE_DOUBLE:
-      out << (repeated ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f));
+      out << YamlFloat(repeated ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f));
       break;
     case FieldDescriptor::CPPTYPE_FLOAT:
-      out << (repeated ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f));
+      out << YamlFloat(repeated ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f));
       break;
     case FieldDescriptor::CPPTYPE_BOOL:
       out << (repeated ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f));
@@ -58,11 +60,13 @@ void EmitScalar(YAML::Emitter& out, const Message& m, const FieldDescriptor* f, 
   }
 }
 
-void EmitMessage(YAML::Emitter& out, const Message& m) {
+void EmitMessage(YAML::Emitter& out, const Message& m);
+
+// The set fields of `m` as the keys and values of the mapping being emitted.
+void EmitFields(YAML::Emitter& out, const Message& m) {
   const Reflection* r = m.GetReflection();
   std::vector<const FieldDescriptor*> fields;
   r->ListFields(m, &fields);
-  out << YAML::BeginMap;
   for (const FieldDescriptor* f : fields) {
     out << YAML::Key << f->name() << YAML::Value;
     if (f->is_repeated()) {
@@ -81,6 +85,11 @@ void EmitMessage(YAML::Emitter& out, const Message& m) {
       EmitScalar(out, m, f, 0);
     }
   }
+}
+
+void EmitMessage(YAML::Emitter& out, const Message& m) {
+  out << YAML::BeginMap;
+  EmitFields(out, m);
   out << YAML::EndMap;
 }
 
@@ -88,7 +97,9 @@ void EmitMessage(YAML::Emitter& out, const Message& m) {
 
 std::string ToYaml(const Message& message) {
   YAML::Emitter out;
-  out.SetDoublePrecision(17);
+  // Escaped beyond ASCII, so that PyYAML reads every string back (a raw DEL fails the whole
+  // file; a raw U+2028 is a line break to it).
+  out.SetOutputCharset(YAML::EscapeNonAscii);
   EmitMessage(out, message);
   return std::string(out.c_str()) + "\n";
 }
@@ -102,28 +113,99 @@ bool IsIdentifier(const std::string& name) {
   });
 }
 
-// The values come from a worker: each is checked to be one YAML flow value before it joins
-// the file, so the file always parses.
-std::string HyperParametersYaml(const ModelHyperParameters& model) {
-  std::string out;
+// A plain scalar as a worker writes one (common/yaml_float.h, yaml-cpp's bools and ints), which
+// YAML 1.1 (PyYAML) and yaml-cpp read alike. Ints without leading zeros: PyYAML reads 012 as
+// octal.
+bool IsPlainNumberOrBool(const std::string& text) {
+  static const std::regex kPlain(
+      R"(true|false|\.nan|-?\.inf|-?(0|[1-9][0-9]*)(\.[0-9]*([eE][-+][0-9]+)?)?)");
+  return std::regex_match(text, kPlain);
+}
+
+// What save_hyperparameters() records, as the worker's emitter writes it: a quoted string, a
+// number or bool, or a list of them; no tag (PyYAML's safe_load fails the whole file on a tag it
+// does not know, and its unsafe load constructs what !!python/object names), no mapping.
+// Lists nested deeper than the worker writes them (worker/model/lightning_module.cc) are refused
+// before the checks recurse into them.
+constexpr int kMaxDepth = 32;
+
+bool IsRecordedValue(const YAML::Node& node, int depth = 0) {
+  if (node.IsScalar()) {
+    return node.Tag() == "!" || (node.Tag() == "?" && IsPlainNumberOrBool(node.Scalar()));
+  }
+  if (!node.IsSequence() || node.Tag() != "?" || depth >= kMaxDepth) return false;
+  for (const YAML::Node& item : node) {
+    if (!IsRecordedValue(item, depth + 1)) return false;
+  }
+  return true;
+}
+
+// Writes a value IsRecordedValue accepted again, in flow style: the file holds what dtrain
+// writes, never a worker's text as it came (its anchors, comments, or block forms that would
+// change the lines around it).
+void EmitRecordedValue(YAML::Emitter& out, const YAML::Node& node) {
+  if (node.IsScalar()) {
+    if (node.Tag() == "!") {
+      out << YAML::DoubleQuoted << node.Scalar();
+    } else {
+      out << node.Scalar();
+    }
+    return;
+  }
+  out << YAML::Flow << YAML::BeginSeq;
+  for (const YAML::Node& item : node) EmitRecordedValue(out, item);
+  out << YAML::EndSeq;
+}
+
+// The values come from workers: each is parsed and checked here, and written again by
+// EmitRecordedValue, so that the file always parses, in PyYAML too.
+std::vector<std::pair<std::string, YAML::Node>> RecordedValues(const ModelHyperParameters& model) {
+  std::vector<std::pair<std::string, YAML::Node>> values;
   for (const auto& [name, text] : model) {
-    if (!IsIdentifier(name) || text.find('\n') != std::string::npos) continue;
+    if (!IsIdentifier(name)) continue;
+    if (std::any_of(values.begin(), values.end(), [&](const auto& v) { return v.first == name; })) {
+      continue;  // the first of a name, as a mapping has one
+    }
     try {
       YAML::Node node = YAML::Load(text);
-      if (!node.IsScalar() && !node.IsSequence()) continue;
+      if (IsRecordedValue(node)) values.emplace_back(name, std::move(node));
     } catch (const YAML::Exception&) {
-      continue;
+      // Not YAML: left out.
     }
-    absl::StrAppend(&out, "  ", name, ": ", text, "\n");
   }
-  return out.empty() ? out : absl::StrCat("hyper_parameters:\n", out);
+  return values;
 }
 
 }  // namespace
 
+std::string HparamsYaml(const Message& spec, const ModelHyperParameters& model) {
+  YAML::Emitter out;
+  out.SetOutputCharset(YAML::EscapeNonAscii);
+  out << YAML::BeginMap;
+  EmitFields(out, spec);
+  const std::vector<std::pair<std::string, YAML::Node>> values = RecordedValues(model);
+  if (!values.empty()) {
+    out << YAML::Key << "hyper_parameters" << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, node] : values) {
+      // A name YAML 1.1 reads as a bool or null (on, no, null...) is quoted, so that PyYAML
+      // keeps it a string.
+      static const std::regex kWord(
+          "yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF|null|Null|"
+          "NULL");
+      out << YAML::Key;
+      if (std::regex_match(name, kWord)) out << YAML::DoubleQuoted;
+      out << name << YAML::Value;
+      EmitRecordedValue(out, node);
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
 absl::Status WriteHparamsFile(const std::string& path, const Message& spec,
                               const ModelHyperParameters& model) {
-  return WriteFileAtomically(path, ToYaml(spec) + HyperParametersYaml(model));
+  return WriteFileAtomically(path, HparamsYaml(spec, model));
 }
 
 }  // namespace dtrain

@@ -19,9 +19,15 @@ std::string ToYaml(const google::protobuf::Message& message);
 // The model's save_hyperparameters() values as the workers report them: name and YAML flow text.
 using ModelHyperParameters = std::vector<std::pair<std::string, std::string>>;
 
-// Writes ToYaml(spec) to `path` atomically, then, when the model recorded any, its values under
-// `hyper_parameters:` (a name that is not an identifier, or a value that is not YAML, is left
-// out); FAILED_PRECONDITION naming the file on failure.
+// ToYaml(spec), then, when the model recorded any, its values under `hyper_parameters:`, each
+// parsed and written again: a name that is not an identifier (or is there already), or a value
+// that is not what save_hyperparameters() records as a worker writes it (a quoted string, a
+// number or bool, or a list of them, untagged), is left out. Every string is escaped beyond
+// ASCII, so that PyYAML reads the text back.
+std::string HparamsYaml(const google::protobuf::Message& spec, const ModelHyperParameters& model);
+
+// Writes HparamsYaml(spec, model) to `path` atomically; FAILED_PRECONDITION naming the file on
+// failure.
 absl::Status WriteHparamsFile(const std::string& path, const google::protobuf::Message& spec,
                               const ModelHyperParameters& model = {});
 

@@ -17,7 +17,10 @@ from dtrain.v1 import jobs_pb2
 
 
 class LitClassifier(pl.LightningModule):
-    def __init__(self, hidden=32, lr=0.05, name="lit", sizes=(32, 10), optimizer=None):
+    # weight_decay and note are only recorded, for hparams.yaml: PyYAML reads 1e-05 as a string
+    # (1.0e-05 is a float), refuses a raw DEL and breaks lines at U+2028.
+    def __init__(self, hidden=32, lr=0.05, name="lit", sizes=(32, 10), weight_decay=1e-5,
+                 note="caf\u00e9 \x7f \u2028 end", optimizer=None):
         super().__init__()
         self.save_hyperparameters()
         self.fc1 = torch.nn.Linear(32, hidden)
@@ -96,7 +99,7 @@ def test_exports_with_no_edits_and_leaves_the_class_alone(tmp_path):
         "None has no TorchScript type: said, not an error"
     loaded = torch.jit.load(str(tmp_path / "lit.pt"))
     # A NamedTuple in TorchScript (self.hparams.lr); Python sees its values in __init__'s order.
-    assert tuple(loaded.hparams) == (32, 0.05, "lit", [32, 10])
+    assert tuple(loaded.hparams) == (32, 0.05, "lit", [32, 10], 1e-5, "caf\u00e9 \x7f \u2028 end")
     assert loaded.current_epoch == 0 and loaded.global_step == 0
     assert str(loaded.device) == "cpu"
     assert not hasattr(loaded, "on_predict_epoch_end")
@@ -193,7 +196,8 @@ def test_trains_on_two_ranks_as_one_process_and_logs_as_lightning(cluster, tmp_p
     trained = checkpoint["state_dict"]
     # As Lightning's: the user's class is rebuilt from the checkpoint alone.
     assert checkpoint["hyper_parameters"] == {"hidden": 32, "lr": 0.05, "name": "lit",
-                                              "sizes": [32, 10]}
+                                              "sizes": [32, 10], "weight_decay": 1e-5,
+                                              "note": "caf\u00e9 \x7f \u2028 end"}
     # hparams.yaml beside metrics.csv has them as well, after the resolved spec.
     import yaml
     with open(os.path.join(status.log_dir, "hparams.yaml")) as f:

@@ -1,6 +1,5 @@
 #include "worker/model/lightning_module.h"
 
-#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <optional>
@@ -10,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/yaml_float.h"
 #include "worker/model/tensor_convert.h"
 #include "worker/model/torch_status.h"
 
@@ -141,25 +141,12 @@ absl::Status EmitFlow(YAML::Emitter& out, const c10::IValue& value, int depth) {
   } else if (value.isInt()) {
     out << static_cast<long long>(value.toInt());
   } else if (value.isDouble()) {
-    // yaml-cpp writes a double at a fixed precision (0.05 as 0.050000000000000003 at 17
-    // digits, or lossily at fewer); to_chars gives the shortest text that reads back exactly,
-    // which the emitter writes as a plain scalar.
-    const double d = value.toDouble();
-    std::string text;
-    if (std::isnan(d)) {
-      text = ".nan";
-    } else if (std::isinf(d)) {
-      text = d > 0 ? ".inf" : "-.inf";
-    } else {
-      char digits[64];
-      const std::to_chars_result end = std::to_chars(digits, digits + sizeof(digits), d);
-      text.assign(digits, end.ptr);
-      // A float stays a float when read back (32.0, not the int 32).
-      if (text.find_first_of(".e") == std::string::npos) text += ".0";
-    }
-    out << text;
+    // The shortest text that reads back exactly, as a float (common/yaml_float.h); the emitter
+    // writes it as a plain scalar.
+    out << YamlFloat(value.toDouble());
   } else if (value.isString()) {
-    // Quoted, so that "32" stays a string; the emitter escapes what needs it.
+    // Quoted, so that "32" stays a string. HyperParametersYaml's emitter escapes every byte
+    // beyond ASCII: PyYAML refuses a raw DEL and takes U+2028 for a line break.
     out << YAML::DoubleQuoted << value.toStringRef();
   } else if (value.isList()) {
     if (depth >= kMaxHyperParameterDepth) {
@@ -173,8 +160,7 @@ absl::Status EmitFlow(YAML::Emitter& out, const c10::IValue& value, int depth) {
     out << YAML::EndSeq;
   } else {
     return absl::UnimplementedError(absl::StrCat(
-        "YAML has no value for a ", value.tagKind(),
-        " as save_hyperparameters() records it (bool, int, float, str and lists of them)"));
+        "hparams.yaml holds bool, int, float, str and lists of them, not a ", value.tagKind()));
   }
   if (!out.good()) return absl::InternalError(out.GetLastError());
   return absl::OkStatus();
@@ -202,6 +188,7 @@ LightningModule::HyperParametersText LightningModule::HyperParametersYaml() cons
   HyperParametersText out;
   for (const auto& [name, value] : HyperParameters()) {
     YAML::Emitter emitter;
+    emitter.SetOutputCharset(YAML::EscapeNonAscii);
     if (absl::Status s = EmitFlow(emitter, value, 0); !s.ok()) {
       out.left_out.push_back(absl::StrCat("hyperparameter '", name, "' of model '", origin_,
                                           "' is left out of hparams.yaml: ", s.message()));
