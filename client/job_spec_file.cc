@@ -311,6 +311,8 @@ void ResolveChangedPaths(const v1::JobSpec& before, const std::string& base, v1:
   }).IgnoreError();
 }
 
+void EmitValue(const Message& message, const FieldDescriptor* field, int index, YAML::Emitter& out);
+
 void Emit(const Message& message, YAML::Emitter& out, bool top) {
   const google::protobuf::Descriptor* d = message.GetDescriptor();
   const google::protobuf::Reflection* r = message.GetReflection();
@@ -338,46 +340,65 @@ void Emit(const Message& message, YAML::Emitter& out, bool top) {
     }
     if (field->is_repeated()) {
       out << YAML::Flow << YAML::BeginSeq;
-      for (int k = 0; k < r->FieldSize(message, field); ++k) {
-        switch (field->cpp_type()) {
-          case FieldDescriptor::CPPTYPE_DOUBLE:
-            out << YamlFloat(r->GetRepeatedDouble(message, field, k));
-            break;
-          case FieldDescriptor::CPPTYPE_INT64:
-            out << r->GetRepeatedInt64(message, field, k);
-            break;
-          default:
-            out << r->GetRepeatedString(message, field, k);
-        }
-      }
+      for (int k = 0; k < r->FieldSize(message, field); ++k) EmitValue(message, field, k, out);
       out << YAML::EndSeq;
       continue;
     }
-    switch (field->cpp_type()) {
-      case FieldDescriptor::CPPTYPE_MESSAGE:
-        Emit(r->GetMessage(message, field), out, false);
-        break;
-      case FieldDescriptor::CPPTYPE_INT32:
-        out << r->GetInt32(message, field);
-        break;
-      case FieldDescriptor::CPPTYPE_INT64:
-        out << r->GetInt64(message, field);
-        break;
-      case FieldDescriptor::CPPTYPE_UINT64:
-        out << r->GetUInt64(message, field);
-        break;
-      case FieldDescriptor::CPPTYPE_DOUBLE:
-        out << YamlFloat(r->GetDouble(message, field));
-        break;
-      case FieldDescriptor::CPPTYPE_BOOL:
-        out << (r->GetBool(message, field) ? "true" : "false");
-        break;
-      default:
-        // Quoted, so that "32" stays text and "" is a value, not a missing one.
-        out << YAML::DoubleQuoted << r->GetString(message, field);
-    }
+    EmitValue(message, field, -1, out);
   }
   out << YAML::EndMap;
+}
+
+// One value of `field`: element `index` of a repeated field, or the field's own (-1). Every C++
+// type has its case: reflection's getter of another type aborts the process (a list of
+// data.shards.fields once did).
+void EmitValue(const Message& message, const FieldDescriptor* field, int index,
+               YAML::Emitter& out) {
+  const google::protobuf::Reflection* r = message.GetReflection();
+  const bool repeated = index >= 0;
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      Emit(repeated ? r->GetRepeatedMessage(message, field, index) : r->GetMessage(message, field),
+           out, false);
+      break;
+    case FieldDescriptor::CPPTYPE_INT32:
+      out << (repeated ? r->GetRepeatedInt32(message, field, index) : r->GetInt32(message, field));
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      out << (repeated ? r->GetRepeatedInt64(message, field, index) : r->GetInt64(message, field));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      out << (repeated ? r->GetRepeatedUInt32(message, field, index)
+                       : r->GetUInt32(message, field));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      out << (repeated ? r->GetRepeatedUInt64(message, field, index)
+                       : r->GetUInt64(message, field));
+      break;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      out << YamlFloat(repeated ? r->GetRepeatedDouble(message, field, index)
+                                : r->GetDouble(message, field));
+      break;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      out << YamlFloat(repeated ? r->GetRepeatedFloat(message, field, index)
+                                : r->GetFloat(message, field));
+      break;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      out << ((repeated ? r->GetRepeatedBool(message, field, index) : r->GetBool(message, field))
+                  ? "true"
+                  : "false");
+      break;
+    case FieldDescriptor::CPPTYPE_ENUM:
+      out << (repeated ? r->GetRepeatedEnum(message, field, index) : r->GetEnum(message, field))
+                 ->name();
+      break;
+    case FieldDescriptor::CPPTYPE_STRING:
+      // Quoted, so that "32" stays text and "" is a value, not a missing one.
+      out << YAML::DoubleQuoted
+          << (repeated ? r->GetRepeatedString(message, field, index)
+                       : r->GetString(message, field));
+      break;
+  }
 }
 
 }  // namespace

@@ -189,6 +189,21 @@ trainer: {max_epochs: 5}
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr(dir + "/nope.yaml"));
 }
 
+// `normalized` as --print_config prints it, written to `file`, read back and normalized again;
+// it must equal `normalized` (not in serialized bytes: a map's entries have no fixed order).
+v1::JobSpec PrintedAndReadBack(const v1::JobSpec& normalized, const std::string& file) {
+  const std::string yaml = JobSpecToYaml(normalized);
+  const std::string path = testing::TestTempPath(file);
+  std::ofstream(path) << yaml;
+  auto back = ReadJobConfig({path}, {});
+  EXPECT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  if (!back.ok()) return v1::JobSpec();
+  v1::JobSpec again = *back;
+  EXPECT_EQ(NormalizeJobSpec(&again), absl::OkStatus());
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(again, normalized)) << yaml;
+  return again;
+}
+
 // --print_config prints a config that reads back to the same normalized spec.
 TEST(JobConfig, PrintedConfig_ReadsBackToTheSameSpec) {
   auto spec = ParseJobSpec(R"(name: round
@@ -210,15 +225,29 @@ ckpt_path: /c/last.ckpt
   EXPECT_THAT(yaml, HasSubstr("seed_everything: 42"));
   EXPECT_THAT(yaml, HasSubstr("max_epochs: 2"));
   EXPECT_THAT(yaml, Not(HasSubstr("stage")));
-  const std::string path = testing::TestTempPath("printed.yaml");
-  std::ofstream(path) << yaml;
-  auto back = ReadJobConfig({path}, {});
-  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
-  v1::JobSpec again = *back;
-  ASSERT_EQ(NormalizeJobSpec(&again), absl::OkStatus());
-  // Not the serialized bytes: a map's entries serialize in no fixed order.
-  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(again, normalized)) << yaml;
+  const v1::JobSpec again = PrintedAndReadBack(normalized, "printed.yaml");
   EXPECT_EQ(again.checkpoint().storage_options().at("region"), "eu");
+}
+
+// A config with lists of messages (data.shards.fields) prints and reads back too: the printer
+// once called reflection's string getter on them, which aborts the process.
+TEST(JobConfig, PrintedShardConfig_ListsOfMessagesReadBack) {
+  auto spec = ParseJobSpec(R"(name: shards
+model: {builtin: cnn}
+data:
+  shards:
+    train: "/d/train-{000000..000003}.tar"
+    fields:
+      - {name: "jpg;png", type: image}
+      - {name: cls, type: int}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec normalized = *spec;
+  ASSERT_EQ(NormalizeJobSpec(&normalized), absl::OkStatus());
+  EXPECT_THAT(JobSpecToYaml(normalized), HasSubstr("{name: \"jpg;png\", type: \"image\""));
+  const v1::JobSpec again = PrintedAndReadBack(normalized, "printed-shards.yaml");
+  ASSERT_EQ(again.data().shards().fields_size(), 2);
+  EXPECT_EQ(again.data().shards().fields(1).type(), "int");
 }
 
 // Lightning's int-or-float limits, words for numbers, and its defaults.

@@ -146,9 +146,20 @@ TEST(HparamsFile, ResolvedSpec_AsBlockYamlThatParsesBack) {
 // The model's values come from workers as text: each is parsed, and only what
 // save_hyperparameters() records (a quoted string, a number or bool, a list of them; untagged)
 // joins the file, written again by dtrain: no tag (PyYAML's unsafe load would run
-// !!python/object), no anchor, no mapping, no name twice. Strings, the spec's too, are escaped
+// !!python/object), no anchor or alias expanded, no mapping, no name twice, no number PyYAML
+// refuses. Strings, the spec's too, are escaped
 // beyond ASCII, so that PyYAML (which refuses a raw DEL and breaks lines at U+2028) reads it.
 TEST(HparamsFile, ModelValuesParsedCheckedAndWrittenAgain_EscapedToAscii) {
+  // 350 bytes of anchors and aliases that name 10^8 zeros: refused, not expanded.
+  std::string laughs = "[&a [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]";
+  for (char name = 'b'; name <= 'h'; ++name) {
+    laughs += absl::StrCat(", &", std::string(1, name), " [");
+    for (int i = 0; i < 10; ++i) {
+      laughs += absl::StrCat(i == 0 ? "" : ", ", "*", std::string(1, name - 1));
+    }
+    laughs += "]";
+  }
+  laughs += "]";
   v1::JobSpec spec;
   spec.set_name("caf\xc3\xa9 \x7f \xe2\x80\xa8 end");
   const std::string path = TempPath("hparams-model.yaml");
@@ -164,6 +175,8 @@ TEST(HparamsFile, ModelValuesParsedCheckedAndWrittenAgain_EscapedToAscii) {
                                 {"tagged", "!!python/object/apply:os.system [\"id\"]"},
                                 {"tagged_item", "[1, !!binary aGk=]"},
                                 {"octal", "012"},
+                                {"big", std::string(5000, '9')},
+                                {"expanded", laughs},
                                 {"alias", "[1, *a]"},
                                 {"sizes", "- 32\n- 10"},
                                 {"tiny", "1.0e-05"},

@@ -7,11 +7,11 @@
 #include <cstdio>
 #include <fstream>
 #include <regex>
+#include <unordered_set>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
 
-#include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
 #include "common/yaml_float.h"
 
@@ -117,6 +117,10 @@ bool IsIdentifier(const std::string& name) {
 // YAML 1.1 (PyYAML) and yaml-cpp read alike. Ints without leading zeros: PyYAML reads 012 as
 // octal.
 bool IsPlainNumberOrBool(const std::string& text) {
+  // A double's shortest text is at most 24 characters, an int64's 20. The bound comes before
+  // the regex, whose matcher recurses per character; and PyYAML (Python 3.11) refuses an int of
+  // more than 4,300 digits, failing the whole file.
+  if (text.size() > 32) return false;
   static const std::regex kPlain(
       R"(true|false|\.nan|-?\.inf|-?(0|[1-9][0-9]*)(\.[0-9]*([eE][-+][0-9]+)?)?)");
   return std::regex_match(text, kPlain);
@@ -129,13 +133,19 @@ bool IsPlainNumberOrBool(const std::string& text) {
 // before the checks recurse into them.
 constexpr int kMaxDepth = 32;
 
-bool IsRecordedValue(const YAML::Node& node, int depth = 0) {
+// `budget` counts the nodes visited: an alias repeats the node it names without repeating its
+// text, so that a few hundred bytes of anchors and aliases ([&a [0, 0], &b [*a, *a], ...]) would
+// otherwise expand to millions of values in the file. What a worker writes has no aliases, and
+// never more nodes than bytes.
+bool IsRecordedValue(const YAML::Node& node, int depth, size_t& budget) {
+  if (budget == 0) return false;
+  --budget;
   if (node.IsScalar()) {
     return node.Tag() == "!" || (node.Tag() == "?" && IsPlainNumberOrBool(node.Scalar()));
   }
   if (!node.IsSequence() || node.Tag() != "?" || depth >= kMaxDepth) return false;
   for (const YAML::Node& item : node) {
-    if (!IsRecordedValue(item, depth + 1)) return false;
+    if (!IsRecordedValue(item, depth + 1, budget)) return false;
   }
   return true;
 }
@@ -161,14 +171,17 @@ void EmitRecordedValue(YAML::Emitter& out, const YAML::Node& node) {
 // EmitRecordedValue, so that the file always parses, in PyYAML too.
 std::vector<std::pair<std::string, YAML::Node>> RecordedValues(const ModelHyperParameters& model) {
   std::vector<std::pair<std::string, YAML::Node>> values;
+  std::unordered_set<std::string> names;
   for (const auto& [name, text] : model) {
-    if (!IsIdentifier(name)) continue;
-    if (std::any_of(values.begin(), values.end(), [&](const auto& v) { return v.first == name; })) {
-      continue;  // the first of a name, as a mapping has one
-    }
+    // The first of a name, as a mapping has one.
+    if (!IsIdentifier(name) || names.count(name) > 0) continue;
     try {
       YAML::Node node = YAML::Load(text);
-      if (IsRecordedValue(node)) values.emplace_back(name, std::move(node));
+      size_t budget = text.size();
+      if (IsRecordedValue(node, 0, budget)) {
+        values.emplace_back(name, std::move(node));
+        names.insert(name);
+      }
     } catch (const YAML::Exception&) {
       // Not YAML: left out.
     }
