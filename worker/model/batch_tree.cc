@@ -35,29 +35,51 @@ c10::IValue MapTensors(const c10::IValue& batch,
   return batch;
 }
 
+bool VisitTensors(const c10::IValue& batch, const std::function<bool(const at::Tensor&)>& fn) {
+  if (batch.isTensor()) return fn(batch.toTensor());
+  if (batch.isTuple()) {
+    for (const c10::IValue& item : batch.toTupleRef().elements()) {
+      if (!VisitTensors(item, fn)) return false;
+    }
+    return true;
+  }
+  if (batch.isList()) {
+    for (const c10::IValue& item : batch.toList()) {
+      if (!VisitTensors(item, fn)) return false;
+    }
+    return true;
+  }
+  if (batch.isGenericDict()) {
+    for (const auto& entry : batch.toGenericDict()) {
+      if (!VisitTensors(entry.value(), fn)) return false;
+    }
+  }
+  return true;
+}
+
 c10::IValue MoveBatchToDevice(const c10::IValue& batch, c10::Device device) {
+  // Rebuilt even when every tensor is there already, as Lightning's apply_to_collection does:
+  // the step gets containers of its own, and a training_step that pops from its dict batch
+  // changes nothing the loop reads after it.
   return MapTensors(batch,
                     [&](const at::Tensor& t) { return t.device() == device ? t : t.to(device); });
 }
 
 int64_t BatchSize(const c10::IValue& batch) {
-  int64_t size = -1;
-  MapTensors(batch, [&](const at::Tensor& t) {
-    if (size < 0) size = t.dim() == 0 ? 1 : t.size(0);
-    return t;
+  int64_t size = 0;
+  VisitTensors(batch, [&](const at::Tensor& t) {
+    size = t.dim() == 0 ? 1 : t.size(0);
+    return false;
   });
-  return size < 0 ? 0 : size;
+  return size;
 }
 
 absl::StatusOr<std::vector<c10::IValue>> SplitBatch(const c10::IValue& batch, int n) {
   if (n < 1) return absl::InvalidArgumentError(absl::StrCat("cannot split a batch into ", n));
   const int64_t size = BatchSize(batch);
-  bool mismatch = false;
-  MapTensors(batch, [&](const at::Tensor& t) {
-    if (t.dim() == 0 || t.size(0) != size) mismatch = true;
-    return t;
-  });
-  if (mismatch) {
+  const bool rows_agree =
+      VisitTensors(batch, [&](const at::Tensor& t) { return t.dim() != 0 && t.size(0) == size; });
+  if (!rows_agree) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot split the batch: its tensors do not all have ", size, " rows in dimension 0"));
   }

@@ -19,6 +19,11 @@ namespace dtrain {
 c10::IValue MapTensors(const c10::IValue& batch,
                        const std::function<at::Tensor(const at::Tensor&)>& fn);
 
+// Calls fn on the batch's tensors depth first, without rebuilding the tree, until fn returns
+// false; returns whether it went through them all. The step path asks every batch how many rows
+// it has, and a MapTensors rebuild allocates each time.
+bool VisitTensors(const c10::IValue& batch, const std::function<bool(const at::Tensor&)>& fn);
+
 // Lightning's batch_to_device: every tensor of the batch on `device` (those already there are
 // kept as they are); other leaves are kept.
 c10::IValue MoveBatchToDevice(const c10::IValue& batch, c10::Device device);

@@ -94,6 +94,22 @@ absl::StatusOr<LightningModule> LightningModule::Load(const std::string& path) {
   return wrapped;
 }
 
+LightningModule::LightningModule(torch::jit::Module module, std::string origin)
+    : module_(std::move(module)), origin_(std::move(origin)) {
+  if (HasAttribute("current_epoch", c10::TypeKind::IntType)) {
+    epoch_slot_ = module_.type()->getAttributeSlot("current_epoch");
+  }
+  if (HasAttribute("global_step", c10::TypeKind::IntType)) {
+    global_step_slot_ = module_.type()->getAttributeSlot("global_step");
+  }
+}
+
+std::vector<torch::Tensor> LightningModule::Parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor& p : module_.parameters()) out.push_back(p);
+  return out;
+}
+
 absl::StatusOr<LightningModule> LightningModule::Wrap(torch::jit::Module module,
                                                       std::string origin) {
   if (!module.find_method("training_step").has_value()) {
@@ -113,13 +129,10 @@ bool LightningModule::HasAttribute(const std::string& name, c10::TypeKind kind) 
 }
 
 void LightningModule::SetLoopState(int64_t epoch, int64_t global_step) {
-  // Checked per call: dp replicates the module, and a replica is a module of the same type.
-  if (HasAttribute("current_epoch", c10::TypeKind::IntType)) {
-    module_.setattr("current_epoch", epoch);
-  }
-  if (HasAttribute("global_step", c10::TypeKind::IntType)) {
-    module_.setattr("global_step", global_step);
-  }
+  // By slot, found once: a TorchScript class finds an attribute by comparing names one by one,
+  // and this runs every step.
+  if (epoch_slot_.has_value()) module_._ivalue()->setSlot(*epoch_slot_, epoch);
+  if (global_step_slot_.has_value()) module_._ivalue()->setSlot(*global_step_slot_, global_step);
 }
 
 void LightningModule::SetDevice(const c10::Device& device) {
@@ -201,18 +214,22 @@ LightningModule::HyperParametersText LightningModule::HyperParametersYaml() cons
 
 absl::StatusOr<c10::IValue> LightningModule::Call(const std::string& method,
                                                   std::vector<c10::IValue> args) {
-  if (!HasMethod(method)) {
+  // One lookup (a TorchScript class compares its methods' names one by one), and a message
+  // made only when the call fails: this runs a few times every batch. FAILED_PRECONDITION
+  // means only "not defined" (CallHook relies on it): the method's own failures are
+  // INVALID_ARGUMENT.
+  c10::optional<torch::jit::Method> found = module_.find_method(method);
+  if (!found.has_value()) {
     return absl::FailedPreconditionError(
         absl::StrCat("model '", origin_, "' does not define ", method));
   }
-  return GuardTorch(
-      absl::StrCat(method, " of model '", origin_, "' failed"),
-      [&]() -> absl::StatusOr<c10::IValue> { return module_.get_method(method)(std::move(args)); });
+  return GuardTorchLazy([&] { return absl::StrCat(method, " of model '", origin_, "' failed"); },
+                        [&]() -> absl::StatusOr<c10::IValue> { return (*found)(std::move(args)); });
 }
 
 absl::Status LightningModule::CallHook(const std::string& name) {
-  if (!HasMethod(name)) return absl::OkStatus();
   absl::StatusOr<c10::IValue> out = Call(name, {});
+  if (absl::IsFailedPrecondition(out.status())) return absl::OkStatus();  // not defined
   if (!out.ok()) return absl::InvalidArgumentError(out.status().message());
   return absl::OkStatus();
 }
@@ -343,12 +360,6 @@ absl::StatusOr<torch::Tensor> LightningModule::Forward(const torch::Tensor& inpu
         absl::StrCat("forward of model '", origin_, "' must return a tensor"));
   }
   return out->toTensor();
-}
-
-std::vector<torch::Tensor> LightningModule::Parameters() const {
-  std::vector<torch::Tensor> out;
-  for (const torch::Tensor& p : module_.parameters()) out.push_back(p);
-  return out;
 }
 
 bool LightningModule::ReadsGradients() const {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,8 +94,7 @@ class LightningModule {
   const std::string& optimization_json() const { return optimization_json_; }
 
  private:
-  LightningModule(torch::jit::Module module, std::string origin)
-      : module_(std::move(module)), origin_(std::move(origin)) {}
+  LightningModule(torch::jit::Module module, std::string origin);
   absl::StatusOr<c10::IValue> Call(const std::string& method, std::vector<c10::IValue> args);
   // Whether the module has attribute `name` of `kind` (what SetLoopState may write).
   bool HasAttribute(const std::string& name, c10::TypeKind kind) const;
@@ -102,6 +102,9 @@ class LightningModule {
                                   int64_t batch_idx);
 
   torch::jit::Module module_;
+  // SetLoopState's attributes, when the module has them as ints.
+  std::optional<size_t> epoch_slot_;
+  std::optional<size_t> global_step_slot_;
   std::string origin_;  // file path or "builtin:<name>", for messages
   std::string optimization_json_;
   mutable std::string predict_output_type_;  // ToStepOutput's record of predict_step's return

@@ -102,7 +102,7 @@ absl::Status Accelerator::Setup(LightningModule model, const OptimizerConfig& op
   model_ = std::make_unique<LightningModule>(std::move(model));
   DTRAIN_ASSIGN_OR_RETURN(LrSchedule made, LrSchedule::Make(schedule, optimizer.lr));
   schedule_ = made;
-  optimizer_class_ = TorchOptimizerClass(optimizer.name);
+  lr_name_ = absl::StrCat("lr-", TorchOptimizerClass(optimizer.name));
   DTRAIN_RETURN_IF_ERROR(ModelToDevice());
   precision_->ConnectModule(*model_);
   return strategy_->Setup(model_.get(), optimizer);
@@ -150,7 +150,7 @@ absl::Status Accelerator::StepPlateaus(int64_t epoch,
 }
 
 std::vector<std::pair<std::string, double>> Accelerator::MonitoredRates() const {
-  const std::string name = absl::StrCat("lr-", optimizer_class_);
+  const std::string& name = lr_name_;
   if (schedulers_ == nullptr) {
     // The spec's schedule sets the rate inside OptimizerStep: the one this step will use.
     const bool known = schedule_.has_value() && !schedule_->NeedsRunLength();

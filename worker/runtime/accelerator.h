@@ -188,7 +188,8 @@ class Accelerator {
   std::unique_ptr<LightningModule> model_;
   std::optional<LrSchedule> schedule_;
   std::unique_ptr<LrSchedulers> schedulers_;
-  std::string optimizer_class_;  // torch.optim's class name
+  // LearningRateMonitor's name, "lr-" and torch.optim's class name: built once, not per step.
+  std::string lr_name_;
   TrainingProgress progress_;
   std::optional<bool> training_mode_;  // unset until the first step: the export's own mode
   // 16-mixed: whether this step's gradients are already unscaled, and what that found.

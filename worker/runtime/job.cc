@@ -506,6 +506,8 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     DTRAIN_ASSIGN_OR_RETURN(c10::IValue batch, BatchAt(work, i, epoch));
     const int64_t batch_idx = work.first_batch_idx() + i;
     DTRAIN_RETURN_IF_ERROR(a.OnTrainBatchStart(batch_idx));
+    // Before the step: what the step does with its batch does not change the batch's weight.
+    const int64_t batch_size = BatchSize(batch);
     phase_ends(data);
     DTRAIN_ASSIGN_OR_RETURN(torch::Tensor out, a.TrainingStep(batch, batch_idx));
     torch::Tensor loss = a.TrainingStepEnd(out);
@@ -520,7 +522,7 @@ absl::StatusOr<v1::LocalResult> Job::Train(const v1::LocalWork& work, int64_t ep
     ++accumulated_;
     v1::BatchResult* r = result.add_batches();
     r->set_batch_idx(batch_idx);
-    r->set_size(BatchSize(batch));
+    r->set_size(batch_size);
     (*r->mutable_scalars())["loss"] = ReportedScalar(loss);
     for (const auto& [name, value] : a.model().TakeTrainingExtras()) {
       (*r->mutable_scalars())[name] = value;
@@ -627,6 +629,7 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
       r->set_size(0);
       continue;
     }
+    const int64_t batch_size = BatchSize(batch);
     StepOutput out;
     if (kind == StepKind::kValidation) {
       DTRAIN_ASSIGN_OR_RETURN(out, a.ValidationStep(batch, batch_idx));
@@ -639,7 +642,7 @@ absl::StatusOr<v1::LocalResult> Job::Evaluate(StepKind kind, const v1::LocalWork
     }
     v1::BatchResult* r = result.add_batches();
     r->set_batch_idx(batch_idx);
-    r->set_size(BatchSize(batch));
+    r->set_size(batch_size);
     for (int64_t k : kept) r->add_kept_rows(k);
     DTRAIN_RETURN_IF_ERROR(GuardTorch("cannot read the step's outputs", [&]() -> absl::Status {
       DTRAIN_RETURN_IF_ERROR(AddOutputs(out, with_tensors, kind == StepKind::kPredict, r));

@@ -197,7 +197,7 @@ absl::Status DdpStrategy::Teardown() {
 }
 
 absl::Status ShardedStrategy::Setup(LightningModule* model, const OptimizerConfig& optimizer) {
-  model_ = model;
+  SetModel(model);
   optimizer_config_ = optimizer;
   lr_ = optimizer.lr;
   DTRAIN_RETURN_IF_ERROR(SyncModel(model));

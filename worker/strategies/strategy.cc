@@ -85,7 +85,7 @@ void RegisterBuiltinStrategies(PluginRegistry& registry) {
 }
 
 absl::Status Strategy::Setup(LightningModule* model, const OptimizerConfig& optimizer) {
-  model_ = model;
+  SetModel(model);
   optimizer_config_ = optimizer;
   lr_ = optimizer.lr;
   DTRAIN_ASSIGN_OR_RETURN(optimizer_, MakeOptimizer(model->NamedParameters(), optimizer));
@@ -123,10 +123,12 @@ std::vector<torch::Tensor> Strategy::ReleaseSpentGradients() {
   std::vector<torch::Tensor> released;
   if (!gradients_spent_ || model_ == nullptr) return released;
   gradients_spent_ = false;
-  for (torch::Tensor& p : model_->Parameters()) {
+  // A subclass (a plugin's) may set model_ itself rather than through SetModel.
+  if (parameters_of_ != model_) SetModel(model_);
+  for (const torch::Tensor& p : parameters_) {
     if (!p.grad().defined()) continue;
     p.mutable_grad().reset();
-    released.push_back(std::move(p));
+    released.push_back(p);
   }
   return released;
 }
