@@ -15,6 +15,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/csv_cell.h"
 #include "common/job_spec.h"
 #include "coordinator/jobs/csv_metrics_file.h"
@@ -163,6 +164,7 @@ TEST(HparamsFile, ModelValuesParsedCheckedAndWrittenAgain_EscapedToAscii) {
   v1::JobSpec spec;
   spec.set_name("caf\xc3\xa9 \x7f \xe2\x80\xa8 end");
   const std::string path = TempPath("hparams-model.yaml");
+  std::vector<std::string> left_out;
   ASSERT_TRUE(WriteHparamsFile(path, spec,
                                {{"lr", "0.05"},
                                 {"bad name", "1"},
@@ -182,8 +184,22 @@ TEST(HparamsFile, ModelValuesParsedCheckedAndWrittenAgain_EscapedToAscii) {
                                 {"tiny", "1.0e-05"},
                                 {"lr", "1"},
                                 {"on", "'x'"},
-                                {"anchored", "&a 7"}})
+                                {"anchored", "&a 7"}},
+                               &left_out)
                   .ok());
+  // Each value left out is named in the job's log, with why; none of those kept is.
+  ASSERT_EQ(left_out.size(), 12u) << absl::StrJoin(left_out, "\n");
+  EXPECT_EQ(left_out[0],
+            "hparams.yaml leaves out hyperparameter \"bad name\": its name is not a Python "
+            "identifier");
+  EXPECT_THAT(left_out[2], ::testing::StartsWith("hparams.yaml leaves out hyperparameter "
+                                                 "\"broken\": its value is not YAML ("));
+  EXPECT_THAT(left_out[4], ::testing::StartsWith("hparams.yaml leaves out hyperparameter "
+                                                 "\"a_null\": its value is not one "
+                                                 "save_hyperparameters() records"));
+  EXPECT_EQ(left_out[11],
+            "hparams.yaml leaves out hyperparameter \"lr\": the workers reported the name "
+            "twice; the first value is kept");
   const std::string text = Read(path);
   for (const char c : text) {
     const auto byte = static_cast<unsigned char>(c);
@@ -203,6 +219,25 @@ TEST(HparamsFile, ModelValuesParsedCheckedAndWrittenAgain_EscapedToAscii) {
   EXPECT_EQ(model["raw_utf8"].as<std::string>(), "caf\xc3\xa9");
   EXPECT_EQ(model["raw_del"].as<std::string>(), "a\x7f");
   EXPECT_EQ(model["sizes"][1].as<int>(), 10);
+}
+
+// The job's log names what hparams.yaml leaves out: worker text C-escaped and cut at 64 bytes,
+// the first 20 values by name, the rest counted.
+TEST(HparamsFile, LeftOutValues_NamedEscapedAndCutShort_ThenCounted) {
+  ModelHyperParameters model = {{std::string(70, 'x') + "-", "1"}};
+  for (int i = 0; i < 25; ++i) model.emplace_back(absl::StrCat("bad\nname", i), "1");
+  model.emplace_back("kept", "2");
+  std::vector<std::string> left_out;
+  const std::string text = HparamsYaml(v1::JobSpec(), model, &left_out);
+  ASSERT_EQ(left_out.size(), 21u) << absl::StrJoin(left_out, "\n");
+  EXPECT_EQ(left_out[0],
+            absl::StrCat("hparams.yaml leaves out hyperparameter \"", std::string(64, 'x'),
+                         "...\": its name is not a Python identifier"));
+  EXPECT_EQ(left_out[1],
+            "hparams.yaml leaves out hyperparameter \"bad\\nname0\": its name is not a Python "
+            "identifier");
+  EXPECT_EQ(left_out[20], "hparams.yaml leaves out 6 more hyperparameters, not named here");
+  EXPECT_THAT(text, ::testing::HasSubstr("hyper_parameters:\n  kept: 2\n"));
 }
 
 }  // namespace metrics_files_test

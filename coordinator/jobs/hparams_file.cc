@@ -12,6 +12,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/atomic_file.h"
 #include "common/yaml_float.h"
 
@@ -167,46 +170,90 @@ void EmitRecordedValue(YAML::Emitter& out, const YAML::Node& node) {
   out << YAML::EndSeq;
 }
 
+// A name YAML 1.1 reads as a bool or null (on, no, null...): quoted as a key, so that PyYAML
+// keeps it a string.
+bool IsBoolOrNullWord(const std::string& name) {
+  static const std::regex kWord(
+      "yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF|null|Null|NULL");
+  return std::regex_match(name, kWord);
+}
+
+// How many left-out values the job's log names; the rest are counted.
+constexpr size_t kMaxLeftOutLines = 20;
+
+// Text from a worker as a log may show it: C-escaped, its first 64 bytes.
+std::string EscapedPrefix(const std::string& text) {
+  return absl::StrCat(absl::CHexEscape(text.substr(0, 64)), text.size() > 64 ? "..." : "");
+}
+
 // The values come from workers: each is parsed and checked here, and written again by
-// EmitRecordedValue, so that the file always parses, in PyYAML too.
-std::vector<std::pair<std::string, YAML::Node>> RecordedValues(const ModelHyperParameters& model) {
+// EmitRecordedValue, so that the file always parses, in PyYAML too. A worker's own emitter only
+// writes what passes, so what fails here came from elsewhere (another build, a hand-made
+// module file); `left_out` gets a line for each.
+std::vector<std::pair<std::string, YAML::Node>> RecordedValues(const ModelHyperParameters& model,
+                                                               std::vector<std::string>& left_out) {
   std::vector<std::pair<std::string, YAML::Node>> values;
   std::unordered_set<std::string> names;
+  // Worker text goes into the log as C-escaped and cut short: it may hold anything. A module
+  // with thousands of bad values gets a count after the first kMaxLeftOutLines.
+  size_t unnamed = 0;
+  auto leave_out = [&](const std::string& name, absl::string_view why) {
+    if (left_out.size() >= kMaxLeftOutLines) {
+      ++unnamed;
+      return;
+    }
+    left_out.push_back(absl::StrCat("hparams.yaml leaves out hyperparameter \"",
+                                    EscapedPrefix(name), "\": ", why));
+  };
   for (const auto& [name, text] : model) {
+    if (!IsIdentifier(name)) {
+      leave_out(name, "its name is not a Python identifier");
+      continue;
+    }
     // The first of a name, as a mapping has one.
-    if (!IsIdentifier(name) || names.count(name) > 0) continue;
+    if (names.count(name) > 0) {
+      leave_out(name, "the workers reported the name twice; the first value is kept");
+      continue;
+    }
     try {
       YAML::Node node = YAML::Load(text);
       size_t budget = text.size();
       if (IsRecordedValue(node, 0, budget)) {
         values.emplace_back(name, std::move(node));
         names.insert(name);
+      } else {
+        leave_out(name,
+                  "its value is not one save_hyperparameters() records as a worker writes it: a "
+                  "quoted string, a plain number or bool (at most 32 characters, no leading "
+                  "zeros), or an untagged list of them nested at most 32 deep");
       }
-    } catch (const YAML::Exception&) {
-      // Not YAML: left out.
+    } catch (const YAML::Exception& e) {
+      leave_out(name, absl::StrCat("its value is not YAML (", EscapedPrefix(e.msg), ")"));
     }
+  }
+  if (unnamed > 0) {
+    left_out.push_back(
+        absl::StrCat("hparams.yaml leaves out ", unnamed, " more hyperparameters, not named here"));
   }
   return values;
 }
 
 }  // namespace
 
-std::string HparamsYaml(const Message& spec, const ModelHyperParameters& model) {
+std::string HparamsYaml(const Message& spec, const ModelHyperParameters& model,
+                        std::vector<std::string>* left_out) {
   YAML::Emitter out;
   out.SetOutputCharset(YAML::EscapeNonAscii);
   out << YAML::BeginMap;
   EmitFields(out, spec);
-  const std::vector<std::pair<std::string, YAML::Node>> values = RecordedValues(model);
+  std::vector<std::string> unused;
+  const std::vector<std::pair<std::string, YAML::Node>> values =
+      RecordedValues(model, left_out != nullptr ? *left_out : unused);
   if (!values.empty()) {
     out << YAML::Key << "hyper_parameters" << YAML::Value << YAML::BeginMap;
     for (const auto& [name, node] : values) {
-      // A name YAML 1.1 reads as a bool or null (on, no, null...) is quoted, so that PyYAML
-      // keeps it a string.
-      static const std::regex kWord(
-          "yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF|null|Null|"
-          "NULL");
       out << YAML::Key;
-      if (std::regex_match(name, kWord)) out << YAML::DoubleQuoted;
+      if (IsBoolOrNullWord(name)) out << YAML::DoubleQuoted;
       out << name << YAML::Value;
       EmitRecordedValue(out, node);
     }
@@ -217,8 +264,9 @@ std::string HparamsYaml(const Message& spec, const ModelHyperParameters& model) 
 }
 
 absl::Status WriteHparamsFile(const std::string& path, const Message& spec,
-                              const ModelHyperParameters& model) {
-  return WriteFileAtomically(path, HparamsYaml(spec, model));
+                              const ModelHyperParameters& model,
+                              std::vector<std::string>* left_out) {
+  return WriteFileAtomically(path, HparamsYaml(spec, model, left_out));
 }
 
 }  // namespace dtrain

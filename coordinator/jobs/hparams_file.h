@@ -23,12 +23,15 @@ using ModelHyperParameters = std::vector<std::pair<std::string, std::string>>;
 // parsed and written again: a name that is not an identifier (or is there already), or a value
 // that is not what save_hyperparameters() records as a worker writes it (a quoted string, a
 // number or bool, or a list of them, untagged), is left out. Every string is escaped beyond
-// ASCII, so that PyYAML reads the text back.
-std::string HparamsYaml(const google::protobuf::Message& spec, const ModelHyperParameters& model);
+// ASCII, so that PyYAML reads the text back. Each value left out adds a line to `left_out`
+// (when given) naming it and why, for the job's log.
+std::string HparamsYaml(const google::protobuf::Message& spec, const ModelHyperParameters& model,
+                        std::vector<std::string>* left_out = nullptr);
 
-// Writes HparamsYaml(spec, model) to `path` atomically; FAILED_PRECONDITION naming the file on
-// failure.
+// Writes HparamsYaml(spec, model, left_out) to `path` atomically; FAILED_PRECONDITION naming the
+// file on failure.
 absl::Status WriteHparamsFile(const std::string& path, const google::protobuf::Message& spec,
-                              const ModelHyperParameters& model = {});
+                              const ModelHyperParameters& model = {},
+                              std::vector<std::string>* left_out = nullptr);
 
 }  // namespace dtrain

@@ -217,7 +217,9 @@ absl::Status JobRecord::OpenFiles(const std::string& host) {
 }
 
 void JobRecord::HyperParameters(const std::vector<std::pair<std::string, std::string>>& values) {
-  const absl::Status written = WriteHparamsFile(dir_ + "/hparams.yaml", spec_, values);
+  std::vector<std::string> left_out;
+  const absl::Status written = WriteHparamsFile(dir_ + "/hparams.yaml", spec_, values, &left_out);
+  for (const std::string& line : left_out) LogAt(LogLevel::kWarning, line);
   if (!written.ok()) {
     LogAt(LogLevel::kWarning,
           absl::StrCat("hparams.yaml keeps the spec only: ", written.message()));

@@ -400,7 +400,12 @@ void Job::Describe(v1::SetupResponse* response) const {
     h->set_name(name);
     h->set_yaml(std::move(yaml));
   }
-  for (const std::string& why : hyper_parameters.left_out) LogWarning(why);
+  // Every rank loads the same module: one says it, naming the job.
+  if (accelerator_->strategy().global_rank() == 0) {
+    for (const std::string& why : hyper_parameters.left_out) {
+      LogWarning(absl::StrCat("job ", id_, ": ", why));
+    }
+  }
 }
 
 int Job::BatchCount(const v1::LocalWork& work) {
