@@ -22,7 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file_reference.h"
 #include "common/job_settings.h"
-#include "common/yaml_float.h"
+#include "common/proto_yaml.h"
 #include "dtrain/v1/setting.pb.h"
 
 namespace dtrain {
@@ -349,56 +349,14 @@ void Emit(const Message& message, YAML::Emitter& out, bool top) {
   out << YAML::EndMap;
 }
 
-// One value of `field`: element `index` of a repeated field, or the field's own (-1). Every C++
-// type has its case: reflection's getter of another type aborts the process (a list of
-// data.shards.fields once did).
+// One value of `field`: element `index` of a repeated field, or the field's own.
 void EmitValue(const Message& message, const FieldDescriptor* field, int index,
                YAML::Emitter& out) {
+  if (EmitScalarField(out, message, field, index)) return;
   const google::protobuf::Reflection* r = message.GetReflection();
-  const bool repeated = index >= 0;
-  switch (field->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_MESSAGE:
-      Emit(repeated ? r->GetRepeatedMessage(message, field, index) : r->GetMessage(message, field),
-           out, false);
-      break;
-    case FieldDescriptor::CPPTYPE_INT32:
-      out << (repeated ? r->GetRepeatedInt32(message, field, index) : r->GetInt32(message, field));
-      break;
-    case FieldDescriptor::CPPTYPE_INT64:
-      out << (repeated ? r->GetRepeatedInt64(message, field, index) : r->GetInt64(message, field));
-      break;
-    case FieldDescriptor::CPPTYPE_UINT32:
-      out << (repeated ? r->GetRepeatedUInt32(message, field, index)
-                       : r->GetUInt32(message, field));
-      break;
-    case FieldDescriptor::CPPTYPE_UINT64:
-      out << (repeated ? r->GetRepeatedUInt64(message, field, index)
-                       : r->GetUInt64(message, field));
-      break;
-    case FieldDescriptor::CPPTYPE_DOUBLE:
-      out << YamlFloat(repeated ? r->GetRepeatedDouble(message, field, index)
-                                : r->GetDouble(message, field));
-      break;
-    case FieldDescriptor::CPPTYPE_FLOAT:
-      out << YamlFloat(repeated ? r->GetRepeatedFloat(message, field, index)
-                                : r->GetFloat(message, field));
-      break;
-    case FieldDescriptor::CPPTYPE_BOOL:
-      out << ((repeated ? r->GetRepeatedBool(message, field, index) : r->GetBool(message, field))
-                  ? "true"
-                  : "false");
-      break;
-    case FieldDescriptor::CPPTYPE_ENUM:
-      out << (repeated ? r->GetRepeatedEnum(message, field, index) : r->GetEnum(message, field))
-                 ->name();
-      break;
-    case FieldDescriptor::CPPTYPE_STRING:
-      // Quoted, so that "32" stays text and "" is a value, not a missing one.
-      out << YAML::DoubleQuoted
-          << (repeated ? r->GetRepeatedString(message, field, index)
-                       : r->GetString(message, field));
-      break;
-  }
+  Emit(field->is_repeated() ? r->GetRepeatedMessage(message, field, index)
+                            : r->GetMessage(message, field),
+       out, false);
 }
 
 }  // namespace

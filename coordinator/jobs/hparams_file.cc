@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/atomic_file.h"
-#include "common/yaml_float.h"
+#include "common/proto_yaml.h"
 
 namespace dtrain {
 namespace {
@@ -24,44 +24,6 @@ namespace {
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
-
-void EmitScalar(YAML::Emitter& out, const Message& m, const FieldDescriptor* f, int index) {
-  const Reflection* r = m.GetReflection();
-  const bool repeated = f->is_repeated();
-  switch (f->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32:
-      out << (repeated ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_INT64:
-      out << (repeated ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_UINT32:
-      out << (repeated ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_UINT64:
-      out << (repeated ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_DOUBLE:
-      out << YamlFloat(repeated ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_FLOAT:
-      out << YamlFloat(repeated ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_BOOL:
-      out << (repeated ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_ENUM:
-      out << (repeated ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f))->name();
-      break;
-    case FieldDescriptor::CPPTYPE_STRING:
-      // Quoted, so that "32" stays a string and "" is visible.
-      out << YAML::DoubleQuoted
-          << (repeated ? r->GetRepeatedString(m, f, index) : r->GetString(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_MESSAGE:
-      break;
-  }
-}
 
 void EmitMessage(YAML::Emitter& out, const Message& m);
 
@@ -78,14 +40,14 @@ void EmitFields(YAML::Emitter& out, const Message& m) {
         if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
           EmitMessage(out, r->GetRepeatedMessage(m, f, i));
         } else {
-          EmitScalar(out, m, f, i);
+          EmitScalarField(out, m, f, i);
         }
       }
       out << YAML::EndSeq;
     } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
       EmitMessage(out, r->GetMessage(m, f));
     } else {
-      EmitScalar(out, m, f, 0);
+      EmitScalarField(out, m, f, 0);
     }
   }
 }
