@@ -307,6 +307,42 @@ TEST(DevicePlan, FourCudaDevices_ReplicaIOnCudaI_AutocastOnCuda_TooManyRefused) 
   EXPECT_EQ(cpu->autocast.device, torch::kCPU);
 }
 
+// A replica's code sees the loop state the trainer set on the source as of the last Bind, and
+// its own device as self.device (made on the CPU here, from a source that says another device:
+// a CPU build cannot move a module's parameters to any other device).
+TEST(ModuleReplica, LoopStateFollowsTheSourceAtEachBind_DeviceIsTheReplicas) {
+  torch::jit::Module m("Looped");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  m.register_parameter("w", torch::ones({1}), false);
+  m.register_attribute("current_epoch", c10::IntType::get(), int64_t{0});
+  m.register_attribute("global_step", c10::IntType::get(), int64_t{0});
+  m.register_attribute("device", c10::DeviceObjType::get(), c10::Device(torch::kCPU));
+  m.define(R"(
+def training_step(self, batch: Tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    return (self.w * batch[0]).sum() + self.current_epoch * 100 + self.global_step
+)");
+  absl::StatusOr<LightningModule> source = LightningModule::Wrap(m, "looped");
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto replica = ModuleReplica::Make(&*source, torch::kCPU);
+  ASSERT_TRUE(replica.ok()) << replica.status();
+  const c10::IValue batch = c10::ivalue::Tuple::create({torch::ones({2}), torch::ones({2})});
+  source->SetLoopState(3, 7);
+  ASSERT_TRUE((*replica)->Bind().ok());
+  EXPECT_EQ((*replica)->module().TrainingStep(batch, 0)->item<float>(), 2 + 300 + 7);
+  source->SetLoopState(4, 9);
+  EXPECT_EQ((*replica)->module().TrainingStep(batch, 1)->item<float>(), 2 + 300 + 7)
+      << "until the next Bind, the replica keeps what it was bound with";
+  ASSERT_TRUE((*replica)->Bind().ok());
+  EXPECT_EQ((*replica)->module().TrainingStep(batch, 2)->item<float>(), 2 + 400 + 9);
+
+  const torch::Device elsewhere = NonCpuDevice();
+  source->SetDevice(elsewhere);
+  auto made = ModuleReplica::Make(&*source, torch::kCPU);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ((*made)->module().module().attr("device").toDevice(), torch::Device(torch::kCPU));
+  EXPECT_EQ(source->module().attr("device").toDevice(), elsewhere);
+}
+
 // dp's CUDA replicas as torch.nn.DataParallel's replicate: run here on the CPU (a copy on the
 // same device), which takes the same differentiable-copy path a cuda:i replica takes.
 TEST(ModuleReplica, BackwardThroughTheReplica_GradientsLandOnTheSourceParameters) {

@@ -135,6 +135,17 @@ void LightningModule::SetLoopState(int64_t epoch, int64_t global_step) {
   if (global_step_slot_.has_value()) module_._ivalue()->setSlot(*global_step_slot_, global_step);
 }
 
+void LightningModule::CopyLoopStateFrom(const LightningModule& source) {
+  if (epoch_slot_.has_value() && source.epoch_slot_.has_value()) {
+    module_._ivalue()->setSlot(*epoch_slot_,
+                               source.module_._ivalue()->getSlot(*source.epoch_slot_));
+  }
+  if (global_step_slot_.has_value() && source.global_step_slot_.has_value()) {
+    module_._ivalue()->setSlot(*global_step_slot_,
+                               source.module_._ivalue()->getSlot(*source.global_step_slot_));
+  }
+}
+
 void LightningModule::SetDevice(const c10::Device& device) {
   if (HasAttribute("device", c10::TypeKind::DeviceObjType)) module_.setattr("device", device);
 }

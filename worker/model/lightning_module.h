@@ -62,6 +62,8 @@ class LightningModule {
   // Lightning's self.current_epoch / self.global_step / self.device, for a module exported with
   // them as attributes (python/dtrain/export.py adds them); a module without them is left alone.
   void SetLoopState(int64_t epoch, int64_t global_step);
+  // The loop state `source` holds, for a dp replica (a module of the same type) before a step.
+  void CopyLoopStateFrom(const LightningModule& source);
   void SetDevice(const c10::Device& device);
   // What save_hyperparameters() recorded (export() keeps it as the NamedTuple attribute
   // `hparams`), by name in the recorded order; empty for a module without it.

@@ -31,6 +31,9 @@ absl::StatusOr<std::unique_ptr<ModuleReplica>> ModuleReplica::Make(LightningModu
                       auto replica = std::unique_ptr<ModuleReplica>(
                           new ModuleReplica(source, std::move(*wrapped), device));
                       replica->replica_.Train(source->module().is_training());
+                      // self.device in the replica's code is the replica's device, not the
+                      // source's the copy brought along.
+                      replica->replica_.SetDevice(device);
                       return replica;
                     });
 }
@@ -49,6 +52,8 @@ absl::Status ModuleReplica::Bind() {
                         SetDotted(replica_.module(), b.name, b.value.to(device_));
                       }
                       replica_.Train(source_->module().is_training());
+                      // The trainer sets self.current_epoch / self.global_step on the source.
+                      replica_.CopyLoopStateFrom(*source_);
                       return absl::OkStatus();
                     });
 }

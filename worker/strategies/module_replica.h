@@ -24,7 +24,8 @@ class ModuleReplica {
   static absl::StatusOr<std::unique_ptr<ModuleReplica>> Make(LightningModule* source,
                                                              torch::Device device);
 
-  // Copies the source's current parameters (differentiably) and buffers to the device.
+  // Copies the source's current parameters (differentiably), buffers and loop state
+  // (current_epoch, global_step) to the device.
   absl::Status Bind();
 
   LightningModule& module() { return replica_; }
