@@ -226,9 +226,7 @@ LightningModule::HyperParametersText LightningModule::HyperParametersYaml() cons
 absl::StatusOr<c10::IValue> LightningModule::Call(const std::string& method,
                                                   std::vector<c10::IValue> args) {
   // One lookup (a TorchScript class compares its methods' names one by one), and a message
-  // made only when the call fails: this runs a few times every batch. FAILED_PRECONDITION
-  // means only "not defined" (CallHook relies on it): the method's own failures are
-  // INVALID_ARGUMENT.
+  // made only when the call fails: this runs a few times every batch.
   c10::optional<torch::jit::Method> found = module_.find_method(method);
   if (!found.has_value()) {
     return absl::FailedPreconditionError(
@@ -239,10 +237,15 @@ absl::StatusOr<c10::IValue> LightningModule::Call(const std::string& method,
 }
 
 absl::Status LightningModule::CallHook(const std::string& name) {
-  absl::StatusOr<c10::IValue> out = Call(name, {});
-  if (absl::IsFailedPrecondition(out.status())) return absl::OkStatus();  // not defined
-  if (!out.ok()) return absl::InvalidArgumentError(out.status().message());
-  return absl::OkStatus();
+  // A hook runs a few times an epoch, so it looks itself up rather than reading "not defined"
+  // out of Call's status codes.
+  c10::optional<torch::jit::Method> found = module_.find_method(name);
+  if (!found.has_value()) return absl::OkStatus();
+  return GuardTorchLazy([&] { return absl::StrCat(name, " of model '", origin_, "' failed"); },
+                        [&]() -> absl::Status {
+                          (*found)(std::vector<c10::IValue>{});
+                          return absl::OkStatus();
+                        });
 }
 
 absl::StatusOr<c10::IValue> LightningModule::RawStep(const std::string& method,
