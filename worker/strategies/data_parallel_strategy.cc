@@ -34,10 +34,11 @@ bool DataParallelStrategy::replicated() const {
 }
 
 absl::StatusOr<LightningModule*> DataParallelStrategy::Replica(int i) {
-  if (i == 0 || !replicated()) return model_;
+  if (i == 0 || !replicated()) return &model();
   if (replicas_.empty()) replicas_.resize(options_.devices);
   if (replicas_[i] == nullptr) {
-    DTRAIN_ASSIGN_OR_RETURN(replicas_[i], ModuleReplica::Make(model_, options_.replica_devices[i]));
+    DTRAIN_ASSIGN_OR_RETURN(replicas_[i],
+                            ModuleReplica::Make(&model(), options_.replica_devices[i]));
   }
   DTRAIN_RETURN_IF_ERROR(replicas_[i]->Bind());
   return &replicas_[i]->module();
@@ -136,11 +137,11 @@ absl::StatusOr<c10::IValue> DataParallelStrategy::RunReplicas(const std::string&
 absl::StatusOr<torch::Tensor> DataParallelStrategy::TrainingStep(const c10::IValue& batch,
                                                                  int64_t idx) {
   DTRAIN_ASSIGN_OR_RETURN(c10::IValue gathered, RunReplicas("training_step", batch, idx));
-  if (model_->HasMethod("training_step_end")) {
-    DTRAIN_ASSIGN_OR_RETURN(c10::IValue out, model_->StepEnd("training_step", gathered));
-    return model_->TrainingLoss(out);
+  if (model().HasMethod("training_step_end")) {
+    DTRAIN_ASSIGN_OR_RETURN(c10::IValue out, model().StepEnd("training_step", gathered));
+    return model().TrainingLoss(out);
   }
-  return model_->TrainingLoss(ReduceCollection(gathered));
+  return model().TrainingLoss(ReduceCollection(gathered));
 }
 
 absl::StatusOr<StepOutput> DataParallelStrategy::EvalStep(StepKind kind, const c10::IValue& batch,
@@ -149,13 +150,13 @@ absl::StatusOr<StepOutput> DataParallelStrategy::EvalStep(StepKind kind, const c
   const std::string method = StepMethodName(kind);
   DTRAIN_ASSIGN_OR_RETURN(c10::IValue out, RunReplicas(method, batch, idx));
   if (kind != StepKind::kPredict) {
-    if (model_->HasMethod(method + "_end")) {
-      DTRAIN_ASSIGN_OR_RETURN(out, model_->StepEnd(method, out));
+    if (model().HasMethod(method + "_end")) {
+      DTRAIN_ASSIGN_OR_RETURN(out, model().StepEnd(method, out));
     } else {
       out = ReduceCollection(out);
     }
   }
-  return model_->ToStepOutput(method, out);
+  return model().ToStepOutput(method, out);
 }
 
 absl::Status DataParallelStrategy::Reduce(torch::Tensor& tensor, v1::ReduceOp op) {

@@ -227,7 +227,7 @@ absl::StatusOr<torch::optim::Optimizer*> ShardedStrategy::OptimizerState() {
 
 torch::optim::Optimizer* ShardedStrategy::RestoreTarget() {
   absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> full =
-      MakeOptimizer(model_->Parameters(), optimizer_config_);
+      MakeOptimizer(model().Parameters(), optimizer_config_);
   restore_target_ = full.ok() ? std::move(*full) : nullptr;
   return restore_target_.get();
 }

@@ -123,8 +123,6 @@ std::vector<torch::Tensor> Strategy::ReleaseSpentGradients() {
   std::vector<torch::Tensor> released;
   if (!gradients_spent_ || model_ == nullptr) return released;
   gradients_spent_ = false;
-  // A subclass (a plugin's) may set model_ itself rather than through SetModel.
-  if (parameters_of_ != model_) SetModel(model_);
   for (const torch::Tensor& p : parameters_) {
     if (!p.grad().defined()) continue;
     p.mutable_grad().reset();

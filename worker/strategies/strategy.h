@@ -207,28 +207,29 @@ class Strategy {
   Strategy(StrategyOptions options, std::unique_ptr<CollectiveBackend> backend)
       : options_(std::move(options)), backend_(std::move(backend)) {}
 
-  // Every Setup's first step: the model and its parameter list (parameters_).
+  // Every Setup's first step: the model and its parameter list. The only way to set the model,
+  // so that the list cannot go stale behind a subclass's back.
   void SetModel(LightningModule* model) {
     model_ = model;
     parameters_ = model->Parameters();
-    parameters_of_ = model;
   }
 
   StrategyOptions options_;
   std::unique_ptr<CollectiveBackend> backend_;
-  LightningModule* model_ = nullptr;
-  // model_'s parameters, listed at Setup: walking a TorchScript module's slots costs
-  // microseconds, and ReleaseSpentGradients runs every step. The list stays true: to(), set_()
-  // and checkpoint restores change a parameter's data in place, keeping its TensorImpl (only a
-  // dp replica's are replaced, and a replica is never a strategy's model).
-  std::vector<torch::Tensor> parameters_;
-  const LightningModule* parameters_of_ = nullptr;  // whose parameters_ lists
   OptimizerConfig optimizer_config_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   double lr_ = 0;
   bool gradients_spent_ = false;
   bool gradients_unread_after_step_ = false;  // SetGradientsUnreadAfterNextStep, until the step
   std::unique_ptr<CheckpointIO> checkpoint_io_ = std::make_unique<TorchCheckpointIO>();
+
+ private:
+  LightningModule* model_ = nullptr;
+  // model_'s parameters, listed at Setup: walking a TorchScript module's slots costs
+  // microseconds, and ReleaseSpentGradients runs every step. The list stays true: to(), set_()
+  // and checkpoint restores change a parameter's data in place, keeping its TensorImpl (only a
+  // dp replica's are replaced, and a replica is never a strategy's model).
+  std::vector<torch::Tensor> parameters_;
 };
 
 // dtrain's own strategies (the list above), added to `registry`.
