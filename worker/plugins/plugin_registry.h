@@ -41,8 +41,9 @@ struct StrategyOptions;
 enum class Precision;
 
 // Raised when the plugin interface changes incompatibly; a library built against another
-// version is refused at load, naming both.
-inline constexpr int kPluginAbiVersion = 1;
+// version is refused at load, naming both. 2: a Strategy's model is private (model(),
+// SetModel), so a subclass built against 1 would read the wrong members.
+inline constexpr int kPluginAbiVersion = 2;
 
 enum class PluginKind { kAccelerator, kPrecision, kStrategy, kCheckpointIO };
 // "accelerator", "precision", "strategy", "checkpoint_io": the job spec's words.
