@@ -1,13 +1,14 @@
 #!/bin/bash
 # How often a job's ranks sleep at the shm plane's barriers, and what those sleeps cost a step.
 # A rank polls for its peers up to 1 ms, then sleeps on a futex; a sleep ends in a wake-up that a
-# poll would not pay. This starts a local cluster (deploy/local/cluster.sh, 2 workers pinned to
-# cores 0 and 1), runs bench/training.sh's ddp job of the model, and over a window in the middle
-# of training counts each step thread's voluntary context switches (/proc/<pid>/task/<tid>/status:
-# a thread blocks only in these waits while it steps) against the optimizer steps the job made.
-# In the same run, build/bench/dtrain-bench-wake-latency measures a futex wake-up's extra latency
-# over a poll's on the same two cores. The product is the sleeps' cost a step, printed beside the
-# job's own step time from the same run.
+# poll would not pay. This starts a local cluster (deploy/local/cluster.sh, 2 workers of one
+# compute thread, each pinned to a core of its own), runs bench/training.sh's ddp job of the
+# model, and over a window in the middle of training counts each step thread's voluntary context
+# switches (/proc/<pid>/task/<tid>/status) against the optimizer steps the job made. A step
+# thread also blocks between training calls (about 4 a second), so the count is an upper bound
+# of the barrier sleeps. In the same run, build/bench/dtrain-bench-wake-latency measures a futex
+# wake-up's extra latency over a poll's on the workers' two cores. Sleeps a step times the mean
+# extra is the sleeps' cost a step, printed beside the job's own step time from the same run.
 #   bench/wait_sleeps.sh [--model cnn|mlp] [--steps N] [--window S] [--build DIR]
 # Defaults: cnn, 1500 steps (mlp: 40000), a 10 s window after 5 s of training, build/.
 set -euo pipefail
@@ -37,8 +38,11 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+mapfile -t cores < <(deploy/local/cluster.sh cpus --workers 2 --threads 1)
+[ "${#cores[@]}" = 2 ] && [ -n "${cores[0]}" ] && [ -n "${cores[1]}" ] ||
+  { echo "wait_sleeps.sh: needs two cores this shell may use, one per worker" >&2; exit 1; }
 DTRAIN_BIN_DIR="$build" DTRAIN_LOCAL_DIR="$work" \
-  deploy/local/cluster.sh start --port 0 --workers 2 >&2
+  deploy/local/cluster.sh start --port 0 --workers 2 --threads 1 >&2
 DTRAIN_COORDINATOR="127.0.0.1:$(cat "$work/port")"
 export DTRAIN_COORDINATOR
 
@@ -50,8 +54,8 @@ global_step() {
   "$build/client/dtrain" status "$1" --output json |
     /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["progress"].get("global_step", 0))'
 }
-# Each worker's step thread: of its threads pinned to a single core (Gloo's transport thread,
-# started from the step thread, is pinned with it), the one that has run the longest.
+# Each worker's step thread: of its threads pinned to a single core, the one that has run the
+# longest (a thread the step thread starts inherits its core).
 step_threads() {
   local pid task tid status best best_ticks ticks
   for pid in $(cat "$work"/worker-*.pid); do
@@ -61,7 +65,8 @@ step_threads() {
       status=$task/status
       grep -Eq "^Cpus_allowed_list:[[:space:]]+[0-9]+$" "$status" || continue
       # utime + stime: fields 14 and 15 of stat, counted after the command's closing parenthesis.
-      ticks=$(sed 's/.*) //' "$task/stat" | awk '{print $12 + $13}')
+      ticks=$(sed 's/.*) //' "$task/stat" 2>/dev/null | awk '{print $12 + $13}') || continue
+      [ -n "$ticks" ] || continue  # the thread ended during the scan
       if (( ticks > best_ticks )); then best=$tid; best_ticks=$ticks; fi
     done
     if [ -n "$best" ]; then echo "$pid/$best"; fi
@@ -72,16 +77,16 @@ switches() {  # pid/tid...: each one's voluntary context switches
   for t in "$@"; do awk '/^voluntary_ctxt_switches/ {print $2}' "/proc/${t%/*}/task/${t#*/}/status"; done
 }
 # The window starts and ends as the job's progress moves (a training call's answer), so that
-# the steps counted are the ones made between the two readings.
+# the steps counted are about the ones made between the two readings (each reading lags the
+# answer by up to one status query, on both edges alike).
 at_progress_change() {  # id: waits for the global step to change, prints it
-  local id=$1 was now
+  local id=$1 was now deadline=$((SECONDS + 10))
   was=$(global_step "$id")
-  for _ in $(seq 1 400); do
+  while (( SECONDS < deadline )); do
     now=$(global_step "$id")
     if [ "$now" != "$was" ]; then echo "$now"; return; fi
-    sleep 0.005
   done
-  echo "wait_sleeps.sh: the job made no progress for 2 s" >&2; exit 1
+  echo "wait_sleeps.sh: the job made no progress for 10 s" >&2; exit 1
 }
 
 bench_job_wait "$build" "$(submit 20)" >/dev/null   # the warm job, as training.sh's
@@ -93,23 +98,24 @@ mapfile -t threads < <(step_threads)
 first=$(at_progress_change "$id"); mapfile -t before < <(switches "${threads[@]}")
 sleep "$window"
 last=$(at_progress_change "$id"); mapfile -t after < <(switches "${threads[@]}")
+[ "${#after[@]}" = 2 ] || { echo "wait_sleeps.sh: a step thread ended in the window" >&2; exit 1; }
 bench_job_wait "$build" "$id"
 rate=$(bench_job_result "$build" "$id" "wait_sleeps.sh: the job" | /usr/bin/python3 -c '
 import json, sys; print(json.load(sys.stdin)["samples_per_s"])')
-latency=$("$build/bench/dtrain-bench-wake-latency" --cpus 0,1)
+latency=$("$build/bench/dtrain-bench-wake-latency" --cpus "${cores[0]},${cores[1]}")
 echo "$latency"
 /usr/bin/python3 - "$model" "$first" "$last" "$rate" "${before[*]}" "${after[*]}" "$latency" <<'EOF'
 import json, sys
 model, first, last, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 before, after = map(int, sys.argv[5].split()), map(int, sys.argv[6].split())
 extra = next(json.loads(l) for l in sys.argv[7].splitlines() if 'futex_extra' in l)
-extra_us = extra['futex_extra_median_us']
+extra_us = extra['futex_extra_mean_us']  # an expected cost: the mean, its tail included
 steps = last - first
 step_us = 2 * 64 / rate * 1e6  # the job's time per optimizer step (2 ranks of 64 samples)
 for rank, (b, a) in enumerate(zip(before, after)):
     per_step = (a - b) / steps
     cost = per_step * extra_us
     print(f'{model} rank {rank}: {a - b} sleeps in {steps} steps, {per_step:.3f} a step; at a '
-          f'wake-up\'s extra {extra_us:.1f} us (same run) that is {cost:.1f} us a step of the '
+          f'wake-up\'s mean extra {extra_us:.1f} us (same run) that is {cost:.1f} us a step of the '
           f'job\'s {step_us:.0f} us ({cost / step_us:.2%}; {rate:.0f} samples/s)')
 EOF

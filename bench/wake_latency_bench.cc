@@ -1,13 +1,14 @@
-// What a shm-plane rank pays for sleeping instead of polling: two threads pinned to two cores
+// What a shm-plane rank pays for sleeping instead of polling: two threads pinned to two CPUs
 // hand a turn back and forth as two ranks meet at a barrier. The waker computes for a while (a
-// spin of 1.5-3.5 ms: past the 1 ms the plane polls, so that the waiter's vCPU has gone idle as
-// in a job whose ranks are that far apart), then publishes the turn; the waiter either sleeps on
-// a futex (the plane's wait after its poll, woken by FUTEX_WAKE) or polls with pause (the
-// lockstep loops' wait). The latency is from the turn's store to the waiter seeing it. The two
-// waits alternate in rounds, the order flipped each round, so that the machine's drift hits both.
-// Prints, per wait, the median, p90 and p99 of the latency in us, and the futex's median extra
-// over the poll's: multiplied by the sleeps a step (bench/wait_sleeps.sh) it is the sleeps'
-// cost a step.
+// spin of 1.5-3.5 ms, as a rank that far behind its peer), then publishes the turn; the waiter
+// either sleeps on a futex at once (the plane's wait once its 1 ms poll is over, woken by
+// FUTEX_WAKE; sleeping at once rather than after a poll leaves its CPU idle longer, which if
+// anything makes the wake-up slower) or polls with pause (the lockstep loops' wait). The latency
+// is from the turn's store to the waiter seeing it; the waker's own FUTEX_WAKE call, which the
+// last rank to arrive pays, is not in it. The two waits alternate in rounds, the order flipped
+// each round, so that the machine's drift hits both. Prints, per wait, the mean, median, p90 and
+// p99 of the latency in us, and the futex's extra over the poll's (mean and median): the mean
+// extra times the sleeps a step (bench/wait_sleeps.sh) is the sleeps' expected cost a step.
 //   build/bench/dtrain-bench-wake-latency [--handoffs 300] [--rounds 6] [--cpus 0,1]
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -17,6 +18,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,7 +31,7 @@
 
 ABSL_FLAG(int, handoffs, 300, "turns handed over per round and wait");
 ABSL_FLAG(int, rounds, 6, "rounds, each wait once per round");
-ABSL_FLAG(std::string, cpus, "0,1", "the two different cores the threads are pinned to");
+ABSL_FLAG(std::string, cpus, "0,1", "the two different CPUs the threads are pinned to");
 
 namespace {
 
@@ -57,7 +60,7 @@ struct Shared {
 
 void Pin(int cpu) {
   if (absl::Status pinned = dtrain::PinCurrentThread({cpu}); !pinned.ok()) {
-    std::fprintf(stderr, "cannot pin to core %d: %s\n", cpu, std::string(pinned.message()).c_str());
+    std::fprintf(stderr, "cannot pin to CPU %d: %s\n", cpu, std::string(pinned.message()).c_str());
     std::exit(1);
   }
 }
@@ -107,7 +110,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<std::vector<int>> cpus = dtrain::CheckCpuList(absl::GetFlag(FLAGS_cpus));
   if (!cpus.ok() || cpus->size() != 2 || (*cpus)[0] == (*cpus)[1]) {
-    std::fprintf(stderr, "--cpus takes two different cores, e.g. 0,1\n");
+    std::fprintf(stderr, "--cpus takes two different CPUs, e.g. 0,1\n");
     return 2;
   }
   const int handoffs = absl::GetFlag(FLAGS_handoffs);
@@ -125,15 +128,19 @@ int main(int argc, char** argv) {
     }
   }
   using dtrain::bench::Percentile;
+  auto mean = [](const std::vector<double>& v) {
+    return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  };
   const char* names[2] = {"poll", "futex"};
   for (int k = 0; k < 2; ++k) {
     std::printf(
-        "{\"wait\": \"%s\", \"handoffs\": %zu, \"median_us\": %.2f, \"p90_us\": %.2f, "
-        "\"p99_us\": %.2f}\n",
-        names[k], by_wait[k].size(), Percentile(by_wait[k], 0.5), Percentile(by_wait[k], 0.9),
-        Percentile(by_wait[k], 0.99));
+        "{\"wait\": \"%s\", \"samples\": %zu, \"mean_us\": %.2f, \"median_us\": %.2f, "
+        "\"p90_us\": %.2f, \"p99_us\": %.2f}\n",
+        names[k], by_wait[k].size(), mean(by_wait[k]), Percentile(by_wait[k], 0.5),
+        Percentile(by_wait[k], 0.9), Percentile(by_wait[k], 0.99));
   }
-  std::printf("{\"futex_extra_median_us\": %.2f}\n",
+  std::printf("{\"futex_extra_mean_us\": %.2f, \"futex_extra_median_us\": %.2f}\n",
+              mean(by_wait[1]) - mean(by_wait[0]),
               Percentile(by_wait[1], 0.5) - Percentile(by_wait[0], 0.5));
   return 0;
 }
