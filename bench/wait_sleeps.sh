@@ -11,6 +11,8 @@
 # extra is the sleeps' cost a step, printed beside the job's own step time from the same run.
 #   bench/wait_sleeps.sh [--model cnn|mlp] [--steps N] [--window S] [--build DIR]
 # Defaults: cnn, 1500 steps (mlp: 40000), a 10 s window after 5 s of training, build/.
+# The workers run their ranks in their own processes: $DTRAIN_WORKER_FLAGS must not ask for
+# --rank_isolation=process (the step threads would be in children this does not look into).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 model=cnn; steps=""; window=10; build=$root/build
@@ -29,6 +31,10 @@ done
 case "$model" in cnn) steps=${steps:-1500} ;; mlp) steps=${steps:-40000} ;;
   *) echo "wait_sleeps.sh: --model is cnn or mlp" >&2; exit 2 ;; esac
 cd "$root"
+case " ${DTRAIN_WORKER_FLAGS:-} " in *rank_isolation=process*)
+  echo "wait_sleeps.sh: counts the workers' own step threads; unset --rank_isolation=process" >&2
+  exit 2 ;;
+esac
 cmake --build "$build" --target dtrain-coordinator dtrain-worker dtrain dtrain-bench-wake-latency \
   >/dev/null
 source "$root/bench/bench_job.sh"
@@ -38,7 +44,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-mapfile -t cores < <(deploy/local/cluster.sh cpus --workers 2 --threads 1)
+mapfile -t cores < <(DTRAIN_LOCAL_DIR="$work" deploy/local/cluster.sh cpus --workers 2 --threads 1)
 [ "${#cores[@]}" = 2 ] && [ -n "${cores[0]}" ] && [ -n "${cores[1]}" ] ||
   { echo "wait_sleeps.sh: needs two cores this shell may use, one per worker" >&2; exit 1; }
 DTRAIN_BIN_DIR="$build" DTRAIN_LOCAL_DIR="$work" \
@@ -84,9 +90,13 @@ at_progress_change() {  # id: waits for the global step to change, prints it
   was=$(global_step "$id")
   while (( SECONDS < deadline )); do
     now=$(global_step "$id")
-    if [ "$now" != "$was" ]; then echo "$now"; return; fi
+    if [[ $now =~ ^[0-9]+$ && $was =~ ^[0-9]+$ && $now != "$was" ]]; then echo "$now"; return; fi
+    [[ $was =~ ^[0-9]+$ ]] || was=$now
+    sleep 0.02  # each query starts the client on the cores the ranks step on
   done
-  echo "wait_sleeps.sh: the job made no progress for 10 s" >&2; exit 1
+  echo "wait_sleeps.sh: the job made no progress for 10 s" \
+    "(it is $(bench_job_state "$build" "$id"))" >&2
+  exit 1
 }
 
 bench_job_wait "$build" "$(submit 20)" >/dev/null   # the warm job, as training.sh's
@@ -98,7 +108,8 @@ mapfile -t threads < <(step_threads)
 first=$(at_progress_change "$id"); mapfile -t before < <(switches "${threads[@]}")
 sleep "$window"
 last=$(at_progress_change "$id"); mapfile -t after < <(switches "${threads[@]}")
-[ "${#after[@]}" = 2 ] || { echo "wait_sleeps.sh: a step thread ended in the window" >&2; exit 1; }
+[ "${#before[@]}" = 2 ] && [ "${#after[@]}" = 2 ] ||
+  { echo "wait_sleeps.sh: a step thread ended in the window" >&2; exit 1; }
 bench_job_wait "$build" "$id"
 rate=$(bench_job_result "$build" "$id" "wait_sleeps.sh: the job" | /usr/bin/python3 -c '
 import json, sys; print(json.load(sys.stdin)["samples_per_s"])')
@@ -110,7 +121,14 @@ model, first, last, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), floa
 before, after = map(int, sys.argv[5].split()), map(int, sys.argv[6].split())
 extra = next(json.loads(l) for l in sys.argv[7].splitlines() if 'futex_extra' in l)
 extra_us = extra['futex_extra_mean_us']  # an expected cost: the mean, its tail included
+poll = next(json.loads(l) for l in sys.argv[7].splitlines() if '"poll"' in l)
+if poll['mean_us'] > 50:
+    # A poll answers in about a microsecond unless something else holds the waiter's CPU.
+    print(f'warning: the poll\'s mean wake-up took {poll["mean_us"]:.0f} us: other work ran on '
+          'these CPUs, so the cost below says little')
 steps = last - first
+if steps <= 0:
+    sys.exit(f'wait_sleeps.sh: no steps in the window (global step {first} to {last})')
 step_us = 2 * 64 / rate * 1e6  # the job's time per optimizer step (2 ranks of 64 samples)
 for rank, (b, a) in enumerate(zip(before, after)):
     per_step = (a - b) / steps
