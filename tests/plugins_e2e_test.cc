@@ -208,6 +208,14 @@ TEST(PluginLoading, ABadLibrary_StopsTheWorkerSayingWhy) {
       RunShell(absl::StrCat(DTRAIN_WORKER_BIN, " --plugin=libz.so.1 --listen=127.0.0.1:0 2>&1"));
   EXPECT_EQ(foreign.exit_code, 2);
   EXPECT_THAT(foreign.output, HasSubstr("no dtrain plugin entry point"));
+  // A library built for another interface version: refused before its entry point runs (which
+  // would trap), naming both versions.
+  CommandResult stale = RunShell(absl::StrCat(
+      DTRAIN_WORKER_BIN, " --plugin=", DTRAIN_OTHER_ABI_PLUGIN, " --listen=127.0.0.1:0 2>&1"));
+  EXPECT_EQ(stale.exit_code, 2) << stale.output;
+  EXPECT_THAT(stale.output,
+              HasSubstr("built for plugin interface version 1, this worker has version "));
+  EXPECT_THAT(stale.output, HasSubstr("; rebuild it"));
 }
 
 }  // namespace plugins_e2e_test
