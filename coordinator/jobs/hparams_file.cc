@@ -27,6 +27,14 @@ using google::protobuf::Reflection;
 
 void EmitMessage(YAML::Emitter& out, const Message& m);
 
+// Element `index` of `f` (repeated), or its own value: a scalar as EmitScalarField writes it,
+// a message as its set fields.
+void EmitValue(YAML::Emitter& out, const Message& m, const FieldDescriptor* f, int index) {
+  if (EmitScalarField(out, m, f, index)) return;
+  const Reflection* r = m.GetReflection();
+  EmitMessage(out, f->is_repeated() ? r->GetRepeatedMessage(m, f, index) : r->GetMessage(m, f));
+}
+
 // The set fields of `m` as the keys and values of the mapping being emitted.
 void EmitFields(YAML::Emitter& out, const Message& m) {
   const Reflection* r = m.GetReflection();
@@ -34,21 +42,13 @@ void EmitFields(YAML::Emitter& out, const Message& m) {
   r->ListFields(m, &fields);
   for (const FieldDescriptor* f : fields) {
     out << YAML::Key << f->name() << YAML::Value;
-    if (f->is_repeated()) {
-      out << YAML::Flow << YAML::BeginSeq;
-      for (int i = 0; i < r->FieldSize(m, f); ++i) {
-        if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-          EmitMessage(out, r->GetRepeatedMessage(m, f, i));
-        } else {
-          EmitScalarField(out, m, f, i);
-        }
-      }
-      out << YAML::EndSeq;
-    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-      EmitMessage(out, r->GetMessage(m, f));
-    } else {
-      EmitScalarField(out, m, f, 0);
+    if (!f->is_repeated()) {
+      EmitValue(out, m, f, 0);
+      continue;
     }
+    out << YAML::Flow << YAML::BeginSeq;
+    for (int i = 0; i < r->FieldSize(m, f); ++i) EmitValue(out, m, f, i);
+    out << YAML::EndSeq;
   }
 }
 
