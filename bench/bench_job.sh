@@ -48,6 +48,13 @@ bench_job_state() {
     /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])'
 }
 
+# bench_job_progress BUILD_DIR JOB_ID: prints the job's global step so far (0 before its first
+# call answers).
+bench_job_progress() {
+  "$1/client/dtrain" status "$2" --output json |
+    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["progress"].get("global_step", 0))'
+}
+
 # bench_job_result BUILD_DIR JOB_ID WHAT: one JSON object of a finished job: samples_per_s (the
 # trainer's training rate), plane, and from its log each rank's mean batch (batch_ms), its phases
 # (phases_ms, per rank: data, forward, backward, averaging, optimizer), its time in steps outside

@@ -7,7 +7,9 @@ so that short-lived commands count towards the process that ran them) with the m
 time; `diff BEFORE AFTER --workers=PID,...` prints, as one JSON line, the CPU seconds the workers'
 step threads took (each worker's busiest thread), everything else took, and the largest others by
 thread name and process. Threads that started and ended between the two snapshots are missed
-unless their process was reaped by one alive at both ends.
+unless their process was reaped by one alive at both ends. `step-threads --workers=PID,...` prints
+each worker's step thread now, as PID/TID, by the same rule (its busiest thread so far, in its
+process or a child's); with --pinned only threads allowed on a single core count.
 """
 import argparse
 import json
@@ -58,27 +60,61 @@ def snapshot():
     return {"threads": threads, "processes": processes, "busy_s": busy}
 
 
+def worker_of(pid, workers, processes):
+    """The worker a thread of process `pid` steps for: the worker itself, or the worker whose child
+    it is (a worker that runs a job's rank in a child process, worker.proto's isolation)."""
+    if pid in workers:
+        return pid
+    parent = processes.get(pid, {}).get("parent")
+    return parent if parent in workers else None
+
+
+def busiest(candidates):
+    """{worker: (key, seconds)} of each worker's busiest candidate: its step thread."""
+    best = {}
+    for worker, key, seconds in candidates:
+        if worker is not None and (worker not in best or seconds > best[worker][1]):
+            best[worker] = (key, seconds)
+    return best
+
+
+def pinned_to_one_core(pid, tid):
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            for line in f:
+                if line.startswith("Cpus_allowed_list:"):
+                    return line.split(":", 1)[1].strip().isdigit()
+    except OSError:
+        pass
+    return False
+
+
+def step_threads(now, workers, pinned):
+    """Each worker's step thread as "PID/TID", in the order of `workers`; None where none is
+    found."""
+    candidates = []
+    for tid, (pid, _, _, seconds) in now["threads"].items():
+        worker = worker_of(pid, workers, now["processes"])
+        if worker is not None and (not pinned or pinned_to_one_core(pid, tid)):
+            candidates.append((worker, f"{pid}/{tid}", seconds))
+    best = busiest(candidates)
+    return [best[w][0] if w in best else None for w in workers]
+
+
 def diff(before, after, workers):
     ran = []  # (worker or None, (process, thread name), seconds)
     processes = after["processes"]
     for tid, (pid, pname, tname, t) in after["threads"].items():
         old = before["threads"].get(tid)
         d = t - (old[3] if old and old[0] == pid else 0.0)  # a reused tid starts from 0
-        # A worker that runs a job's rank in a child process (worker.proto's isolation) steps
-        # there.
-        worker = pid if pid in workers else processes.get(pid, {}).get("parent")
         if d > 0:
-            ran.append((worker if worker in workers else None, (pname, tname), d))
+            ran.append((worker_of(pid, workers, processes), (pname, tname), d))
     for pid, p in processes.items():
         d = p["children_s"] - before["processes"].get(pid, p)["children_s"]
         if d > 0:
             ran.append((None, (p["name"], None), d))
     # Each worker's busiest thread is its step thread; everything else took from it.
-    step = {}  # worker -> index into ran
-    for i, (w, _, d) in enumerate(ran):
-        if w and (w not in step or d > ran[step[w]][2]):
-            step[w] = i
-    steps = set(step.values())
+    steps = {i for i, _ in busiest((w, i, d) for i, (w, _, d) in enumerate(ran)).values()}
     taken = {}
     for i, (_, key, d) in enumerate(ran):
         if i not in steps:
@@ -99,10 +135,24 @@ def main():
     d.add_argument("before")
     d.add_argument("after")
     d.add_argument("--workers", required=True, help="the workers' process ids, comma-separated")
+    s = commands.add_parser("step-threads")
+    s.add_argument("--workers", required=True, help="the workers' process ids, comma-separated")
+    s.add_argument("--pinned", action="store_true",
+                   help="only threads allowed on a single core (a worker given --cpus)")
     args = parser.parse_args()
     if args.command == "snapshot":
         with open(args.file, "w") as f:
             json.dump(snapshot(), f)
+        return 0
+    if args.command == "step-threads":
+        workers = [w for w in args.workers.split(",") if w]
+        found = step_threads(snapshot(), workers, args.pinned)
+        for worker, thread in zip(workers, found):
+            if thread is None:
+                print(f"thread_cpu.py: worker {worker} has no step thread (not running?)",
+                      file=sys.stderr)
+                return 1
+            print(thread)
         return 0
     with open(args.before) as f:
         before = json.load(f)

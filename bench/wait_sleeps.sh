@@ -56,27 +56,12 @@ submit() {  # steps
   bench_job_submit "$build" --name="wait-sleeps-$model" --model.builtin="$model" \
     --data.batch_size=64 --trainer.max_steps="$1" --trainer.strategy=ddp --trainer.num_nodes=2
 }
-global_step() {
-  "$build/client/dtrain" status "$1" --output json |
-    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["progress"].get("global_step", 0))'
-}
-# Each worker's step thread: of its threads pinned to a single core, the one that has run the
-# longest (a thread the step thread starts inherits its core).
+# Each worker's step thread (bench/thread_cpu.py's rule: its busiest thread, here among those
+# pinned to a single core, as the local cluster pins a step thread and a thread it starts).
 step_threads() {
-  local pid task tid status best best_ticks ticks
-  for pid in $(cat "$work"/worker-*.pid); do
-    best=""; best_ticks=-1
-    for task in "/proc/$pid/task"/*; do
-      tid=${task##*/}
-      status=$task/status
-      grep -Eq "^Cpus_allowed_list:[[:space:]]+[0-9]+$" "$status" || continue
-      # utime + stime: fields 14 and 15 of stat, counted after the command's closing parenthesis.
-      ticks=$(sed 's/.*) //' "$task/stat" 2>/dev/null | awk '{print $12 + $13}') || continue
-      [ -n "$ticks" ] || continue  # the thread ended during the scan
-      if (( ticks > best_ticks )); then best=$tid; best_ticks=$ticks; fi
-    done
-    if [ -n "$best" ]; then echo "$pid/$best"; fi
-  done
+  local pids
+  pids=$(cat "$work"/worker-*.pid | paste -sd, -)
+  /usr/bin/python3 "$root/bench/thread_cpu.py" step-threads --pinned --workers "$pids"
 }
 switches() {  # pid/tid...: each one's voluntary context switches
   local t
@@ -87,9 +72,9 @@ switches() {  # pid/tid...: each one's voluntary context switches
 # answer by up to one status query, on both edges alike).
 at_progress_change() {  # id: waits for the global step to change, prints it
   local id=$1 was now deadline=$((SECONDS + 10))
-  was=$(global_step "$id")
+  was=$(bench_job_progress "$build" "$id")
   while (( SECONDS < deadline )); do
-    now=$(global_step "$id")
+    now=$(bench_job_progress "$build" "$id")
     if [[ $now =~ ^[0-9]+$ && $was =~ ^[0-9]+$ && $now != "$was" ]]; then echo "$now"; return; fi
     [[ $was =~ ^[0-9]+$ ]] || was=$now
     sleep 0.02  # each query starts the client on the cores the ranks step on
