@@ -1,6 +1,6 @@
 # Sourced by the benches that run dtrain jobs: submitting a spec (the training benches' own,
 # bench/bench-job.yaml, or another) with overrides, waiting for a job with a deadline, and
-# asking its state, through the dtrain client of a build directory, on the cluster
+# asking its state or progress, through the dtrain client of a build directory, on the cluster
 # $DTRAIN_COORDINATOR names. One place, so that every bench submits the same spec and reads the
 # client's answers the same way.
 

@@ -8,8 +8,9 @@ time; `diff BEFORE AFTER --workers=PID,...` prints, as one JSON line, the CPU se
 step threads took (each worker's busiest thread), everything else took, and the largest others by
 thread name and process. Threads that started and ended between the two snapshots are missed
 unless their process was reaped by one alive at both ends. `step-threads --workers=PID,...` prints
-each worker's step thread now, as PID/TID, by the same rule (its busiest thread so far, in its
-process or a child's); with --pinned only threads allowed on a single core count.
+each worker's step thread now, as PID/TID: its busiest thread since the thread started (diff's
+rule over the whole of each thread's life, not a window), in its process or a child's; with
+--pinned only threads allowed on a single core count.
 """
 import argparse
 import json
@@ -79,6 +80,8 @@ def busiest(candidates):
 
 
 def pinned_to_one_core(pid, tid):
+    """A worker given --cpus pins its step thread to one core, and a thread that the step thread
+    starts inherits it; the daemon's other threads may run anywhere."""
     try:
         with open(f"/proc/{pid}/task/{tid}/status") as f:
             for line in f:
@@ -149,7 +152,8 @@ def main():
         found = step_threads(snapshot(), workers, args.pinned)
         for worker, thread in zip(workers, found):
             if thread is None:
-                print(f"thread_cpu.py: worker {worker} has no step thread (not running?)",
+                why = "none pinned to one core" if args.pinned else "is it running?"
+                print(f"thread_cpu.py: worker {worker} has no step thread ({why})",
                       file=sys.stderr)
                 return 1
             print(thread)

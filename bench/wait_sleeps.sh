@@ -12,7 +12,8 @@
 #   bench/wait_sleeps.sh [--model cnn|mlp] [--steps N] [--window S] [--build DIR]
 # Defaults: cnn, 1500 steps (mlp: 40000), a 10 s window after 5 s of training, build/.
 # The workers run their ranks in their own processes: $DTRAIN_WORKER_FLAGS must not ask for
-# --rank_isolation=process (the step threads would be in children this does not look into).
+# --rank_isolation=process (thread_cpu.py finds a child's step thread, but the counts here were
+# only ever checked against ranks in the daemons).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 model=cnn; steps=""; window=10; build=$root/build
