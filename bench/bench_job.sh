@@ -42,18 +42,26 @@ bench_job_wait() {
     "$1/client/dtrain" cancel "$2" >/dev/null 2>&1 || true
 }
 
-# bench_job_state BUILD_DIR JOB_ID: prints the job's state (QUEUED, RUNNING, SUCCEEDED, ...).
-bench_job_state() {
-  "$1/client/dtrain" status "$2" --output json |
-    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])'
+# bench_job_status_value BUILD_DIR JOB_ID KEY...: prints the value at KEY... (nested) of the
+# job's status as `dtrain status --output json` gives it; 0 where a key is absent, since the JSON
+# form of a protobuf leaves out fields at their zero value.
+bench_job_status_value() {
+  local build=$1 id=$2
+  shift 2
+  "$build/client/dtrain" status "$id" --output json | /usr/bin/python3 -c '
+import json, sys
+value = json.load(sys.stdin)
+for key in sys.argv[1:]:
+    value = value.get(key, 0) if isinstance(value, dict) else 0
+print(value)' "$@"
 }
+
+# bench_job_state BUILD_DIR JOB_ID: prints the job's state (QUEUED, RUNNING, SUCCEEDED, ...).
+bench_job_state() { bench_job_status_value "$1" "$2" state; }
 
 # bench_job_progress BUILD_DIR JOB_ID: prints the job's global step so far (0 before its first
 # call answers).
-bench_job_progress() {
-  "$1/client/dtrain" status "$2" --output json |
-    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["progress"].get("global_step", 0))'
-}
+bench_job_progress() { bench_job_status_value "$1" "$2" progress global_step; }
 
 # bench_job_result BUILD_DIR JOB_ID WHAT: one JSON object of a finished job: samples_per_s (the
 # trainer's training rate), plane, and from its log each rank's mean batch (batch_ms), its phases
