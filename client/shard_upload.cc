@@ -19,8 +19,6 @@
 namespace dtrain {
 namespace {
 
-constexpr uintmax_t kMaxListBytes = uintmax_t{256} << 20;
-
 absl::Status InField(const std::string& field, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(field, ": ", s.message()));
 }
@@ -71,7 +69,7 @@ absl::StatusOr<std::vector<ShardEntry>> LocalEntries(const std::string& value,
         "worker, write worker:",
         value));
   }
-  if (size > kMaxListBytes) {
+  if (size > kMaxShardListBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": list file '", value, "' has ", size, " bytes"));
   }

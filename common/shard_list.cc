@@ -26,6 +26,14 @@ struct Group {
     for (const std::string& c : choices) n = std::max(n, c.size());
     return n;
   }
+  // The bytes of all its values together (a range's each counted at its longest: an upper
+  // bound, off by at most a digit a value).
+  uint64_t bytes() const {
+    if (choices.empty()) return count() * longest();
+    uint64_t n = 0;
+    for (const std::string& c : choices) n += c.size();
+    return n;
+  }
   std::string At(uint64_t i) const {
     if (!choices.empty()) return choices[i];
     std::string digits = absl::StrCat(lo + i);
@@ -72,7 +80,7 @@ absl::Status ParseGroup(absl::string_view pattern, size_t open, absl::string_vie
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ExpandShardPattern(absl::string_view pattern,
-                                                            size_t max_names) {
+                                                            size_t max_names, size_t max_bytes) {
   std::vector<Group> groups;
   std::string literal;
   for (size_t i = 0; i < pattern.size(); ++i) {
@@ -115,6 +123,27 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPattern(absl::string_view pa
                                                    longest, " bytes; at most ",
                                                    kMaxShardNameBytes));
   }
+  // Each group's values appear total / count times each, the literals in every name. A caller
+  // may pass any max_names, so the sum is checked for overflow.
+  uint64_t bytes = 0;
+  bool over = false;
+  const auto add = [&](uint64_t times, uint64_t each) {
+    uint64_t product = 0;
+    over = over || __builtin_mul_overflow(times, each, &product) ||
+           __builtin_add_overflow(bytes, product, &bytes);
+  };
+  add(total, literal.size());
+  for (const Group& g : groups) {
+    add(total, g.prefix.size());
+    add(total / g.count(), g.bytes());
+  }
+  if (over || bytes > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard pattern '", pattern, "' makes ", over ? "more than 2^64" : absl::StrCat(bytes),
+        " bytes of names; at most ", max_bytes,
+        " in one list (name fewer or shorter shards, or split the data "
+        "into several datasets)"));
+  }
   std::vector<std::string> names;
   names.reserve(total);
   std::vector<uint64_t> at(groups.size(), 0);  // an odometer, the rightmost group fastest
@@ -138,8 +167,10 @@ bool NamesTarShards(absl::string_view name) {
          absl::EndsWith(name, ".tgz");
 }
 
-absl::StatusOr<std::vector<ShardEntry>> ParseShardList(absl::string_view text, size_t max_shards) {
+absl::StatusOr<std::vector<ShardEntry>> ParseShardList(absl::string_view text, size_t max_shards,
+                                                       size_t max_bytes) {
   std::vector<ShardEntry> shards;
+  size_t bytes = 0;  // of the locations so far
   int number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++number;
@@ -181,14 +212,21 @@ absl::StatusOr<std::vector<ShardEntry>> ParseShardList(absl::string_view text, s
       if (fields[0].size() > kMaxShardNameBytes) return bad("the shard's name is too long");
       if (shards.size() >= max_shards)
         return bad(absl::StrCat("more than ", max_shards, " shards"));
+      if (fields[0].size() > max_bytes - bytes) {
+        return bad(absl::StrCat("the list's names pass ", max_bytes, " bytes in all"));
+      }
+      bytes += fields[0].size();
       entry.location = std::string(fields[0]);
       shards.push_back(std::move(entry));
       continue;
     }
     absl::StatusOr<std::vector<std::string>> names =
-        ExpandShardPattern(fields[0], max_shards - shards.size());
+        ExpandShardPattern(fields[0], max_shards - shards.size(), max_bytes - bytes);
     if (!names.ok()) return bad(names.status().message());
-    for (std::string& name : *names) shards.push_back({std::move(name), "", -1});
+    for (std::string& name : *names) {
+      bytes += name.size();
+      shards.push_back({std::move(name), "", -1});
+    }
   }
   if (shards.empty()) {
     return absl::InvalidArgumentError("shard list names no shard (only blank lines or comments)");

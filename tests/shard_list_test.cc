@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace dtrain {
 namespace shard_list_test {
 
@@ -68,6 +70,29 @@ TEST(ShardPattern, HugeCounts_RefusedBeforeAllocating) {
               HasSubstr("makes names of 4097 bytes"));
 }
 
+TEST(ShardPattern, BytesOfNamesInAll_RefusedBeforeAllocating) {
+  // Each bound alone holds (a million names, each under 4,096 bytes), but together they would
+  // make 4 GiB of names from a 4 KB line.
+  const std::string wide(4000, 'a');
+  absl::StatusOr<std::vector<std::string>> r = ExpandShardPattern(wide + "{0..1048575}");
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("bytes of names; at most 268435456 in one list"));
+  // Exactly at the bound: 10 names of 3 bytes; a range's values count at their widest.
+  EXPECT_EQ(ExpandShardPattern("ab{0..9}", 100, 30)->size(), 10u);
+  EXPECT_THAT(ExpandShardPattern("ab{0..9}", 100, 29).status().message(),
+              HasSubstr("makes 30 bytes of names; at most 29"));
+  // Choices count at their own lengths, each once per name of the other groups.
+  EXPECT_EQ(ExpandShardPattern("{a,bbb}-{0,1}", 100, 16)->size(), 4u);
+  EXPECT_EQ(ExpandShardPattern("{a,bbb}-{0,1}", 100, 15).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Any max_names: a sum past 2^64 is refused, not wrapped.
+  EXPECT_THAT(ExpandShardPattern(std::string(4000, 'x') + "{0..99999999999999999}",
+                                 std::numeric_limits<size_t>::max())
+                  .status()
+                  .message(),
+              HasSubstr("makes more than 2^64 bytes of names"));
+}
+
 TEST(ShardList, LinesWithDigestsCommentsAndPatterns) {
   const std::string digest = "sha256:" + std::string(64, 'a');
   absl::StatusOr<std::vector<ShardEntry>> list = ParseShardList(
@@ -129,6 +154,17 @@ TEST(ShardList, TheBoundCountsEveryLine) {
   EXPECT_THAT(over.status().message(), HasSubstr("line 2"));
   EXPECT_THAT(ParseShardList("a\nb\nc sha256:" + std::string(64, '0'), 2).status().message(),
               HasSubstr("line 3: more than 2 shards"));
+}
+
+TEST(ShardList, TheBytesBoundCountsEveryLine) {
+  const std::string digest = " sha256:" + std::string(64, '0');
+  EXPECT_EQ(ParseShardList("aaaa\nb{0,1}" + std::string("\ncc") + digest, 10, 10)->size(), 4u);
+  absl::StatusOr<std::vector<ShardEntry>> over = ParseShardList("aaaa\nb{0,1}\ncc" + digest, 10, 9);
+  ASSERT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(over.status().message(), HasSubstr("line 3: the list's names pass 9 bytes"));
+  over = ParseShardList("aaaa\nb{0,1,2}", 10, 9);
+  ASSERT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(over.status().message(), HasSubstr("line 2: shard pattern 'b{0,1,2}' makes 6"));
 }
 
 }  // namespace shard_list_test

@@ -19,8 +19,6 @@
 namespace dtrain {
 namespace {
 
-// As a worker reads a list (worker/data/shard_catalog.cc).
-constexpr int64_t kMaxShardListBytes = int64_t{256} << 20;
 constexpr size_t kCachedShardLists = 64;
 
 }  // namespace
@@ -109,7 +107,7 @@ std::shared_ptr<const std::set<std::string>> JobManager::UploadedShards(
   // A list someone uploaded: read and parsed with the same bounds as on a worker. One too large
   // or that does not parse names no shard (the job's ranks report why).
   auto shards = std::make_shared<std::set<std::string>>();
-  if (*size <= kMaxShardListBytes) {
+  if (*size <= static_cast<int64_t>(kMaxShardListBytes)) {
     std::ifstream in(*path, std::ios::binary);
     std::string text(static_cast<size_t>(*size), '\0');
     if (!in.read(text.data(), static_cast<std::streamsize>(text.size()))) return nullptr;

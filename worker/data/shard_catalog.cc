@@ -22,9 +22,6 @@
 namespace dtrain {
 namespace {
 
-// A list file is text naming shards: a few MB even for a million shards.
-constexpr int64_t kMaxListBytes = int64_t{256} << 20;
-
 // `location` as the list file at `list` means it: absolute locations (a URL, a mark, a path
 // starting with '/') as they are; others relative to the list's own directory or URL.
 std::string RelativeTo(const std::string& list, const std::string& location) {
@@ -41,9 +38,9 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path, const std::st
   std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) return absl::NotFoundError(absl::StrCat(what, " '", path, "': ", ec.message()));
-  if (size > static_cast<uintmax_t>(kMaxListBytes)) {
+  if (size > kMaxShardListBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " '", path, "' has ", size, " bytes; a shard list has at most ", kMaxListBytes));
+        what, " '", path, "' has ", size, " bytes; a shard list has at most ", kMaxShardListBytes));
   }
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
