@@ -1,6 +1,7 @@
 #include "client/tensor_stream.h"
 
 #include <algorithm>
+#include <exception>
 #include <memory>
 
 #include <grpcpp/client_context.h>
@@ -61,8 +62,11 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
     absl::Status s = ReadFrame(&incoming_, header_seen_, &result_header_, this);
     incoming_.Clear();
     if (!s.ok()) {
-      parse_error_ = absl::InternalError(
-          absl::StrCat("the coordinator's answer does not parse: ", s.message()));
+      // A claim this process cannot hold parses; it is too big, and says so in its own code.
+      parse_error_ = s.code() == absl::StatusCode::kResourceExhausted
+                         ? s
+                         : absl::InternalError(absl::StrCat(
+                               "the coordinator's answer does not parse: ", s.message()));
       context_.TryCancel();
       return;
     }
@@ -94,7 +98,9 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
     for (const v1::TensorMeta& meta : result_header_.parts()) {
       absl::StatusOr<int64_t> size = ValidateMeta(meta);
       if (!size.ok()) return size.status();
-      expected_ += static_cast<size_t>(*size);
+      if (__builtin_add_overflow(expected_, static_cast<size_t>(*size), &expected_)) {
+        return absl::InvalidArgumentError("the result header's parts add up past 2^64 bytes");
+      }
       result_.parts.push_back(meta);
     }
     if (into_ != nullptr) {
@@ -104,18 +110,34 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
       }
       destination_ = into_;
     } else {
-      // Sized up front; the zero fill is the price of returning a std::string-backed tensor.
-      result_.bytes.resize(expected_);
-      destination_ = result_.bytes.data();
+      // Room reserved, not filled: a header alone that claims gigabytes costs address space,
+      // and memory only as its payload arrives (Reserve grows the string inside it). A claim
+      // beyond what the process may map is an error, not std::bad_alloc in a reactor.
+      try {
+        result_.bytes.reserve(expected_);
+      } catch (const std::exception&) {
+        return absl::ResourceExhaustedError(absl::StrCat("this process cannot reserve the ",
+                                                         expected_,
+                                                         " bytes the coordinator's result "
+                                                         "header announces (",
+                                                         result_header_.parts_size(), " parts)"));
+      }
     }
     return absl::OkStatus();
   }
 
   absl::StatusOr<char*> Reserve(int64_t bytes) override {
-    if (received_ + static_cast<size_t>(bytes) > expected_) {
+    if (bytes < 0 || static_cast<size_t>(bytes) > expected_ - received_) {
       return absl::InvalidArgumentError("more result bytes than the result header announced");
     }
-    char* room = destination_ + received_;
+    char* room;
+    if (destination_ != nullptr) {
+      room = destination_ + received_;
+    } else {
+      // Inside the reserved capacity, so the bytes already written stay where they are.
+      result_.bytes.resize(received_ + static_cast<size_t>(bytes));
+      room = result_.bytes.data() + received_;
+    }
     received_ += static_cast<size_t>(bytes);
     return room;
   }
