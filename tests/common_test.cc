@@ -1,5 +1,5 @@
 // Unit tests of common/: dtype facts, tensor validation, half conversions, status mapping, the
-// allocator settings as glibc reads them, a thread's scheduler statistics.
+// allocator settings as glibc reads them, a thread's scheduler statistics, doubles as int64.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -22,6 +22,7 @@
 #include "common/dtype.h"
 #include "common/grpc_status.h"
 #include "common/half.h"
+#include "common/int_of_double.h"
 #include "common/packed_batch_results.h"
 #include "common/process_tuning.h"
 #include "common/tensor.h"
@@ -219,6 +220,20 @@ TEST(PackedBatchResults, MisshapenAnswer_RefusedSayingWhatIsOff) {
   v1::LocalResult both = r;
   *both.add_batches() = PlainResult(1).batches(0);
   refused(both, 10, 4, "come with 1 BatchResults too");
+}
+
+TEST(IntOfDouble, TruncatesInsideInt64AndRefusesTheRest) {
+  EXPECT_EQ(IntOfDouble(3.9), 3);
+  EXPECT_EQ(IntOfDouble(-3.9), -3);
+  EXPECT_EQ(IntOfDouble(-9223372036854775808.0), std::numeric_limits<int64_t>::min());
+  // The largest double below 2^63.
+  EXPECT_EQ(IntOfDouble(9223372036854774784.0), int64_t{9223372036854774784});
+  for (double bad :
+       {9223372036854775808.0, -9223372036854777856.0, 1e300, -1e300,
+        std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+        std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_EQ(IntOfDouble(bad), std::nullopt) << bad;
+  }
 }
 
 }  // namespace common_test

@@ -40,6 +40,7 @@
 #include "worker/model/batch_tree.h"
 #include "worker/model/current_device.h"
 #include "worker/model/lightning_module.h"
+#include "worker/model/lr_schedulers.h"
 #include "worker/model/model_thread_scope.h"
 #include "worker/model/model_zoo.h"
 #include "worker/model/optimizers.h"
@@ -490,6 +491,37 @@ TEST(Dataset, CorruptIdxFiles_ClearErrors) {
       "bounded.idx", 100000);
   EXPECT_EQ(bounded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bounded.status().message()), HasSubstr("over 100000 values"));
+}
+
+// A checkpoint's scheduler state is a file's: a NaN, an infinity or 1e300 where torch writes an
+// int is refused by name (a cast of it to int64 would be undefined), and an integral float, as
+// Python may write one, still loads.
+TEST(LrSchedulerState, NonFiniteOrHugeIntegers_InvalidArgumentNamingTheKey) {
+  google::protobuf::RepeatedPtrField<v1::SchedulerRecipe> recipes;
+  v1::SchedulerRecipe* step = recipes.Add();
+  step->set_kind("StepLR");
+  step->set_step_size(2);
+  step->set_gamma(0.5);
+  OptimizerConfig sgd;
+  sgd.lr = 0.1;
+  absl::StatusOr<std::unique_ptr<LrSchedulers>> schedulers = LrSchedulers::Make(recipes, sgd, {});
+  ASSERT_TRUE(schedulers.ok()) << schedulers.status();
+  const std::vector<c10::IValue> saved = (*schedulers)->StateDicts();
+  ASSERT_EQ(saved.size(), 1u);
+  auto with_last_epoch = [&](double value) {
+    c10::impl::GenericDict state = saved[0].toGenericDict().copy();
+    state.insert_or_assign(c10::IValue(std::string("last_epoch")), c10::IValue(value));
+    return (*schedulers)->Load({c10::IValue(state)}, (*schedulers)->groups());
+  };
+  for (double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL, 1e300, 9223372036854775808.0}) {
+    const absl::Status loaded = with_last_epoch(bad);
+    EXPECT_EQ(loaded.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(loaded.message()),
+                HasSubstr("'last_epoch' is not a finite number within int64's range"))
+        << bad;
+  }
+  EXPECT_TRUE(with_last_epoch(3.0).ok());
+  EXPECT_TRUE(with_last_epoch(1e15).ok());
 }
 
 }  // namespace worker_model_test

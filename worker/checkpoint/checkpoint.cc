@@ -27,6 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/directories.h"
+#include "common/int_of_double.h"
 #include "common/log.h"
 #include "common/plugin_catalog.h"
 #include "common/status_macros.h"
@@ -201,10 +202,12 @@ std::optional<c10::IValue> PyGet(const PyDict& dict, const std::string& key) {
   return it->value();
 }
 
+// 0 for what is not a number, or not one an int64 holds (a NaN, an infinity, 1e300), as for a
+// string, rather than a cast's undefined behaviour.
 int64_t PyInt(const c10::IValue& v) {
   if (v.isInt()) return v.toInt();
-  if (v.isDouble()) return static_cast<int64_t>(v.toDouble());
-  if (v.isTensor()) return static_cast<int64_t>(v.toTensor().item<double>());
+  if (v.isDouble()) return IntOfDouble(v.toDouble()).value_or(0);
+  if (v.isTensor()) return IntOfDouble(v.toTensor().item<double>()).value_or(0);
   if (v.isBool()) return v.toBool();
   return 0;
 }

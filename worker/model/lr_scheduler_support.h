@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/int_of_double.h"
 #include "common/status_macros.h"
 #include "google/protobuf/repeated_field.h"
 
@@ -54,12 +55,15 @@ class StateReader {
   bool ok() const { return dict_.has_value(); }
   absl::Status Int(const char* key, int64_t* out) const {
     DTRAIN_ASSIGN_OR_RETURN(c10::IValue v, Get(key));
-    if (v.isInt())
+    if (v.isInt()) {
       *out = v.toInt();
-    else if (v.isDouble())
-      *out = static_cast<int64_t>(v.toDouble());
-    else
+    } else if (v.isDouble()) {
+      const std::optional<int64_t> n = IntOfDouble(v.toDouble());
+      if (!n.has_value()) return Bad(key, "a finite number within int64's range");
+      *out = *n;
+    } else {
       return Bad(key, "a number");
+    }
     return absl::OkStatus();
   }
   absl::Status Double(const char* key, double* out) const {
