@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -158,6 +161,17 @@ absl::Status WebAccess::CheckLoginRate(const std::string& client) {
                      kMaxFailedLoginsPerClient, " a minute); wait a minute and try again"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> WebAccess::LoginWithBody(const std::string& json_body,
+                                                     const std::string& client) {
+  google::protobuf::Struct body;
+  std::string token;
+  if (google::protobuf::util::JsonStringToMessage(json_body, &body).ok() &&
+      body.fields().count("token") > 0) {
+    token = body.fields().at("token").string_value();
+  }
+  return Login(token, client);
 }
 
 absl::StatusOr<std::string> WebAccess::Login(const std::string& token, const std::string& client) {

@@ -57,6 +57,10 @@ class WebAccess {
   // for a wrong token when all clients failed kMaxFailedLogins times; else the Set-Cookie
   // header value of a new session.
   absl::StatusOr<std::string> Login(const std::string& token, const std::string& client = "");
+  // POST /login's body, {"token": "..."}, as Login: a body that is not such JSON logs in with no
+  // token (and fails as a wrong one does).
+  absl::StatusOr<std::string> LoginWithBody(const std::string& json_body,
+                                            const std::string& client = "");
   // The Set-Cookie value that ends the session `cookie` names.
   std::string Logout(const std::string& cookie);
 

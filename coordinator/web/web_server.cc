@@ -316,13 +316,7 @@ void WebServer::AddRoutes() {
     r.set_content(DashboardAsset("login.html"), "text/html; charset=utf-8");
   });
   s.Post("/login", [access](const httplib::Request& request, httplib::Response& response) {
-    google::protobuf::Struct body;
-    std::string token;
-    if (google::protobuf::util::JsonStringToMessage(request.body, &body).ok() &&
-        body.fields().count("token") > 0) {
-      token = body.fields().at("token").string_value();
-    }
-    absl::StatusOr<std::string> cookie = access->Login(token, request.remote_addr);
+    absl::StatusOr<std::string> cookie = access->LoginWithBody(request.body, request.remote_addr);
     if (!cookie.ok()) return Error(response, cookie.status());
     response.set_header("Set-Cookie", *cookie);
     response.set_content("{}", "application/json");

@@ -65,13 +65,14 @@ Fixture* Start() {
     res.status = s.ok() ? 200 : 401;
     res.set_content(std::string(s.message()) + req.body, "text/plain");
   };
-  f->server->Get(".*", guarded);
-  f->server->Post(".*", guarded);
+  // cpp-httplib takes the first route that matches: the login before the catch-all.
   f->server->Post("/login", [access](const httplib::Request& req, httplib::Response& res) {
-    absl::StatusOr<std::string> cookie = access->Login(req.body, req.remote_addr);
+    absl::StatusOr<std::string> cookie = access->LoginWithBody(req.body, req.remote_addr);
     res.status = cookie.ok() ? 200 : 401;
     if (cookie.ok()) res.set_header("Set-Cookie", *cookie);
   });
+  f->server->Get(".*", guarded);
+  f->server->Post(".*", guarded);
   f->port = f->server->bind_to_any_port("127.0.0.1");
   if (f->port <= 0) std::abort();
   f->thread = std::thread([f] { f->server->listen_after_bind(); });
