@@ -20,6 +20,10 @@
 
 namespace dtrain {
 
+// broadcast_bytes carries messages (a checkpoint's name, an error, a pickled object), not tensors:
+// a size a peer announces beyond this is refused before anything is allocated.
+inline constexpr int64_t kMostBroadcastBytes = int64_t{1} << 30;
+
 class CollectiveBackend {
  public:
   virtual ~CollectiveBackend() = default;
@@ -35,6 +39,7 @@ class CollectiveBackend {
   virtual absl::Status Barrier(const std::string& name) = 0;
   // Overwrites `tensor` (same shape and dtype on every rank) with rank src's values.
   virtual absl::Status Broadcast(torch::Tensor& tensor, int src) = 0;
+  // Rank src's bytes, at most kMostBroadcastBytes: every rank refuses a larger broadcast alike.
   virtual absl::StatusOr<std::string> BroadcastBytes(const std::string& bytes, int src) = 0;
   // Replaces `tensor` by the reduction over ranks.
   virtual absl::Status AllReduce(torch::Tensor& tensor, v1::ReduceOp op) = 0;

@@ -323,7 +323,24 @@ absl::StatusOr<std::string> GlooCollectiveBackend::BroadcastBytes(const std::str
                                                                   int src) {
   torch::Tensor size = torch::tensor({static_cast<int64_t>(rank() == src ? bytes.size() : 0)});
   DTRAIN_RETURN_IF_ERROR(Broadcast(size, src));
-  torch::Tensor data = torch::empty({size.item<int64_t>()}, torch::kUInt8);
+  const int64_t announced = size.item<int64_t>();
+  // Every rank read the same length, so every rank refuses a large one alike and none waits in
+  // the data's broadcast; a negative one only a broken peer sends, which then waits alone.
+  if (announced < 0) {
+    return Abandon(absl::InternalError(
+        absl::StrCat("gloo broadcast: rank ", src, " announced ", announced, " bytes")));
+  }
+  if (announced > kMostBroadcastBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo broadcast: rank ", src, " broadcasts ", announced, " bytes, over the ",
+                     kMostBroadcastBytes, " a broadcast of bytes may carry"));
+  }
+  torch::Tensor data;
+  absl::Status allocated = GuardTorch("cannot allocate a broadcast's bytes", [&] {
+    data = torch::empty({announced}, torch::kUInt8);
+    return absl::OkStatus();
+  });
+  if (!allocated.ok()) return Abandon(allocated);
   if (rank() == src && !bytes.empty()) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
   if (data.numel() > 0) DTRAIN_RETURN_IF_ERROR(Broadcast(data, src));
   return std::string(static_cast<const char*>(data.data_ptr()), data.numel());

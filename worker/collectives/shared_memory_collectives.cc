@@ -28,9 +28,6 @@ using shm::PerRank;
 
 namespace {
 
-// broadcast_bytes carries messages (a checkpoint's name, an error, a pickled object), not tensors.
-constexpr int64_t kMostBroadcastBytes = int64_t{1} << 30;
-
 // out[k] = in[0] op in[1] op ... for `count` elements of `dtype` (float, double, int32 or int64:
 // the kinds the segment reduces) at `offset` elements into each of `in` and `out`, in rank
 // order: both all_reduce paths reduce through here, so their results are bitwise the same.
