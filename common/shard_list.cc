@@ -26,12 +26,22 @@ struct Group {
     for (const std::string& c : choices) n = std::max(n, c.size());
     return n;
   }
-  // The bytes of all its values together (a range's each counted at its longest: an upper
-  // bound, off by at most a digit a value).
+  // The bytes of all its values together, exactly: a range's values by their number of digits,
+  // each at least the padded width.
   uint64_t bytes() const {
-    if (choices.empty()) return count() * longest();
     uint64_t n = 0;
-    for (const std::string& c : choices) n += c.size();
+    if (!choices.empty()) {
+      for (const std::string& c : choices) n += c.size();
+      return n;
+    }
+    uint64_t from = 0, to = 9;  // the values of `digits` digits
+    for (uint64_t digits = 1; from <= hi; ++digits) {
+      const uint64_t first = std::max(from, lo), last = std::min(to, hi);
+      if (first <= last) n += (last - first + 1) * std::max<uint64_t>(digits, width);
+      if (digits == 19) break;  // AllDigits keeps bounds to 18 digits
+      from = to + 1;
+      to = to * 10 + 9;
+    }
     return n;
   }
   std::string At(uint64_t i) const {
@@ -140,9 +150,10 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPattern(absl::string_view pa
   if (over || bytes > max_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shard pattern '", pattern, "' makes ", over ? "more than 2^64" : absl::StrCat(bytes),
-        " bytes of names; at most ", max_bytes,
-        " in one list (name fewer or shorter shards, or split the data "
-        "into several datasets)"));
+        " bytes of names, over the ", max_bytes,
+        " left for them (a shard list's names are at most ", kMaxShardListBytes,
+        " bytes in all: name fewer or shorter shards, or split the data into "
+        "several datasets)"));
   }
   std::vector<std::string> names;
   names.reserve(total);

@@ -76,11 +76,18 @@ TEST(ShardPattern, BytesOfNamesInAll_RefusedBeforeAllocating) {
   const std::string wide(4000, 'a');
   absl::StatusOr<std::vector<std::string>> r = ExpandShardPattern(wide + "{0..1048575}");
   ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(), HasSubstr("bytes of names; at most 268435456 in one list"));
-  // Exactly at the bound: 10 names of 3 bytes; a range's values count at their widest.
+  EXPECT_THAT(r.status().message(), HasSubstr("bytes of names, over the 268435456 left for them"));
+  // Exactly at the bound: 10 names of 3 bytes.
   EXPECT_EQ(ExpandShardPattern("ab{0..9}", 100, 30)->size(), 10u);
   EXPECT_THAT(ExpandShardPattern("ab{0..9}", 100, 29).status().message(),
-              HasSubstr("makes 30 bytes of names; at most 29"));
+              HasSubstr("makes 30 bytes of names, over the 29 left for them"));
+  // A range's values count at their own digits, padded ones at the padding: 8, 9, 10, 11 make
+  // 6 bytes, 08 to 11 make 8.
+  EXPECT_EQ(ExpandShardPattern("{8..11}", 100, 6)->size(), 4u);
+  EXPECT_THAT(ExpandShardPattern("{8..11}", 100, 5).status().message(), HasSubstr("makes 6 bytes"));
+  EXPECT_EQ(ExpandShardPattern("{08..11}", 100, 8)->size(), 4u);
+  EXPECT_THAT(ExpandShardPattern("{08..11}", 100, 7).status().message(),
+              HasSubstr("makes 8 bytes"));
   // Choices count at their own lengths, each once per name of the other groups.
   EXPECT_EQ(ExpandShardPattern("{a,bbb}-{0,1}", 100, 16)->size(), 4u);
   EXPECT_EQ(ExpandShardPattern("{a,bbb}-{0,1}", 100, 15).status().code(),
@@ -164,7 +171,9 @@ TEST(ShardList, TheBytesBoundCountsEveryLine) {
   EXPECT_THAT(over.status().message(), HasSubstr("line 3: the list's names pass 9 bytes"));
   over = ParseShardList("aaaa\nb{0,1,2}", 10, 9);
   ASSERT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(over.status().message(), HasSubstr("line 2: shard pattern 'b{0,1,2}' makes 6"));
+  EXPECT_THAT(
+      over.status().message(),
+      HasSubstr("line 2: shard pattern 'b{0,1,2}' makes 6 bytes of names, over the 5 left"));
 }
 
 }  // namespace shard_list_test

@@ -1,8 +1,8 @@
 // libFuzzer target: shard lists (common/shard_list.h), the text a job spec or a list file
 // gives for a dataset's shards. Both the whole input as a list file and its first line as a
 // pattern. A crash, a sanitizer report, more names than the bound, a name above its length
-// bound, or names past the bound on their bytes in all is a finding. Built and run by
-// tests/fuzz/run.sh.
+// bound, names past the bound on their bytes in all, or a count of those bytes that is not exact
+// is a finding. Built and run by tests/fuzz/run.sh.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -25,6 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       bytes += n.size();
     }
     if (bytes > kBytes) std::abort();
+    // The count before expanding is exact: a byte less must be refused.
+    if (bytes > 0 && dtrain::ExpandShardPattern(first, kBound, bytes - 1).ok()) std::abort();
   }
   absl::StatusOr<std::vector<dtrain::ShardEntry>> list =
       dtrain::ParseShardList(text, kBound, kBytes);
