@@ -63,6 +63,8 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
     incoming_.Clear();
     if (!s.ok()) {
       // A claim this process cannot hold parses; it is too big, and says so in its own code.
+      // Everything else is INTERNAL: an INVALID_ARGUMENT here would read to the process group as
+      // a call the coordinator refused, whose sequence number it did not take.
       parse_error_ = s.code() == absl::StatusCode::kResourceExhausted
                          ? s
                          : absl::InternalError(absl::StrCat(
@@ -110,9 +112,10 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
       }
       destination_ = into_;
     } else {
-      // Room reserved, not filled: a header alone that claims gigabytes costs address space,
-      // and memory only as its payload arrives (Reserve grows the string inside it). A claim
-      // beyond what the process may map is an error, not std::bad_alloc in a reactor.
+      // Room reserved, not filled: a header alone that claims gigabytes costs address space
+      // (commit charge too, under vm.overcommit_memory=2), and memory only as its payload
+      // arrives (Reserve grows the string inside it). A claim beyond what the process may map
+      // is an error, not std::bad_alloc in a reactor.
       try {
         result_.bytes.reserve(expected_);
       } catch (const std::exception&) {

@@ -39,7 +39,8 @@ class CollectiveBackend {
   virtual absl::Status Barrier(const std::string& name) = 0;
   // Overwrites `tensor` (same shape and dtype on every rank) with rank src's values.
   virtual absl::Status Broadcast(torch::Tensor& tensor, int src) = 0;
-  // Rank src's bytes, at most kMostBroadcastBytes: every rank refuses a larger broadcast alike.
+  // Rank src's bytes. The gloo and shm planes carry at most kMostBroadcastBytes, every rank
+  // refusing a larger broadcast alike; the grpc plane has the coordinator's limits.
   virtual absl::StatusOr<std::string> BroadcastBytes(const std::string& bytes, int src) = 0;
   // Replaces `tensor` by the reduction over ranks.
   virtual absl::Status AllReduce(torch::Tensor& tensor, v1::ReduceOp op) = 0;

@@ -325,7 +325,8 @@ absl::StatusOr<std::string> GlooCollectiveBackend::BroadcastBytes(const std::str
   DTRAIN_RETURN_IF_ERROR(Broadcast(size, src));
   const int64_t announced = size.item<int64_t>();
   // Every rank read the same length, so every rank refuses a large one alike and none waits in
-  // the data's broadcast; a negative one only a broken peer sends, which then waits alone.
+  // the data's broadcast; a negative one only a broken peer sends, and abandoning closes the
+  // connections that peer then waits on.
   if (announced < 0) {
     return Abandon(absl::InternalError(
         absl::StrCat("gloo broadcast: rank ", src, " announced ", announced, " bytes")));
@@ -340,7 +341,10 @@ absl::StatusOr<std::string> GlooCollectiveBackend::BroadcastBytes(const std::str
     data = torch::empty({announced}, torch::kUInt8);
     return absl::OkStatus();
   });
-  if (!allocated.ok()) return Abandon(allocated);
+  if (!allocated.ok()) {
+    return Abandon(absl::ResourceExhaustedError(
+        absl::StrCat("gloo broadcast on rank ", rank(), ": ", allocated.message())));
+  }
   if (rank() == src && !bytes.empty()) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
   if (data.numel() > 0) DTRAIN_RETURN_IF_ERROR(Broadcast(data, src));
   return std::string(static_cast<const char*>(data.data_ptr()), data.numel());
