@@ -102,6 +102,26 @@ def checkpoint_corpus():
     wrong = checkpoint(sgd, {"state_dict": {"fc_weight": torch.zeros(4, 3),
                                             "fc_bias": torch.zeros(3)}})
     write("checkpoint_restore", "wrong_shape", wrong, b"\0")
+    # Each scheduler the fuzzer builds (the first byte's bits 1-2), its state after a few steps
+    # as torch writes it into "lr_schedulers".
+    schedulers = [
+        lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5),
+        lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.5, total_steps=100),
+        lambda o: torch.optim.lr_scheduler.ReduceLROnPlateau(o, factor=0.5),
+        lambda o: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=3, T_mult=2),
+    ]
+    names = ["step_lr", "one_cycle", "plateau", "warm_restarts"]
+    for pick, (make, name) in enumerate(zip(schedulers, names)):
+        params = [torch.zeros(3, 4, requires_grad=True), torch.zeros(3, requires_grad=True)]
+        optimizer = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+        scheduler = make(optimizer)
+        for _ in range(3):
+            optimizer.step()
+            scheduler.step(0.5) if name == "plateau" else scheduler.step()
+        state = optimizer.state_dict()
+        state["state"] = sgd["state"]
+        write("checkpoint_restore", "sched_" + name,
+              checkpoint(state, {"lr_schedulers": [scheduler.state_dict()]}), bytes([pick << 1]))
 
 
 if __name__ == "__main__":
