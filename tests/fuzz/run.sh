@@ -52,6 +52,16 @@ for target in "${targets[@]}"; do
     "$build/corpus/$target" "tests/fuzz/corpus/$target" >"$log" 2>&1
   code=$?
   set -e
+  # LeakSanitizer still reports at exit, and libFuzzer then saves the empty input it was on: for
+  # these targets that is libtorch's leak above, not a finding, when no other error is logged.
+  empty="$build/findings/$target/crash-da39a3ee5e6b4b0d3255bfef95601890afd80709"
+  if [ "$leaks" = 0 ] && [ "$code" != 0 ] && [ -e "$empty" ] && [ ! -s "$empty" ] &&
+     ! grep -q -E "ERROR: AddressSanitizer|runtime error:|deadly signal|uncaught" "$log" &&
+     grep -q "ERROR: LeakSanitizer" "$log"; then
+    rm -f "$empty"
+    code=0
+    echo "$target: libtorch's leak at exit: $(grep -m1 '^SUMMARY: AddressSanitizer' "$log")" >&2
+  fi
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   findings=$(find "$build/findings/$target" -type f | wc -l)
   corpus=$(find "$build/corpus/$target" -type f | wc -l)
