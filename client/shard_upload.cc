@@ -70,8 +70,9 @@ absl::StatusOr<std::vector<ShardEntry>> LocalEntries(const std::string& value,
         value));
   }
   if (size > kMaxShardListBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": list file '", value, "' has ", size, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": list file '", value, "' has ", size, " bytes; a shard list has at most ",
+        kMaxShardListBytes, " (split the data into several datasets)"));
   }
   std::ifstream in(value, std::ios::binary);
   std::ostringstream text;

@@ -52,6 +52,10 @@ struct Group {
   }
 };
 
+// What to do about too many bytes of names, the same words wherever they are refused.
+constexpr absl::string_view kShardBytesAdvice =
+    " (name fewer or shorter shards, or split the data into several datasets)";
+
 absl::Status BadPattern(absl::string_view pattern, size_t at, absl::string_view why) {
   return absl::InvalidArgumentError(
       absl::StrCat("shard pattern '", pattern, "': ", why, " at character ", at + 1));
@@ -150,10 +154,7 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPattern(absl::string_view pa
   if (over || bytes > max_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shard pattern '", pattern, "' makes ", over ? "more than 2^64" : absl::StrCat(bytes),
-        " bytes of names, over the ", max_bytes,
-        " left for them (a shard list's names are at most ", kMaxShardListBytes,
-        " bytes in all: name fewer or shorter shards, or split the data into "
-        "several datasets)"));
+        " bytes of names, over the ", max_bytes, " allowed here", kShardBytesAdvice));
   }
   std::vector<std::string> names;
   names.reserve(total);
@@ -224,7 +225,8 @@ absl::StatusOr<std::vector<ShardEntry>> ParseShardList(absl::string_view text, s
       if (shards.size() >= max_shards)
         return bad(absl::StrCat("more than ", max_shards, " shards"));
       if (fields[0].size() > max_bytes - bytes) {
-        return bad(absl::StrCat("the list's names pass ", max_bytes, " bytes in all"));
+        return bad(
+            absl::StrCat("the list's names pass ", max_bytes, " bytes in all", kShardBytesAdvice));
       }
       bytes += fields[0].size();
       entry.location = std::string(fields[0]);

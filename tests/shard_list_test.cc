@@ -76,11 +76,13 @@ TEST(ShardPattern, BytesOfNamesInAll_RefusedBeforeAllocating) {
   const std::string wide(4000, 'a');
   absl::StatusOr<std::vector<std::string>> r = ExpandShardPattern(wide + "{0..1048575}");
   ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(), HasSubstr("bytes of names, over the 268435456 left for them"));
+  EXPECT_THAT(
+      r.status().message(),
+      HasSubstr("bytes of names, over the 268435456 allowed here (name fewer or shorter shards"));
   // Exactly at the bound: 10 names of 3 bytes.
   EXPECT_EQ(ExpandShardPattern("ab{0..9}", 100, 30)->size(), 10u);
   EXPECT_THAT(ExpandShardPattern("ab{0..9}", 100, 29).status().message(),
-              HasSubstr("makes 30 bytes of names, over the 29 left for them"));
+              HasSubstr("makes 30 bytes of names, over the 29 allowed here"));
   // A range's values count at their own digits, padded ones at the padding: 8, 9, 10, 11 make
   // 6 bytes, 08 to 11 make 8.
   EXPECT_EQ(ExpandShardPattern("{8..11}", 100, 6)->size(), 4u);
@@ -168,12 +170,13 @@ TEST(ShardList, TheBytesBoundCountsEveryLine) {
   EXPECT_EQ(ParseShardList("aaaa\nb{0,1}" + std::string("\ncc") + digest, 10, 10)->size(), 4u);
   absl::StatusOr<std::vector<ShardEntry>> over = ParseShardList("aaaa\nb{0,1}\ncc" + digest, 10, 9);
   ASSERT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(over.status().message(), HasSubstr("line 3: the list's names pass 9 bytes"));
+  EXPECT_THAT(over.status().message(),
+              HasSubstr("line 3: the list's names pass 9 bytes in all (name fewer"));
   over = ParseShardList("aaaa\nb{0,1,2}", 10, 9);
   ASSERT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(
       over.status().message(),
-      HasSubstr("line 2: shard pattern 'b{0,1,2}' makes 6 bytes of names, over the 5 left"));
+      HasSubstr("line 2: shard pattern 'b{0,1,2}' makes 6 bytes of names, over the 5 allowed"));
 }
 
 }  // namespace shard_list_test

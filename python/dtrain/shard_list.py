@@ -19,9 +19,13 @@ import grpc
 
 from dtrain.errors import InvalidArgument
 
-# The most shards one list may name (common/shard_list.h kMaxShards), and the longest name.
+# The most shards one list may name (common/shard_list.h kMaxShards), the longest name, and the
+# bytes of a list file and of the names one list or pattern makes in all (kMaxShardListBytes).
 MAX_SHARDS = 1 << 20
 MAX_SHARD_NAME_BYTES = 4096
+MAX_SHARD_LIST_BYTES = 256 << 20
+# What to do about too many bytes of names, in the C++ side's words.
+_SHARD_BYTES_ADVICE = " (name fewer or shorter shards, or split the data into several datasets)"
 
 _ASCII_SPACE = " \t\n\v\f\r"  # absl::StripAsciiWhitespace's set, not Unicode's
 _TOKEN_SEPARATORS = re.compile(r"[ \t]+")
@@ -77,18 +81,33 @@ class _Group:
             return max(_bytes(c) for c in self.choices)
         return max(self.width, len(str(self.hi)))
 
+    def bytes(self) -> int:
+        """The bytes of all its values together, exactly: a range's values by their number of
+        digits, each at least the padded width."""
+        if self.choices:
+            return sum(_bytes(c) for c in self.choices)
+        n, low, high = 0, 0, 9  # the values of `digits` digits
+        for digits in range(1, 20):
+            first, last = max(low, self.lo), min(high, self.hi)
+            if first <= last:
+                n += (last - first + 1) * max(digits, self.width)
+            low, high = high + 1, high * 10 + 9
+        return n
+
     def values(self):
         if self.choices:
             return self.choices
         return (str(n).zfill(self.width) for n in range(self.lo, self.hi + 1))
 
 
-def expand_shard_pattern(pattern: str, max_names: int = MAX_SHARDS) -> List[str]:
+def expand_shard_pattern(pattern: str, max_names: int = MAX_SHARDS,
+                         max_bytes: int = MAX_SHARD_LIST_BYTES) -> List[str]:
     """Expands every ``{lo..hi}`` (decimal, lo <= hi; zero-padded to the wider bound when either
     bound has a leading zero, as WebDataset's braceexpand does) and ``{x,y,...}``, leftmost
     varying slowest. Braces do not nest. A pattern without braces is itself. InvalidArgument,
     naming the pattern and the position, for an unbalanced or empty brace, a reversed range, a
-    bound that is not a number, or more than ``max_names`` names (counted before any is made)."""
+    bound that is not a number, more than ``max_names`` names or more than ``max_bytes`` bytes of
+    them in all (both counted before any is made)."""
     groups: List[_Group] = []
     literal: List[str] = []
     i = 0
@@ -123,6 +142,13 @@ def expand_shard_pattern(pattern: str, max_names: int = MAX_SHARDS) -> List[str]
     if longest > MAX_SHARD_NAME_BYTES:
         raise _bad(f"shard pattern '{pattern}' makes names of {longest} bytes; at most "
                    f"{MAX_SHARD_NAME_BYTES}")
+    # Each group's values appear total / count times each, the literals in every name.
+    size = total * _bytes(tail) + sum(
+        total * _bytes(g.prefix) + total // g.count() * g.bytes() for g in groups)
+    if size > max_bytes:
+        made = "more than 2^64" if size >= 1 << 64 else str(size)
+        raise _bad(f"shard pattern '{pattern}' makes {made} bytes of names, over the {max_bytes} "
+                   f"allowed here{_SHARD_BYTES_ADVICE}")
     prefixes = [g.prefix for g in groups]
     names = []
     for chosen in itertools.product(*(list(g.values()) for g in groups)):
@@ -145,12 +171,15 @@ class ShardEntry:
     samples: int = -1
 
 
-def parse_shard_list(text: str, max_shards: int = MAX_SHARDS) -> List[ShardEntry]:
+def parse_shard_list(text: str, max_shards: int = MAX_SHARDS,
+                     max_bytes: int = MAX_SHARD_LIST_BYTES) -> List[ShardEntry]:
     """A list file's text: one shard per line, ``<location> [sha256:<hex>] [samples:<n>]`` (the
     tokens in any order); blank lines and lines starting with '#' are skipped; a location with
-    neither token may use brace notation. At most ``max_shards`` in all. InvalidArgument naming
-    the line (1-based) otherwise, and when the list names no shard."""
+    neither token may use brace notation. At most ``max_shards`` in all, their locations at most
+    ``max_bytes`` together. InvalidArgument naming the line (1-based) otherwise, and when the list
+    names no shard."""
     shards: List[ShardEntry] = []
+    size = 0  # of the locations so far
     for number, line in enumerate(text.split("\n"), start=1):
         line = line.strip(_ASCII_SPACE)
         if not line or line[0] == "#":
@@ -189,12 +218,16 @@ def parse_shard_list(text: str, max_shards: int = MAX_SHARDS) -> List[ShardEntry
                 raise bad("the shard's name is too long")
             if len(shards) >= max_shards:
                 raise bad(f"more than {max_shards} shards")
+            if _bytes(fields[0]) > max_bytes - size:
+                raise bad(f"the list's names pass {max_bytes} bytes in all{_SHARD_BYTES_ADVICE}")
+            size += _bytes(fields[0])
             shards.append(entry)
             continue
         try:
-            names = expand_shard_pattern(fields[0], max_shards - len(shards))
+            names = expand_shard_pattern(fields[0], max_shards - len(shards), max_bytes - size)
         except InvalidArgument as e:
             raise bad(e.message) from None
+        size += sum(_bytes(name) for name in names)
         shards.extend(ShardEntry(name) for name in names)
     if not shards:
         raise _bad("shard list names no shard (only blank lines or comments)")

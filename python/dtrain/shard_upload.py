@@ -21,12 +21,11 @@ import grpc
 
 from dtrain._connection import Connection
 from dtrain.errors import DataLoss, DtrainError, InvalidArgument, NotFound, error_for
-from dtrain.shard_list import (ShardEntry, expand_shard_pattern, format_shard_entry,
-                               names_tar_shards, parse_shard_list)
+from dtrain.shard_list import (MAX_SHARD_LIST_BYTES, ShardEntry, expand_shard_pattern,
+                               format_shard_entry, names_tar_shards, parse_shard_list)
 from dtrain.spec import is_http_url, lexically_normal
 from dtrain.tar_samples import count_tar_samples
 
-MAX_LIST_BYTES = 256 << 20
 _MARKS = ("worker:", "artifact:", "job:")  # common/file_reference.h
 
 
@@ -80,9 +79,11 @@ def local_entries(value: str, field: str) -> List[ShardEntry]:
         raise NotFound(grpc.StatusCode.NOT_FOUND,
                        f"{field}: '{value}' is neither tar shards (*.tar), a directory nor a list "
                        f"file here; if it is on every worker, write worker:{value}") from None
-    if size > MAX_LIST_BYTES:
+    if size > MAX_SHARD_LIST_BYTES:
         raise InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT,
-                              f"{field}: list file '{value}' has {size} bytes")
+                              f"{field}: list file '{value}' has {size} bytes; a shard list has "
+                              f"at most {MAX_SHARD_LIST_BYTES} (split the data into several "
+                              "datasets)")
     with open(value, "rb") as f:
         text = f.read().decode("utf-8", "surrogateescape")
     try:

@@ -80,6 +80,25 @@ def test_huge_counts_refused_before_allocating():
     assert len(expand_shard_pattern("{0..1023}{0..1023}")) == 1 << 20
 
 
+def test_bytes_of_names_in_all_refused_before_allocating():
+    # Each bound alone holds, but together they would make 4 GiB of names from a 4 KB line.
+    message = refused(expand_shard_pattern, "a" * 4000 + "{0..1048575}")
+    assert ("bytes of names, over the 268435456 allowed here (name fewer or shorter shards"
+            in message)
+    assert len(expand_shard_pattern("ab{0..9}", 100, 30)) == 10
+    assert "makes 30 bytes of names, over the 29 allowed here" in \
+        refused(expand_shard_pattern, "ab{0..9}", 100, 29)
+    # A range's values count at their own digits, padded ones at the padding.
+    assert len(expand_shard_pattern("{8..11}", 100, 6)) == 4
+    assert "makes 6 bytes" in refused(expand_shard_pattern, "{8..11}", 100, 5)
+    assert len(expand_shard_pattern("{08..11}", 100, 8)) == 4
+    assert "makes 8 bytes" in refused(expand_shard_pattern, "{08..11}", 100, 7)
+    assert len(expand_shard_pattern("{a,bbb}-{0,1}", 100, 16)) == 4
+    refused(expand_shard_pattern, "{a,bbb}-{0,1}", 100, 15)
+    assert "makes more than 2^64 bytes of names" in refused(
+        expand_shard_pattern, "x" * 4000 + "{0..99999999999999999}", 1 << 64)
+
+
 def test_names_tar_shards():
     assert names_tar_shards("a-{0..3}.tar") and names_tar_shards("a.tar.gz")
     assert names_tar_shards("a.tgz")
@@ -130,6 +149,15 @@ def test_the_bound_counts_every_line():
     assert "line 2" in refused(parse_shard_list, "a{0..4}\nb{0..5}", 10)
     assert "line 3: more than 2 shards" in refused(parse_shard_list,
                                                    "a\nb\nc sha256:" + "0" * 64, 2)
+
+
+def test_the_bytes_bound_counts_every_line():
+    digest = " sha256:" + "0" * 64
+    assert len(parse_shard_list("aaaa\nb{0,1}\ncc" + digest, 10, 10)) == 4
+    assert "line 3: the list's names pass 9 bytes in all (name fewer" in refused(
+        parse_shard_list, "aaaa\nb{0,1}\ncc" + digest, 10, 9)
+    assert ("line 2: shard pattern 'b{0,1,2}' makes 6 bytes of names, over the 5 allowed"
+            in refused(parse_shard_list, "aaaa\nb{0,1,2}", 10, 9))
 
 
 def test_lexically_normal_is_the_cpp_sides():
