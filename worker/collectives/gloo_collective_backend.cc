@@ -334,7 +334,9 @@ absl::StatusOr<std::string> GlooCollectiveBackend::BroadcastBytes(const std::str
   if (announced > kMostBroadcastBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo broadcast: rank ", src, " broadcasts ", announced, " bytes, over the ",
-                     kMostBroadcastBytes, " a broadcast of bytes may carry"));
+                     kMostBroadcastBytes,
+                     " a broadcast of bytes may carry (send larger data as a tensor, or through "
+                     "a file)"));
   }
   torch::Tensor data;
   absl::Status allocated = GuardTorch("cannot allocate a broadcast's bytes", [&] {
@@ -343,7 +345,8 @@ absl::StatusOr<std::string> GlooCollectiveBackend::BroadcastBytes(const std::str
   });
   if (!allocated.ok()) {
     return Abandon(absl::ResourceExhaustedError(
-        absl::StrCat("gloo broadcast on rank ", rank(), ": ", allocated.message())));
+        absl::StrCat("gloo broadcast on rank ", rank(), ": cannot hold the ", announced,
+                     " bytes rank ", src, " sends: ", allocated.message())));
   }
   if (rank() == src && !bytes.empty()) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
   if (data.numel() > 0) DTRAIN_RETURN_IF_ERROR(Broadcast(data, src));

@@ -130,7 +130,8 @@ absl::StatusOr<std::string> SharedMemoryCollectiveBackend::BroadcastBytes(const 
   if (size > kMostBroadcastBytes) {
     return absl::InvalidArgumentError(absl::StrCat("shm broadcast: rank ", src, " broadcasts ",
                                                    size, " bytes, over the ", kMostBroadcastBytes,
-                                                   " a broadcast of bytes may carry"));
+                                                   " a broadcast of bytes may carry (send larger "
+                                                   "data as a tensor, or through a file)"));
   }
   std::string out;
   try {
