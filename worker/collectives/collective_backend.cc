@@ -33,6 +33,20 @@ thread_local bool overlapped_waits = false;
 
 }  // namespace
 
+absl::Status CheckBroadcastBytesSize(const char* plane, int src, int64_t size) {
+  if (size < 0) {
+    return absl::InternalError(
+        absl::StrCat(plane, " broadcast: rank ", src, " announced ", size, " bytes"));
+  }
+  if (size > kMostBroadcastBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        plane, " broadcast: rank ", src, " broadcasts ", size, " bytes, over the ",
+        kMostBroadcastBytes,
+        " a broadcast of bytes may carry (send larger data as a tensor, or through a file)"));
+  }
+  return absl::OkStatus();
+}
+
 ScopedOverlappedWaits::ScopedOverlappedWaits() : was_(overlapped_waits) { overlapped_waits = true; }
 ScopedOverlappedWaits::~ScopedOverlappedWaits() { overlapped_waits = was_; }
 bool ScopedOverlappedWaits::active() { return overlapped_waits; }

@@ -24,6 +24,10 @@ namespace dtrain {
 // a size a peer announces beyond this is refused before anything is allocated.
 inline constexpr int64_t kMostBroadcastBytes = int64_t{1} << 30;
 
+// The size rank `src` announced for a broadcast of bytes on `plane` ("gloo", "shm"): INTERNAL
+// for a negative one (only a broken peer sends it), INVALID_ARGUMENT over kMostBroadcastBytes.
+absl::Status CheckBroadcastBytesSize(const char* plane, int src, int64_t size);
+
 class CollectiveBackend {
  public:
   virtual ~CollectiveBackend() = default;

@@ -327,16 +327,8 @@ absl::StatusOr<std::string> GlooCollectiveBackend::BroadcastBytes(const std::str
   // Every rank read the same length, so every rank refuses a large one alike and none waits in
   // the data's broadcast; a negative one only a broken peer sends, and abandoning closes the
   // connections that peer then waits on.
-  if (announced < 0) {
-    return Abandon(absl::InternalError(
-        absl::StrCat("gloo broadcast: rank ", src, " announced ", announced, " bytes")));
-  }
-  if (announced > kMostBroadcastBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gloo broadcast: rank ", src, " broadcasts ", announced, " bytes, over the ",
-                     kMostBroadcastBytes,
-                     " a broadcast of bytes may carry (send larger data as a tensor, or through "
-                     "a file)"));
+  if (absl::Status checked = CheckBroadcastBytesSize("gloo", src, announced); !checked.ok()) {
+    return announced < 0 ? Abandon(checked) : checked;
   }
   torch::Tensor data;
   absl::Status allocated = GuardTorch("cannot allocate a broadcast's bytes", [&] {

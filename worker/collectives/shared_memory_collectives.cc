@@ -122,16 +122,10 @@ absl::StatusOr<std::string> SharedMemoryCollectiveBackend::BroadcastBytes(const 
   DTRAIN_RETURN_IF_ERROR(ArriveAndWait("broadcast"));
   DTRAIN_RETURN_IF_ERROR(MatchCalls(call));
   const int64_t size = segment_->arrival(src).descriptors[call % 2].value;
-  if (size < 0) {
-    return Poison(absl::InternalError(
-        absl::StrCat("shm broadcast: rank ", src, " announced ", size, " bytes")));
-  }
-  // Every rank read the same length, so every rank refuses alike and the plane stays whole.
-  if (size > kMostBroadcastBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("shm broadcast: rank ", src, " broadcasts ",
-                                                   size, " bytes, over the ", kMostBroadcastBytes,
-                                                   " a broadcast of bytes may carry (send larger "
-                                                   "data as a tensor, or through a file)"));
+  // Every rank read the same length, so every rank refuses a large one alike and the plane stays
+  // whole; a negative one only a broken peer sends, and poisoning the plane stops the others.
+  if (absl::Status checked = CheckBroadcastBytesSize("shm", src, size); !checked.ok()) {
+    return size < 0 ? Poison(checked) : checked;
   }
   std::string out;
   try {
