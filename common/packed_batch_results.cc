@@ -108,4 +108,26 @@ absl::Status CheckPackedBatchResults(const v1::LocalResult& answer, int64_t firs
   return absl::OkStatus();
 }
 
+void ForEachPackedBatch(const v1::PackedBatchResults& packed,
+                        absl::FunctionRef<void(const PackedBatch&)> visit) {
+  const int64_t names = packed.scalar_names_size();
+  const int64_t rates = packed.rate_names_size();
+  // Null rather than an offset into an empty field: a batch with no names reads nothing.
+  const double* scalar_values = names > 0 ? packed.scalar_values().data() : nullptr;
+  const double* rate_values = rates > 0 ? packed.rate_values().data() : nullptr;
+  int64_t stepped = 0;
+  for (int b = 0; b < packed.sizes_size(); ++b) {
+    PackedBatch batch;
+    batch.size = packed.sizes(b);
+    batch.optimizer_stepped = packed.optimizer_stepped(b);
+    batch.step_skipped = packed.step_skipped(b);
+    if (scalar_values != nullptr) batch.scalars = scalar_values + b * names;
+    if (batch.optimizer_stepped) {
+      if (rate_values != nullptr) batch.rates = rate_values + stepped * rates;
+      ++stepped;
+    }
+    visit(batch);
+  }
+}
+
 }  // namespace dtrain

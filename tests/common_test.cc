@@ -168,6 +168,43 @@ TEST(PackedBatchResults, ScalarsOnly_PackedInOrder_NamesSorted) {
   EXPECT_TRUE(CheckPackedBatchResults(r, 10, 3).ok());
 }
 
+TEST(PackedBatchResults, EachBatchReadBackInPlace_AsItWasPacked) {
+  const v1::LocalResult original = PlainResult(5);  // batches 1 and 3 stepped
+  v1::LocalResult r = original;
+  ASSERT_TRUE(PackBatchResults(&r));
+  ASSERT_TRUE(CheckPackedBatchResults(r, 10, 5).ok());
+  const v1::PackedBatchResults& p = r.packed();  // names sorted: acc, loss; pg1, pg2
+  int b = 0;
+  ForEachPackedBatch(p, [&](const PackedBatch& batch) {
+    const v1::BatchResult& want = original.batches(b);
+    EXPECT_EQ(batch.size, want.size()) << b;
+    EXPECT_EQ(batch.optimizer_stepped, want.optimizer_stepped()) << b;
+    EXPECT_EQ(batch.step_skipped, want.step_skipped()) << b;
+    ASSERT_NE(batch.scalars, nullptr);
+    EXPECT_EQ(batch.scalars[0], want.scalars().at("acc")) << b;
+    EXPECT_EQ(batch.scalars[1], want.scalars().at("loss")) << b;
+    if (want.optimizer_stepped()) {
+      ASSERT_NE(batch.rates, nullptr) << b;
+      EXPECT_EQ(batch.rates[0], want.learning_rates().at("lr-SGD/pg1")) << b;
+      EXPECT_EQ(batch.rates[1], want.learning_rates().at("lr-SGD/pg2")) << b;
+    } else {
+      EXPECT_EQ(batch.rates, nullptr) << b;
+    }
+    ++b;
+  });
+  EXPECT_EQ(b, 5);
+  // Without scalar names a batch has no values to point at.
+  v1::PackedBatchResults bare = p;
+  bare.clear_scalar_names();
+  bare.clear_scalar_values();
+  int seen = 0;
+  ForEachPackedBatch(bare, [&](const PackedBatch& batch) {
+    EXPECT_EQ(batch.scalars, nullptr);
+    ++seen;
+  });
+  EXPECT_EQ(seen, 5);
+}
+
 TEST(PackedBatchResults, AnythingButScalars_LeftAsBatchResults) {
   const std::vector<std::pair<const char*, std::function<void(v1::BatchResult*)>>> edits = {
       {"logged", [](v1::BatchResult* b) { (*b->mutable_logged())["x"].set_value(1); }},

@@ -161,20 +161,16 @@ void AddPackedScalars(const v1::PackedBatchResults& packed, std::vector<BatchSca
   const int names = packed.scalar_names_size();
   const int rates = packed.rate_names_size();
   out->reserve(out->size() + packed.sizes_size());
-  int stepped = 0;
-  for (int b = 0; b < packed.sizes_size(); ++b) {
+  ForEachPackedBatch(packed, [&](const PackedBatch& p) {
     BatchScalars& batch = out->emplace_back();
-    batch.size = packed.sizes(b);
-    for (int j = 0; j < names; ++j) {
-      batch.scalars.emplace(packed.scalar_names(j), packed.scalar_values(b * names + j));
-    }
-    batch.optimizer_stepped = packed.optimizer_stepped(b);
-    if (!batch.optimizer_stepped) continue;
+    batch.size = p.size;
+    for (int j = 0; j < names; ++j) batch.scalars.emplace(packed.scalar_names(j), p.scalars[j]);
+    batch.optimizer_stepped = p.optimizer_stepped;
+    if (!p.optimizer_stepped) return;
     for (int j = 0; j < rates; ++j) {
-      batch.learning_rates.emplace(packed.rate_names(j), packed.rate_values(stepped * rates + j));
+      batch.learning_rates.emplace(packed.rate_names(j), p.rates[j]);
     }
-    ++stepped;
-  }
+  });
 }
 
 BatchScalars ScalarsOf(const v1::BatchResult& batch) {

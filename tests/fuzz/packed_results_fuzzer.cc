@@ -1,7 +1,8 @@
 // libFuzzer target: a training call's packed answer (common/packed_batch_results.h), which the
 // coordinator reads from every worker. Bytes as a LocalResult: through `CheckPackedBatchResults`
 // as the answer to a call of up to 1024 batches from the one it names (and refused as another
-// call's), and when it passes, every entry read as the coordinator reads it;
+// call's), and when it passes, every entry read through ForEachPackedBatch, the coordinator's
+// own read;
 // its batches through `PackBatchResults`. A crash, a sanitizer report, an accepted answer whose
 // reads would leave its fields, or a packing that its own check refuses or that loses a value is
 // a finding. Built and run by tests/fuzz/run.sh.
@@ -23,20 +24,41 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (result.batches_size() != 0 ||
         dtrain::CheckPackedBatchResults(result, first ^ 1, kMost).ok())
       std::abort();
-    // The coordinator's reads (grpc_worker_group.cc): every index inside its field.
+    // The coordinator's reads (ForEachPackedBatch, as grpc_worker_group.cc calls it): every
+    // value of every batch inside its field, and each value once.
     const int names = p.scalar_names_size(), rates = p.rate_names_size();
-    int stepped = 0;
-    for (int b = 0; b < p.sizes_size(); ++b) {
-      if (b >= kMost || b >= p.optimizer_stepped_size() || b >= p.step_skipped_size()) std::abort();
-      for (int j = 0; j < names; ++j) {
-        if (b * names + j >= p.scalar_values_size()) std::abort();
+    const double* scalars = p.scalar_values().data();
+    const double* rate_values = p.rate_values().data();
+    int visited = 0, scalars_read = 0, rates_read = 0;
+    double sum = 0;  // read every value, so that a read outside the field is a report
+    dtrain::ForEachPackedBatch(p, [&](const dtrain::PackedBatch& batch) {
+      if (visited >= kMost || batch.size != p.sizes(visited) ||
+          batch.optimizer_stepped != p.optimizer_stepped(visited) ||
+          batch.step_skipped != p.step_skipped(visited)) {
+        std::abort();
       }
-      if (!p.optimizer_stepped(b)) continue;
-      for (int j = 0; j < rates; ++j) {
-        if (stepped * rates + j >= p.rate_values_size()) std::abort();
+      if (names > 0) {
+        if (batch.scalars != scalars + int64_t{visited} * names) std::abort();
+        for (int j = 0; j < names; ++j) sum += batch.scalars[j];
+        scalars_read += names;
+      } else if (batch.scalars != nullptr) {
+        std::abort();
       }
-      ++stepped;
+      if (batch.optimizer_stepped && rates > 0) {
+        if (batch.rates != rate_values + rates_read) std::abort();
+        for (int j = 0; j < rates; ++j) sum += batch.rates[j];
+        rates_read += rates;
+      } else if (batch.rates != nullptr) {
+        std::abort();
+      }
+      ++visited;
+    });
+    if (visited != p.sizes_size() || scalars_read != p.scalar_values_size() ||
+        rates_read != p.rate_values_size()) {
+      std::abort();
     }
+    volatile double keep = sum;
+    (void)keep;
   }
   dtrain::v1::LocalResult packed = result;
   packed.clear_packed();
