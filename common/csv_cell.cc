@@ -52,4 +52,21 @@ std::vector<std::string> SplitCsvLine(absl::string_view line) {
   return cells;
 }
 
+absl::string_view NextCsvRecord(absl::string_view* text) {
+  bool quoted = false;
+  for (size_t i = 0; i < text->size(); ++i) {
+    const char c = (*text)[i];
+    // A doubled quote inside quotes toggles twice: no special case needed.
+    if (c == '"') quoted = !quoted;
+    if (c == '\n' && !quoted) {
+      const absl::string_view record = text->substr(0, i);
+      text->remove_prefix(i + 1);
+      return record;
+    }
+  }
+  const absl::string_view record = *text;
+  text->remove_prefix(text->size());
+  return record;
+}
+
 }  // namespace dtrain

@@ -20,4 +20,9 @@ std::string CsvCell(absl::string_view text);
 // guard's leading ' dropped. A line with no quotes splits on commas as before.
 std::vector<std::string> SplitCsvLine(absl::string_view line);
 
+// The next record of `*text` (without its line break) and `*text` moved past it. A line break
+// inside quotes belongs to the record, as CsvCell writes a name that holds one; a record whose
+// quote never closes runs to the end of the text (a file cut short).
+absl::string_view NextCsvRecord(absl::string_view* text);
+
 }  // namespace dtrain

@@ -36,15 +36,16 @@ std::string Read(const std::string& path) {
 }
 
 TEST(CsvMetricsFile, OneColumnPerMetric_OneRowPerStep_SortedLikeLightning) {
+  std::string note;  // what the job log would say: nothing here
   const std::string path = TempPath("wide.csv");
-  auto file = CsvMetricsFile::Open(path, /*append=*/false);
+  auto file = CsvMetricsFile::Open(path, /*append=*/false, &note);
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(Read(path), "epoch,step\n");
-  ASSERT_TRUE((*file)->Add("train_loss", 2.5, 10, 0).ok());
-  ASSERT_TRUE((*file)->Add("train_acc", 0.25, 10, 0).ok());  // joins step 10's row
-  ASSERT_TRUE((*file)->Add("train_loss", 1.5, 20, 0).ok());
-  ASSERT_TRUE((*file)->Add("val_acc", 0.5, 20, 0).ok());      // a new column: header rewritten
-  ASSERT_TRUE((*file)->Add("train_loss", 1.25, 20, 1).ok());  // step 20 has one: a new row
+  ASSERT_TRUE((*file)->Add("train_loss", 2.5, 10, 0, &note).ok());
+  ASSERT_TRUE((*file)->Add("train_acc", 0.25, 10, 0, &note).ok());  // joins step 10's row
+  ASSERT_TRUE((*file)->Add("train_loss", 1.5, 20, 0, &note).ok());
+  ASSERT_TRUE((*file)->Add("val_acc", 0.5, 20, 0, &note).ok());  // a new column: header rewritten
+  ASSERT_TRUE((*file)->Add("train_loss", 1.25, 20, 1, &note).ok());  // step 20 has one: a new row
   EXPECT_EQ(Read(path),
             "epoch,step,train_acc,train_loss,val_acc\n"
             "0,10,0.25,2.5,\n"
@@ -53,9 +54,9 @@ TEST(CsvMetricsFile, OneColumnPerMetric_OneRowPerStep_SortedLikeLightning) {
   file->reset();
 
   // A restarted coordinator goes on with the same file.
-  auto again = CsvMetricsFile::Open(path, /*append=*/true);
+  auto again = CsvMetricsFile::Open(path, /*append=*/true, &note);
   ASSERT_TRUE(again.ok()) << again.status();
-  ASSERT_TRUE((*again)->Add("train_loss", 1.0, 30, 1).ok());
+  ASSERT_TRUE((*again)->Add("train_loss", 1.0, 30, 1, &note).ok());
   EXPECT_EQ(Read(path),
             "epoch,step,train_acc,train_loss,val_acc\n"
             "0,10,0.25,2.5,\n"
@@ -67,19 +68,20 @@ TEST(CsvMetricsFile, OneColumnPerMetric_OneRowPerStep_SortedLikeLightning) {
 // Names come from model code (self.log): one that would start a formula in a spreadsheet, or
 // holds a comma or a quote, is guarded and quoted, and reads back whole after a restart.
 TEST(CsvMetricsFile, HostileMetricNames_GuardedQuoted_ReadBackWhole) {
+  std::string note;  // what the job log would say: nothing here
   const std::string path = TempPath("hostile.csv");
-  auto file = CsvMetricsFile::Open(path, /*append=*/false);
+  auto file = CsvMetricsFile::Open(path, /*append=*/false, &note);
   ASSERT_TRUE(file.ok()) << file.status();
-  ASSERT_TRUE((*file)->Add("=HYPERLINK(\"http://x\",\"a\")", 1.5, 1, 0).ok());
-  ASSERT_TRUE((*file)->Add("-loss", -0.5, 1, 0).ok());
-  ASSERT_TRUE((*file)->Add("a,b", 2, 1, 0).ok());
+  ASSERT_TRUE((*file)->Add("=HYPERLINK(\"http://x\",\"a\")", 1.5, 1, 0, &note).ok());
+  ASSERT_TRUE((*file)->Add("-loss", -0.5, 1, 0, &note).ok());
+  ASSERT_TRUE((*file)->Add("a,b", 2, 1, 0, &note).ok());
   EXPECT_EQ(Read(path),
             "'-loss,\"'=HYPERLINK(\"\"http://x\"\",\"\"a\"\")\",\"a,b\",epoch,step\n"
             "-0.5,1.5,2,0,1\n");
   file->reset();
-  auto again = CsvMetricsFile::Open(path, /*append=*/true);
+  auto again = CsvMetricsFile::Open(path, /*append=*/true, &note);
   ASSERT_TRUE(again.ok()) << again.status();
-  ASSERT_TRUE((*again)->Add("-loss", -0.25, 2, 0).ok());
+  ASSERT_TRUE((*again)->Add("-loss", -0.25, 2, 0, &note).ok());
   EXPECT_EQ(Read(path),
             "'-loss,\"'=HYPERLINK(\"\"http://x\"\",\"\"a\"\")\",\"a,b\",epoch,step\n"
             "-0.5,1.5,2,0,1\n"
@@ -100,18 +102,83 @@ TEST(CsvCell, GuardsFormulasQuotesSeparators_AndSplitsBack) {
 }
 
 TEST(CsvMetricsFile, OlderLongFormat_ConvertedWhenContinued) {
+  std::string note;  // what the job log would say: nothing here
   const std::string path = TempPath("long.csv");
   std::ofstream(path) << "wall_time,step,epoch,name,value\n"
                          "1.0,5,0,train_loss,2\n"
                          "1.1,5,0,val_acc,0.5\n"
                          "1.2,9,1,train_loss,1\n"
                          "1.3,9";  // cut short by a crash
-  auto file = CsvMetricsFile::Open(path, /*append=*/true);
+  auto file = CsvMetricsFile::Open(path, /*append=*/true, &note);
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(Read(path),
             "epoch,step,train_loss,val_acc\n"
             "0,5,2,0.5\n"
             "1,9,1,\n");
+}
+
+// A name that holds a line break is one quoted cell: a new column reads the rows back from the
+// file, and so does a restart, and neither splits that row in two.
+TEST(CsvMetricsFile, NameWithALineBreak_SurvivesANewColumnAndARestart) {
+  const std::string path = TempPath("linebreak.csv");
+  std::string note;
+  auto file = CsvMetricsFile::Open(path, /*append=*/false, &note);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE((*file)->Add("a\nb", 1, 1, 0, &note).ok());
+  ASSERT_TRUE((*file)->Add("a\nb", 2, 2, 0, &note).ok());
+  ASSERT_TRUE((*file)->Add("c", 3, 2, 0, &note).ok());  // a new column: read back, rewritten
+  const std::string want =
+      "\"a\nb\",c,epoch,step\n"
+      "1,,0,1\n"
+      "2,3,0,2\n";
+  EXPECT_EQ(Read(path), want);
+  file->reset();
+  auto again = CsvMetricsFile::Open(path, /*append=*/true, &note);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(Read(path), want);
+  EXPECT_EQ(note, "");
+}
+
+// Past its bound a file is not read back, on a restart or for a new column: it is kept beside
+// under the next free number, the note says where, and a new file goes on from there.
+TEST(CsvMetricsFile, PastItsBound_KeptBesideAndANewFileContinues) {
+  const std::string dir = TempPath("bound");
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/metrics.csv";
+  std::string note;
+  auto file = CsvMetricsFile::Open(path, /*append=*/false, &note, /*most_bytes=*/39);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE((*file)->Add("loss", 1, 1, 0, &note).ok());
+  ASSERT_TRUE((*file)->Add("loss", 2, 2, 0, &note).ok());
+  ASSERT_TRUE((*file)->Add("loss", 3, 3, 0, &note).ok());  // 16 + 3 * 6 = 34 bytes
+  ASSERT_TRUE((*file)->Add("loss", 4, 4, 0, &note).ok());  // 40: the next new column keeps it
+  EXPECT_EQ(note, "");
+  std::ofstream(dir + "/metrics.1.csv") << "taken\n";  // a number already used is skipped
+  ASSERT_TRUE((*file)->Add("acc", 0.5, 4, 0, &note).ok());
+  EXPECT_THAT(note, ::testing::HasSubstr("had grown to 40 bytes, more than the 39"));
+  EXPECT_THAT(note, ::testing::HasSubstr("kept as '" + dir + "/metrics.2.csv'"));
+  EXPECT_EQ(Read(dir + "/metrics.1.csv"), "taken\n");
+  EXPECT_EQ(Read(dir + "/metrics.2.csv"), "epoch,loss,step\n0,1,1\n0,2,2\n0,3,3\n0,4,4\n");
+  EXPECT_EQ(Read(path), "acc,epoch,loss,step\n0.5,0,,4\n");
+  // A restart that finds a file past the bound does not read it.
+  file->reset();
+  std::ofstream(path, std::ios::app) << std::string(64, '9') << "\n";
+  note.clear();
+  auto again = CsvMetricsFile::Open(path, /*append=*/true, &note, /*most_bytes=*/39);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_THAT(note, ::testing::HasSubstr("kept as '" + dir + "/metrics.3.csv'"));
+  EXPECT_EQ(Read(path), "epoch,step\n");
+  ASSERT_TRUE((*again)->Add("acc", 0.75, 5, 0, &note).ok());
+  EXPECT_EQ(Read(path), "acc,epoch,step\n0.75,0,5\n");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MetricsCsv, ParsedThenWrittenTwice_ReadsTheSame) {
+  const std::string text =
+      "wall_time,step,epoch,name,value\n1,5,0,\"a,b\",0.1\n1,5,0,x,1e300\n1,6,0,x,nan\n";
+  const std::string once = MetricsCsvText(ParseMetricsCsv(text));
+  EXPECT_EQ(once, "\"a,b\",epoch,step,x\n0.1,0,5,1e+300\n,0,6,nan\n");
+  EXPECT_EQ(MetricsCsvText(ParseMetricsCsv(once)), once);
 }
 
 TEST(HparamsFile, ResolvedSpec_AsBlockYamlThatParsesBack) {

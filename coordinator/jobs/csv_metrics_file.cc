@@ -1,14 +1,16 @@
 #include "coordinator/jobs/csv_metrics_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -33,31 +35,36 @@ absl::Status WriteAll(int fd, const std::string& text, const std::string& path) 
   return absl::OkStatus();
 }
 
+// The bytes of the open file `fd`, which holds `bytes` of them from its start.
+absl::StatusOr<std::string> ReadAll(int fd, int64_t bytes, const std::string& path) {
+  std::string text(static_cast<size_t>(bytes), '\0');
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::pread(fd, text.data() + done, text.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot read '", path, "' back: ", std::strerror(errno)));
+    }
+    if (n == 0) break;  // shorter than its size said: read what is there
+    done += static_cast<size_t>(n);
+  }
+  text.resize(done);
+  return text;
+}
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CsvMetricsFile>> CsvMetricsFile::Open(const std::string& path,
-                                                                     bool append) {
-  std::unique_ptr<CsvMetricsFile> file(new CsvMetricsFile(path));
-  file->columns_ = {"epoch", "step"};
-  if (append && std::ifstream(path).good()) {
-    if (absl::Status s = file->Load(); !s.ok()) return s;
-  }
-  if (absl::Status s = file->RewriteAll(); !s.ok()) return s;
-  return file;
-}
-
-CsvMetricsFile::~CsvMetricsFile() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-absl::Status CsvMetricsFile::Load() {
-  std::ifstream in(path_);
-  std::string header;
-  if (!std::getline(in, header)) return absl::OkStatus();
+MetricsCsv ParseMetricsCsv(absl::string_view text) {
+  MetricsCsv csv;
+  csv.columns = {"epoch", "step"};
+  if (text.empty()) return csv;
+  const absl::string_view header = NextCsvRecord(&text);
   const std::vector<std::string> names = SplitCsvLine(header);
   const bool long_form = header == "wall_time,step,epoch,name,value";
-  for (std::string line; std::getline(in, line);) {
-    const std::vector<std::string> cells = SplitCsvLine(line);
+  std::vector<MetricsCsvRow>& rows = csv.rows;
+  while (!text.empty()) {
+    const std::vector<std::string> cells = SplitCsvLine(NextCsvRecord(&text));
     if (cells.size() != names.size()) continue;  // a line cut short by a crash
     if (long_form) {
       int64_t step = 0, epoch = 0;
@@ -66,13 +73,13 @@ absl::Status CsvMetricsFile::Load() {
           !absl::SimpleAtod(cells[4], &value)) {
         continue;
       }
-      if (rows_.empty() || rows_.back().step != step || rows_.back().values.count(cells[3])) {
-        rows_.push_back(Row{step, epoch, {}});
+      if (rows.empty() || rows.back().step != step || rows.back().values.count(cells[3])) {
+        rows.push_back(MetricsCsvRow{step, epoch, {}});
       }
-      rows_.back().values[cells[3]] = value;
+      rows.back().values[cells[3]] = value;
       continue;
     }
-    Row row;
+    MetricsCsvRow row;
     for (size_t i = 0; i < names.size(); ++i) {
       if (cells[i].empty()) continue;
       if (names[i] == "step") {
@@ -84,29 +91,23 @@ absl::Status CsvMetricsFile::Load() {
         if (absl::SimpleAtod(cells[i], &value)) row.values[names[i]] = value;
       }
     }
-    rows_.push_back(std::move(row));
+    rows.push_back(std::move(row));
   }
-  for (const Row& row : rows_) {
+  for (const MetricsCsvRow& row : rows) {
     for (const auto& [name, value] : row.values) {
-      if (std::find(columns_.begin(), columns_.end(), name) == columns_.end()) {
-        columns_.push_back(name);
+      if (std::find(csv.columns.begin(), csv.columns.end(), name) == csv.columns.end()) {
+        csv.columns.push_back(name);
       }
     }
   }
-  std::sort(columns_.begin(), columns_.end());
-  return absl::OkStatus();
+  std::sort(csv.columns.begin(), csv.columns.end());
+  return csv;
 }
 
-std::string CsvMetricsFile::Header() const {
+std::string MetricsCsvLine(const std::vector<std::string>& columns, const MetricsCsvRow& row) {
   std::vector<std::string> cells;
-  for (const std::string& column : columns_) cells.push_back(CsvCell(column));
-  return absl::StrJoin(cells, ",") + "\n";
-}
-
-std::string CsvMetricsFile::Line(const Row& row) const {
-  std::vector<std::string> cells;
-  cells.reserve(columns_.size());
-  for (const std::string& column : columns_) {
+  cells.reserve(columns.size());
+  for (const std::string& column : columns) {
     if (column == "step") {
       cells.push_back(absl::StrCat(row.step));
     } else if (column == "epoch") {
@@ -119,13 +120,84 @@ std::string CsvMetricsFile::Line(const Row& row) const {
   return absl::StrJoin(cells, ",") + "\n";
 }
 
-absl::Status CsvMetricsFile::RewriteAll() {
-  std::string text = Header();
-  int64_t last_start = static_cast<int64_t>(text.size());
-  for (const Row& row : rows_) {
-    last_start = static_cast<int64_t>(text.size());
-    text += Line(row);
+std::string MetricsCsvText(const MetricsCsv& csv) {
+  std::vector<std::string> cells;
+  cells.reserve(csv.columns.size());
+  for (const std::string& column : csv.columns) cells.push_back(CsvCell(column));
+  std::string text = absl::StrJoin(cells, ",") + "\n";
+  for (const MetricsCsvRow& row : csv.rows) text += MetricsCsvLine(csv.columns, row);
+  return text;
+}
+
+absl::StatusOr<std::unique_ptr<CsvMetricsFile>> CsvMetricsFile::Open(const std::string& path,
+                                                                     bool append, std::string* note,
+                                                                     int64_t most_bytes) {
+  std::unique_ptr<CsvMetricsFile> file(new CsvMetricsFile(path, most_bytes));
+  MetricsCsv csv = ParseMetricsCsv("");
+  const int fd = append ? ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+  if (append && fd < 0 && errno != ENOENT) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read '", path, "' to continue it: ", std::strerror(errno)));
   }
+  if (fd >= 0) {
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot continue '", path, "': not a regular file"));
+    }
+    if (st.st_size > most_bytes) {
+      ::close(fd);
+      absl::StatusOr<std::string> kept = file->KeepBeside(st.st_size);
+      if (!kept.ok()) return kept.status();
+      *note = *kept;
+    } else {
+      absl::StatusOr<std::string> text = ReadAll(fd, st.st_size, path);
+      ::close(fd);
+      if (!text.ok()) return text.status();
+      csv = ParseMetricsCsv(*text);
+    }
+  }
+  file->columns_ = csv.columns;
+  if (absl::Status s = file->RewriteAll(csv); !s.ok()) return s;
+  return file;
+}
+
+CsvMetricsFile::~CsvMetricsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::StatusOr<std::string> CsvMetricsFile::KeepBeside(int64_t bytes) {
+  const std::string stem =
+      absl::EndsWith(path_, ".csv") ? path_.substr(0, path_.size() - 4) : path_;
+  for (int n = 1; n < 10000; ++n) {
+    const std::string beside = absl::StrCat(stem, ".", n, ".csv");
+    // link + unlink, not rename: link never replaces a file already there.
+    if (::link(path_.c_str(), beside.c_str()) != 0) {
+      if (errno == EEXIST) continue;
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot keep '", path_, "' as '", beside, "': ", std::strerror(errno)));
+    }
+    ::unlink(path_.c_str());
+    return absl::StrCat("'", path_, "' had grown to ", bytes, " bytes, more than the ", most_bytes_,
+                        " a coordinator reads back; it is kept as '", beside,
+                        "' and a new one continues from here (every point stays in the "
+                        "job's store too)");
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot keep '", path_, "' beside: metrics.1.csv to metrics.9999.csv are all taken"));
+}
+
+absl::StatusOr<std::string> CsvMetricsFile::ReadBack() const {
+  return ReadAll(fd_, end_offset_, path_);
+}
+
+absl::Status CsvMetricsFile::RewriteAll(const MetricsCsv& csv) {
+  std::string text = MetricsCsvText(csv);
+  const int64_t last_start =
+      csv.rows.empty()
+          ? static_cast<int64_t>(text.size())
+          : static_cast<int64_t>(text.size() - MetricsCsvLine(csv.columns, csv.rows.back()).size());
   absl::StatusOr<int> opened = WriteFileAtomicallyKeepOpen(path_, text);
   if (!opened.ok()) return opened.status();
   const int fd = *opened;
@@ -133,6 +205,11 @@ absl::Status CsvMetricsFile::RewriteAll() {
   fd_ = fd;
   last_row_offset_ = last_start;
   end_offset_ = static_cast<int64_t>(text.size());
+  if (csv.rows.empty()) {
+    last_.reset();
+  } else {
+    last_ = csv.rows.back();
+  }
   return absl::OkStatus();
 }
 
@@ -141,7 +218,7 @@ absl::Status CsvMetricsFile::RewriteLast() {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot rewrite the last row of '", path_, "': ", std::strerror(errno)));
   }
-  const std::string line = Line(rows_.back());
+  const std::string line = MetricsCsvLine(columns_, *last_);
   if (absl::Status s = WriteAll(fd_, line, path_); !s.ok()) return s;
   end_offset_ = last_row_offset_ + static_cast<int64_t>(line.size());
   return absl::OkStatus();
@@ -152,30 +229,49 @@ absl::Status CsvMetricsFile::Append() {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot append to '", path_, "': ", std::strerror(errno)));
   }
-  const std::string line = Line(rows_.back());
+  const std::string line = MetricsCsvLine(columns_, *last_);
   if (absl::Status s = WriteAll(fd_, line, path_); !s.ok()) return s;
   last_row_offset_ = end_offset_;
   end_offset_ += static_cast<int64_t>(line.size());
   return absl::OkStatus();
 }
 
-absl::Status CsvMetricsFile::Add(const std::string& name, double value, int64_t step,
-                                 int64_t epoch) {
+absl::Status CsvMetricsFile::Add(const std::string& name, double value, int64_t step, int64_t epoch,
+                                 std::string* note) {
   const bool new_column = std::find(columns_.begin(), columns_.end(), name) == columns_.end();
-  if (new_column) {
-    columns_.push_back(name);
-    std::sort(columns_.begin(), columns_.end());
+  bool same_row = last_.has_value() && last_->step == step && last_->values.count(name) == 0;
+  if (!new_column) {
+    if (same_row) {
+      last_->values[name] = value;
+      last_->epoch = epoch;
+      return RewriteLast();
+    }
+    last_ = MetricsCsvRow{step, epoch, {{name, value}}};
+    return Append();
   }
-  const bool same_row =
-      !rows_.empty() && rows_.back().step == step && rows_.back().values.count(name) == 0;
-  if (same_row) {
-    rows_.back().values[name] = value;
-    rows_.back().epoch = epoch;
+  // A new column: every line changes, so the rows come back from the file, not from memory.
+  MetricsCsv csv;
+  if (end_offset_ > most_bytes_) {
+    absl::StatusOr<std::string> kept = KeepBeside(end_offset_);
+    if (!kept.ok()) return kept.status();
+    *note = *kept;
+    same_row = false;
   } else {
-    rows_.push_back(Row{step, epoch, {{name, value}}});
+    absl::StatusOr<std::string> text = ReadBack();
+    if (!text.ok()) return text.status();
+    csv = ParseMetricsCsv(*text);
   }
-  if (new_column) return RewriteAll();
-  return same_row ? RewriteLast() : Append();
+  // Ours, not what the rows hold: every column this file was given keeps its place.
+  csv.columns = columns_;
+  csv.columns.insert(std::upper_bound(csv.columns.begin(), csv.columns.end(), name), name);
+  if (same_row && !csv.rows.empty()) {
+    csv.rows.back().values[name] = value;
+    csv.rows.back().epoch = epoch;
+  } else {
+    csv.rows.push_back(MetricsCsvRow{step, epoch, {{name, value}}});
+  }
+  columns_ = csv.columns;
+  return RewriteAll(csv);
 }
 
 }  // namespace dtrain

@@ -124,6 +124,7 @@ void JobRecord::Progress(const v1::JobProgress& progress) {
 
 void JobRecord::Metrics(const std::vector<v1::MetricPoint>& points) {
   if (points.empty()) return;
+  std::vector<std::string> notes;  // logged once the lock is released
   {
     absl::MutexLock lock(&mu_);
     const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
@@ -131,7 +132,9 @@ void JobRecord::Metrics(const std::vector<v1::MetricPoint>& points) {
     for (v1::MetricPoint& p : stamped) {
       p.set_wall_unix_ms(static_cast<int64_t>(now * 1000));
       (*status_.mutable_metrics())[p.name()] = p.value();
-      if (metrics_ != nullptr) metrics_->Add(p.name(), p.value(), p.step(), p.epoch(), now);
+      if (metrics_ == nullptr) continue;
+      std::string note = metrics_->Add(p.name(), p.value(), p.step(), p.epoch(), now);
+      if (!note.empty()) notes.push_back(std::move(note));
     }
     if (metrics_ != nullptr) metrics_->Flush();
     if (store_ != nullptr) Report(store_->AddMetrics(status_.id(), stamped));
@@ -141,6 +144,7 @@ void JobRecord::Metrics(const std::vector<v1::MetricPoint>& points) {
     }
     PersistLocked(/*force=*/false);
   }
+  for (const std::string& note : notes) LogAt(LogLevel::kWarning, note);
   Notify();
 }
 
@@ -203,8 +207,11 @@ void JobRecord::Predictions(const std::string& path) {
 absl::Status JobRecord::OpenFiles(const std::string& host) {
   if (absl::Status s = MakeDirectories(dir_); !s.ok()) return s;
   // A restored job goes on writing its files where they ended.
-  absl::StatusOr<std::unique_ptr<MetricsLog>> metrics = MetricsLog::Create(dir_, host, restored_);
+  std::string kept;
+  absl::StatusOr<std::unique_ptr<MetricsLog>> metrics =
+      MetricsLog::Create(dir_, host, restored_, &kept);
   if (!metrics.ok()) return metrics.status();
+  if (!kept.empty()) LogAt(LogLevel::kWarning, kept);
   if (absl::Status s = WriteHparamsFile(dir_ + "/hparams.yaml", spec_); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   metrics_ = std::move(*metrics);

@@ -8,25 +8,28 @@
 namespace dtrain {
 
 absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Create(const std::string& dir,
-                                                               const std::string& host,
-                                                               bool append) {
+                                                               const std::string& host, bool append,
+                                                               std::string* note) {
   if (absl::Status s = MakeDirectories(dir); !s.ok()) return s;
   auto log = std::unique_ptr<MetricsLog>(new MetricsLog());
+  std::string kept;
   absl::StatusOr<std::unique_ptr<CsvMetricsFile>> csv =
-      CsvMetricsFile::Open(dir + "/metrics.csv", append);
+      CsvMetricsFile::Open(dir + "/metrics.csv", append, &kept);
   if (!csv.ok()) return csv.status();
   log->csv_ = std::move(*csv);
   absl::StatusOr<std::unique_ptr<TfEventsWriter>> events = TfEventsWriter::Create(dir, host);
   if (!events.ok()) return events.status();
   log->events_ = std::move(*events);
+  if (note != nullptr) *note = std::move(kept);
   return log;
 }
 
-void MetricsLog::Add(const std::string& name, double value, int64_t step, int64_t epoch,
-                     double wall_time) {
-  // A metrics file that cannot be written does not stop training; the store keeps the points.
-  csv_->Add(name, value, step, epoch).IgnoreError();
+std::string MetricsLog::Add(const std::string& name, double value, int64_t step, int64_t epoch,
+                            double wall_time) {
+  std::string note;
+  csv_->Add(name, value, step, epoch, &note).IgnoreError();
   events_->AddScalar(name, value, step, wall_time).IgnoreError();
+  return note;
 }
 
 void MetricsLog::Flush() { events_->Flush().IgnoreError(); }

@@ -18,11 +18,16 @@ namespace dtrain {
 class MetricsLog {
  public:
   // Creates `dir` (and parents) and both files in it; with `append`, an existing metrics.csv
-  // goes on where it ended (a job resumed after a coordinator restart).
+  // goes on where it ended (a job resumed after a coordinator restart). *note, when not null,
+  // gets what the job's log should say: a metrics.csv too large to continue was kept beside.
   static absl::StatusOr<std::unique_ptr<MetricsLog>> Create(const std::string& dir,
                                                             const std::string& host,
-                                                            bool append = false);
-  void Add(const std::string& name, double value, int64_t step, int64_t epoch, double wall_time);
+                                                            bool append = false,
+                                                            std::string* note = nullptr);
+  // A file that cannot be written does not stop training; the store keeps the points. Returns
+  // what the job's log should say, or an empty string.
+  std::string Add(const std::string& name, double value, int64_t step, int64_t epoch,
+                  double wall_time);
   void Flush();
   std::string csv_path() const { return csv_->path(); }
   std::string events_path() const { return events_->path(); }
