@@ -481,6 +481,39 @@ torch.save(dict(m.state_dict()), ')",
   EXPECT_LT(MaxDiff(*job, out), 1e-5);
 }
 
+// A parameter numbered with something other than an int (read as one, it would take another
+// parameter's state) or numbered twice is refused, naming what is wrong; nothing changes.
+TEST_P(CheckpointInteropTest, ParameterNumbersNotIntsOrTwice_RefusedNamingWhy) {
+  const std::string as_float = TempPath(GetParam() + "-float-number.ckpt");
+  const std::string twice = TempPath(GetParam() + "-twice.ckpt");
+  Python(absl::StrCat(Head(), kPythonCommon, R"(
+import copy
+m = torch.jit.load(MODEL)
+opt = make_optimizer(m.parameters())
+train(m, opt, range(0, 4))
+for path, number in ((')",
+                      as_float, R"(', float("nan")), (')", twice, R"(', 0)):
+    s = copy.deepcopy(opt.state_dict())
+    s["param_groups"][0]["params"][1] = number
+    torch.save({"state_dict": dict(m.state_dict()), "optimizer_states": [s], "epoch": 0,
+                "global_step": 4}, path)
+)"));
+  std::unique_ptr<Job> job = NewJob();
+  ASSERT_NE(job, nullptr);
+  Train(*job, 0, 4);
+  for (const auto& [path, says] :
+       {std::pair<std::string, std::string>{as_float,
+                                            "numbers a parameter with a Double, not "
+                                            "an int"},
+        {twice, "names parameter 0 twice in its param_groups"}}) {
+    absl::StatusOr<TrainingProgress> refused = job->LoadCheckpoint(path);
+    ASSERT_FALSE(refused.ok()) << path;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr(says));
+    EXPECT_EQ(job->accelerator().progress().global_step, 4);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointInteropTest,
                          ::testing::Values("sgd", "adam", "adamw"));
 

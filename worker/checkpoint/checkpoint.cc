@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <type_traits>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -236,11 +237,24 @@ absl::Status RestoreOptimizer(const c10::IValue& saved, const std::string& origi
     return bad("has no 'state' and 'param_groups' (torch.optim's optimizer.state_dict())");
   }
   std::vector<int64_t> numbers;
+  std::unordered_set<int64_t> numbered;
   for (const c10::IValue& g : groups->toList()) {
     if (!g.isGenericDict()) return bad("has a param group that is not a dict");
     const std::optional<c10::IValue> params = PyGet(g.toGenericDict(), "params");
     if (!params || !params->isList()) return bad("has a param group without 'params'");
-    for (const c10::IValue& n : params->toList()) numbers.push_back(PyInt(n));
+    for (const c10::IValue& n : params->toList()) {
+      // torch numbers the parameters with ints; anything else read as one would pick another
+      // parameter's state (PyInt reads it as 0), whose shape may even fit.
+      if (!n.isInt()) {
+        return bad(absl::StrCat("numbers a parameter with a ", n.tagKind(),
+                                ", not an int (torch.optim's optimizer.state_dict() writes ints)"));
+      }
+      if (!numbered.insert(n.toInt()).second) {
+        return bad(absl::StrCat("names parameter ", n.toInt(),
+                                " twice in its param_groups; each parameter has one number"));
+      }
+      numbers.push_back(n.toInt());
+    }
     ScheduledGroup group;
     if (auto lr = PyGet(g.toGenericDict(), "lr")) group.lr = PyDouble(*lr);
     if (auto m = PyGet(g.toGenericDict(), "momentum")) group.momentum = PyDouble(*m);
