@@ -45,9 +45,10 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
     if (!header_seen_) {
       return absl::InternalError("the coordinator answered OK without a result header");
     }
-    if (received_ != expected_) {
-      return absl::InternalError(absl::StrCat("the coordinator's result has ", received_,
-                                              " bytes; its header says ", expected_));
+    if (result_payload_.received() != result_payload_.expected()) {
+      return absl::InternalError(
+          absl::StrCat("the coordinator's result has ", result_payload_.received(),
+                       " bytes; its header says ", result_payload_.expected()));
     }
     return std::move(result_);
   }
@@ -97,18 +98,20 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
 
   absl::Status OnHeader() override {
     header_seen_ = true;
+    size_t expected = 0;
     for (const v1::TensorMeta& meta : result_header_.parts()) {
       absl::StatusOr<int64_t> size = ValidateMeta(meta);
       if (!size.ok()) return size.status();
-      if (__builtin_add_overflow(expected_, static_cast<size_t>(*size), &expected_)) {
+      if (__builtin_add_overflow(expected, static_cast<size_t>(*size), &expected)) {
         return absl::InvalidArgumentError("the result header's parts add up past 2^64 bytes");
       }
       result_.parts.push_back(meta);
     }
+    result_payload_.Expect(expected);
     if (into_ != nullptr) {
-      if (into_size_ != expected_) {
+      if (into_size_ != expected) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "the result has ", expected_, " bytes but its destination has ", into_size_));
+            "the result has ", expected, " bytes but its destination has ", into_size_));
       }
       destination_ = into_;
     } else {
@@ -117,10 +120,10 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
       // arrives (Reserve grows the string inside it). A claim beyond what the process may map
       // is an error, not std::bad_alloc in a reactor.
       try {
-        result_.bytes.reserve(expected_);
+        result_.bytes.reserve(expected);
       } catch (const std::exception&) {
         return absl::ResourceExhaustedError(absl::StrCat("this process cannot reserve the ",
-                                                         expected_,
+                                                         expected,
                                                          " bytes the coordinator's result "
                                                          "header announces (",
                                                          result_header_.parts_size(), " parts)"));
@@ -130,19 +133,15 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
   }
 
   absl::StatusOr<char*> Reserve(int64_t bytes) override {
-    if (bytes < 0 || static_cast<size_t>(bytes) > expected_ - received_) {
-      return absl::InvalidArgumentError("more result bytes than the result header announced");
+    absl::StatusOr<uint64_t> at = result_payload_.Advance(bytes);
+    if (!at.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the coordinator's result: ", at.status().message()));
     }
-    char* room;
-    if (destination_ != nullptr) {
-      room = destination_ + received_;
-    } else {
-      // Inside the reserved capacity, so the bytes already written stay where they are.
-      result_.bytes.resize(received_ + static_cast<size_t>(bytes));
-      room = result_.bytes.data() + received_;
-    }
-    received_ += static_cast<size_t>(bytes);
-    return room;
+    if (destination_ != nullptr) return destination_ + *at;
+    // Inside the reserved capacity, so the bytes already written stay where they are.
+    result_.bytes.resize(result_payload_.received());
+    return result_.bytes.data() + *at;
   }
 
   grpc::ClientContext context_;
@@ -158,8 +157,7 @@ class TensorStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, 
   char* const into_;
   const size_t into_size_;
   char* destination_ = nullptr;
-  size_t expected_ = 0;
-  size_t received_ = 0;
+  PayloadCursor result_payload_;  // what the result header announced, and how much arrived
   TensorStreamResult result_;
   absl::Status parse_error_;
   absl::Status status_;

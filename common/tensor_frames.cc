@@ -34,6 +34,17 @@ void NoRelease(void*) {}
 
 }  // namespace
 
+absl::StatusOr<uint64_t> PayloadCursor::Advance(int64_t bytes) {
+  if (bytes < 0 || static_cast<uint64_t>(bytes) > expected_ - received_) {
+    return absl::InvalidArgumentError(absl::StrCat("the stream carries ", bytes,
+                                                   " more payload bytes after ", received_,
+                                                   " of the ", expected_, " its header announced"));
+  }
+  const uint64_t at = received_;
+  received_ += static_cast<uint64_t>(bytes);
+  return at;
+}
+
 absl::Status ReadFrame(grpc::ByteBuffer* frame, bool header_seen,
                        google::protobuf::MessageLite* header, FrameSink* sink) {
   grpc::ProtoBufferReader reader(frame);

@@ -28,6 +28,23 @@ class FrameSink {
   virtual absl::StatusOr<char*> Reserve(int64_t bytes) = 0;
 };
 
+// How much of the payload a stream's header announced has arrived: the bound both ends put on a
+// peer's chunks before a byte of them is written. Each end's FrameSink::Reserve asks it.
+class PayloadCursor {
+ public:
+  // The payload's size, from a validated header.
+  void Expect(uint64_t bytes) { expected_ = bytes; }
+  // The offset from the payload's start where `bytes` more go; INVALID_ARGUMENT when they are
+  // negative or would pass what the header announced (nothing is taken then).
+  absl::StatusOr<uint64_t> Advance(int64_t bytes);
+  uint64_t expected() const { return expected_; }
+  uint64_t received() const { return received_; }
+
+ private:
+  uint64_t expected_ = 0;
+  uint64_t received_ = 0;
+};
+
 // Parses one stream message (request or response). `header_seen` says whether an earlier message
 // carried the header; a header in a later message, or payload before any header, is
 // INVALID_ARGUMENT. Unknown fields are skipped, as protobuf would.

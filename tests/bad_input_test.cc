@@ -93,7 +93,8 @@ TEST_F(BadInputTest, PayloadShorterThanShape_InvalidArgument) {
 
 TEST_F(BadInputTest, PayloadLongerThanShape_InvalidArgument) {
   ExpectError(AllReduce(GoodHeader(), {std::string(12, 'x'), std::string(5, 'x')}),
-              absl::StatusCode::kInvalidArgument, "more than the 16 payload bytes");
+              absl::StatusCode::kInvalidArgument,
+              "carries 5 more payload bytes after 12 of the 16 its header announced");
   ExpectGroupsUnharmed();
 }
 

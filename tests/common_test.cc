@@ -26,6 +26,7 @@
 #include "common/packed_batch_results.h"
 #include "common/process_tuning.h"
 #include "common/tensor.h"
+#include "common/tensor_frames.h"
 #include "common/thread_schedstat.h"
 #include "common/yaml_float.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -257,6 +258,24 @@ TEST(PackedBatchResults, MisshapenAnswer_RefusedSayingWhatIsOff) {
   v1::LocalResult both = r;
   *both.add_batches() = PlainResult(1).batches(0);
   refused(both, 10, 4, "come with 1 BatchResults too");
+}
+
+// A stream's payload bound (common/tensor_frames.h), which both ends apply to a peer's chunks.
+TEST(PayloadCursor, HandsOutRoomInOrder_RefusesWhatPassesTheHeader_TakesNothingThen) {
+  PayloadCursor cursor;
+  cursor.Expect(10);
+  EXPECT_EQ(*cursor.Advance(4), 0u);
+  EXPECT_EQ(*cursor.Advance(0), 4u);
+  const absl::StatusOr<uint64_t> over = cursor.Advance(7);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(over.status().message(),
+            "the stream carries 7 more payload bytes after 4 of the 10 its header announced");
+  EXPECT_EQ(cursor.received(), 4u);
+  EXPECT_FALSE(cursor.Advance(-1).ok());
+  EXPECT_EQ(*cursor.Advance(6), 4u);
+  EXPECT_EQ(cursor.received(), 10u);
+  EXPECT_FALSE(cursor.Advance(1).ok());
+  EXPECT_EQ(*cursor.Advance(0), 10u);
 }
 
 TEST(IntOfDouble, TruncatesInsideInt64AndRefusesTheRest) {

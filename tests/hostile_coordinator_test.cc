@@ -26,10 +26,11 @@ namespace hostile_coordinator_test {
 
 using ::testing::HasSubstr;
 
-// Answers every stream with one frame holding `header` and no payload, then OK.
+// Answers every stream with one frame holding `header` and `payload`, then OK.
 class HostileCoordinator : public grpc::CallbackGenericService {
  public:
-  explicit HostileCoordinator(v1::ResultHeader header) : header_(std::move(header)) {
+  explicit HostileCoordinator(v1::ResultHeader header, std::string payload = "")
+      : header_(std::move(header)), payload_(std::move(payload)) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterCallbackGenericService(this);
@@ -41,7 +42,8 @@ class HostileCoordinator : public grpc::CallbackGenericService {
   grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
     class Answer : public grpc::ServerGenericBidiReactor {
      public:
-      explicit Answer(const v1::ResultHeader& header) : frame_(MakeFrame(&header, {})) {
+      Answer(const v1::ResultHeader& header, const std::string& payload)
+          : frame_(MakeFrame(&header, {PayloadRange{payload.data(), payload.size(), nullptr}})) {
         StartWrite(&frame_);
       }
       void OnWriteDone(bool) override { Finish(grpc::Status::OK); }
@@ -50,11 +52,12 @@ class HostileCoordinator : public grpc::CallbackGenericService {
      private:
       grpc::ByteBuffer frame_;
     };
-    return new Answer(header_);
+    return new Answer(header_, payload_);
   }
 
  private:
   const v1::ResultHeader header_;
+  const std::string payload_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
 };
@@ -117,6 +120,23 @@ TEST(HostileCoordinator, ResultWhoseBytesNeverCome_CostsNoMemoryForTheClaim) {
   EXPECT_THAT(result.status().message(),
               HasSubstr("the coordinator's result has 0 bytes; its header says 2147483648"));
   EXPECT_LT(grew, int64_t{256} << 20) << "resident memory grew by " << grew << " bytes";
+}
+
+TEST(HostileCoordinator, ResultCarryingMoreThanItsHeaderAnnounced_RefusedBeforeItIsWritten) {
+  // 8 bytes announced (two float32), 24 sent in one chunk: not one of them may be written past
+  // the 8 the rank reserved.
+  HostileCoordinator coordinator(Claiming(1, 2), std::string(24, 'x'));
+  absl::StatusOr<TensorStreamResult> result = Gather(coordinator);
+  // INTERNAL, as every broken answer: not a refusal of the rank's own call.
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kInternal) << result.status();
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("the stream carries 24 more payload bytes after 0 of the 8 its header "
+                        "announced"));
+  // What was announced and sent is read whole.
+  HostileCoordinator honest(Claiming(1, 2), std::string(8, 'y'));
+  absl::StatusOr<TensorStreamResult> read = Gather(honest);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->bytes, std::string(8, 'y'));
 }
 
 }  // namespace hostile_coordinator_test

@@ -151,14 +151,14 @@ class TensorCollectiveReactor final
       if (!header_seen_)
         return Finish(absl::InvalidArgumentError("stream closed before its header"));
       return Finish(absl::InvalidArgumentError(
-          absl::StrCat("stream closed after ", received_, " of the ", expected_,
+          absl::StrCat("stream closed after ", payload_.received(), " of the ", payload_.expected(),
                        " payload bytes of ", DescribeMeta(call_.meta))));
     }
     if (absl::Status s = ReadFrame(&request_, header_seen_, &header_, this); !s.ok()) {
       return Finish(s);
     }
     request_.Clear();
-    if (received_ < expected_) {
+    if (payload_.received() < payload_.expected()) {
       StartRead(&request_);
       return;
     }
@@ -196,7 +196,7 @@ class TensorCollectiveReactor final
     if (call_.has_tensor) {
       absl::StatusOr<int64_t> bytes = ValidateMeta(call_.meta);
       if (!bytes.ok()) return bytes.status();
-      expected_ = *bytes;
+      payload_.Expect(static_cast<uint64_t>(*bytes));
     }
     // Whatever Submit would refuse is refused before anything the header claims is reserved.
     DTRAIN_RETURN_IF_ERROR(engine_->Admit(call_));
@@ -206,23 +206,23 @@ class TensorCollectiveReactor final
     member_slot_ = member;
     // Uninitialized: for a large claim the pages are committed only as payload arrives, so a
     // header alone that claims gigabytes costs address space, not memory.
-    buffer_ = Bytes::TryAllocate(static_cast<size_t>(expected_));
+    buffer_ = Bytes::TryAllocate(static_cast<size_t>(payload_.expected()));
     if (buffer_ == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat("the coordinator cannot reserve ", expected_,
-                                                       " bytes for ", DescribeMeta(call_.meta)));
+      return absl::ResourceExhaustedError(absl::StrCat("the coordinator cannot reserve ",
+                                                       payload_.expected(), " bytes for ",
+                                                       DescribeMeta(call_.meta)));
     }
     return absl::OkStatus();
   }
 
   absl::StatusOr<char*> Reserve(int64_t bytes) override {
-    if (received_ + bytes > expected_) {
+    absl::StatusOr<uint64_t> at = payload_.Advance(bytes);
+    if (!at.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "stream carries more than the ", expected_, " payload bytes of ",
-          call_.has_tensor ? DescribeMeta(call_.meta) : std::string("a call without tensor")));
+          at.status().message(), " (",
+          call_.has_tensor ? DescribeMeta(call_.meta) : std::string("a call without tensor"), ")"));
     }
-    char* room = buffer_->data() + received_;
-    received_ += bytes;
-    return room;
+    return buffer_->data() + *at;
   }
 
   void OnResult(const absl::Status& status, std::shared_ptr<const CollectiveResult> result) {
@@ -291,9 +291,8 @@ class TensorCollectiveReactor final
   v1::MemberRef member_;
   int64_t sequence_ = 0;
   bool header_seen_ = false;
-  int64_t expected_ = 0;
+  PayloadCursor payload_;  // what the header announced, and how much has arrived
   std::shared_ptr<Bytes> buffer_;
-  int64_t received_ = 0;
   std::atomic<bool> submitted_{false};
   std::atomic<bool> answered_{false};
   std::shared_ptr<const CollectiveResult> result_;

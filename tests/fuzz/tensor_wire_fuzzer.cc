@@ -1,8 +1,8 @@
 // libFuzzer target: the tensor wire decoders a remote peer can reach without authenticating
 // anything beyond a connection: the zero-copy stream framing (ReadFrame, as the coordinator's
-// collective streams use it, with the same header validation and payload bounds), and the
-// TensorProto conversion (FromProto). Any crash, sanitizer report or accepted-but-inconsistent
-// tensor is a finding. Built and run by tests/fuzz/run.sh.
+// collective streams use it, with the same header validation and the payload bound both ends
+// use, PayloadCursor), and the TensorProto conversion (FromProto). Any crash, sanitizer report or
+// accepted-but-inconsistent tensor is a finding. Built and run by tests/fuzz/run.sh.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -18,7 +18,7 @@
 namespace {
 
 // As the coordinator's stream reader: the header's description is validated, and the payload
-// may not exceed what it describes.
+// is bounded by the same PayloadCursor both ends use.
 class BoundedSink : public dtrain::FrameSink {
  public:
   explicit BoundedSink(const dtrain::v1::AllReduceHeader* header) : header_(header) {}
@@ -28,21 +28,28 @@ class BoundedSink : public dtrain::FrameSink {
     absl::StatusOr<int64_t> bytes = dtrain::ValidateMeta(header_->meta(), int64_t{1} << 20);
     if (!bytes.ok()) return bytes.status();
     buffer_.resize(static_cast<size_t>(*bytes));
+    payload_.Expect(static_cast<uint64_t>(*bytes));
     return absl::OkStatus();
   }
   absl::StatusOr<char*> Reserve(int64_t bytes) override {
-    if (bytes < 0 || received_ + bytes > static_cast<int64_t>(buffer_.size())) {
-      return absl::InvalidArgumentError("more payload than described");
+    const uint64_t before = payload_.received();
+    absl::StatusOr<uint64_t> at = payload_.Advance(bytes);
+    if (!at.ok()) {
+      if (payload_.received() != before) std::abort();  // a refusal takes nothing
+      return at.status();
     }
-    char* room = buffer_.data() + received_;
-    received_ += bytes;
-    return room;
+    // The room handed out lies inside the announced payload, right after what came before.
+    if (*at != before || payload_.received() > buffer_.size() ||
+        payload_.received() - before != static_cast<uint64_t>(bytes)) {
+      std::abort();
+    }
+    return buffer_.data() + *at;
   }
 
  private:
   const dtrain::v1::AllReduceHeader* header_;
   std::vector<char> buffer_;
-  int64_t received_ = 0;
+  dtrain::PayloadCursor payload_;
   bool header_seen_ = false;
 };
 
