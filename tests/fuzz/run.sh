@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes the decoders that face the network and the user, for a bounded time each:
 #   tests/fuzz/run.sh [--seconds N] [--torch] [TARGET...]   (default 60 s per target, all)
-# --torch adds the libtorch targets (torch_save, checkpoint_restore), whose first build compiles
-# the worker's model and checkpoint libraries with clang and the sanitizers (about 15 minutes on
-# 2 cores).
+# --torch adds the libtorch targets (torch_save, checkpoint_restore, optimization_recipe), whose
+# first build compiles the worker's model and checkpoint libraries with clang and the sanitizers
+# (about 15 minutes on 2 cores).
 # Builds the libFuzzer targets with clang (ASan + UBSan) in build-fuzz/, starts from the seed
 # corpus in tests/fuzz/corpus/<target>/ plus what earlier runs kept in build-fuzz/corpus/, and
 # prints each target's executions and findings. Crash inputs land in build-fuzz/findings/.
@@ -26,10 +26,10 @@ if [ ${#targets[@]} -eq 0 ]; then
   targets=(tensor_wire job_spec hparams shard_list schedstat packed_results csv_line \
     metrics_csv cpu_list tar_shard npy text_fields image_decode plain_png idx pickle_check \
     http_request)
-  if [ "$torch" = ON ]; then targets+=(torch_save checkpoint_restore); fi
+  if [ "$torch" = ON ]; then targets+=(torch_save checkpoint_restore optimization_recipe); fi
 fi
 for t in "${targets[@]}"; do
-  case "$t" in torch_save|checkpoint_restore) torch=ON ;; esac
+  case "$t" in torch_save|checkpoint_restore|optimization_recipe) torch=ON ;; esac
 done
 deploy/install-deps.sh --fuzz >&2
 build=build-fuzz
