@@ -24,4 +24,9 @@ inline constexpr int kMaxMessageBytes = 64 << 20;
 inline constexpr int kCoordinatorMaxReceiveBytes = 16 << 20;
 inline constexpr int64_t kCoordinatorMemoryQuotaBytes = int64_t{2} << 30;
 
+// The worker's server accepts kMaxMessageBytes (a step's tensor batches) and, like the
+// coordinator's, buffers a message whole before its handler checks the token: the quota bounds
+// what unauthenticated calls can make it hold, over all of them.
+inline constexpr int64_t kWorkerMemoryQuotaBytes = int64_t{2} << 30;
+
 }  // namespace dtrain

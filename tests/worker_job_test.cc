@@ -133,6 +133,21 @@ TEST(JobModes, ValidateOnly_EvalModeFromTheStart_SameOutputsAndStatisticsUntouch
       << "BatchNorm's running statistics moved during validation";
 }
 
+// A listed batch past the spec's largest batch is refused before a row is made: its indices
+// cost 8 bytes each in the worker, and a row each after that.
+TEST(JobModes, IndexBatchPastTheLargestBatch_RefusedBeforeAnyRowIsMade) {
+  std::unique_ptr<Job> job = SetupOrDie(Request("too-many-rows", SaveDropoutBatchNormModel()));
+  ASSERT_NE(job, nullptr);
+  v1::LocalWork work = Work("val", 0, 8);
+  work.mutable_index_batches(0)->mutable_indices()->Resize(1048577, 0);
+  absl::StatusOr<v1::LocalResult> r =
+      job->Evaluate(StepKind::kValidation, work, /*return_outputs=*/false);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("index batch 0 holds 1048577 indices; a batch holds at most 1048576"));
+  EXPECT_TRUE(job->Evaluate(StepKind::kValidation, Work("val", 0, 8), false).ok());
+}
+
 TEST(JobModes, Fit_TrainsInTrainMode_ValidatesInEvalMode_ThenTrainsAgain) {
   std::unique_ptr<Job> job = SetupOrDie(Request("fit", SaveDropoutBatchNormModel()));
   ASSERT_NE(job, nullptr);

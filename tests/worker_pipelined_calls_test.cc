@@ -197,5 +197,45 @@ TEST_F(WorkerServiceTest, PipelinedCall_PredecessorNeverComes_BoundedInNumberAnd
   EXPECT_LT(absl::Now() - torn, absl::Seconds(10));
 }
 
+// The executor's queue is bounded too: while a Setup waits for its group, 64 calls wait behind
+// it and the rest are refused at once, saying why; the waiting ones run when it ends.
+TEST_F(WorkerServiceTest, CallsPastTheQueueBound_RefusedAtOnce_TheWaitingOnesRunLater) {
+  auto w = StartWorker();
+  ASSERT_NE(w, nullptr);
+  absl::Status setup;
+  std::thread waiting([&] {
+    v1::SetupResponse response;
+    setup = Call(
+        [&](auto* c) {
+          return w->stub().Setup(c, MakeSetup("alone", "ddp", 2, address()), &response);
+        },
+        absl::Seconds(4));
+  });
+  ASSERT_TRUE(WaitForRegistered("alone", 1));
+  constexpr int kCalls = 70;
+  std::vector<absl::Status> statuses(kCalls);
+  Parallel(kCalls, [&](int i) {
+    v1::StepRequest step = Pipelined("no-such-job", 10 * i);
+    step.set_pipelined(false);
+    v1::StepResponse response;
+    statuses[i] = Call([&](auto* c) { return w->stub().TrainingStep(c, step, &response); });
+  });
+  waiting.join();
+  EXPECT_EQ(setup.code(), absl::StatusCode::kDeadlineExceeded) << setup;
+  int refused = 0, ran = 0;
+  for (const absl::Status& s : statuses) {
+    if (s.code() == absl::StatusCode::kResourceExhausted) {
+      ++refused;
+      EXPECT_THAT(s.message(), HasSubstr("has 64 calls waiting for its executor")) << s;
+    } else {
+      ++ran;  // run once the Setup gave up: there is no job
+      EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+      EXPECT_THAT(s.message(), HasSubstr("no job is set up")) << s;
+    }
+  }
+  EXPECT_EQ(refused, kCalls - 64);
+  EXPECT_EQ(ran, 64);
+}
+
 }  // namespace worker_pipelined_calls_test
 }  // namespace dtrain::testing

@@ -513,6 +513,24 @@ TEST_P(WorkerServiceBackendTest, ShardedCheckpoint_OnlyRankZeroWrites_LoadsIntoO
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad << ": " << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr("not a file name")) << s;
   }
+  // A save removes a few checkpoints, never the one it writes.
+  {
+    v1::SaveCheckpointRequest save;
+    save.set_job_id("zero");
+    save.set_name("zero.ckpt");
+    for (int i = 0; i < 257; ++i) save.add_remove(absl::StrCat("old-", i, ".ckpt"));
+    v1::SaveCheckpointResponse ignored;
+    absl::Status s =
+        Call([&](auto* c) { return ranks[0]->stub().SaveCheckpoint(c, save, &ignored); });
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("remove lists 257 checkpoints")) << s;
+    save.clear_remove();
+    save.add_remove("zero.ckpt");
+    s = Call([&](auto* c) { return ranks[0]->stub().SaveCheckpoint(c, save, &ignored); });
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("the checkpoint this call writes")) << s;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/zero.ckpt"));
+  }
   // Where "../escape.ckpt" and "/tmp/escape.ckpt" would have landed.
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir).parent_path() / "escape.ckpt"));
   EXPECT_FALSE(std::filesystem::exists("/tmp/escape.ckpt"));

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -138,6 +139,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
       &server->port_);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  grpc::ResourceQuota quota("dtrain-worker");
+  quota.Resize(static_cast<size_t>(kWorkerMemoryQuotaBytes));
+  builder.SetResourceQuota(quota);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {

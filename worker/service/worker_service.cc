@@ -94,6 +94,14 @@ grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* co
                                             "place the job on another worker"))));
     return reactor;
   }
+  // Each waiting call keeps its request (up to kMaxMessageBytes) alive: a coordinator sends a
+  // few at a time, so a long queue is a client that does not wait for its answers.
+  if (queue_.size() >= kMostQueued) {
+    reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+        "worker '", options_.identity.name, "' has ", queue_.size(),
+        " calls waiting for its executor; wait for their answers before sending more"))));
+    return reactor;
+  }
   QueueInOrder(std::move(task));
   return reactor;
 }

@@ -140,6 +140,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   // A pipelined call waits at most this long for the call before it to arrive.
   static constexpr absl::Duration kPipelinedHold = absl::Seconds(30);
   static constexpr size_t kMostHeld = 8;
+  // Calls queued for the executor, beyond which a new one is RESOURCE_EXHAUSTED.
+  static constexpr size_t kMostQueued = 64;
   // Where the Setup's job writes checkpoints on this worker ("" for none): the spec's (local)
   // checkpoint.dirpath, or, with store_checkpoints, this worker's own directory for the job,
   // which it sets as the dirpath the ranks see.

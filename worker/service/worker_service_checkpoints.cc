@@ -56,11 +56,24 @@ grpc::ServerUnaryReactor* WorkerService::SaveCheckpoint(grpc::CallbackServerCont
   return Enqueue(context, [=]() -> absl::Status {
     DTRAIN_RETURN_IF_ERROR(CheckNames("monitored", request->monitored()));
     DTRAIN_RETURN_IF_ERROR(CheckCallbackStates(request->callbacks()));
+    // A save evicts what fell out of save_top_k and the previous last.ckpt: a few names.
+    constexpr int kMostRemoved = 256;
+    if (request->remove_size() > kMostRemoved) {
+      return absl::InvalidArgumentError(absl::StrCat("remove lists ", request->remove_size(),
+                                                     " checkpoints; a save removes at most ",
+                                                     kMostRemoved));
+    }
     DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<HostedJob> job, JobFor(request->job_id()));
     DTRAIN_ASSIGN_OR_RETURN(const std::string path, CheckpointPath(request->name(), "checkpoint"));
     std::vector<std::string> evicted;
     for (const std::string& name : request->remove()) {
       DTRAIN_ASSIGN_OR_RETURN(evicted.emplace_back(), CheckpointPath(name, "remove"));
+      if (evicted.back() == path) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("remove names '", name,
+                         "', the checkpoint this call writes; it would be deleted "
+                         "as soon as it was saved"));
+      }
     }
     DTRAIN_RETURN_IF_ERROR(Note(job->SaveCheckpoint(path, *request, response)));
     if (!absl::c_linear_search(response->written(), true)) return absl::OkStatus();
