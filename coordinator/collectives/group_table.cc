@@ -11,7 +11,10 @@
 namespace dtrain {
 namespace {
 
-constexpr int kMaxWorldSize = 1 << 16;
+// Every member's RegisterResponse lists every member (up to ~530 bytes each with the longest
+// names): 8,192 keep one within a default client's 4 MiB, and the group's answers together at
+// a few GiB at worst, sent as they are built rather than all held at once.
+constexpr int kMaxWorldSize = 8192;
 constexpr size_t kMaxNameBytes = 256;
 
 int64_t Millis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
@@ -193,7 +196,6 @@ void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& complet
     return x.host != y.host ? x.host < y.host : x.order_key < y.order_key;
   });
   g.members.assign(order.size(), Member{});
-  std::vector<int> local_world(order.size());
   int node_rank = -1;
   int local_rank = 0;
   std::string previous_host;
@@ -215,11 +217,19 @@ void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& complet
     m.last_heartbeat = now;
   }
   const int num_nodes = node_rank + 1;
+  // Members are contiguous per host: one pass counts each node's.
+  std::vector<int> node_members(num_nodes, 0);
+  for (const Member& m : g.members) ++node_members[m.info.node_rank()];
   auto labels = std::make_shared<std::vector<std::string>>();
   for (const Member& m : g.members) labels->push_back(MemberLabel(m.info));
   g.member_labels = std::move(labels);
   g.state = v1::GROUP_STATE_ACTIVE;
   g.world_size = static_cast<int>(g.members.size());
+  // The member list is copied into each answer outside the table's lock (completions run after
+  // it), so forming a large group does not stall every other group's heartbeats.
+  auto members = std::make_shared<std::vector<v1::MemberInfo>>();
+  members->reserve(g.members.size());
+  for (const Member& m : g.members) members->push_back(m.info);
   for (size_t rank = 0; rank < order.size(); ++rank) {
     Pending& p = g.pending[order[rank]];
     const Member& m = g.members[rank];
@@ -232,17 +242,18 @@ void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& complet
     response.set_local_rank(m.info.local_rank());
     response.set_node_rank(m.info.node_rank());
     response.set_world_size(g.world_size);
-    int local_world_size = 0;
-    for (const Member& other : g.members) local_world_size += other.info.host() == m.info.host();
-    response.set_local_world_size(local_world_size);
+    response.set_local_world_size(node_members[m.info.node_rank()]);
     response.set_num_nodes(num_nodes);
     response.set_generation(g.generation);
     response.set_heartbeat_interval_ms(Millis(options_.heartbeat_interval));
     response.set_heartbeat_timeout_ms(Millis(options_.heartbeat_timeout));
     response.set_collective_timeout_ms(Millis(g.collective_timeout));
-    for (const Member& other : g.members) *response.add_members() = other.info;
     completions.push_back(
-        [done = std::move(p.done), response = std::move(response)] { done(response); });
+        [done = std::move(p.done), response = std::move(response), members]() mutable {
+          response.mutable_members()->Reserve(static_cast<int>(members->size()));
+          for (const v1::MemberInfo& info : *members) *response.add_members() = info;
+          done(response);
+        });
   }
   g.pending.clear();
   LogInfo(absl::StrCat("group '", g.id, "' formed"), {{"group", g.id},
