@@ -12,6 +12,7 @@
 #include <atomic>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -388,6 +389,34 @@ TEST_F(JobManagerTest, Cancel_RunningJob_CancelledAndItsWorkersFreed) {
   EXPECT_EQ(manager_->Cancel(id).status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(WaitFor([&] { return AssignedTo("w0").empty() && AssignedTo("w1").empty(); },
                       absl::Seconds(10)));
+}
+
+// Every call that names a job refuses an empty or overlong id as the caller's mistake, and an
+// unknown one as not found; an overlong id is not echoed (a message travels in a header).
+TEST_F(JobManagerTest, EveryCallNamingAJob_EmptyOrOverlongIdRefused_UnknownNotFound) {
+  const std::string overlong(300, 'x');
+  int64_t next_line = 0;
+  const std::vector<std::pair<std::string, std::function<absl::Status(const std::string&)>>> calls =
+      {
+          {"Get", [&](const std::string& id) { return manager_->Get(id, false).status(); }},
+          {"Cancel", [&](const std::string& id) { return manager_->Cancel(id).status(); }},
+          {"Delete", [&](const std::string& id) { return manager_->Delete(id).status(); }},
+          {"Logs",
+           [&](const std::string& id) { return manager_->Logs(id, 0, &next_line).status(); }},
+          {"Metrics", [&](const std::string& id) { return manager_->Metrics(id).status(); }},
+      };
+  for (const auto& [name, call] : calls) {
+    const absl::Status empty = call("");
+    EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument) << name << ": " << empty;
+    EXPECT_THAT(empty.message(), HasSubstr("id is empty: name a job")) << name;
+    const absl::Status long_id = call(overlong);
+    EXPECT_EQ(long_id.code(), absl::StatusCode::kInvalidArgument) << name << ": " << long_id;
+    EXPECT_EQ(long_id.message(), "id is 300 bytes; no job id is longer than 256 (dtrain list)")
+        << name;
+    const absl::Status unknown = call("nosuch-1");
+    EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << name << ": " << unknown;
+    EXPECT_THAT(unknown.message(), HasSubstr("no job 'nosuch-1'; see dtrain list")) << name;
+  }
 }
 
 // A success is published once its workers are released: during its teardown the job reads

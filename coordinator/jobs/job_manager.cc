@@ -33,9 +33,7 @@ JobManager::JobManager(JobManagerOptions options, WorkerRegistry* workers, Acces
 JobManager::~JobManager() { Shutdown(); }
 
 absl::StatusOr<v1::DeleteJobResponse> JobManager::Delete(const std::string& id) {
-  std::shared_ptr<JobRecord> job = Find(id);
-  if (job == nullptr)
-    return absl::NotFoundError(absl::StrCat("no job '", id, "'; see dtrain list"));
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<JobRecord> job, FindRequested(id));
   {
     // Shutdown joins the jobs' threads itself: the wait below would not see them.
     absl::MutexLock lock(&mu_);
@@ -165,6 +163,21 @@ std::shared_ptr<JobRecord> JobManager::Find(const std::string& id) const {
   return it == jobs_.end() ? nullptr : it->second;
 }
 
+absl::StatusOr<std::shared_ptr<JobRecord>> JobManager::FindRequested(const std::string& id) const {
+  // Ids are "<spec name>-<n>", and a spec's name is at most 128 bytes.
+  constexpr size_t kMostIdBytes = 256;
+  if (id.empty()) return absl::InvalidArgumentError("id is empty: name a job (dtrain list)");
+  if (id.size() > kMostIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "id is ", id.size(), " bytes; no job id is longer than ", kMostIdBytes, " (dtrain list)"));
+  }
+  std::shared_ptr<JobRecord> job = Find(id);
+  if (job == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no job '", id, "'; see dtrain list"));
+  }
+  return job;
+}
+
 void JobManager::DryRun(v1::JobSpec spec,
                         std::function<void(absl::StatusOr<v1::DryRunResponse>)> done) {
   const OfferedPlugins offered = workers_->Offered();
@@ -220,9 +233,7 @@ void JobManager::DryRun(v1::JobSpec spec,
 }
 
 absl::StatusOr<v1::JobStatus> JobManager::Get(const std::string& id, bool with_spec) const {
-  std::shared_ptr<JobRecord> job = Find(id);
-  if (job == nullptr)
-    return absl::NotFoundError(absl::StrCat("no job '", id, "'; see dtrain list"));
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<JobRecord> job, FindRequested(id));
   return job->Status(with_spec);
 }
 
@@ -254,8 +265,7 @@ std::vector<v1::JobStatus> JobManager::List(size_t first, size_t count, bool new
 }
 
 absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& id) {
-  std::shared_ptr<JobRecord> job = Find(id);
-  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<JobRecord> job, FindRequested(id));
   if (!job->RequestCancelUnlessEnded()) {
     return absl::FailedPreconditionError(
         absl::StrCat("job '", id, "' already ended (",
@@ -281,20 +291,17 @@ absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& id) {
 
 absl::StatusOr<std::vector<std::string>> JobManager::Logs(const std::string& id, int64_t from_line,
                                                           int64_t* next_line) const {
-  std::shared_ptr<JobRecord> job = Find(id);
-  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<JobRecord> job, FindRequested(id));
   return job->Lines(from_line, next_line);
 }
 
 absl::StatusOr<std::vector<v1::MetricPoint>> JobManager::Metrics(const std::string& id) const {
-  std::shared_ptr<JobRecord> job = Find(id);
-  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<JobRecord> job, FindRequested(id));
   return job->Points();
 }
 
 absl::StatusOr<int64_t> JobManager::Watch(const std::string& id, Watcher watcher) {
-  std::shared_ptr<JobRecord> job = Find(id);
-  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<JobRecord> job, FindRequested(id));
   return job->AddWatcher(std::move(watcher));
 }
 

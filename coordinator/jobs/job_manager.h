@@ -118,6 +118,9 @@ class JobManager {
 
  private:
   std::shared_ptr<JobRecord> Find(const std::string& id) const;
+  // The job a request's `id` names: INVALID_ARGUMENT for an empty id or one past any job's
+  // length (not echoed: an error's message travels in a header), NOT_FOUND for an unknown one.
+  absl::StatusOr<std::shared_ptr<JobRecord>> FindRequested(const std::string& id) const;
   void Start(const std::shared_ptr<JobRecord>& job, std::vector<v1::WorkerInfo> workers);
   // The job's thread: runs its Trainer, re-forming an elastic job that lost workers, then
   // frees its workers.

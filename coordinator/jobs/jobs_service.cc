@@ -196,9 +196,6 @@ grpc::ServerUnaryReactor* JobsService::DeleteJob(grpc::CallbackServerContext* co
                                                  v1::DeleteJobResponse* response) {
   if (absl::Status s = access_->RequireAdmin(*context, "DeleteJob"); !s.ok())
     return FinishNow(context, s);
-  if (request->id().empty()) {
-    return FinishNow(context, absl::InvalidArgumentError("id: name the job to delete"));
-  }
   // Inline: an ended job's teardown is over or about to be (JobManager::Delete waits for it).
   absl::StatusOr<v1::DeleteJobResponse> deleted = jobs_->Delete(request->id());
   if (deleted.ok()) *response = std::move(*deleted);
