@@ -157,6 +157,24 @@ TEST_F(ArtifactsServiceTest, CorruptedShortOrOversizedUploads_RefusedByName_Noth
   // The right bytes go in.
   ASSERT_TRUE(upload(digest, 1 << 20, bytes).ok());
   EXPECT_EQ(*client.Stat(digest), 1 << 20);
+  // Sent again, it is dropped, not written; more bytes than announced are refused all the same.
+  grpc::ClientContext context;
+  v1::UploadResponse response;
+  auto writer = stub->Upload(&context, &response);
+  v1::UploadRequest request;
+  request.mutable_header()->set_digest(digest);
+  request.mutable_header()->set_size(1 << 20);
+  request.set_chunk(bytes);
+  writer->Write(request);
+  writer->WritesDone();
+  const grpc::Status again = writer->Finish();
+  ASSERT_TRUE(again.ok()) << again.error_message();
+  EXPECT_TRUE(response.already_stored());
+  grpc::Status longer = upload(digest, 1 << 20, bytes + "x");
+  EXPECT_EQ(longer.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(longer.error_message(),
+              HasSubstr("sends more than the 1048576 bytes it announced for " + digest));
+  EXPECT_EQ(*client.Stat(digest), 1 << 20);
 }
 
 TEST_F(ArtifactsServiceTest, AdminTokenRequired) {

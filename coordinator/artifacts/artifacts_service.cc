@@ -29,6 +29,10 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client sent everything
+      if (already_stored_) {
+        Finish(grpc::Status::OK);
+        return;
+      }
       if (writer_ == nullptr) {
         Finish(ToGrpcStatus(absl::InvalidArgumentError("the upload sent no header")));
         return;
@@ -67,6 +71,16 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
       Finish(ToGrpcStatus(absl::InvalidArgumentError("an upload carries one header, first")));
       return;
     }
+    if (already_stored_) {
+      // Dropped, but held to the same promise as a write: no more than the header announced.
+      discarded_ += static_cast<int64_t>(request_.chunk().size());
+      if (discarded_ > response_->size()) {
+        Finish(ToGrpcStatus(absl::InvalidArgumentError(
+            absl::StrCat("the upload sends more than the ", response_->size(),
+                         " bytes it announced for ", response_->digest()))));
+        return;
+      }
+    }
     if (writer_ != nullptr && !request_.chunk().empty()) {
       if (absl::Status s = writer_->Append(request_.chunk()); !s.ok()) {
         Finish(ToGrpcStatus(s));
@@ -84,6 +98,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
   v1::UploadRequest request_;
   std::unique_ptr<ArtifactStore::Writer> writer_;  // discarded unless committed
   bool already_stored_ = false;
+  int64_t discarded_ = 0;  // bytes read and dropped after already_stored_
 };
 
 // Writes the file chunk by chunk, each after the previous was sent.
