@@ -269,8 +269,16 @@ TEST(KeyValue, SetGetAddCasDeleteList_Semantics) {
   EXPECT_TRUE(kv.Delete("k1").value());
   EXPECT_FALSE(kv.Delete("k1").value());
   EXPECT_EQ(kv.Get("k1").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(kv.Set("big", std::string((8 << 20) + 1, 'x')).code(),
+  // The largest value is one a default client reads back; a byte more is refused.
+  constexpr size_t kMostValue = (size_t{4} << 20) - (64 << 10);
+  EXPECT_EQ(kv.Set("big", std::string(kMostValue + 1, 'x')).code(),
             absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(kv.Set("big", std::string(kMostValue, 'x')).ok());
+  KeyValueClient plain(
+      grpc::CreateChannel(coordinator->address(), grpc::InsecureChannelCredentials()), "scope-a");
+  absl::StatusOr<std::string> big = plain.Get("big");
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(big->size(), kMostValue);
 }
 
 TEST(KeyValue, GetWithWait_WokenByWriterOrTimesOut) {

@@ -28,7 +28,8 @@ namespace dtrain {
 // What the store keeps at most. A rendezvous store holds addresses and counters: kilobytes per
 // group, so these are far above real use.
 struct KeyValueLimits {
-  size_t max_value_bytes = size_t{8} << 20;
+  // A value's Get answer fits a default client's 4 MiB, with room for the message around it.
+  size_t max_value_bytes = (size_t{4} << 20) - (64 << 10);
   size_t scope_bytes = size_t{64} << 20;  // keys and values of one scope
   size_t scope_keys = 16384;
   size_t total_bytes = size_t{512} << 20;
