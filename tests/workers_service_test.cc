@@ -234,6 +234,13 @@ TEST_F(WorkersServiceTest, BadInput_InvalidArgumentNamingTheField) {
          }
        },
        "a worker offers at most 256 plugins, got 257"},
+      {[](v1::WorkerInfo* w) {
+         v1::Plugin* p = w->add_plugins();
+         p->set_kind("strategy");
+         p->set_name("wordy");
+         p->set_description(std::string(1025, 'd'));
+       },
+       "plugin 'wordy' has a description of 1025 bytes; at most 1024"},
   };
   for (const Case& c : cases) {
     v1::WorkerInfo w = Worker("bad", 5);
@@ -246,6 +253,9 @@ TEST_F(WorkersServiceTest, BadInput_InvalidArgumentNamingTheField) {
 
   // Heartbeats and goodbyes carry the identity a registration was accepted with.
   ASSERT_TRUE(Register(*admin_, Worker("good", 5)).ok());
+  const absl::Status long_job = Heartbeat(*admin_, "good", 5, std::string(257, 'j'));
+  EXPECT_EQ(long_job.code(), absl::StatusCode::kInvalidArgument) << long_job;
+  EXPECT_THAT(long_job.message(), HasSubstr("heartbeat job_id is 257 bytes"));
   for (const auto& [name, incarnation, message] :
        std::vector<std::tuple<std::string, uint64_t, std::string>>{
            {"", 5, "worker name is empty"},

@@ -14,6 +14,9 @@ namespace {
 
 constexpr size_t kMaxFieldBytes = 256;
 constexpr int kMaxThreads = 4096;
+constexpr size_t kMostPluginDescriptionBytes = 1024;
+// A job id is "<spec name>-<n>", the name at most 128 bytes.
+constexpr size_t kMostJobIdBytes = 256;
 
 absl::Status CheckField(const std::string& field, const std::string& value) {
   if (value.empty()) return absl::InvalidArgumentError(absl::StrCat("worker ", field, " is empty"));
@@ -115,6 +118,12 @@ absl::Status WorkerRegistry::Register(
     if (!IsPluginName(p.name())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "plugin name '", p.name(), "' must be 1 to 64 characters of a-z, 0-9, '_', '-', '.'"));
+    }
+    // Kept for every ListWorkers: a line for a person to read, not a document.
+    if (p.description().size() > kMostPluginDescriptionBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plugin '", p.name(), "' has a description of ", p.description().size(),
+                       " bytes; at most ", kMostPluginDescriptionBytes));
     }
   }
   absl::MutexLock lock(&mu_);
@@ -256,6 +265,11 @@ absl::Status WorkerRegistry::Heartbeat(const v1::WorkerHeartbeatRequest& request
   if (request.threads() < 0 || request.threads() > kMaxThreads) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker threads must be in [0, ", kMaxThreads, "], got ", request.threads()));
+  }
+  if (request.job_id().size() > kMostJobIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("heartbeat job_id is ", request.job_id().size(),
+                                                   " bytes; no job id is longer than ",
+                                                   kMostJobIdBytes));
   }
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request.name());
