@@ -20,6 +20,7 @@
 #include <torch/script.h>
 #include <torch/utils.h>
 
+#include "tests/fuzz/refused.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/model/lightning_module.h"
 #include "worker/model/lr_schedulers.h"
@@ -91,13 +92,9 @@ google::protobuf::RepeatedPtrField<dtrain::v1::SchedulerRecipe> Schedulers(uint8
   return recipes;
 }
 
-bool Refused(const absl::Status& status) {
-  const absl::StatusCode code = status.code();
-  if (code == absl::StatusCode::kInternal || code == absl::StatusCode::kUnknown) std::abort();
-  return !status.ok();
-}
-
 }  // namespace
+
+using dtrain::fuzz::Refused;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

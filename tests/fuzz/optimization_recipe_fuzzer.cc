@@ -19,20 +19,12 @@
 #include <torch/types.h>
 
 #include "dtrain/v1/jobs.pb.h"
+#include "tests/fuzz/refused.h"
 #include "worker/model/lr_schedulers.h"
 #include "worker/model/optimizers.h"
 #include "worker/runtime/optimizer_choice.h"
 
-namespace {
-
-// Anything but a refusal of the input is a finding.
-bool Refused(const absl::Status& status) {
-  const absl::StatusCode code = status.code();
-  if (code == absl::StatusCode::kInternal || code == absl::StatusCode::kUnknown) std::abort();
-  return !status.ok();
-}
-
-}  // namespace
+using dtrain::fuzz::Refused;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A spec that names no optimizer: the model's record decides, as for an exported module.
