@@ -4,8 +4,10 @@
 // back with a YAML parser).
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -159,7 +161,8 @@ TEST(CsvMetricsFile, PastItsBound_KeptBesideAndANewFileContinues) {
   EXPECT_THAT(note, ::testing::HasSubstr("kept as '" + dir + "/metrics.2.csv'"));
   EXPECT_EQ(Read(dir + "/metrics.1.csv"), "taken\n");
   EXPECT_EQ(Read(dir + "/metrics.2.csv"), "epoch,loss,step\n0,1,1\n0,2,2\n0,3,3\n0,4,4\n");
-  EXPECT_EQ(Read(path), "acc,epoch,loss,step\n0.5,0,,4\n");
+  // The new file starts with the whole of step 4's row, the value that made it included.
+  EXPECT_EQ(Read(path), "acc,epoch,loss,step\n0.5,0,4,4\n");
   // A restart that finds a file past the bound does not read it.
   file->reset();
   std::ofstream(path, std::ios::app) << std::string(64, '9') << "\n";
@@ -173,12 +176,69 @@ TEST(CsvMetricsFile, PastItsBound_KeptBesideAndANewFileContinues) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(MetricsCsv, ParsedThenWrittenTwice_ReadsTheSame) {
+TEST(MetricsCsv, WrittenTwice_ReadsTheSame_LongFormNamesEndAtLineBreaks) {
+  // The older long form wrote names unquoted: a quote in one does not swallow the lines after.
   const std::string text =
-      "wall_time,step,epoch,name,value\n1,5,0,\"a,b\",0.1\n1,5,0,x,1e300\n1,6,0,x,nan\n";
-  const std::string once = MetricsCsvText(ParseMetricsCsv(text));
-  EXPECT_EQ(once, "\"a,b\",epoch,step,x\n0.1,0,5,1e+300\n,0,6,nan\n");
-  EXPECT_EQ(MetricsCsvText(ParseMetricsCsv(once)), once);
+      "wall_time,step,epoch,name,value\n1,5,0,\"a,b\",0.1\n1,5,0,x,1e300\n1,6,0,x,nan\n"
+      "1,7,0,say \"hi,2\n1,8,0,x,3\n";
+  const MetricsCsvText once = RewriteMetricsCsv(text);
+  EXPECT_EQ(once.text, "\"a,b\",epoch,step,x\n0.1,0,5,1e+300\n,0,6,nan\n,0,8,3\n");
+  EXPECT_EQ(RewriteMetricsCsv(once.text).text, once.text);
+  ASSERT_TRUE(once.last.has_value());
+  EXPECT_EQ(once.last->step, 8);
+  EXPECT_EQ(once.text.substr(once.last_row_offset), ",0,8,3\n");
+}
+
+// The file against the plain model it replaced (every row in memory, the whole text written
+// after each value): the same text after every one of 600 values, new columns, repeated steps
+// and a restart included.
+TEST(CsvMetricsFile, EveryValue_TheSameFileAsKeepingEveryRowInMemory) {
+  struct Model {
+    std::vector<std::string> columns = {"epoch", "step"};
+    std::vector<MetricsCsvRow> rows;
+    void Add(const std::string& name, double value, int64_t step, int64_t epoch) {
+      if (std::find(columns.begin(), columns.end(), name) == columns.end()) {
+        columns.push_back(name);
+        std::sort(columns.begin(), columns.end());
+      }
+      if (!rows.empty() && rows.back().step == step && rows.back().values.count(name) == 0) {
+        rows.back().values[name] = value;
+        rows.back().epoch = epoch;
+      } else {
+        rows.push_back(MetricsCsvRow{step, epoch, {{name, value}}});
+      }
+    }
+    std::string Text() const {
+      std::string text;
+      for (const std::string& c : columns) text += (text.empty() ? "" : ",") + CsvCell(c);
+      text += "\n";
+      for (const MetricsCsvRow& row : rows) text += MetricsCsvLine(columns, row);
+      return text;
+    }
+  } model;
+  const std::string path = TempPath("model.csv");
+  std::string note;
+  auto file = CsvMetricsFile::Open(path, /*append=*/false, &note);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::mt19937 random(11);
+  const std::vector<std::string> names = {"train_loss", "val_acc", "lr-SGD", "a,b", "-x", "n\nl"};
+  int64_t step = 0;
+  for (int i = 0; i < 600; ++i) {
+    // New names come in over time; a step repeats a third of the time.
+    const std::string& name = names[random() % std::min<size_t>(names.size(), 1 + i / 60)];
+    if (random() % 3 != 0) ++step;
+    const double value = static_cast<double>(random() % 1000) / 7;
+    const int64_t epoch = step / 50;
+    model.Add(name, value, step, epoch);
+    ASSERT_TRUE((*file)->Add(name, value, step, epoch, &note).ok()) << i;
+    ASSERT_EQ(Read(path), model.Text()) << "after value " << i;
+    if (i == 300) {  // a coordinator restart
+      file->reset();
+      file = CsvMetricsFile::Open(path, /*append=*/true, &note);
+      ASSERT_TRUE(file.ok()) << file.status();
+    }
+  }
+  EXPECT_EQ(note, "");
 }
 
 TEST(HparamsFile, ResolvedSpec_AsBlockYamlThatParsesBack) {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -55,30 +56,36 @@ absl::StatusOr<std::string> ReadAll(int fd, int64_t bytes, const std::string& pa
 
 }  // namespace
 
-MetricsCsv ParseMetricsCsv(absl::string_view text) {
-  MetricsCsv csv;
-  csv.columns = {"epoch", "step"};
-  if (text.empty()) return csv;
+void ForEachMetricsCsvRow(absl::string_view text,
+                          absl::FunctionRef<void(const MetricsCsvRow&)> visit) {
+  if (text.empty()) return;
   const absl::string_view header = NextCsvRecord(&text);
   const std::vector<std::string> names = SplitCsvLine(header);
-  const bool long_form = header == "wall_time,step,epoch,name,value";
-  std::vector<MetricsCsvRow>& rows = csv.rows;
+  if (header == "wall_time,step,epoch,name,value") {
+    std::optional<MetricsCsvRow> row;
+    while (!text.empty()) {
+      const size_t end = text.find('\n');
+      const absl::string_view line = text.substr(0, end);
+      text.remove_prefix(end == absl::string_view::npos ? text.size() : end + 1);
+      const std::vector<std::string> cells = SplitCsvLine(line);
+      int64_t step = 0, epoch = 0;
+      double value = 0;
+      if (cells.size() != names.size() || !absl::SimpleAtoi(cells[1], &step) ||
+          !absl::SimpleAtoi(cells[2], &epoch) || !absl::SimpleAtod(cells[4], &value)) {
+        continue;  // a line cut short by a crash
+      }
+      if (!row.has_value() || row->step != step || row->values.count(cells[3]) != 0) {
+        if (row.has_value()) visit(*row);
+        row = MetricsCsvRow{step, epoch, {}};
+      }
+      row->values[cells[3]] = value;
+    }
+    if (row.has_value()) visit(*row);
+    return;
+  }
   while (!text.empty()) {
     const std::vector<std::string> cells = SplitCsvLine(NextCsvRecord(&text));
     if (cells.size() != names.size()) continue;  // a line cut short by a crash
-    if (long_form) {
-      int64_t step = 0, epoch = 0;
-      double value = 0;
-      if (!absl::SimpleAtoi(cells[1], &step) || !absl::SimpleAtoi(cells[2], &epoch) ||
-          !absl::SimpleAtod(cells[4], &value)) {
-        continue;
-      }
-      if (rows.empty() || rows.back().step != step || rows.back().values.count(cells[3])) {
-        rows.push_back(MetricsCsvRow{step, epoch, {}});
-      }
-      rows.back().values[cells[3]] = value;
-      continue;
-    }
     MetricsCsvRow row;
     for (size_t i = 0; i < names.size(); ++i) {
       if (cells[i].empty()) continue;
@@ -91,17 +98,8 @@ MetricsCsv ParseMetricsCsv(absl::string_view text) {
         if (absl::SimpleAtod(cells[i], &value)) row.values[names[i]] = value;
       }
     }
-    rows.push_back(std::move(row));
+    visit(row);
   }
-  for (const MetricsCsvRow& row : rows) {
-    for (const auto& [name, value] : row.values) {
-      if (std::find(csv.columns.begin(), csv.columns.end(), name) == csv.columns.end()) {
-        csv.columns.push_back(name);
-      }
-    }
-  }
-  std::sort(csv.columns.begin(), csv.columns.end());
-  return csv;
 }
 
 std::string MetricsCsvLine(const std::vector<std::string>& columns, const MetricsCsvRow& row) {
@@ -120,20 +118,34 @@ std::string MetricsCsvLine(const std::vector<std::string>& columns, const Metric
   return absl::StrJoin(cells, ",") + "\n";
 }
 
-std::string MetricsCsvText(const MetricsCsv& csv) {
-  std::vector<std::string> cells;
-  cells.reserve(csv.columns.size());
-  for (const std::string& column : csv.columns) cells.push_back(CsvCell(column));
-  std::string text = absl::StrJoin(cells, ",") + "\n";
-  for (const MetricsCsvRow& row : csv.rows) text += MetricsCsvLine(csv.columns, row);
-  return text;
+MetricsCsvText RewriteMetricsCsv(absl::string_view text, const std::vector<std::string>& with) {
+  // Two passes over the text, a row at a time: the columns, then the lines under them.
+  std::set<std::string> names(with.begin(), with.end());
+  names.insert("epoch");
+  names.insert("step");
+  ForEachMetricsCsvRow(text, [&](const MetricsCsvRow& row) {
+    for (const auto& [name, value] : row.values) names.insert(name);
+  });
+  MetricsCsvText out;
+  out.columns.assign(names.begin(), names.end());
+  std::vector<std::string> header;
+  header.reserve(out.columns.size());
+  for (const std::string& column : out.columns) header.push_back(CsvCell(column));
+  out.text = absl::StrJoin(header, ",") + "\n";
+  out.last_row_offset = static_cast<int64_t>(out.text.size());
+  ForEachMetricsCsvRow(text, [&](const MetricsCsvRow& row) {
+    out.last_row_offset = static_cast<int64_t>(out.text.size());
+    out.text += MetricsCsvLine(out.columns, row);
+    out.last = row;
+  });
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<CsvMetricsFile>> CsvMetricsFile::Open(const std::string& path,
                                                                      bool append, std::string* note,
                                                                      int64_t most_bytes) {
   std::unique_ptr<CsvMetricsFile> file(new CsvMetricsFile(path, most_bytes));
-  MetricsCsv csv = ParseMetricsCsv("");
+  std::string text;
   const int fd = append ? ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
   if (append && fd < 0 && errno != ENOENT) {
     return absl::FailedPreconditionError(
@@ -152,14 +164,13 @@ absl::StatusOr<std::unique_ptr<CsvMetricsFile>> CsvMetricsFile::Open(const std::
       if (!kept.ok()) return kept.status();
       *note = *kept;
     } else {
-      absl::StatusOr<std::string> text = ReadAll(fd, st.st_size, path);
+      absl::StatusOr<std::string> read = ReadAll(fd, st.st_size, path);
       ::close(fd);
-      if (!text.ok()) return text.status();
-      csv = ParseMetricsCsv(*text);
+      if (!read.ok()) return read.status();
+      text = *std::move(read);
     }
   }
-  file->columns_ = csv.columns;
-  if (absl::Status s = file->RewriteAll(csv); !s.ok()) return s;
+  if (absl::Status s = file->Replace(RewriteMetricsCsv(text)); !s.ok()) return s;
   return file;
 }
 
@@ -184,36 +195,52 @@ absl::StatusOr<std::string> CsvMetricsFile::KeepBeside(int64_t bytes) {
                         "' and a new one continues from here (every point stays in the "
                         "job's store too)");
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "cannot keep '", path_, "' beside: metrics.1.csv to metrics.9999.csv are all taken"));
+  return absl::FailedPreconditionError(absl::StrCat("cannot keep '", path_, "' beside: ", stem,
+                                                    ".1.csv to ", stem, ".9999.csv are all taken"));
 }
 
-absl::StatusOr<std::string> CsvMetricsFile::ReadBack() const {
-  return ReadAll(fd_, end_offset_, path_);
-}
-
-absl::Status CsvMetricsFile::RewriteAll(const MetricsCsv& csv) {
-  std::string text = MetricsCsvText(csv);
-  const int64_t last_start =
-      csv.rows.empty()
-          ? static_cast<int64_t>(text.size())
-          : static_cast<int64_t>(text.size() - MetricsCsvLine(csv.columns, csv.rows.back()).size());
-  absl::StatusOr<int> opened = WriteFileAtomicallyKeepOpen(path_, text);
+absl::Status CsvMetricsFile::Replace(MetricsCsvText written) {
+  absl::StatusOr<int> opened = WriteFileAtomicallyKeepOpen(path_, written.text);
   if (!opened.ok()) return opened.status();
-  const int fd = *opened;
   if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-  last_row_offset_ = last_start;
-  end_offset_ = static_cast<int64_t>(text.size());
-  if (csv.rows.empty()) {
-    last_.reset();
-  } else {
-    last_ = csv.rows.back();
-  }
+  fd_ = *opened;
+  columns_ = std::move(written.columns);
+  last_ = std::move(written.last);
+  last_written_ = true;
+  last_row_offset_ = written.last_row_offset;
+  end_offset_ = static_cast<int64_t>(written.text.size());
   return absl::OkStatus();
 }
 
+absl::Status CsvMetricsFile::Rewrite(const std::vector<std::string>& columns,
+                                     const MetricsCsvRow& row, bool row_replaces_last,
+                                     std::string* note) {
+  std::string earlier;  // the header and the rows before the last, as the file holds them
+  bool last_kept_beside = false;
+  if (end_offset_ > most_bytes_) {
+    absl::StatusOr<std::string> kept = KeepBeside(end_offset_);
+    if (!kept.ok()) return kept.status();
+    *note = *kept;
+    // The kept file has the last row when it was written whole; the new one starts with `row`.
+    last_kept_beside = last_written_;
+    row_replaces_last = row_replaces_last && !last_written_;
+  } else {
+    absl::StatusOr<std::string> read = ReadAll(fd_, last_row_offset_, path_);
+    if (!read.ok()) return read.status();
+    earlier = *std::move(read);
+  }
+  MetricsCsvText written = RewriteMetricsCsv(earlier, columns);
+  if (last_.has_value() && !row_replaces_last && !last_kept_beside) {
+    written.text += MetricsCsvLine(written.columns, *last_);
+  }
+  written.last_row_offset = static_cast<int64_t>(written.text.size());
+  written.text += MetricsCsvLine(written.columns, row);
+  written.last = row;
+  return Replace(std::move(written));
+}
+
 absl::Status CsvMetricsFile::RewriteLast() {
+  last_written_ = false;  // until its line is whole again
   if (::ftruncate(fd_, last_row_offset_) != 0 || ::lseek(fd_, last_row_offset_, SEEK_SET) < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot rewrite the last row of '", path_, "': ", std::strerror(errno)));
@@ -221,57 +248,41 @@ absl::Status CsvMetricsFile::RewriteLast() {
   const std::string line = MetricsCsvLine(columns_, *last_);
   if (absl::Status s = WriteAll(fd_, line, path_); !s.ok()) return s;
   end_offset_ = last_row_offset_ + static_cast<int64_t>(line.size());
+  last_written_ = true;
   return absl::OkStatus();
 }
 
 absl::Status CsvMetricsFile::Append() {
+  // The row before is whole: the file's consistent part now ends where this one starts.
+  last_row_offset_ = end_offset_;
+  last_written_ = false;
   if (::lseek(fd_, end_offset_, SEEK_SET) < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot append to '", path_, "': ", std::strerror(errno)));
   }
   const std::string line = MetricsCsvLine(columns_, *last_);
   if (absl::Status s = WriteAll(fd_, line, path_); !s.ok()) return s;
-  last_row_offset_ = end_offset_;
   end_offset_ += static_cast<int64_t>(line.size());
+  last_written_ = true;
   return absl::OkStatus();
 }
 
 absl::Status CsvMetricsFile::Add(const std::string& name, double value, int64_t step, int64_t epoch,
                                  std::string* note) {
   const bool new_column = std::find(columns_.begin(), columns_.end(), name) == columns_.end();
-  bool same_row = last_.has_value() && last_->step == step && last_->values.count(name) == 0;
-  if (!new_column) {
-    if (same_row) {
-      last_->values[name] = value;
-      last_->epoch = epoch;
-      return RewriteLast();
-    }
-    last_ = MetricsCsvRow{step, epoch, {{name, value}}};
-    return Append();
+  const bool same_row = last_.has_value() && last_->step == step && last_->values.count(name) == 0;
+  MetricsCsvRow row = same_row ? *last_ : MetricsCsvRow{step, epoch, {}};
+  row.values[name] = value;
+  row.epoch = epoch;
+  if (!new_column && last_written_) {
+    last_ = std::move(row);
+    return same_row ? RewriteLast() : Append();
   }
-  // A new column: every line changes, so the rows come back from the file, not from memory.
-  MetricsCsv csv;
-  if (end_offset_ > most_bytes_) {
-    absl::StatusOr<std::string> kept = KeepBeside(end_offset_);
-    if (!kept.ok()) return kept.status();
-    *note = *kept;
-    same_row = false;
-  } else {
-    absl::StatusOr<std::string> text = ReadBack();
-    if (!text.ok()) return text.status();
-    csv = ParseMetricsCsv(*text);
-  }
-  // Ours, not what the rows hold: every column this file was given keeps its place.
-  csv.columns = columns_;
-  csv.columns.insert(std::upper_bound(csv.columns.begin(), csv.columns.end(), name), name);
-  if (same_row && !csv.rows.empty()) {
-    csv.rows.back().values[name] = value;
-    csv.rows.back().epoch = epoch;
-  } else {
-    csv.rows.push_back(MetricsCsvRow{step, epoch, {{name, value}}});
-  }
-  columns_ = csv.columns;
-  return RewriteAll(csv);
+  // A new column changes every line, and a last row a failed write left unfinished must be
+  // written again: the file is written anew, its rows read back from the file itself.
+  std::vector<std::string> columns = columns_;
+  if (new_column) columns.insert(std::upper_bound(columns.begin(), columns.end(), name), name);
+  return Rewrite(columns, row, /*row_replaces_last=*/same_row, note);
 }
 
 }  // namespace dtrain
