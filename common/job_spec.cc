@@ -302,6 +302,13 @@ absl::Status NormalizeJobSpec(v1::JobSpec* spec, const OfferedPlugins* offered) 
                    absl::StrCat("strategy ", t->strategy(),
                                 " runs in one process; use 1 worker or strategy ddp"));
   }
+  if (const int64_t ranks = int64_t{t->num_nodes()} * RanksPerWorker(*spec);
+      ranks > kMostGroupRanks) {
+    return BadSpec("trainer.num_nodes",
+                   absl::StrCat(t->num_nodes(), " workers of ", RanksPerWorker(*spec),
+                                " ranks each (trainer.devices under ", t->strategy(), ") make ",
+                                ranks, " ranks; a group holds at most ", kMostGroupRanks));
+  }
   if (t->min_nodes() == 0) t->set_min_nodes(t->num_nodes());
   if (t->min_nodes() > t->num_nodes()) {
     return BadSpec("trainer.min_nodes",

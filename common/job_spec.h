@@ -22,6 +22,10 @@ namespace dtrain {
 inline constexpr int32_t kNoEpochLimit = 1 << 20;
 // trainer.max_epochs when neither it nor max_steps is set, as Lightning's Trainer defaults it.
 inline constexpr int32_t kLightningDefaultEpochs = 1000;
+// The most ranks a group holds: every member's answer at the coordinator's rendezvous lists
+// every member (coordinator/collectives/group_table.cc), and one answer must fit a default
+// client's 4 MiB. A spec asking for more is refused at submit, naming its settings.
+inline constexpr int kMostGroupRanks = 4096;
 
 // Validates `spec` and fills in its defaults: first every field's own Setting option
 // (ApplySettings, common/job_settings.h: defaults, ranges, names, plugin names), then the rules

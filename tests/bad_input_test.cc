@@ -202,9 +202,9 @@ TEST_F(BadInputTest, BadRegistrations_InvalidArgument) {
   ExpectError(attempt([](auto& r) { r.set_host(""); }), absl::StatusCode::kInvalidArgument,
               "host name is empty");
   ExpectError(attempt([](auto& r) { r.set_world_size(0); }), absl::StatusCode::kInvalidArgument,
-              "world_size must be in [1, 8192], got 0");
-  ExpectError(attempt([](auto& r) { r.set_world_size(8193); }), absl::StatusCode::kInvalidArgument,
-              "world_size must be in [1, 8192], got 8193");
+              "world_size must be in [1, 4096], got 0");
+  ExpectError(attempt([](auto& r) { r.set_world_size(4097); }), absl::StatusCode::kInvalidArgument,
+              "world_size must be in [1, 4096], got 4097");
   ExpectError(attempt([](auto& r) { r.set_min_world_size(3); }), absl::StatusCode::kInvalidArgument,
               "min_world_size must be in [0, world_size=2]");
   ExpectError(attempt([](auto& r) { r.set_local_devices(0); }), absl::StatusCode::kInvalidArgument,

@@ -318,6 +318,9 @@ TEST(JobSpecRules, BadValues_NamedByPath) {
       {base + "trainer: {precision: 8-true}", "trainer.precision: unknown precision '8-true'"},
       {base + "trainer: {strategy: dp, num_nodes: 2}",
        "trainer.num_nodes: strategy dp runs in one process"},
+      {base + "trainer: {strategy: ddp_spawn, num_nodes: 17, devices: 256}",
+       "trainer.num_nodes: 17 workers of 256 ranks each (trainer.devices under ddp_spawn) make "
+       "4352 ranks; a group holds at most 4096"},
       {base + "trainer: {val_check_interval: 2.5}",
        "trainer.val_check_interval: above 1 it counts batches"},
       {base + "optimizer: {name: lion}",

@@ -6,15 +6,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec.h"
 #include "common/log.h"
 
 namespace dtrain {
 namespace {
 
-// Every member's RegisterResponse lists every member (up to ~530 bytes each with the longest
-// names): 8,192 keep one within a default client's 4 MiB, and the group's answers together at
-// a few GiB at worst, sent as they are built rather than all held at once.
-constexpr int kMaxWorldSize = 8192;
+// Every member's RegisterResponse lists every member, up to ~550 bytes each with the longest
+// host and name: 4,096 keep one answer under 2.3 MB, within a default client's 4 MiB. The
+// group's answers are N of them, built and handed over one at a time.
+constexpr int kMaxWorldSize = kMostGroupRanks;
 constexpr size_t kMaxNameBytes = 256;
 
 int64_t Millis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
@@ -45,7 +46,10 @@ GroupTable::GroupTable(GroupTableOptions options, GroupEvents events)
     : options_(std::move(options)), events_(std::move(events)) {}
 
 void GroupTable::Run(std::vector<Completion>& completions) {
-  for (Completion& c : completions) c();
+  for (Completion& c : completions) {
+    c();
+    c = nullptr;  // what it captured (a formed group's answer) goes now, not after the rest
+  }
   completions.clear();
 }
 
@@ -252,7 +256,7 @@ void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& complet
         [done = std::move(p.done), response = std::move(response), members]() mutable {
           response.mutable_members()->Reserve(static_cast<int>(members->size()));
           for (const v1::MemberInfo& info : *members) *response.add_members() = info;
-          done(response);
+          done(std::move(response));
         });
   }
   g.pending.clear();
