@@ -94,16 +94,21 @@ grpc::ServerUnaryReactor* WorkerService::Enqueue(grpc::CallbackServerContext* co
                                             "place the job on another worker"))));
     return reactor;
   }
-  // Each waiting call keeps its request (up to kMaxMessageBytes) alive: a coordinator sends a
-  // few at a time, so a long queue is a client that does not wait for its answers.
-  if (queue_.size() >= kMostQueued) {
-    reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
-        "worker '", options_.identity.name, "' has ", queue_.size(),
-        " calls waiting for its executor; wait for their answers before sending more"))));
+  if (absl::Status room = QueueRoomLocked(); !room.ok()) {
+    reactor->Finish(ToGrpcStatus(room));
     return reactor;
   }
   QueueInOrder(std::move(task));
   return reactor;
+}
+
+absl::Status WorkerService::QueueRoomLocked() const {
+  // Each waiting call keeps its request (up to kMaxMessageBytes) alive: a coordinator sends a
+  // few at a time, so a long queue is a client that does not wait for its answers.
+  if (queue_.size() < kMostQueued) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("worker '", options_.identity.name, "' has ", queue_.size(),
+                   " calls waiting for its executor; wait for their answers before sending more"));
 }
 
 void WorkerService::ExecutorLoop() {
@@ -396,6 +401,10 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* WorkerService::StreamStateDict(
   absl::MutexLock lock(&mu_);
   if (stopping_) {
     writer->Fail(absl::UnavailableError("the worker is shutting down"));
+    return writer;
+  }
+  if (absl::Status room = QueueRoomLocked(); !room.ok()) {
+    writer->Fail(room);
     return writer;
   }
   queue_.push_back(std::move(task));

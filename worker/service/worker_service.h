@@ -159,6 +159,8 @@ class WorkerService final : public v1::Worker::CallbackService {
   // pipelined call whose predecessor has not arrived (answering it when too many are held);
   // a training call queued releases the call held for it.
   void QueueInOrder(std::shared_ptr<Task> task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED when kMostQueued calls already wait for the executor.
+  absl::Status QueueRoomLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Queue(std::shared_ptr<Task> task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers the held calls whose hold is over (all of them when stopping); returns when the
   // next one's is.
