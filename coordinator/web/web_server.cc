@@ -484,8 +484,11 @@ void WebServer::AddRoutes() {
   s.Get("/api/v1/events",
         [jobs, stopping, streams](const httplib::Request& request, httplib::Response& response) {
           const std::string only = request.has_param("job") ? request.get_param_value("job") : "";
-          if (!only.empty() && !jobs->Get(only, false).ok()) {
-            return Error(response, absl::NotFoundError(absl::StrCat("no job '", only, "'")));
+          if (!only.empty()) {
+            // The manager's own answer: an id too long is refused without being echoed.
+            if (absl::Status known = jobs->Get(only, false).status(); !known.ok()) {
+              return Error(response, known);
+            }
           }
           if (absl::Status room = streams->Open(request.remote_addr); !room.ok()) {
             return Error(response, room);
