@@ -2,11 +2,16 @@
 // metric, a row per step, a new metric rewriting the header, a file from before a coordinator
 // restart continued, the older long format converted) and hparams.yaml (the resolved spec, read
 // back with a YAML parser).
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -189,33 +194,37 @@ TEST(MetricsCsv, WrittenTwice_ReadsTheSame_LongFormNamesEndAtLineBreaks) {
   EXPECT_EQ(once.text.substr(once.last_row_offset), ",0,8,3\n");
 }
 
+// What metrics.csv holds, kept the plain way it was before: every row in memory, the whole
+// text written after each value.
+struct MetricsModel {
+  std::vector<std::string> columns = {"epoch", "step"};
+  std::vector<MetricsCsvRow> rows;
+  void Add(const std::string& name, double value, int64_t step, int64_t epoch) {
+    if (std::find(columns.begin(), columns.end(), name) == columns.end()) {
+      columns.push_back(name);
+      std::sort(columns.begin(), columns.end());
+    }
+    if (!rows.empty() && rows.back().step == step && rows.back().values.count(name) == 0) {
+      rows.back().values[name] = value;
+      rows.back().epoch = epoch;
+    } else {
+      rows.push_back(MetricsCsvRow{step, epoch, {{name, value}}});
+    }
+  }
+  std::string Text() const {
+    std::string text;
+    for (const std::string& c : columns) text += (text.empty() ? "" : ",") + CsvCell(c);
+    text += "\n";
+    for (const MetricsCsvRow& row : rows) text += MetricsCsvLine(columns, row);
+    return text;
+  }
+};
+
 // The file against the plain model it replaced (every row in memory, the whole text written
 // after each value): the same text after every one of 600 values, new columns, repeated steps
 // and a restart included.
 TEST(CsvMetricsFile, EveryValue_TheSameFileAsKeepingEveryRowInMemory) {
-  struct Model {
-    std::vector<std::string> columns = {"epoch", "step"};
-    std::vector<MetricsCsvRow> rows;
-    void Add(const std::string& name, double value, int64_t step, int64_t epoch) {
-      if (std::find(columns.begin(), columns.end(), name) == columns.end()) {
-        columns.push_back(name);
-        std::sort(columns.begin(), columns.end());
-      }
-      if (!rows.empty() && rows.back().step == step && rows.back().values.count(name) == 0) {
-        rows.back().values[name] = value;
-        rows.back().epoch = epoch;
-      } else {
-        rows.push_back(MetricsCsvRow{step, epoch, {{name, value}}});
-      }
-    }
-    std::string Text() const {
-      std::string text;
-      for (const std::string& c : columns) text += (text.empty() ? "" : ",") + CsvCell(c);
-      text += "\n";
-      for (const MetricsCsvRow& row : rows) text += MetricsCsvLine(columns, row);
-      return text;
-    }
-  } model;
+  MetricsModel model;
   const std::string path = TempPath("model.csv");
   std::string note;
   auto file = CsvMetricsFile::Open(path, /*append=*/false, &note);
@@ -239,6 +248,67 @@ TEST(CsvMetricsFile, EveryValue_TheSameFileAsKeepingEveryRowInMemory) {
     }
   }
   EXPECT_EQ(note, "");
+}
+
+// A write that fails (the file size limit, here) leaves the rows before it whole. A row it left
+// unfinished is written again, by the next value or when the file is closed; a column that
+// could not be added leaves the file as it was.
+// In a child process: its file size limit is the fault.
+void FailedWritesInAChild() {
+  ::signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails with EFBIG instead
+  const std::string path = TempPath("failing.csv");
+  MetricsModel model;
+  std::string note;
+  std::unique_ptr<CsvMetricsFile> file;
+  auto open = [&](bool append) {
+    auto opened = CsvMetricsFile::Open(path, append, &note);
+    if (opened.ok()) file = std::move(*opened);
+    return opened.ok();
+  };
+  // `kept`: whether the file must keep the value (the model does too).
+  auto add = [&](const std::string& name, double value, int64_t step, bool kept) {
+    if (kept) model.Add(name, value, step, 0);
+    return file->Add(name, value, step, 0, &note).ok();
+  };
+  auto limit = [](uintmax_t bytes) {
+    rlimit r{static_cast<rlim_t>(bytes), RLIM_INFINITY};
+    ::setrlimit(RLIMIT_FSIZE, &r);
+  };
+  auto size = [&] { return std::filesystem::file_size(path); };
+  int failed = 0;
+  auto check = [&](bool holds) { failed = failed * 10 + (holds ? 0 : 1); };
+  check(open(false) && add("a", 1, 1, true) && add("b", 2, 1, true) && add("a", 3, 2, true));
+  const uintmax_t before = size();
+  limit(before + 4);  // an appended row gets 4 of its bytes
+  check(!add("a", 4, 3, true) && size() == before + 4);
+  limit(RLIM_INFINITY);
+  check(add("a", 5, 4, true) && Read(path) == model.Text());  // row 3 written again
+  limit(size());                                              // step 4's line rewritten longer
+  check(!add("b", 6, 4, true));
+  limit(RLIM_INFINITY);
+  file.reset();  // closing writes the unfinished row
+  check(Read(path) == model.Text());
+  check(open(true));
+  const std::string whole = Read(path);
+  limit(size());
+  check(!add("c", 7, 5, false) && Read(path) == whole);  // the new column: nothing changes
+  limit(RLIM_INFINITY);
+  check(add("a", 8, 5, true) && Read(path) == model.Text());
+  std::fprintf(stderr, "checks %d\n", failed);
+  std::_Exit(failed == 0 ? 0 : 1);
+}
+
+TEST(CsvMetricsFile, FailedWrites_LoseNoWholeRow_TheUnfinishedOneWrittenAgain) {
+  EXPECT_EXIT(FailedWritesInAChild(), ::testing::ExitedWithCode(0), "checks 0");
+}
+
+TEST(MetricsCsv, ALastLineWithoutItsBreak_IsNotARow) {
+  // Cut inside its step cell by a crash: "0,4,1234" would read as step 12.
+  const MetricsCsvText read = RewriteMetricsCsv("epoch,loss,step\n0,0.5,1\n0,4,12");
+  EXPECT_EQ(read.text, "epoch,loss,step\n0,0.5,1\n");
+  ASSERT_TRUE(read.last.has_value());
+  EXPECT_EQ(read.last->step, 1);
+  EXPECT_EQ(RewriteMetricsCsv("epoch,step").text, "epoch,step\n");
 }
 
 TEST(HparamsFile, ResolvedSpec_AsBlockYamlThatParsesBack) {

@@ -61,6 +61,13 @@ void ForEachMetricsCsvRow(absl::string_view text,
   if (text.empty()) return;
   const absl::string_view header = NextCsvRecord(&text);
   const std::vector<std::string> names = SplitCsvLine(header);
+  // Every line this file writes ends in a break: a last record without one was cut short by a
+  // crash or a failed write, and could read as a row of another step (a step cell cut to "12").
+  if (const size_t end = text.rfind('\n'); end == absl::string_view::npos) {
+    text = absl::string_view();
+  } else {
+    text = text.substr(0, end + 1);
+  }
   if (header == "wall_time,step,epoch,name,value") {
     std::optional<MetricsCsvRow> row;
     while (!text.empty()) {
@@ -79,6 +86,7 @@ void ForEachMetricsCsvRow(absl::string_view text,
         row = MetricsCsvRow{step, epoch, {}};
       }
       row->values[cells[3]] = value;
+      row->epoch = epoch;  // the latest, as Add keeps it
     }
     if (row.has_value()) visit(*row);
     return;
@@ -132,6 +140,7 @@ MetricsCsvText RewriteMetricsCsv(absl::string_view text, const std::vector<std::
   header.reserve(out.columns.size());
   for (const std::string& column : out.columns) header.push_back(CsvCell(column));
   out.text = absl::StrJoin(header, ",") + "\n";
+  out.text.reserve(out.text.size() + text.size() + text.size() / 4);  // grown once, if at all
   out.last_row_offset = static_cast<int64_t>(out.text.size());
   ForEachMetricsCsvRow(text, [&](const MetricsCsvRow& row) {
     out.last_row_offset = static_cast<int64_t>(out.text.size());
@@ -160,9 +169,14 @@ absl::StatusOr<std::unique_ptr<CsvMetricsFile>> CsvMetricsFile::Open(const std::
     }
     if (st.st_size > most_bytes) {
       ::close(fd);
-      absl::StatusOr<std::string> kept = file->KeepBeside(st.st_size);
-      if (!kept.ok()) return kept.status();
-      *note = *kept;
+      absl::StatusOr<std::string> beside = file->KeepBeside();
+      if (!beside.ok()) return beside.status();
+      if (absl::Status s = file->Replace(RewriteMetricsCsv("")); !s.ok()) {
+        file->PutBack(*beside);
+        return s;
+      }
+      *note = file->KeptNote(st.st_size, *beside);
+      return file;
     } else {
       absl::StatusOr<std::string> read = ReadAll(fd, st.st_size, path);
       ::close(fd);
@@ -175,10 +189,29 @@ absl::StatusOr<std::unique_ptr<CsvMetricsFile>> CsvMetricsFile::Open(const std::
 }
 
 CsvMetricsFile::~CsvMetricsFile() {
+  std::string note;  // nobody to tell: a file kept beside says so by its name
+  Flush(&note).IgnoreError();
   if (fd_ >= 0) ::close(fd_);
 }
 
-absl::StatusOr<std::string> CsvMetricsFile::KeepBeside(int64_t bytes) {
+absl::Status CsvMetricsFile::Flush(std::string* note) {
+  if (last_written_ || !last_.has_value()) return absl::OkStatus();
+  return Rewrite(columns_, *last_, /*row_replaces_last=*/true, note);
+}
+
+std::string CsvMetricsFile::KeptNote(int64_t bytes, const std::string& beside) const {
+  return absl::StrCat("'", path_, "' had grown to ", bytes, " bytes, more than the ", most_bytes_,
+                      " a coordinator reads back; it is kept as '", beside,
+                      "' and a new one continues from here (every point stays in the job's "
+                      "store too)");
+}
+
+void CsvMetricsFile::PutBack(const std::string& beside) {
+  // Best effort: the file is where a reader and the next coordinator look for it again.
+  if (::link(beside.c_str(), path_.c_str()) == 0) ::unlink(beside.c_str());
+}
+
+absl::StatusOr<std::string> CsvMetricsFile::KeepBeside() {
   const std::string stem =
       absl::EndsWith(path_, ".csv") ? path_.substr(0, path_.size() - 4) : path_;
   for (int n = 1; n < 10000; ++n) {
@@ -190,10 +223,7 @@ absl::StatusOr<std::string> CsvMetricsFile::KeepBeside(int64_t bytes) {
           absl::StrCat("cannot keep '", path_, "' as '", beside, "': ", std::strerror(errno)));
     }
     ::unlink(path_.c_str());
-    return absl::StrCat("'", path_, "' had grown to ", bytes, " bytes, more than the ", most_bytes_,
-                        " a coordinator reads back; it is kept as '", beside,
-                        "' and a new one continues from here (every point stays in the "
-                        "job's store too)");
+    return beside;
   }
   return absl::FailedPreconditionError(absl::StrCat("cannot keep '", path_, "' beside: ", stem,
                                                     ".1.csv to ", stem, ".9999.csv are all taken"));
@@ -216,11 +246,14 @@ absl::Status CsvMetricsFile::Rewrite(const std::vector<std::string>& columns,
                                      const MetricsCsvRow& row, bool row_replaces_last,
                                      std::string* note) {
   std::string earlier;  // the header and the rows before the last, as the file holds them
+  std::string beside;   // where the file was kept, when it was
   bool last_kept_beside = false;
   if (end_offset_ > most_bytes_) {
-    absl::StatusOr<std::string> kept = KeepBeside(end_offset_);
+    // A last line a failed write left unfinished does not go with the kept file.
+    if (!last_written_ && ::ftruncate(fd_, last_row_offset_) == 0) end_offset_ = last_row_offset_;
+    absl::StatusOr<std::string> kept = KeepBeside();
     if (!kept.ok()) return kept.status();
-    *note = *kept;
+    beside = *std::move(kept);
     // The kept file has the last row when it was written whole; the new one starts with `row`.
     last_kept_beside = last_written_;
     row_replaces_last = row_replaces_last && !last_written_;
@@ -236,7 +269,14 @@ absl::Status CsvMetricsFile::Rewrite(const std::vector<std::string>& columns,
   written.last_row_offset = static_cast<int64_t>(written.text.size());
   written.text += MetricsCsvLine(written.columns, row);
   written.last = row;
-  return Replace(std::move(written));
+  const int64_t kept_bytes = end_offset_;
+  if (absl::Status s = Replace(std::move(written)); !s.ok()) {
+    // The file goes back where it was, and this file's state still describes it.
+    if (!beside.empty()) PutBack(beside);
+    return s;
+  }
+  if (!beside.empty()) *note = KeptNote(kept_bytes, beside);
+  return absl::OkStatus();
 }
 
 absl::Status CsvMetricsFile::RewriteLast() {

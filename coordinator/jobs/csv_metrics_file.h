@@ -72,14 +72,21 @@ class CsvMetricsFile {
   // *note says so when the file had grown too large to add a column to and was kept beside.
   absl::Status Add(const std::string& name, double value, int64_t step, int64_t epoch,
                    std::string* note);
+  // Writes the last row again when a failed write left it unfinished (the destructor does too);
+  // *note as for Add.
+  absl::Status Flush(std::string* note);
 
   const std::string& path() const { return path_; }
 
  private:
   CsvMetricsFile(std::string path, int64_t most_bytes)
       : path_(std::move(path)), most_bytes_(most_bytes) {}
-  // Renames the file to the first free <stem>.N.csv beside it; the sentence that says so.
-  absl::StatusOr<std::string> KeepBeside(int64_t bytes);
+  // Renames the file to the first free <stem>.N.csv beside it; that name.
+  absl::StatusOr<std::string> KeepBeside();
+  // Back from `beside` after a keep whose new file could not be written (best effort).
+  void PutBack(const std::string& beside);
+  // The job log's sentence for a file of `bytes` kept as `beside`.
+  std::string KeptNote(int64_t bytes, const std::string& beside) const;
   // Replaces the file with `written`, and takes its columns and last row as this file's.
   absl::Status Replace(MetricsCsvText written);
   // Writes the file anew: its rows before the last read back, then the last one (as memory

@@ -136,7 +136,10 @@ void JobRecord::Metrics(const std::vector<v1::MetricPoint>& points) {
       std::string note = metrics_->Add(p.name(), p.value(), p.step(), p.epoch(), now);
       if (!note.empty()) notes.push_back(std::move(note));
     }
-    if (metrics_ != nullptr) metrics_->Flush();
+    if (metrics_ != nullptr) {
+      std::string note = metrics_->Flush();
+      if (!note.empty()) notes.push_back(std::move(note));
+    }
     if (store_ != nullptr) Report(store_->AddMetrics(status_.id(), stamped));
     if (!points_in_store_) {
       points_.insert(points_.end(), std::make_move_iterator(stamped.begin()),

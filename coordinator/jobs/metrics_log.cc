@@ -27,11 +27,29 @@ absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Create(const std::string
 std::string MetricsLog::Add(const std::string& name, double value, int64_t step, int64_t epoch,
                             double wall_time) {
   std::string note;
-  csv_->Add(name, value, step, epoch, &note).IgnoreError();
+  const absl::Status written = csv_->Add(name, value, step, epoch, &note);
   events_->AddScalar(name, value, step, wall_time).IgnoreError();
-  return note;
+  return note.empty() ? CsvOutcome(written) : note;
 }
 
-void MetricsLog::Flush() { events_->Flush().IgnoreError(); }
+std::string MetricsLog::Flush() {
+  std::string note;
+  const absl::Status written = csv_->Flush(&note);
+  events_->Flush().IgnoreError();
+  return note.empty() ? CsvOutcome(written) : note;
+}
+
+std::string MetricsLog::CsvOutcome(const absl::Status& status) {
+  if (status.ok()) {
+    csv_failing_ = false;
+    return "";
+  }
+  if (csv_failing_) return "";
+  csv_failing_ = true;
+  return absl::StrCat("metrics.csv: ", status.message(),
+                      "; every point stays in the job's store (dtrain results), a row left "
+                      "unfinished is written again with the next value, and a value whose "
+                      "column could not be added is missing from the file");
+}
 
 }  // namespace dtrain

@@ -25,15 +25,21 @@ class MetricsLog {
                                                             bool append = false,
                                                             std::string* note = nullptr);
   // A file that cannot be written does not stop training; the store keeps the points. Returns
-  // what the job's log should say, or an empty string.
+  // what the job's log should say (a file kept beside; the first failed write of metrics.csv
+  // after a good one), or an empty string.
   std::string Add(const std::string& name, double value, int64_t step, int64_t epoch,
                   double wall_time);
-  void Flush();
+  // Ends a batch of points; returns as Add.
+  std::string Flush();
   std::string csv_path() const { return csv_->path(); }
   std::string events_path() const { return events_->path(); }
 
  private:
+  // What a failed write of metrics.csv says, said once until a write succeeds again.
+  std::string CsvOutcome(const absl::Status& status);
+
   std::unique_ptr<CsvMetricsFile> csv_;
+  bool csv_failing_ = false;
   std::unique_ptr<TfEventsWriter> events_;
 };
 
