@@ -60,7 +60,11 @@ class BackendConformance : public ::testing::TestWithParam<std::string> {
  protected:
   // Runs `body` on `world` ranks, each with this test's backend over its group.
   void RunOnBackends(const std::function<absl::Status(CollectiveBackend&)>& body, int world = 2) {
-    auto coordinator = testing::StartCoordinator();
+    // Results, not liveness: ranks moving hundreds of megabytes beside another such test had
+    // rank 0's heartbeats held up for 2.6 s in CI (2026-12-07), past FastOptions' 2 s.
+    CoordinatorOptions options = testing::FastOptions();
+    options.groups.heartbeat_timeout = absl::Seconds(10);
+    auto coordinator = testing::StartCoordinator(options);
     ASSERT_NE(coordinator, nullptr);
     const std::string address = coordinator->address();
     auto statuses = testing::RunRanks(

@@ -140,7 +140,9 @@ class WorkerService final : public v1::Worker::CallbackService {
   // A pipelined call waits at most this long for the call before it to arrive.
   static constexpr absl::Duration kPipelinedHold = absl::Seconds(30);
   static constexpr size_t kMostHeld = 8;
-  // Calls queued for the executor, beyond which a new one is RESOURCE_EXHAUSTED.
+  // Calls queued for the executor, beyond which a new one is RESOURCE_EXHAUSTED. A training
+  // call let in may release up to kMostHeld held ones behind it (already counted there), so the
+  // queue holds at most kMostQueued + kMostHeld.
   static constexpr size_t kMostQueued = 64;
   // Where the Setup's job writes checkpoints on this worker ("" for none): the spec's (local)
   // checkpoint.dirpath, or, with store_checkpoints, this worker's own directory for the job,
