@@ -273,6 +273,12 @@ const JobSetting* FindJobSetting(absl::string_view path) {
   return nullptr;
 }
 
+int64_t MostBatchRows() {
+  static const int64_t most =
+      static_cast<int64_t>(FindJobSetting("data.batch_size")->setting->max());
+  return most;
+}
+
 std::vector<std::string> SettingNames(absl::string_view path) {
   const JobSetting* s = FindJobSetting(path);
   if (s == nullptr) return {};

@@ -38,6 +38,9 @@ struct JobSetting {
 const std::vector<JobSetting>& JobSettings();
 // The setting at `path`, or null.
 const JobSetting* FindJobSetting(absl::string_view path);
+// The most rows a batch may hold: data.batch_size's bound, which eval_batch_size shares. A
+// worker checks every batch a call names against it before it makes a row of any index.
+int64_t MostBatchRows();
 // The names a text setting accepts: its option's names, or its plugin kind's catalog names
 // (common/plugin_catalog.h). Empty for a setting that names nothing.
 std::vector<std::string> SettingNames(absl::string_view path);

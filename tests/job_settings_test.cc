@@ -273,14 +273,15 @@ TEST(JobSettingsTest, Defaults_ComeFromTheOptions) {
   EXPECT_EQ(spec.data().eval_batch_size(), 4 * spec.data().batch_size());  // a rule in code
 }
 
-// Code outside the spec's parser reads some options' bounds (the worker bounds a sampled call's
-// batch size by data.batch_size's max): they exist, so that reading them cannot fail.
+// Code outside the spec's parser reads some options' bounds (the worker bounds every batch a
+// call names by MostBatchRows): they exist, and both batch sizes share the one bound.
 TEST(JobSettingsTest, BoundsReadElsewhere_Exist) {
   for (const char* path : {"data.batch_size", "data.eval_batch_size"}) {
     const JobSetting* setting = FindJobSetting(path);
     ASSERT_NE(setting, nullptr) << path;
     EXPECT_TRUE(setting->setting->has_max()) << path;
     EXPECT_EQ(setting->setting->max(), 1048576) << path;
+    EXPECT_EQ(static_cast<int64_t>(setting->setting->max()), MostBatchRows()) << path;
   }
 }
 

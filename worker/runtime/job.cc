@@ -449,8 +449,7 @@ absl::StatusOr<c10::IValue> Job::BatchAt(const v1::LocalWork& work, int i, int64
   const v1::IndexBatch& b = work.index_batches(i);
   // Each index becomes a row before the model sees any: a batch past the spec's largest
   // (data.batch_size's and data.eval_batch_size's bound) is no call a coordinator makes.
-  static const int64_t most_rows =
-      static_cast<int64_t>(FindJobSetting("data.batch_size")->setting->max());
+  const int64_t most_rows = MostBatchRows();
   if (b.indices_size() > most_rows) {
     return absl::InvalidArgumentError(absl::StrCat("index batch ", i, " holds ", b.indices_size(),
                                                    " indices; a batch holds at most ", most_rows,

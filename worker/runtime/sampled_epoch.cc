@@ -30,8 +30,7 @@ absl::Status SampledEpoch::Deal(const v1::LocalWork& work, int64_t epoch,
   }
   // The spec's bound (data.batch_size's option). A batch may hold more than the samples: it is
   // then the epoch's only batch, and a short one, as a listed call would send it.
-  static const int64_t most_batch =
-      static_cast<int64_t>(FindJobSetting("data.batch_size")->setting->max());
+  const int64_t most_batch = MostBatchRows();
   if (s.batch_size() <= 0 || s.batch_size() > most_batch) {
     return absl::InvalidArgumentError(
         absl::StrCat("sampled batch_size is ", s.batch_size(), "; give 1 to ", most_batch));
