@@ -169,13 +169,8 @@ absl::StatusOr<std::unique_ptr<CsvMetricsFile>> CsvMetricsFile::Open(const std::
     }
     if (st.st_size > most_bytes) {
       ::close(fd);
-      absl::StatusOr<std::string> beside = file->KeepBeside();
-      if (!beside.ok()) return beside.status();
-      if (absl::Status s = file->Replace(RewriteMetricsCsv("")); !s.ok()) {
-        file->PutBack(*beside);
-        return s;
-      }
-      *note = file->KeptNote(st.st_size, *beside);
+      absl::Status s = file->ReplaceKeepingBeside(st.st_size, RewriteMetricsCsv(""), note);
+      if (!s.ok()) return s;
       return file;
     } else {
       absl::StatusOr<std::string> read = ReadAll(fd, st.st_size, path);
@@ -197,13 +192,6 @@ CsvMetricsFile::~CsvMetricsFile() {
 absl::Status CsvMetricsFile::Flush(std::string* note) {
   if (last_written_ || !last_.has_value()) return absl::OkStatus();
   return Rewrite(columns_, *last_, /*row_replaces_last=*/true, note);
-}
-
-std::string CsvMetricsFile::KeptNote(int64_t bytes, const std::string& beside) const {
-  return absl::StrCat("'", path_, "' had grown to ", bytes, " bytes, more than the ", most_bytes_,
-                      " a coordinator reads back; it is kept as '", beside,
-                      "' and a new one continues from here (every point stays in the job's "
-                      "store too)");
 }
 
 void CsvMetricsFile::PutBack(const std::string& beside) {
@@ -242,18 +230,31 @@ absl::Status CsvMetricsFile::Replace(MetricsCsvText written) {
   return absl::OkStatus();
 }
 
+absl::Status CsvMetricsFile::ReplaceKeepingBeside(int64_t bytes, MetricsCsvText written,
+                                                  std::string* note) {
+  absl::StatusOr<std::string> beside = KeepBeside();
+  if (!beside.ok()) return beside.status();
+  if (absl::Status s = Replace(std::move(written)); !s.ok()) {
+    // The file goes back where it was, and this file's state still describes it.
+    PutBack(*beside);
+    return s;
+  }
+  *note = absl::StrCat("'", path_, "' had grown to ", bytes, " bytes, more than the ", most_bytes_,
+                       " a coordinator reads back; it is kept as '", *beside,
+                       "' and a new one continues from here (every point stays in the job's "
+                       "store too)");
+  return absl::OkStatus();
+}
+
 absl::Status CsvMetricsFile::Rewrite(const std::vector<std::string>& columns,
                                      const MetricsCsvRow& row, bool row_replaces_last,
                                      std::string* note) {
   std::string earlier;  // the header and the rows before the last, as the file holds them
-  std::string beside;   // where the file was kept, when it was
+  const bool keep_beside = end_offset_ > most_bytes_;
   bool last_kept_beside = false;
-  if (end_offset_ > most_bytes_) {
+  if (keep_beside) {
     // A last line a failed write left unfinished does not go with the kept file.
     if (!last_written_ && ::ftruncate(fd_, last_row_offset_) == 0) end_offset_ = last_row_offset_;
-    absl::StatusOr<std::string> kept = KeepBeside();
-    if (!kept.ok()) return kept.status();
-    beside = *std::move(kept);
     // The kept file has the last row when it was written whole; the new one starts with `row`.
     last_kept_beside = last_written_;
     row_replaces_last = row_replaces_last && !last_written_;
@@ -269,14 +270,8 @@ absl::Status CsvMetricsFile::Rewrite(const std::vector<std::string>& columns,
   written.last_row_offset = static_cast<int64_t>(written.text.size());
   written.text += MetricsCsvLine(written.columns, row);
   written.last = row;
-  const int64_t kept_bytes = end_offset_;
-  if (absl::Status s = Replace(std::move(written)); !s.ok()) {
-    // The file goes back where it was, and this file's state still describes it.
-    if (!beside.empty()) PutBack(beside);
-    return s;
-  }
-  if (!beside.empty()) *note = KeptNote(kept_bytes, beside);
-  return absl::OkStatus();
+  if (keep_beside) return ReplaceKeepingBeside(end_offset_, std::move(written), note);
+  return Replace(std::move(written));
 }
 
 absl::Status CsvMetricsFile::RewriteLast() {

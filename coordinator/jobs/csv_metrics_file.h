@@ -85,10 +85,11 @@ class CsvMetricsFile {
   absl::StatusOr<std::string> KeepBeside();
   // Back from `beside` after a keep whose new file could not be written (best effort).
   void PutBack(const std::string& beside);
-  // The job log's sentence for a file of `bytes` kept as `beside`.
-  std::string KeptNote(int64_t bytes, const std::string& beside) const;
   // Replaces the file with `written`, and takes its columns and last row as this file's.
   absl::Status Replace(MetricsCsvText written);
+  // Keeps the file (of `bytes`) beside, then Replace; on failure the kept file is put back. On
+  // success *note is the job log's sentence saying where the file went.
+  absl::Status ReplaceKeepingBeside(int64_t bytes, MetricsCsvText written, std::string* note);
   // Writes the file anew: its rows before the last read back, then the last one (as memory
   // has it, unless `row` takes its place), then `row`, under `columns`.
   absl::Status Rewrite(const std::vector<std::string>& columns, const MetricsCsvRow& row,
