@@ -106,9 +106,13 @@ absl::Status WorkerService::QueueRoomLocked() const {
   // Each waiting call keeps its request (up to kMaxMessageBytes) alive: a coordinator sends a
   // few at a time, so a long queue is a client that does not wait for its answers.
   if (queue_.size() < kMostQueued) return absl::OkStatus();
-  return absl::ResourceExhaustedError(
-      absl::StrCat("worker '", options_.identity.name, "' has ", queue_.size(),
-                   " calls waiting for its executor; wait for their answers before sending more"));
+  // The job here is whose coordinator most likely sent them: the one to look at.
+  const std::string current = CurrentJobLocked();
+  const std::string job =
+      current.empty() ? "" : absl::StrCat(" (this worker's job is '", current, "')");
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "worker '", options_.identity.name, "' has ", queue_.size(),
+      " calls waiting for its executor", job, "; wait for their answers before sending more"));
 }
 
 void WorkerService::ExecutorLoop() {
@@ -619,6 +623,10 @@ void WorkerService::AbandonJob(const std::string& job_id) {
 
 std::string WorkerService::current_job() const {
   absl::MutexLock lock(&mu_);
+  return CurrentJobLocked();
+}
+
+std::string WorkerService::CurrentJobLocked() const {
   if (job_ != nullptr) return job_->id();
   if (running_ != nullptr && !running_->setup_job.empty()) return running_->setup_job;
   for (const std::shared_ptr<Task>& t : queue_) {

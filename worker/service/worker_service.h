@@ -163,6 +163,7 @@ class WorkerService final : public v1::Worker::CallbackService {
   void QueueInOrder(std::shared_ptr<Task> task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED when kMostQueued calls already wait for the executor.
   absl::Status QueueRoomLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string CurrentJobLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // current_job()'s
   void Queue(std::shared_ptr<Task> task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers the held calls whose hold is over (all of them when stopping); returns when the
   // next one's is.
