@@ -124,28 +124,35 @@ void JobRecord::Progress(const v1::JobProgress& progress) {
 
 void JobRecord::Metrics(const std::vector<v1::MetricPoint>& points) {
   if (points.empty()) return;
-  std::vector<std::string> notes;  // logged once the lock is released
+  std::vector<std::string> notes;  // logged once the locks are released
   {
-    absl::MutexLock lock(&mu_);
+    // The file's writes hold metrics_mu_ alone: a new column rewrites metrics.csv (up to
+    // 256 MiB), and the job's status calls, which take mu_, do not wait for it. Taken first, so
+    // that two batches reach the file in the order they reach the status.
+    absl::MutexLock file_lock(&metrics_mu_);
     const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-    std::vector<v1::MetricPoint> stamped = points;
-    for (v1::MetricPoint& p : stamped) {
-      p.set_wall_unix_ms(static_cast<int64_t>(now * 1000));
-      (*status_.mutable_metrics())[p.name()] = p.value();
-      if (metrics_ == nullptr) continue;
-      std::string note = metrics_->Add(p.name(), p.value(), p.step(), p.epoch(), now);
-      if (!note.empty()) notes.push_back(std::move(note));
+    {
+      absl::MutexLock lock(&mu_);
+      std::vector<v1::MetricPoint> stamped = points;
+      for (v1::MetricPoint& p : stamped) {
+        p.set_wall_unix_ms(static_cast<int64_t>(now * 1000));
+        (*status_.mutable_metrics())[p.name()] = p.value();
+      }
+      if (store_ != nullptr) Report(store_->AddMetrics(status_.id(), stamped));
+      if (!points_in_store_) {
+        points_.insert(points_.end(), std::make_move_iterator(stamped.begin()),
+                       std::make_move_iterator(stamped.end()));
+      }
+      PersistLocked(/*force=*/false);
     }
     if (metrics_ != nullptr) {
+      for (const v1::MetricPoint& p : points) {
+        std::string note = metrics_->Add(p.name(), p.value(), p.step(), p.epoch(), now);
+        if (!note.empty()) notes.push_back(std::move(note));
+      }
       std::string note = metrics_->Flush();
       if (!note.empty()) notes.push_back(std::move(note));
     }
-    if (store_ != nullptr) Report(store_->AddMetrics(status_.id(), stamped));
-    if (!points_in_store_) {
-      points_.insert(points_.end(), std::make_move_iterator(stamped.begin()),
-                     std::make_move_iterator(stamped.end()));
-    }
-    PersistLocked(/*force=*/false);
   }
   for (const std::string& note : notes) LogAt(LogLevel::kWarning, note);
   Notify();
@@ -216,8 +223,9 @@ absl::Status JobRecord::OpenFiles(const std::string& host) {
   if (!metrics.ok()) return metrics.status();
   if (!kept.empty()) LogAt(LogLevel::kWarning, kept);
   if (absl::Status s = WriteHparamsFile(dir_ + "/hparams.yaml", spec_); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock file_lock(&metrics_mu_);
   metrics_ = std::move(*metrics);
+  absl::MutexLock lock(&mu_);
   log_file_.open(dir_ + "/job.log", std::ios::app);
   if (!restored_) {
     for (const std::string& line : lines_) log_file_ << line << "\n";
@@ -248,6 +256,7 @@ void JobRecord::SetRunning(const std::vector<v1::WorkerInfo>& workers) {
 }
 
 void JobRecord::Release() {
+  absl::MutexLock file_lock(&metrics_mu_);  // before mu_, as Metrics takes them
   absl::MutexLock lock(&mu_);
   if (!IsTerminal(status_.state())) return;
   metrics_.reset();

@@ -147,7 +147,10 @@ class JobRecord : public TrainerReporter {
   v1::JobStatus status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::MetricPoint> points_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<MetricsLog> metrics_ ABSL_GUARDED_BY(mu_);
+  // The job's metrics files, under their own lock (taken before mu_ when both are): writing
+  // them may rewrite a file, which no status call should wait for.
+  absl::Mutex metrics_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::unique_ptr<MetricsLog> metrics_ ABSL_GUARDED_BY(metrics_mu_);
   std::ofstream log_file_ ABSL_GUARDED_BY(mu_);
   JobRun* run_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;
