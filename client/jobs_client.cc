@@ -166,12 +166,23 @@ absl::StatusOr<v1::JobStatus> JobsClient::Watch(
 }
 
 absl::StatusOr<std::vector<v1::WorkerInfo>> JobsClient::Workers() {
-  v1::ListWorkersResponse response;
-  absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
-    return workers_->ListWorkers(context, v1::ListWorkersRequest(), &response);
-  });
-  if (!status.ok()) return status;
-  return std::vector<v1::WorkerInfo>(response.workers().begin(), response.workers().end());
+  std::vector<v1::WorkerInfo> workers;
+  v1::ListWorkersRequest request;
+  do {
+    v1::ListWorkersResponse response;
+    absl::Status status = Unary(timeout_, [&](grpc::ClientContext* context) {
+      return workers_->ListWorkers(context, request, &response);
+    });
+    if (!status.ok()) return status;
+    // A page resumes after the last name of the one before: the same token again is no
+    // progress, and asking on would never end.
+    if (!response.next_page_token().empty() && response.next_page_token() == request.page_token()) {
+      return absl::InternalError("the coordinator answered ListWorkers' page with its own token");
+    }
+    for (v1::WorkerInfo& w : *response.mutable_workers()) workers.push_back(std::move(w));
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
+  return workers;
 }
 
 }  // namespace dtrain

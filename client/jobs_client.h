@@ -50,7 +50,7 @@ class JobsClient {
   // UNAVAILABLE when the stream closed early.
   absl::StatusOr<v1::JobStatus> Watch(const std::string& id,
                                       const std::function<void(const v1::JobStatus&)>& on_update);
-  // The registered workers, by name (Workers.ListWorkers).
+  // The registered workers, by name (Workers.ListWorkers, every page).
   absl::StatusOr<std::vector<v1::WorkerInfo>> Workers();
 
   const v1::Jobs::StubInterface& stub() const { return *jobs_; }

@@ -85,18 +85,26 @@ absl::StatusOr<bool> KeyValueClient::Delete(const std::string& key) {
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> KeyValueClient::List(
     const std::string& prefix) {
-  grpc::ClientContext context;
-  SetDeadline(&context, absl::ZeroDuration());
   v1::KeyValueListRequest request;
   request.set_scope(scope_);
   request.set_prefix(prefix);
-  v1::KeyValueListResponse response;
-  grpc::Status status = stub_->KeyValueList(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
   std::vector<std::pair<std::string, std::string>> out;
-  for (auto& e : *response.mutable_entries()) {
-    out.emplace_back(std::move(*e.mutable_key()), std::move(*e.mutable_value()));
-  }
+  do {
+    grpc::ClientContext context;
+    SetDeadline(&context, absl::ZeroDuration());
+    v1::KeyValueListResponse response;
+    grpc::Status status = stub_->KeyValueList(&context, request, &response);
+    if (!status.ok()) return FromGrpcStatus(status);
+    // A page resumes after the last key of the one before: the same token again is no
+    // progress, and asking on would never end.
+    if (!response.next_page_token().empty() && response.next_page_token() == request.page_token()) {
+      return absl::InternalError("the coordinator answered KeyValueList's page with its own token");
+    }
+    for (auto& e : *response.mutable_entries()) {
+      out.emplace_back(std::move(*e.mutable_key()), std::move(*e.mutable_value()));
+    }
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
   return out;
 }
 

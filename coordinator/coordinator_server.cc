@@ -100,9 +100,9 @@ void CoordinatorServer::DescribeMetrics() {
     for (const auto& [state, n] : count) emit({{"state", state}}, n);
   });
   m->AddGauge("dtrain_groups", "Process groups in the table, by state.", [this](const auto& emit) {
-    std::map<std::string, int> count;
-    for (const v1::GroupInfo& g : groups_->List()) ++count[v1::GroupState_Name(g.state())];
-    for (const auto& [state, n] : count) emit({{"state", state}}, n);
+    for (const auto& [state, n] : groups_->CountByState()) {
+      emit({{"state", v1::GroupState_Name(state)}}, n);
+    }
   });
   m->AddGauge("dtrain_artifact_bytes", "Bytes of uploaded files the coordinator stores.",
               [this](const auto& emit) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/channel.h"
 #include "common/grpc_status.h"
+#include "dtrain/v1/coordinator.grpc.pb.h"
 #include "tests/test_support.h"
 
 namespace dtrain::testing {
@@ -314,6 +315,95 @@ TEST(KeyValue, GetWithWait_WokenByWriterOrTimesOut) {
   auto too_long = reader.Get("never", absl::Hours(2));
   EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(too_long.status().message()), HasSubstr("between 0 and 1h"));
+}
+
+// KeyValueList pages: values whose sum passes a default client's 4 MiB arrive a page each
+// (page_size 0 fills an answer to about 4 MiB), and the client library asks for every page.
+TEST(KeyValue, ListPastADefaultClientsLimit_ArrivesInPages_EachKeyOnce) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  auto channel = ConnectToCoordinator(coordinator->address());
+  KeyValueClient kv(channel, "pages");
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(
+        kv.Set(absl::StrCat("big-", i), std::string(3'000'000, static_cast<char>('a' + i))).ok());
+  }
+  ASSERT_TRUE(kv.Set("other", "x").ok());
+  auto stub = v1::Coordinator::NewStub(channel);  // a default client: 4 MiB per answer
+  v1::KeyValueListRequest request;
+  request.set_scope("pages");
+  request.set_prefix("big-");
+  std::vector<std::string> keys;
+  int pages = 0;
+  do {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    v1::KeyValueListResponse response;
+    const absl::Status s = FromGrpcStatus(stub->KeyValueList(&context, request, &response));
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_EQ(response.entries_size(), 1) << "two 3 MB values do not fit one answer";
+    for (const v1::KeyValueEntry& e : response.entries()) {
+      keys.push_back(e.key());
+      EXPECT_EQ(e.value(), std::string(3'000'000, static_cast<char>('a' + pages)));
+    }
+    request.set_page_token(response.next_page_token());
+    ++pages;
+  } while (!request.page_token().empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(keys, (std::vector<std::string>{"big-0", "big-1", "big-2"}));
+
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> all = kv.List("");
+  ASSERT_TRUE(all.ok()) << all.status();
+  std::vector<std::string> listed;
+  for (const auto& [key, value] : *all) listed.push_back(key);
+  EXPECT_EQ(listed, (std::vector<std::string>{"big-0", "big-1", "big-2", "other"}));
+
+  // page_size bounds a page of small entries too; a foreign token is refused.
+  request.set_prefix("");
+  request.set_page_size(3);
+  request.set_page_token("");
+  grpc::ClientContext context;
+  v1::KeyValueListResponse response;
+  ASSERT_TRUE(stub->KeyValueList(&context, request, &response).ok());
+  EXPECT_EQ(response.entries_size(), 1) << "the byte budget binds before page_size";
+  request.set_page_token("$$$");
+  grpc::ClientContext refused_context;
+  const absl::Status refused =
+      FromGrpcStatus(stub->KeyValueList(&refused_context, request, &response));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("page_token (3 bytes) is not one this service gave"));
+}
+
+// ListGroups pages by group id, as KeyValueList by key.
+TEST(Rendezvous, ListGroups_PagesByGroupId) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  std::vector<std::unique_ptr<ProcessGroup>> groups;
+  for (const char* id : {"g-c", "g-a", "g-e", "g-b", "g-d"}) {
+    auto pg = ProcessGroup::Join(coordinator->address(), GroupOptions(id, 1, "h"));
+    ASSERT_TRUE(pg.ok()) << pg.status();
+    groups.push_back(std::move(*pg));
+  }
+  auto stub = v1::Coordinator::NewStub(ConnectToCoordinator(coordinator->address()));
+  v1::ListGroupsRequest request;
+  request.set_page_size(2);
+  std::vector<std::vector<std::string>> pages;
+  do {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    v1::ListGroupsResponse response;
+    const absl::Status s = FromGrpcStatus(stub->ListGroups(&context, request, &response));
+    ASSERT_TRUE(s.ok()) << s;
+    pages.emplace_back();
+    for (const v1::GroupInfo& g : response.groups()) {
+      pages.back().push_back(g.group());
+      EXPECT_EQ(g.state(), v1::GROUP_STATE_ACTIVE) << g.group();
+      EXPECT_EQ(g.members_size(), 1) << g.group();
+    }
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty() && pages.size() < 10);
+  EXPECT_EQ(pages,
+            (std::vector<std::vector<std::string>>{{"g-a", "g-b"}, {"g-c", "g-d"}, {"g-e"}}));
 }
 
 TEST(KeyValue, GroupScope_DeletedWhenGroupEnds) {

@@ -344,5 +344,51 @@ TEST_F(WorkersServiceTest, CoordinatorService_OldWorkerRpcNames_UnimplementedNam
   EXPECT_EQ(Listed(), std::vector<std::string>{"old-client"});
 }
 
+// ListWorkers pages by name: each page resumes after the last name of the one before, so a
+// worker present throughout is listed once while others register and leave between pages.
+TEST_F(WorkersServiceTest, ListWorkers_PagesByName_ResumingAfterTheLastOneListed) {
+  for (const char* name : {"w1", "w2", "w3", "w4", "w5"}) {
+    ASSERT_TRUE(Register(*admin_, Worker(name, 9)).ok()) << name;
+  }
+  auto page = [&](const std::string& token, v1::ListWorkersResponse* response) {
+    v1::ListWorkersRequest request;
+    request.set_page_size(2);
+    request.set_page_token(token);
+    return Unary([&](grpc::ClientContext* c) { return admin_->ListWorkers(c, request, response); });
+  };
+  auto names = [](const v1::ListWorkersResponse& r) {
+    std::vector<std::string> out;
+    for (const v1::WorkerInfo& w : r.workers()) out.push_back(w.name());
+    return out;
+  };
+  v1::ListWorkersResponse first, second, third;
+  ASSERT_TRUE(page("", &first).ok());
+  EXPECT_EQ(names(first), (std::vector<std::string>{"w1", "w2"}));
+  ASSERT_FALSE(first.next_page_token().empty());
+  // Between pages: one listed leaves, one sorts before the token, one after it.
+  ASSERT_TRUE(Unregister(*admin_, "w1", 9).ok());
+  ASSERT_TRUE(Register(*admin_, Worker("w0", 9)).ok());
+  ASSERT_TRUE(Register(*admin_, Worker("w35", 9)).ok());
+  ASSERT_TRUE(page(first.next_page_token(), &second).ok());
+  EXPECT_EQ(names(second), (std::vector<std::string>{"w3", "w35"}));
+  ASSERT_TRUE(page(second.next_page_token(), &third).ok());
+  EXPECT_EQ(names(third), (std::vector<std::string>{"w4", "w5"}));
+  EXPECT_EQ(third.next_page_token(), "") << "the last page";
+
+  // Every worker in one page of page_size 0: they fit one answer.
+  EXPECT_EQ(Listed(), (std::vector<std::string>{"w0", "w2", "w3", "w35", "w4", "w5"}));
+
+  v1::ListWorkersResponse refused;
+  v1::ListWorkersRequest negative;
+  negative.set_page_size(-3);
+  absl::Status s =
+      Unary([&](grpc::ClientContext* c) { return admin_->ListWorkers(c, negative, &refused); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("page_size must be >= 0 (0: as many as fit), got -3"));
+  s = page("w1!", &refused);  // no token this service gives
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("page_token (3 bytes) is not one this service gave"));
+}
+
 }  // namespace workers_service_test
 }  // namespace dtrain::testing

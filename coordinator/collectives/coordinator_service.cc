@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/callback_reactors.h"
 #include "common/grpc_status.h"
+#include "common/key_page.h"
 #include "common/status_macros.h"
 #include "common/streaming.h"
 #include "common/tensor.h"
@@ -595,13 +596,17 @@ grpc::ServerUnaryReactor* CoordinatorService::KeyValueList(grpc::CallbackServerC
   if (absl::Status s = Authorize(*context, &request->scope(), "key-value access"); !s.ok()) {
     return FinishNow(context, s);
   }
-  auto entries = kv_->List(request->scope(), request->prefix());
+  absl::StatusOr<KeyPage> page =
+      KeyPage::Parse(request->page_size(), request->page_token(), kStreamChunkBytes);
+  if (!page.ok()) return FinishNow(context, page.status());
+  auto entries = kv_->List(request->scope(), request->prefix(), &*page);
   if (entries.ok()) {
     for (auto& [key, value] : *entries) {
       v1::KeyValueEntry* e = response->add_entries();
       e->set_key(key);
       e->set_value(std::move(value));
     }
+    response->set_next_page_token(page->next_page_token());
   }
   return FinishNow(context, entries.status());
 }
@@ -612,7 +617,11 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(grpc::CallbackServerCon
   if (absl::Status s = Authorize(*context, nullptr, "ListGroups"); !s.ok()) {
     return FinishNow(context, s);
   }
-  for (v1::GroupInfo& info : groups_->List()) *response->add_groups() = std::move(info);
+  absl::StatusOr<KeyPage> page =
+      KeyPage::Parse(request->page_size(), request->page_token(), kStreamChunkBytes);
+  if (!page.ok()) return FinishNow(context, page.status());
+  for (v1::GroupInfo& info : groups_->List(&*page)) *response->add_groups() = std::move(info);
+  response->set_next_page_token(page->next_page_token());
   return FinishNow(context, absl::OkStatus());
 }
 

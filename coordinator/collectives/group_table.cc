@@ -509,10 +509,13 @@ int GroupTable::AwaitMembersTold(absl::Duration timeout) {
   return MembersNotToldLocked();
 }
 
-std::vector<v1::GroupInfo> GroupTable::List() const {
+std::vector<v1::GroupInfo> GroupTable::List(KeyPage* page) const {
   absl::MutexLock lock(&mu_);
   std::vector<v1::GroupInfo> out;
-  for (const auto& [id, g] : groups_) {
+  auto it =
+      page != nullptr && page->resumes() ? groups_.upper_bound(page->after()) : groups_.begin();
+  for (; it != groups_.end(); ++it) {
+    const auto& [id, g] = *it;
     v1::GroupInfo info;
     info.set_group(g.id);
     info.set_generation(g.generation);
@@ -527,9 +530,17 @@ std::vector<v1::GroupInfo> GroupTable::List() const {
       m->set_incarnation(p.incarnation);
     }
     for (const Member& m : g.members) *info.add_members() = m.info;
+    if (page != nullptr && !page->Take(id, info.ByteSizeLong() + 8)) break;
     out.push_back(std::move(info));
   }
   return out;
+}
+
+std::map<v1::GroupState, int> GroupTable::CountByState() const {
+  absl::MutexLock lock(&mu_);
+  std::map<v1::GroupState, int> count;
+  for (const auto& [id, g] : groups_) ++count[g.state];
+  return count;
 }
 
 int64_t GroupTable::heartbeat_deaths() const {

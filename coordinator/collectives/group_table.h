@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/key_page.h"
 #include "dtrain/v1/coordinator.pb.h"
 
 namespace dtrain {
@@ -100,7 +101,10 @@ class GroupTable {
   // by a heartbeat, or for `timeout`. Returns the members not told (0 when all were).
   int AwaitMembersTold(absl::Duration timeout);
 
-  std::vector<v1::GroupInfo> List() const;
+  // By group id; with `page`, the groups it holds.
+  std::vector<v1::GroupInfo> List(KeyPage* page = nullptr) const;
+  // How many groups are in each state (the /metrics gauge), without copying their members.
+  std::map<v1::GroupState, int> CountByState() const;
   // Members declared dead for missing heartbeats since start.
   int64_t heartbeat_deaths() const;
 

@@ -184,14 +184,21 @@ absl::StatusOr<bool> KeyValueStore::Delete(const std::string& scope, const std::
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> KeyValueStore::List(
-    const std::string& scope, const std::string& prefix) const {
+    const std::string& scope, const std::string& prefix, KeyPage* page) const {
   if (scope.empty()) return absl::InvalidArgumentError("key-value: scope is empty");
   std::vector<std::pair<std::string, std::string>> out;
   absl::MutexLock lock(&mu_);
   auto sc = scopes_.find(scope);
   if (sc == scopes_.end()) return out;
-  for (auto it = sc->second.lower_bound(prefix);
-       it != sc->second.end() && absl::StartsWith(it->first, prefix); ++it) {
+  auto it = sc->second.lower_bound(prefix);
+  if (page != nullptr && page->resumes() && page->after() >= prefix) {
+    it = sc->second.upper_bound(page->after());
+  }
+  for (; it != sc->second.end() && absl::StartsWith(it->first, prefix); ++it) {
+    // An entry's encoded size: its key, its value and a few bytes of framing.
+    if (page != nullptr && !page->Take(it->first, it->first.size() + it->second.size() + 16)) {
+      break;
+    }
     out.emplace_back(it->first, it->second);
   }
   return out;

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/key_page.h"
 
 namespace dtrain {
 
@@ -66,9 +67,9 @@ class KeyValueStore {
 
   absl::StatusOr<bool> Delete(const std::string& scope, const std::string& key);
 
-  // Sorted by key.
+  // Sorted by key; with `page`, the entries it holds.
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> List(
-      const std::string& scope, const std::string& prefix) const;
+      const std::string& scope, const std::string& prefix, KeyPage* page = nullptr) const;
 
   void DeleteScope(const std::string& scope);
 

@@ -356,15 +356,20 @@ std::map<std::string, WorkerRegistry::Entry>::iterator WorkerRegistry::EraseLock
   return workers_.erase(it);
 }
 
-std::vector<v1::WorkerInfo> WorkerRegistry::List(absl::Time now) const {
+std::vector<v1::WorkerInfo> WorkerRegistry::List(absl::Time now, KeyPage* page) const {
   absl::MutexLock lock(&mu_);
   std::vector<v1::WorkerInfo> out;
-  for (const auto& [name, e] : workers_) {
-    out.push_back(e.info);
-    out.back().set_last_seen_ms_ago(absl::ToInt64Milliseconds(now - e.last_seen));
+  auto it =
+      page != nullptr && page->resumes() ? workers_.upper_bound(page->after()) : workers_.begin();
+  for (; it != workers_.end(); ++it) {
+    const auto& [name, e] = *it;
+    v1::WorkerInfo info = e.info;
+    info.set_last_seen_ms_ago(absl::ToInt64Milliseconds(now - e.last_seen));
     if (auto assigned = assigned_.find(name); assigned != assigned_.end()) {
-      out.back().set_assigned_job_id(assigned->second);
+      info.set_assigned_job_id(assigned->second);
     }
+    if (page != nullptr && !page->Take(name, info.ByteSizeLong() + 8)) break;
+    out.push_back(std::move(info));
   }
   return out;
 }

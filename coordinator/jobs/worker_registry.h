@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/job_spec.h"
+#include "common/key_page.h"
 #include "dtrain/v1/workers.pb.h"
 
 namespace dtrain {
@@ -71,8 +72,8 @@ class WorkerRegistry final {
   // Those of `names` that said they are stopping (DRAINING), or that stopped cleanly
   // (unregistered) while a job was placed on them, in the order given.
   std::vector<std::string> Draining(const std::vector<std::string>& names) const;
-  // By name, with state and last_seen_ms_ago as of `now`.
-  std::vector<v1::WorkerInfo> List(absl::Time now) const;
+  // By name, with state and last_seen_ms_ago as of `now`; with `page`, the workers it holds.
+  std::vector<v1::WorkerInfo> List(absl::Time now, KeyPage* page = nullptr) const;
   // A worker that is LOST while placed on a job, and why, for that job's run to stop calling it.
   struct LostWorker {
     std::string name;

@@ -5,6 +5,8 @@
 
 #include "absl/time/clock.h"
 #include "common/callback_reactors.h"
+#include "common/key_page.h"
+#include "common/streaming.h"
 
 namespace dtrain {
 
@@ -45,9 +47,13 @@ grpc::ServerUnaryReactor* WorkersService::ListWorkers(grpc::CallbackServerContex
   if (absl::Status s = access_->RequireAdmin(*context, "ListWorkers"); !s.ok()) {
     return FinishNow(context, s);
   }
-  for (v1::WorkerInfo& info : workers_->List(absl::Now())) {
+  absl::StatusOr<KeyPage> page =
+      KeyPage::Parse(request->page_size(), request->page_token(), kStreamChunkBytes);
+  if (!page.ok()) return FinishNow(context, page.status());
+  for (v1::WorkerInfo& info : workers_->List(absl::Now(), &*page)) {
     *response->add_workers() = std::move(info);
   }
+  response->set_next_page_token(page->next_page_token());
   return FinishNow(context, absl::OkStatus());
 }
 

@@ -254,8 +254,19 @@ class Client:
                                timeout=max(self.timeout, 90.0))
 
     def workers(self) -> List[workers_pb2.WorkerInfo]:
-        """The registered workers (the Workers service): name, address, devices, state, job."""
-        return list(self._call(self._workers.ListWorkers, workers_pb2.ListWorkersRequest()).workers)
+        """The registered workers (the Workers service): name, address, devices, state, job.
+        Every page, by name."""
+        out: List[workers_pb2.WorkerInfo] = []
+        token = ""
+        while True:
+            r = self._call(self._workers.ListWorkers,
+                           workers_pb2.ListWorkersRequest(page_token=token))
+            out.extend(r.workers)
+            if not r.next_page_token:
+                return out
+            if r.next_page_token == token:  # no progress: asking on would never end
+                raise RuntimeError("the coordinator answered ListWorkers' page with its own token")
+            token = r.next_page_token
 
     def close(self) -> None:
         self._conn.close()

@@ -157,9 +157,19 @@ class KeyValueStore:
                                pb.KeyValueDeleteRequest(scope=self._scope, key=key)).deleted
 
     def list(self, prefix: str = "") -> List[Tuple[str, bytes]]:
-        r = self._conn.call(self._stub.KeyValueList,
-                            pb.KeyValueListRequest(scope=self._scope, prefix=prefix))
-        return [(e.key, e.value) for e in r.entries]
+        """Every entry under ``prefix``, by key (all pages)."""
+        out: List[Tuple[str, bytes]] = []
+        token = ""
+        while True:
+            r = self._conn.call(self._stub.KeyValueList, pb.KeyValueListRequest(
+                scope=self._scope, prefix=prefix, page_token=token))
+            out.extend((e.key, e.value) for e in r.entries)
+            if not r.next_page_token:
+                return out
+            if r.next_page_token == token:  # no progress: asking on would never end
+                raise RuntimeError(
+                    "the coordinator answered KeyValueList's page with its own token")
+            token = r.next_page_token
 
 
 class ProcessGroup:

@@ -286,3 +286,20 @@ def test_health_names_a_coordinator_shutdown_at_once(tmp_path):
         assert "the coordinator is shutting down" in verdict.message, verdict.message
         assert "group 'shutdown' ends with it" in verdict.message, verdict.message
         assert took < 5, f"rank {r}: reported after {took:.2f} s"
+
+
+def test_store_list_pages_past_a_default_clients_4_mib(bare_coordinator):
+    # Three values of 3 MB: no answer holds two within grpcio's default 4 MiB receive limit,
+    # so the list arrives as three pages, each resumed after the key before.
+    values = {f"big-{i}": bytes([65 + i]) * 3_000_000 for i in range(3)}
+
+    def body(pg):
+        for key, value in values.items():
+            pg.store.set(key, value)
+        pg.store.set("small", "s")
+        return pg.store.list("big-"), pg.store.list()
+
+    listed, everything = run_ranks(1, body, bare_coordinator.address, "py-pages")[0]
+    assert [k for k, _ in listed] == ["big-0", "big-1", "big-2"]
+    assert all(v == values[k] for k, v in listed)
+    assert [k for k, _ in everything] == ["big-0", "big-1", "big-2", "small"]
