@@ -1,5 +1,6 @@
 // Rendezvous (ranks, local ranks, node ranks, generations, elastic groups, errors) and the
 // key-value store, through a real coordinator on 127.0.0.1.
+#include <map>
 #include <set>
 #include <thread>
 
@@ -181,6 +182,53 @@ TEST(Rendezvous, GroupNeverForms_DeadlineExceededNamesWhoCame) {
   EXPECT_EQ(pg.status().code(), absl::StatusCode::kDeadlineExceeded) << pg.status();
   EXPECT_THAT(std::string(pg.status().message()),
               HasSubstr("1 of 3 members registered (hosts: only-host)"));
+}
+
+// A forming group that every registrant left holds nobody: a first generation is forgotten (a
+// stream of abandoned ids must not grow the table), a later one is over, and either way the
+// next registration forms the group as it would have.
+TEST(Rendezvous, GroupsEveryRegistrantLeft_ForgottenOrOver_NotKeptForming) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  auto stub = v1::Coordinator::NewStub(ConnectToCoordinator(coordinator->address()));
+  auto listed = [&] {
+    std::map<std::string, std::pair<v1::GroupState, int64_t>> out;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    v1::ListGroupsResponse response;
+    if (stub->ListGroups(&context, v1::ListGroupsRequest(), &response).ok()) {
+      for (const v1::GroupInfo& g : response.groups()) {
+        out[g.group()] = {g.state(), g.generation()};
+      }
+    }
+    return out;
+  };
+  auto abandon = [&](const std::string& id) {
+    auto options = GroupOptions(id, 2, "h");
+    options.register_timeout = absl::Milliseconds(200);
+    auto pg = ProcessGroup::Join(coordinator->address(), options);
+    EXPECT_EQ(pg.status().code(), absl::StatusCode::kDeadlineExceeded) << id << pg.status();
+  };
+  for (int i = 0; i < 3; ++i) abandon(absl::StrCat("abandoned-", i));
+  EXPECT_TRUE(WaitFor([&] { return listed().empty(); }, absl::Seconds(10)))
+      << listed().size() << " groups still listed";
+  {
+    auto pg = ProcessGroup::Join(coordinator->address(), GroupOptions("abandoned-0", 1, "h"));
+    ASSERT_TRUE(pg.ok()) << pg.status();
+    EXPECT_EQ((*pg)->generation(), 1) << "the abandoned generation was forgotten";
+  }                        // leaves: generation 1 ends
+  abandon("abandoned-0");  // generation 2 forms no further
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        auto groups = listed();
+        return groups.size() == 1 &&
+               groups["abandoned-0"] == std::make_pair(v1::GROUP_STATE_ENDED, int64_t{2});
+      },
+      absl::Seconds(10)))
+      << "generation 2 should be over (ENDED), not left forming";
+  auto pg = ProcessGroup::Join(coordinator->address(), GroupOptions("abandoned-0", 1, "h"));
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  EXPECT_EQ((*pg)->generation(), 3);
 }
 
 TEST(Rendezvous, NewGenerationAfterGroupEnds_OldGenerationRefused) {

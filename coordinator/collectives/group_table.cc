@@ -282,8 +282,26 @@ void GroupTable::CancelRegistration(const std::string& group, uint64_t incarnati
         break;
       }
     }
+    ForgetAbandonedLocked(it);
   }
   Run(completions);
+}
+
+std::map<std::string, GroupTable::Group>::iterator GroupTable::ForgetAbandonedLocked(
+    std::map<std::string, Group>::iterator it) {
+  Group& g = it->second;
+  if (g.state != v1::GROUP_STATE_FORMING || !g.pending.empty()) return std::next(it);
+  if (g.generation <= 1) {
+    LogDebug(absl::StrCat("group '", g.id, "' forgotten: every registrant left before it formed"),
+             {{"group", g.id}});
+    return groups_.erase(it);
+  }
+  g.state = v1::GROUP_STATE_ENDED;
+  LogDebug(absl::StrCat("group '", g.id, "' generation ", g.generation,
+                        " is over: every registrant left before it formed"),
+           {{"group", g.id}, {"generation", g.generation}});
+  ended_.push_back(g.id);
+  return std::next(it);
 }
 
 absl::StatusOr<const GroupTable::Member*> GroupTable::FindMember(const v1::MemberRef& ref,
@@ -427,7 +445,8 @@ bool GroupTable::Tick(absl::Time now) {
   bool waiting = false;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [id, g] : groups_) {
+    for (auto it = groups_.begin(); it != groups_.end();) {
+      Group& g = it->second;
       if (g.state == v1::GROUP_STATE_FORMING) {
         for (auto p = g.pending.begin(); p != g.pending.end();) {
           if (now < p->deadline) {
@@ -454,7 +473,10 @@ bool GroupTable::Tick(absl::Time now) {
           Form(g, now, completions);
         }
         waiting = waiting || (g.state == v1::GROUP_STATE_FORMING && !g.pending.empty());
-      } else if (g.state == v1::GROUP_STATE_ACTIVE) {
+        it = ForgetAbandonedLocked(it);
+        continue;
+      }
+      if (g.state == v1::GROUP_STATE_ACTIVE) {
         for (Member& m : g.members) {
           if (m.left || now - m.last_heartbeat <= options_.heartbeat_timeout) continue;
           m.dead = true;
@@ -470,6 +492,7 @@ bool GroupTable::Tick(absl::Time now) {
           break;
         }
       }
+      ++it;
     }
   }
   Run(completions);

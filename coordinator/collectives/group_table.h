@@ -158,6 +158,12 @@ class GroupTable {
   // Forgets the oldest over-retained ended groups (called where groups are added, never while
   // a Group reference is held).
   void EvictEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A forming generation whose every registrant left (cancelled or timed out) holds nobody, and
+  // a stream of such group ids would grow the table without bound. A first generation is
+  // forgotten, as if never registered (the next registration starts generation 1 again); a
+  // later one is over, and retained as ended groups are. Returns the iterator after `it`.
+  std::map<std::string, Group>::iterator ForgetAbandonedLocked(
+      std::map<std::string, Group>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<const Member*> FindMember(const v1::MemberRef& ref, bool allow_failed) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static std::string Describe(const Member& member);
