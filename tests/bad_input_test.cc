@@ -3,9 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/channel.h"
 #include "common/grpc_status.h"
 #include "tests/test_support.h"
@@ -211,6 +213,27 @@ TEST_F(BadInputTest, BadRegistrations_InvalidArgument) {
               "local_devices must be at least 1");
   ExpectError(attempt([](auto& r) { r.set_incarnation(0); }), absl::StatusCode::kInvalidArgument,
               "incarnation must be a non-zero");
+  // Register is served raw (its answers share the member list): the size bound and the parse
+  // are the service's own, refused before anything is read into a group.
+  ExpectError(attempt([](auto& r) { r.set_order_key(std::string(70'000, 'k')); }),
+              absl::StatusCode::kInvalidArgument, "bytes; a registration is at most 65536");
+  {
+    grpc::GenericStub generic(channel_);
+    grpc::ClientContext context;
+    grpc::Slice bytes(std::string("\xff\xff\xff not a message"));
+    grpc::ByteBuffer garbage(&bytes, 1);
+    grpc::ByteBuffer answer;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&context, "/dtrain.v1.Coordinator/Register", grpc::StubOptions(), &garbage,
+                      &answer, [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    ExpectError(FromGrpcStatus(status), absl::StatusCode::kInvalidArgument,
+                "the RegisterRequest does not parse as dtrain.v1.RegisterRequest");
+  }
   ExpectGroupsUnharmed();
 }
 

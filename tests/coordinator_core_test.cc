@@ -8,9 +8,11 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/collectives/collective_engine.h"
 #include "coordinator/collectives/group_table.h"
 #include "coordinator/collectives/kv_store.h"
@@ -32,7 +34,13 @@ struct FakeClock {
 struct Registration {
   std::optional<absl::StatusOr<v1::RegisterResponse>> result;
   GroupTable::RegisterDone Done() {
-    return [this](absl::StatusOr<v1::RegisterResponse> r) { result = std::move(r); };
+    return [this](absl::StatusOr<RegisterAnswer> r) {
+      if (r.ok()) {
+        result = r->Whole();
+      } else {
+        result = r.status();
+      }
+    };
   }
 };
 
@@ -77,6 +85,32 @@ class GroupTableTest : public ::testing::Test {
   std::vector<std::string> ended_;
   GroupTable table_;
 };
+
+// Every member's answer lists every member; the list is encoded once and shared by all the
+// answers (a group of N would otherwise build N² entries), and each answer reads back whole.
+TEST_F(GroupTableTest, Answers_ShareOneEncodedMemberList_EachReadsBackWhole) {
+  constexpr int kWorld = 64;
+  std::vector<std::optional<absl::StatusOr<RegisterAnswer>>> answers(kWorld);
+  for (int i = 0; i < kWorld; ++i) {
+    table_.Register(Request("big", kWorld, absl::StrCat("host-", i % 4), 100 + i),
+                    [&answers, i](absl::StatusOr<RegisterAnswer> r) { answers[i] = std::move(r); });
+  }
+  std::set<int> ranks;
+  for (int i = 0; i < kWorld; ++i) {
+    ASSERT_TRUE(answers[i].has_value() && answers[i]->ok()) << i;
+    const RegisterAnswer& answer = **answers[i];
+    EXPECT_EQ(answer.own.members_size(), 0) << "the list travels apart from the own fields";
+    EXPECT_EQ(answer.members.get(), (*answers[0])->members.get()) << "one shared encoding";
+    absl::StatusOr<v1::RegisterResponse> whole = answer.Whole();
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    ASSERT_EQ(whole->members_size(), kWorld);
+    EXPECT_EQ(whole->members(whole->rank()).incarnation(), static_cast<uint64_t>(100 + i));
+    EXPECT_EQ(whole->local_world_size(), kWorld / 4);
+    for (int r = 0; r < kWorld; ++r) EXPECT_EQ(whole->members(r).rank(), r);
+    ranks.insert(whole->rank());
+  }
+  EXPECT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+}
 
 TEST_F(GroupTableTest, Forms_RanksByHostThenArrival) {
   Registration a, b, c;

@@ -420,9 +420,55 @@ absl::Status CoordinatorService::Authorize(const grpc::CallbackServerContext& co
   return group == nullptr ? caller.MayAdminister(what) : caller.MayUseGroup(*group, what);
 }
 
+namespace {
+
+// A RegisterRequest holds a few short strings (each at most 256 bytes): anything larger is no
+// registration, and is refused before it is parsed.
+constexpr size_t kMostRegisterRequestBytes = 64 << 10;
+
+absl::StatusOr<v1::RegisterRequest> ParseRegisterRequest(const grpc::ByteBuffer& buffer) {
+  if (buffer.Length() > kMostRegisterRequestBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a RegisterRequest of ", buffer.Length(),
+                                                   " bytes; a registration is at most ",
+                                                   kMostRegisterRequestBytes));
+  }
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return absl::InternalError("cannot read the RegisterRequest");
+  std::string bytes;
+  bytes.reserve(buffer.Length());
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  v1::RegisterRequest request;
+  if (!request.ParseFromString(bytes)) {
+    return absl::InvalidArgumentError(
+        "the RegisterRequest does not parse as dtrain.v1.RegisterRequest");
+  }
+  return request;
+}
+
+// The member's own fields, then the group's shared member list: one RegisterResponse on the
+// wire. The list is referenced, not copied, until gRPC has sent it.
+grpc::ByteBuffer EncodeRegisterAnswer(const RegisterAnswer& answer) {
+  const std::string own = answer.own.SerializeAsString();
+  std::vector<grpc::Slice> slices;
+  slices.emplace_back(own);
+  if (answer.members != nullptr && !answer.members->empty()) {
+    auto* held = new std::shared_ptr<const std::string>(answer.members);
+    slices.emplace_back(
+        const_cast<char*>((*held)->data()), (*held)->size(),
+        [](void* p) { delete static_cast<std::shared_ptr<const std::string>*>(p); }, held);
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerContext* context,
-                                                       const v1::RegisterRequest* request,
-                                                       v1::RegisterResponse* response) {
+                                                       const grpc::ByteBuffer* request_bytes,
+                                                       grpc::ByteBuffer* response) {
+  absl::StatusOr<v1::RegisterRequest> request = ParseRegisterRequest(*request_bytes);
+  if (!request.ok()) return FinishNow(context, request.status());
   if (absl::Status s = Authorize(*context, &request->group(), "register"); !s.ok()) {
     return FinishNow(context, s);
   }
@@ -430,8 +476,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
       [groups = groups_, group = request->group(), incarnation = request->incarnation()] {
         groups->CancelRegistration(group, incarnation);
       });
-  groups_->Register(*request, [reactor, response](absl::StatusOr<v1::RegisterResponse> r) {
-    if (r.ok()) *response = std::move(*r);
+  groups_->Register(*request, [reactor, response](absl::StatusOr<RegisterAnswer> r) {
+    if (r.ok()) *response = EncodeRegisterAnswer(*r);
     reactor->Finish(ToGrpcStatus(r.status()));
   });
   return reactor;

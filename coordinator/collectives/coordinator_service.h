@@ -15,9 +15,10 @@
 
 namespace dtrain {
 
-// The four tensor collectives are served raw (zero-copy framing, see tensor_frames.h); their
-// messages on the wire are still exactly those of coordinator.proto.
-using CoordinatorServiceBase = v1::Coordinator::WithCallbackMethod_Register<
+// The four tensor collectives are served raw (zero-copy framing, see tensor_frames.h), and so is
+// Register (every member's answer shares the group's encoded member list, see RegisterAnswer);
+// their messages on the wire are still exactly those of coordinator.proto.
+using CoordinatorServiceBase = v1::Coordinator::WithRawCallbackMethod_Register<
     v1::Coordinator::WithCallbackMethod_Heartbeat<v1::Coordinator::WithCallbackMethod_Leave<
         v1::Coordinator::WithCallbackMethod_Barrier<v1::Coordinator::WithRawCallbackMethod_Broadcast<
             v1::Coordinator::WithRawCallbackMethod_AllGather<
@@ -47,8 +48,8 @@ class CoordinatorService final : public CoordinatorServiceBase {
   ~CoordinatorService() override;
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
-                                     const v1::RegisterRequest* request,
-                                     v1::RegisterResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;

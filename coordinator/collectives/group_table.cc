@@ -1,6 +1,7 @@
 #include "coordinator/collectives/group_table.h"
 
 #include <algorithm>
+#include <mutex>
 #include <set>
 #include <utility>
 
@@ -188,6 +189,14 @@ void GroupTable::Register(const v1::RegisterRequest& request, RegisterDone done)
   Run(completions);
 }
 
+absl::StatusOr<v1::RegisterResponse> RegisterAnswer::Whole() const {
+  v1::RegisterResponse whole = own;
+  if (members != nullptr && !whole.MergeFromString(*members)) {
+    return absl::InternalError("a register answer's member list does not parse");
+  }
+  return whole;
+}
+
 void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& completions) {
   // Node ranks order hosts by name; ranks are contiguous per host, ordered within it by the
   // members' order keys and then by arrival, so that local ranks are dense, a host's ranks
@@ -229,11 +238,27 @@ void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& complet
   g.member_labels = std::move(labels);
   g.state = v1::GROUP_STATE_ACTIVE;
   g.world_size = static_cast<int>(g.members.size());
-  // The member list is copied into each answer outside the table's lock (completions run after
-  // it), so forming a large group does not stall every other group's heartbeats.
-  auto members = std::make_shared<std::vector<v1::MemberInfo>>();
-  members->reserve(g.members.size());
-  for (const Member& m : g.members) members->push_back(m.info);
+  // The member list is encoded once, by the first completion to run: outside the table's lock
+  // (completions run after it), so forming a large group does not stall every other group's
+  // heartbeats, and once for all N answers, which share it.
+  struct Encoded {
+    std::vector<v1::MemberInfo> members;
+    std::once_flag once;
+    std::shared_ptr<const std::string> bytes;
+    std::shared_ptr<const std::string> Get() {
+      std::call_once(once, [this] {
+        v1::RegisterResponse only;
+        only.mutable_members()->Reserve(static_cast<int>(members.size()));
+        for (v1::MemberInfo& info : members) *only.add_members() = std::move(info);
+        std::vector<v1::MemberInfo>().swap(members);
+        bytes = std::make_shared<const std::string>(only.SerializeAsString());
+      });
+      return bytes;
+    }
+  };
+  auto encoded = std::make_shared<Encoded>();
+  encoded->members.reserve(g.members.size());
+  for (const Member& m : g.members) encoded->members.push_back(m.info);
   for (size_t rank = 0; rank < order.size(); ++rank) {
     Pending& p = g.pending[order[rank]];
     const Member& m = g.members[rank];
@@ -253,10 +278,8 @@ void GroupTable::Form(Group& g, absl::Time now, std::vector<Completion>& complet
     response.set_heartbeat_timeout_ms(Millis(options_.heartbeat_timeout));
     response.set_collective_timeout_ms(Millis(g.collective_timeout));
     completions.push_back(
-        [done = std::move(p.done), response = std::move(response), members]() mutable {
-          response.mutable_members()->Reserve(static_cast<int>(members->size()));
-          for (const v1::MemberInfo& info : *members) *response.add_members() = info;
-          done(std::move(response));
+        [done = std::move(p.done), response = std::move(response), encoded]() mutable {
+          done(RegisterAnswer{std::move(response), encoded->Get()});
         });
   }
   g.pending.clear();

@@ -65,9 +65,22 @@ struct MemberView {
 // "worker 'w1' on host a" (or "host a" for a member without a name): how errors name a member.
 std::string MemberLabel(const v1::MemberInfo& info);
 
+// A member's RegisterResponse in two parts: its own fields, and the group's member list, encoded
+// once and shared by every member's answer. Each answer lists every member, so a group of N
+// would otherwise build and hold N² entries (about 9 GB at 4,096 members with the longest
+// names); protobuf's wire format lets the service send the two parts one after the other as
+// one message.
+struct RegisterAnswer {
+  v1::RegisterResponse own;  // every field but `members`
+  // RegisterResponse.members (field 12), encoded: a RegisterResponse holding only them.
+  std::shared_ptr<const std::string> members;
+  // The answer as one message (in-process callers and tests).
+  absl::StatusOr<v1::RegisterResponse> Whole() const;
+};
+
 class GroupTable {
  public:
-  using RegisterDone = std::function<void(absl::StatusOr<v1::RegisterResponse>)>;
+  using RegisterDone = std::function<void(absl::StatusOr<RegisterAnswer>)>;
 
   GroupTable(GroupTableOptions options, GroupEvents events);
 
