@@ -257,18 +257,21 @@ void JobRecord::SetRunning(const std::vector<v1::WorkerInfo>& workers) {
 
 void JobRecord::Release() {
   absl::MutexLock file_lock(&metrics_mu_);  // before mu_, as Metrics takes them
-  absl::MutexLock lock(&mu_);
-  if (!IsTerminal(status_.state())) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!IsTerminal(status_.state())) return;
+    if (log_file_.is_open()) {
+      log_file_.close();
+      lines_on_disk_ = true;
+      std::vector<std::string>().swap(lines_);
+    }
+    if (store_ != nullptr) {
+      points_in_store_ = true;
+      std::vector<v1::MetricPoint>().swap(points_);
+    }
+  }
+  // Outside mu_: closing writes an unfinished last row again, which may rewrite the file.
   metrics_.reset();
-  if (log_file_.is_open()) {
-    log_file_.close();
-    lines_on_disk_ = true;
-    std::vector<std::string>().swap(lines_);
-  }
-  if (store_ != nullptr) {
-    points_in_store_ = true;
-    std::vector<v1::MetricPoint>().swap(points_);
-  }
 }
 
 void JobRecord::SetWorkers(const std::vector<v1::WorkerInfo>& workers) {
