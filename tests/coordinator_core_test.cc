@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -110,6 +111,30 @@ TEST_F(GroupTableTest, Answers_ShareOneEncodedMemberList_EachReadsBackWhole) {
     ranks.insert(whole->rank());
   }
   EXPECT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+}
+
+// The ended groups' retention counts groups: an id abandoned again and again (each time a new
+// generation, over at once) stays one record, and pushes no other group's record out.
+TEST_F(GroupTableTest, AnIdAbandonedOverAndOver_PushesNoOtherEndedGroupOut) {
+  for (const char* id : {"keep", "churn"}) {
+    Registration r;
+    table_.Register(Request(id, 1, "h", 1), r.Done());
+    ASSERT_TRUE(r.result && r.result->ok()) << id;
+    ASSERT_TRUE(table_.Leave((*r.result)->member()).ok()) << id;
+  }
+  for (int i = 0; i < static_cast<int>(kRetainedEndedGroups) + 44; ++i) {
+    Registration r;
+    table_.Register(Request("churn", 2, "h", 1000 + i), r.Done());
+    ASSERT_FALSE(r.result.has_value()) << i;  // forming: it waits for a second member
+    table_.CancelRegistration("churn", 1000 + i);
+    ASSERT_TRUE(r.result.has_value() && r.result->status().code() == absl::StatusCode::kCancelled);
+  }
+  std::map<std::string, std::pair<v1::GroupState, int64_t>> groups;
+  for (const v1::GroupInfo& g : table_.List()) groups[g.group()] = {g.state(), g.generation()};
+  EXPECT_EQ(groups["keep"], std::make_pair(v1::GROUP_STATE_ENDED, int64_t{1}))
+      << "the churn pushed another group's record out";
+  EXPECT_EQ(groups["churn"],
+            std::make_pair(v1::GROUP_STATE_ENDED, int64_t{kRetainedEndedGroups + 44 + 1}));
 }
 
 TEST_F(GroupTableTest, Forms_RanksByHostThenArrival) {

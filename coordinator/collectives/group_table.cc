@@ -323,7 +323,7 @@ std::map<std::string, GroupTable::Group>::iterator GroupTable::ForgetAbandonedLo
   LogDebug(absl::StrCat("group '", g.id, "' generation ", g.generation,
                         " is over: every registrant left before it formed"),
            {{"group", g.id}, {"generation", g.generation}});
-  ended_.push_back(g.id);
+  NoteEndedLocked(g);
   return std::next(it);
 }
 
@@ -426,7 +426,8 @@ void GroupTable::EvictEndedLocked() {
     auto it = groups_.find(ended_.front());
     ended_.pop_front();
     if (it == groups_.end()) continue;
-    const Group& g = it->second;
+    Group& g = it->second;
+    g.ended_at.reset();
     // Only if it is still over: the id may have started a new generation since.
     const bool over = (g.state == v1::GROUP_STATE_ENDED || g.state == v1::GROUP_STATE_FAILED) &&
                       g.pending.empty() &&
@@ -434,6 +435,11 @@ void GroupTable::EvictEndedLocked() {
                                   [](const Member& m) { return m.left || m.dead; });
     if (over) groups_.erase(it);
   }
+}
+
+void GroupTable::NoteEndedLocked(Group& g) {
+  if (g.ended_at.has_value()) ended_.erase(*g.ended_at);
+  g.ended_at = ended_.insert(ended_.end(), g.id);
 }
 
 void GroupTable::MaybeEnd(Group& g, std::vector<Completion>& completions) {
@@ -445,7 +451,7 @@ void GroupTable::MaybeEnd(Group& g, std::vector<Completion>& completions) {
     LogDebug(absl::StrCat("group '", g.id, "' ended: every member left"),
              {{"group", g.id}, {"generation", g.generation}});
   }
-  ended_.push_back(g.id);
+  NoteEndedLocked(g);
   if (events_.ended) {
     completions.push_back([this, id = g.id, gen = g.generation] { events_.ended(id, gen); });
   }

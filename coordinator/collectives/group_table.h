@@ -8,10 +8,11 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -156,6 +157,8 @@ class GroupTable {
     // A forming group's members that time out together are one event: one warning, the rest
     // at debug, until the group has no member waiting again.
     bool timeout_logged = false;
+    // Its place in ended_, while it has one: a group is listed there once, at its latest end.
+    std::optional<std::list<std::string>::iterator> ended_at;
   };
   using Completion = std::function<void()>;
 
@@ -171,6 +174,9 @@ class GroupTable {
   // Forgets the oldest over-retained ended groups (called where groups are added, never while
   // a Group reference is held).
   void EvictEndedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts `g` last in ended_ (taking it from where it was): the retention counts groups, so a
+  // group ending again and again cannot push the others' records out.
+  void NoteEndedLocked(Group& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A forming generation whose every registrant left (cancelled or timed out) holds nobody, and
   // a stream of such group ids would grow the table without bound. A first generation is
   // forgotten, as if never registered (the next registration starts generation 1 again); a
@@ -188,10 +194,11 @@ class GroupTable {
   mutable absl::Mutex mu_;
   std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
   int64_t heartbeat_deaths_ ABSL_GUARDED_BY(mu_) = 0;
-  // Groups in the order their generations ended; the table keeps the newest
+  // Groups in the order their generations ended, each once (at its latest end); the table keeps
+  // the newest
   // kRetainedEndedGroups of them (for ListGroups and for "generation N is over" answers), so a
   // long-lived coordinator's memory does not grow with every job it ever ran.
-  std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);
+  std::list<std::string> ended_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
