@@ -1,6 +1,7 @@
 // Rendezvous (ranks, local ranks, node ranks, generations, elastic groups, errors) and the
 // key-value store, through a real coordinator on 127.0.0.1.
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -191,18 +192,21 @@ TEST(Rendezvous, GroupsEveryRegistrantLeft_ForgottenOrOver_NotKeptForming) {
   auto coordinator = StartCoordinator();
   ASSERT_NE(coordinator, nullptr);
   auto stub = v1::Coordinator::NewStub(ConnectToCoordinator(coordinator->address()));
-  auto listed = [&] {
-    std::map<std::string, std::pair<v1::GroupState, int64_t>> out;
+  // The groups listed (state, generation), or nullopt when ListGroups failed.
+  auto listed = [&]() -> std::optional<std::map<std::string, std::pair<v1::GroupState, int64_t>>> {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
     v1::ListGroupsResponse response;
-    if (stub->ListGroups(&context, v1::ListGroupsRequest(), &response).ok()) {
-      for (const v1::GroupInfo& g : response.groups()) {
-        out[g.group()] = {g.state(), g.generation()};
-      }
-    }
+    if (!stub->ListGroups(&context, v1::ListGroupsRequest(), &response).ok()) return std::nullopt;
+    std::map<std::string, std::pair<v1::GroupState, int64_t>> out;
+    for (const v1::GroupInfo& g : response.groups()) out[g.group()] = {g.state(), g.generation()};
     return out;
   };
+  auto listed_none = [&] {
+    auto groups = listed();
+    return groups.has_value() && groups->empty();
+  };
+  // Timed out by the coordinator's own tick.
   auto abandon = [&](const std::string& id) {
     auto options = GroupOptions(id, 2, "h");
     options.register_timeout = absl::Milliseconds(200);
@@ -210,8 +214,37 @@ TEST(Rendezvous, GroupsEveryRegistrantLeft_ForgottenOrOver_NotKeptForming) {
     EXPECT_EQ(pg.status().code(), absl::StatusCode::kDeadlineExceeded) << id << pg.status();
   };
   for (int i = 0; i < 3; ++i) abandon(absl::StrCat("abandoned-", i));
-  EXPECT_TRUE(WaitFor([&] { return listed().empty(); }, absl::Seconds(10)))
-      << listed().size() << " groups still listed";
+  EXPECT_TRUE(WaitFor(listed_none, absl::Seconds(10))) << "abandoned groups still listed";
+
+  // Cancelled by the client: the coordinator would wait a minute, the call gives up first.
+  {
+    absl::Status cancelled;
+    std::thread registering([&] {
+      v1::RegisterRequest request;
+      request.set_group("cancelled");
+      request.set_host("h");
+      request.set_world_size(2);
+      request.set_local_devices(1);
+      request.set_incarnation(99);
+      request.set_timeout_ms(60'000);
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+      v1::RegisterResponse response;
+      cancelled = FromGrpcStatus(stub->Register(&context, request, &response));
+    });
+    const bool forming = WaitFor(
+        [&] {
+          auto groups = listed();
+          return groups.has_value() && groups->count("cancelled") == 1 &&
+                 (*groups)["cancelled"].first == v1::GROUP_STATE_FORMING;
+        },
+        absl::Seconds(10));
+    registering.join();
+    EXPECT_TRUE(forming) << "the registration never waited in a forming group";
+    EXPECT_EQ(cancelled.code(), absl::StatusCode::kDeadlineExceeded) << cancelled;
+    EXPECT_TRUE(WaitFor(listed_none, absl::Seconds(10))) << "the cancelled group is still listed";
+  }
+
   {
     auto pg = ProcessGroup::Join(coordinator->address(), GroupOptions("abandoned-0", 1, "h"));
     ASSERT_TRUE(pg.ok()) << pg.status();
@@ -221,8 +254,8 @@ TEST(Rendezvous, GroupsEveryRegistrantLeft_ForgottenOrOver_NotKeptForming) {
   EXPECT_TRUE(WaitFor(
       [&] {
         auto groups = listed();
-        return groups.size() == 1 &&
-               groups["abandoned-0"] == std::make_pair(v1::GROUP_STATE_ENDED, int64_t{2});
+        return groups.has_value() && groups->size() == 1 &&
+               (*groups)["abandoned-0"] == std::make_pair(v1::GROUP_STATE_ENDED, int64_t{2});
       },
       absl::Seconds(10)))
       << "generation 2 should be over (ENDED), not left forming";
@@ -377,7 +410,9 @@ TEST(KeyValue, ListPastADefaultClientsLimit_ArrivesInPages_EachKeyOnce) {
         kv.Set(absl::StrCat("big-", i), std::string(3'000'000, static_cast<char>('a' + i))).ok());
   }
   ASSERT_TRUE(kv.Set("other", "x").ok());
-  auto stub = v1::Coordinator::NewStub(channel);  // a default client: 4 MiB per answer
+  // A default client: grpc::CreateChannel's channels take answers of 4 MiB at most.
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(coordinator->address(), grpc::InsecureChannelCredentials()));
   v1::KeyValueListRequest request;
   request.set_scope("pages");
   request.set_prefix("big-");
@@ -406,16 +441,35 @@ TEST(KeyValue, ListPastADefaultClientsLimit_ArrivesInPages_EachKeyOnce) {
   for (const auto& [key, value] : *all) listed.push_back(key);
   EXPECT_EQ(listed, (std::vector<std::string>{"big-0", "big-1", "big-2", "other"}));
 
-  // page_size bounds a page of small entries too; a foreign token is refused.
+  // The byte budget binds before page_size: one 3 MB value a page, whatever the size asked.
   request.set_prefix("");
   request.set_page_size(3);
   request.set_page_token("");
-  grpc::ClientContext context;
-  v1::KeyValueListResponse response;
-  ASSERT_TRUE(stub->KeyValueList(&context, request, &response).ok());
-  EXPECT_EQ(response.entries_size(), 1) << "the byte budget binds before page_size";
+  {
+    grpc::ClientContext context;
+    v1::KeyValueListResponse response;
+    ASSERT_TRUE(stub->KeyValueList(&context, request, &response).ok());
+    EXPECT_EQ(response.entries_size(), 1);
+  }
+  // page_size bounds a page of small entries.
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(kv.Set(absl::StrCat("s-", i), "v").ok());
+  request.set_prefix("s-");
+  std::vector<int> sizes;
+  keys.clear();
+  do {
+    grpc::ClientContext context;
+    v1::KeyValueListResponse response;
+    ASSERT_TRUE(stub->KeyValueList(&context, request, &response).ok());
+    sizes.push_back(response.entries_size());
+    for (const v1::KeyValueEntry& e : response.entries()) keys.push_back(e.key());
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty() && sizes.size() < 10);
+  EXPECT_EQ(sizes, (std::vector<int>{3, 3, 1}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"s-0", "s-1", "s-2", "s-3", "s-4", "s-5", "s-6"}));
+  // A foreign token is refused.
   request.set_page_token("$$$");
   grpc::ClientContext refused_context;
+  v1::KeyValueListResponse response;
   const absl::Status refused =
       FromGrpcStatus(stub->KeyValueList(&refused_context, request, &response));
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
