@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""What a coordinator pays to form one large group: --ranks registrations sent at once (from
+grpcio, as N processes would), timed from the first call to the last answer, with the
+coordinator's CPU time and its peak memory (VmHWM) growth over the formation. Each answer lists
+every member, so a group of N answers N² member entries in all; the coordinator either builds
+each answer whole or shares one encoded list between them.
+
+Two coordinator binaries (--a, --b: for instance main's and an older commit's) are measured in
+alternated rounds, each in a fresh process, so that their ratio comes from one machine and one
+time. The client reads each answer's bytes without parsing them (and checks their size), so that
+its cost is the same for both.
+
+  bench/group_formation.sh [--ranks N] [--rounds N] [--a BIN] [--b BIN]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+
+from dtrain.v1 import coordinator_pb2
+
+
+def proc_numbers(pid):
+    """(peak RSS in bytes, user+system CPU seconds) of a process."""
+    peak = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) * 1024
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return peak, (int(fields[11]) + int(fields[12])) / ticks
+
+
+def start(binary, work):
+    port_file = os.path.join(work, "port")
+    log = open(os.path.join(work, "coordinator.log"), "wb")
+    proc = subprocess.Popen(
+        [binary, "--listen=127.0.0.1:0", f"--port_file={port_file}",
+         f"--state_dir={os.path.join(work, 'state')}", "--log_level=warning"],
+        stdout=subprocess.DEVNULL, stderr=log)
+    log.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if os.path.exists(port_file) and open(port_file).read().strip():
+            return proc, int(open(port_file).read().strip())
+        if proc.poll() is not None:
+            with open(os.path.join(work, "coordinator.log")) as f:
+                raise RuntimeError(f"{binary} exited: {f.read()[-2000:]}")
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"{binary} wrote no port in 30 s")
+
+
+def form(binary, ranks, hosts):
+    with tempfile.TemporaryDirectory() as work:
+        proc, port = start(binary, work)
+        try:
+            # Several connections, as ranks on many hosts would use; each answer is read raw.
+            channels = [grpc.insecure_channel(f"127.0.0.1:{port}", options=[
+                ("grpc.max_receive_message_length", 64 << 20), ("dtrain.bench_channel", i)])
+                for i in range(16)]
+            calls = [c.unary_unary("/dtrain.v1.Coordinator/Register",
+                                   request_serializer=lambda r: r.SerializeToString(),
+                                   response_deserializer=lambda b: len(b)) for c in channels]
+            for c in channels:
+                grpc.channel_ready_future(c).result(timeout=30)
+            time.sleep(0.2)
+            peak0, cpu0 = proc_numbers(proc.pid)
+            start_time = time.monotonic()
+            futures = []
+            for i in range(ranks):
+                request = coordinator_pb2.RegisterRequest(
+                    group="big", host=f"node-{i % hosts:04d}.rack-{i % 7}.cluster.example.com",
+                    local_devices=1, incarnation=1000 + i, world_size=ranks, timeout_ms=300_000,
+                    name=f"worker-{i % hosts:04d}/{i // hosts}")
+                futures.append(calls[i % len(calls)].future(request, timeout=300))
+            sizes = [f.result() for f in futures]
+            took = time.monotonic() - start_time
+            peak1, cpu1 = proc_numbers(proc.pid)
+            for c in channels:
+                c.close()
+            return {"seconds": took, "cpu_seconds": cpu1 - cpu0,
+                    "peak_growth_mb": (peak1 - peak0) / 1e6, "answer_bytes": sum(sizes)}
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", type=int, default=2048)
+    parser.add_argument("--hosts", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--a", required=True, help="a dtrain-coordinator binary")
+    parser.add_argument("--b", help="another, measured in alternation")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if not 1 <= args.ranks <= 4096:
+        parser.error("--ranks: 1 to 4096 (a group's bound)")
+    if not 1 <= args.hosts <= args.ranks:
+        parser.error("--hosts: 1 to --ranks")
+    if not 1 <= args.rounds <= 50:
+        parser.error("--rounds: 1 to 50")
+    sides = {"a": args.a} if not args.b else {"a": args.a, "b": args.b}
+    results = {side: [] for side in sides}
+    for r in range(args.rounds):
+        order = list(sides) if r % 2 == 0 else list(reversed(list(sides)))
+        for side in order:
+            results[side].append(form(sides[side], args.ranks, args.hosts))
+            print(f"round {r + 1} {side}: {json.dumps(results[side][-1])}", file=sys.stderr)
+    summary = {}
+    for side, runs in results.items():
+        summary[side] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+        summary[side]["binary"] = sides[side]
+    if args.json:
+        print(json.dumps(summary))
+        return
+    print(f"{args.ranks} ranks on {args.hosts} hosts, medians of {args.rounds} rounds")
+    print("| side | formation (s) | coordinator CPU (s) | peak memory growth (MB) | answers (MB) |")
+    print("| --- | --- | --- | --- | --- |")
+    for side, s in summary.items():
+        print(f"| {side}: {s['binary']} | {s['seconds']:.2f} | {s['cpu_seconds']:.2f} | "
+              f"{s['peak_growth_mb']:.0f} | {s['answer_bytes'] / 1e6:.0f} |")
+    if "b" in summary:
+        a, b = summary["a"], summary["b"]
+        print(f"b / a: formation {b['seconds'] / a['seconds']:.2f}x, CPU "
+              f"{b['cpu_seconds'] / max(a['cpu_seconds'], 1e-9):.2f}x, memory growth "
+              f"{b['peak_growth_mb'] / max(a['peak_growth_mb'], 1e-9):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
