@@ -452,6 +452,7 @@ absl::StatusOr<v1::RegisterRequest> ParseRegisterRequest(const grpc::ByteBuffer&
 grpc::ByteBuffer EncodeRegisterAnswer(const RegisterAnswer& answer) {
   const std::string own = answer.own.SerializeAsString();
   std::vector<grpc::Slice> slices;
+  slices.reserve(2);  // so that the second emplace cannot throw and leak `held`
   slices.emplace_back(own);
   if (answer.members != nullptr && !answer.members->empty()) {
     auto* held = new std::shared_ptr<const std::string>(answer.members);
@@ -477,7 +478,10 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
         groups->CancelRegistration(group, incarnation);
       });
   groups_->Register(*request, [reactor, response](absl::StatusOr<RegisterAnswer> r) {
-    if (r.ok()) *response = EncodeRegisterAnswer(*r);
+    if (r.ok()) {
+      grpc::ByteBuffer encoded = EncodeRegisterAnswer(*r);
+      response->Swap(&encoded);
+    }
     reactor->Finish(ToGrpcStatus(r.status()));
   });
   return reactor;
