@@ -201,6 +201,10 @@ TEST_F(GroupTableTest, SilentMember_DeclaredDeadByName_GroupFails) {
   EXPECT_EQ(table_.CheckMember(r0).status().code(), absl::StatusCode::kAborted);
   EXPECT_TRUE(table_.Leave(r0).ok());  // leaving a failed group is allowed
   EXPECT_EQ(table_.Heartbeat(r1).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(ended_, std::vector<std::string>{"g"});  // the live one left: the group is over
+  // The dead member comes back to leave: allowed, and the group does not end a second time.
+  EXPECT_TRUE(table_.Leave(r1).ok());
+  EXPECT_EQ(ended_, std::vector<std::string>{"g"});
 }
 
 TEST_F(GroupTableTest, Leave_ReportsRank_EndsWhenAllLeft_ThenANewGeneration) {

@@ -15,7 +15,7 @@ namespace {
 
 // Every member's RegisterResponse lists every member, up to ~550 bytes each with the longest
 // host and name: 4,096 keep one answer under 2.3 MB, within a default client's 4 MiB. The
-// group's answers are N of them, built and handed over one at a time.
+// group's N answers share one encoding of that list (RegisterAnswer).
 constexpr int kMaxWorldSize = kMostGroupRanks;
 constexpr size_t kMaxNameBytes = 256;
 
@@ -315,6 +315,7 @@ std::map<std::string, GroupTable::Group>::iterator GroupTable::ForgetAbandonedLo
   Group& g = it->second;
   if (g.state != v1::GROUP_STATE_FORMING || !g.pending.empty()) return std::next(it);
   if (g.generation <= 1) {
+    if (g.ended_at.has_value()) ended_.erase(*g.ended_at);  // none: it never ended; kept exact
     LogDebug(absl::StrCat("group '", g.id, "' forgotten: every registrant left before it formed"),
              {{"group", g.id}});
     return groups_.erase(it);
@@ -410,12 +411,15 @@ absl::Status GroupTable::Leave(const v1::MemberRef& member) {
     if (!found.ok()) return found.status();
     Member* m = const_cast<Member*>(*found);
     Group& g = groups_.at(member.group());
+    // A member declared dead already counted as gone: the group ended (or will) without it, and
+    // its ended event must not fire twice.
+    const bool counted_gone = m->dead;
     m->left = true;
     if (g.state == v1::GROUP_STATE_ACTIVE && events_.member_left) {
       completions.push_back([this, id = g.id, gen = g.generation, rank = m->info.rank(),
                              who = Describe(*m)] { events_.member_left(id, gen, rank, who); });
     }
-    MaybeEnd(g, completions);
+    if (!counted_gone) MaybeEnd(g, completions);
   }
   Run(completions);
   return absl::OkStatus();
