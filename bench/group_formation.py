@@ -7,8 +7,11 @@ each answer whole or shares one encoded list between them.
 
 Two coordinator binaries (--a, --b: for instance main's and an older commit's) are measured in
 alternated rounds, each in a fresh process, so that their ratio comes from one machine and one
-time. The client reads each answer's bytes without parsing them (and checks their size), so that
-its cost is the same for both.
+time. The client reads each answer's bytes without parsing them, so that its cost is the same for
+both; after the timing, one answer per round is parsed and must list every member with the
+member's own rank, and both sides must have answered the same number of bytes. The coordinator's
+heartbeat timeout is 10 minutes: the bench sends no heartbeats, and a group that failed midway
+would shut down differently.
 
   bench/group_formation.sh [--ranks N] [--rounds N] [--a BIN] [--b BIN]
 """
@@ -40,37 +43,54 @@ def proc_numbers(pid):
     return peak, (int(fields[11]) + int(fields[12])) / ticks
 
 
-def start(binary, work):
+def wait_port(proc, binary, work):
     port_file = os.path.join(work, "port")
-    log = open(os.path.join(work, "coordinator.log"), "wb")
-    proc = subprocess.Popen(
-        [binary, "--listen=127.0.0.1:0", f"--port_file={port_file}",
-         f"--state_dir={os.path.join(work, 'state')}", "--log_level=warning"],
-        stdout=subprocess.DEVNULL, stderr=log)
-    log.close()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            return proc, int(open(port_file).read().strip())
+        if os.path.exists(port_file):
+            with open(port_file) as f:
+                text = f.read().strip()
+            if text:
+                return int(text)
         if proc.poll() is not None:
             with open(os.path.join(work, "coordinator.log")) as f:
                 raise RuntimeError(f"{binary} exited: {f.read()[-2000:]}")
         time.sleep(0.05)
-    proc.kill()
     raise RuntimeError(f"{binary} wrote no port in 30 s")
+
+
+def check_answer(answer, ranks):
+    """One answer, parsed: every member listed, in rank order, the caller among them."""
+    response = coordinator_pb2.RegisterResponse.FromString(answer)
+    if len(response.members) != ranks or response.world_size != ranks:
+        raise RuntimeError(f"an answer lists {len(response.members)} members of a group of "
+                           f"{response.world_size}; {ranks} registered")
+    if [m.rank for m in response.members] != list(range(ranks)):
+        raise RuntimeError("an answer's members are not in rank order")
+    if response.members[response.rank].incarnation != response.member.incarnation:
+        raise RuntimeError("an answer's own rank is another member's")
 
 
 def form(binary, ranks, hosts):
     with tempfile.TemporaryDirectory() as work:
-        proc, port = start(binary, work)
+        with open(os.path.join(work, "coordinator.log"), "wb") as log:
+            proc = subprocess.Popen(
+                [binary, "--listen=127.0.0.1:0", f"--port_file={os.path.join(work, 'port')}",
+                 f"--state_dir={os.path.join(work, 'state')}", "--log_level=warning",
+                 "--heartbeat_timeout=10m"],
+                stdout=subprocess.DEVNULL, stderr=log)
+        channels = []
         try:
+            port = wait_port(proc, binary, work)
             # Several connections, as ranks on many hosts would use; each answer is read raw.
-            channels = [grpc.insecure_channel(f"127.0.0.1:{port}", options=[
+            channels += [grpc.insecure_channel(f"127.0.0.1:{port}", options=[
                 ("grpc.max_receive_message_length", 64 << 20), ("dtrain.bench_channel", i)])
                 for i in range(16)]
             calls = [c.unary_unary("/dtrain.v1.Coordinator/Register",
                                    request_serializer=lambda r: r.SerializeToString(),
                                    response_deserializer=lambda b: len(b)) for c in channels]
+            kept = channels[0].unary_unary("/dtrain.v1.Coordinator/Register",
+                                           request_serializer=lambda r: r.SerializeToString())
             for c in channels:
                 grpc.channel_ready_future(c).result(timeout=30)
             time.sleep(0.2)
@@ -82,15 +102,19 @@ def form(binary, ranks, hosts):
                     group="big", host=f"node-{i % hosts:04d}.rack-{i % 7}.cluster.example.com",
                     local_devices=1, incarnation=1000 + i, world_size=ranks, timeout_ms=300_000,
                     name=f"worker-{i % hosts:04d}/{i // hosts}")
-                futures.append(calls[i % len(calls)].future(request, timeout=300))
+                call = kept if i == 0 else calls[i % len(calls)]
+                futures.append(call.future(request, timeout=300))
             sizes = [f.result() for f in futures]
             took = time.monotonic() - start_time
             peak1, cpu1 = proc_numbers(proc.pid)
-            for c in channels:
-                c.close()
+            # After the timing: rank 0's answer (kept whole) parsed, as each rank parses its own.
+            check_answer(futures[0].result(), ranks)
+            sizes[0] = len(sizes[0])
             return {"seconds": took, "cpu_seconds": cpu1 - cpu0,
                     "peak_growth_mb": (peak1 - peak0) / 1e6, "answer_bytes": sum(sizes)}
         finally:
+            for c in channels:
+                c.close()
             proc.terminate()
             try:
                 proc.wait(timeout=30)
@@ -121,6 +145,9 @@ def main():
         for side in order:
             results[side].append(form(sides[side], args.ranks, args.hosts))
             print(f"round {r + 1} {side}: {json.dumps(results[side][-1])}", file=sys.stderr)
+    answered = {run["answer_bytes"] for runs in results.values() for run in runs}
+    if len(answered) != 1:
+        sys.exit(f"the sides answered different bytes: {sorted(answered)}")
     summary = {}
     for side, runs in results.items():
         summary[side] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}

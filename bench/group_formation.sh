@@ -15,8 +15,11 @@ usage="usage: bench/group_formation.sh [--a BUILD_DIR] [--b BUILD_DIR] [--ranks 
 a="$root/build"; b=""; extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --a) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; a=$(cd "$2" && pwd); shift 2 ;;
-    --b) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; b=$(cd "$2" && pwd); shift 2 ;;
+    --a|--b)
+      [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
+      dir=$(CDPATH='' cd -- "$2" && pwd) || exit 2
+      if [ "$1" = --a ]; then a=$dir; else b=$dir; fi
+      shift 2 ;;
     --ranks|--hosts|--rounds)
       [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; extra+=("$1" "$2"); shift 2 ;;
     --json) extra+=("$1"); shift ;;
@@ -24,15 +27,16 @@ while [ $# -gt 0 ]; do
   esac
 done
 cd "$root"
+# A side other than build/ is built by the caller: say so before installing or building.
+for dir in "$a" ${b:+"$b"}; do
+  [ "$dir" = "$root/build" ] || [ -x "$dir/coordinator/dtrain-coordinator" ] ||
+    { echo "no coordinator/dtrain-coordinator under $dir: build it first" >&2; exit 2; }
+done
 deploy/install-deps.sh --bench >&2
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WERROR=ON >&2
 # The coordinator, and the Python stubs the client imports.
 cmake --build "$root/build" --target dtrain-coordinator dtrain_python >&2
 sides=(--a "$a/coordinator/dtrain-coordinator")
 [ -n "$b" ] && sides+=(--b "$b/coordinator/dtrain-coordinator")
-for bin in "$a" ${b:+"$b"}; do
-  [ -x "$bin/coordinator/dtrain-coordinator" ] ||
-    { echo "no coordinator/dtrain-coordinator under $bin: build it first" >&2; exit 2; }
-done
 PYTHONPATH="$root/build/python" exec /usr/bin/python3 "$root/bench/group_formation.py" \
   "${sides[@]}" "${extra[@]}"
