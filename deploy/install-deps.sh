@@ -30,9 +30,13 @@ packages=(cmake ninja-build g++ pkg-config libgrpc++-dev protobuf-compiler-grpc 
 # network-namespace tests and openssl for the TLS tests' certificates; nginx serves shards over
 # HTTP to the HTTP fetcher's test (worker/data/http_shard_fetcher.h). libjs-chart.js (above) is
 # the dashboard's chart library, embedded in the coordinator at build time.
-if [ "${1:-}" = "--checks" ]; then packages+=(clang-format); fi
+# Go, grpc-go and the protoc plugins build tests/go_client, a Go user's client of the public API,
+# at build time (so --checks installs them too).
+go_client=(golang-go golang-google-grpc-dev golang-google-protobuf-dev
+           golang-github-golang-protobuf-1-5-dev protoc-gen-go protoc-gen-go-grpc)
+if [ "${1:-}" = "--checks" ]; then packages+=(clang-format "${go_client[@]}"); fi
 if [ "${1:-}" = "--test" ]; then
-  packages+=(clang-format clang python3-pytest python3-torch python3-torchvision python3-pil
+  packages+=(clang-format "${go_client[@]}" clang python3-pytest python3-torch python3-torchvision python3-pil
              chromium chromium-driver python3-selenium iproute2 openssl nginx)
 fi
 if [ "${1:-}" = "--bench" ]; then

@@ -1,0 +1,107 @@
+"""A Go client (tests/go_client, grpc-go with stubs generated from proto/ at build time) against a
+real local cluster: health, server reflection as grpcurl uses it, paged listings through a
+default 4 MiB receive limit, a process group's collectives and their errors, and a job
+submitted, watched and read back (its TensorBoard file framed as TensorBoard reads it), whose
+checkpoint Python's torch then loads; and the same client over mutual TLS with a token."""
+
+import json
+import os
+import subprocess
+
+import pytest
+import torch
+
+
+def go_client():
+    path = os.environ.get("DTRAIN_GO_CLIENT")
+    if not path or not os.path.exists(path):
+        pytest.fail("DTRAIN_GO_CLIENT is not set to the built Go client (run through ctest)")
+    return path
+
+
+SPEC = {
+    "name": "go",
+    "model": {"builtin": "mlp"},
+    "data": {"synthetic": {"train_size": 1024, "val_size": 256, "test_size": 256, "seed": 3},
+             "batch_size": 32},
+    "trainer": {"max_epochs": 2, "strategy": "ddp", "num_nodes": 2},
+    "seed_everything": 1,
+    "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+}
+
+
+def test_a_go_client_uses_the_whole_public_api(cluster, tmp_path):
+    checkpoint = tmp_path / "last.ckpt"
+    run = subprocess.run(
+        [go_client(), f"--address={cluster.address}", f"--spec={json.dumps(SPEC)}",
+         f"--checkpoint_out={checkpoint}"], capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, f"the Go client failed:\n{run.stderr}"
+    report = json.loads(run.stdout)
+
+    assert report["health"] == "SERVING"
+    assert {"dtrain.v1.Coordinator", "dtrain.v1.Jobs", "dtrain.v1.Workers", "dtrain.v1.Artifacts",
+            "grpc.health.v1.Health"} <= set(report["services"]), report["services"]
+    # Each service's file and everything it imports, job_spec.proto's descriptor.proto included.
+    assert {"dtrain/v1/jobs.proto", "dtrain/v1/job_spec.proto", "dtrain/v1/setting.proto",
+            "google/protobuf/descriptor.proto"} <= set(report["reflected_files"])
+    assert json.loads(report["dynamic_list_jobs"]) == {}, "no job yet, and ListJobs said so"
+
+    assert report["workers"] == ["w0", "w1"] and report["worker_pages"] >= 2
+    assert "page_size" in report["negative_page_size"]
+
+    assert report["members"] == ["0:go0", "1:go1"]
+    # Rank r sent [r+1, 2(r+1), 0.5, -r]; both ranks hold the same sum.
+    assert report["all_reduce"] == [[3.0, 6.0, 1.0, -1.0]] * 2
+    assert report["any"] == [True, True]
+    assert all("rank 0" in m and "rank 1" in m for m in report["mismatch"]), report["mismatch"]
+    assert report["short_payload"], "the refusal says why"
+
+    assert report["kv_keys"] == ["big/0", "big/1", "big/2"]
+    assert report["kv_pages"] == 3, "3 MB values through a 4 MiB limit: one a page"
+
+    assert "data.batch_size" in report["bad_spec"] and "-3" in report["bad_spec"]
+    assert report["state"] == "SUCCEEDED", report["reason"]
+    assert report["job_id"] == "go-1"
+    # 2 epochs of 1024 samples in batches of 32 on 2 ranks.
+    assert report["global_step"] == 32
+    assert report["watch_updates"] >= 2
+    assert report["metrics"]["test_acc"] > 0.8
+    assert report["metric_points"]["train_loss"] >= 2 and report["metric_points"]["val_acc"] == 2
+    assert "test_acc=" in report["test_log_line"]
+    # The TensorBoard file, its framing checked with Go's CRC-32C: the scalars metrics.csv has.
+    assert report["event_tags"]["train_loss"] == report["metric_points"]["train_loss"]
+    assert report["event_tags"]["val_acc"] == 2
+
+    # What Go fetched from the store is a checkpoint Python's torch reads.
+    assert os.path.getsize(checkpoint) == report["checkpoint_bytes"]
+    loaded = torch.load(checkpoint)
+    assert loaded["global_step"] == 32 and loaded["epoch"] == 1
+    assert any(k.endswith("weight") for k in loaded["state_dict"])
+
+
+def test_a_go_client_over_mutual_tls_with_a_token(tmp_path):
+    """Go's crypto/tls against the coordinator's TLS: the handshake and ALPN, the token."""
+    from conftest import Cluster
+
+    source = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    certs = tmp_path / "certs"
+    subprocess.run(["bash", os.path.join(source, "deploy/tls/make-test-certs.sh"), str(certs)],
+                   check=True, capture_output=True)
+    token_file = tmp_path / "token"
+    token_file.write_text("go-s3cret\n")
+    c = Cluster(str(tmp_path), workers=0, coordinator_flags=[
+        f"--tls_cert={certs}/server.pem", f"--tls_key={certs}/server.key",
+        f"--tls_ca={certs}/ca.pem", "--tls_require_client_cert", f"--token_file={token_file}"])
+    try:
+        run = subprocess.run(
+            [go_client(), f"--address={c.address}", f"--tls_ca={certs}/ca.pem",
+             f"--tls_cert={certs}/client.pem", f"--tls_key={certs}/client.key", "--token=go-s3cret"],
+            capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, f"the Go client failed:\n{run.stderr}"
+        report = json.loads(run.stdout)
+    finally:
+        c.stop()
+    assert report["alpn"] == "h2", "newer grpc-go refuses a TLS server that does not speak ALPN"
+    assert report["tls_version"] in (0x0303, 0x0304), "TLS 1.2 or 1.3"
+    assert report["no_token"] and report["wrong_token"]
+    assert report["no_client_certificate"]
