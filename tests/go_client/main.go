@@ -71,6 +71,13 @@ func expectCode(err error, code codes.Code, names string, what string) string {
 	return s.Message()
 }
 
+func min(a, b int) int {
+	if a < b {
+		return a
+	}
+	return b
+}
+
 func timed(seconds int) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), time.Duration(seconds)*time.Second)
 }
@@ -225,29 +232,25 @@ func (r *rank) allReduceRaw(shape []int64, payload []byte) ([]float32, error) {
 	}
 	header := &pb.AllReduceHeader{Context: r.context(), Op: pb.ReduceOp_REDUCE_OP_SUM,
 		Meta: &pb.TensorMeta{Dtype: pb.DType_DTYPE_FLOAT32, Shape: shape}}
-	if err := stream.Send(&pb.AllReduceRequest{Header: header, Chunk: payload}); err != nil {
+	// A server that refuses the call may end the stream first: its status comes with Recv.
+	if err := stream.Send(&pb.AllReduceRequest{Header: header, Chunk: payload}); err != nil && err != io.EOF {
 		return nil, err
 	}
 	if err := stream.CloseSend(); err != nil {
 		return nil, err
 	}
-	var data []byte
-	var parts []*pb.TensorMeta
-	for {
+	parts, data, err := collect(func() (*pb.ResultHeader, []byte, error) {
 		m, err := stream.Recv()
-		if err == io.EOF {
-			break
-		}
-		if status.Code(err) == codes.InvalidArgument {
-			r.sequence-- // a refused call is not counted (docs/coordinator.md, Errors)
-		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if m.Header != nil {
-			parts = m.Header.Parts
-		}
-		data = append(data, m.Chunk...)
+		return m.Header, m.Chunk, nil
+	})
+	if status.Code(err) == codes.InvalidArgument {
+		r.sequence-- // a refused call is not counted (docs/coordinator.md, Errors)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if len(parts) != 1 || len(data) != len(payload) {
 		return nil, fmt.Errorf("result of %d parts and %d bytes for %d sent", len(parts), len(data), len(payload))
@@ -257,6 +260,87 @@ func (r *rank) allReduceRaw(shape []int64, payload []byte) ([]float32, error) {
 		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
 	}
 	return out, nil
+}
+
+// A tensor collective's answer: its parts' metas, then their bytes, concatenated.
+func collect(recv func() (*pb.ResultHeader, []byte, error)) ([]*pb.TensorMeta, []byte, error) {
+	var parts []*pb.TensorMeta
+	var data []byte
+	for {
+		header, chunk, err := recv()
+		if err == io.EOF {
+			return parts, data, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if header != nil {
+			parts = header.Parts
+		}
+		data = append(data, chunk...)
+	}
+}
+
+// Rank r gathers (r+1) x 2 int32s: parts of uneven first dimensions, in rank order.
+func (r *rank) allGather() ([]*pb.TensorMeta, []byte, error) {
+	ctx, cancel := timed(30)
+	defer cancel()
+	stream, err := r.client.AllGather(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows := int64(r.assignment.Rank) + 1
+	payload := make([]byte, 8*rows)
+	for i := int64(0); i < 2*rows; i++ {
+		binary.LittleEndian.PutUint32(payload[4*i:], uint32(100*int64(r.assignment.Rank)+i))
+	}
+	header := &pb.AllGatherHeader{Context: r.context(),
+		Meta: &pb.TensorMeta{Dtype: pb.DType_DTYPE_INT32, Shape: []int64{rows, 2}}}
+	// A server that refuses the call may end the stream first: its status comes with Recv.
+	if err := stream.Send(&pb.AllGatherRequest{Header: header, Chunk: payload}); err != nil && err != io.EOF {
+		return nil, nil, err
+	}
+	if err := stream.CloseSend(); err != nil {
+		return nil, nil, err
+	}
+	return collect(func() (*pb.ResultHeader, []byte, error) {
+		m, err := stream.Recv()
+		if err != nil {
+			return nil, nil, err
+		}
+		return m.Header, m.Chunk, nil
+	})
+}
+
+// Rank 1 broadcasts opaque bytes; the other ranks send only the header.
+func (r *rank) broadcastBytes(message []byte) ([]byte, error) {
+	ctx, cancel := timed(30)
+	defer cancel()
+	stream, err := r.client.Broadcast(ctx)
+	if err != nil {
+		return nil, err
+	}
+	header := &pb.BroadcastHeader{Context: r.context(), Src: 1, Kind: pb.PayloadKind_PAYLOAD_KIND_BYTES}
+	var chunk []byte
+	if r.assignment.Rank == 1 {
+		header.Meta = &pb.TensorMeta{Dtype: pb.DType_DTYPE_UINT8, Shape: []int64{int64(len(message))}}
+		chunk = message
+	}
+	// A server that refuses the call may end the stream first: its status comes with Recv.
+	if err := stream.Send(&pb.BroadcastRequest{Header: header, Chunk: chunk}); err != nil && err != io.EOF {
+		return nil, err
+	}
+	if err := stream.CloseSend(); err != nil {
+		return nil, err
+	}
+	_, data, err := collect(func() (*pb.ResultHeader, []byte, error) {
+		m, err := stream.Recv()
+		if err != nil {
+			return nil, nil, err
+		}
+		return m.Header, m.Chunk, nil
+	})
+	return data, err
 }
 
 func checkGroup(conn *grpc.ClientConn) {
@@ -330,6 +414,38 @@ func checkGroup(conn *grpc.ClientConn) {
 	}
 	report["any"] = decisions
 
+	gathered := make([]string, world)
+	run(func(r *rank) error {
+		parts, data, err := r.allGather()
+		if err != nil {
+			return err
+		}
+		var shapes []string
+		for _, p := range parts {
+			shapes = append(shapes, fmt.Sprint(p.Shape))
+		}
+		values := make([]uint32, len(data)/4)
+		for i := range values {
+			values[i] = binary.LittleEndian.Uint32(data[4*i:])
+		}
+		gathered[r.assignment.Rank] = fmt.Sprint(shapes, values)
+		return nil
+	})
+	for i, err := range errs {
+		check(err, fmt.Sprintf("AllGather on rank %d", i))
+	}
+	report["all_gather"] = gathered
+	broadcast := make([]string, world)
+	run(func(r *rank) error {
+		data, err := r.broadcastBytes([]byte("from rank 1, in Go"))
+		broadcast[r.assignment.Rank] = string(data)
+		return err
+	})
+	for i, err := range errs {
+		check(err, fmt.Sprintf("Broadcast on rank %d", i))
+	}
+	report["broadcast"] = broadcast
+
 	// A malformed call (3 floats announced, 2 sent) is refused, and not counted: both ranks'
 	// next call is still call k.
 	_, err := ranks[0].allReduceRaw([]int64{3}, float32Bytes([]float32{1, 2}))
@@ -393,6 +509,67 @@ func checkKeyValuePages(conn *grpc.ClientConn) {
 	}
 	report["kv_keys"] = keys
 	report["kv_pages"] = pages
+}
+
+// A client-streaming upload of 5 MB (two chunks under the 4 MiB limit), stored once, read back
+// whole; bytes that do not hash to the announced digest are refused as DATA_LOSS.
+func checkUpload(conn *grpc.ClientConn) {
+	ctx, cancel := timed(60)
+	defer cancel()
+	artifacts := pb.NewArtifactsClient(conn)
+	data := make([]byte, 5_000_000)
+	for i := range data {
+		data[i] = byte(i * 7 % 251)
+	}
+	sum := sha256.Sum256(data)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	const chunkBytes = 4<<20 - 64<<10
+	upload := func(announced string) (*pb.UploadResponse, error) {
+		stream, err := artifacts.Upload(ctx)
+		if err != nil {
+			return nil, err
+		}
+		header := &pb.UploadHeader{Digest: announced, Size: int64(len(data)), Name: "go.bin"}
+		for offset := 0; offset < len(data); offset += chunkBytes {
+			m := &pb.UploadRequest{Chunk: data[offset:min(offset+chunkBytes, len(data))]}
+			if offset == 0 {
+				m.Header = header
+			}
+			if err := stream.Send(m); err == io.EOF {
+				break // refused early: CloseAndRecv has the status
+			} else if err != nil {
+				return nil, err
+			}
+		}
+		return stream.CloseAndRecv()
+	}
+	first, err := upload(digest)
+	check(err, "Artifacts.Upload")
+	again, err := upload(digest)
+	check(err, "Artifacts.Upload again")
+	stat, err := artifacts.Stat(ctx, &pb.StatRequest{Digest: digest})
+	check(err, "Artifacts.Stat")
+	fetch, err := artifacts.Fetch(ctx, &pb.FetchRequest{Digest: digest, Offset: 1_000_000})
+	check(err, "Artifacts.Fetch from an offset")
+	var back []byte
+	for {
+		m, err := fetch.Recv()
+		if err == io.EOF {
+			break
+		}
+		check(err, "Artifacts.Fetch stream")
+		back = append(back, m.Chunk...)
+	}
+	if !bytes.Equal(back, data[1_000_000:]) {
+		fail("Fetch from offset 1,000,000: %d bytes back, not the upload's", len(back))
+	}
+	other := sha256.Sum256([]byte("something else"))
+	_, err = upload("sha256:" + hex.EncodeToString(other[:]))
+	report["upload"] = map[string]interface{}{
+		"size": first.Size, "already_stored": []bool{first.AlreadyStored, again.AlreadyStored},
+		"stat_size": stat.Size, "digest_matches": first.Digest == digest,
+		"wrong_digest": expectCode(err, codes.DataLoss, "", "an upload under another digest"),
+	}
 }
 
 // A job from a JSON spec, watched to its end, then its metrics, its log and its last
@@ -628,6 +805,7 @@ func main() {
 	checkWorkers(conn)
 	checkGroup(conn)
 	checkKeyValuePages(conn)
+	checkUpload(conn)
 	checkJob(conn, *spec, *checkpoint)
 
 	out, err := json.Marshal(report)

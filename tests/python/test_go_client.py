@@ -56,6 +56,15 @@ def test_a_go_client_uses_the_whole_public_api(cluster, tmp_path):
     assert all("rank 0" in m and "rank 1" in m for m in report["mismatch"]), report["mismatch"]
     assert report["short_payload"], "the refusal says why"
 
+    # Rank 0 gathers [[0, 1]], rank 1 [[100, 101], [102, 103]]: uneven parts, in rank order.
+    assert report["all_gather"] == ["[[1 2] [2 2]] [0 1 100 101 102 103]"] * 2
+    assert report["broadcast"] == ["from rank 1, in Go"] * 2
+
+    assert report["upload"]["size"] == 5_000_000 and report["upload"]["stat_size"] == 5_000_000
+    assert report["upload"]["digest_matches"]
+    assert report["upload"]["already_stored"] == [False, True]
+    assert report["upload"]["wrong_digest"], "DATA_LOSS says which digest the bytes have"
+
     assert report["kv_keys"] == ["big/0", "big/1", "big/2"]
     assert report["kv_pages"] == 3, "3 MB values through a 4 MiB limit: one a page"
 
