@@ -36,7 +36,8 @@ go_client=(golang-go golang-google-grpc-dev golang-google-protobuf-dev
            golang-github-golang-protobuf-1-5-dev protoc-gen-go protoc-gen-go-grpc)
 if [ "${1:-}" = "--checks" ]; then packages+=(clang-format "${go_client[@]}"); fi
 if [ "${1:-}" = "--test" ]; then
-  packages+=(clang-format "${go_client[@]}" clang python3-pytest python3-torch python3-torchvision python3-pil
+  packages+=(clang-format "${go_client[@]}" clang python3-pytest python3-torch python3-torchvision
+             python3-pil
              chromium chromium-driver python3-selenium iproute2 openssl nginx)
 fi
 if [ "${1:-}" = "--bench" ]; then

@@ -15,7 +15,9 @@ import torch
 def go_client():
     path = os.environ.get("DTRAIN_GO_CLIENT")
     if not path or not os.path.exists(path):
-        pytest.fail("DTRAIN_GO_CLIENT is not set to the built Go client (run through ctest)")
+        pytest.fail("DTRAIN_GO_CLIENT is not set to the built Go client: run through ctest, "
+                    "with Go and its protoc plugins installed (deploy/install-deps.sh --test) "
+                    "before cmake configures")
     return path
 
 
@@ -34,7 +36,7 @@ def test_a_go_client_uses_the_whole_public_api(cluster, tmp_path):
     checkpoint = tmp_path / "last.ckpt"
     run = subprocess.run(
         [go_client(), f"--address={cluster.address}", f"--spec={json.dumps(SPEC)}",
-         f"--checkpoint_out={checkpoint}"], capture_output=True, text=True, timeout=400)
+         f"--checkpoint_out={checkpoint}"], capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, f"the Go client failed:\n{run.stderr}"
     report = json.loads(run.stdout)
 
@@ -46,13 +48,13 @@ def test_a_go_client_uses_the_whole_public_api(cluster, tmp_path):
             "google/protobuf/descriptor.proto"} <= set(report["reflected_files"])
     assert json.loads(report["dynamic_list_jobs"]) == {}, "no job yet, and ListJobs said so"
 
-    assert report["workers"] == ["w0", "w1"] and report["worker_pages"] >= 2
+    assert report["workers"] == ["w0", "w1"] and report["worker_pages"] == 2
     assert "page_size" in report["negative_page_size"]
 
     assert report["members"] == ["0:go0", "1:go1"]
     # Rank r sent [r+1, 2(r+1), 0.5, -r]; both ranks hold the same sum.
     assert report["all_reduce"] == [[3.0, 6.0, 1.0, -1.0]] * 2
-    assert report["any"] == [True, True]
+    assert report["any"] == [True, True] and report["all"] == [False, False]
     assert all("rank 0" in m and "rank 1" in m for m in report["mismatch"]), report["mismatch"]
     assert report["short_payload"], "the refusal says why"
 
@@ -76,7 +78,7 @@ def test_a_go_client_uses_the_whole_public_api(cluster, tmp_path):
     assert report["watch_updates"] >= 2
     assert report["metrics"]["test_acc"] > 0.8
     assert report["metric_points"]["train_loss"] >= 2 and report["metric_points"]["val_acc"] == 2
-    assert "test_acc=" in report["test_log_line"]
+    assert "test_acc=" in report["test_log_line"] and report["log_lines"] > 10
     # The TensorBoard file, its framing checked with Go's CRC-32C: the scalars metrics.csv has.
     assert report["event_tags"]["train_loss"] == report["metric_points"]["train_loss"]
     assert report["event_tags"]["val_acc"] == 2
@@ -104,8 +106,9 @@ def test_a_go_client_over_mutual_tls_with_a_token(tmp_path):
     try:
         run = subprocess.run(
             [go_client(), f"--address={c.address}", f"--tls_ca={certs}/ca.pem",
-             f"--tls_cert={certs}/client.pem", f"--tls_key={certs}/client.key", "--token=go-s3cret"],
-            capture_output=True, text=True, timeout=120)
+             f"--tls_cert={certs}/client.pem", f"--tls_key={certs}/client.key",
+             "--token=go-s3cret"],
+            capture_output=True, text=True, timeout=60)
         assert run.returncode == 0, f"the Go client failed:\n{run.stderr}"
         report = json.loads(run.stdout)
     finally:
@@ -113,4 +116,5 @@ def test_a_go_client_over_mutual_tls_with_a_token(tmp_path):
     assert report["alpn"] == "h2", "newer grpc-go refuses a TLS server that does not speak ALPN"
     assert report["tls_version"] in (0x0303, 0x0304), "TLS 1.2 or 1.3"
     assert report["no_token"] and report["wrong_token"]
-    assert report["no_client_certificate"]
+    # UNAVAILABLE at once (Go checked the code): the handshake failed, no deadline ran out.
+    assert "deadline" not in report["no_client_certificate"]
