@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/standard_services.h"
 #include "common/streaming.h"
+#include "common/unparsable_request.h"
 
 namespace dtrain {
 namespace {
@@ -148,6 +149,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->artifacts_service_.get());
   builder.RegisterCallbackGenericService(server->retired_methods_.get());
+  AnswerUnparsableRequests(builder);
   builder.SetMaxReceiveMessageSize(kCoordinatorMaxReceiveBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   grpc::ResourceQuota quota("dtrain-coordinator");

@@ -216,7 +216,7 @@ TEST_F(BadInputTest, BadRegistrations_InvalidArgument) {
   // Register is served raw (its answers share the member list): the size bound and the parse
   // are the service's own, refused before anything is read into a group.
   ExpectError(attempt([](auto& r) { r.set_order_key(std::string(70'000, 'k')); }),
-              absl::StatusCode::kInvalidArgument, "bytes; a registration is at most 65536");
+              absl::StatusCode::kInvalidArgument, "bytes; one is at most 65536");
   {
     grpc::GenericStub generic(channel_);
     grpc::ClientContext context;
@@ -232,7 +232,7 @@ TEST_F(BadInputTest, BadRegistrations_InvalidArgument) {
                       });
     done.WaitForNotification();
     ExpectError(FromGrpcStatus(status), absl::StatusCode::kInvalidArgument,
-                "the RegisterRequest does not parse as dtrain.v1.RegisterRequest");
+                "the request does not parse as dtrain.v1.RegisterRequest");
   }
   ExpectGroupsUnharmed();
 }

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -74,6 +76,37 @@ std::string ListServicesByReflection(const std::string& address) {
   while (cq.Next(&tag, &ok)) {
   }
   return bytes;
+}
+
+// One call of `method` through a generic stream (unary and server-streaming methods alike): the
+// request's bytes as given, then every answer read; the call's status.
+grpc::Status RawCall(const std::string& address, const std::string& method,
+                     const std::string& request_bytes) {
+  grpc::CompletionQueue cq;
+  grpc::GenericStub stub(ConnectToCoordinator(address, ""));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  auto call = stub.PrepareCall(&context, method, &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  call->StartCall(reinterpret_cast<void*>(1));
+  cq.Next(&tag, &ok);
+  grpc::Slice slice(request_bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
+  cq.Next(&tag, &ok);
+  do {
+    grpc::ByteBuffer response;
+    call->Read(&response, reinterpret_cast<void*>(3));
+    cq.Next(&tag, &ok);
+  } while (ok);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status;
 }
 
 // A cluster of its own per test: a coordinator process and, for the worker's test, one worker.
@@ -148,6 +181,46 @@ TEST(StandardServices, WorkerHealthAndReflection) {
       RunShell(absl::StrCat(DTRAIN_CLI_BIN " health ", address, " --service=dtrain.v1.Jobs 2>&1"));
   EXPECT_EQ(unknown.exit_code, 3) << unknown.output;
   EXPECT_THAT(unknown.output, HasSubstr("NOT_FOUND"));
+}
+
+// Bytes that do not parse as the method's message (field 1 with wire type 7, which does not
+// exist): gRPC's callback API alone would answer UNIMPLEMENTED with no message, as if the
+// method did not exist; every dtrain server answers INVALID_ARGUMENT naming the message.
+TEST(StandardServices, UnparsableRequest_InvalidArgumentNamingTheMessage) {
+  auto cluster = NewCluster();
+  ASSERT_TRUE(cluster->StartCoordinator());
+  ASSERT_TRUE(cluster->AddWorker("parse-w"));
+  const std::string garbage("\x0f\xff\xff", 3);
+  const std::string worker = absl::StrCat("127.0.0.1:", cluster->worker("parse-w").port());
+  const std::vector<std::tuple<std::string, std::string, std::string>> calls = {
+      {cluster->address(), "/dtrain.v1.Jobs/GetJob", "dtrain.v1.GetJobRequest"},
+      {cluster->address(), "/dtrain.v1.Jobs/WatchJob", "dtrain.v1.WatchJobRequest"},
+      {cluster->address(), "/dtrain.v1.Workers/ListWorkers", "dtrain.v1.ListWorkersRequest"},
+      {cluster->address(), "/dtrain.v1.Coordinator/KeyValueGet", "dtrain.v1.KeyValueGetRequest"},
+      {cluster->address(), "/dtrain.v1.Artifacts/Fetch", "dtrain.v1.FetchRequest"},
+      {worker, "/dtrain.v1.Worker/Health", "dtrain.v1.HealthRequest"},
+      {worker, "/dtrain.v1.Worker/StreamStateDict", "dtrain.v1.StateDictRequest"},
+      // Served raw, parsed by the coordinator itself.
+      {cluster->address(), "/dtrain.v1.Coordinator/Register", "dtrain.v1.RegisterRequest"},
+      {cluster->address(), "/dtrain.v1.Coordinator/Session", "dtrain.v1.SessionRequest"},
+  };
+  for (const auto& [address, method, type] : calls) {
+    grpc::Status status = RawCall(address, method, garbage);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+    EXPECT_THAT(status.error_message(), HasSubstr(absl::StrCat("does not parse as ", type)))
+        << method;
+  }
+  EXPECT_THAT(RawCall(cluster->address(), "/dtrain.v1.Jobs/GetJob", garbage).error_message(),
+              HasSubstr("the request to /dtrain.v1.Jobs/GetJob does not parse"));
+  // Bytes that parse are the handler's to judge; a method that does not exist stays UNIMPLEMENTED.
+  grpc::Status empty_id = RawCall(cluster->address(), "/dtrain.v1.Jobs/GetJob", "");
+  EXPECT_EQ(empty_id.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(empty_id.error_message(), ::testing::Not(HasSubstr("does not parse")));
+  EXPECT_EQ(RawCall(worker, "/dtrain.v1.Worker/Health", "").error_code(), grpc::StatusCode::OK);
+  EXPECT_EQ(RawCall(cluster->address(), "/dtrain.v1.Jobs/NoSuchMethod", garbage).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(RawCall(worker, "/dtrain.v1.Worker/NoSuchMethod", garbage).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
 }
 
 // gRPC would let a second server bind a port already served (SO_REUSEPORT) and the kernel would

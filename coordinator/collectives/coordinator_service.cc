@@ -304,11 +304,41 @@ class TensorCollectiveReactor final
   bool finished_ = false;
 };
 
+// A RegisterRequest or SessionRequest holds a few short strings (each at most 256 bytes):
+// anything larger is no such request, and is refused before it is parsed. These two are served
+// raw so that bytes that do not parse get INVALID_ARGUMENT naming the message; gRPC's own answer
+// would be UNIMPLEMENTED with no message (Register), or a session that just ends (Session).
+constexpr size_t kMostSmallRequestBytes = 64 << 10;
+
+template <typename Message>
+absl::StatusOr<Message> ParseSmallRequest(const grpc::ByteBuffer& buffer) {
+  const std::string& type = Message::descriptor()->full_name();
+  if (buffer.Length() > kMostSmallRequestBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a ", type, " of ", buffer.Length(), " bytes; one is at most ", kMostSmallRequestBytes));
+  }
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok())
+    return absl::InternalError(absl::StrCat("cannot read the ", type));
+  std::string bytes;
+  bytes.reserve(buffer.Length());
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  Message request;
+  if (!request.ParseFromString(bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request does not parse as ", type,
+                     ": a client built from other .proto files than this server's "
+                     "(proto/dtrain/v1), or damaged bytes"));
+  }
+  return request;
+}
+
 // A member's session: one barrier or decision at a time on a long-lived stream. At most one
 // operation is in flight: read a request, submit it, write its answer (or Finish with its
 // error), then read the next.
-class SessionReactor final
-    : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse> {
+class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   SessionReactor(CollectiveEngine* engine, absl::StatusOr<Caller> caller)
       : engine_(engine), caller_(std::move(caller)) {
@@ -316,11 +346,14 @@ class SessionReactor final
       Finish(ToGrpcStatus(caller_.status()));
       return;
     }
-    StartRead(&request_);
+    StartRead(&read_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) return Finish(grpc::Status::OK);  // the client closed its session
+    absl::StatusOr<v1::SessionRequest> parsed = ParseSmallRequest<v1::SessionRequest>(read_);
+    if (!parsed.ok()) return Finish(ToGrpcStatus(parsed.status()));
+    request_ = std::move(*parsed);
     CollectiveCall call;
     switch (request_.call_case()) {
       case v1::SessionRequest::kBarrier:
@@ -357,19 +390,21 @@ class SessionReactor final
                         pending_ = false;
                       }
                       if (!status.ok()) return Finish(ToGrpcStatus(status));
-                      response_.Clear();
+                      v1::SessionResponse response;
                       if (is_decision) {
-                        response_.mutable_decision()->set_decision(result->decision);
+                        response.mutable_decision()->set_decision(result->decision);
                       } else {
-                        response_.mutable_barrier();
+                        response.mutable_barrier();
                       }
-                      StartWrite(&response_);
+                      grpc::Slice slice(response.SerializeAsString());
+                      written_ = grpc::ByteBuffer(&slice, 1);
+                      StartWrite(&written_);
                     });
   }
 
   void OnWriteDone(bool ok) override {
     if (!ok) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
-    StartRead(&request_);
+    StartRead(&read_);
   }
 
   void OnCancel() override {
@@ -389,8 +424,9 @@ class SessionReactor final
  private:
   CollectiveEngine* const engine_;
   const absl::StatusOr<Caller> caller_;
+  grpc::ByteBuffer read_;
   v1::SessionRequest request_;
-  v1::SessionResponse response_;
+  grpc::ByteBuffer written_;
   absl::Mutex mu_;
   v1::MemberRef member_ ABSL_GUARDED_BY(mu_);
   int64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
@@ -399,7 +435,7 @@ class SessionReactor final
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* CoordinatorService::Session(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* CoordinatorService::Session(
     grpc::CallbackServerContext* context) {
   return new SessionReactor(engine_, access_->Authenticate(*context));
 }
@@ -422,31 +458,6 @@ absl::Status CoordinatorService::Authorize(const grpc::CallbackServerContext& co
 
 namespace {
 
-// A RegisterRequest holds a few short strings (each at most 256 bytes): anything larger is no
-// registration, and is refused before it is parsed.
-constexpr size_t kMostRegisterRequestBytes = 64 << 10;
-
-absl::StatusOr<v1::RegisterRequest> ParseRegisterRequest(const grpc::ByteBuffer& buffer) {
-  if (buffer.Length() > kMostRegisterRequestBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("a RegisterRequest of ", buffer.Length(),
-                                                   " bytes; a registration is at most ",
-                                                   kMostRegisterRequestBytes));
-  }
-  std::vector<grpc::Slice> slices;
-  if (!buffer.Dump(&slices).ok()) return absl::InternalError("cannot read the RegisterRequest");
-  std::string bytes;
-  bytes.reserve(buffer.Length());
-  for (const grpc::Slice& slice : slices) {
-    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
-  v1::RegisterRequest request;
-  if (!request.ParseFromString(bytes)) {
-    return absl::InvalidArgumentError(
-        "the RegisterRequest does not parse as dtrain.v1.RegisterRequest");
-  }
-  return request;
-}
-
 // The member's own fields, then the group's shared member list: one RegisterResponse on the
 // wire. The list is referenced, not copied, until gRPC has sent it.
 grpc::ByteBuffer EncodeRegisterAnswer(const RegisterAnswer& answer) {
@@ -468,7 +479,8 @@ grpc::ByteBuffer EncodeRegisterAnswer(const RegisterAnswer& answer) {
 grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request_bytes,
                                                        grpc::ByteBuffer* response) {
-  absl::StatusOr<v1::RegisterRequest> request = ParseRegisterRequest(*request_bytes);
+  absl::StatusOr<v1::RegisterRequest> request =
+      ParseSmallRequest<v1::RegisterRequest>(*request_bytes);
   if (!request.ok()) return FinishNow(context, request.status());
   if (absl::Status s = Authorize(*context, &request->group(), "register"); !s.ok()) {
     return FinishNow(context, s);

@@ -16,7 +16,8 @@
 namespace dtrain {
 
 // The four tensor collectives are served raw (zero-copy framing, see tensor_frames.h), and so is
-// Register (every member's answer shares the group's encoded member list, see RegisterAnswer);
+// Register (every member's answer shares the group's encoded member list, see RegisterAnswer)
+// and Session (bytes that do not parse are refused by name, not taken for the session's end);
 // their messages on the wire are still exactly those of coordinator.proto.
 using CoordinatorServiceBase = v1::Coordinator::WithRawCallbackMethod_Register<
     v1::Coordinator::WithCallbackMethod_Heartbeat<v1::Coordinator::WithCallbackMethod_Leave<
@@ -25,7 +26,7 @@ using CoordinatorServiceBase = v1::Coordinator::WithRawCallbackMethod_Register<
                 v1::Coordinator::WithRawCallbackMethod_Reduce<
                     v1::Coordinator::WithRawCallbackMethod_AllReduce<
                         v1::Coordinator::WithCallbackMethod_ReduceBooleanDecision<
-                            v1::Coordinator::WithCallbackMethod_Session<
+                            v1::Coordinator::WithRawCallbackMethod_Session<
                                 v1::Coordinator::WithCallbackMethod_KeyValueSet<
                                     v1::Coordinator::WithCallbackMethod_KeyValueGet<
                                         v1::Coordinator::WithCallbackMethod_KeyValueAdd<
@@ -70,7 +71,7 @@ class CoordinatorService final : public CoordinatorServiceBase {
   grpc::ServerUnaryReactor* ReduceBooleanDecision(
       grpc::CallbackServerContext* context, const v1::ReduceBooleanDecisionRequest* request,
       v1::ReduceBooleanDecisionResponse* response) override;
-  grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Session(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* KeyValueSet(grpc::CallbackServerContext* context,
                                         const v1::KeyValueSetRequest* request,

@@ -25,6 +25,7 @@
 #include "common/port_file.h"
 #include "common/standard_services.h"
 #include "common/streaming.h"
+#include "common/unparsable_request.h"
 #include "worker/plugins/plugin_registry.h"
 #include "worker/precision/device_plan.h"
 #include "worker/runtime/cpu_affinity.h"
@@ -143,6 +144,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
   quota.Resize(static_cast<size_t>(kWorkerMemoryQuotaBytes));
   builder.SetResourceQuota(quota);
   builder.RegisterService(server->service_.get());
+  AnswerUnparsableRequests(builder);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(
