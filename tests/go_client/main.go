@@ -42,6 +42,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 )
@@ -94,9 +95,9 @@ func checkHealth(conn *grpc.ClientConn) {
 	report["health"] = r.Status.String()
 }
 
-// What grpcurl does without .proto files: list the services through server reflection, resolve
-// each one's file and its imports into descriptors, and call a method with dynamic messages.
-func checkReflection(conn *grpc.ClientConn) {
+// A server's services through reflection, and every file they need, imports too, fetched by name
+// and linked into descriptors as grpcurl resolves them; and the files' names.
+func reflected(conn *grpc.ClientConn) ([]string, *protoregistry.Files, []string) {
 	ctx, cancel := timed(20)
 	defer cancel()
 	stream, err := rpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
@@ -117,9 +118,7 @@ func checkReflection(conn *grpc.ClientConn) {
 		services = append(services, s.Name)
 	}
 	sort.Strings(services)
-	report["services"] = services
 
-	// Every file a service needs, its imports too, by name, as grpcurl resolves them.
 	files := map[string]*descriptorpb.FileDescriptorProto{}
 	var add func(r *rpb.ServerReflectionResponse)
 	add = func(r *rpb.ServerReflectionResponse) {
@@ -151,9 +150,19 @@ func checkReflection(conn *grpc.ClientConn) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	report["reflected_files"] = names
 	registry, err := protodesc.NewFiles(set)
 	check(err, "the reflected descriptors do not link")
+	return services, registry, names
+}
+
+// What grpcurl does without .proto files: list the services through server reflection, resolve
+// each one's file and its imports into descriptors, and call a method with dynamic messages.
+func checkReflection(conn *grpc.ClientConn) {
+	ctx, cancel := timed(20)
+	defer cancel()
+	services, registry, names := reflected(conn)
+	report["services"] = services
+	report["reflected_files"] = names
 
 	// Jobs.ListJobs with messages built from the descriptors alone.
 	d, err := registry.FindDescriptorByName("dtrain.v1.Jobs")
@@ -862,7 +871,18 @@ func main() {
 	cert := flag.String("tls_cert", "", "the client's certificate (PEM)")
 	key := flag.String("tls_key", "", "the client's key (PEM)")
 	token := flag.String("token", "", "the admin bearer token")
+	hostile := flag.String("hostile", "",
+		"with --address: random and unparsable input to every method there and at these "+
+			"comma-separated addresses too")
 	flag.Parse()
+	if *address != "" && *hostile != "" {
+		addresses := append([]string{*address}, strings.Split(*hostile, ",")...)
+		report["hostile_codes"] = checkHostile(addresses, 12, 1)
+		out, err := json.Marshal(report)
+		check(err, "the report")
+		fmt.Println(string(out))
+		return
+	}
 	if *address != "" && *ca != "" {
 		checkSecure(*address, *ca, *cert, *key, *token)
 		out, err := json.Marshal(report)
