@@ -18,17 +18,6 @@ namespace {
 
 using grpc::experimental::InterceptionHookPoints;
 
-// The tensor collectives are served raw (their bytes always "parse") and run once a step on the
-// gRPC plane, so they get no interceptor at all.
-bool ServedRaw(absl::string_view method) {
-  for (absl::string_view raw :
-       {"/dtrain.v1.Coordinator/AllReduce", "/dtrain.v1.Coordinator/Broadcast",
-        "/dtrain.v1.Coordinator/AllGather", "/dtrain.v1.Coordinator/Reduce"}) {
-    if (method == raw) return true;
-  }
-  return false;
-}
-
 // "/dtrain.v1.Jobs/GetJob": "dtrain.v1.GetJobRequest", or "" when the pool does not know it.
 std::string RequestTypeOf(absl::string_view method) {
   if (method.empty() || method[0] != '/') return "";
@@ -43,9 +32,8 @@ class UnparsableRequestInterceptor final : public grpc::experimental::Intercepto
   explicit UnparsableRequestInterceptor(const char* method) : method_(method) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    // A message that failed to parse arrives as none. So does a stream's clean end, which is
-    // why the answer is rewritten only when it is gRPC's own: UNIMPLEMENTED with no message,
-    // which dtrain's handlers never give.
+    // A request that failed to parse arrives as none, and gRPC then answers UNIMPLEMENTED with
+    // no message itself; dtrain's handlers never give that answer, so only it is rewritten.
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
         methods->GetRecvMessage() == nullptr) {
       received_none_ = true;
@@ -77,7 +65,13 @@ class UnparsableRequestInterceptorFactory final
  public:
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    if (ServedRaw(info->method())) return nullptr;
+    // Only a unary or server-streaming request is read before the handler runs, and only there
+    // does gRPC answer a failed parse itself. A stream the client writes is read by its reactor,
+    // which sees a message that does not parse as the stream's end (Register and Session are
+    // served raw and parse their own). So no other call, the tensor collectives among them,
+    // pays for an interceptor.
+    using Type = grpc::experimental::ServerRpcInfo::Type;
+    if (info->type() != Type::UNARY && info->type() != Type::SERVER_STREAMING) return nullptr;
     return new UnparsableRequestInterceptor(info->method());
   }
 };

@@ -9,8 +9,9 @@
 
 namespace dtrain {
 
-// Installs the server interceptor that rewrites that answer. Call once per builder, before
-// BuildAndStart.
+// Installs the server interceptor that rewrites that answer, on unary and server-streaming
+// methods. Call once per builder, before BuildAndStart: it replaces any interceptor creators set
+// on the builder before.
 void AnswerUnparsableRequests(grpc::ServerBuilder& builder);
 
 }  // namespace dtrain

@@ -232,7 +232,8 @@ TEST_F(BadInputTest, BadRegistrations_InvalidArgument) {
                       });
     done.WaitForNotification();
     ExpectError(FromGrpcStatus(status), absl::StatusCode::kInvalidArgument,
-                "the request does not parse as dtrain.v1.RegisterRequest");
+                "the request to /dtrain.v1.Coordinator/Register does not parse as "
+                "dtrain.v1.RegisterRequest");
   }
   ExpectGroupsUnharmed();
 }

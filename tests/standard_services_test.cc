@@ -207,11 +207,9 @@ TEST(StandardServices, UnparsableRequest_InvalidArgumentNamingTheMessage) {
   for (const auto& [address, method, type] : calls) {
     grpc::Status status = RawCall(address, method, garbage);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
-    EXPECT_THAT(status.error_message(), HasSubstr(absl::StrCat("does not parse as ", type)))
-        << method;
+    EXPECT_THAT(status.error_message(),
+                HasSubstr(absl::StrCat("the request to ", method, " does not parse as ", type)));
   }
-  EXPECT_THAT(RawCall(cluster->address(), "/dtrain.v1.Jobs/GetJob", garbage).error_message(),
-              HasSubstr("the request to /dtrain.v1.Jobs/GetJob does not parse"));
   // Bytes that parse are the handler's to judge; a method that does not exist stays UNIMPLEMENTED.
   grpc::Status empty_id = RawCall(cluster->address(), "/dtrain.v1.Jobs/GetJob", "");
   EXPECT_EQ(empty_id.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

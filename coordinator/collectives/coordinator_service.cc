@@ -311,7 +311,8 @@ class TensorCollectiveReactor final
 constexpr size_t kMostSmallRequestBytes = 64 << 10;
 
 template <typename Message>
-absl::StatusOr<Message> ParseSmallRequest(const grpc::ByteBuffer& buffer) {
+absl::StatusOr<Message> ParseSmallRequest(const grpc::ByteBuffer& buffer,
+                                          absl::string_view method) {
   const std::string& type = Message::descriptor()->full_name();
   if (buffer.Length() > kMostSmallRequestBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -328,7 +329,7 @@ absl::StatusOr<Message> ParseSmallRequest(const grpc::ByteBuffer& buffer) {
   Message request;
   if (!request.ParseFromString(bytes)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the request does not parse as ", type,
+        absl::StrCat("the request to ", method, " does not parse as ", type,
                      ": a client built from other .proto files than this server's "
                      "(proto/dtrain/v1), or damaged bytes"));
   }
@@ -351,7 +352,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
 
   void OnReadDone(bool ok) override {
     if (!ok) return Finish(grpc::Status::OK);  // the client closed its session
-    absl::StatusOr<v1::SessionRequest> parsed = ParseSmallRequest<v1::SessionRequest>(read_);
+    absl::StatusOr<v1::SessionRequest> parsed =
+        ParseSmallRequest<v1::SessionRequest>(read_, "/dtrain.v1.Coordinator/Session");
     if (!parsed.ok()) return Finish(ToGrpcStatus(parsed.status()));
     request_ = std::move(*parsed);
     CollectiveCall call;
@@ -480,7 +482,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
                                                        const grpc::ByteBuffer* request_bytes,
                                                        grpc::ByteBuffer* response) {
   absl::StatusOr<v1::RegisterRequest> request =
-      ParseSmallRequest<v1::RegisterRequest>(*request_bytes);
+      ParseSmallRequest<v1::RegisterRequest>(*request_bytes, "/dtrain.v1.Coordinator/Register");
   if (!request.ok()) return FinishNow(context, request.status());
   if (absl::Status s = Authorize(*context, &request->group(), "register"); !s.ok()) {
     return FinishNow(context, s);

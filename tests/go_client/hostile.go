@@ -123,8 +123,8 @@ type hostileCall struct {
 	garbage bool // bytes that cannot parse as any message
 }
 
-// One call of raw bytes; its status code, or a failure when it outlived its deadline.
-func (c hostileCall) run(deadline time.Duration) (codes.Code, error) {
+// One call of raw bytes; its status, or a failure when it outlived its deadline.
+func (c hostileCall) run(deadline time.Duration) (*status.Status, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	service := c.method.Parent().(protoreflect.ServiceDescriptor)
@@ -152,12 +152,25 @@ func (c hostileCall) run(deadline time.Duration) (codes.Code, error) {
 		}
 	}
 	if time.Since(started) > deadline+2*time.Second {
-		return codes.Unknown, fmt.Errorf("%s outlived its deadline: %v", name, time.Since(started))
+		return nil, fmt.Errorf("%s outlived its deadline: %v", name, time.Since(started))
 	}
 	if err != nil && err.Error() == "EOF" {
-		return codes.OK, nil // a server stream that ended cleanly
+		return status.New(codes.OK, ""), nil // a server stream that ended cleanly
 	}
-	return status.Code(err), nil
+	return status.Convert(err), nil
+}
+
+// The method's kind, as the report names it.
+func kindOf(m protoreflect.MethodDescriptor) string {
+	switch {
+	case m.IsStreamingClient() && m.IsStreamingServer():
+		return "bidi"
+	case m.IsStreamingClient():
+		return "client-streaming"
+	case m.IsStreamingServer():
+		return "server-streaming"
+	}
+	return "unary"
 }
 
 // Sweeps every method of every dtrain service at each address; returns the codes seen per
@@ -205,38 +218,54 @@ func checkHostile(addresses []string, perMethod int, seed int64) map[string]map[
 	r.Shuffle(len(calls), func(i, j int) { calls[i], calls[j] = calls[j], calls[i] })
 
 	codesSeen := map[string]map[string]int{}
-	garbageCodes := map[string]string{}
+	garbage := map[string]map[string]string{}
 	var mu sync.Mutex
 	var failures []string
-	work := make(chan hostileCall)
-	var wg sync.WaitGroup
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c := range work {
-				code, err := c.run(2 * time.Second)
-				mu.Lock()
-				if err != nil {
-					failures = append(failures, err.Error())
+	// 16 calls at a time; the unparsable bytes first, on their own and with a longer deadline,
+	// so that no waiting call can delay them on a loaded machine.
+	sweep := func(calls []hostileCall, deadline time.Duration) {
+		work := make(chan hostileCall)
+		var wg sync.WaitGroup
+		for w := 0; w < 16; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for c := range work {
+					answer, err := c.run(deadline)
+					mu.Lock()
+					if err != nil {
+						failures = append(failures, err.Error())
+					} else {
+						key := string(c.method.FullName())
+						if codesSeen[key] == nil {
+							codesSeen[key] = map[string]int{}
+						}
+						codesSeen[key][answer.Code().String()]++
+						if c.garbage {
+							garbage[key] = map[string]string{"code": answer.Code().String(),
+								"message": answer.Message(), "kind": kindOf(c.method)}
+						}
+					}
+					mu.Unlock()
 				}
-				key := string(c.method.FullName())
-				if codesSeen[key] == nil {
-					codesSeen[key] = map[string]int{}
-				}
-				codesSeen[key][code.String()]++
-				if c.garbage {
-					garbageCodes[key] = code.String()
-				}
-				mu.Unlock()
-			}
-		}()
+			}()
+		}
+		for _, c := range calls {
+			work <- c
+		}
+		close(work)
+		wg.Wait()
 	}
+	var first, rest []hostileCall
 	for _, c := range calls {
-		work <- c
+		if c.garbage {
+			first = append(first, c)
+		} else {
+			rest = append(rest, c)
+		}
 	}
-	close(work)
-	wg.Wait()
+	sweep(first, 10*time.Second)
+	sweep(rest, 5*time.Second)
 	if len(failures) > 0 {
 		sort.Strings(failures)
 		fail("hostile input: %d calls outlived their deadlines, first %s", len(failures), failures[0])
@@ -253,6 +282,6 @@ func checkHostile(addresses []string, perMethod int, seed int64) map[string]map[
 		conn.Close()
 	}
 	report["hostile_calls"] = len(calls)
-	report["hostile_garbage"] = garbageCodes
+	report["hostile_garbage"] = garbage
 	return codesSeen
 }

@@ -124,7 +124,8 @@ def test_every_rpc_answers_hostile_input_from_go(tmp_path):
     """Every method of the coordinator and a worker, found through reflection, gets bytes that do
     not parse, an empty message, random messages from its descriptor and those with bytes
     changed (about a thousand calls, 16 at a time): each is answered with a status in time, no
-    process falls, both still serve, and bytes that do not parse are INVALID_ARGUMENT."""
+    process falls, both still serve, and bytes that do not parse are INVALID_ARGUMENT naming the
+    message."""
     import dtrain
     from conftest import Cluster
 
@@ -137,16 +138,34 @@ def test_every_rpc_answers_hostile_input_from_go(tmp_path):
         assert run.returncode == 0, f"the Go client failed:\n{run.stderr}"
         report = json.loads(run.stdout)
         assert all(p.poll() is None for p in c.processes), "a service fell"
+        # Random RegisterWorker calls may add workers of their own; w0 must still be there.
         with dtrain.Client(c.address) as client:
-            assert [w.name for w in client.workers()] == ["w0"]
+            assert "w0" in [w.name for w in client.workers()]
     finally:
         c.stop()
     codes = report["hostile_codes"]
     assert report["hostile_calls"] > 500
     assert "dtrain.v1.Jobs.SubmitJob" in codes and "dtrain.v1.Worker.Setup" in codes
-    # What a crash, a dropped connection or gRPC's own default answer would look like.
+    # Calls that may wait for other ranks, a group or a value: the only ones a 5 s deadline
+    # may end. Every other call must be answered by the service.
+    may_wait = {f"dtrain.v1.Coordinator.{m}" for m in (
+        "Register", "Barrier", "ReduceBooleanDecision", "Session", "Broadcast", "AllGather",
+        "Reduce", "AllReduce", "KeyValueGet")}
+    may_wait |= {"dtrain.v1.Jobs.WatchJob", "dtrain.v1.Worker.Setup"}
     for method, seen in codes.items():
-        for code in ("Unknown", "Unimplemented", "Internal", "Unavailable"):
+        # What a crash, a dropped connection or gRPC's own default answer would look like.
+        banned = ["Unknown", "Unimplemented", "Internal", "Unavailable", "Canceled"]
+        if method not in may_wait:
+            banned.append("DeadlineExceeded")
+        for code in banned:
             assert code not in seen, f"{method} answered {code}: {seen}"
-    assert len(report["hostile_garbage"]) == len(codes)
-    assert set(report["hostile_garbage"].values()) == {"InvalidArgument"}, report["hostile_garbage"]
+    # Bytes that do not parse: INVALID_ARGUMENT, naming the message wherever the request is read
+    # before the handler (unary, server-streaming) or parsed by the service (Register, Session).
+    # A stream the client writes ends at such bytes, which its service reports as too short.
+    garbage = report["hostile_garbage"]
+    assert set(garbage) == set(codes)
+    for method, answer in garbage.items():
+        assert answer["code"] == "InvalidArgument", (method, answer)
+        if answer["kind"] in ("unary", "server-streaming") or method.endswith(("Register",
+                                                                             "Session")):
+            assert "does not parse as dtrain.v1." in answer["message"], (method, answer)
