@@ -198,6 +198,44 @@ TEST_F(WorkerServiceTest, PipelinedCall_PredecessorNeverComes_BoundedInNumberAnd
   EXPECT_LT(absl::Now() - torn, absl::Seconds(10));
 }
 
+// A pipelined call of a job that is not set up here can have no predecessor here: it is refused
+// at once, and takes none of the places held calls of the worker's own job need.
+TEST_F(WorkerServiceTest, PipelinedCall_OfAJobNotHere_RefusedAtOnce) {
+  auto w = StartWorker();
+  ASSERT_NE(w, nullptr);
+  v1::StepResponse response;
+  const absl::Time sent = absl::Now();
+  v1::StepRequest none = Pipelined("nobody", 40);
+  const absl::Status no_job =
+      Call([&](auto* c) { return w->stub().TrainingStep(c, none, &response); });
+  EXPECT_EQ(no_job.code(), absl::StatusCode::kFailedPrecondition) << no_job;
+  EXPECT_THAT(no_job.message(), HasSubstr("is for job 'nobody', but worker"));
+  EXPECT_THAT(no_job.message(), HasSubstr("has no job; call Setup first"));
+  EXPECT_LT(absl::Now() - sent, absl::Seconds(10)) << "held for a predecessor that cannot come";
+  v1::StepRequest unnamed = Pipelined("", 40);  // as no job is named here either
+  const absl::Status unnamed_refused =
+      Call([&](auto* c) { return w->stub().TrainingStep(c, unnamed, &response); });
+  EXPECT_EQ(unnamed_refused.code(), absl::StatusCode::kFailedPrecondition) << unnamed_refused;
+
+  ASSERT_TRUE(Setup(*w, MakeSetup("mine", "single_device", 1, address())).ok());
+  for (int i = 0; i < 10; ++i) {
+    v1::StepRequest other = Pipelined("other", 100 + 10 * i);
+    const absl::Status refused =
+        Call([&](auto* c) { return w->stub().TrainingStep(c, other, &response); });
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+    EXPECT_THAT(refused.message(), HasSubstr("is set up for job 'mine'"));
+  }
+  // The places are the job's own: its next call, sent before the one it follows, is held, then
+  // runs once that one comes.
+  Sent next(*w, Pipelined("mine", 4));
+  absl::SleepFor(absl::Milliseconds(300));
+  auto first = Train(*w, "mine", {Slice(0, 0, 1, 32, 4)});
+  ASSERT_TRUE(first.ok()) << first.status();
+  const absl::Status held = next.Wait();
+  ASSERT_TRUE(held.ok()) << held;
+  EXPECT_EQ(next.response.results(0).global_step(), 8);
+}
+
 // The executor's queue is bounded too: while a Setup waits for its group, 64 calls wait behind
 // it and the rest are refused at once, saying why; the waiting ones run when it ends.
 TEST_F(WorkerServiceTest, CallsPastTheQueueBound_RefusedAtOnce_TheWaitingOnesRunLater) {

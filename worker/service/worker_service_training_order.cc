@@ -38,6 +38,17 @@ absl::StatusOr<WorkerTrainOrder> TrainOrderOf(const v1::StepRequest& request) {
 void WorkerService::QueueInOrder(std::shared_ptr<Task> task) {
   const WorkerTrainOrder& o = task->order;
   if (o.follows.has_value() && train_queued_end_ != o.follows) {
+    // Only the job set up here (or being set up) sends the call it follows: a call of another
+    // job, or of none, would be held for nothing, in one of the few places a real one needs.
+    if (const std::string current = CurrentJobLocked();
+        current.empty() || o.follows->job != current) {
+      task->reactor->Finish(ToGrpcStatus(absl::FailedPreconditionError(
+          absl::StrCat("this pipelined training call is for job '", o.follows->job,
+                       "', but worker '", options_.identity.name, "' ",
+                       current.empty() ? "has no job; call Setup first"
+                                       : absl::StrCat("is set up for job '", current, "'")))));
+      return;
+    }
     // Its predecessor has not arrived yet: it waits for it, bounded in number and time.
     if (held_.size() >= kMostHeld) {
       task->reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
