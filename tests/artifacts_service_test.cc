@@ -4,12 +4,15 @@
 // and the admin token required.
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -175,6 +178,85 @@ TEST_F(ArtifactsServiceTest, CorruptedShortOrOversizedUploads_RefusedByName_Noth
   EXPECT_THAT(longer.error_message(),
               HasSubstr("sends more than the 1048576 bytes it announced for " + digest));
   EXPECT_EQ(*client.Stat(digest), 1 << 20);
+}
+
+// A client whose messages stop parsing mid-upload (built from other .proto files, or damaged
+// bytes): refused as such by name, not as a short upload, and nothing is kept. A whole upload on
+// the same raw path answers the digest and size it stored.
+TEST_F(ArtifactsServiceTest, MessageThatDoesNotParseMidUpload_RefusedByName_NothingStored) {
+  Start();
+  const std::string bytes = Random(300000, 4);
+  Sha256 hash;
+  hash.Update(bytes);
+  const std::string digest = hash.Finish();
+  v1::UploadRequest first;
+  first.mutable_header()->set_digest(digest);
+  first.mutable_header()->set_size(static_cast<int64_t>(bytes.size()));
+  first.set_chunk(bytes.substr(0, 100000));
+  v1::UploadRequest rest;
+  rest.set_chunk(bytes.substr(100000));
+  // Sends `messages` as raw bytes on one Upload stream; its status and the answer's bytes.
+  auto raw_upload = [&](const std::vector<std::string>& messages, std::string* answer) {
+    grpc::GenericStub stub(DefaultChannel());
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::CompletionQueue cq;
+    auto call = stub.PrepareCall(&context, "/dtrain.v1.Artifacts/Upload", &cq);
+    void* tag = nullptr;
+    bool ok = false;
+    call->StartCall(reinterpret_cast<void*>(1));
+    cq.Next(&tag, &ok);
+    for (const std::string& m : messages) {
+      grpc::Slice slice(m);
+      grpc::ByteBuffer buffer(&slice, 1);
+      call->Write(buffer, reinterpret_cast<void*>(2));
+      cq.Next(&tag, &ok);
+      if (!ok) break;  // the server already answered
+    }
+    call->WritesDone(reinterpret_cast<void*>(3));
+    cq.Next(&tag, &ok);
+    grpc::ByteBuffer response;
+    call->Read(&response, reinterpret_cast<void*>(4));
+    cq.Next(&tag, &ok);
+    if (ok) {
+      std::vector<grpc::Slice> slices;
+      (void)response.Dump(&slices);
+      for (const grpc::Slice& s : slices)
+        answer->append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    grpc::Status status;
+    call->Finish(&status, reinterpret_cast<void*>(5));
+    cq.Next(&tag, &ok);
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    return status;
+  };
+  std::string ignored;
+  const grpc::Status damaged = raw_upload(
+      {first.SerializeAsString(), std::string("\x0f\xff\xff", 3), rest.SerializeAsString()},
+      &ignored);
+  EXPECT_EQ(damaged.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(damaged.error_message(),
+              HasSubstr("the request to /dtrain.v1.Artifacts/Upload does not parse as "
+                        "dtrain.v1.UploadRequest"));
+  ArtifactsClient client(DefaultChannel());
+  EXPECT_EQ(client.Stat(digest).status().code(), absl::StatusCode::kNotFound);
+
+  std::string answer;
+  ASSERT_TRUE(raw_upload({first.SerializeAsString(), rest.SerializeAsString()}, &answer).ok());
+  v1::UploadResponse stored;
+  ASSERT_TRUE(stored.ParseFromString(answer));
+  EXPECT_EQ(stored.digest(), digest);
+  EXPECT_EQ(stored.size(), 300000);
+  EXPECT_FALSE(stored.already_stored());
+  EXPECT_EQ(*client.Stat(digest), 300000);
+  answer.clear();
+  ASSERT_TRUE(raw_upload({first.SerializeAsString(), rest.SerializeAsString()}, &answer).ok());
+  ASSERT_TRUE(stored.ParseFromString(answer));
+  EXPECT_TRUE(stored.already_stored());
+  EXPECT_EQ(stored.digest(), digest);
+  EXPECT_EQ(stored.size(), 300000);
 }
 
 TEST_F(ArtifactsServiceTest, AdminTokenRequired) {

@@ -203,6 +203,7 @@ TEST(StandardServices, UnparsableRequest_InvalidArgumentNamingTheMessage) {
       // Served raw, parsed by the coordinator itself.
       {cluster->address(), "/dtrain.v1.Coordinator/Register", "dtrain.v1.RegisterRequest"},
       {cluster->address(), "/dtrain.v1.Coordinator/Session", "dtrain.v1.SessionRequest"},
+      {cluster->address(), "/dtrain.v1.Artifacts/Upload", "dtrain.v1.UploadRequest"},
   };
   for (const auto& [address, method, type] : calls) {
     grpc::Status status = RawCall(address, method, garbage);

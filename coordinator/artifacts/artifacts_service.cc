@@ -10,27 +10,30 @@
 #include "absl/strings/str_cat.h"
 #include "common/callback_reactors.h"
 #include "common/grpc_status.h"
+#include "common/raw_request.h"
 #include "common/streaming.h"
 
 namespace dtrain {
 namespace {
 
-// Reads messages until the client half-closes; the first must hold the header.
-class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
+// Reads messages until the client half-closes; the first must hold the header. Served raw, so
+// that a message whose bytes do not parse is refused by name: a typed stream would only see its
+// reads end, and call the upload short.
+class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  UploadReactor(ArtifactStore* store, v1::UploadResponse* response, const absl::Status& allowed)
-      : store_(store), response_(response) {
+  UploadReactor(ArtifactStore* store, grpc::ByteBuffer* response, const absl::Status& allowed)
+      : store_(store), response_bytes_(response) {
     if (!allowed.ok()) {
       Finish(ToGrpcStatus(allowed));
       return;
     }
-    StartRead(&request_);
+    StartRead(&read_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client sent everything
       if (already_stored_) {
-        Finish(grpc::Status::OK);
+        FinishWithResponse();
         return;
       }
       if (writer_ == nullptr) {
@@ -41,7 +44,13 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
         Finish(ToGrpcStatus(s));
         return;
       }
-      Finish(grpc::Status::OK);
+      FinishWithResponse();
+      return;
+    }
+    absl::Status parsed = ParseRequestInto(read_, "/dtrain.v1.Artifacts/Upload", &request_);
+    read_.Clear();  // the chunk is request_'s now: not held twice until the next arrives
+    if (!parsed.ok()) {
+      Finish(ToGrpcStatus(parsed));
       return;
     }
     if (writer_ == nullptr && !already_stored_) {
@@ -51,13 +60,13 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
         return;
       }
       const v1::UploadHeader& h = request_.header();
-      response_->set_digest(h.digest());
-      response_->set_size(h.size());
+      response_.set_digest(h.digest());
+      response_.set_size(h.size());
       absl::StatusOr<int64_t> stored = store_->Size(h.digest());
       if (stored.ok() && *stored == h.size()) {
         // Already here: read the rest and drop it (a client that did not Stat first).
         already_stored_ = true;
-        response_->set_already_stored(true);
+        response_.set_already_stored(true);
       } else {
         absl::StatusOr<std::unique_ptr<ArtifactStore::Writer>> writer =
             store_->NewWriter(h.digest(), h.size());
@@ -74,10 +83,10 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
     if (already_stored_) {
       // Dropped, but held to the same promise as a write: no more than the header announced.
       discarded_ += static_cast<int64_t>(request_.chunk().size());
-      if (discarded_ > response_->size()) {
+      if (discarded_ > response_.size()) {
         Finish(ToGrpcStatus(absl::InvalidArgumentError(
-            absl::StrCat("the upload sends more than the ", response_->size(),
-                         " bytes it announced for ", response_->digest()))));
+            absl::StrCat("the upload sends more than the ", response_.size(),
+                         " bytes it announced for ", response_.digest()))));
         return;
       }
     }
@@ -87,14 +96,22 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
         return;
       }
     }
-    StartRead(&request_);
+    StartRead(&read_);
   }
 
   void OnDone() override { delete this; }
 
  private:
+  void FinishWithResponse() {
+    grpc::Slice slice(response_.SerializeAsString());
+    *response_bytes_ = grpc::ByteBuffer(&slice, 1);
+    Finish(grpc::Status::OK);
+  }
+
   ArtifactStore* const store_;
-  v1::UploadResponse* const response_;
+  grpc::ByteBuffer* const response_bytes_;
+  v1::UploadResponse response_;
+  grpc::ByteBuffer read_;
   v1::UploadRequest request_;
   std::unique_ptr<ArtifactStore::Writer> writer_;  // discarded unless committed
   bool already_stored_ = false;
@@ -191,8 +208,8 @@ absl::Status ArtifactsService::MayRead(const grpc::ServerContextBase& context,
                    " is not one of job group '", caller->group(), "'s"));
 }
 
-grpc::ServerReadReactor<v1::UploadRequest>* ArtifactsService::Upload(
-    grpc::CallbackServerContext* context, v1::UploadResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* ArtifactsService::Upload(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   return new UploadReactor(store_, response, access_->RequireAdmin(*context, "Upload"));
 }
 

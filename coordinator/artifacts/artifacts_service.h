@@ -14,7 +14,10 @@
 
 namespace dtrain {
 
-class ArtifactsService final : public v1::Artifacts::CallbackService {
+// Upload is served raw (artifacts_service.cc says why); Stat and Fetch typed.
+class ArtifactsService final
+    : public v1::Artifacts::WithRawCallbackMethod_Upload<v1::Artifacts::WithCallbackMethod_Stat<
+          v1::Artifacts::WithCallbackMethod_Fetch<v1::Artifacts::Service>>> {
  public:
   // Whether a job token of `group` may read `digest` (JobManager::GroupMayRead).
   using GroupMayRead = std::function<bool(const std::string& group, const std::string& digest)>;
@@ -23,8 +26,8 @@ class ArtifactsService final : public v1::Artifacts::CallbackService {
                    GroupMayRead group_may_read = nullptr)
       : store_(store), access_(access), group_may_read_(std::move(group_may_read)) {}
 
-  grpc::ServerReadReactor<v1::UploadRequest>* Upload(grpc::CallbackServerContext* context,
-                                                     v1::UploadResponse* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* context,
+                                                    grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Stat(grpc::CallbackServerContext* context,
                                  const v1::StatRequest* request,
                                  v1::StatResponse* response) override;

@@ -10,6 +10,7 @@
 #include "common/callback_reactors.h"
 #include "common/grpc_status.h"
 #include "common/key_page.h"
+#include "common/raw_request.h"
 #include "common/status_macros.h"
 #include "common/streaming.h"
 #include "common/tensor.h"
@@ -303,38 +304,6 @@ class TensorCollectiveReactor final
   bool header_sent_ = false;
   bool finished_ = false;
 };
-
-// A RegisterRequest or SessionRequest holds a few short strings (each at most 256 bytes):
-// anything larger is no such request, and is refused before it is parsed. These two are served
-// raw so that bytes that do not parse get INVALID_ARGUMENT naming the message; gRPC's own answer
-// would be UNIMPLEMENTED with no message (Register), or a session that just ends (Session).
-constexpr size_t kMostSmallRequestBytes = 64 << 10;
-
-template <typename Message>
-absl::StatusOr<Message> ParseSmallRequest(const grpc::ByteBuffer& buffer,
-                                          absl::string_view method) {
-  const std::string& type = Message::descriptor()->full_name();
-  if (buffer.Length() > kMostSmallRequestBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a ", type, " of ", buffer.Length(), " bytes; one is at most ", kMostSmallRequestBytes));
-  }
-  std::vector<grpc::Slice> slices;
-  if (!buffer.Dump(&slices).ok())
-    return absl::InternalError(absl::StrCat("cannot read the ", type));
-  std::string bytes;
-  bytes.reserve(buffer.Length());
-  for (const grpc::Slice& slice : slices) {
-    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
-  Message request;
-  if (!request.ParseFromString(bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the request to ", method, " does not parse as ", type,
-                     ": a client built from other .proto files than this server's "
-                     "(proto/dtrain/v1), or damaged bytes"));
-  }
-  return request;
-}
 
 // A member's session: one barrier or decision at a time on a long-lived stream. At most one
 // operation is in flight: read a request, submit it, write its answer (or Finish with its

@@ -160,12 +160,15 @@ def test_every_rpc_answers_hostile_input_from_go(tmp_path):
         for code in banned:
             assert code not in seen, f"{method} answered {code}: {seen}"
     # Bytes that do not parse: INVALID_ARGUMENT, naming the message wherever the request is read
-    # before the handler (unary, server-streaming) or parsed by the service (Register, Session).
-    # A stream the client writes ends at such bytes, which its service reports as too short.
+    # before the handler (unary, server-streaming) or parsed by the service (Register, Session,
+    # Upload); the tensor collectives, read frame by frame, call the message malformed and say
+    # why.
     garbage = report["hostile_garbage"]
     assert set(garbage) == set(codes)
     for method, answer in garbage.items():
         assert answer["code"] == "InvalidArgument", (method, answer)
         if answer["kind"] in ("unary", "server-streaming") or method.endswith(("Register",
-                                                                             "Session")):
+                                                                             "Session", "Upload")):
             assert "does not parse as dtrain.v1." in answer["message"], (method, answer)
+        if method.endswith(("AllReduce", "AllGather", "Broadcast", "Reduce")):
+            assert "malformed stream message: " in answer["message"], (method, answer)
