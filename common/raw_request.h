@@ -18,7 +18,7 @@
 
 namespace dtrain {
 
-// Register and Session requests hold a few names (each at most a few hundred
+// Register, Session and reflection requests hold a few names (each at most a few hundred
 // bytes): anything larger is no such request.
 inline constexpr size_t kMostSmallRequestBytes = 64 << 10;
 

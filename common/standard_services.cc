@@ -3,11 +3,14 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include "common/reflection_v1_service.h"
+
 namespace dtrain {
 
 void EnableStandardServices() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  EnableReflectionV1();
 }
 
 void SetServing(grpc::Server* server, const std::vector<std::string>& services, bool serving) {

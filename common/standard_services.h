@@ -1,7 +1,8 @@
 // The standard services every dtrain server offers beside its own: the gRPC health checking
-// protocol (grpc.health.v1, gRPC's built-in implementation) and server reflection, so that
-// generic tools (grpcurl, grpc_cli, Kubernetes' gRPC probes) can check a server and list its
-// API without dtrain's .proto files.
+// protocol (grpc.health.v1, gRPC's built-in implementation) and server reflection (gRPC's
+// v1alpha, and v1 from common/reflection_v1_service.h), so that generic tools (grpcurl,
+// grpc_cli, Kubernetes' gRPC probes) can check a server and list its API without dtrain's
+// .proto files.
 #pragma once
 
 #include <string>

@@ -67,9 +67,9 @@ class UnparsableRequestInterceptorFactory final
       grpc::experimental::ServerRpcInfo* info) override {
     // Only a unary or server-streaming request is read before the handler runs, and only there
     // does gRPC answer a failed parse itself. A stream the client writes is read by its reactor,
-    // which sees a message that does not parse as the stream's end (Register, Session and Upload
-    // are served raw and parse their own: common/raw_request.h). So no other call, the tensor
-    // collectives among them, pays for an interceptor.
+    // which sees a message that does not parse as the stream's end (Register, Session, Upload
+    // and reflection v1 are served raw and parse their own: common/raw_request.h). So no other
+    // call, the tensor collectives among them, pays for an interceptor.
     using Type = grpc::experimental::ServerRpcInfo::Type;
     if (info->type() != Type::UNARY && info->type() != Type::SERVER_STREAMING) return nullptr;
     return new UnparsableRequestInterceptor(info->method());

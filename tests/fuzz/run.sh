@@ -23,9 +23,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(tensor_wire job_spec hparams shard_list schedstat packed_results csv_line \
-    metrics_csv cpu_list tar_shard npy text_fields image_decode plain_png idx pickle_check \
-    http_request)
+  targets=(tensor_wire job_spec hparams shard_list schedstat packed_results reflection_request \
+    csv_line metrics_csv cpu_list tar_shard npy text_fields image_decode plain_png idx \
+    pickle_check http_request)
   if [ "$torch" = ON ]; then targets+=(torch_save checkpoint_restore optimization_recipe); fi
 fi
 for t in "${targets[@]}"; do
