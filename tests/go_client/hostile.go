@@ -184,9 +184,10 @@ func checkHostile(addresses []string, perMethod int, seed int64) map[string]map[
 			grpc.WithTimeout(20*time.Second))
 		check(err, "dial "+address)
 		conns = append(conns, conn)
-		services, registry, _ := reflected(conn)
+		services, registry, _ := reflected(conn, reflectionV1)
 		for _, s := range services {
-			if !strings.HasPrefix(s, "dtrain.") {
+			// dtrain's services, and the reflection v1 service dtrain serves itself.
+			if !strings.HasPrefix(s, "dtrain.") && s != "grpc.reflection.v1.ServerReflection" {
 				continue
 			}
 			d, err := registry.FindDescriptorByName(protoreflect.FullName(s))

@@ -95,16 +95,26 @@ func checkHealth(conn *grpc.ClientConn) {
 	report["health"] = r.Status.String()
 }
 
-// A server's services through reflection, and every file they need, imports too, fetched by name
-// and linked into descriptors as grpcurl resolves them; and the files' names.
-func reflected(conn *grpc.ClientConn) ([]string, *protoregistry.Files, []string) {
+// The two protocols' reflection methods: grpcurl asks for v1 first, then falls back to v1alpha.
+// grpc-go 1.33 has only v1alpha's stubs, but v1's messages are v1alpha's on the wire.
+const (
+	reflectionV1      = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+	reflectionV1alpha = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+)
+
+// A server's services through reflection (`method`, one of the two above), and every file they
+// need, imports too, fetched by name and linked into descriptors as grpcurl resolves them; and
+// the files' names.
+func reflected(conn *grpc.ClientConn, method string) ([]string, *protoregistry.Files, []string) {
 	ctx, cancel := timed(20)
 	defer cancel()
-	stream, err := rpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
-	check(err, "reflection stream")
+	stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true},
+		method)
+	check(err, "reflection stream "+method)
 	ask := func(req *rpb.ServerReflectionRequest) *rpb.ServerReflectionResponse {
-		check(stream.Send(req), "reflection send")
-		r, err := stream.Recv()
+		check(stream.SendMsg(req), "reflection send")
+		r := &rpb.ServerReflectionResponse{}
+		err := stream.RecvMsg(r)
 		check(err, "reflection receive")
 		if e := r.GetErrorResponse(); e != nil {
 			fail("reflection: %v answered %d %s", req.MessageRequest, e.ErrorCode, e.ErrorMessage)
@@ -138,7 +148,7 @@ func reflected(conn *grpc.ClientConn) ([]string, *protoregistry.Files, []string)
 		}
 	}
 	for _, s := range services {
-		if strings.HasPrefix(s, "dtrain.") {
+		if strings.HasPrefix(s, "dtrain.") || s == "grpc.reflection.v1.ServerReflection" {
 			add(ask(&rpb.ServerReflectionRequest{MessageRequest: &rpb.
 				ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: s}}))
 		}
@@ -160,9 +170,12 @@ func reflected(conn *grpc.ClientConn) ([]string, *protoregistry.Files, []string)
 func checkReflection(conn *grpc.ClientConn) {
 	ctx, cancel := timed(20)
 	defer cancel()
-	services, registry, names := reflected(conn)
+	services, registry, names := reflected(conn, reflectionV1alpha)
 	report["services"] = services
 	report["reflected_files"] = names
+	servicesV1, _, namesV1 := reflected(conn, reflectionV1)
+	report["services_v1"] = servicesV1
+	report["reflected_files_v1"] = namesV1
 
 	// Jobs.ListJobs with messages built from the descriptors alone.
 	d, err := registry.FindDescriptorByName("dtrain.v1.Jobs")
