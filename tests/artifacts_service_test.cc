@@ -4,7 +4,6 @@
 // and the admin token required.
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -12,7 +11,6 @@
 #include <vector>
 
 #include <gmock/gmock.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -20,6 +18,7 @@
 #include "common/channel.h"
 #include "common/sha256.h"
 #include "dtrain/v1/artifacts.grpc.pb.h"
+#include "tests/raw_stream.h"
 #include "tests/test_support.h"
 
 namespace dtrain::testing {
@@ -197,40 +196,9 @@ TEST_F(ArtifactsServiceTest, MessageThatDoesNotParseMidUpload_RefusedByName_Noth
   rest.set_chunk(bytes.substr(100000));
   // Sends `messages` as raw bytes on one Upload stream; its status and the answer's bytes.
   auto raw_upload = [&](const std::vector<std::string>& messages, std::string* answer) {
-    grpc::GenericStub stub(DefaultChannel());
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    grpc::CompletionQueue cq;
-    auto call = stub.PrepareCall(&context, "/dtrain.v1.Artifacts/Upload", &cq);
-    void* tag = nullptr;
-    bool ok = false;
-    call->StartCall(reinterpret_cast<void*>(1));
-    cq.Next(&tag, &ok);
-    for (const std::string& m : messages) {
-      grpc::Slice slice(m);
-      grpc::ByteBuffer buffer(&slice, 1);
-      call->Write(buffer, reinterpret_cast<void*>(2));
-      cq.Next(&tag, &ok);
-      if (!ok) break;  // the server already answered
-    }
-    call->WritesDone(reinterpret_cast<void*>(3));
-    cq.Next(&tag, &ok);
-    grpc::ByteBuffer response;
-    call->Read(&response, reinterpret_cast<void*>(4));
-    cq.Next(&tag, &ok);
-    if (ok) {
-      std::vector<grpc::Slice> slices;
-      (void)response.Dump(&slices);
-      for (const grpc::Slice& s : slices)
-        answer->append(reinterpret_cast<const char*>(s.begin()), s.size());
-    }
-    grpc::Status status;
-    call->Finish(&status, reinterpret_cast<void*>(5));
-    cq.Next(&tag, &ok);
-    cq.Shutdown();
-    while (cq.Next(&tag, &ok)) {
-    }
-    return status;
+    RawStreamResult result = RawStream(DefaultChannel(), "/dtrain.v1.Artifacts/Upload", messages);
+    if (!result.answers.empty()) *answer = result.answers.front();
+    return result.status;
   };
   std::string ignored;
   const grpc::Status damaged = raw_upload(

@@ -16,7 +16,6 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/descriptor_database.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +25,7 @@
 #include "dtrain/v1/artifacts.grpc.pb.h"
 #include "dtrain/v1/jobs.grpc.pb.h"  // dtrain.v1.Jobs in this binary's own pool
 #include "tests/local_cluster.h"
+#include "tests/raw_stream.h"
 
 #ifndef DTRAIN_GRPC_SERVES_REFLECTION_V1
 #include "grpc/reflection/v1/reflection.grpc.pb.h"
@@ -88,38 +88,13 @@ std::vector<std::string> ServiceNames(const rv1::ServerReflectionResponse& respo
 // The v1alpha answer to list_services, read as v1's message: the two protocols' messages are the
 // same on the wire.
 std::vector<std::string> ServiceNamesByV1alpha(const std::string& address) {
-  grpc::GenericStub stub(ConnectToCoordinator(address, ""));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  grpc::CompletionQueue cq;
-  auto call = stub.PrepareCall(
-      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
-  void* tag = nullptr;
-  bool ok = false;
-  call->StartCall(reinterpret_cast<void*>(1));
-  cq.Next(&tag, &ok);
-  grpc::Slice request_slice(ListServices().SerializeAsString());
-  grpc::ByteBuffer request(&request_slice, 1);
-  call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
-  cq.Next(&tag, &ok);
-  grpc::ByteBuffer answer;
-  call->Read(&answer, reinterpret_cast<void*>(3));
-  cq.Next(&tag, &ok);
-  std::string bytes;
-  if (ok) {
-    std::vector<grpc::Slice> slices;
-    (void)answer.Dump(&slices);
-    for (const grpc::Slice& s : slices)
-      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  grpc::Status status;
-  call->Finish(&status, reinterpret_cast<void*>(4));
-  cq.Next(&tag, &ok);
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
+  RawStreamResult result =
+      RawStream(ConnectToCoordinator(address, ""),
+                "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                {ListServices().SerializeAsString()});
   rv1::ServerReflectionResponse response;
-  EXPECT_TRUE(response.ParseFromString(bytes)) << status.error_message();
+  EXPECT_EQ(result.answers.size(), 1u) << result.status.error_message();
+  EXPECT_TRUE(!result.answers.empty() && response.ParseFromString(result.answers.front()));
   return ServiceNames(response);
 }
 
@@ -142,32 +117,9 @@ std::vector<std::string> Names(const std::vector<google::protobuf::FileDescripto
 
 // The request's bytes as given on a raw v1 stream; the stream's status.
 grpc::Status RawRequest(const std::string& address, const std::string& bytes) {
-  grpc::GenericStub stub(ConnectToCoordinator(address, ""));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  grpc::CompletionQueue cq;
-  auto call =
-      stub.PrepareCall(&context, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", &cq);
-  void* tag = nullptr;
-  bool ok = false;
-  call->StartCall(reinterpret_cast<void*>(1));
-  cq.Next(&tag, &ok);
-  grpc::Slice slice(bytes);
-  grpc::ByteBuffer request(&slice, 1);
-  call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
-  cq.Next(&tag, &ok);
-  do {
-    grpc::ByteBuffer answer;
-    call->Read(&answer, reinterpret_cast<void*>(3));
-    cq.Next(&tag, &ok);
-  } while (ok);
-  grpc::Status status;
-  call->Finish(&status, reinterpret_cast<void*>(4));
-  cq.Next(&tag, &ok);
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
-  return status;
+  return RawStream(ConnectToCoordinator(address, ""),
+                   "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", {bytes})
+      .status;
 }
 
 std::unique_ptr<LocalCluster> NewCluster() {

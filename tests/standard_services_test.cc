@@ -11,7 +11,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 
@@ -19,6 +18,7 @@
 #include "common/channel.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/local_cluster.h"
+#include "tests/raw_stream.h"
 
 namespace dtrain::testing {
 namespace standard_services_test {
@@ -42,71 +42,19 @@ absl::StatusOr<HealthStatus::ServingStatus> Check(const std::string& address,
 
 // The server's reflection answer to list_services, as raw bytes (the service names are in it).
 std::string ListServicesByReflection(const std::string& address) {
-  grpc::CompletionQueue cq;
-  grpc::GenericStub stub(ConnectToCoordinator(address, ""));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  auto call = stub.PrepareCall(
-      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
-  void* tag = nullptr;
-  bool ok = false;
-  call->StartCall(reinterpret_cast<void*>(1));
-  cq.Next(&tag, &ok);
   // ServerReflectionRequest{list_services: ""}: field 7, length-delimited, empty.
-  grpc::Slice request_slice(std::string("\x3a\x00", 2));
-  grpc::ByteBuffer request(&request_slice, 1);
-  call->Write(request, reinterpret_cast<void*>(2));
-  cq.Next(&tag, &ok);
-  call->WritesDone(reinterpret_cast<void*>(3));
-  cq.Next(&tag, &ok);
-  grpc::ByteBuffer response;
-  call->Read(&response, reinterpret_cast<void*>(4));
-  cq.Next(&tag, &ok);
-  std::string bytes;
-  if (ok) {
-    std::vector<grpc::Slice> slices;
-    (void)response.Dump(&slices);
-    for (const grpc::Slice& s : slices)
-      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  grpc::Status status;
-  call->Finish(&status, reinterpret_cast<void*>(5));
-  cq.Next(&tag, &ok);
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
-  return bytes;
+  RawStreamResult result =
+      RawStream(ConnectToCoordinator(address, ""),
+                "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                {std::string("\x3a\x00", 2)}, absl::Seconds(5));
+  return result.answers.empty() ? "" : result.answers.front();
 }
 
-// One call of `method` through a generic stream (unary and server-streaming methods alike): the
-// request's bytes as given, then every answer read; the call's status.
+// One call of `method` with the request's bytes as given, every answer read; the call's status.
 grpc::Status RawCall(const std::string& address, const std::string& method,
                      const std::string& request_bytes) {
-  grpc::CompletionQueue cq;
-  grpc::GenericStub stub(ConnectToCoordinator(address, ""));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  auto call = stub.PrepareCall(&context, method, &cq);
-  void* tag = nullptr;
-  bool ok = false;
-  call->StartCall(reinterpret_cast<void*>(1));
-  cq.Next(&tag, &ok);
-  grpc::Slice slice(request_bytes);
-  grpc::ByteBuffer request(&slice, 1);
-  call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
-  cq.Next(&tag, &ok);
-  do {
-    grpc::ByteBuffer response;
-    call->Read(&response, reinterpret_cast<void*>(3));
-    cq.Next(&tag, &ok);
-  } while (ok);
-  grpc::Status status;
-  call->Finish(&status, reinterpret_cast<void*>(4));
-  cq.Next(&tag, &ok);
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
-  return status;
+  return RawStream(ConnectToCoordinator(address, ""), method, {request_bytes}, absl::Seconds(5))
+      .status;
 }
 
 // A cluster of its own per test: a coordinator process and, for the worker's test, one worker.
