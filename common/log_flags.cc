@@ -1,6 +1,7 @@
 #include "common/log_flags.h"
 
 #include "absl/flags/flag.h"
+#include "common/library_logs.h"
 #include "common/log.h"
 
 ABSL_FLAG(std::string, log_level, "info",
@@ -20,6 +21,7 @@ absl::Status ConfigureLoggingFromFlags(const std::string& program) {
   options.min_level = *level;
   options.format = *format;
   ConfigureLogging(std::move(options));
+  RouteLibraryLogs();
   return absl::OkStatus();
 }
 

@@ -7,8 +7,9 @@
 
 namespace dtrain {
 
-// Configures the log (common/log.h) for `program` from the flags; INVALID_ARGUMENT names a
-// flag whose value is not one of its choices.
+// Configures the log (common/log.h) for `program` from the flags, and routes gRPC's and
+// protobuf's own messages through it (common/library_logs.h); INVALID_ARGUMENT names a flag
+// whose value is not one of its choices.
 absl::Status ConfigureLoggingFromFlags(const std::string& program);
 
 }  // namespace dtrain

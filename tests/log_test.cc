@@ -1,7 +1,10 @@
-// The structured log's records: text and JSON formats, escaping, levels.
+// The structured log's records: text and JSON formats, escaping, levels; the limit on records
+// from one call site of gRPC or protobuf.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+#include "common/library_logs.h"
 #include "common/log.h"
 
 namespace dtrain {
@@ -72,6 +75,40 @@ TEST(LogTest, LevelsBelowTheMinimumAreDropped) {
   EXPECT_THAT(out, Not(HasSubstr("dropped")));
   EXPECT_THAT(out, HasSubstr("ERROR   dtrain-worker: kept job=j\n"));
   ConfigureLogging(LogOptions());
+}
+
+TEST(LogSiteLimiterTest, OneRecordASecondPerSite_TheNextSaysHowManyWereDropped) {
+  LogSiteLimiter limiter(absl::Seconds(1));
+  int64_t dropped = -1;
+  ASSERT_TRUE(limiter.Admit("wire_format_lite.cc:618", kTime, &dropped));
+  EXPECT_EQ(dropped, 0);
+  for (int i = 1; i <= 250; ++i) {
+    EXPECT_FALSE(limiter.Admit("wire_format_lite.cc:618", kTime + absl::Milliseconds(i), &dropped));
+  }
+  // Another site is not held back by the first.
+  ASSERT_TRUE(limiter.Admit("ssl_transport_security.cc:1446", kTime, &dropped));
+  EXPECT_EQ(dropped, 0);
+  EXPECT_FALSE(limiter.Admit("wire_format_lite.cc:618", kTime + absl::Milliseconds(999), &dropped));
+  ASSERT_TRUE(limiter.Admit("wire_format_lite.cc:618", kTime + absl::Seconds(1), &dropped));
+  EXPECT_EQ(dropped, 251);
+  ASSERT_TRUE(limiter.Admit("wire_format_lite.cc:618", kTime + absl::Seconds(3), &dropped));
+  EXPECT_EQ(dropped, 0);
+}
+
+TEST(LogSiteLimiterTest, ManySites_ThePastTheBoundShareOneEntry) {
+  LogSiteLimiter limiter(absl::Seconds(1));
+  int64_t dropped = 0;
+  for (int i = 0; i < 4096; ++i) {
+    ASSERT_TRUE(limiter.Admit(absl::StrCat("site:", i), kTime, &dropped)) << i;
+  }
+  // Sites past the bound are one: the first is written, the next dropped in the same second.
+  EXPECT_TRUE(limiter.Admit("site:5000", kTime, &dropped));
+  EXPECT_FALSE(limiter.Admit("site:5001", kTime, &dropped));
+  EXPECT_FALSE(limiter.Admit("site:5002", kTime, &dropped));
+  ASSERT_TRUE(limiter.Admit("site:5003", kTime + absl::Seconds(1), &dropped));
+  EXPECT_EQ(dropped, 2);
+  // A site within the bound keeps its own entry.
+  EXPECT_FALSE(limiter.Admit("site:7", kTime, &dropped));
 }
 
 }  // namespace log_test

@@ -3,13 +3,15 @@
 // events operators search for (worker registered, group formed, job ended, worker lost, drain)
 // carry their worker, group and job as fields (a ddp rank's gradient sync says where its
 // buckets start: after backward on shm, during it over Gloo); a group that does not form is one
-// warning, not one per waiting member; --log_level drops records below it; a bad value is
-// refused at start-up naming the flag.
+// warning, not one per waiting member; what protobuf logs about a client's bytes is a record too,
+// one a second at most, as is what gRPC logs about failed TLS handshakes; --log_level drops records
+// below it; a bad value is refused at start-up naming the flag.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <string>
@@ -23,8 +25,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/channel.h"
 #include "common/job_spec.h"
 #include "tests/local_cluster.h"
+#include "tests/raw_stream.h"
 
 namespace dtrain::testing {
 namespace structured_log_test {
@@ -231,6 +235,70 @@ TEST_F(StructuredLogTest, GroupThatDoesNotForm_OneWarningForItsWaitingMembers) {
     }
   }
   EXPECT_EQ(warnings, 1);
+}
+
+// protobuf logs every string field that is not UTF-8 as it refuses the request, so any client
+// can make a daemon write: those lines are records of the log (JSON here, where they were raw
+// "[libprotobuf ERROR ...]" lines), at most one a second from that line of protobuf, and the
+// next says how many were dropped, so that none goes uncounted.
+TEST_F(StructuredLogTest, RequestsThatMakeProtobufLog_JsonRecords_OneASecond_NoneUncounted) {
+  ASSERT_TRUE(cluster_->StartCoordinator("127.0.0.1:0", {"--log_format=json"}, To("coordinator")));
+  // GetJobRequest{id: "\xff\xfe"}: a string field that is not UTF-8.
+  const std::string not_utf8("\x0a\x02\xff\xfe", 4);
+  auto channel = ConnectToCoordinator(cluster_->address(), "");
+  constexpr int kBurst = 300;
+  for (int i = 0; i <= kBurst; ++i) {
+    if (i == kBurst) absl::SleepFor(absl::Milliseconds(1100));  // the next second's record
+    const grpc::Status status = RawStream(channel, "/dtrain.v1.Jobs/GetJob", {not_utf8}).status;
+    ASSERT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << i;
+    ASSERT_THAT(status.error_message(), HasSubstr("does not parse as dtrain.v1.GetJobRequest"));
+  }
+  ASSERT_TRUE(cluster_->StopCoordinator(SIGTERM));
+  int records = 0;
+  int64_t dropped = 0;
+  for (const YAML::Node& r : Records(Path("coordinator"), "dtrain-coordinator")) {
+    if (!absl::StrContains(r["msg"].as<std::string>(), "invalid UTF-8")) continue;
+    ++records;
+    EXPECT_EQ(r["library"].as<std::string>(), "protobuf");
+    EXPECT_THAT(r["source"].as<std::string>(), HasSubstr("wire_format_lite"));
+    EXPECT_THAT(r["msg"].as<std::string>(), HasSubstr("dtrain.v1.GetJobRequest.id"));
+    if (r["dropped_since_last"]) dropped += r["dropped_since_last"].as<int64_t>();
+  }
+  EXPECT_GE(records, 2);
+  EXPECT_LE(records, 6) << "one a second: the burst takes well under 5 s";
+  EXPECT_EQ(records + dropped, kBurst + 1);
+}
+
+// gRPC logs each TLS handshake that fails, so a plaintext client or a port scanner makes a TLS
+// coordinator write at will: gRPC's lines are records of the log too, and each of its lines of
+// code writes at most one a second.
+TEST_F(StructuredLogTest, PlaintextClientsOfATlsCoordinator_GrpcLinesAreRecords_OneASecond) {
+  CommandResult made = RunShell(
+      absl::StrCat("bash " DTRAIN_SOURCE_DIR "/deploy/tls/make-test-certs.sh ", cluster_->dir()));
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string dir = cluster_->dir();
+  ASSERT_TRUE(cluster_->StartCoordinator("127.0.0.1:0",
+                                         {"--log_format=json", "--tls_cert=" + dir + "/server.pem",
+                                          "--tls_key=" + dir + "/server.key"},
+                                         To("coordinator")));
+  for (int i = 0; i < 40; ++i) {  // a fresh connection each, refused at the handshake
+    auto channel = grpc::CreateCustomChannel(
+        cluster_->address(), grpc::InsecureChannelCredentials(), grpc::ChannelArguments());
+    const grpc::Status status =
+        RawStream(channel, "/dtrain.v1.Jobs/ListJobs", {""}, absl::Milliseconds(300)).status;
+    ASSERT_FALSE(status.ok()) << i;
+  }
+  ASSERT_TRUE(cluster_->StopCoordinator(SIGTERM));
+  std::map<std::string, int> records_per_source;
+  for (const YAML::Node& r : Records(Path("coordinator"), "dtrain-coordinator")) {
+    if (r["library"] && r["library"].as<std::string>() == "grpc") {
+      ++records_per_source[r["source"].as<std::string>()];
+    }
+  }
+  ASSERT_FALSE(records_per_source.empty()) << "gRPC logged no failed handshake";
+  for (const auto& [source, records] : records_per_source) {
+    EXPECT_LE(records, 20) << source << ": one a second, for 40 handshakes of at most 0.3 s";
+  }
 }
 
 TEST_F(StructuredLogTest, BadLevel_RefusedAtStartNamingTheFlag) {
