@@ -219,7 +219,9 @@ func checkHostile(addresses []string, perMethod int, seed int64) map[string]map[
 	r.Shuffle(len(calls), func(i, j int) { calls[i], calls[j] = calls[j], calls[i] })
 
 	codesSeen := map[string]map[string]int{}
-	garbage := map[string]map[string]string{}
+	// Per method, one answer per server that offers it (reflection v1: the coordinator and the
+	// worker), each naming the server.
+	garbage := map[string][]map[string]string{}
 	var mu sync.Mutex
 	var failures []string
 	// 16 calls at a time; the unparsable bytes first, on their own and with a longer deadline,
@@ -243,8 +245,9 @@ func checkHostile(addresses []string, perMethod int, seed int64) map[string]map[
 						}
 						codesSeen[key][answer.Code().String()]++
 						if c.garbage {
-							garbage[key] = map[string]string{"code": answer.Code().String(),
-								"message": answer.Message(), "kind": kindOf(c.method)}
+							garbage[key] = append(garbage[key], map[string]string{
+								"code": answer.Code().String(), "message": answer.Message(),
+								"kind": kindOf(c.method), "server": c.conn.Target()})
 						}
 					}
 					mu.Unlock()
