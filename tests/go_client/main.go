@@ -290,13 +290,7 @@ func (r *rank) allReduceRaw(shape []int64, payload []byte) ([]float32, error) {
 	if err := stream.CloseSend(); err != nil {
 		return nil, err
 	}
-	parts, data, err := collect(func() (*pb.ResultHeader, []byte, error) {
-		m, err := stream.Recv()
-		if err != nil {
-			return nil, nil, err
-		}
-		return m.Header, m.Chunk, nil
-	})
+	parts, data, err := collect(receiver(stream.Recv))
 	if status.Code(err) == codes.InvalidArgument {
 		r.sequence-- // a refused call is not counted (docs/coordinator.md, Errors)
 	}
@@ -312,6 +306,23 @@ func (r *rank) allReduceRaw(shape []int64, payload []byte) ([]float32, error) {
 		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
 	}
 	return out, nil
+}
+
+// What every tensor collective's answer message holds.
+type resultMessage interface {
+	GetHeader() *pb.ResultHeader
+	GetChunk() []byte
+}
+
+// A collective stream's Recv, as collect reads it.
+func receiver[M resultMessage](recv func() (M, error)) func() (*pb.ResultHeader, []byte, error) {
+	return func() (*pb.ResultHeader, []byte, error) {
+		m, err := recv()
+		if err != nil {
+			return nil, nil, err
+		}
+		return m.GetHeader(), m.GetChunk(), nil
+	}
 }
 
 // A tensor collective's answer: the result header in the first message only, then the parts'
@@ -368,13 +379,7 @@ func (r *rank) allGather() ([]*pb.TensorMeta, []byte, error) {
 	if err := stream.CloseSend(); err != nil {
 		return nil, nil, err
 	}
-	return collect(func() (*pb.ResultHeader, []byte, error) {
-		m, err := stream.Recv()
-		if err != nil {
-			return nil, nil, err
-		}
-		return m.Header, m.Chunk, nil
-	})
+	return collect(receiver(stream.Recv))
 }
 
 // Rank 1 broadcasts opaque bytes; the other ranks send only the header.
@@ -400,13 +405,7 @@ func (r *rank) broadcastBytes(message []byte) ([]byte, error) {
 	if err := stream.CloseSend(); err != nil {
 		return nil, err
 	}
-	parts, data, err := collect(func() (*pb.ResultHeader, []byte, error) {
-		m, err := stream.Recv()
-		if err != nil {
-			return nil, nil, err
-		}
-		return m.Header, m.Chunk, nil
-	})
+	parts, data, err := collect(receiver(stream.Recv))
 	if err == nil && (len(parts) != 1 ||
 		!sameMeta(parts[0], pb.DType_DTYPE_UINT8, []int64{int64(len(message))})) {
 		return nil, fmt.Errorf("broadcast result %v for %d bytes", parts, len(message))
