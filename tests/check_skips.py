@@ -7,8 +7,13 @@ JUnit files ctest wrote (--output-junit) and allows a skip only when tests/allow
 names the test and the skip's own message says the expected reason; any other skip is an
 error, printed with the message the test gave.
 
-  tests/check_skips.py RESULTS.xml [RESULTS.xml ...]   check ctest's results
-  tests/check_skips.py --self-test                     check this checker
+  tests/check_skips.py [--skip-log FILE] RESULTS.xml [RESULTS.xml ...]   check ctest's results
+  tests/check_skips.py --self-test                                       check this checker
+
+A bundle that runs several gtest tests in one process (CHUNK in tests/CMakeLists.txt) is one
+ctest entry, which cannot say which of its tests skipped; so every gtest process appends its skips
+to the file $DTRAIN_SKIP_LOG names (tests/test_main.cc), one "<test>\t<message>" line each, and
+--skip-log reads that file. A test that both the record and the JUnit files name counts once.
 
 DTRAIN_ALLOW_SKIPS=1 reports unexpected skips without failing (a developer's machine without
 root; CI never sets it). The Python tests do the same inside pytest (tests/python/conftest.py:
@@ -64,6 +69,28 @@ def skipped_tests(junit_files):
     return skipped
 
 
+def logged_skips(path):
+    """[(test name, skip message)] from tests/test_main.cc's record; a missing file is none."""
+    if not os.path.exists(path):
+        return []
+    skipped = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            name, tab, message = line.rstrip("\n").partition("\t")
+            if not tab or not name:
+                raise ValueError(f"{path}:{number}: expected '<test>\\t<message>', got: {line!r}")
+            message = re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)),
+                             message)
+            skipped.append((name, message.strip()))
+    return skipped
+
+
+def merged(skipped_in_junit, logged):
+    """Both lists, a test both name once, with the record's message (gtest's exact one)."""
+    in_log = {name for name, _ in logged}
+    return [skip for skip in skipped_in_junit if skip[0] not in in_log] + logged
+
+
 def unexpected(skipped, entries):
     """The skips no allowlist entry covers: [(name, message)]."""
     out = []
@@ -74,9 +101,11 @@ def unexpected(skipped, entries):
     return out
 
 
-def check(junit_files, allowlist=ALLOWLIST, report=print):
+def check(junit_files, allowlist=ALLOWLIST, report=print, skip_log=None):
     entries = read_allowlist(allowlist)
     skipped = skipped_tests(junit_files)
+    if skip_log is not None:
+        skipped = merged(skipped, logged_skips(skip_log))
     bad = unexpected(skipped, entries)
     for name, message in skipped:
         if (name, message) not in bad:
@@ -122,6 +151,39 @@ network namespaces need root; this run is not
                 "available on this machine's kernel: Error") in lines, lines
         assert "UNEXPECTED SKIP: Net.Partition: network namespaces need root; this run is not" \
             in lines, lines
+        # With the skip record: a chunk's skips, which ctest counted as passed, come from it; a
+        # test both name is counted once, with the record's message.
+        with open(results, "w") as f:
+            f.write(junit.replace(
+                '<testcase name="Other.Passes" status="run">',
+                '<testcase name="py_suite" status="notrun"><skipped message="x"/>'
+                '<system-out>SKIPPED [1] test_x.py:3: needs a GPU</system-out></testcase>'
+                '<testcase name="Other.Passes" status="run">'))
+        log = os.path.join(scratch, "skips.txt")
+        with open(log, "w") as f:
+            f.write("Net.DelayAndLoss\ttc netem is not available on this machine's kernel: "
+                    "Error\\n\n"
+                    "Chunked.OneCore\tthis machine lets the test use one core only\n")
+        lines = []
+        failures = check([results], allow, lines.append, skip_log=log)
+        assert failures == 3, lines
+        assert len(lines) == 5, lines
+        assert ("skipped, as tests/allowed_skips.txt allows: Net.DelayAndLoss: tc netem is not "
+                "available on this machine's kernel: Error") in lines, lines
+        assert "UNEXPECTED SKIP: Chunked.OneCore: this machine lets the test use one core only" \
+            in lines, lines
+        assert "UNEXPECTED SKIP: py_suite: SKIPPED [1] test_x.py:3: needs a GPU" in lines, lines
+        assert "UNEXPECTED SKIP: Net.Partition: network namespaces need root; this run is not" \
+            in lines, lines
+        assert check([results], allow, lines.append, skip_log=os.path.join(scratch, "none")) == 2
+        with open(log, "w") as f:
+            f.write("no tab here\n")
+        try:
+            logged_skips(log)
+        except ValueError as e:
+            assert "skips.txt:1" in str(e), e
+        else:
+            raise AssertionError("a malformed skip record was accepted")
         with open(allow, "w") as f:
             f.write('Net.* "tc netem"\n')
         try:
@@ -142,7 +204,14 @@ def main(argv):
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    failures = check(argv[1:])
+    args = argv[1:]
+    skip_log = None
+    if args[:1] == ["--skip-log"]:
+        if len(args) < 3:
+            print(__doc__, file=sys.stderr)
+            return 2
+        skip_log, args = args[1], args[2:]
+    failures = check(args, skip_log=skip_log)
     if failures and os.environ.get("DTRAIN_ALLOW_SKIPS") == "1":
         print("DTRAIN_ALLOW_SKIPS=1: not failing for them")
         return 0

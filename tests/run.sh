@@ -8,8 +8,9 @@
 # others, so their CPU load cannot starve the others' timing-sensitive liveness checks on a
 # 2-core machine.
 # A skipped test is a failure unless tests/allowed_skips.txt allows it with its reason
-# (tests/check_skips.py; inside pytest, DTRAIN_FAIL_ON_SKIP): CI runs as root with network
-# namespaces, so a test that skips there for want of them has silently not run.
+# (tests/check_skips.py, from ctest's results and the record of skips the gtest processes keep;
+# inside pytest, DTRAIN_FAIL_ON_SKIP): CI runs as root with network namespaces, so a test that
+# skips there for want of them has silently not run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The commit-msg hook (.githooks/) refuses a long subject when the commit is made. Set only where
@@ -56,10 +57,14 @@ set +m
 trap 'rm -f "$test_deps_log"; kill -- -"$idle_checks" 2>/dev/null || true' EXIT
 cd build
 export DTRAIN_FAIL_ON_SKIP=1
+# Every gtest process appends its skipped tests here (tests/test_main.cc), for check_skips.py.
+export DTRAIN_SKIP_LOG="$PWD/skipped-tests.txt"
+rm -f "$DTRAIN_SKIP_LOG"
 ctest --output-on-failure -LE load -j2 --output-junit ctest-results.xml
 idle_status=0
 wait "$idle_checks" || idle_status=$?
 cat idle-checks.log
 [ "$idle_status" -eq 0 ] || { echo "tests/run.sh: clang's checks or the benchmarks' build failed" >&2; exit 1; }
 ctest --output-on-failure -L load --output-junit ctest-load-results.xml
-python3 ../tests/check_skips.py ctest-results.xml ctest-load-results.xml
+python3 ../tests/check_skips.py --skip-log "$DTRAIN_SKIP_LOG" ctest-results.xml \
+  ctest-load-results.xml
