@@ -4,6 +4,7 @@
 #include <google/protobuf/stubs/logging.h>
 #include <grpc/support/log.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -35,21 +36,44 @@ void Write(LogLevel level, const char* library, const char* file, int line,
   }
 }
 
+}  // namespace
+
+LogLevel ProtobufRecordLevel(google::protobuf::LogLevel level, absl::string_view message) {
+  if (level == google::protobuf::LOGLEVEL_INFO) return LogLevel::kInfo;
+  if (level == google::protobuf::LOGLEVEL_WARNING) return LogLevel::kWarning;
+  // protobuf calls a string that is not UTF-8 an error whichever side it is on. Parsing, the
+  // bytes are a peer's, already refused with INVALID_ARGUMENT: the daemon did nothing wrong, and
+  // an operator's alert on errors would fire on any client's fault. Serializing, they are ours.
+  if (level == google::protobuf::LOGLEVEL_ERROR &&
+      absl::StrContains(message, "when parsing a protocol buffer")) {
+    return LogLevel::kWarning;
+  }
+  return LogLevel::kError;
+}
+
+LogLevel GrpcRecordLevel(gpr_log_severity severity, absl::string_view message) {
+  if (severity == GPR_LOG_SEVERITY_DEBUG) return LogLevel::kDebug;
+  if (severity == GPR_LOG_SEVERITY_INFO) return LogLevel::kInfo;
+  // A TLS handshake a peer failed (plaintext, a port scanner, a certificate this server does not
+  // trust): the peer's fault, refused as it should be.
+  if (absl::StrContains(absl::AsciiStrToLower(message.substr(0, 200)), "handshake failed")) {
+    return LogLevel::kWarning;
+  }
+  return LogLevel::kError;
+}
+
+namespace {
+
 void FromProtobuf(google::protobuf::LogLevel level, const char* file, int line,
                   const std::string& message) {
   // protobuf aborts after a FATAL message itself; that one is always written.
   const bool fatal = level == google::protobuf::LOGLEVEL_FATAL;
-  const LogLevel ours = level == google::protobuf::LOGLEVEL_INFO      ? LogLevel::kInfo
-                        : level == google::protobuf::LOGLEVEL_WARNING ? LogLevel::kWarning
-                                                                      : LogLevel::kError;
-  Write(ours, "protobuf", file, line, message, fatal);
+  Write(ProtobufRecordLevel(level, message), "protobuf", file, line, message, fatal);
 }
 
 void FromGrpc(gpr_log_func_args* args) {
-  const LogLevel ours = args->severity == GPR_LOG_SEVERITY_DEBUG  ? LogLevel::kDebug
-                        : args->severity == GPR_LOG_SEVERITY_INFO ? LogLevel::kInfo
-                                                                  : LogLevel::kError;
   const absl::string_view message = args->message != nullptr ? args->message : "";
+  const LogLevel ours = GrpcRecordLevel(args->severity, message);
   // GPR_ASSERT writes "assertion failed: ..." and then aborts: never dropped.
   Write(ours, "grpc", args->file, args->line, message,
         absl::StartsWith(message, "assertion failed"));

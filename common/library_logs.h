@@ -5,6 +5,9 @@
 // most one record a second, and its next record says how many it dropped meanwhile.
 #pragma once
 
+#include <google/protobuf/stubs/logging.h>
+#include <grpc/support/log.h>
+
 #include <cstdint>
 #include <string>
 
@@ -12,12 +15,19 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/log.h"
 
 namespace dtrain {
 
 // Routes both libraries' messages into the log for the rest of the process. Call once at start-up,
 // before any server or channel exists (protobuf's handler is not safe to swap later).
 void RouteLibraryLogs();
+
+// The level a library's message is recorded at: the library's own, except that what a peer
+// caused and was refused for (bytes that are not UTF-8 in a request protobuf parsed, a failed TLS
+// handshake) is a warning, not an error: an alert on errors must not fire on a client's fault.
+LogLevel ProtobufRecordLevel(google::protobuf::LogLevel level, absl::string_view message);
+LogLevel GrpcRecordLevel(gpr_log_severity severity, absl::string_view message);
 
 // At most one record per call site per `interval`; the others are counted, and the count goes with
 // the site's next record. A library's assertion is never dropped: the process is about to abort.

@@ -111,5 +111,34 @@ TEST(LogSiteLimiterTest, ManySites_ThePastTheBoundShareOneEntry) {
   EXPECT_FALSE(limiter.Admit("site:7", kTime, &dropped));
 }
 
+// What a peer caused and was refused for is a warning; the rest keeps the library's own level.
+TEST(LibraryLogLevelTest, APeersFaultIsAWarning_OursStaysAnError) {
+  // protobuf 3.21's text (wire_format_lite.cc), parsing and serializing.
+  const std::string parsing =
+      "String field 'dtrain.v1.GetJobRequest.id' contains invalid UTF-8 data when parsing a "
+      "protocol buffer. Use the 'bytes' type if you intend to send raw bytes. ";
+  std::string serializing = parsing;
+  serializing.replace(serializing.find("parsing"), 7, "serializing");
+  EXPECT_EQ(ProtobufRecordLevel(google::protobuf::LOGLEVEL_ERROR, parsing), LogLevel::kWarning);
+  EXPECT_EQ(ProtobufRecordLevel(google::protobuf::LOGLEVEL_ERROR, serializing), LogLevel::kError);
+  EXPECT_EQ(
+      ProtobufRecordLevel(google::protobuf::LOGLEVEL_ERROR, "File already exists in database"),
+      LogLevel::kError);
+  EXPECT_EQ(ProtobufRecordLevel(google::protobuf::LOGLEVEL_FATAL, parsing), LogLevel::kError);
+  EXPECT_EQ(ProtobufRecordLevel(google::protobuf::LOGLEVEL_WARNING, "x"), LogLevel::kWarning);
+  EXPECT_EQ(ProtobufRecordLevel(google::protobuf::LOGLEVEL_INFO, "x"), LogLevel::kInfo);
+  // gRPC 1.51's text (ssl_transport_security.cc; security_handshaker.cc's).
+  EXPECT_EQ(GrpcRecordLevel(GPR_LOG_SEVERITY_ERROR,
+                            "Handshake failed with fatal error SSL_ERROR_SSL: error:0A00010B:SSL "
+                            "routines::wrong version number."),
+            LogLevel::kWarning);
+  EXPECT_EQ(GrpcRecordLevel(GPR_LOG_SEVERITY_ERROR, "Security handshake failed: {\"created\":1}"),
+            LogLevel::kWarning);
+  EXPECT_EQ(GrpcRecordLevel(GPR_LOG_SEVERITY_ERROR, "bind: Address already in use"),
+            LogLevel::kError);
+  EXPECT_EQ(GrpcRecordLevel(GPR_LOG_SEVERITY_INFO, "Handshake failed"), LogLevel::kInfo);
+  EXPECT_EQ(GrpcRecordLevel(GPR_LOG_SEVERITY_DEBUG, "x"), LogLevel::kDebug);
+}
+
 }  // namespace log_test
 }  // namespace dtrain

@@ -260,6 +260,8 @@ TEST_F(StructuredLogTest, RequestsThatMakeProtobufLog_JsonRecords_OneASecond_Non
     if (!absl::StrContains(r["msg"].as<std::string>(), "invalid UTF-8")) continue;
     ++records;
     EXPECT_EQ(r["library"].as<std::string>(), "protobuf");
+    // The client's fault, refused: not an error of the coordinator's.
+    EXPECT_EQ(r["level"].as<std::string>(), "warning");
     EXPECT_THAT(r["source"].as<std::string>(), HasSubstr("wire_format_lite"));
     EXPECT_THAT(r["msg"].as<std::string>(), HasSubstr("dtrain.v1.GetJobRequest.id"));
     if (r["dropped_since_last"]) dropped += r["dropped_since_last"].as<int64_t>();
@@ -290,12 +292,18 @@ TEST_F(StructuredLogTest, PlaintextClientsOfATlsCoordinator_GrpcLinesAreRecords_
   }
   ASSERT_TRUE(cluster_->StopCoordinator(SIGTERM));
   std::map<std::string, int> records_per_source;
+  int handshake_records = 0;
   for (const YAML::Node& r : Records(Path("coordinator"), "dtrain-coordinator")) {
     if (r["library"] && r["library"].as<std::string>() == "grpc") {
       ++records_per_source[r["source"].as<std::string>()];
+      if (absl::StrContains(r["msg"].as<std::string>(), "andshake failed")) {
+        ++handshake_records;
+        EXPECT_EQ(r["level"].as<std::string>(), "warning") << r["msg"].as<std::string>();
+      }
     }
   }
   ASSERT_FALSE(records_per_source.empty()) << "gRPC logged no failed handshake";
+  EXPECT_GE(handshake_records, 1);
   for (const auto& [source, records] : records_per_source) {
     EXPECT_LE(records, 20) << source << ": one a second, for 40 handshakes of at most 0.3 s";
   }
