@@ -116,11 +116,11 @@ rv1::ServerReflectionResponse AnswerReflectionV1(const rv1::ServerReflectionRequ
       return response;
     }
     case rv1::ServerReflectionRequest::kListServices: {
-      auto* out = response.mutable_list_services_response();
       if (services == nullptr) {
         return error(grpc::StatusCode::UNAVAILABLE,
                      "the server is still starting: ask again in a moment");
       }
+      auto* out = response.mutable_list_services_response();
       for (const std::string& name : *services) out->add_service()->set_name(name);
       return response;
     }
