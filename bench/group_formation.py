@@ -13,13 +13,16 @@ member's own rank, and both sides must have answered the same number of bytes. T
 heartbeat timeout is 10 minutes: the bench sends no heartbeats, and a group that failed midway
 would shut down differently.
 
-  bench/group_formation.sh [--ranks N] [--rounds N] [--a BIN] [--b BIN]
+--omit_members SIDE has that side's ranks set RegisterRequest.omit_members, as dtrain's workers
+do (without --b, side b is --a's binary again): its answers must list no member, and the sides'
+bytes then differ by the list.
+
+  bench/group_formation.sh [--ranks N] [--rounds N] [--a BIN] [--b BIN] [--omit_members a|b]
 """
 
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +30,7 @@ import time
 
 import grpc
 
+from alternated import alternate, medians, stop
 from dtrain.v1 import coordinator_pb2
 
 
@@ -59,9 +63,16 @@ def wait_port(proc, binary, work):
     raise RuntimeError(f"{binary} wrote no port in 30 s")
 
 
-def check_answer(answer, ranks):
-    """One answer, parsed: every member listed, in rank order, the caller among them."""
+def check_answer(answer, ranks, omit):
+    """One answer, parsed: every member listed, in rank order, the caller among them; or, where
+    the rank asked to go without the list, none."""
     response = coordinator_pb2.RegisterResponse.FromString(answer)
+    if omit:
+        if response.members or response.world_size != ranks or response.member.incarnation != 1000:
+            raise RuntimeError(f"an answer without the list holds {len(response.members)} members "
+                               f"of a group of {response.world_size}, incarnation "
+                               f"{response.member.incarnation}; rank 0 is 1000")
+        return
     if len(response.members) != ranks or response.world_size != ranks:
         raise RuntimeError(f"an answer lists {len(response.members)} members of a group of "
                            f"{response.world_size}; {ranks} registered")
@@ -71,7 +82,7 @@ def check_answer(answer, ranks):
         raise RuntimeError("an answer's own rank is another member's")
 
 
-def form(binary, ranks, hosts):
+def form(binary, ranks, hosts, omit):
     with tempfile.TemporaryDirectory() as work:
         with open(os.path.join(work, "coordinator.log"), "wb") as log:
             proc = subprocess.Popen(
@@ -101,26 +112,21 @@ def form(binary, ranks, hosts):
                 request = coordinator_pb2.RegisterRequest(
                     group="big", host=f"node-{i % hosts:04d}.rack-{i % 7}.cluster.example.com",
                     local_devices=1, incarnation=1000 + i, world_size=ranks, timeout_ms=300_000,
-                    name=f"worker-{i % hosts:04d}/{i // hosts}")
+                    name=f"worker-{i % hosts:04d}/{i // hosts}", omit_members=omit)
                 call = kept if i == 0 else calls[i % len(calls)]
                 futures.append(call.future(request, timeout=300))
             sizes = [f.result() for f in futures]
             took = time.monotonic() - start_time
             peak1, cpu1 = proc_numbers(proc.pid)
             # After the timing: rank 0's answer (kept whole) parsed, as each rank parses its own.
-            check_answer(futures[0].result(), ranks)
+            check_answer(futures[0].result(), ranks, omit)
             sizes[0] = len(sizes[0])
             return {"seconds": took, "cpu_seconds": cpu1 - cpu0,
                     "peak_growth_mb": (peak1 - peak0) / 1e6, "answer_bytes": sum(sizes)}
         finally:
             for c in channels:
                 c.close()
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
 
 
 def main():
@@ -130,8 +136,12 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--a", required=True, help="a dtrain-coordinator binary")
     parser.add_argument("--b", help="another, measured in alternation")
+    parser.add_argument("--omit_members", choices=["a", "b"],
+                        help="that side's ranks go without the member list")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.omit_members == "b" and not args.b:
+        args.b = args.a
     if not 1 <= args.ranks <= 4096:
         parser.error("--ranks: 1 to 4096 (a group's bound)")
     if not 1 <= args.hosts <= args.ranks:
@@ -139,19 +149,18 @@ def main():
     if not 1 <= args.rounds <= 50:
         parser.error("--rounds: 1 to 50")
     sides = {"a": args.a} if not args.b else {"a": args.a, "b": args.b}
-    results = {side: [] for side in sides}
-    for r in range(args.rounds):
-        order = list(sides) if r % 2 == 0 else list(reversed(list(sides)))
-        for side in order:
-            results[side].append(form(sides[side], args.ranks, args.hosts))
-            print(f"round {r + 1} {side}: {json.dumps(results[side][-1])}", file=sys.stderr)
-    answered = {run["answer_bytes"] for runs in results.values() for run in runs}
-    if len(answered) != 1:
-        sys.exit(f"the sides answered different bytes: {sorted(answered)}")
-    summary = {}
+    results = alternate(sides, args.rounds, lambda side, binary: form(
+        binary, args.ranks, args.hosts, args.omit_members == side))
     for side, runs in results.items():
-        summary[side] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
-        summary[side]["binary"] = sides[side]
+        answered = {run["answer_bytes"] for run in runs}
+        if len(answered) != 1:
+            sys.exit(f"side {side}'s rounds answered different bytes: {sorted(answered)}")
+    answered = {run["answer_bytes"] for runs in results.values() for run in runs}
+    if len(answered) != 1 and not args.omit_members:
+        sys.exit(f"the sides answered different bytes: {sorted(answered)}")
+    summary = medians(results, sides)
+    for side in summary:
+        summary[side]["omit_members"] = args.omit_members == side
     if args.json:
         print(json.dumps(summary))
         return
@@ -159,13 +168,15 @@ def main():
     print("| side | formation (s) | coordinator CPU (s) | peak memory growth (MB) | answers (MB) |")
     print("| --- | --- | --- | --- | --- |")
     for side, s in summary.items():
-        print(f"| {side}: {s['binary']} | {s['seconds']:.2f} | {s['cpu_seconds']:.2f} | "
+        omitted = " (omit_members)" if s["omit_members"] else ""
+        print(f"| {side}: {s['binary']}{omitted} | {s['seconds']:.2f} | {s['cpu_seconds']:.2f} | "
               f"{s['peak_growth_mb']:.0f} | {s['answer_bytes'] / 1e6:.0f} |")
     if "b" in summary:
         a, b = summary["a"], summary["b"]
         print(f"b / a: formation {b['seconds'] / a['seconds']:.2f}x, CPU "
               f"{b['cpu_seconds'] / max(a['cpu_seconds'], 1e-9):.2f}x, memory growth "
-              f"{b['peak_growth_mb'] / max(a['peak_growth_mb'], 1e-9):.2f}x")
+              f"{b['peak_growth_mb'] / max(a['peak_growth_mb'], 1e-9):.2f}x, answers "
+              f"{b['answer_bytes'] / max(a['answer_bytes'], 1):.4f}x")
 
 
 if __name__ == "__main__":

@@ -7,11 +7,12 @@
 #     cmake --build /tmp/gf-base/build --target dtrain-coordinator
 #   bench/group_formation.sh --a /tmp/gf-base/build --b build --ranks 4096 --rounds 3
 #   bench/group_formation.sh [--a BUILD_DIR] [--b BUILD_DIR] [--ranks N] [--hosts N]
-#                            [--rounds N] [--json]
+#                            [--rounds N] [--omit_members a|b] [--json]
+# --omit_members b without --b: one coordinator, its ranks with and without the member list.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage="usage: bench/group_formation.sh [--a BUILD_DIR] [--b BUILD_DIR] [--ranks 1-4096] \
-[--hosts N] [--rounds 1-50] [--json]"
+[--hosts N] [--rounds 1-50] [--omit_members a|b] [--json]"
 a="$root/build"; b=""; extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -20,7 +21,7 @@ while [ $# -gt 0 ]; do
       dir=$(CDPATH='' cd -- "$2" && pwd) || exit 2
       if [ "$1" = --a ]; then a=$dir; else b=$dir; fi
       shift 2 ;;
-    --ranks|--hosts|--rounds)
+    --ranks|--hosts|--rounds|--omit_members)
       [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; extra+=("$1" "$2"); shift 2 ;;
     --json) extra+=("$1"); shift ;;
     *) echo "$usage" >&2; exit 2 ;;

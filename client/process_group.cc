@@ -119,6 +119,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const std::stri
   request.set_generation(o.generation);
   request.set_timeout_ms(absl::ToInt64Milliseconds(o.register_timeout));
   request.set_collective_timeout_ms(absl::ToInt64Milliseconds(o.collective_timeout));
+  request.set_omit_members(!o.member_list);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + o.register_timeout + kTransportGrace));
   // A worker may start before its coordinator, or hit a transient connect failure: joining

@@ -61,6 +61,59 @@ TEST(Rendezvous, MixedHosts_DenseRanksLocalRanksAndNodeRanks) {
   }
 }
 
+// A member that asks to go without the member list (omit_members) gets every other field as the
+// others do, and no list; the others still get all of it, in one group.
+TEST(Rendezvous, OmitMembers_ThatAnswerHasNoList_EveryOtherFieldAndMemberUnchanged) {
+  auto coordinator = StartCoordinator();
+  ASSERT_NE(coordinator, nullptr);
+  constexpr int kWorld = 4;
+  absl::Mutex mu;
+  std::vector<v1::RegisterResponse> answers(kWorld);
+  auto statuses = RunRanks(
+      coordinator->address(), "omit", kWorld,
+      [&](ProcessGroup& pg) {
+        absl::MutexLock lock(&mu);
+        answers[pg.rank()] = pg.assignment();
+        return absl::OkStatus();
+      },
+      [&](ProcessGroupOptions& o, int i) {
+        o.host = "h";
+        o.name = absl::StrCat("m", i);
+        o.order_key = o.name;  // rank i is member i
+        o.member_list = i % 2 == 0;
+      });
+  for (const auto& s : statuses) ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE(r);
+    const v1::RegisterResponse& a = answers[r];
+    EXPECT_EQ(a.rank(), r);
+    EXPECT_EQ(a.member().rank(), r);
+    EXPECT_EQ(a.local_rank(), r);
+    EXPECT_EQ(a.world_size(), kWorld);
+    EXPECT_EQ(a.local_world_size(), kWorld);
+    EXPECT_EQ(a.num_nodes(), 1);
+    EXPECT_GT(a.heartbeat_interval_ms(), 0);
+    if (r % 2 == 1) {
+      EXPECT_EQ(a.members_size(), 0);
+      // Without the list, the answer is the others' less it, byte for byte.
+      v1::RegisterResponse listless = answers[r - 1];
+      listless.clear_members();
+      listless.mutable_member()->set_rank(r);
+      listless.mutable_member()->set_incarnation(a.member().incarnation());
+      listless.set_rank(r);
+      listless.set_local_rank(r);
+      EXPECT_EQ(a.SerializeAsString(), listless.SerializeAsString());
+    } else {
+      ASSERT_EQ(a.members_size(), kWorld);
+      for (int m = 0; m < kWorld; ++m) {
+        EXPECT_EQ(a.members(m).rank(), m);
+        EXPECT_EQ(a.members(m).name(), absl::StrCat("m", m));
+        EXPECT_EQ(a.members(m).incarnation(), answers[m].member().incarnation());
+      }
+    }
+  }
+}
+
 // How many members have registered so far in the forming group `group` (-1: no such group).
 int RegisteredMembers(v1::Coordinator::Stub& stub, const std::string& group) {
   grpc::ClientContext context;

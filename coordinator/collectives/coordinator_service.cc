@@ -429,14 +429,15 @@ absl::Status CoordinatorService::Authorize(const grpc::CallbackServerContext& co
 
 namespace {
 
-// The member's own fields, then the group's shared member list: one RegisterResponse on the
-// wire. The list is referenced, not copied, until gRPC has sent it.
-grpc::ByteBuffer EncodeRegisterAnswer(const RegisterAnswer& answer) {
+// The member's own fields, then the group's shared member list unless the member asked to go
+// without it: one RegisterResponse on the wire. The list is referenced, not copied, until gRPC
+// has sent it.
+grpc::ByteBuffer EncodeRegisterAnswer(const RegisterAnswer& answer, bool with_members) {
   const std::string own = answer.own.SerializeAsString();
   std::vector<grpc::Slice> slices;
   slices.reserve(2);  // so that the second emplace cannot throw and leak `held`
   slices.emplace_back(own);
-  if (answer.members != nullptr && !answer.members->empty()) {
+  if (with_members && answer.members != nullptr && !answer.members->empty()) {
     auto* held = new std::shared_ptr<const std::string>(answer.members);
     slices.emplace_back(
         const_cast<char*>((*held)->data()), (*held)->size(),
@@ -460,9 +461,10 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(grpc::CallbackServerConte
       [groups = groups_, group = request->group(), incarnation = request->incarnation()] {
         groups->CancelRegistration(group, incarnation);
       });
-  groups_->Register(*request, [reactor, response](absl::StatusOr<RegisterAnswer> r) {
+  groups_->Register(*request, [reactor, response, with_members = !request->omit_members()](
+                                  absl::StatusOr<RegisterAnswer> r) {
     if (r.ok()) {
-      grpc::ByteBuffer encoded = EncodeRegisterAnswer(*r);
+      grpc::ByteBuffer encoded = EncodeRegisterAnswer(*r, with_members);
       response->Swap(&encoded);
     }
     reactor->Finish(ToGrpcStatus(r.status()));

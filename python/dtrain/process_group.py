@@ -174,14 +174,16 @@ class KeyValueStore:
 
 class ProcessGroup:
     """Joins ``group`` and blocks until it forms (``world_size`` ranks, or for an elastic group
-    at least ``min_world_size`` after ``settle_timeout`` seconds). Times are in seconds."""
+    at least ``min_world_size`` after ``settle_timeout`` seconds). Times are in seconds.
+    ``member_list=False`` goes without ``members`` (RegisterRequest.omit_members): every rank's
+    answer otherwise lists every rank, N² entries in all for a group of N."""
 
     def __init__(self, group: str, world_size: int, address: Optional[str] = None,
                  token: Optional[str] = None, tls: TLSArg = None, *, name: str = "",
                  host: Optional[str] = None, order_key: str = "", local_devices: int = 1,
                  min_world_size: int = 0, settle_timeout: float = 0.0,
                  register_timeout: float = 300.0, collective_timeout: Optional[float] = None,
-                 heartbeats: bool = True):
+                 heartbeats: bool = True, member_list: bool = True):
         self._conn = Connection(address, token, tls)
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._conn.channel)
         # Heartbeats on their own connection, so a long transfer never delays them.
@@ -193,7 +195,8 @@ class ProcessGroup:
             min_world_size=min_world_size, settle_timeout_ms=int(settle_timeout * 1000),
             timeout_ms=int(register_timeout * 1000),
             collective_timeout_ms=int((collective_timeout or 0) * 1000), order_key=order_key,
-            name=name)
+            name=name, omit_members=not member_list)
+        self._member_list = member_list
         # Waits for the connection (a coordinator starting up) within the join's deadline.
         self._assignment: pb.RegisterResponse = self._conn.call(
             self._stub.Register, request, timeout=register_timeout + _TRANSPORT_GRACE,
@@ -242,6 +245,9 @@ class ProcessGroup:
 
     @property
     def members(self) -> List[pb.MemberInfo]:
+        if not self._member_list:
+            raise RuntimeError(f"group {self.group!r} was joined with member_list=False: this "
+                               "rank did not receive the member list")
         return list(self._assignment.members)
 
     def health(self) -> Optional[DtrainError]:

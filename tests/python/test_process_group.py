@@ -92,6 +92,47 @@ def test_every_collective_numpy_and_torch(bare_coordinator):
     assert sorted(out["counter"] for out in results.values())[-1] == 6
 
 
+def test_member_list_false_leaves_the_list_out_and_says_so(bare_coordinator):
+    """A rank that goes without the member list gets the rest of its assignment; the others in
+    the same group still get every member."""
+    def body(pg):
+        try:
+            members = [(m.rank, m.name) for m in pg.members]
+        except RuntimeError as e:
+            members = str(e)
+        return members, (pg.world_size, pg.local_world_size, pg.num_nodes)
+
+    lock = threading.Lock()
+    joined = []
+
+    def rank_main():
+        with lock:
+            index = len(joined)
+            joined.append(index)
+        try:
+            with dtrain.ProcessGroup("py-omit", 3, bare_coordinator.address, name=f"m{index}",
+                                     host="h", order_key=f"m{index}", collective_timeout=20,
+                                     member_list=index != 1) as pg:
+                results[pg.rank] = body(pg)
+        except BaseException as e:
+            errors.append(e)
+
+    results, errors = {}, []
+    threads = [threading.Thread(target=rank_main) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a rank hung"
+    assert not errors, errors
+    assert sorted(results) == [0, 1, 2]
+    for r in (0, 2):
+        assert results[r] == ([(0, "m0"), (1, "m1"), (2, "m2")], (3, 3, 1))
+    members, sizes = results[1]
+    assert sizes == (3, 3, 1)
+    assert "'py-omit' was joined with member_list=False" in members
+
+
 def test_python_and_cpp_ranks_in_one_group(bare_coordinator):
     demo = os.environ["DTRAIN_DEMO_BIN"]
     cpp = subprocess.Popen([demo, f"--coordinator={bare_coordinator.address}", "--group=mixed",

@@ -200,6 +200,9 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Setup(const v1::SetupRequest& request,
     // The job's own token, or none: a rank never presents its daemon's admin token.
     options.token = g.token();
     options.only_given_token = true;
+    // Nothing in a rank reads the member list: ranks are named by the coordinator, peers found
+    // through its store.
+    options.member_list = false;
     options.host = identity.host;
     options.name = request.worker_name().empty() ? identity.name : request.worker_name();
     options.order_key =
