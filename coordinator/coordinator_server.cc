@@ -87,10 +87,10 @@ void CoordinatorServer::DescribeMetrics() {
                    absl::ToDoubleSeconds(latency));
       });
   m->AddGauge("dtrain_jobs", "Jobs the coordinator knows, by state.", [this](const auto& emit) {
-    std::map<v1::JobState, int> count;
-    for (const v1::JobStatus& job : jobs_->List()) ++count[job.state()];
+    // Counted, not copied: a scrape does not copy a history of thousands of jobs.
+    JobCounts counts = jobs_->Count();
     for (v1::JobState s : {v1::QUEUED, v1::RUNNING, v1::SUCCEEDED, v1::FAILED, v1::CANCELLED}) {
-      emit({{"state", v1::JobState_Name(s)}}, count[s]);
+      emit({{"state", v1::JobState_Name(s)}}, static_cast<double>(counts.by_state[s]));
     }
   });
   m->AddGauge("dtrain_workers", "Registered workers, by state.", [this](const auto& emit) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
 #include "common/sha256.h"
@@ -364,6 +368,73 @@ TEST_F(WebApiTest, JobsList_EverySortKeyBothWays_StateFilter) {
   auto bad_order = http_->Get("/api/v1/jobs?order=up");
   ASSERT_TRUE(bad_order);
   EXPECT_EQ(bad_order->status, 400);
+}
+
+// (id, state) of each "job" event of a text/event-stream.
+std::set<std::pair<std::string, v1::JobState>> Events(const std::string& stream) {
+  std::set<std::pair<std::string, v1::JobState>> out;
+  for (absl::string_view line : absl::StrSplit(stream, '\n')) {
+    if (!absl::ConsumePrefix(&line, "data: ")) continue;
+    v1::JobStatus job;
+    if (!google::protobuf::util::JsonStringToMessage(std::string(line), &job).ok()) continue;
+    out.insert({job.id(), job.state()});
+  }
+  return out;
+}
+
+// The all-jobs event stream: its first round sends only what has not ended (the history is the
+// page's to load from /api/v1/jobs), then every change, a job that was submitted and ended
+// between two rounds included; /api/v1/cluster counts the history by state.
+TEST_F(WebApiTest, EventsForAllJobs_HistoryNotSent_AJobEndedBetweenRoundsIs) {
+  ASSERT_NO_FATAL_FAILURE(Start({}, [](const std::string& state) { SeedJobs(state, 0, 0); }));
+  auto summary = http_->Get("/api/v1/cluster");
+  ASSERT_TRUE(summary && summary->status == 200);
+  const v1::ClusterSummary counted = Parse<v1::ClusterSummary>(summary->body);
+  EXPECT_EQ(counted.jobs_by_state().at("QUEUED"), 1);
+  EXPECT_EQ(counted.jobs_by_state().at("SUCCEEDED"), 1);
+  EXPECT_EQ(counted.jobs_by_state().at("FAILED"), 2);
+  EXPECT_EQ(counted.jobs_by_state().at("CANCELLED"), 1);
+  EXPECT_EQ(counted.jobs_by_state().count("RUNNING"), 0u);
+
+  absl::Mutex mu;
+  std::string stream;
+  std::thread reader([&] {
+    httplib::Client sse("127.0.0.1", port_);
+    sse.set_read_timeout(20, 0);
+    sse.Get("/api/v1/events", [&](const char* data, size_t n) {
+      absl::MutexLock lock(&mu);
+      stream.append(data, n);
+      return Events(stream).count({"quick-1", v1::CANCELLED}) == 0;
+    });
+  });
+  auto streamed = [&] {
+    absl::MutexLock lock(&mu);
+    return stream;
+  };
+  // The reader ends by itself (the cancelled job's event, or its 20 s read timeout), so it is
+  // joined whatever fails here.
+  if (WaitFor(
+          [&] {
+            return Events(streamed()).count({"eval-1", v1::QUEUED}) == 1;
+          },
+          absl::Seconds(10))) {
+    // No worker: the job waits queued, and is cancelled well within a round's 500 ms.
+    const std::string id = cluster_->Submit("quick", SyntheticDdpJob("quick", 1, 64));
+    EXPECT_EQ(id, "quick-1");
+    grpc::ClientContext context;
+    v1::CancelJobRequest cancel;
+    cancel.set_id(id);
+    v1::JobStatus cancelled;
+    EXPECT_TRUE(cluster_->jobs().CancelJob(&context, cancel, &cancelled).ok());
+  }
+  reader.join();
+  const std::set<std::pair<std::string, v1::JobState>> events = Events(streamed());
+  EXPECT_EQ(events.count({"quick-1", v1::CANCELLED}), 1u) << streamed();
+  EXPECT_EQ(events.count({"eval-1", v1::QUEUED}), 1u) << streamed();
+  for (const auto& [job, state] : events) {
+    EXPECT_TRUE(job == "eval-1" || job == "quick-1")
+        << job << " ended before the stream opened: " << streamed();
+  }
 }
 
 // One answer holds at most 10,000 metric points and 2,000 log lines (docs/dashboard.md); the

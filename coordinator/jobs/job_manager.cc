@@ -264,6 +264,39 @@ std::vector<v1::JobStatus> JobManager::List(size_t first, size_t count, bool new
   return out;
 }
 
+std::vector<v1::JobStatus> JobManager::ListWhere(
+    const std::function<bool(const std::string& id, v1::JobState state)>& want) const {
+  std::vector<std::shared_ptr<JobRecord>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    jobs.reserve(order_.size());
+    for (const std::string& id : order_) jobs.push_back(jobs_.at(id));
+  }
+  std::vector<v1::JobStatus> out;
+  for (const auto& job : jobs) {
+    if (want(job->id(), job->state())) out.push_back(job->Status(false));
+  }
+  return out;
+}
+
+JobCounts JobManager::Count() const {
+  std::vector<std::shared_ptr<JobRecord>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    jobs.reserve(order_.size());
+    for (const std::string& id : order_) jobs.push_back(jobs_.at(id));
+  }
+  JobCounts counts;
+  for (const auto& job : jobs) {
+    const v1::JobState state = job->state();
+    ++counts.by_state[state];
+    if (state == v1::RUNNING) {
+      counts.running_samples_per_second += job->Status(false).progress().samples_per_second();
+    }
+  }
+  return counts;
+}
+
 absl::StatusOr<v1::JobStatus> JobManager::Cancel(const std::string& id) {
   DTRAIN_ASSIGN_OR_RETURN(std::shared_ptr<JobRecord> job, FindRequested(id));
   if (!job->RequestCancelUnlessEnded()) {

@@ -48,6 +48,12 @@ struct JobManagerOptions {
   JobRunFactory make_run;
 };
 
+// How many jobs there are in each state, and what the running ones train together.
+struct JobCounts {
+  std::map<v1::JobState, int64_t> by_state;
+  double running_samples_per_second = 0;
+};
+
 class JobManager {
  public:
   using Watcher = JobWatcher;
@@ -70,6 +76,14 @@ class JobManager {
   // newest back), copying only those; `total` gets how many jobs there are.
   std::vector<v1::JobStatus> List(size_t first, size_t count, bool newest_first,
                                   size_t* total) const;
+  // The statuses of the jobs `want` picks by id and state, in submission order, copying only
+  // those: the others cost a look at their state. For callers that ask again and again about a
+  // history of thousands of ended jobs (the dashboard's event streams). `want` is called without
+  // the manager's lock, one job at a time.
+  std::vector<v1::JobStatus> ListWhere(
+      const std::function<bool(const std::string& id, v1::JobState state)>& want) const;
+  // Every job counted by state, copying the status of the running ones only.
+  JobCounts Count() const;
   // FAILED_PRECONDITION when the job already ended.
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& id);
   absl::StatusOr<std::vector<std::string>> Logs(const std::string& id, int64_t from_line,

@@ -334,17 +334,12 @@ void WebServer::AddRoutes() {
     if (!first.ok()) return Error(response, first.status());
     const int64_t page =
         std::clamp<int64_t>(*size == 0 ? kDefaultPageSize : *size, 1, kMaxPageSize);
-    std::vector<v1::JobStatus> all = jobs->List();
-    if (request.has_param("state")) {
-      v1::JobState state;
-      if (!v1::JobState_Parse(request.get_param_value("state"), &state)) {
-        return Error(response, absl::InvalidArgumentError(absl::StrCat(
-                                   "state '", request.get_param_value("state"),
-                                   "' is not QUEUED, RUNNING, SUCCEEDED, FAILED or CANCELLED")));
-      }
-      all.erase(std::remove_if(all.begin(), all.end(),
-                               [&](const v1::JobStatus& j) { return j.state() != state; }),
-                all.end());
+    v1::JobState state = v1::QUEUED;
+    const bool filtered = request.has_param("state");
+    if (filtered && !v1::JobState_Parse(request.get_param_value("state"), &state)) {
+      return Error(response, absl::InvalidArgumentError(absl::StrCat(
+                                 "state '", request.get_param_value("state"),
+                                 "' is not QUEUED, RUNNING, SUCCEEDED, FAILED or CANCELLED")));
     }
     const std::string order =
         request.has_param("order") ? request.get_param_value("order") : "desc";
@@ -352,11 +347,29 @@ void WebServer::AddRoutes() {
       return Error(response, absl::InvalidArgumentError(
                                  absl::StrCat("order '", order, "' is not asc or desc")));
     }
-    absl::Status sorted =
-        SortJobs(&all, request.has_param("sort") ? request.get_param_value("sort") : "submitted",
-                 order == "desc");
-    if (!sorted.ok()) return Error(response, sorted);
+    const std::string by =
+        request.has_param("sort") ? request.get_param_value("sort") : "submitted";
     v1::ListJobsResponse out;
+    if (by == "submitted" && !filtered) {
+      // The page's default view, in the manager's own order: only the page is copied, not the
+      // whole history.
+      size_t total = 0;
+      const size_t begin = static_cast<size_t>(std::max<int64_t>(*first, 0));
+      for (v1::JobStatus& job :
+           jobs->List(begin, static_cast<size_t>(page), order == "desc", &total)) {
+        *out.add_jobs() = std::move(job);
+      }
+      out.set_total_size(static_cast<int32_t>(total));
+      const size_t end = std::min(total, begin + static_cast<size_t>(out.jobs_size()));
+      if (end < total) out.set_next_page_token(absl::StrCat(end));
+      return Reply(response, out);
+    }
+    // Another order sorts the whole history; a state filter copies only that state's jobs.
+    std::vector<v1::JobStatus> all =
+        filtered ? jobs->ListWhere([&](const std::string&, v1::JobState s) { return s == state; })
+                 : jobs->List();
+    absl::Status sorted = SortJobs(&all, by, order == "desc");
+    if (!sorted.ok()) return Error(response, sorted);
     const int64_t total = static_cast<int64_t>(all.size());
     out.set_total_size(static_cast<int32_t>(total));
     // A token past the end (any number a client sends) is an empty last page.
@@ -464,19 +477,20 @@ void WebServer::AddRoutes() {
   });
 
   // The cluster at a glance: workers, groups, jobs by state and what the running ones train.
-  s.Get("/api/v1/cluster", [jobs, workers, groups](const httplib::Request&,
-                                                   httplib::Response& response) {
-    v1::ClusterSummary out;
-    for (v1::WorkerInfo& w : workers->List(absl::Now())) *out.add_workers() = std::move(w);
-    for (v1::GroupInfo& g : groups->List()) *out.add_groups() = std::move(g);
-    for (const v1::JobStatus& job : jobs->List()) {
-      (*out.mutable_jobs_by_state())[v1::JobState_Name(job.state())] += 1;
-      if (job.state() == v1::RUNNING) {
-        out.set_samples_per_second(out.samples_per_second() + job.progress().samples_per_second());
-      }
-    }
-    Reply(response, out);
-  });
+  s.Get("/api/v1/cluster",
+        [jobs, workers, groups](const httplib::Request&, httplib::Response& response) {
+          v1::ClusterSummary out;
+          for (v1::WorkerInfo& w : workers->List(absl::Now())) *out.add_workers() = std::move(w);
+          for (v1::GroupInfo& g : groups->List()) *out.add_groups() = std::move(g);
+          // Counted, not copied: the page asks every 2 s, and the history may hold thousands of
+          // jobs.
+          const JobCounts counts = jobs->Count();
+          for (const auto& [state, n] : counts.by_state) {
+            (*out.mutable_jobs_by_state())[v1::JobState_Name(state)] = static_cast<int32_t>(n);
+          }
+          out.set_samples_per_second(counts.running_samples_per_second);
+          Reply(response, out);
+        });
 
   // Server-sent events: each job status that changed ("job" events; ?job=ID for one job),
   // checked twice a second, and a comment every 15 s so proxies keep the stream open.
@@ -496,31 +510,43 @@ void WebServer::AddRoutes() {
           auto seen = std::make_shared<std::map<std::string, std::string>>();
           auto ended = std::make_shared<std::set<std::string>>();
           auto last_write = std::make_shared<absl::Time>(absl::InfinitePast());
+          auto first_round = std::make_shared<bool>(true);
           response.set_header("Cache-Control", "no-cache");
           response.set_chunked_content_provider(
               "text/event-stream",
-              [jobs, only, seen, ended, last_write, stopping](size_t, httplib::DataSink& sink) {
+              [jobs, only, seen, ended, last_write, first_round, stopping](
+                  size_t, httplib::DataSink& sink) {
                 if (stopping->load() || !sink.is_writable()) return false;
                 std::string out;
                 std::vector<v1::JobStatus> now;
                 if (only.empty()) {
-                  now = jobs->List();
+                  // Only what may have changed is copied: a job seen ended changes no more (1,000
+                  // ended jobs are not copied twice a second per open page). The first round
+                  // sends only what runs (a page loads the rest from /api/v1/jobs), so the jobs
+                  // ended by then are only noted.
+                  now = jobs->ListWhere([&](const std::string& id, v1::JobState state) {
+                    if (ended->count(id) > 0) return false;
+                    if (*first_round && IsTerminal(state)) {
+                      ended->insert(id);
+                      return false;
+                    }
+                    return true;
+                  });
                 } else if (absl::StatusOr<v1::JobStatus> one = jobs->Get(only, false); one.ok()) {
                   now.push_back(*std::move(one));
                 }
+                *first_round = false;
                 for (const v1::JobStatus& job : now) {
-                  // An ended job changes no more: once seen ended it costs nothing (1,000 jobs in
-                  // the history are not serialized twice a second per open page).
+                  // An ended job changes no more: once seen ended it costs nothing.
                   if (ended->count(job.id()) > 0) continue;
                   if (IsTerminal(job.state())) ended->insert(job.id());
                   const std::string json = Json(job);
-                  auto [it, first] = seen->try_emplace(job.id());
+                  auto it = seen->try_emplace(job.id()).first;
                   if (it->second == json) continue;
                   it->second = json;
                   // What an ended job looked like is not needed again.
                   if (IsTerminal(job.state())) seen->erase(it);
-                  // The first round sends only what runs: a page loads the rest from /api/v1/jobs.
-                  if (first && only.empty() && IsTerminal(job.state())) continue;
+                  // A job that began and ended between two rounds is sent too, ended.
                   absl::StrAppend(&out, "event: job\ndata: ", json, "\n\n");
                 }
                 const absl::Time t = absl::Now();
