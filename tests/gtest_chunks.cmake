@@ -23,20 +23,27 @@ execute_process(COMMAND "${TEST_EXECUTABLE}" --gtest_list_tests
 if(NOT status EQUAL 0)
   message(FATAL_ERROR "${TEST_EXECUTABLE} --gtest_list_tests failed (${status}):\n${errors}")
 endif()
+# gtest's comments ("  # GetParam() = ...") print a parameter's value, which may hold anything:
+# they go first. A value printed over several lines leaves lines that match no rule below, which
+# fail the build rather than drop a test.
+string(REGEX REPLACE "  #[^\n]*" "" listing "${listing}")
 # Lines become a CMake list below, where these characters would change its meaning.
-if(listing MATCHES "[];[]")
-  message(FATAL_ERROR "a test name of ${TEST_EXECUTABLE} contains ';', '[' or ']', which "
+string(FIND "${listing}" "\\" backslash)
+if(listing MATCHES "[];[]" OR NOT backslash EQUAL -1)
+  message(FATAL_ERROR "a test name of ${TEST_EXECUTABLE} contains ';', '[', ']' or '\\', which "
     "gtest_chunks.cmake cannot pass on; rename the test")
 endif()
 
 string(REPLACE "\n" ";" lines "${listing}")
 set(suite_count 0)
 foreach(line IN LISTS lines)
-  if(line MATCHES "^([^ ]+)\\.(  #.*)?$")
+  if(line STREQUAL "")
+    continue()
+  elseif(line MATCHES "^([^ ]+)\\.$")
     math(EXPR suite_count "${suite_count} + 1")
     set(suite_${suite_count}_name "${CMAKE_MATCH_1}")
     set(suite_${suite_count}_cases "")
-  elseif(line MATCHES "^  ([^ ]+)")
+  elseif(line MATCHES "^  ([^ ]+)$")
     set(case "${CMAKE_MATCH_1}")
     if(suite_count EQUAL 0)
       message(FATAL_ERROR "unexpected --gtest_list_tests output: '${line}' before any suite")
@@ -45,6 +52,8 @@ foreach(line IN LISTS lines)
     if(NOT case MATCHES "^DISABLED_" AND NOT suite_${suite_count}_name MATCHES "(^|/)DISABLED_")
       list(APPEND suite_${suite_count}_cases "${suite_${suite_count}_name}.${case}")
     endif()
+  else()
+    message(FATAL_ERROR "unexpected --gtest_list_tests output of ${TEST_EXECUTABLE}: '${line}'")
   endif()
 endforeach()
 
@@ -53,10 +62,10 @@ set(test_count 0)
 # Appends one entry running `filter` (gtest patterns joined by ':') under `name`.
 macro(emit entry_name entry_filter entry_tests)
   math(EXPR entry_cost "${COST} * ${entry_tests}")
-  string(APPEND out "add_test([==[${entry_name}]==] \"${TEST_EXECUTABLE}\" "
-    "[==[--gtest_filter=${entry_filter}]==])\n"
+  string(APPEND out "add_test([==[${entry_name}]==] [==[${TEST_EXECUTABLE}]==] "
+    "[==[--gtest_filter=${entry_filter}]==] --dtrain_exit_guard)\n"
     "set_tests_properties([==[${entry_name}]==] PROPERTIES "
-    "WORKING_DIRECTORY \"${TEST_WORKING_DIR}\" TIMEOUT ${TIMEOUT} LABELS \"${LABEL}\" "
+    "WORKING_DIRECTORY [==[${TEST_WORKING_DIR}]==] TIMEOUT ${TIMEOUT} LABELS \"${LABEL}\" "
     "COST ${entry_cost})\n")
   math(EXPR test_count "${test_count} + ${entry_tests}")
 endmacro()

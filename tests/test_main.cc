@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -40,6 +41,8 @@ class SkipLog : public ::testing::EmptyTestEventListener {
         line += "\\n";
       } else if (c == '\t') {
         line += "\\t";
+      } else if (c == '\r') {
+        line += "\\r";
       } else {
         line += c;
       }
@@ -62,18 +65,50 @@ class SkipLog : public ::testing::EmptyTestEventListener {
   bool failed_ = false;
 };
 
+// Set once RUN_ALL_TESTS has returned. With --dtrain_exit_guard (the chunks' entries pass it), a
+// process that exits before then (a test calling exit(0)) fails instead of passing with the rest
+// of its chunk never run.
+bool finished = false;
+
+void ExitGuard() {
+  if (finished) return;
+  std::fprintf(stderr,
+               "test_main: the process exited while a test ran; the tests after it in this chunk "
+               "did not run\n");
+  std::fflush(stderr);
+  _exit(1);
+}
+
 }  // namespace test_main
 }  // namespace dtrain::testing
 
 int main(int argc, char** argv) {
+  namespace tm = dtrain::testing::test_main;
+  bool exit_guard = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--dtrain_exit_guard") != 0) continue;
+    exit_guard = true;
+    for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+    --argc;
+    break;
+  }
   ::testing::InitGoogleTest(&argc, argv);
-  dtrain::testing::test_main::SkipLog* skip_log = nullptr;
+  if (exit_guard) std::atexit(&tm::ExitGuard);
+  tm::SkipLog* skip_log = nullptr;
   if (const char* path = std::getenv("DTRAIN_SKIP_LOG"); path != nullptr && *path != '\0') {
-    skip_log = new dtrain::testing::test_main::SkipLog(path);
+    skip_log = new tm::SkipLog(path);
     // The listener list owns it.
     ::testing::UnitTest::GetInstance()->listeners().Append(skip_log);
   }
   const int status = RUN_ALL_TESTS();
+  tm::finished = true;
   if (skip_log != nullptr && skip_log->failed()) return 1;
+  // A filter that names no test (a renamed test in a chunk's list) must not pass as if it ran.
+  if (::testing::UnitTest::GetInstance()->test_to_run_count() == 0 &&
+      ::testing::GTEST_FLAG(filter) != "*") {
+    std::fprintf(stderr, "test_main: --gtest_filter=%s names no test of this executable\n",
+                 ::testing::GTEST_FLAG(filter).c_str());
+    return 1;
+  }
   return status;
 }
