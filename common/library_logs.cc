@@ -4,7 +4,6 @@
 #include <google/protobuf/stubs/logging.h>
 #include <grpc/support/log.h>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -51,14 +50,11 @@ LogLevel ProtobufRecordLevel(google::protobuf::LogLevel level, absl::string_view
   return LogLevel::kError;
 }
 
-LogLevel GrpcRecordLevel(gpr_log_severity severity, absl::string_view message) {
+LogLevel GrpcRecordLevel(gpr_log_severity severity) {
   if (severity == GPR_LOG_SEVERITY_DEBUG) return LogLevel::kDebug;
   if (severity == GPR_LOG_SEVERITY_INFO) return LogLevel::kInfo;
-  // A TLS handshake a peer failed (plaintext, a port scanner, a certificate this server does not
-  // trust): the peer's fault, refused as it should be.
-  if (absl::StrContains(absl::AsciiStrToLower(message.substr(0, 200)), "handshake failed")) {
-    return LogLevel::kWarning;
-  }
+  // A failed TLS handshake stays an error: a client whose CA does not trust its server logs the
+  // same text as a server refusing a port scanner, and that client may never get in.
   return LogLevel::kError;
 }
 
@@ -73,7 +69,7 @@ void FromProtobuf(google::protobuf::LogLevel level, const char* file, int line,
 
 void FromGrpc(gpr_log_func_args* args) {
   const absl::string_view message = args->message != nullptr ? args->message : "";
-  const LogLevel ours = GrpcRecordLevel(args->severity, message);
+  const LogLevel ours = GrpcRecordLevel(args->severity);
   // GPR_ASSERT writes "assertion failed: ..." and then aborts: never dropped.
   Write(ours, "grpc", args->file, args->line, message,
         absl::StartsWith(message, "assertion failed"));

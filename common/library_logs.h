@@ -23,11 +23,11 @@ namespace dtrain {
 // before any server or channel exists (protobuf's handler is not safe to swap later).
 void RouteLibraryLogs();
 
-// The level a library's message is recorded at: the library's own, except that what a peer
-// caused and was refused for (bytes that are not UTF-8 in a request protobuf parsed, a failed TLS
-// handshake) is a warning, not an error: an alert on errors must not fire on a client's fault.
+// The level a library's message is recorded at: the library's own, except that bytes that are
+// not UTF-8 in a request protobuf parsed (a client's fault, refused with INVALID_ARGUMENT) are a
+// warning, not an error: an alert on errors must not fire on any client's mistake.
 LogLevel ProtobufRecordLevel(google::protobuf::LogLevel level, absl::string_view message);
-LogLevel GrpcRecordLevel(gpr_log_severity severity, absl::string_view message);
+LogLevel GrpcRecordLevel(gpr_log_severity severity);
 
 // At most one record per call site per `interval`; the others are counted, and the count goes with
 // the site's next record. A library's assertion is never dropped: the process is about to abort.
