@@ -46,9 +46,6 @@ struct ProcessGroupOptions {
   std::string order_key;  // orders ranks within a host (then arrival order)
   std::string name;       // how errors name this member (a worker's name); may be empty
   int local_devices = 1;
-  // false: assignment().members() stays empty (RegisterRequest.omit_members), for a member that
-  // does not read the list; a group of N otherwise receives N^2 entries in all.
-  bool member_list = true;
   int64_t generation = 0;  // 0: whichever generation is forming
   absl::Duration register_timeout = absl::Minutes(5);
   // Default deadline for this group's collectives; zero: the coordinator's default.
@@ -64,6 +61,9 @@ struct ProcessGroupOptions {
   // Cancels Join's wait for the group when its owner gives up (a worker whose Setup call was
   // cancelled); the join then fails CANCELLED. Null: only the deadline ends the wait.
   CallCanceller* cancel = nullptr;
+  // false: assignment().members() stays empty (RegisterRequest.omit_members), for a member that
+  // does not read the list; a group of N otherwise receives N^2 entries in all.
+  bool member_list = true;
 };
 
 // All-reduces above this size travel as segments in flight together (see Segment in
