@@ -80,11 +80,11 @@ def measure(binary, seeded, args):
             time.sleep(args.stream_seconds)
             idle = cpu_seconds(proc.pid) - before
             received = []
-            stop = threading.Event()
+            done = threading.Event()
 
             def read_stream():
                 with urllib.request.urlopen(base + "/api/v1/events", timeout=30) as stream:
-                    while not stop.is_set():
+                    while not done.is_set():
                         line = stream.readline()
                         if not line:
                             return
@@ -96,7 +96,7 @@ def measure(binary, seeded, args):
             before = cpu_seconds(proc.pid)
             time.sleep(args.stream_seconds)
             streaming = cpu_seconds(proc.pid) - before
-            stop.set()
+            done.set()
             out["stream_cpu_percent"] = 100 * (streaming - idle) / args.stream_seconds
             out["idle_cpu_percent"] = 100 * idle / args.stream_seconds
             return out

@@ -398,21 +398,21 @@ TEST_F(WebApiTest, EventsForAllJobs_HistoryNotSent_AJobEndedBetweenRoundsIs) {
 
   absl::Mutex mu;
   std::string stream;
+  httplib::Client sse("127.0.0.1", port_);
+  sse.set_read_timeout(20, 0);
   std::thread reader([&] {
-    httplib::Client sse("127.0.0.1", port_);
-    sse.set_read_timeout(20, 0);
     sse.Get("/api/v1/events", [&](const char* data, size_t n) {
       absl::MutexLock lock(&mu);
       stream.append(data, n);
-      return Events(stream).count({"quick-1", v1::CANCELLED}) == 0;
+      return true;
     });
   });
   auto streamed = [&] {
     absl::MutexLock lock(&mu);
     return stream;
   };
-  // The reader ends by itself (the cancelled job's event, or its 20 s read timeout), so it is
-  // joined whatever fails here.
+  // The stream is stopped from here whatever fails (its keep-alives outrun any read timeout),
+  // so the reader is always joined.
   if (WaitFor(
           [&] {
             return Events(streamed()).count({"eval-1", v1::QUEUED}) == 1;
@@ -426,7 +426,14 @@ TEST_F(WebApiTest, EventsForAllJobs_HistoryNotSent_AJobEndedBetweenRoundsIs) {
     cancel.set_id(id);
     v1::JobStatus cancelled;
     EXPECT_TRUE(cluster_->jobs().CancelJob(&context, cancel, &cancelled).ok());
+    // Two rounds of 500 ms are ample; the old stream never sent it.
+    WaitFor(
+        [&] {
+          return Events(streamed()).count({"quick-1", v1::CANCELLED}) == 1;
+        },
+        absl::Seconds(5));
   }
+  sse.stop();
   reader.join();
   const std::set<std::pair<std::string, v1::JobState>> events = Events(streamed());
   EXPECT_EQ(events.count({"quick-1", v1::CANCELLED}), 1u) << streamed();

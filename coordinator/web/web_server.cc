@@ -368,6 +368,12 @@ void WebServer::AddRoutes() {
     std::vector<v1::JobStatus> all =
         filtered ? jobs->ListWhere([&](const std::string&, v1::JobState s) { return s == state; })
                  : jobs->List();
+    // A job may have changed state between the look and the copy.
+    if (filtered) {
+      all.erase(std::remove_if(all.begin(), all.end(),
+                               [&](const v1::JobStatus& j) { return j.state() != state; }),
+                all.end());
+    }
     absl::Status sorted = SortJobs(&all, by, order == "desc");
     if (!sorted.ok()) return Error(response, sorted);
     const int64_t total = static_cast<int64_t>(all.size());

@@ -87,9 +87,14 @@ function every(ms, fn) {
   const id = setInterval(fn, ms);
   onLeave(() => clearInterval(id));
 }
-function events(query, onJob) {
+// onOpen runs each time the stream (re)connects: a stream's first events are only the jobs that
+// have not ended, so what ended while no stream was open is read again there.
+function events(query, onJob, onOpen) {
   const source = new EventSource('/api/v1/events' + query);
-  source.addEventListener('open', () => setLive(true));
+  source.addEventListener('open', () => {
+    setLive(true);
+    if (onOpen) onOpen();
+  });
   source.addEventListener('error', () => setLive(false));
   source.addEventListener('job', (event) => onJob(JSON.parse(event.data)));
   onLeave(() => source.close());
@@ -215,7 +220,7 @@ async function renderJobs(main) {
     const row = table.querySelector(`tr[data-job="${CSS.escape(job.id)}"]`);
     if (row) row.replaceWith(jobRow(job));
     else if (jobsState.token === '0') draw().catch(showError);
-  });
+  }, () => draw().catch(showError));
 }
 
 // ---- one job -------------------------------------------------------------------------------
